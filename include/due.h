@@ -1,0 +1,457 @@
+/**
+ * due.h - the public C API of `due`, a durable delayed-task system.
+ *
+ * A task is a row in a store (SQLite file or PostgreSQL database) that becomes
+ * claimable once its due time has passed.  Workers claim tasks under a lease,
+ * renew the lease while they run, and finish a try with `complete` or `fail`.
+ * Every claim increments the task's `attempt`, and that number is the fencing
+ * token of the try: the store refuses a complete/fail/extend that carries an
+ * attempt other than the current one, or whose lease was taken back.
+ *
+ * Conventions (libgit2 / libpq style):
+ *  - Functions return int: 0 on success, a negative DUE_E* code on failure.
+ *    The human message of the last failure on this thread is due_error_last().
+ *  - Output parameters come first.  An object returned through `T **out`
+ *    belongs to the caller and is released with its `due_<type>_free()`.
+ *  - A `due_db` handle is used by one thread at a time; open one per thread.
+ *    There is no global state besides the per-thread error message.
+ *  - Times are microseconds since the Unix epoch (UTC) as judged by the
+ *    store's clock; durations are microseconds.
+ */
+#ifndef DUE_H
+#define DUE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DUE_VERSION "0.1.0"
+
+/** Store schema version this library reads and writes. */
+#define DUE_SCHEMA_VERSION 1
+
+/* ------------------------------------------------------------------ */
+/* Errors                                                              */
+/* ------------------------------------------------------------------ */
+
+/** Return codes.  0 is success; every failure is negative. */
+typedef enum due_error_code {
+	DUE_OK = 0,
+	DUE_ERROR = -1,     /**< generic failure; see due_error_last() */
+	DUE_EINVAL = -2,    /**< bad input from the caller: nothing changed */
+	DUE_ENOTFOUND = -3, /**< no such task (or schedule) */
+	DUE_ESTATE = -4,    /**< the task is not in a state that allows this */
+	DUE_EBUSY = -5,     /**< store locked or task not claimable right now */
+	DUE_ESCHEMA = -6,   /**< schema missing, older or newer: run `due init` */
+	DUE_ETOOBIG = -7,   /**< payload or result over the configured limit */
+	DUE_ESTORE = -8,    /**< store unreachable or an I/O error */
+	DUE_ENOMEM = -9,    /**< allocation failed */
+	DUE_ECONFLICT = -10 /**< a live task with the same (kind, key) exists */
+} due_error_code;
+
+/**
+ * The message describing the last failure on the calling thread.  Borrowed;
+ * valid until the next failing call on this thread.  Never NULL.
+ */
+const char *due_error_last(void);
+
+/** The code of the last failure on the calling thread (0 when none). */
+int due_error_last_code(void);
+
+/** A short constant name for a code, e.g. "DUE_ENOTFOUND". */
+const char *due_error_name(int code);
+
+/* ------------------------------------------------------------------ */
+/* Values                                                              */
+/* ------------------------------------------------------------------ */
+
+typedef int64_t due_id;
+typedef int64_t due_time; /**< microseconds since the epoch, UTC */
+
+typedef enum due_state {
+	DUE_SCHEDULED = 0,
+	DUE_CLAIMED = 1,
+	DUE_DONE = 2,
+	DUE_CANCELLED = 3,
+	DUE_DEAD = 4
+} due_state;
+
+#define DUE_STATE_COUNT 5
+
+/** "SCHEDULED", "CLAIMED", ... ; NULL for an out-of-range value. */
+const char *due_state_name(due_state s);
+/** Parse a state name (case-insensitive).  DUE_EINVAL if unknown. */
+int due_state_parse(due_state *out, const char *name);
+
+/**
+ * Parse a duration: "250ms", "10s", "30m", "2h", "1d", "1h30m", "1.5s" is
+ * refused (integers only).  A bare "0" means zero.  Negative, empty, unknown
+ * units and values over 100 years give DUE_EINVAL with a message.
+ */
+int due_duration_parse(int64_t *out_us, const char *text);
+/** Format a duration compactly ("1h30m", "250ms") into buf. */
+void due_duration_format(char *buf, size_t len, int64_t us);
+/** Parse an RFC 3339 time ("2026-12-01T02:00:00Z", "...+08:00"). */
+int due_time_parse(due_time *out, const char *text);
+/** Format as RFC 3339 UTC with milliseconds: "2026-12-01T02:00:00.000Z". */
+void due_time_format(char *buf, size_t len, due_time t);
+/** The host's wall clock (the SQLite store's clock). */
+due_time due_time_now_host(void);
+
+/** Backoff for a failed try: min(base * 2^(attempt-1), cap), overflow-safe. */
+int64_t due_backoff_us(int64_t base_us, int64_t cap_us, int32_t attempt);
+
+/* ------------------------------------------------------------------ */
+/* Tasks                                                               */
+/* ------------------------------------------------------------------ */
+
+/** One recorded try of a task (one row of the attempts history). */
+typedef struct due_attempt {
+	int32_t attempt;
+	char *worker;        /**< lease owner that claimed this try */
+	due_time claimed_at;
+	due_time due_at;     /**< the task's due time when this try was claimed */
+	due_time ended_at;   /**< 0 while RUNNING */
+	char *outcome;       /**< RUNNING DONE FAILED LEASE_EXPIRED CANCELLED REQUEUED KILLED */
+	char *error;         /**< NULL when none */
+	char *late_commit;   /**< "REJECTED_STALE" when a late commit was refused */
+} due_attempt;
+
+/**
+ * A task as read from the store.  Owned by the caller when returned through
+ * an out parameter; release with due_task_free().  Strings and buffers are
+ * NUL-terminated (payload and result also carry their length; they may hold
+ * binary bytes).  Optional values are NULL / 0 when absent.
+ */
+typedef struct due_task {
+	due_id id;
+	char *kind;
+	unsigned char *payload;
+	size_t payload_len;
+	due_state state;
+	due_time due_at;
+	int32_t attempt;      /**< number of claims so far: the fencing token */
+	int32_t max_attempts; /**< attempt budget (since creation or last retry) */
+	int64_t backoff_us;
+	int64_t backoff_cap_us;
+	char *lease_owner;    /**< set exactly when state is CLAIMED */
+	due_time lease_until; /**< 0 unless CLAIMED */
+	bool cancel_requested;
+	char *key;            /**< business key or NULL */
+	unsigned char *result;
+	size_t result_len;
+	bool has_result;
+	char *last_error;
+	due_time created_at;
+	due_time updated_at;
+	size_t n_attempts;    /**< filled by due_get(); 0 from list calls */
+	due_attempt *attempts;
+} due_task;
+
+void due_task_free(due_task *t);
+
+/** A list of tasks, owned by the caller; release with due_task_list_free(). */
+typedef struct due_task_list {
+	size_t count;
+	due_task *items;
+} due_task_list;
+
+void due_task_list_free(due_task_list *l);
+
+/* ------------------------------------------------------------------ */
+/* Opening a store                                                     */
+/* ------------------------------------------------------------------ */
+
+typedef struct due_db due_db;
+
+typedef struct due_open_opts {
+	unsigned version;       /**< DUE_OPEN_OPTS_VERSION */
+	bool create;            /**< create/upgrade the schema (what `due init` does) */
+	size_t max_payload;     /**< payload limit in bytes; default 1 MiB */
+	size_t max_result;      /**< result limit in bytes; default 1 MiB */
+} due_open_opts;
+
+#define DUE_OPEN_OPTS_VERSION 1
+#define DUE_OPEN_OPTS_INIT {DUE_OPEN_OPTS_VERSION, false, 1u << 20, 1u << 20}
+
+/**
+ * Open the store named by `url`:
+ *   sqlite:PATH, sqlite:///abs/path (options: ?sync=full|normal&busy_ms=N)
+ *   postgres://... or postgresql://... (libpq connection URIs)
+ * Without opts->create, a store whose schema is missing or older than
+ * DUE_SCHEMA_VERSION fails with DUE_ESCHEMA, and a missing SQLite file is not
+ * created.  On failure *out is still set when a handle could be made; pass it
+ * to due_close() either way (NULL is fine).
+ */
+int due_open(due_db **out, const char *url, const due_open_opts *opts);
+void due_close(due_db *db);
+
+/** Backend name: "sqlite" or "postgres".  Borrowed from db. */
+const char *due_db_backend(const due_db *db);
+
+/** The store's clock (the one that judges due and lease times). */
+int due_now(due_db *db, due_time *out);
+
+/* ------------------------------------------------------------------ */
+/* Producer                                                            */
+/* ------------------------------------------------------------------ */
+
+typedef struct due_schedule_opts {
+	unsigned version;       /**< DUE_SCHEDULE_OPTS_VERSION */
+	int64_t delay_us;       /**< due = store now + delay (when at is 0) */
+	due_time at;            /**< absolute due time; 0 = use delay_us */
+	int32_t max_attempts;   /**< default 5 */
+	int64_t backoff_us;     /**< retry base, default 1 s */
+	int64_t backoff_cap_us; /**< retry cap, default 1 h */
+	const char *key;        /**< optional business key */
+} due_schedule_opts;
+
+#define DUE_SCHEDULE_OPTS_VERSION 1
+#define DUE_SCHEDULE_OPTS_INIT                                                 \
+	{DUE_SCHEDULE_OPTS_VERSION, 0, 0, 5, 1000000, 3600000000LL, NULL}
+
+/** One task to submit (for batch and low-level calls). */
+typedef struct due_submit {
+	const char *kind;
+	const void *payload;
+	size_t payload_len;
+	due_schedule_opts opts;
+} due_submit;
+
+/** What a submit did. */
+typedef struct due_submitted {
+	due_id id;
+	bool existed; /**< true: a live task with the same (kind, key) was returned */
+} due_submitted;
+
+/**
+ * Schedule one task.  With opts->key, the submit is idempotent: while a task
+ * of the same (kind, key) is SCHEDULED or CLAIMED, its id is returned and
+ * out->existed is true.  Validation failures (bad kind, negative delay,
+ * oversized payload ...) give DUE_EINVAL / DUE_ETOOBIG and change nothing.
+ */
+int due_schedule(due_db *db, due_submitted *out, const char *kind,
+		 const void *payload, size_t payload_len,
+		 const due_schedule_opts *opts);
+
+/**
+ * Schedule n tasks in one transaction: all or none.  out must hold n
+ * entries.  On a validation error nothing is written and the message names
+ * the index of the offending item.
+ */
+int due_schedule_batch(due_db *db, due_submitted *out, const due_submit *items,
+			size_t n);
+
+struct sqlite3;
+struct pg_conn;
+
+/**
+ * Schedule inside the caller's own open transaction on their own SQLite
+ * connection (to a database `due init` prepared).  The task commits or
+ * rolls back with the caller's rows.  The caller must have begun the
+ * transaction (BEGIN IMMEDIATE recommended).  The store clock is the host's.
+ */
+int due_schedule_sqlite_tx(struct sqlite3 *conn, due_submitted *out,
+			   const char *kind, const void *payload,
+			   size_t payload_len, const due_schedule_opts *opts);
+
+/**
+ * Schedule inside the caller's own open transaction on their own libpq
+ * connection (PGconn *).  The task commits or rolls back with their rows.
+ */
+int due_schedule_pg_tx(struct pg_conn *conn, due_submitted *out,
+		       const char *kind, const void *payload,
+		       size_t payload_len, const due_schedule_opts *opts);
+
+/** What cancel found and did (CONTRACT §3.6). */
+typedef enum due_cancel_outcome {
+	DUE_CANCEL_CANCELLED = 0,   /**< was waiting; will never run */
+	DUE_CANCEL_REQUESTED,       /**< was running; no result will commit */
+	DUE_CANCEL_TOO_LATE,        /**< DONE or DEAD; nothing changed */
+	DUE_CANCEL_ALREADY_CANCELLED,
+	DUE_CANCEL_NOT_FOUND
+} due_cancel_outcome;
+
+const char *due_cancel_outcome_name(due_cancel_outcome o);
+
+/** Cancel a task.  NOT_FOUND is an outcome, not an error. */
+int due_cancel(due_db *db, due_cancel_outcome *out, due_id id);
+
+/** Read one task with its attempts history.  DUE_ENOTFOUND if none. */
+int due_get(due_db *db, due_task **out, due_id id);
+
+typedef struct due_list_opts {
+	unsigned version;
+	int state;          /**< a due_state, or -1 for any */
+	const char *kind;   /**< NULL for any */
+	int limit;          /**< default 100; at most 10000 */
+	due_id after;       /**< paging: only ids greater than this */
+	bool attempts;      /**< also load each task's attempts history */
+} due_list_opts;
+
+#define DUE_LIST_OPTS_VERSION 1
+#define DUE_LIST_OPTS_INIT {DUE_LIST_OPTS_VERSION, -1, NULL, 100, 0, false}
+
+/** List tasks in id order. */
+int due_list(due_db *db, due_task_list **out, const due_list_opts *opts);
+
+/* ------------------------------------------------------------------ */
+/* Worker                                                              */
+/* ------------------------------------------------------------------ */
+
+/**
+ * Claim up to `limit` due tasks (due_at <= store now), oldest due first,
+ * restricted to `kinds` when n_kinds > 0.  Each claimed task has attempt
+ * incremented, state CLAIMED, lease_owner = owner and lease_until = now +
+ * lease_us, and an attempts-history row.  One atomic statement: a try is
+ * never given to two workers.  An empty claim returns a list of count 0.
+ */
+int due_claim(due_db *db, due_task_list **out, const char *owner,
+	      const char *const *kinds, size_t n_kinds, int limit,
+	      int64_t lease_us);
+
+/**
+ * Claim one task by id if it is SCHEDULED and due (immediate mode).
+ * DUE_EBUSY when it is not claimable now (not due, taken, or gone).
+ */
+int due_claim_id(due_db *db, due_task **out, due_id id, const char *owner,
+		 int64_t lease_us);
+
+typedef enum due_extend_outcome {
+	DUE_EXTEND_OK = 0,
+	DUE_EXTEND_LOST,            /**< attempt is stale or the lease was taken back */
+	DUE_EXTEND_CANCEL_REQUESTED /**< still ours, but a cancel was requested: stop */
+} due_extend_outcome;
+
+/** Push the lease of try (id, attempt) to store now + lease_us. */
+int due_extend(due_db *db, due_extend_outcome *out, due_id id, int32_t attempt,
+	       int64_t lease_us);
+
+typedef enum due_complete_outcome {
+	DUE_COMPLETE_DONE = 0,
+	DUE_COMPLETE_REJECTED_STALE,
+	DUE_COMPLETE_CANCELLED_BEFORE_COMMIT
+} due_complete_outcome;
+
+const char *due_complete_outcome_name(due_complete_outcome o);
+
+/**
+ * A hook run inside the completion transaction, after the fenced update
+ * succeeded and before commit.  `conn` is the native connection
+ * (sqlite3 * or PGconn *, see due_db_backend()).  Return 0 to commit; any
+ * other value rolls back the whole completion (the try stays CLAIMED) and
+ * due_complete_tx() returns DUE_ERROR.
+ */
+typedef int (*due_tx_hook)(void *conn, const due_task *task, void *payload);
+
+/**
+ * Complete try (id, attempt) with a result.  Fenced: only when the task is
+ * CLAIMED with this attempt and no cancel was requested.  Outcomes: DONE;
+ * REJECTED_STALE (nothing changed but the attempt's late_commit mark);
+ * CANCELLED_BEFORE_COMMIT (cancel was requested: the task is now CANCELLED
+ * and no result was stored).
+ */
+int due_complete(due_db *db, due_complete_outcome *out, due_id id,
+		 int32_t attempt, const void *result, size_t result_len);
+
+/** due_complete() with a hook that writes the caller's rows in the same transaction. */
+int due_complete_tx(due_db *db, due_complete_outcome *out, due_id id,
+		    int32_t attempt, const void *result, size_t result_len,
+		    due_tx_hook hook, void *payload);
+
+/** One completion of a batch. */
+typedef struct due_completion {
+	due_id id;
+	int32_t attempt;
+	const void *result;
+	size_t result_len;
+	due_complete_outcome outcome; /**< filled by due_complete_batch() */
+} due_completion;
+
+/**
+ * Complete n tries in one transaction.  Each row is fenced on its own and
+ * gets its own outcome; a stale row does not affect the others.
+ */
+int due_complete_batch(due_db *db, due_completion *items, size_t n);
+
+typedef enum due_fail_outcome {
+	DUE_FAIL_RETRY_SCHEDULED = 0,
+	DUE_FAIL_DEAD,
+	DUE_FAIL_CANCELLED,
+	DUE_FAIL_REJECTED_STALE
+} due_fail_outcome;
+
+const char *due_fail_outcome_name(due_fail_outcome o);
+
+/**
+ * Fail try (id, attempt) with an error text.  With attempts left the task
+ * goes back to SCHEDULED due at now + due_backoff_us(...); used up: DEAD with
+ * last_error; cancel requested: CANCELLED.  Stale: REJECTED_STALE.
+ */
+int due_fail(due_db *db, due_fail_outcome *out, due_id id, int32_t attempt,
+	     const char *error);
+
+/** Counts of what a reclaim did. */
+typedef struct due_reclaimed {
+	int64_t rescheduled;
+	int64_t dead;
+	int64_t cancelled;
+} due_reclaimed;
+
+/**
+ * Take back every expired lease (lease_until < store now): to SCHEDULED (due
+ * now) with attempts left, DEAD when used up, CANCELLED when cancel was
+ * requested.  The predicate is re-checked in the writing statement.
+ */
+int due_reclaim_expired(due_db *db, due_reclaimed *out);
+
+/* ------------------------------------------------------------------ */
+/* Operator                                                            */
+/* ------------------------------------------------------------------ */
+
+/** DEAD -> SCHEDULED due now, with a fresh attempt budget.  DUE_ESTATE if not DEAD. */
+int due_retry(due_db *db, due_id id);
+/** CLAIMED -> SCHEDULED due now, fencing the old holder.  DUE_ESTATE if not CLAIMED. */
+int due_requeue(due_db *db, due_id id);
+/**
+ * Any non-terminal -> DEAD (or CANCELLED when a cancel was requested).
+ * *out_state (may be NULL) receives the final state.  DUE_ESTATE if terminal.
+ */
+int due_kill(due_db *db, due_state *out_state, due_id id);
+
+/** Dead letters, oldest first. */
+int due_dead(due_db *db, due_task_list **out, int limit);
+
+typedef struct due_stats {
+	int64_t counts[DUE_STATE_COUNT]; /**< indexed by due_state */
+	int64_t dead;
+	int64_t due_unclaimed;           /**< SCHEDULED with due_at <= now */
+	int64_t oldest_due_unclaimed_ms; /**< 0 when none */
+	int64_t lateness_p50_us;         /**< over claims in the last window; -1 if none */
+	int64_t lateness_p99_us;
+	int64_t lateness_max_us;
+	int64_t claims_window;           /**< claims counted in that window */
+	int64_t window_us;
+	due_time now;
+} due_stats;
+
+int due_stats_get(due_db *db, due_stats *out);
+
+/** UP (true) when no dead letters exist.  *out_dead receives their number. */
+int due_health(due_db *db, bool *out_up, int64_t *out_dead);
+
+/**
+ * Delete DONE and CANCELLED tasks (and their history) last updated more than
+ * older_than_us ago, in bounded batches.  DEAD tasks are never pruned.
+ */
+int due_prune(due_db *db, int64_t *out_deleted, int64_t older_than_us);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DUE_H */

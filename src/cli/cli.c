@@ -1,0 +1,186 @@
+/*
+** cli.c - helpers shared by every subcommand: store URL resolution, error
+** printing with exit codes, and strict parsing of ids, numbers, durations
+** and files.  Every message goes to stderr as "due CMD: what was wrong".
+*/
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli/cli.h"
+
+bool cli_common_opt(cli_ctx *c, int opt, const char *arg)
+{
+	switch (opt) {
+	case OPT_DB: c->db_url = arg; return true;
+	case OPT_JSON: c->json = true; return true;
+	default: return false;
+	}
+}
+
+const char *cli_db_url(const cli_ctx *c)
+{
+	const char *env = getenv("DUE_DB");
+	if (c->db_url)
+		return c->db_url;
+	return env && *env ? env : "sqlite:./due.db";
+}
+
+static int exit_for(int rc)
+{
+	switch (rc) {
+	case DUE_EINVAL:
+	case DUE_ETOOBIG: return EXIT_USAGE;
+	case DUE_ENOTFOUND: return EXIT_NOTFOUND;
+	case DUE_ESTATE:
+	case DUE_ECONFLICT: return EXIT_STATE;
+	case DUE_ESCHEMA: return EXIT_SCHEMA;
+	default: return EXIT_STORE;
+	}
+}
+
+int cli_fail(const cli_ctx *c, int rc)
+{
+	fprintf(stderr, "%s: %s\n", c->prog, due_error_last());
+	return exit_for(rc);
+}
+
+int cli_open(cli_ctx *c, due_db **out)
+{
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	const char *mp = getenv("DUE_MAX_PAYLOAD");
+	int rc;
+
+	if (mp && *mp) {
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(mp, &end, 10);
+		if (errno || *end || v == 0 || v > (1ull << 30)) {
+			fprintf(stderr, "%s: invalid DUE_MAX_PAYLOAD '%s': bytes, "
+				"1..1073741824\n", c->prog, mp);
+			return EXIT_USAGE;
+		}
+		o.max_payload = (size_t)v;
+	}
+	rc = due_open(out, cli_db_url(c), &o);
+	if (rc < 0) {
+		int code = cli_fail(c, rc);
+		due_close(*out);
+		*out = NULL;
+		return code;
+	}
+	return 0;
+}
+
+int cli_usage_error(const cli_ctx *c, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "%s: ", c->prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry '%s --help'.\n", c->prog);
+	return EXIT_USAGE;
+}
+
+int cli_parse_id(const cli_ctx *c, const char *text, due_id *out)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(text, &end, 10);
+	if (errno || *end || end == text || v <= 0 || text[0] == '+' ||
+	    text[0] == ' ')
+		return cli_usage_error(c, "invalid task id '%s': expected a "
+				       "positive decimal integer", text);
+	*out = (due_id)v;
+	return 0;
+}
+
+int cli_parse_int(const cli_ctx *c, const char *what, const char *text, long lo,
+		  long hi, long *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(text, &end, 10);
+	if (errno || *end || end == text || v < lo || v > hi)
+		return cli_usage_error(c, "invalid %s '%s': expected an integer "
+				       "from %ld to %ld", what, text, lo, hi);
+	*out = v;
+	return 0;
+}
+
+int cli_parse_duration(const cli_ctx *c, const char *what, const char *text,
+		       int64_t *out)
+{
+	if (due_duration_parse(out, text) < 0)
+		return cli_usage_error(c, "%s: %s", what, due_error_last());
+	return 0;
+}
+
+int cli_read_file(const cli_ctx *c, const char *path, size_t max,
+		  unsigned char **out, size_t *len)
+{
+	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+	size_t cap = 4096, n = 0;
+	unsigned char *buf;
+
+	if (!f) {
+		fprintf(stderr, "%s: cannot read '%s': %s\n", c->prog, path,
+			strerror(errno));
+		return EXIT_USAGE;
+	}
+	buf = malloc(cap + 1);
+	while (buf) {
+		size_t got = fread(buf + n, 1, cap - n, f);
+		n += got;
+		if (n > max)
+			break;
+		if (got == 0)
+			break;
+		if (n == cap) {
+			unsigned char *nb = realloc(buf, (cap *= 2) + 1);
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+			}
+			buf = nb;
+		}
+	}
+	if (f != stdin)
+		fclose(f);
+	if (!buf) {
+		fprintf(stderr, "%s: out of memory reading '%s'\n", c->prog, path);
+		return EXIT_STORE;
+	}
+	buf[n] = '\0';
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+int cli_print_json(void *json)
+{
+	json_t *j = json;
+	int rc;
+	if (!j) {
+		fprintf(stderr, "due: out of memory formatting JSON\n");
+		return EXIT_STORE;
+	}
+	rc = json_dumpf(j, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+	fputc('\n', stdout);
+	json_decref(j);
+	return rc == 0 ? 0 : EXIT_STORE;
+}
+
+void cli_getopt_reset(void)
+{
+	optind = 1;
+	opterr = 0;
+}

@@ -1,0 +1,86 @@
+/*
+** cli.h - what every `due` subcommand shares: the store URL, the exit
+** codes, error printing and argument parsing helpers.  The CLI is a client
+** of the public API (due.h) and of the JSON formatting in src/fmt/.
+*/
+#ifndef DUE_CLI_H
+#define DUE_CLI_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "due.h"
+
+/* Exit codes (documented in `due --help` and the README). */
+enum {
+	EXIT_OK = 0,
+	EXIT_DOWN = 1,     /* health: DOWN; verify: a case failed */
+	EXIT_USAGE = 2,    /* bad arguments or bad input: nothing changed */
+	EXIT_NOTFOUND = 3, /* no such task or schedule */
+	EXIT_STATE = 4,    /* task in the wrong state, or key conflict */
+	EXIT_STORE = 5,    /* store unreachable, busy or failing */
+	EXIT_SCHEMA = 6    /* schema missing, older or newer: run due init */
+};
+
+/* Common option ids above the printable range. */
+enum { OPT_DB = 1000, OPT_JSON, OPT_HELP };
+
+#define CLI_COMMON_OPTS                                                        \
+	{"db", required_argument, NULL, OPT_DB},                               \
+	{"json", no_argument, NULL, OPT_JSON},                                 \
+	{"help", no_argument, NULL, 'h'}
+
+typedef struct cli_ctx {
+	const char *db_url;   /* --db, else $DUE_DB, else sqlite:./due.db */
+	bool json;
+	const char *prog;     /* "due add" ... for messages */
+} cli_ctx;
+
+/* Handle a common option; true if `opt` was one. */
+bool cli_common_opt(cli_ctx *c, int opt, const char *arg);
+/* Store URL in effect. */
+const char *cli_db_url(const cli_ctx *c);
+/* Open the store (schema checked); prints the error. Exit code or 0. */
+int cli_open(cli_ctx *c, due_db **out);
+/* Print "due CMD: message" for the last library error; exit code for it. */
+int cli_fail(const cli_ctx *c, int rc);
+/* Print a usage error with a hint to --help; returns EXIT_USAGE. */
+int cli_usage_error(const cli_ctx *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Parse a decimal task id; prints error.  0 or EXIT_USAGE. */
+int cli_parse_id(const cli_ctx *c, const char *text, due_id *out);
+/* Parse a positive int in [lo, hi]; prints error naming `what`. */
+int cli_parse_int(const cli_ctx *c, const char *what, const char *text, long lo,
+		  long hi, long *out);
+/* Parse a duration; prints error naming `what`. */
+int cli_parse_duration(const cli_ctx *c, const char *what, const char *text,
+		       int64_t *out);
+/* Read a whole file ("-" = stdin) up to max+1 bytes. */
+int cli_read_file(const cli_ctx *c, const char *path, size_t max,
+		  unsigned char **out, size_t *len);
+/* Print JSON (jansson json_t *) to stdout, decref it; 0 or EXIT_STORE. */
+int cli_print_json(void *json);
+/* getopt_long wrapper that resets state; unknown options print usage error. */
+void cli_getopt_reset(void);
+
+/* Text table of tasks (ls, dead). */
+void cli_print_task_table(const due_task_list *l);
+/* Shared body of retry / requeue / kill. */
+int cli_operator(int argc, char **argv, const char *name, const char *usage);
+
+/* Subcommands: argc/argv start at the subcommand name. */
+int cmd_init(int argc, char **argv);
+int cmd_add(int argc, char **argv);
+int cmd_cancel(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_dead(int argc, char **argv);
+int cmd_retry(int argc, char **argv);
+int cmd_requeue(int argc, char **argv);
+int cmd_kill(int argc, char **argv);
+int cmd_stats(int argc, char **argv);
+int cmd_health(int argc, char **argv);
+int cmd_prune(int argc, char **argv);
+
+#endif

@@ -1,0 +1,140 @@
+/*
+** cmd_ls.c - `due ls` and `due dead`: lists of tasks, as a table or as a
+** JSON array of objects shaped like `due show --json`.
+*/
+#include <string.h>
+
+#include "cli/cli.h"
+#include "fmt/fmt.h"
+
+static const char usage_ls[] =
+	"usage: due ls [--state STATE] [--kind KIND] [--limit N] [--after ID]\n"
+	"              [--json] [--db URL]\n"
+	"\n"
+	"List tasks in id order.  STATE is SCHEDULED, CLAIMED, DONE, CANCELLED\n"
+	"or DEAD.  --limit defaults to 100 (at most 10000); --after ID pages.\n";
+
+static const char usage_dead[] =
+	"usage: due dead [--limit N] [--json] [--db URL]\n"
+	"\n"
+	"List dead letters: tasks that used up their attempts (or were killed),\n"
+	"with their last error.  Each needs a person: `due retry ID` runs it\n"
+	"again with a fresh attempt budget, `due kill` leaves it dead.\n";
+
+void cli_print_task_table(const due_task_list *l)
+{
+	char due[40];
+
+	printf("%-10s %-10s %-20s %-24s %-7s %s\n", "ID", "STATE", "KIND",
+	       "DUE_AT", "ATTEMPT", "KEY / LAST_ERROR");
+	for (size_t i = 0; i < l->count; i++) {
+		const due_task *t = &l->items[i];
+		due_time_format(due, sizeof(due), t->due_at);
+		printf("%-10lld %-10s %-20s %-24s %-7d %s%s%s\n", (long long)t->id,
+		       due_state_name(t->state), t->kind, due, t->attempt,
+		       t->key ? t->key : "", t->key && t->last_error ? " " : "",
+		       t->last_error ? t->last_error : "");
+	}
+}
+
+static int run_list(cli_ctx *c, const due_list_opts *o)
+{
+	due_task_list *l = NULL;
+	due_db *db = NULL;
+	int rc;
+
+	if ((rc = cli_open(c, &db)))
+		return rc;
+	rc = due_list(db, &l, o);
+	due_close(db);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	if (c->json)
+		rc = cli_print_json(due_fmt_task_list(l));
+	else
+		cli_print_task_table(l);
+	due_task_list_free(l);
+	return rc;
+}
+
+enum { O_STATE = 's', O_KIND = 'k', O_LIMIT = 'n', O_AFTER = 'a' };
+
+int cmd_ls(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"state", required_argument, NULL, O_STATE},
+		{"kind", required_argument, NULL, O_KIND},
+		{"limit", required_argument, NULL, O_LIMIT},
+		{"after", required_argument, NULL, O_AFTER},
+		CLI_COMMON_OPTS, {0}};
+	due_list_opts o = DUE_LIST_OPTS_INIT;
+	cli_ctx c = {.prog = "due ls"};
+	due_state st;
+	long v;
+	int opt;
+
+	o.attempts = true;
+	cli_getopt_reset();
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (cli_common_opt(&c, opt, optarg))
+			continue;
+		switch (opt) {
+		case 'h': fputs(usage_ls, stdout); return 0;
+		case O_STATE:
+			if (due_state_parse(&st, optarg) < 0)
+				return cli_usage_error(&c, "--state: %s", due_error_last());
+			o.state = (int)st;
+			break;
+		case O_KIND: o.kind = optarg; break;
+		case O_LIMIT:
+			if (cli_parse_int(&c, "--limit", optarg, 1, 10000, &v))
+				return EXIT_USAGE;
+			o.limit = (int)v;
+			break;
+		case O_AFTER:
+			if (cli_parse_id(&c, optarg, &o.after))
+				return EXIT_USAGE;
+			break;
+		default:
+			return cli_usage_error(&c, "unknown or incomplete option '%s'",
+					       argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return cli_usage_error(&c, "unexpected argument '%s'", argv[optind]);
+	return run_list(&c, &o);
+}
+
+int cmd_dead(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"limit", required_argument, NULL, O_LIMIT}, CLI_COMMON_OPTS, {0}};
+	due_list_opts o = DUE_LIST_OPTS_INIT;
+	cli_ctx c = {.prog = "due dead"};
+	long v;
+	int opt;
+
+	o.state = DUE_DEAD;
+	o.attempts = true;
+	o.limit = 1000;
+	cli_getopt_reset();
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (cli_common_opt(&c, opt, optarg))
+			continue;
+		if (opt == 'h') {
+			fputs(usage_dead, stdout);
+			return 0;
+		}
+		if (opt == O_LIMIT) {
+			if (cli_parse_int(&c, "--limit", optarg, 1, 10000, &v))
+				return EXIT_USAGE;
+			o.limit = (int)v;
+			continue;
+		}
+		return cli_usage_error(&c, "unknown or incomplete option '%s'",
+				       argv[optind - 1]);
+	}
+	if (optind < argc)
+		return cli_usage_error(&c, "unexpected argument '%s'", argv[optind]);
+	return run_list(&c, &o);
+}

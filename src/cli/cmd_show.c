@@ -1,0 +1,109 @@
+/*
+** cmd_show.c - `due show ID [--json]`: one task and its attempts history.
+*/
+#include <string.h>
+
+#include "cli/cli.h"
+#include "fmt/fmt.h"
+
+static const char usage[] =
+	"usage: due show ID [--json] [--db URL]\n"
+	"\n"
+	"Show a task: state, due time, attempts (who ran it, how many times and\n"
+	"why it ended), lease, result and last error.\n";
+
+static void line_time(const char *name, due_time t)
+{
+	char buf[40];
+	if (t <= 0) {
+		printf("%-17s -\n", name);
+		return;
+	}
+	due_time_format(buf, sizeof(buf), t);
+	printf("%-17s %s\n", name, buf);
+}
+
+static void line_bytes(const char *name, const unsigned char *p, size_t n)
+{
+	if (due_fmt_is_utf8(p, n))
+		printf("%-17s %.*s\n", name, (int)(n > 400 ? 400 : n), (const char *)p);
+	else
+		printf("%-17s (%zu bytes, binary)\n", name, n);
+}
+
+static void print_text(const due_task *t)
+{
+	char b1[40], b2[40];
+
+	printf("%-17s %lld\n", "id", (long long)t->id);
+	printf("%-17s %s\n", "kind", t->kind);
+	printf("%-17s %s%s\n", "state", due_state_name(t->state),
+	       t->cancel_requested ? " (cancel requested)" : "");
+	line_time("due_at", t->due_at);
+	printf("%-17s %d of %d\n", "attempt", t->attempt, t->max_attempts);
+	due_duration_format(b1, sizeof(b1), t->backoff_us);
+	due_duration_format(b2, sizeof(b2), t->backoff_cap_us);
+	printf("%-17s %s, cap %s\n", "backoff", b1, b2);
+	printf("%-17s %s\n", "lease_owner", t->lease_owner ? t->lease_owner : "-");
+	line_time("lease_until", t->lease_until);
+	printf("%-17s %s\n", "key", t->key ? t->key : "-");
+	line_bytes("payload", t->payload, t->payload_len);
+	if (t->has_result)
+		line_bytes("result", t->result, t->result_len);
+	else
+		printf("%-17s -\n", "result");
+	printf("%-17s %s\n", "last_error", t->last_error ? t->last_error : "-");
+	line_time("created_at", t->created_at);
+	line_time("updated_at", t->updated_at);
+	printf("attempts:\n");
+	if (t->n_attempts == 0)
+		printf("  (none)\n");
+	for (size_t i = 0; i < t->n_attempts; i++) {
+		const due_attempt *a = &t->attempts[i];
+		due_time_format(b1, sizeof(b1), a->claimed_at);
+		if (a->ended_at)
+			due_time_format(b2, sizeof(b2), a->ended_at);
+		else
+			snprintf(b2, sizeof(b2), "-");
+		printf("  #%-3d %-14s %-20s claimed %s ended %s%s%s%s%s\n",
+		       a->attempt, a->outcome, a->worker, b1, b2,
+		       a->error ? " error: " : "", a->error ? a->error : "",
+		       a->late_commit ? " late commit: " : "",
+		       a->late_commit ? a->late_commit : "");
+	}
+}
+
+int cmd_show(int argc, char **argv)
+{
+	static const struct option opts[] = {CLI_COMMON_OPTS, {0}};
+	cli_ctx c = {.prog = "due show"};
+	due_db *db = NULL;
+	due_task *t;
+	due_id id;
+	int opt, rc;
+
+	cli_getopt_reset();
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (cli_common_opt(&c, opt, optarg))
+			continue;
+		if (opt == 'h') {
+			fputs(usage, stdout);
+			return 0;
+		}
+		return cli_usage_error(&c, "unknown option '%s'", argv[optind - 1]);
+	}
+	if (optind + 1 != argc)
+		return cli_usage_error(&c, "expected exactly one task ID");
+	if ((rc = cli_parse_id(&c, argv[optind], &id)) || (rc = cli_open(&c, &db)))
+		return rc;
+	rc = due_get(db, &t, id);
+	due_close(db);
+	if (rc < 0)
+		return cli_fail(&c, rc);
+	if (c.json)
+		rc = cli_print_json(due_fmt_task(t));
+	else
+		print_text(t);
+	due_task_free(t);
+	return rc;
+}

@@ -1,0 +1,442 @@
+/*
+** db.c - the public API: argument checking, defaults, dispatch to a store.
+**
+** Every public operation passes through here.  This file owns the rules
+** that do not depend on the database: what a valid kind, delay, payload,
+** lease or id is, and what the defaults are.  Bad input is refused here with
+** a message naming it, before any backend is touched, so a refusal never
+** changes the store.  The backend (src/store/) then makes the transition
+** atomic in its own database; see store.h for the transitions it must keep.
+**
+** A due_db is one connection: use it from one thread at a time.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "store/store.h"
+
+struct due_db {
+	const due_store_ops *ops;
+	due_store *store;
+	size_t max_payload;
+	size_t max_result;
+};
+
+#define MAX_LEASE_US (7LL * 86400 * 1000000) /* a week */
+#define MIN_LEASE_US 1000LL                   /* 1 ms */
+#define MAX_LIMIT 10000
+
+static const due_store_ops *backend_for(const due_url *u)
+{
+	if (strcmp(u->scheme, "sqlite") == 0)
+		return &due_store_sqlite;
+#ifdef DUE_WITH_PG
+	if (strcmp(u->scheme, "postgres") == 0)
+		return &due_store_pg;
+#endif
+	return NULL;
+}
+
+int due_open(due_db **out, const char *url, const due_open_opts *opts)
+{
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	due_url u;
+	due_db *db;
+	int rc;
+
+	*out = NULL;
+	if (opts)
+		o = *opts;
+	if ((rc = due_url_parse(&u, url)) < 0)
+		return rc;
+	db = calloc(1, sizeof(*db));
+	if (!db) {
+		due_url_clear(&u);
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	}
+	db->max_payload = o.max_payload ? o.max_payload : (1u << 20);
+	db->max_result = o.max_result ? o.max_result : (1u << 20);
+	db->ops = backend_for(&u);
+	*out = db;
+	if (!db->ops) {
+		rc = due_error_set(DUE_EINVAL,
+			"store URL '%s': this build has no %s backend", url,
+			u.scheme);
+		goto done;
+	}
+	if ((rc = db->ops->open(&db->store, &u, o.create)) < 0)
+		goto done;
+	rc = o.create ? db->ops->init_schema(db->store)
+		      : db->ops->check_schema(db->store);
+done:
+	due_url_clear(&u);
+	return rc;
+}
+
+void due_close(due_db *db)
+{
+	if (!db)
+		return;
+	if (db->store)
+		db->ops->close(db->store);
+	free(db);
+}
+
+const char *due_db_backend(const due_db *db)
+{
+	return db && db->ops ? db->ops->name : "none";
+}
+
+/* Every operation needs an open store. */
+static int ready(due_db *db)
+{
+	if (!db || !db->store)
+		return due_error_set(DUE_EINVAL, "store is not open");
+	return 0;
+}
+
+static int check_id(due_id id)
+{
+	if (id <= 0)
+		return due_error_set(DUE_EINVAL,
+			"invalid task id %lld: ids are positive integers",
+			(long long)id);
+	return 0;
+}
+
+static int check_lease(int64_t lease_us)
+{
+	if (lease_us < MIN_LEASE_US || lease_us > MAX_LEASE_US)
+		return due_error_set(DUE_EINVAL,
+			"invalid lease: must be between 1ms and 7d");
+	return 0;
+}
+
+int due_now(due_db *db, due_time *out)
+{
+	int rc = ready(db);
+	return rc < 0 ? rc : db->ops->now(db->store, out);
+}
+
+/*
+** Check one submit and fill in defaults (also used by the in-transaction
+** submit of the backends).  `what` names the item in batch
+** messages ("item 3: ...").  Returns 0 or a negative code with a message.
+*/
+int due_submit_check(const due_submit *in, due_submit *out, size_t max_payload,
+		     const char *what)
+{
+	int rc;
+
+	*out = *in;
+	if (in->opts.version == 0)
+		out->opts = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
+	if ((rc = due_validate_kind(in->kind)) < 0 ||
+	    (rc = due_validate_key(out->opts.key)) < 0)
+		goto bad;
+	if (in->payload_len > max_payload) {
+		rc = due_error_set(DUE_ETOOBIG,
+			"payload is %zu bytes, over the limit of %zu bytes",
+			in->payload_len, max_payload);
+		goto bad;
+	}
+	if (!in->payload && in->payload_len) {
+		rc = due_error_set(DUE_EINVAL, "payload is NULL with a length");
+		goto bad;
+	}
+	if (out->opts.delay_us < 0 || out->opts.at < 0) {
+		rc = due_error_set(DUE_EINVAL, "invalid delay: negative");
+		goto bad;
+	}
+	if (out->opts.delay_us > 100LL * 366 * 86400 * 1000000) {
+		rc = due_error_set(DUE_EINVAL, "invalid delay: more than 100 years");
+		goto bad;
+	}
+	if (out->opts.max_attempts < 1 || out->opts.max_attempts > 1000) {
+		rc = due_error_set(DUE_EINVAL,
+			"invalid max_attempts %d: must be 1..1000",
+			out->opts.max_attempts);
+		goto bad;
+	}
+	if (out->opts.backoff_us < 0 || out->opts.backoff_cap_us < 0 ||
+	    out->opts.backoff_cap_us < out->opts.backoff_us) {
+		rc = due_error_set(DUE_EINVAL,
+			"invalid backoff: base and cap must be >= 0 and base <= cap");
+		goto bad;
+	}
+	return 0;
+bad:
+	if (what) {
+		char msg[1024];
+		snprintf(msg, sizeof(msg), "%s", due_error_last());
+		due_error_set(rc, "%s: %s", what, msg);
+	}
+	return rc;
+}
+
+int due_schedule(due_db *db, due_submitted *out, const char *kind,
+		 const void *payload, size_t payload_len,
+		 const due_schedule_opts *opts)
+{
+	due_submit in = {kind, payload, payload_len,
+			 opts ? *opts : (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
+	due_submit s;
+	int rc;
+
+	if ((rc = ready(db)) < 0 ||
+	    (rc = due_submit_check(&in, &s, db->max_payload, NULL)) < 0)
+		return rc;
+	return db->ops->schedule(db->store, out, &s, 1);
+}
+
+int due_schedule_batch(due_db *db, due_submitted *out, const due_submit *items,
+		       size_t n)
+{
+	due_submit *checked;
+	int rc;
+
+	if ((rc = ready(db)) < 0)
+		return rc;
+	if (n == 0)
+		return 0;
+	checked = calloc(n, sizeof(*checked));
+	if (!checked)
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		char what[32];
+		snprintf(what, sizeof(what), "item %zu", i + 1);
+		if ((rc = due_submit_check(&items[i], &checked[i], db->max_payload,
+				       what)) < 0)
+			goto done;
+	}
+	rc = db->ops->schedule(db->store, out, checked, n);
+done:
+	free(checked);
+	return rc;
+}
+
+int due_cancel(due_db *db, due_cancel_outcome *out, due_id id)
+{
+	int rc;
+	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0)
+		return rc;
+	return db->ops->cancel(db->store, out, id);
+}
+
+int due_get(due_db *db, due_task **out, due_id id)
+{
+	int rc;
+	*out = NULL;
+	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0)
+		return rc;
+	return db->ops->get(db->store, out, id);
+}
+
+int due_list(due_db *db, due_task_list **out, const due_list_opts *opts)
+{
+	due_list_opts o = DUE_LIST_OPTS_INIT;
+	int rc;
+
+	*out = NULL;
+	if ((rc = ready(db)) < 0)
+		return rc;
+	if (opts)
+		o = *opts;
+	if (o.limit <= 0 || o.limit > MAX_LIMIT)
+		return due_error_set(DUE_EINVAL,
+			"invalid limit %d: must be 1..%d", o.limit, MAX_LIMIT);
+	if (o.state < -1 || o.state >= DUE_STATE_COUNT)
+		return due_error_set(DUE_EINVAL, "invalid state filter %d", o.state);
+	if (o.kind && (rc = due_validate_kind(o.kind)) < 0)
+		return rc;
+	if (o.after < 0)
+		return due_error_set(DUE_EINVAL, "invalid 'after' id: negative");
+	return db->ops->list(db->store, out, &o);
+}
+
+int due_claim(due_db *db, due_task_list **out, const char *owner,
+	      const char *const *kinds, size_t n_kinds, int limit,
+	      int64_t lease_us)
+{
+	int rc;
+
+	*out = NULL;
+	if ((rc = ready(db)) < 0 || (rc = due_validate_owner(owner)) < 0 ||
+	    (rc = check_lease(lease_us)) < 0)
+		return rc;
+	if (limit < 1 || limit > MAX_LIMIT)
+		return due_error_set(DUE_EINVAL,
+			"invalid claim limit %d: must be 1..%d", limit, MAX_LIMIT);
+	for (size_t i = 0; i < n_kinds; i++)
+		if ((rc = due_validate_kind(kinds[i])) < 0)
+			return rc;
+	return db->ops->claim(db->store, out, owner, kinds, n_kinds, limit,
+			      lease_us, 0);
+}
+
+int due_claim_id(due_db *db, due_task **out, due_id id, const char *owner,
+		 int64_t lease_us)
+{
+	due_task_list *l = NULL;
+	int rc;
+
+	*out = NULL;
+	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0 ||
+	    (rc = due_validate_owner(owner)) < 0 || (rc = check_lease(lease_us)) < 0)
+		return rc;
+	if ((rc = db->ops->claim(db->store, &l, owner, NULL, 0, 1, lease_us, id)) < 0)
+		return rc;
+	if (l->count == 0) {
+		due_task_list_free(l);
+		return due_error_set(DUE_EBUSY,
+			"task %lld is not claimable now (not due, taken or gone)",
+			(long long)id);
+	}
+	*out = malloc(sizeof(**out));
+	if (!*out) {
+		due_task_list_free(l);
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	}
+	**out = l->items[0];
+	l->count = 0;
+	due_task_list_free(l);
+	return 0;
+}
+
+int due_extend(due_db *db, due_extend_outcome *out, due_id id, int32_t attempt,
+	       int64_t lease_us)
+{
+	int rc;
+	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0 ||
+	    (rc = check_lease(lease_us)) < 0)
+		return rc;
+	return db->ops->extend(db->store, out, id, attempt, lease_us);
+}
+
+static int check_completion(due_db *db, const due_completion *c)
+{
+	int rc;
+	if ((rc = check_id(c->id)) < 0)
+		return rc;
+	if (c->result_len > db->max_result)
+		return due_error_set(DUE_ETOOBIG,
+			"result is %zu bytes, over the limit of %zu bytes",
+			c->result_len, db->max_result);
+	return 0;
+}
+
+int due_complete_tx(due_db *db, due_complete_outcome *out, due_id id,
+		    int32_t attempt, const void *result, size_t result_len,
+		    due_tx_hook hook, void *payload)
+{
+	due_completion c = {id, attempt, result, result_len, 0};
+	int rc;
+
+	if ((rc = ready(db)) < 0 || (rc = check_completion(db, &c)) < 0)
+		return rc;
+	if ((rc = db->ops->complete(db->store, &c, 1, hook, payload)) < 0)
+		return rc;
+	*out = c.outcome;
+	return 0;
+}
+
+int due_complete(due_db *db, due_complete_outcome *out, due_id id,
+		 int32_t attempt, const void *result, size_t result_len)
+{
+	return due_complete_tx(db, out, id, attempt, result, result_len, NULL,
+			       NULL);
+}
+
+int due_complete_batch(due_db *db, due_completion *items, size_t n)
+{
+	int rc;
+	if ((rc = ready(db)) < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++)
+		if ((rc = check_completion(db, &items[i])) < 0)
+			return rc;
+	return n ? db->ops->complete(db->store, items, n, NULL, NULL) : 0;
+}
+
+int due_fail(due_db *db, due_fail_outcome *out, due_id id, int32_t attempt,
+	     const char *error)
+{
+	int rc;
+	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0)
+		return rc;
+	return db->ops->fail(db->store, out, id, attempt, error ? error : "");
+}
+
+int due_reclaim_expired(due_db *db, due_reclaimed *out)
+{
+	due_reclaimed ignored;
+	int rc = ready(db);
+	return rc < 0 ? rc : db->ops->reclaim(db->store, out ? out : &ignored);
+}
+
+int due_retry(due_db *db, due_id id)
+{
+	int rc;
+	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0)
+		return rc;
+	return db->ops->retry(db->store, id);
+}
+
+int due_requeue(due_db *db, due_id id)
+{
+	int rc;
+	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0)
+		return rc;
+	return db->ops->requeue(db->store, id);
+}
+
+int due_kill(due_db *db, due_state *out_state, due_id id)
+{
+	due_state ignored;
+	int rc;
+	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0)
+		return rc;
+	return db->ops->kill(db->store, out_state ? out_state : &ignored, id);
+}
+
+int due_dead(due_db *db, due_task_list **out, int limit)
+{
+	due_list_opts o = DUE_LIST_OPTS_INIT;
+	o.state = DUE_DEAD;
+	o.limit = limit;
+	o.attempts = true;
+	return due_list(db, out, &o);
+}
+
+int due_stats_get(due_db *db, due_stats *out)
+{
+	int rc = ready(db);
+	if (rc < 0)
+		return rc;
+	memset(out, 0, sizeof(*out));
+	return db->ops->stats(db->store, out);
+}
+
+int due_health(due_db *db, bool *out_up, int64_t *out_dead)
+{
+	due_stats st;
+	int rc = due_stats_get(db, &st);
+	if (rc < 0)
+		return rc;
+	*out_up = st.dead == 0;
+	if (out_dead)
+		*out_dead = st.dead;
+	return 0;
+}
+
+int due_prune(due_db *db, int64_t *out_deleted, int64_t older_than_us)
+{
+	int rc = ready(db);
+	if (rc < 0)
+		return rc;
+	if (older_than_us < 0)
+		return due_error_set(DUE_EINVAL, "invalid retention: negative");
+	return db->ops->prune(db->store, out_deleted, older_than_us);
+}

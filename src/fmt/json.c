@@ -1,0 +1,212 @@
+/*
+** json.c - tasks, attempts and stats as JSON (jansson).
+**
+** Payloads and results are opaque bytes.  They are shown as a JSON string
+** when they are valid UTF-8 (the common case: JSON or text payloads), and
+** otherwise base64-encoded under `payload_b64` / `result_b64`, so binary
+** data round-trips without loss.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fmt/fmt.h"
+
+json_t *due_fmt_time(due_time t)
+{
+	char buf[40];
+	if (t <= 0)
+		return json_null();
+	due_time_format(buf, sizeof(buf), t);
+	return json_string(buf);
+}
+
+static json_t *str_or_null(const char *s)
+{
+	return s ? json_string(s) : json_null();
+}
+
+int due_fmt_is_utf8(const unsigned char *p, size_t n)
+{
+	size_t i = 0;
+	while (i < n) {
+		unsigned char c = p[i];
+		size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
+			   : (c >> 3) == 30 ? 4 : 0;
+		if (c == 0 || len == 0 || i + len > n)
+			return 0;
+		for (size_t k = 1; k < len; k++)
+			if ((p[i + k] & 0xc0) != 0x80)
+				return 0;
+		if ((len == 2 && c < 0xc2) ||
+		    (len == 3 && c == 0xe0 && p[i + 1] < 0xa0) ||
+		    (len == 3 && c == 0xed && p[i + 1] >= 0xa0) ||
+		    (len == 4 && (c > 0xf4 || (c == 0xf0 && p[i + 1] < 0x90) ||
+				  (c == 0xf4 && p[i + 1] >= 0x90))))
+			return 0;
+		i += len;
+	}
+	return 1;
+}
+
+static const char b64[] =
+	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *due_fmt_base64(const unsigned char *p, size_t n)
+{
+	char *out = malloc(4 * ((n + 2) / 3) + 1), *o = out;
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < n; i += 3) {
+		unsigned v = (unsigned)p[i] << 16;
+		if (i + 1 < n)
+			v |= (unsigned)p[i + 1] << 8;
+		if (i + 2 < n)
+			v |= p[i + 2];
+		*o++ = b64[(v >> 18) & 63];
+		*o++ = b64[(v >> 12) & 63];
+		*o++ = i + 1 < n ? b64[(v >> 6) & 63] : '=';
+		*o++ = i + 2 < n ? b64[v & 63] : '=';
+	}
+	*o = '\0';
+	return out;
+}
+
+int due_fmt_unbase64(const char *text, unsigned char **out, size_t *out_len)
+{
+	size_t n = strlen(text), k = 0;
+	unsigned char *buf;
+	unsigned v = 0;
+	int bits = 0;
+
+	if (n % 4)
+		return -1;
+	if (!(buf = malloc(n / 4 * 3 + 1)))
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		const char *c = strchr(b64, text[i]);
+		if (text[i] == '=') {
+			if (i < n - 2 || (i == n - 2 && text[n - 1] != '='))
+				goto bad;
+			continue;
+		}
+		if (!c || !text[i])
+			goto bad;
+		v = (v << 6) | (unsigned)(c - b64);
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			buf[k++] = (unsigned char)(v >> bits);
+		}
+	}
+	buf[k] = 0;
+	*out = buf;
+	*out_len = k;
+	return 0;
+bad:
+	free(buf);
+	return -1;
+}
+
+/* Put bytes under `name` (string) or `name_b64` (base64). */
+static void set_bytes(json_t *o, const char *name, const unsigned char *p,
+		      size_t n)
+{
+	char key[32];
+	if (due_fmt_is_utf8(p, n)) {
+		json_object_set_new(o, name, json_stringn((const char *)p, n));
+		return;
+	}
+	char *enc = due_fmt_base64(p, n);
+	snprintf(key, sizeof(key), "%s_b64", name);
+	json_object_set_new(o, key, enc ? json_string(enc) : json_null());
+	free(enc);
+}
+
+static json_t *attempt_json(const due_attempt *a)
+{
+	json_t *o = json_object();
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "attempt", json_integer(a->attempt));
+	json_object_set_new(o, "worker", str_or_null(a->worker));
+	json_object_set_new(o, "claimed_at", due_fmt_time(a->claimed_at));
+	json_object_set_new(o, "ended_at", due_fmt_time(a->ended_at));
+	json_object_set_new(o, "outcome", str_or_null(a->outcome));
+	json_object_set_new(o, "error", str_or_null(a->error));
+	json_object_set_new(o, "late_commit", str_or_null(a->late_commit));
+	json_object_set_new(o, "lateness_ms",
+			    json_real((double)(a->claimed_at - a->due_at) / 1000.0));
+	return o;
+}
+
+json_t *due_fmt_task(const due_task *t)
+{
+	json_t *o = json_object(), *arr = json_array();
+
+	if (!o || !arr) {
+		json_decref(o);
+		json_decref(arr);
+		return NULL;
+	}
+	json_object_set_new(o, "id", json_integer(t->id));
+	json_object_set_new(o, "kind", json_string(t->kind));
+	json_object_set_new(o, "state", json_string(due_state_name(t->state)));
+	json_object_set_new(o, "due_at", due_fmt_time(t->due_at));
+	json_object_set_new(o, "attempt", json_integer(t->attempt));
+	json_object_set_new(o, "max_attempts", json_integer(t->max_attempts));
+	json_object_set_new(o, "backoff_ms", json_integer(t->backoff_us / 1000));
+	json_object_set_new(o, "backoff_cap_ms",
+			    json_integer(t->backoff_cap_us / 1000));
+	json_object_set_new(o, "lease_owner", str_or_null(t->lease_owner));
+	json_object_set_new(o, "lease_until", due_fmt_time(t->lease_until));
+	json_object_set_new(o, "cancel_requested", json_boolean(t->cancel_requested));
+	json_object_set_new(o, "key", str_or_null(t->key));
+	if (t->has_result)
+		set_bytes(o, "result", t->result, t->result_len);
+	else
+		json_object_set_new(o, "result", json_null());
+	json_object_set_new(o, "last_error", str_or_null(t->last_error));
+	json_object_set_new(o, "created_at", due_fmt_time(t->created_at));
+	json_object_set_new(o, "updated_at", due_fmt_time(t->updated_at));
+	set_bytes(o, "payload", t->payload, t->payload_len);
+	for (size_t i = 0; i < t->n_attempts; i++)
+		json_array_append_new(arr, attempt_json(&t->attempts[i]));
+	json_object_set_new(o, "attempts", arr);
+	return o;
+}
+
+json_t *due_fmt_task_list(const due_task_list *l)
+{
+	json_t *arr = json_array();
+	for (size_t i = 0; arr && l && i < l->count; i++)
+		json_array_append_new(arr, due_fmt_task(&l->items[i]));
+	return arr;
+}
+
+static json_t *ms_or_null(int64_t us)
+{
+	return us < 0 ? json_null() : json_real((double)us / 1000.0);
+}
+
+json_t *due_fmt_stats(const due_stats *s)
+{
+	json_t *o = json_object(), *counts = json_object(), *late = json_object();
+
+	for (int i = 0; i < DUE_STATE_COUNT; i++)
+		json_object_set_new(counts, due_state_name((due_state)i),
+				    json_integer(s->counts[i]));
+	json_object_set_new(o, "counts", counts);
+	json_object_set_new(o, "dead", json_integer(s->dead));
+	json_object_set_new(o, "due_unclaimed", json_integer(s->due_unclaimed));
+	json_object_set_new(o, "oldest_due_unclaimed_ms",
+			    json_integer(s->oldest_due_unclaimed_ms));
+	json_object_set_new(late, "window_s", json_integer(s->window_us / 1000000));
+	json_object_set_new(late, "claims", json_integer(s->claims_window));
+	json_object_set_new(late, "p50_ms", ms_or_null(s->lateness_p50_us));
+	json_object_set_new(late, "p99_ms", ms_or_null(s->lateness_p99_us));
+	json_object_set_new(late, "max_ms", ms_or_null(s->lateness_max_us));
+	json_object_set_new(o, "lateness", late);
+	json_object_set_new(o, "now", due_fmt_time(s->now));
+	return o;
+}

@@ -1,0 +1,1510 @@
+/*
+** sqlite.c - the embedded store: one SQLite file shared by many processes
+** on one host.
+**
+** Concurrency model.  The file runs in WAL mode.  Every transition is one
+** write transaction opened with BEGIN IMMEDIATE, which takes SQLite's single
+** writer lock up front; inside it, reads and writes are serialized with every
+** other process, so "check the predicate, then write" is atomic here.  Each
+** predicate is nonetheless repeated in the WHERE clause of the writing
+** statement (CONTRACT §9, River #1302), so the SQL states the rule by itself.
+** Readers (get, list, stats) never block writers.
+**
+** Clock.  The store's clock is the host's wall clock, read after BEGIN
+** IMMEDIATE has granted the lock, so the time used by a transition is
+** ordered with the transitions before it.  All processes on the host share
+** that clock (CONTRACT §3.1).  Times are integer microseconds.
+**
+** Durability.  synchronous=FULL by default: a COMMIT that returned has been
+** fsynced, so an acknowledged add survives power loss.  `?sync=normal`
+** trades that for speed: in WAL mode a process crash loses nothing, a power
+** loss may lose the last commits (docs/internals/store.md).
+**
+** Idle cost.  claim and reclaim first look with a plain read (no lock, no
+** write) and only open a write transaction when there is something to do.
+**
+** Schema history (bump DUE_SCHEMA_VERSION in due.h, add a step to
+** migrate(), never edit a released step):
+**   1  due_meta, due_task, due_attempt, due_audit and their indexes.
+*/
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "store/store.h"
+
+enum stmt_id {
+	ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
+	ST_INSERT, ST_FIND_KEY,
+	ST_PEEK_DUE, ST_CLAIM_ID, ST_ATTEMPT_INSERT,
+	ST_EXTEND, ST_STATE_OF,
+	ST_COMPLETE, ST_COMPLETE_CANCEL, ST_ATTEMPT_END, ST_LATE_MARK,
+	ST_FAIL,
+	ST_PEEK_EXPIRED, ST_RECLAIM,
+	ST_CANCEL_SCHED, ST_CANCEL_REQ,
+	ST_GET, ST_ATTEMPTS, ST_LIST,
+	ST_RETRY, ST_REQUEUE, ST_KILL, ST_AUDIT,
+	ST_COUNT_STATES, ST_DUE_UNCLAIMED, ST_LATENESS,
+	ST_PRUNE_ATTEMPTS, ST_PRUNE_AUDIT, ST_PRUNE_TASKS,
+	ST_COUNT
+};
+
+#define TASK_COLS                                                              \
+	"id, kind, payload, state, due_at, attempt, attempt_base, max_attempts, " \
+	"backoff_us, backoff_cap_us, lease_owner, lease_until, "                \
+	"cancel_requested, key, result, last_error, created_at, updated_at"
+
+/* Where a task has used its attempt budget (store.h). */
+#define USED_UP "attempt - attempt_base >= max_attempts"
+
+static const char *const sql_text[ST_COUNT] = {
+	[ST_BEGIN] = "BEGIN IMMEDIATE",
+	[ST_COMMIT] = "COMMIT",
+	[ST_ROLLBACK] = "ROLLBACK",
+	[ST_INSERT] =
+		"INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
+		" backoff_us, backoff_cap_us, key, created_at, updated_at)"
+		" VALUES (?1, ?2, 'SCHEDULED', ?3, ?4, ?5, ?6, ?7, ?8, ?8)"
+		" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
+		" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id",
+	[ST_FIND_KEY] =
+		"SELECT id FROM due_task WHERE kind = ?1 AND key = ?2"
+		" AND state IN ('SCHEDULED', 'CLAIMED')",
+	[ST_PEEK_DUE] =
+		"SELECT 1 FROM due_task WHERE state = 'SCHEDULED' AND due_at <= ?1"
+		" LIMIT 1",
+	[ST_CLAIM_ID] =
+		"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
+		" lease_owner = ?1, lease_until = ?2 + ?3, updated_at = ?2"
+		" WHERE id = ?4 AND state = 'SCHEDULED' AND due_at <= ?2"
+		" RETURNING " TASK_COLS,
+	[ST_ATTEMPT_INSERT] =
+		"INSERT INTO due_attempt (task_id, attempt, worker, claimed_at, due_at)"
+		" VALUES (?1, ?2, ?3, ?4, ?5)",
+	[ST_EXTEND] =
+		"UPDATE due_task SET lease_until = ?3 + ?4, updated_at = ?3"
+		" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
+		" AND cancel_requested = 0",
+	[ST_STATE_OF] =
+		"SELECT state, attempt, cancel_requested FROM due_task WHERE id = ?1",
+	[ST_COMPLETE] =
+		"UPDATE due_task SET state = 'DONE', result = ?3, lease_owner = NULL,"
+		" lease_until = NULL, updated_at = ?4"
+		" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
+		" AND cancel_requested = 0",
+	[ST_COMPLETE_CANCEL] =
+		"UPDATE due_task SET state = 'CANCELLED', lease_owner = NULL,"
+		" lease_until = NULL, updated_at = ?3"
+		" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
+		" AND cancel_requested = 1",
+	[ST_ATTEMPT_END] =
+		"UPDATE due_attempt SET ended_at = ?3, outcome = ?4, error = ?5"
+		" WHERE task_id = ?1 AND attempt = ?2 AND outcome = 'RUNNING'",
+	[ST_LATE_MARK] =
+		"UPDATE due_attempt SET late_commit = 'REJECTED_STALE'"
+		" WHERE task_id = ?1 AND attempt = ?2",
+	[ST_FAIL] =
+		"UPDATE due_task SET"
+		" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
+		"   WHEN " USED_UP " THEN 'DEAD' ELSE 'SCHEDULED' END,"
+		" due_at = CASE WHEN cancel_requested OR " USED_UP " THEN due_at"
+		"   ELSE ?3 + due_backoff(backoff_us, backoff_cap_us,"
+		"   attempt - attempt_base) END,"
+		" last_error = ?4, lease_owner = NULL, lease_until = NULL,"
+		" updated_at = ?3"
+		" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
+		" RETURNING state",
+	[ST_PEEK_EXPIRED] =
+		"SELECT 1 FROM due_task WHERE state = 'CLAIMED' AND lease_until < ?1"
+		" LIMIT 1",
+	[ST_RECLAIM] =
+		"UPDATE due_task SET"
+		" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
+		"   WHEN " USED_UP " THEN 'DEAD' ELSE 'SCHEDULED' END,"
+		" due_at = CASE WHEN cancel_requested OR " USED_UP " THEN due_at"
+		"   ELSE ?1 END,"
+		" last_error = 'lease expired (held by ' || lease_owner || ')',"
+		" lease_owner = NULL, lease_until = NULL, updated_at = ?1"
+		" WHERE id IN (SELECT id FROM due_task WHERE state = 'CLAIMED'"
+		"   AND lease_until < ?1 ORDER BY lease_until LIMIT 1000)"
+		" AND state = 'CLAIMED' AND lease_until < ?1"
+		" RETURNING id, attempt, state",
+	[ST_CANCEL_SCHED] =
+		"UPDATE due_task SET state = 'CANCELLED', updated_at = ?2"
+		" WHERE id = ?1 AND state = 'SCHEDULED'",
+	[ST_CANCEL_REQ] =
+		"UPDATE due_task SET cancel_requested = 1, updated_at = ?2"
+		" WHERE id = ?1 AND state = 'CLAIMED'",
+	[ST_GET] = "SELECT " TASK_COLS " FROM due_task WHERE id = ?1",
+	[ST_ATTEMPTS] =
+		"SELECT attempt, worker, claimed_at, due_at, ended_at, outcome,"
+		" error, late_commit FROM due_attempt WHERE task_id = ?1"
+		" ORDER BY attempt",
+	[ST_LIST] =
+		"SELECT " TASK_COLS " FROM due_task"
+		" WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR kind = ?2)"
+		" AND id > ?3 ORDER BY id LIMIT ?4",
+	[ST_RETRY] =
+		"UPDATE due_task SET state = 'SCHEDULED', due_at = ?2,"
+		" attempt_base = attempt, cancel_requested = 0, updated_at = ?2"
+		" WHERE id = ?1 AND state = 'DEAD'",
+	[ST_REQUEUE] =
+		"UPDATE due_task SET"
+		" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
+		"   ELSE 'SCHEDULED' END,"
+		" due_at = ?2, lease_owner = NULL, lease_until = NULL, updated_at = ?2"
+		" WHERE id = ?1 AND state = 'CLAIMED' RETURNING attempt, state",
+	[ST_KILL] =
+		"UPDATE due_task SET"
+		" state = CASE WHEN cancel_requested THEN 'CANCELLED' ELSE 'DEAD' END,"
+		" last_error = coalesce(last_error || '; ', '') || 'killed by operator',"
+		" lease_owner = NULL, lease_until = NULL, updated_at = ?2"
+		" WHERE id = ?1 AND state IN ('SCHEDULED', 'CLAIMED')"
+		" RETURNING attempt, state",
+	[ST_AUDIT] =
+		"INSERT INTO due_audit (task_id, at, action, detail)"
+		" VALUES (?1, ?2, ?3, ?4)",
+	[ST_COUNT_STATES] = "SELECT state, count(*) FROM due_task GROUP BY state",
+	[ST_DUE_UNCLAIMED] =
+		"SELECT count(*), min(due_at) FROM due_task"
+		" WHERE state = 'SCHEDULED' AND due_at <= ?1",
+	[ST_LATENESS] =
+		"SELECT claimed_at - due_at AS late FROM due_attempt"
+		" WHERE claimed_at >= ?1 ORDER BY late",
+	[ST_PRUNE_ATTEMPTS] =
+		"DELETE FROM due_attempt WHERE task_id IN (SELECT id FROM due_task"
+		" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
+		" ORDER BY id LIMIT ?2)",
+	[ST_PRUNE_AUDIT] =
+		"DELETE FROM due_audit WHERE task_id IN (SELECT id FROM due_task"
+		" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
+		" ORDER BY id LIMIT ?2)",
+	[ST_PRUNE_TASKS] =
+		"DELETE FROM due_task WHERE id IN (SELECT id FROM due_task"
+		" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
+		" ORDER BY id LIMIT ?2)",
+};
+
+static const char schema_v1[] =
+	"CREATE TABLE IF NOT EXISTS due_meta ("
+	"  name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
+	/* AUTOINCREMENT: an id is never reused after prune, so the
+	   idempotency key task-<id> stays unique forever. */
+	"CREATE TABLE due_task ("
+	"  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+	"  kind TEXT NOT NULL,"
+	"  payload BLOB NOT NULL,"
+	"  state TEXT NOT NULL CHECK (state IN"
+	"    ('SCHEDULED', 'CLAIMED', 'DONE', 'CANCELLED', 'DEAD')),"
+	"  due_at INTEGER NOT NULL,"
+	"  attempt INTEGER NOT NULL DEFAULT 0,"
+	"  attempt_base INTEGER NOT NULL DEFAULT 0,"
+	"  max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),"
+	"  backoff_us INTEGER NOT NULL,"
+	"  backoff_cap_us INTEGER NOT NULL,"
+	"  lease_owner TEXT,"
+	"  lease_until INTEGER,"
+	"  cancel_requested INTEGER NOT NULL DEFAULT 0,"
+	"  key TEXT,"
+	"  result BLOB,"
+	"  last_error TEXT,"
+	"  created_at INTEGER NOT NULL,"
+	"  updated_at INTEGER NOT NULL,"
+	"  CONSTRAINT claimed_iff_lease CHECK ("
+	"    (state = 'CLAIMED' AND lease_owner IS NOT NULL AND lease_until IS NOT NULL)"
+	"    OR (state <> 'CLAIMED' AND lease_owner IS NULL AND lease_until IS NULL)));"
+	"CREATE INDEX due_task_due ON due_task (due_at) WHERE state = 'SCHEDULED';"
+	"CREATE INDEX due_task_lease ON due_task (lease_until) WHERE state = 'CLAIMED';"
+	"CREATE UNIQUE INDEX due_task_key ON due_task (kind, key)"
+	"  WHERE key IS NOT NULL AND state IN ('SCHEDULED', 'CLAIMED');"
+	"CREATE INDEX due_task_finished ON due_task (updated_at)"
+	"  WHERE state IN ('DONE', 'CANCELLED');"
+	"CREATE TABLE due_attempt ("
+	"  task_id INTEGER NOT NULL,"
+	"  attempt INTEGER NOT NULL,"
+	"  worker TEXT NOT NULL,"
+	"  claimed_at INTEGER NOT NULL,"
+	"  due_at INTEGER NOT NULL,"
+	"  ended_at INTEGER,"
+	"  outcome TEXT NOT NULL DEFAULT 'RUNNING' CHECK (outcome IN ('RUNNING',"
+	"    'DONE', 'FAILED', 'LEASE_EXPIRED', 'CANCELLED', 'REQUEUED', 'KILLED')),"
+	"  error TEXT,"
+	"  late_commit TEXT,"
+	"  PRIMARY KEY (task_id, attempt)) WITHOUT ROWID;"
+	"CREATE INDEX due_attempt_claimed ON due_attempt (claimed_at);"
+	"CREATE TABLE due_audit ("
+	"  id INTEGER PRIMARY KEY,"
+	"  task_id INTEGER NOT NULL,"
+	"  at INTEGER NOT NULL,"
+	"  action TEXT NOT NULL,"
+	"  detail TEXT);"
+	"CREATE INDEX due_audit_task ON due_audit (task_id);"
+	"INSERT INTO due_meta (name, value) VALUES ('schema_version', '1');";
+
+struct due_store {
+	sqlite3 *db;
+	char *path;
+	sqlite3_stmt *st[ST_COUNT];
+	sqlite3_stmt *claim;   /* claim statement for claim_kinds kinds */
+	size_t claim_kinds;
+};
+
+/* ------------------------------------------------------------------ */
+/* Errors and statements                                               */
+/* ------------------------------------------------------------------ */
+
+/*
+** Translate a native SQLite failure into a due code and message.  This is
+** the only place that knows SQLite's result codes.
+*/
+static int sq_fail(due_store *s, int rc, const char *what)
+{
+	const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
+	int code;
+
+	switch (rc & 0xff) {
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED: code = DUE_EBUSY; break;
+	case SQLITE_NOMEM: code = DUE_ENOMEM; break;
+	case SQLITE_CONSTRAINT: code = DUE_ECONFLICT; break;
+	case SQLITE_TOOBIG: code = DUE_ETOOBIG; break;
+	case SQLITE_IOERR: case SQLITE_CANTOPEN: case SQLITE_READONLY:
+	case SQLITE_FULL: case SQLITE_CORRUPT: case SQLITE_NOTADB:
+	case SQLITE_PERM: code = DUE_ESTORE; break;
+	default: code = DUE_ERROR; break;
+	}
+	return due_error_set(code, "sqlite store: %s: %s", what, msg);
+}
+
+/* The cached statement `id`, reset and unbound, or NULL (error set). */
+static sqlite3_stmt *stmt(due_store *s, enum stmt_id id)
+{
+	sqlite3_stmt *st = s->st[id];
+	int rc;
+
+	if (st) {
+		sqlite3_reset(st);
+		sqlite3_clear_bindings(st);
+		return st;
+	}
+	rc = sqlite3_prepare_v3(s->db, sql_text[id], -1, SQLITE_PREPARE_PERSISTENT,
+				&s->st[id], NULL);
+	if (rc != SQLITE_OK) {
+		sq_fail(s, rc, "prepare");
+		return NULL;
+	}
+	return s->st[id];
+}
+
+/* Run a statement that returns no rows.  0 or a due code. */
+static int exec_done(due_store *s, sqlite3_stmt *st, const char *what)
+{
+	int rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE ? 0 : sq_fail(s, rc, what);
+}
+
+static int begin(due_store *s)
+{
+	sqlite3_stmt *st = stmt(s, ST_BEGIN);
+	return st ? exec_done(s, st, "begin") : due_error_last_code();
+}
+
+static int commit(due_store *s)
+{
+	sqlite3_stmt *st = stmt(s, ST_COMMIT);
+	int rc = st ? exec_done(s, st, "commit") : due_error_last_code();
+	if (rc < 0 && !sqlite3_get_autocommit(s->db)) {
+		sqlite3_stmt *rb = stmt(s, ST_ROLLBACK);
+		if (rb)
+			sqlite3_step(rb), sqlite3_reset(rb);
+	}
+	return rc;
+}
+
+/* Roll back if a transaction is open; keeps the error already recorded. */
+static void rollback(due_store *s)
+{
+	if (sqlite3_get_autocommit(s->db))
+		return;
+	sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+static char *col_text(sqlite3_stmt *st, int i)
+{
+	const unsigned char *t = sqlite3_column_text(st, i);
+	return t ? due_strdup_n((const char *)t,
+				(size_t)sqlite3_column_bytes(st, i)) : NULL;
+}
+
+/* A copy of a BLOB column, NUL-terminated; *len gets its size. */
+static unsigned char *col_blob(sqlite3_stmt *st, int i, size_t *len)
+{
+	const void *b = sqlite3_column_blob(st, i);
+	size_t n = (size_t)sqlite3_column_bytes(st, i);
+	unsigned char *p = malloc(n + 1);
+
+	*len = n;
+	if (!p)
+		return NULL;
+	if (n)
+		memcpy(p, b, n);
+	p[n] = '\0';
+	return p;
+}
+
+static int state_from(const unsigned char *txt, due_state *out)
+{
+	for (int i = 0; i < DUE_STATE_COUNT; i++) {
+		if (txt && strcmp((const char *)txt, due_state_name((due_state)i)) == 0) {
+			*out = (due_state)i;
+			return 0;
+		}
+	}
+	return due_error_set(DUE_ERROR, "sqlite store: unknown state '%s'",
+			     txt ? (const char *)txt : "(null)");
+}
+
+/* Fill t from a row of TASK_COLS.  0 or a due code. */
+static int read_task(sqlite3_stmt *st, due_task *t)
+{
+	memset(t, 0, sizeof(*t));
+	t->id = sqlite3_column_int64(st, 0);
+	t->kind = col_text(st, 1);
+	t->payload = col_blob(st, 2, &t->payload_len);
+	if (state_from(sqlite3_column_text(st, 3), &t->state) < 0)
+		return DUE_ERROR;
+	t->due_at = sqlite3_column_int64(st, 4);
+	t->attempt = sqlite3_column_int(st, 5);
+	t->max_attempts = sqlite3_column_int(st, 7);
+	t->backoff_us = sqlite3_column_int64(st, 8);
+	t->backoff_cap_us = sqlite3_column_int64(st, 9);
+	t->lease_owner = col_text(st, 10);
+	t->lease_until = sqlite3_column_int64(st, 11);
+	t->cancel_requested = sqlite3_column_int(st, 12) != 0;
+	t->key = col_text(st, 13);
+	t->has_result = sqlite3_column_type(st, 14) != SQLITE_NULL;
+	if (t->has_result)
+		t->result = col_blob(st, 14, &t->result_len);
+	t->last_error = col_text(st, 15);
+	t->created_at = sqlite3_column_int64(st, 16);
+	t->updated_at = sqlite3_column_int64(st, 17);
+	if (!t->kind || !t->payload || (t->has_result && !t->result))
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Open, schema                                                        */
+/* ------------------------------------------------------------------ */
+
+/* SQL function due_backoff(base, cap, n): the one backoff rule, from core. */
+static void sql_backoff(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+	(void)argc;
+	sqlite3_result_int64(ctx, due_backoff_us(sqlite3_value_int64(argv[0]),
+						 sqlite3_value_int64(argv[1]),
+						 sqlite3_value_int(argv[2])));
+}
+
+static int configure(due_store *s, const due_url *u)
+{
+	char sql[160];
+
+	sqlite3_busy_timeout(s->db, u->busy_ms);
+	snprintf(sql, sizeof(sql),
+		 "PRAGMA synchronous = %s; PRAGMA foreign_keys = OFF;",
+		 u->sync_normal ? "NORMAL" : "FULL");
+	int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+	if (rc != SQLITE_OK)
+		return sq_fail(s, rc, "configure");
+	rc = sqlite3_create_function(s->db, "due_backoff", 3,
+				     SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
+				     sql_backoff, NULL, NULL);
+	return rc == SQLITE_OK ? 0 : sq_fail(s, rc, "register due_backoff");
+}
+
+static int sq_open(due_store **out, const due_url *u, bool create)
+{
+	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+	due_store *s;
+	int rc;
+
+	*out = NULL;
+	if (!create && access(u->target, F_OK) != 0)
+		return due_error_set(DUE_ESCHEMA,
+			"no store at '%s': run `due init --db sqlite:%s` first",
+			u->target, u->target);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	*out = s;
+	s->path = due_strdup_n(u->target, strlen(u->target));
+	if (create)
+		flags |= SQLITE_OPEN_CREATE;
+	rc = sqlite3_open_v2(u->target, &s->db, flags, NULL);
+	if (rc != SQLITE_OK)
+		return due_error_set(DUE_ESTORE, "cannot open sqlite store '%s': %s",
+				     u->target, s->db ? sqlite3_errmsg(s->db)
+						      : sqlite3_errstr(rc));
+	sqlite3_extended_result_codes(s->db, 1);
+	return configure(s, u);
+}
+
+static void sq_close(due_store *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < ST_COUNT; i++)
+		sqlite3_finalize(s->st[i]);
+	sqlite3_finalize(s->claim);
+	sqlite3_close_v2(s->db);
+	free(s->path);
+	free(s);
+}
+
+/* Schema version of the file: -1 when it has no due schema. */
+static int read_version(due_store *s, int *out)
+{
+	sqlite3_stmt *st;
+	int rc = sqlite3_prepare_v2(s->db,
+		"SELECT value FROM due_meta WHERE name = 'schema_version'", -1,
+		&st, NULL);
+
+	*out = -1;
+	if (rc != SQLITE_OK) {
+		if (strstr(sqlite3_errmsg(s->db), "no such table"))
+			return 0;
+		return sq_fail(s, rc, "read schema version");
+	}
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW)
+		*out = sqlite3_column_int(st, 0);
+	sqlite3_finalize(st);
+	return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0
+						     : sq_fail(s, rc, "read schema version");
+}
+
+static int sq_check_schema(due_store *s)
+{
+	int v, rc = read_version(s, &v);
+
+	if (rc < 0)
+		return rc;
+	if (v < 0)
+		return due_error_set(DUE_ESCHEMA,
+			"store '%s' has no due schema: run `due init`", s->path);
+	if (v < DUE_SCHEMA_VERSION)
+		return due_error_set(DUE_ESCHEMA,
+			"store '%s' has schema version %d, older than %d: run "
+			"`due init` to upgrade", s->path, v, DUE_SCHEMA_VERSION);
+	if (v > DUE_SCHEMA_VERSION)
+		return due_error_set(DUE_ESCHEMA,
+			"store '%s' has schema version %d, newer than this due "
+			"(%d): upgrade due", s->path, v, DUE_SCHEMA_VERSION);
+	return 0;
+}
+
+static int sq_init_schema(due_store *s)
+{
+	int v, rc;
+
+	rc = sqlite3_exec(s->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL);
+	if (rc != SQLITE_OK)
+		return sq_fail(s, rc, "enable WAL");
+	if ((rc = begin(s)) < 0)
+		return rc;
+	if ((rc = read_version(s, &v)) < 0)
+		goto fail;
+	if (v > DUE_SCHEMA_VERSION) {
+		rc = sq_check_schema(s);
+		goto fail;
+	}
+	if (v < 0) {
+		int src = sqlite3_exec(s->db, schema_v1, NULL, NULL, NULL);
+		if (src != SQLITE_OK) {
+			rc = sq_fail(s, src, "create schema");
+			goto fail;
+		}
+	} else if (v < DUE_SCHEMA_VERSION) {
+		/* Upgrade steps v -> v+1 go here as versions are released. */
+		rc = due_error_set(DUE_ESCHEMA,
+			"store '%s' has schema version %d and this due has no "
+			"upgrade path from it", s->path, v);
+		goto fail;
+	}
+	return commit(s);
+fail:
+	rollback(s);
+	return rc;
+}
+
+static int sq_now(due_store *s, due_time *out)
+{
+	(void)s;
+	*out = due_time_now_host();
+	return 0;
+}
+
+static void *sq_native(due_store *s)
+{
+	return s->db;
+}
+
+/* ------------------------------------------------------------------ */
+/* Producer                                                            */
+/* ------------------------------------------------------------------ */
+
+/*
+** Insert one checked submit with statements prepared on `db` (either ours,
+** cached, or the caller's own connection).  Inside an open transaction.
+*/
+static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
+		      const due_submit *it, due_time now, due_submitted *out)
+{
+	const due_schedule_opts *o = &it->opts;
+	due_time due = o->at ? o->at : now + o->delay_us;
+	int rc;
+
+	sqlite3_bind_text(ins, 1, it->kind, -1, SQLITE_STATIC);
+	sqlite3_bind_blob(ins, 2, it->payload ? it->payload : "", (int)it->payload_len,
+			  SQLITE_STATIC);
+	sqlite3_bind_int64(ins, 3, due);
+	sqlite3_bind_int(ins, 4, o->max_attempts);
+	sqlite3_bind_int64(ins, 5, o->backoff_us);
+	sqlite3_bind_int64(ins, 6, o->backoff_cap_us);
+	if (o->key)
+		sqlite3_bind_text(ins, 7, o->key, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(ins, 8, now);
+	rc = sqlite3_step(ins);
+	if (rc == SQLITE_ROW) {
+		out->id = sqlite3_column_int64(ins, 0);
+		out->existed = false;
+		rc = sqlite3_step(ins);
+	}
+	sqlite3_reset(ins);
+	if (rc != SQLITE_DONE)
+		return sq_fail(s, rc, "insert task");
+	if (out->id)
+		return 0;
+	/* Conflict on (kind, key): the live task is the answer. */
+	sqlite3_bind_text(find, 1, it->kind, -1, SQLITE_STATIC);
+	sqlite3_bind_text(find, 2, o->key, -1, SQLITE_STATIC);
+	rc = sqlite3_step(find);
+	if (rc == SQLITE_ROW) {
+		out->id = sqlite3_column_int64(find, 0);
+		out->existed = true;
+	}
+	sqlite3_reset(find);
+	if (rc != SQLITE_ROW)
+		return sq_fail(s, rc, "find task by key");
+	return 0;
+}
+
+static int sq_schedule(due_store *s, due_submitted *out, const due_submit *items,
+		       size_t n)
+{
+	sqlite3_stmt *ins, *find;
+	due_time now;
+	int rc;
+
+	if ((rc = begin(s)) < 0)
+		return rc;
+	now = due_time_now_host();
+	for (size_t i = 0; i < n; i++) {
+		out[i].id = 0;
+		if (!(ins = stmt(s, ST_INSERT)) || !(find = stmt(s, ST_FIND_KEY))) {
+			rc = due_error_last_code();
+			goto fail;
+		}
+		if ((rc = insert_one(s, ins, find, &items[i], now, &out[i])) < 0)
+			goto fail;
+	}
+	return commit(s);
+fail:
+	rollback(s);
+	return rc;
+}
+
+int due_schedule_sqlite_tx(struct sqlite3 *conn, due_submitted *out,
+			   const char *kind, const void *payload,
+			   size_t payload_len, const due_schedule_opts *opts)
+{
+	due_submit in = {kind, payload, payload_len,
+			 opts ? *opts : (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
+	due_store tmp = {.db = conn};
+	sqlite3_stmt *ins = NULL, *find = NULL;
+	due_submit it;
+	int rc;
+
+	if (!conn)
+		return due_error_set(DUE_EINVAL, "connection is NULL");
+	if ((rc = due_submit_check(&in, &it, DUE_DEFAULT_MAX_PAYLOAD, NULL)) < 0)
+		return rc;
+	if (sqlite3_get_autocommit(conn))
+		return due_error_set(DUE_EINVAL,
+			"due_schedule_sqlite_tx: no transaction is open on this "
+			"connection (BEGIN first)");
+	out->id = 0;
+	if ((rc = sqlite3_prepare_v2(conn, sql_text[ST_INSERT], -1, &ins, NULL)) ||
+	    (rc = sqlite3_prepare_v2(conn, sql_text[ST_FIND_KEY], -1, &find, NULL))) {
+		rc = strstr(sqlite3_errmsg(conn), "no such table")
+			? due_error_set(DUE_ESCHEMA, "database has no due schema: "
+				"run `due init`")
+			: sq_fail(&tmp, rc, "prepare insert");
+	} else {
+		rc = insert_one(&tmp, ins, find, &it, due_time_now_host(), out);
+	}
+	sqlite3_finalize(ins);
+	sqlite3_finalize(find);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Claim                                                               */
+/* ------------------------------------------------------------------ */
+
+/* The claim statement for n_kinds kinds, prepared once per kind count. */
+static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds)
+{
+	char sql[2048 + 16 * 64];
+	size_t off;
+	int rc;
+
+	if (s->claim && s->claim_kinds == n_kinds) {
+		sqlite3_reset(s->claim);
+		sqlite3_clear_bindings(s->claim);
+		return s->claim;
+	}
+	if (n_kinds > 64) {
+		due_error_set(DUE_EINVAL, "too many kinds (at most 64)");
+		return NULL;
+	}
+	sqlite3_finalize(s->claim);
+	s->claim = NULL;
+	off = (size_t)snprintf(sql, sizeof(sql),
+		"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
+		" lease_owner = ?1, lease_until = ?2 + ?3, updated_at = ?2"
+		" WHERE id IN (SELECT id FROM due_task WHERE state = 'SCHEDULED'"
+		" AND due_at <= ?2");
+	for (size_t i = 0; i < n_kinds; i++)
+		off += (size_t)snprintf(sql + off, sizeof(sql) - off, "%s?%zu",
+					i ? ", " : " AND kind IN (", i + 5);
+	snprintf(sql + off, sizeof(sql) - off, "%s ORDER BY due_at LIMIT ?4)"
+		 " AND state = 'SCHEDULED' RETURNING " TASK_COLS,
+		 n_kinds ? ")" : "");
+	rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
+				&s->claim, NULL);
+	if (rc != SQLITE_OK) {
+		sq_fail(s, rc, "prepare claim");
+		return NULL;
+	}
+	s->claim_kinds = n_kinds;
+	return s->claim;
+}
+
+/* Is anything due?  A lock-free read that keeps empty polls cheap. */
+static int peek(due_store *s, enum stmt_id id, due_time now, bool *any)
+{
+	sqlite3_stmt *st = stmt(s, id);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, now);
+	rc = sqlite3_step(st);
+	*any = rc == SQLITE_ROW;
+	sqlite3_reset(st);
+	return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_fail(s, rc, "peek");
+}
+
+/* Record a RUNNING attempt for every claimed task. */
+static int record_claims(due_store *s, due_task_list *l, const char *owner,
+			 due_time now)
+{
+	for (size_t i = 0; i < l->count; i++) {
+		sqlite3_stmt *st = stmt(s, ST_ATTEMPT_INSERT);
+		int rc;
+		if (!st)
+			return due_error_last_code();
+		sqlite3_bind_int64(st, 1, l->items[i].id);
+		sqlite3_bind_int(st, 2, l->items[i].attempt);
+		sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 4, now);
+		sqlite3_bind_int64(st, 5, l->items[i].due_at);
+		if ((rc = exec_done(s, st, "record attempt")) < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* Step a RETURNING TASK_COLS statement into a list (at most cap rows). */
+static int collect_tasks(due_store *s, sqlite3_stmt *st, due_task_list *l,
+			 size_t cap)
+{
+	int rc;
+
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (l->count == cap)
+			continue;
+		if (read_task(st, &l->items[l->count++]) < 0) {
+			sqlite3_reset(st);
+			return due_error_last_code();
+		}
+	}
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE ? 0 : sq_fail(s, rc, "claim");
+}
+
+static int sq_claim(due_store *s, due_task_list **out, const char *owner,
+		    const char *const *kinds, size_t n_kinds, int limit,
+		    int64_t lease_us, due_id only_id)
+{
+	due_task_list *l;
+	sqlite3_stmt *st;
+	due_time now = due_time_now_host();
+	bool any = true;
+	int rc;
+
+	if ((rc = due_task_list_alloc(&l, (size_t)limit)) < 0)
+		return rc;
+	*out = l;
+	if (!only_id && ((rc = peek(s, ST_PEEK_DUE, now, &any)) < 0 || !any))
+		return rc;
+	if ((rc = begin(s)) < 0)
+		return rc;
+	now = due_time_now_host();
+	st = only_id ? stmt(s, ST_CLAIM_ID) : claim_stmt(s, n_kinds);
+	if (!st) {
+		rc = due_error_last_code();
+		goto fail;
+	}
+	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, now);
+	sqlite3_bind_int64(st, 3, lease_us);
+	if (only_id)
+		sqlite3_bind_int64(st, 4, only_id);
+	else
+		sqlite3_bind_int(st, 4, limit);
+	for (size_t i = 0; i < n_kinds; i++)
+		sqlite3_bind_text(st, (int)i + 5, kinds[i], -1, SQLITE_STATIC);
+	if ((rc = collect_tasks(s, st, l, (size_t)limit)) < 0 ||
+	    (rc = record_claims(s, l, owner, now)) < 0)
+		goto fail;
+	if ((rc = commit(s)) < 0)
+		goto fail;
+	return 0;
+fail:
+	rollback(s);
+	due_task_list_free(l);
+	*out = NULL;
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Extend, complete, fail                                              */
+/* ------------------------------------------------------------------ */
+
+/* Current (state, attempt, cancel_requested) of a task; found=false if none. */
+static int state_of(due_store *s, due_id id, bool *found, due_state *state,
+		    int32_t *attempt, bool *cancel)
+{
+	sqlite3_stmt *st = stmt(s, ST_STATE_OF);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, id);
+	rc = sqlite3_step(st);
+	*found = rc == SQLITE_ROW;
+	if (*found) {
+		if (state_from(sqlite3_column_text(st, 0), state) < 0) {
+			sqlite3_reset(st);
+			return DUE_ERROR;
+		}
+		*attempt = sqlite3_column_int(st, 1);
+		*cancel = sqlite3_column_int(st, 2) != 0;
+	}
+	sqlite3_reset(st);
+	return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_fail(s, rc, "read state");
+}
+
+static int sq_extend(due_store *s, due_extend_outcome *out, due_id id,
+		     int32_t attempt, int64_t lease_us)
+{
+	sqlite3_stmt *st;
+	bool found, cancel;
+	due_state state;
+	int32_t cur;
+	int rc;
+
+	if ((rc = begin(s)) < 0)
+		return rc;
+	if (!(st = stmt(s, ST_EXTEND))) {
+		rc = due_error_last_code();
+		goto fail;
+	}
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int(st, 2, attempt);
+	sqlite3_bind_int64(st, 3, due_time_now_host());
+	sqlite3_bind_int64(st, 4, lease_us);
+	if ((rc = exec_done(s, st, "extend")) < 0)
+		goto fail;
+	*out = DUE_EXTEND_OK;
+	if (sqlite3_changes(s->db) == 0) {
+		if ((rc = state_of(s, id, &found, &state, &cur, &cancel)) < 0)
+			goto fail;
+		*out = found && state == DUE_CLAIMED && cur == attempt && cancel
+			       ? DUE_EXTEND_CANCEL_REQUESTED
+			       : DUE_EXTEND_LOST;
+	}
+	return commit(s);
+fail:
+	rollback(s);
+	return rc;
+}
+
+/* Close the RUNNING attempt row of (id, attempt) with an outcome. */
+static int end_attempt(due_store *s, due_id id, int32_t attempt, due_time now,
+		       const char *outcome, const char *error)
+{
+	sqlite3_stmt *st = stmt(s, ST_ATTEMPT_END);
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int(st, 2, attempt);
+	sqlite3_bind_int64(st, 3, now);
+	sqlite3_bind_text(st, 4, outcome, -1, SQLITE_STATIC);
+	if (error)
+		sqlite3_bind_text(st, 5, error, -1, SQLITE_STATIC);
+	return exec_done(s, st, "end attempt");
+}
+
+/* Mark (id, attempt)'s history row: its late commit was refused. */
+static int mark_late(due_store *s, due_id id, int32_t attempt)
+{
+	sqlite3_stmt *st = stmt(s, ST_LATE_MARK);
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int(st, 2, attempt);
+	return exec_done(s, st, "mark late commit");
+}
+
+/* Run a fenced update bound with (id, attempt, extra...); *hit = 1 row changed. */
+static int fenced(due_store *s, sqlite3_stmt *st, const char *what, bool *hit)
+{
+	int rc = exec_done(s, st, what);
+	*hit = rc == 0 && sqlite3_changes(s->db) == 1;
+	return rc;
+}
+
+/* One completion inside the open transaction. */
+static int complete_one(due_store *s, due_completion *c, due_time now,
+			due_tx_hook hook, void *payload)
+{
+	sqlite3_stmt *st = stmt(s, ST_COMPLETE);
+	bool hit;
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, c->id);
+	sqlite3_bind_int(st, 2, c->attempt);
+	sqlite3_bind_blob(st, 3, c->result ? c->result : "", (int)c->result_len,
+			  SQLITE_STATIC);
+	sqlite3_bind_int64(st, 4, now);
+	if ((rc = fenced(s, st, "complete", &hit)) < 0)
+		return rc;
+	if (hit) {
+		c->outcome = DUE_COMPLETE_DONE;
+		if ((rc = end_attempt(s, c->id, c->attempt, now, "DONE", NULL)) < 0)
+			return rc;
+		if (hook) {
+			due_task t = {.id = c->id, .attempt = c->attempt,
+				      .state = DUE_DONE,
+				      .result = (unsigned char *)c->result,
+				      .result_len = c->result_len,
+				      .has_result = true};
+			if (hook(s->db, &t, payload) != 0)
+				return due_error_set(DUE_ERROR,
+					"completion hook failed for task %lld: "
+					"rolled back", (long long)c->id);
+		}
+		return 0;
+	}
+	if (!(st = stmt(s, ST_COMPLETE_CANCEL)))
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, c->id);
+	sqlite3_bind_int(st, 2, c->attempt);
+	sqlite3_bind_int64(st, 3, now);
+	if ((rc = fenced(s, st, "complete (cancelled)", &hit)) < 0)
+		return rc;
+	if (hit) {
+		c->outcome = DUE_COMPLETE_CANCELLED_BEFORE_COMMIT;
+		return end_attempt(s, c->id, c->attempt, now, "CANCELLED",
+				   "cancel requested before commit");
+	}
+	c->outcome = DUE_COMPLETE_REJECTED_STALE;
+	return mark_late(s, c->id, c->attempt);
+}
+
+static int sq_complete(due_store *s, due_completion *items, size_t n,
+		       due_tx_hook hook, void *payload)
+{
+	due_time now;
+	int rc;
+
+	if ((rc = begin(s)) < 0)
+		return rc;
+	now = due_time_now_host();
+	for (size_t i = 0; i < n; i++)
+		if ((rc = complete_one(s, &items[i], now, hook, payload)) < 0)
+			goto fail;
+	return commit(s);
+fail:
+	rollback(s);
+	return rc;
+}
+
+static int sq_fail_task(due_store *s, due_fail_outcome *out, due_id id,
+			int32_t attempt, const char *error)
+{
+	sqlite3_stmt *st;
+	due_time now;
+	int rc;
+
+	if ((rc = begin(s)) < 0)
+		return rc;
+	now = due_time_now_host();
+	if (!(st = stmt(s, ST_FAIL))) {
+		rc = due_error_last_code();
+		goto fail;
+	}
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int(st, 2, attempt);
+	sqlite3_bind_int64(st, 3, now);
+	sqlite3_bind_text(st, 4, error, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		due_state ns = DUE_SCHEDULED;
+		if (state_from(sqlite3_column_text(st, 0), &ns) < 0) {
+			sqlite3_reset(st);
+			rc = DUE_ERROR;
+			goto fail;
+		}
+		*out = ns == DUE_CANCELLED ? DUE_FAIL_CANCELLED
+		       : ns == DUE_DEAD    ? DUE_FAIL_DEAD
+					   : DUE_FAIL_RETRY_SCHEDULED;
+		sqlite3_reset(st);
+		rc = end_attempt(s, id, attempt, now,
+				 ns == DUE_CANCELLED ? "CANCELLED" : "FAILED", error);
+	} else if (rc == SQLITE_DONE) {
+		sqlite3_reset(st);
+		*out = DUE_FAIL_REJECTED_STALE;
+		rc = mark_late(s, id, attempt);
+	} else {
+		sqlite3_reset(st);
+		rc = sq_fail(s, rc, "fail");
+	}
+	if (rc < 0)
+		goto fail;
+	return commit(s);
+fail:
+	rollback(s);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Reclaim                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef struct reclaimed_row {
+	due_id id;
+	int32_t attempt;
+	due_state state;
+} reclaimed_row;
+
+static int reclaim_batch(due_store *s, due_time now, due_reclaimed *out,
+			 bool *more)
+{
+	reclaimed_row rows[1000];
+	size_t n = 0;
+	sqlite3_stmt *st = stmt(s, ST_RECLAIM);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, now);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < 1000) {
+		rows[n].id = sqlite3_column_int64(st, 0);
+		rows[n].attempt = sqlite3_column_int(st, 1);
+		state_from(sqlite3_column_text(st, 2), &rows[n].state);
+		n++;
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+		return sq_fail(s, rc, "reclaim");
+	for (size_t i = 0; i < n; i++) {
+		if (rows[i].state == DUE_DEAD)
+			out->dead++;
+		else if (rows[i].state == DUE_CANCELLED)
+			out->cancelled++;
+		else
+			out->rescheduled++;
+		if ((rc = end_attempt(s, rows[i].id, rows[i].attempt, now,
+				      "LEASE_EXPIRED", "lease expired")) < 0)
+			return rc;
+	}
+	*more = n == 1000;
+	return 0;
+}
+
+static int sq_reclaim(due_store *s, due_reclaimed *out)
+{
+	bool any, more = true;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	while (more) {
+		if ((rc = peek(s, ST_PEEK_EXPIRED, due_time_now_host(), &any)) < 0)
+			return rc;
+		if (!any)
+			return 0;
+		if ((rc = begin(s)) < 0)
+			return rc;
+		if ((rc = reclaim_batch(s, due_time_now_host(), out, &more)) < 0 ||
+		    (rc = commit(s)) < 0) {
+			rollback(s);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Cancel, get, list                                                   */
+/* ------------------------------------------------------------------ */
+
+static int cancel_locked(due_store *s, due_cancel_outcome *out, due_id id)
+{
+	bool found, cancel;
+	due_state state;
+	int32_t attempt;
+	sqlite3_stmt *st;
+	int rc;
+
+	if ((rc = state_of(s, id, &found, &state, &attempt, &cancel)) < 0)
+		return rc;
+	if (!found) {
+		*out = DUE_CANCEL_NOT_FOUND;
+		return 0;
+	}
+	switch (state) {
+	case DUE_DONE:
+	case DUE_DEAD: *out = DUE_CANCEL_TOO_LATE; return 0;
+	case DUE_CANCELLED: *out = DUE_CANCEL_ALREADY_CANCELLED; return 0;
+	case DUE_SCHEDULED:
+		*out = DUE_CANCEL_CANCELLED;
+		st = stmt(s, ST_CANCEL_SCHED);
+		break;
+	default:
+		*out = DUE_CANCEL_REQUESTED;
+		st = stmt(s, ST_CANCEL_REQ);
+		break;
+	}
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int64(st, 2, due_time_now_host());
+	return exec_done(s, st, "cancel");
+}
+
+static int sq_cancel(due_store *s, due_cancel_outcome *out, due_id id)
+{
+	int rc;
+
+	if ((rc = begin(s)) < 0)
+		return rc;
+	if ((rc = cancel_locked(s, out, id)) < 0) {
+		rollback(s);
+		return rc;
+	}
+	return commit(s);
+}
+
+static int load_attempts(due_store *s, due_task *t)
+{
+	sqlite3_stmt *st = stmt(s, ST_ATTEMPTS);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, t->id);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		due_attempt a = {
+			.attempt = sqlite3_column_int(st, 0),
+			.worker = col_text(st, 1),
+			.claimed_at = sqlite3_column_int64(st, 2),
+			.due_at = sqlite3_column_int64(st, 3),
+			.ended_at = sqlite3_column_int64(st, 4),
+			.outcome = col_text(st, 5),
+			.error = col_text(st, 6),
+			.late_commit = col_text(st, 7),
+		};
+		if (due_attempts_append(t, &a) < 0) {
+			free(a.worker), free(a.outcome), free(a.error);
+			free(a.late_commit);
+			sqlite3_reset(st);
+			return DUE_ENOMEM;
+		}
+	}
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE ? 0 : sq_fail(s, rc, "read attempts");
+}
+
+static int sq_get(due_store *s, due_task **out, due_id id)
+{
+	sqlite3_stmt *st = stmt(s, ST_GET);
+	due_task *t;
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	if (!(t = calloc(1, sizeof(*t))))
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	sqlite3_bind_int64(st, 1, id);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		rc = read_task(st, t);
+		sqlite3_reset(st);
+		if (rc == 0)
+			rc = load_attempts(s, t);
+	} else {
+		sqlite3_reset(st);
+		rc = rc == SQLITE_DONE
+			? due_error_set(DUE_ENOTFOUND, "no task with id %lld",
+					(long long)id)
+			: sq_fail(s, rc, "get");
+	}
+	if (rc < 0) {
+		due_task_free(t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+static int sq_list(due_store *s, due_task_list **out, const due_list_opts *o)
+{
+	sqlite3_stmt *st = stmt(s, ST_LIST);
+	due_task_list *l;
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	if ((rc = due_task_list_alloc(&l, (size_t)o->limit)) < 0)
+		return rc;
+	if (o->state >= 0)
+		sqlite3_bind_text(st, 1, due_state_name((due_state)o->state), -1,
+				  SQLITE_STATIC);
+	if (o->kind)
+		sqlite3_bind_text(st, 2, o->kind, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 3, o->after);
+	sqlite3_bind_int(st, 4, o->limit);
+	rc = collect_tasks(s, st, l, (size_t)o->limit);
+	for (size_t i = 0; rc == 0 && o->attempts && i < l->count; i++)
+		rc = load_attempts(s, &l->items[i]);
+	if (rc < 0) {
+		due_task_list_free(l);
+		return rc;
+	}
+	*out = l;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Operator                                                            */
+/* ------------------------------------------------------------------ */
+
+static int audit(due_store *s, due_id id, due_time now, const char *action,
+		 const char *detail)
+{
+	sqlite3_stmt *st = stmt(s, ST_AUDIT);
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int64(st, 2, now);
+	sqlite3_bind_text(st, 3, action, -1, SQLITE_STATIC);
+	if (detail)
+		sqlite3_bind_text(st, 4, detail, -1, SQLITE_TRANSIENT);
+	return exec_done(s, st, "audit");
+}
+
+/* The error for an operator action on a task in the wrong state. */
+static int wrong_state(due_store *s, due_id id, const char *action,
+		       const char *needed)
+{
+	bool found, cancel;
+	due_state state;
+	int32_t attempt;
+	int rc = state_of(s, id, &found, &state, &attempt, &cancel);
+
+	if (rc < 0)
+		return rc;
+	if (!found)
+		return due_error_set(DUE_ENOTFOUND, "no task with id %lld",
+				     (long long)id);
+	return due_error_set(DUE_ESTATE, "cannot %s task %lld: it is %s, not %s",
+			     action, (long long)id, due_state_name(state), needed);
+}
+
+static int retry_locked(due_store *s, due_id id, due_time now)
+{
+	sqlite3_stmt *st = stmt(s, ST_RETRY);
+	bool hit;
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int64(st, 2, now);
+	rc = fenced(s, st, "retry", &hit);
+	if (rc == DUE_ECONFLICT)
+		return due_error_set(DUE_ECONFLICT,
+			"cannot retry task %lld: a live task with the same kind "
+			"and key exists", (long long)id);
+	if (rc < 0)
+		return rc;
+	if (!hit)
+		return wrong_state(s, id, "retry", "DEAD");
+	return audit(s, id, now, "retry", "DEAD -> SCHEDULED, fresh attempt budget");
+}
+
+static int sq_retry(due_store *s, due_id id)
+{
+	int rc;
+	if ((rc = begin(s)) < 0)
+		return rc;
+	if ((rc = retry_locked(s, id, due_time_now_host())) < 0) {
+		rollback(s);
+		return rc;
+	}
+	return commit(s);
+}
+
+/*
+** Requeue and kill share a shape: one fenced UPDATE ... RETURNING attempt,
+** state; close the running attempt (if any) with `outcome`; audit.
+*/
+static int operator_locked(due_store *s, enum stmt_id sid, due_id id,
+			   const char *action, const char *needed,
+			   const char *outcome, due_state *final)
+{
+	sqlite3_stmt *st = stmt(s, sid);
+	due_time now = due_time_now_host();
+	int32_t attempt = 0;
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int64(st, 2, now);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		attempt = sqlite3_column_int(st, 0);
+		state_from(sqlite3_column_text(st, 1), final);
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+			;
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE)
+		return sq_fail(s, rc, action);
+	if (attempt == 0 && sqlite3_changes(s->db) == 0)
+		return wrong_state(s, id, action, needed);
+	if (attempt > 0 &&
+	    (rc = end_attempt(s, id, attempt, now, outcome, action)) < 0)
+		return rc;
+	return audit(s, id, now, action, due_state_name(*final));
+}
+
+static int sq_operator(due_store *s, enum stmt_id sid, due_id id,
+		       const char *action, const char *needed,
+		       const char *outcome, due_state *final)
+{
+	int rc;
+	if ((rc = begin(s)) < 0)
+		return rc;
+	if ((rc = operator_locked(s, sid, id, action, needed, outcome, final)) < 0) {
+		rollback(s);
+		return rc;
+	}
+	return commit(s);
+}
+
+static int sq_requeue(due_store *s, due_id id)
+{
+	due_state final;
+	return sq_operator(s, ST_REQUEUE, id, "requeue", "CLAIMED", "REQUEUED",
+			   &final);
+}
+
+static int sq_kill(due_store *s, due_state *out, due_id id)
+{
+	return sq_operator(s, ST_KILL, id, "kill", "SCHEDULED or CLAIMED",
+			   "KILLED", out);
+}
+
+/* ------------------------------------------------------------------ */
+/* Stats, prune                                                        */
+/* ------------------------------------------------------------------ */
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static int64_t pct(const int64_t *v, size_t n, int p)
+{
+	size_t i = (n * (size_t)p + 99) / 100;
+	return v[i ? i - 1 : 0];
+}
+
+/* Lateness percentiles over claims recorded in the last window. */
+static int lateness(due_store *s, due_stats *out)
+{
+	sqlite3_stmt *st = stmt(s, ST_LATENESS);
+	int64_t *v = NULL;
+	size_t n = 0, cap = 0;
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	out->window_us = DUE_STATS_WINDOW_US;
+	sqlite3_bind_int64(st, 1, out->now - DUE_STATS_WINDOW_US);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (n == cap) {
+			int64_t *nv = realloc(v, (cap = cap ? cap * 2 : 256) * sizeof(*v));
+			if (!nv) {
+				free(v);
+				sqlite3_reset(st);
+				return due_error_set(DUE_ENOMEM, "out of memory");
+			}
+			v = nv;
+		}
+		v[n++] = sqlite3_column_int64(st, 0);
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE) {
+		free(v);
+		return sq_fail(s, rc, "lateness");
+	}
+	qsort(v, n, sizeof(*v), cmp_i64);
+	out->claims_window = (int64_t)n;
+	out->lateness_p50_us = n ? pct(v, n, 50) : -1;
+	out->lateness_p99_us = n ? pct(v, n, 99) : -1;
+	out->lateness_max_us = n ? v[n - 1] : -1;
+	free(v);
+	return 0;
+}
+
+static int sq_stats(due_store *s, due_stats *out)
+{
+	sqlite3_stmt *st = stmt(s, ST_COUNT_STATES);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	out->now = due_time_now_host();
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		due_state ss;
+		if (state_from(sqlite3_column_text(st, 0), &ss) == 0)
+			out->counts[ss] = sqlite3_column_int64(st, 1);
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE)
+		return sq_fail(s, rc, "stats");
+	out->dead = out->counts[DUE_DEAD];
+	if (!(st = stmt(s, ST_DUE_UNCLAIMED)))
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, out->now);
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		out->due_unclaimed = sqlite3_column_int64(st, 0);
+		if (sqlite3_column_type(st, 1) != SQLITE_NULL)
+			out->oldest_due_unclaimed_ms =
+				(out->now - sqlite3_column_int64(st, 1)) / 1000;
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_ROW)
+		return sq_fail(s, rc, "stats");
+	return lateness(s, out);
+}
+
+/* Delete one bounded batch; *n gets the number of tasks deleted. */
+static int prune_batch(due_store *s, due_time cutoff, int64_t *n)
+{
+	static const enum stmt_id order[] = {ST_PRUNE_ATTEMPTS, ST_PRUNE_AUDIT,
+					     ST_PRUNE_TASKS};
+	int rc;
+
+	for (size_t i = 0; i < 3; i++) {
+		sqlite3_stmt *st = stmt(s, order[i]);
+		if (!st)
+			return due_error_last_code();
+		sqlite3_bind_int64(st, 1, cutoff);
+		sqlite3_bind_int(st, 2, 500);
+		if ((rc = exec_done(s, st, "prune")) < 0)
+			return rc;
+	}
+	*n = sqlite3_changes(s->db);
+	return 0;
+}
+
+static int sq_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
+{
+	int64_t n;
+	int rc;
+
+	*deleted = 0;
+	do {
+		if ((rc = begin(s)) < 0)
+			return rc;
+		if ((rc = prune_batch(s, due_time_now_host() - older_than_us, &n)) < 0 ||
+		    (rc = commit(s)) < 0) {
+			rollback(s);
+			return rc;
+		}
+		*deleted += n;
+	} while (n > 0);
+	return 0;
+}
+
+const due_store_ops due_store_sqlite = {
+	.version = DUE_STORE_OPS_VERSION,
+	.name = "sqlite",
+	.open = sq_open,
+	.close = sq_close,
+	.init_schema = sq_init_schema,
+	.check_schema = sq_check_schema,
+	.now = sq_now,
+	.native = sq_native,
+	.schedule = sq_schedule,
+	.cancel = sq_cancel,
+	.get = sq_get,
+	.list = sq_list,
+	.claim = sq_claim,
+	.extend = sq_extend,
+	.complete = sq_complete,
+	.fail = sq_fail_task,
+	.reclaim = sq_reclaim,
+	.retry = sq_retry,
+	.requeue = sq_requeue,
+	.kill = sq_kill,
+	.stats = sq_stats,
+	.prune = sq_prune,
+};

@@ -1,0 +1,107 @@
+/*
+** store.h - the one interface every store backend implements.
+**
+** The core (src/core/db.c) validates arguments, fills defaults and owns the
+** public API; a backend only says HOW each transition is made durable and
+** atomic in its database.  WHAT the transitions are is stated once, here, and
+** every backend must keep it:
+**
+**   claim     SCHEDULED & due_at <= now      -> CLAIMED, attempt+1, lease set,
+**                                               attempts row (RUNNING)
+**   extend    CLAIMED & attempt & !cancel    -> lease_until = now + lease
+**   complete  CLAIMED & attempt & !cancel    -> DONE + result (attempt DONE)
+**             CLAIMED & attempt & cancel     -> CANCELLED     (attempt CANCELLED)
+**             otherwise                      -> nothing; attempt late_commit mark
+**   fail      CLAIMED & attempt              -> CANCELLED if cancel requested,
+**                                               DEAD if budget used up,
+**                                               else SCHEDULED at now+backoff
+**   reclaim   CLAIMED & lease_until < now    -> as fail, due now (LEASE_EXPIRED)
+**   cancel    SCHEDULED -> CANCELLED; CLAIMED -> cancel_requested; else report
+**   retry     DEAD -> SCHEDULED now, attempt_base = attempt (fresh budget)
+**   requeue   CLAIMED -> SCHEDULED now (attempt REQUEUED)
+**   kill      SCHEDULED|CLAIMED -> DEAD, or CANCELLED if cancel requested
+**
+** The budget is used up when attempt - attempt_base >= max_attempts.  Every
+** predicate above is checked in the same statement (or the same serialized
+** write transaction) that writes: a reclaim never overwrites a completion
+** that landed in between (River #1302).  CLAIMED holds exactly when both
+** lease fields are set; the schema enforces it with a CHECK.
+**
+** Version 1 of the table.  To add a method: append it, bump
+** DUE_STORE_OPS_VERSION, and let the core check `version` before calling.
+*/
+#ifndef DUE_STORE_H
+#define DUE_STORE_H
+
+#include "due.h"
+
+#define DUE_STORE_OPS_VERSION 1
+
+typedef struct due_store due_store; /* backend-private */
+
+/* A parsed store URL. */
+typedef struct due_url {
+	char scheme[16];   /* "sqlite" or "postgres" */
+	char *target;      /* sqlite: file path; postgres: the whole URI */
+	bool sync_normal;  /* sqlite ?sync=normal */
+	int busy_ms;       /* sqlite ?busy_ms= (default 30000) */
+} due_url;
+
+typedef struct due_store_ops {
+	int version;
+	const char *name;
+
+	int (*open)(due_store **out, const due_url *url, bool create);
+	void (*close)(due_store *s);
+	/* Create or upgrade the schema to DUE_SCHEMA_VERSION. */
+	int (*init_schema)(due_store *s);
+	/* DUE_ESCHEMA unless the schema is exactly DUE_SCHEMA_VERSION. */
+	int (*check_schema)(due_store *s);
+	int (*now)(due_store *s, due_time *out);
+	/* Native handle for transaction hooks (sqlite3 * / PGconn *). */
+	void *(*native)(due_store *s);
+
+	/* items are validated; defaults filled. */
+	int (*schedule)(due_store *s, due_submitted *out, const due_submit *items,
+			size_t n);
+	int (*cancel)(due_store *s, due_cancel_outcome *out, due_id id);
+	int (*get)(due_store *s, due_task **out, due_id id);
+	int (*list)(due_store *s, due_task_list **out, const due_list_opts *o);
+
+	int (*claim)(due_store *s, due_task_list **out, const char *owner,
+		     const char *const *kinds, size_t n_kinds, int limit,
+		     int64_t lease_us, due_id only_id);
+	int (*extend)(due_store *s, due_extend_outcome *out, due_id id,
+		      int32_t attempt, int64_t lease_us);
+	/* Each item gets its own outcome; hook (may be NULL) runs per DONE row. */
+	int (*complete)(due_store *s, due_completion *items, size_t n,
+			due_tx_hook hook, void *payload);
+	int (*fail)(due_store *s, due_fail_outcome *out, due_id id,
+		    int32_t attempt, const char *error);
+	int (*reclaim)(due_store *s, due_reclaimed *out);
+
+	int (*retry)(due_store *s, due_id id);
+	int (*requeue)(due_store *s, due_id id);
+	int (*kill)(due_store *s, due_state *out, due_id id);
+	int (*stats)(due_store *s, due_stats *out);
+	int (*prune)(due_store *s, int64_t *deleted, int64_t older_than_us);
+} due_store_ops;
+
+extern const due_store_ops due_store_sqlite;
+#ifdef DUE_WITH_PG
+extern const due_store_ops due_store_pg;
+#endif
+
+/* URL parsing (src/store/url.c).  DUE_EINVAL with a message on bad input. */
+int due_url_parse(due_url *out, const char *text);
+void due_url_clear(due_url *u);
+
+/* Helpers shared by backends (src/store/common.c). */
+int due_task_list_alloc(due_task_list **out, size_t n);
+char *due_strdup_n(const char *s, size_t n);
+int due_attempts_append(due_task *t, const due_attempt *a);
+
+/* Stats window for lateness percentiles. */
+#define DUE_STATS_WINDOW_US (300LL * 1000000LL)
+
+#endif /* DUE_STORE_H */
