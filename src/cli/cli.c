@@ -184,3 +184,15 @@ void cli_getopt_reset(void)
 	optind = 1;
 	opterr = 0;
 }
+
+int cli_bad_option(const cli_ctx *c, int opt, char **argv)
+{
+	const char *arg = argv[optind - 1];
+
+	if (opt == ':')
+		return cli_usage_error(c, "option '%s' needs a value", arg);
+	if (arg[0] == '-' && arg[1] >= '0' && arg[1] <= '9')
+		return cli_usage_error(c, "invalid task id '%s': expected a "
+				       "positive decimal integer", arg);
+	return cli_usage_error(c, "unknown option '%s'", arg);
+}

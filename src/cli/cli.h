@@ -61,8 +61,14 @@ int cli_read_file(const cli_ctx *c, const char *path, size_t max,
 		  unsigned char **out, size_t *len);
 /* Print JSON (jansson json_t *) to stdout, decref it; 0 or EXIT_STORE. */
 int cli_print_json(void *json);
-/* getopt_long wrapper that resets state; unknown options print usage error. */
+/* Reset getopt state before parsing a subcommand's options. */
 void cli_getopt_reset(void);
+/*
+** The usage error for what getopt_long returned as '?' or ':' (optstring
+** starts with ':'): unknown option, missing value, or a negative number
+** where a task id was expected.  Returns EXIT_USAGE.
+*/
+int cli_bad_option(const cli_ctx *c, int opt, char **argv);
 
 /* Text table of tasks (ls, dead). */
 void cli_print_task_table(const due_task_list *l);

@@ -49,15 +49,17 @@ typedef struct add_args {
 } add_args;
 
 /* Fill o.delay_us / o.at from --in / --at. */
-static int timing(const cli_ctx *c, const char *in, const char *at,
-		  due_schedule_opts *o)
+static int timing(const cli_ctx *c, const char *where, const char *in,
+		  const char *at, due_schedule_opts *o)
 {
 	if (in && at)
-		return cli_usage_error(c, "--in and --at are exclusive");
-	if (in && cli_parse_duration(c, "--in", in, &o->delay_us))
-		return EXIT_USAGE;
+		return cli_usage_error(c, strcmp(where, "--") == 0
+			? "--in and --at are exclusive"
+			: "%sgive 'in' or 'at', not both", where);
+	if (in && due_duration_parse(&o->delay_us, in) < 0)
+		return cli_usage_error(c, "%sin: %s", where, due_error_last());
 	if (at && due_time_parse(&o->at, at) < 0)
-		return cli_usage_error(c, "--at: %s", due_error_last());
+		return cli_usage_error(c, "%sat: %s", where, due_error_last());
 	return 0;
 }
 
@@ -98,7 +100,7 @@ static int add_one(cli_ctx *c, const char *kind, add_args *a)
 	if (sources > 1)
 		return cli_usage_error(c, "--payload, --payload-file and "
 				       "--payload-stdin are exclusive");
-	if ((rc = timing(c, a->in, a->at, &a->o)))
+	if ((rc = timing(c, "--", a->in, a->at, &a->o)))
 		return rc;
 	if (a->pfile || a->pstdin) {
 		if ((rc = cli_read_file(c, a->pfile ? a->pfile : "-",
@@ -186,7 +188,9 @@ static int batch_item(const cli_ctx *c, json_t *obj, size_t line, due_submit *s,
 	if ((in && !json_is_string(in)) || (at && !json_is_string(at)))
 		return cli_usage_error(c, "--batch line %zu: 'in' and 'at' must be "
 				       "strings", line);
-	if ((rc = timing(c, in ? json_string_value(in) : NULL,
+	char where[48];
+	snprintf(where, sizeof(where), "--batch line %zu: ", line);
+	if ((rc = timing(c, where, in ? json_string_value(in) : NULL,
 			 at ? json_string_value(at) : NULL, &s->opts)))
 		return rc;
 	ma = json_object_get(obj, "max_attempts");
@@ -338,7 +342,7 @@ int cmd_add(int argc, char **argv)
 	int opt;
 
 	cli_getopt_reset();
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		if (cli_common_opt(&c, opt, optarg))
 			continue;
 		switch (opt) {
@@ -365,8 +369,7 @@ int cmd_add(int argc, char **argv)
 				return EXIT_USAGE;
 			break;
 		default:
-			return cli_usage_error(&c, "unknown or incomplete option '%s'",
-					       argv[optind - 1]);
+			return cli_bad_option(&c, opt, argv);
 		}
 	}
 	if (a.batch) {

@@ -25,14 +25,14 @@ int cmd_cancel(int argc, char **argv)
 	int opt, rc;
 
 	cli_getopt_reset();
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		if (cli_common_opt(&c, opt, optarg))
 			continue;
 		if (opt == 'h') {
 			fputs(usage, stdout);
 			return 0;
 		}
-		return cli_usage_error(&c, "unknown option '%s'", argv[optind - 1]);
+		return cli_bad_option(&c, opt, argv);
 	}
 	if (optind + 1 != argc)
 		return cli_usage_error(&c, "expected exactly one task ID");

@@ -18,14 +18,14 @@ int cmd_init(int argc, char **argv)
 	int opt, rc;
 
 	cli_getopt_reset();
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		if (cli_common_opt(&c, opt, optarg))
 			continue;
 		if (opt == 'h') {
 			fputs(usage, stdout);
 			return 0;
 		}
-		return cli_usage_error(&c, "unknown option '%s'", argv[optind - 1]);
+		return cli_bad_option(&c, opt, argv);
 	}
 	if (optind < argc)
 		return cli_usage_error(&c, "unexpected argument '%s'", argv[optind]);

@@ -75,7 +75,7 @@ int cmd_ls(int argc, char **argv)
 
 	o.attempts = true;
 	cli_getopt_reset();
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		if (cli_common_opt(&c, opt, optarg))
 			continue;
 		switch (opt) {
@@ -96,8 +96,7 @@ int cmd_ls(int argc, char **argv)
 				return EXIT_USAGE;
 			break;
 		default:
-			return cli_usage_error(&c, "unknown or incomplete option '%s'",
-					       argv[optind - 1]);
+			return cli_bad_option(&c, opt, argv);
 		}
 	}
 	if (optind < argc)
@@ -118,7 +117,7 @@ int cmd_dead(int argc, char **argv)
 	o.attempts = true;
 	o.limit = 1000;
 	cli_getopt_reset();
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		if (cli_common_opt(&c, opt, optarg))
 			continue;
 		if (opt == 'h') {
@@ -131,8 +130,7 @@ int cmd_dead(int argc, char **argv)
 			o.limit = (int)v;
 			continue;
 		}
-		return cli_usage_error(&c, "unknown or incomplete option '%s'",
-				       argv[optind - 1]);
+		return cli_bad_option(&c, opt, argv);
 	}
 	if (optind < argc)
 		return cli_usage_error(&c, "unexpected argument '%s'", argv[optind]);

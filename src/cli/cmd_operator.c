@@ -39,14 +39,14 @@ int cli_operator(int argc, char **argv, const char *name, const char *usage)
 
 	snprintf(prog, sizeof(prog), "due %s", name);
 	cli_getopt_reset();
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		if (cli_common_opt(&c, opt, optarg))
 			continue;
 		if (opt == 'h') {
 			fputs(usage, stdout);
 			return 0;
 		}
-		return cli_usage_error(&c, "unknown option '%s'", argv[optind - 1]);
+		return cli_bad_option(&c, opt, argv);
 	}
 	if (optind + 1 != argc)
 		return cli_usage_error(&c, "expected exactly one task ID");

@@ -27,14 +27,14 @@ static int parse(cli_ctx *c, int argc, char **argv, const char *usage)
 	int opt;
 
 	cli_getopt_reset();
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		if (cli_common_opt(c, opt, optarg))
 			continue;
 		if (opt == 'h') {
 			fputs(usage, stdout);
 			return -1;
 		}
-		return cli_usage_error(c, "unknown option '%s'", argv[optind - 1]);
+		return cli_bad_option(c, opt, argv);
 	}
 	if (optind < argc)
 		return cli_usage_error(c, "unexpected argument '%s'", argv[optind]);

@@ -1,0 +1,53 @@
+# lib.sh - helpers for the CLI tests: a temp dir per test script, and
+# assertions that print what was expected and what came.
+set -euo pipefail
+DUE=${DUE_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/build/due}
+T=$(mktemp -d /tmp/due-cli-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+export DUE_DB="sqlite:$T/due.db"
+PASS=0
+FAIL=0
+
+ok() { PASS=$((PASS + 1)); }
+bad() { FAIL=$((FAIL + 1)); echo "FAIL: $*" >&2; }
+
+# expect_eq WHAT EXPECTED ACTUAL
+expect_eq() {
+	if [ "$2" == "$3" ]; then ok; else bad "$1: expected '$2', got '$3'"; fi
+}
+
+# expect_err CODE SUBSTRING CMD... : exit code and a stderr message naming it
+expect_err() {
+	local code=$1 sub=$2 rc=0
+	shift 2
+	"$@" >"$T/out" 2>"$T/err" || rc=$?
+	if [ "$rc" != "$code" ]; then
+		bad "$*: exit $rc, expected $code (stderr: $(cat "$T/err"))"
+	elif ! grep -qF -- "$sub" "$T/err"; then
+		bad "$*: stderr lacks '$sub': $(cat "$T/err")"
+	elif [ "$(wc -l <"$T/err")" -gt 2 ]; then
+		bad "$*: error is not one line (+hint): $(cat "$T/err")"
+	else
+		ok
+	fi
+}
+
+# wait_for DESCRIPTION SECONDS CMD... : poll a condition with a deadline
+wait_for() {
+	local what=$1 secs=$2 end
+	shift 2
+	end=$(($(date +%s%N) + secs * 1000000000))
+	until "$@" >/dev/null 2>&1; do
+		if [ "$(date +%s%N)" -gt "$end" ]; then
+			bad "timed out waiting for: $what"
+			return 1
+		fi
+		sleep 0.02
+	done
+	ok
+}
+
+finish() {
+	echo "$PASS passed, $FAIL failed"
+	[ "$FAIL" -eq 0 ]
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# test_cli.sh - the `due` command line against a real SQLite store: every
+# command, the five cancel outcomes, and every kind of bad input, which
+# must give a one-line error naming the problem, a documented exit code,
+# and leave the store unchanged.
+. "$(dirname "$0")/lib.sh"
+
+# Before init: every command refuses, nothing is created.
+expect_err 6 "due init" "$DUE" add demo
+expect_err 6 "due init" "$DUE" ls
+[ ! -e "$T/due.db" ] && ok || bad "add without init created the file"
+
+"$DUE" init >/dev/null && ok || bad "init"
+"$DUE" init >/dev/null && ok || bad "init is idempotent"
+
+# --help everywhere.
+for c in init add cancel show ls dead retry requeue kill stats health prune; do
+	"$DUE" "$c" --help | grep -q "^usage: due $c" && ok || bad "$c --help"
+done
+"$DUE" --help | grep -q "Exit codes" && ok || bad "due --help"
+expect_err 2 "unknown command" "$DUE" frobnicate
+
+# add / show
+id=$("$DUE" add demo --in 1s --payload '{"order": 42}')
+[[ "$id" =~ ^[0-9]+$ ]] && ok || bad "add prints an id: '$id'"
+"$DUE" show "$id" --json >"$T/show.json"
+for f in id kind state due_at attempt max_attempts lease_owner lease_until \
+	cancel_requested key result last_error created_at updated_at attempts payload; do
+	python3 -c "import json,sys; d=json.load(open('$T/show.json')); sys.exit(0 if '$f' in d else 1)" \
+		&& ok || bad "show --json lacks $f"
+done
+expect_eq "payload round trip" '{"order": 42}' \
+	"$(python3 -c "import json; print(json.load(open('$T/show.json'))['payload'])")"
+"$DUE" show "$id" | grep -q "state *SCHEDULED" && ok || bad "show text"
+
+# binary payload from stdin comes back as base64
+printf 'a\0b\377' | "$DUE" add bin --payload-stdin >"$T/bid"
+"$DUE" show "$(cat "$T/bid")" --json | grep -q '"payload_b64": "YQBi/w=="' && ok || bad "binary payload"
+
+# --json add, --key idempotence
+j=$("$DUE" add demo --key order-7 --json)
+echo "$j" | grep -q '"key": "order-7"' && ok || bad "add --json"
+k1=$(echo "$j" | python3 -c "import json,sys; print(json.load(sys.stdin)['id'])")
+k2=$("$DUE" add demo --key order-7 2>"$T/err")
+expect_eq "same key same id" "$k1" "$k2"
+grep -q "exists" "$T/err" && ok || bad "existing key noted on stderr"
+
+# cancel: CANCELLED, ALREADY_CANCELLED, NOT_FOUND (exit 3)
+expect_eq "cancel waiting" CANCELLED "$("$DUE" cancel "$id")"
+expect_eq "cancel again" ALREADY_CANCELLED "$("$DUE" cancel "$id")"
+rc=0; out=$("$DUE" cancel 999999) || rc=$?
+expect_eq "cancel unknown" "NOT_FOUND/3" "$out/$rc"
+
+# snapshot for "bad input changes nothing"
+snap() { "$DUE" ls --json --limit 10000 | md5sum; }
+before=$(snap)
+
+expect_err 2 "negative" "$DUE" add demo --in -5s
+expect_err 2 "invalid duration '5'" "$DUE" add demo --in 5
+expect_err 2 "invalid duration 'soon'" "$DUE" add demo --in soon
+expect_err 2 "more than 100 years" "$DUE" add demo --in 99999d
+expect_err 2 "invalid time '2026-13-01T00:00:00Z'" "$DUE" add demo --at 2026-13-01T00:00:00Z
+expect_err 2 "missing UTC offset" "$DUE" add demo --at 2026-12-01T02:00:00
+expect_err 2 "exclusive" "$DUE" add demo --in 1s --at 2026-12-01T02:00:00Z
+expect_err 2 "invalid kind" "$DUE" add 'bad kind'
+expect_err 2 "missing KIND" "$DUE" add
+expect_err 2 "--max-attempts" "$DUE" add demo --max-attempts 0
+expect_err 2 "--max-attempts" "$DUE" add demo --max-attempts lots
+expect_err 2 "base <= cap" "$DUE" add demo --backoff 2h --backoff-cap 1h
+head -c 1048577 /dev/zero | tr '\0' 'x' >"$T/big"
+expect_err 2 "over the limit of 1048576 bytes" "$DUE" add demo --payload-file "$T/big"
+head -c 1048576 /dev/zero | tr '\0' 'x' >"$T/max"
+expect_err 2 "over the limit of 100 bytes" env DUE_MAX_PAYLOAD=100 "$DUE" add demo --payload-file "$T/max"
+expect_err 2 "cannot read" "$DUE" add demo --payload-file "$T/nope"
+expect_err 2 "invalid task id 'abc'" "$DUE" show abc
+expect_err 2 "invalid task id '-1'" "$DUE" cancel -1
+expect_err 2 "needs a value" "$DUE" add demo --in
+expect_err 2 "invalid task id '12x'" "$DUE" retry 12x
+expect_err 3 "no task with id 424242" "$DUE" show 424242
+expect_err 3 "no task with id 424242" "$DUE" retry 424242
+expect_err 2 "unknown state 'zombie'" "$DUE" ls --state zombie
+expect_err 2 "--limit" "$DUE" ls --limit 0
+expect_err 2 "unsupported scheme 'mysqlx'" "$DUE" ls --db mysqlx://h/db
+expect_err 2 "unknown option 'sync=fast'" "$DUE" ls --db "sqlite:$T/due.db?sync=fast"
+expect_err 2 "empty file path" "$DUE" ls --db sqlite:
+expect_err 6 "no store at" "$DUE" ls --db "sqlite:$T/other.db"
+mkdir -p "$T/ro" && chmod 555 "$T/ro"
+if [ "$(id -u)" != 0 ]; then
+	expect_err 5 "cannot open" "$DUE" init --db "sqlite:$T/ro/x.db"
+else
+	expect_err 5 "sqlite store" "$DUE" init --db "sqlite:/proc/due-test.db"
+fi
+expect_err 2 "--older-than DUR is required" "$DUE" prune
+expect_err 2 "unknown option" "$DUE" ls --frobnicate
+
+# batch: a bad line 3 writes nothing; the error names the line
+printf '{"kind":"a"}\n{"kind":"b","in":"1s"}\n{"kind":"c","in":"-1s"}\n' >"$T/b1"
+expect_err 2 "line 3" "$DUE" add --batch "$T/b1"
+printf '{"kind":"a"}\n{"kind":"b", "colour":"red"}\n' >"$T/b2"
+expect_err 2 "unknown field 'colour'" "$DUE" add --batch "$T/b2"
+printf '{"kind":"a"}\n{"kind":\n' >"$T/b3"
+expect_err 2 "malformed JSON" "$DUE" add --batch "$T/b3"
+printf '{"kind":"a","max_attempts":"3"}\n' >"$T/b4"
+expect_err 2 "max_attempts" "$DUE" add --batch "$T/b4"
+
+after=$(snap)
+expect_eq "bad input changed nothing" "$before" "$after"
+
+# a good batch, from stdin: one id per line
+n=$(printf '{"kind":"a","payload":"x"}\n\n{"kind":"b","in":"1h","key":"k"}\n{"kind":"c","payload_b64":"AAE="}\n' |
+	"$DUE" add --batch - | wc -l)
+expect_eq "batch ids" 3 "$n"
+
+# ls filters, stats, health
+"$DUE" ls --kind a | grep -q " a " && ok || bad "ls --kind"
+"$DUE" ls --state CANCELLED --json | python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(0 if len(d)==1 and d[0]['state']=='CANCELLED' else 1)" \
+	&& ok || bad "ls --state --json"
+"$DUE" stats --json | python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(0 if {'counts','dead','oldest_due_unclaimed_ms'} <= d.keys() else 1)" \
+	&& ok || bad "stats --json fields"
+expect_eq "health UP" UP "$("$DUE" health)"
+
+# kill makes a dead letter: health DOWN (exit 1), dead lists it, retry clears
+victim=$("$DUE" add demo --in 1h)
+expect_eq "kill" DEAD "$("$DUE" kill "$victim")"
+rc=0; "$DUE" health >"$T/h" || rc=$?
+expect_eq "health DOWN exit" 1 "$rc"
+grep -q "DOWN: 1 dead letter" "$T/h" && ok || bad "health DOWN text"
+"$DUE" dead --json | grep -q "\"id\": $victim" && ok || bad "dead lists it"
+expect_eq "retry" SCHEDULED "$("$DUE" retry "$victim")"
+expect_err 4 "not DEAD" "$DUE" retry "$victim"
+expect_err 4 "not CLAIMED" "$DUE" requeue "$victim"
+expect_eq "health UP again" UP "$("$DUE" health)"
+expect_eq "cancel after kill+retry" CANCELLED "$("$DUE" cancel "$victim")"
+expect_err 4 "it is CANCELLED" "$DUE" kill "$victim"
+
+# prune: finished tasks go, DEAD and live ones stay
+"$DUE" prune --older-than 0s | grep -q "deleted [1-9]" && ok || bad "prune"
+expect_eq "live task survives prune" SCHEDULED \
+	"$("$DUE" show "$k1" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['state'])")"
+
+finish
