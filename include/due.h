@@ -314,6 +314,22 @@ int due_claim(due_db *db, due_task_list **out, const char *owner,
 	      const char *const *kinds, size_t n_kinds, int limit,
 	      int64_t lease_us);
 
+typedef struct due_claim_opts {
+	unsigned version;
+	const char *owner;
+	const char *const *kinds; /**< kind filter (at most 64), or NULL */
+	size_t n_kinds;
+	bool exclude_kinds;       /**< true: every kind except `kinds` */
+	int limit;
+	int64_t lease_us;
+} due_claim_opts;
+
+#define DUE_CLAIM_OPTS_VERSION 1
+#define DUE_CLAIM_OPTS_INIT {DUE_CLAIM_OPTS_VERSION, NULL, NULL, 0, false, 1, 30000000}
+
+/** due_claim() with every option, including a kind exclusion filter. */
+int due_claim_ex(due_db *db, due_task_list **out, const due_claim_opts *o);
+
 /**
  * Claim one task by id if it is SCHEDULED and due (immediate mode).
  * DUE_EBUSY when it is not claimable now (not due, taken, or gone).
@@ -449,6 +465,143 @@ int due_health(due_db *db, bool *out_up, int64_t *out_dead);
  * older_than_us ago, in bounded batches.  DEAD tasks are never pruned.
  */
 int due_prune(due_db *db, int64_t *out_deleted, int64_t older_than_us);
+
+
+/* ------------------------------------------------------------------ */
+/* Worker runtime                                                      */
+/* ------------------------------------------------------------------ */
+
+/**
+ * A worker claims due tasks and runs handlers for them, renewing each lease
+ * every lease/3 while its handler runs.  Threads: one claimer (which also
+ * runs inline handlers), one lease keeper, one completer that commits
+ * results in batches (each row fenced on its own), and the handler pools.
+ * Each thread has its own store connection.
+ */
+typedef struct due_worker due_worker;
+
+/** A running try, handed to a handler.  Borrowed: valid during the call. */
+typedef struct due_job due_job;
+
+/**
+ * A handler.  Return 0 to complete the try (with the result set by
+ * due_job_set_result(), else empty) or non-zero to fail it (with the text
+ * set by due_job_set_error(), else "handler failed").  A handler should
+ * check due_job_lease_held() during long work and stop when it turns false:
+ * the try was taken back or cancelled, and its completion will be refused.
+ */
+typedef int (*due_handler_fn)(due_job *job, void *payload);
+
+/** The task being run (claimed state: id, kind, payload, attempt ...). */
+const due_task *due_job_task(const due_job *job);
+/** The worker's owner name (lease_owner of this try). */
+const char *due_job_owner(const due_job *job);
+/**
+ * False once the lease is known lost or a cancel was requested (seen by
+ * the lease keeper), or the worker is past its shutdown grace.  The store
+ * refuses a stale completion either way; this lets the handler stop early.
+ */
+bool due_job_lease_held(const due_job *job);
+/** Copy the result to commit (up to the store's result limit). */
+int due_job_set_result(due_job *job, const void *data, size_t len);
+/** Set the error text for a failure (copied, truncated to 4 KiB). */
+void due_job_set_error(due_job *job, const char *text);
+/**
+ * Write your own rows in the completion transaction: `hook` is called with
+ * the store's native connection after the fenced update made the task DONE
+ * and before commit (see due_tx_hook).  Not called when the try is stale.
+ */
+void due_job_set_tx_hook(due_job *job, due_tx_hook hook, void *payload);
+
+typedef enum due_exec_mode {
+	DUE_MODE_POOL = 0, /**< handlers run in pool threads; claiming never waits */
+	DUE_MODE_INLINE    /**< handlers run in the claiming thread, one by one */
+} due_exec_mode;
+
+typedef struct due_worker_opts {
+	unsigned version;
+	const char *url;       /**< store URL (required) */
+	const char *owner;     /**< lease owner name; default "<host>:<pid>" */
+	int concurrency;       /**< shared pool threads; default 4 */
+	due_exec_mode mode;
+	int64_t lease_us;      /**< default 30 s; renewed every lease/3 */
+	int64_t poll_us;       /**< claim poll interval when idle; default 1 s */
+	int64_t grace_us;      /**< shutdown grace for in-flight tries; default 30 s */
+	bool once;             /**< drain what is due now, then return */
+	int log_level;         /**< 0 quiet, 1 normal (default), 2 every task */
+} due_worker_opts;
+
+#define DUE_WORKER_OPTS_VERSION 1
+#define DUE_WORKER_OPTS_INIT                                                   \
+	{DUE_WORKER_OPTS_VERSION, NULL, NULL, 4, DUE_MODE_POOL, 30000000,       \
+	 1000000, 30000000, false, 1}
+
+/** Create a worker (does not connect yet).  Free with due_worker_free(). */
+int due_worker_new(due_worker **out, const due_worker_opts *opts);
+void due_worker_free(due_worker *w);
+
+/**
+ * Register the handler for `kind` (NULL: every kind without a handler of
+ * its own).  pool_size 0 runs it in the shared pool; > 0 gives the kind an
+ * isolated pool of that many threads, so a slow kind cannot starve others.
+ * Call before due_worker_run().
+ */
+int due_worker_register(due_worker *w, const char *kind, due_handler_fn fn,
+			void *payload, int pool_size);
+
+/**
+ * Run until due_worker_stop() (or, with opts.once, until nothing due is
+ * left).  On stop: claims cease, in-flight tries get opts.grace_us to
+ * finish, then their handlers are told to stop (leases left to expire).
+ * Store errors never end the run: the worker backs off and retries.
+ * Returns 0, or a negative code when it could not start.
+ */
+int due_worker_run(due_worker *w);
+
+/** Ask a running worker to stop.  Async-signal-safe; any thread. */
+void due_worker_stop(due_worker *w);
+
+/**
+ * Immediate mode: schedule a task due now through `db` (the caller's own
+ * handle), then claim it by id and hand it straight to this running
+ * worker's pool, without waiting for discovery.  If no slot is free, or
+ * the process dies before the claim, the task is simply in the store and
+ * is found as usual.  out->id is the task id.
+ */
+int due_worker_submit(due_worker *w, due_db *db, due_submitted *out,
+		      const char *kind, const void *payload, size_t len,
+		      const due_schedule_opts *opts);
+
+/** Counters of a worker since it started. */
+typedef struct due_worker_stats {
+	int64_t claimed, done, failed, dead, stale, cancelled, lease_lost;
+	int64_t claim_queries, empty_claims, store_errors;
+} due_worker_stats;
+
+void due_worker_stats_get(due_worker *w, due_worker_stats *out);
+
+/** Options of the command handler (what `due work --exec` runs). */
+typedef struct due_exec_opts {
+	unsigned version;
+	const char *command;   /**< run as /bin/sh -c COMMAND */
+	int64_t kill_grace_us; /**< SIGTERM -> SIGKILL delay; default 5 s */
+	size_t max_result;     /**< stdout bytes kept as result; default 1 MiB */
+} due_exec_opts;
+
+#define DUE_EXEC_OPTS_VERSION 1
+#define DUE_EXEC_OPTS_INIT {DUE_EXEC_OPTS_VERSION, NULL, 5000000, 1u << 20}
+
+/**
+ * The command handler: pass it to due_worker_register() with a
+ * due_exec_opts * (which must outlive the worker) as payload.  It runs the
+ * command with the payload on stdin and DUE_TASK_ID, DUE_KIND, DUE_ATTEMPT,
+ * DUE_IDEMPOTENCY_KEY (task-<id>), DUE_DUE_AT in the environment; exit 0
+ * completes with stdout as result, anything else fails with the tail of
+ * stderr.  When the lease is lost it sends SIGTERM to the command's process
+ * group, then SIGKILL after kill_grace_us.  The payload never appears on a
+ * command line.  The process must ignore SIGPIPE (due_worker_run does).
+ */
+int due_exec_handler(due_job *job, void *payload);
 
 #ifdef __cplusplus
 }

@@ -256,24 +256,37 @@ int due_list(due_db *db, due_task_list **out, const due_list_opts *opts)
 	return db->ops->list(db->store, out, &o);
 }
 
-int due_claim(due_db *db, due_task_list **out, const char *owner,
-	      const char *const *kinds, size_t n_kinds, int limit,
-	      int64_t lease_us)
+int due_claim_ex(due_db *db, due_task_list **out, const due_claim_opts *o)
 {
 	int rc;
 
 	*out = NULL;
-	if ((rc = ready(db)) < 0 || (rc = due_validate_owner(owner)) < 0 ||
-	    (rc = check_lease(lease_us)) < 0)
+	if ((rc = ready(db)) < 0 || (rc = due_validate_owner(o->owner)) < 0 ||
+	    (rc = check_lease(o->lease_us)) < 0)
 		return rc;
-	if (limit < 1 || limit > MAX_LIMIT)
+	if (o->limit < 1 || o->limit > MAX_LIMIT)
 		return due_error_set(DUE_EINVAL,
-			"invalid claim limit %d: must be 1..%d", limit, MAX_LIMIT);
-	for (size_t i = 0; i < n_kinds; i++)
-		if ((rc = due_validate_kind(kinds[i])) < 0)
+			"invalid claim limit %d: must be 1..%d", o->limit, MAX_LIMIT);
+	if (o->n_kinds > 64)
+		return due_error_set(DUE_EINVAL, "too many kinds (at most 64)");
+	for (size_t i = 0; i < o->n_kinds; i++)
+		if ((rc = due_validate_kind(o->kinds[i])) < 0)
 			return rc;
-	return db->ops->claim(db->store, out, owner, kinds, n_kinds, limit,
-			      lease_us, 0);
+	return db->ops->claim(db->store, out, o->owner, o->kinds, o->n_kinds,
+			      o->exclude_kinds, o->limit, o->lease_us, 0);
+}
+
+int due_claim(due_db *db, due_task_list **out, const char *owner,
+	      const char *const *kinds, size_t n_kinds, int limit,
+	      int64_t lease_us)
+{
+	due_claim_opts o = DUE_CLAIM_OPTS_INIT;
+	o.owner = owner;
+	o.kinds = kinds;
+	o.n_kinds = n_kinds;
+	o.limit = limit;
+	o.lease_us = lease_us;
+	return due_claim_ex(db, out, &o);
 }
 
 int due_claim_id(due_db *db, due_task **out, due_id id, const char *owner,
@@ -286,7 +299,8 @@ int due_claim_id(due_db *db, due_task **out, due_id id, const char *owner,
 	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0 ||
 	    (rc = due_validate_owner(owner)) < 0 || (rc = check_lease(lease_us)) < 0)
 		return rc;
-	if ((rc = db->ops->claim(db->store, &l, owner, NULL, 0, 1, lease_us, id)) < 0)
+	if ((rc = db->ops->claim(db->store, &l, owner, NULL, 0, false, 1,
+				 lease_us, id)) < 0)
 		return rc;
 	if (l->count == 0) {
 		due_task_list_free(l);

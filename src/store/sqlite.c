@@ -251,6 +251,7 @@ struct due_store {
 	sqlite3_stmt *st[ST_COUNT];
 	sqlite3_stmt *claim;   /* claim statement for claim_kinds kinds */
 	size_t claim_kinds;
+	bool claim_exclude;
 };
 
 /* ------------------------------------------------------------------ */
@@ -669,13 +670,13 @@ int due_schedule_sqlite_tx(struct sqlite3 *conn, due_submitted *out,
 /* ------------------------------------------------------------------ */
 
 /* The claim statement for n_kinds kinds, prepared once per kind count. */
-static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds)
+static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude)
 {
 	char sql[2048 + 16 * 64];
 	size_t off;
 	int rc;
 
-	if (s->claim && s->claim_kinds == n_kinds) {
+	if (s->claim && s->claim_kinds == n_kinds && s->claim_exclude == exclude) {
 		sqlite3_reset(s->claim);
 		sqlite3_clear_bindings(s->claim);
 		return s->claim;
@@ -693,7 +694,8 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds)
 		" AND due_at <= ?2");
 	for (size_t i = 0; i < n_kinds; i++)
 		off += (size_t)snprintf(sql + off, sizeof(sql) - off, "%s?%zu",
-					i ? ", " : " AND kind IN (", i + 5);
+					i ? ", " : exclude ? " AND kind NOT IN ("
+							   : " AND kind IN (", i + 5);
 	snprintf(sql + off, sizeof(sql) - off, "%s ORDER BY due_at LIMIT ?4)"
 		 " AND state = 'SCHEDULED' RETURNING " TASK_COLS,
 		 n_kinds ? ")" : "");
@@ -704,6 +706,7 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds)
 		return NULL;
 	}
 	s->claim_kinds = n_kinds;
+	s->claim_exclude = exclude;
 	return s->claim;
 }
 
@@ -761,8 +764,8 @@ static int collect_tasks(due_store *s, sqlite3_stmt *st, due_task_list *l,
 }
 
 static int sq_claim(due_store *s, due_task_list **out, const char *owner,
-		    const char *const *kinds, size_t n_kinds, int limit,
-		    int64_t lease_us, due_id only_id)
+		    const char *const *kinds, size_t n_kinds, bool exclude,
+		    int limit, int64_t lease_us, due_id only_id)
 {
 	due_task_list *l;
 	sqlite3_stmt *st;
@@ -778,7 +781,9 @@ static int sq_claim(due_store *s, due_task_list **out, const char *owner,
 	if ((rc = begin(s)) < 0)
 		return rc;
 	now = due_time_now_host();
-	st = only_id ? stmt(s, ST_CLAIM_ID) : claim_stmt(s, n_kinds);
+	if (only_id)
+		n_kinds = 0;
+	st = only_id ? stmt(s, ST_CLAIM_ID) : claim_stmt(s, n_kinds, exclude);
 	if (!st) {
 		rc = due_error_last_code();
 		goto fail;

@@ -68,9 +68,14 @@ typedef struct due_store_ops {
 	int (*get)(due_store *s, due_task **out, due_id id);
 	int (*list)(due_store *s, due_task_list **out, const due_list_opts *o);
 
+	/*
+	** Claim up to limit due tasks.  With n_kinds > 0 only those kinds, or
+	** with exclude every kind but those.  only_id != 0 claims that one
+	** task (kinds ignored).
+	*/
 	int (*claim)(due_store *s, due_task_list **out, const char *owner,
-		     const char *const *kinds, size_t n_kinds, int limit,
-		     int64_t lease_us, due_id only_id);
+		     const char *const *kinds, size_t n_kinds, bool exclude,
+		     int limit, int64_t lease_us, due_id only_id);
 	int (*extend)(due_store *s, due_extend_outcome *out, due_id id,
 		      int32_t attempt, int64_t lease_us);
 	/* Each item gets its own outcome; hook (may be NULL) runs per DONE row. */

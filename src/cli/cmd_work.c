@@ -1,0 +1,297 @@
+/*
+** cmd_work.c - `due work`: run a worker whose handlers are commands.
+**
+** Each kind's handler is a shell command run with the task's payload on
+** stdin (see due_exec_handler in src/worker/exec.c).  SIGTERM or SIGINT
+** stops claiming and lets in-flight tasks finish within --grace; a second
+** signal exits at once (leases then expire and the tasks are reclaimed).
+*/
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+static const char usage[] =
+	"usage: due work [--exec CMD] [--handler KIND=CMD]... [--kinds K1,K2]\n"
+	"                [--concurrency N] [--pool KIND=N]... [--lease DUR]\n"
+	"                [--poll DUR] [--owner NAME] [--once] [--inline]\n"
+	"                [--grace DUR] [--kill-grace DUR] [-v | -q] [--db URL]\n"
+	"\n"
+	"Claim due tasks and run a command for each: /bin/sh -c CMD with the\n"
+	"payload on stdin and DUE_TASK_ID, DUE_KIND, DUE_ATTEMPT,\n"
+	"DUE_IDEMPOTENCY_KEY (task-<id>, the same on every attempt) and DUE_DUE_AT\n"
+	"in the environment.  Exit 0 completes the task with stdout as result;\n"
+	"any other exit fails it with the tail of stderr (retried with backoff,\n"
+	"DEAD when its attempts are used up).\n"
+	"\n"
+	"  --exec CMD          handler for every kind (or for --kinds)\n"
+	"  --handler KIND=CMD  handler for one kind (repeatable; wins over --exec)\n"
+	"  --kinds K1,K2       claim only these kinds\n"
+	"  --concurrency N     tasks run at once in the shared pool (default 4)\n"
+	"  --pool KIND=N       give KIND its own pool of N: a slow kind cannot\n"
+	"                      starve the others (repeatable)\n"
+	"  --lease DUR         lease per try, renewed every DUR/3 (default 30s)\n"
+	"  --poll DUR          how often to look for due tasks when idle (1s)\n"
+	"  --owner NAME        lease owner name (default host:pid)\n"
+	"  --once              run what is due now, then exit\n"
+	"  --inline            run handlers in the claiming thread, one by one\n"
+	"  --grace DUR         on SIGTERM/SIGINT, time for running tasks (30s)\n"
+	"  --kill-grace DUR    SIGTERM -> SIGKILL delay for a command whose lease\n"
+	"                      was lost or whose task was cancelled (5s)\n"
+	"  -v, -q              log every task / only errors\n";
+
+enum { O_EXEC = 'e', O_HANDLER = 'H', O_KINDS = 'k', O_CONC = 'c', O_POOL = 'P',
+       O_LEASE = 'l', O_POLL = 'p', O_OWNER = 'o', O_ONCE = '1', O_INLINE = 'I',
+       O_GRACE = 'g', O_KGRACE = 'K' };
+
+#define MAX_KINDS 64
+
+typedef struct work_args {
+	due_worker_opts wo;
+	due_exec_opts any;              /* --exec */
+	const char *kinds[MAX_KINDS];
+	size_t n_kinds;
+	char *kinds_buf;
+	struct { char *kind; due_exec_opts x; } handlers[MAX_KINDS];
+	size_t n_handlers;
+	struct { char *kind; int n; } pools[MAX_KINDS];
+	size_t n_pools;
+	int64_t kill_grace;
+} work_args;
+
+static due_worker *volatile running;
+static volatile sig_atomic_t signals;
+
+static void on_signal(int sig)
+{
+	if (signals++ > 0)
+		_exit(128 + sig);
+	if (running)
+		due_worker_stop(running);
+}
+
+/* Split "KIND=VALUE"; returns the value or NULL (usage error printed). */
+static char *split_kv(const cli_ctx *c, const char *opt, char *arg)
+{
+	char *eq = strchr(arg, '=');
+	if (!eq || eq == arg || !eq[1]) {
+		cli_usage_error(c, "%s expects KIND=VALUE, got '%s'", opt, arg);
+		return NULL;
+	}
+	*eq = '\0';
+	return eq + 1;
+}
+
+static int add_kinds(const cli_ctx *c, work_args *a, const char *list)
+{
+	free(a->kinds_buf);
+	a->kinds_buf = strdup(list);
+	a->n_kinds = 0;
+	for (char *save = NULL, *k = strtok_r(a->kinds_buf, ",", &save); k;
+	     k = strtok_r(NULL, ",", &save)) {
+		if (a->n_kinds == MAX_KINDS)
+			return cli_usage_error(c, "--kinds: at most %d kinds", MAX_KINDS);
+		a->kinds[a->n_kinds++] = k;
+	}
+	if (a->n_kinds == 0)
+		return cli_usage_error(c, "--kinds: empty list");
+	return 0;
+}
+
+static int pool_size_for(const work_args *a, const char *kind)
+{
+	for (size_t i = 0; i < a->n_pools; i++)
+		if (strcmp(a->pools[i].kind, kind) == 0)
+			return a->pools[i].n;
+	return 0;
+}
+
+static bool has_handler(const work_args *a, const char *kind)
+{
+	for (size_t i = 0; i < a->n_handlers; i++)
+		if (strcmp(a->handlers[i].kind, kind) == 0)
+			return true;
+	return false;
+}
+
+/* Register every handler; errors name the kind. */
+static int register_all(const cli_ctx *c, work_args *a, due_worker *w)
+{
+	for (size_t i = 0; i < a->n_handlers; i++) {
+		a->handlers[i].x.kill_grace_us = a->kill_grace;
+		if (due_worker_register(w, a->handlers[i].kind, due_exec_handler,
+					&a->handlers[i].x,
+					pool_size_for(a, a->handlers[i].kind)) < 0)
+			return cli_usage_error(c, "--handler %s: %s", a->handlers[i].kind,
+					       due_error_last());
+	}
+	if (!a->any.command)
+		return 0;
+	a->any.kill_grace_us = a->kill_grace;
+	if (a->n_kinds == 0) {
+		for (size_t i = 0; i < a->n_pools; i++)
+			if (!has_handler(a, a->pools[i].kind) &&
+			    due_worker_register(w, a->pools[i].kind, due_exec_handler,
+						&a->any, a->pools[i].n) < 0)
+				return cli_usage_error(c, "--pool %s: %s", a->pools[i].kind,
+						       due_error_last());
+		if (due_worker_register(w, NULL, due_exec_handler, &a->any, 0) < 0)
+			return cli_usage_error(c, "--exec: %s", due_error_last());
+		return 0;
+	}
+	for (size_t i = 0; i < a->n_kinds; i++)
+		if (!has_handler(a, a->kinds[i]) &&
+		    due_worker_register(w, a->kinds[i], due_exec_handler, &a->any,
+					pool_size_for(a, a->kinds[i])) < 0)
+			return cli_usage_error(c, "--kinds %s: %s", a->kinds[i],
+					       due_error_last());
+	return 0;
+}
+
+static int check_args(const cli_ctx *c, work_args *a)
+{
+	if (!a->any.command && a->n_handlers == 0)
+		return cli_usage_error(c, "give --exec CMD or --handler KIND=CMD");
+	for (size_t i = 0; i < a->n_pools; i++)
+		if (!has_handler(a, a->pools[i].kind) && !a->any.command)
+			return cli_usage_error(c, "--pool %s: no handler for that kind",
+					       a->pools[i].kind);
+	if (a->n_kinds)
+		for (size_t i = 0; i < a->n_handlers; i++) {
+			size_t k = 0;
+			while (k < a->n_kinds && strcmp(a->kinds[k], a->handlers[i].kind))
+				k++;
+			if (k == a->n_kinds)
+				return cli_usage_error(c, "--handler %s is not in --kinds",
+						       a->handlers[i].kind);
+		}
+	return 0;
+}
+
+static int run(cli_ctx *c, work_args *a)
+{
+	due_worker *w = NULL;
+	struct sigaction sa;
+	int rc;
+
+	a->wo.url = cli_db_url(c);
+	/* fail fast on a bad URL or schema instead of retrying forever */
+	due_db *probe = NULL;
+	if ((rc = cli_open(c, &probe)))
+		return rc;
+	due_close(probe);
+	if (due_worker_new(&w, &a->wo) < 0)
+		return cli_fail(c, due_error_last_code());
+	if ((rc = register_all(c, a, w))) {
+		due_worker_free(w);
+		return rc;
+	}
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	running = w;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	rc = due_worker_run(w);
+	running = NULL;
+	due_worker_free(w);
+	return rc < 0 ? cli_fail(c, rc) : 0;
+}
+
+static int parse_opt(cli_ctx *c, work_args *a, int opt, char *arg)
+{
+	long v;
+	char *val;
+
+	switch (opt) {
+	case O_EXEC: a->any.command = arg; return 0;
+	case O_HANDLER:
+		if (!(val = split_kv(c, "--handler", arg)))
+			return EXIT_USAGE;
+		if (a->n_handlers == MAX_KINDS)
+			return cli_usage_error(c, "too many --handler options");
+		a->handlers[a->n_handlers].kind = arg;
+		a->handlers[a->n_handlers].x = (due_exec_opts)DUE_EXEC_OPTS_INIT;
+		a->handlers[a->n_handlers++].x.command = val;
+		return 0;
+	case O_POOL:
+		if (!(val = split_kv(c, "--pool", arg)))
+			return EXIT_USAGE;
+		if (a->n_pools == MAX_KINDS)
+			return cli_usage_error(c, "too many --pool options");
+		if (cli_parse_int(c, "--pool size", val, 1, 1024, &v))
+			return EXIT_USAGE;
+		a->pools[a->n_pools].kind = arg;
+		a->pools[a->n_pools++].n = (int)v;
+		return 0;
+	case O_KINDS: return add_kinds(c, a, arg);
+	case O_CONC:
+		if (cli_parse_int(c, "--concurrency", arg, 1, 1024, &v))
+			return EXIT_USAGE;
+		a->wo.concurrency = (int)v;
+		return 0;
+	case O_LEASE: return cli_parse_duration(c, "--lease", arg, &a->wo.lease_us);
+	case O_POLL: return cli_parse_duration(c, "--poll", arg, &a->wo.poll_us);
+	case O_GRACE: return cli_parse_duration(c, "--grace", arg, &a->wo.grace_us);
+	case O_KGRACE: return cli_parse_duration(c, "--kill-grace", arg, &a->kill_grace);
+	case O_OWNER: a->wo.owner = arg; return 0;
+	case O_ONCE: a->wo.once = true; return 0;
+	case O_INLINE: a->wo.mode = DUE_MODE_INLINE; return 0;
+	case 'v': a->wo.log_level = 2; return 0;
+	case 'q': a->wo.log_level = 0; return 0;
+	default: return -1;
+	}
+}
+
+int cmd_work(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"exec", required_argument, NULL, O_EXEC},
+		{"handler", required_argument, NULL, O_HANDLER},
+		{"kinds", required_argument, NULL, O_KINDS},
+		{"concurrency", required_argument, NULL, O_CONC},
+		{"pool", required_argument, NULL, O_POOL},
+		{"lease", required_argument, NULL, O_LEASE},
+		{"poll", required_argument, NULL, O_POLL},
+		{"owner", required_argument, NULL, O_OWNER},
+		{"once", no_argument, NULL, O_ONCE},
+		{"inline", no_argument, NULL, O_INLINE},
+		{"grace", required_argument, NULL, O_GRACE},
+		{"kill-grace", required_argument, NULL, O_KGRACE},
+		{"verbose", no_argument, NULL, 'v'},
+		{"quiet", no_argument, NULL, 'q'},
+		CLI_COMMON_OPTS, {0}};
+	work_args a = {.wo = DUE_WORKER_OPTS_INIT, .any = DUE_EXEC_OPTS_INIT,
+		       .kill_grace = 5000000};
+	cli_ctx c = {.prog = "due work"};
+	int opt, rc = 0;
+
+	cli_getopt_reset();
+	while ((opt = getopt_long(argc, argv, ":hvq", opts, NULL)) != -1) {
+		if (cli_common_opt(&c, opt, optarg))
+			continue;
+		if (opt == 'h') {
+			fputs(usage, stdout);
+			goto done;
+		}
+		if ((rc = parse_opt(&c, &a, opt, optarg)) < 0)
+			rc = cli_bad_option(&c, opt, argv);
+		if (rc)
+			goto done;
+	}
+	if (optind < argc) {
+		rc = cli_usage_error(&c, "unexpected argument '%s'", argv[optind]);
+		goto done;
+	}
+	if (a.wo.lease_us < 3000 || a.wo.poll_us < 1000) {
+		rc = cli_usage_error(&c, "--lease must be at least 3ms and --poll 1ms");
+		goto done;
+	}
+	if (!(rc = check_args(&c, &a)))
+		rc = run(&c, &a);
+done:
+	free(a.kinds_buf);
+	return rc;
+}

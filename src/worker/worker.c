@@ -1,0 +1,1116 @@
+/*
+** worker.c - the worker runtime: claim due tasks, run handlers, keep their
+** leases, commit their outcomes.
+**
+** Threads, each with its own store connection (a due_db is single-thread):
+**
+**   claimer     claims up to the free slots of each pool, hands the tasks
+**               to the pools (or runs them itself in inline mode), reclaims
+**               expired leases, and sleeps on an eventfd between polls;
+**   pool N      one thread per slot, runs handlers;
+**   keeper      renews the lease of every running try every lease/3 and
+**               raises the job's `lost` flag when the store says the lease
+**               is gone or a cancel was requested;
+**   completer   commits finished tries in batches (due_complete_batch:
+**               each row fenced on its own) and frees their slots.
+**
+** Invariants.
+**  - A pool's `busy` counts its claimed, not yet committed tries; the
+**    claimer never asks for more than size - busy, so no task waits in
+**    memory holding a lease (CONTRACT §5).
+**  - A job is freed only by the completer, under `mu`, once its refcount
+**    (held by the keeper while it renews outside the lock) is zero.
+**  - The worker's own view of a lease is advisory.  Whether a completion
+**    lands is decided by the store's fenced statement, always.
+**
+** Lock order: `mu` is the only lock; no store call is made while holding it.
+** due_worker_stop() only touches an atomic flag and the eventfd, so it can
+** be called from a signal handler.
+*/
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "store/store.h"
+#include "worker/worker_internal.h"
+
+#define MAX_ERROR_TEXT 4096
+#define COMPLETE_BATCH 256
+
+typedef struct handler {
+	char *kind; /* NULL: the catch-all */
+	due_handler_fn fn;
+	void *payload;
+	struct pool *pool;
+} handler;
+
+typedef struct pool {
+	char *kind;       /* isolated pool's kind; NULL for the shared pool */
+	int size;
+	int busy;         /* claimed, not yet committed */
+	due_job *head, *tail; /* ready to run */
+	pthread_cond_t cv;
+	pthread_t *threads;
+	int started;
+} pool;
+
+struct due_job {
+	due_task task;
+	due_worker *w;
+	pool *pool;
+	const handler *h;
+	atomic_bool lost;
+	int64_t renewed_mono;   /* last successful claim/extend, monotonic us */
+	int refs;               /* under mu */
+	unsigned char *result;
+	size_t result_len;
+	char *error;
+	int rc;
+	due_tx_hook hook;
+	void *hook_payload;
+	due_job *next;          /* pool queue or completion queue */
+	due_job *iprev, *inext; /* in-flight list */
+};
+
+struct due_worker {
+	due_worker_opts o;
+	char *url, *owner;
+	handler *handlers;
+	size_t n_handlers;
+	pool **pools;           /* [0] is the shared pool */
+	size_t n_pools;
+	pthread_mutex_t mu;
+	pthread_cond_t done_cv, keep_cv, idle_cv;
+	due_job *inflight;      /* every claimed, uncommitted job */
+	int n_inflight;
+	due_job *done_head, *done_tail;
+	int wake_fd;
+	atomic_bool stop, draining, running;
+	bool threads_stop;      /* under mu: keeper and completer may exit */
+	pthread_t keeper, completer;
+	struct {
+		atomic_llong claimed, done, failed, dead, stale, cancelled,
+			lease_lost, claim_queries, empty_claims, store_errors;
+	} st;
+};
+
+/* ------------------------------------------------------------------ */
+/* Small helpers                                                       */
+/* ------------------------------------------------------------------ */
+
+int64_t due_mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void wlog(due_worker *w, int level, const char *fmt, ...)
+	DUE_PRINTF(3, 4);
+
+static void wlog(due_worker *w, int level, const char *fmt, ...)
+{
+	char ts[40], msg[1200];
+	va_list ap;
+
+	if (level > w->o.log_level)
+		return;
+	due_time_format(ts, sizeof(ts), due_time_now_host());
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s due-work[%d] %s: %s\n", ts, (int)getpid(), w->owner,
+		msg);
+}
+
+static void wake(due_worker *w)
+{
+	uint64_t one = 1;
+	ssize_t r = write(w->wake_fd, &one, sizeof(one));
+	(void)r;
+}
+
+/* Wait on the eventfd up to timeout_us (<0: forever); drain it. */
+static void wait_wake(due_worker *w, int64_t timeout_us)
+{
+	struct pollfd p = {w->wake_fd, POLLIN, 0};
+	int ms = timeout_us < 0 ? -1 : (int)((timeout_us + 999) / 1000);
+	uint64_t v;
+
+	if (poll(&p, 1, ms) > 0) {
+		ssize_t r = read(w->wake_fd, &v, sizeof(v));
+		(void)r;
+	}
+}
+
+static void cond_wait_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += us / 1000000;
+	ts.tv_nsec += (us % 1000000) * 1000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static int cond_init(pthread_cond_t *cv)
+{
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	int rc = pthread_cond_init(cv, &a);
+	pthread_condattr_destroy(&a);
+	return rc;
+}
+
+/*
+** Open a store connection for a worker thread, retrying with backoff
+** until it works or the worker stops.  NULL only when stopping.
+*/
+static due_db *connect_retry(due_worker *w, const char *who)
+{
+	int64_t delay = 10000;
+
+	for (;;) {
+		due_db *db = NULL;
+		if (due_open(&db, w->url, NULL) == 0)
+			return db;
+		atomic_fetch_add(&w->st.store_errors, 1);
+		wlog(w, 1, "%s: cannot open store: %s (retrying)", who,
+		     due_error_last());
+		due_close(db);
+		if (atomic_load(&w->stop) && strcmp(who, "claimer") == 0)
+			return NULL;
+		wait_wake(w, delay);
+		delay = delay * 2 > 2000000 ? 2000000 : delay * 2;
+		if (atomic_load(&w->stop) && !atomic_load(&w->running))
+			return NULL;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Jobs                                                                */
+/* ------------------------------------------------------------------ */
+
+const due_task *due_job_task(const due_job *job)
+{
+	return &job->task;
+}
+
+const char *due_job_owner(const due_job *job)
+{
+	return job->w->owner;
+}
+
+bool due_job_lease_held(const due_job *job)
+{
+	return !atomic_load(&job->lost);
+}
+
+int due_job_set_result(due_job *job, const void *data, size_t len)
+{
+	unsigned char *p = malloc(len + 1);
+	if (!p)
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	if (len)
+		memcpy(p, data, len);
+	p[len] = '\0';
+	free(job->result);
+	job->result = p;
+	job->result_len = len;
+	return 0;
+}
+
+void due_job_set_error(due_job *job, const char *text)
+{
+	size_t n = text ? strlen(text) : 0;
+	if (n > MAX_ERROR_TEXT)
+		text += n - MAX_ERROR_TEXT, n = MAX_ERROR_TEXT;
+	free(job->error);
+	job->error = due_strdup_n(text ? text : "", n);
+}
+
+void due_job_set_tx_hook(due_job *job, due_tx_hook hook, void *payload)
+{
+	job->hook = hook;
+	job->hook_payload = payload;
+}
+
+static void job_free(due_job *j)
+{
+	free(j->task.kind);
+	free(j->task.payload);
+	free(j->task.lease_owner);
+	free(j->task.key);
+	free(j->task.result);
+	free(j->task.last_error);
+	free(j->result);
+	free(j->error);
+	free(j);
+}
+
+/* The handler for a kind: its own, else the catch-all, else NULL. */
+static const handler *handler_for(const due_worker *w, const char *kind)
+{
+	const handler *any = NULL;
+	for (size_t i = 0; i < w->n_handlers; i++) {
+		if (!w->handlers[i].kind)
+			any = &w->handlers[i];
+		else if (strcmp(w->handlers[i].kind, kind) == 0)
+			return &w->handlers[i];
+	}
+	return any;
+}
+
+/*
+** Turn a claimed task into a job (taking ownership of the task's fields)
+** and register it in flight.  Called with mu held.
+*/
+static due_job *job_new_locked(due_worker *w, pool *p, due_task *t)
+{
+	due_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return NULL;
+	j->task = *t;
+	memset(t, 0, sizeof(*t));
+	j->w = w;
+	j->pool = p;
+	j->h = handler_for(w, j->task.kind);
+	j->renewed_mono = due_mono_us();
+	j->refs = 1;
+	j->inext = w->inflight;
+	if (w->inflight)
+		w->inflight->iprev = j;
+	w->inflight = j;
+	w->n_inflight++;
+	return j;
+}
+
+static void enqueue_locked(pool *p, due_job *j)
+{
+	j->next = NULL;
+	if (p->tail)
+		p->tail->next = j;
+	else
+		p->head = j;
+	p->tail = j;
+	pthread_cond_signal(&p->cv);
+}
+
+static due_job *dequeue_locked(pool *p)
+{
+	due_job *j = p->head;
+	if (j) {
+		p->head = j->next;
+		if (!p->head)
+			p->tail = NULL;
+	}
+	return j;
+}
+
+/* Run the handler of a job; then queue it for the completer. */
+static void run_job(due_worker *w, due_job *j)
+{
+	int64_t t0 = due_mono_us();
+
+	if (!j->h) {
+		j->rc = 1;
+		due_job_set_error(j, "no handler for this kind in this worker");
+	} else {
+		j->rc = j->h->fn(j, j->h->payload);
+	}
+	wlog(w, 2, "task %lld (%s) attempt %d: handler %s in %.1f ms",
+	     (long long)j->task.id, j->task.kind, j->task.attempt,
+	     j->rc == 0 ? "ok" : "failed", (double)(due_mono_us() - t0) / 1000.0);
+	pthread_mutex_lock(&w->mu);
+	j->next = NULL;
+	if (w->done_tail)
+		w->done_tail->next = j;
+	else
+		w->done_head = j;
+	w->done_tail = j;
+	pthread_cond_signal(&w->done_cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* ------------------------------------------------------------------ */
+/* Pools                                                               */
+/* ------------------------------------------------------------------ */
+
+typedef struct pool_arg {
+	due_worker *w;
+	pool *p;
+} pool_arg;
+
+static void *pool_thread(void *arg)
+{
+	pool_arg *a = arg;
+	due_worker *w = a->w;
+	pool *p = a->p;
+
+	free(a);
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		due_job *j = dequeue_locked(p);
+		if (!j) {
+			if (w->threads_stop)
+				break;
+			pthread_cond_wait(&p->cv, &w->mu);
+			continue;
+		}
+		pthread_mutex_unlock(&w->mu);
+		run_job(w, j);
+		pthread_mutex_lock(&w->mu);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+static pool *pool_new(const char *kind, int size)
+{
+	pool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->kind = kind ? due_strdup_n(kind, strlen(kind)) : NULL;
+	p->size = size;
+	p->threads = calloc((size_t)size, sizeof(pthread_t));
+	if (cond_init(&p->cv) != 0 || !p->threads || (kind && !p->kind)) {
+		free(p->kind);
+		free(p->threads);
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+static int pools_start(due_worker *w)
+{
+	for (size_t i = 0; i < w->n_pools; i++) {
+		pool *p = w->pools[i];
+		if (i == 0 && w->o.mode == DUE_MODE_INLINE)
+			continue; /* the claimer runs the shared pool */
+		for (int k = 0; k < p->size; k++) {
+			pool_arg *a = malloc(sizeof(*a));
+			if (!a)
+				return due_error_set(DUE_ENOMEM, "out of memory");
+			*a = (pool_arg){w, p};
+			if (pthread_create(&p->threads[k], NULL, pool_thread, a) != 0) {
+				free(a);
+				return due_error_set(DUE_ERROR, "cannot start a pool thread");
+			}
+			p->started++;
+		}
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Completer                                                           */
+/* ------------------------------------------------------------------ */
+
+static void count_outcome(due_worker *w, const due_job *j, bool ok, int outcome)
+{
+	const char *name;
+
+	if (ok) {
+		name = due_complete_outcome_name((due_complete_outcome)outcome);
+		if (outcome == DUE_COMPLETE_DONE)
+			atomic_fetch_add(&w->st.done, 1);
+		else if (outcome == DUE_COMPLETE_REJECTED_STALE)
+			atomic_fetch_add(&w->st.stale, 1);
+		else
+			atomic_fetch_add(&w->st.cancelled, 1);
+	} else {
+		name = due_fail_outcome_name((due_fail_outcome)outcome);
+		if (outcome == DUE_FAIL_REJECTED_STALE)
+			atomic_fetch_add(&w->st.stale, 1);
+		else if (outcome == DUE_FAIL_CANCELLED)
+			atomic_fetch_add(&w->st.cancelled, 1);
+		else if (outcome == DUE_FAIL_DEAD)
+			atomic_fetch_add(&w->st.dead, 1);
+		else
+			atomic_fetch_add(&w->st.failed, 1);
+	}
+	bool quiet = ok && outcome == DUE_COMPLETE_DONE;
+	wlog(w, quiet ? 2 : 1, "task %lld (%s) attempt %d: %s%s%s", (long long)j->task.id,
+	     j->task.kind, j->task.attempt, name, j->error && !ok ? ": " : "",
+	     j->error && !ok ? j->error : "");
+}
+
+/* Retry a store call while it fails with a store error (not a refusal). */
+#define STORE_RETRY(w, db, call)                                               \
+	do {                                                                   \
+		int64_t delay_ = 10000;                                        \
+		while ((rc = (call)) < 0 && rc != DUE_EINVAL &&                \
+		       rc != DUE_ETOOBIG) {                                    \
+			atomic_fetch_add(&(w)->st.store_errors, 1);            \
+			wlog((w), 1, "store error (%s), retrying: %s",         \
+			     due_error_name(rc), due_error_last());            \
+			wait_wake((w), delay_);                                \
+			delay_ = delay_ * 2 > 2000000 ? 2000000 : delay_ * 2;  \
+		}                                                              \
+	} while (0)
+
+/* Commit the fails and hooked completions one by one. */
+static void commit_single(due_worker *w, due_db *db, due_job *j)
+{
+	int rc;
+
+	if (j->rc != 0) {
+		due_fail_outcome fo = DUE_FAIL_REJECTED_STALE;
+		STORE_RETRY(w, db, due_fail(db, &fo, j->task.id, j->task.attempt,
+					    j->error ? j->error : "handler failed"));
+		if (rc == 0)
+			count_outcome(w, j, false, (int)fo);
+		return;
+	}
+	due_complete_outcome co = DUE_COMPLETE_REJECTED_STALE;
+	STORE_RETRY(w, db, due_complete_tx(db, &co, j->task.id, j->task.attempt,
+					   j->result, j->result_len, j->hook,
+					   j->hook_payload));
+	if (rc == 0)
+		count_outcome(w, j, true, (int)co);
+	else
+		wlog(w, 1, "task %lld: completion failed: %s", (long long)j->task.id,
+		     due_error_last());
+}
+
+/* Commit plain completions of a batch with one fenced batch call. */
+static void commit_batch(due_worker *w, due_db *db, due_job **jobs, size_t n)
+{
+	due_completion items[COMPLETE_BATCH];
+	size_t k = 0;
+	int rc;
+
+	for (size_t i = 0; i < n; i++) {
+		due_job *j = jobs[i];
+		if (j->rc != 0 || j->hook) {
+			commit_single(w, db, j);
+			continue;
+		}
+		items[k++] = (due_completion){j->task.id, j->task.attempt,
+					      j->result, j->result_len, 0};
+	}
+	if (k == 0)
+		return;
+	STORE_RETRY(w, db, due_complete_batch(db, items, k));
+	if (rc == DUE_ETOOBIG || rc == DUE_EINVAL) {
+		/* one oversized result: commit them one by one */
+		for (size_t i = 0; i < n; i++)
+			if (jobs[i]->rc == 0 && !jobs[i]->hook) {
+				if (due_complete(db, &items[0].outcome, jobs[i]->task.id,
+						 jobs[i]->task.attempt, jobs[i]->result,
+						 jobs[i]->result_len) < 0) {
+					jobs[i]->rc = 1;
+					due_job_set_error(jobs[i], due_error_last());
+					commit_single(w, db, jobs[i]);
+				} else {
+					count_outcome(w, jobs[i], true, (int)items[0].outcome);
+				}
+			}
+		return;
+	}
+	for (size_t i = 0, m = 0; i < n; i++)
+		if (jobs[i]->rc == 0 && !jobs[i]->hook)
+			count_outcome(w, jobs[i], true, (int)items[m++].outcome);
+}
+
+/* Drop a committed job from flight, free its slot.  mu held. */
+static void retire_locked(due_worker *w, due_job *j)
+{
+	if (j->iprev)
+		j->iprev->inext = j->inext;
+	else
+		w->inflight = j->inext;
+	if (j->inext)
+		j->inext->iprev = j->iprev;
+	w->n_inflight--;
+	j->pool->busy--;
+	if (--j->refs == 0)
+		job_free(j);
+	pthread_cond_broadcast(&w->idle_cv);
+}
+
+static void *completer_main(void *arg)
+{
+	due_worker *w = arg;
+	due_db *db = connect_retry(w, "completer");
+	due_job *batch[COMPLETE_BATCH];
+
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		size_t n = 0;
+		while (w->done_head && n < COMPLETE_BATCH) {
+			batch[n++] = w->done_head;
+			w->done_head = w->done_head->next;
+		}
+		if (!w->done_head)
+			w->done_tail = NULL;
+		if (n == 0) {
+			if (w->threads_stop && w->n_inflight == 0)
+				break;
+			pthread_cond_wait(&w->done_cv, &w->mu);
+			continue;
+		}
+		pthread_mutex_unlock(&w->mu);
+		if (!db)
+			db = connect_retry(w, "completer");
+		commit_batch(w, db, batch, n);
+		pthread_mutex_lock(&w->mu);
+		for (size_t i = 0; i < n; i++)
+			retire_locked(w, batch[i]);
+		wake(w);
+	}
+	pthread_mutex_unlock(&w->mu);
+	due_close(db);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Lease keeper                                                        */
+/* ------------------------------------------------------------------ */
+
+typedef struct renewal {
+	due_job *job;
+	due_id id;
+	int32_t attempt;
+} renewal;
+
+/* Take references to the jobs whose lease is due for renewal.  mu held. */
+static size_t renewals_due_locked(due_worker *w, renewal *r, size_t cap,
+				  int64_t now)
+{
+	size_t n = 0;
+	for (due_job *j = w->inflight; j && n < cap; j = j->inext) {
+		if (atomic_load(&j->lost) ||
+		    now - j->renewed_mono < w->o.lease_us / 3)
+			continue;
+		j->refs++;
+		r[n++] = (renewal){j, j->task.id, j->task.attempt};
+	}
+	return n;
+}
+
+static void renew_one(due_worker *w, due_db *db, renewal *r)
+{
+	due_extend_outcome eo;
+	int64_t now = due_mono_us();
+	int rc = due_extend(db, &eo, r->id, r->attempt, w->o.lease_us);
+
+	if (rc < 0) {
+		atomic_fetch_add(&w->st.store_errors, 1);
+		wlog(w, 1, "task %lld: lease renewal failed: %s", (long long)r->id,
+		     due_error_last());
+		/* the lease may be gone by now; stop the handler once it is */
+		if (now - r->job->renewed_mono >= w->o.lease_us &&
+		    !atomic_exchange(&r->job->lost, true)) {
+			atomic_fetch_add(&w->st.lease_lost, 1);
+			wlog(w, 1, "task %lld attempt %d: lease presumed lost (no "
+			     "renewal for a whole lease); stopping its handler",
+			     (long long)r->id, r->attempt);
+		}
+		return;
+	}
+	if (eo == DUE_EXTEND_OK) {
+		r->job->renewed_mono = now;
+		return;
+	}
+	if (!atomic_exchange(&r->job->lost, true)) {
+		atomic_fetch_add(&w->st.lease_lost, 1);
+		wlog(w, 1, "task %lld attempt %d: %s; stopping its handler",
+		     (long long)r->id, r->attempt,
+		     eo == DUE_EXTEND_LOST ? "lease lost (taken back by the store)"
+					   : "cancel requested");
+	}
+}
+
+static void *keeper_main(void *arg)
+{
+	due_worker *w = arg;
+	due_db *db = NULL;
+	renewal r[256];
+	int64_t tick = w->o.lease_us / 12;
+
+	if (tick < 5000)
+		tick = 5000;
+	if (tick > 1000000)
+		tick = 1000000;
+	pthread_mutex_lock(&w->mu);
+	while (!(w->threads_stop && w->n_inflight == 0)) {
+		size_t n = renewals_due_locked(w, r, 256, due_mono_us());
+		if (n == 0) {
+			cond_wait_us(&w->keep_cv, &w->mu, tick);
+			continue;
+		}
+		pthread_mutex_unlock(&w->mu);
+		if (!db)
+			db = connect_retry(w, "keeper");
+		for (size_t i = 0; i < n; i++)
+			renew_one(w, db, &r[i]);
+		pthread_mutex_lock(&w->mu);
+		for (size_t i = 0; i < n; i++)
+			if (--r[i].job->refs == 0)
+				job_free(r[i].job);
+	}
+	pthread_mutex_unlock(&w->mu);
+	due_close(db);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Claimer                                                             */
+/* ------------------------------------------------------------------ */
+
+/* Kinds a pool claims: isolated -> its kind; shared -> see claim_for(). */
+static int claim_for(due_worker *w, due_db *db, pool *p, int limit,
+		     due_task_list **out)
+{
+	const char *kinds[65];
+	due_claim_opts o = DUE_CLAIM_OPTS_INIT;
+	bool catch_all = false;
+	size_t n = 0;
+
+	o.owner = w->owner;
+	o.limit = limit;
+	o.lease_us = w->o.lease_us;
+	if (p->kind) {
+		kinds[n++] = p->kind;
+	} else {
+		for (size_t i = 0; i < w->n_handlers; i++) {
+			if (!w->handlers[i].kind)
+				catch_all = true;
+			else if (w->handlers[i].pool == p && n < 64)
+				kinds[n++] = w->handlers[i].kind;
+		}
+		if (catch_all) {
+			/* everything except the isolated kinds */
+			n = 0;
+			for (size_t i = 1; i < w->n_pools && n < 64; i++)
+				kinds[n++] = w->pools[i]->kind;
+			o.exclude_kinds = true;
+		} else if (n == 0) {
+			*out = NULL;
+			return 0;
+		}
+	}
+	o.kinds = kinds;
+	o.n_kinds = n;
+	atomic_fetch_add(&w->st.claim_queries, 1);
+	return due_claim_ex(db, out, &o);
+}
+
+/*
+** One claiming round over every pool with free slots.  *filled is set
+** when some pool got all it asked for (more may be due).  Returns the
+** number of tasks claimed, or a negative code on a store error.
+*/
+static int claim_round(due_worker *w, due_db *db, bool *filled)
+{
+	int total = 0;
+
+	*filled = false;
+	for (size_t i = 0; i < w->n_pools && !atomic_load(&w->stop); i++) {
+		pool *p = w->pools[i];
+		due_task_list *l = NULL;
+		int free_slots, rc;
+
+		pthread_mutex_lock(&w->mu);
+		free_slots = p->size - p->busy;
+		pthread_mutex_unlock(&w->mu);
+		if (free_slots <= 0)
+			continue;
+		if ((rc = claim_for(w, db, p, free_slots, &l)) < 0)
+			return rc;
+		if (!l)
+			continue;
+		if (l->count == 0)
+			atomic_fetch_add(&w->st.empty_claims, 1);
+		if ((int)l->count == free_slots)
+			*filled = true;
+		pthread_mutex_lock(&w->mu);
+		for (size_t k = 0; k < l->count; k++) {
+			due_job *j = job_new_locked(w, p, &l->items[k]);
+			if (!j) /* out of memory: the lease will expire */
+				continue;
+			p->busy++;
+			enqueue_locked(p, j);
+		}
+		pthread_mutex_unlock(&w->mu);
+		atomic_fetch_add(&w->st.claimed, (long long)l->count);
+		total += (int)l->count;
+		due_task_list_free(l);
+	}
+	return total;
+}
+
+/* Inline mode: the claimer runs what it claimed for the shared pool. */
+static void run_inline(due_worker *w)
+{
+	pool *p = w->pools[0];
+	for (;;) {
+		pthread_mutex_lock(&w->mu);
+		due_job *j = dequeue_locked(p);
+		pthread_mutex_unlock(&w->mu);
+		if (!j)
+			return;
+		run_job(w, j);
+	}
+}
+
+static int inflight(due_worker *w)
+{
+	pthread_mutex_lock(&w->mu);
+	int n = w->n_inflight;
+	pthread_mutex_unlock(&w->mu);
+	return n;
+}
+
+static int64_t reclaim_every(const due_worker *w)
+{
+	int64_t v = w->o.lease_us / 4;
+	return v < 100000 ? 100000 : v > 5000000 ? 5000000 : v;
+}
+
+static void reclaim(due_worker *w, due_db *db)
+{
+	due_reclaimed r;
+	if (due_reclaim_expired(db, &r) < 0) {
+		atomic_fetch_add(&w->st.store_errors, 1);
+		wlog(w, 1, "reclaim failed: %s", due_error_last());
+		return;
+	}
+	if (r.rescheduled + r.dead + r.cancelled)
+		wlog(w, 1, "reclaimed expired leases: %lld rescheduled, %lld dead, "
+		     "%lld cancelled", (long long)r.rescheduled, (long long)r.dead,
+		     (long long)r.cancelled);
+}
+
+/*
+** The claiming loop.  Claims as soon as slots free up while the previous
+** round filled them (more is due), else once per poll interval.  Returns
+** when stopping, or in once-mode when nothing due is left.
+*/
+static void claim_loop(due_worker *w, due_db *db)
+{
+	int64_t next_reclaim = 0, next_poll = 0, backoff = 10000;
+	bool more = true;
+
+	while (!atomic_load(&w->stop)) {
+		int64_t now = due_mono_us();
+		bool filled = false;
+		int n = 0;
+
+		if (now >= next_reclaim) {
+			reclaim(w, db);
+			next_reclaim = now + reclaim_every(w);
+		}
+		if (more || now >= next_poll) {
+			n = claim_round(w, db, &filled);
+			if (n < 0) {
+				atomic_fetch_add(&w->st.store_errors, 1);
+				wlog(w, 1, "claim failed: %s (backing off %lld ms)",
+				     due_error_last(), (long long)backoff / 1000);
+				wait_wake(w, backoff);
+				backoff = backoff * 2 > 2000000 ? 2000000 : backoff * 2;
+				continue;
+			}
+			backoff = 10000;
+			more = filled;
+			next_poll = due_mono_us() + w->o.poll_us;
+		}
+		if (w->o.mode == DUE_MODE_INLINE)
+			run_inline(w);
+		if (w->o.once && n == 0 && !more && inflight(w) == 0)
+			return;
+		if (more && n > 0)
+			continue; /* slots may still be free in other pools */
+		int64_t until = (more ? next_reclaim : (next_poll < next_reclaim
+						  ? next_poll : next_reclaim)) - due_mono_us();
+		if (w->o.once)
+			until = until > 50000 ? 50000 : until;
+		wait_wake(w, until > 0 ? until : 0);
+		if (w->o.once)
+			more = true; /* re-check promptly until drained */
+	}
+}
+
+/* Let in-flight tries finish within the grace; then tell them to stop. */
+static void drain(due_worker *w)
+{
+	int64_t deadline = due_mono_us() + w->o.grace_us;
+	bool told = false;
+
+	pthread_mutex_lock(&w->mu);
+	while (w->n_inflight > 0) {
+		int64_t left = deadline - due_mono_us();
+		if (left <= 0 && !told) {
+			wlog(w, 1, "grace period over: stopping %d running handler(s); "
+			     "their leases will expire", w->n_inflight);
+			for (due_job *j = w->inflight; j; j = j->inext)
+				atomic_store(&j->lost, true);
+			told = true;
+		}
+		cond_wait_us(&w->idle_cv, &w->mu, left > 0 ? left : 100000);
+		if (w->o.mode == DUE_MODE_INLINE) {
+			pthread_mutex_unlock(&w->mu);
+			run_inline(w);
+			pthread_mutex_lock(&w->mu);
+		}
+	}
+	pthread_mutex_unlock(&w->mu);
+}
+
+static void join_all(due_worker *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->threads_stop = true;
+	for (size_t i = 0; i < w->n_pools; i++)
+		pthread_cond_broadcast(&w->pools[i]->cv);
+	pthread_cond_broadcast(&w->done_cv);
+	pthread_cond_broadcast(&w->keep_cv);
+	pthread_mutex_unlock(&w->mu);
+	for (size_t i = 0; i < w->n_pools; i++)
+		for (int k = 0; k < w->pools[i]->started; k++)
+			pthread_join(w->pools[i]->threads[k], NULL);
+	pthread_join(w->completer, NULL);
+	pthread_join(w->keeper, NULL);
+}
+
+int due_worker_run(due_worker *w)
+{
+	due_db *db;
+	struct sigaction sa;
+	int rc;
+
+	if (atomic_exchange(&w->running, true))
+		return due_error_set(DUE_EINVAL, "worker is already running");
+	if (w->n_handlers == 0)
+		return due_error_set(DUE_EINVAL, "worker has no handler registered");
+	/* Writing a payload to a command that exited must not kill us. */
+	if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
+		signal(SIGPIPE, SIG_IGN);
+	db = connect_retry(w, "claimer");
+	if (!db)
+		return 0;
+	if ((rc = pools_start(w)) < 0 ||
+	    pthread_create(&w->completer, NULL, completer_main, w) != 0 ||
+	    pthread_create(&w->keeper, NULL, keeper_main, w) != 0) {
+		due_close(db);
+		return rc < 0 ? rc : due_error_set(DUE_ERROR, "cannot start threads");
+	}
+	wlog(w, 1, "started: %zu pool(s), shared concurrency %d, lease %lld ms, "
+	     "poll %lld ms%s", w->n_pools, w->pools[0]->size,
+	     (long long)w->o.lease_us / 1000, (long long)w->o.poll_us / 1000,
+	     w->o.once ? ", once" : "");
+	claim_loop(w, db);
+	atomic_store(&w->draining, true);
+	drain(w);
+	join_all(w);
+	due_close(db);
+	wlog(w, 1, "stopped: claimed %lld, done %lld, failed %lld, dead %lld, "
+	     "stale %lld, cancelled %lld, lease lost %lld",
+	     (long long)w->st.claimed, (long long)w->st.done,
+	     (long long)w->st.failed, (long long)w->st.dead, (long long)w->st.stale,
+	     (long long)w->st.cancelled, (long long)w->st.lease_lost);
+	atomic_store(&w->running, false);
+	return 0;
+}
+
+void due_worker_stop(due_worker *w)
+{
+	atomic_store(&w->stop, true);
+	wake(w);
+}
+
+/* ------------------------------------------------------------------ */
+/* Setup                                                               */
+/* ------------------------------------------------------------------ */
+
+int due_worker_new(due_worker **out, const due_worker_opts *opts)
+{
+	due_worker *w;
+	char host[128];
+
+	*out = NULL;
+	if (!opts || !opts->url)
+		return due_error_set(DUE_EINVAL, "worker options need a store url");
+	if (opts->concurrency < 1 || opts->concurrency > 1024)
+		return due_error_set(DUE_EINVAL, "invalid concurrency %d: 1..1024",
+				     opts->concurrency);
+	if (opts->lease_us < 1000 || opts->poll_us < 1000 || opts->grace_us < 0)
+		return due_error_set(DUE_EINVAL,
+			"invalid lease/poll/grace: lease and poll at least 1ms");
+	if (opts->owner && due_validate_owner(opts->owner) < 0)
+		return DUE_EINVAL;
+	if (!(w = calloc(1, sizeof(*w))))
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	w->o = *opts;
+	w->url = due_strdup_n(opts->url, strlen(opts->url));
+	if (opts->owner) {
+		w->owner = due_strdup_n(opts->owner, strlen(opts->owner));
+	} else {
+		char buf[200];
+		if (gethostname(host, sizeof(host)) != 0)
+			snprintf(host, sizeof(host), "localhost");
+		host[sizeof(host) - 1] = '\0';
+		snprintf(buf, sizeof(buf), "%s:%d", host, (int)getpid());
+		w->owner = due_strdup_n(buf, strlen(buf));
+	}
+	w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	w->pools = calloc(1, sizeof(*w->pools));
+	if (w->pools)
+		w->pools[0] = pool_new(NULL, opts->mode == DUE_MODE_INLINE
+						 ? opts->concurrency : opts->concurrency);
+	w->n_pools = 1;
+	if (!w->url || !w->owner || w->wake_fd < 0 || !w->pools || !w->pools[0] ||
+	    pthread_mutex_init(&w->mu, NULL) != 0 || cond_init(&w->done_cv) ||
+	    cond_init(&w->keep_cv) || cond_init(&w->idle_cv)) {
+		due_worker_free(w);
+		return due_error_set(DUE_ENOMEM, "cannot create worker");
+	}
+	*out = w;
+	return 0;
+}
+
+int due_worker_register(due_worker *w, const char *kind, due_handler_fn fn,
+			void *payload, int pool_size)
+{
+	handler *h;
+	pool *p = w->pools[0];
+	int rc;
+
+	if (atomic_load(&w->running))
+		return due_error_set(DUE_EINVAL, "register handlers before running");
+	if (!fn || pool_size < 0 || pool_size > 1024)
+		return due_error_set(DUE_EINVAL, "invalid handler or pool size");
+	if (kind && (rc = due_validate_kind(kind)) < 0)
+		return rc;
+	if (!kind && pool_size > 0)
+		return due_error_set(DUE_EINVAL,
+			"an isolated pool needs a kind (the catch-all runs in the "
+			"shared pool)");
+	for (size_t i = 0; i < w->n_handlers; i++)
+		if ((!kind && !w->handlers[i].kind) ||
+		    (kind && w->handlers[i].kind && !strcmp(kind, w->handlers[i].kind)))
+			return due_error_set(DUE_EINVAL, "handler for '%s' registered twice",
+					     kind ? kind : "(any kind)");
+	if (pool_size > 0) {
+		pool **np = realloc(w->pools, (w->n_pools + 1) * sizeof(*np));
+		if (!np)
+			return due_error_set(DUE_ENOMEM, "out of memory");
+		w->pools = np;
+		if (!(p = pool_new(kind, pool_size)))
+			return due_error_set(DUE_ENOMEM, "out of memory");
+		w->pools[w->n_pools++] = p;
+	}
+	h = realloc(w->handlers, (w->n_handlers + 1) * sizeof(*h));
+	if (!h)
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	w->handlers = h;
+	h[w->n_handlers++] = (handler){
+		kind ? due_strdup_n(kind, strlen(kind)) : NULL, fn, payload, p};
+	return 0;
+}
+
+void due_worker_free(due_worker *w)
+{
+	if (!w)
+		return;
+	for (size_t i = 0; i < w->n_handlers; i++)
+		free(w->handlers[i].kind);
+	free(w->handlers);
+	for (size_t i = 0; w->pools && i < w->n_pools; i++) {
+		if (!w->pools[i])
+			continue;
+		pthread_cond_destroy(&w->pools[i]->cv);
+		free(w->pools[i]->kind);
+		free(w->pools[i]->threads);
+		free(w->pools[i]);
+	}
+	free(w->pools);
+	if (w->wake_fd >= 0)
+		close(w->wake_fd);
+	free(w->url);
+	free(w->owner);
+	free(w);
+}
+
+void due_worker_stats_get(due_worker *w, due_worker_stats *out)
+{
+	out->claimed = atomic_load(&w->st.claimed);
+	out->done = atomic_load(&w->st.done);
+	out->failed = atomic_load(&w->st.failed);
+	out->dead = atomic_load(&w->st.dead);
+	out->stale = atomic_load(&w->st.stale);
+	out->cancelled = atomic_load(&w->st.cancelled);
+	out->lease_lost = atomic_load(&w->st.lease_lost);
+	out->claim_queries = atomic_load(&w->st.claim_queries);
+	out->empty_claims = atomic_load(&w->st.empty_claims);
+	out->store_errors = atomic_load(&w->st.store_errors);
+}
+
+/* ------------------------------------------------------------------ */
+/* Immediate mode                                                      */
+/* ------------------------------------------------------------------ */
+
+/* The pool that runs `kind`: its isolated pool or the shared one. */
+static pool *pool_of(due_worker *w, const char *kind)
+{
+	for (size_t i = 1; i < w->n_pools; i++)
+		if (strcmp(w->pools[i]->kind, kind) == 0)
+			return w->pools[i];
+	return w->pools[0];
+}
+
+int due_worker_submit(due_worker *w, due_db *db, due_submitted *out,
+		      const char *kind, const void *payload, size_t len,
+		      const due_schedule_opts *opts)
+{
+	due_task *t = NULL;
+	pool *p;
+	int rc;
+
+	if ((rc = due_schedule(db, out, kind, payload, len, opts)) < 0)
+		return rc;
+	if (out->existed || !atomic_load(&w->running) || atomic_load(&w->stop) ||
+	    (opts && (opts->delay_us > 0 || opts->at > 0)))
+		return 0; /* not due now: discovery will find it */
+	p = pool_of(w, kind);
+	pthread_mutex_lock(&w->mu);
+	bool slot = p->busy < p->size;
+	if (slot)
+		p->busy++;
+	pthread_mutex_unlock(&w->mu);
+	if (!slot)
+		return 0;
+	rc = due_claim_id(db, &t, out->id, w->owner, w->o.lease_us);
+	pthread_mutex_lock(&w->mu);
+	if (rc < 0) {
+		p->busy--; /* taken by another worker already, or a store error */
+	} else {
+		due_job *j = job_new_locked(w, p, t);
+		if (j)
+			enqueue_locked(p, j);
+		else
+			p->busy--;
+		atomic_fetch_add(&w->st.claimed, 1);
+	}
+	pthread_mutex_unlock(&w->mu);
+	due_task_free(t);
+	if (w->o.mode == DUE_MODE_INLINE)
+		wake(w);
+	return 0;
+}
