@@ -1,0 +1,404 @@
+/*
+** cmd_verify.c - `due verify`: the contract suite against a store URL.
+**
+** Each case runs in its own scratch namespace of the named store: for
+** SQLite a new database file in a directory next to the user's file (same
+** filesystem, same host clock), for PostgreSQL a new schema in the same
+** database, dropped afterwards.  The user's tasks are never read or
+** written.  Fault cases start real `due work` processes and use real
+** kill -9 and SIGSTOP.  Output: one `CASE name PASS|FAIL k=v...` line per
+** case, then `N passed, N failed`; exit 1 when any case failed.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef DUE_WITH_PG
+#include <libpq-fe.h>
+#endif
+
+#include "cli/cli.h"
+#include "cli/verify.h"
+
+extern char **environ;
+
+static const char usage[] =
+	"usage: due verify [--db URL] [--case NAME[,NAME...]] [--list] [--keep] [-v]\n"
+	"\n"
+	"Run the contract cases against the store named by --db, with real\n"
+	"worker processes, kill -9 and SIGSTOP.  Every case works in a scratch\n"
+	"namespace (a new SQLite file beside the store, or a new PostgreSQL\n"
+	"schema) and never touches your tasks.  Prints one CASE line per case\n"
+	"and `N passed, N failed`; exits 1 if a case failed.\n"
+	"  --case NAMES   run only these cases     --list  print the case names\n"
+	"  --keep         keep scratch stores and logs for inspection\n";
+
+typedef struct vcase {
+	const char *name;
+	void (*run)(vctx *v);
+} vcase;
+
+static const vcase cases[] = {
+	{"normal_three_workers", v_normal_three_workers},
+	{"boundary_not_before_due", v_boundary_not_before_due},
+	{"boundary_claim_limit", v_boundary_claim_limit},
+	{"cancel_semantics", v_cancel_semantics},
+	{"race_due_vs_cancel", v_race_due_vs_cancel},
+	{"retry_backoff_then_done", v_retry_backoff_then_done},
+	{"retry_exhausted_dead", v_retry_exhausted_dead},
+	{"crash_kill9_lease_retry", v_crash_kill9_lease_retry},
+	{"sigstop_late_commit_rejected", v_sigstop_late_commit_rejected},
+	{"ext_key_per_task_dedup", v_ext_key_per_task_dedup},
+	{"cancel_after_external_call", v_cancel_after_external_call},
+	{"negative_naive_select_then_update", v_negative_naive_select_then_update},
+	{"negative_unfenced_late_commit", v_negative_unfenced_late_commit},
+	{"negative_ext_key_per_attempt", v_negative_ext_key_per_attempt},
+};
+
+#define N_CASES (sizeof(cases) / sizeof(cases[0]))
+
+double v_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+void v_sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+const char *v_path(vctx *v, const char *file, char *buf, size_t n)
+{
+	snprintf(buf, n, "%.1200s/%.64s", v->dir, file);
+	return buf;
+}
+
+int v_lines(vctx *v, const char *file)
+{
+	char p[1300];
+	FILE *f = fopen(v_path(v, file, p, sizeof(p)), "r");
+	int n = 0, ch;
+	if (!f)
+		return 0;
+	while ((ch = fgetc(f)) != EOF)
+		n += ch == '\n';
+	fclose(f);
+	return n;
+}
+
+void v_case(vctx *v, const char *name, bool pass, const char *fmt, ...)
+{
+	va_list ap;
+	printf("CASE %s %s ", name, pass ? "PASS" : "FAIL");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+	if (pass)
+		v->passed++;
+	else
+		v->failed++;
+}
+
+#ifdef DUE_WITH_PG
+static int pg_exec(const char *url, const char *sql)
+{
+	PGconn *c = PQconnectdb(url);
+	int ok = PQstatus(c) == CONNECTION_OK;
+	if (ok) {
+		PGresult *r = PQexec(c, sql);
+		ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+		if (!ok)
+			fprintf(stderr, "due verify: %s", PQerrorMessage(c));
+		PQclear(r);
+	} else {
+		fprintf(stderr, "due verify: %s", PQerrorMessage(c));
+	}
+	PQfinish(c);
+	return ok ? 0 : -1;
+}
+#endif
+
+/* Pick the scratch store URL for this case. */
+static int scratch_url(vctx *v)
+{
+	if (v->sqlite) {
+		snprintf(v->url, sizeof(v->url), "sqlite:%.1200s/due.db", v->dir);
+		return 0;
+	}
+#ifdef DUE_WITH_PG
+	char sql[128];
+	snprintf(v->schema, sizeof(v->schema), "due_verify_%d_%d", (int)getpid(),
+		 v->seq);
+	snprintf(sql, sizeof(sql), "CREATE SCHEMA %s", v->schema);
+	if (pg_exec(v->base_url, sql) < 0)
+		return -1;
+	snprintf(v->url, sizeof(v->url), "%s%soptions=-csearch_path%%3D%s",
+		 v->base_url, strchr(v->base_url, '?') ? "&" : "?", v->schema);
+	return 0;
+#else
+	return -1;
+#endif
+}
+
+int v_fresh(vctx *v, const char *name)
+{
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
+
+	v->seq++;
+	snprintf(v->dir, sizeof(v->dir), "%.1024s/%02d-%.64s", v->root, v->seq % 100,
+		 name);
+	if (mkdir(v->dir, 0700) != 0 || scratch_url(v) < 0) {
+		fprintf(stderr, "due verify: cannot make a scratch store in %s\n",
+			v->dir);
+		return -1;
+	}
+	o.create = true;
+	if (due_open(&v->db, v->url, &o) < 0) {
+		fprintf(stderr, "due verify: scratch store: %s\n", due_error_last());
+		due_close(v->db);
+		v->db = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+void v_done(vctx *v)
+{
+	due_close(v->db);
+	v->db = NULL;
+#ifdef DUE_WITH_PG
+	if (v->schema[0] && !v->keep) {
+		char sql[128];
+		snprintf(sql, sizeof(sql), "DROP SCHEMA %s CASCADE", v->schema);
+		pg_exec(v->base_url, sql);
+	}
+#endif
+	v->schema[0] = '\0';
+}
+
+pid_t v_worker(vctx *v, const char *log, ...)
+{
+	const char *argv[48] = {v->self, "work", "--db", v->url};
+	char path[1300];
+	posix_spawn_file_actions_t fa;
+	int n = 4;
+	va_list ap;
+	pid_t pid;
+
+	va_start(ap, log);
+	for (const char *a; n < 46 && (a = va_arg(ap, const char *));)
+		argv[n++] = a;
+	va_end(ap);
+	argv[n] = NULL;
+	v_path(v, log, path, sizeof(path));
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, path, O_WRONLY | O_CREAT | O_APPEND,
+					 0600);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	if (posix_spawn(&pid, v->self, &fa, NULL, (char *const *)argv, environ) != 0)
+		pid = -1;
+	posix_spawn_file_actions_destroy(&fa);
+	return pid;
+}
+
+int v_reap(pid_t pid, int timeout_ms)
+{
+	double end = v_now_ms() + timeout_ms;
+	int st;
+
+	for (;;) {
+		pid_t r = waitpid(pid, &st, WNOHANG);
+		if (r == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		if (r < 0)
+			return -1;
+		if (v_now_ms() > end) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			return -1;
+		}
+		v_sleep_ms(5);
+	}
+}
+
+bool v_wait(vctx *v, int timeout_ms, bool (*cond)(vctx *, void *), void *arg)
+{
+	double end = v_now_ms() + timeout_ms;
+	for (;;) {
+		if (cond(v, arg))
+			return true;
+		if (v_now_ms() > end)
+			return false;
+		v_sleep_ms(5);
+	}
+}
+
+due_id v_add(vctx *v, const char *kind, int64_t delay_us, int32_t max_attempts,
+	     int64_t backoff_us, const char *payload)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s = {0};
+	o.delay_us = delay_us;
+	o.max_attempts = max_attempts;
+	if (backoff_us > 0) {
+		o.backoff_us = backoff_us;
+		o.backoff_cap_us = backoff_us * 64;
+	}
+	if (due_schedule(v->db, &s, kind, payload ? payload : "",
+			 payload ? strlen(payload) : 0, &o) < 0) {
+		fprintf(stderr, "due verify: schedule: %s\n", due_error_last());
+		return 0;
+	}
+	return s.id;
+}
+
+due_task *v_get(vctx *v, due_id id)
+{
+	due_task *t = NULL;
+	if (due_get(v->db, &t, id) < 0)
+		return NULL;
+	return t;
+}
+
+static bool selected(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *p = list; p && *p;) {
+		const char *e = strchr(p, ',');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		if (len == n && strncmp(p, name, n) == 0)
+			return true;
+		p = e ? e + 1 : NULL;
+	}
+	return false;
+}
+
+/* The scratch root: beside the SQLite file, or under /tmp for PostgreSQL. */
+static int make_root(vctx *v)
+{
+	if (v->sqlite) {
+		const char *path = v->base_url + 7;
+		if (strncmp(path, "///", 3) == 0)
+			path += 2;
+		int len = (int)strcspn(path, "?");
+		if (len > 900) {
+			fprintf(stderr, "due verify: store path too long\n");
+			return -1;
+		}
+		snprintf(v->root, sizeof(v->root), "%.*s.verify-XXXXXX", len, path);
+	} else {
+		snprintf(v->root, sizeof(v->root), "/tmp/due-verify-XXXXXX");
+	}
+	if (!mkdtemp(v->root)) {
+		fprintf(stderr, "due verify: cannot create %s: %s\n", v->root,
+			strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int run_cases(vctx *v, const char *only)
+{
+	for (size_t i = 0; i < N_CASES; i++) {
+		if (only && !selected(only, cases[i].name))
+			continue;
+		if (v_fresh(v, cases[i].name) < 0) {
+			v_case(v, cases[i].name, false, "error=scratch_store");
+			continue;
+		}
+		cases[i].run(v);
+		v_done(v);
+	}
+	printf("%d passed, %d failed\n", v->passed, v->failed);
+	return v->failed ? EXIT_DOWN : 0;
+}
+
+int cmd_verify(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"case", required_argument, NULL, 'c'},
+		{"list", no_argument, NULL, 'l'},
+		{"keep", no_argument, NULL, 'k'},
+		{"verbose", no_argument, NULL, 'v'},
+		CLI_COMMON_OPTS, {0}};
+	cli_ctx c = {.prog = "due verify"};
+	vctx v = {0};
+	const char *only = NULL;
+	int opt, rc;
+
+	cli_getopt_reset();
+	while ((opt = getopt_long(argc, argv, ":hv", opts, NULL)) != -1) {
+		if (cli_common_opt(&c, opt, optarg))
+			continue;
+		switch (opt) {
+		case 'h': fputs(usage, stdout); return 0;
+		case 'c': only = optarg; break;
+		case 'k': v.keep = true; break;
+		case 'v': v.verbose = 1; break;
+		case 'l':
+			for (size_t i = 0; i < N_CASES; i++)
+				puts(cases[i].name);
+			return 0;
+		default: return cli_bad_option(&c, opt, argv);
+		}
+	}
+	if (optind < argc)
+		return cli_usage_error(&c, "unexpected argument '%s'", argv[optind]);
+	if (only) {
+		for (const char *p = only; *p;) {
+			size_t len = strcspn(p, ",");
+			bool known = false;
+			for (size_t i = 0; i < N_CASES; i++)
+				known |= strlen(cases[i].name) == len &&
+					 !strncmp(cases[i].name, p, len);
+			if (!known)
+				return cli_usage_error(&c, "unknown case '%.*s' (see "
+						       "--list)", (int)len, p);
+			p += len + (p[len] == ',');
+		}
+	}
+	v.base_url = cli_db_url(&c);
+	{
+		due_db *probe = NULL;
+		due_open_opts o = DUE_OPEN_OPTS_INIT;
+		/* a bad URL is a usage error; a missing schema is fine here */
+		if (due_open(&probe, v.base_url, &o) == DUE_EINVAL) {
+			due_close(probe);
+			return cli_fail(&c, DUE_EINVAL);
+		}
+		due_close(probe);
+	}
+	v.sqlite = strncmp(v.base_url, "sqlite:", 7) == 0;
+	ssize_t n = readlink("/proc/self/exe", v.self, sizeof(v.self) - 1);
+	if (n <= 0)
+		return cli_usage_error(&c, "cannot find the due binary");
+	v.self[n] = '\0';
+	if (make_root(&v) < 0)
+		return EXIT_STORE;
+	signal(SIGPIPE, SIG_IGN);
+	rc = run_cases(&v, only);
+	if (!v.keep) {
+		char cmd[1100];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", v.root);
+		if (system(cmd) != 0)
+			fprintf(stderr, "due verify: could not remove %s\n", v.root);
+	} else {
+		fprintf(stderr, "due verify: scratch kept in %s\n", v.root);
+	}
+	return rc;
+}

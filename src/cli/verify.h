@@ -1,0 +1,72 @@
+/*
+** verify.h - shared by the parts of `due verify`: the scratch store each
+** case runs in, child processes, waiting for conditions, and the CASE
+** line printer.
+*/
+#ifndef DUE_VERIFY_H
+#define DUE_VERIFY_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "due.h"
+
+typedef struct vctx {
+	const char *base_url;  /* the store named by --db */
+	char url[2400];        /* this case's scratch store */
+	char dir[1200];        /* this case's scratch files */
+	char root[1024];       /* parent of every case dir */
+	char self[PATH_MAX];   /* the due binary */
+	char schema[64];       /* postgres scratch schema, or "" */
+	bool sqlite;
+	bool keep;
+	int verbose;
+	int passed, failed, seq;
+	due_db *db;            /* handle on the scratch store */
+} vctx;
+
+/* Make a fresh scratch store + dir for a case; opens v->db.  0 or -1. */
+int v_fresh(vctx *v, const char *name);
+/* Close and drop the case's scratch store (unless --keep). */
+void v_done(vctx *v);
+/* Print the CASE line and count it. */
+void v_case(vctx *v, const char *name, bool pass, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Spawn `due work --db URL ARGS...` (NULL-terminated), logging to a file. */
+pid_t v_worker(vctx *v, const char *log, ...);
+/* Wait for pid up to timeout_ms; returns a shell-style exit code (137 for
+   SIGKILL), or -1 on timeout (the child is then killed). */
+int v_reap(pid_t pid, int timeout_ms);
+/* Poll cond every 5 ms until true or timeout_ms; returns cond's last value. */
+bool v_wait(vctx *v, int timeout_ms, bool (*cond)(vctx *, void *), void *arg);
+/* Schedule a task in the scratch store; returns its id (0 on error). */
+due_id v_add(vctx *v, const char *kind, int64_t delay_us, int32_t max_attempts,
+	     int64_t backoff_us, const char *payload);
+/* The task (caller frees) or NULL. */
+due_task *v_get(vctx *v, due_id id);
+/* Lines in a file of the case dir (0 if missing). */
+int v_lines(vctx *v, const char *file);
+/* Path of a file in the case dir. */
+const char *v_path(vctx *v, const char *file, char *buf, size_t n);
+/* Monotonic milliseconds. */
+double v_now_ms(void);
+void v_sleep_ms(int ms);
+
+/* The cases. */
+void v_normal_three_workers(vctx *v);
+void v_boundary_not_before_due(vctx *v);
+void v_boundary_claim_limit(vctx *v);
+void v_cancel_semantics(vctx *v);
+void v_race_due_vs_cancel(vctx *v);
+void v_retry_backoff_then_done(vctx *v);
+void v_retry_exhausted_dead(vctx *v);
+void v_crash_kill9_lease_retry(vctx *v);
+void v_sigstop_late_commit_rejected(vctx *v);
+void v_ext_key_per_task_dedup(vctx *v);
+void v_cancel_after_external_call(vctx *v);
+void v_negative_naive_select_then_update(vctx *v);
+void v_negative_unfenced_late_commit(vctx *v);
+void v_negative_ext_key_per_attempt(vctx *v);
+
+#endif

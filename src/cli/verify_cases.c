@@ -1,0 +1,531 @@
+/*
+** verify_cases.c - the contract cases of `due verify` (seed 000), run with
+** real `due work` processes against the scratch store of each case.
+**
+** Handlers are shell commands; they find the case directory in $DUEV_DIR
+** (set before each spawn; not a DUE_ variable, so the worker passes it on)
+** and record their effects there by appending lines to files, which
+** O_APPEND keeps whole across processes.  "Local effect" means a result
+** committed with DONE; "external effect" is a file the handler writes
+** before it commits, which no store transaction can take back.
+*/
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/verify.h"
+
+#define SEC 1000000LL
+#define MS 1000LL
+
+static void set_dir_env(vctx *v)
+{
+	setenv("DUEV_DIR", v->dir, 1);
+}
+
+static int64_t count_state(vctx *v, due_state s)
+{
+	due_stats st;
+	return due_stats_get(v->db, &st) == 0 ? st.counts[s] : -1;
+}
+
+static bool all_done(vctx *v, void *arg)
+{
+	return count_state(v, DUE_DONE) >= *(int *)arg;
+}
+
+static bool task_is(vctx *v, due_id id, due_state s, int32_t min_attempt)
+{
+	due_task *t = v_get(v, id);
+	bool r = t && t->state == s && t->attempt >= min_attempt;
+	due_task_free(t);
+	return r;
+}
+
+typedef struct want {
+	due_id id;
+	due_state state;
+	int32_t attempt;
+} want;
+
+static bool want_state(vctx *v, void *arg)
+{
+	want *w = arg;
+	return task_is(v, w->id, w->state, w->attempt);
+}
+
+static bool terminal(vctx *v, void *arg)
+{
+	due_task *t = v_get(v, *(due_id *)arg);
+	bool r = t && t->state >= DUE_DONE;
+	due_task_free(t);
+	return r;
+}
+
+static void stop_worker(pid_t pid)
+{
+	if (pid > 0) {
+		kill(pid, SIGTERM);
+		v_reap(pid, 10000);
+	}
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* ------------------------------------------------------------------ */
+
+void v_normal_three_workers(vctx *v)
+{
+	enum { N = 300 };
+	const char *cmd = "echo \"$DUE_TASK_ID\" >> \"$DUEV_DIR/effects\"";
+	pid_t w[3];
+	int n = N, claims = 0, dups = 0, early = 0, not_done = 0;
+	int64_t late[N];
+	due_task_list *l = NULL;
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+
+	set_dir_env(v);
+	for (int i = 0; i < N; i++)
+		v_add(v, "normal", (int64_t)i * 2 * SEC / N, 5, 0, "x");
+	for (int i = 0; i < 3; i++) {
+		char owner[16], log[16];
+		snprintf(owner, sizeof(owner), "w%d", i + 1);
+		snprintf(log, sizeof(log), "w%d.log", i + 1);
+		w[i] = v_worker(v, log, "--exec", cmd, "--poll", "10ms", "--owner",
+				owner, "--concurrency", "4", (char *)NULL);
+	}
+	bool ok = v_wait(v, 60000, all_done, &n);
+	for (int i = 0; i < 3; i++)
+		stop_worker(w[i]);
+	lo.limit = N;
+	lo.attempts = true;
+	if (due_list(v->db, &l, &lo) < 0) {
+		v_case(v, "normal_three_workers", false, "error=list");
+		return;
+	}
+	for (size_t i = 0; i < l->count; i++) {
+		const due_task *t = &l->items[i];
+		claims += (int)t->n_attempts;
+		dups += t->n_attempts > 1;
+		not_done += t->state != DUE_DONE;
+		for (size_t k = 0; k < t->n_attempts; k++)
+			early += t->attempts[k].claimed_at < t->attempts[k].due_at;
+		late[i] = t->n_attempts ? t->attempts[0].claimed_at - t->due_at : 0;
+	}
+	qsort(late, l->count, sizeof(late[0]), cmp_i64);
+	int effects = v_lines(v, "effects");
+	size_t c = l->count;
+	v_case(v, "normal_three_workers",
+	       ok && c == N && claims == N && dups == 0 && effects == N &&
+		       early == 0 && not_done == 0,
+	       "tasks=%zu claims=%d dup_claims=%d effects=%d early=%d p50_ms=%.1f "
+	       "p99_ms=%.1f max_ms=%.1f",
+	       c, claims, dups, effects, early,
+	       c ? (double)late[c / 2] / 1000.0 : 0,
+	       c ? (double)late[(c * 99 + 99) / 100 - 1] / 1000.0 : 0,
+	       c ? (double)late[c - 1] / 1000.0 : 0);
+	due_task_list_free(l);
+}
+
+void v_boundary_not_before_due(vctx *v)
+{
+	enum { N = 50 };
+	int claimed = 0, early = 0, polls = 0;
+	double end = v_now_ms() + 10000;
+
+	for (int i = 0; i < N; i++)
+		v_add(v, "nbd", 200 * MS + (int64_t)i * 10 * MS, 5, 0, NULL);
+	while (claimed < N && v_now_ms() < end) {
+		due_task_list *l = NULL;
+		if (due_claim(v->db, &l, "probe", NULL, 0, N, 30 * SEC) < 0)
+			break;
+		polls++;
+		for (size_t i = 0; i < l->count; i++) {
+			due_task *t = v_get(v, l->items[i].id);
+			if (t && t->n_attempts &&
+			    t->attempts[0].claimed_at < t->attempts[0].due_at)
+				early++;
+			due_task_free(t);
+		}
+		claimed += (int)l->count;
+		due_task_list_free(l);
+		v_sleep_ms(1);
+	}
+	v_case(v, "boundary_not_before_due", claimed == N && early == 0,
+	       "tasks=%d claimed=%d early=%d polls=%d", N, claimed, early, polls);
+}
+
+void v_boundary_claim_limit(vctx *v)
+{
+	int sizes[4] = {-1, -1, -1, -1};
+
+	for (int i = 0; i < 25; i++)
+		v_add(v, "lim", 0, 5, 0, NULL);
+	for (int i = 0; i < 4; i++) {
+		due_task_list *l = NULL;
+		if (due_claim(v->db, &l, "probe", NULL, 0, 10, 30 * SEC) == 0)
+			sizes[i] = (int)l->count;
+		due_task_list_free(l);
+	}
+	v_case(v, "boundary_claim_limit",
+	       sizes[0] == 10 && sizes[1] == 10 && sizes[2] == 5 && sizes[3] == 0,
+	       "limit=10 tasks=25 claims=%d,%d,%d,%d", sizes[0], sizes[1], sizes[2],
+	       sizes[3]);
+}
+
+void v_cancel_semantics(vctx *v)
+{
+	due_cancel_outcome waiting, again, running, done_o, unknown;
+	due_extend_outcome ext;
+	due_complete_outcome co, dco;
+	due_task *t = NULL;
+	bool ok = true;
+
+	due_id w = v_add(v, "cs", 60 * SEC, 5, 0, NULL);
+	ok &= due_cancel(v->db, &waiting, w) == 0;
+	ok &= due_cancel(v->db, &again, w) == 0;
+	due_id r = v_add(v, "cs", 0, 5, 0, NULL);
+	ok &= due_claim_id(v->db, &t, r, "probe", 30 * SEC) == 0;
+	due_task_free(t);
+	ok &= due_cancel(v->db, &running, r) == 0;
+	ok &= due_extend(v->db, &ext, r, 1, 30 * SEC) == 0;
+	ok &= due_complete(v->db, &co, r, 1, "effect", 6) == 0;
+	due_task *rt = v_get(v, r);
+	due_id d = v_add(v, "cs", 0, 5, 0, NULL);
+	ok &= due_claim_id(v->db, &t, d, "probe", 30 * SEC) == 0;
+	due_task_free(t);
+	ok &= due_complete(v->db, &dco, d, 1, "effect", 6) == 0;
+	ok &= due_cancel(v->db, &done_o, d) == 0;
+	ok &= due_cancel(v->db, &unknown, 987654321) == 0;
+	bool pass = ok && rt && waiting == DUE_CANCEL_CANCELLED &&
+		    again == DUE_CANCEL_ALREADY_CANCELLED &&
+		    running == DUE_CANCEL_REQUESTED &&
+		    ext == DUE_EXTEND_CANCEL_REQUESTED &&
+		    co == DUE_COMPLETE_CANCELLED_BEFORE_COMMIT &&
+		    rt->state == DUE_CANCELLED && !rt->has_result &&
+		    done_o == DUE_CANCEL_TOO_LATE && unknown == DUE_CANCEL_NOT_FOUND;
+	v_case(v, "cancel_semantics", pass,
+	       "waiting=%s again=%s running=%s extend=%s complete=%s final=%s "
+	       "effects=%d done=%s unknown=%s",
+	       due_cancel_outcome_name(waiting), due_cancel_outcome_name(again),
+	       due_cancel_outcome_name(running),
+	       ext == DUE_EXTEND_OK ? "true" : "false", due_complete_outcome_name(co),
+	       rt ? due_state_name(rt->state) : "?", rt && rt->has_result,
+	       due_cancel_outcome_name(done_o), due_cancel_outcome_name(unknown));
+	due_task_free(rt);
+}
+
+void v_race_due_vs_cancel(vctx *v)
+{
+	enum { ROUNDS = 200 };
+	due_id ids[ROUNDS];
+	due_cancel_outcome out[ROUNDS];
+	int c_c = 0, r_c = 0, t_d = 0, violations = 0;
+	pid_t w;
+	double start;
+
+	set_dir_env(v);
+	w = v_worker(v, "w.log", "--exec", "true", "--poll", "2ms", "--concurrency",
+		     "4", "--lease", "2s", (char *)NULL);
+	v_sleep_ms(200); /* let the worker connect */
+	srand(42);
+	start = v_now_ms();
+	for (int i = 0; i < ROUNDS; i++) {
+		/* task i is due 20 ms after its submit; cancel lands -10..+20 ms
+		   around that, so all three outcomes occur */
+		ids[i] = v_add(v, "race", 20 * MS, 1, 0, NULL);
+		int wait_ms = 10 + rand() % 31;
+		v_sleep_ms(wait_ms);
+		if (due_cancel(v->db, &out[i], ids[i]) < 0)
+			out[i] = DUE_CANCEL_NOT_FOUND;
+	}
+	for (int i = 0; i < ROUNDS; i++)
+		v_wait(v, 10000, terminal, &ids[i]);
+	stop_worker(w);
+	for (int i = 0; i < ROUNDS; i++) {
+		due_task *t = v_get(v, ids[i]);
+		int effects = t && t->state == DUE_DONE && t->has_result;
+		due_state fs = t ? t->state : DUE_SCHEDULED;
+		if (out[i] == DUE_CANCEL_CANCELLED && fs == DUE_CANCELLED && !effects)
+			c_c++;
+		else if (out[i] == DUE_CANCEL_REQUESTED && fs == DUE_CANCELLED && !effects)
+			r_c++;
+		else if (out[i] == DUE_CANCEL_TOO_LATE && fs == DUE_DONE && effects)
+			t_d++;
+		else
+			violations++;
+		due_task_free(t);
+	}
+	v_case(v, "race_due_vs_cancel", violations == 0,
+	       "rounds=%d violations=%d outcomes={CANCELLED/CANCELLED/effects=0=%d, "
+	       "REQUESTED/CANCELLED/effects=0=%d, TOO_LATE/DONE/effects=1=%d} "
+	       "seconds=%.1f",
+	       ROUNDS, violations, c_c, r_c, t_d, (v_now_ms() - start) / 1000.0);
+}
+
+void v_retry_backoff_then_done(vctx *v)
+{
+	const char *cmd = "[ \"$DUE_ATTEMPT\" -ge 3 ] || { echo \"fail $DUE_ATTEMPT\" >&2;"
+			  " exit 1; }; echo done >> \"$DUEV_DIR/effects\"";
+	want w = {0, DUE_DONE, 3};
+	double gap[2] = {0, 0};
+	bool gaps_ok = false;
+
+	set_dir_env(v);
+	w.id = v_add(v, "retry", 0, 3, 200 * MS, NULL);
+	pid_t p = v_worker(v, "w.log", "--exec", cmd, "--poll", "10ms", (char *)NULL);
+	bool ok = v_wait(v, 20000, want_state, &w);
+	stop_worker(p);
+	due_task *t = v_get(v, w.id);
+	if (t && t->n_attempts == 3) {
+		for (int i = 0; i < 2; i++)
+			gap[i] = (double)(t->attempts[i + 1].claimed_at -
+					  t->attempts[i].ended_at) / 1000.0;
+		gaps_ok = gap[0] >= 200.0 && gap[1] >= 400.0;
+	}
+	int effects = v_lines(v, "effects");
+	v_case(v, "retry_backoff_then_done", ok && gaps_ok && effects == 1,
+	       "final=%s attempt=%d backoff_ms=200 gaps_ms=[%.0f,%.0f] effects=%d",
+	       t ? due_state_name(t->state) : "?", t ? t->attempt : 0, gap[0],
+	       gap[1], effects);
+	due_task_free(t);
+}
+
+void v_retry_exhausted_dead(vctx *v)
+{
+	want w = {0, DUE_DEAD, 3};
+
+	set_dir_env(v);
+	w.id = v_add(v, "dead", 0, 3, 50 * MS, NULL);
+	pid_t p = v_worker(v, "w.log", "--exec", "echo boom >&2; exit 2", "--poll",
+			   "10ms", (char *)NULL);
+	bool ok = v_wait(v, 20000, want_state, &w);
+	stop_worker(p);
+	due_task *t = v_get(v, w.id);
+	bool err = t && t->last_error && strstr(t->last_error, "boom");
+	v_case(v, "retry_exhausted_dead",
+	       ok && err && t->n_attempts == 3 && !t->has_result,
+	       "final=%s attempts=%zu effects=%d last_error=\"%s\"",
+	       t ? due_state_name(t->state) : "?", t ? t->n_attempts : 0,
+	       t && t->has_result, t && t->last_error ? t->last_error : "");
+	due_task_free(t);
+}
+
+/* Kill the handler process group a crashed worker left behind. */
+static void kill_orphan(vctx *v, const char *pidfile)
+{
+	char p[1300];
+	FILE *f = fopen(v_path(v, pidfile, p, sizeof(p)), "r");
+	int pid = 0;
+	if (f) {
+		if (fscanf(f, "%d", &pid) == 1 && pid > 1)
+			kill(-pid, SIGKILL);
+		fclose(f);
+	}
+}
+
+typedef struct watch {
+	due_id id;
+	int stolen;
+} watch;
+
+void v_crash_kill9_lease_retry(vctx *v)
+{
+	want claimed = {0, DUE_CLAIMED, 1}, done = {0, DUE_DONE, 2};
+	int stolen = 0, code;
+	double t_kill, t_reclaim = -1;
+
+	set_dir_env(v);
+	claimed.id = done.id = v_add(v, "crash", 0, 5, 0, "x");
+	pid_t a = v_worker(v, "a.log", "--owner", "A", "--lease", "1s", "--exec",
+			   "echo $$ > \"$DUEV_DIR/a.pid\"; exec sleep 60", (char *)NULL);
+	bool ok = v_wait(v, 10000, want_state, &claimed);
+	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s", "--poll",
+			   "20ms", "--exec", "echo B >> \"$DUEV_DIR/effects\"",
+			   (char *)NULL);
+	/* A is alive and renewing for 2.5 leases: B must never get the task */
+	for (double end = v_now_ms() + 2500; v_now_ms() < end; v_sleep_ms(20)) {
+		due_task *t = v_get(v, claimed.id);
+		if (t && (t->attempt != 1 || t->state != DUE_CLAIMED))
+			stolen++;
+		due_task_free(t);
+	}
+	kill(a, SIGKILL);
+	t_kill = v_now_ms();
+	code = v_reap(a, 5000);
+	for (double end = t_kill + 10000; v_now_ms() < end; v_sleep_ms(5)) {
+		due_task *t = v_get(v, claimed.id);
+		bool back = t && t->n_attempts && strcmp(t->attempts[0].outcome, "RUNNING");
+		due_task_free(t);
+		if (back) {
+			t_reclaim = v_now_ms();
+			break;
+		}
+	}
+	ok &= v_wait(v, 10000, want_state, &done);
+	stop_worker(b);
+	kill_orphan(v, "a.pid");
+	due_task *t = v_get(v, done.id);
+	bool hist = t && t->n_attempts == 2 &&
+		    !strcmp(t->attempts[0].outcome, "LEASE_EXPIRED") &&
+		    !strcmp(t->attempts[0].worker, "A") &&
+		    !strcmp(t->attempts[1].worker, "B");
+	int effects = v_lines(v, "effects");
+	v_case(v, "crash_kill9_lease_retry",
+	       ok && code == 137 && stolen == 0 && hist && effects == 1,
+	       "exit=%d stolen_while_alive=%d kill_to_reclaim_ms=%.0f final=%s "
+	       "attempt=%d claims=[1,%s|2,%s] attempt1=%s effects=%d",
+	       code, stolen, t_reclaim < 0 ? -1.0 : t_reclaim - t_kill,
+	       t ? due_state_name(t->state) : "?", t ? t->attempt : 0,
+	       t && t->n_attempts > 0 ? t->attempts[0].worker : "-",
+	       t && t->n_attempts > 1 ? t->attempts[1].worker : "-",
+	       t && t->n_attempts > 0 ? t->attempts[0].outcome : "-", effects);
+	due_task_free(t);
+}
+
+static bool late_marked(vctx *v, void *arg)
+{
+	due_task *t = v_get(v, *(due_id *)arg);
+	bool r = t && t->n_attempts > 0 && t->attempts[0].late_commit &&
+		 !strcmp(t->attempts[0].late_commit, "REJECTED_STALE");
+	due_task_free(t);
+	return r;
+}
+
+static bool log_has(vctx *v, const char *log, const char *needle)
+{
+	char p[1300], line[2048];
+	FILE *f = fopen(v_path(v, log, p, sizeof(p)), "r");
+	bool found = false;
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, needle) != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+void v_sigstop_late_commit_rejected(vctx *v)
+{
+	want claimed = {0, DUE_CLAIMED, 1}, done = {0, DUE_DONE, 2};
+	char after_b[64] = "?";
+	double t_claim;
+
+	set_dir_env(v);
+	claimed.id = done.id = v_add(v, "stall", 0, 5, 0, "x");
+	pid_t a = v_worker(v, "a.log", "--owner", "A", "--lease", "1s", "--exec",
+			   "sleep 1.5; echo A", (char *)NULL);
+	bool ok = v_wait(v, 10000, want_state, &claimed);
+	t_claim = v_now_ms();
+	kill(a, SIGSTOP);
+	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s", "--poll",
+			   "20ms", "--exec", "echo B", (char *)NULL);
+	ok &= v_wait(v, 15000, want_state, &done);
+	due_task *t = v_get(v, done.id);
+	if (t && t->has_result)
+		snprintf(after_b, sizeof(after_b), "%.*s", (int)strcspn((char *)t->result, "\n"),
+			 (char *)t->result);
+	due_task_free(t);
+	/* resume A only after its handler has finished: its late commit is a
+	   complete, not a fail */
+	while (v_now_ms() - t_claim < 2000)
+		v_sleep_ms(10);
+	kill(a, SIGCONT);
+	bool rejected = v_wait(v, 15000, late_marked, &done.id);
+	stop_worker(a);
+	stop_worker(b);
+	t = v_get(v, done.id);
+	bool final_b = t && t->state == DUE_DONE && t->attempt == 2 && t->has_result &&
+		       t->result[0] == 'B';
+	bool lost_seen = log_has(v, "a.log", "lease lost");
+	v_case(v, "sigstop_late_commit_rejected", ok && rejected && final_b,
+	       "after_b=[DONE,2,%s] final=[%s,%d,%c] old_worker=[attempt=1 "
+	       "outcome=%s lease_lost_seen=%s]",
+	       after_b, t ? due_state_name(t->state) : "?", t ? t->attempt : 0,
+	       t && t->has_result ? t->result[0] : '-',
+	       rejected ? "REJECTED_STALE" : "none", lost_seen ? "true" : "false");
+	due_task_free(t);
+}
+
+/*
+** A fake external service that deduplicates by key: mkdir is atomic, so
+** only the first call with a key applies.  Attempt 1 crashes its worker
+** (kill -9 of the parent) right after the external call, before commit.
+*/
+static void ext_key_case(vctx *v, const char *name, const char *keyexpr,
+			 int want_applied)
+{
+	char cmd[1024];
+	want done = {0, DUE_DONE, 2};
+
+	set_dir_env(v);
+	snprintf(cmd, sizeof(cmd),
+		 "k=\"%s\"; if mkdir \"$DUEV_DIR/ext-$k\" 2>/dev/null; then "
+		 "echo \"$k\" >> \"$DUEV_DIR/ext_applied\"; fi; "
+		 "echo \"$k\" >> \"$DUEV_DIR/keys_seen\"; "
+		 "if [ \"$DUE_ATTEMPT\" = 1 ]; then kill -9 $PPID; exit 0; fi; "
+		 "echo committed", keyexpr);
+	done.id = v_add(v, "ext", 0, 5, 0, "x");
+	pid_t a = v_worker(v, "a.log", "--owner", "A", "--lease", "1s", "--exec",
+			   cmd, (char *)NULL);
+	int code = v_reap(a, 15000);
+	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s", "--poll",
+			   "20ms", "--exec", cmd, (char *)NULL);
+	bool ok = v_wait(v, 15000, want_state, &done);
+	stop_worker(b);
+	due_task *t = v_get(v, done.id);
+	int applied = v_lines(v, "ext_applied"), seen = v_lines(v, "keys_seen");
+	v_case(v, name, ok && code == 137 && applied == want_applied && seen == 2,
+	       "%scrashed_workers=1 final=[%s,%d] local_effects=%d "
+	       "external_applied=%d keys_seen=%d key=%s",
+	       want_applied > 1 ? "expect_duplicate " : "",
+	       t ? due_state_name(t->state) : "?", t ? t->attempt : 0,
+	       t && t->has_result, applied, seen, keyexpr);
+	due_task_free(t);
+}
+
+void v_ext_key_per_task_dedup(vctx *v)
+{
+	ext_key_case(v, "ext_key_per_task_dedup", "$DUE_IDEMPOTENCY_KEY", 1);
+}
+
+void v_negative_ext_key_per_attempt(vctx *v)
+{
+	ext_key_case(v, "negative_ext_key_per_attempt",
+		     "$DUE_IDEMPOTENCY_KEY-a$DUE_ATTEMPT", 2);
+}
+
+static bool ext_called(vctx *v, void *arg)
+{
+	(void)arg;
+	return v_lines(v, "ext_applied") > 0;
+}
+
+void v_cancel_after_external_call(vctx *v)
+{
+	want cancelled = {0, DUE_CANCELLED, 1};
+	due_cancel_outcome out = DUE_CANCEL_NOT_FOUND;
+
+	set_dir_env(v);
+	cancelled.id = v_add(v, "extc", 0, 5, 0, "x");
+	pid_t w = v_worker(v, "w.log", "--lease", "600ms", "--kill-grace", "200ms",
+			   "--exec", "echo call >> \"$DUEV_DIR/ext_applied\"; sleep 30",
+			   (char *)NULL);
+	bool ok = v_wait(v, 10000, ext_called, NULL);
+	ok &= due_cancel(v->db, &out, cancelled.id) == 0;
+	ok &= v_wait(v, 10000, want_state, &cancelled);
+	stop_worker(w);
+	due_task *t = v_get(v, cancelled.id);
+	int applied = v_lines(v, "ext_applied");
+	v_case(v, "cancel_after_external_call",
+	       ok && out == DUE_CANCEL_REQUESTED && t && !t->has_result && applied == 1,
+	       "cancel=%s final=%s local_effects=%d external_applied=%d",
+	       due_cancel_outcome_name(out), t ? due_state_name(t->state) : "?",
+	       t && t->has_result, applied);
+	due_task_free(t);
+}

@@ -1,0 +1,248 @@
+/*
+** verify_negative.c - the negative controls of `due verify`.
+**
+** They show the failures the contract exists to prevent, by doing the
+** known-wrong thing on purpose, in scratch tables of their own (naive_task,
+** naive_effect) inside the case's scratch store, never in due's tables:
+**
+**   negative_naive_select_then_update  3 processes claim by SELECT then an
+**       UPDATE without a state check: tasks get claimed twice (seed 000:
+**       83 of 300).  PASS means the duplication did show.
+**   negative_unfenced_late_commit      a stalled worker's late complete by
+**       id only (no attempt check) overwrites the new holder's result and
+**       adds a second effect.  PASS means the overwrite did show.
+**
+** These speak raw SQL to SQLite or PostgreSQL on purpose: the point is
+** SQL that due itself never runs.  Values are still bound, never pasted.
+*/
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifdef DUE_WITH_PG
+#include <libpq-fe.h>
+#endif
+
+#include "cli/verify.h"
+
+/* A tiny raw-SQL session on the scratch store, SQLite or PostgreSQL. */
+typedef struct raw {
+	sqlite3 *lite;
+#ifdef DUE_WITH_PG
+	PGconn *pg;
+#endif
+} raw;
+
+static int raw_open(vctx *v, raw *r)
+{
+	memset(r, 0, sizeof(*r));
+	if (v->sqlite) {
+		if (sqlite3_open(v->url + 7, &r->lite) != SQLITE_OK)
+			return -1;
+		sqlite3_busy_timeout(r->lite, 30000);
+		return 0;
+	}
+#ifdef DUE_WITH_PG
+	r->pg = PQconnectdb(v->url);
+	return PQstatus(r->pg) == CONNECTION_OK ? 0 : -1;
+#else
+	return -1;
+#endif
+}
+
+static void raw_close(raw *r)
+{
+	sqlite3_close(r->lite);
+#ifdef DUE_WITH_PG
+	if (r->pg)
+		PQfinish(r->pg);
+#endif
+}
+
+/*
+** Run sql with up to two int64 parameters (?1 ?2 / $1 $2; nparams of
+** them) and an optional text parameter as the third.  If out is given,
+** it receives the first column of up to cap rows; returns the row count,
+** or -1 on error.
+*/
+static int raw_exec(raw *r, const char *sql, int nparams, int64_t p1, int64_t p2,
+		    const char *p3, int64_t *out, int cap)
+{
+	int n = 0;
+	if (r->lite) {
+		sqlite3_stmt *st;
+		int rc;
+		if (sqlite3_prepare_v2(r->lite, sql, -1, &st, NULL) != SQLITE_OK)
+			return -1;
+		if (nparams > 0)
+			sqlite3_bind_int64(st, 1, p1);
+		if (nparams > 1)
+			sqlite3_bind_int64(st, 2, p2);
+		if (nparams > 2)
+			sqlite3_bind_text(st, 3, p3, -1, SQLITE_TRANSIENT);
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+			if (out && n < cap)
+				out[n++] = sqlite3_column_int64(st, 0);
+		sqlite3_finalize(st);
+		return rc == SQLITE_DONE ? n : -1;
+	}
+#ifdef DUE_WITH_PG
+	char b1[32], b2[32];
+	const char *vals[3] = {b1, b2, p3};
+	snprintf(b1, sizeof(b1), "%lld", (long long)p1);
+	snprintf(b2, sizeof(b2), "%lld", (long long)p2);
+	PGresult *res = PQexecParams(r->pg, sql, nparams, NULL, vals, NULL, NULL, 0);
+	ExecStatusType s = PQresultStatus(res);
+	if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
+		PQclear(res);
+		return -1;
+	}
+	for (int i = 0; out && i < PQntuples(res) && n < cap; i++)
+		out[n++] = strtoll(PQgetvalue(res, i, 0), NULL, 10);
+	PQclear(res);
+	return n;
+#else
+	return -1;
+#endif
+}
+
+/* SQL for the backend: SQLite uses ?N, PostgreSQL $N. */
+static const char *q(vctx *v, const char *lite, const char *pg)
+{
+	return v->sqlite ? lite : pg;
+}
+
+static int naive_setup(vctx *v, raw *r, int n)
+{
+	if (raw_exec(r, "CREATE TABLE naive_task (id bigint PRIMARY KEY, state text "
+		     "NOT NULL, attempt int NOT NULL DEFAULT 0, owner text, "
+		     "result text)", 0, 0, 0, NULL, NULL, 0) < 0 ||
+	    raw_exec(r, "CREATE TABLE naive_effect (task_id bigint, attempt int, "
+		     "worker text)", 0, 0, 0, NULL, NULL, 0) < 0)
+		return -1;
+	for (int i = 1; i <= n; i++)
+		if (raw_exec(r, q(v, "INSERT INTO naive_task (id, state) VALUES (?1, 'S')",
+				  "INSERT INTO naive_task (id, state) VALUES ($1, 'S')"),
+			     1, i, 0, NULL, NULL, 0) < 0)
+			return -1;
+	return 0;
+}
+
+/* Child process: the known-wrong claim loop. */
+static void naive_child(vctx *v, int worker)
+{
+	raw r;
+	char owner[16];
+	int64_t ids[5];
+	int idle = 0;
+
+	snprintf(owner, sizeof(owner), "n%d", worker);
+	if (raw_open(v, &r) < 0)
+		_exit(2);
+	while (idle < 3) {
+		int n = raw_exec(&r, "SELECT id FROM naive_task WHERE state = 'S' "
+				 "ORDER BY id LIMIT 5", 0, 0, 0, NULL, ids, 5);
+		if (n <= 0) {
+			idle++;
+			usleep(2000);
+			continue;
+		}
+		idle = 0;
+		usleep(200); /* the window between read and write */
+		for (int i = 0; i < n; i++) {
+			raw_exec(&r, q(v, "UPDATE naive_task SET state = 'C', owner = ?3 "
+				       "WHERE id = ?1",
+				       "UPDATE naive_task SET state = 'C', owner = $3 "
+				       "WHERE id = $1 AND $2 = $2"),
+				 3, ids[i], 0, owner, NULL, 0);
+			raw_exec(&r, q(v, "INSERT INTO naive_effect VALUES (?1, 1, ?3)",
+				       "INSERT INTO naive_effect VALUES ($1, 1, $3) "
+				       "/* $2 */"),
+				 3, ids[i], 0, owner, NULL, 0);
+		}
+	}
+	raw_close(&r);
+	_exit(0);
+}
+
+void v_negative_naive_select_then_update(vctx *v)
+{
+	enum { N = 300 };
+	raw r;
+	pid_t kids[3];
+	int64_t claims = -1, dup_tasks = -1, multi = -1;
+
+	if (raw_open(v, &r) < 0 || naive_setup(v, &r, N) < 0) {
+		v_case(v, "negative_naive_select_then_update", false, "error=setup");
+		raw_close(&r);
+		return;
+	}
+	for (int i = 0; i < 3; i++)
+		if ((kids[i] = fork()) == 0)
+			naive_child(v, i + 1);
+	for (int i = 0; i < 3; i++)
+		v_reap(kids[i], 60000);
+	raw_exec(&r, "SELECT count(*) FROM naive_effect", 0, 0, 0, NULL, &claims, 1);
+	raw_exec(&r, "SELECT count(*) FROM (SELECT task_id FROM naive_effect GROUP BY "
+		 "task_id HAVING count(*) > 1) d", 0, 0, 0, NULL, &dup_tasks, 1);
+	raw_exec(&r, "SELECT count(*) FROM (SELECT task_id FROM naive_effect GROUP BY "
+		 "task_id HAVING count(DISTINCT worker) > 1) d", 0, 0, 0, NULL, &multi, 1);
+	raw_close(&r);
+	v_case(v, "negative_naive_select_then_update", dup_tasks > 0,
+	       "expect_duplicate tasks=%d claims=%lld tasks_claimed_more_than_once=%lld "
+	       "by_multiple_workers=%lld effects=%lld duplicate_effects=%lld",
+	       N, (long long)claims, (long long)dup_tasks, (long long)multi,
+	       (long long)claims, (long long)(claims - N));
+}
+
+/*
+** The stalled-worker timeline of sigstop_late_commit_rejected, with the
+** completion written the unfenced way: by id only.
+*/
+void v_negative_unfenced_late_commit(vctx *v)
+{
+	raw r;
+	int64_t att = 0, eff = 0, res_is_a = 0;
+	bool ok;
+
+	if (raw_open(v, &r) < 0 || naive_setup(v, &r, 1) < 0) {
+		v_case(v, "negative_unfenced_late_commit", false, "error=setup");
+		raw_close(&r);
+		return;
+	}
+	const char *claim = q(v, "UPDATE naive_task SET state = 'C', attempt = attempt + 1,"
+			      " owner = ?3 WHERE id = ?1 AND state = 'S' AND ?2 = ?2",
+			      "UPDATE naive_task SET state = 'C', attempt = attempt + 1,"
+			      " owner = $3 WHERE id = $1 AND state = 'S' AND $2 = $2");
+	const char *unfenced = q(v, "UPDATE naive_task SET state = 'D', result = ?3 "
+				 "WHERE id = ?1 AND ?2 = ?2",
+				 "UPDATE naive_task SET state = 'D', result = $3 "
+				 "WHERE id = $1 AND $2 = $2");
+	const char *effect = q(v, "INSERT INTO naive_effect VALUES (?1, ?2, ?3)",
+			       "INSERT INTO naive_effect VALUES ($1, $2, $3)");
+	/* A claims attempt 1 and stalls; its lease expires and is reclaimed */
+	ok = raw_exec(&r, claim, 3, 1, 0, "A", NULL, 0) >= 0;
+	ok &= raw_exec(&r, "UPDATE naive_task SET state = 'S' WHERE id = 1", 0, 0, 0,
+		       NULL, NULL, 0) >= 0;
+	/* B claims attempt 2 and completes */
+	ok &= raw_exec(&r, claim, 3, 1, 0, "B", NULL, 0) >= 0;
+	ok &= raw_exec(&r, unfenced, 3, 1, 0, "B", NULL, 0) >= 0;
+	ok &= raw_exec(&r, effect, 3, 1, 2, "B", NULL, 0) >= 0;
+	/* A resumes, notices nothing the store enforces, and commits */
+	ok &= raw_exec(&r, unfenced, 3, 1, 0, "A", NULL, 0) >= 0;
+	ok &= raw_exec(&r, effect, 3, 1, 1, "A", NULL, 0) >= 0;
+	raw_exec(&r, "SELECT attempt FROM naive_task WHERE id = 1", 0, 0, 0, NULL,
+		 &att, 1);
+	raw_exec(&r, "SELECT count(*) FROM naive_effect", 0, 0, 0, NULL, &eff, 1);
+	raw_exec(&r, "SELECT count(*) FROM naive_task WHERE result = 'A'", 0, 0, 0,
+		 NULL, &res_is_a, 1);
+	raw_close(&r);
+	v_case(v, "negative_unfenced_late_commit", ok && res_is_a == 1 && eff == 2,
+	       "expect_overwrite_and_duplicate after_b=[D,2,B] final=[D,%lld,%s] "
+	       "effects_no_unique=%lld old_worker=[attempt=1 outcome=DONE]",
+	       (long long)att, res_is_a ? "A" : "B", (long long)eff);
+}

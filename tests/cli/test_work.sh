@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# test_work.sh - `due work` with real processes: the handler protocol
+# (stdin payload with binary bytes and quotes, environment, exit codes,
+# result and error capture, the same idempotency key on every attempt),
+# SIGKILL for a handler that ignores SIGTERM, graceful shutdown, and pool
+# isolation.
+. "$(dirname "$0")/lib.sh"
+"$DUE" init >/dev/null
+export OUT="$T/handler-out"
+mkdir -p "$OUT"
+state() { "$DUE" show "$1" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
+is_state() { [ "$(state "$1" state)" = "$2" ]; }
+
+# 1. payload on stdin, byte for byte; environment
+printf 'a\0b"c'"'"'d $(touch /tmp/pwned) `x` \377\n' >"$T/payload"
+id=$("$DUE" add proto --payload-file "$T/payload")
+"$DUE" work --once -q --exec 'cat > "$OUT/p.$DUE_TASK_ID"; env | grep "^DUE_" | sort > "$OUT/env.$DUE_TASK_ID"'
+cmp -s "$T/payload" "$OUT/p.$id" && ok || bad "payload bytes differ"
+[ ! -e /tmp/pwned ] && ok || bad "payload was interpreted by a shell"
+grep -qx "DUE_TASK_ID=$id" "$OUT/env.$id" && ok || bad "DUE_TASK_ID"
+grep -qx "DUE_KIND=proto" "$OUT/env.$id" && ok || bad "DUE_KIND"
+grep -qx "DUE_ATTEMPT=1" "$OUT/env.$id" && ok || bad "DUE_ATTEMPT"
+grep -qx "DUE_IDEMPOTENCY_KEY=task-$id" "$OUT/env.$id" && ok || bad "DUE_IDEMPOTENCY_KEY"
+grep -q "^DUE_DUE_AT=20..-..-..T..:..:..\....Z$" "$OUT/env.$id" && ok || bad "DUE_DUE_AT"
+expect_eq "done" DONE "$(state "$id" state)"
+
+# 2. stdout is the result; non-zero exit fails with stderr's tail
+ok_id=$("$DUE" add res --payload x)
+bad_id=$("$DUE" add res --payload y --max-attempts 3)
+"$DUE" work --once -q --exec 'if [ "$(cat)" = x ]; then printf "hello\n"; else echo partial; echo "it broke" >&2; exit 3; fi'
+expect_eq "result" "hello" "$(state "$ok_id" result)"
+expect_eq "failed back to SCHEDULED" SCHEDULED "$(state "$bad_id" state)"
+expect_eq "error text" "exit 3: it broke" "$(state "$bad_id" last_error)"
+
+# 3. the same idempotency key on every attempt
+kid=$("$DUE" add keyed --max-attempts 3 --backoff 10ms)
+for i in 1 2 3; do
+	"$DUE" work --once -q --exec 'echo "$DUE_IDEMPOTENCY_KEY" >> "$OUT/keys"; [ "$DUE_ATTEMPT" = 2 ]'
+	sleep 0.05
+done
+expect_eq "two attempts, one key" "task-$kid task-$kid" "$(tr '\n' ' ' <"$OUT/keys" | sed 's/ $//')"
+expect_eq "keyed task done at attempt 2" "DONE/2" "$(state "$kid" state)/$(state "$kid" attempt)"
+
+# 4. a handler that ignores SIGTERM is killed with SIGKILL after the grace
+sid=$("$DUE" add stubborn)
+"$DUE" work -q --lease 600ms --kill-grace 300ms --poll 20ms --kinds stubborn \
+	--exec 'trap "" TERM; echo $$ > "$OUT/stubborn.pid"; sleep 30; echo never' &
+wpid=$!
+wait_for "stubborn handler running" 10 test -s "$OUT/stubborn.pid"
+expect_eq "cancel running" REQUESTED "$("$DUE" cancel "$sid")"
+wait_for "stubborn task cancelled" 10 is_state "$sid" CANCELLED
+hpid=$(cat "$OUT/stubborn.pid")
+wait_for "stubborn handler gone" 5 bash -c "! kill -0 $hpid 2>/dev/null"
+"$DUE" show "$sid" --json | grep -q "killed by signal 9" && ok || bad "SIGKILL recorded"
+kill -TERM "$wpid"; rc=0; wait "$wpid" || rc=$?
+expect_eq "worker exit after SIGTERM" 0 "$rc"
+
+# 5. graceful shutdown: SIGTERM lets the running task finish, exit 0
+gid=$("$DUE" add graceful)
+"$DUE" work -q --poll 20ms --kinds graceful --exec 'touch "$OUT/g.started"; sleep 1; echo finished' &
+wpid=$!
+wait_for "graceful task started" 10 test -e "$OUT/g.started"
+kill -TERM "$wpid"; rc=0; wait "$wpid" || rc=$?
+expect_eq "exit 0 on SIGTERM" 0 "$rc"
+expect_eq "in-flight task finished" DONE "$(state "$gid" state)"
+
+# ... and past the grace it stops the handler and leaves the lease to expire
+xid=$("$DUE" add overdue)
+"$DUE" work -q --poll 20ms --grace 200ms --kill-grace 100ms --lease 1s --kinds overdue \
+	--exec 'touch "$OUT/x.started"; sleep 30' &
+wpid=$!
+wait_for "overdue task started" 10 test -e "$OUT/x.started"
+kill -TERM "$wpid"; rc=0; wait "$wpid" || rc=$?
+expect_eq "exit 0 after grace" 0 "$rc"
+st=$(state "$xid" state)
+[ "$st" = CLAIMED ] || [ "$st" = SCHEDULED ] && ok || bad "overdue task state $st"
+wait_for "overdue task reclaimed and run" 15 bash -c \
+	"'$DUE' work --once -q --kinds overdue --exec 'echo rescued' >/dev/null 2>&1; [ \"\$('$DUE' show $xid --json | grep -c '\"state\": \"DONE\"')\" = 1 ]"
+
+# 6. pool isolation: a slow kind with a pool of 1 does not delay the fast kind
+s1=$("$DUE" add slow); s2=$("$DUE" add slow)
+fast=()
+for i in $(seq 1 10); do fast+=("$("$DUE" add fast)"); done
+"$DUE" work -q --poll 20ms --concurrency 2 --pool slow=1 \
+	--exec 'if [ "$DUE_KIND" = slow ]; then sleep 2; fi; echo "$DUE_KIND" >> "$OUT/order"' &
+wpid=$!
+all_fast_done() { for f in "${fast[@]}"; do is_state "$f" DONE || return 1; done; }
+wait_for "fast tasks done" 20 all_fast_done
+# the slow pool runs one at a time: the second slow task cannot be done yet
+expect_eq "second slow task still pending" no "$(is_state "$s2" DONE && echo yes || echo no)"
+expect_eq "fast tasks were not queued behind slow ones" 10 "$(grep -c fast "$OUT/order")"
+wait_for "slow tasks done" 20 bash -c "[ \"\$(grep -c slow '$OUT/order')\" = 2 ]"
+kill -TERM "$wpid"; wait "$wpid" || true
+
+# 7. bad arguments
+expect_err 2 "give --exec CMD or --handler KIND=CMD" "$DUE" work
+expect_err 2 "--pool expects KIND=VALUE" "$DUE" work --exec true --pool slow
+expect_err 2 "--pool size" "$DUE" work --exec true --pool slow=0
+expect_err 2 "--handler expects KIND=VALUE" "$DUE" work --handler =x
+expect_err 2 "invalid duration" "$DUE" work --exec true --lease forever
+expect_err 2 "--pool b: no handler" "$DUE" work --handler a=true --pool b=2
+finish
