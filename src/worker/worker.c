@@ -889,27 +889,66 @@ static void join_all(due_worker *w)
 	pthread_join(w->keeper, NULL);
 }
 
+/* Stop and join whatever start_threads() managed to start. */
+static void unwind_threads(due_worker *w, bool completer)
+{
+	pthread_mutex_lock(&w->mu);
+	w->threads_stop = true;
+	for (size_t i = 0; i < w->n_pools; i++)
+		pthread_cond_broadcast(&w->pools[i]->cv);
+	pthread_cond_broadcast(&w->done_cv);
+	pthread_mutex_unlock(&w->mu);
+	for (size_t i = 0; i < w->n_pools; i++) {
+		for (int k = 0; k < w->pools[i]->started; k++)
+			pthread_join(w->pools[i]->threads[k], NULL);
+		w->pools[i]->started = 0;
+	}
+	if (completer)
+		pthread_join(w->completer, NULL);
+	w->threads_stop = false;
+}
+
+static int start_threads(due_worker *w)
+{
+	int rc = pools_start(w);
+
+	if (rc < 0) {
+		unwind_threads(w, false);
+		return rc;
+	}
+	if (pthread_create(&w->completer, NULL, completer_main, w) != 0) {
+		unwind_threads(w, false);
+		return due_error_set(DUE_ERROR, "cannot start the completer thread");
+	}
+	if (pthread_create(&w->keeper, NULL, keeper_main, w) != 0) {
+		unwind_threads(w, true);
+		return due_error_set(DUE_ERROR, "cannot start the lease keeper thread");
+	}
+	return 0;
+}
+
 int due_worker_run(due_worker *w)
 {
 	due_db *db;
 	struct sigaction sa;
 	int rc;
 
-	if (atomic_exchange(&w->running, true))
-		return due_error_set(DUE_EINVAL, "worker is already running");
 	if (w->n_handlers == 0)
 		return due_error_set(DUE_EINVAL, "worker has no handler registered");
+	if (atomic_exchange(&w->running, true))
+		return due_error_set(DUE_EINVAL, "worker is already running");
 	/* Writing a payload to a command that exited must not kill us. */
 	if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
 		signal(SIGPIPE, SIG_IGN);
 	db = connect_retry(w, "claimer");
-	if (!db)
+	if (!db) {
+		atomic_store(&w->running, false);
 		return 0;
-	if ((rc = pools_start(w)) < 0 ||
-	    pthread_create(&w->completer, NULL, completer_main, w) != 0 ||
-	    pthread_create(&w->keeper, NULL, keeper_main, w) != 0) {
+	}
+	if ((rc = start_threads(w)) < 0) {
 		due_close(db);
-		return rc < 0 ? rc : due_error_set(DUE_ERROR, "cannot start threads");
+		atomic_store(&w->running, false);
+		return rc;
 	}
 	wlog(w, 1, "started: %zu pool(s), shared concurrency %d, lease %lld ms, "
 	     "poll %lld ms%s", w->n_pools, w->pools[0]->size,
