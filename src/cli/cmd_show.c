@@ -25,8 +25,11 @@ static void line_time(const char *name, due_time t)
 
 static void line_bytes(const char *name, const unsigned char *p, size_t n)
 {
+	while (n && (p[n - 1] == '\n' || p[n - 1] == '\r'))
+		n--;
 	if (due_fmt_is_utf8(p, n))
-		printf("%-17s %.*s\n", name, (int)(n > 400 ? 400 : n), (const char *)p);
+		printf("%-17s %.*s%s\n", name, (int)(n > 400 ? 400 : n),
+		       (const char *)p, n > 400 ? "..." : "");
 	else
 		printf("%-17s (%zu bytes, binary)\n", name, n);
 }

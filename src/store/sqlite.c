@@ -1472,7 +1472,7 @@ static int prune_batch(due_store *s, due_time cutoff, int64_t *n)
 
 static int sq_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 {
-	int64_t n;
+	int64_t n = 0;
 	int rc;
 
 	*deleted = 0;
