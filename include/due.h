@@ -416,6 +416,8 @@ typedef struct due_reclaimed {
 	int64_t rescheduled;
 	int64_t dead;
 	int64_t cancelled;
+	due_time next_expiry; /**< earliest lease_until still CLAIMED; 0 if none */
+	due_time now;         /**< the store's clock when next_expiry was read */
 } due_reclaimed;
 
 /**

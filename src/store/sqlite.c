@@ -119,8 +119,7 @@ static const char *const sql_text[ST_COUNT] = {
 		" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
 		" RETURNING state",
 	[ST_PEEK_EXPIRED] =
-		"SELECT 1 FROM due_task WHERE state = 'CLAIMED' AND lease_until < ?1"
-		" LIMIT 1",
+		"SELECT min(lease_until) FROM due_task WHERE state = 'CLAIMED'",
 	[ST_RECLAIM] =
 		"UPDATE due_task SET"
 		" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
@@ -1069,16 +1068,31 @@ static int reclaim_batch(due_store *s, due_time now, due_reclaimed *out,
 	return 0;
 }
 
+/* Earliest lease expiry among CLAIMED tasks (0 when none): one index read. */
+static int next_expiry(due_store *s, due_time *out)
+{
+	sqlite3_stmt *st = stmt(s, ST_PEEK_EXPIRED);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	rc = sqlite3_step(st);
+	*out = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+	sqlite3_reset(st);
+	return rc == SQLITE_ROW ? 0 : sq_fail(s, rc, "peek leases");
+}
+
 static int sq_reclaim(due_store *s, due_reclaimed *out)
 {
-	bool any, more = true;
+	bool more = true;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	while (more) {
-		if ((rc = peek(s, ST_PEEK_EXPIRED, due_time_now_host(), &any)) < 0)
+		out->now = due_time_now_host();
+		if ((rc = next_expiry(s, &out->next_expiry)) < 0)
 			return rc;
-		if (!any)
+		if (out->next_expiry == 0 || out->next_expiry >= out->now)
 			return 0;
 		if ((rc = begin(s)) < 0)
 			return rc;
@@ -1087,6 +1101,7 @@ static int sq_reclaim(due_store *s, due_reclaimed *out)
 			rollback(s);
 			return rc;
 		}
+		more = true; /* re-read the next expiry */
 	}
 	return 0;
 }

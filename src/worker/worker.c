@@ -778,24 +778,31 @@ static int inflight(due_worker *w)
 	return n;
 }
 
-static int64_t reclaim_every(const due_worker *w)
-{
-	int64_t v = w->o.lease_us / 4;
-	return v < 100000 ? 100000 : v > 5000000 ? 5000000 : v;
-}
+/*
+** Take back expired leases, and return when to look again (monotonic
+** us): at the earliest lease expiry the store reported, at most
+** RECLAIM_MAX_US from now, so a crashed worker's task is picked up about
+** when its lease ends without polling faster than needed.
+*/
+#define RECLAIM_MAX_US 2000000LL
 
-static void reclaim(due_worker *w, due_db *db)
+static int64_t reclaim(due_worker *w, due_db *db)
 {
+	int64_t now = due_mono_us(), wait_us = RECLAIM_MAX_US;
 	due_reclaimed r;
+
 	if (due_reclaim_expired(db, &r) < 0) {
 		atomic_fetch_add(&w->st.store_errors, 1);
 		wlog(w, 1, "reclaim failed: %s", due_error_last());
-		return;
+		return now + 100000;
 	}
 	if (r.rescheduled + r.dead + r.cancelled)
 		wlog(w, 1, "reclaimed expired leases: %lld rescheduled, %lld dead, "
 		     "%lld cancelled", (long long)r.rescheduled, (long long)r.dead,
 		     (long long)r.cancelled);
+	if (r.next_expiry > 0 && r.next_expiry - r.now + 1000 < wait_us)
+		wait_us = r.next_expiry - r.now + 1000;
+	return now + (wait_us < 1000 ? 1000 : wait_us);
 }
 
 /*
@@ -813,10 +820,8 @@ static void claim_loop(due_worker *w, due_db *db)
 		bool filled = false;
 		int n = 0;
 
-		if (now >= next_reclaim) {
-			reclaim(w, db);
-			next_reclaim = now + reclaim_every(w);
-		}
+		if (now >= next_reclaim)
+			next_reclaim = reclaim(w, db);
 		if (more || now >= next_poll) {
 			n = claim_round(w, db, &filled);
 			if (n < 0) {
