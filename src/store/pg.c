@@ -1,0 +1,1668 @@
+/*
+** pg.c - the PostgreSQL store: many workers on many machines sharing one
+** database through libpq.
+**
+** Concurrency model.  PostgreSQL runs every statement at READ COMMITTED.
+** Each transition is ONE statement whose WHERE clause states the rule of
+** store.h (state, attempt, lease_until < now()); data-modifying CTEs do the
+** bookkeeping (attempt rows, audit rows, NOTIFY) in that same statement.
+** When a row the statement wants to write was changed by a transaction that
+** committed meanwhile, PostgreSQL re-reads the newest version and evaluates
+** the WHERE clause again before writing (EvalPlanQual), so a reclaim never
+** overwrites a completion that landed in between (River #1302), and a late
+** complete finds a state that no longer matches and writes nothing.  Claim
+** is UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n) AND
+** state = 'SCHEDULED': concurrent claimers skip each other's rows instead of
+** queueing on them, and no try is handed out twice.  The picking SELECT is
+** a MATERIALIZED CTE: written inline, the planner may run it as the inner
+** side of a nested-loop semi join, re-executing it for every outer row;
+** each rescan skips the rows this statement already updated and locks the
+** next ones, so LIMIT 10 claimed 25 rows (seen with a generic plan on a
+** small table).  The update then takes `id = ANY (ARRAY(SELECT id FROM
+** p))`, which is always a primary-key index scan, whatever the statistics
+** say.  Reclaim and prune pick the same way.  cancel and extend must
+** report what they found, so they lock the row first (a FOR UPDATE CTE) and
+** then write from what they locked.  Only schedule with keys (insert, then
+** look up the live task on conflict) and complete with a hook need an
+** explicit transaction.
+**
+** Clock.  Due times and leases are judged by the database server's clock
+** alone: now() (the transaction's start, a STABLE function, so the claim
+** plan uses the partial index with `Index Cond: (due_at <= now())`) and
+** clock_timestamp() for the end of a lease.  The host clock is never bound
+** for them.  Times are timestamptz columns; they cross the wire in binary
+** (int64 microseconds since 2000-01-01), which is exact, so no float
+** conversion ever rounds a due time.
+**
+** Wire format.  Scalars are sent as text, bytea and arrays in binary; every
+** result is binary.  A batch (schedule, complete) is one statement over
+** arrays (unnest), so n items cost one round trip.
+**
+** Connection.  Statements are prepared once per session, on first use.  A
+** call that finds the connection broken resets it once (and forgets the
+** prepared statements, which died with the session).  A statement or COMMIT
+** whose connection dropped has an unknown outcome: it is reported as
+** DUE_ESTORE and never retried here; every transition is safe to retry by
+** the caller because it is fenced by state and attempt.
+**
+** Notifications.  Every submit (and every transition that makes a task due
+** now: retry, requeue, reclaim) calls pg_notify('due_task_new', kind) in its
+** own transaction, so a listener wakes only for committed tasks.
+**
+** Schema history (bump DUE_SCHEMA_VERSION in due.h, add a step to
+** init_schema() that upgrades from the previous version under the same
+** advisory lock, never edit a released step):
+**   1  due_meta, due_task, due_attempt, due_audit, their indexes and the
+**      due_backoff() function.
+*/
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "core/internal.h"
+#include "store/store.h"
+
+/* Microseconds between the Unix epoch and PostgreSQL's (2000-01-01). */
+#define PG_EPOCH_US 946684800000000LL
+
+/* Element type OIDs for binary arrays (pg_type.dat). */
+#define OID_BYTEA 17
+#define OID_INT8 20
+#define OID_INT4 23
+#define OID_TEXT 25
+#define OID_TIMESTAMPTZ 1184
+
+/* Rows per reclaim or prune statement: bounded batches (CONTRACT §9). */
+#define BATCH_ROWS 1000
+
+/* How often a keyed submit retries when the live task vanishes under it. */
+#define KEY_TRIES 20
+
+/* Serializes concurrent `due init` runs on one database ("due:init"). */
+#define INIT_LOCK "7238803277619292532"
+
+enum stmt_id {
+	ST_NOW,
+	ST_INSERT, ST_FIND_KEY,
+	ST_CLAIM_ANY, ST_CLAIM_KINDS, ST_CLAIM_EXCLUDE, ST_CLAIM_ID,
+	ST_EXTEND, ST_COMPLETE, ST_FAIL, ST_RECLAIM, ST_CANCEL,
+	ST_GET, ST_ATTEMPTS, ST_LIST,
+	ST_RETRY, ST_REQUEUE, ST_KILL,
+	ST_STATS, ST_PRUNE,
+	ST_COUNT
+};
+
+#define TASK_COLS                                                              \
+	"id, kind, payload, state, due_at, attempt, attempt_base, max_attempts, " \
+	"backoff_us, backoff_cap_us, lease_owner, lease_until, "                \
+	"cancel_requested, key, result, last_error, created_at, updated_at"
+
+/* Where a task has used its attempt budget (store.h). */
+#define USED_UP "attempt - attempt_base >= max_attempts"
+
+#define US(x) "(" x ")::int8 * interval '1 microsecond'"
+
+/* The claim statement around a row picker (store.h: claim). */
+#define CLAIM_SQL(pick)                                                        \
+	"WITH p AS MATERIALIZED (" pick "),"                                   \
+	" c AS (UPDATE due_task t SET state = 'CLAIMED',"                      \
+	" attempt = t.attempt + 1, lease_owner = $1::text,"                    \
+	" lease_until = clock_timestamp() + " US("$2") ", updated_at = now()"  \
+	" WHERE t.id = ANY (ARRAY(SELECT id FROM p)) AND t.state = 'SCHEDULED'"          \
+	" RETURNING t.*),"                                                     \
+	" a AS (INSERT INTO due_attempt (task_id, attempt, worker, claimed_at," \
+	" due_at) SELECT id, attempt, lease_owner, now(), due_at FROM c)"       \
+	" SELECT " TASK_COLS " FROM c ORDER BY due_at, id"
+
+#define PICK_DUE                                                               \
+	"SELECT id FROM due_task WHERE state = 'SCHEDULED' AND due_at <= now()"
+
+/* requeue and kill: one fenced update, attempt row, audit, notify. */
+#define OPERATOR_SQL(set, where, outcome, action)                             \
+	"WITH u AS (UPDATE due_task SET " set ", lease_owner = NULL,"          \
+	" lease_until = NULL, updated_at = now() WHERE id = $1::int8 AND "     \
+	where " RETURNING id, attempt, state, kind),"                          \
+	" e AS (UPDATE due_attempt a SET ended_at = now(), outcome = '"        \
+	outcome "', error = '" action "' FROM u WHERE a.task_id = u.id"        \
+	" AND a.attempt = u.attempt AND a.outcome = 'RUNNING'),"               \
+	" au AS (INSERT INTO due_audit (task_id, at, action, detail)"          \
+	" SELECT id, now(), '" action "', state FROM u),"                      \
+	" n AS (SELECT pg_notify('due_task_new', kind) FROM u"                 \
+	" WHERE state = 'SCHEDULED')"                                          \
+	" SELECT (SELECT state FROM u),"                                       \
+	" (SELECT state FROM due_task WHERE id = $1::int8),"                   \
+	" (SELECT count(*) FROM n)"
+
+static const char *const sql_text[ST_COUNT] = {
+	[ST_NOW] = "SELECT now()",
+	[ST_INSERT] =
+		"WITH i AS MATERIALIZED (SELECT nextval('due_task_id_seq') AS id,"
+		" u.* FROM unnest($1::text[], $2::bytea[], $3::timestamptz[],"
+		" $4::int8[], $5::int4[], $6::int8[], $7::int8[], $8::text[])"
+		" WITH ORDINALITY AS u(kind, payload, at_ts, delay_us,"
+		" max_attempts, backoff_us, backoff_cap_us, key, ord)),"
+		" ins AS (INSERT INTO due_task (id, kind, payload, state, due_at,"
+		" max_attempts, backoff_us, backoff_cap_us, key, created_at,"
+		" updated_at) OVERRIDING SYSTEM VALUE"
+		" SELECT id, kind, payload, 'SCHEDULED',"
+		" coalesce(at_ts, now() + " US("delay_us") "), max_attempts,"
+		" backoff_us, backoff_cap_us, key, now(), now() FROM i ORDER BY ord"
+		" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
+		" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id, kind),"
+		" n AS (SELECT pg_notify('due_task_new', kind)"
+		" FROM (SELECT DISTINCT kind FROM ins) k)"
+		" SELECT i.ord, ins.id, (SELECT count(*) FROM n)"
+		" FROM i LEFT JOIN ins ON ins.id = i.id ORDER BY i.ord",
+	[ST_FIND_KEY] =
+		"SELECT id FROM due_task WHERE kind = $1::text AND key = $2::text"
+		" AND state IN ('SCHEDULED', 'CLAIMED')",
+	[ST_CLAIM_ANY] = CLAIM_SQL(PICK_DUE " ORDER BY due_at LIMIT $3::int4"
+				   " FOR UPDATE SKIP LOCKED"),
+	[ST_CLAIM_KINDS] = CLAIM_SQL(PICK_DUE " AND kind = ANY($4::text[])"
+				     " ORDER BY due_at LIMIT $3::int4"
+				     " FOR UPDATE SKIP LOCKED"),
+	[ST_CLAIM_EXCLUDE] = CLAIM_SQL(PICK_DUE " AND kind <> ALL($4::text[])"
+				       " ORDER BY due_at LIMIT $3::int4"
+				       " FOR UPDATE SKIP LOCKED"),
+	[ST_CLAIM_ID] = CLAIM_SQL(PICK_DUE " AND id = $3::int8"
+				  " FOR UPDATE SKIP LOCKED"),
+	[ST_EXTEND] =
+		"WITH cur AS (SELECT id, state, attempt, cancel_requested"
+		" FROM due_task WHERE id = $1::int8 FOR UPDATE),"
+		" u AS (UPDATE due_task t SET lease_until = clock_timestamp() + "
+		US("$3") ", updated_at = now() FROM cur WHERE t.id = cur.id"
+		" AND t.state = 'CLAIMED' AND t.attempt = $2::int4"
+		" AND NOT t.cancel_requested RETURNING t.id)"
+		" SELECT state, attempt, cancel_requested,"
+		" EXISTS (SELECT 1 FROM u) FROM cur",
+	[ST_COMPLETE] =
+		"WITH i AS MATERIALIZED (SELECT * FROM unnest($1::int8[],"
+		" $2::int4[], $3::bytea[]) WITH ORDINALITY AS u(id, attempt,"
+		" result, ord)),"
+		" d AS (UPDATE due_task t SET state = CASE WHEN t.cancel_requested"
+		" THEN 'CANCELLED' ELSE 'DONE' END, result = CASE WHEN"
+		" t.cancel_requested THEN NULL ELSE i.result END,"
+		" lease_owner = NULL, lease_until = NULL, updated_at = now()"
+		" FROM (SELECT DISTINCT ON (id, attempt) * FROM i"
+		" ORDER BY id, attempt, ord) i WHERE t.id = ANY ($1::int8[])"
+		" AND t.id = i.id AND t.attempt = i.attempt"
+		" AND t.state = 'CLAIMED' RETURNING i.ord, t.id, t.attempt, t.state),"
+		" e AS (UPDATE due_attempt a SET ended_at = now(), outcome = d.state,"
+		" error = CASE WHEN d.state = 'CANCELLED'"
+		" THEN 'cancel requested before commit' END FROM d"
+		" WHERE a.task_id = d.id AND a.attempt = d.attempt"
+		" AND a.outcome = 'RUNNING'),"
+		" l AS (UPDATE due_attempt a SET late_commit = 'REJECTED_STALE'"
+		" FROM i WHERE a.task_id = i.id AND a.attempt = i.attempt"
+		" AND NOT EXISTS (SELECT 1 FROM d WHERE d.id = i.id"
+		" AND d.attempt = i.attempt))"
+		" SELECT i.ord, d.state FROM i LEFT JOIN d ON d.ord = i.ord"
+		" ORDER BY i.ord",
+	[ST_FAIL] =
+		"WITH f AS (UPDATE due_task SET"
+		" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
+		"   WHEN " USED_UP " THEN 'DEAD' ELSE 'SCHEDULED' END,"
+		" due_at = CASE WHEN cancel_requested OR " USED_UP " THEN due_at"
+		"   ELSE now() + " US("due_backoff(backoff_us, backoff_cap_us,"
+				    " attempt - attempt_base)") " END,"
+		" last_error = $3::text, lease_owner = NULL, lease_until = NULL,"
+		" updated_at = now()"
+		" WHERE id = $1::int8 AND attempt = $2::int4 AND state = 'CLAIMED'"
+		" RETURNING state),"
+		" e AS (UPDATE due_attempt a SET ended_at = now(), outcome = CASE"
+		" WHEN f.state = 'CANCELLED' THEN 'CANCELLED' ELSE 'FAILED' END,"
+		" error = $3::text FROM f WHERE a.task_id = $1::int8"
+		" AND a.attempt = $2::int4 AND a.outcome = 'RUNNING'),"
+		" l AS (UPDATE due_attempt SET late_commit = 'REJECTED_STALE'"
+		" WHERE task_id = $1::int8 AND attempt = $2::int4"
+		" AND NOT EXISTS (SELECT 1 FROM f))"
+		" SELECT state FROM f",
+	[ST_RECLAIM] =
+		"WITH p AS MATERIALIZED (SELECT id FROM due_task"
+		" WHERE state = 'CLAIMED' AND lease_until < now()"
+		" ORDER BY lease_until LIMIT $1::int4 FOR UPDATE SKIP LOCKED),"
+		" r AS (UPDATE due_task t SET"
+		" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
+		"   WHEN " USED_UP " THEN 'DEAD' ELSE 'SCHEDULED' END,"
+		" due_at = CASE WHEN cancel_requested OR " USED_UP " THEN due_at"
+		"   ELSE now() END,"
+		" last_error = 'lease expired (held by ' || lease_owner || ')',"
+		" lease_owner = NULL, lease_until = NULL, updated_at = now()"
+		" WHERE t.id = ANY (ARRAY(SELECT id FROM p)) AND t.state = 'CLAIMED' AND t.lease_until < now()"
+		" RETURNING t.id, t.attempt, t.state, t.kind),"
+		" e AS (UPDATE due_attempt a SET ended_at = now(),"
+		" outcome = 'LEASE_EXPIRED', error = 'lease expired' FROM r"
+		" WHERE a.task_id = r.id AND a.attempt = r.attempt"
+		" AND a.outcome = 'RUNNING'),"
+		" n AS (SELECT pg_notify('due_task_new', kind) FROM"
+		" (SELECT DISTINCT kind FROM r WHERE state = 'SCHEDULED') k)"
+		" SELECT count(*) FILTER (WHERE state = 'SCHEDULED'),"
+		" count(*) FILTER (WHERE state = 'DEAD'),"
+		" count(*) FILTER (WHERE state = 'CANCELLED'),"
+		" (SELECT count(*) FROM n),"
+		" (SELECT min(lease_until) FROM due_task WHERE state = 'CLAIMED'"
+		"   AND lease_until >= now()), now() FROM r",
+	[ST_CANCEL] =
+		"WITH cur AS (SELECT id, state FROM due_task WHERE id = $1::int8"
+		" FOR UPDATE),"
+		" u AS (UPDATE due_task t SET state = CASE WHEN t.state ="
+		" 'SCHEDULED' THEN 'CANCELLED' ELSE t.state END,"
+		" cancel_requested = t.cancel_requested OR t.state = 'CLAIMED',"
+		" updated_at = now() FROM cur WHERE t.id = cur.id"
+		" AND t.state IN ('SCHEDULED', 'CLAIMED'))"
+		" SELECT state FROM cur",
+	[ST_GET] = "SELECT " TASK_COLS " FROM due_task WHERE id = $1::int8",
+	[ST_ATTEMPTS] =
+		"SELECT task_id, attempt, worker, claimed_at, due_at, ended_at,"
+		" outcome, error, late_commit FROM due_attempt"
+		" WHERE task_id = ANY($1::int8[]) ORDER BY task_id, attempt",
+	[ST_LIST] =
+		"SELECT " TASK_COLS " FROM due_task"
+		" WHERE ($1::text IS NULL OR state = $1::text)"
+		" AND ($2::text IS NULL OR kind = $2::text)"
+		" AND id > $3::int8 ORDER BY id LIMIT $4::int4",
+	[ST_RETRY] =
+		"WITH u AS (UPDATE due_task SET state = 'SCHEDULED', due_at = now(),"
+		" attempt_base = attempt, cancel_requested = false,"
+		" updated_at = now() WHERE id = $1::int8 AND state = 'DEAD'"
+		" RETURNING id, kind),"
+		" au AS (INSERT INTO due_audit (task_id, at, action, detail)"
+		" SELECT id, now(), 'retry', 'DEAD -> SCHEDULED, fresh attempt"
+		" budget' FROM u),"
+		" n AS (SELECT pg_notify('due_task_new', kind) FROM u)"
+		" SELECT (SELECT count(*) FROM u),"
+		" (SELECT state FROM due_task WHERE id = $1::int8),"
+		" (SELECT count(*) FROM n)",
+	[ST_REQUEUE] = OPERATOR_SQL(
+		"state = CASE WHEN cancel_requested THEN 'CANCELLED'"
+		" ELSE 'SCHEDULED' END, due_at = now()",
+		"state = 'CLAIMED'", "REQUEUED", "requeue"),
+	[ST_KILL] = OPERATOR_SQL(
+		"state = CASE WHEN cancel_requested THEN 'CANCELLED'"
+		" ELSE 'DEAD' END, last_error = coalesce(last_error || '; ', '')"
+		" || 'killed by operator'",
+		"state IN ('SCHEDULED', 'CLAIMED')", "KILLED", "kill"),
+	[ST_STATS] =
+		"WITH c AS (SELECT state, count(*) AS n FROM due_task"
+		" GROUP BY state),"
+		" d AS (SELECT count(*) AS n, min(due_at) AS m FROM due_task"
+		" WHERE state = 'SCHEDULED' AND due_at <= now()),"
+		" l AS (SELECT count(*) AS n,"
+		" percentile_disc(0.5) WITHIN GROUP (ORDER BY late) AS p50,"
+		" percentile_disc(0.99) WITHIN GROUP (ORDER BY late) AS p99,"
+		" max(late) AS mx FROM (SELECT (extract(epoch FROM"
+		" claimed_at - due_at) * 1000000)::int8 AS late FROM due_attempt"
+		" WHERE claimed_at >= now() - " US("$1") ") x)"
+		" SELECT now(),"
+		" (SELECT n FROM c WHERE state = 'SCHEDULED'),"
+		" (SELECT n FROM c WHERE state = 'CLAIMED'),"
+		" (SELECT n FROM c WHERE state = 'DONE'),"
+		" (SELECT n FROM c WHERE state = 'CANCELLED'),"
+		" (SELECT n FROM c WHERE state = 'DEAD'),"
+		" d.n, d.m, l.n, l.p50, l.p99, l.mx FROM d, l",
+	[ST_PRUNE] =
+		"WITH v AS (SELECT id FROM due_task WHERE state IN ('DONE',"
+		" 'CANCELLED') AND updated_at < now() - " US("$1")
+		" ORDER BY updated_at LIMIT $2::int4 FOR UPDATE SKIP LOCKED),"
+		" da AS (DELETE FROM due_attempt WHERE task_id ="
+		" ANY (ARRAY(SELECT id FROM v))),"
+		" dd AS (DELETE FROM due_audit WHERE task_id ="
+		" ANY (ARRAY(SELECT id FROM v))),"
+		" dt AS (DELETE FROM due_task WHERE id = ANY (ARRAY(SELECT id FROM v))"
+		" AND state IN ('DONE', 'CANCELLED') RETURNING 1)"
+		" SELECT count(*) FROM dt",
+};
+
+static const char schema_v1[] =
+	"CREATE TABLE IF NOT EXISTS due_meta ("
+	"  name text PRIMARY KEY, value text NOT NULL);"
+	/* An identity is never reused after prune, so the idempotency key
+	   task-<id> stays unique forever.  The sequence is named because
+	   submit draws ids from it before inserting (see ST_INSERT). */
+	"CREATE TABLE due_task ("
+	"  id bigint GENERATED ALWAYS AS IDENTITY"
+	"    (SEQUENCE NAME due_task_id_seq) PRIMARY KEY,"
+	"  kind text NOT NULL,"
+	"  payload bytea NOT NULL,"
+	"  state text NOT NULL CHECK (state IN"
+	"    ('SCHEDULED', 'CLAIMED', 'DONE', 'CANCELLED', 'DEAD')),"
+	"  due_at timestamptz NOT NULL,"
+	"  attempt integer NOT NULL DEFAULT 0,"
+	"  attempt_base integer NOT NULL DEFAULT 0,"
+	"  max_attempts integer NOT NULL CHECK (max_attempts >= 1),"
+	"  backoff_us bigint NOT NULL,"
+	"  backoff_cap_us bigint NOT NULL,"
+	"  lease_owner text,"
+	"  lease_until timestamptz,"
+	"  cancel_requested boolean NOT NULL DEFAULT false,"
+	"  key text,"
+	"  result bytea,"
+	"  last_error text,"
+	"  created_at timestamptz NOT NULL,"
+	"  updated_at timestamptz NOT NULL,"
+	"  CONSTRAINT claimed_iff_lease CHECK ("
+	"    (state = 'CLAIMED' AND lease_owner IS NOT NULL"
+	"     AND lease_until IS NOT NULL)"
+	"    OR (state <> 'CLAIMED' AND lease_owner IS NULL"
+	"     AND lease_until IS NULL)));"
+	"CREATE INDEX due_task_due ON due_task (due_at) WHERE state = 'SCHEDULED';"
+	"CREATE INDEX due_task_lease ON due_task (lease_until)"
+	"  WHERE state = 'CLAIMED';"
+	"CREATE UNIQUE INDEX due_task_key ON due_task (kind, key)"
+	"  WHERE key IS NOT NULL AND state IN ('SCHEDULED', 'CLAIMED');"
+	"CREATE INDEX due_task_finished ON due_task (updated_at)"
+	"  WHERE state IN ('DONE', 'CANCELLED');"
+	"CREATE TABLE due_attempt ("
+	"  task_id bigint NOT NULL,"
+	"  attempt integer NOT NULL,"
+	"  worker text NOT NULL,"
+	"  claimed_at timestamptz NOT NULL,"
+	"  due_at timestamptz NOT NULL,"
+	"  ended_at timestamptz,"
+	"  outcome text NOT NULL DEFAULT 'RUNNING' CHECK (outcome IN ('RUNNING',"
+	"    'DONE', 'FAILED', 'LEASE_EXPIRED', 'CANCELLED', 'REQUEUED',"
+	"    'KILLED')),"
+	"  error text,"
+	"  late_commit text,"
+	"  PRIMARY KEY (task_id, attempt));"
+	"CREATE INDEX due_attempt_claimed ON due_attempt (claimed_at);"
+	"CREATE TABLE due_audit ("
+	"  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+	"  task_id bigint NOT NULL,"
+	"  at timestamptz NOT NULL,"
+	"  action text NOT NULL,"
+	"  detail text);"
+	"CREATE INDEX due_audit_task ON due_audit (task_id);"
+	/* The backoff rule of due_backoff_us() (src/core/time.c): min(base *
+	   2^(n-1), cap), computed in numeric so it cannot overflow; past 64
+	   doublings any base >= 1 is over every int8 cap. */
+	"CREATE FUNCTION due_backoff(base bigint, cap bigint, n integer)"
+	"  RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$"
+	"  SELECT CASE WHEN base <= 0 THEN 0::bigint"
+	"    WHEN n > 64 THEN cap"
+	"    ELSE least(base::numeric * 2::numeric ^ greatest(n - 1, 0),"
+	"               cap::numeric)::bigint END $$;"
+	"INSERT INTO due_meta (name, value) VALUES ('schema_version', '1');";
+
+struct due_store {
+	PGconn *conn;
+	bool own;                 /* false: a caller's connection (pg_tx) */
+	bool prepared[ST_COUNT];  /* per session; cleared by a reset */
+	char label[256];          /* user@host:port/db for messages */
+	char sqlstate[6];         /* of the last failure, "" when none */
+};
+
+/* ------------------------------------------------------------------ */
+/* Errors                                                              */
+/* ------------------------------------------------------------------ */
+
+/* Copy msg into buf without its trailing newlines. */
+static const char *trimmed(char *buf, size_t n, const char *msg)
+{
+	size_t len;
+
+	snprintf(buf, n, "%s", msg && *msg ? msg : "unknown error");
+	len = strlen(buf);
+	while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
+		buf[--len] = '\0';
+	return buf;
+}
+
+/*
+** Translate a failed libpq call into a due code and message.  This is the
+** only place that knows SQLSTATEs.  `r` is the failed result or NULL.  A
+** broken connection (or SQLSTATE class 08, or the server shutting down)
+** is DUE_ESTORE with libpq's own text; serialization failures, deadlocks
+** and lock timeouts are DUE_EBUSY; a unique violation is DUE_ECONFLICT.
+*/
+static int pg_fail(due_store *s, const PGresult *r, const char *what)
+{
+	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	bool bad = PQstatus(s->conn) == CONNECTION_BAD;
+	char buf[768];
+	int code = DUE_ERROR;
+
+	snprintf(s->sqlstate, sizeof(s->sqlstate), "%s", state ? state : "");
+	if (bad || !msg)
+		msg = PQerrorMessage(s->conn);
+	if (bad || (state && (strncmp(state, "08", 2) == 0 ||
+			      strncmp(state, "57P0", 4) == 0)))
+		code = DUE_ESTORE;
+	else if (state && (strcmp(state, "40001") == 0 ||
+			   strcmp(state, "40P01") == 0 ||
+			   strcmp(state, "55P03") == 0))
+		code = DUE_EBUSY;
+	else if (state && strcmp(state, "23505") == 0)
+		code = DUE_ECONFLICT;
+	else if (!r)
+		code = DUE_ESTORE;
+	return due_error_set(code, "postgres store: %s: %s", what,
+			     trimmed(buf, sizeof(buf), msg));
+}
+
+static void quiet_notices(void *arg, const char *message)
+{
+	(void)arg;
+	(void)message;
+}
+
+/*
+** Make sure the connection is usable before a call: reset it once when
+** it broke (the prepared statements died with the old session).  0, or
+** DUE_ESTORE when the reset failed too.  Every path of this file closes
+** its own transactions, so one still open means this handle is being used
+** from inside a completion hook: refused (DUE_EINVAL), because committing
+** or rolling back here would decide the hook's transaction behind its back.
+*/
+static int conn_ok(due_store *s)
+{
+	s->sqlstate[0] = '\0';
+	if (PQstatus(s->conn) != CONNECTION_OK) {
+		PQreset(s->conn);
+		memset(s->prepared, 0, sizeof(s->prepared));
+		if (PQstatus(s->conn) != CONNECTION_OK)
+			return pg_fail(s, NULL, "reconnect");
+	}
+	if (PQtransactionStatus(s->conn) != PQTRANS_IDLE)
+		return due_error_set(DUE_EINVAL,
+			"postgres store: a transaction is open on this handle's "
+			"connection (inside a completion hook, use the hook's "
+			"connection with due_schedule_pg_tx)");
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Statements, parameters, transactions                                */
+/* ------------------------------------------------------------------ */
+
+#define MAX_PARAMS 8
+
+/* Bound parameters: scalars as text, buffers and arrays as binary. */
+typedef struct params {
+	int n;
+	const char *v[MAX_PARAMS];
+	int len[MAX_PARAMS];
+	int fmt[MAX_PARAMS];
+	char num[MAX_PARAMS][24];
+} params;
+
+static void p_int(params *p, int64_t v)
+{
+	snprintf(p->num[p->n], sizeof(p->num[0]), "%lld", (long long)v);
+	p->v[p->n] = p->num[p->n];
+	p->len[p->n] = 0;
+	p->fmt[p->n++] = 0;
+}
+
+/* A text parameter; NULL binds SQL NULL.  Borrowed until the call. */
+static void p_text(params *p, const char *t)
+{
+	p->v[p->n] = t;
+	p->len[p->n] = 0;
+	p->fmt[p->n++] = 0;
+}
+
+/* A binary parameter of n bytes (n was checked to fit an int). */
+static void p_bin(params *p, const void *d, size_t n)
+{
+	p->v[p->n] = d ? d : "";
+	p->len[p->n] = (int)n;
+	p->fmt[p->n++] = 1;
+}
+
+static bool sqlstate_is(const PGresult *r, const char *code)
+{
+	const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	return st && strcmp(st, code) == 0;
+}
+
+/* Prepare statement `id` in this session (already there counts as done). */
+static int prepare(due_store *s, enum stmt_id id, const char *name,
+		   const char *what)
+{
+	PGresult *r = PQprepare(s->conn, name, sql_text[id], 0, NULL);
+	int rc = 0;
+
+	if (PQresultStatus(r) != PGRES_COMMAND_OK && !sqlstate_is(r, "42P05"))
+		rc = pg_fail(s, r, what);
+	PQclear(r);
+	s->prepared[id] = rc == 0;
+	return rc;
+}
+
+/*
+** Run statement `id` with `p`; results come back in binary.  On our own
+** connection the statement is prepared on first use in this session; on a
+** caller's connection it runs unnamed (we never leave named statements in
+** someone else's session).  When the session lost our statement (26000:
+** DEALLOCATE ALL, or a pooler that moved us to another server session)
+** and no transaction is open, it is prepared again and run once more: it
+** never ran, so that is safe.  On success *out holds the result (caller
+** clears it); on failure the error is recorded and returned.
+*/
+static int run(due_store *s, enum stmt_id id, const params *p,
+	       const char *what, PGresult **out)
+{
+	char name[16];
+	PGresult *r;
+	ExecStatusType st;
+	int rc;
+
+	*out = NULL;
+	snprintf(name, sizeof(name), "due_%d", (int)id);
+	for (int tries = 0;; tries++) {
+		if (s->own && !s->prepared[id] &&
+		    (rc = prepare(s, id, name, what)) < 0)
+			return rc;
+		r = s->own ? PQexecPrepared(s->conn, name, p->n, p->v, p->len,
+					    p->fmt, 1)
+			   : PQexecParams(s->conn, sql_text[id], p->n, NULL, p->v,
+					  p->len, p->fmt, 1);
+		st = PQresultStatus(r);
+		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+			*out = r;
+			return 0;
+		}
+		if (!s->own || tries > 0 || !sqlstate_is(r, "26000") ||
+		    PQtransactionStatus(s->conn) != PQTRANS_IDLE)
+			break;
+		s->prepared[id] = false;
+		PQclear(r);
+	}
+	rc = pg_fail(s, r, what);
+	PQclear(r);
+	return rc;
+}
+
+/* Simple-protocol command (BEGIN, DDL).  0 or a due code. */
+static int command(due_store *s, const char *sql, const char *what)
+{
+	PGresult *r = PQexec(s->conn, sql);
+	int rc = PQresultStatus(r) == PGRES_COMMAND_OK ||
+			 PQresultStatus(r) == PGRES_TUPLES_OK
+		 ? 0 : pg_fail(s, r, what);
+	PQclear(r);
+	return rc;
+}
+
+static int begin(due_store *s)
+{
+	return command(s, "BEGIN", "begin");
+}
+
+/* Roll back if a transaction is open; keeps the error already recorded. */
+static void rollback(due_store *s)
+{
+	if (PQtransactionStatus(s->conn) != PQTRANS_IDLE &&
+	    PQstatus(s->conn) == CONNECTION_OK)
+		PQclear(PQexec(s->conn, "ROLLBACK"));
+}
+
+/*
+** COMMIT.  A connection lost during COMMIT leaves the outcome unknown:
+** DUE_ESTORE, never retried.  A transaction that had already failed
+** answers COMMIT with ROLLBACK; that is an error too, not a success.
+*/
+static int commit(due_store *s)
+{
+	PGresult *r = PQexec(s->conn, "COMMIT");
+	char buf[512];
+	int rc = 0;
+
+	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+		if (PQstatus(s->conn) == CONNECTION_BAD)
+			rc = due_error_set(DUE_ESTORE,
+				"postgres store: commit outcome unknown, the "
+				"connection was lost: %s",
+				trimmed(buf, sizeof(buf), PQerrorMessage(s->conn)));
+		else
+			rc = pg_fail(s, r, "commit");
+	} else if (strcmp(PQcmdStatus(r), "COMMIT") != 0) {
+		rc = due_error_set(DUE_ERROR, "postgres store: commit: the "
+				   "transaction had failed and was rolled back");
+	}
+	PQclear(r);
+	if (rc < 0)
+		rollback(s);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Binary arrays (the array_recv wire format)                          */
+/* ------------------------------------------------------------------ */
+
+typedef struct pgbuf {
+	unsigned char *p;
+	size_t len, cap;
+	bool oom;
+} pgbuf;
+
+static void put(pgbuf *b, const void *d, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->len + n)
+			cap *= 2;
+		unsigned char *np = realloc(b->p, cap);
+		if (!np) {
+			b->oom = true;
+			return;
+		}
+		b->p = np;
+		b->cap = cap;
+	}
+	if (n)
+		memcpy(b->p + b->len, d, n);
+	b->len += n;
+}
+
+static void put32(pgbuf *b, uint32_t v)
+{
+	unsigned char x[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
+			      (unsigned char)(v >> 8), (unsigned char)v};
+	put(b, x, 4);
+}
+
+static void put64(pgbuf *b, uint64_t v)
+{
+	put32(b, (uint32_t)(v >> 32));
+	put32(b, (uint32_t)v);
+}
+
+/* Header of a one-dimensional array of n elements of type `oid`. */
+static void arr_head(pgbuf *b, uint32_t oid, size_t n)
+{
+	put32(b, 1);           /* dimensions */
+	put32(b, 1);           /* may hold NULLs (checked per element) */
+	put32(b, oid);
+	put32(b, (uint32_t)n); /* length */
+	put32(b, 1);           /* lower bound */
+}
+
+static void arr_i64(pgbuf *b, int64_t v)
+{
+	put32(b, 8);
+	put64(b, (uint64_t)v);
+}
+
+static void arr_i32(pgbuf *b, int32_t v)
+{
+	put32(b, 4);
+	put32(b, (uint32_t)v);
+}
+
+/* A bytea or text element; d == NULL with n == SIZE_MAX is SQL NULL. */
+static void arr_bytes(pgbuf *b, const void *d, size_t n)
+{
+	if (n == SIZE_MAX) {
+		put32(b, UINT32_MAX);
+		return;
+	}
+	put32(b, (uint32_t)n);
+	put(b, d, n);
+}
+
+static void arr_text(pgbuf *b, const char *t)
+{
+	arr_bytes(b, t, t ? strlen(t) : SIZE_MAX);
+}
+
+/* Bind b as a binary parameter; DUE_ENOMEM / DUE_ETOOBIG when it cannot. */
+static int p_arr(params *p, const pgbuf *b)
+{
+	if (b->oom)
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	if (b->len > (size_t)INT_MAX)
+		return due_error_set(DUE_ETOOBIG,
+			"postgres store: batch of %zu bytes is too large for "
+			"one statement; split it", b->len);
+	p_bin(p, b->p, b->len);
+	return 0;
+}
+
+static void bufs_free(pgbuf *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(b[i].p);
+}
+
+/* ------------------------------------------------------------------ */
+/* Reading binary results                                              */
+/* ------------------------------------------------------------------ */
+
+/* A big-endian integer column of 1, 2, 4 or 8 bytes (bool too); NULL is 0. */
+static int64_t col_int(const PGresult *r, int row, int col)
+{
+	const unsigned char *p;
+	uint64_t v = 0;
+	int n;
+
+	if (PQgetisnull(r, row, col))
+		return 0;
+	p = (const unsigned char *)PQgetvalue(r, row, col);
+	n = PQgetlength(r, row, col);
+	for (int i = 0; i < n && i < 8; i++)
+		v = v << 8 | p[i];
+	if (n > 0 && n < 8 && (p[0] & 0x80))
+		v |= ~(uint64_t)0 << (8 * n);
+	return (int64_t)v;
+}
+
+/* A timestamptz column as due_time; NULL is 0. */
+static due_time col_time(const PGresult *r, int row, int col)
+{
+	return PQgetisnull(r, row, col) ? 0 : col_int(r, row, col) + PG_EPOCH_US;
+}
+
+static bool col_null(const PGresult *r, int row, int col)
+{
+	return PQgetisnull(r, row, col) != 0;
+}
+
+/* A NUL-terminated copy of a text/bytea column; *len gets its size. */
+static char *col_dup(const PGresult *r, int row, int col, size_t *len)
+{
+	size_t n = (size_t)PQgetlength(r, row, col);
+	if (len)
+		*len = n;
+	return due_strdup_n(PQgetvalue(r, row, col), n);
+}
+
+/* A text column copy, NULL for SQL NULL (or out of memory). */
+static char *col_text(const PGresult *r, int row, int col)
+{
+	return col_null(r, row, col) ? NULL : col_dup(r, row, col, NULL);
+}
+
+static int state_from(const char *txt, due_state *out)
+{
+	for (int i = 0; i < DUE_STATE_COUNT; i++) {
+		if (txt && strcmp(txt, due_state_name((due_state)i)) == 0) {
+			*out = (due_state)i;
+			return 0;
+		}
+	}
+	return due_error_set(DUE_ERROR, "postgres store: unknown state '%s'",
+			     txt ? txt : "(null)");
+}
+
+/* The state in a text column. */
+static int col_state(const PGresult *r, int row, int col, due_state *out)
+{
+	return state_from(col_null(r, row, col) ? NULL
+						: PQgetvalue(r, row, col), out);
+}
+
+/* Fill t from row `row` of a TASK_COLS result.  0 or a due code. */
+static int read_task(const PGresult *r, int row, due_task *t)
+{
+	memset(t, 0, sizeof(*t));
+	t->id = col_int(r, row, 0);
+	t->kind = col_text(r, row, 1);
+	t->payload = (unsigned char *)col_dup(r, row, 2, &t->payload_len);
+	if (col_state(r, row, 3, &t->state) < 0)
+		return DUE_ERROR;
+	t->due_at = col_time(r, row, 4);
+	t->attempt = (int32_t)col_int(r, row, 5);
+	t->max_attempts = (int32_t)col_int(r, row, 7);
+	t->backoff_us = col_int(r, row, 8);
+	t->backoff_cap_us = col_int(r, row, 9);
+	t->lease_owner = col_text(r, row, 10);
+	t->lease_until = col_time(r, row, 11);
+	t->cancel_requested = col_int(r, row, 12) != 0;
+	t->key = col_text(r, row, 13);
+	t->has_result = !col_null(r, row, 14);
+	if (t->has_result)
+		t->result = (unsigned char *)col_dup(r, row, 14, &t->result_len);
+	t->last_error = col_text(r, row, 15);
+	t->created_at = col_time(r, row, 16);
+	t->updated_at = col_time(r, row, 17);
+	if (!t->kind || !t->payload || (t->has_result && !t->result))
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	return 0;
+}
+
+/* All rows of a TASK_COLS result into l (allocated for at least that many). */
+static int read_tasks(const PGresult *r, due_task_list *l)
+{
+	int n = PQntuples(r);
+	for (int i = 0; i < n; i++)
+		if (read_task(r, i, &l->items[l->count++]) < 0)
+			return due_error_last_code();
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Open, schema                                                        */
+/* ------------------------------------------------------------------ */
+
+/*
+** Connect to the libpq URI in u->target.  *out is set even on failure so
+** the core can close it.  `create` means nothing here: the database must
+** exist; init_schema creates the tables.
+*/
+static int pg_open(due_store **out, const due_url *u, bool create)
+{
+	const char *const keys[] = {"dbname", "fallback_application_name", NULL};
+	const char *const vals[] = {u->target, "due", NULL};
+	due_store *s;
+
+	(void)create;
+	*out = NULL;
+	if (!(s = calloc(1, sizeof(*s))))
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	*out = s;
+	s->own = true;
+	s->conn = PQconnectdbParams(keys, vals, 1);
+	if (!s->conn)
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	PQsetNoticeProcessor(s->conn, quiet_notices, NULL);
+	if (PQstatus(s->conn) != CONNECTION_OK)
+		return pg_fail(s, NULL, "cannot connect");
+	snprintf(s->label, sizeof(s->label), "postgres://%s@%s:%s/%s",
+		 PQuser(s->conn), PQhost(s->conn), PQport(s->conn),
+		 PQdb(s->conn));
+	return 0;
+}
+
+static void pg_close(due_store *s)
+{
+	if (!s)
+		return;
+	if (s->conn)
+		PQfinish(s->conn);
+	free(s);
+}
+
+/* Schema version in the search_path: -1 when there is no due schema. */
+static int read_version(due_store *s, int *out)
+{
+	PGresult *r = PQexec(s->conn,
+		"SELECT CASE WHEN to_regclass('due_meta') IS NULL THEN '-1'"
+		" ELSE NULL END");
+	int rc = 0;
+
+	*out = -1;
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		rc = pg_fail(s, r, "read schema version");
+	} else if (PQgetisnull(r, 0, 0)) {
+		PQclear(r);
+		r = PQexec(s->conn, "SELECT value FROM due_meta"
+				    " WHERE name = 'schema_version'");
+		if (PQresultStatus(r) != PGRES_TUPLES_OK)
+			rc = pg_fail(s, r, "read schema version");
+		else if (PQntuples(r) == 1)
+			*out = (int)strtol(PQgetvalue(r, 0, 0), NULL, 10);
+	}
+	PQclear(r);
+	return rc;
+}
+
+static int pg_check_schema(due_store *s)
+{
+	int v, rc;
+
+	if ((rc = conn_ok(s)) < 0 || (rc = read_version(s, &v)) < 0)
+		return rc;
+	if (v < 0)
+		return due_error_set(DUE_ESCHEMA,
+			"store '%s' has no due schema in its search_path: run "
+			"`due init`", s->label);
+	if (v < DUE_SCHEMA_VERSION)
+		return due_error_set(DUE_ESCHEMA,
+			"store '%s' has schema version %d, older than %d: run "
+			"`due init` to upgrade", s->label, v, DUE_SCHEMA_VERSION);
+	if (v > DUE_SCHEMA_VERSION)
+		return due_error_set(DUE_ESCHEMA,
+			"store '%s' has schema version %d, newer than this due "
+			"(%d): upgrade due", s->label, v, DUE_SCHEMA_VERSION);
+	return 0;
+}
+
+/*
+** Create the schema (or leave a current one alone) in one transaction.
+** The transaction-scoped advisory lock makes concurrent `due init` runs
+** wait for each other: the second one then reads version 1 and does
+** nothing.  A newer schema, or an older one without an upgrade step, is
+** refused with DUE_ESCHEMA.
+*/
+static int pg_init_schema(due_store *s)
+{
+	int v, rc;
+
+	if ((rc = conn_ok(s)) < 0 || (rc = begin(s)) < 0)
+		return rc;
+	if ((rc = command(s, "SELECT pg_advisory_xact_lock(" INIT_LOCK ")",
+			  "lock schema")) < 0 ||
+	    (rc = read_version(s, &v)) < 0)
+		goto fail;
+	if (v > DUE_SCHEMA_VERSION) {
+		rc = pg_check_schema(s);
+		goto fail;
+	}
+	if (v < 0 && (rc = command(s, schema_v1, "create schema")) < 0)
+		goto fail;
+	if (v >= 0 && v < DUE_SCHEMA_VERSION) {
+		/* Upgrade steps v -> v+1 go here as versions are released. */
+		rc = due_error_set(DUE_ESCHEMA,
+			"store '%s' has schema version %d and this due has no "
+			"upgrade path from it", s->label, v);
+		goto fail;
+	}
+	return commit(s);
+fail:
+	rollback(s);
+	return rc;
+}
+
+static int pg_now(due_store *s, due_time *out)
+{
+	params p = {0};
+	PGresult *r;
+	int rc;
+
+	if ((rc = conn_ok(s)) < 0 || (rc = run(s, ST_NOW, &p, "now", &r)) < 0)
+		return rc;
+	*out = col_time(r, 0, 0);
+	PQclear(r);
+	return 0;
+}
+
+static void *pg_native(due_store *s)
+{
+	return s->conn;
+}
+
+/* ------------------------------------------------------------------ */
+/* Producer                                                            */
+/* ------------------------------------------------------------------ */
+
+/*
+** Insert n checked submits with one statement over arrays.  out[i].id
+** gets the new id, or 0 when (kind, key) conflicted with a live task.
+** Ids are drawn from the sequence in item order, so a batch's ids ascend.
+*/
+static int insert_batch(due_store *s, const due_submit *items, size_t n,
+			due_submitted *out)
+{
+	static const uint32_t oids[8] = {OID_TEXT, OID_BYTEA, OID_TIMESTAMPTZ,
+		OID_INT8, OID_INT4, OID_INT8, OID_INT8, OID_TEXT};
+	pgbuf b[8] = {{0}};
+	params p = {0};
+	PGresult *r = NULL;
+	int rc = 0;
+
+	for (int c = 0; c < 8; c++)
+		arr_head(&b[c], oids[c], n);
+	for (size_t i = 0; i < n; i++) {
+		const due_schedule_opts *o = &items[i].opts;
+		arr_text(&b[0], items[i].kind);
+		arr_bytes(&b[1], items[i].payload, items[i].payload_len);
+		if (o->at)
+			arr_i64(&b[2], o->at - PG_EPOCH_US);
+		else
+			arr_bytes(&b[2], NULL, SIZE_MAX);
+		arr_i64(&b[3], o->delay_us);
+		arr_i32(&b[4], o->max_attempts);
+		arr_i64(&b[5], o->backoff_us);
+		arr_i64(&b[6], o->backoff_cap_us);
+		arr_text(&b[7], o->key);
+	}
+	for (int c = 0; c < 8 && rc == 0; c++)
+		rc = p_arr(&p, &b[c]);
+	if (rc == 0 && (rc = run(s, ST_INSERT, &p, "insert task", &r)) == 0) {
+		for (int i = 0; i < PQntuples(r) && (size_t)i < n; i++) {
+			out[i].id = col_int(r, i, 1);
+			out[i].existed = false;
+		}
+		PQclear(r);
+	}
+	bufs_free(b, 8);
+	return rc;
+}
+
+/* The live task of it's (kind, key): *id, or 0 when there is none now. */
+static int find_live(due_store *s, const due_submit *it, due_id *id)
+{
+	params p = {0};
+	PGresult *r;
+	int rc;
+
+	p_text(&p, it->kind);
+	p_text(&p, it->opts.key);
+	if ((rc = run(s, ST_FIND_KEY, &p, "find task by key", &r)) < 0)
+		return rc;
+	*id = PQntuples(r) ? col_int(r, 0, 0) : 0;
+	PQclear(r);
+	return 0;
+}
+
+/*
+** Submit items: insert them all, then give every item whose (kind, key)
+** conflicted the live task's id (existed = true).  When that task ended
+** between our insert and our look-up, insert again.  With keys this runs
+** inside a transaction (ours or the caller's), so all or none commit.
+*/
+static int insert_items(due_store *s, const due_submit *items, size_t n,
+			due_submitted *out)
+{
+	int rc;
+
+	for (size_t i = 0; i < n; i++)
+		out[i].id = 0;
+	if ((rc = insert_batch(s, items, n, out)) < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		for (int tries = 0; out[i].id == 0; tries++) {
+			if (tries == KEY_TRIES)
+				return due_error_set(DUE_EBUSY,
+					"postgres store: the live task of kind "
+					"'%s' key '%s' keeps changing; retry",
+					items[i].kind, items[i].opts.key);
+			if ((rc = find_live(s, &items[i], &out[i].id)) < 0)
+				return rc;
+			out[i].existed = out[i].id != 0;
+			if (!out[i].id &&
+			    (rc = insert_batch(s, &items[i], 1, &out[i])) < 0)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+/*
+** Schedule n checked submits: one statement (which also notifies), or,
+** when keys are involved, one transaction with the look-ups.
+*/
+static int pg_schedule(due_store *s, due_submitted *out,
+		       const due_submit *items, size_t n)
+{
+	bool keyed = false;
+	int rc;
+
+	for (size_t i = 0; i < n; i++)
+		keyed |= items[i].opts.key != NULL;
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	if (!keyed)
+		return insert_items(s, items, n, out);
+	if ((rc = begin(s)) < 0)
+		return rc;
+	if ((rc = insert_items(s, items, n, out)) < 0) {
+		rollback(s);
+		return rc;
+	}
+	return commit(s);
+}
+
+int due_schedule_pg_tx(struct pg_conn *conn, due_submitted *out,
+		       const char *kind, const void *payload,
+		       size_t payload_len, const due_schedule_opts *opts)
+{
+	due_submit in = {kind, payload, payload_len,
+			 opts ? *opts : (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
+	due_store tmp = {.conn = conn, .own = false};
+	due_submit it;
+	int rc;
+
+	if (!conn)
+		return due_error_set(DUE_EINVAL, "connection is NULL");
+	if ((rc = due_submit_check(&in, &it, DUE_DEFAULT_MAX_PAYLOAD, NULL)) < 0)
+		return rc;
+	switch (PQtransactionStatus(conn)) {
+	case PQTRANS_INTRANS: break;
+	case PQTRANS_INERROR:
+		return due_error_set(DUE_EINVAL,
+			"due_schedule_pg_tx: the transaction on this connection "
+			"has already failed (ROLLBACK it)");
+	default:
+		return due_error_set(DUE_EINVAL,
+			"due_schedule_pg_tx: no transaction is open on this "
+			"connection (BEGIN first)");
+	}
+	rc = insert_items(&tmp, &it, 1, out);
+	if (rc < 0 && (strcmp(tmp.sqlstate, "42P01") == 0 ||
+		       strcmp(tmp.sqlstate, "42883") == 0))
+		rc = due_error_set(DUE_ESCHEMA, "database has no due schema in "
+				   "its search_path: run `due init`");
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Claim                                                               */
+/* ------------------------------------------------------------------ */
+
+/* The kinds as a binary text[] parameter. */
+static int bind_kinds(params *p, pgbuf *b, const char *const *kinds, size_t n)
+{
+	arr_head(b, OID_TEXT, n);
+	for (size_t i = 0; i < n; i++)
+		arr_text(b, kinds[i]);
+	return p_arr(p, b);
+}
+
+/*
+** Claim up to `limit` due tasks (or exactly `only_id` when due) with one
+** prepared statement: pick with FOR UPDATE SKIP LOCKED, update, record the
+** RUNNING attempt, return the rows.  The kind filter (only these, or with
+** `exclude` all but these) is a bound text[], so there are four shapes in
+** all, whatever the number of kinds.  An empty claim is an empty list.
+*/
+static int pg_claim(due_store *s, due_task_list **out, const char *owner,
+		    const char *const *kinds, size_t n_kinds, bool exclude,
+		    int limit, int64_t lease_us, due_id only_id)
+{
+	enum stmt_id id = only_id   ? ST_CLAIM_ID
+			  : !n_kinds ? ST_CLAIM_ANY
+			  : exclude  ? ST_CLAIM_EXCLUDE
+				     : ST_CLAIM_KINDS;
+	due_task_list *l = NULL;
+	pgbuf kb = {0};
+	params p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	*out = NULL;
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	p_text(&p, owner);
+	p_int(&p, lease_us);
+	p_int(&p, only_id ? only_id : limit);
+	if ((id == ST_CLAIM_KINDS || id == ST_CLAIM_EXCLUDE) &&
+	    (rc = bind_kinds(&p, &kb, kinds, n_kinds)) < 0)
+		goto done;
+	if ((rc = run(s, id, &p, "claim", &r)) < 0 ||
+	    (rc = due_task_list_alloc(&l, (size_t)PQntuples(r))) < 0)
+		goto done;
+	if ((rc = read_tasks(r, l)) < 0) {
+		due_task_list_free(l);
+		goto done;
+	}
+	*out = l;
+done:
+	PQclear(r);
+	free(kb.p);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Extend, complete, fail                                              */
+/* ------------------------------------------------------------------ */
+
+static int pg_extend(due_store *s, due_extend_outcome *out, due_id id,
+		     int32_t attempt, int64_t lease_us)
+{
+	params p = {0};
+	PGresult *r;
+	int rc;
+
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	p_int(&p, id);
+	p_int(&p, attempt);
+	p_int(&p, lease_us);
+	if ((rc = run(s, ST_EXTEND, &p, "extend", &r)) < 0)
+		return rc;
+	*out = DUE_EXTEND_LOST;
+	if (PQntuples(r) == 1) {
+		due_state st = DUE_SCHEDULED;
+		col_state(r, 0, 0, &st);
+		if (col_int(r, 0, 3))
+			*out = DUE_EXTEND_OK;
+		else if (st == DUE_CLAIMED && col_int(r, 0, 1) == attempt &&
+			 col_int(r, 0, 2))
+			*out = DUE_EXTEND_CANCEL_REQUESTED;
+	}
+	PQclear(r);
+	return 0;
+}
+
+/* Run the completion hook for every row that became DONE. */
+static int run_hooks(due_store *s, const due_completion *items, size_t n,
+		     due_tx_hook hook, void *payload)
+{
+	for (size_t i = 0; hook && i < n; i++) {
+		const due_completion *c = &items[i];
+		if (c->outcome != DUE_COMPLETE_DONE)
+			continue;
+		due_task t = {.id = c->id, .attempt = c->attempt,
+			      .state = DUE_DONE,
+			      .result = (unsigned char *)c->result,
+			      .result_len = c->result_len, .has_result = true};
+		if (hook(s->conn, &t, payload) != 0)
+			return due_error_set(DUE_ERROR,
+				"completion hook failed for task %lld: rolled "
+				"back", (long long)c->id);
+	}
+	return 0;
+}
+
+/* The fenced completion statement over arrays; fills each outcome. */
+static int complete_rows(due_store *s, due_completion *items, size_t n)
+{
+	pgbuf b[3] = {{0}};
+	params p = {0};
+	PGresult *r = NULL;
+	int rc = 0;
+
+	arr_head(&b[0], OID_INT8, n);
+	arr_head(&b[1], OID_INT4, n);
+	arr_head(&b[2], OID_BYTEA, n);
+	for (size_t i = 0; i < n; i++) {
+		arr_i64(&b[0], items[i].id);
+		arr_i32(&b[1], items[i].attempt);
+		arr_bytes(&b[2], items[i].result, items[i].result_len);
+	}
+	for (int c = 0; c < 3 && rc == 0; c++)
+		rc = p_arr(&p, &b[c]);
+	if (rc == 0 && (rc = run(s, ST_COMPLETE, &p, "complete", &r)) == 0) {
+		for (int i = 0; i < PQntuples(r) && (size_t)i < n; i++) {
+			const char *st = PQgetvalue(r, i, 1);
+			items[i].outcome =
+				col_null(r, i, 1) ? DUE_COMPLETE_REJECTED_STALE
+				: strcmp(st, "DONE") == 0
+					? DUE_COMPLETE_DONE
+					: DUE_COMPLETE_CANCELLED_BEFORE_COMMIT;
+		}
+		PQclear(r);
+	}
+	bufs_free(b, 3);
+	return rc;
+}
+
+/*
+** Complete n tries.  Each row is fenced on its own (CLAIMED, its attempt)
+** in one statement; without a hook that statement is the transaction.
+** With a hook: BEGIN, the statement, the hook for each DONE row on our
+** PGconn, COMMIT; a hook that fails rolls everything back (DUE_ERROR).
+** A try listed twice completes once, with its first item; the repeat is
+** REJECTED_STALE, as it would be one statement later.
+*/
+static int pg_complete(due_store *s, due_completion *items, size_t n,
+		       due_tx_hook hook, void *payload)
+{
+	int rc;
+
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	if (!hook)
+		return complete_rows(s, items, n);
+	if ((rc = begin(s)) < 0)
+		return rc;
+	if ((rc = complete_rows(s, items, n)) < 0 ||
+	    (rc = run_hooks(s, items, n, hook, payload)) < 0) {
+		rollback(s);
+		return rc;
+	}
+	return commit(s);
+}
+
+static int pg_fail_task(due_store *s, due_fail_outcome *out, due_id id,
+			int32_t attempt, const char *error)
+{
+	params p = {0};
+	PGresult *r;
+	due_state ns = DUE_SCHEDULED;
+	int rc;
+
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	p_int(&p, id);
+	p_int(&p, attempt);
+	p_text(&p, error);
+	if ((rc = run(s, ST_FAIL, &p, "fail", &r)) < 0)
+		return rc;
+	if (PQntuples(r) == 0)
+		*out = DUE_FAIL_REJECTED_STALE;
+	else if ((rc = col_state(r, 0, 0, &ns)) == 0)
+		*out = ns == DUE_CANCELLED ? DUE_FAIL_CANCELLED
+		       : ns == DUE_DEAD    ? DUE_FAIL_DEAD
+					   : DUE_FAIL_RETRY_SCHEDULED;
+	PQclear(r);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Reclaim                                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+** Take back expired leases in batches of BATCH_ROWS, each one statement
+** that re-checks state and lease_until < now() as it writes.
+*/
+/*
+** Also reports the earliest lease still running (and the server's now),
+** so the worker can sleep until exactly then.
+*/
+static int pg_reclaim(due_store *s, due_reclaimed *out)
+{
+	int64_t got;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	do {
+		params p = {0};
+		PGresult *r;
+		p_int(&p, BATCH_ROWS);
+		if ((rc = run(s, ST_RECLAIM, &p, "reclaim", &r)) < 0)
+			return rc;
+		out->rescheduled += col_int(r, 0, 0);
+		out->dead += col_int(r, 0, 1);
+		out->cancelled += col_int(r, 0, 2);
+		out->next_expiry = col_time(r, 0, 4); /* 0 when none is CLAIMED */
+		out->now = col_time(r, 0, 5);
+		got = col_int(r, 0, 0) + col_int(r, 0, 1) + col_int(r, 0, 2);
+		PQclear(r);
+	} while (got == BATCH_ROWS);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Cancel, get, list                                                   */
+/* ------------------------------------------------------------------ */
+
+/* One statement: lock the row, report its state, cancel or request. */
+static int pg_cancel(due_store *s, due_cancel_outcome *out, due_id id)
+{
+	params p = {0};
+	PGresult *r;
+	due_state st;
+	int rc;
+
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	p_int(&p, id);
+	if ((rc = run(s, ST_CANCEL, &p, "cancel", &r)) < 0)
+		return rc;
+	if (PQntuples(r) == 0)
+		*out = DUE_CANCEL_NOT_FOUND;
+	else if ((rc = col_state(r, 0, 0, &st)) == 0)
+		*out = st == DUE_SCHEDULED   ? DUE_CANCEL_CANCELLED
+		       : st == DUE_CLAIMED   ? DUE_CANCEL_REQUESTED
+		       : st == DUE_CANCELLED ? DUE_CANCEL_ALREADY_CANCELLED
+					     : DUE_CANCEL_TOO_LATE;
+	PQclear(r);
+	return rc;
+}
+
+/* Row `row` of an ST_ATTEMPTS result appended to t's history. */
+static int read_attempt(const PGresult *r, int row, due_task *t)
+{
+	due_attempt a = {
+		.attempt = (int32_t)col_int(r, row, 1),
+		.worker = col_text(r, row, 2),
+		.claimed_at = col_time(r, row, 3),
+		.due_at = col_time(r, row, 4),
+		.ended_at = col_time(r, row, 5),
+		.outcome = col_text(r, row, 6),
+		.error = col_text(r, row, 7),
+		.late_commit = col_text(r, row, 8),
+	};
+	if (!a.worker || !a.outcome || due_attempts_append(t, &a) < 0) {
+		free(a.worker), free(a.outcome), free(a.error);
+		free(a.late_commit);
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+/*
+** Load the attempts history of n tasks (sorted by id, as get and list
+** return them) with one statement.
+*/
+static int load_attempts(due_store *s, due_task *tasks, size_t n)
+{
+	pgbuf b = {0};
+	params p = {0};
+	PGresult *r = NULL;
+	size_t t = 0;
+	int rc;
+
+	arr_head(&b, OID_INT8, n);
+	for (size_t i = 0; i < n; i++)
+		arr_i64(&b, tasks[i].id);
+	if ((rc = p_arr(&p, &b)) < 0 ||
+	    (rc = run(s, ST_ATTEMPTS, &p, "read attempts", &r)) < 0)
+		goto done;
+	for (int i = 0; i < PQntuples(r) && rc == 0; i++) {
+		due_id tid = col_int(r, i, 0);
+		while (t < n && tasks[t].id < tid)
+			t++;
+		if (t < n && tasks[t].id == tid)
+			rc = read_attempt(r, i, &tasks[t]);
+	}
+done:
+	PQclear(r);
+	free(b.p);
+	return rc;
+}
+
+static int pg_get(due_store *s, due_task **out, due_id id)
+{
+	params p = {0};
+	PGresult *r;
+	due_task *t;
+	int rc;
+
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	p_int(&p, id);
+	if ((rc = run(s, ST_GET, &p, "get", &r)) < 0)
+		return rc;
+	if (!(t = calloc(1, sizeof(*t)))) {
+		PQclear(r);
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	}
+	if (PQntuples(r) == 0)
+		rc = due_error_set(DUE_ENOTFOUND, "no task with id %lld",
+				   (long long)id);
+	else if ((rc = read_task(r, 0, t)) == 0)
+		rc = load_attempts(s, t, 1);
+	PQclear(r);
+	if (rc < 0) {
+		due_task_free(t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+static int pg_list(due_store *s, due_task_list **out, const due_list_opts *o)
+{
+	due_task_list *l = NULL;
+	params p = {0};
+	PGresult *r;
+	int rc;
+
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	p_text(&p, o->state >= 0 ? due_state_name((due_state)o->state) : NULL);
+	p_text(&p, o->kind);
+	p_int(&p, o->after);
+	p_int(&p, o->limit);
+	if ((rc = run(s, ST_LIST, &p, "list", &r)) < 0)
+		return rc;
+	if ((rc = due_task_list_alloc(&l, (size_t)PQntuples(r))) == 0 &&
+	    (rc = read_tasks(r, l)) == 0 && o->attempts && l->count)
+		rc = load_attempts(s, l->items, l->count);
+	PQclear(r);
+	if (rc < 0) {
+		due_task_list_free(l);
+		return rc;
+	}
+	*out = l;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Operator                                                            */
+/* ------------------------------------------------------------------ */
+
+/* The error for an operator action on a task in the wrong state. */
+static int wrong_state(const PGresult *r, int col, due_id id,
+		       const char *action, const char *needed)
+{
+	if (col_null(r, 0, col))
+		return due_error_set(DUE_ENOTFOUND, "no task with id %lld",
+				     (long long)id);
+	return due_error_set(DUE_ESTATE, "cannot %s task %lld: it is %s, not %s",
+			     action, (long long)id, PQgetvalue(r, 0, col),
+			     needed);
+}
+
+/* DEAD -> SCHEDULED due now with a fresh budget; audited.  One statement. */
+static int pg_retry(due_store *s, due_id id)
+{
+	params p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	p_int(&p, id);
+	rc = run(s, ST_RETRY, &p, "retry", &r);
+	if (rc == DUE_ECONFLICT)
+		return due_error_set(DUE_ECONFLICT,
+			"cannot retry task %lld: a live task with the same kind "
+			"and key exists", (long long)id);
+	if (rc < 0)
+		return rc;
+	if (col_int(r, 0, 0) == 0)
+		rc = wrong_state(r, 1, id, "retry", "DEAD");
+	PQclear(r);
+	return rc;
+}
+
+/*
+** requeue and kill: one statement that writes only when the state allows
+** it, closes the running attempt with `outcome`, audits and notifies.
+** *final receives the state written.
+*/
+static int pg_operator(due_store *s, enum stmt_id sid, due_id id,
+		       const char *action, const char *needed, due_state *final)
+{
+	params p = {0};
+	PGresult *r;
+	int rc;
+
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	p_int(&p, id);
+	if ((rc = run(s, sid, &p, action, &r)) < 0)
+		return rc;
+	if (col_null(r, 0, 0))
+		rc = wrong_state(r, 1, id, action, needed);
+	else
+		rc = col_state(r, 0, 0, final);
+	PQclear(r);
+	return rc;
+}
+
+static int pg_requeue(due_store *s, due_id id)
+{
+	due_state final;
+	return pg_operator(s, ST_REQUEUE, id, "requeue", "CLAIMED", &final);
+}
+
+static int pg_kill(due_store *s, due_state *out, due_id id)
+{
+	return pg_operator(s, ST_KILL, id, "kill", "SCHEDULED or CLAIMED", out);
+}
+
+/* ------------------------------------------------------------------ */
+/* Stats, prune                                                        */
+/* ------------------------------------------------------------------ */
+
+/*
+** Counts, due backlog and lateness percentiles in one statement (one
+** snapshot).  Percentiles are percentile_disc, the same nearest-rank rule
+** as the SQLite store.  -1 when no claim happened in the window.
+*/
+static int pg_stats(due_store *s, due_stats *out)
+{
+	params p = {0};
+	PGresult *r;
+	int rc;
+
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	p_int(&p, DUE_STATS_WINDOW_US);
+	if ((rc = run(s, ST_STATS, &p, "stats", &r)) < 0)
+		return rc;
+	out->now = col_time(r, 0, 0);
+	for (int i = 0; i < DUE_STATE_COUNT; i++)
+		out->counts[i] = col_int(r, 0, 1 + i);
+	out->dead = out->counts[DUE_DEAD];
+	out->due_unclaimed = col_int(r, 0, 6);
+	if (!col_null(r, 0, 7))
+		out->oldest_due_unclaimed_ms = (out->now - col_time(r, 0, 7)) / 1000;
+	out->window_us = DUE_STATS_WINDOW_US;
+	out->claims_window = col_int(r, 0, 8);
+	out->lateness_p50_us = col_null(r, 0, 9) ? -1 : col_int(r, 0, 9);
+	out->lateness_p99_us = col_null(r, 0, 10) ? -1 : col_int(r, 0, 10);
+	out->lateness_max_us = col_null(r, 0, 11) ? -1 : col_int(r, 0, 11);
+	PQclear(r);
+	return 0;
+}
+
+/*
+** Delete finished tasks with their history in batches of BATCH_ROWS, each
+** its own statement and transaction, until a batch finds nothing.  DEAD is
+** never touched.  A retention longer than the epoch deletes nothing.
+*/
+static int pg_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
+{
+	const int64_t max_us = 1000LL * 366 * 86400 * 1000000; /* 1000 years */
+	int64_t n;
+	int rc;
+
+	*deleted = 0;
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	do {
+		params p = {0};
+		PGresult *r;
+		p_int(&p, older_than_us < max_us ? older_than_us : max_us);
+		p_int(&p, BATCH_ROWS);
+		if ((rc = run(s, ST_PRUNE, &p, "prune", &r)) < 0)
+			return rc;
+		n = col_int(r, 0, 0);
+		*deleted += n;
+		PQclear(r);
+	} while (n > 0);
+	return 0;
+}
+
+const due_store_ops due_store_pg = {
+	.version = DUE_STORE_OPS_VERSION,
+	.name = "postgres",
+	.open = pg_open,
+	.close = pg_close,
+	.init_schema = pg_init_schema,
+	.check_schema = pg_check_schema,
+	.now = pg_now,
+	.native = pg_native,
+	.schedule = pg_schedule,
+	.cancel = pg_cancel,
+	.get = pg_get,
+	.list = pg_list,
+	.claim = pg_claim,
+	.extend = pg_extend,
+	.complete = pg_complete,
+	.fail = pg_fail_task,
+	.reclaim = pg_reclaim,
+	.retry = pg_retry,
+	.requeue = pg_requeue,
+	.kill = pg_kill,
+	.stats = pg_stats,
+	.prune = pg_prune,
+};
