@@ -577,7 +577,7 @@ int due_worker_submit(due_worker *w, due_db *db, due_submitted *out,
 /** Counters of a worker since it started. */
 typedef struct due_worker_stats {
 	int64_t claimed, done, failed, dead, stale, cancelled, lease_lost;
-	int64_t claim_queries, empty_claims, store_errors;
+	int64_t claim_queries, empty_claims, reclaim_queries, store_errors;
 } due_worker_stats;
 
 void due_worker_stats_get(due_worker *w, due_worker_stats *out);

@@ -90,5 +90,6 @@ int cmd_health(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
 int cmd_work(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

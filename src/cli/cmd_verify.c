@@ -114,11 +114,18 @@ void v_case(vctx *v, const char *name, bool pass, const char *fmt, ...)
 }
 
 #ifdef DUE_WITH_PG
+static void quiet_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg; /* "drop cascades to ..." is expected for scratch schemas */
+}
+
 static int pg_exec(const char *url, const char *sql)
 {
 	PGconn *c = PQconnectdb(url);
 	int ok = PQstatus(c) == CONNECTION_OK;
 	if (ok) {
+		PQsetNoticeProcessor(c, quiet_notice, NULL);
 		PGresult *r = PQexec(c, sql);
 		ok = PQresultStatus(r) == PGRES_COMMAND_OK;
 		if (!ok)
@@ -297,19 +304,54 @@ static int make_root(vctx *v)
 			path += 2;
 		int len = (int)strcspn(path, "?");
 		if (len > 900) {
-			fprintf(stderr, "due verify: store path too long\n");
+			fprintf(stderr, "due: store path too long\n");
 			return -1;
 		}
-		snprintf(v->root, sizeof(v->root), "%.*s.verify-XXXXXX", len, path);
+		snprintf(v->root, sizeof(v->root), "%.*s.scratch-XXXXXX", len, path);
 	} else {
-		snprintf(v->root, sizeof(v->root), "/tmp/due-verify-XXXXXX");
+		snprintf(v->root, sizeof(v->root), "/tmp/due-scratch-XXXXXX");
 	}
 	if (!mkdtemp(v->root)) {
-		fprintf(stderr, "due verify: cannot create %s: %s\n", v->root,
+		fprintf(stderr, "due: cannot create %s: %s\n", v->root,
 			strerror(errno));
 		return -1;
 	}
 	return 0;
+}
+
+int v_setup(vctx *v, const char *base_url)
+{
+	due_db *probe = NULL;
+	int rc = due_open(&probe, base_url, NULL);
+
+	due_close(probe);
+	if (rc == DUE_EINVAL)
+		return rc; /* a malformed URL; a missing schema is fine here */
+	v->base_url = base_url;
+	v->sqlite = strncmp(base_url, "sqlite:", 7) == 0;
+	ssize_t n = readlink("/proc/self/exe", v->self, sizeof(v->self) - 1);
+	if (n <= 0)
+		{
+		fprintf(stderr, "due: cannot find the due binary\n");
+		return DUE_ERROR;
+	}
+	v->self[n] = '\0';
+	signal(SIGPIPE, SIG_IGN);
+	return make_root(v) < 0 ? DUE_ESTORE : 0;
+}
+
+void v_teardown(vctx *v)
+{
+	if (!v->root[0])
+		return;
+	if (v->keep) {
+		fprintf(stderr, "due: scratch kept in %s\n", v->root);
+		return;
+	}
+	char cmd[1100];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", v->root);
+	if (system(cmd) != 0)
+		fprintf(stderr, "due: could not remove %s\n", v->root);
 }
 
 static int run_cases(vctx *v, const char *only)
@@ -372,33 +414,9 @@ int cmd_verify(int argc, char **argv)
 			p += len + (p[len] == ',');
 		}
 	}
-	v.base_url = cli_db_url(&c);
-	{
-		due_db *probe = NULL;
-		due_open_opts o = DUE_OPEN_OPTS_INIT;
-		/* a bad URL is a usage error; a missing schema is fine here */
-		if (due_open(&probe, v.base_url, &o) == DUE_EINVAL) {
-			due_close(probe);
-			return cli_fail(&c, DUE_EINVAL);
-		}
-		due_close(probe);
-	}
-	v.sqlite = strncmp(v.base_url, "sqlite:", 7) == 0;
-	ssize_t n = readlink("/proc/self/exe", v.self, sizeof(v.self) - 1);
-	if (n <= 0)
-		return cli_usage_error(&c, "cannot find the due binary");
-	v.self[n] = '\0';
-	if (make_root(&v) < 0)
-		return EXIT_STORE;
-	signal(SIGPIPE, SIG_IGN);
+	if ((rc = v_setup(&v, cli_db_url(&c))) < 0)
+		return rc == DUE_EINVAL ? cli_fail(&c, rc) : EXIT_STORE;
 	rc = run_cases(&v, only);
-	if (!v.keep) {
-		char cmd[1100];
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", v.root);
-		if (system(cmd) != 0)
-			fprintf(stderr, "due verify: could not remove %s\n", v.root);
-	} else {
-		fprintf(stderr, "due verify: scratch kept in %s\n", v.root);
-	}
+	v_teardown(&v);
 	return rc;
 }

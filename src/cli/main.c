@@ -24,6 +24,7 @@ static const command commands[] = {
 	{"kill", cmd_kill, "end a waiting or running task as DEAD"},
 	{"work", cmd_work, "run a worker: claim due tasks, run a command for each"},
 	{"verify", cmd_verify, "run the contract cases against a store (real processes)"},
+	{"bench", cmd_bench, "measure this store with in-process no-op handlers"},
 	{"stats", cmd_stats, "counts by state, backlog age, lateness"},
 	{"health", cmd_health, "exit 0 when UP, 1 when dead letters exist"},
 	{"prune", cmd_prune, "delete finished tasks older than a retention"},

@@ -26,6 +26,10 @@ typedef struct vctx {
 	due_db *db;            /* handle on the scratch store */
 } vctx;
 
+/* Prepare scratch space for base_url: 0, DUE_EINVAL (bad URL) or < 0. */
+int v_setup(vctx *v, const char *base_url);
+/* Remove the scratch root (unless keep). */
+void v_teardown(vctx *v);
 /* Make a fresh scratch store + dir for a case; opens v->db.  0 or -1. */
 int v_fresh(vctx *v, const char *name);
 /* Close and drop the case's scratch store (unless --keep). */

@@ -160,8 +160,7 @@ static void naive_child(vctx *v, int worker)
 				       "WHERE id = $1 AND $2 = $2"),
 				 3, ids[i], 0, owner, NULL, 0);
 			raw_exec(&r, q(v, "INSERT INTO naive_effect VALUES (?1, 1, ?3)",
-				       "INSERT INTO naive_effect VALUES ($1, 1, $3) "
-				       "/* $2 */"),
+				       "INSERT INTO naive_effect VALUES ($1, 1 + 0 * $2::int8, $3)"),
 				 3, ids[i], 0, owner, NULL, 0);
 		}
 	}

@@ -1424,7 +1424,8 @@ static int lateness(due_store *s, due_stats *out)
 		free(v);
 		return sq_fail(s, rc, "lateness");
 	}
-	qsort(v, n, sizeof(*v), cmp_i64);
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_i64);
 	out->claims_window = (int64_t)n;
 	out->lateness_p50_us = n ? pct(v, n, 50) : -1;
 	out->lateness_p99_us = n ? pct(v, n, 99) : -1;

@@ -100,7 +100,8 @@ struct due_worker {
 	pthread_t keeper, completer;
 	struct {
 		atomic_llong claimed, done, failed, dead, stale, cancelled,
-			lease_lost, claim_queries, empty_claims, store_errors;
+			lease_lost, claim_queries, empty_claims, reclaim_queries,
+			store_errors;
 	} st;
 };
 
@@ -791,6 +792,7 @@ static int64_t reclaim(due_worker *w, due_db *db)
 	int64_t now = due_mono_us(), wait_us = RECLAIM_MAX_US;
 	due_reclaimed r;
 
+	atomic_fetch_add(&w->st.reclaim_queries, 1);
 	if (due_reclaim_expired(db, &r) < 0) {
 		atomic_fetch_add(&w->st.store_errors, 1);
 		wlog(w, 1, "reclaim failed: %s", due_error_last());
@@ -1103,6 +1105,7 @@ void due_worker_stats_get(due_worker *w, due_worker_stats *out)
 	out->lease_lost = atomic_load(&w->st.lease_lost);
 	out->claim_queries = atomic_load(&w->st.claim_queries);
 	out->empty_claims = atomic_load(&w->st.empty_claims);
+	out->reclaim_queries = atomic_load(&w->st.reclaim_queries);
 	out->store_errors = atomic_load(&w->st.store_errors);
 }
 

@@ -61,11 +61,18 @@ static inline int tu_backend_check(void)
 }
 
 #ifdef DUE_WITH_PG
+static inline void tu_quiet_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
 static inline int tu_pg_exec(const char *sql)
 {
 	PGconn *c = PQconnectdb(getenv("DUE_TEST_PG_URL"));
 	int ok = PQstatus(c) == CONNECTION_OK;
 	if (ok) {
+		PQsetNoticeProcessor(c, tu_quiet_notice, NULL);
 		PGresult *r = PQexec(c, sql);
 		ok = PQresultStatus(r) == PGRES_COMMAND_OK;
 		if (!ok)
