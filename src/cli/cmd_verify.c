@@ -51,6 +51,7 @@ static const vcase cases[] = {
 	{"normal_three_workers", v_normal_three_workers},
 	{"boundary_not_before_due", v_boundary_not_before_due},
 	{"boundary_claim_limit", v_boundary_claim_limit},
+	{"boundary_partial_due_index", v_boundary_partial_due_index},
 	{"cancel_semantics", v_cancel_semantics},
 	{"race_due_vs_cancel", v_race_due_vs_cancel},
 	{"retry_backoff_then_done", v_retry_backoff_then_done},

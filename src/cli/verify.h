@@ -72,5 +72,6 @@ void v_cancel_after_external_call(vctx *v);
 void v_negative_naive_select_then_update(vctx *v);
 void v_negative_unfenced_late_commit(vctx *v);
 void v_negative_ext_key_per_attempt(vctx *v);
+void v_boundary_partial_due_index(vctx *v);
 
 #endif
