@@ -32,7 +32,7 @@ extern "C" {
 #define DUE_VERSION "0.1.0"
 
 /** Store schema version this library reads and writes. */
-#define DUE_SCHEMA_VERSION 1
+#define DUE_SCHEMA_VERSION 2
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
@@ -469,6 +469,176 @@ int due_health(due_db *db, bool *out_up, int64_t *out_dead);
 int due_prune(due_db *db, int64_t *out_deleted, int64_t older_than_us);
 
 
+
+/* ------------------------------------------------------------------ */
+/* Periodic schedules (cron)                                           */
+/* ------------------------------------------------------------------ */
+
+/**
+ * A schedule turns each fire slot of a cron expression, computed in an
+ * explicit IANA zone, into one ordinary task shortly before the slot is
+ * due.  Every slot is materialized exactly once however many schedulers
+ * run: the schedule's `next_slot` is advanced by compare-and-set in the
+ * same transaction that inserts the slot's task (key "cron:<name>:<unix
+ * seconds of the slot>").  Nothing to guess, no lock TTL.
+ */
+typedef enum due_misfire {
+	DUE_MISFIRE_SKIP = 0, /**< missed slots are counted, not run */
+	DUE_MISFIRE_ONCE      /**< one catch-up run for the missed slots */
+} due_misfire;
+
+typedef enum due_overlap {
+	DUE_OVERLAP_ALLOW = 0, /**< a slot fires even if the last run is still live */
+	DUE_OVERLAP_WAIT       /**< a slot waits until the previous slot's task ended */
+} due_overlap;
+
+typedef struct due_cron_def {
+	unsigned version;
+	const char *name;    /**< letters, digits, _ - . : (1..128) */
+	const char *expr;    /**< 5 or 6 fields, or @hourly ... */
+	const char *kind;    /**< kind of the tasks it creates */
+	const char *tz;      /**< IANA zone; NULL = "UTC" */
+	const void *payload;
+	size_t payload_len;
+	due_misfire misfire;
+	due_overlap overlap;
+	int32_t max_attempts;
+	int64_t backoff_us;
+	int64_t backoff_cap_us;
+} due_cron_def;
+
+#define DUE_CRON_DEF_VERSION 1
+#define DUE_CRON_DEF_INIT                                                      \
+	{DUE_CRON_DEF_VERSION, NULL, NULL, NULL, NULL, NULL, 0,                 \
+	 DUE_MISFIRE_SKIP, DUE_OVERLAP_ALLOW, 5, 1000000, 3600000000LL}
+
+/** A schedule as stored. */
+typedef struct due_schedule_info {
+	char *name, *expr, *kind, *tz;
+	unsigned char *payload;
+	size_t payload_len;
+	due_misfire misfire;
+	due_overlap overlap;
+	int32_t max_attempts;
+	int64_t backoff_us, backoff_cap_us;
+	due_time next_slot;   /**< the next slot to materialize */
+	due_time last_slot;   /**< last slot materialized; 0 if none */
+	due_id last_task;     /**< its task; 0 if none */
+	int64_t fired;        /**< slots materialized (catch-ups included) */
+	int64_t missed;       /**< slots recorded as missed */
+	due_time last_missed; /**< the latest missed slot; 0 if none */
+	due_time created_at, updated_at;
+} due_schedule_info;
+
+typedef struct due_schedule_list {
+	size_t count;
+	due_schedule_info *items;
+} due_schedule_list;
+
+void due_schedule_list_free(due_schedule_list *l);
+
+/**
+ * Create or replace a schedule.  The expression and zone are checked
+ * (errors name the field and value; an expression that never fires is
+ * refused).  A change takes effect from the next slot after now (and after
+ * the last slot already materialized, which stays an ordinary task).
+ */
+int due_cron_put(due_db *db, const due_cron_def *def);
+/** Remove a schedule; its materialized tasks stay.  DUE_ENOTFOUND if none. */
+int due_cron_remove(due_db *db, const char *name);
+/** All schedules, by name. */
+int due_cron_list(due_db *db, due_schedule_list **out);
+
+/** What one scheduler pass did. */
+typedef struct due_cron_tick_result {
+	int64_t materialized; /**< slot tasks inserted (catch-ups included) */
+	int64_t missed;       /**< slots recorded as missed */
+	int64_t waiting;      /**< schedules holding a slot for a live previous run */
+	int64_t lost_races;   /**< slots another scheduler materialized first */
+	due_time next_slot;   /**< earliest next_slot over all schedules; 0 if none */
+	due_time now;         /**< store clock of this pass */
+} due_cron_tick_result;
+
+/**
+ * One scheduler pass: materialize every slot due before now + lookahead_us.
+ * Safe to run from any number of processes at once.  A slot found more
+ * than DUE_CRON_MISFIRE_GRACE_US late means no scheduler ran for a while:
+ * the misfire policy decides (skip: count them and resume at the next
+ * slot; once: one catch-up task due now, then resume).
+ */
+int due_cron_tick(due_db *db, due_cron_tick_result *out, int64_t lookahead_us);
+
+/** due_cron_tick() with an explicit misfire grace (how late a slot may be
+ *  found and still run as usual). */
+int due_cron_tick_ex(due_db *db, due_cron_tick_result *out, int64_t lookahead_us,
+		     int64_t grace_us);
+
+#define DUE_CRON_MISFIRE_GRACE_US (30LL * 1000000)
+
+/**
+ * The next n fire times of `expr` in `zone` (NULL: UTC) strictly after
+ * `after`, for checking an expression before trusting it.  *out_count may
+ * be less than n for an expression that stops firing.  Errors name the
+ * field and value, or the unknown zone.
+ */
+int due_cron_preview(due_time *out, size_t n, size_t *out_count,
+		     const char *expr, const char *zone, due_time after);
+
+/** Format t as RFC 3339 local time in zone: "2026-03-29T03:00:00+02:00". */
+int due_time_format_zone(char *buf, size_t len, due_time t, const char *zone);
+
+/* ------------------------------------------------------------------ */
+/* Metrics                                                             */
+/* ------------------------------------------------------------------ */
+
+/** Histogram bucket upper bounds in milliseconds (the last bucket is +Inf). */
+#define DUE_HIST_N 14
+extern const double due_hist_bounds_ms[DUE_HIST_N];
+
+typedef struct due_histogram {
+	int64_t buckets[DUE_HIST_N + 1]; /**< per bucket, not cumulative; [N] = +Inf */
+	int64_t count;
+	double sum_ms;
+} due_histogram;
+
+typedef struct due_kind_counts {
+	char *kind;
+	int64_t counts[DUE_STATE_COUNT];
+} due_kind_counts;
+
+/** Attempt outcomes counted in due_metrics.outcomes. */
+typedef enum due_outcome {
+	DUE_OUT_RUNNING = 0, DUE_OUT_DONE, DUE_OUT_FAILED, DUE_OUT_LEASE_EXPIRED,
+	DUE_OUT_CANCELLED, DUE_OUT_REQUEUED, DUE_OUT_KILLED,
+	DUE_OUT_REJECTED_STALE, /**< late commits refused by fencing */
+	DUE_OUT_COUNT
+} due_outcome;
+
+const char *due_outcome_name(due_outcome o);
+
+/**
+ * Everything an operator dashboard or Prometheus needs, read from the
+ * store, so that every worker's numbers are seen (not only this process's).
+ * Histograms and outcomes cover the attempts history kept in the store
+ * (prune removes old history); worker counters are the sums of what live
+ * workers reported in the last 5 minutes.
+ */
+typedef struct due_metrics {
+	due_stats stats;
+	size_t n_kinds;
+	due_kind_counts *kinds;
+	due_histogram lateness;          /**< claimed_at - due_at */
+	due_histogram duration;          /**< ended_at - claimed_at of ended tries */
+	int64_t outcomes[DUE_OUT_COUNT];
+	int64_t done_per_min[15];        /**< completions in each of the last 15 minutes, [0] = latest */
+	int64_t workers;                 /**< workers that reported in the last 5 min */
+	int64_t claim_queries, empty_claims, reclaim_queries, store_errors;
+	size_t n_schedules;
+} due_metrics;
+
+int due_metrics_get(due_db *db, due_metrics **out);
+void due_metrics_free(due_metrics *m);
+
 /* ------------------------------------------------------------------ */
 /* Worker runtime                                                      */
 /* ------------------------------------------------------------------ */
@@ -531,12 +701,14 @@ typedef struct due_worker_opts {
 	int64_t grace_us;      /**< shutdown grace for in-flight tries; default 30 s */
 	bool once;             /**< drain what is due now, then return */
 	int log_level;         /**< 0 quiet, 1 normal (default), 2 every task */
+	bool cron;             /**< also run the schedules (default off in the C API) */
+	int64_t cron_grace_us; /**< misfire grace; 0 = DUE_CRON_MISFIRE_GRACE_US */
 } due_worker_opts;
 
 #define DUE_WORKER_OPTS_VERSION 1
 #define DUE_WORKER_OPTS_INIT                                                   \
 	{DUE_WORKER_OPTS_VERSION, NULL, NULL, 4, DUE_MODE_POOL, 30000000,       \
-	 1000000, 30000000, false, 1}
+	 1000000, 30000000, false, 1, false, 0}
 
 /** Create a worker (does not connect yet).  Free with due_worker_free(). */
 int due_worker_new(due_worker **out, const due_worker_opts *opts);
@@ -581,6 +753,13 @@ typedef struct due_worker_stats {
 } due_worker_stats;
 
 void due_worker_stats_get(due_worker *w, due_worker_stats *out);
+
+/**
+ * Record a worker's counters in the store (a running due_worker does this
+ * itself when they change, at most every 10 s), so that due_metrics_get()
+ * in any process sees every worker's numbers.
+ */
+int due_worker_report(due_db *db, const char *owner, const due_worker_stats *st);
 
 /** Options of the command handler (what `due work --exec` runs). */
 typedef struct due_exec_opts {

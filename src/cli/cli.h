@@ -91,5 +91,6 @@ int cmd_prune(int argc, char **argv);
 int cmd_work(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_cron(int argc, char **argv);
 
 #endif

@@ -17,7 +17,8 @@ static const char usage[] =
 	"usage: due work [--exec CMD] [--handler KIND=CMD]... [--kinds K1,K2]\n"
 	"                [--concurrency N] [--pool KIND=N]... [--lease DUR]\n"
 	"                [--poll DUR] [--owner NAME] [--once] [--inline]\n"
-	"                [--grace DUR] [--kill-grace DUR] [-v | -q] [--db URL]\n"
+	"                [--grace DUR] [--kill-grace DUR] [--no-cron] [-v | -q]\n"
+	"                [--db URL]\n"
 	"\n"
 	"Claim due tasks and run a command for each: /bin/sh -c CMD with the\n"
 	"payload on stdin and DUE_TASK_ID, DUE_KIND, DUE_ATTEMPT,\n"
@@ -40,11 +41,16 @@ static const char usage[] =
 	"  --grace DUR         on SIGTERM/SIGINT, time for running tasks (30s)\n"
 	"  --kill-grace DUR    SIGTERM -> SIGKILL delay for a command whose lease\n"
 	"                      was lost or whose task was cancelled (5s)\n"
+	"  --no-cron           do not run the periodic schedules (`due cron`);\n"
+	"                      by default every worker runs them, and each slot\n"
+	"                      still becomes exactly one task\n"
+	"  --misfire-grace DUR a schedule's slot found later than this was missed\n"
+	"                      (no scheduler ran): its misfire policy applies (30s)\n"
 	"  -v, -q              log every task / only errors\n";
 
 enum { O_EXEC = 'e', O_HANDLER = 'H', O_KINDS = 'k', O_CONC = 'c', O_POOL = 'P',
        O_LEASE = 'l', O_POLL = 'p', O_OWNER = 'o', O_ONCE = '1', O_INLINE = 'I',
-       O_GRACE = 'g', O_KGRACE = 'K' };
+       O_GRACE = 'g', O_KGRACE = 'K', O_NOCRON = 'N', O_MGRACE = 'M' };
 
 #define MAX_KINDS 64
 
@@ -239,6 +245,9 @@ static int parse_opt(cli_ctx *c, work_args *a, int opt, char *arg)
 	case O_OWNER: a->wo.owner = arg; return 0;
 	case O_ONCE: a->wo.once = true; return 0;
 	case O_INLINE: a->wo.mode = DUE_MODE_INLINE; return 0;
+	case O_NOCRON: a->wo.cron = false; return 0;
+	case O_MGRACE:
+		return cli_parse_duration(c, "--misfire-grace", arg, &a->wo.cron_grace_us);
 	case 'v': a->wo.log_level = 2; return 0;
 	case 'q': a->wo.log_level = 0; return 0;
 	default: return -1;
@@ -260,6 +269,8 @@ int cmd_work(int argc, char **argv)
 		{"inline", no_argument, NULL, O_INLINE},
 		{"grace", required_argument, NULL, O_GRACE},
 		{"kill-grace", required_argument, NULL, O_KGRACE},
+		{"no-cron", no_argument, NULL, O_NOCRON},
+		{"misfire-grace", required_argument, NULL, O_MGRACE},
 		{"verbose", no_argument, NULL, 'v'},
 		{"quiet", no_argument, NULL, 'q'},
 		CLI_COMMON_OPTS, {0}};
@@ -268,6 +279,7 @@ int cmd_work(int argc, char **argv)
 	cli_ctx c = {.prog = "due work"};
 	int opt, rc = 0;
 
+	a.wo.cron = true;
 	cli_getopt_reset();
 	while ((opt = getopt_long(argc, argv, ":hvq", opts, NULL)) != -1) {
 		if (cli_common_opt(&c, opt, optarg))

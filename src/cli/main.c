@@ -22,6 +22,7 @@ static const command commands[] = {
 	{"retry", cmd_retry, "move a DEAD task back to SCHEDULED"},
 	{"requeue", cmd_requeue, "take a stuck CLAIMED task back (fences its holder)"},
 	{"kill", cmd_kill, "end a waiting or running task as DEAD"},
+	{"cron", cmd_cron, "periodic schedules: add, ls, rm, next"},
 	{"work", cmd_work, "run a worker: claim due tasks, run a command for each"},
 	{"verify", cmd_verify, "run the contract cases against a store (real processes)"},
 	{"bench", cmd_bench, "measure this store with in-process no-op handlers"},

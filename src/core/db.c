@@ -454,3 +454,45 @@ int due_prune(due_db *db, int64_t *out_deleted, int64_t older_than_us)
 		return due_error_set(DUE_EINVAL, "invalid retention: negative");
 	return db->ops->prune(db->store, out_deleted, older_than_us);
 }
+
+const due_store_ops *due_db_ops(const due_db *db)
+{
+	return db->ops;
+}
+
+due_store *due_db_store(const due_db *db)
+{
+	return db ? db->store : NULL;
+}
+
+size_t due_db_max_payload(const due_db *db)
+{
+	return db->max_payload;
+}
+
+int due_metrics_get(due_db *db, due_metrics **out)
+{
+	due_metrics *m;
+	int rc;
+
+	*out = NULL;
+	if ((rc = ready(db)) < 0)
+		return rc;
+	if (!(m = calloc(1, sizeof(*m))))
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	if ((rc = db->ops->stats(db->store, &m->stats)) < 0 ||
+	    (rc = db->ops->metrics(db->store, m)) < 0) {
+		due_metrics_free(m);
+		return rc;
+	}
+	*out = m;
+	return 0;
+}
+
+int due_worker_report(due_db *db, const char *owner, const due_worker_stats *st)
+{
+	int rc;
+	if ((rc = ready(db)) < 0 || (rc = due_validate_owner(owner)) < 0)
+		return rc;
+	return db->ops->worker_report(db->store, owner, st);
+}

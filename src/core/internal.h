@@ -35,4 +35,11 @@ int due_submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 
 #define DUE_DEFAULT_MAX_PAYLOAD (1u << 20)
 
+/* The store behind a handle, for core files other than db.c. */
+struct due_store_ops;
+struct due_store;
+const struct due_store_ops *due_db_ops(const due_db *db);
+struct due_store *due_db_store(const due_db *db);
+size_t due_db_max_payload(const due_db *db);
+
 #endif /* DUE_INTERNAL_H */

@@ -26,6 +26,7 @@
 ** Schema history (bump DUE_SCHEMA_VERSION in due.h, add a step to
 ** migrate(), never edit a released step):
 **   1  due_meta, due_task, due_attempt, due_audit and their indexes.
+**   2  due_schedule (periodic schedules), due_worker (worker counters).
 */
 #include <errno.h>
 #include <sqlite3.h>
@@ -51,8 +52,17 @@ enum stmt_id {
 	ST_RETRY, ST_REQUEUE, ST_KILL, ST_AUDIT,
 	ST_COUNT_STATES, ST_DUE_UNCLAIMED, ST_LATENESS,
 	ST_PRUNE_ATTEMPTS, ST_PRUNE_AUDIT, ST_PRUNE_TASKS,
+	ST_SCHED_GET, ST_SCHED_LIST, ST_SCHED_PUT, ST_SCHED_DEL, ST_SCHED_CAS,
+	ST_SCHED_DONE, ST_WORKER_REPORT,
+	ST_M_KINDS, ST_M_LATE, ST_M_DUR, ST_M_OUTCOMES, ST_M_STALE, ST_M_PERMIN,
+	ST_M_WORKERS, ST_M_SCHED,
 	ST_COUNT
 };
+
+#define SCHED_COLS                                                             \
+	"name, expr, kind, tz, payload, misfire, overlap, max_attempts, "      \
+	"backoff_us, backoff_cap_us, next_slot, last_slot, last_task, fired, " \
+	"missed, last_missed, created_at, updated_at"
 
 #define TASK_COLS                                                              \
 	"id, kind, payload, state, due_at, attempt, attempt_base, max_attempts, " \
@@ -183,6 +193,65 @@ static const char *const sql_text[ST_COUNT] = {
 		"DELETE FROM due_audit WHERE task_id IN (SELECT id FROM due_task"
 		" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
 		" ORDER BY id LIMIT ?2)",
+	[ST_SCHED_GET] = "SELECT " SCHED_COLS " FROM due_schedule WHERE name = ?1",
+	[ST_SCHED_LIST] = "SELECT " SCHED_COLS " FROM due_schedule ORDER BY name",
+	[ST_SCHED_PUT] =
+		"INSERT INTO due_schedule (name, expr, kind, tz, payload, misfire,"
+		" overlap, max_attempts, backoff_us, backoff_cap_us, next_slot,"
+		" created_at, updated_at)"
+		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)"
+		" ON CONFLICT (name) DO UPDATE SET expr = excluded.expr,"
+		" kind = excluded.kind, tz = excluded.tz, payload = excluded.payload,"
+		" misfire = excluded.misfire, overlap = excluded.overlap,"
+		" max_attempts = excluded.max_attempts,"
+		" backoff_us = excluded.backoff_us,"
+		" backoff_cap_us = excluded.backoff_cap_us,"
+		" next_slot = excluded.next_slot, updated_at = excluded.updated_at",
+	[ST_SCHED_DEL] = "DELETE FROM due_schedule WHERE name = ?1",
+	[ST_SCHED_CAS] =
+		"UPDATE due_schedule SET next_slot = ?2, updated_at = ?3"
+		" WHERE name = ?1 AND next_slot = ?4",
+	[ST_SCHED_DONE] =
+		"UPDATE due_schedule SET last_slot = coalesce(?2, last_slot),"
+		" last_task = coalesce(?3, last_task), fired = fired + ?4,"
+		" missed = missed + ?5, last_missed = coalesce(?6, last_missed)"
+		" WHERE name = ?1",
+	[ST_WORKER_REPORT] =
+		"INSERT INTO due_worker (owner, started_at, seen_at, claimed, done,"
+		" failed, dead, stale, cancelled, lease_lost, claim_queries,"
+		" empty_claims, reclaim_queries, store_errors)"
+		" VALUES (?1, ?2, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+		" ON CONFLICT (owner) DO UPDATE SET seen_at = excluded.seen_at,"
+		" claimed = excluded.claimed, done = excluded.done,"
+		" failed = excluded.failed, dead = excluded.dead,"
+		" stale = excluded.stale, cancelled = excluded.cancelled,"
+		" lease_lost = excluded.lease_lost,"
+		" claim_queries = excluded.claim_queries,"
+		" empty_claims = excluded.empty_claims,"
+		" reclaim_queries = excluded.reclaim_queries,"
+		" store_errors = excluded.store_errors",
+	[ST_M_KINDS] =
+		"SELECT kind, state, count(*) FROM due_task GROUP BY kind, state"
+		" ORDER BY kind LIMIT 5000",
+	[ST_M_LATE] =
+		"SELECT due_bucket(claimed_at - due_at) AS b, count(*),"
+		" sum(claimed_at - due_at) FROM due_attempt GROUP BY b",
+	[ST_M_DUR] =
+		"SELECT due_bucket(ended_at - claimed_at) AS b, count(*),"
+		" sum(ended_at - claimed_at) FROM due_attempt"
+		" WHERE ended_at IS NOT NULL GROUP BY b",
+	[ST_M_OUTCOMES] = "SELECT outcome, count(*) FROM due_attempt GROUP BY outcome",
+	[ST_M_STALE] =
+		"SELECT count(*) FROM due_attempt WHERE late_commit = 'REJECTED_STALE'",
+	[ST_M_PERMIN] =
+		"SELECT (?1 - ended_at) / 60000000 AS m, count(*) FROM due_attempt"
+		" WHERE outcome = 'DONE' AND ended_at > ?1 - 900000000"
+		" AND ended_at <= ?1 GROUP BY m",
+	[ST_M_WORKERS] =
+		"SELECT count(*), coalesce(sum(claim_queries), 0),"
+		" coalesce(sum(empty_claims), 0), coalesce(sum(reclaim_queries), 0),"
+		" coalesce(sum(store_errors), 0) FROM due_worker WHERE seen_at >= ?1",
+	[ST_M_SCHED] = "SELECT count(*) FROM due_schedule",
 	[ST_PRUNE_TASKS] =
 		"DELETE FROM due_task WHERE id IN (SELECT id FROM due_task"
 		" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
@@ -244,6 +313,41 @@ static const char schema_v1[] =
 	"  detail TEXT);"
 	"CREATE INDEX due_audit_task ON due_audit (task_id);"
 	"INSERT INTO due_meta (name, value) VALUES ('schema_version', '1');";
+
+/* Version 1 -> 2.  Released steps are never edited. */
+static const char schema_v2[] =
+	"CREATE TABLE due_schedule ("
+	"  name TEXT PRIMARY KEY,"
+	"  expr TEXT NOT NULL,"
+	"  kind TEXT NOT NULL,"
+	"  tz TEXT NOT NULL,"
+	"  payload BLOB NOT NULL,"
+	"  misfire TEXT NOT NULL CHECK (misfire IN ('skip', 'once')),"
+	"  overlap TEXT NOT NULL CHECK (overlap IN ('allow', 'wait')),"
+	"  max_attempts INTEGER NOT NULL,"
+	"  backoff_us INTEGER NOT NULL,"
+	"  backoff_cap_us INTEGER NOT NULL,"
+	"  next_slot INTEGER NOT NULL,"
+	"  last_slot INTEGER,"
+	"  last_task INTEGER,"
+	"  fired INTEGER NOT NULL DEFAULT 0,"
+	"  missed INTEGER NOT NULL DEFAULT 0,"
+	"  last_missed INTEGER,"
+	"  created_at INTEGER NOT NULL,"
+	"  updated_at INTEGER NOT NULL) WITHOUT ROWID;"
+	"CREATE TABLE due_worker ("
+	"  owner TEXT PRIMARY KEY,"
+	"  started_at INTEGER NOT NULL,"
+	"  seen_at INTEGER NOT NULL,"
+	"  claimed INTEGER NOT NULL DEFAULT 0, done INTEGER NOT NULL DEFAULT 0,"
+	"  failed INTEGER NOT NULL DEFAULT 0, dead INTEGER NOT NULL DEFAULT 0,"
+	"  stale INTEGER NOT NULL DEFAULT 0, cancelled INTEGER NOT NULL DEFAULT 0,"
+	"  lease_lost INTEGER NOT NULL DEFAULT 0,"
+	"  claim_queries INTEGER NOT NULL DEFAULT 0,"
+	"  empty_claims INTEGER NOT NULL DEFAULT 0,"
+	"  reclaim_queries INTEGER NOT NULL DEFAULT 0,"
+	"  store_errors INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
+	"UPDATE due_meta SET value = '2' WHERE name = 'schema_version';";
 
 struct due_store {
 	sqlite3 *db;
@@ -443,6 +547,17 @@ static int on_busy(void *arg, int count)
 	return 1;
 }
 
+/* SQL function due_bucket(us): the histogram bucket of a duration. */
+static void sql_bucket(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+	double ms = (double)sqlite3_value_int64(argv[0]) / 1000.0;
+	int b = 0;
+	(void)argc;
+	while (b < DUE_HIST_N && ms > due_hist_bounds_ms[b])
+		b++;
+	sqlite3_result_int(ctx, b);
+}
+
 static int configure(due_store *s, const due_url *u)
 {
 	char sql[160];
@@ -458,6 +573,10 @@ static int configure(due_store *s, const due_url *u)
 	rc = sqlite3_create_function(s->db, "due_backoff", 3,
 				     SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
 				     sql_backoff, NULL, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_create_function(s->db, "due_bucket", 1,
+					     SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
+					     sql_bucket, NULL, NULL);
 	return rc == SQLITE_OK ? 0 : sq_fail(s, rc, "register due_backoff");
 }
 
@@ -563,12 +682,19 @@ static int sq_init_schema(due_store *s)
 			rc = sq_fail(s, src, "create schema");
 			goto fail;
 		}
-	} else if (v < DUE_SCHEMA_VERSION) {
-		/* Upgrade steps v -> v+1 go here as versions are released. */
+		v = 1;
+	}
+	if (v == 0) {
 		rc = due_error_set(DUE_ESCHEMA,
-			"store '%s' has schema version %d and this due has no "
-			"upgrade path from it", s->path, v);
+			"store '%s' has schema version 0: no upgrade path", s->path);
 		goto fail;
+	}
+	if (v == 1) {
+		int src = sqlite3_exec(s->db, schema_v2, NULL, NULL, NULL);
+		if (src != SQLITE_OK) {
+			rc = sq_fail(s, src, "upgrade schema to version 2");
+			goto fail;
+		}
 	}
 	return commit(s);
 fail:
@@ -1538,6 +1664,357 @@ static int sq_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 	return 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* Schedules                                                           */
+/* ------------------------------------------------------------------ */
+
+static int read_sched(sqlite3_stmt *st, due_schedule_info *i)
+{
+	memset(i, 0, sizeof(*i));
+	i->name = col_text(st, 0);
+	i->expr = col_text(st, 1);
+	i->kind = col_text(st, 2);
+	i->tz = col_text(st, 3);
+	i->payload = col_blob(st, 4, &i->payload_len);
+	i->misfire = strcmp((const char *)sqlite3_column_text(st, 5), "once") == 0
+			     ? DUE_MISFIRE_ONCE : DUE_MISFIRE_SKIP;
+	i->overlap = strcmp((const char *)sqlite3_column_text(st, 6), "wait") == 0
+			     ? DUE_OVERLAP_WAIT : DUE_OVERLAP_ALLOW;
+	i->max_attempts = sqlite3_column_int(st, 7);
+	i->backoff_us = sqlite3_column_int64(st, 8);
+	i->backoff_cap_us = sqlite3_column_int64(st, 9);
+	i->next_slot = sqlite3_column_int64(st, 10);
+	i->last_slot = sqlite3_column_int64(st, 11);
+	i->last_task = sqlite3_column_int64(st, 12);
+	i->fired = sqlite3_column_int64(st, 13);
+	i->missed = sqlite3_column_int64(st, 14);
+	i->last_missed = sqlite3_column_int64(st, 15);
+	i->created_at = sqlite3_column_int64(st, 16);
+	i->updated_at = sqlite3_column_int64(st, 17);
+	if (!i->name || !i->expr || !i->kind || !i->tz || !i->payload)
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	return 0;
+}
+
+static int sq_sched_get(due_store *s, due_schedule_info **out, const char *name)
+{
+	sqlite3_stmt *st = stmt(s, ST_SCHED_GET);
+	due_schedule_info *i;
+	int rc;
+
+	*out = NULL;
+	if (!st)
+		return due_error_last_code();
+	if (!(i = calloc(1, sizeof(*i))))
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW)
+		rc = read_sched(st, i);
+	else if (rc == SQLITE_DONE)
+		rc = due_error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
+	else
+		rc = sq_fail(s, rc, "read schedule");
+	sqlite3_reset(st);
+	if (rc < 0) {
+		due_schedule_info_clear(i);
+		free(i);
+		return rc;
+	}
+	*out = i;
+	return 0;
+}
+
+static int sq_sched_list(due_store *s, due_schedule_list **out)
+{
+	sqlite3_stmt *st = stmt(s, ST_SCHED_LIST);
+	due_schedule_list *l;
+	size_t cap = 0;
+	int rc;
+
+	*out = NULL;
+	if (!st)
+		return due_error_last_code();
+	if ((rc = due_schedule_list_alloc(&l, 0)) < 0)
+		return rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (l->count == cap) {
+			cap = cap ? cap * 2 : 16;
+			due_schedule_info *n = realloc(l->items, cap * sizeof(*n));
+			if (!n) {
+				rc = due_error_set(DUE_ENOMEM, "out of memory");
+				break;
+			}
+			l->items = n;
+		}
+		if ((rc = read_sched(st, &l->items[l->count++])) < 0)
+			break;
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE) {
+		due_schedule_list_free(l);
+		return rc < 0 ? rc : sq_fail(s, rc, "list schedules");
+	}
+	*out = l;
+	return 0;
+}
+
+static int sq_sched_put(due_store *s, const due_cron_def *d, due_time next_slot)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	if ((rc = begin(s)) < 0)
+		return rc;
+	if (!(st = stmt(s, ST_SCHED_PUT))) {
+		rc = due_error_last_code();
+		goto fail;
+	}
+	sqlite3_bind_text(st, 1, d->name, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, d->expr, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, d->kind, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 4, d->tz, -1, SQLITE_STATIC);
+	sqlite3_bind_blob(st, 5, d->payload ? d->payload : "", (int)d->payload_len,
+			  SQLITE_STATIC);
+	sqlite3_bind_text(st, 6, d->misfire == DUE_MISFIRE_ONCE ? "once" : "skip",
+			  -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 7, d->overlap == DUE_OVERLAP_WAIT ? "wait" : "allow",
+			  -1, SQLITE_STATIC);
+	sqlite3_bind_int(st, 8, d->max_attempts);
+	sqlite3_bind_int64(st, 9, d->backoff_us);
+	sqlite3_bind_int64(st, 10, d->backoff_cap_us);
+	sqlite3_bind_int64(st, 11, next_slot);
+	sqlite3_bind_int64(st, 12, due_time_now_host());
+	if ((rc = exec_done(s, st, "save schedule")) < 0)
+		goto fail;
+	return commit(s);
+fail:
+	rollback(s);
+	return rc;
+}
+
+static int sq_sched_remove(due_store *s, const char *name)
+{
+	sqlite3_stmt *st = stmt(s, ST_SCHED_DEL);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+	if ((rc = exec_done(s, st, "remove schedule")) < 0)
+		return rc;
+	if (sqlite3_changes(s->db) == 0)
+		return due_error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
+	return 0;
+}
+
+/* The bookkeeping after a won compare-and-set.  Inside the transaction. */
+static int sched_done(due_store *s, const due_sched_fire *f, due_id task)
+{
+	sqlite3_stmt *st = stmt(s, ST_SCHED_DONE);
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, f->name, -1, SQLITE_STATIC);
+	if (f->task) {
+		sqlite3_bind_int64(st, 2, f->slot);
+		sqlite3_bind_int64(st, 3, task);
+	}
+	sqlite3_bind_int(st, 4, f->task ? 1 : 0);
+	sqlite3_bind_int64(st, 5, f->missed);
+	if (f->missed > 0 && f->last_missed > 0)
+		sqlite3_bind_int64(st, 6, f->last_missed);
+	return exec_done(s, st, "schedule bookkeeping");
+}
+
+static int sq_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
+			 due_id *task_id)
+{
+	sqlite3_stmt *st, *ins, *find;
+	due_submitted sub = {0};
+	due_time now;
+	int rc;
+
+	*won = false;
+	*task_id = 0;
+	if ((rc = begin(s)) < 0)
+		return rc;
+	now = due_time_now_host();
+	if (!(st = stmt(s, ST_SCHED_CAS))) {
+		rc = due_error_last_code();
+		goto fail;
+	}
+	sqlite3_bind_text(st, 1, f->name, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, f->next);
+	sqlite3_bind_int64(st, 3, now);
+	sqlite3_bind_int64(st, 4, f->expect);
+	if ((rc = exec_done(s, st, "advance schedule")) < 0)
+		goto fail;
+	if (sqlite3_changes(s->db) == 0)
+		return commit(s); /* another scheduler advanced it */
+	*won = true;
+	if (f->task) {
+		if (!(ins = stmt(s, ST_INSERT)) || !(find = stmt(s, ST_FIND_KEY))) {
+			rc = due_error_last_code();
+			goto fail;
+		}
+		if ((rc = insert_one(s, ins, find, f->task, now, &sub)) < 0)
+			goto fail;
+		*task_id = sub.id;
+	}
+	if ((rc = sched_done(s, f, sub.id)) < 0)
+		goto fail;
+	return commit(s);
+fail:
+	rollback(s);
+	*won = false;
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Metrics, worker reports                                             */
+/* ------------------------------------------------------------------ */
+
+static int hist(due_store *s, enum stmt_id id, due_histogram *h)
+{
+	sqlite3_stmt *st = stmt(s, id);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int b = sqlite3_column_int(st, 0);
+		int64_t n = sqlite3_column_int64(st, 1);
+		if (b < 0 || b > DUE_HIST_N)
+			continue;
+		h->buckets[b] += n;
+		h->count += n;
+		h->sum_ms += sqlite3_column_double(st, 2) / 1000.0;
+	}
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE ? 0 : sq_fail(s, rc, "histogram");
+}
+
+static int kinds(due_store *s, due_metrics *m)
+{
+	sqlite3_stmt *st = stmt(s, ST_M_KINDS);
+	size_t cap = 0;
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *k = (const char *)sqlite3_column_text(st, 0);
+		due_state ss;
+		if (state_from(sqlite3_column_text(st, 1), &ss) < 0)
+			continue;
+		if (!m->n_kinds || strcmp(m->kinds[m->n_kinds - 1].kind, k) != 0) {
+			if (m->n_kinds == 1000)
+				break;
+			if (m->n_kinds == cap) {
+				cap = cap ? cap * 2 : 16;
+				due_kind_counts *n = realloc(m->kinds, cap * sizeof(*n));
+				if (!n) {
+					rc = SQLITE_NOMEM;
+					break;
+				}
+				m->kinds = n;
+			}
+			memset(&m->kinds[m->n_kinds], 0, sizeof(m->kinds[0]));
+			if (!(m->kinds[m->n_kinds].kind = due_strdup_n(k, strlen(k)))) {
+				rc = SQLITE_NOMEM;
+				break;
+			}
+			m->n_kinds++;
+		}
+		m->kinds[m->n_kinds - 1].counts[ss] = sqlite3_column_int64(st, 2);
+	}
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : sq_fail(s, rc, "kinds");
+}
+
+static int outcomes(due_store *s, due_metrics *m, due_time now)
+{
+	sqlite3_stmt *st = stmt(s, ST_M_OUTCOMES);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+		for (int i = 0; i < DUE_OUT_REJECTED_STALE; i++)
+			if (!strcmp((const char *)sqlite3_column_text(st, 0),
+				    due_outcome_names[i]))
+				m->outcomes[i] = sqlite3_column_int64(st, 1);
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE || !(st = stmt(s, ST_M_STALE)))
+		return rc != SQLITE_DONE ? sq_fail(s, rc, "outcomes") : DUE_ERROR;
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW)
+		m->outcomes[DUE_OUT_REJECTED_STALE] = sqlite3_column_int64(st, 0);
+	sqlite3_reset(st);
+	if (!(st = stmt(s, ST_M_PERMIN)))
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, now);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t mi = sqlite3_column_int64(st, 0);
+		if (mi >= 0 && mi < 15)
+			m->done_per_min[mi] = sqlite3_column_int64(st, 1);
+	}
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE ? 0 : sq_fail(s, rc, "throughput");
+}
+
+static int workers(due_store *s, due_metrics *m, due_time now)
+{
+	sqlite3_stmt *st = stmt(s, ST_M_WORKERS);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, now - 300LL * 1000000);
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		m->workers = sqlite3_column_int64(st, 0);
+		m->claim_queries = sqlite3_column_int64(st, 1);
+		m->empty_claims = sqlite3_column_int64(st, 2);
+		m->reclaim_queries = sqlite3_column_int64(st, 3);
+		m->store_errors = sqlite3_column_int64(st, 4);
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_ROW || !(st = stmt(s, ST_M_SCHED)))
+		return rc != SQLITE_ROW ? sq_fail(s, rc, "workers") : DUE_ERROR;
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW)
+		m->n_schedules = (size_t)sqlite3_column_int64(st, 0);
+	sqlite3_reset(st);
+	return rc == SQLITE_ROW ? 0 : sq_fail(s, rc, "schedules");
+}
+
+static int sq_metrics(due_store *s, due_metrics *m)
+{
+	due_time now = due_time_now_host();
+	int rc;
+
+	if ((rc = kinds(s, m)) < 0 || (rc = hist(s, ST_M_LATE, &m->lateness)) < 0 ||
+	    (rc = hist(s, ST_M_DUR, &m->duration)) < 0 ||
+	    (rc = outcomes(s, m, now)) < 0 || (rc = workers(s, m, now)) < 0)
+		return rc;
+	return 0;
+}
+
+static int sq_worker_report(due_store *s, const char *owner,
+			    const due_worker_stats *w)
+{
+	sqlite3_stmt *st = stmt(s, ST_WORKER_REPORT);
+	const int64_t v[] = {w->claimed, w->done, w->failed, w->dead, w->stale,
+			     w->cancelled, w->lease_lost, w->claim_queries,
+			     w->empty_claims, w->reclaim_queries, w->store_errors};
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, due_time_now_host());
+	for (int i = 0; i < 11; i++)
+		sqlite3_bind_int64(st, 3 + i, v[i]);
+	return exec_done(s, st, "worker report");
+}
+
 const due_store_ops due_store_sqlite = {
 	.version = DUE_STORE_OPS_VERSION,
 	.name = "sqlite",
@@ -1561,4 +2038,11 @@ const due_store_ops due_store_sqlite = {
 	.kill = sq_kill,
 	.stats = sq_stats,
 	.prune = sq_prune,
+	.sched_get = sq_sched_get,
+	.sched_put = sq_sched_put,
+	.sched_remove = sq_sched_remove,
+	.sched_list = sq_sched_list,
+	.sched_fire = sq_sched_fire,
+	.metrics = sq_metrics,
+	.worker_report = sq_worker_report,
 };

@@ -35,9 +35,10 @@
 
 #include "due.h"
 
-#define DUE_STORE_OPS_VERSION 1
+#define DUE_STORE_OPS_VERSION 2
 
 typedef struct due_store due_store; /* backend-private */
+struct due_sched_fire;
 
 /* A parsed store URL. */
 typedef struct due_url {
@@ -90,7 +91,44 @@ typedef struct due_store_ops {
 	int (*kill)(due_store *s, due_state *out, due_id id);
 	int (*stats)(due_store *s, due_stats *out);
 	int (*prune)(due_store *s, int64_t *deleted, int64_t older_than_us);
+
+	/* --- version 2: schedules, metrics, worker reports --- */
+
+	/* One schedule; DUE_ENOTFOUND when there is none by that name. */
+	int (*sched_get)(due_store *s, due_schedule_info **out, const char *name);
+	/*
+	** Insert or replace the definition (checked by the core) with the
+	** next slot the core computed.  A replace keeps last_slot, last_task,
+	** fired, missed and last_missed.
+	*/
+	int (*sched_put)(due_store *s, const due_cron_def *d, due_time next_slot);
+	int (*sched_remove)(due_store *s, const char *name);
+	int (*sched_list)(due_store *s, due_schedule_list **out);
+	/*
+	** In ONE transaction: advance the schedule's next_slot from f->expect
+	** to f->next (compare-and-set: *won = false and nothing written when
+	** next_slot is no longer f->expect, i.e. another scheduler did it);
+	** insert f->task when given (due at f->task->opts.at) and set
+	** last_slot = f->slot, last_task = its id, fired += 1; add f->missed to
+	** missed and set last_missed = f->last_missed when f->missed > 0.
+	*/
+	int (*sched_fire)(due_store *s, const struct due_sched_fire *f, bool *won,
+			  due_id *task_id);
+	int (*metrics)(due_store *s, due_metrics *out);
+	int (*worker_report)(due_store *s, const char *owner,
+			     const due_worker_stats *st);
 } due_store_ops;
+
+/* A scheduler's step for one schedule (see sched_fire). */
+typedef struct due_sched_fire {
+	const char *name;
+	due_time expect;         /* next_slot as read */
+	due_time next;           /* the new next_slot */
+	const due_submit *task;  /* the slot's task, or NULL (skip/wait) */
+	due_time slot;           /* the slot the task stands for */
+	int64_t missed;
+	due_time last_missed;
+} due_sched_fire;
 
 extern const due_store_ops due_store_sqlite;
 #ifdef DUE_WITH_PG
@@ -102,6 +140,9 @@ int due_url_parse(due_url *out, const char *text);
 void due_url_clear(due_url *u);
 
 /* Helpers shared by backends (src/store/common.c). */
+int due_schedule_list_alloc(due_schedule_list **out, size_t n);
+void due_schedule_info_clear(due_schedule_info *i);
+extern const char *const due_outcome_names[DUE_OUT_COUNT];
 int due_task_list_alloc(due_task_list **out, size_t n);
 char *due_strdup_n(const char *s, size_t n);
 int due_attempts_append(due_task *t, const due_attempt *a);

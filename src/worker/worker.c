@@ -97,7 +97,9 @@ struct due_worker {
 	int wake_fd;
 	atomic_bool stop, draining, running;
 	bool threads_stop;      /* under mu: keeper and completer may exit */
-	pthread_t keeper, completer;
+	pthread_t keeper, completer, scheduler;
+	bool sched_started;
+	pthread_cond_t sched_cv;
 	struct {
 		atomic_llong claimed, done, failed, dead, stale, cancelled,
 			lease_lost, claim_queries, empty_claims, reclaim_queries,
@@ -638,12 +640,38 @@ static void renew_one(due_worker *w, due_db *db, renewal *r)
 	}
 }
 
+/*
+** Publish this worker's counters to the store when they changed, at most
+** every REPORT_US (and once when stopping), for due_metrics_get().
+*/
+#define REPORT_US 10000000LL
+
+static void maybe_report(due_worker *w, due_db **db, int64_t *last,
+			 int64_t *last_sum, bool force)
+{
+	due_worker_stats st;
+	int64_t now = due_mono_us(), sum;
+
+	if (!force && now - *last < REPORT_US)
+		return;
+	due_worker_stats_get(w, &st);
+	sum = st.claimed + st.done + st.failed + st.stale + st.lease_lost +
+	      st.claim_queries + st.reclaim_queries + st.store_errors;
+	if (sum == *last_sum && !force)
+		return;
+	*last = now;
+	if (!*db && !(*db = connect_retry(w, "keeper")))
+		return;
+	if (due_worker_report(*db, w->owner, &st) == 0)
+		*last_sum = sum;
+}
+
 static void *keeper_main(void *arg)
 {
 	due_worker *w = arg;
 	due_db *db = NULL;
 	renewal r[256];
-	int64_t tick = w->o.lease_us / 12;
+	int64_t tick = w->o.lease_us / 12, last_report = 0, last_sum = -1;
 
 	if (tick < 5000)
 		tick = 5000;
@@ -654,6 +682,9 @@ static void *keeper_main(void *arg)
 		size_t n = renewals_due_locked(w, r, 256, due_mono_us());
 		if (n == 0) {
 			cond_wait_us(&w->keep_cv, &w->mu, tick);
+			pthread_mutex_unlock(&w->mu);
+			maybe_report(w, &db, &last_report, &last_sum, false);
+			pthread_mutex_lock(&w->mu);
 			continue;
 		}
 		pthread_mutex_unlock(&w->mu);
@@ -665,6 +696,62 @@ static void *keeper_main(void *arg)
 		for (size_t i = 0; i < n; i++)
 			if (--r[i].job->refs == 0)
 				job_free(r[i].job);
+	}
+	pthread_mutex_unlock(&w->mu);
+	maybe_report(w, &db, &last_report, &last_sum, true);
+	due_close(db);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Scheduler                                                           */
+/* ------------------------------------------------------------------ */
+
+#define CRON_LOOKAHEAD_US 2000000LL
+#define CRON_MAX_SLEEP_US 5000000LL
+
+/*
+** Run scheduler passes: each materializes the slots due within the
+** lookahead, then sleeps until the earliest next slot enters it (at most
+** 5 s, so new or changed schedules are seen).  Any number of workers may
+** do this at once: the store's compare-and-set gives each slot one task.
+*/
+static void *scheduler_main(void *arg)
+{
+	due_worker *w = arg;
+	due_db *db = NULL;
+	int64_t wait_us = 0;
+
+	pthread_mutex_lock(&w->mu);
+	while (!w->threads_stop) {
+		if (wait_us > 0)
+			cond_wait_us(&w->sched_cv, &w->mu, wait_us);
+		if (w->threads_stop)
+			break;
+		pthread_mutex_unlock(&w->mu);
+		due_cron_tick_result r;
+		if (!db)
+			db = connect_retry(w, "scheduler");
+		wait_us = CRON_MAX_SLEEP_US;
+		if (db && due_cron_tick_ex(db, &r, CRON_LOOKAHEAD_US,
+					   w->o.cron_grace_us > 0 ? w->o.cron_grace_us
+							       : DUE_CRON_MISFIRE_GRACE_US) < 0) {
+			atomic_fetch_add(&w->st.store_errors, 1);
+			wlog(w, 1, "scheduler: %s", due_error_last());
+			wait_us = 1000000;
+		} else if (db) {
+			if (r.missed)
+				wlog(w, 1, "scheduler: %lld slot(s) missed while no "
+				     "scheduler ran (see `due cron ls`)", (long long)r.missed);
+			if (r.materialized)
+				wlog(w, 2, "scheduler: %lld slot task(s) created",
+				     (long long)r.materialized);
+			if (r.next_slot && r.next_slot - r.now - CRON_LOOKAHEAD_US / 2 < wait_us)
+				wait_us = r.next_slot - r.now - CRON_LOOKAHEAD_US / 2;
+			if (wait_us < 20000)
+				wait_us = 20000;
+		}
+		pthread_mutex_lock(&w->mu);
 	}
 	pthread_mutex_unlock(&w->mu);
 	due_close(db);
@@ -888,12 +975,15 @@ static void join_all(due_worker *w)
 		pthread_cond_broadcast(&w->pools[i]->cv);
 	pthread_cond_broadcast(&w->done_cv);
 	pthread_cond_broadcast(&w->keep_cv);
+	pthread_cond_broadcast(&w->sched_cv);
 	pthread_mutex_unlock(&w->mu);
 	for (size_t i = 0; i < w->n_pools; i++)
 		for (int k = 0; k < w->pools[i]->started; k++)
 			pthread_join(w->pools[i]->threads[k], NULL);
 	pthread_join(w->completer, NULL);
 	pthread_join(w->keeper, NULL);
+	if (w->sched_started)
+		pthread_join(w->scheduler, NULL);
 }
 
 /* Stop and join whatever start_threads() managed to start. */
@@ -931,6 +1021,10 @@ static int start_threads(due_worker *w)
 		unwind_threads(w, true);
 		return due_error_set(DUE_ERROR, "cannot start the lease keeper thread");
 	}
+	/* the scheduler is optional: without it the worker still works */
+	if (w->o.cron && !w->o.once)
+		w->sched_started =
+			pthread_create(&w->scheduler, NULL, scheduler_main, w) == 0;
 	return 0;
 }
 
@@ -1023,7 +1117,8 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 	w->n_pools = 1;
 	if (!w->url || !w->owner || w->wake_fd < 0 || !w->pools || !w->pools[0] ||
 	    pthread_mutex_init(&w->mu, NULL) != 0 || cond_init(&w->done_cv) ||
-	    cond_init(&w->keep_cv) || cond_init(&w->idle_cv)) {
+	    cond_init(&w->keep_cv) || cond_init(&w->idle_cv) ||
+	    cond_init(&w->sched_cv)) {
 		due_worker_free(w);
 		return due_error_set(DUE_ENOMEM, "cannot create worker");
 	}

@@ -894,6 +894,240 @@ static void test_claim_id(void **state)
 	due_close(db);
 }
 
+static due_cron_def cron_def(const char *name, const char *expr, const char *kind)
+{
+	due_cron_def d = DUE_CRON_DEF_INIT;
+	d.name = name;
+	d.expr = expr;
+	d.kind = kind;
+	d.payload = "p";
+	d.payload_len = 1;
+	return d;
+}
+
+static void test_cron_definitions(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_cron_def d = cron_def("report", "0 2 * * *", "report");
+	due_schedule_list *l = NULL;
+
+	d.tz = "Europe/Berlin";
+	assert_int_equal(due_cron_put(db, &d), 0);
+	assert_int_equal(due_cron_list(db, &l), 0);
+	assert_int_equal(l->count, 1);
+	assert_string_equal(l->items[0].tz, "Europe/Berlin");
+	due_time now;
+	due_now(db, &now);
+	assert_true(l->items[0].next_slot > now);
+	/* 02:00 in Berlin is 00:00 or 01:00 UTC */
+	int64_t sec_of_day = (l->items[0].next_slot / 1000000) % 86400;
+	assert_true(sec_of_day == 0 || sec_of_day == 3600);
+	due_schedule_list_free(l);
+
+	/* bad definitions change nothing, and name what was wrong */
+	due_cron_def b = cron_def("bad", "0 2 * 13 *", "k");
+	assert_int_equal(due_cron_put(db, &b), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "month"));
+	b = cron_def("bad", "0 2 * * *", "k");
+	b.tz = "Mars/Olympus";
+	assert_int_equal(due_cron_put(db, &b), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "Mars/Olympus"));
+	b = cron_def("bad name", "0 2 * * *", "k");
+	assert_int_equal(due_cron_put(db, &b), DUE_EINVAL);
+	b = cron_def("never", "0 0 30 2 *", "k");
+	assert_int_equal(due_cron_put(db, &b), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "never fires"));
+	assert_int_equal(due_cron_list(db, &l), 0);
+	assert_int_equal(l->count, 1);
+	due_schedule_list_free(l);
+
+	/* replace, then remove */
+	d.expr = "30 3 * * *";
+	assert_int_equal(due_cron_put(db, &d), 0);
+	assert_int_equal(due_cron_list(db, &l), 0);
+	assert_string_equal(l->items[0].expr, "30 3 * * *");
+	due_schedule_list_free(l);
+	assert_int_equal(due_cron_remove(db, "report"), 0);
+	assert_int_equal(due_cron_remove(db, "report"), DUE_ENOTFOUND);
+	due_close(db);
+}
+
+/* Keys of the slot tasks of a schedule, sorted (seconds). */
+static size_t slot_keys(due_db *db, const char *kind, int64_t *out, size_t cap)
+{
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	due_task_list *l = NULL;
+	size_t n = 0;
+	lo.kind = kind;
+	lo.limit = 10000;
+	assert_int_equal(due_list(db, &l, &lo), 0);
+	for (size_t i = 0; i < l->count && n < cap; i++) {
+		const char *k = strrchr(l->items[i].key, ':');
+		assert_non_null(k);
+		out[n++] = strtoll(k + 1, NULL, 10);
+	}
+	due_task_list_free(l);
+	for (size_t i = 1; i < n; i++) /* insertion sort: n is small */
+		for (size_t j = i; j > 0 && out[j - 1] > out[j]; j--) {
+			int64_t t = out[j];
+			out[j] = out[j - 1];
+			out[j - 1] = t;
+		}
+	return n;
+}
+
+static void tick_child(int seconds)
+{
+	due_db *db = NULL;
+	if (due_open(&db, url, NULL) < 0)
+		_exit(2);
+	for (int i = 0; i < seconds * 50; i++) {
+		due_cron_tick_result r;
+		if (due_cron_tick(db, &r, 1500000) < 0)
+			_exit(3);
+		tu_sleep_ms(20);
+	}
+	due_close(db);
+	_exit(0);
+}
+
+static void test_cron_once_per_slot(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_cron_def d = cron_def("every-second", "* * * * * *", "tick");
+	int64_t keys[200];
+	pid_t kids[3];
+
+	assert_int_equal(due_cron_put(db, &d), 0);
+	for (int i = 0; i < 3; i++)
+		if ((kids[i] = fork()) == 0)
+			tick_child(4);
+	for (int i = 0; i < 3; i++) {
+		int st;
+		waitpid(kids[i], &st, 0);
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	size_t n = slot_keys(db, "tick", keys, 200);
+	int gaps = 0, dups = 0;
+	for (size_t i = 1; i < n; i++) {
+		dups += keys[i] == keys[i - 1];
+		gaps += keys[i] - keys[i - 1] > 1;
+	}
+	printf("cron: 3 schedulers x 4 s -> %zu slot tasks, dups=%d gaps=%d\n", n,
+	       dups, gaps);
+	assert_true(n >= 4);
+	assert_int_equal(dups, 0);
+	assert_int_equal(gaps, 0);
+	due_schedule_list *l = NULL;
+	assert_int_equal(due_cron_list(db, &l), 0);
+	assert_int_equal(l->items[0].fired, (int64_t)n);
+	due_schedule_list_free(l);
+	due_close(db);
+}
+
+static void test_cron_misfire(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_cron_def skip = cron_def("s", "* * * * * *", "skipk");
+	due_cron_def once = cron_def("o", "* * * * * *", "oncek");
+	due_cron_tick_result r;
+	int64_t keys[100];
+
+	once.misfire = DUE_MISFIRE_ONCE;
+	assert_int_equal(due_cron_put(db, &skip), 0);
+	assert_int_equal(due_cron_put(db, &once), 0);
+	/* no scheduler runs for 3.5 s, then one pass with a 1 s grace */
+	tu_sleep_ms(3500);
+	assert_int_equal(due_cron_tick_ex(db, &r, 0, 1000000), 0);
+	assert_true(r.missed >= 3);
+	due_schedule_list *l = NULL;
+	assert_int_equal(due_cron_list(db, &l), 0);
+	const due_schedule_info *o = !strcmp(l->items[0].name, "o") ? &l->items[0]
+								    : &l->items[1];
+	const due_schedule_info *sk = o == &l->items[0] ? &l->items[1] : &l->items[0];
+	printf("misfire: skip missed=%lld fired=%lld; once missed=%lld fired=%lld\n",
+	       (long long)sk->missed, (long long)sk->fired, (long long)o->missed,
+	       (long long)o->fired);
+	assert_true(sk->missed >= 2);
+	assert_true(sk->last_missed > 0);
+	assert_true(o->fired >= 1);
+	assert_int_equal(o->missed + 1, sk->missed);
+	due_schedule_list_free(l);
+	/* skip: no task for the missed slots (at most the in-grace one);
+	   once: exactly one catch-up task for them, due now */
+	size_t ns = slot_keys(db, "skipk", keys, 100);
+	size_t no = slot_keys(db, "oncek", keys, 100);
+	assert_true(ns <= 1);
+	assert_true(no >= 1 && no <= 2);
+	due_close(db);
+}
+
+static void test_cron_overlap_wait(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_cron_def d = cron_def("w", "* * * * * *", "waitk");
+	due_cron_tick_result r;
+	int64_t keys[100];
+
+	d.overlap = DUE_OVERLAP_WAIT;
+	assert_int_equal(due_cron_put(db, &d), 0);
+	assert_int_equal(due_cron_tick(db, &r, 3000000), 0);
+	/* the first slot's task is live: later slots wait for it */
+	assert_int_equal(r.materialized, 1);
+	assert_int_equal(r.waiting, 1);
+	assert_int_equal(slot_keys(db, "waitk", keys, 100), 1);
+	due_close(db);
+}
+
+static void test_metrics(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_fail_outcome fo;
+	due_complete_outcome co;
+	due_metrics *m = NULL;
+
+	due_id a = add(db, "mk1", 0, 5), b = add(db, "mk2", 0, 1);
+	add(db, "mk2", 60000000, 5);
+	due_task_list *l = NULL;
+	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 10, 30000000), 0);
+	due_task_list_free(l);
+	assert_int_equal(due_complete(db, &co, a, 1, "", 0), 0);
+	assert_int_equal(due_fail(db, &fo, b, 1, "x"), 0);
+	assert_int_equal(due_complete(db, &co, a, 1, "", 0), 0); /* stale */
+	due_worker_stats ws = {.claimed = 2, .done = 1, .claim_queries = 7,
+			       .empty_claims = 3};
+	assert_int_equal(due_worker_report(db, "wk-1", &ws), 0);
+	ws.claim_queries = 9;
+	assert_int_equal(due_worker_report(db, "wk-1", &ws), 0);
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->n_kinds, 2);
+	assert_string_equal(m->kinds[0].kind, "mk1");
+	assert_int_equal(m->kinds[0].counts[DUE_DONE], 1);
+	assert_int_equal(m->kinds[1].counts[DUE_DEAD], 1);
+	assert_int_equal(m->kinds[1].counts[DUE_SCHEDULED], 1);
+	assert_int_equal(m->lateness.count, 2);
+	assert_int_equal(m->duration.count, 2);
+	assert_int_equal(m->outcomes[DUE_OUT_DONE], 1);
+	assert_int_equal(m->outcomes[DUE_OUT_FAILED], 1);
+	assert_int_equal(m->outcomes[DUE_OUT_REJECTED_STALE], 1);
+	assert_int_equal(m->done_per_min[0], 1);
+	assert_int_equal(m->workers, 1);
+	assert_int_equal(m->claim_queries, 9);
+	assert_int_equal(m->empty_claims, 3);
+	assert_int_equal(m->stats.dead, 1);
+	int64_t sum = 0;
+	for (int i = 0; i <= DUE_HIST_N; i++)
+		sum += m->lateness.buckets[i];
+	assert_int_equal(sum, 2);
+	due_metrics_free(m);
+	due_close(db);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -917,6 +1151,11 @@ int main(void)
 		T(test_stats_health_prune),
 		T(test_schema_checks),
 		T(test_claim_id),
+		T(test_cron_definitions),
+		T(test_cron_once_per_slot),
+		T(test_cron_misfire),
+		T(test_cron_overlap_wait),
+		T(test_metrics),
 #undef T
 	};
 	int failed = 0;
