@@ -63,6 +63,8 @@ static const vcase cases[] = {
 	{"negative_naive_select_then_update", v_negative_naive_select_then_update},
 	{"negative_unfenced_late_commit", v_negative_unfenced_late_commit},
 	{"negative_ext_key_per_attempt", v_negative_ext_key_per_attempt},
+	{"cron_once_per_slot_multi_instance", v_cron_once_per_slot_multi_instance},
+	{"cron_misfire_policies", v_cron_misfire_policies},
 };
 
 #define N_CASES (sizeof(cases) / sizeof(cases[0]))

@@ -73,5 +73,7 @@ void v_negative_naive_select_then_update(vctx *v);
 void v_negative_unfenced_late_commit(vctx *v);
 void v_negative_ext_key_per_attempt(vctx *v);
 void v_boundary_partial_due_index(vctx *v);
+void v_cron_once_per_slot_multi_instance(vctx *v);
+void v_cron_misfire_policies(vctx *v);
 
 #endif

@@ -529,3 +529,134 @@ void v_cancel_after_external_call(vctx *v)
 	       t && t->has_result, applied);
 	due_task_free(t);
 }
+
+/* ------------------------------------------------------------------ */
+/* Periodic schedules                                                  */
+/* ------------------------------------------------------------------ */
+
+static int put_every_second(vctx *v, const char *name, const char *kind,
+			    due_misfire m)
+{
+	due_cron_def d = DUE_CRON_DEF_INIT;
+	d.name = name;
+	d.expr = "* * * * * *";
+	d.kind = kind;
+	d.misfire = m;
+	if (due_cron_put(v->db, &d) < 0) {
+		fprintf(stderr, "due verify: %s\n", due_error_last());
+		return -1;
+	}
+	return 0;
+}
+
+/* Slot seconds of a kind's tasks, sorted; returns how many. */
+static size_t slots_of(vctx *v, const char *kind, int64_t *out, size_t cap)
+{
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	due_task_list *l = NULL;
+	size_t n = 0;
+
+	lo.kind = kind;
+	lo.limit = 10000;
+	if (due_list(v->db, &l, &lo) < 0)
+		return 0;
+	for (size_t i = 0; i < l->count && n < cap; i++) {
+		const char *k = l->items[i].key ? strrchr(l->items[i].key, ':') : NULL;
+		if (k)
+			out[n++] = strtoll(k + 1, NULL, 10);
+	}
+	due_task_list_free(l);
+	qsort(out, n, sizeof(*out), cmp_i64);
+	return n;
+}
+
+static const due_schedule_info *find_sched(const due_schedule_list *l,
+					   const char *name)
+{
+	for (size_t i = 0; l && i < l->count; i++)
+		if (!strcmp(l->items[i].name, name))
+			return &l->items[i];
+	return NULL;
+}
+
+void v_cron_once_per_slot_multi_instance(vctx *v)
+{
+	int64_t slots[256];
+	pid_t w[3];
+	int dups = 0, gaps = 0;
+
+	set_dir_env(v);
+	if (put_every_second(v, "tick", "tick", DUE_MISFIRE_SKIP) < 0) {
+		v_case(v, "cron_once_per_slot_multi_instance", false, "error=put");
+		return;
+	}
+	for (int i = 0; i < 3; i++) {
+		char owner[16], log[16];
+		snprintf(owner, sizeof(owner), "s%d", i + 1);
+		snprintf(log, sizeof(log), "s%d.log", i + 1);
+		w[i] = v_worker(v, log, "--owner", owner, "--poll", "50ms", "--exec",
+				"echo \"$DUE_TASK_ID\" >> \"$DUEV_DIR/effects\"",
+				(char *)NULL);
+	}
+	v_sleep_ms(10000);
+	for (int i = 0; i < 3; i++)
+		stop_worker(w[i]);
+	size_t n = slots_of(v, "tick", slots, 256);
+	for (size_t i = 1; i < n; i++) {
+		dups += slots[i] == slots[i - 1];
+		gaps += slots[i] - slots[i - 1] > 1;
+	}
+	due_schedule_list *l = NULL;
+	due_cron_list(v->db, &l);
+	const due_schedule_info *si = find_sched(l, "tick");
+	int effects = v_lines(v, "effects");
+	int64_t done = count_state(v, DUE_DONE);
+	v_case(v, "cron_once_per_slot_multi_instance",
+	       si && n >= 9 && dups == 0 && gaps == 0 && si->fired == (int64_t)n &&
+		       si->missed == 0 && effects == done,
+	       "schedulers=3 seconds=10 slots=%zu tasks=%zu dup_slots=%d gaps=%d "
+	       "fired=%lld missed=%lld runs=%d done=%lld",
+	       n, n, dups, gaps, si ? (long long)si->fired : -1,
+	       si ? (long long)si->missed : -1, effects, (long long)done);
+	due_schedule_list_free(l);
+}
+
+void v_cron_misfire_policies(vctx *v)
+{
+	int64_t slots[256];
+	due_schedule_list *l = NULL;
+
+	set_dir_env(v);
+	if (put_every_second(v, "skip", "skipk", DUE_MISFIRE_SKIP) < 0 ||
+	    put_every_second(v, "once", "oncek", DUE_MISFIRE_ONCE) < 0) {
+		v_case(v, "cron_misfire_policies", false, "error=put");
+		return;
+	}
+	pid_t w = v_worker(v, "w.log", "--misfire-grace", "1s", "--poll", "50ms",
+			   "--exec", "true", (char *)NULL);
+	v_sleep_ms(2500);
+	kill(w, SIGSTOP); /* no scheduler runs for 5 s */
+	v_sleep_ms(5000);
+	kill(w, SIGCONT);
+	v_sleep_ms(2500);
+	stop_worker(w);
+	due_cron_list(v->db, &l);
+	const due_schedule_info *sk = find_sched(l, "skip"), *on = find_sched(l, "once");
+	size_t ns = slots_of(v, "skipk", slots, 256);
+	int skip_gap = 0;
+	for (size_t i = 1; i < ns; i++)
+		if (slots[i] - slots[i - 1] - 1 > skip_gap)
+			skip_gap = (int)(slots[i] - slots[i - 1] - 1);
+	size_t no = slots_of(v, "oncek", slots, 256);
+	bool ok = sk && on && sk->missed >= 2 && skip_gap >= 2 &&
+		  skip_gap <= sk->missed && sk->fired == (int64_t)ns &&
+		  on->fired == (int64_t)no && on->missed == sk->missed - 1 &&
+		  no == ns + 1;
+	v_case(v, "cron_misfire_policies", ok,
+	       "paused_s=5 grace_s=1 skip=[missed=%lld fired=%lld gap=%d] "
+	       "once=[missed=%lld fired=%lld catch_up=%lld]",
+	       sk ? (long long)sk->missed : -1, sk ? (long long)sk->fired : -1,
+	       skip_gap, on ? (long long)on->missed : -1,
+	       on ? (long long)on->fired : -1, (long long)no - (long long)ns);
+	due_schedule_list_free(l);
+}
