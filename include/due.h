@@ -427,6 +427,43 @@ typedef struct due_reclaimed {
  */
 int due_reclaim_expired(due_db *db, due_reclaimed *out);
 
+/** Tasks due soon, for a worker's timing wheel (a cache of the store). */
+typedef struct due_upcoming {
+	size_t count;
+	due_id *ids;
+	due_time *due_at;
+	due_time now;         /**< the store's clock when read */
+	due_time next_expiry; /**< earliest lease still CLAIMED; 0 if none */
+	bool truncated;       /**< more tasks were due before `until` than `limit` */
+} due_upcoming;
+
+/**
+ * The ids and due times of SCHEDULED tasks due before `until`, earliest
+ * first, at most `limit` (kinds filter as in due_claim_ex).  One indexed
+ * read; it also reports the next lease expiry so a worker can fold its
+ * reclaim check into the same query.
+ */
+int due_upcoming_get(due_db *db, due_upcoming **out, const char *const *kinds,
+		     size_t n_kinds, bool exclude_kinds, due_time until, int limit);
+void due_upcoming_free(due_upcoming *u);
+
+/**
+ * Listen for new submits on this handle.  *out_fd becomes readable when
+ * tasks may have been added (PostgreSQL: LISTEN due_task_new on this
+ * connection; SQLite: an inotify watch on the store's wake file, which
+ * every submit touches after commit, across processes on the host).
+ * Poll it, then call due_listen_drain().  DUE_ESTATE when the store cannot
+ * deliver notifications here (the caller should poll instead).
+ */
+int due_listen(due_db *db, int *out_fd);
+/** Consume pending notifications; *out_count gets how many arrived. */
+int due_listen_drain(due_db *db, int *out_count);
+/**
+ * Wake listeners now.  Submits do this themselves; call it after
+ * committing your own transaction that used due_schedule_sqlite_tx().
+ */
+int due_notify(due_db *db);
+
 /* ------------------------------------------------------------------ */
 /* Operator                                                            */
 /* ------------------------------------------------------------------ */
@@ -697,18 +734,29 @@ typedef struct due_worker_opts {
 	int concurrency;       /**< shared pool threads; default 4 */
 	due_exec_mode mode;
 	int64_t lease_us;      /**< default 30 s; renewed every lease/3 */
-	int64_t poll_us;       /**< claim poll interval when idle; default 1 s */
+	int64_t poll_us;       /**< see `no_wheel` below; 0 = the default */
 	int64_t grace_us;      /**< shutdown grace for in-flight tries; default 30 s */
 	bool once;             /**< drain what is due now, then return */
 	int log_level;         /**< 0 quiet, 1 normal (default), 2 every task */
 	bool cron;             /**< also run the schedules (default off in the C API) */
 	int64_t cron_grace_us; /**< misfire grace; 0 = DUE_CRON_MISFIRE_GRACE_US */
+	/**
+	 * Discovery.  With the wheel (default), the worker keeps the ids of
+	 * tasks due within `horizon_us` in a timing wheel, claims at their due
+	 * tick, and learns of new submits at once (LISTEN/NOTIFY, or the SQLite
+	 * wake file); poll_us is then only the safety poll (0 = 5 s).  Without
+	 * it (or in once-mode, or when notifications cannot be delivered) the
+	 * worker polls every poll_us (0 = 1 s).
+	 */
+	bool no_wheel;
+	int64_t horizon_us;    /**< 0 = 60 s */
+	int wheel_max;         /**< ids held in memory at most; 0 = 100000 */
 } due_worker_opts;
 
 #define DUE_WORKER_OPTS_VERSION 1
 #define DUE_WORKER_OPTS_INIT                                                   \
-	{DUE_WORKER_OPTS_VERSION, NULL, NULL, 4, DUE_MODE_POOL, 30000000,       \
-	 1000000, 30000000, false, 1, false, 0}
+	{DUE_WORKER_OPTS_VERSION, NULL, NULL, 4, DUE_MODE_POOL, 30000000, 0,    \
+	 30000000, false, 1, false, 0, false, 0, 0}
 
 /** Create a worker (does not connect yet).  Free with due_worker_free(). */
 int due_worker_new(due_worker **out, const due_worker_opts *opts);
@@ -750,6 +798,8 @@ int due_worker_submit(due_worker *w, due_db *db, due_submitted *out,
 typedef struct due_worker_stats {
 	int64_t claimed, done, failed, dead, stale, cancelled, lease_lost;
 	int64_t claim_queries, empty_claims, reclaim_queries, store_errors;
+	int64_t wheel_fired, refills, notifications;
+	int64_t lateness_p50_us, lateness_p99_us, lateness_max_us; /**< recent claims */
 } due_worker_stats;
 
 void due_worker_stats_get(due_worker *w, due_worker_stats *out);

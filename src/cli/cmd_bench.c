@@ -41,7 +41,9 @@ static const char usage[] =
 	"  --workers W      worker instances for drain/lateness/idle (default 1/4/4)\n"
 	"  --batch B        enqueue batch size (default 1000)\n"
 	"  --exec CMD       drain with a command handler instead of the C no-op\n"
-	"  --poll DUR       worker poll interval (default 50ms)\n"
+	"  --poll DUR       with --no-wheel: the poll interval (default 50ms);\n"
+	"                   with the wheel: the safety poll (default 5s)\n"
+	"  --no-wheel       discover due tasks by polling only\n"
 	"  --spread DUR     lateness: tasks due over this span (default 5s)\n"
 	"  --idle DUR       idle: how long to watch (default 10s)\n"
 	"  --json           one JSON object per workload, one per line\n";
@@ -52,7 +54,7 @@ typedef struct bopts {
 	const char *exec;
 	int64_t poll_us, spread_us, idle_us;
 	bool json;
-	bool n_set, workers_set;
+	bool n_set, workers_set, no_wheel, poll_set;
 } bopts;
 
 typedef struct bres {
@@ -251,7 +253,8 @@ static int start_workers(vctx *v, const bopts *o, wthread *ws, long count,
 		wo.url = v->url;
 		wo.owner = owner;
 		wo.concurrency = (int)conc;
-		wo.poll_us = o->poll_us;
+		wo.no_wheel = o->no_wheel;
+		wo.poll_us = o->no_wheel || o->poll_set ? o->poll_us : 0;
 		wo.once = once;
 		wo.log_level = 0;
 		if (due_worker_new(&ws[i].w, &wo) < 0 ||
@@ -337,7 +340,7 @@ static void w_lateness(vctx *v, const bopts *o)
 {
 	long n = o->n_set ? o->n : 2000, workers = o->workers_set ? o->workers : 4;
 	drain_ctx d = {.n = n};
-	bres r = {.workload = "lateness", .variant = "poll", .n = n,
+	bres r = {.workload = "lateness", .variant = o->no_wheel ? "poll" : "wheel", .n = n,
 		  .concurrency = workers, .has_late = true};
 	wthread *ws = calloc((size_t)workers, sizeof(*ws));
 	double *late = calloc((size_t)n, sizeof(*late));
@@ -395,7 +398,7 @@ done:
 static void w_idle(vctx *v, const bopts *o)
 {
 	long workers = o->workers_set ? o->workers : 4;
-	bres r = {.workload = "idle", .variant = "no tasks", .n = 0,
+	bres r = {.workload = "idle", .variant = o->no_wheel ? "poll" : "wheel", .n = 0,
 		  .concurrency = workers, .has_idle = true};
 	wthread *ws = calloc((size_t)workers, sizeof(*ws));
 	drain_ctx d = {0};
@@ -447,6 +450,7 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 		{"poll", required_argument, NULL, 'p'},
 		{"spread", required_argument, NULL, 's'},
 		{"idle", required_argument, NULL, 'i'},
+		{"no-wheel", no_argument, NULL, 'P'},
 		CLI_COMMON_OPTS, {0}};
 	int opt;
 
@@ -479,7 +483,9 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 		case 'p':
 			if (cli_parse_duration(c, "--poll", optarg, &o->poll_us))
 				return EXIT_USAGE;
+			o->poll_set = true;
 			break;
+		case 'P': o->no_wheel = true; break;
 		case 's':
 			if (cli_parse_duration(c, "--spread", optarg, &o->spread_us))
 				return EXIT_USAGE;

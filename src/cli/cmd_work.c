@@ -17,7 +17,8 @@ static const char usage[] =
 	"usage: due work [--exec CMD] [--handler KIND=CMD]... [--kinds K1,K2]\n"
 	"                [--concurrency N] [--pool KIND=N]... [--lease DUR]\n"
 	"                [--poll DUR] [--owner NAME] [--once] [--inline]\n"
-	"                [--grace DUR] [--kill-grace DUR] [--no-cron] [-v | -q]\n"
+	"                [--grace DUR] [--kill-grace DUR] [--no-cron] [--no-wheel]\n"
+	"                [-v | -q]\n"
 	"                [--db URL]\n"
 	"\n"
 	"Claim due tasks and run a command for each: /bin/sh -c CMD with the\n"
@@ -34,7 +35,11 @@ static const char usage[] =
 	"  --pool KIND=N       give KIND its own pool of N: a slow kind cannot\n"
 	"                      starve the others (repeatable)\n"
 	"  --lease DUR         lease per try, renewed every DUR/3 (default 30s)\n"
-	"  --poll DUR          how often to look for due tasks when idle (1s)\n"
+	"  --poll DUR          safety poll (default 5s): new and due tasks are found\n"
+	"                      at once through a timing wheel woken by every submit\n"
+	"                      (PostgreSQL LISTEN/NOTIFY, or the SQLite wake file);\n"
+	"                      with --no-wheel or --once, the poll interval (1s)\n"
+	"  --no-wheel          find due tasks by polling only\n"
 	"  --owner NAME        lease owner name (default host:pid)\n"
 	"  --once              run what is due now, then exit\n"
 	"  --inline            run handlers in the claiming thread, one by one\n"
@@ -50,7 +55,8 @@ static const char usage[] =
 
 enum { O_EXEC = 'e', O_HANDLER = 'H', O_KINDS = 'k', O_CONC = 'c', O_POOL = 'P',
        O_LEASE = 'l', O_POLL = 'p', O_OWNER = 'o', O_ONCE = '1', O_INLINE = 'I',
-       O_GRACE = 'g', O_KGRACE = 'K', O_NOCRON = 'N', O_MGRACE = 'M' };
+       O_GRACE = 'g', O_KGRACE = 'K', O_NOCRON = 'N', O_MGRACE = 'M',
+       O_NOWHEEL = 'W' };
 
 #define MAX_KINDS 64
 
@@ -246,6 +252,7 @@ static int parse_opt(cli_ctx *c, work_args *a, int opt, char *arg)
 	case O_ONCE: a->wo.once = true; return 0;
 	case O_INLINE: a->wo.mode = DUE_MODE_INLINE; return 0;
 	case O_NOCRON: a->wo.cron = false; return 0;
+	case O_NOWHEEL: a->wo.no_wheel = true; return 0;
 	case O_MGRACE:
 		return cli_parse_duration(c, "--misfire-grace", arg, &a->wo.cron_grace_us);
 	case 'v': a->wo.log_level = 2; return 0;
@@ -270,6 +277,7 @@ int cmd_work(int argc, char **argv)
 		{"grace", required_argument, NULL, O_GRACE},
 		{"kill-grace", required_argument, NULL, O_KGRACE},
 		{"no-cron", no_argument, NULL, O_NOCRON},
+		{"no-wheel", no_argument, NULL, O_NOWHEEL},
 		{"misfire-grace", required_argument, NULL, O_MGRACE},
 		{"verbose", no_argument, NULL, 'v'},
 		{"quiet", no_argument, NULL, 'q'},
@@ -297,7 +305,7 @@ int cmd_work(int argc, char **argv)
 		rc = cli_usage_error(&c, "unexpected argument '%s'", argv[optind]);
 		goto done;
 	}
-	if (a.wo.lease_us < 3000 || a.wo.poll_us < 1000) {
+	if (a.wo.lease_us < 3000 || (a.wo.poll_us && a.wo.poll_us < 1000)) {
 		rc = cli_usage_error(&c, "--lease must be at least 3ms and --poll 1ms");
 		goto done;
 	}

@@ -496,3 +496,58 @@ int due_worker_report(due_db *db, const char *owner, const due_worker_stats *st)
 		return rc;
 	return db->ops->worker_report(db->store, owner, st);
 }
+
+int due_upcoming_get(due_db *db, due_upcoming **out, const char *const *kinds,
+		     size_t n_kinds, bool exclude_kinds, due_time until, int limit)
+{
+	due_upcoming *u;
+	int rc;
+
+	*out = NULL;
+	if ((rc = ready(db)) < 0)
+		return rc;
+	if (limit < 1 || limit > 1000000)
+		return due_error_set(DUE_EINVAL, "invalid limit %d: 1..1000000", limit);
+	if (n_kinds > 64)
+		return due_error_set(DUE_EINVAL, "too many kinds (at most 64)");
+	for (size_t i = 0; i < n_kinds; i++)
+		if ((rc = due_validate_kind(kinds[i])) < 0)
+			return rc;
+	if (!(u = calloc(1, sizeof(*u))))
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	if ((rc = db->ops->upcoming(db->store, u, kinds, n_kinds, exclude_kinds,
+				    until, limit)) < 0) {
+		due_upcoming_free(u);
+		return rc;
+	}
+	*out = u;
+	return 0;
+}
+
+void due_upcoming_free(due_upcoming *u)
+{
+	if (!u)
+		return;
+	free(u->ids);
+	free(u->due_at);
+	free(u);
+}
+
+int due_listen(due_db *db, int *out_fd)
+{
+	int rc = ready(db);
+	return rc < 0 ? rc : db->ops->listen(db->store, out_fd);
+}
+
+int due_listen_drain(due_db *db, int *out_count)
+{
+	int rc = ready(db);
+	*out_count = 0;
+	return rc < 0 ? rc : db->ops->listen_drain(db->store, out_count);
+}
+
+int due_notify(due_db *db)
+{
+	int rc = ready(db);
+	return rc < 0 ? rc : db->ops->notify(db->store);
+}

@@ -23,6 +23,13 @@
 ** Idle cost.  claim and reclaim first look with a plain read (no lock, no
 ** write) and only open a write transaction when there is something to do.
 **
+** Wake-ups.  Every transaction that may make work for another process (a
+** submit, a retry, a requeue, a reclaim, a retry scheduled by fail)
+** touches the file "<store>-wake" after it commits.  Workers watch that
+** file with inotify, which reaches every process on the host, and read
+** the store again when it changes.  The file carries no data and a lost
+** wake-up costs only lateness: workers still poll, slowly.
+**
 ** Schema history (bump DUE_SCHEMA_VERSION in due.h, add a step to
 ** migrate(), never edit a released step):
 **   1  due_meta, due_task, due_attempt, due_audit and their indexes.
@@ -32,7 +39,10 @@
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -358,6 +368,11 @@ struct due_store {
 	sqlite3_stmt *claim;   /* claim statement for claim_kinds kinds */
 	size_t claim_kinds;
 	bool claim_exclude;
+	sqlite3_stmt *upc;     /* upcoming statement, same caching */
+	size_t upc_kinds;
+	bool upc_exclude;
+	char *wake_path;       /* "<path>-wake" */
+	int ino_fd;            /* inotify instance while listening, else -1 */
 };
 
 /* ------------------------------------------------------------------ */
@@ -433,12 +448,36 @@ static int commit(due_store *s)
 	return rc;
 }
 
+static int wake_listeners(due_store *s);
+
+static int commit_wake(due_store *s)
+{
+	int rc = commit(s);
+	if (rc == 0)
+		wake_listeners(s);
+	return rc;
+}
+
 /* Roll back if a transaction is open; keeps the error already recorded. */
 static void rollback(due_store *s)
 {
 	if (sqlite3_get_autocommit(s->db))
 		return;
 	sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+/*
+** Wake listeners: touch the wake file (creating it if needed).  Best
+** effort: a lost wake-up costs lateness, never a task.
+*/
+static int wake_listeners(due_store *s)
+{
+	int fd = open(s->wake_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+	if (fd < 0)
+		return 0;
+	futimens(fd, NULL);
+	close(fd);
+	return 0;
 }
 
 static char *col_text(sqlite3_stmt *st, int i)
@@ -595,7 +634,12 @@ static int sq_open(due_store **out, const due_url *u, bool create)
 	if (!s)
 		return due_error_set(DUE_ENOMEM, "out of memory");
 	*out = s;
+	s->ino_fd = -1;
 	s->path = due_strdup_n(u->target, strlen(u->target));
+	if (s->path && (s->wake_path = malloc(strlen(s->path) + 6)))
+		snprintf(s->wake_path, strlen(s->path) + 6, "%s-wake", s->path);
+	if (!s->path || !s->wake_path)
+		return due_error_set(DUE_ENOMEM, "out of memory");
 	if (create)
 		flags |= SQLITE_OPEN_CREATE;
 	rc = sqlite3_open_v2(u->target, &s->db, flags, NULL);
@@ -614,7 +658,11 @@ static void sq_close(due_store *s)
 	for (int i = 0; i < ST_COUNT; i++)
 		sqlite3_finalize(s->st[i]);
 	sqlite3_finalize(s->claim);
+	sqlite3_finalize(s->upc);
 	sqlite3_close_v2(s->db);
+	if (s->ino_fd >= 0)
+		close(s->ino_fd);
+	free(s->wake_path);
 	free(s->path);
 	free(s);
 }
@@ -783,7 +831,7 @@ static int sq_schedule(due_store *s, due_submitted *out, const due_submit *items
 		if ((rc = insert_one(s, ins, find, &items[i], now, &out[i])) < 0)
 			goto fail;
 	}
-	return commit(s);
+	return commit_wake(s);
 fail:
 	rollback(s);
 	return rc;
@@ -1176,7 +1224,7 @@ static int sq_fail_task(due_store *s, due_fail_outcome *out, due_id id,
 	}
 	if (rc < 0)
 		goto fail;
-	return commit(s);
+	return *out == DUE_FAIL_RETRY_SCHEDULED ? commit_wake(s) : commit(s);
 fail:
 	rollback(s);
 	return rc;
@@ -1256,7 +1304,7 @@ static int sq_reclaim(due_store *s, due_reclaimed *out)
 		if ((rc = begin(s)) < 0)
 			return rc;
 		if ((rc = reclaim_batch(s, due_time_now_host(), out, &more)) < 0 ||
-		    (rc = commit(s)) < 0) {
+		    (rc = out->rescheduled ? commit_wake(s) : commit(s)) < 0) {
 			rollback(s);
 			return rc;
 		}
@@ -1473,7 +1521,7 @@ static int sq_retry(due_store *s, due_id id)
 		rollback(s);
 		return rc;
 	}
-	return commit(s);
+	return commit_wake(s);
 }
 
 /*
@@ -1522,7 +1570,7 @@ static int sq_operator(due_store *s, enum stmt_id sid, due_id id,
 		rollback(s);
 		return rc;
 	}
-	return commit(s);
+	return *final == DUE_SCHEDULED ? commit_wake(s) : commit(s);
 }
 
 static int sq_requeue(due_store *s, due_id id)
@@ -1863,7 +1911,7 @@ static int sq_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
 	}
 	if ((rc = sched_done(s, f, sub.id)) < 0)
 		goto fail;
-	return commit(s);
+	return f->task ? commit_wake(s) : commit(s);
 fail:
 	rollback(s);
 	*won = false;
@@ -2015,6 +2063,123 @@ static int sq_worker_report(due_store *s, const char *owner,
 	return exec_done(s, st, "worker report");
 }
 
+/* ------------------------------------------------------------------ */
+/* Discovery: upcoming tasks and wake-ups                              */
+/* ------------------------------------------------------------------ */
+
+static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
+{
+	char sql[1024 + 16 * 64];
+	size_t off;
+
+	if (s->upc && s->upc_kinds == n_kinds && s->upc_exclude == exclude) {
+		sqlite3_reset(s->upc);
+		sqlite3_clear_bindings(s->upc);
+		return s->upc;
+	}
+	sqlite3_finalize(s->upc);
+	s->upc = NULL;
+	off = (size_t)snprintf(sql, sizeof(sql),
+		"SELECT id, due_at FROM due_task WHERE state = 'SCHEDULED'"
+		" AND due_at < ?1");
+	for (size_t i = 0; i < n_kinds; i++)
+		off += (size_t)snprintf(sql + off, sizeof(sql) - off, "%s?%zu",
+					i ? ", " : exclude ? " AND kind NOT IN ("
+							   : " AND kind IN (", i + 3);
+	snprintf(sql + off, sizeof(sql) - off, "%s ORDER BY due_at LIMIT ?2",
+		 n_kinds ? ")" : "");
+	int rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
+				    &s->upc, NULL);
+	if (rc != SQLITE_OK) {
+		sq_fail(s, rc, "prepare upcoming");
+		return NULL;
+	}
+	s->upc_kinds = n_kinds;
+	s->upc_exclude = exclude;
+	return s->upc;
+}
+
+static int sq_upcoming(due_store *s, due_upcoming *out, const char *const *kinds,
+		       size_t n_kinds, bool exclude, due_time until, int limit)
+{
+	sqlite3_stmt *st = upcoming_stmt(s, n_kinds, exclude);
+	size_t cap = 0;
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	out->now = due_time_now_host();
+	sqlite3_bind_int64(st, 1, until);
+	sqlite3_bind_int(st, 2, limit);
+	for (size_t i = 0; i < n_kinds; i++)
+		sqlite3_bind_text(st, (int)i + 3, kinds[i], -1, SQLITE_STATIC);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (out->count == cap) {
+			cap = cap ? cap * 2 : 256;
+			due_id *ni = realloc(out->ids, cap * sizeof(*ni));
+			if (ni)
+				out->ids = ni;
+			due_time *nd = realloc(out->due_at, cap * sizeof(*nd));
+			if (nd)
+				out->due_at = nd;
+			if (!ni || !nd) {
+				sqlite3_reset(st);
+				return due_error_set(DUE_ENOMEM, "out of memory");
+			}
+		}
+		out->ids[out->count] = sqlite3_column_int64(st, 0);
+		out->due_at[out->count++] = sqlite3_column_int64(st, 1);
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE)
+		return sq_fail(s, rc, "upcoming");
+	out->truncated = out->count == (size_t)limit;
+	return next_expiry(s, &out->next_expiry);
+}
+
+static int sq_listen(due_store *s, int *fd)
+{
+	if (s->ino_fd < 0) {
+		int w = open(s->wake_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+			     0666);
+		if (w >= 0)
+			close(w);
+		s->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+		if (s->ino_fd < 0)
+			return due_error_set(DUE_ESTATE, "inotify: %s", strerror(errno));
+		if (inotify_add_watch(s->ino_fd, s->wake_path,
+				      IN_ATTRIB | IN_MODIFY | IN_CLOSE_WRITE) < 0) {
+			int e = errno;
+			close(s->ino_fd);
+			s->ino_fd = -1;
+			return due_error_set(DUE_ESTATE, "cannot watch '%s': %s",
+					     s->wake_path, strerror(e));
+		}
+	}
+	*fd = s->ino_fd;
+	return 0;
+}
+
+static int sq_listen_drain(due_store *s, int *count)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	ssize_t n;
+
+	*count = 0;
+	if (s->ino_fd < 0)
+		return 0;
+	while ((n = read(s->ino_fd, buf, sizeof(buf))) > 0)
+		for (char *p = buf; p < buf + n;
+		     p += sizeof(struct inotify_event) + ((struct inotify_event *)p)->len)
+			(*count)++;
+	return 0;
+}
+
+static int sq_notify(due_store *s)
+{
+	return wake_listeners(s);
+}
+
 const due_store_ops due_store_sqlite = {
 	.version = DUE_STORE_OPS_VERSION,
 	.name = "sqlite",
@@ -2045,4 +2210,8 @@ const due_store_ops due_store_sqlite = {
 	.sched_fire = sq_sched_fire,
 	.metrics = sq_metrics,
 	.worker_report = sq_worker_report,
+	.upcoming = sq_upcoming,
+	.listen = sq_listen,
+	.listen_drain = sq_listen_drain,
+	.notify = sq_notify,
 };

@@ -35,7 +35,7 @@
 
 #include "due.h"
 
-#define DUE_STORE_OPS_VERSION 2
+#define DUE_STORE_OPS_VERSION 3
 
 typedef struct due_store due_store; /* backend-private */
 struct due_sched_fire;
@@ -117,6 +117,17 @@ typedef struct due_store_ops {
 	int (*metrics)(due_store *s, due_metrics *out);
 	int (*worker_report)(due_store *s, const char *owner,
 			     const due_worker_stats *st);
+
+	/* --- version 3: discovery without polling --- */
+
+	/* SCHEDULED tasks due before `until`, earliest first (see due.h). */
+	int (*upcoming)(due_store *s, due_upcoming *out, const char *const *kinds,
+			size_t n_kinds, bool exclude, due_time until, int limit);
+	/* Start listening; *fd is readable when a submit may have happened. */
+	int (*listen)(due_store *s, int *fd);
+	int (*listen_drain)(due_store *s, int *count);
+	/* Wake every listener (done by submits after commit). */
+	int (*notify)(due_store *s);
 } due_store_ops;
 
 /* A scheduler's step for one schedule (see sched_fire). */

@@ -42,6 +42,7 @@
 
 #include "core/internal.h"
 #include "store/store.h"
+#include "wheel/wheel.h"
 #include "worker/worker_internal.h"
 
 #define MAX_ERROR_TEXT 4096
@@ -103,8 +104,11 @@ struct due_worker {
 	struct {
 		atomic_llong claimed, done, failed, dead, stale, cancelled,
 			lease_lost, claim_queries, empty_claims, reclaim_queries,
-			store_errors;
+			store_errors, wheel_fired, refills, notifications;
 	} st;
+	int64_t late[1024];    /* lateness of recent claims (us), ring; under mu */
+	size_t n_late;
+	int64_t poll_us;       /* effective poll (or safety poll) interval */
 };
 
 /* ------------------------------------------------------------------ */
@@ -802,7 +806,8 @@ static int claim_for(due_worker *w, due_db *db, pool *p, int limit,
 
 /*
 ** One claiming round over every pool with free slots.  *filled is set
-** when some pool got all it asked for (more may be due).  Returns the
+** when some pool got all it asked for, or had no free slot to ask with
+** (either way more may be due).  Returns the
 ** number of tasks claimed, or a negative code on a store error.
 */
 static int claim_round(due_worker *w, due_db *db, bool *filled)
@@ -818,8 +823,12 @@ static int claim_round(due_worker *w, due_db *db, bool *filled)
 		pthread_mutex_lock(&w->mu);
 		free_slots = p->size - p->busy;
 		pthread_mutex_unlock(&w->mu);
-		if (free_slots <= 0)
+		if (free_slots <= 0) {
+			/* full: we did not look, so more may be due; a freed
+			   slot wakes the claimer to look again */
+			*filled = true;
 			continue;
+		}
 		if ((rc = claim_for(w, db, p, free_slots, &l)) < 0)
 			return rc;
 		if (!l)
@@ -830,6 +839,10 @@ static int claim_round(due_worker *w, due_db *db, bool *filled)
 			*filled = true;
 		pthread_mutex_lock(&w->mu);
 		for (size_t k = 0; k < l->count; k++) {
+			/* claim time in the store's clock is lease_until - lease */
+			const due_task *t = &l->items[k];
+			w->late[w->n_late++ % 1024] = t->lease_until - w->o.lease_us -
+						     t->due_at;
 			due_job *j = job_new_locked(w, p, &l->items[k]);
 			if (!j) /* out of memory: the lease will expire */
 				continue;
@@ -874,9 +887,9 @@ static int inflight(due_worker *w)
 */
 #define RECLAIM_MAX_US 2000000LL
 
-static int64_t reclaim(due_worker *w, due_db *db)
+static int64_t reclaim_max(due_worker *w, due_db *db, int64_t max_us)
 {
-	int64_t now = due_mono_us(), wait_us = RECLAIM_MAX_US;
+	int64_t now = due_mono_us(), wait_us = max_us;
 	due_reclaimed r;
 
 	atomic_fetch_add(&w->st.reclaim_queries, 1);
@@ -892,6 +905,11 @@ static int64_t reclaim(due_worker *w, due_db *db)
 	if (r.next_expiry > 0 && r.next_expiry - r.now + 1000 < wait_us)
 		wait_us = r.next_expiry - r.now + 1000;
 	return now + (wait_us < 1000 ? 1000 : wait_us);
+}
+
+static int64_t reclaim(due_worker *w, due_db *db)
+{
+	return reclaim_max(w, db, RECLAIM_MAX_US);
 }
 
 /*
@@ -923,7 +941,7 @@ static void claim_loop(due_worker *w, due_db *db)
 			}
 			backoff = 10000;
 			more = filled;
-			next_poll = due_mono_us() + w->o.poll_us;
+			next_poll = due_mono_us() + w->poll_us;
 		}
 		if (w->o.mode == DUE_MODE_INLINE)
 			run_inline(w);
@@ -939,6 +957,243 @@ static void claim_loop(due_worker *w, due_db *db)
 		if (w->o.once)
 			more = true; /* re-check promptly until drained */
 	}
+}
+
+
+/* ------------------------------------------------------------------ */
+/* Discovery with the timing wheel                                     */
+/* ------------------------------------------------------------------ */
+
+/*
+** The wheel is a cache of the store: it holds the ids of tasks due within
+** the horizon, in ticks of 1 ms of the monotonic clock.  The store's clock
+** maps onto it through `offset` (store time - monotonic time, measured at
+** each refill; exact for SQLite, within a round trip for PostgreSQL).  A
+** due tick is rounded up, so the wheel never fires before the store would
+** call the task due; the claim statement decides in any case.  Several
+** workers may hold the same id: whoever claims first gets it, the others'
+** claims come back empty.
+*/
+typedef struct disc {
+	due_wheel *wheel;
+	int listen_fd;
+	int64_t offset;       /* store us - monotonic us */
+	int64_t next_refill;  /* monotonic us */
+	int64_t next_reclaim;
+	int64_t last_refill;
+	int64_t recheck_at;
+	int rechecks;
+	bool exact_clock;     /* the store's clock is this host's (SQLite) */
+	const char *kinds[65];
+	size_t n_kinds;
+	bool exclude;
+} disc;
+
+static void count_fire(int64_t id, int64_t due_tick, void *payload)
+{
+	(void)id;
+	(void)due_tick;
+	(*(int64_t *)payload)++;
+}
+
+/* The kinds this worker handles, as one filter for the upcoming query. */
+static void disc_kinds(due_worker *w, disc *d)
+{
+	d->n_kinds = 0;
+	d->exclude = false;
+	for (size_t i = 0; i < w->n_handlers; i++) {
+		if (!w->handlers[i].kind) { /* catch-all: every kind */
+			d->n_kinds = 0;
+			return;
+		}
+		if (d->n_kinds < 64)
+			d->kinds[d->n_kinds++] = w->handlers[i].kind;
+	}
+}
+
+/*
+** Load the ids due before now + horizon into the wheel.  Also learns the
+** next lease expiry, so the reclaim check needs no query of its own.
+*/
+static int refill(due_worker *w, due_db *db, disc *d)
+{
+	int64_t mono = due_mono_us();
+	due_time now;
+	due_upcoming *u = NULL;
+	int rc;
+
+	if (d->exact_clock)
+		now = due_time_now_host();
+	else if ((rc = due_now(db, &now)) < 0)
+		return rc;
+	atomic_fetch_add(&w->st.refills, 1);
+	rc = due_upcoming_get(db, &u, d->kinds, d->n_kinds, d->exclude,
+			      now + w->o.horizon_us, w->o.wheel_max);
+	if (rc < 0)
+		return rc;
+	d->offset = (u->now ? u->now : now) - mono;
+	for (size_t i = 0; i < u->count; i++) {
+		int64_t tick = (u->due_at[i] - d->offset + 999) / 1000;
+		due_wheel_start(NULL, d->wheel, u->ids[i], tick);
+	}
+	d->last_refill = mono;
+	d->next_refill = mono + w->poll_us;
+	if (u->truncated && u->count) /* the rest is loaded as time moves on */
+		d->next_refill = u->due_at[u->count - 1] - d->offset - 100000;
+	if (u->next_expiry && u->next_expiry - d->offset < d->next_reclaim)
+		d->next_reclaim = u->next_expiry - d->offset + 1000;
+	due_upcoming_free(u);
+	return 0;
+}
+
+/* Consume notifications; true if any arrived. */
+static bool drain_notes(due_worker *w, due_db *db, disc *d)
+{
+	int n = 0;
+	if (d->listen_fd < 0 || due_listen_drain(db, &n) < 0 || n == 0)
+		return false;
+	atomic_fetch_add(&w->st.notifications, n);
+	return true;
+}
+
+/*
+** Can this store deliver notifications to us?  Send one and wait for it
+** (PgBouncer in transaction pooling mode silently drops LISTEN).
+*/
+static bool listen_works(due_worker *w, due_db *db, disc *d)
+{
+	if (due_listen(db, &d->listen_fd) < 0) {
+		wlog(w, 1, "cannot listen for new tasks (%s): polling every %lld ms",
+		     due_error_last(), (long long)w->poll_us / 1000);
+		return false;
+	}
+	if (due_notify(db) < 0)
+		return false;
+	for (int i = 0; i < 100; i++) {
+		struct pollfd p = {d->listen_fd, POLLIN, 0};
+		if (drain_notes(w, db, d))
+			return true;
+		poll(&p, 1, 10);
+	}
+	wlog(w, 1, "notifications are not delivered on this connection (a "
+	     "transaction-pooling proxy?): polling every %lld ms instead",
+	     (long long)w->poll_us / 1000);
+	return false;
+}
+
+/* Sleep until `until` (monotonic us), a slot frees, or a submit is seen. */
+static void wheel_wait(due_worker *w, due_db *db, disc *d, int64_t until)
+{
+	struct pollfd p[2] = {{w->wake_fd, POLLIN, 0}, {d->listen_fd, POLLIN, 0}};
+	int64_t left = until - due_mono_us();
+	uint64_t v;
+
+	if (drain_notes(w, db, d)) { /* buffered by an earlier query */
+		d->next_refill = 0;
+		return;
+	}
+	if (left <= 0)
+		return;
+	if (poll(p, d->listen_fd >= 0 ? 2 : 1, (int)((left + 999) / 1000)) <= 0)
+		return;
+	if (p[0].revents & POLLIN) {
+		ssize_t r = read(w->wake_fd, &v, sizeof(v));
+		(void)r;
+	}
+	if (d->listen_fd >= 0 && (p[1].revents & POLLIN) && drain_notes(w, db, d))
+		d->next_refill = 0;
+}
+
+/* The earliest of the wheel's next fire, refill, reclaim and recheck. */
+static int64_t wheel_deadline(due_worker *w, disc *d)
+{
+	int64_t until = d->next_refill, nd = due_wheel_next_due(d->wheel);
+
+	(void)w;
+	if (nd != DUE_WHEEL_NEVER && nd * 1000 < until)
+		until = nd * 1000;
+	if (d->next_reclaim < until)
+		until = d->next_reclaim;
+	if (d->recheck_at && d->recheck_at < until)
+		until = d->recheck_at;
+	return until;
+}
+
+static void wheel_loop(due_worker *w, due_db *db, disc *d)
+{
+	int64_t backoff = 10000;
+	bool more = true;
+
+	while (!atomic_load(&w->stop)) {
+		int64_t now = due_mono_us(), fired = 0;
+		bool filled = false;
+		int n;
+
+		/* refill at once after a notification, but at most every 5 ms */
+		if (now >= d->next_refill && now - d->last_refill >= 5000) {
+			if (refill(w, db, d) < 0)
+				goto store_error;
+			more = true; /* a new task may be due now */
+		}
+		if (now >= d->next_reclaim)
+			d->next_reclaim = reclaim_max(w, db, w->poll_us);
+		due_wheel_advance(d->wheel, now / 1000, count_fire, &fired);
+		atomic_fetch_add(&w->st.wheel_fired, fired);
+		if (fired || more || (d->recheck_at && now >= d->recheck_at)) {
+			if ((n = claim_round(w, db, &filled)) < 0)
+				goto store_error;
+			backoff = 10000;
+			more = filled;
+			/* PostgreSQL's clock is known to within a round trip:
+			   if we woke early, look again shortly */
+			if (fired && n == 0 && !d->exact_clock && d->rechecks < 4)
+				d->recheck_at = now + (2000 << d->rechecks++);
+			else if (n > 0 || !fired)
+				d->recheck_at = 0, d->rechecks = 0;
+			if (w->o.mode == DUE_MODE_INLINE)
+				run_inline(w);
+			if (more && n > 0)
+				continue;
+		}
+		wheel_wait(w, db, d, more ? now + w->poll_us : wheel_deadline(w, d));
+		continue;
+store_error:
+		atomic_fetch_add(&w->st.store_errors, 1);
+		wlog(w, 1, "store error: %s (backing off %lld ms)", due_error_last(),
+		     (long long)backoff / 1000);
+		wait_wake(w, backoff);
+		backoff = backoff * 2 > 2000000 ? 2000000 : backoff * 2;
+		d->next_refill = 0;
+	}
+}
+
+/*
+** Run discovery with the wheel if the store can notify us; returns false
+** (nothing done) when the worker should poll instead.
+*/
+static bool try_wheel(due_worker *w, due_db *db)
+{
+	due_wheel_opts wo = DUE_WHEEL_OPTS_INIT;
+	disc d = {.listen_fd = -1};
+
+	if (w->o.no_wheel || w->o.once)
+		return false;
+	d.exact_clock = strcmp(due_db_backend(db), "sqlite") == 0;
+	wo.start_tick = due_mono_us() / 1000;
+	if (due_wheel_new(&d.wheel, &wo) < 0)
+		return false;
+	disc_kinds(w, &d);
+	if (!listen_works(w, db, &d)) {
+		due_wheel_free(d.wheel);
+		return false;
+	}
+	wlog(w, 1, "discovery: timing wheel (horizon %lld s, up to %d ids), "
+	     "woken by new submits; safety poll every %lld ms",
+	     (long long)w->o.horizon_us / 1000000, w->o.wheel_max,
+	     (long long)w->poll_us / 1000);
+	wheel_loop(w, db, &d);
+	due_wheel_free(d.wheel);
+	return true;
 }
 
 /* Let in-flight tries finish within the grace; then tell them to stop. */
@@ -1053,9 +1308,10 @@ int due_worker_run(due_worker *w)
 	}
 	wlog(w, 1, "started: %zu pool(s), shared concurrency %d, lease %lld ms, "
 	     "poll %lld ms%s", w->n_pools, w->pools[0]->size,
-	     (long long)w->o.lease_us / 1000, (long long)w->o.poll_us / 1000,
+	     (long long)w->o.lease_us / 1000, (long long)w->poll_us / 1000,
 	     w->o.once ? ", once" : "");
-	claim_loop(w, db);
+	if (!try_wheel(w, db))
+		claim_loop(w, db);
 	atomic_store(&w->draining, true);
 	drain(w);
 	join_all(w);
@@ -1090,7 +1346,8 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 	if (opts->concurrency < 1 || opts->concurrency > 1024)
 		return due_error_set(DUE_EINVAL, "invalid concurrency %d: 1..1024",
 				     opts->concurrency);
-	if (opts->lease_us < 1000 || opts->poll_us < 1000 || opts->grace_us < 0)
+	if (opts->lease_us < 1000 || (opts->poll_us && opts->poll_us < 1000) ||
+	    opts->grace_us < 0 || opts->horizon_us < 0 || opts->wheel_max < 0)
 		return due_error_set(DUE_EINVAL,
 			"invalid lease/poll/grace: lease and poll at least 1ms");
 	if (opts->owner && due_validate_owner(opts->owner) < 0)
@@ -1098,6 +1355,12 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 	if (!(w = calloc(1, sizeof(*w))))
 		return due_error_set(DUE_ENOMEM, "out of memory");
 	w->o = *opts;
+	w->poll_us = opts->poll_us ? opts->poll_us
+				   : opts->no_wheel || opts->once ? 1000000 : 5000000;
+	if (!w->o.horizon_us)
+		w->o.horizon_us = 60000000;
+	if (!w->o.wheel_max)
+		w->o.wheel_max = 100000;
 	w->url = due_strdup_n(opts->url, strlen(opts->url));
 	if (opts->owner) {
 		w->owner = due_strdup_n(opts->owner, strlen(opts->owner));
@@ -1189,8 +1452,15 @@ void due_worker_free(due_worker *w)
 	free(w);
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
 void due_worker_stats_get(due_worker *w, due_worker_stats *out)
 {
+	memset(out, 0, sizeof(*out));
 	out->claimed = atomic_load(&w->st.claimed);
 	out->done = atomic_load(&w->st.done);
 	out->failed = atomic_load(&w->st.failed);
@@ -1201,6 +1471,18 @@ void due_worker_stats_get(due_worker *w, due_worker_stats *out)
 	out->claim_queries = atomic_load(&w->st.claim_queries);
 	out->empty_claims = atomic_load(&w->st.empty_claims);
 	out->reclaim_queries = atomic_load(&w->st.reclaim_queries);
+	out->wheel_fired = atomic_load(&w->st.wheel_fired);
+	out->refills = atomic_load(&w->st.refills);
+	out->notifications = atomic_load(&w->st.notifications);
+	int64_t v[1024];
+	pthread_mutex_lock(&w->mu);
+	size_t n = w->n_late < 1024 ? w->n_late : 1024;
+	memcpy(v, w->late, n * sizeof(v[0]));
+	pthread_mutex_unlock(&w->mu);
+	qsort(v, n, sizeof(v[0]), cmp_i64);
+	out->lateness_p50_us = n ? v[(n - 1) / 2] : -1;
+	out->lateness_p99_us = n ? v[(n - 1) * 99 / 100] : -1;
+	out->lateness_max_us = n ? v[n - 1] : -1;
 	out->store_errors = atomic_load(&w->st.store_errors);
 }
 
