@@ -65,6 +65,10 @@ static const vcase cases[] = {
 	{"negative_ext_key_per_attempt", v_negative_ext_key_per_attempt},
 	{"cron_once_per_slot_multi_instance", v_cron_once_per_slot_multi_instance},
 	{"cron_misfire_policies", v_cron_misfire_policies},
+	{"wheel_fire_exact_tick", v_wheel_fire_exact_tick},
+	{"wheel_horizon_rejected", v_wheel_horizon_rejected},
+	{"wheel_restart_needs_durable", v_wheel_restart_needs_durable},
+	{"poll_vs_wheel", v_poll_vs_wheel},
 };
 
 #define N_CASES (sizeof(cases) / sizeof(cases[0]))

@@ -40,6 +40,7 @@ static const char usage[] =
 	"                      (PostgreSQL LISTEN/NOTIFY, or the SQLite wake file);\n"
 	"                      with --no-wheel or --once, the poll interval (1s)\n"
 	"  --no-wheel          find due tasks by polling only\n"
+	"  --horizon DUR       how far ahead the wheel holds task ids (60s)\n"
 	"  --owner NAME        lease owner name (default host:pid)\n"
 	"  --once              run what is due now, then exit\n"
 	"  --inline            run handlers in the claiming thread, one by one\n"
@@ -56,7 +57,7 @@ static const char usage[] =
 enum { O_EXEC = 'e', O_HANDLER = 'H', O_KINDS = 'k', O_CONC = 'c', O_POOL = 'P',
        O_LEASE = 'l', O_POLL = 'p', O_OWNER = 'o', O_ONCE = '1', O_INLINE = 'I',
        O_GRACE = 'g', O_KGRACE = 'K', O_NOCRON = 'N', O_MGRACE = 'M',
-       O_NOWHEEL = 'W' };
+       O_NOWHEEL = 'W', O_HORIZON = 'Z' };
 
 #define MAX_KINDS 64
 
@@ -253,6 +254,8 @@ static int parse_opt(cli_ctx *c, work_args *a, int opt, char *arg)
 	case O_INLINE: a->wo.mode = DUE_MODE_INLINE; return 0;
 	case O_NOCRON: a->wo.cron = false; return 0;
 	case O_NOWHEEL: a->wo.no_wheel = true; return 0;
+	case O_HORIZON:
+		return cli_parse_duration(c, "--horizon", arg, &a->wo.horizon_us);
 	case O_MGRACE:
 		return cli_parse_duration(c, "--misfire-grace", arg, &a->wo.cron_grace_us);
 	case 'v': a->wo.log_level = 2; return 0;
@@ -278,6 +281,7 @@ int cmd_work(int argc, char **argv)
 		{"kill-grace", required_argument, NULL, O_KGRACE},
 		{"no-cron", no_argument, NULL, O_NOCRON},
 		{"no-wheel", no_argument, NULL, O_NOWHEEL},
+		{"horizon", required_argument, NULL, O_HORIZON},
 		{"misfire-grace", required_argument, NULL, O_MGRACE},
 		{"verbose", no_argument, NULL, 'v'},
 		{"quiet", no_argument, NULL, 'q'},

@@ -75,5 +75,9 @@ void v_negative_ext_key_per_attempt(vctx *v);
 void v_boundary_partial_due_index(vctx *v);
 void v_cron_once_per_slot_multi_instance(vctx *v);
 void v_cron_misfire_policies(vctx *v);
+void v_wheel_fire_exact_tick(vctx *v);
+void v_wheel_horizon_rejected(vctx *v);
+void v_wheel_restart_needs_durable(vctx *v);
+void v_poll_vs_wheel(vctx *v);
 
 #endif
