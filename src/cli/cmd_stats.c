@@ -58,14 +58,29 @@ int cmd_stats(int argc, char **argv)
 
 	if (rc)
 		return rc < 0 ? 0 : rc;
+	due_metrics *m = NULL;
+
 	if ((rc = cli_open(&c, &db)))
 		return rc;
 	rc = due_stats_get(db, &st);
+	if (rc == 0)
+		rc = due_metrics_get(db, &m);
 	due_close(db);
 	if (rc < 0)
 		return cli_fail(&c, rc);
-	if (c.json)
-		return cli_print_json(due_fmt_stats(&st));
+	if (c.json) {
+		json_t *o = due_fmt_stats(&st);
+		json_t *wk = json_object();
+		json_object_set_new(wk, "reporting", json_integer(m->workers));
+		json_object_set_new(wk, "claim_queries", json_integer(m->claim_queries));
+		json_object_set_new(wk, "empty_polls", json_integer(m->empty_claims));
+		json_object_set_new(wk, "reclaim_checks", json_integer(m->reclaim_queries));
+		json_object_set_new(wk, "store_errors", json_integer(m->store_errors));
+		json_object_set_new(o, "workers", wk);
+		json_object_set_new(o, "schedules", json_integer((json_int_t)m->n_schedules));
+		due_metrics_free(m);
+		return cli_print_json(o);
+	}
 	for (int i = 0; i < DUE_STATE_COUNT; i++)
 		printf("%-10s %lld\n", due_state_name((due_state)i),
 		       (long long)st.counts[i]);
@@ -77,6 +92,13 @@ int cmd_stats(int argc, char **argv)
 	print_ms("p50", st.lateness_p50_us);
 	print_ms("p99", st.lateness_p99_us);
 	print_ms("max", st.lateness_max_us);
+	printf("workers reporting (last 5 min): %lld; claim queries %lld, empty "
+	       "polls %lld, reclaim checks %lld, store errors %lld\n",
+	       (long long)m->workers, (long long)m->claim_queries,
+	       (long long)m->empty_claims, (long long)m->reclaim_queries,
+	       (long long)m->store_errors);
+	printf("schedules: %zu\n", m->n_schedules);
+	due_metrics_free(m);
 	return 0;
 }
 

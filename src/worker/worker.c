@@ -670,12 +670,48 @@ static void maybe_report(due_worker *w, due_db **db, int64_t *last,
 		*last_sum = sum;
 }
 
+/*
+** Once a minute, when anything happened, log what discovery cost and what
+** it achieved: claims, lateness of recent claims, claim queries and how
+** many came back empty, wheel fires, refills and notifications.
+*/
+#define SUMMARY_US 60000000LL
+
+static void maybe_summary(due_worker *w, int64_t *last, due_worker_stats *prev)
+{
+	due_worker_stats st;
+	int64_t now = due_mono_us();
+
+	if (now - *last < SUMMARY_US)
+		return;
+	*last = now;
+	due_worker_stats_get(w, &st);
+	if (st.claim_queries == prev->claim_queries && st.claimed == prev->claimed)
+		return;
+	wlog(w, 1, "last minute: claimed %lld, done %lld, failed %lld; lateness "
+	     "p50 %.1f ms p99 %.1f ms max %.1f ms (recent claims); claim queries "
+	     "%lld (%lld empty), reclaim checks %lld, wheel fires %lld, refills "
+	     "%lld, notifications %lld",
+	     (long long)(st.claimed - prev->claimed), (long long)(st.done - prev->done),
+	     (long long)(st.failed - prev->failed), st.lateness_p50_us / 1000.0,
+	     st.lateness_p99_us / 1000.0, st.lateness_max_us / 1000.0,
+	     (long long)(st.claim_queries - prev->claim_queries),
+	     (long long)(st.empty_claims - prev->empty_claims),
+	     (long long)(st.reclaim_queries - prev->reclaim_queries),
+	     (long long)(st.wheel_fired - prev->wheel_fired),
+	     (long long)(st.refills - prev->refills),
+	     (long long)(st.notifications - prev->notifications));
+	*prev = st;
+}
+
 static void *keeper_main(void *arg)
 {
 	due_worker *w = arg;
 	due_db *db = NULL;
 	renewal r[256];
 	int64_t tick = w->o.lease_us / 12, last_report = 0, last_sum = -1;
+	int64_t last_summary = due_mono_us();
+	due_worker_stats prev = {0};
 
 	if (tick < 5000)
 		tick = 5000;
@@ -688,6 +724,7 @@ static void *keeper_main(void *arg)
 			cond_wait_us(&w->keep_cv, &w->mu, tick);
 			pthread_mutex_unlock(&w->mu);
 			maybe_report(w, &db, &last_report, &last_sum, false);
+			maybe_summary(w, &last_summary, &prev);
 			pthread_mutex_lock(&w->mu);
 			continue;
 		}

@@ -92,7 +92,21 @@ expect_eq "fast tasks were not queued behind slow ones" 10 "$(grep -c fast "$OUT
 wait_for "slow tasks done" 20 bash -c "[ \"\$(grep -c slow '$OUT/order')\" = 2 ]"
 kill -TERM "$wpid"; wait "$wpid" || true
 
-# 7. bad arguments
+# 7. a submit from another process wakes an idle worker at once: its
+#    safety poll is 60 s, so only the wake-up can find the task in time
+"$DUE" work --poll 60s --kinds woken --exec 'echo woke' 2>"$T/woken.log" &
+wpid=$!
+wait_for "worker listening" 10 grep -q "discovery: timing wheel" "$T/woken.log"
+wid=$("$DUE" add woken)
+wait_for "woken task done within 5 s" 5 is_state "$wid" DONE
+later=$("$DUE" add woken --in 1500ms)
+wait_for "delayed task done on time (not at the 60 s poll)" 5 is_state "$later" DONE
+kill -TERM "$wpid"; wait "$wpid" || bad "woken worker exit"
+"$DUE" stats | grep -q "workers reporting (last 5 min): [1-9]" && ok || bad "worker counters reported to the store"
+"$DUE" stats --json | python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(0 if d['workers']['claim_queries'] > 0 and 'empty_polls' in d['workers'] else 1)" \
+	&& ok || bad "stats --json workers"
+
+# 8. bad arguments
 expect_err 2 "give --exec CMD or --handler KIND=CMD" "$DUE" work
 expect_err 2 "--pool expects KIND=VALUE" "$DUE" work --exec true --pool slow
 expect_err 2 "--pool size" "$DUE" work --exec true --pool slow=0
