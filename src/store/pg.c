@@ -54,6 +54,9 @@
 ** advisory lock, never edit a released step):
 **   1  due_meta, due_task, due_attempt, due_audit, their indexes and the
 **      due_backoff() function.
+**   2  due_schedule (periodic schedules) and due_worker (worker reports).
+**      A new database runs step 1 then step 2, so a fresh schema and an
+**      upgraded one are the same by construction.
 */
 #include <limits.h>
 #include <stdint.h>
@@ -74,6 +77,7 @@
 #define OID_INT8 20
 #define OID_INT4 23
 #define OID_TEXT 25
+#define OID_FLOAT8 701
 #define OID_TIMESTAMPTZ 1184
 
 /* Rows per reclaim or prune statement: bounded batches (CONTRACT §9). */
@@ -93,6 +97,10 @@ enum stmt_id {
 	ST_GET, ST_ATTEMPTS, ST_LIST,
 	ST_RETRY, ST_REQUEUE, ST_KILL,
 	ST_STATS, ST_PRUNE,
+	ST_SCHED_GET, ST_SCHED_LIST, ST_SCHED_PUT, ST_SCHED_REMOVE,
+	ST_SCHED_FIRE, ST_SCHED_LAST_TASK,
+	ST_METRICS, ST_METRICS_KINDS, ST_WORKER_REPORT,
+	ST_UPC_ANY, ST_UPC_KINDS, ST_UPC_EXCLUDE,
 	ST_COUNT
 };
 
@@ -117,6 +125,11 @@ enum stmt_id {
 	" a AS (INSERT INTO due_attempt (task_id, attempt, worker, claimed_at," \
 	" due_at) SELECT id, attempt, lease_owner, now(), due_at FROM c)"       \
 	" SELECT " TASK_COLS " FROM c ORDER BY due_at, id"
+
+#define SCHED_COLS                                                             \
+	"name, expr, kind, tz, payload, misfire, overlap, max_attempts, "      \
+	"backoff_us, backoff_cap_us, next_slot, last_slot, last_task, fired, " \
+	"missed, last_missed, created_at, updated_at"
 
 #define PICK_DUE                                                               \
 	"SELECT id FROM due_task WHERE state = 'SCHEDULED' AND due_at <= now()"
@@ -315,6 +328,138 @@ static const char *const sql_text[ST_COUNT] = {
 		" dt AS (DELETE FROM due_task WHERE id = ANY (ARRAY(SELECT id FROM v))"
 		" AND state IN ('DONE', 'CANCELLED') RETURNING 1)"
 		" SELECT count(*) FROM dt",
+	[ST_SCHED_GET] =
+		"SELECT " SCHED_COLS " FROM due_schedule WHERE name = $1::text",
+	/* Byte order, as SQLite's BINARY collation sorts. */
+	[ST_SCHED_LIST] =
+		"SELECT " SCHED_COLS " FROM due_schedule ORDER BY name COLLATE \"C\"",
+	[ST_SCHED_PUT] =
+		"INSERT INTO due_schedule (name, expr, kind, tz, payload, misfire,"
+		" overlap, max_attempts, backoff_us, backoff_cap_us, next_slot,"
+		" created_at, updated_at) VALUES ($1::text, $2::text, $3::text,"
+		" $4::text, $5::bytea, $6::text, $7::text, $8::int4, $9::int8,"
+		" $10::int8, $11::timestamptz, now(), now())"
+		" ON CONFLICT (name) DO UPDATE SET expr = excluded.expr,"
+		" kind = excluded.kind, tz = excluded.tz, payload = excluded.payload,"
+		" misfire = excluded.misfire, overlap = excluded.overlap,"
+		" max_attempts = excluded.max_attempts,"
+		" backoff_us = excluded.backoff_us,"
+		" backoff_cap_us = excluded.backoff_cap_us,"
+		" next_slot = excluded.next_slot, updated_at = now()",
+	[ST_SCHED_REMOVE] =
+		"DELETE FROM due_schedule WHERE name = $1::text RETURNING 1",
+	/*
+	** One scheduler step (store.h: sched_fire).  s locks the schedule row
+	** only while next_slot is still the slot we read: a scheduler that
+	** advanced it first makes s empty (re-checked on the newest version),
+	** and then nothing below writes.  $6 (kind) is NULL when the step
+	** inserts no task.  t is the slot's task: the new one, or the live one
+	** of the same (kind, key) that made the insert do nothing.
+	*/
+	[ST_SCHED_FIRE] =
+		"WITH s AS MATERIALIZED (SELECT name FROM due_schedule"
+		" WHERE name = $1::text AND next_slot = $2::timestamptz"
+		" FOR UPDATE),"
+		" i AS (INSERT INTO due_task (kind, payload, state, due_at,"
+		" max_attempts, backoff_us, backoff_cap_us, key, created_at,"
+		" updated_at) SELECT $6::text, $7::bytea, 'SCHEDULED',"
+		" coalesce($8::timestamptz, now() + " US("$9::int8") "),"
+		" $10::int4, $11::int8, $12::int8, $13::text, now(), now()"
+		" FROM s WHERE $6::text IS NOT NULL"
+		" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
+		" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id, kind),"
+		" n AS (SELECT pg_notify('due_task_new', kind) FROM i),"
+		" t AS (SELECT CASE WHEN $6::text IS NOT NULL THEN"
+		" coalesce((SELECT id FROM i), (SELECT id FROM due_task"
+		" WHERE kind = $6::text AND key = $13::text"
+		" AND state IN ('SCHEDULED', 'CLAIMED'))) END AS id FROM s),"
+		" u AS (UPDATE due_schedule d SET next_slot = $3::timestamptz,"
+		" last_slot = CASE WHEN $6::text IS NULL THEN d.last_slot"
+		"   ELSE $14::timestamptz END,"
+		" last_task = CASE WHEN $6::text IS NULL THEN d.last_task"
+		"   ELSE t.id END,"
+		" fired = d.fired + CASE WHEN $6::text IS NULL THEN 0 ELSE 1 END,"
+		" missed = d.missed + greatest($4::int8, 0),"
+		" last_missed = CASE WHEN $4::int8 > 0 THEN $5::timestamptz"
+		"   ELSE d.last_missed END,"
+		" updated_at = now() FROM s, t WHERE d.name = s.name RETURNING 1)"
+		" SELECT (SELECT count(*) FROM u), (SELECT id FROM t),"
+		" (SELECT count(*) FROM n)",
+	[ST_SCHED_LAST_TASK] =
+		"UPDATE due_schedule SET last_task = $2::int8 WHERE name = $1::text",
+	/*
+	** Every figure of due_metrics that comes from the attempts history, in
+	** one scan: a grouping set per histogram (lateness lb, duration db),
+	** per outcome, per minute of the last 15 (mi, DONE only), and the
+	** grand total () for the sums and the refused late commits.
+	** Bucket i holds bounds[i-1] < v <= bounds[i].  width_bucket() counts
+	** the lower bounds <= its operand, so over $1, the negated bounds in
+	** ascending order, width_bucket(-v) is the number of bounds >= v and
+	** $2 (the number of bounds) minus it is the number of bounds < v: the
+	** bucket.  Negative values land in 0, values over the last bound in
+	** $2 (+Inf).  Each row also carries the live workers' sums and the
+	** number of schedules.
+	*/
+	[ST_METRICS] =
+		"WITH x AS (SELECT"
+		" (extract(epoch FROM claimed_at - due_at) * 1000)::float8 AS late,"
+		" (extract(epoch FROM ended_at - claimed_at) * 1000)::float8 AS dur,"
+		" outcome, late_commit,"
+		" CASE WHEN outcome = 'DONE'"
+		"   AND ended_at >= now() - interval '15 minutes'"
+		"   AND ended_at < now() THEN ((extract(epoch FROM now() - ended_at)"
+		"   * 1000000)::int8 - 1) / 60000000 END AS mi FROM due_attempt),"
+		" y AS (SELECT *, $2::int4 - width_bucket(-late, $1::float8[]) AS lb,"
+		" $2::int4 - width_bucket(-dur, $1::float8[]) AS db FROM x),"
+		" w AS (SELECT count(*) AS n,"
+		" coalesce(sum(claim_queries), 0)::int8 AS cq,"
+		" coalesce(sum(empty_claims), 0)::int8 AS ec,"
+		" coalesce(sum(reclaim_queries), 0)::int8 AS rq,"
+		" coalesce(sum(store_errors), 0)::int8 AS se FROM due_worker"
+		" WHERE seen_at >= now() - interval '5 minutes')"
+		" SELECT GROUPING(lb, db, outcome, mi), lb, db, outcome, mi,"
+		" count(*), sum(late), sum(dur),"
+		" count(*) FILTER (WHERE late_commit = 'REJECTED_STALE'),"
+		" (SELECT n FROM w), (SELECT cq FROM w), (SELECT ec FROM w),"
+		" (SELECT rq FROM w), (SELECT se FROM w),"
+		" (SELECT count(*) FROM due_schedule)"
+		" FROM y GROUP BY GROUPING SETS ((lb), (db), (outcome), (mi), ())",
+	[ST_METRICS_KINDS] =
+		"SELECT kind, count(*) FILTER (WHERE state = 'SCHEDULED'),"
+		" count(*) FILTER (WHERE state = 'CLAIMED'),"
+		" count(*) FILTER (WHERE state = 'DONE'),"
+		" count(*) FILTER (WHERE state = 'CANCELLED'),"
+		" count(*) FILTER (WHERE state = 'DEAD')"
+		" FROM due_task GROUP BY kind ORDER BY kind COLLATE \"C\""
+		" LIMIT $1::int4",
+	/*
+	** Upcoming: the store's now and next lease expiry always come back
+	** (one row with NULL id when nothing is due before $1).
+	*/
+#define UPCOMING_SQL(filter)                                                   \
+	"SELECT u.id, u.due_at, x.now, x.exp FROM (SELECT now() AS now,"       \
+	" (SELECT min(lease_until) FROM due_task WHERE state = 'CLAIMED')"     \
+	" AS exp) x LEFT JOIN LATERAL (SELECT id, due_at FROM due_task"        \
+	" WHERE state = 'SCHEDULED' AND due_at < $1::timestamptz" filter       \
+	" ORDER BY due_at LIMIT $2::int4) u ON true ORDER BY u.due_at"
+	[ST_UPC_ANY] = UPCOMING_SQL(""),
+	[ST_UPC_KINDS] = UPCOMING_SQL(" AND kind = ANY ($3::text[])"),
+	[ST_UPC_EXCLUDE] = UPCOMING_SQL(" AND kind <> ALL ($3::text[])"),
+	[ST_WORKER_REPORT] =
+		"INSERT INTO due_worker (owner, started_at, seen_at, claimed, done,"
+		" failed, dead, stale, cancelled, lease_lost, claim_queries,"
+		" empty_claims, reclaim_queries, store_errors) VALUES ($1::text,"
+		" now(), now(), $2::int8, $3::int8, $4::int8, $5::int8, $6::int8,"
+		" $7::int8, $8::int8, $9::int8, $10::int8, $11::int8, $12::int8)"
+		" ON CONFLICT (owner) DO UPDATE SET seen_at = now(),"
+		" claimed = excluded.claimed, done = excluded.done,"
+		" failed = excluded.failed, dead = excluded.dead,"
+		" stale = excluded.stale, cancelled = excluded.cancelled,"
+		" lease_lost = excluded.lease_lost,"
+		" claim_queries = excluded.claim_queries,"
+		" empty_claims = excluded.empty_claims,"
+		" reclaim_queries = excluded.reclaim_queries,"
+		" store_errors = excluded.store_errors",
 };
 
 static const char schema_v1[] =
@@ -388,12 +533,48 @@ static const char schema_v1[] =
 	"               cap::numeric)::bigint END $$;"
 	"INSERT INTO due_meta (name, value) VALUES ('schema_version', '1');";
 
+/* Version 1 -> 2: periodic schedules and worker reports. */
+#define WORKER_COUNTER(c) "  " c " bigint NOT NULL DEFAULT 0,"
+static const char schema_v2[] =
+	"CREATE TABLE due_schedule ("
+	"  name text PRIMARY KEY,"
+	"  expr text NOT NULL,"
+	"  kind text NOT NULL,"
+	"  tz text NOT NULL,"
+	"  payload bytea NOT NULL,"
+	"  misfire text NOT NULL CHECK (misfire IN ('skip', 'once')),"
+	"  overlap text NOT NULL CHECK (overlap IN ('allow', 'wait')),"
+	"  max_attempts integer NOT NULL,"
+	"  backoff_us bigint NOT NULL,"
+	"  backoff_cap_us bigint NOT NULL,"
+	"  next_slot timestamptz NOT NULL,"
+	"  last_slot timestamptz,"
+	"  last_task bigint,"
+	"  fired bigint NOT NULL DEFAULT 0,"
+	"  missed bigint NOT NULL DEFAULT 0,"
+	"  last_missed timestamptz,"
+	"  created_at timestamptz NOT NULL,"
+	"  updated_at timestamptz NOT NULL);"
+	"CREATE TABLE due_worker ("
+	"  owner text PRIMARY KEY,"
+	"  started_at timestamptz NOT NULL,"
+	"  seen_at timestamptz NOT NULL,"
+	WORKER_COUNTER("claimed") WORKER_COUNTER("done")
+	WORKER_COUNTER("failed") WORKER_COUNTER("dead")
+	WORKER_COUNTER("stale") WORKER_COUNTER("cancelled")
+	WORKER_COUNTER("lease_lost") WORKER_COUNTER("claim_queries")
+	WORKER_COUNTER("empty_claims") WORKER_COUNTER("reclaim_queries")
+	"  store_errors bigint NOT NULL DEFAULT 0);"
+	"UPDATE due_meta SET value = '2' WHERE name = 'schema_version';";
+#undef WORKER_COUNTER
+
 struct due_store {
 	PGconn *conn;
 	bool own;                 /* false: a caller's connection (pg_tx) */
 	bool prepared[ST_COUNT];  /* per session; cleared by a reset */
 	char label[256];          /* user@host:port/db for messages */
 	char sqlstate[6];         /* of the last failure, "" when none */
+	bool listening;           /* LISTEN due_task_new on this session */
 };
 
 /* ------------------------------------------------------------------ */
@@ -467,6 +648,11 @@ static int conn_ok(due_store *s)
 		memset(s->prepared, 0, sizeof(s->prepared));
 		if (PQstatus(s->conn) != CONNECTION_OK)
 			return pg_fail(s, NULL, "reconnect");
+		if (s->listening) { /* LISTEN died with the old session */
+			PGresult *r = PQexec(s->conn, "LISTEN due_task_new");
+			s->listening = PQresultStatus(r) == PGRES_COMMAND_OK;
+			PQclear(r);
+		}
 	}
 	if (PQtransactionStatus(s->conn) != PQTRANS_IDLE)
 		return due_error_set(DUE_EINVAL,
@@ -480,7 +666,7 @@ static int conn_ok(due_store *s)
 /* Statements, parameters, transactions                                */
 /* ------------------------------------------------------------------ */
 
-#define MAX_PARAMS 8
+#define MAX_PARAMS 16
 
 /* Bound parameters: scalars as text, buffers and arrays as binary. */
 typedef struct params {
@@ -512,6 +698,19 @@ static void p_bin(params *p, const void *d, size_t n)
 {
 	p->v[p->n] = d ? d : "";
 	p->len[p->n] = (int)n;
+	p->fmt[p->n++] = 1;
+}
+
+/* A timestamptz parameter in binary: exact, whatever the session's zone. */
+static void p_time(params *p, due_time t)
+{
+	uint64_t v = (uint64_t)t - (uint64_t)PG_EPOCH_US;
+	unsigned char *b = (unsigned char *)p->num[p->n];
+
+	for (int i = 0; i < 8; i++)
+		b[i] = (unsigned char)(v >> (56 - 8 * i));
+	p->v[p->n] = p->num[p->n];
+	p->len[p->n] = 8;
 	p->fmt[p->n++] = 1;
 }
 
@@ -692,6 +891,14 @@ static void arr_i64(pgbuf *b, int64_t v)
 	put64(b, (uint64_t)v);
 }
 
+static void arr_f64(pgbuf *b, double v)
+{
+	uint64_t bits;
+	memcpy(&bits, &v, sizeof(bits));
+	put32(b, 8);
+	put64(b, bits);
+}
+
 static void arr_i32(pgbuf *b, int32_t v)
 {
 	put32(b, 4);
@@ -764,6 +971,15 @@ static due_time col_time(const PGresult *r, int row, int col)
 static bool col_null(const PGresult *r, int row, int col)
 {
 	return PQgetisnull(r, row, col) != 0;
+}
+
+/* A float8 column; NULL is 0. */
+static double col_f64(const PGresult *r, int row, int col)
+{
+	uint64_t bits = (uint64_t)col_int(r, row, col);
+	double v;
+	memcpy(&v, &bits, sizeof(v));
+	return v;
 }
 
 /* A NUL-terminated copy of a text/bytea column; *len gets its size. */
@@ -927,11 +1143,12 @@ static int pg_check_schema(due_store *s)
 }
 
 /*
-** Create the schema (or leave a current one alone) in one transaction.
-** The transaction-scoped advisory lock makes concurrent `due init` runs
-** wait for each other: the second one then reads version 1 and does
-** nothing.  A newer schema, or an older one without an upgrade step, is
-** refused with DUE_ESCHEMA.
+** Create the schema, upgrade an older one step by step, or leave a
+** current one alone, all in one transaction: an upgrade that fails leaves
+** the old version intact.  The transaction-scoped advisory lock makes
+** concurrent `due init` runs wait for each other: the later ones then read
+** the current version and do nothing.  A newer schema, or an older one
+** without an upgrade step, is refused with DUE_ESCHEMA.
 */
 static int pg_init_schema(due_store *s)
 {
@@ -947,10 +1164,18 @@ static int pg_init_schema(due_store *s)
 		rc = pg_check_schema(s);
 		goto fail;
 	}
-	if (v < 0 && (rc = command(s, schema_v1, "create schema")) < 0)
-		goto fail;
-	if (v >= 0 && v < DUE_SCHEMA_VERSION) {
-		/* Upgrade steps v -> v+1 go here as versions are released. */
+	if (v < 0) {
+		if ((rc = command(s, schema_v1, "create schema")) < 0)
+			goto fail;
+		v = 1;
+	}
+	/* Upgrade steps v -> v+1, in order. */
+	if (v == 1) {
+		if ((rc = command(s, schema_v2, "upgrade schema to 2")) < 0)
+			goto fail;
+		v = 2;
+	}
+	if (v != DUE_SCHEMA_VERSION) {
 		rc = due_error_set(DUE_ESCHEMA,
 			"store '%s' has schema version %d and this due has no "
 			"upgrade path from it", s->label, v);
@@ -1642,6 +1867,478 @@ static int pg_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 	return 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* Schedules                                                           */
+/* ------------------------------------------------------------------ */
+
+/* Fill i from row `row` of a SCHED_COLS result.  0 or a due code. */
+static int read_sched(const PGresult *r, int row, due_schedule_info *i)
+{
+	memset(i, 0, sizeof(*i));
+	i->name = col_text(r, row, 0);
+	i->expr = col_text(r, row, 1);
+	i->kind = col_text(r, row, 2);
+	i->tz = col_text(r, row, 3);
+	i->payload = (unsigned char *)col_dup(r, row, 4, &i->payload_len);
+	i->misfire = strcmp(PQgetvalue(r, row, 5), "once") == 0
+			     ? DUE_MISFIRE_ONCE : DUE_MISFIRE_SKIP;
+	i->overlap = strcmp(PQgetvalue(r, row, 6), "wait") == 0
+			     ? DUE_OVERLAP_WAIT : DUE_OVERLAP_ALLOW;
+	i->max_attempts = (int32_t)col_int(r, row, 7);
+	i->backoff_us = col_int(r, row, 8);
+	i->backoff_cap_us = col_int(r, row, 9);
+	i->next_slot = col_time(r, row, 10);
+	i->last_slot = col_time(r, row, 11);
+	i->last_task = col_int(r, row, 12);
+	i->fired = col_int(r, row, 13);
+	i->missed = col_int(r, row, 14);
+	i->last_missed = col_time(r, row, 15);
+	i->created_at = col_time(r, row, 16);
+	i->updated_at = col_time(r, row, 17);
+	if (!i->name || !i->expr || !i->kind || !i->tz || !i->payload) {
+		due_schedule_info_clear(i);
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+static int pg_sched_get(due_store *s, due_schedule_info **out,
+			const char *name)
+{
+	due_schedule_info *i;
+	params p = {0};
+	PGresult *r;
+	int rc;
+
+	*out = NULL;
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	p_text(&p, name);
+	if ((rc = run(s, ST_SCHED_GET, &p, "read schedule", &r)) < 0)
+		return rc;
+	if (PQntuples(r) == 0)
+		rc = due_error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
+	else if (!(i = calloc(1, sizeof(*i))))
+		rc = due_error_set(DUE_ENOMEM, "out of memory");
+	else if ((rc = read_sched(r, 0, i)) < 0)
+		free(i);
+	else
+		*out = i;
+	PQclear(r);
+	return rc;
+}
+
+static int pg_sched_list(due_store *s, due_schedule_list **out)
+{
+	due_schedule_list *l = NULL;
+	params p = {0};
+	PGresult *r;
+	int rc;
+
+	*out = NULL;
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	if ((rc = run(s, ST_SCHED_LIST, &p, "list schedules", &r)) < 0)
+		return rc;
+	if ((rc = due_schedule_list_alloc(&l, (size_t)PQntuples(r))) == 0) {
+		for (int i = 0; i < PQntuples(r) && rc == 0; i++)
+			if ((rc = read_sched(r, i, &l->items[i])) == 0)
+				l->count++;
+		if (rc < 0) {
+			due_schedule_list_free(l);
+			l = NULL;
+		}
+	}
+	PQclear(r);
+	*out = l;
+	return rc;
+}
+
+/* Insert or replace a definition; a replace keeps the firing history. */
+static int pg_sched_put(due_store *s, const due_cron_def *d,
+			due_time next_slot)
+{
+	params p = {0};
+	PGresult *r;
+	int rc;
+
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	p_text(&p, d->name);
+	p_text(&p, d->expr);
+	p_text(&p, d->kind);
+	p_text(&p, d->tz ? d->tz : "UTC");
+	p_bin(&p, d->payload, d->payload_len);
+	p_text(&p, d->misfire == DUE_MISFIRE_ONCE ? "once" : "skip");
+	p_text(&p, d->overlap == DUE_OVERLAP_WAIT ? "wait" : "allow");
+	p_int(&p, d->max_attempts);
+	p_int(&p, d->backoff_us);
+	p_int(&p, d->backoff_cap_us);
+	p_time(&p, next_slot);
+	if ((rc = run(s, ST_SCHED_PUT, &p, "save schedule", &r)) < 0)
+		return rc;
+	PQclear(r);
+	return 0;
+}
+
+static int pg_sched_remove(due_store *s, const char *name)
+{
+	params p = {0};
+	PGresult *r;
+	int rc;
+
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	p_text(&p, name);
+	if ((rc = run(s, ST_SCHED_REMOVE, &p, "remove schedule", &r)) < 0)
+		return rc;
+	if (PQntuples(r) == 0)
+		rc = due_error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
+	PQclear(r);
+	return rc;
+}
+
+/*
+** One scheduler step (store.h: sched_fire) in one transaction: the
+** ST_SCHED_FIRE statement advances next_slot by compare-and-set, inserts
+** the slot's task (notifying) and records it.  When the insert did nothing
+** because a live task of the same (kind, key) exists that the statement's
+** snapshot could not see (it committed while the statement ran), that
+** task is looked up afterwards in the same transaction; when it has ended
+** meanwhile, the step is rolled back and run again, as a keyed submit
+** does.  A lost race writes nothing: *won = false.
+*/
+static int pg_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
+			 due_id *task_id)
+{
+	const due_submit *t = f->task;
+	int rc;
+
+	*won = false;
+	*task_id = 0;
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	for (int tries = 0; tries < KEY_TRIES; tries++) {
+		params p = {0};
+		PGresult *r;
+		due_id id;
+
+		p_text(&p, f->name);
+		p_time(&p, f->expect);
+		p_time(&p, f->next);
+		p_int(&p, f->missed);
+		if (f->missed > 0)
+			p_time(&p, f->last_missed);
+		else
+			p_text(&p, NULL);
+		p_text(&p, t ? t->kind : NULL);
+		if (t)
+			p_bin(&p, t->payload, t->payload_len);
+		else
+			p_text(&p, NULL);
+		if (t && t->opts.at)
+			p_time(&p, t->opts.at);
+		else
+			p_text(&p, NULL);
+		p_int(&p, t ? t->opts.delay_us : 0);
+		p_int(&p, t ? t->opts.max_attempts : 0);
+		p_int(&p, t ? t->opts.backoff_us : 0);
+		p_int(&p, t ? t->opts.backoff_cap_us : 0);
+		p_text(&p, t ? t->opts.key : NULL);
+		p_time(&p, f->slot);
+		if ((rc = begin(s)) < 0)
+			return rc;
+		if ((rc = run(s, ST_SCHED_FIRE, &p, "fire schedule", &r)) < 0)
+			goto fail;
+		*won = col_int(r, 0, 0) > 0;
+		id = col_int(r, 0, 1);
+		PQclear(r);
+		if (!*won) {
+			rollback(s); /* nothing was written */
+			return 0;
+		}
+		if (t && id == 0) {
+			params q = {0};
+			if ((rc = find_live(s, t, &id)) < 0)
+				goto fail;
+			if (id == 0) { /* it ended meanwhile: step again */
+				rollback(s);
+				*won = false;
+				continue;
+			}
+			p_text(&q, f->name);
+			p_int(&q, id);
+			if ((rc = run(s, ST_SCHED_LAST_TASK, &q, "fire schedule",
+				      &r)) < 0)
+				goto fail;
+			PQclear(r);
+		}
+		if ((rc = commit(s)) < 0) {
+			*won = false;
+			return rc;
+		}
+		*task_id = id;
+		return 0;
+	}
+	return due_error_set(DUE_EBUSY,
+		"postgres store: the live task of schedule '%s' keeps changing; "
+		"retry", f->name);
+fail:
+	*won = false;
+	rollback(s);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Metrics, worker reports                                             */
+/* ------------------------------------------------------------------ */
+
+/* Most kinds listed in due_metrics (the first ones by name). */
+#define METRICS_KINDS 1000
+
+/* Task counts by kind and state. */
+static int metrics_kinds(due_store *s, due_metrics *out)
+{
+	params p = {0};
+	PGresult *r;
+	int rc, n;
+
+	p_int(&p, METRICS_KINDS);
+	if ((rc = run(s, ST_METRICS_KINDS, &p, "metrics", &r)) < 0)
+		return rc;
+	n = PQntuples(r);
+	if (n && !(out->kinds = calloc((size_t)n, sizeof(*out->kinds)))) {
+		PQclear(r);
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < n; i++) {
+		due_kind_counts *k = &out->kinds[i];
+		if (!(k->kind = col_text(r, i, 0))) {
+			PQclear(r);
+			return due_error_set(DUE_ENOMEM, "out of memory");
+		}
+		for (int st = 0; st < DUE_STATE_COUNT; st++)
+			k->counts[st] = col_int(r, i, 1 + st);
+		out->n_kinds++;
+	}
+	PQclear(r);
+	return 0;
+}
+
+/* The index of an outcome name, or -1. */
+static int outcome_index(const char *name)
+{
+	for (int i = 0; i < DUE_OUT_COUNT; i++)
+		if (strcmp(name, due_outcome_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+/* One row of ST_METRICS, by the grouping set it belongs to. */
+static void metrics_row(const PGresult *r, int i, due_metrics *out)
+{
+	int64_t n = col_int(r, i, 5);
+	int64_t b;
+
+	switch (col_int(r, i, 0)) { /* GROUPING(lb, db, outcome, mi) */
+	case 7: /* (lb) */
+	case 11: { /* (db) */
+		bool late = col_int(r, i, 0) == 7;
+		due_histogram *h = late ? &out->lateness : &out->duration;
+		if (col_null(r, i, late ? 1 : 2))
+			break; /* the unended tries of the (db) set */
+		b = col_int(r, i, late ? 1 : 2);
+		if (b < 0)
+			b = 0;
+		if (b > DUE_HIST_N)
+			b = DUE_HIST_N;
+		h->buckets[b] += n;
+		h->count += n;
+		break;
+	}
+	case 13: /* (outcome) */
+		if ((b = outcome_index(PQgetvalue(r, i, 3))) >= 0)
+			out->outcomes[b] += n;
+		break;
+	case 14: /* (mi) */
+		b = col_int(r, i, 4);
+		if (!col_null(r, i, 4) && b >= 0 && b < 15)
+			out->done_per_min[b] += n;
+		break;
+	case 15: /* () */
+		out->lateness.sum_ms = col_f64(r, i, 6);
+		out->duration.sum_ms = col_f64(r, i, 7);
+		out->outcomes[DUE_OUT_REJECTED_STALE] = col_int(r, i, 8);
+		out->workers = col_int(r, i, 9);
+		out->claim_queries = col_int(r, i, 10);
+		out->empty_claims = col_int(r, i, 11);
+		out->reclaim_queries = col_int(r, i, 12);
+		out->store_errors = col_int(r, i, 13);
+		out->n_schedules = (size_t)col_int(r, i, 14);
+		break;
+	default:
+		break;
+	}
+}
+
+/*
+** Everything of due_metrics but stats (the core's) in two statements: the
+** counts by kind, and one scan of the attempts history (ST_METRICS).
+*/
+static int pg_metrics(due_store *s, due_metrics *out)
+{
+	pgbuf b = {0};
+	params p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	out->n_kinds = 0;
+	out->kinds = NULL;
+	memset(&out->lateness, 0, sizeof(out->lateness));
+	memset(&out->duration, 0, sizeof(out->duration));
+	memset(out->outcomes, 0, sizeof(out->outcomes));
+	memset(out->done_per_min, 0, sizeof(out->done_per_min));
+	out->workers = out->claim_queries = out->empty_claims = 0;
+	out->reclaim_queries = out->store_errors = 0;
+	out->n_schedules = 0;
+	if ((rc = conn_ok(s)) < 0 || (rc = metrics_kinds(s, out)) < 0)
+		goto done;
+	/* The bounds negated, ascending (see ST_METRICS). */
+	arr_head(&b, OID_FLOAT8, DUE_HIST_N);
+	for (int i = DUE_HIST_N - 1; i >= 0; i--)
+		arr_f64(&b, -due_hist_bounds_ms[i]);
+	if ((rc = p_arr(&p, &b)) < 0)
+		goto done;
+	p_int(&p, DUE_HIST_N);
+	if ((rc = run(s, ST_METRICS, &p, "metrics", &r)) < 0)
+		goto done;
+	for (int i = 0; i < PQntuples(r); i++)
+		metrics_row(r, i, out);
+	PQclear(r);
+done:
+	free(b.p);
+	if (rc < 0) {
+		for (size_t i = 0; i < out->n_kinds; i++)
+			free(out->kinds[i].kind);
+		free(out->kinds);
+		out->kinds = NULL;
+		out->n_kinds = 0;
+	}
+	return rc;
+}
+
+/* Upsert the worker's row: started_at on first report, seen_at = now. */
+static int pg_worker_report(due_store *s, const char *owner,
+			    const due_worker_stats *st)
+{
+	const int64_t v[] = {st->claimed, st->done, st->failed, st->dead,
+			     st->stale, st->cancelled, st->lease_lost,
+			     st->claim_queries, st->empty_claims,
+			     st->reclaim_queries, st->store_errors};
+	params p = {0};
+	PGresult *r;
+	int rc;
+
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	p_text(&p, owner);
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+		p_int(&p, v[i]);
+	if ((rc = run(s, ST_WORKER_REPORT, &p, "worker report", &r)) < 0)
+		return rc;
+	PQclear(r);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Discovery: upcoming tasks, LISTEN/NOTIFY                            */
+/* ------------------------------------------------------------------ */
+
+/*
+** The ids and due times of tasks due before `until` (one indexed read
+** that also reports the server's now and the next lease expiry).
+*/
+static int pg_upcoming(due_store *s, due_upcoming *out, const char *const *kinds,
+		       size_t n_kinds, bool exclude, due_time until, int limit)
+{
+	enum stmt_id id = !n_kinds ? ST_UPC_ANY : exclude ? ST_UPC_EXCLUDE
+							  : ST_UPC_KINDS;
+	pgbuf kb = {0};
+	params p = {0};
+	PGresult *r = NULL;
+	int rc, n;
+
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	p_time(&p, until);
+	p_int(&p, limit);
+	if (n_kinds && (rc = bind_kinds(&p, &kb, kinds, n_kinds)) < 0)
+		goto done;
+	if ((rc = run(s, id, &p, "upcoming", &r)) < 0)
+		goto done;
+	n = PQntuples(r);
+	if (n > 0) {
+		out->now = col_time(r, 0, 2);
+		out->next_expiry = col_time(r, 0, 3);
+	}
+	out->ids = calloc((size_t)n + 1, sizeof(*out->ids));
+	out->due_at = calloc((size_t)n + 1, sizeof(*out->due_at));
+	if (!out->ids || !out->due_at) {
+		rc = due_error_set(DUE_ENOMEM, "out of memory");
+		goto done;
+	}
+	for (int i = 0; i < n; i++) {
+		if (col_null(r, i, 0))
+			continue;
+		out->ids[out->count] = col_int(r, i, 0);
+		out->due_at[out->count++] = col_time(r, i, 1);
+	}
+	out->truncated = out->count == (size_t)limit;
+done:
+	PQclear(r);
+	free(kb.p);
+	return rc;
+}
+
+/*
+** LISTEN on this session; *fd is the connection's socket, which becomes
+** readable when a notification arrives.  A reset connection re-listens
+** (conn_ok), and its socket may change: callers ask again each time.
+*/
+static int pg_listen(due_store *s, int *fd)
+{
+	int rc;
+
+	if (!s->listening) {
+		if ((rc = conn_ok(s)) < 0 ||
+		    (rc = command(s, "LISTEN due_task_new", "listen")) < 0)
+			return rc;
+		s->listening = true;
+	}
+	*fd = PQsocket(s->conn);
+	return *fd >= 0 ? 0 : due_error_set(DUE_ESTORE, "postgres store: no socket");
+}
+
+static int pg_listen_drain(due_store *s, int *count)
+{
+	PGnotify *n;
+
+	*count = 0;
+	if (!s->listening || PQconsumeInput(s->conn) == 0)
+		return 0; /* a broken connection shows at the next query */
+	while ((n = PQnotifies(s->conn)) != NULL) {
+		(*count)++;
+		PQfreemem(n);
+	}
+	return 0;
+}
+
+static int pg_notify(due_store *s)
+{
+	int rc = conn_ok(s);
+	return rc < 0 ? rc : command(s, "NOTIFY due_task_new", "notify");
+}
+
 const due_store_ops due_store_pg = {
 	.version = DUE_STORE_OPS_VERSION,
 	.name = "postgres",
@@ -1665,4 +2362,15 @@ const due_store_ops due_store_pg = {
 	.kill = pg_kill,
 	.stats = pg_stats,
 	.prune = pg_prune,
+	.sched_get = pg_sched_get,
+	.sched_put = pg_sched_put,
+	.sched_remove = pg_sched_remove,
+	.sched_list = pg_sched_list,
+	.sched_fire = pg_sched_fire,
+	.metrics = pg_metrics,
+	.worker_report = pg_worker_report,
+	.upcoming = pg_upcoming,
+	.listen = pg_listen,
+	.listen_drain = pg_listen_drain,
+	.notify = pg_notify,
 };

@@ -1061,6 +1061,8 @@ static int refill(due_worker *w, due_db *db, disc *d)
 
 	if (d->exact_clock)
 		now = due_time_now_host();
+	else if (d->last_refill) /* the offset of the last refill will do */
+		now = mono + d->offset;
 	else if ((rc = due_now(db, &now)) < 0)
 		return rc;
 	atomic_fetch_add(&w->st.refills, 1);
@@ -1125,6 +1127,9 @@ static void wheel_wait(due_worker *w, due_db *db, disc *d, int64_t until)
 	int64_t left = until - due_mono_us();
 	uint64_t v;
 
+	/* a reconnected session has a new socket (and listens again) */
+	if (d->listen_fd >= 0 && due_listen(db, &d->listen_fd) < 0)
+		d->listen_fd = -1;
 	if (drain_notes(w, db, d)) { /* buffered by an earlier query */
 		d->next_refill = 0;
 		return;

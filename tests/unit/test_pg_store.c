@@ -2,7 +2,8 @@
 ** test_pg_store.c - the PostgreSQL store on a real server: every transition
 ** and every refusal of store.h, plus what only PostgreSQL has (the claim
 ** plan, due_backoff() in SQL, NOTIFY, due_schedule_pg_tx, reconnects, a
-** concurrent `due init`).  The generic conformance suite (test_store.c)
+** concurrent `due init`, the upgrade from schema 1, schedules fired by
+** compare-and-set from several processes, metrics computed in SQL).  The generic conformance suite (test_store.c)
 ** runs on PostgreSQL too; this file goes deeper into the backend.
 **
 ** It runs when DUE_TEST_PG_URL names a database (scripts/pg-test-cluster
@@ -195,7 +196,7 @@ static due_task_list *claim_when_due(due_db *db, due_id id)
 static int setup(void **state)
 {
 	(void)state;
-	sql("TRUNCATE due_task, due_attempt, due_audit");
+	sql("TRUNCATE due_task, due_attempt, due_audit, due_schedule, due_worker");
 	return 0;
 }
 
@@ -1437,6 +1438,746 @@ static void test_list_stats_prune(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Schema 2: upgrade, schedules, metrics                               */
+/* ------------------------------------------------------------------ */
+
+/* Columns and constraints of the version-2 tables in `sch`, as text. */
+static void v2_shape(char *buf, size_t n, const char *sch)
+{
+	char cols[3000], cons[1000];
+	sql_text(cols, sizeof(cols), "SELECT string_agg(table_name || '.' || "
+		"column_name || ' ' || data_type || ' ' || is_nullable || ' ' || "
+		"coalesce(column_default, ''), ', ' ORDER BY table_name, "
+		"ordinal_position) FROM information_schema.columns WHERE "
+		"table_schema = '%s' AND table_name IN ('due_schedule', "
+		"'due_worker')", sch);
+	sql_text(cons, sizeof(cons), "SELECT string_agg(conname || ' ' || "
+		"pg_get_constraintdef(c.oid), ', ' ORDER BY conname) FROM "
+		"pg_constraint c JOIN pg_namespace s ON s.oid = c.connamespace "
+		"WHERE s.nspname = '%s' AND conname LIKE 'due_%%'", sch);
+	snprintf(buf, n, "%s | %s", cols, cons);
+}
+
+static void test_schema_upgrade_from_v1(void **state)
+{
+	(void)state;
+	char sch[80], u[1200], buf[64], fresh[4200], upgraded[4200];
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	due_db *db = NULL;
+	int go[2];
+	pid_t pids[3];
+
+	o.create = true;
+	snprintf(sch, sizeof(sch), "%s_v1", schema);
+	sql("DROP SCHEMA IF EXISTS %s CASCADE", sch);
+	sql("CREATE SCHEMA %s", sch);
+	url_for(u, sizeof(u), sch, "");
+	assert_int_equal(due_open(&db, u, &o), 0);
+	due_id waiting = add(db, "k", LONG_LEASE, 5);
+	due_id running = add(db, "k", 0, 5);
+	claim_one(db, running, LONG_LEASE);
+	due_close(db);
+	/*
+	** Back to version 1 as the old `due init` left it: step 1 is released
+	** and unchanged, and a new database runs it before step 2, so without
+	** what step 2 added this is exactly a version-1 store.
+	*/
+	sql("DROP TABLE %s.due_schedule, %s.due_worker", sch, sch);
+	sql("UPDATE %s.due_meta SET value = '1'", sch);
+
+	/* without create: refused as older, and nothing changes */
+	db = NULL;
+	assert_int_equal(due_open(&db, u, NULL), DUE_ESCHEMA);
+	assert_non_null(strstr(due_error_last(), "older"));
+	assert_non_null(strstr(due_error_last(), "due init"));
+	due_close(db);
+	assert_int_equal(sql_int("SELECT count(*) FROM pg_tables WHERE "
+		"schemaname = '%s' AND tablename = 'due_schedule'", sch), 0);
+
+	/* an upgrade that fails half-way leaves version 1 intact */
+	sql("CREATE TABLE %s.due_worker (x int)", sch);
+	db = NULL;
+	assert_true(due_open(&db, u, &o) < 0);
+	assert_non_null(strstr(due_error_last(), "due_worker"));
+	due_close(db);
+	assert_string_equal(sql_text(buf, sizeof(buf), "SELECT value FROM "
+		"%s.due_meta WHERE name = 'schema_version'", sch), "1");
+	assert_int_equal(sql_int("SELECT count(*) FROM pg_tables WHERE "
+		"schemaname = '%s' AND tablename = 'due_schedule'", sch), 0);
+	sql("DROP TABLE %s.due_worker", sch);
+
+	/* three `due init` at once upgrade it once */
+	assert_int_equal(pipe(go), 0);
+	for (int i = 0; i < 3; i++) {
+		if ((pids[i] = fork()) == 0) {
+			close(go[1]);
+			init_child(go[0], u);
+		}
+	}
+	close(go[0]);
+	assert_int_equal(write(go[1], "ggg", 3), 3);
+	close(go[1]);
+	for (int i = 0; i < 3; i++) {
+		int st;
+		waitpid(pids[i], &st, 0);
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	assert_string_equal(sql_text(buf, sizeof(buf), "SELECT value FROM "
+		"%s.due_meta WHERE name = 'schema_version'", sch), "2");
+	assert_int_equal(sql_int("SELECT count(*) FROM %s.due_meta", sch), 1);
+
+	/* the tasks survived, untouched; the new tables work */
+	db = open_url(u);
+	assert_int_equal(state_of(db, waiting), DUE_SCHEDULED);
+	due_task *t = get(db, running);
+	assert_int_equal(t->state, DUE_CLAIMED);
+	assert_int_equal(t->attempt, 1);
+	assert_string_equal(t->lease_owner, "w1");
+	assert_int_equal(t->n_attempts, 1);
+	due_task_free(t);
+	due_cron_def d = DUE_CRON_DEF_INIT;
+	d.name = "nightly";
+	d.expr = "0 2 * * *";
+	d.kind = "k";
+	assert_int_equal(due_cron_put(db, &d), 0);
+	due_worker_stats ws = {.claimed = 1};
+	assert_int_equal(due_worker_report(db, "w1", &ws), 0);
+	due_close(db);
+
+	/* and the upgraded schema is the one a new store gets */
+	v2_shape(fresh, sizeof(fresh), schema);
+	v2_shape(upgraded, sizeof(upgraded), sch);
+	assert_non_null(strstr(fresh, "due_schedule.next_slot timestamp with "
+				      "time zone NO"));
+	assert_string_equal(upgraded, fresh);
+	sql("DROP SCHEMA %s CASCADE", sch);
+}
+
+static due_cron_def cron_def(const char *name, const char *expr,
+			     const char *kind)
+{
+	due_cron_def d = DUE_CRON_DEF_INIT;
+	d.name = name;
+	d.expr = expr;
+	d.kind = kind;
+	return d;
+}
+
+static void test_cron_definitions_pg(void **state)
+{
+	(void)state;
+	static const char bin[] = {'a', '\0', 'b', (char)0xff};
+	const char *names[] = {"b", "B", "a_1", "a-1", "a.1"};
+	due_db *db = open_db();
+	due_cron_def d = cron_def("report", "0 2 * * *", "report");
+	due_schedule_list *l = NULL;
+	const due_schedule_info *i;
+	due_time now;
+	PGresult *r;
+	char buf[64];
+
+	d.tz = "Asia/Kolkata";
+	d.payload = bin;
+	d.payload_len = sizeof(bin);
+	d.misfire = DUE_MISFIRE_ONCE;
+	d.overlap = DUE_OVERLAP_WAIT;
+	d.max_attempts = 7;
+	d.backoff_us = 2000000;
+	d.backoff_cap_us = 10000000;
+	assert_int_equal(due_now(db, &now), 0);
+	assert_int_equal(due_cron_put(db, &d), 0);
+	assert_int_equal(due_cron_list(db, &l), 0);
+	assert_int_equal(l->count, 1);
+	i = &l->items[0];
+	assert_string_equal(i->name, "report");
+	assert_string_equal(i->expr, "0 2 * * *");
+	assert_string_equal(i->kind, "report");
+	assert_string_equal(i->tz, "Asia/Kolkata");
+	assert_int_equal(i->payload_len, sizeof(bin));
+	assert_memory_equal(i->payload, bin, sizeof(bin));
+	assert_int_equal(i->misfire, DUE_MISFIRE_ONCE);
+	assert_int_equal(i->overlap, DUE_OVERLAP_WAIT);
+	assert_int_equal(i->max_attempts, 7);
+	assert_int_equal(i->backoff_us, 2000000);
+	assert_int_equal(i->backoff_cap_us, 10000000);
+	/* 02:00 in Kolkata is 20:30 UTC, and the slot is whole seconds */
+	assert_true(i->next_slot > now);
+	assert_int_equal((i->next_slot / 1000000) % 86400, 20 * 3600 + 1800);
+	assert_int_equal(i->next_slot % 1000000, 0);
+	assert_int_equal(i->last_slot, 0);
+	assert_int_equal(i->last_task, 0);
+	assert_int_equal(i->fired, 0);
+	assert_int_equal(i->missed, 0);
+	assert_int_equal(i->last_missed, 0);
+	assert_true(i->created_at >= now && i->updated_at == i->created_at);
+	due_schedule_list_free(l);
+	/* the stored slot is exactly the one read back */
+	assert_int_equal(sql_int("SELECT (extract(epoch FROM next_slot) * "
+				 "1000000)::int8 %% 86400000000 FROM due_schedule"),
+			 (20 * 3600 + 1800) * 1000000LL);
+
+	/* a replace keeps the history and created_at */
+	sql("UPDATE due_schedule SET last_slot = now() - interval '1 hour',"
+	    " last_task = 42, fired = 3, missed = 2, last_missed = now() -"
+	    " interval '2 hours', created_at = now() - interval '1 day'");
+	d.expr = "30 3 * * *";
+	d.kind = "report2";
+	d.tz = NULL;
+	d.payload = "new";
+	d.payload_len = 3;
+	d.misfire = DUE_MISFIRE_SKIP;
+	d.overlap = DUE_OVERLAP_ALLOW;
+	assert_int_equal(due_cron_put(db, &d), 0);
+	assert_int_equal(due_cron_list(db, &l), 0);
+	assert_int_equal(l->count, 1);
+	i = &l->items[0];
+	assert_string_equal(i->expr, "30 3 * * *");
+	assert_string_equal(i->kind, "report2");
+	assert_string_equal(i->tz, "UTC");
+	assert_memory_equal(i->payload, "new", 3);
+	assert_int_equal(i->payload_len, 3);
+	assert_int_equal(i->misfire, DUE_MISFIRE_SKIP);
+	assert_int_equal(i->overlap, DUE_OVERLAP_ALLOW);
+	assert_int_equal((i->next_slot / 1000000) % 86400, 3 * 3600 + 1800);
+	assert_int_equal(i->last_task, 42);
+	assert_int_equal(i->fired, 3);
+	assert_int_equal(i->missed, 2);
+	assert_true(i->last_slot > 0 && i->last_missed > 0);
+	assert_true(i->last_missed < i->last_slot);
+	assert_true(i->created_at < i->updated_at - 86000LL * 1000000);
+	due_schedule_list_free(l);
+
+	/* listed in byte order (as SQLite sorts), whatever the collation */
+	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
+		assert_int_equal(due_cron_put(db, &(due_cron_def){
+			DUE_CRON_DEF_VERSION, names[k], "@hourly", "k", NULL,
+			NULL, 0, DUE_MISFIRE_SKIP, DUE_OVERLAP_ALLOW, 5, 1000000,
+			3600000000LL}), 0);
+	assert_int_equal(due_cron_list(db, &l), 0);
+	assert_int_equal(l->count, 6);
+	for (size_t k = 1; k < l->count; k++)
+		assert_true(strcmp(l->items[k - 1].name, l->items[k].name) < 0);
+	assert_string_equal(l->items[0].name, "B");
+	assert_int_equal(l->items[0].payload_len, 0);
+	assert_non_null(l->items[0].payload);
+	due_schedule_list_free(l);
+
+	/* remove; a second remove finds nothing */
+	assert_int_equal(due_cron_remove(db, "B"), 0);
+	assert_int_equal(due_cron_remove(db, "B"), DUE_ENOTFOUND);
+	assert_non_null(strstr(due_error_last(), "no schedule named 'B'"));
+	assert_int_equal(sql_int("SELECT count(*) FROM due_schedule"), 5);
+
+	/* the policies are checked by the schema too */
+	r = PQexec(adm, "UPDATE due_schedule SET misfire = 'later'");
+	assert_int_equal(PQresultStatus(r), PGRES_FATAL_ERROR);
+	PQclear(r);
+	r = PQexec(adm, "UPDATE due_schedule SET overlap = 'queue'");
+	assert_int_equal(PQresultStatus(r), PGRES_FATAL_ERROR);
+	PQclear(r);
+	sql("INSERT INTO due_worker (owner, started_at, seen_at) VALUES"
+	    " ('bare', now(), now())");
+	assert_int_equal(sql_int("SELECT claimed + done + failed + dead + stale"
+		" + cancelled + lease_lost + claim_queries + empty_claims"
+		" + reclaim_queries + store_errors FROM due_worker"), 0);
+	assert_string_equal(sql_text(buf, sizeof(buf), "SELECT data_type FROM "
+		"information_schema.columns WHERE table_schema = '%s' AND "
+		"table_name = 'due_schedule' AND column_name = 'payload'",
+		schema), "bytea");
+	due_close(db);
+}
+
+/* Slot tasks of schedule `name`: count, distinct keys, span, bad due_at. */
+typedef struct slots {
+	int64_t n, distinct, first, last, misdue;
+} slots;
+
+static slots slot_tasks(const char *name)
+{
+	slots s;
+	const char *w = "FROM due_task WHERE key LIKE 'cron:%s:%%'";
+	char q[256];
+
+#define SLOT_SQL(expr) (snprintf(q, sizeof(q), "SELECT " expr " %s", w), \
+			sql_int(q, name))
+	s.n = SLOT_SQL("count(*)");
+	s.distinct = SLOT_SQL("count(DISTINCT key)");
+	s.first = SLOT_SQL("min(split_part(key, ':', 3)::int8)");
+	s.last = SLOT_SQL("max(split_part(key, ':', 3)::int8)");
+	/* each slot's task is due exactly at its slot */
+	s.misdue = SLOT_SQL("count(*) FILTER (WHERE due_at <> "
+			    "to_timestamp(split_part(key, ':', 3)::int8))");
+#undef SLOT_SQL
+	return s;
+}
+
+static void test_cron_fire_exact_and_notify(void **state)
+{
+	(void)state;
+	PGconn *ear = connect_to(url);
+	char kind[32];
+	due_db *db = open_db();
+	due_cron_tick_result r;
+	due_schedule_list *l = NULL;
+	due_task *t;
+
+	snprintf(kind, sizeof(kind), "sec-%d", (int)getpid());
+	exec_ok(ear, "LISTEN due_task_new");
+	due_cron_def d = cron_def("sec", "* * * * * *", kind);
+	assert_int_equal(due_cron_put(db, &d), 0);
+	assert_int_equal(due_cron_tick(db, &r, 2500000), 0);
+	assert_true(r.materialized >= 2 && r.materialized <= 3);
+	assert_int_equal(r.lost_races, 0);
+	assert_true(notified(ear, 2000, kind));
+	slots s = slot_tasks("sec");
+	assert_int_equal(s.n, r.materialized);
+	assert_int_equal(s.distinct, s.n);
+	assert_int_equal(s.last - s.first + 1, s.n);
+	assert_int_equal(s.misdue, 0);
+
+	/* the schedule records its last slot and task, and moved on */
+	assert_int_equal(due_cron_list(db, &l), 0);
+	const due_schedule_info *i = &l->items[0];
+	assert_int_equal(i->fired, s.n);
+	assert_int_equal(i->last_slot, s.last * 1000000);
+	assert_int_equal(i->next_slot, (s.last + 1) * 1000000);
+	assert_int_equal(r.next_slot, i->next_slot);
+	t = get(db, i->last_task);
+	assert_int_equal(t->due_at, i->last_slot);
+	assert_string_equal(t->kind, kind);
+	assert_int_equal(t->max_attempts, 5);
+	due_task_free(t);
+	due_schedule_list_free(l);
+
+	/* nothing more to do before the next slot */
+	assert_int_equal(due_cron_tick(db, &r, 0), 0);
+	assert_int_equal(r.materialized, 0);
+	assert_int_equal(slot_tasks("sec").n, s.n);
+	PQfinish(ear);
+	due_close(db);
+}
+
+/*
+** A slot whose task is already in the store as a live task of the same
+** (kind, key), e.g. materialized by a run cut short: the step still
+** advances and records that task, inserting no second one.
+*/
+static void test_cron_fire_finds_live_task(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_cron_def d = cron_def("yearly", "0 0 1 1 *", "yk");
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_cron_tick_result r;
+	due_schedule_list *l = NULL;
+	due_submitted pre;
+	char key[64];
+
+	assert_int_equal(due_cron_put(db, &d), 0);
+	sql("UPDATE due_schedule SET next_slot = date_trunc('second', now())"
+	    " - interval '2 seconds'");
+	int64_t slot = sql_int("SELECT extract(epoch FROM next_slot)::int8 "
+			       "FROM due_schedule");
+	snprintf(key, sizeof(key), "cron:yearly:%lld", (long long)slot);
+	o.key = key;
+	o.delay_us = 3600000000LL;
+	assert_int_equal(due_schedule(db, &pre, "yk", "", 0, &o), 0);
+	assert_int_equal(due_cron_tick(db, &r, 0), 0);
+	assert_int_equal(r.materialized, 1);
+	assert_int_equal(r.lost_races, 0);
+	assert_int_equal(sql_int("SELECT count(*) FROM due_task"), 1);
+	assert_int_equal(due_cron_list(db, &l), 0);
+	assert_int_equal(l->items[0].last_task, pre.id);
+	assert_int_equal(l->items[0].last_slot, slot * 1000000);
+	assert_int_equal(l->items[0].fired, 1);
+	/* and on to next 1 January, 00:00 UTC */
+	assert_true(l->items[0].next_slot > slot * 1000000);
+	assert_int_equal(sql_int("SELECT count(*) FROM due_schedule WHERE "
+		"next_slot = date_trunc('year', now() AT TIME ZONE 'UTC' + "
+		"interval '1 year') AT TIME ZONE 'UTC'"), 1);
+	due_schedule_list_free(l);
+	due_close(db);
+}
+
+/* Child: one scheduler pass; exit 0 when it materialized exactly one slot. */
+static void one_tick_child(void)
+{
+	due_db *db = NULL;
+	due_cron_tick_result r;
+	int rc = 2;
+
+	if (due_open(&db, url, NULL) == 0) {
+		rc = due_cron_tick(db, &r, 0) < 0 ? 3
+		     : r.materialized == 1 && r.lost_races == 0 ? 0 : 4;
+		if (rc == 3)
+			fprintf(stderr, "tick: %s\n", due_error_last());
+	}
+	due_close(db);
+	_exit(rc);
+}
+
+/*
+** The same, with the live task committed while the step's statement runs:
+** its insert waits for that transaction and then does nothing, and its
+** snapshot cannot see the task.  The step looks it up afterwards, in the
+** same transaction, and still records it.
+*/
+static void test_cron_fire_sees_concurrent_live_task(void **state)
+{
+	(void)state;
+	PGconn *other = connect_to(url);
+	due_db *db = open_db();
+	due_cron_def d = cron_def("yearly", "0 0 1 1 *", "yk");
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_schedule_list *l = NULL;
+	due_submitted pre;
+	char key[64];
+	int st, waiting = 0;
+
+	assert_int_equal(due_cron_put(db, &d), 0);
+	sql("UPDATE due_schedule SET next_slot = date_trunc('second', now())"
+	    " - interval '2 seconds'");
+	int64_t slot = sql_int("SELECT extract(epoch FROM next_slot)::int8 "
+			       "FROM due_schedule");
+	snprintf(key, sizeof(key), "cron:yearly:%lld", (long long)slot);
+	o.key = key;
+	o.delay_us = 3600000000LL;
+	exec_ok(other, "BEGIN");
+	assert_int_equal(due_schedule_pg_tx(other, &pre, "yk", "", 0, &o), 0);
+	pid_t kid = fork();
+	if (kid == 0)
+		one_tick_child();
+	/* the step's insert now waits for `other` */
+	for (int i = 0; i < 500 && !waiting; i++) {
+		waiting = (int)sql_int("SELECT count(*) FROM pg_stat_activity"
+			" WHERE wait_event_type = 'Lock' AND query LIKE"
+			" 'WITH s AS MATERIALIZED (SELECT name FROM due_schedule%%'");
+		if (!waiting)
+			tu_sleep_ms(10);
+	}
+	assert_true(waiting > 0);
+	exec_ok(other, "COMMIT");
+	waitpid(kid, &st, 0);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	assert_int_equal(sql_int("SELECT count(*) FROM due_task"), 1);
+	assert_int_equal(due_cron_list(db, &l), 0);
+	assert_int_equal(l->items[0].last_task, pre.id);
+	assert_int_equal(l->items[0].last_slot, slot * 1000000);
+	assert_int_equal(l->items[0].fired, 1);
+	due_schedule_list_free(l);
+	PQfinish(other);
+	due_close(db);
+}
+
+/* Missed slots (misfire skip) add up across passes; no task is made. */
+static void test_cron_missed_accumulate(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_cron_def d = cron_def("minutely", "* * * * *", "mk");
+	due_cron_tick_result r1, r2;
+	due_schedule_list *l = NULL;
+
+	assert_int_equal(due_cron_put(db, &d), 0);
+	for (int pass = 0; pass < 2; pass++) {
+		sql("UPDATE due_schedule SET next_slot = date_trunc('minute', "
+		    "now()) - interval '10 minutes'");
+		assert_int_equal(due_cron_tick(db, pass ? &r2 : &r1, 0), 0);
+	}
+	assert_true(r1.missed >= 10 && r2.missed >= 10);
+	assert_int_equal(due_cron_list(db, &l), 0);
+	const due_schedule_info *i = &l->items[0];
+	assert_int_equal(i->missed, r1.missed + r2.missed);
+	assert_int_equal(i->fired, r1.materialized + r2.materialized);
+	/* no task for a missed slot; at most the in-grace one, made once
+	   (the second pass finds it live when it fires that slot again) */
+	assert_true(sql_int("SELECT count(*) FROM due_task") <= 1);
+	assert_int_equal(sql_int("SELECT count(*) FROM due_task WHERE"
+		" due_at <= to_timestamp(%lld)",
+		(long long)(i->last_missed / 1000000)), 0);
+	assert_int_equal(i->last_missed % 60000000, 0);
+	assert_true(i->last_missed <= r2.now - DUE_CRON_MISFIRE_GRACE_US);
+	assert_true(i->next_slot > r2.now);
+	due_schedule_list_free(l);
+	due_close(db);
+}
+
+/* Child: tick for `seconds`, then report "materialized lost_races". */
+static void tick_child(int go, int fd, int seconds)
+{
+	due_db *db = NULL;
+	int64_t made = 0, lost = 0;
+	char c;
+
+	if (due_open(&db, url, NULL) < 0)
+		_exit(2);
+	if (read(go, &c, 1) != 1)
+		_exit(5);
+	for (int i = 0; i < seconds * 100; i++) {
+		due_cron_tick_result r;
+		if (due_cron_tick(db, &r, 1500000) < 0) {
+			fprintf(stderr, "tick: %s\n", due_error_last());
+			_exit(3);
+		}
+		made += r.materialized;
+		lost += r.lost_races;
+		tu_sleep_ms(10);
+	}
+	dprintf(fd, "%lld %lld\n", (long long)made, (long long)lost);
+	due_close(db);
+	_exit(0);
+}
+
+static void test_cron_two_schedulers_once_per_slot(void **state)
+{
+	(void)state;
+	enum { P = 2 };
+	due_db *db = open_db();
+	due_cron_def d = cron_def("every-second", "* * * * * *", "tick");
+	due_schedule_list *l = NULL;
+	int go[2], fds[P][2];
+	long long made = 0, lost = 0;
+	pid_t pids[P];
+
+	assert_int_equal(due_cron_put(db, &d), 0);
+	assert_int_equal(pipe(go), 0);
+	for (int p = 0; p < P; p++) {
+		assert_int_equal(pipe(fds[p]), 0);
+		if ((pids[p] = fork()) == 0) {
+			close(fds[p][0]);
+			close(go[1]);
+			tick_child(go[0], fds[p][1], 5);
+		}
+		close(fds[p][1]);
+	}
+	close(go[0]);
+	assert_int_equal(write(go[1], "gg", 2), 2);
+	close(go[1]);
+	for (int p = 0; p < P; p++) {
+		FILE *f = fdopen(fds[p][0], "r");
+		long long m = 0, x = 0;
+		assert_int_equal(fscanf(f, "%lld %lld", &m, &x), 2);
+		made += m;
+		lost += x;
+		fclose(f);
+		int st;
+		waitpid(pids[p], &st, 0);
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	slots s = slot_tasks("every-second");
+	printf("postgres cron: 2 schedulers x 5 s -> %lld slot tasks (keys "
+	       "%lld..%lld), won=%lld lost_races=%lld\n", (long long)s.n,
+	       (long long)s.first, (long long)s.last, made, lost);
+	assert_true(s.n >= 5);
+	assert_int_equal(s.distinct, s.n);            /* no slot twice */
+	assert_int_equal(s.last - s.first + 1, s.n);  /* no slot skipped */
+	assert_int_equal(s.misdue, 0);
+	assert_int_equal(made, s.n);                  /* won == inserted */
+	assert_int_equal(due_cron_list(db, &l), 0);
+	assert_int_equal(l->items[0].fired, s.n);
+	assert_int_equal(l->items[0].missed, 0);
+	assert_int_equal(l->items[0].last_slot, s.last * 1000000);
+	assert_int_equal(l->items[0].next_slot, (s.last + 1) * 1000000);
+	due_schedule_list_free(l);
+	due_close(db);
+}
+
+/*
+** One history row at a fixed, old time: lateness and duration in
+** microseconds; dur_us = NO_END for a try still running.
+*/
+#define NO_END INT64_MIN
+static void attempt_row(int id, int64_t late_us, int64_t dur_us,
+			const char *outcome, bool stale)
+{
+	char ended[96] = "NULL";
+	if (dur_us != NO_END)
+		snprintf(ended, sizeof(ended), "t + %lld * interval "
+			 "'1 microsecond'", (long long)(late_us + dur_us));
+	sql("INSERT INTO due_attempt (task_id, attempt, worker, claimed_at,"
+	    " due_at, ended_at, outcome, late_commit) SELECT %d, 1, 'w',"
+	    " t + %lld * interval '1 microsecond', t, %s, '%s', %s FROM"
+	    " (SELECT timestamptz '2026-01-01 00:00:00+00' AS t) x", id,
+	    (long long)late_us, ended, outcome,
+	    stale ? "'REJECTED_STALE'" : "NULL");
+}
+
+/* A finished try that ended `ago_ms` before the database's now. */
+static void ended_row(int id, int64_t ago_ms, const char *outcome)
+{
+	sql("INSERT INTO due_attempt (task_id, attempt, worker, claimed_at,"
+	    " due_at, ended_at, outcome) SELECT %d, 1, 'w', e - interval"
+	    " '1 second', e - interval '1 second', e, '%s' FROM (SELECT now() -"
+	    " %lld * interval '1 millisecond' AS e) x", id, outcome,
+	    (long long)ago_ms);
+}
+
+static void near(double got, double want)
+{
+	double d = got - want;
+	if (d > 1e-6 || d < -1e-6)
+		fail_msg("got %.9f, want %.9f", got, want);
+}
+
+static void assert_buckets(const due_histogram *h, const int64_t *want)
+{
+	int64_t n = 0;
+	for (int b = 0; b <= DUE_HIST_N; b++) {
+		if (h->buckets[b] != want[b])
+			fail_msg("bucket %d (<= %g ms): got %lld, want %lld", b,
+				 b < DUE_HIST_N ? due_hist_bounds_ms[b] : 1e300,
+				 (long long)h->buckets[b], (long long)want[b]);
+		n += want[b];
+	}
+	assert_int_equal(h->count, n);
+}
+
+static void test_metrics_pg(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_metrics *m = NULL;
+	due_cancel_outcome co;
+	char a[64], b[64];
+
+	/* an empty store: all zero */
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->n_kinds, 0);
+	assert_int_equal(m->lateness.count + m->duration.count, 0);
+	assert_int_equal(m->workers + m->claim_queries, 0);
+	assert_int_equal(m->n_schedules, 0);
+	for (int i = 0; i < DUE_OUT_COUNT; i++)
+		assert_int_equal(m->outcomes[i], 0);
+	due_metrics_free(m);
+
+	/*
+	** Histograms on the bucket bounds (1 2 5 ... 30000 ms, then +Inf):
+	** a value equal to a bound is in that bound's bucket, one microsecond
+	** more is in the next; negative values count in the first.
+	*/
+	attempt_row(1, -5000, NO_END, "RUNNING", false);
+	attempt_row(2, 0, 1000, "DONE", false);
+	attempt_row(3, 1000, 1001, "FAILED", true);
+	attempt_row(4, 1001, 250000, "LEASE_EXPIRED", false);
+	attempt_row(5, 2000, 30000000, "CANCELLED", false);
+	attempt_row(6, 30000000, 30000001, "REQUEUED", true);
+	attempt_row(7, 30000001, 0, "KILLED", false);
+	attempt_row(8, 100000000, -3000, "DONE", false);
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	int64_t late[DUE_HIST_N + 1] = {[0] = 3, [1] = 2, [13] = 1, [14] = 2};
+	int64_t dur[DUE_HIST_N + 1] = {[0] = 3, [1] = 1, [7] = 1, [13] = 1,
+				       [14] = 1};
+	assert_buckets(&m->lateness, late);
+	assert_buckets(&m->duration, dur);
+	near(m->lateness.sum_ms, -5 + 0 + 1 + 1.001 + 2 + 30000 + 30000.001 +
+				 100000);
+	near(m->duration.sum_ms, 1 + 1.001 + 250 + 30000 + 30000.001 + 0 - 3);
+	assert_int_equal(m->outcomes[DUE_OUT_RUNNING], 1);
+	assert_int_equal(m->outcomes[DUE_OUT_DONE], 2);
+	for (int i = DUE_OUT_FAILED; i <= DUE_OUT_KILLED; i++)
+		assert_int_equal(m->outcomes[i], 1);
+	assert_int_equal(m->outcomes[DUE_OUT_REJECTED_STALE], 2);
+	for (int i = 0; i < 15; i++) /* all that long ago */
+		assert_int_equal(m->done_per_min[i], 0);
+	due_metrics_free(m);
+
+	/* completions per minute of the last 15, latest first */
+	sql("TRUNCATE due_attempt");
+	ended_row(1, 30000, "DONE");
+	ended_row(2, 90000, "DONE");
+	ended_row(3, 100000, "DONE");
+	ended_row(4, 870000, "DONE");      /* 14.5 min ago: the last minute */
+	ended_row(5, 960000, "DONE");      /* 16 min ago: not counted */
+	ended_row(6, 30000, "FAILED");     /* not a completion */
+	ended_row(7, -60000, "DONE");      /* in the future: not counted */
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	int64_t per_min[15] = {[0] = 1, [1] = 2, [14] = 1};
+	for (int i = 0; i < 15; i++)
+		if (m->done_per_min[i] != per_min[i])
+			fail_msg("done_per_min[%d] = %lld, want %lld", i,
+				 (long long)m->done_per_min[i],
+				 (long long)per_min[i]);
+	assert_int_equal(m->outcomes[DUE_OUT_DONE], 6);
+	assert_int_equal(m->duration.buckets[9], 7); /* 1 s each */
+	due_metrics_free(m);
+
+	/* worker reports: upserted; only the last 5 minutes count */
+	due_worker_stats w1 = {.claimed = 3, .done = 2, .failed = 1, .dead = 4,
+			       .stale = 5, .cancelled = 6, .lease_lost = 7,
+			       .claim_queries = 10, .empty_claims = 4,
+			       .reclaim_queries = 2, .store_errors = 1};
+	due_worker_stats w2 = {.claim_queries = 5, .empty_claims = 1,
+			       .reclaim_queries = 3};
+	due_worker_stats w3 = {.claim_queries = 1000, .store_errors = 1000};
+	assert_int_equal(due_worker_report(db, "host-a:1", &w1), 0);
+	assert_int_equal(due_worker_report(db, "host-b:2", &w2), 0);
+	assert_int_equal(due_worker_report(db, "gone:3", &w3), 0);
+	sql("UPDATE due_worker SET seen_at = now() - interval '6 minutes',"
+	    " started_at = now() - interval '1 hour' WHERE owner = 'gone:3'");
+	sql_text(a, sizeof(a), "SELECT started_at FROM due_worker WHERE "
+		 "owner = 'host-a:1'");
+	tu_sleep_ms(5);
+	w1.claim_queries = 12;
+	assert_int_equal(due_worker_report(db, "host-a:1", &w1), 0);
+	assert_string_equal(sql_text(b, sizeof(b), "SELECT started_at FROM "
+		"due_worker WHERE owner = 'host-a:1'"), a);
+	assert_int_equal(sql_int("SELECT count(*) FROM due_worker WHERE owner = "
+		"'host-a:1' AND seen_at > started_at"), 1);
+	assert_string_equal(sql_text(b, sizeof(b), "SELECT concat_ws(' ', "
+		"claimed, done, failed, dead, stale, cancelled, lease_lost, "
+		"claim_queries, empty_claims, reclaim_queries, store_errors) "
+		"FROM due_worker WHERE owner = 'host-a:1'"),
+		"3 2 1 4 5 6 7 12 4 2 1");
+	assert_int_equal(sql_int("SELECT count(*) FROM due_worker"), 3);
+
+	/* tasks by kind and state, by name in byte order; schedules */
+	add(db, "kb", LONG_LEASE, 5);
+	add(db, "kb", LONG_LEASE, 5);
+	due_id claimed = add(db, "KA", 0, 5);
+	claim_one(db, claimed, LONG_LEASE);
+	due_id gone = add(db, "ka", LONG_LEASE, 5);
+	assert_int_equal(due_cancel(db, &co, gone), 0);
+	due_cron_def d = cron_def("c1", "@hourly", "kb");
+	assert_int_equal(due_cron_put(db, &d), 0);
+	d.name = "c2";
+	assert_int_equal(due_cron_put(db, &d), 0);
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->workers, 2);
+	assert_int_equal(m->claim_queries, 17);
+	assert_int_equal(m->empty_claims, 5);
+	assert_int_equal(m->reclaim_queries, 5);
+	assert_int_equal(m->store_errors, 1);
+	assert_int_equal(m->n_schedules, 2);
+	assert_int_equal(m->n_kinds, 3);
+	assert_string_equal(m->kinds[0].kind, "KA");
+	assert_string_equal(m->kinds[1].kind, "ka");
+	assert_string_equal(m->kinds[2].kind, "kb");
+	int64_t want[3][DUE_STATE_COUNT] = {{0, 1, 0, 0, 0}, {0, 0, 0, 1, 0},
+					    {2, 0, 0, 0, 0}};
+	for (int k = 0; k < 3; k++)
+		for (int st = 0; st < DUE_STATE_COUNT; st++)
+			assert_int_equal(m->kinds[k].counts[st], want[k][st]);
+	/* the core's stats are left as the core filled them */
+	assert_int_equal(m->stats.counts[DUE_SCHEDULED], 2);
+	assert_int_equal(m->stats.counts[DUE_CLAIMED], 1);
+	assert_true(m->stats.now > 0);
+	due_metrics_free(m);
+
+	/* at most 1000 kinds: the first by name */
+	sql("INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
+	    " backoff_us, backoff_cap_us, created_at, updated_at) SELECT 'z' ||"
+	    " lpad(g::text, 4, '0'), '', 'DONE', now(), 1, 0, 0, now(), now()"
+	    " FROM generate_series(1, 1005) g");
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->n_kinds, 1000);
+	assert_string_equal(m->kinds[0].kind, "KA");
+	assert_string_equal(m->kinds[999].kind, "z0997");
+	assert_int_equal(m->kinds[999].counts[DUE_DONE], 1);
+	due_metrics_free(m);
+	due_close(db);
+}
+
+/* ------------------------------------------------------------------ */
 
 /* Make this run's schema, initialized; 0 or -1. */
 static int make_run_schema(void)
@@ -1483,10 +2224,11 @@ static int make_run_schema(void)
 /* Drop this run's schemas (also what a failed test left behind). */
 static void drop_run_schema(void)
 {
-	char sqlbuf[256];
+	char sqlbuf[512];
 	PGconn *c = PQconnectdb(base_url);
 	snprintf(sqlbuf, sizeof(sqlbuf), "SET client_min_messages = warning; "
-		 "DROP SCHEMA IF EXISTS %s, %s_init CASCADE", schema, schema);
+		 "DROP SCHEMA IF EXISTS %s, %s_init, %s_v1 CASCADE", schema, schema,
+		 schema);
 	PGresult *r = PQexec(c, sqlbuf);
 	if (PQresultStatus(r) != PGRES_COMMAND_OK)
 		fprintf(stderr, "could not drop schema %s: %s", schema,
@@ -1521,6 +2263,14 @@ static int run_pg_suite(void)
 		T(test_due_vs_cancel_race),
 		T(test_reconnect),
 		T(test_list_stats_prune),
+		T(test_schema_upgrade_from_v1),
+		T(test_cron_definitions_pg),
+		T(test_cron_fire_exact_and_notify),
+		T(test_cron_fire_finds_live_task),
+		T(test_cron_fire_sees_concurrent_live_task),
+		T(test_cron_missed_accumulate),
+		T(test_cron_two_schedulers_once_per_slot),
+		T(test_metrics_pg),
 #undef T
 	};
 	int failed;
