@@ -380,6 +380,7 @@ int due_complete_tx(due_db *db, due_complete_outcome *out, due_id id,
 		    due_tx_hook hook, void *payload);
 
 /** One completion of a batch. */
+struct due_completion;
 typedef struct due_completion {
 	due_id id;
 	int32_t attempt;
@@ -393,6 +394,16 @@ typedef struct due_completion {
  * gets its own outcome; a stale row does not affect the others.
  */
 int due_complete_batch(due_db *db, due_completion *items, size_t n);
+
+/**
+ * Complete n tries and claim the next tasks in ONE transaction (one commit
+ * where two would be needed): each completion is fenced on its own and
+ * gets its own outcome exactly as in due_complete_batch(), then the claim
+ * runs as due_claim_ex().  This is how a busy worker keeps one commit per
+ * batch.  *out receives the claimed tasks (possibly none).
+ */
+int due_complete_and_claim(due_db *db, due_completion *items, size_t n,
+			   const struct due_claim_opts *claim, due_task_list **out);
 
 typedef enum due_fail_outcome {
 	DUE_FAIL_RETRY_SCHEDULED = 0,

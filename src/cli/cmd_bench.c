@@ -44,6 +44,7 @@ static const char usage[] =
 	"  --poll DUR       with --no-wheel: the poll interval (default 50ms);\n"
 	"                   with the wheel: the safety poll (default 5s)\n"
 	"  --no-wheel       discover due tasks by polling only\n"
+	"  --inline         run handlers in the claiming thread (batch of C)\n"
 	"  --spread DUR     lateness: tasks due over this span (default 5s)\n"
 	"  --idle DUR       idle: how long to watch (default 10s)\n"
 	"  --json           one JSON object per workload, one per line\n";
@@ -54,7 +55,7 @@ typedef struct bopts {
 	const char *exec;
 	int64_t poll_us, spread_us, idle_us;
 	bool json;
-	bool n_set, workers_set, no_wheel, poll_set;
+	bool n_set, workers_set, no_wheel, poll_set, inline_mode;
 } bopts;
 
 typedef struct bres {
@@ -254,6 +255,7 @@ static int start_workers(vctx *v, const bopts *o, wthread *ws, long count,
 		wo.owner = owner;
 		wo.concurrency = (int)conc;
 		wo.no_wheel = o->no_wheel;
+		wo.mode = o->inline_mode ? DUE_MODE_INLINE : DUE_MODE_POOL;
 		wo.poll_us = o->no_wheel || o->poll_set ? o->poll_us : 0;
 		wo.once = once;
 		wo.log_level = 0;
@@ -284,7 +286,8 @@ static void w_drain(vctx *v, const bopts *o)
 	long workers = o->workers_set ? o->workers : 1;
 	drain_ctx d = {.n = o->n};
 	due_exec_opts x = DUE_EXEC_OPTS_INIT;
-	bres r = {.workload = "drain", .variant = o->exec ? "exec" : "c-noop",
+	bres r = {.workload = "drain",
+		  .variant = o->exec ? "exec" : o->inline_mode ? "c-noop-inline" : "c-noop",
 		  .n = o->n, .concurrency = o->concurrency * workers, .has_check = true};
 	wthread *ws = calloc((size_t)workers, sizeof(*ws));
 
@@ -451,6 +454,7 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 		{"spread", required_argument, NULL, 's'},
 		{"idle", required_argument, NULL, 'i'},
 		{"no-wheel", no_argument, NULL, 'P'},
+		{"inline", no_argument, NULL, 'I'},
 		CLI_COMMON_OPTS, {0}};
 	int opt;
 
@@ -486,6 +490,7 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 			o->poll_set = true;
 			break;
 		case 'P': o->no_wheel = true; break;
+		case 'I': o->inline_mode = true; break;
 		case 's':
 			if (cli_parse_duration(c, "--spread", optarg, &o->spread_us))
 				return EXIT_USAGE;

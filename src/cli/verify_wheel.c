@@ -257,6 +257,7 @@ void v_poll_vs_wheel(vctx *v)
 	const char *wheel[] = {"--poll", "5s", NULL};
 	lat a, b, c;
 
+	v_done(v); /* each variant gets a store of its own */
 	run_variant(v, "poll50", p50, &a);
 	run_variant(v, "poll500", p500, &b);
 	run_variant(v, "wheel", wheel, &c);

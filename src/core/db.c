@@ -374,6 +374,31 @@ int due_complete_batch(due_db *db, due_completion *items, size_t n)
 	return n ? db->ops->complete(db->store, items, n, NULL, NULL) : 0;
 }
 
+int due_complete_and_claim(due_db *db, due_completion *items, size_t n,
+			   const due_claim_opts *o, due_task_list **out)
+{
+	int rc;
+
+	*out = NULL;
+	if ((rc = ready(db)) < 0 || (rc = due_validate_owner(o->owner)) < 0 ||
+	    (rc = check_lease(o->lease_us)) < 0)
+		return rc;
+	if (o->limit < 1 || o->limit > MAX_LIMIT || o->n_kinds > 64)
+		return due_error_set(DUE_EINVAL,
+			"invalid claim limit %d or too many kinds", o->limit);
+	for (size_t i = 0; i < o->n_kinds; i++)
+		if ((rc = due_validate_kind(o->kinds[i])) < 0)
+			return rc;
+	for (size_t i = 0; i < n; i++)
+		if ((rc = check_completion(db, &items[i])) < 0)
+			return rc;
+	if (n == 0)
+		return due_claim_ex(db, out, o);
+	return db->ops->complete_claim(db->store, items, n, o->owner, o->kinds,
+				       o->n_kinds, o->exclude_kinds, o->limit,
+				       o->lease_us, out);
+}
+
 int due_fail(due_db *db, due_fail_outcome *out, due_id id, int32_t attempt,
 	     const char *error)
 {

@@ -1380,9 +1380,35 @@ static int bind_kinds(params *p, pgbuf *b, const char *const *kinds, size_t n)
 ** `exclude` all but these) is a bound text[], so there are four shapes in
 ** all, whatever the number of kinds.  An empty claim is an empty list.
 */
+static int claim_run(due_store *s, due_task_list **out, const char *owner,
+		     const char *const *kinds, size_t n_kinds, bool exclude,
+		     int limit, int64_t lease_us, due_id only_id);
+
+/* The claim statement inside the caller's open transaction. */
+static int claim_in_tx(due_store *s, due_task_list **out, const char *owner,
+		       const char *const *kinds, size_t n_kinds, bool exclude,
+		       int limit, int64_t lease_us)
+{
+	return claim_run(s, out, owner, kinds, n_kinds, exclude, limit,
+			 lease_us, 0);
+}
+
 static int pg_claim(due_store *s, due_task_list **out, const char *owner,
 		    const char *const *kinds, size_t n_kinds, bool exclude,
 		    int limit, int64_t lease_us, due_id only_id)
+{
+	int rc;
+
+	*out = NULL;
+	if ((rc = conn_ok(s)) < 0)
+		return rc;
+	return claim_run(s, out, owner, kinds, n_kinds, exclude, limit,
+			 lease_us, only_id);
+}
+
+static int claim_run(due_store *s, due_task_list **out, const char *owner,
+		     const char *const *kinds, size_t n_kinds, bool exclude,
+		     int limit, int64_t lease_us, due_id only_id)
 {
 	enum stmt_id id = only_id   ? ST_CLAIM_ID
 			  : !n_kinds ? ST_CLAIM_ANY
@@ -1395,8 +1421,6 @@ static int pg_claim(due_store *s, due_task_list **out, const char *owner,
 	int rc;
 
 	*out = NULL;
-	if ((rc = conn_ok(s)) < 0)
-		return rc;
 	p_text(&p, owner);
 	p_int(&p, lease_us);
 	p_int(&p, only_id ? only_id : limit);
@@ -1527,6 +1551,33 @@ static int pg_complete(due_store *s, due_completion *items, size_t n,
 		return rc;
 	}
 	return commit(s);
+}
+
+/*
+** Complete n tries, then claim, in one transaction: one commit (one WAL
+** flush) per batch where two autocommit statements would need two.
+*/
+static int pg_complete_claim(due_store *s, due_completion *items, size_t n,
+			     const char *owner, const char *const *kinds,
+			     size_t n_kinds, bool exclude, int limit,
+			     int64_t lease_us, due_task_list **out)
+{
+	int rc;
+
+	*out = NULL;
+	if ((rc = conn_ok(s)) < 0 || (rc = begin(s)) < 0)
+		return rc;
+	if ((rc = complete_rows(s, items, n)) < 0 ||
+	    (rc = claim_in_tx(s, out, owner, kinds, n_kinds, exclude, limit,
+			      lease_us)) < 0) {
+		rollback(s);
+		return rc;
+	}
+	if ((rc = commit(s)) < 0) {
+		due_task_list_free(*out);
+		*out = NULL;
+	}
+	return rc;
 }
 
 static int pg_fail_task(due_store *s, due_fail_outcome *out, due_id id,
@@ -2373,4 +2424,5 @@ const due_store_ops due_store_pg = {
 	.listen = pg_listen,
 	.listen_drain = pg_listen_drain,
 	.notify = pg_notify,
+	.complete_claim = pg_complete_claim,
 };

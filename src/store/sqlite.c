@@ -969,12 +969,75 @@ static int collect_tasks(due_store *s, sqlite3_stmt *st, due_task_list *l,
 	return rc == SQLITE_DONE ? 0 : sq_fail(s, rc, "claim");
 }
 
+/*
+** The claim inside an open transaction: the statement, the attempt rows.
+** now is the transaction's clock.  Fills l (capacity limit).
+*/
+static int claim_locked(due_store *s, due_task_list *l, const char *owner,
+			const char *const *kinds, size_t n_kinds, bool exclude,
+			int limit, int64_t lease_us, due_id only_id, due_time now)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	if (only_id)
+		n_kinds = 0;
+	st = only_id ? stmt(s, ST_CLAIM_ID) : claim_stmt(s, n_kinds, exclude);
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, now);
+	sqlite3_bind_int64(st, 3, lease_us);
+	if (only_id)
+		sqlite3_bind_int64(st, 4, only_id);
+	else
+		sqlite3_bind_int(st, 4, limit);
+	for (size_t i = 0; i < n_kinds; i++)
+		sqlite3_bind_text(st, (int)i + 5, kinds[i], -1, SQLITE_STATIC);
+	if ((rc = collect_tasks(s, st, l, (size_t)limit)) < 0)
+		return rc;
+	return record_claims(s, l, owner, now);
+}
+
+static int complete_one(due_store *s, due_completion *c, due_time now,
+			due_tx_hook hook, void *payload);
+
+/* Complete n tries, then claim: one BEGIN IMMEDIATE, one COMMIT. */
+static int sq_complete_claim(due_store *s, due_completion *items, size_t n,
+			     const char *owner, const char *const *kinds,
+			     size_t n_kinds, bool exclude, int limit,
+			     int64_t lease_us, due_task_list **out)
+{
+	due_task_list *l;
+	due_time now;
+	int rc;
+
+	*out = NULL;
+	if ((rc = due_task_list_alloc(&l, (size_t)limit)) < 0)
+		return rc;
+	if ((rc = begin(s)) < 0)
+		goto fail;
+	now = due_time_now_host();
+	for (size_t i = 0; i < n; i++)
+		if ((rc = complete_one(s, &items[i], now, NULL, NULL)) < 0)
+			goto fail;
+	if ((rc = claim_locked(s, l, owner, kinds, n_kinds, exclude, limit,
+			       lease_us, 0, now)) < 0 ||
+	    (rc = commit(s)) < 0)
+		goto fail;
+	*out = l;
+	return 0;
+fail:
+	rollback(s);
+	due_task_list_free(l);
+	return rc;
+}
+
 static int sq_claim(due_store *s, due_task_list **out, const char *owner,
 		    const char *const *kinds, size_t n_kinds, bool exclude,
 		    int limit, int64_t lease_us, due_id only_id)
 {
 	due_task_list *l;
-	sqlite3_stmt *st;
 	due_time now = due_time_now_host();
 	bool any = true;
 	int rc;
@@ -987,26 +1050,9 @@ static int sq_claim(due_store *s, due_task_list **out, const char *owner,
 	if ((rc = begin(s)) < 0)
 		return rc;
 	now = due_time_now_host();
-	if (only_id)
-		n_kinds = 0;
-	st = only_id ? stmt(s, ST_CLAIM_ID) : claim_stmt(s, n_kinds, exclude);
-	if (!st) {
-		rc = due_error_last_code();
-		goto fail;
-	}
-	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 2, now);
-	sqlite3_bind_int64(st, 3, lease_us);
-	if (only_id)
-		sqlite3_bind_int64(st, 4, only_id);
-	else
-		sqlite3_bind_int(st, 4, limit);
-	for (size_t i = 0; i < n_kinds; i++)
-		sqlite3_bind_text(st, (int)i + 5, kinds[i], -1, SQLITE_STATIC);
-	if ((rc = collect_tasks(s, st, l, (size_t)limit)) < 0 ||
-	    (rc = record_claims(s, l, owner, now)) < 0)
-		goto fail;
-	if ((rc = commit(s)) < 0)
+	if ((rc = claim_locked(s, l, owner, kinds, n_kinds, exclude, limit,
+			       lease_us, only_id, now)) < 0 ||
+	    (rc = commit(s)) < 0)
 		goto fail;
 	return 0;
 fail:
@@ -2214,4 +2260,5 @@ const due_store_ops due_store_sqlite = {
 	.listen = sq_listen,
 	.listen_drain = sq_listen_drain,
 	.notify = sq_notify,
+	.complete_claim = sq_complete_claim,
 };

@@ -35,7 +35,7 @@
 
 #include "due.h"
 
-#define DUE_STORE_OPS_VERSION 3
+#define DUE_STORE_OPS_VERSION 4
 
 typedef struct due_store due_store; /* backend-private */
 struct due_sched_fire;
@@ -128,6 +128,14 @@ typedef struct due_store_ops {
 	int (*listen_drain)(due_store *s, int *count);
 	/* Wake every listener (done by submits after commit). */
 	int (*notify)(due_store *s);
+
+	/* --- version 4: the hot path --- */
+
+	/* complete (as `complete`, no hook) then claim, in one transaction. */
+	int (*complete_claim)(due_store *s, due_completion *items, size_t n,
+			      const char *owner, const char *const *kinds,
+			      size_t n_kinds, bool exclude, int limit,
+			      int64_t lease_us, due_task_list **out);
 } due_store_ops;
 
 /* A scheduler's step for one schedule (see sched_fire). */

@@ -79,6 +79,7 @@ struct due_job {
 	int rc;
 	due_tx_hook hook;
 	void *hook_payload;
+	int64_t done_mono;      /* when the handler returned */
 	due_job *next;          /* pool queue or completion queue */
 	due_job *iprev, *inext; /* in-flight list */
 };
@@ -97,6 +98,8 @@ struct due_worker {
 	due_job *done_head, *done_tail;
 	int wake_fd;
 	atomic_bool stop, draining, running;
+	atomic_bool fold;       /* claimer is draining: it commits completions
+				   together with its next claim */
 	bool threads_stop;      /* under mu: keeper and completer may exit */
 	pthread_t keeper, completer, scheduler;
 	bool sched_started;
@@ -342,6 +345,7 @@ static void run_job(due_worker *w, due_job *j)
 	wlog(w, 2, "task %lld (%s) attempt %d: handler %s in %.1f ms",
 	     (long long)j->task.id, j->task.kind, j->task.attempt,
 	     j->rc == 0 ? "ok" : "failed", (double)(due_mono_us() - t0) / 1000.0);
+	j->done_mono = due_mono_us();
 	pthread_mutex_lock(&w->mu);
 	j->next = NULL;
 	if (w->done_tail)
@@ -351,6 +355,8 @@ static void run_job(due_worker *w, due_job *j)
 	w->done_tail = j;
 	pthread_cond_signal(&w->done_cv);
 	pthread_mutex_unlock(&w->mu);
+	if (atomic_load(&w->fold))
+		wake(w); /* the claimer folds this into its next claim */
 }
 
 /* ------------------------------------------------------------------ */
@@ -560,6 +566,15 @@ static void *completer_main(void *arg)
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
 		size_t n = 0;
+		/* while the claimer is draining it commits completions with its
+		   next claim; take only those it left for 2 ms */
+		if (w->done_head && atomic_load(&w->fold) && !w->threads_stop) {
+			int64_t age = due_mono_us() - w->done_head->done_mono;
+			if (age < 2000) {
+				cond_wait_us(&w->done_cv, &w->mu, 2000 - age);
+				continue;
+			}
+		}
 		while (w->done_head && n < COMPLETE_BATCH) {
 			batch[n++] = w->done_head;
 			w->done_head = w->done_head->next;
@@ -803,18 +818,21 @@ static void *scheduler_main(void *arg)
 /* Claimer                                                             */
 /* ------------------------------------------------------------------ */
 
-/* Kinds a pool claims: isolated -> its kind; shared -> see claim_for(). */
-static int claim_for(due_worker *w, due_db *db, pool *p, int limit,
-		     due_task_list **out)
+/*
+** The claim options of a pool: an isolated pool claims its kind; the
+** shared pool claims its handlers' kinds, or with a catch-all every kind
+** but the isolated ones.  false when the pool has nothing to claim.
+*/
+static bool claim_opts_for(due_worker *w, pool *p, int limit,
+			   const char **kinds, due_claim_opts *o)
 {
-	const char *kinds[65];
-	due_claim_opts o = DUE_CLAIM_OPTS_INIT;
 	bool catch_all = false;
 	size_t n = 0;
 
-	o.owner = w->owner;
-	o.limit = limit;
-	o.lease_us = w->o.lease_us;
+	*o = (due_claim_opts)DUE_CLAIM_OPTS_INIT;
+	o->owner = w->owner;
+	o->limit = limit;
+	o->lease_us = w->o.lease_us;
 	if (p->kind) {
 		kinds[n++] = p->kind;
 	} else {
@@ -825,20 +843,115 @@ static int claim_for(due_worker *w, due_db *db, pool *p, int limit,
 				kinds[n++] = w->handlers[i].kind;
 		}
 		if (catch_all) {
-			/* everything except the isolated kinds */
 			n = 0;
 			for (size_t i = 1; i < w->n_pools && n < 64; i++)
 				kinds[n++] = w->pools[i]->kind;
-			o.exclude_kinds = true;
+			o->exclude_kinds = true;
 		} else if (n == 0) {
-			*out = NULL;
-			return 0;
+			return false;
 		}
 	}
-	o.kinds = kinds;
-	o.n_kinds = n;
+	o->kinds = kinds;
+	o->n_kinds = n;
+	return true;
+}
+
+/* Take the pool's finished plain completions off the done queue.  mu held. */
+static size_t take_done_locked(due_worker *w, pool *p, due_job **out, size_t cap)
+{
+	due_job **link = &w->done_head, *last = NULL;
+	size_t n = 0;
+
+	while (*link && n < cap) {
+		due_job *j = *link;
+		if (j->pool == p && j->rc == 0 && !j->hook) {
+			*link = j->next;
+			out[n++] = j;
+		} else {
+			last = j;
+			link = &j->next;
+		}
+	}
+	while (*link) { /* find the new tail */
+		last = *link;
+		link = &(*link)->next;
+	}
+	w->done_tail = last;
+	return n;
+}
+
+/* Give completions back to the completer (after a failed fold).  mu held. */
+static void untake_locked(due_worker *w, due_job **jobs, size_t n)
+{
+	for (size_t i = n; i-- > 0;) {
+		jobs[i]->next = w->done_head;
+		w->done_head = jobs[i];
+		if (!w->done_tail)
+			w->done_tail = jobs[i];
+	}
+	pthread_cond_signal(&w->done_cv);
+}
+
+/*
+** While draining, slots free up one handler at a time.  When less than
+** half of a pool could be claimed now, give the handlers about to finish
+** up to 200 us, so one transaction carries several completions and
+** claims instead of one each.
+*/
+static void gather(due_worker *w, pool *p)
+{
+	for (int round = 0; round < 4 && atomic_load(&w->fold) && p->size >= 4;
+	     round++) {
+		int avail;
+		pthread_mutex_lock(&w->mu);
+		avail = p->size - p->busy;
+		for (due_job *j = w->done_head; j; j = j->next)
+			avail += j->pool == p && j->rc == 0 && !j->hook;
+		pthread_mutex_unlock(&w->mu);
+		if (avail >= p->size / 2)
+			return;
+		struct timespec ts = {0, 50000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+/*
+** Claim for one pool, folding its finished completions into the same
+** transaction when there are any (one commit per batch).
+*/
+static int claim_pool(due_worker *w, due_db *db, pool *p, int limit,
+		      due_job **taken, size_t nt, due_task_list **out)
+{
+	const char *kinds[65];
+	due_completion items[COMPLETE_BATCH];
+	due_claim_opts o;
+	int rc;
+
+	*out = NULL;
+	if (!claim_opts_for(w, p, limit, kinds, &o)) {
+		if (nt == 0)
+			return 0;
+		o.n_kinds = 0; /* not reached: a pool with jobs has kinds */
+	}
 	atomic_fetch_add(&w->st.claim_queries, 1);
-	return due_claim_ex(db, out, &o);
+	if (nt == 0)
+		return due_claim_ex(db, out, &o);
+	for (size_t i = 0; i < nt; i++)
+		items[i] = (due_completion){taken[i]->task.id, taken[i]->task.attempt,
+					    taken[i]->result, taken[i]->result_len, 0};
+	if ((rc = due_complete_and_claim(db, items, nt, &o, out)) < 0) {
+		pthread_mutex_lock(&w->mu);
+		untake_locked(w, taken, nt);
+		pthread_mutex_unlock(&w->mu);
+		return rc;
+	}
+	pthread_mutex_lock(&w->mu);
+	for (size_t i = 0; i < nt; i++) {
+		count_outcome(w, taken[i], true, (int)items[i].outcome);
+		retire_locked(w, taken[i]);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return 0;
 }
 
 /*
@@ -857,8 +970,14 @@ static int claim_round(due_worker *w, due_db *db, bool *filled)
 		due_task_list *l = NULL;
 		int free_slots, rc;
 
+		due_job *taken[COMPLETE_BATCH];
+		size_t nt = 0;
+
+		gather(w, p);
 		pthread_mutex_lock(&w->mu);
-		free_slots = p->size - p->busy;
+		if (atomic_load(&w->fold))
+			nt = take_done_locked(w, p, taken, COMPLETE_BATCH);
+		free_slots = p->size - p->busy + (int)nt;
 		pthread_mutex_unlock(&w->mu);
 		if (free_slots <= 0) {
 			/* full: we did not look, so more may be due; a freed
@@ -866,7 +985,7 @@ static int claim_round(due_worker *w, due_db *db, bool *filled)
 			*filled = true;
 			continue;
 		}
-		if ((rc = claim_for(w, db, p, free_slots, &l)) < 0)
+		if ((rc = claim_pool(w, db, p, free_slots, taken, nt, &l)) < 0)
 			return rc;
 		if (!l)
 			continue;
@@ -978,6 +1097,7 @@ static void claim_loop(due_worker *w, due_db *db)
 			}
 			backoff = 10000;
 			more = filled;
+			atomic_store(&w->fold, more || w->o.once);
 			next_poll = due_mono_us() + w->poll_us;
 		}
 		if (w->o.mode == DUE_MODE_INLINE)
@@ -1186,6 +1306,7 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 				goto store_error;
 			backoff = 10000;
 			more = filled;
+			atomic_store(&w->fold, more);
 			/* PostgreSQL's clock is known to within a round trip:
 			   if we woke early, look again shortly */
 			if (fired && n == 0 && !d->exact_clock && d->rechecks < 4)
@@ -1354,6 +1475,10 @@ int due_worker_run(due_worker *w)
 	     w->o.once ? ", once" : "");
 	if (!try_wheel(w, db))
 		claim_loop(w, db);
+	atomic_store(&w->fold, false); /* the completer takes everything now */
+	pthread_mutex_lock(&w->mu);
+	pthread_cond_signal(&w->done_cv);
+	pthread_mutex_unlock(&w->mu);
 	atomic_store(&w->draining, true);
 	drain(w);
 	join_all(w);

@@ -35,7 +35,7 @@ expect_eq "error text" "exit 3: it broke" "$(state "$bad_id" last_error)"
 # 3. the same idempotency key on every attempt
 kid=$("$DUE" add keyed --max-attempts 3 --backoff 10ms)
 for i in 1 2 3; do
-	"$DUE" work --once -q --exec 'echo "$DUE_IDEMPOTENCY_KEY" >> "$OUT/keys"; [ "$DUE_ATTEMPT" = 2 ]'
+	"$DUE" work --once -q --kinds keyed --exec 'echo "$DUE_IDEMPOTENCY_KEY" >> "$OUT/keys"; [ "$DUE_ATTEMPT" = 2 ]'
 	sleep 0.05
 done
 expect_eq "two attempts, one key" "task-$kid task-$kid" "$(tr '\n' ' ' <"$OUT/keys" | sed 's/ $//')"
