@@ -92,5 +92,6 @@ int cmd_work(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_cron(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -29,6 +29,7 @@ static const command commands[] = {
 	{"stats", cmd_stats, "counts by state, backlog age, lateness"},
 	{"health", cmd_health, "exit 0 when UP, 1 when dead letters exist"},
 	{"prune", cmd_prune, "delete finished tasks older than a retention"},
+	{"serve", cmd_serve, "HTTP API, dashboard, health and Prometheus metrics"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,171 @@
+/*
+** metrics.c - GET /metrics: the store's numbers in the Prometheus text
+** exposition format (version 0.0.4).
+**
+** Everything comes from one due_metrics_get() call, so every worker's
+** work is seen, not only this process's.  Histograms and attempt outcomes
+** are computed over the attempts history kept in the store: `due prune`
+** removes old history, which Prometheus sees as a counter reset.  Worker
+** counters are the sums over workers that reported in the last 5 minutes,
+** so a worker that goes away also looks like a reset.
+**
+** Format rules kept here: one HELP and one TYPE line per family, before
+** its samples; label values escaped (\\, \", \n); histogram buckets
+** cumulative with le="+Inf" equal to _count; names prefixed due_.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "http/internal.h"
+
+/* Write s as a label value: backslash, quote and newline escaped. */
+static void label(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\\')
+			fputs("\\\\", f);
+		else if (*s == '"')
+			fputs("\\\"", f);
+		else if (*s == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*s, f);
+	}
+}
+
+static void family(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void gauge(FILE *f, const char *name, const char *help, int64_t v)
+{
+	family(f, name, "gauge", help);
+	fprintf(f, "%s %lld\n", name, (long long)v);
+}
+
+static void counter(FILE *f, const char *name, const char *help, int64_t v)
+{
+	family(f, name, "counter", help);
+	fprintf(f, "%s %lld\n", name, (long long)v);
+}
+
+/* A histogram in seconds from one in milliseconds (per-bucket counts). */
+static void histogram(FILE *f, const char *name, const char *help,
+		      const due_histogram *h)
+{
+	int64_t cum = 0;
+
+	family(f, name, "histogram", help);
+	for (int i = 0; i < DUE_HIST_N; i++) {
+		cum += h->buckets[i];
+		fprintf(f, "%s_bucket{le=\"%g\"} %lld\n", name,
+			due_hist_bounds_ms[i] / 1000.0, (long long)cum);
+	}
+	cum += h->buckets[DUE_HIST_N];
+	fprintf(f, "%s_bucket{le=\"+Inf\"} %lld\n", name, (long long)cum);
+	fprintf(f, "%s_sum %.6f\n", name, h->sum_ms / 1000.0);
+	fprintf(f, "%s_count %lld\n", name, (long long)cum);
+}
+
+static const char *const state_label[DUE_STATE_COUNT] = {
+	"scheduled", "claimed", "done", "cancelled", "dead"};
+
+static void tasks(FILE *f, const due_metrics *m)
+{
+	family(f, "due_tasks", "gauge", "Tasks in the store by kind and state.");
+	for (size_t k = 0; k < m->n_kinds; k++)
+		for (int s = 0; s < DUE_STATE_COUNT; s++) {
+			fputs("due_tasks{kind=\"", f);
+			label(f, m->kinds[k].kind);
+			fprintf(f, "\",state=\"%s\"} %lld\n", state_label[s],
+				(long long)m->kinds[k].counts[s]);
+		}
+	family(f, "due_tasks_by_state", "gauge", "Tasks in the store by state.");
+	for (int s = 0; s < DUE_STATE_COUNT; s++)
+		fprintf(f, "due_tasks_by_state{state=\"%s\"} %lld\n", state_label[s],
+			(long long)m->stats.counts[s]);
+}
+
+/* Outcome names as labels; RUNNING is a gauge of its own. */
+static const char *const outcome_label[DUE_OUT_COUNT] = {
+	[DUE_OUT_DONE] = "done", [DUE_OUT_FAILED] = "failed",
+	[DUE_OUT_LEASE_EXPIRED] = "lease_lost", [DUE_OUT_CANCELLED] = "cancelled",
+	[DUE_OUT_REQUEUED] = "requeued", [DUE_OUT_KILLED] = "killed",
+	[DUE_OUT_REJECTED_STALE] = "rejected_stale"};
+
+static void attempts(FILE *f, const due_metrics *m)
+{
+	family(f, "due_attempts_total", "counter",
+	       "Ended tries by outcome (attempts history in the store; "
+	       "rejected_stale counts late commits refused by fencing).");
+	for (int i = 0; i < DUE_OUT_COUNT; i++)
+		if (outcome_label[i])
+			fprintf(f, "due_attempts_total{outcome=\"%s\"} %lld\n",
+				outcome_label[i], (long long)m->outcomes[i]);
+	gauge(f, "due_attempts_running", "Tries running now (CLAIMED).",
+	      m->outcomes[DUE_OUT_RUNNING]);
+}
+
+/* The whole exposition, malloc'd into *out; -1 on ENOMEM. */
+static int render(const due_metrics *m, const char *backend, char **out,
+		  size_t *len)
+{
+	FILE *f = open_memstream(out, len);
+
+	if (!f)
+		return -1;
+	family(f, "due_build_info", "gauge", "Version of due and its store backend.");
+	fprintf(f, "due_build_info{version=\"%s\",backend=\"", DUE_VERSION);
+	label(f, backend);
+	fputs("\"} 1\n", f);
+	tasks(f, m);
+	gauge(f, "due_dead_letters", "DEAD tasks waiting for an operator "
+	      "(health is DOWN while this is above 0).", m->stats.dead);
+	gauge(f, "due_due_unclaimed_tasks", "SCHEDULED tasks already due, not yet "
+	      "claimed.", m->stats.due_unclaimed);
+	family(f, "due_oldest_due_unclaimed_seconds", "gauge",
+	       "Age of the oldest due but unclaimed task (0 when none).");
+	fprintf(f, "due_oldest_due_unclaimed_seconds %.3f\n",
+		(double)m->stats.oldest_due_unclaimed_ms / 1000.0);
+	histogram(f, "due_lateness_seconds", "Lateness of claims: claimed_at - "
+		  "due_at.", &m->lateness);
+	histogram(f, "due_handler_duration_seconds", "Duration of ended tries: "
+		  "ended_at - claimed_at.", &m->duration);
+	attempts(f, m);
+	counter(f, "due_worker_claim_queries_total", "Claim queries by workers "
+		"seen in the last 5 minutes.", m->claim_queries);
+	counter(f, "due_worker_empty_polls_total", "Claim queries that found "
+		"nothing, by workers seen in the last 5 minutes.", m->empty_claims);
+	counter(f, "due_worker_reclaim_queries_total", "Expired-lease reclaim "
+		"queries by workers seen in the last 5 minutes.", m->reclaim_queries);
+	counter(f, "due_worker_store_errors_total", "Store errors met by workers "
+		"seen in the last 5 minutes.", m->store_errors);
+	gauge(f, "due_workers", "Workers that reported in the last 5 minutes.",
+	      m->workers);
+	gauge(f, "due_schedules", "Periodic schedules (due cron).",
+	      (int64_t)m->n_schedules);
+	return fclose(f) == 0 ? 0 : -1;
+}
+
+int route_metrics_prom(http_req *r)
+{
+	due_metrics *m = NULL;
+	char *text = NULL;
+	size_t len = 0;
+	due_db *db;
+	int rc;
+
+	if ((rc = http_db(r, &db)) < 0 || (rc = due_metrics_get(db, &m)) < 0)
+		return http_reply_due(r, rc);
+	rc = render(m, due_db_backend(db), &text, &len);
+	due_metrics_free(m);
+	if (rc < 0) {
+		free(text);
+		return http_reply_error(r, 500, "internal", "out of memory");
+	}
+	rc = http_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8",
+			     text, len);
+	free(text);
+	return rc;
+}

@@ -1,0 +1,333 @@
+/*
+** routes_misc.c - /v1/schedules, /v1/stats, /health, /v1/metrics (the
+** dashboard's JSON) and / (the dashboard page).
+**
+** Schedules are rendered with the field names of `due cron ls --json`
+** (name, expr, kind, tz, misfire, overlap, next_fire, next_fire_local,
+** last_fire, last_task, fired, missed, last_missed, payload) plus the
+** retry settings, so what a PUT sends can be read back.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fmt/fmt.h"
+#include "http/internal.h"
+
+/* ------------------------------------------------------------------ */
+/* Schedules                                                           */
+/* ------------------------------------------------------------------ */
+
+static json_t *sched_json(const due_schedule_info *s)
+{
+	json_t *o = json_object();
+	char z[48];
+
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "name", json_string(s->name));
+	json_object_set_new(o, "expr", json_string(s->expr));
+	json_object_set_new(o, "kind", json_string(s->kind));
+	json_object_set_new(o, "tz", json_string(s->tz));
+	json_object_set_new(o, "misfire", json_string(s->misfire ? "once" : "skip"));
+	json_object_set_new(o, "overlap", json_string(s->overlap ? "wait" : "allow"));
+	json_object_set_new(o, "next_fire", due_fmt_time(s->next_slot));
+	if (due_time_format_zone(z, sizeof(z), s->next_slot, s->tz) == 0)
+		json_object_set_new(o, "next_fire_local", json_string(z));
+	json_object_set_new(o, "last_fire", due_fmt_time(s->last_slot));
+	json_object_set_new(o, "last_task", s->last_task ? json_integer(s->last_task)
+							  : json_null());
+	json_object_set_new(o, "fired", json_integer(s->fired));
+	json_object_set_new(o, "missed", json_integer(s->missed));
+	json_object_set_new(o, "last_missed", due_fmt_time(s->last_missed));
+	if (due_fmt_is_utf8(s->payload, s->payload_len)) {
+		json_object_set_new(o, "payload", json_stringn((const char *)s->payload,
+							       s->payload_len));
+	} else {
+		char *b = due_fmt_base64(s->payload, s->payload_len);
+		json_object_set_new(o, "payload_b64", b ? json_string(b) : json_null());
+		free(b);
+	}
+	json_object_set_new(o, "max_attempts", json_integer(s->max_attempts));
+	json_object_set_new(o, "backoff_ms", json_integer(s->backoff_us / 1000));
+	json_object_set_new(o, "backoff_cap_ms", json_integer(s->backoff_cap_us / 1000));
+	return o;
+}
+
+/* The schedule called name as JSON into *out (NULL when none). */
+static int sched_find(due_db *db, const char *name, json_t **out)
+{
+	due_schedule_list *l = NULL;
+	int rc;
+
+	*out = NULL;
+	if ((rc = due_cron_list(db, &l)) < 0)
+		return rc;
+	for (size_t i = 0; i < l->count; i++)
+		if (!strcmp(l->items[i].name, name))
+			*out = sched_json(&l->items[i]);
+	due_schedule_list_free(l);
+	return 0;
+}
+
+int route_sched_list(http_req *r)
+{
+	due_schedule_list *l = NULL;
+	due_db *db;
+	json_t *arr;
+	int rc;
+
+	if ((rc = http_db(r, &db)) < 0 || (rc = due_cron_list(db, &l)) < 0)
+		return http_reply_due(r, rc);
+	arr = json_array();
+	for (size_t i = 0; arr && i < l->count; i++)
+		json_array_append_new(arr, sched_json(&l->items[i]));
+	due_schedule_list_free(l);
+	return http_reply_json(r, 200, arr);
+}
+
+int route_sched_get(http_req *r)
+{
+	due_db *db;
+	json_t *o;
+	int rc;
+
+	if ((rc = http_db(r, &db)) < 0 || (rc = sched_find(db, r->param, &o)) < 0)
+		return http_reply_due(r, rc);
+	if (!o)
+		return http_reply_error(r, 404, "not_found", "no schedule '%s'",
+					r->param);
+	return http_reply_json(r, 200, o);
+}
+
+static const char *const sched_fields[] = {"name", "expr", "kind", "tz",
+	"payload", "payload_b64", "misfire", "overlap", "max_attempts", "backoff",
+	"backoff_cap", NULL};
+
+/* One of two words, as an enum value 0 or 1; -1 with r->err. */
+static int choice(http_req *r, json_t *o, const char *name, const char *w0,
+		  const char *w1, int *out)
+{
+	const char *s = NULL;
+
+	if (json_opt_string(r, o, name, &s) < 0)
+		return -1;
+	if (!s)
+		return 0;
+	if (strcmp(s, w0) && strcmp(s, w1)) {
+		snprintf(r->err, sizeof(r->err), "'%s' must be \"%s\" or \"%s\", "
+			 "not \"%.64s\"", name, w0, w1, s);
+		return -1;
+	}
+	*out = strcmp(s, w0) != 0;
+	return 0;
+}
+
+/* Fill def from the body (strings borrowed from o); -1 with r->err. */
+static int sched_def(http_req *r, json_t *o, due_cron_def *d,
+		     unsigned char **blob)
+{
+	const char *name = NULL;
+	int misfire = 0, overlap = 0;
+	int64_t ma = d->max_attempts;
+
+	if (json_opt_string(r, o, "name", &name) < 0 ||
+	    json_opt_string(r, o, "expr", &d->expr) < 0 ||
+	    json_opt_string(r, o, "kind", &d->kind) < 0 ||
+	    json_opt_string(r, o, "tz", &d->tz) < 0)
+		return -1;
+	if (name && strcmp(name, r->param)) {
+		snprintf(r->err, sizeof(r->err), "'name' \"%.128s\" differs from "
+			 "the name in the path", name);
+		return -1;
+	}
+	if (!d->expr || !d->kind) {
+		snprintf(r->err, sizeof(r->err), "'%s' (a string) is required",
+			 d->expr ? "kind" : "expr");
+		return -1;
+	}
+	if (choice(r, o, "misfire", "skip", "once", &misfire) < 0 ||
+	    choice(r, o, "overlap", "allow", "wait", &overlap) < 0 ||
+	    json_opt_int(r, o, "max_attempts", 1, 1000, &ma) < 0 ||
+	    json_opt_duration(r, o, "backoff", &d->backoff_us) < 0 ||
+	    json_opt_duration(r, o, "backoff_cap", &d->backoff_cap_us) < 0 ||
+	    json_opt_payload(r, o, &d->payload, &d->payload_len, blob) < 0)
+		return -1;
+	d->misfire = misfire ? DUE_MISFIRE_ONCE : DUE_MISFIRE_SKIP;
+	d->overlap = overlap ? DUE_OVERLAP_WAIT : DUE_OVERLAP_ALLOW;
+	d->max_attempts = (int32_t)ma;
+	return 0;
+}
+
+int route_sched_put(http_req *r)
+{
+	due_cron_def d = DUE_CRON_DEF_INIT;
+	unsigned char *blob = NULL;
+	json_t *o, *before = NULL, *after = NULL;
+	due_db *db;
+	int rc;
+
+	if (json_body_object(r, sched_fields, false, &o) < 0)
+		return http_reply_bad(r);
+	d.name = r->param;
+	if (sched_def(r, o, &d, &blob) < 0) {
+		rc = http_reply_bad(r);
+	} else if ((rc = http_db(r, &db)) < 0 ||
+		   (rc = sched_find(db, d.name, &before)) < 0 ||
+		   (rc = due_cron_put(db, &d)) < 0 ||
+		   (rc = sched_find(db, d.name, &after)) < 0) {
+		rc = http_reply_due(r, rc);
+	} else {
+		rc = http_reply_json(r, before ? 200 : 201, after);
+	}
+	json_decref(before);
+	json_decref(o);
+	free(blob);
+	return rc;
+}
+
+int route_sched_delete(http_req *r)
+{
+	due_db *db;
+	int rc;
+
+	if (r->body_len) {
+		snprintf(r->err, sizeof(r->err), "DELETE takes no body");
+		return http_reply_bad(r);
+	}
+	if ((rc = http_db(r, &db)) < 0 || (rc = due_cron_remove(db, r->param)) < 0)
+		return http_reply_due(r, rc);
+	return http_reply_json(r, 200, json_pack("{s:s}", "removed", r->param));
+}
+
+/* ------------------------------------------------------------------ */
+/* Stats, health, the dashboard's metrics                              */
+/* ------------------------------------------------------------------ */
+
+/* As `due stats --json`: the stats plus worker counters and schedules. */
+int route_stats(http_req *r)
+{
+	due_metrics *m = NULL;
+	due_db *db;
+	json_t *o, *wk;
+	int rc;
+
+	if ((rc = http_db(r, &db)) < 0 || (rc = due_metrics_get(db, &m)) < 0)
+		return http_reply_due(r, rc);
+	o = due_fmt_stats(&m->stats);
+	wk = json_object();
+	json_object_set_new(wk, "reporting", json_integer(m->workers));
+	json_object_set_new(wk, "claim_queries", json_integer(m->claim_queries));
+	json_object_set_new(wk, "empty_polls", json_integer(m->empty_claims));
+	json_object_set_new(wk, "reclaim_checks", json_integer(m->reclaim_queries));
+	json_object_set_new(wk, "store_errors", json_integer(m->store_errors));
+	json_object_set_new(o, "workers", wk);
+	json_object_set_new(o, "schedules", json_integer((json_int_t)m->n_schedules));
+	due_metrics_free(m);
+	return http_reply_json(r, 200, o);
+}
+
+int route_health(http_req *r)
+{
+	int64_t dead = 0;
+	bool up = false;
+	due_db *db;
+	int rc;
+
+	if ((rc = http_db(r, &db)) < 0 || (rc = due_health(db, &up, &dead)) < 0) {
+		json_t *o = json_pack("{s:s,s:s,s:s}", "status", "DOWN", "error",
+				      "store_error", "detail",
+				      r->err[0] ? r->err : due_error_last());
+		fprintf(stderr, "due serve: /health: %s\n",
+			r->err[0] ? r->err : due_error_last());
+		return http_reply_json(r, 503, o);
+	}
+	if (up)
+		return http_reply_json(r, 200, json_pack("{s:s}", "status", "UP"));
+	return http_reply_json(r, 503, json_pack("{s:s,s:I}", "status", "DOWN",
+						 "dead", (json_int_t)dead));
+}
+
+static json_t *hist_json(const due_histogram *h)
+{
+	json_t *o = json_object(), *bounds = json_array(), *b = json_array();
+
+	for (int i = 0; i < DUE_HIST_N; i++)
+		json_array_append_new(bounds, json_real(due_hist_bounds_ms[i]));
+	for (int i = 0; i <= DUE_HIST_N; i++)
+		json_array_append_new(b, json_integer(h->buckets[i]));
+	json_object_set_new(o, "bounds_ms", bounds);
+	json_object_set_new(o, "buckets", b);
+	json_object_set_new(o, "count", json_integer(h->count));
+	json_object_set_new(o, "sum_ms", json_real(h->sum_ms));
+	return o;
+}
+
+static json_t *counts_json(const int64_t *c)
+{
+	json_t *o = json_object();
+	for (int i = 0; i < DUE_STATE_COUNT; i++)
+		json_object_set_new(o, due_state_name((due_state)i), json_integer(c[i]));
+	return o;
+}
+
+static json_t *metrics_json(const due_metrics *m, const char *backend,
+			    bool auth)
+{
+	json_t *o = json_object(), *kinds = json_array(), *out = json_object();
+	json_t *per = json_array();
+
+	json_object_set_new(o, "stats", due_fmt_stats(&m->stats));
+	json_object_set_new(o, "health", json_pack("{s:s,s:I}", "status",
+		m->stats.dead ? "DOWN" : "UP", "dead", (json_int_t)m->stats.dead));
+	for (size_t i = 0; i < m->n_kinds; i++)
+		json_array_append_new(kinds, json_pack("{s:s,s:o}", "kind",
+			m->kinds[i].kind, "counts", counts_json(m->kinds[i].counts)));
+	json_object_set_new(o, "kinds", kinds);
+	json_object_set_new(o, "lateness", hist_json(&m->lateness));
+	json_object_set_new(o, "duration", hist_json(&m->duration));
+	for (int i = 0; i < DUE_OUT_COUNT; i++)
+		json_object_set_new(out, due_outcome_name((due_outcome)i),
+				    json_integer(m->outcomes[i]));
+	json_object_set_new(o, "outcomes", out);
+	for (int i = 0; i < 15; i++)
+		json_array_append_new(per, json_integer(m->done_per_min[i]));
+	json_object_set_new(o, "done_per_min", per);
+	json_object_set_new(o, "workers", json_integer(m->workers));
+	json_object_set_new(o, "claim_queries", json_integer(m->claim_queries));
+	json_object_set_new(o, "empty_claims", json_integer(m->empty_claims));
+	json_object_set_new(o, "reclaim_queries", json_integer(m->reclaim_queries));
+	json_object_set_new(o, "store_errors", json_integer(m->store_errors));
+	json_object_set_new(o, "schedules", json_integer((json_int_t)m->n_schedules));
+	json_object_set_new(o, "backend", json_string(backend));
+	json_object_set_new(o, "version", json_string(DUE_VERSION));
+	json_object_set_new(o, "auth_required", json_boolean(auth));
+	return o;
+}
+
+int route_metrics_json(http_req *r)
+{
+	due_metrics *m = NULL;
+	due_db *db;
+	json_t *o;
+	int rc;
+
+	if ((rc = http_db(r, &db)) < 0 || (rc = due_metrics_get(db, &m)) < 0)
+		return http_reply_due(r, rc);
+	o = metrics_json(m, due_db_backend(db), http_auth_required(r));
+	due_metrics_free(m);
+	return http_reply_json(r, 200, o);
+}
+
+int route_dashboard(http_req *r)
+{
+	http_add_header(r, "Content-Security-Policy",
+			"default-src 'none'; script-src 'unsafe-inline'; "
+			"style-src 'unsafe-inline'; connect-src 'self'; "
+			"img-src data:; base-uri 'none'; form-action 'none'; "
+			"frame-ancestors 'none'");
+	http_add_header(r, "X-Frame-Options", "DENY");
+	http_add_header(r, "Referrer-Policy", "no-referrer");
+	return http_reply_text(r, 200, "text/html; charset=utf-8",
+			       due_http_dashboard, due_http_dashboard_len);
+}

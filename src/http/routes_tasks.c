@@ -1,0 +1,285 @@
+/*
+** routes_tasks.c - /v1/tasks: schedule, read, list, cancel and the
+** operator actions (retry, requeue, kill).
+**
+** A task is always rendered by due_fmt_task(), so GET /v1/tasks/{id} is
+** the same object as `due show ID --json`.  Every input is checked before
+** the store is touched; the library checks again (kind syntax, limits,
+** delays) and its EINVAL is a 400 as well, so nothing changes on bad input.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fmt/fmt.h"
+#include "http/internal.h"
+
+/* Reply with task `id` as `due show --json` prints it, plus extras. */
+static int reply_task(http_req *r, due_db *db, due_id id, unsigned status,
+		      int existed)
+{
+	due_task *t = NULL;
+	json_t *o;
+	int rc;
+
+	if ((rc = due_get(db, &t, id)) < 0)
+		return http_reply_due(r, rc);
+	o = due_fmt_task(t);
+	due_task_free(t);
+	if (o && existed >= 0)
+		json_object_set_new(o, "existed", json_boolean(existed));
+	return http_reply_json(r, status, o);
+}
+
+/* ------------------------------------------------------------------ */
+/* POST /v1/tasks                                                      */
+/* ------------------------------------------------------------------ */
+
+static const char *const task_fields[] = {"kind", "payload", "payload_b64", "in",
+	"at", "max_attempts", "backoff", "backoff_cap", "key", NULL};
+
+/* Fill the schedule options from the body; -1 with r->err. */
+static int task_opts(http_req *r, json_t *o, due_schedule_opts *so)
+{
+	const char *in = NULL, *at = NULL;
+	int64_t ma = so->max_attempts;
+
+	if (json_opt_string(r, o, "in", &in) < 0 ||
+	    json_opt_string(r, o, "at", &at) < 0)
+		return -1;
+	if (in && at) {
+		snprintf(r->err, sizeof(r->err), "give 'in' or 'at', not both");
+		return -1;
+	}
+	if (in && due_duration_parse(&so->delay_us, in) < 0) {
+		snprintf(r->err, sizeof(r->err), "'in': %s", due_error_last());
+		return -1;
+	}
+	if (at && due_time_parse(&so->at, at) < 0) {
+		snprintf(r->err, sizeof(r->err), "'at': %s", due_error_last());
+		return -1;
+	}
+	if (json_opt_int(r, o, "max_attempts", 1, 1000, &ma) < 0 ||
+	    json_opt_duration(r, o, "backoff", &so->backoff_us) < 0 ||
+	    json_opt_duration(r, o, "backoff_cap", &so->backoff_cap_us) < 0 ||
+	    json_opt_string(r, o, "key", &so->key) < 0)
+		return -1;
+	so->max_attempts = (int32_t)ma;
+	return 0;
+}
+
+int route_task_create(http_req *r)
+{
+	due_schedule_opts so = DUE_SCHEDULE_OPTS_INIT;
+	unsigned char *blob = NULL;
+	const char *kind = NULL;
+	const void *payload = "";
+	size_t len = 0;
+	due_submitted sub;
+	due_db *db;
+	json_t *o;
+	int rc;
+
+	if (json_body_object(r, task_fields, false, &o) < 0)
+		return http_reply_bad(r);
+	if (json_opt_string(r, o, "kind", &kind) < 0 || !kind) {
+		snprintf(r->err, sizeof(r->err), "'kind' (a string) is required");
+		rc = http_reply_bad(r);
+	} else if (task_opts(r, o, &so) < 0 ||
+		   json_opt_payload(r, o, &payload, &len, &blob) < 0) {
+		rc = http_reply_bad(r);
+	} else if ((rc = http_db(r, &db)) < 0 ||
+		   (rc = due_schedule(db, &sub, kind, payload, len, &so)) < 0) {
+		rc = http_reply_due(r, rc);
+	} else {
+		char loc[64];
+		snprintf(loc, sizeof(loc), "/v1/tasks/%lld", (long long)sub.id);
+		http_add_header(r, "Location", loc);
+		rc = reply_task(r, db, sub.id, sub.existed ? 200 : 201, sub.existed);
+	}
+	free(blob);
+	json_decref(o);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* GET /v1/tasks?state=&kind=&limit=&after=                            */
+/* ------------------------------------------------------------------ */
+
+/* Append s percent-encoded (RFC 3986 unreserved kept) to buf. */
+static void url_encode(char *buf, size_t cap, const char *s)
+{
+	size_t n = strlen(buf);
+
+	for (; *s && n + 4 < cap; s++) {
+		unsigned char c = (unsigned char)*s;
+		if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+		    (c >= '0' && c <= '9') || strchr("-._~", c))
+			buf[n++] = (char)c;
+		else
+			n += (size_t)snprintf(buf + n, cap - n, "%%%02X", c);
+	}
+	buf[n] = '\0';
+}
+
+/* Parse the list's query into opts; -1 with r->err. */
+static int list_query(http_req *r, due_list_opts *lo)
+{
+	const char *state = http_query(r, "state"), *kind = http_query(r, "kind");
+	const char *limit = http_query(r, "limit"), *after = http_query(r, "after");
+	due_state st;
+	char *end;
+	long long v;
+
+	if (state && *state) {
+		if (due_state_parse(&st, state) < 0) {
+			snprintf(r->err, sizeof(r->err), "invalid state '%.64s': one "
+				 "of SCHEDULED, CLAIMED, DONE, CANCELLED, DEAD", state);
+			return -1;
+		}
+		lo->state = (int)st;
+	}
+	if (kind && *kind)
+		lo->kind = kind;
+	if (limit) {
+		v = strtoll(limit, &end, 10);
+		if (*end || end == limit || v < 1 || v > 10000) {
+			snprintf(r->err, sizeof(r->err), "invalid limit '%.64s': an "
+				 "integer from 1 to 10000", limit);
+			return -1;
+		}
+		lo->limit = (int)v;
+	}
+	if (after) {
+		v = strtoll(after, &end, 10);
+		if (*end || end == after || v < 0 || after[0] == '-' ||
+		    after[0] == '+') {
+			snprintf(r->err, sizeof(r->err), "invalid after '%.64s': a task "
+				 "id (0 or more)", after);
+			return -1;
+		}
+		lo->after = v;
+	}
+	return 0;
+}
+
+/* X-Next-After and Link headers when the page is full. */
+static void next_page(http_req *r, const due_list_opts *lo, due_id last)
+{
+	char link[512], kind[400] = "", id[32];
+	const char *st = lo->state >= 0 ? due_state_name((due_state)lo->state) : NULL;
+
+	snprintf(id, sizeof(id), "%lld", (long long)last);
+	http_add_header(r, "X-Next-After", id);
+	if (lo->kind)
+		url_encode(kind, sizeof(kind), lo->kind);
+	snprintf(link, sizeof(link),
+		 "</v1/tasks?%s%s%s%s%s%slimit=%d&after=%s>; rel=\"next\"",
+		 st ? "state=" : "", st ? st : "", st ? "&" : "",
+		 lo->kind ? "kind=" : "", kind, lo->kind ? "&" : "", lo->limit, id);
+	http_add_header(r, "Link", link);
+}
+
+int route_task_list(http_req *r)
+{
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	due_task_list *l = NULL;
+	due_db *db;
+	json_t *arr;
+	int rc;
+
+	if (list_query(r, &lo) < 0)
+		return http_reply_bad(r);
+	if ((rc = http_db(r, &db)) < 0 || (rc = due_list(db, &l, &lo)) < 0)
+		return http_reply_due(r, rc);
+	if (l->count > 0 && l->count == (size_t)lo.limit)
+		next_page(r, &lo, l->items[l->count - 1].id);
+	arr = due_fmt_task_list(l);
+	due_task_list_free(l);
+	return http_reply_json(r, 200, arr);
+}
+
+/* ------------------------------------------------------------------ */
+/* GET and DELETE /v1/tasks/{id}                                       */
+/* ------------------------------------------------------------------ */
+
+int route_task_get(http_req *r)
+{
+	due_db *db;
+	due_id id;
+	int rc;
+
+	if (http_parse_id(r, r->param, &id) < 0)
+		return http_reply_bad(r);
+	if ((rc = http_db(r, &db)) < 0)
+		return http_reply_due(r, rc);
+	return reply_task(r, db, id, 200, -1);
+}
+
+int route_task_cancel(http_req *r)
+{
+	due_cancel_outcome out;
+	due_db *db;
+	due_id id;
+	json_t *o;
+	int rc;
+
+	if (http_parse_id(r, r->param, &id) < 0)
+		return http_reply_bad(r);
+	if (r->body_len) {
+		snprintf(r->err, sizeof(r->err), "DELETE takes no body");
+		return http_reply_bad(r);
+	}
+	if ((rc = http_db(r, &db)) < 0 || (rc = due_cancel(db, &out, id)) < 0)
+		return http_reply_due(r, rc);
+	o = json_pack("{s:I,s:s}", "id", (json_int_t)id, "outcome",
+		      due_cancel_outcome_name(out));
+	if (out != DUE_CANCEL_NOT_FOUND)
+		return http_reply_json(r, 200, o);
+	json_object_set_new(o, "error", json_string("not_found"));
+	json_object_set_new(o, "detail", json_sprintf("no task %lld", (long long)id));
+	return http_reply_json(r, 404, o);
+}
+
+/* ------------------------------------------------------------------ */
+/* POST /v1/tasks/{id}/retry | requeue | kill                          */
+/* ------------------------------------------------------------------ */
+
+enum op { OP_RETRY, OP_REQUEUE, OP_KILL };
+
+/* The operator action, then the task as it is now.  Body: none or {}. */
+static int operate(http_req *r, enum op op)
+{
+	due_db *db;
+	due_id id;
+	json_t *o;
+	int rc;
+
+	if (http_parse_id(r, r->param, &id) < 0)
+		return http_reply_bad(r);
+	if (json_body_object(r, NULL, true, &o) < 0)
+		return http_reply_bad(r);
+	json_decref(o);
+	if ((rc = http_db(r, &db)) < 0)
+		return http_reply_due(r, rc);
+	rc = op == OP_RETRY ? due_retry(db, id)
+	   : op == OP_REQUEUE ? due_requeue(db, id) : due_kill(db, NULL, id);
+	if (rc < 0)
+		return http_reply_due(r, rc);
+	return reply_task(r, db, id, 200, -1);
+}
+
+int route_task_retry(http_req *r)
+{
+	return operate(r, OP_RETRY);
+}
+
+int route_task_requeue(http_req *r)
+{
+	return operate(r, OP_REQUEUE);
+}
+
+int route_task_kill(http_req *r)
+{
+	return operate(r, OP_KILL);
+}
