@@ -484,8 +484,12 @@ int due_retry(due_db *db, due_id id);
 /** CLAIMED -> SCHEDULED due now, fencing the old holder.  DUE_ESTATE if not CLAIMED. */
 int due_requeue(due_db *db, due_id id);
 /**
- * Any non-terminal -> DEAD (or CANCELLED when a cancel was requested).
- * *out_state (may be NULL) receives the final state.  DUE_ESTATE if terminal.
+ * SCHEDULED or CLAIMED -> DEAD (or CANCELLED when a cancel was requested);
+ * a running holder is fenced.  A DEAD task (a dead letter) -> CANCELLED:
+ * the operator dismisses it, having decided it must not run (seed 004's
+ * "kill once the business no longer needs it"); recorded in the audit
+ * table, and it no longer holds health DOWN.  *out_state (may be NULL)
+ * receives the final state.  DUE_ESTATE for DONE or CANCELLED.
  */
 int due_kill(due_db *db, due_state *out_state, due_id id);
 

@@ -25,7 +25,9 @@ static const char usage_kill[] =
 	"usage: due kill ID [--db URL]\n"
 	"\n"
 	"End a SCHEDULED or CLAIMED task as DEAD (CANCELLED if a cancel was\n"
-	"requested).  A running holder is fenced.  Exit 4 if already terminal.\n";
+	"requested); a running holder is fenced.  On a dead letter (DEAD) it\n"
+	"dismisses it: CANCELLED, recorded, and no longer keeping health DOWN.\n"
+	"Exit 4 if the task is DONE or CANCELLED.\n";
 
 int cli_operator(int argc, char **argv, const char *name, const char *usage)
 {

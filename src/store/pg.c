@@ -295,10 +295,11 @@ static const char *const sql_text[ST_COUNT] = {
 		" ELSE 'SCHEDULED' END, due_at = now()",
 		"state = 'CLAIMED'", "REQUEUED", "requeue"),
 	[ST_KILL] = OPERATOR_SQL(
-		"state = CASE WHEN cancel_requested THEN 'CANCELLED'"
-		" ELSE 'DEAD' END, last_error = coalesce(last_error || '; ', '')"
-		" || 'killed by operator'",
-		"state IN ('SCHEDULED', 'CLAIMED')", "KILLED", "kill"),
+		"state = CASE WHEN state = 'DEAD' OR cancel_requested THEN"
+		" 'CANCELLED' ELSE 'DEAD' END, last_error = coalesce(last_error ||"
+		" '; ', '') || CASE WHEN state = 'DEAD' THEN 'dead letter dismissed"
+		" by operator' ELSE 'killed by operator' END",
+		"state IN ('SCHEDULED', 'CLAIMED', 'DEAD')", "KILLED", "kill"),
 	[ST_STATS] =
 		"WITH c AS (SELECT state, count(*) AS n FROM due_task"
 		" GROUP BY state),"
@@ -1851,7 +1852,8 @@ static int pg_requeue(due_store *s, due_id id)
 
 static int pg_kill(due_store *s, due_state *out, due_id id)
 {
-	return pg_operator(s, ST_KILL, id, "kill", "SCHEDULED or CLAIMED", out);
+	return pg_operator(s, ST_KILL, id, "kill", "SCHEDULED, CLAIMED or DEAD",
+			   out);
 }
 
 /* ------------------------------------------------------------------ */

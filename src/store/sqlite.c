@@ -180,10 +180,13 @@ static const char *const sql_text[ST_COUNT] = {
 		" WHERE id = ?1 AND state = 'CLAIMED' RETURNING attempt, state",
 	[ST_KILL] =
 		"UPDATE due_task SET"
-		" state = CASE WHEN cancel_requested THEN 'CANCELLED' ELSE 'DEAD' END,"
-		" last_error = coalesce(last_error || '; ', '') || 'killed by operator',"
+		" state = CASE WHEN state = 'DEAD' OR cancel_requested THEN"
+		"   'CANCELLED' ELSE 'DEAD' END,"
+		" last_error = coalesce(last_error || '; ', '') || CASE WHEN"
+		"   state = 'DEAD' THEN 'dead letter dismissed by operator'"
+		"   ELSE 'killed by operator' END,"
 		" lease_owner = NULL, lease_until = NULL, updated_at = ?2"
-		" WHERE id = ?1 AND state IN ('SCHEDULED', 'CLAIMED')"
+		" WHERE id = ?1 AND state IN ('SCHEDULED', 'CLAIMED', 'DEAD')"
 		" RETURNING attempt, state",
 	[ST_AUDIT] =
 		"INSERT INTO due_audit (task_id, at, action, detail)"
@@ -1628,7 +1631,7 @@ static int sq_requeue(due_store *s, due_id id)
 
 static int sq_kill(due_store *s, due_state *out, due_id id)
 {
-	return sq_operator(s, ST_KILL, id, "kill", "SCHEDULED or CLAIMED",
+	return sq_operator(s, ST_KILL, id, "kill", "SCHEDULED, CLAIMED or DEAD",
 			   "KILLED", out);
 }
 

@@ -152,6 +152,18 @@ async function main() {
     check("counts show the retried task done", true);
     const t = (await api(base, "/v1/tasks/" + id)).body;
     check("retried task DONE with its result", t.state === "DONE" && t.result === "repaired\n", JSON.stringify(t.result));
+    // A dead letter that must never run is dismissed with Kill (confirmed).
+    const doomed = (await api(base, "/v1/tasks", { method: "POST",
+      body: JSON.stringify({ kind: "doomed", in: "1h" }) })).body.id;
+    await api(base, "/v1/tasks/" + doomed + "/kill", { method: "POST" });
+    const drow = `#dead tbody tr[data-id="${doomed}"]`;
+    await page.waitForSelector(drow, { timeout: 20000 });
+    page.once("dialog", (d) => d.accept());
+    await page.click(`#dead button.kill[data-id="${doomed}"]`);
+    await page.waitForSelector(drow, { state: "detached", timeout: 20000 });
+    const dt = (await api(base, "/v1/tasks/" + doomed)).body;
+    check("Kill dismissed the dead letter (CANCELLED)", dt.state === "CANCELLED", dt.state);
+    check("/health UP after the dismissal", (await api(base, "/health")).status === 200);
     const shot2 = path.join(OUT, "due-dashboard-after.png");
     await page.screenshot({ path: shot2, fullPage: true });
     console.log("screenshot: " + shot2);

@@ -132,6 +132,11 @@ expect_err 4 "not CLAIMED" "$DUE" requeue "$victim"
 expect_eq "health UP again" UP "$("$DUE" health)"
 expect_eq "cancel after kill+retry" CANCELLED "$("$DUE" cancel "$victim")"
 expect_err 4 "it is CANCELLED" "$DUE" kill "$victim"
+# kill dismisses a dead letter that must not run: CANCELLED, health UP again
+dl=$("$DUE" add demo --in 1h); "$DUE" kill "$dl" >/dev/null
+expect_eq "dead letter" DEAD "$("$DUE" show "$dl" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['state'])")"
+expect_eq "dismiss dead letter" CANCELLED "$("$DUE" kill "$dl")"
+expect_eq "health UP after dismissal" UP "$("$DUE" health)"
 
 # prune: finished tasks go, DEAD and live ones stay
 "$DUE" prune --older-than 0s | grep -q "deleted [1-9]" && ok || bad "prune"

@@ -435,6 +435,21 @@ static void test_operator(void **state)
 	assert_int_equal(due_fail(db, &fo, id, 2, "y"), 0);
 	assert_int_equal(fo, DUE_FAIL_DEAD);
 
+	/* kill dismisses a dead letter: CANCELLED, health no longer DOWN */
+	bool up;
+	assert_int_equal(due_health(db, &up, NULL), 0);
+	assert_false(up);
+	assert_int_equal(due_kill(db, &final, id), 0);
+	assert_int_equal(final, DUE_CANCELLED);
+	assert_int_equal(due_health(db, &up, NULL), 0);
+	assert_true(up);
+	due_task *dt = get(db, id);
+	assert_non_null(strstr(dt->last_error, "dismissed"));
+	assert_string_equal(dt->attempts[1].outcome, "FAILED"); /* history kept */
+	due_task_free(dt);
+	assert_int_equal(due_kill(db, NULL, id), DUE_ESTATE);
+	assert_int_equal(due_retry(db, id), DUE_ESTATE);
+
 	/* requeue: CLAIMED -> SCHEDULED, old holder fenced */
 	due_id rq = add(db, "k", 0, 5);
 	claim_one(db, rq, 30000000);
