@@ -300,22 +300,35 @@ static void w_drain(vctx *v, const bopts *o)
 	if (start_workers(v, o, ws, workers, o->concurrency, true, noop, &d,
 			  o->exec ? &x : NULL) < 0)
 		goto done;
-	/* progress once a second while the workers drain */
+	/* progress once a second while the workers drain; the handler
+	   counter is free to read, the store is asked only at the end (a
+	   stats query every few ms would compete with the workers) */
 	for (;;) {
-		due_stats st;
-		v_sleep_ms(50);
-		if (due_stats_get(v->db, &st) < 0)
-			break;
-		long n = (long)(st.counts[DUE_DONE] + st.counts[DUE_DEAD]);
+		long n = o->exec ? -1 : atomic_load(&d.handled);
 		double now = v_now_ms();
-		if (!o->json && now - last >= 1000) {
-			fprintf(stderr, "  drain: %ld/%ld done, %.0f tasks/s\n", n, o->n,
+		if (o->exec && now - last >= 250) { /* commands: ask the store */
+			due_stats st;
+			if (due_stats_get(v->db, &st) < 0)
+				break;
+			n = (long)(st.counts[DUE_DONE] + st.counts[DUE_DEAD]);
+		}
+		if (!o->json && now - last >= 1000 && n >= 0) {
+			fprintf(stderr, "  drain: %ld/%ld run, %.0f tasks/s\n", n, o->n,
 				(double)(n - last_n) * 1000.0 / (now - last));
 			last = now;
 			last_n = n;
 		}
 		if (n >= o->n)
 			break;
+		v_sleep_ms(5);
+	}
+	/* the last commits: wait until the store has every task finished */
+	for (;;) {
+		due_stats st;
+		if (due_stats_get(v->db, &st) < 0 ||
+		    st.counts[DUE_DONE] + st.counts[DUE_DEAD] >= o->n)
+			break;
+		v_sleep_ms(2);
 	}
 	r.seconds = (v_now_ms() - t0) / 1000.0;
 	stop_workers(ws, workers, false);

@@ -101,6 +101,7 @@ enum stmt_id {
 	ST_SCHED_FIRE, ST_SCHED_LAST_TASK,
 	ST_METRICS, ST_METRICS_KINDS, ST_WORKER_REPORT,
 	ST_UPC_ANY, ST_UPC_KINDS, ST_UPC_EXCLUDE,
+	ST_CC_ANY, ST_CC_KINDS, ST_CC_EXCLUDE,
 	ST_COUNT
 };
 
@@ -150,6 +151,28 @@ enum stmt_id {
 	" (SELECT state FROM due_task WHERE id = $1::int8),"                   \
 	" (SELECT count(*) FROM n)"
 
+#define COMPLETE_CTES                                                          \
+	"i AS MATERIALIZED (SELECT * FROM unnest($1::int8[]," \
+	" $2::int4[], $3::bytea[]) WITH ORDINALITY AS u(id, attempt," \
+	" result, ord))," \
+	" d AS (UPDATE due_task t SET state = CASE WHEN t.cancel_requested" \
+	" THEN 'CANCELLED' ELSE 'DONE' END, result = CASE WHEN" \
+	" t.cancel_requested THEN NULL ELSE i.result END," \
+	" lease_owner = NULL, lease_until = NULL, updated_at = now()" \
+	" FROM (SELECT DISTINCT ON (id, attempt) * FROM i" \
+	" ORDER BY id, attempt, ord) i WHERE t.id = ANY ($1::int8[])" \
+	" AND t.id = i.id AND t.attempt = i.attempt" \
+	" AND t.state = 'CLAIMED' RETURNING i.ord, t.id, t.attempt, t.state)," \
+	" e AS (UPDATE due_attempt a SET ended_at = now(), outcome = d.state," \
+	" error = CASE WHEN d.state = 'CANCELLED'" \
+	" THEN 'cancel requested before commit' END FROM d" \
+	" WHERE a.task_id = d.id AND a.attempt = d.attempt" \
+	" AND a.outcome = 'RUNNING')," \
+	" l AS (UPDATE due_attempt a SET late_commit = 'REJECTED_STALE'" \
+	" FROM i WHERE a.task_id = i.id AND a.attempt = i.attempt" \
+	" AND NOT EXISTS (SELECT 1 FROM d WHERE d.id = i.id" \
+	" AND d.attempt = i.attempt))"
+
 static const char *const sql_text[ST_COUNT] = {
 	[ST_NOW] = "SELECT now()",
 	[ST_INSERT] =
@@ -192,29 +215,34 @@ static const char *const sql_text[ST_COUNT] = {
 		" AND NOT t.cancel_requested RETURNING t.id)"
 		" SELECT state, attempt, cancel_requested,"
 		" EXISTS (SELECT 1 FROM u) FROM cur",
-	[ST_COMPLETE] =
-		"WITH i AS MATERIALIZED (SELECT * FROM unnest($1::int8[],"
-		" $2::int4[], $3::bytea[]) WITH ORDINALITY AS u(id, attempt,"
-		" result, ord)),"
-		" d AS (UPDATE due_task t SET state = CASE WHEN t.cancel_requested"
-		" THEN 'CANCELLED' ELSE 'DONE' END, result = CASE WHEN"
-		" t.cancel_requested THEN NULL ELSE i.result END,"
-		" lease_owner = NULL, lease_until = NULL, updated_at = now()"
-		" FROM (SELECT DISTINCT ON (id, attempt) * FROM i"
-		" ORDER BY id, attempt, ord) i WHERE t.id = ANY ($1::int8[])"
-		" AND t.id = i.id AND t.attempt = i.attempt"
-		" AND t.state = 'CLAIMED' RETURNING i.ord, t.id, t.attempt, t.state),"
-		" e AS (UPDATE due_attempt a SET ended_at = now(), outcome = d.state,"
-		" error = CASE WHEN d.state = 'CANCELLED'"
-		" THEN 'cancel requested before commit' END FROM d"
-		" WHERE a.task_id = d.id AND a.attempt = d.attempt"
-		" AND a.outcome = 'RUNNING'),"
-		" l AS (UPDATE due_attempt a SET late_commit = 'REJECTED_STALE'"
-		" FROM i WHERE a.task_id = i.id AND a.attempt = i.attempt"
-		" AND NOT EXISTS (SELECT 1 FROM d WHERE d.id = i.id"
-		" AND d.attempt = i.attempt))"
+	[ST_COMPLETE] = "WITH " COMPLETE_CTES
 		" SELECT i.ord, d.state FROM i LEFT JOIN d ON d.ord = i.ord"
 		" ORDER BY i.ord",
+	/*
+	** Complete a batch and claim the next in ONE statement (one round
+	** trip, one commit).  The rows are disjoint: completions touch
+	** CLAIMED rows, the claim SCHEDULED ones.  Every row comes back with
+	** the completions' outcomes, in order, as text in the last column;
+	** when nothing was claimed there is one row whose task is NULL.
+	*/
+#define COMPLETE_CLAIM_SQL(filter)                                             \
+	"WITH " COMPLETE_CTES ","                                              \
+	" o AS (SELECT string_agg(coalesce(d.state, 'STALE'), ','"             \
+	" ORDER BY i.ord) AS s FROM i LEFT JOIN d ON d.ord = i.ord),"          \
+	" p AS MATERIALIZED (" PICK_DUE filter " ORDER BY due_at"             \
+	" LIMIT $6::int4 FOR UPDATE SKIP LOCKED),"                             \
+	" c AS (UPDATE due_task t SET state = 'CLAIMED',"                      \
+	" attempt = t.attempt + 1, lease_owner = $4::text,"                    \
+	" lease_until = clock_timestamp() + " US("$5") ", updated_at = now()"  \
+	" WHERE t.id = ANY (ARRAY(SELECT id FROM p)) AND t.state = 'SCHEDULED'" \
+	" RETURNING t.*),"                                                     \
+	" a AS (INSERT INTO due_attempt (task_id, attempt, worker, claimed_at," \
+	" due_at) SELECT id, attempt, lease_owner, now(), due_at FROM c)"       \
+	" SELECT " TASK_COLS ", o.s FROM o LEFT JOIN c ON true"                \
+	" ORDER BY c.due_at, c.id"
+	[ST_CC_ANY] = COMPLETE_CLAIM_SQL(""),
+	[ST_CC_KINDS] = COMPLETE_CLAIM_SQL(" AND kind = ANY ($7::text[])"),
+	[ST_CC_EXCLUDE] = COMPLETE_CLAIM_SQL(" AND kind <> ALL ($7::text[])"),
 	[ST_FAIL] =
 		"WITH f AS (UPDATE due_task SET"
 		" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
@@ -1385,15 +1413,6 @@ static int claim_run(due_store *s, due_task_list **out, const char *owner,
 		     const char *const *kinds, size_t n_kinds, bool exclude,
 		     int limit, int64_t lease_us, due_id only_id);
 
-/* The claim statement inside the caller's open transaction. */
-static int claim_in_tx(due_store *s, due_task_list **out, const char *owner,
-		       const char *const *kinds, size_t n_kinds, bool exclude,
-		       int limit, int64_t lease_us)
-{
-	return claim_run(s, out, owner, kinds, n_kinds, exclude, limit,
-			 lease_us, 0);
-}
-
 static int pg_claim(due_store *s, due_task_list **out, const char *owner,
 		    const char *const *kinds, size_t n_kinds, bool exclude,
 		    int limit, int64_t lease_us, due_id only_id)
@@ -1554,30 +1573,79 @@ static int pg_complete(due_store *s, due_completion *items, size_t n,
 	return commit(s);
 }
 
+/* The outcomes string of a combined statement ("DONE,STALE,...") */
+static void read_outcomes(const PGresult *r, int col, due_completion *items,
+			  size_t n)
+{
+	const char *p = PQgetvalue(r, 0, col);
+	for (size_t i = 0; i < n; i++) {
+		items[i].outcome = !strncmp(p, "DONE", 4) ? DUE_COMPLETE_DONE
+				   : !strncmp(p, "CANCELLED", 9)
+					   ? DUE_COMPLETE_CANCELLED_BEFORE_COMMIT
+					   : DUE_COMPLETE_REJECTED_STALE;
+		const char *comma = p ? strchr(p, ',') : NULL;
+		p = comma ? comma + 1 : "";
+	}
+}
+
 /*
-** Complete n tries, then claim, in one transaction: one commit (one WAL
-** flush) per batch where two autocommit statements would need two.
+** Complete n tries and claim the next batch with ONE statement: one
+** round trip and one commit (one WAL flush) per batch, the shape of the
+** one-commit floor.  Each completion is fenced on its own row as in
+** complete_rows().
 */
 static int pg_complete_claim(due_store *s, due_completion *items, size_t n,
 			     const char *owner, const char *const *kinds,
 			     size_t n_kinds, bool exclude, int limit,
 			     int64_t lease_us, due_task_list **out)
 {
-	int rc;
+	enum stmt_id id = !n_kinds ? ST_CC_ANY : exclude ? ST_CC_EXCLUDE
+							 : ST_CC_KINDS;
+	pgbuf b[4] = {{0}};
+	params p = {0};
+	PGresult *r = NULL;
+	due_task_list *l = NULL;
+	int rc = 0, rows, k = 0;
 
 	*out = NULL;
-	if ((rc = conn_ok(s)) < 0 || (rc = begin(s)) < 0)
+	if ((rc = conn_ok(s)) < 0)
 		return rc;
-	if ((rc = complete_rows(s, items, n)) < 0 ||
-	    (rc = claim_in_tx(s, out, owner, kinds, n_kinds, exclude, limit,
-			      lease_us)) < 0) {
-		rollback(s);
-		return rc;
+	arr_head(&b[0], OID_INT8, n);
+	arr_head(&b[1], OID_INT4, n);
+	arr_head(&b[2], OID_BYTEA, n);
+	for (size_t i = 0; i < n; i++) {
+		arr_i64(&b[0], items[i].id);
+		arr_i32(&b[1], items[i].attempt);
+		arr_bytes(&b[2], items[i].result, items[i].result_len);
 	}
-	if ((rc = commit(s)) < 0) {
-		due_task_list_free(*out);
-		*out = NULL;
+	for (int c = 0; c < 3 && rc == 0; c++)
+		rc = p_arr(&p, &b[c]);
+	p_text(&p, owner);
+	p_int(&p, lease_us);
+	p_int(&p, limit);
+	if (rc == 0 && n_kinds)
+		rc = bind_kinds(&p, &b[3], kinds, n_kinds);
+	if (rc < 0 || (rc = run(s, id, &p, "complete and claim", &r)) < 0)
+		goto done;
+	rows = PQntuples(r);
+	if (rows > 0)
+		read_outcomes(r, PQnfields(r) - 1, items, n);
+	if ((rc = due_task_list_alloc(&l, (size_t)rows)) < 0)
+		goto done;
+	for (int i = 0; i < rows; i++) {
+		if (col_null(r, i, 0))
+			continue; /* nothing claimed */
+		if ((rc = read_task(r, i, &l->items[k])) < 0) {
+			l->count = (size_t)k + 1;
+			due_task_list_free(l);
+			goto done;
+		}
+		l->count = (size_t)++k;
 	}
+	*out = l;
+done:
+	PQclear(r);
+	bufs_free(b, 4);
 	return rc;
 }
 
