@@ -772,6 +772,9 @@ static void test_operator(void **state)
 	due_id kw = add(db, "k", 60000000, 5);
 	assert_int_equal(due_kill(db, &final, kw), 0);
 	assert_int_equal(final, DUE_DEAD);
+	/* a second kill dismisses the dead letter; a third is refused */
+	assert_int_equal(due_kill(db, &final, kw), 0);
+	assert_int_equal(final, DUE_CANCELLED);
 	assert_int_equal(due_kill(db, &final, kw), DUE_ESTATE);
 	claim_one(db, rq, LONG_LEASE);
 	assert_int_equal(due_kill(db, &final, rq), 0);
@@ -790,7 +793,7 @@ static void test_operator(void **state)
 	assert_int_equal(due_kill(db, &final, kc), 0);
 	assert_int_equal(final, DUE_CANCELLED);
 	assert_int_equal(sql_int("SELECT count(*) FROM due_audit WHERE action = "
-				 "'kill'"), 3);
+				 "'kill'"), 4); /* 3 kills and 1 dismissal */
 
 	/* retry refused while a live task holds the same (kind, key) */
 	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
