@@ -1297,8 +1297,14 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 				goto store_error;
 			more = true; /* a new task may be due now */
 		}
-		if (now >= d->next_reclaim)
-			d->next_reclaim = reclaim_max(w, db, w->poll_us);
+		/* the refill reports the next lease expiry: no reclaim check
+		   is needed until then, so an idle worker makes one query per
+		   safety poll */
+		if (now >= d->next_reclaim) {
+			reclaim_max(w, db, w->poll_us);
+			d->next_reclaim = now + 3600LL * 1000000;
+			d->next_refill = 0; /* learn the next expiry now */
+		}
 		due_wheel_advance(d->wheel, now / 1000, count_fire, &fired);
 		atomic_fetch_add(&w->st.wheel_fired, fired);
 		if (fired || more || (d->recheck_at && now >= d->recheck_at)) {
