@@ -286,6 +286,12 @@ TARGETS = [
     ("SQLite sync=full W2 drain c=16", "sqlite-full", ("drain", "c-noop", 16), "tasks_per_s", ">=", 45000),
     ("SQLite sync=normal W2 drain c=4", "sqlite-normal", ("drain", "c-noop", 4), "tasks_per_s", ">=", 30000),
     ("SQLite sync=normal W2 drain c=16", "sqlite-normal", ("drain", "c-noop", 16), "tasks_per_s", ">=", 50000),
+    ("PostgreSQL W2 drain c=4, inline mode", "pg", ("drain", "c-noop-inline", 4), "tasks_per_s", ">=", 6000),
+    ("PostgreSQL W2 drain c=16, inline mode", "pg", ("drain", "c-noop-inline", 16), "tasks_per_s", ">=", 10000),
+    ("SQLite sync=full W2 drain c=4, inline mode", "sqlite-full", ("drain", "c-noop-inline", 4), "tasks_per_s", ">=", 15000),
+    ("SQLite sync=full W2 drain c=16, inline mode", "sqlite-full", ("drain", "c-noop-inline", 16), "tasks_per_s", ">=", 45000),
+    ("SQLite sync=normal W2 drain c=4, inline mode", "sqlite-normal", ("drain", "c-noop-inline", 4), "tasks_per_s", ">=", 30000),
+    ("SQLite sync=normal W2 drain c=16, inline mode", "sqlite-normal", ("drain", "c-noop-inline", 16), "tasks_per_s", ">=", 50000),
     ("SQLite W3 p99 lateness (default discovery), ms", "sqlite-full", ("lateness", None, None), "p99_ms", "<=", 5),
     ("SQLite W3 early claims (all runs)", "sqlite-full", ("lateness", None, None), "early", "==", 0),
     ("PostgreSQL W3 p99 lateness (default discovery), ms", "pg", ("lateness", None, None), "p99_ms", "<=", 5),
@@ -414,6 +420,9 @@ def throughput_table(res):
                  ("W1 enqueue", "enqueue", "batch", None, "batches of 1000")]
         for c in (4, 16):
             specs.append(("W2 drain", "drain", "c-noop", c, "C no-op, c=%d" % c))
+        for c in (4, 16):
+            specs.append(("W2 drain", "drain", "c-noop-inline", c,
+                          "C no-op inline, c=%d" % c))
         for c in (4, 16):
             specs.append(("W2 drain", "drain", "exec", c, "--exec true, c=%d" % c))
         for wl, w, var, c, desc in specs:
@@ -735,6 +744,22 @@ def where_time_goes(prof):
     return lines
 
 
+def wheel_section():
+    """Run the timing wheel's own benchmark (pure code, no store) and return
+    its table as a code block with the command that produced it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    exe = os.path.join(root, "build", "bench", "wheel_bench")
+    if not os.path.exists(exe):
+        return "(build/bench/wheel_bench was not built: run cmake --build build)"
+    try:
+        out = subprocess.run([exe], capture_output=True, text=True, timeout=300).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return "(wheel_bench failed: %s)" % e
+    return ("Measured by `build/bench/wheel_bench` (1 M and 10 M pending timers; "
+            "one core; start+stop is the issue's target, >= 10 M ops/s, and memory "
+            "<= 64 bytes per pending timer):\n\n```\n" + out.strip() + "\n```")
+
+
 def render(args):
     res = Results(args.results, args.default_poll, args.default_disc)
     prof = None
@@ -747,6 +772,8 @@ def render(args):
         ("W3 lateness: claim − due, %s tasks over 5 s, 4 workers waiting" % fnum(args.nl),
          lateness_table(res)),
         ("W4 idle cost: 4 workers, no tasks", idle_table(res)),
+        ("Timing wheel: operations per second and bytes per pending timer",
+         wheel_section()),
         ("Targets", target_rows(res)),
     ]
     # the terminal: just the tables
