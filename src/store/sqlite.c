@@ -52,7 +52,7 @@
 enum stmt_id {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
 	ST_INSERT, ST_FIND_KEY,
-	ST_PEEK_DUE, ST_CLAIM_ID, ST_ATTEMPT_INSERT,
+	ST_PEEK_DUE, ST_CLAIM_ID, ST_CLAIM_ONE, ST_ATTEMPT_INSERT,
 	ST_EXTEND, ST_STATE_OF,
 	ST_COMPLETE, ST_COMPLETE_CANCEL, ST_ATTEMPT_END, ST_LATE_MARK,
 	ST_FAIL,
@@ -103,6 +103,10 @@ static const char *const sql_text[ST_COUNT] = {
 		" lease_owner = ?1, lease_until = ?2 + ?3, updated_at = ?2"
 		" WHERE id = ?4 AND state = 'SCHEDULED' AND due_at <= ?2"
 		" RETURNING " TASK_COLS,
+	[ST_CLAIM_ONE] =
+		"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
+		" lease_owner = ?1, lease_until = ?2, updated_at = ?3"
+		" WHERE id = ?4 AND state = 'SCHEDULED'",
 	[ST_ATTEMPT_INSERT] =
 		"INSERT INTO due_attempt (task_id, attempt, worker, claimed_at, due_at)"
 		" VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -878,7 +882,7 @@ int due_schedule_sqlite_tx(struct sqlite3 *conn, due_submitted *out,
 /* Claim                                                               */
 /* ------------------------------------------------------------------ */
 
-/* The claim statement for n_kinds kinds, prepared once per kind count. */
+/* The pick statement for n_kinds kinds, prepared once per kind shape. */
 static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude)
 {
 	char sql[2048 + 16 * 64];
@@ -896,17 +900,16 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude)
 	}
 	sqlite3_finalize(s->claim);
 	s->claim = NULL;
+	/* the pick: due rows through the partial index, in due order (the
+	   rows are then claimed one by one by primary key, see claim_locked) */
 	off = (size_t)snprintf(sql, sizeof(sql),
-		"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
-		" lease_owner = ?1, lease_until = ?2 + ?3, updated_at = ?2"
-		" WHERE id IN (SELECT id FROM due_task WHERE state = 'SCHEDULED'"
+		"SELECT " TASK_COLS " FROM due_task WHERE state = 'SCHEDULED'"
 		" AND due_at <= ?2");
 	for (size_t i = 0; i < n_kinds; i++)
 		off += (size_t)snprintf(sql + off, sizeof(sql) - off, "%s?%zu",
 					i ? ", " : exclude ? " AND kind NOT IN ("
 							   : " AND kind IN (", i + 5);
-	snprintf(sql + off, sizeof(sql) - off, "%s ORDER BY due_at LIMIT ?4)"
-		 " AND state = 'SCHEDULED' RETURNING " TASK_COLS,
+	snprintf(sql + off, sizeof(sql) - off, "%s ORDER BY due_at LIMIT ?4",
 		 n_kinds ? ")" : "");
 	rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
 				&s->claim, NULL);
@@ -973,6 +976,53 @@ static int collect_tasks(due_store *s, sqlite3_stmt *st, due_task_list *l,
 }
 
 /*
+** Claim the picked rows one by one by primary key.  We hold SQLite's only
+** write lock (BEGIN IMMEDIATE) from the pick to the commit, so no other
+** claim can interleave; the update still re-checks state = 'SCHEDULED'
+** itself.  Claiming by key avoids the temporary b-trees SQLite builds for
+** `IN (SELECT ... LIMIT n)` and for RETURNING, which cost more than the
+** claim itself (profile in docs/BENCHMARKS.md).  Rows that did not change
+** are dropped from the list.
+*/
+static int fenced(due_store *s, sqlite3_stmt *st, const char *what, bool *hit);
+
+static int claim_picked(due_store *s, due_task_list *l, const char *owner,
+			due_time now, int64_t lease_us)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < l->count; i++) {
+		due_task *t = &l->items[i];
+		sqlite3_stmt *st = stmt(s, ST_CLAIM_ONE);
+		bool hit;
+		int rc;
+		if (!st)
+			return due_error_last_code();
+		sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, now + lease_us);
+		sqlite3_bind_int64(st, 3, now);
+		sqlite3_bind_int64(st, 4, t->id);
+		if ((rc = fenced(s, st, "claim", &hit)) < 0)
+			return rc;
+		if (!hit) { /* not reachable under the write lock; drop it */
+			free(t->kind), free(t->payload), free(t->key);
+			free(t->result), free(t->last_error), free(t->lease_owner);
+			continue;
+		}
+		t->state = DUE_CLAIMED;
+		t->attempt++;
+		t->lease_until = now + lease_us;
+		t->updated_at = now;
+		free(t->lease_owner);
+		if (!(t->lease_owner = due_strdup_n(owner, strlen(owner))))
+			return due_error_set(DUE_ENOMEM, "out of memory");
+		l->items[kept++] = *t;
+	}
+	l->count = kept;
+	return 0;
+}
+
+/*
 ** The claim inside an open transaction: the statement, the attempt rows.
 ** now is the transaction's clock.  Fills l (capacity limit).
 */
@@ -998,6 +1048,8 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 	for (size_t i = 0; i < n_kinds; i++)
 		sqlite3_bind_text(st, (int)i + 5, kinds[i], -1, SQLITE_STATIC);
 	if ((rc = collect_tasks(s, st, l, (size_t)limit)) < 0)
+		return rc;
+	if (!only_id && (rc = claim_picked(s, l, owner, now, lease_us)) < 0)
 		return rc;
 	return record_claims(s, l, owner, now);
 }
