@@ -164,31 +164,6 @@ static int cron_add(cli_ctx *c, cron_args *a, char **pos, int npos)
 	return rc;
 }
 
-static json_t *sched_json(const due_schedule_info *s)
-{
-	char z[48];
-	json_t *o = json_object();
-	json_object_set_new(o, "name", json_string(s->name));
-	json_object_set_new(o, "expr", json_string(s->expr));
-	json_object_set_new(o, "kind", json_string(s->kind));
-	json_object_set_new(o, "tz", json_string(s->tz));
-	json_object_set_new(o, "misfire", json_string(s->misfire ? "once" : "skip"));
-	json_object_set_new(o, "overlap", json_string(s->overlap ? "wait" : "allow"));
-	json_object_set_new(o, "next_fire", due_fmt_time(s->next_slot));
-	if (due_time_format_zone(z, sizeof(z), s->next_slot, s->tz) == 0)
-		json_object_set_new(o, "next_fire_local", json_string(z));
-	json_object_set_new(o, "last_fire", due_fmt_time(s->last_slot));
-	json_object_set_new(o, "last_task", s->last_task ? json_integer(s->last_task)
-							  : json_null());
-	json_object_set_new(o, "fired", json_integer(s->fired));
-	json_object_set_new(o, "missed", json_integer(s->missed));
-	json_object_set_new(o, "last_missed", due_fmt_time(s->last_missed));
-	if (due_fmt_is_utf8(s->payload, s->payload_len))
-		json_object_set_new(o, "payload", json_stringn((const char *)s->payload,
-							       s->payload_len));
-	return o;
-}
-
 static int cron_ls(cli_ctx *c, int npos)
 {
 	due_schedule_list *l = NULL;
@@ -206,7 +181,7 @@ static int cron_ls(cli_ctx *c, int npos)
 	if (c->json) {
 		json_t *arr = json_array();
 		for (size_t i = 0; i < l->count; i++)
-			json_array_append_new(arr, sched_json(&l->items[i]));
+			json_array_append_new(arr, due_fmt_schedule(&l->items[i]));
 		due_schedule_list_free(l);
 		return cli_print_json(arr);
 	}

@@ -14,6 +14,8 @@
 json_t *due_fmt_task(const due_task *t);
 /* A new JSON array of tasks. */
 json_t *due_fmt_task_list(const due_task_list *l);
+/* A new JSON object for a schedule (`due cron ls --json`, GET /v1/schedules). */
+json_t *due_fmt_schedule(const due_schedule_info *s);
 /* A new JSON object for stats (`due stats --json`). */
 json_t *due_fmt_stats(const due_stats *s);
 /* RFC 3339 string or JSON null for 0. */

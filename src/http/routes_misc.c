@@ -18,42 +18,6 @@
 /* Schedules                                                           */
 /* ------------------------------------------------------------------ */
 
-static json_t *sched_json(const due_schedule_info *s)
-{
-	json_t *o = json_object();
-	char z[48];
-
-	if (!o)
-		return NULL;
-	json_object_set_new(o, "name", json_string(s->name));
-	json_object_set_new(o, "expr", json_string(s->expr));
-	json_object_set_new(o, "kind", json_string(s->kind));
-	json_object_set_new(o, "tz", json_string(s->tz));
-	json_object_set_new(o, "misfire", json_string(s->misfire ? "once" : "skip"));
-	json_object_set_new(o, "overlap", json_string(s->overlap ? "wait" : "allow"));
-	json_object_set_new(o, "next_fire", due_fmt_time(s->next_slot));
-	if (due_time_format_zone(z, sizeof(z), s->next_slot, s->tz) == 0)
-		json_object_set_new(o, "next_fire_local", json_string(z));
-	json_object_set_new(o, "last_fire", due_fmt_time(s->last_slot));
-	json_object_set_new(o, "last_task", s->last_task ? json_integer(s->last_task)
-							  : json_null());
-	json_object_set_new(o, "fired", json_integer(s->fired));
-	json_object_set_new(o, "missed", json_integer(s->missed));
-	json_object_set_new(o, "last_missed", due_fmt_time(s->last_missed));
-	if (due_fmt_is_utf8(s->payload, s->payload_len)) {
-		json_object_set_new(o, "payload", json_stringn((const char *)s->payload,
-							       s->payload_len));
-	} else {
-		char *b = due_fmt_base64(s->payload, s->payload_len);
-		json_object_set_new(o, "payload_b64", b ? json_string(b) : json_null());
-		free(b);
-	}
-	json_object_set_new(o, "max_attempts", json_integer(s->max_attempts));
-	json_object_set_new(o, "backoff_ms", json_integer(s->backoff_us / 1000));
-	json_object_set_new(o, "backoff_cap_ms", json_integer(s->backoff_cap_us / 1000));
-	return o;
-}
-
 /* The schedule called name as JSON into *out (NULL when none). */
 static int sched_find(due_db *db, const char *name, json_t **out)
 {
@@ -65,7 +29,7 @@ static int sched_find(due_db *db, const char *name, json_t **out)
 		return rc;
 	for (size_t i = 0; i < l->count; i++)
 		if (!strcmp(l->items[i].name, name))
-			*out = sched_json(&l->items[i]);
+			*out = due_fmt_schedule(&l->items[i]);
 	due_schedule_list_free(l);
 	return 0;
 }
@@ -81,7 +45,7 @@ int route_sched_list(http_req *r)
 		return http_reply_due(r, rc);
 	arr = json_array();
 	for (size_t i = 0; arr && i < l->count; i++)
-		json_array_append_new(arr, sched_json(&l->items[i]));
+		json_array_append_new(arr, due_fmt_schedule(&l->items[i]));
 	due_schedule_list_free(l);
 	return http_reply_json(r, 200, arr);
 }
