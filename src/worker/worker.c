@@ -100,6 +100,8 @@ struct due_worker {
 	atomic_bool stop, draining, running;
 	atomic_bool fold;       /* claimer is draining: it commits completions
 				   together with its next claim */
+	atomic_bool abandon;    /* shutdown gave up on the store: stop retrying,
+				   leave uncommitted tries to lease expiry */
 	bool threads_stop;      /* under mu: keeper and completer may exit */
 	pthread_t keeper, completer, scheduler;
 	bool sched_started;
@@ -190,8 +192,32 @@ static int cond_init(pthread_cond_t *cv)
 ** Open a store connection for a worker thread, retrying with backoff
 ** until it works or the worker stops.  NULL only when stopping.
 */
+/*
+** Back-off sleep for the threads other than the claimer.  It must not
+** touch the eventfd, whose wake-ups belong to the claimer; it ends early
+** when shutdown gives up on the store.
+*/
+static void bg_sleep(due_worker *w, int64_t us)
+{
+	int64_t end = due_mono_us() + us;
+
+	while (!atomic_load(&w->abandon)) {
+		int64_t left = end - due_mono_us();
+		if (left <= 0)
+			return;
+		struct timespec ts = {0, (left > 50000 ? 50000 : left) * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+/*
+** Open a store connection for a worker thread, retrying with backoff.
+** NULL when the claimer is asked to stop, or once shutdown has given up
+** on the store (other threads).
+*/
 static due_db *connect_retry(due_worker *w, const char *who)
 {
+	bool claimer = strcmp(who, "claimer") == 0;
 	int64_t delay = 10000;
 
 	for (;;) {
@@ -202,12 +228,13 @@ static due_db *connect_retry(due_worker *w, const char *who)
 		wlog(w, 1, "%s: cannot open store: %s (retrying)", who,
 		     due_error_last());
 		due_close(db);
-		if (atomic_load(&w->stop) && strcmp(who, "claimer") == 0)
+		if ((claimer && atomic_load(&w->stop)) || atomic_load(&w->abandon))
 			return NULL;
-		wait_wake(w, delay);
+		if (claimer)
+			wait_wake(w, delay);
+		else
+			bg_sleep(w, delay);
 		delay = delay * 2 > 2000000 ? 2000000 : delay * 2;
-		if (atomic_load(&w->stop) && !atomic_load(&w->running))
-			return NULL;
 	}
 }
 
@@ -463,16 +490,19 @@ static void count_outcome(due_worker *w, const due_job *j, bool ok, int outcome)
 	     j->error && !ok ? j->error : "");
 }
 
-/* Retry a store call while it fails with a store error (not a refusal). */
+/*
+** Retry a store call while it fails with a store error (not a refusal),
+** until shutdown gives up on the store.  A fenced commit is safe to retry.
+*/
 #define STORE_RETRY(w, db, call)                                               \
 	do {                                                                   \
 		int64_t delay_ = 10000;                                        \
 		while ((rc = (call)) < 0 && rc != DUE_EINVAL &&                \
-		       rc != DUE_ETOOBIG) {                                    \
+		       rc != DUE_ETOOBIG && !atomic_load(&(w)->abandon)) {     \
 			atomic_fetch_add(&(w)->st.store_errors, 1);            \
 			wlog((w), 1, "store error (%s), retrying: %s",         \
 			     due_error_name(rc), due_error_last());            \
-			wait_wake((w), delay_);                                \
+			bg_sleep((w), delay_);                                 \
 			delay_ = delay_ * 2 > 2000000 ? 2000000 : delay_ * 2;  \
 		}                                                              \
 	} while (0)
@@ -536,6 +566,11 @@ static void commit_batch(due_worker *w, due_db *db, due_job **jobs, size_t n)
 			}
 		return;
 	}
+	if (rc < 0) { /* only when shutdown gave up on the store */
+		wlog(w, 1, "leaving %zu completion(s) uncommitted: %s", k,
+		     due_error_last());
+		return;
+	}
 	for (size_t i = 0, m = 0; i < n; i++)
 		if (jobs[i]->rc == 0 && !jobs[i]->hook)
 			count_outcome(w, jobs[i], true, (int)items[m++].outcome);
@@ -582,7 +617,8 @@ static void *completer_main(void *arg)
 		if (!w->done_head)
 			w->done_tail = NULL;
 		if (n == 0) {
-			if (w->threads_stop && w->n_inflight == 0)
+			if (w->threads_stop &&
+			    (w->n_inflight == 0 || atomic_load(&w->abandon)))
 				break;
 			pthread_cond_wait(&w->done_cv, &w->mu);
 			continue;
@@ -733,7 +769,8 @@ static void *keeper_main(void *arg)
 	if (tick > 1000000)
 		tick = 1000000;
 	pthread_mutex_lock(&w->mu);
-	while (!(w->threads_stop && w->n_inflight == 0)) {
+	while (!(w->threads_stop &&
+		 (w->n_inflight == 0 || atomic_load(&w->abandon)))) {
 		size_t n = renewals_due_locked(w, r, 256, due_mono_us());
 		if (n == 0) {
 			cond_wait_us(&w->keep_cv, &w->mu, tick);
@@ -746,7 +783,7 @@ static void *keeper_main(void *arg)
 		pthread_mutex_unlock(&w->mu);
 		if (!db)
 			db = connect_retry(w, "keeper");
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; db && i < n; i++)
 			renew_one(w, db, &r[i]);
 		pthread_mutex_lock(&w->mu);
 		for (size_t i = 0; i < n; i++)
@@ -1365,21 +1402,35 @@ static bool try_wheel(due_worker *w, due_db *db)
 	return true;
 }
 
-/* Let in-flight tries finish within the grace; then tell them to stop. */
+/*
+** Let in-flight tries finish within the grace; then tell them to stop.
+** If they still cannot be committed ABANDON_US later (the store is down),
+** give up on the store: their leases expire and another worker reclaims
+** them, which fencing makes safe.  Shutdown never hangs on the store.
+*/
+#define ABANDON_US (10LL * 1000000)
+
 static void drain(due_worker *w)
 {
-	int64_t deadline = due_mono_us() + w->o.grace_us;
-	bool told = false;
+	int64_t deadline = due_mono_us() + w->o.grace_us, told_at = 0;
 
 	pthread_mutex_lock(&w->mu);
 	while (w->n_inflight > 0) {
 		int64_t left = deadline - due_mono_us();
-		if (left <= 0 && !told) {
+		if (left <= 0 && !told_at) {
 			wlog(w, 1, "grace period over: stopping %d running handler(s); "
 			     "their leases will expire", w->n_inflight);
 			for (due_job *j = w->inflight; j; j = j->inext)
 				atomic_store(&j->lost, true);
-			told = true;
+			told_at = due_mono_us();
+		}
+		if (told_at && due_mono_us() - told_at > ABANDON_US) {
+			wlog(w, 1, "cannot commit %d finished or stopped tr%s (store "
+			     "unreachable?): leaving them to lease expiry",
+			     w->n_inflight, w->n_inflight == 1 ? "y" : "ies");
+			atomic_store(&w->abandon, true);
+			pthread_cond_broadcast(&w->done_cv);
+			break;
 		}
 		cond_wait_us(&w->idle_cv, &w->mu, left > 0 ? left : 100000);
 		if (w->o.mode == DUE_MODE_INLINE) {
@@ -1408,6 +1459,13 @@ static void join_all(due_worker *w)
 	pthread_join(w->keeper, NULL);
 	if (w->sched_started)
 		pthread_join(w->scheduler, NULL);
+	/* tries left uncommitted when shutdown gave up on the store */
+	while (w->inflight) {
+		due_job *j = w->inflight;
+		w->inflight = j->inext;
+		job_free(j);
+	}
+	w->n_inflight = 0;
 }
 
 /* Stop and join whatever start_threads() managed to start. */

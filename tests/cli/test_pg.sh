@@ -75,4 +75,26 @@ stale=$(count "SELECT count(*) FROM due_attempt a JOIN due_task t ON t.id = a.ta
 expect_eq "no commit with a stale attempt" 0 "$stale"
 grep -q "store error\|cannot open store\|failed" "$T/survivor.log" && ok || bad "the outage was noticed in the log"
 echo "fault run: $(wc -l <"$OUT/fault") handler runs for 40 tasks (re-runs after an unknown commit are allowed: at least once)"
+
+# 4. SIGTERM while the server is down: the worker still exits 0 (its try is
+#    left to lease expiry), and another worker finishes the task at attempt 2
+if [ -n "${DUE_TEST_PG_DIR:-}" ]; then
+	did=$("$DUE" add down)
+	"$DUE" work --kinds down --lease 3s --grace 1s --kill-grace 300ms --poll 50ms \
+		--exec 'touch "$OUT/down.started"; sleep 5; echo late' 2>"$T/down.log" &
+	wpid=$!
+	wait_for "down task running" 20 test -e "$OUT/down.started"
+	"$ROOT/scripts/pg-test-cluster" stop "$DUE_TEST_PG_DIR" >/dev/null
+	kill -TERM "$wpid"
+	wait_for "worker exits while the server is down" 40 bash -c "! kill -0 $wpid 2>/dev/null"
+	rc=0; wait "$wpid" || rc=$?
+	expect_eq "exit 0 with the store down" 0 "$rc"
+	grep -q "leaving them to lease expiry" "$T/down.log" && ok || bad "abandonment logged: $(tail -3 "$T/down.log")"
+	"$ROOT/scripts/pg-test-cluster" start "$DUE_TEST_PG_DIR" >/dev/null
+	"$DUE" work -q --kinds down --poll 100ms --exec 'echo rescued' &
+	rpid=$!
+	wait_for "down task finished by another worker" 30 bash -c \
+		"[ \"\$(psql -qXAt '$DUE_DB' -c \"SELECT state || '/' || attempt FROM due_task WHERE id = $did\")\" = DONE/2 ]"
+	kill -TERM "$rpid"; wait "$rpid" || true
+fi
 finish
