@@ -48,23 +48,33 @@ int cli_fail(const cli_ctx *c, int rc)
 	return exit_for(rc);
 }
 
+int cli_max_payload(const cli_ctx *c, size_t *out)
+{
+	const char *mp = getenv("DUE_MAX_PAYLOAD");
+	char *end;
+
+	*out = 1u << 20;
+	if (!mp || !*mp)
+		return 0;
+	errno = 0;
+	unsigned long long v = strtoull(mp, &end, 10);
+	if (errno || *end || v == 0 || v > (1ull << 30)) {
+		fprintf(stderr, "%s: invalid DUE_MAX_PAYLOAD '%s': bytes, "
+			"1..1073741824\n", c->prog, mp);
+		return EXIT_USAGE;
+	}
+	*out = (size_t)v;
+	return 0;
+}
+
 int cli_open(cli_ctx *c, due_db **out)
 {
 	due_open_opts o = DUE_OPEN_OPTS_INIT;
-	const char *mp = getenv("DUE_MAX_PAYLOAD");
 	int rc;
 
-	if (mp && *mp) {
-		char *end;
-		errno = 0;
-		unsigned long long v = strtoull(mp, &end, 10);
-		if (errno || *end || v == 0 || v > (1ull << 30)) {
-			fprintf(stderr, "%s: invalid DUE_MAX_PAYLOAD '%s': bytes, "
-				"1..1073741824\n", c->prog, mp);
-			return EXIT_USAGE;
-		}
-		o.max_payload = (size_t)v;
-	}
+	*out = NULL;
+	if ((rc = cli_max_payload(c, &o.max_payload)))
+		return rc;
 	rc = due_open(out, cli_db_url(c), &o);
 	if (rc < 0) {
 		int code = cli_fail(c, rc);

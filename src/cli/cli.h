@@ -41,6 +41,8 @@ typedef struct cli_ctx {
 bool cli_common_opt(cli_ctx *c, int opt, const char *arg);
 /* Store URL in effect. */
 const char *cli_db_url(const cli_ctx *c);
+/* The payload limit: $DUE_MAX_PAYLOAD (checked) or 1 MiB.  0 or EXIT_USAGE. */
+int cli_max_payload(const cli_ctx *c, size_t *out);
 /* Open the store (schema checked); prints the error. Exit code or 0. */
 int cli_open(cli_ctx *c, due_db **out);
 /* Print "due CMD: message" for the last library error; exit code for it. */

@@ -63,13 +63,6 @@ static int timing(const cli_ctx *c, const char *where, const char *in,
 	return 0;
 }
 
-static size_t max_payload(void)
-{
-	const char *mp = getenv("DUE_MAX_PAYLOAD");
-	unsigned long long v = mp ? strtoull(mp, NULL, 10) : 0;
-	return v ? (size_t)v : (1u << 20);
-}
-
 static int print_result(const cli_ctx *c, due_db *db, const due_submitted *s)
 {
 	due_task *t;
@@ -100,11 +93,13 @@ static int add_one(cli_ctx *c, const char *kind, add_args *a)
 	if (sources > 1)
 		return cli_usage_error(c, "--payload, --payload-file and "
 				       "--payload-stdin are exclusive");
-	if ((rc = timing(c, "--", a->in, a->at, &a->o)))
+	size_t limit;
+	if ((rc = timing(c, "--", a->in, a->at, &a->o)) ||
+	    (rc = cli_max_payload(c, &limit)))
 		return rc;
 	if (a->pfile || a->pstdin) {
-		if ((rc = cli_read_file(c, a->pfile ? a->pfile : "-",
-					max_payload(), &buf, &len)))
+		if ((rc = cli_read_file(c, a->pfile ? a->pfile : "-", limit, &buf,
+					&len)))
 			return rc;
 	} else if (a->payload) {
 		len = strlen(a->payload);

@@ -213,14 +213,6 @@ static int read_token(cli_ctx *c, serve_args *a)
 	return rc;
 }
 
-/* Payload limit as cli_open() applies it (already validated there). */
-static size_t max_payload(void)
-{
-	const char *mp = getenv("DUE_MAX_PAYLOAD");
-	unsigned long long v = mp && *mp ? strtoull(mp, NULL, 10) : 0;
-	return v ? (size_t)v : (1u << 20);
-}
-
 /* Run the server until SIGINT or SIGTERM. */
 static int run(cli_ctx *c, serve_args *a)
 {
@@ -228,7 +220,7 @@ static int run(cli_ctx *c, serve_args *a)
 	due_http *h = NULL;
 	char err[256];
 	sigset_t set;
-	int sig = 0;
+	int sig = 0, rc;
 
 	o.db_url = cli_db_url(c);
 	o.token = a->token[0] ? a->token : NULL;
@@ -238,7 +230,8 @@ static int run(cli_ctx *c, serve_args *a)
 	o.threads = (unsigned)a->threads;
 	o.max_conns = (unsigned)a->max_conns;
 	o.timeout_s = (unsigned)(a->timeout_us / 1000000);
-	o.max_payload = max_payload();
+	if ((rc = cli_max_payload(c, &o.max_payload)))
+		return rc;
 	o.max_body = 2 * o.max_payload + 65536;
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
