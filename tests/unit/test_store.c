@@ -24,32 +24,8 @@
 #include <sqlite3.h>
 
 #include "due.h"
+#define TU_FIXTURE /* setup, teardown, open_db, url, dir */
 #include "test_util.h"
-
-static char url[512];
-static char dir[256];
-
-static int setup(void **state)
-{
-	(void)state;
-	return tu_fresh_store(url, sizeof(url), dir, sizeof(dir));
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	tu_drop_store(url, dir);
-	return 0;
-}
-
-static due_db *open_db(void)
-{
-	due_db *db = NULL;
-	int rc = due_open(&db, url, NULL);
-	if (rc < 0)
-		fail_msg("open %s: %s", url, due_error_last());
-	return db;
-}
 
 static due_id add(due_db *db, const char *kind, int64_t delay_us,
 		  int32_t max_attempts)

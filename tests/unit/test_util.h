@@ -141,4 +141,37 @@ static inline void tu_drop_store(const char *url, const char *dir)
 #endif
 }
 
+#ifdef TU_FIXTURE
+/*
+** The per-test fixture of the cmocka suites that define TU_FIXTURE
+** before including this header (after cmocka.h): a
+** fresh store in `url` (and `dir` for SQLite) before each test, dropped
+** after it.
+*/
+static char url[512] __attribute__((unused));
+static char dir[256] __attribute__((unused));
+
+static inline int setup(void **state)
+{
+	(void)state;
+	return tu_fresh_store(url, sizeof(url), dir, sizeof(dir));
+}
+
+static inline int teardown(void **state)
+{
+	(void)state;
+	tu_drop_store(url, dir);
+	return 0;
+}
+
+/* A handle on this test's store; fails the test when it cannot open. */
+static inline due_db *open_db(void)
+{
+	due_db *db = NULL;
+	if (due_open(&db, url, NULL) < 0)
+		fail_msg("open %s: %s", url, due_error_last());
+	return db;
+}
+#endif /* TU_FIXTURE */
+
 #endif
