@@ -966,9 +966,14 @@ static int claim_pool(due_worker *w, due_db *db, pool *p, int limit,
 
 	*out = NULL;
 	if (!claim_opts_for(w, p, limit, kinds, &o)) {
-		if (nt == 0)
-			return 0;
-		o.n_kinds = 0; /* not reached: a pool with jobs has kinds */
+		/* a pool without kinds runs no handler, so it has no completions;
+		   should it ever, the completer commits them */
+		if (nt) {
+			pthread_mutex_lock(&w->mu);
+			untake_locked(w, taken, nt);
+			pthread_mutex_unlock(&w->mu);
+		}
+		return 0;
 	}
 	atomic_fetch_add(&w->st.claim_queries, 1);
 	if (nt == 0)
