@@ -138,36 +138,43 @@ int cli_read_file(const cli_ctx *c, const char *path, size_t max,
 		  unsigned char **out, size_t *len)
 {
 	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-	size_t cap = 4096, n = 0;
-	unsigned char *buf;
+	size_t cap = 4096, n = 0, got;
+	unsigned char *buf = NULL, *nb;
+	int rc = 0;
 
 	if (!f) {
 		fprintf(stderr, "%s: cannot read '%s': %s\n", c->prog, path,
 			strerror(errno));
 		return EXIT_USAGE;
 	}
-	buf = malloc(cap + 1);
-	while (buf) {
-		size_t got = fread(buf + n, 1, cap - n, f);
-		n += got;
-		if (n > max)
-			break;
-		if (got == 0)
-			break;
-		if (n == cap) {
-			unsigned char *nb = realloc(buf, (cap *= 2) + 1);
-			if (!nb) {
-				free(buf);
-				buf = NULL;
+	/* read at most max + 1 bytes: one more than allowed is enough for the
+	   library to say how far over the limit it is */
+	while (n <= max) {
+		if (!buf || n == cap) {
+			if (buf)
+				cap *= 2;
+			if (!(nb = realloc(buf, cap + 1))) {
+				rc = EXIT_STORE;
+				fprintf(stderr, "%s: out of memory reading '%s'\n",
+					c->prog, path);
+				break;
 			}
 			buf = nb;
 		}
+		if ((got = fread(buf + n, 1, cap - n, f)) == 0)
+			break;
+		n += got;
+	}
+	if (rc == 0 && ferror(f)) {
+		rc = EXIT_USAGE;
+		fprintf(stderr, "%s: cannot read '%s': %s\n", c->prog, path,
+			strerror(errno));
 	}
 	if (f != stdin)
 		fclose(f);
-	if (!buf) {
-		fprintf(stderr, "%s: out of memory reading '%s'\n", c->prog, path);
-		return EXIT_STORE;
+	if (rc) {
+		free(buf);
+		return rc;
 	}
 	buf[n] = '\0';
 	*out = buf;
