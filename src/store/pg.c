@@ -121,7 +121,7 @@ enum stmt_id {
 	" c AS (UPDATE due_task t SET state = 'CLAIMED',"                      \
 	" attempt = t.attempt + 1, lease_owner = $1::text,"                    \
 	" lease_until = clock_timestamp() + " US("$2") ", updated_at = now()"  \
-	" WHERE t.id = ANY (ARRAY(SELECT id FROM p)) AND t.state = 'SCHEDULED'"          \
+	" WHERE t.id = ANY (ARRAY(SELECT id FROM p))"                           \
 	" RETURNING t.*),"                                                     \
 	" a AS (INSERT INTO due_attempt (task_id, attempt, worker, claimed_at," \
 	" due_at) SELECT id, attempt, lease_owner, now(), due_at FROM c)"       \
@@ -151,6 +151,23 @@ enum stmt_id {
 	" (SELECT state FROM due_task WHERE id = $1::int8),"                   \
 	" (SELECT count(*) FROM n)"
 
+/*
+** The completion CTEs (store.h: complete).  Three of their predicates are
+** written for the planner, whose statistics for a queue table are nearly
+** always wrong (the table churns faster than ANALYZE runs, and a cached
+** generic plan outlives the sizes it was made for):
+**  - d fences on "lease_owner IS NOT NULL", which the claimed_iff_lease
+**    CHECK makes the same as state = 'CLAIMED', because that equality
+**    lets the planner AND in a bitmap scan of the partial lease index,
+**    whose dead entries a bitmap scan never prunes: the scan grows with
+**    every task ever completed since the last vacuum;
+**  - the claim's update (CLAIM_SQL, COMPLETE_CLAIM_SQL) does not re-test
+**    state = 'SCHEDULED' for the same reason: the picker locked its rows
+**    FOR UPDATE and re-checked the predicate on their newest version, so
+**    nothing can change them before this statement commits;
+**  - l (late commits, rare) is gated by a one-time "EXISTS (SELECT 1 FROM
+**    s)", so a plan that seq-scans due_attempt never runs on the hot path.
+*/
 #define COMPLETE_CTES                                                          \
 	"i AS MATERIALIZED (SELECT * FROM unnest($1::int8[]," \
 	" $2::int4[], $3::bytea[]) WITH ORDINALITY AS u(id, attempt," \
@@ -162,16 +179,18 @@ enum stmt_id {
 	" FROM (SELECT DISTINCT ON (id, attempt) * FROM i" \
 	" ORDER BY id, attempt, ord) i WHERE t.id = ANY ($1::int8[])" \
 	" AND t.id = i.id AND t.attempt = i.attempt" \
-	" AND t.state = 'CLAIMED' RETURNING i.ord, t.id, t.attempt, t.state)," \
+	" AND t.lease_owner IS NOT NULL" \
+	" RETURNING i.ord, t.id, t.attempt, t.state)," \
 	" e AS (UPDATE due_attempt a SET ended_at = now(), outcome = d.state," \
 	" error = CASE WHEN d.state = 'CANCELLED'" \
 	" THEN 'cancel requested before commit' END FROM d" \
 	" WHERE a.task_id = d.id AND a.attempt = d.attempt" \
 	" AND a.outcome = 'RUNNING')," \
+	" s AS MATERIALIZED (SELECT id, attempt FROM i WHERE NOT EXISTS" \
+	" (SELECT 1 FROM d WHERE d.id = i.id AND d.attempt = i.attempt))," \
 	" l AS (UPDATE due_attempt a SET late_commit = 'REJECTED_STALE'" \
-	" FROM i WHERE a.task_id = i.id AND a.attempt = i.attempt" \
-	" AND NOT EXISTS (SELECT 1 FROM d WHERE d.id = i.id" \
-	" AND d.attempt = i.attempt))"
+	" FROM s WHERE EXISTS (SELECT 1 FROM s) AND a.task_id = s.id" \
+	" AND a.attempt = s.attempt)"
 
 static const char *const sql_text[ST_COUNT] = {
 	[ST_NOW] = "SELECT now()",
@@ -234,7 +253,7 @@ static const char *const sql_text[ST_COUNT] = {
 	" c AS (UPDATE due_task t SET state = 'CLAIMED',"                      \
 	" attempt = t.attempt + 1, lease_owner = $4::text,"                    \
 	" lease_until = clock_timestamp() + " US("$5") ", updated_at = now()"  \
-	" WHERE t.id = ANY (ARRAY(SELECT id FROM p)) AND t.state = 'SCHEDULED'" \
+	" WHERE t.id = ANY (ARRAY(SELECT id FROM p))"                           \
 	" RETURNING t.*),"                                                     \
 	" a AS (INSERT INTO due_attempt (task_id, attempt, worker, claimed_at," \
 	" due_at) SELECT id, attempt, lease_owner, now(), due_at FROM c)"       \
