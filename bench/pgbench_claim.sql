@@ -9,7 +9,9 @@
 --   pgbench -n -M prepared -D batch=K -f bench/pgbench_claim.sql -c C -T SECS URL
 -- then counts the DONE rows.  -M prepared (or extended) is required: the
 -- claimed ids cross from the first statement to the second as array
--- parameters.
+-- parameters.  The predicates are bench/floor.c's (see FLOOR_PG_DONE there):
+-- "lease_owner IS NOT NULL" stands for state = 'CLAIMED' so that the
+-- planner cannot use the partial lease index in a bitmap scan.
 WITH c AS (
   UPDATE floor_task SET state = 'CLAIMED', attempt = attempt + 1,
          lease_owner = 'pgbench', lease_until = clock_timestamp() + interval '30 seconds',
@@ -17,7 +19,6 @@ WITH c AS (
    WHERE id = ANY (ARRAY (SELECT id FROM floor_task
                            WHERE state = 'SCHEDULED' AND due_at <= now()
                            ORDER BY due_at LIMIT :batch FOR UPDATE SKIP LOCKED))
-     AND state = 'SCHEDULED'
   RETURNING id, attempt)
 SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(attempt), '{}') AS atts FROM c
 \gset
@@ -25,4 +26,4 @@ UPDATE floor_task t SET state = 'DONE', result = 'ok'::bytea,
        lease_owner = NULL, lease_until = NULL, updated_at = now()
   FROM unnest(:ids::int8[], :atts::int4[]) AS u(id, attempt)
  WHERE t.id = ANY (:ids::int8[]) AND t.id = u.id AND t.attempt = u.attempt
-   AND t.state = 'CLAIMED';
+   AND t.lease_owner IS NOT NULL;
