@@ -32,7 +32,7 @@ extern "C" {
 #define DUE_VERSION "0.1.0"
 
 /** Store schema version this library reads and writes. */
-#define DUE_SCHEMA_VERSION 2
+#define DUE_SCHEMA_VERSION 3
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */

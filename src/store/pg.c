@@ -57,6 +57,9 @@
 **   2  due_schedule (periodic schedules) and due_worker (worker reports).
 **      A new database runs step 1 then step 2, so a fresh schema and an
 **      upgraded one are the same by construction.
+**   3  No change here: version 3 rebuilt SQLite's tables (their CHECKs,
+**      src/store/sqlite.c); PostgreSQL's IN lists cost nothing, so the
+**      step only records the version both stores share.
 */
 #include <limits.h>
 #include <stdint.h>
@@ -615,6 +618,10 @@ static const char schema_v2[] =
 	"  store_errors bigint NOT NULL DEFAULT 0);"
 	"UPDATE due_meta SET value = '2' WHERE name = 'schema_version';";
 #undef WORKER_COUNTER
+
+/* Version 2 -> 3: nothing to change on PostgreSQL (see the history). */
+static const char schema_v3[] =
+	"UPDATE due_meta SET value = '3' WHERE name = 'schema_version';";
 
 struct due_store {
 	PGconn *conn;
@@ -1222,6 +1229,11 @@ static int pg_init_schema(due_store *s)
 		if ((rc = command(s, schema_v2, "upgrade schema to 2")) < 0)
 			goto fail;
 		v = 2;
+	}
+	if (v == 2) {
+		if ((rc = command(s, schema_v3, "upgrade schema to 3")) < 0)
+			goto fail;
+		v = 3;
 	}
 	if (v != DUE_SCHEMA_VERSION) {
 		rc = due_error_set(DUE_ESCHEMA,

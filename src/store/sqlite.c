@@ -34,6 +34,8 @@
 ** migrate(), never edit a released step):
 **   1  due_meta, due_task, due_attempt, due_audit and their indexes.
 **   2  due_schedule (periodic schedules), due_worker (worker counters).
+**   3  due_task and due_attempt rebuilt with their state and outcome
+**      CHECKs spelled as OR chains (see schema_v3).
 */
 #include <errno.h>
 #include <sqlite3.h>
@@ -365,6 +367,83 @@ static const char schema_v2[] =
 	"  reclaim_queries INTEGER NOT NULL DEFAULT 0,"
 	"  store_errors INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
 	"UPDATE due_meta SET value = '2' WHERE name = 'schema_version';";
+
+/*
+** Version 2 -> 3.  SQLite codes a CHECK of the form `x IN (five or more
+** constants)` by building a temporary b-tree of the constants for every
+** row it writes: a b-tree created and two pages zeroed per statement, a
+** third of a worker's CPU in the drain profile (docs/BENCHMARKS.md).  An
+** OR chain of equalities says the same and is plain comparisons.  SQLite
+** cannot alter a CHECK, so both tables are rebuilt as its documentation
+** describes (lang_altertable.html, "other kinds of table schema changes"):
+** new table, copy, drop, rename, indexes again.  The AUTOINCREMENT
+** high-water mark is carried over, so an id freed by prune is never
+** handed out again.  One transaction: all of it or none.
+*/
+static const char schema_v3[] =
+	"CREATE TABLE due_task_v3 ("
+	"  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+	"  kind TEXT NOT NULL,"
+	"  payload BLOB NOT NULL,"
+	"  state TEXT NOT NULL CHECK (state = 'SCHEDULED' OR state = 'CLAIMED'"
+	"    OR state = 'DONE' OR state = 'CANCELLED' OR state = 'DEAD'),"
+	"  due_at INTEGER NOT NULL,"
+	"  attempt INTEGER NOT NULL DEFAULT 0,"
+	"  attempt_base INTEGER NOT NULL DEFAULT 0,"
+	"  max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),"
+	"  backoff_us INTEGER NOT NULL,"
+	"  backoff_cap_us INTEGER NOT NULL,"
+	"  lease_owner TEXT,"
+	"  lease_until INTEGER,"
+	"  cancel_requested INTEGER NOT NULL DEFAULT 0,"
+	"  key TEXT,"
+	"  result BLOB,"
+	"  last_error TEXT,"
+	"  created_at INTEGER NOT NULL,"
+	"  updated_at INTEGER NOT NULL,"
+	"  CONSTRAINT claimed_iff_lease CHECK ("
+	"    (state = 'CLAIMED' AND lease_owner IS NOT NULL AND lease_until IS NOT NULL)"
+	"    OR (state <> 'CLAIMED' AND lease_owner IS NULL AND lease_until IS NULL)));"
+	"INSERT INTO due_task_v3 (id, kind, payload, state, due_at, attempt,"
+	"  attempt_base, max_attempts, backoff_us, backoff_cap_us, lease_owner,"
+	"  lease_until, cancel_requested, key, result, last_error, created_at,"
+	"  updated_at)"
+	"  SELECT id, kind, payload, state, due_at, attempt, attempt_base,"
+	"  max_attempts, backoff_us, backoff_cap_us, lease_owner, lease_until,"
+	"  cancel_requested, key, result, last_error, created_at, updated_at"
+	"  FROM due_task ORDER BY id;"
+	"DELETE FROM sqlite_sequence WHERE name = 'due_task_v3';"
+	"INSERT INTO sqlite_sequence (name, seq) SELECT 'due_task_v3', seq"
+	"  FROM sqlite_sequence WHERE name = 'due_task';"
+	"DROP TABLE due_task;"
+	"ALTER TABLE due_task_v3 RENAME TO due_task;"
+	"CREATE INDEX due_task_due ON due_task (due_at) WHERE state = 'SCHEDULED';"
+	"CREATE INDEX due_task_lease ON due_task (lease_until) WHERE state = 'CLAIMED';"
+	"CREATE UNIQUE INDEX due_task_key ON due_task (kind, key)"
+	"  WHERE key IS NOT NULL AND state IN ('SCHEDULED', 'CLAIMED');"
+	"CREATE INDEX due_task_finished ON due_task (updated_at)"
+	"  WHERE state IN ('DONE', 'CANCELLED');"
+	"CREATE TABLE due_attempt_v3 ("
+	"  task_id INTEGER NOT NULL,"
+	"  attempt INTEGER NOT NULL,"
+	"  worker TEXT NOT NULL,"
+	"  claimed_at INTEGER NOT NULL,"
+	"  due_at INTEGER NOT NULL,"
+	"  ended_at INTEGER,"
+	"  outcome TEXT NOT NULL DEFAULT 'RUNNING' CHECK (outcome = 'RUNNING'"
+	"    OR outcome = 'DONE' OR outcome = 'FAILED' OR outcome = 'LEASE_EXPIRED'"
+	"    OR outcome = 'CANCELLED' OR outcome = 'REQUEUED' OR outcome = 'KILLED'),"
+	"  error TEXT,"
+	"  late_commit TEXT,"
+	"  PRIMARY KEY (task_id, attempt)) WITHOUT ROWID;"
+	"INSERT INTO due_attempt_v3 (task_id, attempt, worker, claimed_at, due_at,"
+	"  ended_at, outcome, error, late_commit)"
+	"  SELECT task_id, attempt, worker, claimed_at, due_at, ended_at, outcome,"
+	"  error, late_commit FROM due_attempt;"
+	"DROP TABLE due_attempt;"
+	"ALTER TABLE due_attempt_v3 RENAME TO due_attempt;"
+	"CREATE INDEX due_attempt_claimed ON due_attempt (claimed_at);"
+	"UPDATE due_meta SET value = '3' WHERE name = 'schema_version';";
 
 struct due_store {
 	sqlite3 *db;
@@ -744,10 +823,14 @@ static int sq_init_schema(due_store *s)
 			"store '%s' has schema version 0: no upgrade path", s->path);
 		goto fail;
 	}
-	if (v == 1) {
-		int src = sqlite3_exec(s->db, schema_v2, NULL, NULL, NULL);
+	for (; v < DUE_SCHEMA_VERSION; v++) {
+		static const char *const step[] = {[2] = schema_v2, [3] = schema_v3};
+		int src = sqlite3_exec(s->db, step[v + 1], NULL, NULL, NULL);
 		if (src != SQLITE_OK) {
-			rc = sq_fail(s, src, "upgrade schema to version 2");
+			char what[48];
+			snprintf(what, sizeof(what), "upgrade schema to version %d",
+				 v + 1);
+			rc = sq_fail(s, src, what);
 			goto fail;
 		}
 	}

@@ -144,4 +144,31 @@ expect_eq "health UP after dismissal" UP "$("$DUE" health)"
 expect_eq "live task survives prune" SCHEDULED \
 	"$("$DUE" show "$k1" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['state'])")"
 
+# schema 2 -> 3 (SQLite rebuilds due_task and due_attempt): a store left by
+# due 0.1.0 at schema 2 (fixtures/sqlite-schema2.sql: one task of each
+# state, attempts, a schedule, ids up to 12 handed out, 8-12 pruned)
+FX="$(dirname "$0")/fixtures/sqlite-schema2.sql"
+V2="sqlite:$T/v2.db"
+sqlite3 "$T/v2.db" <"$FX"
+expect_err 6 "older than 3" "$DUE" ls --db "$V2"
+expect_eq "refused store untouched" 2 \
+	"$(sqlite3 "$T/v2.db" "SELECT value FROM due_meta WHERE name = 'schema_version'")"
+# an upgrade that fails half-way leaves version 2 whole
+sqlite3 "$T/v2.db" "CREATE TABLE due_attempt_v3 (x)"
+expect_err 5 "due_attempt_v3" "$DUE" init --db "$V2"
+expect_eq "failed upgrade: still 2" "2|4" "$(sqlite3 "$T/v2.db" \
+	"SELECT (SELECT value FROM due_meta WHERE name = 'schema_version'), count(*) FROM due_task")"
+sqlite3 "$T/v2.db" "DROP TABLE due_attempt_v3"
+"$DUE" init --db "$V2" | grep -q "schema 3" && ok || bad "init upgrades to 3"
+expect_eq "schema 3, integrity" "3|ok" "$(sqlite3 "$T/v2.db" \
+	"SELECT (SELECT value FROM due_meta WHERE name = 'schema_version'), (SELECT integrity_check FROM pragma_integrity_check)")"
+expect_eq "CHECKs without IN lists" 0 "$(sqlite3 "$T/v2.db" "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN ('due_task', 'due_attempt') AND (sql LIKE '%state IN%' OR sql LIKE '%outcome IN%')")"
+expect_eq "every task kept" "4 SCHEDULED|5 DEAD|6 CANCELLED|7 CLAIMED" "$("$DUE" ls --db "$V2" --json | python3 -c "import json,sys; print('|'.join('%d %s' % (t['id'], t['state']) for t in json.load(sys.stdin)))")"
+expect_eq "attempts kept" "RUNNING run" "$("$DUE" show 7 --db "$V2" --json | python3 -c "import json,sys; t=json.load(sys.stdin); print(t['attempts'][0]['outcome'], t['payload'])")"
+expect_eq "key still live" 4 "$("$DUE" add later --key k1 --db "$V2" 2>/dev/null)"
+fresh=$("$DUE" add fresh --db "$V2")
+[ "$fresh" -gt 12 ] && ok || bad "id $fresh handed out again (pruned ids went to 12)"
+"$DUE" cron ls --db "$V2" | grep -q nightly && ok || bad "schedule kept"
+expect_eq "bad state still refused" 1 "$(sqlite3 "$T/v2.db" "UPDATE due_task SET state = 'LOST' WHERE id = 4" 2>&1 | grep -c "CHECK constraint failed")"
+
 finish

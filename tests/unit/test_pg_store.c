@@ -1526,7 +1526,7 @@ static void test_schema_upgrade_from_v1(void **state)
 		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	}
 	assert_string_equal(sql_text(buf, sizeof(buf), "SELECT value FROM "
-		"%s.due_meta WHERE name = 'schema_version'", sch), "2");
+		"%s.due_meta WHERE name = 'schema_version'", sch), "3");
 	assert_int_equal(sql_int("SELECT count(*) FROM %s.due_meta", sch), 1);
 
 	/* the tasks survived, untouched; the new tables work */
