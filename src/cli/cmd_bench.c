@@ -65,6 +65,7 @@ typedef struct bres {
 	double seconds, tasks_per_s;
 	double p50, p90, p99, max;
 	long early, duplicates, missing;
+	long claim_queries; /* drain: store transactions that claimed */
 	double queries_per_s, cpu_s;
 	bool has_late, has_idle, has_check;
 } bres;
@@ -92,6 +93,12 @@ static void report(const bopts *o, const bres *r)
 			json_object_set_new(j, "duplicates", json_integer(r->duplicates));
 			json_object_set_new(j, "missing", json_integer(r->missing));
 		}
+		if (r->claim_queries > 0) {
+			json_object_set_new(j, "claim_queries",
+					    json_integer(r->claim_queries));
+			json_object_set_new(j, "tasks_per_claim",
+					    json_real((double)r->n / (double)r->claim_queries));
+		}
 		char *txt = json_dumps(j, JSON_COMPACT);
 		if (txt)
 			puts(txt);
@@ -108,6 +115,8 @@ static void report(const bopts *o, const bres *r)
 			       r->cpu_s);
 		if (r->has_check)
 			printf("  duplicates=%ld missing=%ld", r->duplicates, r->missing);
+		if (r->claim_queries > 0)
+			printf("  %.1f tasks/claim", (double)r->n / (double)r->claim_queries);
 		printf("\n");
 	}
 	fflush(stdout);
@@ -270,15 +279,21 @@ static int start_workers(vctx *v, const bopts *o, wthread *ws, long count,
 	return 0;
 }
 
-static void stop_workers(wthread *ws, long count, bool stop)
+/* Stop (or wait for) the workers; returns their claim queries in all. */
+static long stop_workers(wthread *ws, long count, bool stop)
 {
+	long claims = 0;
 	for (long i = 0; i < count; i++)
 		if (stop)
 			due_worker_stop(ws[i].w);
 	for (long i = 0; i < count; i++) {
+		due_worker_stats st;
 		pthread_join(ws[i].th, NULL);
+		due_worker_stats_get(ws[i].w, &st);
+		claims += (long)st.claim_queries;
 		due_worker_free(ws[i].w);
 	}
+	return claims;
 }
 
 static void w_drain(vctx *v, const bopts *o)
@@ -331,7 +346,7 @@ static void w_drain(vctx *v, const bopts *o)
 		v_sleep_ms(2);
 	}
 	r.seconds = (v_now_ms() - t0) / 1000.0;
-	stop_workers(ws, workers, false);
+	r.claim_queries = stop_workers(ws, workers, false);
 	r.tasks_per_s = (double)o->n / r.seconds;
 	for (long i = 0; i < o->n; i++) {
 		int c = atomic_load(&d.counts[i]);
