@@ -380,10 +380,16 @@ static void run_job(due_worker *w, due_job *j)
 	else
 		w->done_head = j;
 	w->done_tail = j;
-	pthread_cond_signal(&w->done_cv);
+	/* while the claimer drains, it folds a success into its next claim
+	   and the completer only sweeps up leftovers on its own clock: waking
+	   it for every completion would cost a context switch per task.  What
+	   the claimer does not fold (failures, hooks) is the completer's. */
+	bool fold = atomic_load(&w->fold);
+	if (!fold || j->rc != 0 || j->hook)
+		pthread_cond_signal(&w->done_cv);
 	pthread_mutex_unlock(&w->mu);
-	if (atomic_load(&w->fold))
-		wake(w); /* the claimer folds this into its next claim */
+	if (fold)
+		wake(w);
 }
 
 /* ------------------------------------------------------------------ */
@@ -620,7 +626,10 @@ static void *completer_main(void *arg)
 			if (w->threads_stop &&
 			    (w->n_inflight == 0 || atomic_load(&w->abandon)))
 				break;
-			pthread_cond_wait(&w->done_cv, &w->mu);
+			if (atomic_load(&w->fold)) /* not signalled: look again */
+				cond_wait_us(&w->done_cv, &w->mu, 2000);
+			else
+				pthread_cond_wait(&w->done_cv, &w->mu);
 			continue;
 		}
 		pthread_mutex_unlock(&w->mu);
@@ -1055,6 +1064,20 @@ static int claim_round(due_worker *w, due_db *db, bool *filled)
 	return total;
 }
 
+/*
+** The claimer says whether it is draining (folding completions into its
+** claims).  Handlers do not wake the completer while it is; when it stops,
+** the completer is woken for what was left.
+*/
+static void set_fold(due_worker *w, bool fold)
+{
+	if (atomic_exchange(&w->fold, fold) && !fold) {
+		pthread_mutex_lock(&w->mu);
+		pthread_cond_signal(&w->done_cv);
+		pthread_mutex_unlock(&w->mu);
+	}
+}
+
 /* Inline mode: the claimer runs what it claimed for the shared pool. */
 static void run_inline(due_worker *w)
 {
@@ -1139,7 +1162,7 @@ static void claim_loop(due_worker *w, due_db *db)
 			}
 			backoff = 10000;
 			more = filled;
-			atomic_store(&w->fold, more || w->o.once);
+			set_fold(w, more || w->o.once);
 			next_poll = due_mono_us() + w->poll_us;
 		}
 		if (w->o.mode == DUE_MODE_INLINE)
@@ -1354,7 +1377,7 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 				goto store_error;
 			backoff = 10000;
 			more = filled;
-			atomic_store(&w->fold, more);
+			set_fold(w, more);
 			/* PostgreSQL's clock is known to within a round trip:
 			   if we woke early, look again shortly */
 			if (fired && n == 0 && !d->exact_clock && d->rechecks < 4)
