@@ -858,8 +858,11 @@ def render(args):
             w("Store queries per idle worker per second: PostgreSQL counts every statement the "
               "server ran (pg_stat_statements, reset at the start of a %s s window inside the run, "
               "the harness's own statements excluded); SQLite has no server, so it is due's own "
-              "count of claim and reclaim queries. Worker CPU is the `due bench` process; server "
-              "CPU is the postmaster and all its children (/proc), over the same window."
+              "count of claim, reclaim and wheel refill (upcoming) queries; its worker reports "
+              "(a heartbeat a minute when idle) are not in that count. With the wheel an idle "
+              "worker makes one refill per safety poll (default 10 s). Worker CPU is the "
+              "`due bench` process; server CPU is the postmaster and all its children (/proc), "
+              "over the same window."
               % args.idle)
             w("")
         w(body)

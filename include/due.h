@@ -759,7 +759,7 @@ typedef struct due_worker_opts {
 	 * Discovery.  With the wheel (default), the worker keeps the ids of
 	 * tasks due within `horizon_us` in a timing wheel, claims at their due
 	 * tick, and learns of new submits at once (LISTEN/NOTIFY, or the SQLite
-	 * wake file); poll_us is then only the safety poll (0 = 5 s).  Without
+	 * wake file); poll_us is then only the safety poll (0 = 10 s).  Without
 	 * it (or in once-mode, or when notifications cannot be delivered) the
 	 * worker polls every poll_us (0 = 1 s).
 	 */

@@ -42,7 +42,7 @@ static const char usage[] =
 	"  --batch B        enqueue batch size (default 1000)\n"
 	"  --exec CMD       drain with a command handler instead of the C no-op\n"
 	"  --poll DUR       with --no-wheel: the poll interval (default 50ms);\n"
-	"                   with the wheel: the safety poll (default 5s)\n"
+	"                   with the wheel: the safety poll (default 10s)\n"
 	"  --no-wheel       discover due tasks by polling only\n"
 	"  --inline         run handlers in the claiming thread (batch of C)\n"
 	"  --spread DUR     lateness: tasks due over this span (default 5s)\n"
@@ -451,7 +451,7 @@ static void w_idle(vctx *v, const bopts *o)
 		due_worker_stats s1;
 		due_worker_stats_get(ws[i].w, &s1);
 		q += s1.claim_queries - s0[i].claim_queries + s1.reclaim_queries -
-		     s0[i].reclaim_queries;
+		     s0[i].reclaim_queries + s1.refills - s0[i].refills;
 	}
 	stop_workers(ws, workers, true);
 	free(ws);

@@ -35,7 +35,7 @@ static const char usage[] =
 	"  --pool KIND=N       give KIND its own pool of N: a slow kind cannot\n"
 	"                      starve the others (repeatable)\n"
 	"  --lease DUR         lease per try, renewed every DUR/3 (default 30s)\n"
-	"  --poll DUR          safety poll (default 5s): new and due tasks are found\n"
+	"  --poll DUR          safety poll (default 10s): new and due tasks are found\n"
 	"                      at once through a timing wheel woken by every submit\n"
 	"                      (PostgreSQL LISTEN/NOTIFY, or the SQLite wake file);\n"
 	"                      with --no-wheel or --once, the poll interval (1s)\n"

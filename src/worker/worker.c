@@ -706,9 +706,12 @@ static void renew_one(due_worker *w, due_db *db, renewal *r)
 
 /*
 ** Publish this worker's counters to the store when they changed, at most
-** every REPORT_US (and once when stopping), for due_metrics_get().
+** every REPORT_US, and at least every HEARTBEAT_US while nothing changes
+** (metrics count a worker seen in the last 5 minutes as alive), and once
+** when stopping, for due_metrics_get().
 */
 #define REPORT_US 10000000LL
+#define HEARTBEAT_US 60000000LL
 
 static void maybe_report(due_worker *w, due_db **db, int64_t *last,
 			 int64_t *last_sum, bool force)
@@ -721,7 +724,7 @@ static void maybe_report(due_worker *w, due_db **db, int64_t *last,
 	due_worker_stats_get(w, &st);
 	sum = st.claimed + st.done + st.failed + st.stale + st.lease_lost +
 	      st.claim_queries + st.reclaim_queries + st.store_errors;
-	if (sum == *last_sum && !force)
+	if (sum == *last_sum && !force && now - *last < HEARTBEAT_US)
 		return;
 	*last = now;
 	if (!*db && !(*db = connect_retry(w, "keeper")))
@@ -1357,14 +1360,15 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 		int n;
 
 		/* refill at once after a notification, but at most every 5 ms */
+		/* what is due now came back with the refill and fires at once
+		   from the wheel below; an idle refill claims nothing, so an
+		   idle worker makes one query per safety poll */
 		if (now >= d->next_refill && now - d->last_refill >= 5000) {
 			if (refill(w, db, d) < 0)
 				goto store_error;
-			more = true; /* a new task may be due now */
 		}
 		/* the refill reports the next lease expiry: no reclaim check
-		   is needed until then, so an idle worker makes one query per
-		   safety poll */
+		   is needed until then */
 		if (now >= d->next_reclaim) {
 			reclaim_max(w, db, w->poll_us);
 			d->next_reclaim = now + 3600LL * 1000000;
@@ -1615,7 +1619,7 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 		return due_error_set(DUE_ENOMEM, "out of memory");
 	w->o = *opts;
 	w->poll_us = opts->poll_us ? opts->poll_us
-				   : opts->no_wheel || opts->once ? 1000000 : 5000000;
+				   : opts->no_wheel || opts->once ? 1000000 : 10000000;
 	if (!w->o.horizon_us)
 		w->o.horizon_us = 60000000;
 	if (!w->o.wheel_max)
