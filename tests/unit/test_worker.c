@@ -2,7 +2,7 @@
 ** test_worker.c - the C worker runtime: handlers in pool and inline mode,
 ** immediate mode, the completion-transaction hook, a handler seeing its
 ** lease lost when its task is cancelled, isolated pools, once-mode
-** draining and stop.  Real threads against a real SQLite store.
+** draining and stop, and the idle wheel worker's refills claiming nothing.  Real threads against a real SQLite store.
 */
 #include <pthread.h>
 #include <setjmp.h>
@@ -334,6 +334,66 @@ static void test_immediate_submit(void **state)
 	due_close(db);
 }
 
+/*
+** An idle worker with the timing wheel: its refills (one per safety poll)
+** claim nothing; a task that becomes due is fired by the wheel and claimed.
+*/
+static void test_idle_wheel_refills_only(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	counter c = {0};
+	due_worker_opts o = DUE_WORKER_OPTS_INIT;
+	due_worker_stats st0, st1;
+	runner r = {0};
+	o.url = url;
+	o.poll_us = 20000; /* safety poll: many refills in a short test */
+	o.log_level = 0;
+	assert_int_equal(due_worker_new(&r.w, &o), 0);
+	assert_int_equal(due_worker_register(r.w, NULL, echo_upper, &c, 0), 0);
+	pthread_create(&r.th, NULL, run_thread, &r);
+	/* past the start (one claim round), then ten idle refills */
+	for (int i = 0; i < 2000; i++) {
+		due_worker_stats_get(r.w, &st0);
+		if (st0.refills >= 2)
+			break;
+		tu_sleep_ms(2);
+	}
+	assert_true(st0.refills >= 2);
+	for (int i = 0; i < 2000; i++) {
+		due_worker_stats_get(r.w, &st1);
+		if (st1.refills >= st0.refills + 10)
+			break;
+		tu_sleep_ms(2);
+	}
+	assert_true(st1.refills >= st0.refills + 10);
+	assert_int_equal(st1.claim_queries, st0.claim_queries);
+	assert_int_equal(st1.reclaim_queries, st0.reclaim_queries);
+	/* due in 100 ms: the refill loads it, the wheel fires and claims it */
+	due_submitted s;
+	due_schedule_opts so = DUE_SCHEDULE_OPTS_INIT;
+	so.delay_us = 100000;
+	assert_int_equal(due_schedule(db, &s, "later", "x", 1, &so), 0);
+	bool done = false;
+	for (int i = 0; i < 2500 && !done; i++) {
+		due_task *t = NULL;
+		assert_int_equal(due_get(db, &t, s.id), 0);
+		done = t->state == DUE_DONE;
+		due_task_free(t);
+		if (!done)
+			tu_sleep_ms(2);
+	}
+	assert_true(done);
+	due_worker_stats_get(r.w, &st1);
+	assert_true(st1.wheel_fired >= 1);
+	assert_true(st1.claim_queries > st0.claim_queries);
+	due_worker_stop(r.w);
+	pthread_join(r.th, NULL);
+	assert_int_equal(r.rc, 0);
+	due_worker_free(r.w);
+	due_close(db);
+}
+
 static void test_register_errors(void **state)
 {
 	(void)state;
@@ -363,6 +423,7 @@ int main(void)
 		T(test_cancel_reaches_handler),
 		T(test_isolated_pool),
 		T(test_immediate_submit),
+		T(test_idle_wheel_refills_only),
 		T(test_register_errors),
 #undef T
 	};
