@@ -100,6 +100,8 @@ struct due_worker {
 	atomic_bool stop, draining, running;
 	atomic_bool fold;       /* claimer is draining: it commits completions
 				   together with its next claim */
+	int64_t last_done_mono; /* the latest handler finish (mu) */
+	bool completer_parked;  /* completer waits for a signal (mu) */
 	atomic_bool abandon;    /* shutdown gave up on the store: stop retrying,
 				   leave uncommitted tries to lease expiry */
 	bool threads_stop;      /* under mu: keeper and completer may exit */
@@ -383,9 +385,11 @@ static void run_job(due_worker *w, due_job *j)
 	/* while the claimer drains, it folds a success into its next claim
 	   and the completer only sweeps up leftovers on its own clock: waking
 	   it for every completion would cost a context switch per task.  What
-	   the claimer does not fold (failures, hooks) is the completer's. */
+	   the claimer does not fold (failures, hooks) is the completer's, and
+	   a parked completer (no completions for a while) is always woken. */
 	bool fold = atomic_load(&w->fold);
-	if (!fold || j->rc != 0 || j->hook)
+	w->last_done_mono = j->done_mono;
+	if (!fold || j->rc != 0 || j->hook || w->completer_parked)
 		pthread_cond_signal(&w->done_cv);
 	pthread_mutex_unlock(&w->mu);
 	if (fold)
@@ -626,10 +630,17 @@ static void *completer_main(void *arg)
 			if (w->threads_stop &&
 			    (w->n_inflight == 0 || atomic_load(&w->abandon)))
 				break;
-			if (atomic_load(&w->fold)) /* not signalled: look again */
+			/* while completions stream in and the claimer folds
+			   them, look every 2 ms unsignalled; else park until
+			   signalled (no polling behind long-running handlers) */
+			if (atomic_load(&w->fold) &&
+			    due_mono_us() - w->last_done_mono < 10000) {
 				cond_wait_us(&w->done_cv, &w->mu, 2000);
-			else
+			} else {
+				w->completer_parked = true;
 				pthread_cond_wait(&w->done_cv, &w->mu);
+				w->completer_parked = false;
+			}
 			continue;
 		}
 		pthread_mutex_unlock(&w->mu);
