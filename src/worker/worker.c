@@ -1370,9 +1370,9 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 		bool filled = false;
 		int n;
 
-		/* refill at once after a notification, but at most every 5 ms */
-		/* what is due now came back with the refill and fires at once
-		   from the wheel below; an idle refill claims nothing, so an
+		/* refill at once after a notification, but at most every 5 ms;
+		   what is due now comes back with the refill and fires at once
+		   from the wheel below, so an idle refill claims nothing and an
 		   idle worker makes one query per safety poll */
 		if (now >= d->next_refill && now - d->last_refill >= 5000) {
 			if (refill(w, db, d) < 0)
