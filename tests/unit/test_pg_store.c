@@ -1245,7 +1245,6 @@ static void test_due_vs_cancel_race(void **state)
 	(void)state;
 	enum { ROUNDS = 200 };
 	int to[2], from[2], seen[5] = {0}, violations = 0;
-	due_db *db = open_db();
 	pid_t pid;
 
 	assert_int_equal(pipe(to), 0);
@@ -1255,6 +1254,7 @@ static void test_due_vs_cancel_race(void **state)
 		close(from[0]);
 		cancel_child(to[0], from[1]);
 	}
+	due_db *db = open_db(); /* after the fork: the child opens its own */
 	close(to[0]);
 	close(from[1]);
 	FILE *answers = fdopen(from[0], "r");
@@ -1803,12 +1803,15 @@ static void test_cron_fire_finds_live_task(void **state)
 }
 
 /* Child: one scheduler pass; exit 0 when it materialized exactly one slot. */
-static void one_tick_child(void)
+static void one_tick_child(int go)
 {
 	due_db *db = NULL;
 	due_cron_tick_result r;
+	char c;
 	int rc = 2;
 
+	if (read(go, &c, 1) != 1)
+		_exit(2);
 	if (due_open(&db, url, NULL) == 0) {
 		rc = due_cron_tick(db, &r, 0) < 0 ? 3
 		     : r.materialized == 1 && r.lost_races == 0 ? 0 : 4;
@@ -1828,6 +1831,16 @@ static void one_tick_child(void)
 static void test_cron_fire_sees_concurrent_live_task(void **state)
 {
 	(void)state;
+	int go[2];
+	/* the child first, so it holds none of the handles opened below; it
+	   ticks when told, while `other` holds the live task uncommitted */
+	assert_int_equal(pipe(go), 0);
+	pid_t kid = fork();
+	if (kid == 0) {
+		close(go[1]);
+		one_tick_child(go[0]);
+	}
+	close(go[0]);
 	PGconn *other = connect_to(url);
 	due_db *db = open_db();
 	due_cron_def d = cron_def("yearly", "0 0 1 1 *", "yk");
@@ -1847,9 +1860,8 @@ static void test_cron_fire_sees_concurrent_live_task(void **state)
 	o.delay_us = 3600000000LL;
 	exec_ok(other, "BEGIN");
 	assert_int_equal(due_schedule_pg_tx(other, &pre, "yk", "", 0, &o), 0);
-	pid_t kid = fork();
-	if (kid == 0)
-		one_tick_child();
+	assert_int_equal(write(go[1], "g", 1), 1);
+	close(go[1]);
 	/* the step's insert now waits for `other` */
 	for (int i = 0; i < 500 && !waiting; i++) {
 		waiting = (int)sql_int("SELECT count(*) FROM pg_stat_activity"
@@ -1943,6 +1955,7 @@ static void test_cron_two_schedulers_once_per_slot(void **state)
 	pid_t pids[P];
 
 	assert_int_equal(due_cron_put(db, &d), 0);
+	due_close(db); /* the children open their own; they inherit nothing */
 	assert_int_equal(pipe(go), 0);
 	for (int p = 0; p < P; p++) {
 		assert_int_equal(pipe(fds[p]), 0);
@@ -1976,6 +1989,7 @@ static void test_cron_two_schedulers_once_per_slot(void **state)
 	assert_int_equal(s.last - s.first + 1, s.n);  /* no slot skipped */
 	assert_int_equal(s.misdue, 0);
 	assert_int_equal(made, s.n);                  /* won == inserted */
+	db = open_db();
 	assert_int_equal(due_cron_list(db, &l), 0);
 	assert_int_equal(l->items[0].fired, s.n);
 	assert_int_equal(l->items[0].missed, 0);
