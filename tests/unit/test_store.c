@@ -25,46 +25,9 @@
 
 #include "due.h"
 #define TU_FIXTURE /* setup, teardown, open_db, url, dir */
+#define TU_TASKS   /* add, claim_one, get, state_of */
 #include "test_util.h"
 
-static due_id add(due_db *db, const char *kind, int64_t delay_us,
-		  int32_t max_attempts)
-{
-	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
-	due_submitted s;
-	o.delay_us = delay_us;
-	o.max_attempts = max_attempts;
-	assert_int_equal(due_schedule(db, &s, kind, "p", 1, &o), 0);
-	assert_false(s.existed);
-	return s.id;
-}
-
-/* Claim exactly one task (the given id) with the given lease. */
-static int32_t claim_one(due_db *db, due_id id, int64_t lease_us)
-{
-	due_task_list *l = NULL;
-	assert_int_equal(due_claim(db, &l, "w1", NULL, 0, 10, lease_us), 0);
-	assert_int_equal(l->count, 1);
-	assert_int_equal(l->items[0].id, id);
-	int32_t a = l->items[0].attempt;
-	due_task_list_free(l);
-	return a;
-}
-
-static due_task *get(due_db *db, due_id id)
-{
-	due_task *t = NULL;
-	assert_int_equal(due_get(db, &t, id), 0);
-	return t;
-}
-
-static due_state state_of(due_db *db, due_id id)
-{
-	due_task *t = get(db, id);
-	due_state s = t->state;
-	due_task_free(t);
-	return s;
-}
 
 /* Reclaim until the lease of `id` has been taken back (deadline 5 s). */
 static void wait_reclaim(due_db *db, due_id id)

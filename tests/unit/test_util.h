@@ -1,7 +1,8 @@
 /*
 ** test_util.h - fixtures shared by the unit tests: a fresh store per test
 ** (a temp SQLite file, or a private schema in the PostgreSQL database named
-** by DUE_TEST_PG_URL), and waiting helpers.
+** by DUE_TEST_PG_URL), waiting helpers, and (TU_TASKS) the task helpers
+** of the store suites.
 **
 ** PostgreSQL is never skipped silently: when CI=true and DUE_TEST_PG_URL
 ** is unset, tu_backend_check() fails the test binary.
@@ -173,5 +174,50 @@ static inline due_db *open_db(void)
 	return db;
 }
 #endif /* TU_FIXTURE */
+
+#ifdef TU_TASKS
+/*
+** Task helpers of the store suites (cmocka asserts: include cmocka.h
+** first).  add: a task of `kind` due after delay_us, payload "p".
+*/
+static due_id add(due_db *db, const char *kind, int64_t delay_us,
+		  int32_t max_attempts)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+	o.delay_us = delay_us;
+	o.max_attempts = max_attempts;
+	assert_int_equal(due_schedule(db, &s, kind, "p", 1, &o), 0);
+	assert_false(s.existed);
+	return s.id;
+}
+
+/* Claim exactly one task, which must be `id`; returns its attempt. */
+static int32_t claim_one(due_db *db, due_id id, int64_t lease_us)
+{
+	due_task_list *l = NULL;
+	assert_int_equal(due_claim(db, &l, "w1", NULL, 0, 10, lease_us), 0);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, id);
+	int32_t a = l->items[0].attempt;
+	due_task_list_free(l);
+	return a;
+}
+
+static due_task *get(due_db *db, due_id id)
+{
+	due_task *t = NULL;
+	assert_int_equal(due_get(db, &t, id), 0);
+	return t;
+}
+
+static due_state state_of(due_db *db, due_id id)
+{
+	due_task *t = get(db, id);
+	due_state s = t->state;
+	due_task_free(t);
+	return s;
+}
+#endif /* TU_TASKS */
 
 #endif
