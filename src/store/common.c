@@ -1,5 +1,6 @@
 /*
-** common.c - small allocation helpers shared by the store backends.
+** common.c - small helpers shared by the store backends: allocation, and
+** the verdict on a schema version.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,23 @@ char *due_strdup_n(const char *s, size_t n)
 	memcpy(p, s, n);
 	p[n] = '\0';
 	return p;
+}
+
+int due_schema_verdict(const char *store, int v, const char *where)
+{
+	if (v < 0)
+		return due_error_set(DUE_ESCHEMA,
+			"store '%s' has no due schema%s: run `due init`", store,
+			where);
+	if (v < DUE_SCHEMA_VERSION)
+		return due_error_set(DUE_ESCHEMA,
+			"store '%s' has schema version %d, older than %d: run "
+			"`due init` to upgrade", store, v, DUE_SCHEMA_VERSION);
+	if (v > DUE_SCHEMA_VERSION)
+		return due_error_set(DUE_ESCHEMA,
+			"store '%s' has schema version %d, newer than this due "
+			"(%d): upgrade due", store, v, DUE_SCHEMA_VERSION);
+	return 0;
 }
 
 int due_task_list_alloc(due_task_list **out, size_t n)

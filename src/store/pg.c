@@ -1182,19 +1182,7 @@ static int pg_check_schema(due_store *s)
 
 	if ((rc = conn_ok(s)) < 0 || (rc = read_version(s, &v)) < 0)
 		return rc;
-	if (v < 0)
-		return due_error_set(DUE_ESCHEMA,
-			"store '%s' has no due schema in its search_path: run "
-			"`due init`", s->label);
-	if (v < DUE_SCHEMA_VERSION)
-		return due_error_set(DUE_ESCHEMA,
-			"store '%s' has schema version %d, older than %d: run "
-			"`due init` to upgrade", s->label, v, DUE_SCHEMA_VERSION);
-	if (v > DUE_SCHEMA_VERSION)
-		return due_error_set(DUE_ESCHEMA,
-			"store '%s' has schema version %d, newer than this due "
-			"(%d): upgrade due", s->label, v, DUE_SCHEMA_VERSION);
-	return 0;
+	return due_schema_verdict(s->label, v, " in its search_path");
 }
 
 /*
@@ -1225,15 +1213,12 @@ static int pg_init_schema(due_store *s)
 		v = 1;
 	}
 	/* Upgrade steps v -> v+1, in order. */
-	if (v == 1) {
-		if ((rc = command(s, schema_v2, "upgrade schema to 2")) < 0)
+	for (; v >= 1 && v < DUE_SCHEMA_VERSION; v++) {
+		static const char *const step[] = {[2] = schema_v2, [3] = schema_v3};
+		char what[32];
+		snprintf(what, sizeof(what), "upgrade schema to %d", v + 1);
+		if ((rc = command(s, step[v + 1], what)) < 0)
 			goto fail;
-		v = 2;
-	}
-	if (v == 2) {
-		if ((rc = command(s, schema_v3, "upgrade schema to 3")) < 0)
-			goto fail;
-		v = 3;
 	}
 	if (v != DUE_SCHEMA_VERSION) {
 		rc = due_error_set(DUE_ESCHEMA,

@@ -781,18 +781,7 @@ static int sq_check_schema(due_store *s)
 
 	if (rc < 0)
 		return rc;
-	if (v < 0)
-		return due_error_set(DUE_ESCHEMA,
-			"store '%s' has no due schema: run `due init`", s->path);
-	if (v < DUE_SCHEMA_VERSION)
-		return due_error_set(DUE_ESCHEMA,
-			"store '%s' has schema version %d, older than %d: run "
-			"`due init` to upgrade", s->path, v, DUE_SCHEMA_VERSION);
-	if (v > DUE_SCHEMA_VERSION)
-		return due_error_set(DUE_ESCHEMA,
-			"store '%s' has schema version %d, newer than this due "
-			"(%d): upgrade due", s->path, v, DUE_SCHEMA_VERSION);
-	return 0;
+	return due_schema_verdict(s->path, v, "");
 }
 
 static int sq_init_schema(due_store *s)

@@ -165,6 +165,12 @@ extern const char *const due_outcome_names[DUE_OUT_COUNT];
 int due_task_list_alloc(due_task_list **out, size_t n);
 char *due_strdup_n(const char *s, size_t n);
 int due_attempts_append(due_task *t, const due_attempt *a);
+/*
+** The verdict on a store's schema version v (-1: no due schema): 0 when it
+** is DUE_SCHEMA_VERSION, else DUE_ESCHEMA with a message naming `store`
+** and what to run; `where` follows "has no due schema" (may be "").
+*/
+int due_schema_verdict(const char *store, int v, const char *where);
 
 /* Stats window for lateness percentiles. */
 #define DUE_STATS_WINDOW_US (300LL * 1000000LL)
