@@ -183,12 +183,36 @@ static void init_child(int go, const char *u)
 	_exit(rc < 0 ? 1 : 0);
 }
 
+/* n `due init` of the store at u at once, released together; all must
+   succeed. */
+static void concurrent_inits(const char *u, int n)
+{
+	int go[2];
+	pid_t pids[8];
+
+	assert_true(n <= 8);
+	assert_int_equal(pipe(go), 0);
+	for (int i = 0; i < n; i++) {
+		if ((pids[i] = fork()) == 0) {
+			close(go[1]);
+			init_child(go[0], u);
+		}
+	}
+	close(go[0]);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(write(go[1], "g", 1), 1);
+	close(go[1]);
+	for (int i = 0; i < n; i++) {
+		int st;
+		waitpid(pids[i], &st, 0);
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+}
+
 static void test_concurrent_init_and_schema_checks(void **state)
 {
 	(void)state;
 	char sch[80], u[1200];
-	int go[2];
-	pid_t pids[4];
 	due_db *db = NULL;
 
 	snprintf(sch, sizeof(sch), "%s_init", schema);
@@ -202,21 +226,7 @@ static void test_concurrent_init_and_schema_checks(void **state)
 	assert_int_equal(sql_int("SELECT count(*) FROM pg_tables WHERE "
 				 "schemaname = '%s'", sch), 0);
 	/* four `due init` at once: all succeed, one schema */
-	assert_int_equal(pipe(go), 0);
-	for (int i = 0; i < 4; i++) {
-		if ((pids[i] = fork()) == 0) {
-			close(go[1]);
-			init_child(go[0], u);
-		}
-	}
-	close(go[0]);
-	assert_int_equal(write(go[1], "gggg", 4), 4);
-	close(go[1]);
-	for (int i = 0; i < 4; i++) {
-		int st;
-		waitpid(pids[i], &st, 0);
-		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	}
+	concurrent_inits(u, 4);
 	assert_int_equal(sql_int("SELECT count(*) FROM %s.due_meta", sch), 1);
 	db = open_url(u);
 	due_close(db);
@@ -1430,8 +1440,6 @@ static void test_schema_upgrade_from_v1(void **state)
 	char sch[80], u[1200], buf[64], fresh[4200], upgraded[4200];
 	due_open_opts o = DUE_OPEN_OPTS_INIT;
 	due_db *db = NULL;
-	int go[2];
-	pid_t pids[3];
 
 	o.create = true;
 	snprintf(sch, sizeof(sch), "%s_v1", schema);
@@ -1473,21 +1481,7 @@ static void test_schema_upgrade_from_v1(void **state)
 	sql("DROP TABLE %s.due_worker", sch);
 
 	/* three `due init` at once upgrade it once */
-	assert_int_equal(pipe(go), 0);
-	for (int i = 0; i < 3; i++) {
-		if ((pids[i] = fork()) == 0) {
-			close(go[1]);
-			init_child(go[0], u);
-		}
-	}
-	close(go[0]);
-	assert_int_equal(write(go[1], "ggg", 3), 3);
-	close(go[1]);
-	for (int i = 0; i < 3; i++) {
-		int st;
-		waitpid(pids[i], &st, 0);
-		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	}
+	concurrent_inits(u, 3);
 	assert_string_equal(sql_text(buf, sizeof(buf), "SELECT value FROM "
 		"%s.due_meta WHERE name = 'schema_version'", sch), "3");
 	assert_int_equal(sql_int("SELECT count(*) FROM %s.due_meta", sch), 1);
