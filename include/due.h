@@ -844,7 +844,9 @@ typedef struct due_exec_opts {
  * DUE_IDEMPOTENCY_KEY (task-<id>), DUE_DUE_AT in the environment; exit 0
  * completes with stdout as result, anything else fails with the tail of
  * stderr.  When the lease is lost it sends SIGTERM to the command's process
- * group, then SIGKILL after kill_grace_us.  The payload never appears on a
+ * group, then SIGKILL after kill_grace_us; if the worker process dies (even
+ * by SIGKILL) a guard process does the same, so the command never outlives
+ * it (Linux parent-death signal).  The payload never appears on a
  * command line.  The process must ignore SIGPIPE (due_worker_run does).
  */
 int due_exec_handler(due_job *job, void *payload);

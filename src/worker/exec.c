@@ -2,7 +2,8 @@
 ** exec.c - the command handler behind `due work --exec CMD`.
 **
 ** Protocol (INTERFACE.md): the command runs as `/bin/sh -c CMD` in its own
-** process group.  The payload goes to its stdin through a pipe (never on a
+** process group, under a guard process that ends the group if the worker
+** dies (see "The guard" below).  The payload goes to its stdin through a pipe (never on a
 ** command line, never through the shell's parser); the environment gets
 ** DUE_TASK_ID, DUE_KIND, DUE_ATTEMPT, DUE_IDEMPOTENCY_KEY=task-<id> (the
 ** same on every attempt, CONTRACT §3.8) and DUE_DUE_AT.  Exit 0 completes
@@ -21,11 +22,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -114,45 +118,190 @@ static void close_fd(int *fd)
 }
 
 /*
-** Start /bin/sh -c cmd with pipes on 0, 1, 2, in a new process group, with
-** default signal dispositions.  0 or a due code (message set).
+** The guard: the process the worker starts for each command.
+**
+** A handler must never outlive its worker (CONTRACT: after kill -9 of a
+** worker its lease expires and another worker runs the task; a handler
+** still running then would do the work twice).  Linux's parent-death
+** signal reaches only the direct child, and only when the thread that
+** forked it ends, so the worker forks a guard: it leads the handler's
+** process group, asks for SIGUSR2 when its parent dies, and forks the
+** shell that runs the command.  It then waits:
+**
+**  - the shell ends: the guard ends the same way (same exit code, or the
+**    same signal), so the worker sees the command's own status;
+**  - the worker dies (kill -9, OOM killer, a forced exit): the guard sends
+**    SIGTERM to the whole group, waits up to kill_grace for the shell,
+**    then SIGKILLs the group, itself included.  Handlers that leave the
+**    group (setsid, a double fork into another group) escape this; see
+**    docs/INTERFACE.md.
+**
+** The guard ignores SIGTERM, SIGINT and SIGHUP, so the worker's own
+** "lease lost" SIGTERM to the group reaches only the command; SIGKILL to the
+** group ends both.  Between fork and exit the guard makes only system calls
+** (no malloc, no stdio, no locks): the worker is multi-threaded.
 */
-static int spawn(child *c, const char *cmd, char **env)
+static volatile sig_atomic_t g_orphaned, g_child_ended;
+
+static void guard_signal(int sig)
+{
+	if (sig == SIGCHLD)
+		g_child_ended = 1;
+	else
+		g_orphaned = 1;
+}
+
+static void set_handler(int sig, void (*fn)(int))
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = fn;
+	sigfillset(&sa.sa_mask);
+	sigaction(sig, &sa, NULL);
+}
+
+static void nap_us(int64_t us)
+{
+	struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* End the guard as the shell ended: its exit code, or its signal. */
+static _Noreturn void guard_relay(int status)
+{
+	if (WIFSIGNALED(status)) {
+		int sig = WTERMSIG(status);
+		struct rlimit nocore = {0, 0};
+		sigset_t one;
+		setrlimit(RLIMIT_CORE, &nocore); /* the shell already dumped */
+		set_handler(sig, SIG_DFL);
+		sigemptyset(&one);
+		sigaddset(&one, sig);
+		sigprocmask(SIG_UNBLOCK, &one, NULL);
+		kill(getpid(), sig);
+		_exit(128 + sig);
+	}
+	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 127);
+}
+
+/* The worker is gone: stop the whole group, politely first. */
+static _Noreturn void guard_orphaned(pid_t sh, int64_t kill_grace_us)
+{
+	int64_t waited = 0;
+	int status;
+
+	kill(0, SIGTERM);
+	while (waited < kill_grace_us) {
+		if (waitpid(sh, &status, WNOHANG) == sh)
+			break;
+		nap_us(10000);
+		waited += 10000;
+	}
+	kill(0, SIGKILL); /* stragglers in the group, and the guard */
+	_exit(137);
+}
+
+/* Close every descriptor from `lowest` up (system calls only). */
+static void close_from(int lowest)
+{
+	struct rlimit rl;
+	if (syscall(SYS_close_range, (unsigned)lowest, ~0u, 0u) == 0)
+		return;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    rl.rlim_cur > 65536)
+		rl.rlim_cur = 65536;
+	for (int fd = lowest; fd < (int)rl.rlim_cur; fd++)
+		close(fd);
+}
+
+static _Noreturn void guard_main(pid_t worker, const int fds[3], char *const argv[],
+				 char *const env[], int64_t kill_grace_us)
+{
+	sigset_t all, none;
+	pid_t sh;
+	int status;
+
+	sigfillset(&all);
+	sigemptyset(&none);
+	sigprocmask(SIG_BLOCK, &all, NULL);
+	setpgid(0, 0);
+	/*
+	** Keep only the command's three pipe ends, as 0, 1 and 2: every
+	** other descriptor of the worker (other commands' pipes, store
+	** connections) would otherwise stay open in the guard, and another
+	** command would never see EOF on its stdin.  Moved above 2 first so
+	** that no dup2 overwrites a source not yet copied.
+	*/
+	int hi[3];
+	for (int i = 0; i < 3; i++)
+		if ((hi[i] = fcntl(fds[i], F_DUPFD, 3)) < 0)
+			_exit(126);
+	for (int i = 0; i < 3; i++)
+		if (dup2(hi[i], i) < 0)
+			_exit(126);
+	close_from(3);
+	set_handler(SIGCHLD, guard_signal);
+	set_handler(SIGUSR2, guard_signal);
+	set_handler(SIGTERM, SIG_IGN);
+	set_handler(SIGINT, SIG_IGN);
+	set_handler(SIGHUP, SIG_IGN);
+	set_handler(SIGPIPE, SIG_IGN);
+	prctl(PR_SET_PDEATHSIG, SIGUSR2);
+	if (getppid() != worker) /* it died before the signal was armed */
+		_exit(137);
+	sh = fork();
+	if (sh < 0)
+		_exit(126);
+	if (sh == 0) {
+		/* the shell dies with its guard, whatever kills the guard */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		for (int sig = 1; sig < NSIG; sig++)
+			if (sig != SIGKILL && sig != SIGSTOP)
+				signal(sig, SIG_DFL);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		execve("/bin/sh", argv, env);
+		_exit(127);
+	}
+	close(0), close(1), close(2);
+	for (;;) {
+		while (!g_child_ended && !g_orphaned)
+			sigsuspend(&none);
+		if (g_orphaned)
+			guard_orphaned(sh, kill_grace_us);
+		g_child_ended = 0;
+		if (waitpid(sh, &status, WNOHANG) == sh)
+			guard_relay(status);
+	}
+}
+
+/*
+** Start the guard (which runs /bin/sh -c cmd) with pipes on the command's
+** 0, 1, 2, in a new process group led by the guard.  0 or a due code
+** (message set).
+*/
+static int spawn(child *c, const char *cmd, char **env, int64_t kill_grace_us)
 {
 	int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1};
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t at;
-	sigset_t none, defs;
 	char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
+	pid_t self = getpid();
 	int rc;
 
 	if (pipe2(pin, O_CLOEXEC) || pipe2(pout, O_CLOEXEC) || pipe2(perr, O_CLOEXEC)) {
 		rc = due_error_set(DUE_ERROR, "pipe: %s", strerror(errno));
 		goto fail;
 	}
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, pin[0], 0);
-	posix_spawn_file_actions_adddup2(&fa, pout[1], 1);
-	posix_spawn_file_actions_adddup2(&fa, perr[1], 2);
-	posix_spawnattr_init(&at);
-	sigemptyset(&none);
-	sigemptyset(&defs);
-	sigaddset(&defs, SIGPIPE);
-	sigaddset(&defs, SIGTERM);
-	sigaddset(&defs, SIGINT);
-	sigaddset(&defs, SIGHUP);
-	posix_spawnattr_setsigmask(&at, &none);
-	posix_spawnattr_setsigdefault(&at, &defs);
-	posix_spawnattr_setpgroup(&at, 0);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-				 POSIX_SPAWN_SETSIGDEF);
-	rc = posix_spawn(&c->pid, "/bin/sh", &fa, &at, argv, env);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&at);
-	if (rc != 0) {
-		rc = due_error_set(DUE_ERROR, "cannot run /bin/sh: %s", strerror(rc));
+	c->pid = fork();
+	if (c->pid < 0) {
+		rc = due_error_set(DUE_ERROR, "cannot start the command: fork: %s",
+				   strerror(errno));
 		goto fail;
 	}
+	if (c->pid == 0) {
+		int fds[3] = {pin[0], pout[1], perr[1]};
+		guard_main(self, fds, argv, env, kill_grace_us);
+	}
+	setpgid(c->pid, c->pid); /* also done by the guard: no race with kill(-pid) */
 	close(pin[0]), close(pout[1]), close(perr[1]);
 	c->in = pin[1];
 	c->out = pout[0];
@@ -316,7 +465,7 @@ int due_exec_handler(due_job *job, void *payload)
 		due_job_set_error(job, "out of memory");
 		return 1;
 	}
-	rc = spawn(&c, o->command, env);
+	rc = spawn(&c, o->command, env, o->kill_grace_us);
 	free(env);
 	if (rc < 0) {
 		due_job_set_error(job, due_error_last());

@@ -55,6 +55,29 @@ wait_for "stubborn handler gone" 15 bash -c "! kill -0 $hpid 2>/dev/null"
 kill -TERM "$wpid"; rc=0; wait "$wpid" || rc=$?
 expect_eq "worker exit after SIGTERM" 0 "$rc"
 
+# 4b. a handler never outlives its worker: kill -9 of the worker (nothing
+#     else is signalled) ends the handler's whole process group, a child
+#     that ignores SIGTERM included (SIGKILL after --kill-grace)
+oid=$("$DUE" add orphan)
+"$DUE" work -q --lease 30s --kill-grace 500ms --poll 20ms --kinds orphan \
+	--exec 'cut -d" " -f5 /proc/$$/stat > "$OUT/orphan.pgid.tmp"
+		mv "$OUT/orphan.pgid.tmp" "$OUT/orphan.pgid"
+		(trap "" TERM; sleep 60) & sleep 60; echo never' &
+wpid=$!
+wait_for "orphan handler running" 30 test -s "$OUT/orphan.pgid"
+pg=$(cat "$OUT/orphan.pgid")
+# live (not zombie) processes of a process group; zombies are dead, only
+# not yet reaped by init
+group_alive() { ps -eo pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/' | grep -q .; }
+expect_eq "handler group running: guard, shell, two sleeps" 4 \
+	"$(ps -eo pgid=,stat= | awk -v g="$pg" '$1 == g && $2 !~ /^Z/' | wc -l)"
+kill -KILL "$wpid"; wait "$wpid" 2>/dev/null || true
+t0=$(date +%s%N)
+wait_for "handler group gone after the worker's kill -9" 30 bash -c "$(declare -f group_alive); ! group_alive $pg"
+echo "handler group gone $(( ($(date +%s%N) - t0) / 1000000 )) ms after kill -9 (kill-grace 500ms)"
+expect_eq "orphaned task left CLAIMED for lease expiry" CLAIMED "$(state "$oid" state)"
+"$DUE" kill "$oid" >/dev/null
+
 # 5. graceful shutdown: SIGTERM lets the running task finish, exit 0
 gid=$("$DUE" add graceful)
 "$DUE" work -q --poll 20ms --kinds graceful --exec 'touch "$OUT/g.started"; sleep 1; echo finished' &
