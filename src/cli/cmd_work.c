@@ -2,9 +2,10 @@
 ** cmd_work.c - `due work`: run a worker whose handlers are commands.
 **
 ** Each kind's handler is a shell command run with the task's payload on
-** stdin (see due_exec_handler in src/worker/exec.c).  SIGTERM or SIGINT
-** stops claiming and lets in-flight tasks finish within --grace; a second
-** signal exits at once (leases then expire and the tasks are reclaimed).
+** stdin (see due_exec_handler in src/worker/exec.c).  SIGTERM, SIGINT or
+** SIGHUP (a closed terminal) stops claiming and lets in-flight tasks finish
+** within --grace; a second signal exits at once, and each command's guard
+** then stops its process group (leases expire and the tasks are reclaimed).
 */
 #include <signal.h>
 #include <stdlib.h>
@@ -44,7 +45,8 @@ static const char usage[] =
 	"  --owner NAME        lease owner name (default host:pid)\n"
 	"  --once              run what is due now, then exit\n"
 	"  --inline            run handlers in the claiming thread, one by one\n"
-	"  --grace DUR         on SIGTERM/SIGINT, time for running tasks (30s)\n"
+	"  --grace DUR         on SIGTERM/SIGINT/SIGHUP, time for running tasks\n"
+	"                      (30s); a second signal stops at once\n"
 	"  --kill-grace DUR    SIGTERM -> SIGKILL delay for a command whose lease\n"
 	"                      was lost or whose task was cancelled (5s)\n"
 	"  --no-cron           do not run the periodic schedules (`due cron`);\n"
@@ -85,11 +87,19 @@ static void on_signal(int sig)
 		due_worker_stop(running);
 }
 
+/* Only white space (or nothing): a command that would run nothing. */
+static bool blank(const char *s)
+{
+	while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+		s++;
+	return *s == '\0';
+}
+
 /* Split "KIND=VALUE"; returns the value or NULL (usage error printed). */
 static char *split_kv(const cli_ctx *c, const char *opt, char *arg)
 {
 	char *eq = strchr(arg, '=');
-	if (!eq || eq == arg || !eq[1]) {
+	if (!eq || eq == arg || blank(eq + 1)) {
 		cli_usage_error(c, "%s expects KIND=VALUE, got '%s'", opt, arg);
 		return NULL;
 	}
@@ -207,6 +217,7 @@ static int run(cli_ctx *c, work_args *a)
 	running = w;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL); /* a closed terminal: stop gracefully */
 	rc = due_worker_run(w);
 	running = NULL;
 	due_worker_free(w);
@@ -219,7 +230,12 @@ static int parse_opt(cli_ctx *c, work_args *a, int opt, char *arg)
 	char *val;
 
 	switch (opt) {
-	case O_EXEC: a->any.command = arg; return 0;
+	case O_EXEC:
+		/* `--exec "$UNSET"` must not mark every task DONE unrun */
+		if (blank(arg))
+			return cli_usage_error(c, "--exec: empty command");
+		a->any.command = arg;
+		return 0;
 	case O_HANDLER:
 		if (!(val = split_kv(c, "--handler", arg)))
 			return EXIT_USAGE;

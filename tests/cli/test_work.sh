@@ -87,6 +87,18 @@ kill -TERM "$wpid"; rc=0; wait "$wpid" || rc=$?
 expect_eq "exit 0 on SIGTERM" 0 "$rc"
 expect_eq "in-flight task finished" DONE "$(state "$gid" state)"
 
+# SIGHUP (a closed terminal) is a graceful stop too, not a kill
+hid=$("$DUE" add hangup)
+"$DUE" work -q --poll 20ms --kinds hangup \
+	--exec 'touch "$OUT/h.started"; until [ -e "$OUT/h.release" ]; do sleep 0.02; done; echo finished' &
+wpid=$!
+wait_for "hangup task started" 30 test -e "$OUT/h.started"
+kill -HUP "$wpid"
+touch "$OUT/h.release"
+rc=0; wait "$wpid" || rc=$?
+expect_eq "exit 0 after SIGHUP" 0 "$rc"
+expect_eq "task finished after SIGHUP" DONE "$(state "$hid" state)"
+
 # ... and past the grace it stops the handler and leaves the lease to expire
 xid=$("$DUE" add overdue)
 "$DUE" work -q --poll 20ms --grace 200ms --kill-grace 100ms --lease 1s --kinds overdue \
@@ -144,5 +156,11 @@ expect_err 2 "--pool expects KIND=VALUE" "$DUE" work --exec true --pool slow
 expect_err 2 "--pool size" "$DUE" work --exec true --pool slow=0
 expect_err 2 "--handler expects KIND=VALUE" "$DUE" work --handler =x
 expect_err 2 "invalid duration" "$DUE" work --exec true --lease forever
+# a blank command would mark every task DONE without running anything
+bid=$("$DUE" add blank)
+expect_err 2 "--exec: empty command" "$DUE" work --once --exec ""
+expect_err 2 "--exec: empty command" "$DUE" work --once --exec "   "
+expect_err 2 "--handler expects KIND=VALUE" "$DUE" work --once --handler "blank= "
+expect_eq "blank command ran nothing" SCHEDULED "$(state "$bid" state)"
 expect_err 2 "--pool b: no handler" "$DUE" work --handler a=true --pool b=2
 finish
