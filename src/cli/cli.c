@@ -6,7 +6,9 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
@@ -134,18 +136,46 @@ int cli_parse_duration(const cli_ctx *c, const char *what, const char *text,
 	return 0;
 }
 
-int cli_read_file(const cli_ctx *c, const char *path, size_t max,
-		  unsigned char **out, size_t *len)
+int cli_open_input(const cli_ctx *c, const char *path, FILE **out)
 {
+	struct stat st;
 	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-	size_t cap = 4096, n = 0, got;
-	unsigned char *buf = NULL, *nb;
-	int rc = 0;
 
+	*out = NULL;
 	if (!f) {
 		fprintf(stderr, "%s: cannot read '%s': %s\n", c->prog, path,
 			strerror(errno));
 		return EXIT_USAGE;
+	}
+	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+		if (f != stdin)
+			fclose(f);
+		fprintf(stderr, "%s: cannot read '%s': is a directory\n", c->prog,
+			path);
+		return EXIT_USAGE;
+	}
+	*out = f;
+	return 0;
+}
+
+int cli_read_file(const cli_ctx *c, const char *path, size_t max,
+		  unsigned char **out, size_t *len)
+{
+	FILE *f;
+	struct stat st;
+	size_t cap = 4096, n = 0, got;
+	unsigned char *buf = NULL, *nb;
+	int rc;
+
+	if ((rc = cli_open_input(c, path, &f)))
+		return rc;
+	/* a regular file over the limit: say its real size, read nothing */
+	if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) &&
+	    (uintmax_t)st.st_size > max) {
+		fprintf(stderr, "%s: '%s' is %jd bytes, over the limit of %zu bytes\n",
+			c->prog, path, (intmax_t)st.st_size, max);
+		rc = EXIT_USAGE;
+		goto done;
 	}
 	/* read at most max + 1 bytes: one more than allowed is enough for the
 	   library to say how far over the limit it is */
@@ -169,7 +199,13 @@ int cli_read_file(const cli_ctx *c, const char *path, size_t max,
 		rc = EXIT_USAGE;
 		fprintf(stderr, "%s: cannot read '%s': %s\n", c->prog, path,
 			strerror(errno));
+	} else if (rc == 0 && n > max) {
+		/* a pipe or a file that grew: its whole size is unknown */
+		rc = EXIT_USAGE;
+		fprintf(stderr, "%s: '%s' is more than %zu bytes, over the limit\n",
+			c->prog, path, max);
 	}
+done:
 	if (f != stdin)
 		fclose(f);
 	if (rc) {
@@ -212,4 +248,80 @@ int cli_bad_option(const cli_ctx *c, int opt, char **argv)
 		return cli_usage_error(c, "invalid task id '%s': expected a "
 				       "positive decimal integer", arg);
 	return cli_usage_error(c, "unknown option '%s'", arg);
+}
+
+/*
+** Length of the valid UTF-8 sequence at p (at most n bytes), 0 if none.
+** Overlongs, surrogates and values past U+10FFFF are not valid.
+*/
+static size_t utf8_len(const unsigned char *p, size_t n, unsigned *cp)
+{
+	size_t len;
+	unsigned v;
+
+	if (p[0] < 0x80)
+		return (*cp = p[0]), 1;
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		len = 2, v = p[0] & 0x1f;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		len = 3, v = p[0] & 0x0f;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		len = 4, v = p[0] & 0x07;
+	else
+		return 0;
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		v = v << 6 | (p[i] & 0x3f);
+	}
+	if ((len == 3 && (v < 0x800 || (v >= 0xd800 && v <= 0xdfff))) ||
+	    (len == 4 && (v < 0x10000 || v > 0x10ffff)))
+		return 0;
+	*cp = v;
+	return len;
+}
+
+void cli_put_text(const void *data, size_t n, int width)
+{
+	const unsigned char *p = data;
+	int shown = 0;
+
+	for (size_t i = 0; i < n;) {
+		unsigned cp = 0;
+		size_t len = utf8_len(p + i, n - i, &cp);
+		if (len == 0 || cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) {
+			/* a control character or a byte that is not UTF-8 */
+			const char *esc = NULL;
+			if (len == 1 && cp == '\n')
+				esc = "\\n";
+			else if (len == 1 && cp == '\r')
+				esc = "\\r";
+			else if (len == 1 && cp == '\t')
+				esc = "\\t";
+			if (len == 0)
+				len = 1;
+			for (size_t k = 0; k < len; k++) {
+				if (esc) {
+					fputs(esc, stdout);
+					shown += 2;
+				} else {
+					printf("\\x%02x", p[i + k]);
+					shown += 4;
+				}
+			}
+		} else {
+			fwrite(p + i, 1, len, stdout);
+			shown++;
+		}
+		i += len;
+	}
+	for (; shown < width; shown++)
+		putchar(' ');
+}
+
+void cli_put_str(const char *s, int width)
+{
+	cli_put_text(s ? s : "", s ? strlen(s) : 0, width);
 }

@@ -59,6 +59,20 @@ int cli_parse_int(const cli_ctx *c, const char *what, const char *text, long lo,
 int cli_parse_duration(const cli_ctx *c, const char *what, const char *text,
 		       int64_t *out);
 /* Read a whole file ("-" = stdin) up to max+1 bytes. */
+/*
+** Text output of stored strings (keys, errors, owners, results): control
+** characters and bytes that are not UTF-8 are printed escaped (\n, \x1b),
+** so a stored value cannot fake a row or drive the terminal; padded with
+** spaces to `width` characters.  JSON output needs none of this.
+*/
+void cli_put_text(const void *data, size_t n, int width);
+void cli_put_str(const char *s, int width);
+
+/*
+** Open PATH ("-": stdin) for reading; a directory or an unreadable file is
+** refused with a message naming it (EXIT_USAGE).
+*/
+int cli_open_input(const cli_ctx *c, const char *path, FILE **out);
 int cli_read_file(const cli_ctx *c, const char *path, size_t max,
 		  unsigned char **out, size_t *len);
 /* Print JSON (jansson json_t *) to stdout, decref it; 0 or EXIT_STORE. */

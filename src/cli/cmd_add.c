@@ -9,6 +9,7 @@
 ** max_attempts, backoff, backoff_cap, key}; all lines are checked first,
 ** then written in one transaction, so a bad line 7 writes nothing.
 */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -252,16 +253,14 @@ static int batch_push(batch *b, json_t *obj)
 /* Read and check every line of the batch file. */
 static int batch_read(cli_ctx *c, const char *path, batch *b)
 {
-	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+	FILE *f;
 	char *line = NULL;
 	size_t cap = 0, lineno = 0;
 	ssize_t len;
-	int rc = 0;
+	int rc;
 
-	if (!f) {
-		fprintf(stderr, "%s: cannot read '%s'\n", c->prog, path);
-		return EXIT_USAGE;
-	}
+	if ((rc = cli_open_input(c, path, &f)))
+		return rc;
 	while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
 		json_error_t err;
 		json_t *obj;
@@ -282,6 +281,9 @@ static int batch_read(cli_ctx *c, const char *path, batch *b)
 		rc = batch_item(c, obj, lineno, &b->items[b->n - 1],
 				&b->blobs[b->n - 1]);
 	}
+	if (rc == 0 && ferror(f))
+		rc = cli_usage_error(c, "--batch: cannot read '%s': %s", path,
+				     strerror(errno));
 	free(line);
 	if (f != stdin)
 		fclose(f);

@@ -30,10 +30,13 @@ void cli_print_task_table(const due_task_list *l)
 	for (size_t i = 0; i < l->count; i++) {
 		const due_task *t = &l->items[i];
 		due_time_format(due, sizeof(due), t->due_at);
-		printf("%-10lld %-10s %-20s %-24s %-7d %s%s%s\n", (long long)t->id,
-		       due_state_name(t->state), t->kind, due, t->attempt,
-		       t->key ? t->key : "", t->key && t->last_error ? " " : "",
-		       t->last_error ? t->last_error : "");
+		printf("%-10lld %-10s %-20s %-24s %-7d ", (long long)t->id,
+		       due_state_name(t->state), t->kind, due, t->attempt);
+		cli_put_str(t->key, 0);
+		if (t->key && t->last_error)
+			putchar(' ');
+		cli_put_str(t->last_error, 0);
+		putchar('\n');
 	}
 }
 

@@ -23,14 +23,22 @@ static void line_time(const char *name, due_time t)
 	printf("%-17s %s\n", name, buf);
 }
 
+static void line_str(const char *name, const char *s)
+{
+	printf("%-17s ", name);
+	cli_put_str(s ? s : "-", 0);
+	putchar('\n');
+}
+
 static void line_bytes(const char *name, const unsigned char *p, size_t n)
 {
 	while (n && (p[n - 1] == '\n' || p[n - 1] == '\r'))
 		n--;
-	if (due_fmt_is_utf8(p, n))
-		printf("%-17s %.*s%s\n", name, (int)(n > 400 ? 400 : n),
-		       (const char *)p, n > 400 ? "..." : "");
-	else
+	if (due_fmt_is_utf8(p, n)) {
+		printf("%-17s ", name);
+		cli_put_text(p, n > 400 ? 400 : n, 0);
+		printf("%s\n", n > 400 ? "..." : "");
+	} else
 		printf("%-17s (%zu bytes, binary)\n", name, n);
 }
 
@@ -47,15 +55,15 @@ static void print_text(const due_task *t)
 	due_duration_format(b1, sizeof(b1), t->backoff_us);
 	due_duration_format(b2, sizeof(b2), t->backoff_cap_us);
 	printf("%-17s %s, cap %s\n", "backoff", b1, b2);
-	printf("%-17s %s\n", "lease_owner", t->lease_owner ? t->lease_owner : "-");
+	line_str("lease_owner", t->lease_owner);
 	line_time("lease_until", t->lease_until);
-	printf("%-17s %s\n", "key", t->key ? t->key : "-");
+	line_str("key", t->key);
 	line_bytes("payload", t->payload, t->payload_len);
 	if (t->has_result)
 		line_bytes("result", t->result, t->result_len);
 	else
 		printf("%-17s -\n", "result");
-	printf("%-17s %s\n", "last_error", t->last_error ? t->last_error : "-");
+	line_str("last_error", t->last_error);
 	line_time("created_at", t->created_at);
 	line_time("updated_at", t->updated_at);
 	printf("attempts:\n");
@@ -68,11 +76,16 @@ static void print_text(const due_task *t)
 			due_time_format(b2, sizeof(b2), a->ended_at);
 		else
 			snprintf(b2, sizeof(b2), "-");
-		printf("  #%-3d %-14s %-20s claimed %s ended %s%s%s%s%s\n",
-		       a->attempt, a->outcome, a->worker, b1, b2,
-		       a->error ? " error: " : "", a->error ? a->error : "",
-		       a->late_commit ? " late commit: " : "",
-		       a->late_commit ? a->late_commit : "");
+		printf("  #%-3d %-14s ", a->attempt, a->outcome);
+		cli_put_str(a->worker, 20);
+		printf(" claimed %s ended %s", b1, b2);
+		if (a->error) {
+			fputs(" error: ", stdout);
+			cli_put_str(a->error, 0);
+		}
+		if (a->late_commit)
+			printf(" late commit: %s", a->late_commit);
+		putchar('\n');
 	}
 }
 
