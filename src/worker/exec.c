@@ -420,11 +420,40 @@ static void supervise(due_job *job, child *c, run_state *rs, buf *out, buf *err)
 	close_fd(&c->in);
 }
 
+/*
+** The error text: the status first, then as much of stderr's tail as fits
+** in ERR_MAX bytes (the worker keeps at most that much).  A status must
+** never be cut off by a flood of stderr; "[...]" marks a cut, and the cut
+** never splits a UTF-8 character.
+*/
+#define ERR_MAX 4096
+
+static void set_failure(due_job *job, const char *status, const buf *err)
+{
+	char msg[ERR_MAX + 1];
+	const unsigned char *tail = err->len ? err->p : (const unsigned char *)"";
+	size_t n = err->len;
+	bool cut = err->dropped > 0;
+
+	while (n && (tail[n - 1] == '\n' || tail[n - 1] == '\r'))
+		n--;
+	size_t room = ERR_MAX - strlen(status) - sizeof(": [...] ");
+	if (n > room) {
+		tail += n - room;
+		n = room;
+		cut = true;
+	}
+	while (cut && n && (*tail & 0xc0) == 0x80) /* a UTF-8 continuation */
+		tail++, n--;
+	snprintf(msg, sizeof(msg), "%s%s%s%.*s", status, n ? ": " : "",
+		 cut && n ? "[...] " : "", (int)n, (const char *)tail);
+	due_job_set_error(job, msg);
+}
+
 /* Turn the exit status into the job's outcome.  Returns the handler rc. */
 static int finish(due_job *job, const run_state *rs, buf *out, buf *err)
 {
-	char msg[ERR_TAIL + 160];
-	const char *tail = err->len ? (const char *)err->p : "";
+	char status[160];
 
 	if (WIFEXITED(rs->status) && WEXITSTATUS(rs->status) == 0) {
 		due_job_set_result(job, out->len ? out->p : (const unsigned char *)"",
@@ -432,17 +461,12 @@ static int finish(due_job *job, const run_state *rs, buf *out, buf *err)
 		return 0;
 	}
 	if (WIFEXITED(rs->status))
-		snprintf(msg, sizeof(msg), "exit %d%s%s", WEXITSTATUS(rs->status),
-			 *tail ? ": " : "", tail);
+		snprintf(status, sizeof(status), "exit %d", WEXITSTATUS(rs->status));
 	else
-		snprintf(msg, sizeof(msg), "killed by signal %d%s%s%s",
+		snprintf(status, sizeof(status), "killed by signal %d%s",
 			 WTERMSIG(rs->status),
-			 rs->term_at ? " (lease lost or cancel requested)" : "",
-			 *tail ? ": " : "", tail);
-	size_t n = strlen(msg);
-	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
-		msg[--n] = '\0';
-	due_job_set_error(job, msg);
+			 rs->term_at ? " (lease lost or cancel requested)" : "");
+	set_failure(job, status, err);
 	return 1;
 }
 

@@ -31,6 +31,14 @@ bad_id=$("$DUE" add res --payload y --max-attempts 3)
 expect_eq "result" "hello" "$(state "$ok_id" result)"
 expect_eq "failed back to SCHEDULED" SCHEDULED "$(state "$bad_id" state)"
 expect_eq "error text" "exit 3: it broke" "$(state "$bad_id" last_error)"
+# a flood of stderr keeps the status first, and the newest lines
+flood_id=$("$DUE" add flood --max-attempts 1)
+"$DUE" work --once -q --kinds flood \
+	--exec 'head -c 50000000 /dev/zero | tr "\0" "e" >&2; echo LAST LINE >&2; exit 3'
+err=$(state "$flood_id" last_error)
+expect_eq "flooded error starts with the status" "exit 3: [...] eee" "${err:0:17}"
+expect_eq "flooded error ends with the last line" "LAST LINE" "${err: -9}"
+[ "${#err}" -le 4096 ] && ok || bad "flooded error is ${#err} bytes"
 
 # 3. the same idempotency key on every attempt
 kid=$("$DUE" add keyed --max-attempts 3 --backoff 10ms)
