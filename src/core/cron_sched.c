@@ -1,7 +1,12 @@
 /*
-** schedule.c - periodic schedules: definitions and the scheduler pass.
+** cron_sched.c - cron schedules: their definitions and the scheduler pass.
 **
-** A schedule is a cron expression in an IANA zone plus a task template.
+** (In due, "schedule" alone names submitting one task, due_schedule(); this
+** file is the cron side, due_cron_*: a cron schedule turns the slots of a
+** cron expression into tasks.  "Schedule" below always means a cron one.)
+**
+** A cron schedule is a cron expression in an IANA zone plus a task
+** template.
 ** The store keeps, per schedule, `next_slot`: the next fire instant not
 ** yet materialized.  A scheduler pass (due_cron_tick) looks at every
 ** schedule whose next_slot falls before now + lookahead and asks the
