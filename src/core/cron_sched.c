@@ -74,17 +74,21 @@ static int compile(compiled *c, const char *expr, const char *zone)
 	return 0;
 }
 
-/* First slot strictly after `after` (us), in us.  DUE_EINVAL if none. */
+/*
+** First slot strictly after `after` (us) into *out.  Returns 0, or
+** DUE_EINVAL when there is none (*out is 0 then).
+*/
 static int next_after(const compiled *c, due_time after, due_time *out)
 {
-	int64_t sec;
+	int64_t sec = 0;
 	int64_t from = after >= 0 ? after / US : 0;
 	int rc = due_cron_next(c->cron, c->tz, from, &sec);
+
+	*out = rc < 0 ? 0 : sec * US;
 	if (rc < 0)
 		return due_error_set(DUE_EINVAL,
 			"cron expression '%s' never fires (searched %d years)",
 			due_cron_text(c->cron), DUE_CRON_SEARCH_YEARS);
-	*out = sec * US;
 	return 0;
 }
 
