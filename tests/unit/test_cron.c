@@ -13,6 +13,9 @@
 **                        2026-04-04 15:00Z  01:59:59 +11 -> 01:30 +1030
 **
 ** The zone tests read the system's tzdata (/usr/share/zoneinfo).
+**
+** test_engine_out_of_memory makes the engine's allocations fail one by one
+** (due_tz_fail_alloc): every failure must be reported as out of memory.
 */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE /* timegm */
@@ -31,6 +34,7 @@
 #include <time.h>
 
 #include "cron/cron.h"
+#include "due.h"
 
 /* --- helpers --- */
 
@@ -865,6 +869,47 @@ static void test_shared_between_threads(void **state)
 	due_tz_free(tz);
 }
 
+/* --- allocation failures in the engine --- */
+
+static void test_engine_out_of_memory(void **state)
+{
+	char err[256];
+	due_cron *c = NULL;
+	due_tz *tz = NULL;
+	int rc = -1, n;
+
+	(void)state;
+	assert_int_equal((int)DUE_CRON_EINVAL, (int)DUE_EINVAL);
+	assert_int_equal((int)DUE_CRON_ENOMEM, (int)DUE_ENOMEM);
+	assert_int_equal((int)DUE_TZ_ENOMEM, (int)DUE_ENOMEM);
+	/* fail the 1st, 2nd ... allocation until the call needs no more */
+	for (n = 1; n < 20 && rc != 0; n++) {
+		due_tz_fail_alloc(n);
+		rc = due_tz_open(&tz, "Europe/Berlin", err, sizeof err);
+		due_tz_fail_alloc(0);
+		if (rc != 0) {
+			assert_int_equal(rc, DUE_TZ_ENOMEM);
+			assert_null(tz);
+			assert_string_equal(err, "time zone 'Europe/Berlin': out of memory");
+		}
+	}
+	assert_int_equal(rc, 0);
+	assert_true(n > 3); /* file buffer, object, name: each failed once */
+	due_tz_free(tz);
+	for (n = 1, rc = -1; n < 20 && rc != 0; n++) {
+		due_tz_fail_alloc(n);
+		rc = due_cron_parse(&c, "0 3 * * *", err, sizeof err);
+		due_tz_fail_alloc(0);
+		if (rc != 0) {
+			assert_int_equal(rc, DUE_CRON_ENOMEM);
+			assert_null(c);
+		}
+	}
+	assert_int_equal(rc, 0);
+	assert_true(n > 2);
+	due_cron_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -898,6 +943,7 @@ int main(void)
 		cmocka_unit_test(test_tz_conversions),
 		cmocka_unit_test(test_tzif_rules_and_bad_data),
 		cmocka_unit_test(test_shared_between_threads),
+		cmocka_unit_test(test_engine_out_of_memory),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
