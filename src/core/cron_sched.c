@@ -18,8 +18,9 @@
 ** to outguess the job).
 **
 ** Misfires.  Passes run every few seconds and materialize slots before
-** they are due, so a slot found more than DUE_CRON_MISFIRE_GRACE_US in the
-** past means no scheduler ran for a while.  Policy `skip` counts those
+** they are due, so a slot found more than the misfire grace (default
+** DUE_CRON_MISFIRE_GRACE_US) in the past means no scheduler ran for a
+** while.  Policy `skip` counts those
 ** slots as missed (visible in `due cron ls`) and resumes at the first
 ** slot after now - grace; `once` inserts one catch-up task due now (keyed
 ** by the latest missed slot), counts the others as missed, and resumes
@@ -348,26 +349,27 @@ static int tick_one(pass *p, due_schedule_info *si)
 	return rc;
 }
 
-int due_cron_tick(due_db *db, due_cron_tick_result *out, int64_t lookahead_us)
+int due_cron_tick(due_db *db, due_cron_tick_result *out, const due_cron_tick_opts *opts)
 {
-	return due_cron_tick_ex(db, out, lookahead_us, DUE_CRON_MISFIRE_GRACE_US);
-}
-
-int due_cron_tick_ex(due_db *db, due_cron_tick_result *out, int64_t lookahead_us,
-		     int64_t grace_us)
-{
+	due_cron_tick_opts o = DUE_CRON_TICK_OPTS_INIT;
 	due_schedule_list *l = NULL;
-	pass p = {db, 0, 0, grace_us, out};
+	pass p = {db, 0, 0, 0, out};
 	int rc, first_err = 0;
 
 	memset(out, 0, sizeof(*out));
-	if (lookahead_us < 0 || lookahead_us > 3600 * US)
+	if (opts)
+		o = *opts;
+	if (o.version < 1 || o.version > DUE_CRON_TICK_OPTS_VERSION)
+		return due_error_set(DUE_EINVAL, "unknown due_cron_tick_opts version %u "
+				     "(use DUE_CRON_TICK_OPTS_INIT)", o.version);
+	if (o.lookahead_us < 0 || o.lookahead_us > 3600 * US)
 		return due_error_set(DUE_EINVAL, "invalid lookahead: 0..1h");
-	if (grace_us < 0 || grace_us > 86400 * US)
+	if (o.misfire_grace_us < 0 || o.misfire_grace_us > 86400 * US)
 		return due_error_set(DUE_EINVAL, "invalid misfire grace: 0..1d");
+	p.grace = o.misfire_grace_us;
 	if ((rc = due_now(db, &p.now)) < 0 || (rc = due_cron_list(db, &l)) < 0)
 		return rc;
-	p.horizon = p.now + lookahead_us;
+	p.horizon = p.now + o.lookahead_us;
 	out->now = p.now;
 	for (size_t i = 0; i < l->count; i++) {
 		due_schedule_info *si = &l->items[i];
