@@ -16,8 +16,9 @@
  * otherwise both must match.
  *
  * Objects: a due_cron is immutable after due_cron_parse() and may be shared by
- * any number of threads. The engine takes no locks, keeps no global state and
- * does no I/O; time-zone rules come from a due_tz (tz.h), itself immutable.
+ * any number of threads. The engine takes no locks, keeps no global state that
+ * changes a result (tz.h has two counters for tests) and does no I/O;
+ * time-zone rules come from a due_tz (tz.h), itself immutable.
  *
  * Errors: 0 or a negative DUE_CRON_E* code (the same numbers as DUE_TZ_E*;
  * those due.h also has, EINVAL, ENOTFOUND and ENOMEM, carry due.h's numbers).

@@ -129,8 +129,9 @@ int due_tz_weekday(int64_t y, int m, int d);
 
 /**
  * malloc(n), or NULL when due_tz_fail_alloc() says this allocation fails.
- * Every allocation of the cron engine (cron.c, tz.c) and of the compiled
- * schedule cache (src/core/cron_sched.c) goes through it; free with free().
+ * Every allocation of the cron engine (cron.c, tz.c) and of the zone cache
+ * of the scheduler pass (src/core/cron_sched.c) goes through it; free with
+ * free().
  */
 void *due_tz_malloc(size_t n);
 
