@@ -611,21 +611,31 @@ typedef struct due_cron_tick_result {
 	due_time now;         /**< store clock of this pass */
 } due_cron_tick_result;
 
-/**
- * One scheduler pass: materialize every slot due before now + lookahead_us.
- * Safe to run from any number of processes at once.  A slot found more
- * than DUE_CRON_MISFIRE_GRACE_US late means no scheduler ran for a while:
- * the misfire policy decides (skip: count them and resume at the next
- * slot; once: one catch-up task due now, then resume).
- */
-int due_cron_tick(due_db *db, due_cron_tick_result *out, int64_t lookahead_us);
-
-/** due_cron_tick() with an explicit misfire grace (how late a slot may be
- *  found and still run as usual). */
-int due_cron_tick_ex(due_db *db, due_cron_tick_result *out, int64_t lookahead_us,
-		     int64_t grace_us);
-
 #define DUE_CRON_MISFIRE_GRACE_US (30LL * 1000000)
+
+typedef struct due_cron_tick_opts {
+	unsigned version;         /**< DUE_CRON_TICK_OPTS_VERSION */
+	int64_t lookahead_us;     /**< slots due before now + this; 0..1 h, default 0 */
+	int64_t misfire_grace_us; /**< lateness still run as usual; 0..1 d, 30 s */
+} due_cron_tick_opts;
+
+#define DUE_CRON_TICK_OPTS_VERSION 1
+#define DUE_CRON_TICK_OPTS_INIT                                                \
+	{DUE_CRON_TICK_OPTS_VERSION, 0, DUE_CRON_MISFIRE_GRACE_US}
+
+/**
+ * One scheduler pass: materialize every slot due before now +
+ * opts->lookahead_us (opts NULL: DUE_CRON_TICK_OPTS_INIT).  Safe to run
+ * from any number of threads and processes at once.  A slot found more than
+ * opts->misfire_grace_us late means no scheduler ran for a while: the
+ * misfire policy decides (skip: count them and resume at the next slot;
+ * once: one catch-up task due now, then resume).  A schedule that fails
+ * does not stop the others; the first failure is returned (DUE_EINVAL for
+ * an expression or zone that no longer compiles, DUE_ENOMEM, a store
+ * error) and *out counts what the others did.  DUE_EINVAL, before anything
+ * is done, for an unknown opts->version or a value out of range.
+ */
+int due_cron_tick(due_db *db, due_cron_tick_result *out, const due_cron_tick_opts *opts);
 
 /**
  * The next n fire times of `expr` in `zone` (NULL: UTC) strictly after

@@ -29,7 +29,8 @@
 ** bounded; in practice a call costs a few dozen steps.
 **
 ** This file does no I/O, keeps no state and takes no locks; everything about
-** time zones goes through tz.h.
+** time zones goes through tz.h, and its allocations through due_tz_malloc()
+** (so tests can make any of them fail).
 */
 #include "cron.h"
 
@@ -406,7 +407,9 @@ int due_cron_parse(due_cron **out, const char *expr, char *err, size_t errlen)
 		seterr(err, errlen, "expression too long (%zu bytes, at most %d)", n, MAX_EXPR);
 		return DUE_CRON_EINVAL;
 	}
-	if ((c = calloc(1, sizeof *c)) == NULL || (c->text = malloc(n + 1)) == NULL) {
+	if ((c = due_tz_malloc(sizeof *c)) != NULL)
+		memset(c, 0, sizeof *c);
+	if (c == NULL || (c->text = due_tz_malloc(n + 1)) == NULL) {
 		free(c);
 		seterr(err, errlen, "out of memory");
 		return DUE_CRON_ENOMEM;

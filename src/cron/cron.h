@@ -16,10 +16,12 @@
  * otherwise both must match.
  *
  * Objects: a due_cron is immutable after due_cron_parse() and may be shared by
- * any number of threads. The engine takes no locks, keeps no global state and
- * does no I/O; time-zone rules come from a due_tz (tz.h), itself immutable.
+ * any number of threads. The engine takes no locks, keeps no global state that
+ * changes a result (tz.h has two counters for tests) and does no I/O;
+ * time-zone rules come from a due_tz (tz.h), itself immutable.
  *
- * Errors: 0 or a negative DUE_CRON_E* code (the same numbers as DUE_TZ_E*).
+ * Errors: 0 or a negative DUE_CRON_E* code (the same numbers as DUE_TZ_E*;
+ * those due.h also has, EINVAL, ENOTFOUND and ENOMEM, carry due.h's numbers).
  * Functions taking `char *err, size_t errlen` write a one-line message there
  * naming the field and the offending text, e.g.
  * "day-of-month: 32 is out of range 1-31" (err may be NULL).
@@ -32,13 +34,18 @@
 
 #include "tz.h"
 
-/** Error codes. */
+/**
+ * Error codes. As in the wheel (wheel.h), a code due.h also has carries the
+ * value of its DUE_E* counterpart without this pure header including due.h
+ * (src/core/cron_sched.c checks they agree); the engine's own codes lie
+ * outside due.h's range and the wheel's. They are the tz codes of tz.h.
+ */
 enum {
-	DUE_CRON_EINVAL = -1,    /**< invalid expression or argument */
-	DUE_CRON_EZONE = -2,     /**< unknown time zone (from due_tz_open) */
-	DUE_CRON_ENOMEM = -3,    /**< allocation failed */
-	DUE_CRON_ENOTFOUND = -4, /**< no fire time within DUE_CRON_SEARCH_YEARS */
-	DUE_CRON_ERANGE = -5     /**< time out of range, or output buffer too small */
+	DUE_CRON_EINVAL = -2,    /**< invalid expression or argument (DUE_EINVAL) */
+	DUE_CRON_ENOTFOUND = -3, /**< no fire time within DUE_CRON_SEARCH_YEARS */
+	DUE_CRON_ENOMEM = -9,    /**< allocation failed (DUE_ENOMEM) */
+	DUE_CRON_EZONE = -66,    /**< unknown time zone (from due_tz_open) */
+	DUE_CRON_ERANGE = -67    /**< time out of range, or output buffer too small */
 };
 
 /** How many years past `after` due_cron_next() looks before giving up. */

@@ -8,15 +8,18 @@
 ** table: a list of transition instants with the UTC offset that starts at
 ** each, and the POSIX TZ rule (the file's footer, e.g.
 ** "CET-1CEST,M3.5.0,M10.5.0/3") that generates transitions after the last one
-** listed. No global state, no TZ variable, no tzset(): any number of threads
-** may read one zone at once.
+** listed. No TZ variable, no tzset(), and no global state that changes a
+** result (two counters serve the tests: files read, and an allocation failure
+** to inject): any number of threads may read one zone at once.
 **
-** Why not ICU (the first choice of the brief): Debian 12's ICU 72.1 carries
-** its own copy of the rules, tzdata 2022e, while the system's tzdata package is
-** 2025b. ICU therefore puts Asia/Almaty at +06 in 2026 (Kazakhstan moved to +05
-** in 2024) and still applies DST to Mexico (abolished in late 2022). A
-** scheduler that fires an hour early for a whole country is worse than one
-** more small reader; docs/internals/cron.md has the details.
+** Why not ICU: ICU carries its own copy of the rules, updated only with ICU,
+** while the system's zone files are updated by the distribution. On Debian 12,
+** ICU 72.1 still has tzdata 2022e (`icuinfo`) while the tzdata package had
+** reached 2025b when this was written (/usr/share/zoneinfo/tzdata.zi). ICU 72.1
+** therefore puts Asia/Almaty at +06 in 2026 (Kazakhstan moved to +05 in 2024)
+** and still applies DST to Mexico (abolished in late 2022). A scheduler that
+** fires an hour early for a whole country is worse than one more small
+** reader; docs/internals/cron.md has the details.
 **
 ** The one idea: the zone is a sequence of "periods" [start, end) of constant
 ** offset. period_at() finds the period holding an instant, from the table or
@@ -34,6 +37,7 @@
 
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +85,29 @@ typedef struct period {
 	int64_t end;
 	int32_t off;
 } period;
+
+/* The test counters (tz.h): any thread, lock-free. */
+static atomic_long fail_countdown;  /* > 0: the call that takes it to 0 fails */
+static atomic_ulong files_read;
+
+void *due_tz_malloc(size_t n)
+{
+	long left = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
+
+	while (left > 0 && !atomic_compare_exchange_weak(&fail_countdown, &left, left - 1))
+		;
+	return left == 1 ? NULL : malloc(n);
+}
+
+void due_tz_fail_alloc(long nth)
+{
+	atomic_store(&fail_countdown, nth > 0 ? nth : 0);
+}
+
+unsigned long due_tz_files_read(void)
+{
+	return atomic_load(&files_read);
+}
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -383,8 +410,8 @@ static const char *load_block(due_tz *tz, const unsigned char *p, const tzif_cou
 	}
 	tz->ntrans = c->timecnt;
 	if (c->timecnt > 0) {
-		tz->trans = malloc(c->timecnt * sizeof *tz->trans);
-		tz->off = malloc(c->timecnt * sizeof *tz->off);
+		tz->trans = due_tz_malloc(c->timecnt * sizeof *tz->trans);
+		tz->off = due_tz_malloc(c->timecnt * sizeof *tz->off);
 		if (tz->trans == NULL || tz->off == NULL)
 			return "";
 	}
@@ -457,9 +484,11 @@ static const char *load_tzif(due_tz *tz, const unsigned char *p, size_t len)
 
 static due_tz *tz_new(const char *name)
 {
-	due_tz *tz = calloc(1, sizeof *tz);
+	due_tz *tz = due_tz_malloc(sizeof *tz);
 
-	if (tz == NULL || (tz->name = malloc(strlen(name) + 1)) == NULL) {
+	if (tz != NULL)
+		memset(tz, 0, sizeof *tz);
+	if (tz == NULL || (tz->name = due_tz_malloc(strlen(name) + 1)) == NULL) {
 		free(tz);
 		return NULL;
 	}
@@ -532,40 +561,72 @@ static bool name_ok(const char *name)
 	return comp > 0 && strcmp(name, "localtime") != 0 && strcmp(name, "posixrules") != 0;
 }
 
-/* Read a whole regular file of at most MAX_FILE bytes; false on any failure. */
-static bool read_file(const char *path, unsigned char **out, size_t *outlen)
+/*
+** Read a whole regular file of at most MAX_FILE bytes into *out (the caller
+** frees it). Returns 0, DUE_TZ_ENOMEM, or DUE_TZ_EZONE for every other
+** failure (missing, not a regular file, too big, unreadable).
+*/
+static int read_file(const char *path, unsigned char **out, size_t *outlen)
 {
 	struct stat st;
 	unsigned char *buf = NULL;
 	size_t got = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int rc = DUE_TZ_EZONE, fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
-		return false;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > MAX_FILE ||
-	    (buf = malloc((size_t)st.st_size + 1)) == NULL)
-		goto fail;
+		return DUE_TZ_EZONE;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > MAX_FILE)
+		goto done;
+	if ((buf = due_tz_malloc((size_t)st.st_size + 1)) == NULL) {
+		rc = DUE_TZ_ENOMEM;
+		goto done;
+	}
 	while (got < (size_t)st.st_size) {
 		ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
 
 		if (r <= 0)
-			goto fail;
+			goto done;
 		got += (size_t)r;
 	}
-	close(fd);
+	atomic_fetch_add(&files_read, 1);
 	*out = buf;
 	*outlen = got;
-	return true;
-fail:
+	buf = NULL;
+	rc = 0;
+done:
 	free(buf);
 	close(fd);
-	return false;
+	return rc;
+}
+
+/*
+** Read the TZif file of zone (a name not yet checked) into *data (the caller
+** frees it). Returns 0, DUE_TZ_ENOMEM, or DUE_TZ_EZONE when the name is not
+** a zone name or no TZif file has it.
+*/
+static int read_zone_file(const char *zone, unsigned char **data, size_t *len)
+{
+	const char *dir = getenv("TZDIR");
+	char path[512];
+	int rc;
+
+	if (dir == NULL || dir[0] != '/')
+		dir = "/usr/share/zoneinfo";
+	if (!name_ok(zone) || snprintf(path, sizeof path, "%s/%s", dir, zone) >= (int)sizeof path)
+		return DUE_TZ_EZONE;
+	if ((rc = read_file(path, data, len)) < 0)
+		return rc;
+	if (*len < 4 || memcmp(*data, "TZif", 4) != 0) {
+		free(*data);
+		*data = NULL;
+		return DUE_TZ_EZONE;
+	}
+	return 0;
 }
 
 int due_tz_open(due_tz **out, const char *zone, char *err, size_t errlen)
 {
-	char show[80], path[512];
-	const char *dir = getenv("TZDIR");
+	char show[80];
 	unsigned char *data = NULL;
 	size_t len = 0;
 	int rc;
@@ -582,15 +643,12 @@ int due_tz_open(due_tz **out, const char *zone, char *err, size_t errlen)
 		seterr(err, errlen, "time zone '%s': out of memory", zone);
 		return DUE_TZ_ENOMEM;
 	}
-	if (dir == NULL || dir[0] != '/')
-		dir = "/usr/share/zoneinfo";
-	if (!name_ok(zone) ||
-	    snprintf(path, sizeof path, "%s/%s", dir, zone) >= (int)sizeof path ||
-	    !read_file(path, &data, &len) || len < 4 || memcmp(data, "TZif", 4) != 0) {
-		free(data);
+	if ((rc = read_zone_file(zone, &data, &len)) == DUE_TZ_ENOMEM)
+		seterr(err, errlen, "time zone '%s': out of memory", shown(show, sizeof show, zone));
+	else if (rc < 0)
 		seterr(err, errlen, "unknown time zone '%s'", shown(show, sizeof show, zone));
-		return DUE_TZ_EZONE;
-	}
+	if (rc < 0)
+		return rc;
 	rc = due_tz_from_tzif(out, zone, data, len, err, errlen);
 	free(data);
 	return rc;

@@ -16,6 +16,9 @@
  * Errors: functions return 0 or one of the negative DUE_TZ_E* codes. Those that
  * take `char *err, size_t errlen` also write a one-line message there (always
  * NUL-terminated when errlen > 0; err may be NULL).
+ *
+ * Global state: none that changes a result; two counters for tests (the zone
+ * files read, and an allocation failure to inject), at the end of this file.
  */
 #ifndef DUE_CRON_TZ_H
 #define DUE_CRON_TZ_H
@@ -23,12 +26,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/** Error codes. The cron engine (cron.h) uses the same numbers. */
+/**
+ * Error codes, the same numbers as the cron engine's (cron.h). EINVAL and
+ * ENOMEM have the values of due.h's DUE_EINVAL and DUE_ENOMEM, as the wheel's
+ * shared codes do (wheel.h), so a caller may pass them through; EZONE and
+ * ERANGE are the engine's own, outside due.h's range and the wheel's.
+ */
 enum {
-	DUE_TZ_EINVAL = -1, /**< bad argument (NULL pointer, civil time out of range) */
-	DUE_TZ_EZONE = -2,  /**< unknown zone name or unusable zone data */
-	DUE_TZ_ENOMEM = -3, /**< allocation failed */
-	DUE_TZ_ERANGE = -5  /**< instant outside DUE_TZ_MIN_UTC..DUE_TZ_MAX_UTC */
+	DUE_TZ_EINVAL = -2,  /**< bad argument (NULL pointer, civil time out of range) */
+	DUE_TZ_ENOMEM = -9,  /**< allocation failed */
+	DUE_TZ_EZONE = -66,  /**< unknown zone name or unusable zone data */
+	DUE_TZ_ERANGE = -67  /**< instant outside DUE_TZ_MIN_UTC..DUE_TZ_MAX_UTC */
 };
 
 /**
@@ -116,5 +124,28 @@ int due_tz_days_in_month(int64_t y, int m);
 
 /** The weekday of y-m-d: 0 = Sunday ... 6 = Saturday. */
 int due_tz_weekday(int64_t y, int m, int d);
+
+/* The engine's allocations, and what tests observe of it. */
+
+/**
+ * malloc(n), or NULL when due_tz_fail_alloc() says this allocation fails.
+ * Every allocation of the cron engine (cron.c, tz.c) and of the zone cache
+ * of the scheduler pass (src/core/cron_sched.c) goes through it; free with
+ * free().
+ */
+void *due_tz_malloc(size_t n);
+
+/**
+ * For tests (curl's "torture" mode): make the nth call of due_tz_malloc()
+ * from now on fail, 1 being the next; 0 turns failures off. Only that one
+ * call fails. Process-wide: set it while no other thread allocates.
+ */
+void due_tz_fail_alloc(long nth);
+
+/**
+ * For tests: how many zone files due_tz_open() has read since the process
+ * started (built-in UTC reads none). Any thread may call it.
+ */
+unsigned long due_tz_files_read(void);
 
 #endif /* DUE_CRON_TZ_H */

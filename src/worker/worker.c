@@ -849,9 +849,9 @@ static void *scheduler_main(void *arg)
 		if (!db)
 			db = connect_retry(w, "scheduler");
 		wait_us = CRON_MAX_SLEEP_US;
-		if (db && due_cron_tick_ex(db, &r, CRON_LOOKAHEAD_US,
-					   w->o.cron_grace_us > 0 ? w->o.cron_grace_us
-							       : DUE_CRON_MISFIRE_GRACE_US) < 0) {
+		if (db && due_cron_tick(db, &r, &(due_cron_tick_opts){DUE_CRON_TICK_OPTS_VERSION,
+				CRON_LOOKAHEAD_US, w->o.cron_grace_us > 0 ? w->o.cron_grace_us
+									  : DUE_CRON_MISFIRE_GRACE_US}) < 0) {
 			atomic_fetch_add(&w->st.store_errors, 1);
 			wlog(w, 1, "scheduler: %s", due_error_last());
 			wait_us = 1000000;

@@ -13,6 +13,12 @@
 **                        2026-04-04 15:00Z  01:59:59 +11 -> 01:30 +1030
 **
 ** The zone tests read the system's tzdata (/usr/share/zoneinfo).
+**
+** The last tests run cron schedules over a fresh SQLite store
+** (src/core/cron_sched.c): its zone cache (a zone file is read once per
+** schedule change, not per pass), and its error mapping (out of memory is
+** DUE_ENOMEM, an unknown zone DUE_EINVAL naming it), with the engine's
+** allocations made to fail one by one (due_tz_fail_alloc).
 */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE /* timegm */
@@ -27,10 +33,17 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cron/cron.h"
+
+#define TU_FIXTURE
+#include "test_util.h"
 
 /* --- helpers --- */
 
@@ -865,6 +878,287 @@ static void test_shared_between_threads(void **state)
 	due_tz_free(tz);
 }
 
+/* --- allocation failures in the engine --- */
+
+static void test_engine_out_of_memory(void **state)
+{
+	char err[256];
+	due_cron *c = NULL;
+	due_tz *tz = NULL;
+	int rc = -1, n;
+
+	(void)state;
+	assert_int_equal((int)DUE_CRON_EINVAL, (int)DUE_EINVAL);
+	assert_int_equal((int)DUE_CRON_ENOMEM, (int)DUE_ENOMEM);
+	assert_int_equal((int)DUE_TZ_ENOMEM, (int)DUE_ENOMEM);
+	/* fail the 1st, 2nd ... allocation until the call needs no more */
+	for (n = 1; n < 20 && rc != 0; n++) {
+		due_tz_fail_alloc(n);
+		rc = due_tz_open(&tz, "Europe/Berlin", err, sizeof err);
+		due_tz_fail_alloc(0);
+		if (rc != 0) {
+			assert_int_equal(rc, DUE_TZ_ENOMEM);
+			assert_null(tz);
+			assert_string_equal(err, "time zone 'Europe/Berlin': out of memory");
+		}
+	}
+	assert_int_equal(rc, 0);
+	assert_true(n > 3); /* file buffer, object, name: each failed once */
+	due_tz_free(tz);
+	for (n = 1, rc = -1; n < 20 && rc != 0; n++) {
+		due_tz_fail_alloc(n);
+		rc = due_cron_parse(&c, "0 3 * * *", err, sizeof err);
+		due_tz_fail_alloc(0);
+		if (rc != 0) {
+			assert_int_equal(rc, DUE_CRON_ENOMEM);
+			assert_null(c);
+		}
+	}
+	assert_int_equal(rc, 0);
+	assert_true(n > 2);
+	due_cron_free(c);
+}
+
+/* --- cron schedules over a store (src/core/cron_sched.c) --- */
+
+static due_cron_def sched_def(const char *name, const char *expr, const char *tz)
+{
+	due_cron_def d = DUE_CRON_DEF_INIT;
+
+	d.name = name;
+	d.expr = expr;
+	d.kind = "k";
+	d.tz = tz;
+	return d;
+}
+
+/* Put the schedules in a child process, so this process has no zone cached. */
+static void put_elsewhere(const due_cron_def *defs, int n)
+{
+	int st;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		due_db *db = NULL;
+		if (due_open(&db, url, NULL) < 0)
+			_exit(2);
+		for (int i = 0; i < n; i++)
+			if (due_cron_put(db, &defs[i]) < 0)
+				_exit(3);
+		due_close(db);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static void test_zone_read_once_per_change(void **state)
+{
+	due_db *db = open_db(), *db2 = open_db();
+	due_cron_def d = sched_def("chatham", "* * * * * *", "Pacific/Chatham");
+	due_cron_tick_opts o = DUE_CRON_TICK_OPTS_INIT;
+	due_cron_tick_result r;
+	unsigned long n0 = due_tz_files_read();
+
+	(void)state;
+	o.lookahead_us = 3000000;
+	assert_int_equal(due_cron_put(db, &d), 0);
+	assert_int_equal(due_tz_files_read(), n0 + 1);
+	assert_int_equal(due_cron_tick(db, &r, &o), 0);
+	assert_true(r.materialized >= 1); /* the pass did use the zone */
+	for (int pass = 0; pass < 3; pass++) {
+		assert_int_equal(due_cron_tick(pass % 2 ? db2 : db, &r, &o), 0);
+		assert_int_equal(due_tz_files_read(), n0 + 1);
+	}
+	/* a new zone is read once; a new expression in a known zone, never */
+	d.tz = "Asia/Kathmandu";
+	assert_int_equal(due_cron_put(db, &d), 0);
+	assert_int_equal(due_cron_tick(db, &r, &o), 0);
+	assert_int_equal(due_cron_tick(db2, &r, &o), 0);
+	assert_int_equal(due_tz_files_read(), n0 + 2);
+	d.expr = "*/2 * * * * *";
+	assert_int_equal(due_cron_put(db, &d), 0);
+	assert_int_equal(due_cron_tick(db, &r, &o), 0);
+	assert_int_equal(due_tz_files_read(), n0 + 2);
+	due_close(db2);
+	due_close(db);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+	char buf[4096];
+	size_t n;
+	FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+
+	assert_non_null(in);
+	assert_non_null(out);
+	while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+		assert_int_equal(fwrite(buf, 1, n, out), n);
+	fclose(in);
+	assert_int_equal(fclose(out), 0);
+}
+
+static void test_tick_unknown_zone(void **state)
+{
+	char zones[300], zone[400];
+	const due_cron_def defs[] = {sched_def("gone", "* * * * * *", "Test/Gone"),
+				     sched_def("good", "* * * * * *", "UTC")};
+	due_cron_tick_opts o = DUE_CRON_TICK_OPTS_INIT;
+	due_cron_tick_result r;
+	due_db *db;
+	int rc;
+
+	(void)state;
+	/* a zone that exists when the schedule is put, and is gone at the pass */
+	snprintf(zones, sizeof zones, "%s/zones", dir);
+	snprintf(zone, sizeof zone, "%s/Test", zones);
+	assert_int_equal(mkdir(zones, 0700), 0);
+	assert_int_equal(mkdir(zone, 0700), 0);
+	snprintf(zone, sizeof zone, "%s/Test/Gone", zones);
+	copy_file("/usr/share/zoneinfo/Europe/Berlin", zone);
+	assert_int_equal(setenv("TZDIR", zones, 1), 0);
+	put_elsewhere(defs, 2);
+	assert_int_equal(unlink(zone), 0);
+	db = open_db();
+	o.lookahead_us = 2000000;
+	rc = due_cron_tick(db, &r, &o);
+	unsetenv("TZDIR");
+	assert_int_equal(rc, DUE_EINVAL);
+	assert_string_equal(due_error_last(), "unknown time zone 'Test/Gone'");
+	assert_true(r.materialized >= 1); /* the broken one did not stop "good" */
+	due_close(db);
+}
+
+static void test_tick_out_of_memory(void **state)
+{
+	const due_cron_def d = sched_def("oom", "* * * * * *", "America/St_Johns");
+	due_cron_tick_opts o = DUE_CRON_TICK_OPTS_INIT;
+	due_cron_tick_result r;
+	due_time t[3];
+	size_t got;
+	due_db *db;
+	int rc = -1, n;
+
+	(void)state;
+	put_elsewhere(&d, 1);
+	db = open_db();
+	o.lookahead_us = 2000000;
+	/* each failed pass leaves the zone uncached: the next one reads it again */
+	for (n = 1; n < 40 && rc != 0; n++) {
+		due_tz_fail_alloc(n);
+		rc = due_cron_tick(db, &r, &o);
+		due_tz_fail_alloc(0);
+		if (rc != 0) {
+			assert_int_equal(rc, DUE_ENOMEM);
+			assert_string_equal(due_error_last(), "out of memory");
+			assert_int_equal(r.materialized, 0);
+		}
+	}
+	assert_int_equal(rc, 0);
+	assert_true(n > 5); /* expression (2), cache entry, zone (3+): each failed */
+	assert_true(r.materialized >= 1);
+	/* the same for a preview, in a zone not yet cached */
+	for (n = 1, rc = -1; n < 40 && rc != 0; n++) {
+		due_tz_fail_alloc(n);
+		rc = due_cron_preview(t, 3, &got, "0 3 * * *", "America/Halifax", 0);
+		due_tz_fail_alloc(0);
+		if (rc != 0) {
+			assert_int_equal(rc, DUE_ENOMEM);
+			assert_string_equal(due_error_last(), "out of memory");
+		}
+	}
+	assert_int_equal(rc, 0);
+	assert_int_equal(got, 3);
+	due_close(db);
+}
+
+static void test_preview_errors(void **state)
+{
+	due_time t[2];
+	size_t got;
+
+	(void)state;
+	assert_int_equal(due_cron_preview(t, 2, &got, "0 3 * * *", "Mars/Olympus", 0),
+			 DUE_EINVAL);
+	assert_string_equal(due_error_last(), "unknown time zone 'Mars/Olympus'");
+	assert_int_equal(due_cron_preview(t, 2, &got, "0 3 * 13 *", "UTC", 0), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "invalid cron expression '0 3 * 13 *': month"));
+	assert_int_equal(due_cron_preview(t, 2, &got, "0 0 30 2 *", "Europe/Paris", 0),
+			 DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "never fires"));
+}
+
+static void test_tick_opts(void **state)
+{
+	due_db *db = open_db();
+	due_cron_tick_opts o = DUE_CRON_TICK_OPTS_INIT;
+	due_cron_tick_result r;
+
+	(void)state;
+	assert_int_equal(due_cron_tick(db, &r, NULL), 0);
+	assert_int_equal(due_cron_tick(db, &r, &o), 0);
+	o.version = 0;
+	assert_int_equal(due_cron_tick(db, &r, &o), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "version 0"));
+	o = (due_cron_tick_opts)DUE_CRON_TICK_OPTS_INIT;
+	o.lookahead_us = -1;
+	assert_int_equal(due_cron_tick(db, &r, &o), DUE_EINVAL);
+	o = (due_cron_tick_opts)DUE_CRON_TICK_OPTS_INIT;
+	o.misfire_grace_us = 2 * 86400 * INT64_C(1000000);
+	assert_int_equal(due_cron_tick(db, &r, &o), DUE_EINVAL);
+	due_close(db);
+}
+
+/* More zones than the cache holds (128), formatted by 4 threads at once. */
+#define NZONES 140
+static char zone_names[NZONES][64];
+static char zone_want[NZONES][40];
+
+static void *format_zones(void *arg)
+{
+	char buf[40];
+	int *ok = arg;
+
+	*ok = 1;
+	for (int round = 0; round < 2; round++)
+		for (int i = 0; i < NZONES; i++)
+			if (due_time_format_zone(buf, sizeof buf, INT64_C(1790000000000000),
+						 zone_names[i]) != 0 ||
+			    strcmp(buf, zone_want[i]) != 0)
+				*ok = 0;
+	return NULL;
+}
+
+static void test_zone_cache_threads(void **state)
+{
+	FILE *f = fopen("/usr/share/zoneinfo/zone1970.tab", "r");
+	char line[512];
+	pthread_t th[4];
+	int ok[4], n = 0;
+
+	(void)state;
+	assert_non_null(f);
+	while (n < NZONES && fgets(line, sizeof line, f)) {
+		/* country, coordinates, zone name, comments */
+		if (line[0] == '#' || sscanf(line, "%*s %*s %63s", zone_names[n]) != 1)
+			continue;
+		assert_int_equal(due_time_format_zone(zone_want[n], sizeof zone_want[n],
+						      INT64_C(1790000000000000), zone_names[n]),
+				 0);
+		n++;
+	}
+	fclose(f);
+	assert_int_equal(n, NZONES);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, format_zones, &ok[i]), 0);
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		assert_true(ok[i]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -898,6 +1192,13 @@ int main(void)
 		cmocka_unit_test(test_tz_conversions),
 		cmocka_unit_test(test_tzif_rules_and_bad_data),
 		cmocka_unit_test(test_shared_between_threads),
+		cmocka_unit_test(test_engine_out_of_memory),
+		cmocka_unit_test(test_preview_errors),
+		cmocka_unit_test_setup_teardown(test_zone_read_once_per_change, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tick_unknown_zone, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tick_out_of_memory, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tick_opts, setup, teardown),
+		cmocka_unit_test(test_zone_cache_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1685,7 +1685,7 @@ static void test_cron_fire_exact_and_notify(void **state)
 	exec_ok(ear, "LISTEN due_task_new");
 	due_cron_def d = cron_def("sec", "* * * * * *", kind);
 	assert_int_equal(due_cron_put(db, &d), 0);
-	assert_int_equal(due_cron_tick(db, &r, 2500000), 0);
+	assert_int_equal(due_cron_tick(db, &r, &(due_cron_tick_opts){DUE_CRON_TICK_OPTS_VERSION, 2500000, DUE_CRON_MISFIRE_GRACE_US}), 0);
 	assert_true(r.materialized >= 2 && r.materialized <= 3);
 	assert_int_equal(r.lost_races, 0);
 	assert_true(notified(ear, 2000, kind));
@@ -1710,7 +1710,7 @@ static void test_cron_fire_exact_and_notify(void **state)
 	due_schedule_list_free(l);
 
 	/* nothing more to do before the next slot */
-	assert_int_equal(due_cron_tick(db, &r, 0), 0);
+	assert_int_equal(due_cron_tick(db, &r, NULL), 0);
 	assert_int_equal(r.materialized, 0);
 	assert_int_equal(slot_tasks("sec").n, s.n);
 	PQfinish(ear);
@@ -1742,7 +1742,7 @@ static void test_cron_fire_finds_live_task(void **state)
 	o.key = key;
 	o.delay_us = 3600000000LL;
 	assert_int_equal(due_schedule(db, &pre, "yk", "", 0, &o), 0);
-	assert_int_equal(due_cron_tick(db, &r, 0), 0);
+	assert_int_equal(due_cron_tick(db, &r, NULL), 0);
 	assert_int_equal(r.materialized, 1);
 	assert_int_equal(r.lost_races, 0);
 	assert_int_equal(sql_int("SELECT count(*) FROM due_task"), 1);
@@ -1770,7 +1770,7 @@ static void one_tick_child(int go)
 	if (read(go, &c, 1) != 1)
 		_exit(2);
 	if (due_open(&db, url, NULL) == 0) {
-		rc = due_cron_tick(db, &r, 0) < 0 ? 3
+		rc = due_cron_tick(db, &r, NULL) < 0 ? 3
 		     : r.materialized == 1 && r.lost_races == 0 ? 0 : 4;
 		if (rc == 3)
 			fprintf(stderr, "tick: %s\n", due_error_last());
@@ -1854,7 +1854,7 @@ static void test_cron_missed_accumulate(void **state)
 	for (int pass = 0; pass < 2; pass++) {
 		sql("UPDATE due_schedule SET next_slot = date_trunc('minute', "
 		    "now()) - interval '10 minutes'");
-		assert_int_equal(due_cron_tick(db, pass ? &r2 : &r1, 0), 0);
+		assert_int_equal(due_cron_tick(db, pass ? &r2 : &r1, NULL), 0);
 	}
 	assert_true(r1.missed >= 10 && r2.missed >= 10);
 	assert_int_equal(due_cron_list(db, &l), 0);
@@ -1887,7 +1887,7 @@ static void tick_child(int go, int fd, int seconds)
 		_exit(5);
 	for (int i = 0; i < seconds * 100; i++) {
 		due_cron_tick_result r;
-		if (due_cron_tick(db, &r, 1500000) < 0) {
+		if (due_cron_tick(db, &r, &(due_cron_tick_opts){DUE_CRON_TICK_OPTS_VERSION, 1500000, DUE_CRON_MISFIRE_GRACE_US}) < 0) {
 			fprintf(stderr, "tick: %s\n", due_error_last());
 			_exit(3);
 		}

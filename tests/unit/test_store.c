@@ -938,7 +938,7 @@ static void tick_child(int seconds)
 		_exit(2);
 	for (int i = 0; i < seconds * 50; i++) {
 		due_cron_tick_result r;
-		if (due_cron_tick(db, &r, 1500000) < 0)
+		if (due_cron_tick(db, &r, &(due_cron_tick_opts){DUE_CRON_TICK_OPTS_VERSION, 1500000, DUE_CRON_MISFIRE_GRACE_US}) < 0)
 			_exit(3);
 		tu_sleep_ms(20);
 	}
@@ -997,7 +997,7 @@ static void test_cron_misfire(void **state)
 	assert_int_equal(due_cron_put(db, &once), 0);
 	/* no scheduler runs for 3.5 s, then one pass with a 1 s grace */
 	tu_sleep_ms(3500);
-	assert_int_equal(due_cron_tick_ex(db, &r, 0, 1000000), 0);
+	assert_int_equal(due_cron_tick(db, &r, &(due_cron_tick_opts){DUE_CRON_TICK_OPTS_VERSION, 0, 1000000}), 0);
 	assert_true(r.missed >= 3);
 	due_schedule_list *l = NULL;
 	assert_int_equal(due_cron_list(db, &l), 0);
@@ -1031,7 +1031,7 @@ static void test_cron_overlap_wait(void **state)
 
 	d.overlap = DUE_OVERLAP_WAIT;
 	assert_int_equal(due_cron_put(db, &d), 0);
-	assert_int_equal(due_cron_tick(db, &r, 3000000), 0);
+	assert_int_equal(due_cron_tick(db, &r, &(due_cron_tick_opts){DUE_CRON_TICK_OPTS_VERSION, 3000000, DUE_CRON_MISFIRE_GRACE_US}), 0);
 	/* the first slot's task is live: later slots wait for it */
 	assert_int_equal(r.materialized, 1);
 	assert_int_equal(r.waiting, 1);
