@@ -248,8 +248,8 @@ static inline due_db *open_db(void)
 ** Task helpers of the store suites (cmocka asserts: include cmocka.h
 ** first).  add: a task of `kind` due after delay_us, payload "p".
 */
-static due_id add(due_db *db, const char *kind, int64_t delay_us,
-		  int32_t max_attempts)
+static inline due_id add(due_db *db, const char *kind, int64_t delay_us,
+			 int32_t max_attempts)
 {
 	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
 	due_submitted s;
@@ -261,7 +261,7 @@ static due_id add(due_db *db, const char *kind, int64_t delay_us,
 }
 
 /* Claim exactly one task, which must be `id`; returns its attempt. */
-static int32_t claim_one(due_db *db, due_id id, int64_t lease_us)
+static inline int32_t claim_one(due_db *db, due_id id, int64_t lease_us)
 {
 	due_task_list *l = NULL;
 	assert_int_equal(due_claim(db, &l, "w1", NULL, 0, 10, lease_us), 0);
@@ -272,14 +272,14 @@ static int32_t claim_one(due_db *db, due_id id, int64_t lease_us)
 	return a;
 }
 
-static due_task *get(due_db *db, due_id id)
+static inline due_task *get(due_db *db, due_id id)
 {
 	due_task *t = NULL;
 	assert_int_equal(due_get(db, &t, id), 0);
 	return t;
 }
 
-static due_state state_of(due_db *db, due_id id)
+static inline due_state state_of(due_db *db, due_id id)
 {
 	due_task *t = get(db, id);
 	due_state s = t->state;
