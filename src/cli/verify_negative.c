@@ -1,9 +1,11 @@
 /*
-** verify_negative.c - the negative controls of `due verify`.
+** verify_negative.c - the negative controls of `due verify`, and the
+** query-plan boundary case.
 **
-** They show the failures the contract exists to prevent, by doing the
-** known-wrong thing on purpose, in scratch tables of their own (naive_task,
-** naive_effect) inside the case's scratch store, never in due's tables:
+** The negative controls show the failures the contract exists to prevent,
+** by doing the known-wrong thing on purpose, in scratch tables of their
+** own (naive_task, naive_effect) inside the case's scratch store, never
+** in due's tables:
 **
 **   negative_naive_select_then_update  3 processes claim by SELECT then an
 **       UPDATE without a state check: tasks get claimed twice (seed 000:
@@ -12,8 +14,15 @@
 **       id only (no attempt check) overwrites the new holder's result and
 **       adds a second effect.  PASS means the overwrite did show.
 **
+** boundary_partial_due_index fills the scratch store's own due_task (a
+** scratch store is thrown away after its case) and reads the claim's
+** query plan: it checks due's index, so it speaks each database's
+** EXPLAIN.
+**
 ** These speak raw SQL to SQLite or PostgreSQL on purpose: the point is
-** SQL that due itself never runs.  Values are still bound, never pasted.
+** SQL that due itself never runs.  Each statement is written once, in
+** the dialect both accept, with $N placeholders (raw_exec turns them into
+** SQLite's ?N).  Values are still bound, never pasted.
 */
 #include <signal.h>
 #include <sqlite3.h>
@@ -63,20 +72,37 @@ static void raw_close(raw *r)
 #endif
 }
 
+/* sql with SQLite's ?N for every $N, into buf (n bytes); NULL if long. */
+static const char *lite_params(const char *sql, char *buf, size_t n)
+{
+	size_t i = 0;
+
+	for (; *sql; sql++) {
+		if (i + 1 == n)
+			return NULL;
+		buf[i++] = *sql == '$' && sql[1] >= '1' && sql[1] <= '9' ? '?'
+									 : *sql;
+	}
+	buf[i] = '\0';
+	return buf;
+}
+
 /*
-** Run sql with up to two int64 parameters (?1 ?2 / $1 $2; nparams of
-** them) and an optional text parameter as the third.  If out is given,
-** it receives the first column of up to cap rows; returns the row count,
-** or -1 on error.
+** Run sql with up to two int64 parameters ($1 $2; nparams of them) and an
+** optional text parameter as the third.  If out is given, it receives the
+** first column of up to cap rows; returns the row count, or -1 on error.
 */
 static int raw_exec(raw *r, const char *sql, int nparams, int64_t p1, int64_t p2,
 		    const char *p3, int64_t *out, int cap)
 {
 	int n = 0;
 	if (r->lite) {
+		const char *lite;
+		char text[1024];
 		sqlite3_stmt *st;
 		int rc;
-		if (sqlite3_prepare_v2(r->lite, sql, -1, &st, NULL) != SQLITE_OK)
+		if (!(lite = lite_params(sql, text, sizeof(text))) ||
+		    sqlite3_prepare_v2(r->lite, lite, -1, &st, NULL) != SQLITE_OK)
 			return -1;
 		if (nparams > 0)
 			sqlite3_bind_int64(st, 1, p1);
@@ -110,13 +136,7 @@ static int raw_exec(raw *r, const char *sql, int nparams, int64_t p1, int64_t p2
 #endif
 }
 
-/* SQL for the backend: SQLite uses ?N, PostgreSQL $N. */
-static const char *q(vctx *v, const char *lite, const char *pg)
-{
-	return v->sqlite ? lite : pg;
-}
-
-static int naive_setup(vctx *v, raw *r, int n)
+static int naive_setup(raw *r, int n)
 {
 	if (raw_exec(r, "CREATE TABLE naive_task (id bigint PRIMARY KEY, state text "
 		     "NOT NULL, attempt int NOT NULL DEFAULT 0, owner text, "
@@ -125,8 +145,7 @@ static int naive_setup(vctx *v, raw *r, int n)
 		     "worker text)", 0, 0, 0, NULL, NULL, 0) < 0)
 		return -1;
 	for (int i = 1; i <= n; i++)
-		if (raw_exec(r, q(v, "INSERT INTO naive_task (id, state) VALUES (?1, 'S')",
-				  "INSERT INTO naive_task (id, state) VALUES ($1, 'S')"),
+		if (raw_exec(r, "INSERT INTO naive_task (id, state) VALUES ($1, 'S')",
 			     1, i, 0, NULL, NULL, 0) < 0)
 			return -1;
 	return 0;
@@ -154,13 +173,11 @@ static void naive_child(vctx *v, int worker)
 		idle = 0;
 		usleep(200); /* the window between read and write */
 		for (int i = 0; i < n; i++) {
-			raw_exec(&r, q(v, "UPDATE naive_task SET state = 'C', owner = ?3 "
-				       "WHERE id = ?1",
-				       "UPDATE naive_task SET state = 'C', owner = $3 "
-				       "WHERE id = $1 AND $2 = $2"),
+			raw_exec(&r, "UPDATE naive_task SET state = 'C', owner = $3 "
+				 "WHERE id = $1 AND $2 = $2",
 				 3, ids[i], 0, owner, NULL, 0);
-			raw_exec(&r, q(v, "INSERT INTO naive_effect VALUES (?1, 1, ?3)",
-				       "INSERT INTO naive_effect VALUES ($1, 1 + 0 * $2::int8, $3)"),
+			raw_exec(&r, "INSERT INTO naive_effect VALUES ($1, 1 + 0 *"
+				 " CAST($2 AS bigint), $3)",
 				 3, ids[i], 0, owner, NULL, 0);
 		}
 	}
@@ -175,7 +192,7 @@ void v_negative_naive_select_then_update(vctx *v)
 	pid_t kids[3];
 	int64_t claims = -1, dup_tasks = -1, multi = -1;
 
-	if (raw_open(v, &r) < 0 || naive_setup(v, &r, N) < 0) {
+	if (raw_open(v, &r) < 0 || naive_setup(&r, N) < 0) {
 		v_case(v, "negative_naive_select_then_update", false, "error=setup");
 		raw_close(&r);
 		return;
@@ -208,21 +225,16 @@ void v_negative_unfenced_late_commit(vctx *v)
 	int64_t att = 0, eff = 0, res_is_a = 0;
 	bool ok;
 
-	if (raw_open(v, &r) < 0 || naive_setup(v, &r, 1) < 0) {
+	if (raw_open(v, &r) < 0 || naive_setup(&r, 1) < 0) {
 		v_case(v, "negative_unfenced_late_commit", false, "error=setup");
 		raw_close(&r);
 		return;
 	}
-	const char *claim = q(v, "UPDATE naive_task SET state = 'C', attempt = attempt + 1,"
-			      " owner = ?3 WHERE id = ?1 AND state = 'S' AND ?2 = ?2",
-			      "UPDATE naive_task SET state = 'C', attempt = attempt + 1,"
-			      " owner = $3 WHERE id = $1 AND state = 'S' AND $2 = $2");
-	const char *unfenced = q(v, "UPDATE naive_task SET state = 'D', result = ?3 "
-				 "WHERE id = ?1 AND ?2 = ?2",
-				 "UPDATE naive_task SET state = 'D', result = $3 "
-				 "WHERE id = $1 AND $2 = $2");
-	const char *effect = q(v, "INSERT INTO naive_effect VALUES (?1, ?2, ?3)",
-			       "INSERT INTO naive_effect VALUES ($1, $2, $3)");
+	const char *claim = "UPDATE naive_task SET state = 'C', attempt = attempt + 1,"
+			    " owner = $3 WHERE id = $1 AND state = 'S' AND $2 = $2";
+	const char *unfenced = "UPDATE naive_task SET state = 'D', result = $3 "
+			       "WHERE id = $1 AND $2 = $2";
+	const char *effect = "INSERT INTO naive_effect VALUES ($1, $2, $3)";
 	/* A claims attempt 1 and stalls; its lease expires and is reclaimed */
 	ok = raw_exec(&r, claim, 3, 1, 0, "A", NULL, 0) >= 0;
 	ok &= raw_exec(&r, "UPDATE naive_task SET state = 'S' WHERE id = 1", 0, 0, 0,
@@ -317,7 +329,7 @@ void v_boundary_partial_due_index(vctx *v)
 		" WHERE x < 40000) INSERT INTO due_task (kind, payload, state, due_at,"
 		" max_attempts, backoff_us, backoff_cap_us, created_at, updated_at)"
 		" SELECT 'idx', x'', CASE WHEN x % 2 = 0 THEN 'DONE' ELSE 'SCHEDULED'"
-		" END, ?1 + 3600000000, 5, 1000000, 3600000000, ?1, ?1 FROM g";
+		" END, $1 + 3600000000, 5, 1000000, 3600000000, $1, $1 FROM g";
 	static const char q_now[] =
 		"EXPLAIN (ANALYZE, BUFFERS) SELECT id FROM due_task WHERE state ="
 		" 'SCHEDULED' AND due_at <= now() ORDER BY due_at LIMIT 10 FOR UPDATE"

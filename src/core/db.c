@@ -28,20 +28,17 @@ struct due_db {
 #define MIN_LEASE_US 1000LL                   /* 1 ms */
 #define MAX_LIMIT 10000
 
-static const due_store_ops *backend_for(const due_url *u)
-{
-	if (strcmp(u->scheme, "sqlite") == 0)
-		return &due_store_sqlite;
-#ifdef DUE_WITH_PG
-	if (strcmp(u->scheme, "postgres") == 0)
-		return &due_store_pg;
-#endif
-	return NULL;
-}
-
+/*
+** Open: split the URL at its scheme (the table of registry.c finds the
+** backend), check the backend against this core, let it parse the rest,
+** connect, then create/upgrade or check the schema.  *out is set even on
+** failure, and due_close releases it.
+*/
 int due_open(due_db **out, const char *url, const due_open_opts *opts)
 {
 	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	const due_store_ops *ops;
+	void *cfg = NULL;
 	due_url u;
 	due_db *db;
 	int rc;
@@ -49,29 +46,24 @@ int due_open(due_db **out, const char *url, const due_open_opts *opts)
 	*out = NULL;
 	if (opts)
 		o = *opts;
-	if ((rc = due_url_parse(&u, url)) < 0)
+	if ((rc = due_url_parse(&u, &ops, url)) < 0 ||
+	    (rc = due_store_check(ops)) < 0)
 		return rc;
 	db = calloc(1, sizeof(*db));
-	if (!db) {
-		due_url_clear(&u);
+	if (!db)
 		return due_error_set(DUE_ENOMEM, "out of memory");
-	}
 	db->max_payload = o.max_payload ? o.max_payload : (1u << 20);
 	db->max_result = o.max_result ? o.max_result : (1u << 20);
-	db->ops = backend_for(&u);
+	db->ops = ops;
 	*out = db;
-	if (!db->ops) {
-		rc = due_error_set(DUE_EINVAL,
-			"store URL '%s': this build has no %s backend", url,
-			u.scheme);
+	if ((rc = ops->parse_url(&cfg, &u)) < 0 ||
+	    (rc = ops->open(&db->store, cfg, o.create)) < 0)
 		goto done;
-	}
-	if ((rc = db->ops->open(&db->store, &u, o.create)) < 0)
-		goto done;
-	rc = o.create ? db->ops->init_schema(db->store)
-		      : db->ops->check_schema(db->store);
+	rc = o.create ? ops->init_schema(db->store)
+		      : ops->check_schema(db->store);
 done:
-	due_url_clear(&u);
+	if (cfg)
+		ops->free_cfg(cfg);
 	return rc;
 }
 
@@ -87,6 +79,11 @@ void due_close(due_db *db)
 const char *due_db_backend(const due_db *db)
 {
 	return db && db->ops ? db->ops->name : "none";
+}
+
+unsigned due_db_caps(const due_db *db)
+{
+	return db && db->ops ? db->ops->caps : 0;
 }
 
 /* Every operation needs an open store. */
@@ -215,6 +212,42 @@ int due_schedule_batch(due_db *db, due_submitted *out, const due_submit *items,
 done:
 	free(checked);
 	return rc;
+}
+
+int due_schedule_native(const due_store_ops *ops, const char *api, void *conn,
+			due_submitted *out, const char *kind,
+			const void *payload, size_t payload_len,
+			const due_schedule_opts *opts)
+{
+	due_submit in = {kind, payload, payload_len,
+			 opts ? *opts
+			      : (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
+	due_submit it;
+	int rc;
+
+	if (!(ops->caps & DUE_STORE_CAP_TX_SUBMIT))
+		return due_error_set(DUE_EINVAL,
+			"%s: the %s store cannot submit in a caller's "
+			"transaction", api, ops->name);
+	if (!conn)
+		return due_error_set(DUE_EINVAL, "connection is NULL");
+	rc = due_submit_check(&in, &it, DUE_DEFAULT_MAX_PAYLOAD, NULL);
+	if (rc < 0)
+		return rc;
+	switch (ops->native_tx(conn)) {
+	case DUE_NATIVE_TX_OPEN: break;
+	case DUE_NATIVE_TX_FAILED:
+		return due_error_set(DUE_EINVAL,
+			"%s: the transaction on this connection has already "
+			"failed (ROLLBACK it)", api);
+	default:
+		return due_error_set(DUE_EINVAL,
+			"%s: no transaction is open on this connection (BEGIN "
+			"first)", api);
+	}
+	out->id = 0;
+	out->existed = false;
+	return ops->schedule_on_native(conn, out, &it);
 }
 
 int due_cancel(due_db *db, due_cancel_outcome *out, due_id id)
@@ -558,21 +591,36 @@ void due_upcoming_free(due_upcoming *u)
 	free(u);
 }
 
+/*
+** Notifications are a capability: a store without DUE_STORE_CAP_NOTIFY
+** cannot be listened to (DUE_ESTATE: the caller polls), and has nothing
+** to drain or wake.
+*/
 int due_listen(due_db *db, int *out_fd)
 {
 	int rc = ready(db);
-	return rc < 0 ? rc : db->ops->listen(db->store, out_fd);
+	if (rc < 0)
+		return rc;
+	if (!(db->ops->caps & DUE_STORE_CAP_NOTIFY))
+		return due_error_set(DUE_ESTATE,
+			"the %s store cannot notify listeners: poll it",
+			db->ops->name);
+	return db->ops->listen(db->store, out_fd);
 }
 
 int due_listen_drain(due_db *db, int *out_count)
 {
 	int rc = ready(db);
 	*out_count = 0;
-	return rc < 0 ? rc : db->ops->listen_drain(db->store, out_count);
+	if (rc < 0 || !(db->ops->caps & DUE_STORE_CAP_NOTIFY))
+		return rc;
+	return db->ops->listen_drain(db->store, out_count);
 }
 
 int due_notify(due_db *db)
 {
 	int rc = ready(db);
-	return rc < 0 ? rc : db->ops->notify(db->store);
+	if (rc < 0 || !(db->ops->caps & DUE_STORE_CAP_NOTIFY))
+		return rc;
+	return db->ops->notify(db->store);
 }

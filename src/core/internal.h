@@ -21,7 +21,7 @@ int due_error_set(int code, const char *fmt, ...) DUE_PRINTF(2, 3);
 /* Forget the last failure (successful calls need not call this). */
 void due_error_clear(void);
 
-/* Validation shared by every entry point (src/core/validate.c). */
+/* Validation shared by every entry point (src/core/task.c). */
 int due_validate_kind(const char *kind);
 int due_validate_key(const char *key);
 int due_validate_owner(const char *owner);
@@ -41,5 +41,39 @@ struct due_store;
 const struct due_store_ops *due_db_ops(const due_db *db);
 struct due_store *due_db_store(const due_db *db);
 size_t due_db_max_payload(const due_db *db);
+
+/*
+** The capabilities (DUE_STORE_CAP_* of src/store/store.h) of the store
+** behind db; 0 when db is not open.  Ask this, never the backend's name.
+*/
+unsigned due_db_caps(const due_db *db);
+
+/*
+** The setup every due_schedule_<backend>_tx shares (src/core/db.c): check
+** conn, the submit and the caller's transaction (through ops->native_tx;
+** `api` names the public function in messages), then insert through
+** ops->schedule_on_native.  The backend's public function is one call.
+*/
+int due_schedule_native(const struct due_store_ops *ops, const char *api,
+			void *conn, due_submitted *out, const char *kind,
+			const void *payload, size_t payload_len,
+			const due_schedule_opts *opts);
+
+/*
+** Names the stores write for enums, and back (src/core/names.c).  Parsing
+** a name no table holds gives the default (skip, allow), or -1 for
+** outcomes.
+*/
+int due_outcome_parse(const char *name);
+const char *due_misfire_name(due_misfire m);
+due_misfire due_misfire_parse(const char *name);
+const char *due_overlap_name(due_overlap o);
+due_overlap due_overlap_parse(const char *name);
+/*
+** The state named by the n bytes at p, as a store returned it (not
+** NUL-terminated).  0, or DUE_ERROR naming the text: a store row with a
+** state its schema's CHECK should have refused.
+*/
+int due_state_from_store(const char *p, size_t n, due_state *out);
 
 #endif /* DUE_INTERNAL_H */

@@ -1,7 +1,11 @@
 /*
-** common.c - small helpers shared by the store backends: allocation, and
-** the verdict on a schema version.
+** common.c - what the store backends share besides rows (row.c):
+** allocation, the verdict on a schema version and the migration walk, the
+** completion hook call, and the outcomes and errors every backend reports
+** the same way.  A backend calls these so that a rule or a message exists
+** once, whatever its database.
 */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +37,97 @@ int due_schema_verdict(const char *store, int v, const char *where)
 			"store '%s' has schema version %d, newer than this due "
 			"(%d): upgrade due", store, v, DUE_SCHEMA_VERSION);
 	return 0;
+}
+
+/*
+** The walk is the same for every backend; only the SQL of each step and
+** how to run it are the backend's.  A version without a step to the next
+** (0, or a hole in the table) has no upgrade path.
+*/
+int due_migrate(due_store *s, const due_migration *m)
+{
+	char what[48];
+	int v, rc;
+
+	if ((rc = m->begin(s)) < 0)
+		return rc;
+	if ((m->lock && (rc = m->lock(s)) < 0) ||
+	    (rc = m->read_version(s, &v)) < 0)
+		goto fail;
+	if (v > DUE_SCHEMA_VERSION) {
+		rc = due_schema_verdict(m->label, v, m->where);
+		goto fail;
+	}
+	if (v < 0) {
+		if ((rc = m->exec(s, m->steps[1], "create schema")) < 0)
+			goto fail;
+		v = 1;
+	}
+	for (; v < DUE_SCHEMA_VERSION; v++) {
+		if (v < 1 || !m->steps[v + 1]) {
+			rc = due_error_set(DUE_ESCHEMA,
+				"store '%s' has schema version %d and this due "
+				"has no upgrade path from it", m->label, v);
+			goto fail;
+		}
+		snprintf(what, sizeof(what), "upgrade schema to version %d",
+			 v + 1);
+		if ((rc = m->exec(s, m->steps[v + 1], what)) < 0)
+			goto fail;
+	}
+	return m->commit(s);
+fail:
+	m->rollback(s);
+	return rc;
+}
+
+int due_store_run_hook(due_tx_hook hook, void *conn, const due_completion *c,
+		       void *payload)
+{
+	due_task t = {.id = c->id, .attempt = c->attempt, .state = DUE_DONE,
+		      .result = (unsigned char *)c->result,
+		      .result_len = c->result_len, .has_result = true};
+
+	if (hook(conn, &t, payload) != 0)
+		return due_error_set(DUE_ERROR,
+			"completion hook failed for task %lld: rolled back",
+			(long long)c->id);
+	return 0;
+}
+
+due_fail_outcome due_fail_outcome_of(due_state s)
+{
+	return s == DUE_CANCELLED ? DUE_FAIL_CANCELLED
+	       : s == DUE_DEAD    ? DUE_FAIL_DEAD
+				  : DUE_FAIL_RETRY_SCHEDULED;
+}
+
+due_cancel_outcome due_cancel_outcome_of(bool found, due_state s)
+{
+	if (!found)
+		return DUE_CANCEL_NOT_FOUND;
+	return s == DUE_SCHEDULED   ? DUE_CANCEL_CANCELLED
+	       : s == DUE_CLAIMED   ? DUE_CANCEL_REQUESTED
+	       : s == DUE_CANCELLED ? DUE_CANCEL_ALREADY_CANCELLED
+				    : DUE_CANCEL_TOO_LATE;
+}
+
+int due_store_wrong_state(due_id id, const char *action, const char *state,
+			  const char *needed)
+{
+	if (!state)
+		return due_error_set(DUE_ENOTFOUND, "no task with id %lld",
+				     (long long)id);
+	return due_error_set(DUE_ESTATE,
+			     "cannot %s task %lld: it is %s, not %s", action,
+			     (long long)id, state, needed);
+}
+
+int due_store_retry_conflict(due_id id)
+{
+	return due_error_set(DUE_ECONFLICT,
+		"cannot retry task %lld: a live task with the same kind and "
+		"key exists", (long long)id);
 }
 
 int due_task_list_alloc(due_task_list **out, size_t n)
@@ -92,15 +187,6 @@ void due_schedule_list_free(due_schedule_list *l)
 		due_schedule_info_clear(&l->items[i]);
 	free(l->items);
 	free(l);
-}
-
-const char *const due_outcome_names[DUE_OUT_COUNT] = {
-	"RUNNING", "DONE", "FAILED", "LEASE_EXPIRED", "CANCELLED", "REQUEUED",
-	"KILLED", "REJECTED_STALE"};
-
-const char *due_outcome_name(due_outcome o)
-{
-	return (unsigned)o < DUE_OUT_COUNT ? due_outcome_names[o] : "UNKNOWN";
 }
 
 const double due_hist_bounds_ms[DUE_HIST_N] = {

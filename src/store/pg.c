@@ -34,24 +34,21 @@
 ** (int64 microseconds since 2000-01-01), which is exact, so no float
 ** conversion ever rounds a due time.
 **
-** Wire format.  Scalars are sent as text, bytea and arrays in binary; every
-** result is binary.  A batch (schedule, complete) is one statement over
-** arrays (unnest), so n items cost one round trip.
+** Wire and session.  The connection, its prepared statements, errors and
+** the binary encoding of parameters and results are pg_wire.c's; this
+** file holds the statements.  A batch (schedule, complete) is one
+** statement over arrays (unnest), so n items cost one round trip.
 **
-** Connection.  Statements are prepared once per session, on first use.  A
-** call that finds the connection broken resets it once (and forgets the
-** prepared statements, which died with the session).  A statement or COMMIT
-** whose connection dropped has an unknown outcome: it is reported as
-** DUE_ESTORE and never retried here; every transition is safe to retry by
-** the caller because it is fenced by state and attempt.
+** URL.  postgres://... or postgresql://..., handed to libpq whole (its
+** query carries libpq's own options, e.g. options=-csearch_path%3Dx).
 **
 ** Notifications.  Every submit (and every transition that makes a task due
 ** now: retry, requeue, reclaim) calls pg_notify('due_task_new', kind) in its
 ** own transaction, so a listener wakes only for committed tasks.
 **
 ** Schema history (bump DUE_SCHEMA_VERSION in due.h, add a step to
-** init_schema() that upgrades from the previous version under the same
-** advisory lock, never edit a released step):
+** `steps`, which due_migrate walks under the init advisory lock, never
+** edit a released step):
 **   1  due_meta, due_task, due_attempt, due_audit, their indexes and the
 **      due_backoff() function.
 **   2  due_schedule (periodic schedules) and due_worker (worker reports).
@@ -61,27 +58,15 @@
 **      src/store/sqlite.c); PostgreSQL's IN lists cost nothing, so the
 **      step only records the version both stores share.
 */
-#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <libpq-fe.h>
-
 #include "core/internal.h"
+#include "store/pg_wire.h"
+#include "store/row.h"
 #include "store/store.h"
-
-/* Microseconds between the Unix epoch and PostgreSQL's (2000-01-01). */
-#define PG_EPOCH_US 946684800000000LL
-
-/* Element type OIDs for binary arrays (pg_type.dat). */
-#define OID_BYTEA 17
-#define OID_INT8 20
-#define OID_INT4 23
-#define OID_TEXT 25
-#define OID_FLOAT8 701
-#define OID_TIMESTAMPTZ 1184
 
 /* Rows per reclaim or prune statement: bounded batches (CONTRACT §9). */
 #define BATCH_ROWS 1000
@@ -108,11 +93,6 @@ enum stmt_id {
 	ST_COUNT
 };
 
-#define TASK_COLS                                                              \
-	"id, kind, payload, state, due_at, attempt, attempt_base, max_attempts, " \
-	"backoff_us, backoff_cap_us, lease_owner, lease_until, "                \
-	"cancel_requested, key, result, last_error, created_at, updated_at"
-
 /* Where a task has used its attempt budget (store.h). */
 #define USED_UP "attempt - attempt_base >= max_attempts"
 
@@ -128,12 +108,7 @@ enum stmt_id {
 	" RETURNING t.*),"                                                     \
 	" a AS (INSERT INTO due_attempt (task_id, attempt, worker, claimed_at," \
 	" due_at) SELECT id, attempt, lease_owner, now(), due_at FROM c)"       \
-	" SELECT " TASK_COLS " FROM c ORDER BY due_at, id"
-
-#define SCHED_COLS                                                             \
-	"name, expr, kind, tz, payload, misfire, overlap, max_attempts, "      \
-	"backoff_us, backoff_cap_us, next_slot, last_slot, last_task, fired, " \
-	"missed, last_missed, created_at, updated_at"
+	" SELECT " DUE_TASK_COLS " FROM c ORDER BY due_at, id"
 
 #define PICK_DUE                                                               \
 	"SELECT id FROM due_task WHERE state = 'SCHEDULED' AND due_at <= now()"
@@ -260,7 +235,7 @@ static const char *const sql_text[ST_COUNT] = {
 	" RETURNING t.*),"                                                     \
 	" a AS (INSERT INTO due_attempt (task_id, attempt, worker, claimed_at," \
 	" due_at) SELECT id, attempt, lease_owner, now(), due_at FROM c)"       \
-	" SELECT " TASK_COLS ", o.s FROM o LEFT JOIN c ON true"                \
+	" SELECT " DUE_TASK_COLS ", o.s FROM o LEFT JOIN c ON true"                \
 	" ORDER BY c.due_at, c.id"
 	[ST_CC_ANY] = COMPLETE_CLAIM_SQL(""),
 	[ST_CC_KINDS] = COMPLETE_CLAIM_SQL(" AND kind = ANY ($7::text[])"),
@@ -318,13 +293,12 @@ static const char *const sql_text[ST_COUNT] = {
 		" updated_at = now() FROM cur WHERE t.id = cur.id"
 		" AND t.state IN ('SCHEDULED', 'CLAIMED'))"
 		" SELECT state FROM cur",
-	[ST_GET] = "SELECT " TASK_COLS " FROM due_task WHERE id = $1::int8",
+	[ST_GET] = "SELECT " DUE_TASK_COLS " FROM due_task WHERE id = $1::int8",
 	[ST_ATTEMPTS] =
-		"SELECT task_id, attempt, worker, claimed_at, due_at, ended_at,"
-		" outcome, error, late_commit FROM due_attempt"
+		"SELECT " DUE_ATTEMPT_COLS " FROM due_attempt"
 		" WHERE task_id = ANY($1::int8[]) ORDER BY task_id, attempt",
 	[ST_LIST] =
-		"SELECT " TASK_COLS " FROM due_task"
+		"SELECT " DUE_TASK_COLS " FROM due_task"
 		" WHERE ($1::text IS NULL OR state = $1::text)"
 		" AND ($2::text IS NULL OR kind = $2::text)"
 		" AND id > $3::int8 ORDER BY id LIMIT $4::int4",
@@ -380,23 +354,17 @@ static const char *const sql_text[ST_COUNT] = {
 		" AND state IN ('DONE', 'CANCELLED') RETURNING 1)"
 		" SELECT count(*) FROM dt",
 	[ST_SCHED_GET] =
-		"SELECT " SCHED_COLS " FROM due_schedule WHERE name = $1::text",
+		"SELECT " DUE_SCHED_COLS " FROM due_schedule WHERE name = $1::text",
 	/* Byte order, as SQLite's BINARY collation sorts. */
 	[ST_SCHED_LIST] =
-		"SELECT " SCHED_COLS " FROM due_schedule ORDER BY name COLLATE \"C\"",
+		"SELECT " DUE_SCHED_COLS " FROM due_schedule ORDER BY name COLLATE \"C\"",
 	[ST_SCHED_PUT] =
-		"INSERT INTO due_schedule (name, expr, kind, tz, payload, misfire,"
-		" overlap, max_attempts, backoff_us, backoff_cap_us, next_slot,"
+		"INSERT INTO due_schedule (name, " DUE_SCHED_DEF_COLS ","
 		" created_at, updated_at) VALUES ($1::text, $2::text, $3::text,"
 		" $4::text, $5::bytea, $6::text, $7::text, $8::int4, $9::int8,"
 		" $10::int8, $11::timestamptz, now(), now())"
-		" ON CONFLICT (name) DO UPDATE SET expr = excluded.expr,"
-		" kind = excluded.kind, tz = excluded.tz, payload = excluded.payload,"
-		" misfire = excluded.misfire, overlap = excluded.overlap,"
-		" max_attempts = excluded.max_attempts,"
-		" backoff_us = excluded.backoff_us,"
-		" backoff_cap_us = excluded.backoff_cap_us,"
-		" next_slot = excluded.next_slot, updated_at = now()",
+		" ON CONFLICT (name) DO UPDATE SET " DUE_SCHED_DEF_SET ","
+		" updated_at = now()",
 	[ST_SCHED_REMOVE] =
 		"DELETE FROM due_schedule WHERE name = $1::text RETURNING 1",
 	/*
@@ -497,21 +465,28 @@ static const char *const sql_text[ST_COUNT] = {
 	[ST_UPC_KINDS] = UPCOMING_SQL(" AND kind = ANY ($3::text[])"),
 	[ST_UPC_EXCLUDE] = UPCOMING_SQL(" AND kind <> ALL ($3::text[])"),
 	[ST_WORKER_REPORT] =
-		"INSERT INTO due_worker (owner, started_at, seen_at, claimed, done,"
-		" failed, dead, stale, cancelled, lease_lost, claim_queries,"
-		" empty_claims, reclaim_queries, store_errors) VALUES ($1::text,"
+		"INSERT INTO due_worker (owner, started_at, seen_at, "
+		DUE_WORKER_COUNTER_COLS ") VALUES ($1::text,"
 		" now(), now(), $2::int8, $3::int8, $4::int8, $5::int8, $6::int8,"
 		" $7::int8, $8::int8, $9::int8, $10::int8, $11::int8, $12::int8)"
-		" ON CONFLICT (owner) DO UPDATE SET seen_at = now(),"
-		" claimed = excluded.claimed, done = excluded.done,"
-		" failed = excluded.failed, dead = excluded.dead,"
-		" stale = excluded.stale, cancelled = excluded.cancelled,"
-		" lease_lost = excluded.lease_lost,"
-		" claim_queries = excluded.claim_queries,"
-		" empty_claims = excluded.empty_claims,"
-		" reclaim_queries = excluded.reclaim_queries,"
-		" store_errors = excluded.store_errors",
+		" ON CONFLICT (owner) DO UPDATE SET seen_at = now(), "
+		DUE_WORKER_COUNTER_SET,
 };
+
+_Static_assert(ST_COUNT <= DUE_PG_MAX_STMTS, "raise DUE_PG_MAX_STMTS");
+
+/* Run statement `id` (pg_wire.c: prepared once per session). */
+static int run(due_store *s, enum stmt_id id, const due_pg_params *p,
+	       const char *what, PGresult **out)
+{
+	return due_pg_run(s, (int)id, sql_text[id], p, what, out);
+}
+
+/* A row.h cursor over the rows of r. */
+#define PG_ROWS(rows, r)                                                       \
+	due_pg_cur rows##_cur;                                                 \
+	due_rows rows;                                                         \
+	due_pg_rows(&rows, &rows##_cur, r)
 
 static const char schema_v1[] =
 	"CREATE TABLE IF NOT EXISTS due_meta ("
@@ -623,524 +598,39 @@ static const char schema_v2[] =
 static const char schema_v3[] =
 	"UPDATE due_meta SET value = '3' WHERE name = 'schema_version';";
 
-struct due_store {
-	PGconn *conn;
-	bool own;                 /* false: a caller's connection (pg_tx) */
-	bool prepared[ST_COUNT];  /* per session; cleared by a reset */
-	char label[256];          /* user@host:port/db for messages */
-	char sqlstate[6];         /* of the last failure, "" when none */
-	bool listening;           /* LISTEN due_task_new on this session */
-};
-
-/* ------------------------------------------------------------------ */
-/* Errors                                                              */
-/* ------------------------------------------------------------------ */
-
-/* Copy msg into buf without its trailing newlines. */
-static const char *trimmed(char *buf, size_t n, const char *msg)
-{
-	size_t len;
-
-	snprintf(buf, n, "%s", msg && *msg ? msg : "unknown error");
-	len = strlen(buf);
-	while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
-		buf[--len] = '\0';
-	return buf;
-}
-
-/*
-** Translate a failed libpq call into a due code and message.  This is the
-** only place that knows SQLSTATEs.  `r` is the failed result or NULL.  A
-** broken connection (or SQLSTATE class 08, or the server shutting down)
-** is DUE_ESTORE with libpq's own text; serialization failures, deadlocks
-** and lock timeouts are DUE_EBUSY; a unique violation is DUE_ECONFLICT.
-*/
-static int pg_fail(due_store *s, const PGresult *r, const char *what)
-{
-	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-	const char *msg = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-	bool bad = PQstatus(s->conn) == CONNECTION_BAD;
-	char buf[768];
-	int code = DUE_ERROR;
-
-	snprintf(s->sqlstate, sizeof(s->sqlstate), "%s", state ? state : "");
-	if (bad || !msg)
-		msg = PQerrorMessage(s->conn);
-	if (bad || (state && (strncmp(state, "08", 2) == 0 ||
-			      strncmp(state, "57P0", 4) == 0)))
-		code = DUE_ESTORE;
-	else if (state && (strcmp(state, "40001") == 0 ||
-			   strcmp(state, "40P01") == 0 ||
-			   strcmp(state, "55P03") == 0))
-		code = DUE_EBUSY;
-	else if (state && strcmp(state, "23505") == 0)
-		code = DUE_ECONFLICT;
-	else if (!r)
-		code = DUE_ESTORE;
-	return due_error_set(code, "postgres store: %s: %s", what,
-			     trimmed(buf, sizeof(buf), msg));
-}
-
-static void quiet_notices(void *arg, const char *message)
-{
-	(void)arg;
-	(void)message;
-}
-
-/*
-** Make sure the connection is usable before a call: reset it once when
-** it broke (the prepared statements died with the old session).  0, or
-** DUE_ESTORE when the reset failed too.  Every path of this file closes
-** its own transactions, so one still open means this handle is being used
-** from inside a completion hook: refused (DUE_EINVAL), because committing
-** or rolling back here would decide the hook's transaction behind its back.
-*/
-static int conn_ok(due_store *s)
-{
-	s->sqlstate[0] = '\0';
-	if (PQstatus(s->conn) != CONNECTION_OK) {
-		PQreset(s->conn);
-		memset(s->prepared, 0, sizeof(s->prepared));
-		if (PQstatus(s->conn) != CONNECTION_OK)
-			return pg_fail(s, NULL, "reconnect");
-		if (s->listening) { /* LISTEN died with the old session */
-			PGresult *r = PQexec(s->conn, "LISTEN due_task_new");
-			s->listening = PQresultStatus(r) == PGRES_COMMAND_OK;
-			PQclear(r);
-		}
-	}
-	if (PQtransactionStatus(s->conn) != PQTRANS_IDLE)
-		return due_error_set(DUE_EINVAL,
-			"postgres store: a transaction is open on this handle's "
-			"connection (inside a completion hook, use the hook's "
-			"connection with due_schedule_pg_tx)");
-	return 0;
-}
-
-/* ------------------------------------------------------------------ */
-/* Statements, parameters, transactions                                */
-/* ------------------------------------------------------------------ */
-
-#define MAX_PARAMS 16
-
-/* Bound parameters: scalars as text, buffers and arrays as binary. */
-typedef struct params {
-	int n;
-	const char *v[MAX_PARAMS];
-	int len[MAX_PARAMS];
-	int fmt[MAX_PARAMS];
-	char num[MAX_PARAMS][24];
-} params;
-
-static void p_int(params *p, int64_t v)
-{
-	snprintf(p->num[p->n], sizeof(p->num[0]), "%lld", (long long)v);
-	p->v[p->n] = p->num[p->n];
-	p->len[p->n] = 0;
-	p->fmt[p->n++] = 0;
-}
-
-/* A text parameter; NULL binds SQL NULL.  Borrowed until the call. */
-static void p_text(params *p, const char *t)
-{
-	p->v[p->n] = t;
-	p->len[p->n] = 0;
-	p->fmt[p->n++] = 0;
-}
-
-/* A binary parameter of n bytes (n was checked to fit an int). */
-static void p_bin(params *p, const void *d, size_t n)
-{
-	p->v[p->n] = d ? d : "";
-	p->len[p->n] = (int)n;
-	p->fmt[p->n++] = 1;
-}
-
-/* A timestamptz parameter in binary: exact, whatever the session's zone. */
-static void p_time(params *p, due_time t)
-{
-	uint64_t v = (uint64_t)t - (uint64_t)PG_EPOCH_US;
-	unsigned char *b = (unsigned char *)p->num[p->n];
-
-	for (int i = 0; i < 8; i++)
-		b[i] = (unsigned char)(v >> (56 - 8 * i));
-	p->v[p->n] = p->num[p->n];
-	p->len[p->n] = 8;
-	p->fmt[p->n++] = 1;
-}
-
-static bool sqlstate_is(const PGresult *r, const char *code)
-{
-	const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-	return st && strcmp(st, code) == 0;
-}
-
-/* Prepare statement `id` in this session (already there counts as done). */
-static int prepare(due_store *s, enum stmt_id id, const char *name,
-		   const char *what)
-{
-	PGresult *r = PQprepare(s->conn, name, sql_text[id], 0, NULL);
-	int rc = 0;
-
-	if (PQresultStatus(r) != PGRES_COMMAND_OK && !sqlstate_is(r, "42P05"))
-		rc = pg_fail(s, r, what);
-	PQclear(r);
-	s->prepared[id] = rc == 0;
-	return rc;
-}
-
-/*
-** Run statement `id` with `p`; results come back in binary.  On our own
-** connection the statement is prepared on first use in this session; on a
-** caller's connection it runs unnamed (we never leave named statements in
-** someone else's session).  When the session lost our statement (26000:
-** DEALLOCATE ALL, or a pooler that moved us to another server session)
-** and no transaction is open, it is prepared again and run once more: it
-** never ran, so that is safe.  On success *out holds the result (caller
-** clears it); on failure the error is recorded and returned.
-*/
-static int run(due_store *s, enum stmt_id id, const params *p,
-	       const char *what, PGresult **out)
-{
-	char name[16];
-	PGresult *r;
-	ExecStatusType st;
-	int rc;
-
-	*out = NULL;
-	snprintf(name, sizeof(name), "due_%d", (int)id);
-	for (int tries = 0;; tries++) {
-		if (s->own && !s->prepared[id] &&
-		    (rc = prepare(s, id, name, what)) < 0)
-			return rc;
-		r = s->own ? PQexecPrepared(s->conn, name, p->n, p->v, p->len,
-					    p->fmt, 1)
-			   : PQexecParams(s->conn, sql_text[id], p->n, NULL, p->v,
-					  p->len, p->fmt, 1);
-		st = PQresultStatus(r);
-		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
-			*out = r;
-			return 0;
-		}
-		if (!s->own || tries > 0 || !sqlstate_is(r, "26000") ||
-		    PQtransactionStatus(s->conn) != PQTRANS_IDLE)
-			break;
-		s->prepared[id] = false;
-		PQclear(r);
-	}
-	rc = pg_fail(s, r, what);
-	PQclear(r);
-	return rc;
-}
-
-/* Simple-protocol command (BEGIN, DDL).  0 or a due code. */
-static int command(due_store *s, const char *sql, const char *what)
-{
-	PGresult *r = PQexec(s->conn, sql);
-	int rc = PQresultStatus(r) == PGRES_COMMAND_OK ||
-			 PQresultStatus(r) == PGRES_TUPLES_OK
-		 ? 0 : pg_fail(s, r, what);
-	PQclear(r);
-	return rc;
-}
-
-static int begin(due_store *s)
-{
-	return command(s, "BEGIN", "begin");
-}
-
-/* Roll back if a transaction is open; keeps the error already recorded. */
-static void rollback(due_store *s)
-{
-	if (PQtransactionStatus(s->conn) != PQTRANS_IDLE &&
-	    PQstatus(s->conn) == CONNECTION_OK)
-		PQclear(PQexec(s->conn, "ROLLBACK"));
-}
-
-/*
-** COMMIT.  A connection lost during COMMIT leaves the outcome unknown:
-** DUE_ESTORE, never retried.  A transaction that had already failed
-** answers COMMIT with ROLLBACK; that is an error too, not a success.
-*/
-static int commit(due_store *s)
-{
-	PGresult *r = PQexec(s->conn, "COMMIT");
-	char buf[512];
-	int rc = 0;
-
-	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-		if (PQstatus(s->conn) == CONNECTION_BAD)
-			rc = due_error_set(DUE_ESTORE,
-				"postgres store: commit outcome unknown, the "
-				"connection was lost: %s",
-				trimmed(buf, sizeof(buf), PQerrorMessage(s->conn)));
-		else
-			rc = pg_fail(s, r, "commit");
-	} else if (strcmp(PQcmdStatus(r), "COMMIT") != 0) {
-		rc = due_error_set(DUE_ERROR, "postgres store: commit: the "
-				   "transaction had failed and was rolled back");
-	}
-	PQclear(r);
-	if (rc < 0)
-		rollback(s);
-	return rc;
-}
-
-/* ------------------------------------------------------------------ */
-/* Binary arrays (the array_recv wire format)                          */
-/* ------------------------------------------------------------------ */
-
-typedef struct pgbuf {
-	unsigned char *p;
-	size_t len, cap;
-	bool oom;
-} pgbuf;
-
-static void put(pgbuf *b, const void *d, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->len + n)
-			cap *= 2;
-		unsigned char *np = realloc(b->p, cap);
-		if (!np) {
-			b->oom = true;
-			return;
-		}
-		b->p = np;
-		b->cap = cap;
-	}
-	if (n)
-		memcpy(b->p + b->len, d, n);
-	b->len += n;
-}
-
-static void put32(pgbuf *b, uint32_t v)
-{
-	unsigned char x[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
-			      (unsigned char)(v >> 8), (unsigned char)v};
-	put(b, x, 4);
-}
-
-static void put64(pgbuf *b, uint64_t v)
-{
-	put32(b, (uint32_t)(v >> 32));
-	put32(b, (uint32_t)v);
-}
-
-/* Header of a one-dimensional array of n elements of type `oid`. */
-static void arr_head(pgbuf *b, uint32_t oid, size_t n)
-{
-	put32(b, 1);           /* dimensions */
-	put32(b, 1);           /* may hold NULLs (checked per element) */
-	put32(b, oid);
-	put32(b, (uint32_t)n); /* length */
-	put32(b, 1);           /* lower bound */
-}
-
-static void arr_i64(pgbuf *b, int64_t v)
-{
-	put32(b, 8);
-	put64(b, (uint64_t)v);
-}
-
-static void arr_f64(pgbuf *b, double v)
-{
-	uint64_t bits;
-	memcpy(&bits, &v, sizeof(bits));
-	put32(b, 8);
-	put64(b, bits);
-}
-
-static void arr_i32(pgbuf *b, int32_t v)
-{
-	put32(b, 4);
-	put32(b, (uint32_t)v);
-}
-
-/* A bytea or text element; d == NULL with n == SIZE_MAX is SQL NULL. */
-static void arr_bytes(pgbuf *b, const void *d, size_t n)
-{
-	if (n == SIZE_MAX) {
-		put32(b, UINT32_MAX);
-		return;
-	}
-	put32(b, (uint32_t)n);
-	put(b, d, n);
-}
-
-static void arr_text(pgbuf *b, const char *t)
-{
-	arr_bytes(b, t, t ? strlen(t) : SIZE_MAX);
-}
-
-/* Bind b as a binary parameter; DUE_ENOMEM / DUE_ETOOBIG when it cannot. */
-static int p_arr(params *p, const pgbuf *b)
-{
-	if (b->oom)
-		return due_error_set(DUE_ENOMEM, "out of memory");
-	if (b->len > (size_t)INT_MAX)
-		return due_error_set(DUE_ETOOBIG,
-			"postgres store: batch of %zu bytes is too large for "
-			"one statement; split it", b->len);
-	p_bin(p, b->p, b->len);
-	return 0;
-}
-
-static void bufs_free(pgbuf *b, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		free(b[i].p);
-}
-
-/* ------------------------------------------------------------------ */
-/* Reading binary results                                              */
-/* ------------------------------------------------------------------ */
-
-/* A big-endian integer column of 1, 2, 4 or 8 bytes (bool too); NULL is 0. */
-static int64_t col_int(const PGresult *r, int row, int col)
-{
-	const unsigned char *p;
-	uint64_t v = 0;
-	int n;
-
-	if (PQgetisnull(r, row, col))
-		return 0;
-	p = (const unsigned char *)PQgetvalue(r, row, col);
-	n = PQgetlength(r, row, col);
-	for (int i = 0; i < n && i < 8; i++)
-		v = v << 8 | p[i];
-	if (n > 0 && n < 8 && (p[0] & 0x80))
-		v |= ~(uint64_t)0 << (8 * n);
-	return (int64_t)v;
-}
-
-/* A timestamptz column as due_time; NULL is 0. */
-static due_time col_time(const PGresult *r, int row, int col)
-{
-	return PQgetisnull(r, row, col) ? 0 : col_int(r, row, col) + PG_EPOCH_US;
-}
-
-static bool col_null(const PGresult *r, int row, int col)
-{
-	return PQgetisnull(r, row, col) != 0;
-}
-
-/* A float8 column; NULL is 0. */
-static double col_f64(const PGresult *r, int row, int col)
-{
-	uint64_t bits = (uint64_t)col_int(r, row, col);
-	double v;
-	memcpy(&v, &bits, sizeof(v));
-	return v;
-}
-
-/* A NUL-terminated copy of a text/bytea column; *len gets its size. */
-static char *col_dup(const PGresult *r, int row, int col, size_t *len)
-{
-	size_t n = (size_t)PQgetlength(r, row, col);
-	if (len)
-		*len = n;
-	return due_strdup_n(PQgetvalue(r, row, col), n);
-}
-
-/* A text column copy, NULL for SQL NULL (or out of memory). */
-static char *col_text(const PGresult *r, int row, int col)
-{
-	return col_null(r, row, col) ? NULL : col_dup(r, row, col, NULL);
-}
-
-static int state_from(const char *txt, due_state *out)
-{
-	for (int i = 0; i < DUE_STATE_COUNT; i++) {
-		if (txt && strcmp(txt, due_state_name((due_state)i)) == 0) {
-			*out = (due_state)i;
-			return 0;
-		}
-	}
-	return due_error_set(DUE_ERROR, "postgres store: unknown state '%s'",
-			     txt ? txt : "(null)");
-}
-
-/* The state in a text column. */
-static int col_state(const PGresult *r, int row, int col, due_state *out)
-{
-	return state_from(col_null(r, row, col) ? NULL
-						: PQgetvalue(r, row, col), out);
-}
-
-/* Fill t from row `row` of a TASK_COLS result.  0 or a due code. */
-static int read_task(const PGresult *r, int row, due_task *t)
-{
-	memset(t, 0, sizeof(*t));
-	t->id = col_int(r, row, 0);
-	t->kind = col_text(r, row, 1);
-	t->payload = (unsigned char *)col_dup(r, row, 2, &t->payload_len);
-	if (col_state(r, row, 3, &t->state) < 0)
-		return DUE_ERROR;
-	t->due_at = col_time(r, row, 4);
-	t->attempt = (int32_t)col_int(r, row, 5);
-	t->max_attempts = (int32_t)col_int(r, row, 7);
-	t->backoff_us = col_int(r, row, 8);
-	t->backoff_cap_us = col_int(r, row, 9);
-	t->lease_owner = col_text(r, row, 10);
-	t->lease_until = col_time(r, row, 11);
-	t->cancel_requested = col_int(r, row, 12) != 0;
-	t->key = col_text(r, row, 13);
-	t->has_result = !col_null(r, row, 14);
-	if (t->has_result)
-		t->result = (unsigned char *)col_dup(r, row, 14, &t->result_len);
-	t->last_error = col_text(r, row, 15);
-	t->created_at = col_time(r, row, 16);
-	t->updated_at = col_time(r, row, 17);
-	if (!t->kind || !t->payload || (t->has_result && !t->result))
-		return due_error_set(DUE_ENOMEM, "out of memory");
-	return 0;
-}
-
-/* All rows of a TASK_COLS result into l (allocated for at least that many). */
-static int read_tasks(const PGresult *r, due_task_list *l)
-{
-	int n = PQntuples(r);
-	for (int i = 0; i < n; i++)
-		if (read_task(r, i, &l->items[l->count++]) < 0)
-			return due_error_last_code();
-	return 0;
-}
-
 /* ------------------------------------------------------------------ */
 /* Open, schema                                                        */
 /* ------------------------------------------------------------------ */
 
 /*
-** Connect to the libpq URI in u->target.  *out is set even on failure so
-** the core can close it.  `create` means nothing here: the database must
+** The URL is a libpq URI, handed to libpq whole: postgres://... or
+** postgresql://... with libpq's own options in its query.
+*/
+static int pg_parse_url(void **cfg, const due_url *u)
+{
+	*cfg = NULL;
+	if (strncmp(u->rest, "//", 2) != 0)
+		return due_error_set(DUE_EINVAL,
+			"malformed store URL '%s': use %s://[user@]host[:port]/"
+			"database", u->text, u->scheme);
+	if (!(*cfg = due_strdup_n(u->text, strlen(u->text))))
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	return 0;
+}
+
+static void pg_free_cfg(void *cfg)
+{
+	free(cfg);
+}
+
+/*
+** Connect to the URI.  `create` means nothing here: the database must
 ** exist; init_schema creates the tables.
 */
-static int pg_open(due_store **out, const due_url *u, bool create)
+static int pg_open(due_store **out, const void *cfg, bool create)
 {
-	const char *const keys[] = {"dbname", "fallback_application_name", NULL};
-	const char *const vals[] = {u->target, "due", NULL};
-	due_store *s;
-
 	(void)create;
-	*out = NULL;
-	if (!(s = calloc(1, sizeof(*s))))
-		return due_error_set(DUE_ENOMEM, "out of memory");
-	*out = s;
-	s->own = true;
-	s->conn = PQconnectdbParams(keys, vals, 1);
-	if (!s->conn)
-		return due_error_set(DUE_ENOMEM, "out of memory");
-	PQsetNoticeProcessor(s->conn, quiet_notices, NULL);
-	if (PQstatus(s->conn) != CONNECTION_OK)
-		return pg_fail(s, NULL, "cannot connect");
-	snprintf(s->label, sizeof(s->label), "postgres://%s@%s:%s/%s",
-		 PQuser(s->conn), PQhost(s->conn), PQport(s->conn),
-		 PQdb(s->conn));
-	return 0;
+	return due_pg_connect(out, cfg);
 }
 
 static void pg_close(due_store *s)
@@ -1162,13 +652,13 @@ static int read_version(due_store *s, int *out)
 
 	*out = -1;
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		rc = pg_fail(s, r, "read schema version");
+		rc = due_pg_error(s, r, "read schema version");
 	} else if (PQgetisnull(r, 0, 0)) {
 		PQclear(r);
 		r = PQexec(s->conn, "SELECT value FROM due_meta"
 				    " WHERE name = 'schema_version'");
 		if (PQresultStatus(r) != PGRES_TUPLES_OK)
-			rc = pg_fail(s, r, "read schema version");
+			rc = due_pg_error(s, r, "read schema version");
 		else if (PQntuples(r) == 1)
 			*out = (int)strtol(PQgetvalue(r, 0, 0), NULL, 10);
 	}
@@ -1176,71 +666,52 @@ static int read_version(due_store *s, int *out)
 	return rc;
 }
 
+#define WHERE " in its search_path"
+
 static int pg_check_schema(due_store *s)
 {
 	int v, rc;
 
-	if ((rc = conn_ok(s)) < 0 || (rc = read_version(s, &v)) < 0)
+	if ((rc = due_pg_ok(s)) < 0 || (rc = read_version(s, &v)) < 0)
 		return rc;
-	return due_schema_verdict(s->label, v, " in its search_path");
+	return due_schema_verdict(s->label, v, WHERE);
 }
 
 /*
-** Create the schema, upgrade an older one step by step, or leave a
-** current one alone, all in one transaction: an upgrade that fails leaves
-** the old version intact.  The transaction-scoped advisory lock makes
-** concurrent `due init` runs wait for each other: the later ones then read
-** the current version and do nothing.  A newer schema, or an older one
-** without an upgrade step, is refused with DUE_ESCHEMA.
+** The transaction-scoped advisory lock makes concurrent `due init` runs
+** wait for each other: the later ones then read the current version and
+** do nothing.
 */
+static int init_lock(due_store *s)
+{
+	return due_pg_command(s, "SELECT pg_advisory_xact_lock(" INIT_LOCK ")",
+			      "lock schema");
+}
+
+static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
+	[1] = schema_v1, [2] = schema_v2, [3] = schema_v3};
+
 static int pg_init_schema(due_store *s)
 {
-	int v, rc;
+	const due_migration m = {
+		.label = s->label, .where = WHERE, .steps = steps,
+		.begin = due_pg_begin, .lock = init_lock,
+		.read_version = read_version, .exec = due_pg_command,
+		.commit = due_pg_commit, .rollback = due_pg_rollback};
+	int rc = due_pg_ok(s);
 
-	if ((rc = conn_ok(s)) < 0 || (rc = begin(s)) < 0)
-		return rc;
-	if ((rc = command(s, "SELECT pg_advisory_xact_lock(" INIT_LOCK ")",
-			  "lock schema")) < 0 ||
-	    (rc = read_version(s, &v)) < 0)
-		goto fail;
-	if (v > DUE_SCHEMA_VERSION) {
-		rc = pg_check_schema(s);
-		goto fail;
-	}
-	if (v < 0) {
-		if ((rc = command(s, schema_v1, "create schema")) < 0)
-			goto fail;
-		v = 1;
-	}
-	/* Upgrade steps v -> v+1, in order. */
-	for (; v >= 1 && v < DUE_SCHEMA_VERSION; v++) {
-		static const char *const step[] = {[2] = schema_v2, [3] = schema_v3};
-		char what[32];
-		snprintf(what, sizeof(what), "upgrade schema to %d", v + 1);
-		if ((rc = command(s, step[v + 1], what)) < 0)
-			goto fail;
-	}
-	if (v != DUE_SCHEMA_VERSION) {
-		rc = due_error_set(DUE_ESCHEMA,
-			"store '%s' has schema version %d and this due has no "
-			"upgrade path from it", s->label, v);
-		goto fail;
-	}
-	return commit(s);
-fail:
-	rollback(s);
-	return rc;
+	return rc < 0 ? rc : due_migrate(s, &m);
 }
 
 static int pg_now(due_store *s, due_time *out)
 {
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
-	if ((rc = conn_ok(s)) < 0 || (rc = run(s, ST_NOW, &p, "now", &r)) < 0)
+	if ((rc = due_pg_ok(s)) < 0 || (rc = run(s, ST_NOW, &p, "now", &r)) < 0)
 		return rc;
-	*out = col_time(r, 0, 0);
+	*out = due_pg_col_time(r, 0, 0);
 	PQclear(r);
 	return 0;
 }
@@ -1262,54 +733,56 @@ static void *pg_native(due_store *s)
 static int insert_batch(due_store *s, const due_submit *items, size_t n,
 			due_submitted *out)
 {
-	static const uint32_t oids[8] = {OID_TEXT, OID_BYTEA, OID_TIMESTAMPTZ,
-		OID_INT8, OID_INT4, OID_INT8, OID_INT8, OID_TEXT};
-	pgbuf b[8] = {{0}};
-	params p = {0};
+	static const uint32_t oids[8] = {
+	    DUE_PG_OID_TEXT, DUE_PG_OID_BYTEA, DUE_PG_OID_TIMESTAMPTZ,
+	    DUE_PG_OID_INT8, DUE_PG_OID_INT4,  DUE_PG_OID_INT8,
+	    DUE_PG_OID_INT8, DUE_PG_OID_TEXT};
+	due_pg_buf b[8] = {{0}};
+	due_pg_params p = {0};
 	PGresult *r = NULL;
 	int rc = 0;
 
 	for (int c = 0; c < 8; c++)
-		arr_head(&b[c], oids[c], n);
+		due_pg_arr_head(&b[c], oids[c], n);
 	for (size_t i = 0; i < n; i++) {
 		const due_schedule_opts *o = &items[i].opts;
-		arr_text(&b[0], items[i].kind);
-		arr_bytes(&b[1], items[i].payload, items[i].payload_len);
+		due_pg_arr_text(&b[0], items[i].kind);
+		due_pg_arr_bytes(&b[1], items[i].payload, items[i].payload_len);
 		if (o->at)
-			arr_i64(&b[2], o->at - PG_EPOCH_US);
+			due_pg_arr_i64(&b[2], o->at - DUE_PG_EPOCH_US);
 		else
-			arr_bytes(&b[2], NULL, SIZE_MAX);
-		arr_i64(&b[3], o->delay_us);
-		arr_i32(&b[4], o->max_attempts);
-		arr_i64(&b[5], o->backoff_us);
-		arr_i64(&b[6], o->backoff_cap_us);
-		arr_text(&b[7], o->key);
+			due_pg_arr_bytes(&b[2], NULL, SIZE_MAX);
+		due_pg_arr_i64(&b[3], o->delay_us);
+		due_pg_arr_i32(&b[4], o->max_attempts);
+		due_pg_arr_i64(&b[5], o->backoff_us);
+		due_pg_arr_i64(&b[6], o->backoff_cap_us);
+		due_pg_arr_text(&b[7], o->key);
 	}
 	for (int c = 0; c < 8 && rc == 0; c++)
-		rc = p_arr(&p, &b[c]);
+		rc = due_pg_array(&p, &b[c]);
 	if (rc == 0 && (rc = run(s, ST_INSERT, &p, "insert task", &r)) == 0) {
 		for (int i = 0; i < PQntuples(r) && (size_t)i < n; i++) {
-			out[i].id = col_int(r, i, 1);
+			out[i].id = due_pg_col_int(r, i, 1);
 			out[i].existed = false;
 		}
 		PQclear(r);
 	}
-	bufs_free(b, 8);
+	due_pg_bufs_free(b, 8);
 	return rc;
 }
 
 /* The live task of it's (kind, key): *id, or 0 when there is none now. */
 static int find_live(due_store *s, const due_submit *it, due_id *id)
 {
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
-	p_text(&p, it->kind);
-	p_text(&p, it->opts.key);
+	due_pg_text(&p, it->kind);
+	due_pg_text(&p, it->opts.key);
 	if ((rc = run(s, ST_FIND_KEY, &p, "find task by key", &r)) < 0)
 		return rc;
-	*id = PQntuples(r) ? col_int(r, 0, 0) : 0;
+	*id = PQntuples(r) ? due_pg_col_int(r, 0, 0) : 0;
 	PQclear(r);
 	return 0;
 }
@@ -1359,45 +832,39 @@ static int pg_schedule(due_store *s, due_submitted *out,
 
 	for (size_t i = 0; i < n; i++)
 		keyed |= items[i].opts.key != NULL;
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
 	if (!keyed)
 		return insert_items(s, items, n, out);
-	if ((rc = begin(s)) < 0)
+	if ((rc = due_pg_begin(s)) < 0)
 		return rc;
 	if ((rc = insert_items(s, items, n, out)) < 0) {
-		rollback(s);
+		due_pg_rollback(s);
 		return rc;
 	}
-	return commit(s);
+	return due_pg_commit(s);
 }
 
-int due_schedule_pg_tx(struct pg_conn *conn, due_submitted *out,
-		       const char *kind, const void *payload,
-		       size_t payload_len, const due_schedule_opts *opts)
+static int pg_native_tx(void *conn)
 {
-	due_submit in = {kind, payload, payload_len,
-			 opts ? *opts : (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
-	due_store tmp = {.conn = conn, .own = false};
-	due_submit it;
-	int rc;
-
-	if (!conn)
-		return due_error_set(DUE_EINVAL, "connection is NULL");
-	if ((rc = due_submit_check(&in, &it, DUE_DEFAULT_MAX_PAYLOAD, NULL)) < 0)
-		return rc;
 	switch (PQtransactionStatus(conn)) {
-	case PQTRANS_INTRANS: break;
-	case PQTRANS_INERROR:
-		return due_error_set(DUE_EINVAL,
-			"due_schedule_pg_tx: the transaction on this connection "
-			"has already failed (ROLLBACK it)");
-	default:
-		return due_error_set(DUE_EINVAL,
-			"due_schedule_pg_tx: no transaction is open on this "
-			"connection (BEGIN first)");
+	case PQTRANS_INTRANS: return DUE_NATIVE_TX_OPEN;
+	case PQTRANS_INERROR: return DUE_NATIVE_TX_FAILED;
+	default: return DUE_NATIVE_TX_NONE;
 	}
-	rc = insert_items(&tmp, &it, 1, out);
+}
+
+/*
+** Insert on the caller's connection, inside the transaction it holds
+** (due_schedule_native checked it): unnamed statements, so nothing of
+** ours stays in their session.
+*/
+static int pg_schedule_on_native(void *conn, due_submitted *out,
+				 const due_submit *it)
+{
+	due_store tmp = {.conn = conn, .own = false};
+	int rc = insert_items(&tmp, it, 1, out);
+
 	if (rc < 0 && (strcmp(tmp.sqlstate, "42P01") == 0 ||
 		       strcmp(tmp.sqlstate, "42883") == 0))
 		rc = due_error_set(DUE_ESCHEMA, "database has no due schema in "
@@ -1409,13 +876,25 @@ int due_schedule_pg_tx(struct pg_conn *conn, due_submitted *out,
 /* Claim                                                               */
 /* ------------------------------------------------------------------ */
 
-/* The kinds as a binary text[] parameter. */
-static int bind_kinds(params *p, pgbuf *b, const char *const *kinds, size_t n)
+/*
+** Every task row of r (rows whose id is NULL skipped) as a new list in
+** *out.  0 or a negative code, with *out left NULL.
+*/
+static int tasks_of(const PGresult *r, due_task_list **out)
 {
-	arr_head(b, OID_TEXT, n);
-	for (size_t i = 0; i < n; i++)
-		arr_text(b, kinds[i]);
-	return p_arr(p, b);
+	due_task_list *l;
+	PG_ROWS(rows, r);
+	int rc;
+
+	*out = NULL;
+	if ((rc = due_task_list_alloc(&l, (size_t)PQntuples(r))) < 0)
+		return rc;
+	if ((rc = due_rows_tasks(&rows, l, (size_t)PQntuples(r))) < 0) {
+		due_task_list_free(l);
+		return rc;
+	}
+	*out = l;
+	return 0;
 }
 
 /*
@@ -1425,52 +904,33 @@ static int bind_kinds(params *p, pgbuf *b, const char *const *kinds, size_t n)
 ** `exclude` all but these) is a bound text[], so there are four shapes in
 ** all, whatever the number of kinds.  An empty claim is an empty list.
 */
-static int claim_run(due_store *s, due_task_list **out, const char *owner,
-		     const char *const *kinds, size_t n_kinds, bool exclude,
-		     int limit, int64_t lease_us, due_id only_id);
-
 static int pg_claim(due_store *s, due_task_list **out, const char *owner,
 		    const char *const *kinds, size_t n_kinds, bool exclude,
 		    int limit, int64_t lease_us, due_id only_id)
-{
-	int rc;
-
-	*out = NULL;
-	if ((rc = conn_ok(s)) < 0)
-		return rc;
-	return claim_run(s, out, owner, kinds, n_kinds, exclude, limit,
-			 lease_us, only_id);
-}
-
-static int claim_run(due_store *s, due_task_list **out, const char *owner,
-		     const char *const *kinds, size_t n_kinds, bool exclude,
-		     int limit, int64_t lease_us, due_id only_id)
 {
 	enum stmt_id id = only_id   ? ST_CLAIM_ID
 			  : !n_kinds ? ST_CLAIM_ANY
 			  : exclude  ? ST_CLAIM_EXCLUDE
 				     : ST_CLAIM_KINDS;
 	due_task_list *l = NULL;
-	pgbuf kb = {0};
-	params p = {0};
+	due_pg_buf kb = {0};
+	due_pg_params p = {0};
 	PGresult *r = NULL;
 	int rc;
 
 	*out = NULL;
-	p_text(&p, owner);
-	p_int(&p, lease_us);
-	p_int(&p, only_id ? only_id : limit);
+	if ((rc = due_pg_ok(s)) < 0)
+		return rc;
+	due_pg_text(&p, owner);
+	due_pg_int(&p, lease_us);
+	due_pg_int(&p, only_id ? only_id : limit);
 	if ((id == ST_CLAIM_KINDS || id == ST_CLAIM_EXCLUDE) &&
-	    (rc = bind_kinds(&p, &kb, kinds, n_kinds)) < 0)
+	    (rc = due_pg_texts(&p, &kb, kinds, n_kinds)) < 0)
 		goto done;
-	if ((rc = run(s, id, &p, "claim", &r)) < 0 ||
-	    (rc = due_task_list_alloc(&l, (size_t)PQntuples(r))) < 0)
+	if ((rc = run(s, id, &p, "claim", &r)) < 0)
 		goto done;
-	if ((rc = read_tasks(r, l)) < 0) {
-		due_task_list_free(l);
-		goto done;
-	}
-	*out = l;
+	if ((rc = tasks_of(r, &l)) == 0)
+		*out = l;
 done:
 	PQclear(r);
 	free(kb.p);
@@ -1484,25 +944,26 @@ done:
 static int pg_extend(due_store *s, due_extend_outcome *out, due_id id,
 		     int32_t attempt, int64_t lease_us)
 {
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
-	p_int(&p, id);
-	p_int(&p, attempt);
-	p_int(&p, lease_us);
+	due_pg_int(&p, id);
+	due_pg_int(&p, attempt);
+	due_pg_int(&p, lease_us);
 	if ((rc = run(s, ST_EXTEND, &p, "extend", &r)) < 0)
 		return rc;
 	*out = DUE_EXTEND_LOST;
 	if (PQntuples(r) == 1) {
 		due_state st = DUE_SCHEDULED;
-		col_state(r, 0, 0, &st);
-		if (col_int(r, 0, 3))
+		due_pg_col_state(r, 0, 0, &st);
+		if (due_pg_col_int(r, 0, 3))
 			*out = DUE_EXTEND_OK;
-		else if (st == DUE_CLAIMED && col_int(r, 0, 1) == attempt &&
-			 col_int(r, 0, 2))
+		else if (st == DUE_CLAIMED &&
+			 due_pg_col_int(r, 0, 1) == attempt &&
+			 due_pg_col_int(r, 0, 2))
 			*out = DUE_EXTEND_CANCEL_REQUESTED;
 	}
 	PQclear(r);
@@ -1513,52 +974,55 @@ static int pg_extend(due_store *s, due_extend_outcome *out, due_id id,
 static int run_hooks(due_store *s, const due_completion *items, size_t n,
 		     due_tx_hook hook, void *payload)
 {
-	for (size_t i = 0; hook && i < n; i++) {
-		const due_completion *c = &items[i];
-		if (c->outcome != DUE_COMPLETE_DONE)
-			continue;
-		due_task t = {.id = c->id, .attempt = c->attempt,
-			      .state = DUE_DONE,
-			      .result = (unsigned char *)c->result,
-			      .result_len = c->result_len, .has_result = true};
-		if (hook(s->conn, &t, payload) != 0)
-			return due_error_set(DUE_ERROR,
-				"completion hook failed for task %lld: rolled "
-				"back", (long long)c->id);
+	int rc = 0;
+
+	for (size_t i = 0; hook && i < n && rc == 0; i++)
+		if (items[i].outcome == DUE_COMPLETE_DONE)
+			rc = due_store_run_hook(hook, s->conn, &items[i],
+						payload);
+	return rc;
+}
+
+/* The completions as parameters $1..$3 (ids, attempts, results). */
+static int bind_completions(due_pg_params *p, due_pg_buf b[3],
+			    const due_completion *items, size_t n)
+{
+	int rc = 0;
+
+	due_pg_arr_head(&b[0], DUE_PG_OID_INT8, n);
+	due_pg_arr_head(&b[1], DUE_PG_OID_INT4, n);
+	due_pg_arr_head(&b[2], DUE_PG_OID_BYTEA, n);
+	for (size_t i = 0; i < n; i++) {
+		due_pg_arr_i64(&b[0], items[i].id);
+		due_pg_arr_i32(&b[1], items[i].attempt);
+		due_pg_arr_bytes(&b[2], items[i].result, items[i].result_len);
 	}
-	return 0;
+	for (int c = 0; c < 3 && rc == 0; c++)
+		rc = due_pg_array(p, &b[c]);
+	return rc;
 }
 
 /* The fenced completion statement over arrays; fills each outcome. */
 static int complete_rows(due_store *s, due_completion *items, size_t n)
 {
-	pgbuf b[3] = {{0}};
-	params p = {0};
+	due_pg_buf b[3] = {{0}};
+	due_pg_params p = {0};
 	PGresult *r = NULL;
-	int rc = 0;
+	int rc = bind_completions(&p, b, items, n);
 
-	arr_head(&b[0], OID_INT8, n);
-	arr_head(&b[1], OID_INT4, n);
-	arr_head(&b[2], OID_BYTEA, n);
-	for (size_t i = 0; i < n; i++) {
-		arr_i64(&b[0], items[i].id);
-		arr_i32(&b[1], items[i].attempt);
-		arr_bytes(&b[2], items[i].result, items[i].result_len);
-	}
-	for (int c = 0; c < 3 && rc == 0; c++)
-		rc = p_arr(&p, &b[c]);
 	if (rc == 0 && (rc = run(s, ST_COMPLETE, &p, "complete", &r)) == 0) {
 		for (int i = 0; i < PQntuples(r) && (size_t)i < n; i++) {
 			const char *st = PQgetvalue(r, i, 1);
 			items[i].outcome =
-				col_null(r, i, 1) ? DUE_COMPLETE_REJECTED_STALE
-				: strcmp(st, "DONE") == 0
-					? DUE_COMPLETE_DONE
-					: DUE_COMPLETE_CANCELLED_BEFORE_COMMIT;
+			    due_pg_col_null(r, i, 1)
+				? DUE_COMPLETE_REJECTED_STALE
+			    : strcmp(st, "DONE") == 0
+				? DUE_COMPLETE_DONE
+				: DUE_COMPLETE_CANCELLED_BEFORE_COMMIT;
 		}
 		PQclear(r);
 	}
-	bufs_free(b, 3);
+	due_pg_bufs_free(b, 3);
 	return rc;
 }
 
@@ -1575,18 +1039,18 @@ static int pg_complete(due_store *s, due_completion *items, size_t n,
 {
 	int rc;
 
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
 	if (!hook)
 		return complete_rows(s, items, n);
-	if ((rc = begin(s)) < 0)
+	if ((rc = due_pg_begin(s)) < 0)
 		return rc;
 	if ((rc = complete_rows(s, items, n)) < 0 ||
 	    (rc = run_hooks(s, items, n, hook, payload)) < 0) {
-		rollback(s);
+		due_pg_rollback(s);
 		return rc;
 	}
-	return commit(s);
+	return due_pg_commit(s);
 }
 
 /* The outcomes string of a combined statement ("DONE,STALE,...") */
@@ -1617,75 +1081,50 @@ static int pg_complete_claim(due_store *s, due_completion *items, size_t n,
 {
 	enum stmt_id id = !n_kinds ? ST_CC_ANY : exclude ? ST_CC_EXCLUDE
 							 : ST_CC_KINDS;
-	pgbuf b[4] = {{0}};
-	params p = {0};
+	due_pg_buf b[4] = {{0}};
+	due_pg_params p = {0};
 	PGresult *r = NULL;
-	due_task_list *l = NULL;
-	int rc = 0, rows, k = 0;
+	int rc;
 
 	*out = NULL;
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
-	arr_head(&b[0], OID_INT8, n);
-	arr_head(&b[1], OID_INT4, n);
-	arr_head(&b[2], OID_BYTEA, n);
-	for (size_t i = 0; i < n; i++) {
-		arr_i64(&b[0], items[i].id);
-		arr_i32(&b[1], items[i].attempt);
-		arr_bytes(&b[2], items[i].result, items[i].result_len);
-	}
-	for (int c = 0; c < 3 && rc == 0; c++)
-		rc = p_arr(&p, &b[c]);
-	p_text(&p, owner);
-	p_int(&p, lease_us);
-	p_int(&p, limit);
+	rc = bind_completions(&p, b, items, n);
+	due_pg_text(&p, owner);
+	due_pg_int(&p, lease_us);
+	due_pg_int(&p, limit);
 	if (rc == 0 && n_kinds)
-		rc = bind_kinds(&p, &b[3], kinds, n_kinds);
+		rc = due_pg_texts(&p, &b[3], kinds, n_kinds);
 	if (rc < 0 || (rc = run(s, id, &p, "complete and claim", &r)) < 0)
 		goto done;
-	rows = PQntuples(r);
-	if (rows > 0)
+	if (PQntuples(r) > 0)
 		read_outcomes(r, PQnfields(r) - 1, items, n);
-	if ((rc = due_task_list_alloc(&l, (size_t)rows)) < 0)
-		goto done;
-	for (int i = 0; i < rows; i++) {
-		if (col_null(r, i, 0))
-			continue; /* nothing claimed */
-		if ((rc = read_task(r, i, &l->items[k])) < 0) {
-			l->count = (size_t)k + 1;
-			due_task_list_free(l);
-			goto done;
-		}
-		l->count = (size_t)++k;
-	}
-	*out = l;
+	rc = tasks_of(r, out); /* a NULL task: nothing was claimed */
 done:
 	PQclear(r);
-	bufs_free(b, 4);
+	due_pg_bufs_free(b, 4);
 	return rc;
 }
 
-static int pg_fail_task(due_store *s, due_fail_outcome *out, due_id id,
+static int pg_fail(due_store *s, due_fail_outcome *out, due_id id,
 			int32_t attempt, const char *error)
 {
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r;
 	due_state ns = DUE_SCHEDULED;
 	int rc;
 
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
-	p_int(&p, id);
-	p_int(&p, attempt);
-	p_text(&p, error);
+	due_pg_int(&p, id);
+	due_pg_int(&p, attempt);
+	due_pg_text(&p, error);
 	if ((rc = run(s, ST_FAIL, &p, "fail", &r)) < 0)
 		return rc;
 	if (PQntuples(r) == 0)
 		*out = DUE_FAIL_REJECTED_STALE;
-	else if ((rc = col_state(r, 0, 0, &ns)) == 0)
-		*out = ns == DUE_CANCELLED ? DUE_FAIL_CANCELLED
-		       : ns == DUE_DEAD    ? DUE_FAIL_DEAD
-					   : DUE_FAIL_RETRY_SCHEDULED;
+	else if ((rc = due_pg_col_state(r, 0, 0, &ns)) == 0)
+		*out = due_fail_outcome_of(ns);
 	PQclear(r);
 	return rc;
 }
@@ -1696,11 +1135,9 @@ static int pg_fail_task(due_store *s, due_fail_outcome *out, due_id id,
 
 /*
 ** Take back expired leases in batches of BATCH_ROWS, each one statement
-** that re-checks state and lease_until < now() as it writes.
-*/
-/*
-** Also reports the earliest lease still running (and the server's now),
-** so the worker can sleep until exactly then.
+** that re-checks state and lease_until < now() as it writes.  Also
+** reports the earliest lease still running (and the server's now), so the
+** worker can sleep until exactly then.
 */
 static int pg_reclaim(due_store *s, due_reclaimed *out)
 {
@@ -1708,20 +1145,22 @@ static int pg_reclaim(due_store *s, due_reclaimed *out)
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
 	do {
-		params p = {0};
+		due_pg_params p = {0};
 		PGresult *r;
-		p_int(&p, BATCH_ROWS);
+		due_pg_int(&p, BATCH_ROWS);
 		if ((rc = run(s, ST_RECLAIM, &p, "reclaim", &r)) < 0)
 			return rc;
-		out->rescheduled += col_int(r, 0, 0);
-		out->dead += col_int(r, 0, 1);
-		out->cancelled += col_int(r, 0, 2);
-		out->next_expiry = col_time(r, 0, 4); /* 0 when none is CLAIMED */
-		out->now = col_time(r, 0, 5);
-		got = col_int(r, 0, 0) + col_int(r, 0, 1) + col_int(r, 0, 2);
+		out->rescheduled += due_pg_col_int(r, 0, 0);
+		out->dead += due_pg_col_int(r, 0, 1);
+		out->cancelled += due_pg_col_int(r, 0, 2);
+		/* next_expiry is 0 when none is CLAIMED */
+		out->next_expiry = due_pg_col_time(r, 0, 4);
+		out->now = due_pg_col_time(r, 0, 5);
+		got = due_pg_col_int(r, 0, 0) + due_pg_col_int(r, 0, 1) +
+		      due_pg_col_int(r, 0, 2);
 		PQclear(r);
 	} while (got == BATCH_ROWS);
 	return 0;
@@ -1734,46 +1173,22 @@ static int pg_reclaim(due_store *s, due_reclaimed *out)
 /* One statement: lock the row, report its state, cancel or request. */
 static int pg_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 {
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r;
-	due_state st;
+	due_state st = DUE_SCHEDULED;
+	bool found;
 	int rc;
 
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
-	p_int(&p, id);
+	due_pg_int(&p, id);
 	if ((rc = run(s, ST_CANCEL, &p, "cancel", &r)) < 0)
 		return rc;
-	if (PQntuples(r) == 0)
-		*out = DUE_CANCEL_NOT_FOUND;
-	else if ((rc = col_state(r, 0, 0, &st)) == 0)
-		*out = st == DUE_SCHEDULED   ? DUE_CANCEL_CANCELLED
-		       : st == DUE_CLAIMED   ? DUE_CANCEL_REQUESTED
-		       : st == DUE_CANCELLED ? DUE_CANCEL_ALREADY_CANCELLED
-					     : DUE_CANCEL_TOO_LATE;
+	found = PQntuples(r) > 0;
+	if (!found || (rc = due_pg_col_state(r, 0, 0, &st)) == 0)
+		*out = due_cancel_outcome_of(found, st);
 	PQclear(r);
 	return rc;
-}
-
-/* Row `row` of an ST_ATTEMPTS result appended to t's history. */
-static int read_attempt(const PGresult *r, int row, due_task *t)
-{
-	due_attempt a = {
-		.attempt = (int32_t)col_int(r, row, 1),
-		.worker = col_text(r, row, 2),
-		.claimed_at = col_time(r, row, 3),
-		.due_at = col_time(r, row, 4),
-		.ended_at = col_time(r, row, 5),
-		.outcome = col_text(r, row, 6),
-		.error = col_text(r, row, 7),
-		.late_commit = col_text(r, row, 8),
-	};
-	if (!a.worker || !a.outcome || due_attempts_append(t, &a) < 0) {
-		free(a.worker), free(a.outcome), free(a.error);
-		free(a.late_commit);
-		return due_error_set(DUE_ENOMEM, "out of memory");
-	}
-	return 0;
 }
 
 /*
@@ -1782,26 +1197,19 @@ static int read_attempt(const PGresult *r, int row, due_task *t)
 */
 static int load_attempts(due_store *s, due_task *tasks, size_t n)
 {
-	pgbuf b = {0};
-	params p = {0};
+	due_pg_buf b = {0};
+	due_pg_params p = {0};
 	PGresult *r = NULL;
-	size_t t = 0;
 	int rc;
 
-	arr_head(&b, OID_INT8, n);
+	due_pg_arr_head(&b, DUE_PG_OID_INT8, n);
 	for (size_t i = 0; i < n; i++)
-		arr_i64(&b, tasks[i].id);
-	if ((rc = p_arr(&p, &b)) < 0 ||
-	    (rc = run(s, ST_ATTEMPTS, &p, "read attempts", &r)) < 0)
-		goto done;
-	for (int i = 0; i < PQntuples(r) && rc == 0; i++) {
-		due_id tid = col_int(r, i, 0);
-		while (t < n && tasks[t].id < tid)
-			t++;
-		if (t < n && tasks[t].id == tid)
-			rc = read_attempt(r, i, &tasks[t]);
+		due_pg_arr_i64(&b, tasks[i].id);
+	if ((rc = due_pg_array(&p, &b)) == 0 &&
+	    (rc = run(s, ST_ATTEMPTS, &p, "read attempts", &r)) == 0) {
+		PG_ROWS(rows, r);
+		rc = due_rows_attempts(&rows, tasks, n);
 	}
-done:
 	PQclear(r);
 	free(b.p);
 	return rc;
@@ -1809,51 +1217,42 @@ done:
 
 static int pg_get(due_store *s, due_task **out, due_id id)
 {
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r;
-	due_task *t;
 	int rc;
 
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
-	p_int(&p, id);
+	due_pg_int(&p, id);
 	if ((rc = run(s, ST_GET, &p, "get", &r)) < 0)
 		return rc;
-	if (!(t = calloc(1, sizeof(*t)))) {
-		PQclear(r);
-		return due_error_set(DUE_ENOMEM, "out of memory");
-	}
-	if (PQntuples(r) == 0)
-		rc = due_error_set(DUE_ENOTFOUND, "no task with id %lld",
-				   (long long)id);
-	else if ((rc = read_task(r, 0, t)) == 0)
-		rc = load_attempts(s, t, 1);
+	PG_ROWS(rows, r);
+	rc = due_rows_task_get(&rows, out, id);
 	PQclear(r);
-	if (rc < 0) {
-		due_task_free(t);
-		return rc;
+	if (rc == 0 && (rc = load_attempts(s, *out, 1)) < 0) {
+		due_task_free(*out);
+		*out = NULL;
 	}
-	*out = t;
-	return 0;
+	return rc;
 }
 
 static int pg_list(due_store *s, due_task_list **out, const due_list_opts *o)
 {
 	due_task_list *l = NULL;
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
-	p_text(&p, o->state >= 0 ? due_state_name((due_state)o->state) : NULL);
-	p_text(&p, o->kind);
-	p_int(&p, o->after);
-	p_int(&p, o->limit);
+	due_pg_text(&p,
+		    o->state >= 0 ? due_state_name((due_state)o->state) : NULL);
+	due_pg_text(&p, o->kind);
+	due_pg_int(&p, o->after);
+	due_pg_int(&p, o->limit);
 	if ((rc = run(s, ST_LIST, &p, "list", &r)) < 0)
 		return rc;
-	if ((rc = due_task_list_alloc(&l, (size_t)PQntuples(r))) == 0 &&
-	    (rc = read_tasks(r, l)) == 0 && o->attempts && l->count)
+	if ((rc = tasks_of(r, &l)) == 0 && o->attempts && l->count)
 		rc = load_attempts(s, l->items, l->count);
 	PQclear(r);
 	if (rc < 0) {
@@ -1872,32 +1271,28 @@ static int pg_list(due_store *s, due_task_list **out, const due_list_opts *o)
 static int wrong_state(const PGresult *r, int col, due_id id,
 		       const char *action, const char *needed)
 {
-	if (col_null(r, 0, col))
-		return due_error_set(DUE_ENOTFOUND, "no task with id %lld",
-				     (long long)id);
-	return due_error_set(DUE_ESTATE, "cannot %s task %lld: it is %s, not %s",
-			     action, (long long)id, PQgetvalue(r, 0, col),
-			     needed);
+	return due_store_wrong_state(id, action,
+				     due_pg_col_null(r, 0, col)
+					     ? NULL : PQgetvalue(r, 0, col),
+				     needed);
 }
 
 /* DEAD -> SCHEDULED due now with a fresh budget; audited.  One statement. */
 static int pg_retry(due_store *s, due_id id)
 {
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r = NULL;
 	int rc;
 
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
-	p_int(&p, id);
+	due_pg_int(&p, id);
 	rc = run(s, ST_RETRY, &p, "retry", &r);
 	if (rc == DUE_ECONFLICT)
-		return due_error_set(DUE_ECONFLICT,
-			"cannot retry task %lld: a live task with the same kind "
-			"and key exists", (long long)id);
+		return due_store_retry_conflict(id);
 	if (rc < 0)
 		return rc;
-	if (col_int(r, 0, 0) == 0)
+	if (due_pg_col_int(r, 0, 0) == 0)
 		rc = wrong_state(r, 1, id, "retry", "DEAD");
 	PQclear(r);
 	return rc;
@@ -1911,19 +1306,19 @@ static int pg_retry(due_store *s, due_id id)
 static int pg_operator(due_store *s, enum stmt_id sid, due_id id,
 		       const char *action, const char *needed, due_state *final)
 {
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
-	p_int(&p, id);
+	due_pg_int(&p, id);
 	if ((rc = run(s, sid, &p, action, &r)) < 0)
 		return rc;
-	if (col_null(r, 0, 0))
+	if (due_pg_col_null(r, 0, 0))
 		rc = wrong_state(r, 1, id, action, needed);
 	else
-		rc = col_state(r, 0, 0, final);
+		rc = due_pg_col_state(r, 0, 0, final);
 	PQclear(r);
 	return rc;
 }
@@ -1951,27 +1346,31 @@ static int pg_kill(due_store *s, due_state *out, due_id id)
 */
 static int pg_stats(due_store *s, due_stats *out)
 {
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
-	p_int(&p, DUE_STATS_WINDOW_US);
+	due_pg_int(&p, DUE_STATS_WINDOW_US);
 	if ((rc = run(s, ST_STATS, &p, "stats", &r)) < 0)
 		return rc;
-	out->now = col_time(r, 0, 0);
+	out->now = due_pg_col_time(r, 0, 0);
 	for (int i = 0; i < DUE_STATE_COUNT; i++)
-		out->counts[i] = col_int(r, 0, 1 + i);
+		out->counts[i] = due_pg_col_int(r, 0, 1 + i);
 	out->dead = out->counts[DUE_DEAD];
-	out->due_unclaimed = col_int(r, 0, 6);
-	if (!col_null(r, 0, 7))
-		out->oldest_due_unclaimed_ms = (out->now - col_time(r, 0, 7)) / 1000;
+	out->due_unclaimed = due_pg_col_int(r, 0, 6);
+	if (!due_pg_col_null(r, 0, 7))
+		out->oldest_due_unclaimed_ms =
+		    (out->now - due_pg_col_time(r, 0, 7)) / 1000;
 	out->window_us = DUE_STATS_WINDOW_US;
-	out->claims_window = col_int(r, 0, 8);
-	out->lateness_p50_us = col_null(r, 0, 9) ? -1 : col_int(r, 0, 9);
-	out->lateness_p99_us = col_null(r, 0, 10) ? -1 : col_int(r, 0, 10);
-	out->lateness_max_us = col_null(r, 0, 11) ? -1 : col_int(r, 0, 11);
+	out->claims_window = due_pg_col_int(r, 0, 8);
+	out->lateness_p50_us =
+	    due_pg_col_null(r, 0, 9) ? -1 : due_pg_col_int(r, 0, 9);
+	out->lateness_p99_us =
+	    due_pg_col_null(r, 0, 10) ? -1 : due_pg_col_int(r, 0, 10);
+	out->lateness_max_us =
+	    due_pg_col_null(r, 0, 11) ? -1 : due_pg_col_int(r, 0, 11);
 	PQclear(r);
 	return 0;
 }
@@ -1988,16 +1387,16 @@ static int pg_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 	int rc;
 
 	*deleted = 0;
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
 	do {
-		params p = {0};
+		due_pg_params p = {0};
 		PGresult *r;
-		p_int(&p, older_than_us < max_us ? older_than_us : max_us);
-		p_int(&p, BATCH_ROWS);
+		due_pg_int(&p, older_than_us < max_us ? older_than_us : max_us);
+		due_pg_int(&p, BATCH_ROWS);
 		if ((rc = run(s, ST_PRUNE, &p, "prune", &r)) < 0)
 			return rc;
-		n = col_int(r, 0, 0);
+		n = due_pg_col_int(r, 0, 0);
 		*deleted += n;
 		PQclear(r);
 	} while (n > 0);
@@ -2008,86 +1407,39 @@ static int pg_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 /* Schedules                                                           */
 /* ------------------------------------------------------------------ */
 
-/* Fill i from row `row` of a SCHED_COLS result.  0 or a due code. */
-static int read_sched(const PGresult *r, int row, due_schedule_info *i)
-{
-	memset(i, 0, sizeof(*i));
-	i->name = col_text(r, row, 0);
-	i->expr = col_text(r, row, 1);
-	i->kind = col_text(r, row, 2);
-	i->tz = col_text(r, row, 3);
-	i->payload = (unsigned char *)col_dup(r, row, 4, &i->payload_len);
-	i->misfire = strcmp(PQgetvalue(r, row, 5), "once") == 0
-			     ? DUE_MISFIRE_ONCE : DUE_MISFIRE_SKIP;
-	i->overlap = strcmp(PQgetvalue(r, row, 6), "wait") == 0
-			     ? DUE_OVERLAP_WAIT : DUE_OVERLAP_ALLOW;
-	i->max_attempts = (int32_t)col_int(r, row, 7);
-	i->backoff_us = col_int(r, row, 8);
-	i->backoff_cap_us = col_int(r, row, 9);
-	i->next_slot = col_time(r, row, 10);
-	i->last_slot = col_time(r, row, 11);
-	i->last_task = col_int(r, row, 12);
-	i->fired = col_int(r, row, 13);
-	i->missed = col_int(r, row, 14);
-	i->last_missed = col_time(r, row, 15);
-	i->created_at = col_time(r, row, 16);
-	i->updated_at = col_time(r, row, 17);
-	if (!i->name || !i->expr || !i->kind || !i->tz || !i->payload) {
-		due_schedule_info_clear(i);
-		return due_error_set(DUE_ENOMEM, "out of memory");
-	}
-	return 0;
-}
-
 static int pg_sched_get(due_store *s, due_schedule_info **out,
 			const char *name)
 {
-	due_schedule_info *i;
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
 	*out = NULL;
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
-	p_text(&p, name);
+	due_pg_text(&p, name);
 	if ((rc = run(s, ST_SCHED_GET, &p, "read schedule", &r)) < 0)
 		return rc;
-	if (PQntuples(r) == 0)
-		rc = due_error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
-	else if (!(i = calloc(1, sizeof(*i))))
-		rc = due_error_set(DUE_ENOMEM, "out of memory");
-	else if ((rc = read_sched(r, 0, i)) < 0)
-		free(i);
-	else
-		*out = i;
+	PG_ROWS(rows, r);
+	rc = due_rows_sched_get(&rows, out, name);
 	PQclear(r);
 	return rc;
 }
 
 static int pg_sched_list(due_store *s, due_schedule_list **out)
 {
-	due_schedule_list *l = NULL;
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
 	*out = NULL;
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
 	if ((rc = run(s, ST_SCHED_LIST, &p, "list schedules", &r)) < 0)
 		return rc;
-	if ((rc = due_schedule_list_alloc(&l, (size_t)PQntuples(r))) == 0) {
-		for (int i = 0; i < PQntuples(r) && rc == 0; i++)
-			if ((rc = read_sched(r, i, &l->items[i])) == 0)
-				l->count++;
-		if (rc < 0) {
-			due_schedule_list_free(l);
-			l = NULL;
-		}
-	}
+	PG_ROWS(rows, r);
+	rc = due_rows_sched_list(&rows, out);
 	PQclear(r);
-	*out = l;
 	return rc;
 }
 
@@ -2095,23 +1447,23 @@ static int pg_sched_list(due_store *s, due_schedule_list **out)
 static int pg_sched_put(due_store *s, const due_cron_def *d,
 			due_time next_slot)
 {
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
-	p_text(&p, d->name);
-	p_text(&p, d->expr);
-	p_text(&p, d->kind);
-	p_text(&p, d->tz ? d->tz : "UTC");
-	p_bin(&p, d->payload, d->payload_len);
-	p_text(&p, d->misfire == DUE_MISFIRE_ONCE ? "once" : "skip");
-	p_text(&p, d->overlap == DUE_OVERLAP_WAIT ? "wait" : "allow");
-	p_int(&p, d->max_attempts);
-	p_int(&p, d->backoff_us);
-	p_int(&p, d->backoff_cap_us);
-	p_time(&p, next_slot);
+	due_pg_text(&p, d->name);
+	due_pg_text(&p, d->expr);
+	due_pg_text(&p, d->kind);
+	due_pg_text(&p, d->tz ? d->tz : "UTC");
+	due_pg_bin(&p, d->payload, d->payload_len);
+	due_pg_text(&p, due_misfire_name(d->misfire));
+	due_pg_text(&p, due_overlap_name(d->overlap));
+	due_pg_int(&p, d->max_attempts);
+	due_pg_int(&p, d->backoff_us);
+	due_pg_int(&p, d->backoff_cap_us);
+	due_pg_time(&p, next_slot);
 	if ((rc = run(s, ST_SCHED_PUT, &p, "save schedule", &r)) < 0)
 		return rc;
 	PQclear(r);
@@ -2120,13 +1472,13 @@ static int pg_sched_put(due_store *s, const due_cron_def *d,
 
 static int pg_sched_remove(due_store *s, const char *name)
 {
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
-	p_text(&p, name);
+	due_pg_text(&p, name);
 	if ((rc = run(s, ST_SCHED_REMOVE, &p, "remove schedule", &r)) < 0)
 		return rc;
 	if (PQntuples(r) == 0)
@@ -2153,64 +1505,64 @@ static int pg_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
 
 	*won = false;
 	*task_id = 0;
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
 	for (int tries = 0; tries < KEY_TRIES; tries++) {
-		params p = {0};
+		due_pg_params p = {0};
 		PGresult *r;
 		due_id id;
 
-		p_text(&p, f->name);
-		p_time(&p, f->expect);
-		p_time(&p, f->next);
-		p_int(&p, f->missed);
+		due_pg_text(&p, f->name);
+		due_pg_time(&p, f->expect);
+		due_pg_time(&p, f->next);
+		due_pg_int(&p, f->missed);
 		if (f->missed > 0)
-			p_time(&p, f->last_missed);
+			due_pg_time(&p, f->last_missed);
 		else
-			p_text(&p, NULL);
-		p_text(&p, t ? t->kind : NULL);
+			due_pg_text(&p, NULL);
+		due_pg_text(&p, t ? t->kind : NULL);
 		if (t)
-			p_bin(&p, t->payload, t->payload_len);
+			due_pg_bin(&p, t->payload, t->payload_len);
 		else
-			p_text(&p, NULL);
+			due_pg_text(&p, NULL);
 		if (t && t->opts.at)
-			p_time(&p, t->opts.at);
+			due_pg_time(&p, t->opts.at);
 		else
-			p_text(&p, NULL);
-		p_int(&p, t ? t->opts.delay_us : 0);
-		p_int(&p, t ? t->opts.max_attempts : 0);
-		p_int(&p, t ? t->opts.backoff_us : 0);
-		p_int(&p, t ? t->opts.backoff_cap_us : 0);
-		p_text(&p, t ? t->opts.key : NULL);
-		p_time(&p, f->slot);
-		if ((rc = begin(s)) < 0)
+			due_pg_text(&p, NULL);
+		due_pg_int(&p, t ? t->opts.delay_us : 0);
+		due_pg_int(&p, t ? t->opts.max_attempts : 0);
+		due_pg_int(&p, t ? t->opts.backoff_us : 0);
+		due_pg_int(&p, t ? t->opts.backoff_cap_us : 0);
+		due_pg_text(&p, t ? t->opts.key : NULL);
+		due_pg_time(&p, f->slot);
+		if ((rc = due_pg_begin(s)) < 0)
 			return rc;
 		if ((rc = run(s, ST_SCHED_FIRE, &p, "fire schedule", &r)) < 0)
 			goto fail;
-		*won = col_int(r, 0, 0) > 0;
-		id = col_int(r, 0, 1);
+		*won = due_pg_col_int(r, 0, 0) > 0;
+		id = due_pg_col_int(r, 0, 1);
 		PQclear(r);
 		if (!*won) {
-			rollback(s); /* nothing was written */
+			due_pg_rollback(s); /* nothing was written */
 			return 0;
 		}
 		if (t && id == 0) {
-			params q = {0};
+			due_pg_params q = {0};
 			if ((rc = find_live(s, t, &id)) < 0)
 				goto fail;
 			if (id == 0) { /* it ended meanwhile: step again */
-				rollback(s);
+				due_pg_rollback(s);
 				*won = false;
 				continue;
 			}
-			p_text(&q, f->name);
-			p_int(&q, id);
+			due_pg_text(&q, f->name);
+			due_pg_int(&q, id);
 			if ((rc = run(s, ST_SCHED_LAST_TASK, &q, "fire schedule",
 				      &r)) < 0)
 				goto fail;
 			PQclear(r);
 		}
-		if ((rc = commit(s)) < 0) {
+		if ((rc = due_pg_commit(s)) < 0) {
 			*won = false;
 			return rc;
 		}
@@ -2222,7 +1574,7 @@ static int pg_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
 		"retry", f->name);
 fail:
 	*won = false;
-	rollback(s);
+	due_pg_rollback(s);
 	return rc;
 }
 
@@ -2236,11 +1588,11 @@ fail:
 /* Task counts by kind and state. */
 static int metrics_kinds(due_store *s, due_metrics *out)
 {
-	params p = {0};
+	due_pg_params p = {0};
 	PGresult *r;
 	int rc, n;
 
-	p_int(&p, METRICS_KINDS);
+	due_pg_int(&p, METRICS_KINDS);
 	if ((rc = run(s, ST_METRICS_KINDS, &p, "metrics", &r)) < 0)
 		return rc;
 	n = PQntuples(r);
@@ -2250,41 +1602,32 @@ static int metrics_kinds(due_store *s, due_metrics *out)
 	}
 	for (int i = 0; i < n; i++) {
 		due_kind_counts *k = &out->kinds[i];
-		if (!(k->kind = col_text(r, i, 0))) {
+		if (!(k->kind = due_pg_col_text(r, i, 0))) {
 			PQclear(r);
 			return due_error_set(DUE_ENOMEM, "out of memory");
 		}
 		for (int st = 0; st < DUE_STATE_COUNT; st++)
-			k->counts[st] = col_int(r, i, 1 + st);
+			k->counts[st] = due_pg_col_int(r, i, 1 + st);
 		out->n_kinds++;
 	}
 	PQclear(r);
 	return 0;
 }
 
-/* The index of an outcome name, or -1. */
-static int outcome_index(const char *name)
-{
-	for (int i = 0; i < DUE_OUT_COUNT; i++)
-		if (strcmp(name, due_outcome_names[i]) == 0)
-			return i;
-	return -1;
-}
-
 /* One row of ST_METRICS, by the grouping set it belongs to. */
 static void metrics_row(const PGresult *r, int i, due_metrics *out)
 {
-	int64_t n = col_int(r, i, 5);
+	int64_t n = due_pg_col_int(r, i, 5);
 	int64_t b;
 
-	switch (col_int(r, i, 0)) { /* GROUPING(lb, db, outcome, mi) */
+	switch (due_pg_col_int(r, i, 0)) { /* GROUPING(lb, db, outcome, mi) */
 	case 7: /* (lb) */
 	case 11: { /* (db) */
-		bool late = col_int(r, i, 0) == 7;
+		bool late = due_pg_col_int(r, i, 0) == 7;
 		due_histogram *h = late ? &out->lateness : &out->duration;
-		if (col_null(r, i, late ? 1 : 2))
+		if (due_pg_col_null(r, i, late ? 1 : 2))
 			break; /* the unended tries of the (db) set */
-		b = col_int(r, i, late ? 1 : 2);
+		b = due_pg_col_int(r, i, late ? 1 : 2);
 		if (b < 0)
 			b = 0;
 		if (b > DUE_HIST_N)
@@ -2294,24 +1637,24 @@ static void metrics_row(const PGresult *r, int i, due_metrics *out)
 		break;
 	}
 	case 13: /* (outcome) */
-		if ((b = outcome_index(PQgetvalue(r, i, 3))) >= 0)
+		if ((b = due_outcome_parse(PQgetvalue(r, i, 3))) >= 0)
 			out->outcomes[b] += n;
 		break;
 	case 14: /* (mi) */
-		b = col_int(r, i, 4);
-		if (!col_null(r, i, 4) && b >= 0 && b < 15)
+		b = due_pg_col_int(r, i, 4);
+		if (!due_pg_col_null(r, i, 4) && b >= 0 && b < 15)
 			out->done_per_min[b] += n;
 		break;
 	case 15: /* () */
-		out->lateness.sum_ms = col_f64(r, i, 6);
-		out->duration.sum_ms = col_f64(r, i, 7);
-		out->outcomes[DUE_OUT_REJECTED_STALE] = col_int(r, i, 8);
-		out->workers = col_int(r, i, 9);
-		out->claim_queries = col_int(r, i, 10);
-		out->empty_claims = col_int(r, i, 11);
-		out->reclaim_queries = col_int(r, i, 12);
-		out->store_errors = col_int(r, i, 13);
-		out->n_schedules = (size_t)col_int(r, i, 14);
+		out->lateness.sum_ms = due_pg_col_f64(r, i, 6);
+		out->duration.sum_ms = due_pg_col_f64(r, i, 7);
+		out->outcomes[DUE_OUT_REJECTED_STALE] = due_pg_col_int(r, i, 8);
+		out->workers = due_pg_col_int(r, i, 9);
+		out->claim_queries = due_pg_col_int(r, i, 10);
+		out->empty_claims = due_pg_col_int(r, i, 11);
+		out->reclaim_queries = due_pg_col_int(r, i, 12);
+		out->store_errors = due_pg_col_int(r, i, 13);
+		out->n_schedules = (size_t)due_pg_col_int(r, i, 14);
 		break;
 	default:
 		break;
@@ -2324,8 +1667,8 @@ static void metrics_row(const PGresult *r, int i, due_metrics *out)
 */
 static int pg_metrics(due_store *s, due_metrics *out)
 {
-	pgbuf b = {0};
-	params p = {0};
+	due_pg_buf b = {0};
+	due_pg_params p = {0};
 	PGresult *r = NULL;
 	int rc;
 
@@ -2338,15 +1681,15 @@ static int pg_metrics(due_store *s, due_metrics *out)
 	out->workers = out->claim_queries = out->empty_claims = 0;
 	out->reclaim_queries = out->store_errors = 0;
 	out->n_schedules = 0;
-	if ((rc = conn_ok(s)) < 0 || (rc = metrics_kinds(s, out)) < 0)
+	if ((rc = due_pg_ok(s)) < 0 || (rc = metrics_kinds(s, out)) < 0)
 		goto done;
 	/* The bounds negated, ascending (see ST_METRICS). */
-	arr_head(&b, OID_FLOAT8, DUE_HIST_N);
+	due_pg_arr_head(&b, DUE_PG_OID_FLOAT8, DUE_HIST_N);
 	for (int i = DUE_HIST_N - 1; i >= 0; i--)
-		arr_f64(&b, -due_hist_bounds_ms[i]);
-	if ((rc = p_arr(&p, &b)) < 0)
+		due_pg_arr_f64(&b, -due_hist_bounds_ms[i]);
+	if ((rc = due_pg_array(&p, &b)) < 0)
 		goto done;
-	p_int(&p, DUE_HIST_N);
+	due_pg_int(&p, DUE_HIST_N);
 	if ((rc = run(s, ST_METRICS, &p, "metrics", &r)) < 0)
 		goto done;
 	for (int i = 0; i < PQntuples(r); i++)
@@ -2368,19 +1711,17 @@ done:
 static int pg_worker_report(due_store *s, const char *owner,
 			    const due_worker_stats *st)
 {
-	const int64_t v[] = {st->claimed, st->done, st->failed, st->dead,
-			     st->stale, st->cancelled, st->lease_lost,
-			     st->claim_queries, st->empty_claims,
-			     st->reclaim_queries, st->store_errors};
-	params p = {0};
+	int64_t v[DUE_WORKER_N_COUNTERS];
+	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
-	p_text(&p, owner);
-	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
-		p_int(&p, v[i]);
+	due_worker_counters(st, v);
+	due_pg_text(&p, owner);
+	for (int i = 0; i < DUE_WORKER_N_COUNTERS; i++)
+		due_pg_int(&p, v[i]);
 	if ((rc = run(s, ST_WORKER_REPORT, &p, "worker report", &r)) < 0)
 		return rc;
 	PQclear(r);
@@ -2400,38 +1741,24 @@ static int pg_upcoming(due_store *s, due_upcoming *out, const char *const *kinds
 {
 	enum stmt_id id = !n_kinds ? ST_UPC_ANY : exclude ? ST_UPC_EXCLUDE
 							  : ST_UPC_KINDS;
-	pgbuf kb = {0};
-	params p = {0};
+	due_pg_buf kb = {0};
+	due_pg_params p = {0};
 	PGresult *r = NULL;
-	int rc, n;
+	int rc;
 
-	if ((rc = conn_ok(s)) < 0)
+	if ((rc = due_pg_ok(s)) < 0)
 		return rc;
-	p_time(&p, until);
-	p_int(&p, limit);
-	if (n_kinds && (rc = bind_kinds(&p, &kb, kinds, n_kinds)) < 0)
-		goto done;
-	if ((rc = run(s, id, &p, "upcoming", &r)) < 0)
-		goto done;
-	n = PQntuples(r);
-	if (n > 0) {
-		out->now = col_time(r, 0, 2);
-		out->next_expiry = col_time(r, 0, 3);
+	due_pg_time(&p, until);
+	due_pg_int(&p, limit);
+	if ((!n_kinds || (rc = due_pg_texts(&p, &kb, kinds, n_kinds)) == 0) &&
+	    (rc = run(s, id, &p, "upcoming", &r)) == 0) {
+		PG_ROWS(rows, r);
+		if (PQntuples(r) > 0) {
+			out->now = due_pg_col_time(r, 0, 2);
+			out->next_expiry = due_pg_col_time(r, 0, 3);
+		}
+		rc = due_rows_upcoming(&rows, out, limit);
 	}
-	out->ids = calloc((size_t)n + 1, sizeof(*out->ids));
-	out->due_at = calloc((size_t)n + 1, sizeof(*out->due_at));
-	if (!out->ids || !out->due_at) {
-		rc = due_error_set(DUE_ENOMEM, "out of memory");
-		goto done;
-	}
-	for (int i = 0; i < n; i++) {
-		if (col_null(r, i, 0))
-			continue;
-		out->ids[out->count] = col_int(r, i, 0);
-		out->due_at[out->count++] = col_time(r, i, 1);
-	}
-	out->truncated = out->count == (size_t)limit;
-done:
 	PQclear(r);
 	free(kb.p);
 	return rc;
@@ -2440,15 +1767,16 @@ done:
 /*
 ** LISTEN on this session; *fd is the connection's socket, which becomes
 ** readable when a notification arrives.  A reset connection re-listens
-** (conn_ok), and its socket may change: callers ask again each time.
+** (due_pg_ok), and its socket may change: callers ask again each time.
 */
 static int pg_listen(due_store *s, int *fd)
 {
 	int rc;
 
 	if (!s->listening) {
-		if ((rc = conn_ok(s)) < 0 ||
-		    (rc = command(s, "LISTEN due_task_new", "listen")) < 0)
+		if ((rc = due_pg_ok(s)) < 0 ||
+		    (rc = due_pg_command(s, "LISTEN " DUE_PG_CHANNEL,
+					 "listen")) < 0)
 			return rc;
 		s->listening = true;
 	}
@@ -2472,43 +1800,24 @@ static int pg_listen_drain(due_store *s, int *count)
 
 static int pg_notify(due_store *s)
 {
-	int rc = conn_ok(s);
-	return rc < 0 ? rc : command(s, "NOTIFY due_task_new", "notify");
+	int rc = due_pg_ok(s);
+	return rc < 0 ? rc
+		      : due_pg_command(s, "NOTIFY " DUE_PG_CHANNEL, "notify");
 }
 
+static const char *const schemes[] = {"postgres", "postgresql", NULL};
+
+/* Every method is pg_<method> (store.h lists them). */
+#define OP(m) .m = pg_##m,
 const due_store_ops due_store_pg = {
 	.version = DUE_STORE_OPS_VERSION,
 	.name = "postgres",
-	.open = pg_open,
-	.close = pg_close,
-	.init_schema = pg_init_schema,
-	.check_schema = pg_check_schema,
-	.now = pg_now,
-	.native = pg_native,
-	.schedule = pg_schedule,
-	.cancel = pg_cancel,
-	.get = pg_get,
-	.list = pg_list,
-	.claim = pg_claim,
-	.extend = pg_extend,
-	.complete = pg_complete,
-	.fail = pg_fail_task,
-	.reclaim = pg_reclaim,
-	.retry = pg_retry,
-	.requeue = pg_requeue,
-	.kill = pg_kill,
-	.stats = pg_stats,
-	.prune = pg_prune,
-	.sched_get = pg_sched_get,
-	.sched_put = pg_sched_put,
-	.sched_remove = pg_sched_remove,
-	.sched_list = pg_sched_list,
-	.sched_fire = pg_sched_fire,
-	.metrics = pg_metrics,
-	.worker_report = pg_worker_report,
-	.upcoming = pg_upcoming,
-	.listen = pg_listen,
-	.listen_drain = pg_listen_drain,
-	.notify = pg_notify,
-	.complete_claim = pg_complete_claim,
+	.schemes = schemes,
+	.caps = DUE_STORE_CAP_NOTIFY | DUE_STORE_CAP_TX_SUBMIT,
+	DUE_STORE_METHODS(OP)
+	DUE_STORE_NOTIFY_METHODS(OP)
+	DUE_STORE_TX_SUBMIT_METHODS(OP)
 };
+#undef OP
+
+DUE_STORE_TX_SUBMIT_API(due_schedule_pg_tx, struct pg_conn, due_store_pg)

@@ -25,34 +25,30 @@
 **
 ** Wake-ups.  Every transaction that may make work for another process (a
 ** submit, a retry, a requeue, a reclaim, a retry scheduled by fail)
-** touches the file "<store>-wake" after it commits.  Workers watch that
-** file with inotify, which reaches every process on the host, and read
-** the store again when it changes.  The file carries no data and a lost
-** wake-up costs only lateness: workers still poll, slowly.
+** commits with due_sq_commit_wake, which touches the store's wake file;
+** workers watch it with inotify (sqlite_conn.c).
+**
+** Layout.  This file holds the statements, the schema and the ops table;
+** the connection under them (URL options, open, errors, the statement
+** cache, transactions, the wake file, the row cursor) is sqlite_conn.c.
 **
 ** Schema history (bump DUE_SCHEMA_VERSION in due.h, add a step to
-** migrate(), never edit a released step):
+** `steps` (due_migrate walks them), never edit a released step):
 **   1  due_meta, due_task, due_attempt, due_audit and their indexes.
 **   2  due_schedule (periodic schedules), due_worker (worker counters).
 **   3  due_task and due_attempt rebuilt with their state and outcome
 **      CHECKs spelled as OR chains (see schema_v3).
 */
-#include <errno.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <fcntl.h>
 #include <string.h>
-#include <sys/inotify.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "core/internal.h"
+#include "store/row.h"
+#include "store/sqlite_conn.h"
 #include "store/store.h"
 
 enum stmt_id {
-	ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
 	ST_INSERT, ST_FIND_KEY,
 	ST_PEEK_DUE, ST_CLAIM_ID, ST_CLAIM_ONE, ST_ATTEMPT_INSERT,
 	ST_EXTEND, ST_STATE_OF,
@@ -71,23 +67,10 @@ enum stmt_id {
 	ST_COUNT
 };
 
-#define SCHED_COLS                                                             \
-	"name, expr, kind, tz, payload, misfire, overlap, max_attempts, "      \
-	"backoff_us, backoff_cap_us, next_slot, last_slot, last_task, fired, " \
-	"missed, last_missed, created_at, updated_at"
-
-#define TASK_COLS                                                              \
-	"id, kind, payload, state, due_at, attempt, attempt_base, max_attempts, " \
-	"backoff_us, backoff_cap_us, lease_owner, lease_until, "                \
-	"cancel_requested, key, result, last_error, created_at, updated_at"
-
 /* Where a task has used its attempt budget (store.h). */
 #define USED_UP "attempt - attempt_base >= max_attempts"
 
 static const char *const sql_text[ST_COUNT] = {
-	[ST_BEGIN] = "BEGIN IMMEDIATE",
-	[ST_COMMIT] = "COMMIT",
-	[ST_ROLLBACK] = "ROLLBACK",
 	[ST_INSERT] =
 		"INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
 		" backoff_us, backoff_cap_us, key, created_at, updated_at)"
@@ -104,7 +87,7 @@ static const char *const sql_text[ST_COUNT] = {
 		"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
 		" lease_owner = ?1, lease_until = ?2 + ?3, updated_at = ?2"
 		" WHERE id = ?4 AND state = 'SCHEDULED' AND due_at <= ?2"
-		" RETURNING " TASK_COLS,
+		" RETURNING " DUE_TASK_COLS,
 	[ST_CLAIM_ONE] =
 		"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
 		" lease_owner = ?1, lease_until = ?2, updated_at = ?3"
@@ -165,13 +148,12 @@ static const char *const sql_text[ST_COUNT] = {
 	[ST_CANCEL_REQ] =
 		"UPDATE due_task SET cancel_requested = 1, updated_at = ?2"
 		" WHERE id = ?1 AND state = 'CLAIMED'",
-	[ST_GET] = "SELECT " TASK_COLS " FROM due_task WHERE id = ?1",
+	[ST_GET] = "SELECT " DUE_TASK_COLS " FROM due_task WHERE id = ?1",
 	[ST_ATTEMPTS] =
-		"SELECT attempt, worker, claimed_at, due_at, ended_at, outcome,"
-		" error, late_commit FROM due_attempt WHERE task_id = ?1"
+		"SELECT " DUE_ATTEMPT_COLS " FROM due_attempt WHERE task_id = ?1"
 		" ORDER BY attempt",
 	[ST_LIST] =
-		"SELECT " TASK_COLS " FROM due_task"
+		"SELECT " DUE_TASK_COLS " FROM due_task"
 		" WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR kind = ?2)"
 		" AND id > ?3 ORDER BY id LIMIT ?4",
 	[ST_RETRY] =
@@ -212,20 +194,14 @@ static const char *const sql_text[ST_COUNT] = {
 		"DELETE FROM due_audit WHERE task_id IN (SELECT id FROM due_task"
 		" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
 		" ORDER BY id LIMIT ?2)",
-	[ST_SCHED_GET] = "SELECT " SCHED_COLS " FROM due_schedule WHERE name = ?1",
-	[ST_SCHED_LIST] = "SELECT " SCHED_COLS " FROM due_schedule ORDER BY name",
+	[ST_SCHED_GET] = "SELECT " DUE_SCHED_COLS " FROM due_schedule WHERE name = ?1",
+	[ST_SCHED_LIST] = "SELECT " DUE_SCHED_COLS " FROM due_schedule ORDER BY name",
 	[ST_SCHED_PUT] =
-		"INSERT INTO due_schedule (name, expr, kind, tz, payload, misfire,"
-		" overlap, max_attempts, backoff_us, backoff_cap_us, next_slot,"
+		"INSERT INTO due_schedule (name, " DUE_SCHED_DEF_COLS ","
 		" created_at, updated_at)"
 		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)"
-		" ON CONFLICT (name) DO UPDATE SET expr = excluded.expr,"
-		" kind = excluded.kind, tz = excluded.tz, payload = excluded.payload,"
-		" misfire = excluded.misfire, overlap = excluded.overlap,"
-		" max_attempts = excluded.max_attempts,"
-		" backoff_us = excluded.backoff_us,"
-		" backoff_cap_us = excluded.backoff_cap_us,"
-		" next_slot = excluded.next_slot, updated_at = excluded.updated_at",
+		" ON CONFLICT (name) DO UPDATE SET " DUE_SCHED_DEF_SET ","
+		" updated_at = excluded.updated_at",
 	[ST_SCHED_DEL] = "DELETE FROM due_schedule WHERE name = ?1",
 	[ST_SCHED_CAS] =
 		"UPDATE due_schedule SET next_slot = ?2, updated_at = ?3"
@@ -236,19 +212,11 @@ static const char *const sql_text[ST_COUNT] = {
 		" missed = missed + ?5, last_missed = coalesce(?6, last_missed)"
 		" WHERE name = ?1",
 	[ST_WORKER_REPORT] =
-		"INSERT INTO due_worker (owner, started_at, seen_at, claimed, done,"
-		" failed, dead, stale, cancelled, lease_lost, claim_queries,"
-		" empty_claims, reclaim_queries, store_errors)"
+		"INSERT INTO due_worker (owner, started_at, seen_at, "
+		DUE_WORKER_COUNTER_COLS ")"
 		" VALUES (?1, ?2, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
-		" ON CONFLICT (owner) DO UPDATE SET seen_at = excluded.seen_at,"
-		" claimed = excluded.claimed, done = excluded.done,"
-		" failed = excluded.failed, dead = excluded.dead,"
-		" stale = excluded.stale, cancelled = excluded.cancelled,"
-		" lease_lost = excluded.lease_lost,"
-		" claim_queries = excluded.claim_queries,"
-		" empty_claims = excluded.empty_claims,"
-		" reclaim_queries = excluded.reclaim_queries,"
-		" store_errors = excluded.store_errors",
+		" ON CONFLICT (owner) DO UPDATE SET seen_at = excluded.seen_at, "
+		DUE_WORKER_COUNTER_SET,
 	[ST_M_KINDS] =
 		"SELECT kind, state, count(*) FROM due_task GROUP BY kind, state"
 		" ORDER BY kind LIMIT 5000",
@@ -445,313 +413,19 @@ static const char schema_v3[] =
 	"CREATE INDEX due_attempt_claimed ON due_attempt (claimed_at);"
 	"UPDATE due_meta SET value = '3' WHERE name = 'schema_version';";
 
-struct due_store {
-	sqlite3 *db;
-	char *path;
-	int busy_ms;           /* give up waiting for the lock after this */
-	int64_t busy_since;    /* monotonic us of the first retry of this wait */
-	sqlite3_stmt *st[ST_COUNT];
-	sqlite3_stmt *claim;   /* claim statement for claim_kinds kinds */
-	size_t claim_kinds;
-	bool claim_exclude;
-	sqlite3_stmt *upc;     /* upcoming statement, same caching */
-	size_t upc_kinds;
-	bool upc_exclude;
-	char *wake_path;       /* "<path>-wake" */
-	int ino_fd;            /* inotify instance while listening, else -1 */
-};
-
-/* ------------------------------------------------------------------ */
-/* Errors and statements                                               */
-/* ------------------------------------------------------------------ */
-
-/*
-** Translate a native SQLite failure into a due code and message.  This is
-** the only place that knows SQLite's result codes.
-*/
-static int sq_fail(due_store *s, int rc, const char *what)
-{
-	const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
-	int code;
-
-	switch (rc & 0xff) {
-	case SQLITE_BUSY:
-	case SQLITE_LOCKED: code = DUE_EBUSY; break;
-	case SQLITE_NOMEM: code = DUE_ENOMEM; break;
-	case SQLITE_CONSTRAINT: code = DUE_ECONFLICT; break;
-	case SQLITE_TOOBIG: code = DUE_ETOOBIG; break;
-	case SQLITE_IOERR: case SQLITE_CANTOPEN: case SQLITE_READONLY:
-	case SQLITE_FULL: case SQLITE_CORRUPT: case SQLITE_NOTADB:
-	case SQLITE_PERM: code = DUE_ESTORE; break;
-	default: code = DUE_ERROR; break;
-	}
-	return due_error_set(code, "sqlite store: %s: %s", what, msg);
-}
+_Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
 
 /* The cached statement `id`, reset and unbound, or NULL (error set). */
 static sqlite3_stmt *stmt(due_store *s, enum stmt_id id)
 {
-	sqlite3_stmt *st = s->st[id];
-	int rc;
-
-	if (st) {
-		sqlite3_reset(st);
-		sqlite3_clear_bindings(st);
-		return st;
-	}
-	rc = sqlite3_prepare_v3(s->db, sql_text[id], -1, SQLITE_PREPARE_PERSISTENT,
-				&s->st[id], NULL);
-	if (rc != SQLITE_OK) {
-		sq_fail(s, rc, "prepare");
-		return NULL;
-	}
-	return s->st[id];
+	return due_sq_stmt(s, (int)id, sql_text[id]);
 }
 
-/* Run a statement that returns no rows.  0 or a due code. */
-static int exec_done(due_store *s, sqlite3_stmt *st, const char *what)
-{
-	int rc = sqlite3_step(st);
-	sqlite3_reset(st);
-	return rc == SQLITE_DONE ? 0 : sq_fail(s, rc, what);
-}
-
-static int begin(due_store *s)
-{
-	sqlite3_stmt *st = stmt(s, ST_BEGIN);
-	return st ? exec_done(s, st, "begin") : due_error_last_code();
-}
-
-static int commit(due_store *s)
-{
-	sqlite3_stmt *st = stmt(s, ST_COMMIT);
-	int rc = st ? exec_done(s, st, "commit") : due_error_last_code();
-	if (rc < 0 && !sqlite3_get_autocommit(s->db)) {
-		sqlite3_stmt *rb = stmt(s, ST_ROLLBACK);
-		if (rb)
-			sqlite3_step(rb), sqlite3_reset(rb);
-	}
-	return rc;
-}
-
-static int wake_listeners(due_store *s);
-
-static int commit_wake(due_store *s)
-{
-	int rc = commit(s);
-	if (rc == 0)
-		wake_listeners(s);
-	return rc;
-}
-
-/* Roll back if a transaction is open; keeps the error already recorded. */
-static void rollback(due_store *s)
-{
-	if (sqlite3_get_autocommit(s->db))
-		return;
-	sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-}
-
-/*
-** Wake listeners: touch the wake file (creating it if needed).  Best
-** effort: a lost wake-up costs lateness, never a task.
-*/
-static int wake_listeners(due_store *s)
-{
-	int fd = open(s->wake_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-	if (fd < 0)
-		return 0;
-	futimens(fd, NULL);
-	close(fd);
-	return 0;
-}
-
-static char *col_text(sqlite3_stmt *st, int i)
-{
-	const unsigned char *t = sqlite3_column_text(st, i);
-	return t ? due_strdup_n((const char *)t,
-				(size_t)sqlite3_column_bytes(st, i)) : NULL;
-}
-
-/* A copy of a BLOB column, NUL-terminated; *len gets its size. */
-static unsigned char *col_blob(sqlite3_stmt *st, int i, size_t *len)
-{
-	const void *b = sqlite3_column_blob(st, i);
-	size_t n = (size_t)sqlite3_column_bytes(st, i);
-	unsigned char *p = malloc(n + 1);
-
-	*len = n;
-	if (!p)
-		return NULL;
-	if (n)
-		memcpy(p, b, n);
-	p[n] = '\0';
-	return p;
-}
-
-static int state_from(const unsigned char *txt, due_state *out)
-{
-	for (int i = 0; i < DUE_STATE_COUNT; i++) {
-		if (txt && strcmp((const char *)txt, due_state_name((due_state)i)) == 0) {
-			*out = (due_state)i;
-			return 0;
-		}
-	}
-	return due_error_set(DUE_ERROR, "sqlite store: unknown state '%s'",
-			     txt ? (const char *)txt : "(null)");
-}
-
-/* Fill t from a row of TASK_COLS.  0 or a due code. */
-static int read_task(sqlite3_stmt *st, due_task *t)
-{
-	memset(t, 0, sizeof(*t));
-	t->id = sqlite3_column_int64(st, 0);
-	t->kind = col_text(st, 1);
-	t->payload = col_blob(st, 2, &t->payload_len);
-	if (state_from(sqlite3_column_text(st, 3), &t->state) < 0)
-		return DUE_ERROR;
-	t->due_at = sqlite3_column_int64(st, 4);
-	t->attempt = sqlite3_column_int(st, 5);
-	t->max_attempts = sqlite3_column_int(st, 7);
-	t->backoff_us = sqlite3_column_int64(st, 8);
-	t->backoff_cap_us = sqlite3_column_int64(st, 9);
-	t->lease_owner = col_text(st, 10);
-	t->lease_until = sqlite3_column_int64(st, 11);
-	t->cancel_requested = sqlite3_column_int(st, 12) != 0;
-	t->key = col_text(st, 13);
-	t->has_result = sqlite3_column_type(st, 14) != SQLITE_NULL;
-	if (t->has_result)
-		t->result = col_blob(st, 14, &t->result_len);
-	t->last_error = col_text(st, 15);
-	t->created_at = sqlite3_column_int64(st, 16);
-	t->updated_at = sqlite3_column_int64(st, 17);
-	if (!t->kind || !t->payload || (t->has_result && !t->result))
-		return due_error_set(DUE_ENOMEM, "out of memory");
-	return 0;
-}
-
-/* ------------------------------------------------------------------ */
-/* Open, schema                                                        */
-/* ------------------------------------------------------------------ */
-
-/* SQL function due_backoff(base, cap, n): the one backoff rule, from core. */
-static void sql_backoff(sqlite3_context *ctx, int argc, sqlite3_value **argv)
-{
-	(void)argc;
-	sqlite3_result_int64(ctx, due_backoff_us(sqlite3_value_int64(argv[0]),
-						 sqlite3_value_int64(argv[1]),
-						 sqlite3_value_int(argv[2])));
-}
-
-/*
-** Busy handler: our write transactions are short (tens of microseconds to
-** a few milliseconds), so waiting in SQLite's default steps (1, 2, 5, 10 ..
-** 100 ms) wastes most of the wait.  Retry after 20 us, doubling up to 2 ms,
-** until busy_ms has passed since the first retry.
-*/
-static int64_t mono_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static int on_busy(void *arg, int count)
-{
-	due_store *s = arg;
-	int64_t now = mono_us();
-	struct timespec ts = {0, 0};
-	long us = count < 7 ? 20L << count : 2000;
-
-	if (count == 0)
-		s->busy_since = now;
-	else if (now - s->busy_since >= (int64_t)s->busy_ms * 1000)
-		return 0;
-	ts.tv_nsec = us * 1000;
-	nanosleep(&ts, NULL);
-	return 1;
-}
-
-/* SQL function due_bucket(us): the histogram bucket of a duration. */
-static void sql_bucket(sqlite3_context *ctx, int argc, sqlite3_value **argv)
-{
-	double ms = (double)sqlite3_value_int64(argv[0]) / 1000.0;
-	int b = 0;
-	(void)argc;
-	while (b < DUE_HIST_N && ms > due_hist_bounds_ms[b])
-		b++;
-	sqlite3_result_int(ctx, b);
-}
-
-static int configure(due_store *s, const due_url *u)
-{
-	char sql[160];
-
-	s->busy_ms = u->busy_ms;
-	sqlite3_busy_handler(s->db, on_busy, s);
-	snprintf(sql, sizeof(sql),
-		 "PRAGMA synchronous = %s; PRAGMA foreign_keys = OFF;",
-		 u->sync_normal ? "NORMAL" : "FULL");
-	int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
-	if (rc != SQLITE_OK)
-		return sq_fail(s, rc, "configure");
-	rc = sqlite3_create_function(s->db, "due_backoff", 3,
-				     SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
-				     sql_backoff, NULL, NULL);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_create_function(s->db, "due_bucket", 1,
-					     SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
-					     sql_bucket, NULL, NULL);
-	return rc == SQLITE_OK ? 0 : sq_fail(s, rc, "register due_backoff");
-}
-
-static int sq_open(due_store **out, const due_url *u, bool create)
-{
-	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
-	due_store *s;
-	int rc;
-
-	*out = NULL;
-	if (!create && access(u->target, F_OK) != 0)
-		return due_error_set(DUE_ESCHEMA,
-			"no store at '%s': run `due init --db sqlite:%s` first",
-			u->target, u->target);
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return due_error_set(DUE_ENOMEM, "out of memory");
-	*out = s;
-	s->ino_fd = -1;
-	s->path = due_strdup_n(u->target, strlen(u->target));
-	if (s->path && (s->wake_path = malloc(strlen(s->path) + 6)))
-		snprintf(s->wake_path, strlen(s->path) + 6, "%s-wake", s->path);
-	if (!s->path || !s->wake_path)
-		return due_error_set(DUE_ENOMEM, "out of memory");
-	if (create)
-		flags |= SQLITE_OPEN_CREATE;
-	rc = sqlite3_open_v2(u->target, &s->db, flags, NULL);
-	if (rc != SQLITE_OK)
-		return due_error_set(DUE_ESTORE, "cannot open sqlite store '%s': %s",
-				     u->target, s->db ? sqlite3_errmsg(s->db)
-						      : sqlite3_errstr(rc));
-	sqlite3_extended_result_codes(s->db, 1);
-	return configure(s, u);
-}
-
-static void sq_close(due_store *s)
-{
-	if (!s)
-		return;
-	for (int i = 0; i < ST_COUNT; i++)
-		sqlite3_finalize(s->st[i]);
-	sqlite3_finalize(s->claim);
-	sqlite3_finalize(s->upc);
-	sqlite3_close_v2(s->db);
-	if (s->ino_fd >= 0)
-		close(s->ino_fd);
-	free(s->wake_path);
-	free(s->path);
-	free(s);
-}
+/* A row.h cursor over statement st being stepped. */
+#define SQ_ROWS(rows, s, st, what)                                             \
+	due_sq_cur rows##_cur;                                                 \
+	due_rows rows;                                                         \
+	due_sq_rows(&rows, &rows##_cur, s, st, what)
 
 /* Schema version of the file: -1 when it has no due schema. */
 static int read_version(due_store *s, int *out)
@@ -765,17 +439,18 @@ static int read_version(due_store *s, int *out)
 	if (rc != SQLITE_OK) {
 		if (strstr(sqlite3_errmsg(s->db), "no such table"))
 			return 0;
-		return sq_fail(s, rc, "read schema version");
+		return due_sq_error(s, rc, "read schema version");
 	}
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW)
 		*out = sqlite3_column_int(st, 0);
 	sqlite3_finalize(st);
-	return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0
-						     : sq_fail(s, rc, "read schema version");
+	return rc == SQLITE_ROW || rc == SQLITE_DONE
+		   ? 0
+		   : due_sq_error(s, rc, "read schema version");
 }
 
-static int sq_check_schema(due_store *s)
+static int due_sq_check_schema(due_store *s)
 {
 	int v, rc = read_version(s, &v);
 
@@ -784,61 +459,33 @@ static int sq_check_schema(due_store *s)
 	return due_schema_verdict(s->path, v, "");
 }
 
-static int sq_init_schema(due_store *s)
+/* Run one schema step (several statements) inside the open transaction. */
+static int exec_step(due_store *s, const char *sql, const char *what)
 {
-	int v, rc;
+	int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+	return rc == SQLITE_OK ? 0 : due_sq_error(s, rc, what);
+}
 
-	rc = sqlite3_exec(s->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL);
+static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
+	[1] = schema_v1, [2] = schema_v2, [3] = schema_v3};
+
+/* WAL first (it cannot change inside a transaction), then the walk. */
+static int due_sq_init_schema(due_store *s)
+{
+	const due_migration m = {.label = s->path,
+				 .where = "",
+				 .steps = steps,
+				 .begin = due_sq_begin,
+				 .read_version = read_version,
+				 .exec = exec_step,
+				 .commit = due_sq_commit,
+				 .rollback = due_sq_rollback};
+	int rc =
+	    sqlite3_exec(s->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL);
+
 	if (rc != SQLITE_OK)
-		return sq_fail(s, rc, "enable WAL");
-	if ((rc = begin(s)) < 0)
-		return rc;
-	if ((rc = read_version(s, &v)) < 0)
-		goto fail;
-	if (v > DUE_SCHEMA_VERSION) {
-		rc = sq_check_schema(s);
-		goto fail;
-	}
-	if (v < 0) {
-		int src = sqlite3_exec(s->db, schema_v1, NULL, NULL, NULL);
-		if (src != SQLITE_OK) {
-			rc = sq_fail(s, src, "create schema");
-			goto fail;
-		}
-		v = 1;
-	}
-	if (v == 0) {
-		rc = due_error_set(DUE_ESCHEMA,
-			"store '%s' has schema version 0: no upgrade path", s->path);
-		goto fail;
-	}
-	for (; v < DUE_SCHEMA_VERSION; v++) {
-		static const char *const step[] = {[2] = schema_v2, [3] = schema_v3};
-		int src = sqlite3_exec(s->db, step[v + 1], NULL, NULL, NULL);
-		if (src != SQLITE_OK) {
-			char what[48];
-			snprintf(what, sizeof(what), "upgrade schema to version %d",
-				 v + 1);
-			rc = sq_fail(s, src, what);
-			goto fail;
-		}
-	}
-	return commit(s);
-fail:
-	rollback(s);
-	return rc;
-}
-
-static int sq_now(due_store *s, due_time *out)
-{
-	(void)s;
-	*out = due_time_now_host();
-	return 0;
-}
-
-static void *sq_native(due_store *s)
-{
-	return s->db;
+		return due_sq_error(s, rc, "enable WAL");
+	return due_migrate(s, &m);
 }
 
 /* ------------------------------------------------------------------ */
@@ -874,7 +521,7 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 	}
 	sqlite3_reset(ins);
 	if (rc != SQLITE_DONE)
-		return sq_fail(s, rc, "insert task");
+		return due_sq_error(s, rc, "insert task");
 	if (out->id)
 		return 0;
 	/* Conflict on (kind, key): the live task is the answer. */
@@ -887,18 +534,18 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 	}
 	sqlite3_reset(find);
 	if (rc != SQLITE_ROW)
-		return sq_fail(s, rc, "find task by key");
+		return due_sq_error(s, rc, "find task by key");
 	return 0;
 }
 
-static int sq_schedule(due_store *s, due_submitted *out, const due_submit *items,
-		       size_t n)
+static int due_sq_schedule(due_store *s, due_submitted *out,
+			   const due_submit *items, size_t n)
 {
 	sqlite3_stmt *ins, *find;
 	due_time now;
 	int rc;
 
-	if ((rc = begin(s)) < 0)
+	if ((rc = due_sq_begin(s)) < 0)
 		return rc;
 	now = due_time_now_host();
 	for (size_t i = 0; i < n; i++) {
@@ -910,40 +557,38 @@ static int sq_schedule(due_store *s, due_submitted *out, const due_submit *items
 		if ((rc = insert_one(s, ins, find, &items[i], now, &out[i])) < 0)
 			goto fail;
 	}
-	return commit_wake(s);
+	return due_sq_commit_wake(s);
 fail:
-	rollback(s);
+	due_sq_rollback(s);
 	return rc;
 }
 
-int due_schedule_sqlite_tx(struct sqlite3 *conn, due_submitted *out,
-			   const char *kind, const void *payload,
-			   size_t payload_len, const due_schedule_opts *opts)
+static int due_sq_native_tx(void *conn)
 {
-	due_submit in = {kind, payload, payload_len,
-			 opts ? *opts : (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
+	return sqlite3_get_autocommit(conn) ? DUE_NATIVE_TX_NONE
+					    : DUE_NATIVE_TX_OPEN;
+}
+
+/*
+** Insert on the caller's connection, inside the transaction it holds
+** (due_schedule_native checked it): statements prepared on that
+** connection for this one call, never cached there.
+*/
+static int due_sq_schedule_on_native(void *conn, due_submitted *out,
+				     const due_submit *it)
+{
 	due_store tmp = {.db = conn};
 	sqlite3_stmt *ins = NULL, *find = NULL;
-	due_submit it;
 	int rc;
 
-	if (!conn)
-		return due_error_set(DUE_EINVAL, "connection is NULL");
-	if ((rc = due_submit_check(&in, &it, DUE_DEFAULT_MAX_PAYLOAD, NULL)) < 0)
-		return rc;
-	if (sqlite3_get_autocommit(conn))
-		return due_error_set(DUE_EINVAL,
-			"due_schedule_sqlite_tx: no transaction is open on this "
-			"connection (BEGIN first)");
-	out->id = 0;
 	if ((rc = sqlite3_prepare_v2(conn, sql_text[ST_INSERT], -1, &ins, NULL)) ||
 	    (rc = sqlite3_prepare_v2(conn, sql_text[ST_FIND_KEY], -1, &find, NULL))) {
 		rc = strstr(sqlite3_errmsg(conn), "no such table")
 			? due_error_set(DUE_ESCHEMA, "database has no due schema: "
 				"run `due init`")
-			: sq_fail(&tmp, rc, "prepare insert");
+			: due_sq_error(&tmp, rc, "prepare insert");
 	} else {
-		rc = insert_one(&tmp, ins, find, &it, due_time_now_host(), out);
+		rc = insert_one(&tmp, ins, find, it, due_time_now_host(), out);
 	}
 	sqlite3_finalize(ins);
 	sqlite3_finalize(find);
@@ -975,7 +620,7 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude)
 	/* the pick: due rows through the partial index, in due order (the
 	   rows are then claimed one by one by primary key, see claim_locked) */
 	off = (size_t)snprintf(sql, sizeof(sql),
-		"SELECT " TASK_COLS " FROM due_task WHERE state = 'SCHEDULED'"
+		"SELECT " DUE_TASK_COLS " FROM due_task WHERE state = 'SCHEDULED'"
 		" AND due_at <= ?2");
 	for (size_t i = 0; i < n_kinds; i++)
 		off += (size_t)snprintf(sql + off, sizeof(sql) - off, "%s?%zu",
@@ -986,7 +631,7 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude)
 	rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
 				&s->claim, NULL);
 	if (rc != SQLITE_OK) {
-		sq_fail(s, rc, "prepare claim");
+		due_sq_error(s, rc, "prepare claim");
 		return NULL;
 	}
 	s->claim_kinds = n_kinds;
@@ -1006,7 +651,9 @@ static int peek(due_store *s, enum stmt_id id, due_time now, bool *any)
 	rc = sqlite3_step(st);
 	*any = rc == SQLITE_ROW;
 	sqlite3_reset(st);
-	return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_fail(s, rc, "peek");
+	return rc == SQLITE_ROW || rc == SQLITE_DONE
+		   ? 0
+		   : due_sq_error(s, rc, "peek");
 }
 
 /* Record a RUNNING attempt for every claimed task. */
@@ -1023,28 +670,21 @@ static int record_claims(due_store *s, due_task_list *l, const char *owner,
 		sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 4, now);
 		sqlite3_bind_int64(st, 5, l->items[i].due_at);
-		if ((rc = exec_done(s, st, "record attempt")) < 0)
+		if ((rc = due_sq_exec(s, st, "record attempt")) < 0)
 			return rc;
 	}
 	return 0;
 }
 
-/* Step a RETURNING TASK_COLS statement into a list (at most cap rows). */
+/* Step a DUE_TASK_COLS statement into a list (at most cap rows). */
 static int collect_tasks(due_store *s, sqlite3_stmt *st, due_task_list *l,
-			 size_t cap)
+			 size_t cap, const char *what)
 {
-	int rc;
+	SQ_ROWS(r, s, st, what);
+	int rc = due_rows_tasks(&r, l, cap);
 
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (l->count == cap)
-			continue;
-		if (read_task(st, &l->items[l->count++]) < 0) {
-			sqlite3_reset(st);
-			return due_error_last_code();
-		}
-	}
 	sqlite3_reset(st);
-	return rc == SQLITE_DONE ? 0 : sq_fail(s, rc, "claim");
+	return rc;
 }
 
 /*
@@ -1119,7 +759,7 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 		sqlite3_bind_int(st, 4, limit);
 	for (size_t i = 0; i < n_kinds; i++)
 		sqlite3_bind_text(st, (int)i + 5, kinds[i], -1, SQLITE_STATIC);
-	if ((rc = collect_tasks(s, st, l, (size_t)limit)) < 0)
+	if ((rc = collect_tasks(s, st, l, (size_t)limit, "claim")) < 0)
 		return rc;
 	if (!only_id && (rc = claim_picked(s, l, owner, now, lease_us)) < 0)
 		return rc;
@@ -1130,10 +770,10 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 			due_tx_hook hook, void *payload);
 
 /* Complete n tries, then claim: one BEGIN IMMEDIATE, one COMMIT. */
-static int sq_complete_claim(due_store *s, due_completion *items, size_t n,
-			     const char *owner, const char *const *kinds,
-			     size_t n_kinds, bool exclude, int limit,
-			     int64_t lease_us, due_task_list **out)
+static int due_sq_complete_claim(due_store *s, due_completion *items, size_t n,
+				 const char *owner, const char *const *kinds,
+				 size_t n_kinds, bool exclude, int limit,
+				 int64_t lease_us, due_task_list **out)
 {
 	due_task_list *l;
 	due_time now;
@@ -1142,7 +782,7 @@ static int sq_complete_claim(due_store *s, due_completion *items, size_t n,
 	*out = NULL;
 	if ((rc = due_task_list_alloc(&l, (size_t)limit)) < 0)
 		return rc;
-	if ((rc = begin(s)) < 0)
+	if ((rc = due_sq_begin(s)) < 0)
 		goto fail;
 	now = due_time_now_host();
 	for (size_t i = 0; i < n; i++)
@@ -1150,19 +790,19 @@ static int sq_complete_claim(due_store *s, due_completion *items, size_t n,
 			goto fail;
 	if ((rc = claim_locked(s, l, owner, kinds, n_kinds, exclude, limit,
 			       lease_us, 0, now)) < 0 ||
-	    (rc = commit(s)) < 0)
+	    (rc = due_sq_commit(s)) < 0)
 		goto fail;
 	*out = l;
 	return 0;
 fail:
-	rollback(s);
+	due_sq_rollback(s);
 	due_task_list_free(l);
 	return rc;
 }
 
-static int sq_claim(due_store *s, due_task_list **out, const char *owner,
-		    const char *const *kinds, size_t n_kinds, bool exclude,
-		    int limit, int64_t lease_us, due_id only_id)
+static int due_sq_claim(due_store *s, due_task_list **out, const char *owner,
+			const char *const *kinds, size_t n_kinds, bool exclude,
+			int limit, int64_t lease_us, due_id only_id)
 {
 	due_task_list *l;
 	due_time now = due_time_now_host();
@@ -1174,16 +814,16 @@ static int sq_claim(due_store *s, due_task_list **out, const char *owner,
 	*out = l;
 	if (!only_id && ((rc = peek(s, ST_PEEK_DUE, now, &any)) < 0 || !any))
 		return rc;
-	if ((rc = begin(s)) < 0)
+	if ((rc = due_sq_begin(s)) < 0)
 		return rc;
 	now = due_time_now_host();
 	if ((rc = claim_locked(s, l, owner, kinds, n_kinds, exclude, limit,
 			       lease_us, only_id, now)) < 0 ||
-	    (rc = commit(s)) < 0)
+	    (rc = due_sq_commit(s)) < 0)
 		goto fail;
 	return 0;
 fail:
-	rollback(s);
+	due_sq_rollback(s);
 	due_task_list_free(l);
 	*out = NULL;
 	return rc;
@@ -1206,7 +846,7 @@ static int state_of(due_store *s, due_id id, bool *found, due_state *state,
 	rc = sqlite3_step(st);
 	*found = rc == SQLITE_ROW;
 	if (*found) {
-		if (state_from(sqlite3_column_text(st, 0), state) < 0) {
+		if (due_sq_col_state(st, 0, state) < 0) {
 			sqlite3_reset(st);
 			return DUE_ERROR;
 		}
@@ -1214,11 +854,13 @@ static int state_of(due_store *s, due_id id, bool *found, due_state *state,
 		*cancel = sqlite3_column_int(st, 2) != 0;
 	}
 	sqlite3_reset(st);
-	return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_fail(s, rc, "read state");
+	return rc == SQLITE_ROW || rc == SQLITE_DONE
+		   ? 0
+		   : due_sq_error(s, rc, "read state");
 }
 
-static int sq_extend(due_store *s, due_extend_outcome *out, due_id id,
-		     int32_t attempt, int64_t lease_us)
+static int due_sq_extend(due_store *s, due_extend_outcome *out, due_id id,
+			 int32_t attempt, int64_t lease_us)
 {
 	sqlite3_stmt *st;
 	bool found, cancel;
@@ -1226,7 +868,7 @@ static int sq_extend(due_store *s, due_extend_outcome *out, due_id id,
 	int32_t cur;
 	int rc;
 
-	if ((rc = begin(s)) < 0)
+	if ((rc = due_sq_begin(s)) < 0)
 		return rc;
 	if (!(st = stmt(s, ST_EXTEND))) {
 		rc = due_error_last_code();
@@ -1236,7 +878,7 @@ static int sq_extend(due_store *s, due_extend_outcome *out, due_id id,
 	sqlite3_bind_int(st, 2, attempt);
 	sqlite3_bind_int64(st, 3, due_time_now_host());
 	sqlite3_bind_int64(st, 4, lease_us);
-	if ((rc = exec_done(s, st, "extend")) < 0)
+	if ((rc = due_sq_exec(s, st, "extend")) < 0)
 		goto fail;
 	*out = DUE_EXTEND_OK;
 	if (sqlite3_changes(s->db) == 0) {
@@ -1246,9 +888,9 @@ static int sq_extend(due_store *s, due_extend_outcome *out, due_id id,
 			       ? DUE_EXTEND_CANCEL_REQUESTED
 			       : DUE_EXTEND_LOST;
 	}
-	return commit(s);
+	return due_sq_commit(s);
 fail:
-	rollback(s);
+	due_sq_rollback(s);
 	return rc;
 }
 
@@ -1265,7 +907,7 @@ static int end_attempt(due_store *s, due_id id, int32_t attempt, due_time now,
 	sqlite3_bind_text(st, 4, outcome, -1, SQLITE_STATIC);
 	if (error)
 		sqlite3_bind_text(st, 5, error, -1, SQLITE_STATIC);
-	return exec_done(s, st, "end attempt");
+	return due_sq_exec(s, st, "end attempt");
 }
 
 /* Mark (id, attempt)'s history row: its late commit was refused. */
@@ -1276,13 +918,13 @@ static int mark_late(due_store *s, due_id id, int32_t attempt)
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, id);
 	sqlite3_bind_int(st, 2, attempt);
-	return exec_done(s, st, "mark late commit");
+	return due_sq_exec(s, st, "mark late commit");
 }
 
 /* Run a fenced update bound with (id, attempt, extra...); *hit = 1 row changed. */
 static int fenced(due_store *s, sqlite3_stmt *st, const char *what, bool *hit)
 {
-	int rc = exec_done(s, st, what);
+	int rc = due_sq_exec(s, st, what);
 	*hit = rc == 0 && sqlite3_changes(s->db) == 1;
 	return rc;
 }
@@ -1308,18 +950,7 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 		c->outcome = DUE_COMPLETE_DONE;
 		if ((rc = end_attempt(s, c->id, c->attempt, now, "DONE", NULL)) < 0)
 			return rc;
-		if (hook) {
-			due_task t = {.id = c->id, .attempt = c->attempt,
-				      .state = DUE_DONE,
-				      .result = (unsigned char *)c->result,
-				      .result_len = c->result_len,
-				      .has_result = true};
-			if (hook(s->db, &t, payload) != 0)
-				return due_error_set(DUE_ERROR,
-					"completion hook failed for task %lld: "
-					"rolled back", (long long)c->id);
-		}
-		return 0;
+		return hook ? due_store_run_hook(hook, s->db, c, payload) : 0;
 	}
 	if (!(st = stmt(s, ST_COMPLETE_CANCEL)))
 		return due_error_last_code();
@@ -1337,32 +968,32 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 	return mark_late(s, c->id, c->attempt);
 }
 
-static int sq_complete(due_store *s, due_completion *items, size_t n,
-		       due_tx_hook hook, void *payload)
+static int due_sq_complete(due_store *s, due_completion *items, size_t n,
+			   due_tx_hook hook, void *payload)
 {
 	due_time now;
 	int rc;
 
-	if ((rc = begin(s)) < 0)
+	if ((rc = due_sq_begin(s)) < 0)
 		return rc;
 	now = due_time_now_host();
 	for (size_t i = 0; i < n; i++)
 		if ((rc = complete_one(s, &items[i], now, hook, payload)) < 0)
 			goto fail;
-	return commit(s);
+	return due_sq_commit(s);
 fail:
-	rollback(s);
+	due_sq_rollback(s);
 	return rc;
 }
 
-static int sq_fail_task(due_store *s, due_fail_outcome *out, due_id id,
-			int32_t attempt, const char *error)
+static int due_sq_fail(due_store *s, due_fail_outcome *out, due_id id,
+		       int32_t attempt, const char *error)
 {
 	sqlite3_stmt *st;
 	due_time now;
 	int rc;
 
-	if ((rc = begin(s)) < 0)
+	if ((rc = due_sq_begin(s)) < 0)
 		return rc;
 	now = due_time_now_host();
 	if (!(st = stmt(s, ST_FAIL))) {
@@ -1376,14 +1007,12 @@ static int sq_fail_task(due_store *s, due_fail_outcome *out, due_id id,
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW) {
 		due_state ns = DUE_SCHEDULED;
-		if (state_from(sqlite3_column_text(st, 0), &ns) < 0) {
+		if (due_sq_col_state(st, 0, &ns) < 0) {
 			sqlite3_reset(st);
 			rc = DUE_ERROR;
 			goto fail;
 		}
-		*out = ns == DUE_CANCELLED ? DUE_FAIL_CANCELLED
-		       : ns == DUE_DEAD    ? DUE_FAIL_DEAD
-					   : DUE_FAIL_RETRY_SCHEDULED;
+		*out = due_fail_outcome_of(ns);
 		sqlite3_reset(st);
 		rc = end_attempt(s, id, attempt, now,
 				 ns == DUE_CANCELLED ? "CANCELLED" : "FAILED", error);
@@ -1393,13 +1022,14 @@ static int sq_fail_task(due_store *s, due_fail_outcome *out, due_id id,
 		rc = mark_late(s, id, attempt);
 	} else {
 		sqlite3_reset(st);
-		rc = sq_fail(s, rc, "fail");
+		rc = due_sq_error(s, rc, "fail");
 	}
 	if (rc < 0)
 		goto fail;
-	return *out == DUE_FAIL_RETRY_SCHEDULED ? commit_wake(s) : commit(s);
+	return *out == DUE_FAIL_RETRY_SCHEDULED ? due_sq_commit_wake(s)
+						: due_sq_commit(s);
 fail:
-	rollback(s);
+	due_sq_rollback(s);
 	return rc;
 }
 
@@ -1427,12 +1057,12 @@ static int reclaim_batch(due_store *s, due_time now, due_reclaimed *out,
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < 1000) {
 		rows[n].id = sqlite3_column_int64(st, 0);
 		rows[n].attempt = sqlite3_column_int(st, 1);
-		state_from(sqlite3_column_text(st, 2), &rows[n].state);
+		due_sq_col_state(st, 2, &rows[n].state);
 		n++;
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-		return sq_fail(s, rc, "reclaim");
+		return due_sq_error(s, rc, "reclaim");
 	for (size_t i = 0; i < n; i++) {
 		if (rows[i].state == DUE_DEAD)
 			out->dead++;
@@ -1459,10 +1089,10 @@ static int next_expiry(due_store *s, due_time *out)
 	rc = sqlite3_step(st);
 	*out = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
 	sqlite3_reset(st);
-	return rc == SQLITE_ROW ? 0 : sq_fail(s, rc, "peek leases");
+	return rc == SQLITE_ROW ? 0 : due_sq_error(s, rc, "peek leases");
 }
 
-static int sq_reclaim(due_store *s, due_reclaimed *out)
+static int due_sq_reclaim(due_store *s, due_reclaimed *out)
 {
 	bool more = true;
 	int rc;
@@ -1474,11 +1104,13 @@ static int sq_reclaim(due_store *s, due_reclaimed *out)
 			return rc;
 		if (out->next_expiry == 0 || out->next_expiry >= out->now)
 			return 0;
-		if ((rc = begin(s)) < 0)
+		if ((rc = due_sq_begin(s)) < 0)
 			return rc;
-		if ((rc = reclaim_batch(s, due_time_now_host(), out, &more)) < 0 ||
-		    (rc = out->rescheduled ? commit_wake(s) : commit(s)) < 0) {
-			rollback(s);
+		if ((rc = reclaim_batch(s, due_time_now_host(), out, &more)) <
+			0 ||
+		    (rc = out->rescheduled ? due_sq_commit_wake(s)
+					   : due_sq_commit(s)) < 0) {
+			due_sq_rollback(s);
 			return rc;
 		}
 		more = true; /* re-read the next expiry */
@@ -1500,106 +1132,68 @@ static int cancel_locked(due_store *s, due_cancel_outcome *out, due_id id)
 
 	if ((rc = state_of(s, id, &found, &state, &attempt, &cancel)) < 0)
 		return rc;
-	if (!found) {
-		*out = DUE_CANCEL_NOT_FOUND;
-		return 0;
-	}
-	switch (state) {
-	case DUE_DONE:
-	case DUE_DEAD: *out = DUE_CANCEL_TOO_LATE; return 0;
-	case DUE_CANCELLED: *out = DUE_CANCEL_ALREADY_CANCELLED; return 0;
-	case DUE_SCHEDULED:
-		*out = DUE_CANCEL_CANCELLED;
+	*out = due_cancel_outcome_of(found, state);
+	if (*out == DUE_CANCEL_CANCELLED)
 		st = stmt(s, ST_CANCEL_SCHED);
-		break;
-	default:
-		*out = DUE_CANCEL_REQUESTED;
+	else if (*out == DUE_CANCEL_REQUESTED)
 		st = stmt(s, ST_CANCEL_REQ);
-		break;
-	}
+	else
+		return 0; /* nothing to write */
 	if (!st)
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, id);
 	sqlite3_bind_int64(st, 2, due_time_now_host());
-	return exec_done(s, st, "cancel");
+	return due_sq_exec(s, st, "cancel");
 }
 
-static int sq_cancel(due_store *s, due_cancel_outcome *out, due_id id)
+static int due_sq_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 {
 	int rc;
 
-	if ((rc = begin(s)) < 0)
+	if ((rc = due_sq_begin(s)) < 0)
 		return rc;
 	if ((rc = cancel_locked(s, out, id)) < 0) {
-		rollback(s);
+		due_sq_rollback(s);
 		return rc;
 	}
-	return commit(s);
+	return due_sq_commit(s);
 }
 
+/* The attempt history of task t (ordered by attempt). */
 static int load_attempts(due_store *s, due_task *t)
 {
 	sqlite3_stmt *st = stmt(s, ST_ATTEMPTS);
+	SQ_ROWS(r, s, st, "read attempts");
 	int rc;
 
 	if (!st)
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, t->id);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		due_attempt a = {
-			.attempt = sqlite3_column_int(st, 0),
-			.worker = col_text(st, 1),
-			.claimed_at = sqlite3_column_int64(st, 2),
-			.due_at = sqlite3_column_int64(st, 3),
-			.ended_at = sqlite3_column_int64(st, 4),
-			.outcome = col_text(st, 5),
-			.error = col_text(st, 6),
-			.late_commit = col_text(st, 7),
-		};
-		if (due_attempts_append(t, &a) < 0) {
-			free(a.worker), free(a.outcome), free(a.error);
-			free(a.late_commit);
-			sqlite3_reset(st);
-			return DUE_ENOMEM;
-		}
-	}
+	rc = due_rows_attempts(&r, t, 1);
 	sqlite3_reset(st);
-	return rc == SQLITE_DONE ? 0 : sq_fail(s, rc, "read attempts");
+	return rc;
 }
 
-static int sq_get(due_store *s, due_task **out, due_id id)
+static int due_sq_get(due_store *s, due_task **out, due_id id)
 {
 	sqlite3_stmt *st = stmt(s, ST_GET);
-	due_task *t;
+	SQ_ROWS(r, s, st, "get");
 	int rc;
 
 	if (!st)
 		return due_error_last_code();
-	if (!(t = calloc(1, sizeof(*t))))
-		return due_error_set(DUE_ENOMEM, "out of memory");
 	sqlite3_bind_int64(st, 1, id);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		rc = read_task(st, t);
-		sqlite3_reset(st);
-		if (rc == 0)
-			rc = load_attempts(s, t);
-	} else {
-		sqlite3_reset(st);
-		rc = rc == SQLITE_DONE
-			? due_error_set(DUE_ENOTFOUND, "no task with id %lld",
-					(long long)id)
-			: sq_fail(s, rc, "get");
+	rc = due_rows_task_get(&r, out, id);
+	sqlite3_reset(st);
+	if (rc == 0 && (rc = load_attempts(s, *out)) < 0) {
+		due_task_free(*out);
+		*out = NULL;
 	}
-	if (rc < 0) {
-		due_task_free(t);
-		return rc;
-	}
-	*out = t;
-	return 0;
+	return rc;
 }
 
-static int sq_list(due_store *s, due_task_list **out, const due_list_opts *o)
+static int due_sq_list(due_store *s, due_task_list **out,
+		       const due_list_opts *o)
 {
 	sqlite3_stmt *st = stmt(s, ST_LIST);
 	due_task_list *l;
@@ -1616,7 +1210,7 @@ static int sq_list(due_store *s, due_task_list **out, const due_list_opts *o)
 		sqlite3_bind_text(st, 2, o->kind, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 3, o->after);
 	sqlite3_bind_int(st, 4, o->limit);
-	rc = collect_tasks(s, st, l, (size_t)o->limit);
+	rc = collect_tasks(s, st, l, (size_t)o->limit, "list");
 	for (size_t i = 0; rc == 0 && o->attempts && i < l->count; i++)
 		rc = load_attempts(s, &l->items[i]);
 	if (rc < 0) {
@@ -1642,7 +1236,7 @@ static int audit(due_store *s, due_id id, due_time now, const char *action,
 	sqlite3_bind_text(st, 3, action, -1, SQLITE_STATIC);
 	if (detail)
 		sqlite3_bind_text(st, 4, detail, -1, SQLITE_TRANSIENT);
-	return exec_done(s, st, "audit");
+	return due_sq_exec(s, st, "audit");
 }
 
 /* The error for an operator action on a task in the wrong state. */
@@ -1656,11 +1250,8 @@ static int wrong_state(due_store *s, due_id id, const char *action,
 
 	if (rc < 0)
 		return rc;
-	if (!found)
-		return due_error_set(DUE_ENOTFOUND, "no task with id %lld",
-				     (long long)id);
-	return due_error_set(DUE_ESTATE, "cannot %s task %lld: it is %s, not %s",
-			     action, (long long)id, due_state_name(state), needed);
+	return due_store_wrong_state(
+	    id, action, found ? due_state_name(state) : NULL, needed);
 }
 
 static int retry_locked(due_store *s, due_id id, due_time now)
@@ -1675,9 +1266,7 @@ static int retry_locked(due_store *s, due_id id, due_time now)
 	sqlite3_bind_int64(st, 2, now);
 	rc = fenced(s, st, "retry", &hit);
 	if (rc == DUE_ECONFLICT)
-		return due_error_set(DUE_ECONFLICT,
-			"cannot retry task %lld: a live task with the same kind "
-			"and key exists", (long long)id);
+		return due_store_retry_conflict(id);
 	if (rc < 0)
 		return rc;
 	if (!hit)
@@ -1685,16 +1274,16 @@ static int retry_locked(due_store *s, due_id id, due_time now)
 	return audit(s, id, now, "retry", "DEAD -> SCHEDULED, fresh attempt budget");
 }
 
-static int sq_retry(due_store *s, due_id id)
+static int due_sq_retry(due_store *s, due_id id)
 {
 	int rc;
-	if ((rc = begin(s)) < 0)
+	if ((rc = due_sq_begin(s)) < 0)
 		return rc;
 	if ((rc = retry_locked(s, id, due_time_now_host())) < 0) {
-		rollback(s);
+		due_sq_rollback(s);
 		return rc;
 	}
-	return commit_wake(s);
+	return due_sq_commit_wake(s);
 }
 
 /*
@@ -1717,13 +1306,13 @@ static int operator_locked(due_store *s, enum stmt_id sid, due_id id,
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW) {
 		attempt = sqlite3_column_int(st, 0);
-		state_from(sqlite3_column_text(st, 1), final);
+		due_sq_col_state(st, 1, final);
 		while ((rc = sqlite3_step(st)) == SQLITE_ROW)
 			;
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_DONE)
-		return sq_fail(s, rc, action);
+		return due_sq_error(s, rc, action);
 	if (attempt == 0 && sqlite3_changes(s->db) == 0)
 		return wrong_state(s, id, action, needed);
 	if (attempt > 0 &&
@@ -1732,30 +1321,31 @@ static int operator_locked(due_store *s, enum stmt_id sid, due_id id,
 	return audit(s, id, now, action, due_state_name(*final));
 }
 
-static int sq_operator(due_store *s, enum stmt_id sid, due_id id,
+static int operator_tx(due_store *s, enum stmt_id sid, due_id id,
 		       const char *action, const char *needed,
 		       const char *outcome, due_state *final)
 {
 	int rc;
-	if ((rc = begin(s)) < 0)
+	if ((rc = due_sq_begin(s)) < 0)
 		return rc;
 	if ((rc = operator_locked(s, sid, id, action, needed, outcome, final)) < 0) {
-		rollback(s);
+		due_sq_rollback(s);
 		return rc;
 	}
-	return *final == DUE_SCHEDULED ? commit_wake(s) : commit(s);
+	return *final == DUE_SCHEDULED ? due_sq_commit_wake(s)
+				       : due_sq_commit(s);
 }
 
-static int sq_requeue(due_store *s, due_id id)
+static int due_sq_requeue(due_store *s, due_id id)
 {
 	due_state final;
-	return sq_operator(s, ST_REQUEUE, id, "requeue", "CLAIMED", "REQUEUED",
+	return operator_tx(s, ST_REQUEUE, id, "requeue", "CLAIMED", "REQUEUED",
 			   &final);
 }
 
-static int sq_kill(due_store *s, due_state *out, due_id id)
+static int due_sq_kill(due_store *s, due_state *out, due_id id)
 {
-	return sq_operator(s, ST_KILL, id, "kill", "SCHEDULED, CLAIMED or DEAD",
+	return operator_tx(s, ST_KILL, id, "kill", "SCHEDULED, CLAIMED or DEAD",
 			   "KILLED", out);
 }
 
@@ -1802,7 +1392,7 @@ static int lateness(due_store *s, due_stats *out)
 	sqlite3_reset(st);
 	if (rc != SQLITE_DONE) {
 		free(v);
-		return sq_fail(s, rc, "lateness");
+		return due_sq_error(s, rc, "lateness");
 	}
 	if (n)
 		qsort(v, n, sizeof(*v), cmp_i64);
@@ -1814,7 +1404,7 @@ static int lateness(due_store *s, due_stats *out)
 	return 0;
 }
 
-static int sq_stats(due_store *s, due_stats *out)
+static int due_sq_stats(due_store *s, due_stats *out)
 {
 	sqlite3_stmt *st = stmt(s, ST_COUNT_STATES);
 	int rc;
@@ -1824,12 +1414,12 @@ static int sq_stats(due_store *s, due_stats *out)
 	out->now = due_time_now_host();
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		due_state ss;
-		if (state_from(sqlite3_column_text(st, 0), &ss) == 0)
+		if (due_sq_col_state(st, 0, &ss) == 0)
 			out->counts[ss] = sqlite3_column_int64(st, 1);
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_DONE)
-		return sq_fail(s, rc, "stats");
+		return due_sq_error(s, rc, "stats");
 	out->dead = out->counts[DUE_DEAD];
 	if (!(st = stmt(s, ST_DUE_UNCLAIMED)))
 		return due_error_last_code();
@@ -1842,7 +1432,7 @@ static int sq_stats(due_store *s, due_stats *out)
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_ROW)
-		return sq_fail(s, rc, "stats");
+		return due_sq_error(s, rc, "stats");
 	return lateness(s, out);
 }
 
@@ -1859,25 +1449,25 @@ static int prune_batch(due_store *s, due_time cutoff, int64_t *n)
 			return due_error_last_code();
 		sqlite3_bind_int64(st, 1, cutoff);
 		sqlite3_bind_int(st, 2, 500);
-		if ((rc = exec_done(s, st, "prune")) < 0)
+		if ((rc = due_sq_exec(s, st, "prune")) < 0)
 			return rc;
 	}
 	*n = sqlite3_changes(s->db);
 	return 0;
 }
 
-static int sq_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
+static int due_sq_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 {
 	int64_t n = 0;
 	int rc;
 
 	*deleted = 0;
 	do {
-		if ((rc = begin(s)) < 0)
+		if ((rc = due_sq_begin(s)) < 0)
 			return rc;
 		if ((rc = prune_batch(s, due_time_now_host() - older_than_us, &n)) < 0 ||
-		    (rc = commit(s)) < 0) {
-			rollback(s);
+		    (rc = due_sq_commit(s)) < 0) {
+			due_sq_rollback(s);
 			return rc;
 		}
 		*deleted += n;
@@ -1889,103 +1479,43 @@ static int sq_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 /* Schedules                                                           */
 /* ------------------------------------------------------------------ */
 
-static int read_sched(sqlite3_stmt *st, due_schedule_info *i)
-{
-	memset(i, 0, sizeof(*i));
-	i->name = col_text(st, 0);
-	i->expr = col_text(st, 1);
-	i->kind = col_text(st, 2);
-	i->tz = col_text(st, 3);
-	i->payload = col_blob(st, 4, &i->payload_len);
-	i->misfire = strcmp((const char *)sqlite3_column_text(st, 5), "once") == 0
-			     ? DUE_MISFIRE_ONCE : DUE_MISFIRE_SKIP;
-	i->overlap = strcmp((const char *)sqlite3_column_text(st, 6), "wait") == 0
-			     ? DUE_OVERLAP_WAIT : DUE_OVERLAP_ALLOW;
-	i->max_attempts = sqlite3_column_int(st, 7);
-	i->backoff_us = sqlite3_column_int64(st, 8);
-	i->backoff_cap_us = sqlite3_column_int64(st, 9);
-	i->next_slot = sqlite3_column_int64(st, 10);
-	i->last_slot = sqlite3_column_int64(st, 11);
-	i->last_task = sqlite3_column_int64(st, 12);
-	i->fired = sqlite3_column_int64(st, 13);
-	i->missed = sqlite3_column_int64(st, 14);
-	i->last_missed = sqlite3_column_int64(st, 15);
-	i->created_at = sqlite3_column_int64(st, 16);
-	i->updated_at = sqlite3_column_int64(st, 17);
-	if (!i->name || !i->expr || !i->kind || !i->tz || !i->payload)
-		return due_error_set(DUE_ENOMEM, "out of memory");
-	return 0;
-}
-
-static int sq_sched_get(due_store *s, due_schedule_info **out, const char *name)
+static int due_sq_sched_get(due_store *s, due_schedule_info **out,
+			    const char *name)
 {
 	sqlite3_stmt *st = stmt(s, ST_SCHED_GET);
-	due_schedule_info *i;
+	SQ_ROWS(r, s, st, "read schedule");
 	int rc;
 
 	*out = NULL;
 	if (!st)
 		return due_error_last_code();
-	if (!(i = calloc(1, sizeof(*i))))
-		return due_error_set(DUE_ENOMEM, "out of memory");
 	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW)
-		rc = read_sched(st, i);
-	else if (rc == SQLITE_DONE)
-		rc = due_error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
-	else
-		rc = sq_fail(s, rc, "read schedule");
+	rc = due_rows_sched_get(&r, out, name);
 	sqlite3_reset(st);
-	if (rc < 0) {
-		due_schedule_info_clear(i);
-		free(i);
-		return rc;
-	}
-	*out = i;
-	return 0;
+	return rc;
 }
 
-static int sq_sched_list(due_store *s, due_schedule_list **out)
+static int due_sq_sched_list(due_store *s, due_schedule_list **out)
 {
 	sqlite3_stmt *st = stmt(s, ST_SCHED_LIST);
-	due_schedule_list *l;
-	size_t cap = 0;
+	SQ_ROWS(r, s, st, "list schedules");
 	int rc;
 
 	*out = NULL;
 	if (!st)
 		return due_error_last_code();
-	if ((rc = due_schedule_list_alloc(&l, 0)) < 0)
-		return rc;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (l->count == cap) {
-			cap = cap ? cap * 2 : 16;
-			due_schedule_info *n = realloc(l->items, cap * sizeof(*n));
-			if (!n) {
-				rc = due_error_set(DUE_ENOMEM, "out of memory");
-				break;
-			}
-			l->items = n;
-		}
-		if ((rc = read_sched(st, &l->items[l->count++])) < 0)
-			break;
-	}
+	rc = due_rows_sched_list(&r, out);
 	sqlite3_reset(st);
-	if (rc != SQLITE_DONE) {
-		due_schedule_list_free(l);
-		return rc < 0 ? rc : sq_fail(s, rc, "list schedules");
-	}
-	*out = l;
-	return 0;
+	return rc;
 }
 
-static int sq_sched_put(due_store *s, const due_cron_def *d, due_time next_slot)
+static int due_sq_sched_put(due_store *s, const due_cron_def *d,
+			    due_time next_slot)
 {
 	sqlite3_stmt *st;
 	int rc;
 
-	if ((rc = begin(s)) < 0)
+	if ((rc = due_sq_begin(s)) < 0)
 		return rc;
 	if (!(st = stmt(s, ST_SCHED_PUT))) {
 		rc = due_error_last_code();
@@ -1997,24 +1527,24 @@ static int sq_sched_put(due_store *s, const due_cron_def *d, due_time next_slot)
 	sqlite3_bind_text(st, 4, d->tz, -1, SQLITE_STATIC);
 	sqlite3_bind_blob(st, 5, d->payload ? d->payload : "", (int)d->payload_len,
 			  SQLITE_STATIC);
-	sqlite3_bind_text(st, 6, d->misfire == DUE_MISFIRE_ONCE ? "once" : "skip",
-			  -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 7, d->overlap == DUE_OVERLAP_WAIT ? "wait" : "allow",
-			  -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 6, due_misfire_name(d->misfire), -1,
+			  SQLITE_STATIC);
+	sqlite3_bind_text(st, 7, due_overlap_name(d->overlap), -1,
+			  SQLITE_STATIC);
 	sqlite3_bind_int(st, 8, d->max_attempts);
 	sqlite3_bind_int64(st, 9, d->backoff_us);
 	sqlite3_bind_int64(st, 10, d->backoff_cap_us);
 	sqlite3_bind_int64(st, 11, next_slot);
 	sqlite3_bind_int64(st, 12, due_time_now_host());
-	if ((rc = exec_done(s, st, "save schedule")) < 0)
+	if ((rc = due_sq_exec(s, st, "save schedule")) < 0)
 		goto fail;
-	return commit(s);
+	return due_sq_commit(s);
 fail:
-	rollback(s);
+	due_sq_rollback(s);
 	return rc;
 }
 
-static int sq_sched_remove(due_store *s, const char *name)
+static int due_sq_sched_remove(due_store *s, const char *name)
 {
 	sqlite3_stmt *st = stmt(s, ST_SCHED_DEL);
 	int rc;
@@ -2022,7 +1552,7 @@ static int sq_sched_remove(due_store *s, const char *name)
 	if (!st)
 		return due_error_last_code();
 	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	if ((rc = exec_done(s, st, "remove schedule")) < 0)
+	if ((rc = due_sq_exec(s, st, "remove schedule")) < 0)
 		return rc;
 	if (sqlite3_changes(s->db) == 0)
 		return due_error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
@@ -2044,11 +1574,11 @@ static int sched_done(due_store *s, const due_sched_fire *f, due_id task)
 	sqlite3_bind_int64(st, 5, f->missed);
 	if (f->missed > 0 && f->last_missed > 0)
 		sqlite3_bind_int64(st, 6, f->last_missed);
-	return exec_done(s, st, "schedule bookkeeping");
+	return due_sq_exec(s, st, "schedule bookkeeping");
 }
 
-static int sq_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
-			 due_id *task_id)
+static int due_sq_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
+			     due_id *task_id)
 {
 	sqlite3_stmt *st, *ins, *find;
 	due_submitted sub = {0};
@@ -2057,7 +1587,7 @@ static int sq_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
 
 	*won = false;
 	*task_id = 0;
-	if ((rc = begin(s)) < 0)
+	if ((rc = due_sq_begin(s)) < 0)
 		return rc;
 	now = due_time_now_host();
 	if (!(st = stmt(s, ST_SCHED_CAS))) {
@@ -2068,10 +1598,10 @@ static int sq_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
 	sqlite3_bind_int64(st, 2, f->next);
 	sqlite3_bind_int64(st, 3, now);
 	sqlite3_bind_int64(st, 4, f->expect);
-	if ((rc = exec_done(s, st, "advance schedule")) < 0)
+	if ((rc = due_sq_exec(s, st, "advance schedule")) < 0)
 		goto fail;
 	if (sqlite3_changes(s->db) == 0)
-		return commit(s); /* another scheduler advanced it */
+		return due_sq_commit(s); /* another scheduler advanced it */
 	*won = true;
 	if (f->task) {
 		if (!(ins = stmt(s, ST_INSERT)) || !(find = stmt(s, ST_FIND_KEY))) {
@@ -2084,9 +1614,9 @@ static int sq_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
 	}
 	if ((rc = sched_done(s, f, sub.id)) < 0)
 		goto fail;
-	return f->task ? commit_wake(s) : commit(s);
+	return f->task ? due_sq_commit_wake(s) : due_sq_commit(s);
 fail:
-	rollback(s);
+	due_sq_rollback(s);
 	*won = false;
 	return rc;
 }
@@ -2112,7 +1642,7 @@ static int hist(due_store *s, enum stmt_id id, due_histogram *h)
 		h->sum_ms += sqlite3_column_double(st, 2) / 1000.0;
 	}
 	sqlite3_reset(st);
-	return rc == SQLITE_DONE ? 0 : sq_fail(s, rc, "histogram");
+	return rc == SQLITE_DONE ? 0 : due_sq_error(s, rc, "histogram");
 }
 
 static int kinds(due_store *s, due_metrics *m)
@@ -2126,7 +1656,7 @@ static int kinds(due_store *s, due_metrics *m)
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *k = (const char *)sqlite3_column_text(st, 0);
 		due_state ss;
-		if (state_from(sqlite3_column_text(st, 1), &ss) < 0)
+		if (due_sq_col_state(st, 1, &ss) < 0)
 			continue;
 		if (!m->n_kinds || strcmp(m->kinds[m->n_kinds - 1].kind, k) != 0) {
 			if (m->n_kinds == 1000)
@@ -2150,7 +1680,9 @@ static int kinds(due_store *s, due_metrics *m)
 		m->kinds[m->n_kinds - 1].counts[ss] = sqlite3_column_int64(st, 2);
 	}
 	sqlite3_reset(st);
-	return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : sq_fail(s, rc, "kinds");
+	return rc == SQLITE_DONE || rc == SQLITE_ROW
+		   ? 0
+		   : due_sq_error(s, rc, "kinds");
 }
 
 static int outcomes(due_store *s, due_metrics *m, due_time now)
@@ -2160,14 +1692,16 @@ static int outcomes(due_store *s, due_metrics *m, due_time now)
 
 	if (!st)
 		return due_error_last_code();
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-		for (int i = 0; i < DUE_OUT_REJECTED_STALE; i++)
-			if (!strcmp((const char *)sqlite3_column_text(st, 0),
-				    due_outcome_names[i]))
-				m->outcomes[i] = sqlite3_column_int64(st, 1);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int i =
+		    due_outcome_parse((const char *)sqlite3_column_text(st, 0));
+		if (i >= 0 && i < DUE_OUT_REJECTED_STALE)
+			m->outcomes[i] = sqlite3_column_int64(st, 1);
+	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_DONE || !(st = stmt(s, ST_M_STALE)))
-		return rc != SQLITE_DONE ? sq_fail(s, rc, "outcomes") : DUE_ERROR;
+		return rc != SQLITE_DONE ? due_sq_error(s, rc, "outcomes")
+					 : DUE_ERROR;
 	if ((rc = sqlite3_step(st)) == SQLITE_ROW)
 		m->outcomes[DUE_OUT_REJECTED_STALE] = sqlite3_column_int64(st, 0);
 	sqlite3_reset(st);
@@ -2180,7 +1714,7 @@ static int outcomes(due_store *s, due_metrics *m, due_time now)
 			m->done_per_min[mi] = sqlite3_column_int64(st, 1);
 	}
 	sqlite3_reset(st);
-	return rc == SQLITE_DONE ? 0 : sq_fail(s, rc, "throughput");
+	return rc == SQLITE_DONE ? 0 : due_sq_error(s, rc, "throughput");
 }
 
 static int workers(due_store *s, due_metrics *m, due_time now)
@@ -2200,14 +1734,15 @@ static int workers(due_store *s, due_metrics *m, due_time now)
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_ROW || !(st = stmt(s, ST_M_SCHED)))
-		return rc != SQLITE_ROW ? sq_fail(s, rc, "workers") : DUE_ERROR;
+		return rc != SQLITE_ROW ? due_sq_error(s, rc, "workers")
+					: DUE_ERROR;
 	if ((rc = sqlite3_step(st)) == SQLITE_ROW)
 		m->n_schedules = (size_t)sqlite3_column_int64(st, 0);
 	sqlite3_reset(st);
-	return rc == SQLITE_ROW ? 0 : sq_fail(s, rc, "schedules");
+	return rc == SQLITE_ROW ? 0 : due_sq_error(s, rc, "schedules");
 }
 
-static int sq_metrics(due_store *s, due_metrics *m)
+static int due_sq_metrics(due_store *s, due_metrics *m)
 {
 	due_time now = due_time_now_host();
 	int rc;
@@ -2219,21 +1754,20 @@ static int sq_metrics(due_store *s, due_metrics *m)
 	return 0;
 }
 
-static int sq_worker_report(due_store *s, const char *owner,
-			    const due_worker_stats *w)
+static int due_sq_worker_report(due_store *s, const char *owner,
+				const due_worker_stats *w)
 {
 	sqlite3_stmt *st = stmt(s, ST_WORKER_REPORT);
-	const int64_t v[] = {w->claimed, w->done, w->failed, w->dead, w->stale,
-			     w->cancelled, w->lease_lost, w->claim_queries,
-			     w->empty_claims, w->reclaim_queries, w->store_errors};
+	int64_t v[DUE_WORKER_N_COUNTERS];
 
 	if (!st)
 		return due_error_last_code();
+	due_worker_counters(w, v);
 	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 2, due_time_now_host());
-	for (int i = 0; i < 11; i++)
+	for (int i = 0; i < DUE_WORKER_N_COUNTERS; i++)
 		sqlite3_bind_int64(st, 3 + i, v[i]);
-	return exec_done(s, st, "worker report");
+	return due_sq_exec(s, st, "worker report");
 }
 
 /* ------------------------------------------------------------------ */
@@ -2264,7 +1798,7 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 	int rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
 				    &s->upc, NULL);
 	if (rc != SQLITE_OK) {
-		sq_fail(s, rc, "prepare upcoming");
+		due_sq_error(s, rc, "prepare upcoming");
 		return NULL;
 	}
 	s->upc_kinds = n_kinds;
@@ -2272,11 +1806,12 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 	return s->upc;
 }
 
-static int sq_upcoming(due_store *s, due_upcoming *out, const char *const *kinds,
-		       size_t n_kinds, bool exclude, due_time until, int limit)
+static int due_sq_upcoming(due_store *s, due_upcoming *out,
+			   const char *const *kinds, size_t n_kinds,
+			   bool exclude, due_time until, int limit)
 {
 	sqlite3_stmt *st = upcoming_stmt(s, n_kinds, exclude);
-	size_t cap = 0;
+	SQ_ROWS(r, s, st, "upcoming");
 	int rc;
 
 	if (!st)
@@ -2286,106 +1821,26 @@ static int sq_upcoming(due_store *s, due_upcoming *out, const char *const *kinds
 	sqlite3_bind_int(st, 2, limit);
 	for (size_t i = 0; i < n_kinds; i++)
 		sqlite3_bind_text(st, (int)i + 3, kinds[i], -1, SQLITE_STATIC);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (out->count == cap) {
-			cap = cap ? cap * 2 : 256;
-			due_id *ni = realloc(out->ids, cap * sizeof(*ni));
-			if (ni)
-				out->ids = ni;
-			due_time *nd = realloc(out->due_at, cap * sizeof(*nd));
-			if (nd)
-				out->due_at = nd;
-			if (!ni || !nd) {
-				sqlite3_reset(st);
-				return due_error_set(DUE_ENOMEM, "out of memory");
-			}
-		}
-		out->ids[out->count] = sqlite3_column_int64(st, 0);
-		out->due_at[out->count++] = sqlite3_column_int64(st, 1);
-	}
+	rc = due_rows_upcoming(&r, out, limit);
 	sqlite3_reset(st);
-	if (rc != SQLITE_DONE)
-		return sq_fail(s, rc, "upcoming");
-	out->truncated = out->count == (size_t)limit;
-	return next_expiry(s, &out->next_expiry);
+	return rc < 0 ? rc : next_expiry(s, &out->next_expiry);
 }
 
-static int sq_listen(due_store *s, int *fd)
-{
-	if (s->ino_fd < 0) {
-		int w = open(s->wake_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
-			     0666);
-		if (w >= 0)
-			close(w);
-		s->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-		if (s->ino_fd < 0)
-			return due_error_set(DUE_ESTATE, "inotify: %s", strerror(errno));
-		if (inotify_add_watch(s->ino_fd, s->wake_path,
-				      IN_ATTRIB | IN_MODIFY | IN_CLOSE_WRITE) < 0) {
-			int e = errno;
-			close(s->ino_fd);
-			s->ino_fd = -1;
-			return due_error_set(DUE_ESTATE, "cannot watch '%s': %s",
-					     s->wake_path, strerror(e));
-		}
-	}
-	*fd = s->ino_fd;
-	return 0;
-}
+static const char *const schemes[] = {"sqlite", NULL};
 
-static int sq_listen_drain(due_store *s, int *count)
-{
-	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-	ssize_t n;
-
-	*count = 0;
-	if (s->ino_fd < 0)
-		return 0;
-	while ((n = read(s->ino_fd, buf, sizeof(buf))) > 0)
-		for (char *p = buf; p < buf + n;
-		     p += sizeof(struct inotify_event) + ((struct inotify_event *)p)->len)
-			(*count)++;
-	return 0;
-}
-
-static int sq_notify(due_store *s)
-{
-	return wake_listeners(s);
-}
-
+/* Every method is due_sq_<method> (store.h lists them). */
+#define OP(m) .m = due_sq_##m,
 const due_store_ops due_store_sqlite = {
 	.version = DUE_STORE_OPS_VERSION,
 	.name = "sqlite",
-	.open = sq_open,
-	.close = sq_close,
-	.init_schema = sq_init_schema,
-	.check_schema = sq_check_schema,
-	.now = sq_now,
-	.native = sq_native,
-	.schedule = sq_schedule,
-	.cancel = sq_cancel,
-	.get = sq_get,
-	.list = sq_list,
-	.claim = sq_claim,
-	.extend = sq_extend,
-	.complete = sq_complete,
-	.fail = sq_fail_task,
-	.reclaim = sq_reclaim,
-	.retry = sq_retry,
-	.requeue = sq_requeue,
-	.kill = sq_kill,
-	.stats = sq_stats,
-	.prune = sq_prune,
-	.sched_get = sq_sched_get,
-	.sched_put = sq_sched_put,
-	.sched_remove = sq_sched_remove,
-	.sched_list = sq_sched_list,
-	.sched_fire = sq_sched_fire,
-	.metrics = sq_metrics,
-	.worker_report = sq_worker_report,
-	.upcoming = sq_upcoming,
-	.listen = sq_listen,
-	.listen_drain = sq_listen_drain,
-	.notify = sq_notify,
-	.complete_claim = sq_complete_claim,
+	.schemes = schemes,
+	.caps = DUE_STORE_CAP_HOST_CLOCK | DUE_STORE_CAP_NOTIFY |
+		DUE_STORE_CAP_TX_SUBMIT,
+	DUE_STORE_METHODS(OP)
+	DUE_STORE_NOTIFY_METHODS(OP)
+	DUE_STORE_TX_SUBMIT_METHODS(OP)
 };
+#undef OP
+
+DUE_STORE_TX_SUBMIT_API(due_schedule_sqlite_tx, struct sqlite3,
+			due_store_sqlite)

@@ -27,34 +27,91 @@
 ** that landed in between (River #1302).  CLAIMED holds exactly when both
 ** lease fields are set; the schema enforces it with a CHECK.
 **
-** Version 1 of the table.  To add a method: append it, bump
-** DUE_STORE_OPS_VERSION, and let the core check `version` before calling.
+** Backends.  Each backend is one `const due_store_ops` in its own file
+** (sqlite.c, pg.c), listed once in the table of src/store/registry.c; the
+** table is the only place that names them.  An ops struct carries the URL
+** schemes it answers to, its own URL parser, and a capability bitfield
+** (DUE_STORE_CAP_*) that tells the core and the worker what the store can
+** do; nothing outside the backend's file asks for a backend by name.  What
+** backends share (the column lists, the row decoders, the migration walk,
+** the names of states and outcomes) lives in row.c, common.c and
+** src/core/names.c, so a backend writes only what its database does
+** differently.  docs/internals/store.md walks through adding one.
+**
+** Version 5 of the table (DUE_STORE_OPS_VERSION).  due_open() refuses a
+** backend whose `version` differs, or that leaves a method NULL (the
+** methods of a capability it does not claim may be NULL).  Every backend
+** lives in this tree, so a change to the table changes them all in the
+** same commit: bump the version, add the method to the struct and to
+** DUE_STORE_METHODS (or to its capability's list) below; the build fails
+** (registry.c) when a method is in one and not the other.
+**   4  the hot path: complete_claim.
+**   5  the table of backends: schemes, parse_url/free_cfg (open takes the
+**      parsed config), caps, native_tx and schedule_on_native.
 */
 #ifndef DUE_STORE_H
 #define DUE_STORE_H
 
 #include "due.h"
 
-#define DUE_STORE_OPS_VERSION 4
+#define DUE_STORE_OPS_VERSION 5
 
 typedef struct due_store due_store; /* backend-private */
 struct due_sched_fire;
 
-/* A parsed store URL. */
+/*
+** Capabilities (due_store_ops.caps, due_db_caps()).
+**
+** HOST_CLOCK  the store's clock is this host's clock (due_time_now_host),
+**             so a worker may time its wheel against the host clock
+**             exactly instead of asking the store for now.
+** NOTIFY      listen/listen_drain/notify wake other processes when a task
+**             may have become due; without it the core answers due_listen
+**             with DUE_ESTATE and workers poll.
+** TX_SUBMIT   native_tx/schedule_on_native: a submit inside the caller's
+**             own transaction on its own native connection (the public
+**             due_schedule_<backend>_tx, defined in the backend's file).
+*/
+#define DUE_STORE_CAP_HOST_CLOCK (1u << 0)
+#define DUE_STORE_CAP_NOTIFY (1u << 1)
+#define DUE_STORE_CAP_TX_SUBMIT (1u << 2)
+
+/*
+** A store URL split at its scheme.  All three point into (or are copied
+** from) the text the caller gave; what follows the scheme is the
+** backend's to read (parse_url).
+*/
 typedef struct due_url {
-	char scheme[16];   /* "sqlite" or "postgres" */
-	char *target;      /* sqlite: file path; postgres: the whole URI */
-	bool sync_normal;  /* sqlite ?sync=normal */
-	int busy_ms;       /* sqlite ?busy_ms= (default 30000) */
+	const char *text;  /* the whole URL, for messages */
+	char scheme[16];   /* before the first ':', e.g. "sqlite" */
+	const char *rest;  /* after "scheme:" */
 } due_url;
 
-typedef struct due_store_ops {
-	int version;
-	const char *name;
+/* The transaction state of a caller's native connection (native_tx). */
+enum {
+	DUE_NATIVE_TX_OPEN = 0, /* a transaction is open and usable */
+	DUE_NATIVE_TX_NONE,     /* no transaction: the caller must BEGIN */
+	DUE_NATIVE_TX_FAILED    /* it failed: the caller must ROLLBACK */
+};
 
-	int (*open)(due_store **out, const due_url *url, bool create);
+typedef struct due_store_ops {
+	int version;                 /* DUE_STORE_OPS_VERSION */
+	const char *name;            /* due_db_backend(), messages */
+	const char *const *schemes;  /* URL schemes it answers, NULL-ended */
+	unsigned caps;               /* DUE_STORE_CAP_* */
+
+	/*
+	** Read url->rest (its path, host, options) into *cfg, a private
+	** config that open() receives and free_cfg() releases.  Nothing is
+	** opened yet.  DUE_EINVAL with a message quoting url->text on bad
+	** input (an unknown option is an error that names it).
+	*/
+	int (*parse_url)(void **cfg, const due_url *url);
+	void (*free_cfg)(void *cfg);
+	/* *out is set even on failure, so the core can close it. */
+	int (*open)(due_store **out, const void *cfg, bool create);
 	void (*close)(due_store *s);
-	/* Create or upgrade the schema to DUE_SCHEMA_VERSION. */
+	/* Create or upgrade the schema to DUE_SCHEMA_VERSION (due_migrate). */
 	int (*init_schema)(due_store *s);
 	/* DUE_ESCHEMA unless the schema is exactly DUE_SCHEMA_VERSION. */
 	int (*check_schema)(due_store *s);
@@ -79,20 +136,26 @@ typedef struct due_store_ops {
 		     int limit, int64_t lease_us, due_id only_id);
 	int (*extend)(due_store *s, due_extend_outcome *out, due_id id,
 		      int32_t attempt, int64_t lease_us);
-	/* Each item gets its own outcome; hook (may be NULL) runs per DONE row. */
+	/*
+	** Each item gets its own outcome; hook (may be NULL) runs per DONE
+	** row, through due_store_run_hook().
+	*/
 	int (*complete)(due_store *s, due_completion *items, size_t n,
 			due_tx_hook hook, void *payload);
 	int (*fail)(due_store *s, due_fail_outcome *out, due_id id,
 		    int32_t attempt, const char *error);
 	int (*reclaim)(due_store *s, due_reclaimed *out);
+	/* complete (as `complete`, no hook) then claim, in one transaction. */
+	int (*complete_claim)(due_store *s, due_completion *items, size_t n,
+			      const char *owner, const char *const *kinds,
+			      size_t n_kinds, bool exclude, int limit,
+			      int64_t lease_us, due_task_list **out);
 
 	int (*retry)(due_store *s, due_id id);
 	int (*requeue)(due_store *s, due_id id);
 	int (*kill)(due_store *s, due_state *out, due_id id);
 	int (*stats)(due_store *s, due_stats *out);
 	int (*prune)(due_store *s, int64_t *deleted, int64_t older_than_us);
-
-	/* --- version 2: schedules, metrics, worker reports --- */
 
 	/* One schedule; DUE_ENOTFOUND when there is none by that name. */
 	int (*sched_get)(due_store *s, due_schedule_info **out, const char *name);
@@ -117,26 +180,69 @@ typedef struct due_store_ops {
 	int (*metrics)(due_store *s, due_metrics *out);
 	int (*worker_report)(due_store *s, const char *owner,
 			     const due_worker_stats *st);
-
-	/* --- version 3: discovery without polling --- */
-
 	/* SCHEDULED tasks due before `until`, earliest first (see due.h). */
 	int (*upcoming)(due_store *s, due_upcoming *out, const char *const *kinds,
 			size_t n_kinds, bool exclude, due_time until, int limit);
+
+	/* --- DUE_STORE_CAP_NOTIFY (NULL without it) --- */
+
 	/* Start listening; *fd is readable when a submit may have happened. */
 	int (*listen)(due_store *s, int *fd);
 	int (*listen_drain)(due_store *s, int *count);
 	/* Wake every listener (done by submits after commit). */
 	int (*notify)(due_store *s);
 
-	/* --- version 4: the hot path --- */
+	/* --- DUE_STORE_CAP_TX_SUBMIT (NULL without it) --- */
 
-	/* complete (as `complete`, no hook) then claim, in one transaction. */
-	int (*complete_claim)(due_store *s, due_completion *items, size_t n,
-			      const char *owner, const char *const *kinds,
-			      size_t n_kinds, bool exclude, int limit,
-			      int64_t lease_us, due_task_list **out);
+	/* DUE_NATIVE_TX_* of the caller's connection `conn`. */
+	int (*native_tx)(void *conn);
+	/*
+	** Insert one checked submit through `conn`, inside the transaction
+	** the caller holds open (the core checked it with native_tx).  *out
+	** as for `schedule`.  DUE_ESCHEMA when that database has no due
+	** schema.  The caller commits, and wakes listeners with due_notify().
+	*/
+	int (*schedule_on_native)(void *conn, due_submitted *out,
+				  const due_submit *item);
 } due_store_ops;
+
+/*
+** Every method of due_store_ops, by capability, in the struct's order:
+** the list due_store_check() walks.  registry.c fails the build when the
+** struct has a method these lists lack.
+*/
+#define DUE_STORE_METHODS(X)                                                   \
+	X(parse_url) X(free_cfg) X(open) X(close) X(init_schema)               \
+	X(check_schema) X(now) X(native) X(schedule) X(cancel) X(get) X(list)  \
+	X(claim) X(extend) X(complete) X(fail) X(reclaim) X(complete_claim)    \
+	X(retry) X(requeue) X(kill) X(stats) X(prune) X(sched_get)            \
+	X(sched_put) X(sched_remove) X(sched_list) X(sched_fire) X(metrics)   \
+	X(worker_report) X(upcoming)
+#define DUE_STORE_NOTIFY_METHODS(X) X(listen) X(listen_drain) X(notify)
+#define DUE_STORE_TX_SUBMIT_METHODS(X) X(native_tx) X(schedule_on_native)
+
+/*
+** A backend names each method <prefix><method> and fills its table from
+** these lists, so the table cannot miss one (a missing function does not
+** compile):
+**   #define OP(m) .m = pg_##m,
+**   const due_store_ops due_store_pg = {.version = ..., .name = ...,
+**	.schemes = ..., .caps = ..., DUE_STORE_METHODS(OP) ...};
+*/
+
+/*
+** The public `int api(conn_type *conn, ...)` of a TX_SUBMIT backend, as
+** due.h declares it (e.g. due_schedule_pg_tx): all of it is
+** due_schedule_native() on the backend's table.
+*/
+#define DUE_STORE_TX_SUBMIT_API(api, conn_type, ops)                           \
+	int api(conn_type *conn, due_submitted *out, const char *kind,         \
+		const void *payload, size_t payload_len,                       \
+		const due_schedule_opts *opts)                                 \
+	{                                                                      \
+		return due_schedule_native(&ops, #api, conn, out, kind,        \
+					   payload, payload_len, opts);        \
+	}
 
 /* A scheduler's step for one schedule (see sched_fire). */
 typedef struct due_sched_fire {
@@ -149,19 +255,30 @@ typedef struct due_sched_fire {
 	due_time last_missed;
 } due_sched_fire;
 
-extern const due_store_ops due_store_sqlite;
-#ifdef DUE_WITH_PG
-extern const due_store_ops due_store_pg;
-#endif
+/* --- The table of backends (src/store/registry.c) --- */
 
-/* URL parsing (src/store/url.c).  DUE_EINVAL with a message on bad input. */
-int due_url_parse(due_url *out, const char *text);
-void due_url_clear(due_url *u);
+/* The backend that answers `scheme`, or NULL. */
+const due_store_ops *due_store_find(const char *scheme);
+/* The schemes this build knows, "a:, b:, c:", into buf (for messages). */
+void due_store_schemes(char *buf, size_t n);
+/*
+** 0 when ops can be used by this core: its version is
+** DUE_STORE_OPS_VERSION and no method is NULL (but those of a capability
+** it does not claim).  Else DUE_ESTORE naming the backend and the method.
+*/
+int due_store_check(const due_store_ops *ops);
 
-/* Helpers shared by backends (src/store/common.c). */
+/*
+** Split a store URL at its scheme and find its backend (src/store/url.c):
+** *out points into text.  DUE_EINVAL with a message on a missing or
+** unknown scheme; the backend's parse_url reads the rest.
+*/
+int due_url_parse(due_url *out, const due_store_ops **ops, const char *text);
+
+/* --- Helpers shared by backends (src/store/common.c) --- */
+
 int due_schedule_list_alloc(due_schedule_list **out, size_t n);
 void due_schedule_info_clear(due_schedule_info *i);
-extern const char *const due_outcome_names[DUE_OUT_COUNT];
 int due_task_list_alloc(due_task_list **out, size_t n);
 char *due_strdup_n(const char *s, size_t n);
 int due_attempts_append(due_task *t, const due_attempt *a);
@@ -171,6 +288,55 @@ int due_attempts_append(due_task *t, const due_attempt *a);
 ** and what to run; `where` follows "has no due schema" (may be "").
 */
 int due_schema_verdict(const char *store, int v, const char *where);
+
+/*
+** A backend's schema history for due_migrate(): steps[1] creates version
+** 1 on an empty database, steps[v] upgrades v-1 to v; steps has
+** DUE_SCHEMA_VERSION + 1 entries (steps[0] is unused).  The callbacks run
+** on the backend's own connection; `exec` runs one step's SQL (several
+** statements), `lock` (may be NULL) serializes concurrent migrations
+** inside the transaction.
+*/
+typedef struct due_migration {
+	const char *label;  /* the store, for messages */
+	const char *where;  /* for due_schema_verdict() */
+	const char *const *steps;
+	int (*begin)(due_store *s);
+	int (*lock)(due_store *s);
+	int (*read_version)(due_store *s, int *v); /* -1: no due schema */
+	int (*exec)(due_store *s, const char *sql, const char *what);
+	int (*commit)(due_store *s);
+	void (*rollback)(due_store *s);
+} due_migration;
+
+/*
+** Create the schema, upgrade an older one step by step, or leave a
+** current one alone, all in one transaction: an upgrade that fails leaves
+** the old version intact.  A newer schema, or one without an upgrade
+** path, is refused with DUE_ESCHEMA and nothing is written.
+*/
+int due_migrate(due_store *s, const due_migration *m);
+
+/*
+** Run a completion hook for the DONE completion c on `conn` (the
+** backend's native connection, inside its transaction).  0, or DUE_ERROR
+** when the hook refused: the backend must roll back.
+*/
+int due_store_run_hook(due_tx_hook hook, void *conn, const due_completion *c,
+		       void *payload);
+
+/* The outcome of a fail that wrote `s`, and of a cancel that found `s`. */
+due_fail_outcome due_fail_outcome_of(due_state s);
+due_cancel_outcome due_cancel_outcome_of(bool found, due_state s);
+
+/*
+** The error of an operator action (retry, requeue, kill) on task id that
+** found it in `state` (NULL: no such task): DUE_ENOTFOUND or DUE_ESTATE.
+*/
+int due_store_wrong_state(due_id id, const char *action, const char *state,
+			  const char *needed);
+/* DUE_ECONFLICT: retry of id would make a second live task of its key. */
+int due_store_retry_conflict(due_id id);
 
 /* Stats window for lateness percentiles. */
 #define DUE_STATS_WINDOW_US (300LL * 1000000LL)

@@ -4,8 +4,17 @@
 ** by DUE_TEST_PG_URL), waiting helpers, and (TU_TASKS) the task helpers
 ** of the store suites.
 **
-** PostgreSQL is never skipped silently: when CI=true and DUE_TEST_PG_URL
-** is unset, tu_backend_check() fails the test binary.
+** Backends.  The store suites run against every entry of tu_fixtures[]:
+** its name (due_db_backend() of its stores), whether it can run here,
+** how to make a fresh store's URL and how to drop it.  A new backend
+** joins the conformance suite with one entry (and its build option's
+** #ifdef); a suite runs them all with
+**	for (size_t b = 0; b < TU_N_FIXTURES; b++)
+**		if (tu_select_backend(tu_fixtures[b].name) == 0) ...
+**
+** A backend is never skipped silently: when CI=true and one cannot run
+** (not built, or its server not given), tu_backend_check() fails the test
+** binary.
 */
 #ifndef DUE_TEST_UTIL_H
 #define DUE_TEST_UTIL_H
@@ -22,9 +31,16 @@
 
 #include "due.h"
 
-static const char *tu_backend = "sqlite";
-static int tu_pg_missing_in_ci;
-static char tu_schema[64] __attribute__((unused));
+typedef struct tu_fixture {
+	const char *name;
+	/* 0 when it can run here; else why not (static text). */
+	const char *(*unavailable)(void);
+	/* The URL of a fresh, empty store; dir gets a temp dir or "". */
+	int (*fresh)(char *url, size_t n, char *dir, size_t dn);
+	void (*drop)(const char *url, const char *dir);
+} tu_fixture;
+
+static int tu_missing_in_ci;
 
 static inline void tu_sleep_ms(int ms)
 {
@@ -32,36 +48,38 @@ static inline void tu_sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
-/* 0 when `name` can run here; prints why not otherwise. */
-static inline int tu_select_backend(const char *name)
+/* --- SQLite: a file in its own temp directory --- */
+
+static inline const char *tu_sqlite_unavailable(void)
 {
-	tu_backend = name;
-	if (strcmp(name, "sqlite") == 0)
-		return 0;
-	const char *pg = getenv("DUE_TEST_PG_URL");
-	const char *ci = getenv("CI");
-#ifndef DUE_WITH_PG
-	pg = NULL;
-#endif
-	if (pg && *pg)
-		return 0;
-	if (ci && strcmp(ci, "true") == 0) {
-		fprintf(stderr, "FAIL: CI=true but DUE_TEST_PG_URL is not set (or "
-				"this build has no PostgreSQL): the PostgreSQL "
-				"suite did not run\n");
-		tu_pg_missing_in_ci = 1;
-	} else {
-		printf("NOTE: DUE_TEST_PG_URL not set: PostgreSQL suite not run\n");
-	}
-	return -1;
+	return NULL;
 }
 
-static inline int tu_backend_check(void)
+static inline int tu_sqlite_fresh(char *url, size_t n, char *dir, size_t dn)
 {
-	return tu_pg_missing_in_ci ? 1 : 0;
+	snprintf(dir, dn, "/tmp/due-test-XXXXXX");
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(url, n, "sqlite:%s/due.db", dir);
+	return 0;
 }
+
+static inline void tu_sqlite_drop(const char *url, const char *dir)
+{
+	char cmd[512];
+	(void)url;
+	if (!dir[0])
+		return;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* --- PostgreSQL: a private schema in DUE_TEST_PG_URL's database --- */
 
 #ifdef DUE_WITH_PG
+static char tu_schema[64];
+
 static inline void tu_quiet_notice(void *arg, const char *msg)
 {
 	(void)arg;
@@ -85,41 +103,101 @@ static inline int tu_pg_exec(const char *sql)
 	PQfinish(c);
 	return ok ? 0 : -1;
 }
+
+static inline const char *tu_pg_unavailable(void)
+{
+	const char *pg = getenv("DUE_TEST_PG_URL");
+	return pg && *pg ? NULL : "DUE_TEST_PG_URL is not set";
+}
+
+static inline int tu_pg_fresh(char *url, size_t n, char *dir, size_t dn)
+{
+	static int counter;
+	const char *base = getenv("DUE_TEST_PG_URL");
+	char sql[128];
+
+	(void)dn;
+	dir[0] = '\0';
+	snprintf(tu_schema, sizeof(tu_schema), "due_t_%d_%d", (int)getpid(),
+		 ++counter);
+	snprintf(sql, sizeof(sql), "CREATE SCHEMA %s", tu_schema);
+	if (tu_pg_exec(sql) < 0)
+		return -1;
+	snprintf(url, n, "%s%soptions=-csearch_path%%3D%s", base,
+		 strchr(base, '?') ? "&" : "?", tu_schema);
+	return 0;
+}
+
+static inline void tu_pg_drop(const char *url, const char *dir)
+{
+	char sql[128];
+	(void)url;
+	(void)dir;
+	snprintf(sql, sizeof(sql), "DROP SCHEMA %s CASCADE", tu_schema);
+	tu_pg_exec(sql);
+}
 #endif
 
+/* The backends of this build the suites run against. */
+static const tu_fixture tu_fixtures[] = {
+	{"sqlite", tu_sqlite_unavailable, tu_sqlite_fresh, tu_sqlite_drop},
+#ifdef DUE_WITH_PG
+	{"postgres", tu_pg_unavailable, tu_pg_fresh, tu_pg_drop},
+#endif
+};
+#define TU_N_FIXTURES (sizeof(tu_fixtures) / sizeof(tu_fixtures[0]))
+
+/* The fixture tu_fresh_store and tu_drop_store use (tu_select_backend). */
+static const tu_fixture *tu_fixture_now = &tu_fixtures[0];
+
 /*
-** Make a fresh, initialized store and write its URL to url.  For SQLite,
-** dir receives the temp directory holding it.
+** Select backend `name` for the fixtures that follow: 0 when it can run
+** here; else -1, after a NOTE, or under CI=true a FAIL that
+** tu_backend_check() turns into a failing exit.
+*/
+static inline int tu_select_backend(const char *name)
+{
+	const char *why = "this build does not have it";
+	const char *ci = getenv("CI");
+
+	for (size_t i = 0; i < TU_N_FIXTURES; i++) {
+		if (strcmp(tu_fixtures[i].name, name) != 0)
+			continue;
+		if (!(why = tu_fixtures[i].unavailable())) {
+			tu_fixture_now = &tu_fixtures[i];
+			return 0;
+		}
+		break;
+	}
+	if (ci && strcmp(ci, "true") == 0) {
+		fprintf(stderr, "FAIL: CI=true but the %s suite did not run: "
+				"%s\n", name, why);
+		tu_missing_in_ci = 1;
+	} else {
+		printf("NOTE: %s suite not run: %s\n", name, why);
+	}
+	return -1;
+}
+
+static inline int tu_backend_check(void)
+{
+	return tu_missing_in_ci ? 1 : 0;
+}
+
+/*
+** Make a fresh, initialized store of the selected backend and write its
+** URL to url.  dir receives its temp directory, or "".
 */
 static inline int tu_fresh_store(char *url, size_t n, char *dir, size_t dn)
 {
-	static int counter __attribute__((unused));
 	due_open_opts o = DUE_OPEN_OPTS_INIT;
 	due_db *db = NULL;
 	int rc;
 
 	o.create = true;
 	dir[0] = '\0';
-	if (strcmp(tu_backend, "sqlite") == 0) {
-		snprintf(dir, dn, "/tmp/due-test-XXXXXX");
-		if (!mkdtemp(dir))
-			return -1;
-		snprintf(url, n, "sqlite:%s/due.db", dir);
-	} else {
-#ifdef DUE_WITH_PG
-		const char *base = getenv("DUE_TEST_PG_URL");
-		char sql[128];
-		snprintf(tu_schema, sizeof(tu_schema), "due_t_%d_%d", (int)getpid(),
-			 ++counter);
-		snprintf(sql, sizeof(sql), "CREATE SCHEMA %s", tu_schema);
-		if (tu_pg_exec(sql) < 0)
-			return -1;
-		snprintf(url, n, "%s%soptions=-csearch_path%%3D%s", base,
-			 strchr(base, '?') ? "&" : "?", tu_schema);
-#else
+	if (tu_fixture_now->fresh(url, n, dir, dn) < 0)
 		return -1;
-#endif
-	}
 	rc = due_open(&db, url, &o);
 	if (rc < 0)
 		fprintf(stderr, "init %s: %s\n", url, due_error_last());
@@ -129,17 +207,7 @@ static inline int tu_fresh_store(char *url, size_t n, char *dir, size_t dn)
 
 static inline void tu_drop_store(const char *url, const char *dir)
 {
-	char cmd[512];
-	if (strncmp(url, "sqlite:", 7) == 0 && dir[0]) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", dir);
-		return;
-	}
-#ifdef DUE_WITH_PG
-	snprintf(cmd, sizeof(cmd), "DROP SCHEMA %s CASCADE", tu_schema);
-	tu_pg_exec(cmd);
-#endif
+	tu_fixture_now->drop(url, dir);
 }
 
 #ifdef TU_FIXTURE
@@ -180,8 +248,8 @@ static inline due_db *open_db(void)
 ** Task helpers of the store suites (cmocka asserts: include cmocka.h
 ** first).  add: a task of `kind` due after delay_us, payload "p".
 */
-static due_id add(due_db *db, const char *kind, int64_t delay_us,
-		  int32_t max_attempts)
+static inline due_id add(due_db *db, const char *kind, int64_t delay_us,
+			 int32_t max_attempts)
 {
 	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
 	due_submitted s;
@@ -193,7 +261,7 @@ static due_id add(due_db *db, const char *kind, int64_t delay_us,
 }
 
 /* Claim exactly one task, which must be `id`; returns its attempt. */
-static int32_t claim_one(due_db *db, due_id id, int64_t lease_us)
+static inline int32_t claim_one(due_db *db, due_id id, int64_t lease_us)
 {
 	due_task_list *l = NULL;
 	assert_int_equal(due_claim(db, &l, "w1", NULL, 0, 10, lease_us), 0);
@@ -204,14 +272,14 @@ static int32_t claim_one(due_db *db, due_id id, int64_t lease_us)
 	return a;
 }
 
-static due_task *get(due_db *db, due_id id)
+static inline due_task *get(due_db *db, due_id id)
 {
 	due_task *t = NULL;
 	assert_int_equal(due_get(db, &t, id), 0);
 	return t;
 }
 
-static due_state state_of(due_db *db, due_id id)
+static inline due_state state_of(due_db *db, due_id id)
 {
 	due_task *t = get(db, id);
 	due_state s = t->state;

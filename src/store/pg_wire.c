@@ -1,0 +1,483 @@
+/*
+** pg_wire.c - the PostgreSQL session under pg.c (see pg_wire.h).
+**
+** Connection.  Statements are prepared once per session, on first use.  A
+** call that finds the connection broken resets it once (and forgets the
+** prepared statements, which died with the session).  A statement or COMMIT
+** whose connection dropped has an unknown outcome: it is reported as
+** DUE_ESTORE and never retried here; every transition is safe to retry by
+** the caller because it is fenced by state and attempt.
+**
+** Errors.  due_pg_error() is the one translator of libpq failures: a broken
+** connection (or SQLSTATE class 08, or the server shutting down) is
+** DUE_ESTORE with libpq's own text; serialization failures, deadlocks and
+** lock timeouts are DUE_EBUSY; a unique violation is DUE_ECONFLICT.
+*/
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "store/pg_wire.h"
+
+/* ------------------------------------------------------------------ */
+/* Errors and the connection                                           */
+/* ------------------------------------------------------------------ */
+
+/* Copy msg into buf without its trailing newlines. */
+static const char *trimmed(char *buf, size_t n, const char *msg)
+{
+	size_t len;
+
+	snprintf(buf, n, "%s", msg && *msg ? msg : "unknown error");
+	len = strlen(buf);
+	while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
+		buf[--len] = '\0';
+	return buf;
+}
+
+int due_pg_error(due_store *s, const PGresult *r, const char *what)
+{
+	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	bool bad = PQstatus(s->conn) == CONNECTION_BAD;
+	char buf[768];
+	int code = DUE_ERROR;
+
+	snprintf(s->sqlstate, sizeof(s->sqlstate), "%s", state ? state : "");
+	if (bad || !msg)
+		msg = PQerrorMessage(s->conn);
+	if (bad || (state && (strncmp(state, "08", 2) == 0 ||
+			      strncmp(state, "57P0", 4) == 0)))
+		code = DUE_ESTORE;
+	else if (state && (strcmp(state, "40001") == 0 ||
+			   strcmp(state, "40P01") == 0 ||
+			   strcmp(state, "55P03") == 0))
+		code = DUE_EBUSY;
+	else if (state && strcmp(state, "23505") == 0)
+		code = DUE_ECONFLICT;
+	else if (!r)
+		code = DUE_ESTORE;
+	return due_error_set(code, "postgres store: %s: %s", what,
+			     trimmed(buf, sizeof(buf), msg));
+}
+
+static void quiet_notices(void *arg, const char *message)
+{
+	(void)arg;
+	(void)message;
+}
+
+/* The URI goes to libpq whole; the label names the store in messages. */
+int due_pg_connect(due_store **out, const char *uri)
+{
+	const char *const keys[] = {"dbname", "fallback_application_name", NULL};
+	const char *const vals[] = {uri, "due", NULL};
+	due_store *s;
+
+	*out = NULL;
+	if (!(s = calloc(1, sizeof(*s))))
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	*out = s;
+	s->own = true;
+	s->conn = PQconnectdbParams(keys, vals, 1);
+	if (!s->conn)
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	PQsetNoticeProcessor(s->conn, quiet_notices, NULL);
+	if (PQstatus(s->conn) != CONNECTION_OK)
+		return due_pg_error(s, NULL, "cannot connect");
+	snprintf(s->label, sizeof(s->label), "postgres://%s@%s:%s/%s",
+		 PQuser(s->conn), PQhost(s->conn), PQport(s->conn),
+		 PQdb(s->conn));
+	return 0;
+}
+
+/*
+** Every path of pg.c closes its own transactions, so one still open means
+** this handle is being used from inside a completion hook: refused
+** (DUE_EINVAL), because committing or rolling back here would decide the
+** hook's transaction behind its back.
+*/
+int due_pg_ok(due_store *s)
+{
+	s->sqlstate[0] = '\0';
+	if (PQstatus(s->conn) != CONNECTION_OK) {
+		PQreset(s->conn);
+		memset(s->prepared, 0, sizeof(s->prepared));
+		if (PQstatus(s->conn) != CONNECTION_OK)
+			return due_pg_error(s, NULL, "reconnect");
+		if (s->listening) { /* LISTEN died with the old session */
+			PGresult *r = PQexec(s->conn, "LISTEN " DUE_PG_CHANNEL);
+			s->listening = PQresultStatus(r) == PGRES_COMMAND_OK;
+			PQclear(r);
+		}
+	}
+	if (PQtransactionStatus(s->conn) != PQTRANS_IDLE)
+		return due_error_set(DUE_EINVAL,
+			"postgres store: a transaction is open on this handle's "
+			"connection (inside a completion hook, use the hook's "
+			"connection with due_schedule_pg_tx)");
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Parameters, statements, transactions                                */
+/* ------------------------------------------------------------------ */
+
+void due_pg_int(due_pg_params *p, int64_t v)
+{
+	snprintf(p->num[p->n], sizeof(p->num[0]), "%lld", (long long)v);
+	p->v[p->n] = p->num[p->n];
+	p->len[p->n] = 0;
+	p->fmt[p->n++] = 0;
+}
+
+void due_pg_text(due_pg_params *p, const char *t)
+{
+	p->v[p->n] = t;
+	p->len[p->n] = 0;
+	p->fmt[p->n++] = 0;
+}
+
+void due_pg_bin(due_pg_params *p, const void *d, size_t n)
+{
+	p->v[p->n] = d ? d : "";
+	p->len[p->n] = (int)n;
+	p->fmt[p->n++] = 1;
+}
+
+void due_pg_time(due_pg_params *p, due_time t)
+{
+	uint64_t v = (uint64_t)t - (uint64_t)DUE_PG_EPOCH_US;
+	unsigned char *b = (unsigned char *)p->num[p->n];
+
+	for (int i = 0; i < 8; i++)
+		b[i] = (unsigned char)(v >> (56 - 8 * i));
+	p->v[p->n] = p->num[p->n];
+	p->len[p->n] = 8;
+	p->fmt[p->n++] = 1;
+}
+
+static bool sqlstate_is(const PGresult *r, const char *code)
+{
+	const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	return st && strcmp(st, code) == 0;
+}
+
+/* Prepare statement `id` in this session (already there counts as done). */
+static int prepare(due_store *s, int id, const char *sql, const char *name,
+		   const char *what)
+{
+	PGresult *r = PQprepare(s->conn, name, sql, 0, NULL);
+	int rc = 0;
+
+	if (PQresultStatus(r) != PGRES_COMMAND_OK && !sqlstate_is(r, "42P05"))
+		rc = due_pg_error(s, r, what);
+	PQclear(r);
+	s->prepared[id] = rc == 0;
+	return rc;
+}
+
+/*
+** When the session lost our statement (26000: DEALLOCATE ALL, or a pooler
+** that moved us to another server session) and no transaction is open,
+** it is prepared again and run once more: it never ran, so that is safe.
+*/
+int due_pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
+	       const char *what, PGresult **out)
+{
+	char name[16];
+	PGresult *r;
+	ExecStatusType st;
+	int rc;
+
+	*out = NULL;
+	snprintf(name, sizeof(name), "due_%d", id);
+	for (int tries = 0;; tries++) {
+		if (s->own && !s->prepared[id] &&
+		    (rc = prepare(s, id, sql, name, what)) < 0)
+			return rc;
+		r = s->own ? PQexecPrepared(s->conn, name, p->n, p->v, p->len,
+					    p->fmt, 1)
+			   : PQexecParams(s->conn, sql, p->n, NULL, p->v, p->len,
+					  p->fmt, 1);
+		st = PQresultStatus(r);
+		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+			*out = r;
+			return 0;
+		}
+		if (!s->own || tries > 0 || !sqlstate_is(r, "26000") ||
+		    PQtransactionStatus(s->conn) != PQTRANS_IDLE)
+			break;
+		s->prepared[id] = false;
+		PQclear(r);
+	}
+	rc = due_pg_error(s, r, what);
+	PQclear(r);
+	return rc;
+}
+
+int due_pg_command(due_store *s, const char *sql, const char *what)
+{
+	PGresult *r = PQexec(s->conn, sql);
+	int rc = PQresultStatus(r) == PGRES_COMMAND_OK ||
+			 PQresultStatus(r) == PGRES_TUPLES_OK
+		 ? 0 : due_pg_error(s, r, what);
+	PQclear(r);
+	return rc;
+}
+
+int due_pg_begin(due_store *s)
+{
+	return due_pg_command(s, "BEGIN", "begin");
+}
+
+void due_pg_rollback(due_store *s)
+{
+	if (PQtransactionStatus(s->conn) != PQTRANS_IDLE &&
+	    PQstatus(s->conn) == CONNECTION_OK)
+		PQclear(PQexec(s->conn, "ROLLBACK"));
+}
+
+/*
+** A connection lost during COMMIT leaves the outcome unknown: DUE_ESTORE,
+** never retried.  A transaction that had already failed answers COMMIT
+** with ROLLBACK; that is an error too, not a success.
+*/
+int due_pg_commit(due_store *s)
+{
+	PGresult *r = PQexec(s->conn, "COMMIT");
+	char buf[512];
+	int rc = 0;
+
+	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+		if (PQstatus(s->conn) == CONNECTION_BAD)
+			rc = due_error_set(DUE_ESTORE,
+				"postgres store: commit outcome unknown, the "
+				"connection was lost: %s",
+				trimmed(buf, sizeof(buf), PQerrorMessage(s->conn)));
+		else
+			rc = due_pg_error(s, r, "commit");
+	} else if (strcmp(PQcmdStatus(r), "COMMIT") != 0) {
+		rc = due_error_set(DUE_ERROR, "postgres store: commit: the "
+				   "transaction had failed and was rolled back");
+	}
+	PQclear(r);
+	if (rc < 0)
+		due_pg_rollback(s);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Binary arrays                                                       */
+/* ------------------------------------------------------------------ */
+
+static void put(due_pg_buf *b, const void *d, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->len + n)
+			cap *= 2;
+		unsigned char *np = realloc(b->p, cap);
+		if (!np) {
+			b->oom = true;
+			return;
+		}
+		b->p = np;
+		b->cap = cap;
+	}
+	if (n)
+		memcpy(b->p + b->len, d, n);
+	b->len += n;
+}
+
+static void put32(due_pg_buf *b, uint32_t v)
+{
+	unsigned char x[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
+			      (unsigned char)(v >> 8), (unsigned char)v};
+	put(b, x, 4);
+}
+
+static void put64(due_pg_buf *b, uint64_t v)
+{
+	put32(b, (uint32_t)(v >> 32));
+	put32(b, (uint32_t)v);
+}
+
+void due_pg_arr_head(due_pg_buf *b, uint32_t oid, size_t n)
+{
+	put32(b, 1);           /* dimensions */
+	put32(b, 1);           /* may hold NULLs (checked per element) */
+	put32(b, oid);
+	put32(b, (uint32_t)n); /* length */
+	put32(b, 1);           /* lower bound */
+}
+
+void due_pg_arr_i64(due_pg_buf *b, int64_t v)
+{
+	put32(b, 8);
+	put64(b, (uint64_t)v);
+}
+
+void due_pg_arr_f64(due_pg_buf *b, double v)
+{
+	uint64_t bits;
+	memcpy(&bits, &v, sizeof(bits));
+	put32(b, 8);
+	put64(b, bits);
+}
+
+void due_pg_arr_i32(due_pg_buf *b, int32_t v)
+{
+	put32(b, 4);
+	put32(b, (uint32_t)v);
+}
+
+void due_pg_arr_bytes(due_pg_buf *b, const void *d, size_t n)
+{
+	if (n == SIZE_MAX) {
+		put32(b, UINT32_MAX);
+		return;
+	}
+	put32(b, (uint32_t)n);
+	put(b, d, n);
+}
+
+void due_pg_arr_text(due_pg_buf *b, const char *t)
+{
+	due_pg_arr_bytes(b, t, t ? strlen(t) : SIZE_MAX);
+}
+
+int due_pg_array(due_pg_params *p, const due_pg_buf *b)
+{
+	if (b->oom)
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	if (b->len > (size_t)INT_MAX)
+		return due_error_set(DUE_ETOOBIG,
+			"postgres store: batch of %zu bytes is too large for "
+			"one statement; split it", b->len);
+	due_pg_bin(p, b->p, b->len);
+	return 0;
+}
+
+int due_pg_texts(due_pg_params *p, due_pg_buf *b, const char *const *t,
+		 size_t n)
+{
+	due_pg_arr_head(b, DUE_PG_OID_TEXT, n);
+	for (size_t i = 0; i < n; i++)
+		due_pg_arr_text(b, t[i]);
+	return due_pg_array(p, b);
+}
+
+void due_pg_bufs_free(due_pg_buf *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(b[i].p);
+}
+
+/* ------------------------------------------------------------------ */
+/* Reading binary results                                              */
+/* ------------------------------------------------------------------ */
+
+int64_t due_pg_col_int(const PGresult *r, int row, int col)
+{
+	const unsigned char *p;
+	uint64_t v = 0;
+	int n;
+
+	if (PQgetisnull(r, row, col))
+		return 0;
+	p = (const unsigned char *)PQgetvalue(r, row, col);
+	n = PQgetlength(r, row, col);
+	for (int i = 0; i < n && i < 8; i++)
+		v = v << 8 | p[i];
+	if (n > 0 && n < 8 && (p[0] & 0x80))
+		v |= ~(uint64_t)0 << (8 * n);
+	return (int64_t)v;
+}
+
+due_time due_pg_col_time(const PGresult *r, int row, int col)
+{
+	return PQgetisnull(r, row, col)
+		       ? 0 : due_pg_col_int(r, row, col) + DUE_PG_EPOCH_US;
+}
+
+bool due_pg_col_null(const PGresult *r, int row, int col)
+{
+	return PQgetisnull(r, row, col) != 0;
+}
+
+double due_pg_col_f64(const PGresult *r, int row, int col)
+{
+	uint64_t bits = (uint64_t)due_pg_col_int(r, row, col);
+	double v;
+	memcpy(&v, &bits, sizeof(v));
+	return v;
+}
+
+char *due_pg_col_text(const PGresult *r, int row, int col)
+{
+	if (PQgetisnull(r, row, col))
+		return NULL;
+	return due_strdup_n(PQgetvalue(r, row, col),
+			    (size_t)PQgetlength(r, row, col));
+}
+
+int due_pg_col_state(const PGresult *r, int row, int col, due_state *out)
+{
+	if (PQgetisnull(r, row, col))
+		return due_state_from_store(NULL, 0, out);
+	return due_state_from_store(PQgetvalue(r, row, col),
+				    (size_t)PQgetlength(r, row, col), out);
+}
+
+/* The row.h cursor: the result is already all here, so next never fails. */
+static int cur_next(void *c)
+{
+	due_pg_cur *k = c;
+	return ++k->row < PQntuples(k->r) ? 1 : 0;
+}
+
+static bool cur_is_null(void *c, int col)
+{
+	due_pg_cur *k = c;
+	return PQgetisnull(k->r, k->row, col) != 0;
+}
+
+static int64_t cur_i64(void *c, int col)
+{
+	due_pg_cur *k = c;
+	return due_pg_col_int(k->r, k->row, col);
+}
+
+static due_time cur_time(void *c, int col)
+{
+	due_pg_cur *k = c;
+	return due_pg_col_time(k->r, k->row, col);
+}
+
+static const void *cur_bytes(void *c, int col, size_t *len)
+{
+	due_pg_cur *k = c;
+
+	*len = 0;
+	if (PQgetisnull(k->r, k->row, col))
+		return NULL;
+	*len = (size_t)PQgetlength(k->r, k->row, col);
+	return PQgetvalue(k->r, k->row, col);
+}
+
+static const due_row_ops pg_rows = {cur_next, cur_is_null, cur_i64, cur_time,
+				    cur_bytes};
+
+void due_pg_rows(due_rows *out, due_pg_cur *c, const PGresult *r)
+{
+	c->r = r;
+	c->row = -1;
+	out->ops = &pg_rows;
+	out->cur = c;
+}

@@ -1,0 +1,97 @@
+/*
+** registry.c - the table of store backends.
+**
+** This is the one place that names the backends this build has (curl's
+** available_backends[]).  A URL finds its backend here by scheme, an
+** unknown scheme's message lists what the table holds, and due_open()
+** asks due_store_check() before it calls a backend's first method.  To
+** add a backend: its file defines `const due_store_ops due_store_<name>`,
+** and it gets one line below (inside its build option's #ifdef when it
+** needs a library).
+*/
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "store/store.h"
+
+extern const due_store_ops due_store_sqlite;
+extern const due_store_ops due_store_pg;
+
+static const due_store_ops *const backends[] = {
+	&due_store_sqlite,
+#ifdef DUE_WITH_PG
+	&due_store_pg,
+#endif
+};
+
+#define N_BACKENDS (sizeof(backends) / sizeof(backends[0]))
+
+/* Every function pointer of due_store_ops is listed in a METHODS macro. */
+#define ONE(m) +1
+_Static_assert(sizeof(due_store_ops) ==
+		       offsetof(due_store_ops, parse_url) +
+			       (0 DUE_STORE_METHODS(ONE)
+				       DUE_STORE_NOTIFY_METHODS(ONE)
+					       DUE_STORE_TX_SUBMIT_METHODS(ONE)) *
+				       sizeof(void (*)(void)),
+	       "a method of due_store_ops is missing from DUE_STORE_*METHODS");
+#undef ONE
+
+const due_store_ops *due_store_find(const char *scheme)
+{
+	for (size_t i = 0; i < N_BACKENDS; i++)
+		for (const char *const *s = backends[i]->schemes; s && *s; s++)
+			if (strcmp(*s, scheme) == 0)
+				return backends[i];
+	return NULL;
+}
+
+void due_store_schemes(char *buf, size_t n)
+{
+	size_t off = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < N_BACKENDS; i++)
+		for (const char *const *s = backends[i]->schemes; s && *s; s++) {
+			int w = snprintf(buf + off, n - off, "%s%s:",
+					 off ? ", " : "", *s);
+			if (w < 0 || (size_t)w >= n - off)
+				return;
+			off += (size_t)w;
+		}
+}
+
+static int missing(const due_store_ops *ops, const char *method)
+{
+	return due_error_set(DUE_ESTORE,
+		"store backend '%s' is incomplete: method '%s' is NULL",
+		ops->name ? ops->name : "?", method);
+}
+
+int due_store_check(const due_store_ops *ops)
+{
+	if (ops->version != DUE_STORE_OPS_VERSION)
+		return due_error_set(DUE_ESTORE,
+			"store backend '%s' implements store interface version "
+			"%d; this due needs version %d",
+			ops->name ? ops->name : "?", ops->version,
+			DUE_STORE_OPS_VERSION);
+	if (!ops->name || !ops->schemes || !ops->schemes[0])
+		return due_error_set(DUE_ESTORE,
+			"store backend '%s' has no name or no URL scheme",
+			ops->name ? ops->name : "?");
+#define REQUIRE(m)                                                             \
+	if (!ops->m)                                                           \
+		return missing(ops, #m);
+	DUE_STORE_METHODS(REQUIRE)
+	if (ops->caps & DUE_STORE_CAP_NOTIFY) {
+		DUE_STORE_NOTIFY_METHODS(REQUIRE)
+	}
+	if (ops->caps & DUE_STORE_CAP_TX_SUBMIT) {
+		DUE_STORE_TX_SUBMIT_METHODS(REQUIRE)
+	}
+#undef REQUIRE
+	return 0;
+}

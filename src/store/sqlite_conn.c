@@ -1,0 +1,466 @@
+/*
+** sqlite_conn.c - the SQLite connection under sqlite.c (see
+** sqlite_conn.h): the URL and its options, open, errors, the statement
+** cache, transactions, the wake file and the row cursor.
+**
+** URL (the backend's parse_url; url.c has split off the scheme):
+**   sqlite:PATH            relative or absolute path
+**   sqlite:///abs/path     absolute path, URL style
+**   ?sync=full|normal      durability (default full)
+**   ?busy_ms=N             how long a writer waits for the file lock
+** Unknown options are errors that name them: a typo in `sync=norml` must
+** not silently give a different durability.
+**
+** Transactions.  Every write is one BEGIN IMMEDIATE transaction, which
+** takes SQLite's single writer lock up front; the busy handler below waits
+** for it in short steps, because our transactions are short.
+**
+** Wake-ups.  Every transaction that may make work for another process
+** touches the file "<store>-wake" after it commits (due_sq_commit_wake).
+** Listeners watch that file with inotify, which reaches every process on
+** the host.  The file carries no data and a lost wake-up costs only
+** lateness: workers still poll, slowly.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "store/sqlite_conn.h"
+
+/* ------------------------------------------------------------------ */
+/* Errors and statements                                               */
+/* ------------------------------------------------------------------ */
+
+int due_sq_error(due_store *s, int rc, const char *what)
+{
+	const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
+	int code;
+
+	switch (rc & 0xff) {
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED: code = DUE_EBUSY; break;
+	case SQLITE_NOMEM: code = DUE_ENOMEM; break;
+	case SQLITE_CONSTRAINT: code = DUE_ECONFLICT; break;
+	case SQLITE_TOOBIG: code = DUE_ETOOBIG; break;
+	case SQLITE_IOERR: case SQLITE_CANTOPEN: case SQLITE_READONLY:
+	case SQLITE_FULL: case SQLITE_CORRUPT: case SQLITE_NOTADB:
+	case SQLITE_PERM: code = DUE_ESTORE; break;
+	default: code = DUE_ERROR; break;
+	}
+	return due_error_set(code, "sqlite store: %s: %s", what, msg);
+}
+
+sqlite3_stmt *due_sq_stmt(due_store *s, int id, const char *sql)
+{
+	sqlite3_stmt *st = s->st[id];
+	int rc;
+
+	if (st) {
+		sqlite3_reset(st);
+		sqlite3_clear_bindings(st);
+		return st;
+	}
+	rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
+				&s->st[id], NULL);
+	if (rc != SQLITE_OK) {
+		due_sq_error(s, rc, "prepare");
+		return NULL;
+	}
+	return s->st[id];
+}
+
+int due_sq_exec(due_store *s, sqlite3_stmt *st, const char *what)
+{
+	int rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE ? 0 : due_sq_error(s, rc, what);
+}
+
+/* BEGIN IMMEDIATE (0) or COMMIT (1), prepared once like any statement. */
+static int tx(due_store *s, int which, const char *what)
+{
+	static const char *const sql[2] = {"BEGIN IMMEDIATE", "COMMIT"};
+	int rc;
+
+	if (!s->tx[which] &&
+	    (rc = sqlite3_prepare_v3(s->db, sql[which], -1,
+				     SQLITE_PREPARE_PERSISTENT, &s->tx[which],
+				     NULL)) != SQLITE_OK)
+		return due_sq_error(s, rc, "prepare");
+	return due_sq_exec(s, s->tx[which], what);
+}
+
+int due_sq_begin(due_store *s)
+{
+	return tx(s, 0, "begin");
+}
+
+int due_sq_commit(due_store *s)
+{
+	int rc = tx(s, 1, "commit");
+	if (rc < 0)
+		due_sq_rollback(s);
+	return rc;
+}
+
+int due_sq_commit_wake(due_store *s)
+{
+	int rc = due_sq_commit(s);
+	if (rc == 0)
+		due_sq_notify(s);
+	return rc;
+}
+
+void due_sq_rollback(due_store *s)
+{
+	if (sqlite3_get_autocommit(s->db))
+		return;
+	sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+/*
+** Wake listeners: touch the wake file (creating it if needed).  Best
+** effort: a lost wake-up costs lateness, never a task.
+*/
+int due_sq_notify(due_store *s)
+{
+	int fd = open(s->wake_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+	if (fd < 0)
+		return 0;
+	futimens(fd, NULL);
+	close(fd);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Rows (row.h)                                                        */
+/* ------------------------------------------------------------------ */
+
+static int cur_next(void *c)
+{
+	due_sq_cur *k = c;
+	int rc = sqlite3_step(k->st);
+	return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0
+							 : due_sq_error(k->s, rc, k->what);
+}
+
+static bool cur_is_null(void *c, int col)
+{
+	return sqlite3_column_type(((due_sq_cur *)c)->st, col) == SQLITE_NULL;
+}
+
+/* Integers, and times: the store keeps them as integer microseconds. */
+static int64_t cur_i64(void *c, int col)
+{
+	return sqlite3_column_int64(((due_sq_cur *)c)->st, col);
+}
+
+static const void *cur_bytes(void *c, int col, size_t *len)
+{
+	sqlite3_stmt *st = ((due_sq_cur *)c)->st;
+	const void *p;
+
+	*len = 0;
+	if (sqlite3_column_type(st, col) == SQLITE_NULL)
+		return NULL;
+	p = sqlite3_column_blob(st, col); /* TEXT comes back unconverted */
+	*len = (size_t)sqlite3_column_bytes(st, col);
+	return p ? p : ""; /* an empty value is not NULL */
+}
+
+static const due_row_ops sq_rows = {cur_next, cur_is_null, cur_i64, cur_i64,
+				    cur_bytes};
+
+void due_sq_rows(due_rows *out, due_sq_cur *c, due_store *s, sqlite3_stmt *st,
+		 const char *what)
+{
+	c->s = s;
+	c->st = st;
+	c->what = what;
+	out->ops = &sq_rows;
+	out->cur = c;
+}
+
+int due_sq_col_state(sqlite3_stmt *st, int col, due_state *out)
+{
+	const char *p = (const char *)sqlite3_column_text(st, col);
+	return due_state_from_store(p, (size_t)sqlite3_column_bytes(st, col), out);
+}
+
+/* ------------------------------------------------------------------ */
+/* URL, open, close                                                    */
+/* ------------------------------------------------------------------ */
+
+/* SQL function due_backoff(base, cap, n): the one backoff rule, from core. */
+static void sql_backoff(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+	(void)argc;
+	sqlite3_result_int64(ctx, due_backoff_us(sqlite3_value_int64(argv[0]),
+						 sqlite3_value_int64(argv[1]),
+						 sqlite3_value_int(argv[2])));
+}
+
+/*
+** Busy handler: our write transactions are short (tens of microseconds to
+** a few milliseconds), so waiting in SQLite's default steps (1, 2, 5, 10 ..
+** 100 ms) wastes most of the wait.  Retry after 20 us, doubling up to 2 ms,
+** until busy_ms has passed since the first retry.
+*/
+static int64_t mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int on_busy(void *arg, int count)
+{
+	due_store *s = arg;
+	int64_t now = mono_us();
+	struct timespec ts = {0, 0};
+	long us = count < 7 ? 20L << count : 2000;
+
+	if (count == 0)
+		s->busy_since = now;
+	else if (now - s->busy_since >= (int64_t)s->busy_ms * 1000)
+		return 0;
+	ts.tv_nsec = us * 1000;
+	nanosleep(&ts, NULL);
+	return 1;
+}
+
+/* SQL function due_bucket(us): the histogram bucket of a duration. */
+static void sql_bucket(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+	double ms = (double)sqlite3_value_int64(argv[0]) / 1000.0;
+	int b = 0;
+	(void)argc;
+	while (b < DUE_HIST_N && ms > due_hist_bounds_ms[b])
+		b++;
+	sqlite3_result_int(ctx, b);
+}
+
+/* What the URL says (parse_url): the file and its options. */
+typedef struct sq_cfg {
+	char *path;
+	bool sync_normal; /* ?sync=normal */
+	int busy_ms;      /* ?busy_ms= (default 30000) */
+} sq_cfg;
+
+void due_sq_free_cfg(void *cfg)
+{
+	sq_cfg *c = cfg;
+	if (c)
+		free(c->path);
+	free(c);
+}
+
+static int parse_option(sq_cfg *c, const char *opt, const char *full)
+{
+	if (strcmp(opt, "sync=full") == 0) {
+		c->sync_normal = false;
+	} else if (strcmp(opt, "sync=normal") == 0) {
+		c->sync_normal = true;
+	} else if (strncmp(opt, "busy_ms=", 8) == 0) {
+		char *end;
+		errno = 0;
+		long v = strtol(opt + 8, &end, 10);
+		if (errno || *end || end == opt + 8 || v < 0 || v > 3600000)
+			return due_error_set(DUE_EINVAL,
+				"malformed store URL '%s': busy_ms must be 0..3600000",
+				full);
+		c->busy_ms = (int)v;
+	} else {
+		return due_error_set(DUE_EINVAL,
+			"malformed store URL '%s': unknown option '%s' "
+			"(expected sync=full|normal or busy_ms=N)", full, opt);
+	}
+	return 0;
+}
+
+/* Each &-separated option after q (which points at the '?'). */
+static int parse_options(sq_cfg *c, const char *q, const char *full)
+{
+	while (q) {
+		const char *next = strchr(q + 1, '&');
+		size_t n = next ? (size_t)(next - q - 1) : strlen(q + 1);
+		char *opt = due_strdup_n(q + 1, n);
+		int rc;
+		if (!opt)
+			return due_error_set(DUE_ENOMEM, "out of memory");
+		rc = parse_option(c, opt, full);
+		free(opt);
+		if (rc < 0)
+			return rc;
+		q = next;
+	}
+	return 0;
+}
+
+int due_sq_parse_url(void **out, const due_url *u)
+{
+	const char *path = u->rest;
+	const char *q = strchr(path, '?');
+	size_t plen = q ? (size_t)(q - path) : strlen(path);
+	sq_cfg *c;
+	int rc;
+
+	*out = NULL;
+	if (strncmp(path, "//", 2) == 0) {
+		if (path[2] != '/')
+			return due_error_set(DUE_EINVAL,
+				"malformed store URL '%s': use sqlite:PATH or "
+				"sqlite:///absolute/path", u->text);
+		path += 2;
+		plen -= 2;
+	}
+	if (plen == 0)
+		return due_error_set(DUE_EINVAL,
+			"malformed store URL '%s': empty file path", u->text);
+	if (!(c = calloc(1, sizeof(*c))) || !(c->path = due_strdup_n(path, plen))) {
+		due_sq_free_cfg(c);
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	}
+	c->busy_ms = 30000;
+	if ((rc = parse_options(c, q, u->text)) < 0) {
+		due_sq_free_cfg(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+static int configure(due_store *s, const sq_cfg *c)
+{
+	char sql[160];
+
+	s->busy_ms = c->busy_ms;
+	sqlite3_busy_handler(s->db, on_busy, s);
+	snprintf(sql, sizeof(sql),
+		 "PRAGMA synchronous = %s; PRAGMA foreign_keys = OFF;",
+		 c->sync_normal ? "NORMAL" : "FULL");
+	int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+	if (rc != SQLITE_OK)
+		return due_sq_error(s, rc, "configure");
+	rc = sqlite3_create_function(s->db, "due_backoff", 3,
+				     SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
+				     sql_backoff, NULL, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_create_function(s->db, "due_bucket", 1,
+					     SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
+					     sql_bucket, NULL, NULL);
+	return rc == SQLITE_OK ? 0 : due_sq_error(s, rc, "register due_backoff");
+}
+
+int due_sq_open(due_store **out, const void *cfg, bool create)
+{
+	const sq_cfg *u = cfg;
+	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+	due_store *s;
+	int rc;
+
+	*out = NULL;
+	if (!create && access(u->path, F_OK) != 0)
+		return due_error_set(DUE_ESCHEMA,
+			"no store at '%s': run `due init --db sqlite:%s` first",
+			u->path, u->path);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	*out = s;
+	s->ino_fd = -1;
+	s->path = due_strdup_n(u->path, strlen(u->path));
+	if (s->path && (s->wake_path = malloc(strlen(s->path) + 6)))
+		snprintf(s->wake_path, strlen(s->path) + 6, "%s-wake", s->path);
+	if (!s->path || !s->wake_path)
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	if (create)
+		flags |= SQLITE_OPEN_CREATE;
+	rc = sqlite3_open_v2(u->path, &s->db, flags, NULL);
+	if (rc != SQLITE_OK)
+		return due_error_set(DUE_ESTORE, "cannot open sqlite store '%s': %s",
+				     u->path, s->db ? sqlite3_errmsg(s->db)
+						      : sqlite3_errstr(rc));
+	sqlite3_extended_result_codes(s->db, 1);
+	return configure(s, u);
+}
+
+void due_sq_close(due_store *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < DUE_SQ_MAX_STMTS; i++)
+		sqlite3_finalize(s->st[i]);
+	for (int i = 0; i < 2; i++)
+		sqlite3_finalize(s->tx[i]);
+	sqlite3_finalize(s->claim);
+	sqlite3_finalize(s->upc);
+	sqlite3_close_v2(s->db);
+	if (s->ino_fd >= 0)
+		close(s->ino_fd);
+	free(s->wake_path);
+	free(s->path);
+	free(s);
+}
+
+/* The store's clock is the host's (DUE_STORE_CAP_HOST_CLOCK). */
+int due_sq_now(due_store *s, due_time *out)
+{
+	(void)s;
+	*out = due_time_now_host();
+	return 0;
+}
+
+void *due_sq_native(due_store *s)
+{
+	return s->db;
+}
+
+/* ------------------------------------------------------------------ */
+/* Listening to the wake file                                          */
+/* ------------------------------------------------------------------ */
+
+int due_sq_listen(due_store *s, int *fd)
+{
+	if (s->ino_fd < 0) {
+		int w = open(s->wake_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+			     0666);
+		if (w >= 0)
+			close(w);
+		s->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+		if (s->ino_fd < 0)
+			return due_error_set(DUE_ESTATE, "inotify: %s", strerror(errno));
+		if (inotify_add_watch(s->ino_fd, s->wake_path,
+				      IN_ATTRIB | IN_MODIFY | IN_CLOSE_WRITE) < 0) {
+			int e = errno;
+			close(s->ino_fd);
+			s->ino_fd = -1;
+			return due_error_set(DUE_ESTATE, "cannot watch '%s': %s",
+					     s->wake_path, strerror(e));
+		}
+	}
+	*fd = s->ino_fd;
+	return 0;
+}
+
+int due_sq_listen_drain(due_store *s, int *count)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	ssize_t n;
+
+	*count = 0;
+	if (s->ino_fd < 0)
+		return 0;
+	while ((n = read(s->ino_fd, buf, sizeof(buf))) > 0)
+		for (char *p = buf; p < buf + n;
+		     p += sizeof(struct inotify_event) + ((struct inotify_event *)p)->len)
+			(*count)++;
+	return 0;
+}

@@ -1,0 +1,87 @@
+/*
+** sqlite_conn.h - the SQLite connection under sqlite.c: the URL and its
+** options, open and close, errors, the statement cache, transactions, the
+** wake file, and the row cursor (sqlite_conn.c).
+**
+** sqlite.c says WHAT each transition's statements are; this layer says
+** how they reach the file.  Only these two files include it.
+*/
+#ifndef DUE_SQLITE_CONN_H
+#define DUE_SQLITE_CONN_H
+
+#include <sqlite3.h>
+
+#include "store/row.h"
+#include "store/store.h"
+
+/* The most statements sqlite.c numbers (one cache slot each). */
+#define DUE_SQ_MAX_STMTS 64
+
+struct due_store {
+	sqlite3 *db;
+	char *path;
+	int busy_ms;           /* give up waiting for the lock after this */
+	int64_t busy_since;    /* monotonic us of the first retry of this wait */
+	sqlite3_stmt *st[DUE_SQ_MAX_STMTS]; /* sqlite.c's, by number */
+	sqlite3_stmt *tx[2];   /* BEGIN IMMEDIATE, COMMIT */
+	sqlite3_stmt *claim;   /* claim statement for claim_kinds kinds */
+	size_t claim_kinds;
+	bool claim_exclude;
+	sqlite3_stmt *upc;     /* upcoming statement, same caching */
+	size_t upc_kinds;
+	bool upc_exclude;
+	char *wake_path;       /* "<path>-wake" */
+	int ino_fd;            /* inotify instance while listening, else -1 */
+};
+
+/* The connection methods of the ops table (sqlite.c lists them). */
+int due_sq_parse_url(void **cfg, const due_url *u);
+void due_sq_free_cfg(void *cfg);
+int due_sq_open(due_store **out, const void *cfg, bool create);
+void due_sq_close(due_store *s);
+int due_sq_now(due_store *s, due_time *out);
+void *due_sq_native(due_store *s);
+int due_sq_listen(due_store *s, int *fd);
+int due_sq_listen_drain(due_store *s, int *count);
+int due_sq_notify(due_store *s);
+
+/*
+** Translate a native SQLite failure into a due code and message.  This is
+** the only place that knows SQLite's result codes.
+*/
+int due_sq_error(due_store *s, int rc, const char *what);
+
+/*
+** Statement `id` (< DUE_SQ_MAX_STMTS) of text `sql`, prepared once and
+** cached, reset and unbound; NULL with the error set.
+*/
+sqlite3_stmt *due_sq_stmt(due_store *s, int id, const char *sql);
+/* Run a statement that returns no rows.  0 or a due code. */
+int due_sq_exec(due_store *s, sqlite3_stmt *st, const char *what);
+
+/* BEGIN IMMEDIATE: SQLite's one writer lock, taken up front. */
+int due_sq_begin(due_store *s);
+/* COMMIT; on failure the transaction is rolled back. */
+int due_sq_commit(due_store *s);
+/* COMMIT, then wake listeners (the transaction may have made work). */
+int due_sq_commit_wake(due_store *s);
+/* Roll back if a transaction is open; keeps the error already recorded. */
+void due_sq_rollback(due_store *s);
+
+/* The state in column col of st's current row. */
+int due_sq_col_state(sqlite3_stmt *st, int col, due_state *out);
+
+/*
+** A cursor (row.h) over a statement being stepped.  The statement is
+** reset by whoever stepped it; `what` names a failed step.
+*/
+typedef struct due_sq_cur {
+	due_store *s;
+	sqlite3_stmt *st;
+	const char *what;
+} due_sq_cur;
+
+void due_sq_rows(due_rows *out, due_sq_cur *c, due_store *s, sqlite3_stmt *st,
+		 const char *what);
+
+#endif /* DUE_SQLITE_CONN_H */
