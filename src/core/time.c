@@ -212,6 +212,10 @@ int due_time_parse(due_time *out, const char *text)
 		       h * 3600 + mi * 60 + s - off;
 	if (secs < 0)
 		return bad_time(text, "before 1970-01-01T00:00:00Z");
+	/* the fields are in range, but an offset can still push the instant
+	   past what RFC 3339 (four-digit years) can write back */
+	if (secs > 253402300799LL)
+		return bad_time(text, "after 9999-12-31T23:59:59Z");
 	*out = secs * US_PER_S + frac_us;
 	return 0;
 }

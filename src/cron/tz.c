@@ -218,17 +218,21 @@ static int64_t rule_instant(const rule_date *d, int64_t y, int32_t off_before)
 }
 
 /*
-** The period of the rule holding instant u. The changes of the years around
-** u are listed in order (a stable sort keeps "end of DST in year y" before
-** "start of DST in year y+1" when a zone is on DST all year and both fall on
-** one instant); the last change at or before u gives the offset.
+** The period of the rule holding instant u.  The changes of two years
+** either side of u's year are listed in order: a change may fall days
+** outside its nominal year, so with one year either side the end of DST of
+** year y-1 could land after the start of year y's and the offset at u would
+** depend on the list (found by fuzz_tzif).  A stable sort keeps "end of DST
+** in year y" before "start of DST in year y+1" when a zone is on DST all
+** year and both fall on one instant; the last change at or before u gives
+** the offset.
 */
 static void rule_period(const posix_rule *r, int64_t u, period *p)
 {
 	struct change {
 		int64_t at;
 		int32_t off;
-	} ch[6], tmp;
+	} ch[10], tmp;
 	int64_t y;
 	int mo, dd, n = 0, i, j;
 
@@ -236,7 +240,7 @@ static void rule_period(const posix_rule *r, int64_t u, period *p)
 	if (!r->has_dst)
 		return;
 	civil_from_days(floor_div(u, DAY), &y, &mo, &dd);
-	for (int64_t yy = y - 1; yy <= y + 1; yy++) {
+	for (int64_t yy = y - 2; yy <= y + 2; yy++) {
 		ch[n++] = (struct change){rule_instant(&r->start, yy, r->std_off), r->dst_off};
 		ch[n++] = (struct change){rule_instant(&r->end, yy, r->dst_off), r->std_off};
 	}

@@ -72,7 +72,7 @@ expect_err 2 "over the limit of 1048576 bytes" "$DUE" add demo --payload-file "$
 head -c 1048576 /dev/zero | tr '\0' 'x' >"$T/max"
 expect_err 2 "over the limit of 100 bytes" env DUE_MAX_PAYLOAD=100 "$DUE" add demo --payload-file "$T/max"
 expect_err 2 "cannot read" "$DUE" add demo --payload-file "$T/nope"
-expect_err 2 "Is a directory" "$DUE" add demo --payload-file "$T"
+expect_err 2 "is a directory" "$DUE" add demo --payload-file "$T"
 expect_err 2 "invalid task id 'abc'" "$DUE" show abc
 expect_err 2 "invalid task id '-1'" "$DUE" cancel -1
 expect_err 2 "needs a value" "$DUE" add demo --in

@@ -1,13 +1,13 @@
 /*
-** fuzz_url.c - due_url_parse() and due_url_clear() (src/store/store.h).
+** fuzz_url.c - store URL parsing: due_url_parse() (src/store/url.c) splits
+** the scheme and finds the backend; that backend's parse_url() reads the
+** rest into its private config, which free_cfg() releases.  This is
+** everything due_open() does before it touches a file or the network.
 **
-** Written against the API of src/store/url.c as it is today (a due_url with
-** scheme, target, sync_normal and busy_ms); when URL parsing changes, adapt
-** the checks below. The input, as a C string, is a store URL. A failure is
-** DUE_EINVAL (or DUE_ENOMEM) and needs no due_url_clear(), as in
-** due_open(). A success names one of the two schemes, owns a non-empty
-** target, and for sqlite keeps busy_ms within 0..3600000; due_url_clear()
-** frees it and may be called twice.
+** The input, as a C string, is a store URL.  A failure at either stage is
+** DUE_EINVAL (or DUE_ENOMEM) with a message; a success names a backend of
+** this build whose schemes include the parsed scheme, and the scheme is a
+** prefix of the input followed by ':'.
 */
 #include "due.h"
 #include "fuzz.h"
@@ -16,24 +16,35 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char *text = fuzz_cstr(data, size);
+	const due_store_ops *ops = NULL;
 	due_url u;
-	int rc = due_url_parse(&u, text);
+	void *cfg = NULL;
+	int rc = due_url_parse(&u, &ops, text);
 
 	if (rc != 0) {
 		FUZZ_CHECK(rc == DUE_EINVAL || rc == DUE_ENOMEM, "'%s': rc %d", text, rc);
+		FUZZ_CHECK(ops == NULL, "'%s': failed parse returned a backend", text);
+		FUZZ_CHECK(due_error_last()[0] != '\0', "'%s': failure without a message", text);
 		free(text);
 		return 0;
 	}
+	FUZZ_CHECK(ops != NULL, "'%s': no backend", text);
 	FUZZ_CHECK(memchr(u.scheme, '\0', sizeof u.scheme) != NULL, "scheme unterminated");
-	FUZZ_CHECK(strcmp(u.scheme, "sqlite") == 0 || strcmp(u.scheme, "postgres") == 0,
-		   "'%s': scheme '%s'", text, u.scheme);
-	FUZZ_CHECK(u.target != NULL && u.target[0] != '\0' && strlen(u.target) <= size,
-		   "'%s': target '%s'", text, u.target ? u.target : "(null)");
-	if (strcmp(u.scheme, "sqlite") == 0)
-		FUZZ_CHECK(u.busy_ms >= 0 && u.busy_ms <= 3600000, "'%s': busy_ms %d", text,
-			   u.busy_ms);
-	due_url_clear(&u);
-	due_url_clear(&u);
+	size_t n = strlen(u.scheme);
+	FUZZ_CHECK(n > 0 && strncmp(text, u.scheme, n) == 0 && text[n] == ':' &&
+			   u.rest == text + n + 1,
+		   "'%s': scheme '%s' is not the input's prefix", text, u.scheme);
+	bool known = false;
+	for (const char *const *s = ops->schemes; *s; s++)
+		known |= strcmp(*s, u.scheme) == 0;
+	FUZZ_CHECK(known, "'%s': backend %s does not answer '%s'", text, ops->name, u.scheme);
+
+	rc = ops->parse_url(&cfg, &u);
+	if (rc != 0) {
+		FUZZ_CHECK(rc == DUE_EINVAL || rc == DUE_ENOMEM, "'%s': parse_url rc %d", text, rc);
+		FUZZ_CHECK(due_error_last()[0] != '\0', "'%s': failure without a message", text);
+	}
+	ops->free_cfg(cfg);
 	free(text);
 	return 0;
 }
