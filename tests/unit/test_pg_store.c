@@ -34,7 +34,9 @@
 #include <cmocka.h>
 
 #include "due.h"
+#ifdef DUE_WITH_PG
 #define TU_TASKS /* add, claim_one, get, state_of */
+#endif
 #include "test_util.h"
 
 #ifdef DUE_WITH_PG
