@@ -8,6 +8,13 @@
 ** O_APPEND keeps whole across processes.  "Local effect" means a result
 ** committed with DONE; "external effect" is a file the handler writes
 ** before it commits, which no store transaction can take back.
+**
+** No timing assumptions.  What must still be running when the case acts
+** blocks on a file the case creates (or never does: the worker stops it),
+** not on a sleep; what must have happened is waited for as a condition.
+** Every wait has a deadline of HANG_MS, which only guards against a hang
+** and is no claim about speed; the few fixed pauses left (an outage, a
+** window to watch) are lower bounds, never "X is done by then".
 */
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +26,7 @@
 
 #define SEC 1000000LL
 #define MS 1000LL
+#define HANG_MS 60000 /* a deadline guards against a hang, it claims nothing */
 
 static void set_dir_env(vctx *v)
 {
@@ -68,7 +76,7 @@ static void stop_worker(pid_t pid)
 {
 	if (pid > 0) {
 		kill(pid, SIGTERM);
-		v_reap(pid, 10000);
+		v_reap(pid, HANG_MS);
 	}
 }
 
@@ -100,7 +108,7 @@ void v_normal_three_workers(vctx *v)
 		w[i] = v_worker(v, log, "--exec", cmd, "--poll", "10ms", "--owner",
 				owner, "--concurrency", "4", (char *)NULL);
 	}
-	bool ok = v_wait(v, 60000, all_done, &n);
+	bool ok = v_wait(v, HANG_MS, all_done, &n);
 	for (int i = 0; i < 3; i++)
 		stop_worker(w[i]);
 	lo.limit = N;
@@ -137,7 +145,7 @@ void v_boundary_not_before_due(vctx *v)
 {
 	enum { N = 50 };
 	int claimed = 0, early = 0, polls = 0;
-	double end = v_now_ms() + 10000;
+	double end = v_now_ms() + HANG_MS;
 
 	for (int i = 0; i < N; i++)
 		v_add(v, "nbd", 200 * MS + (int64_t)i * 10 * MS, 5, 0, NULL);
@@ -246,7 +254,7 @@ void v_race_due_vs_cancel(vctx *v)
 			out[i] = DUE_CANCEL_NOT_FOUND;
 	}
 	for (int i = 0; i < ROUNDS; i++)
-		v_wait(v, 10000, terminal, &ids[i]);
+		v_wait(v, HANG_MS, terminal, &ids[i]);
 	stop_worker(w);
 	for (int i = 0; i < ROUNDS; i++) {
 		due_task *t = v_get(v, ids[i]);
@@ -280,7 +288,7 @@ void v_retry_backoff_then_done(vctx *v)
 	set_dir_env(v);
 	w.id = v_add(v, "retry", 0, 3, 200 * MS, NULL);
 	pid_t p = v_worker(v, "w.log", "--exec", cmd, "--poll", "10ms", (char *)NULL);
-	bool ok = v_wait(v, 20000, want_state, &w);
+	bool ok = v_wait(v, HANG_MS, want_state, &w);
 	stop_worker(p);
 	due_task *t = v_get(v, w.id);
 	if (t && t->n_attempts == 3) {
@@ -305,7 +313,7 @@ void v_retry_exhausted_dead(vctx *v)
 	w.id = v_add(v, "dead", 0, 3, 50 * MS, NULL);
 	pid_t p = v_worker(v, "w.log", "--exec", "echo boom >&2; exit 2", "--poll",
 			   "10ms", (char *)NULL);
-	bool ok = v_wait(v, 20000, want_state, &w);
+	bool ok = v_wait(v, HANG_MS, want_state, &w);
 	stop_worker(p);
 	due_task *t = v_get(v, w.id);
 	bool err = t && t->last_error && strstr(t->last_error, "boom");
@@ -335,31 +343,56 @@ typedef struct watch {
 	int stolen;
 } watch;
 
+/*
+** Watch task `id`, held by attempt 1, for ms: count the renewals of its
+** lease seen, and how often attempt 1 was found taken back (reclaimed or
+** claimed again) before the end of the lease last seen for it.  A holder
+** starved of CPU may miss a renewal and lose its lease; that is the
+** contract working, not a theft.  Both ends are the store's clock.
+*/
+static void watch_lease(vctx *v, due_id id, double ms, int *renewals,
+			int *stolen)
+{
+	due_time until = 0;
+	*renewals = *stolen = 0;
+	for (double end = v_now_ms() + ms; v_now_ms() < end; v_sleep_ms(20)) {
+		due_task *t = v_get(v, id);
+		if (t && t->attempt == 1 && t->state == DUE_CLAIMED) {
+			*renewals += until && t->lease_until > until;
+			if (t->lease_until > until)
+				until = t->lease_until;
+		} else if (t && t->n_attempts > 0 &&
+			   ((t->attempts[0].ended_at &&
+			     t->attempts[0].ended_at < until) ||
+			    (t->n_attempts > 1 &&
+			     t->attempts[1].claimed_at < until))) {
+			(*stolen)++;
+		}
+		due_task_free(t);
+	}
+}
+
 void v_crash_kill9_lease_retry(vctx *v)
 {
 	want claimed = {0, DUE_CLAIMED, 1}, done = {0, DUE_DONE, 2};
-	int stolen = 0, code;
+	int stolen = 0, renewals = 0, code;
 	double t_kill, t_reclaim = -1;
 
 	set_dir_env(v);
 	claimed.id = done.id = v_add(v, "crash", 0, 5, 0, "x");
 	pid_t a = v_worker(v, "a.log", "--owner", "A", "--lease", "1s", "--exec",
-			   "echo $$ > \"$DUEV_DIR/a.pid\"; exec sleep 60", (char *)NULL);
-	bool ok = v_wait(v, 10000, want_state, &claimed);
+			   "echo $$ > \"$DUEV_DIR/a.pid\"; exec sleep 600", (char *)NULL);
+	bool ok = v_wait(v, HANG_MS, want_state, &claimed);
 	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s", "--poll",
 			   "20ms", "--exec", "echo B >> \"$DUEV_DIR/effects\"",
 			   (char *)NULL);
-	/* A is alive and renewing for 2.5 leases: B must never get the task */
-	for (double end = v_now_ms() + 2500; v_now_ms() < end; v_sleep_ms(20)) {
-		due_task *t = v_get(v, claimed.id);
-		if (t && (t->attempt != 1 || t->state != DUE_CLAIMED))
-			stolen++;
-		due_task_free(t);
-	}
+	/* A is alive and renewing for 2.5 leases: B must never take the task
+	   while A's lease runs */
+	watch_lease(v, claimed.id, 2500, &renewals, &stolen);
 	kill(a, SIGKILL);
 	t_kill = v_now_ms();
-	code = v_reap(a, 5000);
-	for (double end = t_kill + 10000; v_now_ms() < end; v_sleep_ms(5)) {
+	code = v_reap(a, HANG_MS);
+	for (double end = t_kill + HANG_MS; v_now_ms() < end; v_sleep_ms(5)) {
 		due_task *t = v_get(v, claimed.id);
 		bool back = t && t->n_attempts && strcmp(t->attempts[0].outcome, "RUNNING");
 		due_task_free(t);
@@ -368,7 +401,7 @@ void v_crash_kill9_lease_retry(vctx *v)
 			break;
 		}
 	}
-	ok &= v_wait(v, 10000, want_state, &done);
+	ok &= v_wait(v, HANG_MS, want_state, &done);
 	stop_worker(b);
 	kill_orphan(v, "a.pid");
 	due_task *t = v_get(v, done.id);
@@ -379,9 +412,10 @@ void v_crash_kill9_lease_retry(vctx *v)
 	int effects = v_lines(v, "effects");
 	v_case(v, "crash_kill9_lease_retry",
 	       ok && code == 137 && stolen == 0 && hist && effects == 1,
-	       "exit=%d stolen_while_alive=%d kill_to_reclaim_ms=%.0f final=%s "
-	       "attempt=%d claims=[1,%s|2,%s] attempt1=%s effects=%d",
-	       code, stolen, t_reclaim < 0 ? -1.0 : t_reclaim - t_kill,
+	       "exit=%d stolen_while_alive=%d renewals_seen=%d "
+	       "kill_to_reclaim_ms=%.0f final=%s attempt=%d claims=[1,%s|2,%s] "
+	       "attempt1=%s effects=%d",
+	       code, stolen, renewals, t_reclaim < 0 ? -1.0 : t_reclaim - t_kill,
 	       t ? due_state_name(t->state) : "?", t ? t->attempt : 0,
 	       t && t->n_attempts > 0 ? t->attempts[0].worker : "-",
 	       t && t->n_attempts > 1 ? t->attempts[1].worker : "-",
@@ -410,33 +444,50 @@ static bool log_has(vctx *v, const char *log, const char *needle)
 	return found;
 }
 
+static bool file_exists(vctx *v, void *name)
+{
+	char p[1300];
+	return access(v_path(v, name, p, sizeof(p)), F_OK) == 0;
+}
+
+/* Create an empty file in the case dir (a gate a handler waits for). */
+static void touch(vctx *v, const char *name)
+{
+	char p[1300];
+	FILE *f = fopen(v_path(v, name, p, sizeof(p)), "w");
+	if (f)
+		fclose(f);
+}
+
 void v_sigstop_late_commit_rejected(vctx *v)
 {
 	want claimed = {0, DUE_CLAIMED, 1}, done = {0, DUE_DONE, 2};
 	char after_b[64] = "?";
-	double t_claim;
 
 	set_dir_env(v);
 	claimed.id = done.id = v_add(v, "stall", 0, 5, 0, "x");
+	/* A's handler runs until released, then answers A */
 	pid_t a = v_worker(v, "a.log", "--owner", "A", "--lease", "1s", "--exec",
-			   "sleep 1.5; echo A", (char *)NULL);
-	bool ok = v_wait(v, 10000, want_state, &claimed);
-	t_claim = v_now_ms();
-	kill(a, SIGSTOP);
+			   ": > \"$DUEV_DIR/a.started\"; until [ -e \"$DUEV_DIR/"
+			   "a.release\" ]; do sleep 0.02; done; echo A; "
+			   ": > \"$DUEV_DIR/a.finished\"", (char *)NULL);
+	bool ok = v_wait(v, HANG_MS, want_state, &claimed);
+	ok &= v_wait(v, HANG_MS, file_exists, "a.started");
+	kill(a, SIGSTOP); /* the worker stops; its handler runs on */
 	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s", "--poll",
 			   "20ms", "--exec", "echo B", (char *)NULL);
-	ok &= v_wait(v, 15000, want_state, &done);
+	ok &= v_wait(v, HANG_MS, want_state, &done);
 	due_task *t = v_get(v, done.id);
 	if (t && t->has_result)
 		snprintf(after_b, sizeof(after_b), "%.*s", (int)strcspn((char *)t->result, "\n"),
 			 (char *)t->result);
 	due_task_free(t);
-	/* resume A only after its handler has finished: its late commit is a
-	   complete, not a fail */
-	while (v_now_ms() - t_claim < 2000)
-		v_sleep_ms(10);
+	/* resume A only after its handler has answered: its late commit is
+	   a complete, not a fail */
+	touch(v, "a.release");
+	ok &= v_wait(v, HANG_MS, file_exists, "a.finished");
 	kill(a, SIGCONT);
-	bool rejected = v_wait(v, 15000, late_marked, &done.id);
+	bool rejected = v_wait(v, HANG_MS, late_marked, &done.id);
 	stop_worker(a);
 	stop_worker(b);
 	t = v_get(v, done.id);
@@ -475,10 +526,10 @@ static void ext_key_case(vctx *v, const char *name, const char *keyexpr,
 	done.id = v_add(v, "ext", 0, 5, 0, "x");
 	pid_t a = v_worker(v, "a.log", "--owner", "A", "--lease", "1s", "--exec",
 			   cmd, (char *)NULL);
-	int code = v_reap(a, 15000);
+	int code = v_reap(a, HANG_MS);
 	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s", "--poll",
 			   "20ms", "--exec", cmd, (char *)NULL);
-	bool ok = v_wait(v, 15000, want_state, &done);
+	bool ok = v_wait(v, HANG_MS, want_state, &done);
 	stop_worker(b);
 	due_task *t = v_get(v, done.id);
 	int applied = v_lines(v, "ext_applied"), seen = v_lines(v, "keys_seen");
@@ -515,12 +566,14 @@ void v_cancel_after_external_call(vctx *v)
 
 	set_dir_env(v);
 	cancelled.id = v_add(v, "extc", 0, 5, 0, "x");
+	/* the handler calls out, then runs until stopped (the cancel must
+	   find it running however slow the machine) */
 	pid_t w = v_worker(v, "w.log", "--lease", "600ms", "--kill-grace", "200ms",
-			   "--exec", "echo call >> \"$DUEV_DIR/ext_applied\"; sleep 30",
-			   (char *)NULL);
-	bool ok = v_wait(v, 10000, ext_called, NULL);
+			   "--exec", "echo call >> \"$DUEV_DIR/ext_applied\"; until [ -e "
+			   "\"$DUEV_DIR/never\" ]; do sleep 0.05; done", (char *)NULL);
+	bool ok = v_wait(v, HANG_MS, ext_called, NULL);
 	ok &= due_cancel(v->db, &out, cancelled.id) == 0;
-	ok &= v_wait(v, 10000, want_state, &cancelled);
+	ok &= v_wait(v, HANG_MS, want_state, &cancelled);
 	stop_worker(w);
 	due_task *t = v_get(v, cancelled.id);
 	int applied = v_lines(v, "ext_applied");
@@ -581,11 +634,48 @@ static const due_schedule_info *find_sched(const due_schedule_list *l,
 	return NULL;
 }
 
+/* The named schedule (NULL if not listed); *l must be freed. */
+static const due_schedule_info *sched_now(vctx *v, due_schedule_list **l,
+					  const char *name)
+{
+	due_schedule_list_free(*l);
+	*l = NULL;
+	return due_cron_list(v->db, l) == 0 ? find_sched(*l, name) : NULL;
+}
+
+/* For has_fired and has_missed: a schedule, and a count to reach. */
+typedef struct sched_count {
+	const char *name;
+	int64_t n;
+} sched_count;
+
+static bool has_fired(vctx *v, void *arg)
+{
+	sched_count *f = arg;
+	due_schedule_list *l = NULL;
+	const due_schedule_info *si = sched_now(v, &l, f->name);
+	bool r = si && si->fired >= f->n;
+	due_schedule_list_free(l);
+	return r;
+}
+
+static bool has_missed(vctx *v, void *arg)
+{
+	sched_count *f = arg;
+	due_schedule_list *l = NULL;
+	const due_schedule_info *si = sched_now(v, &l, f->name);
+	bool r = si && si->missed >= f->n;
+	due_schedule_list_free(l);
+	return r;
+}
+
 void v_cron_once_per_slot_multi_instance(vctx *v)
 {
 	int64_t slots[256];
 	pid_t w[3];
 	int dups = 0, gaps = 0;
+	sched_count ten = {"tick", 10};
+	double start;
 
 	set_dir_env(v);
 	if (put_every_second(v, "tick", "tick", DUE_MISFIRE_SKIP) < 0) {
@@ -600,7 +690,10 @@ void v_cron_once_per_slot_multi_instance(vctx *v)
 				"echo \"$DUE_TASK_ID\" >> \"$DUEV_DIR/effects\"",
 				(char *)NULL);
 	}
-	v_sleep_ms(10000);
+	/* until ten slots are made: about ten seconds, however long it takes */
+	start = v_now_ms();
+	bool ok = v_wait(v, HANG_MS, has_fired, &ten);
+	double secs = (v_now_ms() - start) / 1000.0;
 	for (int i = 0; i < 3; i++)
 		stop_worker(w[i]);
 	size_t n = slots_of(v, "tick", slots, 256);
@@ -614,11 +707,11 @@ void v_cron_once_per_slot_multi_instance(vctx *v)
 	int effects = v_lines(v, "effects");
 	int64_t done = count_state(v, DUE_DONE);
 	v_case(v, "cron_once_per_slot_multi_instance",
-	       si && n >= 9 && dups == 0 && gaps == 0 && si->fired == (int64_t)n &&
-		       si->missed == 0 && effects == done,
-	       "schedulers=3 seconds=10 slots=%zu tasks=%zu dup_slots=%d gaps=%d "
+	       ok && si && n >= 10 && dups == 0 && gaps == 0 &&
+		       si->fired == (int64_t)n && si->missed == 0 && effects == done,
+	       "schedulers=3 seconds=%.1f slots=%zu tasks=%zu dup_slots=%d gaps=%d "
 	       "fired=%lld missed=%lld runs=%d done=%lld",
-	       n, n, dups, gaps, si ? (long long)si->fired : -1,
+	       secs, n, n, dups, gaps, si ? (long long)si->fired : -1,
 	       si ? (long long)si->missed : -1, effects, (long long)done);
 	due_schedule_list_free(l);
 }
@@ -636,11 +729,18 @@ void v_cron_misfire_policies(vctx *v)
 	}
 	pid_t w = v_worker(v, "w.log", "--misfire-grace", "1s", "--poll", "50ms",
 			   "--exec", "true", (char *)NULL);
-	v_sleep_ms(2500);
-	kill(w, SIGSTOP); /* no scheduler runs for 5 s */
-	v_sleep_ms(5000);
+	/* the scheduler has run (both schedules fired), then stops for at
+	   least 6 s: more than its 2 s lookahead and 1 s grace, so slots are
+	   missed; resumed, it records them in its next pass ("once" comes
+	   before "skip" in that pass, so once's catch-up is in by then) */
+	sched_count fired_once = {"once", 1}, fired_skip = {"skip", 1},
+		       missed_skip = {"skip", 2};
+	bool ok = v_wait(v, HANG_MS, has_fired, &fired_once) &&
+		  v_wait(v, HANG_MS, has_fired, &fired_skip);
+	kill(w, SIGSTOP);
+	v_sleep_ms(6000);
 	kill(w, SIGCONT);
-	v_sleep_ms(2500);
+	ok &= v_wait(v, HANG_MS, has_missed, &missed_skip);
 	stop_worker(w);
 	due_cron_list(v->db, &l);
 	const due_schedule_info *sk = find_sched(l, "skip"), *on = find_sched(l, "once");
@@ -650,12 +750,12 @@ void v_cron_misfire_policies(vctx *v)
 		if (slots[i] - slots[i - 1] - 1 > skip_gap)
 			skip_gap = (int)(slots[i] - slots[i - 1] - 1);
 	size_t no = slots_of(v, "oncek", slots, 256);
-	bool ok = sk && on && sk->missed >= 2 && skip_gap >= 2 &&
+	ok &= sk && on && sk->missed >= 2 && skip_gap >= 2 &&
 		  skip_gap <= sk->missed && sk->fired == (int64_t)ns &&
 		  on->fired == (int64_t)no && on->missed == sk->missed - 1 &&
 		  no == ns + 1;
 	v_case(v, "cron_misfire_policies", ok,
-	       "paused_s=5 grace_s=1 skip=[missed=%lld fired=%lld gap=%d] "
+	       "paused_s=6 grace_s=1 skip=[missed=%lld fired=%lld gap=%d] "
 	       "once=[missed=%lld fired=%lld catch_up=%lld]",
 	       sk ? (long long)sk->missed : -1, sk ? (long long)sk->fired : -1,
 	       skip_gap, on ? (long long)on->missed : -1,

@@ -7,6 +7,10 @@
 # Needs DUE_TEST_PG_URL (scripts/test starts a private cluster) and, for
 # the restart, DUE_TEST_PG_DIR.  Under CI=true a missing one is a failure,
 # never a silent skip.
+#
+# No timing assumptions: an outage is "met" when the worker has logged the
+# store errors it caused, not after a sleep; handlers that must still be
+# running block on a file instead of sleeping; deadlines are hang guards.
 . "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 if [ -z "${DUE_TEST_PG_URL:-}" ]; then
@@ -39,7 +43,7 @@ for w in 1 2 3; do
 		--exec 'echo "$DUE_TASK_ID" >> "$OUT/three"' &
 	pids+=($!)
 done
-wait_for "300 tasks done" 60 bash -c "[ \"\$(psql -qXAt '$DUE_DB' -c \"SELECT count(*) FROM due_task WHERE kind='three' AND state='DONE'\")\" = 300 ]"
+wait_for "300 tasks done" 120 bash -c "[ \"\$(psql -qXAt '$DUE_DB' -c \"SELECT count(*) FROM due_task WHERE kind='three' AND state='DONE'\")\" = 300 ]"
 for p in "${pids[@]}"; do kill -TERM "$p"; done
 for p in "${pids[@]}"; do wait "$p" || bad "worker $p exit"; done
 expect_eq "300 effects" 300 "$(wc -l <"$OUT/three")"
@@ -51,14 +55,19 @@ for i in $(seq 1 40); do echo '{"kind":"fault"}'; done | "$DUE" add --batch - >/
 "$DUE" work --kinds fault --concurrency 4 --lease 5s --poll 50ms --owner survivor \
 	--exec 'sleep 0.3; echo "$DUE_TASK_ID" >> "$OUT/fault"' 2>"$T/survivor.log" &
 wpid=$!
-wait_for "work started" 20 test -s "$OUT/fault"
+wait_for "work started" 60 test -s "$OUT/fault"
+errors() { grep -c "store error\|renewal failed\|cannot open store" "$T/survivor.log" || true; }
+more_errors() { [ "$(errors)" -ge "$1" ]; }
 for k in 1 2; do
+	n=$(errors)
 	psql -qXAt "$DUE_TEST_PG_URL" -c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'" >/dev/null
-	sleep 0.7
+	wait_for "the worker met dropped connections ($k)" 60 more_errors $((n + 1))
 done
 if [ -n "${DUE_TEST_PG_DIR:-}" ]; then
+	n=$(errors)
 	"$ROOT/scripts/pg-test-cluster" stop "$DUE_TEST_PG_DIR" >/dev/null
-	sleep 1.5
+	# met the outage and retried at least once while it lasted
+	wait_for "the worker retried while the server was down" 60 more_errors $((n + 2))
 	kill -0 "$wpid" && ok || bad "worker died while the server was down"
 	"$ROOT/scripts/pg-test-cluster" start "$DUE_TEST_PG_DIR" >"$T/newurl"
 	expect_eq "server came back on the same URL" "$DUE_TEST_PG_URL" "$(cat "$T/newurl")"
@@ -81,20 +90,22 @@ echo "fault run: $(wc -l <"$OUT/fault") handler runs for 40 tasks (re-runs after
 if [ -n "${DUE_TEST_PG_DIR:-}" ]; then
 	did=$("$DUE" add down)
 	"$DUE" work --kinds down --lease 3s --grace 1s --kill-grace 300ms --poll 50ms \
-		--exec 'touch "$OUT/down.started"; sleep 5; echo late' 2>"$T/down.log" &
+		--exec 'touch "$OUT/down.started"; until [ -e "$OUT/down.release" ]; do sleep 0.05; done; echo late' \
+		2>"$T/down.log" &
 	wpid=$!
-	wait_for "down task running" 20 test -e "$OUT/down.started"
+	wait_for "down task running" 60 test -e "$OUT/down.started"
 	"$ROOT/scripts/pg-test-cluster" stop "$DUE_TEST_PG_DIR" >/dev/null
 	kill -TERM "$wpid"
-	wait_for "worker exits while the server is down" 40 bash -c "! kill -0 $wpid 2>/dev/null"
+	wait_for "worker exits while the server is down" 60 bash -c "! kill -0 $wpid 2>/dev/null"
 	rc=0; wait "$wpid" || rc=$?
 	expect_eq "exit 0 with the store down" 0 "$rc"
 	grep -q "leaving them to lease expiry" "$T/down.log" && ok || bad "abandonment logged: $(tail -3 "$T/down.log")"
 	"$ROOT/scripts/pg-test-cluster" start "$DUE_TEST_PG_DIR" >/dev/null
 	"$DUE" work -q --kinds down --poll 100ms --exec 'echo rescued' &
 	rpid=$!
-	wait_for "down task finished by another worker" 30 bash -c \
+	wait_for "down task finished by another worker" 60 bash -c \
 		"[ \"\$(psql -qXAt '$DUE_DB' -c \"SELECT state || '/' || attempt FROM due_task WHERE id = $did\")\" = DONE/2 ]"
 	kill -TERM "$rpid"; wait "$rpid" || true
+	touch "$OUT/down.release" # in case the handler outlived its worker
 fi
 finish

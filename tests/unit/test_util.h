@@ -288,4 +288,9 @@ static inline due_state state_of(due_db *db, due_id id)
 }
 #endif /* TU_TASKS */
 
+/* due_cron_tick() options with a lookahead and the default misfire grace. */
+#define TU_LOOKAHEAD(us)                                                     \
+	(&(due_cron_tick_opts){DUE_CRON_TICK_OPTS_VERSION, (us),             \
+			       DUE_CRON_MISFIRE_GRACE_US})
+
 #endif
