@@ -252,13 +252,33 @@ static void test_cancel_reaches_handler(void **state)
 
 static atomic_int slow_running;
 
+static atomic_bool slow_release;
+
+/* Blocks until the test releases it: no timing assumption about how long
+   the fast tasks take. */
 static int slow_handler(due_job *job, void *payload)
 {
 	(void)job;
 	(void)payload;
 	atomic_fetch_add(&slow_running, 1);
-	tu_sleep_ms(400);
+	while (!atomic_load(&slow_release))
+		tu_sleep_ms(2);
 	return 0;
+}
+
+/* Wait up to 60 s (a hang guard, not a timing claim) for a task's state. */
+static bool wait_state(due_db *db, due_id id, due_state want)
+{
+	for (int k = 0; k < 30000; k++) {
+		due_task *t = NULL;
+		assert_int_equal(due_get(db, &t, id), 0);
+		bool d = t->state == want;
+		due_task_free(t);
+		if (d)
+			return true;
+		tu_sleep_ms(2);
+	}
+	return false;
 }
 
 static void test_isolated_pool(void **state)
@@ -270,31 +290,32 @@ static void test_isolated_pool(void **state)
 	due_id fast[8];
 	for (int i = 0; i < 8; i++)
 		fast[i] = add(db, "fast", "f");
+	atomic_store(&slow_running, 0);
+	atomic_store(&slow_release, false);
 	due_worker *w = make_worker(DUE_MODE_POOL, 2, false);
 	assert_int_equal(due_worker_register(w, "slow", slow_handler, NULL, 1), 0);
 	assert_int_equal(due_worker_register(w, NULL, echo_upper, &c, 0), 0);
 	runner r = {w, 0, 0};
 	pthread_create(&r.th, NULL, run_thread, &r);
-	/* wait for every fast task: the second slow one is still waiting */
-	for (int i = 0; i < 8; i++) {
-		for (int k = 0; k < 4000; k++) {
-			due_task *t = NULL;
-			assert_int_equal(due_get(db, &t, fast[i]), 0);
-			bool d = t->state == DUE_DONE;
-			due_task_free(t);
-			if (d)
-				break;
-			tu_sleep_ms(2);
-		}
-	}
+	/* every fast task finishes while a slow one is held: they do not
+	   queue behind it; the slow pool of 1 ran exactly one at a time */
+	for (int i = 0; i < 8; i++)
+		assert_true(wait_state(db, fast[i], DUE_DONE));
+	for (int k = 0; k < 30000 && atomic_load(&slow_running) == 0; k++)
+		tu_sleep_ms(2);
+	assert_int_equal(atomic_load(&slow_running), 1);
 	due_task *s2 = NULL, *s1 = NULL;
 	assert_int_equal(due_get(db, &s1, slow1), 0);
 	assert_int_equal(due_get(db, &s2, slow2), 0);
-	assert_true(s1->state != DUE_DONE || s2->state != DUE_DONE);
+	assert_true(s1->state != DUE_DONE && s2->state != DUE_DONE);
 	due_task_free(s1);
 	due_task_free(s2);
 	for (int i = 0; i < 8; i++)
 		check_result(db, fast[i], DUE_DONE, "F");
+	atomic_store(&slow_release, true);
+	assert_true(wait_state(db, slow1, DUE_DONE));
+	assert_true(wait_state(db, slow2, DUE_DONE));
+	assert_int_equal(atomic_load(&slow_running), 2);
 	due_worker_stop(w);
 	pthread_join(r.th, NULL);
 	due_worker_free(w);
@@ -314,19 +335,17 @@ static void test_immediate_submit(void **state)
 	assert_int_equal(due_worker_new(&r.w, &o), 0);
 	assert_int_equal(due_worker_register(r.w, NULL, echo_upper, &c, 0), 0);
 	pthread_create(&r.th, NULL, run_thread, &r);
-	tu_sleep_ms(300); /* the first (empty) poll has happened */
+	/* the first (empty) claim has happened: from now on only the
+	   immediate claim can find the task before the minute-long poll */
+	due_worker_stats st = {0};
+	for (int i = 0; i < 30000 && st.claim_queries == 0; i++) {
+		due_worker_stats_get(r.w, &st);
+		tu_sleep_ms(2);
+	}
+	assert_true(st.claim_queries > 0);
 	due_submitted s;
 	assert_int_equal(due_worker_submit(r.w, db, &s, "now", "hi", 2, NULL), 0);
-	bool done = false;
-	for (int i = 0; i < 2000 && !done; i++) {
-		due_task *t = NULL;
-		assert_int_equal(due_get(db, &t, s.id), 0);
-		done = t->state == DUE_DONE;
-		due_task_free(t);
-		if (!done)
-			tu_sleep_ms(2);
-	}
-	assert_true(done);
+	assert_true(wait_state(db, s.id, DUE_DONE));
 	check_result(db, s.id, DUE_DONE, "HI");
 	due_worker_stop(r.w);
 	pthread_join(r.th, NULL);
