@@ -18,7 +18,8 @@
 **              folds and to put claimed jobs in flight; never across a
 **              store call.
 **   Blocks on: the eventfd (due_wait_wake()) between polls and during
-**              back-off, the store, and in inline mode the handler.
+**              back-off (10 ms doubling to 2 s after a failed claim), the
+**              store, and in inline mode the handler.
 **   Ends:      when stop is set, or in once-mode when nothing due is left.
 */
 #include <pthread.h>
@@ -270,6 +271,7 @@ static int inflight(due_worker *w)
 ** when its lease ends without polling faster than needed.
 */
 #define RECLAIM_MAX_US 2000000LL
+#define RECLAIM_RETRY_US 1000000LL
 
 int64_t due_reclaim_max(due_worker *w, due_db *db, int64_t max_us)
 {
@@ -278,10 +280,10 @@ int64_t due_reclaim_max(due_worker *w, due_db *db, int64_t max_us)
 
 	atomic_fetch_add(&w->st.reclaim_queries, 1);
 	if (due_reclaim_expired(db, &r) < 0) {
-		atomic_fetch_add(&w->st.store_errors, 1);
-		due_wlog(w, 1, "reclaim failed: %s", due_error_last());
-		return now + 100000;
+		due_outage_fail(w, &w->claim_outage, "reclaiming expired leases");
+		return now + RECLAIM_RETRY_US;
 	}
+	due_outage_over(w, &w->claim_outage);
 	if (r.rescheduled + r.dead + r.cancelled)
 		due_wlog(w, 1, "reclaimed expired leases: %lld rescheduled, %lld dead, "
 			 "%lld cancelled", (long long)r.rescheduled, (long long)r.dead,
@@ -316,13 +318,12 @@ void due_claim_loop(due_worker *w, due_db *db)
 		if (more || now >= next_poll) {
 			n = due_claim_round(w, db, &filled);
 			if (n < 0) {
-				atomic_fetch_add(&w->st.store_errors, 1);
-				due_wlog(w, 1, "claim failed: %s (backing off %lld ms)",
-					 due_error_last(), (long long)backoff / 1000);
+				due_outage_fail(w, &w->claim_outage, "claiming");
 				due_wait_wake(w, backoff);
 				backoff = backoff * 2 > 2000000 ? 2000000 : backoff * 2;
 				continue;
 			}
+			due_outage_over(w, &w->claim_outage);
 			backoff = 10000;
 			more = filled;
 			due_set_fold(w, more || w->o.once);

@@ -16,7 +16,8 @@
 **   Blocks on: done_cv (no completions), and on the store: a failed commit
 **              is retried with backoff (10 ms doubling to 2 s) until it
 **              lands or shutdown gives up on the store (`abandon`); a
-**              fenced commit is safe to retry.
+**              fenced commit is safe to retry.  The outage is logged once
+**              when it starts and once when it ends.
 **   Exits:     when threads_stop is set and nothing is in flight (or the
 **              store was abandoned).
 **
@@ -27,6 +28,7 @@
 */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 
 #include "worker/worker_internal.h"
 
@@ -59,58 +61,98 @@ void due_count_outcome(due_worker *w, const due_job *j, bool ok, int outcome)
 		 j->error && !ok ? j->error : "");
 }
 
+/* The completer's own state. */
+typedef struct completer {
+	due_worker *w;
+	due_db *db;
+	due_outage outage;
+} completer;
+
 /*
-** Retry a store call while it fails with a store error (not a refusal),
-** until shutdown gives up on the store.  A fenced commit is safe to retry.
+** Retry a store call while it fails with a store error (not a refusal:
+** DUE_EINVAL, DUE_ETOOBIG), after 10 ms doubling to 2 s, until shutdown
+** gives up on the store.  A fenced commit is safe to retry.  `what` names
+** the call in the outage's log line.
 */
-#define STORE_RETRY(w, db, call)                                               \
+#define STORE_RETRY(c, what, call)                                             \
 	do {                                                                   \
 		int64_t delay_ = 10000;                                        \
 		while ((rc = (call)) < 0 && rc != DUE_EINVAL &&                \
-		       rc != DUE_ETOOBIG && !atomic_load(&(w)->abandon)) {     \
-			atomic_fetch_add(&(w)->st.store_errors, 1);            \
-			due_wlog((w), 1, "store error (%s), retrying: %s",         \
-				 due_error_name(rc), due_error_last());            \
-			due_bg_sleep((w), delay_);                                 \
+		       rc != DUE_ETOOBIG && !atomic_load(&(c)->w->abandon)) {  \
+			due_outage_fail((c)->w, &(c)->outage, "%s", (what));   \
+			due_bg_sleep((c)->w, delay_);                          \
 			delay_ = delay_ * 2 > 2000000 ? 2000000 : delay_ * 2;  \
 		}                                                              \
+		if (rc >= 0 || rc == DUE_EINVAL || rc == DUE_ETOOBIG)          \
+			due_outage_over((c)->w, &(c)->outage);                 \
 	} while (0)
 
 /* Commit the fails and hooked completions one by one. */
-static void commit_single(due_worker *w, due_db *db, due_job *j)
+static void commit_single(completer *c, due_job *j)
 {
+	due_worker *w = c->w;
+	char what[64];
 	int rc;
 
+	snprintf(what, sizeof(what), "%s task %lld",
+		 j->rc != 0 ? "failing" : "completing", (long long)j->task.id);
 	if (j->rc != 0) {
 		due_fail_outcome fo = DUE_FAIL_REJECTED_STALE;
-		STORE_RETRY(w, db, due_fail(db, &fo, j->task.id, j->task.attempt,
-					    j->error ? j->error : "handler failed"));
+		STORE_RETRY(c, what, due_fail(c->db, &fo, j->task.id, j->task.attempt,
+					      j->error ? j->error : "handler failed"));
 		if (rc == 0)
 			due_count_outcome(w, j, false, (int)fo);
 		return;
 	}
 	due_complete_outcome co = DUE_COMPLETE_REJECTED_STALE;
-	STORE_RETRY(w, db, due_complete_tx(db, &co, j->task.id, j->task.attempt,
-					   j->result, j->result_len, j->hook,
-					   j->hook_payload));
+	STORE_RETRY(c, what, due_complete_tx(c->db, &co, j->task.id,
+					     j->task.attempt, j->result,
+					     j->result_len, j->hook,
+					     j->hook_payload));
 	if (rc == 0)
 		due_count_outcome(w, j, true, (int)co);
 	else
-		due_wlog(w, 1, "task %lld: completion failed: %s", (long long)j->task.id,
-			 due_error_last());
+		due_wlog(w, 1, "task %lld: completion failed: %s",
+			 (long long)j->task.id, due_error_last());
+}
+
+/*
+** A batch the store refused as a whole (one oversized result): commit its
+** plain completions one by one; one that still fails is failed with the
+** store's reason.
+*/
+static void commit_each(completer *c, due_job **jobs, size_t n)
+{
+	due_complete_outcome co;
+
+	for (size_t i = 0; i < n; i++) {
+		due_job *j = jobs[i];
+		if (j->rc != 0 || j->hook)
+			continue;
+		if (due_complete(c->db, &co, j->task.id, j->task.attempt,
+				 j->result, j->result_len) < 0) {
+			j->rc = 1;
+			due_job_set_error(j, due_error_last());
+			commit_single(c, j);
+		} else {
+			due_count_outcome(c->w, j, true, (int)co);
+		}
+	}
 }
 
 /* Commit plain completions of a batch with one fenced batch call. */
-static void commit_batch(due_worker *w, due_db *db, due_job **jobs, size_t n)
+static void commit_batch(completer *c, due_job **jobs, size_t n)
 {
+	due_worker *w = c->w;
 	due_completion items[COMPLETE_BATCH];
+	char what[64];
 	size_t k = 0;
 	int rc;
 
 	for (size_t i = 0; i < n; i++) {
 		due_job *j = jobs[i];
 		if (j->rc != 0 || j->hook) {
-			commit_single(w, db, j);
+			commit_single(c, j);
 			continue;
 		}
 		items[k++] = (due_completion){j->task.id, j->task.attempt,
@@ -118,21 +160,10 @@ static void commit_batch(due_worker *w, due_db *db, due_job **jobs, size_t n)
 	}
 	if (k == 0)
 		return;
-	STORE_RETRY(w, db, due_complete_batch(db, items, k));
+	snprintf(what, sizeof(what), "committing %zu completion(s)", k);
+	STORE_RETRY(c, what, due_complete_batch(c->db, items, k));
 	if (rc == DUE_ETOOBIG || rc == DUE_EINVAL) {
-		/* one oversized result: commit them one by one */
-		for (size_t i = 0; i < n; i++)
-			if (jobs[i]->rc == 0 && !jobs[i]->hook) {
-				if (due_complete(db, &items[0].outcome, jobs[i]->task.id,
-						 jobs[i]->task.attempt, jobs[i]->result,
-						 jobs[i]->result_len) < 0) {
-					jobs[i]->rc = 1;
-					due_job_set_error(jobs[i], due_error_last());
-					commit_single(w, db, jobs[i]);
-				} else {
-					due_count_outcome(w, jobs[i], true, (int)items[0].outcome);
-				}
-			}
+		commit_each(c, jobs, n);
 		return;
 	}
 	if (rc < 0) { /* only when shutdown gave up on the store */
@@ -163,9 +194,11 @@ void due_retire_locked(due_worker *w, due_job *j)
 
 void *due_completer_main(void *arg)
 {
-	due_worker *w = arg;
-	due_db *db = due_connect_retry(w, "completer");
+	completer c = {.w = arg, .outage = {.who = "completer"}};
+	due_worker *w = c.w;
 	due_job *batch[COMPLETE_BATCH];
+
+	c.db = due_connect_retry(w, "completer");
 
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
@@ -203,15 +236,16 @@ void *due_completer_main(void *arg)
 			continue;
 		}
 		pthread_mutex_unlock(&w->mu);
-		if (!db)
-			db = due_connect_retry(w, "completer");
-		commit_batch(w, db, batch, n);
+		if (!c.db)
+			c.db = due_connect_retry(w, "completer");
+		if (c.db) /* else shutdown gave up on the store */
+			commit_batch(&c, batch, n);
 		pthread_mutex_lock(&w->mu);
 		for (size_t i = 0; i < n; i++)
 			due_retire_locked(w, batch[i]);
 		due_wake(w);
 	}
 	pthread_mutex_unlock(&w->mu);
-	due_close(db);
+	due_close(c.db);
 	return NULL;
 }

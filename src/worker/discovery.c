@@ -43,6 +43,7 @@ typedef struct disc {
 	int64_t recheck_at;
 	int rechecks;
 	bool exact_clock;     /* the store's clock is this host's (SQLite) */
+	bool listening;       /* notifications work on this connection */
 	const char *kinds[65];
 	size_t n_kinds;
 	bool exclude;
@@ -145,13 +146,17 @@ static bool listen_works(due_worker *w, due_db *db, disc *d)
 /* Sleep until `until` (monotonic us), a slot frees, or a submit is seen. */
 static void wheel_wait(due_worker *w, due_db *db, disc *d, int64_t until)
 {
-	struct pollfd p[2] = {{w->wake_fd, POLLIN, 0}, {d->listen_fd, POLLIN, 0}};
+	struct pollfd p[2];
 	int64_t left = until - due_mono_us();
 	uint64_t v;
 
-	/* a reconnected session has a new socket (and listens again) */
-	if (d->listen_fd >= 0 && due_listen(db, &d->listen_fd) < 0)
+	/* a reconnected session has a new socket (and listens again); while
+	   the store is unreachable there is none, and the safety poll's
+	   refill reconnects */
+	if (d->listening && due_listen(db, &d->listen_fd) < 0)
 		d->listen_fd = -1;
+	p[0] = (struct pollfd){w->wake_fd, POLLIN, 0};
+	p[1] = (struct pollfd){d->listen_fd, POLLIN, 0};
 	if (drain_notes(w, db, d)) { /* buffered by an earlier query */
 		d->next_refill = 0;
 		return;
@@ -190,6 +195,7 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 
 	while (!atomic_load(&w->stop)) {
 		int64_t now = due_mono_us(), fired = 0;
+		const char *what = "refilling the wheel";
 		bool filled = false;
 		int n;
 
@@ -211,8 +217,10 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 		due_wheel_advance(d->wheel, now / 1000, count_fire, &fired);
 		atomic_fetch_add(&w->st.wheel_fired, fired);
 		if (fired || more || (d->recheck_at && now >= d->recheck_at)) {
+			what = "claiming";
 			if ((n = due_claim_round(w, db, &filled)) < 0)
 				goto store_error;
+			due_outage_over(w, &w->claim_outage);
 			backoff = 10000;
 			more = filled;
 			due_set_fold(w, more);
@@ -230,12 +238,13 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 		wheel_wait(w, db, d, more ? now + w->poll_us : wheel_deadline(w, d));
 		continue;
 store_error:
-		atomic_fetch_add(&w->st.store_errors, 1);
-		due_wlog(w, 1, "store error: %s (backing off %lld ms)", due_error_last(),
-			 (long long)backoff / 1000);
+		due_outage_fail(w, &w->claim_outage, "%s", what);
 		due_wait_wake(w, backoff);
 		backoff = backoff * 2 > 2000000 ? 2000000 : backoff * 2;
+		/* refill, then claim: what fell due meanwhile is claimed, and
+		   the claim that works ends the outage */
 		d->next_refill = 0;
+		more = true;
 	}
 }
 
@@ -259,6 +268,7 @@ bool due_try_wheel(due_worker *w, due_db *db)
 		due_wheel_free(d.wheel);
 		return false;
 	}
+	d.listening = true;
 	due_wlog(w, 1, "discovery: timing wheel (horizon %lld s, up to %d ids), "
 		 "woken by new submits; safety poll every %lld ms",
 		 (long long)w->o.horizon_us / 1000000, w->o.wheel_max,

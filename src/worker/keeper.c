@@ -7,7 +7,9 @@
 **              since its last successful renewal.  When the store says the
 **              lease is gone (taken back, or a cancel was requested) it
 **              raises the job's `lost` flag: the handler is told to stop.
-**              When renewals keep failing for a whole lease, the lease is
+**              A renewal the store does not answer is tried again after a
+**              backoff within what is left of the lease (renew_failed());
+**              when renewals keep failing for a whole lease, the lease is
 **              presumed lost and the handler told the same.  Between
 **              renewals it publishes the worker's counters to the store
 **              (due_worker_report) and logs a summary once a minute.
@@ -15,8 +17,9 @@
 **   Locks:     mu, to pick the jobs due for renewal (taking a reference to
 **              each, so the completer cannot free one under it) and to drop
 **              those references; never across a store call.
-**   Blocks on: keep_cv for up to lease/12 (5 ms..1 s) between looks, and
-**              on the store during a renewal or a report.
+**   Blocks on: keep_cv until the next renewal is due, at most lease/12
+**              (5 ms .. 1 s), and on the store during a renewal or a
+**              report.
 **   Exits:     when threads_stop is set and nothing is in flight (or the
 **              store was abandoned), after a last report.
 */
@@ -25,87 +28,145 @@
 
 #include "worker/worker_internal.h"
 
+/* The keeper's own state. */
+typedef struct keeper {
+	due_worker *w;
+	due_db *db;           /* opened on first need */
+	due_outage outage;
+	int64_t last_report, last_sum, last_summary;
+	due_worker_stats prev; /* counters at the last summary */
+} keeper;
+
 typedef struct renewal {
 	due_job *job;
 	due_id id;
 	int32_t attempt;
 } renewal;
 
-/* Take references to the jobs whose lease is due for renewal.  mu held. */
+/*
+** Take references to the jobs whose renewal is due (at most cap), with
+** those due within RENEW_GROUP_US: the jobs of one claim are renewed
+** together, not in one wake-up each.  mu held.  Lowers *next to the
+** earliest renewal left for later.
+*/
+#define RENEW_GROUP_US 2000LL
+
 static size_t renewals_due_locked(due_worker *w, renewal *r, size_t cap,
-				  int64_t now)
+				  int64_t now, int64_t *next)
 {
 	size_t n = 0;
-	for (due_job *j = w->inflight; j && n < cap; j = j->inext) {
-		if (atomic_load(&j->lost) ||
-		    now - j->renewed_mono < w->o.lease_us / 3)
+	for (due_job *j = w->inflight; j; j = j->inext) {
+		if (atomic_load(&j->lost))
 			continue;
+		if (j->renew_at > now + RENEW_GROUP_US || n == cap) {
+			if (j->renew_at < *next)
+				*next = j->renew_at;
+			continue;
+		}
 		j->refs++;
 		r[n++] = (renewal){j, j->task.id, j->task.attempt};
 	}
 	return n;
 }
 
-static void renew_one(due_worker *w, due_db *db, renewal *r)
-{
-	due_extend_outcome eo;
-	int64_t now = due_mono_us();
-	int rc = due_extend(db, &eo, r->id, r->attempt, w->o.lease_us);
+#define RENEW_BACKOFF_MIN_US 50000LL
+#define RENEW_BACKOFF_MAX_US 2000000LL
+#define RENEW_RETRY_MIN_US 5000LL
 
-	if (rc < 0) {
-		atomic_fetch_add(&w->st.store_errors, 1);
-		due_wlog(w, 1, "task %lld: lease renewal failed: %s", (long long)r->id,
-			 due_error_last());
-		/* the lease may be gone by now; stop the handler once it is */
-		if (now - r->job->renewed_mono >= w->o.lease_us &&
-		    !atomic_exchange(&r->job->lost, true)) {
+/*
+** A renewal the store did not answer.  Try again after a backoff growing
+** from 50 ms, but at most half of what is left of the lease, so that a
+** short outage costs no lease and a long one is not retried in a loop.
+** Once a whole lease has passed since the last renewal that landed, the
+** lease is presumed lost and the handler is told to stop.
+*/
+static void renew_failed(due_worker *w, due_job *j, int64_t now)
+{
+	int64_t left = j->renewed_mono + w->o.lease_us - now, retry;
+
+	if (left <= 0) {
+		if (!atomic_exchange(&j->lost, true)) {
 			atomic_fetch_add(&w->st.lease_lost, 1);
-			due_wlog(w, 1, "task %lld attempt %d: lease presumed lost (no "
-				 "renewal for a whole lease); stopping its handler",
-				 (long long)r->id, r->attempt);
+			due_wlog(w, 1, "task %lld attempt %d: lease presumed lost "
+				 "(no renewal for a whole lease); stopping its "
+				 "handler", (long long)j->task.id, j->task.attempt);
 		}
 		return;
 	}
-	if (eo == DUE_EXTEND_OK) {
-		r->job->renewed_mono = now;
+	j->renew_backoff = !j->renew_backoff ? RENEW_BACKOFF_MIN_US
+			   : j->renew_backoff * 2 > RENEW_BACKOFF_MAX_US
+				   ? RENEW_BACKOFF_MAX_US
+				   : j->renew_backoff * 2;
+	retry = j->renew_backoff < left / 2 ? j->renew_backoff : left / 2;
+	j->renew_at = now + (retry < RENEW_RETRY_MIN_US ? RENEW_RETRY_MIN_US
+							: retry);
+}
+
+/*
+** Renew one lease.  A lease that the store says is gone (or whose task
+** has a cancel request) stops the handler.
+*/
+static void renew_one(keeper *k, renewal *r)
+{
+	due_worker *w = k->w;
+	due_job *j = r->job;
+	due_extend_outcome eo;
+	int64_t t0 = due_mono_us();
+
+	if (due_extend(k->db, &eo, r->id, r->attempt, w->o.lease_us) < 0) {
+		due_outage_fail(w, &k->outage, "renewing the lease of task %lld",
+				(long long)r->id);
+		renew_failed(w, j, due_mono_us());
 		return;
 	}
-	if (!atomic_exchange(&r->job->lost, true)) {
-		atomic_fetch_add(&w->st.lease_lost, 1);
-		due_wlog(w, 1, "task %lld attempt %d: %s; stopping its handler",
-			 (long long)r->id, r->attempt,
-			 eo == DUE_EXTEND_LOST ? "lease lost (taken back by the store)"
-					   : "cancel requested");
+	due_outage_over(w, &k->outage);
+	if (eo == DUE_EXTEND_OK) {
+		j->renewed_mono = t0;
+		j->renew_at = t0 + w->o.lease_us / 3;
+		j->renew_backoff = 0;
+		return;
 	}
+	if (atomic_exchange(&j->lost, true))
+		return;
+	atomic_fetch_add(&w->st.lease_lost, 1);
+	due_wlog(w, 1, "task %lld attempt %d: %s; stopping its handler",
+		 (long long)r->id, r->attempt,
+		 eo == DUE_EXTEND_LOST ? "lease lost (taken back by the store)"
+				       : "cancel requested");
 }
 
 /*
 ** Publish this worker's counters to the store when they changed, at most
 ** every REPORT_US, and at least every HEARTBEAT_US while nothing changes
 ** (metrics count a worker seen in the last 5 minutes as alive), and once
-** when stopping, for due_metrics_get().
+** when stopping, for due_metrics_get().  A failed report waits for the
+** next period.
 */
 #define REPORT_US 10000000LL
 #define HEARTBEAT_US 60000000LL
 
-static void maybe_report(due_worker *w, due_db **db, int64_t *last,
-			 int64_t *last_sum, bool force)
+static void maybe_report(keeper *k, bool force)
 {
+	due_worker *w = k->w;
 	due_worker_stats st;
 	int64_t now = due_mono_us(), sum;
 
-	if (!force && now - *last < REPORT_US)
+	if (!force && now - k->last_report < REPORT_US)
 		return;
 	due_worker_stats_get(w, &st);
 	sum = st.claimed + st.done + st.failed + st.stale + st.lease_lost +
 	      st.claim_queries + st.reclaim_queries + st.store_errors;
-	if (sum == *last_sum && !force && now - *last < HEARTBEAT_US)
+	if (sum == k->last_sum && !force && now - k->last_report < HEARTBEAT_US)
 		return;
-	*last = now;
-	if (!*db && !(*db = due_connect_retry(w, "keeper")))
+	k->last_report = now;
+	if (!k->db && !(k->db = due_connect_retry(w, "keeper")))
 		return;
-	if (due_worker_report(*db, w->owner, &st) == 0)
-		*last_sum = sum;
+	if (due_worker_report(k->db, w->owner, &st) < 0) {
+		due_outage_fail(w, &k->outage, "reporting the worker's counters");
+		return;
+	}
+	due_outage_over(w, &k->outage);
+	k->last_sum = sum;
 }
 
 /*
@@ -115,14 +176,15 @@ static void maybe_report(due_worker *w, due_db **db, int64_t *last,
 */
 #define SUMMARY_US 60000000LL
 
-static void maybe_summary(due_worker *w, int64_t *last, due_worker_stats *prev)
+static void maybe_summary(keeper *k)
 {
-	due_worker_stats st;
+	due_worker *w = k->w;
+	due_worker_stats st, *prev = &k->prev;
 	int64_t now = due_mono_us();
 
-	if (now - *last < SUMMARY_US)
+	if (now - k->last_summary < SUMMARY_US)
 		return;
-	*last = now;
+	k->last_summary = now;
 	due_worker_stats_get(w, &st);
 	if (st.claim_queries == prev->claim_queries && st.claimed == prev->claimed)
 		return;
@@ -142,43 +204,50 @@ static void maybe_summary(due_worker *w, int64_t *last, due_worker_stats *prev)
 	*prev = st;
 }
 
+/*
+** How long the keeper sleeps at most: lease/12 (5 ms .. 1 s), so a new
+** job's first renewal (due lease/3 after its claim) is never late.
+*/
+static int64_t keeper_tick(const due_worker *w)
+{
+	int64_t tick = w->o.lease_us / 12;
+
+	return tick < 5000 ? 5000 : tick > 1000000 ? 1000000 : tick;
+}
+
 void *due_keeper_main(void *arg)
 {
-	due_worker *w = arg;
-	due_db *db = NULL;
+	keeper k = {.w = arg, .outage = {.who = "keeper"}, .last_sum = -1};
+	due_worker *w = k.w;
+	int64_t tick = keeper_tick(w);
 	renewal r[256];
-	int64_t tick = w->o.lease_us / 12, last_report = 0, last_sum = -1;
-	int64_t last_summary = due_mono_us();
-	due_worker_stats prev = {0};
 
-	if (tick < 5000)
-		tick = 5000;
-	if (tick > 1000000)
-		tick = 1000000;
+	k.last_summary = due_mono_us();
 	pthread_mutex_lock(&w->mu);
 	while (!(w->threads_stop &&
 		 (w->n_inflight == 0 || atomic_load(&w->abandon)))) {
-		size_t n = renewals_due_locked(w, r, 256, due_mono_us());
+		int64_t now = due_mono_us(), next = now + tick;
+		size_t n = renewals_due_locked(w, r, 256, now, &next);
 		if (n == 0) {
-			due_cond_wait_us(&w->keep_cv, &w->mu, tick);
+			due_cond_wait_us(&w->keep_cv, &w->mu, next - now);
 			pthread_mutex_unlock(&w->mu);
-			maybe_report(w, &db, &last_report, &last_sum, false);
-			maybe_summary(w, &last_summary, &prev);
+			maybe_report(&k, false);
+			maybe_summary(&k);
 			pthread_mutex_lock(&w->mu);
 			continue;
 		}
 		pthread_mutex_unlock(&w->mu);
-		if (!db)
-			db = due_connect_retry(w, "keeper");
-		for (size_t i = 0; db && i < n; i++)
-			renew_one(w, db, &r[i]);
+		if (!k.db)
+			k.db = due_connect_retry(w, "keeper");
+		for (size_t i = 0; k.db && i < n; i++)
+			renew_one(&k, &r[i]);
 		pthread_mutex_lock(&w->mu);
 		for (size_t i = 0; i < n; i++)
 			if (--r[i].job->refs == 0)
 				due_job_free(r[i].job);
 	}
 	pthread_mutex_unlock(&w->mu);
-	maybe_report(w, &db, &last_report, &last_sum, true);
-	due_close(db);
+	maybe_report(&k, true);
+	due_close(k.db);
 	return NULL;
 }

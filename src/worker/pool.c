@@ -113,6 +113,7 @@ due_job *due_job_new_locked(due_worker *w, pool *p, due_task *t)
 	j->pool = p;
 	j->h = handler_for(w, j->task.kind);
 	j->renewed_mono = due_mono_us();
+	j->renew_at = j->renewed_mono + w->o.lease_us / 3;
 	j->refs = 1;
 	j->inext = w->inflight;
 	if (w->inflight)

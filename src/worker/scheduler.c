@@ -30,6 +30,7 @@
 void *due_scheduler_main(void *arg)
 {
 	due_worker *w = arg;
+	due_outage outage = {.who = "scheduler"};
 	due_db *db = NULL;
 	int64_t wait_us = 0;
 
@@ -41,16 +42,24 @@ void *due_scheduler_main(void *arg)
 			break;
 		pthread_mutex_unlock(&w->mu);
 		due_cron_tick_result r;
+		int rc = 0;
 		if (!db)
 			db = due_connect_retry(w, "scheduler");
 		wait_us = CRON_MAX_SLEEP_US;
-		if (db && due_cron_tick_ex(db, &r, CRON_LOOKAHEAD_US,
-					   w->o.cron_grace_us > 0 ? w->o.cron_grace_us
-							       : DUE_CRON_MISFIRE_GRACE_US) < 0) {
-			atomic_fetch_add(&w->st.store_errors, 1);
+		if (db)
+			rc = due_cron_tick_ex(db, &r, CRON_LOOKAHEAD_US,
+					      w->o.cron_grace_us > 0
+						      ? w->o.cron_grace_us
+						      : DUE_CRON_MISFIRE_GRACE_US);
+		if (rc == DUE_ESTORE || rc == DUE_EBUSY || rc == DUE_ERROR) {
+			due_outage_fail(w, &outage, "a scheduler pass");
+			wait_us = 1000000;
+		} else if (rc < 0) { /* a broken schedule; the others ran */
+			due_outage_over(w, &outage);
 			due_wlog(w, 1, "scheduler: %s", due_error_last());
 			wait_us = 1000000;
 		} else if (db) {
+			due_outage_over(w, &outage);
 			if (r.missed)
 				due_wlog(w, 1, "scheduler: %lld slot(s) missed while no "
 					 "scheduler ran (see `due cron ls`)", (long long)r.missed);

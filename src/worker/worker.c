@@ -2,7 +2,7 @@
 ** worker.c - the worker runtime's lifecycle: create a worker, register
 ** handlers, run it (start the threads, claim until stopped, drain, join),
 ** stop it, free it; its counters; immediate submits; and the small helpers
-** every thread uses (clocks, waits, logging, store connections).
+** every thread uses (clocks, waits, logging).
 **
 ** The runtime claims due tasks, runs their handlers, keeps their leases
 ** and commits their outcomes, with one thread per concern:
@@ -13,6 +13,7 @@
 **   keeper.c      lease renewal, counters reports and summaries
 **   completer.c   commits finished tries and frees their slots
 **   scheduler.c   periodic schedules' slots (with opts.cron)
+**   outage.c      failed store calls: backoff, one log line per outage
 **   exec.c        the command handler
 ** worker_internal.h holds the shared state, the thread list, the lock order
 ** and the invariants.
@@ -62,6 +63,9 @@ void due_wlog(due_worker *w, int level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	for (char *c = msg; *c; c++) /* one record, one line */
+		if (*c == '\n' || *c == '\r' || *c == '\t')
+			*c = ' ';
 	fprintf(stderr, "%s due-work[%d] %s: %s\n", ts, (int)getpid(), w->owner,
 		msg);
 }
@@ -109,51 +113,6 @@ int due_cond_init(pthread_cond_t *cv)
 	return rc;
 }
 
-/*
-** Back-off sleep for the threads other than the claimer.  It must not
-** touch the eventfd, whose wake-ups belong to the claimer; it ends early
-** when shutdown gives up on the store.
-*/
-void due_bg_sleep(due_worker *w, int64_t us)
-{
-	int64_t end = due_mono_us() + us;
-
-	while (!atomic_load(&w->abandon)) {
-		int64_t left = end - due_mono_us();
-		if (left <= 0)
-			return;
-		struct timespec ts = {0, (left > 50000 ? 50000 : left) * 1000};
-		nanosleep(&ts, NULL);
-	}
-}
-
-/*
-** Open a store connection for a worker thread, retrying with backoff.
-** NULL when the claimer is asked to stop, or once shutdown has given up
-** on the store (other threads).
-*/
-due_db *due_connect_retry(due_worker *w, const char *who)
-{
-	bool claimer = strcmp(who, "claimer") == 0;
-	int64_t delay = 10000;
-
-	for (;;) {
-		due_db *db = NULL;
-		if (due_open(&db, w->url, NULL) == 0)
-			return db;
-		atomic_fetch_add(&w->st.store_errors, 1);
-		due_wlog(w, 1, "%s: cannot open store: %s (retrying)", who,
-			 due_error_last());
-		due_close(db);
-		if ((claimer && atomic_load(&w->stop)) || atomic_load(&w->abandon))
-			return NULL;
-		if (claimer)
-			due_wait_wake(w, delay);
-		else
-			due_bg_sleep(w, delay);
-		delay = delay * 2 > 2000000 ? 2000000 : delay * 2;
-	}
-}
 /*
 ** Let in-flight tries finish within the grace; then tell them to stop.
 ** If they still cannot be committed ABANDON_US later (the store is down),
@@ -332,6 +291,7 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 	if (!(w = calloc(1, sizeof(*w))))
 		return due_error_set(DUE_ENOMEM, "out of memory");
 	w->o = *opts;
+	w->claim_outage.who = "claimer";
 	w->poll_us = opts->poll_us ? opts->poll_us
 				   : opts->no_wheel || opts->once ? 1000000 : 10000000;
 	if (!w->o.horizon_us)
@@ -353,7 +313,7 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 	w->pools = calloc(1, sizeof(*w->pools));
 	if (w->pools)
 		w->pools[0] = due_pool_new(NULL, opts->mode == DUE_MODE_INLINE
-						 ? opts->concurrency : opts->concurrency);
+						     ? opts->concurrency : opts->concurrency);
 	w->n_pools = 1;
 	if (!w->url || !w->owner || w->wake_fd < 0 || !w->pools || !w->pools[0] ||
 	    pthread_mutex_init(&w->mu, NULL) != 0 || due_cond_init(&w->done_cv) ||

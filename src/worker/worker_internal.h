@@ -33,6 +33,10 @@
 **  - A pool's `busy` counts its claimed, not yet committed tries; the
 **    claimer never asks for more than size - busy, so no task waits in
 **    memory holding a lease (CONTRACT §5).
+**  - A failed store call is retried after a delay that grows, never at
+**    once: no thread loops on a store that does not answer.  Each thread
+**    logs an outage once when it starts and once when it ends
+**    (due_outage_fail/over).
 **  - A job is freed only under `mu` when its refcount reaches zero: one
 **    reference belongs to flight (dropped by due_retire_locked() once its
 **    outcome is committed), one more to the keeper while it renews outside
@@ -70,6 +74,19 @@ typedef struct pool {
 	int started;
 } pool;
 
+/*
+** One thread's view of a store outage.  The first failed store call opens
+** it and is logged once, with what failed; the first call the store
+** answers again closes it, logged once with its length and the number of
+** failed calls.  Every failed call counts in st.store_errors, nothing else
+** does.  Each thread that talks to the store owns one.
+*/
+typedef struct due_outage {
+	const char *who;    /* the thread, for the log */
+	int64_t since;      /* monotonic us of the first failure; 0: none */
+	long long failures; /* failed calls since then */
+} due_outage;
+
 struct due_job {
 	due_task task;
 	due_worker *w;
@@ -79,6 +96,8 @@ struct due_job {
 				   the handler should stop */
 	int64_t renewed_mono;   /* last successful claim/extend, monotonic us
 				   (keeper) */
+	int64_t renew_at;       /* next renewal attempt, monotonic us (keeper) */
+	int64_t renew_backoff;  /* delay after the last failed renewal (keeper) */
 	int refs;               /* under mu */
 	unsigned char *result;
 	size_t result_len;
@@ -125,9 +144,10 @@ struct due_worker {
 	int64_t late[1024];    /* lateness of recent claims (us), ring (mu) */
 	size_t n_late;
 	int64_t poll_us;       /* effective poll (or safety poll) interval */
+	due_outage claim_outage; /* the claimer thread's */
 };
 
-/* worker.c: clocks, waits, logging, connections (any thread). */
+/* worker.c: clocks, waits, logging (any thread). */
 
 /* Monotonic clock in microseconds: paces local waits, never judges due. */
 int64_t due_mono_us(void);
@@ -137,8 +157,13 @@ void due_wake(due_worker *w);
 void due_wait_wake(due_worker *w, int64_t timeout_us);
 void due_cond_wait_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us);
 int due_cond_init(pthread_cond_t *cv);
+
+/* outage.c: failed store calls, connections (any thread). */
 void due_bg_sleep(due_worker *w, int64_t us);
 due_db *due_connect_retry(due_worker *w, const char *who);
+void due_outage_fail(due_worker *w, due_outage *o, const char *fmt, ...)
+	DUE_PRINTF(3, 4);
+void due_outage_over(due_worker *w, due_outage *o);
 
 /* pool.c: jobs, pool queues, pool threads. */
 void due_job_free(due_job *j);
