@@ -10,7 +10,8 @@
 **              the pool's finished completions into the same transaction
 **              while it drains a backlog (`fold`); puts the claimed tasks in
 **              flight and queues them on their pool, or in inline mode runs
-**              the shared pool's jobs itself; takes back expired leases
+**              the shared pool's jobs itself (that pool has one slot: one
+**              claim, one run, then the next claim); takes back expired leases
 **              when the earliest lease in the store ends (at most every
 **              2 s when polling).
 **   Owns:      the store connection due_worker_run() opened.

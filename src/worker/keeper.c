@@ -10,7 +10,8 @@
 **              A renewal the store does not answer is tried again after a
 **              backoff within what is left of the lease (renew_failed());
 **              when renewals keep failing for a whole lease, the lease is
-**              presumed lost and the handler told the same.  Between
+**              presumed lost and the handler told the same.  Ends the
+**              grace after a stop (due_grace_check_locked()).  Between
 **              renewals it publishes the worker's counters to the store
 **              (due_worker_report) and logs a summary once a minute.
 **   Owns:      its own store connection, opened on first need.
@@ -18,8 +19,8 @@
 **              each, so the completer cannot free one under it) and to drop
 **              those references; never across a store call.
 **   Blocks on: keep_cv until the next renewal is due, at most lease/12
-**              (5 ms .. 1 s), and on the store during a renewal or a
-**              report.
+**              (5 ms .. 1 s; 100 ms inline), and on the store during a
+**              renewal or a report.
 **   Exits:     when threads_stop is set and nothing is in flight (or the
 **              store was abandoned), after a last report.
 */
@@ -206,13 +207,17 @@ static void maybe_summary(keeper *k)
 
 /*
 ** How long the keeper sleeps at most: lease/12 (5 ms .. 1 s), so a new
-** job's first renewal (due lease/3 after its claim) is never late.
+** job's first renewal (due lease/3 after its claim) is never late.  In
+** inline mode at most 100 ms: the claimer is busy running a handler, so
+** the keeper is the one that ends the grace after a stop (which cannot
+** signal it: due_worker_stop() must stay async-signal-safe).
 */
 static int64_t keeper_tick(const due_worker *w)
 {
 	int64_t tick = w->o.lease_us / 12;
+	int64_t max = w->o.mode == DUE_MODE_INLINE ? 100000 : 1000000;
 
-	return tick < 5000 ? 5000 : tick > 1000000 ? 1000000 : tick;
+	return tick < 5000 ? 5000 : tick > max ? max : tick;
 }
 
 void *due_keeper_main(void *arg)
@@ -227,6 +232,9 @@ void *due_keeper_main(void *arg)
 	while (!(w->threads_stop &&
 		 (w->n_inflight == 0 || atomic_load(&w->abandon)))) {
 		int64_t now = due_mono_us(), next = now + tick;
+		int64_t grace_end = due_grace_check_locked(w, now);
+		if (grace_end > now && grace_end < next)
+			next = grace_end;
 		size_t n = renewals_due_locked(w, r, 256, now, &next);
 		if (n == 0) {
 			due_cond_wait_us(&w->keep_cv, &w->mu, next - now);

@@ -1,8 +1,8 @@
 /*
 ** worker.c - the worker runtime's lifecycle: create a worker, register
 ** handlers, run it (start the threads, claim until stopped, drain, join),
-** stop it, free it; its counters; immediate submits; and the small helpers
-** every thread uses (clocks, waits, logging).
+** stop it, free it; its counters; immediate submits; the grace after a
+** stop; and the small helpers every thread uses (clocks, waits, logging).
 **
 ** The runtime claims due tasks, runs their handlers, keeps their leases
 ** and commits their outcomes, with one thread per concern:
@@ -23,8 +23,8 @@
 ** due_worker_stop() (or, in once-mode, until nothing is due), then drains:
 ** in-flight tries get `grace` to finish and commit, then are told to stop,
 ** and if they still cannot be committed the store is abandoned to lease
-** expiry.  Shutdown never hangs on the store.  due_worker_stop() only sets
-** an atomic flag and writes the eventfd: it is async-signal-safe.
+** expiry.  Shutdown never hangs on the store.  due_worker_stop() only reads
+** the clock, sets atomics and writes the eventfd: it is async-signal-safe.
 */
 #include <errno.h>
 #include <poll.h>
@@ -114,6 +114,32 @@ int due_cond_init(pthread_cond_t *cv)
 }
 
 /*
+** The grace period runs from the first stop request (or from the start
+** of a drain without one).  Once it is over, every running handler is
+** told to stop, once; their leases are left to expire.  Called with mu
+** held by the claimer's drain() and by the keeper: in inline mode the
+** claimer is busy running a handler, so the keeper enforces the grace.
+** Returns the monotonic time the grace ends, 0 while no stop is asked.
+*/
+int64_t due_grace_check_locked(due_worker *w, int64_t now)
+{
+	int64_t since = atomic_load(&w->stop_mono);
+
+	if (!since)
+		return 0;
+	if (now >= since + w->o.grace_us && !w->grace_over_at) {
+		w->grace_over_at = now;
+		if (w->n_inflight > 0)
+			due_wlog(w, 1, "grace period over: stopping %d running "
+				 "handler(s); their leases will expire",
+				 w->n_inflight);
+		for (due_job *j = w->inflight; j; j = j->inext)
+			atomic_store(&j->lost, true);
+	}
+	return since + w->o.grace_us;
+}
+
+/*
 ** Let in-flight tries finish within the grace; then tell them to stop.
 ** If they still cannot be committed ABANDON_US later (the store is down),
 ** give up on the store: their leases expire and another worker reclaims
@@ -123,22 +149,18 @@ int due_cond_init(pthread_cond_t *cv)
 
 static void drain(due_worker *w)
 {
-	int64_t deadline = due_mono_us() + w->o.grace_us, told_at = 0;
+	long long zero = 0;
 
+	atomic_compare_exchange_strong(&w->stop_mono, &zero, due_mono_us());
 	pthread_mutex_lock(&w->mu);
 	while (w->n_inflight > 0) {
-		int64_t left = deadline - due_mono_us();
-		if (left <= 0 && !told_at) {
-			due_wlog(w, 1, "grace period over: stopping %d running handler(s); "
-				 "their leases will expire", w->n_inflight);
-			for (due_job *j = w->inflight; j; j = j->inext)
-				atomic_store(&j->lost, true);
-			told_at = due_mono_us();
-		}
-		if (told_at && due_mono_us() - told_at > ABANDON_US) {
-			due_wlog(w, 1, "cannot commit %d finished or stopped tr%s (store "
-				 "unreachable?): leaving them to lease expiry",
-				 w->n_inflight, w->n_inflight == 1 ? "y" : "ies");
+		int64_t now = due_mono_us();
+		int64_t left = due_grace_check_locked(w, now) - now;
+		if (w->grace_over_at && now - w->grace_over_at > ABANDON_US) {
+			due_wlog(w, 1, "cannot commit %d finished or stopped tr%s "
+				 "(store unreachable?): leaving them to lease "
+				 "expiry", w->n_inflight,
+				 w->n_inflight == 1 ? "y" : "ies");
 			atomic_store(&w->abandon, true);
 			pthread_cond_broadcast(&w->done_cv);
 			break;
@@ -245,8 +267,9 @@ int due_worker_run(due_worker *w)
 		return rc;
 	}
 	due_wlog(w, 1, "started: %zu pool(s), shared concurrency %d, lease %lld ms, "
-		 "poll %lld ms%s", w->n_pools, w->pools[0]->size,
+		 "poll %lld ms%s%s", w->n_pools, w->pools[0]->size,
 		 (long long)w->o.lease_us / 1000, (long long)w->poll_us / 1000,
+		 w->o.mode == DUE_MODE_INLINE ? ", inline (one at a time)" : "",
 		 w->o.once ? ", once" : "");
 	if (!due_try_wheel(w, db))
 		due_claim_loop(w, db);
@@ -268,6 +291,10 @@ int due_worker_run(due_worker *w)
 
 void due_worker_stop(due_worker *w)
 {
+	long long zero = 0;
+
+	/* clock_gettime() is async-signal-safe */
+	atomic_compare_exchange_strong(&w->stop_mono, &zero, due_mono_us());
 	atomic_store(&w->stop, true);
 	due_wake(w);
 }
@@ -313,7 +340,8 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 	w->pools = calloc(1, sizeof(*w->pools));
 	if (w->pools)
 		w->pools[0] = due_pool_new(NULL, opts->mode == DUE_MODE_INLINE
-						     ? opts->concurrency : opts->concurrency);
+						     ? 1 /* the claimer runs it */
+						     : opts->concurrency);
 	w->n_pools = 1;
 	if (!w->url || !w->owner || w->wake_fd < 0 || !w->pools || !w->pools[0] ||
 	    pthread_mutex_init(&w->mu, NULL) != 0 || due_cond_init(&w->done_cv) ||

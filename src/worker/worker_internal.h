@@ -15,8 +15,9 @@
 **   pool N      one thread per slot of each pool (pool.c), runs handlers;
 **               none for the shared pool in inline mode.  No store
 **               connection of its own (a handler may open one).
-**   keeper      renews the lease of every running try and publishes the
-**               worker's counters (keeper.c).
+**   keeper      renews the lease of every running try, publishes the
+**               worker's counters, and ends the grace after a stop
+**               (keeper.c).
 **   completer   commits finished tries in batches and frees their slots
 **               (completer.c).
 **   scheduler   materializes the slots of periodic schedules (scheduler.c);
@@ -32,7 +33,9 @@
 ** Invariants.
 **  - A pool's `busy` counts its claimed, not yet committed tries; the
 **    claimer never asks for more than size - busy, so no task waits in
-**    memory holding a lease (CONTRACT §5).
+**    memory holding a lease (CONTRACT §5).  In inline mode the shared
+**    pool has one slot, run by the claimer itself: it claims one task,
+**    runs it, then claims the next.
 **  - A failed store call is retried after a delay that grows, never at
 **    once: no thread loops on a store that does not answer.  Each thread
 **    logs an outage once when it starts and once when it ends
@@ -127,6 +130,8 @@ struct due_worker {
 	due_job *done_head, *done_tail; /* handler returned, to commit (mu) */
 	int wake_fd;            /* eventfd: wakes the claimer */
 	atomic_bool stop, running;
+	atomic_llong stop_mono; /* when stop was first requested (monotonic us) */
+	int64_t grace_over_at;  /* when the grace ran out, 0 before (mu) */
 	atomic_bool fold;       /* claimer is draining: it commits completions
 				   together with its next claim */
 	int64_t last_done_mono; /* the latest handler finish (mu) */
@@ -147,7 +152,7 @@ struct due_worker {
 	due_outage claim_outage; /* the claimer thread's */
 };
 
-/* worker.c: clocks, waits, logging (any thread). */
+/* worker.c: clocks, waits, logging (any thread); the grace. */
 
 /* Monotonic clock in microseconds: paces local waits, never judges due. */
 int64_t due_mono_us(void);
@@ -157,6 +162,7 @@ void due_wake(due_worker *w);
 void due_wait_wake(due_worker *w, int64_t timeout_us);
 void due_cond_wait_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us);
 int due_cond_init(pthread_cond_t *cv);
+int64_t due_grace_check_locked(due_worker *w, int64_t now);
 
 /* outage.c: failed store calls, connections (any thread). */
 void due_bg_sleep(due_worker *w, int64_t us);
