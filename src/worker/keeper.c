@@ -86,7 +86,8 @@ static void renew_failed(due_worker *w, due_job *j, int64_t now)
 	int64_t left = j->renewed_mono + w->o.lease_us - now, retry;
 
 	if (left <= 0) {
-		if (!atomic_exchange(&j->lost, true)) {
+		if (!atomic_exchange(&j->lost, true) &&
+		    !atomic_load(&j->finished)) {
 			atomic_fetch_add(&w->st.lease_lost, 1);
 			due_wlog(w, 1, "task %lld attempt %d: lease presumed lost "
 				 "(no renewal for a whole lease); stopping its "
@@ -105,7 +106,11 @@ static void renew_failed(due_worker *w, due_job *j, int64_t now)
 
 /*
 ** Renew one lease.  A lease that the store says is gone (or whose task
-** has a cancel request) stops the handler.
+** has a cancel request) stops the handler, except when the handler has
+** already returned: then the answer may only mean that its completion
+** was committed meanwhile (the keeper took its reference before), and if
+** the lease really was lost, the fenced commit says so (REJECTED_STALE).
+** So a finished job is only no longer renewed, not counted as lost.
 */
 static void renew_one(keeper *k, renewal *r)
 {
@@ -129,6 +134,13 @@ static void renew_one(keeper *k, renewal *r)
 	}
 	if (atomic_exchange(&j->lost, true))
 		return;
+	if (atomic_load(&j->finished)) {
+		due_wlog(w, 2, "task %lld attempt %d: not renewed (%s) after its "
+			 "handler returned: its commit decides", (long long)r->id,
+			 r->attempt, eo == DUE_EXTEND_LOST ? "not held"
+							   : "cancel requested");
+		return;
+	}
 	atomic_fetch_add(&w->st.lease_lost, 1);
 	due_wlog(w, 1, "task %lld attempt %d: %s; stopping its handler",
 		 (long long)r->id, r->attempt,

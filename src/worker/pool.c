@@ -160,6 +160,7 @@ void due_run_job(due_worker *w, due_job *j)
 		 (long long)j->task.id, j->task.kind, j->task.attempt,
 		 j->rc == 0 ? "ok" : "failed", (double)(due_mono_us() - t0) / 1000.0);
 	j->done_mono = due_mono_us();
+	atomic_store(&j->finished, true);
 	pthread_mutex_lock(&w->mu);
 	j->next = NULL;
 	if (w->done_tail)

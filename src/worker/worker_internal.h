@@ -101,6 +101,9 @@ struct due_job {
 				   (keeper) */
 	int64_t renew_at;       /* next renewal attempt, monotonic us (keeper) */
 	int64_t renew_backoff;  /* delay after the last failed renewal (keeper) */
+	atomic_bool finished;   /* the handler returned: from now on the fenced
+				   commit, not the keeper, says whether the
+				   lease held */
 	int refs;               /* under mu */
 	unsigned char *result;
 	size_t result_len;
