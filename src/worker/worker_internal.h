@@ -1,12 +1,207 @@
 /*
-** worker_internal.h - shared between the worker runtime's files.
+** worker_internal.h - the worker runtime's shared state, its threads and
+** its one lock.  Only the files of src/worker/ include it.
+**
+** Threads.  A due_db is single-thread, so each thread that talks to the
+** store opens its own connection (due_connect_retry()).
+**
+**   claimer     the thread that called due_worker_run().  Claims up to the
+**               free slots of each pool and hands the tasks to the pools
+**               (claimer.c); discovers due work either with the timing
+**               wheel and store notifications (discovery.c) or by polling
+**               (claimer.c); reclaims expired leases; in inline mode runs
+**               the shared pool's handlers itself; after a stop, drains
+**               (worker.c).
+**   pool N      one thread per slot of each pool (pool.c), runs handlers;
+**               none for the shared pool in inline mode.  No store
+**               connection of its own (a handler may open one).
+**   keeper      renews the lease of every running try, publishes the
+**               worker's counters, and ends the grace after a stop
+**               (keeper.c).
+**   completer   commits finished tries in batches and frees their slots
+**               (completer.c).
+**   scheduler   materializes the slots of periodic schedules (scheduler.c);
+**               started only with opts.cron and without opts.once.
+**
+** Lock order.  `due_worker.mu` is the only mutex; every condition variable
+** (the pools' `cv`, `done_cv`, `keep_cv`, `idle_cv`, `sched_cv`) waits on
+** it.  No store call and no handler runs while it is held; nothing else is
+** locked under it.  Counters (`st`) and the flags marked atomic are read
+** and written without it.  due_worker_stop() only touches an atomic flag
+** and the eventfd, so it can be called from a signal handler.
+**
+** Invariants.
+**  - A pool's `busy` counts its claimed, not yet committed tries; the
+**    claimer never asks for more than size - busy, so no task waits in
+**    memory holding a lease (CONTRACT §5).  In inline mode the shared
+**    pool has one slot, run by the claimer itself: it claims one task,
+**    runs it, then claims the next.
+**  - A failed store call is retried after a delay that grows, never at
+**    once: no thread loops on a store that does not answer.  Each thread
+**    logs an outage once when it starts and once when it ends
+**    (due_outage_fail/over).
+**  - A job is freed only under `mu` when its refcount reaches zero: one
+**    reference belongs to flight (dropped by due_retire_locked() once its
+**    outcome is committed), one more to the keeper while it renews outside
+**    the lock.
+**  - The worker's own view of a lease is advisory.  Whether a completion
+**    lands is decided by the store's fenced statement, always.
 */
 #ifndef DUE_WORKER_INTERNAL_H
 #define DUE_WORKER_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "core/internal.h"
+
+#define MAX_ERROR_TEXT 4096
+#define COMPLETE_BATCH 256
+
+typedef struct handler {
+	char *kind; /* NULL: the catch-all */
+	due_handler_fn fn;
+	void *payload;
+	struct pool *pool;
+} handler;
+
+typedef struct pool {
+	char *kind;       /* isolated pool's kind; NULL for the shared pool */
+	int size;
+	int busy;         /* claimed, not yet committed (mu) */
+	due_job *head, *tail; /* ready to run (mu) */
+	pthread_cond_t cv;    /* a job was queued, or threads_stop */
+	pthread_t *threads;
+	int started;
+} pool;
+
+/*
+** One thread's view of a store outage.  The first failed store call opens
+** it and is logged once, with what failed; the first call the store
+** answers again closes it, logged once with its length and the number of
+** failed calls.  Every failed call counts in st.store_errors, nothing else
+** does.  Each thread that talks to the store owns one.
+*/
+typedef struct due_outage {
+	const char *who;    /* the thread, for the log */
+	int64_t since;      /* monotonic us of the first failure; 0: none */
+	long long failures; /* failed calls since then */
+} due_outage;
+
+struct due_job {
+	due_task task;
+	due_worker *w;
+	pool *pool;
+	const handler *h;
+	atomic_bool lost;       /* lease lost, cancel requested or shutdown:
+				   the handler should stop */
+	int64_t renewed_mono;   /* last successful claim/extend, monotonic us
+				   (keeper) */
+	int64_t renew_at;       /* next renewal attempt, monotonic us (keeper) */
+	int64_t renew_backoff;  /* delay after the last failed renewal (keeper) */
+	atomic_bool finished;   /* the handler returned: from now on the fenced
+				   commit, not the keeper, says whether the
+				   lease held */
+	int refs;               /* under mu */
+	unsigned char *result;
+	size_t result_len;
+	char *error;
+	int rc;
+	due_tx_hook hook;
+	void *hook_payload;
+	int64_t done_mono;      /* when the handler returned */
+	due_job *next;          /* pool queue or completion queue (mu) */
+	due_job *iprev, *inext; /* in-flight list (mu) */
+};
+
+struct due_worker {
+	due_worker_opts o;
+	char *url, *owner;
+	handler *handlers;      /* fixed once running */
+	size_t n_handlers;
+	pool **pools;           /* [0] is the shared pool; fixed once running */
+	size_t n_pools;
+	pthread_mutex_t mu;     /* the only lock: see the lock order above */
+	pthread_cond_t done_cv; /* completer: completions queued, or stop */
+	pthread_cond_t keep_cv; /* keeper: threads_stop */
+	pthread_cond_t idle_cv; /* drain: a job was retired */
+	pthread_cond_t sched_cv; /* scheduler: threads_stop */
+	due_job *inflight;      /* every claimed, uncommitted job (mu) */
+	int n_inflight;         /* (mu) */
+	due_job *done_head, *done_tail; /* handler returned, to commit (mu) */
+	int wake_fd;            /* eventfd: wakes the claimer */
+	atomic_bool stop, running;
+	atomic_llong stop_mono; /* when stop was first requested (monotonic us) */
+	int64_t grace_over_at;  /* when the grace ran out, 0 before (mu) */
+	atomic_bool fold;       /* claimer is draining: it commits completions
+				   together with its next claim */
+	int64_t last_done_mono; /* the latest handler finish (mu) */
+	bool completer_parked;  /* completer waits for a signal (mu) */
+	atomic_bool abandon;    /* shutdown gave up on the store: stop retrying,
+				   leave uncommitted tries to lease expiry */
+	bool threads_stop;      /* under mu: keeper and completer may exit */
+	pthread_t keeper, completer, scheduler;
+	bool sched_started;
+	struct {
+		atomic_llong claimed, done, failed, dead, stale, cancelled,
+			lease_lost, claim_queries, empty_claims, reclaim_queries,
+			store_errors, wheel_fired, refills, notifications;
+	} st;
+	int64_t late[1024];    /* lateness of recent claims (us), ring (mu) */
+	size_t n_late;
+	int64_t poll_us;       /* effective poll (or safety poll) interval */
+	due_outage claim_outage; /* the claimer thread's */
+};
+
+/* worker.c: clocks, waits, logging (any thread); the grace. */
 
 /* Monotonic clock in microseconds: paces local waits, never judges due. */
 int64_t due_mono_us(void);
+void due_wlog(due_worker *w, int level, const char *fmt, ...)
+	DUE_PRINTF(3, 4);
+void due_wake(due_worker *w);
+void due_wait_wake(due_worker *w, int64_t timeout_us);
+void due_cond_wait_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us);
+int due_cond_init(pthread_cond_t *cv);
+int64_t due_grace_check_locked(due_worker *w, int64_t now);
+
+/* outage.c: failed store calls, connections (any thread). */
+void due_bg_sleep(due_worker *w, int64_t us);
+due_db *due_connect_retry(due_worker *w, const char *who);
+void due_outage_fail(due_worker *w, due_outage *o, const char *fmt, ...)
+	DUE_PRINTF(3, 4);
+void due_outage_over(due_worker *w, due_outage *o);
+
+/* pool.c: jobs, pool queues, pool threads. */
+void due_job_free(due_job *j);
+due_job *due_job_new_locked(due_worker *w, pool *p, due_task *t);
+void due_pool_enqueue_locked(pool *p, due_job *j);
+due_job *due_pool_dequeue_locked(pool *p);
+void due_run_job(due_worker *w, due_job *j);
+pool *due_pool_new(const char *kind, int size);
+int due_pools_start(due_worker *w);
+
+/* completer.c */
+void due_count_outcome(due_worker *w, const due_job *j, bool ok, int outcome);
+void due_retire_locked(due_worker *w, due_job *j);
+void *due_completer_main(void *arg);
+
+/* keeper.c */
+void *due_keeper_main(void *arg);
+
+/* scheduler.c */
+void *due_scheduler_main(void *arg);
+
+/* claimer.c (the claimer thread only) */
+int due_claim_round(due_worker *w, due_db *db, bool *filled);
+void due_set_fold(due_worker *w, bool fold);
+void due_run_inline(due_worker *w);
+int64_t due_reclaim_max(due_worker *w, due_db *db, int64_t max_us);
+void due_claim_loop(due_worker *w, due_db *db);
+
+/* discovery.c (the claimer thread only) */
+bool due_try_wheel(due_worker *w, due_db *db);
 
 #endif

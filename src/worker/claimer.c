@@ -1,0 +1,348 @@
+/*
+** claimer.c - claiming: claim rounds over the pools, the polling loop,
+** inline mode and the reclaim of expired leases.
+**
+** Claimer thread: the thread that called due_worker_run().  Discovery
+** decides when to claim (discovery.c with the wheel, due_claim_loop() here
+** when polling); this file says how.
+**   Does:      for each pool, claims at most size - busy due tasks (so no
+**              task waits in memory holding a lease, CONTRACT §5), folding
+**              the pool's finished completions into the same transaction
+**              while it drains a backlog (`fold`); puts the claimed tasks in
+**              flight and queues them on their pool, or in inline mode runs
+**              the shared pool's jobs itself (that pool has one slot: one
+**              claim, one run, then the next claim); takes back expired leases
+**              when the earliest lease in the store ends (at most every
+**              2 s when polling).
+**   Owns:      the store connection due_worker_run() opened.
+**   Locks:     mu, to count a pool's free slots, to take the completions it
+**              folds and to put claimed jobs in flight; never across a
+**              store call.
+**   Blocks on: the eventfd (due_wait_wake()) between polls and during
+**              back-off (10 ms doubling to 2 s after a failed claim), the
+**              store, and in inline mode the handler.
+**   Ends:      when stop is set, or in once-mode when nothing due is left.
+*/
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "worker/worker_internal.h"
+
+/*
+** The claim options of a pool: an isolated pool claims its kind; the
+** shared pool claims its handlers' kinds, or with a catch-all every kind
+** but the isolated ones.  false when the pool has nothing to claim.
+*/
+static bool claim_opts_for(due_worker *w, pool *p, int limit,
+			   const char **kinds, due_claim_opts *o)
+{
+	bool catch_all = false;
+	size_t n = 0;
+
+	*o = (due_claim_opts)DUE_CLAIM_OPTS_INIT;
+	o->owner = w->owner;
+	o->limit = limit;
+	o->lease_us = w->o.lease_us;
+	if (p->kind) {
+		kinds[n++] = p->kind;
+	} else {
+		for (size_t i = 0; i < w->n_handlers; i++) {
+			if (!w->handlers[i].kind)
+				catch_all = true;
+			else if (w->handlers[i].pool == p && n < 64)
+				kinds[n++] = w->handlers[i].kind;
+		}
+		if (catch_all) {
+			n = 0;
+			for (size_t i = 1; i < w->n_pools && n < 64; i++)
+				kinds[n++] = w->pools[i]->kind;
+			o->exclude_kinds = true;
+		} else if (n == 0) {
+			return false;
+		}
+	}
+	o->kinds = kinds;
+	o->n_kinds = n;
+	return true;
+}
+
+/* Take the pool's finished plain completions off the done queue.  mu held. */
+static size_t take_done_locked(due_worker *w, pool *p, due_job **out, size_t cap)
+{
+	due_job **link = &w->done_head, *last = NULL;
+	size_t n = 0;
+
+	while (*link && n < cap) {
+		due_job *j = *link;
+		if (j->pool == p && j->rc == 0 && !j->hook) {
+			*link = j->next;
+			out[n++] = j;
+		} else {
+			last = j;
+			link = &j->next;
+		}
+	}
+	while (*link) { /* find the new tail */
+		last = *link;
+		link = &(*link)->next;
+	}
+	w->done_tail = last;
+	return n;
+}
+
+/* Give completions back to the completer (after a failed fold).  mu held. */
+static void untake_locked(due_worker *w, due_job **jobs, size_t n)
+{
+	for (size_t i = n; i-- > 0;) {
+		jobs[i]->next = w->done_head;
+		w->done_head = jobs[i];
+		if (!w->done_tail)
+			w->done_tail = jobs[i];
+	}
+	pthread_cond_signal(&w->done_cv);
+}
+
+/*
+** While draining, slots free up one handler at a time.  When less than
+** half of a pool could be claimed now, give the handlers about to finish
+** up to 200 us, so one transaction carries several completions and
+** claims instead of one each.
+*/
+static void gather(due_worker *w, pool *p)
+{
+	for (int round = 0; round < 4 && atomic_load(&w->fold) && p->size >= 4;
+	     round++) {
+		int avail;
+		pthread_mutex_lock(&w->mu);
+		avail = p->size - p->busy;
+		for (due_job *j = w->done_head; j; j = j->next)
+			avail += j->pool == p && j->rc == 0 && !j->hook;
+		pthread_mutex_unlock(&w->mu);
+		if (avail >= p->size / 2)
+			return;
+		struct timespec ts = {0, 50000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+/*
+** Claim for one pool, folding its finished completions into the same
+** transaction when there are any (one commit per batch).
+*/
+static int claim_pool(due_worker *w, due_db *db, pool *p, int limit,
+		      due_job **taken, size_t nt, due_task_list **out)
+{
+	const char *kinds[65];
+	due_completion items[COMPLETE_BATCH];
+	due_claim_opts o;
+	int rc;
+
+	*out = NULL;
+	if (!claim_opts_for(w, p, limit, kinds, &o)) {
+		/* a pool without kinds runs no handler, so it has no completions;
+		   should it ever, the completer commits them */
+		if (nt) {
+			pthread_mutex_lock(&w->mu);
+			untake_locked(w, taken, nt);
+			pthread_mutex_unlock(&w->mu);
+		}
+		return 0;
+	}
+	atomic_fetch_add(&w->st.claim_queries, 1);
+	if (nt == 0)
+		return due_claim_ex(db, out, &o);
+	for (size_t i = 0; i < nt; i++)
+		items[i] = (due_completion){taken[i]->task.id, taken[i]->task.attempt,
+					    taken[i]->result, taken[i]->result_len, 0};
+	if ((rc = due_complete_and_claim(db, items, nt, &o, out)) < 0) {
+		pthread_mutex_lock(&w->mu);
+		untake_locked(w, taken, nt);
+		pthread_mutex_unlock(&w->mu);
+		return rc;
+	}
+	pthread_mutex_lock(&w->mu);
+	for (size_t i = 0; i < nt; i++) {
+		due_count_outcome(w, taken[i], true, (int)items[i].outcome);
+		due_retire_locked(w, taken[i]);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return 0;
+}
+
+/*
+** One claiming round over every pool with free slots.  *filled is set
+** when some pool got all it asked for, or had no free slot to ask with
+** (either way more may be due).  Returns the
+** number of tasks claimed, or a negative code on a store error.
+*/
+int due_claim_round(due_worker *w, due_db *db, bool *filled)
+{
+	int total = 0;
+
+	*filled = false;
+	for (size_t i = 0; i < w->n_pools && !atomic_load(&w->stop); i++) {
+		pool *p = w->pools[i];
+		due_task_list *l = NULL;
+		int free_slots, rc;
+
+		due_job *taken[COMPLETE_BATCH];
+		size_t nt = 0;
+
+		gather(w, p);
+		pthread_mutex_lock(&w->mu);
+		if (atomic_load(&w->fold))
+			nt = take_done_locked(w, p, taken, COMPLETE_BATCH);
+		free_slots = p->size - p->busy + (int)nt;
+		pthread_mutex_unlock(&w->mu);
+		if (free_slots <= 0) {
+			/* full: we did not look, so more may be due; a freed
+			   slot wakes the claimer to look again */
+			*filled = true;
+			continue;
+		}
+		if ((rc = claim_pool(w, db, p, free_slots, taken, nt, &l)) < 0)
+			return rc;
+		if (!l)
+			continue;
+		if (l->count == 0)
+			atomic_fetch_add(&w->st.empty_claims, 1);
+		if ((int)l->count == free_slots)
+			*filled = true;
+		pthread_mutex_lock(&w->mu);
+		for (size_t k = 0; k < l->count; k++) {
+			/* claim time in the store's clock is lease_until - lease */
+			const due_task *t = &l->items[k];
+			w->late[w->n_late++ % 1024] = t->lease_until - w->o.lease_us -
+						     t->due_at;
+			due_job *j = due_job_new_locked(w, p, &l->items[k]);
+			if (!j) /* out of memory: the lease will expire */
+				continue;
+			p->busy++;
+			due_pool_enqueue_locked(p, j);
+		}
+		pthread_mutex_unlock(&w->mu);
+		atomic_fetch_add(&w->st.claimed, (long long)l->count);
+		total += (int)l->count;
+		due_task_list_free(l);
+	}
+	return total;
+}
+
+/*
+** The claimer says whether it is draining (folding completions into its
+** claims).  Handlers do not wake the completer while it is; when it stops,
+** the completer is woken for what was left.
+*/
+void due_set_fold(due_worker *w, bool fold)
+{
+	if (atomic_exchange(&w->fold, fold) && !fold) {
+		pthread_mutex_lock(&w->mu);
+		pthread_cond_signal(&w->done_cv);
+		pthread_mutex_unlock(&w->mu);
+	}
+}
+
+/* Inline mode: the claimer runs what it claimed for the shared pool. */
+void due_run_inline(due_worker *w)
+{
+	pool *p = w->pools[0];
+	for (;;) {
+		pthread_mutex_lock(&w->mu);
+		due_job *j = due_pool_dequeue_locked(p);
+		pthread_mutex_unlock(&w->mu);
+		if (!j)
+			return;
+		due_run_job(w, j);
+	}
+}
+
+static int inflight(due_worker *w)
+{
+	pthread_mutex_lock(&w->mu);
+	int n = w->n_inflight;
+	pthread_mutex_unlock(&w->mu);
+	return n;
+}
+
+/*
+** Take back expired leases, and return when to look again (monotonic
+** us): at the earliest lease expiry the store reported, at most
+** RECLAIM_MAX_US from now, so a crashed worker's task is picked up about
+** when its lease ends without polling faster than needed.
+*/
+#define RECLAIM_MAX_US 2000000LL
+#define RECLAIM_RETRY_US 1000000LL
+
+int64_t due_reclaim_max(due_worker *w, due_db *db, int64_t max_us)
+{
+	int64_t now = due_mono_us(), wait_us = max_us;
+	due_reclaimed r;
+
+	atomic_fetch_add(&w->st.reclaim_queries, 1);
+	if (due_reclaim_expired(db, &r) < 0) {
+		due_outage_fail(w, &w->claim_outage, "reclaiming expired leases");
+		return now + RECLAIM_RETRY_US;
+	}
+	due_outage_over(w, &w->claim_outage);
+	if (r.rescheduled + r.dead + r.cancelled)
+		due_wlog(w, 1, "reclaimed expired leases: %lld rescheduled, %lld dead, "
+			 "%lld cancelled", (long long)r.rescheduled, (long long)r.dead,
+			 (long long)r.cancelled);
+	if (r.next_expiry > 0 && r.next_expiry - r.now + 1000 < wait_us)
+		wait_us = r.next_expiry - r.now + 1000;
+	return now + (wait_us < 1000 ? 1000 : wait_us);
+}
+
+static int64_t reclaim(due_worker *w, due_db *db)
+{
+	return due_reclaim_max(w, db, RECLAIM_MAX_US);
+}
+
+/*
+** The claiming loop.  Claims as soon as slots free up while the previous
+** round filled them (more is due), else once per poll interval.  Returns
+** when stopping, or in once-mode when nothing due is left.
+*/
+void due_claim_loop(due_worker *w, due_db *db)
+{
+	int64_t next_reclaim = 0, next_poll = 0, backoff = 10000;
+	bool more = true;
+
+	while (!atomic_load(&w->stop)) {
+		int64_t now = due_mono_us();
+		bool filled = false;
+		int n = 0;
+
+		if (now >= next_reclaim)
+			next_reclaim = reclaim(w, db);
+		if (more || now >= next_poll) {
+			n = due_claim_round(w, db, &filled);
+			if (n < 0) {
+				due_outage_fail(w, &w->claim_outage, "claiming");
+				due_wait_wake(w, backoff);
+				backoff = backoff * 2 > 2000000 ? 2000000 : backoff * 2;
+				continue;
+			}
+			due_outage_over(w, &w->claim_outage);
+			backoff = 10000;
+			more = filled;
+			due_set_fold(w, more || w->o.once);
+			next_poll = due_mono_us() + w->poll_us;
+		}
+		if (w->o.mode == DUE_MODE_INLINE)
+			due_run_inline(w);
+		if (w->o.once && n == 0 && !more && inflight(w) == 0)
+			return;
+		if (more && n > 0)
+			continue; /* slots may still be free in other pools */
+		int64_t until = (more ? next_reclaim : (next_poll < next_reclaim
+						  ? next_poll : next_reclaim)) - due_mono_us();
+		if (w->o.once)
+			until = until > 50000 ? 50000 : until;
+		due_wait_wake(w, until > 0 ? until : 0);
+		if (w->o.once)
+			more = true; /* re-check promptly until drained */
+	}
+}
+

@@ -1,0 +1,281 @@
+/*
+** discovery.c - discovery with the timing wheel: when to claim, without
+** polling the store.
+**
+** The wheel is a cache of the store: it holds the ids of tasks due within
+** the horizon, in ticks of 1 ms of the monotonic clock.  The store's clock
+** maps onto it through `offset` (store time - monotonic time, measured at
+** each refill; exact for SQLite, within a round trip for PostgreSQL).  A
+** due tick is rounded up, so the wheel never fires before the store would
+** call the task due; the claim statement decides in any case.  Several
+** workers may hold the same id: whoever claims first gets it, the others'
+** claims come back empty.  docs/internals/discovery.md tells the rest.
+**
+** Runs in the claimer thread (there is no discovery thread), when the
+** store can notify this connection of new submits and neither opts.no_wheel
+** nor opts.once is set; otherwise the claimer polls (due_claim_loop()).
+**   Does:      refills the wheel from the store (at most every 5 ms, at once
+**              after a notification, else once per safety poll), claims
+**              when the wheel fires, reclaims when the refill says the
+**              earliest lease has ended.
+**   Owns:      the wheel, the listening socket of the claimer's connection.
+**   Locks:     none of its own; the claim rounds take mu (claimer.c).
+**   Blocks on: poll() of the eventfd and the listening socket until the
+**              wheel's next fire, refill or reclaim; the store.
+**   Ends:      when stop is set.
+*/
+#include <poll.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store/store.h"
+#include "wheel/wheel.h"
+#include "worker/worker_internal.h"
+
+/* The state of discovery, the claimer's own. */
+typedef struct disc {
+	due_wheel *wheel;
+	int listen_fd;
+	int64_t offset;       /* store us - monotonic us */
+	int64_t next_refill;  /* monotonic us */
+	int64_t next_reclaim;
+	int64_t last_refill;
+	int64_t recheck_at;
+	int rechecks;
+	bool exact_clock;     /* the store's clock is this host's (SQLite) */
+	bool listening;       /* notifications work on this connection */
+	const char *kinds[65];
+	size_t n_kinds;
+	bool exclude;
+} disc;
+
+static void count_fire(int64_t id, int64_t due_tick, void *payload)
+{
+	(void)id;
+	(void)due_tick;
+	(*(int64_t *)payload)++;
+}
+
+/* The kinds this worker handles, as one filter for the upcoming query. */
+static void disc_kinds(due_worker *w, disc *d)
+{
+	d->n_kinds = 0;
+	d->exclude = false;
+	for (size_t i = 0; i < w->n_handlers; i++) {
+		if (!w->handlers[i].kind) { /* catch-all: every kind */
+			d->n_kinds = 0;
+			return;
+		}
+		if (d->n_kinds < 64)
+			d->kinds[d->n_kinds++] = w->handlers[i].kind;
+	}
+}
+
+/*
+** Load the ids due before now + horizon into the wheel.  Also learns the
+** next lease expiry, so the reclaim check needs no query of its own.
+*/
+static int refill(due_worker *w, due_db *db, disc *d)
+{
+	int64_t mono = due_mono_us();
+	due_time now;
+	due_upcoming *u = NULL;
+	int rc;
+
+	if (d->exact_clock)
+		now = due_time_now_host();
+	else if (d->last_refill) /* the offset of the last refill will do */
+		now = mono + d->offset;
+	else if ((rc = due_now(db, &now)) < 0)
+		return rc;
+	atomic_fetch_add(&w->st.refills, 1);
+	rc = due_upcoming_get(db, &u, d->kinds, d->n_kinds, d->exclude,
+			      now + w->o.horizon_us, w->o.wheel_max);
+	if (rc < 0)
+		return rc;
+	d->offset = (u->now ? u->now : now) - mono;
+	for (size_t i = 0; i < u->count; i++) {
+		int64_t tick = (u->due_at[i] - d->offset + 999) / 1000;
+		due_wheel_start(NULL, d->wheel, u->ids[i], tick);
+	}
+	d->last_refill = mono;
+	d->next_refill = mono + w->poll_us;
+	if (u->truncated && u->count) /* the rest is loaded as time moves on */
+		d->next_refill = u->due_at[u->count - 1] - d->offset - 100000;
+	if (u->next_expiry && u->next_expiry - d->offset < d->next_reclaim)
+		d->next_reclaim = u->next_expiry - d->offset + 1000;
+	due_upcoming_free(u);
+	return 0;
+}
+
+/* Consume notifications; true if any arrived. */
+static bool drain_notes(due_worker *w, due_db *db, disc *d)
+{
+	int n = 0;
+	if (d->listen_fd < 0 || due_listen_drain(db, &n) < 0 || n == 0)
+		return false;
+	atomic_fetch_add(&w->st.notifications, n);
+	return true;
+}
+
+/*
+** Can this store deliver notifications to us?  Send one and wait for it
+** (PgBouncer in transaction pooling mode silently drops LISTEN).
+*/
+static bool listen_works(due_worker *w, due_db *db, disc *d)
+{
+	if (due_listen(db, &d->listen_fd) < 0) {
+		due_wlog(w, 1, "cannot listen for new tasks (%s): polling every %lld ms",
+			 due_error_last(), (long long)w->poll_us / 1000);
+		return false;
+	}
+	if (due_notify(db) < 0)
+		return false;
+	for (int i = 0; i < 100; i++) {
+		struct pollfd p = {d->listen_fd, POLLIN, 0};
+		if (drain_notes(w, db, d))
+			return true;
+		poll(&p, 1, 10);
+	}
+	due_wlog(w, 1, "notifications are not delivered on this connection (a "
+		 "transaction-pooling proxy?): polling every %lld ms instead",
+		 (long long)w->poll_us / 1000);
+	return false;
+}
+
+/* Sleep until `until` (monotonic us), a slot frees, or a submit is seen. */
+static void wheel_wait(due_worker *w, due_db *db, disc *d, int64_t until)
+{
+	struct pollfd p[2];
+	int64_t left = until - due_mono_us();
+	uint64_t v;
+
+	/* a reconnected session has a new socket (and listens again); while
+	   the store is unreachable there is none, and the safety poll's
+	   refill reconnects */
+	if (d->listening && due_listen(db, &d->listen_fd) < 0)
+		d->listen_fd = -1;
+	p[0] = (struct pollfd){w->wake_fd, POLLIN, 0};
+	p[1] = (struct pollfd){d->listen_fd, POLLIN, 0};
+	if (drain_notes(w, db, d)) { /* buffered by an earlier query */
+		d->next_refill = 0;
+		return;
+	}
+	if (left <= 0)
+		return;
+	if (poll(p, d->listen_fd >= 0 ? 2 : 1, (int)((left + 999) / 1000)) <= 0)
+		return;
+	if (p[0].revents & POLLIN) {
+		ssize_t r = read(w->wake_fd, &v, sizeof(v));
+		(void)r;
+	}
+	if (d->listen_fd >= 0 && (p[1].revents & POLLIN) && drain_notes(w, db, d))
+		d->next_refill = 0;
+}
+
+/* The earliest of the wheel's next fire, refill, reclaim and recheck. */
+static int64_t wheel_deadline(due_worker *w, disc *d)
+{
+	int64_t until = d->next_refill, nd = due_wheel_next_due(d->wheel);
+
+	(void)w;
+	if (nd != DUE_WHEEL_NEVER && nd * 1000 < until)
+		until = nd * 1000;
+	if (d->next_reclaim < until)
+		until = d->next_reclaim;
+	if (d->recheck_at && d->recheck_at < until)
+		until = d->recheck_at;
+	return until;
+}
+
+static void wheel_loop(due_worker *w, due_db *db, disc *d)
+{
+	int64_t backoff = 10000;
+	bool more = true;
+
+	while (!atomic_load(&w->stop)) {
+		int64_t now = due_mono_us(), fired = 0;
+		const char *what = "refilling the wheel";
+		bool filled = false;
+		int n;
+
+		/* refill at once after a notification, but at most every 5 ms;
+		   what is due now comes back with the refill and fires at once
+		   from the wheel below, so an idle refill claims nothing and an
+		   idle worker makes one query per safety poll */
+		if (now >= d->next_refill && now - d->last_refill >= 5000) {
+			if (refill(w, db, d) < 0)
+				goto store_error;
+		}
+		/* the refill reports the next lease expiry: no reclaim check
+		   is needed until then */
+		if (now >= d->next_reclaim) {
+			due_reclaim_max(w, db, w->poll_us);
+			d->next_reclaim = now + 3600LL * 1000000;
+			d->next_refill = 0; /* learn the next expiry now */
+		}
+		due_wheel_advance(d->wheel, now / 1000, count_fire, &fired);
+		atomic_fetch_add(&w->st.wheel_fired, fired);
+		if (fired || more || (d->recheck_at && now >= d->recheck_at)) {
+			what = "claiming";
+			if ((n = due_claim_round(w, db, &filled)) < 0)
+				goto store_error;
+			due_outage_over(w, &w->claim_outage);
+			backoff = 10000;
+			more = filled;
+			due_set_fold(w, more);
+			/* PostgreSQL's clock is known to within a round trip:
+			   if we woke early, look again shortly */
+			if (fired && n == 0 && !d->exact_clock && d->rechecks < 4)
+				d->recheck_at = now + (2000 << d->rechecks++);
+			else if (n > 0 || !fired)
+				d->recheck_at = 0, d->rechecks = 0;
+			if (w->o.mode == DUE_MODE_INLINE)
+				due_run_inline(w);
+			if (more && n > 0)
+				continue;
+		}
+		wheel_wait(w, db, d, more ? now + w->poll_us : wheel_deadline(w, d));
+		continue;
+store_error:
+		due_outage_fail(w, &w->claim_outage, "%s", what);
+		due_wait_wake(w, backoff);
+		backoff = backoff * 2 > 2000000 ? 2000000 : backoff * 2;
+		/* refill, then claim: what fell due meanwhile is claimed, and
+		   the claim that works ends the outage */
+		d->next_refill = 0;
+		more = true;
+	}
+}
+
+/*
+** Run discovery with the wheel if the store can notify us; returns false
+** (nothing done) when the worker should poll instead.
+*/
+bool due_try_wheel(due_worker *w, due_db *db)
+{
+	due_wheel_opts wo = DUE_WHEEL_OPTS_INIT;
+	disc d = {.listen_fd = -1};
+
+	if (w->o.no_wheel || w->o.once)
+		return false;
+	/* the store's clock is this host's: wheel ticks can be exact */
+	d.exact_clock = (due_db_caps(db) & DUE_STORE_CAP_HOST_CLOCK) != 0;
+	wo.start_tick = due_mono_us() / 1000;
+	if (due_wheel_new(&d.wheel, &wo) < 0)
+		return false;
+	disc_kinds(w, &d);
+	if (!listen_works(w, db, &d)) {
+		due_wheel_free(d.wheel);
+		return false;
+	}
+	d.listening = true;
+	due_wlog(w, 1, "discovery: timing wheel (horizon %lld s, up to %d ids), "
+		 "woken by new submits; safety poll every %lld ms",
+		 (long long)w->o.horizon_us / 1000000, w->o.wheel_max,
+		 (long long)w->poll_us / 1000);
+	wheel_loop(w, db, &d);
+	due_wheel_free(d.wheel);
+	return true;
+}

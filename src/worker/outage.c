@@ -1,0 +1,108 @@
+/*
+** outage.c - how the worker's threads meet a store that does not answer.
+**
+** A failed store call is never retried at once: each thread waits a delay
+** that grows (its own rule: the claimer and the completer 10 ms doubling
+** to 2 s, the keeper within what is left of the lease, the scheduler 1 s),
+** so an outage costs a few calls per second at most, whatever the number
+** of running tries.  Each thread keeps one due_outage: the first failed
+** call opens it and is logged once, with what failed and the store's
+** text; the first call the store answers again closes it, logged once
+** with its length and the number of failed calls; the failures between
+** are logged at verbose level only.  Every failed call, and nothing else,
+** counts in the worker's store_errors.
+**
+** Any thread; a due_outage belongs to one thread and takes no lock.
+*/
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "worker/worker_internal.h"
+
+/*
+** Back-off sleep for the threads other than the claimer.  It must not
+** touch the eventfd, whose wake-ups belong to the claimer; it ends early
+** when shutdown gives up on the store.
+*/
+void due_bg_sleep(due_worker *w, int64_t us)
+{
+	int64_t end = due_mono_us() + us;
+
+	while (!atomic_load(&w->abandon)) {
+		int64_t left = end - due_mono_us();
+		if (left <= 0)
+			return;
+		struct timespec ts = {0, (left > 50000 ? 50000 : left) * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+/*
+** Record a failed store call of the thread that owns `o`: count it, and
+** log it when it opens an outage (at verbose level while one lasts).  The
+** message says what failed; the store's own text follows.
+*/
+void due_outage_fail(due_worker *w, due_outage *o, const char *fmt, ...)
+{
+	char what[300];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	atomic_fetch_add(&w->st.store_errors, 1);
+	o->failures++;
+	if (o->since) {
+		due_wlog(w, 2, "%s: store still unavailable: %s failed: %s",
+			 o->who, what, due_error_last());
+		return;
+	}
+	o->since = due_mono_us();
+	due_wlog(w, 1, "%s: store unavailable: %s failed: %s; retrying with "
+		 "backoff, quietly until it answers", o->who, what,
+		 due_error_last());
+}
+
+/* The store answered a call of this thread: close its outage, if any. */
+void due_outage_over(due_worker *w, due_outage *o)
+{
+	if (!o->since)
+		return;
+	due_wlog(w, 1, "%s: store answers again after %.1f s (%lld failed "
+		 "call%s)", o->who, (double)(due_mono_us() - o->since) / 1e6,
+		 o->failures, o->failures == 1 ? "" : "s");
+	o->since = 0;
+	o->failures = 0;
+}
+
+/*
+** Open a store connection for a worker thread, retrying with backoff.
+** NULL when the claimer is asked to stop, or once shutdown has given up
+** on the store (other threads).
+*/
+due_db *due_connect_retry(due_worker *w, const char *who)
+{
+	bool claimer = strcmp(who, "claimer") == 0;
+	due_outage o = {.who = who};
+	int64_t delay = 10000;
+
+	for (;;) {
+		due_db *db = NULL;
+		if (due_open(&db, w->url, NULL) == 0) {
+			due_outage_over(w, &o);
+			return db;
+		}
+		due_outage_fail(w, &o, "opening the store");
+		due_close(db);
+		if ((claimer && atomic_load(&w->stop)) || atomic_load(&w->abandon))
+			return NULL;
+		if (claimer)
+			due_wait_wake(w, delay);
+		else
+			due_bg_sleep(w, delay);
+		delay = delay * 2 > 2000000 ? 2000000 : delay * 2;
+	}
+}

@@ -1,0 +1,254 @@
+/*
+** pool.c - jobs, and the pool threads that run their handlers.
+**
+** A job is a claimed task on its way through the worker.  The claimer (or
+** due_worker_submit()) makes it with due_job_new_locked(), which puts it in
+** flight, and queues it on its pool; a pool thread takes it and runs the
+** handler with no lock held, then queues it for the completer, which
+** commits its outcome and retires it.  The due_job_* accessors are what a
+** handler sees of it.
+**
+** Pool threads: one per slot of each pool.  The shared pool has none in
+** inline mode, where the claimer calls due_run_job() itself.
+**   Does:      takes the next job of its pool, runs its handler, hands it
+**              to the completer (or, while the claimer folds completions
+**              into its claims, wakes the claimer).
+**   Owns:      a job from the moment it dequeues it until it queues it for
+**              completion; no store connection (a handler may open one).
+**   Locks:     mu, only to dequeue and to queue a completion.
+**   Blocks on: its pool's cv while the queue is empty, and on the handler
+**              for as long as it runs.
+**   Exits:     when threads_stop is set and its queue is empty.
+*/
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store.h"
+#include "worker/worker_internal.h"
+
+const due_task *due_job_task(const due_job *job)
+{
+	return &job->task;
+}
+
+const char *due_job_owner(const due_job *job)
+{
+	return job->w->owner;
+}
+
+bool due_job_lease_held(const due_job *job)
+{
+	return !atomic_load(&job->lost);
+}
+
+int due_job_set_result(due_job *job, const void *data, size_t len)
+{
+	unsigned char *p = malloc(len + 1);
+	if (!p)
+		return due_error_set(DUE_ENOMEM, "out of memory");
+	if (len)
+		memcpy(p, data, len);
+	p[len] = '\0';
+	free(job->result);
+	job->result = p;
+	job->result_len = len;
+	return 0;
+}
+
+void due_job_set_error(due_job *job, const char *text)
+{
+	size_t n = text ? strlen(text) : 0;
+	if (n > MAX_ERROR_TEXT)
+		text += n - MAX_ERROR_TEXT, n = MAX_ERROR_TEXT;
+	free(job->error);
+	job->error = due_strdup_n(text ? text : "", n);
+}
+
+void due_job_set_tx_hook(due_job *job, due_tx_hook hook, void *payload)
+{
+	job->hook = hook;
+	job->hook_payload = payload;
+}
+
+void due_job_free(due_job *j)
+{
+	free(j->task.kind);
+	free(j->task.payload);
+	free(j->task.lease_owner);
+	free(j->task.key);
+	free(j->task.result);
+	free(j->task.last_error);
+	free(j->result);
+	free(j->error);
+	free(j);
+}
+
+/* The handler for a kind: its own, else the catch-all, else NULL. */
+static const handler *handler_for(const due_worker *w, const char *kind)
+{
+	const handler *any = NULL;
+	for (size_t i = 0; i < w->n_handlers; i++) {
+		if (!w->handlers[i].kind)
+			any = &w->handlers[i];
+		else if (strcmp(w->handlers[i].kind, kind) == 0)
+			return &w->handlers[i];
+	}
+	return any;
+}
+
+/*
+** Turn a claimed task into a job (taking ownership of the task's fields)
+** and register it in flight.  Called with mu held.
+*/
+due_job *due_job_new_locked(due_worker *w, pool *p, due_task *t)
+{
+	due_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return NULL;
+	j->task = *t;
+	memset(t, 0, sizeof(*t));
+	j->w = w;
+	j->pool = p;
+	j->h = handler_for(w, j->task.kind);
+	j->renewed_mono = due_mono_us();
+	j->renew_at = j->renewed_mono + w->o.lease_us / 3;
+	j->refs = 1;
+	j->inext = w->inflight;
+	if (w->inflight)
+		w->inflight->iprev = j;
+	w->inflight = j;
+	w->n_inflight++;
+	return j;
+}
+
+void due_pool_enqueue_locked(pool *p, due_job *j)
+{
+	j->next = NULL;
+	if (p->tail)
+		p->tail->next = j;
+	else
+		p->head = j;
+	p->tail = j;
+	pthread_cond_signal(&p->cv);
+}
+
+due_job *due_pool_dequeue_locked(pool *p)
+{
+	due_job *j = p->head;
+	if (j) {
+		p->head = j->next;
+		if (!p->head)
+			p->tail = NULL;
+	}
+	return j;
+}
+
+/* Run the handler of a job; then queue it for the completer. */
+void due_run_job(due_worker *w, due_job *j)
+{
+	int64_t t0 = due_mono_us();
+
+	if (!j->h) {
+		j->rc = 1;
+		due_job_set_error(j, "no handler for this kind in this worker");
+	} else {
+		j->rc = j->h->fn(j, j->h->payload);
+	}
+	due_wlog(w, 2, "task %lld (%s) attempt %d: handler %s in %.1f ms",
+		 (long long)j->task.id, j->task.kind, j->task.attempt,
+		 j->rc == 0 ? "ok" : "failed", (double)(due_mono_us() - t0) / 1000.0);
+	j->done_mono = due_mono_us();
+	atomic_store(&j->finished, true);
+	pthread_mutex_lock(&w->mu);
+	j->next = NULL;
+	if (w->done_tail)
+		w->done_tail->next = j;
+	else
+		w->done_head = j;
+	w->done_tail = j;
+	/* while the claimer drains, it folds a success into its next claim
+	   and the completer only sweeps up leftovers on its own clock: waking
+	   it for every completion would cost a context switch per task.  What
+	   the claimer does not fold (failures, hooks) is the completer's, and
+	   a parked completer (no completions for a while) is always woken. */
+	bool fold = atomic_load(&w->fold);
+	w->last_done_mono = j->done_mono;
+	if (!fold || j->rc != 0 || j->hook || w->completer_parked)
+		pthread_cond_signal(&w->done_cv);
+	pthread_mutex_unlock(&w->mu);
+	if (fold)
+		due_wake(w);
+}
+
+/* ------------------------------------------------------------------ */
+/* Pools                                                               */
+/* ------------------------------------------------------------------ */
+
+typedef struct pool_arg {
+	due_worker *w;
+	pool *p;
+} pool_arg;
+
+static void *pool_thread(void *arg)
+{
+	pool_arg *a = arg;
+	due_worker *w = a->w;
+	pool *p = a->p;
+
+	free(a);
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		due_job *j = due_pool_dequeue_locked(p);
+		if (!j) {
+			if (w->threads_stop)
+				break;
+			pthread_cond_wait(&p->cv, &w->mu);
+			continue;
+		}
+		pthread_mutex_unlock(&w->mu);
+		due_run_job(w, j);
+		pthread_mutex_lock(&w->mu);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+pool *due_pool_new(const char *kind, int size)
+{
+	pool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->kind = kind ? due_strdup_n(kind, strlen(kind)) : NULL;
+	p->size = size;
+	p->threads = calloc((size_t)size, sizeof(pthread_t));
+	if (due_cond_init(&p->cv) != 0 || !p->threads || (kind && !p->kind)) {
+		free(p->kind);
+		free(p->threads);
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+int due_pools_start(due_worker *w)
+{
+	for (size_t i = 0; i < w->n_pools; i++) {
+		pool *p = w->pools[i];
+		if (i == 0 && w->o.mode == DUE_MODE_INLINE)
+			continue; /* the claimer runs the shared pool */
+		for (int k = 0; k < p->size; k++) {
+			pool_arg *a = malloc(sizeof(*a));
+			if (!a)
+				return due_error_set(DUE_ENOMEM, "out of memory");
+			*a = (pool_arg){w, p};
+			if (pthread_create(&p->threads[k], NULL, pool_thread, a) != 0) {
+				free(a);
+				return due_error_set(DUE_ERROR, "cannot start a pool thread");
+			}
+			p->started++;
+		}
+	}
+	return 0;
+}

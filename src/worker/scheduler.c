@@ -1,0 +1,81 @@
+/*
+** scheduler.c - the scheduler thread: turns periodic schedules' slots
+** into tasks.
+**
+** Scheduler thread: started by due_worker_run() with opts.cron and without
+** opts.once.  The worker works without it (if it cannot be started, no
+** slot is materialized by this worker).
+**   Does:      runs due_cron_tick() passes, each materializing the slots
+**              due within the lookahead.
+**   Owns:      its own store connection, opened on first need.
+**   Locks:     mu, only to wait on sched_cv; never across a store call.
+**   Blocks on: sched_cv between passes (up to 5 s, 1 s after a failed
+**              pass), and on the store during a pass.
+**   Exits:     when threads_stop is set.
+*/
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "worker/worker_internal.h"
+
+#define CRON_LOOKAHEAD_US 2000000LL
+#define CRON_MAX_SLEEP_US 5000000LL
+
+/*
+** Run scheduler passes: each materializes the slots due within the
+** lookahead, then sleeps until the earliest next slot enters it (at most
+** 5 s, so new or changed schedules are seen).  Any number of workers may
+** do this at once: the store's compare-and-set gives each slot one task.
+*/
+void *due_scheduler_main(void *arg)
+{
+	due_worker *w = arg;
+	due_outage outage = {.who = "scheduler"};
+	due_db *db = NULL;
+	int64_t wait_us = 0;
+
+	pthread_mutex_lock(&w->mu);
+	while (!w->threads_stop) {
+		if (wait_us > 0)
+			due_cond_wait_us(&w->sched_cv, &w->mu, wait_us);
+		if (w->threads_stop)
+			break;
+		pthread_mutex_unlock(&w->mu);
+		due_cron_tick_result r;
+		int rc = 0;
+		if (!db)
+			db = due_connect_retry(w, "scheduler");
+		wait_us = CRON_MAX_SLEEP_US;
+		if (db) {
+			due_cron_tick_opts to = DUE_CRON_TICK_OPTS_INIT;
+			to.lookahead_us = CRON_LOOKAHEAD_US;
+			if (w->o.cron_grace_us > 0)
+				to.misfire_grace_us = w->o.cron_grace_us;
+			rc = due_cron_tick(db, &r, &to);
+		}
+		if (rc == DUE_ESTORE || rc == DUE_EBUSY || rc == DUE_ERROR) {
+			due_outage_fail(w, &outage, "a scheduler pass");
+			wait_us = 1000000;
+		} else if (rc < 0) { /* a broken schedule; the others ran */
+			due_outage_over(w, &outage);
+			due_wlog(w, 1, "scheduler: %s", due_error_last());
+			wait_us = 1000000;
+		} else if (db) {
+			due_outage_over(w, &outage);
+			if (r.missed)
+				due_wlog(w, 1, "scheduler: %lld slot(s) missed while no "
+					 "scheduler ran (see `due cron ls`)", (long long)r.missed);
+			if (r.materialized)
+				due_wlog(w, 2, "scheduler: %lld slot task(s) created",
+					 (long long)r.materialized);
+			if (r.next_slot && r.next_slot - r.now - CRON_LOOKAHEAD_US / 2 < wait_us)
+				wait_us = r.next_slot - r.now - CRON_LOOKAHEAD_US / 2;
+			if (wait_us < 20000)
+				wait_us = 20000;
+		}
+		pthread_mutex_lock(&w->mu);
+	}
+	pthread_mutex_unlock(&w->mu);
+	due_close(db);
+	return NULL;
+}
