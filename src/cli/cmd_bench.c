@@ -44,7 +44,8 @@ static const char usage[] =
 	"  --poll DUR       with --no-wheel: the poll interval (default 50ms);\n"
 	"                   with the wheel: the safety poll (default 10s)\n"
 	"  --no-wheel       discover due tasks by polling only\n"
-	"  --inline         run handlers in the claiming thread (batch of C)\n"
+	"  --inline         run handlers in the claiming thread, one task at a\n"
+	"                   time (drain: C inline workers)\n"
 	"  --spread DUR     lateness: tasks due over this span (default 5s)\n"
 	"  --idle DUR       idle: how long to watch (default 10s)\n"
 	"  --json           one JSON object per workload, one per line\n";
@@ -298,12 +299,16 @@ static long stop_workers(wthread *ws, long count, bool stop)
 
 static void w_drain(vctx *v, const bopts *o)
 {
-	long workers = o->workers_set ? o->workers : 1;
+	/* an inline worker runs one task at a time (CONTRACT §5: nothing
+	   waits in memory holding a lease), so concurrency C inline is C
+	   inline workers, each claiming and running one task at a time */
+	long workers = o->workers_set ? o->workers : o->inline_mode ? o->concurrency : 1;
+	long conc = o->inline_mode ? 1 : o->concurrency;
 	drain_ctx d = {.n = o->n};
 	due_exec_opts x = DUE_EXEC_OPTS_INIT;
 	bres r = {.workload = "drain",
 		  .variant = o->exec ? "exec" : o->inline_mode ? "c-noop-inline" : "c-noop",
-		  .n = o->n, .concurrency = o->concurrency * workers, .has_check = true};
+		  .n = o->n, .concurrency = conc * workers, .has_check = true};
 	wthread *ws = calloc((size_t)workers, sizeof(*ws));
 
 	x.command = o->exec;
@@ -312,7 +317,7 @@ static void w_drain(vctx *v, const bopts *o)
 		goto done;
 	double t0 = v_now_ms(), last = t0;
 	long last_n = 0;
-	if (start_workers(v, o, ws, workers, o->concurrency, true, noop, &d,
+	if (start_workers(v, o, ws, workers, conc, true, noop, &d,
 			  o->exec ? &x : NULL) < 0)
 		goto done;
 	/* progress once a second while the workers drain; the handler
