@@ -805,7 +805,13 @@ int due_worker_register(due_worker *w, const char *kind, due_handler_fn fn,
  */
 int due_worker_run(due_worker *w);
 
-/** Ask a running worker to stop.  Async-signal-safe; any thread. */
+/**
+ * Ask a running worker to stop: no more claims, running tries get
+ * opts.grace_us.  A second call ends the grace at once (a forced stop):
+ * every running handler is told to stop (a command gets SIGTERM, then
+ * SIGKILL after its kill grace) and its try is committed as failed, so the
+ * task is retried by any worker.  Async-signal-safe; any thread.
+ */
 void due_worker_stop(due_worker *w);
 
 /**

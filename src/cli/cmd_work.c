@@ -4,8 +4,10 @@
 ** Each kind's handler is a shell command run with the task's payload on
 ** stdin (see due_exec_handler in src/worker/exec.c).  SIGTERM, SIGINT or
 ** SIGHUP (a closed terminal) stops claiming and lets in-flight tasks finish
-** within --grace; a second signal exits at once, and each command's guard
-** then stops its process group (leases expire and the tasks are reclaimed).
+** within --grace; a second signal ends the grace at once (handlers are
+** stopped, their tries committed as failed so the tasks are retried); a
+** third exits at once, and each command's guard then stops its process
+** group (leases expire and the tasks are reclaimed).
 */
 #include <signal.h>
 #include <stdlib.h>
@@ -46,7 +48,8 @@ static const char usage[] =
 	"  --once              run what is due now, then exit\n"
 	"  --inline            run handlers in the claiming thread, one by one\n"
 	"  --grace DUR         on SIGTERM/SIGINT/SIGHUP, time for running tasks\n"
-	"                      (30s); a second signal stops at once\n"
+	"                      (30s); a second signal stops the handlers now\n"
+	"                      (their tasks are retried), a third exits\n"
 	"  --kill-grace DUR    SIGTERM -> SIGKILL delay for a command whose lease\n"
 	"                      was lost or whose task was cancelled (5s)\n"
 	"  --no-cron           do not run the periodic schedules (`due cron`);\n"
@@ -79,9 +82,14 @@ typedef struct work_args {
 static due_worker *volatile running;
 static volatile sig_atomic_t signals;
 
+/*
+** First signal: graceful stop.  Second: forced stop (handlers told to stop
+** now, their tries committed as failed).  Third: exit at once; each
+** command's guard still stops its process group.
+*/
 static void on_signal(int sig)
 {
-	if (signals++ > 0)
+	if (signals++ > 1)
 		_exit(128 + sig);
 	if (running)
 		due_worker_stop(running);

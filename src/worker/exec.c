@@ -463,9 +463,11 @@ static int finish(due_job *job, const run_state *rs, buf *out, buf *err)
 	if (WIFEXITED(rs->status))
 		snprintf(status, sizeof(status), "exit %d", WEXITSTATUS(rs->status));
 	else
-		snprintf(status, sizeof(status), "killed by signal %d%s",
+		snprintf(status, sizeof(status), "killed by signal %d%s%s%s",
 			 WTERMSIG(rs->status),
-			 rs->term_at ? " (lease lost or cancel requested)" : "");
+			 rs->term_at ? " (" : "",
+			 rs->term_at ? due_stop_reason_name(due_job_stop_why(job)) : "",
+			 rs->term_at ? ")" : "");
 	set_failure(job, status, err);
 	return 1;
 }

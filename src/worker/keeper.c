@@ -86,7 +86,7 @@ static void renew_failed(due_worker *w, due_job *j, int64_t now)
 	int64_t left = j->renewed_mono + w->o.lease_us - now, retry;
 
 	if (left <= 0) {
-		if (!atomic_exchange(&j->lost, true) &&
+		if (due_job_stop(j, DUE_STOP_LEASE_LOST) &&
 		    !atomic_load(&j->finished)) {
 			atomic_fetch_add(&w->st.lease_lost, 1);
 			due_wlog(w, 1, "task %lld attempt %d: lease presumed lost "
@@ -132,7 +132,8 @@ static void renew_one(keeper *k, renewal *r)
 		j->renew_backoff = 0;
 		return;
 	}
-	if (atomic_exchange(&j->lost, true))
+	if (!due_job_stop(j, eo == DUE_EXTEND_LOST ? DUE_STOP_LEASE_LOST
+						     : DUE_STOP_CANCEL))
 		return;
 	if (atomic_load(&j->finished)) {
 		due_wlog(w, 2, "task %lld attempt %d: not renewed (%s) after its "
@@ -247,6 +248,9 @@ void *due_keeper_main(void *arg)
 		int64_t grace_end = due_grace_check_locked(w, now);
 		if (grace_end > now && grace_end < next)
 			next = grace_end;
+		/* stopping: look again soon, a second stop ends the grace */
+		if (grace_end && !w->grace_over_at && next > now + 100000)
+			next = now + 100000;
 		size_t n = renewals_due_locked(w, r, 256, now, &next);
 		if (n == 0) {
 			due_cond_wait_us(&w->keep_cv, &w->mu, next - now);

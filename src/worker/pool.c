@@ -38,6 +38,28 @@ const char *due_job_owner(const due_job *job)
 	return job->w->owner;
 }
 
+bool due_job_stop(due_job *j, int why)
+{
+	int none = DUE_STOP_NONE;
+	atomic_compare_exchange_strong(&j->stop_why, &none, why);
+	return !atomic_exchange(&j->lost, true);
+}
+
+int due_job_stop_why(const due_job *j)
+{
+	return atomic_load(&((due_job *)j)->stop_why);
+}
+
+const char *due_stop_reason_name(int why)
+{
+	switch (why) {
+	case DUE_STOP_LEASE_LOST: return "lease lost";
+	case DUE_STOP_CANCEL: return "cancel requested";
+	case DUE_STOP_SHUTDOWN: return "worker shutdown";
+	default: return "stopped";
+	}
+}
+
 bool due_job_lease_held(const due_job *job)
 {
 	return !atomic_load(&job->lost);

@@ -115,8 +115,11 @@ int due_cond_init(pthread_cond_t *cv)
 
 /*
 ** The grace period runs from the first stop request (or from the start
-** of a drain without one).  Once it is over, every running handler is
-** told to stop, once; their leases are left to expire.  Called with mu
+** of a drain without one); a second request ends it at once.  Once it is
+** over, every running handler is told to stop, once (DUE_STOP_SHUTDOWN);
+** what a stopped handler returns is committed as usual (a failed try:
+** the task is retried), and if that commit cannot be made the lease
+** expires.  Called with mu
 ** held by the claimer's drain() and by the keeper: in inline mode the
 ** claimer is busy running a handler, so the keeper enforces the grace.
 ** Returns the monotonic time the grace ends, 0 while no stop is asked.
@@ -125,18 +128,22 @@ int64_t due_grace_check_locked(due_worker *w, int64_t now)
 {
 	int64_t since = atomic_load(&w->stop_mono);
 
+	bool force = atomic_load(&w->force);
+
 	if (!since)
 		return 0;
-	if (now >= since + w->o.grace_us && !w->grace_over_at) {
+	if ((force || now >= since + w->o.grace_us) && !w->grace_over_at) {
 		w->grace_over_at = now;
 		if (w->n_inflight > 0)
-			due_wlog(w, 1, "grace period over: stopping %d running "
-				 "handler(s); their leases will expire",
+			due_wlog(w, 1, "%s: stopping %d running handler(s); each "
+				 "stopped try is committed as failed (its task "
+				 "retried), or its lease expires",
+				 force ? "forced stop" : "grace period over",
 				 w->n_inflight);
 		for (due_job *j = w->inflight; j; j = j->inext)
-			atomic_store(&j->lost, true);
+			due_job_stop(j, DUE_STOP_SHUTDOWN);
 	}
-	return since + w->o.grace_us;
+	return force ? now : since + w->o.grace_us;
 }
 
 /*
@@ -165,7 +172,10 @@ static void drain(due_worker *w)
 			pthread_cond_broadcast(&w->done_cv);
 			break;
 		}
-		due_cond_wait_us(&w->idle_cv, &w->mu, left > 0 ? left : 100000);
+		/* at most 100 ms: a second stop request (a signal handler
+		   cannot signal the condition) must end the grace promptly */
+		due_cond_wait_us(&w->idle_cv, &w->mu,
+				 left > 0 && left < 100000 ? left : 100000);
 		if (w->o.mode == DUE_MODE_INLINE) {
 			pthread_mutex_unlock(&w->mu);
 			due_run_inline(w);
@@ -295,7 +305,8 @@ void due_worker_stop(due_worker *w)
 
 	/* clock_gettime() is async-signal-safe */
 	atomic_compare_exchange_strong(&w->stop_mono, &zero, due_mono_us());
-	atomic_store(&w->stop, true);
+	if (atomic_exchange(&w->stop, true))
+		atomic_store(&w->force, true); /* asked twice: no more grace */
 	due_wake(w);
 }
 int due_worker_new(due_worker **out, const due_worker_opts *opts)

@@ -96,7 +96,9 @@ struct due_job {
 	pool *pool;
 	const handler *h;
 	atomic_bool lost;       /* lease lost, cancel requested or shutdown:
-				   the handler should stop */
+				   the handler should stop (due_job_stop) */
+	atomic_int stop_why;    /* DUE_STOP_*: why `lost` was raised, first
+				   reason wins */
 	int64_t renewed_mono;   /* last successful claim/extend, monotonic us
 				   (keeper) */
 	int64_t renew_at;       /* next renewal attempt, monotonic us (keeper) */
@@ -133,6 +135,7 @@ struct due_worker {
 	due_job *done_head, *done_tail; /* handler returned, to commit (mu) */
 	int wake_fd;            /* eventfd: wakes the claimer */
 	atomic_bool stop, running;
+	atomic_bool force;      /* a second stop request: the grace ends now */
 	atomic_llong stop_mono; /* when stop was first requested (monotonic us) */
 	int64_t grace_over_at;  /* when the grace ran out, 0 before (mu) */
 	atomic_bool fold;       /* claimer is draining: it commits completions
@@ -203,5 +206,19 @@ void due_claim_loop(due_worker *w, due_db *db);
 
 /* discovery.c (the claimer thread only) */
 bool due_try_wheel(due_worker *w, due_db *db);
+
+/* Why a running handler is told to stop (due_job_stop, due_job_stop_why). */
+enum { DUE_STOP_NONE = 0, DUE_STOP_LEASE_LOST, DUE_STOP_CANCEL, DUE_STOP_SHUTDOWN };
+
+/*
+** Tell a job's handler to stop for `why`: records the first reason and
+** raises `lost`.  Returns true when this call raised it (it was not yet
+** raised), false when the job was already told.  Any thread.
+*/
+bool due_job_stop(due_job *j, int why);
+/* The reason recorded by due_job_stop, DUE_STOP_NONE while running on. */
+int due_job_stop_why(const due_job *j);
+/* Words for a reason, for logs and error texts ("worker shutdown"). */
+const char *due_stop_reason_name(int why);
 
 #endif

@@ -119,8 +119,34 @@ kill -TERM "$wpid"; rc=0; wait "$wpid" || rc=$?
 expect_eq "exit 0 after grace" 0 "$rc"
 st=$(state "$xid" state)
 [ "$st" = CLAIMED ] || [ "$st" = SCHEDULED ] && ok || bad "overdue task state $st"
+if [ "$st" = SCHEDULED ]; then
+	expect_eq "stopped after the grace: the error says shutdown" \
+		"killed by signal 15 (worker shutdown)" "$(state "$xid" last_error)"
+fi
 wait_for "overdue task reclaimed and run" 15 bash -c \
 	"'$DUE' work --once -q --kinds overdue --exec 'echo rescued' >/dev/null 2>&1; [ \"\$('$DUE' show $xid --json | grep -c '\"state\": \"DONE\"')\" = 1 ]"
+
+# a second SIGTERM is a forced stop: the grace (10 min here) ends at once,
+# the handler's group is stopped and its try committed as failed, so the
+# task goes back to the store for any worker; the worker exits 0
+fid=$("$DUE" add forced --max-attempts 3)
+"$DUE" work -q --poll 20ms --grace 10m --kill-grace 200ms --kinds forced \
+	--exec 'cut -d" " -f5 /proc/$$/stat > "$OUT/f.pgid.tmp"; mv "$OUT/f.pgid.tmp" "$OUT/f.pgid"; sleep 600' &
+wpid=$!
+wait_for "forced task started" 30 test -s "$OUT/f.pgid"
+fpg=$(cat "$OUT/f.pgid")
+kill -TERM "$wpid"
+kill -0 "$wpid" && ok || bad "worker exited on the first SIGTERM with a task running"
+kill -TERM "$wpid"
+rc=0; wait "$wpid" || rc=$?
+expect_eq "exit 0 after a forced stop" 0 "$rc"
+if ps -eo pgid=,stat= | awk -v g="$fpg" '$1 == g && $2 !~ /^Z/' | grep -q .; then
+	bad "forced stop left the handler group $fpg running"
+else
+	ok
+fi
+expect_eq "forced stop: the try failed, the task is back" SCHEDULED/1 "$(state "$fid" state)/$(state "$fid" attempt)"
+expect_eq "forced stop: the error says why" "killed by signal 15 (worker shutdown)" "$(state "$fid" last_error)"
 
 # 6. pool isolation: a slow kind with a pool of 1 does not delay the fast
 #    kind.  No timing assumption: each slow handler records its start and
