@@ -103,7 +103,8 @@ static enum MHD_Result refuse(struct MHD_Connection *c, unsigned status)
 	if (o)
 		body = json_dumps(o, JSON_INDENT(2) | JSON_ENSURE_ASCII);
 	json_decref(o);
-	http_log(code, "refused a request: %u %s", status, detail);
+	snprintf(head, sizeof(head), "refused %u %.50s", status, detail);
+	http_log(head, "refused a request: %u %s", status, detail);
 	if (body && ci) {
 		const char *phrase = MHD_get_reason_phrase_for(status);
 		size_t blen = strlen(body);

@@ -430,7 +430,8 @@ static struct MHD_Daemon *start_daemon(struct due_http *h,
 		flags, 0, NULL, NULL, on_access, h,
 		MHD_OPTION_EXTERNAL_LOGGER, http_log_mhd, h, /* first: logs the rest */
 		MHD_OPTION_LISTEN_SOCKET, fd,
-		MHD_OPTION_THREAD_POOL_SIZE, o->threads,
+		/* one event loop is no pool: libmicrohttpd warns about size 1 */
+		MHD_OPTION_THREAD_POOL_SIZE, o->threads > 1 ? o->threads : 0,
 		MHD_OPTION_CONNECTION_LIMIT, o->max_conns,
 		MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s,
 		MHD_OPTION_STRICT_FOR_CLIENT, 1,
