@@ -14,8 +14,9 @@ PIDS=()
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null
-	if [ -n "${PG_SCHEMA:-}" ]; then
-		psql -qX "$DUE_TEST_PG_URL" -c "DROP SCHEMA IF EXISTS $PG_SCHEMA CASCADE" >/dev/null 2>&1 || true
+	if [ -n "${PG_ROLE:-}" ]; then
+		psql -qX "$DUE_TEST_PG_URL" -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '$PG_ROLE'" \
+			-c "DROP SCHEMA IF EXISTS $PG_ROLE CASCADE" -c "DROP ROLE IF EXISTS $PG_ROLE" >/dev/null 2>&1 || true
 	fi
 	rm -rf "$T"
 }
@@ -322,6 +323,62 @@ wait_for "/health UP once the lock is gone" 30 bash -c "curl -sf --max-time 3 '$
 stop_server
 if grep -q 'more like this' "$T/locked.err"; then ok; else bad "store errors not aggregated: $(cat "$T/locked.err")"; fi
 [ "$(wc -l <"$T/locked.err")" -lt 20 ] && ok || bad "store errors flood the log: $(wc -l <"$T/locked.err") lines"
+
+echo "== 14. the same on PostgreSQL"
+if [ -z "${DUE_TEST_PG_URL:-}" ]; then
+	if [ "${CI:-}" = true ]; then bad "CI=true but DUE_TEST_PG_URL is unset"; fi
+	echo "NOTE: DUE_TEST_PG_URL not set: PostgreSQL checks not run"
+else
+	# A role of its own with room for 5 connections, owning the schema.
+	PG_ROLE="due_hostile_$$"
+	psql -qX "$DUE_TEST_PG_URL" -c "CREATE ROLE $PG_ROLE LOGIN CONNECTION LIMIT 5" \
+		-c "CREATE SCHEMA $PG_ROLE AUTHORIZATION $PG_ROLE" >/dev/null
+	as_role=$(sed "s#://[^@/]*@#://$PG_ROLE@#" <<<"$DUE_TEST_PG_URL")
+	sep='?'; case "$as_role" in *\?*) sep='&';; esac
+	PG_DB="$as_role${sep}options=-csearch_path%3D$PG_ROLE"
+	DUE_DB="$PG_DB" "$DUE" init >/dev/null
+	DUE_DB="$PG_DB" start_server pg --listen 127.0.0.1:0 --threads 1
+	probe /health
+	expect 200 "PostgreSQL: /health"
+	# Connections exhausted: sessions of the role take the free slots, the
+	# server's own connection is cut (as a restart would), another session
+	# takes its slot: the server cannot connect again.
+	pg_q() { psql -qXAt "$DUE_TEST_PG_URL" -c "$1"; }
+	sleepers() {
+		for i in $(seq 1 "$1"); do
+			psql -qXAt "$as_role" -c "SELECT pg_sleep(30)" >/dev/null 2>&1 &
+			PIDS+=($!)
+		done
+		wait_for "$2 sessions hold the role's connections" 20 bash -c "[ \"\$(psql -qXAt '$DUE_TEST_PG_URL' -c \"SELECT count(*) FROM pg_stat_activity WHERE usename = '$PG_ROLE' AND query LIKE '%pg_sleep%' AND pid <> pg_backend_pid()\")\" = $2 ]"
+	}
+	sleepers 4 4
+	pg_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '$PG_ROLE' AND query NOT LIKE '%pg_sleep%'" >/dev/null
+	sleepers 1 5
+	probe /health
+	expect_error 503 store_error "PostgreSQL connection cut: /health"
+	probe /health
+	expect_error 503 store_error "PostgreSQL connections exhausted: /health"
+	jf 'j["detail"]' | grep -q "connection" && ok || bad "the detail does not say why: $(cat "$T/body")"
+	probe /v1/stats
+	expect_error 503 store_error "PostgreSQL connections exhausted: /v1/stats"
+	pg_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '$PG_ROLE' AND query LIKE '%pg_sleep%' AND pid <> pg_backend_pid()" >/dev/null
+	wait_for "/health UP once connections are free" 30 bash -c "curl -sf --max-time 3 '$URL/health' | grep -q UP"
+	# a lock held: an ACCESS EXCLUSIVE lock on the task table (a migration,
+	# VACUUM FULL) blocks even reads
+	rm -f "$T/pg.locked"
+	psql -qXAt "$DUE_TEST_PG_URL" -c "BEGIN" -c "LOCK TABLE $PG_ROLE.due_task IN ACCESS EXCLUSIVE MODE" \
+		-c "\! touch $T/pg.locked" -c "SELECT pg_sleep(6)" -c "COMMIT" >/dev/null 2>&1 &
+	PGLOCK=$!
+	PIDS+=("$PGLOCK")
+	wait_for "the table is locked" 20 test -e "$T/pg.locked"
+	probe /health
+	expect_error 503 store_timeout "PostgreSQL table locked: /health"
+	probe /
+	expect 200 "PostgreSQL table locked: the dashboard"
+	wait "$PGLOCK" || bad "the locking session failed"
+	wait_for "/health UP once the lock is gone" 30 bash -c "curl -sf --max-time 3 '$URL/health' | grep -q UP"
+	stop_server
+fi
 
 echo "== 15. slowloris: 1,000 slow clients"
 start_server slow --listen 127.0.0.1:0 --timeout 5s
