@@ -490,10 +490,7 @@ void due_http_stop(due_http *h)
 	if (!h)
 		return;
 	atomic_store(&h->stopping, true);
-	/* Every suspended connection is resumed before the daemon stops. */
-	http_pool_stop(&h->reads);
-	http_pool_stop(&h->writes);
-	http_health_stop(&h->health);
+	/* The ticker first: it uses the pools' and the prober's locks. */
 	if (h->have_ticker) {
 		pthread_mutex_lock(&h->tick_mu);
 		h->tick_stop = true;
@@ -503,6 +500,10 @@ void due_http_stop(due_http *h)
 		pthread_cond_destroy(&h->tick_cv);
 		pthread_mutex_destroy(&h->tick_mu);
 	}
+	/* Every suspended connection is resumed before the daemon stops. */
+	http_pool_stop(&h->reads);
+	http_pool_stop(&h->writes);
+	http_health_stop(&h->health);
 	if (h->d)
 		MHD_stop_daemon(h->d);
 	http_conns_destroy(&h->conns);
