@@ -126,13 +126,14 @@ int http_unescape(const char *s, size_t n, bool plus_is_space, char *out,
 	return 0;
 }
 
-/* Visible ASCII with well-formed escapes (escaped NUL refused later). */
+/* Visible ASCII with well-formed escapes, none of them a NUL. */
 static bool target_chars_ok(const char *t)
 {
 	for (const char *p = t; *p; p++) {
 		if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f || *p == '#')
 			return false;
-		if (*p == '%' && (hexval(p[1]) < 0 || hexval(p[2]) < 0))
+		if (*p == '%' && (hexval(p[1]) < 0 || hexval(p[2]) < 0 ||
+				  (p[1] == '0' && p[2] == '0')))
 			return false;
 	}
 	return true;
@@ -186,7 +187,8 @@ static int parse_target(http_req *r)
 	}
 	if (!target_chars_ok(t)) {
 		snprintf(r->err, sizeof(r->err), "malformed request target (a "
-			 "control or non-ASCII byte, '#', or a bad %%-escape)");
+			 "control or non-ASCII byte, '#', a bad %%-escape or an "
+			 "escaped NUL)");
 		return -1;
 	}
 	q = strchr(t, '?');
