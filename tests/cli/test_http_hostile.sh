@@ -4,19 +4,22 @@
 # (bounded replies and memory), a second process holding the SQLite lock
 # while /health is probed, a full queue, 1,000 slowloris connections,
 # malformed and ambiguous HTTP from raw sockets, and log floods.  With
-# DUE_TEST_PG_URL, the store-outage checks run on PostgreSQL too.
+# DUE_TEST_PG_URL set (PostgreSQL tests wanted), the store-outage checks
+# run on PostgreSQL too, on a private cluster of their own: test_pg.sh
+# restarts the shared one while tests run in parallel.
 #
 # No timing is asserted beyond what the issue demands: "/health answers
 # within 1 s while the store is locked" is checked with curl --max-time 3
 # while the lock is held for up to 10 s.
 . "$(dirname "$0")/lib.sh"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PIDS=()
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null
-	if [ -n "${PG_ROLE:-}" ]; then
-		psql -qX "$DUE_TEST_PG_URL" -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '$PG_ROLE'" \
-			-c "DROP SCHEMA IF EXISTS $PG_ROLE CASCADE" -c "DROP ROLE IF EXISTS $PG_ROLE" >/dev/null 2>&1 || true
+	if [ -n "${PG_OWN:-}" ]; then
+		"$ROOT/scripts/pg-test-cluster" stop "$PG_OWN" >/dev/null 2>&1 || true
+		rm -rf "$PG_OWN"
 	fi
 	rm -rf "$T"
 }
@@ -333,11 +336,13 @@ if [ -z "${DUE_TEST_PG_URL:-}" ]; then
 	if [ "${CI:-}" = true ]; then bad "CI=true but DUE_TEST_PG_URL is unset"; fi
 	echo "NOTE: DUE_TEST_PG_URL not set: PostgreSQL checks not run"
 else
+	PG_OWN=$(mktemp -d /tmp/due-pg-XXXXXX) # postgres cannot enter $T
+	PG_URL=$("$ROOT/scripts/pg-test-cluster" start "$PG_OWN")
 	# A role of its own with room for 5 connections, owning the schema.
-	PG_ROLE="due_hostile_$$"
-	psql -qX "$DUE_TEST_PG_URL" -c "CREATE ROLE $PG_ROLE LOGIN CONNECTION LIMIT 5" \
+	PG_ROLE="due_hostile"
+	psql -qX "$PG_URL" -c "CREATE ROLE $PG_ROLE LOGIN CONNECTION LIMIT 5" \
 		-c "CREATE SCHEMA $PG_ROLE AUTHORIZATION $PG_ROLE" >/dev/null
-	as_role=$(sed "s#://[^@/]*@#://$PG_ROLE@#" <<<"$DUE_TEST_PG_URL")
+	as_role=$(sed "s#://[^@/]*@#://$PG_ROLE@#" <<<"$PG_URL")
 	sep='?'; case "$as_role" in *\?*) sep='&';; esac
 	PG_DB="$as_role${sep}options=-csearch_path%3D$PG_ROLE"
 	DUE_DB="$PG_DB" "$DUE" init >/dev/null
@@ -347,13 +352,13 @@ else
 	# Connections exhausted: sessions of the role take the free slots, the
 	# server's own connection is cut (as a restart would), another session
 	# takes its slot: the server cannot connect again.
-	pg_q() { psql -qXAt "$DUE_TEST_PG_URL" -c "$1"; }
+	pg_q() { psql -qXAt "$PG_URL" -c "$1"; }
 	sleepers() {
 		for i in $(seq 1 "$1"); do
 			psql -qXAt "$as_role" -c "SELECT pg_sleep(30)" >/dev/null 2>&1 &
 			PIDS+=($!)
 		done
-		wait_for "$2 sessions hold the role's connections" 20 bash -c "[ \"\$(psql -qXAt '$DUE_TEST_PG_URL' -c \"SELECT count(*) FROM pg_stat_activity WHERE usename = '$PG_ROLE' AND query LIKE '%pg_sleep%' AND pid <> pg_backend_pid()\")\" = $2 ]"
+		wait_for "$2 sessions hold the role's connections" 20 bash -c "[ \"\$(psql -qXAt '$PG_URL' -c \"SELECT count(*) FROM pg_stat_activity WHERE usename = '$PG_ROLE' AND query LIKE '%pg_sleep%' AND pid <> pg_backend_pid()\")\" = $2 ]"
 	}
 	sleepers 4 4
 	pg_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '$PG_ROLE' AND query NOT LIKE '%pg_sleep%'" >/dev/null
@@ -370,7 +375,7 @@ else
 	# a lock held: an ACCESS EXCLUSIVE lock on the task table (a migration,
 	# VACUUM FULL) blocks even reads
 	rm -f "$T/pg.locked"
-	psql -qXAt "$DUE_TEST_PG_URL" -c "BEGIN" -c "LOCK TABLE $PG_ROLE.due_task IN ACCESS EXCLUSIVE MODE" \
+	psql -qXAt "$PG_URL" -c "BEGIN" -c "LOCK TABLE $PG_ROLE.due_task IN ACCESS EXCLUSIVE MODE" \
 		-c "\! touch $T/pg.locked" -c "SELECT pg_sleep(6)" -c "COMMIT" >/dev/null 2>&1 &
 	PGLOCK=$!
 	PIDS+=("$PGLOCK")
