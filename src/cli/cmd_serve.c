@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "cli/cli.h"
@@ -35,13 +36,18 @@ static const char usage[] =
 	"  --token-file FILE    bearer token (first line, 16+ printable\n"
 	"                       characters): every change (POST, PUT, DELETE)\n"
 	"                       must send 'Authorization: Bearer TOKEN'\n"
-	"  --threads N          event-loop threads (default 4)\n"
-	"  --max-connections N  open connections at most (default 1000)\n"
-	"  --timeout DUR        close connections idle this long (default 30s)\n"
+	"  --threads N          event-loop threads, and store threads for reads\n"
+	"                       and for changes each (default 4)\n"
+	"  --max-connections N  open connections at most (default 10000)\n"
+	"  --timeout DUR        a request must arrive whole within this time,\n"
+	"                       and idle connections are closed after it;\n"
+	"                       requests wait at most this long for the store\n"
+	"                       (default 30s)\n"
 	"\n"
 	"Prints 'listening on http://HOST:PORT/' on stdout once it accepts\n"
 	"connections.  Request bodies are limited to 2 x the payload limit\n"
-	"($DUE_MAX_PAYLOAD, default 1 MiB) + 64 KiB.\n";
+	"($DUE_MAX_PAYLOAD, default 1 MiB) + 64 KiB, a \\uXXXX escape counting\n"
+	"as 2 bytes (see docs/HTTP.md).\n";
 
 enum { O_LISTEN = 'l', O_TOKEN = 't', O_THREADS = 'T', O_MAXCONN = 'c',
        O_TIMEOUT = 'o' };
@@ -213,6 +219,31 @@ static int read_token(cli_ctx *c, serve_args *a)
 	return rc;
 }
 
+/*
+** Room for every connection: raise the soft limit on open files to what
+** --max-connections needs (up to the hard limit); with a lower hard limit,
+** accept fewer connections, and say so.
+*/
+static void fit_files(cli_ctx *c, serve_args *a)
+{
+	const rlim_t spare = 256; /* store handles, threads, the log, ... */
+	rlim_t want = (rlim_t)a->max_conns + spare;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want
+			      ? want : rl.rlim_max;
+	setrlimit(RLIMIT_NOFILE, &rl);
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
+		long room = rl.rlim_cur > spare + 16 ? (long)(rl.rlim_cur - spare) : 16;
+		fprintf(stderr, "%s: warning: %ld connections at most (the limit "
+			"on open files is %llu)\n", c->prog, room,
+			(unsigned long long)rl.rlim_cur);
+		a->max_conns = room;
+	}
+}
+
 /* Run the server until SIGINT or SIGTERM. */
 static int run(cli_ctx *c, serve_args *a)
 {
@@ -222,6 +253,7 @@ static int run(cli_ctx *c, serve_args *a)
 	sigset_t set;
 	int sig = 0, rc;
 
+	fit_files(c, a);
 	o.db_url = cli_db_url(c);
 	o.token = a->token[0] ? a->token : NULL;
 	o.addr = (const struct sockaddr *)&a->ss;
@@ -257,7 +289,7 @@ static int run(cli_ctx *c, serve_args *a)
 int cmd_serve(int argc, char **argv)
 {
 	serve_args a = {.listen = "127.0.0.1:7070", .threads = 4,
-			.max_conns = 1000, .timeout_us = 30000000};
+			.max_conns = 10000, .timeout_us = 30000000};
 	cli_ctx c = {.prog = "due serve"};
 	due_db *db = NULL;
 	int rc = parse_opts(&c, &a, argc, argv);

@@ -12,6 +12,13 @@
 
 /* A new JSON object for a task (as `due show --json`).  NULL on ENOMEM. */
 json_t *due_fmt_task(const due_task *t);
+/*
+** As due_fmt_task(), with payload, result and last_error each cut to at
+** most `cut` bytes (0: nothing is cut).  A cut value is followed by
+** "<name>_truncated": true and "<name>_size": its full length in bytes.
+** The HTTP service uses it to bound its replies whatever is stored.
+*/
+json_t *due_fmt_task_cut(const due_task *t, size_t cut);
 /* A new JSON array of tasks. */
 json_t *due_fmt_task_list(const due_task_list *l);
 /* A new JSON object for a schedule (`due cron ls --json`, GET /v1/schedules). */

@@ -108,19 +108,35 @@ bad:
 	return -1;
 }
 
-/* Put bytes under `name` (string) or `name_b64` (base64). */
+/*
+** Put bytes under `name` (string) or `name_b64` (base64).  With cut > 0
+** and more than cut bytes, only the first cut bytes are shown (text cut
+** at a character boundary), followed by `name_truncated: true` and
+** `name_size`, the full length.  Text or base64 is decided on the whole
+** value, so a cut value keeps the form the whole one has.
+*/
 static void set_bytes(json_t *o, const char *name, const unsigned char *p,
-		      size_t n)
+		      size_t n, size_t cut)
 {
-	char key[32];
+	char key[48];
+	size_t show = cut && n > cut ? cut : n;
+
 	if (due_fmt_is_utf8(p, n)) {
-		json_object_set_new(o, name, json_stringn((const char *)p, n));
-		return;
+		while (show < n && show > 0 && (p[show] & 0xc0) == 0x80)
+			show--;
+		json_object_set_new(o, name, json_stringn((const char *)p, show));
+	} else {
+		char *enc = due_fmt_base64(p, show);
+		snprintf(key, sizeof(key), "%s_b64", name);
+		json_object_set_new(o, key, enc ? json_string(enc) : json_null());
+		free(enc);
 	}
-	char *enc = due_fmt_base64(p, n);
-	snprintf(key, sizeof(key), "%s_b64", name);
-	json_object_set_new(o, key, enc ? json_string(enc) : json_null());
-	free(enc);
+	if (show == n)
+		return;
+	snprintf(key, sizeof(key), "%s_truncated", name);
+	json_object_set_new(o, key, json_true());
+	snprintf(key, sizeof(key), "%s_size", name);
+	json_object_set_new(o, key, json_integer((json_int_t)n));
 }
 
 static json_t *attempt_json(const due_attempt *a)
@@ -141,6 +157,25 @@ static json_t *attempt_json(const due_attempt *a)
 }
 
 json_t *due_fmt_task(const due_task *t)
+{
+	return due_fmt_task_cut(t, 0);
+}
+
+/* last_error, cut like payloads (it is text: kept as a string). */
+static void set_error(json_t *o, const char *err, size_t cut)
+{
+	if (!err) {
+		json_object_set_new(o, "last_error", json_null());
+		return;
+	}
+	if (!cut || strlen(err) <= cut) {
+		json_object_set_new(o, "last_error", json_string(err));
+		return;
+	}
+	set_bytes(o, "last_error", (const unsigned char *)err, strlen(err), cut);
+}
+
+json_t *due_fmt_task_cut(const due_task *t, size_t cut)
 {
 	json_t *o = json_object(), *arr = json_array();
 
@@ -163,13 +198,13 @@ json_t *due_fmt_task(const due_task *t)
 	json_object_set_new(o, "cancel_requested", json_boolean(t->cancel_requested));
 	json_object_set_new(o, "key", str_or_null(t->key));
 	if (t->has_result)
-		set_bytes(o, "result", t->result, t->result_len);
+		set_bytes(o, "result", t->result, t->result_len, cut);
 	else
 		json_object_set_new(o, "result", json_null());
-	json_object_set_new(o, "last_error", str_or_null(t->last_error));
+	set_error(o, t->last_error, cut);
 	json_object_set_new(o, "created_at", due_fmt_time(t->created_at));
 	json_object_set_new(o, "updated_at", due_fmt_time(t->updated_at));
-	set_bytes(o, "payload", t->payload, t->payload_len);
+	set_bytes(o, "payload", t->payload, t->payload_len, cut);
 	for (size_t i = 0; i < t->n_attempts; i++)
 		json_array_append_new(arr, attempt_json(&t->attempts[i]));
 	json_object_set_new(o, "attempts", arr);

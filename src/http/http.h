@@ -5,7 +5,9 @@
 ** The service is a client of the public C API (due.h) and of the JSON
 ** renderings in src/fmt/, like the CLI: it never reaches into the store.
 ** HTTP is libmicrohttpd's job (a thread pool of event loops with
-** connection limits and timeouts); JSON is jansson's.
+** connection limits and timeouts), checked strictly on top; JSON is
+** jansson's.  Store calls run on store threads, never on the event loops
+** (src/http/internal.h says how).
 */
 #ifndef DUE_HTTP_H
 #define DUE_HTTP_H
@@ -20,10 +22,13 @@ typedef struct due_http_opts {
 	const struct sockaddr *addr; /* where to listen */
 	socklen_t addrlen;
 	bool loopback;               /* addr is a loopback address */
-	unsigned threads;            /* event-loop threads (thread pool size) */
+	unsigned threads;            /* event-loop threads, and store threads
+					for reads and for changes, each */
 	unsigned max_conns;          /* open connections at most */
-	unsigned timeout_s;          /* idle connection timeout */
-	size_t max_body;             /* request body limit in bytes */
+	unsigned timeout_s;          /* whole-request deadline, idle timeout,
+					and the longest wait for the store */
+	size_t max_body;             /* request body limit in bytes (a \uXXXX
+					escape weighs 2) */
 	size_t max_payload;          /* payload limit passed to due_open() */
 } due_http_opts;
 

@@ -1,15 +1,23 @@
 /*
-** internal.h - what the route handlers of `due serve` share: the request
-** being answered, replies (JSON, errors, text), the per-thread store
-** handle and strict readers for JSON request bodies.
+** internal.h - what the parts of `due serve` share: the request being
+** answered, replies (JSON, errors, text), the store worker pools, the
+** connection deadlines, the log and strict readers for request data.
 **
-** Threads: every function here runs in one of libmicrohttpd's event-loop
-** threads, on behalf of one request.  A request is answered exactly once:
-** each handler ends with one http_reply_*() call and returns its value.
+** Threads.  libmicrohttpd's event-loop threads own the connections: they
+** read requests, check them and send replies, and never wait for the
+** store.  A route that needs the store is handed, with its connection
+** suspended, to a pool of store threads (pool.c: one pool for reads, one
+** for changes, and one prober for /health); the handler runs there, builds
+** its reply in the http_req, and resumes the connection; the event thread
+** then queues the reply.  So an http_req is touched by one thread at a
+** time: the event thread until it is handed over, the store thread until
+** it resumes the connection, the event thread again after.
 */
 #ifndef DUE_HTTP_INTERNAL_H
 #define DUE_HTTP_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,27 +28,63 @@
 #include "http/http.h"
 
 struct MHD_Connection;
+struct MHD_Daemon;
 
 #define HTTP_MAX_HEADERS 4
+#define HTTP_MAX_ARGS 16
 
-/* One request, from its first header to the reply. */
+/* Payload, result and error text in lists and action replies: cut here. */
+#define HTTP_PREVIEW_BYTES 4096
+/* A list reply stops adding tasks before it passes this many bytes. */
+#define HTTP_LIST_BUDGET (4u << 20)
+/* Store bytes (payloads + results) a list holds in memory at once. */
+#define HTTP_LIST_MEMORY (16u << 20)
+/* /health answers by then, whatever the store does. */
+#define HTTP_HEALTH_TIMEOUT_MS 800
+
+struct http_conn;
+
+/* One decoded query argument (no NUL inside; value "" when no '='). */
+typedef struct http_arg {
+	char *name;
+	char *value;
+} http_arg;
+
+/* One request, from its request line to the reply. */
 typedef struct http_req {
 	struct MHD_Connection *conn;
-	const struct due_http *srv;
-	const char *method;  /* as sent; HEAD is routed as GET */
-	const char *path;    /* percent-decoded path, without the query */
-	char param[256];     /* the {id} or {name} segment of the route */
-	char *body;          /* NUL-terminated request body (may be NULL) */
+	struct due_http *srv;
+	struct http_conn *hc;    /* the connection's deadline record, or NULL */
+	char *target;            /* request-target as sent, never decoded */
+	const char *method;      /* as sent; HEAD is routed as GET */
+	const char *version;     /* "HTTP/1.1" or "HTTP/1.0" */
+	char *path;              /* the target's path, raw (not decoded) */
+	http_arg args[HTTP_MAX_ARGS];
+	int n_args;
+	int (*route_fn)(struct http_req *r); /* the matched route's handler */
+	char param[256];         /* the {id} or {name} segment, decoded */
+	char *body;              /* NUL-terminated request body (may be NULL) */
 	size_t body_len;
-	size_t body_seen;    /* bytes received, kept or not */
-	bool too_big;        /* body over the limit: discarded, 413 */
-	bool replied;        /* a response was queued before the body */
-	char err[512];       /* detail of a 400, set by the json_* readers */
+	size_t body_seen;        /* bytes received, kept or not */
+	bool started;            /* the headers were checked */
+	bool too_big;            /* body over the limit: discarded, 413 */
+	bool overload;           /* bodies in memory over the budget: 503 */
+	bool handed;             /* given to a store thread, suspended */
+	char err[512];           /* detail of a 400, set by the readers */
+	/* The reply, built by http_reply_*() and queued by the event thread. */
+	unsigned status;         /* 0 until a reply is set */
+	const char *ctype;
+	char *rbody;             /* malloc'd, or static when rstatic */
+	size_t rlen;
+	bool rstatic;
 	struct { char name[32]; char value[512]; } hdr[HTTP_MAX_HEADERS];
 	int n_hdr;
+	/* pool.c's bookkeeping while the request waits for a store thread */
+	struct http_req *next;
+	int64_t deadline_us;
 } http_req;
 
-/* ---- replies: each queues the response and returns an MHD_Result ---- */
+/* ---- replies: each sets r's reply (once) and returns 1 ---- */
 
 /* Reply with `json` (stolen, may be NULL = 500) and the given status. */
 int http_reply_json(http_req *r, unsigned status, json_t *json);
@@ -59,14 +103,26 @@ int http_reply_due(http_req *r, int rc);
 /* Reply with a body of the given content type (copied). */
 int http_reply_text(http_req *r, unsigned status, const char *ctype,
 		    const char *body, size_t len);
+/* Reply with a static body (not copied, never freed). */
+int http_reply_static(http_req *r, unsigned status, const char *ctype,
+		      const char *body, size_t len);
+/* Reply with a malloc'd body (taken). */
+int http_reply_take(http_req *r, unsigned status, const char *ctype,
+		    char *body, size_t len);
 /* Add a header to the coming reply (copied; at most HTTP_MAX_HEADERS). */
 void http_add_header(http_req *r, const char *name, const char *value);
+/* Event thread: queue r's reply on its connection; an MHD_Result. */
+int http_queue_reply(http_req *r);
+/* Free what r owns (at the end of the request). */
+void http_req_free(http_req *r);
 
-/* ---- request data ---- */
+/* ---- request data (request.c) ---- */
 
 /* This thread's store handle, opened on first use.  0 or a DUE_E* code. */
 int http_db(http_req *r, due_db **out);
-/* A query argument, or NULL when absent. */
+/* Close this thread's store handle (after a store error). */
+void http_db_drop(const struct due_http *h);
+/* A decoded query argument, or NULL when absent. */
 const char *http_query(http_req *r, const char *name);
 /*
 ** 0 when every query argument is one of `known` (NULL-terminated); else
@@ -75,6 +131,148 @@ const char *http_query(http_req *r, const char *name);
 int http_query_check(http_req *r, const char *const *known);
 /* Does the server require a token for changes? */
 bool http_auth_required(const http_req *r);
+/* The payload limit the server was started with. */
+size_t http_max_payload(const http_req *r);
+/*
+** First call for a request: parse the target (path and query, strictly),
+** check the headers (framing, Host, Origin, token, size).  A refusal sets
+** r's reply; the body, if any, is then never read.
+*/
+void http_precheck(http_req *r);
+/* Is the whole body within max_body, a \uXXXX escape weighing 2 bytes? */
+bool http_body_fits(const http_req *r);
+/* Keep a body chunk, or count it once over the limit or the budget. */
+void http_take_body(http_req *r, const char *data, size_t n);
+/*
+** Decode the %XX escapes of s[0..n) into out (NUL-terminated, at most
+** cap - 1 bytes).  -1 on a malformed escape, an escaped NUL, or no room.
+*/
+int http_unescape(const char *s, size_t n, bool plus_is_space, char *out,
+		  size_t cap);
+
+/* ---- store threads (pool.c) ---- */
+
+typedef struct http_pool {
+	struct due_http *srv;
+	const char *name;
+	pthread_mutex_t mu;     /* guards the fields below; taken before any
+				   libmicrohttpd lock (suspend) */
+	pthread_cond_t cv;
+	http_req **ring;
+	size_t cap, head, count;
+	pthread_t *threads;
+	unsigned n_threads;
+	bool stopping;
+} http_pool;
+
+int http_pool_start(http_pool *p, struct due_http *srv, const char *name,
+		    unsigned threads, size_t queue);
+/*
+** Event thread: suspend r's connection and queue r for a store thread,
+** which runs r->route's handler and resumes the connection.  -1 (and
+** nothing done) when the queue is full or the pool is stopping.
+*/
+int http_pool_submit(http_pool *p, http_req *r);
+/* Answer what waits with 503, let running handlers end, join. */
+void http_pool_stop(http_pool *p);
+
+typedef struct http_health {
+	struct due_http *srv;
+	pthread_mutex_t mu;     /* guards the lists and flags; taken before
+				   any libmicrohttpd lock (suspend) */
+	pthread_cond_t cv;
+	http_req *waiting;      /* arrived since the running probe began */
+	http_req *probing;      /* answered by the running probe */
+	pthread_t thread;
+	bool started, stopping;
+} http_health;
+
+int http_health_start(http_health *hh, struct due_http *srv);
+/* Event thread: suspend r and have the prober answer it.  -1 if stopping. */
+int http_health_submit(http_health *hh, http_req *r);
+/* Answer 503 every /health request waiting past its deadline. */
+void http_health_expire(http_health *hh, int64_t now_us);
+void http_health_stop(http_health *hh);
+
+/* ---- connection deadlines (conns.c) ---- */
+
+typedef struct http_conn {
+	struct http_conn *prev, *next;
+	int fd;
+	int64_t since_us;       /* when the current request's clock started */
+	bool armed;             /* in the list: a request is being received */
+} http_conn;
+
+typedef struct http_conns {
+	pthread_mutex_t mu;     /* guards the list; held while shutting a
+				   socket so that it cannot be closed meanwhile */
+	http_conn *head, *tail; /* armed connections, oldest clock first */
+	int64_t timeout_us;
+} http_conns;
+
+void http_conns_init(http_conns *cs, int64_t timeout_us);
+void http_conns_destroy(http_conns *cs);
+/* A new connection: its first request's clock starts now. */
+http_conn *http_conns_open(http_conns *cs, int fd);
+/* The connection closed (before its socket is): forget it. */
+void http_conns_close(http_conns *cs, http_conn *hc);
+/* A request arrived whole: no deadline while it is answered. */
+void http_conns_busy(http_conns *cs, http_conn *hc);
+/* A reply ended: the next request's clock starts now. */
+void http_conns_idle(http_conns *cs, http_conn *hc);
+/* Shut every connection whose request is not in after the timeout. */
+void http_conns_reap(http_conns *cs, int64_t now_us);
+
+/* ---- the log (log.c) ---- */
+
+/*
+** Log one event of the given kind.  The first of a kind is printed at
+** once; more of the same kind within 10 s are counted and printed as one
+** line when the 10 s are over (http_log_flush), so a flood of bad clients
+** or store errors gives a line per kind per 10 s.
+*/
+void http_log(const char *kind, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Print the counts of the windows that ended (all of them when `all`). */
+void http_log_flush(int64_t now_us, bool all);
+/* libmicrohttpd's log: disconnects dropped, the rest through http_log. */
+void http_log_mhd(void *cls, const char *fmt, va_list ap);
+/* The last reason libmicrohttpd gave for refusing a request, this thread. */
+const char *http_log_mhd_reason(void);
+void http_log_mhd_forget_reason(void);
+
+/* ---- libmicrohttpd's own error replies (mhd_errors.c) ---- */
+
+/* Mark the calls to MHD_queue_response() made by our code. */
+void http_mhd_ours(bool on);
+
+/* ---- the server ---- */
+
+struct due_http {
+	struct MHD_Daemon *d;
+	char *db_url;
+	char *token;
+	size_t token_len;
+	bool loopback;
+	size_t max_body;
+	size_t max_payload;
+	size_t body_budget;         /* request bodies held at once, in bytes */
+	atomic_size_t body_bytes;   /* ... held now */
+	unsigned port;
+	pthread_key_t db_key;       /* each store thread's due_db */
+	bool have_key;
+	atomic_bool stopping;       /* new store requests get 503 */
+	http_pool reads, writes;
+	http_health health;
+	http_conns conns;
+	pthread_t ticker;           /* deadlines, /health timeouts, log flush */
+	bool have_ticker, tick_stop;
+	pthread_mutex_t tick_mu;
+	pthread_cond_t tick_cv;
+};
+
+/* Monotonic microseconds. */
+int64_t http_now_us(void);
 
 /* ---- strict JSON body readers: -1 with r->err set on bad input ---- */
 
@@ -99,7 +297,7 @@ int json_opt_duration(http_req *r, json_t *o, const char *name, int64_t *out);
 */
 int json_opt_payload(http_req *r, json_t *o, const void **p, size_t *len,
 		     unsigned char **out_blob);
-/* Parse a task id path segment (positive decimal). */
+/* Parse a task id (positive decimal); -1 with r->err. */
 int http_parse_id(http_req *r, const char *text, due_id *out);
 
 /* ---- route handlers (routes_*.c, metrics.c) ---- */
@@ -116,9 +314,15 @@ int route_sched_get(http_req *r);
 int route_sched_put(http_req *r);
 int route_sched_delete(http_req *r);
 int route_stats(http_req *r);
-int route_health(http_req *r);
 int route_metrics_json(http_req *r);
 int route_metrics_prom(http_req *r);
 int route_dashboard(http_req *r);
+
+/*
+** /health's answer from one store probe: *status and a malloc'd JSON text
+** in *out (the caller frees).  Runs on the prober thread with its handle.
+*/
+void http_health_probe(due_db **db, const struct due_http *srv,
+		       unsigned *status, char **out, size_t *len);
 
 #endif

@@ -164,8 +164,6 @@ int route_metrics_prom(http_req *r)
 		free(text);
 		return http_reply_error(r, 500, "internal", "out of memory");
 	}
-	rc = http_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8",
-			     text, len);
-	free(text);
-	return rc;
+	return http_reply_take(r, 200, "text/plain; version=0.0.4; charset=utf-8",
+			       text, len);
 }

@@ -5,7 +5,12 @@
 ** Schedules are rendered with the field names of `due cron ls --json`
 ** (name, expr, kind, tz, misfire, overlap, next_fire, next_fire_local,
 ** last_fire, last_task, fired, missed, last_missed, payload) plus the
-** retry settings, so what a PUT sends can be read back.
+** retry settings, so what a PUT sends can be read back.  As for tasks, the
+** list and the reply of a PUT show at most HTTP_PREVIEW_BYTES of a
+** payload, with "payload_truncated" and "payload_size" when cut.
+**
+** /health is answered by the prober thread (pool.c) with its own store
+** handle: http_health_probe() is its one store call.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +23,39 @@
 /* Schedules                                                           */
 /* ------------------------------------------------------------------ */
 
+/*
+** Cut the payload of a rendered schedule to `cut` bytes (text at a
+** character boundary, base64 at a 3-byte group), flagging the cut.
+*/
+static void cut_payload(json_t *o, size_t cut)
+{
+	json_t *text = json_object_get(o, "payload");
+	json_t *b64 = json_object_get(o, "payload_b64");
+	size_t n, size, show;
+	const char *s;
+
+	if (json_is_string(text) && (n = json_string_length(text)) > cut) {
+		s = json_string_value(text);
+		show = cut;
+		while (show > 0 && ((unsigned char)s[show] & 0xc0) == 0x80)
+			show--;
+		size = n;
+		json_object_set_new(o, "payload", json_stringn(s, show));
+	} else if (json_is_string(b64) && (n = json_string_length(b64)) / 4 * 3 > cut) {
+		s = json_string_value(b64);
+		size = n / 4 * 3 - (n && s[n - 1] == '=') - (n > 1 && s[n - 2] == '=');
+		if (size <= cut)
+			return;
+		json_object_set_new(o, "payload_b64", json_stringn(s, cut / 3 * 4));
+	} else {
+		return;
+	}
+	json_object_set_new(o, "payload_truncated", json_true());
+	json_object_set_new(o, "payload_size", json_integer((json_int_t)size));
+}
+
 /* The schedule called name as JSON into *out (NULL when none). */
-static int sched_find(due_db *db, const char *name, json_t **out)
+static int sched_find(due_db *db, const char *name, size_t cut, json_t **out)
 {
 	due_schedule_list *l = NULL;
 	int rc;
@@ -31,6 +67,8 @@ static int sched_find(due_db *db, const char *name, json_t **out)
 		if (!strcmp(l->items[i].name, name))
 			*out = due_fmt_schedule(&l->items[i]);
 	due_schedule_list_free(l);
+	if (*out)
+		cut_payload(*out, cut);
 	return 0;
 }
 
@@ -44,8 +82,12 @@ int route_sched_list(http_req *r)
 	if ((rc = http_db(r, &db)) < 0 || (rc = due_cron_list(db, &l)) < 0)
 		return http_reply_due(r, rc);
 	arr = json_array();
-	for (size_t i = 0; arr && i < l->count; i++)
-		json_array_append_new(arr, due_fmt_schedule(&l->items[i]));
+	for (size_t i = 0; arr && i < l->count; i++) {
+		json_t *o = due_fmt_schedule(&l->items[i]);
+		if (o)
+			cut_payload(o, HTTP_PREVIEW_BYTES);
+		json_array_append_new(arr, o);
+	}
 	due_schedule_list_free(l);
 	return http_reply_json(r, 200, arr);
 }
@@ -56,7 +98,7 @@ int route_sched_get(http_req *r)
 	json_t *o;
 	int rc;
 
-	if ((rc = http_db(r, &db)) < 0 || (rc = sched_find(db, r->param, &o)) < 0)
+	if ((rc = http_db(r, &db)) < 0 || (rc = sched_find(db, r->param, http_max_payload(r), &o)) < 0)
 		return http_reply_due(r, rc);
 	if (!o)
 		return http_reply_error(r, 404, "not_found", "no schedule '%s'",
@@ -137,9 +179,9 @@ int route_sched_put(http_req *r)
 	if (sched_def(r, o, &d, &blob) < 0) {
 		rc = http_reply_bad(r);
 	} else if ((rc = http_db(r, &db)) < 0 ||
-		   (rc = sched_find(db, d.name, &before)) < 0 ||
+		   (rc = sched_find(db, d.name, 0, &before)) < 0 ||
 		   (rc = due_cron_put(db, &d)) < 0 ||
-		   (rc = sched_find(db, d.name, &after)) < 0) {
+		   (rc = sched_find(db, d.name, HTTP_PREVIEW_BYTES, &after)) < 0) {
 		rc = http_reply_due(r, rc);
 	} else {
 		rc = http_reply_json(r, before ? 200 : 201, after);
@@ -191,25 +233,56 @@ int route_stats(http_req *r)
 	return http_reply_json(r, 200, o);
 }
 
-int route_health(http_req *r)
+/* /health's JSON text, malloc'd, with a newline; NULL on ENOMEM. */
+static char *health_text(json_t *j, size_t *len)
 {
+	char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_ENSURE_ASCII) : NULL;
+	char *b;
+
+	json_decref(j);
+	if (!s)
+		return NULL;
+	*len = strlen(s);
+	if (!(b = realloc(s, *len + 2))) {
+		free(s);
+		return NULL;
+	}
+	b[(*len)++] = '\n';
+	b[*len] = '\0';
+	return b;
+}
+
+void http_health_probe(due_db **db, const struct due_http *srv,
+		       unsigned *status, char **out, size_t *len)
+{
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
 	int64_t dead = 0;
 	bool up = false;
-	due_db *db;
-	int rc;
+	json_t *j;
+	int rc = 0;
 
-	if ((rc = http_db(r, &db)) < 0 || (rc = due_health(db, &up, &dead)) < 0) {
-		json_t *o = json_pack("{s:s,s:s,s:s}", "status", "DOWN", "error",
-				      "store_error", "detail",
-				      r->err[0] ? r->err : due_error_last());
-		fprintf(stderr, "due serve: /health: %s\n",
-			r->err[0] ? r->err : due_error_last());
-		return http_reply_json(r, 503, o);
+	o.max_payload = srv->max_payload;
+	if (!*db && (rc = due_open(db, srv->db_url, &o)) < 0) {
+		due_close(*db);
+		*db = NULL;
 	}
-	if (up)
-		return http_reply_json(r, 200, json_pack("{s:s}", "status", "UP"));
-	return http_reply_json(r, 503, json_pack("{s:s,s:I}", "status", "DOWN",
-						 "dead", (json_int_t)dead));
+	if (!rc && (rc = due_health(*db, &up, &dead)) < 0 && rc != DUE_EBUSY) {
+		due_close(*db); /* reopened by the next probe */
+		*db = NULL;
+	}
+	if (rc < 0) {
+		http_log("health_store", "/health: %s", due_error_last());
+		*status = 503;
+		j = json_pack("{s:s,s:s,s:s}", "status", "DOWN", "error",
+			      "store_error", "detail", due_error_last());
+	} else if (up) {
+		*status = 200;
+		j = json_pack("{s:s}", "status", "UP");
+	} else {
+		*status = 503;
+		j = json_pack("{s:s,s:I}", "status", "DOWN", "dead", (json_int_t)dead);
+	}
+	*out = health_text(j, len);
 }
 
 static json_t *hist_json(const due_histogram *h)
@@ -292,6 +365,6 @@ int route_dashboard(http_req *r)
 			"frame-ancestors 'none'");
 	http_add_header(r, "X-Frame-Options", "DENY");
 	http_add_header(r, "Referrer-Policy", "no-referrer");
-	return http_reply_text(r, 200, "text/html; charset=utf-8",
-			       due_http_dashboard, due_http_dashboard_len);
+	return http_reply_static(r, 200, "text/html; charset=utf-8",
+				 due_http_dashboard, due_http_dashboard_len);
 }

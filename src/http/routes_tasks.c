@@ -2,11 +2,22 @@
 ** routes_tasks.c - /v1/tasks: schedule, read, list, cancel and the
 ** operator actions (retry, requeue, kill).
 **
-** A task is always rendered by due_fmt_task(), so GET /v1/tasks/{id} is
-** the same object as `due show ID --json`.  Every input is checked before
-** the store is touched; the library checks again (kind syntax, limits,
-** delays) and its EINVAL is a 400 as well, so nothing changes on bad input.
+** A task is always rendered by due_fmt_task_cut(), so GET /v1/tasks/{id}
+** is the same object as `due show ID --json` (payload and result are only
+** cut beyond the server's payload limit, which the store enforces anyway).
+** Every input is checked before the store is touched; the library checks
+** again (kind syntax, limits, delays) and its EINVAL is a 400 as well, so
+** nothing changes on bad input.
+**
+** Bounds, whatever is stored: lists and the replies of actions show at
+** most HTTP_PREVIEW_BYTES of each payload, result and last_error (with
+** "payload_truncated" and "payload_size" when cut); a list reply stops
+** before HTTP_LIST_BUDGET bytes, and says where to go on (X-Next-After);
+** and a list reads the store in chunks small enough that the payloads it
+** holds at once stay under HTTP_LIST_MEMORY, since the store hands out
+** whole payloads.
 */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +25,12 @@
 #include "fmt/fmt.h"
 #include "http/internal.h"
 
-/* Reply with task `id` as `due show --json` prints it, plus extras. */
+/*
+** Reply with task `id` as `due show --json` prints it, values cut to `cut`
+** bytes, plus "existed" when existed >= 0.
+*/
 static int reply_task(http_req *r, due_db *db, due_id id, unsigned status,
-		      int existed)
+		      int existed, size_t cut)
 {
 	due_task *t = NULL;
 	json_t *o;
@@ -24,7 +38,7 @@ static int reply_task(http_req *r, due_db *db, due_id id, unsigned status,
 
 	if ((rc = due_get(db, &t, id)) < 0)
 		return http_reply_due(r, rc);
-	o = due_fmt_task(t);
+	o = due_fmt_task_cut(t, cut);
 	due_task_free(t);
 	if (o && existed >= 0)
 		json_object_set_new(o, "existed", json_boolean(existed));
@@ -95,7 +109,8 @@ int route_task_create(http_req *r)
 		char loc[64];
 		snprintf(loc, sizeof(loc), "/v1/tasks/%lld", (long long)sub.id);
 		http_add_header(r, "Location", loc);
-		rc = reply_task(r, db, sub.id, sub.existed ? 200 : 201, sub.existed);
+		rc = reply_task(r, db, sub.id, sub.existed ? 200 : 201, sub.existed,
+				HTTP_PREVIEW_BYTES);
 	}
 	free(blob);
 	json_decref(o);
@@ -142,8 +157,9 @@ static int list_query(http_req *r, due_list_opts *lo)
 	if (kind && *kind)
 		lo->kind = kind;
 	if (limit) {
+		errno = 0;
 		v = strtoll(limit, &end, 10);
-		if (*end || end == limit || v < 1 || v > 10000) {
+		if (errno || *end || end == limit || v < 1 || v > 10000) {
 			snprintf(r->err, sizeof(r->err), "invalid limit '%.64s': an "
 				 "integer from 1 to 10000", limit);
 			return -1;
@@ -151,8 +167,9 @@ static int list_query(http_req *r, due_list_opts *lo)
 		lo->limit = (int)v;
 	}
 	if (after) {
+		errno = 0;
 		v = strtoll(after, &end, 10);
-		if (*end || end == after || v < 0 || after[0] == '-' ||
+		if (errno || *end || end == after || v < 0 || after[0] == '-' ||
 		    after[0] == '+') {
 			snprintf(r->err, sizeof(r->err), "invalid after '%.64s': a task "
 				 "id (0 or more)", after);
@@ -180,23 +197,135 @@ static void next_page(http_req *r, const due_list_opts *lo, due_id last)
 	http_add_header(r, "Link", link);
 }
 
+/* A growing reply body. */
+typedef struct buf {
+	char *p;
+	size_t len, cap;
+} buf;
+
+static int buf_add(buf *b, const char *s, size_t n)
+{
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		char *p;
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		if (!(p = realloc(b->p, cap)))
+			return -1;
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+	return 0;
+}
+
+/*
+** Append task t to the JSON array in b, as json_dumps() of the whole array
+** would lay it out (each line indented two more spaces).  1 when it was
+** added, 0 when it would take the body past the budget, -1 on ENOMEM.
+*/
+static int add_task(buf *b, const due_task *t)
+{
+	json_t *o = due_fmt_task_cut(t, HTTP_PREVIEW_BYTES);
+	char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_ENSURE_ASCII) : NULL;
+	size_t lines = 1, n;
+	int rc = -1;
+
+	json_decref(o);
+	if (!s)
+		return -1;
+	n = strlen(s);
+	for (size_t i = 0; i < n; i++)
+		lines += s[i] == '\n';
+	if (b->len > 2 && b->len + n + 2 * lines + 4 > HTTP_LIST_BUDGET) {
+		free(s);
+		return 0;
+	}
+	if (buf_add(b, b->len > 2 ? ",\n  " : "\n  ", b->len > 2 ? 4 : 3) < 0)
+		goto done;
+	for (char *line = s, *nl; line; line = nl ? nl + 1 : NULL) {
+		nl = strchr(line, '\n');
+		size_t len = nl ? (size_t)(nl - line) : strlen(line);
+		if (buf_add(b, line, len) < 0 || (nl && buf_add(b, "\n  ", 3) < 0))
+			goto done;
+	}
+	rc = 1;
+done:
+	free(s);
+	return rc;
+}
+
+/* Tasks per store call so that their payloads and results fit memory. */
+static int chunk_size(http_req *r, int limit)
+{
+	size_t per = http_max_payload(r) + (1u << 20); /* + the result limit */
+	size_t n = HTTP_LIST_MEMORY / per;
+
+	return n < 1 ? 1 : n > (size_t)limit ? limit : (int)n;
+}
+
+/*
+** Fill b with up to lo->limit tasks after lo->after, read in chunks; *last
+** is the id of the last one added, *more whether more may follow.
+*/
+static int list_into(http_req *r, due_db *db, const due_list_opts *lo,
+		     buf *b, due_id *last, bool *more)
+{
+	due_list_opts q = *lo;
+	int left = lo->limit, rc = 0;
+
+	*more = false;
+	while (left > 0) {
+		due_task_list *l = NULL;
+		q.limit = chunk_size(r, left);
+		if ((rc = due_list(db, &l, &q)) < 0)
+			return rc;
+		for (size_t i = 0; i < l->count && !*more; i++) {
+			int added = add_task(b, &l->items[i]);
+			if (added < 0)
+				rc = DUE_ENOMEM;
+			if (added <= 0) {
+				*more = true; /* the budget: the page ends early */
+				break;
+			}
+			*last = q.after = l->items[i].id;
+			left--;
+		}
+		bool end = l->count < (size_t)q.limit;
+		due_task_list_free(l);
+		if (rc < 0 || *more || end)
+			break;
+	}
+	if (left == 0)
+		*more = true; /* a full page: there may be more */
+	return rc;
+}
+
 int route_task_list(http_req *r)
 {
 	due_list_opts lo = DUE_LIST_OPTS_INIT;
-	due_task_list *l = NULL;
+	buf b = {0};
+	due_id last = 0;
+	bool more;
 	due_db *db;
-	json_t *arr;
 	int rc;
 
 	if (list_query(r, &lo) < 0)
 		return http_reply_bad(r);
-	if ((rc = http_db(r, &db)) < 0 || (rc = due_list(db, &l, &lo)) < 0)
-		return http_reply_due(r, rc);
-	if (l->count > 0 && l->count == (size_t)lo.limit)
-		next_page(r, &lo, l->items[l->count - 1].id);
-	arr = due_fmt_task_list(l);
-	due_task_list_free(l);
-	return http_reply_json(r, 200, arr);
+	if ((rc = http_db(r, &db)) < 0 || buf_add(&b, "[", 1) < 0 ||
+	    (rc = list_into(r, db, &lo, &b, &last, &more)) < 0) {
+		free(b.p);
+		return http_reply_due(r, rc < 0 ? rc : DUE_ENOMEM);
+	}
+	if (more && last)
+		next_page(r, &lo, last);
+	if (buf_add(&b, b.len > 1 ? "\n]\n" : "]\n", b.len > 1 ? 3 : 2) < 0) {
+		free(b.p);
+		return http_reply_due(r, DUE_ENOMEM);
+	}
+	return http_reply_take(r, 200, "application/json", b.p, b.len);
 }
 
 /* ------------------------------------------------------------------ */
@@ -213,7 +342,7 @@ int route_task_get(http_req *r)
 		return http_reply_bad(r);
 	if ((rc = http_db(r, &db)) < 0)
 		return http_reply_due(r, rc);
-	return reply_task(r, db, id, 200, -1);
+	return reply_task(r, db, id, 200, -1, http_max_payload(r));
 }
 
 int route_task_cancel(http_req *r)
@@ -266,7 +395,7 @@ static int operate(http_req *r, enum op op)
 	   : op == OP_REQUEUE ? due_requeue(db, id) : due_kill(db, NULL, id);
 	if (rc < 0)
 		return http_reply_due(r, rc);
-	return reply_task(r, db, id, 200, -1);
+	return reply_task(r, db, id, 200, -1, HTTP_PREVIEW_BYTES);
 }
 
 int route_task_retry(http_req *r)

@@ -1,38 +1,40 @@
 /*
-** server.c - `due serve`: libmicrohttpd glue, request checks, the route
-** table and the per-thread store handles.
+** server.c - `due serve`: libmicrohttpd glue, the route table, and the
+** start and stop of the threads.
 **
-** Workload: an operator's dashboard, a Prometheus scraper and scripts
-** posting a few hundred tasks a second; each request is one or two short
-** store calls.  libmicrohttpd runs a pool of event-loop threads (epoll),
-** each owning its connections, with a connection limit and an idle
-** timeout, so slow or idle clients cost a socket, not a thread.
+** Workload: an operator's dashboard, a Prometheus scraper, load balancer
+** probes and scripts posting a few hundred tasks a second; each request is
+** one or two short store calls.  Hostile or broken clients must not stop
+** any of that: thousands of slow connections, malformed requests, a store
+** that is locked or gone.
+**
+** Threads:
+**   - libmicrohttpd's event loops (--threads, epoll): read and check
+**     requests, send replies, never call the store;
+**   - the store pools, reads and changes (--threads each), and the /health
+**     prober (pool.c): every store call is made there;
+**   - the ticker, every 100 ms: request deadlines (conns.c), /health and
+**     queue timeouts (pool.c), the log's counts (log.c).
 **
 ** Lifecycle of a request (libmicrohttpd calls on_access repeatedly):
-**   1. headers in: allocate the http_req, check Host (loopback binds
-**      refuse foreign host names: DNS rebinding), and for a change (any
-**      method but GET/HEAD) the Origin (cross-site forms) and the bearer
-**      token; refuse a declared Content-Length over the limit.  A refusal
-**      is answered right away and the body, if any, is never read.
-**   2. body chunks: kept up to the limit, counted and dropped beyond it.
-**   3. end: route and run the handler, which answers exactly once.
+**   0. request line in: on_uri allocates the http_req with the target as
+**      sent (libmicrohttpd is told not to decode it: no_unescape);
+**   1. headers in: http_precheck() parses the target and checks framing,
+**      Host, Origin and the token, and the declared size.  A refusal is
+**      answered right away and the body, if any, is never read;
+**   2. body chunks: kept up to the limits, counted and dropped beyond;
+**   3. end: the route is matched on the raw path.  A route without store
+**      work is answered at once; the others go to a pool, the connection
+**      suspended; the pool resumes it, on_access runs again and queues
+**      the reply the handler left;
 ** on_completed frees the http_req whatever happened.
-**
-** Store handles: a due_db is used by one thread at a time, so each
-** event-loop thread opens its own on first use and keeps it (a pthread
-** key whose destructor closes it when the thread ends, at stop).  A store
-** error drops the handle; the next request reopens it.
 */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
@@ -41,358 +43,9 @@
 
 /* Beyond this many body bytes a request over the limit is cut off. */
 #define DISCARD_LIMIT (64u << 20)
-
-struct due_http {
-	struct MHD_Daemon *d;
-	char *db_url;
-	char *token;
-	size_t token_len;
-	bool loopback;
-	size_t max_body;
-	size_t max_payload;
-	unsigned port;
-	pthread_key_t db_key;
-	bool have_key;
-};
-
-/* ------------------------------------------------------------------ */
-/* Per-thread store handles                                            */
-/* ------------------------------------------------------------------ */
-
-static void close_db(void *db)
-{
-	due_close(db);
-}
-
-int http_db(http_req *r, due_db **out)
-{
-	due_db *db = pthread_getspecific(r->srv->db_key);
-	due_open_opts o = DUE_OPEN_OPTS_INIT;
-	int rc;
-
-	if (db) {
-		*out = db;
-		return 0;
-	}
-	o.max_payload = r->srv->max_payload;
-	if ((rc = due_open(&db, r->srv->db_url, &o)) < 0) {
-		snprintf(r->err, sizeof(r->err), "%s", due_error_last());
-		due_close(db);
-		return rc;
-	}
-	pthread_setspecific(r->srv->db_key, db);
-	*out = db;
-	return 0;
-}
-
-/* Close this thread's handle (after a store error). */
-static void drop_db(const due_http *h)
-{
-	due_db *db = pthread_getspecific(h->db_key);
-	pthread_setspecific(h->db_key, NULL);
-	due_close(db);
-}
-
-/* ------------------------------------------------------------------ */
-/* Replies                                                             */
-/* ------------------------------------------------------------------ */
-
-void http_add_header(http_req *r, const char *name, const char *value)
-{
-	if (r->n_hdr == HTTP_MAX_HEADERS)
-		return;
-	snprintf(r->hdr[r->n_hdr].name, sizeof(r->hdr[0].name), "%s", name);
-	snprintf(r->hdr[r->n_hdr].value, sizeof(r->hdr[0].value), "%s", value);
-	r->n_hdr++;
-}
-
-/* Queue resp (consumed) with the common headers; the MHD_Result. */
-static int queue(http_req *r, unsigned status, struct MHD_Response *resp,
-		 const char *ctype)
-{
-	enum MHD_Result ret;
-
-	if (!resp)
-		return MHD_NO;
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-	for (int i = 0; i < r->n_hdr; i++)
-		MHD_add_response_header(resp, r->hdr[i].name, r->hdr[i].value);
-	ret = MHD_queue_response(r->conn, status, resp);
-	MHD_destroy_response(resp);
-	return ret;
-}
-
-int http_reply_text(http_req *r, unsigned status, const char *ctype,
-		    const char *body, size_t len)
-{
-	return queue(r, status,
-		     MHD_create_response_from_buffer(len, (void *)body,
-						     MHD_RESPMEM_MUST_COPY),
-		     ctype);
-}
-
-/* The body as `due ... --json` prints it: indented, ASCII, a newline. */
-int http_reply_json(http_req *r, unsigned status, json_t *json)
-{
-	char *s = json ? json_dumps(json, JSON_INDENT(2) | JSON_ENSURE_ASCII) : NULL;
-	size_t len;
-	char *b;
-
-	json_decref(json);
-	if (!s)
-		return http_reply_text(r, 500, "application/json",
-				       "{\"error\": \"internal\", \"detail\": "
-				       "\"out of memory\"}\n", 47);
-	len = strlen(s);
-	if (!(b = realloc(s, len + 2))) {
-		free(s);
-		return MHD_NO;
-	}
-	b[len] = '\n';
-	b[len + 1] = '\0';
-	return queue(r, status,
-		     MHD_create_response_from_buffer(len + 1, b,
-						     MHD_RESPMEM_MUST_FREE),
-		     "application/json");
-}
-
-int http_reply_error(http_req *r, unsigned status, const char *code,
-		     const char *fmt, ...)
-{
-	char detail[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(detail, sizeof(detail), fmt, ap);
-	va_end(ap);
-	if (status >= 500)
-		fprintf(stderr, "due serve: %s %s: %s\n", r->method, r->path, detail);
-	return http_reply_json(r, status, json_pack("{s:s,s:s}", "error", code,
-						    "detail", detail));
-}
-
-int http_reply_bad(http_req *r)
-{
-	return http_reply_error(r, 400, "bad_request", "%s", r->err);
-}
-
-int http_reply_due(http_req *r, int rc)
-{
-	char detail[1024];
-	unsigned st;
-	const char *code;
-
-	snprintf(detail, sizeof(detail), "%s", r->err[0] ? r->err : due_error_last());
-	switch (rc) {
-	case DUE_EINVAL: st = 400; code = "bad_request"; break;
-	case DUE_ENOTFOUND: st = 404; code = "not_found"; break;
-	case DUE_ESTATE: st = 409; code = "wrong_state"; break;
-	case DUE_ECONFLICT: st = 409; code = "conflict"; break;
-	case DUE_ETOOBIG: st = 413; code = "too_large"; break;
-	case DUE_EBUSY: st = 503; code = "store_busy"; break;
-	case DUE_ESCHEMA: st = 503; code = "store_schema"; break;
-	case DUE_ESTORE: st = 503; code = "store_error"; break;
-	default: st = 500; code = "internal"; break;
-	}
-	if (rc == DUE_ESTORE || rc == DUE_ESCHEMA || rc == DUE_ERROR)
-		drop_db(r->srv);
-	return http_reply_error(r, st, code, "%s", detail);
-}
-
-/* ------------------------------------------------------------------ */
-/* Request data                                                        */
-/* ------------------------------------------------------------------ */
-
-const char *http_query(http_req *r, const char *name)
-{
-	return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
-}
-
-typedef struct qcheck {
-	const char *const *known;
-	char bad[128];
-} qcheck;
-
-static enum MHD_Result qcheck_one(void *cls, enum MHD_ValueKind kind,
-				  const char *key, const char *value)
-{
-	qcheck *q = cls;
-	(void)kind;
-	(void)value;
-	for (size_t i = 0; q->known && q->known[i]; i++)
-		if (!strcmp(q->known[i], key))
-			return MHD_YES;
-	snprintf(q->bad, sizeof(q->bad), "%s", key);
-	return MHD_NO;
-}
-
-int http_query_check(http_req *r, const char *const *known)
-{
-	qcheck q = {.known = known};
-
-	MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, qcheck_one, &q);
-	if (!q.bad[0])
-		return 0;
-	snprintf(r->err, sizeof(r->err), "unknown query parameter '%s'", q.bad);
-	return -1;
-}
-
-bool http_auth_required(const http_req *r)
-{
-	return r->srv->token != NULL;
-}
-
-/* ------------------------------------------------------------------ */
-/* Checks made on the headers, before any body is read                 */
-/* ------------------------------------------------------------------ */
-
-static const char *header(http_req *r, const char *name)
-{
-	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
-}
-
-static bool is_read(const char *method)
-{
-	return !strcmp(method, "GET") || !strcmp(method, "HEAD");
-}
-
-/*
-** Is the Host header's name one of this machine's loopback names?  Only
-** asked when we listen on loopback: a page on a foreign name that
-** resolves to 127.0.0.1 (DNS rebinding) then gets nothing.
-*/
-static bool host_is_loopback(const char *host)
-{
-	char name[256];
-	struct in_addr a4;
-	const char *end;
-	size_t n;
-
-	if (host[0] == '[') {
-		end = strchr(host, ']');
-		n = end ? (size_t)(end - host - 1) : 0;
-		host++;
-	} else {
-		end = strchr(host, ':');
-		n = end ? (size_t)(end - host) : strlen(host);
-	}
-	if (n == 0 || n >= sizeof(name))
-		return false;
-	memcpy(name, host, n);
-	name[n] = '\0';
-	if (!strcasecmp(name, "localhost") || !strcmp(name, "::1"))
-		return true;
-	return inet_pton(AF_INET, name, &a4) == 1 &&
-	       (ntohl(a4.s_addr) >> 24) == 127;
-}
-
-/* A change from a page of another origin (a cross-site form) is refused. */
-static bool origin_ok(http_req *r)
-{
-	const char *origin = header(r, "Origin"), *host = header(r, "Host");
-
-	if (!origin)
-		return true;
-	if (!host)
-		return false;
-	if (!strncasecmp(origin, "http://", 7))
-		origin += 7;
-	else if (!strncasecmp(origin, "https://", 8))
-		origin += 8;
-	else
-		return false; /* "null" and other opaque origins */
-	return strcasecmp(origin, host) == 0;
-}
-
-/* Compare in time that depends on the lengths only, not on the bytes. */
-static bool token_equal(const char *given, size_t glen, const char *want,
-			size_t wlen)
-{
-	volatile unsigned char diff = glen != wlen;
-	for (size_t i = 0; i < wlen; i++)
-		diff |= (unsigned char)(want[i] ^ (i < glen ? given[i] : 0));
-	return diff == 0;
-}
-
-/* 0 when the request may change things; else it was answered 401. */
-static int check_token(http_req *r)
-{
-	const char *auth = header(r, "Authorization");
-
-	if (!r->srv->token)
-		return 0;
-	if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) {
-		http_add_header(r, "WWW-Authenticate", "Bearer realm=\"due\"");
-		http_reply_error(r, 401, "unauthorized", "this server needs "
-				 "'Authorization: Bearer <token>' for changes");
-		return -1;
-	}
-	auth += 7;
-	while (*auth == ' ')
-		auth++;
-	if (!token_equal(auth, strlen(auth), r->srv->token, r->srv->token_len)) {
-		http_add_header(r, "WWW-Authenticate",
-				"Bearer realm=\"due\", error=\"invalid_token\"");
-		http_reply_error(r, 401, "unauthorized", "invalid bearer token");
-		return -1;
-	}
-	return 0;
-}
-
-/* First call for a request: refuse early what must not be read. */
-static void precheck(http_req *r)
-{
-	const char *host = header(r, "Host"), *cl;
-
-	if (r->srv->loopback && host && !host_is_loopback(host)) {
-		http_reply_error(r, 403, "forbidden", "Host '%s' is not a loopback "
-				 "name (this server listens on loopback only)", host);
-		r->replied = true;
-		return;
-	}
-	if (!is_read(r->method)) {
-		if (!origin_ok(r)) {
-			http_reply_error(r, 403, "forbidden", "cross-origin change "
-					 "refused (Origin does not match Host)");
-			r->replied = true;
-			return;
-		}
-		if (check_token(r) < 0) {
-			r->replied = true;
-			return;
-		}
-	}
-	cl = header(r, "Content-Length");
-	if (cl && strtoull(cl, NULL, 10) > r->srv->max_body) {
-		http_reply_error(r, 413, "too_large", "request body over %zu bytes",
-				 r->srv->max_body);
-		r->replied = true;
-	}
-}
-
-/* Keep a body chunk, or count it once over the limit. */
-static void take_body(http_req *r, const char *data, size_t n)
-{
-	char *b;
-
-	r->body_seen += n;
-	if (r->too_big || r->replied)
-		return;
-	if (r->body_len + n > r->srv->max_body) {
-		r->too_big = true;
-		return;
-	}
-	if (!(b = realloc(r->body, r->body_len + n + 1))) {
-		r->too_big = true;
-		return;
-	}
-	memcpy(b + r->body_len, data, n);
-	r->body = b;
-	r->body_len += n;
-	r->body[r->body_len] = '\0';
-}
+/* Requests waiting for a store thread, per thread of the pool. */
+#define QUEUE_PER_THREAD 64
+#define TICK_MS 100
 
 /* ------------------------------------------------------------------ */
 /* Routes                                                              */
@@ -400,51 +53,70 @@ static void take_body(http_req *r, const char *data, size_t n)
 
 static const char *const q_list[] = {"state", "kind", "limit", "after", NULL};
 
+/* Where a route runs: here, on a store pool, or on the /health prober. */
+enum run_on { ON_EVENT, ON_READS, ON_WRITES, ON_HEALTH };
+
 typedef struct route {
 	const char *method;
 	const char *pattern;          /* {x} matches one non-empty segment */
 	int (*fn)(http_req *r);
 	const char *const *query;     /* allowed query parameters */
+	enum run_on on;
 } route;
 
 static const route routes[] = {
-	{"GET", "/", route_dashboard, NULL},
-	{"GET", "/health", route_health, NULL},
-	{"GET", "/metrics", route_metrics_prom, NULL},
-	{"GET", "/v1/metrics", route_metrics_json, NULL},
-	{"GET", "/v1/stats", route_stats, NULL},
-	{"POST", "/v1/tasks", route_task_create, NULL},
-	{"GET", "/v1/tasks", route_task_list, q_list},
-	{"GET", "/v1/tasks/{id}", route_task_get, NULL},
-	{"DELETE", "/v1/tasks/{id}", route_task_cancel, NULL},
-	{"POST", "/v1/tasks/{id}/retry", route_task_retry, NULL},
-	{"POST", "/v1/tasks/{id}/requeue", route_task_requeue, NULL},
-	{"POST", "/v1/tasks/{id}/kill", route_task_kill, NULL},
-	{"GET", "/v1/schedules", route_sched_list, NULL},
-	{"GET", "/v1/schedules/{name}", route_sched_get, NULL},
-	{"PUT", "/v1/schedules/{name}", route_sched_put, NULL},
-	{"DELETE", "/v1/schedules/{name}", route_sched_delete, NULL},
+	{"GET", "/", route_dashboard, NULL, ON_EVENT},
+	{"GET", "/health", NULL, NULL, ON_HEALTH},
+	{"GET", "/metrics", route_metrics_prom, NULL, ON_READS},
+	{"GET", "/v1/metrics", route_metrics_json, NULL, ON_READS},
+	{"GET", "/v1/stats", route_stats, NULL, ON_READS},
+	{"POST", "/v1/tasks", route_task_create, NULL, ON_WRITES},
+	{"GET", "/v1/tasks", route_task_list, q_list, ON_READS},
+	{"GET", "/v1/tasks/{id}", route_task_get, NULL, ON_READS},
+	{"DELETE", "/v1/tasks/{id}", route_task_cancel, NULL, ON_WRITES},
+	{"POST", "/v1/tasks/{id}/retry", route_task_retry, NULL, ON_WRITES},
+	{"POST", "/v1/tasks/{id}/requeue", route_task_requeue, NULL, ON_WRITES},
+	{"POST", "/v1/tasks/{id}/kill", route_task_kill, NULL, ON_WRITES},
+	{"GET", "/v1/schedules", route_sched_list, NULL, ON_READS},
+	{"GET", "/v1/schedules/{name}", route_sched_get, NULL, ON_READS},
+	{"PUT", "/v1/schedules/{name}", route_sched_put, NULL, ON_WRITES},
+	{"DELETE", "/v1/schedules/{name}", route_sched_delete, NULL, ON_WRITES},
 };
 
 #define N_ROUTES (sizeof(routes) / sizeof(routes[0]))
 
+/* Decode the raw segment s[0..n) into r->param; 0, or -1 too long, -2 bad. */
+static int set_param(http_req *r, const char *s, size_t n)
+{
+	char buf[1024];
+
+	if (n >= sizeof(buf))
+		return -1;
+	if (http_unescape(s, n, false, buf, sizeof(buf)) < 0)
+		return -2;
+	if (strlen(buf) >= sizeof(r->param))
+		return -1;
+	memcpy(r->param, buf, strlen(buf) + 1);
+	return 0;
+}
+
 /*
-** Match path against pattern; the {x} segment is copied to param.
-** 1 on a match, 0 on none, -1 when the segment does not fit param.
+** Match the raw path against pattern; the {x} segment is decoded into
+** r->param.  1 on a match, 0 on none, -1 when the segment is too long,
+** -2 when it holds an escaped NUL.
 */
-static int match(const char *pat, const char *path, char *param, size_t cap)
+static int match(http_req *r, const char *pat, const char *path)
 {
 	while (*pat && *path) {
 		if (*pat == '{') {
 			size_t n = strcspn(path, "/");
+			int rc;
 			if (n == 0)
 				return 0;
-			if (n >= cap)
-				return -1;
-			memcpy(param, path, n);
-			param[n] = '\0';
-			path += n;
 			pat = strchr(pat, '}') + 1;
+			if ((rc = set_param(r, path, n)) < 0)
+				return rc;
+			path += n;
 		} else if (*pat++ != *path++) {
 			return 0;
 		}
@@ -452,15 +124,41 @@ static int match(const char *pat, const char *path, char *param, size_t cap)
 	return !*pat && !*path;
 }
 
-static int dispatch(http_req *r)
+/* Hand r to where its route runs; a refusal sets the reply. */
+static void run_route(http_req *r, const route *rt)
+{
+	struct due_http *h = r->srv;
+	int rc = 0;
+
+	r->route_fn = rt->fn;
+	if (rt->on == ON_EVENT) {
+		rt->fn(r);
+		return;
+	}
+	if (atomic_load(&h->stopping)) {
+		http_reply_error(r, 503, "shutting_down", "the server is stopping");
+		return;
+	}
+	r->deadline_us = http_now_us() + h->conns.timeout_us;
+	if (rt->on == ON_HEALTH)
+		rc = http_health_submit(&h->health, r);
+	else
+		rc = http_pool_submit(rt->on == ON_READS ? &h->reads : &h->writes, r);
+	if (rc < 0)
+		http_reply_error(r, 503, "server_busy", "too many requests are "
+				 "waiting for the store; retry later");
+}
+
+static void dispatch(http_req *r)
 {
 	const char *method = !strcmp(r->method, "HEAD") ? "GET" : r->method;
 	char allow[64] = "";
-	bool long_seg = false;
+	int bad = 0;
 
 	for (size_t i = 0; i < N_ROUTES; i++) {
-		int m = match(routes[i].pattern, r->path, r->param, sizeof(r->param));
-		long_seg |= m < 0;
+		int m = match(r, routes[i].pattern, r->path);
+		if (m < 0 && !bad)
+			bad = m;
 		if (m <= 0)
 			continue;
 		if (strcmp(routes[i].method, method) != 0) {
@@ -470,26 +168,86 @@ static int dispatch(http_req *r)
 								  : routes[i].method);
 			continue;
 		}
-		if (http_query_check(r, routes[i].query) < 0)
-			return http_reply_bad(r);
-		return routes[i].fn(r);
+		if (http_query_check(r, routes[i].query) < 0) {
+			http_reply_bad(r);
+			return;
+		}
+		run_route(r, &routes[i]);
+		return;
 	}
 	if (allow[0]) {
 		http_add_header(r, "Allow", allow);
-		return http_reply_error(r, 405, "method_not_allowed",
-					"%s is not allowed on %s (allowed: %s)",
-					r->method, r->path, allow);
+		http_reply_error(r, 405, "method_not_allowed", "%s is not allowed "
+				 "on %s (allowed: %s)", r->method, r->path, allow);
+	} else if (bad == -1) {
+		http_reply_error(r, 400, "bad_request", "path segment too long in "
+				 "%s", r->path);
+	} else if (bad == -2) {
+		http_reply_error(r, 400, "bad_request", "escaped NUL in the path %s",
+				 r->path);
+	} else {
+		http_reply_error(r, 404, "not_found", "no route %s %s", r->method,
+				 r->path);
 	}
-	if (long_seg)
-		return http_reply_error(r, 400, "bad_request",
-					"path segment too long in %s", r->path);
-	return http_reply_error(r, 404, "not_found", "no route %s %s", r->method,
-				r->path);
 }
 
 /* ------------------------------------------------------------------ */
 /* libmicrohttpd callbacks                                             */
 /* ------------------------------------------------------------------ */
+
+/* The request line is in: a new http_req holding the target as sent. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+	http_req *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->srv = cls;
+	r->conn = c;
+	if (uri && !(r->target = strdup(uri))) {
+		free(r);
+		return NULL;
+	}
+	return r;
+}
+
+/* Leave the target as sent: request.c decodes, strictly, after routing. */
+static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+	(void)cls;
+	(void)c;
+	return strlen(s);
+}
+
+static http_conn *conn_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	return ci ? ci->socket_context : NULL;
+}
+
+/* The final call: the request is whole.  Answer, or hand it over. */
+static enum MHD_Result on_end(http_req *r)
+{
+	if (r->status)
+		return (enum MHD_Result)http_queue_reply(r); /* resumed */
+	if (r->handed)
+		return MHD_YES;
+	http_conns_busy(&r->srv->conns, r->hc);
+	if (!r->too_big && !r->overload && !http_body_fits(r))
+		r->too_big = true;
+	if (r->too_big)
+		http_reply_error(r, 413, "too_large", "request body over %zu bytes",
+				 r->srv->max_body);
+	else if (r->overload)
+		http_reply_error(r, 503, "server_busy", "too many request bodies "
+				 "in memory; retry later");
+	else
+		dispatch(r);
+	if (r->status)
+		return (enum MHD_Result)http_queue_reply(r);
+	return MHD_YES;
+}
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
 				 const char *url, const char *method,
@@ -498,63 +256,107 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
 {
 	http_req *r = *con_cls;
 
-	(void)version;
-	if (!r) {
-		if (!(r = calloc(1, sizeof(*r))))
-			return MHD_NO;
+	(void)cls;
+	(void)url;
+	if (!r)
+		return MHD_NO; /* out of memory at the request line */
+	if (!r->started) {
+		r->started = true;
 		r->conn = c;
-		r->srv = cls;
 		r->method = method;
-		r->path = url;
-		*con_cls = r;
-		precheck(r);
-		return MHD_YES;
+		r->version = version;
+		r->hc = conn_of(c);
+		http_precheck(r);
+		if (!r->status)
+			return MHD_YES;
+		http_conns_busy(&r->srv->conns, r->hc);
+		return (enum MHD_Result)http_queue_reply(r);
 	}
 	if (*upload_size) {
-		take_body(r, upload, *upload_size);
+		http_take_body(r, upload, *upload_size);
 		*upload_size = 0;
 		return r->body_seen > DISCARD_LIMIT ? MHD_NO : MHD_YES;
 	}
-	if (r->replied)
-		return MHD_YES;
-	if (r->too_big)
-		return (enum MHD_Result)http_reply_error(
-			r, 413, "too_large", "request body over %zu bytes",
-			r->srv->max_body);
-	return (enum MHD_Result)dispatch(r);
+	return on_end(r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			 enum MHD_RequestTerminationCode why)
 {
+	struct due_http *h = cls;
 	http_req *r = *con_cls;
 
-	(void)cls;
-	(void)c;
 	(void)why;
-	if (!r)
-		return;
-	free(r->body);
-	free(r);
-	*con_cls = NULL;
+	if (r) {
+		atomic_fetch_sub(&h->body_bytes, r->body_len);
+		http_req_free(r);
+		*con_cls = NULL;
+	}
+	http_conns_idle(&h->conns, conn_of(c));
 }
 
-/*
-** libmicrohttpd's messages, minus those about clients that went away or
-** stalled: a flood of slow or broken clients must not flood the log.
-*/
-static void on_log(void *cls, const char *fmt, va_list ap)
+static void on_connection(void *cls, struct MHD_Connection *c,
+			  void **socket_context,
+			  enum MHD_ConnectionNotificationCode toe)
 {
-	char msg[512];
-	size_t n;
+	struct due_http *h = cls;
+	const union MHD_ConnectionInfo *ci;
 
-	(void)cls;
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	if (strstr(msg, "remote side") || strstr(msg, "reset by peer") ||
-	    strstr(msg, "timed out") || strstr(msg, "Broken pipe"))
-		return;
-	n = strlen(msg);
-	fprintf(stderr, "due serve: %s%s", msg, n && msg[n - 1] == '\n' ? "" : "\n");
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		*socket_context = ci ? http_conns_open(&h->conns, ci->connect_fd)
+				     : NULL;
+	} else {
+		http_conns_close(&h->conns, *socket_context);
+		*socket_context = NULL;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* The ticker                                                          */
+/* ------------------------------------------------------------------ */
+
+/* Drop queued requests that waited longer than --timeout for a thread. */
+static void expire_queue(http_pool *p, int64_t now)
+{
+	pthread_mutex_lock(&p->mu);
+	while (p->count && p->ring[p->head]->deadline_us <= now) {
+		http_req *r = p->ring[p->head];
+		p->head = (p->head + 1) % p->cap;
+		p->count--;
+		http_reply_error(r, 503, "store_busy", "waited %lld s for the store "
+				 "(it is slow or locked); retry later",
+				 (long long)(p->srv->conns.timeout_us / 1000000));
+		MHD_resume_connection(r->conn);
+	}
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void *ticker(void *arg)
+{
+	struct due_http *h = arg;
+	struct timespec ts;
+
+	pthread_mutex_lock(&h->tick_mu);
+	while (!h->tick_stop) {
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += TICK_MS * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&h->tick_cv, &h->tick_mu, &ts);
+		pthread_mutex_unlock(&h->tick_mu);
+		int64_t now = http_now_us();
+		http_health_expire(&h->health, now);
+		expire_queue(&h->reads, now);
+		expire_queue(&h->writes, now);
+		http_conns_reap(&h->conns, now);
+		http_log_flush(now, false);
+		pthread_mutex_lock(&h->tick_mu);
+	}
+	pthread_mutex_unlock(&h->tick_mu);
+	return NULL;
 }
 
 /* ------------------------------------------------------------------ */
@@ -573,7 +375,7 @@ static int listen_on(const due_http_opts *o, char *err, size_t errlen)
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (o->addr->sa_family == AF_INET6)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-	if (bind(fd, o->addr, o->addrlen) < 0 || listen(fd, 511) < 0 ||
+	if (bind(fd, o->addr, o->addrlen) < 0 || listen(fd, 4096) < 0 ||
 	    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) {
 		snprintf(err, errlen, "%s", strerror(errno));
 		close(fd);
@@ -594,11 +396,54 @@ static unsigned bound_port(int fd)
 	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
 
+static void close_db(void *db)
+{
+	due_close(db);
+}
+
+/* The store threads and the ticker; -1 on failure. */
+static int start_threads(struct due_http *h, const due_http_opts *o)
+{
+	size_t queue = (size_t)o->threads * QUEUE_PER_THREAD;
+
+	if (http_pool_start(&h->reads, h, "reads", o->threads, queue) < 0 ||
+	    http_pool_start(&h->writes, h, "changes", o->threads, queue) < 0 ||
+	    http_health_start(&h->health, h) < 0)
+		return -1;
+	pthread_mutex_init(&h->tick_mu, NULL);
+	pthread_cond_init(&h->tick_cv, NULL);
+	if (pthread_create(&h->ticker, NULL, ticker, h) != 0)
+		return -1;
+	h->have_ticker = true;
+	return 0;
+}
+
+static struct MHD_Daemon *start_daemon(struct due_http *h,
+				       const due_http_opts *o, int fd)
+{
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
+			 MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+
+	if (o->addr->sa_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	return MHD_start_daemon(
+		flags, 0, NULL, NULL, on_access, h,
+		MHD_OPTION_EXTERNAL_LOGGER, http_log_mhd, h, /* first: logs the rest */
+		MHD_OPTION_LISTEN_SOCKET, fd,
+		/* one event loop is no pool: libmicrohttpd warns about size 1 */
+		MHD_OPTION_THREAD_POOL_SIZE, o->threads > 1 ? o->threads : 0,
+		MHD_OPTION_CONNECTION_LIMIT, o->max_conns,
+		MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s,
+		MHD_OPTION_STRICT_FOR_CLIENT, 1,
+		MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
+		MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, h,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+}
+
 int due_http_start(due_http **out, const due_http_opts *o, char *err,
 		   size_t errlen)
 {
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
-			 MHD_USE_ERROR_LOG;
 	due_http *h = calloc(1, sizeof(*h));
 	int fd = -1;
 
@@ -614,20 +459,16 @@ int due_http_start(due_http **out, const due_http_opts *o, char *err,
 	h->loopback = o->loopback;
 	h->max_body = o->max_body;
 	h->max_payload = o->max_payload;
+	h->body_budget = 8 * o->max_body;
+	http_conns_init(&h->conns, (int64_t)o->timeout_s * 1000000);
+	if (start_threads(h, o) < 0) {
+		snprintf(err, errlen, "cannot start threads");
+		goto fail;
+	}
 	if ((fd = listen_on(o, err, errlen)) < 0)
 		goto fail;
 	h->port = bound_port(fd);
-	if (o->addr->sa_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
-	h->d = MHD_start_daemon(
-		flags, 0, NULL, NULL, on_access, h,
-		MHD_OPTION_EXTERNAL_LOGGER, on_log, h, /* first: logs the rest */
-		MHD_OPTION_LISTEN_SOCKET, fd,
-		MHD_OPTION_THREAD_POOL_SIZE, o->threads,
-		MHD_OPTION_CONNECTION_LIMIT, o->max_conns,
-		MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
-	if (!h->d) {
+	if (!(h->d = start_daemon(h, o, fd))) {
 		snprintf(err, errlen, "libmicrohttpd could not start");
 		close(fd);
 		goto fail;
@@ -648,8 +489,25 @@ void due_http_stop(due_http *h)
 {
 	if (!h)
 		return;
+	atomic_store(&h->stopping, true);
+	/* The ticker first: it uses the pools' and the prober's locks. */
+	if (h->have_ticker) {
+		pthread_mutex_lock(&h->tick_mu);
+		h->tick_stop = true;
+		pthread_cond_signal(&h->tick_cv);
+		pthread_mutex_unlock(&h->tick_mu);
+		pthread_join(h->ticker, NULL);
+		pthread_cond_destroy(&h->tick_cv);
+		pthread_mutex_destroy(&h->tick_mu);
+	}
+	/* Every suspended connection is resumed before the daemon stops. */
+	http_pool_stop(&h->reads);
+	http_pool_stop(&h->writes);
+	http_health_stop(&h->health);
 	if (h->d)
-		MHD_stop_daemon(h->d); /* joins the threads: their handles close */
+		MHD_stop_daemon(h->d);
+	http_conns_destroy(&h->conns);
+	http_log_flush(http_now_us(), true);
 	if (h->have_key)
 		pthread_key_delete(h->db_key);
 	free(h->db_url);

@@ -7,7 +7,9 @@
 //      last error, the lateness and throughput charts and the schedule;
 //   3. clicking the task id shows its attempt history;
 //   4. the handler is switched to succeed, Retry is clicked on the page: the
-//      row leaves the dead-letter list and /health returns to 200 UP.
+//      row leaves the dead-letter list and /health returns to 200 UP;
+//   5. with 205 dead letters the page says 205, shows the newest first, 50
+//      a page, and pages back to the 5 oldest.
 // Screenshots: ${TMPDIR:-/tmp}/due-dashboard.png (with the dead letter) and
 // due-dashboard-after.png (after the retry); their paths are printed.
 //
@@ -167,6 +169,35 @@ async function main() {
     const shot2 = path.join(OUT, "due-dashboard-after.png");
     await page.screenshot({ path: shot2, fullPage: true });
     console.log("screenshot: " + shot2);
+
+    // 205 dead letters: the true count, the newest first, 50 a page.
+    const many = [];
+    for (let i = 0; i < 205; i++) {
+      const t = (await api(base, "/v1/tasks", { method: "POST",
+        body: JSON.stringify({ kind: "many", in: "1h" }) })).body.id;
+      await api(base, "/v1/tasks/" + t + "/kill", { method: "POST" });
+      many.push(t);
+    }
+    const firstDead = () => page.evaluate(() => {
+      const tr = document.querySelector("#dead tbody tr[data-id]");
+      return tr ? Number(tr.dataset.id) : null;
+    });
+    await page.waitForFunction(() => document.querySelector("#deadsub").textContent.startsWith("205 waiting"),
+      null, { timeout: 20000 });
+    await until("the newest dead letter first", async () => (await firstDead()) === many[204]);
+    check("205 dead letters: 50 rows on the first page", (await page.locator("#dead tbody tr").count()) === 50);
+    check("205 dead letters: the badge says 205", (await page.textContent("#health")) === "DOWN · 205 dead",
+      await page.textContent("#health"));
+    check("205 dead letters: the page says which",
+      (await page.textContent("#deadsub")).includes("newest first, 1–50"), await page.textContent("#deadsub"));
+    for (let k = 1; k <= 4; k++) {
+      await page.click("#deadpager button.older");
+      await until("page " + (k + 1) + " of dead letters", async () => (await firstDead()) === many[204 - 50 * k]);
+    }
+    check("the last page holds the 5 oldest", (await page.locator("#dead tbody tr").count()) === 5);
+    check("older is off on the last page", await page.isDisabled("#deadpager button.older"));
+    await page.click("#deadpager button.newer");
+    await until("back one page", async () => (await firstDead()) === many[204 - 150]);
     check("no page errors", pageErrors.length === 0, pageErrors.join("; "));
     check("no request left the server", foreign.length === 0, foreign.join(", "));
   } finally {
