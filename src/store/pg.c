@@ -1325,7 +1325,7 @@ static int pg_operator(due_store *s, enum stmt_id sid, due_id id,
 
 static int pg_requeue(due_store *s, due_id id)
 {
-	due_state final;
+	due_state final = DUE_SCHEDULED;
 	return pg_operator(s, ST_REQUEUE, id, "requeue", "CLAIMED", &final);
 }
 
