@@ -153,6 +153,7 @@ enum stmt_id {
 	" d AS (UPDATE due_task t SET state = CASE WHEN t.cancel_requested" \
 	" THEN 'CANCELLED' ELSE 'DONE' END, result = CASE WHEN" \
 	" t.cancel_requested THEN NULL ELSE i.result END," \
+	" last_error = CASE WHEN t.cancel_requested THEN t.last_error END," \
 	" lease_owner = NULL, lease_until = NULL, updated_at = now()" \
 	" FROM (SELECT DISTINCT ON (id, attempt) * FROM i" \
 	" ORDER BY id, attempt, ord) i WHERE t.id = ANY ($1::int8[])" \

@@ -102,8 +102,8 @@ static const char *const sql_text[ST_COUNT] = {
 	[ST_STATE_OF] =
 		"SELECT state, attempt, cancel_requested FROM due_task WHERE id = ?1",
 	[ST_COMPLETE] =
-		"UPDATE due_task SET state = 'DONE', result = ?3, lease_owner = NULL,"
-		" lease_until = NULL, updated_at = ?4"
+		"UPDATE due_task SET state = 'DONE', result = ?3, last_error = NULL,"
+		" lease_owner = NULL, lease_until = NULL, updated_at = ?4"
 		" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
 		" AND cancel_requested = 0",
 	[ST_COMPLETE_CANCEL] =
