@@ -500,7 +500,7 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 		      const due_submit *it, due_time now, due_submitted *out)
 {
 	const due_schedule_opts *o = &it->opts;
-	due_time due = o->at ? o->at : now + o->delay_us;
+	due_time due = o->at != DUE_TIME_NONE ? o->at : now + o->delay_us;
 	int rc;
 
 	sqlite3_bind_text(ins, 1, it->kind, -1, SQLITE_STATIC);
