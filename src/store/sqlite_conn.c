@@ -19,7 +19,9 @@
 ** touches the file "<store>-wake" after it commits (due_sq_commit_wake).
 ** Listeners watch that file with inotify, which reaches every process on
 ** the host.  The file carries no data and a lost wake-up costs only
-** lateness: workers still poll, slowly.
+** lateness: workers still poll, slowly.  So touching it never blocks and
+** never fails a commit: whatever is at that path and is not a regular
+** file (a FIFO, a symlink, a device) is left alone (open_wake).
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -126,12 +128,44 @@ void due_sq_rollback(due_store *s)
 }
 
 /*
+** Open the wake file for touching, creating it when missing, without ever
+** blocking: anyone who can write the directory can put a FIFO there (or
+** a symlink, or a device node), and a plain open(O_WRONLY) of a FIFO
+** waits for a reader, forever, after the submit has committed.  So a path
+** that exists and is not a regular file is never opened; the open itself
+** is O_NONBLOCK (a FIFO that appears in between opens at once or fails
+** with ENXIO), O_NOFOLLOW and O_NOCTTY; and what was opened is checked
+** again.  Returns the descriptor, or -1 with errno set (EINVAL: not a
+** regular file).
+*/
+static int open_wake(const char *path)
+{
+	struct stat st;
+	int fd;
+
+	if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		errno = EINVAL;
+		return -1;
+	}
+	fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY |
+			    O_CLOEXEC, 0666);
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
+		close(fd);
+		errno = EINVAL;
+		return -1;
+	}
+	return fd;
+}
+
+/*
 ** Wake listeners: touch the wake file (creating it if needed).  Best
-** effort: a lost wake-up costs lateness, never a task.
+** effort and never blocking (open_wake): it runs after a commit, so it
+** must not fail or delay what was committed; a lost wake-up costs
+** lateness, never a task.  Always 0.
 */
 int due_sq_notify(due_store *s)
 {
-	int fd = open(s->wake_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+	int fd = open_wake(s->wake_path);
 	if (fd < 0)
 		return 0;
 	futimens(fd, NULL);
@@ -430,8 +464,11 @@ void *due_sq_native(due_store *s)
 int due_sq_listen(due_store *s, int *fd)
 {
 	if (s->ino_fd < 0) {
-		int w = open(s->wake_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
-			     0666);
+		int w = open_wake(s->wake_path);
+		if (w < 0 && errno == EINVAL)
+			return due_error_set(DUE_ESTATE,
+				"wake file '%s' is not a regular file: poll",
+				s->wake_path);
 		if (w >= 0)
 			close(w);
 		s->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);

@@ -228,6 +228,44 @@ static void test_done_clears_last_error(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* SQLite: the wake file is never waited on (issue 22 point 10)        */
+/* ------------------------------------------------------------------ */
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	static const char msg[] = "FAIL: a submit blocked on the wake FIFO\n";
+	if (write(2, msg, sizeof(msg) - 1) < 0)
+		_exit(98);
+	_exit(99);
+}
+
+static void test_wake_fifo_never_blocks(void **state)
+{
+	(void)state;
+	char wake[600];
+	due_submitted s;
+	int fd;
+
+	if (strcmp(backend_now, "sqlite") != 0)
+		skip();
+	snprintf(wake, sizeof(wake), "%s/due.db-wake", dir);
+	unlink(wake);
+	assert_int_equal(mkfifo(wake, 0666), 0);
+	due_db *db = open_db();
+	signal(SIGALRM, on_alarm);
+	alarm(20); /* a hang fails the binary instead of the ctest timeout */
+	assert_int_equal(due_schedule(db, &s, "k", "", 0, NULL), 0);
+	assert_true(s.id > 0);
+	assert_int_equal(due_notify(db), 0);
+	/* a listener is told why it must poll, and does not block either */
+	assert_int_equal(due_listen(db, &fd), DUE_ESTATE);
+	assert_non_null(strstr(due_error_last(), "not a regular file"));
+	alarm(0);
+	due_close(db);
+}
+
+/* ------------------------------------------------------------------ */
 
 int main(void)
 {
@@ -236,6 +274,7 @@ int main(void)
 		T(test_at_epoch_is_kept),
 		T(test_at_old_versions),
 		T(test_done_clears_last_error),
+		T(test_wake_fifo_never_blocks),
 #undef T
 	};
 	int failed = 0;
