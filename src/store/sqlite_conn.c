@@ -592,6 +592,45 @@ static int settle_access(due_store *s)
 	return rc;
 }
 
+/* May this user write the file and create files beside it? */
+static bool can_write(const char *path)
+{
+	char *dir = due_strdup_n(path, strlen(path)), *slash;
+	bool yes;
+
+	if (!dir)
+		return true; /* cannot tell: say nothing */
+	slash = strrchr(dir, '/');
+	if (slash)
+		slash[slash == dir ? 1 : 0] = '\0';
+	yes = access(path, W_OK) == 0 && access(slash ? dir : ".", W_OK) == 0;
+	free(dir);
+	return yes;
+}
+
+/*
+** The error of an open that failed with native code rc.  A store this
+** user cannot write whose -wal exists but whose -shm it cannot open or
+** create cannot be read at all (the essay above): say so.
+*/
+static int open_error(due_store *s, int rc)
+{
+	const char *msg = s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
+	int base = rc & 0xff;
+	char cause[128];
+
+	if ((base == SQLITE_READONLY || base == SQLITE_CANTOPEN) &&
+	    wal_exists(s->path) && !can_write(s->path))
+		return due_error_set(DUE_ESTORE,
+			"cannot open sqlite store '%s': %s (its log '%s-wal' "
+			"exists, and this user can neither write the store nor "
+			"open or create its '-shm' file: open it once as a user "
+			"who can write it)", s->path, msg, s->path);
+	cause_of(s->db, rc, cause, sizeof(cause));
+	return due_error_set(DUE_ESTORE, "cannot open sqlite store '%s': %s%s",
+			     s->path, msg, cause);
+}
+
 int due_sq_open(due_store **out, const void *cfg, bool create)
 {
 	const sq_cfg *u = cfg;
@@ -618,14 +657,8 @@ int due_sq_open(due_store **out, const void *cfg, bool create)
 		flags |= SQLITE_OPEN_CREATE;
 	if ((rc = open_file(s, u->path, flags)) == SQLITE_OK)
 		rc = settle_access(s);
-	if (rc != SQLITE_OK) {
-		char cause[128];
-		cause_of(s->db, rc, cause, sizeof(cause));
-		return due_error_set(DUE_ESTORE, "cannot open sqlite store '%s': "
-				     "%s%s", u->path, s->db ? sqlite3_errmsg(s->db)
-							      : sqlite3_errstr(rc),
-				     cause);
-	}
+	if (rc != SQLITE_OK)
+		return open_error(s, rc);
 	return configure(s, u);
 }
 
