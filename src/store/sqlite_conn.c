@@ -464,8 +464,6 @@ static int configure(due_store *s, const sq_cfg *c)
 {
 	char sql[160];
 
-	s->busy_ms = c->busy_ms;
-	sqlite3_busy_handler(s->db, on_busy, s);
 	snprintf(sql, sizeof(sql),
 		 "PRAGMA synchronous = %s; PRAGMA foreign_keys = OFF;",
 		 c->sync_normal ? "NORMAL" : "FULL");
@@ -544,12 +542,18 @@ static char *immutable_uri(const char *path)
 	return u;
 }
 
-/* sqlite3_open_v2 with extended result codes; the native result. */
+/*
+** sqlite3_open_v2 with extended result codes and our busy handler (set
+** before the first read: a reader may have to wait, e.g. while another
+** process switches a new store to WAL); the native result.
+*/
 static int open_file(due_store *s, const char *name, int flags)
 {
 	int rc = sqlite3_open_v2(name, &s->db, flags, NULL);
-	if (rc == SQLITE_OK)
+	if (rc == SQLITE_OK) {
 		sqlite3_extended_result_codes(s->db, 1);
+		sqlite3_busy_handler(s->db, on_busy, s);
+	}
 	return rc;
 }
 
@@ -655,6 +659,7 @@ int due_sq_open(due_store **out, const void *cfg, bool create)
 		return due_error_set(DUE_ENOMEM, "out of memory");
 	if (create)
 		flags |= SQLITE_OPEN_CREATE;
+	s->busy_ms = u->busy_ms;
 	if ((rc = open_file(s, u->path, flags)) == SQLITE_OK)
 		rc = settle_access(s);
 	if (rc != SQLITE_OK)
