@@ -65,7 +65,7 @@ run_once() {
 }
 run_once
 wait_for "task $id DONE after a failed try" 10 \
-	sh -c "'$DUE' work --once -q --kinds lerr --exec true; '$DUE' show $id | grep -q '^state *DONE'"
+	sh -c "'$DUE' work --once -q --kinds lerr --exec true; '$DUE' show $id | grep -q '^state *DONE'" || true
 "$DUE" show --json "$id" >"$T/lerr.json"
 expect_eq "last_error of a DONE task" "None" \
 	"$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["last_error"])' "$T/lerr.json")"
@@ -140,13 +140,13 @@ if [ -n "$OTHER" ]; then
 	if [ "$OTHER" = self ]; then chmod 0444 "$d/due.db"; chmod 0555 "$d"; fi
 	ro_checks "closed store ($OTHER)" "$d/due.db"
 	# b) the same while a writer has it open, with a commit only in its -wal
+	if [ "$OTHER" = self ]; then chmod 0644 "$d/due.db"; chmod 0755 "$d"; fi
 	mkfifo "$T/hold"
 	sqlite3 "$d/due.db" <"$T/hold" >/dev/null &
 	holder=$!
 	exec 7>"$T/hold"
 	echo "SELECT count(*) FROM due_task;" >&7
-	if [ "$OTHER" = self ]; then chmod 0644 "$d/due.db"; chmod 0755 "$d"; fi
-	wait_for "the holder has the store open" 10 test -e "$d/due.db-wal"
+	wait_for "the holder has the store open" 10 test -e "$d/due.db-wal" || true
 	ro2=$("$RODUE" add ro2 --db "sqlite:$d/due.db")
 	[ -s "$d/due.db-wal" ] && ok || bad "the commit is not in the -wal: the case is not exercised"
 	if [ "$OTHER" = self ]; then chmod 0444 "$d/due.db" "$d/due.db-wal" "$d/due.db-shm"; chmod 0555 "$d"; fi
@@ -340,7 +340,7 @@ if [ -n "$FW" ]; then
 		"$DUE" work --once -q --exec true --db "sqlite:$db" >/dev/null 2>&1
 		[ "$(q "$db" "SELECT count(*) FROM due_task WHERE kind = 'w' AND state <> 'DONE'")" = 0 ]
 	}
-	wait_for "every task done once the disk works again" 30 all_w_done
+	wait_for "every task done once the disk works again" 30 all_w_done || true
 fi
 
 finish
