@@ -200,19 +200,41 @@ int due_now(due_db *db, due_time *out);
 /* Producer                                                            */
 /* ------------------------------------------------------------------ */
 
+/**
+ * "No absolute due time": the value of due_schedule_opts.at when the delay
+ * decides.  Every other value of `at` is an instant, 0 (the epoch) included.
+ */
+#define DUE_TIME_NONE INT64_MIN
+
+/**
+ * When a task becomes due, and how it is retried.  Start from
+ * DUE_SCHEDULE_OPTS_INIT and change what you need.
+ *
+ * The due time is `at` when it is set, else store now + delay_us; giving
+ * both (at set and delay_us not 0) is refused with DUE_EINVAL.  An `at` in
+ * the past is due at once; one before the epoch (negative) is refused.
+ *
+ * Versions: 2 (this one) says "unset" with DUE_TIME_NONE, so every instant
+ * can be given.  Version 1 said it with 0, and could not ask for the epoch;
+ * a struct that carries version 1 is still read that way (at 0: unset, an
+ * `at` beside a delay wins).  A struct filled with zeros (version 0) gets
+ * every default.  Filling it with zeros and then setting version 2 asks for
+ * the epoch: at is 0, not DUE_TIME_NONE.
+ */
 typedef struct due_schedule_opts {
 	unsigned version;       /**< DUE_SCHEDULE_OPTS_VERSION */
-	int64_t delay_us;       /**< due = store now + delay (when at is 0) */
-	due_time at;            /**< absolute due time; 0 = use delay_us */
+	int64_t delay_us;       /**< due = store now + delay (when at is unset) */
+	due_time at;            /**< absolute due time; DUE_TIME_NONE = unset */
 	int32_t max_attempts;   /**< default 5 */
 	int64_t backoff_us;     /**< retry base, default 1 s */
 	int64_t backoff_cap_us; /**< retry cap, default 1 h */
 	const char *key;        /**< optional business key */
 } due_schedule_opts;
 
-#define DUE_SCHEDULE_OPTS_VERSION 1
+#define DUE_SCHEDULE_OPTS_VERSION 2
 #define DUE_SCHEDULE_OPTS_INIT                                                 \
-	{DUE_SCHEDULE_OPTS_VERSION, 0, 0, 5, 1000000, 3600000000LL, NULL}
+	{DUE_SCHEDULE_OPTS_VERSION, 0, DUE_TIME_NONE, 5, 1000000, 3600000000LL, \
+	 NULL}
 
 /** One task to submit (for batch and low-level calls). */
 typedef struct due_submit {

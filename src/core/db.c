@@ -118,9 +118,47 @@ int due_now(due_db *db, due_time *out)
 }
 
 /*
+** Read the due time of *o as its version says (due.h) and leave it in the
+** current version's terms: at is DUE_TIME_NONE or an instant, and not both
+** at and a delay are set.  A version 0 struct takes every default.  0, or
+** DUE_EINVAL with a message.
+*/
+static int check_timing(due_schedule_opts *o)
+{
+	bool v1 = o->version == 1; /* 0 was "unset"; at won over a delay */
+
+	if (o->version == 0) {
+		*o = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
+	} else if (v1 && o->at == 0) {
+		o->at = DUE_TIME_NONE;
+	} else if (o->version > DUE_SCHEDULE_OPTS_VERSION) {
+		return due_error_set(DUE_EINVAL,
+			"unknown due_schedule_opts version %u (this library "
+			"knows 1..%d)", o->version, DUE_SCHEDULE_OPTS_VERSION);
+	}
+	o->version = DUE_SCHEDULE_OPTS_VERSION;
+	if (o->delay_us < 0)
+		return due_error_set(DUE_EINVAL, "invalid delay: negative");
+	if (o->delay_us > 100LL * 366 * 86400 * 1000000)
+		return due_error_set(DUE_EINVAL, "invalid delay: more than 100 years");
+	if (o->at == DUE_TIME_NONE)
+		return 0;
+	if (o->at < 0)
+		return due_error_set(DUE_EINVAL,
+			"invalid due time: before 1970-01-01T00:00:00Z");
+	if (o->delay_us != 0 && !v1)
+		return due_error_set(DUE_EINVAL,
+			"give a delay or an absolute due time, not both");
+	o->delay_us = 0;
+	return 0;
+}
+
+/*
 ** Check one submit and fill in defaults (also used by the in-transaction
 ** submit of the backends).  `what` names the item in batch
 ** messages ("item 3: ...").  Returns 0 or a negative code with a message.
+** On success out->opts is in the current version's terms (check_timing),
+** which is all a backend reads.
 */
 int due_submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 		     const char *what)
@@ -128,9 +166,8 @@ int due_submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 	int rc;
 
 	*out = *in;
-	if (in->opts.version == 0)
-		out->opts = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
-	if ((rc = due_validate_kind(in->kind)) < 0 ||
+	if ((rc = check_timing(&out->opts)) < 0 ||
+	    (rc = due_validate_kind(in->kind)) < 0 ||
 	    (rc = due_validate_key(out->opts.key)) < 0)
 		goto bad;
 	if (in->payload_len > max_payload) {
@@ -141,14 +178,6 @@ int due_submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 	}
 	if (!in->payload && in->payload_len) {
 		rc = due_error_set(DUE_EINVAL, "payload is NULL with a length");
-		goto bad;
-	}
-	if (out->opts.delay_us < 0 || out->opts.at < 0) {
-		rc = due_error_set(DUE_EINVAL, "invalid delay: negative");
-		goto bad;
-	}
-	if (out->opts.delay_us > 100LL * 366 * 86400 * 1000000) {
-		rc = due_error_set(DUE_EINVAL, "invalid delay: more than 100 years");
 		goto bad;
 	}
 	if (out->opts.max_attempts < 1 || out->opts.max_attempts > 1000) {

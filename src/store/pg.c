@@ -153,6 +153,7 @@ enum stmt_id {
 	" d AS (UPDATE due_task t SET state = CASE WHEN t.cancel_requested" \
 	" THEN 'CANCELLED' ELSE 'DONE' END, result = CASE WHEN" \
 	" t.cancel_requested THEN NULL ELSE i.result END," \
+	" last_error = CASE WHEN t.cancel_requested THEN t.last_error END," \
 	" lease_owner = NULL, lease_until = NULL, updated_at = now()" \
 	" FROM (SELECT DISTINCT ON (id, attempt) * FROM i" \
 	" ORDER BY id, attempt, ord) i WHERE t.id = ANY ($1::int8[])" \
@@ -748,7 +749,7 @@ static int insert_batch(due_store *s, const due_submit *items, size_t n,
 		const due_schedule_opts *o = &items[i].opts;
 		due_pg_arr_text(&b[0], items[i].kind);
 		due_pg_arr_bytes(&b[1], items[i].payload, items[i].payload_len);
-		if (o->at)
+		if (o->at != DUE_TIME_NONE)
 			due_pg_arr_i64(&b[2], o->at - DUE_PG_EPOCH_US);
 		else
 			due_pg_arr_bytes(&b[2], NULL, SIZE_MAX);
@@ -1325,7 +1326,7 @@ static int pg_operator(due_store *s, enum stmt_id sid, due_id id,
 
 static int pg_requeue(due_store *s, due_id id)
 {
-	due_state final;
+	due_state final = DUE_SCHEDULED;
 	return pg_operator(s, ST_REQUEUE, id, "requeue", "CLAIMED", &final);
 }
 
@@ -1525,7 +1526,7 @@ static int pg_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
 			due_pg_bin(&p, t->payload, t->payload_len);
 		else
 			due_pg_text(&p, NULL);
-		if (t && t->opts.at)
+		if (t && t->opts.at != DUE_TIME_NONE)
 			due_pg_time(&p, t->opts.at);
 		else
 			due_pg_text(&p, NULL);

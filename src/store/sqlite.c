@@ -102,8 +102,8 @@ static const char *const sql_text[ST_COUNT] = {
 	[ST_STATE_OF] =
 		"SELECT state, attempt, cancel_requested FROM due_task WHERE id = ?1",
 	[ST_COMPLETE] =
-		"UPDATE due_task SET state = 'DONE', result = ?3, lease_owner = NULL,"
-		" lease_until = NULL, updated_at = ?4"
+		"UPDATE due_task SET state = 'DONE', result = ?3, last_error = NULL,"
+		" lease_owner = NULL, lease_until = NULL, updated_at = ?4"
 		" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
 		" AND cancel_requested = 0",
 	[ST_COMPLETE_CANCEL] =
@@ -500,7 +500,7 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 		      const due_submit *it, due_time now, due_submitted *out)
 {
 	const due_schedule_opts *o = &it->opts;
-	due_time due = o->at ? o->at : now + o->delay_us;
+	due_time due = o->at != DUE_TIME_NONE ? o->at : now + o->delay_us;
 	int rc;
 
 	sqlite3_bind_text(ins, 1, it->kind, -1, SQLITE_STATIC);
@@ -833,13 +833,21 @@ fail:
 /* Extend, complete, fail                                              */
 /* ------------------------------------------------------------------ */
 
-/* Current (state, attempt, cancel_requested) of a task; found=false if none. */
+/*
+** Current (state, attempt, cancel_requested) of a task; found=false if
+** none.  Every output is written first, so a caller never reads an
+** unset one, whatever the path (the Release build checks this).
+*/
 static int state_of(due_store *s, due_id id, bool *found, due_state *state,
 		    int32_t *attempt, bool *cancel)
 {
 	sqlite3_stmt *st = stmt(s, ST_STATE_OF);
 	int rc;
 
+	*found = false;
+	*state = DUE_SCHEDULED;
+	*attempt = 0;
+	*cancel = false;
 	if (!st)
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, id);
@@ -1057,7 +1065,11 @@ static int reclaim_batch(due_store *s, due_time now, due_reclaimed *out,
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < 1000) {
 		rows[n].id = sqlite3_column_int64(st, 0);
 		rows[n].attempt = sqlite3_column_int(st, 1);
-		due_sq_col_state(st, 2, &rows[n].state);
+		rows[n].state = DUE_SCHEDULED;
+		if (due_sq_col_state(st, 2, &rows[n].state) < 0) {
+			sqlite3_reset(st);
+			return DUE_ERROR;
+		}
 		n++;
 	}
 	sqlite3_reset(st);
@@ -1299,6 +1311,7 @@ static int operator_locked(due_store *s, enum stmt_id sid, due_id id,
 	int32_t attempt = 0;
 	int rc;
 
+	*final = DUE_SCHEDULED;
 	if (!st)
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, id);
@@ -1306,7 +1319,10 @@ static int operator_locked(due_store *s, enum stmt_id sid, due_id id,
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW) {
 		attempt = sqlite3_column_int(st, 0);
-		due_sq_col_state(st, 1, final);
+		if (due_sq_col_state(st, 1, final) < 0) {
+			sqlite3_reset(st);
+			return DUE_ERROR;
+		}
 		while ((rc = sqlite3_step(st)) == SQLITE_ROW)
 			;
 	}
@@ -1338,7 +1354,7 @@ static int operator_tx(due_store *s, enum stmt_id sid, due_id id,
 
 static int due_sq_requeue(due_store *s, due_id id)
 {
-	due_state final;
+	due_state final = DUE_SCHEDULED;
 	return operator_tx(s, ST_REQUEUE, id, "requeue", "CLAIMED", "REQUEUED",
 			   &final);
 }
@@ -1413,7 +1429,7 @@ static int due_sq_stats(due_store *s, due_stats *out)
 		return due_error_last_code();
 	out->now = due_time_now_host();
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		due_state ss;
+		due_state ss = DUE_SCHEDULED;
 		if (due_sq_col_state(st, 0, &ss) == 0)
 			out->counts[ss] = sqlite3_column_int64(st, 1);
 	}
@@ -1655,7 +1671,7 @@ static int kinds(due_store *s, due_metrics *m)
 		return due_error_last_code();
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *k = (const char *)sqlite3_column_text(st, 0);
-		due_state ss;
+		due_state ss = DUE_SCHEDULED;
 		if (due_sq_col_state(st, 1, &ss) < 0)
 			continue;
 		if (!m->n_kinds || strcmp(m->kinds[m->n_kinds - 1].kind, k) != 0) {

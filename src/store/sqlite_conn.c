@@ -15,11 +15,27 @@
 ** takes SQLite's single writer lock up front; the busy handler below waits
 ** for it in short steps, because our transactions are short.
 **
+** Errors.  due_sq_error is the one translator of SQLite's codes; its
+** message names the store's file, the step and the cause beneath an I/O
+** error (e.g. "sqlite store '/var/due.db': commit: disk I/O error (write:
+** File too large)").  A write that fails (a full disk, an I/O error) fails
+** its COMMIT; SQLite rolls the transaction back and so do we
+** (due_sq_commit), so the handle is ready for the next call and nothing
+** of the failed transaction is in the file.  (A failed fsync is the one
+** ambiguity: the commit's frames may be in the -wal, and a later recovery
+** may find it committed although it was reported failed; no acknowledged
+** change is ever lost.)
+**
+** Read-only stores.  A store this user cannot write still answers reads
+** (see "Read-only stores" below, at open); writes are refused up front.
+**
 ** Wake-ups.  Every transaction that may make work for another process
 ** touches the file "<store>-wake" after it commits (due_sq_commit_wake).
 ** Listeners watch that file with inotify, which reaches every process on
 ** the host.  The file carries no data and a lost wake-up costs only
-** lateness: workers still poll, slowly.
+** lateness: workers still poll, slowly.  So touching it never blocks and
+** never fails a commit: whatever is at that path and is not a regular
+** file (a FIFO, a symlink, a device) is left alone (open_wake).
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,23 +54,93 @@
 /* Errors and statements                                               */
 /* ------------------------------------------------------------------ */
 
-int due_sq_error(due_store *s, int rc, const char *what)
+/* The due code of a native SQLite result code. */
+static int code_of(int rc)
 {
-	const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
-	int code;
-
 	switch (rc & 0xff) {
 	case SQLITE_BUSY:
-	case SQLITE_LOCKED: code = DUE_EBUSY; break;
-	case SQLITE_NOMEM: code = DUE_ENOMEM; break;
-	case SQLITE_CONSTRAINT: code = DUE_ECONFLICT; break;
-	case SQLITE_TOOBIG: code = DUE_ETOOBIG; break;
+	case SQLITE_LOCKED: return DUE_EBUSY;
+	case SQLITE_NOMEM: return DUE_ENOMEM;
+	case SQLITE_CONSTRAINT: return DUE_ECONFLICT;
+	case SQLITE_TOOBIG: return DUE_ETOOBIG;
 	case SQLITE_IOERR: case SQLITE_CANTOPEN: case SQLITE_READONLY:
 	case SQLITE_FULL: case SQLITE_CORRUPT: case SQLITE_NOTADB:
-	case SQLITE_PERM: code = DUE_ESTORE; break;
-	default: code = DUE_ERROR; break;
+	case SQLITE_PERM: return DUE_ESTORE;
+	default: return DUE_ERROR;
 	}
-	return due_error_set(code, "sqlite store: %s: %s", what, msg);
+}
+
+/* The step of an I/O error, from SQLite's extended code; NULL: unknown. */
+static const char *io_step(int ext)
+{
+	switch (ext) {
+	case SQLITE_IOERR_READ: case SQLITE_IOERR_SHORT_READ: return "read";
+	case SQLITE_IOERR_WRITE: return "write";
+	case SQLITE_IOERR_FSYNC: case SQLITE_IOERR_DIR_FSYNC: return "sync";
+	case SQLITE_IOERR_TRUNCATE: return "truncate";
+	case SQLITE_IOERR_SHMOPEN: case SQLITE_IOERR_SHMSIZE:
+	case SQLITE_IOERR_SHMMAP: return "shared-memory (-shm) file";
+	case SQLITE_IOERR_DELETE: return "delete";
+	default: return NULL;
+	}
+}
+
+/*
+** The errno beneath an I/O error.  SQLite keeps one per connection, read
+** when the statement failed, which a later call may have cleared; each
+** file also keeps the errno of its last failure, so ask the database file
+** and then its journal (the -wal, where most writes go).  0: none known.
+*/
+static int io_errno(sqlite3 *db)
+{
+	sqlite3_file *j = NULL;
+	int e = sqlite3_system_errno(db);
+
+	if (e <= 0)
+		sqlite3_file_control(db, "main", SQLITE_FCNTL_LAST_ERRNO, &e);
+	if (e <= 0 &&
+	    sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &j) ==
+		SQLITE_OK &&
+	    j && j->pMethods)
+		j->pMethods->xFileControl(j, SQLITE_FCNTL_LAST_ERRNO, &e);
+	return e > 0 ? e : 0;
+}
+
+/*
+** What lies beneath a failure, into buf, e.g. " (write: File too large)";
+** "" when there is nothing to add.  SQLITE_FULL's own text already says
+** "database or disk is full"; a write-protected store says so; an I/O
+** error says its step and the errno.  (A CANTOPEN's errno is the last of
+** SQLite's retries, ENOENT of the read-only retry after EACCES: not told.)
+*/
+static void cause_of(sqlite3 *db, int rc, char *buf, size_t n)
+{
+	const char *step = io_step(db ? sqlite3_extended_errcode(db) : rc);
+	int e = db && (rc & 0xff) == SQLITE_IOERR ? io_errno(db) : 0;
+
+	buf[0] = '\0';
+	if ((rc & 0xff) == SQLITE_READONLY)
+		snprintf(buf, n, " (the store is read-only to this user)");
+	else if ((rc & 0xff) != SQLITE_IOERR)
+		return;
+	else if (step && e)
+		snprintf(buf, n, " (%s: %s)", step, strerror(e));
+	else if (step || e)
+		snprintf(buf, n, " (%s)", step ? step : strerror(e));
+}
+
+int due_sq_error(due_store *s, int rc, const char *what)
+{
+	sqlite3 *db = s ? s->db : NULL;
+	const char *msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+	char cause[128];
+
+	cause_of(db, rc, cause, sizeof(cause));
+	if (s && s->path)
+		return due_error_set(code_of(rc), "sqlite store '%s': %s: %s%s",
+				     s->path, what, msg, cause);
+	return due_error_set(code_of(rc), "sqlite store: %s: %s%s", what, msg,
+			     cause);
 }
 
 sqlite3_stmt *due_sq_stmt(due_store *s, int id, const char *sql)
@@ -99,6 +185,11 @@ static int tx(due_store *s, int which, const char *what)
 
 int due_sq_begin(due_store *s)
 {
+	if (s->readonly)
+		return due_error_set(DUE_ESTORE,
+			"sqlite store '%s' is read-only to this user: changing it "
+			"needs write access to the file and to its directory",
+			s->path);
 	return tx(s, 0, "begin");
 }
 
@@ -126,12 +217,44 @@ void due_sq_rollback(due_store *s)
 }
 
 /*
+** Open the wake file for touching, creating it when missing, without ever
+** blocking: anyone who can write the directory can put a FIFO there (or
+** a symlink, or a device node), and a plain open(O_WRONLY) of a FIFO
+** waits for a reader, forever, after the submit has committed.  So a path
+** that exists and is not a regular file is never opened; the open itself
+** is O_NONBLOCK (a FIFO that appears in between opens at once or fails
+** with ENXIO), O_NOFOLLOW and O_NOCTTY; and what was opened is checked
+** again.  Returns the descriptor, or -1 with errno set (EINVAL: not a
+** regular file).
+*/
+static int open_wake(const char *path)
+{
+	struct stat st;
+	int fd;
+
+	if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		errno = EINVAL;
+		return -1;
+	}
+	fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY |
+			    O_CLOEXEC, 0666);
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
+		close(fd);
+		errno = EINVAL;
+		return -1;
+	}
+	return fd;
+}
+
+/*
 ** Wake listeners: touch the wake file (creating it if needed).  Best
-** effort: a lost wake-up costs lateness, never a task.
+** effort and never blocking (open_wake): it runs after a commit, so it
+** must not fail or delay what was committed; a lost wake-up costs
+** lateness, never a task.  Always 0.
 */
 int due_sq_notify(due_store *s)
 {
-	int fd = open(s->wake_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+	int fd = open_wake(s->wake_path);
 	if (fd < 0)
 		return 0;
 	futimens(fd, NULL);
@@ -341,8 +464,6 @@ static int configure(due_store *s, const sq_cfg *c)
 {
 	char sql[160];
 
-	s->busy_ms = c->busy_ms;
-	sqlite3_busy_handler(s->db, on_busy, s);
 	snprintf(sql, sizeof(sql),
 		 "PRAGMA synchronous = %s; PRAGMA foreign_keys = OFF;",
 		 c->sync_normal ? "NORMAL" : "FULL");
@@ -357,6 +478,161 @@ static int configure(due_store *s, const sq_cfg *c)
 					     SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
 					     sql_bucket, NULL, NULL);
 	return rc == SQLITE_OK ? 0 : due_sq_error(s, rc, "register due_backoff");
+}
+
+/*
+** Read-only stores.  A store this user cannot write (another user's file,
+** mode 0444, a directory it cannot write) must still answer reads.  In
+** WAL mode a reader needs the "-shm" wal-index: SQLite opens an existing
+** one read-only, but cannot read at all when there is none and it may not
+** create one ("attempt to write a readonly database" on the first read).
+** And when it may create one as a user who cannot write the store, it
+** leaves "-wal" and "-shm" files owned by that user, which a later writer
+** of another user cannot open.  So a store this user cannot write is read
+** like this:
+**  - a "-wal" file exists (a writer has the store open, or one crashed):
+**    plain read-only, through the -shm the writer keeps (it is readable
+**    whenever the store is);
+**  - no "-wal" file: no connection has it open (the last to close
+**    checkpoints every commit into the file and removes the log), so the
+**    file alone is the whole store, and it is opened ?immutable=1: no
+**    locks, no -shm, nothing created.  Such a reader does not see writes
+**    that begin after it opened, and a writer that starts while it reads
+**    can make a read fail; a one-shot `due ls` or `due show` is what it is
+**    for.  A long-running reader (a dashboard) should be given write
+**    access to the directory instead.
+** Writes are refused before they start (due_sq_begin) with DUE_ESTORE
+** naming the store; nothing on the read path writes.
+*/
+
+/* Is there a "<path>-wal" (or can we not tell)?  Only ENOENT says no. */
+static bool wal_exists(const char *path)
+{
+	size_t n = strlen(path) + 5;
+	char *wal = malloc(n);
+	struct stat st;
+	bool yes = true;
+
+	if (wal) {
+		snprintf(wal, n, "%s-wal", path);
+		yes = lstat(wal, &st) == 0 || errno != ENOENT;
+	}
+	free(wal);
+	return yes;
+}
+
+/* "file:PATH?immutable=1", PATH percent-encoded (RFC 3986); NULL: ENOMEM. */
+static char *immutable_uri(const char *path)
+{
+	static const char keep[] = "/-._~";
+	size_t n = strlen(path);
+	char *u = malloc(n * 3 + 32), *p;
+
+	if (!u)
+		return NULL;
+	p = u + snprintf(u, 8, "%s", path[0] == '/' ? "file://" : "file:");
+	for (const unsigned char *c = (const unsigned char *)path; *c; c++) {
+		if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		    (*c >= '0' && *c <= '9') || strchr(keep, *c))
+			*p++ = (char)*c;
+		else
+			p += snprintf(p, 4, "%%%02X", *c);
+	}
+	snprintf(p, 16, "?immutable=1");
+	return u;
+}
+
+/*
+** sqlite3_open_v2 with extended result codes and our busy handler (set
+** before the first read: a reader may have to wait, e.g. while another
+** process switches a new store to WAL); the native result.
+*/
+static int open_file(due_store *s, const char *name, int flags)
+{
+	int rc = sqlite3_open_v2(name, &s->db, flags, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_extended_result_codes(s->db, 1);
+		sqlite3_busy_handler(s->db, on_busy, s);
+	}
+	return rc;
+}
+
+static int reopen_immutable(due_store *s)
+{
+	char *uri = immutable_uri(s->path);
+	int rc;
+
+	if (!uri)
+		return SQLITE_NOMEM;
+	sqlite3_close_v2(s->db);
+	s->db = NULL;
+	s->readonly = s->immutable = true;
+	rc = open_file(s, uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI |
+				       SQLITE_OPEN_NOMUTEX);
+	free(uri);
+	return rc;
+}
+
+/*
+** Settle how this user reads the store just opened (the essay above):
+** read-write, read-only through the writer's -shm, or immutable.  Reads
+** the schema once, which the first statement would do anyway.  Returns a
+** native result code.
+*/
+static int settle_access(due_store *s)
+{
+	int rc, base;
+
+	s->readonly = sqlite3_db_readonly(s->db, "main") == 1;
+	if (s->readonly && !wal_exists(s->path))
+		return reopen_immutable(s);
+	rc = sqlite3_exec(s->db, "SELECT count(*) FROM sqlite_master", NULL,
+			  NULL, NULL);
+	base = rc & 0xff;
+	/* a file we may write in a directory we may not: no -wal, no -shm */
+	if ((base == SQLITE_READONLY || base == SQLITE_CANTOPEN) &&
+	    !wal_exists(s->path))
+		return reopen_immutable(s);
+	return rc;
+}
+
+/* May this user write the file and create files beside it? */
+static bool can_write(const char *path)
+{
+	char *dir = due_strdup_n(path, strlen(path)), *slash;
+	bool yes;
+
+	if (!dir)
+		return true; /* cannot tell: say nothing */
+	slash = strrchr(dir, '/');
+	if (slash)
+		slash[slash == dir ? 1 : 0] = '\0';
+	yes = access(path, W_OK) == 0 && access(slash ? dir : ".", W_OK) == 0;
+	free(dir);
+	return yes;
+}
+
+/*
+** The error of an open that failed with native code rc.  A store this
+** user cannot write whose -wal exists but whose -shm it cannot open or
+** create cannot be read at all (the essay above): say so.
+*/
+static int open_error(due_store *s, int rc)
+{
+	const char *msg = s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
+	int base = rc & 0xff;
+	char cause[128];
+
+	if ((base == SQLITE_READONLY || base == SQLITE_CANTOPEN) &&
+	    wal_exists(s->path) && !can_write(s->path))
+		return due_error_set(DUE_ESTORE,
+			"cannot open sqlite store '%s': %s (its log '%s-wal' "
+			"exists, and this user can neither write the store nor "
+			"open or create its '-shm' file: open it once as a user "
+			"who can write it)", s->path, msg, s->path);
+	cause_of(s->db, rc, cause, sizeof(cause));
+	return due_error_set(DUE_ESTORE, "cannot open sqlite store '%s': %s%s",
+			     s->path, msg, cause);
 }
 
 int due_sq_open(due_store **out, const void *cfg, bool create)
@@ -383,12 +659,11 @@ int due_sq_open(due_store **out, const void *cfg, bool create)
 		return due_error_set(DUE_ENOMEM, "out of memory");
 	if (create)
 		flags |= SQLITE_OPEN_CREATE;
-	rc = sqlite3_open_v2(u->path, &s->db, flags, NULL);
+	s->busy_ms = u->busy_ms;
+	if ((rc = open_file(s, u->path, flags)) == SQLITE_OK)
+		rc = settle_access(s);
 	if (rc != SQLITE_OK)
-		return due_error_set(DUE_ESTORE, "cannot open sqlite store '%s': %s",
-				     u->path, s->db ? sqlite3_errmsg(s->db)
-						      : sqlite3_errstr(rc));
-	sqlite3_extended_result_codes(s->db, 1);
+		return open_error(s, rc);
 	return configure(s, u);
 }
 
@@ -430,8 +705,11 @@ void *due_sq_native(due_store *s)
 int due_sq_listen(due_store *s, int *fd)
 {
 	if (s->ino_fd < 0) {
-		int w = open(s->wake_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
-			     0666);
+		int w = open_wake(s->wake_path);
+		if (w < 0 && errno == EINVAL)
+			return due_error_set(DUE_ESTATE,
+				"wake file '%s' is not a regular file: poll",
+				s->wake_path);
 		if (w >= 0)
 			close(w);
 		s->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);

@@ -31,6 +31,8 @@ struct due_store {
 	size_t upc_kinds;
 	bool upc_exclude;
 	char *wake_path;       /* "<path>-wake" */
+	bool readonly;         /* this user cannot write the store */
+	bool immutable;        /* opened ?immutable=1 (sqlite_conn.c, open) */
 	int ino_fd;            /* inotify instance while listening, else -1 */
 };
 
@@ -59,7 +61,10 @@ sqlite3_stmt *due_sq_stmt(due_store *s, int id, const char *sql);
 /* Run a statement that returns no rows.  0 or a due code. */
 int due_sq_exec(due_store *s, sqlite3_stmt *st, const char *what);
 
-/* BEGIN IMMEDIATE: SQLite's one writer lock, taken up front. */
+/*
+** BEGIN IMMEDIATE: SQLite's one writer lock, taken up front.  On a store
+** this user can only read: DUE_ESTORE saying so, before any lock.
+*/
 int due_sq_begin(due_store *s);
 /* COMMIT; on failure the transaction is rolled back. */
 int due_sq_commit(due_store *s);

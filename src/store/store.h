@@ -9,7 +9,9 @@
 **   claim     SCHEDULED & due_at <= now      -> CLAIMED, attempt+1, lease set,
 **                                               attempts row (RUNNING)
 **   extend    CLAIMED & attempt & !cancel    -> lease_until = now + lease
-**   complete  CLAIMED & attempt & !cancel    -> DONE + result (attempt DONE)
+**   complete  CLAIMED & attempt & !cancel    -> DONE + result, last_error
+**                                               cleared (attempt DONE; the
+**                                               history keeps every error)
 **             CLAIMED & attempt & cancel     -> CANCELLED     (attempt CANCELLED)
 **             otherwise                      -> nothing; attempt late_commit mark
 **   fail      CLAIMED & attempt              -> CANCELLED if cancel requested,
