@@ -50,7 +50,9 @@ static void print_text(const due_task *t)
 	printf("%-17s %s\n", "kind", t->kind);
 	printf("%-17s %s%s\n", "state", due_state_name(t->state),
 	       t->cancel_requested ? " (cancel requested)" : "");
-	line_time("due_at", t->due_at);
+	printf("%-17s ", "due_at"); /* always set: 0 is the epoch */
+	due_time_format(b1, sizeof(b1), t->due_at);
+	printf("%s\n", b1);
 	printf("%-17s %d of %d\n", "attempt", t->attempt, t->max_attempts);
 	due_duration_format(b1, sizeof(b1), t->backoff_us);
 	due_duration_format(b2, sizeof(b2), t->backoff_cap_us);

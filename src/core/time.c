@@ -202,7 +202,11 @@ int due_time_parse(due_time *out, const char *text)
 	}
 	if ((rc = parse_offset(text, p, &off)) < 0)
 		return rc;
-	if (Y < 1970 || Y > 9999 || M < 1 || M > 12)
+	/* 1969 may still be 1970 in UTC (1969-12-31T23:00:00-01:00); the
+	   instant itself is checked below */
+	if (Y < 1969)
+		return bad_time(text, "before 1970-01-01T00:00:00Z");
+	if (Y > 9999 || M < 1 || M > 12)
 		return bad_time(text, "year or month out of range");
 	if (D < 1 || D > days_in_month(Y, M))
 		return bad_time(text, "day out of range for that month");

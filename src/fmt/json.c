@@ -21,6 +21,14 @@ json_t *due_fmt_time(due_time t)
 	return json_string(buf);
 }
 
+/* An instant that is always set (0 is 1970-01-01T00:00:00Z). */
+static json_t *instant(due_time t)
+{
+	char buf[40];
+	due_time_format(buf, sizeof(buf), t);
+	return json_string(buf);
+}
+
 static json_t *str_or_null(const char *s)
 {
 	return s ? json_string(s) : json_null();
@@ -187,7 +195,8 @@ json_t *due_fmt_task_cut(const due_task *t, size_t cut)
 	json_object_set_new(o, "id", json_integer(t->id));
 	json_object_set_new(o, "kind", json_string(t->kind));
 	json_object_set_new(o, "state", json_string(due_state_name(t->state)));
-	json_object_set_new(o, "due_at", due_fmt_time(t->due_at));
+	/* a due time is always set: 0 is the epoch, not "none" */
+	json_object_set_new(o, "due_at", instant(t->due_at));
 	json_object_set_new(o, "attempt", json_integer(t->attempt));
 	json_object_set_new(o, "max_attempts", json_integer(t->max_attempts));
 	json_object_set_new(o, "backoff_ms", json_integer(t->backoff_us / 1000));

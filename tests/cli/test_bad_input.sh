@@ -31,6 +31,8 @@ rows=(
 	"invalid duration '': empty"           "add k --in ''"
 	"day out of range for that month"      "add k --at 2026-02-30T00:00:00Z"
 	"year or month out of range"           "add k --at 2026-13-01T00:00:00Z"
+	"before 1970-01-01T00:00:00Z"          "add k --at 1969-12-31T23:59:59Z"
+	"after 9999-12-31T23:59:59Z"           "add k --at 9999-12-31T02:00:00-23:59"
 	"hour, minute or second out of range"  "add k --at 2026-12-01T25:00:00Z"
 	"missing UTC offset"                   "add k --at '2026-12-01 00:00:00'"
 	"missing UTC offset"                   "add k --at 2026-12-01T00:00:00"

@@ -40,6 +40,9 @@ expect_eq "due_at of --at 1970-01-01T00:00:00Z" 0 "$(q "$T/due.db" "SELECT due_a
 id2=$("$DUE" add k --at 1970-01-01T01:00:00+01:00)
 expect_eq "due_at of --at 1970-01-01T01:00:00+01:00" 0 "$(q "$T/due.db" "SELECT due_at FROM due_task WHERE id = $id2")"
 "$DUE" ls | grep -q "^$id .*1970-01-01T00:00:00.000Z" && ok || bad "ls shows the epoch: $("$DUE" ls)"
+"$DUE" show "$id" | grep -qx "due_at            1970-01-01T00:00:00.000Z" && ok || bad "show shows the epoch: $("$DUE" show "$id")"
+expect_eq "show --json: due_at is the epoch, not null" "1970-01-01T00:00:00.000Z" \
+	"$("$DUE" show "$id" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['due_at'])")"
 expect_err 2 "1970" "$DUE" add k --at 1970-01-01T00:59:59+01:00
 expect_err 2 "invalid time" "$DUE" add k --at 1969-12-31T23:59:59Z
 if [ -n "${DUE_TEST_PG_URL:-}" ]; then

@@ -56,6 +56,15 @@ static void test_times(void **state)
 	due_time_format(buf, sizeof(buf), t);
 	assert_string_equal(buf, "2026-12-01T02:00:00.250Z");
 	assert_int_equal(due_time_parse(&t, "2028-02-29T00:00:00-05:30"), 0);
+	/* the epoch is an instant like any other, whichever way it is written */
+	assert_int_equal(due_time_parse(&t, "1970-01-01T00:00:00Z"), 0);
+	assert_int_equal(t, 0);
+	assert_int_equal(due_time_parse(&t, "1969-12-31T23:00:00-01:00"), 0);
+	assert_int_equal(t, 0);
+	assert_int_equal(due_time_parse(&t, "1969-12-31T23:59:59Z"), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "before 1970-01-01T00:00:00Z"));
+	assert_int_equal(due_time_parse(&t, "1900-01-01T00:00:00Z"), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "before 1970-01-01T00:00:00Z"));
 	const char *bad[] = {"", "2026-12-01", "2026-12-01T02:00:00",
 			     "2026-13-01T00:00:00Z", "2026-02-30T00:00:00Z",
 			     "2027-02-29T00:00:00Z", "2026-12-01T24:00:00Z",
