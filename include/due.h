@@ -31,6 +31,16 @@ extern "C" {
 
 #define DUE_VERSION "0.1.0"
 
+/*
+** DUE_EXTERN marks the library's exported functions: libdue.so is built
+** with -fvisibility=hidden, so these are all it exports.
+*/
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define DUE_EXTERN __attribute__((visibility("default")))
+#else
+#define DUE_EXTERN
+#endif
+
 /** Store schema version this library reads and writes. */
 #define DUE_SCHEMA_VERSION 3
 
@@ -57,13 +67,13 @@ typedef enum due_error_code {
  * The message describing the last failure on the calling thread.  Borrowed;
  * valid until the next failing call on this thread.  Never NULL.
  */
-const char *due_error_last(void);
+DUE_EXTERN const char *due_error_last(void);
 
 /** The code of the last failure on the calling thread (0 when none). */
-int due_error_last_code(void);
+DUE_EXTERN int due_error_last_code(void);
 
 /** A short constant name for a code, e.g. "DUE_ENOTFOUND". */
-const char *due_error_name(int code);
+DUE_EXTERN const char *due_error_name(int code);
 
 /* ------------------------------------------------------------------ */
 /* Values                                                              */
@@ -83,27 +93,27 @@ typedef enum due_state {
 #define DUE_STATE_COUNT 5
 
 /** "SCHEDULED", "CLAIMED", ... ; NULL for an out-of-range value. */
-const char *due_state_name(due_state s);
+DUE_EXTERN const char *due_state_name(due_state s);
 /** Parse a state name (case-insensitive).  DUE_EINVAL if unknown. */
-int due_state_parse(due_state *out, const char *name);
+DUE_EXTERN int due_state_parse(due_state *out, const char *name);
 
 /**
  * Parse a duration: "250ms", "10s", "30m", "2h", "1d", "1h30m", "1.5s" is
  * refused (integers only).  A bare "0" means zero.  Negative, empty, unknown
  * units and values over 100 years give DUE_EINVAL with a message.
  */
-int due_duration_parse(int64_t *out_us, const char *text);
+DUE_EXTERN int due_duration_parse(int64_t *out_us, const char *text);
 /** Format a duration compactly ("1h30m", "250ms") into buf. */
-void due_duration_format(char *buf, size_t len, int64_t us);
+DUE_EXTERN void due_duration_format(char *buf, size_t len, int64_t us);
 /** Parse an RFC 3339 time ("2026-12-01T02:00:00Z", "...+08:00"). */
-int due_time_parse(due_time *out, const char *text);
+DUE_EXTERN int due_time_parse(due_time *out, const char *text);
 /** Format as RFC 3339 UTC with milliseconds: "2026-12-01T02:00:00.000Z". */
-void due_time_format(char *buf, size_t len, due_time t);
+DUE_EXTERN void due_time_format(char *buf, size_t len, due_time t);
 /** The host's wall clock (the SQLite store's clock). */
-due_time due_time_now_host(void);
+DUE_EXTERN due_time due_time_now_host(void);
 
 /** Backoff for a failed try: min(base * 2^(attempt-1), cap), overflow-safe. */
-int64_t due_backoff_us(int64_t base_us, int64_t cap_us, int32_t attempt);
+DUE_EXTERN int64_t due_backoff_us(int64_t base_us, int64_t cap_us, int32_t attempt);
 
 /* ------------------------------------------------------------------ */
 /* Tasks                                                               */
@@ -152,7 +162,7 @@ typedef struct due_task {
 	due_attempt *attempts;
 } due_task;
 
-void due_task_free(due_task *t);
+DUE_EXTERN void due_task_free(due_task *t);
 
 /** A list of tasks, owned by the caller; release with due_task_list_free(). */
 typedef struct due_task_list {
@@ -160,7 +170,7 @@ typedef struct due_task_list {
 	due_task *items;
 } due_task_list;
 
-void due_task_list_free(due_task_list *l);
+DUE_EXTERN void due_task_list_free(due_task_list *l);
 
 /* ------------------------------------------------------------------ */
 /* Opening a store                                                     */
@@ -187,14 +197,14 @@ typedef struct due_open_opts {
  * created.  On failure *out is still set when a handle could be made; pass it
  * to due_close() either way (NULL is fine).
  */
-int due_open(due_db **out, const char *url, const due_open_opts *opts);
-void due_close(due_db *db);
+DUE_EXTERN int due_open(due_db **out, const char *url, const due_open_opts *opts);
+DUE_EXTERN void due_close(due_db *db);
 
 /** Backend name: "sqlite" or "postgres".  Borrowed from db. */
-const char *due_db_backend(const due_db *db);
+DUE_EXTERN const char *due_db_backend(const due_db *db);
 
 /** The store's clock (the one that judges due and lease times). */
-int due_now(due_db *db, due_time *out);
+DUE_EXTERN int due_now(due_db *db, due_time *out);
 
 /* ------------------------------------------------------------------ */
 /* Producer                                                            */
@@ -256,7 +266,7 @@ typedef struct due_submitted {
  * out->existed is true.  Validation failures (bad kind, negative delay,
  * oversized payload ...) give DUE_EINVAL / DUE_ETOOBIG and change nothing.
  */
-int due_schedule(due_db *db, due_submitted *out, const char *kind,
+DUE_EXTERN int due_schedule(due_db *db, due_submitted *out, const char *kind,
 		 const void *payload, size_t payload_len,
 		 const due_schedule_opts *opts);
 
@@ -265,7 +275,7 @@ int due_schedule(due_db *db, due_submitted *out, const char *kind,
  * entries.  On a validation error nothing is written and the message names
  * the index of the offending item.
  */
-int due_schedule_batch(due_db *db, due_submitted *out, const due_submit *items,
+DUE_EXTERN int due_schedule_batch(due_db *db, due_submitted *out, const due_submit *items,
 			size_t n);
 
 struct sqlite3;
@@ -277,7 +287,7 @@ struct pg_conn;
  * rolls back with the caller's rows.  The caller must have begun the
  * transaction (BEGIN IMMEDIATE recommended).  The store clock is the host's.
  */
-int due_schedule_sqlite_tx(struct sqlite3 *conn, due_submitted *out,
+DUE_EXTERN int due_schedule_sqlite_tx(struct sqlite3 *conn, due_submitted *out,
 			   const char *kind, const void *payload,
 			   size_t payload_len, const due_schedule_opts *opts);
 
@@ -285,7 +295,7 @@ int due_schedule_sqlite_tx(struct sqlite3 *conn, due_submitted *out,
  * Schedule inside the caller's own open transaction on their own libpq
  * connection (PGconn *).  The task commits or rolls back with their rows.
  */
-int due_schedule_pg_tx(struct pg_conn *conn, due_submitted *out,
+DUE_EXTERN int due_schedule_pg_tx(struct pg_conn *conn, due_submitted *out,
 		       const char *kind, const void *payload,
 		       size_t payload_len, const due_schedule_opts *opts);
 
@@ -298,13 +308,13 @@ typedef enum due_cancel_outcome {
 	DUE_CANCEL_NOT_FOUND
 } due_cancel_outcome;
 
-const char *due_cancel_outcome_name(due_cancel_outcome o);
+DUE_EXTERN const char *due_cancel_outcome_name(due_cancel_outcome o);
 
 /** Cancel a task.  NOT_FOUND is an outcome, not an error. */
-int due_cancel(due_db *db, due_cancel_outcome *out, due_id id);
+DUE_EXTERN int due_cancel(due_db *db, due_cancel_outcome *out, due_id id);
 
 /** Read one task with its attempts history.  DUE_ENOTFOUND if none. */
-int due_get(due_db *db, due_task **out, due_id id);
+DUE_EXTERN int due_get(due_db *db, due_task **out, due_id id);
 
 typedef struct due_list_opts {
 	unsigned version;
@@ -319,7 +329,7 @@ typedef struct due_list_opts {
 #define DUE_LIST_OPTS_INIT {DUE_LIST_OPTS_VERSION, -1, NULL, 100, 0, false}
 
 /** List tasks in id order. */
-int due_list(due_db *db, due_task_list **out, const due_list_opts *opts);
+DUE_EXTERN int due_list(due_db *db, due_task_list **out, const due_list_opts *opts);
 
 /* ------------------------------------------------------------------ */
 /* Worker                                                              */
@@ -332,7 +342,7 @@ int due_list(due_db *db, due_task_list **out, const due_list_opts *opts);
  * lease_us, and an attempts-history row.  One atomic statement: a try is
  * never given to two workers.  An empty claim returns a list of count 0.
  */
-int due_claim(due_db *db, due_task_list **out, const char *owner,
+DUE_EXTERN int due_claim(due_db *db, due_task_list **out, const char *owner,
 	      const char *const *kinds, size_t n_kinds, int limit,
 	      int64_t lease_us);
 
@@ -350,13 +360,13 @@ typedef struct due_claim_opts {
 #define DUE_CLAIM_OPTS_INIT {DUE_CLAIM_OPTS_VERSION, NULL, NULL, 0, false, 1, 30000000}
 
 /** due_claim() with every option, including a kind exclusion filter. */
-int due_claim_ex(due_db *db, due_task_list **out, const due_claim_opts *o);
+DUE_EXTERN int due_claim_ex(due_db *db, due_task_list **out, const due_claim_opts *o);
 
 /**
  * Claim one task by id if it is SCHEDULED and due (immediate mode).
  * DUE_EBUSY when it is not claimable now (not due, taken, or gone).
  */
-int due_claim_id(due_db *db, due_task **out, due_id id, const char *owner,
+DUE_EXTERN int due_claim_id(due_db *db, due_task **out, due_id id, const char *owner,
 		 int64_t lease_us);
 
 typedef enum due_extend_outcome {
@@ -366,7 +376,7 @@ typedef enum due_extend_outcome {
 } due_extend_outcome;
 
 /** Push the lease of try (id, attempt) to store now + lease_us. */
-int due_extend(due_db *db, due_extend_outcome *out, due_id id, int32_t attempt,
+DUE_EXTERN int due_extend(due_db *db, due_extend_outcome *out, due_id id, int32_t attempt,
 	       int64_t lease_us);
 
 typedef enum due_complete_outcome {
@@ -375,7 +385,7 @@ typedef enum due_complete_outcome {
 	DUE_COMPLETE_CANCELLED_BEFORE_COMMIT
 } due_complete_outcome;
 
-const char *due_complete_outcome_name(due_complete_outcome o);
+DUE_EXTERN const char *due_complete_outcome_name(due_complete_outcome o);
 
 /**
  * A hook run inside the completion transaction, after the fenced update
@@ -393,11 +403,11 @@ typedef int (*due_tx_hook)(void *conn, const due_task *task, void *payload);
  * CANCELLED_BEFORE_COMMIT (cancel was requested: the task is now CANCELLED
  * and no result was stored).
  */
-int due_complete(due_db *db, due_complete_outcome *out, due_id id,
+DUE_EXTERN int due_complete(due_db *db, due_complete_outcome *out, due_id id,
 		 int32_t attempt, const void *result, size_t result_len);
 
 /** due_complete() with a hook that writes the caller's rows in the same transaction. */
-int due_complete_tx(due_db *db, due_complete_outcome *out, due_id id,
+DUE_EXTERN int due_complete_tx(due_db *db, due_complete_outcome *out, due_id id,
 		    int32_t attempt, const void *result, size_t result_len,
 		    due_tx_hook hook, void *payload);
 
@@ -415,7 +425,7 @@ typedef struct due_completion {
  * Complete n tries in one transaction.  Each row is fenced on its own and
  * gets its own outcome; a stale row does not affect the others.
  */
-int due_complete_batch(due_db *db, due_completion *items, size_t n);
+DUE_EXTERN int due_complete_batch(due_db *db, due_completion *items, size_t n);
 
 /**
  * Complete n tries and claim the next tasks in ONE transaction (one commit
@@ -424,7 +434,7 @@ int due_complete_batch(due_db *db, due_completion *items, size_t n);
  * runs as due_claim_ex().  This is how a busy worker keeps one commit per
  * batch.  *out receives the claimed tasks (possibly none).
  */
-int due_complete_and_claim(due_db *db, due_completion *items, size_t n,
+DUE_EXTERN int due_complete_and_claim(due_db *db, due_completion *items, size_t n,
 			   const struct due_claim_opts *claim, due_task_list **out);
 
 typedef enum due_fail_outcome {
@@ -434,14 +444,14 @@ typedef enum due_fail_outcome {
 	DUE_FAIL_REJECTED_STALE
 } due_fail_outcome;
 
-const char *due_fail_outcome_name(due_fail_outcome o);
+DUE_EXTERN const char *due_fail_outcome_name(due_fail_outcome o);
 
 /**
  * Fail try (id, attempt) with an error text.  With attempts left the task
  * goes back to SCHEDULED due at now + due_backoff_us(...); used up: DEAD with
  * last_error; cancel requested: CANCELLED.  Stale: REJECTED_STALE.
  */
-int due_fail(due_db *db, due_fail_outcome *out, due_id id, int32_t attempt,
+DUE_EXTERN int due_fail(due_db *db, due_fail_outcome *out, due_id id, int32_t attempt,
 	     const char *error);
 
 /** Counts of what a reclaim did. */
@@ -458,7 +468,7 @@ typedef struct due_reclaimed {
  * now) with attempts left, DEAD when used up, CANCELLED when cancel was
  * requested.  The predicate is re-checked in the writing statement.
  */
-int due_reclaim_expired(due_db *db, due_reclaimed *out);
+DUE_EXTERN int due_reclaim_expired(due_db *db, due_reclaimed *out);
 
 /** Tasks due soon, for a worker's timing wheel (a cache of the store). */
 typedef struct due_upcoming {
@@ -476,9 +486,9 @@ typedef struct due_upcoming {
  * read; it also reports the next lease expiry so a worker can fold its
  * reclaim check into the same query.
  */
-int due_upcoming_get(due_db *db, due_upcoming **out, const char *const *kinds,
+DUE_EXTERN int due_upcoming_get(due_db *db, due_upcoming **out, const char *const *kinds,
 		     size_t n_kinds, bool exclude_kinds, due_time until, int limit);
-void due_upcoming_free(due_upcoming *u);
+DUE_EXTERN void due_upcoming_free(due_upcoming *u);
 
 /**
  * Listen for new submits on this handle.  *out_fd becomes readable when
@@ -488,23 +498,23 @@ void due_upcoming_free(due_upcoming *u);
  * Poll it, then call due_listen_drain().  DUE_ESTATE when the store cannot
  * deliver notifications here (the caller should poll instead).
  */
-int due_listen(due_db *db, int *out_fd);
+DUE_EXTERN int due_listen(due_db *db, int *out_fd);
 /** Consume pending notifications; *out_count gets how many arrived. */
-int due_listen_drain(due_db *db, int *out_count);
+DUE_EXTERN int due_listen_drain(due_db *db, int *out_count);
 /**
  * Wake listeners now.  Submits do this themselves; call it after
  * committing your own transaction that used due_schedule_sqlite_tx().
  */
-int due_notify(due_db *db);
+DUE_EXTERN int due_notify(due_db *db);
 
 /* ------------------------------------------------------------------ */
 /* Operator                                                            */
 /* ------------------------------------------------------------------ */
 
 /** DEAD -> SCHEDULED due now, with a fresh attempt budget.  DUE_ESTATE if not DEAD. */
-int due_retry(due_db *db, due_id id);
+DUE_EXTERN int due_retry(due_db *db, due_id id);
 /** CLAIMED -> SCHEDULED due now, fencing the old holder.  DUE_ESTATE if not CLAIMED. */
-int due_requeue(due_db *db, due_id id);
+DUE_EXTERN int due_requeue(due_db *db, due_id id);
 /**
  * SCHEDULED or CLAIMED -> DEAD (or CANCELLED when a cancel was requested);
  * a running holder is fenced.  A DEAD task (a dead letter) -> CANCELLED:
@@ -513,10 +523,10 @@ int due_requeue(due_db *db, due_id id);
  * table, and it no longer holds health DOWN.  *out_state (may be NULL)
  * receives the final state.  DUE_ESTATE for DONE or CANCELLED.
  */
-int due_kill(due_db *db, due_state *out_state, due_id id);
+DUE_EXTERN int due_kill(due_db *db, due_state *out_state, due_id id);
 
 /** Dead letters, oldest first. */
-int due_dead(due_db *db, due_task_list **out, int limit);
+DUE_EXTERN int due_dead(due_db *db, due_task_list **out, int limit);
 
 typedef struct due_stats {
 	int64_t counts[DUE_STATE_COUNT]; /**< indexed by due_state */
@@ -531,16 +541,16 @@ typedef struct due_stats {
 	due_time now;
 } due_stats;
 
-int due_stats_get(due_db *db, due_stats *out);
+DUE_EXTERN int due_stats_get(due_db *db, due_stats *out);
 
 /** UP (true) when no dead letters exist.  *out_dead receives their number. */
-int due_health(due_db *db, bool *out_up, int64_t *out_dead);
+DUE_EXTERN int due_health(due_db *db, bool *out_up, int64_t *out_dead);
 
 /**
  * Delete DONE and CANCELLED tasks (and their history) last updated more than
  * older_than_us ago, in bounded batches.  DEAD tasks are never pruned.
  */
-int due_prune(due_db *db, int64_t *out_deleted, int64_t older_than_us);
+DUE_EXTERN int due_prune(due_db *db, int64_t *out_deleted, int64_t older_than_us);
 
 
 
@@ -609,7 +619,7 @@ typedef struct due_schedule_list {
 	due_schedule_info *items;
 } due_schedule_list;
 
-void due_schedule_list_free(due_schedule_list *l);
+DUE_EXTERN void due_schedule_list_free(due_schedule_list *l);
 
 /**
  * Create or replace a schedule.  The expression and zone are checked
@@ -617,11 +627,11 @@ void due_schedule_list_free(due_schedule_list *l);
  * refused).  A change takes effect from the next slot after now (and after
  * the last slot already materialized, which stays an ordinary task).
  */
-int due_cron_put(due_db *db, const due_cron_def *def);
+DUE_EXTERN int due_cron_put(due_db *db, const due_cron_def *def);
 /** Remove a schedule; its materialized tasks stay.  DUE_ENOTFOUND if none. */
-int due_cron_remove(due_db *db, const char *name);
+DUE_EXTERN int due_cron_remove(due_db *db, const char *name);
 /** All schedules, by name. */
-int due_cron_list(due_db *db, due_schedule_list **out);
+DUE_EXTERN int due_cron_list(due_db *db, due_schedule_list **out);
 
 /** What one scheduler pass did. */
 typedef struct due_cron_tick_result {
@@ -657,7 +667,7 @@ typedef struct due_cron_tick_opts {
  * error) and *out counts what the others did.  DUE_EINVAL, before anything
  * is done, for an unknown opts->version or a value out of range.
  */
-int due_cron_tick(due_db *db, due_cron_tick_result *out, const due_cron_tick_opts *opts);
+DUE_EXTERN int due_cron_tick(due_db *db, due_cron_tick_result *out, const due_cron_tick_opts *opts);
 
 /**
  * The next n fire times of `expr` in `zone` (NULL: UTC) strictly after
@@ -665,11 +675,11 @@ int due_cron_tick(due_db *db, due_cron_tick_result *out, const due_cron_tick_opt
  * be less than n for an expression that stops firing.  Errors name the
  * field and value, or the unknown zone.
  */
-int due_cron_preview(due_time *out, size_t n, size_t *out_count,
+DUE_EXTERN int due_cron_preview(due_time *out, size_t n, size_t *out_count,
 		     const char *expr, const char *zone, due_time after);
 
 /** Format t as RFC 3339 local time in zone: "2026-03-29T03:00:00+02:00". */
-int due_time_format_zone(char *buf, size_t len, due_time t, const char *zone);
+DUE_EXTERN int due_time_format_zone(char *buf, size_t len, due_time t, const char *zone);
 
 /* ------------------------------------------------------------------ */
 /* Metrics                                                             */
@@ -677,7 +687,7 @@ int due_time_format_zone(char *buf, size_t len, due_time t, const char *zone);
 
 /** Histogram bucket upper bounds in milliseconds (the last bucket is +Inf). */
 #define DUE_HIST_N 14
-extern const double due_hist_bounds_ms[DUE_HIST_N];
+extern DUE_EXTERN const double due_hist_bounds_ms[DUE_HIST_N];
 
 typedef struct due_histogram {
 	int64_t buckets[DUE_HIST_N + 1]; /**< per bucket, not cumulative; [N] = +Inf */
@@ -698,7 +708,7 @@ typedef enum due_outcome {
 	DUE_OUT_COUNT
 } due_outcome;
 
-const char *due_outcome_name(due_outcome o);
+DUE_EXTERN const char *due_outcome_name(due_outcome o);
 
 /**
  * Everything an operator dashboard or Prometheus needs, read from the
@@ -720,8 +730,8 @@ typedef struct due_metrics {
 	size_t n_schedules;
 } due_metrics;
 
-int due_metrics_get(due_db *db, due_metrics **out);
-void due_metrics_free(due_metrics *m);
+DUE_EXTERN int due_metrics_get(due_db *db, due_metrics **out);
+DUE_EXTERN void due_metrics_free(due_metrics *m);
 
 /* ------------------------------------------------------------------ */
 /* Worker runtime                                                      */
@@ -749,25 +759,25 @@ typedef struct due_job due_job;
 typedef int (*due_handler_fn)(due_job *job, void *payload);
 
 /** The task being run (claimed state: id, kind, payload, attempt ...). */
-const due_task *due_job_task(const due_job *job);
+DUE_EXTERN const due_task *due_job_task(const due_job *job);
 /** The worker's owner name (lease_owner of this try). */
-const char *due_job_owner(const due_job *job);
+DUE_EXTERN const char *due_job_owner(const due_job *job);
 /**
  * False once the lease is known lost or a cancel was requested (seen by
  * the lease keeper), or the worker is past its shutdown grace.  The store
  * refuses a stale completion either way; this lets the handler stop early.
  */
-bool due_job_lease_held(const due_job *job);
+DUE_EXTERN bool due_job_lease_held(const due_job *job);
 /** Copy the result to commit (up to the store's result limit). */
-int due_job_set_result(due_job *job, const void *data, size_t len);
+DUE_EXTERN int due_job_set_result(due_job *job, const void *data, size_t len);
 /** Set the error text for a failure (copied, truncated to 4 KiB). */
-void due_job_set_error(due_job *job, const char *text);
+DUE_EXTERN void due_job_set_error(due_job *job, const char *text);
 /**
  * Write your own rows in the completion transaction: `hook` is called with
  * the store's native connection after the fenced update made the task DONE
  * and before commit (see due_tx_hook).  Not called when the try is stale.
  */
-void due_job_set_tx_hook(due_job *job, due_tx_hook hook, void *payload);
+DUE_EXTERN void due_job_set_tx_hook(due_job *job, due_tx_hook hook, void *payload);
 
 typedef enum due_exec_mode {
 	DUE_MODE_POOL = 0, /**< handlers run in pool threads; claiming never waits */
@@ -806,8 +816,8 @@ typedef struct due_worker_opts {
 	 30000000, false, 1, false, 0, false, 0, 0}
 
 /** Create a worker (does not connect yet).  Free with due_worker_free(). */
-int due_worker_new(due_worker **out, const due_worker_opts *opts);
-void due_worker_free(due_worker *w);
+DUE_EXTERN int due_worker_new(due_worker **out, const due_worker_opts *opts);
+DUE_EXTERN void due_worker_free(due_worker *w);
 
 /**
  * Register the handler for `kind` (NULL: every kind without a handler of
@@ -815,7 +825,7 @@ void due_worker_free(due_worker *w);
  * isolated pool of that many threads, so a slow kind cannot starve others.
  * Call before due_worker_run().
  */
-int due_worker_register(due_worker *w, const char *kind, due_handler_fn fn,
+DUE_EXTERN int due_worker_register(due_worker *w, const char *kind, due_handler_fn fn,
 			void *payload, int pool_size);
 
 /**
@@ -825,7 +835,7 @@ int due_worker_register(due_worker *w, const char *kind, due_handler_fn fn,
  * Store errors never end the run: the worker backs off and retries.
  * Returns 0, or a negative code when it could not start.
  */
-int due_worker_run(due_worker *w);
+DUE_EXTERN int due_worker_run(due_worker *w);
 
 /**
  * Ask a running worker to stop: no more claims, running tries get
@@ -834,7 +844,7 @@ int due_worker_run(due_worker *w);
  * SIGKILL after its kill grace) and its try is committed as failed, so the
  * task is retried by any worker.  Async-signal-safe; any thread.
  */
-void due_worker_stop(due_worker *w);
+DUE_EXTERN void due_worker_stop(due_worker *w);
 
 /**
  * Immediate mode: schedule a task due now through `db` (the caller's own
@@ -843,7 +853,7 @@ void due_worker_stop(due_worker *w);
  * the process dies before the claim, the task is simply in the store and
  * is found as usual.  out->id is the task id.
  */
-int due_worker_submit(due_worker *w, due_db *db, due_submitted *out,
+DUE_EXTERN int due_worker_submit(due_worker *w, due_db *db, due_submitted *out,
 		      const char *kind, const void *payload, size_t len,
 		      const due_schedule_opts *opts);
 
@@ -855,14 +865,14 @@ typedef struct due_worker_stats {
 	int64_t lateness_p50_us, lateness_p99_us, lateness_max_us; /**< recent claims */
 } due_worker_stats;
 
-void due_worker_stats_get(due_worker *w, due_worker_stats *out);
+DUE_EXTERN void due_worker_stats_get(due_worker *w, due_worker_stats *out);
 
 /**
  * Record a worker's counters in the store (a running due_worker does this
  * itself when they change, at most every 10 s), so that due_metrics_get()
  * in any process sees every worker's numbers.
  */
-int due_worker_report(due_db *db, const char *owner, const due_worker_stats *st);
+DUE_EXTERN int due_worker_report(due_db *db, const char *owner, const due_worker_stats *st);
 
 /** Options of the command handler (what `due work --exec` runs). */
 typedef struct due_exec_opts {
@@ -887,7 +897,7 @@ typedef struct due_exec_opts {
  * it (Linux parent-death signal).  The payload never appears on a
  * command line.  The process must ignore SIGPIPE (due_worker_run does).
  */
-int due_exec_handler(due_job *job, void *payload);
+DUE_EXTERN int due_exec_handler(due_job *job, void *payload);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,10 @@
 set -euo pipefail
 DUE=${DUE_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/build/due}
 T=$(mktemp -d /tmp/due-cli-XXXXXX)
-trap 'rm -rf "$T"' EXIT
+# on exit, also stop what the test left running in the background (a
+# failed check ends the script early): an orphaned worker would hold
+# ctest's output pipe open and hang the run
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$T"' EXIT
 export DUE_DB="sqlite:$T/due.db"
 PASS=0
 FAIL=0
