@@ -62,7 +62,7 @@ static double now_sec(void)
 
 static void die(const char *what, int rc)
 {
-	fprintf(stderr, "wheel_bench: %s: %s\n", what, due_wheel_strerror(rc));
+	fprintf(stderr, "wheel_bench: %s: %s\n", what, due__wheel_strerror(rc));
 	exit(2);
 }
 
@@ -80,8 +80,8 @@ static due_wheel *wheel_open(size_t n, int presize)
 	int rc;
 
 	o.capacity = presize ? n : 0;
-	if ((rc = due_wheel_new(&w, &o)) < 0)
-		die("due_wheel_new", rc);
+	if ((rc = due__wheel_new(&w, &o)) < 0)
+		die("due__wheel_new", rc);
 	return w;
 }
 
@@ -129,8 +129,8 @@ static double pass_start(bench *b, due_wheel *w)
 	int rc;
 
 	for (size_t i = 0; i < b->n; i++)
-		if ((rc = due_wheel_start(&b->h[i], w, (int64_t)i, b->due[i])) < 0)
-			die("due_wheel_start", rc);
+		if ((rc = due__wheel_start(&b->h[i], w, (int64_t)i, b->due[i])) < 0)
+			die("due__wheel_start", rc);
 	return now_sec() - t0;
 }
 
@@ -140,8 +140,8 @@ static double pass_stop_id(bench *b, due_wheel *w)
 	int rc;
 
 	for (size_t i = 0; i < b->n; i++)
-		if ((rc = due_wheel_stop_id(w, (int64_t)b->perm[i])) < 0)
-			die("due_wheel_stop_id", rc);
+		if ((rc = due__wheel_stop_id(w, (int64_t)b->perm[i])) < 0)
+			die("due__wheel_stop_id", rc);
 	return now_sec() - t0;
 }
 
@@ -151,8 +151,8 @@ static double pass_stop_handle(bench *b, due_wheel *w)
 	int rc;
 
 	for (size_t i = 0; i < b->n; i++)
-		if ((rc = due_wheel_stop(w, b->h[b->perm[i]])) < 0)
-			die("due_wheel_stop", rc);
+		if ((rc = due__wheel_stop(w, b->h[b->perm[i]])) < 0)
+			die("due__wheel_stop", rc);
 	return now_sec() - t0;
 }
 
@@ -165,10 +165,10 @@ static double pass_churn(bench *b, due_wheel *w)
 	for (size_t i = 0; i < b->n; i++) {
 		int64_t id = (int64_t)b->perm[i];
 
-		if ((rc = due_wheel_stop_id(w, id)) < 0)
-			die("due_wheel_stop_id", rc);
-		if ((rc = due_wheel_start(NULL, w, id, b->due2[i])) < 0)
-			die("due_wheel_start", rc);
+		if ((rc = due__wheel_stop_id(w, id)) < 0)
+			die("due__wheel_stop_id", rc);
+		if ((rc = due__wheel_start(NULL, w, id, b->due2[i])) < 0)
+			die("due__wheel_start", rc);
 	}
 	return now_sec() - t0;
 }
@@ -189,22 +189,22 @@ static double pass_advance(bench *b, int tick_by_tick, uint64_t *cascades)
 	int rc;
 
 	for (size_t i = 0; i < b->n; i++)
-		if ((rc = due_wheel_start(NULL, w, (int64_t)i,
+		if ((rc = due__wheel_start(NULL, w, (int64_t)i,
 					  1 + b->due[i] % ADVANCE_SPAN)) < 0)
-			die("due_wheel_start", rc);
+			die("due__wheel_start", rc);
 	t0 = now_sec();
 	if (tick_by_tick) {
 		for (int64_t t = 1; t <= ADVANCE_SPAN; t++)
-			due_wheel_advance(w, t, on_fire, b);
+			due__wheel_advance(w, t, on_fire, b);
 	} else {
-		due_wheel_advance(w, ADVANCE_SPAN, on_fire, b);
+		due__wheel_advance(w, ADVANCE_SPAN, on_fire, b);
 	}
 	t0 = now_sec() - t0;
-	due_wheel_stats_get(&st, w);
+	due__wheel_stats_get(&st, w);
 	*cascades = st.cascaded;
 	if (st.pending != 0 || st.fired != b->n)
 		fprintf(stderr, "wheel_bench: advance left %zu timers\n", st.pending);
-	due_wheel_free(w);
+	due__wheel_free(w);
 	return t0;
 }
 
@@ -215,9 +215,9 @@ static double bytes_grown(bench *b, size_t *cap)
 	due_wheel_stats st;
 
 	pass_start(b, w);
-	due_wheel_stats_get(&st, w);
+	due__wheel_stats_get(&st, w);
 	*cap = st.capacity;
-	due_wheel_free(w);
+	due__wheel_free(w);
 	return (double)st.bytes / (double)b->n;
 }
 
@@ -238,14 +238,14 @@ static void pass_start_stop(bench *b, int reps, double *ts, double *tp,
 		double s = pass_start(b, w);
 		double p;
 
-		due_wheel_stats_get(&st, w);
+		due__wheel_stats_get(&st, w);
 		*bytes = (double)st.bytes / (double)b->n;
 		p = pass_stop_id(b, w);
 		if (r == 0)
 			*first = s + p;
 		*ts = s < *ts ? s : *ts;
 		*tp = p < *tp ? p : *tp;
-		due_wheel_free(w);
+		due__wheel_free(w);
 	}
 }
 
@@ -269,7 +269,7 @@ static void run(size_t n)
 	th = pass_stop_handle(&b, w);
 	pass_start(&b, w);
 	tc = pass_churn(&b, w);
-	due_wheel_free(w);
+	due__wheel_free(w);
 	ta = pass_advance(&b, 1, &ct);
 	if (!big) /* same cascades as advance_tick; skipped to bound run time */
 		tj = pass_advance(&b, 0, &cj);
@@ -300,7 +300,7 @@ static void run(size_t n)
 int main(int argc, char **argv)
 {
 	printf("due wheel bench: %d levels, horizon %lld ticks, node+index "
-	       "memory from due_wheel_stats_get()\n",
+	       "memory from due__wheel_stats_get()\n",
 	       DUE_WHEEL_LEVELS_DEFAULT,
 	       (long long)1 << (DUE_WHEEL_BITS * DUE_WHEEL_LEVELS_DEFAULT));
 	if (argc < 2) {

@@ -597,7 +597,7 @@ typedef struct due_cron_def {
 	 DUE_MISFIRE_SKIP, DUE_OVERLAP_ALLOW, 5, 1000000, 3600000000LL}
 
 /** A schedule as stored. */
-typedef struct due_schedule_info {
+typedef struct due_cron_info {
 	char *name, *expr, *kind, *tz;
 	unsigned char *payload;
 	size_t payload_len;
@@ -612,14 +612,14 @@ typedef struct due_schedule_info {
 	int64_t missed;       /**< slots recorded as missed */
 	due_time last_missed; /**< the latest missed slot; 0 if none */
 	due_time created_at, updated_at;
-} due_schedule_info;
+} due_cron_info;
 
-typedef struct due_schedule_list {
+typedef struct due_cron_info_list {
 	size_t count;
-	due_schedule_info *items;
-} due_schedule_list;
+	due_cron_info *items;
+} due_cron_info_list;
 
-DUE_EXTERN void due_schedule_list_free(due_schedule_list *l);
+DUE_EXTERN void due_cron_info_list_free(due_cron_info_list *l);
 
 /**
  * Create or replace a schedule.  The expression and zone are checked
@@ -631,7 +631,7 @@ DUE_EXTERN int due_cron_put(due_db *db, const due_cron_def *def);
 /** Remove a schedule; its materialized tasks stay.  DUE_ENOTFOUND if none. */
 DUE_EXTERN int due_cron_remove(due_db *db, const char *name);
 /** All schedules, by name. */
-DUE_EXTERN int due_cron_list(due_db *db, due_schedule_list **out);
+DUE_EXTERN int due_cron_list(due_db *db, due_cron_info_list **out);
 
 /** What one scheduler pass did. */
 typedef struct due_cron_tick_result {

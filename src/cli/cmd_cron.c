@@ -144,7 +144,7 @@ static int cron_add(cli_ctx *c, cron_args *a, char **pos, int npos)
 		rc = rc < 0 ? cli_fail(c, rc) : 0;
 	}
 	if (rc == 0) {
-		due_schedule_list *l = NULL;
+		due_cron_info_list *l = NULL;
 		if (due_cron_list(db, &l) == 0) {
 			for (size_t i = 0; i < l->count; i++) {
 				char u[40], z[48];
@@ -156,7 +156,7 @@ static int cron_add(cli_ctx *c, cron_args *a, char **pos, int npos)
 				printf("%s next %s (%s %s)\n", a->d.name, u, z,
 				       l->items[i].tz);
 			}
-			due_schedule_list_free(l);
+			due_cron_info_list_free(l);
 		}
 	}
 	due_close(db);
@@ -166,7 +166,7 @@ static int cron_add(cli_ctx *c, cron_args *a, char **pos, int npos)
 
 static int cron_ls(cli_ctx *c, int npos)
 {
-	due_schedule_list *l = NULL;
+	due_cron_info_list *l = NULL;
 	due_db *db = NULL;
 	int rc;
 
@@ -181,14 +181,14 @@ static int cron_ls(cli_ctx *c, int npos)
 	if (c->json) {
 		json_t *arr = json_array();
 		for (size_t i = 0; i < l->count; i++)
-			json_array_append_new(arr, due_fmt_schedule(&l->items[i]));
-		due_schedule_list_free(l);
+			json_array_append_new(arr, due_fmt_cron(&l->items[i]));
+		due_cron_info_list_free(l);
 		return cli_print_json(arr);
 	}
 	printf("%-16s %-18s %-14s %-24s %-32s %6s %6s\n", "NAME", "EXPR", "KIND",
 	       "NEXT (UTC)", "NEXT (LOCAL, ZONE)", "FIRED", "MISSED");
 	for (size_t i = 0; i < l->count; i++) {
-		const due_schedule_info *s = &l->items[i];
+		const due_cron_info *s = &l->items[i];
 		char u[40], z[48], zl[96];
 		due_time_format(u, sizeof(u), s->next_slot);
 		if (due_time_format_zone(z, sizeof(z), s->next_slot, s->tz) < 0)
@@ -197,7 +197,7 @@ static int cron_ls(cli_ctx *c, int npos)
 		printf("%-16s %-18s %-14s %-24s %-32s %6lld %6lld\n", s->name, s->expr,
 		       s->kind, u, zl, (long long)s->fired, (long long)s->missed);
 	}
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 	return 0;
 }
 

@@ -625,7 +625,7 @@ static size_t slots_of(vctx *v, const char *kind, int64_t *out, size_t cap)
 	return n;
 }
 
-static const due_schedule_info *find_sched(const due_schedule_list *l,
+static const due_cron_info *find_sched(const due_cron_info_list *l,
 					   const char *name)
 {
 	for (size_t i = 0; l && i < l->count; i++)
@@ -635,10 +635,10 @@ static const due_schedule_info *find_sched(const due_schedule_list *l,
 }
 
 /* The named schedule (NULL if not listed); *l must be freed. */
-static const due_schedule_info *sched_now(vctx *v, due_schedule_list **l,
+static const due_cron_info *sched_now(vctx *v, due_cron_info_list **l,
 					  const char *name)
 {
-	due_schedule_list_free(*l);
+	due_cron_info_list_free(*l);
 	*l = NULL;
 	return due_cron_list(v->db, l) == 0 ? find_sched(*l, name) : NULL;
 }
@@ -652,20 +652,20 @@ typedef struct sched_count {
 static bool has_fired(vctx *v, void *arg)
 {
 	sched_count *f = arg;
-	due_schedule_list *l = NULL;
-	const due_schedule_info *si = sched_now(v, &l, f->name);
+	due_cron_info_list *l = NULL;
+	const due_cron_info *si = sched_now(v, &l, f->name);
 	bool r = si && si->fired >= f->n;
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 	return r;
 }
 
 static bool has_missed(vctx *v, void *arg)
 {
 	sched_count *f = arg;
-	due_schedule_list *l = NULL;
-	const due_schedule_info *si = sched_now(v, &l, f->name);
+	due_cron_info_list *l = NULL;
+	const due_cron_info *si = sched_now(v, &l, f->name);
 	bool r = si && si->missed >= f->n;
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 	return r;
 }
 
@@ -701,9 +701,9 @@ void v_cron_once_per_slot_multi_instance(vctx *v)
 		dups += slots[i] == slots[i - 1];
 		gaps += slots[i] - slots[i - 1] > 1;
 	}
-	due_schedule_list *l = NULL;
+	due_cron_info_list *l = NULL;
 	due_cron_list(v->db, &l);
-	const due_schedule_info *si = find_sched(l, "tick");
+	const due_cron_info *si = find_sched(l, "tick");
 	int effects = v_lines(v, "effects");
 	int64_t done = count_state(v, DUE_DONE);
 	v_case(v, "cron_once_per_slot_multi_instance",
@@ -713,13 +713,13 @@ void v_cron_once_per_slot_multi_instance(vctx *v)
 	       "fired=%lld missed=%lld runs=%d done=%lld",
 	       secs, n, n, dups, gaps, si ? (long long)si->fired : -1,
 	       si ? (long long)si->missed : -1, effects, (long long)done);
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 }
 
 void v_cron_misfire_policies(vctx *v)
 {
 	int64_t slots[256];
-	due_schedule_list *l = NULL;
+	due_cron_info_list *l = NULL;
 
 	set_dir_env(v);
 	if (put_every_second(v, "skip", "skipk", DUE_MISFIRE_SKIP) < 0 ||
@@ -743,7 +743,7 @@ void v_cron_misfire_policies(vctx *v)
 	ok &= v_wait(v, HANG_MS, has_missed, &missed_skip);
 	stop_worker(w);
 	due_cron_list(v->db, &l);
-	const due_schedule_info *sk = find_sched(l, "skip"), *on = find_sched(l, "once");
+	const due_cron_info *sk = find_sched(l, "skip"), *on = find_sched(l, "once");
 	size_t ns = slots_of(v, "skipk", slots, 256);
 	int skip_gap = 0;
 	for (size_t i = 1; i < ns; i++)
@@ -760,5 +760,5 @@ void v_cron_misfire_policies(vctx *v)
 	       sk ? (long long)sk->missed : -1, sk ? (long long)sk->fired : -1,
 	       skip_gap, on ? (long long)on->missed : -1,
 	       on ? (long long)on->fired : -1, (long long)no - (long long)ns);
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 }

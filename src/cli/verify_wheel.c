@@ -53,25 +53,25 @@ void v_wheel_fire_exact_tick(vctx *v)
 	c.due = calloc(N, sizeof(*c.due));
 	c.fired = calloc(N, sizeof(*c.fired));
 	o.levels = 3; /* 64^3 ticks, as the seed's model */
-	if (!c.due || !c.fired || due_wheel_new(&w, &o) < 0) {
+	if (!c.due || !c.fired || due__wheel_new(&w, &o) < 0) {
 		v_case(v, "wheel_fire_exact_tick", false, "error=alloc");
 		goto done;
 	}
 	for (int i = 0; i < N; i++) {
 		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
 		c.due[i] = 1 + (int64_t)((rng >> 33) % 262000);
-		due_wheel_start(NULL, w, i, c.due[i]);
+		due__wheel_start(NULL, w, i, c.due[i]);
 	}
 	for (c.now = 1; c.now <= 262144; c.now++) {
 		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
 		if ((rng >> 40) % 26 == 0) { /* cancel a random pending timer */
 			int id = (int)((rng >> 16) % N);
-			if (c.due[id] > c.now && due_wheel_stop_id(w, id) == 0) {
+			if (c.due[id] > c.now && due__wheel_stop_id(w, id) == 0) {
 				c.due[id] = -1;
 				cancelled++;
 			}
 		}
-		due_wheel_advance(w, c.now, on_fire, &c);
+		due__wheel_advance(w, c.now, on_fire, &c);
 	}
 	for (int i = 0; i < N; i++) {
 		if (c.due[i] < 0) {
@@ -83,15 +83,15 @@ void v_wheel_fire_exact_tick(vctx *v)
 		dup += c.fired[i] > 1;
 	}
 	due_wheel_stats st;
-	due_wheel_stats_get(&st, w);
+	due__wheel_stats_get(&st, w);
 	v_case(v, "wheel_fire_exact_tick",
-	       c.wrong == 0 && missed == 0 && dup == 0 && due_wheel_count(w) == 0,
+	       c.wrong == 0 && missed == 0 && dup == 0 && due__wheel_count(w) == 0,
 	       "model=in-process-wheel timers=%d cancelled=%ld fired=%ld "
 	       "wrong_tick=%ld missed=%ld dup=%ld cascades=%llu remaining=%zu",
 	       N, cancelled, fired, c.wrong, missed, dup,
-	       (unsigned long long)st.cascades, due_wheel_count(w));
+	       (unsigned long long)st.cascades, due__wheel_count(w));
 done:
-	due_wheel_free(w);
+	due__wheel_free(w);
 	free(c.due);
 	free(c.fired);
 }
@@ -110,22 +110,22 @@ void v_wheel_horizon_rejected(vctx *v)
 	int at = -1, beyond = 0;
 
 	o.levels = 3;
-	if (due_wheel_new(&w, &o) == 0) {
+	if (due__wheel_new(&w, &o) == 0) {
 		int64_t fired = 0;
-		due_wheel_advance(w, 12345, count_none, &fired); /* not aligned */
-		int64_t h = due_wheel_horizon(w), now = due_wheel_now(w);
-		at = due_wheel_start(NULL, w, 1, now + h - 1);
-		beyond = due_wheel_start(NULL, w, 2, now + h);
+		due__wheel_advance(w, 12345, count_none, &fired); /* not aligned */
+		int64_t h = due__wheel_horizon(w), now = due__wheel_now(w);
+		at = due__wheel_start(NULL, w, 1, now + h - 1);
+		beyond = due__wheel_start(NULL, w, 2, now + h);
 		v_case(v, "wheel_horizon_rejected",
 		       at == 0 && beyond == DUE_WHEEL_EHORIZON,
 		       "model=in-process-wheel horizon=%lld schedule_at_horizon=[%s: "
 		       "delta=%lld] schedule_at_horizon_minus_1=%s",
-		       (long long)h, due_wheel_strerror(beyond), (long long)h,
-		       at == 0 ? "accepted" : due_wheel_strerror(at));
+		       (long long)h, due__wheel_strerror(beyond), (long long)h,
+		       at == 0 ? "accepted" : due__wheel_strerror(at));
 	} else {
 		v_case(v, "wheel_horizon_rejected", false, "error=alloc");
 	}
-	due_wheel_free(w);
+	due__wheel_free(w);
 }
 
 static int64_t done_count(vctx *v)

@@ -10,7 +10,7 @@
 ** instant not yet materialized.  A scheduler pass (due_cron_tick) looks at
 ** every schedule whose next_slot falls before now + lookahead and asks the
 ** store to do, in ONE transaction, "if next_slot is still X, set it to Y
-** and insert the task for slot X" (sched_fire, a compare-and-set).  Any
+** and insert the task for slot X" (cron_fire, a compare-and-set).  Any
 ** number of processes may run passes at once: for each slot exactly one
 ** compare-and-set wins, so each slot becomes exactly one task, with no
 ** lock and no TTL to guess (seed 003 guarded with a lock whose TTL had
@@ -73,7 +73,7 @@ _Static_assert((int)DUE_CRON_EINVAL == (int)DUE_EINVAL &&
 
 static int nomem(void)
 {
-	return due_error_set(DUE_ENOMEM, "out of memory");
+	return due__error_set(DUE_ENOMEM, "out of memory");
 }
 
 static int64_t mono_us(void)
@@ -95,7 +95,7 @@ static int64_t mono_us(void)
 ** evicted while a pass still uses it lives until that pass is done.
 */
 typedef struct zentry {
-	due_tz *tz;    /* its name (due_tz_name) is the key */
+	due_tz *tz;    /* its name (due__tz_name) is the key */
 	int refs;      /* guarded by zone_mu */
 	int64_t born;  /* mono_us() when opened */
 	uint64_t used; /* zone_clock at the last lookup, for LRU; zone_mu */
@@ -117,7 +117,7 @@ static uint64_t zone_clock;
 static void zone_free(zentry *e)
 {
 	if (e) {
-		due_tz_free(e->tz);
+		due__tz_free(e->tz);
 		free(e);
 	}
 }
@@ -126,7 +126,7 @@ static void zone_free(zentry *e)
 static int zone_slot(const char *name)
 {
 	for (int i = 0; i < ZONE_CACHE_SIZE; i++)
-		if (zones[i] && strcmp(due_tz_name(zones[i]->tz), name) == 0)
+		if (zones[i] && strcmp(due__tz_name(zones[i]->tz), name) == 0)
 			return i;
 	return -1;
 }
@@ -153,7 +153,7 @@ static int zone_victim(void)
 */
 static zentry *zone_insert(zentry *e)
 {
-	int i = zone_slot(due_tz_name(e->tz));
+	int i = zone_slot(due__tz_name(e->tz));
 	zentry *old;
 
 	if (i < 0)
@@ -189,12 +189,12 @@ static int zone_get(zentry **out, const char *name)
 	pthread_mutex_unlock(&zone_mu);
 	if ((*out = e) != NULL)
 		return 0;
-	if ((e = due_tz_malloc(sizeof(*e))) == NULL)
+	if ((e = due__tz_malloc(sizeof(*e))) == NULL)
 		return nomem();
-	if ((rc = due_tz_open(&e->tz, name, err, sizeof(err))) < 0) {
+	if ((rc = due__tz_open(&e->tz, name, err, sizeof(err))) < 0) {
 		free(e);
 		return rc == DUE_TZ_ENOMEM ? nomem()
-					   : due_error_set(DUE_EINVAL, "%s", err);
+					   : due__error_set(DUE_EINVAL, "%s", err);
 	}
 	e->born = now;
 	pthread_mutex_lock(&zone_mu);
@@ -232,7 +232,7 @@ typedef struct compiled {
 
 static void compiled_free(compiled *c)
 {
-	due_cron_free(c->cron);
+	due__cron_free(c->cron);
 	zone_release(c->zone);
 }
 
@@ -249,16 +249,16 @@ static int compile(compiled *c, const char *expr, const char *zone)
 
 	memset(c, 0, sizeof(*c));
 	if (!expr)
-		return due_error_set(DUE_EINVAL, "invalid cron expression '': missing");
-	rc = due_cron_parse(&c->cron, expr, err, sizeof(err));
+		return due__error_set(DUE_EINVAL, "invalid cron expression '': missing");
+	rc = due__cron_parse(&c->cron, expr, err, sizeof(err));
 	if (rc == DUE_CRON_ENOMEM)
 		return nomem();
 	if (rc < 0)
-		return due_error_set(DUE_EINVAL, "invalid cron expression '%s': %s",
+		return due__error_set(DUE_EINVAL, "invalid cron expression '%s': %s",
 				     expr, err);
 	if (zone && strcmp(zone, "UTC") != 0 &&
 	    (rc = zone_get(&c->zone, zone)) < 0) {
-		due_cron_free(c->cron);
+		due__cron_free(c->cron);
 		c->cron = NULL;
 		return rc;
 	}
@@ -274,16 +274,16 @@ static int next_after(const compiled *c, due_time after, due_time *out)
 {
 	int64_t sec = 0;
 	int64_t from = after >= 0 ? after / US : 0;
-	int rc = due_cron_next(c->cron, c->tz, from, &sec);
+	int rc = due__cron_next(c->cron, c->tz, from, &sec);
 
 	*out = rc < 0 ? 0 : sec * US;
 	if (rc == DUE_CRON_ENOTFOUND)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"cron expression '%s' never fires (searched %d years)",
-			due_cron_text(c->cron), DUE_CRON_SEARCH_YEARS);
+			due__cron_text(c->cron), DUE_CRON_SEARCH_YEARS);
 	if (rc < 0)
-		return due_error_set(DUE_EINVAL, "cron expression '%s': %s",
-				     due_cron_text(c->cron), due_cron_strerror(rc));
+		return due__error_set(DUE_EINVAL, "cron expression '%s': %s",
+				     due__cron_text(c->cron), due__cron_strerror(rc));
 	return 0;
 }
 
@@ -321,9 +321,9 @@ int due_time_format_zone(char *buf, size_t len, due_time t, const char *zone)
 	}
 	if ((rc = zone_get(&z, zone)) < 0)
 		return rc;
-	if (due_tz_to_local(z->tz, sec, &lc) < 0 || due_tz_offset(z->tz, sec, &off) < 0) {
+	if (due__tz_to_local(z->tz, sec, &lc) < 0 || due__tz_offset(z->tz, sec, &off) < 0) {
 		zone_release(z);
-		return due_error_set(DUE_EINVAL, "time out of range for zone %s", zone);
+		return due__error_set(DUE_EINVAL, "time out of range for zone %s", zone);
 	}
 	zone_release(z);
 	int a = off < 0 ? -off : off;
@@ -337,57 +337,57 @@ static int check_def(const due_cron_def *d, size_t max_payload)
 {
 	int rc;
 	if (!d->name || !*d->name)
-		return due_error_set(DUE_EINVAL, "invalid schedule name '': empty");
-	if ((rc = due_validate_kind(d->name)) < 0)
-		return due_error_set(DUE_EINVAL, "invalid schedule name '%s': only "
+		return due__error_set(DUE_EINVAL, "invalid schedule name '': empty");
+	if ((rc = due__validate_kind(d->name)) < 0)
+		return due__error_set(DUE_EINVAL, "invalid schedule name '%s': only "
 				     "letters, digits and _ - . : (at most 128)", d->name);
-	if ((rc = due_validate_kind(d->kind)) < 0)
+	if ((rc = due__validate_kind(d->kind)) < 0)
 		return rc;
 	if (d->payload_len > max_payload)
-		return due_error_set(DUE_ETOOBIG,
+		return due__error_set(DUE_ETOOBIG,
 			"payload is %zu bytes, over the limit of %zu bytes",
 			d->payload_len, max_payload);
 	if ((unsigned)d->misfire > DUE_MISFIRE_ONCE ||
 	    (unsigned)d->overlap > DUE_OVERLAP_WAIT)
-		return due_error_set(DUE_EINVAL, "invalid misfire or overlap policy");
+		return due__error_set(DUE_EINVAL, "invalid misfire or overlap policy");
 	if (d->max_attempts < 1 || d->max_attempts > 1000)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"invalid max_attempts %d: must be 1..1000", d->max_attempts);
 	if (d->backoff_us < 0 || d->backoff_cap_us < d->backoff_us)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"invalid backoff: base and cap must be >= 0 and base <= cap");
 	return 0;
 }
 
 int due_cron_put(due_db *db, const due_cron_def *def)
 {
-	const due_store_ops *ops = due_db_ops(db);
-	due_store *s = due_db_store(db);
-	due_schedule_info *old = NULL;
+	const due_store_ops *ops = due__db_ops(db);
+	due_store *s = due__db_store(db);
+	due_cron_info *old = NULL;
 	due_cron_def d = *def;
 	due_time now, after, next;
 	compiled c;
 	int rc;
 
 	if (!s)
-		return due_error_set(DUE_EINVAL, "store is not open");
+		return due__error_set(DUE_EINVAL, "store is not open");
 	if (!d.tz || !*d.tz)
 		d.tz = "UTC";
-	if ((rc = check_def(&d, due_db_max_payload(db))) < 0 ||
+	if ((rc = check_def(&d, due__db_max_payload(db))) < 0 ||
 	    (rc = compile(&c, d.expr, d.tz)) < 0)
 		return rc;
 	if ((rc = ops->now(s, &now)) < 0)
 		goto done;
-	rc = ops->sched_get(s, &old, d.name);
+	rc = ops->cron_get(s, &old, d.name);
 	if (rc < 0 && rc != DUE_ENOTFOUND)
 		goto done;
 	after = old && old->last_slot > now ? old->last_slot : now;
 	if ((rc = next_after(&c, after, &next)) < 0)
 		goto done;
-	rc = ops->sched_put(s, &d, next);
+	rc = ops->cron_put(s, &d, next);
 done:
 	if (old) {
-		due_schedule_info_clear(old);
+		due__cron_info_clear(old);
 		free(old);
 	}
 	compiled_free(&c);
@@ -396,26 +396,26 @@ done:
 
 int due_cron_remove(due_db *db, const char *name)
 {
-	due_store *s = due_db_store(db);
+	due_store *s = due__db_store(db);
 	if (!s)
-		return due_error_set(DUE_EINVAL, "store is not open");
-	if (!name || due_validate_kind(name) < 0)
-		return due_error_set(DUE_EINVAL, "invalid schedule name '%s'",
+		return due__error_set(DUE_EINVAL, "store is not open");
+	if (!name || due__validate_kind(name) < 0)
+		return due__error_set(DUE_EINVAL, "invalid schedule name '%s'",
 				     name ? name : "");
-	return due_db_ops(db)->sched_remove(s, name);
+	return due__db_ops(db)->cron_remove(s, name);
 }
 
-int due_cron_list(due_db *db, due_schedule_list **out)
+int due_cron_list(due_db *db, due_cron_info_list **out)
 {
-	due_store *s = due_db_store(db);
+	due_store *s = due__db_store(db);
 	*out = NULL;
 	if (!s)
-		return due_error_set(DUE_EINVAL, "store is not open");
-	return due_db_ops(db)->sched_list(s, out);
+		return due__error_set(DUE_EINVAL, "store is not open");
+	return due__db_ops(db)->cron_list(s, out);
 }
 
 /* Is the previous slot's task still live (for overlap = wait)? */
-static int previous_live(due_db *db, const due_schedule_info *si, bool *live)
+static int previous_live(due_db *db, const due_cron_info *si, bool *live)
 {
 	due_task *t = NULL;
 	int rc;
@@ -466,7 +466,7 @@ typedef struct pass {
 } pass;
 
 /* Fill the task template of a schedule for one slot. */
-static void slot_task(const due_schedule_info *si, due_time due, due_time slot,
+static void slot_task(const due_cron_info *si, due_time due, due_time slot,
 		      char *key, size_t keylen, due_submit *t)
 {
 	snprintf(key, keylen, "cron:%s:%lld", si->name, (long long)(slot / US));
@@ -488,8 +488,8 @@ static void slot_task(const due_schedule_info *si, due_time due, due_time slot,
 ** usual; one found later is a misfire, and the policy decides.  Returns 0
 ** or the error of next_after().
 */
-static int plan_slot(const pass *p, const due_schedule_info *si, const compiled *c,
-		     due_sched_fire *f, due_submit *task, char *key, size_t keylen)
+static int plan_slot(const pass *p, const due_cron_info *si, const compiled *c,
+		     due_cron_fire *f, due_submit *task, char *key, size_t keylen)
 {
 	int rc;
 
@@ -520,16 +520,16 @@ static int plan_slot(const pass *p, const due_schedule_info *si, const compiled 
 ** the previous run must be waited for.  The zone comes from the zone
 ** cache: no file is read unless the schedule's zone is new to it.
 */
-static int tick_one(pass *p, due_schedule_info *si)
+static int tick_one(pass *p, due_cron_info *si)
 {
-	const due_store_ops *ops = due_db_ops(p->db);
+	const due_store_ops *ops = due__db_ops(p->db);
 	compiled c;
 	int rc;
 
 	if ((rc = compile(&c, si->expr, si->tz)) < 0)
 		return rc;
 	for (int i = 0; i < MAX_SLOTS_PER_PASS && si->next_slot <= p->horizon; i++) {
-		due_sched_fire f = {.name = si->name, .expect = si->next_slot,
+		due_cron_fire f = {.name = si->name, .expect = si->next_slot,
 				    .slot = si->next_slot};
 		due_submit task;
 		char key[200];
@@ -543,7 +543,7 @@ static int tick_one(pass *p, due_schedule_info *si)
 			break;
 		}
 		if ((rc = plan_slot(p, si, &c, &f, &task, key, sizeof(key))) < 0 ||
-		    (rc = ops->sched_fire(due_db_store(p->db), &f, &won, &id)) < 0)
+		    (rc = ops->cron_fire(due__db_store(p->db), &f, &won, &id)) < 0)
 			break;
 		if (!won) {
 			p->out->lost_races++;
@@ -562,7 +562,7 @@ static int tick_one(pass *p, due_schedule_info *si)
 int due_cron_tick(due_db *db, due_cron_tick_result *out, const due_cron_tick_opts *opts)
 {
 	due_cron_tick_opts o = DUE_CRON_TICK_OPTS_INIT;
-	due_schedule_list *l = NULL;
+	due_cron_info_list *l = NULL;
 	pass p = {db, 0, 0, 0, out};
 	int rc, first_err = 0;
 
@@ -570,25 +570,25 @@ int due_cron_tick(due_db *db, due_cron_tick_result *out, const due_cron_tick_opt
 	if (opts)
 		o = *opts;
 	if (o.version < 1 || o.version > DUE_CRON_TICK_OPTS_VERSION)
-		return due_error_set(DUE_EINVAL, "unknown due_cron_tick_opts version %u "
+		return due__error_set(DUE_EINVAL, "unknown due_cron_tick_opts version %u "
 				     "(use DUE_CRON_TICK_OPTS_INIT)", o.version);
 	if (o.lookahead_us < 0 || o.lookahead_us > 3600 * US)
-		return due_error_set(DUE_EINVAL, "invalid lookahead: 0..1h");
+		return due__error_set(DUE_EINVAL, "invalid lookahead: 0..1h");
 	if (o.misfire_grace_us < 0 || o.misfire_grace_us > 86400 * US)
-		return due_error_set(DUE_EINVAL, "invalid misfire grace: 0..1d");
+		return due__error_set(DUE_EINVAL, "invalid misfire grace: 0..1d");
 	p.grace = o.misfire_grace_us;
 	if ((rc = due_now(db, &p.now)) < 0 || (rc = due_cron_list(db, &l)) < 0)
 		return rc;
 	p.horizon = p.now + o.lookahead_us;
 	out->now = p.now;
 	for (size_t i = 0; i < l->count; i++) {
-		due_schedule_info *si = &l->items[i];
+		due_cron_info *si = &l->items[i];
 		/* a broken schedule must not stop the others */
 		if ((rc = tick_one(&p, si)) < 0 && !first_err)
 			first_err = rc;
 		if (!out->next_slot || si->next_slot < out->next_slot)
 			out->next_slot = si->next_slot;
 	}
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 	return first_err;
 }

@@ -46,12 +46,12 @@ int due_open(due_db **out, const char *url, const due_open_opts *opts)
 	*out = NULL;
 	if (opts)
 		o = *opts;
-	if ((rc = due_url_parse(&u, &ops, url)) < 0 ||
-	    (rc = due_store_check(ops)) < 0)
+	if ((rc = due__url_parse(&u, &ops, url)) < 0 ||
+	    (rc = due__store_check(ops)) < 0)
 		return rc;
 	db = calloc(1, sizeof(*db));
 	if (!db)
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	db->max_payload = o.max_payload ? o.max_payload : (1u << 20);
 	db->max_result = o.max_result ? o.max_result : (1u << 20);
 	db->ops = ops;
@@ -81,7 +81,7 @@ const char *due_db_backend(const due_db *db)
 	return db && db->ops ? db->ops->name : "none";
 }
 
-unsigned due_db_caps(const due_db *db)
+unsigned due__db_caps(const due_db *db)
 {
 	return db && db->ops ? db->ops->caps : 0;
 }
@@ -90,14 +90,14 @@ unsigned due_db_caps(const due_db *db)
 static int ready(due_db *db)
 {
 	if (!db || !db->store)
-		return due_error_set(DUE_EINVAL, "store is not open");
+		return due__error_set(DUE_EINVAL, "store is not open");
 	return 0;
 }
 
 static int check_id(due_id id)
 {
 	if (id <= 0)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"invalid task id %lld: ids are positive integers",
 			(long long)id);
 	return 0;
@@ -106,7 +106,7 @@ static int check_id(due_id id)
 static int check_lease(int64_t lease_us)
 {
 	if (lease_us < MIN_LEASE_US || lease_us > MAX_LEASE_US)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"invalid lease: must be between 1ms and 7d");
 	return 0;
 }
@@ -132,22 +132,22 @@ static int check_timing(due_schedule_opts *o)
 	} else if (v1 && o->at == 0) {
 		o->at = DUE_TIME_NONE;
 	} else if (o->version > DUE_SCHEDULE_OPTS_VERSION) {
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"unknown due_schedule_opts version %u (this library "
 			"knows 1..%d)", o->version, DUE_SCHEDULE_OPTS_VERSION);
 	}
 	o->version = DUE_SCHEDULE_OPTS_VERSION;
 	if (o->delay_us < 0)
-		return due_error_set(DUE_EINVAL, "invalid delay: negative");
+		return due__error_set(DUE_EINVAL, "invalid delay: negative");
 	if (o->delay_us > 100LL * 366 * 86400 * 1000000)
-		return due_error_set(DUE_EINVAL, "invalid delay: more than 100 years");
+		return due__error_set(DUE_EINVAL, "invalid delay: more than 100 years");
 	if (o->at == DUE_TIME_NONE)
 		return 0;
 	if (o->at < 0)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"invalid due time: before 1970-01-01T00:00:00Z");
 	if (o->delay_us != 0 && !v1)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"give a delay or an absolute due time, not both");
 	o->delay_us = 0;
 	return 0;
@@ -160,35 +160,35 @@ static int check_timing(due_schedule_opts *o)
 ** On success out->opts is in the current version's terms (check_timing),
 ** which is all a backend reads.
 */
-int due_submit_check(const due_submit *in, due_submit *out, size_t max_payload,
+int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 		     const char *what)
 {
 	int rc;
 
 	*out = *in;
 	if ((rc = check_timing(&out->opts)) < 0 ||
-	    (rc = due_validate_kind(in->kind)) < 0 ||
-	    (rc = due_validate_key(out->opts.key)) < 0)
+	    (rc = due__validate_kind(in->kind)) < 0 ||
+	    (rc = due__validate_key(out->opts.key)) < 0)
 		goto bad;
 	if (in->payload_len > max_payload) {
-		rc = due_error_set(DUE_ETOOBIG,
+		rc = due__error_set(DUE_ETOOBIG,
 			"payload is %zu bytes, over the limit of %zu bytes",
 			in->payload_len, max_payload);
 		goto bad;
 	}
 	if (!in->payload && in->payload_len) {
-		rc = due_error_set(DUE_EINVAL, "payload is NULL with a length");
+		rc = due__error_set(DUE_EINVAL, "payload is NULL with a length");
 		goto bad;
 	}
 	if (out->opts.max_attempts < 1 || out->opts.max_attempts > 1000) {
-		rc = due_error_set(DUE_EINVAL,
+		rc = due__error_set(DUE_EINVAL,
 			"invalid max_attempts %d: must be 1..1000",
 			out->opts.max_attempts);
 		goto bad;
 	}
 	if (out->opts.backoff_us < 0 || out->opts.backoff_cap_us < 0 ||
 	    out->opts.backoff_cap_us < out->opts.backoff_us) {
-		rc = due_error_set(DUE_EINVAL,
+		rc = due__error_set(DUE_EINVAL,
 			"invalid backoff: base and cap must be >= 0 and base <= cap");
 		goto bad;
 	}
@@ -197,7 +197,7 @@ bad:
 	if (what) {
 		char msg[1024];
 		snprintf(msg, sizeof(msg), "%s", due_error_last());
-		due_error_set(rc, "%s: %s", what, msg);
+		due__error_set(rc, "%s: %s", what, msg);
 	}
 	return rc;
 }
@@ -212,7 +212,7 @@ int due_schedule(due_db *db, due_submitted *out, const char *kind,
 	int rc;
 
 	if ((rc = ready(db)) < 0 ||
-	    (rc = due_submit_check(&in, &s, db->max_payload, NULL)) < 0)
+	    (rc = due__submit_check(&in, &s, db->max_payload, NULL)) < 0)
 		return rc;
 	return db->ops->schedule(db->store, out, &s, 1);
 }
@@ -229,11 +229,11 @@ int due_schedule_batch(due_db *db, due_submitted *out, const due_submit *items,
 		return 0;
 	checked = calloc(n, sizeof(*checked));
 	if (!checked)
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++) {
 		char what[32];
 		snprintf(what, sizeof(what), "item %zu", i + 1);
-		if ((rc = due_submit_check(&items[i], &checked[i], db->max_payload,
+		if ((rc = due__submit_check(&items[i], &checked[i], db->max_payload,
 				       what)) < 0)
 			goto done;
 	}
@@ -243,7 +243,7 @@ done:
 	return rc;
 }
 
-int due_schedule_native(const due_store_ops *ops, const char *api, void *conn,
+int due__schedule_native(const due_store_ops *ops, const char *api, void *conn,
 			due_submitted *out, const char *kind,
 			const void *payload, size_t payload_len,
 			const due_schedule_opts *opts)
@@ -255,22 +255,22 @@ int due_schedule_native(const due_store_ops *ops, const char *api, void *conn,
 	int rc;
 
 	if (!(ops->caps & DUE_STORE_CAP_TX_SUBMIT))
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"%s: the %s store cannot submit in a caller's "
 			"transaction", api, ops->name);
 	if (!conn)
-		return due_error_set(DUE_EINVAL, "connection is NULL");
-	rc = due_submit_check(&in, &it, DUE_DEFAULT_MAX_PAYLOAD, NULL);
+		return due__error_set(DUE_EINVAL, "connection is NULL");
+	rc = due__submit_check(&in, &it, DUE_DEFAULT_MAX_PAYLOAD, NULL);
 	if (rc < 0)
 		return rc;
 	switch (ops->native_tx(conn)) {
 	case DUE_NATIVE_TX_OPEN: break;
 	case DUE_NATIVE_TX_FAILED:
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"%s: the transaction on this connection has already "
 			"failed (ROLLBACK it)", api);
 	default:
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"%s: no transaction is open on this connection (BEGIN "
 			"first)", api);
 	}
@@ -307,14 +307,14 @@ int due_list(due_db *db, due_task_list **out, const due_list_opts *opts)
 	if (opts)
 		o = *opts;
 	if (o.limit <= 0 || o.limit > MAX_LIMIT)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"invalid limit %d: must be 1..%d", o.limit, MAX_LIMIT);
 	if (o.state < -1 || o.state >= DUE_STATE_COUNT)
-		return due_error_set(DUE_EINVAL, "invalid state filter %d", o.state);
-	if (o.kind && (rc = due_validate_kind(o.kind)) < 0)
+		return due__error_set(DUE_EINVAL, "invalid state filter %d", o.state);
+	if (o.kind && (rc = due__validate_kind(o.kind)) < 0)
 		return rc;
 	if (o.after < 0)
-		return due_error_set(DUE_EINVAL, "invalid 'after' id: negative");
+		return due__error_set(DUE_EINVAL, "invalid 'after' id: negative");
 	return db->ops->list(db->store, out, &o);
 }
 
@@ -323,16 +323,16 @@ int due_claim_ex(due_db *db, due_task_list **out, const due_claim_opts *o)
 	int rc;
 
 	*out = NULL;
-	if ((rc = ready(db)) < 0 || (rc = due_validate_owner(o->owner)) < 0 ||
+	if ((rc = ready(db)) < 0 || (rc = due__validate_owner(o->owner)) < 0 ||
 	    (rc = check_lease(o->lease_us)) < 0)
 		return rc;
 	if (o->limit < 1 || o->limit > MAX_LIMIT)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"invalid claim limit %d: must be 1..%d", o->limit, MAX_LIMIT);
 	if (o->n_kinds > 64)
-		return due_error_set(DUE_EINVAL, "too many kinds (at most 64)");
+		return due__error_set(DUE_EINVAL, "too many kinds (at most 64)");
 	for (size_t i = 0; i < o->n_kinds; i++)
-		if ((rc = due_validate_kind(o->kinds[i])) < 0)
+		if ((rc = due__validate_kind(o->kinds[i])) < 0)
 			return rc;
 	return db->ops->claim(db->store, out, o->owner, o->kinds, o->n_kinds,
 			      o->exclude_kinds, o->limit, o->lease_us, 0);
@@ -359,21 +359,21 @@ int due_claim_id(due_db *db, due_task **out, due_id id, const char *owner,
 
 	*out = NULL;
 	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0 ||
-	    (rc = due_validate_owner(owner)) < 0 || (rc = check_lease(lease_us)) < 0)
+	    (rc = due__validate_owner(owner)) < 0 || (rc = check_lease(lease_us)) < 0)
 		return rc;
 	if ((rc = db->ops->claim(db->store, &l, owner, NULL, 0, false, 1,
 				 lease_us, id)) < 0)
 		return rc;
 	if (l->count == 0) {
 		due_task_list_free(l);
-		return due_error_set(DUE_EBUSY,
+		return due__error_set(DUE_EBUSY,
 			"task %lld is not claimable now (not due, taken or gone)",
 			(long long)id);
 	}
 	*out = malloc(sizeof(**out));
 	if (!*out) {
 		due_task_list_free(l);
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	}
 	**out = l->items[0];
 	l->count = 0;
@@ -397,7 +397,7 @@ static int check_completion(due_db *db, const due_completion *c)
 	if ((rc = check_id(c->id)) < 0)
 		return rc;
 	if (c->result_len > db->max_result)
-		return due_error_set(DUE_ETOOBIG,
+		return due__error_set(DUE_ETOOBIG,
 			"result is %zu bytes, over the limit of %zu bytes",
 			c->result_len, db->max_result);
 	return 0;
@@ -442,14 +442,14 @@ int due_complete_and_claim(due_db *db, due_completion *items, size_t n,
 	int rc;
 
 	*out = NULL;
-	if ((rc = ready(db)) < 0 || (rc = due_validate_owner(o->owner)) < 0 ||
+	if ((rc = ready(db)) < 0 || (rc = due__validate_owner(o->owner)) < 0 ||
 	    (rc = check_lease(o->lease_us)) < 0)
 		return rc;
 	if (o->limit < 1 || o->limit > MAX_LIMIT || o->n_kinds > 64)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"invalid claim limit %d or too many kinds", o->limit);
 	for (size_t i = 0; i < o->n_kinds; i++)
-		if ((rc = due_validate_kind(o->kinds[i])) < 0)
+		if ((rc = due__validate_kind(o->kinds[i])) < 0)
 			return rc;
 	for (size_t i = 0; i < n; i++)
 		if ((rc = check_completion(db, &items[i])) < 0)
@@ -538,21 +538,21 @@ int due_prune(due_db *db, int64_t *out_deleted, int64_t older_than_us)
 	if (rc < 0)
 		return rc;
 	if (older_than_us < 0)
-		return due_error_set(DUE_EINVAL, "invalid retention: negative");
+		return due__error_set(DUE_EINVAL, "invalid retention: negative");
 	return db->ops->prune(db->store, out_deleted, older_than_us);
 }
 
-const due_store_ops *due_db_ops(const due_db *db)
+const due_store_ops *due__db_ops(const due_db *db)
 {
 	return db->ops;
 }
 
-due_store *due_db_store(const due_db *db)
+due_store *due__db_store(const due_db *db)
 {
 	return db ? db->store : NULL;
 }
 
-size_t due_db_max_payload(const due_db *db)
+size_t due__db_max_payload(const due_db *db)
 {
 	return db->max_payload;
 }
@@ -566,7 +566,7 @@ int due_metrics_get(due_db *db, due_metrics **out)
 	if ((rc = ready(db)) < 0)
 		return rc;
 	if (!(m = calloc(1, sizeof(*m))))
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	if ((rc = db->ops->stats(db->store, &m->stats)) < 0 ||
 	    (rc = db->ops->metrics(db->store, m)) < 0) {
 		due_metrics_free(m);
@@ -579,7 +579,7 @@ int due_metrics_get(due_db *db, due_metrics **out)
 int due_worker_report(due_db *db, const char *owner, const due_worker_stats *st)
 {
 	int rc;
-	if ((rc = ready(db)) < 0 || (rc = due_validate_owner(owner)) < 0)
+	if ((rc = ready(db)) < 0 || (rc = due__validate_owner(owner)) < 0)
 		return rc;
 	return db->ops->worker_report(db->store, owner, st);
 }
@@ -594,14 +594,14 @@ int due_upcoming_get(due_db *db, due_upcoming **out, const char *const *kinds,
 	if ((rc = ready(db)) < 0)
 		return rc;
 	if (limit < 1 || limit > 1000000)
-		return due_error_set(DUE_EINVAL, "invalid limit %d: 1..1000000", limit);
+		return due__error_set(DUE_EINVAL, "invalid limit %d: 1..1000000", limit);
 	if (n_kinds > 64)
-		return due_error_set(DUE_EINVAL, "too many kinds (at most 64)");
+		return due__error_set(DUE_EINVAL, "too many kinds (at most 64)");
 	for (size_t i = 0; i < n_kinds; i++)
-		if ((rc = due_validate_kind(kinds[i])) < 0)
+		if ((rc = due__validate_kind(kinds[i])) < 0)
 			return rc;
 	if (!(u = calloc(1, sizeof(*u))))
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	if ((rc = db->ops->upcoming(db->store, u, kinds, n_kinds, exclude_kinds,
 				    until, limit)) < 0) {
 		due_upcoming_free(u);
@@ -631,7 +631,7 @@ int due_listen(due_db *db, int *out_fd)
 	if (rc < 0)
 		return rc;
 	if (!(db->ops->caps & DUE_STORE_CAP_NOTIFY))
-		return due_error_set(DUE_ESTATE,
+		return due__error_set(DUE_ESTATE,
 			"the %s store cannot notify listeners: poll it",
 			db->ops->name);
 	return db->ops->listen(db->store, out_fd);

@@ -14,7 +14,7 @@
 static _Thread_local char err_msg[1024];
 static _Thread_local int err_code;
 
-int due_error_set(int code, const char *fmt, ...)
+int due__error_set(int code, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -25,7 +25,7 @@ int due_error_set(int code, const char *fmt, ...)
 	return code;
 }
 
-void due_error_clear(void)
+void due__error_clear(void)
 {
 	err_msg[0] = '\0';
 	err_code = 0;

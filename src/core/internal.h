@@ -14,23 +14,23 @@
 
 /*
 ** Record a failure for this thread and return `code`, so callers can write
-** `return due_error_set(DUE_EINVAL, "bad kind '%s'", k);`.
+** `return due__error_set(DUE_EINVAL, "bad kind '%s'", k);`.
 */
-int due_error_set(int code, const char *fmt, ...) DUE_PRINTF(2, 3);
+int due__error_set(int code, const char *fmt, ...) DUE_PRINTF(2, 3);
 
 /* Forget the last failure (successful calls need not call this). */
-void due_error_clear(void);
+void due__error_clear(void);
 
 /* Validation shared by every entry point (src/core/task.c). */
-int due_validate_kind(const char *kind);
-int due_validate_key(const char *key);
-int due_validate_owner(const char *owner);
+int due__validate_kind(const char *kind);
+int due__validate_key(const char *key);
+int due__validate_owner(const char *owner);
 
 /*
 ** Check one submit and copy it to *out with defaults filled in.  `what`
 ** (may be NULL) prefixes the message, e.g. "item 3".  src/core/db.c.
 */
-int due_submit_check(const due_submit *in, due_submit *out, size_t max_payload,
+int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 		     const char *what);
 
 #define DUE_DEFAULT_MAX_PAYLOAD (1u << 20)
@@ -38,15 +38,15 @@ int due_submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 /* The store behind a handle, for core files other than db.c. */
 struct due_store_ops;
 struct due_store;
-const struct due_store_ops *due_db_ops(const due_db *db);
-struct due_store *due_db_store(const due_db *db);
-size_t due_db_max_payload(const due_db *db);
+const struct due_store_ops *due__db_ops(const due_db *db);
+struct due_store *due__db_store(const due_db *db);
+size_t due__db_max_payload(const due_db *db);
 
 /*
 ** The capabilities (DUE_STORE_CAP_* of src/store/store.h) of the store
 ** behind db; 0 when db is not open.  Ask this, never the backend's name.
 */
-unsigned due_db_caps(const due_db *db);
+unsigned due__db_caps(const due_db *db);
 
 /*
 ** The setup every due_schedule_<backend>_tx shares (src/core/db.c): check
@@ -54,7 +54,7 @@ unsigned due_db_caps(const due_db *db);
 ** `api` names the public function in messages), then insert through
 ** ops->schedule_on_native.  The backend's public function is one call.
 */
-int due_schedule_native(const struct due_store_ops *ops, const char *api,
+int due__schedule_native(const struct due_store_ops *ops, const char *api,
 			void *conn, due_submitted *out, const char *kind,
 			const void *payload, size_t payload_len,
 			const due_schedule_opts *opts);
@@ -64,16 +64,16 @@ int due_schedule_native(const struct due_store_ops *ops, const char *api,
 ** a name no table holds gives the default (skip, allow), or -1 for
 ** outcomes.
 */
-int due_outcome_parse(const char *name);
-const char *due_misfire_name(due_misfire m);
-due_misfire due_misfire_parse(const char *name);
-const char *due_overlap_name(due_overlap o);
-due_overlap due_overlap_parse(const char *name);
+int due__outcome_parse(const char *name);
+const char *due__misfire_name(due_misfire m);
+due_misfire due__misfire_parse(const char *name);
+const char *due__overlap_name(due_overlap o);
+due_overlap due__overlap_parse(const char *name);
 /*
 ** The state named by the n bytes at p, as a store returned it (not
 ** NUL-terminated).  0, or DUE_ERROR naming the text: a store row with a
 ** state its schema's CHECK should have refused.
 */
-int due_state_from_store(const char *p, size_t n, due_state *out);
+int due__state_from_store(const char *p, size_t n, due_state *out);
 
 #endif /* DUE_INTERNAL_H */

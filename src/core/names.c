@@ -28,7 +28,7 @@ const char *due_outcome_name(due_outcome o)
 	return (unsigned)o < DUE_OUT_COUNT ? outcome_names[o] : "UNKNOWN";
 }
 
-int due_outcome_parse(const char *name)
+int due__outcome_parse(const char *name)
 {
 	for (int i = 0; name && i < DUE_OUT_COUNT; i++)
 		if (strcmp(name, outcome_names[i]) == 0)
@@ -36,31 +36,31 @@ int due_outcome_parse(const char *name)
 	return -1;
 }
 
-const char *due_misfire_name(due_misfire m)
+const char *due__misfire_name(due_misfire m)
 {
 	return m == DUE_MISFIRE_ONCE ? misfire_names[DUE_MISFIRE_ONCE]
 				     : misfire_names[DUE_MISFIRE_SKIP];
 }
 
-due_misfire due_misfire_parse(const char *name)
+due_misfire due__misfire_parse(const char *name)
 {
 	return name && strcmp(name, misfire_names[DUE_MISFIRE_ONCE]) == 0
 		       ? DUE_MISFIRE_ONCE : DUE_MISFIRE_SKIP;
 }
 
-const char *due_overlap_name(due_overlap o)
+const char *due__overlap_name(due_overlap o)
 {
 	return o == DUE_OVERLAP_WAIT ? overlap_names[DUE_OVERLAP_WAIT]
 				     : overlap_names[DUE_OVERLAP_ALLOW];
 }
 
-due_overlap due_overlap_parse(const char *name)
+due_overlap due__overlap_parse(const char *name)
 {
 	return name && strcmp(name, overlap_names[DUE_OVERLAP_WAIT]) == 0
 		       ? DUE_OVERLAP_WAIT : DUE_OVERLAP_ALLOW;
 }
 
-int due_state_from_store(const char *p, size_t n, due_state *out)
+int due__state_from_store(const char *p, size_t n, due_state *out)
 {
 	char name[16];
 
@@ -70,6 +70,6 @@ int due_state_from_store(const char *p, size_t n, due_state *out)
 		if (due_state_parse(out, name) == 0)
 			return 0;
 	}
-	return due_error_set(DUE_ERROR, "store returned an unknown state '%.*s'",
+	return due__error_set(DUE_ERROR, "store returned an unknown state '%.*s'",
 			     p ? (int)(n < 64 ? n : 64) : 6, p ? p : "(null)");
 }

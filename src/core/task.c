@@ -25,7 +25,7 @@ int due_state_parse(due_state *out, const char *name)
 			return 0;
 		}
 	}
-	return due_error_set(DUE_EINVAL,
+	return due__error_set(DUE_EINVAL,
 		"unknown state '%s' (expected SCHEDULED, CLAIMED, DONE, "
 		"CANCELLED or DEAD)", name ? name : "");
 }
@@ -88,43 +88,43 @@ void due_task_list_free(due_task_list *l)
 }
 
 /* Kinds name handlers and appear in URLs and metrics: keep them plain. */
-int due_validate_kind(const char *kind)
+int due__validate_kind(const char *kind)
 {
 	size_t n = kind ? strlen(kind) : 0;
 
 	if (n == 0)
-		return due_error_set(DUE_EINVAL, "invalid kind '': empty");
+		return due__error_set(DUE_EINVAL, "invalid kind '': empty");
 	if (n > 128)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"invalid kind: %zu characters (at most 128)", n);
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)kind[i];
 		if (!isalnum(c) && c != '_' && c != '-' && c != '.' && c != ':')
-			return due_error_set(DUE_EINVAL,
+			return due__error_set(DUE_EINVAL,
 				"invalid kind '%s': only letters, digits and "
 				"_ - . : are allowed", kind);
 	}
 	return 0;
 }
 
-int due_validate_key(const char *key)
+int due__validate_key(const char *key)
 {
 	if (!key)
 		return 0;
 	size_t n = strlen(key);
 	if (n == 0)
-		return due_error_set(DUE_EINVAL, "invalid key '': empty");
+		return due__error_set(DUE_EINVAL, "invalid key '': empty");
 	if (n > 512)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"invalid key: %zu bytes (at most 512)", n);
 	return 0;
 }
 
-int due_validate_owner(const char *owner)
+int due__validate_owner(const char *owner)
 {
 	size_t n = owner ? strlen(owner) : 0;
 	if (n == 0 || n > 200)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"invalid owner: must be 1 to 200 characters");
 	return 0;
 }

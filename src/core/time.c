@@ -47,9 +47,9 @@ int due_duration_parse(int64_t *out_us, const char *text)
 	int64_t total = 0;
 
 	if (!text || !*text)
-		return due_error_set(DUE_EINVAL, "invalid duration '': empty");
+		return due__error_set(DUE_EINVAL, "invalid duration '': empty");
 	if (*text == '-')
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"invalid duration '%s': negative durations are not allowed",
 			text);
 	if (strcmp(text, "0") == 0) {
@@ -59,22 +59,22 @@ int due_duration_parse(int64_t *out_us, const char *text)
 	while (*p) {
 		int64_t v = 0, mul;
 		if (!isdigit((unsigned char)*p))
-			return due_error_set(DUE_EINVAL,
+			return due__error_set(DUE_EINVAL,
 				"invalid duration '%s': expected a number at '%s'"
 				" (use e.g. 250ms, 10s, 30m, 2h, 1d, 1h30m)", text, p);
 		while (isdigit((unsigned char)*p)) {
 			if (v > (MAX_DURATION_US - 9) / 10)
-				return due_error_set(DUE_EINVAL,
+				return due__error_set(DUE_EINVAL,
 					"invalid duration '%s': too large", text);
 			v = v * 10 + (*p++ - '0');
 		}
 		mul = unit_us(&p);
 		if (mul == 0)
-			return due_error_set(DUE_EINVAL,
+			return due__error_set(DUE_EINVAL,
 				"invalid duration '%s': missing or unknown unit"
 				" (ms, s, m, h, d)", text);
 		if (v > (MAX_DURATION_US - total) / mul)
-			return due_error_set(DUE_EINVAL,
+			return due__error_set(DUE_EINVAL,
 				"invalid duration '%s': more than 100 years", text);
 		total += v * mul;
 	}
@@ -146,7 +146,7 @@ static bool digits(const char **p, int n, int *out)
 
 static int bad_time(const char *text, const char *why)
 {
-	return due_error_set(DUE_EINVAL,
+	return due__error_set(DUE_EINVAL,
 		"invalid time '%s': %s (expected RFC 3339, e.g. "
 		"2026-12-01T02:00:00Z or 2026-12-01T10:00:00+08:00)", text, why);
 }

@@ -10,7 +10,7 @@
 ** is plain arithmetic: from the wall time of `after`, find_local() moves
 ** forward field by field (month, day, hour, minute, second), jumping to the
 ** next set bit and carrying into the field above, until every field matches.
-** Only the candidate it finds is turned into an instant, by due_tz_to_utc(),
+** Only the candidate it finds is turned into an instant, by due__tz_to_utc(),
 ** which maps a skipped wall time to the end of its gap and a repeated one to
 ** its first occurrence. That map never decreases, so:
 **
@@ -29,7 +29,7 @@
 ** bounded; in practice a call costs a few dozen steps.
 **
 ** This file does no I/O, keeps no state and takes no locks; everything about
-** time zones goes through tz.h, and its allocations through due_tz_malloc()
+** time zones goes through tz.h, and its allocations through due__tz_malloc()
 ** (so tests can make any of them fail).
 */
 #include "cron.h"
@@ -392,7 +392,7 @@ static int parse_fields(due_cron *c, const char *expr, char *err, size_t errlen)
 	return 0;
 }
 
-int due_cron_parse(due_cron **out, const char *expr, char *err, size_t errlen)
+int due__cron_parse(due_cron **out, const char *expr, char *err, size_t errlen)
 {
 	due_cron *c;
 	size_t n;
@@ -407,23 +407,23 @@ int due_cron_parse(due_cron **out, const char *expr, char *err, size_t errlen)
 		seterr(err, errlen, "expression too long (%zu bytes, at most %d)", n, MAX_EXPR);
 		return DUE_CRON_EINVAL;
 	}
-	if ((c = due_tz_malloc(sizeof *c)) != NULL)
+	if ((c = due__tz_malloc(sizeof *c)) != NULL)
 		memset(c, 0, sizeof *c);
-	if (c == NULL || (c->text = due_tz_malloc(n + 1)) == NULL) {
+	if (c == NULL || (c->text = due__tz_malloc(n + 1)) == NULL) {
 		free(c);
 		seterr(err, errlen, "out of memory");
 		return DUE_CRON_ENOMEM;
 	}
 	memcpy(c->text, expr, n + 1);
 	if ((rc = parse_fields(c, expr, err, errlen)) < 0) {
-		due_cron_free(c);
+		due__cron_free(c);
 		return rc;
 	}
 	*out = c;
 	return 0;
 }
 
-void due_cron_free(due_cron *c)
+void due__cron_free(due_cron *c)
 {
 	if (c == NULL)
 		return;
@@ -431,12 +431,12 @@ void due_cron_free(due_cron *c)
 	free(c);
 }
 
-const char *due_cron_text(const due_cron *c)
+const char *due__cron_text(const due_cron *c)
 {
 	return c->text;
 }
 
-void due_cron_inspect(due_cron_fields *out, const due_cron *c)
+void due__cron_inspect(due_cron_fields *out, const due_cron *c)
 {
 	out->second = c->mask[F_SECOND];
 	out->minute = c->mask[F_MINUTE];
@@ -470,7 +470,7 @@ static int next_bit(uint64_t mask, int from)
 static bool day_matches(const due_cron *c, int y, int m, int d)
 {
 	bool dom = c->mask[F_DOM] >> d & 1;
-	bool dow = c->mask[F_DOW] >> due_tz_weekday(y, m, d) & 1;
+	bool dow = c->mask[F_DOW] >> due__tz_weekday(y, m, d) & 1;
 
 	return (c->dom_star || c->dow_star) ? dom && dow : dom || dow;
 }
@@ -478,7 +478,7 @@ static bool day_matches(const due_cron *c, int y, int m, int d)
 /* The first matching day >= t->day in t's month, or -1. */
 static int next_day(const due_cron *c, const due_tz_civil *t)
 {
-	int dim = due_tz_days_in_month(t->year, t->month);
+	int dim = due__tz_days_in_month(t->year, t->month);
 
 	for (int d = t->day; d <= dim; d++)
 		if (day_matches(c, t->year, t->month, d))
@@ -498,7 +498,7 @@ static void bump(due_tz_civil *t, int level)
 	if (level >= L_HOUR && ++t->hour <= 23)
 		return;
 	t->hour = 0;
-	if (level >= L_DAY && ++t->day <= due_tz_days_in_month(t->year, t->month))
+	if (level >= L_DAY && ++t->day <= due__tz_days_in_month(t->year, t->month))
 		return;
 	t->day = 1;
 	if (level >= L_MONTH && ++t->month <= 12)
@@ -550,7 +550,7 @@ static int find_local(const due_cron *c, due_tz_civil *t, int ylimit)
 	return DUE_CRON_ENOTFOUND;
 }
 
-int due_cron_next(const due_cron *c, const due_tz *zone, int64_t after_utc_sec,
+int due__cron_next(const due_cron *c, const due_tz *zone, int64_t after_utc_sec,
 		  int64_t *out_utc_sec)
 {
 	due_tz_civil t;
@@ -559,14 +559,14 @@ int due_cron_next(const due_cron *c, const due_tz *zone, int64_t after_utc_sec,
 
 	if (c == NULL || out_utc_sec == NULL)
 		return DUE_CRON_EINVAL;
-	if ((rc = due_tz_to_local(zone, after_utc_sec, &t)) < 0)
+	if ((rc = due__tz_to_local(zone, after_utc_sec, &t)) < 0)
 		return rc;
 	ylimit = t.year + DUE_CRON_SEARCH_YEARS > 9999 ? 9999 : t.year + DUE_CRON_SEARCH_YEARS;
 	/* Candidates after the wall time of `after`; see the note at the top. */
 	for (bump(&t, L_SECOND);; bump(&t, L_SECOND)) {
 		if ((rc = find_local(c, &t, ylimit)) < 0)
 			return rc;
-		if ((rc = due_tz_to_utc(zone, &t, &u)) < 0)
+		if ((rc = due__tz_to_utc(zone, &t, &u)) < 0)
 			return rc;
 		if (u > after_utc_sec) {
 			if (u > DUE_TZ_MAX_UTC)
@@ -577,7 +577,7 @@ int due_cron_next(const due_cron *c, const due_tz *zone, int64_t after_utc_sec,
 	}
 }
 
-int due_cron_next_n(int64_t *out, size_t n, size_t *out_count, const due_cron *c,
+int due__cron_next_n(int64_t *out, size_t n, size_t *out_count, const due_cron *c,
 		    const due_tz *zone, int64_t after_utc_sec)
 {
 	size_t i;
@@ -586,7 +586,7 @@ int due_cron_next_n(int64_t *out, size_t n, size_t *out_count, const due_cron *c
 	if ((out == NULL && n > 0) || out_count == NULL)
 		return DUE_CRON_EINVAL;
 	for (i = 0; i < n; i++) {
-		if ((rc = due_cron_next(c, zone, after_utc_sec, &out[i])) < 0)
+		if ((rc = due__cron_next(c, zone, after_utc_sec, &out[i])) < 0)
 			break;
 		after_utc_sec = out[i];
 	}
@@ -596,7 +596,7 @@ int due_cron_next_n(int64_t *out, size_t n, size_t *out_count, const due_cron *c
 
 /* --- output --- */
 
-int due_cron_format_time(char *buf, size_t buflen, int64_t utc_sec, unsigned flags)
+int due__cron_format_time(char *buf, size_t buflen, int64_t utc_sec, unsigned flags)
 {
 	due_tz_civil t;
 	int n;
@@ -604,7 +604,7 @@ int due_cron_format_time(char *buf, size_t buflen, int64_t utc_sec, unsigned fla
 	if (buf == NULL || buflen == 0)
 		return DUE_CRON_ERANGE;
 	buf[0] = '\0';
-	if (due_tz_to_local(NULL, utc_sec, &t) < 0)
+	if (due__tz_to_local(NULL, utc_sec, &t) < 0)
 		return DUE_CRON_ERANGE;
 	n = snprintf(buf, buflen, "%04d-%02d-%02dT%02d:%02d:%02d%sZ", t.year, t.month, t.day,
 		     t.hour, t.minute, t.second, (flags & DUE_CRON_FMT_MILLIS) ? ".000" : "");
@@ -615,22 +615,22 @@ int due_cron_format_time(char *buf, size_t buflen, int64_t utc_sec, unsigned fla
 	return 0;
 }
 
-/* Write the message for a due_cron_next() failure at `after`; return rc. */
+/* Write the message for a due__cron_next() failure at `after`; return rc. */
 static int next_failed(const due_cron *c, int64_t after, int rc, char *err, size_t errlen)
 {
 	char when[32], show[64];
 
 	if (rc != DUE_CRON_ENOTFOUND) {
-		seterr(err, errlen, "%s", due_cron_strerror(rc));
+		seterr(err, errlen, "%s", due__cron_strerror(rc));
 		return rc;
 	}
-	due_cron_format_time(when, sizeof when, after, 0);
+	due__cron_format_time(when, sizeof when, after, 0);
 	seterr(err, errlen, "'%s' does not fire after %s within %d years",
 	       shown(show, sizeof show, c->text, strlen(c->text)), when, DUE_CRON_SEARCH_YEARS);
 	return rc;
 }
 
-int due_cron_format_next(char *buf, size_t buflen, const due_cron *c, const due_tz *zone,
+int due__cron_format_next(char *buf, size_t buflen, const due_cron *c, const due_tz *zone,
 			 int64_t after_utc_sec, size_t count, unsigned flags, char *err,
 			 size_t errlen)
 {
@@ -645,9 +645,9 @@ int due_cron_format_next(char *buf, size_t buflen, const due_cron *c, const due_
 	}
 	buf[0] = '\0';
 	for (size_t i = 0; i < count; i++, after_utc_sec = u) {
-		if ((rc = due_cron_next(c, zone, after_utc_sec, &u)) < 0)
+		if ((rc = due__cron_next(c, zone, after_utc_sec, &u)) < 0)
 			return next_failed(c, after_utc_sec, rc, err, errlen);
-		if ((rc = due_cron_format_time(line, sizeof line, u, flags)) < 0)
+		if ((rc = due__cron_format_time(line, sizeof line, u, flags)) < 0)
 			return next_failed(c, after_utc_sec, rc, err, errlen);
 		if (used + (n = strlen(line)) + 2 > buflen) {
 			seterr(err, errlen, "output buffer of %zu bytes too small for %zu lines",
@@ -662,7 +662,7 @@ int due_cron_format_next(char *buf, size_t buflen, const due_cron *c, const due_
 	return 0;
 }
 
-const char *due_cron_strerror(int code)
+const char *due__cron_strerror(int code)
 {
 	switch (code) {
 	case 0:

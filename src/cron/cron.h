@@ -15,7 +15,7 @@
  * restricted (neither starts with '*') a day matches if EITHER matches;
  * otherwise both must match.
  *
- * Objects: a due_cron is immutable after due_cron_parse() and may be shared by
+ * Objects: a due_cron is immutable after due__cron_parse() and may be shared by
  * any number of threads. The engine takes no locks, keeps no global state that
  * changes a result (tz.h has two counters for tests) and does no I/O;
  * time-zone rules come from a due_tz (tz.h), itself immutable.
@@ -44,11 +44,11 @@ enum {
 	DUE_CRON_EINVAL = -2,    /**< invalid expression or argument (DUE_EINVAL) */
 	DUE_CRON_ENOTFOUND = -3, /**< no fire time within DUE_CRON_SEARCH_YEARS */
 	DUE_CRON_ENOMEM = -9,    /**< allocation failed (DUE_ENOMEM) */
-	DUE_CRON_EZONE = -66,    /**< unknown time zone (from due_tz_open) */
+	DUE_CRON_EZONE = -66,    /**< unknown time zone (from due__tz_open) */
 	DUE_CRON_ERANGE = -67    /**< time out of range, or output buffer too small */
 };
 
-/** How many years past `after` due_cron_next() looks before giving up. */
+/** How many years past `after` due__cron_next() looks before giving up. */
 #define DUE_CRON_SEARCH_YEARS 8
 
 /** Flag for the format functions: print milliseconds (".000"). */
@@ -76,20 +76,20 @@ typedef struct due_cron_fields {
 
 /**
  * Parse `expr`. On success *out is a new object the caller frees with
- * due_cron_free(). On failure returns DUE_CRON_EINVAL (or DUE_CRON_ENOMEM),
+ * due__cron_free(). On failure returns DUE_CRON_EINVAL (or DUE_CRON_ENOMEM),
  * leaves *out NULL and writes a message naming the field and the offending
  * value into err.
  */
-int due_cron_parse(due_cron **out, const char *expr, char *err, size_t errlen);
+int due__cron_parse(due_cron **out, const char *expr, char *err, size_t errlen);
 
 /** Free an expression. NULL is allowed. */
-void due_cron_free(due_cron *c);
+void due__cron_free(due_cron *c);
 
 /** The text the expression was parsed from. Borrowed from c. */
-const char *due_cron_text(const due_cron *c);
+const char *due__cron_text(const due_cron *c);
 
 /** Copy the selected sets of c into *out. */
-void due_cron_inspect(due_cron_fields *out, const due_cron *c);
+void due__cron_inspect(due_cron_fields *out, const due_cron *c);
 
 /**
  * Store in *out_utc_sec the first fire instant strictly after after_utc_sec,
@@ -102,16 +102,16 @@ void due_cron_inspect(due_cron_fields *out, const due_cron *c);
  * after_utc_sec is outside DUE_TZ_MIN_UTC..DUE_TZ_MAX_UTC, DUE_CRON_EINVAL for
  * NULL arguments.
  */
-int due_cron_next(const due_cron *c, const due_tz *zone, int64_t after_utc_sec,
+int due__cron_next(const due_cron *c, const due_tz *zone, int64_t after_utc_sec,
 		  int64_t *out_utc_sec);
 
 /**
  * Fill out[0..n-1] with the next n fire instants after after_utc_sec, each
  * strictly after the one before. *out_count receives how many were found.
- * Returns 0 when all n were found, else the error of the due_cron_next() call
+ * Returns 0 when all n were found, else the error of the due__cron_next() call
  * that stopped the series (typically DUE_CRON_ENOTFOUND).
  */
-int due_cron_next_n(int64_t *out, size_t n, size_t *out_count, const due_cron *c,
+int due__cron_next_n(int64_t *out, size_t n, size_t *out_count, const due_cron *c,
 		    const due_tz *zone, int64_t after_utc_sec);
 
 /**
@@ -120,7 +120,7 @@ int due_cron_next_n(int64_t *out, size_t n, size_t *out_count, const due_cron *c
  * DUE_CRON_ERANGE when buf is too small (24 bytes always suffice) or the time
  * is out of range.
  */
-int due_cron_format_time(char *buf, size_t buflen, int64_t utc_sec, unsigned flags);
+int due__cron_format_time(char *buf, size_t buflen, int64_t utc_sec, unsigned flags);
 
 /**
  * Write the next `count` fire times after after_utc_sec into buf, one RFC 3339
@@ -130,11 +130,11 @@ int due_cron_format_time(char *buf, size_t buflen, int64_t utc_sec, unsigned fla
  * bytes per line plus one suffice); DUE_CRON_EINVAL for bad arguments. buf is
  * always NUL-terminated when buflen > 0.
  */
-int due_cron_format_next(char *buf, size_t buflen, const due_cron *c, const due_tz *zone,
+int due__cron_format_next(char *buf, size_t buflen, const due_cron *c, const due_tz *zone,
 			 int64_t after_utc_sec, size_t count, unsigned flags, char *err,
 			 size_t errlen);
 
 /** A static English description of a DUE_CRON_E* code. */
-const char *due_cron_strerror(int code);
+const char *due__cron_strerror(int code);
 
 #endif /* DUE_CRON_CRON_H */

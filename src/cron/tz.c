@@ -2,7 +2,7 @@
 ** tz.c - IANA time zones read from the system's TZif files.
 **
 ** This is the only file of the cron engine that knows where time-zone rules
-** come from. A zone is loaded once, by due_tz_open(), from the compiled zone
+** come from. A zone is loaded once, by due__tz_open(), from the compiled zone
 ** database the operating system keeps up to date ($TZDIR, else
 ** /usr/share/zoneinfo; the format is RFC 8536). After that it is a read-only
 ** table: a list of transition instants with the UTC offset that starts at
@@ -90,7 +90,7 @@ typedef struct period {
 static atomic_long fail_countdown;  /* > 0: the call that takes it to 0 fails */
 static atomic_ulong files_read;
 
-void *due_tz_malloc(size_t n)
+void *due__tz_malloc(size_t n)
 {
 	long left = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
 
@@ -99,12 +99,12 @@ void *due_tz_malloc(size_t n)
 	return left == 1 ? NULL : malloc(n);
 }
 
-void due_tz_fail_alloc(long nth)
+void due__tz_fail_alloc(long nth)
 {
 	atomic_store(&fail_countdown, nth > 0 ? nth : 0);
 }
 
-unsigned long due_tz_files_read(void)
+unsigned long due__tz_files_read(void)
 {
 	return atomic_load(&files_read);
 }
@@ -139,7 +139,7 @@ static const char *shown(char *dst, size_t dstlen, const char *s)
 
 /* --- calendar arithmetic (H. Hinnant's algorithms, proleptic Gregorian) --- */
 
-int64_t due_tz_days_from_civil(int64_t y, int m, int d)
+int64_t due__tz_days_from_civil(int64_t y, int m, int d)
 {
 	int64_t era, yoe, doy, doe;
 
@@ -171,7 +171,7 @@ static bool is_leap(int64_t y)
 	return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
 }
 
-int due_tz_days_in_month(int64_t y, int m)
+int due__tz_days_in_month(int64_t y, int m)
 {
 	static const int len[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
 
@@ -180,9 +180,9 @@ int due_tz_days_in_month(int64_t y, int m)
 	return len[m - 1] + (m == 2 && is_leap(y));
 }
 
-int due_tz_weekday(int64_t y, int m, int d)
+int due__tz_weekday(int64_t y, int m, int d)
 {
-	int64_t w = (due_tz_days_from_civil(y, m, d) + 4) % 7; /* 1970-01-01: Thu */
+	int64_t w = (due__tz_days_from_civil(y, m, d) + 4) % 7; /* 1970-01-01: Thu */
 
 	return (int)(w < 0 ? w + 7 : w);
 }
@@ -200,19 +200,19 @@ static int64_t floor_div(int64_t a, int64_t b)
 */
 static int64_t rule_instant(const rule_date *d, int64_t y, int32_t off_before)
 {
-	int64_t day = due_tz_days_from_civil(y, 1, 1);
+	int64_t day = due__tz_days_from_civil(y, 1, 1);
 
 	if (d->kind == 'J') {
 		day += d->a - 1 + (is_leap(y) && d->a >= 60);
 	} else if (d->kind == 'N') {
 		day += d->a;
 	} else {
-		int first = due_tz_weekday(y, d->a, 1);
+		int first = due__tz_weekday(y, d->a, 1);
 		int md = 1 + (d->c - first + 7) % 7 + 7 * (d->b - 1);
 
-		while (md > due_tz_days_in_month(y, d->a))
+		while (md > due__tz_days_in_month(y, d->a))
 			md -= 7;
-		day = due_tz_days_from_civil(y, d->a, md);
+		day = due__tz_days_from_civil(y, d->a, md);
 	}
 	return day * DAY + d->secs - off_before;
 }
@@ -414,8 +414,8 @@ static const char *load_block(due_tz *tz, const unsigned char *p, const tzif_cou
 	}
 	tz->ntrans = c->timecnt;
 	if (c->timecnt > 0) {
-		tz->trans = due_tz_malloc(c->timecnt * sizeof *tz->trans);
-		tz->off = due_tz_malloc(c->timecnt * sizeof *tz->off);
+		tz->trans = due__tz_malloc(c->timecnt * sizeof *tz->trans);
+		tz->off = due__tz_malloc(c->timecnt * sizeof *tz->off);
 		if (tz->trans == NULL || tz->off == NULL)
 			return "";
 	}
@@ -488,11 +488,11 @@ static const char *load_tzif(due_tz *tz, const unsigned char *p, size_t len)
 
 static due_tz *tz_new(const char *name)
 {
-	due_tz *tz = due_tz_malloc(sizeof *tz);
+	due_tz *tz = due__tz_malloc(sizeof *tz);
 
 	if (tz != NULL)
 		memset(tz, 0, sizeof *tz);
-	if (tz == NULL || (tz->name = due_tz_malloc(strlen(name) + 1)) == NULL) {
+	if (tz == NULL || (tz->name = due__tz_malloc(strlen(name) + 1)) == NULL) {
 		free(tz);
 		return NULL;
 	}
@@ -500,7 +500,7 @@ static due_tz *tz_new(const char *name)
 	return tz;
 }
 
-void due_tz_free(due_tz *tz)
+void due__tz_free(due_tz *tz)
 {
 	if (tz == NULL)
 		return;
@@ -510,7 +510,7 @@ void due_tz_free(due_tz *tz)
 	free(tz);
 }
 
-int due_tz_from_tzif(due_tz **out, const char *name, const void *data, size_t len, char *err,
+int due__tz_from_tzif(due_tz **out, const char *name, const void *data, size_t len, char *err,
 		     size_t errlen)
 {
 	char show[80];
@@ -530,13 +530,13 @@ int due_tz_from_tzif(due_tz **out, const char *name, const void *data, size_t le
 	if (why != NULL) {
 		seterr(err, errlen, "time zone '%s': unusable zone data (%s)",
 		       shown(show, sizeof show, name), why);
-		due_tz_free(tz);
+		due__tz_free(tz);
 		return DUE_TZ_EZONE;
 	}
 	*out = tz;
 	return 0;
 nomem:
-	due_tz_free(tz);
+	due__tz_free(tz);
 	seterr(err, errlen, "time zone '%s': out of memory", shown(show, sizeof show, name));
 	return DUE_TZ_ENOMEM;
 }
@@ -581,7 +581,7 @@ static int read_file(const char *path, unsigned char **out, size_t *outlen)
 		return DUE_TZ_EZONE;
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > MAX_FILE)
 		goto done;
-	if ((buf = due_tz_malloc((size_t)st.st_size + 1)) == NULL) {
+	if ((buf = due__tz_malloc((size_t)st.st_size + 1)) == NULL) {
 		rc = DUE_TZ_ENOMEM;
 		goto done;
 	}
@@ -628,7 +628,7 @@ static int read_zone_file(const char *zone, unsigned char **data, size_t *len)
 	return 0;
 }
 
-int due_tz_open(due_tz **out, const char *zone, char *err, size_t errlen)
+int due__tz_open(due_tz **out, const char *zone, char *err, size_t errlen)
 {
 	char show[80];
 	unsigned char *data = NULL;
@@ -653,12 +653,12 @@ int due_tz_open(due_tz **out, const char *zone, char *err, size_t errlen)
 		seterr(err, errlen, "unknown time zone '%s'", shown(show, sizeof show, zone));
 	if (rc < 0)
 		return rc;
-	rc = due_tz_from_tzif(out, zone, data, len, err, errlen);
+	rc = due__tz_from_tzif(out, zone, data, len, err, errlen);
 	free(data);
 	return rc;
 }
 
-const char *due_tz_name(const due_tz *tz)
+const char *due__tz_name(const due_tz *tz)
 {
 	return tz == NULL ? "UTC" : tz->name;
 }
@@ -700,7 +700,7 @@ static void period_at(const due_tz *tz, int64_t u, period *p)
 		p->start = tz->trans[lo];
 }
 
-int due_tz_offset(const due_tz *tz, int64_t utc_sec, int32_t *out_offset_sec)
+int due__tz_offset(const due_tz *tz, int64_t utc_sec, int32_t *out_offset_sec)
 {
 	period p;
 
@@ -713,7 +713,7 @@ int due_tz_offset(const due_tz *tz, int64_t utc_sec, int32_t *out_offset_sec)
 	return 0;
 }
 
-int due_tz_to_local(const due_tz *tz, int64_t utc_sec, due_tz_civil *out)
+int due__tz_to_local(const due_tz *tz, int64_t utc_sec, due_tz_civil *out)
 {
 	int32_t off;
 	int64_t local, secs, y;
@@ -721,7 +721,7 @@ int due_tz_to_local(const due_tz *tz, int64_t utc_sec, due_tz_civil *out)
 
 	if (out == NULL)
 		return DUE_TZ_EINVAL;
-	if ((rc = due_tz_offset(tz, utc_sec, &off)) < 0)
+	if ((rc = due__tz_offset(tz, utc_sec, &off)) < 0)
 		return rc;
 	local = utc_sec + off;
 	civil_from_days(floor_div(local, DAY), &y, &out->month, &out->day);
@@ -733,18 +733,18 @@ int due_tz_to_local(const due_tz *tz, int64_t utc_sec, due_tz_civil *out)
 	return 0;
 }
 
-int due_tz_to_utc(const due_tz *tz, const due_tz_civil *lt, int64_t *out_utc_sec)
+int due__tz_to_utc(const due_tz *tz, const due_tz_civil *lt, int64_t *out_utc_sec)
 {
 	int64_t local, cand;
 	period p;
 
 	if (lt == NULL || out_utc_sec == NULL || lt->year < 1 || lt->year > 9999 ||
 	    lt->month < 1 || lt->month > 12 || lt->day < 1 ||
-	    lt->day > due_tz_days_in_month(lt->year, lt->month) || lt->hour < 0 ||
+	    lt->day > due__tz_days_in_month(lt->year, lt->month) || lt->hour < 0 ||
 	    lt->hour > 23 || lt->minute < 0 || lt->minute > 59 || lt->second < 0 ||
 	    lt->second > 59)
 		return DUE_TZ_EINVAL;
-	local = due_tz_days_from_civil(lt->year, lt->month, lt->day) * DAY + lt->hour * 3600 +
+	local = due__tz_days_from_civil(lt->year, lt->month, lt->day) * DAY + lt->hour * 3600 +
 		lt->minute * 60 + lt->second;
 	/*
 	** Every instant showing `local` lies within MAX_OFFSET of it, so start

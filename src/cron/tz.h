@@ -7,8 +7,8 @@
  * the process-wide TZ variable, tzset() or localtime(): it is safe in threaded
  * programs.
  *
- * Threads: a due_tz is immutable once due_tz_open() returns. Any number of
- * threads may use the same object at the same time; only due_tz_free() needs
+ * Threads: a due_tz is immutable once due__tz_open() returns. Any number of
+ * threads may use the same object at the same time; only due__tz_free() needs
  * the caller to know that no other thread still uses it.
  *
  * A NULL `const due_tz *` is accepted everywhere a zone is read and means UTC.
@@ -47,7 +47,7 @@ enum {
 #define DUE_TZ_MIN_UTC (-INT64_C(62135424000))
 #define DUE_TZ_MAX_UTC (INT64_C(253402127999))
 
-/** A zone. Opaque; see due_tz_open(). */
+/** A zone. Opaque; see due__tz_open(). */
 typedef struct due_tz due_tz;
 
 /**
@@ -66,40 +66,40 @@ typedef struct due_tz_civil {
 
 /**
  * Open the zone named `zone` (an IANA name such as "America/New_York", or
- * "UTC"). On success *out is a new zone the caller frees with due_tz_free().
+ * "UTC"). On success *out is a new zone the caller frees with due__tz_free().
  * Names are checked before any file is opened: components of letters, digits,
  * '_', '-' and '+', separated by '/'; "localtime" and "posixrules" (machine
  * configuration, not zones) and leap-second ("right/...") zones are refused.
  * Returns 0, DUE_TZ_EZONE ("unknown time zone 'Europe/Berln'"), DUE_TZ_EINVAL or
  * DUE_TZ_ENOMEM; on error *out is NULL.
  */
-int due_tz_open(due_tz **out, const char *zone, char *err, size_t errlen);
+int due__tz_open(due_tz **out, const char *zone, char *err, size_t errlen);
 
 /**
  * Build a zone from TZif bytes already in memory (`name` is only recorded and
- * shown in messages). Same result and errors as due_tz_open(); `data` is not
+ * shown in messages). Same result and errors as due__tz_open(); `data` is not
  * kept. Meant for tests and for programs that ship their own zone data.
  */
-int due_tz_from_tzif(due_tz **out, const char *name, const void *data, size_t len, char *err,
+int due__tz_from_tzif(due_tz **out, const char *name, const void *data, size_t len, char *err,
 		     size_t errlen);
 
 /** Free a zone. NULL is allowed. */
-void due_tz_free(due_tz *tz);
+void due__tz_free(due_tz *tz);
 
 /** The name the zone was opened with; "UTC" for NULL. Borrowed from tz. */
-const char *due_tz_name(const due_tz *tz);
+const char *due__tz_name(const due_tz *tz);
 
 /**
  * Store in *out_offset_sec the zone's offset from UTC (east positive, DST
  * included) at the instant utc_sec. Returns 0, DUE_TZ_EINVAL or DUE_TZ_ERANGE.
  */
-int due_tz_offset(const due_tz *tz, int64_t utc_sec, int32_t *out_offset_sec);
+int due__tz_offset(const due_tz *tz, int64_t utc_sec, int32_t *out_offset_sec);
 
 /**
  * Convert the instant utc_sec to the wall-clock time shown in the zone.
  * Returns 0, DUE_TZ_EINVAL or DUE_TZ_ERANGE.
  */
-int due_tz_to_local(const due_tz *tz, int64_t utc_sec, due_tz_civil *out);
+int due__tz_to_local(const due_tz *tz, int64_t utc_sec, due_tz_civil *out);
 
 /**
  * Convert a wall-clock time in the zone to an instant. Every wall time maps to
@@ -112,40 +112,40 @@ int due_tz_to_local(const due_tz *tz, int64_t utc_sec, due_tz_civil *out);
  * The mapping never decreases as the wall time increases. Returns 0,
  * DUE_TZ_EINVAL (a field out of range, e.g. February 30) or DUE_TZ_ERANGE.
  */
-int due_tz_to_utc(const due_tz *tz, const due_tz_civil *local, int64_t *out_utc_sec);
+int due__tz_to_utc(const due_tz *tz, const due_tz_civil *local, int64_t *out_utc_sec);
 
 /* Proleptic Gregorian calendar arithmetic; no zone involved. */
 
 /** Days from 1970-01-01 to y-m-d (negative before). Any y; m 1-12, d 1-31. */
-int64_t due_tz_days_from_civil(int64_t y, int m, int d);
+int64_t due__tz_days_from_civil(int64_t y, int m, int d);
 
 /** The number of days in month m (1-12) of year y. */
-int due_tz_days_in_month(int64_t y, int m);
+int due__tz_days_in_month(int64_t y, int m);
 
 /** The weekday of y-m-d: 0 = Sunday ... 6 = Saturday. */
-int due_tz_weekday(int64_t y, int m, int d);
+int due__tz_weekday(int64_t y, int m, int d);
 
 /* The engine's allocations, and what tests observe of it. */
 
 /**
- * malloc(n), or NULL when due_tz_fail_alloc() says this allocation fails.
+ * malloc(n), or NULL when due__tz_fail_alloc() says this allocation fails.
  * Every allocation of the cron engine (cron.c, tz.c) and of the zone cache
  * of the scheduler pass (src/core/cron_sched.c) goes through it; free with
  * free().
  */
-void *due_tz_malloc(size_t n);
+void *due__tz_malloc(size_t n);
 
 /**
- * For tests (curl's "torture" mode): make the nth call of due_tz_malloc()
+ * For tests (curl's "torture" mode): make the nth call of due__tz_malloc()
  * from now on fail, 1 being the next; 0 turns failures off. Only that one
  * call fails. Process-wide: set it while no other thread allocates.
  */
-void due_tz_fail_alloc(long nth);
+void due__tz_fail_alloc(long nth);
 
 /**
- * For tests: how many zone files due_tz_open() has read since the process
+ * For tests: how many zone files due__tz_open() has read since the process
  * started (built-in UTC reads none). Any thread may call it.
  */
-unsigned long due_tz_files_read(void);
+unsigned long due__tz_files_read(void);
 
 #endif /* DUE_CRON_TZ_H */

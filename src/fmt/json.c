@@ -255,7 +255,7 @@ json_t *due_fmt_stats(const due_stats *s)
 	return o;
 }
 
-json_t *due_fmt_schedule(const due_schedule_info *s)
+json_t *due_fmt_cron(const due_cron_info *s)
 {
 	json_t *o = json_object();
 	char z[48];

@@ -57,7 +57,7 @@ static void cut_payload(json_t *o, size_t cut)
 /* The schedule called name as JSON into *out (NULL when none). */
 static int sched_find(due_db *db, const char *name, size_t cut, json_t **out)
 {
-	due_schedule_list *l = NULL;
+	due_cron_info_list *l = NULL;
 	int rc;
 
 	*out = NULL;
@@ -65,8 +65,8 @@ static int sched_find(due_db *db, const char *name, size_t cut, json_t **out)
 		return rc;
 	for (size_t i = 0; i < l->count; i++)
 		if (!strcmp(l->items[i].name, name))
-			*out = due_fmt_schedule(&l->items[i]);
-	due_schedule_list_free(l);
+			*out = due_fmt_cron(&l->items[i]);
+	due_cron_info_list_free(l);
 	if (*out)
 		cut_payload(*out, cut);
 	return 0;
@@ -74,7 +74,7 @@ static int sched_find(due_db *db, const char *name, size_t cut, json_t **out)
 
 int route_sched_list(http_req *r)
 {
-	due_schedule_list *l = NULL;
+	due_cron_info_list *l = NULL;
 	due_db *db;
 	json_t *arr;
 	int rc;
@@ -83,12 +83,12 @@ int route_sched_list(http_req *r)
 		return http_reply_due(r, rc);
 	arr = json_array();
 	for (size_t i = 0; arr && i < l->count; i++) {
-		json_t *o = due_fmt_schedule(&l->items[i]);
+		json_t *o = due_fmt_cron(&l->items[i]);
 		if (o)
 			cut_payload(o, HTTP_PREVIEW_BYTES);
 		json_array_append_new(arr, o);
 	}
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 	return http_reply_json(r, 200, arr);
 }
 

@@ -12,7 +12,7 @@
 #include "core/internal.h"
 #include "store/store.h"
 
-char *due_strdup_n(const char *s, size_t n)
+char *due__strdup_n(const char *s, size_t n)
 {
 	char *p = malloc(n + 1);
 	if (!p)
@@ -22,18 +22,18 @@ char *due_strdup_n(const char *s, size_t n)
 	return p;
 }
 
-int due_schema_verdict(const char *store, int v, const char *where)
+int due__schema_verdict(const char *store, int v, const char *where)
 {
 	if (v < 0)
-		return due_error_set(DUE_ESCHEMA,
+		return due__error_set(DUE_ESCHEMA,
 			"store '%s' has no due schema%s: run `due init`", store,
 			where);
 	if (v < DUE_SCHEMA_VERSION)
-		return due_error_set(DUE_ESCHEMA,
+		return due__error_set(DUE_ESCHEMA,
 			"store '%s' has schema version %d, older than %d: run "
 			"`due init` to upgrade", store, v, DUE_SCHEMA_VERSION);
 	if (v > DUE_SCHEMA_VERSION)
-		return due_error_set(DUE_ESCHEMA,
+		return due__error_set(DUE_ESCHEMA,
 			"store '%s' has schema version %d, newer than this due "
 			"(%d): upgrade due", store, v, DUE_SCHEMA_VERSION);
 	return 0;
@@ -44,7 +44,7 @@ int due_schema_verdict(const char *store, int v, const char *where)
 ** how to run it are the backend's.  A version without a step to the next
 ** (0, or a hole in the table) has no upgrade path.
 */
-int due_migrate(due_store *s, const due_migration *m)
+int due__migrate(due_store *s, const due_migration *m)
 {
 	char what[48];
 	int v, rc;
@@ -55,7 +55,7 @@ int due_migrate(due_store *s, const due_migration *m)
 	    (rc = m->read_version(s, &v)) < 0)
 		goto fail;
 	if (v > DUE_SCHEMA_VERSION) {
-		rc = due_schema_verdict(m->label, v, m->where);
+		rc = due__schema_verdict(m->label, v, m->where);
 		goto fail;
 	}
 	if (v < 0) {
@@ -65,7 +65,7 @@ int due_migrate(due_store *s, const due_migration *m)
 	}
 	for (; v < DUE_SCHEMA_VERSION; v++) {
 		if (v < 1 || !m->steps[v + 1]) {
-			rc = due_error_set(DUE_ESCHEMA,
+			rc = due__error_set(DUE_ESCHEMA,
 				"store '%s' has schema version %d and this due "
 				"has no upgrade path from it", m->label, v);
 			goto fail;
@@ -81,7 +81,7 @@ fail:
 	return rc;
 }
 
-int due_store_run_hook(due_tx_hook hook, void *conn, const due_completion *c,
+int due__store_run_hook(due_tx_hook hook, void *conn, const due_completion *c,
 		       void *payload)
 {
 	due_task t = {.id = c->id, .attempt = c->attempt, .state = DUE_DONE,
@@ -89,20 +89,20 @@ int due_store_run_hook(due_tx_hook hook, void *conn, const due_completion *c,
 		      .result_len = c->result_len, .has_result = true};
 
 	if (hook(conn, &t, payload) != 0)
-		return due_error_set(DUE_ERROR,
+		return due__error_set(DUE_ERROR,
 			"completion hook failed for task %lld: rolled back",
 			(long long)c->id);
 	return 0;
 }
 
-due_fail_outcome due_fail_outcome_of(due_state s)
+due_fail_outcome due__fail_outcome_of(due_state s)
 {
 	return s == DUE_CANCELLED ? DUE_FAIL_CANCELLED
 	       : s == DUE_DEAD    ? DUE_FAIL_DEAD
 				  : DUE_FAIL_RETRY_SCHEDULED;
 }
 
-due_cancel_outcome due_cancel_outcome_of(bool found, due_state s)
+due_cancel_outcome due__cancel_outcome_of(bool found, due_state s)
 {
 	if (!found)
 		return DUE_CANCEL_NOT_FOUND;
@@ -112,64 +112,64 @@ due_cancel_outcome due_cancel_outcome_of(bool found, due_state s)
 				    : DUE_CANCEL_TOO_LATE;
 }
 
-int due_store_wrong_state(due_id id, const char *action, const char *state,
+int due__store_wrong_state(due_id id, const char *action, const char *state,
 			  const char *needed)
 {
 	if (!state)
-		return due_error_set(DUE_ENOTFOUND, "no task with id %lld",
+		return due__error_set(DUE_ENOTFOUND, "no task with id %lld",
 				     (long long)id);
-	return due_error_set(DUE_ESTATE,
+	return due__error_set(DUE_ESTATE,
 			     "cannot %s task %lld: it is %s, not %s", action,
 			     (long long)id, state, needed);
 }
 
-int due_store_retry_conflict(due_id id)
+int due__store_retry_conflict(due_id id)
 {
-	return due_error_set(DUE_ECONFLICT,
+	return due__error_set(DUE_ECONFLICT,
 		"cannot retry task %lld: a live task with the same kind and "
 		"key exists", (long long)id);
 }
 
-int due_task_list_alloc(due_task_list **out, size_t n)
+int due__task_list_alloc(due_task_list **out, size_t n)
 {
 	due_task_list *l = calloc(1, sizeof(*l));
 	if (!l)
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	if (n) {
 		l->items = calloc(n, sizeof(*l->items));
 		if (!l->items) {
 			free(l);
-			return due_error_set(DUE_ENOMEM, "out of memory");
+			return due__error_set(DUE_ENOMEM, "out of memory");
 		}
 	}
 	*out = l;
 	return 0;
 }
 
-int due_attempts_append(due_task *t, const due_attempt *a)
+int due__attempts_append(due_task *t, const due_attempt *a)
 {
 	due_attempt *n = realloc(t->attempts, (t->n_attempts + 1) * sizeof(*n));
 	if (!n)
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	t->attempts = n;
 	t->attempts[t->n_attempts++] = *a;
 	return 0;
 }
 
-int due_schedule_list_alloc(due_schedule_list **out, size_t n)
+int due__cron_info_list_alloc(due_cron_info_list **out, size_t n)
 {
-	due_schedule_list *l = calloc(1, sizeof(*l));
+	due_cron_info_list *l = calloc(1, sizeof(*l));
 	if (!l)
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	if (n && !(l->items = calloc(n, sizeof(*l->items)))) {
 		free(l);
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	}
 	*out = l;
 	return 0;
 }
 
-void due_schedule_info_clear(due_schedule_info *i)
+void due__cron_info_clear(due_cron_info *i)
 {
 	free(i->name);
 	free(i->expr);
@@ -179,12 +179,12 @@ void due_schedule_info_clear(due_schedule_info *i)
 	memset(i, 0, sizeof(*i));
 }
 
-void due_schedule_list_free(due_schedule_list *l)
+void due_cron_info_list_free(due_cron_info_list *l)
 {
 	if (!l)
 		return;
 	for (size_t i = 0; i < l->count; i++)
-		due_schedule_info_clear(&l->items[i]);
+		due__cron_info_clear(&l->items[i]);
 	free(l->items);
 	free(l);
 }

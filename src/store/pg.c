@@ -47,7 +47,7 @@
 ** own transaction, so a listener wakes only for committed tasks.
 **
 ** Schema history (bump DUE_SCHEMA_VERSION in due.h, add a step to
-** `steps`, which due_migrate walks under the init advisory lock, never
+** `steps`, which due__migrate walks under the init advisory lock, never
 ** edit a released step):
 **   1  due_meta, due_task, due_attempt, due_audit, their indexes and the
 **      due_backoff() function.
@@ -369,7 +369,7 @@ static const char *const sql_text[ST_COUNT] = {
 	[ST_SCHED_REMOVE] =
 		"DELETE FROM due_schedule WHERE name = $1::text RETURNING 1",
 	/*
-	** One scheduler step (store.h: sched_fire).  s locks the schedule row
+	** One scheduler step (store.h: cron_fire).  s locks the schedule row
 	** only while next_slot is still the slot we read: a scheduler that
 	** advanced it first makes s empty (re-checked on the newest version),
 	** and then nothing below writes.  $6 (kind) is NULL when the step
@@ -480,14 +480,14 @@ _Static_assert(ST_COUNT <= DUE_PG_MAX_STMTS, "raise DUE_PG_MAX_STMTS");
 static int run(due_store *s, enum stmt_id id, const due_pg_params *p,
 	       const char *what, PGresult **out)
 {
-	return due_pg_run(s, (int)id, sql_text[id], p, what, out);
+	return due__pg_run(s, (int)id, sql_text[id], p, what, out);
 }
 
 /* A row.h cursor over the rows of r. */
 #define PG_ROWS(rows, r)                                                       \
 	due_pg_cur rows##_cur;                                                 \
 	due_rows rows;                                                         \
-	due_pg_rows(&rows, &rows##_cur, r)
+	due__pg_rows(&rows, &rows##_cur, r)
 
 static const char schema_v1[] =
 	"CREATE TABLE IF NOT EXISTS due_meta ("
@@ -611,11 +611,11 @@ static int pg_parse_url(void **cfg, const due_url *u)
 {
 	*cfg = NULL;
 	if (strncmp(u->rest, "//", 2) != 0)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"malformed store URL '%s': use %s://[user@]host[:port]/"
 			"database", u->text, u->scheme);
-	if (!(*cfg = due_strdup_n(u->text, strlen(u->text))))
-		return due_error_set(DUE_ENOMEM, "out of memory");
+	if (!(*cfg = due__strdup_n(u->text, strlen(u->text))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	return 0;
 }
 
@@ -631,7 +631,7 @@ static void pg_free_cfg(void *cfg)
 static int pg_open(due_store **out, const void *cfg, bool create)
 {
 	(void)create;
-	return due_pg_connect(out, cfg);
+	return due__pg_connect(out, cfg);
 }
 
 static void pg_close(due_store *s)
@@ -653,13 +653,13 @@ static int read_version(due_store *s, int *out)
 
 	*out = -1;
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		rc = due_pg_error(s, r, "read schema version");
+		rc = due__pg_error(s, r, "read schema version");
 	} else if (PQgetisnull(r, 0, 0)) {
 		PQclear(r);
 		r = PQexec(s->conn, "SELECT value FROM due_meta"
 				    " WHERE name = 'schema_version'");
 		if (PQresultStatus(r) != PGRES_TUPLES_OK)
-			rc = due_pg_error(s, r, "read schema version");
+			rc = due__pg_error(s, r, "read schema version");
 		else if (PQntuples(r) == 1)
 			*out = (int)strtol(PQgetvalue(r, 0, 0), NULL, 10);
 	}
@@ -673,9 +673,9 @@ static int pg_check_schema(due_store *s)
 {
 	int v, rc;
 
-	if ((rc = due_pg_ok(s)) < 0 || (rc = read_version(s, &v)) < 0)
+	if ((rc = due__pg_ok(s)) < 0 || (rc = read_version(s, &v)) < 0)
 		return rc;
-	return due_schema_verdict(s->label, v, WHERE);
+	return due__schema_verdict(s->label, v, WHERE);
 }
 
 /*
@@ -685,7 +685,7 @@ static int pg_check_schema(due_store *s)
 */
 static int init_lock(due_store *s)
 {
-	return due_pg_command(s, "SELECT pg_advisory_xact_lock(" INIT_LOCK ")",
+	return due__pg_command(s, "SELECT pg_advisory_xact_lock(" INIT_LOCK ")",
 			      "lock schema");
 }
 
@@ -696,12 +696,12 @@ static int pg_init_schema(due_store *s)
 {
 	const due_migration m = {
 		.label = s->label, .where = WHERE, .steps = steps,
-		.begin = due_pg_begin, .lock = init_lock,
-		.read_version = read_version, .exec = due_pg_command,
-		.commit = due_pg_commit, .rollback = due_pg_rollback};
-	int rc = due_pg_ok(s);
+		.begin = due__pg_begin, .lock = init_lock,
+		.read_version = read_version, .exec = due__pg_command,
+		.commit = due__pg_commit, .rollback = due__pg_rollback};
+	int rc = due__pg_ok(s);
 
-	return rc < 0 ? rc : due_migrate(s, &m);
+	return rc < 0 ? rc : due__migrate(s, &m);
 }
 
 static int pg_now(due_store *s, due_time *out)
@@ -710,9 +710,9 @@ static int pg_now(due_store *s, due_time *out)
 	PGresult *r;
 	int rc;
 
-	if ((rc = due_pg_ok(s)) < 0 || (rc = run(s, ST_NOW, &p, "now", &r)) < 0)
+	if ((rc = due__pg_ok(s)) < 0 || (rc = run(s, ST_NOW, &p, "now", &r)) < 0)
 		return rc;
-	*out = due_pg_col_time(r, 0, 0);
+	*out = due__pg_col_time(r, 0, 0);
 	PQclear(r);
 	return 0;
 }
@@ -744,31 +744,31 @@ static int insert_batch(due_store *s, const due_submit *items, size_t n,
 	int rc = 0;
 
 	for (int c = 0; c < 8; c++)
-		due_pg_arr_head(&b[c], oids[c], n);
+		due__pg_arr_head(&b[c], oids[c], n);
 	for (size_t i = 0; i < n; i++) {
 		const due_schedule_opts *o = &items[i].opts;
-		due_pg_arr_text(&b[0], items[i].kind);
-		due_pg_arr_bytes(&b[1], items[i].payload, items[i].payload_len);
+		due__pg_arr_text(&b[0], items[i].kind);
+		due__pg_arr_bytes(&b[1], items[i].payload, items[i].payload_len);
 		if (o->at != DUE_TIME_NONE)
-			due_pg_arr_i64(&b[2], o->at - DUE_PG_EPOCH_US);
+			due__pg_arr_i64(&b[2], o->at - DUE_PG_EPOCH_US);
 		else
-			due_pg_arr_bytes(&b[2], NULL, SIZE_MAX);
-		due_pg_arr_i64(&b[3], o->delay_us);
-		due_pg_arr_i32(&b[4], o->max_attempts);
-		due_pg_arr_i64(&b[5], o->backoff_us);
-		due_pg_arr_i64(&b[6], o->backoff_cap_us);
-		due_pg_arr_text(&b[7], o->key);
+			due__pg_arr_bytes(&b[2], NULL, SIZE_MAX);
+		due__pg_arr_i64(&b[3], o->delay_us);
+		due__pg_arr_i32(&b[4], o->max_attempts);
+		due__pg_arr_i64(&b[5], o->backoff_us);
+		due__pg_arr_i64(&b[6], o->backoff_cap_us);
+		due__pg_arr_text(&b[7], o->key);
 	}
 	for (int c = 0; c < 8 && rc == 0; c++)
-		rc = due_pg_array(&p, &b[c]);
+		rc = due__pg_array(&p, &b[c]);
 	if (rc == 0 && (rc = run(s, ST_INSERT, &p, "insert task", &r)) == 0) {
 		for (int i = 0; i < PQntuples(r) && (size_t)i < n; i++) {
-			out[i].id = due_pg_col_int(r, i, 1);
+			out[i].id = due__pg_col_int(r, i, 1);
 			out[i].existed = false;
 		}
 		PQclear(r);
 	}
-	due_pg_bufs_free(b, 8);
+	due__pg_bufs_free(b, 8);
 	return rc;
 }
 
@@ -779,11 +779,11 @@ static int find_live(due_store *s, const due_submit *it, due_id *id)
 	PGresult *r;
 	int rc;
 
-	due_pg_text(&p, it->kind);
-	due_pg_text(&p, it->opts.key);
+	due__pg_text(&p, it->kind);
+	due__pg_text(&p, it->opts.key);
 	if ((rc = run(s, ST_FIND_KEY, &p, "find task by key", &r)) < 0)
 		return rc;
-	*id = PQntuples(r) ? due_pg_col_int(r, 0, 0) : 0;
+	*id = PQntuples(r) ? due__pg_col_int(r, 0, 0) : 0;
 	PQclear(r);
 	return 0;
 }
@@ -806,7 +806,7 @@ static int insert_items(due_store *s, const due_submit *items, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		for (int tries = 0; out[i].id == 0; tries++) {
 			if (tries == KEY_TRIES)
-				return due_error_set(DUE_EBUSY,
+				return due__error_set(DUE_EBUSY,
 					"postgres store: the live task of kind "
 					"'%s' key '%s' keeps changing; retry",
 					items[i].kind, items[i].opts.key);
@@ -833,17 +833,17 @@ static int pg_schedule(due_store *s, due_submitted *out,
 
 	for (size_t i = 0; i < n; i++)
 		keyed |= items[i].opts.key != NULL;
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
 	if (!keyed)
 		return insert_items(s, items, n, out);
-	if ((rc = due_pg_begin(s)) < 0)
+	if ((rc = due__pg_begin(s)) < 0)
 		return rc;
 	if ((rc = insert_items(s, items, n, out)) < 0) {
-		due_pg_rollback(s);
+		due__pg_rollback(s);
 		return rc;
 	}
-	return due_pg_commit(s);
+	return due__pg_commit(s);
 }
 
 static int pg_native_tx(void *conn)
@@ -857,7 +857,7 @@ static int pg_native_tx(void *conn)
 
 /*
 ** Insert on the caller's connection, inside the transaction it holds
-** (due_schedule_native checked it): unnamed statements, so nothing of
+** (due__schedule_native checked it): unnamed statements, so nothing of
 ** ours stays in their session.
 */
 static int pg_schedule_on_native(void *conn, due_submitted *out,
@@ -868,7 +868,7 @@ static int pg_schedule_on_native(void *conn, due_submitted *out,
 
 	if (rc < 0 && (strcmp(tmp.sqlstate, "42P01") == 0 ||
 		       strcmp(tmp.sqlstate, "42883") == 0))
-		rc = due_error_set(DUE_ESCHEMA, "database has no due schema in "
+		rc = due__error_set(DUE_ESCHEMA, "database has no due schema in "
 				   "its search_path: run `due init`");
 	return rc;
 }
@@ -888,9 +888,9 @@ static int tasks_of(const PGresult *r, due_task_list **out)
 	int rc;
 
 	*out = NULL;
-	if ((rc = due_task_list_alloc(&l, (size_t)PQntuples(r))) < 0)
+	if ((rc = due__task_list_alloc(&l, (size_t)PQntuples(r))) < 0)
 		return rc;
-	if ((rc = due_rows_tasks(&rows, l, (size_t)PQntuples(r))) < 0) {
+	if ((rc = due__rows_tasks(&rows, l, (size_t)PQntuples(r))) < 0) {
 		due_task_list_free(l);
 		return rc;
 	}
@@ -920,13 +920,13 @@ static int pg_claim(due_store *s, due_task_list **out, const char *owner,
 	int rc;
 
 	*out = NULL;
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due_pg_text(&p, owner);
-	due_pg_int(&p, lease_us);
-	due_pg_int(&p, only_id ? only_id : limit);
+	due__pg_text(&p, owner);
+	due__pg_int(&p, lease_us);
+	due__pg_int(&p, only_id ? only_id : limit);
 	if ((id == ST_CLAIM_KINDS || id == ST_CLAIM_EXCLUDE) &&
-	    (rc = due_pg_texts(&p, &kb, kinds, n_kinds)) < 0)
+	    (rc = due__pg_texts(&p, &kb, kinds, n_kinds)) < 0)
 		goto done;
 	if ((rc = run(s, id, &p, "claim", &r)) < 0)
 		goto done;
@@ -949,22 +949,22 @@ static int pg_extend(due_store *s, due_extend_outcome *out, due_id id,
 	PGresult *r;
 	int rc;
 
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due_pg_int(&p, id);
-	due_pg_int(&p, attempt);
-	due_pg_int(&p, lease_us);
+	due__pg_int(&p, id);
+	due__pg_int(&p, attempt);
+	due__pg_int(&p, lease_us);
 	if ((rc = run(s, ST_EXTEND, &p, "extend", &r)) < 0)
 		return rc;
 	*out = DUE_EXTEND_LOST;
 	if (PQntuples(r) == 1) {
 		due_state st = DUE_SCHEDULED;
-		due_pg_col_state(r, 0, 0, &st);
-		if (due_pg_col_int(r, 0, 3))
+		due__pg_col_state(r, 0, 0, &st);
+		if (due__pg_col_int(r, 0, 3))
 			*out = DUE_EXTEND_OK;
 		else if (st == DUE_CLAIMED &&
-			 due_pg_col_int(r, 0, 1) == attempt &&
-			 due_pg_col_int(r, 0, 2))
+			 due__pg_col_int(r, 0, 1) == attempt &&
+			 due__pg_col_int(r, 0, 2))
 			*out = DUE_EXTEND_CANCEL_REQUESTED;
 	}
 	PQclear(r);
@@ -979,7 +979,7 @@ static int run_hooks(due_store *s, const due_completion *items, size_t n,
 
 	for (size_t i = 0; hook && i < n && rc == 0; i++)
 		if (items[i].outcome == DUE_COMPLETE_DONE)
-			rc = due_store_run_hook(hook, s->conn, &items[i],
+			rc = due__store_run_hook(hook, s->conn, &items[i],
 						payload);
 	return rc;
 }
@@ -990,16 +990,16 @@ static int bind_completions(due_pg_params *p, due_pg_buf b[3],
 {
 	int rc = 0;
 
-	due_pg_arr_head(&b[0], DUE_PG_OID_INT8, n);
-	due_pg_arr_head(&b[1], DUE_PG_OID_INT4, n);
-	due_pg_arr_head(&b[2], DUE_PG_OID_BYTEA, n);
+	due__pg_arr_head(&b[0], DUE_PG_OID_INT8, n);
+	due__pg_arr_head(&b[1], DUE_PG_OID_INT4, n);
+	due__pg_arr_head(&b[2], DUE_PG_OID_BYTEA, n);
 	for (size_t i = 0; i < n; i++) {
-		due_pg_arr_i64(&b[0], items[i].id);
-		due_pg_arr_i32(&b[1], items[i].attempt);
-		due_pg_arr_bytes(&b[2], items[i].result, items[i].result_len);
+		due__pg_arr_i64(&b[0], items[i].id);
+		due__pg_arr_i32(&b[1], items[i].attempt);
+		due__pg_arr_bytes(&b[2], items[i].result, items[i].result_len);
 	}
 	for (int c = 0; c < 3 && rc == 0; c++)
-		rc = due_pg_array(p, &b[c]);
+		rc = due__pg_array(p, &b[c]);
 	return rc;
 }
 
@@ -1015,7 +1015,7 @@ static int complete_rows(due_store *s, due_completion *items, size_t n)
 		for (int i = 0; i < PQntuples(r) && (size_t)i < n; i++) {
 			const char *st = PQgetvalue(r, i, 1);
 			items[i].outcome =
-			    due_pg_col_null(r, i, 1)
+			    due__pg_col_null(r, i, 1)
 				? DUE_COMPLETE_REJECTED_STALE
 			    : strcmp(st, "DONE") == 0
 				? DUE_COMPLETE_DONE
@@ -1023,7 +1023,7 @@ static int complete_rows(due_store *s, due_completion *items, size_t n)
 		}
 		PQclear(r);
 	}
-	due_pg_bufs_free(b, 3);
+	due__pg_bufs_free(b, 3);
 	return rc;
 }
 
@@ -1040,18 +1040,18 @@ static int pg_complete(due_store *s, due_completion *items, size_t n,
 {
 	int rc;
 
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
 	if (!hook)
 		return complete_rows(s, items, n);
-	if ((rc = due_pg_begin(s)) < 0)
+	if ((rc = due__pg_begin(s)) < 0)
 		return rc;
 	if ((rc = complete_rows(s, items, n)) < 0 ||
 	    (rc = run_hooks(s, items, n, hook, payload)) < 0) {
-		due_pg_rollback(s);
+		due__pg_rollback(s);
 		return rc;
 	}
-	return due_pg_commit(s);
+	return due__pg_commit(s);
 }
 
 /* The outcomes string of a combined statement ("DONE,STALE,...") */
@@ -1088,14 +1088,14 @@ static int pg_complete_claim(due_store *s, due_completion *items, size_t n,
 	int rc;
 
 	*out = NULL;
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
 	rc = bind_completions(&p, b, items, n);
-	due_pg_text(&p, owner);
-	due_pg_int(&p, lease_us);
-	due_pg_int(&p, limit);
+	due__pg_text(&p, owner);
+	due__pg_int(&p, lease_us);
+	due__pg_int(&p, limit);
 	if (rc == 0 && n_kinds)
-		rc = due_pg_texts(&p, &b[3], kinds, n_kinds);
+		rc = due__pg_texts(&p, &b[3], kinds, n_kinds);
 	if (rc < 0 || (rc = run(s, id, &p, "complete and claim", &r)) < 0)
 		goto done;
 	if (PQntuples(r) > 0)
@@ -1103,7 +1103,7 @@ static int pg_complete_claim(due_store *s, due_completion *items, size_t n,
 	rc = tasks_of(r, out); /* a NULL task: nothing was claimed */
 done:
 	PQclear(r);
-	due_pg_bufs_free(b, 4);
+	due__pg_bufs_free(b, 4);
 	return rc;
 }
 
@@ -1115,17 +1115,17 @@ static int pg_fail(due_store *s, due_fail_outcome *out, due_id id,
 	due_state ns = DUE_SCHEDULED;
 	int rc;
 
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due_pg_int(&p, id);
-	due_pg_int(&p, attempt);
-	due_pg_text(&p, error);
+	due__pg_int(&p, id);
+	due__pg_int(&p, attempt);
+	due__pg_text(&p, error);
 	if ((rc = run(s, ST_FAIL, &p, "fail", &r)) < 0)
 		return rc;
 	if (PQntuples(r) == 0)
 		*out = DUE_FAIL_REJECTED_STALE;
-	else if ((rc = due_pg_col_state(r, 0, 0, &ns)) == 0)
-		*out = due_fail_outcome_of(ns);
+	else if ((rc = due__pg_col_state(r, 0, 0, &ns)) == 0)
+		*out = due__fail_outcome_of(ns);
 	PQclear(r);
 	return rc;
 }
@@ -1146,22 +1146,22 @@ static int pg_reclaim(due_store *s, due_reclaimed *out)
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
 	do {
 		due_pg_params p = {0};
 		PGresult *r;
-		due_pg_int(&p, BATCH_ROWS);
+		due__pg_int(&p, BATCH_ROWS);
 		if ((rc = run(s, ST_RECLAIM, &p, "reclaim", &r)) < 0)
 			return rc;
-		out->rescheduled += due_pg_col_int(r, 0, 0);
-		out->dead += due_pg_col_int(r, 0, 1);
-		out->cancelled += due_pg_col_int(r, 0, 2);
+		out->rescheduled += due__pg_col_int(r, 0, 0);
+		out->dead += due__pg_col_int(r, 0, 1);
+		out->cancelled += due__pg_col_int(r, 0, 2);
 		/* next_expiry is 0 when none is CLAIMED */
-		out->next_expiry = due_pg_col_time(r, 0, 4);
-		out->now = due_pg_col_time(r, 0, 5);
-		got = due_pg_col_int(r, 0, 0) + due_pg_col_int(r, 0, 1) +
-		      due_pg_col_int(r, 0, 2);
+		out->next_expiry = due__pg_col_time(r, 0, 4);
+		out->now = due__pg_col_time(r, 0, 5);
+		got = due__pg_col_int(r, 0, 0) + due__pg_col_int(r, 0, 1) +
+		      due__pg_col_int(r, 0, 2);
 		PQclear(r);
 	} while (got == BATCH_ROWS);
 	return 0;
@@ -1180,14 +1180,14 @@ static int pg_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 	bool found;
 	int rc;
 
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due_pg_int(&p, id);
+	due__pg_int(&p, id);
 	if ((rc = run(s, ST_CANCEL, &p, "cancel", &r)) < 0)
 		return rc;
 	found = PQntuples(r) > 0;
-	if (!found || (rc = due_pg_col_state(r, 0, 0, &st)) == 0)
-		*out = due_cancel_outcome_of(found, st);
+	if (!found || (rc = due__pg_col_state(r, 0, 0, &st)) == 0)
+		*out = due__cancel_outcome_of(found, st);
 	PQclear(r);
 	return rc;
 }
@@ -1203,13 +1203,13 @@ static int load_attempts(due_store *s, due_task *tasks, size_t n)
 	PGresult *r = NULL;
 	int rc;
 
-	due_pg_arr_head(&b, DUE_PG_OID_INT8, n);
+	due__pg_arr_head(&b, DUE_PG_OID_INT8, n);
 	for (size_t i = 0; i < n; i++)
-		due_pg_arr_i64(&b, tasks[i].id);
-	if ((rc = due_pg_array(&p, &b)) == 0 &&
+		due__pg_arr_i64(&b, tasks[i].id);
+	if ((rc = due__pg_array(&p, &b)) == 0 &&
 	    (rc = run(s, ST_ATTEMPTS, &p, "read attempts", &r)) == 0) {
 		PG_ROWS(rows, r);
-		rc = due_rows_attempts(&rows, tasks, n);
+		rc = due__rows_attempts(&rows, tasks, n);
 	}
 	PQclear(r);
 	free(b.p);
@@ -1222,13 +1222,13 @@ static int pg_get(due_store *s, due_task **out, due_id id)
 	PGresult *r;
 	int rc;
 
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due_pg_int(&p, id);
+	due__pg_int(&p, id);
 	if ((rc = run(s, ST_GET, &p, "get", &r)) < 0)
 		return rc;
 	PG_ROWS(rows, r);
-	rc = due_rows_task_get(&rows, out, id);
+	rc = due__rows_task_get(&rows, out, id);
 	PQclear(r);
 	if (rc == 0 && (rc = load_attempts(s, *out, 1)) < 0) {
 		due_task_free(*out);
@@ -1244,13 +1244,13 @@ static int pg_list(due_store *s, due_task_list **out, const due_list_opts *o)
 	PGresult *r;
 	int rc;
 
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due_pg_text(&p,
+	due__pg_text(&p,
 		    o->state >= 0 ? due_state_name((due_state)o->state) : NULL);
-	due_pg_text(&p, o->kind);
-	due_pg_int(&p, o->after);
-	due_pg_int(&p, o->limit);
+	due__pg_text(&p, o->kind);
+	due__pg_int(&p, o->after);
+	due__pg_int(&p, o->limit);
 	if ((rc = run(s, ST_LIST, &p, "list", &r)) < 0)
 		return rc;
 	if ((rc = tasks_of(r, &l)) == 0 && o->attempts && l->count)
@@ -1272,8 +1272,8 @@ static int pg_list(due_store *s, due_task_list **out, const due_list_opts *o)
 static int wrong_state(const PGresult *r, int col, due_id id,
 		       const char *action, const char *needed)
 {
-	return due_store_wrong_state(id, action,
-				     due_pg_col_null(r, 0, col)
+	return due__store_wrong_state(id, action,
+				     due__pg_col_null(r, 0, col)
 					     ? NULL : PQgetvalue(r, 0, col),
 				     needed);
 }
@@ -1285,15 +1285,15 @@ static int pg_retry(due_store *s, due_id id)
 	PGresult *r = NULL;
 	int rc;
 
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due_pg_int(&p, id);
+	due__pg_int(&p, id);
 	rc = run(s, ST_RETRY, &p, "retry", &r);
 	if (rc == DUE_ECONFLICT)
-		return due_store_retry_conflict(id);
+		return due__store_retry_conflict(id);
 	if (rc < 0)
 		return rc;
-	if (due_pg_col_int(r, 0, 0) == 0)
+	if (due__pg_col_int(r, 0, 0) == 0)
 		rc = wrong_state(r, 1, id, "retry", "DEAD");
 	PQclear(r);
 	return rc;
@@ -1311,15 +1311,15 @@ static int pg_operator(due_store *s, enum stmt_id sid, due_id id,
 	PGresult *r;
 	int rc;
 
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due_pg_int(&p, id);
+	due__pg_int(&p, id);
 	if ((rc = run(s, sid, &p, action, &r)) < 0)
 		return rc;
-	if (due_pg_col_null(r, 0, 0))
+	if (due__pg_col_null(r, 0, 0))
 		rc = wrong_state(r, 1, id, action, needed);
 	else
-		rc = due_pg_col_state(r, 0, 0, final);
+		rc = due__pg_col_state(r, 0, 0, final);
 	PQclear(r);
 	return rc;
 }
@@ -1351,27 +1351,27 @@ static int pg_stats(due_store *s, due_stats *out)
 	PGresult *r;
 	int rc;
 
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due_pg_int(&p, DUE_STATS_WINDOW_US);
+	due__pg_int(&p, DUE_STATS_WINDOW_US);
 	if ((rc = run(s, ST_STATS, &p, "stats", &r)) < 0)
 		return rc;
-	out->now = due_pg_col_time(r, 0, 0);
+	out->now = due__pg_col_time(r, 0, 0);
 	for (int i = 0; i < DUE_STATE_COUNT; i++)
-		out->counts[i] = due_pg_col_int(r, 0, 1 + i);
+		out->counts[i] = due__pg_col_int(r, 0, 1 + i);
 	out->dead = out->counts[DUE_DEAD];
-	out->due_unclaimed = due_pg_col_int(r, 0, 6);
-	if (!due_pg_col_null(r, 0, 7))
+	out->due_unclaimed = due__pg_col_int(r, 0, 6);
+	if (!due__pg_col_null(r, 0, 7))
 		out->oldest_due_unclaimed_ms =
-		    (out->now - due_pg_col_time(r, 0, 7)) / 1000;
+		    (out->now - due__pg_col_time(r, 0, 7)) / 1000;
 	out->window_us = DUE_STATS_WINDOW_US;
-	out->claims_window = due_pg_col_int(r, 0, 8);
+	out->claims_window = due__pg_col_int(r, 0, 8);
 	out->lateness_p50_us =
-	    due_pg_col_null(r, 0, 9) ? -1 : due_pg_col_int(r, 0, 9);
+	    due__pg_col_null(r, 0, 9) ? -1 : due__pg_col_int(r, 0, 9);
 	out->lateness_p99_us =
-	    due_pg_col_null(r, 0, 10) ? -1 : due_pg_col_int(r, 0, 10);
+	    due__pg_col_null(r, 0, 10) ? -1 : due__pg_col_int(r, 0, 10);
 	out->lateness_max_us =
-	    due_pg_col_null(r, 0, 11) ? -1 : due_pg_col_int(r, 0, 11);
+	    due__pg_col_null(r, 0, 11) ? -1 : due__pg_col_int(r, 0, 11);
 	PQclear(r);
 	return 0;
 }
@@ -1388,16 +1388,16 @@ static int pg_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 	int rc;
 
 	*deleted = 0;
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
 	do {
 		due_pg_params p = {0};
 		PGresult *r;
-		due_pg_int(&p, older_than_us < max_us ? older_than_us : max_us);
-		due_pg_int(&p, BATCH_ROWS);
+		due__pg_int(&p, older_than_us < max_us ? older_than_us : max_us);
+		due__pg_int(&p, BATCH_ROWS);
 		if ((rc = run(s, ST_PRUNE, &p, "prune", &r)) < 0)
 			return rc;
-		n = due_pg_col_int(r, 0, 0);
+		n = due__pg_col_int(r, 0, 0);
 		*deleted += n;
 		PQclear(r);
 	} while (n > 0);
@@ -1408,7 +1408,7 @@ static int pg_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 /* Schedules                                                           */
 /* ------------------------------------------------------------------ */
 
-static int pg_sched_get(due_store *s, due_schedule_info **out,
+static int pg_cron_get(due_store *s, due_cron_info **out,
 			const char *name)
 {
 	due_pg_params p = {0};
@@ -1416,80 +1416,80 @@ static int pg_sched_get(due_store *s, due_schedule_info **out,
 	int rc;
 
 	*out = NULL;
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due_pg_text(&p, name);
+	due__pg_text(&p, name);
 	if ((rc = run(s, ST_SCHED_GET, &p, "read schedule", &r)) < 0)
 		return rc;
 	PG_ROWS(rows, r);
-	rc = due_rows_sched_get(&rows, out, name);
+	rc = due__rows_sched_get(&rows, out, name);
 	PQclear(r);
 	return rc;
 }
 
-static int pg_sched_list(due_store *s, due_schedule_list **out)
+static int pg_cron_list(due_store *s, due_cron_info_list **out)
 {
 	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
 	*out = NULL;
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
 	if ((rc = run(s, ST_SCHED_LIST, &p, "list schedules", &r)) < 0)
 		return rc;
 	PG_ROWS(rows, r);
-	rc = due_rows_sched_list(&rows, out);
+	rc = due__rows_sched_list(&rows, out);
 	PQclear(r);
 	return rc;
 }
 
 /* Insert or replace a definition; a replace keeps the firing history. */
-static int pg_sched_put(due_store *s, const due_cron_def *d,
+static int pg_cron_put(due_store *s, const due_cron_def *d,
 			due_time next_slot)
 {
 	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due_pg_text(&p, d->name);
-	due_pg_text(&p, d->expr);
-	due_pg_text(&p, d->kind);
-	due_pg_text(&p, d->tz ? d->tz : "UTC");
-	due_pg_bin(&p, d->payload, d->payload_len);
-	due_pg_text(&p, due_misfire_name(d->misfire));
-	due_pg_text(&p, due_overlap_name(d->overlap));
-	due_pg_int(&p, d->max_attempts);
-	due_pg_int(&p, d->backoff_us);
-	due_pg_int(&p, d->backoff_cap_us);
-	due_pg_time(&p, next_slot);
+	due__pg_text(&p, d->name);
+	due__pg_text(&p, d->expr);
+	due__pg_text(&p, d->kind);
+	due__pg_text(&p, d->tz ? d->tz : "UTC");
+	due__pg_bin(&p, d->payload, d->payload_len);
+	due__pg_text(&p, due__misfire_name(d->misfire));
+	due__pg_text(&p, due__overlap_name(d->overlap));
+	due__pg_int(&p, d->max_attempts);
+	due__pg_int(&p, d->backoff_us);
+	due__pg_int(&p, d->backoff_cap_us);
+	due__pg_time(&p, next_slot);
 	if ((rc = run(s, ST_SCHED_PUT, &p, "save schedule", &r)) < 0)
 		return rc;
 	PQclear(r);
 	return 0;
 }
 
-static int pg_sched_remove(due_store *s, const char *name)
+static int pg_cron_remove(due_store *s, const char *name)
 {
 	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due_pg_text(&p, name);
+	due__pg_text(&p, name);
 	if ((rc = run(s, ST_SCHED_REMOVE, &p, "remove schedule", &r)) < 0)
 		return rc;
 	if (PQntuples(r) == 0)
-		rc = due_error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
+		rc = due__error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
 	PQclear(r);
 	return rc;
 }
 
 /*
-** One scheduler step (store.h: sched_fire) in one transaction: the
+** One scheduler step (store.h: cron_fire) in one transaction: the
 ** ST_SCHED_FIRE statement advances next_slot by compare-and-set, inserts
 ** the slot's task (notifying) and records it.  When the insert did nothing
 ** because a live task of the same (kind, key) exists that the statement's
@@ -1498,7 +1498,7 @@ static int pg_sched_remove(due_store *s, const char *name)
 ** meanwhile, the step is rolled back and run again, as a keyed submit
 ** does.  A lost race writes nothing: *won = false.
 */
-static int pg_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
+static int pg_cron_fire(due_store *s, const due_cron_fire *f, bool *won,
 			 due_id *task_id)
 {
 	const due_submit *t = f->task;
@@ -1506,45 +1506,45 @@ static int pg_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
 
 	*won = false;
 	*task_id = 0;
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
 	for (int tries = 0; tries < KEY_TRIES; tries++) {
 		due_pg_params p = {0};
 		PGresult *r;
 		due_id id;
 
-		due_pg_text(&p, f->name);
-		due_pg_time(&p, f->expect);
-		due_pg_time(&p, f->next);
-		due_pg_int(&p, f->missed);
+		due__pg_text(&p, f->name);
+		due__pg_time(&p, f->expect);
+		due__pg_time(&p, f->next);
+		due__pg_int(&p, f->missed);
 		if (f->missed > 0)
-			due_pg_time(&p, f->last_missed);
+			due__pg_time(&p, f->last_missed);
 		else
-			due_pg_text(&p, NULL);
-		due_pg_text(&p, t ? t->kind : NULL);
+			due__pg_text(&p, NULL);
+		due__pg_text(&p, t ? t->kind : NULL);
 		if (t)
-			due_pg_bin(&p, t->payload, t->payload_len);
+			due__pg_bin(&p, t->payload, t->payload_len);
 		else
-			due_pg_text(&p, NULL);
+			due__pg_text(&p, NULL);
 		if (t && t->opts.at != DUE_TIME_NONE)
-			due_pg_time(&p, t->opts.at);
+			due__pg_time(&p, t->opts.at);
 		else
-			due_pg_text(&p, NULL);
-		due_pg_int(&p, t ? t->opts.delay_us : 0);
-		due_pg_int(&p, t ? t->opts.max_attempts : 0);
-		due_pg_int(&p, t ? t->opts.backoff_us : 0);
-		due_pg_int(&p, t ? t->opts.backoff_cap_us : 0);
-		due_pg_text(&p, t ? t->opts.key : NULL);
-		due_pg_time(&p, f->slot);
-		if ((rc = due_pg_begin(s)) < 0)
+			due__pg_text(&p, NULL);
+		due__pg_int(&p, t ? t->opts.delay_us : 0);
+		due__pg_int(&p, t ? t->opts.max_attempts : 0);
+		due__pg_int(&p, t ? t->opts.backoff_us : 0);
+		due__pg_int(&p, t ? t->opts.backoff_cap_us : 0);
+		due__pg_text(&p, t ? t->opts.key : NULL);
+		due__pg_time(&p, f->slot);
+		if ((rc = due__pg_begin(s)) < 0)
 			return rc;
 		if ((rc = run(s, ST_SCHED_FIRE, &p, "fire schedule", &r)) < 0)
 			goto fail;
-		*won = due_pg_col_int(r, 0, 0) > 0;
-		id = due_pg_col_int(r, 0, 1);
+		*won = due__pg_col_int(r, 0, 0) > 0;
+		id = due__pg_col_int(r, 0, 1);
 		PQclear(r);
 		if (!*won) {
-			due_pg_rollback(s); /* nothing was written */
+			due__pg_rollback(s); /* nothing was written */
 			return 0;
 		}
 		if (t && id == 0) {
@@ -1552,30 +1552,30 @@ static int pg_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
 			if ((rc = find_live(s, t, &id)) < 0)
 				goto fail;
 			if (id == 0) { /* it ended meanwhile: step again */
-				due_pg_rollback(s);
+				due__pg_rollback(s);
 				*won = false;
 				continue;
 			}
-			due_pg_text(&q, f->name);
-			due_pg_int(&q, id);
+			due__pg_text(&q, f->name);
+			due__pg_int(&q, id);
 			if ((rc = run(s, ST_SCHED_LAST_TASK, &q, "fire schedule",
 				      &r)) < 0)
 				goto fail;
 			PQclear(r);
 		}
-		if ((rc = due_pg_commit(s)) < 0) {
+		if ((rc = due__pg_commit(s)) < 0) {
 			*won = false;
 			return rc;
 		}
 		*task_id = id;
 		return 0;
 	}
-	return due_error_set(DUE_EBUSY,
+	return due__error_set(DUE_EBUSY,
 		"postgres store: the live task of schedule '%s' keeps changing; "
 		"retry", f->name);
 fail:
 	*won = false;
-	due_pg_rollback(s);
+	due__pg_rollback(s);
 	return rc;
 }
 
@@ -1593,22 +1593,22 @@ static int metrics_kinds(due_store *s, due_metrics *out)
 	PGresult *r;
 	int rc, n;
 
-	due_pg_int(&p, METRICS_KINDS);
+	due__pg_int(&p, METRICS_KINDS);
 	if ((rc = run(s, ST_METRICS_KINDS, &p, "metrics", &r)) < 0)
 		return rc;
 	n = PQntuples(r);
 	if (n && !(out->kinds = calloc((size_t)n, sizeof(*out->kinds)))) {
 		PQclear(r);
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	}
 	for (int i = 0; i < n; i++) {
 		due_kind_counts *k = &out->kinds[i];
-		if (!(k->kind = due_pg_col_text(r, i, 0))) {
+		if (!(k->kind = due__pg_col_text(r, i, 0))) {
 			PQclear(r);
-			return due_error_set(DUE_ENOMEM, "out of memory");
+			return due__error_set(DUE_ENOMEM, "out of memory");
 		}
 		for (int st = 0; st < DUE_STATE_COUNT; st++)
-			k->counts[st] = due_pg_col_int(r, i, 1 + st);
+			k->counts[st] = due__pg_col_int(r, i, 1 + st);
 		out->n_kinds++;
 	}
 	PQclear(r);
@@ -1618,17 +1618,17 @@ static int metrics_kinds(due_store *s, due_metrics *out)
 /* One row of ST_METRICS, by the grouping set it belongs to. */
 static void metrics_row(const PGresult *r, int i, due_metrics *out)
 {
-	int64_t n = due_pg_col_int(r, i, 5);
+	int64_t n = due__pg_col_int(r, i, 5);
 	int64_t b;
 
-	switch (due_pg_col_int(r, i, 0)) { /* GROUPING(lb, db, outcome, mi) */
+	switch (due__pg_col_int(r, i, 0)) { /* GROUPING(lb, db, outcome, mi) */
 	case 7: /* (lb) */
 	case 11: { /* (db) */
-		bool late = due_pg_col_int(r, i, 0) == 7;
+		bool late = due__pg_col_int(r, i, 0) == 7;
 		due_histogram *h = late ? &out->lateness : &out->duration;
-		if (due_pg_col_null(r, i, late ? 1 : 2))
+		if (due__pg_col_null(r, i, late ? 1 : 2))
 			break; /* the unended tries of the (db) set */
-		b = due_pg_col_int(r, i, late ? 1 : 2);
+		b = due__pg_col_int(r, i, late ? 1 : 2);
 		if (b < 0)
 			b = 0;
 		if (b > DUE_HIST_N)
@@ -1638,24 +1638,24 @@ static void metrics_row(const PGresult *r, int i, due_metrics *out)
 		break;
 	}
 	case 13: /* (outcome) */
-		if ((b = due_outcome_parse(PQgetvalue(r, i, 3))) >= 0)
+		if ((b = due__outcome_parse(PQgetvalue(r, i, 3))) >= 0)
 			out->outcomes[b] += n;
 		break;
 	case 14: /* (mi) */
-		b = due_pg_col_int(r, i, 4);
-		if (!due_pg_col_null(r, i, 4) && b >= 0 && b < 15)
+		b = due__pg_col_int(r, i, 4);
+		if (!due__pg_col_null(r, i, 4) && b >= 0 && b < 15)
 			out->done_per_min[b] += n;
 		break;
 	case 15: /* () */
-		out->lateness.sum_ms = due_pg_col_f64(r, i, 6);
-		out->duration.sum_ms = due_pg_col_f64(r, i, 7);
-		out->outcomes[DUE_OUT_REJECTED_STALE] = due_pg_col_int(r, i, 8);
-		out->workers = due_pg_col_int(r, i, 9);
-		out->claim_queries = due_pg_col_int(r, i, 10);
-		out->empty_claims = due_pg_col_int(r, i, 11);
-		out->reclaim_queries = due_pg_col_int(r, i, 12);
-		out->store_errors = due_pg_col_int(r, i, 13);
-		out->n_schedules = (size_t)due_pg_col_int(r, i, 14);
+		out->lateness.sum_ms = due__pg_col_f64(r, i, 6);
+		out->duration.sum_ms = due__pg_col_f64(r, i, 7);
+		out->outcomes[DUE_OUT_REJECTED_STALE] = due__pg_col_int(r, i, 8);
+		out->workers = due__pg_col_int(r, i, 9);
+		out->claim_queries = due__pg_col_int(r, i, 10);
+		out->empty_claims = due__pg_col_int(r, i, 11);
+		out->reclaim_queries = due__pg_col_int(r, i, 12);
+		out->store_errors = due__pg_col_int(r, i, 13);
+		out->n_schedules = (size_t)due__pg_col_int(r, i, 14);
 		break;
 	default:
 		break;
@@ -1682,15 +1682,15 @@ static int pg_metrics(due_store *s, due_metrics *out)
 	out->workers = out->claim_queries = out->empty_claims = 0;
 	out->reclaim_queries = out->store_errors = 0;
 	out->n_schedules = 0;
-	if ((rc = due_pg_ok(s)) < 0 || (rc = metrics_kinds(s, out)) < 0)
+	if ((rc = due__pg_ok(s)) < 0 || (rc = metrics_kinds(s, out)) < 0)
 		goto done;
 	/* The bounds negated, ascending (see ST_METRICS). */
-	due_pg_arr_head(&b, DUE_PG_OID_FLOAT8, DUE_HIST_N);
+	due__pg_arr_head(&b, DUE_PG_OID_FLOAT8, DUE_HIST_N);
 	for (int i = DUE_HIST_N - 1; i >= 0; i--)
-		due_pg_arr_f64(&b, -due_hist_bounds_ms[i]);
-	if ((rc = due_pg_array(&p, &b)) < 0)
+		due__pg_arr_f64(&b, -due_hist_bounds_ms[i]);
+	if ((rc = due__pg_array(&p, &b)) < 0)
 		goto done;
-	due_pg_int(&p, DUE_HIST_N);
+	due__pg_int(&p, DUE_HIST_N);
 	if ((rc = run(s, ST_METRICS, &p, "metrics", &r)) < 0)
 		goto done;
 	for (int i = 0; i < PQntuples(r); i++)
@@ -1717,12 +1717,12 @@ static int pg_worker_report(due_store *s, const char *owner,
 	PGresult *r;
 	int rc;
 
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due_worker_counters(st, v);
-	due_pg_text(&p, owner);
+	due__worker_counters(st, v);
+	due__pg_text(&p, owner);
 	for (int i = 0; i < DUE_WORKER_N_COUNTERS; i++)
-		due_pg_int(&p, v[i]);
+		due__pg_int(&p, v[i]);
 	if ((rc = run(s, ST_WORKER_REPORT, &p, "worker report", &r)) < 0)
 		return rc;
 	PQclear(r);
@@ -1747,18 +1747,18 @@ static int pg_upcoming(due_store *s, due_upcoming *out, const char *const *kinds
 	PGresult *r = NULL;
 	int rc;
 
-	if ((rc = due_pg_ok(s)) < 0)
+	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due_pg_time(&p, until);
-	due_pg_int(&p, limit);
-	if ((!n_kinds || (rc = due_pg_texts(&p, &kb, kinds, n_kinds)) == 0) &&
+	due__pg_time(&p, until);
+	due__pg_int(&p, limit);
+	if ((!n_kinds || (rc = due__pg_texts(&p, &kb, kinds, n_kinds)) == 0) &&
 	    (rc = run(s, id, &p, "upcoming", &r)) == 0) {
 		PG_ROWS(rows, r);
 		if (PQntuples(r) > 0) {
-			out->now = due_pg_col_time(r, 0, 2);
-			out->next_expiry = due_pg_col_time(r, 0, 3);
+			out->now = due__pg_col_time(r, 0, 2);
+			out->next_expiry = due__pg_col_time(r, 0, 3);
 		}
-		rc = due_rows_upcoming(&rows, out, limit);
+		rc = due__rows_upcoming(&rows, out, limit);
 	}
 	PQclear(r);
 	free(kb.p);
@@ -1768,21 +1768,21 @@ static int pg_upcoming(due_store *s, due_upcoming *out, const char *const *kinds
 /*
 ** LISTEN on this session; *fd is the connection's socket, which becomes
 ** readable when a notification arrives.  A reset connection re-listens
-** (due_pg_ok), and its socket may change: callers ask again each time.
+** (due__pg_ok), and its socket may change: callers ask again each time.
 */
 static int pg_listen(due_store *s, int *fd)
 {
 	int rc;
 
 	if (!s->listening) {
-		if ((rc = due_pg_ok(s)) < 0 ||
-		    (rc = due_pg_command(s, "LISTEN " DUE_PG_CHANNEL,
+		if ((rc = due__pg_ok(s)) < 0 ||
+		    (rc = due__pg_command(s, "LISTEN " DUE_PG_CHANNEL,
 					 "listen")) < 0)
 			return rc;
 		s->listening = true;
 	}
 	*fd = PQsocket(s->conn);
-	return *fd >= 0 ? 0 : due_error_set(DUE_ESTORE, "postgres store: no socket");
+	return *fd >= 0 ? 0 : due__error_set(DUE_ESTORE, "postgres store: no socket");
 }
 
 static int pg_listen_drain(due_store *s, int *count)
@@ -1801,16 +1801,16 @@ static int pg_listen_drain(due_store *s, int *count)
 
 static int pg_notify(due_store *s)
 {
-	int rc = due_pg_ok(s);
+	int rc = due__pg_ok(s);
 	return rc < 0 ? rc
-		      : due_pg_command(s, "NOTIFY " DUE_PG_CHANNEL, "notify");
+		      : due__pg_command(s, "NOTIFY " DUE_PG_CHANNEL, "notify");
 }
 
 static const char *const schemes[] = {"postgres", "postgresql", NULL};
 
 /* Every method is pg_<method> (store.h lists them). */
 #define OP(m) .m = pg_##m,
-const due_store_ops due_store_pg = {
+const due_store_ops due__store_pg = {
 	.version = DUE_STORE_OPS_VERSION,
 	.name = "postgres",
 	.schemes = schemes,
@@ -1821,4 +1821,4 @@ const due_store_ops due_store_pg = {
 };
 #undef OP
 
-DUE_STORE_TX_SUBMIT_API(due_schedule_pg_tx, struct pg_conn, due_store_pg)
+DUE_STORE_TX_SUBMIT_API(due_schedule_pg_tx, struct pg_conn, due__store_pg)

@@ -8,7 +8,7 @@
 ** DUE_ESTORE and never retried here; every transition is safe to retry by
 ** the caller because it is fenced by state and attempt.
 **
-** Errors.  due_pg_error() is the one translator of libpq failures: a broken
+** Errors.  due__pg_error() is the one translator of libpq failures: a broken
 ** connection (or SQLSTATE class 08, or the server shutting down) is
 ** DUE_ESTORE with libpq's own text; serialization failures, deadlocks and
 ** lock timeouts are DUE_EBUSY; a unique violation is DUE_ECONFLICT.
@@ -38,7 +38,7 @@ static const char *trimmed(char *buf, size_t n, const char *msg)
 	return buf;
 }
 
-int due_pg_error(due_store *s, const PGresult *r, const char *what)
+int due__pg_error(due_store *s, const PGresult *r, const char *what)
 {
 	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
 	const char *msg = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
@@ -60,7 +60,7 @@ int due_pg_error(due_store *s, const PGresult *r, const char *what)
 		code = DUE_ECONFLICT;
 	else if (!r)
 		code = DUE_ESTORE;
-	return due_error_set(code, "postgres store: %s: %s", what,
+	return due__error_set(code, "postgres store: %s: %s", what,
 			     trimmed(buf, sizeof(buf), msg));
 }
 
@@ -71,7 +71,7 @@ static void quiet_notices(void *arg, const char *message)
 }
 
 /* The URI goes to libpq whole; the label names the store in messages. */
-int due_pg_connect(due_store **out, const char *uri)
+int due__pg_connect(due_store **out, const char *uri)
 {
 	const char *const keys[] = {"dbname", "fallback_application_name", NULL};
 	const char *const vals[] = {uri, "due", NULL};
@@ -79,15 +79,15 @@ int due_pg_connect(due_store **out, const char *uri)
 
 	*out = NULL;
 	if (!(s = calloc(1, sizeof(*s))))
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	*out = s;
 	s->own = true;
 	s->conn = PQconnectdbParams(keys, vals, 1);
 	if (!s->conn)
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	PQsetNoticeProcessor(s->conn, quiet_notices, NULL);
 	if (PQstatus(s->conn) != CONNECTION_OK)
-		return due_pg_error(s, NULL, "cannot connect");
+		return due__pg_error(s, NULL, "cannot connect");
 	snprintf(s->label, sizeof(s->label), "postgres://%s@%s:%s/%s",
 		 PQuser(s->conn), PQhost(s->conn), PQport(s->conn),
 		 PQdb(s->conn));
@@ -100,14 +100,14 @@ int due_pg_connect(due_store **out, const char *uri)
 ** (DUE_EINVAL), because committing or rolling back here would decide the
 ** hook's transaction behind its back.
 */
-int due_pg_ok(due_store *s)
+int due__pg_ok(due_store *s)
 {
 	s->sqlstate[0] = '\0';
 	if (PQstatus(s->conn) != CONNECTION_OK) {
 		PQreset(s->conn);
 		memset(s->prepared, 0, sizeof(s->prepared));
 		if (PQstatus(s->conn) != CONNECTION_OK)
-			return due_pg_error(s, NULL, "reconnect");
+			return due__pg_error(s, NULL, "reconnect");
 		if (s->listening) { /* LISTEN died with the old session */
 			PGresult *r = PQexec(s->conn, "LISTEN " DUE_PG_CHANNEL);
 			s->listening = PQresultStatus(r) == PGRES_COMMAND_OK;
@@ -115,7 +115,7 @@ int due_pg_ok(due_store *s)
 		}
 	}
 	if (PQtransactionStatus(s->conn) != PQTRANS_IDLE)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"postgres store: a transaction is open on this handle's "
 			"connection (inside a completion hook, use the hook's "
 			"connection with due_schedule_pg_tx)");
@@ -126,7 +126,7 @@ int due_pg_ok(due_store *s)
 /* Parameters, statements, transactions                                */
 /* ------------------------------------------------------------------ */
 
-void due_pg_int(due_pg_params *p, int64_t v)
+void due__pg_int(due_pg_params *p, int64_t v)
 {
 	snprintf(p->num[p->n], sizeof(p->num[0]), "%lld", (long long)v);
 	p->v[p->n] = p->num[p->n];
@@ -134,21 +134,21 @@ void due_pg_int(due_pg_params *p, int64_t v)
 	p->fmt[p->n++] = 0;
 }
 
-void due_pg_text(due_pg_params *p, const char *t)
+void due__pg_text(due_pg_params *p, const char *t)
 {
 	p->v[p->n] = t;
 	p->len[p->n] = 0;
 	p->fmt[p->n++] = 0;
 }
 
-void due_pg_bin(due_pg_params *p, const void *d, size_t n)
+void due__pg_bin(due_pg_params *p, const void *d, size_t n)
 {
 	p->v[p->n] = d ? d : "";
 	p->len[p->n] = (int)n;
 	p->fmt[p->n++] = 1;
 }
 
-void due_pg_time(due_pg_params *p, due_time t)
+void due__pg_time(due_pg_params *p, due_time t)
 {
 	uint64_t v = (uint64_t)t - (uint64_t)DUE_PG_EPOCH_US;
 	unsigned char *b = (unsigned char *)p->num[p->n];
@@ -174,7 +174,7 @@ static int prepare(due_store *s, int id, const char *sql, const char *name,
 	int rc = 0;
 
 	if (PQresultStatus(r) != PGRES_COMMAND_OK && !sqlstate_is(r, "42P05"))
-		rc = due_pg_error(s, r, what);
+		rc = due__pg_error(s, r, what);
 	PQclear(r);
 	s->prepared[id] = rc == 0;
 	return rc;
@@ -185,7 +185,7 @@ static int prepare(due_store *s, int id, const char *sql, const char *name,
 ** that moved us to another server session) and no transaction is open,
 ** it is prepared again and run once more: it never ran, so that is safe.
 */
-int due_pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
+int due__pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
 	       const char *what, PGresult **out)
 {
 	char name[16];
@@ -214,27 +214,27 @@ int due_pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
 		s->prepared[id] = false;
 		PQclear(r);
 	}
-	rc = due_pg_error(s, r, what);
+	rc = due__pg_error(s, r, what);
 	PQclear(r);
 	return rc;
 }
 
-int due_pg_command(due_store *s, const char *sql, const char *what)
+int due__pg_command(due_store *s, const char *sql, const char *what)
 {
 	PGresult *r = PQexec(s->conn, sql);
 	int rc = PQresultStatus(r) == PGRES_COMMAND_OK ||
 			 PQresultStatus(r) == PGRES_TUPLES_OK
-		 ? 0 : due_pg_error(s, r, what);
+		 ? 0 : due__pg_error(s, r, what);
 	PQclear(r);
 	return rc;
 }
 
-int due_pg_begin(due_store *s)
+int due__pg_begin(due_store *s)
 {
-	return due_pg_command(s, "BEGIN", "begin");
+	return due__pg_command(s, "BEGIN", "begin");
 }
 
-void due_pg_rollback(due_store *s)
+void due__pg_rollback(due_store *s)
 {
 	if (PQtransactionStatus(s->conn) != PQTRANS_IDLE &&
 	    PQstatus(s->conn) == CONNECTION_OK)
@@ -246,7 +246,7 @@ void due_pg_rollback(due_store *s)
 ** never retried.  A transaction that had already failed answers COMMIT
 ** with ROLLBACK; that is an error too, not a success.
 */
-int due_pg_commit(due_store *s)
+int due__pg_commit(due_store *s)
 {
 	PGresult *r = PQexec(s->conn, "COMMIT");
 	char buf[512];
@@ -254,19 +254,19 @@ int due_pg_commit(due_store *s)
 
 	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 		if (PQstatus(s->conn) == CONNECTION_BAD)
-			rc = due_error_set(DUE_ESTORE,
+			rc = due__error_set(DUE_ESTORE,
 				"postgres store: commit outcome unknown, the "
 				"connection was lost: %s",
 				trimmed(buf, sizeof(buf), PQerrorMessage(s->conn)));
 		else
-			rc = due_pg_error(s, r, "commit");
+			rc = due__pg_error(s, r, "commit");
 	} else if (strcmp(PQcmdStatus(r), "COMMIT") != 0) {
-		rc = due_error_set(DUE_ERROR, "postgres store: commit: the "
+		rc = due__error_set(DUE_ERROR, "postgres store: commit: the "
 				   "transaction had failed and was rolled back");
 	}
 	PQclear(r);
 	if (rc < 0)
-		due_pg_rollback(s);
+		due__pg_rollback(s);
 	return rc;
 }
 
@@ -308,7 +308,7 @@ static void put64(due_pg_buf *b, uint64_t v)
 	put32(b, (uint32_t)v);
 }
 
-void due_pg_arr_head(due_pg_buf *b, uint32_t oid, size_t n)
+void due__pg_arr_head(due_pg_buf *b, uint32_t oid, size_t n)
 {
 	put32(b, 1);           /* dimensions */
 	put32(b, 1);           /* may hold NULLs (checked per element) */
@@ -317,13 +317,13 @@ void due_pg_arr_head(due_pg_buf *b, uint32_t oid, size_t n)
 	put32(b, 1);           /* lower bound */
 }
 
-void due_pg_arr_i64(due_pg_buf *b, int64_t v)
+void due__pg_arr_i64(due_pg_buf *b, int64_t v)
 {
 	put32(b, 8);
 	put64(b, (uint64_t)v);
 }
 
-void due_pg_arr_f64(due_pg_buf *b, double v)
+void due__pg_arr_f64(due_pg_buf *b, double v)
 {
 	uint64_t bits;
 	memcpy(&bits, &v, sizeof(bits));
@@ -331,13 +331,13 @@ void due_pg_arr_f64(due_pg_buf *b, double v)
 	put64(b, bits);
 }
 
-void due_pg_arr_i32(due_pg_buf *b, int32_t v)
+void due__pg_arr_i32(due_pg_buf *b, int32_t v)
 {
 	put32(b, 4);
 	put32(b, (uint32_t)v);
 }
 
-void due_pg_arr_bytes(due_pg_buf *b, const void *d, size_t n)
+void due__pg_arr_bytes(due_pg_buf *b, const void *d, size_t n)
 {
 	if (n == SIZE_MAX) {
 		put32(b, UINT32_MAX);
@@ -347,33 +347,33 @@ void due_pg_arr_bytes(due_pg_buf *b, const void *d, size_t n)
 	put(b, d, n);
 }
 
-void due_pg_arr_text(due_pg_buf *b, const char *t)
+void due__pg_arr_text(due_pg_buf *b, const char *t)
 {
-	due_pg_arr_bytes(b, t, t ? strlen(t) : SIZE_MAX);
+	due__pg_arr_bytes(b, t, t ? strlen(t) : SIZE_MAX);
 }
 
-int due_pg_array(due_pg_params *p, const due_pg_buf *b)
+int due__pg_array(due_pg_params *p, const due_pg_buf *b)
 {
 	if (b->oom)
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	if (b->len > (size_t)INT_MAX)
-		return due_error_set(DUE_ETOOBIG,
+		return due__error_set(DUE_ETOOBIG,
 			"postgres store: batch of %zu bytes is too large for "
 			"one statement; split it", b->len);
-	due_pg_bin(p, b->p, b->len);
+	due__pg_bin(p, b->p, b->len);
 	return 0;
 }
 
-int due_pg_texts(due_pg_params *p, due_pg_buf *b, const char *const *t,
+int due__pg_texts(due_pg_params *p, due_pg_buf *b, const char *const *t,
 		 size_t n)
 {
-	due_pg_arr_head(b, DUE_PG_OID_TEXT, n);
+	due__pg_arr_head(b, DUE_PG_OID_TEXT, n);
 	for (size_t i = 0; i < n; i++)
-		due_pg_arr_text(b, t[i]);
-	return due_pg_array(p, b);
+		due__pg_arr_text(b, t[i]);
+	return due__pg_array(p, b);
 }
 
-void due_pg_bufs_free(due_pg_buf *b, size_t n)
+void due__pg_bufs_free(due_pg_buf *b, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		free(b[i].p);
@@ -383,7 +383,7 @@ void due_pg_bufs_free(due_pg_buf *b, size_t n)
 /* Reading binary results                                              */
 /* ------------------------------------------------------------------ */
 
-int64_t due_pg_col_int(const PGresult *r, int row, int col)
+int64_t due__pg_col_int(const PGresult *r, int row, int col)
 {
 	const unsigned char *p;
 	uint64_t v = 0;
@@ -400,38 +400,38 @@ int64_t due_pg_col_int(const PGresult *r, int row, int col)
 	return (int64_t)v;
 }
 
-due_time due_pg_col_time(const PGresult *r, int row, int col)
+due_time due__pg_col_time(const PGresult *r, int row, int col)
 {
 	return PQgetisnull(r, row, col)
-		       ? 0 : due_pg_col_int(r, row, col) + DUE_PG_EPOCH_US;
+		       ? 0 : due__pg_col_int(r, row, col) + DUE_PG_EPOCH_US;
 }
 
-bool due_pg_col_null(const PGresult *r, int row, int col)
+bool due__pg_col_null(const PGresult *r, int row, int col)
 {
 	return PQgetisnull(r, row, col) != 0;
 }
 
-double due_pg_col_f64(const PGresult *r, int row, int col)
+double due__pg_col_f64(const PGresult *r, int row, int col)
 {
-	uint64_t bits = (uint64_t)due_pg_col_int(r, row, col);
+	uint64_t bits = (uint64_t)due__pg_col_int(r, row, col);
 	double v;
 	memcpy(&v, &bits, sizeof(v));
 	return v;
 }
 
-char *due_pg_col_text(const PGresult *r, int row, int col)
+char *due__pg_col_text(const PGresult *r, int row, int col)
 {
 	if (PQgetisnull(r, row, col))
 		return NULL;
-	return due_strdup_n(PQgetvalue(r, row, col),
+	return due__strdup_n(PQgetvalue(r, row, col),
 			    (size_t)PQgetlength(r, row, col));
 }
 
-int due_pg_col_state(const PGresult *r, int row, int col, due_state *out)
+int due__pg_col_state(const PGresult *r, int row, int col, due_state *out)
 {
 	if (PQgetisnull(r, row, col))
-		return due_state_from_store(NULL, 0, out);
-	return due_state_from_store(PQgetvalue(r, row, col),
+		return due__state_from_store(NULL, 0, out);
+	return due__state_from_store(PQgetvalue(r, row, col),
 				    (size_t)PQgetlength(r, row, col), out);
 }
 
@@ -451,13 +451,13 @@ static bool cur_is_null(void *c, int col)
 static int64_t cur_i64(void *c, int col)
 {
 	due_pg_cur *k = c;
-	return due_pg_col_int(k->r, k->row, col);
+	return due__pg_col_int(k->r, k->row, col);
 }
 
 static due_time cur_time(void *c, int col)
 {
 	due_pg_cur *k = c;
-	return due_pg_col_time(k->r, k->row, col);
+	return due__pg_col_time(k->r, k->row, col);
 }
 
 static const void *cur_bytes(void *c, int col, size_t *len)
@@ -474,7 +474,7 @@ static const void *cur_bytes(void *c, int col, size_t *len)
 static const due_row_ops pg_rows = {cur_next, cur_is_null, cur_i64, cur_time,
 				    cur_bytes};
 
-void due_pg_rows(due_rows *out, due_pg_cur *c, const PGresult *r)
+void due__pg_rows(due_rows *out, due_pg_cur *c, const PGresult *r)
 {
 	c->r = r;
 	c->row = -1;

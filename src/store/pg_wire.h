@@ -52,20 +52,20 @@ struct due_store {
 ** Connect to the libpq URI `uri` into a new store; *out is set even on
 ** failure so the core can close it.
 */
-int due_pg_connect(due_store **out, const char *uri);
+int due__pg_connect(due_store **out, const char *uri);
 
 /*
 ** Translate a failed libpq call into a due code and message.  This is the
 ** only place that knows SQLSTATEs.  `r` is the failed result or NULL.
 */
-int due_pg_error(due_store *s, const PGresult *r, const char *what);
+int due__pg_error(due_store *s, const PGresult *r, const char *what);
 
 /*
 ** Make sure the connection is usable before a call (reset once when it
 ** broke).  DUE_EINVAL when a transaction is open on it (a completion hook
 ** calling back into its own handle).
 */
-int due_pg_ok(due_store *s);
+int due__pg_ok(due_store *s);
 
 /* Bound parameters: scalars as text, buffers and arrays as binary. */
 #define DUE_PG_MAX_PARAMS 16
@@ -77,13 +77,13 @@ typedef struct due_pg_params {
 	char num[DUE_PG_MAX_PARAMS][24];
 } due_pg_params;
 
-void due_pg_int(due_pg_params *p, int64_t v);
+void due__pg_int(due_pg_params *p, int64_t v);
 /* A text parameter; NULL binds SQL NULL.  Borrowed until the call. */
-void due_pg_text(due_pg_params *p, const char *t);
+void due__pg_text(due_pg_params *p, const char *t);
 /* A binary parameter of n bytes (n was checked to fit an int). */
-void due_pg_bin(due_pg_params *p, const void *d, size_t n);
+void due__pg_bin(due_pg_params *p, const void *d, size_t n);
 /* A timestamptz parameter in binary: exact, whatever the session's zone. */
-void due_pg_time(due_pg_params *p, due_time t);
+void due__pg_time(due_pg_params *p, due_time t);
 
 /*
 ** Run statement `sql`, numbered `id` (< DUE_PG_MAX_STMTS), with p; the
@@ -91,15 +91,15 @@ void due_pg_time(due_pg_params *p, due_time t);
 ** connection, unnamed on a caller's.  On success *out holds the result
 ** (the caller clears it); on failure the error is recorded and returned.
 */
-int due_pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
+int due__pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
 	       const char *what, PGresult **out);
 /* Simple-protocol command (BEGIN, DDL, LISTEN).  0 or a due code. */
-int due_pg_command(due_store *s, const char *sql, const char *what);
-int due_pg_begin(due_store *s);
+int due__pg_command(due_store *s, const char *sql, const char *what);
+int due__pg_begin(due_store *s);
 /* Roll back if a transaction is open; keeps the error already recorded. */
-void due_pg_rollback(due_store *s);
+void due__pg_rollback(due_store *s);
 /* COMMIT; a lost connection leaves the outcome unknown (DUE_ESTORE). */
-int due_pg_commit(due_store *s);
+int due__pg_commit(due_store *s);
 
 /* ------------------------------------------------------------------ */
 /* Binary arrays (the array_recv wire format)                          */
@@ -112,35 +112,35 @@ typedef struct due_pg_buf {
 } due_pg_buf;
 
 /* Header of a one-dimensional array of n elements of type `oid`. */
-void due_pg_arr_head(due_pg_buf *b, uint32_t oid, size_t n);
-void due_pg_arr_i64(due_pg_buf *b, int64_t v);
-void due_pg_arr_i32(due_pg_buf *b, int32_t v);
-void due_pg_arr_f64(due_pg_buf *b, double v);
+void due__pg_arr_head(due_pg_buf *b, uint32_t oid, size_t n);
+void due__pg_arr_i64(due_pg_buf *b, int64_t v);
+void due__pg_arr_i32(due_pg_buf *b, int32_t v);
+void due__pg_arr_f64(due_pg_buf *b, double v);
 /* A bytea or text element; d == NULL with n == SIZE_MAX is SQL NULL. */
-void due_pg_arr_bytes(due_pg_buf *b, const void *d, size_t n);
-void due_pg_arr_text(due_pg_buf *b, const char *t);
+void due__pg_arr_bytes(due_pg_buf *b, const void *d, size_t n);
+void due__pg_arr_text(due_pg_buf *b, const char *t);
 /* Bind b as a binary parameter; DUE_ENOMEM / DUE_ETOOBIG when it cannot. */
-int due_pg_array(due_pg_params *p, const due_pg_buf *b);
+int due__pg_array(due_pg_params *p, const due_pg_buf *b);
 /* The texts as a binary text[] parameter (b holds it until the call). */
-int due_pg_texts(due_pg_params *p, due_pg_buf *b, const char *const *t,
+int due__pg_texts(due_pg_params *p, due_pg_buf *b, const char *const *t,
 		 size_t n);
-void due_pg_bufs_free(due_pg_buf *b, size_t n);
+void due__pg_bufs_free(due_pg_buf *b, size_t n);
 
 /* ------------------------------------------------------------------ */
 /* Reading binary results                                              */
 /* ------------------------------------------------------------------ */
 
 /* A big-endian integer column of 1, 2, 4 or 8 bytes (bool too); NULL is 0. */
-int64_t due_pg_col_int(const PGresult *r, int row, int col);
+int64_t due__pg_col_int(const PGresult *r, int row, int col);
 /* A timestamptz column as due_time; NULL is 0. */
-due_time due_pg_col_time(const PGresult *r, int row, int col);
-bool due_pg_col_null(const PGresult *r, int row, int col);
+due_time due__pg_col_time(const PGresult *r, int row, int col);
+bool due__pg_col_null(const PGresult *r, int row, int col);
 /* A float8 column; NULL is 0. */
-double due_pg_col_f64(const PGresult *r, int row, int col);
+double due__pg_col_f64(const PGresult *r, int row, int col);
 /* A text column copy, NULL for SQL NULL (or out of memory). */
-char *due_pg_col_text(const PGresult *r, int row, int col);
+char *due__pg_col_text(const PGresult *r, int row, int col);
 /* The state in a text column. */
-int due_pg_col_state(const PGresult *r, int row, int col, due_state *out);
+int due__pg_col_state(const PGresult *r, int row, int col, due_state *out);
 
 /* A cursor (row.h) over the rows of a result, from the first. */
 typedef struct due_pg_cur {
@@ -148,6 +148,6 @@ typedef struct due_pg_cur {
 	int row;
 } due_pg_cur;
 
-void due_pg_rows(due_rows *out, due_pg_cur *c, const PGresult *r);
+void due__pg_rows(due_rows *out, due_pg_cur *c, const PGresult *r);
 
 #endif /* DUE_PG_WIRE_H */

@@ -4,7 +4,7 @@
 ** This is the one place that names the backends this build has (curl's
 ** available_backends[]).  A URL finds its backend here by scheme, an
 ** unknown scheme's message lists what the table holds, and due_open()
-** asks due_store_check() before it calls a backend's first method.  To
+** asks due__store_check() before it calls a backend's first method.  To
 ** add a backend: its file defines `const due_store_ops due_store_<name>`,
 ** and it gets one line below (inside its build option's #ifdef when it
 ** needs a library).
@@ -16,13 +16,13 @@
 #include "core/internal.h"
 #include "store/store.h"
 
-extern const due_store_ops due_store_sqlite;
-extern const due_store_ops due_store_pg;
+extern const due_store_ops due__store_sqlite;
+extern const due_store_ops due__store_pg;
 
 static const due_store_ops *const backends[] = {
-	&due_store_sqlite,
+	&due__store_sqlite,
 #ifdef DUE_WITH_PG
-	&due_store_pg,
+	&due__store_pg,
 #endif
 };
 
@@ -39,7 +39,7 @@ _Static_assert(sizeof(due_store_ops) ==
 	       "a method of due_store_ops is missing from DUE_STORE_*METHODS");
 #undef ONE
 
-const due_store_ops *due_store_find(const char *scheme)
+const due_store_ops *due__store_find(const char *scheme)
 {
 	for (size_t i = 0; i < N_BACKENDS; i++)
 		for (const char *const *s = backends[i]->schemes; s && *s; s++)
@@ -48,7 +48,7 @@ const due_store_ops *due_store_find(const char *scheme)
 	return NULL;
 }
 
-void due_store_schemes(char *buf, size_t n)
+void due__store_schemes(char *buf, size_t n)
 {
 	size_t off = 0;
 
@@ -65,21 +65,21 @@ void due_store_schemes(char *buf, size_t n)
 
 static int missing(const due_store_ops *ops, const char *method)
 {
-	return due_error_set(DUE_ESTORE,
+	return due__error_set(DUE_ESTORE,
 		"store backend '%s' is incomplete: method '%s' is NULL",
 		ops->name ? ops->name : "?", method);
 }
 
-int due_store_check(const due_store_ops *ops)
+int due__store_check(const due_store_ops *ops)
 {
 	if (ops->version != DUE_STORE_OPS_VERSION)
-		return due_error_set(DUE_ESTORE,
+		return due__error_set(DUE_ESTORE,
 			"store backend '%s' implements store interface version "
 			"%d; this due needs version %d",
 			ops->name ? ops->name : "?", ops->version,
 			DUE_STORE_OPS_VERSION);
 	if (!ops->name || !ops->schemes || !ops->schemes[0])
-		return due_error_set(DUE_ESTORE,
+		return due__error_set(DUE_ESTORE,
 			"store backend '%s' has no name or no URL scheme",
 			ops->name ? ops->name : "?");
 #define REQUIRE(m)                                                             \

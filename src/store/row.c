@@ -15,20 +15,20 @@
 #include "store/row.h"
 #include "store/store.h"
 
-char *due_row_dup(const due_rows *r, int col, size_t *len)
+char *due__row_dup(const due_rows *r, int col, size_t *len)
 {
 	size_t n = 0;
 	const void *p = r->ops->bytes(r->cur, col, &n);
 
 	if (len)
 		*len = p ? n : 0;
-	return p ? due_strdup_n(p, n) : NULL;
+	return p ? due__strdup_n(p, n) : NULL;
 }
 
 /* A copy of a column that may be NULL; *oom when it was not and is now. */
 static char *dup_opt(const due_rows *r, int col, size_t *len, bool *oom)
 {
-	char *p = due_row_dup(r, col, len);
+	char *p = due__row_dup(r, col, len);
 	if (!p && !r->ops->is_null(r->cur, col))
 		*oom = true;
 	return p;
@@ -48,7 +48,7 @@ static const char *short_text(const due_rows *r, int col, char *buf, size_t n)
 	return buf;
 }
 
-int due_row_task(const due_rows *r, due_task *t)
+int due__row_task(const due_rows *r, due_task *t)
 {
 	const due_row_ops *o = r->ops;
 	void *c = r->cur;
@@ -62,7 +62,7 @@ int due_row_task(const due_rows *r, due_task *t)
 	t->payload = (unsigned char *)dup_opt(r, DUE_TC_PAYLOAD, &t->payload_len,
 					      &oom);
 	state = o->bytes(c, DUE_TC_STATE, &n);
-	if (due_state_from_store(state, n, &t->state) < 0)
+	if (due__state_from_store(state, n, &t->state) < 0)
 		return DUE_ERROR;
 	t->due_at = o->time(c, DUE_TC_DUE_AT);
 	t->attempt = (int32_t)o->i64(c, DUE_TC_ATTEMPT);
@@ -80,24 +80,24 @@ int due_row_task(const due_rows *r, due_task *t)
 	t->created_at = o->time(c, DUE_TC_CREATED_AT);
 	t->updated_at = o->time(c, DUE_TC_UPDATED_AT);
 	if (oom || !t->kind || !t->payload)
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	return 0;
 }
 
-int due_rows_tasks(const due_rows *r, due_task_list *l, size_t cap)
+int due__rows_tasks(const due_rows *r, due_task_list *l, size_t cap)
 {
 	int rc;
 
 	while ((rc = r->ops->next(r->cur)) > 0) {
 		if (l->count == cap || r->ops->is_null(r->cur, DUE_TC_ID))
 			continue;
-		if ((rc = due_row_task(r, &l->items[l->count++])) < 0)
+		if ((rc = due__row_task(r, &l->items[l->count++])) < 0)
 			return rc;
 	}
 	return rc;
 }
 
-int due_rows_task_get(const due_rows *r, due_task **out, due_id id)
+int due__rows_task_get(const due_rows *r, due_task **out, due_id id)
 {
 	due_task *t;
 	int rc;
@@ -106,11 +106,11 @@ int due_rows_task_get(const due_rows *r, due_task **out, due_id id)
 	if ((rc = r->ops->next(r->cur)) < 0)
 		return rc;
 	if (rc == 0)
-		return due_error_set(DUE_ENOTFOUND, "no task with id %lld",
+		return due__error_set(DUE_ENOTFOUND, "no task with id %lld",
 				     (long long)id);
 	if (!(t = calloc(1, sizeof(*t))))
-		return due_error_set(DUE_ENOMEM, "out of memory");
-	if ((rc = due_row_task(r, t)) < 0) {
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	if ((rc = due__row_task(r, t)) < 0) {
 		due_task_free(t);
 		return rc;
 	}
@@ -134,15 +134,15 @@ static int row_attempt(const due_rows *r, due_task *t)
 		.late_commit = dup_opt(r, DUE_AC_LATE_COMMIT, NULL, &oom),
 	};
 
-	if (oom || !a.worker || !a.outcome || due_attempts_append(t, &a) < 0) {
+	if (oom || !a.worker || !a.outcome || due__attempts_append(t, &a) < 0) {
 		free(a.worker), free(a.outcome), free(a.error);
 		free(a.late_commit);
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	}
 	return 0;
 }
 
-int due_rows_attempts(const due_rows *r, due_task *tasks, size_t n)
+int due__rows_attempts(const due_rows *r, due_task *tasks, size_t n)
 {
 	size_t t = 0;
 	int rc;
@@ -159,7 +159,7 @@ int due_rows_attempts(const due_rows *r, due_task *tasks, size_t n)
 }
 
 /* Fill i from the current DUE_SCHED_COLS row; cleared again on failure. */
-static int row_sched(const due_rows *r, due_schedule_info *i)
+static int row_sched(const due_rows *r, due_cron_info *i)
 {
 	const due_row_ops *o = r->ops;
 	char name[16];
@@ -172,9 +172,9 @@ static int row_sched(const due_rows *r, due_schedule_info *i)
 	i->tz = dup_opt(r, DUE_SC_TZ, NULL, &oom);
 	i->payload = (unsigned char *)dup_opt(r, DUE_SC_PAYLOAD, &i->payload_len,
 					      &oom);
-	i->misfire = due_misfire_parse(
+	i->misfire = due__misfire_parse(
 		short_text(r, DUE_SC_MISFIRE, name, sizeof(name)));
-	i->overlap = due_overlap_parse(
+	i->overlap = due__overlap_parse(
 		short_text(r, DUE_SC_OVERLAP, name, sizeof(name)));
 	i->max_attempts = (int32_t)o->i64(r->cur, DUE_SC_MAX_ATTEMPTS);
 	i->backoff_us = o->i64(r->cur, DUE_SC_BACKOFF_US);
@@ -188,25 +188,25 @@ static int row_sched(const due_rows *r, due_schedule_info *i)
 	i->created_at = o->time(r->cur, DUE_SC_CREATED_AT);
 	i->updated_at = o->time(r->cur, DUE_SC_UPDATED_AT);
 	if (oom || !i->name || !i->expr || !i->kind || !i->tz || !i->payload) {
-		due_schedule_info_clear(i);
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		due__cron_info_clear(i);
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	}
 	return 0;
 }
 
-int due_rows_sched_get(const due_rows *r, due_schedule_info **out,
+int due__rows_sched_get(const due_rows *r, due_cron_info **out,
 		       const char *name)
 {
-	due_schedule_info *i;
+	due_cron_info *i;
 	int rc;
 
 	*out = NULL;
 	if ((rc = r->ops->next(r->cur)) < 0)
 		return rc;
 	if (rc == 0)
-		return due_error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
+		return due__error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
 	if (!(i = calloc(1, sizeof(*i))))
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	if ((rc = row_sched(r, i)) < 0) {
 		free(i);
 		return rc;
@@ -215,21 +215,21 @@ int due_rows_sched_get(const due_rows *r, due_schedule_info **out,
 	return 0;
 }
 
-int due_rows_sched_list(const due_rows *r, due_schedule_list **out)
+int due__rows_sched_list(const due_rows *r, due_cron_info_list **out)
 {
-	due_schedule_list *l;
+	due_cron_info_list *l;
 	size_t cap = 0;
 	int rc;
 
 	*out = NULL;
-	if ((rc = due_schedule_list_alloc(&l, 0)) < 0)
+	if ((rc = due__cron_info_list_alloc(&l, 0)) < 0)
 		return rc;
 	while ((rc = r->ops->next(r->cur)) > 0) {
 		if (l->count == cap) {
-			due_schedule_info *n;
+			due_cron_info *n;
 			cap = cap ? cap * 2 : 16;
 			if (!(n = realloc(l->items, cap * sizeof(*n)))) {
-				rc = due_error_set(DUE_ENOMEM, "out of memory");
+				rc = due__error_set(DUE_ENOMEM, "out of memory");
 				break;
 			}
 			l->items = n;
@@ -239,7 +239,7 @@ int due_rows_sched_list(const due_rows *r, due_schedule_list **out)
 		l->count++;
 	}
 	if (rc < 0) {
-		due_schedule_list_free(l);
+		due_cron_info_list_free(l);
 		return rc;
 	}
 	*out = l;
@@ -259,10 +259,10 @@ static int upcoming_grow(due_upcoming *out, size_t *cap)
 		out->ids = ni;
 	if ((nd = realloc(out->due_at, *cap * sizeof(*nd))))
 		out->due_at = nd;
-	return ni && nd ? 0 : due_error_set(DUE_ENOMEM, "out of memory");
+	return ni && nd ? 0 : due__error_set(DUE_ENOMEM, "out of memory");
 }
 
-int due_rows_upcoming(const due_rows *r, due_upcoming *out, int limit)
+int due__rows_upcoming(const due_rows *r, due_upcoming *out, int limit)
 {
 	size_t cap = out->count;
 	int rc;
@@ -281,7 +281,7 @@ int due_rows_upcoming(const due_rows *r, due_upcoming *out, int limit)
 	return 0;
 }
 
-void due_worker_counters(const due_worker_stats *w,
+void due__worker_counters(const due_worker_stats *w,
 			 int64_t v[DUE_WORKER_N_COUNTERS])
 {
 	int i = 0;

@@ -7,7 +7,7 @@
 ** and the enum of column indexes the decoder reads by (DUE_TC_*), so the
 ** two cannot disagree.  A backend fills a due_rows, a cursor over its
 ** result with five small callbacks, and the decoders in row.c turn rows
-** into due_task, due_attempt, due_schedule_info and due_upcoming entries.
+** into due_task, due_attempt, due_cron_info and due_upcoming entries.
 ** A backend that keeps no SQL (Redis) fills the same cursor over its own
 ** records, in the order of these lists.
 */
@@ -74,7 +74,7 @@
 
 /* The counters of a worker report, in DUE_WORKER_COUNTERS order. */
 #define DUE_WORKER_N_COUNTERS 11
-void due_worker_counters(const due_worker_stats *w,
+void due__worker_counters(const due_worker_stats *w,
 			 int64_t v[DUE_WORKER_N_COUNTERS]);
 
 /* DUE_TC_ID, DUE_TC_KIND, ...: the index of each column in its list. */
@@ -117,10 +117,10 @@ typedef struct due_rows {
 ** length.  NULL for SQL NULL or when out of memory; the decoders tell the
 ** two apart by is_null.
 */
-char *due_row_dup(const due_rows *r, int col, size_t *len);
+char *due__row_dup(const due_rows *r, int col, size_t *len);
 
 /* Decode the current row of a DUE_TASK_COLS result into t (zeroed first). */
-int due_row_task(const due_rows *r, due_task *t);
+int due__row_task(const due_rows *r, due_task *t);
 
 /*
 ** Step through every row into l, which has room for cap items; rows past
@@ -128,28 +128,28 @@ int due_row_task(const due_rows *r, due_task *t);
 ** statement's "nothing" row) is skipped.  0 or a negative code; on error
 ** l holds the rows decoded so far (due_task_list_free releases them).
 */
-int due_rows_tasks(const due_rows *r, due_task_list *l, size_t cap);
+int due__rows_tasks(const due_rows *r, due_task_list *l, size_t cap);
 
 /* The first row as a new task, or DUE_ENOTFOUND "no task with id ...". */
-int due_rows_task_get(const due_rows *r, due_task **out, due_id id);
+int due__rows_task_get(const due_rows *r, due_task **out, due_id id);
 
 /*
 ** Append every DUE_ATTEMPT_COLS row (ordered by task_id, attempt) to the
 ** history of its task among tasks[0..n), which are ordered by id.
 */
-int due_rows_attempts(const due_rows *r, due_task *tasks, size_t n);
+int due__rows_attempts(const due_rows *r, due_task *tasks, size_t n);
 
 /* The first DUE_SCHED_COLS row, or DUE_ENOTFOUND "no schedule named ...". */
-int due_rows_sched_get(const due_rows *r, due_schedule_info **out,
+int due__rows_sched_get(const due_rows *r, due_cron_info **out,
 		       const char *name);
 /* Every DUE_SCHED_COLS row, in order. */
-int due_rows_sched_list(const due_rows *r, due_schedule_list **out);
+int due__rows_sched_list(const due_rows *r, due_cron_info_list **out);
 
 /*
 ** Every (id, due_at) row into out->ids and out->due_at, growing them; a
 ** row whose id is NULL is skipped.  Sets out->truncated when the rows
 ** reached `limit`.
 */
-int due_rows_upcoming(const due_rows *r, due_upcoming *out, int limit);
+int due__rows_upcoming(const due_rows *r, due_upcoming *out, int limit);
 
 #endif /* DUE_ROW_H */

@@ -25,7 +25,7 @@
 **
 ** Wake-ups.  Every transaction that may make work for another process (a
 ** submit, a retry, a requeue, a reclaim, a retry scheduled by fail)
-** commits with due_sq_commit_wake, which touches the store's wake file;
+** commits with due__sq_commit_wake, which touches the store's wake file;
 ** workers watch it with inotify (sqlite_conn.c).
 **
 ** Layout.  This file holds the statements, the schema and the ops table;
@@ -33,7 +33,7 @@
 ** cache, transactions, the wake file, the row cursor) is sqlite_conn.c.
 **
 ** Schema history (bump DUE_SCHEMA_VERSION in due.h, add a step to
-** `steps` (due_migrate walks them), never edit a released step):
+** `steps` (due__migrate walks them), never edit a released step):
 **   1  due_meta, due_task, due_attempt, due_audit and their indexes.
 **   2  due_schedule (periodic schedules), due_worker (worker counters).
 **   3  due_task and due_attempt rebuilt with their state and outcome
@@ -418,14 +418,14 @@ _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
 /* The cached statement `id`, reset and unbound, or NULL (error set). */
 static sqlite3_stmt *stmt(due_store *s, enum stmt_id id)
 {
-	return due_sq_stmt(s, (int)id, sql_text[id]);
+	return due__sq_stmt(s, (int)id, sql_text[id]);
 }
 
 /* A row.h cursor over statement st being stepped. */
 #define SQ_ROWS(rows, s, st, what)                                             \
-	due_sq_cur rows##_cur;                                                 \
+	due__sq_cur rows##_cur;                                                 \
 	due_rows rows;                                                         \
-	due_sq_rows(&rows, &rows##_cur, s, st, what)
+	due__sq_rows(&rows, &rows##_cur, s, st, what)
 
 /* Schema version of the file: -1 when it has no due schema. */
 static int read_version(due_store *s, int *out)
@@ -439,7 +439,7 @@ static int read_version(due_store *s, int *out)
 	if (rc != SQLITE_OK) {
 		if (strstr(sqlite3_errmsg(s->db), "no such table"))
 			return 0;
-		return due_sq_error(s, rc, "read schema version");
+		return due__sq_error(s, rc, "read schema version");
 	}
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW)
@@ -447,45 +447,45 @@ static int read_version(due_store *s, int *out)
 	sqlite3_finalize(st);
 	return rc == SQLITE_ROW || rc == SQLITE_DONE
 		   ? 0
-		   : due_sq_error(s, rc, "read schema version");
+		   : due__sq_error(s, rc, "read schema version");
 }
 
-static int due_sq_check_schema(due_store *s)
+static int due__sq_check_schema(due_store *s)
 {
 	int v, rc = read_version(s, &v);
 
 	if (rc < 0)
 		return rc;
-	return due_schema_verdict(s->path, v, "");
+	return due__schema_verdict(s->path, v, "");
 }
 
 /* Run one schema step (several statements) inside the open transaction. */
 static int exec_step(due_store *s, const char *sql, const char *what)
 {
 	int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
-	return rc == SQLITE_OK ? 0 : due_sq_error(s, rc, what);
+	return rc == SQLITE_OK ? 0 : due__sq_error(s, rc, what);
 }
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
 	[1] = schema_v1, [2] = schema_v2, [3] = schema_v3};
 
 /* WAL first (it cannot change inside a transaction), then the walk. */
-static int due_sq_init_schema(due_store *s)
+static int due__sq_init_schema(due_store *s)
 {
 	const due_migration m = {.label = s->path,
 				 .where = "",
 				 .steps = steps,
-				 .begin = due_sq_begin,
+				 .begin = due__sq_begin,
 				 .read_version = read_version,
 				 .exec = exec_step,
-				 .commit = due_sq_commit,
-				 .rollback = due_sq_rollback};
+				 .commit = due__sq_commit,
+				 .rollback = due__sq_rollback};
 	int rc =
 	    sqlite3_exec(s->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL);
 
 	if (rc != SQLITE_OK)
-		return due_sq_error(s, rc, "enable WAL");
-	return due_migrate(s, &m);
+		return due__sq_error(s, rc, "enable WAL");
+	return due__migrate(s, &m);
 }
 
 /* ------------------------------------------------------------------ */
@@ -521,7 +521,7 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 	}
 	sqlite3_reset(ins);
 	if (rc != SQLITE_DONE)
-		return due_sq_error(s, rc, "insert task");
+		return due__sq_error(s, rc, "insert task");
 	if (out->id)
 		return 0;
 	/* Conflict on (kind, key): the live task is the answer. */
@@ -534,18 +534,18 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 	}
 	sqlite3_reset(find);
 	if (rc != SQLITE_ROW)
-		return due_sq_error(s, rc, "find task by key");
+		return due__sq_error(s, rc, "find task by key");
 	return 0;
 }
 
-static int due_sq_schedule(due_store *s, due_submitted *out,
+static int due__sq_schedule(due_store *s, due_submitted *out,
 			   const due_submit *items, size_t n)
 {
 	sqlite3_stmt *ins, *find;
 	due_time now;
 	int rc;
 
-	if ((rc = due_sq_begin(s)) < 0)
+	if ((rc = due__sq_begin(s)) < 0)
 		return rc;
 	now = due_time_now_host();
 	for (size_t i = 0; i < n; i++) {
@@ -557,13 +557,13 @@ static int due_sq_schedule(due_store *s, due_submitted *out,
 		if ((rc = insert_one(s, ins, find, &items[i], now, &out[i])) < 0)
 			goto fail;
 	}
-	return due_sq_commit_wake(s);
+	return due__sq_commit_wake(s);
 fail:
-	due_sq_rollback(s);
+	due__sq_rollback(s);
 	return rc;
 }
 
-static int due_sq_native_tx(void *conn)
+static int due__sq_native_tx(void *conn)
 {
 	return sqlite3_get_autocommit(conn) ? DUE_NATIVE_TX_NONE
 					    : DUE_NATIVE_TX_OPEN;
@@ -571,10 +571,10 @@ static int due_sq_native_tx(void *conn)
 
 /*
 ** Insert on the caller's connection, inside the transaction it holds
-** (due_schedule_native checked it): statements prepared on that
+** (due__schedule_native checked it): statements prepared on that
 ** connection for this one call, never cached there.
 */
-static int due_sq_schedule_on_native(void *conn, due_submitted *out,
+static int due__sq_schedule_on_native(void *conn, due_submitted *out,
 				     const due_submit *it)
 {
 	due_store tmp = {.db = conn};
@@ -584,9 +584,9 @@ static int due_sq_schedule_on_native(void *conn, due_submitted *out,
 	if ((rc = sqlite3_prepare_v2(conn, sql_text[ST_INSERT], -1, &ins, NULL)) ||
 	    (rc = sqlite3_prepare_v2(conn, sql_text[ST_FIND_KEY], -1, &find, NULL))) {
 		rc = strstr(sqlite3_errmsg(conn), "no such table")
-			? due_error_set(DUE_ESCHEMA, "database has no due schema: "
+			? due__error_set(DUE_ESCHEMA, "database has no due schema: "
 				"run `due init`")
-			: due_sq_error(&tmp, rc, "prepare insert");
+			: due__sq_error(&tmp, rc, "prepare insert");
 	} else {
 		rc = insert_one(&tmp, ins, find, it, due_time_now_host(), out);
 	}
@@ -612,7 +612,7 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude)
 		return s->claim;
 	}
 	if (n_kinds > 64) {
-		due_error_set(DUE_EINVAL, "too many kinds (at most 64)");
+		due__error_set(DUE_EINVAL, "too many kinds (at most 64)");
 		return NULL;
 	}
 	sqlite3_finalize(s->claim);
@@ -631,7 +631,7 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude)
 	rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
 				&s->claim, NULL);
 	if (rc != SQLITE_OK) {
-		due_sq_error(s, rc, "prepare claim");
+		due__sq_error(s, rc, "prepare claim");
 		return NULL;
 	}
 	s->claim_kinds = n_kinds;
@@ -653,7 +653,7 @@ static int peek(due_store *s, enum stmt_id id, due_time now, bool *any)
 	sqlite3_reset(st);
 	return rc == SQLITE_ROW || rc == SQLITE_DONE
 		   ? 0
-		   : due_sq_error(s, rc, "peek");
+		   : due__sq_error(s, rc, "peek");
 }
 
 /* Record a RUNNING attempt for every claimed task. */
@@ -670,7 +670,7 @@ static int record_claims(due_store *s, due_task_list *l, const char *owner,
 		sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 4, now);
 		sqlite3_bind_int64(st, 5, l->items[i].due_at);
-		if ((rc = due_sq_exec(s, st, "record attempt")) < 0)
+		if ((rc = due__sq_exec(s, st, "record attempt")) < 0)
 			return rc;
 	}
 	return 0;
@@ -681,7 +681,7 @@ static int collect_tasks(due_store *s, sqlite3_stmt *st, due_task_list *l,
 			 size_t cap, const char *what)
 {
 	SQ_ROWS(r, s, st, what);
-	int rc = due_rows_tasks(&r, l, cap);
+	int rc = due__rows_tasks(&r, l, cap);
 
 	sqlite3_reset(st);
 	return rc;
@@ -726,8 +726,8 @@ static int claim_picked(due_store *s, due_task_list *l, const char *owner,
 		t->lease_until = now + lease_us;
 		t->updated_at = now;
 		free(t->lease_owner);
-		if (!(t->lease_owner = due_strdup_n(owner, strlen(owner))))
-			return due_error_set(DUE_ENOMEM, "out of memory");
+		if (!(t->lease_owner = due__strdup_n(owner, strlen(owner))))
+			return due__error_set(DUE_ENOMEM, "out of memory");
 		l->items[kept++] = *t;
 	}
 	l->count = kept;
@@ -770,7 +770,7 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 			due_tx_hook hook, void *payload);
 
 /* Complete n tries, then claim: one BEGIN IMMEDIATE, one COMMIT. */
-static int due_sq_complete_claim(due_store *s, due_completion *items, size_t n,
+static int due__sq_complete_claim(due_store *s, due_completion *items, size_t n,
 				 const char *owner, const char *const *kinds,
 				 size_t n_kinds, bool exclude, int limit,
 				 int64_t lease_us, due_task_list **out)
@@ -780,9 +780,9 @@ static int due_sq_complete_claim(due_store *s, due_completion *items, size_t n,
 	int rc;
 
 	*out = NULL;
-	if ((rc = due_task_list_alloc(&l, (size_t)limit)) < 0)
+	if ((rc = due__task_list_alloc(&l, (size_t)limit)) < 0)
 		return rc;
-	if ((rc = due_sq_begin(s)) < 0)
+	if ((rc = due__sq_begin(s)) < 0)
 		goto fail;
 	now = due_time_now_host();
 	for (size_t i = 0; i < n; i++)
@@ -790,17 +790,17 @@ static int due_sq_complete_claim(due_store *s, due_completion *items, size_t n,
 			goto fail;
 	if ((rc = claim_locked(s, l, owner, kinds, n_kinds, exclude, limit,
 			       lease_us, 0, now)) < 0 ||
-	    (rc = due_sq_commit(s)) < 0)
+	    (rc = due__sq_commit(s)) < 0)
 		goto fail;
 	*out = l;
 	return 0;
 fail:
-	due_sq_rollback(s);
+	due__sq_rollback(s);
 	due_task_list_free(l);
 	return rc;
 }
 
-static int due_sq_claim(due_store *s, due_task_list **out, const char *owner,
+static int due__sq_claim(due_store *s, due_task_list **out, const char *owner,
 			const char *const *kinds, size_t n_kinds, bool exclude,
 			int limit, int64_t lease_us, due_id only_id)
 {
@@ -809,21 +809,21 @@ static int due_sq_claim(due_store *s, due_task_list **out, const char *owner,
 	bool any = true;
 	int rc;
 
-	if ((rc = due_task_list_alloc(&l, (size_t)limit)) < 0)
+	if ((rc = due__task_list_alloc(&l, (size_t)limit)) < 0)
 		return rc;
 	*out = l;
 	if (!only_id && ((rc = peek(s, ST_PEEK_DUE, now, &any)) < 0 || !any))
 		return rc;
-	if ((rc = due_sq_begin(s)) < 0)
+	if ((rc = due__sq_begin(s)) < 0)
 		return rc;
 	now = due_time_now_host();
 	if ((rc = claim_locked(s, l, owner, kinds, n_kinds, exclude, limit,
 			       lease_us, only_id, now)) < 0 ||
-	    (rc = due_sq_commit(s)) < 0)
+	    (rc = due__sq_commit(s)) < 0)
 		goto fail;
 	return 0;
 fail:
-	due_sq_rollback(s);
+	due__sq_rollback(s);
 	due_task_list_free(l);
 	*out = NULL;
 	return rc;
@@ -854,7 +854,7 @@ static int state_of(due_store *s, due_id id, bool *found, due_state *state,
 	rc = sqlite3_step(st);
 	*found = rc == SQLITE_ROW;
 	if (*found) {
-		if (due_sq_col_state(st, 0, state) < 0) {
+		if (due__sq_col_state(st, 0, state) < 0) {
 			sqlite3_reset(st);
 			return DUE_ERROR;
 		}
@@ -864,10 +864,10 @@ static int state_of(due_store *s, due_id id, bool *found, due_state *state,
 	sqlite3_reset(st);
 	return rc == SQLITE_ROW || rc == SQLITE_DONE
 		   ? 0
-		   : due_sq_error(s, rc, "read state");
+		   : due__sq_error(s, rc, "read state");
 }
 
-static int due_sq_extend(due_store *s, due_extend_outcome *out, due_id id,
+static int due__sq_extend(due_store *s, due_extend_outcome *out, due_id id,
 			 int32_t attempt, int64_t lease_us)
 {
 	sqlite3_stmt *st;
@@ -876,7 +876,7 @@ static int due_sq_extend(due_store *s, due_extend_outcome *out, due_id id,
 	int32_t cur;
 	int rc;
 
-	if ((rc = due_sq_begin(s)) < 0)
+	if ((rc = due__sq_begin(s)) < 0)
 		return rc;
 	if (!(st = stmt(s, ST_EXTEND))) {
 		rc = due_error_last_code();
@@ -886,7 +886,7 @@ static int due_sq_extend(due_store *s, due_extend_outcome *out, due_id id,
 	sqlite3_bind_int(st, 2, attempt);
 	sqlite3_bind_int64(st, 3, due_time_now_host());
 	sqlite3_bind_int64(st, 4, lease_us);
-	if ((rc = due_sq_exec(s, st, "extend")) < 0)
+	if ((rc = due__sq_exec(s, st, "extend")) < 0)
 		goto fail;
 	*out = DUE_EXTEND_OK;
 	if (sqlite3_changes(s->db) == 0) {
@@ -896,9 +896,9 @@ static int due_sq_extend(due_store *s, due_extend_outcome *out, due_id id,
 			       ? DUE_EXTEND_CANCEL_REQUESTED
 			       : DUE_EXTEND_LOST;
 	}
-	return due_sq_commit(s);
+	return due__sq_commit(s);
 fail:
-	due_sq_rollback(s);
+	due__sq_rollback(s);
 	return rc;
 }
 
@@ -915,7 +915,7 @@ static int end_attempt(due_store *s, due_id id, int32_t attempt, due_time now,
 	sqlite3_bind_text(st, 4, outcome, -1, SQLITE_STATIC);
 	if (error)
 		sqlite3_bind_text(st, 5, error, -1, SQLITE_STATIC);
-	return due_sq_exec(s, st, "end attempt");
+	return due__sq_exec(s, st, "end attempt");
 }
 
 /* Mark (id, attempt)'s history row: its late commit was refused. */
@@ -926,13 +926,13 @@ static int mark_late(due_store *s, due_id id, int32_t attempt)
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, id);
 	sqlite3_bind_int(st, 2, attempt);
-	return due_sq_exec(s, st, "mark late commit");
+	return due__sq_exec(s, st, "mark late commit");
 }
 
 /* Run a fenced update bound with (id, attempt, extra...); *hit = 1 row changed. */
 static int fenced(due_store *s, sqlite3_stmt *st, const char *what, bool *hit)
 {
-	int rc = due_sq_exec(s, st, what);
+	int rc = due__sq_exec(s, st, what);
 	*hit = rc == 0 && sqlite3_changes(s->db) == 1;
 	return rc;
 }
@@ -958,7 +958,7 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 		c->outcome = DUE_COMPLETE_DONE;
 		if ((rc = end_attempt(s, c->id, c->attempt, now, "DONE", NULL)) < 0)
 			return rc;
-		return hook ? due_store_run_hook(hook, s->db, c, payload) : 0;
+		return hook ? due__store_run_hook(hook, s->db, c, payload) : 0;
 	}
 	if (!(st = stmt(s, ST_COMPLETE_CANCEL)))
 		return due_error_last_code();
@@ -976,32 +976,32 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 	return mark_late(s, c->id, c->attempt);
 }
 
-static int due_sq_complete(due_store *s, due_completion *items, size_t n,
+static int due__sq_complete(due_store *s, due_completion *items, size_t n,
 			   due_tx_hook hook, void *payload)
 {
 	due_time now;
 	int rc;
 
-	if ((rc = due_sq_begin(s)) < 0)
+	if ((rc = due__sq_begin(s)) < 0)
 		return rc;
 	now = due_time_now_host();
 	for (size_t i = 0; i < n; i++)
 		if ((rc = complete_one(s, &items[i], now, hook, payload)) < 0)
 			goto fail;
-	return due_sq_commit(s);
+	return due__sq_commit(s);
 fail:
-	due_sq_rollback(s);
+	due__sq_rollback(s);
 	return rc;
 }
 
-static int due_sq_fail(due_store *s, due_fail_outcome *out, due_id id,
+static int due__sq_fail(due_store *s, due_fail_outcome *out, due_id id,
 		       int32_t attempt, const char *error)
 {
 	sqlite3_stmt *st;
 	due_time now;
 	int rc;
 
-	if ((rc = due_sq_begin(s)) < 0)
+	if ((rc = due__sq_begin(s)) < 0)
 		return rc;
 	now = due_time_now_host();
 	if (!(st = stmt(s, ST_FAIL))) {
@@ -1015,12 +1015,12 @@ static int due_sq_fail(due_store *s, due_fail_outcome *out, due_id id,
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW) {
 		due_state ns = DUE_SCHEDULED;
-		if (due_sq_col_state(st, 0, &ns) < 0) {
+		if (due__sq_col_state(st, 0, &ns) < 0) {
 			sqlite3_reset(st);
 			rc = DUE_ERROR;
 			goto fail;
 		}
-		*out = due_fail_outcome_of(ns);
+		*out = due__fail_outcome_of(ns);
 		sqlite3_reset(st);
 		rc = end_attempt(s, id, attempt, now,
 				 ns == DUE_CANCELLED ? "CANCELLED" : "FAILED", error);
@@ -1030,14 +1030,14 @@ static int due_sq_fail(due_store *s, due_fail_outcome *out, due_id id,
 		rc = mark_late(s, id, attempt);
 	} else {
 		sqlite3_reset(st);
-		rc = due_sq_error(s, rc, "fail");
+		rc = due__sq_error(s, rc, "fail");
 	}
 	if (rc < 0)
 		goto fail;
-	return *out == DUE_FAIL_RETRY_SCHEDULED ? due_sq_commit_wake(s)
-						: due_sq_commit(s);
+	return *out == DUE_FAIL_RETRY_SCHEDULED ? due__sq_commit_wake(s)
+						: due__sq_commit(s);
 fail:
-	due_sq_rollback(s);
+	due__sq_rollback(s);
 	return rc;
 }
 
@@ -1066,7 +1066,7 @@ static int reclaim_batch(due_store *s, due_time now, due_reclaimed *out,
 		rows[n].id = sqlite3_column_int64(st, 0);
 		rows[n].attempt = sqlite3_column_int(st, 1);
 		rows[n].state = DUE_SCHEDULED;
-		if (due_sq_col_state(st, 2, &rows[n].state) < 0) {
+		if (due__sq_col_state(st, 2, &rows[n].state) < 0) {
 			sqlite3_reset(st);
 			return DUE_ERROR;
 		}
@@ -1074,7 +1074,7 @@ static int reclaim_batch(due_store *s, due_time now, due_reclaimed *out,
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-		return due_sq_error(s, rc, "reclaim");
+		return due__sq_error(s, rc, "reclaim");
 	for (size_t i = 0; i < n; i++) {
 		if (rows[i].state == DUE_DEAD)
 			out->dead++;
@@ -1101,10 +1101,10 @@ static int next_expiry(due_store *s, due_time *out)
 	rc = sqlite3_step(st);
 	*out = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
 	sqlite3_reset(st);
-	return rc == SQLITE_ROW ? 0 : due_sq_error(s, rc, "peek leases");
+	return rc == SQLITE_ROW ? 0 : due__sq_error(s, rc, "peek leases");
 }
 
-static int due_sq_reclaim(due_store *s, due_reclaimed *out)
+static int due__sq_reclaim(due_store *s, due_reclaimed *out)
 {
 	bool more = true;
 	int rc;
@@ -1116,13 +1116,13 @@ static int due_sq_reclaim(due_store *s, due_reclaimed *out)
 			return rc;
 		if (out->next_expiry == 0 || out->next_expiry >= out->now)
 			return 0;
-		if ((rc = due_sq_begin(s)) < 0)
+		if ((rc = due__sq_begin(s)) < 0)
 			return rc;
 		if ((rc = reclaim_batch(s, due_time_now_host(), out, &more)) <
 			0 ||
-		    (rc = out->rescheduled ? due_sq_commit_wake(s)
-					   : due_sq_commit(s)) < 0) {
-			due_sq_rollback(s);
+		    (rc = out->rescheduled ? due__sq_commit_wake(s)
+					   : due__sq_commit(s)) < 0) {
+			due__sq_rollback(s);
 			return rc;
 		}
 		more = true; /* re-read the next expiry */
@@ -1144,7 +1144,7 @@ static int cancel_locked(due_store *s, due_cancel_outcome *out, due_id id)
 
 	if ((rc = state_of(s, id, &found, &state, &attempt, &cancel)) < 0)
 		return rc;
-	*out = due_cancel_outcome_of(found, state);
+	*out = due__cancel_outcome_of(found, state);
 	if (*out == DUE_CANCEL_CANCELLED)
 		st = stmt(s, ST_CANCEL_SCHED);
 	else if (*out == DUE_CANCEL_REQUESTED)
@@ -1155,20 +1155,20 @@ static int cancel_locked(due_store *s, due_cancel_outcome *out, due_id id)
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, id);
 	sqlite3_bind_int64(st, 2, due_time_now_host());
-	return due_sq_exec(s, st, "cancel");
+	return due__sq_exec(s, st, "cancel");
 }
 
-static int due_sq_cancel(due_store *s, due_cancel_outcome *out, due_id id)
+static int due__sq_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 {
 	int rc;
 
-	if ((rc = due_sq_begin(s)) < 0)
+	if ((rc = due__sq_begin(s)) < 0)
 		return rc;
 	if ((rc = cancel_locked(s, out, id)) < 0) {
-		due_sq_rollback(s);
+		due__sq_rollback(s);
 		return rc;
 	}
-	return due_sq_commit(s);
+	return due__sq_commit(s);
 }
 
 /* The attempt history of task t (ordered by attempt). */
@@ -1181,12 +1181,12 @@ static int load_attempts(due_store *s, due_task *t)
 	if (!st)
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, t->id);
-	rc = due_rows_attempts(&r, t, 1);
+	rc = due__rows_attempts(&r, t, 1);
 	sqlite3_reset(st);
 	return rc;
 }
 
-static int due_sq_get(due_store *s, due_task **out, due_id id)
+static int due__sq_get(due_store *s, due_task **out, due_id id)
 {
 	sqlite3_stmt *st = stmt(s, ST_GET);
 	SQ_ROWS(r, s, st, "get");
@@ -1195,7 +1195,7 @@ static int due_sq_get(due_store *s, due_task **out, due_id id)
 	if (!st)
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, id);
-	rc = due_rows_task_get(&r, out, id);
+	rc = due__rows_task_get(&r, out, id);
 	sqlite3_reset(st);
 	if (rc == 0 && (rc = load_attempts(s, *out)) < 0) {
 		due_task_free(*out);
@@ -1204,7 +1204,7 @@ static int due_sq_get(due_store *s, due_task **out, due_id id)
 	return rc;
 }
 
-static int due_sq_list(due_store *s, due_task_list **out,
+static int due__sq_list(due_store *s, due_task_list **out,
 		       const due_list_opts *o)
 {
 	sqlite3_stmt *st = stmt(s, ST_LIST);
@@ -1213,7 +1213,7 @@ static int due_sq_list(due_store *s, due_task_list **out,
 
 	if (!st)
 		return due_error_last_code();
-	if ((rc = due_task_list_alloc(&l, (size_t)o->limit)) < 0)
+	if ((rc = due__task_list_alloc(&l, (size_t)o->limit)) < 0)
 		return rc;
 	if (o->state >= 0)
 		sqlite3_bind_text(st, 1, due_state_name((due_state)o->state), -1,
@@ -1248,7 +1248,7 @@ static int audit(due_store *s, due_id id, due_time now, const char *action,
 	sqlite3_bind_text(st, 3, action, -1, SQLITE_STATIC);
 	if (detail)
 		sqlite3_bind_text(st, 4, detail, -1, SQLITE_TRANSIENT);
-	return due_sq_exec(s, st, "audit");
+	return due__sq_exec(s, st, "audit");
 }
 
 /* The error for an operator action on a task in the wrong state. */
@@ -1262,7 +1262,7 @@ static int wrong_state(due_store *s, due_id id, const char *action,
 
 	if (rc < 0)
 		return rc;
-	return due_store_wrong_state(
+	return due__store_wrong_state(
 	    id, action, found ? due_state_name(state) : NULL, needed);
 }
 
@@ -1278,7 +1278,7 @@ static int retry_locked(due_store *s, due_id id, due_time now)
 	sqlite3_bind_int64(st, 2, now);
 	rc = fenced(s, st, "retry", &hit);
 	if (rc == DUE_ECONFLICT)
-		return due_store_retry_conflict(id);
+		return due__store_retry_conflict(id);
 	if (rc < 0)
 		return rc;
 	if (!hit)
@@ -1286,16 +1286,16 @@ static int retry_locked(due_store *s, due_id id, due_time now)
 	return audit(s, id, now, "retry", "DEAD -> SCHEDULED, fresh attempt budget");
 }
 
-static int due_sq_retry(due_store *s, due_id id)
+static int due__sq_retry(due_store *s, due_id id)
 {
 	int rc;
-	if ((rc = due_sq_begin(s)) < 0)
+	if ((rc = due__sq_begin(s)) < 0)
 		return rc;
 	if ((rc = retry_locked(s, id, due_time_now_host())) < 0) {
-		due_sq_rollback(s);
+		due__sq_rollback(s);
 		return rc;
 	}
-	return due_sq_commit_wake(s);
+	return due__sq_commit_wake(s);
 }
 
 /*
@@ -1319,7 +1319,7 @@ static int operator_locked(due_store *s, enum stmt_id sid, due_id id,
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW) {
 		attempt = sqlite3_column_int(st, 0);
-		if (due_sq_col_state(st, 1, final) < 0) {
+		if (due__sq_col_state(st, 1, final) < 0) {
 			sqlite3_reset(st);
 			return DUE_ERROR;
 		}
@@ -1328,7 +1328,7 @@ static int operator_locked(due_store *s, enum stmt_id sid, due_id id,
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_DONE)
-		return due_sq_error(s, rc, action);
+		return due__sq_error(s, rc, action);
 	if (attempt == 0 && sqlite3_changes(s->db) == 0)
 		return wrong_state(s, id, action, needed);
 	if (attempt > 0 &&
@@ -1342,24 +1342,24 @@ static int operator_tx(due_store *s, enum stmt_id sid, due_id id,
 		       const char *outcome, due_state *final)
 {
 	int rc;
-	if ((rc = due_sq_begin(s)) < 0)
+	if ((rc = due__sq_begin(s)) < 0)
 		return rc;
 	if ((rc = operator_locked(s, sid, id, action, needed, outcome, final)) < 0) {
-		due_sq_rollback(s);
+		due__sq_rollback(s);
 		return rc;
 	}
-	return *final == DUE_SCHEDULED ? due_sq_commit_wake(s)
-				       : due_sq_commit(s);
+	return *final == DUE_SCHEDULED ? due__sq_commit_wake(s)
+				       : due__sq_commit(s);
 }
 
-static int due_sq_requeue(due_store *s, due_id id)
+static int due__sq_requeue(due_store *s, due_id id)
 {
 	due_state final = DUE_SCHEDULED;
 	return operator_tx(s, ST_REQUEUE, id, "requeue", "CLAIMED", "REQUEUED",
 			   &final);
 }
 
-static int due_sq_kill(due_store *s, due_state *out, due_id id)
+static int due__sq_kill(due_store *s, due_state *out, due_id id)
 {
 	return operator_tx(s, ST_KILL, id, "kill", "SCHEDULED, CLAIMED or DEAD",
 			   "KILLED", out);
@@ -1399,7 +1399,7 @@ static int lateness(due_store *s, due_stats *out)
 			if (!nv) {
 				free(v);
 				sqlite3_reset(st);
-				return due_error_set(DUE_ENOMEM, "out of memory");
+				return due__error_set(DUE_ENOMEM, "out of memory");
 			}
 			v = nv;
 		}
@@ -1408,7 +1408,7 @@ static int lateness(due_store *s, due_stats *out)
 	sqlite3_reset(st);
 	if (rc != SQLITE_DONE) {
 		free(v);
-		return due_sq_error(s, rc, "lateness");
+		return due__sq_error(s, rc, "lateness");
 	}
 	if (n)
 		qsort(v, n, sizeof(*v), cmp_i64);
@@ -1420,7 +1420,7 @@ static int lateness(due_store *s, due_stats *out)
 	return 0;
 }
 
-static int due_sq_stats(due_store *s, due_stats *out)
+static int due__sq_stats(due_store *s, due_stats *out)
 {
 	sqlite3_stmt *st = stmt(s, ST_COUNT_STATES);
 	int rc;
@@ -1430,12 +1430,12 @@ static int due_sq_stats(due_store *s, due_stats *out)
 	out->now = due_time_now_host();
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		due_state ss = DUE_SCHEDULED;
-		if (due_sq_col_state(st, 0, &ss) == 0)
+		if (due__sq_col_state(st, 0, &ss) == 0)
 			out->counts[ss] = sqlite3_column_int64(st, 1);
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_DONE)
-		return due_sq_error(s, rc, "stats");
+		return due__sq_error(s, rc, "stats");
 	out->dead = out->counts[DUE_DEAD];
 	if (!(st = stmt(s, ST_DUE_UNCLAIMED)))
 		return due_error_last_code();
@@ -1448,7 +1448,7 @@ static int due_sq_stats(due_store *s, due_stats *out)
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_ROW)
-		return due_sq_error(s, rc, "stats");
+		return due__sq_error(s, rc, "stats");
 	return lateness(s, out);
 }
 
@@ -1465,25 +1465,25 @@ static int prune_batch(due_store *s, due_time cutoff, int64_t *n)
 			return due_error_last_code();
 		sqlite3_bind_int64(st, 1, cutoff);
 		sqlite3_bind_int(st, 2, 500);
-		if ((rc = due_sq_exec(s, st, "prune")) < 0)
+		if ((rc = due__sq_exec(s, st, "prune")) < 0)
 			return rc;
 	}
 	*n = sqlite3_changes(s->db);
 	return 0;
 }
 
-static int due_sq_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
+static int due__sq_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 {
 	int64_t n = 0;
 	int rc;
 
 	*deleted = 0;
 	do {
-		if ((rc = due_sq_begin(s)) < 0)
+		if ((rc = due__sq_begin(s)) < 0)
 			return rc;
 		if ((rc = prune_batch(s, due_time_now_host() - older_than_us, &n)) < 0 ||
-		    (rc = due_sq_commit(s)) < 0) {
-			due_sq_rollback(s);
+		    (rc = due__sq_commit(s)) < 0) {
+			due__sq_rollback(s);
 			return rc;
 		}
 		*deleted += n;
@@ -1495,7 +1495,7 @@ static int due_sq_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 /* Schedules                                                           */
 /* ------------------------------------------------------------------ */
 
-static int due_sq_sched_get(due_store *s, due_schedule_info **out,
+static int due__sq_cron_get(due_store *s, due_cron_info **out,
 			    const char *name)
 {
 	sqlite3_stmt *st = stmt(s, ST_SCHED_GET);
@@ -1506,12 +1506,12 @@ static int due_sq_sched_get(due_store *s, due_schedule_info **out,
 	if (!st)
 		return due_error_last_code();
 	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	rc = due_rows_sched_get(&r, out, name);
+	rc = due__rows_sched_get(&r, out, name);
 	sqlite3_reset(st);
 	return rc;
 }
 
-static int due_sq_sched_list(due_store *s, due_schedule_list **out)
+static int due__sq_cron_list(due_store *s, due_cron_info_list **out)
 {
 	sqlite3_stmt *st = stmt(s, ST_SCHED_LIST);
 	SQ_ROWS(r, s, st, "list schedules");
@@ -1520,18 +1520,18 @@ static int due_sq_sched_list(due_store *s, due_schedule_list **out)
 	*out = NULL;
 	if (!st)
 		return due_error_last_code();
-	rc = due_rows_sched_list(&r, out);
+	rc = due__rows_sched_list(&r, out);
 	sqlite3_reset(st);
 	return rc;
 }
 
-static int due_sq_sched_put(due_store *s, const due_cron_def *d,
+static int due__sq_cron_put(due_store *s, const due_cron_def *d,
 			    due_time next_slot)
 {
 	sqlite3_stmt *st;
 	int rc;
 
-	if ((rc = due_sq_begin(s)) < 0)
+	if ((rc = due__sq_begin(s)) < 0)
 		return rc;
 	if (!(st = stmt(s, ST_SCHED_PUT))) {
 		rc = due_error_last_code();
@@ -1543,24 +1543,24 @@ static int due_sq_sched_put(due_store *s, const due_cron_def *d,
 	sqlite3_bind_text(st, 4, d->tz, -1, SQLITE_STATIC);
 	sqlite3_bind_blob(st, 5, d->payload ? d->payload : "", (int)d->payload_len,
 			  SQLITE_STATIC);
-	sqlite3_bind_text(st, 6, due_misfire_name(d->misfire), -1,
+	sqlite3_bind_text(st, 6, due__misfire_name(d->misfire), -1,
 			  SQLITE_STATIC);
-	sqlite3_bind_text(st, 7, due_overlap_name(d->overlap), -1,
+	sqlite3_bind_text(st, 7, due__overlap_name(d->overlap), -1,
 			  SQLITE_STATIC);
 	sqlite3_bind_int(st, 8, d->max_attempts);
 	sqlite3_bind_int64(st, 9, d->backoff_us);
 	sqlite3_bind_int64(st, 10, d->backoff_cap_us);
 	sqlite3_bind_int64(st, 11, next_slot);
 	sqlite3_bind_int64(st, 12, due_time_now_host());
-	if ((rc = due_sq_exec(s, st, "save schedule")) < 0)
+	if ((rc = due__sq_exec(s, st, "save schedule")) < 0)
 		goto fail;
-	return due_sq_commit(s);
+	return due__sq_commit(s);
 fail:
-	due_sq_rollback(s);
+	due__sq_rollback(s);
 	return rc;
 }
 
-static int due_sq_sched_remove(due_store *s, const char *name)
+static int due__sq_cron_remove(due_store *s, const char *name)
 {
 	sqlite3_stmt *st = stmt(s, ST_SCHED_DEL);
 	int rc;
@@ -1568,15 +1568,15 @@ static int due_sq_sched_remove(due_store *s, const char *name)
 	if (!st)
 		return due_error_last_code();
 	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	if ((rc = due_sq_exec(s, st, "remove schedule")) < 0)
+	if ((rc = due__sq_exec(s, st, "remove schedule")) < 0)
 		return rc;
 	if (sqlite3_changes(s->db) == 0)
-		return due_error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
+		return due__error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
 	return 0;
 }
 
 /* The bookkeeping after a won compare-and-set.  Inside the transaction. */
-static int sched_done(due_store *s, const due_sched_fire *f, due_id task)
+static int sched_done(due_store *s, const due_cron_fire *f, due_id task)
 {
 	sqlite3_stmt *st = stmt(s, ST_SCHED_DONE);
 	if (!st)
@@ -1590,10 +1590,10 @@ static int sched_done(due_store *s, const due_sched_fire *f, due_id task)
 	sqlite3_bind_int64(st, 5, f->missed);
 	if (f->missed > 0 && f->last_missed > 0)
 		sqlite3_bind_int64(st, 6, f->last_missed);
-	return due_sq_exec(s, st, "schedule bookkeeping");
+	return due__sq_exec(s, st, "schedule bookkeeping");
 }
 
-static int due_sq_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
+static int due__sq_cron_fire(due_store *s, const due_cron_fire *f, bool *won,
 			     due_id *task_id)
 {
 	sqlite3_stmt *st, *ins, *find;
@@ -1603,7 +1603,7 @@ static int due_sq_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
 
 	*won = false;
 	*task_id = 0;
-	if ((rc = due_sq_begin(s)) < 0)
+	if ((rc = due__sq_begin(s)) < 0)
 		return rc;
 	now = due_time_now_host();
 	if (!(st = stmt(s, ST_SCHED_CAS))) {
@@ -1614,10 +1614,10 @@ static int due_sq_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
 	sqlite3_bind_int64(st, 2, f->next);
 	sqlite3_bind_int64(st, 3, now);
 	sqlite3_bind_int64(st, 4, f->expect);
-	if ((rc = due_sq_exec(s, st, "advance schedule")) < 0)
+	if ((rc = due__sq_exec(s, st, "advance schedule")) < 0)
 		goto fail;
 	if (sqlite3_changes(s->db) == 0)
-		return due_sq_commit(s); /* another scheduler advanced it */
+		return due__sq_commit(s); /* another scheduler advanced it */
 	*won = true;
 	if (f->task) {
 		if (!(ins = stmt(s, ST_INSERT)) || !(find = stmt(s, ST_FIND_KEY))) {
@@ -1630,9 +1630,9 @@ static int due_sq_sched_fire(due_store *s, const due_sched_fire *f, bool *won,
 	}
 	if ((rc = sched_done(s, f, sub.id)) < 0)
 		goto fail;
-	return f->task ? due_sq_commit_wake(s) : due_sq_commit(s);
+	return f->task ? due__sq_commit_wake(s) : due__sq_commit(s);
 fail:
-	due_sq_rollback(s);
+	due__sq_rollback(s);
 	*won = false;
 	return rc;
 }
@@ -1658,7 +1658,7 @@ static int hist(due_store *s, enum stmt_id id, due_histogram *h)
 		h->sum_ms += sqlite3_column_double(st, 2) / 1000.0;
 	}
 	sqlite3_reset(st);
-	return rc == SQLITE_DONE ? 0 : due_sq_error(s, rc, "histogram");
+	return rc == SQLITE_DONE ? 0 : due__sq_error(s, rc, "histogram");
 }
 
 static int kinds(due_store *s, due_metrics *m)
@@ -1672,7 +1672,7 @@ static int kinds(due_store *s, due_metrics *m)
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *k = (const char *)sqlite3_column_text(st, 0);
 		due_state ss = DUE_SCHEDULED;
-		if (due_sq_col_state(st, 1, &ss) < 0)
+		if (due__sq_col_state(st, 1, &ss) < 0)
 			continue;
 		if (!m->n_kinds || strcmp(m->kinds[m->n_kinds - 1].kind, k) != 0) {
 			if (m->n_kinds == 1000)
@@ -1687,7 +1687,7 @@ static int kinds(due_store *s, due_metrics *m)
 				m->kinds = n;
 			}
 			memset(&m->kinds[m->n_kinds], 0, sizeof(m->kinds[0]));
-			if (!(m->kinds[m->n_kinds].kind = due_strdup_n(k, strlen(k)))) {
+			if (!(m->kinds[m->n_kinds].kind = due__strdup_n(k, strlen(k)))) {
 				rc = SQLITE_NOMEM;
 				break;
 			}
@@ -1698,7 +1698,7 @@ static int kinds(due_store *s, due_metrics *m)
 	sqlite3_reset(st);
 	return rc == SQLITE_DONE || rc == SQLITE_ROW
 		   ? 0
-		   : due_sq_error(s, rc, "kinds");
+		   : due__sq_error(s, rc, "kinds");
 }
 
 static int outcomes(due_store *s, due_metrics *m, due_time now)
@@ -1710,13 +1710,13 @@ static int outcomes(due_store *s, due_metrics *m, due_time now)
 		return due_error_last_code();
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int i =
-		    due_outcome_parse((const char *)sqlite3_column_text(st, 0));
+		    due__outcome_parse((const char *)sqlite3_column_text(st, 0));
 		if (i >= 0 && i < DUE_OUT_REJECTED_STALE)
 			m->outcomes[i] = sqlite3_column_int64(st, 1);
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_DONE || !(st = stmt(s, ST_M_STALE)))
-		return rc != SQLITE_DONE ? due_sq_error(s, rc, "outcomes")
+		return rc != SQLITE_DONE ? due__sq_error(s, rc, "outcomes")
 					 : DUE_ERROR;
 	if ((rc = sqlite3_step(st)) == SQLITE_ROW)
 		m->outcomes[DUE_OUT_REJECTED_STALE] = sqlite3_column_int64(st, 0);
@@ -1730,7 +1730,7 @@ static int outcomes(due_store *s, due_metrics *m, due_time now)
 			m->done_per_min[mi] = sqlite3_column_int64(st, 1);
 	}
 	sqlite3_reset(st);
-	return rc == SQLITE_DONE ? 0 : due_sq_error(s, rc, "throughput");
+	return rc == SQLITE_DONE ? 0 : due__sq_error(s, rc, "throughput");
 }
 
 static int workers(due_store *s, due_metrics *m, due_time now)
@@ -1750,15 +1750,15 @@ static int workers(due_store *s, due_metrics *m, due_time now)
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_ROW || !(st = stmt(s, ST_M_SCHED)))
-		return rc != SQLITE_ROW ? due_sq_error(s, rc, "workers")
+		return rc != SQLITE_ROW ? due__sq_error(s, rc, "workers")
 					: DUE_ERROR;
 	if ((rc = sqlite3_step(st)) == SQLITE_ROW)
 		m->n_schedules = (size_t)sqlite3_column_int64(st, 0);
 	sqlite3_reset(st);
-	return rc == SQLITE_ROW ? 0 : due_sq_error(s, rc, "schedules");
+	return rc == SQLITE_ROW ? 0 : due__sq_error(s, rc, "schedules");
 }
 
-static int due_sq_metrics(due_store *s, due_metrics *m)
+static int due__sq_metrics(due_store *s, due_metrics *m)
 {
 	due_time now = due_time_now_host();
 	int rc;
@@ -1770,7 +1770,7 @@ static int due_sq_metrics(due_store *s, due_metrics *m)
 	return 0;
 }
 
-static int due_sq_worker_report(due_store *s, const char *owner,
+static int due__sq_worker_report(due_store *s, const char *owner,
 				const due_worker_stats *w)
 {
 	sqlite3_stmt *st = stmt(s, ST_WORKER_REPORT);
@@ -1778,12 +1778,12 @@ static int due_sq_worker_report(due_store *s, const char *owner,
 
 	if (!st)
 		return due_error_last_code();
-	due_worker_counters(w, v);
+	due__worker_counters(w, v);
 	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 2, due_time_now_host());
 	for (int i = 0; i < DUE_WORKER_N_COUNTERS; i++)
 		sqlite3_bind_int64(st, 3 + i, v[i]);
-	return due_sq_exec(s, st, "worker report");
+	return due__sq_exec(s, st, "worker report");
 }
 
 /* ------------------------------------------------------------------ */
@@ -1814,7 +1814,7 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 	int rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
 				    &s->upc, NULL);
 	if (rc != SQLITE_OK) {
-		due_sq_error(s, rc, "prepare upcoming");
+		due__sq_error(s, rc, "prepare upcoming");
 		return NULL;
 	}
 	s->upc_kinds = n_kinds;
@@ -1822,7 +1822,7 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 	return s->upc;
 }
 
-static int due_sq_upcoming(due_store *s, due_upcoming *out,
+static int due__sq_upcoming(due_store *s, due_upcoming *out,
 			   const char *const *kinds, size_t n_kinds,
 			   bool exclude, due_time until, int limit)
 {
@@ -1837,16 +1837,16 @@ static int due_sq_upcoming(due_store *s, due_upcoming *out,
 	sqlite3_bind_int(st, 2, limit);
 	for (size_t i = 0; i < n_kinds; i++)
 		sqlite3_bind_text(st, (int)i + 3, kinds[i], -1, SQLITE_STATIC);
-	rc = due_rows_upcoming(&r, out, limit);
+	rc = due__rows_upcoming(&r, out, limit);
 	sqlite3_reset(st);
 	return rc < 0 ? rc : next_expiry(s, &out->next_expiry);
 }
 
 static const char *const schemes[] = {"sqlite", NULL};
 
-/* Every method is due_sq_<method> (store.h lists them). */
-#define OP(m) .m = due_sq_##m,
-const due_store_ops due_store_sqlite = {
+/* Every method is due__sq_<method> (store.h lists them). */
+#define OP(m) .m = due__sq_##m,
+const due_store_ops due__store_sqlite = {
 	.version = DUE_STORE_OPS_VERSION,
 	.name = "sqlite",
 	.schemes = schemes,
@@ -1859,4 +1859,4 @@ const due_store_ops due_store_sqlite = {
 #undef OP
 
 DUE_STORE_TX_SUBMIT_API(due_schedule_sqlite_tx, struct sqlite3,
-			due_store_sqlite)
+			due__store_sqlite)

@@ -15,12 +15,12 @@
 ** takes SQLite's single writer lock up front; the busy handler below waits
 ** for it in short steps, because our transactions are short.
 **
-** Errors.  due_sq_error is the one translator of SQLite's codes; its
+** Errors.  due__sq_error is the one translator of SQLite's codes; its
 ** message names the store's file, the step and the cause beneath an I/O
 ** error (e.g. "sqlite store '/var/due.db': commit: disk I/O error (write:
 ** File too large)").  A write that fails (a full disk, an I/O error) fails
 ** its COMMIT; SQLite rolls the transaction back and so do we
-** (due_sq_commit), so the handle is ready for the next call and nothing
+** (due__sq_commit), so the handle is ready for the next call and nothing
 ** of the failed transaction is in the file.  (A failed fsync is the one
 ** ambiguity: the commit's frames may be in the -wal, and a later recovery
 ** may find it committed although it was reported failed; no acknowledged
@@ -30,7 +30,7 @@
 ** (see "Read-only stores" below, at open); writes are refused up front.
 **
 ** Wake-ups.  Every transaction that may make work for another process
-** touches the file "<store>-wake" after it commits (due_sq_commit_wake).
+** touches the file "<store>-wake" after it commits (due__sq_commit_wake).
 ** Listeners watch that file with inotify, which reaches every process on
 ** the host.  The file carries no data and a lost wake-up costs only
 ** lateness: workers still poll, slowly.  So touching it never blocks and
@@ -129,7 +129,7 @@ static void cause_of(sqlite3 *db, int rc, char *buf, size_t n)
 		snprintf(buf, n, " (%s)", step ? step : strerror(e));
 }
 
-int due_sq_error(due_store *s, int rc, const char *what)
+int due__sq_error(due_store *s, int rc, const char *what)
 {
 	sqlite3 *db = s ? s->db : NULL;
 	const char *msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
@@ -137,13 +137,13 @@ int due_sq_error(due_store *s, int rc, const char *what)
 
 	cause_of(db, rc, cause, sizeof(cause));
 	if (s && s->path)
-		return due_error_set(code_of(rc), "sqlite store '%s': %s: %s%s",
+		return due__error_set(code_of(rc), "sqlite store '%s': %s: %s%s",
 				     s->path, what, msg, cause);
-	return due_error_set(code_of(rc), "sqlite store: %s: %s%s", what, msg,
+	return due__error_set(code_of(rc), "sqlite store: %s: %s%s", what, msg,
 			     cause);
 }
 
-sqlite3_stmt *due_sq_stmt(due_store *s, int id, const char *sql)
+sqlite3_stmt *due__sq_stmt(due_store *s, int id, const char *sql)
 {
 	sqlite3_stmt *st = s->st[id];
 	int rc;
@@ -156,17 +156,17 @@ sqlite3_stmt *due_sq_stmt(due_store *s, int id, const char *sql)
 	rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
 				&s->st[id], NULL);
 	if (rc != SQLITE_OK) {
-		due_sq_error(s, rc, "prepare");
+		due__sq_error(s, rc, "prepare");
 		return NULL;
 	}
 	return s->st[id];
 }
 
-int due_sq_exec(due_store *s, sqlite3_stmt *st, const char *what)
+int due__sq_exec(due_store *s, sqlite3_stmt *st, const char *what)
 {
 	int rc = sqlite3_step(st);
 	sqlite3_reset(st);
-	return rc == SQLITE_DONE ? 0 : due_sq_error(s, rc, what);
+	return rc == SQLITE_DONE ? 0 : due__sq_error(s, rc, what);
 }
 
 /* BEGIN IMMEDIATE (0) or COMMIT (1), prepared once like any statement. */
@@ -179,37 +179,37 @@ static int tx(due_store *s, int which, const char *what)
 	    (rc = sqlite3_prepare_v3(s->db, sql[which], -1,
 				     SQLITE_PREPARE_PERSISTENT, &s->tx[which],
 				     NULL)) != SQLITE_OK)
-		return due_sq_error(s, rc, "prepare");
-	return due_sq_exec(s, s->tx[which], what);
+		return due__sq_error(s, rc, "prepare");
+	return due__sq_exec(s, s->tx[which], what);
 }
 
-int due_sq_begin(due_store *s)
+int due__sq_begin(due_store *s)
 {
 	if (s->readonly)
-		return due_error_set(DUE_ESTORE,
+		return due__error_set(DUE_ESTORE,
 			"sqlite store '%s' is read-only to this user: changing it "
 			"needs write access to the file and to its directory",
 			s->path);
 	return tx(s, 0, "begin");
 }
 
-int due_sq_commit(due_store *s)
+int due__sq_commit(due_store *s)
 {
 	int rc = tx(s, 1, "commit");
 	if (rc < 0)
-		due_sq_rollback(s);
+		due__sq_rollback(s);
 	return rc;
 }
 
-int due_sq_commit_wake(due_store *s)
+int due__sq_commit_wake(due_store *s)
 {
-	int rc = due_sq_commit(s);
+	int rc = due__sq_commit(s);
 	if (rc == 0)
-		due_sq_notify(s);
+		due__sq_notify(s);
 	return rc;
 }
 
-void due_sq_rollback(due_store *s)
+void due__sq_rollback(due_store *s)
 {
 	if (sqlite3_get_autocommit(s->db))
 		return;
@@ -252,7 +252,7 @@ static int open_wake(const char *path)
 ** must not fail or delay what was committed; a lost wake-up costs
 ** lateness, never a task.  Always 0.
 */
-int due_sq_notify(due_store *s)
+int due__sq_notify(due_store *s)
 {
 	int fd = open_wake(s->wake_path);
 	if (fd < 0)
@@ -268,26 +268,26 @@ int due_sq_notify(due_store *s)
 
 static int cur_next(void *c)
 {
-	due_sq_cur *k = c;
+	due__sq_cur *k = c;
 	int rc = sqlite3_step(k->st);
 	return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0
-							 : due_sq_error(k->s, rc, k->what);
+							 : due__sq_error(k->s, rc, k->what);
 }
 
 static bool cur_is_null(void *c, int col)
 {
-	return sqlite3_column_type(((due_sq_cur *)c)->st, col) == SQLITE_NULL;
+	return sqlite3_column_type(((due__sq_cur *)c)->st, col) == SQLITE_NULL;
 }
 
 /* Integers, and times: the store keeps them as integer microseconds. */
 static int64_t cur_i64(void *c, int col)
 {
-	return sqlite3_column_int64(((due_sq_cur *)c)->st, col);
+	return sqlite3_column_int64(((due__sq_cur *)c)->st, col);
 }
 
 static const void *cur_bytes(void *c, int col, size_t *len)
 {
-	sqlite3_stmt *st = ((due_sq_cur *)c)->st;
+	sqlite3_stmt *st = ((due__sq_cur *)c)->st;
 	const void *p;
 
 	*len = 0;
@@ -301,7 +301,7 @@ static const void *cur_bytes(void *c, int col, size_t *len)
 static const due_row_ops sq_rows = {cur_next, cur_is_null, cur_i64, cur_i64,
 				    cur_bytes};
 
-void due_sq_rows(due_rows *out, due_sq_cur *c, due_store *s, sqlite3_stmt *st,
+void due__sq_rows(due_rows *out, due__sq_cur *c, due_store *s, sqlite3_stmt *st,
 		 const char *what)
 {
 	c->s = s;
@@ -311,10 +311,10 @@ void due_sq_rows(due_rows *out, due_sq_cur *c, due_store *s, sqlite3_stmt *st,
 	out->cur = c;
 }
 
-int due_sq_col_state(sqlite3_stmt *st, int col, due_state *out)
+int due__sq_col_state(sqlite3_stmt *st, int col, due_state *out)
 {
 	const char *p = (const char *)sqlite3_column_text(st, col);
-	return due_state_from_store(p, (size_t)sqlite3_column_bytes(st, col), out);
+	return due__state_from_store(p, (size_t)sqlite3_column_bytes(st, col), out);
 }
 
 /* ------------------------------------------------------------------ */
@@ -377,7 +377,7 @@ typedef struct sq_cfg {
 	int busy_ms;      /* ?busy_ms= (default 30000) */
 } sq_cfg;
 
-void due_sq_free_cfg(void *cfg)
+void due__sq_free_cfg(void *cfg)
 {
 	sq_cfg *c = cfg;
 	if (c)
@@ -396,12 +396,12 @@ static int parse_option(sq_cfg *c, const char *opt, const char *full)
 		errno = 0;
 		long v = strtol(opt + 8, &end, 10);
 		if (errno || *end || end == opt + 8 || v < 0 || v > 3600000)
-			return due_error_set(DUE_EINVAL,
+			return due__error_set(DUE_EINVAL,
 				"malformed store URL '%s': busy_ms must be 0..3600000",
 				full);
 		c->busy_ms = (int)v;
 	} else {
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"malformed store URL '%s': unknown option '%s' "
 			"(expected sync=full|normal or busy_ms=N)", full, opt);
 	}
@@ -414,10 +414,10 @@ static int parse_options(sq_cfg *c, const char *q, const char *full)
 	while (q) {
 		const char *next = strchr(q + 1, '&');
 		size_t n = next ? (size_t)(next - q - 1) : strlen(q + 1);
-		char *opt = due_strdup_n(q + 1, n);
+		char *opt = due__strdup_n(q + 1, n);
 		int rc;
 		if (!opt)
-			return due_error_set(DUE_ENOMEM, "out of memory");
+			return due__error_set(DUE_ENOMEM, "out of memory");
 		rc = parse_option(c, opt, full);
 		free(opt);
 		if (rc < 0)
@@ -427,7 +427,7 @@ static int parse_options(sq_cfg *c, const char *q, const char *full)
 	return 0;
 }
 
-int due_sq_parse_url(void **out, const due_url *u)
+int due__sq_parse_url(void **out, const due_url *u)
 {
 	const char *path = u->rest;
 	const char *q = strchr(path, '?');
@@ -438,22 +438,22 @@ int due_sq_parse_url(void **out, const due_url *u)
 	*out = NULL;
 	if (strncmp(path, "//", 2) == 0) {
 		if (path[2] != '/')
-			return due_error_set(DUE_EINVAL,
+			return due__error_set(DUE_EINVAL,
 				"malformed store URL '%s': use sqlite:PATH or "
 				"sqlite:///absolute/path", u->text);
 		path += 2;
 		plen -= 2;
 	}
 	if (plen == 0)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"malformed store URL '%s': empty file path", u->text);
-	if (!(c = calloc(1, sizeof(*c))) || !(c->path = due_strdup_n(path, plen))) {
-		due_sq_free_cfg(c);
-		return due_error_set(DUE_ENOMEM, "out of memory");
+	if (!(c = calloc(1, sizeof(*c))) || !(c->path = due__strdup_n(path, plen))) {
+		due__sq_free_cfg(c);
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	}
 	c->busy_ms = 30000;
 	if ((rc = parse_options(c, q, u->text)) < 0) {
-		due_sq_free_cfg(c);
+		due__sq_free_cfg(c);
 		return rc;
 	}
 	*out = c;
@@ -469,7 +469,7 @@ static int configure(due_store *s, const sq_cfg *c)
 		 c->sync_normal ? "NORMAL" : "FULL");
 	int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
 	if (rc != SQLITE_OK)
-		return due_sq_error(s, rc, "configure");
+		return due__sq_error(s, rc, "configure");
 	rc = sqlite3_create_function(s->db, "due_backoff", 3,
 				     SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
 				     sql_backoff, NULL, NULL);
@@ -477,7 +477,7 @@ static int configure(due_store *s, const sq_cfg *c)
 		rc = sqlite3_create_function(s->db, "due_bucket", 1,
 					     SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
 					     sql_bucket, NULL, NULL);
-	return rc == SQLITE_OK ? 0 : due_sq_error(s, rc, "register due_backoff");
+	return rc == SQLITE_OK ? 0 : due__sq_error(s, rc, "register due_backoff");
 }
 
 /*
@@ -501,7 +501,7 @@ static int configure(due_store *s, const sq_cfg *c)
 **    can make a read fail; a one-shot `due ls` or `due show` is what it is
 **    for.  A long-running reader (a dashboard) should be given write
 **    access to the directory instead.
-** Writes are refused before they start (due_sq_begin) with DUE_ESTORE
+** Writes are refused before they start (due__sq_begin) with DUE_ESTORE
 ** naming the store; nothing on the read path writes.
 */
 
@@ -599,7 +599,7 @@ static int settle_access(due_store *s)
 /* May this user write the file and create files beside it? */
 static bool can_write(const char *path)
 {
-	char *dir = due_strdup_n(path, strlen(path)), *slash;
+	char *dir = due__strdup_n(path, strlen(path)), *slash;
 	bool yes;
 
 	if (!dir)
@@ -625,17 +625,17 @@ static int open_error(due_store *s, int rc)
 
 	if ((base == SQLITE_READONLY || base == SQLITE_CANTOPEN) &&
 	    wal_exists(s->path) && !can_write(s->path))
-		return due_error_set(DUE_ESTORE,
+		return due__error_set(DUE_ESTORE,
 			"cannot open sqlite store '%s': %s (its log '%s-wal' "
 			"exists, and this user can neither write the store nor "
 			"open or create its '-shm' file: open it once as a user "
 			"who can write it)", s->path, msg, s->path);
 	cause_of(s->db, rc, cause, sizeof(cause));
-	return due_error_set(DUE_ESTORE, "cannot open sqlite store '%s': %s%s",
+	return due__error_set(DUE_ESTORE, "cannot open sqlite store '%s': %s%s",
 			     s->path, msg, cause);
 }
 
-int due_sq_open(due_store **out, const void *cfg, bool create)
+int due__sq_open(due_store **out, const void *cfg, bool create)
 {
 	const sq_cfg *u = cfg;
 	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
@@ -644,19 +644,19 @@ int due_sq_open(due_store **out, const void *cfg, bool create)
 
 	*out = NULL;
 	if (!create && access(u->path, F_OK) != 0)
-		return due_error_set(DUE_ESCHEMA,
+		return due__error_set(DUE_ESCHEMA,
 			"no store at '%s': run `due init --db sqlite:%s` first",
 			u->path, u->path);
 	s = calloc(1, sizeof(*s));
 	if (!s)
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	*out = s;
 	s->ino_fd = -1;
-	s->path = due_strdup_n(u->path, strlen(u->path));
+	s->path = due__strdup_n(u->path, strlen(u->path));
 	if (s->path && (s->wake_path = malloc(strlen(s->path) + 6)))
 		snprintf(s->wake_path, strlen(s->path) + 6, "%s-wake", s->path);
 	if (!s->path || !s->wake_path)
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	if (create)
 		flags |= SQLITE_OPEN_CREATE;
 	s->busy_ms = u->busy_ms;
@@ -667,7 +667,7 @@ int due_sq_open(due_store **out, const void *cfg, bool create)
 	return configure(s, u);
 }
 
-void due_sq_close(due_store *s)
+void due__sq_close(due_store *s)
 {
 	if (!s)
 		return;
@@ -686,14 +686,14 @@ void due_sq_close(due_store *s)
 }
 
 /* The store's clock is the host's (DUE_STORE_CAP_HOST_CLOCK). */
-int due_sq_now(due_store *s, due_time *out)
+int due__sq_now(due_store *s, due_time *out)
 {
 	(void)s;
 	*out = due_time_now_host();
 	return 0;
 }
 
-void *due_sq_native(due_store *s)
+void *due__sq_native(due_store *s)
 {
 	return s->db;
 }
@@ -702,25 +702,25 @@ void *due_sq_native(due_store *s)
 /* Listening to the wake file                                          */
 /* ------------------------------------------------------------------ */
 
-int due_sq_listen(due_store *s, int *fd)
+int due__sq_listen(due_store *s, int *fd)
 {
 	if (s->ino_fd < 0) {
 		int w = open_wake(s->wake_path);
 		if (w < 0 && errno == EINVAL)
-			return due_error_set(DUE_ESTATE,
+			return due__error_set(DUE_ESTATE,
 				"wake file '%s' is not a regular file: poll",
 				s->wake_path);
 		if (w >= 0)
 			close(w);
 		s->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
 		if (s->ino_fd < 0)
-			return due_error_set(DUE_ESTATE, "inotify: %s", strerror(errno));
+			return due__error_set(DUE_ESTATE, "inotify: %s", strerror(errno));
 		if (inotify_add_watch(s->ino_fd, s->wake_path,
 				      IN_ATTRIB | IN_MODIFY | IN_CLOSE_WRITE) < 0) {
 			int e = errno;
 			close(s->ino_fd);
 			s->ino_fd = -1;
-			return due_error_set(DUE_ESTATE, "cannot watch '%s': %s",
+			return due__error_set(DUE_ESTATE, "cannot watch '%s': %s",
 					     s->wake_path, strerror(e));
 		}
 	}
@@ -728,7 +728,7 @@ int due_sq_listen(due_store *s, int *fd)
 	return 0;
 }
 
-int due_sq_listen_drain(due_store *s, int *count)
+int due__sq_listen_drain(due_store *s, int *count)
 {
 	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
 	ssize_t n;

@@ -37,56 +37,56 @@ struct due_store {
 };
 
 /* The connection methods of the ops table (sqlite.c lists them). */
-int due_sq_parse_url(void **cfg, const due_url *u);
-void due_sq_free_cfg(void *cfg);
-int due_sq_open(due_store **out, const void *cfg, bool create);
-void due_sq_close(due_store *s);
-int due_sq_now(due_store *s, due_time *out);
-void *due_sq_native(due_store *s);
-int due_sq_listen(due_store *s, int *fd);
-int due_sq_listen_drain(due_store *s, int *count);
-int due_sq_notify(due_store *s);
+int due__sq_parse_url(void **cfg, const due_url *u);
+void due__sq_free_cfg(void *cfg);
+int due__sq_open(due_store **out, const void *cfg, bool create);
+void due__sq_close(due_store *s);
+int due__sq_now(due_store *s, due_time *out);
+void *due__sq_native(due_store *s);
+int due__sq_listen(due_store *s, int *fd);
+int due__sq_listen_drain(due_store *s, int *count);
+int due__sq_notify(due_store *s);
 
 /*
 ** Translate a native SQLite failure into a due code and message.  This is
 ** the only place that knows SQLite's result codes.
 */
-int due_sq_error(due_store *s, int rc, const char *what);
+int due__sq_error(due_store *s, int rc, const char *what);
 
 /*
 ** Statement `id` (< DUE_SQ_MAX_STMTS) of text `sql`, prepared once and
 ** cached, reset and unbound; NULL with the error set.
 */
-sqlite3_stmt *due_sq_stmt(due_store *s, int id, const char *sql);
+sqlite3_stmt *due__sq_stmt(due_store *s, int id, const char *sql);
 /* Run a statement that returns no rows.  0 or a due code. */
-int due_sq_exec(due_store *s, sqlite3_stmt *st, const char *what);
+int due__sq_exec(due_store *s, sqlite3_stmt *st, const char *what);
 
 /*
 ** BEGIN IMMEDIATE: SQLite's one writer lock, taken up front.  On a store
 ** this user can only read: DUE_ESTORE saying so, before any lock.
 */
-int due_sq_begin(due_store *s);
+int due__sq_begin(due_store *s);
 /* COMMIT; on failure the transaction is rolled back. */
-int due_sq_commit(due_store *s);
+int due__sq_commit(due_store *s);
 /* COMMIT, then wake listeners (the transaction may have made work). */
-int due_sq_commit_wake(due_store *s);
+int due__sq_commit_wake(due_store *s);
 /* Roll back if a transaction is open; keeps the error already recorded. */
-void due_sq_rollback(due_store *s);
+void due__sq_rollback(due_store *s);
 
 /* The state in column col of st's current row. */
-int due_sq_col_state(sqlite3_stmt *st, int col, due_state *out);
+int due__sq_col_state(sqlite3_stmt *st, int col, due_state *out);
 
 /*
 ** A cursor (row.h) over a statement being stepped.  The statement is
 ** reset by whoever stepped it; `what` names a failed step.
 */
-typedef struct due_sq_cur {
+typedef struct due__sq_cur {
 	due_store *s;
 	sqlite3_stmt *st;
 	const char *what;
-} due_sq_cur;
+} due__sq_cur;
 
-void due_sq_rows(due_rows *out, due_sq_cur *c, due_store *s, sqlite3_stmt *st,
+void due__sq_rows(due_rows *out, due__sq_cur *c, due_store *s, sqlite3_stmt *st,
 		 const char *what);
 
 #endif /* DUE_SQLITE_CONN_H */

@@ -59,10 +59,10 @@
 #define DUE_STORE_OPS_VERSION 5
 
 typedef struct due_store due_store; /* backend-private */
-struct due_sched_fire;
+struct due_cron_fire;
 
 /*
-** Capabilities (due_store_ops.caps, due_db_caps()).
+** Capabilities (due_store_ops.caps, due__db_caps()).
 **
 ** HOST_CLOCK  the store's clock is this host's clock (due_time_now_host),
 **             so a worker may time its wheel against the host clock
@@ -113,7 +113,7 @@ typedef struct due_store_ops {
 	/* *out is set even on failure, so the core can close it. */
 	int (*open)(due_store **out, const void *cfg, bool create);
 	void (*close)(due_store *s);
-	/* Create or upgrade the schema to DUE_SCHEMA_VERSION (due_migrate). */
+	/* Create or upgrade the schema to DUE_SCHEMA_VERSION (due__migrate). */
 	int (*init_schema)(due_store *s);
 	/* DUE_ESCHEMA unless the schema is exactly DUE_SCHEMA_VERSION. */
 	int (*check_schema)(due_store *s);
@@ -140,7 +140,7 @@ typedef struct due_store_ops {
 		      int32_t attempt, int64_t lease_us);
 	/*
 	** Each item gets its own outcome; hook (may be NULL) runs per DONE
-	** row, through due_store_run_hook().
+	** row, through due__store_run_hook().
 	*/
 	int (*complete)(due_store *s, due_completion *items, size_t n,
 			due_tx_hook hook, void *payload);
@@ -160,15 +160,15 @@ typedef struct due_store_ops {
 	int (*prune)(due_store *s, int64_t *deleted, int64_t older_than_us);
 
 	/* One schedule; DUE_ENOTFOUND when there is none by that name. */
-	int (*sched_get)(due_store *s, due_schedule_info **out, const char *name);
+	int (*cron_get)(due_store *s, due_cron_info **out, const char *name);
 	/*
 	** Insert or replace the definition (checked by the core) with the
 	** next slot the core computed.  A replace keeps last_slot, last_task,
 	** fired, missed and last_missed.
 	*/
-	int (*sched_put)(due_store *s, const due_cron_def *d, due_time next_slot);
-	int (*sched_remove)(due_store *s, const char *name);
-	int (*sched_list)(due_store *s, due_schedule_list **out);
+	int (*cron_put)(due_store *s, const due_cron_def *d, due_time next_slot);
+	int (*cron_remove)(due_store *s, const char *name);
+	int (*cron_list)(due_store *s, due_cron_info_list **out);
 	/*
 	** In ONE transaction: advance the schedule's next_slot from f->expect
 	** to f->next (compare-and-set: *won = false and nothing written when
@@ -177,7 +177,7 @@ typedef struct due_store_ops {
 	** last_slot = f->slot, last_task = its id, fired += 1; add f->missed to
 	** missed and set last_missed = f->last_missed when f->missed > 0.
 	*/
-	int (*sched_fire)(due_store *s, const struct due_sched_fire *f, bool *won,
+	int (*cron_fire)(due_store *s, const struct due_cron_fire *f, bool *won,
 			  due_id *task_id);
 	int (*metrics)(due_store *s, due_metrics *out);
 	int (*worker_report)(due_store *s, const char *owner,
@@ -210,15 +210,15 @@ typedef struct due_store_ops {
 
 /*
 ** Every method of due_store_ops, by capability, in the struct's order:
-** the list due_store_check() walks.  registry.c fails the build when the
+** the list due__store_check() walks.  registry.c fails the build when the
 ** struct has a method these lists lack.
 */
 #define DUE_STORE_METHODS(X)                                                   \
 	X(parse_url) X(free_cfg) X(open) X(close) X(init_schema)               \
 	X(check_schema) X(now) X(native) X(schedule) X(cancel) X(get) X(list)  \
 	X(claim) X(extend) X(complete) X(fail) X(reclaim) X(complete_claim)    \
-	X(retry) X(requeue) X(kill) X(stats) X(prune) X(sched_get)            \
-	X(sched_put) X(sched_remove) X(sched_list) X(sched_fire) X(metrics)   \
+	X(retry) X(requeue) X(kill) X(stats) X(prune) X(cron_get)            \
+	X(cron_put) X(cron_remove) X(cron_list) X(cron_fire) X(metrics)   \
 	X(worker_report) X(upcoming)
 #define DUE_STORE_NOTIFY_METHODS(X) X(listen) X(listen_drain) X(notify)
 #define DUE_STORE_TX_SUBMIT_METHODS(X) X(native_tx) X(schedule_on_native)
@@ -228,26 +228,26 @@ typedef struct due_store_ops {
 ** these lists, so the table cannot miss one (a missing function does not
 ** compile):
 **   #define OP(m) .m = pg_##m,
-**   const due_store_ops due_store_pg = {.version = ..., .name = ...,
+**   const due_store_ops due__store_pg = {.version = ..., .name = ...,
 **	.schemes = ..., .caps = ..., DUE_STORE_METHODS(OP) ...};
 */
 
 /*
 ** The public `int api(conn_type *conn, ...)` of a TX_SUBMIT backend, as
 ** due.h declares it (e.g. due_schedule_pg_tx): all of it is
-** due_schedule_native() on the backend's table.
+** due__schedule_native() on the backend's table.
 */
 #define DUE_STORE_TX_SUBMIT_API(api, conn_type, ops)                           \
 	int api(conn_type *conn, due_submitted *out, const char *kind,         \
 		const void *payload, size_t payload_len,                       \
 		const due_schedule_opts *opts)                                 \
 	{                                                                      \
-		return due_schedule_native(&ops, #api, conn, out, kind,        \
+		return due__schedule_native(&ops, #api, conn, out, kind,        \
 					   payload, payload_len, opts);        \
 	}
 
-/* A scheduler's step for one schedule (see sched_fire). */
-typedef struct due_sched_fire {
+/* A scheduler's step for one schedule (see cron_fire). */
+typedef struct due_cron_fire {
 	const char *name;
 	due_time expect;         /* next_slot as read */
 	due_time next;           /* the new next_slot */
@@ -255,44 +255,44 @@ typedef struct due_sched_fire {
 	due_time slot;           /* the slot the task stands for */
 	int64_t missed;
 	due_time last_missed;
-} due_sched_fire;
+} due_cron_fire;
 
 /* --- The table of backends (src/store/registry.c) --- */
 
 /* The backend that answers `scheme`, or NULL. */
-const due_store_ops *due_store_find(const char *scheme);
+const due_store_ops *due__store_find(const char *scheme);
 /* The schemes this build knows, "a:, b:, c:", into buf (for messages). */
-void due_store_schemes(char *buf, size_t n);
+void due__store_schemes(char *buf, size_t n);
 /*
 ** 0 when ops can be used by this core: its version is
 ** DUE_STORE_OPS_VERSION and no method is NULL (but those of a capability
 ** it does not claim).  Else DUE_ESTORE naming the backend and the method.
 */
-int due_store_check(const due_store_ops *ops);
+int due__store_check(const due_store_ops *ops);
 
 /*
 ** Split a store URL at its scheme and find its backend (src/store/url.c):
 ** *out points into text.  DUE_EINVAL with a message on a missing or
 ** unknown scheme; the backend's parse_url reads the rest.
 */
-int due_url_parse(due_url *out, const due_store_ops **ops, const char *text);
+int due__url_parse(due_url *out, const due_store_ops **ops, const char *text);
 
 /* --- Helpers shared by backends (src/store/common.c) --- */
 
-int due_schedule_list_alloc(due_schedule_list **out, size_t n);
-void due_schedule_info_clear(due_schedule_info *i);
-int due_task_list_alloc(due_task_list **out, size_t n);
-char *due_strdup_n(const char *s, size_t n);
-int due_attempts_append(due_task *t, const due_attempt *a);
+int due__cron_info_list_alloc(due_cron_info_list **out, size_t n);
+void due__cron_info_clear(due_cron_info *i);
+int due__task_list_alloc(due_task_list **out, size_t n);
+char *due__strdup_n(const char *s, size_t n);
+int due__attempts_append(due_task *t, const due_attempt *a);
 /*
 ** The verdict on a store's schema version v (-1: no due schema): 0 when it
 ** is DUE_SCHEMA_VERSION, else DUE_ESCHEMA with a message naming `store`
 ** and what to run; `where` follows "has no due schema" (may be "").
 */
-int due_schema_verdict(const char *store, int v, const char *where);
+int due__schema_verdict(const char *store, int v, const char *where);
 
 /*
-** A backend's schema history for due_migrate(): steps[1] creates version
+** A backend's schema history for due__migrate(): steps[1] creates version
 ** 1 on an empty database, steps[v] upgrades v-1 to v; steps has
 ** DUE_SCHEMA_VERSION + 1 entries (steps[0] is unused).  The callbacks run
 ** on the backend's own connection; `exec` runs one step's SQL (several
@@ -301,7 +301,7 @@ int due_schema_verdict(const char *store, int v, const char *where);
 */
 typedef struct due_migration {
 	const char *label;  /* the store, for messages */
-	const char *where;  /* for due_schema_verdict() */
+	const char *where;  /* for due__schema_verdict() */
 	const char *const *steps;
 	int (*begin)(due_store *s);
 	int (*lock)(due_store *s);
@@ -317,28 +317,28 @@ typedef struct due_migration {
 ** the old version intact.  A newer schema, or one without an upgrade
 ** path, is refused with DUE_ESCHEMA and nothing is written.
 */
-int due_migrate(due_store *s, const due_migration *m);
+int due__migrate(due_store *s, const due_migration *m);
 
 /*
 ** Run a completion hook for the DONE completion c on `conn` (the
 ** backend's native connection, inside its transaction).  0, or DUE_ERROR
 ** when the hook refused: the backend must roll back.
 */
-int due_store_run_hook(due_tx_hook hook, void *conn, const due_completion *c,
+int due__store_run_hook(due_tx_hook hook, void *conn, const due_completion *c,
 		       void *payload);
 
 /* The outcome of a fail that wrote `s`, and of a cancel that found `s`. */
-due_fail_outcome due_fail_outcome_of(due_state s);
-due_cancel_outcome due_cancel_outcome_of(bool found, due_state s);
+due_fail_outcome due__fail_outcome_of(due_state s);
+due_cancel_outcome due__cancel_outcome_of(bool found, due_state s);
 
 /*
 ** The error of an operator action (retry, requeue, kill) on task id that
 ** found it in `state` (NULL: no such task): DUE_ENOTFOUND or DUE_ESTATE.
 */
-int due_store_wrong_state(due_id id, const char *action, const char *state,
+int due__store_wrong_state(due_id id, const char *action, const char *state,
 			  const char *needed);
 /* DUE_ECONFLICT: retry of id would make a second live task of its key. */
-int due_store_retry_conflict(due_id id);
+int due__store_retry_conflict(due_id id);
 
 /* Stats window for lateness percentiles. */
 #define DUE_STATS_WINDOW_US (300LL * 1000000LL)

@@ -14,7 +14,7 @@
 #include "core/internal.h"
 #include "store/store.h"
 
-int due_url_parse(due_url *out, const due_store_ops **ops, const char *text)
+int due__url_parse(due_url *out, const due_store_ops **ops, const char *text)
 {
 	char schemes[256];
 	const char *colon;
@@ -23,7 +23,7 @@ int due_url_parse(due_url *out, const due_store_ops **ops, const char *text)
 	memset(out, 0, sizeof(*out));
 	*ops = NULL;
 	if (!text || !*text)
-		return due_error_set(DUE_EINVAL, "malformed store URL '': empty");
+		return due__error_set(DUE_EINVAL, "malformed store URL '': empty");
 	out->text = text;
 	colon = strchr(text, ':');
 	n = colon ? (size_t)(colon - text) : 0;
@@ -31,15 +31,15 @@ int due_url_parse(due_url *out, const due_store_ops **ops, const char *text)
 		memcpy(out->scheme, text, n);
 		out->scheme[n] = '\0';
 		out->rest = colon + 1;
-		if ((*ops = due_store_find(out->scheme)) != NULL)
+		if ((*ops = due__store_find(out->scheme)) != NULL)
 			return 0;
 	}
-	due_store_schemes(schemes, sizeof(schemes));
+	due__store_schemes(schemes, sizeof(schemes));
 	if (!colon)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"malformed store URL '%s': no scheme (this build knows "
 			"%s)", text, schemes);
-	return due_error_set(DUE_EINVAL,
+	return due__error_set(DUE_EINVAL,
 		"malformed store URL '%s': unsupported scheme '%.*s' (this "
 		"build knows %s)", text, (int)(colon - text), text, schemes);
 }

@@ -352,7 +352,7 @@ static int pool_grow(due_wheel *w, size_t want)
 	return 0;
 }
 
-int due_wheel_reserve(due_wheel *w, size_t count)
+int due__wheel_reserve(due_wheel *w, size_t count)
 {
 	uint32_t nb;
 	int err;
@@ -419,7 +419,7 @@ static int opts_check(const due_wheel_opts *o)
 ** Create a wheel as the options say.  On failure everything allocated so
 ** far is released and *out is NULL.
 */
-int due_wheel_new(due_wheel **out, const due_wheel_opts *opts)
+int due__wheel_new(due_wheel **out, const due_wheel_opts *opts)
 {
 	static const due_wheel_opts defaults = DUE_WHEEL_OPTS_INIT;
 	const due_wheel_opts *o = opts ? opts : &defaults;
@@ -445,15 +445,15 @@ int due_wheel_new(due_wheel **out, const due_wheel_opts *opts)
 	w->free_head = NIL;
 	memset(w->head, 0xff, sizeof(w->head));
 	if ((err = index_resize(w, MIN_BUCKETS)) < 0 ||
-	    (err = due_wheel_reserve(w, o->capacity)) < 0) {
-		due_wheel_free(w);
+	    (err = due__wheel_reserve(w, o->capacity)) < 0) {
+		due__wheel_free(w);
 		return err;
 	}
 	*out = w;
 	return 0;
 }
 
-void due_wheel_free(due_wheel *w)
+void due__wheel_free(due_wheel *w)
 {
 	if (!w)
 		return;
@@ -471,7 +471,7 @@ void due_wheel_free(due_wheel *w)
 ** anything changes, and room is reserved before a new node is taken, so a
 ** failure leaves the wheel as it was.
 */
-int due_wheel_start(due_wheel_handle *out, due_wheel *w, int64_t id,
+int due__wheel_start(due_wheel_handle *out, due_wheel *w, int64_t id,
 		    int64_t due_tick)
 {
 	uint64_t d = to_key(due_tick);
@@ -488,7 +488,7 @@ int due_wheel_start(due_wheel_handle *out, due_wheel *w, int64_t id,
 	} else {
 		if (w->count >= w->cap ||
 		    (w->count >= w->nbuckets && w->nbuckets < MAX_BUCKETS))
-			if ((err = due_wheel_reserve(w, w->count + 1)) < 0)
+			if ((err = due__wheel_reserve(w, w->count + 1)) < 0)
 				return err;
 		ni = node_alloc(w);
 		w->pool[ni].id = id;
@@ -511,7 +511,7 @@ static void node_drop(due_wheel *w, uint32_t ni)
 	w->count--;
 }
 
-int due_wheel_stop(due_wheel *w, due_wheel_handle handle)
+int due__wheel_stop(due_wheel *w, due_wheel_handle handle)
 {
 	uint32_t ni = (uint32_t)(handle & UINT32_MAX);
 	uint64_t gen = handle >> 32;
@@ -525,7 +525,7 @@ int due_wheel_stop(due_wheel *w, due_wheel_handle handle)
 	return 0;
 }
 
-int due_wheel_stop_id(due_wheel *w, int64_t id)
+int due__wheel_stop_id(due_wheel *w, int64_t id)
 {
 	uint32_t ni;
 
@@ -537,7 +537,7 @@ int due_wheel_stop_id(due_wheel *w, int64_t id)
 	return 0;
 }
 
-int due_wheel_find(int64_t *due_out, due_wheel_handle *handle_out,
+int due__wheel_find(int64_t *due_out, due_wheel_handle *handle_out,
 		   const due_wheel *w, int64_t id)
 {
 	uint32_t ni;
@@ -650,7 +650,7 @@ static void cascade(due_wheel *w, unsigned li)
 	} while (i != h);
 }
 
-int due_wheel_advance(due_wheel *w, int64_t now_tick, due_wheel_fire_cb cb,
+int due__wheel_advance(due_wheel *w, int64_t now_tick, due_wheel_fire_cb cb,
 		      void *payload)
 {
 	uint64_t target = to_key(now_tick), start;
@@ -685,7 +685,7 @@ int due_wheel_advance(due_wheel *w, int64_t now_tick, due_wheel_fire_cb cb,
 ** the wheel; otherwise the next slot holds the earliest timer.  A level-0
 ** slot holds one due key only, its start.
 */
-int64_t due_wheel_next_due(due_wheel *w)
+int64_t due__wheel_next_due(due_wheel *w)
 {
 	uint64_t m = UINT64_MAX, start;
 	unsigned li;
@@ -708,17 +708,17 @@ int64_t due_wheel_next_due(due_wheel *w)
 	return from_key(li < DUE_WHEEL_SLOTS ? start : list_min(w, li));
 }
 
-size_t due_wheel_count(const due_wheel *w)
+size_t due__wheel_count(const due_wheel *w)
 {
 	return w ? w->count : 0;
 }
 
-int64_t due_wheel_now(const due_wheel *w)
+int64_t due__wheel_now(const due_wheel *w)
 {
 	return w ? from_key(w->now) : 0;
 }
 
-int64_t due_wheel_horizon(const due_wheel *w)
+int64_t due__wheel_horizon(const due_wheel *w)
 {
 	return w ? (int64_t)w->horizon : 0;
 }
@@ -738,7 +738,7 @@ static size_t list_len(const due_wheel *w, unsigned li)
 	return n;
 }
 
-int due_wheel_stats_get(due_wheel_stats *out, const due_wheel *w)
+int due__wheel_stats_get(due_wheel_stats *out, const due_wheel *w)
 {
 	if (!out || !w)
 		return DUE_WHEEL_EINVAL;
@@ -755,7 +755,7 @@ int due_wheel_stats_get(due_wheel_stats *out, const due_wheel *w)
 	return 0;
 }
 
-const char *due_wheel_strerror(int code)
+const char *due__wheel_strerror(int code)
 {
 	switch (code) {
 	case DUE_WHEEL_OK: return "DUE_WHEEL_OK";

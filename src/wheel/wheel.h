@@ -8,7 +8,7 @@
  *
  * The wheel is pure code.  It reads no clock, does no I/O, takes no locks:
  * the caller supplies time as integer ticks (any unit; 1 ms is typical) and
- * drives the wheel with due_wheel_advance().  A wheel is used by one thread
+ * drives the wheel with due__wheel_advance().  A wheel is used by one thread
  * at a time.
  *
  * Shape: `levels` levels of 64 slots (6 bits of the tick per level).  The
@@ -17,7 +17,7 @@
  * `horizon - 1` ticks ahead is accepted.
  *
  * Timers live in a pool inside the wheel and are found either by the
- * handle due_wheel_start() returned or by task id (one timer per id).
+ * handle due__wheel_start() returned or by task id (one timer per id).
  * Start and stop are O(1); finding the next due tick is O(levels).
  *
  * Conventions: functions return 0 on success or a negative DUE_WHEEL_E*
@@ -43,7 +43,7 @@ extern "C" {
 #define DUE_WHEEL_LEVELS_DEFAULT 4
 /** Most levels a wheel may have: horizon 64^10 = 2^60 ticks. */
 #define DUE_WHEEL_LEVELS_MAX 10
-/** What due_wheel_next_due() returns for a wheel with no timers. */
+/** What due__wheel_next_due() returns for a wheel with no timers. */
 #define DUE_WHEEL_NEVER INT64_MAX
 /** A handle value that never names a timer (a zeroed handle is safe). */
 #define DUE_WHEEL_HANDLE_NONE ((due_wheel_handle)0)
@@ -53,13 +53,13 @@ typedef enum due_wheel_code {
 	DUE_WHEEL_OK = 0,
 	DUE_WHEEL_EINVAL = -2,    /**< bad argument (NULL, bad option) */
 	DUE_WHEEL_ENOTFOUND = -3, /**< no pending timer with that id/handle */
-	DUE_WHEEL_EBUSY = -5,     /**< due_wheel_advance() called re-entrantly */
+	DUE_WHEEL_EBUSY = -5,     /**< due__wheel_advance() called re-entrantly */
 	DUE_WHEEL_ENOMEM = -9,    /**< allocation failed; nothing changed */
 	DUE_WHEEL_EHORIZON = -64, /**< due tick is >= horizon ticks ahead */
 	DUE_WHEEL_EPAST = -65     /**< advance to a tick before the current one */
 } due_wheel_code;
 
-/** A wheel.  Opaque; created by due_wheel_new(), freed by due_wheel_free(). */
+/** A wheel.  Opaque; created by due__wheel_new(), freed by due__wheel_free(). */
 typedef struct due_wheel due_wheel;
 
 /**
@@ -70,15 +70,15 @@ typedef uint64_t due_wheel_handle;
 
 /**
  * Called once for each timer that fires, with its task id and the due tick it
- * was given.  During the call due_wheel_now() equals that due tick (except
- * for timers that were already late when started; see due_wheel_advance()).
+ * was given.  During the call due__wheel_now() equals that due tick (except
+ * for timers that were already late when started; see due__wheel_advance()).
  * The callback may start and stop timers, but may not advance or free the
  * wheel.  The fired timer is already gone when the callback runs.
  */
 typedef void (*due_wheel_fire_cb)(int64_t id, int64_t due_tick, void *payload);
 
 /**
- * Options for due_wheel_new().  Initialise with DUE_WHEEL_OPTS_INIT and set
+ * Options for due__wheel_new().  Initialise with DUE_WHEEL_OPTS_INIT and set
  * the fields you care about; fields may be added at the end later.
  */
 typedef struct due_wheel_opts {
@@ -119,19 +119,19 @@ typedef struct due_wheel_stats {
  * Returns 0, DUE_WHEEL_EINVAL for bad options (levels > max, one allocator
  * function without the other), or DUE_WHEEL_ENOMEM; on failure *out is NULL.
  */
-int due_wheel_new(due_wheel **out, const due_wheel_opts *opts);
+int due__wheel_new(due_wheel **out, const due_wheel_opts *opts);
 
 /**
  * Free a wheel and all its timers without firing them.  NULL is a no-op.
  * Must not be called from a fire callback.
  */
-void due_wheel_free(due_wheel *w);
+void due__wheel_free(due_wheel *w);
 
 /**
  * Make room for `count` pending timers in all, so that starts up to that
  * many cannot fail with DUE_WHEEL_ENOMEM.  Returns 0 or DUE_WHEEL_ENOMEM.
  */
-int due_wheel_reserve(due_wheel *w, size_t count);
+int due__wheel_reserve(due_wheel *w, size_t count);
 
 /**
  * Start the timer of task `id`, due at `due_tick`.  If `id` already has a
@@ -142,27 +142,27 @@ int due_wheel_reserve(due_wheel *w, size_t count);
  * timer for `id` is then left as it was), DUE_WHEEL_ENOMEM, or
  * DUE_WHEEL_EINVAL when w is NULL.
  */
-int due_wheel_start(due_wheel_handle *out, due_wheel *w, int64_t id,
+int due__wheel_start(due_wheel_handle *out, due_wheel *w, int64_t id,
 		    int64_t due_tick);
 
 /**
  * Stop the timer named by `handle`.  Returns 0, or DUE_WHEEL_ENOTFOUND when
  * the handle names no pending timer (never issued, fired, or stopped).
  */
-int due_wheel_stop(due_wheel *w, due_wheel_handle handle);
+int due__wheel_stop(due_wheel *w, due_wheel_handle handle);
 
 /**
  * Stop the timer of task `id`.  Returns 0, or DUE_WHEEL_ENOTFOUND when that
  * task has no pending timer (never started, already fired, or stopped).
  */
-int due_wheel_stop_id(due_wheel *w, int64_t id);
+int due__wheel_stop_id(due_wheel *w, int64_t id);
 
 /**
  * Look up the pending timer of task `id`: its due tick into *due_out and its
  * handle into *handle_out (either may be NULL).  Returns 0 or
  * DUE_WHEEL_ENOTFOUND.
  */
-int due_wheel_find(int64_t *due_out, due_wheel_handle *handle_out,
+int due__wheel_find(int64_t *due_out, due_wheel_handle *handle_out,
 		   const due_wheel *w, int64_t id);
 
 /**
@@ -178,7 +178,7 @@ int due_wheel_find(int64_t *due_out, due_wheel_handle *handle_out,
  * DUE_WHEEL_EBUSY when called from a callback; DUE_WHEEL_EINVAL for NULL w
  * or cb.  On error no callback was called and nothing changed.
  */
-int due_wheel_advance(due_wheel *w, int64_t now_tick, due_wheel_fire_cb cb,
+int due__wheel_advance(due_wheel *w, int64_t now_tick, due_wheel_fire_cb cb,
 		      void *payload);
 
 /**
@@ -186,22 +186,22 @@ int due_wheel_advance(due_wheel *w, int64_t now_tick, due_wheel_fire_cb cb,
  * are none.  O(levels), plus one walk of a single slot if that slot's
  * earliest timer was stopped since the last call (hence the non-const w).
  */
-int64_t due_wheel_next_due(due_wheel *w);
+int64_t due__wheel_next_due(due_wheel *w);
 
 /** Number of pending timers. */
-size_t due_wheel_count(const due_wheel *w);
+size_t due__wheel_count(const due_wheel *w);
 
 /** The wheel's current tick. */
-int64_t due_wheel_now(const due_wheel *w);
+int64_t due__wheel_now(const due_wheel *w);
 
 /** The horizon in ticks: 64^levels. */
-int64_t due_wheel_horizon(const due_wheel *w);
+int64_t due__wheel_horizon(const due_wheel *w);
 
 /** Fill *out with the wheel's counters.  Returns 0 or DUE_WHEEL_EINVAL. */
-int due_wheel_stats_get(due_wheel_stats *out, const due_wheel *w);
+int due__wheel_stats_get(due_wheel_stats *out, const due_wheel *w);
 
 /** A constant name for a code, e.g. "DUE_WHEEL_EHORIZON". */
-const char *due_wheel_strerror(int code);
+const char *due__wheel_strerror(int code);
 
 #ifdef __cplusplus
 }

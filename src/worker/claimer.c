@@ -3,7 +3,7 @@
 ** inline mode and the reclaim of expired leases.
 **
 ** Claimer thread: the thread that called due_worker_run().  Discovery
-** decides when to claim (discovery.c with the wheel, due_claim_loop() here
+** decides when to claim (discovery.c with the wheel, due__claim_loop() here
 ** when polling); this file says how.
 **   Does:      for each pool, claims at most size - busy due tasks (so no
 **              task waits in memory holding a lease, CONTRACT §5), folding
@@ -18,7 +18,7 @@
 **   Locks:     mu, to count a pool's free slots, to take the completions it
 **              folds and to put claimed jobs in flight; never across a
 **              store call.
-**   Blocks on: the eventfd (due_wait_wake()) between polls and during
+**   Blocks on: the eventfd (due__wait_wake()) between polls and during
 **              back-off (10 ms doubling to 2 s after a failed claim), the
 **              store, and in inline mode the handler.
 **   Ends:      when stop is set, or in once-mode when nothing due is left.
@@ -163,8 +163,8 @@ static int claim_pool(due_worker *w, due_db *db, pool *p, int limit,
 	}
 	pthread_mutex_lock(&w->mu);
 	for (size_t i = 0; i < nt; i++) {
-		due_count_outcome(w, taken[i], true, (int)items[i].outcome);
-		due_retire_locked(w, taken[i]);
+		due__count_outcome(w, taken[i], true, (int)items[i].outcome);
+		due__retire_locked(w, taken[i]);
 	}
 	pthread_mutex_unlock(&w->mu);
 	return 0;
@@ -176,7 +176,7 @@ static int claim_pool(due_worker *w, due_db *db, pool *p, int limit,
 ** (either way more may be due).  Returns the
 ** number of tasks claimed, or a negative code on a store error.
 */
-int due_claim_round(due_worker *w, due_db *db, bool *filled)
+int due__claim_round(due_worker *w, due_db *db, bool *filled)
 {
 	int total = 0;
 
@@ -215,11 +215,11 @@ int due_claim_round(due_worker *w, due_db *db, bool *filled)
 			const due_task *t = &l->items[k];
 			w->late[w->n_late++ % 1024] = t->lease_until - w->o.lease_us -
 						     t->due_at;
-			due_job *j = due_job_new_locked(w, p, &l->items[k]);
+			due_job *j = due__job_new_locked(w, p, &l->items[k]);
 			if (!j) /* out of memory: the lease will expire */
 				continue;
 			p->busy++;
-			due_pool_enqueue_locked(p, j);
+			due__pool_enqueue_locked(p, j);
 		}
 		pthread_mutex_unlock(&w->mu);
 		atomic_fetch_add(&w->st.claimed, (long long)l->count);
@@ -234,7 +234,7 @@ int due_claim_round(due_worker *w, due_db *db, bool *filled)
 ** claims).  Handlers do not wake the completer while it is; when it stops,
 ** the completer is woken for what was left.
 */
-void due_set_fold(due_worker *w, bool fold)
+void due__set_fold(due_worker *w, bool fold)
 {
 	if (atomic_exchange(&w->fold, fold) && !fold) {
 		pthread_mutex_lock(&w->mu);
@@ -244,16 +244,16 @@ void due_set_fold(due_worker *w, bool fold)
 }
 
 /* Inline mode: the claimer runs what it claimed for the shared pool. */
-void due_run_inline(due_worker *w)
+void due__run_inline(due_worker *w)
 {
 	pool *p = w->pools[0];
 	for (;;) {
 		pthread_mutex_lock(&w->mu);
-		due_job *j = due_pool_dequeue_locked(p);
+		due_job *j = due__pool_dequeue_locked(p);
 		pthread_mutex_unlock(&w->mu);
 		if (!j)
 			return;
-		due_run_job(w, j);
+		due__run_job(w, j);
 	}
 }
 
@@ -274,19 +274,19 @@ static int inflight(due_worker *w)
 #define RECLAIM_MAX_US 2000000LL
 #define RECLAIM_RETRY_US 1000000LL
 
-int64_t due_reclaim_max(due_worker *w, due_db *db, int64_t max_us)
+int64_t due__reclaim_max(due_worker *w, due_db *db, int64_t max_us)
 {
-	int64_t now = due_mono_us(), wait_us = max_us;
+	int64_t now = due__mono_us(), wait_us = max_us;
 	due_reclaimed r;
 
 	atomic_fetch_add(&w->st.reclaim_queries, 1);
 	if (due_reclaim_expired(db, &r) < 0) {
-		due_outage_fail(w, &w->claim_outage, "reclaiming expired leases");
+		due__outage_fail(w, &w->claim_outage, "reclaiming expired leases");
 		return now + RECLAIM_RETRY_US;
 	}
-	due_outage_over(w, &w->claim_outage);
+	due__outage_over(w, &w->claim_outage);
 	if (r.rescheduled + r.dead + r.cancelled)
-		due_wlog(w, 1, "reclaimed expired leases: %lld rescheduled, %lld dead, "
+		due__wlog(w, 1, "reclaimed expired leases: %lld rescheduled, %lld dead, "
 			 "%lld cancelled", (long long)r.rescheduled, (long long)r.dead,
 			 (long long)r.cancelled);
 	if (r.next_expiry > 0 && r.next_expiry - r.now + 1000 < wait_us)
@@ -296,7 +296,7 @@ int64_t due_reclaim_max(due_worker *w, due_db *db, int64_t max_us)
 
 static int64_t reclaim(due_worker *w, due_db *db)
 {
-	return due_reclaim_max(w, db, RECLAIM_MAX_US);
+	return due__reclaim_max(w, db, RECLAIM_MAX_US);
 }
 
 /*
@@ -304,43 +304,43 @@ static int64_t reclaim(due_worker *w, due_db *db)
 ** round filled them (more is due), else once per poll interval.  Returns
 ** when stopping, or in once-mode when nothing due is left.
 */
-void due_claim_loop(due_worker *w, due_db *db)
+void due__claim_loop(due_worker *w, due_db *db)
 {
 	int64_t next_reclaim = 0, next_poll = 0, backoff = 10000;
 	bool more = true;
 
 	while (!atomic_load(&w->stop)) {
-		int64_t now = due_mono_us();
+		int64_t now = due__mono_us();
 		bool filled = false;
 		int n = 0;
 
 		if (now >= next_reclaim)
 			next_reclaim = reclaim(w, db);
 		if (more || now >= next_poll) {
-			n = due_claim_round(w, db, &filled);
+			n = due__claim_round(w, db, &filled);
 			if (n < 0) {
-				due_outage_fail(w, &w->claim_outage, "claiming");
-				due_wait_wake(w, backoff);
+				due__outage_fail(w, &w->claim_outage, "claiming");
+				due__wait_wake(w, backoff);
 				backoff = backoff * 2 > 2000000 ? 2000000 : backoff * 2;
 				continue;
 			}
-			due_outage_over(w, &w->claim_outage);
+			due__outage_over(w, &w->claim_outage);
 			backoff = 10000;
 			more = filled;
-			due_set_fold(w, more || w->o.once);
-			next_poll = due_mono_us() + w->poll_us;
+			due__set_fold(w, more || w->o.once);
+			next_poll = due__mono_us() + w->poll_us;
 		}
 		if (w->o.mode == DUE_MODE_INLINE)
-			due_run_inline(w);
+			due__run_inline(w);
 		if (w->o.once && n == 0 && !more && inflight(w) == 0)
 			return;
 		if (more && n > 0)
 			continue; /* slots may still be free in other pools */
 		int64_t until = (more ? next_reclaim : (next_poll < next_reclaim
-						  ? next_poll : next_reclaim)) - due_mono_us();
+						  ? next_poll : next_reclaim)) - due__mono_us();
 		if (w->o.once)
 			until = until > 50000 ? 50000 : until;
-		due_wait_wake(w, until > 0 ? until : 0);
+		due__wait_wake(w, until > 0 ? until : 0);
 		if (w->o.once)
 			more = true; /* re-check promptly until drained */
 	}

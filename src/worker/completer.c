@@ -32,7 +32,7 @@
 
 #include "worker/worker_internal.h"
 
-void due_count_outcome(due_worker *w, const due_job *j, bool ok, int outcome)
+void due__count_outcome(due_worker *w, const due_job *j, bool ok, int outcome)
 {
 	const char *name;
 
@@ -56,7 +56,7 @@ void due_count_outcome(due_worker *w, const due_job *j, bool ok, int outcome)
 			atomic_fetch_add(&w->st.failed, 1);
 	}
 	bool quiet = ok && outcome == DUE_COMPLETE_DONE;
-	due_wlog(w, quiet ? 2 : 1, "task %lld (%s) attempt %d: %s%s%s", (long long)j->task.id,
+	due__wlog(w, quiet ? 2 : 1, "task %lld (%s) attempt %d: %s%s%s", (long long)j->task.id,
 		 j->task.kind, j->task.attempt, name, j->error && !ok ? ": " : "",
 		 j->error && !ok ? j->error : "");
 }
@@ -79,12 +79,12 @@ typedef struct completer {
 		int64_t delay_ = 10000;                                        \
 		while ((rc = (call)) < 0 && rc != DUE_EINVAL &&                \
 		       rc != DUE_ETOOBIG && !atomic_load(&(c)->w->abandon)) {  \
-			due_outage_fail((c)->w, &(c)->outage, "%s", (what));   \
-			due_bg_sleep((c)->w, delay_);                          \
+			due__outage_fail((c)->w, &(c)->outage, "%s", (what));   \
+			due__bg_sleep((c)->w, delay_);                          \
 			delay_ = delay_ * 2 > 2000000 ? 2000000 : delay_ * 2;  \
 		}                                                              \
 		if (rc >= 0 || rc == DUE_EINVAL || rc == DUE_ETOOBIG)          \
-			due_outage_over((c)->w, &(c)->outage);                 \
+			due__outage_over((c)->w, &(c)->outage);                 \
 	} while (0)
 
 /* Commit the fails and hooked completions one by one. */
@@ -101,7 +101,7 @@ static void commit_single(completer *c, due_job *j)
 		STORE_RETRY(c, what, due_fail(c->db, &fo, j->task.id, j->task.attempt,
 					      j->error ? j->error : "handler failed"));
 		if (rc == 0)
-			due_count_outcome(w, j, false, (int)fo);
+			due__count_outcome(w, j, false, (int)fo);
 		return;
 	}
 	due_complete_outcome co = DUE_COMPLETE_REJECTED_STALE;
@@ -110,9 +110,9 @@ static void commit_single(completer *c, due_job *j)
 					     j->result_len, j->hook,
 					     j->hook_payload));
 	if (rc == 0)
-		due_count_outcome(w, j, true, (int)co);
+		due__count_outcome(w, j, true, (int)co);
 	else
-		due_wlog(w, 1, "task %lld: completion failed: %s",
+		due__wlog(w, 1, "task %lld: completion failed: %s",
 			 (long long)j->task.id, due_error_last());
 }
 
@@ -135,7 +135,7 @@ static void commit_each(completer *c, due_job **jobs, size_t n)
 			due_job_set_error(j, due_error_last());
 			commit_single(c, j);
 		} else {
-			due_count_outcome(c->w, j, true, (int)co);
+			due__count_outcome(c->w, j, true, (int)co);
 		}
 	}
 }
@@ -167,17 +167,17 @@ static void commit_batch(completer *c, due_job **jobs, size_t n)
 		return;
 	}
 	if (rc < 0) { /* only when shutdown gave up on the store */
-		due_wlog(w, 1, "leaving %zu completion(s) uncommitted: %s", k,
+		due__wlog(w, 1, "leaving %zu completion(s) uncommitted: %s", k,
 			 due_error_last());
 		return;
 	}
 	for (size_t i = 0, m = 0; i < n; i++)
 		if (jobs[i]->rc == 0 && !jobs[i]->hook)
-			due_count_outcome(w, jobs[i], true, (int)items[m++].outcome);
+			due__count_outcome(w, jobs[i], true, (int)items[m++].outcome);
 }
 
 /* Drop a committed job from flight, free its slot.  mu held. */
-void due_retire_locked(due_worker *w, due_job *j)
+void due__retire_locked(due_worker *w, due_job *j)
 {
 	if (j->iprev)
 		j->iprev->inext = j->inext;
@@ -188,17 +188,17 @@ void due_retire_locked(due_worker *w, due_job *j)
 	w->n_inflight--;
 	j->pool->busy--;
 	if (--j->refs == 0)
-		due_job_free(j);
+		due__job_free(j);
 	pthread_cond_broadcast(&w->idle_cv);
 }
 
-void *due_completer_main(void *arg)
+void *due__completer_main(void *arg)
 {
 	completer c = {.w = arg, .outage = {.who = "completer"}};
 	due_worker *w = c.w;
 	due_job *batch[COMPLETE_BATCH];
 
-	c.db = due_connect_retry(w, "completer");
+	c.db = due__connect_retry(w, "completer");
 
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
@@ -206,9 +206,9 @@ void *due_completer_main(void *arg)
 		/* while the claimer is draining it commits completions with its
 		   next claim; take only those it left for 2 ms */
 		if (w->done_head && atomic_load(&w->fold) && !w->threads_stop) {
-			int64_t age = due_mono_us() - w->done_head->done_mono;
+			int64_t age = due__mono_us() - w->done_head->done_mono;
 			if (age < 2000) {
-				due_cond_wait_us(&w->done_cv, &w->mu, 2000 - age);
+				due__cond_wait_us(&w->done_cv, &w->mu, 2000 - age);
 				continue;
 			}
 		}
@@ -226,8 +226,8 @@ void *due_completer_main(void *arg)
 			   them, look every 2 ms unsignalled; else park until
 			   signalled (no polling behind long-running handlers) */
 			if (atomic_load(&w->fold) &&
-			    due_mono_us() - w->last_done_mono < 10000) {
-				due_cond_wait_us(&w->done_cv, &w->mu, 2000);
+			    due__mono_us() - w->last_done_mono < 10000) {
+				due__cond_wait_us(&w->done_cv, &w->mu, 2000);
 			} else {
 				w->completer_parked = true;
 				pthread_cond_wait(&w->done_cv, &w->mu);
@@ -237,13 +237,13 @@ void *due_completer_main(void *arg)
 		}
 		pthread_mutex_unlock(&w->mu);
 		if (!c.db)
-			c.db = due_connect_retry(w, "completer");
+			c.db = due__connect_retry(w, "completer");
 		if (c.db) /* else shutdown gave up on the store */
 			commit_batch(&c, batch, n);
 		pthread_mutex_lock(&w->mu);
 		for (size_t i = 0; i < n; i++)
-			due_retire_locked(w, batch[i]);
-		due_wake(w);
+			due__retire_locked(w, batch[i]);
+		due__wake(w);
 	}
 	pthread_mutex_unlock(&w->mu);
 	due_close(c.db);

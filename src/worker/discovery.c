@@ -13,7 +13,7 @@
 **
 ** Runs in the claimer thread (there is no discovery thread), when the
 ** store can notify this connection of new submits and neither opts.no_wheel
-** nor opts.once is set; otherwise the claimer polls (due_claim_loop()).
+** nor opts.once is set; otherwise the claimer polls (due__claim_loop()).
 **   Does:      refills the wheel from the store (at most every 5 ms, at once
 **              after a notification, else once per safety poll), claims
 **              when the wheel fires, reclaims when the refill says the
@@ -78,7 +78,7 @@ static void disc_kinds(due_worker *w, disc *d)
 */
 static int refill(due_worker *w, due_db *db, disc *d)
 {
-	int64_t mono = due_mono_us();
+	int64_t mono = due__mono_us();
 	due_time now;
 	due_upcoming *u = NULL;
 	int rc;
@@ -97,7 +97,7 @@ static int refill(due_worker *w, due_db *db, disc *d)
 	d->offset = (u->now ? u->now : now) - mono;
 	for (size_t i = 0; i < u->count; i++) {
 		int64_t tick = (u->due_at[i] - d->offset + 999) / 1000;
-		due_wheel_start(NULL, d->wheel, u->ids[i], tick);
+		due__wheel_start(NULL, d->wheel, u->ids[i], tick);
 	}
 	d->last_refill = mono;
 	d->next_refill = mono + w->poll_us;
@@ -126,7 +126,7 @@ static bool drain_notes(due_worker *w, due_db *db, disc *d)
 static bool listen_works(due_worker *w, due_db *db, disc *d)
 {
 	if (due_listen(db, &d->listen_fd) < 0) {
-		due_wlog(w, 1, "cannot listen for new tasks (%s): polling every %lld ms",
+		due__wlog(w, 1, "cannot listen for new tasks (%s): polling every %lld ms",
 			 due_error_last(), (long long)w->poll_us / 1000);
 		return false;
 	}
@@ -138,7 +138,7 @@ static bool listen_works(due_worker *w, due_db *db, disc *d)
 			return true;
 		poll(&p, 1, 10);
 	}
-	due_wlog(w, 1, "notifications are not delivered on this connection (a "
+	due__wlog(w, 1, "notifications are not delivered on this connection (a "
 		 "transaction-pooling proxy?): polling every %lld ms instead",
 		 (long long)w->poll_us / 1000);
 	return false;
@@ -148,7 +148,7 @@ static bool listen_works(due_worker *w, due_db *db, disc *d)
 static void wheel_wait(due_worker *w, due_db *db, disc *d, int64_t until)
 {
 	struct pollfd p[2];
-	int64_t left = until - due_mono_us();
+	int64_t left = until - due__mono_us();
 	uint64_t v;
 
 	/* a reconnected session has a new socket (and listens again); while
@@ -177,7 +177,7 @@ static void wheel_wait(due_worker *w, due_db *db, disc *d, int64_t until)
 /* The earliest of the wheel's next fire, refill, reclaim and recheck. */
 static int64_t wheel_deadline(due_worker *w, disc *d)
 {
-	int64_t until = d->next_refill, nd = due_wheel_next_due(d->wheel);
+	int64_t until = d->next_refill, nd = due__wheel_next_due(d->wheel);
 
 	(void)w;
 	if (nd != DUE_WHEEL_NEVER && nd * 1000 < until)
@@ -195,7 +195,7 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 	bool more = true;
 
 	while (!atomic_load(&w->stop)) {
-		int64_t now = due_mono_us(), fired = 0;
+		int64_t now = due__mono_us(), fired = 0;
 		const char *what = "refilling the wheel";
 		bool filled = false;
 		int n;
@@ -211,20 +211,20 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 		/* the refill reports the next lease expiry: no reclaim check
 		   is needed until then */
 		if (now >= d->next_reclaim) {
-			due_reclaim_max(w, db, w->poll_us);
+			due__reclaim_max(w, db, w->poll_us);
 			d->next_reclaim = now + 3600LL * 1000000;
 			d->next_refill = 0; /* learn the next expiry now */
 		}
-		due_wheel_advance(d->wheel, now / 1000, count_fire, &fired);
+		due__wheel_advance(d->wheel, now / 1000, count_fire, &fired);
 		atomic_fetch_add(&w->st.wheel_fired, fired);
 		if (fired || more || (d->recheck_at && now >= d->recheck_at)) {
 			what = "claiming";
-			if ((n = due_claim_round(w, db, &filled)) < 0)
+			if ((n = due__claim_round(w, db, &filled)) < 0)
 				goto store_error;
-			due_outage_over(w, &w->claim_outage);
+			due__outage_over(w, &w->claim_outage);
 			backoff = 10000;
 			more = filled;
-			due_set_fold(w, more);
+			due__set_fold(w, more);
 			/* PostgreSQL's clock is known to within a round trip:
 			   if we woke early, look again shortly */
 			if (fired && n == 0 && !d->exact_clock && d->rechecks < 4)
@@ -232,15 +232,15 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 			else if (n > 0 || !fired)
 				d->recheck_at = 0, d->rechecks = 0;
 			if (w->o.mode == DUE_MODE_INLINE)
-				due_run_inline(w);
+				due__run_inline(w);
 			if (more && n > 0)
 				continue;
 		}
 		wheel_wait(w, db, d, more ? now + w->poll_us : wheel_deadline(w, d));
 		continue;
 store_error:
-		due_outage_fail(w, &w->claim_outage, "%s", what);
-		due_wait_wake(w, backoff);
+		due__outage_fail(w, &w->claim_outage, "%s", what);
+		due__wait_wake(w, backoff);
 		backoff = backoff * 2 > 2000000 ? 2000000 : backoff * 2;
 		/* refill, then claim: what fell due meanwhile is claimed, and
 		   the claim that works ends the outage */
@@ -253,7 +253,7 @@ store_error:
 ** Run discovery with the wheel if the store can notify us; returns false
 ** (nothing done) when the worker should poll instead.
 */
-bool due_try_wheel(due_worker *w, due_db *db)
+bool due__try_wheel(due_worker *w, due_db *db)
 {
 	due_wheel_opts wo = DUE_WHEEL_OPTS_INIT;
 	disc d = {.listen_fd = -1};
@@ -261,21 +261,21 @@ bool due_try_wheel(due_worker *w, due_db *db)
 	if (w->o.no_wheel || w->o.once)
 		return false;
 	/* the store's clock is this host's: wheel ticks can be exact */
-	d.exact_clock = (due_db_caps(db) & DUE_STORE_CAP_HOST_CLOCK) != 0;
-	wo.start_tick = due_mono_us() / 1000;
-	if (due_wheel_new(&d.wheel, &wo) < 0)
+	d.exact_clock = (due__db_caps(db) & DUE_STORE_CAP_HOST_CLOCK) != 0;
+	wo.start_tick = due__mono_us() / 1000;
+	if (due__wheel_new(&d.wheel, &wo) < 0)
 		return false;
 	disc_kinds(w, &d);
 	if (!listen_works(w, db, &d)) {
-		due_wheel_free(d.wheel);
+		due__wheel_free(d.wheel);
 		return false;
 	}
 	d.listening = true;
-	due_wlog(w, 1, "discovery: timing wheel (horizon %lld s, up to %d ids), "
+	due__wlog(w, 1, "discovery: timing wheel (horizon %lld s, up to %d ids), "
 		 "woken by new submits; safety poll every %lld ms",
 		 (long long)w->o.horizon_us / 1000000, w->o.wheel_max,
 		 (long long)w->poll_us / 1000);
 	wheel_loop(w, db, &d);
-	due_wheel_free(d.wheel);
+	due__wheel_free(d.wheel);
 	return true;
 }

@@ -288,12 +288,12 @@ static int spawn(child *c, const char *cmd, char **env, int64_t kill_grace_us)
 	int rc;
 
 	if (pipe2(pin, O_CLOEXEC) || pipe2(pout, O_CLOEXEC) || pipe2(perr, O_CLOEXEC)) {
-		rc = due_error_set(DUE_ERROR, "pipe: %s", strerror(errno));
+		rc = due__error_set(DUE_ERROR, "pipe: %s", strerror(errno));
 		goto fail;
 	}
 	c->pid = fork();
 	if (c->pid < 0) {
-		rc = due_error_set(DUE_ERROR, "cannot start the command: fork: %s",
+		rc = due__error_set(DUE_ERROR, "cannot start the command: fork: %s",
 				   strerror(errno));
 		goto fail;
 	}
@@ -354,7 +354,7 @@ static void enforce_lease(due_job *job, child *c, run_state *rs)
 
 	if (due_job_lease_held(job) || rs->exited)
 		return;
-	now = due_mono_us();
+	now = due__mono_us();
 	if (rs->term_at == 0) {
 		kill(-c->pid, SIGTERM);
 		rs->term_at = now;
@@ -466,7 +466,7 @@ static int finish(due_job *job, const run_state *rs, buf *out, buf *err)
 		snprintf(status, sizeof(status), "killed by signal %d%s%s%s",
 			 WTERMSIG(rs->status),
 			 rs->term_at ? " (" : "",
-			 rs->term_at ? due_stop_reason_name(due_job_stop_why(job)) : "",
+			 rs->term_at ? due__stop_reason_name(due__job_stop_why(job)) : "",
 			 rs->term_at ? ")" : "");
 	set_failure(job, status, err);
 	return 1;

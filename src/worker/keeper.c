@@ -11,7 +11,7 @@
 **              backoff within what is left of the lease (renew_failed());
 **              when renewals keep failing for a whole lease, the lease is
 **              presumed lost and the handler told the same.  Ends the
-**              grace after a stop (due_grace_check_locked()).  Between
+**              grace after a stop (due__grace_check_locked()).  Between
 **              renewals it publishes the worker's counters to the store
 **              (due_worker_report) and logs a summary once a minute.
 **   Owns:      its own store connection, opened on first need.
@@ -86,10 +86,10 @@ static void renew_failed(due_worker *w, due_job *j, int64_t now)
 	int64_t left = j->renewed_mono + w->o.lease_us - now, retry;
 
 	if (left <= 0) {
-		if (due_job_stop(j, DUE_STOP_LEASE_LOST) &&
+		if (due__job_stop(j, DUE_STOP_LEASE_LOST) &&
 		    !atomic_load(&j->finished)) {
 			atomic_fetch_add(&w->st.lease_lost, 1);
-			due_wlog(w, 1, "task %lld attempt %d: lease presumed lost "
+			due__wlog(w, 1, "task %lld attempt %d: lease presumed lost "
 				 "(no renewal for a whole lease); stopping its "
 				 "handler", (long long)j->task.id, j->task.attempt);
 		}
@@ -117,33 +117,33 @@ static void renew_one(keeper *k, renewal *r)
 	due_worker *w = k->w;
 	due_job *j = r->job;
 	due_extend_outcome eo;
-	int64_t t0 = due_mono_us();
+	int64_t t0 = due__mono_us();
 
 	if (due_extend(k->db, &eo, r->id, r->attempt, w->o.lease_us) < 0) {
-		due_outage_fail(w, &k->outage, "renewing the lease of task %lld",
+		due__outage_fail(w, &k->outage, "renewing the lease of task %lld",
 				(long long)r->id);
-		renew_failed(w, j, due_mono_us());
+		renew_failed(w, j, due__mono_us());
 		return;
 	}
-	due_outage_over(w, &k->outage);
+	due__outage_over(w, &k->outage);
 	if (eo == DUE_EXTEND_OK) {
 		j->renewed_mono = t0;
 		j->renew_at = t0 + w->o.lease_us / 3;
 		j->renew_backoff = 0;
 		return;
 	}
-	if (!due_job_stop(j, eo == DUE_EXTEND_LOST ? DUE_STOP_LEASE_LOST
+	if (!due__job_stop(j, eo == DUE_EXTEND_LOST ? DUE_STOP_LEASE_LOST
 						     : DUE_STOP_CANCEL))
 		return;
 	if (atomic_load(&j->finished)) {
-		due_wlog(w, 2, "task %lld attempt %d: not renewed (%s) after its "
+		due__wlog(w, 2, "task %lld attempt %d: not renewed (%s) after its "
 			 "handler returned: its commit decides", (long long)r->id,
 			 r->attempt, eo == DUE_EXTEND_LOST ? "not held"
 							   : "cancel requested");
 		return;
 	}
 	atomic_fetch_add(&w->st.lease_lost, 1);
-	due_wlog(w, 1, "task %lld attempt %d: %s; stopping its handler",
+	due__wlog(w, 1, "task %lld attempt %d: %s; stopping its handler",
 		 (long long)r->id, r->attempt,
 		 eo == DUE_EXTEND_LOST ? "lease lost (taken back by the store)"
 				       : "cancel requested");
@@ -163,7 +163,7 @@ static void maybe_report(keeper *k, bool force)
 {
 	due_worker *w = k->w;
 	due_worker_stats st;
-	int64_t now = due_mono_us(), sum;
+	int64_t now = due__mono_us(), sum;
 
 	if (!force && now - k->last_report < REPORT_US)
 		return;
@@ -173,13 +173,13 @@ static void maybe_report(keeper *k, bool force)
 	if (sum == k->last_sum && !force && now - k->last_report < HEARTBEAT_US)
 		return;
 	k->last_report = now;
-	if (!k->db && !(k->db = due_connect_retry(w, "keeper")))
+	if (!k->db && !(k->db = due__connect_retry(w, "keeper")))
 		return;
 	if (due_worker_report(k->db, w->owner, &st) < 0) {
-		due_outage_fail(w, &k->outage, "reporting the worker's counters");
+		due__outage_fail(w, &k->outage, "reporting the worker's counters");
 		return;
 	}
-	due_outage_over(w, &k->outage);
+	due__outage_over(w, &k->outage);
 	k->last_sum = sum;
 }
 
@@ -194,7 +194,7 @@ static void maybe_summary(keeper *k)
 {
 	due_worker *w = k->w;
 	due_worker_stats st, *prev = &k->prev;
-	int64_t now = due_mono_us();
+	int64_t now = due__mono_us();
 
 	if (now - k->last_summary < SUMMARY_US)
 		return;
@@ -202,7 +202,7 @@ static void maybe_summary(keeper *k)
 	due_worker_stats_get(w, &st);
 	if (st.claim_queries == prev->claim_queries && st.claimed == prev->claimed)
 		return;
-	due_wlog(w, 1, "last minute: claimed %lld, done %lld, failed %lld; lateness "
+	due__wlog(w, 1, "last minute: claimed %lld, done %lld, failed %lld; lateness "
 		 "p50 %.1f ms p99 %.1f ms max %.1f ms (recent claims); claim queries "
 		 "%lld (%lld empty), reclaim checks %lld, wheel fires %lld, refills "
 		 "%lld, notifications %lld",
@@ -233,19 +233,19 @@ static int64_t keeper_tick(const due_worker *w)
 	return tick < 5000 ? 5000 : tick > max ? max : tick;
 }
 
-void *due_keeper_main(void *arg)
+void *due__keeper_main(void *arg)
 {
 	keeper k = {.w = arg, .outage = {.who = "keeper"}, .last_sum = -1};
 	due_worker *w = k.w;
 	int64_t tick = keeper_tick(w);
 	renewal r[256];
 
-	k.last_summary = due_mono_us();
+	k.last_summary = due__mono_us();
 	pthread_mutex_lock(&w->mu);
 	while (!(w->threads_stop &&
 		 (w->n_inflight == 0 || atomic_load(&w->abandon)))) {
-		int64_t now = due_mono_us(), next = now + tick;
-		int64_t grace_end = due_grace_check_locked(w, now);
+		int64_t now = due__mono_us(), next = now + tick;
+		int64_t grace_end = due__grace_check_locked(w, now);
 		if (grace_end > now && grace_end < next)
 			next = grace_end;
 		/* stopping: look again soon, a second stop ends the grace */
@@ -253,7 +253,7 @@ void *due_keeper_main(void *arg)
 			next = now + 100000;
 		size_t n = renewals_due_locked(w, r, 256, now, &next);
 		if (n == 0) {
-			due_cond_wait_us(&w->keep_cv, &w->mu, next - now);
+			due__cond_wait_us(&w->keep_cv, &w->mu, next - now);
 			pthread_mutex_unlock(&w->mu);
 			maybe_report(&k, false);
 			maybe_summary(&k);
@@ -262,13 +262,13 @@ void *due_keeper_main(void *arg)
 		}
 		pthread_mutex_unlock(&w->mu);
 		if (!k.db)
-			k.db = due_connect_retry(w, "keeper");
+			k.db = due__connect_retry(w, "keeper");
 		for (size_t i = 0; k.db && i < n; i++)
 			renew_one(&k, &r[i]);
 		pthread_mutex_lock(&w->mu);
 		for (size_t i = 0; i < n; i++)
 			if (--r[i].job->refs == 0)
-				due_job_free(r[i].job);
+				due__job_free(r[i].job);
 	}
 	pthread_mutex_unlock(&w->mu);
 	maybe_report(&k, true);

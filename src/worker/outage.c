@@ -27,12 +27,12 @@
 ** touch the eventfd, whose wake-ups belong to the claimer; it ends early
 ** when shutdown gives up on the store.
 */
-void due_bg_sleep(due_worker *w, int64_t us)
+void due__bg_sleep(due_worker *w, int64_t us)
 {
-	int64_t end = due_mono_us() + us;
+	int64_t end = due__mono_us() + us;
 
 	while (!atomic_load(&w->abandon)) {
-		int64_t left = end - due_mono_us();
+		int64_t left = end - due__mono_us();
 		if (left <= 0)
 			return;
 		struct timespec ts = {0, (left > 50000 ? 50000 : left) * 1000};
@@ -45,7 +45,7 @@ void due_bg_sleep(due_worker *w, int64_t us)
 ** log it when it opens an outage (at verbose level while one lasts).  The
 ** message says what failed; the store's own text follows.
 */
-void due_outage_fail(due_worker *w, due_outage *o, const char *fmt, ...)
+void due__outage_fail(due_worker *w, due_outage *o, const char *fmt, ...)
 {
 	char what[300];
 	va_list ap;
@@ -56,23 +56,23 @@ void due_outage_fail(due_worker *w, due_outage *o, const char *fmt, ...)
 	atomic_fetch_add(&w->st.store_errors, 1);
 	o->failures++;
 	if (o->since) {
-		due_wlog(w, 2, "%s: store still unavailable: %s failed: %s",
+		due__wlog(w, 2, "%s: store still unavailable: %s failed: %s",
 			 o->who, what, due_error_last());
 		return;
 	}
-	o->since = due_mono_us();
-	due_wlog(w, 1, "%s: store unavailable: %s failed: %s; retrying with "
+	o->since = due__mono_us();
+	due__wlog(w, 1, "%s: store unavailable: %s failed: %s; retrying with "
 		 "backoff, quietly until it answers", o->who, what,
 		 due_error_last());
 }
 
 /* The store answered a call of this thread: close its outage, if any. */
-void due_outage_over(due_worker *w, due_outage *o)
+void due__outage_over(due_worker *w, due_outage *o)
 {
 	if (!o->since)
 		return;
-	due_wlog(w, 1, "%s: store answers again after %.1f s (%lld failed "
-		 "call%s)", o->who, (double)(due_mono_us() - o->since) / 1e6,
+	due__wlog(w, 1, "%s: store answers again after %.1f s (%lld failed "
+		 "call%s)", o->who, (double)(due__mono_us() - o->since) / 1e6,
 		 o->failures, o->failures == 1 ? "" : "s");
 	o->since = 0;
 	o->failures = 0;
@@ -83,7 +83,7 @@ void due_outage_over(due_worker *w, due_outage *o)
 ** NULL when the claimer is asked to stop, or once shutdown has given up
 ** on the store (other threads).
 */
-due_db *due_connect_retry(due_worker *w, const char *who)
+due_db *due__connect_retry(due_worker *w, const char *who)
 {
 	bool claimer = strcmp(who, "claimer") == 0;
 	due_outage o = {.who = who};
@@ -92,17 +92,17 @@ due_db *due_connect_retry(due_worker *w, const char *who)
 	for (;;) {
 		due_db *db = NULL;
 		if (due_open(&db, w->url, NULL) == 0) {
-			due_outage_over(w, &o);
+			due__outage_over(w, &o);
 			return db;
 		}
-		due_outage_fail(w, &o, "opening the store");
+		due__outage_fail(w, &o, "opening the store");
 		due_close(db);
 		if ((claimer && atomic_load(&w->stop)) || atomic_load(&w->abandon))
 			return NULL;
 		if (claimer)
-			due_wait_wake(w, delay);
+			due__wait_wake(w, delay);
 		else
-			due_bg_sleep(w, delay);
+			due__bg_sleep(w, delay);
 		delay = delay * 2 > 2000000 ? 2000000 : delay * 2;
 	}
 }

@@ -2,14 +2,14 @@
 ** pool.c - jobs, and the pool threads that run their handlers.
 **
 ** A job is a claimed task on its way through the worker.  The claimer (or
-** due_worker_submit()) makes it with due_job_new_locked(), which puts it in
+** due_worker_submit()) makes it with due__job_new_locked(), which puts it in
 ** flight, and queues it on its pool; a pool thread takes it and runs the
 ** handler with no lock held, then queues it for the completer, which
 ** commits its outcome and retires it.  The due_job_* accessors are what a
 ** handler sees of it.
 **
 ** Pool threads: one per slot of each pool.  The shared pool has none in
-** inline mode, where the claimer calls due_run_job() itself.
+** inline mode, where the claimer calls due__run_job() itself.
 **   Does:      takes the next job of its pool, runs its handler, hands it
 **              to the completer (or, while the claimer folds completions
 **              into its claims, wakes the claimer).
@@ -38,19 +38,19 @@ const char *due_job_owner(const due_job *job)
 	return job->w->owner;
 }
 
-bool due_job_stop(due_job *j, int why)
+bool due__job_stop(due_job *j, int why)
 {
 	int none = DUE_STOP_NONE;
 	atomic_compare_exchange_strong(&j->stop_why, &none, why);
 	return !atomic_exchange(&j->lost, true);
 }
 
-int due_job_stop_why(const due_job *j)
+int due__job_stop_why(const due_job *j)
 {
 	return atomic_load(&((due_job *)j)->stop_why);
 }
 
-const char *due_stop_reason_name(int why)
+const char *due__stop_reason_name(int why)
 {
 	switch (why) {
 	case DUE_STOP_LEASE_LOST: return "lease lost";
@@ -69,7 +69,7 @@ int due_job_set_result(due_job *job, const void *data, size_t len)
 {
 	unsigned char *p = malloc(len + 1);
 	if (!p)
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	if (len)
 		memcpy(p, data, len);
 	p[len] = '\0';
@@ -85,7 +85,7 @@ void due_job_set_error(due_job *job, const char *text)
 	if (n > MAX_ERROR_TEXT)
 		text += n - MAX_ERROR_TEXT, n = MAX_ERROR_TEXT;
 	free(job->error);
-	job->error = due_strdup_n(text ? text : "", n);
+	job->error = due__strdup_n(text ? text : "", n);
 }
 
 void due_job_set_tx_hook(due_job *job, due_tx_hook hook, void *payload)
@@ -94,7 +94,7 @@ void due_job_set_tx_hook(due_job *job, due_tx_hook hook, void *payload)
 	job->hook_payload = payload;
 }
 
-void due_job_free(due_job *j)
+void due__job_free(due_job *j)
 {
 	free(j->task.kind);
 	free(j->task.payload);
@@ -124,7 +124,7 @@ static const handler *handler_for(const due_worker *w, const char *kind)
 ** Turn a claimed task into a job (taking ownership of the task's fields)
 ** and register it in flight.  Called with mu held.
 */
-due_job *due_job_new_locked(due_worker *w, pool *p, due_task *t)
+due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t)
 {
 	due_job *j = calloc(1, sizeof(*j));
 	if (!j)
@@ -134,7 +134,7 @@ due_job *due_job_new_locked(due_worker *w, pool *p, due_task *t)
 	j->w = w;
 	j->pool = p;
 	j->h = handler_for(w, j->task.kind);
-	j->renewed_mono = due_mono_us();
+	j->renewed_mono = due__mono_us();
 	j->renew_at = j->renewed_mono + w->o.lease_us / 3;
 	j->refs = 1;
 	j->inext = w->inflight;
@@ -145,7 +145,7 @@ due_job *due_job_new_locked(due_worker *w, pool *p, due_task *t)
 	return j;
 }
 
-void due_pool_enqueue_locked(pool *p, due_job *j)
+void due__pool_enqueue_locked(pool *p, due_job *j)
 {
 	j->next = NULL;
 	if (p->tail)
@@ -156,7 +156,7 @@ void due_pool_enqueue_locked(pool *p, due_job *j)
 	pthread_cond_signal(&p->cv);
 }
 
-due_job *due_pool_dequeue_locked(pool *p)
+due_job *due__pool_dequeue_locked(pool *p)
 {
 	due_job *j = p->head;
 	if (j) {
@@ -168,9 +168,9 @@ due_job *due_pool_dequeue_locked(pool *p)
 }
 
 /* Run the handler of a job; then queue it for the completer. */
-void due_run_job(due_worker *w, due_job *j)
+void due__run_job(due_worker *w, due_job *j)
 {
-	int64_t t0 = due_mono_us();
+	int64_t t0 = due__mono_us();
 
 	if (!j->h) {
 		j->rc = 1;
@@ -178,10 +178,10 @@ void due_run_job(due_worker *w, due_job *j)
 	} else {
 		j->rc = j->h->fn(j, j->h->payload);
 	}
-	due_wlog(w, 2, "task %lld (%s) attempt %d: handler %s in %.1f ms",
+	due__wlog(w, 2, "task %lld (%s) attempt %d: handler %s in %.1f ms",
 		 (long long)j->task.id, j->task.kind, j->task.attempt,
-		 j->rc == 0 ? "ok" : "failed", (double)(due_mono_us() - t0) / 1000.0);
-	j->done_mono = due_mono_us();
+		 j->rc == 0 ? "ok" : "failed", (double)(due__mono_us() - t0) / 1000.0);
+	j->done_mono = due__mono_us();
 	atomic_store(&j->finished, true);
 	pthread_mutex_lock(&w->mu);
 	j->next = NULL;
@@ -201,7 +201,7 @@ void due_run_job(due_worker *w, due_job *j)
 		pthread_cond_signal(&w->done_cv);
 	pthread_mutex_unlock(&w->mu);
 	if (fold)
-		due_wake(w);
+		due__wake(w);
 }
 
 /* ------------------------------------------------------------------ */
@@ -222,7 +222,7 @@ static void *pool_thread(void *arg)
 	free(a);
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
-		due_job *j = due_pool_dequeue_locked(p);
+		due_job *j = due__pool_dequeue_locked(p);
 		if (!j) {
 			if (w->threads_stop)
 				break;
@@ -230,22 +230,22 @@ static void *pool_thread(void *arg)
 			continue;
 		}
 		pthread_mutex_unlock(&w->mu);
-		due_run_job(w, j);
+		due__run_job(w, j);
 		pthread_mutex_lock(&w->mu);
 	}
 	pthread_mutex_unlock(&w->mu);
 	return NULL;
 }
 
-pool *due_pool_new(const char *kind, int size)
+pool *due__pool_new(const char *kind, int size)
 {
 	pool *p = calloc(1, sizeof(*p));
 	if (!p)
 		return NULL;
-	p->kind = kind ? due_strdup_n(kind, strlen(kind)) : NULL;
+	p->kind = kind ? due__strdup_n(kind, strlen(kind)) : NULL;
 	p->size = size;
 	p->threads = calloc((size_t)size, sizeof(pthread_t));
-	if (due_cond_init(&p->cv) != 0 || !p->threads || (kind && !p->kind)) {
+	if (due__cond_init(&p->cv) != 0 || !p->threads || (kind && !p->kind)) {
 		free(p->kind);
 		free(p->threads);
 		free(p);
@@ -254,7 +254,7 @@ pool *due_pool_new(const char *kind, int size)
 	return p;
 }
 
-int due_pools_start(due_worker *w)
+int due__pools_start(due_worker *w)
 {
 	for (size_t i = 0; i < w->n_pools; i++) {
 		pool *p = w->pools[i];
@@ -263,11 +263,11 @@ int due_pools_start(due_worker *w)
 		for (int k = 0; k < p->size; k++) {
 			pool_arg *a = malloc(sizeof(*a));
 			if (!a)
-				return due_error_set(DUE_ENOMEM, "out of memory");
+				return due__error_set(DUE_ENOMEM, "out of memory");
 			*a = (pool_arg){w, p};
 			if (pthread_create(&p->threads[k], NULL, pool_thread, a) != 0) {
 				free(a);
-				return due_error_set(DUE_ERROR, "cannot start a pool thread");
+				return due__error_set(DUE_ERROR, "cannot start a pool thread");
 			}
 			p->started++;
 		}

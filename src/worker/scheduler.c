@@ -27,7 +27,7 @@
 ** 5 s, so new or changed schedules are seen).  Any number of workers may
 ** do this at once: the store's compare-and-set gives each slot one task.
 */
-void *due_scheduler_main(void *arg)
+void *due__scheduler_main(void *arg)
 {
 	due_worker *w = arg;
 	due_outage outage = {.who = "scheduler"};
@@ -37,14 +37,14 @@ void *due_scheduler_main(void *arg)
 	pthread_mutex_lock(&w->mu);
 	while (!w->threads_stop) {
 		if (wait_us > 0)
-			due_cond_wait_us(&w->sched_cv, &w->mu, wait_us);
+			due__cond_wait_us(&w->sched_cv, &w->mu, wait_us);
 		if (w->threads_stop)
 			break;
 		pthread_mutex_unlock(&w->mu);
 		due_cron_tick_result r;
 		int rc = 0;
 		if (!db)
-			db = due_connect_retry(w, "scheduler");
+			db = due__connect_retry(w, "scheduler");
 		wait_us = CRON_MAX_SLEEP_US;
 		if (db) {
 			due_cron_tick_opts to = DUE_CRON_TICK_OPTS_INIT;
@@ -54,19 +54,19 @@ void *due_scheduler_main(void *arg)
 			rc = due_cron_tick(db, &r, &to);
 		}
 		if (rc == DUE_ESTORE || rc == DUE_EBUSY || rc == DUE_ERROR) {
-			due_outage_fail(w, &outage, "a scheduler pass");
+			due__outage_fail(w, &outage, "a scheduler pass");
 			wait_us = 1000000;
 		} else if (rc < 0) { /* a broken schedule; the others ran */
-			due_outage_over(w, &outage);
-			due_wlog(w, 1, "scheduler: %s", due_error_last());
+			due__outage_over(w, &outage);
+			due__wlog(w, 1, "scheduler: %s", due_error_last());
 			wait_us = 1000000;
 		} else if (db) {
-			due_outage_over(w, &outage);
+			due__outage_over(w, &outage);
 			if (r.missed)
-				due_wlog(w, 1, "scheduler: %lld slot(s) missed while no "
+				due__wlog(w, 1, "scheduler: %lld slot(s) missed while no "
 					 "scheduler ran (see `due cron ls`)", (long long)r.missed);
 			if (r.materialized)
-				due_wlog(w, 2, "scheduler: %lld slot task(s) created",
+				due__wlog(w, 2, "scheduler: %lld slot task(s) created",
 					 (long long)r.materialized);
 			if (r.next_slot && r.next_slot - r.now - CRON_LOOKAHEAD_US / 2 < wait_us)
 				wait_us = r.next_slot - r.now - CRON_LOOKAHEAD_US / 2;

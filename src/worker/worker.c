@@ -42,17 +42,17 @@
 #include "store/store.h"
 #include "worker/worker_internal.h"
 
-int64_t due_mono_us(void)
+int64_t due__mono_us(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-void due_wlog(due_worker *w, int level, const char *fmt, ...)
+void due__wlog(due_worker *w, int level, const char *fmt, ...)
 	DUE_PRINTF(3, 4);
 
-void due_wlog(due_worker *w, int level, const char *fmt, ...)
+void due__wlog(due_worker *w, int level, const char *fmt, ...)
 {
 	char ts[40], msg[1200];
 	va_list ap;
@@ -70,7 +70,7 @@ void due_wlog(due_worker *w, int level, const char *fmt, ...)
 		msg);
 }
 
-void due_wake(due_worker *w)
+void due__wake(due_worker *w)
 {
 	uint64_t one = 1;
 	ssize_t r = write(w->wake_fd, &one, sizeof(one));
@@ -78,7 +78,7 @@ void due_wake(due_worker *w)
 }
 
 /* Wait on the eventfd up to timeout_us (<0: forever); drain it. */
-void due_wait_wake(due_worker *w, int64_t timeout_us)
+void due__wait_wake(due_worker *w, int64_t timeout_us)
 {
 	struct pollfd p = {w->wake_fd, POLLIN, 0};
 	int ms = timeout_us < 0 ? -1 : (int)((timeout_us + 999) / 1000);
@@ -90,7 +90,7 @@ void due_wait_wake(due_worker *w, int64_t timeout_us)
 	}
 }
 
-void due_cond_wait_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us)
+void due__cond_wait_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -103,7 +103,7 @@ void due_cond_wait_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us)
 	pthread_cond_timedwait(cv, mu, &ts);
 }
 
-int due_cond_init(pthread_cond_t *cv)
+int due__cond_init(pthread_cond_t *cv)
 {
 	pthread_condattr_t a;
 	pthread_condattr_init(&a);
@@ -124,7 +124,7 @@ int due_cond_init(pthread_cond_t *cv)
 ** claimer is busy running a handler, so the keeper enforces the grace.
 ** Returns the monotonic time the grace ends, 0 while no stop is asked.
 */
-int64_t due_grace_check_locked(due_worker *w, int64_t now)
+int64_t due__grace_check_locked(due_worker *w, int64_t now)
 {
 	int64_t since = atomic_load(&w->stop_mono);
 
@@ -135,13 +135,13 @@ int64_t due_grace_check_locked(due_worker *w, int64_t now)
 	if ((force || now >= since + w->o.grace_us) && !w->grace_over_at) {
 		w->grace_over_at = now;
 		if (w->n_inflight > 0)
-			due_wlog(w, 1, "%s: stopping %d running handler(s); each "
+			due__wlog(w, 1, "%s: stopping %d running handler(s); each "
 				 "stopped try is committed as failed (its task "
 				 "retried), or its lease expires",
 				 force ? "forced stop" : "grace period over",
 				 w->n_inflight);
 		for (due_job *j = w->inflight; j; j = j->inext)
-			due_job_stop(j, DUE_STOP_SHUTDOWN);
+			due__job_stop(j, DUE_STOP_SHUTDOWN);
 	}
 	return force ? now : since + w->o.grace_us;
 }
@@ -158,13 +158,13 @@ static void drain(due_worker *w)
 {
 	long long zero = 0;
 
-	atomic_compare_exchange_strong(&w->stop_mono, &zero, due_mono_us());
+	atomic_compare_exchange_strong(&w->stop_mono, &zero, due__mono_us());
 	pthread_mutex_lock(&w->mu);
 	while (w->n_inflight > 0) {
-		int64_t now = due_mono_us();
-		int64_t left = due_grace_check_locked(w, now) - now;
+		int64_t now = due__mono_us();
+		int64_t left = due__grace_check_locked(w, now) - now;
 		if (w->grace_over_at && now - w->grace_over_at > ABANDON_US) {
-			due_wlog(w, 1, "cannot commit %d finished or stopped tr%s "
+			due__wlog(w, 1, "cannot commit %d finished or stopped tr%s "
 				 "(store unreachable?): leaving them to lease "
 				 "expiry", w->n_inflight,
 				 w->n_inflight == 1 ? "y" : "ies");
@@ -174,11 +174,11 @@ static void drain(due_worker *w)
 		}
 		/* at most 100 ms: a second stop request (a signal handler
 		   cannot signal the condition) must end the grace promptly */
-		due_cond_wait_us(&w->idle_cv, &w->mu,
+		due__cond_wait_us(&w->idle_cv, &w->mu,
 				 left > 0 && left < 100000 ? left : 100000);
 		if (w->o.mode == DUE_MODE_INLINE) {
 			pthread_mutex_unlock(&w->mu);
-			due_run_inline(w);
+			due__run_inline(w);
 			pthread_mutex_lock(&w->mu);
 		}
 	}
@@ -206,7 +206,7 @@ static void join_all(due_worker *w)
 	while (w->inflight) {
 		due_job *j = w->inflight;
 		w->inflight = j->inext;
-		due_job_free(j);
+		due__job_free(j);
 	}
 	w->n_inflight = 0;
 }
@@ -232,24 +232,24 @@ static void unwind_threads(due_worker *w, bool completer)
 
 static int start_threads(due_worker *w)
 {
-	int rc = due_pools_start(w);
+	int rc = due__pools_start(w);
 
 	if (rc < 0) {
 		unwind_threads(w, false);
 		return rc;
 	}
-	if (pthread_create(&w->completer, NULL, due_completer_main, w) != 0) {
+	if (pthread_create(&w->completer, NULL, due__completer_main, w) != 0) {
 		unwind_threads(w, false);
-		return due_error_set(DUE_ERROR, "cannot start the completer thread");
+		return due__error_set(DUE_ERROR, "cannot start the completer thread");
 	}
-	if (pthread_create(&w->keeper, NULL, due_keeper_main, w) != 0) {
+	if (pthread_create(&w->keeper, NULL, due__keeper_main, w) != 0) {
 		unwind_threads(w, true);
-		return due_error_set(DUE_ERROR, "cannot start the lease keeper thread");
+		return due__error_set(DUE_ERROR, "cannot start the lease keeper thread");
 	}
 	/* the scheduler is optional: without it the worker still works */
 	if (w->o.cron && !w->o.once)
 		w->sched_started =
-			pthread_create(&w->scheduler, NULL, due_scheduler_main, w) == 0;
+			pthread_create(&w->scheduler, NULL, due__scheduler_main, w) == 0;
 	return 0;
 }
 
@@ -260,13 +260,13 @@ int due_worker_run(due_worker *w)
 	int rc;
 
 	if (w->n_handlers == 0)
-		return due_error_set(DUE_EINVAL, "worker has no handler registered");
+		return due__error_set(DUE_EINVAL, "worker has no handler registered");
 	if (atomic_exchange(&w->running, true))
-		return due_error_set(DUE_EINVAL, "worker is already running");
+		return due__error_set(DUE_EINVAL, "worker is already running");
 	/* Writing a payload to a command that exited must not kill us. */
 	if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
 		signal(SIGPIPE, SIG_IGN);
-	db = due_connect_retry(w, "claimer");
+	db = due__connect_retry(w, "claimer");
 	if (!db) {
 		atomic_store(&w->running, false);
 		return 0;
@@ -276,13 +276,13 @@ int due_worker_run(due_worker *w)
 		atomic_store(&w->running, false);
 		return rc;
 	}
-	due_wlog(w, 1, "started: %zu pool(s), shared concurrency %d, lease %lld ms, "
+	due__wlog(w, 1, "started: %zu pool(s), shared concurrency %d, lease %lld ms, "
 		 "poll %lld ms%s%s", w->n_pools, w->pools[0]->size,
 		 (long long)w->o.lease_us / 1000, (long long)w->poll_us / 1000,
 		 w->o.mode == DUE_MODE_INLINE ? ", inline (one at a time)" : "",
 		 w->o.once ? ", once" : "");
-	if (!due_try_wheel(w, db))
-		due_claim_loop(w, db);
+	if (!due__try_wheel(w, db))
+		due__claim_loop(w, db);
 	atomic_store(&w->fold, false); /* the completer takes everything now */
 	pthread_mutex_lock(&w->mu);
 	pthread_cond_signal(&w->done_cv);
@@ -290,7 +290,7 @@ int due_worker_run(due_worker *w)
 	drain(w);
 	join_all(w);
 	due_close(db);
-	due_wlog(w, 1, "stopped: claimed %lld, done %lld, failed %lld, dead %lld, "
+	due__wlog(w, 1, "stopped: claimed %lld, done %lld, failed %lld, dead %lld, "
 		 "stale %lld, cancelled %lld, lease lost %lld",
 		 (long long)w->st.claimed, (long long)w->st.done,
 		 (long long)w->st.failed, (long long)w->st.dead, (long long)w->st.stale,
@@ -304,10 +304,10 @@ void due_worker_stop(due_worker *w)
 	long long zero = 0;
 
 	/* clock_gettime() is async-signal-safe */
-	atomic_compare_exchange_strong(&w->stop_mono, &zero, due_mono_us());
+	atomic_compare_exchange_strong(&w->stop_mono, &zero, due__mono_us());
 	if (atomic_exchange(&w->stop, true))
 		atomic_store(&w->force, true); /* asked twice: no more grace */
-	due_wake(w);
+	due__wake(w);
 }
 int due_worker_new(due_worker **out, const due_worker_opts *opts)
 {
@@ -316,18 +316,18 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 
 	*out = NULL;
 	if (!opts || !opts->url)
-		return due_error_set(DUE_EINVAL, "worker options need a store url");
+		return due__error_set(DUE_EINVAL, "worker options need a store url");
 	if (opts->concurrency < 1 || opts->concurrency > 1024)
-		return due_error_set(DUE_EINVAL, "invalid concurrency %d: 1..1024",
+		return due__error_set(DUE_EINVAL, "invalid concurrency %d: 1..1024",
 				     opts->concurrency);
 	if (opts->lease_us < 1000 || (opts->poll_us && opts->poll_us < 1000) ||
 	    opts->grace_us < 0 || opts->horizon_us < 0 || opts->wheel_max < 0)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"invalid lease/poll/grace: lease and poll at least 1ms");
-	if (opts->owner && due_validate_owner(opts->owner) < 0)
+	if (opts->owner && due__validate_owner(opts->owner) < 0)
 		return DUE_EINVAL;
 	if (!(w = calloc(1, sizeof(*w))))
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	w->o = *opts;
 	w->claim_outage.who = "claimer";
 	w->poll_us = opts->poll_us ? opts->poll_us
@@ -336,30 +336,30 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 		w->o.horizon_us = 60000000;
 	if (!w->o.wheel_max)
 		w->o.wheel_max = 100000;
-	w->url = due_strdup_n(opts->url, strlen(opts->url));
+	w->url = due__strdup_n(opts->url, strlen(opts->url));
 	if (opts->owner) {
-		w->owner = due_strdup_n(opts->owner, strlen(opts->owner));
+		w->owner = due__strdup_n(opts->owner, strlen(opts->owner));
 	} else {
 		char buf[200];
 		if (gethostname(host, sizeof(host)) != 0)
 			snprintf(host, sizeof(host), "localhost");
 		host[sizeof(host) - 1] = '\0';
 		snprintf(buf, sizeof(buf), "%s:%d", host, (int)getpid());
-		w->owner = due_strdup_n(buf, strlen(buf));
+		w->owner = due__strdup_n(buf, strlen(buf));
 	}
 	w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	w->pools = calloc(1, sizeof(*w->pools));
 	if (w->pools)
-		w->pools[0] = due_pool_new(NULL, opts->mode == DUE_MODE_INLINE
+		w->pools[0] = due__pool_new(NULL, opts->mode == DUE_MODE_INLINE
 						     ? 1 /* the claimer runs it */
 						     : opts->concurrency);
 	w->n_pools = 1;
 	if (!w->url || !w->owner || w->wake_fd < 0 || !w->pools || !w->pools[0] ||
-	    pthread_mutex_init(&w->mu, NULL) != 0 || due_cond_init(&w->done_cv) ||
-	    due_cond_init(&w->keep_cv) || due_cond_init(&w->idle_cv) ||
-	    due_cond_init(&w->sched_cv)) {
+	    pthread_mutex_init(&w->mu, NULL) != 0 || due__cond_init(&w->done_cv) ||
+	    due__cond_init(&w->keep_cv) || due__cond_init(&w->idle_cv) ||
+	    due__cond_init(&w->sched_cv)) {
 		due_worker_free(w);
-		return due_error_set(DUE_ENOMEM, "cannot create worker");
+		return due__error_set(DUE_ENOMEM, "cannot create worker");
 	}
 	*out = w;
 	return 0;
@@ -373,35 +373,35 @@ int due_worker_register(due_worker *w, const char *kind, due_handler_fn fn,
 	int rc;
 
 	if (atomic_load(&w->running))
-		return due_error_set(DUE_EINVAL, "register handlers before running");
+		return due__error_set(DUE_EINVAL, "register handlers before running");
 	if (!fn || pool_size < 0 || pool_size > 1024)
-		return due_error_set(DUE_EINVAL, "invalid handler or pool size");
-	if (kind && (rc = due_validate_kind(kind)) < 0)
+		return due__error_set(DUE_EINVAL, "invalid handler or pool size");
+	if (kind && (rc = due__validate_kind(kind)) < 0)
 		return rc;
 	if (!kind && pool_size > 0)
-		return due_error_set(DUE_EINVAL,
+		return due__error_set(DUE_EINVAL,
 			"an isolated pool needs a kind (the catch-all runs in the "
 			"shared pool)");
 	for (size_t i = 0; i < w->n_handlers; i++)
 		if ((!kind && !w->handlers[i].kind) ||
 		    (kind && w->handlers[i].kind && !strcmp(kind, w->handlers[i].kind)))
-			return due_error_set(DUE_EINVAL, "handler for '%s' registered twice",
+			return due__error_set(DUE_EINVAL, "handler for '%s' registered twice",
 					     kind ? kind : "(any kind)");
 	if (pool_size > 0) {
 		pool **np = realloc(w->pools, (w->n_pools + 1) * sizeof(*np));
 		if (!np)
-			return due_error_set(DUE_ENOMEM, "out of memory");
+			return due__error_set(DUE_ENOMEM, "out of memory");
 		w->pools = np;
-		if (!(p = due_pool_new(kind, pool_size)))
-			return due_error_set(DUE_ENOMEM, "out of memory");
+		if (!(p = due__pool_new(kind, pool_size)))
+			return due__error_set(DUE_ENOMEM, "out of memory");
 		w->pools[w->n_pools++] = p;
 	}
 	h = realloc(w->handlers, (w->n_handlers + 1) * sizeof(*h));
 	if (!h)
-		return due_error_set(DUE_ENOMEM, "out of memory");
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	w->handlers = h;
 	h[w->n_handlers++] = (handler){
-		kind ? due_strdup_n(kind, strlen(kind)) : NULL, fn, payload, p};
+		kind ? due__strdup_n(kind, strlen(kind)) : NULL, fn, payload, p};
 	return 0;
 }
 
@@ -501,9 +501,9 @@ int due_worker_submit(due_worker *w, due_db *db, due_submitted *out,
 	if (rc < 0) {
 		p->busy--; /* taken by another worker already, or a store error */
 	} else {
-		due_job *j = due_job_new_locked(w, p, t);
+		due_job *j = due__job_new_locked(w, p, t);
 		if (j)
-			due_pool_enqueue_locked(p, j);
+			due__pool_enqueue_locked(p, j);
 		else
 			p->busy--;
 		atomic_fetch_add(&w->st.claimed, 1);
@@ -511,6 +511,6 @@ int due_worker_submit(due_worker *w, due_db *db, due_submitted *out,
 	pthread_mutex_unlock(&w->mu);
 	due_task_free(t);
 	if (w->o.mode == DUE_MODE_INLINE)
-		due_wake(w);
+		due__wake(w);
 	return 0;
 }

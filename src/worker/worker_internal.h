@@ -3,7 +3,7 @@
 ** its one lock.  Only the files of src/worker/ include it.
 **
 ** Threads.  A due_db is single-thread, so each thread that talks to the
-** store opens its own connection (due_connect_retry()).
+** store opens its own connection (due__connect_retry()).
 **
 **   claimer     the thread that called due_worker_run().  Claims up to the
 **               free slots of each pool and hands the tasks to the pools
@@ -39,9 +39,9 @@
 **  - A failed store call is retried after a delay that grows, never at
 **    once: no thread loops on a store that does not answer.  Each thread
 **    logs an outage once when it starts and once when it ends
-**    (due_outage_fail/over).
+**    (due__outage_fail/over).
 **  - A job is freed only under `mu` when its refcount reaches zero: one
-**    reference belongs to flight (dropped by due_retire_locked() once its
+**    reference belongs to flight (dropped by due__retire_locked() once its
 **    outcome is committed), one more to the keeper while it renews outside
 **    the lock.
 **  - The worker's own view of a lease is advisory.  Whether a completion
@@ -96,7 +96,7 @@ struct due_job {
 	pool *pool;
 	const handler *h;
 	atomic_bool lost;       /* lease lost, cancel requested or shutdown:
-				   the handler should stop (due_job_stop) */
+				   the handler should stop (due__job_stop) */
 	atomic_int stop_why;    /* DUE_STOP_*: why `lost` was raised, first
 				   reason wins */
 	int64_t renewed_mono;   /* last successful claim/extend, monotonic us
@@ -161,53 +161,53 @@ struct due_worker {
 /* worker.c: clocks, waits, logging (any thread); the grace. */
 
 /* Monotonic clock in microseconds: paces local waits, never judges due. */
-int64_t due_mono_us(void);
-void due_wlog(due_worker *w, int level, const char *fmt, ...)
+int64_t due__mono_us(void);
+void due__wlog(due_worker *w, int level, const char *fmt, ...)
 	DUE_PRINTF(3, 4);
-void due_wake(due_worker *w);
-void due_wait_wake(due_worker *w, int64_t timeout_us);
-void due_cond_wait_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us);
-int due_cond_init(pthread_cond_t *cv);
-int64_t due_grace_check_locked(due_worker *w, int64_t now);
+void due__wake(due_worker *w);
+void due__wait_wake(due_worker *w, int64_t timeout_us);
+void due__cond_wait_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us);
+int due__cond_init(pthread_cond_t *cv);
+int64_t due__grace_check_locked(due_worker *w, int64_t now);
 
 /* outage.c: failed store calls, connections (any thread). */
-void due_bg_sleep(due_worker *w, int64_t us);
-due_db *due_connect_retry(due_worker *w, const char *who);
-void due_outage_fail(due_worker *w, due_outage *o, const char *fmt, ...)
+void due__bg_sleep(due_worker *w, int64_t us);
+due_db *due__connect_retry(due_worker *w, const char *who);
+void due__outage_fail(due_worker *w, due_outage *o, const char *fmt, ...)
 	DUE_PRINTF(3, 4);
-void due_outage_over(due_worker *w, due_outage *o);
+void due__outage_over(due_worker *w, due_outage *o);
 
 /* pool.c: jobs, pool queues, pool threads. */
-void due_job_free(due_job *j);
-due_job *due_job_new_locked(due_worker *w, pool *p, due_task *t);
-void due_pool_enqueue_locked(pool *p, due_job *j);
-due_job *due_pool_dequeue_locked(pool *p);
-void due_run_job(due_worker *w, due_job *j);
-pool *due_pool_new(const char *kind, int size);
-int due_pools_start(due_worker *w);
+void due__job_free(due_job *j);
+due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t);
+void due__pool_enqueue_locked(pool *p, due_job *j);
+due_job *due__pool_dequeue_locked(pool *p);
+void due__run_job(due_worker *w, due_job *j);
+pool *due__pool_new(const char *kind, int size);
+int due__pools_start(due_worker *w);
 
 /* completer.c */
-void due_count_outcome(due_worker *w, const due_job *j, bool ok, int outcome);
-void due_retire_locked(due_worker *w, due_job *j);
-void *due_completer_main(void *arg);
+void due__count_outcome(due_worker *w, const due_job *j, bool ok, int outcome);
+void due__retire_locked(due_worker *w, due_job *j);
+void *due__completer_main(void *arg);
 
 /* keeper.c */
-void *due_keeper_main(void *arg);
+void *due__keeper_main(void *arg);
 
 /* scheduler.c */
-void *due_scheduler_main(void *arg);
+void *due__scheduler_main(void *arg);
 
 /* claimer.c (the claimer thread only) */
-int due_claim_round(due_worker *w, due_db *db, bool *filled);
-void due_set_fold(due_worker *w, bool fold);
-void due_run_inline(due_worker *w);
-int64_t due_reclaim_max(due_worker *w, due_db *db, int64_t max_us);
-void due_claim_loop(due_worker *w, due_db *db);
+int due__claim_round(due_worker *w, due_db *db, bool *filled);
+void due__set_fold(due_worker *w, bool fold);
+void due__run_inline(due_worker *w);
+int64_t due__reclaim_max(due_worker *w, due_db *db, int64_t max_us);
+void due__claim_loop(due_worker *w, due_db *db);
 
 /* discovery.c (the claimer thread only) */
-bool due_try_wheel(due_worker *w, due_db *db);
+bool due__try_wheel(due_worker *w, due_db *db);
 
-/* Why a running handler is told to stop (due_job_stop, due_job_stop_why). */
+/* Why a running handler is told to stop (due__job_stop, due__job_stop_why). */
 enum { DUE_STOP_NONE = 0, DUE_STOP_LEASE_LOST, DUE_STOP_CANCEL, DUE_STOP_SHUTDOWN };
 
 /*
@@ -215,10 +215,10 @@ enum { DUE_STOP_NONE = 0, DUE_STOP_LEASE_LOST, DUE_STOP_CANCEL, DUE_STOP_SHUTDOW
 ** raises `lost`.  Returns true when this call raised it (it was not yet
 ** raised), false when the job was already told.  Any thread.
 */
-bool due_job_stop(due_job *j, int why);
-/* The reason recorded by due_job_stop, DUE_STOP_NONE while running on. */
-int due_job_stop_why(const due_job *j);
+bool due__job_stop(due_job *j, int why);
+/* The reason recorded by due__job_stop, DUE_STOP_NONE while running on. */
+int due__job_stop_why(const due_job *j);
 /* Words for a reason, for logs and error texts ("worker shutdown"). */
-const char *due_stop_reason_name(int why);
+const char *due__stop_reason_name(int why);
 
 #endif

@@ -1,21 +1,21 @@
 /*
-** fuzz_cron.c - due_cron_parse() and due_cron_next() (src/cron/cron.h).
+** fuzz_cron.c - due__cron_parse() and due__cron_next() (src/cron/cron.h).
 **
 ** The input, as a C string, is a cron expression. When it does not parse, the
 ** result is DUE_CRON_EINVAL with a message, and a short err buffer is never
 ** overrun. When it parses:
 **
-**   - due_cron_text() is the input, and parsing it again gives the same sets
-**     (due_cron_inspect());
+**   - due__cron_text() is the input, and parsing it again gives the same sets
+**     (due__cron_inspect());
 **   - from a few fixed instants, in UTC and in a zone built here from TZif
 **     bytes (a Lord Howe-like zone: half-hour DST from a POSIX rule, after two
-**     listed transitions), due_cron_next() gives an instant strictly after
+**     listed transitions), due__cron_next() gives an instant strictly after
 **     `after` or DUE_CRON_ENOTFOUND; nothing else, since every `after` is in
 **     range. In UTC the instant's wall clock matches the expression; in the
 **     zone it does too, unless the instant ends a gap (a skipped wall time
 **     fires at the first valid instant after it, cron.h);
-**   - due_cron_next_n() gives a strictly increasing series that starts with
-**     due_cron_next()'s answer, and due_cron_format_next() never overruns
+**   - due__cron_next_n() gives a strictly increasing series that starts with
+**     due__cron_next()'s answer, and due__cron_format_next() never overruns
 **     its buffer.
 */
 #include <stdbool.h>
@@ -81,7 +81,7 @@ static due_tz *build_zone(void)
 	}
 	memcpy(p, "LMT", 4), p += 4;
 	memcpy(p, footer, sizeof footer - 1), p += sizeof footer - 1;
-	if (due_tz_from_tzif(&tz, "Fuzz/Lord_Howe", buf, (size_t)(p - buf), NULL, 0) != 0)
+	if (due__tz_from_tzif(&tz, "Fuzz/Lord_Howe", buf, (size_t)(p - buf), NULL, 0) != 0)
 		abort();
 	return tz;
 }
@@ -90,7 +90,7 @@ static due_tz *build_zone(void)
 static bool matches(const due_cron_fields *f, const due_tz_civil *t)
 {
 	bool dom = f->dom >> t->day & 1;
-	bool dow = f->dow >> due_tz_weekday(t->year, t->month, t->day) & 1;
+	bool dow = f->dow >> due__tz_weekday(t->year, t->month, t->day) & 1;
 
 	if (!(f->second >> t->second & 1) || !(f->minute >> t->minute & 1) ||
 	    !(f->hour >> t->hour & 1) || !(f->month >> t->month & 1))
@@ -103,7 +103,7 @@ static bool ends_gap(const due_tz *tz, int64_t u)
 {
 	int32_t before, at;
 
-	return due_tz_offset(tz, u - 1, &before) == 0 && due_tz_offset(tz, u, &at) == 0 &&
+	return due__tz_offset(tz, u - 1, &before) == 0 && due__tz_offset(tz, u, &at) == 0 &&
 	       at > before;
 }
 
@@ -113,24 +113,24 @@ static void check_next(const due_cron *c, const due_cron_fields *f, const due_tz
 	int64_t u, series[3];
 	size_t n;
 	due_tz_civil t;
-	int rc = due_cron_next(c, tz, after, &u);
+	int rc = due__cron_next(c, tz, after, &u);
 
 	FUZZ_CHECK(rc == 0 || rc == DUE_CRON_ENOTFOUND, "'%s' in %s after %lld: rc %d",
-		   due_cron_text(c), due_tz_name(tz), (long long)after, rc);
+		   due__cron_text(c), due__tz_name(tz), (long long)after, rc);
 	if (rc == 0) {
 		FUZZ_CHECK(u > after && u <= DUE_TZ_MAX_UTC, "'%s' in %s after %lld gave %lld",
-			   due_cron_text(c), due_tz_name(tz), (long long)after, (long long)u);
-		FUZZ_CHECK(due_tz_to_local(tz, u, &t) == 0, "%lld has no wall time", (long long)u);
+			   due__cron_text(c), due__tz_name(tz), (long long)after, (long long)u);
+		FUZZ_CHECK(due__tz_to_local(tz, u, &t) == 0, "%lld has no wall time", (long long)u);
 		FUZZ_CHECK(matches(f, &t) || (tz != NULL && ends_gap(tz, u)),
 			   "'%s' in %s after %lld gave %lld = %04d-%02d-%02d %02d:%02d:%02d",
-			   due_cron_text(c), due_tz_name(tz), (long long)after, (long long)u,
+			   due__cron_text(c), due__tz_name(tz), (long long)after, (long long)u,
 			   t.year, t.month, t.day, t.hour, t.minute, t.second);
 	}
-	rc = due_cron_next_n(series, 3, &n, c, tz, after);
+	rc = due__cron_next_n(series, 3, &n, c, tz, after);
 	FUZZ_CHECK(n <= 3 && (rc == 0) == (n == 3), "next_n: rc %d with %zu", rc, n);
 	for (size_t i = 0; i < n; i++)
 		FUZZ_CHECK(series[i] > (i ? series[i - 1] : after) && (i || series[0] == u),
-			   "'%s' in %s: next_n[%zu] = %lld", due_cron_text(c), due_tz_name(tz),
+			   "'%s' in %s: next_n[%zu] = %lld", due__cron_text(c), due__tz_name(tz),
 			   i, (long long)series[i]);
 }
 
@@ -138,11 +138,11 @@ static void check_format(const due_cron *c, const due_tz *tz, int64_t after)
 {
 	char big[4 * 25 + 1], small[30], err[16] = "";
 
-	due_cron_format_next(big, sizeof big, c, tz, after, 4, DUE_CRON_FMT_MILLIS, err,
+	due__cron_format_next(big, sizeof big, c, tz, after, 4, DUE_CRON_FMT_MILLIS, err,
 			     sizeof err);
 	FUZZ_CHECK(memchr(big, '\0', sizeof big) && memchr(err, '\0', sizeof err),
 		   "format_next left a buffer unterminated");
-	int rc = due_cron_format_next(small, sizeof small, c, tz, after, 2, 0, NULL, 0);
+	int rc = due__cron_format_next(small, sizeof small, c, tz, after, 2, 0, NULL, 0);
 	FUZZ_CHECK(rc != 0, "two lines fit in %zu bytes", sizeof small);
 	FUZZ_CHECK(memchr(small, '\0', sizeof small) != NULL, "small buffer unterminated");
 }
@@ -168,21 +168,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (zone == NULL)
 		zone = build_zone(); /* kept for the process, like a real zone */
 	err[0] = '\0';
-	if ((rc = due_cron_parse(&c, text, err, sizeof err)) != 0) {
+	if ((rc = due__cron_parse(&c, text, err, sizeof err)) != 0) {
 		FUZZ_CHECK(rc == DUE_CRON_EINVAL && c == NULL && err[0] != '\0',
 			   "'%s': rc %d, message '%s'", text, rc, err);
 		memset(tiny, 'x', sizeof tiny); /* must come back NUL-terminated */
-		FUZZ_CHECK(due_cron_parse(&c, text, tiny, sizeof tiny) == rc &&
+		FUZZ_CHECK(due__cron_parse(&c, text, tiny, sizeof tiny) == rc &&
 				   memchr(tiny, '\0', sizeof tiny) != NULL,
 			   "'%s' with a short err buffer", text);
 		goto done;
 	}
-	FUZZ_CHECK(strcmp(due_cron_text(c), text) == 0, "text '%s' of '%s'", due_cron_text(c),
+	FUZZ_CHECK(strcmp(due__cron_text(c), text) == 0, "text '%s' of '%s'", due__cron_text(c),
 		   text);
-	due_cron_inspect(&f, c);
-	FUZZ_CHECK(due_cron_parse(&again, due_cron_text(c), err, sizeof err) == 0,
+	due__cron_inspect(&f, c);
+	FUZZ_CHECK(due__cron_parse(&again, due__cron_text(c), err, sizeof err) == 0,
 		   "'%s' does not parse again: %s", text, err);
-	due_cron_inspect(&g, again);
+	due__cron_inspect(&g, again);
 	check_same_fields(&f, &g, text);
 	for (size_t i = 0; i < sizeof afters / sizeof afters[0]; i++) {
 		check_next(c, &f, NULL, afters[i]);
@@ -190,8 +190,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	check_format(c, zone, afters[2]);
 done:
-	due_cron_free(c);
-	due_cron_free(again);
+	due__cron_free(c);
+	due__cron_free(again);
 	free(text);
 	return 0;
 }

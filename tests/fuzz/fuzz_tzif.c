@@ -1,5 +1,5 @@
 /*
-** fuzz_tzif.c - due_tz_from_tzif() and the conversions of src/cron/tz.h.
+** fuzz_tzif.c - due__tz_from_tzif() and the conversions of src/cron/tz.h.
 **
 ** The input is the raw bytes of a TZif file. Loading it gives 0 or one of the
 ** header's codes. When it loads, every instant of a spread (the supported
@@ -7,9 +7,9 @@
 ** change the spread reveals, found by bisection) is checked against what
 ** tz.h promises:
 **
-**   - due_tz_offset() and due_tz_to_local() succeed, and the wall time lies
+**   - due__tz_offset() and due__tz_to_local() succeed, and the wall time lies
 **     in the years 1..9999 with every field in range;
-**   - due_tz_to_utc() maps that wall time back to an instant no later than the
+**   - due__tz_to_utc() maps that wall time back to an instant no later than the
 **     original one (a repeated wall time maps to its FIRST occurrence), where
 **     the zone shows that same wall time, or, when the wall time was skipped
 **     before, to the first instant after that gap (an offset change);
@@ -42,7 +42,7 @@ static due_tz_civil next_second(due_tz_civil t)
 	if (++t.hour < 24)
 		return t;
 	t.hour = 0;
-	if (++t.day <= due_tz_days_in_month(t.year, t.month))
+	if (++t.day <= due__tz_days_in_month(t.year, t.month))
 		return t;
 	t.day = 1;
 	if (++t.month <= 12)
@@ -73,7 +73,7 @@ static int32_t offset_at(const due_tz *tz, int64_t u)
 {
 	int32_t off;
 
-	FUZZ_CHECK(due_tz_offset(tz, u, &off) == 0, "no offset at %lld", (long long)u);
+	FUZZ_CHECK(due__tz_offset(tz, u, &off) == 0, "no offset at %lld", (long long)u);
 	return off;
 }
 
@@ -86,19 +86,19 @@ static void check_instant(const due_tz *tz, int64_t u)
 	if (u < DUE_TZ_MIN_UTC || u > DUE_TZ_MAX_UTC)
 		return;
 	offset_at(tz, u);
-	FUZZ_CHECK(due_tz_to_local(tz, u, &lt) == 0, "no wall time at %lld", (long long)u);
+	FUZZ_CHECK(due__tz_to_local(tz, u, &lt) == 0, "no wall time at %lld", (long long)u);
 	FUZZ_CHECK(lt.year >= 1 && lt.year <= 9999 && lt.month >= 1 && lt.month <= 12 &&
-			   lt.day >= 1 && lt.day <= due_tz_days_in_month(lt.year, lt.month) &&
+			   lt.day >= 1 && lt.day <= due__tz_days_in_month(lt.year, lt.month) &&
 			   lt.hour >= 0 && lt.hour <= 23 && lt.minute >= 0 && lt.minute <= 59 &&
 			   lt.second >= 0 && lt.second <= 59,
 		   "%lld shows %d-%d-%d %d:%d:%d", (long long)u, lt.year, lt.month, lt.day,
 		   lt.hour, lt.minute, lt.second);
-	FUZZ_CHECK(due_tz_to_utc(tz, &lt, &v) == 0, "wall time of %lld has no instant",
+	FUZZ_CHECK(due__tz_to_utc(tz, &lt, &v) == 0, "wall time of %lld has no instant",
 		   (long long)u);
 	FUZZ_CHECK(v <= u, "wall time of %lld maps to the later %lld", (long long)u,
 		   (long long)v);
 	if (v >= DUE_TZ_MIN_UTC) {
-		FUZZ_CHECK(due_tz_to_local(tz, v, &back) == 0, "no wall time at %lld",
+		FUZZ_CHECK(due__tz_to_local(tz, v, &back) == 0, "no wall time at %lld",
 			   (long long)v);
 		FUZZ_CHECK(same_civil(&back, &lt) ||
 				   (cmp_civil(&back, &lt) > 0 && v > DUE_TZ_MIN_UTC &&
@@ -108,7 +108,7 @@ static void check_instant(const due_tz *tz, int64_t u)
 	}
 	later = next_second(lt);
 	if (later.year <= 9999) {
-		FUZZ_CHECK(due_tz_to_utc(tz, &later, &w) == 0, "no instant after %lld",
+		FUZZ_CHECK(due__tz_to_utc(tz, &later, &w) == 0, "no instant after %lld",
 			   (long long)u);
 		FUZZ_CHECK(w >= v, "to_utc decreases after the wall time of %lld: %lld, %lld",
 			   (long long)u, (long long)v, (long long)w);
@@ -165,15 +165,15 @@ static void check_zone(const due_tz *tz)
 			check_instant(tz, t);
 		}
 	}
-	if (due_cron_parse(&c, "30 2 * * *", NULL, 0) != 0)
+	if (due__cron_parse(&c, "30 2 * * *", NULL, 0) != 0)
 		abort();
 	for (int64_t after = 1700000000; after < 1800000000; after += 30000000) {
-		rc = due_cron_next(c, tz, after, &fire);
+		rc = due__cron_next(c, tz, after, &fire);
 		FUZZ_CHECK(rc == DUE_CRON_ENOTFOUND || (rc == 0 && fire > after),
 			   "cron in the zone after %lld: rc %d, %lld", (long long)after, rc,
 			   (long long)fire);
 	}
-	due_cron_free(c);
+	due__cron_free(c);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -183,15 +183,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rc;
 
 	err[0] = '\0';
-	rc = due_tz_from_tzif(&tz, "Fuzz/Zone", data, size, err, sizeof err);
+	rc = due__tz_from_tzif(&tz, "Fuzz/Zone", data, size, err, sizeof err);
 	if (rc != 0) {
 		FUZZ_CHECK((rc == DUE_TZ_EZONE || rc == DUE_TZ_ENOMEM) && tz == NULL &&
 				   err[0] != '\0',
 			   "load: rc %d, message '%s'", rc, err);
 		return 0;
 	}
-	FUZZ_CHECK(strcmp(due_tz_name(tz), "Fuzz/Zone") == 0, "name '%s'", due_tz_name(tz));
+	FUZZ_CHECK(strcmp(due__tz_name(tz), "Fuzz/Zone") == 0, "name '%s'", due__tz_name(tz));
 	check_zone(tz);
-	due_tz_free(tz);
+	due__tz_free(tz);
 	return 0;
 }

@@ -1,5 +1,5 @@
 /*
-** fuzz_url.c - store URL parsing: due_url_parse() (src/store/url.c) splits
+** fuzz_url.c - store URL parsing: due__url_parse() (src/store/url.c) splits
 ** the scheme and finds the backend; that backend's parse_url() reads the
 ** rest into its private config, which free_cfg() releases.  This is
 ** everything due_open() does before it touches a file or the network.
@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const due_store_ops *ops = NULL;
 	due_url u;
 	void *cfg = NULL;
-	int rc = due_url_parse(&u, &ops, text);
+	int rc = due__url_parse(&u, &ops, text);
 
 	if (rc != 0) {
 		FUZZ_CHECK(rc == DUE_EINVAL || rc == DUE_ENOMEM, "'%s': rc %d", text, rc);

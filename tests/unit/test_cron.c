@@ -18,7 +18,7 @@
 ** (src/core/cron_sched.c): its zone cache (a zone file is read once per
 ** schedule change, not per pass), and its error mapping (out of memory is
 ** DUE_ENOMEM, an unknown zone DUE_EINVAL naming it), with the engine's
-** allocations made to fail one by one (due_tz_fail_alloc).
+** allocations made to fail one by one (due__tz_fail_alloc).
 */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE /* timegm */
@@ -64,7 +64,7 @@ static due_cron *P(const char *expr)
 {
 	char err[256] = "";
 	due_cron *c = NULL;
-	int rc = due_cron_parse(&c, expr, err, sizeof err);
+	int rc = due__cron_parse(&c, expr, err, sizeof err);
 
 	if (rc != 0)
 		fail_msg("parse '%s': %s", expr, err);
@@ -76,7 +76,7 @@ static due_tz *Z(const char *zone)
 	char err[256] = "";
 	due_tz *tz = NULL;
 
-	if (due_tz_open(&tz, zone, err, sizeof err) != 0)
+	if (due__tz_open(&tz, zone, err, sizeof err) != 0)
 		fail_msg("zone '%s': %s", zone, err);
 	return tz;
 }
@@ -109,8 +109,8 @@ static due_cron_fields fields_of(const char *expr)
 	due_cron_fields f;
 	due_cron *c = P(expr);
 
-	due_cron_inspect(&f, c);
-	due_cron_free(c);
+	due__cron_inspect(&f, c);
+	due__cron_free(c);
 	return f;
 }
 
@@ -124,15 +124,15 @@ static void expect_fires(const char *expr, const char *zone, const char *after,
 	char buf[32];
 
 	for (size_t i = 0; i < n; i++) {
-		assert_int_equal(due_cron_next(c, tz, at, &got), 0);
-		due_cron_format_time(buf, sizeof buf, got, 0);
+		assert_int_equal(due__cron_next(c, tz, at, &got), 0);
+		due__cron_format_time(buf, sizeof buf, got, 0);
 		if (got != T(want[i]))
 			fail_msg("'%s' in %s after %s: fire %zu is %s, want %s", expr,
 				 zone ? zone : "UTC", after, i, buf, want[i]);
 		at = got;
 	}
-	due_cron_free(c);
-	due_tz_free(tz);
+	due__cron_free(c);
+	due__tz_free(tz);
 }
 
 #define EXPECT(expr, zone, after, ...)                                                         \
@@ -150,10 +150,10 @@ static size_t fires_between(const char *expr, const char *zone, const char *from
 	int64_t at = T(from) - 1, end = T(to), got;
 	size_t n = 0;
 
-	while (due_cron_next(c, tz, at, &got) == 0 && got < end && n < cap)
+	while (due__cron_next(c, tz, at, &got) == 0 && got < end && n < cap)
 		out[n++] = at = got;
-	due_cron_free(c);
-	due_tz_free(tz);
+	due__cron_free(c);
+	due__tz_free(tz);
 	return n;
 }
 
@@ -285,8 +285,8 @@ static void test_parse_macros(void **state)
 		assert_int_equal(f.dow, m[i].dow);
 	}
 	due_cron *c = P("@daily");
-	assert_string_equal(due_cron_text(c), "@daily");
-	due_cron_free(c);
+	assert_string_equal(due__cron_text(c), "@daily");
+	due__cron_free(c);
 }
 
 static void test_parse_whitespace_and_star_flags(void **state)
@@ -358,7 +358,7 @@ static void test_parse_errors(void **state)
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		c = (due_cron *)&c; /* must be reset to NULL */
 		err[0] = '\0';
-		assert_int_equal(due_cron_parse(&c, bad[i].expr, err, sizeof err),
+		assert_int_equal(due__cron_parse(&c, bad[i].expr, err, sizeof err),
 				 DUE_CRON_EINVAL);
 		assert_null(c);
 		if (strstr(err, bad[i].msg) == NULL)
@@ -374,13 +374,13 @@ static void test_parse_error_buffers(void **state)
 
 	(void)state;
 	memset(small, 'x', sizeof small);
-	assert_int_equal(due_cron_parse(&c, "* * 32 * *", small, sizeof small), DUE_CRON_EINVAL);
+	assert_int_equal(due__cron_parse(&c, "* * 32 * *", small, sizeof small), DUE_CRON_EINVAL);
 	assert_int_equal(strlen(small), sizeof small - 1);
-	assert_int_equal(due_cron_parse(&c, "* * 32 * *", NULL, 0), DUE_CRON_EINVAL);
-	assert_int_equal(due_cron_parse(&c, NULL, small, sizeof small), DUE_CRON_EINVAL);
+	assert_int_equal(due__cron_parse(&c, "* * 32 * *", NULL, 0), DUE_CRON_EINVAL);
+	assert_int_equal(due__cron_parse(&c, NULL, small, sizeof small), DUE_CRON_EINVAL);
 	memset(big, '1', sizeof big - 1);
 	big[sizeof big - 1] = '\0';
-	assert_int_equal(due_cron_parse(&c, big, small, sizeof small), DUE_CRON_EINVAL);
+	assert_int_equal(due__cron_parse(&c, big, small, sizeof small), DUE_CRON_EINVAL);
 	assert_null(c);
 }
 
@@ -600,18 +600,18 @@ static void test_impossible_expression(void **state)
 	for (size_t i = 0; i < sizeof never / sizeof never[0]; i++) {
 		due_cron *c = P(never[i]);
 
-		assert_int_equal(due_cron_next(c, NULL, T("2026-01-01T00:00:00Z"), &got),
+		assert_int_equal(due__cron_next(c, NULL, T("2026-01-01T00:00:00Z"), &got),
 				 DUE_CRON_ENOTFOUND);
 		assert_int_equal(got, 12345);
-		due_cron_free(c);
+		due__cron_free(c);
 	}
 	due_cron *c = P("0 0 30 2 *");
-	assert_int_equal(due_cron_format_next(buf, sizeof buf, c, NULL, T("2026-01-01T00:00:00Z"),
+	assert_int_equal(due__cron_format_next(buf, sizeof buf, c, NULL, T("2026-01-01T00:00:00Z"),
 					      3, 0, err, sizeof err),
 			 DUE_CRON_ENOTFOUND);
 	assert_string_equal(buf, "");
 	assert_non_null(strstr(err, "does not fire after 2026-01-01T00:00:00Z within 8 years"));
-	due_cron_free(c);
+	due__cron_free(c);
 }
 
 static void test_range_limits(void **state)
@@ -620,15 +620,15 @@ static void test_range_limits(void **state)
 	int64_t got;
 
 	(void)state;
-	assert_int_equal(due_cron_next(c, NULL, INT64_MAX, &got), DUE_CRON_ERANGE);
-	assert_int_equal(due_cron_next(c, NULL, INT64_MIN, &got), DUE_CRON_ERANGE);
-	assert_int_equal(due_cron_next(c, NULL, T("9999-12-29T12:00:00Z"), &got),
+	assert_int_equal(due__cron_next(c, NULL, INT64_MAX, &got), DUE_CRON_ERANGE);
+	assert_int_equal(due__cron_next(c, NULL, INT64_MIN, &got), DUE_CRON_ERANGE);
+	assert_int_equal(due__cron_next(c, NULL, T("9999-12-29T12:00:00Z"), &got),
 			 DUE_CRON_ENOTFOUND);
-	assert_int_equal(due_cron_next(NULL, NULL, 0, &got), DUE_CRON_EINVAL);
-	assert_int_equal(due_cron_next(c, NULL, 0, NULL), DUE_CRON_EINVAL);
-	assert_int_equal(due_cron_next(c, NULL, T("0001-01-03T00:00:00Z"), &got), 0);
+	assert_int_equal(due__cron_next(NULL, NULL, 0, &got), DUE_CRON_EINVAL);
+	assert_int_equal(due__cron_next(c, NULL, 0, NULL), DUE_CRON_EINVAL);
+	assert_int_equal(due__cron_next(c, NULL, T("0001-01-03T00:00:00Z"), &got), 0);
 	assert_int_equal(got, T("0001-01-04T00:00:00Z"));
-	due_cron_free(c);
+	due__cron_free(c);
 }
 
 /* --- output --- */
@@ -642,31 +642,31 @@ static void test_format(void **state)
 	size_t n;
 
 	(void)state;
-	assert_int_equal(due_cron_format_time(buf, sizeof buf, T("2026-03-29T01:00:00Z"), 0), 0);
+	assert_int_equal(due__cron_format_time(buf, sizeof buf, T("2026-03-29T01:00:00Z"), 0), 0);
 	assert_string_equal(buf, "2026-03-29T01:00:00Z");
-	assert_int_equal(due_cron_format_time(buf, sizeof buf, 0, DUE_CRON_FMT_MILLIS), 0);
+	assert_int_equal(due__cron_format_time(buf, sizeof buf, 0, DUE_CRON_FMT_MILLIS), 0);
 	assert_string_equal(buf, "1970-01-01T00:00:00.000Z");
-	assert_int_equal(due_cron_format_time(buf, 20, 0, 0), DUE_CRON_ERANGE);
-	assert_int_equal(due_cron_format_next(buf, sizeof buf, c, tz, T("2026-03-28T00:00:00Z"), 3,
+	assert_int_equal(due__cron_format_time(buf, 20, 0, 0), DUE_CRON_ERANGE);
+	assert_int_equal(due__cron_format_next(buf, sizeof buf, c, tz, T("2026-03-28T00:00:00Z"), 3,
 					      0, err, sizeof err),
 			 0);
 	assert_string_equal(buf, "2026-03-28T01:00:00Z\n2026-03-29T01:00:00Z\n"
 				 "2026-03-30T00:00:00Z\n");
-	assert_int_equal(due_cron_format_next(tiny, sizeof tiny, c, tz, T("2026-03-28T00:00:00Z"),
+	assert_int_equal(due__cron_format_next(tiny, sizeof tiny, c, tz, T("2026-03-28T00:00:00Z"),
 					      2, 0, err, sizeof err),
 			 DUE_CRON_ERANGE);
 	assert_string_equal(tiny, "2026-03-28T01:00:00Z\n");
-	assert_int_equal(due_cron_format_next(buf, sizeof buf, c, tz, 0, 0, 0, err, sizeof err),
+	assert_int_equal(due__cron_format_next(buf, sizeof buf, c, tz, 0, 0, 0, err, sizeof err),
 			 0);
 	assert_string_equal(buf, "");
-	assert_int_equal(due_cron_next_n(t, 3, &n, c, tz, T("2026-10-24T12:00:00Z")), 0);
+	assert_int_equal(due__cron_next_n(t, 3, &n, c, tz, T("2026-10-24T12:00:00Z")), 0);
 	assert_int_equal(n, 3);
 	assert_int_equal(t[0], T("2026-10-25T00:00:00Z"));
 	assert_int_equal(t[2], T("2026-10-27T01:00:00Z"));
-	assert_string_equal(due_cron_strerror(DUE_CRON_ENOTFOUND),
+	assert_string_equal(due__cron_strerror(DUE_CRON_ENOTFOUND),
 			    "no fire time within the search window");
-	due_cron_free(c);
-	due_tz_free(tz);
+	due__cron_free(c);
+	due__tz_free(tz);
 }
 
 /* --- time zones --- */
@@ -682,13 +682,13 @@ static void test_unknown_zone(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		tz = (due_tz *)&tz;
-		assert_int_equal(due_tz_open(&tz, bad[i], err, sizeof err), DUE_TZ_EZONE);
+		assert_int_equal(due__tz_open(&tz, bad[i], err, sizeof err), DUE_TZ_EZONE);
 		assert_null(tz);
 		snprintf(want, sizeof want, "unknown time zone '%s'", bad[i]);
 		assert_string_equal(err, want);
 	}
-	assert_int_equal(due_tz_open(&tz, "", err, sizeof err), DUE_TZ_EINVAL);
-	assert_int_equal(due_tz_open(&tz, NULL, err, sizeof err), DUE_TZ_EINVAL);
+	assert_int_equal(due__tz_open(&tz, "", err, sizeof err), DUE_TZ_EINVAL);
+	assert_int_equal(due__tz_open(&tz, NULL, err, sizeof err), DUE_TZ_EINVAL);
 	assert_int_equal((int)DUE_CRON_EZONE, (int)DUE_TZ_EZONE);
 }
 
@@ -700,13 +700,13 @@ static void test_tz_conversions(void **state)
 	int32_t off;
 
 	(void)state;
-	assert_string_equal(due_tz_name(ny), "America/New_York");
-	assert_string_equal(due_tz_name(NULL), "UTC");
-	assert_int_equal(due_tz_offset(ny, T("2026-03-08T06:59:59Z"), &off), 0);
+	assert_string_equal(due__tz_name(ny), "America/New_York");
+	assert_string_equal(due__tz_name(NULL), "UTC");
+	assert_int_equal(due__tz_offset(ny, T("2026-03-08T06:59:59Z"), &off), 0);
 	assert_int_equal(off, -18000);
-	assert_int_equal(due_tz_offset(ny, T("2026-03-08T07:00:00Z"), &off), 0);
+	assert_int_equal(due__tz_offset(ny, T("2026-03-08T07:00:00Z"), &off), 0);
 	assert_int_equal(off, -14400);
-	assert_int_equal(due_tz_to_local(ny, T("2026-11-01T06:30:00Z"), &lt), 0);
+	assert_int_equal(due__tz_to_local(ny, T("2026-11-01T06:30:00Z"), &lt), 0);
 	assert_int_equal(lt.year, 2026);
 	assert_int_equal(lt.month, 11);
 	assert_int_equal(lt.day, 1);
@@ -714,31 +714,31 @@ static void test_tz_conversions(void **state)
 	assert_int_equal(lt.minute, 30);
 	assert_int_equal(lt.second, 0);
 	lt = (due_tz_civil){2026, 3, 8, 2, 30, 0}; /* skipped */
-	assert_int_equal(due_tz_to_utc(ny, &lt, &u), 0);
+	assert_int_equal(due__tz_to_utc(ny, &lt, &u), 0);
 	assert_int_equal(u, T("2026-03-08T07:00:00Z"));
 	lt = (due_tz_civil){2026, 11, 1, 1, 30, 0}; /* repeated */
-	assert_int_equal(due_tz_to_utc(ny, &lt, &u), 0);
+	assert_int_equal(due__tz_to_utc(ny, &lt, &u), 0);
 	assert_int_equal(u, T("2026-11-01T05:30:00Z"));
 	lt = (due_tz_civil){2026, 2, 29, 0, 0, 0};
-	assert_int_equal(due_tz_to_utc(ny, &lt, &u), DUE_TZ_EINVAL);
+	assert_int_equal(due__tz_to_utc(ny, &lt, &u), DUE_TZ_EINVAL);
 	lt = (due_tz_civil){2026, 1, 1, 24, 0, 0};
-	assert_int_equal(due_tz_to_utc(ny, &lt, &u), DUE_TZ_EINVAL);
-	assert_int_equal(due_tz_offset(ny, INT64_MAX, &off), DUE_TZ_ERANGE);
-	assert_int_equal(due_tz_weekday(2026, 2, 13), 5);
-	assert_int_equal(due_tz_days_in_month(2100, 2), 28);
-	assert_int_equal(due_tz_days_in_month(2000, 2), 29);
-	assert_int_equal(due_tz_days_from_civil(2026, 1, 1) * 86400, T("2026-01-01T00:00:00Z"));
-	due_tz_free(ny);
-	due_tz_free(NULL);
+	assert_int_equal(due__tz_to_utc(ny, &lt, &u), DUE_TZ_EINVAL);
+	assert_int_equal(due__tz_offset(ny, INT64_MAX, &off), DUE_TZ_ERANGE);
+	assert_int_equal(due__tz_weekday(2026, 2, 13), 5);
+	assert_int_equal(due__tz_days_in_month(2100, 2), 28);
+	assert_int_equal(due__tz_days_in_month(2000, 2), 29);
+	assert_int_equal(due__tz_days_from_civil(2026, 1, 1) * 86400, T("2026-01-01T00:00:00Z"));
+	due__tz_free(ny);
+	due__tz_free(NULL);
 
 	due_tz *utc = Z("UTC");
-	assert_int_equal(due_tz_offset(utc, T("2026-07-01T00:00:00Z"), &off), 0);
+	assert_int_equal(due__tz_offset(utc, T("2026-07-01T00:00:00Z"), &off), 0);
 	assert_int_equal(off, 0);
-	due_tz_free(utc);
+	due__tz_free(utc);
 	due_tz *almaty = Z("Asia/Almaty"); /* +05 since 2024-03-01 */
-	assert_int_equal(due_tz_offset(almaty, T("2026-07-01T00:00:00Z"), &off), 0);
+	assert_int_equal(due__tz_offset(almaty, T("2026-07-01T00:00:00Z"), &off), 0);
 	assert_int_equal(off, 5 * 3600);
-	due_tz_free(almaty);
+	due__tz_free(almaty);
 }
 
 /*
@@ -783,38 +783,38 @@ static void test_tzif_rules_and_bad_data(void **state)
 	(void)state;
 	/* POSIX rule only: New York's rule reproduces the 2026 transitions */
 	n = make_tzif(img, -18000, 0, "EST5EDT,M3.2.0,M11.1.0");
-	assert_int_equal(due_tz_from_tzif(&tz, "test/NY", img, n, err, sizeof err), 0);
-	due_tz_offset(tz, T("2026-03-08T06:59:59Z"), &off);
+	assert_int_equal(due__tz_from_tzif(&tz, "test/NY", img, n, err, sizeof err), 0);
+	due__tz_offset(tz, T("2026-03-08T06:59:59Z"), &off);
 	assert_int_equal(off, -18000);
-	due_tz_offset(tz, T("2026-03-08T07:00:00Z"), &off);
+	due__tz_offset(tz, T("2026-03-08T07:00:00Z"), &off);
 	assert_int_equal(off, -14400);
-	due_tz_offset(tz, T("2026-11-01T05:59:59Z"), &off);
+	due__tz_offset(tz, T("2026-11-01T05:59:59Z"), &off);
 	assert_int_equal(off, -14400);
-	due_tz_offset(tz, T("2026-11-01T06:00:00Z"), &off);
+	due__tz_offset(tz, T("2026-11-01T06:00:00Z"), &off);
 	assert_int_equal(off, -18000);
-	due_tz_free(tz);
+	due__tz_free(tz);
 
 	/* Lord Howe's rule: half-hour DST in the southern hemisphere */
 	n = make_tzif(img, 37800, 0, "<+1030>-10:30<+11>-11,M10.1.0,M4.1.0");
-	assert_int_equal(due_tz_from_tzif(&tz, "test/LH", img, n, err, sizeof err), 0);
-	due_tz_offset(tz, T("2026-10-03T15:29:59Z"), &off);
+	assert_int_equal(due__tz_from_tzif(&tz, "test/LH", img, n, err, sizeof err), 0);
+	due__tz_offset(tz, T("2026-10-03T15:29:59Z"), &off);
 	assert_int_equal(off, 37800);
-	due_tz_offset(tz, T("2026-10-03T15:30:00Z"), &off);
+	due__tz_offset(tz, T("2026-10-03T15:30:00Z"), &off);
 	assert_int_equal(off, 39600);
-	due_tz_offset(tz, T("2026-04-04T14:59:59Z"), &off);
+	due__tz_offset(tz, T("2026-04-04T14:59:59Z"), &off);
 	assert_int_equal(off, 39600);
-	due_tz_offset(tz, T("2026-04-04T15:00:00Z"), &off);
+	due__tz_offset(tz, T("2026-04-04T15:00:00Z"), &off);
 	assert_int_equal(off, 37800);
-	due_tz_free(tz);
+	due__tz_free(tz);
 
 	/* DST all year (zic's "0/0,J365/25" idiom) */
 	n = make_tzif(img, -10800, 0, "<-03>3<-02>,0/0,J365/25");
-	assert_int_equal(due_tz_from_tzif(&tz, "test/perm", img, n, err, sizeof err), 0);
-	due_tz_offset(tz, T("2026-01-01T02:00:00Z"), &off);
+	assert_int_equal(due__tz_from_tzif(&tz, "test/perm", img, n, err, sizeof err), 0);
+	due__tz_offset(tz, T("2026-01-01T02:00:00Z"), &off);
 	assert_int_equal(off, -7200);
-	due_tz_offset(tz, T("2026-07-01T00:00:00Z"), &off);
+	due__tz_offset(tz, T("2026-07-01T00:00:00Z"), &off);
 	assert_int_equal(off, -7200);
-	due_tz_free(tz);
+	due__tz_free(tz);
 
 	/* every truncation of a valid image is refused cleanly */
 	n = make_tzif(img, 3600, 0, "CET-1CEST,M3.5.0,M10.5.0/3");
@@ -822,20 +822,20 @@ static void test_tzif_rules_and_bad_data(void **state)
 		if (cut == n - 1 - strlen("CET-1CEST,M3.5.0,M10.5.0/3") - 1)
 			continue; /* image ends exactly before the footer: tolerated */
 		tz = (due_tz *)&tz;
-		assert_int_equal(due_tz_from_tzif(&tz, "cut", img, cut, err, sizeof err),
+		assert_int_equal(due__tz_from_tzif(&tz, "cut", img, cut, err, sizeof err),
 				 DUE_TZ_EZONE);
 		assert_null(tz);
 	}
 	n = make_tzif(img, 3600, 0, "CET-1CEST,M13.5.0,M10.5.0/3");
-	assert_int_equal(due_tz_from_tzif(&tz, "bad", img, n, err, sizeof err), DUE_TZ_EZONE);
+	assert_int_equal(due__tz_from_tzif(&tz, "bad", img, n, err, sizeof err), DUE_TZ_EZONE);
 	assert_string_equal(err, "time zone 'bad': unusable zone data (bad footer)");
 	n = make_tzif(img, 3600, 1, "CET-1");
-	assert_int_equal(due_tz_from_tzif(&tz, "leap", img, n, err, sizeof err), DUE_TZ_EZONE);
+	assert_int_equal(due__tz_from_tzif(&tz, "leap", img, n, err, sizeof err), DUE_TZ_EZONE);
 	assert_non_null(strstr(err, "leap-second"));
 	n = make_tzif(img, 100000, 0, "CET-1");
-	assert_int_equal(due_tz_from_tzif(&tz, "far", img, n, err, sizeof err), DUE_TZ_EZONE);
+	assert_int_equal(due__tz_from_tzif(&tz, "far", img, n, err, sizeof err), DUE_TZ_EZONE);
 	img[0] = 'X';
-	assert_int_equal(due_tz_from_tzif(&tz, "magic", img, n, err, sizeof err), DUE_TZ_EZONE);
+	assert_int_equal(due__tz_from_tzif(&tz, "magic", img, n, err, sizeof err), DUE_TZ_EZONE);
 }
 
 /* --- threads --- */
@@ -852,7 +852,7 @@ static void *worker(void *arg)
 	int64_t at = T("2026-10-24T22:00:00Z") - 1, got;
 	size_t n = 0;
 
-	while (due_cron_next(s->c, s->tz, at, &got) == 0 && got < T("2026-10-25T23:00:00Z"))
+	while (due__cron_next(s->c, s->tz, at, &got) == 0 && got < T("2026-10-25T23:00:00Z"))
 		at = got, n++;
 	s->ok = n == 96;
 	return NULL;
@@ -874,8 +874,8 @@ static void test_shared_between_threads(void **state)
 		pthread_join(th[i], NULL);
 		assert_true(s[i].ok);
 	}
-	due_cron_free(c);
-	due_tz_free(tz);
+	due__cron_free(c);
+	due__tz_free(tz);
 }
 
 /* --- allocation failures in the engine --- */
@@ -893,9 +893,9 @@ static void test_engine_out_of_memory(void **state)
 	assert_int_equal((int)DUE_TZ_ENOMEM, (int)DUE_ENOMEM);
 	/* fail the 1st, 2nd ... allocation until the call needs no more */
 	for (n = 1; n < 20 && rc != 0; n++) {
-		due_tz_fail_alloc(n);
-		rc = due_tz_open(&tz, "Europe/Berlin", err, sizeof err);
-		due_tz_fail_alloc(0);
+		due__tz_fail_alloc(n);
+		rc = due__tz_open(&tz, "Europe/Berlin", err, sizeof err);
+		due__tz_fail_alloc(0);
 		if (rc != 0) {
 			assert_int_equal(rc, DUE_TZ_ENOMEM);
 			assert_null(tz);
@@ -904,11 +904,11 @@ static void test_engine_out_of_memory(void **state)
 	}
 	assert_int_equal(rc, 0);
 	assert_true(n > 3); /* file buffer, object, name: each failed once */
-	due_tz_free(tz);
+	due__tz_free(tz);
 	for (n = 1, rc = -1; n < 20 && rc != 0; n++) {
-		due_tz_fail_alloc(n);
-		rc = due_cron_parse(&c, "0 3 * * *", err, sizeof err);
-		due_tz_fail_alloc(0);
+		due__tz_fail_alloc(n);
+		rc = due__cron_parse(&c, "0 3 * * *", err, sizeof err);
+		due__tz_fail_alloc(0);
 		if (rc != 0) {
 			assert_int_equal(rc, DUE_CRON_ENOMEM);
 			assert_null(c);
@@ -916,7 +916,7 @@ static void test_engine_out_of_memory(void **state)
 	}
 	assert_int_equal(rc, 0);
 	assert_true(n > 2);
-	due_cron_free(c);
+	due__cron_free(c);
 }
 
 /* --- cron schedules over a store (src/core/cron_sched.c) --- */
@@ -960,28 +960,28 @@ static void test_zone_read_once_per_change(void **state)
 	due_cron_def d = sched_def("chatham", "* * * * * *", "Pacific/Chatham");
 	due_cron_tick_opts o = DUE_CRON_TICK_OPTS_INIT;
 	due_cron_tick_result r;
-	unsigned long n0 = due_tz_files_read();
+	unsigned long n0 = due__tz_files_read();
 
 	(void)state;
 	o.lookahead_us = 3000000;
 	assert_int_equal(due_cron_put(db, &d), 0);
-	assert_int_equal(due_tz_files_read(), n0 + 1);
+	assert_int_equal(due__tz_files_read(), n0 + 1);
 	assert_int_equal(due_cron_tick(db, &r, &o), 0);
 	assert_true(r.materialized >= 1); /* the pass did use the zone */
 	for (int pass = 0; pass < 3; pass++) {
 		assert_int_equal(due_cron_tick(pass % 2 ? db2 : db, &r, &o), 0);
-		assert_int_equal(due_tz_files_read(), n0 + 1);
+		assert_int_equal(due__tz_files_read(), n0 + 1);
 	}
 	/* a new zone is read once; a new expression in a known zone, never */
 	d.tz = "Asia/Kathmandu";
 	assert_int_equal(due_cron_put(db, &d), 0);
 	assert_int_equal(due_cron_tick(db, &r, &o), 0);
 	assert_int_equal(due_cron_tick(db2, &r, &o), 0);
-	assert_int_equal(due_tz_files_read(), n0 + 2);
+	assert_int_equal(due__tz_files_read(), n0 + 2);
 	d.expr = "*/2 * * * * *";
 	assert_int_equal(due_cron_put(db, &d), 0);
 	assert_int_equal(due_cron_tick(db, &r, &o), 0);
-	assert_int_equal(due_tz_files_read(), n0 + 2);
+	assert_int_equal(due__tz_files_read(), n0 + 2);
 	due_close(db2);
 	due_close(db);
 }
@@ -1047,9 +1047,9 @@ static void test_tick_out_of_memory(void **state)
 	o.lookahead_us = 2000000;
 	/* each failed pass leaves the zone uncached: the next one reads it again */
 	for (n = 1; n < 40 && rc != 0; n++) {
-		due_tz_fail_alloc(n);
+		due__tz_fail_alloc(n);
 		rc = due_cron_tick(db, &r, &o);
-		due_tz_fail_alloc(0);
+		due__tz_fail_alloc(0);
 		if (rc != 0) {
 			assert_int_equal(rc, DUE_ENOMEM);
 			assert_string_equal(due_error_last(), "out of memory");
@@ -1061,9 +1061,9 @@ static void test_tick_out_of_memory(void **state)
 	assert_true(r.materialized >= 1);
 	/* the same for a preview, in a zone not yet cached */
 	for (n = 1, rc = -1; n < 40 && rc != 0; n++) {
-		due_tz_fail_alloc(n);
+		due__tz_fail_alloc(n);
 		rc = due_cron_preview(t, 3, &got, "0 3 * * *", "America/Halifax", 0);
-		due_tz_fail_alloc(0);
+		due__tz_fail_alloc(0);
 		if (rc != 0) {
 			assert_int_equal(rc, DUE_ENOMEM);
 			assert_string_equal(due_error_last(), "out of memory");

@@ -705,7 +705,7 @@ static void test_cron_fire_notifies(void **state)
 	char kind[32];
 	due_db *db = open_db();
 	due_cron_tick_result r;
-	due_schedule_list *l = NULL;
+	due_cron_info_list *l = NULL;
 
 	snprintf(kind, sizeof(kind), "sec-%d", (int)getpid());
 	exec_ok(ear, "LISTEN due_task_new");
@@ -724,7 +724,7 @@ static void test_cron_fire_notifies(void **state)
 	due_task *t = get(db, l->items[0].last_task);
 	assert_string_equal(t->kind, kind);
 	due_task_free(t);
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 	PQfinish(ear);
 	due_close(db);
 }
@@ -772,7 +772,7 @@ static void test_cron_fire_sees_concurrent_live_task(void **state)
 	due_db *db = open_db();
 	due_cron_def d = cron_def("yearly", "0 0 1 1 *", "yk");
 	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
-	due_schedule_list *l = NULL;
+	due_cron_info_list *l = NULL;
 	due_submitted pre;
 	char key[64];
 	int st, waiting = 0;
@@ -805,7 +805,7 @@ static void test_cron_fire_sees_concurrent_live_task(void **state)
 	assert_int_equal(l->items[0].last_task, pre.id);
 	assert_int_equal(l->items[0].last_slot, slot * 1000000);
 	assert_int_equal(l->items[0].fired, 1);
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 	PQfinish(other);
 	due_close(db);
 }

@@ -1504,7 +1504,7 @@ static due_cron_def cron_def(const char *name, const char *expr, const char *kin
 	return d;
 }
 
-static const due_schedule_info *find_sched(const due_schedule_list *l,
+static const due_cron_info *find_sched(const due_cron_info_list *l,
 					   const char *name)
 {
 	for (size_t i = 0; i < l->count; i++)
@@ -1521,8 +1521,8 @@ static void test_cron_definitions(void **state)
 	const char *names[] = {"b", "B", "a_1", "a-1", "a.1"};
 	due_db *db = open_db();
 	due_cron_def d = cron_def("report", "0 2 * * *", "report");
-	due_schedule_list *l = NULL;
-	const due_schedule_info *i;
+	due_cron_info_list *l = NULL;
+	const due_cron_info *i;
 	due_time now;
 	char err[512];
 
@@ -1564,7 +1564,7 @@ static void test_cron_definitions(void **state)
 	/* the stored slot is exactly the one read back */
 	assert_int_equal(sql_int("SELECT count(*) FROM due_schedule WHERE "
 				 "next_slot = %s", TS(i->next_slot)), 1);
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 
 	/* a zone with summer time: 02:00 in Berlin is 00:00 or 01:00 UTC */
 	due_cron_def bd = cron_def("berlin", "0 2 * * *", "k");
@@ -1573,7 +1573,7 @@ static void test_cron_definitions(void **state)
 	assert_int_equal(due_cron_list(db, &l), 0);
 	int64_t sec_of_day = (find_sched(l, "berlin")->next_slot / 1000000) % 86400;
 	assert_true(sec_of_day == 0 || sec_of_day == 3600);
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 
 	/* bad definitions change nothing, and name what was wrong */
 	due_cron_def b = cron_def("bad", "0 2 * 13 *", "k");
@@ -1590,7 +1590,7 @@ static void test_cron_definitions(void **state)
 	assert_non_null(strstr(due_error_last(), "never fires"));
 	assert_int_equal(due_cron_list(db, &l), 0);
 	assert_int_equal(l->count, 2);
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 
 	/* a replace keeps the history and created_at */
 	sql("UPDATE due_schedule SET last_slot = %s, last_task = 42, fired = 3,"
@@ -1622,7 +1622,7 @@ static void test_cron_definitions(void **state)
 	assert_int_equal(i->last_missed, now - 2 * HOUR);
 	assert_int_equal(i->created_at, now - 24 * HOUR);
 	assert_true(i->updated_at >= now);
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 
 	/* listed in byte order, whatever the database's collation */
 	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
@@ -1637,7 +1637,7 @@ static void test_cron_definitions(void **state)
 	assert_string_equal(l->items[0].name, "B");
 	assert_int_equal(l->items[0].payload_len, 0);
 	assert_non_null(l->items[0].payload);
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 
 	/* remove; a second remove finds nothing */
 	assert_int_equal(due_cron_remove(db, "B"), 0);
@@ -1714,12 +1714,12 @@ static void test_cron_fire_exact(void **state)
 	due_db *db = open_db();
 	due_cron_def d = cron_def("sec", "* * * * * *", "seck");
 	due_cron_tick_result r, r2;
-	due_schedule_list *l = NULL;
+	due_cron_info_list *l = NULL;
 
 	assert_int_equal(due_cron_put(db, &d), 0);
 	assert_int_equal(due_cron_list(db, &l), 0);
 	due_time first = l->items[0].next_slot;
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 	assert_int_equal(due_cron_tick(db, &r, TU_LOOKAHEAD(2500000)), 0);
 	int64_t want = r.now + 2500000 >= first
 			       ? (r.now + 2500000 - first) / 1000000 + 1 : 0;
@@ -1734,7 +1734,7 @@ static void test_cron_fire_exact(void **state)
 
 	/* the schedule records its last slot and task, and moved on */
 	assert_int_equal(due_cron_list(db, &l), 0);
-	const due_schedule_info *i = &l->items[0];
+	const due_cron_info *i = &l->items[0];
 	assert_int_equal(i->fired, s.n);
 	assert_int_equal(i->last_slot, s.last * 1000000);
 	assert_int_equal(i->next_slot, (s.last + 1) * 1000000);
@@ -1751,7 +1751,7 @@ static void test_cron_fire_exact(void **state)
 			       ? (r2.now - i->next_slot) / 1000000 + 1 : 0;
 	assert_int_equal(r2.materialized, more);
 	assert_int_equal(slot_tasks(db, "seck").n, s.n + (size_t)more);
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 	due_close(db);
 }
 
@@ -1777,7 +1777,7 @@ static void test_cron_fire_finds_live_task(void **state)
 	due_cron_def d = cron_def("yearly", "0 0 1 1 *", "yk");
 	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
 	due_cron_tick_result r;
-	due_schedule_list *l = NULL;
+	due_cron_info_list *l = NULL;
 	due_submitted pre;
 	due_time now;
 	char key[64];
@@ -1801,7 +1801,7 @@ static void test_cron_fire_finds_live_task(void **state)
 	assert_int_equal(l->items[0].fired, 1);
 	/* and on to next 1 January, 00:00 UTC */
 	assert_int_equal(l->items[0].next_slot, next_new_year(slot));
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 	due_close(db);
 }
 
@@ -1876,13 +1876,13 @@ static void test_cron_once_per_slot(void **state)
 	assert_int_equal(s.gaps, 0);
 	assert_int_equal(s.misdue, 0);
 	assert_int_equal(made, (long long)s.n); /* won == inserted */
-	due_schedule_list *l = NULL;
+	due_cron_info_list *l = NULL;
 	assert_int_equal(due_cron_list(db, &l), 0);
 	assert_int_equal(l->items[0].fired, (int64_t)s.n);
 	assert_int_equal(l->items[0].missed, 0);
 	assert_int_equal(l->items[0].last_slot, s.last * 1000000);
 	assert_int_equal(l->items[0].next_slot, (s.last + 1) * 1000000);
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 	due_close(db);
 }
 
@@ -1911,7 +1911,7 @@ static void test_cron_misfire(void **state)
 	due_cron_def skip = cron_def("s", "* * * * *", "skipk");
 	due_cron_def once = cron_def("o", "* * * * *", "oncek");
 	due_cron_tick_result r1, r2;
-	due_schedule_list *l = NULL;
+	due_cron_info_list *l = NULL;
 	const int64_t grace = DUE_CRON_MISFIRE_GRACE_US;
 
 	once.misfire = DUE_MISFIRE_ONCE;
@@ -1923,7 +1923,7 @@ static void test_cron_misfire(void **state)
 	/* the same slots missed by both in one pass (one clock): once turns
 	   the latest into its catch-up */
 	assert_int_equal(due_cron_list(db, &l), 0);
-	const due_schedule_info *sk = find_sched(l, "s"), *on = find_sched(l, "o");
+	const due_cron_info *sk = find_sched(l, "s"), *on = find_sched(l, "o");
 	printf("misfire: skip missed=%lld fired=%lld; once missed=%lld "
 	       "fired=%lld\n", (long long)sk->missed, (long long)sk->fired,
 	       (long long)on->missed, (long long)on->fired);
@@ -1963,7 +1963,7 @@ static void test_cron_misfire(void **state)
 	assert_int_equal((int64_t)tl->count, on->fired);
 	due_task_list_free(tl);
 	int64_t sk_missed = sk->missed, on_missed = on->missed;
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 
 	/* a second outage: the counts add up */
 	rewind_schedules(db);
@@ -1982,7 +1982,7 @@ static void test_cron_misfire(void **state)
 	for (size_t k = 0; k < tl->count; k++)
 		assert_true(tl->items[k].due_at > r1.now - grace);
 	due_task_list_free(tl);
-	due_schedule_list_free(l);
+	due_cron_info_list_free(l);
 	due_close(db);
 }
 

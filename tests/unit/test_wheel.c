@@ -59,7 +59,7 @@ static due_wheel *wheel_make(unsigned levels, int64_t start)
 
 	o.levels = levels;
 	o.start_tick = start;
-	assert_int_equal(due_wheel_new(&w, &o), 0);
+	assert_int_equal(due__wheel_new(&w, &o), 0);
 	assert_non_null(w);
 	return w;
 }
@@ -84,7 +84,7 @@ static void log_fire(int64_t id, int64_t due, void *payload)
 	}
 	l->id[l->n] = id;
 	l->due[l->n] = due;
-	l->now[l->n] = due_wheel_now(l->w);
+	l->now[l->n] = due__wheel_now(l->w);
 	l->n++;
 }
 
@@ -142,7 +142,7 @@ static void xfire(int64_t id, int64_t due, void *payload)
 
 	t->fires++;
 	t->fired_tick = r->target;
-	if (due != t->due || due_wheel_now(r->w) != due)
+	if (due != t->due || due__wheel_now(r->w) != due)
 		r->wrong_tick++;
 	if (due > r->target)
 		r->early++;
@@ -203,14 +203,14 @@ static int xevent_apply(xrun *r, const xevent *e)
 	int rc;
 
 	if (e->kind == 0) {
-		t->due = due_wheel_now(r->w) + t->delta;
+		t->due = due__wheel_now(r->w) + t->delta;
 		t->started = 1;
-		rc = due_wheel_start(&t->h, r->w, e->idx, t->due);
+		rc = due__wheel_start(&t->h, r->w, e->idx, t->due);
 		assert_int_equal(rc, 0);
 		return 0;
 	}
-	rc = e->idx % 2 ? due_wheel_stop(r->w, t->h)
-			: due_wheel_stop_id(r->w, e->idx);
+	rc = e->idx % 2 ? due__wheel_stop(r->w, t->h)
+			: due__wheel_stop_id(r->w, e->idx);
 	if (t->fires) {
 		assert_int_equal(rc, DUE_WHEEL_ENOTFOUND);
 		return 0;
@@ -250,7 +250,7 @@ static void wheel_fire_exact_tick(void **state)
 	r.prev_target = -1;
 	for (int64_t tick = 0; tick <= EXACT_SPAN + (1 << 18); tick++) {
 		r.target = tick;
-		assert_int_equal(due_wheel_advance(r.w, tick, xfire, &r), 0);
+		assert_int_equal(due__wheel_advance(r.w, tick, xfire, &r), 0);
 		r.prev_target = tick;
 		while (e < nev && ev[e].tick == tick)
 			xevent_apply(&r, &ev[e++]);
@@ -258,12 +258,12 @@ static void wheel_fire_exact_tick(void **state)
 	xtally(t, &fired, &missed, &dup, &cancelled);
 	for (int i = 0; i < EXACT_N; i++)
 		wrong += t[i].fires && t[i].fired_tick != t[i].due;
-	due_wheel_stats_get(&st, r.w);
+	due__wheel_stats_get(&st, r.w);
 	printf("wheel_fire_exact_tick: timers=%d cancelled=%u fired=%u "
 	       "wrongTick=%u missed=%u dup=%u cascades=%llu remaining=%zu "
 	       "(cascadedTimers=%llu cancelledFired=%u)\n",
 	       EXACT_N, cancelled, fired, wrong + r.wrong_tick, missed, dup,
-	       (unsigned long long)st.cascades, due_wheel_count(r.w),
+	       (unsigned long long)st.cascades, due__wheel_count(r.w),
 	       (unsigned long long)st.cascaded, r.cancelled_fired);
 	assert_true(cancelled > EXACT_N / 6 && cancelled < EXACT_N / 4);
 	assert_int_equal(fired + cancelled, EXACT_N);
@@ -271,8 +271,8 @@ static void wheel_fire_exact_tick(void **state)
 	assert_int_equal(missed + dup + r.cancelled_fired, 0);
 	assert_int_equal(r.out_of_order, 0);
 	assert_true(st.cascades > 0);
-	assert_int_equal(due_wheel_count(r.w), 0);
-	due_wheel_free(r.w);
+	assert_int_equal(due__wheel_count(r.w), 0);
+	due__wheel_free(r.w);
 	free(ev);
 	free(t);
 }
@@ -294,14 +294,14 @@ static void wheel_fire_jumps(void **state)
 	r.t = t;
 	r.prev_target = -1;
 	r.last_due = INT64_MIN;
-	while (e < nev || due_wheel_count(r.w) > 0) {
+	while (e < nev || due__wheel_count(r.w) > 0) {
 		while (e < nev && ev[e].tick <= tick)
 			xevent_apply(&r, &ev[e++]);
 		r.prev_target = tick;
 		tick += rng_next(&s) % 20 ? rng_range(&s, 0, 512)
 					 : rng_range(&s, 4096, 70000);
 		r.target = tick;
-		assert_int_equal(due_wheel_advance(r.w, tick, xfire, &r), 0);
+		assert_int_equal(due__wheel_advance(r.w, tick, xfire, &r), 0);
 		advances++;
 	}
 	xtally(t, &fired, &missed, &dup, &cancelled);
@@ -309,11 +309,11 @@ static void wheel_fire_jumps(void **state)
 	       "early=%u lateJump=%u outOfOrder=%u missed=%u dup=%u "
 	       "remaining=%zu\n",
 	       EXACT_N, cancelled, fired, advances, r.early, r.late,
-	       r.out_of_order, missed, dup, due_wheel_count(r.w));
+	       r.out_of_order, missed, dup, due__wheel_count(r.w));
 	assert_int_equal(fired + cancelled, EXACT_N);
 	assert_int_equal(r.wrong_tick + r.early + r.late + r.out_of_order, 0);
 	assert_int_equal(missed + dup + r.cancelled_fired, 0);
-	due_wheel_free(r.w);
+	due__wheel_free(r.w);
 	free(ev);
 	free(t);
 }
@@ -328,25 +328,25 @@ static void wheel_fire_jumps(void **state)
 */
 static void horizon_check(due_wheel *w, int64_t now)
 {
-	int64_t h = due_wheel_horizon(w), due;
+	int64_t h = due__wheel_horizon(w), due;
 	fired_log log = {.w = w};
 
-	assert_int_equal(due_wheel_now(w), now);
-	assert_int_equal(due_wheel_start(NULL, w, 1, now + h - 1), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 2, now + h),
+	assert_int_equal(due__wheel_now(w), now);
+	assert_int_equal(due__wheel_start(NULL, w, 1, now + h - 1), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 2, now + h),
 			 DUE_WHEEL_EHORIZON);
-	assert_int_equal(due_wheel_start(NULL, w, 1, now + h),
+	assert_int_equal(due__wheel_start(NULL, w, 1, now + h),
 			 DUE_WHEEL_EHORIZON);
-	assert_int_equal(due_wheel_start(NULL, w, 3, now + h + 1),
+	assert_int_equal(due__wheel_start(NULL, w, 3, now + h + 1),
 			 DUE_WHEEL_EHORIZON);
-	assert_int_equal(due_wheel_find(&due, NULL, w, 1), 0);
+	assert_int_equal(due__wheel_find(&due, NULL, w, 1), 0);
 	assert_int_equal(due, now + h - 1);
-	assert_int_equal(due_wheel_find(NULL, NULL, w, 2), DUE_WHEEL_ENOTFOUND);
-	assert_int_equal(due_wheel_count(w), 1);
-	assert_int_equal(due_wheel_next_due(w), now + h - 1);
-	assert_int_equal(due_wheel_advance(w, now + h - 2, log_fire, &log), 0);
+	assert_int_equal(due__wheel_find(NULL, NULL, w, 2), DUE_WHEEL_ENOTFOUND);
+	assert_int_equal(due__wheel_count(w), 1);
+	assert_int_equal(due__wheel_next_due(w), now + h - 1);
+	assert_int_equal(due__wheel_advance(w, now + h - 2, log_fire, &log), 0);
 	assert_int_equal(log.n, 0);
-	assert_int_equal(due_wheel_advance(w, now + h - 1, log_fire, &log), 0);
+	assert_int_equal(due__wheel_advance(w, now + h - 1, log_fire, &log), 0);
 	assert_int_equal(log.n, 1);
 	assert_int_equal(log.due[0], now + h - 1);
 	assert_int_equal(log.now[0], now + h - 1);
@@ -360,15 +360,15 @@ static void horizon_extremes(void)
 	fired_log log = {0};
 
 	horizon_check(w, -1000003);
-	due_wheel_free(w);
+	due__wheel_free(w);
 	w = wheel_make(4, INT64_MAX - 100);
 	log.w = w;
-	assert_int_equal(due_wheel_start(NULL, w, 9, INT64_MAX), 0);
-	assert_int_equal(due_wheel_advance(w, INT64_MAX, log_fire, &log), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 9, INT64_MAX), 0);
+	assert_int_equal(due__wheel_advance(w, INT64_MAX, log_fire, &log), 0);
 	assert_int_equal(log.n, 1);
 	assert_int_equal(log.due[0], INT64_MAX);
-	assert_int_equal(due_wheel_next_due(w), DUE_WHEEL_NEVER);
-	due_wheel_free(w);
+	assert_int_equal(due__wheel_next_due(w), DUE_WHEEL_NEVER);
+	due__wheel_free(w);
 	log_free(&log);
 }
 
@@ -380,19 +380,19 @@ static void wheel_horizon_rejected(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
 		due_wheel *w = wheel_make(levels[i], 0);
-		int64_t h = due_wheel_horizon(w), odd;
+		int64_t h = due__wheel_horizon(w), odd;
 
 		assert_int_equal(h, (int64_t)1 << (6 * levels[i]));
 		horizon_check(w, 0);
-		odd = due_wheel_now(w) + h / 3 + 37; /* non-aligned */
+		odd = due__wheel_now(w) + h / 3 + 37; /* non-aligned */
 		log.w = w;
-		assert_int_equal(due_wheel_advance(w, odd, log_fire, &log), 0);
+		assert_int_equal(due__wheel_advance(w, odd, log_fire, &log), 0);
 		horizon_check(w, odd);
 		printf("wheel_horizon_rejected: levels=%u horizon=%lld "
 		       "accepted=horizon-1 refused=horizon,horizon+1 "
 		       "afterAdvanceTo=%lld ok\n",
 		       levels[i], (long long)h, (long long)odd);
-		due_wheel_free(w);
+		due__wheel_free(w);
 	}
 	log_free(&log);
 	horizon_extremes();
@@ -432,7 +432,7 @@ static void worker_fire(int64_t id, int64_t due, void *payload)
 	worker *k = payload;
 
 	k->st->exec[id]++;
-	k->st->exec_tick[id] = due_wheel_now(k->w);
+	k->st->exec_tick[id] = due__wheel_now(k->w);
 	if (k->st->exec_tick[id] < k->st->due[id] || due != k->st->due[id])
 		k->early++;
 	k->inflight[id] = 1;
@@ -456,12 +456,12 @@ static void worker_commit(worker *k)
 */
 static void worker_refill(worker *k)
 {
-	int64_t now = due_wheel_now(k->w), h = due_wheel_horizon(k->w);
+	int64_t now = due__wheel_now(k->w), h = due__wheel_horizon(k->w);
 
 	for (int i = 0; i < STORE_N; i++) {
 		if (k->st->done[i] || k->inflight[i] || k->st->due[i] - now >= h)
 			continue;
-		assert_int_equal(due_wheel_start(NULL, k->w, i, k->st->due[i]),
+		assert_int_equal(due__wheel_start(NULL, k->w, i, k->st->due[i]),
 				 0);
 	}
 }
@@ -472,7 +472,7 @@ static void worker_run(worker *k, int64_t from, int64_t to)
 	for (int64_t t = from; t <= to; t++) {
 		if ((t - from) % REFILL_EVERY == 0)
 			worker_refill(k);
-		assert_int_equal(due_wheel_advance(k->w, t, worker_fire, k), 0);
+		assert_int_equal(due__wheel_advance(k->w, t, worker_fire, k), 0);
 		if (t % COMMIT_EVERY == 0)
 			worker_commit(k);
 	}
@@ -496,11 +496,11 @@ static void wheel_restart_needs_durable(void **state)
 	uncommitted = k->nqueue;
 
 	/* Crash: the wheel and the worker's memory are gone. */
-	due_wheel_free(k->w);
+	due__wheel_free(k->w);
 	memset(k, 0, sizeof(*k));
 	k->st = st;
 	k->w = wheel_make(2, restart);
-	worker_run(k, restart, STORE_SPAN + 2 * due_wheel_horizon(k->w));
+	worker_run(k, restart, STORE_SPAN + 2 * due__wheel_horizon(k->w));
 	worker_commit(k);
 
 	for (int i = 0; i < STORE_N; i++) {
@@ -520,7 +520,7 @@ static void wheel_restart_needs_durable(void **state)
 	assert_int_equal(more, 0);
 	assert_int_equal(undone, 0);
 	assert_int_equal(k->early, 0);
-	due_wheel_free(k->w);
+	due__wheel_free(k->w);
 	free(k);
 	free(st);
 }
@@ -536,24 +536,24 @@ static void wheel_due_now_and_past(void **state)
 	fired_log log = {.w = w};
 
 	(void)state;
-	assert_int_equal(due_wheel_advance(w, 1000, log_fire, &log), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 1, 1000), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 2, 990), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 3, 1001), 0);
-	assert_int_equal(due_wheel_next_due(w), 990);
-	assert_int_equal(due_wheel_advance(w, 1000, log_fire, &log), 0);
+	assert_int_equal(due__wheel_advance(w, 1000, log_fire, &log), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 1, 1000), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 2, 990), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 3, 1001), 0);
+	assert_int_equal(due__wheel_next_due(w), 990);
+	assert_int_equal(due__wheel_advance(w, 1000, log_fire, &log), 0);
 	assert_int_equal(log.n, 2);
 	assert_int_equal(log.id[0], 1); /* late ones: start order */
 	assert_int_equal(log.due[0], 1000);
 	assert_int_equal(log.id[1], 2);
 	assert_int_equal(log.due[1], 990);
-	assert_int_equal(due_wheel_next_due(w), 1001);
-	assert_int_equal(due_wheel_advance(w, 1001, log_fire, &log), 0);
+	assert_int_equal(due__wheel_next_due(w), 1001);
+	assert_int_equal(due__wheel_advance(w, 1001, log_fire, &log), 0);
 	assert_int_equal(log.n, 3);
 	assert_int_equal(log.now[2], 1001);
-	assert_int_equal(due_wheel_next_due(w), DUE_WHEEL_NEVER);
+	assert_int_equal(due__wheel_next_due(w), DUE_WHEEL_NEVER);
 	log_free(&log);
-	due_wheel_free(w);
+	due__wheel_free(w);
 }
 
 /* Deltas on and around every level boundary, from aligned and odd ticks. */
@@ -574,19 +574,19 @@ static void wheel_level_boundaries(void **state)
 			due_wheel *w = wheel_make(4, bases[b]);
 			fired_log log = {.w = w};
 
-			assert_int_equal(due_wheel_start(NULL, w, 5, due), 0);
-			assert_int_equal(due_wheel_next_due(w), due);
+			assert_int_equal(due__wheel_start(NULL, w, 5, due), 0);
+			assert_int_equal(due__wheel_next_due(w), due);
 			assert_int_equal(
-				due_wheel_advance(w, due - 1, log_fire, &log), 0);
+				due__wheel_advance(w, due - 1, log_fire, &log), 0);
 			assert_int_equal(log.n, 0);
-			assert_int_equal(due_wheel_next_due(w), due);
+			assert_int_equal(due__wheel_next_due(w), due);
 			assert_int_equal(
-				due_wheel_advance(w, due, log_fire, &log), 0);
+				due__wheel_advance(w, due, log_fire, &log), 0);
 			assert_int_equal(log.n, 1);
 			assert_int_equal(log.now[0], due);
-			assert_int_equal(due_wheel_count(w), 0);
+			assert_int_equal(due__wheel_count(w), 0);
 			log_free(&log);
-			due_wheel_free(w);
+			due__wheel_free(w);
 			checked++;
 		}
 	}
@@ -600,29 +600,29 @@ static void wheel_stop_not_found(void **state)
 	due_wheel_handle h1, h2, h3;
 
 	(void)state;
-	assert_int_equal(due_wheel_stop_id(w, 12345), DUE_WHEEL_ENOTFOUND);
-	assert_int_equal(due_wheel_stop(w, DUE_WHEEL_HANDLE_NONE),
+	assert_int_equal(due__wheel_stop_id(w, 12345), DUE_WHEEL_ENOTFOUND);
+	assert_int_equal(due__wheel_stop(w, DUE_WHEEL_HANDLE_NONE),
 			 DUE_WHEEL_ENOTFOUND);
-	assert_int_equal(due_wheel_stop(w, 0xdeadbeef), DUE_WHEEL_ENOTFOUND);
-	assert_int_equal(due_wheel_start(&h1, w, 1, 10), 0);
-	assert_int_equal(due_wheel_start(&h2, w, 2, 20), 0);
-	assert_int_equal(due_wheel_advance(w, 10, log_fire, &log), 0);
-	assert_int_equal(due_wheel_stop(w, h1), DUE_WHEEL_ENOTFOUND);
-	assert_int_equal(due_wheel_stop_id(w, 1), DUE_WHEEL_ENOTFOUND);
-	assert_int_equal(due_wheel_stop(w, h2), 0);
-	assert_int_equal(due_wheel_stop(w, h2), DUE_WHEEL_ENOTFOUND);
-	assert_int_equal(due_wheel_stop_id(w, 2), DUE_WHEEL_ENOTFOUND);
+	assert_int_equal(due__wheel_stop(w, 0xdeadbeef), DUE_WHEEL_ENOTFOUND);
+	assert_int_equal(due__wheel_start(&h1, w, 1, 10), 0);
+	assert_int_equal(due__wheel_start(&h2, w, 2, 20), 0);
+	assert_int_equal(due__wheel_advance(w, 10, log_fire, &log), 0);
+	assert_int_equal(due__wheel_stop(w, h1), DUE_WHEEL_ENOTFOUND);
+	assert_int_equal(due__wheel_stop_id(w, 1), DUE_WHEEL_ENOTFOUND);
+	assert_int_equal(due__wheel_stop(w, h2), 0);
+	assert_int_equal(due__wheel_stop(w, h2), DUE_WHEEL_ENOTFOUND);
+	assert_int_equal(due__wheel_stop_id(w, 2), DUE_WHEEL_ENOTFOUND);
 	/* A stale handle whose node was reused must not stop the new timer. */
-	assert_int_equal(due_wheel_start(&h3, w, 3, 30), 0);
+	assert_int_equal(due__wheel_start(&h3, w, 3, 30), 0);
 	assert_true(h3 != h2 && h3 != h1);
-	assert_int_equal(due_wheel_stop(w, h2), DUE_WHEEL_ENOTFOUND);
-	assert_int_equal(due_wheel_stop(w, h1), DUE_WHEEL_ENOTFOUND);
-	assert_int_equal(due_wheel_count(w), 1);
-	assert_int_equal(due_wheel_stop(w, h3), 0);
-	assert_int_equal(due_wheel_count(w), 0);
+	assert_int_equal(due__wheel_stop(w, h2), DUE_WHEEL_ENOTFOUND);
+	assert_int_equal(due__wheel_stop(w, h1), DUE_WHEEL_ENOTFOUND);
+	assert_int_equal(due__wheel_count(w), 1);
+	assert_int_equal(due__wheel_stop(w, h3), 0);
+	assert_int_equal(due__wheel_count(w), 0);
 	assert_int_equal(log.n, 1);
 	log_free(&log);
-	due_wheel_free(w);
+	due__wheel_free(w);
 }
 
 /* Starting an id that is pending moves its timer (same handle). */
@@ -634,31 +634,31 @@ static void wheel_restart_moves(void **state)
 	int64_t due;
 
 	(void)state;
-	assert_int_equal(due_wheel_start(&h1, w, 7, 100), 0);
-	assert_int_equal(due_wheel_start(&h2, w, 7, 50), 0);
+	assert_int_equal(due__wheel_start(&h1, w, 7, 100), 0);
+	assert_int_equal(due__wheel_start(&h2, w, 7, 50), 0);
 	assert_true(h1 == h2);
-	assert_int_equal(due_wheel_count(w), 1);
-	assert_int_equal(due_wheel_find(&due, NULL, w, 7), 0);
+	assert_int_equal(due__wheel_count(w), 1);
+	assert_int_equal(due__wheel_find(&due, NULL, w, 7), 0);
 	assert_int_equal(due, 50);
-	assert_int_equal(due_wheel_next_due(w), 50);
-	assert_int_equal(due_wheel_start(NULL, w, 8, 100), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 8, 300000), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 8, 1 << 30),
+	assert_int_equal(due__wheel_next_due(w), 50);
+	assert_int_equal(due__wheel_start(NULL, w, 8, 100), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 8, 300000), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 8, 1 << 30),
 			 DUE_WHEEL_EHORIZON);
-	assert_int_equal(due_wheel_find(&due, NULL, w, 8), 0);
+	assert_int_equal(due__wheel_find(&due, NULL, w, 8), 0);
 	assert_int_equal(due, 300000);
-	assert_int_equal(due_wheel_advance(w, 200, log_fire, &log), 0);
+	assert_int_equal(due__wheel_advance(w, 200, log_fire, &log), 0);
 	assert_int_equal(log.n, 1);
 	assert_int_equal(log.id[0], 7);
 	assert_int_equal(log.now[0], 50);
-	assert_int_equal(due_wheel_advance(w, 299999, log_fire, &log), 0);
+	assert_int_equal(due__wheel_advance(w, 299999, log_fire, &log), 0);
 	assert_int_equal(log.n, 1);
-	assert_int_equal(due_wheel_advance(w, 400000, log_fire, &log), 0);
+	assert_int_equal(due__wheel_advance(w, 400000, log_fire, &log), 0);
 	assert_int_equal(log.n, 2);
 	assert_int_equal(log.now[1], 300000);
-	assert_int_equal(due_wheel_count(w), 0);
+	assert_int_equal(due__wheel_count(w), 0);
 	log_free(&log);
-	due_wheel_free(w);
+	due__wheel_free(w);
 }
 
 static void wheel_empty_next_due(void **state)
@@ -667,18 +667,18 @@ static void wheel_empty_next_due(void **state)
 	fired_log log = {.w = w};
 
 	(void)state;
-	assert_int_equal(due_wheel_next_due(w), DUE_WHEEL_NEVER);
-	assert_int_equal(due_wheel_count(w), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 1, 70000), 0);
-	assert_int_equal(due_wheel_next_due(w), 70000);
-	assert_int_equal(due_wheel_stop_id(w, 1), 0);
-	assert_int_equal(due_wheel_next_due(w), DUE_WHEEL_NEVER);
-	assert_int_equal(due_wheel_advance(w, 100000, log_fire, &log), 0);
+	assert_int_equal(due__wheel_next_due(w), DUE_WHEEL_NEVER);
+	assert_int_equal(due__wheel_count(w), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 1, 70000), 0);
+	assert_int_equal(due__wheel_next_due(w), 70000);
+	assert_int_equal(due__wheel_stop_id(w, 1), 0);
+	assert_int_equal(due__wheel_next_due(w), DUE_WHEEL_NEVER);
+	assert_int_equal(due__wheel_advance(w, 100000, log_fire, &log), 0);
 	assert_int_equal(log.n, 0);
-	assert_int_equal(due_wheel_now(w), 100000);
-	assert_int_equal(due_wheel_next_due(NULL), DUE_WHEEL_NEVER);
+	assert_int_equal(due__wheel_now(w), 100000);
+	assert_int_equal(due__wheel_next_due(NULL), DUE_WHEEL_NEVER);
 	log_free(&log);
-	due_wheel_free(w);
+	due__wheel_free(w);
 }
 
 static void wheel_advance_backwards(void **state)
@@ -687,21 +687,21 @@ static void wheel_advance_backwards(void **state)
 	fired_log log = {.w = w};
 
 	(void)state;
-	assert_int_equal(due_wheel_start(NULL, w, 1, 99), 0);
-	assert_int_equal(due_wheel_advance(w, 100, log_fire, &log), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 2, 100), 0); /* late */
-	assert_int_equal(due_wheel_advance(w, 99, log_fire, &log),
+	assert_int_equal(due__wheel_start(NULL, w, 1, 99), 0);
+	assert_int_equal(due__wheel_advance(w, 100, log_fire, &log), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 2, 100), 0); /* late */
+	assert_int_equal(due__wheel_advance(w, 99, log_fire, &log),
 			 DUE_WHEEL_EPAST);
 	assert_int_equal(log.n, 1); /* the refused call fired nothing */
-	assert_int_equal(due_wheel_now(w), 100);
-	assert_int_equal(due_wheel_advance(w, 100, log_fire, &log), 0);
+	assert_int_equal(due__wheel_now(w), 100);
+	assert_int_equal(due__wheel_advance(w, 100, log_fire, &log), 0);
 	assert_int_equal(log.n, 2);
-	assert_int_equal(due_wheel_advance(NULL, 101, log_fire, &log),
+	assert_int_equal(due__wheel_advance(NULL, 101, log_fire, &log),
 			 DUE_WHEEL_EINVAL);
-	assert_int_equal(due_wheel_advance(w, 101, NULL, &log),
+	assert_int_equal(due__wheel_advance(w, 101, NULL, &log),
 			 DUE_WHEEL_EINVAL);
 	log_free(&log);
-	due_wheel_free(w);
+	due__wheel_free(w);
 }
 
 /* next_due stays exact when the earliest timer of a high slot is stopped. */
@@ -710,22 +710,22 @@ static void wheel_next_due_exact(void **state)
 	due_wheel *w = wheel_make(4, 0);
 
 	(void)state;
-	assert_int_equal(due_wheel_start(NULL, w, 1, 5000), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 2, 5003), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 3, 5001), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 4, 9000), 0);
-	assert_int_equal(due_wheel_next_due(w), 5000);
-	assert_int_equal(due_wheel_stop_id(w, 1), 0);
-	assert_int_equal(due_wheel_next_due(w), 5001);
-	assert_int_equal(due_wheel_stop_id(w, 3), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 5, 5002), 0);
-	assert_int_equal(due_wheel_next_due(w), 5002);
-	assert_int_equal(due_wheel_stop_id(w, 5), 0);
-	assert_int_equal(due_wheel_stop_id(w, 2), 0);
-	assert_int_equal(due_wheel_next_due(w), 9000);
-	assert_int_equal(due_wheel_start(NULL, w, 6, 17), 0);
-	assert_int_equal(due_wheel_next_due(w), 17);
-	due_wheel_free(w);
+	assert_int_equal(due__wheel_start(NULL, w, 1, 5000), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 2, 5003), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 3, 5001), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 4, 9000), 0);
+	assert_int_equal(due__wheel_next_due(w), 5000);
+	assert_int_equal(due__wheel_stop_id(w, 1), 0);
+	assert_int_equal(due__wheel_next_due(w), 5001);
+	assert_int_equal(due__wheel_stop_id(w, 3), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 5, 5002), 0);
+	assert_int_equal(due__wheel_next_due(w), 5002);
+	assert_int_equal(due__wheel_stop_id(w, 5), 0);
+	assert_int_equal(due__wheel_stop_id(w, 2), 0);
+	assert_int_equal(due__wheel_next_due(w), 9000);
+	assert_int_equal(due__wheel_start(NULL, w, 6, 17), 0);
+	assert_int_equal(due__wheel_next_due(w), 17);
+	due__wheel_free(w);
 }
 
 /* What callbacks may do: start, stop, move; not advance. */
@@ -738,17 +738,17 @@ typedef struct reentry {
 static void reentry_fire(int64_t id, int64_t due, void *payload)
 {
 	reentry *r = payload;
-	int64_t now = due_wheel_now(r->w);
+	int64_t now = due__wheel_now(r->w);
 
 	r->ids[r->fires] = id;
 	r->dues[r->fires++] = due;
-	if (due_wheel_advance(r->w, now + 1, reentry_fire, r) == DUE_WHEEL_EBUSY)
+	if (due__wheel_advance(r->w, now + 1, reentry_fire, r) == DUE_WHEEL_EBUSY)
 		r->busy_seen++;
 	if (id == 1 && due == 100) {
-		assert_int_equal(due_wheel_stop_id(r->w, 2), 0);
-		assert_int_equal(due_wheel_start(NULL, r->w, 10, now + 5), 0);
-		assert_int_equal(due_wheel_start(NULL, r->w, 11, now), 0);
-		assert_int_equal(due_wheel_start(NULL, r->w, 1, now + 7), 0);
+		assert_int_equal(due__wheel_stop_id(r->w, 2), 0);
+		assert_int_equal(due__wheel_start(NULL, r->w, 10, now + 5), 0);
+		assert_int_equal(due__wheel_start(NULL, r->w, 11, now), 0);
+		assert_int_equal(due__wheel_start(NULL, r->w, 1, now + 7), 0);
 	}
 }
 
@@ -758,28 +758,28 @@ static void wheel_callback_reentry(void **state)
 	reentry r = {.w = w};
 
 	(void)state;
-	assert_int_equal(due_wheel_start(NULL, w, 1, 100), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 2, 100), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 3, 100), 0);
-	assert_int_equal(due_wheel_stop_id(w, 3), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 3, 100), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 1, 100), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 2, 100), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 3, 100), 0);
+	assert_int_equal(due__wheel_stop_id(w, 3), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 3, 100), 0);
 	/* Moving 2 to 101 and stopping it from 1's callback at 100. */
-	assert_int_equal(due_wheel_stop_id(w, 2), 0);
-	assert_int_equal(due_wheel_start(NULL, w, 2, 101), 0);
-	assert_int_equal(due_wheel_advance(w, 103, reentry_fire, &r), 0);
+	assert_int_equal(due__wheel_stop_id(w, 2), 0);
+	assert_int_equal(due__wheel_start(NULL, w, 2, 101), 0);
+	assert_int_equal(due__wheel_advance(w, 103, reentry_fire, &r), 0);
 	/* 1 and 3 fire at 100; 2 was stopped by 1's callback; 11 is late. */
 	assert_int_equal(r.fires, 2);
 	assert_int_equal(r.busy_seen, 2);
-	assert_int_equal(due_wheel_count(w), 3); /* 10, 11, 1 again */
-	assert_int_equal(due_wheel_next_due(w), 100);
-	assert_int_equal(due_wheel_advance(w, 107, reentry_fire, &r), 0);
+	assert_int_equal(due__wheel_count(w), 3); /* 10, 11, 1 again */
+	assert_int_equal(due__wheel_next_due(w), 100);
+	assert_int_equal(due__wheel_advance(w, 107, reentry_fire, &r), 0);
 	assert_int_equal(r.fires, 5);
 	assert_int_equal(r.ids[2], 11);
 	assert_int_equal(r.ids[3], 10);
 	assert_int_equal(r.dues[3], 105);
 	assert_int_equal(r.ids[4], 1);
 	assert_int_equal(r.dues[4], 107);
-	due_wheel_free(w);
+	due__wheel_free(w);
 }
 
 static void *plain_realloc(void *p, size_t n, void *ctx)
@@ -795,20 +795,20 @@ static void wheel_bad_args(void **state)
 
 	(void)state;
 	o.levels = DUE_WHEEL_LEVELS_MAX + 1;
-	assert_int_equal(due_wheel_new(&w, &o), DUE_WHEEL_EINVAL);
+	assert_int_equal(due__wheel_new(&w, &o), DUE_WHEEL_EINVAL);
 	assert_null(w);
 	o.levels = 0; /* default */
 	o.realloc_fn = plain_realloc; /* without free_fn */
-	assert_int_equal(due_wheel_new(&w, &o), DUE_WHEEL_EINVAL);
-	assert_int_equal(due_wheel_new(NULL, NULL), DUE_WHEEL_EINVAL);
-	assert_int_equal(due_wheel_new(&w, NULL), 0);
-	assert_int_equal(due_wheel_horizon(w), 16777216);
-	assert_int_equal(due_wheel_start(NULL, NULL, 1, 1), DUE_WHEEL_EINVAL);
-	assert_int_equal(due_wheel_stop(NULL, 1), DUE_WHEEL_EINVAL);
-	assert_string_equal(due_wheel_strerror(DUE_WHEEL_EHORIZON),
+	assert_int_equal(due__wheel_new(&w, &o), DUE_WHEEL_EINVAL);
+	assert_int_equal(due__wheel_new(NULL, NULL), DUE_WHEEL_EINVAL);
+	assert_int_equal(due__wheel_new(&w, NULL), 0);
+	assert_int_equal(due__wheel_horizon(w), 16777216);
+	assert_int_equal(due__wheel_start(NULL, NULL, 1, 1), DUE_WHEEL_EINVAL);
+	assert_int_equal(due__wheel_stop(NULL, 1), DUE_WHEEL_EINVAL);
+	assert_string_equal(due__wheel_strerror(DUE_WHEEL_EHORIZON),
 			    "DUE_WHEEL_EHORIZON");
-	due_wheel_free(w);
-	due_wheel_free(NULL);
+	due__wheel_free(w);
+	due__wheel_free(NULL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -840,7 +840,7 @@ static void model_fire(int64_t id, int64_t due, void *payload)
 		m->errors += !m->in_late_phase;
 	} else {
 		m->in_late_phase = 0;
-		m->errors += due_wheel_now(m->w) != due;
+		m->errors += due__wheel_now(m->w) != due;
 		m->errors += due <= m->prev_now || due < m->last_due;
 		m->last_due = due;
 	}
@@ -850,7 +850,7 @@ static void model_fire(int64_t id, int64_t due, void *payload)
 /* One random operation against the wheel and the model. */
 static void model_step(model *m, uint64_t *s, int64_t h)
 {
-	int64_t id = (int64_t)(rng_next(s) % MODEL_IDS), now = due_wheel_now(m->w);
+	int64_t id = (int64_t)(rng_next(s) % MODEL_IDS), now = due__wheel_now(m->w);
 	unsigned op = (unsigned)(rng_next(s) % 10);
 
 	if (op < 5) {
@@ -861,7 +861,7 @@ static void model_step(model *m, uint64_t *s, int64_t h)
 			bits++;
 		k = (unsigned)(rng_next(s) % (bits + 1));
 		d = now + rng_range(s, -3, ((int64_t)1 << k) + 2);
-		int rc = due_wheel_start(NULL, m->w, id, d);
+		int rc = due__wheel_start(NULL, m->w, id, d);
 
 		if (d - now >= h) {
 			assert_int_equal(rc, DUE_WHEEL_EHORIZON);
@@ -872,7 +872,7 @@ static void model_step(model *m, uint64_t *s, int64_t h)
 		m->due[id] = d;
 		m->late[id] = d <= now;
 	} else if (op < 7) {
-		assert_int_equal(due_wheel_stop_id(m->w, id),
+		assert_int_equal(due__wheel_stop_id(m->w, id),
 				 m->pending[id] ? 0 : DUE_WHEEL_ENOTFOUND);
 		m->pending[id] = 0;
 	} else {
@@ -881,14 +881,14 @@ static void model_step(model *m, uint64_t *s, int64_t h)
 		for (int i = 0; i < MODEL_IDS; i++)
 			if (m->pending[i] && m->due[i] < next)
 				next = m->due[i];
-		assert_int_equal(due_wheel_next_due(m->w),
+		assert_int_equal(due__wheel_next_due(m->w),
 				 next == INT64_MAX ? DUE_WHEEL_NEVER : next);
 		m->prev_now = now;
 		m->target = now + (op == 9 ? rng_range(s, 0, h / 2)
 					   : rng_range(s, 0, 70));
 		m->last_due = INT64_MIN;
 		m->in_late_phase = 1;
-		assert_int_equal(due_wheel_advance(m->w, m->target, model_fire, m), 0);
+		assert_int_equal(due__wheel_advance(m->w, m->target, model_fire, m), 0);
 		for (int i = 0; i < MODEL_IDS; i++)
 			m->errors += m->pending[i] && m->due[i] <= m->target;
 	}
@@ -906,12 +906,12 @@ static void wheel_model_check(void **state)
 
 		assert_non_null(m);
 		m->w = wheel_make(levels, (int64_t)(rng_next(&s) % 100000) - 50000);
-		h = due_wheel_horizon(m->w);
+		h = due__wheel_horizon(m->w);
 		for (int i = 0; i < 60000; i++, steps++)
 			model_step(m, &s, h);
 		assert_int_equal(m->errors, 0);
 		total_fires += m->fires;
-		due_wheel_free(m->w);
+		due__wheel_free(m->w);
 		free(m);
 	}
 	printf("wheel_model_check: levels=1..5 steps=%u fires=%u errors=0\n",
@@ -971,7 +971,7 @@ static unsigned torture_run(long fail_at, int sticky, long *calls)
 	o.realloc_fn = torture_realloc;
 	o.free_fn = torture_free;
 	o.alloc_ctx = &t;
-	rc = due_wheel_new(&w, &o);
+	rc = due__wheel_new(&w, &o);
 	if (rc < 0) {
 		assert_int_equal(rc, DUE_WHEEL_ENOMEM);
 		assert_null(w);
@@ -981,28 +981,28 @@ static unsigned torture_run(long fail_at, int sticky, long *calls)
 	}
 	log.w = w;
 	for (int64_t i = 0; i < 3000; i++) {
-		size_t before = due_wheel_count(w);
+		size_t before = due__wheel_count(w);
 
-		rc = due_wheel_start(NULL, w, i, i * 7);
+		rc = due__wheel_start(NULL, w, i, i * 7);
 		if (rc < 0) {
 			assert_int_equal(rc, DUE_WHEEL_ENOMEM);
-			assert_int_equal(due_wheel_count(w), before);
-			assert_int_equal(due_wheel_find(NULL, NULL, w, i),
+			assert_int_equal(due__wheel_count(w), before);
+			assert_int_equal(due__wheel_find(NULL, NULL, w, i),
 					 DUE_WHEEL_ENOTFOUND);
 			failures++;
 		} else {
 			started++;
 		}
 	}
-	rc = due_wheel_reserve(w, 1 << 16);
+	rc = due__wheel_reserve(w, 1 << 16);
 	if (rc < 0) {
 		assert_int_equal(rc, DUE_WHEEL_ENOMEM);
 		failures++;
 	}
-	assert_int_equal(due_wheel_count(w), started);
-	assert_int_equal(due_wheel_advance(w, 30000, log_fire, &log), 0);
+	assert_int_equal(due__wheel_count(w), started);
+	assert_int_equal(due__wheel_advance(w, 30000, log_fire, &log), 0);
 	assert_int_equal(log.n, started);
-	due_wheel_free(w);
+	due__wheel_free(w);
 	log_free(&log);
 	assert_int_equal(t.live, 0);
 	*calls = t.calls;
