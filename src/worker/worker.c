@@ -160,6 +160,11 @@ static void drain(due_worker *w)
 
 	atomic_compare_exchange_strong(&w->stop_mono, &zero, due__mono_us());
 	pthread_mutex_lock(&w->mu);
+	if (w->n_inflight > 0 && !w->o.once)
+		due__wlog(w, 1, "stopping: %d running tr%s may finish within "
+			  "the grace (%lld ms); a second stop ends it now",
+			  w->n_inflight, w->n_inflight == 1 ? "y" : "ies",
+			  (long long)w->o.grace_us / 1000);
 	while (w->n_inflight > 0) {
 		int64_t now = due__mono_us();
 		int64_t left = due__grace_check_locked(w, now) - now;

@@ -130,12 +130,16 @@ wait_for "overdue task reclaimed and run" 15 bash -c \
 # the handler's group is stopped and its try committed as failed, so the
 # task goes back to the store for any worker; the worker exits 0
 fid=$("$DUE" add forced --max-attempts 3)
-"$DUE" work -q --poll 20ms --grace 10m --kill-grace 200ms --kinds forced \
-	--exec 'cut -d" " -f5 /proc/$$/stat > "$OUT/f.pgid.tmp"; mv "$OUT/f.pgid.tmp" "$OUT/f.pgid"; sleep 600' &
+"$DUE" work --poll 20ms --grace 10m --kill-grace 200ms --kinds forced \
+	--exec 'cut -d" " -f5 /proc/$$/stat > "$OUT/f.pgid.tmp"; mv "$OUT/f.pgid.tmp" "$OUT/f.pgid"; sleep 600' \
+	2>"$T/forced.log" &
 wpid=$!
 wait_for "forced task started" 30 test -s "$OUT/f.pgid"
 fpg=$(cat "$OUT/f.pgid")
 kill -TERM "$wpid"
+# two signals sent at once may arrive as one: send the second only once
+# the worker says it is draining
+wait_for "first SIGTERM taken: the worker drains" 60 grep -q "stopping: 1 running try" "$T/forced.log"
 kill -0 "$wpid" && ok || bad "worker exited on the first SIGTERM with a task running"
 kill -TERM "$wpid"
 rc=0; wait "$wpid" || rc=$?
