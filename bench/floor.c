@@ -49,8 +49,9 @@
 #define MAX_K 1024
 #define MAX_BATCH 10000
 
-static const char payload[] = "{\"order\":123456,\"customer\":\"c-42\","
-			      "\"note\":\"close this unpaid order in 30m\"}....";
+static const char payload[] =
+    "{\"order\":123456,\"customer\":\"c-42\","
+    "\"note\":\"close this unpaid order in 30m\"}....";
 #define PAYLOAD_LEN ((int)sizeof(payload) - 1)
 
 static bool quiet;
@@ -82,8 +83,8 @@ static void sb_add(sbuf *b, const char *fmt, ...)
 	va_list ap;
 	for (;;) {
 		va_start(ap, fmt);
-		int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0,
-				  fmt, ap);
+		int n = vsnprintf(b->s ? b->s + b->len : NULL,
+				  b->s ? b->cap - b->len : 0, fmt, ap);
 		va_end(ap);
 		if (n < 0)
 			die("out of memory");
@@ -114,11 +115,11 @@ static void die(const char *fmt, ...)
 
 typedef struct backend {
 	const char *name;
-	void (*create)(void);                     /* drop + create floor_task */
+	void (*create)(void); /* drop + create floor_task */
 	void (*drop)(void);
-	void (*insert_one)(void);                 /* autocommit */
-	void (*insert_many)(int k);               /* one statement, one commit */
-	void (*begin)(void);                      /* NULL: statements autocommit */
+	void (*insert_one)(void);   /* autocommit */
+	void (*insert_many)(int k); /* one statement, one commit */
+	void (*begin)(void);	    /* NULL: statements autocommit */
 	void (*commit)(void);
 	int (*claim)(int k, int64_t *ids, int *att);
 	void (*complete)(int n, const int64_t *ids, const int *att);
@@ -126,7 +127,7 @@ typedef struct backend {
 	   begin, complete, claim, commit */
 	int (*complete_claim)(int n, int64_t *ids, int *att, int k);
 	void (*check)(long *done, long *dups);
-	void (*analyze)(void);                    /* after a fill; may be NULL */
+	void (*analyze)(void); /* after a fill; may be NULL */
 } backend;
 
 /* ------------------------------------------------------------------ */
@@ -135,9 +136,9 @@ typedef struct backend {
 
 static sqlite3 *sq;
 static sqlite3_stmt *sq_ins1, *sq_begin, *sq_commit, *sq_claim;
-static sqlite3_stmt *sq_insk;  /* multi-row insert prepared for sq_insk_n rows */
+static sqlite3_stmt *sq_insk; /* multi-row insert prepared for sq_insk_n rows */
 static int sq_insk_n;
-static sqlite3_stmt *sq_done;  /* complete prepared for sq_done_n slots */
+static sqlite3_stmt *sq_done; /* complete prepared for sq_done_n slots */
 static int sq_done_n;
 
 static void sq_die(const char *what)
@@ -148,8 +149,8 @@ static void sq_die(const char *what)
 static sqlite3_stmt *sq_prep(const char *sql)
 {
 	sqlite3_stmt *st;
-	if (sqlite3_prepare_v3(sq, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) !=
-	    SQLITE_OK)
+	if (sqlite3_prepare_v3(sq, sql, -1, SQLITE_PREPARE_PERSISTENT, &st,
+			       NULL) != SQLITE_OK)
 		die("sqlite: prepare %.60s...: %s", sql, sqlite3_errmsg(sq));
 	return st;
 }
@@ -174,7 +175,8 @@ static void sq_exec(const char *sql)
 
 static void sq_finalize_all(void)
 {
-	sqlite3_stmt *all[] = {sq_ins1, sq_begin, sq_commit, sq_claim, sq_insk, sq_done};
+	sqlite3_stmt *all[] = {sq_ins1,	 sq_begin, sq_commit,
+			       sq_claim, sq_insk,  sq_done};
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		sqlite3_finalize(all[i]);
 	sq_ins1 = sq_begin = sq_commit = sq_claim = sq_insk = sq_done = NULL;
@@ -196,12 +198,15 @@ static void sq_open(const char *url)
 	path[len] = '\0';
 	if (p[len] == '?')
 		normal = strstr(p + len, "sync=normal") != NULL;
-	if (sqlite3_open_v2(path, &sq, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-					       SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK)
+	if (sqlite3_open_v2(path, &sq,
+			    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+				SQLITE_OPEN_NOMUTEX,
+			    NULL) != SQLITE_OK)
 		sq_die("open");
 	sqlite3_busy_timeout(sq, 30000);
 	sq_exec("PRAGMA journal_mode = WAL");
-	sq_exec(normal ? "PRAGMA synchronous = NORMAL" : "PRAGMA synchronous = FULL");
+	sq_exec(normal ? "PRAGMA synchronous = NORMAL"
+		       : "PRAGMA synchronous = FULL");
 }
 
 static void sq_drop(void)
@@ -228,16 +233,17 @@ static void sq_create(void)
 		"  WHERE state = 'SCHEDULED';"
 		"CREATE INDEX floor_task_lease ON floor_task (lease_until)"
 		"  WHERE state = 'CLAIMED';");
-	sq_ins1 = sq_prep("INSERT INTO floor_task (kind, payload, state, due_at,"
-			  " updated_at) VALUES ('bench', ?1, 'SCHEDULED', ?2, ?2)");
+	sq_ins1 =
+	    sq_prep("INSERT INTO floor_task (kind, payload, state, due_at,"
+		    " updated_at) VALUES ('bench', ?1, 'SCHEDULED', ?2, ?2)");
 	sq_begin = sq_prep("BEGIN IMMEDIATE");
 	sq_commit = sq_prep("COMMIT");
 	sq_claim = sq_prep(
-		"UPDATE floor_task SET state = 'CLAIMED', attempt = attempt + 1,"
-		" lease_owner = ?1, lease_until = ?2 + ?3, updated_at = ?2"
-		" WHERE id IN (SELECT id FROM floor_task WHERE state = 'SCHEDULED'"
-		" AND due_at <= ?2 ORDER BY due_at LIMIT ?4)"
-		" AND state = 'SCHEDULED' RETURNING id, attempt");
+	    "UPDATE floor_task SET state = 'CLAIMED', attempt = attempt + 1,"
+	    " lease_owner = ?1, lease_until = ?2 + ?3, updated_at = ?2"
+	    " WHERE id IN (SELECT id FROM floor_task WHERE state = 'SCHEDULED'"
+	    " AND due_at <= ?2 ORDER BY due_at LIMIT ?4)"
+	    " AND state = 'SCHEDULED' RETURNING id, attempt");
 }
 
 static void sq_insert_one(void)
@@ -250,13 +256,15 @@ static void sq_insert_one(void)
 static void sq_insert_many(int k)
 {
 	if (sq_insk_n != k) {
-		/* VALUES ('bench', ?1, 'SCHEDULED', ?2, ?2), ... one payload per row */
+		/* VALUES ('bench', ?1, 'SCHEDULED', ?2, ?2), ... one payload
+		 * per row */
 		sbuf b = {0};
-		sb_add(&b, "INSERT INTO floor_task (kind, payload, state, due_at,"
+		sb_add(&b,
+		       "INSERT INTO floor_task (kind, payload, state, due_at,"
 		       " updated_at) VALUES ");
 		for (int i = 0; i < k; i++)
-			sb_add(&b, "%s('bench', ?%d, 'SCHEDULED', ?1, ?1)", i ? "," : "",
-			       i + 2);
+			sb_add(&b, "%s('bench', ?%d, 'SCHEDULED', ?1, ?1)",
+			       i ? "," : "", i + 2);
 		sqlite3_finalize(sq_insk);
 		sq_insk = sq_prep(b.s);
 		sq_insk_n = k;
@@ -265,20 +273,15 @@ static void sq_insert_many(int k)
 	sq_run(sq_begin, "begin");
 	sqlite3_bind_int64(sq_insk, 1, wall_us());
 	for (int i = 0; i < k; i++)
-		sqlite3_bind_blob(sq_insk, i + 2, payload, PAYLOAD_LEN, SQLITE_STATIC);
+		sqlite3_bind_blob(sq_insk, i + 2, payload, PAYLOAD_LEN,
+				  SQLITE_STATIC);
 	sq_run(sq_insk, "insert batch");
 	sq_run(sq_commit, "commit");
 }
 
-static void sq_begin_tx(void)
-{
-	sq_run(sq_begin, "begin");
-}
+static void sq_begin_tx(void) { sq_run(sq_begin, "begin"); }
 
-static void sq_commit_tx(void)
-{
-	sq_run(sq_commit, "commit");
-}
+static void sq_commit_tx(void) { sq_run(sq_commit, "commit"); }
 
 static int sq_claim_k(int k, int64_t *ids, int *att)
 {
@@ -309,9 +312,11 @@ static void sq_complete(int n, const int64_t *ids, const int *att)
 {
 	if (sq_done_n < n) {
 		sbuf b = {0};
-		sb_add(&b, "UPDATE floor_task SET state = 'DONE', result = ?1,"
-		       " lease_owner = NULL, lease_until = NULL, updated_at = ?2"
-		       " WHERE state = 'CLAIMED' AND id IN (");
+		sb_add(
+		    &b,
+		    "UPDATE floor_task SET state = 'DONE', result = ?1,"
+		    " lease_owner = NULL, lease_until = NULL, updated_at = ?2"
+		    " WHERE state = 'CLAIMED' AND id IN (");
 		for (int i = 0; i < n; i++)
 			sb_add(&b, "%s?%d", i ? "," : "", 3 + 2 * i);
 		sb_add(&b, ") AND attempt = CASE id");
@@ -331,14 +336,16 @@ static void sq_complete(int n, const int64_t *ids, const int *att)
 	}
 	sq_run(sq_done, "complete");
 	if (sqlite3_changes(sq) != n)
-		die("sqlite: complete changed %d rows, expected %d", sqlite3_changes(sq), n);
+		die("sqlite: complete changed %d rows, expected %d",
+		    sqlite3_changes(sq), n);
 }
 
 static void sq_check(long *done, long *dups)
 {
-	sqlite3_stmt *st = sq_prep(
-		"SELECT count(*) FILTER (WHERE state = 'DONE'),"
-		" coalesce(sum(attempt - 1) FILTER (WHERE attempt > 1), 0) FROM floor_task");
+	sqlite3_stmt *st =
+	    sq_prep("SELECT count(*) FILTER (WHERE state = 'DONE'),"
+		    " coalesce(sum(attempt - 1) FILTER (WHERE attempt > 1), 0) "
+		    "FROM floor_task");
 	if (sqlite3_step(st) != SQLITE_ROW)
 		sq_die("check");
 	*done = (long)sqlite3_column_int64(st, 0);
@@ -347,8 +354,9 @@ static void sq_check(long *done, long *dups)
 }
 
 static const backend sqlite_backend = {
-	"sqlite", sq_create, sq_drop, sq_insert_one, sq_insert_many, sq_begin_tx,
-	sq_commit_tx, sq_claim_k, sq_complete, NULL, sq_check, NULL,
+    "sqlite",	    sq_create,	 sq_drop,      sq_insert_one,
+    sq_insert_many, sq_begin_tx, sq_commit_tx, sq_claim_k,
+    sq_complete,    NULL,	 sq_check,     NULL,
 };
 
 /* ------------------------------------------------------------------ */
@@ -438,28 +446,32 @@ static void pg_create(void)
 		"  WHERE state = 'SCHEDULED';"
 		"CREATE INDEX floor_task_lease ON floor_task (lease_until)"
 		"  WHERE state = 'CLAIMED'");
-	pg_prepare("ins1", "INSERT INTO floor_task (kind, payload, state, due_at,"
-		   " updated_at) VALUES ('bench', $1, 'SCHEDULED', now(), now())");
-	pg_prepare("claim",
-		   "UPDATE floor_task SET state = 'CLAIMED', attempt = attempt + 1,"
-		   " lease_owner = $1, lease_until = clock_timestamp() + $2::int8"
-		   " * interval '1 microsecond', updated_at = now()"
-		   " WHERE id = ANY (ARRAY (SELECT id FROM floor_task"
-		   " WHERE state = 'SCHEDULED' AND due_at <= now() ORDER BY due_at"
-		   " LIMIT $3 FOR UPDATE SKIP LOCKED))"
-		   " RETURNING id, attempt");
+	pg_prepare(
+	    "ins1",
+	    "INSERT INTO floor_task (kind, payload, state, due_at,"
+	    " updated_at) VALUES ('bench', $1, 'SCHEDULED', now(), now())");
+	pg_prepare(
+	    "claim",
+	    "UPDATE floor_task SET state = 'CLAIMED', attempt = attempt + 1,"
+	    " lease_owner = $1, lease_until = clock_timestamp() + $2::int8"
+	    " * interval '1 microsecond', updated_at = now()"
+	    " WHERE id = ANY (ARRAY (SELECT id FROM floor_task"
+	    " WHERE state = 'SCHEDULED' AND due_at <= now() ORDER BY due_at"
+	    " LIMIT $3 FOR UPDATE SKIP LOCKED))"
+	    " RETURNING id, attempt");
 	pg_prepare("done", FLOOR_PG_DONE);
-	pg_prepare("done_claim",
-		   "WITH d AS (" FLOOR_PG_DONE " RETURNING t.id),"
-		   " c AS (UPDATE floor_task SET state = 'CLAIMED',"
-		   " attempt = attempt + 1, lease_owner = $4,"
-		   " lease_until = clock_timestamp() + $5::int8"
-		   " * interval '1 microsecond', updated_at = now()"
-		   " WHERE id = ANY (ARRAY (SELECT id FROM floor_task"
-		   " WHERE state = 'SCHEDULED' AND due_at <= now() ORDER BY due_at"
-		   " LIMIT $6 FOR UPDATE SKIP LOCKED)) RETURNING id, attempt)"
-		   " SELECT c.id, c.attempt, (SELECT count(*) FROM d)"
-		   " FROM (SELECT 1) one LEFT JOIN c ON true");
+	pg_prepare(
+	    "done_claim",
+	    "WITH d AS (" FLOOR_PG_DONE " RETURNING t.id),"
+	    " c AS (UPDATE floor_task SET state = 'CLAIMED',"
+	    " attempt = attempt + 1, lease_owner = $4,"
+	    " lease_until = clock_timestamp() + $5::int8"
+	    " * interval '1 microsecond', updated_at = now()"
+	    " WHERE id = ANY (ARRAY (SELECT id FROM floor_task"
+	    " WHERE state = 'SCHEDULED' AND due_at <= now() ORDER BY due_at"
+	    " LIMIT $6 FOR UPDATE SKIP LOCKED)) RETURNING id, attempt)"
+	    " SELECT c.id, c.attempt, (SELECT count(*) FROM d)"
+	    " FROM (SELECT 1) one LEFT JOIN c ON true");
 }
 
 static void pg_insert_one(void)
@@ -478,10 +490,13 @@ static void pg_insert_many(int k)
 
 	if (pg_insk_n != k) {
 		sbuf b = {0};
-		sb_add(&b, "INSERT INTO floor_task (kind, payload, state, due_at,"
+		sb_add(&b,
+		       "INSERT INTO floor_task (kind, payload, state, due_at,"
 		       " updated_at) VALUES ");
 		for (int i = 0; i < k; i++)
-			sb_add(&b, "%s('bench', $%d::bytea, 'SCHEDULED', now(), now())",
+			sb_add(&b,
+			       "%s('bench', $%d::bytea, 'SCHEDULED', now(), "
+			       "now())",
 			       i ? "," : "", i + 1);
 		if (pg_insk_n) {
 			PGresult *r = PQexec(pg, "DEALLOCATE insk");
@@ -521,14 +536,15 @@ typedef struct pg_arrays {
 	char ids[MAX_K * 22 + 4], att[MAX_K * 12 + 4];
 } pg_arrays;
 
-static void pg_arrays_put(pg_arrays *x, int n, const int64_t *ids, const int *att)
+static void pg_arrays_put(pg_arrays *x, int n, const int64_t *ids,
+			  const int *att)
 {
 	size_t oa = 0, ob = 0;
 	x->ids[oa++] = '{';
 	x->att[ob++] = '{';
 	for (int i = 0; i < n; i++) {
-		oa += (size_t)snprintf(x->ids + oa, sizeof(x->ids) - oa, "%s%" PRId64,
-				       i ? "," : "", ids[i]);
+		oa += (size_t)snprintf(x->ids + oa, sizeof(x->ids) - oa,
+				       "%s%" PRId64, i ? "," : "", ids[i]);
 		ob += (size_t)snprintf(x->att + ob, sizeof(x->att) - ob, "%s%d",
 				       i ? "," : "", att[i]);
 	}
@@ -545,7 +561,8 @@ static void pg_complete(int n, const int64_t *ids, const int *att)
 	PGresult *r = PQexecPrepared(pg, "done", 3, v, len, fmt, 0);
 	pg_ok(r, "complete");
 	if (atoi(PQcmdTuples(r)) != n)
-		die("postgres: complete changed %s rows, expected %d", PQcmdTuples(r), n);
+		die("postgres: complete changed %s rows, expected %d",
+		    PQcmdTuples(r), n);
 	PQclear(r);
 }
 
@@ -576,9 +593,10 @@ static int pg_complete_claim(int n, int64_t *ids, int *att, int k)
 
 static void pg_check(long *done, long *dups)
 {
-	PGresult *r = PQexec(pg, "SELECT count(*) FILTER (WHERE state = 'DONE'),"
-			     " coalesce(sum(attempt - 1) FILTER (WHERE attempt > 1), 0)"
-			     " FROM floor_task");
+	PGresult *r = PQexec(
+	    pg, "SELECT count(*) FILTER (WHERE state = 'DONE'),"
+		" coalesce(sum(attempt - 1) FILTER (WHERE attempt > 1), 0)"
+		" FROM floor_task");
 	pg_ok(r, "check");
 	*done = atol(PQgetvalue(r, 0, 0));
 	*dups = atol(PQgetvalue(r, 0, 1));
@@ -592,14 +610,12 @@ static void pg_check(long *done, long *dups)
 ** with the backlog); autovacuum would get there later.  The floor is the
 ** best the store can do, so it analyzes.
 */
-static void pg_analyze(void)
-{
-	pg_exec("ANALYZE floor_task");
-}
+static void pg_analyze(void) { pg_exec("ANALYZE floor_task"); }
 
 static const backend pg_backend = {
-	"postgres", pg_create, pg_drop, pg_insert_one, pg_insert_many, NULL, NULL,
-	pg_claim_k, pg_complete, pg_complete_claim, pg_check, pg_analyze,
+    "postgres", pg_create,  pg_drop,	pg_insert_one, pg_insert_many,
+    NULL,	NULL,	    pg_claim_k, pg_complete,   pg_complete_claim,
+    pg_check,	pg_analyze,
 };
 #endif
 
@@ -612,9 +628,11 @@ static const backend *be;
 static void emit(const char *workload, const char *variant, long n, long conc,
 		 double secs, long missing, long dups, bool check)
 {
-	printf("{\"workload\":\"%s\",\"variant\":\"%s\",\"store\":\"%s\",\"n\":%ld,"
+	printf("{\"workload\":\"%s\",\"variant\":\"%s\",\"store\":\"%s\",\"n\":"
+	       "%ld,"
 	       "\"concurrency\":%ld,\"seconds\":%.6f,\"tasks_per_s\":%.3f",
-	       workload, variant, be->name, n, conc, secs, secs > 0 ? n / secs : 0.0);
+	       workload, variant, be->name, n, conc, secs,
+	       secs > 0 ? n / secs : 0.0);
 	if (check)
 		printf(",\"duplicates\":%ld,\"missing\":%ld", dups, missing);
 	printf("}\n");
@@ -633,8 +651,8 @@ static void tick(progress *p, long n)
 	double t = now_s();
 	if (quiet || t - p->last < 1.0)
 		return;
-	fprintf(stderr, "  %s: %ld/%ld done, %.0f tasks/s\n", p->label, n, p->total,
-		(double)(n - p->last_n) / (t - p->last));
+	fprintf(stderr, "  %s: %ld/%ld done, %.0f tasks/s\n", p->label, n,
+		p->total, (double)(n - p->last_n) / (t - p->last));
 	p->last = t;
 	p->last_n = n;
 }
@@ -653,7 +671,8 @@ static void fill(long n, long batch)
 
 static void w_enqueue(long n, long batch)
 {
-	long single = n / 4 > 0 ? n / 4 : 1; /* one commit each: fewer, as due bench */
+	long single =
+	    n / 4 > 0 ? n / 4 : 1; /* one commit each: fewer, as due bench */
 	progress p = {"floor enqueue single", single, 0, 0, 0};
 
 	be->create();
@@ -698,7 +717,8 @@ static void w_drain(long n, int k, int commits, long batch)
 	char label[64];
 
 	fill(n, batch);
-	snprintf(label, sizeof(label), "floor drain %d-commit k=%d", commits, k);
+	snprintf(label, sizeof(label), "floor drain %d-commit k=%d", commits,
+		 k);
 	progress p = {label, n, 0, 0, 0};
 	double t0 = p.last = now_s();
 	if (commits == 2) {
@@ -734,26 +754,27 @@ static void w_drain(long n, int k, int commits, long batch)
 	}
 	double secs = now_s() - t0;
 	be->check(&ok, &dups);
-	emit("floor-drain", commits == 2 ? "2-commit" : "1-commit", n, k, secs, n - ok,
-	     dups, true);
+	emit("floor-drain", commits == 2 ? "2-commit" : "1-commit", n, k, secs,
+	     n - ok, dups, true);
 	be->drop();
 }
 
 static const char usage[] =
-	"usage: floor URL [--workload enqueue|drain|all|fill|drop] [--n N]\n"
-	"                 [--inflight K] [--commits 1|2|both] [--batch B] [--quiet]\n";
+    "usage: floor URL [--workload enqueue|drain|all|fill|drop] [--n N]\n"
+    "                 [--inflight K] [--commits 1|2|both] [--batch B] "
+    "[--quiet]\n";
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"workload", required_argument, NULL, 'w'},
-		{"n", required_argument, NULL, 'n'},
-		{"inflight", required_argument, NULL, 'k'},
-		{"commits", required_argument, NULL, 'c'},
-		{"batch", required_argument, NULL, 'b'},
-		{"quiet", no_argument, NULL, 'q'},
-		{"help", no_argument, NULL, 'h'},
-		{0}};
+	    {"workload", required_argument, NULL, 'w'},
+	    {"n", required_argument, NULL, 'n'},
+	    {"inflight", required_argument, NULL, 'k'},
+	    {"commits", required_argument, NULL, 'c'},
+	    {"batch", required_argument, NULL, 'b'},
+	    {"quiet", no_argument, NULL, 'q'},
+	    {"help", no_argument, NULL, 'h'},
+	    {0}};
 	const char *workload = "all", *commits = "both";
 	long n = 20000, k = 4, batch = 1000;
 	int opt;
@@ -771,8 +792,9 @@ int main(int argc, char **argv)
 		}
 	}
 	if (optind != argc - 1 || n < 1 || k < 1 || k > MAX_K || batch < 1 ||
-	    batch > MAX_BATCH || (strcmp(commits, "1") && strcmp(commits, "2") &&
-				  strcmp(commits, "both"))) {
+	    batch > MAX_BATCH ||
+	    (strcmp(commits, "1") && strcmp(commits, "2") &&
+	     strcmp(commits, "both"))) {
 		fputs(usage, stderr);
 		return 2;
 	}
@@ -789,7 +811,8 @@ int main(int argc, char **argv)
 		die("built without PostgreSQL");
 #endif
 	} else {
-		die("unknown store URL '%s' (sqlite:PATH or postgres://...)", url);
+		die("unknown store URL '%s' (sqlite:PATH or postgres://...)",
+		    url);
 	}
 	/* SQLite's default variable limit is 32766: one per row plus one */
 	if (be == &sqlite_backend && batch > 30000)
@@ -800,7 +823,8 @@ int main(int argc, char **argv)
 		fill(n, batch);
 	} else if (!strcmp(workload, "drop")) {
 		be->drop();
-	} else if (all || !strcmp(workload, "enqueue") || !strcmp(workload, "drain")) {
+	} else if (all || !strcmp(workload, "enqueue") ||
+		   !strcmp(workload, "drain")) {
 		if (all || !strcmp(workload, "enqueue"))
 			w_enqueue(n, batch);
 		if (all || !strcmp(workload, "drain")) {

@@ -36,11 +36,11 @@
 typedef struct bench {
 	size_t n;
 	int64_t horizon;
-	int64_t *due;       /* N due ticks in [1, horizon) */
-	int64_t *due2;      /* N more, for churn */
-	uint32_t *perm;     /* a random permutation of 0..N-1 */
+	int64_t *due;	/* N due ticks in [1, horizon) */
+	int64_t *due2;	/* N more, for churn */
+	uint32_t *perm; /* a random permutation of 0..N-1 */
 	due_wheel_handle *h;
-	uint64_t sink;      /* keeps fire callbacks from being optimised out */
+	uint64_t sink; /* keeps fire callbacks from being optimised out */
 } bench;
 
 static uint64_t rng_next(uint64_t *s)
@@ -100,8 +100,10 @@ static int bench_init(bench *b, size_t n)
 	if (!b->due || !b->due2 || !b->perm || !b->h)
 		return -1;
 	for (size_t i = 0; i < n; i++) {
-		b->due[i] = 1 + (int64_t)(rng_next(&s) % (uint64_t)(b->horizon - 1));
-		b->due2[i] = 1 + (int64_t)(rng_next(&s) % (uint64_t)(b->horizon - 1));
+		b->due[i] =
+		    1 + (int64_t)(rng_next(&s) % (uint64_t)(b->horizon - 1));
+		b->due2[i] =
+		    1 + (int64_t)(rng_next(&s) % (uint64_t)(b->horizon - 1));
 		b->perm[i] = (uint32_t)i;
 	}
 	for (size_t i = n - 1; i > 0; i--) { /* Fisher-Yates */
@@ -129,7 +131,8 @@ static double pass_start(bench *b, due_wheel *w)
 	int rc;
 
 	for (size_t i = 0; i < b->n; i++)
-		if ((rc = due__wheel_start(&b->h[i], w, (int64_t)i, b->due[i])) < 0)
+		if ((rc = due__wheel_start(&b->h[i], w, (int64_t)i,
+					   b->due[i])) < 0)
 			die("due__wheel_start", rc);
 	return now_sec() - t0;
 }
@@ -190,7 +193,7 @@ static double pass_advance(bench *b, int tick_by_tick, uint64_t *cascades)
 
 	for (size_t i = 0; i < b->n; i++)
 		if ((rc = due__wheel_start(NULL, w, (int64_t)i,
-					  1 + b->due[i] % ADVANCE_SPAN)) < 0)
+					   1 + b->due[i] % ADVANCE_SPAN)) < 0)
 			die("due__wheel_start", rc);
 	t0 = now_sec();
 	if (tick_by_tick) {
@@ -203,7 +206,8 @@ static double pass_advance(bench *b, int tick_by_tick, uint64_t *cascades)
 	due__wheel_stats_get(&st, w);
 	*cascades = st.cascaded;
 	if (st.pending != 0 || st.fired != b->n)
-		fprintf(stderr, "wheel_bench: advance left %zu timers\n", st.pending);
+		fprintf(stderr, "wheel_bench: advance left %zu timers\n",
+			st.pending);
 	due__wheel_free(w);
 	return t0;
 }
@@ -259,7 +263,8 @@ static void run(size_t n)
 	size_t capg;
 
 	if (bench_init(&b, n) < 0) {
-		fprintf(stderr, "wheel_bench: out of memory for %zu timers\n", n);
+		fprintf(stderr, "wheel_bench: out of memory for %zu timers\n",
+			n);
 		bench_fini(&b);
 		return;
 	}
@@ -313,8 +318,10 @@ int main(int argc, char **argv)
 		long long v = strtoll(argv[i], &end, 10);
 
 		if (*end || end == argv[i] || v < 1 || v > 100000000) {
-			fprintf(stderr, "wheel_bench: bad timer count '%s' "
-				"(1..100000000)\n", argv[i]);
+			fprintf(stderr,
+				"wheel_bench: bad timer count '%s' "
+				"(1..100000000)\n",
+				argv[i]);
 			return 2;
 		}
 		run((size_t)v);

@@ -51,15 +51,15 @@ extern "C" {
 /** Return codes.  0 is success; every failure is negative. */
 typedef enum due_error_code {
 	DUE_OK = 0,
-	DUE_ERROR = -1,     /**< generic failure; see due_error_last() */
+	DUE_ERROR = -1,	    /**< generic failure; see due_error_last() */
 	DUE_EINVAL = -2,    /**< bad input from the caller: nothing changed */
 	DUE_ENOTFOUND = -3, /**< no such task (or schedule) */
 	DUE_ESTATE = -4,    /**< the task is not in a state that allows this */
-	DUE_EBUSY = -5,     /**< store locked or task not claimable right now */
-	DUE_ESCHEMA = -6,   /**< schema missing, older or newer: run `due init` */
-	DUE_ETOOBIG = -7,   /**< payload or result over the configured limit */
-	DUE_ESTORE = -8,    /**< store unreachable or an I/O error */
-	DUE_ENOMEM = -9,    /**< allocation failed */
+	DUE_EBUSY = -5,	    /**< store locked or task not claimable right now */
+	DUE_ESCHEMA = -6, /**< schema missing, older or newer: run `due init` */
+	DUE_ETOOBIG = -7, /**< payload or result over the configured limit */
+	DUE_ESTORE = -8,  /**< store unreachable or an I/O error */
+	DUE_ENOMEM = -9,  /**< allocation failed */
 	DUE_ECONFLICT = -10 /**< a live task with the same (kind, key) exists */
 } due_error_code;
 
@@ -113,7 +113,8 @@ DUE_EXTERN void due_time_format(char *buf, size_t len, due_time t);
 DUE_EXTERN due_time due_time_now_host(void);
 
 /** Backoff for a failed try: min(base * 2^(attempt-1), cap), overflow-safe. */
-DUE_EXTERN int64_t due_backoff_us(int64_t base_us, int64_t cap_us, int32_t attempt);
+DUE_EXTERN int64_t due_backoff_us(int64_t base_us, int64_t cap_us,
+				  int32_t attempt);
 
 /* ------------------------------------------------------------------ */
 /* Tasks                                                               */
@@ -122,13 +123,15 @@ DUE_EXTERN int64_t due_backoff_us(int64_t base_us, int64_t cap_us, int32_t attem
 /** One recorded try of a task (one row of the attempts history). */
 typedef struct due_attempt {
 	int32_t attempt;
-	char *worker;        /**< lease owner that claimed this try */
+	char *worker; /**< lease owner that claimed this try */
 	due_time claimed_at;
-	due_time due_at;     /**< the task's due time when this try was claimed */
-	due_time ended_at;   /**< 0 while RUNNING */
-	char *outcome;       /**< RUNNING DONE FAILED LEASE_EXPIRED CANCELLED REQUEUED KILLED */
-	char *error;         /**< NULL when none */
-	char *late_commit;   /**< "REJECTED_STALE" when a late commit was refused */
+	due_time due_at;   /**< the task's due time when this try was claimed */
+	due_time ended_at; /**< 0 while RUNNING */
+	char *outcome; /**< RUNNING DONE FAILED LEASE_EXPIRED CANCELLED REQUEUED
+			  KILLED */
+	char *error;   /**< NULL when none */
+	char *
+	    late_commit; /**< "REJECTED_STALE" when a late commit was refused */
 } due_attempt;
 
 /**
@@ -144,21 +147,22 @@ typedef struct due_task {
 	size_t payload_len;
 	due_state state;
 	due_time due_at;
-	int32_t attempt;      /**< number of claims so far: the fencing token */
-	int32_t max_attempts; /**< attempt budget (since creation or last retry) */
+	int32_t attempt; /**< number of claims so far: the fencing token */
+	int32_t
+	    max_attempts; /**< attempt budget (since creation or last retry) */
 	int64_t backoff_us;
 	int64_t backoff_cap_us;
 	char *lease_owner;    /**< set exactly when state is CLAIMED */
 	due_time lease_until; /**< 0 unless CLAIMED */
 	bool cancel_requested;
-	char *key;            /**< business key or NULL */
+	char *key; /**< business key or NULL */
 	unsigned char *result;
 	size_t result_len;
 	bool has_result;
 	char *last_error;
 	due_time created_at;
 	due_time updated_at;
-	size_t n_attempts;    /**< filled by due_get(); 0 from list calls */
+	size_t n_attempts; /**< filled by due_get(); 0 from list calls */
 	due_attempt *attempts;
 } due_task;
 
@@ -179,14 +183,17 @@ DUE_EXTERN void due_task_list_free(due_task_list *l);
 typedef struct due_db due_db;
 
 typedef struct due_open_opts {
-	unsigned version;       /**< DUE_OPEN_OPTS_VERSION */
-	bool create;            /**< create/upgrade the schema (what `due init` does) */
-	size_t max_payload;     /**< payload limit in bytes; default 1 MiB */
-	size_t max_result;      /**< result limit in bytes; default 1 MiB */
+	unsigned version; /**< DUE_OPEN_OPTS_VERSION */
+	bool create; /**< create/upgrade the schema (what `due init` does) */
+	size_t max_payload; /**< payload limit in bytes; default 1 MiB */
+	size_t max_result;  /**< result limit in bytes; default 1 MiB */
 } due_open_opts;
 
 #define DUE_OPEN_OPTS_VERSION 1
-#define DUE_OPEN_OPTS_INIT {DUE_OPEN_OPTS_VERSION, false, 1u << 20, 1u << 20}
+#define DUE_OPEN_OPTS_INIT                                                     \
+	{                                                                      \
+		DUE_OPEN_OPTS_VERSION, false, 1u << 20, 1u << 20               \
+	}
 
 /**
  * Open the store named by `url`:
@@ -197,7 +204,8 @@ typedef struct due_open_opts {
  * created.  On failure *out is still set when a handle could be made; pass it
  * to due_close() either way (NULL is fine).
  */
-DUE_EXTERN int due_open(due_db **out, const char *url, const due_open_opts *opts);
+DUE_EXTERN int due_open(due_db **out, const char *url,
+			const due_open_opts *opts);
 DUE_EXTERN void due_close(due_db *db);
 
 /** Backend name: "sqlite" or "postgres".  Borrowed from db. */
@@ -232,19 +240,21 @@ DUE_EXTERN int due_now(due_db *db, due_time *out);
  * the epoch: at is 0, not DUE_TIME_NONE.
  */
 typedef struct due_schedule_opts {
-	unsigned version;       /**< DUE_SCHEDULE_OPTS_VERSION */
-	int64_t delay_us;       /**< due = store now + delay (when at is unset) */
-	due_time at;            /**< absolute due time; DUE_TIME_NONE = unset */
-	int32_t max_attempts;   /**< default 5 */
-	int64_t backoff_us;     /**< retry base, default 1 s */
+	unsigned version;     /**< DUE_SCHEDULE_OPTS_VERSION */
+	int64_t delay_us;     /**< due = store now + delay (when at is unset) */
+	due_time at;	      /**< absolute due time; DUE_TIME_NONE = unset */
+	int32_t max_attempts; /**< default 5 */
+	int64_t backoff_us;   /**< retry base, default 1 s */
 	int64_t backoff_cap_us; /**< retry cap, default 1 h */
-	const char *key;        /**< optional business key */
+	const char *key;	/**< optional business key */
 } due_schedule_opts;
 
 #define DUE_SCHEDULE_OPTS_VERSION 2
 #define DUE_SCHEDULE_OPTS_INIT                                                 \
-	{DUE_SCHEDULE_OPTS_VERSION, 0, DUE_TIME_NONE, 5, 1000000, 3600000000LL, \
-	 NULL}
+	{                                                                      \
+		DUE_SCHEDULE_OPTS_VERSION, 0, DUE_TIME_NONE, 5, 1000000,       \
+		    3600000000LL, NULL                                         \
+	}
 
 /** One task to submit (for batch and low-level calls). */
 typedef struct due_submit {
@@ -257,7 +267,8 @@ typedef struct due_submit {
 /** What a submit did. */
 typedef struct due_submitted {
 	due_id id;
-	bool existed; /**< true: a live task with the same (kind, key) was returned */
+	bool existed; /**< true: a live task with the same (kind, key) was
+			 returned */
 } due_submitted;
 
 /**
@@ -267,16 +278,16 @@ typedef struct due_submitted {
  * oversized payload ...) give DUE_EINVAL / DUE_ETOOBIG and change nothing.
  */
 DUE_EXTERN int due_schedule(due_db *db, due_submitted *out, const char *kind,
-		 const void *payload, size_t payload_len,
-		 const due_schedule_opts *opts);
+			    const void *payload, size_t payload_len,
+			    const due_schedule_opts *opts);
 
 /**
  * Schedule n tasks in one transaction: all or none.  out must hold n
  * entries.  On a validation error nothing is written and the message names
  * the index of the offending item.
  */
-DUE_EXTERN int due_schedule_batch(due_db *db, due_submitted *out, const due_submit *items,
-			size_t n);
+DUE_EXTERN int due_schedule_batch(due_db *db, due_submitted *out,
+				  const due_submit *items, size_t n);
 
 struct sqlite3;
 struct pg_conn;
@@ -288,22 +299,24 @@ struct pg_conn;
  * transaction (BEGIN IMMEDIATE recommended).  The store clock is the host's.
  */
 DUE_EXTERN int due_schedule_sqlite_tx(struct sqlite3 *conn, due_submitted *out,
-			   const char *kind, const void *payload,
-			   size_t payload_len, const due_schedule_opts *opts);
+				      const char *kind, const void *payload,
+				      size_t payload_len,
+				      const due_schedule_opts *opts);
 
 /**
  * Schedule inside the caller's own open transaction on their own libpq
  * connection (PGconn *).  The task commits or rolls back with their rows.
  */
 DUE_EXTERN int due_schedule_pg_tx(struct pg_conn *conn, due_submitted *out,
-		       const char *kind, const void *payload,
-		       size_t payload_len, const due_schedule_opts *opts);
+				  const char *kind, const void *payload,
+				  size_t payload_len,
+				  const due_schedule_opts *opts);
 
 /** What cancel found and did (CONTRACT §3.6). */
 typedef enum due_cancel_outcome {
-	DUE_CANCEL_CANCELLED = 0,   /**< was waiting; will never run */
-	DUE_CANCEL_REQUESTED,       /**< was running; no result will commit */
-	DUE_CANCEL_TOO_LATE,        /**< DONE or DEAD; nothing changed */
+	DUE_CANCEL_CANCELLED = 0, /**< was waiting; will never run */
+	DUE_CANCEL_REQUESTED,	  /**< was running; no result will commit */
+	DUE_CANCEL_TOO_LATE,	  /**< DONE or DEAD; nothing changed */
 	DUE_CANCEL_ALREADY_CANCELLED,
 	DUE_CANCEL_NOT_FOUND
 } due_cancel_outcome;
@@ -318,18 +331,22 @@ DUE_EXTERN int due_get(due_db *db, due_task **out, due_id id);
 
 typedef struct due_list_opts {
 	unsigned version;
-	int state;          /**< a due_state, or -1 for any */
-	const char *kind;   /**< NULL for any */
-	int limit;          /**< default 100; at most 10000 */
-	due_id after;       /**< paging: only ids greater than this */
-	bool attempts;      /**< also load each task's attempts history */
+	int state;	  /**< a due_state, or -1 for any */
+	const char *kind; /**< NULL for any */
+	int limit;	  /**< default 100; at most 10000 */
+	due_id after;	  /**< paging: only ids greater than this */
+	bool attempts;	  /**< also load each task's attempts history */
 } due_list_opts;
 
 #define DUE_LIST_OPTS_VERSION 1
-#define DUE_LIST_OPTS_INIT {DUE_LIST_OPTS_VERSION, -1, NULL, 100, 0, false}
+#define DUE_LIST_OPTS_INIT                                                     \
+	{                                                                      \
+		DUE_LIST_OPTS_VERSION, -1, NULL, 100, 0, false                 \
+	}
 
 /** List tasks in id order. */
-DUE_EXTERN int due_list(due_db *db, due_task_list **out, const due_list_opts *opts);
+DUE_EXTERN int due_list(due_db *db, due_task_list **out,
+			const due_list_opts *opts);
 
 /* ------------------------------------------------------------------ */
 /* Worker                                                              */
@@ -343,41 +360,46 @@ DUE_EXTERN int due_list(due_db *db, due_task_list **out, const due_list_opts *op
  * never given to two workers.  An empty claim returns a list of count 0.
  */
 DUE_EXTERN int due_claim(due_db *db, due_task_list **out, const char *owner,
-	      const char *const *kinds, size_t n_kinds, int limit,
-	      int64_t lease_us);
+			 const char *const *kinds, size_t n_kinds, int limit,
+			 int64_t lease_us);
 
 typedef struct due_claim_opts {
 	unsigned version;
 	const char *owner;
 	const char *const *kinds; /**< kind filter (at most 64), or NULL */
 	size_t n_kinds;
-	bool exclude_kinds;       /**< true: every kind except `kinds` */
+	bool exclude_kinds; /**< true: every kind except `kinds` */
 	int limit;
 	int64_t lease_us;
 } due_claim_opts;
 
 #define DUE_CLAIM_OPTS_VERSION 1
-#define DUE_CLAIM_OPTS_INIT {DUE_CLAIM_OPTS_VERSION, NULL, NULL, 0, false, 1, 30000000}
+#define DUE_CLAIM_OPTS_INIT                                                    \
+	{                                                                      \
+		DUE_CLAIM_OPTS_VERSION, NULL, NULL, 0, false, 1, 30000000      \
+	}
 
 /** due_claim() with every option, including a kind exclusion filter. */
-DUE_EXTERN int due_claim_ex(due_db *db, due_task_list **out, const due_claim_opts *o);
+DUE_EXTERN int due_claim_ex(due_db *db, due_task_list **out,
+			    const due_claim_opts *o);
 
 /**
  * Claim one task by id if it is SCHEDULED and due (immediate mode).
  * DUE_EBUSY when it is not claimable now (not due, taken, or gone).
  */
-DUE_EXTERN int due_claim_id(due_db *db, due_task **out, due_id id, const char *owner,
-		 int64_t lease_us);
+DUE_EXTERN int due_claim_id(due_db *db, due_task **out, due_id id,
+			    const char *owner, int64_t lease_us);
 
 typedef enum due_extend_outcome {
 	DUE_EXTEND_OK = 0,
-	DUE_EXTEND_LOST,            /**< attempt is stale or the lease was taken back */
-	DUE_EXTEND_CANCEL_REQUESTED /**< still ours, but a cancel was requested: stop */
+	DUE_EXTEND_LOST, /**< attempt is stale or the lease was taken back */
+	DUE_EXTEND_CANCEL_REQUESTED /**< still ours, but a cancel was requested:
+				       stop */
 } due_extend_outcome;
 
 /** Push the lease of try (id, attempt) to store now + lease_us. */
-DUE_EXTERN int due_extend(due_db *db, due_extend_outcome *out, due_id id, int32_t attempt,
-	       int64_t lease_us);
+DUE_EXTERN int due_extend(due_db *db, due_extend_outcome *out, due_id id,
+			  int32_t attempt, int64_t lease_us);
 
 typedef enum due_complete_outcome {
 	DUE_COMPLETE_DONE = 0,
@@ -404,12 +426,15 @@ typedef int (*due_tx_hook)(void *conn, const due_task *task, void *payload);
  * and no result was stored).
  */
 DUE_EXTERN int due_complete(due_db *db, due_complete_outcome *out, due_id id,
-		 int32_t attempt, const void *result, size_t result_len);
+			    int32_t attempt, const void *result,
+			    size_t result_len);
 
-/** due_complete() with a hook that writes the caller's rows in the same transaction. */
+/** due_complete() with a hook that writes the caller's rows in the same
+ * transaction. */
 DUE_EXTERN int due_complete_tx(due_db *db, due_complete_outcome *out, due_id id,
-		    int32_t attempt, const void *result, size_t result_len,
-		    due_tx_hook hook, void *payload);
+			       int32_t attempt, const void *result,
+			       size_t result_len, due_tx_hook hook,
+			       void *payload);
 
 /** One completion of a batch. */
 struct due_completion;
@@ -434,8 +459,10 @@ DUE_EXTERN int due_complete_batch(due_db *db, due_completion *items, size_t n);
  * runs as due_claim_ex().  This is how a busy worker keeps one commit per
  * batch.  *out receives the claimed tasks (possibly none).
  */
-DUE_EXTERN int due_complete_and_claim(due_db *db, due_completion *items, size_t n,
-			   const struct due_claim_opts *claim, due_task_list **out);
+DUE_EXTERN int due_complete_and_claim(due_db *db, due_completion *items,
+				      size_t n,
+				      const struct due_claim_opts *claim,
+				      due_task_list **out);
 
 typedef enum due_fail_outcome {
 	DUE_FAIL_RETRY_SCHEDULED = 0,
@@ -451,16 +478,17 @@ DUE_EXTERN const char *due_fail_outcome_name(due_fail_outcome o);
  * goes back to SCHEDULED due at now + due_backoff_us(...); used up: DEAD with
  * last_error; cancel requested: CANCELLED.  Stale: REJECTED_STALE.
  */
-DUE_EXTERN int due_fail(due_db *db, due_fail_outcome *out, due_id id, int32_t attempt,
-	     const char *error);
+DUE_EXTERN int due_fail(due_db *db, due_fail_outcome *out, due_id id,
+			int32_t attempt, const char *error);
 
 /** Counts of what a reclaim did. */
 typedef struct due_reclaimed {
 	int64_t rescheduled;
 	int64_t dead;
 	int64_t cancelled;
-	due_time next_expiry; /**< earliest lease_until still CLAIMED; 0 if none */
-	due_time now;         /**< the store's clock when next_expiry was read */
+	due_time
+	    next_expiry; /**< earliest lease_until still CLAIMED; 0 if none */
+	due_time now;	 /**< the store's clock when next_expiry was read */
 } due_reclaimed;
 
 /**
@@ -475,9 +503,9 @@ typedef struct due_upcoming {
 	size_t count;
 	due_id *ids;
 	due_time *due_at;
-	due_time now;         /**< the store's clock when read */
+	due_time now;	      /**< the store's clock when read */
 	due_time next_expiry; /**< earliest lease still CLAIMED; 0 if none */
-	bool truncated;       /**< more tasks were due before `until` than `limit` */
+	bool truncated; /**< more tasks were due before `until` than `limit` */
 } due_upcoming;
 
 /**
@@ -486,8 +514,9 @@ typedef struct due_upcoming {
  * read; it also reports the next lease expiry so a worker can fold its
  * reclaim check into the same query.
  */
-DUE_EXTERN int due_upcoming_get(due_db *db, due_upcoming **out, const char *const *kinds,
-		     size_t n_kinds, bool exclude_kinds, due_time until, int limit);
+DUE_EXTERN int due_upcoming_get(due_db *db, due_upcoming **out,
+				const char *const *kinds, size_t n_kinds,
+				bool exclude_kinds, due_time until, int limit);
 DUE_EXTERN void due_upcoming_free(due_upcoming *u);
 
 /**
@@ -511,9 +540,11 @@ DUE_EXTERN int due_notify(due_db *db);
 /* Operator                                                            */
 /* ------------------------------------------------------------------ */
 
-/** DEAD -> SCHEDULED due now, with a fresh attempt budget.  DUE_ESTATE if not DEAD. */
+/** DEAD -> SCHEDULED due now, with a fresh attempt budget.  DUE_ESTATE if not
+ * DEAD. */
 DUE_EXTERN int due_retry(due_db *db, due_id id);
-/** CLAIMED -> SCHEDULED due now, fencing the old holder.  DUE_ESTATE if not CLAIMED. */
+/** CLAIMED -> SCHEDULED due now, fencing the old holder.  DUE_ESTATE if not
+ * CLAIMED. */
 DUE_EXTERN int due_requeue(due_db *db, due_id id);
 /**
  * SCHEDULED or CLAIMED -> DEAD (or CANCELLED when a cancel was requested);
@@ -531,12 +562,13 @@ DUE_EXTERN int due_dead(due_db *db, due_task_list **out, int limit);
 typedef struct due_stats {
 	int64_t counts[DUE_STATE_COUNT]; /**< indexed by due_state */
 	int64_t dead;
-	int64_t due_unclaimed;           /**< SCHEDULED with due_at <= now */
+	int64_t due_unclaimed;		 /**< SCHEDULED with due_at <= now */
 	int64_t oldest_due_unclaimed_ms; /**< 0 when none */
-	int64_t lateness_p50_us;         /**< over claims in the last window; -1 if none */
+	int64_t
+	    lateness_p50_us; /**< over claims in the last window; -1 if none */
 	int64_t lateness_p99_us;
 	int64_t lateness_max_us;
-	int64_t claims_window;           /**< claims counted in that window */
+	int64_t claims_window; /**< claims counted in that window */
 	int64_t window_us;
 	due_time now;
 } due_stats;
@@ -550,9 +582,8 @@ DUE_EXTERN int due_health(due_db *db, bool *out_up, int64_t *out_dead);
  * Delete DONE and CANCELLED tasks (and their history) last updated more than
  * older_than_us ago, in bounded batches.  DEAD tasks are never pruned.
  */
-DUE_EXTERN int due_prune(due_db *db, int64_t *out_deleted, int64_t older_than_us);
-
-
+DUE_EXTERN int due_prune(due_db *db, int64_t *out_deleted,
+			 int64_t older_than_us);
 
 /* ------------------------------------------------------------------ */
 /* Periodic schedules (cron)                                           */
@@ -572,16 +603,18 @@ typedef enum due_misfire {
 } due_misfire;
 
 typedef enum due_overlap {
-	DUE_OVERLAP_ALLOW = 0, /**< a slot fires even if the last run is still live */
-	DUE_OVERLAP_WAIT       /**< a slot waits until the previous slot's task ended */
+	DUE_OVERLAP_ALLOW =
+	    0,		 /**< a slot fires even if the last run is still live */
+	DUE_OVERLAP_WAIT /**< a slot waits until the previous slot's task ended
+			  */
 } due_overlap;
 
 typedef struct due_cron_def {
 	unsigned version;
-	const char *name;    /**< letters, digits, _ - . : (1..128) */
-	const char *expr;    /**< 5 or 6 fields, or @hourly ... */
-	const char *kind;    /**< kind of the tasks it creates */
-	const char *tz;      /**< IANA zone; NULL = "UTC" */
+	const char *name; /**< letters, digits, _ - . : (1..128) */
+	const char *expr; /**< 5 or 6 fields, or @hourly ... */
+	const char *kind; /**< kind of the tasks it creates */
+	const char *tz;	  /**< IANA zone; NULL = "UTC" */
 	const void *payload;
 	size_t payload_len;
 	due_misfire misfire;
@@ -593,8 +626,11 @@ typedef struct due_cron_def {
 
 #define DUE_CRON_DEF_VERSION 1
 #define DUE_CRON_DEF_INIT                                                      \
-	{DUE_CRON_DEF_VERSION, NULL, NULL, NULL, NULL, NULL, 0,                 \
-	 DUE_MISFIRE_SKIP, DUE_OVERLAP_ALLOW, 5, 1000000, 3600000000LL}
+	{                                                                      \
+		DUE_CRON_DEF_VERSION, NULL, NULL, NULL, NULL, NULL, 0,         \
+		    DUE_MISFIRE_SKIP, DUE_OVERLAP_ALLOW, 5, 1000000,           \
+		    3600000000LL                                               \
+	}
 
 /** A schedule as stored. */
 typedef struct due_cron_info {
@@ -608,8 +644,8 @@ typedef struct due_cron_info {
 	due_time next_slot;   /**< the next slot to materialize */
 	due_time last_slot;   /**< last slot materialized; 0 if none */
 	due_id last_task;     /**< its task; 0 if none */
-	int64_t fired;        /**< slots materialized (catch-ups included) */
-	int64_t missed;       /**< slots recorded as missed */
+	int64_t fired;	      /**< slots materialized (catch-ups included) */
+	int64_t missed;	      /**< slots recorded as missed */
 	due_time last_missed; /**< the latest missed slot; 0 if none */
 	due_time created_at, updated_at;
 } due_cron_info;
@@ -636,24 +672,30 @@ DUE_EXTERN int due_cron_list(due_db *db, due_cron_info_list **out);
 /** What one scheduler pass did. */
 typedef struct due_cron_tick_result {
 	int64_t materialized; /**< slot tasks inserted (catch-ups included) */
-	int64_t missed;       /**< slots recorded as missed */
-	int64_t waiting;      /**< schedules holding a slot for a live previous run */
-	int64_t lost_races;   /**< slots another scheduler materialized first */
-	due_time next_slot;   /**< earliest next_slot over all schedules; 0 if none */
-	due_time now;         /**< store clock of this pass */
+	int64_t missed;	      /**< slots recorded as missed */
+	int64_t
+	    waiting; /**< schedules holding a slot for a live previous run */
+	int64_t lost_races; /**< slots another scheduler materialized first */
+	due_time
+	    next_slot; /**< earliest next_slot over all schedules; 0 if none */
+	due_time now;  /**< store clock of this pass */
 } due_cron_tick_result;
 
 #define DUE_CRON_MISFIRE_GRACE_US (30LL * 1000000)
 
 typedef struct due_cron_tick_opts {
-	unsigned version;         /**< DUE_CRON_TICK_OPTS_VERSION */
-	int64_t lookahead_us;     /**< slots due before now + this; 0..1 h, default 0 */
-	int64_t misfire_grace_us; /**< lateness still run as usual; 0..1 d, 30 s */
+	unsigned version; /**< DUE_CRON_TICK_OPTS_VERSION */
+	int64_t
+	    lookahead_us; /**< slots due before now + this; 0..1 h, default 0 */
+	int64_t
+	    misfire_grace_us; /**< lateness still run as usual; 0..1 d, 30 s */
 } due_cron_tick_opts;
 
 #define DUE_CRON_TICK_OPTS_VERSION 1
 #define DUE_CRON_TICK_OPTS_INIT                                                \
-	{DUE_CRON_TICK_OPTS_VERSION, 0, DUE_CRON_MISFIRE_GRACE_US}
+	{                                                                      \
+		DUE_CRON_TICK_OPTS_VERSION, 0, DUE_CRON_MISFIRE_GRACE_US       \
+	}
 
 /**
  * One scheduler pass: materialize every slot due before now +
@@ -667,7 +709,8 @@ typedef struct due_cron_tick_opts {
  * error) and *out counts what the others did.  DUE_EINVAL, before anything
  * is done, for an unknown opts->version or a value out of range.
  */
-DUE_EXTERN int due_cron_tick(due_db *db, due_cron_tick_result *out, const due_cron_tick_opts *opts);
+DUE_EXTERN int due_cron_tick(due_db *db, due_cron_tick_result *out,
+			     const due_cron_tick_opts *opts);
 
 /**
  * The next n fire times of `expr` in `zone` (NULL: UTC) strictly after
@@ -676,10 +719,12 @@ DUE_EXTERN int due_cron_tick(due_db *db, due_cron_tick_result *out, const due_cr
  * field and value, or the unknown zone.
  */
 DUE_EXTERN int due_cron_preview(due_time *out, size_t n, size_t *out_count,
-		     const char *expr, const char *zone, due_time after);
+				const char *expr, const char *zone,
+				due_time after);
 
 /** Format t as RFC 3339 local time in zone: "2026-03-29T03:00:00+02:00". */
-DUE_EXTERN int due_time_format_zone(char *buf, size_t len, due_time t, const char *zone);
+DUE_EXTERN int due_time_format_zone(char *buf, size_t len, due_time t,
+				    const char *zone);
 
 /* ------------------------------------------------------------------ */
 /* Metrics                                                             */
@@ -690,7 +735,8 @@ DUE_EXTERN int due_time_format_zone(char *buf, size_t len, due_time t, const cha
 extern DUE_EXTERN const double due_hist_bounds_ms[DUE_HIST_N];
 
 typedef struct due_histogram {
-	int64_t buckets[DUE_HIST_N + 1]; /**< per bucket, not cumulative; [N] = +Inf */
+	int64_t buckets[DUE_HIST_N +
+			1]; /**< per bucket, not cumulative; [N] = +Inf */
 	int64_t count;
 	double sum_ms;
 } due_histogram;
@@ -702,8 +748,13 @@ typedef struct due_kind_counts {
 
 /** Attempt outcomes counted in due_metrics.outcomes. */
 typedef enum due_outcome {
-	DUE_OUT_RUNNING = 0, DUE_OUT_DONE, DUE_OUT_FAILED, DUE_OUT_LEASE_EXPIRED,
-	DUE_OUT_CANCELLED, DUE_OUT_REQUEUED, DUE_OUT_KILLED,
+	DUE_OUT_RUNNING = 0,
+	DUE_OUT_DONE,
+	DUE_OUT_FAILED,
+	DUE_OUT_LEASE_EXPIRED,
+	DUE_OUT_CANCELLED,
+	DUE_OUT_REQUEUED,
+	DUE_OUT_KILLED,
 	DUE_OUT_REJECTED_STALE, /**< late commits refused by fencing */
 	DUE_OUT_COUNT
 } due_outcome;
@@ -721,11 +772,12 @@ typedef struct due_metrics {
 	due_stats stats;
 	size_t n_kinds;
 	due_kind_counts *kinds;
-	due_histogram lateness;          /**< claimed_at - due_at */
-	due_histogram duration;          /**< ended_at - claimed_at of ended tries */
+	due_histogram lateness; /**< claimed_at - due_at */
+	due_histogram duration; /**< ended_at - claimed_at of ended tries */
 	int64_t outcomes[DUE_OUT_COUNT];
-	int64_t done_per_min[15];        /**< completions in each of the last 15 minutes, [0] = latest */
-	int64_t workers;                 /**< workers that reported in the last 5 min */
+	int64_t done_per_min[15]; /**< completions in each of the last 15
+				     minutes, [0] = latest */
+	int64_t workers; /**< workers that reported in the last 5 min */
 	int64_t claim_queries, empty_claims, reclaim_queries, store_errors;
 	size_t n_schedules;
 } due_metrics;
@@ -777,26 +829,30 @@ DUE_EXTERN void due_job_set_error(due_job *job, const char *text);
  * the store's native connection after the fenced update made the task DONE
  * and before commit (see due_tx_hook).  Not called when the try is stale.
  */
-DUE_EXTERN void due_job_set_tx_hook(due_job *job, due_tx_hook hook, void *payload);
+DUE_EXTERN void due_job_set_tx_hook(due_job *job, due_tx_hook hook,
+				    void *payload);
 
 typedef enum due_exec_mode {
-	DUE_MODE_POOL = 0, /**< handlers run in pool threads; claiming never waits */
-	DUE_MODE_INLINE    /**< handlers run in the claiming thread, one by one */
+	DUE_MODE_POOL =
+	    0, /**< handlers run in pool threads; claiming never waits */
+	DUE_MODE_INLINE /**< handlers run in the claiming thread, one by one */
 } due_exec_mode;
 
 typedef struct due_worker_opts {
 	unsigned version;
-	const char *url;       /**< store URL (required) */
-	const char *owner;     /**< lease owner name; default "<host>:<pid>" */
-	int concurrency;       /**< shared pool threads; default 4 */
+	const char *url;   /**< store URL (required) */
+	const char *owner; /**< lease owner name; default "<host>:<pid>" */
+	int concurrency;   /**< shared pool threads; default 4 */
 	due_exec_mode mode;
-	int64_t lease_us;      /**< default 30 s; renewed every lease/3 */
-	int64_t poll_us;       /**< see `no_wheel` below; 0 = the default */
-	int64_t grace_us;      /**< shutdown grace for in-flight tries; default 30 s */
-	bool once;             /**< drain what is due now, then return */
-	int log_level;         /**< 0 quiet, 1 normal (default), 2 every task */
-	bool cron;             /**< also run the schedules (default off in the C API) */
-	int64_t cron_grace_us; /**< misfire grace; 0 = DUE_CRON_MISFIRE_GRACE_US */
+	int64_t lease_us; /**< default 30 s; renewed every lease/3 */
+	int64_t poll_us;  /**< see `no_wheel` below; 0 = the default */
+	int64_t
+	    grace_us;  /**< shutdown grace for in-flight tries; default 30 s */
+	bool once;     /**< drain what is due now, then return */
+	int log_level; /**< 0 quiet, 1 normal (default), 2 every task */
+	bool cron;     /**< also run the schedules (default off in the C API) */
+	int64_t
+	    cron_grace_us; /**< misfire grace; 0 = DUE_CRON_MISFIRE_GRACE_US */
 	/**
 	 * Discovery.  With the wheel (default), the worker keeps the ids of
 	 * tasks due within `horizon_us` in a timing wheel, claims at their due
@@ -806,14 +862,16 @@ typedef struct due_worker_opts {
 	 * worker polls every poll_us (0 = 1 s).
 	 */
 	bool no_wheel;
-	int64_t horizon_us;    /**< 0 = 60 s */
-	int wheel_max;         /**< ids held in memory at most; 0 = 100000 */
+	int64_t horizon_us; /**< 0 = 60 s */
+	int wheel_max;	    /**< ids held in memory at most; 0 = 100000 */
 } due_worker_opts;
 
 #define DUE_WORKER_OPTS_VERSION 1
 #define DUE_WORKER_OPTS_INIT                                                   \
-	{DUE_WORKER_OPTS_VERSION, NULL, NULL, 4, DUE_MODE_POOL, 30000000, 0,    \
-	 30000000, false, 1, false, 0, false, 0, 0}
+	{                                                                      \
+		DUE_WORKER_OPTS_VERSION, NULL, NULL, 4, DUE_MODE_POOL,         \
+		    30000000, 0, 30000000, false, 1, false, 0, false, 0, 0     \
+	}
 
 /** Create a worker (does not connect yet).  Free with due_worker_free(). */
 DUE_EXTERN int due_worker_new(due_worker **out, const due_worker_opts *opts);
@@ -825,8 +883,9 @@ DUE_EXTERN void due_worker_free(due_worker *w);
  * isolated pool of that many threads, so a slow kind cannot starve others.
  * Call before due_worker_run().
  */
-DUE_EXTERN int due_worker_register(due_worker *w, const char *kind, due_handler_fn fn,
-			void *payload, int pool_size);
+DUE_EXTERN int due_worker_register(due_worker *w, const char *kind,
+				   due_handler_fn fn, void *payload,
+				   int pool_size);
 
 /**
  * Run until due_worker_stop() (or, with opts.once, until nothing due is
@@ -854,15 +913,16 @@ DUE_EXTERN void due_worker_stop(due_worker *w);
  * is found as usual.  out->id is the task id.
  */
 DUE_EXTERN int due_worker_submit(due_worker *w, due_db *db, due_submitted *out,
-		      const char *kind, const void *payload, size_t len,
-		      const due_schedule_opts *opts);
+				 const char *kind, const void *payload,
+				 size_t len, const due_schedule_opts *opts);
 
 /** Counters of a worker since it started. */
 typedef struct due_worker_stats {
 	int64_t claimed, done, failed, dead, stale, cancelled, lease_lost;
 	int64_t claim_queries, empty_claims, reclaim_queries, store_errors;
 	int64_t wheel_fired, refills, notifications;
-	int64_t lateness_p50_us, lateness_p99_us, lateness_max_us; /**< recent claims */
+	int64_t lateness_p50_us, lateness_p99_us,
+	    lateness_max_us; /**< recent claims */
 } due_worker_stats;
 
 DUE_EXTERN void due_worker_stats_get(due_worker *w, due_worker_stats *out);
@@ -872,18 +932,22 @@ DUE_EXTERN void due_worker_stats_get(due_worker *w, due_worker_stats *out);
  * itself when they change, at most every 10 s), so that due_metrics_get()
  * in any process sees every worker's numbers.
  */
-DUE_EXTERN int due_worker_report(due_db *db, const char *owner, const due_worker_stats *st);
+DUE_EXTERN int due_worker_report(due_db *db, const char *owner,
+				 const due_worker_stats *st);
 
 /** Options of the command handler (what `due work --exec` runs). */
 typedef struct due_exec_opts {
 	unsigned version;
 	const char *command;   /**< run as /bin/sh -c COMMAND */
 	int64_t kill_grace_us; /**< SIGTERM -> SIGKILL delay; default 5 s */
-	size_t max_result;     /**< stdout bytes kept as result; default 1 MiB */
+	size_t max_result; /**< stdout bytes kept as result; default 1 MiB */
 } due_exec_opts;
 
 #define DUE_EXEC_OPTS_VERSION 1
-#define DUE_EXEC_OPTS_INIT {DUE_EXEC_OPTS_VERSION, NULL, 5000000, 1u << 20}
+#define DUE_EXEC_OPTS_INIT                                                     \
+	{                                                                      \
+		DUE_EXEC_OPTS_VERSION, NULL, 5000000, 1u << 20                 \
+	}
 
 /**
  * The command handler: pass it to due_worker_register() with a

@@ -61,8 +61,10 @@ int cli_max_payload(const cli_ctx *c, size_t *out)
 	errno = 0;
 	unsigned long long v = strtoull(mp, &end, 10);
 	if (errno || *end || v == 0 || v > (1ull << 30)) {
-		fprintf(stderr, "%s: invalid DUE_MAX_PAYLOAD '%s': bytes, "
-			"1..1073741824\n", c->prog, mp);
+		fprintf(stderr,
+			"%s: invalid DUE_MAX_PAYLOAD '%s': bytes, "
+			"1..1073741824\n",
+			c->prog, mp);
 		return EXIT_USAGE;
 	}
 	*out = (size_t)v;
@@ -107,8 +109,10 @@ int cli_parse_id(const cli_ctx *c, const char *text, due_id *out)
 	v = strtoll(text, &end, 10);
 	if (errno || *end || end == text || v <= 0 || text[0] == '+' ||
 	    text[0] == ' ')
-		return cli_usage_error(c, "invalid task id '%s': expected a "
-				       "positive decimal integer", text);
+		return cli_usage_error(c,
+				       "invalid task id '%s': expected a "
+				       "positive decimal integer",
+				       text);
 	*out = (due_id)v;
 	return 0;
 }
@@ -122,8 +126,10 @@ int cli_parse_int(const cli_ctx *c, const char *what, const char *text, long lo,
 	errno = 0;
 	v = strtol(text, &end, 10);
 	if (errno || *end || end == text || v < lo || v > hi)
-		return cli_usage_error(c, "invalid %s '%s': expected an integer "
-				       "from %ld to %ld", what, text, lo, hi);
+		return cli_usage_error(c,
+				       "invalid %s '%s': expected an integer "
+				       "from %ld to %ld",
+				       what, text, lo, hi);
 	*out = v;
 	return 0;
 }
@@ -150,8 +156,8 @@ int cli_open_input(const cli_ctx *c, const char *path, FILE **out)
 	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
 		if (f != stdin)
 			fclose(f);
-		fprintf(stderr, "%s: cannot read '%s': is a directory\n", c->prog,
-			path);
+		fprintf(stderr, "%s: cannot read '%s': is a directory\n",
+			c->prog, path);
 		return EXIT_USAGE;
 	}
 	*out = f;
@@ -172,7 +178,8 @@ int cli_read_file(const cli_ctx *c, const char *path, size_t max,
 	/* a regular file over the limit: say its real size, read nothing */
 	if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) &&
 	    (uintmax_t)st.st_size > max) {
-		fprintf(stderr, "%s: '%s' is %jd bytes, over the limit of %zu bytes\n",
+		fprintf(stderr,
+			"%s: '%s' is %jd bytes, over the limit of %zu bytes\n",
 			c->prog, path, (intmax_t)st.st_size, max);
 		rc = EXIT_USAGE;
 		goto done;
@@ -185,7 +192,8 @@ int cli_read_file(const cli_ctx *c, const char *path, size_t max,
 				cap *= 2;
 			if (!(nb = realloc(buf, cap + 1))) {
 				rc = EXIT_STORE;
-				fprintf(stderr, "%s: out of memory reading '%s'\n",
+				fprintf(stderr,
+					"%s: out of memory reading '%s'\n",
 					c->prog, path);
 				break;
 			}
@@ -202,7 +210,8 @@ int cli_read_file(const cli_ctx *c, const char *path, size_t max,
 	} else if (rc == 0 && n > max) {
 		/* a pipe or a file that grew: its whole size is unknown */
 		rc = EXIT_USAGE;
-		fprintf(stderr, "%s: '%s' is more than %zu bytes, over the limit\n",
+		fprintf(stderr,
+			"%s: '%s' is more than %zu bytes, over the limit\n",
 			c->prog, path, max);
 	}
 done:
@@ -245,8 +254,10 @@ int cli_bad_option(const cli_ctx *c, int opt, char **argv)
 	if (opt == ':')
 		return cli_usage_error(c, "option '%s' needs a value", arg);
 	if (arg[0] == '-' && arg[1] >= '0' && arg[1] <= '9')
-		return cli_usage_error(c, "invalid task id '%s': expected a "
-				       "positive decimal integer", arg);
+		return cli_usage_error(c,
+				       "invalid task id '%s': expected a "
+				       "positive decimal integer",
+				       arg);
 	return cli_usage_error(c, "unknown option '%s'", arg);
 }
 
@@ -291,7 +302,8 @@ void cli_put_text(const void *data, size_t n, int width)
 	for (size_t i = 0; i < n;) {
 		unsigned cp = 0;
 		size_t len = utf8_len(p + i, n - i, &cp);
-		if (len == 0 || cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) {
+		if (len == 0 || cp < 0x20 || cp == 0x7f ||
+		    (cp >= 0x80 && cp < 0xa0)) {
 			/* a control character or a byte that is not UTF-8 */
 			const char *esc = NULL;
 			if (len == 1 && cp == '\n')

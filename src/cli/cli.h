@@ -15,12 +15,12 @@
 /* Exit codes (documented in `due --help` and the README). */
 enum {
 	EXIT_OK = 0,
-	EXIT_DOWN = 1,     /* health: DOWN; verify: a case failed */
-	EXIT_USAGE = 2,    /* bad arguments or bad input: nothing changed */
+	EXIT_DOWN = 1,	   /* health: DOWN; verify: a case failed */
+	EXIT_USAGE = 2,	   /* bad arguments or bad input: nothing changed */
 	EXIT_NOTFOUND = 3, /* no such task or schedule */
-	EXIT_STATE = 4,    /* task in the wrong state, or key conflict */
-	EXIT_STORE = 5,    /* store unreachable, busy or failing */
-	EXIT_SCHEMA = 6    /* schema missing, older or newer: run due init */
+	EXIT_STATE = 4,	   /* task in the wrong state, or key conflict */
+	EXIT_STORE = 5,	   /* store unreachable, busy or failing */
+	EXIT_SCHEMA = 6	   /* schema missing, older or newer: run due init */
 };
 
 /* Common option ids above the printable range. */
@@ -28,13 +28,15 @@ enum { OPT_DB = 1000, OPT_JSON, OPT_HELP };
 
 #define CLI_COMMON_OPTS                                                        \
 	{"db", required_argument, NULL, OPT_DB},                               \
-	{"json", no_argument, NULL, OPT_JSON},                                 \
-	{"help", no_argument, NULL, 'h'}
+	    {"json", no_argument, NULL, OPT_JSON},                             \
+	{                                                                      \
+		"help", no_argument, NULL, 'h'                                 \
+	}
 
 typedef struct cli_ctx {
-	const char *db_url;   /* --db, else $DUE_DB, else sqlite:./due.db */
+	const char *db_url; /* --db, else $DUE_DB, else sqlite:./due.db */
 	bool json;
-	const char *prog;     /* "due add" ... for messages */
+	const char *prog; /* "due add" ... for messages */
 } cli_ctx;
 
 /* Handle a common option; true if `opt` was one. */
@@ -49,7 +51,7 @@ int cli_open(cli_ctx *c, due_db **out);
 int cli_fail(const cli_ctx *c, int rc);
 /* Print a usage error with a hint to --help; returns EXIT_USAGE. */
 int cli_usage_error(const cli_ctx *c, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 /* Parse a decimal task id; prints error.  0 or EXIT_USAGE. */
 int cli_parse_id(const cli_ctx *c, const char *text, due_id *out);
 /* Parse a positive int in [lo, hi]; prints error naming `what`. */

@@ -19,29 +19,39 @@
 #include "fmt/fmt.h"
 
 static const char usage[] =
-	"usage: due add KIND [--in DUR | --at TIME]\n"
-	"               [--payload TEXT | --payload-file FILE | --payload-stdin]\n"
-	"               [--max-attempts N] [--backoff DUR] [--backoff-cap DUR]\n"
-	"               [--key BUSINESS_KEY] [--json] [--db URL]\n"
-	"       due add --batch FILE|-   [--db URL]\n"
-	"\n"
-	"Schedule a task of KIND, due after --in (default: now) or at --at.\n"
-	"  --in DUR            delay: 250ms, 10s, 30m, 2h, 1d, 1h30m\n"
-	"  --at TIME           RFC 3339 time, e.g. 2026-12-01T02:00:00Z\n"
-	"  --payload TEXT      opaque payload (default empty; limit 1 MiB,\n"
-	"                      $DUE_MAX_PAYLOAD bytes to change it)\n"
-	"  --payload-file F    payload from a file;  --payload-stdin  from stdin\n"
-	"  --max-attempts N    tries before the task is DEAD (default 5)\n"
-	"  --backoff DUR       retry delay base (default 1s), doubled per try\n"
-	"  --backoff-cap DUR   retry delay cap (default 1h)\n"
-	"  --key KEY           business key: while a task of the same kind and\n"
-	"                      key is live, add returns its id instead\n"
-	"  --json              print the task object instead of the id\n"
-	"  --batch FILE|-      JSON lines, one task object each, one transaction;\n"
-	"                      prints the ids, one a line\n";
+    "usage: due add KIND [--in DUR | --at TIME]\n"
+    "               [--payload TEXT | --payload-file FILE | --payload-stdin]\n"
+    "               [--max-attempts N] [--backoff DUR] [--backoff-cap DUR]\n"
+    "               [--key BUSINESS_KEY] [--json] [--db URL]\n"
+    "       due add --batch FILE|-   [--db URL]\n"
+    "\n"
+    "Schedule a task of KIND, due after --in (default: now) or at --at.\n"
+    "  --in DUR            delay: 250ms, 10s, 30m, 2h, 1d, 1h30m\n"
+    "  --at TIME           RFC 3339 time, e.g. 2026-12-01T02:00:00Z\n"
+    "  --payload TEXT      opaque payload (default empty; limit 1 MiB,\n"
+    "                      $DUE_MAX_PAYLOAD bytes to change it)\n"
+    "  --payload-file F    payload from a file;  --payload-stdin  from stdin\n"
+    "  --max-attempts N    tries before the task is DEAD (default 5)\n"
+    "  --backoff DUR       retry delay base (default 1s), doubled per try\n"
+    "  --backoff-cap DUR   retry delay cap (default 1h)\n"
+    "  --key KEY           business key: while a task of the same kind and\n"
+    "                      key is live, add returns its id instead\n"
+    "  --json              print the task object instead of the id\n"
+    "  --batch FILE|-      JSON lines, one task object each, one transaction;\n"
+    "                      prints the ids, one a line\n";
 
-enum { O_IN = 'i', O_AT = 'a', O_PAYLOAD = 'p', O_PFILE = 'f', O_PSTDIN = 's',
-       O_MAXATT = 'm', O_BACKOFF = 'b', O_CAP = 'c', O_KEY = 'k', O_BATCH = 'B' };
+enum {
+	O_IN = 'i',
+	O_AT = 'a',
+	O_PAYLOAD = 'p',
+	O_PFILE = 'f',
+	O_PSTDIN = 's',
+	O_MAXATT = 'm',
+	O_BACKOFF = 'b',
+	O_CAP = 'c',
+	O_KEY = 'k',
+	O_BATCH = 'B'
+};
 
 typedef struct add_args {
 	const char *in, *at, *payload, *pfile, *batch;
@@ -54,9 +64,11 @@ static int timing(const cli_ctx *c, const char *where, const char *in,
 		  const char *at, due_schedule_opts *o)
 {
 	if (in && at)
-		return cli_usage_error(c, strcmp(where, "--") == 0
-			? "--in and --at are exclusive"
-			: "%sgive 'in' or 'at', not both", where);
+		return cli_usage_error(c,
+				       strcmp(where, "--") == 0
+					   ? "--in and --at are exclusive"
+					   : "%sgive 'in' or 'at', not both",
+				       where);
 	if (in && due_duration_parse(&o->delay_us, in) < 0)
 		return cli_usage_error(c, "%sin: %s", where, due_error_last());
 	if (at && due_time_parse(&o->at, at) < 0)
@@ -70,8 +82,10 @@ static int print_result(const cli_ctx *c, due_db *db, const due_submitted *s)
 	int rc;
 
 	if (s->existed)
-		fprintf(stderr, "%s: a live task with this kind and key exists: "
-			"%lld (nothing added)\n", c->prog, (long long)s->id);
+		fprintf(stderr,
+			"%s: a live task with this kind and key exists: "
+			"%lld (nothing added)\n",
+			c->prog, (long long)s->id);
 	if (!c->json) {
 		printf("%lld\n", (long long)s->id);
 		return 0;
@@ -93,22 +107,22 @@ static int add_one(cli_ctx *c, const char *kind, add_args *a)
 
 	if (sources > 1)
 		return cli_usage_error(c, "--payload, --payload-file and "
-				       "--payload-stdin are exclusive");
+					  "--payload-stdin are exclusive");
 	size_t limit;
 	if ((rc = timing(c, "--", a->in, a->at, &a->o)) ||
 	    (rc = cli_max_payload(c, &limit)))
 		return rc;
 	if (a->pfile || a->pstdin) {
-		if ((rc = cli_read_file(c, a->pfile ? a->pfile : "-", limit, &buf,
-					&len)))
+		if ((rc = cli_read_file(c, a->pfile ? a->pfile : "-", limit,
+					&buf, &len)))
 			return rc;
 	} else if (a->payload) {
 		len = strlen(a->payload);
 	}
 	if ((rc = cli_open(c, &db)))
 		goto done;
-	rc = due_schedule(db, &s, kind, buf ? (const void *)buf : a->payload, len,
-			  &a->o);
+	rc = due_schedule(db, &s, kind, buf ? (const void *)buf : a->payload,
+			  len, &a->o);
 	rc = rc < 0 ? cli_fail(c, rc) : print_result(c, db, &s);
 done:
 	due_close(db);
@@ -123,28 +137,36 @@ static int json_duration(const cli_ctx *c, json_t *obj, const char *name,
 	json_t *v = json_object_get(obj, name);
 	if (!v)
 		return 0;
-	if (!json_is_string(v) || due_duration_parse(out, json_string_value(v)) < 0)
-		return cli_usage_error(c, "--batch line %zu: '%s' must be a "
-			"duration string like \"10s\"%s%s", line, name,
-			json_is_string(v) ? ": " : "",
-			json_is_string(v) ? due_error_last() : "");
+	if (!json_is_string(v) ||
+	    due_duration_parse(out, json_string_value(v)) < 0)
+		return cli_usage_error(
+		    c,
+		    "--batch line %zu: '%s' must be a "
+		    "duration string like \"10s\"%s%s",
+		    line, name, json_is_string(v) ? ": " : "",
+		    json_is_string(v) ? due_error_last() : "");
 	return 0;
 }
 
 static int check_fields(const cli_ctx *c, json_t *obj, size_t line)
 {
-	static const char *const known[] = {"kind", "payload", "payload_b64", "in",
-		"at", "max_attempts", "backoff", "backoff_cap", "key", NULL};
+	static const char *const known[] = {
+	    "kind",	    "payload", "payload_b64", "in",  "at",
+	    "max_attempts", "backoff", "backoff_cap", "key", NULL};
 	const char *k;
 	json_t *v;
 
-	json_object_foreach(obj, k, v) {
+	json_object_foreach(obj, k, v)
+	{
 		size_t i = 0;
 		while (known[i] && strcmp(known[i], k) != 0)
 			i++;
 		if (!known[i])
-			return cli_usage_error(c, "--batch line %zu: unknown field "
-					       "'%s'", line, k);
+			return cli_usage_error(
+			    c,
+			    "--batch line %zu: unknown field "
+			    "'%s'",
+			    line, k);
 	}
 	return 0;
 }
@@ -153,37 +175,51 @@ static int check_fields(const cli_ctx *c, json_t *obj, size_t line)
 static int batch_item(const cli_ctx *c, json_t *obj, size_t line, due_submit *s,
 		      unsigned char **blob)
 {
-	json_t *kind = json_object_get(obj, "kind"), *p, *pb, *ma, *key, *in, *at;
+	json_t *kind = json_object_get(obj, "kind"), *p, *pb, *ma, *key, *in,
+	       *at;
 	int rc;
 
 	if (!json_is_object(obj))
-		return cli_usage_error(c, "--batch line %zu: not a JSON object", line);
+		return cli_usage_error(c, "--batch line %zu: not a JSON object",
+				       line);
 	if ((rc = check_fields(c, obj, line)))
 		return rc;
 	if (!json_is_string(kind))
-		return cli_usage_error(c, "--batch line %zu: 'kind' (string) is "
-				       "required", line);
+		return cli_usage_error(c,
+				       "--batch line %zu: 'kind' (string) is "
+				       "required",
+				       line);
 	s->kind = json_string_value(kind);
 	s->opts = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
 	p = json_object_get(obj, "payload");
 	pb = json_object_get(obj, "payload_b64");
-	if ((p && !json_is_string(p)) || (pb && !json_is_string(pb)) || (p && pb))
-		return cli_usage_error(c, "--batch line %zu: give 'payload' or "
-				       "'payload_b64' as one string", line);
+	if ((p && !json_is_string(p)) || (pb && !json_is_string(pb)) ||
+	    (p && pb))
+		return cli_usage_error(c,
+				       "--batch line %zu: give 'payload' or "
+				       "'payload_b64' as one string",
+				       line);
 	if (p) {
 		s->payload = json_string_value(p);
 		s->payload_len = json_string_length(p);
 	} else if (pb) {
-		if (due_fmt_unbase64(json_string_value(pb), blob, &s->payload_len))
-			return cli_usage_error(c, "--batch line %zu: 'payload_b64' "
-					       "is not valid base64", line);
+		if (due_fmt_unbase64(json_string_value(pb), blob,
+				     &s->payload_len))
+			return cli_usage_error(
+			    c,
+			    "--batch line %zu: 'payload_b64' "
+			    "is not valid base64",
+			    line);
 		s->payload = *blob;
 	}
 	in = json_object_get(obj, "in");
 	at = json_object_get(obj, "at");
 	if ((in && !json_is_string(in)) || (at && !json_is_string(at)))
-		return cli_usage_error(c, "--batch line %zu: 'in' and 'at' must be "
-				       "strings", line);
+		return cli_usage_error(
+		    c,
+		    "--batch line %zu: 'in' and 'at' must be "
+		    "strings",
+		    line);
 	char where[48];
 	snprintf(where, sizeof(where), "--batch line %zu: ", line);
 	if ((rc = timing(c, where, in ? json_string_value(in) : NULL,
@@ -191,19 +227,25 @@ static int batch_item(const cli_ctx *c, json_t *obj, size_t line, due_submit *s,
 		return rc;
 	ma = json_object_get(obj, "max_attempts");
 	if (ma && !json_is_integer(ma))
-		return cli_usage_error(c, "--batch line %zu: 'max_attempts' must "
-				       "be an integer", line);
+		return cli_usage_error(c,
+				       "--batch line %zu: 'max_attempts' must "
+				       "be an integer",
+				       line);
 	if (ma) {
 		json_int_t v = json_integer_value(ma);
 		s->opts.max_attempts = v < 0 || v > 100000 ? -1 : (int32_t)v;
 	}
 	key = json_object_get(obj, "key");
 	if (key && !json_is_string(key))
-		return cli_usage_error(c, "--batch line %zu: 'key' must be a "
-				       "string", line);
+		return cli_usage_error(c,
+				       "--batch line %zu: 'key' must be a "
+				       "string",
+				       line);
 	s->opts.key = key ? json_string_value(key) : NULL;
-	if ((rc = json_duration(c, obj, "backoff", line, &s->opts.backoff_us)) ||
-	    (rc = json_duration(c, obj, "backoff_cap", line, &s->opts.backoff_cap_us)))
+	if ((rc =
+		 json_duration(c, obj, "backoff", line, &s->opts.backoff_us)) ||
+	    (rc = json_duration(c, obj, "backoff_cap", line,
+				&s->opts.backoff_cap_us)))
 		return rc;
 	return 0;
 }
@@ -267,10 +309,12 @@ static int batch_read(cli_ctx *c, const char *path, batch *b)
 		lineno++;
 		if (strspn(line, " \t\r\n") == (size_t)len)
 			continue;
-		obj = json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES, &err);
+		obj =
+		    json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES, &err);
 		if (!obj) {
-			rc = cli_usage_error(c, "--batch line %zu: malformed JSON: %s",
-					     lineno, err.text);
+			rc = cli_usage_error(
+			    c, "--batch line %zu: malformed JSON: %s", lineno,
+			    err.text);
 			break;
 		}
 		if (batch_push(b, obj) < 0) {
@@ -322,17 +366,18 @@ done:
 int cmd_add(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"in", required_argument, NULL, O_IN},
-		{"at", required_argument, NULL, O_AT},
-		{"payload", required_argument, NULL, O_PAYLOAD},
-		{"payload-file", required_argument, NULL, O_PFILE},
-		{"payload-stdin", no_argument, NULL, O_PSTDIN},
-		{"max-attempts", required_argument, NULL, O_MAXATT},
-		{"backoff", required_argument, NULL, O_BACKOFF},
-		{"backoff-cap", required_argument, NULL, O_CAP},
-		{"key", required_argument, NULL, O_KEY},
-		{"batch", required_argument, NULL, O_BATCH},
-		CLI_COMMON_OPTS, {0}};
+	    {"in", required_argument, NULL, O_IN},
+	    {"at", required_argument, NULL, O_AT},
+	    {"payload", required_argument, NULL, O_PAYLOAD},
+	    {"payload-file", required_argument, NULL, O_PFILE},
+	    {"payload-stdin", no_argument, NULL, O_PSTDIN},
+	    {"max-attempts", required_argument, NULL, O_MAXATT},
+	    {"backoff", required_argument, NULL, O_BACKOFF},
+	    {"backoff-cap", required_argument, NULL, O_CAP},
+	    {"key", required_argument, NULL, O_KEY},
+	    {"batch", required_argument, NULL, O_BATCH},
+	    CLI_COMMON_OPTS,
+	    {0}};
 	add_args a = {.o = DUE_SCHEDULE_OPTS_INIT};
 	cli_ctx c = {.prog = "due add"};
 	long v;
@@ -352,12 +397,14 @@ int cmd_add(int argc, char **argv)
 		case O_KEY: a.o.key = optarg; break;
 		case O_BATCH: a.batch = optarg; break;
 		case O_MAXATT:
-			if (cli_parse_int(&c, "--max-attempts", optarg, 1, 1000, &v))
+			if (cli_parse_int(&c, "--max-attempts", optarg, 1, 1000,
+					  &v))
 				return EXIT_USAGE;
 			a.o.max_attempts = (int32_t)v;
 			break;
 		case O_BACKOFF:
-			if (cli_parse_duration(&c, "--backoff", optarg, &a.o.backoff_us))
+			if (cli_parse_duration(&c, "--backoff", optarg,
+					       &a.o.backoff_us))
 				return EXIT_USAGE;
 			break;
 		case O_CAP:
@@ -365,18 +412,19 @@ int cmd_add(int argc, char **argv)
 					       &a.o.backoff_cap_us))
 				return EXIT_USAGE;
 			break;
-		default:
-			return cli_bad_option(&c, opt, argv);
+		default: return cli_bad_option(&c, opt, argv);
 		}
 	}
 	if (a.batch) {
 		if (optind < argc)
-			return cli_usage_error(&c, "--batch takes no KIND argument");
+			return cli_usage_error(
+			    &c, "--batch takes no KIND argument");
 		return add_batch(&c, a.batch);
 	}
 	if (optind >= argc)
 		return cli_usage_error(&c, "missing KIND");
 	if (optind + 1 < argc)
-		return cli_usage_error(&c, "unexpected argument '%s'", argv[optind + 1]);
+		return cli_usage_error(&c, "unexpected argument '%s'",
+				       argv[optind + 1]);
 	return add_one(&c, argv[optind], &a);
 }

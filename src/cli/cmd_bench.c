@@ -28,27 +28,28 @@
 #include "cli/verify.h"
 
 static const char usage[] =
-	"usage: due bench [--workload enqueue|cycle|drain|lateness|idle|all]\n"
-	"                 [--n N] [--concurrency C] [--workers W] [--batch B]\n"
-	"                 [--exec CMD] [--poll DUR] [--spread DUR] [--idle DUR]\n"
-	"                 [--json] [--db URL]\n"
-	"\n"
-	"Measure the store named by --db with in-process no-op handlers.  Each\n"
-	"workload runs in a scratch store of its own (a new SQLite file beside\n"
-	"yours, or a new PostgreSQL schema) and never touches your tasks.\n"
-	"  --n N            tasks per workload (default 20000; lateness 2000)\n"
-	"  --concurrency C  handler slots per worker for drain (default 4)\n"
-	"  --workers W      worker instances for drain/lateness/idle (default 1/4/4)\n"
-	"  --batch B        enqueue batch size (default 1000)\n"
-	"  --exec CMD       drain with a command handler instead of the C no-op\n"
-	"  --poll DUR       with --no-wheel: the poll interval (default 50ms);\n"
-	"                   with the wheel: the safety poll (default 10s)\n"
-	"  --no-wheel       discover due tasks by polling only\n"
-	"  --inline         run handlers in the claiming thread, one task at a\n"
-	"                   time (drain: C inline workers)\n"
-	"  --spread DUR     lateness: tasks due over this span (default 5s)\n"
-	"  --idle DUR       idle: how long to watch (default 10s)\n"
-	"  --json           one JSON object per workload, one per line\n";
+    "usage: due bench [--workload enqueue|cycle|drain|lateness|idle|all]\n"
+    "                 [--n N] [--concurrency C] [--workers W] [--batch B]\n"
+    "                 [--exec CMD] [--poll DUR] [--spread DUR] [--idle DUR]\n"
+    "                 [--json] [--db URL]\n"
+    "\n"
+    "Measure the store named by --db with in-process no-op handlers.  Each\n"
+    "workload runs in a scratch store of its own (a new SQLite file beside\n"
+    "yours, or a new PostgreSQL schema) and never touches your tasks.\n"
+    "  --n N            tasks per workload (default 20000; lateness 2000)\n"
+    "  --concurrency C  handler slots per worker for drain (default 4)\n"
+    "  --workers W      worker instances for drain/lateness/idle (default "
+    "1/4/4)\n"
+    "  --batch B        enqueue batch size (default 1000)\n"
+    "  --exec CMD       drain with a command handler instead of the C no-op\n"
+    "  --poll DUR       with --no-wheel: the poll interval (default 50ms);\n"
+    "                   with the wheel: the safety poll (default 10s)\n"
+    "  --no-wheel       discover due tasks by polling only\n"
+    "  --inline         run handlers in the claiming thread, one task at a\n"
+    "                   time (drain: C inline workers)\n"
+    "  --spread DUR     lateness: tasks due over this span (default 5s)\n"
+    "  --idle DUR       idle: how long to watch (default 10s)\n"
+    "  --json           one JSON object per workload, one per line\n";
 
 typedef struct bopts {
 	const char *workload;
@@ -74,11 +75,11 @@ typedef struct bres {
 static void report(const bopts *o, const bres *r)
 {
 	if (o->json) {
-		json_t *j = json_pack("{s:s,s:s,s:I,s:I,s:f,s:f}", "workload",
-				      r->workload, "variant", r->variant,
-				      "n", (json_int_t)r->n, "concurrency",
-				      (json_int_t)r->concurrency, "seconds", r->seconds,
-				      "tasks_per_s", r->tasks_per_s);
+		json_t *j = json_pack(
+		    "{s:s,s:s,s:I,s:I,s:f,s:f}", "workload", r->workload,
+		    "variant", r->variant, "n", (json_int_t)r->n, "concurrency",
+		    (json_int_t)r->concurrency, "seconds", r->seconds,
+		    "tasks_per_s", r->tasks_per_s);
 		if (r->has_late) {
 			json_object_set_new(j, "p50_ms", json_real(r->p50));
 			json_object_set_new(j, "p90_ms", json_real(r->p90));
@@ -87,18 +88,22 @@ static void report(const bopts *o, const bres *r)
 			json_object_set_new(j, "early", json_integer(r->early));
 		}
 		if (r->has_idle) {
-			json_object_set_new(j, "queries_per_s", json_real(r->queries_per_s));
+			json_object_set_new(j, "queries_per_s",
+					    json_real(r->queries_per_s));
 			json_object_set_new(j, "cpu_s", json_real(r->cpu_s));
 		}
 		if (r->has_check) {
-			json_object_set_new(j, "duplicates", json_integer(r->duplicates));
-			json_object_set_new(j, "missing", json_integer(r->missing));
+			json_object_set_new(j, "duplicates",
+					    json_integer(r->duplicates));
+			json_object_set_new(j, "missing",
+					    json_integer(r->missing));
 		}
 		if (r->claim_queries > 0) {
 			json_object_set_new(j, "claim_queries",
 					    json_integer(r->claim_queries));
-			json_object_set_new(j, "tasks_per_claim",
-					    json_real((double)r->n / (double)r->claim_queries));
+			json_object_set_new(
+			    j, "tasks_per_claim",
+			    json_real((double)r->n / (double)r->claim_queries));
 		}
 		char *txt = json_dumps(j, JSON_COMPACT);
 		if (txt)
@@ -106,18 +111,22 @@ static void report(const bopts *o, const bres *r)
 		free(txt);
 		json_decref(j);
 	} else {
-		printf("%-9s %-12s n=%-6ld c=%-3ld %8.2fs %10.0f tasks/s", r->workload,
-		       r->variant, r->n, r->concurrency, r->seconds, r->tasks_per_s);
+		printf("%-9s %-12s n=%-6ld c=%-3ld %8.2fs %10.0f tasks/s",
+		       r->workload, r->variant, r->n, r->concurrency,
+		       r->seconds, r->tasks_per_s);
 		if (r->has_late)
-			printf("  p50=%.2fms p90=%.2fms p99=%.2fms max=%.2fms early=%ld",
+			printf("  p50=%.2fms p90=%.2fms p99=%.2fms max=%.2fms "
+			       "early=%ld",
 			       r->p50, r->p90, r->p99, r->max, r->early);
 		if (r->has_idle)
-			printf("  queries/s=%.2f per worker  cpu=%.2fs", r->queries_per_s,
-			       r->cpu_s);
+			printf("  queries/s=%.2f per worker  cpu=%.2fs",
+			       r->queries_per_s, r->cpu_s);
 		if (r->has_check)
-			printf("  duplicates=%ld missing=%ld", r->duplicates, r->missing);
+			printf("  duplicates=%ld missing=%ld", r->duplicates,
+			       r->missing);
 		if (r->claim_queries > 0)
-			printf("  %.1f tasks/claim", (double)r->n / (double)r->claim_queries);
+			printf("  %.1f tasks/claim",
+			       (double)r->n / (double)r->claim_queries);
 		printf("\n");
 	}
 	fflush(stdout);
@@ -134,8 +143,9 @@ static double cpu_seconds(void)
 /* Fill the scratch store with n tasks in batches; returns the first id. */
 static due_id fill(vctx *v, long n, int64_t spread_us, long batch)
 {
-	static const char payload[] = "{\"order\":123456,\"customer\":\"c-42\","
-				      "\"note\":\"close this unpaid order in 30m\"}....";
+	static const char payload[] =
+	    "{\"order\":123456,\"customer\":\"c-42\","
+	    "\"note\":\"close this unpaid order in 30m\"}....";
 	due_submit *items = calloc((size_t)batch, sizeof(*items));
 	due_submitted *out = calloc((size_t)batch, sizeof(*out));
 	due_id first = 0;
@@ -143,13 +153,16 @@ static due_id fill(vctx *v, long n, int64_t spread_us, long batch)
 	for (long done = 0; items && out && done < n;) {
 		long k = n - done < batch ? n - done : batch;
 		for (long i = 0; i < k; i++) {
-			items[i] = (due_submit){"bench", payload, sizeof(payload) - 1,
-						DUE_SCHEDULE_OPTS_INIT};
+			items[i] =
+			    (due_submit){"bench", payload, sizeof(payload) - 1,
+					 DUE_SCHEDULE_OPTS_INIT};
 			if (spread_us)
-				items[i].opts.delay_us = 1000000 + spread_us * (done + i) / n;
+				items[i].opts.delay_us =
+				    1000000 + spread_us * (done + i) / n;
 		}
 		if (due_schedule_batch(v->db, out, items, (size_t)k) < 0) {
-			fprintf(stderr, "due bench: enqueue: %s\n", due_error_last());
+			fprintf(stderr, "due bench: enqueue: %s\n",
+				due_error_last());
 			first = 0;
 			break;
 		}
@@ -164,16 +177,20 @@ static due_id fill(vctx *v, long n, int64_t spread_us, long batch)
 
 static void w_enqueue(vctx *v, const bopts *o)
 {
-	static const char payload[] = "{\"order\":123456,\"customer\":\"c-42\","
-				      "\"note\":\"close this unpaid order in 30m\"}....";
-	bres r = {.workload = "enqueue", .variant = "single", .n = o->n, .concurrency = 1};
+	static const char payload[] =
+	    "{\"order\":123456,\"customer\":\"c-42\","
+	    "\"note\":\"close this unpaid order in 30m\"}....";
+	bres r = {.workload = "enqueue",
+		  .variant = "single",
+		  .n = o->n,
+		  .concurrency = 1};
 	double t0 = v_now_ms();
 	long n = o->n / 4 > 0 ? o->n / 4 : 1; /* one commit each: fewer */
 
 	for (long i = 0; i < n; i++) {
 		due_submitted s;
-		if (due_schedule(v->db, &s, "bench", payload, sizeof(payload) - 1,
-				 NULL) < 0) {
+		if (due_schedule(v->db, &s, "bench", payload,
+				 sizeof(payload) - 1, NULL) < 0) {
 			fprintf(stderr, "due bench: %s\n", due_error_last());
 			return;
 		}
@@ -195,7 +212,9 @@ static void w_enqueue(vctx *v, const bopts *o)
 
 static void w_cycle(vctx *v, const bopts *o)
 {
-	bres r = {.workload = "cycle", .variant = "claim1+done1", .n = o->n,
+	bres r = {.workload = "cycle",
+		  .variant = "claim1+done1",
+		  .n = o->n,
 		  .concurrency = 1};
 	long done = 0;
 
@@ -211,7 +230,8 @@ static void w_cycle(vctx *v, const bopts *o)
 			due_task_list_free(l);
 			break;
 		}
-		if (due_complete(v->db, &co, l->items[0].id, l->items[0].attempt, "", 0) == 0 &&
+		if (due_complete(v->db, &co, l->items[0].id,
+				 l->items[0].attempt, "", 0) == 0 &&
 		    co == DUE_COMPLETE_DONE)
 			done++;
 		due_task_list_free(l);
@@ -270,10 +290,12 @@ static int start_workers(vctx *v, const bopts *o, wthread *ws, long count,
 		wo.once = once;
 		wo.log_level = 0;
 		if (due_worker_new(&ws[i].w, &wo) < 0 ||
-		    due_worker_register(ws[i].w, NULL, x ? due_exec_handler : fn,
+		    due_worker_register(ws[i].w, NULL,
+					x ? due_exec_handler : fn,
 					x ? (void *)x : payload, 0) < 0 ||
 		    pthread_create(&ws[i].th, NULL, wrun, &ws[i]) != 0) {
-			fprintf(stderr, "due bench: worker: %s\n", due_error_last());
+			fprintf(stderr, "due bench: worker: %s\n",
+				due_error_last());
 			return -1;
 		}
 	}
@@ -302,13 +324,19 @@ static void w_drain(vctx *v, const bopts *o)
 	/* an inline worker runs one task at a time (CONTRACT §5: nothing
 	   waits in memory holding a lease), so concurrency C inline is C
 	   inline workers, each claiming and running one task at a time */
-	long workers = o->workers_set ? o->workers : o->inline_mode ? o->concurrency : 1;
+	long workers = o->workers_set	? o->workers
+		       : o->inline_mode ? o->concurrency
+					: 1;
 	long conc = o->inline_mode ? 1 : o->concurrency;
 	drain_ctx d = {.n = o->n};
 	due_exec_opts x = DUE_EXEC_OPTS_INIT;
 	bres r = {.workload = "drain",
-		  .variant = o->exec ? "exec" : o->inline_mode ? "c-noop-inline" : "c-noop",
-		  .n = o->n, .concurrency = conc * workers, .has_check = true};
+		  .variant = o->exec	      ? "exec"
+			     : o->inline_mode ? "c-noop-inline"
+					      : "c-noop",
+		  .n = o->n,
+		  .concurrency = conc * workers,
+		  .has_check = true};
 	wthread *ws = calloc((size_t)workers, sizeof(*ws));
 
 	x.command = o->exec;
@@ -326,14 +354,16 @@ static void w_drain(vctx *v, const bopts *o)
 	for (;;) {
 		long n = o->exec ? -1 : atomic_load(&d.handled);
 		double now = v_now_ms();
-		if (o->exec && now - last >= 250) { /* commands: ask the store */
+		if (o->exec &&
+		    now - last >= 250) { /* commands: ask the store */
 			due_stats st;
 			if (due_stats_get(v->db, &st) < 0)
 				break;
 			n = (long)(st.counts[DUE_DONE] + st.counts[DUE_DEAD]);
 		}
 		if (!o->json && now - last >= 1000 && n >= 0) {
-			fprintf(stderr, "  drain: %ld/%ld run, %.0f tasks/s\n", n, o->n,
+			fprintf(stderr, "  drain: %ld/%ld run, %.0f tasks/s\n",
+				n, o->n,
 				(double)(n - last_n) * 1000.0 / (now - last));
 			last = now;
 			last_n = n;
@@ -374,10 +404,14 @@ static int cmp_double(const void *a, const void *b)
 
 static void w_lateness(vctx *v, const bopts *o)
 {
-	long n = o->n_set ? o->n : 2000, workers = o->workers_set ? o->workers : 4;
+	long n = o->n_set ? o->n : 2000,
+	     workers = o->workers_set ? o->workers : 4;
 	drain_ctx d = {.n = n};
-	bres r = {.workload = "lateness", .variant = o->no_wheel ? "poll" : "wheel", .n = n,
-		  .concurrency = workers, .has_late = true};
+	bres r = {.workload = "lateness",
+		  .variant = o->no_wheel ? "poll" : "wheel",
+		  .n = n,
+		  .concurrency = workers,
+		  .has_late = true};
 	wthread *ws = calloc((size_t)workers, sizeof(*ws));
 	double *late = calloc((size_t)n, sizeof(*late));
 	due_list_opts lo = DUE_LIST_OPTS_INIT;
@@ -392,8 +426,8 @@ static void w_lateness(vctx *v, const bopts *o)
 	double t0 = v_now_ms();
 	if (!(d.first = fill(v, n, o->spread_us, o->batch)))
 		goto stop;
-	while (atomic_load(&d.handled) < n && v_now_ms() - t0 < 60000 +
-	       (double)o->spread_us / 1000)
+	while (atomic_load(&d.handled) < n &&
+	       v_now_ms() - t0 < 60000 + (double)o->spread_us / 1000)
 		v_sleep_ms(20);
 stop:
 	stop_workers(ws, workers, true);
@@ -410,7 +444,9 @@ stop:
 			const due_task *t = &l->items[i];
 			if (t->n_attempts == 0 || k >= (size_t)n)
 				continue;
-			double ms = (double)(t->attempts[0].claimed_at - t->due_at) / 1000.0;
+			double ms =
+			    (double)(t->attempts[0].claimed_at - t->due_at) /
+			    1000.0;
 			r.early += ms < 0;
 			late[k++] = ms;
 		}
@@ -434,13 +470,17 @@ done:
 static void w_idle(vctx *v, const bopts *o)
 {
 	long workers = o->workers_set ? o->workers : 4;
-	bres r = {.workload = "idle", .variant = o->no_wheel ? "poll" : "wheel", .n = 0,
-		  .concurrency = workers, .has_idle = true};
+	bres r = {.workload = "idle",
+		  .variant = o->no_wheel ? "poll" : "wheel",
+		  .n = 0,
+		  .concurrency = workers,
+		  .has_idle = true};
 	wthread *ws = calloc((size_t)workers, sizeof(*ws));
 	drain_ctx d = {0};
 	long long q = 0;
 
-	if (!ws || start_workers(v, o, ws, workers, 4, false, noop, &d, NULL) < 0) {
+	if (!ws ||
+	    start_workers(v, o, ws, workers, 4, false, noop, &d, NULL) < 0) {
 		free(ws);
 		return;
 	}
@@ -455,8 +495,9 @@ static void w_idle(vctx *v, const bopts *o)
 	for (long i = 0; i < workers && i < 64; i++) {
 		due_worker_stats s1;
 		due_worker_stats_get(ws[i].w, &s1);
-		q += s1.claim_queries - s0[i].claim_queries + s1.reclaim_queries -
-		     s0[i].reclaim_queries + s1.refills - s0[i].refills;
+		q += s1.claim_queries - s0[i].claim_queries +
+		     s1.reclaim_queries - s0[i].reclaim_queries + s1.refills -
+		     s0[i].refills;
 	}
 	stop_workers(ws, workers, true);
 	free(ws);
@@ -470,25 +511,26 @@ typedef struct workload {
 } workload;
 
 static const workload workloads[] = {
-	{"enqueue", w_enqueue}, {"cycle", w_cycle}, {"drain", w_drain},
-	{"lateness", w_lateness}, {"idle", w_idle},
+    {"enqueue", w_enqueue},   {"cycle", w_cycle}, {"drain", w_drain},
+    {"lateness", w_lateness}, {"idle", w_idle},
 };
 
 static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"workload", required_argument, NULL, 'w'},
-		{"n", required_argument, NULL, 'n'},
-		{"concurrency", required_argument, NULL, 'c'},
-		{"workers", required_argument, NULL, 'W'},
-		{"batch", required_argument, NULL, 'b'},
-		{"exec", required_argument, NULL, 'e'},
-		{"poll", required_argument, NULL, 'p'},
-		{"spread", required_argument, NULL, 's'},
-		{"idle", required_argument, NULL, 'i'},
-		{"no-wheel", no_argument, NULL, 'P'},
-		{"inline", no_argument, NULL, 'I'},
-		CLI_COMMON_OPTS, {0}};
+	    {"workload", required_argument, NULL, 'w'},
+	    {"n", required_argument, NULL, 'n'},
+	    {"concurrency", required_argument, NULL, 'c'},
+	    {"workers", required_argument, NULL, 'W'},
+	    {"batch", required_argument, NULL, 'b'},
+	    {"exec", required_argument, NULL, 'e'},
+	    {"poll", required_argument, NULL, 'p'},
+	    {"spread", required_argument, NULL, 's'},
+	    {"idle", required_argument, NULL, 'i'},
+	    {"no-wheel", no_argument, NULL, 'P'},
+	    {"inline", no_argument, NULL, 'I'},
+	    CLI_COMMON_OPTS,
+	    {0}};
 	int opt;
 
 	cli_getopt_reset();
@@ -504,39 +546,46 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 			o->n_set = true;
 			break;
 		case 'c':
-			if (cli_parse_int(c, "--concurrency", optarg, 1, 1024, &o->concurrency))
+			if (cli_parse_int(c, "--concurrency", optarg, 1, 1024,
+					  &o->concurrency))
 				return EXIT_USAGE;
 			break;
 		case 'W':
-			if (cli_parse_int(c, "--workers", optarg, 1, 64, &o->workers))
+			if (cli_parse_int(c, "--workers", optarg, 1, 64,
+					  &o->workers))
 				return EXIT_USAGE;
 			o->workers_set = true;
 			break;
 		case 'b':
-			if (cli_parse_int(c, "--batch", optarg, 1, 10000, &o->batch))
+			if (cli_parse_int(c, "--batch", optarg, 1, 10000,
+					  &o->batch))
 				return EXIT_USAGE;
 			break;
 		case 'e': o->exec = optarg; break;
 		case 'p':
-			if (cli_parse_duration(c, "--poll", optarg, &o->poll_us))
+			if (cli_parse_duration(c, "--poll", optarg,
+					       &o->poll_us))
 				return EXIT_USAGE;
 			o->poll_set = true;
 			break;
 		case 'P': o->no_wheel = true; break;
 		case 'I': o->inline_mode = true; break;
 		case 's':
-			if (cli_parse_duration(c, "--spread", optarg, &o->spread_us))
+			if (cli_parse_duration(c, "--spread", optarg,
+					       &o->spread_us))
 				return EXIT_USAGE;
 			break;
 		case 'i':
-			if (cli_parse_duration(c, "--idle", optarg, &o->idle_us))
+			if (cli_parse_duration(c, "--idle", optarg,
+					       &o->idle_us))
 				return EXIT_USAGE;
 			break;
 		default: return cli_bad_option(c, opt, argv);
 		}
 	}
 	if (optind < argc)
-		return cli_usage_error(c, "unexpected argument '%s'", argv[optind]);
+		return cli_usage_error(c, "unexpected argument '%s'",
+				       argv[optind]);
 	if (o->poll_us < 1000)
 		return cli_usage_error(c, "--poll must be at least 1ms");
 	return 0;
@@ -544,8 +593,8 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 
 int cmd_bench(int argc, char **argv)
 {
-	bopts o = {"all", 20000, 4, 1, 1000, NULL, 50000, 5000000, 10000000,
-		   false, false, false};
+	bopts o = {"all", 20000,   4,	     1,	    1000,  NULL,
+		   50000, 5000000, 10000000, false, false, false};
 	cli_ctx c = {.prog = "due bench"};
 	vctx v = {0};
 	bool any = false;
@@ -555,14 +604,18 @@ int cmd_bench(int argc, char **argv)
 		return rc < 0 ? 0 : rc;
 	o.json = c.json;
 	for (size_t i = 0; i < sizeof(workloads) / sizeof(workloads[0]); i++)
-		any |= !strcmp(o.workload, "all") || !strcmp(o.workload, workloads[i].name);
+		any |= !strcmp(o.workload, "all") ||
+		       !strcmp(o.workload, workloads[i].name);
 	if (!any)
-		return cli_usage_error(&c, "unknown workload '%s' (enqueue, cycle, "
-				       "drain, lateness, idle or all)", o.workload);
+		return cli_usage_error(&c,
+				       "unknown workload '%s' (enqueue, cycle, "
+				       "drain, lateness, idle or all)",
+				       o.workload);
 	if ((rc = v_setup(&v, cli_db_url(&c))) < 0)
 		return rc == DUE_EINVAL ? cli_fail(&c, rc) : EXIT_STORE;
 	for (size_t i = 0; i < sizeof(workloads) / sizeof(workloads[0]); i++) {
-		if (strcmp(o.workload, "all") && strcmp(o.workload, workloads[i].name))
+		if (strcmp(o.workload, "all") &&
+		    strcmp(o.workload, workloads[i].name))
 			continue;
 		if (v_fresh(&v, workloads[i].name) < 0) {
 			rc = EXIT_STORE;

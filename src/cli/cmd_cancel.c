@@ -5,15 +5,16 @@
 #include "cli/cli.h"
 
 static const char usage[] =
-	"usage: due cancel ID [--db URL]\n"
-	"\n"
-	"Cancel a task.  Prints where it was, and so what can still happen:\n"
-	"  CANCELLED          it was waiting; it will never run\n"
-	"  REQUESTED          it was running; no result will commit, it ends\n"
-	"                     CANCELLED (an external call already made stays made)\n"
-	"  TOO_LATE           it was DONE or DEAD; nothing changed\n"
-	"  ALREADY_CANCELLED  it was cancelled before\n"
-	"  NOT_FOUND          no such task (exit code 3)\n";
+    "usage: due cancel ID [--db URL]\n"
+    "\n"
+    "Cancel a task.  Prints where it was, and so what can still happen:\n"
+    "  CANCELLED          it was waiting; it will never run\n"
+    "  REQUESTED          it was running; no result will commit, it ends\n"
+    "                     CANCELLED (an external call already made stays "
+    "made)\n"
+    "  TOO_LATE           it was DONE or DEAD; nothing changed\n"
+    "  ALREADY_CANCELLED  it was cancelled before\n"
+    "  NOT_FOUND          no such task (exit code 3)\n";
 
 int cmd_cancel(int argc, char **argv)
 {
@@ -36,7 +37,8 @@ int cmd_cancel(int argc, char **argv)
 	}
 	if (optind + 1 != argc)
 		return cli_usage_error(&c, "expected exactly one task ID");
-	if ((rc = cli_parse_id(&c, argv[optind], &id)) || (rc = cli_open(&c, &db)))
+	if ((rc = cli_parse_id(&c, argv[optind], &id)) ||
+	    (rc = cli_open(&c, &db)))
 		return rc;
 	rc = due_cancel(db, &out, id);
 	due_close(db);

@@ -15,48 +15,62 @@
 #include "fmt/fmt.h"
 
 static const char usage[] =
-	"usage: due cron add NAME 'EXPR' KIND [--tz ZONE] [--payload TEXT |\n"
-	"                    --payload-file FILE] [--misfire skip|once]\n"
-	"                    [--overlap allow|wait] [--max-attempts N]\n"
-	"                    [--backoff DUR] [--backoff-cap DUR] [--db URL]\n"
-	"       due cron ls [--json] [--db URL]\n"
-	"       due cron rm NAME [--db URL]\n"
-	"       due cron next 'EXPR' [--tz ZONE] [--from TIME] [--count N]\n"
-	"\n"
-	"Periodic schedules.  EXPR has 5 fields (minute hour day-of-month month\n"
-	"day-of-week) or 6 with leading seconds; names (JAN, MON), ranges, lists,\n"
-	"steps and @yearly @monthly @weekly @daily @hourly are understood.  Times\n"
-	"are computed in ZONE (an IANA name, default UTC), right across DST: a\n"
-	"skipped local time fires once at the end of the gap, a repeated one once.\n"
-	"Each slot becomes one task of KIND, exactly once however many `due work`\n"
-	"processes run the schedules.\n"
-	"  --misfire skip   slots missed while no scheduler ran are counted, not run\n"
-	"  --misfire once   one catch-up run for them (default: skip)\n"
-	"  --overlap wait   a slot waits until the previous slot's task has ended\n"
-	"  --overlap allow  slots fire regardless (default)\n"
-	"  add with an existing NAME replaces it from the next slot on.\n"
-	"  next prints the next N (default 5) fire times, RFC 3339 UTC, one a line.\n";
+    "usage: due cron add NAME 'EXPR' KIND [--tz ZONE] [--payload TEXT |\n"
+    "                    --payload-file FILE] [--misfire skip|once]\n"
+    "                    [--overlap allow|wait] [--max-attempts N]\n"
+    "                    [--backoff DUR] [--backoff-cap DUR] [--db URL]\n"
+    "       due cron ls [--json] [--db URL]\n"
+    "       due cron rm NAME [--db URL]\n"
+    "       due cron next 'EXPR' [--tz ZONE] [--from TIME] [--count N]\n"
+    "\n"
+    "Periodic schedules.  EXPR has 5 fields (minute hour day-of-month month\n"
+    "day-of-week) or 6 with leading seconds; names (JAN, MON), ranges, lists,\n"
+    "steps and @yearly @monthly @weekly @daily @hourly are understood.  Times\n"
+    "are computed in ZONE (an IANA name, default UTC), right across DST: a\n"
+    "skipped local time fires once at the end of the gap, a repeated one "
+    "once.\n"
+    "Each slot becomes one task of KIND, exactly once however many `due work`\n"
+    "processes run the schedules.\n"
+    "  --misfire skip   slots missed while no scheduler ran are counted, not "
+    "run\n"
+    "  --misfire once   one catch-up run for them (default: skip)\n"
+    "  --overlap wait   a slot waits until the previous slot's task has ended\n"
+    "  --overlap allow  slots fire regardless (default)\n"
+    "  add with an existing NAME replaces it from the next slot on.\n"
+    "  next prints the next N (default 5) fire times, RFC 3339 UTC, one a "
+    "line.\n";
 
 static int bad(const cli_ctx *c, const char *fmt, const char *arg)
 {
 	return cli_usage_error(c, fmt, arg);
 }
 
-enum { O_TZ = 'z', O_PAYLOAD = 'p', O_PFILE = 'f', O_MISFIRE = 'm', O_OVERLAP = 'o',
-       O_MAXATT = 'a', O_BACKOFF = 'b', O_CAP = 'c', O_FROM = 'F', O_COUNT = 'n' };
+enum {
+	O_TZ = 'z',
+	O_PAYLOAD = 'p',
+	O_PFILE = 'f',
+	O_MISFIRE = 'm',
+	O_OVERLAP = 'o',
+	O_MAXATT = 'a',
+	O_BACKOFF = 'b',
+	O_CAP = 'c',
+	O_FROM = 'F',
+	O_COUNT = 'n'
+};
 
 static const struct option opts[] = {
-	{"tz", required_argument, NULL, O_TZ},
-	{"payload", required_argument, NULL, O_PAYLOAD},
-	{"payload-file", required_argument, NULL, O_PFILE},
-	{"misfire", required_argument, NULL, O_MISFIRE},
-	{"overlap", required_argument, NULL, O_OVERLAP},
-	{"max-attempts", required_argument, NULL, O_MAXATT},
-	{"backoff", required_argument, NULL, O_BACKOFF},
-	{"backoff-cap", required_argument, NULL, O_CAP},
-	{"from", required_argument, NULL, O_FROM},
-	{"count", required_argument, NULL, O_COUNT},
-	CLI_COMMON_OPTS, {0}};
+    {"tz", required_argument, NULL, O_TZ},
+    {"payload", required_argument, NULL, O_PAYLOAD},
+    {"payload-file", required_argument, NULL, O_PFILE},
+    {"misfire", required_argument, NULL, O_MISFIRE},
+    {"overlap", required_argument, NULL, O_OVERLAP},
+    {"max-attempts", required_argument, NULL, O_MAXATT},
+    {"backoff", required_argument, NULL, O_BACKOFF},
+    {"backoff-cap", required_argument, NULL, O_CAP},
+    {"from", required_argument, NULL, O_FROM},
+    {"count", required_argument, NULL, O_COUNT},
+    CLI_COMMON_OPTS,
+    {0}};
 
 typedef struct cron_args {
 	due_cron_def d;
@@ -70,13 +84,19 @@ static int parse_opt(cli_ctx *c, cron_args *a, int opt, char *arg)
 	long v;
 
 	switch (opt) {
-	case O_TZ: a->d.tz = arg; a->has_tz = true; return 0;
+	case O_TZ:
+		a->d.tz = arg;
+		a->has_tz = true;
+		return 0;
 	case O_PAYLOAD:
 		a->d.payload = arg;
 		a->d.payload_len = strlen(arg);
 		a->has_def_opt = true;
 		return 0;
-	case O_PFILE: a->pfile = arg; a->has_def_opt = true; return 0;
+	case O_PFILE:
+		a->pfile = arg;
+		a->has_def_opt = true;
+		return 0;
 	case O_MISFIRE:
 		a->has_def_opt = true;
 		if (!strcmp(arg, "skip"))
@@ -84,7 +104,8 @@ static int parse_opt(cli_ctx *c, cron_args *a, int opt, char *arg)
 		else if (!strcmp(arg, "once"))
 			a->d.misfire = DUE_MISFIRE_ONCE;
 		else
-			return bad(c, "--misfire: '%s' is not skip or once", arg);
+			return bad(c, "--misfire: '%s' is not skip or once",
+				   arg);
 		return 0;
 	case O_OVERLAP:
 		a->has_def_opt = true;
@@ -93,7 +114,8 @@ static int parse_opt(cli_ctx *c, cron_args *a, int opt, char *arg)
 		else if (!strcmp(arg, "wait"))
 			a->d.overlap = DUE_OVERLAP_WAIT;
 		else
-			return bad(c, "--overlap: '%s' is not allow or wait", arg);
+			return bad(c, "--overlap: '%s' is not allow or wait",
+				   arg);
 		return 0;
 	case O_MAXATT:
 		a->has_def_opt = true;
@@ -103,11 +125,16 @@ static int parse_opt(cli_ctx *c, cron_args *a, int opt, char *arg)
 		return 0;
 	case O_BACKOFF:
 		a->has_def_opt = true;
-		return cli_parse_duration(c, "--backoff", arg, &a->d.backoff_us);
+		return cli_parse_duration(c, "--backoff", arg,
+					  &a->d.backoff_us);
 	case O_CAP:
 		a->has_def_opt = true;
-		return cli_parse_duration(c, "--backoff-cap", arg, &a->d.backoff_cap_us);
-	case O_FROM: a->from = arg; a->has_from = true; return 0;
+		return cli_parse_duration(c, "--backoff-cap", arg,
+					  &a->d.backoff_cap_us);
+	case O_FROM:
+		a->from = arg;
+		a->has_from = true;
+		return 0;
 	case O_COUNT:
 		a->has_count = true;
 		if (cli_parse_int(c, "--count", arg, 1, 10000, &a->count))
@@ -127,9 +154,11 @@ static int cron_add(cli_ctx *c, cron_args *a, char **pos, int npos)
 	if (npos != 3)
 		return cli_usage_error(c, "expected NAME 'EXPR' KIND");
 	if (a->has_from || a->has_count)
-		return cli_usage_error(c, "--from and --count belong to `cron next`");
+		return cli_usage_error(
+		    c, "--from and --count belong to `cron next`");
 	if (a->pfile && a->d.payload)
-		return cli_usage_error(c, "--payload and --payload-file are exclusive");
+		return cli_usage_error(
+		    c, "--payload and --payload-file are exclusive");
 	a->d.name = pos[0];
 	a->d.expr = pos[1];
 	a->d.kind = pos[2];
@@ -150,8 +179,10 @@ static int cron_add(cli_ctx *c, cron_args *a, char **pos, int npos)
 				char u[40], z[48];
 				if (strcmp(l->items[i].name, a->d.name))
 					continue;
-				due_time_format(u, sizeof(u), l->items[i].next_slot);
-				due_time_format_zone(z, sizeof(z), l->items[i].next_slot,
+				due_time_format(u, sizeof(u),
+						l->items[i].next_slot);
+				due_time_format_zone(z, sizeof(z),
+						     l->items[i].next_slot,
 						     l->items[i].tz);
 				printf("%s next %s (%s %s)\n", a->d.name, u, z,
 				       l->items[i].tz);
@@ -185,8 +216,8 @@ static int cron_ls(cli_ctx *c, int npos)
 		due_cron_info_list_free(l);
 		return cli_print_json(arr);
 	}
-	printf("%-16s %-18s %-14s %-24s %-32s %6s %6s\n", "NAME", "EXPR", "KIND",
-	       "NEXT (UTC)", "NEXT (LOCAL, ZONE)", "FIRED", "MISSED");
+	printf("%-16s %-18s %-14s %-24s %-32s %6s %6s\n", "NAME", "EXPR",
+	       "KIND", "NEXT (UTC)", "NEXT (LOCAL, ZONE)", "FIRED", "MISSED");
 	for (size_t i = 0; i < l->count; i++) {
 		const due_cron_info *s = &l->items[i];
 		char u[40], z[48], zl[96];
@@ -194,8 +225,9 @@ static int cron_ls(cli_ctx *c, int npos)
 		if (due_time_format_zone(z, sizeof(z), s->next_slot, s->tz) < 0)
 			snprintf(z, sizeof(z), "?");
 		snprintf(zl, sizeof(zl), "%s %s", z, s->tz);
-		printf("%-16s %-18s %-14s %-24s %-32s %6lld %6lld\n", s->name, s->expr,
-		       s->kind, u, zl, (long long)s->fired, (long long)s->missed);
+		printf("%-16s %-18s %-14s %-24s %-32s %6lld %6lld\n", s->name,
+		       s->expr, s->kind, u, zl, (long long)s->fired,
+		       (long long)s->missed);
 	}
 	due_cron_info_list_free(l);
 	return 0;
@@ -227,7 +259,8 @@ static int cron_next(cli_ctx *c, cron_args *a, char **pos, int npos)
 	if (npos != 1)
 		return cli_usage_error(c, "expected one 'EXPR'");
 	if (a->has_def_opt)
-		return cli_usage_error(c, "cron next takes only --tz, --from, --count");
+		return cli_usage_error(
+		    c, "cron next takes only --tz, --from, --count");
 	if (a->from && due_time_parse(&from, a->from) < 0)
 		return cli_usage_error(c, "--from: %s", due_error_last());
 	if (!(out = calloc(n, sizeof(*out))))
@@ -281,6 +314,6 @@ int cmd_cron(int argc, char **argv)
 		return cron_rm(&c, pos + 1, npos - 1);
 	if (!strcmp(pos[0], "next"))
 		return cron_next(&c, &a, pos + 1, npos - 1);
-	return cli_usage_error(&c, "unknown cron command '%s' (add, ls, rm, next)",
-			       pos[0]);
+	return cli_usage_error(
+	    &c, "unknown cron command '%s' (add, ls, rm, next)", pos[0]);
 }

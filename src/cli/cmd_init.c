@@ -4,10 +4,10 @@
 #include "cli/cli.h"
 
 static const char usage[] =
-	"usage: due init [--db URL]\n"
-	"\n"
-	"Create the due schema in the store, or upgrade an older one.  Safe to\n"
-	"run again.  A SQLite file is created when missing (WAL mode).\n";
+    "usage: due init [--db URL]\n"
+    "\n"
+    "Create the due schema in the store, or upgrade an older one.  Safe to\n"
+    "run again.  A SQLite file is created when missing (WAL mode).\n";
 
 int cmd_init(int argc, char **argv)
 {
@@ -28,7 +28,8 @@ int cmd_init(int argc, char **argv)
 		return cli_bad_option(&c, opt, argv);
 	}
 	if (optind < argc)
-		return cli_usage_error(&c, "unexpected argument '%s'", argv[optind]);
+		return cli_usage_error(&c, "unexpected argument '%s'",
+				       argv[optind]);
 	o.create = true;
 	rc = due_open(&db, cli_db_url(&c), &o);
 	if (rc < 0) {

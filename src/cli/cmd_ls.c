@@ -8,18 +8,18 @@
 #include "fmt/fmt.h"
 
 static const char usage_ls[] =
-	"usage: due ls [--state STATE] [--kind KIND] [--limit N] [--after ID]\n"
-	"              [--json] [--db URL]\n"
-	"\n"
-	"List tasks in id order.  STATE is SCHEDULED, CLAIMED, DONE, CANCELLED\n"
-	"or DEAD.  --limit defaults to 100 (at most 10000); --after ID pages.\n";
+    "usage: due ls [--state STATE] [--kind KIND] [--limit N] [--after ID]\n"
+    "              [--json] [--db URL]\n"
+    "\n"
+    "List tasks in id order.  STATE is SCHEDULED, CLAIMED, DONE, CANCELLED\n"
+    "or DEAD.  --limit defaults to 100 (at most 10000); --after ID pages.\n";
 
 static const char usage_dead[] =
-	"usage: due dead [--limit N] [--json] [--db URL]\n"
-	"\n"
-	"List dead letters: tasks that used up their attempts (or were killed),\n"
-	"with their last error.  Each needs a person: `due retry ID` runs it\n"
-	"again with a fresh attempt budget, `due kill` leaves it dead.\n";
+    "usage: due dead [--limit N] [--json] [--db URL]\n"
+    "\n"
+    "List dead letters: tasks that used up their attempts (or were killed),\n"
+    "with their last error.  Each needs a person: `due retry ID` runs it\n"
+    "again with a fresh attempt budget, `due kill` leaves it dead.\n";
 
 void cli_print_task_table(const due_task_list *l)
 {
@@ -65,11 +65,12 @@ enum { O_STATE = 's', O_KIND = 'k', O_LIMIT = 'n', O_AFTER = 'a' };
 int cmd_ls(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"state", required_argument, NULL, O_STATE},
-		{"kind", required_argument, NULL, O_KIND},
-		{"limit", required_argument, NULL, O_LIMIT},
-		{"after", required_argument, NULL, O_AFTER},
-		CLI_COMMON_OPTS, {0}};
+	    {"state", required_argument, NULL, O_STATE},
+	    {"kind", required_argument, NULL, O_KIND},
+	    {"limit", required_argument, NULL, O_LIMIT},
+	    {"after", required_argument, NULL, O_AFTER},
+	    CLI_COMMON_OPTS,
+	    {0}};
 	due_list_opts o = DUE_LIST_OPTS_INIT;
 	cli_ctx c = {.prog = "due ls"};
 	due_state st;
@@ -85,7 +86,8 @@ int cmd_ls(int argc, char **argv)
 		case 'h': fputs(usage_ls, stdout); return 0;
 		case O_STATE:
 			if (due_state_parse(&st, optarg) < 0)
-				return cli_usage_error(&c, "--state: %s", due_error_last());
+				return cli_usage_error(&c, "--state: %s",
+						       due_error_last());
 			o.state = (int)st;
 			break;
 		case O_KIND: o.kind = optarg; break;
@@ -98,19 +100,19 @@ int cmd_ls(int argc, char **argv)
 			if (cli_parse_id(&c, optarg, &o.after))
 				return EXIT_USAGE;
 			break;
-		default:
-			return cli_bad_option(&c, opt, argv);
+		default: return cli_bad_option(&c, opt, argv);
 		}
 	}
 	if (optind < argc)
-		return cli_usage_error(&c, "unexpected argument '%s'", argv[optind]);
+		return cli_usage_error(&c, "unexpected argument '%s'",
+				       argv[optind]);
 	return run_list(&c, &o);
 }
 
 int cmd_dead(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"limit", required_argument, NULL, O_LIMIT}, CLI_COMMON_OPTS, {0}};
+	    {"limit", required_argument, NULL, O_LIMIT}, CLI_COMMON_OPTS, {0}};
 	due_list_opts o = DUE_LIST_OPTS_INIT;
 	cli_ctx c = {.prog = "due dead"};
 	long v;
@@ -136,6 +138,7 @@ int cmd_dead(int argc, char **argv)
 		return cli_bad_option(&c, opt, argv);
 	}
 	if (optind < argc)
-		return cli_usage_error(&c, "unexpected argument '%s'", argv[optind]);
+		return cli_usage_error(&c, "unexpected argument '%s'",
+				       argv[optind]);
 	return run_list(&c, &o);
 }

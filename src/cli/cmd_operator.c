@@ -8,26 +8,26 @@
 #include "cli/cli.h"
 
 static const char usage_retry[] =
-	"usage: due retry ID [--db URL]\n"
-	"\n"
-	"Move a DEAD task back to SCHEDULED, due now, with a fresh attempt\n"
-	"budget.  Its attempt counter keeps counting, so old fencing tokens stay\n"
-	"dead.  Exit 4 if the task is not DEAD.\n";
+    "usage: due retry ID [--db URL]\n"
+    "\n"
+    "Move a DEAD task back to SCHEDULED, due now, with a fresh attempt\n"
+    "budget.  Its attempt counter keeps counting, so old fencing tokens stay\n"
+    "dead.  Exit 4 if the task is not DEAD.\n";
 
 static const char usage_requeue[] =
-	"usage: due requeue ID [--db URL]\n"
-	"\n"
-	"Take a CLAIMED task back to SCHEDULED, due now, without waiting for its\n"
-	"lease to expire.  The old holder is fenced: its complete or fail is\n"
-	"refused.  Exit 4 if the task is not CLAIMED.\n";
+    "usage: due requeue ID [--db URL]\n"
+    "\n"
+    "Take a CLAIMED task back to SCHEDULED, due now, without waiting for its\n"
+    "lease to expire.  The old holder is fenced: its complete or fail is\n"
+    "refused.  Exit 4 if the task is not CLAIMED.\n";
 
 static const char usage_kill[] =
-	"usage: due kill ID [--db URL]\n"
-	"\n"
-	"End a SCHEDULED or CLAIMED task as DEAD (CANCELLED if a cancel was\n"
-	"requested); a running holder is fenced.  On a dead letter (DEAD) it\n"
-	"dismisses it: CANCELLED, recorded, and no longer keeping health DOWN.\n"
-	"Exit 4 if the task is DONE or CANCELLED.\n";
+    "usage: due kill ID [--db URL]\n"
+    "\n"
+    "End a SCHEDULED or CLAIMED task as DEAD (CANCELLED if a cancel was\n"
+    "requested); a running holder is fenced.  On a dead letter (DEAD) it\n"
+    "dismisses it: CANCELLED, recorded, and no longer keeping health DOWN.\n"
+    "Exit 4 if the task is DONE or CANCELLED.\n";
 
 int cli_operator(int argc, char **argv, const char *name, const char *usage)
 {
@@ -52,7 +52,8 @@ int cli_operator(int argc, char **argv, const char *name, const char *usage)
 	}
 	if (optind + 1 != argc)
 		return cli_usage_error(&c, "expected exactly one task ID");
-	if ((rc = cli_parse_id(&c, argv[optind], &id)) || (rc = cli_open(&c, &db)))
+	if ((rc = cli_parse_id(&c, argv[optind], &id)) ||
+	    (rc = cli_open(&c, &db)))
 		return rc;
 	if (strcmp(name, "retry") == 0)
 		rc = due_retry(db, id);

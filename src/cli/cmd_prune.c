@@ -4,16 +4,16 @@
 #include "cli/cli.h"
 
 static const char usage[] =
-	"usage: due prune --older-than DUR [--db URL]\n"
-	"\n"
-	"Delete DONE and CANCELLED tasks (with their attempts history) last\n"
-	"changed more than DUR ago, in bounded batches.  DEAD tasks are never\n"
-	"pruned: a dead letter waits for a person.  Prints the number deleted.\n";
+    "usage: due prune --older-than DUR [--db URL]\n"
+    "\n"
+    "Delete DONE and CANCELLED tasks (with their attempts history) last\n"
+    "changed more than DUR ago, in bounded batches.  DEAD tasks are never\n"
+    "pruned: a dead letter waits for a person.  Prints the number deleted.\n";
 
 int cmd_prune(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"older-than", required_argument, NULL, 'o'}, CLI_COMMON_OPTS, {0}};
+	    {"older-than", required_argument, NULL, 'o'}, CLI_COMMON_OPTS, {0}};
 	cli_ctx c = {.prog = "due prune"};
 	const char *older = NULL;
 	int64_t us, deleted = 0;
@@ -35,7 +35,8 @@ int cmd_prune(int argc, char **argv)
 		return cli_bad_option(&c, opt, argv);
 	}
 	if (optind < argc)
-		return cli_usage_error(&c, "unexpected argument '%s'", argv[optind]);
+		return cli_usage_error(&c, "unexpected argument '%s'",
+				       argv[optind]);
 	if (!older)
 		return cli_usage_error(&c, "--older-than DUR is required");
 	if ((rc = cli_parse_duration(&c, "--older-than", older, &us)) ||

@@ -23,34 +23,39 @@
 #include "http/http.h"
 
 static const char usage[] =
-	"usage: due serve [--listen HOST:PORT] [--token-file FILE] [--threads N]\n"
-	"                 [--max-connections N] [--timeout DUR] [--db URL]\n"
-	"\n"
-	"Serve the HTTP API (/v1/...), the dashboard (/), the health check\n"
-	"(/health: 200 UP, 503 DOWN while dead letters exist) and Prometheus\n"
-	"metrics (/metrics).  See docs/HTTP.md.\n"
-	"\n"
-	"  --listen HOST:PORT   address to listen on (default 127.0.0.1:7070);\n"
-	"                       [::1]:PORT for IPv6; PORT 0 picks a free port.\n"
-	"                       A non-loopback address needs --token-file.\n"
-	"  --token-file FILE    bearer token (first line, 16+ printable\n"
-	"                       characters): every change (POST, PUT, DELETE)\n"
-	"                       must send 'Authorization: Bearer TOKEN'\n"
-	"  --threads N          event-loop threads, and store threads for reads\n"
-	"                       and for changes each (default 4)\n"
-	"  --max-connections N  open connections at most (default 10000)\n"
-	"  --timeout DUR        a request must arrive whole within this time,\n"
-	"                       and idle connections are closed after it;\n"
-	"                       requests wait at most this long for the store\n"
-	"                       (default 30s)\n"
-	"\n"
-	"Prints 'listening on http://HOST:PORT/' on stdout once it accepts\n"
-	"connections.  Request bodies are limited to 2 x the payload limit\n"
-	"($DUE_MAX_PAYLOAD, default 1 MiB) + 64 KiB, a \\uXXXX escape counting\n"
-	"as 2 bytes (see docs/HTTP.md).\n";
+    "usage: due serve [--listen HOST:PORT] [--token-file FILE] [--threads N]\n"
+    "                 [--max-connections N] [--timeout DUR] [--db URL]\n"
+    "\n"
+    "Serve the HTTP API (/v1/...), the dashboard (/), the health check\n"
+    "(/health: 200 UP, 503 DOWN while dead letters exist) and Prometheus\n"
+    "metrics (/metrics).  See docs/HTTP.md.\n"
+    "\n"
+    "  --listen HOST:PORT   address to listen on (default 127.0.0.1:7070);\n"
+    "                       [::1]:PORT for IPv6; PORT 0 picks a free port.\n"
+    "                       A non-loopback address needs --token-file.\n"
+    "  --token-file FILE    bearer token (first line, 16+ printable\n"
+    "                       characters): every change (POST, PUT, DELETE)\n"
+    "                       must send 'Authorization: Bearer TOKEN'\n"
+    "  --threads N          event-loop threads, and store threads for reads\n"
+    "                       and for changes each (default 4)\n"
+    "  --max-connections N  open connections at most (default 10000)\n"
+    "  --timeout DUR        a request must arrive whole within this time,\n"
+    "                       and idle connections are closed after it;\n"
+    "                       requests wait at most this long for the store\n"
+    "                       (default 30s)\n"
+    "\n"
+    "Prints 'listening on http://HOST:PORT/' on stdout once it accepts\n"
+    "connections.  Request bodies are limited to 2 x the payload limit\n"
+    "($DUE_MAX_PAYLOAD, default 1 MiB) + 64 KiB, a \\uXXXX escape counting\n"
+    "as 2 bytes (see docs/HTTP.md).\n";
 
-enum { O_LISTEN = 'l', O_TOKEN = 't', O_THREADS = 'T', O_MAXCONN = 'c',
-       O_TIMEOUT = 'o' };
+enum {
+	O_LISTEN = 'l',
+	O_TOKEN = 't',
+	O_THREADS = 'T',
+	O_MAXCONN = 'c',
+	O_TIMEOUT = 'o'
+};
 
 typedef struct serve_args {
 	const char *listen, *token_file;
@@ -65,12 +70,13 @@ typedef struct serve_args {
 static int parse_opts(cli_ctx *c, serve_args *a, int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"listen", required_argument, NULL, O_LISTEN},
-		{"token-file", required_argument, NULL, O_TOKEN},
-		{"threads", required_argument, NULL, O_THREADS},
-		{"max-connections", required_argument, NULL, O_MAXCONN},
-		{"timeout", required_argument, NULL, O_TIMEOUT},
-		CLI_COMMON_OPTS, {0}};
+	    {"listen", required_argument, NULL, O_LISTEN},
+	    {"token-file", required_argument, NULL, O_TOKEN},
+	    {"threads", required_argument, NULL, O_THREADS},
+	    {"max-connections", required_argument, NULL, O_MAXCONN},
+	    {"timeout", required_argument, NULL, O_TIMEOUT},
+	    CLI_COMMON_OPTS,
+	    {0}};
 	int opt;
 
 	cli_getopt_reset();
@@ -82,25 +88,30 @@ static int parse_opts(cli_ctx *c, serve_args *a, int argc, char **argv)
 		case O_LISTEN: a->listen = optarg; break;
 		case O_TOKEN: a->token_file = optarg; break;
 		case O_THREADS:
-			if (cli_parse_int(c, "--threads", optarg, 1, 64, &a->threads))
+			if (cli_parse_int(c, "--threads", optarg, 1, 64,
+					  &a->threads))
 				return EXIT_USAGE;
 			break;
 		case O_MAXCONN:
-			if (cli_parse_int(c, "--max-connections", optarg, 1, 100000,
-					  &a->max_conns))
+			if (cli_parse_int(c, "--max-connections", optarg, 1,
+					  100000, &a->max_conns))
 				return EXIT_USAGE;
 			break;
 		case O_TIMEOUT:
-			if (cli_parse_duration(c, "--timeout", optarg, &a->timeout_us))
+			if (cli_parse_duration(c, "--timeout", optarg,
+					       &a->timeout_us))
 				return EXIT_USAGE;
-			if (a->timeout_us < 1000000 || a->timeout_us > 3600000000LL)
-				return cli_usage_error(c, "--timeout: from 1s to 1h");
+			if (a->timeout_us < 1000000 ||
+			    a->timeout_us > 3600000000LL)
+				return cli_usage_error(
+				    c, "--timeout: from 1s to 1h");
 			break;
 		default: return cli_bad_option(c, opt, argv);
 		}
 	}
 	if (optind < argc)
-		return cli_usage_error(c, "unexpected argument '%s'", argv[optind]);
+		return cli_usage_error(c, "unexpected argument '%s'",
+				       argv[optind]);
 	return 0;
 }
 
@@ -114,8 +125,11 @@ static int split_listen(cli_ctx *c, const char *text, char *host, size_t cap,
 	if (text[0] == '[') {
 		const char *end = strchr(text, ']');
 		if (!end || end[1] != ':')
-			return cli_usage_error(c, "invalid --listen '%s': expected "
-					       "[IPV6]:PORT", text);
+			return cli_usage_error(
+			    c,
+			    "invalid --listen '%s': expected "
+			    "[IPV6]:PORT",
+			    text);
 		n = (size_t)(end - text - 1);
 		text++;
 		colon = end + 1;
@@ -126,13 +140,17 @@ static int split_listen(cli_ctx *c, const char *text, char *host, size_t cap,
 	} else {
 		n = (size_t)(colon - text);
 		if (memchr(text, ':', n))
-			return cli_usage_error(c, "invalid --listen '%s': put an "
+			return cli_usage_error(c,
+					       "invalid --listen '%s': put an "
 					       "IPv6 address in brackets, e.g. "
-					       "[::1]:7070", text);
+					       "[::1]:7070",
+					       text);
 	}
 	if (n == 0 || n >= cap)
-		return cli_usage_error(c, "invalid --listen '%s': expected "
-				       "HOST:PORT, e.g. 127.0.0.1:7070", text);
+		return cli_usage_error(c,
+				       "invalid --listen '%s': expected "
+				       "HOST:PORT, e.g. 127.0.0.1:7070",
+				       text);
 	memcpy(host, text, n);
 	host[n] = '\0';
 	*port = colon + 1;
@@ -163,11 +181,13 @@ static int resolve_listen(cli_ctx *c, serve_args *a)
 	errno = 0;
 	port = strtol(port_text, &end, 10);
 	if (errno || *end || end == port_text || port < 0 || port > 65535)
-		return cli_usage_error(c, "invalid --listen '%s': port must be "
-				       "0..65535", a->listen);
+		return cli_usage_error(c,
+				       "invalid --listen '%s': port must be "
+				       "0..65535",
+				       a->listen);
 	if ((rc = getaddrinfo(host, NULL, &hints, &res)) != 0)
-		return cli_usage_error(c, "invalid --listen '%s': %s", a->listen,
-				       gai_strerror(rc));
+		return cli_usage_error(c, "invalid --listen '%s': %s",
+				       a->listen, gai_strerror(rc));
 	memcpy(&a->ss, res->ai_addr, res->ai_addrlen);
 	a->sslen = res->ai_addrlen;
 	freeaddrinfo(res);
@@ -196,26 +216,31 @@ static int read_token(cli_ctx *c, serve_args *a)
 	if ((rc = cli_read_file(c, a->token_file, 4096, &buf, &len)))
 		return rc;
 	n = strcspn((char *)buf, "\n");
-	while (n > 0 && (buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
-			 buf[n - 1] == '\t'))
+	while (n > 0 &&
+	       (buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
 		n--;
 	buf[n] = '\0';
 	rc = 0;
 	for (size_t i = 0; i < n && !rc; i++)
 		if (buf[i] <= ' ' || buf[i] > '~')
-			rc = cli_usage_error(c, "token file '%s': the token must be "
-					     "printable ASCII without blanks",
-					     a->token_file);
+			rc = cli_usage_error(
+			    c,
+			    "token file '%s': the token must be "
+			    "printable ASCII without blanks",
+			    a->token_file);
 	if (!rc && (len > 4096 || n < 16 || n >= sizeof(a->token)))
-		rc = cli_usage_error(c, "token file '%s': the token must be 16 "
+		rc = cli_usage_error(c,
+				     "token file '%s': the token must be 16 "
 				     "to 511 characters on the first line",
 				     a->token_file);
 	if (!rc)
 		memcpy(a->token, buf, n + 1);
 	free(buf);
 	if (!rc && stat(a->token_file, &st) == 0 && (st.st_mode & 077))
-		fprintf(stderr, "due serve: warning: token file '%s' is readable "
-			"by other users\n", a->token_file);
+		fprintf(stderr,
+			"due serve: warning: token file '%s' is readable "
+			"by other users\n",
+			a->token_file);
 	return rc;
 }
 
@@ -233,13 +258,16 @@ static void fit_files(cli_ctx *c, serve_args *a)
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
 		return;
 	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want
-			      ? want : rl.rlim_max;
+			  ? want
+			  : rl.rlim_max;
 	setrlimit(RLIMIT_NOFILE, &rl);
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
-		long room = rl.rlim_cur > spare + 16 ? (long)(rl.rlim_cur - spare) : 16;
-		fprintf(stderr, "%s: warning: %ld connections at most (the limit "
-			"on open files is %llu)\n", c->prog, room,
-			(unsigned long long)rl.rlim_cur);
+		long room =
+		    rl.rlim_cur > spare + 16 ? (long)(rl.rlim_cur - spare) : 16;
+		fprintf(stderr,
+			"%s: warning: %ld connections at most (the limit "
+			"on open files is %llu)\n",
+			c->prog, room, (unsigned long long)rl.rlim_cur);
 		a->max_conns = room;
 	}
 }
@@ -271,14 +299,15 @@ static int run(cli_ctx *c, serve_args *a)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	if (due_http_start(&h, &o, err, sizeof(err)) < 0) {
-		fprintf(stderr, "%s: cannot listen on %s: %s\n", c->prog, a->listen,
-			err);
+		fprintf(stderr, "%s: cannot listen on %s: %s\n", c->prog,
+			a->listen, err);
 		return EXIT_STORE;
 	}
 	printf("listening on http://%s:%u/\n", a->host, due_http_port(h));
 	fflush(stdout);
 	fprintf(stderr, "%s: store %s, %s, %ld threads\n", c->prog, o.db_url,
-		o.token ? "token required for changes" : "no token (loopback only)",
+		o.token ? "token required for changes"
+			: "no token (loopback only)",
 		a->threads);
 	sigwait(&set, &sig);
 	fprintf(stderr, "%s: %s, stopping\n", c->prog, strsignal(sig));
@@ -288,8 +317,10 @@ static int run(cli_ctx *c, serve_args *a)
 
 int cmd_serve(int argc, char **argv)
 {
-	serve_args a = {.listen = "127.0.0.1:7070", .threads = 4,
-			.max_conns = 10000, .timeout_us = 30000000};
+	serve_args a = {.listen = "127.0.0.1:7070",
+			.threads = 4,
+			.max_conns = 10000,
+			.timeout_us = 30000000};
 	cli_ctx c = {.prog = "due serve"};
 	due_db *db = NULL;
 	int rc = parse_opts(&c, &a, argc, argv);
@@ -299,8 +330,11 @@ int cmd_serve(int argc, char **argv)
 	if ((rc = resolve_listen(&c, &a)))
 		return rc;
 	if (!a.token_file && !is_loopback(&a.ss))
-		return cli_usage_error(&c, "refusing to listen on %s (not loopback) "
-				       "without --token-file", a.listen);
+		return cli_usage_error(
+		    &c,
+		    "refusing to listen on %s (not loopback) "
+		    "without --token-file",
+		    a.listen);
 	if (a.token_file && (rc = read_token(&c, &a)))
 		return rc;
 	if ((rc = cli_open(&c, &db)))

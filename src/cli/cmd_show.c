@@ -7,10 +7,10 @@
 #include "fmt/fmt.h"
 
 static const char usage[] =
-	"usage: due show ID [--json] [--db URL]\n"
-	"\n"
-	"Show a task: state, due time, attempts (who ran it, how many times and\n"
-	"why it ended), lease, result and last error.\n";
+    "usage: due show ID [--json] [--db URL]\n"
+    "\n"
+    "Show a task: state, due time, attempts (who ran it, how many times and\n"
+    "why it ended), lease, result and last error.\n";
 
 static void line_time(const char *name, due_time t)
 {
@@ -112,7 +112,8 @@ int cmd_show(int argc, char **argv)
 	}
 	if (optind + 1 != argc)
 		return cli_usage_error(&c, "expected exactly one task ID");
-	if ((rc = cli_parse_id(&c, argv[optind], &id)) || (rc = cli_open(&c, &db)))
+	if ((rc = cli_parse_id(&c, argv[optind], &id)) ||
+	    (rc = cli_open(&c, &db)))
 		return rc;
 	rc = due_get(db, &t, id);
 	due_close(db);

@@ -9,17 +9,17 @@
 #include "fmt/fmt.h"
 
 static const char usage_stats[] =
-	"usage: due stats [--json] [--db URL]\n"
-	"\n"
-	"Counts by state, dead letters, due-but-unclaimed backlog and its oldest\n"
-	"age, and the lateness (claim time - due time) of claims in the last 5\n"
-	"minutes, from every worker.\n";
+    "usage: due stats [--json] [--db URL]\n"
+    "\n"
+    "Counts by state, dead letters, due-but-unclaimed backlog and its oldest\n"
+    "age, and the lateness (claim time - due time) of claims in the last 5\n"
+    "minutes, from every worker.\n";
 
 static const char usage_health[] =
-	"usage: due health [--json] [--db URL]\n"
-	"\n"
-	"Exit 0 and print UP when no dead letters exist; exit 1 and print DOWN\n"
-	"with their number otherwise.  Exit 5 when the store is unreachable.\n";
+    "usage: due health [--json] [--db URL]\n"
+    "\n"
+    "Exit 0 and print UP when no dead letters exist; exit 1 and print DOWN\n"
+    "with their number otherwise.  Exit 5 when the store is unreachable.\n";
 
 static int parse(cli_ctx *c, int argc, char **argv, const char *usage)
 {
@@ -37,7 +37,8 @@ static int parse(cli_ctx *c, int argc, char **argv, const char *usage)
 		return cli_bad_option(c, opt, argv);
 	}
 	if (optind < argc)
-		return cli_usage_error(c, "unexpected argument '%s'", argv[optind]);
+		return cli_usage_error(c, "unexpected argument '%s'",
+				       argv[optind]);
 	return 0;
 }
 
@@ -72,12 +73,17 @@ int cmd_stats(int argc, char **argv)
 		json_t *o = due_fmt_stats(&st);
 		json_t *wk = json_object();
 		json_object_set_new(wk, "reporting", json_integer(m->workers));
-		json_object_set_new(wk, "claim_queries", json_integer(m->claim_queries));
-		json_object_set_new(wk, "empty_polls", json_integer(m->empty_claims));
-		json_object_set_new(wk, "reclaim_checks", json_integer(m->reclaim_queries));
-		json_object_set_new(wk, "store_errors", json_integer(m->store_errors));
+		json_object_set_new(wk, "claim_queries",
+				    json_integer(m->claim_queries));
+		json_object_set_new(wk, "empty_polls",
+				    json_integer(m->empty_claims));
+		json_object_set_new(wk, "reclaim_checks",
+				    json_integer(m->reclaim_queries));
+		json_object_set_new(wk, "store_errors",
+				    json_integer(m->store_errors));
 		json_object_set_new(o, "workers", wk);
-		json_object_set_new(o, "schedules", json_integer((json_int_t)m->n_schedules));
+		json_object_set_new(o, "schedules",
+				    json_integer((json_int_t)m->n_schedules));
 		due_metrics_free(m);
 		return cli_print_json(o);
 	}
@@ -85,18 +91,21 @@ int cmd_stats(int argc, char **argv)
 		printf("%-10s %lld\n", due_state_name((due_state)i),
 		       (long long)st.counts[i]);
 	printf("due now, unclaimed: %lld (oldest %lld ms)\n",
-	       (long long)st.due_unclaimed, (long long)st.oldest_due_unclaimed_ms);
+	       (long long)st.due_unclaimed,
+	       (long long)st.oldest_due_unclaimed_ms);
 	printf("dead letters: %lld\n", (long long)st.dead);
 	printf("lateness over the last %llds (%lld claims):\n",
-	       (long long)(st.window_us / 1000000), (long long)st.claims_window);
+	       (long long)(st.window_us / 1000000),
+	       (long long)st.claims_window);
 	print_ms("p50", st.lateness_p50_us);
 	print_ms("p99", st.lateness_p99_us);
 	print_ms("max", st.lateness_max_us);
-	printf("workers reporting (last 5 min): %lld; claim queries %lld, empty "
-	       "polls %lld, reclaim checks %lld, store errors %lld\n",
-	       (long long)m->workers, (long long)m->claim_queries,
-	       (long long)m->empty_claims, (long long)m->reclaim_queries,
-	       (long long)m->store_errors);
+	printf(
+	    "workers reporting (last 5 min): %lld; claim queries %lld, empty "
+	    "polls %lld, reclaim checks %lld, store errors %lld\n",
+	    (long long)m->workers, (long long)m->claim_queries,
+	    (long long)m->empty_claims, (long long)m->reclaim_queries,
+	    (long long)m->store_errors);
 	printf("schedules: %zu\n", m->n_schedules);
 	due_metrics_free(m);
 	return 0;

@@ -34,15 +34,16 @@
 extern char **environ;
 
 static const char usage[] =
-	"usage: due verify [--db URL] [--case NAME[,NAME...]] [--list] [--keep] [-v]\n"
-	"\n"
-	"Run the contract cases against the store named by --db, with real\n"
-	"worker processes, kill -9 and SIGSTOP.  Every case works in a scratch\n"
-	"namespace (a new SQLite file beside the store, or a new PostgreSQL\n"
-	"schema) and never touches your tasks.  Prints one CASE line per case\n"
-	"and `N passed, N failed`; exits 1 if a case failed.\n"
-	"  --case NAMES   run only these cases     --list  print the case names\n"
-	"  --keep         keep scratch stores and logs for inspection\n";
+    "usage: due verify [--db URL] [--case NAME[,NAME...]] [--list] [--keep] "
+    "[-v]\n"
+    "\n"
+    "Run the contract cases against the store named by --db, with real\n"
+    "worker processes, kill -9 and SIGSTOP.  Every case works in a scratch\n"
+    "namespace (a new SQLite file beside the store, or a new PostgreSQL\n"
+    "schema) and never touches your tasks.  Prints one CASE line per case\n"
+    "and `N passed, N failed`; exits 1 if a case failed.\n"
+    "  --case NAMES   run only these cases     --list  print the case names\n"
+    "  --keep         keep scratch stores and logs for inspection\n";
 
 typedef struct vcase {
 	const char *name;
@@ -50,27 +51,27 @@ typedef struct vcase {
 } vcase;
 
 static const vcase cases[] = {
-	{"normal_three_workers", v_normal_three_workers},
-	{"boundary_not_before_due", v_boundary_not_before_due},
-	{"boundary_claim_limit", v_boundary_claim_limit},
-	{"boundary_partial_due_index", v_boundary_partial_due_index},
-	{"cancel_semantics", v_cancel_semantics},
-	{"race_due_vs_cancel", v_race_due_vs_cancel},
-	{"retry_backoff_then_done", v_retry_backoff_then_done},
-	{"retry_exhausted_dead", v_retry_exhausted_dead},
-	{"crash_kill9_lease_retry", v_crash_kill9_lease_retry},
-	{"sigstop_late_commit_rejected", v_sigstop_late_commit_rejected},
-	{"ext_key_per_task_dedup", v_ext_key_per_task_dedup},
-	{"cancel_after_external_call", v_cancel_after_external_call},
-	{"negative_naive_select_then_update", v_negative_naive_select_then_update},
-	{"negative_unfenced_late_commit", v_negative_unfenced_late_commit},
-	{"negative_ext_key_per_attempt", v_negative_ext_key_per_attempt},
-	{"cron_once_per_slot_multi_instance", v_cron_once_per_slot_multi_instance},
-	{"cron_misfire_policies", v_cron_misfire_policies},
-	{"wheel_fire_exact_tick", v_wheel_fire_exact_tick},
-	{"wheel_horizon_rejected", v_wheel_horizon_rejected},
-	{"wheel_restart_needs_durable", v_wheel_restart_needs_durable},
-	{"poll_vs_wheel", v_poll_vs_wheel},
+    {"normal_three_workers", v_normal_three_workers},
+    {"boundary_not_before_due", v_boundary_not_before_due},
+    {"boundary_claim_limit", v_boundary_claim_limit},
+    {"boundary_partial_due_index", v_boundary_partial_due_index},
+    {"cancel_semantics", v_cancel_semantics},
+    {"race_due_vs_cancel", v_race_due_vs_cancel},
+    {"retry_backoff_then_done", v_retry_backoff_then_done},
+    {"retry_exhausted_dead", v_retry_exhausted_dead},
+    {"crash_kill9_lease_retry", v_crash_kill9_lease_retry},
+    {"sigstop_late_commit_rejected", v_sigstop_late_commit_rejected},
+    {"ext_key_per_task_dedup", v_ext_key_per_task_dedup},
+    {"cancel_after_external_call", v_cancel_after_external_call},
+    {"negative_naive_select_then_update", v_negative_naive_select_then_update},
+    {"negative_unfenced_late_commit", v_negative_unfenced_late_commit},
+    {"negative_ext_key_per_attempt", v_negative_ext_key_per_attempt},
+    {"cron_once_per_slot_multi_instance", v_cron_once_per_slot_multi_instance},
+    {"cron_misfire_policies", v_cron_misfire_policies},
+    {"wheel_fire_exact_tick", v_wheel_fire_exact_tick},
+    {"wheel_horizon_rejected", v_wheel_horizon_rejected},
+    {"wheel_restart_needs_durable", v_wheel_restart_needs_durable},
+    {"poll_vs_wheel", v_poll_vs_wheel},
 };
 
 #define N_CASES (sizeof(cases) / sizeof(cases[0]))
@@ -152,13 +153,14 @@ static int pg_exec(const char *url, const char *sql)
 static int scratch_url(vctx *v)
 {
 	if (v->sqlite) {
-		snprintf(v->url, sizeof(v->url), "sqlite:%.1200s/due.db", v->dir);
+		snprintf(v->url, sizeof(v->url), "sqlite:%.1200s/due.db",
+			 v->dir);
 		return 0;
 	}
 #ifdef DUE_WITH_PG
 	char sql[128];
-	snprintf(v->schema, sizeof(v->schema), "due_verify_%d_%d", (int)getpid(),
-		 v->seq);
+	snprintf(v->schema, sizeof(v->schema), "due_verify_%d_%d",
+		 (int)getpid(), v->seq);
 	snprintf(sql, sizeof(sql), "CREATE SCHEMA %s", v->schema);
 	if (pg_exec(v->base_url, sql) < 0)
 		return -1;
@@ -175,16 +177,18 @@ int v_fresh(vctx *v, const char *name)
 	due_open_opts o = DUE_OPEN_OPTS_INIT;
 
 	v->seq++;
-	snprintf(v->dir, sizeof(v->dir), "%.1024s/%02d-%.64s", v->root, v->seq % 100,
-		 name);
+	snprintf(v->dir, sizeof(v->dir), "%.1024s/%02d-%.64s", v->root,
+		 v->seq % 100, name);
 	if (mkdir(v->dir, 0700) != 0 || scratch_url(v) < 0) {
-		fprintf(stderr, "due verify: cannot make a scratch store in %s\n",
+		fprintf(stderr,
+			"due verify: cannot make a scratch store in %s\n",
 			v->dir);
 		return -1;
 	}
 	o.create = true;
 	if (due_open(&v->db, v->url, &o) < 0) {
-		fprintf(stderr, "due verify: scratch store: %s\n", due_error_last());
+		fprintf(stderr, "due verify: scratch store: %s\n",
+			due_error_last());
 		due_close(v->db);
 		v->db = NULL;
 		return -1;
@@ -223,10 +227,11 @@ pid_t v_worker(vctx *v, const char *log, ...)
 	v_path(v, log, path, sizeof(path));
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, path, O_WRONLY | O_CREAT | O_APPEND,
-					 0600);
+	posix_spawn_file_actions_addopen(&fa, 1, path,
+					 O_WRONLY | O_CREAT | O_APPEND, 0600);
 	posix_spawn_file_actions_adddup2(&fa, 1, 2);
-	if (posix_spawn(&pid, v->self, &fa, NULL, (char *const *)argv, environ) != 0)
+	if (posix_spawn(&pid, v->self, &fa, NULL, (char *const *)argv,
+			environ) != 0)
 		pid = -1;
 	posix_spawn_file_actions_destroy(&fa);
 	return pid;
@@ -240,7 +245,8 @@ int v_reap(pid_t pid, int timeout_ms)
 	for (;;) {
 		pid_t r = waitpid(pid, &st, WNOHANG);
 		if (r == pid)
-			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+			return WIFEXITED(st) ? WEXITSTATUS(st)
+					     : 128 + WTERMSIG(st);
 		if (r < 0)
 			return -1;
 		if (v_now_ms() > end) {
@@ -316,7 +322,8 @@ static int make_root(vctx *v)
 			fprintf(stderr, "due: store path too long\n");
 			return -1;
 		}
-		snprintf(v->root, sizeof(v->root), "%.*s.scratch-XXXXXX", len, path);
+		snprintf(v->root, sizeof(v->root), "%.*s.scratch-XXXXXX", len,
+			 path);
 	} else {
 		snprintf(v->root, sizeof(v->root), "/tmp/due-scratch-XXXXXX");
 	}
@@ -339,8 +346,7 @@ int v_setup(vctx *v, const char *base_url)
 	v->base_url = base_url;
 	v->sqlite = strncmp(base_url, "sqlite:", 7) == 0;
 	ssize_t n = readlink("/proc/self/exe", v->self, sizeof(v->self) - 1);
-	if (n <= 0)
-		{
+	if (n <= 0) {
 		fprintf(stderr, "due: cannot find the due binary\n");
 		return DUE_ERROR;
 	}
@@ -390,11 +396,12 @@ static int run_cases(vctx *v, const char *only)
 int cmd_verify(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"case", required_argument, NULL, 'c'},
-		{"list", no_argument, NULL, 'l'},
-		{"keep", no_argument, NULL, 'k'},
-		{"verbose", no_argument, NULL, 'v'},
-		CLI_COMMON_OPTS, {0}};
+	    {"case", required_argument, NULL, 'c'},
+	    {"list", no_argument, NULL, 'l'},
+	    {"keep", no_argument, NULL, 'k'},
+	    {"verbose", no_argument, NULL, 'v'},
+	    CLI_COMMON_OPTS,
+	    {0}};
 	cli_ctx c = {.prog = "due verify"};
 	vctx v = {0};
 	const char *only = NULL;
@@ -417,7 +424,8 @@ int cmd_verify(int argc, char **argv)
 		}
 	}
 	if (optind < argc)
-		return cli_usage_error(&c, "unexpected argument '%s'", argv[optind]);
+		return cli_usage_error(&c, "unexpected argument '%s'",
+				       argv[optind]);
 	if (only) {
 		for (const char *p = only; *p;) {
 			size_t len = strcspn(p, ",");
@@ -426,8 +434,11 @@ int cmd_verify(int argc, char **argv)
 				known |= strlen(cases[i].name) == len &&
 					 !strncmp(cases[i].name, p, len);
 			if (!known)
-				return cli_usage_error(&c, "unknown case '%.*s' (see "
-						       "--list)", (int)len, p);
+				return cli_usage_error(
+				    &c,
+				    "unknown case '%.*s' (see "
+				    "--list)",
+				    (int)len, p);
 			p += len + (p[len] == ',');
 		}
 	}

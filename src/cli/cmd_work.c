@@ -17,64 +17,91 @@
 #include "cli/cli.h"
 
 static const char usage[] =
-	"usage: due work [--exec CMD] [--handler KIND=CMD]... [--kinds K1,K2]\n"
-	"                [--concurrency N] [--pool KIND=N]... [--lease DUR]\n"
-	"                [--poll DUR] [--owner NAME] [--once] [--inline]\n"
-	"                [--grace DUR] [--kill-grace DUR] [--no-cron] [--no-wheel]\n"
-	"                [-v | -q]\n"
-	"                [--db URL]\n"
-	"\n"
-	"Claim due tasks and run a command for each: /bin/sh -c CMD with the\n"
-	"payload on stdin and DUE_TASK_ID, DUE_KIND, DUE_ATTEMPT,\n"
-	"DUE_IDEMPOTENCY_KEY (task-<id>, the same on every attempt) and DUE_DUE_AT\n"
-	"in the environment.  Exit 0 completes the task with stdout as result;\n"
-	"any other exit fails it with the tail of stderr (retried with backoff,\n"
-	"DEAD when its attempts are used up).\n"
-	"\n"
-	"  --exec CMD          handler for every kind (or for --kinds)\n"
-	"  --handler KIND=CMD  handler for one kind (repeatable; wins over --exec)\n"
-	"  --kinds K1,K2       claim only these kinds\n"
-	"  --concurrency N     tasks run at once in the shared pool (default 4)\n"
-	"  --pool KIND=N       give KIND its own pool of N: a slow kind cannot\n"
-	"                      starve the others (repeatable)\n"
-	"  --lease DUR         lease per try, renewed every DUR/3 (default 30s)\n"
-	"  --poll DUR          safety poll (default 10s): new and due tasks are found\n"
-	"                      at once through a timing wheel woken by every submit\n"
-	"                      (PostgreSQL LISTEN/NOTIFY, or the SQLite wake file);\n"
-	"                      with --no-wheel or --once, the poll interval (1s)\n"
-	"  --no-wheel          find due tasks by polling only\n"
-	"  --horizon DUR       how far ahead the wheel holds task ids (60s)\n"
-	"  --owner NAME        lease owner name (default host:pid)\n"
-	"  --once              run what is due now, then exit\n"
-	"  --inline            run handlers in the claiming thread, one by one\n"
-	"  --grace DUR         on SIGTERM/SIGINT/SIGHUP, time for running tasks\n"
-	"                      (30s); a second signal stops the handlers now\n"
-	"                      (their tasks are retried), a third exits\n"
-	"  --kill-grace DUR    SIGTERM -> SIGKILL delay for a command whose lease\n"
-	"                      was lost or whose task was cancelled (5s)\n"
-	"  --no-cron           do not run the periodic schedules (`due cron`);\n"
-	"                      by default every worker runs them, and each slot\n"
-	"                      still becomes exactly one task\n"
-	"  --misfire-grace DUR a schedule's slot found later than this was missed\n"
-	"                      (no scheduler ran): its misfire policy applies (30s)\n"
-	"  -v, -q              log every task / only errors\n";
+    "usage: due work [--exec CMD] [--handler KIND=CMD]... [--kinds K1,K2]\n"
+    "                [--concurrency N] [--pool KIND=N]... [--lease DUR]\n"
+    "                [--poll DUR] [--owner NAME] [--once] [--inline]\n"
+    "                [--grace DUR] [--kill-grace DUR] [--no-cron] "
+    "[--no-wheel]\n"
+    "                [-v | -q]\n"
+    "                [--db URL]\n"
+    "\n"
+    "Claim due tasks and run a command for each: /bin/sh -c CMD with the\n"
+    "payload on stdin and DUE_TASK_ID, DUE_KIND, DUE_ATTEMPT,\n"
+    "DUE_IDEMPOTENCY_KEY (task-<id>, the same on every attempt) and "
+    "DUE_DUE_AT\n"
+    "in the environment.  Exit 0 completes the task with stdout as result;\n"
+    "any other exit fails it with the tail of stderr (retried with backoff,\n"
+    "DEAD when its attempts are used up).\n"
+    "\n"
+    "  --exec CMD          handler for every kind (or for --kinds)\n"
+    "  --handler KIND=CMD  handler for one kind (repeatable; wins over "
+    "--exec)\n"
+    "  --kinds K1,K2       claim only these kinds\n"
+    "  --concurrency N     tasks run at once in the shared pool (default 4)\n"
+    "  --pool KIND=N       give KIND its own pool of N: a slow kind cannot\n"
+    "                      starve the others (repeatable)\n"
+    "  --lease DUR         lease per try, renewed every DUR/3 (default 30s)\n"
+    "  --poll DUR          safety poll (default 10s): new and due tasks are "
+    "found\n"
+    "                      at once through a timing wheel woken by every "
+    "submit\n"
+    "                      (PostgreSQL LISTEN/NOTIFY, or the SQLite wake "
+    "file);\n"
+    "                      with --no-wheel or --once, the poll interval (1s)\n"
+    "  --no-wheel          find due tasks by polling only\n"
+    "  --horizon DUR       how far ahead the wheel holds task ids (60s)\n"
+    "  --owner NAME        lease owner name (default host:pid)\n"
+    "  --once              run what is due now, then exit\n"
+    "  --inline            run handlers in the claiming thread, one by one\n"
+    "  --grace DUR         on SIGTERM/SIGINT/SIGHUP, time for running tasks\n"
+    "                      (30s); a second signal stops the handlers now\n"
+    "                      (their tasks are retried), a third exits\n"
+    "  --kill-grace DUR    SIGTERM -> SIGKILL delay for a command whose lease\n"
+    "                      was lost or whose task was cancelled (5s)\n"
+    "  --no-cron           do not run the periodic schedules (`due cron`);\n"
+    "                      by default every worker runs them, and each slot\n"
+    "                      still becomes exactly one task\n"
+    "  --misfire-grace DUR a schedule's slot found later than this was missed\n"
+    "                      (no scheduler ran): its misfire policy applies "
+    "(30s)\n"
+    "  -v, -q              log every task / only errors\n";
 
-enum { O_EXEC = 'e', O_HANDLER = 'H', O_KINDS = 'k', O_CONC = 'c', O_POOL = 'P',
-       O_LEASE = 'l', O_POLL = 'p', O_OWNER = 'o', O_ONCE = '1', O_INLINE = 'I',
-       O_GRACE = 'g', O_KGRACE = 'K', O_NOCRON = 'N', O_MGRACE = 'M',
-       O_NOWHEEL = 'W', O_HORIZON = 'Z' };
+enum {
+	O_EXEC = 'e',
+	O_HANDLER = 'H',
+	O_KINDS = 'k',
+	O_CONC = 'c',
+	O_POOL = 'P',
+	O_LEASE = 'l',
+	O_POLL = 'p',
+	O_OWNER = 'o',
+	O_ONCE = '1',
+	O_INLINE = 'I',
+	O_GRACE = 'g',
+	O_KGRACE = 'K',
+	O_NOCRON = 'N',
+	O_MGRACE = 'M',
+	O_NOWHEEL = 'W',
+	O_HORIZON = 'Z'
+};
 
 #define MAX_KINDS 64
 
 typedef struct work_args {
 	due_worker_opts wo;
-	due_exec_opts any;              /* --exec */
+	due_exec_opts any; /* --exec */
 	const char *kinds[MAX_KINDS];
 	size_t n_kinds;
 	char *kinds_buf;
-	struct { char *kind; due_exec_opts x; } handlers[MAX_KINDS];
+	struct {
+		char *kind;
+		due_exec_opts x;
+	} handlers[MAX_KINDS];
 	size_t n_handlers;
-	struct { char *kind; int n; } pools[MAX_KINDS];
+	struct {
+		char *kind;
+		int n;
+	} pools[MAX_KINDS];
 	size_t n_pools;
 	int64_t kill_grace;
 } work_args;
@@ -123,7 +150,8 @@ static int add_kinds(const cli_ctx *c, work_args *a, const char *list)
 	for (char *save = NULL, *k = strtok_r(a->kinds_buf, ",", &save); k;
 	     k = strtok_r(NULL, ",", &save)) {
 		if (a->n_kinds == MAX_KINDS)
-			return cli_usage_error(c, "--kinds: at most %d kinds", MAX_KINDS);
+			return cli_usage_error(c, "--kinds: at most %d kinds",
+					       MAX_KINDS);
 		a->kinds[a->n_kinds++] = k;
 	}
 	if (a->n_kinds == 0)
@@ -152,10 +180,12 @@ static int register_all(const cli_ctx *c, work_args *a, due_worker *w)
 {
 	for (size_t i = 0; i < a->n_handlers; i++) {
 		a->handlers[i].x.kill_grace_us = a->kill_grace;
-		if (due_worker_register(w, a->handlers[i].kind, due_exec_handler,
-					&a->handlers[i].x,
-					pool_size_for(a, a->handlers[i].kind)) < 0)
-			return cli_usage_error(c, "--handler %s: %s", a->handlers[i].kind,
+		if (due_worker_register(w, a->handlers[i].kind,
+					due_exec_handler, &a->handlers[i].x,
+					pool_size_for(a, a->handlers[i].kind)) <
+		    0)
+			return cli_usage_error(c, "--handler %s: %s",
+					       a->handlers[i].kind,
 					       due_error_last());
 	}
 	if (!a->any.command)
@@ -164,17 +194,22 @@ static int register_all(const cli_ctx *c, work_args *a, due_worker *w)
 	if (a->n_kinds == 0) {
 		for (size_t i = 0; i < a->n_pools; i++)
 			if (!has_handler(a, a->pools[i].kind) &&
-			    due_worker_register(w, a->pools[i].kind, due_exec_handler,
-						&a->any, a->pools[i].n) < 0)
-				return cli_usage_error(c, "--pool %s: %s", a->pools[i].kind,
+			    due_worker_register(w, a->pools[i].kind,
+						due_exec_handler, &a->any,
+						a->pools[i].n) < 0)
+				return cli_usage_error(c, "--pool %s: %s",
+						       a->pools[i].kind,
 						       due_error_last());
-		if (due_worker_register(w, NULL, due_exec_handler, &a->any, 0) < 0)
-			return cli_usage_error(c, "--exec: %s", due_error_last());
+		if (due_worker_register(w, NULL, due_exec_handler, &a->any, 0) <
+		    0)
+			return cli_usage_error(c, "--exec: %s",
+					       due_error_last());
 		return 0;
 	}
 	for (size_t i = 0; i < a->n_kinds; i++)
 		if (!has_handler(a, a->kinds[i]) &&
-		    due_worker_register(w, a->kinds[i], due_exec_handler, &a->any,
+		    due_worker_register(w, a->kinds[i], due_exec_handler,
+					&a->any,
 					pool_size_for(a, a->kinds[i])) < 0)
 			return cli_usage_error(c, "--kinds %s: %s", a->kinds[i],
 					       due_error_last());
@@ -184,19 +219,23 @@ static int register_all(const cli_ctx *c, work_args *a, due_worker *w)
 static int check_args(const cli_ctx *c, work_args *a)
 {
 	if (!a->any.command && a->n_handlers == 0)
-		return cli_usage_error(c, "give --exec CMD or --handler KIND=CMD");
+		return cli_usage_error(c,
+				       "give --exec CMD or --handler KIND=CMD");
 	for (size_t i = 0; i < a->n_pools; i++)
 		if (!has_handler(a, a->pools[i].kind) && !a->any.command)
-			return cli_usage_error(c, "--pool %s: no handler for that kind",
-					       a->pools[i].kind);
+			return cli_usage_error(
+			    c, "--pool %s: no handler for that kind",
+			    a->pools[i].kind);
 	if (a->n_kinds)
 		for (size_t i = 0; i < a->n_handlers; i++) {
 			size_t k = 0;
-			while (k < a->n_kinds && strcmp(a->kinds[k], a->handlers[i].kind))
+			while (k < a->n_kinds &&
+			       strcmp(a->kinds[k], a->handlers[i].kind))
 				k++;
 			if (k == a->n_kinds)
-				return cli_usage_error(c, "--handler %s is not in --kinds",
-						       a->handlers[i].kind);
+				return cli_usage_error(
+				    c, "--handler %s is not in --kinds",
+				    a->handlers[i].kind);
 		}
 	return 0;
 }
@@ -250,7 +289,8 @@ static int parse_opt(cli_ctx *c, work_args *a, int opt, char *arg)
 		if (a->n_handlers == MAX_KINDS)
 			return cli_usage_error(c, "too many --handler options");
 		a->handlers[a->n_handlers].kind = arg;
-		a->handlers[a->n_handlers].x = (due_exec_opts)DUE_EXEC_OPTS_INIT;
+		a->handlers[a->n_handlers].x =
+		    (due_exec_opts)DUE_EXEC_OPTS_INIT;
 		a->handlers[a->n_handlers++].x.command = val;
 		return 0;
 	case O_POOL:
@@ -269,19 +309,26 @@ static int parse_opt(cli_ctx *c, work_args *a, int opt, char *arg)
 			return EXIT_USAGE;
 		a->wo.concurrency = (int)v;
 		return 0;
-	case O_LEASE: return cli_parse_duration(c, "--lease", arg, &a->wo.lease_us);
-	case O_POLL: return cli_parse_duration(c, "--poll", arg, &a->wo.poll_us);
-	case O_GRACE: return cli_parse_duration(c, "--grace", arg, &a->wo.grace_us);
-	case O_KGRACE: return cli_parse_duration(c, "--kill-grace", arg, &a->kill_grace);
+	case O_LEASE:
+		return cli_parse_duration(c, "--lease", arg, &a->wo.lease_us);
+	case O_POLL:
+		return cli_parse_duration(c, "--poll", arg, &a->wo.poll_us);
+	case O_GRACE:
+		return cli_parse_duration(c, "--grace", arg, &a->wo.grace_us);
+	case O_KGRACE:
+		return cli_parse_duration(c, "--kill-grace", arg,
+					  &a->kill_grace);
 	case O_OWNER: a->wo.owner = arg; return 0;
 	case O_ONCE: a->wo.once = true; return 0;
 	case O_INLINE: a->wo.mode = DUE_MODE_INLINE; return 0;
 	case O_NOCRON: a->wo.cron = false; return 0;
 	case O_NOWHEEL: a->wo.no_wheel = true; return 0;
 	case O_HORIZON:
-		return cli_parse_duration(c, "--horizon", arg, &a->wo.horizon_us);
+		return cli_parse_duration(c, "--horizon", arg,
+					  &a->wo.horizon_us);
 	case O_MGRACE:
-		return cli_parse_duration(c, "--misfire-grace", arg, &a->wo.cron_grace_us);
+		return cli_parse_duration(c, "--misfire-grace", arg,
+					  &a->wo.cron_grace_us);
 	case 'v': a->wo.log_level = 2; return 0;
 	case 'q': a->wo.log_level = 0; return 0;
 	default: return -1;
@@ -291,26 +338,28 @@ static int parse_opt(cli_ctx *c, work_args *a, int opt, char *arg)
 int cmd_work(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"exec", required_argument, NULL, O_EXEC},
-		{"handler", required_argument, NULL, O_HANDLER},
-		{"kinds", required_argument, NULL, O_KINDS},
-		{"concurrency", required_argument, NULL, O_CONC},
-		{"pool", required_argument, NULL, O_POOL},
-		{"lease", required_argument, NULL, O_LEASE},
-		{"poll", required_argument, NULL, O_POLL},
-		{"owner", required_argument, NULL, O_OWNER},
-		{"once", no_argument, NULL, O_ONCE},
-		{"inline", no_argument, NULL, O_INLINE},
-		{"grace", required_argument, NULL, O_GRACE},
-		{"kill-grace", required_argument, NULL, O_KGRACE},
-		{"no-cron", no_argument, NULL, O_NOCRON},
-		{"no-wheel", no_argument, NULL, O_NOWHEEL},
-		{"horizon", required_argument, NULL, O_HORIZON},
-		{"misfire-grace", required_argument, NULL, O_MGRACE},
-		{"verbose", no_argument, NULL, 'v'},
-		{"quiet", no_argument, NULL, 'q'},
-		CLI_COMMON_OPTS, {0}};
-	work_args a = {.wo = DUE_WORKER_OPTS_INIT, .any = DUE_EXEC_OPTS_INIT,
+	    {"exec", required_argument, NULL, O_EXEC},
+	    {"handler", required_argument, NULL, O_HANDLER},
+	    {"kinds", required_argument, NULL, O_KINDS},
+	    {"concurrency", required_argument, NULL, O_CONC},
+	    {"pool", required_argument, NULL, O_POOL},
+	    {"lease", required_argument, NULL, O_LEASE},
+	    {"poll", required_argument, NULL, O_POLL},
+	    {"owner", required_argument, NULL, O_OWNER},
+	    {"once", no_argument, NULL, O_ONCE},
+	    {"inline", no_argument, NULL, O_INLINE},
+	    {"grace", required_argument, NULL, O_GRACE},
+	    {"kill-grace", required_argument, NULL, O_KGRACE},
+	    {"no-cron", no_argument, NULL, O_NOCRON},
+	    {"no-wheel", no_argument, NULL, O_NOWHEEL},
+	    {"horizon", required_argument, NULL, O_HORIZON},
+	    {"misfire-grace", required_argument, NULL, O_MGRACE},
+	    {"verbose", no_argument, NULL, 'v'},
+	    {"quiet", no_argument, NULL, 'q'},
+	    CLI_COMMON_OPTS,
+	    {0}};
+	work_args a = {.wo = DUE_WORKER_OPTS_INIT,
+		       .any = DUE_EXEC_OPTS_INIT,
 		       .kill_grace = 5000000};
 	cli_ctx c = {.prog = "due work"};
 	int opt, rc = 0;
@@ -330,11 +379,13 @@ int cmd_work(int argc, char **argv)
 			goto done;
 	}
 	if (optind < argc) {
-		rc = cli_usage_error(&c, "unexpected argument '%s'", argv[optind]);
+		rc = cli_usage_error(&c, "unexpected argument '%s'",
+				     argv[optind]);
 		goto done;
 	}
 	if (a.wo.lease_us < 3000 || (a.wo.poll_us && a.wo.poll_us < 1000)) {
-		rc = cli_usage_error(&c, "--lease must be at least 3ms and --poll 1ms");
+		rc = cli_usage_error(
+		    &c, "--lease must be at least 3ms and --poll 1ms");
 		goto done;
 	}
 	if (!(rc = check_args(&c, &a)))

@@ -13,17 +13,17 @@
 #include "due.h"
 
 typedef struct vctx {
-	const char *base_url;  /* the store named by --db */
-	char url[2400];        /* this case's scratch store */
-	char dir[1200];        /* this case's scratch files */
-	char root[1024];       /* parent of every case dir */
-	char self[PATH_MAX];   /* the due binary */
-	char schema[64];       /* postgres scratch schema, or "" */
+	const char *base_url; /* the store named by --db */
+	char url[2400];	      /* this case's scratch store */
+	char dir[1200];	      /* this case's scratch files */
+	char root[1024];      /* parent of every case dir */
+	char self[PATH_MAX];  /* the due binary */
+	char schema[64];      /* postgres scratch schema, or "" */
 	bool sqlite;
 	bool keep;
 	int verbose;
 	int passed, failed, seq;
-	due_db *db;            /* handle on the scratch store */
+	due_db *db; /* handle on the scratch store */
 } vctx;
 
 /* Prepare scratch space for base_url: 0, DUE_EINVAL (bad URL) or < 0. */
@@ -36,7 +36,7 @@ int v_fresh(vctx *v, const char *name);
 void v_done(vctx *v);
 /* Print the CASE line and count it. */
 void v_case(vctx *v, const char *name, bool pass, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 /* Spawn `due work --db URL ARGS...` (NULL-terminated), logging to a file. */
 pid_t v_worker(vctx *v, const char *log, ...);
 /* Wait for pid up to timeout_ms; returns a shell-style exit code (137 for

@@ -26,12 +26,11 @@
 
 #define SEC 1000000LL
 #define MS 1000LL
-#define HANG_MS 60000 /* a deadline guards against a hang, it claims nothing */
+#define HANG_MS                                                                \
+	60000 /* a deadline guards against a hang, it claims nothing           \
+	       */
 
-static void set_dir_env(vctx *v)
-{
-	setenv("DUEV_DIR", v->dir, 1);
-}
+static void set_dir_env(vctx *v) { setenv("DUEV_DIR", v->dir, 1); }
 
 static int64_t count_state(vctx *v, due_state s)
 {
@@ -105,8 +104,9 @@ void v_normal_three_workers(vctx *v)
 		char owner[16], log[16];
 		snprintf(owner, sizeof(owner), "w%d", i + 1);
 		snprintf(log, sizeof(log), "w%d.log", i + 1);
-		w[i] = v_worker(v, log, "--exec", cmd, "--poll", "10ms", "--owner",
-				owner, "--concurrency", "4", (char *)NULL);
+		w[i] =
+		    v_worker(v, log, "--exec", cmd, "--poll", "10ms", "--owner",
+			     owner, "--concurrency", "4", (char *)NULL);
 	}
 	bool ok = v_wait(v, HANG_MS, all_done, &n);
 	for (int i = 0; i < 3; i++)
@@ -123,21 +123,24 @@ void v_normal_three_workers(vctx *v)
 		dups += t->n_attempts > 1;
 		not_done += t->state != DUE_DONE;
 		for (size_t k = 0; k < t->n_attempts; k++)
-			early += t->attempts[k].claimed_at < t->attempts[k].due_at;
-		late[i] = t->n_attempts ? t->attempts[0].claimed_at - t->due_at : 0;
+			early +=
+			    t->attempts[k].claimed_at < t->attempts[k].due_at;
+		late[i] =
+		    t->n_attempts ? t->attempts[0].claimed_at - t->due_at : 0;
 	}
 	qsort(late, l->count, sizeof(late[0]), cmp_i64);
 	int effects = v_lines(v, "effects");
 	size_t c = l->count;
-	v_case(v, "normal_three_workers",
-	       ok && c == N && claims == N && dups == 0 && effects == N &&
-		       early == 0 && not_done == 0,
-	       "tasks=%zu claims=%d dup_claims=%d effects=%d early=%d p50_ms=%.1f "
-	       "p99_ms=%.1f max_ms=%.1f",
-	       c, claims, dups, effects, early,
-	       c ? (double)late[c / 2] / 1000.0 : 0,
-	       c ? (double)late[(c * 99 + 99) / 100 - 1] / 1000.0 : 0,
-	       c ? (double)late[c - 1] / 1000.0 : 0);
+	v_case(
+	    v, "normal_three_workers",
+	    ok && c == N && claims == N && dups == 0 && effects == N &&
+		early == 0 && not_done == 0,
+	    "tasks=%zu claims=%d dup_claims=%d effects=%d early=%d p50_ms=%.1f "
+	    "p99_ms=%.1f max_ms=%.1f",
+	    c, claims, dups, effects, early,
+	    c ? (double)late[c / 2] / 1000.0 : 0,
+	    c ? (double)late[(c * 99 + 99) / 100 - 1] / 1000.0 : 0,
+	    c ? (double)late[c - 1] / 1000.0 : 0);
 	due_task_list_free(l);
 }
 
@@ -166,7 +169,8 @@ void v_boundary_not_before_due(vctx *v)
 		v_sleep_ms(1);
 	}
 	v_case(v, "boundary_not_before_due", claimed == N && early == 0,
-	       "tasks=%d claimed=%d early=%d polls=%d", N, claimed, early, polls);
+	       "tasks=%d claimed=%d early=%d polls=%d", N, claimed, early,
+	       polls);
 }
 
 void v_boundary_claim_limit(vctx *v)
@@ -182,9 +186,10 @@ void v_boundary_claim_limit(vctx *v)
 		due_task_list_free(l);
 	}
 	v_case(v, "boundary_claim_limit",
-	       sizes[0] == 10 && sizes[1] == 10 && sizes[2] == 5 && sizes[3] == 0,
-	       "limit=10 tasks=25 claims=%d,%d,%d,%d", sizes[0], sizes[1], sizes[2],
-	       sizes[3]);
+	       sizes[0] == 10 && sizes[1] == 10 && sizes[2] == 5 &&
+		   sizes[3] == 0,
+	       "limit=10 tasks=25 claims=%d,%d,%d,%d", sizes[0], sizes[1],
+	       sizes[2], sizes[3]);
 }
 
 void v_cancel_semantics(vctx *v)
@@ -217,15 +222,18 @@ void v_cancel_semantics(vctx *v)
 		    ext == DUE_EXTEND_CANCEL_REQUESTED &&
 		    co == DUE_COMPLETE_CANCELLED_BEFORE_COMMIT &&
 		    rt->state == DUE_CANCELLED && !rt->has_result &&
-		    done_o == DUE_CANCEL_TOO_LATE && unknown == DUE_CANCEL_NOT_FOUND;
+		    done_o == DUE_CANCEL_TOO_LATE &&
+		    unknown == DUE_CANCEL_NOT_FOUND;
 	v_case(v, "cancel_semantics", pass,
 	       "waiting=%s again=%s running=%s extend=%s complete=%s final=%s "
 	       "effects=%d done=%s unknown=%s",
 	       due_cancel_outcome_name(waiting), due_cancel_outcome_name(again),
 	       due_cancel_outcome_name(running),
-	       ext == DUE_EXTEND_OK ? "true" : "false", due_complete_outcome_name(co),
+	       ext == DUE_EXTEND_OK ? "true" : "false",
+	       due_complete_outcome_name(co),
 	       rt ? due_state_name(rt->state) : "?", rt && rt->has_result,
-	       due_cancel_outcome_name(done_o), due_cancel_outcome_name(unknown));
+	       due_cancel_outcome_name(done_o),
+	       due_cancel_outcome_name(unknown));
 	due_task_free(rt);
 }
 
@@ -239,14 +247,14 @@ void v_race_due_vs_cancel(vctx *v)
 	double start;
 
 	set_dir_env(v);
-	w = v_worker(v, "w.log", "--exec", "true", "--poll", "2ms", "--concurrency",
-		     "4", "--lease", "2s", (char *)NULL);
+	w = v_worker(v, "w.log", "--exec", "true", "--poll", "2ms",
+		     "--concurrency", "4", "--lease", "2s", (char *)NULL);
 	v_sleep_ms(200); /* let the worker connect */
 	srand(42);
 	start = v_now_ms();
 	for (int i = 0; i < ROUNDS; i++) {
-		/* task i is due 20 ms after its submit; cancel lands -10..+20 ms
-		   around that, so all three outcomes occur */
+		/* task i is due 20 ms after its submit; cancel lands -10..+20
+		   ms around that, so all three outcomes occur */
 		ids[i] = v_add(v, "race", 20 * MS, 1, 0, NULL);
 		int wait_ms = 10 + rand() % 31;
 		v_sleep_ms(wait_ms);
@@ -260,48 +268,57 @@ void v_race_due_vs_cancel(vctx *v)
 		due_task *t = v_get(v, ids[i]);
 		int effects = t && t->state == DUE_DONE && t->has_result;
 		due_state fs = t ? t->state : DUE_SCHEDULED;
-		if (out[i] == DUE_CANCEL_CANCELLED && fs == DUE_CANCELLED && !effects)
+		if (out[i] == DUE_CANCEL_CANCELLED && fs == DUE_CANCELLED &&
+		    !effects)
 			c_c++;
-		else if (out[i] == DUE_CANCEL_REQUESTED && fs == DUE_CANCELLED && !effects)
+		else if (out[i] == DUE_CANCEL_REQUESTED &&
+			 fs == DUE_CANCELLED && !effects)
 			r_c++;
-		else if (out[i] == DUE_CANCEL_TOO_LATE && fs == DUE_DONE && effects)
+		else if (out[i] == DUE_CANCEL_TOO_LATE && fs == DUE_DONE &&
+			 effects)
 			t_d++;
 		else
 			violations++;
 		due_task_free(t);
 	}
 	v_case(v, "race_due_vs_cancel", violations == 0,
-	       "rounds=%d violations=%d outcomes={CANCELLED/CANCELLED/effects=0=%d, "
+	       "rounds=%d violations=%d "
+	       "outcomes={CANCELLED/CANCELLED/effects=0=%d, "
 	       "REQUESTED/CANCELLED/effects=0=%d, TOO_LATE/DONE/effects=1=%d} "
 	       "seconds=%.1f",
-	       ROUNDS, violations, c_c, r_c, t_d, (v_now_ms() - start) / 1000.0);
+	       ROUNDS, violations, c_c, r_c, t_d,
+	       (v_now_ms() - start) / 1000.0);
 }
 
 void v_retry_backoff_then_done(vctx *v)
 {
-	const char *cmd = "[ \"$DUE_ATTEMPT\" -ge 3 ] || { echo \"fail $DUE_ATTEMPT\" >&2;"
-			  " exit 1; }; echo done >> \"$DUEV_DIR/effects\"";
+	const char *cmd =
+	    "[ \"$DUE_ATTEMPT\" -ge 3 ] || { echo \"fail $DUE_ATTEMPT\" >&2;"
+	    " exit 1; }; echo done >> \"$DUEV_DIR/effects\"";
 	want w = {0, DUE_DONE, 3};
 	double gap[2] = {0, 0};
 	bool gaps_ok = false;
 
 	set_dir_env(v);
 	w.id = v_add(v, "retry", 0, 3, 200 * MS, NULL);
-	pid_t p = v_worker(v, "w.log", "--exec", cmd, "--poll", "10ms", (char *)NULL);
+	pid_t p =
+	    v_worker(v, "w.log", "--exec", cmd, "--poll", "10ms", (char *)NULL);
 	bool ok = v_wait(v, HANG_MS, want_state, &w);
 	stop_worker(p);
 	due_task *t = v_get(v, w.id);
 	if (t && t->n_attempts == 3) {
 		for (int i = 0; i < 2; i++)
 			gap[i] = (double)(t->attempts[i + 1].claimed_at -
-					  t->attempts[i].ended_at) / 1000.0;
+					  t->attempts[i].ended_at) /
+				 1000.0;
 		gaps_ok = gap[0] >= 200.0 && gap[1] >= 400.0;
 	}
 	int effects = v_lines(v, "effects");
-	v_case(v, "retry_backoff_then_done", ok && gaps_ok && effects == 1,
-	       "final=%s attempt=%d backoff_ms=200 gaps_ms=[%.0f,%.0f] effects=%d",
-	       t ? due_state_name(t->state) : "?", t ? t->attempt : 0, gap[0],
-	       gap[1], effects);
+	v_case(
+	    v, "retry_backoff_then_done", ok && gaps_ok && effects == 1,
+	    "final=%s attempt=%d backoff_ms=200 gaps_ms=[%.0f,%.0f] effects=%d",
+	    t ? due_state_name(t->state) : "?", t ? t->attempt : 0, gap[0],
+	    gap[1], effects);
 	due_task_free(t);
 }
 
@@ -311,8 +328,8 @@ void v_retry_exhausted_dead(vctx *v)
 
 	set_dir_env(v);
 	w.id = v_add(v, "dead", 0, 3, 50 * MS, NULL);
-	pid_t p = v_worker(v, "w.log", "--exec", "echo boom >&2; exit 2", "--poll",
-			   "10ms", (char *)NULL);
+	pid_t p = v_worker(v, "w.log", "--exec", "echo boom >&2; exit 2",
+			   "--poll", "10ms", (char *)NULL);
 	bool ok = v_wait(v, HANG_MS, want_state, &w);
 	stop_worker(p);
 	due_task *t = v_get(v, w.id);
@@ -380,12 +397,13 @@ void v_crash_kill9_lease_retry(vctx *v)
 
 	set_dir_env(v);
 	claimed.id = done.id = v_add(v, "crash", 0, 5, 0, "x");
-	pid_t a = v_worker(v, "a.log", "--owner", "A", "--lease", "1s", "--exec",
-			   "echo $$ > \"$DUEV_DIR/a.pid\"; exec sleep 600", (char *)NULL);
+	pid_t a = v_worker(
+	    v, "a.log", "--owner", "A", "--lease", "1s", "--exec",
+	    "echo $$ > \"$DUEV_DIR/a.pid\"; exec sleep 600", (char *)NULL);
 	bool ok = v_wait(v, HANG_MS, want_state, &claimed);
-	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s", "--poll",
-			   "20ms", "--exec", "echo B >> \"$DUEV_DIR/effects\"",
-			   (char *)NULL);
+	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s",
+			   "--poll", "20ms", "--exec",
+			   "echo B >> \"$DUEV_DIR/effects\"", (char *)NULL);
 	/* A is alive and renewing for 2.5 leases: B must never take the task
 	   while A's lease runs */
 	watch_lease(v, claimed.id, 2500, &renewals, &stolen);
@@ -394,7 +412,8 @@ void v_crash_kill9_lease_retry(vctx *v)
 	code = v_reap(a, HANG_MS);
 	for (double end = t_kill + HANG_MS; v_now_ms() < end; v_sleep_ms(5)) {
 		due_task *t = v_get(v, claimed.id);
-		bool back = t && t->n_attempts && strcmp(t->attempts[0].outcome, "RUNNING");
+		bool back = t && t->n_attempts &&
+			    strcmp(t->attempts[0].outcome, "RUNNING");
 		due_task_free(t);
 		if (back) {
 			t_reclaim = v_now_ms();
@@ -415,7 +434,8 @@ void v_crash_kill9_lease_retry(vctx *v)
 	       "exit=%d stolen_while_alive=%d renewals_seen=%d "
 	       "kill_to_reclaim_ms=%.0f final=%s attempt=%d claims=[1,%s|2,%s] "
 	       "attempt1=%s effects=%d",
-	       code, stolen, renewals, t_reclaim < 0 ? -1.0 : t_reclaim - t_kill,
+	       code, stolen, renewals,
+	       t_reclaim < 0 ? -1.0 : t_reclaim - t_kill,
 	       t ? due_state_name(t->state) : "?", t ? t->attempt : 0,
 	       t && t->n_attempts > 0 ? t->attempts[0].worker : "-",
 	       t && t->n_attempts > 1 ? t->attempts[1].worker : "-",
@@ -467,19 +487,22 @@ void v_sigstop_late_commit_rejected(vctx *v)
 	set_dir_env(v);
 	claimed.id = done.id = v_add(v, "stall", 0, 5, 0, "x");
 	/* A's handler runs until released, then answers A */
-	pid_t a = v_worker(v, "a.log", "--owner", "A", "--lease", "1s", "--exec",
-			   ": > \"$DUEV_DIR/a.started\"; until [ -e \"$DUEV_DIR/"
-			   "a.release\" ]; do sleep 0.02; done; echo A; "
-			   ": > \"$DUEV_DIR/a.finished\"", (char *)NULL);
+	pid_t a =
+	    v_worker(v, "a.log", "--owner", "A", "--lease", "1s", "--exec",
+		     ": > \"$DUEV_DIR/a.started\"; until [ -e \"$DUEV_DIR/"
+		     "a.release\" ]; do sleep 0.02; done; echo A; "
+		     ": > \"$DUEV_DIR/a.finished\"",
+		     (char *)NULL);
 	bool ok = v_wait(v, HANG_MS, want_state, &claimed);
 	ok &= v_wait(v, HANG_MS, file_exists, "a.started");
 	kill(a, SIGSTOP); /* the worker stops; its handler runs on */
-	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s", "--poll",
-			   "20ms", "--exec", "echo B", (char *)NULL);
+	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s",
+			   "--poll", "20ms", "--exec", "echo B", (char *)NULL);
 	ok &= v_wait(v, HANG_MS, want_state, &done);
 	due_task *t = v_get(v, done.id);
 	if (t && t->has_result)
-		snprintf(after_b, sizeof(after_b), "%.*s", (int)strcspn((char *)t->result, "\n"),
+		snprintf(after_b, sizeof(after_b), "%.*s",
+			 (int)strcspn((char *)t->result, "\n"),
 			 (char *)t->result);
 	due_task_free(t);
 	/* resume A only after its handler has answered: its late commit is
@@ -491,15 +514,16 @@ void v_sigstop_late_commit_rejected(vctx *v)
 	stop_worker(a);
 	stop_worker(b);
 	t = v_get(v, done.id);
-	bool final_b = t && t->state == DUE_DONE && t->attempt == 2 && t->has_result &&
-		       t->result[0] == 'B';
+	bool final_b = t && t->state == DUE_DONE && t->attempt == 2 &&
+		       t->has_result && t->result[0] == 'B';
 	bool lost_seen = log_has(v, "a.log", "lease lost");
 	v_case(v, "sigstop_late_commit_rejected", ok && rejected && final_b,
 	       "after_b=[DONE,2,%s] final=[%s,%d,%c] old_worker=[attempt=1 "
 	       "outcome=%s lease_lost_seen=%s]",
 	       after_b, t ? due_state_name(t->state) : "?", t ? t->attempt : 0,
 	       t && t->has_result ? t->result[0] : '-',
-	       rejected ? "REJECTED_STALE" : "none", lost_seen ? "true" : "false");
+	       rejected ? "REJECTED_STALE" : "none",
+	       lost_seen ? "true" : "false");
 	due_task_free(t);
 }
 
@@ -522,18 +546,20 @@ static void ext_key_case(vctx *v, const char *name, const char *keyexpr,
 		 "echo \"$k\" >> \"$DUEV_DIR/keys_seen\"; "
 		 "if [ \"$DUE_ATTEMPT\" = 1 ]; then kill -9 \"$(cut -d' ' -f4 "
 		 "/proc/$PPID/stat)\"; exit 0; fi; "
-		 "echo committed", keyexpr);
+		 "echo committed",
+		 keyexpr);
 	done.id = v_add(v, "ext", 0, 5, 0, "x");
-	pid_t a = v_worker(v, "a.log", "--owner", "A", "--lease", "1s", "--exec",
-			   cmd, (char *)NULL);
+	pid_t a = v_worker(v, "a.log", "--owner", "A", "--lease", "1s",
+			   "--exec", cmd, (char *)NULL);
 	int code = v_reap(a, HANG_MS);
-	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s", "--poll",
-			   "20ms", "--exec", cmd, (char *)NULL);
+	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s",
+			   "--poll", "20ms", "--exec", cmd, (char *)NULL);
 	bool ok = v_wait(v, HANG_MS, want_state, &done);
 	stop_worker(b);
 	due_task *t = v_get(v, done.id);
 	int applied = v_lines(v, "ext_applied"), seen = v_lines(v, "keys_seen");
-	v_case(v, name, ok && code == 137 && applied == want_applied && seen == 2,
+	v_case(v, name,
+	       ok && code == 137 && applied == want_applied && seen == 2,
 	       "%scrashed_workers=1 final=[%s,%d] local_effects=%d "
 	       "external_applied=%d keys_seen=%d key=%s",
 	       want_applied > 1 ? "expect_duplicate " : "",
@@ -568,9 +594,11 @@ void v_cancel_after_external_call(vctx *v)
 	cancelled.id = v_add(v, "extc", 0, 5, 0, "x");
 	/* the handler calls out, then runs until stopped (the cancel must
 	   find it running however slow the machine) */
-	pid_t w = v_worker(v, "w.log", "--lease", "600ms", "--kill-grace", "200ms",
-			   "--exec", "echo call >> \"$DUEV_DIR/ext_applied\"; until [ -e "
-			   "\"$DUEV_DIR/never\" ]; do sleep 0.05; done", (char *)NULL);
+	pid_t w = v_worker(v, "w.log", "--lease", "600ms", "--kill-grace",
+			   "200ms", "--exec",
+			   "echo call >> \"$DUEV_DIR/ext_applied\"; until [ -e "
+			   "\"$DUEV_DIR/never\" ]; do sleep 0.05; done",
+			   (char *)NULL);
 	bool ok = v_wait(v, HANG_MS, ext_called, NULL);
 	ok &= due_cancel(v->db, &out, cancelled.id) == 0;
 	ok &= v_wait(v, HANG_MS, want_state, &cancelled);
@@ -578,7 +606,8 @@ void v_cancel_after_external_call(vctx *v)
 	due_task *t = v_get(v, cancelled.id);
 	int applied = v_lines(v, "ext_applied");
 	v_case(v, "cancel_after_external_call",
-	       ok && out == DUE_CANCEL_REQUESTED && t && !t->has_result && applied == 1,
+	       ok && out == DUE_CANCEL_REQUESTED && t && !t->has_result &&
+		   applied == 1,
 	       "cancel=%s final=%s local_effects=%d external_applied=%d",
 	       due_cancel_outcome_name(out), t ? due_state_name(t->state) : "?",
 	       t && t->has_result, applied);
@@ -616,7 +645,8 @@ static size_t slots_of(vctx *v, const char *kind, int64_t *out, size_t cap)
 	if (due_list(v->db, &l, &lo) < 0)
 		return 0;
 	for (size_t i = 0; i < l->count && n < cap; i++) {
-		const char *k = l->items[i].key ? strrchr(l->items[i].key, ':') : NULL;
+		const char *k =
+		    l->items[i].key ? strrchr(l->items[i].key, ':') : NULL;
 		if (k)
 			out[n++] = strtoll(k + 1, NULL, 10);
 	}
@@ -626,7 +656,7 @@ static size_t slots_of(vctx *v, const char *kind, int64_t *out, size_t cap)
 }
 
 static const due_cron_info *find_sched(const due_cron_info_list *l,
-					   const char *name)
+				       const char *name)
 {
 	for (size_t i = 0; l && i < l->count; i++)
 		if (!strcmp(l->items[i].name, name))
@@ -636,7 +666,7 @@ static const due_cron_info *find_sched(const due_cron_info_list *l,
 
 /* The named schedule (NULL if not listed); *l must be freed. */
 static const due_cron_info *sched_now(vctx *v, due_cron_info_list **l,
-					  const char *name)
+				      const char *name)
 {
 	due_cron_info_list_free(*l);
 	*l = NULL;
@@ -679,16 +709,18 @@ void v_cron_once_per_slot_multi_instance(vctx *v)
 
 	set_dir_env(v);
 	if (put_every_second(v, "tick", "tick", DUE_MISFIRE_SKIP) < 0) {
-		v_case(v, "cron_once_per_slot_multi_instance", false, "error=put");
+		v_case(v, "cron_once_per_slot_multi_instance", false,
+		       "error=put");
 		return;
 	}
 	for (int i = 0; i < 3; i++) {
 		char owner[16], log[16];
 		snprintf(owner, sizeof(owner), "s%d", i + 1);
 		snprintf(log, sizeof(log), "s%d.log", i + 1);
-		w[i] = v_worker(v, log, "--owner", owner, "--poll", "50ms", "--exec",
-				"echo \"$DUE_TASK_ID\" >> \"$DUEV_DIR/effects\"",
-				(char *)NULL);
+		w[i] = v_worker(
+		    v, log, "--owner", owner, "--poll", "50ms", "--exec",
+		    "echo \"$DUE_TASK_ID\" >> \"$DUEV_DIR/effects\"",
+		    (char *)NULL);
 	}
 	/* until ten slots are made: about ten seconds, however long it takes */
 	start = v_now_ms();
@@ -708,8 +740,10 @@ void v_cron_once_per_slot_multi_instance(vctx *v)
 	int64_t done = count_state(v, DUE_DONE);
 	v_case(v, "cron_once_per_slot_multi_instance",
 	       ok && si && n >= 10 && dups == 0 && gaps == 0 &&
-		       si->fired == (int64_t)n && si->missed == 0 && effects == done,
-	       "schedulers=3 seconds=%.1f slots=%zu tasks=%zu dup_slots=%d gaps=%d "
+		   si->fired == (int64_t)n && si->missed == 0 &&
+		   effects == done,
+	       "schedulers=3 seconds=%.1f slots=%zu tasks=%zu dup_slots=%d "
+	       "gaps=%d "
 	       "fired=%lld missed=%lld runs=%d done=%lld",
 	       secs, n, n, dups, gaps, si ? (long long)si->fired : -1,
 	       si ? (long long)si->missed : -1, effects, (long long)done);
@@ -727,14 +761,14 @@ void v_cron_misfire_policies(vctx *v)
 		v_case(v, "cron_misfire_policies", false, "error=put");
 		return;
 	}
-	pid_t w = v_worker(v, "w.log", "--misfire-grace", "1s", "--poll", "50ms",
-			   "--exec", "true", (char *)NULL);
+	pid_t w = v_worker(v, "w.log", "--misfire-grace", "1s", "--poll",
+			   "50ms", "--exec", "true", (char *)NULL);
 	/* the scheduler has run (both schedules fired), then stops for at
 	   least 6 s: more than its 2 s lookahead and 1 s grace, so slots are
 	   missed; resumed, it records them in its next pass ("once" comes
 	   before "skip" in that pass, so once's catch-up is in by then) */
 	sched_count fired_once = {"once", 1}, fired_skip = {"skip", 1},
-		       missed_skip = {"skip", 2};
+		    missed_skip = {"skip", 2};
 	bool ok = v_wait(v, HANG_MS, has_fired, &fired_once) &&
 		  v_wait(v, HANG_MS, has_fired, &fired_skip);
 	kill(w, SIGSTOP);
@@ -743,7 +777,8 @@ void v_cron_misfire_policies(vctx *v)
 	ok &= v_wait(v, HANG_MS, has_missed, &missed_skip);
 	stop_worker(w);
 	due_cron_list(v->db, &l);
-	const due_cron_info *sk = find_sched(l, "skip"), *on = find_sched(l, "once");
+	const due_cron_info *sk = find_sched(l, "skip"),
+			    *on = find_sched(l, "once");
 	size_t ns = slots_of(v, "skipk", slots, 256);
 	int skip_gap = 0;
 	for (size_t i = 1; i < ns; i++)
@@ -751,9 +786,9 @@ void v_cron_misfire_policies(vctx *v)
 			skip_gap = (int)(slots[i] - slots[i - 1] - 1);
 	size_t no = slots_of(v, "oncek", slots, 256);
 	ok &= sk && on && sk->missed >= 2 && skip_gap >= 2 &&
-		  skip_gap <= sk->missed && sk->fired == (int64_t)ns &&
-		  on->fired == (int64_t)no && on->missed == sk->missed - 1 &&
-		  no == ns + 1;
+	      skip_gap <= sk->missed && sk->fired == (int64_t)ns &&
+	      on->fired == (int64_t)no && on->missed == sk->missed - 1 &&
+	      no == ns + 1;
 	v_case(v, "cron_misfire_policies", ok,
 	       "paused_s=6 grace_s=1 skip=[missed=%lld fired=%lld gap=%d] "
 	       "once=[missed=%lld fired=%lld catch_up=%lld]",

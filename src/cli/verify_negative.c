@@ -80,8 +80,8 @@ static const char *lite_params(const char *sql, char *buf, size_t n)
 	for (; *sql; sql++) {
 		if (i + 1 == n)
 			return NULL;
-		buf[i++] = *sql == '$' && sql[1] >= '1' && sql[1] <= '9' ? '?'
-									 : *sql;
+		buf[i++] =
+		    *sql == '$' && sql[1] >= '1' && sql[1] <= '9' ? '?' : *sql;
 	}
 	buf[i] = '\0';
 	return buf;
@@ -92,8 +92,8 @@ static const char *lite_params(const char *sql, char *buf, size_t n)
 ** optional text parameter as the third.  If out is given, it receives the
 ** first column of up to cap rows; returns the row count, or -1 on error.
 */
-static int raw_exec(raw *r, const char *sql, int nparams, int64_t p1, int64_t p2,
-		    const char *p3, int64_t *out, int cap)
+static int raw_exec(raw *r, const char *sql, int nparams, int64_t p1,
+		    int64_t p2, const char *p3, int64_t *out, int cap)
 {
 	int n = 0;
 	if (r->lite) {
@@ -102,7 +102,8 @@ static int raw_exec(raw *r, const char *sql, int nparams, int64_t p1, int64_t p2
 		sqlite3_stmt *st;
 		int rc;
 		if (!(lite = lite_params(sql, text, sizeof(text))) ||
-		    sqlite3_prepare_v2(r->lite, lite, -1, &st, NULL) != SQLITE_OK)
+		    sqlite3_prepare_v2(r->lite, lite, -1, &st, NULL) !=
+			SQLITE_OK)
 			return -1;
 		if (nparams > 0)
 			sqlite3_bind_int64(st, 1, p1);
@@ -121,7 +122,8 @@ static int raw_exec(raw *r, const char *sql, int nparams, int64_t p1, int64_t p2
 	const char *vals[3] = {b1, b2, p3};
 	snprintf(b1, sizeof(b1), "%lld", (long long)p1);
 	snprintf(b2, sizeof(b2), "%lld", (long long)p2);
-	PGresult *res = PQexecParams(r->pg, sql, nparams, NULL, vals, NULL, NULL, 0);
+	PGresult *res =
+	    PQexecParams(r->pg, sql, nparams, NULL, vals, NULL, NULL, 0);
 	ExecStatusType s = PQresultStatus(res);
 	if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
 		PQclear(res);
@@ -138,15 +140,22 @@ static int raw_exec(raw *r, const char *sql, int nparams, int64_t p1, int64_t p2
 
 static int naive_setup(raw *r, int n)
 {
-	if (raw_exec(r, "CREATE TABLE naive_task (id bigint PRIMARY KEY, state text "
-		     "NOT NULL, attempt int NOT NULL DEFAULT 0, owner text, "
-		     "result text)", 0, 0, 0, NULL, NULL, 0) < 0 ||
-	    raw_exec(r, "CREATE TABLE naive_effect (task_id bigint, attempt int, "
-		     "worker text)", 0, 0, 0, NULL, NULL, 0) < 0)
+	if (raw_exec(
+		r,
+		"CREATE TABLE naive_task (id bigint PRIMARY KEY, state text "
+		"NOT NULL, attempt int NOT NULL DEFAULT 0, owner text, "
+		"result text)",
+		0, 0, 0, NULL, NULL, 0) < 0 ||
+	    raw_exec(r,
+		     "CREATE TABLE naive_effect (task_id bigint, attempt int, "
+		     "worker text)",
+		     0, 0, 0, NULL, NULL, 0) < 0)
 		return -1;
 	for (int i = 1; i <= n; i++)
-		if (raw_exec(r, "INSERT INTO naive_task (id, state) VALUES ($1, 'S')",
-			     1, i, 0, NULL, NULL, 0) < 0)
+		if (raw_exec(
+			r,
+			"INSERT INTO naive_task (id, state) VALUES ($1, 'S')",
+			1, i, 0, NULL, NULL, 0) < 0)
 			return -1;
 	return 0;
 }
@@ -163,8 +172,10 @@ static void naive_child(vctx *v, int worker)
 	if (raw_open(v, &r) < 0)
 		_exit(2);
 	while (idle < 3) {
-		int n = raw_exec(&r, "SELECT id FROM naive_task WHERE state = 'S' "
-				 "ORDER BY id LIMIT 5", 0, 0, 0, NULL, ids, 5);
+		int n = raw_exec(&r,
+				 "SELECT id FROM naive_task WHERE state = 'S' "
+				 "ORDER BY id LIMIT 5",
+				 0, 0, 0, NULL, ids, 5);
 		if (n <= 0) {
 			idle++;
 			usleep(2000);
@@ -173,10 +184,13 @@ static void naive_child(vctx *v, int worker)
 		idle = 0;
 		usleep(200); /* the window between read and write */
 		for (int i = 0; i < n; i++) {
-			raw_exec(&r, "UPDATE naive_task SET state = 'C', owner = $3 "
-				 "WHERE id = $1 AND $2 = $2",
-				 3, ids[i], 0, owner, NULL, 0);
-			raw_exec(&r, "INSERT INTO naive_effect VALUES ($1, 1 + 0 *"
+			raw_exec(
+			    &r,
+			    "UPDATE naive_task SET state = 'C', owner = $3 "
+			    "WHERE id = $1 AND $2 = $2",
+			    3, ids[i], 0, owner, NULL, 0);
+			raw_exec(&r,
+				 "INSERT INTO naive_effect VALUES ($1, 1 + 0 *"
 				 " CAST($2 AS bigint), $3)",
 				 3, ids[i], 0, owner, NULL, 0);
 		}
@@ -193,7 +207,8 @@ void v_negative_naive_select_then_update(vctx *v)
 	int64_t claims = -1, dup_tasks = -1, multi = -1;
 
 	if (raw_open(v, &r) < 0 || naive_setup(&r, N) < 0) {
-		v_case(v, "negative_naive_select_then_update", false, "error=setup");
+		v_case(v, "negative_naive_select_then_update", false,
+		       "error=setup");
 		raw_close(&r);
 		return;
 	}
@@ -202,14 +217,22 @@ void v_negative_naive_select_then_update(vctx *v)
 			naive_child(v, i + 1);
 	for (int i = 0; i < 3; i++)
 		v_reap(kids[i], 60000);
-	raw_exec(&r, "SELECT count(*) FROM naive_effect", 0, 0, 0, NULL, &claims, 1);
-	raw_exec(&r, "SELECT count(*) FROM (SELECT task_id FROM naive_effect GROUP BY "
-		 "task_id HAVING count(*) > 1) d", 0, 0, 0, NULL, &dup_tasks, 1);
-	raw_exec(&r, "SELECT count(*) FROM (SELECT task_id FROM naive_effect GROUP BY "
-		 "task_id HAVING count(DISTINCT worker) > 1) d", 0, 0, 0, NULL, &multi, 1);
+	raw_exec(&r, "SELECT count(*) FROM naive_effect", 0, 0, 0, NULL,
+		 &claims, 1);
+	raw_exec(
+	    &r,
+	    "SELECT count(*) FROM (SELECT task_id FROM naive_effect GROUP BY "
+	    "task_id HAVING count(*) > 1) d",
+	    0, 0, 0, NULL, &dup_tasks, 1);
+	raw_exec(
+	    &r,
+	    "SELECT count(*) FROM (SELECT task_id FROM naive_effect GROUP BY "
+	    "task_id HAVING count(DISTINCT worker) > 1) d",
+	    0, 0, 0, NULL, &multi, 1);
 	raw_close(&r);
 	v_case(v, "negative_naive_select_then_update", dup_tasks > 0,
-	       "expect_duplicate tasks=%d claims=%lld tasks_claimed_more_than_once=%lld "
+	       "expect_duplicate tasks=%d claims=%lld "
+	       "tasks_claimed_more_than_once=%lld "
 	       "by_multiple_workers=%lld effects=%lld duplicate_effects=%lld",
 	       N, (long long)claims, (long long)dup_tasks, (long long)multi,
 	       (long long)claims, (long long)(claims - N));
@@ -226,19 +249,21 @@ void v_negative_unfenced_late_commit(vctx *v)
 	bool ok;
 
 	if (raw_open(v, &r) < 0 || naive_setup(&r, 1) < 0) {
-		v_case(v, "negative_unfenced_late_commit", false, "error=setup");
+		v_case(v, "negative_unfenced_late_commit", false,
+		       "error=setup");
 		raw_close(&r);
 		return;
 	}
-	const char *claim = "UPDATE naive_task SET state = 'C', attempt = attempt + 1,"
-			    " owner = $3 WHERE id = $1 AND state = 'S' AND $2 = $2";
+	const char *claim =
+	    "UPDATE naive_task SET state = 'C', attempt = attempt + 1,"
+	    " owner = $3 WHERE id = $1 AND state = 'S' AND $2 = $2";
 	const char *unfenced = "UPDATE naive_task SET state = 'D', result = $3 "
 			       "WHERE id = $1 AND $2 = $2";
 	const char *effect = "INSERT INTO naive_effect VALUES ($1, $2, $3)";
 	/* A claims attempt 1 and stalls; its lease expires and is reclaimed */
 	ok = raw_exec(&r, claim, 3, 1, 0, "A", NULL, 0) >= 0;
-	ok &= raw_exec(&r, "UPDATE naive_task SET state = 'S' WHERE id = 1", 0, 0, 0,
-		       NULL, NULL, 0) >= 0;
+	ok &= raw_exec(&r, "UPDATE naive_task SET state = 'S' WHERE id = 1", 0,
+		       0, 0, NULL, NULL, 0) >= 0;
 	/* B claims attempt 2 and completes */
 	ok &= raw_exec(&r, claim, 3, 1, 0, "B", NULL, 0) >= 0;
 	ok &= raw_exec(&r, unfenced, 3, 1, 0, "B", NULL, 0) >= 0;
@@ -246,16 +271,18 @@ void v_negative_unfenced_late_commit(vctx *v)
 	/* A resumes, notices nothing the store enforces, and commits */
 	ok &= raw_exec(&r, unfenced, 3, 1, 0, "A", NULL, 0) >= 0;
 	ok &= raw_exec(&r, effect, 3, 1, 1, "A", NULL, 0) >= 0;
-	raw_exec(&r, "SELECT attempt FROM naive_task WHERE id = 1", 0, 0, 0, NULL,
-		 &att, 1);
-	raw_exec(&r, "SELECT count(*) FROM naive_effect", 0, 0, 0, NULL, &eff, 1);
-	raw_exec(&r, "SELECT count(*) FROM naive_task WHERE result = 'A'", 0, 0, 0,
-		 NULL, &res_is_a, 1);
+	raw_exec(&r, "SELECT attempt FROM naive_task WHERE id = 1", 0, 0, 0,
+		 NULL, &att, 1);
+	raw_exec(&r, "SELECT count(*) FROM naive_effect", 0, 0, 0, NULL, &eff,
+		 1);
+	raw_exec(&r, "SELECT count(*) FROM naive_task WHERE result = 'A'", 0, 0,
+		 0, NULL, &res_is_a, 1);
 	raw_close(&r);
-	v_case(v, "negative_unfenced_late_commit", ok && res_is_a == 1 && eff == 2,
-	       "expect_overwrite_and_duplicate after_b=[D,2,B] final=[D,%lld,%s] "
-	       "effects_no_unique=%lld old_worker=[attempt=1 outcome=DONE]",
-	       (long long)att, res_is_a ? "A" : "B", (long long)eff);
+	v_case(
+	    v, "negative_unfenced_late_commit", ok && res_is_a == 1 && eff == 2,
+	    "expect_overwrite_and_duplicate after_b=[D,2,B] final=[D,%lld,%s] "
+	    "effects_no_unique=%lld old_worker=[attempt=1 outcome=DONE]",
+	    (long long)att, res_is_a ? "A" : "B", (long long)eff);
 }
 
 /* All rows of a query's first column, joined with newlines, into buf. */
@@ -265,12 +292,15 @@ static int raw_text(raw *r, const char *sql, char *buf, size_t n)
 	buf[0] = '\0';
 	if (r->lite) {
 		sqlite3_stmt *st;
-		if (sqlite3_prepare_v2(r->lite, sql, -1, &st, NULL) != SQLITE_OK)
+		if (sqlite3_prepare_v2(r->lite, sql, -1, &st, NULL) !=
+		    SQLITE_OK)
 			return -1;
-		int col = sqlite3_column_count(st) - 1; /* EXPLAIN QUERY PLAN: detail */
+		int col = sqlite3_column_count(st) -
+			  1; /* EXPLAIN QUERY PLAN: detail */
 		while (sqlite3_step(st) == SQLITE_ROW && off < n)
-			off += (size_t)snprintf(buf + off, n - off, "%s\n",
-						(const char *)sqlite3_column_text(st, col));
+			off += (size_t)snprintf(
+			    buf + off, n - off, "%s\n",
+			    (const char *)sqlite3_column_text(st, col));
 		sqlite3_finalize(st);
 		return 0;
 	}
@@ -281,7 +311,8 @@ static int raw_text(raw *r, const char *sql, char *buf, size_t n)
 		return -1;
 	}
 	for (int i = 0; i < PQntuples(res) && off < n; i++)
-		off += (size_t)snprintf(buf + off, n - off, "%s\n", PQgetvalue(res, i, 0));
+		off += (size_t)snprintf(buf + off, n - off, "%s\n",
+					PQgetvalue(res, i, 0));
 	PQclear(res);
 	return 0;
 #else
@@ -319,25 +350,30 @@ static long rows_removed(const char *plan)
 void v_boundary_partial_due_index(vctx *v)
 {
 	static const char fill_pg[] =
-		"INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
-		" backoff_us, backoff_cap_us, created_at, updated_at)"
-		" SELECT 'idx', ''::bytea, CASE WHEN g % 2 = 0 THEN 'DONE' ELSE"
-		" 'SCHEDULED' END, now() + interval '1 hour', 5, 1000000, 3600000000,"
-		" now(), now() FROM generate_series(1, 40000) g";
+	    "INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
+	    " backoff_us, backoff_cap_us, created_at, updated_at)"
+	    " SELECT 'idx', ''::bytea, CASE WHEN g % 2 = 0 THEN 'DONE' ELSE"
+	    " 'SCHEDULED' END, now() + interval '1 hour', 5, 1000000, "
+	    "3600000000,"
+	    " now(), now() FROM generate_series(1, 40000) g";
 	static const char fill_lite[] =
-		"WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g"
-		" WHERE x < 40000) INSERT INTO due_task (kind, payload, state, due_at,"
-		" max_attempts, backoff_us, backoff_cap_us, created_at, updated_at)"
-		" SELECT 'idx', x'', CASE WHEN x % 2 = 0 THEN 'DONE' ELSE 'SCHEDULED'"
-		" END, $1 + 3600000000, 5, 1000000, 3600000000, $1, $1 FROM g";
+	    "WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g"
+	    " WHERE x < 40000) INSERT INTO due_task (kind, payload, state, "
+	    "due_at,"
+	    " max_attempts, backoff_us, backoff_cap_us, created_at, updated_at)"
+	    " SELECT 'idx', x'', CASE WHEN x % 2 = 0 THEN 'DONE' ELSE "
+	    "'SCHEDULED'"
+	    " END, $1 + 3600000000, 5, 1000000, 3600000000, $1, $1 FROM g";
 	static const char q_now[] =
-		"EXPLAIN (ANALYZE, BUFFERS) SELECT id FROM due_task WHERE state ="
-		" 'SCHEDULED' AND due_at <= now() ORDER BY due_at LIMIT 10 FOR UPDATE"
-		" SKIP LOCKED";
+	    "EXPLAIN (ANALYZE, BUFFERS) SELECT id FROM due_task WHERE state ="
+	    " 'SCHEDULED' AND due_at <= now() ORDER BY due_at LIMIT 10 FOR "
+	    "UPDATE"
+	    " SKIP LOCKED";
 	static const char q_clock[] =
-		"EXPLAIN (ANALYZE, BUFFERS) SELECT id FROM due_task WHERE state ="
-		" 'SCHEDULED' AND due_at <= clock_timestamp() ORDER BY due_at LIMIT 10"
-		" FOR UPDATE SKIP LOCKED";
+	    "EXPLAIN (ANALYZE, BUFFERS) SELECT id FROM due_task WHERE state ="
+	    " 'SCHEDULED' AND due_at <= clock_timestamp() ORDER BY due_at "
+	    "LIMIT 10"
+	    " FOR UPDATE SKIP LOCKED";
 	static char p1[16384], p2[16384];
 	raw r;
 	bool ok;
@@ -347,17 +383,24 @@ void v_boundary_partial_due_index(vctx *v)
 		return;
 	}
 	if (v->sqlite) {
-		ok = raw_exec(&r, fill_lite, 1, due_time_now_host(), 0, NULL, NULL, 0) >= 0 &&
-		     raw_text(&r, "EXPLAIN QUERY PLAN SELECT id FROM due_task WHERE state"
-			      " = 'SCHEDULED' AND due_at <= 1 ORDER BY due_at LIMIT 10",
-			      p1, sizeof(p1)) == 0;
-		bool uses = ok && strstr(p1, "USING INDEX due_task_due (due_at<?)");
+		ok =
+		    raw_exec(&r, fill_lite, 1, due_time_now_host(), 0, NULL,
+			     NULL, 0) >= 0 &&
+		    raw_text(
+			&r,
+			"EXPLAIN QUERY PLAN SELECT id FROM due_task WHERE state"
+			" = 'SCHEDULED' AND due_at <= 1 ORDER BY due_at LIMIT "
+			"10",
+			p1, sizeof(p1)) == 0;
+		bool uses =
+		    ok && strstr(p1, "USING INDEX due_task_due (due_at<?)");
 		raw_close(&r);
 		for (char *c = p1; *c; c++)
 			if (*c == '\n')
 				*c = ';';
 		v_case(v, "boundary_partial_due_index", uses,
-		       "tasks=40000 future=20000 finished=20000 plan=\"%s\"", p1);
+		       "tasks=40000 future=20000 finished=20000 plan=\"%s\"",
+		       p1);
 		return;
 	}
 	ok = raw_exec(&r, fill_pg, 0, 0, 0, NULL, NULL, 0) >= 0 &&
@@ -370,7 +413,9 @@ void v_boundary_partial_due_index(vctx *v)
 	long b_now = plan_buffers(p1), b_clock = plan_buffers(p2);
 	long removed = rows_removed(p2);
 	if (v->verbose)
-		fprintf(stderr, "--- now() plan:\n%s--- clock_timestamp() plan:\n%s", p1, p2);
+		fprintf(stderr,
+			"--- now() plan:\n%s--- clock_timestamp() plan:\n%s",
+			p1, p2);
 	v_case(v, "boundary_partial_due_index",
 	       idx && b_now < 20 && removed == 20000 && b_clock > b_now,
 	       "tasks=40000 future=20000 finished=20000 now_index_cond=%s "

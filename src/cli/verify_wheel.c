@@ -24,12 +24,14 @@
 #include "cli/verify.h"
 #include "wheel/wheel.h"
 
-#define HANG_MS 60000 /* a deadline guards against a hang, it claims nothing */
+#define HANG_MS                                                                \
+	60000 /* a deadline guards against a hang, it claims nothing           \
+	       */
 
 typedef struct fire_check {
-	int64_t now;     /* tick being fired (advanced one at a time) */
-	int64_t *due;    /* due tick per id, -1 once cancelled */
-	int *fired;      /* times each id fired */
+	int64_t now;  /* tick being fired (advanced one at a time) */
+	int64_t *due; /* due tick per id, -1 once cancelled */
+	int *fired;   /* times each id fired */
 	long wrong;
 } fire_check;
 
@@ -66,7 +68,8 @@ void v_wheel_fire_exact_tick(vctx *v)
 		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
 		if ((rng >> 40) % 26 == 0) { /* cancel a random pending timer */
 			int id = (int)((rng >> 16) % N);
-			if (c.due[id] > c.now && due__wheel_stop_id(w, id) == 0) {
+			if (c.due[id] > c.now &&
+			    due__wheel_stop_id(w, id) == 0) {
 				c.due[id] = -1;
 				cancelled++;
 			}
@@ -85,7 +88,8 @@ void v_wheel_fire_exact_tick(vctx *v)
 	due_wheel_stats st;
 	due__wheel_stats_get(&st, w);
 	v_case(v, "wheel_fire_exact_tick",
-	       c.wrong == 0 && missed == 0 && dup == 0 && due__wheel_count(w) == 0,
+	       c.wrong == 0 && missed == 0 && dup == 0 &&
+		   due__wheel_count(w) == 0,
 	       "model=in-process-wheel timers=%d cancelled=%ld fired=%ld "
 	       "wrong_tick=%ld missed=%ld dup=%ld cascades=%llu remaining=%zu",
 	       N, cancelled, fired, c.wrong, missed, dup,
@@ -112,13 +116,15 @@ void v_wheel_horizon_rejected(vctx *v)
 	o.levels = 3;
 	if (due__wheel_new(&w, &o) == 0) {
 		int64_t fired = 0;
-		due__wheel_advance(w, 12345, count_none, &fired); /* not aligned */
+		due__wheel_advance(w, 12345, count_none,
+				   &fired); /* not aligned */
 		int64_t h = due__wheel_horizon(w), now = due__wheel_now(w);
 		at = due__wheel_start(NULL, w, 1, now + h - 1);
 		beyond = due__wheel_start(NULL, w, 2, now + h);
 		v_case(v, "wheel_horizon_rejected",
 		       at == 0 && beyond == DUE_WHEEL_EHORIZON,
-		       "model=in-process-wheel horizon=%lld schedule_at_horizon=[%s: "
+		       "model=in-process-wheel horizon=%lld "
+		       "schedule_at_horizon=[%s: "
 		       "delta=%lld] schedule_at_horizon_minus_1=%s",
 		       (long long)h, due__wheel_strerror(beyond), (long long)h,
 		       at == 0 ? "accepted" : due__wheel_strerror(at));
@@ -142,7 +148,8 @@ static bool has_effects(vctx *v, void *arg)
 void v_wheel_restart_needs_durable(vctx *v)
 {
 	enum { N = 300 };
-	const char *cmd = "echo \"$DUE_TASK_ID\" >> \"$DUEV_DIR/effects\"; sleep 0.05";
+	const char *cmd =
+	    "echo \"$DUE_TASK_ID\" >> \"$DUEV_DIR/effects\"; sleep 0.05";
 	int64_t claimed_by_a = 0, twice = 0, more = 0, never = 0;
 	due_list_opts lo = DUE_LIST_OPTS_INIT;
 	due_task_list *l = NULL;
@@ -154,15 +161,16 @@ void v_wheel_restart_needs_durable(vctx *v)
 	   run a tenth of the tasks (mid-work, whatever the machine's speed) */
 	int tenth = N / 10;
 	double start = v_now_ms();
-	pid_t a = v_worker(v, "a.log", "--owner", "A", "--horizon", "1s", "--lease",
-			   "1s", "--exec", cmd, (char *)NULL);
+	pid_t a = v_worker(v, "a.log", "--owner", "A", "--horizon", "1s",
+			   "--lease", "1s", "--exec", cmd, (char *)NULL);
 	bool working = v_wait(v, HANG_MS, has_effects, &tenth);
 	kill(a, SIGKILL);
 	double crash_ms = v_now_ms() - start;
 	int code = v_reap(a, HANG_MS);
-	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s", "--exec", cmd,
-			   (char *)NULL);
-	for (double end = v_now_ms() + HANG_MS; done_count(v) < N && v_now_ms() < end;)
+	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s",
+			   "--exec", cmd, (char *)NULL);
+	for (double end = v_now_ms() + HANG_MS;
+	     done_count(v) < N && v_now_ms() < end;)
 		v_sleep_ms(20);
 	kill(b, SIGTERM);
 	v_reap(b, HANG_MS);
@@ -180,7 +188,8 @@ void v_wheel_restart_needs_durable(vctx *v)
 				runs[id - first]++;
 		for (size_t i = 0; i < l->count; i++) {
 			const due_task *t = &l->items[i];
-			claimed_by_a += t->n_attempts && !strcmp(t->attempts[0].worker, "A");
+			claimed_by_a += t->n_attempts &&
+					!strcmp(t->attempts[0].worker, "A");
 			never += t->state != DUE_DONE;
 			twice += runs[i] == 2;
 			more += runs[i] > 2;
@@ -191,9 +200,10 @@ void v_wheel_restart_needs_durable(vctx *v)
 	free(runs);
 	v_case(v, "wheel_restart_needs_durable",
 	       working && code == 137 && l && l->count == N && never == 0 &&
-		       more == 0,
+		   more == 0,
 	       "tasks=%d crash_after_ms=%.0f horizon_a_s=1 claimed_by_a=%lld "
-	       "after_rebuild={never=%lld executed_twice=%lld more_than_twice=%lld}",
+	       "after_rebuild={never=%lld executed_twice=%lld "
+	       "more_than_twice=%lld}",
 	       N, crash_ms, (long long)claimed_by_a, (long long)never,
 	       (long long)twice, (long long)more);
 	due_task_list_free(l);
@@ -229,13 +239,15 @@ static void run_variant(vctx *v, const char *name, const char *const *extra,
 	for (int i = 0; i < 2; i++) {
 		char owner[16];
 		snprintf(owner, sizeof(owner), "%s-%d", name, i);
-		w[i] = v_worker(v, "w.log", "--owner", owner, "--no-cron", "--exec",
-				"true", extra[0], extra[1], extra[2], (char *)NULL);
+		w[i] = v_worker(v, "w.log", "--owner", owner, "--no-cron",
+				"--exec", "true", extra[0], extra[1], extra[2],
+				(char *)NULL);
 	}
 	v_sleep_ms(300);
 	for (int i = 0; i < N; i++)
 		v_add(v, "pw", 300000 + (int64_t)i * 2000000 / N, 5, 0, NULL);
-	for (double end = v_now_ms() + HANG_MS; done_count(v) < N && v_now_ms() < end;)
+	for (double end = v_now_ms() + HANG_MS;
+	     done_count(v) < N && v_now_ms() < end;)
 		v_sleep_ms(20);
 	for (int i = 0; i < 2; i++) {
 		kill(w[i], SIGTERM);
@@ -249,7 +261,9 @@ static void run_variant(vctx *v, const char *name, const char *const *extra,
 			out->done += t->state == DUE_DONE;
 			if (!t->n_attempts)
 				continue;
-			double ms = (double)(t->attempts[0].claimed_at - t->due_at) / 1000.0;
+			double ms =
+			    (double)(t->attempts[0].claimed_at - t->due_at) /
+			    1000.0;
 			out->early += ms < 0;
 			late[k++] = ms;
 		}
@@ -278,12 +292,13 @@ void v_poll_vs_wheel(vctx *v)
 	run_variant(v, "poll500", p500, &b);
 	run_variant(v, "wheel", wheel, &c);
 	v_fresh(v, "poll_vs_wheel"); /* the driver closes one store */
-	v_case(v, "poll_vs_wheel",
-	       a.done == 300 && b.done == 300 && c.done == 300 &&
-		       a.early + b.early + c.early == 0,
-	       "tasks=300 workers=2 poll=50ms{p50=%.1f p99=%.1f max=%.1f "
-	       "queries=%lld} poll=500ms{p50=%.1f p99=%.1f max=%.1f queries=%lld} "
-	       "wheel{p50=%.1f p99=%.1f max=%.1f queries=%lld} early=%ld",
-	       a.p50, a.p99, a.max, a.queries, b.p50, b.p99, b.max, b.queries, c.p50,
-	       c.p99, c.max, c.queries, a.early + b.early + c.early);
+	v_case(
+	    v, "poll_vs_wheel",
+	    a.done == 300 && b.done == 300 && c.done == 300 &&
+		a.early + b.early + c.early == 0,
+	    "tasks=300 workers=2 poll=50ms{p50=%.1f p99=%.1f max=%.1f "
+	    "queries=%lld} poll=500ms{p50=%.1f p99=%.1f max=%.1f queries=%lld} "
+	    "wheel{p50=%.1f p99=%.1f max=%.1f queries=%lld} early=%ld",
+	    a.p50, a.p99, a.max, a.queries, b.p50, b.p99, b.max, b.queries,
+	    c.p50, c.p99, c.max, c.queries, a.early + b.early + c.early);
 }

@@ -61,20 +61,18 @@
 #define US 1000000LL
 #define MAX_SLOTS_PER_PASS 1000
 #define MAX_MISSED_COUNT 100000
-#define ZONE_CACHE_SIZE 128      /* distinct zones kept; LRU beyond */
-#define ZONE_TTL_US (3600 * US)  /* a cached zone is read again after this */
+#define ZONE_CACHE_SIZE 128	/* distinct zones kept; LRU beyond */
+#define ZONE_TTL_US (3600 * US) /* a cached zone is read again after this */
 
-_Static_assert((int)DUE_CRON_EINVAL == (int)DUE_EINVAL &&
-		       (int)DUE_CRON_ENOTFOUND == (int)DUE_ENOTFOUND &&
-		       (int)DUE_CRON_ENOMEM == (int)DUE_ENOMEM &&
-		       (int)DUE_TZ_EINVAL == (int)DUE_EINVAL &&
-		       (int)DUE_TZ_ENOMEM == (int)DUE_ENOMEM,
-	       "the cron engine's codes shared with due.h must have due.h's values");
+_Static_assert(
+    (int)DUE_CRON_EINVAL == (int)DUE_EINVAL &&
+	(int)DUE_CRON_ENOTFOUND == (int)DUE_ENOTFOUND &&
+	(int)DUE_CRON_ENOMEM == (int)DUE_ENOMEM &&
+	(int)DUE_TZ_EINVAL == (int)DUE_EINVAL &&
+	(int)DUE_TZ_ENOMEM == (int)DUE_ENOMEM,
+    "the cron engine's codes shared with due.h must have due.h's values");
 
-static int nomem(void)
-{
-	return due__error_set(DUE_ENOMEM, "out of memory");
-}
+static int nomem(void) { return due__error_set(DUE_ENOMEM, "out of memory"); }
 
 static int64_t mono_us(void)
 {
@@ -193,8 +191,9 @@ static int zone_get(zentry **out, const char *name)
 		return nomem();
 	if ((rc = due__tz_open(&e->tz, name, err, sizeof(err))) < 0) {
 		free(e);
-		return rc == DUE_TZ_ENOMEM ? nomem()
-					   : due__error_set(DUE_EINVAL, "%s", err);
+		return rc == DUE_TZ_ENOMEM
+			   ? nomem()
+			   : due__error_set(DUE_EINVAL, "%s", err);
 	}
 	e->born = now;
 	pthread_mutex_lock(&zone_mu);
@@ -249,13 +248,14 @@ static int compile(compiled *c, const char *expr, const char *zone)
 
 	memset(c, 0, sizeof(*c));
 	if (!expr)
-		return due__error_set(DUE_EINVAL, "invalid cron expression '': missing");
+		return due__error_set(DUE_EINVAL,
+				      "invalid cron expression '': missing");
 	rc = due__cron_parse(&c->cron, expr, err, sizeof(err));
 	if (rc == DUE_CRON_ENOMEM)
 		return nomem();
 	if (rc < 0)
-		return due__error_set(DUE_EINVAL, "invalid cron expression '%s': %s",
-				     expr, err);
+		return due__error_set(
+		    DUE_EINVAL, "invalid cron expression '%s': %s", expr, err);
 	if (zone && strcmp(zone, "UTC") != 0 &&
 	    (rc = zone_get(&c->zone, zone)) < 0) {
 		due__cron_free(c->cron);
@@ -278,12 +278,14 @@ static int next_after(const compiled *c, due_time after, due_time *out)
 
 	*out = rc < 0 ? 0 : sec * US;
 	if (rc == DUE_CRON_ENOTFOUND)
-		return due__error_set(DUE_EINVAL,
-			"cron expression '%s' never fires (searched %d years)",
-			due__cron_text(c->cron), DUE_CRON_SEARCH_YEARS);
+		return due__error_set(
+		    DUE_EINVAL,
+		    "cron expression '%s' never fires (searched %d years)",
+		    due__cron_text(c->cron), DUE_CRON_SEARCH_YEARS);
 	if (rc < 0)
 		return due__error_set(DUE_EINVAL, "cron expression '%s': %s",
-				     due__cron_text(c->cron), due__cron_strerror(rc));
+				      due__cron_text(c->cron),
+				      due__cron_strerror(rc));
 	return 0;
 }
 
@@ -321,15 +323,17 @@ int due_time_format_zone(char *buf, size_t len, due_time t, const char *zone)
 	}
 	if ((rc = zone_get(&z, zone)) < 0)
 		return rc;
-	if (due__tz_to_local(z->tz, sec, &lc) < 0 || due__tz_offset(z->tz, sec, &off) < 0) {
+	if (due__tz_to_local(z->tz, sec, &lc) < 0 ||
+	    due__tz_offset(z->tz, sec, &off) < 0) {
 		zone_release(z);
-		return due__error_set(DUE_EINVAL, "time out of range for zone %s", zone);
+		return due__error_set(DUE_EINVAL,
+				      "time out of range for zone %s", zone);
 	}
 	zone_release(z);
 	int a = off < 0 ? -off : off;
 	snprintf(buf, len, "%04lld-%02d-%02dT%02d:%02d:%02d%c%02d:%02d",
-		 (long long)lc.year, lc.month, lc.day, lc.hour, lc.minute, lc.second,
-		 off < 0 ? '-' : '+', a / 3600, (a / 60) % 60);
+		 (long long)lc.year, lc.month, lc.day, lc.hour, lc.minute,
+		 lc.second, off < 0 ? '-' : '+', a / 3600, (a / 60) % 60);
 	return 0;
 }
 
@@ -337,25 +341,33 @@ static int check_def(const due_cron_def *d, size_t max_payload)
 {
 	int rc;
 	if (!d->name || !*d->name)
-		return due__error_set(DUE_EINVAL, "invalid schedule name '': empty");
+		return due__error_set(DUE_EINVAL,
+				      "invalid schedule name '': empty");
 	if ((rc = due__validate_kind(d->name)) < 0)
-		return due__error_set(DUE_EINVAL, "invalid schedule name '%s': only "
-				     "letters, digits and _ - . : (at most 128)", d->name);
+		return due__error_set(
+		    DUE_EINVAL,
+		    "invalid schedule name '%s': only "
+		    "letters, digits and _ - . : (at most 128)",
+		    d->name);
 	if ((rc = due__validate_kind(d->kind)) < 0)
 		return rc;
 	if (d->payload_len > max_payload)
-		return due__error_set(DUE_ETOOBIG,
-			"payload is %zu bytes, over the limit of %zu bytes",
-			d->payload_len, max_payload);
+		return due__error_set(
+		    DUE_ETOOBIG,
+		    "payload is %zu bytes, over the limit of %zu bytes",
+		    d->payload_len, max_payload);
 	if ((unsigned)d->misfire > DUE_MISFIRE_ONCE ||
 	    (unsigned)d->overlap > DUE_OVERLAP_WAIT)
-		return due__error_set(DUE_EINVAL, "invalid misfire or overlap policy");
-	if (d->max_attempts < 1 || d->max_attempts > 1000)
 		return due__error_set(DUE_EINVAL,
-			"invalid max_attempts %d: must be 1..1000", d->max_attempts);
+				      "invalid misfire or overlap policy");
+	if (d->max_attempts < 1 || d->max_attempts > 1000)
+		return due__error_set(
+		    DUE_EINVAL, "invalid max_attempts %d: must be 1..1000",
+		    d->max_attempts);
 	if (d->backoff_us < 0 || d->backoff_cap_us < d->backoff_us)
 		return due__error_set(DUE_EINVAL,
-			"invalid backoff: base and cap must be >= 0 and base <= cap");
+				      "invalid backoff: base and cap must be "
+				      ">= 0 and base <= cap");
 	return 0;
 }
 
@@ -401,7 +413,7 @@ int due_cron_remove(due_db *db, const char *name)
 		return due__error_set(DUE_EINVAL, "store is not open");
 	if (!name || due__validate_kind(name) < 0)
 		return due__error_set(DUE_EINVAL, "invalid schedule name '%s'",
-				     name ? name : "");
+				      name ? name : "");
 	return due__db_ops(db)->cron_remove(s, name);
 }
 
@@ -489,7 +501,8 @@ static void slot_task(const due_cron_info *si, due_time due, due_time slot,
 ** or the error of next_after().
 */
 static int plan_slot(const pass *p, const due_cron_info *si, const compiled *c,
-		     due_cron_fire *f, due_submit *task, char *key, size_t keylen)
+		     due_cron_fire *f, due_submit *task, char *key,
+		     size_t keylen)
 {
 	int rc;
 
@@ -528,9 +541,11 @@ static int tick_one(pass *p, due_cron_info *si)
 
 	if ((rc = compile(&c, si->expr, si->tz)) < 0)
 		return rc;
-	for (int i = 0; i < MAX_SLOTS_PER_PASS && si->next_slot <= p->horizon; i++) {
-		due_cron_fire f = {.name = si->name, .expect = si->next_slot,
-				    .slot = si->next_slot};
+	for (int i = 0; i < MAX_SLOTS_PER_PASS && si->next_slot <= p->horizon;
+	     i++) {
+		due_cron_fire f = {.name = si->name,
+				   .expect = si->next_slot,
+				   .slot = si->next_slot};
 		due_submit task;
 		char key[200];
 		bool live, won = false;
@@ -542,8 +557,10 @@ static int tick_one(pass *p, due_cron_info *si)
 			p->out->waiting++;
 			break;
 		}
-		if ((rc = plan_slot(p, si, &c, &f, &task, key, sizeof(key))) < 0 ||
-		    (rc = ops->cron_fire(due__db_store(p->db), &f, &won, &id)) < 0)
+		if ((rc = plan_slot(p, si, &c, &f, &task, key, sizeof(key))) <
+			0 ||
+		    (rc = ops->cron_fire(due__db_store(p->db), &f, &won, &id)) <
+			0)
 			break;
 		if (!won) {
 			p->out->lost_races++;
@@ -559,7 +576,8 @@ static int tick_one(pass *p, due_cron_info *si)
 	return rc;
 }
 
-int due_cron_tick(due_db *db, due_cron_tick_result *out, const due_cron_tick_opts *opts)
+int due_cron_tick(due_db *db, due_cron_tick_result *out,
+		  const due_cron_tick_opts *opts)
 {
 	due_cron_tick_opts o = DUE_CRON_TICK_OPTS_INIT;
 	due_cron_info_list *l = NULL;
@@ -570,12 +588,15 @@ int due_cron_tick(due_db *db, due_cron_tick_result *out, const due_cron_tick_opt
 	if (opts)
 		o = *opts;
 	if (o.version < 1 || o.version > DUE_CRON_TICK_OPTS_VERSION)
-		return due__error_set(DUE_EINVAL, "unknown due_cron_tick_opts version %u "
-				     "(use DUE_CRON_TICK_OPTS_INIT)", o.version);
+		return due__error_set(DUE_EINVAL,
+				      "unknown due_cron_tick_opts version %u "
+				      "(use DUE_CRON_TICK_OPTS_INIT)",
+				      o.version);
 	if (o.lookahead_us < 0 || o.lookahead_us > 3600 * US)
 		return due__error_set(DUE_EINVAL, "invalid lookahead: 0..1h");
 	if (o.misfire_grace_us < 0 || o.misfire_grace_us > 86400 * US)
-		return due__error_set(DUE_EINVAL, "invalid misfire grace: 0..1d");
+		return due__error_set(DUE_EINVAL,
+				      "invalid misfire grace: 0..1d");
 	p.grace = o.misfire_grace_us;
 	if ((rc = due_now(db, &p.now)) < 0 || (rc = due_cron_list(db, &l)) < 0)
 		return rc;

@@ -25,7 +25,7 @@ struct due_db {
 };
 
 #define MAX_LEASE_US (7LL * 86400 * 1000000) /* a week */
-#define MIN_LEASE_US 1000LL                   /* 1 ms */
+#define MIN_LEASE_US 1000LL		     /* 1 ms */
 #define MAX_LIMIT 10000
 
 /*
@@ -97,17 +97,18 @@ static int ready(due_db *db)
 static int check_id(due_id id)
 {
 	if (id <= 0)
-		return due__error_set(DUE_EINVAL,
-			"invalid task id %lld: ids are positive integers",
-			(long long)id);
+		return due__error_set(
+		    DUE_EINVAL,
+		    "invalid task id %lld: ids are positive integers",
+		    (long long)id);
 	return 0;
 }
 
 static int check_lease(int64_t lease_us)
 {
 	if (lease_us < MIN_LEASE_US || lease_us > MAX_LEASE_US)
-		return due__error_set(DUE_EINVAL,
-			"invalid lease: must be between 1ms and 7d");
+		return due__error_set(
+		    DUE_EINVAL, "invalid lease: must be between 1ms and 7d");
 	return 0;
 }
 
@@ -132,23 +133,28 @@ static int check_timing(due_schedule_opts *o)
 	} else if (v1 && o->at == 0) {
 		o->at = DUE_TIME_NONE;
 	} else if (o->version > DUE_SCHEDULE_OPTS_VERSION) {
-		return due__error_set(DUE_EINVAL,
-			"unknown due_schedule_opts version %u (this library "
-			"knows 1..%d)", o->version, DUE_SCHEDULE_OPTS_VERSION);
+		return due__error_set(
+		    DUE_EINVAL,
+		    "unknown due_schedule_opts version %u (this library "
+		    "knows 1..%d)",
+		    o->version, DUE_SCHEDULE_OPTS_VERSION);
 	}
 	o->version = DUE_SCHEDULE_OPTS_VERSION;
 	if (o->delay_us < 0)
 		return due__error_set(DUE_EINVAL, "invalid delay: negative");
 	if (o->delay_us > 100LL * 366 * 86400 * 1000000)
-		return due__error_set(DUE_EINVAL, "invalid delay: more than 100 years");
+		return due__error_set(DUE_EINVAL,
+				      "invalid delay: more than 100 years");
 	if (o->at == DUE_TIME_NONE)
 		return 0;
 	if (o->at < 0)
-		return due__error_set(DUE_EINVAL,
-			"invalid due time: before 1970-01-01T00:00:00Z");
+		return due__error_set(
+		    DUE_EINVAL,
+		    "invalid due time: before 1970-01-01T00:00:00Z");
 	if (o->delay_us != 0 && !v1)
-		return due__error_set(DUE_EINVAL,
-			"give a delay or an absolute due time, not both");
+		return due__error_set(
+		    DUE_EINVAL,
+		    "give a delay or an absolute due time, not both");
 	o->delay_us = 0;
 	return 0;
 }
@@ -161,7 +167,7 @@ static int check_timing(due_schedule_opts *o)
 ** which is all a backend reads.
 */
 int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
-		     const char *what)
+		      const char *what)
 {
 	int rc;
 
@@ -171,25 +177,27 @@ int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 	    (rc = due__validate_key(out->opts.key)) < 0)
 		goto bad;
 	if (in->payload_len > max_payload) {
-		rc = due__error_set(DUE_ETOOBIG,
-			"payload is %zu bytes, over the limit of %zu bytes",
-			in->payload_len, max_payload);
+		rc = due__error_set(
+		    DUE_ETOOBIG,
+		    "payload is %zu bytes, over the limit of %zu bytes",
+		    in->payload_len, max_payload);
 		goto bad;
 	}
 	if (!in->payload && in->payload_len) {
-		rc = due__error_set(DUE_EINVAL, "payload is NULL with a length");
+		rc =
+		    due__error_set(DUE_EINVAL, "payload is NULL with a length");
 		goto bad;
 	}
 	if (out->opts.max_attempts < 1 || out->opts.max_attempts > 1000) {
 		rc = due__error_set(DUE_EINVAL,
-			"invalid max_attempts %d: must be 1..1000",
-			out->opts.max_attempts);
+				    "invalid max_attempts %d: must be 1..1000",
+				    out->opts.max_attempts);
 		goto bad;
 	}
 	if (out->opts.backoff_us < 0 || out->opts.backoff_cap_us < 0 ||
 	    out->opts.backoff_cap_us < out->opts.backoff_us) {
-		rc = due__error_set(DUE_EINVAL,
-			"invalid backoff: base and cap must be >= 0 and base <= cap");
+		rc = due__error_set(DUE_EINVAL, "invalid backoff: base and cap "
+						"must be >= 0 and base <= cap");
 		goto bad;
 	}
 	return 0;
@@ -207,7 +215,8 @@ int due_schedule(due_db *db, due_submitted *out, const char *kind,
 		 const due_schedule_opts *opts)
 {
 	due_submit in = {kind, payload, payload_len,
-			 opts ? *opts : (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
+			 opts ? *opts
+			      : (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
 	due_submit s;
 	int rc;
 
@@ -233,8 +242,8 @@ int due_schedule_batch(due_db *db, due_submitted *out, const due_submit *items,
 	for (size_t i = 0; i < n; i++) {
 		char what[32];
 		snprintf(what, sizeof(what), "item %zu", i + 1);
-		if ((rc = due__submit_check(&items[i], &checked[i], db->max_payload,
-				       what)) < 0)
+		if ((rc = due__submit_check(&items[i], &checked[i],
+					    db->max_payload, what)) < 0)
 			goto done;
 	}
 	rc = db->ops->schedule(db->store, out, checked, n);
@@ -244,9 +253,9 @@ done:
 }
 
 int due__schedule_native(const due_store_ops *ops, const char *api, void *conn,
-			due_submitted *out, const char *kind,
-			const void *payload, size_t payload_len,
-			const due_schedule_opts *opts)
+			 due_submitted *out, const char *kind,
+			 const void *payload, size_t payload_len,
+			 const due_schedule_opts *opts)
 {
 	due_submit in = {kind, payload, payload_len,
 			 opts ? *opts
@@ -255,9 +264,11 @@ int due__schedule_native(const due_store_ops *ops, const char *api, void *conn,
 	int rc;
 
 	if (!(ops->caps & DUE_STORE_CAP_TX_SUBMIT))
-		return due__error_set(DUE_EINVAL,
-			"%s: the %s store cannot submit in a caller's "
-			"transaction", api, ops->name);
+		return due__error_set(
+		    DUE_EINVAL,
+		    "%s: the %s store cannot submit in a caller's "
+		    "transaction",
+		    api, ops->name);
 	if (!conn)
 		return due__error_set(DUE_EINVAL, "connection is NULL");
 	rc = due__submit_check(&in, &it, DUE_DEFAULT_MAX_PAYLOAD, NULL);
@@ -266,13 +277,17 @@ int due__schedule_native(const due_store_ops *ops, const char *api, void *conn,
 	switch (ops->native_tx(conn)) {
 	case DUE_NATIVE_TX_OPEN: break;
 	case DUE_NATIVE_TX_FAILED:
-		return due__error_set(DUE_EINVAL,
-			"%s: the transaction on this connection has already "
-			"failed (ROLLBACK it)", api);
+		return due__error_set(
+		    DUE_EINVAL,
+		    "%s: the transaction on this connection has already "
+		    "failed (ROLLBACK it)",
+		    api);
 	default:
-		return due__error_set(DUE_EINVAL,
-			"%s: no transaction is open on this connection (BEGIN "
-			"first)", api);
+		return due__error_set(
+		    DUE_EINVAL,
+		    "%s: no transaction is open on this connection (BEGIN "
+		    "first)",
+		    api);
 	}
 	out->id = 0;
 	out->existed = false;
@@ -308,13 +323,16 @@ int due_list(due_db *db, due_task_list **out, const due_list_opts *opts)
 		o = *opts;
 	if (o.limit <= 0 || o.limit > MAX_LIMIT)
 		return due__error_set(DUE_EINVAL,
-			"invalid limit %d: must be 1..%d", o.limit, MAX_LIMIT);
+				      "invalid limit %d: must be 1..%d",
+				      o.limit, MAX_LIMIT);
 	if (o.state < -1 || o.state >= DUE_STATE_COUNT)
-		return due__error_set(DUE_EINVAL, "invalid state filter %d", o.state);
+		return due__error_set(DUE_EINVAL, "invalid state filter %d",
+				      o.state);
 	if (o.kind && (rc = due__validate_kind(o.kind)) < 0)
 		return rc;
 	if (o.after < 0)
-		return due__error_set(DUE_EINVAL, "invalid 'after' id: negative");
+		return due__error_set(DUE_EINVAL,
+				      "invalid 'after' id: negative");
 	return db->ops->list(db->store, out, &o);
 }
 
@@ -328,9 +346,11 @@ int due_claim_ex(due_db *db, due_task_list **out, const due_claim_opts *o)
 		return rc;
 	if (o->limit < 1 || o->limit > MAX_LIMIT)
 		return due__error_set(DUE_EINVAL,
-			"invalid claim limit %d: must be 1..%d", o->limit, MAX_LIMIT);
+				      "invalid claim limit %d: must be 1..%d",
+				      o->limit, MAX_LIMIT);
 	if (o->n_kinds > 64)
-		return due__error_set(DUE_EINVAL, "too many kinds (at most 64)");
+		return due__error_set(DUE_EINVAL,
+				      "too many kinds (at most 64)");
 	for (size_t i = 0; i < o->n_kinds; i++)
 		if ((rc = due__validate_kind(o->kinds[i])) < 0)
 			return rc;
@@ -359,16 +379,18 @@ int due_claim_id(due_db *db, due_task **out, due_id id, const char *owner,
 
 	*out = NULL;
 	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0 ||
-	    (rc = due__validate_owner(owner)) < 0 || (rc = check_lease(lease_us)) < 0)
+	    (rc = due__validate_owner(owner)) < 0 ||
+	    (rc = check_lease(lease_us)) < 0)
 		return rc;
 	if ((rc = db->ops->claim(db->store, &l, owner, NULL, 0, false, 1,
 				 lease_us, id)) < 0)
 		return rc;
 	if (l->count == 0) {
 		due_task_list_free(l);
-		return due__error_set(DUE_EBUSY,
-			"task %lld is not claimable now (not due, taken or gone)",
-			(long long)id);
+		return due__error_set(
+		    DUE_EBUSY,
+		    "task %lld is not claimable now (not due, taken or gone)",
+		    (long long)id);
 	}
 	*out = malloc(sizeof(**out));
 	if (!*out) {
@@ -397,9 +419,10 @@ static int check_completion(due_db *db, const due_completion *c)
 	if ((rc = check_id(c->id)) < 0)
 		return rc;
 	if (c->result_len > db->max_result)
-		return due__error_set(DUE_ETOOBIG,
-			"result is %zu bytes, over the limit of %zu bytes",
-			c->result_len, db->max_result);
+		return due__error_set(
+		    DUE_ETOOBIG,
+		    "result is %zu bytes, over the limit of %zu bytes",
+		    c->result_len, db->max_result);
 	return 0;
 }
 
@@ -446,8 +469,9 @@ int due_complete_and_claim(due_db *db, due_completion *items, size_t n,
 	    (rc = check_lease(o->lease_us)) < 0)
 		return rc;
 	if (o->limit < 1 || o->limit > MAX_LIMIT || o->n_kinds > 64)
-		return due__error_set(DUE_EINVAL,
-			"invalid claim limit %d or too many kinds", o->limit);
+		return due__error_set(
+		    DUE_EINVAL, "invalid claim limit %d or too many kinds",
+		    o->limit);
 	for (size_t i = 0; i < o->n_kinds; i++)
 		if ((rc = due__validate_kind(o->kinds[i])) < 0)
 			return rc;
@@ -538,24 +562,16 @@ int due_prune(due_db *db, int64_t *out_deleted, int64_t older_than_us)
 	if (rc < 0)
 		return rc;
 	if (older_than_us < 0)
-		return due__error_set(DUE_EINVAL, "invalid retention: negative");
+		return due__error_set(DUE_EINVAL,
+				      "invalid retention: negative");
 	return db->ops->prune(db->store, out_deleted, older_than_us);
 }
 
-const due_store_ops *due__db_ops(const due_db *db)
-{
-	return db->ops;
-}
+const due_store_ops *due__db_ops(const due_db *db) { return db->ops; }
 
-due_store *due__db_store(const due_db *db)
-{
-	return db ? db->store : NULL;
-}
+due_store *due__db_store(const due_db *db) { return db ? db->store : NULL; }
 
-size_t due__db_max_payload(const due_db *db)
-{
-	return db->max_payload;
-}
+size_t due__db_max_payload(const due_db *db) { return db->max_payload; }
 
 int due_metrics_get(due_db *db, due_metrics **out)
 {
@@ -585,7 +601,8 @@ int due_worker_report(due_db *db, const char *owner, const due_worker_stats *st)
 }
 
 int due_upcoming_get(due_db *db, due_upcoming **out, const char *const *kinds,
-		     size_t n_kinds, bool exclude_kinds, due_time until, int limit)
+		     size_t n_kinds, bool exclude_kinds, due_time until,
+		     int limit)
 {
 	due_upcoming *u;
 	int rc;
@@ -594,9 +611,11 @@ int due_upcoming_get(due_db *db, due_upcoming **out, const char *const *kinds,
 	if ((rc = ready(db)) < 0)
 		return rc;
 	if (limit < 1 || limit > 1000000)
-		return due__error_set(DUE_EINVAL, "invalid limit %d: 1..1000000", limit);
+		return due__error_set(DUE_EINVAL,
+				      "invalid limit %d: 1..1000000", limit);
 	if (n_kinds > 64)
-		return due__error_set(DUE_EINVAL, "too many kinds (at most 64)");
+		return due__error_set(DUE_EINVAL,
+				      "too many kinds (at most 64)");
 	for (size_t i = 0; i < n_kinds; i++)
 		if ((rc = due__validate_kind(kinds[i])) < 0)
 			return rc;
@@ -631,9 +650,9 @@ int due_listen(due_db *db, int *out_fd)
 	if (rc < 0)
 		return rc;
 	if (!(db->ops->caps & DUE_STORE_CAP_NOTIFY))
-		return due__error_set(DUE_ESTATE,
-			"the %s store cannot notify listeners: poll it",
-			db->ops->name);
+		return due__error_set(
+		    DUE_ESTATE, "the %s store cannot notify listeners: poll it",
+		    db->ops->name);
 	return db->ops->listen(db->store, out_fd);
 }
 

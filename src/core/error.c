@@ -31,15 +31,9 @@ void due__error_clear(void)
 	err_code = 0;
 }
 
-const char *due_error_last(void)
-{
-	return err_msg[0] ? err_msg : "no error";
-}
+const char *due_error_last(void) { return err_msg[0] ? err_msg : "no error"; }
 
-int due_error_last_code(void)
-{
-	return err_code;
-}
+int due_error_last_code(void) { return err_code; }
 
 const char *due_error_name(int code)
 {

@@ -31,7 +31,7 @@ int due__validate_owner(const char *owner);
 ** (may be NULL) prefixes the message, e.g. "item 3".  src/core/db.c.
 */
 int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
-		     const char *what);
+		      const char *what);
 
 #define DUE_DEFAULT_MAX_PAYLOAD (1u << 20)
 
@@ -55,9 +55,9 @@ unsigned due__db_caps(const due_db *db);
 ** ops->schedule_on_native.  The backend's public function is one call.
 */
 int due__schedule_native(const struct due_store_ops *ops, const char *api,
-			void *conn, due_submitted *out, const char *kind,
-			const void *payload, size_t payload_len,
-			const due_schedule_opts *opts);
+			 void *conn, due_submitted *out, const char *kind,
+			 const void *payload, size_t payload_len,
+			 const due_schedule_opts *opts);
 
 /*
 ** Names the stores write for enums, and back (src/core/names.c).  Parsing

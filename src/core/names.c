@@ -14,14 +14,14 @@
 #include "core/internal.h"
 
 static const char *const outcome_names[DUE_OUT_COUNT] = {
-	"RUNNING", "DONE", "FAILED", "LEASE_EXPIRED", "CANCELLED", "REQUEUED",
-	"KILLED", "REJECTED_STALE"};
+    "RUNNING",	 "DONE",     "FAILED", "LEASE_EXPIRED",
+    "CANCELLED", "REQUEUED", "KILLED", "REJECTED_STALE"};
 
 static const char *const misfire_names[] = {
-	[DUE_MISFIRE_SKIP] = "skip", [DUE_MISFIRE_ONCE] = "once"};
+    [DUE_MISFIRE_SKIP] = "skip", [DUE_MISFIRE_ONCE] = "once"};
 
 static const char *const overlap_names[] = {
-	[DUE_OVERLAP_ALLOW] = "allow", [DUE_OVERLAP_WAIT] = "wait"};
+    [DUE_OVERLAP_ALLOW] = "allow", [DUE_OVERLAP_WAIT] = "wait"};
 
 const char *due_outcome_name(due_outcome o)
 {
@@ -45,7 +45,8 @@ const char *due__misfire_name(due_misfire m)
 due_misfire due__misfire_parse(const char *name)
 {
 	return name && strcmp(name, misfire_names[DUE_MISFIRE_ONCE]) == 0
-		       ? DUE_MISFIRE_ONCE : DUE_MISFIRE_SKIP;
+		   ? DUE_MISFIRE_ONCE
+		   : DUE_MISFIRE_SKIP;
 }
 
 const char *due__overlap_name(due_overlap o)
@@ -57,7 +58,8 @@ const char *due__overlap_name(due_overlap o)
 due_overlap due__overlap_parse(const char *name)
 {
 	return name && strcmp(name, overlap_names[DUE_OVERLAP_WAIT]) == 0
-		       ? DUE_OVERLAP_WAIT : DUE_OVERLAP_ALLOW;
+		   ? DUE_OVERLAP_WAIT
+		   : DUE_OVERLAP_ALLOW;
 }
 
 int due__state_from_store(const char *p, size_t n, due_state *out)
@@ -70,6 +72,7 @@ int due__state_from_store(const char *p, size_t n, due_state *out)
 		if (due_state_parse(out, name) == 0)
 			return 0;
 	}
-	return due__error_set(DUE_ERROR, "store returned an unknown state '%.*s'",
-			     p ? (int)(n < 64 ? n : 64) : 6, p ? p : "(null)");
+	return due__error_set(DUE_ERROR,
+			      "store returned an unknown state '%.*s'",
+			      p ? (int)(n < 64 ? n : 64) : 6, p ? p : "(null)");
 }

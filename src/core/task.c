@@ -10,7 +10,7 @@
 #include "internal.h"
 
 static const char *const state_names[DUE_STATE_COUNT] = {
-	"SCHEDULED", "CLAIMED", "DONE", "CANCELLED", "DEAD"};
+    "SCHEDULED", "CLAIMED", "DONE", "CANCELLED", "DEAD"};
 
 const char *due_state_name(due_state s)
 {
@@ -25,9 +25,11 @@ int due_state_parse(due_state *out, const char *name)
 			return 0;
 		}
 	}
-	return due__error_set(DUE_EINVAL,
-		"unknown state '%s' (expected SCHEDULED, CLAIMED, DONE, "
-		"CANCELLED or DEAD)", name ? name : "");
+	return due__error_set(
+	    DUE_EINVAL,
+	    "unknown state '%s' (expected SCHEDULED, CLAIMED, DONE, "
+	    "CANCELLED or DEAD)",
+	    name ? name : "");
 }
 
 const char *due_cancel_outcome_name(due_cancel_outcome o)
@@ -95,14 +97,17 @@ int due__validate_kind(const char *kind)
 	if (n == 0)
 		return due__error_set(DUE_EINVAL, "invalid kind '': empty");
 	if (n > 128)
-		return due__error_set(DUE_EINVAL,
-			"invalid kind: %zu characters (at most 128)", n);
+		return due__error_set(
+		    DUE_EINVAL, "invalid kind: %zu characters (at most 128)",
+		    n);
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)kind[i];
 		if (!isalnum(c) && c != '_' && c != '-' && c != '.' && c != ':')
-			return due__error_set(DUE_EINVAL,
-				"invalid kind '%s': only letters, digits and "
-				"_ - . : are allowed", kind);
+			return due__error_set(
+			    DUE_EINVAL,
+			    "invalid kind '%s': only letters, digits and "
+			    "_ - . : are allowed",
+			    kind);
 	}
 	return 0;
 }
@@ -115,8 +120,8 @@ int due__validate_key(const char *key)
 	if (n == 0)
 		return due__error_set(DUE_EINVAL, "invalid key '': empty");
 	if (n > 512)
-		return due__error_set(DUE_EINVAL,
-			"invalid key: %zu bytes (at most 512)", n);
+		return due__error_set(
+		    DUE_EINVAL, "invalid key: %zu bytes (at most 512)", n);
 	return 0;
 }
 
@@ -124,7 +129,7 @@ int due__validate_owner(const char *owner)
 {
 	size_t n = owner ? strlen(owner) : 0;
 	if (n == 0 || n > 200)
-		return due__error_set(DUE_EINVAL,
-			"invalid owner: must be 1 to 200 characters");
+		return due__error_set(
+		    DUE_EINVAL, "invalid owner: must be 1 to 200 characters");
 	return 0;
 }

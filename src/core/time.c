@@ -27,9 +27,9 @@ static int64_t unit_us(const char **p)
 	static const struct {
 		const char *name;
 		int64_t us;
-	} units[] = {{"ms", US_PER_MS}, {"us", 1},           {"s", US_PER_S},
-		     {"m", 60 * US_PER_S}, {"h", 3600 * US_PER_S},
-		     {"d", 86400 * US_PER_S}};
+	} units[] = {{"ms", US_PER_MS},	     {"us", 1},
+		     {"s", US_PER_S},	     {"m", 60 * US_PER_S},
+		     {"h", 3600 * US_PER_S}, {"d", 86400 * US_PER_S}};
 
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
 		size_t n = strlen(units[i].name);
@@ -49,9 +49,10 @@ int due_duration_parse(int64_t *out_us, const char *text)
 	if (!text || !*text)
 		return due__error_set(DUE_EINVAL, "invalid duration '': empty");
 	if (*text == '-')
-		return due__error_set(DUE_EINVAL,
-			"invalid duration '%s': negative durations are not allowed",
-			text);
+		return due__error_set(
+		    DUE_EINVAL,
+		    "invalid duration '%s': negative durations are not allowed",
+		    text);
 	if (strcmp(text, "0") == 0) {
 		*out_us = 0;
 		return 0;
@@ -59,23 +60,29 @@ int due_duration_parse(int64_t *out_us, const char *text)
 	while (*p) {
 		int64_t v = 0, mul;
 		if (!isdigit((unsigned char)*p))
-			return due__error_set(DUE_EINVAL,
-				"invalid duration '%s': expected a number at '%s'"
-				" (use e.g. 250ms, 10s, 30m, 2h, 1d, 1h30m)", text, p);
+			return due__error_set(
+			    DUE_EINVAL,
+			    "invalid duration '%s': expected a number at '%s'"
+			    " (use e.g. 250ms, 10s, 30m, 2h, 1d, 1h30m)",
+			    text, p);
 		while (isdigit((unsigned char)*p)) {
 			if (v > (MAX_DURATION_US - 9) / 10)
-				return due__error_set(DUE_EINVAL,
-					"invalid duration '%s': too large", text);
+				return due__error_set(
+				    DUE_EINVAL,
+				    "invalid duration '%s': too large", text);
 			v = v * 10 + (*p++ - '0');
 		}
 		mul = unit_us(&p);
 		if (mul == 0)
-			return due__error_set(DUE_EINVAL,
-				"invalid duration '%s': missing or unknown unit"
-				" (ms, s, m, h, d)", text);
+			return due__error_set(
+			    DUE_EINVAL,
+			    "invalid duration '%s': missing or unknown unit"
+			    " (ms, s, m, h, d)",
+			    text);
 		if (v > (MAX_DURATION_US - total) / mul)
-			return due__error_set(DUE_EINVAL,
-				"invalid duration '%s': more than 100 years", text);
+			return due__error_set(
+			    DUE_EINVAL,
+			    "invalid duration '%s': more than 100 years", text);
 		total += v * mul;
 	}
 	*out_us = total;
@@ -89,7 +96,7 @@ void due_duration_format(char *buf, size_t len, int64_t us)
 		int64_t v;
 	} parts[] = {{"d", 86400 * US_PER_S}, {"h", 3600 * US_PER_S},
 		     {"m", 60 * US_PER_S},    {"s", US_PER_S},
-		     {"ms", US_PER_MS},       {"us", 1}};
+		     {"ms", US_PER_MS},	      {"us", 1}};
 	size_t off = 0;
 
 	if (len == 0)
@@ -125,7 +132,8 @@ static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
 
 static int days_in_month(int y, int m)
 {
-	static const int dm[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+	static const int dm[] = {31, 28, 31, 30, 31, 30,
+				 31, 31, 30, 31, 30, 31};
 	bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
 	return m == 2 && leap ? 29 : dm[m - 1];
 }
@@ -146,9 +154,11 @@ static bool digits(const char **p, int n, int *out)
 
 static int bad_time(const char *text, const char *why)
 {
-	return due__error_set(DUE_EINVAL,
-		"invalid time '%s': %s (expected RFC 3339, e.g. "
-		"2026-12-01T02:00:00Z or 2026-12-01T10:00:00+08:00)", text, why);
+	return due__error_set(
+	    DUE_EINVAL,
+	    "invalid time '%s': %s (expected RFC 3339, e.g. "
+	    "2026-12-01T02:00:00Z or 2026-12-01T10:00:00+08:00)",
+	    text, why);
 }
 
 /* Parse the offset part ("Z" or "+HH:MM") into seconds east of UTC. */

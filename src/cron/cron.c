@@ -44,9 +44,9 @@
 
 /* tz errors are passed through unchanged, so the codes must agree. */
 _Static_assert((int)DUE_CRON_EINVAL == (int)DUE_TZ_EINVAL &&
-		       (int)DUE_CRON_EZONE == (int)DUE_TZ_EZONE &&
-		       (int)DUE_CRON_ENOMEM == (int)DUE_TZ_ENOMEM &&
-		       (int)DUE_CRON_ERANGE == (int)DUE_TZ_ERANGE,
+		   (int)DUE_CRON_EZONE == (int)DUE_TZ_EZONE &&
+		   (int)DUE_CRON_ENOMEM == (int)DUE_TZ_ENOMEM &&
+		   (int)DUE_CRON_ERANGE == (int)DUE_TZ_ERANGE,
 	       "cron and tz error codes must agree");
 
 enum { F_SECOND, F_MINUTE, F_HOUR, F_DOM, F_MONTH, F_DOW, NFIELDS };
@@ -62,9 +62,11 @@ struct due_cron {
 	char *text;
 };
 
-static const char *const month_names[] = {"JAN", "FEB", "MAR", "APR", "MAY", "JUN",
-					  "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"};
-static const char *const day_names[] = {"SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"};
+static const char *const month_names[] = {"JAN", "FEB", "MAR", "APR",
+					  "MAY", "JUN", "JUL", "AUG",
+					  "SEP", "OCT", "NOV", "DEC"};
+static const char *const day_names[] = {"SUN", "MON", "TUE", "WED",
+					"THU", "FRI", "SAT"};
 
 /* One field: its name in messages, its range, and its names (first = min). */
 typedef struct field_spec {
@@ -77,21 +79,22 @@ typedef struct field_spec {
 } field_spec;
 
 static const field_spec specs[NFIELDS] = {
-	{"second", 0, 59, NULL, 0, NULL},
-	{"minute", 0, 59, NULL, 0, NULL},
-	{"hour", 0, 23, NULL, 0, NULL},
-	{"day-of-month", 1, 31, NULL, 0, NULL},
-	{"month", 1, 12, month_names, 12, "JAN-DEC"},
-	{"day-of-week", 0, 7, day_names, 7, "SUN-SAT"},
+    {"second", 0, 59, NULL, 0, NULL},
+    {"minute", 0, 59, NULL, 0, NULL},
+    {"hour", 0, 23, NULL, 0, NULL},
+    {"day-of-month", 1, 31, NULL, 0, NULL},
+    {"month", 1, 12, month_names, 12, "JAN-DEC"},
+    {"day-of-week", 0, 7, day_names, 7, "SUN-SAT"},
 };
 
 static const struct macro {
 	const char *name;
 	const char *expansion;
 } macros[] = {
-	{"@yearly", "0 0 1 1 *"}, {"@annually", "0 0 1 1 *"}, {"@monthly", "0 0 1 * *"},
-	{"@weekly", "0 0 * * 0"}, {"@daily", "0 0 * * *"},    {"@midnight", "0 0 * * *"},
-	{"@hourly", "0 * * * *"},
+    {"@yearly", "0 0 1 1 *"},  {"@annually", "0 0 1 1 *"},
+    {"@monthly", "0 0 1 * *"}, {"@weekly", "0 0 * * 0"},
+    {"@daily", "0 0 * * *"},   {"@midnight", "0 0 * * *"},
+    {"@hourly", "0 * * * *"},
 };
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -124,13 +127,11 @@ static const char *shown(char *dst, size_t dstlen, const char *s, size_t n)
 
 static bool is_space(char ch)
 {
-	return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
+	return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' ||
+	       ch == '\v' || ch == '\f';
 }
 
-static bool is_digit(char ch)
-{
-	return ch >= '0' && ch <= '9';
-}
+static bool is_digit(char ch) { return ch >= '0' && ch <= '9'; }
 
 static bool is_alpha(char ch)
 {
@@ -161,8 +162,8 @@ static int bad_char(const item_ctx *x, const char *p)
 		snprintf(ch, sizeof ch, "'%c'", *p);
 	else
 		snprintf(ch, sizeof ch, "0x%02x", (unsigned)(unsigned char)*p);
-	seterr(x->err, x->errlen, "%s: unexpected character %s in '%s'", x->spec->name, ch,
-	       shown(show, sizeof show, x->item, x->len));
+	seterr(x->err, x->errlen, "%s: unexpected character %s in '%s'",
+	       x->spec->name, ch, shown(show, sizeof show, x->item, x->len));
 	return DUE_CRON_EINVAL;
 }
 
@@ -171,7 +172,8 @@ static int bad_char(const item_ctx *x, const char *p)
 ** which must lie before end. Advances *pp past it. Returns 0 or
 ** DUE_CRON_EINVAL with the message written.
 */
-static int parse_value(const item_ctx *x, const char **pp, const char *end, int *out)
+static int parse_value(const item_ctx *x, const char **pp, const char *end,
+		       int *out)
 {
 	const field_spec *f = x->spec;
 	const char *p = *pp, *s = p;
@@ -182,8 +184,10 @@ static int parse_value(const item_ctx *x, const char **pp, const char *end, int 
 		for (; p < end && is_digit(*p); p++)
 			v = v < 100000 ? v * 10 + (*p - '0') : v;
 		if (v < f->min || v > f->max) {
-			seterr(x->err, x->errlen, "%s: %s is out of range %d-%d", f->name,
-			       shown(show, sizeof show, s, (size_t)(p - s)), f->min, f->max);
+			seterr(x->err, x->errlen,
+			       "%s: %s is out of range %d-%d", f->name,
+			       shown(show, sizeof show, s, (size_t)(p - s)),
+			       f->min, f->max);
 			return DUE_CRON_EINVAL;
 		}
 		*out = (int)v;
@@ -193,30 +197,36 @@ static int parse_value(const item_ctx *x, const char **pp, const char *end, int 
 	if (p >= end || !is_alpha(*p)) {
 		if (p < end)
 			return bad_char(x, p);
-		seterr(x->err, x->errlen, "%s: missing value at the end of '%s'", f->name,
+		seterr(x->err, x->errlen,
+		       "%s: missing value at the end of '%s'", f->name,
 		       shown(show, sizeof show, x->item, x->len));
 		return DUE_CRON_EINVAL;
 	}
 	for (; p < end && is_alpha(*p); p++)
 		;
 	for (int i = 0; p - s == 3 && i < f->nnames; i++)
-		if (upper(s[0]) == f->names[i][0] && upper(s[1]) == f->names[i][1] &&
+		if (upper(s[0]) == f->names[i][0] &&
+		    upper(s[1]) == f->names[i][1] &&
 		    upper(s[2]) == f->names[i][2]) {
 			*out = f->min + i;
 			*pp = p;
 			return 0;
 		}
 	if (f->names == NULL)
-		seterr(x->err, x->errlen, "%s: invalid value '%s' (names are allowed only in month and day-of-week)",
+		seterr(x->err, x->errlen,
+		       "%s: invalid value '%s' (names are allowed only in "
+		       "month and day-of-week)",
 		       f->name, shown(show, sizeof show, s, (size_t)(p - s)));
 	else
-		seterr(x->err, x->errlen, "%s: unknown name '%s' (expected %s)", f->name,
-		       shown(show, sizeof show, s, (size_t)(p - s)), f->name_range);
+		seterr(x->err, x->errlen, "%s: unknown name '%s' (expected %s)",
+		       f->name, shown(show, sizeof show, s, (size_t)(p - s)),
+		       f->name_range);
 	return DUE_CRON_EINVAL;
 }
 
 /* Parse the digits of a step at *pp into *out (capped), NULL-safe messages. */
-static int parse_step(const item_ctx *x, const char **pp, const char *end, int *out)
+static int parse_step(const item_ctx *x, const char **pp, const char *end,
+		      int *out)
 {
 	const field_spec *f = x->spec;
 	const char *p = *pp, *s = p;
@@ -225,8 +235,8 @@ static int parse_step(const item_ctx *x, const char **pp, const char *end, int *
 	long v = 0;
 
 	if (p >= end) {
-		seterr(x->err, x->errlen, "%s: missing step after '/' in '%s'", f->name,
-		       shown(show, sizeof show, x->item, x->len));
+		seterr(x->err, x->errlen, "%s: missing step after '/' in '%s'",
+		       f->name, shown(show, sizeof show, x->item, x->len));
 		return DUE_CRON_EINVAL;
 	}
 	if (!is_digit(*p))
@@ -234,8 +244,9 @@ static int parse_step(const item_ctx *x, const char **pp, const char *end, int *
 	for (; p < end && is_digit(*p); p++)
 		v = v < 100000 ? v * 10 + (*p - '0') : v;
 	if (v < 1 || v > span) {
-		seterr(x->err, x->errlen, "%s: step %s is out of range 1-%d", f->name,
-		       shown(show, sizeof show, s, (size_t)(p - s)), span);
+		seterr(x->err, x->errlen, "%s: step %s is out of range 1-%d",
+		       f->name, shown(show, sizeof show, s, (size_t)(p - s)),
+		       span);
 		return DUE_CRON_EINVAL;
 	}
 	*out = (int)v;
@@ -277,8 +288,9 @@ static int parse_item(const item_ctx *x, uint64_t *mask)
 	if (p < end)
 		return bad_char(x, p);
 	if (lo > hi) {
-		seterr(x->err, x->errlen, "%s: range %s is reversed (%d > %d)", f->name,
-		       shown(show, sizeof show, x->item, x->len), lo, hi);
+		seterr(x->err, x->errlen, "%s: range %s is reversed (%d > %d)",
+		       f->name, shown(show, sizeof show, x->item, x->len), lo,
+		       hi);
 		return DUE_CRON_EINVAL;
 	}
 	for (int v = lo; v <= hi; v += step)
@@ -287,8 +299,8 @@ static int parse_item(const item_ctx *x, uint64_t *mask)
 }
 
 /* Parse one whitespace-free field of n bytes at s into *mask. */
-static int parse_field(const field_spec *f, const char *s, size_t n, uint64_t *mask, char *err,
-		       size_t errlen)
+static int parse_field(const field_spec *f, const char *s, size_t n,
+		       uint64_t *mask, char *err, size_t errlen)
 {
 	const char *end = s + n, *p = s;
 	char show[64];
@@ -297,11 +309,12 @@ static int parse_field(const field_spec *f, const char *s, size_t n, uint64_t *m
 	*mask = 0;
 	for (;;) {
 		const char *comma = memchr(p, ',', (size_t)(end - p));
-		item_ctx x = {f, p, (size_t)((comma ? comma : end) - p), err, errlen};
+		item_ctx x = {f, p, (size_t)((comma ? comma : end) - p), err,
+			      errlen};
 
 		if (x.len == 0) {
-			seterr(err, errlen, "%s: empty list item in '%s'", f->name,
-			       shown(show, sizeof show, s, n));
+			seterr(err, errlen, "%s: empty list item in '%s'",
+			       f->name, shown(show, sizeof show, s, n));
 			return DUE_CRON_EINVAL;
 		}
 		if ((rc = parse_item(&x, mask)) < 0)
@@ -363,7 +376,8 @@ static int parse_fields(due_cron *c, const char *expr, char *err, size_t errlen)
 
 		if (exp == NULL) {
 			seterr(err, errlen,
-			       "unknown macro '%s' (expected @yearly, @annually, @monthly, "
+			       "unknown macro '%s' (expected @yearly, "
+			       "@annually, @monthly, "
 			       "@weekly, @daily, @midnight or @hourly)",
 			       shown(show, sizeof show, tok[0], len[0]));
 			return DUE_CRON_EINVAL;
@@ -373,7 +387,8 @@ static int parse_fields(due_cron *c, const char *expr, char *err, size_t errlen)
 	if (n != 5 && n != 6) {
 		seterr(err, errlen,
 		       n == 0 ? "empty expression"
-			      : "expected 5 fields (minute hour day-of-month month day-of-week) "
+			      : "expected 5 fields (minute hour day-of-month "
+				"month day-of-week) "
 				"or 6 (with a leading second), got %zu",
 		       n);
 		return DUE_CRON_EINVAL;
@@ -382,8 +397,8 @@ static int parse_fields(due_cron *c, const char *expr, char *err, size_t errlen)
 	first = c->has_seconds ? F_SECOND : F_MINUTE;
 	c->mask[F_SECOND] = 1; /* five fields: second 0 */
 	for (size_t i = 0; i < n; i++)
-		if ((rc = parse_field(&specs[first + i], tok[i], len[i], &c->mask[first + i], err,
-				      errlen)) < 0)
+		if ((rc = parse_field(&specs[first + i], tok[i], len[i],
+				      &c->mask[first + i], err, errlen)) < 0)
 			return rc;
 	if (c->mask[F_DOW] & UINT64_C(1) << 7) /* 7 is Sunday too */
 		c->mask[F_DOW] = (c->mask[F_DOW] & ~(UINT64_C(1) << 7)) | 1;
@@ -404,7 +419,9 @@ int due__cron_parse(due_cron **out, const char *expr, char *err, size_t errlen)
 	}
 	*out = NULL;
 	if ((n = strlen(expr)) > MAX_EXPR) {
-		seterr(err, errlen, "expression too long (%zu bytes, at most %d)", n, MAX_EXPR);
+		seterr(err, errlen,
+		       "expression too long (%zu bytes, at most %d)", n,
+		       MAX_EXPR);
 		return DUE_CRON_EINVAL;
 	}
 	if ((c = due__tz_malloc(sizeof *c)) != NULL)
@@ -431,10 +448,7 @@ void due__cron_free(due_cron *c)
 	free(c);
 }
 
-const char *due__cron_text(const due_cron *c)
-{
-	return c->text;
-}
+const char *due__cron_text(const due_cron *c) { return c->text; }
 
 void due__cron_inspect(due_cron_fields *out, const due_cron *c)
 {
@@ -498,7 +512,8 @@ static void bump(due_tz_civil *t, int level)
 	if (level >= L_HOUR && ++t->hour <= 23)
 		return;
 	t->hour = 0;
-	if (level >= L_DAY && ++t->day <= due__tz_days_in_month(t->year, t->month))
+	if (level >= L_DAY &&
+	    ++t->day <= due__tz_days_in_month(t->year, t->month))
 		return;
 	t->day = 1;
 	if (level >= L_MONTH && ++t->month <= 12)
@@ -551,7 +566,7 @@ static int find_local(const due_cron *c, due_tz_civil *t, int ylimit)
 }
 
 int due__cron_next(const due_cron *c, const due_tz *zone, int64_t after_utc_sec,
-		  int64_t *out_utc_sec)
+		   int64_t *out_utc_sec)
 {
 	due_tz_civil t;
 	int64_t u;
@@ -561,8 +576,11 @@ int due__cron_next(const due_cron *c, const due_tz *zone, int64_t after_utc_sec,
 		return DUE_CRON_EINVAL;
 	if ((rc = due__tz_to_local(zone, after_utc_sec, &t)) < 0)
 		return rc;
-	ylimit = t.year + DUE_CRON_SEARCH_YEARS > 9999 ? 9999 : t.year + DUE_CRON_SEARCH_YEARS;
-	/* Candidates after the wall time of `after`; see the note at the top. */
+	ylimit = t.year + DUE_CRON_SEARCH_YEARS > 9999
+		     ? 9999
+		     : t.year + DUE_CRON_SEARCH_YEARS;
+	/* Candidates after the wall time of `after`; see the note at the top.
+	 */
 	for (bump(&t, L_SECOND);; bump(&t, L_SECOND)) {
 		if ((rc = find_local(c, &t, ylimit)) < 0)
 			return rc;
@@ -577,8 +595,9 @@ int due__cron_next(const due_cron *c, const due_tz *zone, int64_t after_utc_sec,
 	}
 }
 
-int due__cron_next_n(int64_t *out, size_t n, size_t *out_count, const due_cron *c,
-		    const due_tz *zone, int64_t after_utc_sec)
+int due__cron_next_n(int64_t *out, size_t n, size_t *out_count,
+		     const due_cron *c, const due_tz *zone,
+		     int64_t after_utc_sec)
 {
 	size_t i;
 	int rc = 0;
@@ -596,7 +615,8 @@ int due__cron_next_n(int64_t *out, size_t n, size_t *out_count, const due_cron *
 
 /* --- output --- */
 
-int due__cron_format_time(char *buf, size_t buflen, int64_t utc_sec, unsigned flags)
+int due__cron_format_time(char *buf, size_t buflen, int64_t utc_sec,
+			  unsigned flags)
 {
 	due_tz_civil t;
 	int n;
@@ -606,8 +626,9 @@ int due__cron_format_time(char *buf, size_t buflen, int64_t utc_sec, unsigned fl
 	buf[0] = '\0';
 	if (due__tz_to_local(NULL, utc_sec, &t) < 0)
 		return DUE_CRON_ERANGE;
-	n = snprintf(buf, buflen, "%04d-%02d-%02dT%02d:%02d:%02d%sZ", t.year, t.month, t.day,
-		     t.hour, t.minute, t.second, (flags & DUE_CRON_FMT_MILLIS) ? ".000" : "");
+	n = snprintf(buf, buflen, "%04d-%02d-%02dT%02d:%02d:%02d%sZ", t.year,
+		     t.month, t.day, t.hour, t.minute, t.second,
+		     (flags & DUE_CRON_FMT_MILLIS) ? ".000" : "");
 	if (n < 0 || (size_t)n >= buflen) {
 		buf[0] = '\0';
 		return DUE_CRON_ERANGE;
@@ -616,7 +637,8 @@ int due__cron_format_time(char *buf, size_t buflen, int64_t utc_sec, unsigned fl
 }
 
 /* Write the message for a due__cron_next() failure at `after`; return rc. */
-static int next_failed(const due_cron *c, int64_t after, int rc, char *err, size_t errlen)
+static int next_failed(const due_cron *c, int64_t after, int rc, char *err,
+		       size_t errlen)
 {
 	char when[32], show[64];
 
@@ -626,13 +648,15 @@ static int next_failed(const due_cron *c, int64_t after, int rc, char *err, size
 	}
 	due__cron_format_time(when, sizeof when, after, 0);
 	seterr(err, errlen, "'%s' does not fire after %s within %d years",
-	       shown(show, sizeof show, c->text, strlen(c->text)), when, DUE_CRON_SEARCH_YEARS);
+	       shown(show, sizeof show, c->text, strlen(c->text)), when,
+	       DUE_CRON_SEARCH_YEARS);
 	return rc;
 }
 
-int due__cron_format_next(char *buf, size_t buflen, const due_cron *c, const due_tz *zone,
-			 int64_t after_utc_sec, size_t count, unsigned flags, char *err,
-			 size_t errlen)
+int due__cron_format_next(char *buf, size_t buflen, const due_cron *c,
+			  const due_tz *zone, int64_t after_utc_sec,
+			  size_t count, unsigned flags, char *err,
+			  size_t errlen)
 {
 	char line[32];
 	size_t used = 0, n;
@@ -647,10 +671,13 @@ int due__cron_format_next(char *buf, size_t buflen, const due_cron *c, const due
 	for (size_t i = 0; i < count; i++, after_utc_sec = u) {
 		if ((rc = due__cron_next(c, zone, after_utc_sec, &u)) < 0)
 			return next_failed(c, after_utc_sec, rc, err, errlen);
-		if ((rc = due__cron_format_time(line, sizeof line, u, flags)) < 0)
+		if ((rc = due__cron_format_time(line, sizeof line, u, flags)) <
+		    0)
 			return next_failed(c, after_utc_sec, rc, err, errlen);
 		if (used + (n = strlen(line)) + 2 > buflen) {
-			seterr(err, errlen, "output buffer of %zu bytes too small for %zu lines",
+			seterr(err, errlen,
+			       "output buffer of %zu bytes too small for %zu "
+			       "lines",
 			       buflen, count);
 			return DUE_CRON_ERANGE;
 		}
@@ -665,19 +692,12 @@ int due__cron_format_next(char *buf, size_t buflen, const due_cron *c, const due
 const char *due__cron_strerror(int code)
 {
 	switch (code) {
-	case 0:
-		return "success";
-	case DUE_CRON_EINVAL:
-		return "invalid argument";
-	case DUE_CRON_EZONE:
-		return "unknown time zone";
-	case DUE_CRON_ENOMEM:
-		return "out of memory";
-	case DUE_CRON_ENOTFOUND:
-		return "no fire time within the search window";
-	case DUE_CRON_ERANGE:
-		return "time out of range or buffer too small";
-	default:
-		return "unknown error";
+	case 0: return "success";
+	case DUE_CRON_EINVAL: return "invalid argument";
+	case DUE_CRON_EZONE: return "unknown time zone";
+	case DUE_CRON_ENOMEM: return "out of memory";
+	case DUE_CRON_ENOTFOUND: return "no fire time within the search window";
+	case DUE_CRON_ERANGE: return "time out of range or buffer too small";
+	default: return "unknown error";
 	}
 }

@@ -41,11 +41,14 @@
  * outside due.h's range and the wheel's. They are the tz codes of tz.h.
  */
 enum {
-	DUE_CRON_EINVAL = -2,    /**< invalid expression or argument (DUE_EINVAL) */
-	DUE_CRON_ENOTFOUND = -3, /**< no fire time within DUE_CRON_SEARCH_YEARS */
-	DUE_CRON_ENOMEM = -9,    /**< allocation failed (DUE_ENOMEM) */
-	DUE_CRON_EZONE = -66,    /**< unknown time zone (from due__tz_open) */
-	DUE_CRON_ERANGE = -67    /**< time out of range, or output buffer too small */
+	DUE_CRON_EINVAL =
+	    -2, /**< invalid expression or argument (DUE_EINVAL) */
+	DUE_CRON_ENOTFOUND =
+	    -3,		      /**< no fire time within DUE_CRON_SEARCH_YEARS */
+	DUE_CRON_ENOMEM = -9, /**< allocation failed (DUE_ENOMEM) */
+	DUE_CRON_EZONE = -66, /**< unknown time zone (from due__tz_open) */
+	DUE_CRON_ERANGE =
+	    -67 /**< time out of range, or output buffer too small */
 };
 
 /** How many years past `after` due__cron_next() looks before giving up. */
@@ -69,8 +72,8 @@ typedef struct due_cron_fields {
 	uint64_t dom;
 	uint64_t month;
 	uint64_t dow;
-	int dom_star;    /**< day-of-month field starts with '*' */
-	int dow_star;    /**< day-of-week field starts with '*' */
+	int dom_star;	 /**< day-of-month field starts with '*' */
+	int dow_star;	 /**< day-of-week field starts with '*' */
 	int has_seconds; /**< six fields were given */
 } due_cron_fields;
 
@@ -103,7 +106,7 @@ void due__cron_inspect(due_cron_fields *out, const due_cron *c);
  * NULL arguments.
  */
 int due__cron_next(const due_cron *c, const due_tz *zone, int64_t after_utc_sec,
-		  int64_t *out_utc_sec);
+		   int64_t *out_utc_sec);
 
 /**
  * Fill out[0..n-1] with the next n fire instants after after_utc_sec, each
@@ -111,8 +114,9 @@ int due__cron_next(const due_cron *c, const due_tz *zone, int64_t after_utc_sec,
  * Returns 0 when all n were found, else the error of the due__cron_next() call
  * that stopped the series (typically DUE_CRON_ENOTFOUND).
  */
-int due__cron_next_n(int64_t *out, size_t n, size_t *out_count, const due_cron *c,
-		    const due_tz *zone, int64_t after_utc_sec);
+int due__cron_next_n(int64_t *out, size_t n, size_t *out_count,
+		     const due_cron *c, const due_tz *zone,
+		     int64_t after_utc_sec);
 
 /**
  * Write utc_sec as RFC 3339 UTC, "2026-03-29T01:00:00Z" (with
@@ -120,7 +124,8 @@ int due__cron_next_n(int64_t *out, size_t n, size_t *out_count, const due_cron *
  * DUE_CRON_ERANGE when buf is too small (24 bytes always suffice) or the time
  * is out of range.
  */
-int due__cron_format_time(char *buf, size_t buflen, int64_t utc_sec, unsigned flags);
+int due__cron_format_time(char *buf, size_t buflen, int64_t utc_sec,
+			  unsigned flags);
 
 /**
  * Write the next `count` fire times after after_utc_sec into buf, one RFC 3339
@@ -130,9 +135,10 @@ int due__cron_format_time(char *buf, size_t buflen, int64_t utc_sec, unsigned fl
  * bytes per line plus one suffice); DUE_CRON_EINVAL for bad arguments. buf is
  * always NUL-terminated when buflen > 0.
  */
-int due__cron_format_next(char *buf, size_t buflen, const due_cron *c, const due_tz *zone,
-			 int64_t after_utc_sec, size_t count, unsigned flags, char *err,
-			 size_t errlen);
+int due__cron_format_next(char *buf, size_t buflen, const due_cron *c,
+			  const due_tz *zone, int64_t after_utc_sec,
+			  size_t count, unsigned flags, char *err,
+			  size_t errlen);
 
 /** A static English description of a DUE_CRON_E* code. */
 const char *due__cron_strerror(int code);

@@ -23,7 +23,8 @@
 **
 ** The one idea: the zone is a sequence of "periods" [start, end) of constant
 ** offset. period_at() finds the period holding an instant, from the table or
-** from the rule. Local -> UTC walks the periods near the wall time in order; the
+** from the rule. Local -> UTC walks the periods near the wall time in order;
+*the
 ** first period whose wall-clock range holds the wall time gives the answer
 ** (so a repeated time resolves to its first occurrence), and a period whose
 ** wall-clock range starts after it means the wall time fell into a gap, whose
@@ -45,17 +46,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAX_OFFSET (26 * 3600) /* |UT offset| stays below this (RFC 8536 3.2) */
-#define MAX_FILE (1 << 20)     /* real TZif files are < 4 KiB */
+#define MAX_OFFSET                                                             \
+	(26 * 3600)	   /* |UT offset| stays below this (RFC 8536 3.2)      \
+			    */
+#define MAX_FILE (1 << 20) /* real TZif files are < 4 KiB */
 #define MAX_NAME 255
 #define MAX_TIMES 100000
 #define DAY 86400
 
 /* A date of a POSIX TZ rule and the local time of day the change happens. */
 typedef struct rule_date {
-	char kind;    /* 'J': Julian day a (1-365, Feb 29 never counted);
-		       * 'N': zero-based day a (0-365); 'M': month a, week b (5 = last),
-		       * weekday c */
+	char kind; /* 'J': Julian day a (1-365, Feb 29 never counted);
+		    * 'N': zero-based day a (0-365); 'M': month a, week b (5 =
+		    * last), weekday c */
 	int a, b, c;
 	int32_t secs; /* local time of day, may be negative or >24h */
 } rule_date;
@@ -66,17 +69,17 @@ typedef struct posix_rule {
 	int32_t dst_off;
 	bool has_dst;
 	rule_date start; /* change to DST, in standard time */
-	rule_date end;   /* change back, in daylight time */
+	rule_date end;	 /* change back, in daylight time */
 } posix_rule;
 
 struct due_tz {
 	char *name;
 	size_t ntrans;
-	int64_t *trans;    /* transition instants, strictly increasing */
-	int32_t *off;      /* off[i] is in force from trans[i] to trans[i+1] */
+	int64_t *trans;	   /* transition instants, strictly increasing */
+	int32_t *off;	   /* off[i] is in force from trans[i] to trans[i+1] */
 	int32_t first_off; /* in force before trans[0] (local time type 0) */
 	bool has_rule;
-	posix_rule rule;   /* in force from trans[ntrans-1] on, when has_rule */
+	posix_rule rule; /* in force from trans[ntrans-1] on, when has_rule */
 };
 
 /* A stretch of time [start, end) with one offset. */
@@ -87,14 +90,15 @@ typedef struct period {
 } period;
 
 /* The test counters (tz.h): any thread, lock-free. */
-static atomic_long fail_countdown;  /* > 0: the call that takes it to 0 fails */
+static atomic_long fail_countdown; /* > 0: the call that takes it to 0 fails */
 static atomic_ulong files_read;
 
 void *due__tz_malloc(size_t n)
 {
 	long left = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
 
-	while (left > 0 && !atomic_compare_exchange_weak(&fail_countdown, &left, left - 1))
+	while (left > 0 &&
+	       !atomic_compare_exchange_weak(&fail_countdown, &left, left - 1))
 		;
 	return left == 1 ? NULL : malloc(n);
 }
@@ -104,10 +108,7 @@ void due__tz_fail_alloc(long nth)
 	atomic_store(&fail_countdown, nth > 0 ? nth : 0);
 }
 
-unsigned long due__tz_files_read(void)
-{
-	return atomic_load(&files_read);
-}
+unsigned long due__tz_files_read(void) { return atomic_load(&files_read); }
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -173,7 +174,8 @@ static bool is_leap(int64_t y)
 
 int due__tz_days_in_month(int64_t y, int m)
 {
-	static const int len[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+	static const int len[12] = {31, 28, 31, 30, 31, 30,
+				    31, 31, 30, 31, 30, 31};
 
 	if (m < 1 || m > 12)
 		return 0;
@@ -182,7 +184,8 @@ int due__tz_days_in_month(int64_t y, int m)
 
 int due__tz_weekday(int64_t y, int m, int d)
 {
-	int64_t w = (due__tz_days_from_civil(y, m, d) + 4) % 7; /* 1970-01-01: Thu */
+	int64_t w =
+	    (due__tz_days_from_civil(y, m, d) + 4) % 7; /* 1970-01-01: Thu */
 
 	return (int)(w < 0 ? w + 7 : w);
 }
@@ -241,8 +244,10 @@ static void rule_period(const posix_rule *r, int64_t u, period *p)
 		return;
 	civil_from_days(floor_div(u, DAY), &y, &mo, &dd);
 	for (int64_t yy = y - 2; yy <= y + 2; yy++) {
-		ch[n++] = (struct change){rule_instant(&r->start, yy, r->std_off), r->dst_off};
-		ch[n++] = (struct change){rule_instant(&r->end, yy, r->dst_off), r->std_off};
+		ch[n++] = (struct change){
+		    rule_instant(&r->start, yy, r->std_off), r->dst_off};
+		ch[n++] = (struct change){rule_instant(&r->end, yy, r->dst_off),
+					  r->std_off};
 	}
 	for (i = 1; i < n; i++)
 		for (j = i; j > 0 && ch[j - 1].at > ch[j].at; j--)
@@ -276,7 +281,8 @@ static const char *parse_hms(const char *s, int maxh, int32_t *out)
 		return NULL;
 	if (*s == ':' && ((s = parse_num(s + 1, 2, &m)) == NULL || m > 59))
 		return NULL;
-	if (s != NULL && *s == ':' && ((s = parse_num(s + 1, 2, &sec)) == NULL || sec > 59))
+	if (s != NULL && *s == ':' &&
+	    ((s = parse_num(s + 1, 2, &sec)) == NULL || sec > 59))
 		return NULL;
 	*out = sign * (h * 3600 + m * 60 + sec);
 	return s;
@@ -288,8 +294,9 @@ static const char *parse_abbr(const char *s)
 	const char *p = s;
 
 	if (*s == '<') {
-		for (p = ++s; (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
-			      (*p >= '0' && *p <= '9') || *p == '+' || *p == '-';
+		for (p = ++s;
+		     (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+		     (*p >= '0' && *p <= '9') || *p == '+' || *p == '-';
 		     p++)
 			;
 		return (p - s >= 3 && *p == '>') ? p + 1 : NULL;
@@ -316,14 +323,16 @@ static const char *parse_rule_date(const char *s, rule_date *d)
 	d->b = d->c = 0;
 	if (*s == 'J') {
 		d->kind = 'J';
-		if ((s = parse_num(s + 1, 3, &d->a)) == NULL || d->a < 1 || d->a > 365)
+		if ((s = parse_num(s + 1, 3, &d->a)) == NULL || d->a < 1 ||
+		    d->a > 365)
 			return NULL;
 	} else if (*s == 'M') {
 		d->kind = 'M';
-		if ((s = parse_num(s + 1, 2, &d->a)) == NULL || d->a < 1 || d->a > 12 ||
-		    *s != '.' || (s = parse_num(s + 1, 1, &d->b)) == NULL || d->b < 1 ||
-		    d->b > 5 || *s != '.' || (s = parse_num(s + 1, 1, &d->c)) == NULL ||
-		    d->c > 6)
+		if ((s = parse_num(s + 1, 2, &d->a)) == NULL || d->a < 1 ||
+		    d->a > 12 || *s != '.' ||
+		    (s = parse_num(s + 1, 1, &d->b)) == NULL || d->b < 1 ||
+		    d->b > 5 || *s != '.' ||
+		    (s = parse_num(s + 1, 1, &d->c)) == NULL || d->c > 6)
 			return NULL;
 	} else {
 		d->kind = 'N';
@@ -339,7 +348,8 @@ static const char *parse_rule_date(const char *s, rule_date *d)
 static bool parse_posix(const char *s, posix_rule *r)
 {
 	memset(r, 0, sizeof *r);
-	if ((s = parse_abbr(s)) == NULL || (s = parse_offset(s, &r->std_off)) == NULL)
+	if ((s = parse_abbr(s)) == NULL ||
+	    (s = parse_offset(s, &r->std_off)) == NULL)
 		return false;
 	if (*s == '\0')
 		return true;
@@ -347,12 +357,14 @@ static bool parse_posix(const char *s, posix_rule *r)
 	r->dst_off = r->std_off + 3600;
 	if ((s = parse_abbr(s)) == NULL)
 		return false;
-	if (*s != ',' && *s != '\0' && (s = parse_offset(s, &r->dst_off)) == NULL)
+	if (*s != ',' && *s != '\0' &&
+	    (s = parse_offset(s, &r->dst_off)) == NULL)
 		return false;
-	if (*s != ',' || (s = parse_rule_date(s + 1, &r->start)) == NULL || *s != ',' ||
-	    (s = parse_rule_date(s + 1, &r->end)) == NULL)
+	if (*s != ',' || (s = parse_rule_date(s + 1, &r->start)) == NULL ||
+	    *s != ',' || (s = parse_rule_date(s + 1, &r->end)) == NULL)
 		return false;
-	return *s == '\0' && r->dst_off > -MAX_OFFSET && r->dst_off < MAX_OFFSET;
+	return *s == '\0' && r->dst_off > -MAX_OFFSET &&
+	       r->dst_off < MAX_OFFSET;
 }
 
 /* --- TZif files --- */
@@ -363,12 +375,14 @@ typedef struct tzif_counts {
 
 static uint32_t be32(const unsigned char *p)
 {
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
+	       (uint32_t)p[2] << 8 | p[3];
 }
 
 static int64_t be_time(const unsigned char *p, size_t tsize)
 {
-	uint64_t v = tsize == 8 ? (uint64_t)be32(p) << 32 | be32(p + 4) : be32(p);
+	uint64_t v =
+	    tsize == 8 ? (uint64_t)be32(p) << 32 | be32(p + 4) : be32(p);
 
 	if (tsize == 4)
 		return (int32_t)v;
@@ -376,7 +390,8 @@ static int64_t be_time(const unsigned char *p, size_t tsize)
 }
 
 /* Read a 44-byte header at p; NULL reason on success, else what is wrong. */
-static const char *read_header(const unsigned char *p, size_t len, tzif_counts *c)
+static const char *read_header(const unsigned char *p, size_t len,
+			       tzif_counts *c)
 {
 	if (len < 44 || memcmp(p, "TZif", 4) != 0)
 		return "not a TZif file";
@@ -386,8 +401,9 @@ static const char *read_header(const unsigned char *p, size_t len, tzif_counts *
 	c->timecnt = be32(p + 32);
 	c->typecnt = be32(p + 36);
 	c->charcnt = be32(p + 40);
-	if (c->typecnt == 0 || c->typecnt > 256 || c->charcnt == 0 || c->charcnt > 65536 ||
-	    c->timecnt > MAX_TIMES || c->leapcnt > MAX_TIMES ||
+	if (c->typecnt == 0 || c->typecnt > 256 || c->charcnt == 0 ||
+	    c->charcnt > 65536 || c->timecnt > MAX_TIMES ||
+	    c->leapcnt > MAX_TIMES ||
 	    (c->isutcnt != 0 && c->isutcnt != c->typecnt) ||
 	    (c->isstdcnt != 0 && c->isstdcnt != c->typecnt))
 		return "bad header counts";
@@ -396,15 +412,16 @@ static const char *read_header(const unsigned char *p, size_t len, tzif_counts *
 
 static size_t block_len(const tzif_counts *c, size_t tsize)
 {
-	return c->timecnt * (tsize + 1) + c->typecnt * 6 + c->charcnt + c->leapcnt * (tsize + 4) +
-	       c->isstdcnt + c->isutcnt;
+	return c->timecnt * (tsize + 1) + c->typecnt * 6 + c->charcnt +
+	       c->leapcnt * (tsize + 4) + c->isstdcnt + c->isutcnt;
 }
 
 /* Fill tz's table from a data block; NULL on success, else the reason. */
-static const char *load_block(due_tz *tz, const unsigned char *p, const tzif_counts *c,
-			      size_t tsize)
+static const char *load_block(due_tz *tz, const unsigned char *p,
+			      const tzif_counts *c, size_t tsize)
 {
-	const unsigned char *idx = p + c->timecnt * tsize, *types = idx + c->timecnt;
+	const unsigned char *idx = p + c->timecnt * tsize,
+			    *types = idx + c->timecnt;
 
 	for (uint32_t t = 0; t < c->typecnt; t++) {
 		int32_t off = (int32_t)be32(types + 6 * t);
@@ -472,7 +489,8 @@ static const char *load_tzif(due_tz *tz, const unsigned char *p, size_t len)
 		return why;
 	if (p[4] >= '2') {
 		at += block_len(&c, 4);
-		if (at > len || (why = read_header(p + at, len - at, &c)) != NULL)
+		if (at > len ||
+		    (why = read_header(p + at, len - at, &c)) != NULL)
 			return why ? why : "truncated";
 		at += 44, tsize = 8;
 	}
@@ -492,7 +510,8 @@ static due_tz *tz_new(const char *name)
 
 	if (tz != NULL)
 		memset(tz, 0, sizeof *tz);
-	if (tz == NULL || (tz->name = due__tz_malloc(strlen(name) + 1)) == NULL) {
+	if (tz == NULL ||
+	    (tz->name = due__tz_malloc(strlen(name) + 1)) == NULL) {
 		free(tz);
 		return NULL;
 	}
@@ -510,8 +529,8 @@ void due__tz_free(due_tz *tz)
 	free(tz);
 }
 
-int due__tz_from_tzif(due_tz **out, const char *name, const void *data, size_t len, char *err,
-		     size_t errlen)
+int due__tz_from_tzif(due_tz **out, const char *name, const void *data,
+		      size_t len, char *err, size_t errlen)
 {
 	char show[80];
 	const char *why;
@@ -537,7 +556,8 @@ int due__tz_from_tzif(due_tz **out, const char *name, const void *data, size_t l
 	return 0;
 nomem:
 	due__tz_free(tz);
-	seterr(err, errlen, "time zone '%s': out of memory", shown(show, sizeof show, name));
+	seterr(err, errlen, "time zone '%s': out of memory",
+	       shown(show, sizeof show, name));
 	return DUE_TZ_ENOMEM;
 }
 
@@ -558,11 +578,13 @@ static bool name_ok(const char *name)
 			continue;
 		}
 		if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
-		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '+'))
+		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' ||
+		      ch == '+'))
 			return false;
 		comp++;
 	}
-	return comp > 0 && strcmp(name, "localtime") != 0 && strcmp(name, "posixrules") != 0;
+	return comp > 0 && strcmp(name, "localtime") != 0 &&
+	       strcmp(name, "posixrules") != 0;
 }
 
 /*
@@ -579,7 +601,8 @@ static int read_file(const char *path, unsigned char **out, size_t *outlen)
 
 	if (fd < 0)
 		return DUE_TZ_EZONE;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > MAX_FILE)
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size > MAX_FILE)
 		goto done;
 	if ((buf = due__tz_malloc((size_t)st.st_size + 1)) == NULL) {
 		rc = DUE_TZ_ENOMEM;
@@ -616,7 +639,8 @@ static int read_zone_file(const char *zone, unsigned char **data, size_t *len)
 
 	if (dir == NULL || dir[0] != '/')
 		dir = "/usr/share/zoneinfo";
-	if (!name_ok(zone) || snprintf(path, sizeof path, "%s/%s", dir, zone) >= (int)sizeof path)
+	if (!name_ok(zone) ||
+	    snprintf(path, sizeof path, "%s/%s", dir, zone) >= (int)sizeof path)
 		return DUE_TZ_EZONE;
 	if ((rc = read_file(path, data, len)) < 0)
 		return rc;
@@ -648,9 +672,11 @@ int due__tz_open(due_tz **out, const char *zone, char *err, size_t errlen)
 		return DUE_TZ_ENOMEM;
 	}
 	if ((rc = read_zone_file(zone, &data, &len)) == DUE_TZ_ENOMEM)
-		seterr(err, errlen, "time zone '%s': out of memory", shown(show, sizeof show, zone));
+		seterr(err, errlen, "time zone '%s': out of memory",
+		       shown(show, sizeof show, zone));
 	else if (rc < 0)
-		seterr(err, errlen, "unknown time zone '%s'", shown(show, sizeof show, zone));
+		seterr(err, errlen, "unknown time zone '%s'",
+		       shown(show, sizeof show, zone));
 	if (rc < 0)
 		return rc;
 	rc = due__tz_from_tzif(out, zone, data, len, err, errlen);
@@ -679,10 +705,12 @@ static void period_at(const due_tz *tz, int64_t u, period *p)
 		return;
 	}
 	if (tz->ntrans == 0 || u < tz->trans[0]) {
-		*p = (period){INT64_MIN, tz->ntrans ? tz->trans[0] : INT64_MAX, tz->first_off};
+		*p = (period){INT64_MIN, tz->ntrans ? tz->trans[0] : INT64_MAX,
+			      tz->first_off};
 		return;
 	}
-	for (lo = 0, hi = tz->ntrans; hi - lo > 1;) { /* trans[lo] <= u < trans[hi] */
+	for (lo = 0, hi = tz->ntrans;
+	     hi - lo > 1;) { /* trans[lo] <= u < trans[hi] */
 		size_t mid = lo + (hi - lo) / 2;
 
 		if (tz->trans[mid] <= u)
@@ -691,7 +719,8 @@ static void period_at(const due_tz *tz, int64_t u, period *p)
 			hi = mid;
 	}
 	if (hi < tz->ntrans || !tz->has_rule) {
-		*p = (period){tz->trans[lo], hi < tz->ntrans ? tz->trans[hi] : INT64_MAX,
+		*p = (period){tz->trans[lo],
+			      hi < tz->ntrans ? tz->trans[hi] : INT64_MAX,
 			      tz->off[lo]};
 		return;
 	}
@@ -733,19 +762,20 @@ int due__tz_to_local(const due_tz *tz, int64_t utc_sec, due_tz_civil *out)
 	return 0;
 }
 
-int due__tz_to_utc(const due_tz *tz, const due_tz_civil *lt, int64_t *out_utc_sec)
+int due__tz_to_utc(const due_tz *tz, const due_tz_civil *lt,
+		   int64_t *out_utc_sec)
 {
 	int64_t local, cand;
 	period p;
 
-	if (lt == NULL || out_utc_sec == NULL || lt->year < 1 || lt->year > 9999 ||
-	    lt->month < 1 || lt->month > 12 || lt->day < 1 ||
-	    lt->day > due__tz_days_in_month(lt->year, lt->month) || lt->hour < 0 ||
-	    lt->hour > 23 || lt->minute < 0 || lt->minute > 59 || lt->second < 0 ||
-	    lt->second > 59)
+	if (lt == NULL || out_utc_sec == NULL || lt->year < 1 ||
+	    lt->year > 9999 || lt->month < 1 || lt->month > 12 || lt->day < 1 ||
+	    lt->day > due__tz_days_in_month(lt->year, lt->month) ||
+	    lt->hour < 0 || lt->hour > 23 || lt->minute < 0 ||
+	    lt->minute > 59 || lt->second < 0 || lt->second > 59)
 		return DUE_TZ_EINVAL;
-	local = due__tz_days_from_civil(lt->year, lt->month, lt->day) * DAY + lt->hour * 3600 +
-		lt->minute * 60 + lt->second;
+	local = due__tz_days_from_civil(lt->year, lt->month, lt->day) * DAY +
+		lt->hour * 3600 + lt->minute * 60 + lt->second;
 	/*
 	** Every instant showing `local` lies within MAX_OFFSET of it, so start
 	** at the period before that window and walk forward. Periods come in

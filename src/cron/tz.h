@@ -2,10 +2,10 @@
  * tz.h - IANA time zones for the cron engine.
  *
  * A due_tz is one IANA zone ("Europe/Berlin") read from the system's compiled
- * time-zone database (TZif files, RFC 8536, under $TZDIR or /usr/share/zoneinfo).
- * It converts between UTC instants and local wall-clock times without touching
- * the process-wide TZ variable, tzset() or localtime(): it is safe in threaded
- * programs.
+ * time-zone database (TZif files, RFC 8536, under $TZDIR or
+ * /usr/share/zoneinfo). It converts between UTC instants and local wall-clock
+ * times without touching the process-wide TZ variable, tzset() or localtime():
+ * it is safe in threaded programs.
  *
  * Threads: a due_tz is immutable once due__tz_open() returns. Any number of
  * threads may use the same object at the same time; only due__tz_free() needs
@@ -33,10 +33,12 @@
  * ERANGE are the engine's own, outside due.h's range and the wheel's.
  */
 enum {
-	DUE_TZ_EINVAL = -2,  /**< bad argument (NULL pointer, civil time out of range) */
-	DUE_TZ_ENOMEM = -9,  /**< allocation failed */
-	DUE_TZ_EZONE = -66,  /**< unknown zone name or unusable zone data */
-	DUE_TZ_ERANGE = -67  /**< instant outside DUE_TZ_MIN_UTC..DUE_TZ_MAX_UTC */
+	DUE_TZ_EINVAL =
+	    -2, /**< bad argument (NULL pointer, civil time out of range) */
+	DUE_TZ_ENOMEM = -9, /**< allocation failed */
+	DUE_TZ_EZONE = -66, /**< unknown zone name or unusable zone data */
+	DUE_TZ_ERANGE =
+	    -67 /**< instant outside DUE_TZ_MIN_UTC..DUE_TZ_MAX_UTC */
 };
 
 /**
@@ -70,8 +72,8 @@ typedef struct due_tz_civil {
  * Names are checked before any file is opened: components of letters, digits,
  * '_', '-' and '+', separated by '/'; "localtime" and "posixrules" (machine
  * configuration, not zones) and leap-second ("right/...") zones are refused.
- * Returns 0, DUE_TZ_EZONE ("unknown time zone 'Europe/Berln'"), DUE_TZ_EINVAL or
- * DUE_TZ_ENOMEM; on error *out is NULL.
+ * Returns 0, DUE_TZ_EZONE ("unknown time zone 'Europe/Berln'"), DUE_TZ_EINVAL
+ * or DUE_TZ_ENOMEM; on error *out is NULL.
  */
 int due__tz_open(due_tz **out, const char *zone, char *err, size_t errlen);
 
@@ -80,8 +82,8 @@ int due__tz_open(due_tz **out, const char *zone, char *err, size_t errlen);
  * shown in messages). Same result and errors as due__tz_open(); `data` is not
  * kept. Meant for tests and for programs that ship their own zone data.
  */
-int due__tz_from_tzif(due_tz **out, const char *name, const void *data, size_t len, char *err,
-		     size_t errlen);
+int due__tz_from_tzif(due_tz **out, const char *name, const void *data,
+		      size_t len, char *err, size_t errlen);
 
 /** Free a zone. NULL is allowed. */
 void due__tz_free(due_tz *tz);
@@ -112,7 +114,8 @@ int due__tz_to_local(const due_tz *tz, int64_t utc_sec, due_tz_civil *out);
  * The mapping never decreases as the wall time increases. Returns 0,
  * DUE_TZ_EINVAL (a field out of range, e.g. February 30) or DUE_TZ_ERANGE.
  */
-int due__tz_to_utc(const due_tz *tz, const due_tz_civil *local, int64_t *out_utc_sec);
+int due__tz_to_utc(const due_tz *tz, const due_tz_civil *local,
+		   int64_t *out_utc_sec);
 
 /* Proleptic Gregorian calendar arithmetic; no zone involved. */
 

@@ -21,7 +21,8 @@ json_t *due_fmt_task(const due_task *t);
 json_t *due_fmt_task_cut(const due_task *t, size_t cut);
 /* A new JSON array of tasks. */
 json_t *due_fmt_task_list(const due_task_list *l);
-/* A new JSON object for a schedule (`due cron ls --json`, GET /v1/schedules). */
+/* A new JSON object for a schedule (`due cron ls --json`, GET /v1/schedules).
+ */
 json_t *due_fmt_cron(const due_cron_info *s);
 /* A new JSON object for stats (`due stats --json`). */
 json_t *due_fmt_stats(const due_stats *s);

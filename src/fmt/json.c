@@ -39,8 +39,11 @@ int due_fmt_is_utf8(const unsigned char *p, size_t n)
 	size_t i = 0;
 	while (i < n) {
 		unsigned char c = p[i];
-		size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
-			   : (c >> 3) == 30 ? 4 : 0;
+		size_t len = c < 0x80	      ? 1
+			     : (c >> 5) == 6  ? 2
+			     : (c >> 4) == 14 ? 3
+			     : (c >> 3) == 30 ? 4
+					      : 0;
 		if (c == 0 || len == 0 || i + len > n)
 			return 0;
 		for (size_t k = 1; k < len; k++)
@@ -58,7 +61,7 @@ int due_fmt_is_utf8(const unsigned char *p, size_t n)
 }
 
 static const char b64[] =
-	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 char *due_fmt_base64(const unsigned char *p, size_t n)
 {
@@ -132,11 +135,13 @@ static void set_bytes(json_t *o, const char *name, const unsigned char *p,
 	if (due_fmt_is_utf8(p, n)) {
 		while (show < n && show > 0 && (p[show] & 0xc0) == 0x80)
 			show--;
-		json_object_set_new(o, name, json_stringn((const char *)p, show));
+		json_object_set_new(o, name,
+				    json_stringn((const char *)p, show));
 	} else {
 		char *enc = due_fmt_base64(p, show);
 		snprintf(key, sizeof(key), "%s_b64", name);
-		json_object_set_new(o, key, enc ? json_string(enc) : json_null());
+		json_object_set_new(o, key,
+				    enc ? json_string(enc) : json_null());
 		free(enc);
 	}
 	if (show == n)
@@ -159,15 +164,13 @@ static json_t *attempt_json(const due_attempt *a)
 	json_object_set_new(o, "outcome", str_or_null(a->outcome));
 	json_object_set_new(o, "error", str_or_null(a->error));
 	json_object_set_new(o, "late_commit", str_or_null(a->late_commit));
-	json_object_set_new(o, "lateness_ms",
-			    json_real((double)(a->claimed_at - a->due_at) / 1000.0));
+	json_object_set_new(
+	    o, "lateness_ms",
+	    json_real((double)(a->claimed_at - a->due_at) / 1000.0));
 	return o;
 }
 
-json_t *due_fmt_task(const due_task *t)
-{
-	return due_fmt_task_cut(t, 0);
-}
+json_t *due_fmt_task(const due_task *t) { return due_fmt_task_cut(t, 0); }
 
 /* last_error, cut like payloads (it is text: kept as a string). */
 static void set_error(json_t *o, const char *err, size_t cut)
@@ -180,7 +183,8 @@ static void set_error(json_t *o, const char *err, size_t cut)
 		json_object_set_new(o, "last_error", json_string(err));
 		return;
 	}
-	set_bytes(o, "last_error", (const unsigned char *)err, strlen(err), cut);
+	set_bytes(o, "last_error", (const unsigned char *)err, strlen(err),
+		  cut);
 }
 
 json_t *due_fmt_task_cut(const due_task *t, size_t cut)
@@ -199,12 +203,14 @@ json_t *due_fmt_task_cut(const due_task *t, size_t cut)
 	json_object_set_new(o, "due_at", instant(t->due_at));
 	json_object_set_new(o, "attempt", json_integer(t->attempt));
 	json_object_set_new(o, "max_attempts", json_integer(t->max_attempts));
-	json_object_set_new(o, "backoff_ms", json_integer(t->backoff_us / 1000));
+	json_object_set_new(o, "backoff_ms",
+			    json_integer(t->backoff_us / 1000));
 	json_object_set_new(o, "backoff_cap_ms",
 			    json_integer(t->backoff_cap_us / 1000));
 	json_object_set_new(o, "lease_owner", str_or_null(t->lease_owner));
 	json_object_set_new(o, "lease_until", due_fmt_time(t->lease_until));
-	json_object_set_new(o, "cancel_requested", json_boolean(t->cancel_requested));
+	json_object_set_new(o, "cancel_requested",
+			    json_boolean(t->cancel_requested));
 	json_object_set_new(o, "key", str_or_null(t->key));
 	if (t->has_result)
 		set_bytes(o, "result", t->result, t->result_len, cut);
@@ -235,7 +241,8 @@ static json_t *ms_or_null(int64_t us)
 
 json_t *due_fmt_stats(const due_stats *s)
 {
-	json_t *o = json_object(), *counts = json_object(), *late = json_object();
+	json_t *o = json_object(), *counts = json_object(),
+	       *late = json_object();
 
 	for (int i = 0; i < DUE_STATE_COUNT; i++)
 		json_object_set_new(counts, due_state_name((due_state)i),
@@ -245,7 +252,8 @@ json_t *due_fmt_stats(const due_stats *s)
 	json_object_set_new(o, "due_unclaimed", json_integer(s->due_unclaimed));
 	json_object_set_new(o, "oldest_due_unclaimed_ms",
 			    json_integer(s->oldest_due_unclaimed_ms));
-	json_object_set_new(late, "window_s", json_integer(s->window_us / 1000000));
+	json_object_set_new(late, "window_s",
+			    json_integer(s->window_us / 1000000));
 	json_object_set_new(late, "claims", json_integer(s->claims_window));
 	json_object_set_new(late, "p50_ms", ms_or_null(s->lateness_p50_us));
 	json_object_set_new(late, "p99_ms", ms_or_null(s->lateness_p99_us));
@@ -266,27 +274,34 @@ json_t *due_fmt_cron(const due_cron_info *s)
 	json_object_set_new(o, "expr", json_string(s->expr));
 	json_object_set_new(o, "kind", json_string(s->kind));
 	json_object_set_new(o, "tz", json_string(s->tz));
-	json_object_set_new(o, "misfire", json_string(s->misfire ? "once" : "skip"));
-	json_object_set_new(o, "overlap", json_string(s->overlap ? "wait" : "allow"));
+	json_object_set_new(o, "misfire",
+			    json_string(s->misfire ? "once" : "skip"));
+	json_object_set_new(o, "overlap",
+			    json_string(s->overlap ? "wait" : "allow"));
 	json_object_set_new(o, "next_fire", due_fmt_time(s->next_slot));
 	if (due_time_format_zone(z, sizeof(z), s->next_slot, s->tz) == 0)
 		json_object_set_new(o, "next_fire_local", json_string(z));
 	json_object_set_new(o, "last_fire", due_fmt_time(s->last_slot));
-	json_object_set_new(o, "last_task", s->last_task ? json_integer(s->last_task)
-							  : json_null());
+	json_object_set_new(o, "last_task",
+			    s->last_task ? json_integer(s->last_task)
+					 : json_null());
 	json_object_set_new(o, "fired", json_integer(s->fired));
 	json_object_set_new(o, "missed", json_integer(s->missed));
 	json_object_set_new(o, "last_missed", due_fmt_time(s->last_missed));
 	if (due_fmt_is_utf8(s->payload, s->payload_len)) {
-		json_object_set_new(o, "payload", json_stringn((const char *)s->payload,
-							       s->payload_len));
+		json_object_set_new(
+		    o, "payload",
+		    json_stringn((const char *)s->payload, s->payload_len));
 	} else {
 		char *b = due_fmt_base64(s->payload, s->payload_len);
-		json_object_set_new(o, "payload_b64", b ? json_string(b) : json_null());
+		json_object_set_new(o, "payload_b64",
+				    b ? json_string(b) : json_null());
 		free(b);
 	}
 	json_object_set_new(o, "max_attempts", json_integer(s->max_attempts));
-	json_object_set_new(o, "backoff_ms", json_integer(s->backoff_us / 1000));
-	json_object_set_new(o, "backoff_cap_ms", json_integer(s->backoff_cap_us / 1000));
+	json_object_set_new(o, "backoff_ms",
+			    json_integer(s->backoff_us / 1000));
+	json_object_set_new(o, "backoff_cap_ms",
+			    json_integer(s->backoff_cap_us / 1000));
 	return o;
 }

@@ -27,26 +27,33 @@ int json_body_object(http_req *r, const char *const *known, bool allow_empty,
 		return *out ? 0 : -1;
 	}
 	if (r->body_len == 0) {
-		snprintf(r->err, sizeof(r->err), "a JSON object body is required");
+		snprintf(r->err, sizeof(r->err),
+			 "a JSON object body is required");
 		return -1;
 	}
-	o = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &e);
+	o = json_loadb(r->body, r->body_len,
+		       JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &e);
 	if (!o) {
-		snprintf(r->err, sizeof(r->err), "malformed JSON at line %d column "
-			 "%d: %s", e.line, e.column, e.text);
+		snprintf(r->err, sizeof(r->err),
+			 "malformed JSON at line %d column "
+			 "%d: %s",
+			 e.line, e.column, e.text);
 		return -1;
 	}
 	if (!json_is_object(o)) {
-		snprintf(r->err, sizeof(r->err), "the body must be a JSON object");
+		snprintf(r->err, sizeof(r->err),
+			 "the body must be a JSON object");
 		json_decref(o);
 		return -1;
 	}
-	json_object_foreach(o, k, v) {
+	json_object_foreach(o, k, v)
+	{
 		size_t i = 0;
 		while (known && known[i] && strcmp(known[i], k) != 0)
 			i++;
 		if (!known || !known[i]) {
-			snprintf(r->err, sizeof(r->err), "unknown field '%.100s'", k);
+			snprintf(r->err, sizeof(r->err),
+				 "unknown field '%.100s'", k);
 			json_decref(o);
 			return -1;
 		}
@@ -78,13 +85,16 @@ int json_opt_int(http_req *r, json_t *o, const char *name, int64_t lo,
 	if (!v)
 		return 0;
 	if (!json_is_integer(v)) {
-		snprintf(r->err, sizeof(r->err), "'%s' must be an integer", name);
+		snprintf(r->err, sizeof(r->err), "'%s' must be an integer",
+			 name);
 		return -1;
 	}
 	n = json_integer_value(v);
 	if (n < lo || n > hi) {
-		snprintf(r->err, sizeof(r->err), "'%s' must be from %lld to %lld, "
-			 "not %lld", name, (long long)lo, (long long)hi, (long long)n);
+		snprintf(r->err, sizeof(r->err),
+			 "'%s' must be from %lld to %lld, "
+			 "not %lld",
+			 name, (long long)lo, (long long)hi, (long long)n);
 		return -1;
 	}
 	*out = n;
@@ -96,12 +106,15 @@ int json_opt_duration(http_req *r, json_t *o, const char *name, int64_t *out)
 	const char *s = NULL;
 
 	if (json_opt_string(r, o, name, &s) < 0) {
-		snprintf(r->err, sizeof(r->err), "'%s' must be a duration string "
-			 "like \"10s\" or \"1h30m\"", name);
+		snprintf(r->err, sizeof(r->err),
+			 "'%s' must be a duration string "
+			 "like \"10s\" or \"1h30m\"",
+			 name);
 		return -1;
 	}
 	if (s && due_duration_parse(out, s) < 0) {
-		snprintf(r->err, sizeof(r->err), "'%s': %s", name, due_error_last());
+		snprintf(r->err, sizeof(r->err), "'%s': %s", name,
+			 due_error_last());
 		return -1;
 	}
 	return 0;
@@ -115,7 +128,8 @@ int json_opt_payload(http_req *r, json_t *o, const void **p, size_t *len,
 
 	*out_blob = NULL;
 	if (text && b64) {
-		snprintf(r->err, sizeof(r->err), "give 'payload' or 'payload_b64', "
+		snprintf(r->err, sizeof(r->err),
+			 "give 'payload' or 'payload_b64', "
 			 "not both");
 		return -1;
 	}
@@ -128,8 +142,10 @@ int json_opt_payload(http_req *r, json_t *o, const void **p, size_t *len,
 		*p = json_string_value(text);
 		*len = json_string_length(text);
 	} else if (b64) {
-		if (due_fmt_unbase64(json_string_value(b64), out_blob, len) < 0) {
-			snprintf(r->err, sizeof(r->err), "'payload_b64' is not valid "
+		if (due_fmt_unbase64(json_string_value(b64), out_blob, len) <
+		    0) {
+			snprintf(r->err, sizeof(r->err),
+				 "'payload_b64' is not valid "
 				 "base64");
 			return -1;
 		}
@@ -147,8 +163,10 @@ int http_parse_id(http_req *r, const char *text, due_id *out)
 	v = strtoll(text, &end, 10);
 	if (errno || *end || end == text || v <= 0 || text[0] < '0' ||
 	    text[0] > '9') {
-		snprintf(r->err, sizeof(r->err), "invalid task id '%.100s': expected "
-			 "a positive decimal integer", text);
+		snprintf(r->err, sizeof(r->err),
+			 "invalid task id '%.100s': expected "
+			 "a positive decimal integer",
+			 text);
 		return -1;
 	}
 	*out = v;

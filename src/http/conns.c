@@ -33,10 +33,7 @@ void http_conns_init(http_conns *cs, int64_t timeout_us)
 	cs->timeout_us = timeout_us;
 }
 
-void http_conns_destroy(http_conns *cs)
-{
-	pthread_mutex_destroy(&cs->mu);
-}
+void http_conns_destroy(http_conns *cs) { pthread_mutex_destroy(&cs->mu); }
 
 /* Unlink hc (cs->mu held). */
 static void disarm(http_conns *cs, http_conn *hc)

@@ -17,19 +17,19 @@
 #include <sys/socket.h>
 
 typedef struct due_http_opts {
-	const char *db_url;          /* store URL (required) */
-	const char *token;           /* bearer token for changes; NULL: none */
+	const char *db_url;	     /* store URL (required) */
+	const char *token;	     /* bearer token for changes; NULL: none */
 	const struct sockaddr *addr; /* where to listen */
 	socklen_t addrlen;
-	bool loopback;               /* addr is a loopback address */
-	unsigned threads;            /* event-loop threads, and store threads
-					for reads and for changes, each */
-	unsigned max_conns;          /* open connections at most */
-	unsigned timeout_s;          /* whole-request deadline, idle timeout,
-					and the longest wait for the store */
-	size_t max_body;             /* request body limit in bytes (a \uXXXX
-					escape weighs 2) */
-	size_t max_payload;          /* payload limit passed to due_open() */
+	bool loopback;	    /* addr is a loopback address */
+	unsigned threads;   /* event-loop threads, and store threads
+			       for reads and for changes, each */
+	unsigned max_conns; /* open connections at most */
+	unsigned timeout_s; /* whole-request deadline, idle timeout,
+			       and the longest wait for the store */
+	size_t max_body;    /* request body limit in bytes (a \uXXXX
+			       escape weighs 2) */
+	size_t max_payload; /* payload limit passed to due_open() */
 } due_http_opts;
 
 typedef struct due_http due_http;

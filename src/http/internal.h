@@ -54,30 +54,33 @@ typedef struct http_arg {
 typedef struct http_req {
 	struct MHD_Connection *conn;
 	struct due_http *srv;
-	struct http_conn *hc;    /* the connection's deadline record, or NULL */
-	char *target;            /* request-target as sent, never decoded */
-	const char *method;      /* as sent; HEAD is routed as GET */
-	const char *version;     /* "HTTP/1.1" or "HTTP/1.0" */
-	char *path;              /* the target's path, raw (not decoded) */
+	struct http_conn *hc; /* the connection's deadline record, or NULL */
+	char *target;	      /* request-target as sent, never decoded */
+	const char *method;   /* as sent; HEAD is routed as GET */
+	const char *version;  /* "HTTP/1.1" or "HTTP/1.0" */
+	char *path;	      /* the target's path, raw (not decoded) */
 	http_arg args[HTTP_MAX_ARGS];
 	int n_args;
 	int (*route_fn)(struct http_req *r); /* the matched route's handler */
-	char param[256];         /* the {id} or {name} segment, decoded */
-	char *body;              /* NUL-terminated request body (may be NULL) */
+	char param[256]; /* the {id} or {name} segment, decoded */
+	char *body;	 /* NUL-terminated request body (may be NULL) */
 	size_t body_len;
-	size_t body_seen;        /* bytes received, kept or not */
-	bool started;            /* the headers were checked */
-	bool too_big;            /* body over the limit: discarded, 413 */
-	bool overload;           /* bodies in memory over the budget: 503 */
-	bool handed;             /* given to a store thread, suspended */
-	char err[512];           /* detail of a 400, set by the readers */
+	size_t body_seen; /* bytes received, kept or not */
+	bool started;	  /* the headers were checked */
+	bool too_big;	  /* body over the limit: discarded, 413 */
+	bool overload;	  /* bodies in memory over the budget: 503 */
+	bool handed;	  /* given to a store thread, suspended */
+	char err[512];	  /* detail of a 400, set by the readers */
 	/* The reply, built by http_reply_*() and queued by the event thread. */
-	unsigned status;         /* 0 until a reply is set */
+	unsigned status; /* 0 until a reply is set */
 	const char *ctype;
-	char *rbody;             /* malloc'd, or static when rstatic */
+	char *rbody; /* malloc'd, or static when rstatic */
 	size_t rlen;
 	bool rstatic;
-	struct { char name[32]; char value[512]; } hdr[HTTP_MAX_HEADERS];
+	struct {
+		char name[32];
+		char value[512];
+	} hdr[HTTP_MAX_HEADERS];
 	int n_hdr;
 	/* pool.c's bookkeeping while the request waits for a store thread */
 	struct http_req *next;
@@ -90,7 +93,8 @@ typedef struct http_req {
 int http_reply_json(http_req *r, unsigned status, json_t *json);
 /* Reply {"error": code, "detail": printf(...)} with status. */
 int http_reply_error(http_req *r, unsigned status, const char *code,
-		     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+		     const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Reply 400 bad_request with r->err as the detail. */
 int http_reply_bad(http_req *r);
 /*
@@ -107,8 +111,8 @@ int http_reply_text(http_req *r, unsigned status, const char *ctype,
 int http_reply_static(http_req *r, unsigned status, const char *ctype,
 		      const char *body, size_t len);
 /* Reply with a malloc'd body (taken). */
-int http_reply_take(http_req *r, unsigned status, const char *ctype,
-		    char *body, size_t len);
+int http_reply_take(http_req *r, unsigned status, const char *ctype, char *body,
+		    size_t len);
 /* Add a header to the coming reply (copied; at most HTTP_MAX_HEADERS). */
 void http_add_header(http_req *r, const char *name, const char *value);
 /* Event thread: queue r's reply on its connection; an MHD_Result. */
@@ -155,8 +159,8 @@ int http_unescape(const char *s, size_t n, bool plus_is_space, char *out,
 typedef struct http_pool {
 	struct due_http *srv;
 	const char *name;
-	pthread_mutex_t mu;     /* guards the fields below; taken before any
-				   libmicrohttpd lock (suspend) */
+	pthread_mutex_t mu; /* guards the fields below; taken before any
+			       libmicrohttpd lock (suspend) */
 	pthread_cond_t cv;
 	http_req **ring;
 	size_t cap, head, count;
@@ -178,11 +182,11 @@ void http_pool_stop(http_pool *p);
 
 typedef struct http_health {
 	struct due_http *srv;
-	pthread_mutex_t mu;     /* guards the lists and flags; taken before
-				   any libmicrohttpd lock (suspend) */
+	pthread_mutex_t mu; /* guards the lists and flags; taken before
+			       any libmicrohttpd lock (suspend) */
 	pthread_cond_t cv;
-	http_req *waiting;      /* arrived since the running probe began */
-	http_req *probing;      /* answered by the running probe */
+	http_req *waiting; /* arrived since the running probe began */
+	http_req *probing; /* answered by the running probe */
 	pthread_t thread;
 	bool started, stopping;
 } http_health;
@@ -199,12 +203,12 @@ void http_health_stop(http_health *hh);
 typedef struct http_conn {
 	struct http_conn *prev, *next;
 	int fd;
-	int64_t since_us;       /* when the current request's clock started */
-	bool armed;             /* in the list: a request is being received */
+	int64_t since_us; /* when the current request's clock started */
+	bool armed;	  /* in the list: a request is being received */
 } http_conn;
 
 typedef struct http_conns {
-	pthread_mutex_t mu;     /* guards the list; held while shutting a
+	pthread_mutex_t mu;	/* guards the list; held while shutting a
 				   socket so that it cannot be closed meanwhile */
 	http_conn *head, *tail; /* armed connections, oldest clock first */
 	int64_t timeout_us;
@@ -232,7 +236,7 @@ void http_conns_reap(http_conns *cs, int64_t now_us);
 ** or store errors gives a line per kind per 10 s.
 */
 void http_log(const char *kind, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 /* Print the counts of the windows that ended (all of them when `all`). */
 void http_log_flush(int64_t now_us, bool all);
 /* libmicrohttpd's log: disconnects dropped, the rest through http_log. */
@@ -256,16 +260,16 @@ struct due_http {
 	bool loopback;
 	size_t max_body;
 	size_t max_payload;
-	size_t body_budget;         /* request bodies held at once, in bytes */
-	atomic_size_t body_bytes;   /* ... held now */
+	size_t body_budget;	  /* request bodies held at once, in bytes */
+	atomic_size_t body_bytes; /* ... held now */
 	unsigned port;
-	pthread_key_t db_key;       /* each store thread's due_db */
+	pthread_key_t db_key; /* each store thread's due_db */
 	bool have_key;
-	atomic_bool stopping;       /* new store requests get 503 */
+	atomic_bool stopping; /* new store requests get 503 */
 	http_pool reads, writes;
 	http_health health;
 	http_conns conns;
-	pthread_t ticker;           /* deadlines, /health timeouts, log flush */
+	pthread_t ticker; /* deadlines, /health timeouts, log flush */
 	bool have_ticker, tick_stop;
 	pthread_mutex_t tick_mu;
 	pthread_cond_t tick_cv;

@@ -30,10 +30,10 @@
 
 typedef struct kind {
 	char key[64];
-	bool open;          /* a window runs: events are counted, not printed */
-	int64_t since_us;   /* start of the window */
-	unsigned more;      /* events counted in it */
-	char last[400];     /* the last of them */
+	bool open;	  /* a window runs: events are counted, not printed */
+	int64_t since_us; /* start of the window */
+	unsigned more;	  /* events counted in it */
+	char last[400];	  /* the last of them */
 } kind;
 
 /* Guards kinds[] and serialises the lines on stderr.  Any thread. */
@@ -68,8 +68,10 @@ static void flush_one(kind *k, int64_t now_us, bool all)
 	if (!k->open || (!all && now_us - k->since_us < WINDOW_US))
 		return;
 	if (k->more) {
-		fprintf(stderr, "due serve: %u more like this in the last %d s, "
-			"the last: %s\n", k->more, WINDOW_US / 1000000, k->last);
+		fprintf(stderr,
+			"due serve: %u more like this in the last %d s, "
+			"the last: %s\n",
+			k->more, WINDOW_US / 1000000, k->last);
 		k->more = 0;
 		k->since_us = now_us; /* a flood goes on: one line per window */
 		if (!all)
@@ -116,14 +118,15 @@ void http_log_flush(int64_t now_us, bool all)
 
 /* Messages about a client that went away: never logged. */
 static const char *const gone[] = {
-	"Failed to send", "closed by remote", "has been disconnected",
-	"socket is closed when reading", "forcibly closed", "not connected",
-	"no longer available", "failed to queue error response",
-	"Error processing request", NULL};
+    "Failed to send",		"closed by remote",
+    "has been disconnected",	"socket is closed when reading",
+    "forcibly closed",		"not connected",
+    "no longer available",	"failed to queue error response",
+    "Error processing request", NULL};
 
 /* Messages that say why a request is refused: kept for mhd_errors.c. */
-static const char *const reasons[] = {
-	"without `Host'", "Content-Length", "Not enough memory in pool", NULL};
+static const char *const reasons[] = {"without `Host'", "Content-Length",
+				      "Not enough memory in pool", NULL};
 
 static bool has_any(const char *msg, const char *const *list)
 {
@@ -150,12 +153,6 @@ void http_log_mhd(void *cls, const char *fmt, va_list ap)
 	http_log(key, "%s", msg);
 }
 
-const char *http_log_mhd_reason(void)
-{
-	return mhd_reason;
-}
+const char *http_log_mhd_reason(void) { return mhd_reason; }
 
-void http_log_mhd_forget_reason(void)
-{
-	mhd_reason[0] = '\0';
-}
+void http_log_mhd_forget_reason(void) { mhd_reason[0] = '\0'; }

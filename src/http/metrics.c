@@ -33,7 +33,8 @@ static void label(FILE *f, const char *s)
 	}
 }
 
-static void family(FILE *f, const char *name, const char *type, const char *help)
+static void family(FILE *f, const char *name, const char *type,
+		   const char *help)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
@@ -69,11 +70,12 @@ static void histogram(FILE *f, const char *name, const char *help,
 }
 
 static const char *const state_label[DUE_STATE_COUNT] = {
-	"scheduled", "claimed", "done", "cancelled", "dead"};
+    "scheduled", "claimed", "done", "cancelled", "dead"};
 
 static void tasks(FILE *f, const due_metrics *m)
 {
-	family(f, "due_tasks", "gauge", "Tasks in the store by kind and state.");
+	family(f, "due_tasks", "gauge",
+	       "Tasks in the store by kind and state.");
 	for (size_t k = 0; k < m->n_kinds; k++)
 		for (int s = 0; s < DUE_STATE_COUNT; s++) {
 			fputs("due_tasks{kind=\"", f);
@@ -81,18 +83,22 @@ static void tasks(FILE *f, const due_metrics *m)
 			fprintf(f, "\",state=\"%s\"} %lld\n", state_label[s],
 				(long long)m->kinds[k].counts[s]);
 		}
-	family(f, "due_tasks_by_state", "gauge", "Tasks in the store by state.");
+	family(f, "due_tasks_by_state", "gauge",
+	       "Tasks in the store by state.");
 	for (int s = 0; s < DUE_STATE_COUNT; s++)
-		fprintf(f, "due_tasks_by_state{state=\"%s\"} %lld\n", state_label[s],
-			(long long)m->stats.counts[s]);
+		fprintf(f, "due_tasks_by_state{state=\"%s\"} %lld\n",
+			state_label[s], (long long)m->stats.counts[s]);
 }
 
 /* Outcome names as labels; RUNNING is a gauge of its own. */
 static const char *const outcome_label[DUE_OUT_COUNT] = {
-	[DUE_OUT_DONE] = "done", [DUE_OUT_FAILED] = "failed",
-	[DUE_OUT_LEASE_EXPIRED] = "lease_lost", [DUE_OUT_CANCELLED] = "cancelled",
-	[DUE_OUT_REQUEUED] = "requeued", [DUE_OUT_KILLED] = "killed",
-	[DUE_OUT_REJECTED_STALE] = "rejected_stale"};
+    [DUE_OUT_DONE] = "done",
+    [DUE_OUT_FAILED] = "failed",
+    [DUE_OUT_LEASE_EXPIRED] = "lease_lost",
+    [DUE_OUT_CANCELLED] = "cancelled",
+    [DUE_OUT_REQUEUED] = "requeued",
+    [DUE_OUT_KILLED] = "killed",
+    [DUE_OUT_REJECTED_STALE] = "rejected_stale"};
 
 static void attempts(FILE *f, const due_metrics *m)
 {
@@ -115,32 +121,49 @@ static int render(const due_metrics *m, const char *backend, char **out,
 
 	if (!f)
 		return -1;
-	family(f, "due_build_info", "gauge", "Version of due and its store backend.");
+	family(f, "due_build_info", "gauge",
+	       "Version of due and its store backend.");
 	fprintf(f, "due_build_info{version=\"%s\",backend=\"", DUE_VERSION);
 	label(f, backend);
 	fputs("\"} 1\n", f);
 	tasks(f, m);
-	gauge(f, "due_dead_letters", "DEAD tasks waiting for an operator "
-	      "(health is DOWN while this is above 0).", m->stats.dead);
-	gauge(f, "due_due_unclaimed_tasks", "SCHEDULED tasks already due, not yet "
-	      "claimed.", m->stats.due_unclaimed);
+	gauge(f, "due_dead_letters",
+	      "DEAD tasks waiting for an operator "
+	      "(health is DOWN while this is above 0).",
+	      m->stats.dead);
+	gauge(f, "due_due_unclaimed_tasks",
+	      "SCHEDULED tasks already due, not yet "
+	      "claimed.",
+	      m->stats.due_unclaimed);
 	family(f, "due_oldest_due_unclaimed_seconds", "gauge",
 	       "Age of the oldest due but unclaimed task (0 when none).");
 	fprintf(f, "due_oldest_due_unclaimed_seconds %.3f\n",
 		(double)m->stats.oldest_due_unclaimed_ms / 1000.0);
-	histogram(f, "due_lateness_seconds", "Lateness of claims: claimed_at - "
-		  "due_at.", &m->lateness);
-	histogram(f, "due_handler_duration_seconds", "Duration of ended tries: "
-		  "ended_at - claimed_at.", &m->duration);
+	histogram(f, "due_lateness_seconds",
+		  "Lateness of claims: claimed_at - "
+		  "due_at.",
+		  &m->lateness);
+	histogram(f, "due_handler_duration_seconds",
+		  "Duration of ended tries: "
+		  "ended_at - claimed_at.",
+		  &m->duration);
 	attempts(f, m);
-	counter(f, "due_worker_claim_queries_total", "Claim queries by workers "
-		"seen in the last 5 minutes.", m->claim_queries);
-	counter(f, "due_worker_empty_polls_total", "Claim queries that found "
-		"nothing, by workers seen in the last 5 minutes.", m->empty_claims);
-	counter(f, "due_worker_reclaim_queries_total", "Expired-lease reclaim "
-		"queries by workers seen in the last 5 minutes.", m->reclaim_queries);
-	counter(f, "due_worker_store_errors_total", "Store errors met by workers "
-		"seen in the last 5 minutes.", m->store_errors);
+	counter(f, "due_worker_claim_queries_total",
+		"Claim queries by workers "
+		"seen in the last 5 minutes.",
+		m->claim_queries);
+	counter(f, "due_worker_empty_polls_total",
+		"Claim queries that found "
+		"nothing, by workers seen in the last 5 minutes.",
+		m->empty_claims);
+	counter(f, "due_worker_reclaim_queries_total",
+		"Expired-lease reclaim "
+		"queries by workers seen in the last 5 minutes.",
+		m->reclaim_queries);
+	counter(f, "due_worker_store_errors_total",
+		"Store errors met by workers "
+		"seen in the last 5 minutes.",
+		m->store_errors);
 	gauge(f, "due_workers", "Workers that reported in the last 5 minutes.",
 	      m->workers);
 	gauge(f, "due_schedules", "Periodic schedules (due cron).",
@@ -164,6 +187,6 @@ int route_metrics_prom(http_req *r)
 		free(text);
 		return http_reply_error(r, 500, "internal", "out of memory");
 	}
-	return http_reply_take(r, 200, "text/plain; version=0.0.4; charset=utf-8",
-			       text, len);
+	return http_reply_take(
+	    r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
 }

@@ -51,22 +51,22 @@ static void resolve(void)
 	*(void **)&real_queue = dlsym(RTLD_NEXT, "MHD_queue_response");
 }
 
-void http_mhd_ours(bool on)
-{
-	ours = on;
-}
+void http_mhd_ours(bool on) { ours = on; }
 
 /* Our code for a status, and a detail when libmicrohttpd gave no reason. */
 static const char *code_for(unsigned status, const char **detail)
 {
 	switch (status) {
-	case 400: *detail = "malformed request (request line or header line)";
+	case 400:
+		*detail = "malformed request (request line or header line)";
 		return "bad_request";
 	case 413: *detail = "request too large"; return "too_large";
 	case 414: *detail = "request target too long"; return "uri_too_long";
-	case 431: *detail = "request headers too large";
+	case 431:
+		*detail = "request headers too large";
 		return "headers_too_large";
-	case 505: *detail = "HTTP version not supported";
+	case 505:
+		*detail = "HTTP version not supported";
 		return "http_version_not_supported";
 	default: *detail = "request refused"; return "bad_request";
 	}
@@ -90,7 +90,7 @@ static const char *reason_text(const char *reason)
 static enum MHD_Result refuse(struct MHD_Connection *c, unsigned status)
 {
 	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	const char *detail, *code = code_for(status, &detail);
 	const char *reason = http_log_mhd_reason();
 	char *body = NULL, head[512];
@@ -108,14 +108,18 @@ static enum MHD_Result refuse(struct MHD_Connection *c, unsigned status)
 	if (body && ci) {
 		const char *phrase = MHD_get_reason_phrase_for(status);
 		size_t blen = strlen(body);
-		n = snprintf(head, sizeof(head), "HTTP/1.1 %u %s\r\nContent-Type: "
-			     "application/json\r\nContent-Length: %zu\r\n"
-			     "Cache-Control: no-store\r\nX-Content-Type-Options: "
-			     "nosniff\r\nConnection: close\r\n\r\n", status,
-			     phrase && *phrase ? phrase : "Error", blen + 1);
+		n = snprintf(
+		    head, sizeof(head),
+		    "HTTP/1.1 %u %s\r\nContent-Type: "
+		    "application/json\r\nContent-Length: %zu\r\n"
+		    "Cache-Control: no-store\r\nX-Content-Type-Options: "
+		    "nosniff\r\nConnection: close\r\n\r\n",
+		    status, phrase && *phrase ? phrase : "Error", blen + 1);
 		body[blen] = '\n'; /* json_dumps leaves room: replace the NUL */
-		if (send(ci->connect_fd, head, (size_t)n, MSG_NOSIGNAL | MSG_MORE) == n)
-			(void)!send(ci->connect_fd, body, blen + 1, MSG_NOSIGNAL);
+		if (send(ci->connect_fd, head, (size_t)n,
+			 MSG_NOSIGNAL | MSG_MORE) == n)
+			(void)!send(ci->connect_fd, body, blen + 1,
+				    MSG_NOSIGNAL);
 	}
 	free(body);
 	http_log_mhd_forget_reason();

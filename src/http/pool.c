@@ -37,15 +37,16 @@
 #include "http/internal.h"
 
 static const char stopping_json[] =
-	"{\n  \"error\": \"shutting_down\",\n  \"detail\": \"the server is "
-	"stopping\"\n}\n";
+    "{\n  \"error\": \"shutting_down\",\n  \"detail\": \"the server is "
+    "stopping\"\n}\n";
 
 /* Route handler on a store thread; a handler that set no reply gets 500. */
 static void run(http_req *r)
 {
 	r->route_fn(r);
 	if (!r->status)
-		http_reply_error(r, 500, "internal", "no reply from the handler");
+		http_reply_error(r, 500, "internal",
+				 "no reply from the handler");
 }
 
 static void *worker(void *arg)
@@ -84,7 +85,8 @@ int http_pool_start(http_pool *p, struct due_http *srv, const char *name,
 	    !(p->threads = calloc(threads, sizeof(*p->threads))))
 		return -1;
 	for (; p->n_threads < threads; p->n_threads++)
-		if (pthread_create(&p->threads[p->n_threads], NULL, worker, p) != 0)
+		if (pthread_create(&p->threads[p->n_threads], NULL, worker,
+				   p) != 0)
 			return -1;
 	return 0;
 }
@@ -230,12 +232,16 @@ void http_health_expire(http_health *hh, int64_t now_us)
 	take_expired(&hh->waiting, now_us, &late);
 	take_expired(&hh->probing, now_us, &late);
 	if (late) {
-		n = snprintf(body, sizeof(body), "{\n  \"status\": \"DOWN\",\n  "
-			     "\"error\": \"store_timeout\",\n  \"detail\": \"the "
-			     "store did not answer within %d ms\"\n}\n",
-			     HTTP_HEALTH_TIMEOUT_MS);
-		http_log("health_timeout", "/health: the store did not answer "
-			 "within %d ms", HTTP_HEALTH_TIMEOUT_MS);
+		n = snprintf(
+		    body, sizeof(body),
+		    "{\n  \"status\": \"DOWN\",\n  "
+		    "\"error\": \"store_timeout\",\n  \"detail\": \"the "
+		    "store did not answer within %d ms\"\n}\n",
+		    HTTP_HEALTH_TIMEOUT_MS);
+		http_log("health_timeout",
+			 "/health: the store did not answer "
+			 "within %d ms",
+			 HTTP_HEALTH_TIMEOUT_MS);
 		answer_all(&late, 503, body, (size_t)n);
 	}
 	pthread_mutex_unlock(&hh->mu);

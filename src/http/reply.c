@@ -24,7 +24,7 @@
 #include "http/internal.h"
 
 static const char oom_json[] =
-	"{\n  \"error\": \"internal\",\n  \"detail\": \"out of memory\"\n}\n";
+    "{\n  \"error\": \"internal\",\n  \"detail\": \"out of memory\"\n}\n";
 
 void http_add_header(http_req *r, const char *name, const char *value)
 {
@@ -58,8 +58,8 @@ int http_reply_static(http_req *r, unsigned status, const char *ctype,
 	return set_reply(r, status, ctype, (char *)body, len, true);
 }
 
-int http_reply_take(http_req *r, unsigned status, const char *ctype,
-		    char *body, size_t len)
+int http_reply_take(http_req *r, unsigned status, const char *ctype, char *body,
+		    size_t len)
 {
 	if (!body)
 		return http_reply_static(r, 500, "application/json", oom_json,
@@ -82,7 +82,8 @@ int http_reply_text(http_req *r, unsigned status, const char *ctype,
 /* The body as `due ... --json` prints it: indented, ASCII, a newline. */
 int http_reply_json(http_req *r, unsigned status, json_t *json)
 {
-	char *s = json ? json_dumps(json, JSON_INDENT(2) | JSON_ENSURE_ASCII) : NULL;
+	char *s =
+	    json ? json_dumps(json, JSON_INDENT(2) | JSON_ENSURE_ASCII) : NULL;
 	size_t len;
 	char *b;
 
@@ -113,8 +114,8 @@ int http_reply_error(http_req *r, unsigned status, const char *code,
 			 r->path ? r->path : "-", detail);
 	if (status == 503)
 		http_add_header(r, "Retry-After", "1");
-	return http_reply_json(r, status, json_pack("{s:s,s:s}", "error", code,
-						    "detail", detail));
+	return http_reply_json(
+	    r, status, json_pack("{s:s,s:s}", "error", code, "detail", detail));
 }
 
 int http_reply_bad(http_req *r)
@@ -128,17 +129,45 @@ int http_reply_due(http_req *r, int rc)
 	unsigned st;
 	const char *code;
 
-	snprintf(detail, sizeof(detail), "%s", r->err[0] ? r->err : due_error_last());
+	snprintf(detail, sizeof(detail), "%s",
+		 r->err[0] ? r->err : due_error_last());
 	switch (rc) {
-	case DUE_EINVAL: st = 400; code = "bad_request"; break;
-	case DUE_ENOTFOUND: st = 404; code = "not_found"; break;
-	case DUE_ESTATE: st = 409; code = "wrong_state"; break;
-	case DUE_ECONFLICT: st = 409; code = "conflict"; break;
-	case DUE_ETOOBIG: st = 413; code = "too_large"; break;
-	case DUE_EBUSY: st = 503; code = "store_busy"; break;
-	case DUE_ESCHEMA: st = 503; code = "store_schema"; break;
-	case DUE_ESTORE: st = 503; code = "store_error"; break;
-	default: st = 500; code = "internal"; break;
+	case DUE_EINVAL:
+		st = 400;
+		code = "bad_request";
+		break;
+	case DUE_ENOTFOUND:
+		st = 404;
+		code = "not_found";
+		break;
+	case DUE_ESTATE:
+		st = 409;
+		code = "wrong_state";
+		break;
+	case DUE_ECONFLICT:
+		st = 409;
+		code = "conflict";
+		break;
+	case DUE_ETOOBIG:
+		st = 413;
+		code = "too_large";
+		break;
+	case DUE_EBUSY:
+		st = 503;
+		code = "store_busy";
+		break;
+	case DUE_ESCHEMA:
+		st = 503;
+		code = "store_schema";
+		break;
+	case DUE_ESTORE:
+		st = 503;
+		code = "store_error";
+		break;
+	default:
+		st = 500;
+		code = "internal";
+		break;
 	}
 	if (rc == DUE_ESTORE || rc == DUE_ESCHEMA || rc == DUE_ERROR)
 		http_db_drop(r->srv);
@@ -161,7 +190,8 @@ int http_queue_reply(http_req *r)
 	if (!r->rstatic)
 		r->rbody = NULL; /* the response owns it now */
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->ctype);
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
+				"no-store");
 	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
 	for (int i = 0; i < r->n_hdr; i++)
 		MHD_add_response_header(resp, r->hdr[i].name, r->hdr[i].value);

@@ -76,15 +76,9 @@ void http_db_drop(const struct due_http *h)
 	due_close(db);
 }
 
-bool http_auth_required(const http_req *r)
-{
-	return r->srv->token != NULL;
-}
+bool http_auth_required(const http_req *r) { return r->srv->token != NULL; }
 
-size_t http_max_payload(const http_req *r)
-{
-	return r->srv->max_payload;
-}
+size_t http_max_payload(const http_req *r) { return r->srv->max_payload; }
 
 /* ------------------------------------------------------------------ */
 /* The request-target                                                  */
@@ -109,7 +103,8 @@ int http_unescape(const char *s, size_t n, bool plus_is_space, char *out,
 	for (size_t i = 0; i < n; i++) {
 		int c = (unsigned char)s[i];
 		if (c == '%') {
-			if (n - i < 3 || hexval(s[i + 1]) < 0 || hexval(s[i + 2]) < 0)
+			if (n - i < 3 || hexval(s[i + 1]) < 0 ||
+			    hexval(s[i + 2]) < 0)
 				return -1;
 			c = hexval(s[i + 1]) * 16 + hexval(s[i + 2]);
 			if (c == 0)
@@ -130,7 +125,8 @@ int http_unescape(const char *s, size_t n, bool plus_is_space, char *out,
 static bool target_chars_ok(const char *t)
 {
 	for (const char *p = t; *p; p++) {
-		if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f || *p == '#')
+		if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f ||
+		    *p == '#')
 			return false;
 		if (*p == '%' && (hexval(p[1]) < 0 || hexval(p[2]) < 0 ||
 				  (p[1] == '0' && p[2] == '0')))
@@ -146,22 +142,25 @@ static int add_arg(http_req *r, const char *s, size_t n)
 	size_t kn = eq ? (size_t)(eq - s) : n, vn = eq ? n - kn - 1 : 0;
 	char *name = malloc(kn + 1), *value = malloc(vn + 1);
 
-	if (!name || !value ||
-	    http_unescape(s, kn, true, name, kn + 1) < 0 ||
+	if (!name || !value || http_unescape(s, kn, true, name, kn + 1) < 0 ||
 	    http_unescape(eq ? eq + 1 : "", vn, true, value, vn + 1) < 0) {
-		snprintf(r->err, sizeof(r->err), "malformed query argument '%.*s' "
-			 "(a bad %%-escape or an escaped NUL)", (int)(n > 64 ? 64 : n), s);
+		snprintf(r->err, sizeof(r->err),
+			 "malformed query argument '%.*s' "
+			 "(a bad %%-escape or an escaped NUL)",
+			 (int)(n > 64 ? 64 : n), s);
 		goto fail;
 	}
 	for (int i = 0; i < r->n_args; i++)
 		if (!strcmp(r->args[i].name, name)) {
-			snprintf(r->err, sizeof(r->err), "query parameter '%.64s' "
-				 "given more than once", name);
+			snprintf(r->err, sizeof(r->err),
+				 "query parameter '%.64s' "
+				 "given more than once",
+				 name);
 			goto fail;
 		}
 	if (r->n_args == HTTP_MAX_ARGS) {
-		snprintf(r->err, sizeof(r->err), "more than %d query parameters",
-			 HTTP_MAX_ARGS);
+		snprintf(r->err, sizeof(r->err),
+			 "more than %d query parameters", HTTP_MAX_ARGS);
 		goto fail;
 	}
 	r->args[r->n_args].name = name;
@@ -181,14 +180,17 @@ static int parse_target(http_req *r)
 	size_t n;
 
 	if (!t || t[0] != '/') {
-		snprintf(r->err, sizeof(r->err), "the request target must be a "
+		snprintf(r->err, sizeof(r->err),
+			 "the request target must be a "
 			 "path starting with '/'");
 		return -1;
 	}
 	if (!target_chars_ok(t)) {
-		snprintf(r->err, sizeof(r->err), "malformed request target (a "
-			 "control or non-ASCII byte, '#', a bad %%-escape or an "
-			 "escaped NUL)");
+		snprintf(
+		    r->err, sizeof(r->err),
+		    "malformed request target (a "
+		    "control or non-ASCII byte, '#', a bad %%-escape or an "
+		    "escaped NUL)");
 		return -1;
 	}
 	q = strchr(t, '?');
@@ -223,8 +225,10 @@ int http_query_check(http_req *r, const char *const *known)
 		while (known && known[k] && strcmp(known[k], r->args[i].name))
 			k++;
 		if (!known || !known[k]) {
-			snprintf(r->err, sizeof(r->err), "unknown query parameter "
-				 "'%.100s'", r->args[i].name);
+			snprintf(r->err, sizeof(r->err),
+				 "unknown query parameter "
+				 "'%.100s'",
+				 r->args[i].name);
 			return -1;
 		}
 	}
@@ -250,7 +254,7 @@ typedef struct hscan {
 	int n_host, n_cl, n_te;
 	const char *cl, *te;
 	bool cl_differ;
-	char bad[80];           /* a header name that is not a token */
+	char bad[80]; /* a header name that is not a token */
 } hscan;
 
 static bool is_token(const char *s)
@@ -259,7 +263,8 @@ static bool is_token(const char *s)
 		return false;
 	for (; *s; s++)
 		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-		      (*s >= '0' && *s <= '9') || strchr("!#$%&'*+-.^_`|~", *s)))
+		      (*s >= '0' && *s <= '9') ||
+		      strchr("!#$%&'*+-.^_`|~", *s)))
 			return false;
 	return true;
 }
@@ -293,23 +298,29 @@ static int check_framing(http_req *r)
 
 	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, scan_one, &h);
 	if (h.bad[0])
-		return http_reply_error(r, 400, "bad_request", "malformed header "
-					"name '%s' (no spaces before the colon)",
-					h.bad);
+		return http_reply_error(
+		    r, 400, "bad_request",
+		    "malformed header "
+		    "name '%s' (no spaces before the colon)",
+		    h.bad);
 	if (h.n_host > 1)
 		return http_reply_error(r, 400, "bad_request",
 					"more than one Host header");
 	if (!h.n_host && r->version && !strcmp(r->version, "HTTP/1.1"))
-		return http_reply_error(r, 400, "bad_request",
-					"an HTTP/1.1 request needs a Host header");
+		return http_reply_error(
+		    r, 400, "bad_request",
+		    "an HTTP/1.1 request needs a Host header");
 	if (h.cl_differ)
-		return http_reply_error(r, 400, "bad_request", "Content-Length "
+		return http_reply_error(r, 400, "bad_request",
+					"Content-Length "
 					"headers with different values");
 	if (h.n_te && h.n_cl)
-		return http_reply_error(r, 400, "bad_request", "both "
+		return http_reply_error(r, 400, "bad_request",
+					"both "
 					"Transfer-Encoding and Content-Length");
 	if (h.n_te > 1 || (h.n_te && strcasecmp(h.te, "chunked")))
-		return http_reply_error(r, 501, "not_implemented", "Transfer-Encoding "
+		return http_reply_error(r, 501, "not_implemented",
+					"Transfer-Encoding "
 					"'%.64s' (only chunked is supported)",
 					h.te);
 	return 0;
@@ -355,14 +366,15 @@ static bool origin_ok(http_req *r)
 {
 	const char *origin = header(r, "Origin"), *host = header(r, "Host");
 	const char *proto = header(r, "X-Forwarded-Proto");
-	const char *scheme = proto && !strcasecmp(proto, "https") ? "https://"
-								   : "http://";
+	const char *scheme =
+	    proto && !strcasecmp(proto, "https") ? "https://" : "http://";
 	size_t n = strlen(scheme);
 
 	if (!origin)
 		return true;
 	if (!host || strncasecmp(origin, scheme, n) != 0)
-		return false; /* another scheme, "null" and other opaque origins */
+		return false; /* another scheme, "null" and other opaque origins
+			       */
 	return strcasecmp(origin + n, host) == 0;
 }
 
@@ -387,18 +399,22 @@ static int check_token(http_req *r)
 	if (!auth || strncasecmp(auth, "Bearer", 6) != 0 ||
 	    (auth[6] != ' ' && auth[6] != '\t')) {
 		http_add_header(r, "WWW-Authenticate", "Bearer realm=\"due\"");
-		return http_reply_error(r, 401, "unauthorized", "this server needs "
-					"'Authorization: Bearer <token>' for changes");
+		return http_reply_error(
+		    r, 401, "unauthorized",
+		    "this server needs "
+		    "'Authorization: Bearer <token>' for changes");
 	}
 	auth += 6;
 	while (*auth == ' ' || *auth == '\t')
 		auth++;
 	n = strlen(auth);
 	while (n > 0 && (auth[n - 1] == ' ' || auth[n - 1] == '\t'))
-		n--; /* RFC 9110 §5.5: whitespace around a value is not part of it */
+		n--; /* RFC 9110 §5.5: whitespace around a value is not part of
+			it */
 	if (!token_equal(auth, n, r->srv->token, r->srv->token_len)) {
-		http_add_header(r, "WWW-Authenticate",
-				"Bearer realm=\"due\", error=\"invalid_token\"");
+		http_add_header(
+		    r, "WWW-Authenticate",
+		    "Bearer realm=\"due\", error=\"invalid_token\"");
 		return http_reply_error(r, 401, "unauthorized",
 					"invalid bearer token");
 	}
@@ -416,15 +432,19 @@ void http_precheck(http_req *r)
 	if (check_framing(r))
 		return;
 	if (r->srv->loopback && host && !host_is_loopback(host)) {
-		http_reply_error(r, 403, "forbidden", "Host '%s' is not a loopback "
-				 "name (this server listens on loopback only)", host);
+		http_reply_error(r, 403, "forbidden",
+				 "Host '%s' is not a loopback "
+				 "name (this server listens on loopback only)",
+				 host);
 		return;
 	}
 	if (!is_read(r->method)) {
 		if (!origin_ok(r)) {
-			http_reply_error(r, 403, "forbidden", "cross-origin change "
-					 "refused (Origin does not match the scheme "
-					 "and Host of this server)");
+			http_reply_error(
+			    r, 403, "forbidden",
+			    "cross-origin change "
+			    "refused (Origin does not match the scheme "
+			    "and Host of this server)");
 			return;
 		}
 		if (check_token(r))
@@ -432,7 +452,8 @@ void http_precheck(http_req *r)
 	}
 	cl = header(r, "Content-Length");
 	if (cl && strtoull(cl, NULL, 10) > 3 * r->srv->max_body)
-		http_reply_error(r, 413, "too_large", "request body over %zu bytes",
+		http_reply_error(r, 413, "too_large",
+				 "request body over %zu bytes",
 				 r->srv->max_body);
 }
 

@@ -41,12 +41,15 @@ static void cut_payload(json_t *o, size_t cut)
 			show--;
 		size = n;
 		json_object_set_new(o, "payload", json_stringn(s, show));
-	} else if (json_is_string(b64) && (n = json_string_length(b64)) / 4 * 3 > cut) {
+	} else if (json_is_string(b64) &&
+		   (n = json_string_length(b64)) / 4 * 3 > cut) {
 		s = json_string_value(b64);
-		size = n / 4 * 3 - (n && s[n - 1] == '=') - (n > 1 && s[n - 2] == '=');
+		size = n / 4 * 3 - (n && s[n - 1] == '=') -
+		       (n > 1 && s[n - 2] == '=');
 		if (size <= cut)
 			return;
-		json_object_set_new(o, "payload_b64", json_stringn(s, cut / 3 * 4));
+		json_object_set_new(o, "payload_b64",
+				    json_stringn(s, cut / 3 * 4));
 	} else {
 		return;
 	}
@@ -98,7 +101,8 @@ int route_sched_get(http_req *r)
 	json_t *o;
 	int rc;
 
-	if ((rc = http_db(r, &db)) < 0 || (rc = sched_find(db, r->param, http_max_payload(r), &o)) < 0)
+	if ((rc = http_db(r, &db)) < 0 ||
+	    (rc = sched_find(db, r->param, http_max_payload(r), &o)) < 0)
 		return http_reply_due(r, rc);
 	if (!o)
 		return http_reply_error(r, 404, "not_found", "no schedule '%s'",
@@ -106,9 +110,10 @@ int route_sched_get(http_req *r)
 	return http_reply_json(r, 200, o);
 }
 
-static const char *const sched_fields[] = {"name", "expr", "kind", "tz",
-	"payload", "payload_b64", "misfire", "overlap", "max_attempts", "backoff",
-	"backoff_cap", NULL};
+static const char *const sched_fields[] = {
+    "name",	    "expr",	   "kind",	  "tz",
+    "payload",	    "payload_b64", "misfire",	  "overlap",
+    "max_attempts", "backoff",	   "backoff_cap", NULL};
 
 /* One of two words, as an enum value 0 or 1; -1 with r->err. */
 static int choice(http_req *r, json_t *o, const char *name, const char *w0,
@@ -121,8 +126,10 @@ static int choice(http_req *r, json_t *o, const char *name, const char *w0,
 	if (!s)
 		return 0;
 	if (strcmp(s, w0) && strcmp(s, w1)) {
-		snprintf(r->err, sizeof(r->err), "'%s' must be \"%s\" or \"%s\", "
-			 "not \"%.64s\"", name, w0, w1, s);
+		snprintf(r->err, sizeof(r->err),
+			 "'%s' must be \"%s\" or \"%s\", "
+			 "not \"%.64s\"",
+			 name, w0, w1, s);
 		return -1;
 	}
 	*out = strcmp(s, w0) != 0;
@@ -143,8 +150,10 @@ static int sched_def(http_req *r, json_t *o, due_cron_def *d,
 	    json_opt_string(r, o, "tz", &d->tz) < 0)
 		return -1;
 	if (name && strcmp(name, r->param)) {
-		snprintf(r->err, sizeof(r->err), "'name' \"%.128s\" differs from "
-			 "the name in the path", name);
+		snprintf(r->err, sizeof(r->err),
+			 "'name' \"%.128s\" differs from "
+			 "the name in the path",
+			 name);
 		return -1;
 	}
 	if (!d->expr || !d->kind) {
@@ -181,7 +190,8 @@ int route_sched_put(http_req *r)
 	} else if ((rc = http_db(r, &db)) < 0 ||
 		   (rc = sched_find(db, d.name, 0, &before)) < 0 ||
 		   (rc = due_cron_put(db, &d)) < 0 ||
-		   (rc = sched_find(db, d.name, HTTP_PREVIEW_BYTES, &after)) < 0) {
+		   (rc = sched_find(db, d.name, HTTP_PREVIEW_BYTES, &after)) <
+		       0) {
 		rc = http_reply_due(r, rc);
 	} else {
 		rc = http_reply_json(r, before ? 200 : 201, after);
@@ -201,7 +211,8 @@ int route_sched_delete(http_req *r)
 		snprintf(r->err, sizeof(r->err), "DELETE takes no body");
 		return http_reply_bad(r);
 	}
-	if ((rc = http_db(r, &db)) < 0 || (rc = due_cron_remove(db, r->param)) < 0)
+	if ((rc = http_db(r, &db)) < 0 ||
+	    (rc = due_cron_remove(db, r->param)) < 0)
 		return http_reply_due(r, rc);
 	return http_reply_json(r, 200, json_pack("{s:s}", "removed", r->param));
 }
@@ -223,12 +234,15 @@ int route_stats(http_req *r)
 	o = due_fmt_stats(&m->stats);
 	wk = json_object();
 	json_object_set_new(wk, "reporting", json_integer(m->workers));
-	json_object_set_new(wk, "claim_queries", json_integer(m->claim_queries));
+	json_object_set_new(wk, "claim_queries",
+			    json_integer(m->claim_queries));
 	json_object_set_new(wk, "empty_polls", json_integer(m->empty_claims));
-	json_object_set_new(wk, "reclaim_checks", json_integer(m->reclaim_queries));
+	json_object_set_new(wk, "reclaim_checks",
+			    json_integer(m->reclaim_queries));
 	json_object_set_new(wk, "store_errors", json_integer(m->store_errors));
 	json_object_set_new(o, "workers", wk);
-	json_object_set_new(o, "schedules", json_integer((json_int_t)m->n_schedules));
+	json_object_set_new(o, "schedules",
+			    json_integer((json_int_t)m->n_schedules));
 	due_metrics_free(m);
 	return http_reply_json(r, 200, o);
 }
@@ -280,7 +294,8 @@ void http_health_probe(due_db **db, const struct due_http *srv,
 		j = json_pack("{s:s}", "status", "UP");
 	} else {
 		*status = 503;
-		j = json_pack("{s:s,s:I}", "status", "DOWN", "dead", (json_int_t)dead);
+		j = json_pack("{s:s,s:I}", "status", "DOWN", "dead",
+			      (json_int_t)dead);
 	}
 	*out = health_text(j, len);
 }
@@ -304,7 +319,8 @@ static json_t *counts_json(const int64_t *c)
 {
 	json_t *o = json_object();
 	for (int i = 0; i < DUE_STATE_COUNT; i++)
-		json_object_set_new(o, due_state_name((due_state)i), json_integer(c[i]));
+		json_object_set_new(o, due_state_name((due_state)i),
+				    json_integer(c[i]));
 	return o;
 }
 
@@ -315,11 +331,15 @@ static json_t *metrics_json(const due_metrics *m, const char *backend,
 	json_t *per = json_array();
 
 	json_object_set_new(o, "stats", due_fmt_stats(&m->stats));
-	json_object_set_new(o, "health", json_pack("{s:s,s:I}", "status",
-		m->stats.dead ? "DOWN" : "UP", "dead", (json_int_t)m->stats.dead));
+	json_object_set_new(o, "health",
+			    json_pack("{s:s,s:I}", "status",
+				      m->stats.dead ? "DOWN" : "UP", "dead",
+				      (json_int_t)m->stats.dead));
 	for (size_t i = 0; i < m->n_kinds; i++)
-		json_array_append_new(kinds, json_pack("{s:s,s:o}", "kind",
-			m->kinds[i].kind, "counts", counts_json(m->kinds[i].counts)));
+		json_array_append_new(
+		    kinds,
+		    json_pack("{s:s,s:o}", "kind", m->kinds[i].kind, "counts",
+			      counts_json(m->kinds[i].counts)));
 	json_object_set_new(o, "kinds", kinds);
 	json_object_set_new(o, "lateness", hist_json(&m->lateness));
 	json_object_set_new(o, "duration", hist_json(&m->duration));
@@ -333,9 +353,11 @@ static json_t *metrics_json(const due_metrics *m, const char *backend,
 	json_object_set_new(o, "workers", json_integer(m->workers));
 	json_object_set_new(o, "claim_queries", json_integer(m->claim_queries));
 	json_object_set_new(o, "empty_claims", json_integer(m->empty_claims));
-	json_object_set_new(o, "reclaim_queries", json_integer(m->reclaim_queries));
+	json_object_set_new(o, "reclaim_queries",
+			    json_integer(m->reclaim_queries));
 	json_object_set_new(o, "store_errors", json_integer(m->store_errors));
-	json_object_set_new(o, "schedules", json_integer((json_int_t)m->n_schedules));
+	json_object_set_new(o, "schedules",
+			    json_integer((json_int_t)m->n_schedules));
 	json_object_set_new(o, "backend", json_string(backend));
 	json_object_set_new(o, "version", json_string(DUE_VERSION));
 	json_object_set_new(o, "auth_required", json_boolean(auth));

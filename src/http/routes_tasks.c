@@ -49,8 +49,9 @@ static int reply_task(http_req *r, due_db *db, due_id id, unsigned status,
 /* POST /v1/tasks                                                      */
 /* ------------------------------------------------------------------ */
 
-static const char *const task_fields[] = {"kind", "payload", "payload_b64", "in",
-	"at", "max_attempts", "backoff", "backoff_cap", "key", NULL};
+static const char *const task_fields[] = {
+    "kind",	    "payload", "payload_b64", "in",  "at",
+    "max_attempts", "backoff", "backoff_cap", "key", NULL};
 
 /* Fill the schedule options from the body; -1 with r->err. */
 static int task_opts(http_req *r, json_t *o, due_schedule_opts *so)
@@ -97,7 +98,8 @@ int route_task_create(http_req *r)
 	if (json_body_object(r, task_fields, false, &o) < 0)
 		return http_reply_bad(r);
 	if (json_opt_string(r, o, "kind", &kind) < 0 || !kind) {
-		snprintf(r->err, sizeof(r->err), "'kind' (a string) is required");
+		snprintf(r->err, sizeof(r->err),
+			 "'kind' (a string) is required");
 		rc = http_reply_bad(r);
 	} else if (task_opts(r, o, &so) < 0 ||
 		   json_opt_payload(r, o, &payload, &len, &blob) < 0) {
@@ -109,8 +111,8 @@ int route_task_create(http_req *r)
 		char loc[64];
 		snprintf(loc, sizeof(loc), "/v1/tasks/%lld", (long long)sub.id);
 		http_add_header(r, "Location", loc);
-		rc = reply_task(r, db, sub.id, sub.existed ? 200 : 201, sub.existed,
-				HTTP_PREVIEW_BYTES);
+		rc = reply_task(r, db, sub.id, sub.existed ? 200 : 201,
+				sub.existed, HTTP_PREVIEW_BYTES);
 	}
 	free(blob);
 	json_decref(o);
@@ -140,16 +142,20 @@ static void url_encode(char *buf, size_t cap, const char *s)
 /* Parse the list's query into opts; -1 with r->err. */
 static int list_query(http_req *r, due_list_opts *lo)
 {
-	const char *state = http_query(r, "state"), *kind = http_query(r, "kind");
-	const char *limit = http_query(r, "limit"), *after = http_query(r, "after");
+	const char *state = http_query(r, "state"),
+		   *kind = http_query(r, "kind");
+	const char *limit = http_query(r, "limit"),
+		   *after = http_query(r, "after");
 	due_state st;
 	char *end;
 	long long v;
 
 	if (state && *state) {
 		if (due_state_parse(&st, state) < 0) {
-			snprintf(r->err, sizeof(r->err), "invalid state '%.64s': one "
-				 "of SCHEDULED, CLAIMED, DONE, CANCELLED, DEAD", state);
+			snprintf(r->err, sizeof(r->err),
+				 "invalid state '%.64s': one "
+				 "of SCHEDULED, CLAIMED, DONE, CANCELLED, DEAD",
+				 state);
 			return -1;
 		}
 		lo->state = (int)st;
@@ -160,8 +166,10 @@ static int list_query(http_req *r, due_list_opts *lo)
 		errno = 0;
 		v = strtoll(limit, &end, 10);
 		if (errno || *end || end == limit || v < 1 || v > 10000) {
-			snprintf(r->err, sizeof(r->err), "invalid limit '%.64s': an "
-				 "integer from 1 to 10000", limit);
+			snprintf(r->err, sizeof(r->err),
+				 "invalid limit '%.64s': an "
+				 "integer from 1 to 10000",
+				 limit);
 			return -1;
 		}
 		lo->limit = (int)v;
@@ -171,8 +179,10 @@ static int list_query(http_req *r, due_list_opts *lo)
 		v = strtoll(after, &end, 10);
 		if (errno || *end || end == after || v < 0 || after[0] == '-' ||
 		    after[0] == '+') {
-			snprintf(r->err, sizeof(r->err), "invalid after '%.64s': a task "
-				 "id (0 or more)", after);
+			snprintf(r->err, sizeof(r->err),
+				 "invalid after '%.64s': a task "
+				 "id (0 or more)",
+				 after);
 			return -1;
 		}
 		lo->after = v;
@@ -184,7 +194,8 @@ static int list_query(http_req *r, due_list_opts *lo)
 static void next_page(http_req *r, const due_list_opts *lo, due_id last)
 {
 	char link[512], kind[400] = "", id[32];
-	const char *st = lo->state >= 0 ? due_state_name((due_state)lo->state) : NULL;
+	const char *st =
+	    lo->state >= 0 ? due_state_name((due_state)lo->state) : NULL;
 
 	snprintf(id, sizeof(id), "%lld", (long long)last);
 	http_add_header(r, "X-Next-After", id);
@@ -193,7 +204,8 @@ static void next_page(http_req *r, const due_list_opts *lo, due_id last)
 	snprintf(link, sizeof(link),
 		 "</v1/tasks?%s%s%s%s%s%slimit=%d&after=%s>; rel=\"next\"",
 		 st ? "state=" : "", st ? st : "", st ? "&" : "",
-		 lo->kind ? "kind=" : "", kind, lo->kind ? "&" : "", lo->limit, id);
+		 lo->kind ? "kind=" : "", kind, lo->kind ? "&" : "", lo->limit,
+		 id);
 	http_add_header(r, "Link", link);
 }
 
@@ -248,7 +260,8 @@ static int add_task(buf *b, const due_task *t)
 	for (char *line = s, *nl; line; line = nl ? nl + 1 : NULL) {
 		nl = strchr(line, '\n');
 		size_t len = nl ? (size_t)(nl - line) : strlen(line);
-		if (buf_add(b, line, len) < 0 || (nl && buf_add(b, "\n  ", 3) < 0))
+		if (buf_add(b, line, len) < 0 ||
+		    (nl && buf_add(b, "\n  ", 3) < 0))
 			goto done;
 	}
 	rc = 1;
@@ -270,8 +283,8 @@ static int chunk_size(http_req *r, int limit)
 ** Fill b with up to lo->limit tasks after lo->after, read in chunks; *last
 ** is the id of the last one added, *more whether more may follow.
 */
-static int list_into(http_req *r, due_db *db, const due_list_opts *lo,
-		     buf *b, due_id *last, bool *more)
+static int list_into(http_req *r, due_db *db, const due_list_opts *lo, buf *b,
+		     due_id *last, bool *more)
 {
 	due_list_opts q = *lo;
 	int left = lo->limit, rc = 0;
@@ -287,7 +300,8 @@ static int list_into(http_req *r, due_db *db, const due_list_opts *lo,
 			if (added < 0)
 				rc = DUE_ENOMEM;
 			if (added <= 0) {
-				*more = true; /* the budget: the page ends early */
+				*more =
+				    true; /* the budget: the page ends early */
 				break;
 			}
 			*last = q.after = l->items[i].id;
@@ -366,7 +380,8 @@ int route_task_cancel(http_req *r)
 	if (out != DUE_CANCEL_NOT_FOUND)
 		return http_reply_json(r, 200, o);
 	json_object_set_new(o, "error", json_string("not_found"));
-	json_object_set_new(o, "detail", json_sprintf("no task %lld", (long long)id));
+	json_object_set_new(o, "detail",
+			    json_sprintf("no task %lld", (long long)id));
 	return http_reply_json(r, 404, o);
 }
 
@@ -391,24 +406,16 @@ static int operate(http_req *r, enum op op)
 	json_decref(o);
 	if ((rc = http_db(r, &db)) < 0)
 		return http_reply_due(r, rc);
-	rc = op == OP_RETRY ? due_retry(db, id)
-	   : op == OP_REQUEUE ? due_requeue(db, id) : due_kill(db, NULL, id);
+	rc = op == OP_RETRY	? due_retry(db, id)
+	     : op == OP_REQUEUE ? due_requeue(db, id)
+				: due_kill(db, NULL, id);
 	if (rc < 0)
 		return http_reply_due(r, rc);
 	return reply_task(r, db, id, 200, -1, HTTP_PREVIEW_BYTES);
 }
 
-int route_task_retry(http_req *r)
-{
-	return operate(r, OP_RETRY);
-}
+int route_task_retry(http_req *r) { return operate(r, OP_RETRY); }
 
-int route_task_requeue(http_req *r)
-{
-	return operate(r, OP_REQUEUE);
-}
+int route_task_requeue(http_req *r) { return operate(r, OP_REQUEUE); }
 
-int route_task_kill(http_req *r)
-{
-	return operate(r, OP_KILL);
-}
+int route_task_kill(http_req *r) { return operate(r, OP_KILL); }

@@ -58,29 +58,29 @@ enum run_on { ON_EVENT, ON_READS, ON_WRITES, ON_HEALTH };
 
 typedef struct route {
 	const char *method;
-	const char *pattern;          /* {x} matches one non-empty segment */
+	const char *pattern; /* {x} matches one non-empty segment */
 	int (*fn)(http_req *r);
-	const char *const *query;     /* allowed query parameters */
+	const char *const *query; /* allowed query parameters */
 	enum run_on on;
 } route;
 
 static const route routes[] = {
-	{"GET", "/", route_dashboard, NULL, ON_EVENT},
-	{"GET", "/health", NULL, NULL, ON_HEALTH},
-	{"GET", "/metrics", route_metrics_prom, NULL, ON_READS},
-	{"GET", "/v1/metrics", route_metrics_json, NULL, ON_READS},
-	{"GET", "/v1/stats", route_stats, NULL, ON_READS},
-	{"POST", "/v1/tasks", route_task_create, NULL, ON_WRITES},
-	{"GET", "/v1/tasks", route_task_list, q_list, ON_READS},
-	{"GET", "/v1/tasks/{id}", route_task_get, NULL, ON_READS},
-	{"DELETE", "/v1/tasks/{id}", route_task_cancel, NULL, ON_WRITES},
-	{"POST", "/v1/tasks/{id}/retry", route_task_retry, NULL, ON_WRITES},
-	{"POST", "/v1/tasks/{id}/requeue", route_task_requeue, NULL, ON_WRITES},
-	{"POST", "/v1/tasks/{id}/kill", route_task_kill, NULL, ON_WRITES},
-	{"GET", "/v1/schedules", route_sched_list, NULL, ON_READS},
-	{"GET", "/v1/schedules/{name}", route_sched_get, NULL, ON_READS},
-	{"PUT", "/v1/schedules/{name}", route_sched_put, NULL, ON_WRITES},
-	{"DELETE", "/v1/schedules/{name}", route_sched_delete, NULL, ON_WRITES},
+    {"GET", "/", route_dashboard, NULL, ON_EVENT},
+    {"GET", "/health", NULL, NULL, ON_HEALTH},
+    {"GET", "/metrics", route_metrics_prom, NULL, ON_READS},
+    {"GET", "/v1/metrics", route_metrics_json, NULL, ON_READS},
+    {"GET", "/v1/stats", route_stats, NULL, ON_READS},
+    {"POST", "/v1/tasks", route_task_create, NULL, ON_WRITES},
+    {"GET", "/v1/tasks", route_task_list, q_list, ON_READS},
+    {"GET", "/v1/tasks/{id}", route_task_get, NULL, ON_READS},
+    {"DELETE", "/v1/tasks/{id}", route_task_cancel, NULL, ON_WRITES},
+    {"POST", "/v1/tasks/{id}/retry", route_task_retry, NULL, ON_WRITES},
+    {"POST", "/v1/tasks/{id}/requeue", route_task_requeue, NULL, ON_WRITES},
+    {"POST", "/v1/tasks/{id}/kill", route_task_kill, NULL, ON_WRITES},
+    {"GET", "/v1/schedules", route_sched_list, NULL, ON_READS},
+    {"GET", "/v1/schedules/{name}", route_sched_get, NULL, ON_READS},
+    {"PUT", "/v1/schedules/{name}", route_sched_put, NULL, ON_WRITES},
+    {"DELETE", "/v1/schedules/{name}", route_sched_delete, NULL, ON_WRITES},
 };
 
 #define N_ROUTES (sizeof(routes) / sizeof(routes[0]))
@@ -136,16 +136,19 @@ static void run_route(http_req *r, const route *rt)
 		return;
 	}
 	if (atomic_load(&h->stopping)) {
-		http_reply_error(r, 503, "shutting_down", "the server is stopping");
+		http_reply_error(r, 503, "shutting_down",
+				 "the server is stopping");
 		return;
 	}
 	r->deadline_us = http_now_us() + h->conns.timeout_us;
 	if (rt->on == ON_HEALTH)
 		rc = http_health_submit(&h->health, r);
 	else
-		rc = http_pool_submit(rt->on == ON_READS ? &h->reads : &h->writes, r);
+		rc = http_pool_submit(
+		    rt->on == ON_READS ? &h->reads : &h->writes, r);
 	if (rc < 0)
-		http_reply_error(r, 503, "server_busy", "too many requests are "
+		http_reply_error(r, 503, "server_busy",
+				 "too many requests are "
 				 "waiting for the store; retry later");
 }
 
@@ -163,9 +166,11 @@ static void dispatch(http_req *r)
 			continue;
 		if (strcmp(routes[i].method, method) != 0) {
 			size_t n = strlen(allow);
-			snprintf(allow + n, sizeof(allow) - n, "%s%s", n ? ", " : "",
-				 !strcmp(routes[i].method, "GET") ? "GET, HEAD"
-								  : routes[i].method);
+			snprintf(allow + n, sizeof(allow) - n, "%s%s",
+				 n ? ", " : "",
+				 !strcmp(routes[i].method, "GET")
+				     ? "GET, HEAD"
+				     : routes[i].method);
 			continue;
 		}
 		if (http_query_check(r, routes[i].query) < 0) {
@@ -177,17 +182,21 @@ static void dispatch(http_req *r)
 	}
 	if (allow[0]) {
 		http_add_header(r, "Allow", allow);
-		http_reply_error(r, 405, "method_not_allowed", "%s is not allowed "
-				 "on %s (allowed: %s)", r->method, r->path, allow);
+		http_reply_error(r, 405, "method_not_allowed",
+				 "%s is not allowed "
+				 "on %s (allowed: %s)",
+				 r->method, r->path, allow);
 	} else if (bad == -1) {
-		http_reply_error(r, 400, "bad_request", "path segment too long in "
-				 "%s", r->path);
+		http_reply_error(r, 400, "bad_request",
+				 "path segment too long in "
+				 "%s",
+				 r->path);
 	} else if (bad == -2) {
-		http_reply_error(r, 400, "bad_request", "escaped NUL in the path %s",
-				 r->path);
+		http_reply_error(r, 400, "bad_request",
+				 "escaped NUL in the path %s", r->path);
 	} else {
-		http_reply_error(r, 404, "not_found", "no route %s %s", r->method,
-				 r->path);
+		http_reply_error(r, 404, "not_found", "no route %s %s",
+				 r->method, r->path);
 	}
 }
 
@@ -222,7 +231,7 @@ static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
 static http_conn *conn_of(struct MHD_Connection *c)
 {
 	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 	return ci ? ci->socket_context : NULL;
 }
 
@@ -237,10 +246,12 @@ static enum MHD_Result on_end(http_req *r)
 	if (!r->too_big && !r->overload && !http_body_fits(r))
 		r->too_big = true;
 	if (r->too_big)
-		http_reply_error(r, 413, "too_large", "request body over %zu bytes",
+		http_reply_error(r, 413, "too_large",
+				 "request body over %zu bytes",
 				 r->srv->max_body);
 	else if (r->overload)
-		http_reply_error(r, 503, "server_busy", "too many request bodies "
+		http_reply_error(r, 503, "server_busy",
+				 "too many request bodies "
 				 "in memory; retry later");
 	else
 		dispatch(r);
@@ -303,9 +314,10 @@ static void on_connection(void *cls, struct MHD_Connection *c,
 	const union MHD_ConnectionInfo *ci;
 
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-		ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-		*socket_context = ci ? http_conns_open(&h->conns, ci->connect_fd)
-				     : NULL;
+		ci = MHD_get_connection_info(c,
+					     MHD_CONNECTION_INFO_CONNECTION_FD);
+		*socket_context =
+		    ci ? http_conns_open(&h->conns, ci->connect_fd) : NULL;
 	} else {
 		http_conns_close(&h->conns, *socket_context);
 		*socket_context = NULL;
@@ -324,9 +336,11 @@ static void expire_queue(http_pool *p, int64_t now)
 		http_req *r = p->ring[p->head];
 		p->head = (p->head + 1) % p->cap;
 		p->count--;
-		http_reply_error(r, 503, "store_busy", "waited %lld s for the store "
-				 "(it is slow or locked); retry later",
-				 (long long)(p->srv->conns.timeout_us / 1000000));
+		http_reply_error(
+		    r, 503, "store_busy",
+		    "waited %lld s for the store "
+		    "(it is slow or locked); retry later",
+		    (long long)(p->srv->conns.timeout_us / 1000000));
 		MHD_resume_connection(r->conn);
 	}
 	pthread_mutex_unlock(&p->mu);
@@ -366,7 +380,8 @@ static void *ticker(void *arg)
 /* A listening socket on o->addr; -1 with err set. */
 static int listen_on(const due_http_opts *o, char *err, size_t errlen)
 {
-	int fd = socket(o->addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	int fd = socket(o->addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0),
+	    one = 1;
 
 	if (fd < 0) {
 		snprintf(err, errlen, "socket: %s", strerror(errno));
@@ -396,10 +411,7 @@ static unsigned bound_port(int fd)
 	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
 
-static void close_db(void *db)
-{
-	due_close(db);
-}
+static void close_db(void *db) { due_close(db); }
 
 /* The store threads and the ticker; -1 on failure. */
 static int start_threads(struct due_http *h, const due_http_opts *o)
@@ -427,18 +439,17 @@ static struct MHD_Daemon *start_daemon(struct due_http *h,
 	if (o->addr->sa_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	return MHD_start_daemon(
-		flags, 0, NULL, NULL, on_access, h,
-		MHD_OPTION_EXTERNAL_LOGGER, http_log_mhd, h, /* first: logs the rest */
-		MHD_OPTION_LISTEN_SOCKET, fd,
-		/* one event loop is no pool: libmicrohttpd warns about size 1 */
-		MHD_OPTION_THREAD_POOL_SIZE, o->threads > 1 ? o->threads : 0,
-		MHD_OPTION_CONNECTION_LIMIT, o->max_conns,
-		MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s,
-		MHD_OPTION_STRICT_FOR_CLIENT, 1,
-		MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
-		MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, h,
-		MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+	    flags, 0, NULL, NULL, on_access, h, MHD_OPTION_EXTERNAL_LOGGER,
+	    http_log_mhd, h, /* first: logs the rest */
+	    MHD_OPTION_LISTEN_SOCKET, fd,
+	    /* one event loop is no pool: libmicrohttpd warns about size 1 */
+	    MHD_OPTION_THREAD_POOL_SIZE, o->threads > 1 ? o->threads : 0,
+	    MHD_OPTION_CONNECTION_LIMIT, o->max_conns,
+	    MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s,
+	    MHD_OPTION_STRICT_FOR_CLIENT, 1, MHD_OPTION_URI_LOG_CALLBACK,
+	    on_uri, h, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, h,
+	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
 }
 
 int due_http_start(due_http **out, const due_http_opts *o, char *err,
@@ -480,10 +491,7 @@ fail:
 	return -1;
 }
 
-unsigned due_http_port(const due_http *h)
-{
-	return h->port;
-}
+unsigned due_http_port(const due_http *h) { return h->port; }
 
 void due_http_stop(due_http *h)
 {

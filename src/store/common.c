@@ -25,17 +25,22 @@ char *due__strdup_n(const char *s, size_t n)
 int due__schema_verdict(const char *store, int v, const char *where)
 {
 	if (v < 0)
-		return due__error_set(DUE_ESCHEMA,
-			"store '%s' has no due schema%s: run `due init`", store,
-			where);
+		return due__error_set(
+		    DUE_ESCHEMA,
+		    "store '%s' has no due schema%s: run `due init`", store,
+		    where);
 	if (v < DUE_SCHEMA_VERSION)
-		return due__error_set(DUE_ESCHEMA,
-			"store '%s' has schema version %d, older than %d: run "
-			"`due init` to upgrade", store, v, DUE_SCHEMA_VERSION);
+		return due__error_set(
+		    DUE_ESCHEMA,
+		    "store '%s' has schema version %d, older than %d: run "
+		    "`due init` to upgrade",
+		    store, v, DUE_SCHEMA_VERSION);
 	if (v > DUE_SCHEMA_VERSION)
-		return due__error_set(DUE_ESCHEMA,
-			"store '%s' has schema version %d, newer than this due "
-			"(%d): upgrade due", store, v, DUE_SCHEMA_VERSION);
+		return due__error_set(
+		    DUE_ESCHEMA,
+		    "store '%s' has schema version %d, newer than this due "
+		    "(%d): upgrade due",
+		    store, v, DUE_SCHEMA_VERSION);
 	return 0;
 }
 
@@ -65,9 +70,11 @@ int due__migrate(due_store *s, const due_migration *m)
 	}
 	for (; v < DUE_SCHEMA_VERSION; v++) {
 		if (v < 1 || !m->steps[v + 1]) {
-			rc = due__error_set(DUE_ESCHEMA,
-				"store '%s' has schema version %d and this due "
-				"has no upgrade path from it", m->label, v);
+			rc = due__error_set(
+			    DUE_ESCHEMA,
+			    "store '%s' has schema version %d and this due "
+			    "has no upgrade path from it",
+			    m->label, v);
 			goto fail;
 		}
 		snprintf(what, sizeof(what), "upgrade schema to version %d",
@@ -82,23 +89,27 @@ fail:
 }
 
 int due__store_run_hook(due_tx_hook hook, void *conn, const due_completion *c,
-		       void *payload)
+			void *payload)
 {
-	due_task t = {.id = c->id, .attempt = c->attempt, .state = DUE_DONE,
+	due_task t = {.id = c->id,
+		      .attempt = c->attempt,
+		      .state = DUE_DONE,
 		      .result = (unsigned char *)c->result,
-		      .result_len = c->result_len, .has_result = true};
+		      .result_len = c->result_len,
+		      .has_result = true};
 
 	if (hook(conn, &t, payload) != 0)
-		return due__error_set(DUE_ERROR,
-			"completion hook failed for task %lld: rolled back",
-			(long long)c->id);
+		return due__error_set(
+		    DUE_ERROR,
+		    "completion hook failed for task %lld: rolled back",
+		    (long long)c->id);
 	return 0;
 }
 
 due_fail_outcome due__fail_outcome_of(due_state s)
 {
 	return s == DUE_CANCELLED ? DUE_FAIL_CANCELLED
-	       : s == DUE_DEAD    ? DUE_FAIL_DEAD
+	       : s == DUE_DEAD	  ? DUE_FAIL_DEAD
 				  : DUE_FAIL_RETRY_SCHEDULED;
 }
 
@@ -113,21 +124,23 @@ due_cancel_outcome due__cancel_outcome_of(bool found, due_state s)
 }
 
 int due__store_wrong_state(due_id id, const char *action, const char *state,
-			  const char *needed)
+			   const char *needed)
 {
 	if (!state)
 		return due__error_set(DUE_ENOTFOUND, "no task with id %lld",
-				     (long long)id);
+				      (long long)id);
 	return due__error_set(DUE_ESTATE,
-			     "cannot %s task %lld: it is %s, not %s", action,
-			     (long long)id, state, needed);
+			      "cannot %s task %lld: it is %s, not %s", action,
+			      (long long)id, state, needed);
 }
 
 int due__store_retry_conflict(due_id id)
 {
-	return due__error_set(DUE_ECONFLICT,
-		"cannot retry task %lld: a live task with the same kind and "
-		"key exists", (long long)id);
+	return due__error_set(
+	    DUE_ECONFLICT,
+	    "cannot retry task %lld: a live task with the same kind and "
+	    "key exists",
+	    (long long)id);
 }
 
 int due__task_list_alloc(due_task_list **out, size_t n)
@@ -190,7 +203,7 @@ void due_cron_info_list_free(due_cron_info_list *l)
 }
 
 const double due_hist_bounds_ms[DUE_HIST_N] = {
-	1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000};
+    1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000};
 
 void due_metrics_free(due_metrics *m)
 {

@@ -79,17 +79,40 @@
 
 enum stmt_id {
 	ST_NOW,
-	ST_INSERT, ST_FIND_KEY,
-	ST_CLAIM_ANY, ST_CLAIM_KINDS, ST_CLAIM_EXCLUDE, ST_CLAIM_ID,
-	ST_EXTEND, ST_COMPLETE, ST_FAIL, ST_RECLAIM, ST_CANCEL,
-	ST_GET, ST_ATTEMPTS, ST_LIST,
-	ST_RETRY, ST_REQUEUE, ST_KILL,
-	ST_STATS, ST_PRUNE,
-	ST_SCHED_GET, ST_SCHED_LIST, ST_SCHED_PUT, ST_SCHED_REMOVE,
-	ST_SCHED_FIRE, ST_SCHED_LAST_TASK,
-	ST_METRICS, ST_METRICS_KINDS, ST_WORKER_REPORT,
-	ST_UPC_ANY, ST_UPC_KINDS, ST_UPC_EXCLUDE,
-	ST_CC_ANY, ST_CC_KINDS, ST_CC_EXCLUDE,
+	ST_INSERT,
+	ST_FIND_KEY,
+	ST_CLAIM_ANY,
+	ST_CLAIM_KINDS,
+	ST_CLAIM_EXCLUDE,
+	ST_CLAIM_ID,
+	ST_EXTEND,
+	ST_COMPLETE,
+	ST_FAIL,
+	ST_RECLAIM,
+	ST_CANCEL,
+	ST_GET,
+	ST_ATTEMPTS,
+	ST_LIST,
+	ST_RETRY,
+	ST_REQUEUE,
+	ST_KILL,
+	ST_STATS,
+	ST_PRUNE,
+	ST_SCHED_GET,
+	ST_SCHED_LIST,
+	ST_SCHED_PUT,
+	ST_SCHED_REMOVE,
+	ST_SCHED_FIRE,
+	ST_SCHED_LAST_TASK,
+	ST_METRICS,
+	ST_METRICS_KINDS,
+	ST_WORKER_REPORT,
+	ST_UPC_ANY,
+	ST_UPC_KINDS,
+	ST_UPC_EXCLUDE,
+	ST_CC_ANY,
+	ST_CC_KINDS,
+	ST_CC_EXCLUDE,
 	ST_COUNT
 };
 
@@ -103,23 +126,27 @@ enum stmt_id {
 	"WITH p AS MATERIALIZED (" pick "),"                                   \
 	" c AS (UPDATE due_task t SET state = 'CLAIMED',"                      \
 	" attempt = t.attempt + 1, lease_owner = $1::text,"                    \
-	" lease_until = clock_timestamp() + " US("$2") ", updated_at = now()"  \
-	" WHERE t.id = ANY (ARRAY(SELECT id FROM p))"                           \
-	" RETURNING t.*),"                                                     \
-	" a AS (INSERT INTO due_attempt (task_id, attempt, worker, claimed_at," \
-	" due_at) SELECT id, attempt, lease_owner, now(), due_at FROM c)"       \
-	" SELECT " DUE_TASK_COLS " FROM c ORDER BY due_at, id"
+	" lease_until = clock_timestamp() + " US(                              \
+	    "$2") ", updated_at = now()"                                       \
+		  " WHERE t.id = ANY (ARRAY(SELECT id FROM p))"                \
+		  " RETURNING t.*),"                                           \
+		  " a AS (INSERT INTO due_attempt (task_id, attempt, worker, " \
+		  "claimed_at,"                                                \
+		  " due_at) SELECT id, attempt, lease_owner, now(), due_at "   \
+		  "FROM c)"                                                    \
+		  " SELECT " DUE_TASK_COLS " FROM c ORDER BY due_at, id"
 
 #define PICK_DUE                                                               \
-	"SELECT id FROM due_task WHERE state = 'SCHEDULED' AND due_at <= now()"
+	"SELECT id FROM due_task WHERE state = 'SCHEDULED' AND due_at <= "     \
+	"now()"
 
 /* requeue and kill: one fenced update, attempt row, audit, notify. */
-#define OPERATOR_SQL(set, where, outcome, action)                             \
+#define OPERATOR_SQL(set, where, outcome, action)                              \
 	"WITH u AS (UPDATE due_task SET " set ", lease_owner = NULL,"          \
-	" lease_until = NULL, updated_at = now() WHERE id = $1::int8 AND "     \
-	where " RETURNING id, attempt, state, kind),"                          \
-	" e AS (UPDATE due_attempt a SET ended_at = now(), outcome = '"        \
-	outcome "', error = '" action "' FROM u WHERE a.task_id = u.id"        \
+	" lease_until = NULL, updated_at = now() WHERE id = $1::int8 "         \
+	"AND " where " RETURNING id, attempt, state, kind),"                   \
+	" e AS (UPDATE due_attempt a SET ended_at = now(), outcome = "         \
+	"'" outcome "', error = '" action "' FROM u WHERE a.task_id = u.id"    \
 	" AND a.attempt = u.attempt AND a.outcome = 'RUNNING'),"               \
 	" au AS (INSERT INTO due_audit (task_id, at, action, detail)"          \
 	" SELECT id, now(), '" action "', state FROM u),"                      \
@@ -147,331 +174,358 @@ enum stmt_id {
 **    s)", so a plan that seq-scans due_attempt never runs on the hot path.
 */
 #define COMPLETE_CTES                                                          \
-	"i AS MATERIALIZED (SELECT * FROM unnest($1::int8[]," \
-	" $2::int4[], $3::bytea[]) WITH ORDINALITY AS u(id, attempt," \
-	" result, ord))," \
-	" d AS (UPDATE due_task t SET state = CASE WHEN t.cancel_requested" \
-	" THEN 'CANCELLED' ELSE 'DONE' END, result = CASE WHEN" \
-	" t.cancel_requested THEN NULL ELSE i.result END," \
-	" last_error = CASE WHEN t.cancel_requested THEN t.last_error END," \
-	" lease_owner = NULL, lease_until = NULL, updated_at = now()" \
-	" FROM (SELECT DISTINCT ON (id, attempt) * FROM i" \
-	" ORDER BY id, attempt, ord) i WHERE t.id = ANY ($1::int8[])" \
-	" AND t.id = i.id AND t.attempt = i.attempt" \
-	" AND t.lease_owner IS NOT NULL" \
-	" RETURNING i.ord, t.id, t.attempt, t.state)," \
+	"i AS MATERIALIZED (SELECT * FROM unnest($1::int8[],"                  \
+	" $2::int4[], $3::bytea[]) WITH ORDINALITY AS u(id, attempt,"          \
+	" result, ord)),"                                                      \
+	" d AS (UPDATE due_task t SET state = CASE WHEN t.cancel_requested"    \
+	" THEN 'CANCELLED' ELSE 'DONE' END, result = CASE WHEN"                \
+	" t.cancel_requested THEN NULL ELSE i.result END,"                     \
+	" last_error = CASE WHEN t.cancel_requested THEN t.last_error END,"    \
+	" lease_owner = NULL, lease_until = NULL, updated_at = now()"          \
+	" FROM (SELECT DISTINCT ON (id, attempt) * FROM i"                     \
+	" ORDER BY id, attempt, ord) i WHERE t.id = ANY ($1::int8[])"          \
+	" AND t.id = i.id AND t.attempt = i.attempt"                           \
+	" AND t.lease_owner IS NOT NULL"                                       \
+	" RETURNING i.ord, t.id, t.attempt, t.state),"                         \
 	" e AS (UPDATE due_attempt a SET ended_at = now(), outcome = d.state," \
-	" error = CASE WHEN d.state = 'CANCELLED'" \
-	" THEN 'cancel requested before commit' END FROM d" \
-	" WHERE a.task_id = d.id AND a.attempt = d.attempt" \
-	" AND a.outcome = 'RUNNING')," \
-	" s AS MATERIALIZED (SELECT id, attempt FROM i WHERE NOT EXISTS" \
-	" (SELECT 1 FROM d WHERE d.id = i.id AND d.attempt = i.attempt))," \
-	" l AS (UPDATE due_attempt a SET late_commit = 'REJECTED_STALE'" \
-	" FROM s WHERE EXISTS (SELECT 1 FROM s) AND a.task_id = s.id" \
+	" error = CASE WHEN d.state = 'CANCELLED'"                             \
+	" THEN 'cancel requested before commit' END FROM d"                    \
+	" WHERE a.task_id = d.id AND a.attempt = d.attempt"                    \
+	" AND a.outcome = 'RUNNING'),"                                         \
+	" s AS MATERIALIZED (SELECT id, attempt FROM i WHERE NOT EXISTS"       \
+	" (SELECT 1 FROM d WHERE d.id = i.id AND d.attempt = i.attempt)),"     \
+	" l AS (UPDATE due_attempt a SET late_commit = 'REJECTED_STALE'"       \
+	" FROM s WHERE EXISTS (SELECT 1 FROM s) AND a.task_id = s.id"          \
 	" AND a.attempt = s.attempt)"
 
 static const char *const sql_text[ST_COUNT] = {
-	[ST_NOW] = "SELECT now()",
-	[ST_INSERT] =
-		"WITH i AS MATERIALIZED (SELECT nextval('due_task_id_seq') AS id,"
-		" u.* FROM unnest($1::text[], $2::bytea[], $3::timestamptz[],"
-		" $4::int8[], $5::int4[], $6::int8[], $7::int8[], $8::text[])"
-		" WITH ORDINALITY AS u(kind, payload, at_ts, delay_us,"
-		" max_attempts, backoff_us, backoff_cap_us, key, ord)),"
-		" ins AS (INSERT INTO due_task (id, kind, payload, state, due_at,"
-		" max_attempts, backoff_us, backoff_cap_us, key, created_at,"
-		" updated_at) OVERRIDING SYSTEM VALUE"
-		" SELECT id, kind, payload, 'SCHEDULED',"
-		" coalesce(at_ts, now() + " US("delay_us") "), max_attempts,"
-		" backoff_us, backoff_cap_us, key, now(), now() FROM i ORDER BY ord"
-		" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
-		" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id, kind),"
-		" n AS (SELECT pg_notify('due_task_new', kind)"
-		" FROM (SELECT DISTINCT kind FROM ins) k)"
-		" SELECT i.ord, ins.id, (SELECT count(*) FROM n)"
-		" FROM i LEFT JOIN ins ON ins.id = i.id ORDER BY i.ord",
-	[ST_FIND_KEY] =
-		"SELECT id FROM due_task WHERE kind = $1::text AND key = $2::text"
-		" AND state IN ('SCHEDULED', 'CLAIMED')",
-	[ST_CLAIM_ANY] = CLAIM_SQL(PICK_DUE " ORDER BY due_at LIMIT $3::int4"
-				   " FOR UPDATE SKIP LOCKED"),
-	[ST_CLAIM_KINDS] = CLAIM_SQL(PICK_DUE " AND kind = ANY($4::text[])"
-				     " ORDER BY due_at LIMIT $3::int4"
-				     " FOR UPDATE SKIP LOCKED"),
-	[ST_CLAIM_EXCLUDE] = CLAIM_SQL(PICK_DUE " AND kind <> ALL($4::text[])"
-				       " ORDER BY due_at LIMIT $3::int4"
+    [ST_NOW] = "SELECT now()",
+    [ST_INSERT] =
+	"WITH i AS MATERIALIZED (SELECT nextval('due_task_id_seq') AS id,"
+	" u.* FROM unnest($1::text[], $2::bytea[], $3::timestamptz[],"
+	" $4::int8[], $5::int4[], $6::int8[], $7::int8[], $8::text[])"
+	" WITH ORDINALITY AS u(kind, payload, at_ts, delay_us,"
+	" max_attempts, backoff_us, backoff_cap_us, key, ord)),"
+	" ins AS (INSERT INTO due_task (id, kind, payload, state, due_at,"
+	" max_attempts, backoff_us, backoff_cap_us, key, created_at,"
+	" updated_at) OVERRIDING SYSTEM VALUE"
+	" SELECT id, kind, payload, 'SCHEDULED',"
+	" coalesce(at_ts, now() + " US(
+	    "delay_us") "), max_attempts,"
+			" backoff_us, backoff_cap_us, key, now(), now() FROM i "
+			"ORDER BY ord"
+			" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
+			" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING "
+			"RETURNING id, kind),"
+			" n AS (SELECT pg_notify('due_task_new', kind)"
+			" FROM (SELECT DISTINCT kind FROM ins) k)"
+			" SELECT i.ord, ins.id, (SELECT count(*) FROM n)"
+			" FROM i LEFT JOIN ins ON ins.id = i.id ORDER BY i.ord",
+    [ST_FIND_KEY] =
+	"SELECT id FROM due_task WHERE kind = $1::text AND key = $2::text"
+	" AND state IN ('SCHEDULED', 'CLAIMED')",
+    [ST_CLAIM_ANY] = CLAIM_SQL(PICK_DUE " ORDER BY due_at LIMIT $3::int4"
+					" FOR UPDATE SKIP LOCKED"),
+    [ST_CLAIM_KINDS] = CLAIM_SQL(PICK_DUE " AND kind = ANY($4::text[])"
+					  " ORDER BY due_at LIMIT $3::int4"
+					  " FOR UPDATE SKIP LOCKED"),
+    [ST_CLAIM_EXCLUDE] = CLAIM_SQL(PICK_DUE " AND kind <> ALL($4::text[])"
+					    " ORDER BY due_at LIMIT $3::int4"
+					    " FOR UPDATE SKIP LOCKED"),
+    [ST_CLAIM_ID] = CLAIM_SQL(PICK_DUE " AND id = $3::int8"
 				       " FOR UPDATE SKIP LOCKED"),
-	[ST_CLAIM_ID] = CLAIM_SQL(PICK_DUE " AND id = $3::int8"
-				  " FOR UPDATE SKIP LOCKED"),
-	[ST_EXTEND] =
-		"WITH cur AS (SELECT id, state, attempt, cancel_requested"
-		" FROM due_task WHERE id = $1::int8 FOR UPDATE),"
-		" u AS (UPDATE due_task t SET lease_until = clock_timestamp() + "
-		US("$3") ", updated_at = now() FROM cur WHERE t.id = cur.id"
-		" AND t.state = 'CLAIMED' AND t.attempt = $2::int4"
-		" AND NOT t.cancel_requested RETURNING t.id)"
-		" SELECT state, attempt, cancel_requested,"
-		" EXISTS (SELECT 1 FROM u) FROM cur",
-	[ST_COMPLETE] = "WITH " COMPLETE_CTES
-		" SELECT i.ord, d.state FROM i LEFT JOIN d ON d.ord = i.ord"
-		" ORDER BY i.ord",
-	/*
-	** Complete a batch and claim the next in ONE statement (one round
-	** trip, one commit).  The rows are disjoint: completions touch
-	** CLAIMED rows, the claim SCHEDULED ones.  Every row comes back with
-	** the completions' outcomes, in order, as text in the last column;
-	** when nothing was claimed there is one row whose task is NULL.
-	*/
+    [ST_EXTEND] =
+	"WITH cur AS (SELECT id, state, attempt, cancel_requested"
+	" FROM due_task WHERE id = $1::int8 FOR UPDATE),"
+	" u AS (UPDATE due_task t SET lease_until = clock_timestamp() + " US(
+	    "$3") ", updated_at = now() FROM cur WHERE t.id = cur.id"
+		  " AND t.state = 'CLAIMED' AND t.attempt = $2::int4"
+		  " AND NOT t.cancel_requested RETURNING t.id)"
+		  " SELECT state, attempt, cancel_requested,"
+		  " EXISTS (SELECT 1 FROM u) FROM cur",
+    [ST_COMPLETE] = "WITH " COMPLETE_CTES
+		    " SELECT i.ord, d.state FROM i LEFT JOIN d ON d.ord = i.ord"
+		    " ORDER BY i.ord",
+/*
+** Complete a batch and claim the next in ONE statement (one round
+** trip, one commit).  The rows are disjoint: completions touch
+** CLAIMED rows, the claim SCHEDULED ones.  Every row comes back with
+** the completions' outcomes, in order, as text in the last column;
+** when nothing was claimed there is one row whose task is NULL.
+*/
 #define COMPLETE_CLAIM_SQL(filter)                                             \
 	"WITH " COMPLETE_CTES ","                                              \
 	" o AS (SELECT string_agg(coalesce(d.state, 'STALE'), ','"             \
 	" ORDER BY i.ord) AS s FROM i LEFT JOIN d ON d.ord = i.ord),"          \
-	" p AS MATERIALIZED (" PICK_DUE filter " ORDER BY due_at"             \
+	" p AS MATERIALIZED (" PICK_DUE filter " ORDER BY due_at"              \
 	" LIMIT $6::int4 FOR UPDATE SKIP LOCKED),"                             \
 	" c AS (UPDATE due_task t SET state = 'CLAIMED',"                      \
 	" attempt = t.attempt + 1, lease_owner = $4::text,"                    \
-	" lease_until = clock_timestamp() + " US("$5") ", updated_at = now()"  \
-	" WHERE t.id = ANY (ARRAY(SELECT id FROM p))"                           \
-	" RETURNING t.*),"                                                     \
-	" a AS (INSERT INTO due_attempt (task_id, attempt, worker, claimed_at," \
-	" due_at) SELECT id, attempt, lease_owner, now(), due_at FROM c)"       \
-	" SELECT " DUE_TASK_COLS ", o.s FROM o LEFT JOIN c ON true"                \
-	" ORDER BY c.due_at, c.id"
-	[ST_CC_ANY] = COMPLETE_CLAIM_SQL(""),
-	[ST_CC_KINDS] = COMPLETE_CLAIM_SQL(" AND kind = ANY ($7::text[])"),
-	[ST_CC_EXCLUDE] = COMPLETE_CLAIM_SQL(" AND kind <> ALL ($7::text[])"),
-	[ST_FAIL] =
-		"WITH f AS (UPDATE due_task SET"
-		" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
-		"   WHEN " USED_UP " THEN 'DEAD' ELSE 'SCHEDULED' END,"
-		" due_at = CASE WHEN cancel_requested OR " USED_UP " THEN due_at"
-		"   ELSE now() + " US("due_backoff(backoff_us, backoff_cap_us,"
-				    " attempt - attempt_base)") " END,"
-		" last_error = $3::text, lease_owner = NULL, lease_until = NULL,"
-		" updated_at = now()"
-		" WHERE id = $1::int8 AND attempt = $2::int4 AND state = 'CLAIMED'"
-		" RETURNING state),"
-		" e AS (UPDATE due_attempt a SET ended_at = now(), outcome = CASE"
-		" WHEN f.state = 'CANCELLED' THEN 'CANCELLED' ELSE 'FAILED' END,"
-		" error = $3::text FROM f WHERE a.task_id = $1::int8"
-		" AND a.attempt = $2::int4 AND a.outcome = 'RUNNING'),"
-		" l AS (UPDATE due_attempt SET late_commit = 'REJECTED_STALE'"
-		" WHERE task_id = $1::int8 AND attempt = $2::int4"
-		" AND NOT EXISTS (SELECT 1 FROM f))"
-		" SELECT state FROM f",
-	[ST_RECLAIM] =
-		"WITH p AS MATERIALIZED (SELECT id FROM due_task"
-		" WHERE state = 'CLAIMED' AND lease_until < now()"
-		" ORDER BY lease_until LIMIT $1::int4 FOR UPDATE SKIP LOCKED),"
-		" r AS (UPDATE due_task t SET"
-		" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
-		"   WHEN " USED_UP " THEN 'DEAD' ELSE 'SCHEDULED' END,"
-		" due_at = CASE WHEN cancel_requested OR " USED_UP " THEN due_at"
-		"   ELSE now() END,"
-		" last_error = 'lease expired (held by ' || lease_owner || ')',"
-		" lease_owner = NULL, lease_until = NULL, updated_at = now()"
-		" WHERE t.id = ANY (ARRAY(SELECT id FROM p)) AND t.state = 'CLAIMED' AND t.lease_until < now()"
-		" RETURNING t.id, t.attempt, t.state, t.kind),"
-		" e AS (UPDATE due_attempt a SET ended_at = now(),"
-		" outcome = 'LEASE_EXPIRED', error = 'lease expired' FROM r"
-		" WHERE a.task_id = r.id AND a.attempt = r.attempt"
-		" AND a.outcome = 'RUNNING'),"
-		" n AS (SELECT pg_notify('due_task_new', kind) FROM"
-		" (SELECT DISTINCT kind FROM r WHERE state = 'SCHEDULED') k)"
-		" SELECT count(*) FILTER (WHERE state = 'SCHEDULED'),"
-		" count(*) FILTER (WHERE state = 'DEAD'),"
-		" count(*) FILTER (WHERE state = 'CANCELLED'),"
-		" (SELECT count(*) FROM n),"
-		" (SELECT min(lease_until) FROM due_task WHERE state = 'CLAIMED'"
-		"   AND lease_until >= now()), now() FROM r",
-	[ST_CANCEL] =
-		"WITH cur AS (SELECT id, state FROM due_task WHERE id = $1::int8"
-		" FOR UPDATE),"
-		" u AS (UPDATE due_task t SET state = CASE WHEN t.state ="
-		" 'SCHEDULED' THEN 'CANCELLED' ELSE t.state END,"
-		" cancel_requested = t.cancel_requested OR t.state = 'CLAIMED',"
-		" updated_at = now() FROM cur WHERE t.id = cur.id"
-		" AND t.state IN ('SCHEDULED', 'CLAIMED'))"
-		" SELECT state FROM cur",
-	[ST_GET] = "SELECT " DUE_TASK_COLS " FROM due_task WHERE id = $1::int8",
-	[ST_ATTEMPTS] =
-		"SELECT " DUE_ATTEMPT_COLS " FROM due_attempt"
-		" WHERE task_id = ANY($1::int8[]) ORDER BY task_id, attempt",
-	[ST_LIST] =
-		"SELECT " DUE_TASK_COLS " FROM due_task"
+	" lease_until = clock_timestamp() + " US(                              \
+	    "$5") ", updated_at = now()"                                       \
+		  " WHERE t.id = ANY (ARRAY(SELECT id FROM p))"                \
+		  " RETURNING t.*),"                                           \
+		  " a AS (INSERT INTO due_attempt (task_id, attempt, worker, " \
+		  "claimed_at,"                                                \
+		  " due_at) SELECT id, attempt, lease_owner, now(), due_at "   \
+		  "FROM c)"                                                    \
+		  " SELECT " DUE_TASK_COLS ", o.s FROM o LEFT JOIN c ON true"  \
+		  " ORDER BY c.due_at, c.id"
+    [ST_CC_ANY] = COMPLETE_CLAIM_SQL(""),
+    [ST_CC_KINDS] = COMPLETE_CLAIM_SQL(" AND kind = ANY ($7::text[])"),
+    [ST_CC_EXCLUDE] = COMPLETE_CLAIM_SQL(" AND kind <> ALL ($7::text[])"),
+    [ST_FAIL] =
+	"WITH f AS (UPDATE due_task SET"
+	" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
+	"   WHEN " USED_UP " THEN 'DEAD' ELSE 'SCHEDULED' END,"
+	" due_at = CASE WHEN cancel_requested OR " USED_UP " THEN due_at"
+	"   ELSE now() + " US(
+	    "due_backoff(backoff_us, backoff_cap_us,"
+	    " attempt - attempt_base)") " END,"
+					" last_error = $3::text, lease_owner = "
+					"NULL, lease_until = NULL,"
+					" updated_at = now()"
+					" WHERE id = $1::int8 AND attempt = "
+					"$2::int4 AND state = 'CLAIMED'"
+					" RETURNING state),"
+					" e AS (UPDATE due_attempt a SET "
+					"ended_at = now(), outcome = CASE"
+					" WHEN f.state = 'CANCELLED' THEN "
+					"'CANCELLED' ELSE 'FAILED' END,"
+					" error = $3::text FROM f WHERE "
+					"a.task_id = $1::int8"
+					" AND a.attempt = $2::int4 AND "
+					"a.outcome = 'RUNNING'),"
+					" l AS (UPDATE due_attempt SET "
+					"late_commit = 'REJECTED_STALE'"
+					" WHERE task_id = $1::int8 AND attempt "
+					"= $2::int4"
+					" AND NOT EXISTS (SELECT 1 FROM f))"
+					" SELECT state FROM f",
+    [ST_RECLAIM] =
+	"WITH p AS MATERIALIZED (SELECT id FROM due_task"
+	" WHERE state = 'CLAIMED' AND lease_until < now()"
+	" ORDER BY lease_until LIMIT $1::int4 FOR UPDATE SKIP LOCKED),"
+	" r AS (UPDATE due_task t SET"
+	" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
+	"   WHEN " USED_UP " THEN 'DEAD' ELSE 'SCHEDULED' END,"
+	" due_at = CASE WHEN cancel_requested OR " USED_UP " THEN due_at"
+	"   ELSE now() END,"
+	" last_error = 'lease expired (held by ' || lease_owner || ')',"
+	" lease_owner = NULL, lease_until = NULL, updated_at = now()"
+	" WHERE t.id = ANY (ARRAY(SELECT id FROM p)) AND t.state = 'CLAIMED' "
+	"AND t.lease_until < now()"
+	" RETURNING t.id, t.attempt, t.state, t.kind),"
+	" e AS (UPDATE due_attempt a SET ended_at = now(),"
+	" outcome = 'LEASE_EXPIRED', error = 'lease expired' FROM r"
+	" WHERE a.task_id = r.id AND a.attempt = r.attempt"
+	" AND a.outcome = 'RUNNING'),"
+	" n AS (SELECT pg_notify('due_task_new', kind) FROM"
+	" (SELECT DISTINCT kind FROM r WHERE state = 'SCHEDULED') k)"
+	" SELECT count(*) FILTER (WHERE state = 'SCHEDULED'),"
+	" count(*) FILTER (WHERE state = 'DEAD'),"
+	" count(*) FILTER (WHERE state = 'CANCELLED'),"
+	" (SELECT count(*) FROM n),"
+	" (SELECT min(lease_until) FROM due_task WHERE state = 'CLAIMED'"
+	"   AND lease_until >= now()), now() FROM r",
+    [ST_CANCEL] =
+	"WITH cur AS (SELECT id, state FROM due_task WHERE id = $1::int8"
+	" FOR UPDATE),"
+	" u AS (UPDATE due_task t SET state = CASE WHEN t.state ="
+	" 'SCHEDULED' THEN 'CANCELLED' ELSE t.state END,"
+	" cancel_requested = t.cancel_requested OR t.state = 'CLAIMED',"
+	" updated_at = now() FROM cur WHERE t.id = cur.id"
+	" AND t.state IN ('SCHEDULED', 'CLAIMED'))"
+	" SELECT state FROM cur",
+    [ST_GET] = "SELECT " DUE_TASK_COLS " FROM due_task WHERE id = $1::int8",
+    [ST_ATTEMPTS] =
+	"SELECT " DUE_ATTEMPT_COLS " FROM due_attempt"
+	" WHERE task_id = ANY($1::int8[]) ORDER BY task_id, attempt",
+    [ST_LIST] = "SELECT " DUE_TASK_COLS " FROM due_task"
 		" WHERE ($1::text IS NULL OR state = $1::text)"
 		" AND ($2::text IS NULL OR kind = $2::text)"
 		" AND id > $3::int8 ORDER BY id LIMIT $4::int4",
-	[ST_RETRY] =
-		"WITH u AS (UPDATE due_task SET state = 'SCHEDULED', due_at = now(),"
-		" attempt_base = attempt, cancel_requested = false,"
-		" updated_at = now() WHERE id = $1::int8 AND state = 'DEAD'"
-		" RETURNING id, kind),"
-		" au AS (INSERT INTO due_audit (task_id, at, action, detail)"
-		" SELECT id, now(), 'retry', 'DEAD -> SCHEDULED, fresh attempt"
-		" budget' FROM u),"
-		" n AS (SELECT pg_notify('due_task_new', kind) FROM u)"
-		" SELECT (SELECT count(*) FROM u),"
-		" (SELECT state FROM due_task WHERE id = $1::int8),"
-		" (SELECT count(*) FROM n)",
-	[ST_REQUEUE] = OPERATOR_SQL(
-		"state = CASE WHEN cancel_requested THEN 'CANCELLED'"
-		" ELSE 'SCHEDULED' END, due_at = now()",
-		"state = 'CLAIMED'", "REQUEUED", "requeue"),
-	[ST_KILL] = OPERATOR_SQL(
-		"state = CASE WHEN state = 'DEAD' OR cancel_requested THEN"
-		" 'CANCELLED' ELSE 'DEAD' END, last_error = coalesce(last_error ||"
-		" '; ', '') || CASE WHEN state = 'DEAD' THEN 'dead letter dismissed"
-		" by operator' ELSE 'killed by operator' END",
-		"state IN ('SCHEDULED', 'CLAIMED', 'DEAD')", "KILLED", "kill"),
-	[ST_STATS] =
-		"WITH c AS (SELECT state, count(*) AS n FROM due_task"
-		" GROUP BY state),"
-		" d AS (SELECT count(*) AS n, min(due_at) AS m FROM due_task"
-		" WHERE state = 'SCHEDULED' AND due_at <= now()),"
-		" l AS (SELECT count(*) AS n,"
-		" percentile_disc(0.5) WITHIN GROUP (ORDER BY late) AS p50,"
-		" percentile_disc(0.99) WITHIN GROUP (ORDER BY late) AS p99,"
-		" max(late) AS mx FROM (SELECT (extract(epoch FROM"
-		" claimed_at - due_at) * 1000000)::int8 AS late FROM due_attempt"
-		" WHERE claimed_at >= now() - " US("$1") ") x)"
-		" SELECT now(),"
-		" (SELECT n FROM c WHERE state = 'SCHEDULED'),"
-		" (SELECT n FROM c WHERE state = 'CLAIMED'),"
-		" (SELECT n FROM c WHERE state = 'DONE'),"
-		" (SELECT n FROM c WHERE state = 'CANCELLED'),"
-		" (SELECT n FROM c WHERE state = 'DEAD'),"
-		" d.n, d.m, l.n, l.p50, l.p99, l.mx FROM d, l",
-	[ST_PRUNE] =
-		"WITH v AS (SELECT id FROM due_task WHERE state IN ('DONE',"
-		" 'CANCELLED') AND updated_at < now() - " US("$1")
-		" ORDER BY updated_at LIMIT $2::int4 FOR UPDATE SKIP LOCKED),"
-		" da AS (DELETE FROM due_attempt WHERE task_id ="
-		" ANY (ARRAY(SELECT id FROM v))),"
-		" dd AS (DELETE FROM due_audit WHERE task_id ="
-		" ANY (ARRAY(SELECT id FROM v))),"
-		" dt AS (DELETE FROM due_task WHERE id = ANY (ARRAY(SELECT id FROM v))"
-		" AND state IN ('DONE', 'CANCELLED') RETURNING 1)"
-		" SELECT count(*) FROM dt",
-	[ST_SCHED_GET] =
-		"SELECT " DUE_SCHED_COLS " FROM due_schedule WHERE name = $1::text",
-	/* Byte order, as SQLite's BINARY collation sorts. */
-	[ST_SCHED_LIST] =
-		"SELECT " DUE_SCHED_COLS " FROM due_schedule ORDER BY name COLLATE \"C\"",
-	[ST_SCHED_PUT] =
-		"INSERT INTO due_schedule (name, " DUE_SCHED_DEF_COLS ","
-		" created_at, updated_at) VALUES ($1::text, $2::text, $3::text,"
-		" $4::text, $5::bytea, $6::text, $7::text, $8::int4, $9::int8,"
-		" $10::int8, $11::timestamptz, now(), now())"
-		" ON CONFLICT (name) DO UPDATE SET " DUE_SCHED_DEF_SET ","
-		" updated_at = now()",
-	[ST_SCHED_REMOVE] =
-		"DELETE FROM due_schedule WHERE name = $1::text RETURNING 1",
-	/*
-	** One scheduler step (store.h: cron_fire).  s locks the schedule row
-	** only while next_slot is still the slot we read: a scheduler that
-	** advanced it first makes s empty (re-checked on the newest version),
-	** and then nothing below writes.  $6 (kind) is NULL when the step
-	** inserts no task.  t is the slot's task: the new one, or the live one
-	** of the same (kind, key) that made the insert do nothing.
-	*/
-	[ST_SCHED_FIRE] =
-		"WITH s AS MATERIALIZED (SELECT name FROM due_schedule"
-		" WHERE name = $1::text AND next_slot = $2::timestamptz"
-		" FOR UPDATE),"
-		" i AS (INSERT INTO due_task (kind, payload, state, due_at,"
-		" max_attempts, backoff_us, backoff_cap_us, key, created_at,"
-		" updated_at) SELECT $6::text, $7::bytea, 'SCHEDULED',"
-		" coalesce($8::timestamptz, now() + " US("$9::int8") "),"
-		" $10::int4, $11::int8, $12::int8, $13::text, now(), now()"
-		" FROM s WHERE $6::text IS NOT NULL"
-		" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
-		" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id, kind),"
-		" n AS (SELECT pg_notify('due_task_new', kind) FROM i),"
-		" t AS (SELECT CASE WHEN $6::text IS NOT NULL THEN"
-		" coalesce((SELECT id FROM i), (SELECT id FROM due_task"
-		" WHERE kind = $6::text AND key = $13::text"
-		" AND state IN ('SCHEDULED', 'CLAIMED'))) END AS id FROM s),"
-		" u AS (UPDATE due_schedule d SET next_slot = $3::timestamptz,"
-		" last_slot = CASE WHEN $6::text IS NULL THEN d.last_slot"
-		"   ELSE $14::timestamptz END,"
-		" last_task = CASE WHEN $6::text IS NULL THEN d.last_task"
-		"   ELSE t.id END,"
-		" fired = d.fired + CASE WHEN $6::text IS NULL THEN 0 ELSE 1 END,"
-		" missed = d.missed + greatest($4::int8, 0),"
-		" last_missed = CASE WHEN $4::int8 > 0 THEN $5::timestamptz"
-		"   ELSE d.last_missed END,"
-		" updated_at = now() FROM s, t WHERE d.name = s.name RETURNING 1)"
-		" SELECT (SELECT count(*) FROM u), (SELECT id FROM t),"
-		" (SELECT count(*) FROM n)",
-	[ST_SCHED_LAST_TASK] =
-		"UPDATE due_schedule SET last_task = $2::int8 WHERE name = $1::text",
-	/*
-	** Every figure of due_metrics that comes from the attempts history, in
-	** one scan: a grouping set per histogram (lateness lb, duration db),
-	** per outcome, per minute of the last 15 (mi, DONE only), and the
-	** grand total () for the sums and the refused late commits.
-	** Bucket i holds bounds[i-1] < v <= bounds[i].  width_bucket() counts
-	** the lower bounds <= its operand, so over $1, the negated bounds in
-	** ascending order, width_bucket(-v) is the number of bounds >= v and
-	** $2 (the number of bounds) minus it is the number of bounds < v: the
-	** bucket.  Negative values land in 0, values over the last bound in
-	** $2 (+Inf).  Each row also carries the live workers' sums and the
-	** number of schedules.
-	*/
-	[ST_METRICS] =
-		"WITH x AS (SELECT"
-		" (extract(epoch FROM claimed_at - due_at) * 1000)::float8 AS late,"
-		" (extract(epoch FROM ended_at - claimed_at) * 1000)::float8 AS dur,"
-		" outcome, late_commit,"
-		" CASE WHEN outcome = 'DONE'"
-		"   AND ended_at >= now() - interval '15 minutes'"
-		"   AND ended_at < now() THEN ((extract(epoch FROM now() - ended_at)"
-		"   * 1000000)::int8 - 1) / 60000000 END AS mi FROM due_attempt),"
-		" y AS (SELECT *, $2::int4 - width_bucket(-late, $1::float8[]) AS lb,"
-		" $2::int4 - width_bucket(-dur, $1::float8[]) AS db FROM x),"
-		" w AS (SELECT count(*) AS n,"
-		" coalesce(sum(claim_queries), 0)::int8 AS cq,"
-		" coalesce(sum(empty_claims), 0)::int8 AS ec,"
-		" coalesce(sum(reclaim_queries), 0)::int8 AS rq,"
-		" coalesce(sum(store_errors), 0)::int8 AS se FROM due_worker"
-		" WHERE seen_at >= now() - interval '5 minutes')"
-		" SELECT GROUPING(lb, db, outcome, mi), lb, db, outcome, mi,"
-		" count(*), sum(late), sum(dur),"
-		" count(*) FILTER (WHERE late_commit = 'REJECTED_STALE'),"
-		" (SELECT n FROM w), (SELECT cq FROM w), (SELECT ec FROM w),"
-		" (SELECT rq FROM w), (SELECT se FROM w),"
-		" (SELECT count(*) FROM due_schedule)"
-		" FROM y GROUP BY GROUPING SETS ((lb), (db), (outcome), (mi), ())",
-	[ST_METRICS_KINDS] =
-		"SELECT kind, count(*) FILTER (WHERE state = 'SCHEDULED'),"
-		" count(*) FILTER (WHERE state = 'CLAIMED'),"
-		" count(*) FILTER (WHERE state = 'DONE'),"
-		" count(*) FILTER (WHERE state = 'CANCELLED'),"
-		" count(*) FILTER (WHERE state = 'DEAD')"
-		" FROM due_task GROUP BY kind ORDER BY kind COLLATE \"C\""
-		" LIMIT $1::int4",
-	/*
-	** Upcoming: the store's now and next lease expiry always come back
-	** (one row with NULL id when nothing is due before $1).
-	*/
+    [ST_RETRY] =
+	"WITH u AS (UPDATE due_task SET state = 'SCHEDULED', due_at = now(),"
+	" attempt_base = attempt, cancel_requested = false,"
+	" updated_at = now() WHERE id = $1::int8 AND state = 'DEAD'"
+	" RETURNING id, kind),"
+	" au AS (INSERT INTO due_audit (task_id, at, action, detail)"
+	" SELECT id, now(), 'retry', 'DEAD -> SCHEDULED, fresh attempt"
+	" budget' FROM u),"
+	" n AS (SELECT pg_notify('due_task_new', kind) FROM u)"
+	" SELECT (SELECT count(*) FROM u),"
+	" (SELECT state FROM due_task WHERE id = $1::int8),"
+	" (SELECT count(*) FROM n)",
+    [ST_REQUEUE] =
+	OPERATOR_SQL("state = CASE WHEN cancel_requested THEN 'CANCELLED'"
+		     " ELSE 'SCHEDULED' END, due_at = now()",
+		     "state = 'CLAIMED'", "REQUEUED", "requeue"),
+    [ST_KILL] = OPERATOR_SQL(
+	"state = CASE WHEN state = 'DEAD' OR cancel_requested THEN"
+	" 'CANCELLED' ELSE 'DEAD' END, last_error = coalesce(last_error ||"
+	" '; ', '') || CASE WHEN state = 'DEAD' THEN 'dead letter dismissed"
+	" by operator' ELSE 'killed by operator' END",
+	"state IN ('SCHEDULED', 'CLAIMED', 'DEAD')", "KILLED", "kill"),
+    [ST_STATS] =
+	"WITH c AS (SELECT state, count(*) AS n FROM due_task"
+	" GROUP BY state),"
+	" d AS (SELECT count(*) AS n, min(due_at) AS m FROM due_task"
+	" WHERE state = 'SCHEDULED' AND due_at <= now()),"
+	" l AS (SELECT count(*) AS n,"
+	" percentile_disc(0.5) WITHIN GROUP (ORDER BY late) AS p50,"
+	" percentile_disc(0.99) WITHIN GROUP (ORDER BY late) AS p99,"
+	" max(late) AS mx FROM (SELECT (extract(epoch FROM"
+	" claimed_at - due_at) * 1000000)::int8 AS late FROM due_attempt"
+	" WHERE claimed_at >= now() - " US(
+	    "$1") ") x)"
+		  " SELECT now(),"
+		  " (SELECT n FROM c WHERE state = 'SCHEDULED'),"
+		  " (SELECT n FROM c WHERE state = 'CLAIMED'),"
+		  " (SELECT n FROM c WHERE state = 'DONE'),"
+		  " (SELECT n FROM c WHERE state = 'CANCELLED'),"
+		  " (SELECT n FROM c WHERE state = 'DEAD'),"
+		  " d.n, d.m, l.n, l.p50, l.p99, l.mx FROM d, l",
+    [ST_PRUNE] =
+	"WITH v AS (SELECT id FROM due_task WHERE state IN ('DONE',"
+	" 'CANCELLED') AND updated_at < now() - " US(
+	    "$1") " ORDER BY updated_at LIMIT $2::int4 FOR UPDATE SKIP LOCKED),"
+		  " da AS (DELETE FROM due_attempt WHERE task_id ="
+		  " ANY (ARRAY(SELECT id FROM v))),"
+		  " dd AS (DELETE FROM due_audit WHERE task_id ="
+		  " ANY (ARRAY(SELECT id FROM v))),"
+		  " dt AS (DELETE FROM due_task WHERE id = ANY (ARRAY(SELECT "
+		  "id FROM v))"
+		  " AND state IN ('DONE', 'CANCELLED') RETURNING 1)"
+		  " SELECT count(*) FROM dt",
+    [ST_SCHED_GET] =
+	"SELECT " DUE_SCHED_COLS " FROM due_schedule WHERE name = $1::text",
+    /* Byte order, as SQLite's BINARY collation sorts. */
+    [ST_SCHED_LIST] = "SELECT " DUE_SCHED_COLS
+		      " FROM due_schedule ORDER BY name COLLATE \"C\"",
+    [ST_SCHED_PUT] =
+	"INSERT INTO due_schedule (name, " DUE_SCHED_DEF_COLS ","
+	" created_at, updated_at) VALUES ($1::text, $2::text, $3::text,"
+	" $4::text, $5::bytea, $6::text, $7::text, $8::int4, $9::int8,"
+	" $10::int8, $11::timestamptz, now(), now())"
+	" ON CONFLICT (name) DO UPDATE SET " DUE_SCHED_DEF_SET ","
+	" updated_at = now()",
+    [ST_SCHED_REMOVE] =
+	"DELETE FROM due_schedule WHERE name = $1::text RETURNING 1",
+    /*
+    ** One scheduler step (store.h: cron_fire).  s locks the schedule row
+    ** only while next_slot is still the slot we read: a scheduler that
+    ** advanced it first makes s empty (re-checked on the newest version),
+    ** and then nothing below writes.  $6 (kind) is NULL when the step
+    ** inserts no task.  t is the slot's task: the new one, or the live one
+    ** of the same (kind, key) that made the insert do nothing.
+    */
+    [ST_SCHED_FIRE] =
+	"WITH s AS MATERIALIZED (SELECT name FROM due_schedule"
+	" WHERE name = $1::text AND next_slot = $2::timestamptz"
+	" FOR UPDATE),"
+	" i AS (INSERT INTO due_task (kind, payload, state, due_at,"
+	" max_attempts, backoff_us, backoff_cap_us, key, created_at,"
+	" updated_at) SELECT $6::text, $7::bytea, 'SCHEDULED',"
+	" coalesce($8::timestamptz, now() + " US(
+	    "$9::int8") "),"
+			" $10::int4, $11::int8, $12::int8, $13::text, now(), "
+			"now()"
+			" FROM s WHERE $6::text IS NOT NULL"
+			" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
+			" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING "
+			"RETURNING id, kind),"
+			" n AS (SELECT pg_notify('due_task_new', kind) FROM i),"
+			" t AS (SELECT CASE WHEN $6::text IS NOT NULL THEN"
+			" coalesce((SELECT id FROM i), (SELECT id FROM due_task"
+			" WHERE kind = $6::text AND key = $13::text"
+			" AND state IN ('SCHEDULED', 'CLAIMED'))) END AS id "
+			"FROM s),"
+			" u AS (UPDATE due_schedule d SET next_slot = "
+			"$3::timestamptz,"
+			" last_slot = CASE WHEN $6::text IS NULL THEN "
+			"d.last_slot"
+			"   ELSE $14::timestamptz END,"
+			" last_task = CASE WHEN $6::text IS NULL THEN "
+			"d.last_task"
+			"   ELSE t.id END,"
+			" fired = d.fired + CASE WHEN $6::text IS NULL THEN 0 "
+			"ELSE 1 END,"
+			" missed = d.missed + greatest($4::int8, 0),"
+			" last_missed = CASE WHEN $4::int8 > 0 THEN "
+			"$5::timestamptz"
+			"   ELSE d.last_missed END,"
+			" updated_at = now() FROM s, t WHERE d.name = s.name "
+			"RETURNING 1)"
+			" SELECT (SELECT count(*) FROM u), (SELECT id FROM t),"
+			" (SELECT count(*) FROM n)",
+    [ST_SCHED_LAST_TASK] =
+	"UPDATE due_schedule SET last_task = $2::int8 WHERE name = $1::text",
+    /*
+    ** Every figure of due_metrics that comes from the attempts history, in
+    ** one scan: a grouping set per histogram (lateness lb, duration db),
+    ** per outcome, per minute of the last 15 (mi, DONE only), and the
+    ** grand total () for the sums and the refused late commits.
+    ** Bucket i holds bounds[i-1] < v <= bounds[i].  width_bucket() counts
+    ** the lower bounds <= its operand, so over $1, the negated bounds in
+    ** ascending order, width_bucket(-v) is the number of bounds >= v and
+    ** $2 (the number of bounds) minus it is the number of bounds < v: the
+    ** bucket.  Negative values land in 0, values over the last bound in
+    ** $2 (+Inf).  Each row also carries the live workers' sums and the
+    ** number of schedules.
+    */
+    [ST_METRICS] =
+	"WITH x AS (SELECT"
+	" (extract(epoch FROM claimed_at - due_at) * 1000)::float8 AS late,"
+	" (extract(epoch FROM ended_at - claimed_at) * 1000)::float8 AS dur,"
+	" outcome, late_commit,"
+	" CASE WHEN outcome = 'DONE'"
+	"   AND ended_at >= now() - interval '15 minutes'"
+	"   AND ended_at < now() THEN ((extract(epoch FROM now() - ended_at)"
+	"   * 1000000)::int8 - 1) / 60000000 END AS mi FROM due_attempt),"
+	" y AS (SELECT *, $2::int4 - width_bucket(-late, $1::float8[]) AS lb,"
+	" $2::int4 - width_bucket(-dur, $1::float8[]) AS db FROM x),"
+	" w AS (SELECT count(*) AS n,"
+	" coalesce(sum(claim_queries), 0)::int8 AS cq,"
+	" coalesce(sum(empty_claims), 0)::int8 AS ec,"
+	" coalesce(sum(reclaim_queries), 0)::int8 AS rq,"
+	" coalesce(sum(store_errors), 0)::int8 AS se FROM due_worker"
+	" WHERE seen_at >= now() - interval '5 minutes')"
+	" SELECT GROUPING(lb, db, outcome, mi), lb, db, outcome, mi,"
+	" count(*), sum(late), sum(dur),"
+	" count(*) FILTER (WHERE late_commit = 'REJECTED_STALE'),"
+	" (SELECT n FROM w), (SELECT cq FROM w), (SELECT ec FROM w),"
+	" (SELECT rq FROM w), (SELECT se FROM w),"
+	" (SELECT count(*) FROM due_schedule)"
+	" FROM y GROUP BY GROUPING SETS ((lb), (db), (outcome), (mi), ())",
+    [ST_METRICS_KINDS] =
+	"SELECT kind, count(*) FILTER (WHERE state = 'SCHEDULED'),"
+	" count(*) FILTER (WHERE state = 'CLAIMED'),"
+	" count(*) FILTER (WHERE state = 'DONE'),"
+	" count(*) FILTER (WHERE state = 'CANCELLED'),"
+	" count(*) FILTER (WHERE state = 'DEAD')"
+	" FROM due_task GROUP BY kind ORDER BY kind COLLATE \"C\""
+	" LIMIT $1::int4",
+/*
+** Upcoming: the store's now and next lease expiry always come back
+** (one row with NULL id when nothing is due before $1).
+*/
 #define UPCOMING_SQL(filter)                                                   \
 	"SELECT u.id, u.due_at, x.now, x.exp FROM (SELECT now() AS now,"       \
 	" (SELECT min(lease_until) FROM due_task WHERE state = 'CLAIMED')"     \
 	" AS exp) x LEFT JOIN LATERAL (SELECT id, due_at FROM due_task"        \
 	" WHERE state = 'SCHEDULED' AND due_at < $1::timestamptz" filter       \
 	" ORDER BY due_at LIMIT $2::int4) u ON true ORDER BY u.due_at"
-	[ST_UPC_ANY] = UPCOMING_SQL(""),
-	[ST_UPC_KINDS] = UPCOMING_SQL(" AND kind = ANY ($3::text[])"),
-	[ST_UPC_EXCLUDE] = UPCOMING_SQL(" AND kind <> ALL ($3::text[])"),
-	[ST_WORKER_REPORT] =
-		"INSERT INTO due_worker (owner, started_at, seen_at, "
-		DUE_WORKER_COUNTER_COLS ") VALUES ($1::text,"
-		" now(), now(), $2::int8, $3::int8, $4::int8, $5::int8, $6::int8,"
-		" $7::int8, $8::int8, $9::int8, $10::int8, $11::int8, $12::int8)"
-		" ON CONFLICT (owner) DO UPDATE SET seen_at = now(), "
-		DUE_WORKER_COUNTER_SET,
+    [ST_UPC_ANY] = UPCOMING_SQL(""),
+    [ST_UPC_KINDS] = UPCOMING_SQL(" AND kind = ANY ($3::text[])"),
+    [ST_UPC_EXCLUDE] = UPCOMING_SQL(" AND kind <> ALL ($3::text[])"),
+    [ST_WORKER_REPORT] =
+	"INSERT INTO due_worker (owner, started_at, "
+	"seen_at, " DUE_WORKER_COUNTER_COLS ") VALUES ($1::text,"
+	" now(), now(), $2::int8, $3::int8, $4::int8, $5::int8, $6::int8,"
+	" $7::int8, $8::int8, $9::int8, $10::int8, $11::int8, $12::int8)"
+	" ON CONFLICT (owner) DO UPDATE SET seen_at = "
+	"now(), " DUE_WORKER_COUNTER_SET,
 };
 
 _Static_assert(ST_COUNT <= DUE_PG_MAX_STMTS, "raise DUE_PG_MAX_STMTS");
@@ -490,114 +544,114 @@ static int run(due_store *s, enum stmt_id id, const due_pg_params *p,
 	due__pg_rows(&rows, &rows##_cur, r)
 
 static const char schema_v1[] =
-	"CREATE TABLE IF NOT EXISTS due_meta ("
-	"  name text PRIMARY KEY, value text NOT NULL);"
-	/* An identity is never reused after prune, so the idempotency key
-	   task-<id> stays unique forever.  The sequence is named because
-	   submit draws ids from it before inserting (see ST_INSERT). */
-	"CREATE TABLE due_task ("
-	"  id bigint GENERATED ALWAYS AS IDENTITY"
-	"    (SEQUENCE NAME due_task_id_seq) PRIMARY KEY,"
-	"  kind text NOT NULL,"
-	"  payload bytea NOT NULL,"
-	"  state text NOT NULL CHECK (state IN"
-	"    ('SCHEDULED', 'CLAIMED', 'DONE', 'CANCELLED', 'DEAD')),"
-	"  due_at timestamptz NOT NULL,"
-	"  attempt integer NOT NULL DEFAULT 0,"
-	"  attempt_base integer NOT NULL DEFAULT 0,"
-	"  max_attempts integer NOT NULL CHECK (max_attempts >= 1),"
-	"  backoff_us bigint NOT NULL,"
-	"  backoff_cap_us bigint NOT NULL,"
-	"  lease_owner text,"
-	"  lease_until timestamptz,"
-	"  cancel_requested boolean NOT NULL DEFAULT false,"
-	"  key text,"
-	"  result bytea,"
-	"  last_error text,"
-	"  created_at timestamptz NOT NULL,"
-	"  updated_at timestamptz NOT NULL,"
-	"  CONSTRAINT claimed_iff_lease CHECK ("
-	"    (state = 'CLAIMED' AND lease_owner IS NOT NULL"
-	"     AND lease_until IS NOT NULL)"
-	"    OR (state <> 'CLAIMED' AND lease_owner IS NULL"
-	"     AND lease_until IS NULL)));"
-	"CREATE INDEX due_task_due ON due_task (due_at) WHERE state = 'SCHEDULED';"
-	"CREATE INDEX due_task_lease ON due_task (lease_until)"
-	"  WHERE state = 'CLAIMED';"
-	"CREATE UNIQUE INDEX due_task_key ON due_task (kind, key)"
-	"  WHERE key IS NOT NULL AND state IN ('SCHEDULED', 'CLAIMED');"
-	"CREATE INDEX due_task_finished ON due_task (updated_at)"
-	"  WHERE state IN ('DONE', 'CANCELLED');"
-	"CREATE TABLE due_attempt ("
-	"  task_id bigint NOT NULL,"
-	"  attempt integer NOT NULL,"
-	"  worker text NOT NULL,"
-	"  claimed_at timestamptz NOT NULL,"
-	"  due_at timestamptz NOT NULL,"
-	"  ended_at timestamptz,"
-	"  outcome text NOT NULL DEFAULT 'RUNNING' CHECK (outcome IN ('RUNNING',"
-	"    'DONE', 'FAILED', 'LEASE_EXPIRED', 'CANCELLED', 'REQUEUED',"
-	"    'KILLED')),"
-	"  error text,"
-	"  late_commit text,"
-	"  PRIMARY KEY (task_id, attempt));"
-	"CREATE INDEX due_attempt_claimed ON due_attempt (claimed_at);"
-	"CREATE TABLE due_audit ("
-	"  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
-	"  task_id bigint NOT NULL,"
-	"  at timestamptz NOT NULL,"
-	"  action text NOT NULL,"
-	"  detail text);"
-	"CREATE INDEX due_audit_task ON due_audit (task_id);"
-	/* The backoff rule of due_backoff_us() (src/core/time.c): min(base *
-	   2^(n-1), cap), computed in numeric so it cannot overflow; past 64
-	   doublings any base >= 1 is over every int8 cap. */
-	"CREATE FUNCTION due_backoff(base bigint, cap bigint, n integer)"
-	"  RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$"
-	"  SELECT CASE WHEN base <= 0 THEN 0::bigint"
-	"    WHEN n > 64 THEN cap"
-	"    ELSE least(base::numeric * 2::numeric ^ greatest(n - 1, 0),"
-	"               cap::numeric)::bigint END $$;"
-	"INSERT INTO due_meta (name, value) VALUES ('schema_version', '1');";
+    "CREATE TABLE IF NOT EXISTS due_meta ("
+    "  name text PRIMARY KEY, value text NOT NULL);"
+    /* An identity is never reused after prune, so the idempotency key
+       task-<id> stays unique forever.  The sequence is named because
+       submit draws ids from it before inserting (see ST_INSERT). */
+    "CREATE TABLE due_task ("
+    "  id bigint GENERATED ALWAYS AS IDENTITY"
+    "    (SEQUENCE NAME due_task_id_seq) PRIMARY KEY,"
+    "  kind text NOT NULL,"
+    "  payload bytea NOT NULL,"
+    "  state text NOT NULL CHECK (state IN"
+    "    ('SCHEDULED', 'CLAIMED', 'DONE', 'CANCELLED', 'DEAD')),"
+    "  due_at timestamptz NOT NULL,"
+    "  attempt integer NOT NULL DEFAULT 0,"
+    "  attempt_base integer NOT NULL DEFAULT 0,"
+    "  max_attempts integer NOT NULL CHECK (max_attempts >= 1),"
+    "  backoff_us bigint NOT NULL,"
+    "  backoff_cap_us bigint NOT NULL,"
+    "  lease_owner text,"
+    "  lease_until timestamptz,"
+    "  cancel_requested boolean NOT NULL DEFAULT false,"
+    "  key text,"
+    "  result bytea,"
+    "  last_error text,"
+    "  created_at timestamptz NOT NULL,"
+    "  updated_at timestamptz NOT NULL,"
+    "  CONSTRAINT claimed_iff_lease CHECK ("
+    "    (state = 'CLAIMED' AND lease_owner IS NOT NULL"
+    "     AND lease_until IS NOT NULL)"
+    "    OR (state <> 'CLAIMED' AND lease_owner IS NULL"
+    "     AND lease_until IS NULL)));"
+    "CREATE INDEX due_task_due ON due_task (due_at) WHERE state = 'SCHEDULED';"
+    "CREATE INDEX due_task_lease ON due_task (lease_until)"
+    "  WHERE state = 'CLAIMED';"
+    "CREATE UNIQUE INDEX due_task_key ON due_task (kind, key)"
+    "  WHERE key IS NOT NULL AND state IN ('SCHEDULED', 'CLAIMED');"
+    "CREATE INDEX due_task_finished ON due_task (updated_at)"
+    "  WHERE state IN ('DONE', 'CANCELLED');"
+    "CREATE TABLE due_attempt ("
+    "  task_id bigint NOT NULL,"
+    "  attempt integer NOT NULL,"
+    "  worker text NOT NULL,"
+    "  claimed_at timestamptz NOT NULL,"
+    "  due_at timestamptz NOT NULL,"
+    "  ended_at timestamptz,"
+    "  outcome text NOT NULL DEFAULT 'RUNNING' CHECK (outcome IN ('RUNNING',"
+    "    'DONE', 'FAILED', 'LEASE_EXPIRED', 'CANCELLED', 'REQUEUED',"
+    "    'KILLED')),"
+    "  error text,"
+    "  late_commit text,"
+    "  PRIMARY KEY (task_id, attempt));"
+    "CREATE INDEX due_attempt_claimed ON due_attempt (claimed_at);"
+    "CREATE TABLE due_audit ("
+    "  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    "  task_id bigint NOT NULL,"
+    "  at timestamptz NOT NULL,"
+    "  action text NOT NULL,"
+    "  detail text);"
+    "CREATE INDEX due_audit_task ON due_audit (task_id);"
+    /* The backoff rule of due_backoff_us() (src/core/time.c): min(base *
+       2^(n-1), cap), computed in numeric so it cannot overflow; past 64
+       doublings any base >= 1 is over every int8 cap. */
+    "CREATE FUNCTION due_backoff(base bigint, cap bigint, n integer)"
+    "  RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$"
+    "  SELECT CASE WHEN base <= 0 THEN 0::bigint"
+    "    WHEN n > 64 THEN cap"
+    "    ELSE least(base::numeric * 2::numeric ^ greatest(n - 1, 0),"
+    "               cap::numeric)::bigint END $$;"
+    "INSERT INTO due_meta (name, value) VALUES ('schema_version', '1');";
 
 /* Version 1 -> 2: periodic schedules and worker reports. */
 #define WORKER_COUNTER(c) "  " c " bigint NOT NULL DEFAULT 0,"
 static const char schema_v2[] =
-	"CREATE TABLE due_schedule ("
-	"  name text PRIMARY KEY,"
-	"  expr text NOT NULL,"
-	"  kind text NOT NULL,"
-	"  tz text NOT NULL,"
-	"  payload bytea NOT NULL,"
-	"  misfire text NOT NULL CHECK (misfire IN ('skip', 'once')),"
-	"  overlap text NOT NULL CHECK (overlap IN ('allow', 'wait')),"
-	"  max_attempts integer NOT NULL,"
-	"  backoff_us bigint NOT NULL,"
-	"  backoff_cap_us bigint NOT NULL,"
-	"  next_slot timestamptz NOT NULL,"
-	"  last_slot timestamptz,"
-	"  last_task bigint,"
-	"  fired bigint NOT NULL DEFAULT 0,"
-	"  missed bigint NOT NULL DEFAULT 0,"
-	"  last_missed timestamptz,"
-	"  created_at timestamptz NOT NULL,"
-	"  updated_at timestamptz NOT NULL);"
-	"CREATE TABLE due_worker ("
-	"  owner text PRIMARY KEY,"
-	"  started_at timestamptz NOT NULL,"
-	"  seen_at timestamptz NOT NULL,"
-	WORKER_COUNTER("claimed") WORKER_COUNTER("done")
-	WORKER_COUNTER("failed") WORKER_COUNTER("dead")
-	WORKER_COUNTER("stale") WORKER_COUNTER("cancelled")
-	WORKER_COUNTER("lease_lost") WORKER_COUNTER("claim_queries")
-	WORKER_COUNTER("empty_claims") WORKER_COUNTER("reclaim_queries")
-	"  store_errors bigint NOT NULL DEFAULT 0);"
-	"UPDATE due_meta SET value = '2' WHERE name = 'schema_version';";
+    "CREATE TABLE due_schedule ("
+    "  name text PRIMARY KEY,"
+    "  expr text NOT NULL,"
+    "  kind text NOT NULL,"
+    "  tz text NOT NULL,"
+    "  payload bytea NOT NULL,"
+    "  misfire text NOT NULL CHECK (misfire IN ('skip', 'once')),"
+    "  overlap text NOT NULL CHECK (overlap IN ('allow', 'wait')),"
+    "  max_attempts integer NOT NULL,"
+    "  backoff_us bigint NOT NULL,"
+    "  backoff_cap_us bigint NOT NULL,"
+    "  next_slot timestamptz NOT NULL,"
+    "  last_slot timestamptz,"
+    "  last_task bigint,"
+    "  fired bigint NOT NULL DEFAULT 0,"
+    "  missed bigint NOT NULL DEFAULT 0,"
+    "  last_missed timestamptz,"
+    "  created_at timestamptz NOT NULL,"
+    "  updated_at timestamptz NOT NULL);"
+    "CREATE TABLE due_worker ("
+    "  owner text PRIMARY KEY,"
+    "  started_at timestamptz NOT NULL,"
+    "  seen_at timestamptz NOT NULL," WORKER_COUNTER("claimed") WORKER_COUNTER(
+	"done") WORKER_COUNTER("failed") WORKER_COUNTER("dead")
+	WORKER_COUNTER("stale") WORKER_COUNTER("cancelled") WORKER_COUNTER(
+	    "lease_lost") WORKER_COUNTER("claim_queries")
+	    WORKER_COUNTER("empty_claims") WORKER_COUNTER(
+		"reclaim_queries") "  store_errors bigint NOT NULL DEFAULT 0);"
+				   "UPDATE due_meta SET value = '2' WHERE name "
+				   "= 'schema_version';";
 #undef WORKER_COUNTER
 
 /* Version 2 -> 3: nothing to change on PostgreSQL (see the history). */
 static const char schema_v3[] =
-	"UPDATE due_meta SET value = '3' WHERE name = 'schema_version';";
+    "UPDATE due_meta SET value = '3' WHERE name = 'schema_version';";
 
 /* ------------------------------------------------------------------ */
 /* Open, schema                                                        */
@@ -611,18 +665,17 @@ static int pg_parse_url(void **cfg, const due_url *u)
 {
 	*cfg = NULL;
 	if (strncmp(u->rest, "//", 2) != 0)
-		return due__error_set(DUE_EINVAL,
-			"malformed store URL '%s': use %s://[user@]host[:port]/"
-			"database", u->text, u->scheme);
+		return due__error_set(
+		    DUE_EINVAL,
+		    "malformed store URL '%s': use %s://[user@]host[:port]/"
+		    "database",
+		    u->text, u->scheme);
 	if (!(*cfg = due__strdup_n(u->text, strlen(u->text))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	return 0;
 }
 
-static void pg_free_cfg(void *cfg)
-{
-	free(cfg);
-}
+static void pg_free_cfg(void *cfg) { free(cfg); }
 
 /*
 ** Connect to the URI.  `create` means nothing here: the database must
@@ -646,9 +699,10 @@ static void pg_close(due_store *s)
 /* Schema version in the search_path: -1 when there is no due schema. */
 static int read_version(due_store *s, int *out)
 {
-	PGresult *r = PQexec(s->conn,
-		"SELECT CASE WHEN to_regclass('due_meta') IS NULL THEN '-1'"
-		" ELSE NULL END");
+	PGresult *r =
+	    PQexec(s->conn,
+		   "SELECT CASE WHEN to_regclass('due_meta') IS NULL THEN '-1'"
+		   " ELSE NULL END");
 	int rc = 0;
 
 	*out = -1;
@@ -686,19 +740,23 @@ static int pg_check_schema(due_store *s)
 static int init_lock(due_store *s)
 {
 	return due__pg_command(s, "SELECT pg_advisory_xact_lock(" INIT_LOCK ")",
-			      "lock schema");
+			       "lock schema");
 }
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-	[1] = schema_v1, [2] = schema_v2, [3] = schema_v3};
+    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3};
 
 static int pg_init_schema(due_store *s)
 {
-	const due_migration m = {
-		.label = s->label, .where = WHERE, .steps = steps,
-		.begin = due__pg_begin, .lock = init_lock,
-		.read_version = read_version, .exec = due__pg_command,
-		.commit = due__pg_commit, .rollback = due__pg_rollback};
+	const due_migration m = {.label = s->label,
+				 .where = WHERE,
+				 .steps = steps,
+				 .begin = due__pg_begin,
+				 .lock = init_lock,
+				 .read_version = read_version,
+				 .exec = due__pg_command,
+				 .commit = due__pg_commit,
+				 .rollback = due__pg_rollback};
 	int rc = due__pg_ok(s);
 
 	return rc < 0 ? rc : due__migrate(s, &m);
@@ -710,17 +768,15 @@ static int pg_now(due_store *s, due_time *out)
 	PGresult *r;
 	int rc;
 
-	if ((rc = due__pg_ok(s)) < 0 || (rc = run(s, ST_NOW, &p, "now", &r)) < 0)
+	if ((rc = due__pg_ok(s)) < 0 ||
+	    (rc = run(s, ST_NOW, &p, "now", &r)) < 0)
 		return rc;
 	*out = due__pg_col_time(r, 0, 0);
 	PQclear(r);
 	return 0;
 }
 
-static void *pg_native(due_store *s)
-{
-	return s->conn;
-}
+static void *pg_native(due_store *s) { return s->conn; }
 
 /* ------------------------------------------------------------------ */
 /* Producer                                                            */
@@ -748,7 +804,8 @@ static int insert_batch(due_store *s, const due_submit *items, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		const due_schedule_opts *o = &items[i].opts;
 		due__pg_arr_text(&b[0], items[i].kind);
-		due__pg_arr_bytes(&b[1], items[i].payload, items[i].payload_len);
+		due__pg_arr_bytes(&b[1], items[i].payload,
+				  items[i].payload_len);
 		if (o->at != DUE_TIME_NONE)
 			due__pg_arr_i64(&b[2], o->at - DUE_PG_EPOCH_US);
 		else
@@ -806,10 +863,11 @@ static int insert_items(due_store *s, const due_submit *items, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		for (int tries = 0; out[i].id == 0; tries++) {
 			if (tries == KEY_TRIES)
-				return due__error_set(DUE_EBUSY,
-					"postgres store: the live task of kind "
-					"'%s' key '%s' keeps changing; retry",
-					items[i].kind, items[i].opts.key);
+				return due__error_set(
+				    DUE_EBUSY,
+				    "postgres store: the live task of kind "
+				    "'%s' key '%s' keeps changing; retry",
+				    items[i].kind, items[i].opts.key);
 			if ((rc = find_live(s, &items[i], &out[i].id)) < 0)
 				return rc;
 			out[i].existed = out[i].id != 0;
@@ -868,8 +926,9 @@ static int pg_schedule_on_native(void *conn, due_submitted *out,
 
 	if (rc < 0 && (strcmp(tmp.sqlstate, "42P01") == 0 ||
 		       strcmp(tmp.sqlstate, "42883") == 0))
-		rc = due__error_set(DUE_ESCHEMA, "database has no due schema in "
-				   "its search_path: run `due init`");
+		rc = due__error_set(DUE_ESCHEMA,
+				    "database has no due schema in "
+				    "its search_path: run `due init`");
 	return rc;
 }
 
@@ -909,7 +968,7 @@ static int pg_claim(due_store *s, due_task_list **out, const char *owner,
 		    const char *const *kinds, size_t n_kinds, bool exclude,
 		    int limit, int64_t lease_us, due_id only_id)
 {
-	enum stmt_id id = only_id   ? ST_CLAIM_ID
+	enum stmt_id id = only_id    ? ST_CLAIM_ID
 			  : !n_kinds ? ST_CLAIM_ANY
 			  : exclude  ? ST_CLAIM_EXCLUDE
 				     : ST_CLAIM_KINDS;
@@ -980,7 +1039,7 @@ static int run_hooks(due_store *s, const due_completion *items, size_t n,
 	for (size_t i = 0; hook && i < n && rc == 0; i++)
 		if (items[i].outcome == DUE_COMPLETE_DONE)
 			rc = due__store_run_hook(hook, s->conn, &items[i],
-						payload);
+						 payload);
 	return rc;
 }
 
@@ -1062,8 +1121,8 @@ static void read_outcomes(const PGresult *r, int col, due_completion *items,
 	for (size_t i = 0; i < n; i++) {
 		items[i].outcome = !strncmp(p, "DONE", 4) ? DUE_COMPLETE_DONE
 				   : !strncmp(p, "CANCELLED", 9)
-					   ? DUE_COMPLETE_CANCELLED_BEFORE_COMMIT
-					   : DUE_COMPLETE_REJECTED_STALE;
+				       ? DUE_COMPLETE_CANCELLED_BEFORE_COMMIT
+				       : DUE_COMPLETE_REJECTED_STALE;
 		const char *comma = p ? strchr(p, ',') : NULL;
 		p = comma ? comma + 1 : "";
 	}
@@ -1080,8 +1139,9 @@ static int pg_complete_claim(due_store *s, due_completion *items, size_t n,
 			     size_t n_kinds, bool exclude, int limit,
 			     int64_t lease_us, due_task_list **out)
 {
-	enum stmt_id id = !n_kinds ? ST_CC_ANY : exclude ? ST_CC_EXCLUDE
-							 : ST_CC_KINDS;
+	enum stmt_id id = !n_kinds  ? ST_CC_ANY
+			  : exclude ? ST_CC_EXCLUDE
+				    : ST_CC_KINDS;
 	due_pg_buf b[4] = {{0}};
 	due_pg_params p = {0};
 	PGresult *r = NULL;
@@ -1108,7 +1168,7 @@ done:
 }
 
 static int pg_fail(due_store *s, due_fail_outcome *out, due_id id,
-			int32_t attempt, const char *error)
+		   int32_t attempt, const char *error)
 {
 	due_pg_params p = {0};
 	PGresult *r;
@@ -1246,8 +1306,8 @@ static int pg_list(due_store *s, due_task_list **out, const due_list_opts *o)
 
 	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
-	due__pg_text(&p,
-		    o->state >= 0 ? due_state_name((due_state)o->state) : NULL);
+	due__pg_text(&p, o->state >= 0 ? due_state_name((due_state)o->state)
+				       : NULL);
 	due__pg_text(&p, o->kind);
 	due__pg_int(&p, o->after);
 	due__pg_int(&p, o->limit);
@@ -1272,10 +1332,9 @@ static int pg_list(due_store *s, due_task_list **out, const due_list_opts *o)
 static int wrong_state(const PGresult *r, int col, due_id id,
 		       const char *action, const char *needed)
 {
-	return due__store_wrong_state(id, action,
-				     due__pg_col_null(r, 0, col)
-					     ? NULL : PQgetvalue(r, 0, col),
-				     needed);
+	return due__store_wrong_state(
+	    id, action,
+	    due__pg_col_null(r, 0, col) ? NULL : PQgetvalue(r, 0, col), needed);
 }
 
 /* DEAD -> SCHEDULED due now with a fresh budget; audited.  One statement. */
@@ -1393,7 +1452,8 @@ static int pg_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 	do {
 		due_pg_params p = {0};
 		PGresult *r;
-		due__pg_int(&p, older_than_us < max_us ? older_than_us : max_us);
+		due__pg_int(&p,
+			    older_than_us < max_us ? older_than_us : max_us);
 		due__pg_int(&p, BATCH_ROWS);
 		if ((rc = run(s, ST_PRUNE, &p, "prune", &r)) < 0)
 			return rc;
@@ -1408,8 +1468,7 @@ static int pg_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 /* Schedules                                                           */
 /* ------------------------------------------------------------------ */
 
-static int pg_cron_get(due_store *s, due_cron_info **out,
-			const char *name)
+static int pg_cron_get(due_store *s, due_cron_info **out, const char *name)
 {
 	due_pg_params p = {0};
 	PGresult *r;
@@ -1445,8 +1504,7 @@ static int pg_cron_list(due_store *s, due_cron_info_list **out)
 }
 
 /* Insert or replace a definition; a replace keeps the firing history. */
-static int pg_cron_put(due_store *s, const due_cron_def *d,
-			due_time next_slot)
+static int pg_cron_put(due_store *s, const due_cron_def *d, due_time next_slot)
 {
 	due_pg_params p = {0};
 	PGresult *r;
@@ -1483,7 +1541,8 @@ static int pg_cron_remove(due_store *s, const char *name)
 	if ((rc = run(s, ST_SCHED_REMOVE, &p, "remove schedule", &r)) < 0)
 		return rc;
 	if (PQntuples(r) == 0)
-		rc = due__error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
+		rc = due__error_set(DUE_ENOTFOUND, "no schedule named '%s'",
+				    name);
 	PQclear(r);
 	return rc;
 }
@@ -1499,7 +1558,7 @@ static int pg_cron_remove(due_store *s, const char *name)
 ** does.  A lost race writes nothing: *won = false.
 */
 static int pg_cron_fire(due_store *s, const due_cron_fire *f, bool *won,
-			 due_id *task_id)
+			due_id *task_id)
 {
 	const due_submit *t = f->task;
 	int rc;
@@ -1558,8 +1617,8 @@ static int pg_cron_fire(due_store *s, const due_cron_fire *f, bool *won,
 			}
 			due__pg_text(&q, f->name);
 			due__pg_int(&q, id);
-			if ((rc = run(s, ST_SCHED_LAST_TASK, &q, "fire schedule",
-				      &r)) < 0)
+			if ((rc = run(s, ST_SCHED_LAST_TASK, &q,
+				      "fire schedule", &r)) < 0)
 				goto fail;
 			PQclear(r);
 		}
@@ -1570,9 +1629,11 @@ static int pg_cron_fire(due_store *s, const due_cron_fire *f, bool *won,
 		*task_id = id;
 		return 0;
 	}
-	return due__error_set(DUE_EBUSY,
-		"postgres store: the live task of schedule '%s' keeps changing; "
-		"retry", f->name);
+	return due__error_set(
+	    DUE_EBUSY,
+	    "postgres store: the live task of schedule '%s' keeps changing; "
+	    "retry",
+	    f->name);
 fail:
 	*won = false;
 	due__pg_rollback(s);
@@ -1622,8 +1683,8 @@ static void metrics_row(const PGresult *r, int i, due_metrics *out)
 	int64_t b;
 
 	switch (due__pg_col_int(r, i, 0)) { /* GROUPING(lb, db, outcome, mi) */
-	case 7: /* (lb) */
-	case 11: { /* (db) */
+	case 7:				    /* (lb) */
+	case 11: {			    /* (db) */
 		bool late = due__pg_col_int(r, i, 0) == 7;
 		due_histogram *h = late ? &out->lateness : &out->duration;
 		if (due__pg_col_null(r, i, late ? 1 : 2))
@@ -1649,7 +1710,8 @@ static void metrics_row(const PGresult *r, int i, due_metrics *out)
 	case 15: /* () */
 		out->lateness.sum_ms = due__pg_col_f64(r, i, 6);
 		out->duration.sum_ms = due__pg_col_f64(r, i, 7);
-		out->outcomes[DUE_OUT_REJECTED_STALE] = due__pg_col_int(r, i, 8);
+		out->outcomes[DUE_OUT_REJECTED_STALE] =
+		    due__pg_col_int(r, i, 8);
 		out->workers = due__pg_col_int(r, i, 9);
 		out->claim_queries = due__pg_col_int(r, i, 10);
 		out->empty_claims = due__pg_col_int(r, i, 11);
@@ -1657,8 +1719,7 @@ static void metrics_row(const PGresult *r, int i, due_metrics *out)
 		out->store_errors = due__pg_col_int(r, i, 13);
 		out->n_schedules = (size_t)due__pg_col_int(r, i, 14);
 		break;
-	default:
-		break;
+	default: break;
 	}
 }
 
@@ -1737,11 +1798,13 @@ static int pg_worker_report(due_store *s, const char *owner,
 ** The ids and due times of tasks due before `until` (one indexed read
 ** that also reports the server's now and the next lease expiry).
 */
-static int pg_upcoming(due_store *s, due_upcoming *out, const char *const *kinds,
-		       size_t n_kinds, bool exclude, due_time until, int limit)
+static int pg_upcoming(due_store *s, due_upcoming *out,
+		       const char *const *kinds, size_t n_kinds, bool exclude,
+		       due_time until, int limit)
 {
-	enum stmt_id id = !n_kinds ? ST_UPC_ANY : exclude ? ST_UPC_EXCLUDE
-							  : ST_UPC_KINDS;
+	enum stmt_id id = !n_kinds  ? ST_UPC_ANY
+			  : exclude ? ST_UPC_EXCLUDE
+				    : ST_UPC_KINDS;
 	due_pg_buf kb = {0};
 	due_pg_params p = {0};
 	PGresult *r = NULL;
@@ -1777,12 +1840,14 @@ static int pg_listen(due_store *s, int *fd)
 	if (!s->listening) {
 		if ((rc = due__pg_ok(s)) < 0 ||
 		    (rc = due__pg_command(s, "LISTEN " DUE_PG_CHANNEL,
-					 "listen")) < 0)
+					  "listen")) < 0)
 			return rc;
 		s->listening = true;
 	}
 	*fd = PQsocket(s->conn);
-	return *fd >= 0 ? 0 : due__error_set(DUE_ESTORE, "postgres store: no socket");
+	return *fd >= 0
+		   ? 0
+		   : due__error_set(DUE_ESTORE, "postgres store: no socket");
 }
 
 static int pg_listen_drain(due_store *s, int *count)
@@ -1811,14 +1876,12 @@ static const char *const schemes[] = {"postgres", "postgresql", NULL};
 /* Every method is pg_<method> (store.h lists them). */
 #define OP(m) .m = pg_##m,
 const due_store_ops due__store_pg = {
-	.version = DUE_STORE_OPS_VERSION,
-	.name = "postgres",
-	.schemes = schemes,
-	.caps = DUE_STORE_CAP_NOTIFY | DUE_STORE_CAP_TX_SUBMIT,
-	DUE_STORE_METHODS(OP)
-	DUE_STORE_NOTIFY_METHODS(OP)
-	DUE_STORE_TX_SUBMIT_METHODS(OP)
-};
+    .version = DUE_STORE_OPS_VERSION,
+    .name = "postgres",
+    .schemes = schemes,
+    .caps = DUE_STORE_CAP_NOTIFY | DUE_STORE_CAP_TX_SUBMIT,
+    DUE_STORE_METHODS(OP) DUE_STORE_NOTIFY_METHODS(OP)
+	DUE_STORE_TX_SUBMIT_METHODS(OP)};
 #undef OP
 
 DUE_STORE_TX_SUBMIT_API(due_schedule_pg_tx, struct pg_conn, due__store_pg)

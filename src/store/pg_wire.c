@@ -41,7 +41,8 @@ static const char *trimmed(char *buf, size_t n, const char *msg)
 int due__pg_error(due_store *s, const PGresult *r, const char *what)
 {
 	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-	const char *msg = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	const char *msg =
+	    r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
 	bool bad = PQstatus(s->conn) == CONNECTION_BAD;
 	char buf[768];
 	int code = DUE_ERROR;
@@ -52,16 +53,16 @@ int due__pg_error(due_store *s, const PGresult *r, const char *what)
 	if (bad || (state && (strncmp(state, "08", 2) == 0 ||
 			      strncmp(state, "57P0", 4) == 0)))
 		code = DUE_ESTORE;
-	else if (state && (strcmp(state, "40001") == 0 ||
-			   strcmp(state, "40P01") == 0 ||
-			   strcmp(state, "55P03") == 0))
+	else if (state &&
+		 (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 ||
+		  strcmp(state, "55P03") == 0))
 		code = DUE_EBUSY;
 	else if (state && strcmp(state, "23505") == 0)
 		code = DUE_ECONFLICT;
 	else if (!r)
 		code = DUE_ESTORE;
 	return due__error_set(code, "postgres store: %s: %s", what,
-			     trimmed(buf, sizeof(buf), msg));
+			      trimmed(buf, sizeof(buf), msg));
 }
 
 static void quiet_notices(void *arg, const char *message)
@@ -73,7 +74,8 @@ static void quiet_notices(void *arg, const char *message)
 /* The URI goes to libpq whole; the label names the store in messages. */
 int due__pg_connect(due_store **out, const char *uri)
 {
-	const char *const keys[] = {"dbname", "fallback_application_name", NULL};
+	const char *const keys[] = {"dbname", "fallback_application_name",
+				    NULL};
 	const char *const vals[] = {uri, "due", NULL};
 	due_store *s;
 
@@ -115,10 +117,11 @@ int due__pg_ok(due_store *s)
 		}
 	}
 	if (PQtransactionStatus(s->conn) != PQTRANS_IDLE)
-		return due__error_set(DUE_EINVAL,
-			"postgres store: a transaction is open on this handle's "
-			"connection (inside a completion hook, use the hook's "
-			"connection with due_schedule_pg_tx)");
+		return due__error_set(
+		    DUE_EINVAL,
+		    "postgres store: a transaction is open on this handle's "
+		    "connection (inside a completion hook, use the hook's "
+		    "connection with due_schedule_pg_tx)");
 	return 0;
 }
 
@@ -186,7 +189,7 @@ static int prepare(due_store *s, int id, const char *sql, const char *name,
 ** it is prepared again and run once more: it never ran, so that is safe.
 */
 int due__pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
-	       const char *what, PGresult **out)
+		const char *what, PGresult **out)
 {
 	char name[16];
 	PGresult *r;
@@ -201,8 +204,8 @@ int due__pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
 			return rc;
 		r = s->own ? PQexecPrepared(s->conn, name, p->n, p->v, p->len,
 					    p->fmt, 1)
-			   : PQexecParams(s->conn, sql, p->n, NULL, p->v, p->len,
-					  p->fmt, 1);
+			   : PQexecParams(s->conn, sql, p->n, NULL, p->v,
+					  p->len, p->fmt, 1);
 		st = PQresultStatus(r);
 		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
 			*out = r;
@@ -224,15 +227,13 @@ int due__pg_command(due_store *s, const char *sql, const char *what)
 	PGresult *r = PQexec(s->conn, sql);
 	int rc = PQresultStatus(r) == PGRES_COMMAND_OK ||
 			 PQresultStatus(r) == PGRES_TUPLES_OK
-		 ? 0 : due__pg_error(s, r, what);
+		     ? 0
+		     : due__pg_error(s, r, what);
 	PQclear(r);
 	return rc;
 }
 
-int due__pg_begin(due_store *s)
-{
-	return due__pg_command(s, "BEGIN", "begin");
-}
+int due__pg_begin(due_store *s) { return due__pg_command(s, "BEGIN", "begin"); }
 
 void due__pg_rollback(due_store *s)
 {
@@ -254,15 +255,17 @@ int due__pg_commit(due_store *s)
 
 	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 		if (PQstatus(s->conn) == CONNECTION_BAD)
-			rc = due__error_set(DUE_ESTORE,
-				"postgres store: commit outcome unknown, the "
-				"connection was lost: %s",
-				trimmed(buf, sizeof(buf), PQerrorMessage(s->conn)));
+			rc = due__error_set(
+			    DUE_ESTORE,
+			    "postgres store: commit outcome unknown, the "
+			    "connection was lost: %s",
+			    trimmed(buf, sizeof(buf), PQerrorMessage(s->conn)));
 		else
 			rc = due__pg_error(s, r, "commit");
 	} else if (strcmp(PQcmdStatus(r), "COMMIT") != 0) {
-		rc = due__error_set(DUE_ERROR, "postgres store: commit: the "
-				   "transaction had failed and was rolled back");
+		rc = due__error_set(
+		    DUE_ERROR, "postgres store: commit: the "
+			       "transaction had failed and was rolled back");
 	}
 	PQclear(r);
 	if (rc < 0)
@@ -297,8 +300,9 @@ static void put(due_pg_buf *b, const void *d, size_t n)
 
 static void put32(due_pg_buf *b, uint32_t v)
 {
-	unsigned char x[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
-			      (unsigned char)(v >> 8), (unsigned char)v};
+	unsigned char x[4] = {(unsigned char)(v >> 24),
+			      (unsigned char)(v >> 16), (unsigned char)(v >> 8),
+			      (unsigned char)v};
 	put(b, x, 4);
 }
 
@@ -310,11 +314,11 @@ static void put64(due_pg_buf *b, uint64_t v)
 
 void due__pg_arr_head(due_pg_buf *b, uint32_t oid, size_t n)
 {
-	put32(b, 1);           /* dimensions */
-	put32(b, 1);           /* may hold NULLs (checked per element) */
+	put32(b, 1); /* dimensions */
+	put32(b, 1); /* may hold NULLs (checked per element) */
 	put32(b, oid);
 	put32(b, (uint32_t)n); /* length */
-	put32(b, 1);           /* lower bound */
+	put32(b, 1);	       /* lower bound */
 }
 
 void due__pg_arr_i64(due_pg_buf *b, int64_t v)
@@ -357,15 +361,17 @@ int due__pg_array(due_pg_params *p, const due_pg_buf *b)
 	if (b->oom)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	if (b->len > (size_t)INT_MAX)
-		return due__error_set(DUE_ETOOBIG,
-			"postgres store: batch of %zu bytes is too large for "
-			"one statement; split it", b->len);
+		return due__error_set(
+		    DUE_ETOOBIG,
+		    "postgres store: batch of %zu bytes is too large for "
+		    "one statement; split it",
+		    b->len);
 	due__pg_bin(p, b->p, b->len);
 	return 0;
 }
 
 int due__pg_texts(due_pg_params *p, due_pg_buf *b, const char *const *t,
-		 size_t n)
+		  size_t n)
 {
 	due__pg_arr_head(b, DUE_PG_OID_TEXT, n);
 	for (size_t i = 0; i < n; i++)
@@ -403,7 +409,8 @@ int64_t due__pg_col_int(const PGresult *r, int row, int col)
 due_time due__pg_col_time(const PGresult *r, int row, int col)
 {
 	return PQgetisnull(r, row, col)
-		       ? 0 : due__pg_col_int(r, row, col) + DUE_PG_EPOCH_US;
+		   ? 0
+		   : due__pg_col_int(r, row, col) + DUE_PG_EPOCH_US;
 }
 
 bool due__pg_col_null(const PGresult *r, int row, int col)
@@ -424,7 +431,7 @@ char *due__pg_col_text(const PGresult *r, int row, int col)
 	if (PQgetisnull(r, row, col))
 		return NULL;
 	return due__strdup_n(PQgetvalue(r, row, col),
-			    (size_t)PQgetlength(r, row, col));
+			     (size_t)PQgetlength(r, row, col));
 }
 
 int due__pg_col_state(const PGresult *r, int row, int col, due_state *out)
@@ -432,7 +439,7 @@ int due__pg_col_state(const PGresult *r, int row, int col, due_state *out)
 	if (PQgetisnull(r, row, col))
 		return due__state_from_store(NULL, 0, out);
 	return due__state_from_store(PQgetvalue(r, row, col),
-				    (size_t)PQgetlength(r, row, col), out);
+				     (size_t)PQgetlength(r, row, col), out);
 }
 
 /* The row.h cursor: the result is already all here, so next never fails. */

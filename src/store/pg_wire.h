@@ -37,11 +37,11 @@
 
 struct due_store {
 	PGconn *conn;
-	bool own;                 /* false: a caller's connection (pg_tx) */
+	bool own; /* false: a caller's connection (pg_tx) */
 	bool prepared[DUE_PG_MAX_STMTS]; /* per session; cleared by a reset */
-	char label[256];          /* user@host:port/db for messages */
-	char sqlstate[6];         /* of the last failure, "" when none */
-	bool listening;           /* LISTEN due_task_new on this session */
+	char label[256];		 /* user@host:port/db for messages */
+	char sqlstate[6];		 /* of the last failure, "" when none */
+	bool listening; /* LISTEN due_task_new on this session */
 };
 
 /* ------------------------------------------------------------------ */
@@ -92,7 +92,7 @@ void due__pg_time(due_pg_params *p, due_time t);
 ** (the caller clears it); on failure the error is recorded and returned.
 */
 int due__pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
-	       const char *what, PGresult **out);
+		const char *what, PGresult **out);
 /* Simple-protocol command (BEGIN, DDL, LISTEN).  0 or a due code. */
 int due__pg_command(due_store *s, const char *sql, const char *what);
 int due__pg_begin(due_store *s);
@@ -123,7 +123,7 @@ void due__pg_arr_text(due_pg_buf *b, const char *t);
 int due__pg_array(due_pg_params *p, const due_pg_buf *b);
 /* The texts as a binary text[] parameter (b holds it until the call). */
 int due__pg_texts(due_pg_params *p, due_pg_buf *b, const char *const *t,
-		 size_t n);
+		  size_t n);
 void due__pg_bufs_free(due_pg_buf *b, size_t n);
 
 /* ------------------------------------------------------------------ */

@@ -20,9 +20,9 @@ extern const due_store_ops due__store_sqlite;
 extern const due_store_ops due__store_pg;
 
 static const due_store_ops *const backends[] = {
-	&due__store_sqlite,
+    &due__store_sqlite,
 #ifdef DUE_WITH_PG
-	&due__store_pg,
+    &due__store_pg,
 #endif
 };
 
@@ -31,11 +31,10 @@ static const due_store_ops *const backends[] = {
 /* Every function pointer of due_store_ops is listed in a METHODS macro. */
 #define ONE(m) +1
 _Static_assert(sizeof(due_store_ops) ==
-		       offsetof(due_store_ops, parse_url) +
-			       (0 DUE_STORE_METHODS(ONE)
-				       DUE_STORE_NOTIFY_METHODS(ONE)
-					       DUE_STORE_TX_SUBMIT_METHODS(ONE)) *
-				       sizeof(void (*)(void)),
+		   offsetof(due_store_ops, parse_url) +
+		       (0 DUE_STORE_METHODS(ONE) DUE_STORE_NOTIFY_METHODS(ONE)
+			    DUE_STORE_TX_SUBMIT_METHODS(ONE)) *
+			   sizeof(void (*)(void)),
 	       "a method of due_store_ops is missing from DUE_STORE_*METHODS");
 #undef ONE
 
@@ -54,9 +53,10 @@ void due__store_schemes(char *buf, size_t n)
 
 	buf[0] = '\0';
 	for (size_t i = 0; i < N_BACKENDS; i++)
-		for (const char *const *s = backends[i]->schemes; s && *s; s++) {
-			int w = snprintf(buf + off, n - off, "%s%s:",
-					 off ? ", " : "", *s);
+		for (const char *const *s = backends[i]->schemes; s && *s;
+		     s++) {
+			int w = snprintf(buf + off, n - off,
+					 "%s%s:", off ? ", " : "", *s);
 			if (w < 0 || (size_t)w >= n - off)
 				return;
 			off += (size_t)w;
@@ -65,23 +65,25 @@ void due__store_schemes(char *buf, size_t n)
 
 static int missing(const due_store_ops *ops, const char *method)
 {
-	return due__error_set(DUE_ESTORE,
-		"store backend '%s' is incomplete: method '%s' is NULL",
-		ops->name ? ops->name : "?", method);
+	return due__error_set(
+	    DUE_ESTORE, "store backend '%s' is incomplete: method '%s' is NULL",
+	    ops->name ? ops->name : "?", method);
 }
 
 int due__store_check(const due_store_ops *ops)
 {
 	if (ops->version != DUE_STORE_OPS_VERSION)
-		return due__error_set(DUE_ESTORE,
-			"store backend '%s' implements store interface version "
-			"%d; this due needs version %d",
-			ops->name ? ops->name : "?", ops->version,
-			DUE_STORE_OPS_VERSION);
+		return due__error_set(
+		    DUE_ESTORE,
+		    "store backend '%s' implements store interface version "
+		    "%d; this due needs version %d",
+		    ops->name ? ops->name : "?", ops->version,
+		    DUE_STORE_OPS_VERSION);
 	if (!ops->name || !ops->schemes || !ops->schemes[0])
-		return due__error_set(DUE_ESTORE,
-			"store backend '%s' has no name or no URL scheme",
-			ops->name ? ops->name : "?");
+		return due__error_set(
+		    DUE_ESTORE,
+		    "store backend '%s' has no name or no URL scheme",
+		    ops->name ? ops->name : "?");
 #define REQUIRE(m)                                                             \
 	if (!ops->m)                                                           \
 		return missing(ops, #m);

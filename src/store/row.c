@@ -59,8 +59,8 @@ int due__row_task(const due_rows *r, due_task *t)
 	memset(t, 0, sizeof(*t));
 	t->id = o->i64(c, DUE_TC_ID);
 	t->kind = dup_opt(r, DUE_TC_KIND, NULL, &oom);
-	t->payload = (unsigned char *)dup_opt(r, DUE_TC_PAYLOAD, &t->payload_len,
-					      &oom);
+	t->payload =
+	    (unsigned char *)dup_opt(r, DUE_TC_PAYLOAD, &t->payload_len, &oom);
 	state = o->bytes(c, DUE_TC_STATE, &n);
 	if (due__state_from_store(state, n, &t->state) < 0)
 		return DUE_ERROR;
@@ -74,8 +74,8 @@ int due__row_task(const due_rows *r, due_task *t)
 	t->cancel_requested = o->i64(c, DUE_TC_CANCEL_REQUESTED) != 0;
 	t->key = dup_opt(r, DUE_TC_KEY, NULL, &oom);
 	t->has_result = !o->is_null(c, DUE_TC_RESULT);
-	t->result = (unsigned char *)dup_opt(r, DUE_TC_RESULT, &t->result_len,
-					     &oom);
+	t->result =
+	    (unsigned char *)dup_opt(r, DUE_TC_RESULT, &t->result_len, &oom);
 	t->last_error = dup_opt(r, DUE_TC_LAST_ERROR, NULL, &oom);
 	t->created_at = o->time(c, DUE_TC_CREATED_AT);
 	t->updated_at = o->time(c, DUE_TC_UPDATED_AT);
@@ -107,7 +107,7 @@ int due__rows_task_get(const due_rows *r, due_task **out, due_id id)
 		return rc;
 	if (rc == 0)
 		return due__error_set(DUE_ENOTFOUND, "no task with id %lld",
-				     (long long)id);
+				      (long long)id);
 	if (!(t = calloc(1, sizeof(*t))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	if ((rc = due__row_task(r, t)) < 0) {
@@ -124,14 +124,14 @@ static int row_attempt(const due_rows *r, due_task *t)
 	const due_row_ops *o = r->ops;
 	bool oom = false;
 	due_attempt a = {
-		.attempt = (int32_t)o->i64(r->cur, DUE_AC_ATTEMPT),
-		.worker = dup_opt(r, DUE_AC_WORKER, NULL, &oom),
-		.claimed_at = o->time(r->cur, DUE_AC_CLAIMED_AT),
-		.due_at = o->time(r->cur, DUE_AC_DUE_AT),
-		.ended_at = o->time(r->cur, DUE_AC_ENDED_AT),
-		.outcome = dup_opt(r, DUE_AC_OUTCOME, NULL, &oom),
-		.error = dup_opt(r, DUE_AC_ERROR, NULL, &oom),
-		.late_commit = dup_opt(r, DUE_AC_LATE_COMMIT, NULL, &oom),
+	    .attempt = (int32_t)o->i64(r->cur, DUE_AC_ATTEMPT),
+	    .worker = dup_opt(r, DUE_AC_WORKER, NULL, &oom),
+	    .claimed_at = o->time(r->cur, DUE_AC_CLAIMED_AT),
+	    .due_at = o->time(r->cur, DUE_AC_DUE_AT),
+	    .ended_at = o->time(r->cur, DUE_AC_ENDED_AT),
+	    .outcome = dup_opt(r, DUE_AC_OUTCOME, NULL, &oom),
+	    .error = dup_opt(r, DUE_AC_ERROR, NULL, &oom),
+	    .late_commit = dup_opt(r, DUE_AC_LATE_COMMIT, NULL, &oom),
 	};
 
 	if (oom || !a.worker || !a.outcome || due__attempts_append(t, &a) < 0) {
@@ -170,12 +170,12 @@ static int row_sched(const due_rows *r, due_cron_info *i)
 	i->expr = dup_opt(r, DUE_SC_EXPR, NULL, &oom);
 	i->kind = dup_opt(r, DUE_SC_KIND, NULL, &oom);
 	i->tz = dup_opt(r, DUE_SC_TZ, NULL, &oom);
-	i->payload = (unsigned char *)dup_opt(r, DUE_SC_PAYLOAD, &i->payload_len,
-					      &oom);
+	i->payload =
+	    (unsigned char *)dup_opt(r, DUE_SC_PAYLOAD, &i->payload_len, &oom);
 	i->misfire = due__misfire_parse(
-		short_text(r, DUE_SC_MISFIRE, name, sizeof(name)));
+	    short_text(r, DUE_SC_MISFIRE, name, sizeof(name)));
 	i->overlap = due__overlap_parse(
-		short_text(r, DUE_SC_OVERLAP, name, sizeof(name)));
+	    short_text(r, DUE_SC_OVERLAP, name, sizeof(name)));
 	i->max_attempts = (int32_t)o->i64(r->cur, DUE_SC_MAX_ATTEMPTS);
 	i->backoff_us = o->i64(r->cur, DUE_SC_BACKOFF_US);
 	i->backoff_cap_us = o->i64(r->cur, DUE_SC_BACKOFF_CAP_US);
@@ -195,7 +195,7 @@ static int row_sched(const due_rows *r, due_cron_info *i)
 }
 
 int due__rows_sched_get(const due_rows *r, due_cron_info **out,
-		       const char *name)
+			const char *name)
 {
 	due_cron_info *i;
 	int rc;
@@ -204,7 +204,8 @@ int due__rows_sched_get(const due_rows *r, due_cron_info **out,
 	if ((rc = r->ops->next(r->cur)) < 0)
 		return rc;
 	if (rc == 0)
-		return due__error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
+		return due__error_set(DUE_ENOTFOUND, "no schedule named '%s'",
+				      name);
 	if (!(i = calloc(1, sizeof(*i))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	if ((rc = row_sched(r, i)) < 0) {
@@ -229,7 +230,8 @@ int due__rows_sched_list(const due_rows *r, due_cron_info_list **out)
 			due_cron_info *n;
 			cap = cap ? cap * 2 : 16;
 			if (!(n = realloc(l->items, cap * sizeof(*n)))) {
-				rc = due__error_set(DUE_ENOMEM, "out of memory");
+				rc =
+				    due__error_set(DUE_ENOMEM, "out of memory");
 				break;
 			}
 			l->items = n;
@@ -282,7 +284,7 @@ int due__rows_upcoming(const due_rows *r, due_upcoming *out, int limit)
 }
 
 void due__worker_counters(const due_worker_stats *w,
-			 int64_t v[DUE_WORKER_N_COUNTERS])
+			  int64_t v[DUE_WORKER_N_COUNTERS])
 {
 	int i = 0;
 #define COUNTER(c) v[i++] = w->c;

@@ -17,28 +17,34 @@
 #include "due.h"
 
 /* Column lists: X(ENUM, name) for every column but the last, L(...) last. */
+/* clang-format off */
 #define DUE_TASK_COLUMNS(X, L)                                                 \
 	X(ID, id) X(KIND, kind) X(PAYLOAD, payload) X(STATE, state)            \
 	X(DUE_AT, due_at) X(ATTEMPT, attempt) X(ATTEMPT_BASE, attempt_base)    \
-	X(MAX_ATTEMPTS, max_attempts) X(BACKOFF_US, backoff_us)               \
-	X(BACKOFF_CAP_US, backoff_cap_us) X(LEASE_OWNER, lease_owner)         \
-	X(LEASE_UNTIL, lease_until) X(CANCEL_REQUESTED, cancel_requested)     \
-	X(KEY, key) X(RESULT, result) X(LAST_ERROR, last_error)               \
+	X(MAX_ATTEMPTS, max_attempts) X(BACKOFF_US, backoff_us)                \
+	X(BACKOFF_CAP_US, backoff_cap_us) X(LEASE_OWNER, lease_owner)          \
+	X(LEASE_UNTIL, lease_until) X(CANCEL_REQUESTED, cancel_requested)      \
+	X(KEY, key) X(RESULT, result) X(LAST_ERROR, last_error)                \
 	X(CREATED_AT, created_at) L(UPDATED_AT, updated_at)
+/* clang-format on */
 
+/* clang-format off */
 #define DUE_ATTEMPT_COLUMNS(X, L)                                              \
 	X(TASK_ID, task_id) X(ATTEMPT, attempt) X(WORKER, worker)              \
 	X(CLAIMED_AT, claimed_at) X(DUE_AT, due_at) X(ENDED_AT, ended_at)      \
 	X(OUTCOME, outcome) X(ERROR, error) L(LATE_COMMIT, late_commit)
+/* clang-format on */
 
+/* clang-format off */
 #define DUE_SCHED_COLUMNS(X, L)                                                \
 	X(NAME, name) X(EXPR, expr) X(KIND, kind) X(TZ, tz)                    \
 	X(PAYLOAD, payload) X(MISFIRE, misfire) X(OVERLAP, overlap)            \
-	X(MAX_ATTEMPTS, max_attempts) X(BACKOFF_US, backoff_us)               \
-	X(BACKOFF_CAP_US, backoff_cap_us) X(NEXT_SLOT, next_slot)             \
-	X(LAST_SLOT, last_slot) X(LAST_TASK, last_task) X(FIRED, fired)       \
+	X(MAX_ATTEMPTS, max_attempts) X(BACKOFF_US, backoff_us)                \
+	X(BACKOFF_CAP_US, backoff_cap_us) X(NEXT_SLOT, next_slot)              \
+	X(LAST_SLOT, last_slot) X(LAST_TASK, last_task) X(FIRED, fired)        \
 	X(MISSED, missed) X(LAST_MISSED, last_missed)                          \
 	X(CREATED_AT, created_at) L(UPDATED_AT, updated_at)
+/* clang-format on */
 
 #define DUE_COL_TEXT_(e, name) #name ", "
 #define DUE_COL_LAST_(e, name) #name
@@ -54,13 +60,17 @@
 ** definition (due_schedule columns after name), each in bind order.  An
 ** SQL store spells its upsert with the column list and the SET list.
 */
+/* clang-format off */
 #define DUE_WORKER_COUNTERS(X, L)                                              \
-	X(claimed) X(done) X(failed) X(dead) X(stale) X(cancelled)            \
+	X(claimed) X(done) X(failed) X(dead) X(stale) X(cancelled)             \
 	X(lease_lost) X(claim_queries) X(empty_claims) X(reclaim_queries)      \
 	L(store_errors)
+/* clang-format on */
+/* clang-format off */
 #define DUE_SCHED_DEF_COLUMNS(X, L)                                            \
 	X(expr) X(kind) X(tz) X(payload) X(misfire) X(overlap)                 \
 	X(max_attempts) X(backoff_us) X(backoff_cap_us) L(next_slot)
+/* clang-format on */
 
 #define DUE_UCOL_(c) #c ", "
 #define DUE_UCOL_LAST_(c) #c
@@ -75,7 +85,7 @@
 /* The counters of a worker report, in DUE_WORKER_COUNTERS order. */
 #define DUE_WORKER_N_COUNTERS 11
 void due__worker_counters(const due_worker_stats *w,
-			 int64_t v[DUE_WORKER_N_COUNTERS]);
+			  int64_t v[DUE_WORKER_N_COUNTERS]);
 
 /* DUE_TC_ID, DUE_TC_KIND, ...: the index of each column in its list. */
 #define DUE_TC_ENUM_(e, name) DUE_TC_##e,
@@ -141,7 +151,7 @@ int due__rows_attempts(const due_rows *r, due_task *tasks, size_t n);
 
 /* The first DUE_SCHED_COLS row, or DUE_ENOTFOUND "no schedule named ...". */
 int due__rows_sched_get(const due_rows *r, due_cron_info **out,
-		       const char *name);
+			const char *name);
 /* Every DUE_SCHED_COLS row, in order. */
 int due__rows_sched_list(const due_rows *r, due_cron_info_list **out);
 

@@ -49,21 +49,51 @@
 #include "store/store.h"
 
 enum stmt_id {
-	ST_INSERT, ST_FIND_KEY,
-	ST_PEEK_DUE, ST_CLAIM_ID, ST_CLAIM_ONE, ST_ATTEMPT_INSERT,
-	ST_EXTEND, ST_STATE_OF,
-	ST_COMPLETE, ST_COMPLETE_CANCEL, ST_ATTEMPT_END, ST_LATE_MARK,
+	ST_INSERT,
+	ST_FIND_KEY,
+	ST_PEEK_DUE,
+	ST_CLAIM_ID,
+	ST_CLAIM_ONE,
+	ST_ATTEMPT_INSERT,
+	ST_EXTEND,
+	ST_STATE_OF,
+	ST_COMPLETE,
+	ST_COMPLETE_CANCEL,
+	ST_ATTEMPT_END,
+	ST_LATE_MARK,
 	ST_FAIL,
-	ST_PEEK_EXPIRED, ST_RECLAIM,
-	ST_CANCEL_SCHED, ST_CANCEL_REQ,
-	ST_GET, ST_ATTEMPTS, ST_LIST,
-	ST_RETRY, ST_REQUEUE, ST_KILL, ST_AUDIT,
-	ST_COUNT_STATES, ST_DUE_UNCLAIMED, ST_LATENESS,
-	ST_PRUNE_ATTEMPTS, ST_PRUNE_AUDIT, ST_PRUNE_TASKS,
-	ST_SCHED_GET, ST_SCHED_LIST, ST_SCHED_PUT, ST_SCHED_DEL, ST_SCHED_CAS,
-	ST_SCHED_DONE, ST_WORKER_REPORT,
-	ST_M_KINDS, ST_M_LATE, ST_M_DUR, ST_M_OUTCOMES, ST_M_STALE, ST_M_PERMIN,
-	ST_M_WORKERS, ST_M_SCHED,
+	ST_PEEK_EXPIRED,
+	ST_RECLAIM,
+	ST_CANCEL_SCHED,
+	ST_CANCEL_REQ,
+	ST_GET,
+	ST_ATTEMPTS,
+	ST_LIST,
+	ST_RETRY,
+	ST_REQUEUE,
+	ST_KILL,
+	ST_AUDIT,
+	ST_COUNT_STATES,
+	ST_DUE_UNCLAIMED,
+	ST_LATENESS,
+	ST_PRUNE_ATTEMPTS,
+	ST_PRUNE_AUDIT,
+	ST_PRUNE_TASKS,
+	ST_SCHED_GET,
+	ST_SCHED_LIST,
+	ST_SCHED_PUT,
+	ST_SCHED_DEL,
+	ST_SCHED_CAS,
+	ST_SCHED_DONE,
+	ST_WORKER_REPORT,
+	ST_M_KINDS,
+	ST_M_LATE,
+	ST_M_DUR,
+	ST_M_OUTCOMES,
+	ST_M_STALE,
+	ST_M_PERMIN,
+	ST_M_WORKERS,
+	ST_M_SCHED,
 	ST_COUNT
 };
 
@@ -71,103 +101,99 @@ enum stmt_id {
 #define USED_UP "attempt - attempt_base >= max_attempts"
 
 static const char *const sql_text[ST_COUNT] = {
-	[ST_INSERT] =
-		"INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
-		" backoff_us, backoff_cap_us, key, created_at, updated_at)"
-		" VALUES (?1, ?2, 'SCHEDULED', ?3, ?4, ?5, ?6, ?7, ?8, ?8)"
-		" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
-		" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id",
-	[ST_FIND_KEY] =
-		"SELECT id FROM due_task WHERE kind = ?1 AND key = ?2"
-		" AND state IN ('SCHEDULED', 'CLAIMED')",
-	[ST_PEEK_DUE] =
-		"SELECT 1 FROM due_task WHERE state = 'SCHEDULED' AND due_at <= ?1"
-		" LIMIT 1",
-	[ST_CLAIM_ID] =
-		"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
-		" lease_owner = ?1, lease_until = ?2 + ?3, updated_at = ?2"
-		" WHERE id = ?4 AND state = 'SCHEDULED' AND due_at <= ?2"
-		" RETURNING " DUE_TASK_COLS,
-	[ST_CLAIM_ONE] =
-		"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
-		" lease_owner = ?1, lease_until = ?2, updated_at = ?3"
-		" WHERE id = ?4 AND state = 'SCHEDULED'",
-	[ST_ATTEMPT_INSERT] =
-		"INSERT INTO due_attempt (task_id, attempt, worker, claimed_at, due_at)"
-		" VALUES (?1, ?2, ?3, ?4, ?5)",
-	[ST_EXTEND] =
-		"UPDATE due_task SET lease_until = ?3 + ?4, updated_at = ?3"
-		" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
-		" AND cancel_requested = 0",
-	[ST_STATE_OF] =
-		"SELECT state, attempt, cancel_requested FROM due_task WHERE id = ?1",
-	[ST_COMPLETE] =
-		"UPDATE due_task SET state = 'DONE', result = ?3, last_error = NULL,"
-		" lease_owner = NULL, lease_until = NULL, updated_at = ?4"
-		" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
-		" AND cancel_requested = 0",
-	[ST_COMPLETE_CANCEL] =
-		"UPDATE due_task SET state = 'CANCELLED', lease_owner = NULL,"
-		" lease_until = NULL, updated_at = ?3"
-		" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
-		" AND cancel_requested = 1",
-	[ST_ATTEMPT_END] =
-		"UPDATE due_attempt SET ended_at = ?3, outcome = ?4, error = ?5"
-		" WHERE task_id = ?1 AND attempt = ?2 AND outcome = 'RUNNING'",
-	[ST_LATE_MARK] =
-		"UPDATE due_attempt SET late_commit = 'REJECTED_STALE'"
-		" WHERE task_id = ?1 AND attempt = ?2",
-	[ST_FAIL] =
-		"UPDATE due_task SET"
-		" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
-		"   WHEN " USED_UP " THEN 'DEAD' ELSE 'SCHEDULED' END,"
-		" due_at = CASE WHEN cancel_requested OR " USED_UP " THEN due_at"
-		"   ELSE ?3 + due_backoff(backoff_us, backoff_cap_us,"
-		"   attempt - attempt_base) END,"
-		" last_error = ?4, lease_owner = NULL, lease_until = NULL,"
-		" updated_at = ?3"
-		" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
-		" RETURNING state",
-	[ST_PEEK_EXPIRED] =
-		"SELECT min(lease_until) FROM due_task WHERE state = 'CLAIMED'",
-	[ST_RECLAIM] =
-		"UPDATE due_task SET"
-		" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
-		"   WHEN " USED_UP " THEN 'DEAD' ELSE 'SCHEDULED' END,"
-		" due_at = CASE WHEN cancel_requested OR " USED_UP " THEN due_at"
-		"   ELSE ?1 END,"
-		" last_error = 'lease expired (held by ' || lease_owner || ')',"
-		" lease_owner = NULL, lease_until = NULL, updated_at = ?1"
-		" WHERE id IN (SELECT id FROM due_task WHERE state = 'CLAIMED'"
-		"   AND lease_until < ?1 ORDER BY lease_until LIMIT 1000)"
-		" AND state = 'CLAIMED' AND lease_until < ?1"
-		" RETURNING id, attempt, state",
-	[ST_CANCEL_SCHED] =
-		"UPDATE due_task SET state = 'CANCELLED', updated_at = ?2"
-		" WHERE id = ?1 AND state = 'SCHEDULED'",
-	[ST_CANCEL_REQ] =
-		"UPDATE due_task SET cancel_requested = 1, updated_at = ?2"
-		" WHERE id = ?1 AND state = 'CLAIMED'",
-	[ST_GET] = "SELECT " DUE_TASK_COLS " FROM due_task WHERE id = ?1",
-	[ST_ATTEMPTS] =
-		"SELECT " DUE_ATTEMPT_COLS " FROM due_attempt WHERE task_id = ?1"
-		" ORDER BY attempt",
-	[ST_LIST] =
-		"SELECT " DUE_TASK_COLS " FROM due_task"
-		" WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR kind = ?2)"
-		" AND id > ?3 ORDER BY id LIMIT ?4",
-	[ST_RETRY] =
-		"UPDATE due_task SET state = 'SCHEDULED', due_at = ?2,"
-		" attempt_base = attempt, cancel_requested = 0, updated_at = ?2"
-		" WHERE id = ?1 AND state = 'DEAD'",
-	[ST_REQUEUE] =
-		"UPDATE due_task SET"
-		" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
-		"   ELSE 'SCHEDULED' END,"
-		" due_at = ?2, lease_owner = NULL, lease_until = NULL, updated_at = ?2"
-		" WHERE id = ?1 AND state = 'CLAIMED' RETURNING attempt, state",
-	[ST_KILL] =
-		"UPDATE due_task SET"
+    [ST_INSERT] =
+	"INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
+	" backoff_us, backoff_cap_us, key, created_at, updated_at)"
+	" VALUES (?1, ?2, 'SCHEDULED', ?3, ?4, ?5, ?6, ?7, ?8, ?8)"
+	" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
+	" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id",
+    [ST_FIND_KEY] = "SELECT id FROM due_task WHERE kind = ?1 AND key = ?2"
+		    " AND state IN ('SCHEDULED', 'CLAIMED')",
+    [ST_PEEK_DUE] =
+	"SELECT 1 FROM due_task WHERE state = 'SCHEDULED' AND due_at <= ?1"
+	" LIMIT 1",
+    [ST_CLAIM_ID] =
+	"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
+	" lease_owner = ?1, lease_until = ?2 + ?3, updated_at = ?2"
+	" WHERE id = ?4 AND state = 'SCHEDULED' AND due_at <= ?2"
+	" RETURNING " DUE_TASK_COLS,
+    [ST_CLAIM_ONE] =
+	"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
+	" lease_owner = ?1, lease_until = ?2, updated_at = ?3"
+	" WHERE id = ?4 AND state = 'SCHEDULED'",
+    [ST_ATTEMPT_INSERT] =
+	"INSERT INTO due_attempt (task_id, attempt, worker, claimed_at, due_at)"
+	" VALUES (?1, ?2, ?3, ?4, ?5)",
+    [ST_EXTEND] = "UPDATE due_task SET lease_until = ?3 + ?4, updated_at = ?3"
+		  " WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
+		  " AND cancel_requested = 0",
+    [ST_STATE_OF] =
+	"SELECT state, attempt, cancel_requested FROM due_task WHERE id = ?1",
+    [ST_COMPLETE] =
+	"UPDATE due_task SET state = 'DONE', result = ?3, last_error = NULL,"
+	" lease_owner = NULL, lease_until = NULL, updated_at = ?4"
+	" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
+	" AND cancel_requested = 0",
+    [ST_COMPLETE_CANCEL] =
+	"UPDATE due_task SET state = 'CANCELLED', lease_owner = NULL,"
+	" lease_until = NULL, updated_at = ?3"
+	" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
+	" AND cancel_requested = 1",
+    [ST_ATTEMPT_END] =
+	"UPDATE due_attempt SET ended_at = ?3, outcome = ?4, error = ?5"
+	" WHERE task_id = ?1 AND attempt = ?2 AND outcome = 'RUNNING'",
+    [ST_LATE_MARK] = "UPDATE due_attempt SET late_commit = 'REJECTED_STALE'"
+		     " WHERE task_id = ?1 AND attempt = ?2",
+    [ST_FAIL] =
+	"UPDATE due_task SET"
+	" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
+	"   WHEN " USED_UP " THEN 'DEAD' ELSE 'SCHEDULED' END,"
+	" due_at = CASE WHEN cancel_requested OR " USED_UP " THEN due_at"
+	"   ELSE ?3 + due_backoff(backoff_us, backoff_cap_us,"
+	"   attempt - attempt_base) END,"
+	" last_error = ?4, lease_owner = NULL, lease_until = NULL,"
+	" updated_at = ?3"
+	" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
+	" RETURNING state",
+    [ST_PEEK_EXPIRED] =
+	"SELECT min(lease_until) FROM due_task WHERE state = 'CLAIMED'",
+    [ST_RECLAIM] =
+	"UPDATE due_task SET"
+	" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
+	"   WHEN " USED_UP " THEN 'DEAD' ELSE 'SCHEDULED' END,"
+	" due_at = CASE WHEN cancel_requested OR " USED_UP " THEN due_at"
+	"   ELSE ?1 END,"
+	" last_error = 'lease expired (held by ' || lease_owner || ')',"
+	" lease_owner = NULL, lease_until = NULL, updated_at = ?1"
+	" WHERE id IN (SELECT id FROM due_task WHERE state = 'CLAIMED'"
+	"   AND lease_until < ?1 ORDER BY lease_until LIMIT 1000)"
+	" AND state = 'CLAIMED' AND lease_until < ?1"
+	" RETURNING id, attempt, state",
+    [ST_CANCEL_SCHED] =
+	"UPDATE due_task SET state = 'CANCELLED', updated_at = ?2"
+	" WHERE id = ?1 AND state = 'SCHEDULED'",
+    [ST_CANCEL_REQ] =
+	"UPDATE due_task SET cancel_requested = 1, updated_at = ?2"
+	" WHERE id = ?1 AND state = 'CLAIMED'",
+    [ST_GET] = "SELECT " DUE_TASK_COLS " FROM due_task WHERE id = ?1",
+    [ST_ATTEMPTS] =
+	"SELECT " DUE_ATTEMPT_COLS " FROM due_attempt WHERE task_id = ?1"
+	" ORDER BY attempt",
+    [ST_LIST] =
+	"SELECT " DUE_TASK_COLS " FROM due_task"
+	" WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR kind = ?2)"
+	" AND id > ?3 ORDER BY id LIMIT ?4",
+    [ST_RETRY] =
+	"UPDATE due_task SET state = 'SCHEDULED', due_at = ?2,"
+	" attempt_base = attempt, cancel_requested = 0, updated_at = ?2"
+	" WHERE id = ?1 AND state = 'DEAD'",
+    [ST_REQUEUE] =
+	"UPDATE due_task SET"
+	" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
+	"   ELSE 'SCHEDULED' END,"
+	" due_at = ?2, lease_owner = NULL, lease_until = NULL, updated_at = ?2"
+	" WHERE id = ?1 AND state = 'CLAIMED' RETURNING attempt, state",
+    [ST_KILL] = "UPDATE due_task SET"
 		" state = CASE WHEN state = 'DEAD' OR cancel_requested THEN"
 		"   'CANCELLED' ELSE 'DEAD' END,"
 		" last_error = coalesce(last_error || '; ', '') || CASE WHEN"
@@ -176,165 +202,166 @@ static const char *const sql_text[ST_COUNT] = {
 		" lease_owner = NULL, lease_until = NULL, updated_at = ?2"
 		" WHERE id = ?1 AND state IN ('SCHEDULED', 'CLAIMED', 'DEAD')"
 		" RETURNING attempt, state",
-	[ST_AUDIT] =
-		"INSERT INTO due_audit (task_id, at, action, detail)"
-		" VALUES (?1, ?2, ?3, ?4)",
-	[ST_COUNT_STATES] = "SELECT state, count(*) FROM due_task GROUP BY state",
-	[ST_DUE_UNCLAIMED] =
-		"SELECT count(*), min(due_at) FROM due_task"
-		" WHERE state = 'SCHEDULED' AND due_at <= ?1",
-	[ST_LATENESS] =
-		"SELECT claimed_at - due_at AS late FROM due_attempt"
-		" WHERE claimed_at >= ?1 ORDER BY late",
-	[ST_PRUNE_ATTEMPTS] =
-		"DELETE FROM due_attempt WHERE task_id IN (SELECT id FROM due_task"
-		" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
-		" ORDER BY id LIMIT ?2)",
-	[ST_PRUNE_AUDIT] =
-		"DELETE FROM due_audit WHERE task_id IN (SELECT id FROM due_task"
-		" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
-		" ORDER BY id LIMIT ?2)",
-	[ST_SCHED_GET] = "SELECT " DUE_SCHED_COLS " FROM due_schedule WHERE name = ?1",
-	[ST_SCHED_LIST] = "SELECT " DUE_SCHED_COLS " FROM due_schedule ORDER BY name",
-	[ST_SCHED_PUT] =
-		"INSERT INTO due_schedule (name, " DUE_SCHED_DEF_COLS ","
-		" created_at, updated_at)"
-		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)"
-		" ON CONFLICT (name) DO UPDATE SET " DUE_SCHED_DEF_SET ","
-		" updated_at = excluded.updated_at",
-	[ST_SCHED_DEL] = "DELETE FROM due_schedule WHERE name = ?1",
-	[ST_SCHED_CAS] =
-		"UPDATE due_schedule SET next_slot = ?2, updated_at = ?3"
-		" WHERE name = ?1 AND next_slot = ?4",
-	[ST_SCHED_DONE] =
-		"UPDATE due_schedule SET last_slot = coalesce(?2, last_slot),"
-		" last_task = coalesce(?3, last_task), fired = fired + ?4,"
-		" missed = missed + ?5, last_missed = coalesce(?6, last_missed)"
-		" WHERE name = ?1",
-	[ST_WORKER_REPORT] =
-		"INSERT INTO due_worker (owner, started_at, seen_at, "
-		DUE_WORKER_COUNTER_COLS ")"
-		" VALUES (?1, ?2, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
-		" ON CONFLICT (owner) DO UPDATE SET seen_at = excluded.seen_at, "
-		DUE_WORKER_COUNTER_SET,
-	[ST_M_KINDS] =
-		"SELECT kind, state, count(*) FROM due_task GROUP BY kind, state"
-		" ORDER BY kind LIMIT 5000",
-	[ST_M_LATE] =
-		"SELECT due_bucket(claimed_at - due_at) AS b, count(*),"
-		" sum(claimed_at - due_at) FROM due_attempt GROUP BY b",
-	[ST_M_DUR] =
-		"SELECT due_bucket(ended_at - claimed_at) AS b, count(*),"
-		" sum(ended_at - claimed_at) FROM due_attempt"
-		" WHERE ended_at IS NOT NULL GROUP BY b",
-	[ST_M_OUTCOMES] = "SELECT outcome, count(*) FROM due_attempt GROUP BY outcome",
-	[ST_M_STALE] =
-		"SELECT count(*) FROM due_attempt WHERE late_commit = 'REJECTED_STALE'",
-	[ST_M_PERMIN] =
-		"SELECT (?1 - ended_at) / 60000000 AS m, count(*) FROM due_attempt"
-		" WHERE outcome = 'DONE' AND ended_at > ?1 - 900000000"
-		" AND ended_at <= ?1 GROUP BY m",
-	[ST_M_WORKERS] =
-		"SELECT count(*), coalesce(sum(claim_queries), 0),"
-		" coalesce(sum(empty_claims), 0), coalesce(sum(reclaim_queries), 0),"
-		" coalesce(sum(store_errors), 0) FROM due_worker WHERE seen_at >= ?1",
-	[ST_M_SCHED] = "SELECT count(*) FROM due_schedule",
-	[ST_PRUNE_TASKS] =
-		"DELETE FROM due_task WHERE id IN (SELECT id FROM due_task"
-		" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
-		" ORDER BY id LIMIT ?2)",
+    [ST_AUDIT] = "INSERT INTO due_audit (task_id, at, action, detail)"
+		 " VALUES (?1, ?2, ?3, ?4)",
+    [ST_COUNT_STATES] = "SELECT state, count(*) FROM due_task GROUP BY state",
+    [ST_DUE_UNCLAIMED] = "SELECT count(*), min(due_at) FROM due_task"
+			 " WHERE state = 'SCHEDULED' AND due_at <= ?1",
+    [ST_LATENESS] = "SELECT claimed_at - due_at AS late FROM due_attempt"
+		    " WHERE claimed_at >= ?1 ORDER BY late",
+    [ST_PRUNE_ATTEMPTS] =
+	"DELETE FROM due_attempt WHERE task_id IN (SELECT id FROM due_task"
+	" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
+	" ORDER BY id LIMIT ?2)",
+    [ST_PRUNE_AUDIT] =
+	"DELETE FROM due_audit WHERE task_id IN (SELECT id FROM due_task"
+	" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
+	" ORDER BY id LIMIT ?2)",
+    [ST_SCHED_GET] =
+	"SELECT " DUE_SCHED_COLS " FROM due_schedule WHERE name = ?1",
+    [ST_SCHED_LIST] =
+	"SELECT " DUE_SCHED_COLS " FROM due_schedule ORDER BY name",
+    [ST_SCHED_PUT] =
+	"INSERT INTO due_schedule (name, " DUE_SCHED_DEF_COLS ","
+	" created_at, updated_at)"
+	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)"
+	" ON CONFLICT (name) DO UPDATE SET " DUE_SCHED_DEF_SET ","
+	" updated_at = excluded.updated_at",
+    [ST_SCHED_DEL] = "DELETE FROM due_schedule WHERE name = ?1",
+    [ST_SCHED_CAS] = "UPDATE due_schedule SET next_slot = ?2, updated_at = ?3"
+		     " WHERE name = ?1 AND next_slot = ?4",
+    [ST_SCHED_DONE] =
+	"UPDATE due_schedule SET last_slot = coalesce(?2, last_slot),"
+	" last_task = coalesce(?3, last_task), fired = fired + ?4,"
+	" missed = missed + ?5, last_missed = coalesce(?6, last_missed)"
+	" WHERE name = ?1",
+    [ST_WORKER_REPORT] =
+	"INSERT INTO due_worker (owner, started_at, "
+	"seen_at, " DUE_WORKER_COUNTER_COLS ")"
+	" VALUES (?1, ?2, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+	" ON CONFLICT (owner) DO UPDATE SET seen_at = "
+	"excluded.seen_at, " DUE_WORKER_COUNTER_SET,
+    [ST_M_KINDS] =
+	"SELECT kind, state, count(*) FROM due_task GROUP BY kind, state"
+	" ORDER BY kind LIMIT 5000",
+    [ST_M_LATE] = "SELECT due_bucket(claimed_at - due_at) AS b, count(*),"
+		  " sum(claimed_at - due_at) FROM due_attempt GROUP BY b",
+    [ST_M_DUR] = "SELECT due_bucket(ended_at - claimed_at) AS b, count(*),"
+		 " sum(ended_at - claimed_at) FROM due_attempt"
+		 " WHERE ended_at IS NOT NULL GROUP BY b",
+    [ST_M_OUTCOMES] =
+	"SELECT outcome, count(*) FROM due_attempt GROUP BY outcome",
+    [ST_M_STALE] =
+	"SELECT count(*) FROM due_attempt WHERE late_commit = 'REJECTED_STALE'",
+    [ST_M_PERMIN] =
+	"SELECT (?1 - ended_at) / 60000000 AS m, count(*) FROM due_attempt"
+	" WHERE outcome = 'DONE' AND ended_at > ?1 - 900000000"
+	" AND ended_at <= ?1 GROUP BY m",
+    [ST_M_WORKERS] =
+	"SELECT count(*), coalesce(sum(claim_queries), 0),"
+	" coalesce(sum(empty_claims), 0), coalesce(sum(reclaim_queries), 0),"
+	" coalesce(sum(store_errors), 0) FROM due_worker WHERE seen_at >= ?1",
+    [ST_M_SCHED] = "SELECT count(*) FROM due_schedule",
+    [ST_PRUNE_TASKS] =
+	"DELETE FROM due_task WHERE id IN (SELECT id FROM due_task"
+	" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
+	" ORDER BY id LIMIT ?2)",
 };
 
 static const char schema_v1[] =
-	"CREATE TABLE IF NOT EXISTS due_meta ("
-	"  name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
-	/* AUTOINCREMENT: an id is never reused after prune, so the
-	   idempotency key task-<id> stays unique forever. */
-	"CREATE TABLE due_task ("
-	"  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-	"  kind TEXT NOT NULL,"
-	"  payload BLOB NOT NULL,"
-	"  state TEXT NOT NULL CHECK (state IN"
-	"    ('SCHEDULED', 'CLAIMED', 'DONE', 'CANCELLED', 'DEAD')),"
-	"  due_at INTEGER NOT NULL,"
-	"  attempt INTEGER NOT NULL DEFAULT 0,"
-	"  attempt_base INTEGER NOT NULL DEFAULT 0,"
-	"  max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),"
-	"  backoff_us INTEGER NOT NULL,"
-	"  backoff_cap_us INTEGER NOT NULL,"
-	"  lease_owner TEXT,"
-	"  lease_until INTEGER,"
-	"  cancel_requested INTEGER NOT NULL DEFAULT 0,"
-	"  key TEXT,"
-	"  result BLOB,"
-	"  last_error TEXT,"
-	"  created_at INTEGER NOT NULL,"
-	"  updated_at INTEGER NOT NULL,"
-	"  CONSTRAINT claimed_iff_lease CHECK ("
-	"    (state = 'CLAIMED' AND lease_owner IS NOT NULL AND lease_until IS NOT NULL)"
-	"    OR (state <> 'CLAIMED' AND lease_owner IS NULL AND lease_until IS NULL)));"
-	"CREATE INDEX due_task_due ON due_task (due_at) WHERE state = 'SCHEDULED';"
-	"CREATE INDEX due_task_lease ON due_task (lease_until) WHERE state = 'CLAIMED';"
-	"CREATE UNIQUE INDEX due_task_key ON due_task (kind, key)"
-	"  WHERE key IS NOT NULL AND state IN ('SCHEDULED', 'CLAIMED');"
-	"CREATE INDEX due_task_finished ON due_task (updated_at)"
-	"  WHERE state IN ('DONE', 'CANCELLED');"
-	"CREATE TABLE due_attempt ("
-	"  task_id INTEGER NOT NULL,"
-	"  attempt INTEGER NOT NULL,"
-	"  worker TEXT NOT NULL,"
-	"  claimed_at INTEGER NOT NULL,"
-	"  due_at INTEGER NOT NULL,"
-	"  ended_at INTEGER,"
-	"  outcome TEXT NOT NULL DEFAULT 'RUNNING' CHECK (outcome IN ('RUNNING',"
-	"    'DONE', 'FAILED', 'LEASE_EXPIRED', 'CANCELLED', 'REQUEUED', 'KILLED')),"
-	"  error TEXT,"
-	"  late_commit TEXT,"
-	"  PRIMARY KEY (task_id, attempt)) WITHOUT ROWID;"
-	"CREATE INDEX due_attempt_claimed ON due_attempt (claimed_at);"
-	"CREATE TABLE due_audit ("
-	"  id INTEGER PRIMARY KEY,"
-	"  task_id INTEGER NOT NULL,"
-	"  at INTEGER NOT NULL,"
-	"  action TEXT NOT NULL,"
-	"  detail TEXT);"
-	"CREATE INDEX due_audit_task ON due_audit (task_id);"
-	"INSERT INTO due_meta (name, value) VALUES ('schema_version', '1');";
+    "CREATE TABLE IF NOT EXISTS due_meta ("
+    "  name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
+    /* AUTOINCREMENT: an id is never reused after prune, so the
+       idempotency key task-<id> stays unique forever. */
+    "CREATE TABLE due_task ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  kind TEXT NOT NULL,"
+    "  payload BLOB NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN"
+    "    ('SCHEDULED', 'CLAIMED', 'DONE', 'CANCELLED', 'DEAD')),"
+    "  due_at INTEGER NOT NULL,"
+    "  attempt INTEGER NOT NULL DEFAULT 0,"
+    "  attempt_base INTEGER NOT NULL DEFAULT 0,"
+    "  max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),"
+    "  backoff_us INTEGER NOT NULL,"
+    "  backoff_cap_us INTEGER NOT NULL,"
+    "  lease_owner TEXT,"
+    "  lease_until INTEGER,"
+    "  cancel_requested INTEGER NOT NULL DEFAULT 0,"
+    "  key TEXT,"
+    "  result BLOB,"
+    "  last_error TEXT,"
+    "  created_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL,"
+    "  CONSTRAINT claimed_iff_lease CHECK ("
+    "    (state = 'CLAIMED' AND lease_owner IS NOT NULL AND lease_until IS NOT "
+    "NULL)"
+    "    OR (state <> 'CLAIMED' AND lease_owner IS NULL AND lease_until IS "
+    "NULL)));"
+    "CREATE INDEX due_task_due ON due_task (due_at) WHERE state = 'SCHEDULED';"
+    "CREATE INDEX due_task_lease ON due_task (lease_until) WHERE state = "
+    "'CLAIMED';"
+    "CREATE UNIQUE INDEX due_task_key ON due_task (kind, key)"
+    "  WHERE key IS NOT NULL AND state IN ('SCHEDULED', 'CLAIMED');"
+    "CREATE INDEX due_task_finished ON due_task (updated_at)"
+    "  WHERE state IN ('DONE', 'CANCELLED');"
+    "CREATE TABLE due_attempt ("
+    "  task_id INTEGER NOT NULL,"
+    "  attempt INTEGER NOT NULL,"
+    "  worker TEXT NOT NULL,"
+    "  claimed_at INTEGER NOT NULL,"
+    "  due_at INTEGER NOT NULL,"
+    "  ended_at INTEGER,"
+    "  outcome TEXT NOT NULL DEFAULT 'RUNNING' CHECK (outcome IN ('RUNNING',"
+    "    'DONE', 'FAILED', 'LEASE_EXPIRED', 'CANCELLED', 'REQUEUED', "
+    "'KILLED')),"
+    "  error TEXT,"
+    "  late_commit TEXT,"
+    "  PRIMARY KEY (task_id, attempt)) WITHOUT ROWID;"
+    "CREATE INDEX due_attempt_claimed ON due_attempt (claimed_at);"
+    "CREATE TABLE due_audit ("
+    "  id INTEGER PRIMARY KEY,"
+    "  task_id INTEGER NOT NULL,"
+    "  at INTEGER NOT NULL,"
+    "  action TEXT NOT NULL,"
+    "  detail TEXT);"
+    "CREATE INDEX due_audit_task ON due_audit (task_id);"
+    "INSERT INTO due_meta (name, value) VALUES ('schema_version', '1');";
 
 /* Version 1 -> 2.  Released steps are never edited. */
 static const char schema_v2[] =
-	"CREATE TABLE due_schedule ("
-	"  name TEXT PRIMARY KEY,"
-	"  expr TEXT NOT NULL,"
-	"  kind TEXT NOT NULL,"
-	"  tz TEXT NOT NULL,"
-	"  payload BLOB NOT NULL,"
-	"  misfire TEXT NOT NULL CHECK (misfire IN ('skip', 'once')),"
-	"  overlap TEXT NOT NULL CHECK (overlap IN ('allow', 'wait')),"
-	"  max_attempts INTEGER NOT NULL,"
-	"  backoff_us INTEGER NOT NULL,"
-	"  backoff_cap_us INTEGER NOT NULL,"
-	"  next_slot INTEGER NOT NULL,"
-	"  last_slot INTEGER,"
-	"  last_task INTEGER,"
-	"  fired INTEGER NOT NULL DEFAULT 0,"
-	"  missed INTEGER NOT NULL DEFAULT 0,"
-	"  last_missed INTEGER,"
-	"  created_at INTEGER NOT NULL,"
-	"  updated_at INTEGER NOT NULL) WITHOUT ROWID;"
-	"CREATE TABLE due_worker ("
-	"  owner TEXT PRIMARY KEY,"
-	"  started_at INTEGER NOT NULL,"
-	"  seen_at INTEGER NOT NULL,"
-	"  claimed INTEGER NOT NULL DEFAULT 0, done INTEGER NOT NULL DEFAULT 0,"
-	"  failed INTEGER NOT NULL DEFAULT 0, dead INTEGER NOT NULL DEFAULT 0,"
-	"  stale INTEGER NOT NULL DEFAULT 0, cancelled INTEGER NOT NULL DEFAULT 0,"
-	"  lease_lost INTEGER NOT NULL DEFAULT 0,"
-	"  claim_queries INTEGER NOT NULL DEFAULT 0,"
-	"  empty_claims INTEGER NOT NULL DEFAULT 0,"
-	"  reclaim_queries INTEGER NOT NULL DEFAULT 0,"
-	"  store_errors INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
-	"UPDATE due_meta SET value = '2' WHERE name = 'schema_version';";
+    "CREATE TABLE due_schedule ("
+    "  name TEXT PRIMARY KEY,"
+    "  expr TEXT NOT NULL,"
+    "  kind TEXT NOT NULL,"
+    "  tz TEXT NOT NULL,"
+    "  payload BLOB NOT NULL,"
+    "  misfire TEXT NOT NULL CHECK (misfire IN ('skip', 'once')),"
+    "  overlap TEXT NOT NULL CHECK (overlap IN ('allow', 'wait')),"
+    "  max_attempts INTEGER NOT NULL,"
+    "  backoff_us INTEGER NOT NULL,"
+    "  backoff_cap_us INTEGER NOT NULL,"
+    "  next_slot INTEGER NOT NULL,"
+    "  last_slot INTEGER,"
+    "  last_task INTEGER,"
+    "  fired INTEGER NOT NULL DEFAULT 0,"
+    "  missed INTEGER NOT NULL DEFAULT 0,"
+    "  last_missed INTEGER,"
+    "  created_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE due_worker ("
+    "  owner TEXT PRIMARY KEY,"
+    "  started_at INTEGER NOT NULL,"
+    "  seen_at INTEGER NOT NULL,"
+    "  claimed INTEGER NOT NULL DEFAULT 0, done INTEGER NOT NULL DEFAULT 0,"
+    "  failed INTEGER NOT NULL DEFAULT 0, dead INTEGER NOT NULL DEFAULT 0,"
+    "  stale INTEGER NOT NULL DEFAULT 0, cancelled INTEGER NOT NULL DEFAULT 0,"
+    "  lease_lost INTEGER NOT NULL DEFAULT 0,"
+    "  claim_queries INTEGER NOT NULL DEFAULT 0,"
+    "  empty_claims INTEGER NOT NULL DEFAULT 0,"
+    "  reclaim_queries INTEGER NOT NULL DEFAULT 0,"
+    "  store_errors INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
+    "UPDATE due_meta SET value = '2' WHERE name = 'schema_version';";
 
 /*
 ** Version 2 -> 3.  SQLite codes a CHECK of the form `x IN (five or more
@@ -349,69 +376,73 @@ static const char schema_v2[] =
 ** handed out again.  One transaction: all of it or none.
 */
 static const char schema_v3[] =
-	"CREATE TABLE due_task_v3 ("
-	"  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-	"  kind TEXT NOT NULL,"
-	"  payload BLOB NOT NULL,"
-	"  state TEXT NOT NULL CHECK (state = 'SCHEDULED' OR state = 'CLAIMED'"
-	"    OR state = 'DONE' OR state = 'CANCELLED' OR state = 'DEAD'),"
-	"  due_at INTEGER NOT NULL,"
-	"  attempt INTEGER NOT NULL DEFAULT 0,"
-	"  attempt_base INTEGER NOT NULL DEFAULT 0,"
-	"  max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),"
-	"  backoff_us INTEGER NOT NULL,"
-	"  backoff_cap_us INTEGER NOT NULL,"
-	"  lease_owner TEXT,"
-	"  lease_until INTEGER,"
-	"  cancel_requested INTEGER NOT NULL DEFAULT 0,"
-	"  key TEXT,"
-	"  result BLOB,"
-	"  last_error TEXT,"
-	"  created_at INTEGER NOT NULL,"
-	"  updated_at INTEGER NOT NULL,"
-	"  CONSTRAINT claimed_iff_lease CHECK ("
-	"    (state = 'CLAIMED' AND lease_owner IS NOT NULL AND lease_until IS NOT NULL)"
-	"    OR (state <> 'CLAIMED' AND lease_owner IS NULL AND lease_until IS NULL)));"
-	"INSERT INTO due_task_v3 (id, kind, payload, state, due_at, attempt,"
-	"  attempt_base, max_attempts, backoff_us, backoff_cap_us, lease_owner,"
-	"  lease_until, cancel_requested, key, result, last_error, created_at,"
-	"  updated_at)"
-	"  SELECT id, kind, payload, state, due_at, attempt, attempt_base,"
-	"  max_attempts, backoff_us, backoff_cap_us, lease_owner, lease_until,"
-	"  cancel_requested, key, result, last_error, created_at, updated_at"
-	"  FROM due_task ORDER BY id;"
-	"DELETE FROM sqlite_sequence WHERE name = 'due_task_v3';"
-	"INSERT INTO sqlite_sequence (name, seq) SELECT 'due_task_v3', seq"
-	"  FROM sqlite_sequence WHERE name = 'due_task';"
-	"DROP TABLE due_task;"
-	"ALTER TABLE due_task_v3 RENAME TO due_task;"
-	"CREATE INDEX due_task_due ON due_task (due_at) WHERE state = 'SCHEDULED';"
-	"CREATE INDEX due_task_lease ON due_task (lease_until) WHERE state = 'CLAIMED';"
-	"CREATE UNIQUE INDEX due_task_key ON due_task (kind, key)"
-	"  WHERE key IS NOT NULL AND state IN ('SCHEDULED', 'CLAIMED');"
-	"CREATE INDEX due_task_finished ON due_task (updated_at)"
-	"  WHERE state IN ('DONE', 'CANCELLED');"
-	"CREATE TABLE due_attempt_v3 ("
-	"  task_id INTEGER NOT NULL,"
-	"  attempt INTEGER NOT NULL,"
-	"  worker TEXT NOT NULL,"
-	"  claimed_at INTEGER NOT NULL,"
-	"  due_at INTEGER NOT NULL,"
-	"  ended_at INTEGER,"
-	"  outcome TEXT NOT NULL DEFAULT 'RUNNING' CHECK (outcome = 'RUNNING'"
-	"    OR outcome = 'DONE' OR outcome = 'FAILED' OR outcome = 'LEASE_EXPIRED'"
-	"    OR outcome = 'CANCELLED' OR outcome = 'REQUEUED' OR outcome = 'KILLED'),"
-	"  error TEXT,"
-	"  late_commit TEXT,"
-	"  PRIMARY KEY (task_id, attempt)) WITHOUT ROWID;"
-	"INSERT INTO due_attempt_v3 (task_id, attempt, worker, claimed_at, due_at,"
-	"  ended_at, outcome, error, late_commit)"
-	"  SELECT task_id, attempt, worker, claimed_at, due_at, ended_at, outcome,"
-	"  error, late_commit FROM due_attempt;"
-	"DROP TABLE due_attempt;"
-	"ALTER TABLE due_attempt_v3 RENAME TO due_attempt;"
-	"CREATE INDEX due_attempt_claimed ON due_attempt (claimed_at);"
-	"UPDATE due_meta SET value = '3' WHERE name = 'schema_version';";
+    "CREATE TABLE due_task_v3 ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  kind TEXT NOT NULL,"
+    "  payload BLOB NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state = 'SCHEDULED' OR state = 'CLAIMED'"
+    "    OR state = 'DONE' OR state = 'CANCELLED' OR state = 'DEAD'),"
+    "  due_at INTEGER NOT NULL,"
+    "  attempt INTEGER NOT NULL DEFAULT 0,"
+    "  attempt_base INTEGER NOT NULL DEFAULT 0,"
+    "  max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),"
+    "  backoff_us INTEGER NOT NULL,"
+    "  backoff_cap_us INTEGER NOT NULL,"
+    "  lease_owner TEXT,"
+    "  lease_until INTEGER,"
+    "  cancel_requested INTEGER NOT NULL DEFAULT 0,"
+    "  key TEXT,"
+    "  result BLOB,"
+    "  last_error TEXT,"
+    "  created_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL,"
+    "  CONSTRAINT claimed_iff_lease CHECK ("
+    "    (state = 'CLAIMED' AND lease_owner IS NOT NULL AND lease_until IS NOT "
+    "NULL)"
+    "    OR (state <> 'CLAIMED' AND lease_owner IS NULL AND lease_until IS "
+    "NULL)));"
+    "INSERT INTO due_task_v3 (id, kind, payload, state, due_at, attempt,"
+    "  attempt_base, max_attempts, backoff_us, backoff_cap_us, lease_owner,"
+    "  lease_until, cancel_requested, key, result, last_error, created_at,"
+    "  updated_at)"
+    "  SELECT id, kind, payload, state, due_at, attempt, attempt_base,"
+    "  max_attempts, backoff_us, backoff_cap_us, lease_owner, lease_until,"
+    "  cancel_requested, key, result, last_error, created_at, updated_at"
+    "  FROM due_task ORDER BY id;"
+    "DELETE FROM sqlite_sequence WHERE name = 'due_task_v3';"
+    "INSERT INTO sqlite_sequence (name, seq) SELECT 'due_task_v3', seq"
+    "  FROM sqlite_sequence WHERE name = 'due_task';"
+    "DROP TABLE due_task;"
+    "ALTER TABLE due_task_v3 RENAME TO due_task;"
+    "CREATE INDEX due_task_due ON due_task (due_at) WHERE state = 'SCHEDULED';"
+    "CREATE INDEX due_task_lease ON due_task (lease_until) WHERE state = "
+    "'CLAIMED';"
+    "CREATE UNIQUE INDEX due_task_key ON due_task (kind, key)"
+    "  WHERE key IS NOT NULL AND state IN ('SCHEDULED', 'CLAIMED');"
+    "CREATE INDEX due_task_finished ON due_task (updated_at)"
+    "  WHERE state IN ('DONE', 'CANCELLED');"
+    "CREATE TABLE due_attempt_v3 ("
+    "  task_id INTEGER NOT NULL,"
+    "  attempt INTEGER NOT NULL,"
+    "  worker TEXT NOT NULL,"
+    "  claimed_at INTEGER NOT NULL,"
+    "  due_at INTEGER NOT NULL,"
+    "  ended_at INTEGER,"
+    "  outcome TEXT NOT NULL DEFAULT 'RUNNING' CHECK (outcome = 'RUNNING'"
+    "    OR outcome = 'DONE' OR outcome = 'FAILED' OR outcome = 'LEASE_EXPIRED'"
+    "    OR outcome = 'CANCELLED' OR outcome = 'REQUEUED' OR outcome = "
+    "'KILLED'),"
+    "  error TEXT,"
+    "  late_commit TEXT,"
+    "  PRIMARY KEY (task_id, attempt)) WITHOUT ROWID;"
+    "INSERT INTO due_attempt_v3 (task_id, attempt, worker, claimed_at, due_at,"
+    "  ended_at, outcome, error, late_commit)"
+    "  SELECT task_id, attempt, worker, claimed_at, due_at, ended_at, outcome,"
+    "  error, late_commit FROM due_attempt;"
+    "DROP TABLE due_attempt;"
+    "ALTER TABLE due_attempt_v3 RENAME TO due_attempt;"
+    "CREATE INDEX due_attempt_claimed ON due_attempt (claimed_at);"
+    "UPDATE due_meta SET value = '3' WHERE name = 'schema_version';";
 
 _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
 
@@ -423,7 +454,7 @@ static sqlite3_stmt *stmt(due_store *s, enum stmt_id id)
 
 /* A row.h cursor over statement st being stepped. */
 #define SQ_ROWS(rows, s, st, what)                                             \
-	due__sq_cur rows##_cur;                                                 \
+	due__sq_cur rows##_cur;                                                \
 	due_rows rows;                                                         \
 	due__sq_rows(&rows, &rows##_cur, s, st, what)
 
@@ -431,9 +462,9 @@ static sqlite3_stmt *stmt(due_store *s, enum stmt_id id)
 static int read_version(due_store *s, int *out)
 {
 	sqlite3_stmt *st;
-	int rc = sqlite3_prepare_v2(s->db,
-		"SELECT value FROM due_meta WHERE name = 'schema_version'", -1,
-		&st, NULL);
+	int rc = sqlite3_prepare_v2(
+	    s->db, "SELECT value FROM due_meta WHERE name = 'schema_version'",
+	    -1, &st, NULL);
 
 	*out = -1;
 	if (rc != SQLITE_OK) {
@@ -467,7 +498,7 @@ static int exec_step(due_store *s, const char *sql, const char *what)
 }
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-	[1] = schema_v1, [2] = schema_v2, [3] = schema_v3};
+    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3};
 
 /* WAL first (it cannot change inside a transaction), then the walk. */
 static int due__sq_init_schema(due_store *s)
@@ -504,8 +535,8 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 	int rc;
 
 	sqlite3_bind_text(ins, 1, it->kind, -1, SQLITE_STATIC);
-	sqlite3_bind_blob(ins, 2, it->payload ? it->payload : "", (int)it->payload_len,
-			  SQLITE_STATIC);
+	sqlite3_bind_blob(ins, 2, it->payload ? it->payload : "",
+			  (int)it->payload_len, SQLITE_STATIC);
 	sqlite3_bind_int64(ins, 3, due);
 	sqlite3_bind_int(ins, 4, o->max_attempts);
 	sqlite3_bind_int64(ins, 5, o->backoff_us);
@@ -539,7 +570,7 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 }
 
 static int due__sq_schedule(due_store *s, due_submitted *out,
-			   const due_submit *items, size_t n)
+			    const due_submit *items, size_t n)
 {
 	sqlite3_stmt *ins, *find;
 	due_time now;
@@ -550,11 +581,13 @@ static int due__sq_schedule(due_store *s, due_submitted *out,
 	now = due_time_now_host();
 	for (size_t i = 0; i < n; i++) {
 		out[i].id = 0;
-		if (!(ins = stmt(s, ST_INSERT)) || !(find = stmt(s, ST_FIND_KEY))) {
+		if (!(ins = stmt(s, ST_INSERT)) ||
+		    !(find = stmt(s, ST_FIND_KEY))) {
 			rc = due_error_last_code();
 			goto fail;
 		}
-		if ((rc = insert_one(s, ins, find, &items[i], now, &out[i])) < 0)
+		if ((rc = insert_one(s, ins, find, &items[i], now, &out[i])) <
+		    0)
 			goto fail;
 	}
 	return due__sq_commit_wake(s);
@@ -575,18 +608,21 @@ static int due__sq_native_tx(void *conn)
 ** connection for this one call, never cached there.
 */
 static int due__sq_schedule_on_native(void *conn, due_submitted *out,
-				     const due_submit *it)
+				      const due_submit *it)
 {
 	due_store tmp = {.db = conn};
 	sqlite3_stmt *ins = NULL, *find = NULL;
 	int rc;
 
-	if ((rc = sqlite3_prepare_v2(conn, sql_text[ST_INSERT], -1, &ins, NULL)) ||
-	    (rc = sqlite3_prepare_v2(conn, sql_text[ST_FIND_KEY], -1, &find, NULL))) {
+	if ((rc = sqlite3_prepare_v2(conn, sql_text[ST_INSERT], -1, &ins,
+				     NULL)) ||
+	    (rc = sqlite3_prepare_v2(conn, sql_text[ST_FIND_KEY], -1, &find,
+				     NULL))) {
 		rc = strstr(sqlite3_errmsg(conn), "no such table")
-			? due__error_set(DUE_ESCHEMA, "database has no due schema: "
-				"run `due init`")
-			: due__sq_error(&tmp, rc, "prepare insert");
+			 ? due__error_set(DUE_ESCHEMA,
+					  "database has no due schema: "
+					  "run `due init`")
+			 : due__sq_error(&tmp, rc, "prepare insert");
 	} else {
 		rc = insert_one(&tmp, ins, find, it, due_time_now_host(), out);
 	}
@@ -606,7 +642,8 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude)
 	size_t off;
 	int rc;
 
-	if (s->claim && s->claim_kinds == n_kinds && s->claim_exclude == exclude) {
+	if (s->claim && s->claim_kinds == n_kinds &&
+	    s->claim_exclude == exclude) {
 		sqlite3_reset(s->claim);
 		sqlite3_clear_bindings(s->claim);
 		return s->claim;
@@ -620,12 +657,15 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude)
 	/* the pick: due rows through the partial index, in due order (the
 	   rows are then claimed one by one by primary key, see claim_locked) */
 	off = (size_t)snprintf(sql, sizeof(sql),
-		"SELECT " DUE_TASK_COLS " FROM due_task WHERE state = 'SCHEDULED'"
-		" AND due_at <= ?2");
+			       "SELECT " DUE_TASK_COLS
+			       " FROM due_task WHERE state = 'SCHEDULED'"
+			       " AND due_at <= ?2");
 	for (size_t i = 0; i < n_kinds; i++)
 		off += (size_t)snprintf(sql + off, sizeof(sql) - off, "%s?%zu",
-					i ? ", " : exclude ? " AND kind NOT IN ("
-							   : " AND kind IN (", i + 5);
+					i	  ? ", "
+					: exclude ? " AND kind NOT IN ("
+						  : " AND kind IN (",
+					i + 5);
 	snprintf(sql + off, sizeof(sql) - off, "%s ORDER BY due_at LIMIT ?4",
 		 n_kinds ? ")" : "");
 	rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
@@ -718,7 +758,8 @@ static int claim_picked(due_store *s, due_task_list *l, const char *owner,
 			return rc;
 		if (!hit) { /* not reachable under the write lock; drop it */
 			free(t->kind), free(t->payload), free(t->key);
-			free(t->result), free(t->last_error), free(t->lease_owner);
+			free(t->result), free(t->last_error),
+			    free(t->lease_owner);
 			continue;
 		}
 		t->state = DUE_CLAIMED;
@@ -740,7 +781,8 @@ static int claim_picked(due_store *s, due_task_list *l, const char *owner,
 */
 static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 			const char *const *kinds, size_t n_kinds, bool exclude,
-			int limit, int64_t lease_us, due_id only_id, due_time now)
+			int limit, int64_t lease_us, due_id only_id,
+			due_time now)
 {
 	sqlite3_stmt *st;
 	int rc;
@@ -771,9 +813,9 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 
 /* Complete n tries, then claim: one BEGIN IMMEDIATE, one COMMIT. */
 static int due__sq_complete_claim(due_store *s, due_completion *items, size_t n,
-				 const char *owner, const char *const *kinds,
-				 size_t n_kinds, bool exclude, int limit,
-				 int64_t lease_us, due_task_list **out)
+				  const char *owner, const char *const *kinds,
+				  size_t n_kinds, bool exclude, int limit,
+				  int64_t lease_us, due_task_list **out)
 {
 	due_task_list *l;
 	due_time now;
@@ -801,8 +843,8 @@ fail:
 }
 
 static int due__sq_claim(due_store *s, due_task_list **out, const char *owner,
-			const char *const *kinds, size_t n_kinds, bool exclude,
-			int limit, int64_t lease_us, due_id only_id)
+			 const char *const *kinds, size_t n_kinds, bool exclude,
+			 int limit, int64_t lease_us, due_id only_id)
 {
 	due_task_list *l;
 	due_time now = due_time_now_host();
@@ -868,7 +910,7 @@ static int state_of(due_store *s, due_id id, bool *found, due_state *state,
 }
 
 static int due__sq_extend(due_store *s, due_extend_outcome *out, due_id id,
-			 int32_t attempt, int64_t lease_us)
+			  int32_t attempt, int64_t lease_us)
 {
 	sqlite3_stmt *st;
 	bool found, cancel;
@@ -893,8 +935,8 @@ static int due__sq_extend(due_store *s, due_extend_outcome *out, due_id id,
 		if ((rc = state_of(s, id, &found, &state, &cur, &cancel)) < 0)
 			goto fail;
 		*out = found && state == DUE_CLAIMED && cur == attempt && cancel
-			       ? DUE_EXTEND_CANCEL_REQUESTED
-			       : DUE_EXTEND_LOST;
+			   ? DUE_EXTEND_CANCEL_REQUESTED
+			   : DUE_EXTEND_LOST;
 	}
 	return due__sq_commit(s);
 fail:
@@ -929,7 +971,8 @@ static int mark_late(due_store *s, due_id id, int32_t attempt)
 	return due__sq_exec(s, st, "mark late commit");
 }
 
-/* Run a fenced update bound with (id, attempt, extra...); *hit = 1 row changed. */
+/* Run a fenced update bound with (id, attempt, extra...); *hit = 1 row changed.
+ */
 static int fenced(due_store *s, sqlite3_stmt *st, const char *what, bool *hit)
 {
 	int rc = due__sq_exec(s, st, what);
@@ -956,7 +999,8 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 		return rc;
 	if (hit) {
 		c->outcome = DUE_COMPLETE_DONE;
-		if ((rc = end_attempt(s, c->id, c->attempt, now, "DONE", NULL)) < 0)
+		if ((rc = end_attempt(s, c->id, c->attempt, now, "DONE",
+				      NULL)) < 0)
 			return rc;
 		return hook ? due__store_run_hook(hook, s->db, c, payload) : 0;
 	}
@@ -977,7 +1021,7 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 }
 
 static int due__sq_complete(due_store *s, due_completion *items, size_t n,
-			   due_tx_hook hook, void *payload)
+			    due_tx_hook hook, void *payload)
 {
 	due_time now;
 	int rc;
@@ -995,7 +1039,7 @@ fail:
 }
 
 static int due__sq_fail(due_store *s, due_fail_outcome *out, due_id id,
-		       int32_t attempt, const char *error)
+			int32_t attempt, const char *error)
 {
 	sqlite3_stmt *st;
 	due_time now;
@@ -1023,7 +1067,8 @@ static int due__sq_fail(due_store *s, due_fail_outcome *out, due_id id,
 		*out = due__fail_outcome_of(ns);
 		sqlite3_reset(st);
 		rc = end_attempt(s, id, attempt, now,
-				 ns == DUE_CANCELLED ? "CANCELLED" : "FAILED", error);
+				 ns == DUE_CANCELLED ? "CANCELLED" : "FAILED",
+				 error);
 	} else if (rc == SQLITE_DONE) {
 		sqlite3_reset(st);
 		*out = DUE_FAIL_REJECTED_STALE;
@@ -1205,7 +1250,7 @@ static int due__sq_get(due_store *s, due_task **out, due_id id)
 }
 
 static int due__sq_list(due_store *s, due_task_list **out,
-		       const due_list_opts *o)
+			const due_list_opts *o)
 {
 	sqlite3_stmt *st = stmt(s, ST_LIST);
 	due_task_list *l;
@@ -1216,8 +1261,8 @@ static int due__sq_list(due_store *s, due_task_list **out,
 	if ((rc = due__task_list_alloc(&l, (size_t)o->limit)) < 0)
 		return rc;
 	if (o->state >= 0)
-		sqlite3_bind_text(st, 1, due_state_name((due_state)o->state), -1,
-				  SQLITE_STATIC);
+		sqlite3_bind_text(st, 1, due_state_name((due_state)o->state),
+				  -1, SQLITE_STATIC);
 	if (o->kind)
 		sqlite3_bind_text(st, 2, o->kind, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 3, o->after);
@@ -1283,7 +1328,8 @@ static int retry_locked(due_store *s, due_id id, due_time now)
 		return rc;
 	if (!hit)
 		return wrong_state(s, id, "retry", "DEAD");
-	return audit(s, id, now, "retry", "DEAD -> SCHEDULED, fresh attempt budget");
+	return audit(s, id, now, "retry",
+		     "DEAD -> SCHEDULED, fresh attempt budget");
 }
 
 static int due__sq_retry(due_store *s, due_id id)
@@ -1344,7 +1390,8 @@ static int operator_tx(due_store *s, enum stmt_id sid, due_id id,
 	int rc;
 	if ((rc = due__sq_begin(s)) < 0)
 		return rc;
-	if ((rc = operator_locked(s, sid, id, action, needed, outcome, final)) < 0) {
+	if ((rc = operator_locked(s, sid, id, action, needed, outcome, final)) <
+	    0) {
 		due__sq_rollback(s);
 		return rc;
 	}
@@ -1395,11 +1442,13 @@ static int lateness(due_store *s, due_stats *out)
 	sqlite3_bind_int64(st, 1, out->now - DUE_STATS_WINDOW_US);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		if (n == cap) {
-			int64_t *nv = realloc(v, (cap = cap ? cap * 2 : 256) * sizeof(*v));
+			int64_t *nv = realloc(v, (cap = cap ? cap * 2 : 256) *
+						     sizeof(*v));
 			if (!nv) {
 				free(v);
 				sqlite3_reset(st);
-				return due__error_set(DUE_ENOMEM, "out of memory");
+				return due__error_set(DUE_ENOMEM,
+						      "out of memory");
 			}
 			v = nv;
 		}
@@ -1444,7 +1493,7 @@ static int due__sq_stats(due_store *s, due_stats *out)
 		out->due_unclaimed = sqlite3_column_int64(st, 0);
 		if (sqlite3_column_type(st, 1) != SQLITE_NULL)
 			out->oldest_due_unclaimed_ms =
-				(out->now - sqlite3_column_int64(st, 1)) / 1000;
+			    (out->now - sqlite3_column_int64(st, 1)) / 1000;
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_ROW)
@@ -1481,7 +1530,8 @@ static int due__sq_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 	do {
 		if ((rc = due__sq_begin(s)) < 0)
 			return rc;
-		if ((rc = prune_batch(s, due_time_now_host() - older_than_us, &n)) < 0 ||
+		if ((rc = prune_batch(s, due_time_now_host() - older_than_us,
+				      &n)) < 0 ||
 		    (rc = due__sq_commit(s)) < 0) {
 			due__sq_rollback(s);
 			return rc;
@@ -1495,8 +1545,7 @@ static int due__sq_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
 /* Schedules                                                           */
 /* ------------------------------------------------------------------ */
 
-static int due__sq_cron_get(due_store *s, due_cron_info **out,
-			    const char *name)
+static int due__sq_cron_get(due_store *s, due_cron_info **out, const char *name)
 {
 	sqlite3_stmt *st = stmt(s, ST_SCHED_GET);
 	SQ_ROWS(r, s, st, "read schedule");
@@ -1541,8 +1590,8 @@ static int due__sq_cron_put(due_store *s, const due_cron_def *d,
 	sqlite3_bind_text(st, 2, d->expr, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 3, d->kind, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 4, d->tz, -1, SQLITE_STATIC);
-	sqlite3_bind_blob(st, 5, d->payload ? d->payload : "", (int)d->payload_len,
-			  SQLITE_STATIC);
+	sqlite3_bind_blob(st, 5, d->payload ? d->payload : "",
+			  (int)d->payload_len, SQLITE_STATIC);
 	sqlite3_bind_text(st, 6, due__misfire_name(d->misfire), -1,
 			  SQLITE_STATIC);
 	sqlite3_bind_text(st, 7, due__overlap_name(d->overlap), -1,
@@ -1571,7 +1620,8 @@ static int due__sq_cron_remove(due_store *s, const char *name)
 	if ((rc = due__sq_exec(s, st, "remove schedule")) < 0)
 		return rc;
 	if (sqlite3_changes(s->db) == 0)
-		return due__error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
+		return due__error_set(DUE_ENOTFOUND, "no schedule named '%s'",
+				      name);
 	return 0;
 }
 
@@ -1620,7 +1670,8 @@ static int due__sq_cron_fire(due_store *s, const due_cron_fire *f, bool *won,
 		return due__sq_commit(s); /* another scheduler advanced it */
 	*won = true;
 	if (f->task) {
-		if (!(ins = stmt(s, ST_INSERT)) || !(find = stmt(s, ST_FIND_KEY))) {
+		if (!(ins = stmt(s, ST_INSERT)) ||
+		    !(find = stmt(s, ST_FIND_KEY))) {
 			rc = due_error_last_code();
 			goto fail;
 		}
@@ -1674,12 +1725,14 @@ static int kinds(due_store *s, due_metrics *m)
 		due_state ss = DUE_SCHEDULED;
 		if (due__sq_col_state(st, 1, &ss) < 0)
 			continue;
-		if (!m->n_kinds || strcmp(m->kinds[m->n_kinds - 1].kind, k) != 0) {
+		if (!m->n_kinds ||
+		    strcmp(m->kinds[m->n_kinds - 1].kind, k) != 0) {
 			if (m->n_kinds == 1000)
 				break;
 			if (m->n_kinds == cap) {
 				cap = cap ? cap * 2 : 16;
-				due_kind_counts *n = realloc(m->kinds, cap * sizeof(*n));
+				due_kind_counts *n =
+				    realloc(m->kinds, cap * sizeof(*n));
 				if (!n) {
 					rc = SQLITE_NOMEM;
 					break;
@@ -1687,13 +1740,15 @@ static int kinds(due_store *s, due_metrics *m)
 				m->kinds = n;
 			}
 			memset(&m->kinds[m->n_kinds], 0, sizeof(m->kinds[0]));
-			if (!(m->kinds[m->n_kinds].kind = due__strdup_n(k, strlen(k)))) {
+			if (!(m->kinds[m->n_kinds].kind =
+				  due__strdup_n(k, strlen(k)))) {
 				rc = SQLITE_NOMEM;
 				break;
 			}
 			m->n_kinds++;
 		}
-		m->kinds[m->n_kinds - 1].counts[ss] = sqlite3_column_int64(st, 2);
+		m->kinds[m->n_kinds - 1].counts[ss] =
+		    sqlite3_column_int64(st, 2);
 	}
 	sqlite3_reset(st);
 	return rc == SQLITE_DONE || rc == SQLITE_ROW
@@ -1709,8 +1764,8 @@ static int outcomes(due_store *s, due_metrics *m, due_time now)
 	if (!st)
 		return due_error_last_code();
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		int i =
-		    due__outcome_parse((const char *)sqlite3_column_text(st, 0));
+		int i = due__outcome_parse(
+		    (const char *)sqlite3_column_text(st, 0));
 		if (i >= 0 && i < DUE_OUT_REJECTED_STALE)
 			m->outcomes[i] = sqlite3_column_int64(st, 1);
 	}
@@ -1719,7 +1774,8 @@ static int outcomes(due_store *s, due_metrics *m, due_time now)
 		return rc != SQLITE_DONE ? due__sq_error(s, rc, "outcomes")
 					 : DUE_ERROR;
 	if ((rc = sqlite3_step(st)) == SQLITE_ROW)
-		m->outcomes[DUE_OUT_REJECTED_STALE] = sqlite3_column_int64(st, 0);
+		m->outcomes[DUE_OUT_REJECTED_STALE] =
+		    sqlite3_column_int64(st, 0);
 	sqlite3_reset(st);
 	if (!(st = stmt(s, ST_M_PERMIN)))
 		return due_error_last_code();
@@ -1763,7 +1819,8 @@ static int due__sq_metrics(due_store *s, due_metrics *m)
 	due_time now = due_time_now_host();
 	int rc;
 
-	if ((rc = kinds(s, m)) < 0 || (rc = hist(s, ST_M_LATE, &m->lateness)) < 0 ||
+	if ((rc = kinds(s, m)) < 0 ||
+	    (rc = hist(s, ST_M_LATE, &m->lateness)) < 0 ||
 	    (rc = hist(s, ST_M_DUR, &m->duration)) < 0 ||
 	    (rc = outcomes(s, m, now)) < 0 || (rc = workers(s, m, now)) < 0)
 		return rc;
@@ -1771,7 +1828,7 @@ static int due__sq_metrics(due_store *s, due_metrics *m)
 }
 
 static int due__sq_worker_report(due_store *s, const char *owner,
-				const due_worker_stats *w)
+				 const due_worker_stats *w)
 {
 	sqlite3_stmt *st = stmt(s, ST_WORKER_REPORT);
 	int64_t v[DUE_WORKER_N_COUNTERS];
@@ -1802,13 +1859,16 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 	}
 	sqlite3_finalize(s->upc);
 	s->upc = NULL;
-	off = (size_t)snprintf(sql, sizeof(sql),
-		"SELECT id, due_at FROM due_task WHERE state = 'SCHEDULED'"
-		" AND due_at < ?1");
+	off = (size_t)snprintf(
+	    sql, sizeof(sql),
+	    "SELECT id, due_at FROM due_task WHERE state = 'SCHEDULED'"
+	    " AND due_at < ?1");
 	for (size_t i = 0; i < n_kinds; i++)
 		off += (size_t)snprintf(sql + off, sizeof(sql) - off, "%s?%zu",
-					i ? ", " : exclude ? " AND kind NOT IN ("
-							   : " AND kind IN (", i + 3);
+					i	  ? ", "
+					: exclude ? " AND kind NOT IN ("
+						  : " AND kind IN (",
+					i + 3);
 	snprintf(sql + off, sizeof(sql) - off, "%s ORDER BY due_at LIMIT ?2",
 		 n_kinds ? ")" : "");
 	int rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
@@ -1823,8 +1883,8 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 }
 
 static int due__sq_upcoming(due_store *s, due_upcoming *out,
-			   const char *const *kinds, size_t n_kinds,
-			   bool exclude, due_time until, int limit)
+			    const char *const *kinds, size_t n_kinds,
+			    bool exclude, due_time until, int limit)
 {
 	sqlite3_stmt *st = upcoming_stmt(s, n_kinds, exclude);
 	SQ_ROWS(r, s, st, "upcoming");
@@ -1847,15 +1907,13 @@ static const char *const schemes[] = {"sqlite", NULL};
 /* Every method is due__sq_<method> (store.h lists them). */
 #define OP(m) .m = due__sq_##m,
 const due_store_ops due__store_sqlite = {
-	.version = DUE_STORE_OPS_VERSION,
-	.name = "sqlite",
-	.schemes = schemes,
-	.caps = DUE_STORE_CAP_HOST_CLOCK | DUE_STORE_CAP_NOTIFY |
-		DUE_STORE_CAP_TX_SUBMIT,
-	DUE_STORE_METHODS(OP)
-	DUE_STORE_NOTIFY_METHODS(OP)
-	DUE_STORE_TX_SUBMIT_METHODS(OP)
-};
+    .version = DUE_STORE_OPS_VERSION,
+    .name = "sqlite",
+    .schemes = schemes,
+    .caps = DUE_STORE_CAP_HOST_CLOCK | DUE_STORE_CAP_NOTIFY |
+	    DUE_STORE_CAP_TX_SUBMIT,
+    DUE_STORE_METHODS(OP) DUE_STORE_NOTIFY_METHODS(OP)
+	DUE_STORE_TX_SUBMIT_METHODS(OP)};
 #undef OP
 
 DUE_STORE_TX_SUBMIT_API(due_schedule_sqlite_tx, struct sqlite3,

@@ -63,8 +63,12 @@ static int code_of(int rc)
 	case SQLITE_NOMEM: return DUE_ENOMEM;
 	case SQLITE_CONSTRAINT: return DUE_ECONFLICT;
 	case SQLITE_TOOBIG: return DUE_ETOOBIG;
-	case SQLITE_IOERR: case SQLITE_CANTOPEN: case SQLITE_READONLY:
-	case SQLITE_FULL: case SQLITE_CORRUPT: case SQLITE_NOTADB:
+	case SQLITE_IOERR:
+	case SQLITE_CANTOPEN:
+	case SQLITE_READONLY:
+	case SQLITE_FULL:
+	case SQLITE_CORRUPT:
+	case SQLITE_NOTADB:
 	case SQLITE_PERM: return DUE_ESTORE;
 	default: return DUE_ERROR;
 	}
@@ -74,11 +78,14 @@ static int code_of(int rc)
 static const char *io_step(int ext)
 {
 	switch (ext) {
-	case SQLITE_IOERR_READ: case SQLITE_IOERR_SHORT_READ: return "read";
+	case SQLITE_IOERR_READ:
+	case SQLITE_IOERR_SHORT_READ: return "read";
 	case SQLITE_IOERR_WRITE: return "write";
-	case SQLITE_IOERR_FSYNC: case SQLITE_IOERR_DIR_FSYNC: return "sync";
+	case SQLITE_IOERR_FSYNC:
+	case SQLITE_IOERR_DIR_FSYNC: return "sync";
 	case SQLITE_IOERR_TRUNCATE: return "truncate";
-	case SQLITE_IOERR_SHMOPEN: case SQLITE_IOERR_SHMSIZE:
+	case SQLITE_IOERR_SHMOPEN:
+	case SQLITE_IOERR_SHMSIZE:
 	case SQLITE_IOERR_SHMMAP: return "shared-memory (-shm) file";
 	case SQLITE_IOERR_DELETE: return "delete";
 	default: return NULL;
@@ -99,8 +106,8 @@ static int io_errno(sqlite3 *db)
 	if (e <= 0)
 		sqlite3_file_control(db, "main", SQLITE_FCNTL_LAST_ERRNO, &e);
 	if (e <= 0 &&
-	    sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &j) ==
-		SQLITE_OK &&
+	    sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER,
+				 &j) == SQLITE_OK &&
 	    j && j->pMethods)
 		j->pMethods->xFileControl(j, SQLITE_FCNTL_LAST_ERRNO, &e);
 	return e > 0 ? e : 0;
@@ -137,10 +144,11 @@ int due__sq_error(due_store *s, int rc, const char *what)
 
 	cause_of(db, rc, cause, sizeof(cause));
 	if (s && s->path)
-		return due__error_set(code_of(rc), "sqlite store '%s': %s: %s%s",
-				     s->path, what, msg, cause);
+		return due__error_set(code_of(rc),
+				      "sqlite store '%s': %s: %s%s", s->path,
+				      what, msg, cause);
 	return due__error_set(code_of(rc), "sqlite store: %s: %s%s", what, msg,
-			     cause);
+			      cause);
 }
 
 sqlite3_stmt *due__sq_stmt(due_store *s, int id, const char *sql)
@@ -186,10 +194,11 @@ static int tx(due_store *s, int which, const char *what)
 int due__sq_begin(due_store *s)
 {
 	if (s->readonly)
-		return due__error_set(DUE_ESTORE,
-			"sqlite store '%s' is read-only to this user: changing it "
-			"needs write access to the file and to its directory",
-			s->path);
+		return due__error_set(
+		    DUE_ESTORE,
+		    "sqlite store '%s' is read-only to this user: changing it "
+		    "needs write access to the file and to its directory",
+		    s->path);
 	return tx(s, 0, "begin");
 }
 
@@ -236,8 +245,10 @@ static int open_wake(const char *path)
 		errno = EINVAL;
 		return -1;
 	}
-	fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY |
-			    O_CLOEXEC, 0666);
+	fd = open(path,
+		  O_WRONLY | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY |
+		      O_CLOEXEC,
+		  0666);
 	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
 		close(fd);
 		errno = EINVAL;
@@ -270,8 +281,9 @@ static int cur_next(void *c)
 {
 	due__sq_cur *k = c;
 	int rc = sqlite3_step(k->st);
-	return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0
-							 : due__sq_error(k->s, rc, k->what);
+	return rc == SQLITE_ROW	   ? 1
+	       : rc == SQLITE_DONE ? 0
+				   : due__sq_error(k->s, rc, k->what);
 }
 
 static bool cur_is_null(void *c, int col)
@@ -302,7 +314,7 @@ static const due_row_ops sq_rows = {cur_next, cur_is_null, cur_i64, cur_i64,
 				    cur_bytes};
 
 void due__sq_rows(due_rows *out, due__sq_cur *c, due_store *s, sqlite3_stmt *st,
-		 const char *what)
+		  const char *what)
 {
 	c->s = s;
 	c->st = st;
@@ -314,7 +326,8 @@ void due__sq_rows(due_rows *out, due__sq_cur *c, due_store *s, sqlite3_stmt *st,
 int due__sq_col_state(sqlite3_stmt *st, int col, due_state *out)
 {
 	const char *p = (const char *)sqlite3_column_text(st, col);
-	return due__state_from_store(p, (size_t)sqlite3_column_bytes(st, col), out);
+	return due__state_from_store(p, (size_t)sqlite3_column_bytes(st, col),
+				     out);
 }
 
 /* ------------------------------------------------------------------ */
@@ -374,7 +387,7 @@ static void sql_bucket(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 typedef struct sq_cfg {
 	char *path;
 	bool sync_normal; /* ?sync=normal */
-	int busy_ms;      /* ?busy_ms= (default 30000) */
+	int busy_ms;	  /* ?busy_ms= (default 30000) */
 } sq_cfg;
 
 void due__sq_free_cfg(void *cfg)
@@ -397,13 +410,16 @@ static int parse_option(sq_cfg *c, const char *opt, const char *full)
 		long v = strtol(opt + 8, &end, 10);
 		if (errno || *end || end == opt + 8 || v < 0 || v > 3600000)
 			return due__error_set(DUE_EINVAL,
-				"malformed store URL '%s': busy_ms must be 0..3600000",
-				full);
+					      "malformed store URL '%s': "
+					      "busy_ms must be 0..3600000",
+					      full);
 		c->busy_ms = (int)v;
 	} else {
-		return due__error_set(DUE_EINVAL,
-			"malformed store URL '%s': unknown option '%s' "
-			"(expected sync=full|normal or busy_ms=N)", full, opt);
+		return due__error_set(
+		    DUE_EINVAL,
+		    "malformed store URL '%s': unknown option '%s' "
+		    "(expected sync=full|normal or busy_ms=N)",
+		    full, opt);
 	}
 	return 0;
 }
@@ -438,16 +454,20 @@ int due__sq_parse_url(void **out, const due_url *u)
 	*out = NULL;
 	if (strncmp(path, "//", 2) == 0) {
 		if (path[2] != '/')
-			return due__error_set(DUE_EINVAL,
-				"malformed store URL '%s': use sqlite:PATH or "
-				"sqlite:///absolute/path", u->text);
+			return due__error_set(
+			    DUE_EINVAL,
+			    "malformed store URL '%s': use sqlite:PATH or "
+			    "sqlite:///absolute/path",
+			    u->text);
 		path += 2;
 		plen -= 2;
 	}
 	if (plen == 0)
-		return due__error_set(DUE_EINVAL,
-			"malformed store URL '%s': empty file path", u->text);
-	if (!(c = calloc(1, sizeof(*c))) || !(c->path = due__strdup_n(path, plen))) {
+		return due__error_set(
+		    DUE_EINVAL, "malformed store URL '%s': empty file path",
+		    u->text);
+	if (!(c = calloc(1, sizeof(*c))) ||
+	    !(c->path = due__strdup_n(path, plen))) {
 		due__sq_free_cfg(c);
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	}
@@ -475,9 +495,10 @@ static int configure(due_store *s, const sq_cfg *c)
 				     sql_backoff, NULL, NULL);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_create_function(s->db, "due_bucket", 1,
-					     SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
-					     sql_bucket, NULL, NULL);
-	return rc == SQLITE_OK ? 0 : due__sq_error(s, rc, "register due_backoff");
+					     SQLITE_UTF8 | SQLITE_DETERMINISTIC,
+					     NULL, sql_bucket, NULL, NULL);
+	return rc == SQLITE_OK ? 0
+			       : due__sq_error(s, rc, "register due_backoff");
 }
 
 /*
@@ -567,8 +588,9 @@ static int reopen_immutable(due_store *s)
 	sqlite3_close_v2(s->db);
 	s->db = NULL;
 	s->readonly = s->immutable = true;
-	rc = open_file(s, uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI |
-				       SQLITE_OPEN_NOMUTEX);
+	rc = open_file(s, uri,
+		       SQLITE_OPEN_READONLY | SQLITE_OPEN_URI |
+			   SQLITE_OPEN_NOMUTEX);
 	free(uri);
 	return rc;
 }
@@ -625,14 +647,16 @@ static int open_error(due_store *s, int rc)
 
 	if ((base == SQLITE_READONLY || base == SQLITE_CANTOPEN) &&
 	    wal_exists(s->path) && !can_write(s->path))
-		return due__error_set(DUE_ESTORE,
-			"cannot open sqlite store '%s': %s (its log '%s-wal' "
-			"exists, and this user can neither write the store nor "
-			"open or create its '-shm' file: open it once as a user "
-			"who can write it)", s->path, msg, s->path);
+		return due__error_set(
+		    DUE_ESTORE,
+		    "cannot open sqlite store '%s': %s (its log '%s-wal' "
+		    "exists, and this user can neither write the store nor "
+		    "open or create its '-shm' file: open it once as a user "
+		    "who can write it)",
+		    s->path, msg, s->path);
 	cause_of(s->db, rc, cause, sizeof(cause));
 	return due__error_set(DUE_ESTORE, "cannot open sqlite store '%s': %s%s",
-			     s->path, msg, cause);
+			      s->path, msg, cause);
 }
 
 int due__sq_open(due_store **out, const void *cfg, bool create)
@@ -644,9 +668,10 @@ int due__sq_open(due_store **out, const void *cfg, bool create)
 
 	*out = NULL;
 	if (!create && access(u->path, F_OK) != 0)
-		return due__error_set(DUE_ESCHEMA,
-			"no store at '%s': run `due init --db sqlite:%s` first",
-			u->path, u->path);
+		return due__error_set(
+		    DUE_ESCHEMA,
+		    "no store at '%s': run `due init --db sqlite:%s` first",
+		    u->path, u->path);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return due__error_set(DUE_ENOMEM, "out of memory");
@@ -693,10 +718,7 @@ int due__sq_now(due_store *s, due_time *out)
 	return 0;
 }
 
-void *due__sq_native(due_store *s)
-{
-	return s->db;
-}
+void *due__sq_native(due_store *s) { return s->db; }
 
 /* ------------------------------------------------------------------ */
 /* Listening to the wake file                                          */
@@ -707,21 +729,25 @@ int due__sq_listen(due_store *s, int *fd)
 	if (s->ino_fd < 0) {
 		int w = open_wake(s->wake_path);
 		if (w < 0 && errno == EINVAL)
-			return due__error_set(DUE_ESTATE,
-				"wake file '%s' is not a regular file: poll",
-				s->wake_path);
+			return due__error_set(
+			    DUE_ESTATE,
+			    "wake file '%s' is not a regular file: poll",
+			    s->wake_path);
 		if (w >= 0)
 			close(w);
 		s->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
 		if (s->ino_fd < 0)
-			return due__error_set(DUE_ESTATE, "inotify: %s", strerror(errno));
+			return due__error_set(DUE_ESTATE, "inotify: %s",
+					      strerror(errno));
 		if (inotify_add_watch(s->ino_fd, s->wake_path,
-				      IN_ATTRIB | IN_MODIFY | IN_CLOSE_WRITE) < 0) {
+				      IN_ATTRIB | IN_MODIFY | IN_CLOSE_WRITE) <
+		    0) {
 			int e = errno;
 			close(s->ino_fd);
 			s->ino_fd = -1;
-			return due__error_set(DUE_ESTATE, "cannot watch '%s': %s",
-					     s->wake_path, strerror(e));
+			return due__error_set(DUE_ESTATE,
+					      "cannot watch '%s': %s",
+					      s->wake_path, strerror(e));
 		}
 	}
 	*fd = s->ino_fd;
@@ -730,7 +756,8 @@ int due__sq_listen(due_store *s, int *fd)
 
 int due__sq_listen_drain(due_store *s, int *count)
 {
-	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	char buf[4096]
+	    __attribute__((aligned(__alignof__(struct inotify_event))));
 	ssize_t n;
 
 	*count = 0;
@@ -738,7 +765,8 @@ int due__sq_listen_drain(due_store *s, int *count)
 		return 0;
 	while ((n = read(s->ino_fd, buf, sizeof(buf))) > 0)
 		for (char *p = buf; p < buf + n;
-		     p += sizeof(struct inotify_event) + ((struct inotify_event *)p)->len)
+		     p += sizeof(struct inotify_event) +
+			  ((struct inotify_event *)p)->len)
 			(*count)++;
 	return 0;
 }

@@ -20,20 +20,20 @@
 struct due_store {
 	sqlite3 *db;
 	char *path;
-	int busy_ms;           /* give up waiting for the lock after this */
-	int64_t busy_since;    /* monotonic us of the first retry of this wait */
+	int busy_ms;	    /* give up waiting for the lock after this */
+	int64_t busy_since; /* monotonic us of the first retry of this wait */
 	sqlite3_stmt *st[DUE_SQ_MAX_STMTS]; /* sqlite.c's, by number */
-	sqlite3_stmt *tx[2];   /* BEGIN IMMEDIATE, COMMIT */
-	sqlite3_stmt *claim;   /* claim statement for claim_kinds kinds */
+	sqlite3_stmt *tx[2];		    /* BEGIN IMMEDIATE, COMMIT */
+	sqlite3_stmt *claim; /* claim statement for claim_kinds kinds */
 	size_t claim_kinds;
 	bool claim_exclude;
-	sqlite3_stmt *upc;     /* upcoming statement, same caching */
+	sqlite3_stmt *upc; /* upcoming statement, same caching */
 	size_t upc_kinds;
 	bool upc_exclude;
-	char *wake_path;       /* "<path>-wake" */
-	bool readonly;         /* this user cannot write the store */
-	bool immutable;        /* opened ?immutable=1 (sqlite_conn.c, open) */
-	int ino_fd;            /* inotify instance while listening, else -1 */
+	char *wake_path; /* "<path>-wake" */
+	bool readonly;	 /* this user cannot write the store */
+	bool immutable;	 /* opened ?immutable=1 (sqlite_conn.c, open) */
+	int ino_fd;	 /* inotify instance while listening, else -1 */
 };
 
 /* The connection methods of the ops table (sqlite.c lists them). */
@@ -87,6 +87,6 @@ typedef struct due__sq_cur {
 } due__sq_cur;
 
 void due__sq_rows(due_rows *out, due__sq_cur *c, due_store *s, sqlite3_stmt *st,
-		 const char *what);
+		  const char *what);
 
 #endif /* DUE_SQLITE_CONN_H */

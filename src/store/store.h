@@ -12,12 +12,15 @@
 **   complete  CLAIMED & attempt & !cancel    -> DONE + result, last_error
 **                                               cleared (attempt DONE; the
 **                                               history keeps every error)
-**             CLAIMED & attempt & cancel     -> CANCELLED     (attempt CANCELLED)
-**             otherwise                      -> nothing; attempt late_commit mark
+**             CLAIMED & attempt & cancel     -> CANCELLED     (attempt
+*CANCELLED)
+**             otherwise                      -> nothing; attempt late_commit
+*mark
 **   fail      CLAIMED & attempt              -> CANCELLED if cancel requested,
 **                                               DEAD if budget used up,
 **                                               else SCHEDULED at now+backoff
-**   reclaim   CLAIMED & lease_until < now    -> as fail, due now (LEASE_EXPIRED)
+**   reclaim   CLAIMED & lease_until < now    -> as fail, due now
+*(LEASE_EXPIRED)
 **   cancel    SCHEDULED -> CANCELLED; CLAIMED -> cancel_requested; else report
 **   retry     DEAD -> SCHEDULED now, attempt_base = attempt (fresh budget)
 **   requeue   CLAIMED -> SCHEDULED now (attempt REQUEUED)
@@ -84,23 +87,23 @@ struct due_cron_fire;
 ** backend's to read (parse_url).
 */
 typedef struct due_url {
-	const char *text;  /* the whole URL, for messages */
-	char scheme[16];   /* before the first ':', e.g. "sqlite" */
-	const char *rest;  /* after "scheme:" */
+	const char *text; /* the whole URL, for messages */
+	char scheme[16];  /* before the first ':', e.g. "sqlite" */
+	const char *rest; /* after "scheme:" */
 } due_url;
 
 /* The transaction state of a caller's native connection (native_tx). */
 enum {
 	DUE_NATIVE_TX_OPEN = 0, /* a transaction is open and usable */
-	DUE_NATIVE_TX_NONE,     /* no transaction: the caller must BEGIN */
-	DUE_NATIVE_TX_FAILED    /* it failed: the caller must ROLLBACK */
+	DUE_NATIVE_TX_NONE,	/* no transaction: the caller must BEGIN */
+	DUE_NATIVE_TX_FAILED	/* it failed: the caller must ROLLBACK */
 };
 
 typedef struct due_store_ops {
-	int version;                 /* DUE_STORE_OPS_VERSION */
-	const char *name;            /* due_db_backend(), messages */
-	const char *const *schemes;  /* URL schemes it answers, NULL-ended */
-	unsigned caps;               /* DUE_STORE_CAP_* */
+	int version;		    /* DUE_STORE_OPS_VERSION */
+	const char *name;	    /* due_db_backend(), messages */
+	const char *const *schemes; /* URL schemes it answers, NULL-ended */
+	unsigned caps;		    /* DUE_STORE_CAP_* */
 
 	/*
 	** Read url->rest (its path, host, options) into *cfg, a private
@@ -122,8 +125,8 @@ typedef struct due_store_ops {
 	void *(*native)(due_store *s);
 
 	/* items are validated; defaults filled. */
-	int (*schedule)(due_store *s, due_submitted *out, const due_submit *items,
-			size_t n);
+	int (*schedule)(due_store *s, due_submitted *out,
+			const due_submit *items, size_t n);
 	int (*cancel)(due_store *s, due_cancel_outcome *out, due_id id);
 	int (*get)(due_store *s, due_task **out, due_id id);
 	int (*list)(due_store *s, due_task_list **out, const due_list_opts *o);
@@ -166,7 +169,8 @@ typedef struct due_store_ops {
 	** next slot the core computed.  A replace keeps last_slot, last_task,
 	** fired, missed and last_missed.
 	*/
-	int (*cron_put)(due_store *s, const due_cron_def *d, due_time next_slot);
+	int (*cron_put)(due_store *s, const due_cron_def *d,
+			due_time next_slot);
 	int (*cron_remove)(due_store *s, const char *name);
 	int (*cron_list)(due_store *s, due_cron_info_list **out);
 	/*
@@ -178,13 +182,14 @@ typedef struct due_store_ops {
 	** missed and set last_missed = f->last_missed when f->missed > 0.
 	*/
 	int (*cron_fire)(due_store *s, const struct due_cron_fire *f, bool *won,
-			  due_id *task_id);
+			 due_id *task_id);
 	int (*metrics)(due_store *s, due_metrics *out);
 	int (*worker_report)(due_store *s, const char *owner,
 			     const due_worker_stats *st);
 	/* SCHEDULED tasks due before `until`, earliest first (see due.h). */
-	int (*upcoming)(due_store *s, due_upcoming *out, const char *const *kinds,
-			size_t n_kinds, bool exclude, due_time until, int limit);
+	int (*upcoming)(due_store *s, due_upcoming *out,
+			const char *const *kinds, size_t n_kinds, bool exclude,
+			due_time until, int limit);
 
 	/* --- DUE_STORE_CAP_NOTIFY (NULL without it) --- */
 
@@ -213,13 +218,15 @@ typedef struct due_store_ops {
 ** the list due__store_check() walks.  registry.c fails the build when the
 ** struct has a method these lists lack.
 */
+/* clang-format off */
 #define DUE_STORE_METHODS(X)                                                   \
 	X(parse_url) X(free_cfg) X(open) X(close) X(init_schema)               \
 	X(check_schema) X(now) X(native) X(schedule) X(cancel) X(get) X(list)  \
 	X(claim) X(extend) X(complete) X(fail) X(reclaim) X(complete_claim)    \
-	X(retry) X(requeue) X(kill) X(stats) X(prune) X(cron_get)            \
-	X(cron_put) X(cron_remove) X(cron_list) X(cron_fire) X(metrics)   \
+	X(retry) X(requeue) X(kill) X(stats) X(prune) X(cron_get)              \
+	X(cron_put) X(cron_remove) X(cron_list) X(cron_fire) X(metrics)        \
 	X(worker_report) X(upcoming)
+/* clang-format on */
 #define DUE_STORE_NOTIFY_METHODS(X) X(listen) X(listen_drain) X(notify)
 #define DUE_STORE_TX_SUBMIT_METHODS(X) X(native_tx) X(schedule_on_native)
 
@@ -242,17 +249,17 @@ typedef struct due_store_ops {
 		const void *payload, size_t payload_len,                       \
 		const due_schedule_opts *opts)                                 \
 	{                                                                      \
-		return due__schedule_native(&ops, #api, conn, out, kind,        \
-					   payload, payload_len, opts);        \
+		return due__schedule_native(&ops, #api, conn, out, kind,       \
+					    payload, payload_len, opts);       \
 	}
 
 /* A scheduler's step for one schedule (see cron_fire). */
 typedef struct due_cron_fire {
 	const char *name;
-	due_time expect;         /* next_slot as read */
-	due_time next;           /* the new next_slot */
-	const due_submit *task;  /* the slot's task, or NULL (skip/wait) */
-	due_time slot;           /* the slot the task stands for */
+	due_time expect;	/* next_slot as read */
+	due_time next;		/* the new next_slot */
+	const due_submit *task; /* the slot's task, or NULL (skip/wait) */
+	due_time slot;		/* the slot the task stands for */
 	int64_t missed;
 	due_time last_missed;
 } due_cron_fire;
@@ -300,8 +307,8 @@ int due__schema_verdict(const char *store, int v, const char *where);
 ** inside the transaction.
 */
 typedef struct due_migration {
-	const char *label;  /* the store, for messages */
-	const char *where;  /* for due__schema_verdict() */
+	const char *label; /* the store, for messages */
+	const char *where; /* for due__schema_verdict() */
 	const char *const *steps;
 	int (*begin)(due_store *s);
 	int (*lock)(due_store *s);
@@ -325,7 +332,7 @@ int due__migrate(due_store *s, const due_migration *m);
 ** when the hook refused: the backend must roll back.
 */
 int due__store_run_hook(due_tx_hook hook, void *conn, const due_completion *c,
-		       void *payload);
+			void *payload);
 
 /* The outcome of a fail that wrote `s`, and of a cancel that found `s`. */
 due_fail_outcome due__fail_outcome_of(due_state s);
@@ -336,7 +343,7 @@ due_cancel_outcome due__cancel_outcome_of(bool found, due_state s);
 ** found it in `state` (NULL: no such task): DUE_ENOTFOUND or DUE_ESTATE.
 */
 int due__store_wrong_state(due_id id, const char *action, const char *state,
-			  const char *needed);
+			   const char *needed);
 /* DUE_ECONFLICT: retry of id would make a second live task of its key. */
 int due__store_retry_conflict(due_id id);
 

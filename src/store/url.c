@@ -23,7 +23,8 @@ int due__url_parse(due_url *out, const due_store_ops **ops, const char *text)
 	memset(out, 0, sizeof(*out));
 	*ops = NULL;
 	if (!text || !*text)
-		return due__error_set(DUE_EINVAL, "malformed store URL '': empty");
+		return due__error_set(DUE_EINVAL,
+				      "malformed store URL '': empty");
 	out->text = text;
 	colon = strchr(text, ':');
 	n = colon ? (size_t)(colon - text) : 0;
@@ -36,10 +37,14 @@ int due__url_parse(due_url *out, const due_store_ops **ops, const char *text)
 	}
 	due__store_schemes(schemes, sizeof(schemes));
 	if (!colon)
-		return due__error_set(DUE_EINVAL,
-			"malformed store URL '%s': no scheme (this build knows "
-			"%s)", text, schemes);
-	return due__error_set(DUE_EINVAL,
-		"malformed store URL '%s': unsupported scheme '%.*s' (this "
-		"build knows %s)", text, (int)(colon - text), text, schemes);
+		return due__error_set(
+		    DUE_EINVAL,
+		    "malformed store URL '%s': no scheme (this build knows "
+		    "%s)",
+		    text, schemes);
+	return due__error_set(
+	    DUE_EINVAL,
+	    "malformed store URL '%s': unsupported scheme '%.*s' (this "
+	    "build knows %s)",
+	    text, (int)(colon - text), text, schemes);
 }

@@ -54,19 +54,19 @@
 
 /* One timer.  `next` doubles as the free-list link while the node is free. */
 typedef struct wnode {
-	uint64_t due;   /* due key */
-	int64_t id;     /* task id */
-	uint32_t next;  /* circular list of its slot */
+	uint64_t due;  /* due key */
+	int64_t id;    /* task id */
+	uint32_t next; /* circular list of its slot */
 	uint32_t prev;
 	uint32_t hnext; /* id index chain */
-	uint16_t list;  /* slot/list index, or LIST_FREE */
-	uint16_t gen;   /* bumped on free; never 0 */
+	uint16_t list;	/* slot/list index, or LIST_FREE */
+	uint16_t gen;	/* bumped on free; never 0 */
 } wnode;
 
 _Static_assert(sizeof(wnode) == 32, "a wheel node must stay 32 bytes");
 
 struct due_wheel {
-	uint64_t now;     /* current key */
+	uint64_t now;	  /* current key */
 	uint64_t horizon; /* 64^levels */
 	unsigned levels;
 	int busy; /* inside advance() */
@@ -81,7 +81,7 @@ struct due_wheel {
 
 	uint64_t occupied[DUE_WHEEL_LEVELS_MAX];
 	uint32_t head[NLISTS];
-	uint64_t min[NLISTS];     /* lower bound of the list's due keys */
+	uint64_t min[NLISTS];	   /* lower bound of the list's due keys */
 	uint8_t min_stale[NLISTS]; /* min may be below the true minimum */
 
 	uint64_t fired, cascades, cascaded;
@@ -95,10 +95,7 @@ struct due_wheel {
 /* Ticks, allocation                                                   */
 /* ------------------------------------------------------------------ */
 
-static uint64_t to_key(int64_t tick)
-{
-	return (uint64_t)tick ^ SIGN_BIT;
-}
+static uint64_t to_key(int64_t tick) { return (uint64_t)tick ^ SIGN_BIT; }
 
 /* The inverse of to_key(), without implementation-defined conversions. */
 static int64_t from_key(uint64_t key)
@@ -110,15 +107,9 @@ static int64_t from_key(uint64_t key)
 
 /* Trailing / leading zero bits of a non-zero word. */
 #if defined(__GNUC__) || defined(__clang__)
-static unsigned ctz64(uint64_t x)
-{
-	return (unsigned)__builtin_ctzll(x);
-}
+static unsigned ctz64(uint64_t x) { return (unsigned)__builtin_ctzll(x); }
 
-static unsigned clz64(uint64_t x)
-{
-	return (unsigned)__builtin_clzll(x);
-}
+static unsigned clz64(uint64_t x) { return (unsigned)__builtin_clzll(x); }
 #else
 static unsigned ctz64(uint64_t x)
 {
@@ -193,7 +184,7 @@ static void list_push(due_wheel *w, unsigned li, uint32_t ni)
 		w->min_stale[li] = 0;
 		if (li < LIST_LATE)
 			w->occupied[li / DUE_WHEEL_SLOTS] |=
-				UINT64_C(1) << (li % DUE_WHEEL_SLOTS);
+			    UINT64_C(1) << (li % DUE_WHEEL_SLOTS);
 		return;
 	}
 	n->next = h;
@@ -216,7 +207,7 @@ static void list_remove(due_wheel *w, uint32_t ni)
 		w->head[li] = NIL;
 		if (li < LIST_LATE)
 			w->occupied[li / DUE_WHEEL_SLOTS] &=
-				~(UINT64_C(1) << (li % DUE_WHEEL_SLOTS));
+			    ~(UINT64_C(1) << (li % DUE_WHEEL_SLOTS));
 		return;
 	}
 	w->pool[n->prev].next = n->next;
@@ -472,7 +463,7 @@ void due__wheel_free(due_wheel *w)
 ** failure leaves the wheel as it was.
 */
 int due__wheel_start(due_wheel_handle *out, due_wheel *w, int64_t id,
-		    int64_t due_tick)
+		     int64_t due_tick)
 {
 	uint64_t d = to_key(due_tick);
 	uint32_t ni;
@@ -538,7 +529,7 @@ int due__wheel_stop_id(due_wheel *w, int64_t id)
 }
 
 int due__wheel_find(int64_t *due_out, due_wheel_handle *handle_out,
-		   const due_wheel *w, int64_t id)
+		    const due_wheel *w, int64_t id)
 {
 	uint32_t ni;
 
@@ -643,7 +634,8 @@ static void cascade(due_wheel *w, unsigned li)
 	w->cascades++;
 	do {
 		next = w->pool[i].next;
-		PREFETCH(&w->pool[next]); /* overlap the next miss with this push */
+		PREFETCH(
+		    &w->pool[next]); /* overlap the next miss with this push */
 		list_push(w, slot_for(w, w->pool[i].due), i);
 		w->cascaded++;
 		i = next;
@@ -651,7 +643,7 @@ static void cascade(due_wheel *w, unsigned li)
 }
 
 int due__wheel_advance(due_wheel *w, int64_t now_tick, due_wheel_fire_cb cb,
-		      void *payload)
+		       void *payload)
 {
 	uint64_t target = to_key(now_tick), start;
 	unsigned li;
@@ -708,15 +700,9 @@ int64_t due__wheel_next_due(due_wheel *w)
 	return from_key(li < DUE_WHEEL_SLOTS ? start : list_min(w, li));
 }
 
-size_t due__wheel_count(const due_wheel *w)
-{
-	return w ? w->count : 0;
-}
+size_t due__wheel_count(const due_wheel *w) { return w ? w->count : 0; }
 
-int64_t due__wheel_now(const due_wheel *w)
-{
-	return w ? from_key(w->now) : 0;
-}
+int64_t due__wheel_now(const due_wheel *w) { return w ? from_key(w->now) : 0; }
 
 int64_t due__wheel_horizon(const due_wheel *w)
 {

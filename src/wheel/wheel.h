@@ -51,15 +51,16 @@ extern "C" {
 /** Result codes.  0 is success; failures are negative. */
 typedef enum due_wheel_code {
 	DUE_WHEEL_OK = 0,
-	DUE_WHEEL_EINVAL = -2,    /**< bad argument (NULL, bad option) */
+	DUE_WHEEL_EINVAL = -2,	  /**< bad argument (NULL, bad option) */
 	DUE_WHEEL_ENOTFOUND = -3, /**< no pending timer with that id/handle */
-	DUE_WHEEL_EBUSY = -5,     /**< due__wheel_advance() called re-entrantly */
-	DUE_WHEEL_ENOMEM = -9,    /**< allocation failed; nothing changed */
+	DUE_WHEEL_EBUSY = -5,  /**< due__wheel_advance() called re-entrantly */
+	DUE_WHEEL_ENOMEM = -9, /**< allocation failed; nothing changed */
 	DUE_WHEEL_EHORIZON = -64, /**< due tick is >= horizon ticks ahead */
-	DUE_WHEEL_EPAST = -65     /**< advance to a tick before the current one */
+	DUE_WHEEL_EPAST = -65 /**< advance to a tick before the current one */
 } due_wheel_code;
 
-/** A wheel.  Opaque; created by due__wheel_new(), freed by due__wheel_free(). */
+/** A wheel.  Opaque; created by due__wheel_new(), freed by due__wheel_free().
+ */
 typedef struct due_wheel due_wheel;
 
 /**
@@ -82,7 +83,8 @@ typedef void (*due_wheel_fire_cb)(int64_t id, int64_t due_tick, void *payload);
  * the fields you care about; fields may be added at the end later.
  */
 typedef struct due_wheel_opts {
-	/** Levels, 1..DUE_WHEEL_LEVELS_MAX; 0 means DUE_WHEEL_LEVELS_DEFAULT. */
+	/** Levels, 1..DUE_WHEEL_LEVELS_MAX; 0 means DUE_WHEEL_LEVELS_DEFAULT.
+	 */
 	unsigned int levels;
 	/** The wheel's current tick at creation.  Any int64 value. */
 	int64_t start_tick;
@@ -100,18 +102,21 @@ typedef struct due_wheel_opts {
 } due_wheel_opts;
 
 /** Default options: 4 levels, start at tick 0, grow on demand, malloc. */
-#define DUE_WHEEL_OPTS_INIT {DUE_WHEEL_LEVELS_DEFAULT, 0, 0, NULL, NULL, NULL}
+#define DUE_WHEEL_OPTS_INIT                                                    \
+	{                                                                      \
+		DUE_WHEEL_LEVELS_DEFAULT, 0, 0, NULL, NULL, NULL               \
+	}
 
 /** Counters and sizes, for tests, benchmarks and metrics. */
 typedef struct due_wheel_stats {
-	size_t pending;    /**< timers started and not yet fired or stopped */
-	size_t late;       /**< of those, started at or before the current tick */
-	uint64_t fired;    /**< timers fired since creation */
+	size_t pending; /**< timers started and not yet fired or stopped */
+	size_t late;	/**< of those, started at or before the current tick */
+	uint64_t fired; /**< timers fired since creation */
 	uint64_t cascades; /**< slots emptied into lower levels */
 	uint64_t cascaded; /**< timers moved down by those cascades */
 	size_t capacity;   /**< timers the pool holds without growing */
-	size_t buckets;    /**< slots of the id index */
-	size_t bytes;      /**< heap bytes owned by the wheel, struct included */
+	size_t buckets;	   /**< slots of the id index */
+	size_t bytes; /**< heap bytes owned by the wheel, struct included */
 } due_wheel_stats;
 
 /**
@@ -143,7 +148,7 @@ int due__wheel_reserve(due_wheel *w, size_t count);
  * DUE_WHEEL_EINVAL when w is NULL.
  */
 int due__wheel_start(due_wheel_handle *out, due_wheel *w, int64_t id,
-		    int64_t due_tick);
+		     int64_t due_tick);
 
 /**
  * Stop the timer named by `handle`.  Returns 0, or DUE_WHEEL_ENOTFOUND when
@@ -163,7 +168,7 @@ int due__wheel_stop_id(due_wheel *w, int64_t id);
  * DUE_WHEEL_ENOTFOUND.
  */
 int due__wheel_find(int64_t *due_out, due_wheel_handle *handle_out,
-		   const due_wheel *w, int64_t id);
+		    const due_wheel *w, int64_t id);
 
 /**
  * Move the wheel's current tick forward to `now_tick` and fire, through
@@ -179,7 +184,7 @@ int due__wheel_find(int64_t *due_out, due_wheel_handle *handle_out,
  * or cb.  On error no callback was called and nothing changed.
  */
 int due__wheel_advance(due_wheel *w, int64_t now_tick, due_wheel_fire_cb cb,
-		      void *payload);
+		       void *payload);
 
 /**
  * The earliest due tick among pending timers, or DUE_WHEEL_NEVER when there

@@ -68,7 +68,8 @@ static bool claim_opts_for(due_worker *w, pool *p, int limit,
 }
 
 /* Take the pool's finished plain completions off the done queue.  mu held. */
-static size_t take_done_locked(due_worker *w, pool *p, due_job **out, size_t cap)
+static size_t take_done_locked(due_worker *w, pool *p, due_job **out,
+			       size_t cap)
 {
 	due_job **link = &w->done_head, *last = NULL;
 	size_t n = 0;
@@ -140,8 +141,8 @@ static int claim_pool(due_worker *w, due_db *db, pool *p, int limit,
 
 	*out = NULL;
 	if (!claim_opts_for(w, p, limit, kinds, &o)) {
-		/* a pool without kinds runs no handler, so it has no completions;
-		   should it ever, the completer commits them */
+		/* a pool without kinds runs no handler, so it has no
+		   completions; should it ever, the completer commits them */
 		if (nt) {
 			pthread_mutex_lock(&w->mu);
 			untake_locked(w, taken, nt);
@@ -153,8 +154,9 @@ static int claim_pool(due_worker *w, due_db *db, pool *p, int limit,
 	if (nt == 0)
 		return due_claim_ex(db, out, &o);
 	for (size_t i = 0; i < nt; i++)
-		items[i] = (due_completion){taken[i]->task.id, taken[i]->task.attempt,
-					    taken[i]->result, taken[i]->result_len, 0};
+		items[i] =
+		    (due_completion){taken[i]->task.id, taken[i]->task.attempt,
+				     taken[i]->result, taken[i]->result_len, 0};
 	if ((rc = due_complete_and_claim(db, items, nt, &o, out)) < 0) {
 		pthread_mutex_lock(&w->mu);
 		untake_locked(w, taken, nt);
@@ -211,10 +213,11 @@ int due__claim_round(due_worker *w, due_db *db, bool *filled)
 			*filled = true;
 		pthread_mutex_lock(&w->mu);
 		for (size_t k = 0; k < l->count; k++) {
-			/* claim time in the store's clock is lease_until - lease */
+			/* claim time in the store's clock is lease_until -
+			 * lease */
 			const due_task *t = &l->items[k];
-			w->late[w->n_late++ % 1024] = t->lease_until - w->o.lease_us -
-						     t->due_at;
+			w->late[w->n_late++ % 1024] =
+			    t->lease_until - w->o.lease_us - t->due_at;
 			due_job *j = due__job_new_locked(w, p, &l->items[k]);
 			if (!j) /* out of memory: the lease will expire */
 				continue;
@@ -281,14 +284,18 @@ int64_t due__reclaim_max(due_worker *w, due_db *db, int64_t max_us)
 
 	atomic_fetch_add(&w->st.reclaim_queries, 1);
 	if (due_reclaim_expired(db, &r) < 0) {
-		due__outage_fail(w, &w->claim_outage, "reclaiming expired leases");
+		due__outage_fail(w, &w->claim_outage,
+				 "reclaiming expired leases");
 		return now + RECLAIM_RETRY_US;
 	}
 	due__outage_over(w, &w->claim_outage);
 	if (r.rescheduled + r.dead + r.cancelled)
-		due__wlog(w, 1, "reclaimed expired leases: %lld rescheduled, %lld dead, "
-			 "%lld cancelled", (long long)r.rescheduled, (long long)r.dead,
-			 (long long)r.cancelled);
+		due__wlog(
+		    w, 1,
+		    "reclaimed expired leases: %lld rescheduled, %lld dead, "
+		    "%lld cancelled",
+		    (long long)r.rescheduled, (long long)r.dead,
+		    (long long)r.cancelled);
 	if (r.next_expiry > 0 && r.next_expiry - r.now + 1000 < wait_us)
 		wait_us = r.next_expiry - r.now + 1000;
 	return now + (wait_us < 1000 ? 1000 : wait_us);
@@ -319,9 +326,11 @@ void due__claim_loop(due_worker *w, due_db *db)
 		if (more || now >= next_poll) {
 			n = due__claim_round(w, db, &filled);
 			if (n < 0) {
-				due__outage_fail(w, &w->claim_outage, "claiming");
+				due__outage_fail(w, &w->claim_outage,
+						 "claiming");
 				due__wait_wake(w, backoff);
-				backoff = backoff * 2 > 2000000 ? 2000000 : backoff * 2;
+				backoff = backoff * 2 > 2000000 ? 2000000
+								: backoff * 2;
 				continue;
 			}
 			due__outage_over(w, &w->claim_outage);
@@ -336,8 +345,11 @@ void due__claim_loop(due_worker *w, due_db *db)
 			return;
 		if (more && n > 0)
 			continue; /* slots may still be free in other pools */
-		int64_t until = (more ? next_reclaim : (next_poll < next_reclaim
-						  ? next_poll : next_reclaim)) - due__mono_us();
+		int64_t until =
+		    (more ? next_reclaim
+			  : (next_poll < next_reclaim ? next_poll
+						      : next_reclaim)) -
+		    due__mono_us();
 		if (w->o.once)
 			until = until > 50000 ? 50000 : until;
 		due__wait_wake(w, until > 0 ? until : 0);
@@ -345,4 +357,3 @@ void due__claim_loop(due_worker *w, due_db *db)
 			more = true; /* re-check promptly until drained */
 	}
 }
-

@@ -56,9 +56,9 @@ void due__count_outcome(due_worker *w, const due_job *j, bool ok, int outcome)
 			atomic_fetch_add(&w->st.failed, 1);
 	}
 	bool quiet = ok && outcome == DUE_COMPLETE_DONE;
-	due__wlog(w, quiet ? 2 : 1, "task %lld (%s) attempt %d: %s%s%s", (long long)j->task.id,
-		 j->task.kind, j->task.attempt, name, j->error && !ok ? ": " : "",
-		 j->error && !ok ? j->error : "");
+	due__wlog(w, quiet ? 2 : 1, "task %lld (%s) attempt %d: %s%s%s",
+		  (long long)j->task.id, j->task.kind, j->task.attempt, name,
+		  j->error && !ok ? ": " : "", j->error && !ok ? j->error : "");
 }
 
 /* The completer's own state. */
@@ -79,12 +79,12 @@ typedef struct completer {
 		int64_t delay_ = 10000;                                        \
 		while ((rc = (call)) < 0 && rc != DUE_EINVAL &&                \
 		       rc != DUE_ETOOBIG && !atomic_load(&(c)->w->abandon)) {  \
-			due__outage_fail((c)->w, &(c)->outage, "%s", (what));   \
-			due__bg_sleep((c)->w, delay_);                          \
+			due__outage_fail((c)->w, &(c)->outage, "%s", (what));  \
+			due__bg_sleep((c)->w, delay_);                         \
 			delay_ = delay_ * 2 > 2000000 ? 2000000 : delay_ * 2;  \
 		}                                                              \
 		if (rc >= 0 || rc == DUE_EINVAL || rc == DUE_ETOOBIG)          \
-			due__outage_over((c)->w, &(c)->outage);                 \
+			due__outage_over((c)->w, &(c)->outage);                \
 	} while (0)
 
 /* Commit the fails and hooked completions one by one. */
@@ -98,22 +98,23 @@ static void commit_single(completer *c, due_job *j)
 		 j->rc != 0 ? "failing" : "completing", (long long)j->task.id);
 	if (j->rc != 0) {
 		due_fail_outcome fo = DUE_FAIL_REJECTED_STALE;
-		STORE_RETRY(c, what, due_fail(c->db, &fo, j->task.id, j->task.attempt,
-					      j->error ? j->error : "handler failed"));
+		STORE_RETRY(c, what,
+			    due_fail(c->db, &fo, j->task.id, j->task.attempt,
+				     j->error ? j->error : "handler failed"));
 		if (rc == 0)
 			due__count_outcome(w, j, false, (int)fo);
 		return;
 	}
 	due_complete_outcome co = DUE_COMPLETE_REJECTED_STALE;
-	STORE_RETRY(c, what, due_complete_tx(c->db, &co, j->task.id,
-					     j->task.attempt, j->result,
-					     j->result_len, j->hook,
-					     j->hook_payload));
+	STORE_RETRY(c, what,
+		    due_complete_tx(c->db, &co, j->task.id, j->task.attempt,
+				    j->result, j->result_len, j->hook,
+				    j->hook_payload));
 	if (rc == 0)
 		due__count_outcome(w, j, true, (int)co);
 	else
 		due__wlog(w, 1, "task %lld: completion failed: %s",
-			 (long long)j->task.id, due_error_last());
+			  (long long)j->task.id, due_error_last());
 }
 
 /*
@@ -168,12 +169,13 @@ static void commit_batch(completer *c, due_job **jobs, size_t n)
 	}
 	if (rc < 0) { /* only when shutdown gave up on the store */
 		due__wlog(w, 1, "leaving %zu completion(s) uncommitted: %s", k,
-			 due_error_last());
+			  due_error_last());
 		return;
 	}
 	for (size_t i = 0, m = 0; i < n; i++)
 		if (jobs[i]->rc == 0 && !jobs[i]->hook)
-			due__count_outcome(w, jobs[i], true, (int)items[m++].outcome);
+			due__count_outcome(w, jobs[i], true,
+					   (int)items[m++].outcome);
 }
 
 /* Drop a committed job from flight, free its slot.  mu held. */
@@ -208,7 +210,8 @@ void *due__completer_main(void *arg)
 		if (w->done_head && atomic_load(&w->fold) && !w->threads_stop) {
 			int64_t age = due__mono_us() - w->done_head->done_mono;
 			if (age < 2000) {
-				due__cond_wait_us(&w->done_cv, &w->mu, 2000 - age);
+				due__cond_wait_us(&w->done_cv, &w->mu,
+						  2000 - age);
 				continue;
 			}
 		}
@@ -224,7 +227,8 @@ void *due__completer_main(void *arg)
 				break;
 			/* while completions stream in and the claimer folds
 			   them, look every 2 ms unsignalled; else park until
-			   signalled (no polling behind long-running handlers) */
+			   signalled (no polling behind long-running handlers)
+			 */
 			if (atomic_load(&w->fold) &&
 			    due__mono_us() - w->last_done_mono < 10000) {
 				due__cond_wait_us(&w->done_cv, &w->mu, 2000);

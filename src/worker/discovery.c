@@ -37,14 +37,14 @@
 typedef struct disc {
 	due_wheel *wheel;
 	int listen_fd;
-	int64_t offset;       /* store us - monotonic us */
-	int64_t next_refill;  /* monotonic us */
+	int64_t offset;	     /* store us - monotonic us */
+	int64_t next_refill; /* monotonic us */
 	int64_t next_reclaim;
 	int64_t last_refill;
 	int64_t recheck_at;
 	int rechecks;
-	bool exact_clock;     /* the store's clock is this host's (SQLite) */
-	bool listening;       /* notifications work on this connection */
+	bool exact_clock; /* the store's clock is this host's (SQLite) */
+	bool listening;	  /* notifications work on this connection */
 	const char *kinds[65];
 	size_t n_kinds;
 	bool exclude;
@@ -126,8 +126,10 @@ static bool drain_notes(due_worker *w, due_db *db, disc *d)
 static bool listen_works(due_worker *w, due_db *db, disc *d)
 {
 	if (due_listen(db, &d->listen_fd) < 0) {
-		due__wlog(w, 1, "cannot listen for new tasks (%s): polling every %lld ms",
-			 due_error_last(), (long long)w->poll_us / 1000);
+		due__wlog(
+		    w, 1,
+		    "cannot listen for new tasks (%s): polling every %lld ms",
+		    due_error_last(), (long long)w->poll_us / 1000);
 		return false;
 	}
 	if (due_notify(db) < 0)
@@ -138,9 +140,10 @@ static bool listen_works(due_worker *w, due_db *db, disc *d)
 			return true;
 		poll(&p, 1, 10);
 	}
-	due__wlog(w, 1, "notifications are not delivered on this connection (a "
-		 "transaction-pooling proxy?): polling every %lld ms instead",
-		 (long long)w->poll_us / 1000);
+	due__wlog(w, 1,
+		  "notifications are not delivered on this connection (a "
+		  "transaction-pooling proxy?): polling every %lld ms instead",
+		  (long long)w->poll_us / 1000);
 	return false;
 }
 
@@ -170,7 +173,8 @@ static void wheel_wait(due_worker *w, due_db *db, disc *d, int64_t until)
 		ssize_t r = read(w->wake_fd, &v, sizeof(v));
 		(void)r;
 	}
-	if (d->listen_fd >= 0 && (p[1].revents & POLLIN) && drain_notes(w, db, d))
+	if (d->listen_fd >= 0 && (p[1].revents & POLLIN) &&
+	    drain_notes(w, db, d))
 		d->next_refill = 0;
 }
 
@@ -227,7 +231,8 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 			due__set_fold(w, more);
 			/* PostgreSQL's clock is known to within a round trip:
 			   if we woke early, look again shortly */
-			if (fired && n == 0 && !d->exact_clock && d->rechecks < 4)
+			if (fired && n == 0 && !d->exact_clock &&
+			    d->rechecks < 4)
 				d->recheck_at = now + (2000 << d->rechecks++);
 			else if (n > 0 || !fired)
 				d->recheck_at = 0, d->rechecks = 0;
@@ -236,9 +241,10 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 			if (more && n > 0)
 				continue;
 		}
-		wheel_wait(w, db, d, more ? now + w->poll_us : wheel_deadline(w, d));
+		wheel_wait(w, db, d,
+			   more ? now + w->poll_us : wheel_deadline(w, d));
 		continue;
-store_error:
+	store_error:
 		due__outage_fail(w, &w->claim_outage, "%s", what);
 		due__wait_wake(w, backoff);
 		backoff = backoff * 2 > 2000000 ? 2000000 : backoff * 2;
@@ -271,10 +277,11 @@ bool due__try_wheel(due_worker *w, due_db *db)
 		return false;
 	}
 	d.listening = true;
-	due__wlog(w, 1, "discovery: timing wheel (horizon %lld s, up to %d ids), "
-		 "woken by new submits; safety poll every %lld ms",
-		 (long long)w->o.horizon_us / 1000000, w->o.wheel_max,
-		 (long long)w->poll_us / 1000);
+	due__wlog(w, 1,
+		  "discovery: timing wheel (horizon %lld s, up to %d ids), "
+		  "woken by new submits; safety poll every %lld ms",
+		  (long long)w->o.horizon_us / 1000000, w->o.wheel_max,
+		  (long long)w->poll_us / 1000);
 	wheel_loop(w, db, &d);
 	due__wheel_free(d.wheel);
 	return true;

@@ -3,7 +3,8 @@
 **
 ** Protocol (INTERFACE.md): the command runs as `/bin/sh -c CMD` in its own
 ** process group, under a guard process that ends the group if the worker
-** dies (see "The guard" below).  The payload goes to its stdin through a pipe (never on a
+** dies (see "The guard" below).  The payload goes to its stdin through a pipe
+*(never on a
 ** command line, never through the shell's parser); the environment gets
 ** DUE_TASK_ID, DUE_KIND, DUE_ATTEMPT, DUE_IDEMPOTENCY_KEY=task-<id> (the
 ** same on every attempt, CONTRACT §3.8) and DUE_DUE_AT.  Exit 0 completes
@@ -97,7 +98,8 @@ static char **make_env(const due_task *t, char vars[5][160])
 	snprintf(vars[0], 160, "DUE_TASK_ID=%lld", (long long)t->id);
 	snprintf(vars[1], 160, "DUE_KIND=%s", t->kind);
 	snprintf(vars[2], 160, "DUE_ATTEMPT=%d", t->attempt);
-	snprintf(vars[3], 160, "DUE_IDEMPOTENCY_KEY=task-%lld", (long long)t->id);
+	snprintf(vars[3], 160, "DUE_IDEMPOTENCY_KEY=task-%lld",
+		 (long long)t->id);
 	snprintf(vars[4], 160, "DUE_DUE_AT=%s", due);
 	for (int i = 0; i < 5; i++)
 		env[k++] = vars[i];
@@ -215,8 +217,9 @@ static void close_from(int lowest)
 		close(fd);
 }
 
-static _Noreturn void guard_main(pid_t worker, const int fds[3], char *const argv[],
-				 char *const env[], int64_t kill_grace_us)
+static _Noreturn void guard_main(pid_t worker, const int fds[3],
+				 char *const argv[], char *const env[],
+				 int64_t kill_grace_us)
 {
 	sigset_t all, none;
 	pid_t sh;
@@ -287,21 +290,24 @@ static int spawn(child *c, const char *cmd, char **env, int64_t kill_grace_us)
 	pid_t self = getpid();
 	int rc;
 
-	if (pipe2(pin, O_CLOEXEC) || pipe2(pout, O_CLOEXEC) || pipe2(perr, O_CLOEXEC)) {
+	if (pipe2(pin, O_CLOEXEC) || pipe2(pout, O_CLOEXEC) ||
+	    pipe2(perr, O_CLOEXEC)) {
 		rc = due__error_set(DUE_ERROR, "pipe: %s", strerror(errno));
 		goto fail;
 	}
 	c->pid = fork();
 	if (c->pid < 0) {
-		rc = due__error_set(DUE_ERROR, "cannot start the command: fork: %s",
-				   strerror(errno));
+		rc = due__error_set(DUE_ERROR,
+				    "cannot start the command: fork: %s",
+				    strerror(errno));
 		goto fail;
 	}
 	if (c->pid == 0) {
 		int fds[3] = {pin[0], pout[1], perr[1]};
 		guard_main(self, fds, argv, env, kill_grace_us);
 	}
-	setpgid(c->pid, c->pid); /* also done by the guard: no race with kill(-pid) */
+	setpgid(c->pid,
+		c->pid); /* also done by the guard: no race with kill(-pid) */
 	close(pin[0]), close(pout[1]), close(perr[1]);
 	c->in = pin[1];
 	c->out = pout[0];
@@ -341,7 +347,7 @@ typedef struct run_state {
 	const due_exec_opts *o;
 	const unsigned char *in;
 	size_t in_len, in_off;
-	int64_t term_at;   /* monotonic us when SIGTERM was sent, 0 before */
+	int64_t term_at; /* monotonic us when SIGTERM was sent, 0 before */
 	bool killed;
 	int status;
 	bool exited;
@@ -368,7 +374,8 @@ static void enforce_lease(due_job *job, child *c, run_state *rs)
 static void feed(child *c, run_state *rs)
 {
 	while (c->in >= 0 && rs->in_off < rs->in_len) {
-		ssize_t w = write(c->in, rs->in + rs->in_off, rs->in_len - rs->in_off);
+		ssize_t w =
+		    write(c->in, rs->in + rs->in_off, rs->in_len - rs->in_off);
 		if (w > 0) {
 			rs->in_off += (size_t)w;
 		} else if (w < 0 && errno == EINTR) {
@@ -404,7 +411,8 @@ static void supervise(due_job *job, child *c, run_state *rs, buf *out, buf *err)
 			drain_fd(&c->out, out);
 		if (c->err >= 0)
 			drain_fd(&c->err, err);
-		if (!rs->exited && waitpid(c->pid, &rs->status, WNOHANG) == c->pid) {
+		if (!rs->exited &&
+		    waitpid(c->pid, &rs->status, WNOHANG) == c->pid) {
 			rs->exited = true;
 			/* a background grandchild may hold the pipes: take what
 			   is there now and stop listening */
@@ -431,7 +439,8 @@ static void supervise(due_job *job, child *c, run_state *rs, buf *out, buf *err)
 static void set_failure(due_job *job, const char *status, const buf *err)
 {
 	char msg[ERR_MAX + 1];
-	const unsigned char *tail = err->len ? err->p : (const unsigned char *)"";
+	const unsigned char *tail =
+	    err->len ? err->p : (const unsigned char *)"";
 	size_t n = err->len;
 	bool cut = err->dropped > 0;
 
@@ -456,17 +465,20 @@ static int finish(due_job *job, const run_state *rs, buf *out, buf *err)
 	char status[160];
 
 	if (WIFEXITED(rs->status) && WEXITSTATUS(rs->status) == 0) {
-		due_job_set_result(job, out->len ? out->p : (const unsigned char *)"",
-				   out->len);
+		due_job_set_result(
+		    job, out->len ? out->p : (const unsigned char *)"",
+		    out->len);
 		return 0;
 	}
 	if (WIFEXITED(rs->status))
-		snprintf(status, sizeof(status), "exit %d", WEXITSTATUS(rs->status));
+		snprintf(status, sizeof(status), "exit %d",
+			 WEXITSTATUS(rs->status));
 	else
 		snprintf(status, sizeof(status), "killed by signal %d%s%s%s",
-			 WTERMSIG(rs->status),
-			 rs->term_at ? " (" : "",
-			 rs->term_at ? due__stop_reason_name(due__job_stop_why(job)) : "",
+			 WTERMSIG(rs->status), rs->term_at ? " (" : "",
+			 rs->term_at
+			     ? due__stop_reason_name(due__job_stop_why(job))
+			     : "",
 			 rs->term_at ? ")" : "");
 	set_failure(job, status, err);
 	return 1;
@@ -477,7 +489,8 @@ int due_exec_handler(due_job *job, void *payload)
 	const due_exec_opts *o = payload;
 	const due_task *t = due_job_task(job);
 	run_state rs = {.o = o, .in = t->payload, .in_len = t->payload_len};
-	buf out = {.limit = o->max_result}, err = {.limit = ERR_TAIL, .tail = true};
+	buf out = {.limit = o->max_result},
+	    err = {.limit = ERR_TAIL, .tail = true};
 	child c = {-1, -1, -1, -1};
 	char vars[5][160];
 	char **env;

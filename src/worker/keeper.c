@@ -32,7 +32,7 @@
 /* The keeper's own state. */
 typedef struct keeper {
 	due_worker *w;
-	due_db *db;           /* opened on first need */
+	due_db *db; /* opened on first need */
 	due_outage outage;
 	int64_t last_report, last_sum, last_summary;
 	due_worker_stats prev; /* counters at the last summary */
@@ -89,19 +89,22 @@ static void renew_failed(due_worker *w, due_job *j, int64_t now)
 		if (due__job_stop(j, DUE_STOP_LEASE_LOST) &&
 		    !atomic_load(&j->finished)) {
 			atomic_fetch_add(&w->st.lease_lost, 1);
-			due__wlog(w, 1, "task %lld attempt %d: lease presumed lost "
-				 "(no renewal for a whole lease); stopping its "
-				 "handler", (long long)j->task.id, j->task.attempt);
+			due__wlog(
+			    w, 1,
+			    "task %lld attempt %d: lease presumed lost "
+			    "(no renewal for a whole lease); stopping its "
+			    "handler",
+			    (long long)j->task.id, j->task.attempt);
 		}
 		return;
 	}
 	j->renew_backoff = !j->renew_backoff ? RENEW_BACKOFF_MIN_US
 			   : j->renew_backoff * 2 > RENEW_BACKOFF_MAX_US
-				   ? RENEW_BACKOFF_MAX_US
-				   : j->renew_backoff * 2;
+			       ? RENEW_BACKOFF_MAX_US
+			       : j->renew_backoff * 2;
 	retry = j->renew_backoff < left / 2 ? j->renew_backoff : left / 2;
-	j->renew_at = now + (retry < RENEW_RETRY_MIN_US ? RENEW_RETRY_MIN_US
-							: retry);
+	j->renew_at =
+	    now + (retry < RENEW_RETRY_MIN_US ? RENEW_RETRY_MIN_US : retry);
 }
 
 /*
@@ -120,8 +123,9 @@ static void renew_one(keeper *k, renewal *r)
 	int64_t t0 = due__mono_us();
 
 	if (due_extend(k->db, &eo, r->id, r->attempt, w->o.lease_us) < 0) {
-		due__outage_fail(w, &k->outage, "renewing the lease of task %lld",
-				(long long)r->id);
+		due__outage_fail(w, &k->outage,
+				 "renewing the lease of task %lld",
+				 (long long)r->id);
 		renew_failed(w, j, due__mono_us());
 		return;
 	}
@@ -133,20 +137,22 @@ static void renew_one(keeper *k, renewal *r)
 		return;
 	}
 	if (!due__job_stop(j, eo == DUE_EXTEND_LOST ? DUE_STOP_LEASE_LOST
-						     : DUE_STOP_CANCEL))
+						    : DUE_STOP_CANCEL))
 		return;
 	if (atomic_load(&j->finished)) {
-		due__wlog(w, 2, "task %lld attempt %d: not renewed (%s) after its "
-			 "handler returned: its commit decides", (long long)r->id,
-			 r->attempt, eo == DUE_EXTEND_LOST ? "not held"
-							   : "cancel requested");
+		due__wlog(w, 2,
+			  "task %lld attempt %d: not renewed (%s) after its "
+			  "handler returned: its commit decides",
+			  (long long)r->id, r->attempt,
+			  eo == DUE_EXTEND_LOST ? "not held"
+						: "cancel requested");
 		return;
 	}
 	atomic_fetch_add(&w->st.lease_lost, 1);
 	due__wlog(w, 1, "task %lld attempt %d: %s; stopping its handler",
-		 (long long)r->id, r->attempt,
-		 eo == DUE_EXTEND_LOST ? "lease lost (taken back by the store)"
-				       : "cancel requested");
+		  (long long)r->id, r->attempt,
+		  eo == DUE_EXTEND_LOST ? "lease lost (taken back by the store)"
+					: "cancel requested");
 }
 
 /*
@@ -176,7 +182,8 @@ static void maybe_report(keeper *k, bool force)
 	if (!k->db && !(k->db = due__connect_retry(w, "keeper")))
 		return;
 	if (due_worker_report(k->db, w->owner, &st) < 0) {
-		due__outage_fail(w, &k->outage, "reporting the worker's counters");
+		due__outage_fail(w, &k->outage,
+				 "reporting the worker's counters");
 		return;
 	}
 	due__outage_over(w, &k->outage);
@@ -200,21 +207,26 @@ static void maybe_summary(keeper *k)
 		return;
 	k->last_summary = now;
 	due_worker_stats_get(w, &st);
-	if (st.claim_queries == prev->claim_queries && st.claimed == prev->claimed)
+	if (st.claim_queries == prev->claim_queries &&
+	    st.claimed == prev->claimed)
 		return;
-	due__wlog(w, 1, "last minute: claimed %lld, done %lld, failed %lld; lateness "
-		 "p50 %.1f ms p99 %.1f ms max %.1f ms (recent claims); claim queries "
-		 "%lld (%lld empty), reclaim checks %lld, wheel fires %lld, refills "
-		 "%lld, notifications %lld",
-		 (long long)(st.claimed - prev->claimed), (long long)(st.done - prev->done),
-		 (long long)(st.failed - prev->failed), st.lateness_p50_us / 1000.0,
-		 st.lateness_p99_us / 1000.0, st.lateness_max_us / 1000.0,
-		 (long long)(st.claim_queries - prev->claim_queries),
-		 (long long)(st.empty_claims - prev->empty_claims),
-		 (long long)(st.reclaim_queries - prev->reclaim_queries),
-		 (long long)(st.wheel_fired - prev->wheel_fired),
-		 (long long)(st.refills - prev->refills),
-		 (long long)(st.notifications - prev->notifications));
+	due__wlog(
+	    w, 1,
+	    "last minute: claimed %lld, done %lld, failed %lld; lateness "
+	    "p50 %.1f ms p99 %.1f ms max %.1f ms (recent claims); claim "
+	    "queries "
+	    "%lld (%lld empty), reclaim checks %lld, wheel fires %lld, refills "
+	    "%lld, notifications %lld",
+	    (long long)(st.claimed - prev->claimed),
+	    (long long)(st.done - prev->done),
+	    (long long)(st.failed - prev->failed), st.lateness_p50_us / 1000.0,
+	    st.lateness_p99_us / 1000.0, st.lateness_max_us / 1000.0,
+	    (long long)(st.claim_queries - prev->claim_queries),
+	    (long long)(st.empty_claims - prev->empty_claims),
+	    (long long)(st.reclaim_queries - prev->reclaim_queries),
+	    (long long)(st.wheel_fired - prev->wheel_fired),
+	    (long long)(st.refills - prev->refills),
+	    (long long)(st.notifications - prev->notifications));
 	*prev = st;
 }
 

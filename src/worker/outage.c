@@ -57,13 +57,14 @@ void due__outage_fail(due_worker *w, due_outage *o, const char *fmt, ...)
 	o->failures++;
 	if (o->since) {
 		due__wlog(w, 2, "%s: store still unavailable: %s failed: %s",
-			 o->who, what, due_error_last());
+			  o->who, what, due_error_last());
 		return;
 	}
 	o->since = due__mono_us();
-	due__wlog(w, 1, "%s: store unavailable: %s failed: %s; retrying with "
-		 "backoff, quietly until it answers", o->who, what,
-		 due_error_last());
+	due__wlog(w, 1,
+		  "%s: store unavailable: %s failed: %s; retrying with "
+		  "backoff, quietly until it answers",
+		  o->who, what, due_error_last());
 }
 
 /* The store answered a call of this thread: close its outage, if any. */
@@ -71,9 +72,11 @@ void due__outage_over(due_worker *w, due_outage *o)
 {
 	if (!o->since)
 		return;
-	due__wlog(w, 1, "%s: store answers again after %.1f s (%lld failed "
-		 "call%s)", o->who, (double)(due__mono_us() - o->since) / 1e6,
-		 o->failures, o->failures == 1 ? "" : "s");
+	due__wlog(w, 1,
+		  "%s: store answers again after %.1f s (%lld failed "
+		  "call%s)",
+		  o->who, (double)(due__mono_us() - o->since) / 1e6,
+		  o->failures, o->failures == 1 ? "" : "s");
 	o->since = 0;
 	o->failures = 0;
 }
@@ -97,7 +100,8 @@ due_db *due__connect_retry(due_worker *w, const char *who)
 		}
 		due__outage_fail(w, &o, "opening the store");
 		due_close(db);
-		if ((claimer && atomic_load(&w->stop)) || atomic_load(&w->abandon))
+		if ((claimer && atomic_load(&w->stop)) ||
+		    atomic_load(&w->abandon))
 			return NULL;
 		if (claimer)
 			due__wait_wake(w, delay);

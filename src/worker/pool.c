@@ -28,15 +28,9 @@
 #include "store/store.h"
 #include "worker/worker_internal.h"
 
-const due_task *due_job_task(const due_job *job)
-{
-	return &job->task;
-}
+const due_task *due_job_task(const due_job *job) { return &job->task; }
 
-const char *due_job_owner(const due_job *job)
-{
-	return job->w->owner;
-}
+const char *due_job_owner(const due_job *job) { return job->w->owner; }
 
 bool due__job_stop(due_job *j, int why)
 {
@@ -60,10 +54,7 @@ const char *due__stop_reason_name(int why)
 	}
 }
 
-bool due_job_lease_held(const due_job *job)
-{
-	return !atomic_load(&job->lost);
-}
+bool due_job_lease_held(const due_job *job) { return !atomic_load(&job->lost); }
 
 int due_job_set_result(due_job *job, const void *data, size_t len)
 {
@@ -179,8 +170,9 @@ void due__run_job(due_worker *w, due_job *j)
 		j->rc = j->h->fn(j, j->h->payload);
 	}
 	due__wlog(w, 2, "task %lld (%s) attempt %d: handler %s in %.1f ms",
-		 (long long)j->task.id, j->task.kind, j->task.attempt,
-		 j->rc == 0 ? "ok" : "failed", (double)(due__mono_us() - t0) / 1000.0);
+		  (long long)j->task.id, j->task.kind, j->task.attempt,
+		  j->rc == 0 ? "ok" : "failed",
+		  (double)(due__mono_us() - t0) / 1000.0);
 	j->done_mono = due__mono_us();
 	atomic_store(&j->finished, true);
 	pthread_mutex_lock(&w->mu);
@@ -263,11 +255,14 @@ int due__pools_start(due_worker *w)
 		for (int k = 0; k < p->size; k++) {
 			pool_arg *a = malloc(sizeof(*a));
 			if (!a)
-				return due__error_set(DUE_ENOMEM, "out of memory");
+				return due__error_set(DUE_ENOMEM,
+						      "out of memory");
 			*a = (pool_arg){w, p};
-			if (pthread_create(&p->threads[k], NULL, pool_thread, a) != 0) {
+			if (pthread_create(&p->threads[k], NULL, pool_thread,
+					   a) != 0) {
 				free(a);
-				return due__error_set(DUE_ERROR, "cannot start a pool thread");
+				return due__error_set(
+				    DUE_ERROR, "cannot start a pool thread");
 			}
 			p->started++;
 		}

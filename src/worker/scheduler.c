@@ -63,13 +63,21 @@ void *due__scheduler_main(void *arg)
 		} else if (db) {
 			due__outage_over(w, &outage);
 			if (r.missed)
-				due__wlog(w, 1, "scheduler: %lld slot(s) missed while no "
-					 "scheduler ran (see `due cron ls`)", (long long)r.missed);
+				due__wlog(
+				    w, 1,
+				    "scheduler: %lld slot(s) missed while no "
+				    "scheduler ran (see `due cron ls`)",
+				    (long long)r.missed);
 			if (r.materialized)
-				due__wlog(w, 2, "scheduler: %lld slot task(s) created",
-					 (long long)r.materialized);
-			if (r.next_slot && r.next_slot - r.now - CRON_LOOKAHEAD_US / 2 < wait_us)
-				wait_us = r.next_slot - r.now - CRON_LOOKAHEAD_US / 2;
+				due__wlog(
+				    w, 2,
+				    "scheduler: %lld slot task(s) created",
+				    (long long)r.materialized);
+			if (r.next_slot &&
+			    r.next_slot - r.now - CRON_LOOKAHEAD_US / 2 <
+				wait_us)
+				wait_us =
+				    r.next_slot - r.now - CRON_LOOKAHEAD_US / 2;
 			if (wait_us < 20000)
 				wait_us = 20000;
 		}

@@ -49,8 +49,7 @@ int64_t due__mono_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-void due__wlog(due_worker *w, int level, const char *fmt, ...)
-	DUE_PRINTF(3, 4);
+void due__wlog(due_worker *w, int level, const char *fmt, ...) DUE_PRINTF(3, 4);
 
 void due__wlog(due_worker *w, int level, const char *fmt, ...)
 {
@@ -135,11 +134,13 @@ int64_t due__grace_check_locked(due_worker *w, int64_t now)
 	if ((force || now >= since + w->o.grace_us) && !w->grace_over_at) {
 		w->grace_over_at = now;
 		if (w->n_inflight > 0)
-			due__wlog(w, 1, "%s: stopping %d running handler(s); each "
-				 "stopped try is committed as failed (its task "
-				 "retried), or its lease expires",
-				 force ? "forced stop" : "grace period over",
-				 w->n_inflight);
+			due__wlog(
+			    w, 1,
+			    "%s: stopping %d running handler(s); each "
+			    "stopped try is committed as failed (its task "
+			    "retried), or its lease expires",
+			    force ? "forced stop" : "grace period over",
+			    w->n_inflight);
 		for (due_job *j = w->inflight; j; j = j->inext)
 			due__job_stop(j, DUE_STOP_SHUTDOWN);
 	}
@@ -161,7 +162,8 @@ static void drain(due_worker *w)
 	atomic_compare_exchange_strong(&w->stop_mono, &zero, due__mono_us());
 	pthread_mutex_lock(&w->mu);
 	if (w->n_inflight > 0 && !w->o.once)
-		due__wlog(w, 1, "stopping: %d running tr%s may finish within "
+		due__wlog(w, 1,
+			  "stopping: %d running tr%s may finish within "
 			  "the grace (%lld ms); a second stop ends it now",
 			  w->n_inflight, w->n_inflight == 1 ? "y" : "ies",
 			  (long long)w->o.grace_us / 1000);
@@ -169,10 +171,12 @@ static void drain(due_worker *w)
 		int64_t now = due__mono_us();
 		int64_t left = due__grace_check_locked(w, now) - now;
 		if (w->grace_over_at && now - w->grace_over_at > ABANDON_US) {
-			due__wlog(w, 1, "cannot commit %d finished or stopped tr%s "
-				 "(store unreachable?): leaving them to lease "
-				 "expiry", w->n_inflight,
-				 w->n_inflight == 1 ? "y" : "ies");
+			due__wlog(w, 1,
+				  "cannot commit %d finished or stopped tr%s "
+				  "(store unreachable?): leaving them to lease "
+				  "expiry",
+				  w->n_inflight,
+				  w->n_inflight == 1 ? "y" : "ies");
 			atomic_store(&w->abandon, true);
 			pthread_cond_broadcast(&w->done_cv);
 			break;
@@ -180,7 +184,7 @@ static void drain(due_worker *w)
 		/* at most 100 ms: a second stop request (a signal handler
 		   cannot signal the condition) must end the grace promptly */
 		due__cond_wait_us(&w->idle_cv, &w->mu,
-				 left > 0 && left < 100000 ? left : 100000);
+				  left > 0 && left < 100000 ? left : 100000);
 		if (w->o.mode == DUE_MODE_INLINE) {
 			pthread_mutex_unlock(&w->mu);
 			due__run_inline(w);
@@ -245,16 +249,18 @@ static int start_threads(due_worker *w)
 	}
 	if (pthread_create(&w->completer, NULL, due__completer_main, w) != 0) {
 		unwind_threads(w, false);
-		return due__error_set(DUE_ERROR, "cannot start the completer thread");
+		return due__error_set(DUE_ERROR,
+				      "cannot start the completer thread");
 	}
 	if (pthread_create(&w->keeper, NULL, due__keeper_main, w) != 0) {
 		unwind_threads(w, true);
-		return due__error_set(DUE_ERROR, "cannot start the lease keeper thread");
+		return due__error_set(DUE_ERROR,
+				      "cannot start the lease keeper thread");
 	}
 	/* the scheduler is optional: without it the worker still works */
 	if (w->o.cron && !w->o.once)
-		w->sched_started =
-			pthread_create(&w->scheduler, NULL, due__scheduler_main, w) == 0;
+		w->sched_started = pthread_create(&w->scheduler, NULL,
+						  due__scheduler_main, w) == 0;
 	return 0;
 }
 
@@ -265,7 +271,8 @@ int due_worker_run(due_worker *w)
 	int rc;
 
 	if (w->n_handlers == 0)
-		return due__error_set(DUE_EINVAL, "worker has no handler registered");
+		return due__error_set(DUE_EINVAL,
+				      "worker has no handler registered");
 	if (atomic_exchange(&w->running, true))
 		return due__error_set(DUE_EINVAL, "worker is already running");
 	/* Writing a payload to a command that exited must not kill us. */
@@ -281,11 +288,14 @@ int due_worker_run(due_worker *w)
 		atomic_store(&w->running, false);
 		return rc;
 	}
-	due__wlog(w, 1, "started: %zu pool(s), shared concurrency %d, lease %lld ms, "
-		 "poll %lld ms%s%s", w->n_pools, w->pools[0]->size,
-		 (long long)w->o.lease_us / 1000, (long long)w->poll_us / 1000,
-		 w->o.mode == DUE_MODE_INLINE ? ", inline (one at a time)" : "",
-		 w->o.once ? ", once" : "");
+	due__wlog(w, 1,
+		  "started: %zu pool(s), shared concurrency %d, lease %lld ms, "
+		  "poll %lld ms%s%s",
+		  w->n_pools, w->pools[0]->size,
+		  (long long)w->o.lease_us / 1000, (long long)w->poll_us / 1000,
+		  w->o.mode == DUE_MODE_INLINE ? ", inline (one at a time)"
+					       : "",
+		  w->o.once ? ", once" : "");
 	if (!due__try_wheel(w, db))
 		due__claim_loop(w, db);
 	atomic_store(&w->fold, false); /* the completer takes everything now */
@@ -295,11 +305,13 @@ int due_worker_run(due_worker *w)
 	drain(w);
 	join_all(w);
 	due_close(db);
-	due__wlog(w, 1, "stopped: claimed %lld, done %lld, failed %lld, dead %lld, "
-		 "stale %lld, cancelled %lld, lease lost %lld",
-		 (long long)w->st.claimed, (long long)w->st.done,
-		 (long long)w->st.failed, (long long)w->st.dead, (long long)w->st.stale,
-		 (long long)w->st.cancelled, (long long)w->st.lease_lost);
+	due__wlog(w, 1,
+		  "stopped: claimed %lld, done %lld, failed %lld, dead %lld, "
+		  "stale %lld, cancelled %lld, lease lost %lld",
+		  (long long)w->st.claimed, (long long)w->st.done,
+		  (long long)w->st.failed, (long long)w->st.dead,
+		  (long long)w->st.stale, (long long)w->st.cancelled,
+		  (long long)w->st.lease_lost);
 	atomic_store(&w->running, false);
 	return 0;
 }
@@ -321,22 +333,26 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 
 	*out = NULL;
 	if (!opts || !opts->url)
-		return due__error_set(DUE_EINVAL, "worker options need a store url");
+		return due__error_set(DUE_EINVAL,
+				      "worker options need a store url");
 	if (opts->concurrency < 1 || opts->concurrency > 1024)
-		return due__error_set(DUE_EINVAL, "invalid concurrency %d: 1..1024",
-				     opts->concurrency);
+		return due__error_set(DUE_EINVAL,
+				      "invalid concurrency %d: 1..1024",
+				      opts->concurrency);
 	if (opts->lease_us < 1000 || (opts->poll_us && opts->poll_us < 1000) ||
 	    opts->grace_us < 0 || opts->horizon_us < 0 || opts->wheel_max < 0)
-		return due__error_set(DUE_EINVAL,
-			"invalid lease/poll/grace: lease and poll at least 1ms");
+		return due__error_set(
+		    DUE_EINVAL,
+		    "invalid lease/poll/grace: lease and poll at least 1ms");
 	if (opts->owner && due__validate_owner(opts->owner) < 0)
 		return DUE_EINVAL;
 	if (!(w = calloc(1, sizeof(*w))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	w->o = *opts;
 	w->claim_outage.who = "claimer";
-	w->poll_us = opts->poll_us ? opts->poll_us
-				   : opts->no_wheel || opts->once ? 1000000 : 10000000;
+	w->poll_us = opts->poll_us		    ? opts->poll_us
+		     : opts->no_wheel || opts->once ? 1000000
+						    : 10000000;
 	if (!w->o.horizon_us)
 		w->o.horizon_us = 60000000;
 	if (!w->o.wheel_max)
@@ -355,14 +371,15 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 	w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	w->pools = calloc(1, sizeof(*w->pools));
 	if (w->pools)
-		w->pools[0] = due__pool_new(NULL, opts->mode == DUE_MODE_INLINE
-						     ? 1 /* the claimer runs it */
-						     : opts->concurrency);
+		w->pools[0] =
+		    due__pool_new(NULL, opts->mode == DUE_MODE_INLINE
+					    ? 1 /* the claimer runs it */
+					    : opts->concurrency);
 	w->n_pools = 1;
-	if (!w->url || !w->owner || w->wake_fd < 0 || !w->pools || !w->pools[0] ||
-	    pthread_mutex_init(&w->mu, NULL) != 0 || due__cond_init(&w->done_cv) ||
-	    due__cond_init(&w->keep_cv) || due__cond_init(&w->idle_cv) ||
-	    due__cond_init(&w->sched_cv)) {
+	if (!w->url || !w->owner || w->wake_fd < 0 || !w->pools ||
+	    !w->pools[0] || pthread_mutex_init(&w->mu, NULL) != 0 ||
+	    due__cond_init(&w->done_cv) || due__cond_init(&w->keep_cv) ||
+	    due__cond_init(&w->idle_cv) || due__cond_init(&w->sched_cv)) {
 		due_worker_free(w);
 		return due__error_set(DUE_ENOMEM, "cannot create worker");
 	}
@@ -378,20 +395,25 @@ int due_worker_register(due_worker *w, const char *kind, due_handler_fn fn,
 	int rc;
 
 	if (atomic_load(&w->running))
-		return due__error_set(DUE_EINVAL, "register handlers before running");
+		return due__error_set(DUE_EINVAL,
+				      "register handlers before running");
 	if (!fn || pool_size < 0 || pool_size > 1024)
-		return due__error_set(DUE_EINVAL, "invalid handler or pool size");
+		return due__error_set(DUE_EINVAL,
+				      "invalid handler or pool size");
 	if (kind && (rc = due__validate_kind(kind)) < 0)
 		return rc;
 	if (!kind && pool_size > 0)
-		return due__error_set(DUE_EINVAL,
-			"an isolated pool needs a kind (the catch-all runs in the "
-			"shared pool)");
+		return due__error_set(
+		    DUE_EINVAL,
+		    "an isolated pool needs a kind (the catch-all runs in the "
+		    "shared pool)");
 	for (size_t i = 0; i < w->n_handlers; i++)
 		if ((!kind && !w->handlers[i].kind) ||
-		    (kind && w->handlers[i].kind && !strcmp(kind, w->handlers[i].kind)))
-			return due__error_set(DUE_EINVAL, "handler for '%s' registered twice",
-					     kind ? kind : "(any kind)");
+		    (kind && w->handlers[i].kind &&
+		     !strcmp(kind, w->handlers[i].kind)))
+			return due__error_set(
+			    DUE_EINVAL, "handler for '%s' registered twice",
+			    kind ? kind : "(any kind)");
 	if (pool_size > 0) {
 		pool **np = realloc(w->pools, (w->n_pools + 1) * sizeof(*np));
 		if (!np)
@@ -406,7 +428,7 @@ int due_worker_register(due_worker *w, const char *kind, due_handler_fn fn,
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	w->handlers = h;
 	h[w->n_handlers++] = (handler){
-		kind ? due__strdup_n(kind, strlen(kind)) : NULL, fn, payload, p};
+	    kind ? due__strdup_n(kind, strlen(kind)) : NULL, fn, payload, p};
 	return 0;
 }
 
@@ -490,7 +512,8 @@ int due_worker_submit(due_worker *w, due_db *db, due_submitted *out,
 
 	if ((rc = due_schedule(db, out, kind, payload, len, opts)) < 0)
 		return rc;
-	if (out->existed || !atomic_load(&w->running) || atomic_load(&w->stop) ||
+	if (out->existed || !atomic_load(&w->running) ||
+	    atomic_load(&w->stop) ||
 	    (opts && (opts->delay_us > 0 || opts->at > 0)))
 		return 0; /* not due now: discovery will find it */
 	p = pool_of(w, kind);
@@ -504,7 +527,8 @@ int due_worker_submit(due_worker *w, due_db *db, due_submitted *out,
 	rc = due_claim_id(db, &t, out->id, w->owner, w->o.lease_us);
 	pthread_mutex_lock(&w->mu);
 	if (rc < 0) {
-		p->busy--; /* taken by another worker already, or a store error */
+		p->busy--; /* taken by another worker already, or a store error
+			    */
 	} else {
 		due_job *j = due__job_new_locked(w, p, t);
 		if (j)

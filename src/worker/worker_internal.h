@@ -68,9 +68,9 @@ typedef struct handler {
 } handler;
 
 typedef struct pool {
-	char *kind;       /* isolated pool's kind; NULL for the shared pool */
+	char *kind; /* isolated pool's kind; NULL for the shared pool */
 	int size;
-	int busy;         /* claimed, not yet committed (mu) */
+	int busy;	      /* claimed, not yet committed (mu) */
 	due_job *head, *tail; /* ready to run (mu) */
 	pthread_cond_t cv;    /* a job was queued, or threads_stop */
 	pthread_t *threads;
@@ -86,7 +86,7 @@ typedef struct pool {
 */
 typedef struct due_outage {
 	const char *who;    /* the thread, for the log */
-	int64_t since;      /* monotonic us of the first failure; 0: none */
+	int64_t since;	    /* monotonic us of the first failure; 0: none */
 	long long failures; /* failed calls since then */
 } due_outage;
 
@@ -95,66 +95,68 @@ struct due_job {
 	due_worker *w;
 	pool *pool;
 	const handler *h;
-	atomic_bool lost;       /* lease lost, cancel requested or shutdown:
-				   the handler should stop (due__job_stop) */
-	atomic_int stop_why;    /* DUE_STOP_*: why `lost` was raised, first
-				   reason wins */
-	int64_t renewed_mono;   /* last successful claim/extend, monotonic us
-				   (keeper) */
-	int64_t renew_at;       /* next renewal attempt, monotonic us (keeper) */
-	int64_t renew_backoff;  /* delay after the last failed renewal (keeper) */
-	atomic_bool finished;   /* the handler returned: from now on the fenced
-				   commit, not the keeper, says whether the
-				   lease held */
-	int refs;               /* under mu */
+	atomic_bool lost;     /* lease lost, cancel requested or shutdown:
+				 the handler should stop (due__job_stop) */
+	atomic_int stop_why;  /* DUE_STOP_*: why `lost` was raised, first
+				 reason wins */
+	int64_t renewed_mono; /* last successful claim/extend, monotonic us
+				 (keeper) */
+	int64_t renew_at;     /* next renewal attempt, monotonic us (keeper) */
+	int64_t
+	    renew_backoff;    /* delay after the last failed renewal (keeper) */
+	atomic_bool finished; /* the handler returned: from now on the fenced
+				 commit, not the keeper, says whether the
+				 lease held */
+	int refs;	      /* under mu */
 	unsigned char *result;
 	size_t result_len;
 	char *error;
 	int rc;
 	due_tx_hook hook;
 	void *hook_payload;
-	int64_t done_mono;      /* when the handler returned */
-	due_job *next;          /* pool queue or completion queue (mu) */
+	int64_t done_mono;	/* when the handler returned */
+	due_job *next;		/* pool queue or completion queue (mu) */
 	due_job *iprev, *inext; /* in-flight list (mu) */
 };
 
 struct due_worker {
 	due_worker_opts o;
 	char *url, *owner;
-	handler *handlers;      /* fixed once running */
+	handler *handlers; /* fixed once running */
 	size_t n_handlers;
-	pool **pools;           /* [0] is the shared pool; fixed once running */
+	pool **pools; /* [0] is the shared pool; fixed once running */
 	size_t n_pools;
-	pthread_mutex_t mu;     /* the only lock: see the lock order above */
-	pthread_cond_t done_cv; /* completer: completions queued, or stop */
-	pthread_cond_t keep_cv; /* keeper: threads_stop */
-	pthread_cond_t idle_cv; /* drain: a job was retired */
+	pthread_mutex_t mu;	 /* the only lock: see the lock order above */
+	pthread_cond_t done_cv;	 /* completer: completions queued, or stop */
+	pthread_cond_t keep_cv;	 /* keeper: threads_stop */
+	pthread_cond_t idle_cv;	 /* drain: a job was retired */
 	pthread_cond_t sched_cv; /* scheduler: threads_stop */
-	due_job *inflight;      /* every claimed, uncommitted job (mu) */
-	int n_inflight;         /* (mu) */
+	due_job *inflight;	 /* every claimed, uncommitted job (mu) */
+	int n_inflight;		 /* (mu) */
 	due_job *done_head, *done_tail; /* handler returned, to commit (mu) */
-	int wake_fd;            /* eventfd: wakes the claimer */
+	int wake_fd;			/* eventfd: wakes the claimer */
 	atomic_bool stop, running;
-	atomic_bool force;      /* a second stop request: the grace ends now */
-	atomic_llong stop_mono; /* when stop was first requested (monotonic us) */
-	int64_t grace_over_at;  /* when the grace ran out, 0 before (mu) */
-	atomic_bool fold;       /* claimer is draining: it commits completions
+	atomic_bool force; /* a second stop request: the grace ends now */
+	atomic_llong
+	    stop_mono; /* when stop was first requested (monotonic us) */
+	int64_t grace_over_at;	/* when the grace ran out, 0 before (mu) */
+	atomic_bool fold;	/* claimer is draining: it commits completions
 				   together with its next claim */
 	int64_t last_done_mono; /* the latest handler finish (mu) */
-	bool completer_parked;  /* completer waits for a signal (mu) */
-	atomic_bool abandon;    /* shutdown gave up on the store: stop retrying,
+	bool completer_parked;	/* completer waits for a signal (mu) */
+	atomic_bool abandon;	/* shutdown gave up on the store: stop retrying,
 				   leave uncommitted tries to lease expiry */
-	bool threads_stop;      /* under mu: keeper and completer may exit */
+	bool threads_stop;	/* under mu: keeper and completer may exit */
 	pthread_t keeper, completer, scheduler;
 	bool sched_started;
 	struct {
 		atomic_llong claimed, done, failed, dead, stale, cancelled,
-			lease_lost, claim_queries, empty_claims, reclaim_queries,
-			store_errors, wheel_fired, refills, notifications;
+		    lease_lost, claim_queries, empty_claims, reclaim_queries,
+		    store_errors, wheel_fired, refills, notifications;
 	} st;
-	int64_t late[1024];    /* lateness of recent claims (us), ring (mu) */
+	int64_t late[1024]; /* lateness of recent claims (us), ring (mu) */
 	size_t n_late;
-	int64_t poll_us;       /* effective poll (or safety poll) interval */
+	int64_t poll_us;	 /* effective poll (or safety poll) interval */
 	due_outage claim_outage; /* the claimer thread's */
 };
 
@@ -162,8 +164,7 @@ struct due_worker {
 
 /* Monotonic clock in microseconds: paces local waits, never judges due. */
 int64_t due__mono_us(void);
-void due__wlog(due_worker *w, int level, const char *fmt, ...)
-	DUE_PRINTF(3, 4);
+void due__wlog(due_worker *w, int level, const char *fmt, ...) DUE_PRINTF(3, 4);
 void due__wake(due_worker *w);
 void due__wait_wake(due_worker *w, int64_t timeout_us);
 void due__cond_wait_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us);
@@ -174,7 +175,7 @@ int64_t due__grace_check_locked(due_worker *w, int64_t now);
 void due__bg_sleep(due_worker *w, int64_t us);
 due_db *due__connect_retry(due_worker *w, const char *who);
 void due__outage_fail(due_worker *w, due_outage *o, const char *fmt, ...)
-	DUE_PRINTF(3, 4);
+    DUE_PRINTF(3, 4);
 void due__outage_over(due_worker *w, due_outage *o);
 
 /* pool.c: jobs, pool queues, pool threads. */
@@ -208,7 +209,12 @@ void due__claim_loop(due_worker *w, due_db *db);
 bool due__try_wheel(due_worker *w, due_db *db);
 
 /* Why a running handler is told to stop (due__job_stop, due__job_stop_why). */
-enum { DUE_STOP_NONE = 0, DUE_STOP_LEASE_LOST, DUE_STOP_CANCEL, DUE_STOP_SHUTDOWN };
+enum {
+	DUE_STOP_NONE = 0,
+	DUE_STOP_LEASE_LOST,
+	DUE_STOP_CANCEL,
+	DUE_STOP_SHUTDOWN
+};
 
 /*
 ** Tell a job's handler to stop for `why`: records the first reason and

@@ -25,14 +25,14 @@
 
 /* The instants `after`, chosen around the zone's transitions and the ends. */
 static const int64_t afters[] = {
-	0,                   /* 1970-01-01T00:00:00Z */
-	-2203845904,         /* 1900-03-01T12:34:56Z, before the zone's rule */
-	1772323200,          /* 2026-03-01T00:00:00Z */
-	1775315400,          /* 2026-04-04T15:10:00Z: second pass of the zone's repeat */
-	1791041399,          /* 2026-10-03T15:29:59Z: one second before its gap ends */
-	4102444799,          /* 2099-12-31T23:59:59Z */
-	253401264000,        /* 9999-12-20T00:00:00Z: the search meets year 9999 */
-	DUE_TZ_MIN_UTC,
+    0,		  /* 1970-01-01T00:00:00Z */
+    -2203845904,  /* 1900-03-01T12:34:56Z, before the zone's rule */
+    1772323200,	  /* 2026-03-01T00:00:00Z */
+    1775315400,	  /* 2026-04-04T15:10:00Z: second pass of the zone's repeat */
+    1791041399,	  /* 2026-10-03T15:29:59Z: one second before its gap ends */
+    4102444799,	  /* 2099-12-31T23:59:59Z */
+    253401264000, /* 9999-12-20T00:00:00Z: the search meets year 9999 */
+    DUE_TZ_MIN_UTC,
 };
 
 static unsigned char *put32(unsigned char *p, uint32_t v)
@@ -43,8 +43,8 @@ static unsigned char *put32(unsigned char *p, uint32_t v)
 }
 
 /* A TZif header: version '2', then the six counts. */
-static unsigned char *header(unsigned char *p, uint32_t timecnt, uint32_t typecnt,
-			     uint32_t charcnt)
+static unsigned char *header(unsigned char *p, uint32_t timecnt,
+			     uint32_t typecnt, uint32_t charcnt)
 {
 	memcpy(p, "TZif2", 5);
 	memset(p + 5, 0, 15);
@@ -81,7 +81,8 @@ static due_tz *build_zone(void)
 	}
 	memcpy(p, "LMT", 4), p += 4;
 	memcpy(p, footer, sizeof footer - 1), p += sizeof footer - 1;
-	if (due__tz_from_tzif(&tz, "Fuzz/Lord_Howe", buf, (size_t)(p - buf), NULL, 0) != 0)
+	if (due__tz_from_tzif(&tz, "Fuzz/Lord_Howe", buf, (size_t)(p - buf),
+			      NULL, 0) != 0)
 		abort();
 	return tz;
 }
@@ -103,57 +104,69 @@ static bool ends_gap(const due_tz *tz, int64_t u)
 {
 	int32_t before, at;
 
-	return due__tz_offset(tz, u - 1, &before) == 0 && due__tz_offset(tz, u, &at) == 0 &&
-	       at > before;
+	return due__tz_offset(tz, u - 1, &before) == 0 &&
+	       due__tz_offset(tz, u, &at) == 0 && at > before;
 }
 
-static void check_next(const due_cron *c, const due_cron_fields *f, const due_tz *tz,
-		       int64_t after)
+static void check_next(const due_cron *c, const due_cron_fields *f,
+		       const due_tz *tz, int64_t after)
 {
 	int64_t u, series[3];
 	size_t n;
 	due_tz_civil t;
 	int rc = due__cron_next(c, tz, after, &u);
 
-	FUZZ_CHECK(rc == 0 || rc == DUE_CRON_ENOTFOUND, "'%s' in %s after %lld: rc %d",
-		   due__cron_text(c), due__tz_name(tz), (long long)after, rc);
+	FUZZ_CHECK(rc == 0 || rc == DUE_CRON_ENOTFOUND,
+		   "'%s' in %s after %lld: rc %d", due__cron_text(c),
+		   due__tz_name(tz), (long long)after, rc);
 	if (rc == 0) {
-		FUZZ_CHECK(u > after && u <= DUE_TZ_MAX_UTC, "'%s' in %s after %lld gave %lld",
-			   due__cron_text(c), due__tz_name(tz), (long long)after, (long long)u);
-		FUZZ_CHECK(due__tz_to_local(tz, u, &t) == 0, "%lld has no wall time", (long long)u);
+		FUZZ_CHECK(u > after && u <= DUE_TZ_MAX_UTC,
+			   "'%s' in %s after %lld gave %lld", due__cron_text(c),
+			   due__tz_name(tz), (long long)after, (long long)u);
+		FUZZ_CHECK(due__tz_to_local(tz, u, &t) == 0,
+			   "%lld has no wall time", (long long)u);
 		FUZZ_CHECK(matches(f, &t) || (tz != NULL && ends_gap(tz, u)),
-			   "'%s' in %s after %lld gave %lld = %04d-%02d-%02d %02d:%02d:%02d",
-			   due__cron_text(c), due__tz_name(tz), (long long)after, (long long)u,
-			   t.year, t.month, t.day, t.hour, t.minute, t.second);
+			   "'%s' in %s after %lld gave %lld = %04d-%02d-%02d "
+			   "%02d:%02d:%02d",
+			   due__cron_text(c), due__tz_name(tz),
+			   (long long)after, (long long)u, t.year, t.month,
+			   t.day, t.hour, t.minute, t.second);
 	}
 	rc = due__cron_next_n(series, 3, &n, c, tz, after);
-	FUZZ_CHECK(n <= 3 && (rc == 0) == (n == 3), "next_n: rc %d with %zu", rc, n);
+	FUZZ_CHECK(n <= 3 && (rc == 0) == (n == 3), "next_n: rc %d with %zu",
+		   rc, n);
 	for (size_t i = 0; i < n; i++)
-		FUZZ_CHECK(series[i] > (i ? series[i - 1] : after) && (i || series[0] == u),
-			   "'%s' in %s: next_n[%zu] = %lld", due__cron_text(c), due__tz_name(tz),
-			   i, (long long)series[i]);
+		FUZZ_CHECK(series[i] > (i ? series[i - 1] : after) &&
+			       (i || series[0] == u),
+			   "'%s' in %s: next_n[%zu] = %lld", due__cron_text(c),
+			   due__tz_name(tz), i, (long long)series[i]);
 }
 
 static void check_format(const due_cron *c, const due_tz *tz, int64_t after)
 {
 	char big[4 * 25 + 1], small[30], err[16] = "";
 
-	due__cron_format_next(big, sizeof big, c, tz, after, 4, DUE_CRON_FMT_MILLIS, err,
-			     sizeof err);
-	FUZZ_CHECK(memchr(big, '\0', sizeof big) && memchr(err, '\0', sizeof err),
+	due__cron_format_next(big, sizeof big, c, tz, after, 4,
+			      DUE_CRON_FMT_MILLIS, err, sizeof err);
+	FUZZ_CHECK(memchr(big, '\0', sizeof big) &&
+		       memchr(err, '\0', sizeof err),
 		   "format_next left a buffer unterminated");
-	int rc = due__cron_format_next(small, sizeof small, c, tz, after, 2, 0, NULL, 0);
+	int rc = due__cron_format_next(small, sizeof small, c, tz, after, 2, 0,
+				       NULL, 0);
 	FUZZ_CHECK(rc != 0, "two lines fit in %zu bytes", sizeof small);
-	FUZZ_CHECK(memchr(small, '\0', sizeof small) != NULL, "small buffer unterminated");
+	FUZZ_CHECK(memchr(small, '\0', sizeof small) != NULL,
+		   "small buffer unterminated");
 }
 
-static void check_same_fields(const due_cron_fields *a, const due_cron_fields *b,
-			      const char *text)
+static void check_same_fields(const due_cron_fields *a,
+			      const due_cron_fields *b, const char *text)
 {
-	FUZZ_CHECK(a->second == b->second && a->minute == b->minute && a->hour == b->hour &&
-			   a->dom == b->dom && a->month == b->month && a->dow == b->dow &&
-			   a->dom_star == b->dom_star && a->dow_star == b->dow_star &&
-			   a->has_seconds == b->has_seconds,
+	FUZZ_CHECK(a->second == b->second && a->minute == b->minute &&
+		       a->hour == b->hour && a->dom == b->dom &&
+		       a->month == b->month && a->dow == b->dow &&
+		       a->dom_star == b->dom_star &&
+		       a->dow_star == b->dow_star &&
+		       a->has_seconds == b->has_seconds,
 		   "'%s' parses to other sets from its own text", text);
 }
 
@@ -166,22 +179,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rc;
 
 	if (zone == NULL)
-		zone = build_zone(); /* kept for the process, like a real zone */
+		zone =
+		    build_zone(); /* kept for the process, like a real zone */
 	err[0] = '\0';
 	if ((rc = due__cron_parse(&c, text, err, sizeof err)) != 0) {
 		FUZZ_CHECK(rc == DUE_CRON_EINVAL && c == NULL && err[0] != '\0',
 			   "'%s': rc %d, message '%s'", text, rc, err);
-		memset(tiny, 'x', sizeof tiny); /* must come back NUL-terminated */
+		memset(tiny, 'x',
+		       sizeof tiny); /* must come back NUL-terminated */
 		FUZZ_CHECK(due__cron_parse(&c, text, tiny, sizeof tiny) == rc &&
-				   memchr(tiny, '\0', sizeof tiny) != NULL,
+			       memchr(tiny, '\0', sizeof tiny) != NULL,
 			   "'%s' with a short err buffer", text);
 		goto done;
 	}
-	FUZZ_CHECK(strcmp(due__cron_text(c), text) == 0, "text '%s' of '%s'", due__cron_text(c),
-		   text);
+	FUZZ_CHECK(strcmp(due__cron_text(c), text) == 0, "text '%s' of '%s'",
+		   due__cron_text(c), text);
 	due__cron_inspect(&f, c);
-	FUZZ_CHECK(due__cron_parse(&again, due__cron_text(c), err, sizeof err) == 0,
-		   "'%s' does not parse again: %s", text, err);
+	FUZZ_CHECK(
+	    due__cron_parse(&again, due__cron_text(c), err, sizeof err) == 0,
+	    "'%s' does not parse again: %s", text, err);
 	due__cron_inspect(&g, again);
 	check_same_fields(&f, &g, text);
 	for (size_t i = 0; i < sizeof afters / sizeof afters[0]; i++) {

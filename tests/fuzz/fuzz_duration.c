@@ -11,7 +11,9 @@
 #include "due.h"
 #include "fuzz.h"
 
-#define MAX_US (100LL * 366 * 86400 * 1000000LL) /* time.c's MAX_DURATION_US */
+#define MAX_US                                                                 \
+	(100LL * 366 * 86400 * 1000000LL) /* time.c's MAX_DURATION_US          \
+					   */
 
 static void check_small_buffers(int64_t us, const char *full)
 {
@@ -23,9 +25,11 @@ static void check_small_buffers(int64_t us, const char *full)
 		if (buf == NULL)
 			abort();
 		due_duration_format(buf, len, us);
-		FUZZ_CHECK(memchr(buf, '\0', len) != NULL, "no NUL in %zu bytes", len);
+		FUZZ_CHECK(memchr(buf, '\0', len) != NULL,
+			   "no NUL in %zu bytes", len);
 		FUZZ_CHECK(strncmp(buf, full, strlen(buf)) == 0,
-			   "'%s' in %zu bytes is not a prefix of '%s'", buf, len, full);
+			   "'%s' in %zu bytes is not a prefix of '%s'", buf,
+			   len, full);
 		free(buf);
 	}
 }
@@ -39,16 +43,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rc = due_duration_parse(&us, text);
 
 	if (rc == 0) {
-		FUZZ_CHECK(us >= 0 && us <= MAX_US, "'%s' parsed to %lld", text, (long long)us);
+		FUZZ_CHECK(us >= 0 && us <= MAX_US, "'%s' parsed to %lld", text,
+			   (long long)us);
 		due_duration_format(buf, sizeof buf, us);
 		FUZZ_CHECK(due_duration_parse(&again, buf) == 0,
-			   "'%s' -> %lld -> '%s' does not parse: %s", text, (long long)us, buf,
-			   due_error_last());
-		FUZZ_CHECK(again == us, "'%s' -> %lld -> '%s' -> %lld", text, (long long)us, buf,
-			   (long long)again);
+			   "'%s' -> %lld -> '%s' does not parse: %s", text,
+			   (long long)us, buf, due_error_last());
+		FUZZ_CHECK(again == us, "'%s' -> %lld -> '%s' -> %lld", text,
+			   (long long)us, buf, (long long)again);
 		check_small_buffers(us, buf);
 	} else {
-		FUZZ_CHECK(rc == DUE_EINVAL, "'%s' gave %d, not DUE_EINVAL", text, rc);
+		FUZZ_CHECK(rc == DUE_EINVAL, "'%s' gave %d, not DUE_EINVAL",
+			   text, rc);
 	}
 	free(text);
 	return 0;

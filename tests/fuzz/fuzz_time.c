@@ -22,9 +22,11 @@ static void check_small_buffers(due_time t, const char *full)
 		if (buf == NULL)
 			abort();
 		due_time_format(buf, len, t);
-		FUZZ_CHECK(memchr(buf, '\0', len) != NULL, "no NUL in %zu bytes", len);
+		FUZZ_CHECK(memchr(buf, '\0', len) != NULL,
+			   "no NUL in %zu bytes", len);
 		FUZZ_CHECK(strncmp(buf, full, len - 1) == 0,
-			   "'%s' in %zu bytes is not a prefix of '%s'", buf, len, full);
+			   "'%s' in %zu bytes is not a prefix of '%s'", buf,
+			   len, full);
 		free(buf);
 	}
 }
@@ -40,13 +42,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (rc == 0) {
 		FUZZ_CHECK(t >= 0, "'%s' parsed to %lld", text, (long long)t);
 		due_time_format(buf, sizeof buf, t);
-		FUZZ_CHECK(strlen(buf) == 24, "'%s' -> %lld -> '%s' is not 24 characters",
-			   text, (long long)t, buf);
+		FUZZ_CHECK(strlen(buf) == 24,
+			   "'%s' -> %lld -> '%s' is not 24 characters", text,
+			   (long long)t, buf);
 		FUZZ_CHECK(due_time_parse(&again, buf) == 0,
-			   "'%s' -> %lld -> '%s' does not parse: %s", text, (long long)t, buf,
-			   due_error_last());
-		FUZZ_CHECK(again == t - t % 1000, "'%s' -> %lld -> '%s' -> %lld", text,
-			   (long long)t, buf, (long long)again);
+			   "'%s' -> %lld -> '%s' does not parse: %s", text,
+			   (long long)t, buf, due_error_last());
+		FUZZ_CHECK(again == t - t % 1000,
+			   "'%s' -> %lld -> '%s' -> %lld", text, (long long)t,
+			   buf, (long long)again);
 		check_small_buffers(t, buf);
 	} else {
 		FUZZ_CHECK(rc < 0, "'%s' gave %d", text, rc);

@@ -55,13 +55,16 @@ static due_tz_civil next_second(due_tz_civil t)
 static bool same_civil(const due_tz_civil *a, const due_tz_civil *b)
 {
 	return a->year == b->year && a->month == b->month && a->day == b->day &&
-	       a->hour == b->hour && a->minute == b->minute && a->second == b->second;
+	       a->hour == b->hour && a->minute == b->minute &&
+	       a->second == b->second;
 }
 
 static int cmp_civil(const due_tz_civil *a, const due_tz_civil *b)
 {
-	const int x[] = {a->year, a->month, a->day, a->hour, a->minute, a->second};
-	const int y[] = {b->year, b->month, b->day, b->hour, b->minute, b->second};
+	const int x[] = {a->year, a->month,  a->day,
+			 a->hour, a->minute, a->second};
+	const int y[] = {b->year, b->month,  b->day,
+			 b->hour, b->minute, b->second};
 
 	for (int i = 0; i < 6; i++)
 		if (x[i] != y[i])
@@ -73,7 +76,8 @@ static int32_t offset_at(const due_tz *tz, int64_t u)
 {
 	int32_t off;
 
-	FUZZ_CHECK(due__tz_offset(tz, u, &off) == 0, "no offset at %lld", (long long)u);
+	FUZZ_CHECK(due__tz_offset(tz, u, &off) == 0, "no offset at %lld",
+		   (long long)u);
 	return off;
 }
 
@@ -86,32 +90,38 @@ static void check_instant(const due_tz *tz, int64_t u)
 	if (u < DUE_TZ_MIN_UTC || u > DUE_TZ_MAX_UTC)
 		return;
 	offset_at(tz, u);
-	FUZZ_CHECK(due__tz_to_local(tz, u, &lt) == 0, "no wall time at %lld", (long long)u);
-	FUZZ_CHECK(lt.year >= 1 && lt.year <= 9999 && lt.month >= 1 && lt.month <= 12 &&
-			   lt.day >= 1 && lt.day <= due__tz_days_in_month(lt.year, lt.month) &&
-			   lt.hour >= 0 && lt.hour <= 23 && lt.minute >= 0 && lt.minute <= 59 &&
-			   lt.second >= 0 && lt.second <= 59,
-		   "%lld shows %d-%d-%d %d:%d:%d", (long long)u, lt.year, lt.month, lt.day,
-		   lt.hour, lt.minute, lt.second);
-	FUZZ_CHECK(due__tz_to_utc(tz, &lt, &v) == 0, "wall time of %lld has no instant",
+	FUZZ_CHECK(due__tz_to_local(tz, u, &lt) == 0, "no wall time at %lld",
 		   (long long)u);
-	FUZZ_CHECK(v <= u, "wall time of %lld maps to the later %lld", (long long)u,
-		   (long long)v);
+	FUZZ_CHECK(lt.year >= 1 && lt.year <= 9999 && lt.month >= 1 &&
+		       lt.month <= 12 && lt.day >= 1 &&
+		       lt.day <= due__tz_days_in_month(lt.year, lt.month) &&
+		       lt.hour >= 0 && lt.hour <= 23 && lt.minute >= 0 &&
+		       lt.minute <= 59 && lt.second >= 0 && lt.second <= 59,
+		   "%lld shows %d-%d-%d %d:%d:%d", (long long)u, lt.year,
+		   lt.month, lt.day, lt.hour, lt.minute, lt.second);
+	FUZZ_CHECK(due__tz_to_utc(tz, &lt, &v) == 0,
+		   "wall time of %lld has no instant", (long long)u);
+	FUZZ_CHECK(v <= u, "wall time of %lld maps to the later %lld",
+		   (long long)u, (long long)v);
 	if (v >= DUE_TZ_MIN_UTC) {
-		FUZZ_CHECK(due__tz_to_local(tz, v, &back) == 0, "no wall time at %lld",
-			   (long long)v);
+		FUZZ_CHECK(due__tz_to_local(tz, v, &back) == 0,
+			   "no wall time at %lld", (long long)v);
 		FUZZ_CHECK(same_civil(&back, &lt) ||
-				   (cmp_civil(&back, &lt) > 0 && v > DUE_TZ_MIN_UTC &&
-				    offset_at(tz, v - 1) != offset_at(tz, v)),
-			   "wall time of %lld maps to %lld, neither an occurrence nor a gap's end",
+			       (cmp_civil(&back, &lt) > 0 &&
+				v > DUE_TZ_MIN_UTC &&
+				offset_at(tz, v - 1) != offset_at(tz, v)),
+			   "wall time of %lld maps to %lld, neither an "
+			   "occurrence nor a gap's end",
 			   (long long)u, (long long)v);
 	}
 	later = next_second(lt);
 	if (later.year <= 9999) {
-		FUZZ_CHECK(due__tz_to_utc(tz, &later, &w) == 0, "no instant after %lld",
-			   (long long)u);
-		FUZZ_CHECK(w >= v, "to_utc decreases after the wall time of %lld: %lld, %lld",
-			   (long long)u, (long long)v, (long long)w);
+		FUZZ_CHECK(due__tz_to_utc(tz, &later, &w) == 0,
+			   "no instant after %lld", (long long)u);
+		FUZZ_CHECK(
+		    w >= v,
+		    "to_utc decreases after the wall time of %lld: %lld, %lld",
+		    (long long)u, (long long)v, (long long)w);
 	}
 }
 
@@ -137,7 +147,8 @@ static size_t spread(int64_t *pts)
 
 	pts[n++] = DUE_TZ_MIN_UTC;
 	pts[n++] = DUE_TZ_MIN_UTC + 1;
-	for (int64_t u = -2208988800; u < 4102444800 && n < MAX_POINTS - 4; /* 1900-2100 */
+	for (int64_t u = -2208988800;
+	     u < 4102444800 && n < MAX_POINTS - 4; /* 1900-2100 */
 	     u += 7919 * 3600 + 17)
 		pts[n++] = u;
 	pts[n++] = 0;
@@ -167,11 +178,13 @@ static void check_zone(const due_tz *tz)
 	}
 	if (due__cron_parse(&c, "30 2 * * *", NULL, 0) != 0)
 		abort();
-	for (int64_t after = 1700000000; after < 1800000000; after += 30000000) {
+	for (int64_t after = 1700000000; after < 1800000000;
+	     after += 30000000) {
 		rc = due__cron_next(c, tz, after, &fire);
-		FUZZ_CHECK(rc == DUE_CRON_ENOTFOUND || (rc == 0 && fire > after),
-			   "cron in the zone after %lld: rc %d, %lld", (long long)after, rc,
-			   (long long)fire);
+		FUZZ_CHECK(rc == DUE_CRON_ENOTFOUND ||
+			       (rc == 0 && fire > after),
+			   "cron in the zone after %lld: rc %d, %lld",
+			   (long long)after, rc, (long long)fire);
 	}
 	due__cron_free(c);
 }
@@ -185,12 +198,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	err[0] = '\0';
 	rc = due__tz_from_tzif(&tz, "Fuzz/Zone", data, size, err, sizeof err);
 	if (rc != 0) {
-		FUZZ_CHECK((rc == DUE_TZ_EZONE || rc == DUE_TZ_ENOMEM) && tz == NULL &&
-				   err[0] != '\0',
+		FUZZ_CHECK((rc == DUE_TZ_EZONE || rc == DUE_TZ_ENOMEM) &&
+			       tz == NULL && err[0] != '\0',
 			   "load: rc %d, message '%s'", rc, err);
 		return 0;
 	}
-	FUZZ_CHECK(strcmp(due__tz_name(tz), "Fuzz/Zone") == 0, "name '%s'", due__tz_name(tz));
+	FUZZ_CHECK(strcmp(due__tz_name(tz), "Fuzz/Zone") == 0, "name '%s'",
+		   due__tz_name(tz));
 	check_zone(tz);
 	due__tz_free(tz);
 	return 0;

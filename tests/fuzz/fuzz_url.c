@@ -22,27 +22,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rc = due__url_parse(&u, &ops, text);
 
 	if (rc != 0) {
-		FUZZ_CHECK(rc == DUE_EINVAL || rc == DUE_ENOMEM, "'%s': rc %d", text, rc);
-		FUZZ_CHECK(ops == NULL, "'%s': failed parse returned a backend", text);
-		FUZZ_CHECK(due_error_last()[0] != '\0', "'%s': failure without a message", text);
+		FUZZ_CHECK(rc == DUE_EINVAL || rc == DUE_ENOMEM, "'%s': rc %d",
+			   text, rc);
+		FUZZ_CHECK(ops == NULL, "'%s': failed parse returned a backend",
+			   text);
+		FUZZ_CHECK(due_error_last()[0] != '\0',
+			   "'%s': failure without a message", text);
 		free(text);
 		return 0;
 	}
 	FUZZ_CHECK(ops != NULL, "'%s': no backend", text);
-	FUZZ_CHECK(memchr(u.scheme, '\0', sizeof u.scheme) != NULL, "scheme unterminated");
+	FUZZ_CHECK(memchr(u.scheme, '\0', sizeof u.scheme) != NULL,
+		   "scheme unterminated");
 	size_t n = strlen(u.scheme);
 	FUZZ_CHECK(n > 0 && strncmp(text, u.scheme, n) == 0 && text[n] == ':' &&
-			   u.rest == text + n + 1,
-		   "'%s': scheme '%s' is not the input's prefix", text, u.scheme);
+		       u.rest == text + n + 1,
+		   "'%s': scheme '%s' is not the input's prefix", text,
+		   u.scheme);
 	bool known = false;
 	for (const char *const *s = ops->schemes; *s; s++)
 		known |= strcmp(*s, u.scheme) == 0;
-	FUZZ_CHECK(known, "'%s': backend %s does not answer '%s'", text, ops->name, u.scheme);
+	FUZZ_CHECK(known, "'%s': backend %s does not answer '%s'", text,
+		   ops->name, u.scheme);
 
 	rc = ops->parse_url(&cfg, &u);
 	if (rc != 0) {
-		FUZZ_CHECK(rc == DUE_EINVAL || rc == DUE_ENOMEM, "'%s': parse_url rc %d", text, rc);
-		FUZZ_CHECK(due_error_last()[0] != '\0', "'%s': failure without a message", text);
+		FUZZ_CHECK(rc == DUE_EINVAL || rc == DUE_ENOMEM,
+			   "'%s': parse_url rc %d", text, rc);
+		FUZZ_CHECK(due_error_last()[0] != '\0',
+			   "'%s': failure without a message", text);
 	}
 	ops->free_cfg(cfg);
 	free(text);

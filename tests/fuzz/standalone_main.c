@@ -70,10 +70,7 @@ static int run_file(const char *path)
 	return 0;
 }
 
-static int skip_dot(const struct dirent *e)
-{
-	return e->d_name[0] != '.';
-}
+static int skip_dot(const struct dirent *e) { return e->d_name[0] != '.'; }
 
 /* Run every file of dir in name order; returns how many, or -1. */
 static int run_dir(const char *dir)
@@ -87,9 +84,11 @@ static int run_dir(const char *dir)
 		return -1;
 	}
 	for (int i = 0; i < n; i++) {
-		int w = snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
+		int w =
+		    snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
 
-		if (rc == 0 && (w < 0 || (size_t)w >= sizeof path || run_file(path) < 0))
+		if (rc == 0 &&
+		    (w < 0 || (size_t)w >= sizeof path || run_file(path) < 0))
 			rc = -1;
 		ran++;
 		free(names[i]);
@@ -109,10 +108,13 @@ int main(int argc, char **argv)
 	}
 	for (int i = 1; i < argc; i++) {
 		if (stat(argv[i], &st) != 0) {
-			fprintf(stderr, "fuzz: no such file or directory: %s\n", argv[i]);
+			fprintf(stderr, "fuzz: no such file or directory: %s\n",
+				argv[i]);
 			return 1;
 		}
-		n = S_ISDIR(st.st_mode) ? run_dir(argv[i]) : run_file(argv[i]) < 0 ? -1 : 1;
+		n = S_ISDIR(st.st_mode)	    ? run_dir(argv[i])
+		    : run_file(argv[i]) < 0 ? -1
+					    : 1;
 		if (n < 0)
 			return 1;
 		total += n;

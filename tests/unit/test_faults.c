@@ -286,7 +286,7 @@ typedef struct ff_file {
 enum { FF_FULL, FF_IOERR, FF_SYNC, FF_KINDS };
 
 static struct {
-	long at;    /* the counted call that fails; 0: none */
+	long at; /* the counted call that fails; 0: none */
 	long calls;
 	int kind;   /* FF_FULL: SQLITE_FULL from then on; FF_IOERR: one
 		       SQLITE_IOERR_WRITE; FF_SYNC: syncs count too, one
@@ -402,12 +402,13 @@ static int ff_shm_unmap(sqlite3_file *f, int del)
 }
 
 static const sqlite3_io_methods ff_io = {
-	2, ff_close, ff_read, ff_write, ff_truncate, ff_sync, ff_size,
-	ff_lock, ff_unlock, ff_reserved, ff_control, ff_sector, ff_device,
-	ff_shm_map, ff_shm_lock, ff_shm_barrier, ff_shm_unmap, NULL, NULL};
+    2,	       ff_close,   ff_read,	ff_write,	ff_truncate,  ff_sync,
+    ff_size,   ff_lock,	   ff_unlock,	ff_reserved,	ff_control,   ff_sector,
+    ff_device, ff_shm_map, ff_shm_lock, ff_shm_barrier, ff_shm_unmap, NULL,
+    NULL};
 
-static int ff_open(sqlite3_vfs *v, const char *name, sqlite3_file *f,
-		   int flags, int *out)
+static int ff_open(sqlite3_vfs *v, const char *name, sqlite3_file *f, int flags,
+		   int *out)
 {
 	ff_file *p = (ff_file *)f;
 	int rc;
@@ -478,10 +479,12 @@ static void ff_ops(due_db *db, ff_acked *a, const due_task_list *held,
 		a->new_tasks++;
 	}
 	if (ff_ok(due_complete(db, &co, held->items[0].id,
-			       held->items[0].attempt, "r", 1), "complete"))
+			       held->items[0].attempt, "r", 1),
+		  "complete"))
 		a->done = held->items[0].id;
 	if (ff_ok(due_fail(db, &fo, held->items[1].id, held->items[1].attempt,
-			   "boom"), "fail"))
+			   "boom"),
+		  "fail"))
 		a->retried = held->items[1].id;
 	if (ff_ok(due_cancel(db, &cao, later), "cancel"))
 		a->cancelled = later;
@@ -505,16 +508,19 @@ static void ff_verify(const ff_acked *a, bool strict)
 	due_db *db = open_db();
 
 	snprintf(path, sizeof(path), "%s/due.db", dir);
-	assert_int_equal(sqlite3_open_v2(path, &raw, SQLITE_OPEN_READONLY, NULL),
-			 SQLITE_OK);
-	assert_int_equal(sqlite3_prepare_v2(raw, "PRAGMA integrity_check", -1,
-					    &st, NULL), SQLITE_OK);
+	assert_int_equal(
+	    sqlite3_open_v2(path, &raw, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	assert_int_equal(
+	    sqlite3_prepare_v2(raw, "PRAGMA integrity_check", -1, &st, NULL),
+	    SQLITE_OK);
 	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
 	assert_string_equal((const char *)sqlite3_column_text(st, 0), "ok");
 	sqlite3_finalize(st);
-	assert_int_equal(sqlite3_prepare_v2(raw, "SELECT count(*) FROM due_task"
-					    " WHERE kind = 'new'", -1, &st,
-					    NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(raw,
+					    "SELECT count(*) FROM due_task"
+					    " WHERE kind = 'new'",
+					    -1, &st, NULL),
+			 SQLITE_OK);
 	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
 	if (strict) /* +1: the task added after the round, faults off */
 		assert_int_equal(sqlite3_column_int(st, 0), a->new_tasks + 1);
@@ -556,8 +562,9 @@ static void ff_round(int kind, long n)
 	ff.at = 0;
 	/* the same handle works again: no transaction was left open */
 	if (due_schedule(db, &s, "new", "", 0, NULL) != 0)
-		fail_msg("fault at %ld, kind %d: the handle does not recover: %s",
-			 n, kind, due_error_last());
+		fail_msg(
+		    "fault at %ld, kind %d: the handle does not recover: %s", n,
+		    kind, due_error_last());
 	due_task_list_free(held);
 	due_close(db);
 	/* a failed sync may leave a commit SQLite reported as failed */
@@ -576,8 +583,10 @@ static void test_io_faults(void **state)
 			/* a fresh store per round (the fixture made one) */
 			if (n > 1 || kind > 0) {
 				tu_drop_store(url, dir);
-				assert_int_equal(tu_fresh_store(url, sizeof(url), dir,
-								sizeof(dir)), 0);
+				assert_int_equal(
+				    tu_fresh_store(url, sizeof(url), dir,
+						   sizeof(dir)),
+				    0);
 			}
 			ff_round(kind, n);
 		}
@@ -593,11 +602,11 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-		T(test_at_epoch_is_kept),
-		T(test_at_old_versions),
-		T(test_done_clears_last_error),
-		T(test_wake_fifo_never_blocks),
-		T(test_io_faults),
+	    T(test_at_epoch_is_kept),
+	    T(test_at_old_versions),
+	    T(test_done_clears_last_error),
+	    T(test_wake_fifo_never_blocks),
+	    T(test_io_faults),
 #undef T
 	};
 	int failed = 0;
@@ -609,9 +618,8 @@ int main(void)
 			continue;
 		backend_now = tu_fixtures[b].name;
 		snprintf(name, sizeof(name), "store faults (%s)", backend_now);
-		failed += _cmocka_run_group_tests(name, tests,
-						  sizeof(tests) / sizeof(tests[0]),
-						  NULL, NULL);
+		failed += _cmocka_run_group_tests(
+		    name, tests, sizeof(tests) / sizeof(tests[0]), NULL, NULL);
 	}
 	return failed ? 1 : tu_backend_check();
 }

@@ -43,12 +43,14 @@
 #include <libpq-fe.h>
 
 static char base_url[512]; /* DUE_TEST_PG_URL */
-static char url[1024];     /* ... with this run's search_path */
-static char schema[64];    /* due_test_<pid> */
-static PGconn *adm;        /* checks and direct SQL, in schema */
+static char url[1024];	   /* ... with this run's search_path */
+static char schema[64];	   /* due_test_<pid> */
+static PGconn *adm;	   /* checks and direct SQL, in schema */
 
 #define LONG_LEASE 60000000LL
-#define HANG_MS 60000 /* a deadline guards against a hang, it claims nothing */
+#define HANG_MS                                                                \
+	60000 /* a deadline guards against a hang, it claims nothing           \
+	       */
 
 static int64_t mono_ms(void)
 {
@@ -119,7 +121,8 @@ static const char *sql_text(char *buf, size_t n, const char *fmt, ...)
 	PGresult *r = q(adm, fmt, ap);
 	va_end(ap);
 	snprintf(buf, n, "%s",
-		 PQntuples(r) && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "");
+		 PQntuples(r) && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0)
+						       : "");
 	PQclear(r);
 	return buf;
 }
@@ -133,15 +136,13 @@ static due_db *open_url(const char *u)
 	return db;
 }
 
-static due_db *open_db(void)
-{
-	return open_url(url);
-}
+static due_db *open_db(void) { return open_url(url); }
 
 static int setup(void **state)
 {
 	(void)state;
-	sql("TRUNCATE due_task, due_attempt, due_audit, due_schedule, due_worker");
+	sql("TRUNCATE due_task, due_attempt, due_audit, due_schedule, "
+	    "due_worker");
 	return 0;
 }
 
@@ -212,7 +213,9 @@ static void test_concurrent_init(void **state)
 	assert_non_null(strstr(due_error_last(), "due init"));
 	due_close(db);
 	assert_int_equal(sql_int("SELECT count(*) FROM pg_tables WHERE "
-				 "schemaname = '%s'", sch), 0);
+				 "schemaname = '%s'",
+				 sch),
+			 0);
 	/* four `due init` at once: all succeed, one schema */
 	concurrent_inits(u, 4);
 	assert_int_equal(sql_int("SELECT count(*) FROM %s.due_meta", sch), 1);
@@ -221,8 +224,9 @@ static void test_concurrent_init(void **state)
 	sql("DROP SCHEMA %s CASCADE", sch);
 	/* an unreachable server is DUE_ESTORE, with libpq's words */
 	db = NULL;
-	assert_int_equal(due_open(&db, "postgres://127.0.0.1:1/due?connect_timeout=2",
-				  NULL), DUE_ESTORE);
+	assert_int_equal(
+	    due_open(&db, "postgres://127.0.0.1:1/due?connect_timeout=2", NULL),
+	    DUE_ESTORE);
 	assert_non_null(strstr(due_error_last(), "postgres store"));
 	due_close(db);
 }
@@ -231,9 +235,11 @@ static void test_concurrent_init(void **state)
 static const char *column_type(char *buf, size_t n, const char *table,
 			       const char *column)
 {
-	return sql_text(buf, n, "SELECT data_type FROM information_schema.columns"
+	return sql_text(buf, n,
+			"SELECT data_type FROM information_schema.columns"
 			" WHERE table_schema = '%s' AND table_name = '%s' AND"
-			" column_name = '%s'", schema, table, column);
+			" column_name = '%s'",
+			schema, table, column);
 }
 
 /*
@@ -248,15 +254,19 @@ static void test_schema_types_and_indexes(void **state)
 
 	assert_string_equal(column_type(buf, sizeof(buf), "due_task", "due_at"),
 			    "timestamp with time zone");
-	assert_string_equal(column_type(buf, sizeof(buf), "due_task", "payload"),
-			    "bytea");
-	assert_string_equal(column_type(buf, sizeof(buf), "due_schedule",
-					"payload"), "bytea");
-	assert_string_equal(column_type(buf, sizeof(buf), "due_schedule",
-					"next_slot"), "timestamp with time zone");
-	assert_int_equal(sql_int("SELECT count(*) FROM pg_indexes WHERE "
-		"schemaname = '%s' AND indexname IN ('due_task_due', "
-		"'due_task_lease', 'due_task_key', 'due_task_finished')", schema), 4);
+	assert_string_equal(
+	    column_type(buf, sizeof(buf), "due_task", "payload"), "bytea");
+	assert_string_equal(
+	    column_type(buf, sizeof(buf), "due_schedule", "payload"), "bytea");
+	assert_string_equal(
+	    column_type(buf, sizeof(buf), "due_schedule", "next_slot"),
+	    "timestamp with time zone");
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM pg_indexes WHERE "
+		    "schemaname = '%s' AND indexname IN ('due_task_due', "
+		    "'due_task_lease', 'due_task_key', 'due_task_finished')",
+		    schema),
+	    4);
 }
 
 static void test_claim_plan_uses_partial_index(void **state)
@@ -274,17 +284,20 @@ static void test_claim_plan_uses_partial_index(void **state)
 	   LIMIT subquery rescanned in a nested loop once claimed 25 of 10) */
 	for (int i = 0; i < 8; i++) {
 		due_task_list *l = NULL;
-		assert_int_equal(due_claim(db, &l, "w", NULL, 0, 3, LONG_LEASE), 0);
+		assert_int_equal(due_claim(db, &l, "w", NULL, 0, 3, LONG_LEASE),
+				 0);
 		assert_int_equal(l->count, 3);
 		due_task_list_free(l);
 	}
 	assert_int_equal(sql_int("SELECT count(*) FROM due_task WHERE state = "
-				 "'CLAIMED'"), 24);
+				 "'CLAIMED'"),
+			 24);
 	sql("ANALYZE due_task");
 	sql("SET enable_seqscan = off");
-	PGresult *r = PQexec(adm, "EXPLAIN SELECT id FROM due_task WHERE state = "
-				  "'SCHEDULED' AND due_at <= now() ORDER BY due_at "
-				  "LIMIT 10 FOR UPDATE SKIP LOCKED");
+	PGresult *r =
+	    PQexec(adm, "EXPLAIN SELECT id FROM due_task WHERE state = "
+			"'SCHEDULED' AND due_at <= now() ORDER BY due_at "
+			"LIMIT 10 FOR UPDATE SKIP LOCKED");
 	assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
 	for (int i = 0, off = 0; i < PQntuples(r); i++) {
 		int w = snprintf(plan + off, sizeof(plan) - (size_t)off, "%s\n",
@@ -302,7 +315,8 @@ static void test_claim_plan_uses_partial_index(void **state)
 	assert_int_equal(l->count, 10);
 	due_task_list_free(l);
 	assert_int_equal(sql_int("SELECT count(*) FROM due_task WHERE state = "
-				 "'CLAIMED'"), 34);
+				 "'CLAIMED'"),
+			 34);
 	due_close(db);
 }
 
@@ -315,18 +329,24 @@ static void test_backoff_function_matches_core(void **state)
 
 	for (size_t b = 0; b < sizeof(bases) / sizeof(bases[0]); b++)
 		for (size_t c = 0; c < sizeof(caps) / sizeof(caps[0]); c++)
-			for (size_t n = 0; n < sizeof(ns) / sizeof(ns[0]); n++) {
+			for (size_t n = 0; n < sizeof(ns) / sizeof(ns[0]);
+			     n++) {
 				if (caps[c] < bases[b])
 					continue; /* refused by validation */
-				int64_t want = due_backoff_us(bases[b], caps[c], ns[n]);
-				int64_t got = sql_int("SELECT due_backoff(%lld, %lld, %d)",
-						      (long long)bases[b],
-						      (long long)caps[c], ns[n]);
+				int64_t want =
+				    due_backoff_us(bases[b], caps[c], ns[n]);
+				int64_t got = sql_int(
+				    "SELECT due_backoff(%lld, %lld, %d)",
+				    (long long)bases[b], (long long)caps[c],
+				    ns[n]);
 				if (got != want)
-					fail_msg("due_backoff(%lld, %lld, %d) = %lld, "
-						 "core says %lld", (long long)bases[b],
+					fail_msg("due_backoff(%lld, %lld, %d) "
+						 "= %lld, "
+						 "core says %lld",
+						 (long long)bases[b],
 						 (long long)caps[c], ns[n],
-						 (long long)got, (long long)want);
+						 (long long)got,
+						 (long long)want);
 			}
 }
 
@@ -347,7 +367,8 @@ static bool came_first(PGconn *c, const char *want, const char *before)
 		PQconsumeInput(c);
 		while (!seen && (nt = PQnotifies(c)) != NULL) {
 			seen = strcmp(nt->extra, want) == 0;
-			first |= !seen && before && strcmp(nt->extra, before) == 0;
+			first |=
+			    !seen && before && strcmp(nt->extra, before) == 0;
 			PQfreemem(nt);
 		}
 		if (seen)
@@ -407,7 +428,8 @@ static void test_tx_submit_and_notify(void **state)
 			 DUE_EINVAL);
 	/* rolled back with the caller's rows: no task, no wake-up */
 	exec_ok(app, "INSERT INTO orders VALUES (1)");
-	assert_int_equal(due_schedule_pg_tx(app, &s, close_kind, "o1", 2, NULL), 0);
+	assert_int_equal(due_schedule_pg_tx(app, &s, close_kind, "o1", 2, NULL),
+			 0);
 	assert_true(s.id > 0);
 	assert_false(was_notified(ear, close_kind)); /* not before commit */
 	exec_ok(app, "ROLLBACK");
@@ -417,10 +439,11 @@ static void test_tx_submit_and_notify(void **state)
 	exec_ok(app, "BEGIN");
 	exec_ok(app, "INSERT INTO orders VALUES (2)");
 	o.key = "order-2";
-	assert_int_equal(due_schedule_pg_tx(app, &s, close_kind, "o2", 2, &o), 0);
-	assert_false(s.existed);
-	assert_int_equal(due_schedule_pg_tx(app, &again, close_kind, "o2", 2, &o),
+	assert_int_equal(due_schedule_pg_tx(app, &s, close_kind, "o2", 2, &o),
 			 0);
+	assert_false(s.existed);
+	assert_int_equal(
+	    due_schedule_pg_tx(app, &again, close_kind, "o2", 2, &o), 0);
 	assert_true(again.existed);
 	assert_int_equal(again.id, s.id);
 	exec_ok(app, "COMMIT");
@@ -470,8 +493,9 @@ static int hook_insert(void *conn, const due_task *task, void *payload)
 		PQclear(PQexec(conn, "DEALLOCATE ALL"));
 		return 0;
 	}
-	snprintf(sql_buf, sizeof(sql_buf), "INSERT INTO effect VALUES (%lld, %d)",
-		 (long long)task->id, task->attempt);
+	snprintf(sql_buf, sizeof(sql_buf),
+		 "INSERT INTO effect VALUES (%lld, %d)", (long long)task->id,
+		 task->attempt);
 	PGresult *r = PQexec(conn, sql_buf);
 	int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : 1;
 	PQclear(r);
@@ -489,8 +513,9 @@ static void test_complete_hook(void **state)
 	due_id id = add(db, "k", 0, 5);
 	claim_one(db, id, LONG_LEASE);
 	/* the hook refuses: everything rolls back, the try stays CLAIMED */
-	assert_int_equal(due_complete_tx(db, &co, id, 1, "r", 1, hook_insert,
-					 &fail), DUE_ERROR);
+	assert_int_equal(
+	    due_complete_tx(db, &co, id, 1, "r", 1, hook_insert, &fail),
+	    DUE_ERROR);
 	assert_non_null(strstr(due_error_last(), "hook"));
 	assert_int_equal(state_of(db, id), DUE_CLAIMED);
 	assert_int_equal(sql_int("SELECT count(*) FROM effect"), 0);
@@ -499,14 +524,14 @@ static void test_complete_hook(void **state)
 	due_task_free(t);
 	/* the hook writes: its row commits with DONE */
 	fail = HOOK_WRITE;
-	assert_int_equal(due_complete_tx(db, &co, id, 1, "r", 1, hook_insert,
-					 &fail), 0);
+	assert_int_equal(
+	    due_complete_tx(db, &co, id, 1, "r", 1, hook_insert, &fail), 0);
 	assert_int_equal(co, DUE_COMPLETE_DONE);
 	assert_int_equal(state_of(db, id), DUE_DONE);
 	assert_int_equal(sql_int("SELECT count(*) FROM effect"), 1);
 	/* a late duplicate: refused, hook not called, no second effect */
-	assert_int_equal(due_complete_tx(db, &co, id, 1, "r", 1, hook_insert,
-					 &fail), 0);
+	assert_int_equal(
+	    due_complete_tx(db, &co, id, 1, "r", 1, hook_insert, &fail), 0);
 	assert_int_equal(co, DUE_COMPLETE_REJECTED_STALE);
 	assert_int_equal(sql_int("SELECT count(*) FROM effect"), 1);
 	/* a hook whose SQL failed poisons the transaction even when it
@@ -514,12 +539,14 @@ static void test_complete_hook(void **state)
 	due_id id2 = add(db, "k", 0, 5);
 	claim_one(db, id2, LONG_LEASE);
 	sql("INSERT INTO effect VALUES (%lld, 1)", (long long)id2);
-	assert_int_equal(due_complete_tx(db, &co, id2, 1, "r", 1, hook_insert,
-					 &fail), DUE_ERROR);
+	assert_int_equal(
+	    due_complete_tx(db, &co, id2, 1, "r", 1, hook_insert, &fail),
+	    DUE_ERROR);
 	assert_int_equal(state_of(db, id2), DUE_CLAIMED);
 	fail = HOOK_WRITE_IGNORING_ERRORS;
-	assert_int_equal(due_complete_tx(db, &co, id2, 1, "r", 1, hook_insert,
-					 &fail), DUE_ERROR);
+	assert_int_equal(
+	    due_complete_tx(db, &co, id2, 1, "r", 1, hook_insert, &fail),
+	    DUE_ERROR);
 	assert_non_null(strstr(due_error_last(), "rolled back"));
 	assert_int_equal(state_of(db, id2), DUE_CLAIMED);
 	/* and the handle is usable afterwards */
@@ -529,8 +556,8 @@ static void test_complete_hook(void **state)
 	due_id id3 = add(db, "k", 0, 5);
 	claim_one(db, id3, LONG_LEASE);
 	fail = HOOK_DEALLOCATE;
-	assert_int_equal(due_complete_tx(db, &co, id3, 1, "r", 1, hook_insert,
-					 &fail), 0);
+	assert_int_equal(
+	    due_complete_tx(db, &co, id3, 1, "r", 1, hook_insert, &fail), 0);
 	assert_int_equal(co, DUE_COMPLETE_DONE);
 	assert_int_equal(state_of(db, id3), DUE_DONE);
 	add(db, "k", 0, 5);
@@ -562,11 +589,14 @@ static void test_reconnect(void **state)
 	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 1, LONG_LEASE), 0);
 	due_task_list_free(l); /* the claim statement is now prepared */
 	sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-	    "application_name = '%s'", app);
+	    "application_name = '%s'",
+	    app);
 	/* the session is gone once the server no longer lists it */
 	for (int64_t end = mono_ms() + HANG_MS;
 	     sql_int("SELECT count(*) FROM pg_stat_activity WHERE "
-		     "application_name = '%s'", app); tu_sleep_ms(10))
+		     "application_name = '%s'",
+		     app);
+	     tu_sleep_ms(10))
 		if (mono_ms() > end)
 			fail_msg("session %s was never terminated", app);
 	/* the call that meets the dead session reports the store error ... */
@@ -591,16 +621,22 @@ static void test_reconnect(void **state)
 static void v2_shape(char *buf, size_t n, const char *sch)
 {
 	char cols[3000], cons[1000];
-	sql_text(cols, sizeof(cols), "SELECT string_agg(table_name || '.' || "
-		"column_name || ' ' || data_type || ' ' || is_nullable || ' ' || "
-		"coalesce(column_default, ''), ', ' ORDER BY table_name, "
-		"ordinal_position) FROM information_schema.columns WHERE "
-		"table_schema = '%s' AND table_name IN ('due_schedule', "
-		"'due_worker')", sch);
-	sql_text(cons, sizeof(cons), "SELECT string_agg(conname || ' ' || "
-		"pg_get_constraintdef(c.oid), ', ' ORDER BY conname) FROM "
-		"pg_constraint c JOIN pg_namespace s ON s.oid = c.connamespace "
-		"WHERE s.nspname = '%s' AND conname LIKE 'due_%%'", sch);
+	sql_text(
+	    cols, sizeof(cols),
+	    "SELECT string_agg(table_name || '.' || "
+	    "column_name || ' ' || data_type || ' ' || is_nullable || ' ' || "
+	    "coalesce(column_default, ''), ', ' ORDER BY table_name, "
+	    "ordinal_position) FROM information_schema.columns WHERE "
+	    "table_schema = '%s' AND table_name IN ('due_schedule', "
+	    "'due_worker')",
+	    sch);
+	sql_text(
+	    cons, sizeof(cons),
+	    "SELECT string_agg(conname || ' ' || "
+	    "pg_get_constraintdef(c.oid), ', ' ORDER BY conname) FROM "
+	    "pg_constraint c JOIN pg_namespace s ON s.oid = c.connamespace "
+	    "WHERE s.nspname = '%s' AND conname LIKE 'due_%%'",
+	    sch);
 	snprintf(buf, n, "%s | %s", cols, cons);
 }
 
@@ -635,8 +671,11 @@ static void test_schema_upgrade_from_v1(void **state)
 	assert_non_null(strstr(due_error_last(), "older"));
 	assert_non_null(strstr(due_error_last(), "due init"));
 	due_close(db);
-	assert_int_equal(sql_int("SELECT count(*) FROM pg_tables WHERE "
-		"schemaname = '%s' AND tablename = 'due_schedule'", sch), 0);
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM pg_tables WHERE "
+		    "schemaname = '%s' AND tablename = 'due_schedule'",
+		    sch),
+	    0);
 
 	/* an upgrade that fails half-way leaves version 1 intact */
 	sql("CREATE TABLE %s.due_worker (x int)", sch);
@@ -644,16 +683,27 @@ static void test_schema_upgrade_from_v1(void **state)
 	assert_true(due_open(&db, u, &o) < 0);
 	assert_non_null(strstr(due_error_last(), "due_worker"));
 	due_close(db);
-	assert_string_equal(sql_text(buf, sizeof(buf), "SELECT value FROM "
-		"%s.due_meta WHERE name = 'schema_version'", sch), "1");
-	assert_int_equal(sql_int("SELECT count(*) FROM pg_tables WHERE "
-		"schemaname = '%s' AND tablename = 'due_schedule'", sch), 0);
+	assert_string_equal(
+	    sql_text(buf, sizeof(buf),
+		     "SELECT value FROM "
+		     "%s.due_meta WHERE name = 'schema_version'",
+		     sch),
+	    "1");
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM pg_tables WHERE "
+		    "schemaname = '%s' AND tablename = 'due_schedule'",
+		    sch),
+	    0);
 	sql("DROP TABLE %s.due_worker", sch);
 
 	/* three `due init` at once upgrade it once */
 	concurrent_inits(u, 3);
-	assert_string_equal(sql_text(buf, sizeof(buf), "SELECT value FROM "
-		"%s.due_meta WHERE name = 'schema_version'", sch), "3");
+	assert_string_equal(
+	    sql_text(buf, sizeof(buf),
+		     "SELECT value FROM "
+		     "%s.due_meta WHERE name = 'schema_version'",
+		     sch),
+	    "3");
 	assert_int_equal(sql_int("SELECT count(*) FROM %s.due_meta", sch), 1);
 
 	/* the tasks survived, untouched; the new tables work */
@@ -740,8 +790,9 @@ static void one_tick_child(int go)
 	if (read(go, &c, 1) != 1)
 		_exit(2);
 	if (due_open(&db, url, NULL) == 0) {
-		rc = due_cron_tick(db, &r, NULL) < 0 ? 3
-		     : r.materialized == 1 && r.lost_races == 0 ? 0 : 4;
+		rc = due_cron_tick(db, &r, NULL) < 0		? 3
+		     : r.materialized == 1 && r.lost_races == 0 ? 0
+								: 4;
 		if (rc == 3)
 			fprintf(stderr, "tick: %s\n", due_error_last());
 	}
@@ -791,11 +842,14 @@ static void test_cron_fire_sees_concurrent_live_task(void **state)
 	close(go[1]);
 	/* the step's insert now waits for `other` */
 	for (int64_t end = mono_ms() + HANG_MS; !waiting; tu_sleep_ms(10)) {
-		waiting = (int)sql_int("SELECT count(*) FROM pg_stat_activity"
-			" WHERE wait_event_type = 'Lock' AND query LIKE"
-			" 'WITH s AS MATERIALIZED (SELECT name FROM due_schedule%%'");
+		waiting = (int)sql_int(
+		    "SELECT count(*) FROM pg_stat_activity"
+		    " WHERE wait_event_type = 'Lock' AND query LIKE"
+		    " 'WITH s AS MATERIALIZED (SELECT name FROM "
+		    "due_schedule%%'");
 		if (!waiting && mono_ms() > end)
-			fail_msg("the step never waited for the open transaction");
+			fail_msg(
+			    "the step never waited for the open transaction");
 	}
 	exec_ok(other, "COMMIT");
 	waitpid(kid, &st, 0);
@@ -833,7 +887,8 @@ static int make_run_schema(void)
 	char sqlbuf[256];
 	snprintf(sqlbuf, sizeof(sqlbuf),
 		 "SET client_min_messages = warning; DROP SCHEMA IF EXISTS %s "
-		 "CASCADE; CREATE SCHEMA %s", schema, schema);
+		 "CASCADE; CREATE SCHEMA %s",
+		 schema, schema);
 	PGresult *r = PQexec(c, sqlbuf);
 	rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : -1;
 	if (rc < 0)
@@ -842,7 +897,8 @@ static int make_run_schema(void)
 	PQfinish(c);
 	o.create = true;
 	if (rc == 0 && due_open(&db, url, &o) < 0) {
-		fprintf(stderr, "FAIL: due init %s: %s\n", url, due_error_last());
+		fprintf(stderr, "FAIL: due init %s: %s\n", url,
+			due_error_last());
 		rc = -1;
 	}
 	due_close(db);
@@ -859,9 +915,10 @@ static void drop_run_schema(void)
 {
 	char sqlbuf[512];
 	PGconn *c = PQconnectdb(base_url);
-	snprintf(sqlbuf, sizeof(sqlbuf), "SET client_min_messages = warning; "
-		 "DROP SCHEMA IF EXISTS %s, %s_init, %s_v1 CASCADE", schema, schema,
-		 schema);
+	snprintf(sqlbuf, sizeof(sqlbuf),
+		 "SET client_min_messages = warning; "
+		 "DROP SCHEMA IF EXISTS %s, %s_init, %s_v1 CASCADE",
+		 schema, schema, schema);
 	PGresult *r = PQexec(c, sqlbuf);
 	if (PQresultStatus(r) != PGRES_COMMAND_OK)
 		fprintf(stderr, "could not drop schema %s: %s", schema,
@@ -876,16 +933,16 @@ static int run_pg_suite(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup(f, setup)
-		T(test_concurrent_init),
-		T(test_schema_types_and_indexes),
-		T(test_claim_plan_uses_partial_index),
-		T(test_backoff_function_matches_core),
-		T(test_tx_submit_and_notify),
-		T(test_complete_hook),
-		T(test_reconnect),
-		T(test_schema_upgrade_from_v1),
-		T(test_cron_fire_notifies),
-		T(test_cron_fire_sees_concurrent_live_task),
+	    T(test_concurrent_init),
+	    T(test_schema_types_and_indexes),
+	    T(test_claim_plan_uses_partial_index),
+	    T(test_backoff_function_matches_core),
+	    T(test_tx_submit_and_notify),
+	    T(test_complete_hook),
+	    T(test_reconnect),
+	    T(test_schema_upgrade_from_v1),
+	    T(test_cron_fire_notifies),
+	    T(test_cron_fire_sees_concurrent_live_task),
 #undef T
 	};
 	int failed;
@@ -894,7 +951,8 @@ static int run_pg_suite(void)
 		drop_run_schema();
 		return 1;
 	}
-	failed = cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
+	failed =
+	    cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
 	drop_run_schema();
 	return failed ? 1 : 0;
 }

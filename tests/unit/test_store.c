@@ -45,7 +45,9 @@
 
 #define LONG_LEASE 60000000LL
 #define HOUR 3600000000LL
-#define HANG_MS 60000 /* a deadline guards against a hang, it claims nothing */
+#define HANG_MS                                                                \
+	60000 /* a deadline guards against a hang, it claims nothing           \
+	       */
 
 static int64_t mono_ms(void)
 {
@@ -58,10 +60,7 @@ static int64_t mono_ms(void)
 /* Direct SQL on this test's store                                     */
 /* ------------------------------------------------------------------ */
 
-static bool on_sqlite(void)
-{
-	return strncmp(url, "sqlite:", 7) == 0;
-}
+static bool on_sqlite(void) { return strncmp(url, "sqlite:", 7) == 0; }
 
 /* A few rotating buffers, so that one statement can hold several. */
 static char *scratch(void)
@@ -79,8 +78,10 @@ static const char *TS(due_time t)
 	if (on_sqlite())
 		snprintf(b, 112, "%lld", (long long)t);
 	else
-		snprintf(b, 112, "(timestamptz 'epoch' + %lld * interval "
-			 "'1 microsecond')", (long long)t);
+		snprintf(b, 112,
+			 "(timestamptz 'epoch' + %lld * interval "
+			 "'1 microsecond')",
+			 (long long)t);
 	return b;
 }
 
@@ -91,7 +92,8 @@ static const char *US(const char *col)
 	if (on_sqlite())
 		snprintf(b, 112, "%s", col);
 	else
-		snprintf(b, 112, "(extract(epoch FROM %s) * 1000000)::int8", col);
+		snprintf(b, 112, "(extract(epoch FROM %s) * 1000000)::int8",
+			 col);
 	return b;
 }
 
@@ -102,7 +104,8 @@ static int sqlite_run(char *val, size_t n, const char *q)
 	sqlite3_stmt *st = NULL;
 	int rc;
 
-	snprintf(path, sizeof(path), "%.*s", (int)strcspn(url + 7, "?"), url + 7);
+	snprintf(path, sizeof(path), "%.*s", (int)strcspn(url + 7, "?"),
+		 url + 7);
 	rc = sqlite3_open_v2(path, &c, SQLITE_OPEN_READWRITE, NULL);
 	if (rc == SQLITE_OK) {
 		sqlite3_busy_timeout(c, HANG_MS);
@@ -231,7 +234,8 @@ static void wait_reclaim(due_db *db, due_id id, due_reclaimed *sum)
 		if (state_of(db, id) != DUE_CLAIMED)
 			return;
 		if (mono_ms() > end)
-			fail_msg("lease of task %lld was never reclaimed", (long long)id);
+			fail_msg("lease of task %lld was never reclaimed",
+				 (long long)id);
 		tu_sleep_ms(1);
 	}
 }
@@ -246,7 +250,8 @@ static void wait_store_past(due_db *db, due_time t)
 		if (now > t)
 			return;
 		if (mono_ms() > end)
-			fail_msg("the store's clock never passed %lld", (long long)t);
+			fail_msg("the store's clock never passed %lld",
+				 (long long)t);
 		tu_sleep_ms(1);
 	}
 }
@@ -265,7 +270,8 @@ static due_task_list *claim_when_due(due_db *db, due_id id, due_time due_at,
 	for (;;) {
 		due_task_list *l = NULL;
 		due_time after;
-		assert_int_equal(due_claim(db, &l, "w", NULL, 0, 1, LONG_LEASE), 0);
+		assert_int_equal(due_claim(db, &l, "w", NULL, 0, 1, LONG_LEASE),
+				 0);
 		assert_int_equal(due_now(db, &after), 0);
 		if (l->count) {
 			assert_int_equal(l->items[0].id, id);
@@ -276,7 +282,8 @@ static due_task_list *claim_when_due(due_db *db, due_id id, due_time due_at,
 		due_task_list_free(l);
 		*early += after < due_at;
 		if (mono_ms() > end)
-			fail_msg("task %lld never became claimable", (long long)id);
+			fail_msg("task %lld never became claimable",
+				 (long long)id);
 		tu_sleep_ms(1);
 	}
 }
@@ -311,8 +318,8 @@ static void test_happy_path(void **state)
 	/* the store's clock is the host's, give or take a minute */
 	assert_int_equal(due_now(db, &now), 0);
 	assert_true(llabs(now - due_time_now_host()) < 60000000);
-	assert_int_equal(due_schedule(db, &s, "email", payload, sizeof(payload),
-				      NULL), 0);
+	assert_int_equal(
+	    due_schedule(db, &s, "email", payload, sizeof(payload), NULL), 0);
 	assert_int_equal(due_claim(db, &l, "w1", NULL, 0, 10, 30000000), 0);
 	assert_int_equal(l->count, 1);
 	due_task *c = &l->items[0];
@@ -328,7 +335,8 @@ static void test_happy_path(void **state)
 	assert_int_equal(c->backoff_cap_us, HOUR);
 	due_task_list_free(l);
 
-	assert_int_equal(due_complete(db, &co, s.id, 1, result, sizeof(result)), 0);
+	assert_int_equal(due_complete(db, &co, s.id, 1, result, sizeof(result)),
+			 0);
 	assert_int_equal(co, DUE_COMPLETE_DONE);
 	due_task *t = get(db, s.id);
 	assert_int_equal(t->state, DUE_DONE);
@@ -415,7 +423,8 @@ static void test_claim_limit_and_kinds(void **state)
 	/* the limit holds */
 	int sizes[4];
 	for (int i = 0; i < 4; i++) {
-		assert_int_equal(due_claim(db, &l, "w", NULL, 0, 10, LONG_LEASE), 0);
+		assert_int_equal(
+		    due_claim(db, &l, "w", NULL, 0, 10, LONG_LEASE), 0);
 		sizes[i] = (int)l->count;
 		due_task_list_free(l);
 	}
@@ -433,12 +442,14 @@ static void test_claim_id(void **state)
 	due_id now_id = add(db, "k", 0, 5), later = add(db, "k", 60000000, 5);
 	due_task *t = NULL;
 
-	assert_int_equal(due_claim_id(db, &t, later, "imm", LONG_LEASE), DUE_EBUSY);
+	assert_int_equal(due_claim_id(db, &t, later, "imm", LONG_LEASE),
+			 DUE_EBUSY);
 	assert_int_equal(due_claim_id(db, &t, now_id, "imm", LONG_LEASE), 0);
 	assert_int_equal(t->attempt, 1);
 	assert_string_equal(t->lease_owner, "imm");
 	due_task_free(t);
-	assert_int_equal(due_claim_id(db, &t, now_id, "w2", LONG_LEASE), DUE_EBUSY);
+	assert_int_equal(due_claim_id(db, &t, now_id, "w2", LONG_LEASE),
+			 DUE_EBUSY);
 	assert_int_equal(due_claim_id(db, &t, 99999999, "imm", LONG_LEASE),
 			 DUE_EBUSY);
 	/* only the claim that succeeded left an attempt */
@@ -639,7 +650,8 @@ static void test_backoff_and_dead(void **state)
 	assert_int_equal(due_backoff_us(1000000, HOUR, 1), 1000000);
 	assert_int_equal(due_backoff_us(1000000, HOUR, 3), 4000000);
 	assert_int_equal(due_backoff_us(1000000, HOUR, 40), HOUR);
-	assert_int_equal(due_backoff_us(INT64_MAX / 2, INT64_MAX, 5), INT64_MAX);
+	assert_int_equal(due_backoff_us(INT64_MAX / 2, INT64_MAX, 5),
+			 INT64_MAX);
 
 	o.max_attempts = 4;
 	o.backoff_us = 100000;
@@ -664,8 +676,10 @@ static void test_backoff_and_dead(void **state)
 			assert_int_equal(fo, DUE_FAIL_RETRY_SCHEDULED);
 			assert_int_equal(t->state, DUE_SCHEDULED);
 			/* due = failure time + min(base * 2^(a-1), cap) */
-			assert_int_equal(t->due_at - t->updated_at, expect[a - 1]);
-			assert_int_equal(t->due_at - at->ended_at, expect[a - 1]);
+			assert_int_equal(t->due_at - t->updated_at,
+					 expect[a - 1]);
+			assert_int_equal(t->due_at - at->ended_at,
+					 expect[a - 1]);
 			due_at = t->due_at;
 		} else {
 			assert_int_equal(fo, DUE_FAIL_DEAD);
@@ -676,7 +690,8 @@ static void test_backoff_and_dead(void **state)
 	t = get(db, s.id);
 	assert_int_equal(t->n_attempts, 4);
 	for (size_t i = 1; i < t->n_attempts; i++)
-		assert_true(t->attempts[i].claimed_at - t->attempts[i - 1].ended_at >=
+		assert_true(t->attempts[i].claimed_at -
+				t->attempts[i - 1].ended_at >=
 			    expect[i - 1]);
 	due_task_free(t);
 	due_close(db);
@@ -751,8 +766,11 @@ static void test_operator(void **state)
 	assert_int_equal(co, DUE_COMPLETE_REJECTED_STALE);
 	assert_int_equal(due_fail(db, &fo, id, 2, "y"), 0);
 	assert_int_equal(fo, DUE_FAIL_DEAD);
-	assert_int_equal(sql_int("SELECT count(*) FROM due_audit WHERE task_id = "
-				 "%lld AND action = 'retry'", (long long)id), 1);
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM due_audit WHERE task_id = "
+		    "%lld AND action = 'retry'",
+		    (long long)id),
+	    1);
 
 	/* kill dismisses a dead letter: CANCELLED, health no longer DOWN */
 	assert_int_equal(due_health(db, &up, NULL), 0);
@@ -763,7 +781,8 @@ static void test_operator(void **state)
 	assert_true(up);
 	due_task *t = get(db, id);
 	assert_non_null(strstr(t->last_error, "dismissed"));
-	assert_string_equal(t->attempts[1].outcome, "FAILED"); /* history kept */
+	assert_string_equal(t->attempts[1].outcome,
+			    "FAILED"); /* history kept */
 	due_task_free(t);
 	assert_int_equal(due_kill(db, NULL, id), DUE_ESTATE);
 	assert_int_equal(due_retry(db, id), DUE_ESTATE);
@@ -782,9 +801,12 @@ static void test_operator(void **state)
 	assert_null(t->lease_owner);
 	due_task_free(t);
 	assert_int_equal(due_requeue(db, rq), DUE_ESTATE);
-	assert_int_equal(sql_int("SELECT count(*) FROM due_audit WHERE task_id = "
-				 "%lld AND action = 'requeue' AND detail = "
-				 "'SCHEDULED'", (long long)rq), 1);
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM due_audit WHERE task_id = "
+		    "%lld AND action = 'requeue' AND detail = "
+		    "'SCHEDULED'",
+		    (long long)rq),
+	    1);
 
 	/* kill: waiting and running tasks end DEAD; the holder is fenced */
 	due_id kw = add(db, "k", 60000000, 5);
@@ -811,8 +833,10 @@ static void test_operator(void **state)
 	assert_int_equal(due_kill(db, &final, kc), 0);
 	assert_int_equal(final, DUE_CANCELLED);
 	/* 3 kills and 2 dismissals, each audited */
-	assert_int_equal(sql_int("SELECT count(*) FROM due_audit WHERE action = "
-				 "'kill'"), 5);
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM due_audit WHERE action = "
+		    "'kill'"),
+	    5);
 
 	/* retry refused while a live task holds the same (kind, key) */
 	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
@@ -873,7 +897,8 @@ static void test_idempotent_key(void **state)
 	due_schedule_opts k1 = DUE_SCHEDULE_OPTS_INIT, k2 = k1;
 	k1.key = "order-42";
 	k2.key = "order-43";
-	due_submit items[4] = {{"close", "", 0, k2}, {"close", "", 0, k1},
+	due_submit items[4] = {{"close", "", 0, k2},
+			       {"close", "", 0, k1},
 			       {"close", "", 0, k2},
 			       {"other", "", 0, DUE_SCHEDULE_OPTS_INIT}};
 	due_submitted out[4];
@@ -964,9 +989,9 @@ static void test_batch_schedule(void **state)
 
 	/* all or nothing: a bad item 2 writes none, and is named */
 	due_submit three[3] = {
-		{"a", "", 0, DUE_SCHEDULE_OPTS_INIT},
-		{"bad kind!", "", 0, DUE_SCHEDULE_OPTS_INIT},
-		{"c", "", 0, DUE_SCHEDULE_OPTS_INIT},
+	    {"a", "", 0, DUE_SCHEDULE_OPTS_INIT},
+	    {"bad kind!", "", 0, DUE_SCHEDULE_OPTS_INIT},
+	    {"c", "", 0, DUE_SCHEDULE_OPTS_INIT},
 	};
 	assert_int_equal(due_schedule_batch(db, out, three, 3), DUE_EINVAL);
 	assert_non_null(strstr(due_error_last(), "item 2"));
@@ -977,9 +1002,9 @@ static void test_batch_schedule(void **state)
 	later.max_attempts = 7;
 	for (int i = 0; i < N; i++) {
 		snprintf(kinds[i], sizeof(kinds[i]), "k%d", i % 7);
-		items[i] = (due_submit){kinds[i], kinds[i], strlen(kinds[i]),
-					i % 2 ? later : (due_schedule_opts)
-							DUE_SCHEDULE_OPTS_INIT};
+		items[i] = (due_submit){
+		    kinds[i], kinds[i], strlen(kinds[i]),
+		    i % 2 ? later : (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
 	}
 	assert_int_equal(due_schedule_batch(db, out, items, N), 0);
 	for (int i = 1; i < N; i++)
@@ -1023,8 +1048,10 @@ static void test_bad_input_changes_nothing(void **state)
 	assert_int_equal(due_get(db, &t, 424242), DUE_ENOTFOUND);
 	assert_int_equal(due_get(db, &t, -1), DUE_EINVAL);
 	due_task_list *l = NULL;
-	assert_int_equal(due_claim(db, &l, "", NULL, 0, 1, 1000000), DUE_EINVAL);
-	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 0, 1000000), DUE_EINVAL);
+	assert_int_equal(due_claim(db, &l, "", NULL, 0, 1, 1000000),
+			 DUE_EINVAL);
+	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 0, 1000000),
+			 DUE_EINVAL);
 	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 1, 0), DUE_EINVAL);
 	assert_int_equal(task_count(db), 0);
 	free(p);
@@ -1057,24 +1084,34 @@ static void test_sqlite_transactions(void **state)
 {
 	(void)state;
 	if (!on_sqlite())
-		return; /* test_pg_store.c has PostgreSQL's (its own connection type) */
+		return; /* test_pg_store.c has PostgreSQL's (its own connection
+			   type) */
 	sqlite3 *c;
 	due_submitted s;
 	due_complete_outcome co;
 	assert_int_equal(sqlite3_open(url + 7, &c), SQLITE_OK);
-	assert_int_equal(sqlite3_exec(c, "CREATE TABLE orders (id INTEGER);"
-				      "CREATE TABLE effect (task INTEGER PRIMARY KEY,"
-				      " attempt INTEGER)", NULL, NULL, NULL), SQLITE_OK);
+	assert_int_equal(
+	    sqlite3_exec(c,
+			 "CREATE TABLE orders (id INTEGER);"
+			 "CREATE TABLE effect (task INTEGER PRIMARY KEY,"
+			 " attempt INTEGER)",
+			 NULL, NULL, NULL),
+	    SQLITE_OK);
 	/* without a transaction: refused */
-	assert_int_equal(due_schedule_sqlite_tx(c, &s, "k", "", 0, NULL), DUE_EINVAL);
+	assert_int_equal(due_schedule_sqlite_tx(c, &s, "k", "", 0, NULL),
+			 DUE_EINVAL);
 	/* rolled back with the caller's rows */
-	sqlite3_exec(c, "BEGIN IMMEDIATE; INSERT INTO orders VALUES (1)", NULL, NULL, NULL);
-	assert_int_equal(due_schedule_sqlite_tx(c, &s, "close", "o1", 2, NULL), 0);
+	sqlite3_exec(c, "BEGIN IMMEDIATE; INSERT INTO orders VALUES (1)", NULL,
+		     NULL, NULL);
+	assert_int_equal(due_schedule_sqlite_tx(c, &s, "close", "o1", 2, NULL),
+			 0);
 	sqlite3_exec(c, "ROLLBACK", NULL, NULL, NULL);
 	assert_int_equal(count_rows(c, "SELECT count(*) FROM due_task"), 0);
 	/* committed with them */
-	sqlite3_exec(c, "BEGIN IMMEDIATE; INSERT INTO orders VALUES (2)", NULL, NULL, NULL);
-	assert_int_equal(due_schedule_sqlite_tx(c, &s, "close", "o2", 2, NULL), 0);
+	sqlite3_exec(c, "BEGIN IMMEDIATE; INSERT INTO orders VALUES (2)", NULL,
+		     NULL, NULL);
+	assert_int_equal(due_schedule_sqlite_tx(c, &s, "close", "o2", 2, NULL),
+			 0);
 	sqlite3_exec(c, "COMMIT", NULL, NULL, NULL);
 	assert_int_equal(count_rows(c, "SELECT count(*) FROM due_task"), 1);
 	assert_int_equal(count_rows(c, "SELECT count(*) FROM orders"), 1);
@@ -1083,18 +1120,19 @@ static void test_sqlite_transactions(void **state)
 	due_db *db = open_db();
 	int fail = 1;
 	claim_one(db, s.id, LONG_LEASE);
-	assert_int_equal(due_complete_tx(db, &co, s.id, 1, "r", 1, hook_insert,
-					 &fail), DUE_ERROR);
+	assert_int_equal(
+	    due_complete_tx(db, &co, s.id, 1, "r", 1, hook_insert, &fail),
+	    DUE_ERROR);
 	assert_int_equal(state_of(db, s.id), DUE_CLAIMED);
 	assert_int_equal(count_rows(c, "SELECT count(*) FROM effect"), 0);
 	fail = 0;
-	assert_int_equal(due_complete_tx(db, &co, s.id, 1, "r", 1, hook_insert,
-					 &fail), 0);
+	assert_int_equal(
+	    due_complete_tx(db, &co, s.id, 1, "r", 1, hook_insert, &fail), 0);
 	assert_int_equal(co, DUE_COMPLETE_DONE);
 	assert_int_equal(count_rows(c, "SELECT count(*) FROM effect"), 1);
 	/* a late duplicate completion writes no second effect */
-	assert_int_equal(due_complete_tx(db, &co, s.id, 1, "r", 1, hook_insert,
-					 &fail), 0);
+	assert_int_equal(
+	    due_complete_tx(db, &co, s.id, 1, "r", 1, hook_insert, &fail), 0);
 	assert_int_equal(co, DUE_COMPLETE_REJECTED_STALE);
 	assert_int_equal(count_rows(c, "SELECT count(*) FROM effect"), 1);
 	due_close(db);
@@ -1124,7 +1162,8 @@ static void test_complete_batch(void **state)
 	assert_int_equal(due_complete_batch(db, items, 5), 0);
 	assert_int_equal(items[0].outcome, DUE_COMPLETE_DONE);
 	assert_int_equal(items[1].outcome, DUE_COMPLETE_REJECTED_STALE);
-	assert_int_equal(items[2].outcome, DUE_COMPLETE_CANCELLED_BEFORE_COMMIT);
+	assert_int_equal(items[2].outcome,
+			 DUE_COMPLETE_CANCELLED_BEFORE_COMMIT);
 	assert_int_equal(items[3].outcome, DUE_COMPLETE_DONE);
 	assert_int_equal(items[4].outcome, DUE_COMPLETE_REJECTED_STALE);
 	due_task *t = get(db, a);
@@ -1222,10 +1261,13 @@ static void test_three_processes_claim(void **state)
 		waitpid(pids[p], &st, 0);
 		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	}
-	/* how the work was shared depends on the scheduler: said, not asserted */
-	int64_t workers = sql_int("SELECT count(DISTINCT worker) FROM due_attempt");
-	printf("three processes: tasks=%d claims=%d dup_claims=%d workers=%lld\n",
-	       N, claims, dups, (long long)workers);
+	/* how the work was shared depends on the scheduler: said, not asserted
+	 */
+	int64_t workers =
+	    sql_int("SELECT count(DISTINCT worker) FROM due_attempt");
+	printf(
+	    "three processes: tasks=%d claims=%d dup_claims=%d workers=%lld\n",
+	    N, claims, dups, (long long)workers);
 	assert_int_equal(claims, N);
 	assert_int_equal(dups, 0);
 	due_stats st;
@@ -1233,7 +1275,8 @@ static void test_three_processes_claim(void **state)
 	assert_int_equal(st.counts[DUE_DONE], N);
 	/* one try each, at attempt 1 */
 	assert_int_equal(sql_int("SELECT count(*) FROM due_attempt"), N);
-	assert_int_equal(sql_int("SELECT count(*) FROM due_task WHERE attempt = 1"), N);
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM due_task WHERE attempt = 1"), N);
 	due_close(db);
 }
 
@@ -1292,8 +1335,8 @@ static void test_due_vs_cancel_race(void **state)
 		if (i % 3 == 1)
 			dprintf(to[1], "%lld\n", (long long)id);
 		if (ran) {
-			assert_int_equal(due_complete(db, &co, id, t->attempt, "fx",
-						      2), 0);
+			assert_int_equal(
+			    due_complete(db, &co, id, t->attempt, "fx", 2), 0);
 			due_task_free(t);
 		}
 		if (i % 3 == 2)
@@ -1318,9 +1361,11 @@ static void test_due_vs_cancel_race(void **state)
 	int st;
 	waitpid(pid, &st, 0);
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	printf("due vs cancel: %d rounds: CANCELLED=%d REQUESTED=%d TOO_LATE=%d "
-	       "violations=%d\n", ROUNDS, seen[DUE_CANCEL_CANCELLED],
-	       seen[DUE_CANCEL_REQUESTED], seen[DUE_CANCEL_TOO_LATE], violations);
+	printf(
+	    "due vs cancel: %d rounds: CANCELLED=%d REQUESTED=%d TOO_LATE=%d "
+	    "violations=%d\n",
+	    ROUNDS, seen[DUE_CANCEL_CANCELLED], seen[DUE_CANCEL_REQUESTED],
+	    seen[DUE_CANCEL_TOO_LATE], violations);
 	assert_int_equal(violations, 0);
 	due_close(db);
 }
@@ -1423,8 +1468,11 @@ static void test_list_stats_prune(void **state)
 	assert_int_equal(deleted, 1);
 	t = NULL;
 	assert_int_equal(due_get(db, &t, ok), DUE_ENOTFOUND);
-	assert_int_equal(sql_int("SELECT count(*) FROM due_attempt WHERE task_id = "
-				 "%lld", (long long)ok), 0);
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM due_attempt WHERE task_id = "
+		    "%lld",
+		    (long long)ok),
+	    0);
 	assert_int_equal(state_of(db, dead), DUE_DEAD);
 	/* ids are never reused after prune (idempotency keys stay unique) */
 	due_id next = add(db, "k", 0, 5);
@@ -1443,13 +1491,19 @@ static void test_schema_checks(void **state)
 	db = open_db();
 	due_id id = add(db, "k", 0, 5);
 	due_close(db);
-	assert_int_equal(sql_try(err, sizeof(err), "UPDATE due_task SET state = "
-				 "'CLAIMED'"), -1);
+	assert_int_equal(sql_try(err, sizeof(err),
+				 "UPDATE due_task SET state = "
+				 "'CLAIMED'"),
+			 -1);
 	assert_non_null(strstr(err, "claimed_iff_lease"));
-	assert_int_equal(sql_try(err, sizeof(err), "UPDATE due_task SET state = "
-				 "'NOPE'"), -1);
-	assert_int_equal(sql_try(err, sizeof(err), "UPDATE due_task SET "
-				 "lease_owner = 'w'"), -1);
+	assert_int_equal(sql_try(err, sizeof(err),
+				 "UPDATE due_task SET state = "
+				 "'NOPE'"),
+			 -1);
+	assert_int_equal(sql_try(err, sizeof(err),
+				 "UPDATE due_task SET "
+				 "lease_owner = 'w'"),
+			 -1);
 	db = open_db();
 	assert_int_equal(state_of(db, id), DUE_SCHEDULED);
 	due_close(db);
@@ -1484,7 +1538,8 @@ static void test_schema_checks(void **state)
 	assert_int_equal(due_open(&db, "sqlite:", NULL), DUE_EINVAL);
 	due_close(db);
 	db = NULL;
-	assert_int_equal(due_open(&db, "sqlite:/tmp/x.db?sync=nope", NULL), DUE_EINVAL);
+	assert_int_equal(due_open(&db, "sqlite:/tmp/x.db?sync=nope", NULL),
+			 DUE_EINVAL);
 	assert_non_null(strstr(due_error_last(), "sync=nope"));
 	due_close(db);
 }
@@ -1493,7 +1548,8 @@ static void test_schema_checks(void **state)
 /* Periodic schedules                                                  */
 /* ------------------------------------------------------------------ */
 
-static due_cron_def cron_def(const char *name, const char *expr, const char *kind)
+static due_cron_def cron_def(const char *name, const char *expr,
+			     const char *kind)
 {
 	due_cron_def d = DUE_CRON_DEF_INIT;
 	d.name = name;
@@ -1505,7 +1561,7 @@ static due_cron_def cron_def(const char *name, const char *expr, const char *kin
 }
 
 static const due_cron_info *find_sched(const due_cron_info_list *l,
-					   const char *name)
+				       const char *name)
 {
 	for (size_t i = 0; i < l->count; i++)
 		if (strcmp(l->items[i].name, name) == 0)
@@ -1563,7 +1619,9 @@ static void test_cron_definitions(void **state)
 	assert_true(i->created_at >= now && i->updated_at == i->created_at);
 	/* the stored slot is exactly the one read back */
 	assert_int_equal(sql_int("SELECT count(*) FROM due_schedule WHERE "
-				 "next_slot = %s", TS(i->next_slot)), 1);
+				 "next_slot = %s",
+				 TS(i->next_slot)),
+			 1);
 	due_cron_info_list_free(l);
 
 	/* a zone with summer time: 02:00 in Berlin is 00:00 or 01:00 UTC */
@@ -1571,7 +1629,8 @@ static void test_cron_definitions(void **state)
 	bd.tz = "Europe/Berlin";
 	assert_int_equal(due_cron_put(db, &bd), 0);
 	assert_int_equal(due_cron_list(db, &l), 0);
-	int64_t sec_of_day = (find_sched(l, "berlin")->next_slot / 1000000) % 86400;
+	int64_t sec_of_day =
+	    (find_sched(l, "berlin")->next_slot / 1000000) % 86400;
 	assert_true(sec_of_day == 0 || sec_of_day == 3600);
 	due_cron_info_list_free(l);
 
@@ -1594,7 +1653,8 @@ static void test_cron_definitions(void **state)
 
 	/* a replace keeps the history and created_at */
 	sql("UPDATE due_schedule SET last_slot = %s, last_task = 42, fired = 3,"
-	    " missed = 2, last_missed = %s, created_at = %s WHERE name = 'report'",
+	    " missed = 2, last_missed = %s, created_at = %s WHERE name = "
+	    "'report'",
 	    TS(now - HOUR), TS(now - 2 * HOUR), TS(now - 24 * HOUR));
 	d.expr = "30 3 * * *";
 	d.kind = "report2";
@@ -1626,10 +1686,13 @@ static void test_cron_definitions(void **state)
 
 	/* listed in byte order, whatever the database's collation */
 	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
-		assert_int_equal(due_cron_put(db, &(due_cron_def){
-			DUE_CRON_DEF_VERSION, names[k], "@hourly", "k", NULL,
-			NULL, 0, DUE_MISFIRE_SKIP, DUE_OVERLAP_ALLOW, 5, 1000000,
-			HOUR}), 0);
+		assert_int_equal(
+		    due_cron_put(
+			db, &(due_cron_def){DUE_CRON_DEF_VERSION, names[k],
+					    "@hourly", "k", NULL, NULL, 0,
+					    DUE_MISFIRE_SKIP, DUE_OVERLAP_ALLOW,
+					    5, 1000000, HOUR}),
+		    0);
 	assert_int_equal(due_cron_list(db, &l), 0);
 	assert_int_equal(l->count, 7);
 	for (size_t k = 1; k < l->count; k++)
@@ -1646,16 +1709,23 @@ static void test_cron_definitions(void **state)
 	assert_int_equal(sql_int("SELECT count(*) FROM due_schedule"), 6);
 
 	/* the policies are checked by the schema too */
-	assert_int_equal(sql_try(err, sizeof(err), "UPDATE due_schedule SET "
-				 "misfire = 'later'"), -1);
-	assert_int_equal(sql_try(err, sizeof(err), "UPDATE due_schedule SET "
-				 "overlap = 'queue'"), -1);
+	assert_int_equal(sql_try(err, sizeof(err),
+				 "UPDATE due_schedule SET "
+				 "misfire = 'later'"),
+			 -1);
+	assert_int_equal(sql_try(err, sizeof(err),
+				 "UPDATE due_schedule SET "
+				 "overlap = 'queue'"),
+			 -1);
 	/* and a worker row starts with every counter at zero */
 	sql("INSERT INTO due_worker (owner, started_at, seen_at) VALUES"
-	    " ('bare', %s, %s)", TS(now), TS(now));
-	assert_int_equal(sql_int("SELECT claimed + done + failed + dead + stale"
-		" + cancelled + lease_lost + claim_queries + empty_claims"
-		" + reclaim_queries + store_errors FROM due_worker"), 0);
+	    " ('bare', %s, %s)",
+	    TS(now), TS(now));
+	assert_int_equal(
+	    sql_int("SELECT claimed + done + failed + dead + stale"
+		    " + cancelled + lease_lost + claim_queries + empty_claims"
+		    " + reclaim_queries + store_errors FROM due_worker"),
+	    0);
 	due_close(db);
 }
 
@@ -1722,7 +1792,8 @@ static void test_cron_fire_exact(void **state)
 	due_cron_info_list_free(l);
 	assert_int_equal(due_cron_tick(db, &r, TU_LOOKAHEAD(2500000)), 0);
 	int64_t want = r.now + 2500000 >= first
-			       ? (r.now + 2500000 - first) / 1000000 + 1 : 0;
+			   ? (r.now + 2500000 - first) / 1000000 + 1
+			   : 0;
 	assert_true(want >= 2);
 	assert_int_equal(r.materialized, want);
 	assert_int_equal(r.missed, 0);
@@ -1747,8 +1818,8 @@ static void test_cron_fire_exact(void **state)
 
 	/* a pass without lookahead makes only what fell due since */
 	assert_int_equal(due_cron_tick(db, &r2, NULL), 0);
-	int64_t more = r2.now >= i->next_slot
-			       ? (r2.now - i->next_slot) / 1000000 + 1 : 0;
+	int64_t more =
+	    r2.now >= i->next_slot ? (r2.now - i->next_slot) / 1000000 + 1 : 0;
 	assert_int_equal(r2.materialized, more);
 	assert_int_equal(slot_tasks(db, "seck").n, s.n + (size_t)more);
 	due_cron_info_list_free(l);
@@ -1787,7 +1858,8 @@ static void test_cron_fire_finds_live_task(void **state)
 	assert_int_equal(due_now(db, &now), 0);
 	due_time slot = (now / 1000000 - 2) * 1000000;
 	sql("UPDATE due_schedule SET next_slot = %s", TS(slot));
-	snprintf(key, sizeof(key), "cron:yearly:%lld", (long long)(slot / 1000000));
+	snprintf(key, sizeof(key), "cron:yearly:%lld",
+		 (long long)(slot / 1000000));
 	o.key = key;
 	o.delay_us = HOUR;
 	assert_int_equal(due_schedule(db, &pre, "yk", "", 0, &o), 0);
@@ -1870,7 +1942,8 @@ static void test_cron_once_per_slot(void **state)
 	db = open_db();
 	slots s = slot_tasks(db, "tick");
 	printf("cron: %d schedulers x 4 s -> %zu slot tasks, dups=%d gaps=%d "
-	       "won=%lld lost_races=%lld\n", P, s.n, s.dups, s.gaps, made, lost);
+	       "won=%lld lost_races=%lld\n",
+	       P, s.n, s.dups, s.gaps, made, lost);
 	assert_true(s.n >= 4); /* each child ticked for 4 s at least */
 	assert_int_equal(s.dups, 0);
 	assert_int_equal(s.gaps, 0);
@@ -1925,7 +1998,8 @@ static void test_cron_misfire(void **state)
 	assert_int_equal(due_cron_list(db, &l), 0);
 	const due_cron_info *sk = find_sched(l, "s"), *on = find_sched(l, "o");
 	printf("misfire: skip missed=%lld fired=%lld; once missed=%lld "
-	       "fired=%lld\n", (long long)sk->missed, (long long)sk->fired,
+	       "fired=%lld\n",
+	       (long long)sk->missed, (long long)sk->fired,
 	       (long long)on->missed, (long long)on->fired);
 	assert_true(sk->missed >= 10);
 	assert_int_equal(on->missed + 1, sk->missed);
@@ -1973,7 +2047,8 @@ static void test_cron_misfire(void **state)
 	on = find_sched(l, "o");
 	assert_int_equal(sk->missed + on->missed, r1.missed + r2.missed);
 	assert_int_equal(on->missed - on_missed + 1, sk->missed - sk_missed);
-	assert_int_equal(sk->fired + on->fired, r1.materialized + r2.materialized);
+	assert_int_equal(sk->fired + on->fired,
+			 r1.materialized + r2.materialized);
 	assert_true(sk->last_missed <= r2.now - grace);
 	assert_true(sk->next_slot > r2.now);
 	/* still no skip task for a slot missed when it was made */
@@ -2023,8 +2098,8 @@ static void test_metrics(void **state)
 	assert_int_equal(due_complete(db, &co, a, 1, "", 0), 0);
 	assert_int_equal(due_fail(db, &fo, b, 1, "x"), 0);
 	assert_int_equal(due_complete(db, &co, a, 1, "", 0), 0); /* stale */
-	due_worker_stats ws = {.claimed = 2, .done = 1, .claim_queries = 7,
-			       .empty_claims = 3};
+	due_worker_stats ws = {
+	    .claimed = 2, .done = 1, .claim_queries = 7, .empty_claims = 3};
 	assert_int_equal(due_worker_report(db, "wk-1", &ws), 0);
 	ws.claim_queries = 9;
 	assert_int_equal(due_worker_report(db, "wk-1", &ws), 0);
@@ -2066,7 +2141,8 @@ static void attempt_row(int id, int64_t late_us, int64_t dur_us,
 {
 	sql("INSERT INTO due_attempt (task_id, attempt, worker, claimed_at,"
 	    " due_at, ended_at, outcome, late_commit) VALUES (%d, 1, 'w', %s,"
-	    " %s, %s, '%s', %s)", HIST_ID + id, TS(T2026 + late_us), TS(T2026),
+	    " %s, %s, '%s', %s)",
+	    HIST_ID + id, TS(T2026 + late_us), TS(T2026),
 	    dur_us == NO_END ? "NULL" : TS(T2026 + late_us + dur_us), outcome,
 	    stale ? "'REJECTED_STALE'" : "NULL");
 }
@@ -2139,12 +2215,12 @@ static void test_metrics_exact(void **state)
 	attempt_row(8, 100000000, -3000, "DONE", false);
 	assert_int_equal(due_metrics_get(db, &m), 0);
 	int64_t late[DUE_HIST_N + 1] = {[0] = 3, [1] = 2, [13] = 1, [14] = 2};
-	int64_t dur[DUE_HIST_N + 1] = {[0] = 3, [1] = 1, [7] = 1, [13] = 1,
-				       [14] = 1};
+	int64_t dur[DUE_HIST_N + 1] = {
+	    [0] = 3, [1] = 1, [7] = 1, [13] = 1, [14] = 1};
 	assert_buckets(&m->lateness, late);
 	assert_buckets(&m->duration, dur);
-	near(m->lateness.sum_ms, -5 + 0 + 1 + 1.001 + 2 + 30000 + 30000.001 +
-				 100000);
+	near(m->lateness.sum_ms,
+	     -5 + 0 + 1 + 1.001 + 2 + 30000 + 30000.001 + 100000);
 	near(m->duration.sum_ms, 1 + 1.001 + 250 + 30000 + 30000.001 + 0 - 3);
 	assert_int_equal(m->outcomes[DUE_OUT_RUNNING], 1);
 	assert_int_equal(m->outcomes[DUE_OUT_DONE], 2);
@@ -2177,34 +2253,51 @@ static void test_metrics_exact(void **state)
 	due_metrics_free(m);
 
 	/* worker reports: upserted; only the last 5 minutes count */
-	due_worker_stats w1 = {.claimed = 3, .done = 2, .failed = 1, .dead = 4,
-			       .stale = 5, .cancelled = 6, .lease_lost = 7,
-			       .claim_queries = 10, .empty_claims = 4,
-			       .reclaim_queries = 2, .store_errors = 1};
-	due_worker_stats w2 = {.claim_queries = 5, .empty_claims = 1,
-			       .reclaim_queries = 3};
+	due_worker_stats w1 = {.claimed = 3,
+			       .done = 2,
+			       .failed = 1,
+			       .dead = 4,
+			       .stale = 5,
+			       .cancelled = 6,
+			       .lease_lost = 7,
+			       .claim_queries = 10,
+			       .empty_claims = 4,
+			       .reclaim_queries = 2,
+			       .store_errors = 1};
+	due_worker_stats w2 = {
+	    .claim_queries = 5, .empty_claims = 1, .reclaim_queries = 3};
 	due_worker_stats w3 = {.claim_queries = 1000, .store_errors = 1000};
 	assert_int_equal(due_worker_report(db, "host-a:1", &w1), 0);
 	assert_int_equal(due_worker_report(db, "host-b:2", &w2), 0);
 	assert_int_equal(due_worker_report(db, "gone:3", &w3), 0);
 	assert_int_equal(due_now(db, &now), 0);
 	sql("UPDATE due_worker SET seen_at = %s, started_at = %s WHERE owner ="
-	    " 'gone:3'", TS(now - 6 * 60000000LL), TS(now - HOUR));
+	    " 'gone:3'",
+	    TS(now - 6 * 60000000LL), TS(now - HOUR));
 	int64_t started = sql_int("SELECT %s FROM due_worker WHERE owner = "
-				  "'host-a:1'", US("started_at"));
+				  "'host-a:1'",
+				  US("started_at"));
 	wait_store_past(db, started); /* the next report is seen later */
 	w1.claim_queries = 12;
 	assert_int_equal(due_worker_report(db, "host-a:1", &w1), 0);
 	assert_int_equal(sql_int("SELECT %s FROM due_worker WHERE owner = "
-				 "'host-a:1'", US("started_at")), started);
-	assert_int_equal(sql_int("SELECT count(*) FROM due_worker WHERE owner = "
-		"'host-a:1' AND seen_at > started_at"), 1);
-	assert_string_equal(sql_text(a, sizeof(a), "SELECT claimed || ' ' || done"
+				 "'host-a:1'",
+				 US("started_at")),
+			 started);
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM due_worker WHERE owner = "
+		    "'host-a:1' AND seen_at > started_at"),
+	    1);
+	assert_string_equal(
+	    sql_text(
+		a, sizeof(a),
+		"SELECT claimed || ' ' || done"
 		" || ' ' || failed || ' ' || dead || ' ' || stale || ' ' ||"
-		" cancelled || ' ' || lease_lost || ' ' || claim_queries || ' ' ||"
+		" cancelled || ' ' || lease_lost || ' ' || claim_queries || ' "
+		"' ||"
 		" empty_claims || ' ' || reclaim_queries || ' ' || store_errors"
 		" FROM due_worker WHERE owner = 'host-a:1'"),
-		"3 2 1 4 5 6 7 12 4 2 1");
+	    "3 2 1 4 5 6 7 12 4 2 1");
 	assert_int_equal(sql_int("SELECT count(*) FROM due_worker"), 3);
 
 	/* tasks by kind and state, by name in byte order; schedules */
@@ -2229,8 +2322,8 @@ static void test_metrics_exact(void **state)
 	assert_string_equal(m->kinds[0].kind, "KA");
 	assert_string_equal(m->kinds[1].kind, "ka");
 	assert_string_equal(m->kinds[2].kind, "kb");
-	int64_t want[3][DUE_STATE_COUNT] = {{0, 1, 0, 0, 0}, {0, 0, 0, 1, 0},
-					    {2, 0, 0, 0, 0}};
+	int64_t want[3][DUE_STATE_COUNT] = {
+	    {0, 1, 0, 0, 0}, {0, 0, 0, 1, 0}, {2, 0, 0, 0, 0}};
 	for (int k = 0; k < 3; k++)
 		for (int st = 0; st < DUE_STATE_COUNT; st++)
 			assert_int_equal(m->kinds[k].counts[st], want[k][st]);
@@ -2243,9 +2336,11 @@ static void test_metrics_exact(void **state)
 	/* at most 1000 kinds: the first by name */
 	assert_int_equal(due_now(db, &now), 0);
 	sql("WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g"
-	    " WHERE x < 1005) INSERT INTO due_task (kind, payload, state, due_at,"
+	    " WHERE x < 1005) INSERT INTO due_task (kind, payload, state, "
+	    "due_at,"
 	    " max_attempts, backoff_us, backoff_cap_us, created_at, updated_at)"
-	    " SELECT 'z' || (10000 + x), '', 'DONE', %s, 1, 0, 0, %s, %s FROM g",
+	    " SELECT 'z' || (10000 + x), '', 'DONE', %s, 1, 0, 0, %s, %s FROM "
+	    "g",
 	    TS(now), TS(now), TS(now));
 	assert_int_equal(due_metrics_get(db, &m), 0);
 	assert_int_equal(m->n_kinds, 1000);
@@ -2261,34 +2356,34 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-		T(test_happy_path),
-		T(test_not_before_due),
-		T(test_claim_limit_and_kinds),
-		T(test_claim_id),
-		T(test_stale_after_reclaim),
-		T(test_terminal_immutable),
-		T(test_cancel_outcomes),
-		T(test_backoff_and_dead),
-		T(test_reclaim_paths),
-		T(test_operator),
-		T(test_idempotent_key),
-		T(test_idempotent_key_race),
-		T(test_batch_schedule),
-		T(test_bad_input_changes_nothing),
-		T(test_sqlite_transactions),
-		T(test_complete_batch),
-		T(test_three_processes_claim),
-		T(test_due_vs_cancel_race),
-		T(test_list_stats_prune),
-		T(test_schema_checks),
-		T(test_cron_definitions),
-		T(test_cron_fire_exact),
-		T(test_cron_fire_finds_live_task),
-		T(test_cron_once_per_slot),
-		T(test_cron_misfire),
-		T(test_cron_overlap_wait),
-		T(test_metrics),
-		T(test_metrics_exact),
+	    T(test_happy_path),
+	    T(test_not_before_due),
+	    T(test_claim_limit_and_kinds),
+	    T(test_claim_id),
+	    T(test_stale_after_reclaim),
+	    T(test_terminal_immutable),
+	    T(test_cancel_outcomes),
+	    T(test_backoff_and_dead),
+	    T(test_reclaim_paths),
+	    T(test_operator),
+	    T(test_idempotent_key),
+	    T(test_idempotent_key_race),
+	    T(test_batch_schedule),
+	    T(test_bad_input_changes_nothing),
+	    T(test_sqlite_transactions),
+	    T(test_complete_batch),
+	    T(test_three_processes_claim),
+	    T(test_due_vs_cancel_race),
+	    T(test_list_stats_prune),
+	    T(test_schema_checks),
+	    T(test_cron_definitions),
+	    T(test_cron_fire_exact),
+	    T(test_cron_fire_finds_live_task),
+	    T(test_cron_once_per_slot),
+	    T(test_cron_misfire),
+	    T(test_cron_overlap_wait),
+	    T(test_metrics),
+	    T(test_metrics_exact),
 #undef T
 	};
 	int failed = 0;
@@ -2298,10 +2393,10 @@ int main(void)
 		if (tu_select_backend(tu_fixtures[b].name) != 0)
 			continue;
 		char name[64];
-		snprintf(name, sizeof(name), "store conformance (%s)", tu_fixtures[b].name);
-		failed += _cmocka_run_group_tests(name, tests,
-						  sizeof(tests) / sizeof(tests[0]),
-						  NULL, NULL);
+		snprintf(name, sizeof(name), "store conformance (%s)",
+			 tu_fixtures[b].name);
+		failed += _cmocka_run_group_tests(
+		    name, tests, sizeof(tests) / sizeof(tests[0]), NULL, NULL);
 	}
 	return failed ? 1 : tu_backend_check();
 }

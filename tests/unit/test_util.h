@@ -50,10 +50,7 @@ static inline void tu_sleep_ms(int ms)
 
 /* --- SQLite: a file in its own temp directory --- */
 
-static inline const char *tu_sqlite_unavailable(void)
-{
-	return NULL;
-}
+static inline const char *tu_sqlite_unavailable(void) { return NULL; }
 
 static inline int tu_sqlite_fresh(char *url, size_t n, char *dir, size_t dn)
 {
@@ -140,9 +137,9 @@ static inline void tu_pg_drop(const char *url, const char *dir)
 
 /* The backends of this build the suites run against. */
 static const tu_fixture tu_fixtures[] = {
-	{"sqlite", tu_sqlite_unavailable, tu_sqlite_fresh, tu_sqlite_drop},
+    {"sqlite", tu_sqlite_unavailable, tu_sqlite_fresh, tu_sqlite_drop},
 #ifdef DUE_WITH_PG
-	{"postgres", tu_pg_unavailable, tu_pg_fresh, tu_pg_drop},
+    {"postgres", tu_pg_unavailable, tu_pg_fresh, tu_pg_drop},
 #endif
 };
 #define TU_N_FIXTURES (sizeof(tu_fixtures) / sizeof(tu_fixtures[0]))
@@ -170,8 +167,10 @@ static inline int tu_select_backend(const char *name)
 		break;
 	}
 	if (ci && strcmp(ci, "true") == 0) {
-		fprintf(stderr, "FAIL: CI=true but the %s suite did not run: "
-				"%s\n", name, why);
+		fprintf(stderr,
+			"FAIL: CI=true but the %s suite did not run: "
+			"%s\n",
+			name, why);
 		tu_missing_in_ci = 1;
 	} else {
 		printf("NOTE: %s suite not run: %s\n", name, why);
@@ -179,10 +178,7 @@ static inline int tu_select_backend(const char *name)
 	return -1;
 }
 
-static inline int tu_backend_check(void)
-{
-	return tu_missing_in_ci ? 1 : 0;
-}
+static inline int tu_backend_check(void) { return tu_missing_in_ci ? 1 : 0; }
 
 /*
 ** Make a fresh, initialized store of the selected backend and write its
@@ -289,8 +285,8 @@ static inline due_state state_of(due_db *db, due_id id)
 #endif /* TU_TASKS */
 
 /* due_cron_tick() options with a lookahead and the default misfire grace. */
-#define TU_LOOKAHEAD(us)                                                     \
-	(&(due_cron_tick_opts){DUE_CRON_TICK_OPTS_VERSION, (us),             \
+#define TU_LOOKAHEAD(us)                                                       \
+	(&(due_cron_tick_opts){DUE_CRON_TICK_OPTS_VERSION, (us),               \
 			       DUE_CRON_MISFIRE_GRACE_US})
 
 #endif

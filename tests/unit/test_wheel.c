@@ -180,8 +180,8 @@ static xevent *xtimers_make(xtimer *t, size_t *nev)
 		t[i].due = t[i].start_at + t[i].delta;
 		t[i].cancel_at = -1;
 		if (rng_next(&s) % 5 == 0)
-			t[i].cancel_at = rng_range(&s, t[i].start_at,
-						   t[i].due - 1);
+			t[i].cancel_at =
+			    rng_range(&s, t[i].start_at, t[i].due - 1);
 		ev[n++] = (xevent){t[i].start_at, 0, i};
 		if (t[i].cancel_at >= 0)
 			ev[n++] = (xevent){t[i].cancel_at, 1, i};
@@ -299,7 +299,7 @@ static void wheel_fire_jumps(void **state)
 			xevent_apply(&r, &ev[e++]);
 		r.prev_target = tick;
 		tick += rng_next(&s) % 20 ? rng_range(&s, 0, 512)
-					 : rng_range(&s, 4096, 70000);
+					  : rng_range(&s, 4096, 70000);
 		r.target = tick;
 		assert_int_equal(due__wheel_advance(r.w, tick, xfire, &r), 0);
 		advances++;
@@ -341,7 +341,8 @@ static void horizon_check(due_wheel *w, int64_t now)
 			 DUE_WHEEL_EHORIZON);
 	assert_int_equal(due__wheel_find(&due, NULL, w, 1), 0);
 	assert_int_equal(due, now + h - 1);
-	assert_int_equal(due__wheel_find(NULL, NULL, w, 2), DUE_WHEEL_ENOTFOUND);
+	assert_int_equal(due__wheel_find(NULL, NULL, w, 2),
+			 DUE_WHEEL_ENOTFOUND);
 	assert_int_equal(due__wheel_count(w), 1);
 	assert_int_equal(due__wheel_next_due(w), now + h - 1);
 	assert_int_equal(due__wheel_advance(w, now + h - 2, log_fire, &log), 0);
@@ -459,7 +460,8 @@ static void worker_refill(worker *k)
 	int64_t now = due__wheel_now(k->w), h = due__wheel_horizon(k->w);
 
 	for (int i = 0; i < STORE_N; i++) {
-		if (k->st->done[i] || k->inflight[i] || k->st->due[i] - now >= h)
+		if (k->st->done[i] || k->inflight[i] ||
+		    k->st->due[i] - now >= h)
 			continue;
 		assert_int_equal(due__wheel_start(NULL, k->w, i, k->st->due[i]),
 				 0);
@@ -472,7 +474,8 @@ static void worker_run(worker *k, int64_t from, int64_t to)
 	for (int64_t t = from; t <= to; t++) {
 		if ((t - from) % REFILL_EVERY == 0)
 			worker_refill(k);
-		assert_int_equal(due__wheel_advance(k->w, t, worker_fire, k), 0);
+		assert_int_equal(due__wheel_advance(k->w, t, worker_fire, k),
+				 0);
 		if (t % COMMIT_EVERY == 0)
 			worker_commit(k);
 	}
@@ -512,8 +515,8 @@ static void wheel_restart_needs_durable(void **state)
 	printf("wheel_restart_needs_durable: tasks=%d crashAt=%d "
 	       "restartAt=%lld uncommittedAtCrash=%d neverRun=%d "
 	       "executedTwice=%d moreThanTwice=%d notDone=%d early=%u\n",
-	       STORE_N, CRASH_AT, (long long)restart, uncommitted, never,
-	       twice, more, undone, k->early);
+	       STORE_N, CRASH_AT, (long long)restart, uncommitted, never, twice,
+	       more, undone, k->early);
 	assert_true(uncommitted > 0);
 	assert_int_equal(never, 0);
 	assert_int_equal(twice, uncommitted);
@@ -559,17 +562,17 @@ static void wheel_due_now_and_past(void **state)
 /* Deltas on and around every level boundary, from aligned and odd ticks. */
 static void wheel_level_boundaries(void **state)
 {
-	static const int64_t deltas[] = {1,      2,      63,      64,     65,
-					 127,    128,    4095,    4096,   4097,
-					 262143, 262144, 262145,  16777214,
-					 16777215};
-	static const int64_t bases[] = {0, 1, 37, 63, 64, 4095, 4096,
-					262143, 262144, 1234567, -77};
+	static const int64_t deltas[] = {
+	    1,	  2,	63,	64,	65,	127,	  128,	   4095,
+	    4096, 4097, 262143, 262144, 262145, 16777214, 16777215};
+	static const int64_t bases[] = {0,    1,      37,     63,      64, 4095,
+					4096, 262143, 262144, 1234567, -77};
 	unsigned checked = 0;
 
 	(void)state;
 	for (size_t b = 0; b < sizeof(bases) / sizeof(bases[0]); b++) {
-		for (size_t d = 0; d < sizeof(deltas) / sizeof(deltas[0]); d++) {
+		for (size_t d = 0; d < sizeof(deltas) / sizeof(deltas[0]);
+		     d++) {
 			int64_t due = bases[b] + deltas[d];
 			due_wheel *w = wheel_make(4, bases[b]);
 			fired_log log = {.w = w};
@@ -577,11 +580,11 @@ static void wheel_level_boundaries(void **state)
 			assert_int_equal(due__wheel_start(NULL, w, 5, due), 0);
 			assert_int_equal(due__wheel_next_due(w), due);
 			assert_int_equal(
-				due__wheel_advance(w, due - 1, log_fire, &log), 0);
+			    due__wheel_advance(w, due - 1, log_fire, &log), 0);
 			assert_int_equal(log.n, 0);
 			assert_int_equal(due__wheel_next_due(w), due);
 			assert_int_equal(
-				due__wheel_advance(w, due, log_fire, &log), 0);
+			    due__wheel_advance(w, due, log_fire, &log), 0);
 			assert_int_equal(log.n, 1);
 			assert_int_equal(log.now[0], due);
 			assert_int_equal(due__wheel_count(w), 0);
@@ -742,7 +745,8 @@ static void reentry_fire(int64_t id, int64_t due, void *payload)
 
 	r->ids[r->fires] = id;
 	r->dues[r->fires++] = due;
-	if (due__wheel_advance(r->w, now + 1, reentry_fire, r) == DUE_WHEEL_EBUSY)
+	if (due__wheel_advance(r->w, now + 1, reentry_fire, r) ==
+	    DUE_WHEEL_EBUSY)
 		r->busy_seen++;
 	if (id == 1 && due == 100) {
 		assert_int_equal(due__wheel_stop_id(r->w, 2), 0);
@@ -797,7 +801,7 @@ static void wheel_bad_args(void **state)
 	o.levels = DUE_WHEEL_LEVELS_MAX + 1;
 	assert_int_equal(due__wheel_new(&w, &o), DUE_WHEEL_EINVAL);
 	assert_null(w);
-	o.levels = 0; /* default */
+	o.levels = 0;		      /* default */
 	o.realloc_fn = plain_realloc; /* without free_fn */
 	assert_int_equal(due__wheel_new(&w, &o), DUE_WHEEL_EINVAL);
 	assert_int_equal(due__wheel_new(NULL, NULL), DUE_WHEEL_EINVAL);
@@ -850,7 +854,8 @@ static void model_fire(int64_t id, int64_t due, void *payload)
 /* One random operation against the wheel and the model. */
 static void model_step(model *m, uint64_t *s, int64_t h)
 {
-	int64_t id = (int64_t)(rng_next(s) % MODEL_IDS), now = due__wheel_now(m->w);
+	int64_t id = (int64_t)(rng_next(s) % MODEL_IDS),
+		now = due__wheel_now(m->w);
 	unsigned op = (unsigned)(rng_next(s) % 10);
 
 	if (op < 5) {
@@ -888,7 +893,8 @@ static void model_step(model *m, uint64_t *s, int64_t h)
 					   : rng_range(s, 0, 70));
 		m->last_due = INT64_MIN;
 		m->in_late_phase = 1;
-		assert_int_equal(due__wheel_advance(m->w, m->target, model_fire, m), 0);
+		assert_int_equal(
+		    due__wheel_advance(m->w, m->target, model_fire, m), 0);
 		for (int i = 0; i < MODEL_IDS; i++)
 			m->errors += m->pending[i] && m->due[i] <= m->target;
 	}
@@ -905,7 +911,8 @@ static void wheel_model_check(void **state)
 		int64_t h;
 
 		assert_non_null(m);
-		m->w = wheel_make(levels, (int64_t)(rng_next(&s) % 100000) - 50000);
+		m->w = wheel_make(levels,
+				  (int64_t)(rng_next(&s) % 100000) - 50000);
 		h = due__wheel_horizon(m->w);
 		for (int i = 0; i < 60000; i++, steps++)
 			model_step(m, &s, h);
@@ -934,8 +941,8 @@ static void *torture_realloc(void *p, size_t n, void *ctx)
 	void *q;
 
 	t->calls++;
-	if (t->fail_at && (t->calls == t->fail_at ||
-			   (t->sticky && t->calls > t->fail_at)))
+	if (t->fail_at &&
+	    (t->calls == t->fail_at || (t->sticky && t->calls > t->fail_at)))
 		return NULL;
 	q = realloc(p, n);
 	if (q && !p)
@@ -1029,23 +1036,23 @@ static void wheel_alloc_failure(void **state)
 int main(void)
 {
 	const struct CMUnitTest seed[] = {
-		cmocka_unit_test(wheel_fire_exact_tick),
-		cmocka_unit_test(wheel_fire_jumps),
-		cmocka_unit_test(wheel_horizon_rejected),
-		cmocka_unit_test(wheel_restart_needs_durable),
+	    cmocka_unit_test(wheel_fire_exact_tick),
+	    cmocka_unit_test(wheel_fire_jumps),
+	    cmocka_unit_test(wheel_horizon_rejected),
+	    cmocka_unit_test(wheel_restart_needs_durable),
 	};
 	const struct CMUnitTest edge[] = {
-		cmocka_unit_test(wheel_due_now_and_past),
-		cmocka_unit_test(wheel_level_boundaries),
-		cmocka_unit_test(wheel_stop_not_found),
-		cmocka_unit_test(wheel_restart_moves),
-		cmocka_unit_test(wheel_empty_next_due),
-		cmocka_unit_test(wheel_advance_backwards),
-		cmocka_unit_test(wheel_next_due_exact),
-		cmocka_unit_test(wheel_callback_reentry),
-		cmocka_unit_test(wheel_bad_args),
-		cmocka_unit_test(wheel_model_check),
-		cmocka_unit_test(wheel_alloc_failure),
+	    cmocka_unit_test(wheel_due_now_and_past),
+	    cmocka_unit_test(wheel_level_boundaries),
+	    cmocka_unit_test(wheel_stop_not_found),
+	    cmocka_unit_test(wheel_restart_moves),
+	    cmocka_unit_test(wheel_empty_next_due),
+	    cmocka_unit_test(wheel_advance_backwards),
+	    cmocka_unit_test(wheel_next_due_exact),
+	    cmocka_unit_test(wheel_callback_reentry),
+	    cmocka_unit_test(wheel_bad_args),
+	    cmocka_unit_test(wheel_model_check),
+	    cmocka_unit_test(wheel_alloc_failure),
 	};
 	int failed = 0;
 

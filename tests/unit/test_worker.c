@@ -2,7 +2,8 @@
 ** test_worker.c - the C worker runtime: handlers in pool and inline mode,
 ** immediate mode, the completion-transaction hook, a handler seeing its
 ** lease lost when its task is cancelled, isolated pools, once-mode
-** draining and stop, and the idle wheel worker's refills claiming nothing.  Real threads against a real SQLite store.
+** draining and stop, and the idle wheel worker's refills claiming nothing. Real
+*threads against a real SQLite store.
 */
 #include <pthread.h>
 #include <setjmp.h>
@@ -21,11 +22,11 @@
 #define TU_FIXTURE /* setup, teardown, open_db, url, dir */
 #include "test_util.h"
 
-
 static due_id add(due_db *db, const char *kind, const char *payload)
 {
 	due_submitted s;
-	assert_int_equal(due_schedule(db, &s, kind, payload, strlen(payload), NULL), 0);
+	assert_int_equal(
+	    due_schedule(db, &s, kind, payload, strlen(payload), NULL), 0);
 	return s.id;
 }
 
@@ -58,13 +59,15 @@ static int echo_upper(due_job *job, void *payload)
 	char out[64];
 	int now = atomic_fetch_add(&c->running, 1) + 1;
 	int prev = atomic_load(&c->max_parallel);
-	while (now > prev && !atomic_compare_exchange_weak(&c->max_parallel, &prev, now))
+	while (now > prev &&
+	       !atomic_compare_exchange_weak(&c->max_parallel, &prev, now))
 		;
 	tu_sleep_ms(20);
 	size_t n = t->payload_len < 63 ? t->payload_len : 63;
 	for (size_t i = 0; i < n; i++)
 		out[i] = (char)(t->payload[i] >= 'a' && t->payload[i] <= 'z'
-					? t->payload[i] - 32 : t->payload[i]);
+				    ? t->payload[i] - 32
+				    : t->payload[i]);
 	atomic_fetch_add(&c->calls, 1);
 	atomic_fetch_sub(&c->running, 1);
 	if (strcmp(t->kind, "bad") == 0) {
@@ -134,8 +137,8 @@ static int write_effect(void *conn, const due_task *task, void *payload)
 {
 	(void)payload;
 	sqlite3_stmt *st;
-	int ok = sqlite3_prepare_v2(conn, "INSERT INTO effect VALUES (?1, ?2)", -1,
-				    &st, NULL) == SQLITE_OK;
+	int ok = sqlite3_prepare_v2(conn, "INSERT INTO effect VALUES (?1, ?2)",
+				    -1, &st, NULL) == SQLITE_OK;
 	if (ok) {
 		sqlite3_bind_int64(st, 1, task->id);
 		sqlite3_bind_int(st, 2, task->attempt);
@@ -158,8 +161,12 @@ static void test_tx_hook(void **state)
 	due_db *db = open_db();
 	sqlite3 *c;
 	assert_int_equal(sqlite3_open(url + 7, &c), SQLITE_OK);
-	assert_int_equal(sqlite3_exec(c, "CREATE TABLE effect (task INTEGER PRIMARY "
-				      "KEY, attempt INTEGER)", NULL, NULL, NULL), SQLITE_OK);
+	assert_int_equal(
+	    sqlite3_exec(c,
+			 "CREATE TABLE effect (task INTEGER PRIMARY "
+			 "KEY, attempt INTEGER)",
+			 NULL, NULL, NULL),
+	    SQLITE_OK);
 	due_id id = add(db, "fx", "");
 	due_worker *w = make_worker(DUE_MODE_POOL, 2, true);
 	assert_int_equal(due_worker_register(w, "fx", hooked, NULL, 0), 0);
@@ -167,7 +174,8 @@ static void test_tx_hook(void **state)
 	due_worker_free(w);
 	check_result(db, id, DUE_DONE, "r");
 	sqlite3_stmt *st;
-	sqlite3_prepare_v2(c, "SELECT count(*) FROM effect WHERE task = ?1", -1, &st, NULL);
+	sqlite3_prepare_v2(c, "SELECT count(*) FROM effect WHERE task = ?1", -1,
+			   &st, NULL);
 	sqlite3_bind_int64(st, 1, id);
 	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
 	assert_int_equal(sqlite3_column_int(st, 0), 1);
@@ -188,7 +196,8 @@ static int wait_for_cancel(due_job *job, void *payload)
 	for (int i = 0; i < 1000 && due_job_lease_held(job); i++)
 		tu_sleep_ms(5);
 	atomic_store(&p->saw_lost, !due_job_lease_held(job));
-	return due_job_set_result(job, "too late", 8); /* the store must refuse */
+	return due_job_set_result(job, "too late",
+				  8); /* the store must refuse */
 }
 
 typedef struct runner {
@@ -217,7 +226,8 @@ static void test_cancel_reaches_handler(void **state)
 	o.poll_us = 10000;
 	o.log_level = 0;
 	assert_int_equal(due_worker_new(&r.w, &o), 0);
-	assert_int_equal(due_worker_register(r.w, "c", wait_for_cancel, &p, 0), 0);
+	assert_int_equal(due_worker_register(r.w, "c", wait_for_cancel, &p, 0),
+			 0);
 	due_id id = add(db, "c", "");
 	pthread_create(&r.th, NULL, run_thread, &r);
 	for (int i = 0; i < 2000 && !atomic_load(&p.started); i++)
@@ -293,7 +303,8 @@ static void test_isolated_pool(void **state)
 	atomic_store(&slow_running, 0);
 	atomic_store(&slow_release, false);
 	due_worker *w = make_worker(DUE_MODE_POOL, 2, false);
-	assert_int_equal(due_worker_register(w, "slow", slow_handler, NULL, 1), 0);
+	assert_int_equal(due_worker_register(w, "slow", slow_handler, NULL, 1),
+			 0);
 	assert_int_equal(due_worker_register(w, NULL, echo_upper, &c, 0), 0);
 	runner r = {w, 0, 0};
 	pthread_create(&r.th, NULL, run_thread, &r);
@@ -344,7 +355,8 @@ static void test_immediate_submit(void **state)
 	}
 	assert_true(st.claim_queries > 0);
 	due_submitted s;
-	assert_int_equal(due_worker_submit(r.w, db, &s, "now", "hi", 2, NULL), 0);
+	assert_int_equal(due_worker_submit(r.w, db, &s, "now", "hi", 2, NULL),
+			 0);
 	assert_true(wait_state(db, s.id, DUE_DONE));
 	check_result(db, s.id, DUE_DONE, "HI");
 	due_worker_stop(r.w);
@@ -419,11 +431,14 @@ static void test_register_errors(void **state)
 	due_worker *w = make_worker(DUE_MODE_POOL, 1, true);
 	counter c = {0};
 	assert_int_equal(due_worker_run(w), DUE_EINVAL); /* no handler */
-	assert_int_equal(due_worker_register(w, "bad kind", echo_upper, &c, 0), DUE_EINVAL);
-	assert_int_equal(due_worker_register(w, NULL, echo_upper, &c, 2), DUE_EINVAL);
+	assert_int_equal(due_worker_register(w, "bad kind", echo_upper, &c, 0),
+			 DUE_EINVAL);
+	assert_int_equal(due_worker_register(w, NULL, echo_upper, &c, 2),
+			 DUE_EINVAL);
 	assert_int_equal(due_worker_register(w, "k", NULL, &c, 0), DUE_EINVAL);
 	assert_int_equal(due_worker_register(w, "k", echo_upper, &c, 0), 0);
-	assert_int_equal(due_worker_register(w, "k", echo_upper, &c, 0), DUE_EINVAL);
+	assert_int_equal(due_worker_register(w, "k", echo_upper, &c, 0),
+			 DUE_EINVAL);
 	due_worker_free(w);
 	due_worker_opts o = DUE_WORKER_OPTS_INIT;
 	assert_int_equal(due_worker_new(&w, &o), DUE_EINVAL); /* no url */
@@ -436,15 +451,16 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-		T(test_pool_mode_once),
-		T(test_inline_mode_once),
-		T(test_tx_hook),
-		T(test_cancel_reaches_handler),
-		T(test_isolated_pool),
-		T(test_immediate_submit),
-		T(test_idle_wheel_refills_only),
-		T(test_register_errors),
+	    T(test_pool_mode_once),
+	    T(test_inline_mode_once),
+	    T(test_tx_hook),
+	    T(test_cancel_reaches_handler),
+	    T(test_isolated_pool),
+	    T(test_immediate_submit),
+	    T(test_idle_wheel_refills_only),
+	    T(test_register_errors),
 #undef T
 	};
-	return cmocka_run_group_tests_name("worker runtime (sqlite)", tests, NULL, NULL);
+	return cmocka_run_group_tests_name("worker runtime (sqlite)", tests,
+					   NULL, NULL);
 }
