@@ -6,8 +6,10 @@
 ** while the first is live prints the first id and says so on stderr.
 **
 ** Batch: every line is a JSON object {kind, payload | payload_b64, in | at,
-** max_attempts, backoff, backoff_cap, key}; all lines are checked first,
-** then written in one transaction, so a bad line 7 writes nothing.
+** max_attempts, backoff, backoff_cap, key}, decoded by due_fmt_batch_line()
+** (src/fmt/submit.c, shared with POST /v1/tasks and fuzzed); all lines are
+** checked first, then written in one transaction, so a bad line 7 writes
+** nothing.
 */
 #include <errno.h>
 #include <stdlib.h>
@@ -60,19 +62,15 @@ typedef struct add_args {
 } add_args;
 
 /* Fill o.delay_us / o.at from --in / --at. */
-static int timing(const cli_ctx *c, const char *where, const char *in,
-		  const char *at, due_schedule_opts *o)
+static int timing(const cli_ctx *c, const char *in, const char *at,
+		  due_schedule_opts *o)
 {
 	if (in && at)
-		return cli_usage_error(c,
-				       strcmp(where, "--") == 0
-					   ? "--in and --at are exclusive"
-					   : "%sgive 'in' or 'at', not both",
-				       where);
+		return cli_usage_error(c, "--in and --at are exclusive");
 	if (in && due_duration_parse(&o->delay_us, in) < 0)
-		return cli_usage_error(c, "%sin: %s", where, due_error_last());
+		return cli_usage_error(c, "--in: %s", due_error_last());
 	if (at && due_time_parse(&o->at, at) < 0)
-		return cli_usage_error(c, "%sat: %s", where, due_error_last());
+		return cli_usage_error(c, "--at: %s", due_error_last());
 	return 0;
 }
 
@@ -109,7 +107,7 @@ static int add_one(cli_ctx *c, const char *kind, add_args *a)
 		return cli_usage_error(c, "--payload, --payload-file and "
 					  "--payload-stdin are exclusive");
 	size_t limit;
-	if ((rc = timing(c, "--", a->in, a->at, &a->o)) ||
+	if ((rc = timing(c, a->in, a->at, &a->o)) ||
 	    (rc = cli_max_payload(c, &limit)))
 		return rc;
 	if (a->pfile || a->pstdin) {
@@ -130,126 +128,6 @@ done:
 	return rc;
 }
 
-/* Duration field of a batch object; absent is fine. */
-static int json_duration(const cli_ctx *c, json_t *obj, const char *name,
-			 size_t line, int64_t *out)
-{
-	json_t *v = json_object_get(obj, name);
-	if (!v)
-		return 0;
-	if (!json_is_string(v) ||
-	    due_duration_parse(out, json_string_value(v)) < 0)
-		return cli_usage_error(
-		    c,
-		    "--batch line %zu: '%s' must be a "
-		    "duration string like \"10s\"%s%s",
-		    line, name, json_is_string(v) ? ": " : "",
-		    json_is_string(v) ? due_error_last() : "");
-	return 0;
-}
-
-static int check_fields(const cli_ctx *c, json_t *obj, size_t line)
-{
-	static const char *const known[] = {
-	    "kind",	    "payload", "payload_b64", "in",  "at",
-	    "max_attempts", "backoff", "backoff_cap", "key", NULL};
-	const char *k;
-	json_t *v;
-
-	json_object_foreach(obj, k, v)
-	{
-		size_t i = 0;
-		while (known[i] && strcmp(known[i], k) != 0)
-			i++;
-		if (!known[i])
-			return cli_usage_error(
-			    c,
-			    "--batch line %zu: unknown field "
-			    "'%s'",
-			    line, k);
-	}
-	return 0;
-}
-
-/* Decode one batch line into *s (strings borrowed from obj / *blob). */
-static int batch_item(const cli_ctx *c, json_t *obj, size_t line, due_submit *s,
-		      unsigned char **blob)
-{
-	json_t *kind = json_object_get(obj, "kind"), *p, *pb, *ma, *key, *in,
-	       *at;
-	int rc;
-
-	if (!json_is_object(obj))
-		return cli_usage_error(c, "--batch line %zu: not a JSON object",
-				       line);
-	if ((rc = check_fields(c, obj, line)))
-		return rc;
-	if (!json_is_string(kind))
-		return cli_usage_error(c,
-				       "--batch line %zu: 'kind' (string) is "
-				       "required",
-				       line);
-	s->kind = json_string_value(kind);
-	s->opts = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
-	p = json_object_get(obj, "payload");
-	pb = json_object_get(obj, "payload_b64");
-	if ((p && !json_is_string(p)) || (pb && !json_is_string(pb)) ||
-	    (p && pb))
-		return cli_usage_error(c,
-				       "--batch line %zu: give 'payload' or "
-				       "'payload_b64' as one string",
-				       line);
-	if (p) {
-		s->payload = json_string_value(p);
-		s->payload_len = json_string_length(p);
-	} else if (pb) {
-		if (due_fmt_unbase64(json_string_value(pb), blob,
-				     &s->payload_len))
-			return cli_usage_error(
-			    c,
-			    "--batch line %zu: 'payload_b64' "
-			    "is not valid base64",
-			    line);
-		s->payload = *blob;
-	}
-	in = json_object_get(obj, "in");
-	at = json_object_get(obj, "at");
-	if ((in && !json_is_string(in)) || (at && !json_is_string(at)))
-		return cli_usage_error(
-		    c,
-		    "--batch line %zu: 'in' and 'at' must be "
-		    "strings",
-		    line);
-	char where[48];
-	snprintf(where, sizeof(where), "--batch line %zu: ", line);
-	if ((rc = timing(c, where, in ? json_string_value(in) : NULL,
-			 at ? json_string_value(at) : NULL, &s->opts)))
-		return rc;
-	ma = json_object_get(obj, "max_attempts");
-	if (ma && !json_is_integer(ma))
-		return cli_usage_error(c,
-				       "--batch line %zu: 'max_attempts' must "
-				       "be an integer",
-				       line);
-	if (ma) {
-		json_int_t v = json_integer_value(ma);
-		s->opts.max_attempts = v < 0 || v > 100000 ? -1 : (int32_t)v;
-	}
-	key = json_object_get(obj, "key");
-	if (key && !json_is_string(key))
-		return cli_usage_error(c,
-				       "--batch line %zu: 'key' must be a "
-				       "string",
-				       line);
-	s->opts.key = key ? json_string_value(key) : NULL;
-	if ((rc =
-		 json_duration(c, obj, "backoff", line, &s->opts.backoff_us)) ||
-	    (rc = json_duration(c, obj, "backoff_cap", line,
-				&s->opts.backoff_cap_us)))
-		return rc;
-	return 0;
-}
-
 typedef struct batch {
 	json_t **objs;
 	unsigned char **blobs;
@@ -268,7 +146,9 @@ static void batch_free(batch *b)
 	free(b->items);
 }
 
-static int batch_push(batch *b, json_t *obj)
+/* Add a decoded line to b (taking obj and blob); -1 on ENOMEM. */
+static int batch_push(batch *b, json_t *obj, unsigned char *blob,
+		      const due_submit *s)
 {
 	if (b->n == b->cap) {
 		size_t cap = b->cap ? b->cap * 2 : 64;
@@ -286,8 +166,8 @@ static int batch_push(batch *b, json_t *obj)
 		b->cap = cap;
 	}
 	b->objs[b->n] = obj;
-	b->blobs[b->n] = NULL;
-	memset(&b->items[b->n], 0, sizeof(b->items[0]));
+	b->blobs[b->n] = blob;
+	b->items[b->n] = *s;
 	b->n++;
 	return 0;
 }
@@ -304,26 +184,20 @@ static int batch_read(cli_ctx *c, const char *path, batch *b)
 	if ((rc = cli_open_input(c, path, &f)))
 		return rc;
 	while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
-		json_error_t err;
+		unsigned char *blob;
+		char err[1024];
+		due_submit s;
 		json_t *obj;
-		lineno++;
-		if (strspn(line, " \t\r\n") == (size_t)len)
+		int got = due_fmt_batch_line(line, (size_t)len, ++lineno, &obj,
+					     &s, &blob, err, sizeof(err));
+		if (got == 0 && batch_push(b, obj, blob, &s) == 0)
 			continue;
-		obj =
-		    json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES, &err);
-		if (!obj) {
-			rc = cli_usage_error(
-			    c, "--batch line %zu: malformed JSON: %s", lineno,
-			    err.text);
-			break;
-		}
-		if (batch_push(b, obj) < 0) {
-			json_decref(obj);
+		json_decref(obj);
+		free(blob);
+		if (got < 0)
+			rc = cli_usage_error(c, "%s", err);
+		else if (got == 0)
 			rc = EXIT_STORE;
-			break;
-		}
-		rc = batch_item(c, obj, lineno, &b->items[b->n - 1],
-				&b->blobs[b->n - 1]);
 	}
 	if (rc == 0 && ferror(f))
 		rc = cli_usage_error(c, "--batch: cannot read '%s': %s", path,

@@ -35,4 +35,48 @@ char *due_fmt_base64(const unsigned char *p, size_t n);
 /* Decode base64 into a malloc'd buffer; -1 on bad input. */
 int due_fmt_unbase64(const char *text, unsigned char **out, size_t *out_len);
 
+/* ---- task objects in JSON (submit.c) ---- */
+
+/* The fields of a task object: kind, payload, payload_b64, in, at, ... */
+extern const char *const due_fmt_submit_fields[];
+/*
+** Decode a task object (as `add --batch` lines and POST /v1/tasks bodies
+** hold it) into *out.  `known` lists the fields allowed (NULL-terminated;
+** both callers pass due_fmt_submit_fields).  Returns 0, or -1 with a
+** one-line message in err.  out->kind, ->payload and ->opts.key borrow from
+** obj, or from *blob (the decoded payload_b64, malloc'd, NULL when none),
+** which the caller frees after using *out; on -1 *blob is NULL.  The
+** library checks the kind's syntax, the key's length and the payload limit
+** again; this checks the JSON types, unknown fields, 'in' xor 'at',
+** durations, times, max_attempts in 1..1000 and base64.
+*/
+int due_fmt_submit_from_json(json_t *obj, const char *const *known,
+			     due_submit *out, unsigned char **blob, char *err,
+			     size_t errlen);
+/*
+** One line of `due add --batch` ([line, line+len), its newline included or
+** not): 1 when it is blank (nothing to add), 0 with *out decoded, or -1
+** with a one-line message in err starting "--batch line LINENO: ".  *obj
+** is the parsed object (NULL when none), which the caller json_decref()s,
+** even on -1; *blob as for due_fmt_submit_from_json().
+*/
+int due_fmt_batch_line(const char *line, size_t len, size_t lineno,
+		       json_t **obj, due_submit *out, unsigned char **blob,
+		       char *err, size_t errlen);
+/*
+** An HTTP request body as one JSON object (duplicate keys refused): 0 with
+** *out (the caller's), or -1 with a one-line message in err.  An empty
+** body is {} when allow_empty, else an error.  The size limit is checked
+** before (src/http/request.c); fields are the route's to check.
+*/
+int due_fmt_json_body(const char *body, size_t len, bool allow_empty,
+		      json_t **out, char *err, size_t errlen);
+/*
+** A POST /v1/tasks body: due_fmt_json_body() then
+** due_fmt_submit_from_json().  *obj as for due_fmt_batch_line().
+*/
+int due_fmt_task_body(const char *body, size_t len, json_t **obj,
+		      due_submit *out, unsigned char **blob, char *err,
+		      size_t errlen);
+
 #endif

@@ -49,63 +49,25 @@ static int reply_task(http_req *r, due_db *db, due_id id, unsigned status,
 /* POST /v1/tasks                                                      */
 /* ------------------------------------------------------------------ */
 
-static const char *const task_fields[] = {
-    "kind",	    "payload", "payload_b64", "in",  "at",
-    "max_attempts", "backoff", "backoff_cap", "key", NULL};
-
-/* Fill the schedule options from the body; -1 with r->err. */
-static int task_opts(http_req *r, json_t *o, due_schedule_opts *so)
-{
-	const char *in = NULL, *at = NULL;
-	int64_t ma = so->max_attempts;
-
-	if (json_opt_string(r, o, "in", &in) < 0 ||
-	    json_opt_string(r, o, "at", &at) < 0)
-		return -1;
-	if (in && at) {
-		snprintf(r->err, sizeof(r->err), "give 'in' or 'at', not both");
-		return -1;
-	}
-	if (in && due_duration_parse(&so->delay_us, in) < 0) {
-		snprintf(r->err, sizeof(r->err), "'in': %s", due_error_last());
-		return -1;
-	}
-	if (at && due_time_parse(&so->at, at) < 0) {
-		snprintf(r->err, sizeof(r->err), "'at': %s", due_error_last());
-		return -1;
-	}
-	if (json_opt_int(r, o, "max_attempts", 1, 1000, &ma) < 0 ||
-	    json_opt_duration(r, o, "backoff", &so->backoff_us) < 0 ||
-	    json_opt_duration(r, o, "backoff_cap", &so->backoff_cap_us) < 0 ||
-	    json_opt_string(r, o, "key", &so->key) < 0)
-		return -1;
-	so->max_attempts = (int32_t)ma;
-	return 0;
-}
-
+/*
+** The body is decoded by due_fmt_task_body() (src/fmt/submit.c), the
+** decoder `due add --batch` uses for its lines, fuzzed as http_body.
+*/
 int route_task_create(http_req *r)
 {
-	due_schedule_opts so = DUE_SCHEDULE_OPTS_INIT;
 	unsigned char *blob = NULL;
-	const char *kind = NULL;
-	const void *payload = "";
-	size_t len = 0;
 	due_submitted sub;
+	due_submit s;
 	due_db *db;
-	json_t *o;
+	json_t *o = NULL;
 	int rc;
 
-	if (json_body_object(r, task_fields, false, &o) < 0)
-		return http_reply_bad(r);
-	if (json_opt_string(r, o, "kind", &kind) < 0 || !kind) {
-		snprintf(r->err, sizeof(r->err),
-			 "'kind' (a string) is required");
-		rc = http_reply_bad(r);
-	} else if (task_opts(r, o, &so) < 0 ||
-		   json_opt_payload(r, o, &payload, &len, &blob) < 0) {
+	if (due_fmt_task_body(r->body, r->body_len, &o, &s, &blob, r->err,
+			      sizeof(r->err)) < 0) {
 		rc = http_reply_bad(r);
 	} else if ((rc = http_db(r, &db)) < 0 ||
-		   (rc = due_schedule(db, &sub, kind, payload, len, &so)) < 0) {
+		   (rc = due_schedule(db, &sub, s.kind, s.payload,
+				      s.payload_len, &s.opts)) < 0) {
 		rc = http_reply_due(r, rc);
 	} else {
 		char loc[64];
