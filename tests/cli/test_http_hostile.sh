@@ -173,43 +173,6 @@ echo "== 13. bounded replies and memory"
 # Default payload limit (1 MiB).  Payloads of byte 0x01: valid UTF-8, so
 # shown as JSON strings where each byte takes 6 ("\u0001").
 export DUE_DB="sqlite:$T/big.db"
-# hold_lock DB MODE : a second process holds the SQLite store's lock until
-# $T/release exists (10 s at most).  MODE writers: BEGIN EXCLUSIVE (WAL
-# readers go on); readers: also locking_mode=EXCLUSIVE (nobody reads).
-hold_lock() {
-	rm -f "$T/ready" "$T/release"
-	python3 - "$1" "$2" "$T/ready" "$T/release" <<'PY' &
-import os, sqlite3, sys, time
-path, mode, ready, release = sys.argv[1:5]
-c = sqlite3.connect(path, isolation_level=None, timeout=30)
-if mode == "readers":
-    c.execute("PRAGMA locking_mode=EXCLUSIVE")
-c.execute("BEGIN EXCLUSIVE")
-if mode == "readers":
-    c.execute("SELECT count(*) FROM due_task").fetchone()
-open(ready, "w").close()
-end = time.monotonic() + 10
-while time.monotonic() < end and not os.path.exists(release):
-    time.sleep(0.05)
-c.execute("COMMIT")
-c.close()
-PY
-	LOCKER=$!
-	PIDS+=("$LOCKER")
-	wait_for "the lock is held" 20 test -e "$T/ready"
-}
-
-release_lock() {
-	touch "$T/release"
-	wait "$LOCKER" || bad "lock holder failed"
-}
-
-# probe PATH : GET with a 3 s deadline -> $STATUS, body in $T/body
-probe() {
-	STATUS=$(curl -s -o "$T/body" -D "$T/hdr" -w '%{http_code}' --max-time 3 \
-		"$URL$1") || STATUS=no-answer-within-3s
-}
-
 "$DUE" init >/dev/null
 python3 -c 'import base64, json; print(json.dumps({"kind": "huge", "in": "1h", "payload_b64": base64.b64encode(b"\x01" * 1048576).decode()}))' >"$T/huge.json"
 start_server big --listen 127.0.0.1:0
