@@ -7,47 +7,10 @@
 # Python clients' timeouts) is a 60 s hang guard, and "answered while
 # others stall" is shown by order, never by how fast an answer came.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/http_lib.sh"
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$T"' EXIT
 export DUE_MAX_PAYLOAD=4096 # body limit: 2 x 4096 + 65536 = 73728 bytes
-
-# start_server NAME ARGS... : start `due serve`, wait for its address -> $URL
-start_server() {
-	local name=$1
-	shift
-	"$DUE" serve "$@" >"$T/$name.out" 2>"$T/$name.err" &
-	PIDS+=($!)
-	SPID=$!
-	wait_for "$name listening" 60 grep -q '^listening on http://' "$T/$name.out"
-	URL=$(sed -n 's#^listening on \(http://[^ ]*\)/$#\1#p' "$T/$name.out")
-}
-
-# req METHOD PATH [BODY] [CURL ARGS...] : -> $STATUS, body in $T/body,
-# headers in $T/hdr
-req() {
-	local method=$1 path=$2 body=${3-}
-	shift 2
-	[ $# -gt 0 ] && shift
-	local data=()
-	[ -n "$body" ] && data=(--data-binary "$body" -H 'Content-Type: application/json')
-	STATUS=$(curl -s -o "$T/body" -D "$T/hdr" -w '%{http_code}' --max-time 60 \
-		-X "$method" "${data[@]}" "$@" "$URL$path") || STATUS=curl-failed
-}
-
-# jf EXPR : evaluate a Python expression over the JSON body `j`
-jf() {
-	python3 - "$T/body" "$1" <<'PY'
-import json, sys
-j = json.load(open(sys.argv[1]))
-v = eval(sys.argv[2])
-print(v if isinstance(v, str) else json.dumps(v))
-PY
-}
-
-# expect STATUS WHAT : the last request's status
-expect() {
-	expect_eq "$2: status" "$1" "$STATUS"
-}
 
 # expect_error STATUS CODE WHAT [DETAIL] : an {"error","detail"} reply
 expect_error() {
@@ -65,7 +28,6 @@ expect_error() {
 	fi
 }
 
-header() { grep -i "^$1:" "$T/hdr" | head -1 | cut -d' ' -f2- | tr -d '\r'; }
 count() { req GET /v1/stats; jf 'sum(j["counts"].values())'; }
 
 "$DUE" init >/dev/null

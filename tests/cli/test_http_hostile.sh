@@ -12,6 +12,7 @@
 # within 1 s while the store is locked" is checked with curl --max-time 3
 # while the lock is held for up to 10 s.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/http_lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PIDS=()
 cleanup() {
@@ -25,49 +26,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_server NAME ARGS... : start `due serve`, wait for its address ->
-# $URL, $PORT, $SPID
-start_server() {
-	local name=$1
-	shift
-	"$DUE" serve "$@" >"$T/$name.out" 2>"$T/$name.err" &
-	SPID=$!
-	PIDS+=("$SPID")
-	wait_for "$name listening" 20 grep -q '^listening on http://' "$T/$name.out"
-	URL=$(sed -n 's#^listening on \(http://[^ ]*\)/$#\1#p' "$T/$name.out")
-	PORT=${URL##*:}
-}
-
 # stop_server : SIGTERM $SPID and wait for it
 stop_server() {
 	kill -TERM "$SPID"
 	wait "$SPID" || bad "server $SPID did not exit 0"
 }
 
-# req METHOD PATH [BODY] [CURL ARGS...] : -> $STATUS, body in $T/body,
-# headers in $T/hdr
-req() {
-	local method=$1 path=$2 body=${3-}
-	shift 2
-	[ $# -gt 0 ] && shift
-	local data=()
-	[ -n "$body" ] && data=(--data-binary "$body" -H 'Content-Type: application/json')
-	STATUS=$(curl -s -o "$T/body" -D "$T/hdr" -w '%{http_code}' --max-time 20 \
-		-X "$method" "${data[@]}" "$@" "$URL$path") || STATUS=curl-failed
-}
-
-# jf EXPR : evaluate a Python expression over the JSON body `j`
-jf() {
-	python3 - "$T/body" "$1" <<'PY'
-import json, sys
-j = json.load(open(sys.argv[1]))
-v = eval(sys.argv[2])
-print(v if isinstance(v, str) else json.dumps(v))
-PY
-}
-
-expect() { expect_eq "$2: status" "$1" "$STATUS"; }
-header() { grep -i "^$1:" "$T/hdr" | head -1 | cut -d' ' -f2- | tr -d '\r'; }
 
 # expect_error STATUS CODE WHAT : a JSON {"error","detail"} reply
 expect_error() {
