@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /** Store schema version this library reads and writes. */
-#define DUE_SCHEMA_VERSION 3
+#define DUE_SCHEMA_VERSION 4
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
@@ -128,7 +128,7 @@ typedef struct due_attempt {
 	due_time due_at;   /**< the task's due time when this try was claimed */
 	due_time ended_at; /**< 0 while RUNNING */
 	char *outcome; /**< RUNNING DONE FAILED LEASE_EXPIRED CANCELLED REQUEUED
-			  KILLED */
+			  KILLED TIMED_OUT */
 	char *error;   /**< NULL when none */
 	char *
 	    late_commit; /**< "REJECTED_STALE" when a late commit was refused */
@@ -164,6 +164,16 @@ typedef struct due_task {
 	due_time updated_at;
 	size_t n_attempts; /**< filled by due_get(); 0 from list calls */
 	due_attempt *attempts;
+	/* Since schema 4 (flow control, docs/internals/flow.md). */
+	int32_t priority; /**< -32768..32767, lower is claimed first */
+	char *group; /**< the task's group (max_running_per_group) or NULL */
+	/**
+	 * Time limit of a try, 0 for none.  From due_get()/due_list(): the
+	 * task's own (0: its kind's applies).  In a task handed out by a
+	 * claim: the limit that applies to this try, the task's own or else
+	 * its kind's at claim time.
+	 */
+	int64_t timeout_us;
 } due_task;
 
 DUE_EXTERN void due_task_free(due_task *t);
@@ -172,6 +182,14 @@ DUE_EXTERN void due_task_free(due_task *t);
 typedef struct due_task_list {
 	size_t count;
 	due_task *items;
+	/**
+	 * Claims only: > 0 when due tasks were held back by a kind's rate or
+	 * running limits; claiming again sooner than this many microseconds
+	 * is not expected to get them (a rate frees its next allowance then;
+	 * a running slot frees when a try ends, so this is a short re-poll).
+	 * 0 otherwise.  A paused kind never sets it: resuming wakes workers.
+	 */
+	int64_t retry_in_us;
 } due_task_list;
 
 DUE_EXTERN void due_task_list_free(due_task_list *l);
@@ -238,6 +256,10 @@ DUE_EXTERN int due_now(due_db *db, due_time *out);
  * `at` beside a delay wins).  A struct filled with zeros (version 0) gets
  * every default.  Filling it with zeros and then setting version 2 asks for
  * the epoch: at is 0, not DUE_TIME_NONE.
+ *
+ * Version 3 (this one) adds priority, group and timeout_us; a struct of
+ * version 1 or 2 is read without them (priority 0, no group, the kind's
+ * time limit).
  */
 typedef struct due_schedule_opts {
 	unsigned version;     /**< DUE_SCHEDULE_OPTS_VERSION */
@@ -247,14 +269,34 @@ typedef struct due_schedule_opts {
 	int64_t backoff_us;   /**< retry base, default 1 s */
 	int64_t backoff_cap_us; /**< retry cap, default 1 h */
 	const char *key;	/**< optional business key */
+	/**
+	 * -32768..32767, default 0.  Among due tasks a claim takes the lowest
+	 * number first, then the earliest due time (beanstalkd's order).
+	 */
+	int32_t priority;
+	/**
+	 * A group within the kind (1..255 bytes), e.g. a customer id: the
+	 * kind's max_running_per_group counts running tries per (kind,
+	 * group).  NULL: no group.
+	 */
+	const char *group;
+	/**
+	 * Time limit of each try; 0 (default): the kind's, if it has one.  A
+	 * handler still running after it is stopped and the try fails with
+	 * the outcome TIMED_OUT (retried, dead-lettered as any failure).
+	 */
+	int64_t timeout_us;
 } due_schedule_opts;
 
-#define DUE_SCHEDULE_OPTS_VERSION 2
+#define DUE_SCHEDULE_OPTS_VERSION 3
 #define DUE_SCHEDULE_OPTS_INIT                                                 \
 	{                                                                      \
 		DUE_SCHEDULE_OPTS_VERSION, 0, DUE_TIME_NONE, 5, 1000000,       \
-		    3600000000LL, NULL                                         \
+		    3600000000LL, NULL, 0, NULL, 0                             \
 	}
+
+#define DUE_PRIORITY_MIN (-32768)
+#define DUE_PRIORITY_MAX 32767
 
 /** One task to submit (for batch and low-level calls). */
 typedef struct due_submit {
@@ -464,6 +506,22 @@ DUE_EXTERN int due_complete_and_claim(due_db *db, due_completion *items,
 				      const struct due_claim_opts *claim,
 				      due_task_list **out);
 
+/** Attempt outcomes (due_attempt.outcome; counted in due_metrics.outcomes). */
+typedef enum due_outcome {
+	DUE_OUT_RUNNING = 0,
+	DUE_OUT_DONE,
+	DUE_OUT_FAILED,
+	DUE_OUT_LEASE_EXPIRED,
+	DUE_OUT_CANCELLED,
+	DUE_OUT_REQUEUED,
+	DUE_OUT_KILLED,
+	DUE_OUT_TIMED_OUT,	/**< stopped at its time limit (a failure) */
+	DUE_OUT_REJECTED_STALE, /**< late commits refused by fencing */
+	DUE_OUT_COUNT
+} due_outcome;
+
+DUE_EXTERN const char *due_outcome_name(due_outcome o);
+
 typedef enum due_fail_outcome {
 	DUE_FAIL_RETRY_SCHEDULED = 0,
 	DUE_FAIL_DEAD,
@@ -480,6 +538,15 @@ DUE_EXTERN const char *due_fail_outcome_name(due_fail_outcome o);
  */
 DUE_EXTERN int due_fail(due_db *db, due_fail_outcome *out, due_id id,
 			int32_t attempt, const char *error);
+
+/**
+ * due_fail() recording the try's outcome as `as`: DUE_OUT_FAILED (what
+ * due_fail does) or DUE_OUT_TIMED_OUT (the handler ran past its time
+ * limit and was stopped).  Either counts as a failure: backoff, retry,
+ * dead letter.  Any other outcome is DUE_EINVAL.
+ */
+DUE_EXTERN int due_fail_as(due_db *db, due_fail_outcome *out, due_id id,
+			   int32_t attempt, const char *error, due_outcome as);
 
 /** Counts of what a reclaim did. */
 typedef struct due_reclaimed {
@@ -584,6 +651,99 @@ DUE_EXTERN int due_health(due_db *db, bool *out_up, int64_t *out_dead);
  */
 DUE_EXTERN int due_prune(due_db *db, int64_t *out_deleted,
 			 int64_t older_than_us);
+
+/* ------------------------------------------------------------------ */
+/* Flow control: per-kind settings held by the store                   */
+/* ------------------------------------------------------------------ */
+
+/**
+ * Settings of one kind, kept in the store and obeyed by every claim of
+ * every worker (docs/CONTRACT.md, "Flow control"):
+ *  - paused: no task of the kind is claimed; running tries finish.
+ *  - rate_n per rate_us: no window of rate_us holds more than rate_n claims
+ *    of the kind (store clock), across all workers.
+ *  - max_running: at most this many tries of the kind hold a live lease.
+ *  - max_running_per_group: at most this many per (kind, group); tasks
+ *    without a group are bound by max_running only.
+ *  - timeout_us: the time limit of a try of a task that has none of its own.
+ * A running try counts until it ends or its lease expires, whichever is
+ * first, so a worker killed with -9 frees its slots within one lease.
+ *
+ * For due_kind_set(): each field is a change, -1 leaves it as stored, 0
+ * removes the limit (paused: 0 resumes, 1 pauses).  rate_n > 0 needs
+ * rate_us > 0.  A kind with no settings left is still listed until
+ * due_kind_remove().
+ */
+typedef struct due_kind_settings {
+	unsigned version;	       /**< DUE_KIND_SETTINGS_VERSION */
+	int paused;		       /**< -1 keep, 0 resume, 1 pause */
+	int32_t rate_n;		       /**< -1 keep, 0 none, else 1..1000000 */
+	int64_t rate_us;	       /**< the rate's window, 1 ms .. 1 day */
+	int32_t max_running;	       /**< -1 keep, 0 none, else 1..1000000 */
+	int32_t max_running_per_group; /**< -1 keep, 0 none, else 1..1000000 */
+	int64_t timeout_us;	       /**< -1 keep, 0 none, else > 0 */
+} due_kind_settings;
+
+#define DUE_KIND_SETTINGS_VERSION 1
+#define DUE_KIND_SETTINGS_INIT                                                 \
+	{                                                                      \
+		DUE_KIND_SETTINGS_VERSION, -1, -1, 0, -1, -1, -1               \
+	}
+
+/** A kind's settings and what they hold back now. */
+typedef struct due_kind_info {
+	char *kind;
+	bool paused;
+	int32_t rate_n; /**< 0: no rate */
+	int64_t rate_us;
+	int32_t max_running;	       /**< 0: none */
+	int32_t max_running_per_group; /**< 0: none */
+	int64_t timeout_us;	       /**< 0: none */
+	/* Live, read with the settings: */
+	int64_t running;   /**< tries of the kind with a live lease */
+	int64_t rate_used; /**< claims in the last rate_us (0 without rate) */
+	int64_t due;	   /**< SCHEDULED tasks of the kind due now */
+	/**
+	 * Claim passes that found due tasks of the kind and had to leave some
+	 * of them because of the rate, max_running, or the group limit
+	 * (counted by the store since the kind was first set).
+	 */
+	int64_t held_rate, held_running, held_group;
+	int64_t group_running; /**< due_task_hold() only: the task's group */
+	due_time updated_at;
+} due_kind_info;
+
+typedef struct due_kind_info_list {
+	size_t count;
+	due_kind_info *items;
+} due_kind_info_list;
+
+DUE_EXTERN void due_kind_info_free(due_kind_info *k);
+DUE_EXTERN void due_kind_info_list_free(due_kind_info_list *l);
+
+/**
+ * Change a kind's settings (creating its entry).  Checked first: a bad
+ * value is DUE_EINVAL naming it, and nothing changes; a settings struct
+ * that changes nothing is DUE_EINVAL too.  Resuming a kind, or loosening
+ * a limit, wakes waiting workers at once.
+ */
+DUE_EXTERN int due_kind_set(due_db *db, const char *kind,
+			    const due_kind_settings *s);
+/** One kind's settings.  DUE_ENOTFOUND when it has none. */
+DUE_EXTERN int due_kind_get(due_db *db, due_kind_info **out, const char *kind);
+/** Every kind with settings, by name. */
+DUE_EXTERN int due_kind_list(due_db *db, due_kind_info_list **out);
+/** Forget a kind's settings (no limits, not paused).  DUE_ENOTFOUND. */
+DUE_EXTERN int due_kind_remove(due_db *db, const char *kind);
+
+/**
+ * Why a SCHEDULED task that is due is not being claimed, if a setting of
+ * its kind holds it: *out_reason is "paused", "rate", "max_running" or
+ * "max_running_per_group" (static strings), or NULL when nothing holds it
+ * (not due, not SCHEDULED, or free to be claimed).
+ */
+DUE_EXTERN int due_task_hold(due_db *db, const char **out_reason,
+			     const due_task *t);
 
 /* ------------------------------------------------------------------ */
 /* Periodic schedules (cron)                                           */
@@ -745,21 +905,6 @@ typedef struct due_kind_counts {
 	char *kind;
 	int64_t counts[DUE_STATE_COUNT];
 } due_kind_counts;
-
-/** Attempt outcomes counted in due_metrics.outcomes. */
-typedef enum due_outcome {
-	DUE_OUT_RUNNING = 0,
-	DUE_OUT_DONE,
-	DUE_OUT_FAILED,
-	DUE_OUT_LEASE_EXPIRED,
-	DUE_OUT_CANCELLED,
-	DUE_OUT_REQUEUED,
-	DUE_OUT_KILLED,
-	DUE_OUT_REJECTED_STALE, /**< late commits refused by fencing */
-	DUE_OUT_COUNT
-} due_outcome;
-
-DUE_EXTERN const char *due_outcome_name(due_outcome o);
 
 /**
  * Everything an operator dashboard or Prometheus needs, read from the
@@ -953,7 +1098,8 @@ typedef struct due_exec_opts {
  * The command handler: pass it to due_worker_register() with a
  * due_exec_opts * (which must outlive the worker) as payload.  It runs the
  * command with the payload on stdin and DUE_TASK_ID, DUE_KIND, DUE_ATTEMPT,
- * DUE_IDEMPOTENCY_KEY (task-<id>), DUE_DUE_AT in the environment; exit 0
+ * DUE_IDEMPOTENCY_KEY (task-<id>), DUE_DUE_AT, DUE_PRIORITY and, for a
+ * task with a group, DUE_GROUP in the environment; exit 0
  * completes with stdout as result, anything else fails with the tail of
  * stderr.  When the lease is lost it sends SIGTERM to the command's process
  * group, then SIGKILL after kill_grace_us; if the worker process dies (even

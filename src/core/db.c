@@ -10,6 +10,7 @@
 **
 ** A due_db is one connection: use it from one thread at a time.
 */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,9 @@ struct due_db {
 #define MAX_LEASE_US (7LL * 86400 * 1000000) /* a week */
 #define MIN_LEASE_US 1000LL		     /* 1 ms */
 #define MAX_LIMIT 10000
+#define MAX_TIMEOUT_US (7LL * 86400 * 1000000) /* a week */
+#define MAX_RATE_US (86400LL * 1000000)	       /* a day */
+#define MAX_FLOW_N 1000000
 
 /*
 ** Open: split the URL at its scheme (the table of registry.c finds the
@@ -139,6 +143,11 @@ static int check_timing(due_schedule_opts *o)
 		    "knows 1..%d)",
 		    o->version, DUE_SCHEDULE_OPTS_VERSION);
 	}
+	if (o->version < 3) { /* no flow fields (and the struct may end here) */
+		o->priority = 0;
+		o->group = NULL;
+		o->timeout_us = 0;
+	}
 	o->version = DUE_SCHEDULE_OPTS_VERSION;
 	if (o->delay_us < 0)
 		return due__error_set(DUE_EINVAL, "invalid delay: negative");
@@ -166,6 +175,20 @@ static int check_timing(due_schedule_opts *o)
 ** On success out->opts is in the current version's terms (check_timing),
 ** which is all a backend reads.
 */
+/*
+** Copy a caller's options by their version: a struct of version 1 or 2
+** was compiled before the flow fields existed and may end before them.
+*/
+static void copy_opts(due_schedule_opts *dst, const due_schedule_opts *src)
+{
+	if (!src)
+		return;
+	if (src->version >= 1 && src->version < 3)
+		memcpy(dst, src, offsetof(due_schedule_opts, priority));
+	else
+		*dst = *src;
+}
+
 int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 		      const char *what)
 {
@@ -186,6 +209,21 @@ int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 	if (!in->payload && in->payload_len) {
 		rc =
 		    due__error_set(DUE_EINVAL, "payload is NULL with a length");
+		goto bad;
+	}
+	if ((rc = due__validate_group(out->opts.group)) < 0)
+		goto bad;
+	if (out->opts.priority < DUE_PRIORITY_MIN ||
+	    out->opts.priority > DUE_PRIORITY_MAX) {
+		rc = due__error_set(
+		    DUE_EINVAL, "invalid priority %d: must be %d..%d",
+		    out->opts.priority, DUE_PRIORITY_MIN, DUE_PRIORITY_MAX);
+		goto bad;
+	}
+	if (out->opts.timeout_us < 0 || out->opts.timeout_us > MAX_TIMEOUT_US) {
+		rc = due__error_set(DUE_EINVAL,
+				    "invalid timeout: must be 0 (none) up to "
+				    "7 days");
 		goto bad;
 	}
 	if (out->opts.max_attempts < 1 || out->opts.max_attempts > 1000) {
@@ -215,11 +253,11 @@ int due_schedule(due_db *db, due_submitted *out, const char *kind,
 		 const due_schedule_opts *opts)
 {
 	due_submit in = {kind, payload, payload_len,
-			 opts ? *opts
-			      : (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
+			 (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
 	due_submit s;
 	int rc;
 
+	copy_opts(&in.opts, opts);
 	if ((rc = ready(db)) < 0 ||
 	    (rc = due__submit_check(&in, &s, db->max_payload, NULL)) < 0)
 		return rc;
@@ -258,11 +296,11 @@ int due__schedule_native(const due_store_ops *ops, const char *api, void *conn,
 			 const due_schedule_opts *opts)
 {
 	due_submit in = {kind, payload, payload_len,
-			 opts ? *opts
-			      : (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
+			 (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
 	due_submit it;
 	int rc;
 
+	copy_opts(&in.opts, opts);
 	if (!(ops->caps & DUE_STORE_CAP_TX_SUBMIT))
 		return due__error_set(
 		    DUE_EINVAL,
@@ -485,13 +523,25 @@ int due_complete_and_claim(due_db *db, due_completion *items, size_t n,
 				       o->lease_us, out);
 }
 
-int due_fail(due_db *db, due_fail_outcome *out, due_id id, int32_t attempt,
-	     const char *error)
+int due_fail_as(due_db *db, due_fail_outcome *out, due_id id, int32_t attempt,
+		const char *error, due_outcome as)
 {
 	int rc;
 	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0)
 		return rc;
-	return db->ops->fail(db->store, out, id, attempt, error ? error : "");
+	if (as != DUE_OUT_FAILED && as != DUE_OUT_TIMED_OUT)
+		return due__error_set(DUE_EINVAL,
+				      "invalid failure outcome %d: FAILED or "
+				      "TIMED_OUT",
+				      (int)as);
+	return db->ops->fail(db->store, out, id, attempt, error ? error : "",
+			     as);
+}
+
+int due_fail(due_db *db, due_fail_outcome *out, due_id id, int32_t attempt,
+	     const char *error)
+{
+	return due_fail_as(db, out, id, attempt, error, DUE_OUT_FAILED);
 }
 
 int due_reclaim_expired(due_db *db, due_reclaimed *out)
@@ -671,4 +721,131 @@ int due_notify(due_db *db)
 	if (rc < 0 || !(db->ops->caps & DUE_STORE_CAP_NOTIFY))
 		return rc;
 	return db->ops->notify(db->store);
+}
+
+/* ------------------------------------------------------------------ */
+/* Flow control                                                        */
+/* ------------------------------------------------------------------ */
+
+/* A limit of n: -1 keep, 0 none, else 1..MAX_FLOW_N. */
+static int check_flow_n(int32_t n, const char *what)
+{
+	if (n < -1 || n > MAX_FLOW_N)
+		return due__error_set(DUE_EINVAL,
+				      "invalid %s %d: must be 1..%d (0: none)",
+				      what, n, MAX_FLOW_N);
+	return 0;
+}
+
+/*
+** Check a settings change: known version, every field in range, and at
+** least one field changed.
+*/
+static int check_kind_settings(const due_kind_settings *k)
+{
+	int rc;
+
+	if (!k || k->version != DUE_KIND_SETTINGS_VERSION)
+		return due__error_set(DUE_EINVAL,
+				      "unknown due_kind_settings version %u "
+				      "(this library knows %d)",
+				      k ? k->version : 0,
+				      DUE_KIND_SETTINGS_VERSION);
+	if (k->paused < -1 || k->paused > 1)
+		return due__error_set(
+		    DUE_EINVAL, "invalid paused %d: -1, 0 or 1", k->paused);
+	if ((rc = check_flow_n(k->rate_n, "rate")) < 0 ||
+	    (rc = check_flow_n(k->max_running, "max-running")) < 0 ||
+	    (rc = check_flow_n(k->max_running_per_group,
+			       "max-running-per-group")) < 0)
+		return rc;
+	if (k->rate_n > 0 && (k->rate_us < 1000 || k->rate_us > MAX_RATE_US))
+		return due__error_set(DUE_EINVAL,
+				      "invalid rate window: must be 1ms..1d");
+	if (k->timeout_us < -1 || k->timeout_us > MAX_TIMEOUT_US)
+		return due__error_set(DUE_EINVAL,
+				      "invalid timeout: must be up to 7 days "
+				      "(0: none)");
+	if (k->paused == -1 && k->rate_n == -1 && k->max_running == -1 &&
+	    k->max_running_per_group == -1 && k->timeout_us == -1)
+		return due__error_set(DUE_EINVAL,
+				      "nothing to change: give at least one "
+				      "setting");
+	return 0;
+}
+
+int due_kind_set(due_db *db, const char *kind, const due_kind_settings *k)
+{
+	int rc;
+	if ((rc = ready(db)) < 0 || (rc = due__validate_kind(kind)) < 0 ||
+	    (rc = check_kind_settings(k)) < 0)
+		return rc;
+	return db->ops->kind_put(db->store, kind, k);
+}
+
+int due_kind_get(due_db *db, due_kind_info **out, const char *kind)
+{
+	int rc;
+	*out = NULL;
+	if ((rc = ready(db)) < 0 || (rc = due__validate_kind(kind)) < 0)
+		return rc;
+	return db->ops->kind_get(db->store, out, kind, NULL);
+}
+
+int due_kind_list(due_db *db, due_kind_info_list **out)
+{
+	int rc;
+	*out = NULL;
+	if ((rc = ready(db)) < 0)
+		return rc;
+	return db->ops->kind_list(db->store, out);
+}
+
+int due_kind_remove(due_db *db, const char *kind)
+{
+	int rc;
+	if ((rc = ready(db)) < 0 || (rc = due__validate_kind(kind)) < 0)
+		return rc;
+	return db->ops->kind_remove(db->store, kind);
+}
+
+/*
+** The first setting that holds a due task, in the order a claim checks
+** them: pause, then the rate, the kind's running limit, the group's.
+*/
+int due_task_hold(due_db *db, const char **out_reason, const due_task *t)
+{
+	due_kind_info *k = NULL;
+	due_time now;
+	int rc;
+
+	*out_reason = NULL;
+	if ((rc = ready(db)) < 0)
+		return rc;
+	if (!t || !t->kind)
+		return due__error_set(DUE_EINVAL, "task is NULL");
+	if (t->state != DUE_SCHEDULED)
+		return 0;
+	if ((rc = db->ops->now(db->store, &now)) < 0)
+		return rc;
+	if (t->due_at > now)
+		return 0;
+	rc = db->ops->kind_get(db->store, &k, t->kind, t->group);
+	if (rc == DUE_ENOTFOUND) {
+		due__error_clear();
+		return 0;
+	}
+	if (rc < 0)
+		return rc;
+	if (k->paused)
+		*out_reason = "paused";
+	else if (k->rate_n > 0 && k->rate_used >= k->rate_n)
+		*out_reason = "rate";
+	else if (k->max_running > 0 && k->running >= k->max_running)
+		*out_reason = "max_running";
+	else if (t->group && k->max_running_per_group > 0 &&
+		 k->group_running >= k->max_running_per_group)
+		*out_reason = "max_running_per_group";
+	due_kind_info_free(k);
+	return 0;
 }

@@ -25,6 +25,8 @@ void due__error_clear(void);
 int due__validate_kind(const char *kind);
 int due__validate_key(const char *key);
 int due__validate_owner(const char *owner);
+/* NULL (no group) or 1..255 bytes without control characters. */
+int due__validate_group(const char *group);
 
 /*
 ** Check one submit and copy it to *out with defaults filled in.  `what`

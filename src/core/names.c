@@ -14,8 +14,15 @@
 #include "core/internal.h"
 
 static const char *const outcome_names[DUE_OUT_COUNT] = {
-    "RUNNING",	 "DONE",     "FAILED", "LEASE_EXPIRED",
-    "CANCELLED", "REQUEUED", "KILLED", "REJECTED_STALE"};
+    [DUE_OUT_RUNNING] = "RUNNING",
+    [DUE_OUT_DONE] = "DONE",
+    [DUE_OUT_FAILED] = "FAILED",
+    [DUE_OUT_LEASE_EXPIRED] = "LEASE_EXPIRED",
+    [DUE_OUT_CANCELLED] = "CANCELLED",
+    [DUE_OUT_REQUEUED] = "REQUEUED",
+    [DUE_OUT_KILLED] = "KILLED",
+    [DUE_OUT_TIMED_OUT] = "TIMED_OUT",
+    [DUE_OUT_REJECTED_STALE] = "REJECTED_STALE"};
 
 static const char *const misfire_names[] = {
     [DUE_MISFIRE_SKIP] = "skip", [DUE_MISFIRE_ONCE] = "once"};

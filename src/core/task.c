@@ -62,6 +62,7 @@ static void task_clear(due_task *t)
 	free(t->key);
 	free(t->result);
 	free(t->last_error);
+	free(t->group);
 	for (size_t i = 0; i < t->n_attempts; i++) {
 		free(t->attempts[i].worker);
 		free(t->attempts[i].outcome);
@@ -122,6 +123,27 @@ int due__validate_key(const char *key)
 	if (n > 512)
 		return due__error_set(
 		    DUE_EINVAL, "invalid key: %zu bytes (at most 512)", n);
+	return 0;
+}
+
+int due__validate_group(const char *group)
+{
+	size_t n;
+
+	if (!group)
+		return 0;
+	n = strlen(group);
+	if (n == 0)
+		return due__error_set(DUE_EINVAL, "invalid group '': empty");
+	if (n > 255)
+		return due__error_set(
+		    DUE_EINVAL, "invalid group: %zu bytes (at most 255)", n);
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)group[i] < 0x20 || group[i] == 0x7f)
+			return due__error_set(DUE_EINVAL,
+					      "invalid group: control "
+					      "character at byte %zu",
+					      i + 1);
 	return 0;
 }
 

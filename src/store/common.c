@@ -202,6 +202,43 @@ void due_cron_info_list_free(due_cron_info_list *l)
 	free(l);
 }
 
+int due__kind_info_list_alloc(due_kind_info_list **out, size_t n)
+{
+	due_kind_info_list *l = calloc(1, sizeof(*l));
+	if (!l)
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	if (n && !(l->items = calloc(n, sizeof(*l->items)))) {
+		free(l);
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	}
+	*out = l;
+	return 0;
+}
+
+void due__kind_info_clear(due_kind_info *k)
+{
+	free(k->kind);
+	memset(k, 0, sizeof(*k));
+}
+
+void due_kind_info_free(due_kind_info *k)
+{
+	if (!k)
+		return;
+	due__kind_info_clear(k);
+	free(k);
+}
+
+void due_kind_info_list_free(due_kind_info_list *l)
+{
+	if (!l)
+		return;
+	for (size_t i = 0; i < l->count; i++)
+		due__kind_info_clear(&l->items[i]);
+	free(l->items);
+	free(l);
+}
+
 const double due_hist_bounds_ms[DUE_HIST_N] = {
     1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000};
 

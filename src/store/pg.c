@@ -57,6 +57,8 @@
 **   3  No change here: version 3 rebuilt SQLite's tables (their CHECKs,
 **      src/store/sqlite.c); PostgreSQL's IN lists cost nothing, so the
 **      step only records the version both stores share.
+**   4  Flow control: due_task.priority, grp, timeout_us and the claim
+**      indexes on priority; TIMED_OUT attempts; due_kind, due_rate.
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -653,6 +655,46 @@ static const char schema_v2[] =
 static const char schema_v3[] =
     "UPDATE due_meta SET value = '3' WHERE name = 'schema_version';";
 
+/*
+** Version 3 -> 4: flow control (docs/internals/flow.md).  A task gains a
+** priority, a group and its own time limit; the claim indexes carry the
+** priority (due_task_claim for every claim, due_task_kind_claim for the
+** per-kind claims of limited kinds); an attempt may end TIMED_OUT;
+** due_kind holds each kind's settings and held-back counters, due_rate
+** the claim times of rate-limited kinds inside their window.
+*/
+static const char schema_v4[] =
+    "ALTER TABLE due_task ADD COLUMN priority integer NOT NULL DEFAULT 0"
+    "  CHECK (priority BETWEEN -32768 AND 32767),"
+    "  ADD COLUMN grp text, ADD COLUMN timeout_us bigint"
+    "  CHECK (timeout_us > 0);"
+    "CREATE INDEX due_task_claim ON due_task (priority, due_at)"
+    "  WHERE state = 'SCHEDULED';"
+    "CREATE INDEX due_task_kind_claim ON due_task (kind, priority, due_at)"
+    "  WHERE state = 'SCHEDULED';"
+    "ALTER TABLE due_attempt DROP CONSTRAINT due_attempt_outcome_check,"
+    "  ADD CONSTRAINT due_attempt_outcome_check CHECK (outcome IN"
+    "  ('RUNNING', 'DONE', 'FAILED', 'LEASE_EXPIRED', 'CANCELLED',"
+    "   'REQUEUED', 'KILLED', 'TIMED_OUT'));"
+    "CREATE TABLE due_kind ("
+    "  kind text PRIMARY KEY,"
+    "  paused boolean NOT NULL DEFAULT false,"
+    "  rate_n integer CHECK (rate_n > 0),"
+    "  rate_us bigint CHECK (rate_us > 0),"
+    "  max_running integer CHECK (max_running > 0),"
+    "  max_running_per_group integer CHECK (max_running_per_group > 0),"
+    "  timeout_us bigint CHECK (timeout_us > 0),"
+    "  held_rate bigint NOT NULL DEFAULT 0,"
+    "  held_running bigint NOT NULL DEFAULT 0,"
+    "  held_group bigint NOT NULL DEFAULT 0,"
+    "  updated_at timestamptz NOT NULL,"
+    "  CONSTRAINT rate_whole CHECK ((rate_n IS NULL) = (rate_us IS NULL)));"
+    "CREATE TABLE due_rate ("
+    "  kind text NOT NULL,"
+    "  at timestamptz NOT NULL);"
+    "CREATE INDEX due_rate_kind ON due_rate (kind, at);"
+    "UPDATE due_meta SET value = '4' WHERE name = 'schema_version';";
+
 /* ------------------------------------------------------------------ */
 /* Open, schema                                                        */
 /* ------------------------------------------------------------------ */
@@ -744,7 +786,7 @@ static int init_lock(due_store *s)
 }
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3};
+    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4};
 
 static int pg_init_schema(due_store *s)
 {
@@ -1168,8 +1210,9 @@ done:
 }
 
 static int pg_fail(due_store *s, due_fail_outcome *out, due_id id,
-		   int32_t attempt, const char *error)
+		   int32_t attempt, const char *error, due_outcome as)
 {
+	(void)as; /* FLOW-TODO: record TIMED_OUT */
 	due_pg_params p = {0};
 	PGresult *r;
 	due_state ns = DUE_SCHEDULED;
@@ -1874,6 +1917,34 @@ static int pg_notify(due_store *s)
 static const char *const schemes[] = {"postgres", "postgresql", NULL};
 
 /* Every method is pg_<method> (store.h lists them). */
+/* FLOW-TODO: flow control (docs/internals/flow.md). */
+static int pg_kind_put(due_store *s, const char *kind,
+		       const due_kind_settings *set)
+{
+	(void)s, (void)kind, (void)set;
+	return due__error_set(DUE_ESTORE, "kind settings: not implemented");
+}
+
+static int pg_kind_get(due_store *s, due_kind_info **out, const char *kind,
+		       const char *group)
+{
+	(void)s, (void)kind, (void)group;
+	*out = NULL;
+	return due__error_set(DUE_ENOTFOUND, "no settings for this kind");
+}
+
+static int pg_kind_list(due_store *s, due_kind_info_list **out)
+{
+	(void)s;
+	return due__kind_info_list_alloc(out, 0);
+}
+
+static int pg_kind_remove(due_store *s, const char *kind)
+{
+	(void)s, (void)kind;
+	return due__error_set(DUE_ENOTFOUND, "no settings for this kind");
+}
+
 #define OP(m) .m = pg_##m,
 const due_store_ops due__store_pg = {
     .version = DUE_STORE_OPS_VERSION,

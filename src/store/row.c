@@ -79,6 +79,9 @@ int due__row_task(const due_rows *r, due_task *t)
 	t->last_error = dup_opt(r, DUE_TC_LAST_ERROR, NULL, &oom);
 	t->created_at = o->time(c, DUE_TC_CREATED_AT);
 	t->updated_at = o->time(c, DUE_TC_UPDATED_AT);
+	t->priority = (int32_t)o->i64(c, DUE_TC_PRIORITY);
+	t->group = dup_opt(r, DUE_TC_GRP, NULL, &oom);
+	t->timeout_us = o->i64(c, DUE_TC_TIMEOUT_US);
 	if (oom || !t->kind || !t->payload)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	return 0;

@@ -25,7 +25,8 @@
 	X(BACKOFF_CAP_US, backoff_cap_us) X(LEASE_OWNER, lease_owner)          \
 	X(LEASE_UNTIL, lease_until) X(CANCEL_REQUESTED, cancel_requested)      \
 	X(KEY, key) X(RESULT, result) X(LAST_ERROR, last_error)                \
-	X(CREATED_AT, created_at) L(UPDATED_AT, updated_at)
+	X(CREATED_AT, created_at) X(UPDATED_AT, updated_at)                    \
+	X(PRIORITY, priority) X(GRP, grp) L(TIMEOUT_US, timeout_us)
 /* clang-format on */
 
 /* clang-format off */

@@ -38,6 +38,9 @@
 **   2  due_schedule (periodic schedules), due_worker (worker counters).
 **   3  due_task and due_attempt rebuilt with their state and outcome
 **      CHECKs spelled as OR chains (see schema_v3).
+**   4  Flow control: due_task.priority, grp, timeout_us and the claim
+**      indexes on priority; due_attempt rebuilt to admit TIMED_OUT;
+**      due_kind, due_rate (see schema_v4).
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -444,6 +447,65 @@ static const char schema_v3[] =
     "CREATE INDEX due_attempt_claimed ON due_attempt (claimed_at);"
     "UPDATE due_meta SET value = '3' WHERE name = 'schema_version';";
 
+/*
+** Version 3 -> 4: flow control (docs/internals/flow.md).  A task gains a
+** priority, a group and its own time limit; the claim indexes carry the
+** priority (due_task_claim for every claim, due_task_kind_claim for the
+** per-kind claims of limited kinds); due_attempt is rebuilt (as in
+** version 3) so that its outcome CHECK admits TIMED_OUT; due_kind holds
+** each kind's settings and held-back counters, due_rate the claim times
+** of rate-limited kinds inside their window.
+*/
+static const char schema_v4[] =
+    "ALTER TABLE due_task ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE due_task ADD COLUMN grp TEXT;"
+    "ALTER TABLE due_task ADD COLUMN timeout_us INTEGER;"
+    "CREATE INDEX due_task_claim ON due_task (priority, due_at)"
+    "  WHERE state = 'SCHEDULED';"
+    "CREATE INDEX due_task_kind_claim ON due_task (kind, priority, due_at)"
+    "  WHERE state = 'SCHEDULED';"
+    "CREATE TABLE due_attempt_v4 ("
+    "  task_id INTEGER NOT NULL,"
+    "  attempt INTEGER NOT NULL,"
+    "  worker TEXT NOT NULL,"
+    "  claimed_at INTEGER NOT NULL,"
+    "  due_at INTEGER NOT NULL,"
+    "  ended_at INTEGER,"
+    "  outcome TEXT NOT NULL DEFAULT 'RUNNING' CHECK (outcome = 'RUNNING'"
+    "    OR outcome = 'DONE' OR outcome = 'FAILED'"
+    "    OR outcome = 'LEASE_EXPIRED' OR outcome = 'CANCELLED'"
+    "    OR outcome = 'REQUEUED' OR outcome = 'KILLED'"
+    "    OR outcome = 'TIMED_OUT'),"
+    "  error TEXT,"
+    "  late_commit TEXT,"
+    "  PRIMARY KEY (task_id, attempt)) WITHOUT ROWID;"
+    "INSERT INTO due_attempt_v4 (task_id, attempt, worker, claimed_at, due_at,"
+    "  ended_at, outcome, error, late_commit)"
+    "  SELECT task_id, attempt, worker, claimed_at, due_at, ended_at, outcome,"
+    "  error, late_commit FROM due_attempt;"
+    "DROP TABLE due_attempt;"
+    "ALTER TABLE due_attempt_v4 RENAME TO due_attempt;"
+    "CREATE INDEX due_attempt_claimed ON due_attempt (claimed_at);"
+    "CREATE TABLE due_kind ("
+    "  kind TEXT PRIMARY KEY,"
+    "  paused INTEGER NOT NULL DEFAULT 0,"
+    "  rate_n INTEGER CHECK (rate_n > 0),"
+    "  rate_us INTEGER CHECK (rate_us > 0),"
+    "  max_running INTEGER CHECK (max_running > 0),"
+    "  max_running_per_group INTEGER CHECK (max_running_per_group > 0),"
+    "  timeout_us INTEGER CHECK (timeout_us > 0),"
+    "  held_rate INTEGER NOT NULL DEFAULT 0,"
+    "  held_running INTEGER NOT NULL DEFAULT 0,"
+    "  held_group INTEGER NOT NULL DEFAULT 0,"
+    "  updated_at INTEGER NOT NULL,"
+    "  CONSTRAINT rate_whole CHECK ((rate_n IS NULL) = (rate_us IS NULL)))"
+    "  WITHOUT ROWID;"
+    "CREATE TABLE due_rate ("
+    "  kind TEXT NOT NULL,"
+    "  at INTEGER NOT NULL);"
+    "CREATE INDEX due_rate_kind ON due_rate (kind, at);"
+    "UPDATE due_meta SET value = '4' WHERE name = 'schema_version';";
+
 _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
 
 /* The cached statement `id`, reset and unbound, or NULL (error set). */
@@ -498,7 +560,7 @@ static int exec_step(due_store *s, const char *sql, const char *what)
 }
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3};
+    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4};
 
 /* WAL first (it cannot change inside a transaction), then the walk. */
 static int due__sq_init_schema(due_store *s)
@@ -1039,8 +1101,9 @@ fail:
 }
 
 static int due__sq_fail(due_store *s, due_fail_outcome *out, due_id id,
-			int32_t attempt, const char *error)
+			int32_t attempt, const char *error, due_outcome as)
 {
+	(void)as; /* FLOW-TODO: record TIMED_OUT */
 	sqlite3_stmt *st;
 	due_time now;
 	int rc;
@@ -1905,6 +1968,34 @@ static int due__sq_upcoming(due_store *s, due_upcoming *out,
 static const char *const schemes[] = {"sqlite", NULL};
 
 /* Every method is due__sq_<method> (store.h lists them). */
+/* FLOW-TODO: flow control (docs/internals/flow.md). */
+static int due__sq_kind_put(due_store *s, const char *kind,
+			    const due_kind_settings *set)
+{
+	(void)s, (void)kind, (void)set;
+	return due__error_set(DUE_ESTORE, "kind settings: not implemented");
+}
+
+static int due__sq_kind_get(due_store *s, due_kind_info **out, const char *kind,
+			    const char *group)
+{
+	(void)s, (void)kind, (void)group;
+	*out = NULL;
+	return due__error_set(DUE_ENOTFOUND, "no settings for this kind");
+}
+
+static int due__sq_kind_list(due_store *s, due_kind_info_list **out)
+{
+	(void)s;
+	return due__kind_info_list_alloc(out, 0);
+}
+
+static int due__sq_kind_remove(due_store *s, const char *kind)
+{
+	(void)s, (void)kind;
+	return due__error_set(DUE_ENOTFOUND, "no settings for this kind");
+}
+
 #define OP(m) .m = due__sq_##m,
 const due_store_ops due__store_sqlite = {
     .version = DUE_STORE_OPS_VERSION,

@@ -26,6 +26,22 @@
 **   requeue   CLAIMED -> SCHEDULED now (attempt REQUEUED)
 **   kill      SCHEDULED|CLAIMED -> DEAD, or CANCELLED if cancel requested
 **
+** Flow control (docs/internals/flow.md).  A claim takes no task of a
+** paused kind.  For a kind with a rate or running limit ("limited") the
+** claim is serialized per kind (SQLite's write lock; PostgreSQL a row lock
+** on its due_kind row, then statements with a fresh snapshot) and counts,
+** inside that serialization: running = CLAIMED tries of the kind whose
+** lease_until >= now (per group likewise); rate_used = claims logged in
+** due_rate with at > now - rate_us.  It takes at most min(limit left,
+** max_running - running, rate_n - rate_used) tasks, at most
+** max_running_per_group - group running per group, skipping full groups
+** (no head-of-line blocking).  Limited kinds are served first, then the
+** other kinds fill the rest of the claim; within each, the lowest
+** priority first, then the earliest due_at.  When due tasks were left
+** because of a limit, the returned list's retry_in_us says when to try
+** again (rate: when the oldest logged claim leaves the window; running:
+** a short re-poll).  upcoming never returns tasks of paused kinds.
+**
 ** The budget is used up when attempt - attempt_base >= max_attempts.  Every
 ** predicate above is checked in the same statement (or the same serialized
 ** write transaction) that writes: a reclaim never overwrites a completion
@@ -53,13 +69,15 @@
 **   4  the hot path: complete_claim.
 **   5  the table of backends: schemes, parse_url/free_cfg (open takes the
 **      parsed config), caps, native_tx and schedule_on_native.
+**   6  flow control: kind_put/get/list/remove, fail records an outcome,
+**      claims obey the kinds' settings and set retry_in_us.
 */
 #ifndef DUE_STORE_H
 #define DUE_STORE_H
 
 #include "due.h"
 
-#define DUE_STORE_OPS_VERSION 5
+#define DUE_STORE_OPS_VERSION 6
 
 typedef struct due_store due_store; /* backend-private */
 struct due_cron_fire;
@@ -147,8 +165,9 @@ typedef struct due_store_ops {
 	*/
 	int (*complete)(due_store *s, due_completion *items, size_t n,
 			due_tx_hook hook, void *payload);
+	/* as: DUE_OUT_FAILED or DUE_OUT_TIMED_OUT, the attempt's outcome. */
 	int (*fail)(due_store *s, due_fail_outcome *out, due_id id,
-		    int32_t attempt, const char *error);
+		    int32_t attempt, const char *error, due_outcome as);
 	int (*reclaim)(due_store *s, due_reclaimed *out);
 	/* complete (as `complete`, no hook) then claim, in one transaction. */
 	int (*complete_claim)(due_store *s, due_completion *items, size_t n,
@@ -191,6 +210,20 @@ typedef struct due_store_ops {
 			const char *const *kinds, size_t n_kinds, bool exclude,
 			due_time until, int limit);
 
+	/*
+	** Flow control.  kind_put applies the checked changes of *set (-1:
+	** keep) to the kind's row, creating it, and wakes listeners.
+	** kind_get: DUE_ENOTFOUND when the kind has no row; with group
+	** non-NULL, also fills group_running.  kind_list: every row, by kind.
+	** kind_remove: DUE_ENOTFOUND when none; wakes listeners.
+	*/
+	int (*kind_put)(due_store *s, const char *kind,
+			const due_kind_settings *set);
+	int (*kind_get)(due_store *s, due_kind_info **out, const char *kind,
+			const char *group);
+	int (*kind_list)(due_store *s, due_kind_info_list **out);
+	int (*kind_remove)(due_store *s, const char *kind);
+
 	/* --- DUE_STORE_CAP_NOTIFY (NULL without it) --- */
 
 	/* Start listening; *fd is readable when a submit may have happened. */
@@ -225,7 +258,8 @@ typedef struct due_store_ops {
 	X(claim) X(extend) X(complete) X(fail) X(reclaim) X(complete_claim)    \
 	X(retry) X(requeue) X(kill) X(stats) X(prune) X(cron_get)              \
 	X(cron_put) X(cron_remove) X(cron_list) X(cron_fire) X(metrics)        \
-	X(worker_report) X(upcoming)
+	X(worker_report) X(upcoming) X(kind_put) X(kind_get) X(kind_list)      \
+	X(kind_remove)
 /* clang-format on */
 #define DUE_STORE_NOTIFY_METHODS(X) X(listen) X(listen_drain) X(notify)
 #define DUE_STORE_TX_SUBMIT_METHODS(X) X(native_tx) X(schedule_on_native)
@@ -287,6 +321,8 @@ int due__url_parse(due_url *out, const due_store_ops **ops, const char *text);
 /* --- Helpers shared by backends (src/store/common.c) --- */
 
 int due__cron_info_list_alloc(due_cron_info_list **out, size_t n);
+int due__kind_info_list_alloc(due_kind_info_list **out, size_t n);
+void due__kind_info_clear(due_kind_info *k);
 void due__cron_info_clear(due_cron_info *i);
 int due__task_list_alloc(due_task_list **out, size_t n);
 char *due__strdup_n(const char *s, size_t n);

@@ -150,7 +150,7 @@ expect_eq "live task survives prune" SCHEDULED \
 FX="$(dirname "$0")/fixtures/sqlite-schema2.sql"
 V2="sqlite:$T/v2.db"
 sqlite3 "$T/v2.db" <"$FX"
-expect_err 6 "older than 3" "$DUE" ls --db "$V2"
+expect_err 6 "older than 4" "$DUE" ls --db "$V2"
 expect_eq "refused store untouched" 2 \
 	"$(sqlite3 "$T/v2.db" "SELECT value FROM due_meta WHERE name = 'schema_version'")"
 # an upgrade that fails half-way leaves version 2 whole
@@ -159,8 +159,8 @@ expect_err 5 "due_attempt_v3" "$DUE" init --db "$V2"
 expect_eq "failed upgrade: still 2" "2|4" "$(sqlite3 "$T/v2.db" \
 	"SELECT (SELECT value FROM due_meta WHERE name = 'schema_version'), count(*) FROM due_task")"
 sqlite3 "$T/v2.db" "DROP TABLE due_attempt_v3"
-"$DUE" init --db "$V2" | grep -q "schema 3" && ok || bad "init upgrades to 3"
-expect_eq "schema 3, integrity" "3|ok" "$(sqlite3 "$T/v2.db" \
+"$DUE" init --db "$V2" | grep -q "schema 4" && ok || bad "init upgrades to 4"
+expect_eq "schema 4, integrity" "4|ok" "$(sqlite3 "$T/v2.db" \
 	"SELECT (SELECT value FROM due_meta WHERE name = 'schema_version'), (SELECT integrity_check FROM pragma_integrity_check)")"
 expect_eq "CHECKs without IN lists" 0 "$(sqlite3 "$T/v2.db" "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN ('due_task', 'due_attempt') AND (sql LIKE '%state IN%' OR sql LIKE '%outcome IN%')")"
 expect_eq "every task kept" "4 SCHEDULED|5 DEAD|6 CANCELLED|7 CLAIMED" "$("$DUE" ls --db "$V2" --json | python3 -c "import json,sys; print('|'.join('%d %s' % (t['id'], t['state']) for t in json.load(sys.stdin)))")"
