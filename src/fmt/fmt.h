@@ -79,4 +79,31 @@ int due_fmt_task_body(const char *body, size_t len, json_t **obj,
 		      due_submit *out, unsigned char **blob, char *err,
 		      size_t errlen);
 
+/* ---- kinds (kind.c) ---- */
+
+/*
+** A new JSON object for a kind's settings and live counts, as `due kind
+** ls --json` and GET /v1/kinds give it: kind, paused, rate ("N/DUR" or
+** null), max_running, max_running_per_group, timeout ("DUR" or null; the
+** nulls are "no limit"), then running, rate_used, due, held_rate,
+** held_running, held_group, updated_at.
+*/
+json_t *due_fmt_kind(const due_kind_info *k);
+/* A new JSON array of kinds. */
+json_t *due_fmt_kind_list(const due_kind_info_list *l);
+/*
+** "N/DUR" (e.g. "10/1s", "100/1m") into *n and *us: 0, or -1 with a
+** one-line message in err naming the text.  N in 1..1000000, DUR 1ms..1d.
+*/
+int due_fmt_rate_parse(const char *text, int32_t *n, int64_t *us, char *err,
+		       size_t errlen);
+/*
+** A settings change as JSON (PUT /v1/kinds/{kind}): the fields of
+** due_fmt_kind's settings, each optional; null removes a limit, "paused"
+** is a boolean.  Unknown fields, wrong types, bad values and an object
+** that changes nothing are -1 with a one-line message in err.
+*/
+int due_fmt_kind_settings_from_json(json_t *obj, due_kind_settings *out,
+				    char *err, size_t errlen);
+
 #endif
