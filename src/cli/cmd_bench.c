@@ -13,6 +13,13 @@
 **   lateness  n tasks spread over --spread, --workers workers waiting:
 **             claim - due percentiles and early claims
 **   idle      --workers workers, no tasks, --idle seconds: store queries/s
+**   depth     claim latency (claim 1 -> complete 1, through the C API) with
+**             1,000 tasks pending over 10 priorities, then with --n
+**             (default 1,000,000): all due ("due"), and all but 1,000 due
+**             in an hour, the due ones at the highest priority number
+**             ("future", the worst case for a claim that scans the
+**             priorities in order).  Not part of "all": it fills a big
+**             store.
 ** Figures are printed, never judged: a benchmark has no pass/fail.
 */
 #include <pthread.h>
@@ -28,7 +35,8 @@
 #include "cli/verify.h"
 
 static const char usage[] =
-    "usage: due bench [--workload enqueue|cycle|drain|lateness|idle|all]\n"
+    "usage: due bench [--workload "
+    "enqueue|cycle|drain|lateness|idle|depth|all]\n"
     "                 [--n N] [--concurrency C] [--workers W] [--batch B]\n"
     "                 [--exec CMD] [--poll DUR] [--spread DUR] [--idle DUR]\n"
     "                 [--json] [--db URL]\n"
@@ -36,7 +44,8 @@ static const char usage[] =
     "Measure the store named by --db with in-process no-op handlers.  Each\n"
     "workload runs in a scratch store of its own (a new SQLite file beside\n"
     "yours, or a new PostgreSQL schema) and never touches your tasks.\n"
-    "  --n N            tasks per workload (default 20000; lateness 2000)\n"
+    "  --n N            tasks per workload (default 20000; lateness 2000;\n"
+    "                   depth 1000000)\n"
     "  --concurrency C  handler slots per worker for drain (default 4)\n"
     "  --workers W      worker instances for drain/lateness/idle (default "
     "1/4/4)\n"
@@ -505,6 +514,107 @@ static void w_idle(vctx *v, const bopts *o)
 	report(o, &r);
 }
 
+/*
+** Add n tasks over 10 priorities (-5..4, interleaved so that ids do not
+** follow priority), due now, or with `future` due in an hour but for the
+** last 1,000, which are due now at priority 4.
+*/
+static int fill_prio(vctx *v, long n, bool future)
+{
+	due_submit *items = calloc(1000, sizeof(*items));
+	due_submitted *out = calloc(1000, sizeof(*out));
+	int rc = items && out ? 0 : -1;
+
+	for (long done = 0; rc == 0 && done < n;) {
+		long k = n - done < 1000 ? n - done : 1000;
+		for (long i = 0; i < k; i++) {
+			long j = done + i;
+			items[i] = (due_submit){"bench", "{}", 2,
+						DUE_SCHEDULE_OPTS_INIT};
+			items[i].opts.priority = (int32_t)(j * 7 % 10) - 5;
+			if (future && j < n - 1000)
+				items[i].opts.delay_us = 3600LL * 1000000;
+			else if (future)
+				items[i].opts.priority = 4;
+		}
+		if ((rc = due_schedule_batch(v->db, out, items, (size_t)k)) < 0)
+			fprintf(stderr, "due bench: enqueue: %s\n",
+				due_error_last());
+		done += k;
+	}
+	free(items);
+	free(out);
+	return rc;
+}
+
+/* 200 claim-1 + complete-1 cycles: p50/p99/max of the claim call in ms. */
+static void depth_sample(vctx *v, const bopts *o, const char *variant,
+			 long pending)
+{
+	enum { N = 200 };
+	double ms[N];
+	long k = 0;
+	bres r = {.workload = "depth",
+		  .variant = variant,
+		  .n = pending,
+		  .concurrency = 1,
+		  .has_late = true};
+	double t_all = v_now_ms();
+
+	for (; k < N; k++) {
+		due_task_list *l = NULL;
+		due_complete_outcome co;
+		double t0 = v_now_ms();
+		if (due_claim(v->db, &l, "bench", NULL, 0, 1, 30000000) < 0 ||
+		    l->count == 0) {
+			due_task_list_free(l);
+			break;
+		}
+		ms[k] = v_now_ms() - t0;
+		due_complete(v->db, &co, l->items[0].id, l->items[0].attempt,
+			     "", 0);
+		due_task_list_free(l);
+	}
+	if (k == 0) {
+		fprintf(stderr, "due bench: depth: nothing claimed: %s\n",
+			due_error_last());
+		return;
+	}
+	r.seconds = (v_now_ms() - t_all) / 1000.0;
+	r.tasks_per_s = (double)k / r.seconds;
+	qsort(ms, (size_t)k, sizeof(ms[0]), cmp_double);
+	r.p50 = ms[k / 2];
+	r.p90 = ms[k * 9 / 10];
+	r.p99 = ms[k * 99 / 100];
+	r.max = ms[k - 1];
+	report(o, &r);
+}
+
+static void w_depth(vctx *v, const bopts *o)
+{
+	long n = o->n_set ? o->n : 1000000;
+	char name[32];
+
+	for (int future = 0; future < 2; future++) {
+		const char *var = future ? "future" : "due";
+		if (future) { /* a second scratch store */
+			v_done(v);
+			if (v_fresh(v, "depth-future") < 0)
+				return;
+		}
+		if (fill_prio(v, 1000, future) < 0)
+			return;
+		snprintf(name, sizeof(name), "%s-1k", var);
+		depth_sample(v, o, name, 1000);
+		fprintf(stderr, "due bench: depth: adding %ld tasks...\n",
+			n - 1000);
+		if (n > 1000 && fill_prio(v, n - 1000, future) < 0)
+			return;
+		snprintf(name, sizeof(name), "%s-%ldk", var, n / 1000);
+		depth_sample(v, o, name, n);
+	}
+}
+
 typedef struct workload {
 	const char *name;
 	void (*run)(vctx *v, const bopts *o);
@@ -512,7 +622,7 @@ typedef struct workload {
 
 static const workload workloads[] = {
     {"enqueue", w_enqueue},   {"cycle", w_cycle}, {"drain", w_drain},
-    {"lateness", w_lateness}, {"idle", w_idle},
+    {"lateness", w_lateness}, {"idle", w_idle},	  {"depth", w_depth},
 };
 
 static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
@@ -604,18 +714,20 @@ int cmd_bench(int argc, char **argv)
 		return rc < 0 ? 0 : rc;
 	o.json = c.json;
 	for (size_t i = 0; i < sizeof(workloads) / sizeof(workloads[0]); i++)
-		any |= !strcmp(o.workload, "all") ||
+		any |= (!strcmp(o.workload, "all") &&
+			strcmp(workloads[i].name, "depth")) ||
 		       !strcmp(o.workload, workloads[i].name);
 	if (!any)
 		return cli_usage_error(&c,
 				       "unknown workload '%s' (enqueue, cycle, "
-				       "drain, lateness, idle or all)",
+				       "drain, lateness, idle, depth or all)",
 				       o.workload);
 	if ((rc = v_setup(&v, cli_db_url(&c))) < 0)
 		return rc == DUE_EINVAL ? cli_fail(&c, rc) : EXIT_STORE;
 	for (size_t i = 0; i < sizeof(workloads) / sizeof(workloads[0]); i++) {
-		if (strcmp(o.workload, "all") &&
-		    strcmp(o.workload, workloads[i].name))
+		if (strcmp(o.workload, workloads[i].name) &&
+		    (strcmp(o.workload, "all") ||
+		     !strcmp(workloads[i].name, "depth")))
 			continue;
 		if (v_fresh(&v, workloads[i].name) < 0) {
 			rc = EXIT_STORE;
