@@ -4,6 +4,7 @@
 */
 #include <ctype.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
@@ -126,6 +127,40 @@ int due__validate_key(const char *key)
 	return 0;
 }
 
+/*
+** The length of the UTF-8 sequence at p (at most n bytes), or 0 when it
+** is not well formed (overlong forms, surrogates and values past U+10FFFF
+** are refused, as RFC 3629 says).  Groups are printed in JSON and metric
+** labels, which need valid UTF-8.
+*/
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+	size_t len;
+	uint32_t c;
+
+	if (p[0] < 0x80)
+		return 1;
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		len = 2, c = p[0] & 0x1f;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		len = 3, c = p[0] & 0x0f;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		len = 4, c = p[0] & 0x07;
+	else
+		return 0;
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		c = c << 6 | (p[i] & 0x3f);
+	}
+	if ((len == 3 && c < 0x800) || (len == 4 && c < 0x10000) ||
+	    (c >= 0xd800 && c <= 0xdfff) || c > 0x10ffff)
+		return 0;
+	return len;
+}
+
 int due__validate_group(const char *group)
 {
 	size_t n;
@@ -138,12 +173,21 @@ int due__validate_group(const char *group)
 	if (n > 255)
 		return due__error_set(
 		    DUE_EINVAL, "invalid group: %zu bytes (at most 255)", n);
-	for (size_t i = 0; i < n; i++)
-		if ((unsigned char)group[i] < 0x20 || group[i] == 0x7f)
+	for (size_t i = 0; i < n;) {
+		const unsigned char *p = (const unsigned char *)group + i;
+		size_t len = utf8_len(p, n - i);
+		if (len == 0)
+			return due__error_set(DUE_EINVAL,
+					      "invalid group: not UTF-8 at "
+					      "byte %zu",
+					      i + 1);
+		if (len == 1 && (p[0] < 0x20 || p[0] == 0x7f))
 			return due__error_set(DUE_EINVAL,
 					      "invalid group: control "
 					      "character at byte %zu",
 					      i + 1);
+		i += len;
+	}
 	return 0;
 }
 
