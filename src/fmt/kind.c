@@ -26,8 +26,8 @@
 #include "fmt/fmt.h"
 
 #define FLOW_N_MAX 1000000
-#define RATE_US_MIN 1000LL		    /* 1 ms */
-#define RATE_US_MAX (86400LL * 1000000)	    /* 1 day */
+#define RATE_US_MIN 1000LL		       /* 1 ms */
+#define RATE_US_MAX (86400LL * 1000000)	       /* 1 day */
 #define TIMEOUT_US_MAX (7LL * 86400 * 1000000) /* 7 days, as the library */
 
 /* Length of the UTF-8 sequence its first byte announces; 0 if none. */
@@ -178,8 +178,7 @@ int due_fmt_rate_parse(const char *text, int32_t *n, int64_t *us, char *err,
 }
 
 static const char *const settings_fields[] = {
-    "paused",	"rate", "max_running", "max_running_per_group",
-    "timeout", NULL};
+    "paused", "rate", "max_running", "max_running_per_group", "timeout", NULL};
 
 /* A limit field: absent keeps, null removes, else an integer 1..1000000. */
 static int json_limit(json_t *obj, const char *name, int32_t *out, char *err,
@@ -219,8 +218,8 @@ static int json_rate(json_t *obj, due_kind_settings *s, char *err,
 		return fail(err, errlen,
 			    "'rate' must be a string \"N/DUR\" such as "
 			    "\"10/1s\", or null for no limit");
-	return due_fmt_rate_parse(json_string_value(v), &s->rate_n,
-				  &s->rate_us, err, errlen);
+	return due_fmt_rate_parse(json_string_value(v), &s->rate_n, &s->rate_us,
+				  err, errlen);
 }
 
 static int json_timeout(json_t *obj, due_kind_settings *s, char *err,
