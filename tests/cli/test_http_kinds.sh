@@ -94,7 +94,7 @@ req PUT /v1/kinds/mail '{"paused":true}'
 expect 200 "pause"
 expect_eq "pause keeps the rest" "True 10/1s 3 1 30s" "$(settings)"
 req GET /v1/kinds/mail
-expect_eq "GET shows paused" "True" "$(jf 'j["paused"]')"
+expect_eq "GET shows paused" true "$(jf 'j["paused"]')"
 "$DUE" kind ls --json >"$T/cli_kinds" 2>/dev/null || true
 expect_eq "due kind ls sees the pause" "True" \
 	"$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["paused"])' "$T/cli_kinds" 2>/dev/null || echo cli-failed)"
@@ -203,12 +203,12 @@ wait "$WPID" 2>/dev/null || true
 req POST /v1/tasks '{"kind":"sms"}'
 SMS=$(jf 'j["id"]')
 req GET "/v1/tasks/$SMS"
-expect_eq "a due task its rate lets through has no held" None "$(jf 'j.get("held")')"
+expect_eq "a due task its rate lets through has no held" null "$(jf 'j.get("held")')"
 req PUT /v1/kinds/sms '{"paused":true}'
 req GET "/v1/tasks/$SMS"
 expect_eq "a task of a paused kind is held: paused" paused "$(jf 'j.get("held")')"
 req PUT /v1/kinds/sms '{"paused":false}'
-expect_eq "resumed" False "$(jf 'j["paused"]')"
+expect_eq "resumed" false "$(jf 'j["paused"]')"
 
 echo "== DELETE"
 req DELETE /v1/kinds/mail
