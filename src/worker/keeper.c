@@ -1,6 +1,6 @@
 /*
-** keeper.c - the lease keeper thread: renews running tries' leases and
-** publishes the worker's counters.
+** keeper.c - the lease keeper thread: renews running tries' leases,
+** stops tries at their time limits, and publishes the worker's counters.
 **
 ** Keeper thread.
 **   Does:      renews every running try's lease once lease/3 has passed
@@ -23,8 +23,9 @@
 **   Locks:     mu, to pick the jobs due for renewal (taking a reference to
 **              each, so the completer cannot free one under it) and to drop
 **              those references; never across a store call.
-**   Blocks on: keep_cv until the next renewal or time limit, at most lease/12
-**              (5 ms .. 1 s; 100 ms inline), and on the store during a
+**   Blocks on: keep_cv until the next renewal or time limit, at most
+**              lease/12 (5 ms .. 1 s; 100 ms inline); a try with a time
+**              limit put in flight signals it.  On the store during a
 **              renewal or a report.
 **   Exits:     when threads_stop is set and nothing is in flight (or the
 **              store was abandoned), after a last report.
@@ -146,7 +147,8 @@ static void renew_one(keeper *k, renewal *r)
 		return;
 	}
 	if (atomic_load(&j->end) == DUE_END_TIMED_OUT) {
-		/* already told to stop; its commit will be refused */
+		/* already told to stop: no more renewals; its fenced commit
+		   says what became of it (stale, or cancelled) */
 		j->renew_over = true;
 		return;
 	}
@@ -173,8 +175,9 @@ static void renew_one(keeper *k, renewal *r)
 ** Stop the tries that ran past their time limit: the first to move a
 ** try's `end` decides (the handler's thread moves it when the handler
 ** returns), so a try that returned in time is never called timed out.
-** Stores the stopped tries (at most cap) in out, for the log, and lowers
-** *next to the earliest time limit still ahead.  mu held.
+** Stores the stopped tries (at most cap; past that, *next is now) in out,
+** for the log, and lowers *next to the earliest time limit still ahead.
+** mu held.
 */
 static size_t timeouts_locked(due_worker *w, renewal *out, size_t cap,
 			      int64_t now, int64_t *next)
@@ -193,12 +196,15 @@ static size_t timeouts_locked(due_worker *w, renewal *out, size_t cap,
 				*next = j->deadline_mono;
 			continue;
 		}
+		if (n == cap) { /* the rest in the next pass, at once */
+			*next = now;
+			break;
+		}
 		if (!atomic_compare_exchange_strong(&j->end, &running,
 						    DUE_END_TIMED_OUT))
 			continue;
 		due__job_stop(j, DUE_STOP_TIMEOUT);
-		if (n < cap)
-			out[n++] = (renewal){j, j->task.id, j->task.attempt};
+		out[n++] = (renewal){j, j->task.id, j->task.attempt};
 	}
 	return n;
 }

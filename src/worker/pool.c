@@ -129,8 +129,12 @@ due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t)
 	j->h = handler_for(w, j->task.kind);
 	j->renewed_mono = due__mono_us();
 	j->renew_at = j->renewed_mono + w->o.lease_us / 3;
-	if (j->task.timeout_us > 0)
+	/* the keeper may be asleep for up to a second: wake it to watch
+	   this try's time limit from now */
+	if (j->task.timeout_us > 0) {
 		j->deadline_mono = j->renewed_mono + j->task.timeout_us;
+		pthread_cond_signal(&w->keep_cv);
+	}
 	j->refs = 1;
 	j->inext = w->inflight;
 	if (w->inflight)

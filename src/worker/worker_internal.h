@@ -145,7 +145,8 @@ struct due_worker {
 	size_t n_pools;
 	pthread_mutex_t mu;	 /* the only lock: see the lock order above */
 	pthread_cond_t done_cv;	 /* completer: completions queued, or stop */
-	pthread_cond_t keep_cv;	 /* keeper: threads_stop */
+	pthread_cond_t keep_cv;	 /* keeper: threads_stop, or a try with a
+				    time limit was put in flight */
 	pthread_cond_t idle_cv;	 /* drain: a job was retired */
 	pthread_cond_t sched_cv; /* scheduler: threads_stop */
 	due_job *inflight;	 /* every claimed, uncommitted job (mu) */
