@@ -17,7 +17,7 @@ enum {
 	EXIT_OK = 0,
 	EXIT_DOWN = 1,	   /* health: DOWN; verify: a case failed */
 	EXIT_USAGE = 2,	   /* bad arguments or bad input: nothing changed */
-	EXIT_NOTFOUND = 3, /* no such task or schedule */
+	EXIT_NOTFOUND = 3, /* no such task, schedule or kind settings */
 	EXIT_STATE = 4,	   /* task in the wrong state, or key conflict */
 	EXIT_STORE = 5,	   /* store unreachable, busy or failing */
 	EXIT_SCHEMA = 6	   /* schema missing, older or newer: run due init */
@@ -110,6 +110,7 @@ int cmd_work(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_cron(int argc, char **argv);
+int cmd_kind(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
 #endif

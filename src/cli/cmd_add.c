@@ -6,7 +6,8 @@
 ** while the first is live prints the first id and says so on stderr.
 **
 ** Batch: every line is a JSON object {kind, payload | payload_b64, in | at,
-** max_attempts, backoff, backoff_cap, key}, decoded by due_fmt_batch_line()
+** max_attempts, backoff, backoff_cap, key, priority, group, timeout}, decoded
+*by due_fmt_batch_line()
 ** (src/fmt/submit.c, shared with POST /v1/tasks and fuzzed); all lines are
 ** checked first, then written in one transaction, so a bad line 7 writes
 ** nothing.
@@ -24,7 +25,8 @@ static const char usage[] =
     "usage: due add KIND [--in DUR | --at TIME]\n"
     "               [--payload TEXT | --payload-file FILE | --payload-stdin]\n"
     "               [--max-attempts N] [--backoff DUR] [--backoff-cap DUR]\n"
-    "               [--key BUSINESS_KEY] [--json] [--db URL]\n"
+    "               [--key BUSINESS_KEY] [--priority N] [--group G]\n"
+    "               [--timeout DUR] [--json] [--db URL]\n"
     "       due add --batch FILE|-   [--db URL]\n"
     "\n"
     "Schedule a task of KIND, due after --in (default: now) or at --at.\n"
@@ -38,6 +40,17 @@ static const char usage[] =
     "  --backoff-cap DUR   retry delay cap (default 1h)\n"
     "  --key KEY           business key: while a task of the same kind and\n"
     "                      key is live, add returns its id instead\n"
+    "  --priority N        -32768..32767 (default 0): among due tasks the\n"
+    "                      lowest number is claimed first\n"
+    "  --group G           the task's group within its kind (a customer, "
+    "say):\n"
+    "                      `due kind set KIND --max-running-per-group N` "
+    "limits\n"
+    "                      each group; the handler gets $DUE_GROUP\n"
+    "  --timeout DUR       time limit of each try (default: the kind's, see\n"
+    "                      `due kind`): a handler still running is stopped "
+    "and\n"
+    "                      the try fails as TIMED_OUT\n"
     "  --json              print the task object instead of the id\n"
     "  --batch FILE|-      JSON lines, one task object each, one transaction;\n"
     "                      prints the ids, one a line\n";
@@ -52,7 +65,10 @@ enum {
 	O_BACKOFF = 'b',
 	O_CAP = 'c',
 	O_KEY = 'k',
-	O_BATCH = 'B'
+	O_BATCH = 'B',
+	O_PRIORITY = 'P',
+	O_GROUP = 'g',
+	O_TIMEOUT = 't'
 };
 
 typedef struct add_args {
@@ -72,6 +88,41 @@ static int timing(const cli_ctx *c, const char *in, const char *at,
 	if (at && due_time_parse(&o->at, at) < 0)
 		return cli_usage_error(c, "--at: %s", due_error_last());
 	return 0;
+}
+
+/*
+** --priority, --group and --timeout into *o.  An empty group is left to
+** the library (its message is the one every client sees); a group that is
+** not UTF-8 could not be shown in JSON, so it is refused here.
+*/
+static int flow_opt(const cli_ctx *c, int opt, const char *arg,
+		    due_schedule_opts *o)
+{
+	long v;
+
+	switch (opt) {
+	case O_PRIORITY:
+		if (cli_parse_int(c, "--priority", arg, DUE_PRIORITY_MIN,
+				  DUE_PRIORITY_MAX, &v))
+			return EXIT_USAGE;
+		o->priority = (int32_t)v;
+		return 0;
+	case O_GROUP:
+		if (!due_fmt_is_utf8((const unsigned char *)arg, strlen(arg)))
+			return cli_usage_error(c, "--group: not valid UTF-8");
+		o->group = arg;
+		return 0;
+	default:
+		if (cli_parse_duration(c, "--timeout", arg, &o->timeout_us))
+			return EXIT_USAGE;
+		if (o->timeout_us <= 0)
+			return cli_usage_error(
+			    c,
+			    "invalid --timeout '%s': must be "
+			    "more than 0",
+			    arg);
+		return 0;
+	}
 }
 
 static int print_result(const cli_ctx *c, due_db *db, const due_submitted *s)
@@ -250,10 +301,14 @@ int cmd_add(int argc, char **argv)
 	    {"backoff-cap", required_argument, NULL, O_CAP},
 	    {"key", required_argument, NULL, O_KEY},
 	    {"batch", required_argument, NULL, O_BATCH},
+	    {"priority", required_argument, NULL, O_PRIORITY},
+	    {"group", required_argument, NULL, O_GROUP},
+	    {"timeout", required_argument, NULL, O_TIMEOUT},
 	    CLI_COMMON_OPTS,
 	    {0}};
 	add_args a = {.o = DUE_SCHEDULE_OPTS_INIT};
 	cli_ctx c = {.prog = "due add"};
+	bool flow = false;
 	long v;
 	int opt;
 
@@ -270,6 +325,13 @@ int cmd_add(int argc, char **argv)
 		case O_PSTDIN: a.pstdin = true; break;
 		case O_KEY: a.o.key = optarg; break;
 		case O_BATCH: a.batch = optarg; break;
+		case O_PRIORITY:
+		case O_GROUP:
+		case O_TIMEOUT:
+			if (flow_opt(&c, opt, optarg, &a.o))
+				return EXIT_USAGE;
+			flow = true;
+			break;
 		case O_MAXATT:
 			if (cli_parse_int(&c, "--max-attempts", optarg, 1, 1000,
 					  &v))
@@ -293,6 +355,10 @@ int cmd_add(int argc, char **argv)
 		if (optind < argc)
 			return cli_usage_error(
 			    &c, "--batch takes no KIND argument");
+		if (flow)
+			return cli_usage_error(
+			    &c, "--batch: give priority, group and timeout in "
+				"each line, not as options");
 		return add_batch(&c, a.batch);
 	}
 	if (optind >= argc)

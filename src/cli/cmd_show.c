@@ -1,5 +1,11 @@
 /*
 ** cmd_show.c - `due show ID [--json]`: one task and its attempts history.
+**
+** A SCHEDULED task that is due but held back by a setting of its kind
+** (docs/internals/flow.md) says which: "waiting: kind paused" in text,
+** "held": "paused" | "rate" | "max_running" | "max_running_per_group" in
+** JSON (null when nothing holds it).  The reason is read from the store
+** right after the task, so it is what a claim starting now would find.
 */
 #include <string.h>
 
@@ -10,7 +16,24 @@ static const char usage[] =
     "usage: due show ID [--json] [--db URL]\n"
     "\n"
     "Show a task: state, due time, attempts (who ran it, how many times and\n"
-    "why it ended), lease, result and last error.\n";
+    "why it ended), lease, result and last error, its priority, group and\n"
+    "time limit, and, for a due task its kind's settings hold back, why it\n"
+    "waits: the kind is paused, at its rate, at its max-running, or the\n"
+    "task's group is at its max-running-per-group (see `due kind`).\n";
+
+/* What the text says for each reason due_task_hold() gives. */
+static const char *hold_text(const char *held)
+{
+	if (!strcmp(held, "paused"))
+		return "kind paused";
+	if (!strcmp(held, "rate"))
+		return "kind at its rate limit";
+	if (!strcmp(held, "max_running"))
+		return "kind at its max-running limit";
+	if (!strcmp(held, "max_running_per_group"))
+		return "group at its max-running-per-group limit";
+	return held;
+}
 
 static void line_time(const char *name, due_time t)
 {
@@ -42,7 +65,7 @@ static void line_bytes(const char *name, const unsigned char *p, size_t n)
 		printf("%-17s (%zu bytes, binary)\n", name, n);
 }
 
-static void print_text(const due_task *t)
+static void print_text(const due_task *t, const char *held)
 {
 	char b1[40], b2[40];
 
@@ -50,6 +73,8 @@ static void print_text(const due_task *t)
 	printf("%-17s %s\n", "kind", t->kind);
 	printf("%-17s %s%s\n", "state", due_state_name(t->state),
 	       t->cancel_requested ? " (cancel requested)" : "");
+	if (held) /* its own line, "waiting: kind paused", easy to grep */
+		printf("waiting: %s\n", hold_text(held));
 	printf("%-17s ", "due_at"); /* always set: 0 is the epoch */
 	due_time_format(b1, sizeof(b1), t->due_at);
 	printf("%s\n", b1);
@@ -60,6 +85,13 @@ static void print_text(const due_task *t)
 	line_str("lease_owner", t->lease_owner);
 	line_time("lease_until", t->lease_until);
 	line_str("key", t->key);
+	printf("%-17s %d\n", "priority", (int)t->priority);
+	line_str("group", t->group);
+	if (t->timeout_us > 0) {
+		due_duration_format(b1, sizeof(b1), t->timeout_us);
+		printf("%-17s %s\n", "timeout", b1);
+	} else
+		printf("%-17s - (the kind's)\n", "timeout");
 	line_bytes("payload", t->payload, t->payload_len);
 	if (t->has_result)
 		line_bytes("result", t->result, t->result_len);
@@ -95,6 +127,7 @@ int cmd_show(int argc, char **argv)
 {
 	static const struct option opts[] = {CLI_COMMON_OPTS, {0}};
 	cli_ctx c = {.prog = "due show"};
+	const char *held = NULL;
 	due_db *db = NULL;
 	due_task *t;
 	due_id id;
@@ -115,14 +148,25 @@ int cmd_show(int argc, char **argv)
 	if ((rc = cli_parse_id(&c, argv[optind], &id)) ||
 	    (rc = cli_open(&c, &db)))
 		return rc;
-	rc = due_get(db, &t, id);
+	if ((rc = due_get(db, &t, id)) < 0) {
+		rc = cli_fail(&c, rc);
+		due_close(db);
+		return rc;
+	}
+	rc = due_task_hold(db, &held, t);
 	due_close(db);
-	if (rc < 0)
+	if (rc < 0) {
+		due_task_free(t);
 		return cli_fail(&c, rc);
-	if (c.json)
-		rc = cli_print_json(due_fmt_task(t));
-	else
-		print_text(t);
+	}
+	if (c.json) {
+		json_t *o = due_fmt_task(t);
+		if (o)
+			json_object_set_new(
+			    o, "held", held ? json_string(held) : json_null());
+		rc = cli_print_json(o);
+	} else
+		print_text(t, held);
 	due_task_free(t);
 	return rc;
 }

@@ -4,6 +4,11 @@
 ** health is UP while no dead letters exist: a dead letter is a signal for
 ** a person (seed 004), so the check stays DOWN until someone retries or
 ** kills it.
+**
+** stats also shows each kind with flow-control settings (due_kind_list()):
+** paused, running against max-running, claims in the rate's window
+** against the rate, and the claim passes each limit held back; in JSON a
+** "kinds" array of the objects `due kind ls --json` prints.
 */
 #include "cli/cli.h"
 #include "fmt/fmt.h"
@@ -13,7 +18,10 @@ static const char usage_stats[] =
     "\n"
     "Counts by state, dead letters, due-but-unclaimed backlog and its oldest\n"
     "age, and the lateness (claim time - due time) of claims in the last 5\n"
-    "minutes, from every worker.\n";
+    "minutes, from every worker; and for each kind with settings (`due "
+    "kind`):\n"
+    "paused or not, running tries against max-running, claims in the rate's\n"
+    "window against the rate, and how often each limit held tasks back.\n";
 
 static const char usage_health[] =
     "usage: due health [--json] [--db URL]\n"
@@ -50,9 +58,38 @@ static void print_ms(const char *name, int64_t us)
 		printf("  %-5s %.1f ms\n", name, (double)us / 1000.0);
 }
 
+/* One line per kind with settings: "KIND paused, running 2/4, ...". */
+static void print_kinds(const due_kind_info_list *l)
+{
+	char d[48];
+
+	if (!l->count)
+		return;
+	printf("kinds with settings:\n");
+	for (size_t i = 0; i < l->count; i++) {
+		const due_kind_info *k = &l->items[i];
+		printf("  %-20s %s, running %lld", k->kind,
+		       k->paused ? "paused" : "active", (long long)k->running);
+		if (k->max_running > 0)
+			printf("/%d", (int)k->max_running);
+		if (k->rate_n > 0) {
+			due_duration_format(d, sizeof(d), k->rate_us);
+			printf(", rate %lld/%d per %s", (long long)k->rate_used,
+			       (int)k->rate_n, d);
+		}
+		if (k->max_running_per_group > 0)
+			printf(", per group %d", (int)k->max_running_per_group);
+		printf(", due %lld; held by rate %lld, running %lld, group "
+		       "%lld\n",
+		       (long long)k->due, (long long)k->held_rate,
+		       (long long)k->held_running, (long long)k->held_group);
+	}
+}
+
 int cmd_stats(int argc, char **argv)
 {
 	cli_ctx c = {.prog = "due stats"};
+	due_kind_info_list *kinds = NULL;
 	due_db *db = NULL;
 	due_stats st;
 	int rc = parse(&c, argc, argv, usage_stats);
@@ -66,9 +103,13 @@ int cmd_stats(int argc, char **argv)
 	rc = due_stats_get(db, &st);
 	if (rc == 0)
 		rc = due_metrics_get(db, &m);
+	if (rc == 0)
+		rc = due_kind_list(db, &kinds);
 	due_close(db);
-	if (rc < 0)
+	if (rc < 0) {
+		due_metrics_free(m);
 		return cli_fail(&c, rc);
+	}
 	if (c.json) {
 		json_t *o = due_fmt_stats(&st);
 		json_t *wk = json_object();
@@ -84,6 +125,8 @@ int cmd_stats(int argc, char **argv)
 		json_object_set_new(o, "workers", wk);
 		json_object_set_new(o, "schedules",
 				    json_integer((json_int_t)m->n_schedules));
+		json_object_set_new(o, "kinds", due_fmt_kind_list(kinds));
+		due_kind_info_list_free(kinds);
 		due_metrics_free(m);
 		return cli_print_json(o);
 	}
@@ -107,6 +150,8 @@ int cmd_stats(int argc, char **argv)
 	    (long long)m->empty_claims, (long long)m->reclaim_queries,
 	    (long long)m->store_errors);
 	printf("schedules: %zu\n", m->n_schedules);
+	print_kinds(kinds);
+	due_kind_info_list_free(kinds);
 	due_metrics_free(m);
 	return 0;
 }

@@ -24,6 +24,8 @@ static const command commands[] = {
      "take a stuck CLAIMED task back (fences its holder)"},
     {"kill", cmd_kill, "end a waiting or running task as DEAD"},
     {"cron", cmd_cron, "periodic schedules: add, ls, rm, next"},
+    {"kind", cmd_kind,
+     "flow control of a kind: pause, rate, running limits, time limit"},
     {"work", cmd_work, "run a worker: claim due tasks, run a command for each"},
     {"verify", cmd_verify,
      "run the contract cases against a store (real processes)"},

@@ -1,6 +1,10 @@
 /*
 ** json.c - tasks, attempts and stats as JSON (jansson).
 **
+** A task's flow-control fields (priority, group, timeout) are the task's
+** own: "timeout" is null when the task has none and its kind's applies
+** (kind.c renders the kinds).
+**
 ** Payloads and results are opaque bytes.  They are shown as a JSON string
 ** when they are valid UTF-8 (the common case: JSON or text payloads), and
 ** otherwise base64-encoded under `payload_b64` / `result_b64`, so binary
@@ -32,6 +36,16 @@ static json_t *instant(due_time t)
 static json_t *str_or_null(const char *s)
 {
 	return s ? json_string(s) : json_null();
+}
+
+/* A duration as `due add --timeout` takes it ("30s"), or null for 0. */
+static json_t *duration_or_null(int64_t us)
+{
+	char buf[64];
+	if (us <= 0)
+		return json_null();
+	due_duration_format(buf, sizeof(buf), us);
+	return json_string(buf);
 }
 
 int due_fmt_is_utf8(const unsigned char *p, size_t n)
@@ -207,6 +221,10 @@ json_t *due_fmt_task_cut(const due_task *t, size_t cut)
 			    json_integer(t->backoff_us / 1000));
 	json_object_set_new(o, "backoff_cap_ms",
 			    json_integer(t->backoff_cap_us / 1000));
+	/* flow control (schema 4): the task's own settings */
+	json_object_set_new(o, "priority", json_integer(t->priority));
+	json_object_set_new(o, "group", str_or_null(t->group));
+	json_object_set_new(o, "timeout", duration_or_null(t->timeout_us));
 	json_object_set_new(o, "lease_owner", str_or_null(t->lease_owner));
 	json_object_set_new(o, "lease_until", due_fmt_time(t->lease_until));
 	json_object_set_new(o, "cancel_requested",

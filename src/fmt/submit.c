@@ -4,17 +4,20 @@
 **
 ** `due add --batch` reads one object a line and POST /v1/tasks one object
 ** a body; both describe the same due_submit with the same fields (kind,
-** payload | payload_b64, in | at, max_attempts, backoff, backoff_cap, key),
-** so they share due_fmt_submit_from_json() and differ only in how the
-** JSON text is parsed (due_fmt_batch_line(), due_fmt_task_body()) and in
-** the prefix of their messages ("--batch line N: ").
+** payload | payload_b64, in | at, max_attempts, backoff, backoff_cap, key,
+** priority, group, timeout), so they share due_fmt_submit_from_json() and
+** differ only in how the JSON text is parsed (due_fmt_batch_line(),
+** due_fmt_task_body()) and in the prefix of their messages ("--batch line
+** N: ").
 **
 ** What the decoder checks: the JSON types, no unknown field, 'in' and 'at'
-** not both, durations and times that parse, max_attempts in 1..1000, base64
-** that decodes.  What it leaves to the library, which checks every submit
-** again: the kind's syntax, the key's length, the payload limit and
-** backoff <= backoff_cap; the library's messages name the batch item
-** ("item 2: invalid kind '': empty") and the tests rely on that wording.
+** not both, durations and times that parse, max_attempts in 1..1000,
+** priority in -32768..32767, a timeout above 0, base64 that decodes.  What
+** it leaves to the library, which checks every submit again: the kind's
+** and the group's syntax, the key's length, the payload limit, backoff <=
+** backoff_cap and the timeout's upper bound; the library's messages name
+** the batch item ("item 2: invalid kind '': empty") and the tests rely on
+** that wording.
 **
 ** Every refusal is one line: bytes below 0x20 and DEL are written \xHH and
 ** an invalid or cut UTF-8 sequence is written '?', so a message can go in
@@ -30,7 +33,8 @@
 
 const char *const due_fmt_submit_fields[] = {
     "kind",	    "payload", "payload_b64", "in",  "at",
-    "max_attempts", "backoff", "backoff_cap", "key", NULL};
+    "max_attempts", "backoff", "backoff_cap", "key", "priority",
+    "group",	    "timeout", NULL};
 
 /* Length of the UTF-8 sequence its first byte announces; 0 if none. */
 static size_t utf8_len(unsigned char c)
@@ -179,6 +183,46 @@ static int retries(json_t *obj, due_schedule_opts *o, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+** priority (an integer -32768..32767), group (a string, or null for none)
+** and timeout (a duration string > 0, or null for the kind's) into *o.  A
+** group's syntax (not empty, at most 255 bytes, no control characters) is
+** the library's to check, like the kind's.
+*/
+static int flow(json_t *obj, due_schedule_opts *o, char *err, size_t errlen)
+{
+	json_t *pri = json_object_get(obj, "priority");
+	json_t *grp = json_object_get(obj, "group");
+	json_t *tmo = json_object_get(obj, "timeout");
+
+	if (pri && (!json_is_integer(pri) ||
+		    json_integer_value(pri) < DUE_PRIORITY_MIN ||
+		    json_integer_value(pri) > DUE_PRIORITY_MAX))
+		return fail(err, errlen,
+			    "'priority' must be an integer from %d to %d",
+			    DUE_PRIORITY_MIN, DUE_PRIORITY_MAX);
+	if (pri)
+		o->priority = (int32_t)json_integer_value(pri);
+	if (grp && !json_is_null(grp) && !json_is_string(grp))
+		return fail(err, errlen,
+			    "'group' must be a string (or null for none)");
+	if (grp && json_is_string(grp))
+		o->group = json_string_value(grp);
+	if (tmo && json_is_null(tmo))
+		return 0;
+	if (tmo && !json_is_string(tmo))
+		return fail(err, errlen,
+			    "'timeout' must be a duration string like \"30s\" "
+			    "(or null for the kind's)");
+	if (tmo &&
+	    due_duration_parse(&o->timeout_us, json_string_value(tmo)) < 0)
+		return fail(err, errlen, "'timeout': %s", due_error_last());
+	if (tmo && o->timeout_us <= 0)
+		return fail(err, errlen,
+			    "'timeout' must be more than 0 (null: the kind's)");
+	return 0;
+}
+
 /* 'payload' (text) or 'payload_b64' into s; *blob is the decoded base64. */
 static int payload(json_t *obj, due_submit *s, unsigned char **blob, char *err,
 		   size_t errlen)
@@ -224,6 +268,7 @@ int due_fmt_submit_from_json(json_t *obj, const char *const *known,
 	out->kind = json_string_value(kind);
 	if (timing(obj, &out->opts, err, errlen) < 0 ||
 	    retries(obj, &out->opts, err, errlen) < 0 ||
+	    flow(obj, &out->opts, err, errlen) < 0 ||
 	    payload(obj, out, blob, err, errlen) < 0) {
 		free(*blob);
 		*blob = NULL;

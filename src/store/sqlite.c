@@ -23,6 +23,12 @@
 ** Idle cost.  claim and reclaim first look with a plain read (no lock, no
 ** write) and only open a write transaction when there is something to do.
 **
+** Flow control (docs/internals/flow.md).  A claim reads the due_kind rows
+** under its write lock, serves each limited kind with exact counts, then
+** fills the rest by priority with a loose index scan (see "The claim"
+** below).  With no due_kind rows the extra cost is one empty read and one
+** index probe per priority in use.
+**
 ** Wake-ups.  Every transaction that may make work for another process (a
 ** submit, a retry, a requeue, a reclaim, a retry scheduled by fail)
 ** commits with due__sq_commit_wake, which touches the store's wake file;
@@ -97,17 +103,47 @@ enum stmt_id {
 	ST_M_PERMIN,
 	ST_M_WORKERS,
 	ST_M_SCHED,
+	ST_FLOW_KINDS,
+	ST_PRIO_NEXT,
+	ST_K_PICK,
+	ST_K_RUNNING,
+	ST_K_RATE,
+	ST_K_DUE,
+	ST_K_GROUPS,
+	ST_K_GROUP_RUNNING,
+	ST_RATE_LOG,
+	ST_RATE_TRIM,
+	ST_KIND_HELD,
+	ST_ID_KIND,
+	ST_KIND_GET,
+	ST_KIND_LIST,
+	ST_KIND_NEW,
+	ST_KIND_SET,
+	ST_KIND_DEL,
+	ST_RATE_DEL,
 	ST_COUNT
 };
 
 /* Where a task has used its attempt budget (store.h). */
 #define USED_UP "attempt - attempt_base >= max_attempts"
 
+/* A due_kind row that keeps its kind out of the plain claim. */
+#define FLOW_KIND                                                              \
+	"(k.paused <> 0 OR k.rate_n IS NOT NULL OR k.max_running IS NOT NULL"  \
+	" OR k.max_running_per_group IS NOT NULL)"
+
+/* The columns of a due_kind row, as kind_row() reads them. */
+#define KIND_COLS                                                              \
+	"kind, paused, rate_n, rate_us, max_running, max_running_per_group,"   \
+	" timeout_us, held_rate, held_running, held_group, updated_at"
+
 static const char *const sql_text[ST_COUNT] = {
     [ST_INSERT] =
 	"INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
-	" backoff_us, backoff_cap_us, key, created_at, updated_at)"
-	" VALUES (?1, ?2, 'SCHEDULED', ?3, ?4, ?5, ?6, ?7, ?8, ?8)"
+	" backoff_us, backoff_cap_us, key, created_at, updated_at, priority,"
+	" grp, timeout_us)"
+	" VALUES (?1, ?2, 'SCHEDULED', ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, "
+	"?11)"
 	" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
 	" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id",
     [ST_FIND_KEY] = "SELECT id FROM due_task WHERE kind = ?1 AND key = ?2"
@@ -269,6 +305,55 @@ static const char *const sql_text[ST_COUNT] = {
 	"DELETE FROM due_task WHERE id IN (SELECT id FROM due_task"
 	" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
 	" ORDER BY id LIMIT ?2)",
+    /* flow control (docs/internals/flow.md) */
+    [ST_FLOW_KINDS] = "SELECT kind, paused, rate_n, rate_us, max_running,"
+		      " max_running_per_group, timeout_us FROM due_kind"
+		      " ORDER BY kind",
+    [ST_PRIO_NEXT] = "SELECT min(priority) FROM due_task"
+		     " WHERE state = 'SCHEDULED' AND priority > ?1",
+    [ST_K_PICK] = "SELECT " DUE_TASK_COLS " FROM due_task"
+		  " WHERE kind = ?1 AND state = 'SCHEDULED' AND due_at <= ?2"
+		  " ORDER BY priority, due_at",
+    [ST_K_RUNNING] = "SELECT count(*) FROM due_task WHERE state = 'CLAIMED'"
+		     " AND kind = ?1 AND lease_until >= ?2",
+    [ST_K_RATE] = "SELECT count(*), min(at) FROM due_rate"
+		  " WHERE kind = ?1 AND at > ?2",
+    [ST_K_DUE] = "SELECT count(*) FROM due_task WHERE kind = ?1"
+		 " AND state = 'SCHEDULED' AND due_at <= ?2",
+    [ST_K_GROUPS] =
+	"SELECT grp, count(*) FROM due_task WHERE state = 'CLAIMED'"
+	" AND kind = ?1 AND grp IS NOT NULL AND lease_until >= ?2 GROUP BY grp",
+    [ST_K_GROUP_RUNNING] =
+	"SELECT count(*) FROM due_task WHERE state = 'CLAIMED'"
+	" AND kind = ?1 AND grp = ?2 AND lease_until >= ?3",
+    [ST_RATE_LOG] = "INSERT INTO due_rate (kind, at) VALUES (?1, ?2)",
+    [ST_RATE_TRIM] = "DELETE FROM due_rate WHERE kind = ?1 AND at <= ?2",
+    [ST_KIND_HELD] =
+	"UPDATE due_kind SET held_rate = held_rate + ?2,"
+	" held_running = held_running + ?3, held_group = held_group + ?4"
+	" WHERE kind = ?1",
+    [ST_ID_KIND] = "SELECT kind, grp FROM due_task WHERE id = ?1"
+		   " AND state = 'SCHEDULED' AND due_at <= ?2",
+    [ST_KIND_GET] = "SELECT " KIND_COLS " FROM due_kind WHERE kind = ?1",
+    [ST_KIND_LIST] = "SELECT " KIND_COLS " FROM due_kind ORDER BY kind",
+    [ST_KIND_NEW] = "INSERT INTO due_kind (kind, updated_at) VALUES (?1, ?2)"
+		    " ON CONFLICT (kind) DO NOTHING",
+    [ST_KIND_SET] =
+	"UPDATE due_kind SET"
+	" paused = CASE WHEN ?2 < 0 THEN paused ELSE ?2 END,"
+	" rate_n = CASE WHEN ?3 < 0 THEN rate_n WHEN ?3 = 0 THEN NULL"
+	"   ELSE ?3 END,"
+	" rate_us = CASE WHEN ?3 < 0 THEN rate_us WHEN ?3 = 0 THEN NULL"
+	"   ELSE ?4 END,"
+	" max_running = CASE WHEN ?5 < 0 THEN max_running WHEN ?5 = 0"
+	"   THEN NULL ELSE ?5 END,"
+	" max_running_per_group = CASE WHEN ?6 < 0 THEN max_running_per_group"
+	"   WHEN ?6 = 0 THEN NULL ELSE ?6 END,"
+	" timeout_us = CASE WHEN ?7 < 0 THEN timeout_us WHEN ?7 = 0 THEN NULL"
+	"   ELSE ?7 END,"
+	" updated_at = ?8 WHERE kind = ?1",
+    [ST_KIND_DEL] = "DELETE FROM due_kind WHERE kind = ?1",
+    [ST_RATE_DEL] = "DELETE FROM due_rate WHERE kind = ?1",
 };
 
 static const char schema_v1[] =
@@ -606,6 +691,11 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 	if (o->key)
 		sqlite3_bind_text(ins, 7, o->key, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(ins, 8, now);
+	sqlite3_bind_int(ins, 9, o->priority);
+	if (o->group)
+		sqlite3_bind_text(ins, 10, o->group, -1, SQLITE_STATIC);
+	if (o->timeout_us > 0)
+		sqlite3_bind_int64(ins, 11, o->timeout_us);
 	rc = sqlite3_step(ins);
 	if (rc == SQLITE_ROW) {
 		out->id = sqlite3_column_int64(ins, 0);
@@ -697,15 +787,395 @@ static int due__sq_schedule_on_native(void *conn, due_submitted *out,
 /* Claim                                                               */
 /* ------------------------------------------------------------------ */
 
-/* The pick statement for n_kinds kinds, prepared once per kind shape. */
-static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude)
+/*
+** The claim (docs/internals/flow.md).  Everything below runs inside the
+** claim's BEGIN IMMEDIATE, so the counts a limited kind is judged by
+** cannot change under it: every other claim waits for SQLite's one write
+** lock.  Three steps:
+**
+**   flow_read     the due_kind rows, ordered by kind (one step of a cached
+**                 statement when there are none: the whole cost of flow
+**                 control for a store that does not use it);
+**   claim_limited each limited kind the claim's filter admits, counted
+**                 exactly and picked through due_task_kind_claim;
+**   claim_rest    every other kind, walking the distinct priorities in use
+**                 (a loose index scan on due_task_claim) and taking each
+**                 one's due tasks in due_at order until the claim is full.
+**
+** Rows are picked first and claimed after (claim_picked): a statement
+** still stepping over due_task must not see its own table change.
+*/
+
+/* One due_kind row as a claim reads it (0: no such limit). */
+typedef struct flow_kind {
+	char *kind;
+	bool paused;
+	int32_t rate_n, max_running, per_group;
+	int64_t rate_us, timeout_us;
+} flow_kind;
+
+/* Why due tasks of a kind were left behind in a claim pass. */
+enum { HELD_RATE = 1, HELD_RUNNING = 2, HELD_GROUP = 4 };
+
+/* A claim's view of the kinds, and when to try again (0: no limit held). */
+typedef struct flow {
+	flow_kind *k; /* by kind, strcmp order */
+	size_t n;
+	bool filtered; /* some kind is paused or limited */
+	int64_t retry_in_us;
+} flow;
+
+static bool flow_limited(const flow_kind *k)
+{
+	return !k->paused && (k->rate_n || k->max_running || k->per_group);
+}
+
+static void flow_free(flow *f)
+{
+	for (size_t i = 0; i < f->n; i++)
+		free(f->k[i].kind);
+	free(f->k);
+}
+
+static int cmp_flow_kind(const void *key, const void *elem)
+{
+	return strcmp(key, ((const flow_kind *)elem)->kind);
+}
+
+/* The settings of `kind`, or NULL when it has none. */
+static const flow_kind *flow_find(const flow *f, const char *kind)
+{
+	return f->n ? bsearch(kind, f->k, f->n, sizeof(*f->k), cmp_flow_kind)
+		    : NULL;
+}
+
+/* Read the current row of ST_FLOW_KINDS into the next slot of f. */
+static int flow_add(flow *f, sqlite3_stmt *st, size_t *cap)
+{
+	const char *kind = (const char *)sqlite3_column_text(st, 0);
+	flow_kind *k;
+
+	if (f->n == *cap) {
+		*cap = *cap ? *cap * 2 : 8;
+		if (!(k = realloc(f->k, *cap * sizeof(*k))))
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		f->k = k;
+	}
+	k = &f->k[f->n];
+	if (!kind || !(k->kind = due__strdup_n(kind, strlen(kind))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	f->n++;
+	k->paused = sqlite3_column_int(st, 1) != 0;
+	k->rate_n = sqlite3_column_int(st, 2);
+	k->rate_us = sqlite3_column_int64(st, 3);
+	k->max_running = sqlite3_column_int(st, 4);
+	k->per_group = sqlite3_column_int(st, 5);
+	k->timeout_us = sqlite3_column_int64(st, 6);
+	if (k->paused || flow_limited(k))
+		f->filtered = true;
+	return 0;
+}
+
+/* Every due_kind row into f (empty f when there are none). */
+static int flow_read(due_store *s, flow *f)
+{
+	sqlite3_stmt *st = stmt(s, ST_FLOW_KINDS);
+	size_t cap = 0;
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+		if ((rc = flow_add(f, st, &cap)) < 0)
+			break;
+	sqlite3_reset(st);
+	if (rc < 0)
+		return rc;
+	return rc == SQLITE_DONE ? 0 : due__sq_error(s, rc, "read kinds");
+}
+
+/* Does the claim's kind filter admit `kind`? */
+static bool admits(const char *const *kinds, size_t n_kinds, bool exclude,
+		   const char *kind)
+{
+	for (size_t i = 0; i < n_kinds; i++)
+		if (strcmp(kinds[i], kind) == 0)
+			return !exclude;
+	return n_kinds == 0 || exclude;
+}
+
+/* One count(*) (and optionally a second column) of a bound statement. */
+static int count_of(due_store *s, sqlite3_stmt *st, int64_t *n, int64_t *second)
+{
+	int rc = sqlite3_step(st);
+
+	*n = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+	if (second)
+		*second = rc == SQLITE_ROW ? sqlite3_column_int64(st, 1) : 0;
+	sqlite3_reset(st);
+	return rc == SQLITE_ROW ? 0 : due__sq_error(s, rc, "count");
+}
+
+/* Tries of kind k with a live lease (group: of that group only). */
+static int running_of(due_store *s, const char *kind, const char *group,
+		      due_time now, int64_t *n)
+{
+	sqlite3_stmt *st = stmt(s, group ? ST_K_GROUP_RUNNING : ST_K_RUNNING);
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+	if (group)
+		sqlite3_bind_text(st, 2, group, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, group ? 3 : 2, now);
+	return count_of(s, st, n, NULL);
+}
+
+/* Claims of kind logged in the window ending now, and the oldest. */
+static int rate_of(due_store *s, const flow_kind *k, due_time now,
+		   int64_t *used, due_time *oldest)
+{
+	sqlite3_stmt *st = stmt(s, ST_K_RATE);
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, k->kind, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, now - k->rate_us);
+	return count_of(s, st, used, oldest);
+}
+
+/*
+** How many tasks of limited kind k this claim may take, at most `left`:
+** *room, with *why the limit that set it (0: `left` did) and *oldest the
+** oldest logged claim in the rate window (0 when none).
+*/
+static int kind_room(due_store *s, const flow_kind *k, due_time now,
+		     int64_t left, int64_t *room, int *why, due_time *oldest)
+{
+	int64_t n;
+	int rc;
+
+	*room = left;
+	*why = 0;
+	*oldest = 0;
+	if (k->max_running) {
+		if ((rc = running_of(s, k->kind, NULL, now, &n)) < 0)
+			return rc;
+		if (k->max_running - n < *room)
+			*room = k->max_running - n, *why = HELD_RUNNING;
+	}
+	if (k->rate_n) {
+		if ((rc = rate_of(s, k, now, &n, oldest)) < 0)
+			return rc;
+		if (k->rate_n - n < *room)
+			*room = k->rate_n - n, *why = HELD_RATE;
+	}
+	if (*room < 0)
+		*room = 0;
+	return 0;
+}
+
+/*
+** After a pass over limited kind k that claimed `taken` tasks: log them in
+** due_rate (and trim what left the window), count the held-back pass,
+** and lower f->retry_in_us to when trying again may find room.
+*/
+static int kind_after(due_store *s, flow *f, const flow_kind *k, due_time now,
+		      int64_t taken, int held, due_time oldest)
+{
+	sqlite3_stmt *st;
+	int64_t retry = 0;
+	int rc;
+
+	for (int64_t i = 0; k->rate_n && i < taken; i++) {
+		if (!(st = stmt(s, ST_RATE_LOG)))
+			return due_error_last_code();
+		sqlite3_bind_text(st, 1, k->kind, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, now);
+		if ((rc = due__sq_exec(s, st, "log rate")) < 0)
+			return rc;
+	}
+	if (k->rate_n && taken) {
+		if (!(st = stmt(s, ST_RATE_TRIM)))
+			return due_error_last_code();
+		sqlite3_bind_text(st, 1, k->kind, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, now - k->rate_us);
+		if ((rc = due__sq_exec(s, st, "trim rate")) < 0)
+			return rc;
+	}
+	if (!held)
+		return 0;
+	if (held & HELD_RATE) /* the oldest logged claim leaves the window */
+		retry = (oldest ? oldest : now) + k->rate_us - now;
+	if (held & (HELD_RUNNING | HELD_GROUP) && (!retry || retry > 100000))
+		retry = 100000;
+	if (retry < 1000)
+		retry = 1000;
+	if (!f->retry_in_us || retry < f->retry_in_us)
+		f->retry_in_us = retry;
+	if (!(st = stmt(s, ST_KIND_HELD)))
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, k->kind, -1, SQLITE_STATIC);
+	sqlite3_bind_int(st, 2, (held & HELD_RATE) != 0);
+	sqlite3_bind_int(st, 3, (held & HELD_RUNNING) != 0);
+	sqlite3_bind_int(st, 4, (held & HELD_GROUP) != 0);
+	return due__sq_exec(s, st, "count held");
+}
+
+/* Running tries per group of one kind (max_running_per_group). */
+typedef struct group_count {
+	char *grp;
+	int64_t n;
+} group_count;
+
+typedef struct groups {
+	group_count *g;
+	size_t n, cap;
+} groups;
+
+static void groups_free(groups *g)
+{
+	for (size_t i = 0; i < g->n; i++)
+		free(g->g[i].grp);
+	free(g->g);
+}
+
+/* The count of group `grp` (n bytes), added at 0 when new; NULL: no memory. */
+static int64_t *group_slot(groups *g, const char *grp, size_t n)
+{
+	for (size_t i = 0; i < g->n; i++)
+		if (strlen(g->g[i].grp) == n &&
+		    memcmp(g->g[i].grp, grp, n) == 0)
+			return &g->g[i].n;
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? g->cap * 2 : 16;
+		group_count *ng = realloc(g->g, cap * sizeof(*ng));
+		if (!ng)
+			return NULL;
+		g->g = ng, g->cap = cap;
+	}
+	if (!(g->g[g->n].grp = due__strdup_n(grp, n)))
+		return NULL;
+	g->g[g->n].n = 0;
+	return &g->g[g->n++].n;
+}
+
+/* The live tries of every group of kind into g. */
+static int groups_read(due_store *s, const char *kind, due_time now, groups *g)
+{
+	sqlite3_stmt *st = stmt(s, ST_K_GROUPS);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, now);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t *slot =
+		    group_slot(g, (const char *)sqlite3_column_text(st, 0),
+			       (size_t)sqlite3_column_bytes(st, 0));
+		if (!slot) {
+			sqlite3_reset(st);
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		}
+		*slot = sqlite3_column_int64(st, 1);
+	}
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE ? 0 : due__sq_error(s, rc, "count groups");
+}
+
+/*
+** Pick up to `room` due tasks of kind k into l, in (priority, due_at)
+** order, skipping the tasks of groups at their limit (so a full group
+** never blocks the tasks behind it).  *held gets HELD_GROUP when a task
+** was skipped for its group, and `why` when a due task was left because
+** room ran out.
+*/
+static int pick_kind(due_store *s, const flow_kind *k, due_task_list *l,
+		     due_time now, int64_t room, int why, groups *g, int *held)
+{
+	sqlite3_stmt *st = stmt(s, ST_K_PICK);
+	SQ_ROWS(r, s, st, "claim");
+	int64_t taken = 0, *slot = NULL;
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, k->kind, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, now);
+	while ((rc = r.ops->next(r.cur)) > 0) {
+		size_t n = 0;
+		const char *grp = r.ops->bytes(r.cur, DUE_TC_GRP, &n);
+		if (taken == room) {
+			*held |= why; /* why 0: the claim is full */
+			break;
+		}
+		slot = NULL;
+		if (k->per_group && grp) {
+			if (!(slot = group_slot(g, grp, n))) {
+				rc =
+				    due__error_set(DUE_ENOMEM, "out of memory");
+				break;
+			}
+			if (*slot >= k->per_group) {
+				*held |= HELD_GROUP;
+				continue;
+			}
+		}
+		if ((rc = due__row_task(&r, &l->items[l->count++])) < 0)
+			break;
+		taken++;
+		if (slot)
+			++*slot;
+	}
+	sqlite3_reset(st);
+	return rc < 0 ? rc : 0;
+}
+
+static int claim_picked(due_store *s, due_task_list *l, size_t from,
+			const char *owner, due_time now, int64_t lease_us);
+static int collect_tasks(due_store *s, sqlite3_stmt *st, due_task_list *l,
+			 size_t cap, const char *what);
+
+/* One pass over limited kind k: count, pick, claim, log. */
+static int claim_limited(due_store *s, flow *f, const flow_kind *k,
+			 due_task_list *l, int limit, const char *owner,
+			 due_time now, int64_t lease_us)
+{
+	size_t from = l->count;
+	groups g = {0};
+	int64_t room;
+	due_time oldest;
+	int why, held = 0, rc;
+
+	if ((rc = kind_room(s, k, now, limit - (int64_t)l->count, &room, &why,
+			    &oldest)) < 0)
+		return rc;
+	if ((k->per_group && (rc = groups_read(s, k->kind, now, &g)) < 0) ||
+	    (rc = pick_kind(s, k, l, now, room, why, &g, &held)) < 0 ||
+	    (rc = claim_picked(s, l, from, owner, now, lease_us)) < 0)
+		goto done;
+	rc = kind_after(s, f, k, now, (int64_t)(l->count - from), held, oldest);
+done:
+	groups_free(&g);
+	return rc;
+}
+
+/*
+** The pick of the plain claim, for n_kinds kinds and with the kinds that
+** have limits or are paused left out (filtered), prepared once per shape:
+** the due tasks of one priority (?1) in due_at order, through
+** due_task_claim.
+*/
+static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude,
+				bool filtered)
 {
 	char sql[2048 + 16 * 64];
 	size_t off;
 	int rc;
 
 	if (s->claim && s->claim_kinds == n_kinds &&
-	    s->claim_exclude == exclude) {
+	    s->claim_exclude == exclude && s->claim_flow == filtered) {
 		sqlite3_reset(s->claim);
 		sqlite3_clear_bindings(s->claim);
 		return s->claim;
@@ -716,20 +1186,25 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude)
 	}
 	sqlite3_finalize(s->claim);
 	s->claim = NULL;
-	/* the pick: due rows through the partial index, in due order (the
-	   rows are then claimed one by one by primary key, see claim_locked) */
 	off = (size_t)snprintf(sql, sizeof(sql),
 			       "SELECT " DUE_TASK_COLS
-			       " FROM due_task WHERE state = 'SCHEDULED'"
+			       " FROM due_task INDEXED BY due_task_claim"
+			       " WHERE state = 'SCHEDULED' AND priority = ?1"
 			       " AND due_at <= ?2");
 	for (size_t i = 0; i < n_kinds; i++)
 		off += (size_t)snprintf(sql + off, sizeof(sql) - off, "%s?%zu",
 					i	  ? ", "
 					: exclude ? " AND kind NOT IN ("
 						  : " AND kind IN (",
-					i + 5);
-	snprintf(sql + off, sizeof(sql) - off, "%s ORDER BY due_at LIMIT ?4",
-		 n_kinds ? ")" : "");
+					i + 4);
+	if (n_kinds)
+		off += (size_t)snprintf(sql + off, sizeof(sql) - off, ")");
+	if (filtered)
+		off += (size_t)snprintf(
+		    sql + off, sizeof(sql) - off,
+		    " AND NOT EXISTS (SELECT 1 FROM due_kind k"
+		    " WHERE k.kind = due_task.kind AND " FLOW_KIND ")");
+	snprintf(sql + off, sizeof(sql) - off, " ORDER BY due_at LIMIT ?3");
 	rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
 				&s->claim, NULL);
 	if (rc != SQLITE_OK) {
@@ -738,7 +1213,130 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude)
 	}
 	s->claim_kinds = n_kinds;
 	s->claim_exclude = exclude;
+	s->claim_flow = filtered;
 	return s->claim;
+}
+
+/* The lowest priority above `after` that a scheduled task has; *none. */
+static int prio_next(due_store *s, int64_t after, int64_t *p, bool *none)
+{
+	sqlite3_stmt *st = stmt(s, ST_PRIO_NEXT);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, after);
+	rc = sqlite3_step(st);
+	*none = rc != SQLITE_ROW || sqlite3_column_type(st, 0) == SQLITE_NULL;
+	*p = *none ? 0 : sqlite3_column_int64(st, 0);
+	sqlite3_reset(st);
+	return rc == SQLITE_ROW ? 0 : due__sq_error(s, rc, "claim priority");
+}
+
+/*
+** Fill the rest of the claim from the kinds without limits: walk the
+** distinct priorities in use, lowest first, one index probe each, and
+** take each one's due tasks in due_at order until l holds `limit`.
+*/
+static int claim_rest(due_store *s, const flow *f, due_task_list *l,
+		      const char *owner, const char *const *kinds,
+		      size_t n_kinds, bool exclude, int limit, int64_t lease_us,
+		      due_time now)
+{
+	size_t from = l->count;
+	int64_t p = DUE_PRIORITY_MIN - 1;
+	bool none = false;
+	int rc;
+
+	while (l->count < (size_t)limit) {
+		sqlite3_stmt *st;
+		if ((rc = prio_next(s, p, &p, &none)) < 0)
+			return rc;
+		if (none)
+			break;
+		if (!(st = claim_stmt(s, n_kinds, exclude, f->filtered)))
+			return due_error_last_code();
+		sqlite3_bind_int64(st, 1, p);
+		sqlite3_bind_int64(st, 2, now);
+		sqlite3_bind_int(st, 3, limit - (int)l->count);
+		for (size_t i = 0; i < n_kinds; i++)
+			sqlite3_bind_text(st, (int)i + 4, kinds[i], -1,
+					  SQLITE_STATIC);
+		if ((rc = collect_tasks(s, st, l, (size_t)limit, "claim")) < 0)
+			return rc;
+	}
+	return claim_picked(s, l, from, owner, now, lease_us);
+}
+
+/*
+** The limited or paused kind of task id, if the task is due and its kind
+** is one (else *k = NULL), and for a limited kind the room it has for one
+** more claim (kind_room; a full group of the task gives room 0).
+*/
+static int id_kind(due_store *s, const flow *f, due_id id, due_time now,
+		   const flow_kind **k, int64_t *room, int *why,
+		   due_time *oldest)
+{
+	sqlite3_stmt *st = stmt(s, ST_ID_KIND);
+	int64_t n = 0;
+	int rc;
+
+	*k = NULL;
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int64(st, 2, now);
+	if ((rc = sqlite3_step(st)) != SQLITE_ROW) {
+		sqlite3_reset(st);
+		return rc == SQLITE_DONE ? 0 : due__sq_error(s, rc, "claim");
+	}
+	*k = flow_find(f, (const char *)sqlite3_column_text(st, 0));
+	if (*k && !(*k)->paused && !flow_limited(*k))
+		*k = NULL;
+	rc = 0;
+	if (*k && flow_limited(*k) &&
+	    (rc = kind_room(s, *k, now, 1, room, why, oldest)) == 0 && *room &&
+	    (*k)->per_group && sqlite3_column_type(st, 1) != SQLITE_NULL &&
+	    (rc = running_of(s, (*k)->kind,
+			     (const char *)sqlite3_column_text(st, 1), now,
+			     &n)) == 0 &&
+	    n >= (*k)->per_group)
+		*room = 0, *why = HELD_GROUP;
+	sqlite3_reset(st);
+	return rc;
+}
+
+/*
+** Claim one task by id (due_claim_id): never one of a paused kind; one of
+** a limited kind only when its limits have room (then it counts as a
+** claim of the kind).  Nothing claimed when it cannot be.
+*/
+static int claim_by_id(due_store *s, flow *f, due_task_list *l,
+		       const char *owner, int64_t lease_us, due_id id,
+		       due_time now)
+{
+	const flow_kind *k = NULL;
+	sqlite3_stmt *st;
+	int64_t room = 1;
+	due_time oldest = 0;
+	int why = 0, rc;
+
+	if (f->filtered &&
+	    (rc = id_kind(s, f, id, now, &k, &room, &why, &oldest)) < 0)
+		return rc;
+	if (k && k->paused)
+		return 0;
+	if (k && !room)
+		return kind_after(s, f, k, now, 0, why, oldest);
+	if (!(st = stmt(s, ST_CLAIM_ID)))
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, now);
+	sqlite3_bind_int64(st, 3, lease_us);
+	sqlite3_bind_int64(st, 4, id);
+	if ((rc = collect_tasks(s, st, l, 1, "claim")) < 0)
+		return rc;
+	return k ? kind_after(s, f, k, now, (int64_t)l->count, 0, oldest) : 0;
 }
 
 /* Is anything due?  A lock-free read that keeps empty polls cheap. */
@@ -789,23 +1387,31 @@ static int collect_tasks(due_store *s, sqlite3_stmt *st, due_task_list *l,
 	return rc;
 }
 
+/* Release what a task row holds (not the row itself). */
+static void task_clear(due_task *t)
+{
+	free(t->kind), free(t->payload), free(t->key);
+	free(t->result), free(t->last_error), free(t->lease_owner);
+	free(t->group);
+}
+
 /*
-** Claim the picked rows one by one by primary key.  We hold SQLite's only
-** write lock (BEGIN IMMEDIATE) from the pick to the commit, so no other
-** claim can interleave; the update still re-checks state = 'SCHEDULED'
-** itself.  Claiming by key avoids the temporary b-trees SQLite builds for
-** `IN (SELECT ... LIMIT n)` and for RETURNING, which cost more than the
-** claim itself (profile in docs/BENCHMARKS.md).  Rows that did not change
-** are dropped from the list.
+** Claim the picked rows l->items[from..] one by one by primary key.  We
+** hold SQLite's only write lock (BEGIN IMMEDIATE) from the pick to the
+** commit, so no other claim can interleave; the update still re-checks
+** state = 'SCHEDULED' itself.  Claiming by key avoids the temporary
+** b-trees SQLite builds for `IN (SELECT ... LIMIT n)` and for RETURNING,
+** which cost more than the claim itself (profile in docs/BENCHMARKS.md).
+** Rows that did not change are dropped from the list.
 */
 static int fenced(due_store *s, sqlite3_stmt *st, const char *what, bool *hit);
 
-static int claim_picked(due_store *s, due_task_list *l, const char *owner,
-			due_time now, int64_t lease_us)
+static int claim_picked(due_store *s, due_task_list *l, size_t from,
+			const char *owner, due_time now, int64_t lease_us)
 {
-	size_t kept = 0;
+	size_t kept = from;
 
-	for (size_t i = 0; i < l->count; i++) {
+	for (size_t i = from; i < l->count; i++) {
 		due_task *t = &l->items[i];
 		sqlite3_stmt *st = stmt(s, ST_CLAIM_ONE);
 		bool hit;
@@ -819,9 +1425,7 @@ static int claim_picked(due_store *s, due_task_list *l, const char *owner,
 		if ((rc = fenced(s, st, "claim", &hit)) < 0)
 			return rc;
 		if (!hit) { /* not reachable under the write lock; drop it */
-			free(t->kind), free(t->payload), free(t->key);
-			free(t->result), free(t->last_error),
-			    free(t->lease_owner);
+			task_clear(t);
 			continue;
 		}
 		t->state = DUE_CLAIMED;
@@ -838,7 +1442,8 @@ static int claim_picked(due_store *s, due_task_list *l, const char *owner,
 }
 
 /*
-** The claim inside an open transaction: the statement, the attempt rows.
+** The claim inside an open transaction: limited kinds, then the rest,
+** then the attempt rows; each task carries the time limit of its try.
 ** now is the transaction's clock.  Fills l (capacity limit).
 */
 static int claim_locked(due_store *s, due_task_list *l, const char *owner,
@@ -846,28 +1451,37 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 			int limit, int64_t lease_us, due_id only_id,
 			due_time now)
 {
-	sqlite3_stmt *st;
+	flow f = {0};
 	int rc;
 
-	if (only_id)
-		n_kinds = 0;
-	st = only_id ? stmt(s, ST_CLAIM_ID) : claim_stmt(s, n_kinds, exclude);
-	if (!st)
-		return due_error_last_code();
-	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 2, now);
-	sqlite3_bind_int64(st, 3, lease_us);
-	if (only_id)
-		sqlite3_bind_int64(st, 4, only_id);
-	else
-		sqlite3_bind_int(st, 4, limit);
-	for (size_t i = 0; i < n_kinds; i++)
-		sqlite3_bind_text(st, (int)i + 5, kinds[i], -1, SQLITE_STATIC);
-	if ((rc = collect_tasks(s, st, l, (size_t)limit, "claim")) < 0)
-		return rc;
-	if (!only_id && (rc = claim_picked(s, l, owner, now, lease_us)) < 0)
-		return rc;
-	return record_claims(s, l, owner, now);
+	if ((rc = flow_read(s, &f)) < 0)
+		goto done;
+	if (only_id) {
+		if ((rc = claim_by_id(s, &f, l, owner, lease_us, only_id,
+				      now)) < 0)
+			goto done;
+	} else {
+		for (size_t i = 0; i < f.n && l->count < (size_t)limit; i++)
+			if (flow_limited(&f.k[i]) &&
+			    admits(kinds, n_kinds, exclude, f.k[i].kind) &&
+			    (rc = claim_limited(s, &f, &f.k[i], l, limit, owner,
+						now, lease_us)) < 0)
+				goto done;
+		if (l->count < (size_t)limit &&
+		    (rc = claim_rest(s, &f, l, owner, kinds, n_kinds, exclude,
+				     limit, lease_us, now)) < 0)
+			goto done;
+	}
+	for (size_t i = 0; f.n && i < l->count; i++) {
+		const flow_kind *k = flow_find(&f, l->items[i].kind);
+		if (!l->items[i].timeout_us && k)
+			l->items[i].timeout_us = k->timeout_us;
+	}
+	l->retry_in_us = f.retry_in_us;
+	rc = record_claims(s, l, owner, now);
+done:
+	flow_free(&f);
+	return rc;
 }
 
 static int complete_one(due_store *s, due_completion *c, due_time now,
@@ -1103,7 +1717,7 @@ fail:
 static int due__sq_fail(due_store *s, due_fail_outcome *out, due_id id,
 			int32_t attempt, const char *error, due_outcome as)
 {
-	(void)as; /* FLOW-TODO: record TIMED_OUT */
+	const char *failed = as == DUE_OUT_TIMED_OUT ? "TIMED_OUT" : "FAILED";
 	sqlite3_stmt *st;
 	due_time now;
 	int rc;
@@ -1130,7 +1744,7 @@ static int due__sq_fail(due_store *s, due_fail_outcome *out, due_id id,
 		*out = due__fail_outcome_of(ns);
 		sqlite3_reset(st);
 		rc = end_attempt(s, id, attempt, now,
-				 ns == DUE_CANCELLED ? "CANCELLED" : "FAILED",
+				 ns == DUE_CANCELLED ? "CANCELLED" : failed,
 				 error);
 	} else if (rc == SQLITE_DONE) {
 		sqlite3_reset(st);
@@ -1925,7 +2539,8 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 	off = (size_t)snprintf(
 	    sql, sizeof(sql),
 	    "SELECT id, due_at FROM due_task WHERE state = 'SCHEDULED'"
-	    " AND due_at < ?1");
+	    " AND due_at < ?1 AND NOT EXISTS (SELECT 1 FROM due_kind k"
+	    " WHERE k.kind = due_task.kind AND k.paused <> 0)");
 	for (size_t i = 0; i < n_kinds; i++)
 		off += (size_t)snprintf(sql + off, sizeof(sql) - off, "%s?%zu",
 					i	  ? ", "
@@ -1967,35 +2582,218 @@ static int due__sq_upcoming(due_store *s, due_upcoming *out,
 
 static const char *const schemes[] = {"sqlite", NULL};
 
-/* Every method is due__sq_<method> (store.h lists them). */
-/* FLOW-TODO: flow control (docs/internals/flow.md). */
+/* ------------------------------------------------------------------ */
+/* Flow control: the kinds' settings                                   */
+/* ------------------------------------------------------------------ */
+
 static int due__sq_kind_put(due_store *s, const char *kind,
 			    const due_kind_settings *set)
 {
-	(void)s, (void)kind, (void)set;
-	return due__error_set(DUE_ESTORE, "kind settings: not implemented");
+	sqlite3_stmt *st;
+	due_time now;
+	int rc;
+
+	if ((rc = due__sq_begin(s)) < 0)
+		return rc;
+	now = due_time_now_host();
+	if (!(st = stmt(s, ST_KIND_NEW))) {
+		rc = due_error_last_code();
+		goto fail;
+	}
+	sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, now);
+	if ((rc = due__sq_exec(s, st, "create kind")) < 0)
+		goto fail;
+	if (!(st = stmt(s, ST_KIND_SET))) {
+		rc = due_error_last_code();
+		goto fail;
+	}
+	sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+	sqlite3_bind_int(st, 2, set->paused);
+	sqlite3_bind_int(st, 3, set->rate_n);
+	sqlite3_bind_int64(st, 4, set->rate_us);
+	sqlite3_bind_int(st, 5, set->max_running);
+	sqlite3_bind_int(st, 6, set->max_running_per_group);
+	sqlite3_bind_int64(st, 7, set->timeout_us);
+	sqlite3_bind_int64(st, 8, now);
+	if ((rc = due__sq_exec(s, st, "set kind")) < 0)
+		goto fail;
+	return due__sq_commit_wake(s);
+fail:
+	due__sq_rollback(s);
+	return rc;
+}
+
+/* The current KIND_COLS row of st into k (zeroed first). */
+static int kind_row(sqlite3_stmt *st, due_kind_info *k)
+{
+	const char *kind = (const char *)sqlite3_column_text(st, 0);
+
+	memset(k, 0, sizeof(*k));
+	if (!kind || !(k->kind = due__strdup_n(kind, strlen(kind))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	k->paused = sqlite3_column_int(st, 1) != 0;
+	k->rate_n = sqlite3_column_int(st, 2);
+	k->rate_us = sqlite3_column_int64(st, 3);
+	k->max_running = sqlite3_column_int(st, 4);
+	k->max_running_per_group = sqlite3_column_int(st, 5);
+	k->timeout_us = sqlite3_column_int64(st, 6);
+	k->held_rate = sqlite3_column_int64(st, 7);
+	k->held_running = sqlite3_column_int64(st, 8);
+	k->held_group = sqlite3_column_int64(st, 9);
+	k->updated_at = sqlite3_column_int64(st, 10);
+	return 0;
+}
+
+/* What kind k holds now: running, rate_used, due, group_running. */
+static int kind_live(due_store *s, due_kind_info *k, const char *group,
+		     due_time now)
+{
+	flow_kind fk = {.kind = k->kind, .rate_us = k->rate_us};
+	sqlite3_stmt *st;
+	due_time oldest;
+	int rc;
+
+	if ((rc = running_of(s, k->kind, NULL, now, &k->running)) < 0 ||
+	    (k->rate_n &&
+	     (rc = rate_of(s, &fk, now, &k->rate_used, &oldest)) < 0) ||
+	    (group &&
+	     (rc = running_of(s, k->kind, group, now, &k->group_running)) < 0))
+		return rc;
+	if (!(st = stmt(s, ST_K_DUE)))
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, k->kind, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, now);
+	return count_of(s, st, &k->due, NULL);
+}
+
+/*
+** Rows of ST_KIND_GET / ST_KIND_LIST (bound) into l, with their live
+** counts, read in one transaction so that they agree.
+*/
+static int kind_rows(due_store *s, sqlite3_stmt *st, due_kind_info_list *l,
+		     const char *group)
+{
+	due_time now = due_time_now_host();
+	size_t cap = 0;
+	int rc;
+
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (l->count == cap) {
+			due_kind_info *n;
+			cap = cap ? cap * 2 : 8;
+			if (!(n = realloc(l->items, cap * sizeof(*n)))) {
+				rc =
+				    due__error_set(DUE_ENOMEM, "out of memory");
+				break;
+			}
+			l->items = n;
+		}
+		if ((rc = kind_row(st, &l->items[l->count])) < 0)
+			break;
+		l->count++;
+	}
+	sqlite3_reset(st);
+	if (rc < 0 || rc != SQLITE_DONE)
+		return rc < 0 ? rc : due__sq_error(s, rc, "read kinds");
+	for (size_t i = 0; i < l->count; i++)
+		if ((rc = kind_live(s, &l->items[i], group, now)) < 0)
+			return rc;
+	return 0;
+}
+
+/* One read transaction over the kinds: kind NULL for every one. */
+static int kind_read(due_store *s, due_kind_info_list **out, const char *kind,
+		     const char *group)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	*out = NULL;
+	if ((rc = due__kind_info_list_alloc(out, 0)) < 0)
+		return rc;
+	if ((rc = sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL)) !=
+	    SQLITE_OK) {
+		rc = due__sq_error(s, rc, "begin read");
+		goto done;
+	}
+	if (!(st = stmt(s, kind ? ST_KIND_GET : ST_KIND_LIST))) {
+		rc = due_error_last_code();
+		goto done;
+	}
+	if (kind)
+		sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+	rc = kind_rows(s, st, *out, group);
+done:
+	due__sq_rollback(s);
+	if (rc < 0) {
+		due_kind_info_list_free(*out);
+		*out = NULL;
+	}
+	return rc;
 }
 
 static int due__sq_kind_get(due_store *s, due_kind_info **out, const char *kind,
 			    const char *group)
 {
-	(void)s, (void)kind, (void)group;
+	due_kind_info_list *l = NULL;
+	int rc;
+
 	*out = NULL;
-	return due__error_set(DUE_ENOTFOUND, "no settings for this kind");
+	if ((rc = kind_read(s, &l, kind, group)) < 0)
+		return rc;
+	if (l->count == 0)
+		rc = due__error_set(DUE_ENOTFOUND, "no settings for kind '%s'",
+				    kind);
+	else if (!(*out = malloc(sizeof(**out))))
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+	else {
+		**out = l->items[0];
+		l->count = 0;
+	}
+	due_kind_info_list_free(l);
+	return rc;
 }
 
 static int due__sq_kind_list(due_store *s, due_kind_info_list **out)
 {
-	(void)s;
-	return due__kind_info_list_alloc(out, 0);
+	return kind_read(s, out, NULL, NULL);
 }
 
+/* Forget a kind's settings and its rate log; wakes workers (a resume). */
 static int due__sq_kind_remove(due_store *s, const char *kind)
 {
-	(void)s, (void)kind;
-	return due__error_set(DUE_ENOTFOUND, "no settings for this kind");
+	sqlite3_stmt *st;
+	int rc;
+
+	if ((rc = due__sq_begin(s)) < 0)
+		return rc;
+	if (!(st = stmt(s, ST_KIND_DEL))) {
+		rc = due_error_last_code();
+		goto fail;
+	}
+	sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+	if ((rc = due__sq_exec(s, st, "remove kind")) < 0)
+		goto fail;
+	if (sqlite3_changes(s->db) == 0) {
+		rc = due__error_set(DUE_ENOTFOUND, "no settings for kind '%s'",
+				    kind);
+		goto fail;
+	}
+	if (!(st = stmt(s, ST_RATE_DEL))) {
+		rc = due_error_last_code();
+		goto fail;
+	}
+	sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+	if ((rc = due__sq_exec(s, st, "remove rate log")) < 0)
+		goto fail;
+	return due__sq_commit_wake(s);
+fail:
+	due__sq_rollback(s);
+	return rc;
 }
 
+/* Every method is due__sq_<method> (store.h lists them). */
 #define OP(m) .m = due__sq_##m,
 const due_store_ops due__store_sqlite = {
     .version = DUE_STORE_OPS_VERSION,

@@ -27,6 +27,7 @@ struct due_store {
 	sqlite3_stmt *claim; /* claim statement for claim_kinds kinds */
 	size_t claim_kinds;
 	bool claim_exclude;
+	bool claim_flow;   /* it leaves out kinds paused or limited */
 	sqlite3_stmt *upc; /* upcoming statement, same caching */
 	size_t upc_kinds;
 	bool upc_exclude;

@@ -175,14 +175,17 @@ static int claim_pool(due_worker *w, due_db *db, pool *p, int limit,
 /*
 ** One claiming round over every pool with free slots.  *filled is set
 ** when some pool got all it asked for, or had no free slot to ask with
-** (either way more may be due).  Returns the
+** (either way more may be due).  *retry_us is the shortest retry_in_us of
+** the pools' claims (due tasks held back by a kind's rate or running
+** limit: claim again then, not sooner), 0 when none said so.  Returns the
 ** number of tasks claimed, or a negative code on a store error.
 */
-int due__claim_round(due_worker *w, due_db *db, bool *filled)
+int due__claim_round(due_worker *w, due_db *db, bool *filled, int64_t *retry_us)
 {
 	int total = 0;
 
 	*filled = false;
+	*retry_us = 0;
 	for (size_t i = 0; i < w->n_pools && !atomic_load(&w->stop); i++) {
 		pool *p = w->pools[i];
 		due_task_list *l = NULL;
@@ -207,6 +210,9 @@ int due__claim_round(due_worker *w, due_db *db, bool *filled)
 			return rc;
 		if (!l)
 			continue;
+		if (l->retry_in_us > 0 &&
+		    (*retry_us == 0 || l->retry_in_us < *retry_us))
+			*retry_us = l->retry_in_us;
 		if (l->count == 0)
 			atomic_fetch_add(&w->st.empty_claims, 1);
 		if ((int)l->count == free_slots)
@@ -308,23 +314,27 @@ static int64_t reclaim(due_worker *w, due_db *db)
 
 /*
 ** The claiming loop.  Claims as soon as slots free up while the previous
-** round filled them (more is due), else once per poll interval.  Returns
-** when stopping, or in once-mode when nothing due is left.
+** round filled them (more is due), else once per poll interval, or
+** sooner when the store said held-back tasks may be claimable then
+** (retry_in_us).  Returns when stopping, or in once-mode when nothing
+** due is left: tasks held back by a limit will become claimable, so they
+** keep it running; tasks of a paused kind do not.
 */
 void due__claim_loop(due_worker *w, due_db *db)
 {
 	int64_t next_reclaim = 0, next_poll = 0, backoff = 10000;
+	int64_t retry_at = 0; /* held-back tasks: claim again then */
 	bool more = true;
 
 	while (!atomic_load(&w->stop)) {
-		int64_t now = due__mono_us();
+		int64_t now = due__mono_us(), retry_us = 0;
 		bool filled = false;
 		int n = 0;
 
 		if (now >= next_reclaim)
 			next_reclaim = reclaim(w, db);
 		if (more || now >= next_poll) {
-			n = due__claim_round(w, db, &filled);
+			n = due__claim_round(w, db, &filled, &retry_us);
 			if (n < 0) {
 				due__outage_fail(w, &w->claim_outage,
 						 "claiming");
@@ -338,10 +348,14 @@ void due__claim_loop(due_worker *w, due_db *db)
 			more = filled;
 			due__set_fold(w, more || w->o.once);
 			next_poll = due__mono_us() + w->poll_us;
+			retry_at = retry_us ? due__mono_us() + retry_us : 0;
+			if (retry_at && retry_at < next_poll)
+				next_poll = retry_at;
 		}
 		if (w->o.mode == DUE_MODE_INLINE)
 			due__run_inline(w);
-		if (w->o.once && n == 0 && !more && inflight(w) == 0)
+		if (w->o.once && n == 0 && !more && !retry_at &&
+		    inflight(w) == 0)
 			return;
 		if (more && n > 0)
 			continue; /* slots may still be free in other pools */
@@ -350,10 +364,12 @@ void due__claim_loop(due_worker *w, due_db *db)
 			  : (next_poll < next_reclaim ? next_poll
 						      : next_reclaim)) -
 		    due__mono_us();
-		if (w->o.once)
+		/* once-mode re-checks promptly until drained, except while
+		   the store holds tasks back: then their retry time decides */
+		if (w->o.once && !retry_at)
 			until = until > 50000 ? 50000 : until;
 		due__wait_wake(w, until > 0 ? until : 0);
-		if (w->o.once)
-			more = true; /* re-check promptly until drained */
+		if (w->o.once && !retry_at)
+			more = true;
 	}
 }

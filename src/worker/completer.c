@@ -7,7 +7,10 @@
 **              at a time, and commits them: plain completions with one
 **              due_complete_batch() (one transaction, each row fenced on
 **              its own (id, attempt), each with its own outcome); fails and
-**              completions with a transaction hook one by one.  Then it
+**              completions with a transaction hook one by one.  A try
+**              stopped at its time limit is failed with the outcome
+**              TIMED_OUT (due_fail_as()), whatever its handler returned.  Then
+*it
 **              retires each job (out of flight, its slot freed) and wakes
 **              the claimer, which may claim into the freed slots.
 **   Owns:      its own store connection; the jobs of the batch it commits.
@@ -98,9 +101,14 @@ static void commit_single(completer *c, due_job *j)
 		 j->rc != 0 ? "failing" : "completing", (long long)j->task.id);
 	if (j->rc != 0) {
 		due_fail_outcome fo = DUE_FAIL_REJECTED_STALE;
+		/* a try stopped at its time limit is recorded as such */
+		due_outcome as = atomic_load(&j->end) == DUE_END_TIMED_OUT
+				     ? DUE_OUT_TIMED_OUT
+				     : DUE_OUT_FAILED;
 		STORE_RETRY(c, what,
-			    due_fail(c->db, &fo, j->task.id, j->task.attempt,
-				     j->error ? j->error : "handler failed"));
+			    due_fail_as(c->db, &fo, j->task.id, j->task.attempt,
+					j->error ? j->error : "handler failed",
+					as));
 		if (rc == 0)
 			due__count_outcome(w, j, false, (int)fo);
 		return;

@@ -16,8 +16,12 @@
 ** nor opts.once is set; otherwise the claimer polls (due__claim_loop()).
 **   Does:      refills the wheel from the store (at most every 5 ms, at once
 **              after a notification, else once per safety poll), claims
-**              when the wheel fires, reclaims when the refill says the
-**              earliest lease has ended.
+**              when the wheel fires, and again after retry_in_us when a
+**              claim says due tasks were held back by a kind's rate or
+**              running limit (their ids have left the wheel by then),
+**              reclaims when the refill says the earliest lease has ended.
+**              A resumed kind's tasks come back with the refill its
+**              notification triggers (upcoming leaves paused kinds out).
 **   Owns:      the wheel, the listening socket of the claimer's connection.
 **   Locks:     none of its own; the claim rounds take mu (claimer.c).
 **   Blocks on: poll() of the eventfd and the listening socket until the
@@ -43,6 +47,7 @@ typedef struct disc {
 	int64_t last_refill;
 	int64_t recheck_at;
 	int rechecks;
+	int64_t retry_at; /* held-back tasks: claim again then; 0: none */
 	bool exact_clock; /* the store's clock is this host's (SQLite) */
 	bool listening;	  /* notifications work on this connection */
 	const char *kinds[65];
@@ -190,6 +195,8 @@ static int64_t wheel_deadline(due_worker *w, disc *d)
 		until = d->next_reclaim;
 	if (d->recheck_at && d->recheck_at < until)
 		until = d->recheck_at;
+	if (d->retry_at && d->retry_at < until)
+		until = d->retry_at;
 	return until;
 }
 
@@ -199,7 +206,7 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 	bool more = true;
 
 	while (!atomic_load(&w->stop)) {
-		int64_t now = due__mono_us(), fired = 0;
+		int64_t now = due__mono_us(), fired = 0, retry_us = 0;
 		const char *what = "refilling the wheel";
 		bool filled = false;
 		int n;
@@ -221,13 +228,18 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 		}
 		due__wheel_advance(d->wheel, now / 1000, count_fire, &fired);
 		atomic_fetch_add(&w->st.wheel_fired, fired);
-		if (fired || more || (d->recheck_at && now >= d->recheck_at)) {
+		/* tasks held back by a kind's limit fired from the wheel and
+		   left it: the claim said when to try again (retry_at) */
+		if (fired || more || (d->recheck_at && now >= d->recheck_at) ||
+		    (d->retry_at && now >= d->retry_at)) {
 			what = "claiming";
-			if ((n = due__claim_round(w, db, &filled)) < 0)
+			if ((n = due__claim_round(w, db, &filled, &retry_us)) <
+			    0)
 				goto store_error;
 			due__outage_over(w, &w->claim_outage);
 			backoff = 10000;
 			more = filled;
+			d->retry_at = retry_us ? due__mono_us() + retry_us : 0;
 			due__set_fold(w, more);
 			/* PostgreSQL's clock is known to within a round trip:
 			   if we woke early, look again shortly */

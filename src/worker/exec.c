@@ -7,13 +7,15 @@
 *(never on a
 ** command line, never through the shell's parser); the environment gets
 ** DUE_TASK_ID, DUE_KIND, DUE_ATTEMPT, DUE_IDEMPOTENCY_KEY=task-<id> (the
-** same on every attempt, CONTRACT §3.8) and DUE_DUE_AT.  Exit 0 completes
+** same on every attempt, CONTRACT §3.8), DUE_DUE_AT, DUE_PRIORITY and, for
+** a task with a group, DUE_GROUP.  Exit 0 completes
 ** the try with stdout (up to max_result bytes) as the result; a non-zero
 ** exit or a signal fails it with the last 4 KiB of stderr.
 **
 ** While it runs, one thread multiplexes the three pipes with poll() and
 ** looks at the job's lease flag every 20 ms.  When the lease keeper
-** reports the lease lost or a cancel requested, the whole process group
+** reports the lease lost, a cancel requested or the try's time limit
+** passed (it watches the clock, keeper.c), the whole process group
 ** gets SIGTERM, then SIGKILL after kill_grace: a handler that ignores
 ** SIGTERM still ends.  Pipes are non-blocking so a command that never reads
 ** its stdin, or floods stdout, cannot wedge the worker.
@@ -79,29 +81,40 @@ static void buf_add(buf *b, const unsigned char *d, size_t n)
 	b->p[b->len] = '\0';
 }
 
+/*
+** The task's variables, one buffer each: a group is up to 255 bytes, a
+** kind up to 128 (core/task.c checks both).
+*/
+#define N_VARS 7
+#define VAR_MAX 320
+
 /* environ without DUE_* plus the task's variables.  NULL on ENOMEM. */
-static char **make_env(const due_task *t, char vars[5][160])
+static char **make_env(const due_task *t, char vars[N_VARS][VAR_MAX])
 {
 	size_t n = 0, k = 0;
+	int nv = 6;
 	char due[40];
 	char **env;
 
 	while (environ[n])
 		n++;
-	if (!(env = calloc(n + 6, sizeof(*env))))
+	if (!(env = calloc(n + N_VARS + 1, sizeof(*env))))
 		return NULL;
 	for (size_t i = 0; i < n; i++)
 		if (strncmp(environ[i], "DUE_", 4) != 0 ||
 		    strncmp(environ[i], "DUE_DB=", 7) == 0)
 			env[k++] = environ[i];
 	due_time_format(due, sizeof(due), t->due_at);
-	snprintf(vars[0], 160, "DUE_TASK_ID=%lld", (long long)t->id);
-	snprintf(vars[1], 160, "DUE_KIND=%s", t->kind);
-	snprintf(vars[2], 160, "DUE_ATTEMPT=%d", t->attempt);
-	snprintf(vars[3], 160, "DUE_IDEMPOTENCY_KEY=task-%lld",
+	snprintf(vars[0], VAR_MAX, "DUE_TASK_ID=%lld", (long long)t->id);
+	snprintf(vars[1], VAR_MAX, "DUE_KIND=%s", t->kind);
+	snprintf(vars[2], VAR_MAX, "DUE_ATTEMPT=%d", t->attempt);
+	snprintf(vars[3], VAR_MAX, "DUE_IDEMPOTENCY_KEY=task-%lld",
 		 (long long)t->id);
-	snprintf(vars[4], 160, "DUE_DUE_AT=%s", due);
-	for (int i = 0; i < 5; i++)
+	snprintf(vars[4], VAR_MAX, "DUE_DUE_AT=%s", due);
+	snprintf(vars[5], VAR_MAX, "DUE_PRIORITY=%d", (int)t->priority);
+	if (t->group)
+		snprintf(vars[nv++], VAR_MAX, "DUE_GROUP=%s", t->group);
+	for (int i = 0; i < nv; i++)
 		env[k++] = vars[i];
 	env[k] = NULL;
 	return env;
@@ -492,7 +505,7 @@ int due_exec_handler(due_job *job, void *payload)
 	buf out = {.limit = o->max_result},
 	    err = {.limit = ERR_TAIL, .tail = true};
 	child c = {-1, -1, -1, -1};
-	char vars[5][160];
+	char vars[N_VARS][VAR_MAX];
 	char **env;
 	int rc;
 

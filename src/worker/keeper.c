@@ -10,7 +10,12 @@
 **              A renewal the store does not answer is tried again after a
 **              backoff within what is left of the lease (renew_failed());
 **              when renewals keep failing for a whole lease, the lease is
-**              presumed lost and the handler told the same.  Ends the
+**              presumed lost and the handler told the same.  Watches the
+**              time limits: a try still running its task.timeout_us after
+**              its claim is told to stop (DUE_STOP_TIMEOUT, logged once),
+**              and its lease is still renewed until it is committed, so
+**              that no other worker runs the task while its handler (a
+**              command's process group) is being stopped.  Ends the
 **              grace after a stop (due__grace_check_locked()).  Between
 **              renewals it publishes the worker's counters to the store
 **              (due_worker_report) and logs a summary once a minute.
@@ -18,7 +23,7 @@
 **   Locks:     mu, to pick the jobs due for renewal (taking a reference to
 **              each, so the completer cannot free one under it) and to drop
 **              those references; never across a store call.
-**   Blocks on: keep_cv until the next renewal is due, at most lease/12
+**   Blocks on: keep_cv until the next renewal or time limit, at most lease/12
 **              (5 ms .. 1 s; 100 ms inline), and on the store during a
 **              renewal or a report.
 **   Exits:     when threads_stop is set and nothing is in flight (or the
@@ -57,7 +62,10 @@ static size_t renewals_due_locked(due_worker *w, renewal *r, size_t cap,
 {
 	size_t n = 0;
 	for (due_job *j = w->inflight; j; j = j->inext) {
-		if (atomic_load(&j->lost))
+		/* a timed-out try keeps its lease until it is committed */
+		if (atomic_load(&j->lost) &&
+		    (atomic_load(&j->end) != DUE_END_TIMED_OUT ||
+		     j->renew_over))
 			continue;
 		if (j->renew_at > now + RENEW_GROUP_US || n == cap) {
 			if (j->renew_at < *next)
@@ -86,6 +94,7 @@ static void renew_failed(due_worker *w, due_job *j, int64_t now)
 	int64_t left = j->renewed_mono + w->o.lease_us - now, retry;
 
 	if (left <= 0) {
+		j->renew_over = true;
 		if (due__job_stop(j, DUE_STOP_LEASE_LOST) &&
 		    !atomic_load(&j->finished)) {
 			atomic_fetch_add(&w->st.lease_lost, 1);
@@ -136,6 +145,11 @@ static void renew_one(keeper *k, renewal *r)
 		j->renew_backoff = 0;
 		return;
 	}
+	if (atomic_load(&j->end) == DUE_END_TIMED_OUT) {
+		/* already told to stop; its commit will be refused */
+		j->renew_over = true;
+		return;
+	}
 	if (!due__job_stop(j, eo == DUE_EXTEND_LOST ? DUE_STOP_LEASE_LOST
 						    : DUE_STOP_CANCEL))
 		return;
@@ -153,6 +167,56 @@ static void renew_one(keeper *k, renewal *r)
 		  (long long)r->id, r->attempt,
 		  eo == DUE_EXTEND_LOST ? "lease lost (taken back by the store)"
 					: "cancel requested");
+}
+
+/*
+** Stop the tries that ran past their time limit: the first to move a
+** try's `end` decides (the handler's thread moves it when the handler
+** returns), so a try that returned in time is never called timed out.
+** Stores the stopped tries (at most cap) in out, for the log, and lowers
+** *next to the earliest time limit still ahead.  mu held.
+*/
+static size_t timeouts_locked(due_worker *w, renewal *out, size_t cap,
+			      int64_t now, int64_t *next)
+{
+	size_t n = 0;
+
+	for (due_job *j = w->inflight; j; j = j->inext) {
+		int running = DUE_END_RUNNING;
+		/* a try already told to stop (lease lost, cancel, shutdown)
+		   ends for that reason */
+		if (!j->deadline_mono || atomic_load(&j->lost) ||
+		    atomic_load(&j->end) != DUE_END_RUNNING)
+			continue;
+		if (j->deadline_mono > now) {
+			if (j->deadline_mono < *next)
+				*next = j->deadline_mono;
+			continue;
+		}
+		if (!atomic_compare_exchange_strong(&j->end, &running,
+						    DUE_END_TIMED_OUT))
+			continue;
+		due__job_stop(j, DUE_STOP_TIMEOUT);
+		if (n < cap)
+			out[n++] = (renewal){j, j->task.id, j->task.attempt};
+	}
+	return n;
+}
+
+/* One line at the normal level per try stopped at its time limit. */
+static void log_timeouts(due_worker *w, const renewal *t, size_t n)
+{
+	char dur[48];
+
+	for (size_t i = 0; i < n; i++) {
+		due_duration_format(dur, sizeof(dur),
+				    t[i].job->task.timeout_us);
+		due__wlog(w, 1,
+			  "task %lld (%s) attempt %d: timed out after %s; "
+			  "stopping its handler",
+			  (long long)t[i].id, t[i].job->task.kind, t[i].attempt,
+			  dur);
+	}
 }
 
 /*
@@ -250,7 +314,7 @@ void *due__keeper_main(void *arg)
 	keeper k = {.w = arg, .outage = {.who = "keeper"}, .last_sum = -1};
 	due_worker *w = k.w;
 	int64_t tick = keeper_tick(w);
-	renewal r[256];
+	renewal r[256], t[64];
 
 	k.last_summary = due__mono_us();
 	pthread_mutex_lock(&w->mu);
@@ -263,6 +327,17 @@ void *due__keeper_main(void *arg)
 		/* stopping: look again soon, a second stop ends the grace */
 		if (grace_end && !w->grace_over_at && next > now + 100000)
 			next = now + 100000;
+		size_t nt = timeouts_locked(w, t, 64, now, &next);
+		if (nt) { /* the jobs stay in flight: they are still renewed */
+			for (size_t i = 0; i < nt; i++)
+				t[i].job->refs++;
+			pthread_mutex_unlock(&w->mu);
+			log_timeouts(w, t, nt);
+			pthread_mutex_lock(&w->mu);
+			for (size_t i = 0; i < nt; i++)
+				if (--t[i].job->refs == 0)
+					due__job_free(t[i].job);
+		}
 		size_t n = renewals_due_locked(w, r, 256, now, &next);
 		if (n == 0) {
 			due__cond_wait_us(&w->keep_cv, &w->mu, next - now);

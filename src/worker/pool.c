@@ -22,6 +22,7 @@
 */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,7 @@ const char *due__stop_reason_name(int why)
 	case DUE_STOP_LEASE_LOST: return "lease lost";
 	case DUE_STOP_CANCEL: return "cancel requested";
 	case DUE_STOP_SHUTDOWN: return "worker shutdown";
+	case DUE_STOP_TIMEOUT: return "time limit";
 	default: return "stopped";
 	}
 }
@@ -127,6 +129,8 @@ due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t)
 	j->h = handler_for(w, j->task.kind);
 	j->renewed_mono = due__mono_us();
 	j->renew_at = j->renewed_mono + w->o.lease_us / 3;
+	if (j->task.timeout_us > 0)
+		j->deadline_mono = j->renewed_mono + j->task.timeout_us;
 	j->refs = 1;
 	j->inext = w->inflight;
 	if (w->inflight)
@@ -158,6 +162,30 @@ due_job *due__pool_dequeue_locked(pool *p)
 	return j;
 }
 
+/*
+** A try the keeper stopped at its time limit fails with "timed out after
+** DUR", whatever its handler returned: its result is not committed.
+** Returns true when the try timed out.  The keeper and this thread race
+** for `end`; the first to move it decides.
+*/
+static bool settle_timeout(due_job *j)
+{
+	int running = DUE_END_RUNNING;
+	char dur[48], msg[80];
+
+	if (atomic_compare_exchange_strong(&j->end, &running, DUE_END_RETURNED))
+		return false;
+	due_duration_format(dur, sizeof(dur), j->task.timeout_us);
+	snprintf(msg, sizeof(msg), "timed out after %s", dur);
+	due_job_set_error(j, msg);
+	free(j->result);
+	j->result = NULL;
+	j->result_len = 0;
+	j->hook = NULL;
+	j->rc = 1;
+	return true;
+}
+
 /* Run the handler of a job; then queue it for the completer. */
 void due__run_job(due_worker *w, due_job *j)
 {
@@ -169,9 +197,12 @@ void due__run_job(due_worker *w, due_job *j)
 	} else {
 		j->rc = j->h->fn(j, j->h->payload);
 	}
+	bool timed_out = settle_timeout(j);
 	due__wlog(w, 2, "task %lld (%s) attempt %d: handler %s in %.1f ms",
 		  (long long)j->task.id, j->task.kind, j->task.attempt,
-		  j->rc == 0 ? "ok" : "failed",
+		  timed_out    ? "timed out"
+		  : j->rc == 0 ? "ok"
+			       : "failed",
 		  (double)(due__mono_us() - t0) / 1000.0);
 	j->done_mono = due__mono_us();
 	atomic_store(&j->finished, true);

@@ -15,9 +15,9 @@
 **   pool N      one thread per slot of each pool (pool.c), runs handlers;
 **               none for the shared pool in inline mode.  No store
 **               connection of its own (a handler may open one).
-**   keeper      renews the lease of every running try, publishes the
-**               worker's counters, and ends the grace after a stop
-**               (keeper.c).
+**   keeper      renews the lease of every running try, watches the time
+**               limits of running tries, publishes the worker's counters,
+**               and ends the grace after a stop (keeper.c).
 **   completer   commits finished tries in batches and frees their slots
 **               (completer.c).
 **   scheduler   materializes the slots of periodic schedules (scheduler.c);
@@ -46,6 +46,18 @@
 **    the lock.
 **  - The worker's own view of a lease is advisory.  Whether a completion
 **    lands is decided by the store's fenced statement, always.
+**  - Time limits are watched by the keeper alone (it already wakes for
+**    every running try's lease): a try still running task.timeout_us after
+**    its claim is stopped with DUE_STOP_TIMEOUT.  Whether a try timed out
+**    is decided once, by whoever moves `end` first: the keeper (TIMED_OUT)
+**    or the thread whose handler returned (RETURNED); a timed-out try is
+**    failed with DUE_OUT_TIMED_OUT whatever its handler returned.  The
+**    keeper renews a timed-out try's lease until it is committed, so no
+**    other worker takes the task while its process group is being killed.
+**  - A claim that says tasks were held back by a kind's limit
+**    (retry_in_us) is followed by another claim after that delay, not
+**    sooner, in both discovery modes: a held kind never makes the claimer
+**    spin.
 */
 #ifndef DUE_WORKER_INTERNAL_H
 #define DUE_WORKER_INTERNAL_H
@@ -107,7 +119,12 @@ struct due_job {
 	atomic_bool finished; /* the handler returned: from now on the fenced
 				 commit, not the keeper, says whether the
 				 lease held */
-	int refs;	      /* under mu */
+	int64_t deadline_mono; /* claim + task.timeout_us, monotonic us;
+				  0: no time limit */
+	atomic_int end;	       /* DUE_END_*: how the try ended, set once */
+	bool renew_over;       /* a timed-out try's lease is gone: stop
+				  renewing it (keeper) */
+	int refs;	       /* under mu */
 	unsigned char *result;
 	size_t result_len;
 	char *error;
@@ -199,7 +216,8 @@ void *due__keeper_main(void *arg);
 void *due__scheduler_main(void *arg);
 
 /* claimer.c (the claimer thread only) */
-int due__claim_round(due_worker *w, due_db *db, bool *filled);
+int due__claim_round(due_worker *w, due_db *db, bool *filled,
+		     int64_t *retry_us);
 void due__set_fold(due_worker *w, bool fold);
 void due__run_inline(due_worker *w);
 int64_t due__reclaim_max(due_worker *w, due_db *db, int64_t max_us);
@@ -213,8 +231,12 @@ enum {
 	DUE_STOP_NONE = 0,
 	DUE_STOP_LEASE_LOST,
 	DUE_STOP_CANCEL,
-	DUE_STOP_SHUTDOWN
+	DUE_STOP_SHUTDOWN,
+	DUE_STOP_TIMEOUT
 };
+
+/* How a try ended (due_job.end), decided once by compare-and-swap. */
+enum { DUE_END_RUNNING = 0, DUE_END_RETURNED, DUE_END_TIMED_OUT };
 
 /*
 ** Tell a job's handler to stop for `why`: records the first reason and

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_work.sh - `due work` with real processes: the handler protocol
-# (stdin payload with binary bytes and quotes, environment, exit codes,
+# (stdin payload with binary bytes and quotes, environment (DUE_PRIORITY,
+# no DUE_GROUP for a task without one), exit codes,
 # result and error capture, the same idempotency key on every attempt),
 # SIGKILL for a handler that ignores SIGTERM, graceful shutdown, and pool
 # isolation.
@@ -22,6 +23,8 @@ grep -qx "DUE_KIND=proto" "$OUT/env.$id" && ok || bad "DUE_KIND"
 grep -qx "DUE_ATTEMPT=1" "$OUT/env.$id" && ok || bad "DUE_ATTEMPT"
 grep -qx "DUE_IDEMPOTENCY_KEY=task-$id" "$OUT/env.$id" && ok || bad "DUE_IDEMPOTENCY_KEY"
 grep -q "^DUE_DUE_AT=20..-..-..T..:..:..\....Z$" "$OUT/env.$id" && ok || bad "DUE_DUE_AT"
+grep -qx "DUE_PRIORITY=0" "$OUT/env.$id" && ok || bad "DUE_PRIORITY"
+grep -q "^DUE_GROUP=" "$OUT/env.$id" && bad "DUE_GROUP without a group" || ok
 expect_eq "done" DONE "$(state "$id" state)"
 
 # 2. stdout is the result; non-zero exit fails with stderr's tail

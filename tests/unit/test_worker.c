@@ -2,8 +2,11 @@
 ** test_worker.c - the C worker runtime: handlers in pool and inline mode,
 ** immediate mode, the completion-transaction hook, a handler seeing its
 ** lease lost when its task is cancelled, isolated pools, once-mode
-** draining and stop, and the idle wheel worker's refills claiming nothing. Real
-*threads against a real SQLite store.
+** draining and stop, the idle wheel worker's refills claiming nothing, and
+** flow control: time limits (own and the kind's), claims held back by a
+** running limit without spinning, resume waking the worker, once-mode with
+** paused and held kinds, DUE_PRIORITY/DUE_GROUP.  Real threads against a
+** real SQLite store.
 */
 #include <pthread.h>
 #include <setjmp.h>
@@ -425,6 +428,339 @@ static void test_idle_wheel_refills_only(void **state)
 	due_close(db);
 }
 
+/* ------------------------------------------------------------------ */
+/* Flow control: time limits, held-back kinds, pause and resume        */
+/* ------------------------------------------------------------------ */
+
+typedef struct limit_probe {
+	atomic_int calls, stopped, returned_ok;
+	atomic_llong seen_timeout_us;
+} limit_probe;
+
+/*
+** Works until told to stop (the keeper's time limit), then returns 0 with
+** a result anyway: the try must still fail, and no result be committed.
+** A 20 s guard keeps a broken worker from hanging the test.
+*/
+static int until_stopped(due_job *job, void *payload)
+{
+	limit_probe *p = payload;
+	atomic_fetch_add(&p->calls, 1);
+	atomic_store(&p->seen_timeout_us, due_job_task(job)->timeout_us);
+	for (int i = 0; i < 4000 && due_job_lease_held(job); i++)
+		tu_sleep_ms(5);
+	if (!due_job_lease_held(job))
+		atomic_fetch_add(&p->stopped, 1);
+	return due_job_set_result(job, "too late", 8);
+}
+
+/* Returns at once, well within any time limit. */
+static int quick_ok(due_job *job, void *payload)
+{
+	limit_probe *p = payload;
+	atomic_fetch_add(&p->calls, 1);
+	atomic_fetch_add(&p->returned_ok, 1);
+	return due_job_set_result(job, "ok", 2);
+}
+
+static void start_runner(runner *r, int64_t poll_us, bool no_wheel)
+{
+	due_worker_opts o = DUE_WORKER_OPTS_INIT;
+	o.url = url;
+	o.poll_us = poll_us;
+	o.no_wheel = no_wheel;
+	o.log_level = 0;
+	assert_int_equal(due_worker_new(&r->w, &o), 0);
+}
+
+static void stop_runner(runner *r, due_worker_stats *st)
+{
+	due_worker_stop(r->w);
+	pthread_join(r->th, NULL);
+	assert_int_equal(r->rc, 0);
+	if (st)
+		due_worker_stats_get(r->w, st);
+	due_worker_free(r->w);
+}
+
+/* DEAD after `tries` tries, each TIMED_OUT with "timed out after DUR". */
+static void check_timed_out(due_db *db, due_id id, int tries, int64_t us)
+{
+	char dur[48], want[80];
+	due_task *t = NULL;
+
+	due_duration_format(dur, sizeof(dur), us);
+	snprintf(want, sizeof(want), "timed out after %s", dur);
+	assert_int_equal(due_get(db, &t, id), 0);
+	assert_int_equal(t->state, DUE_DEAD);
+	assert_false(t->has_result);
+	assert_int_equal((int)t->n_attempts, tries);
+	for (size_t i = 0; i < t->n_attempts; i++) {
+		assert_string_equal(t->attempts[i].outcome, "TIMED_OUT");
+		assert_non_null(t->attempts[i].error);
+		assert_string_equal(t->attempts[i].error, want);
+	}
+	assert_string_equal(t->last_error, want);
+	due_task_free(t);
+}
+
+/*
+** An in-process handler past its own time limit sees due_job_lease_held()
+** turn false; its try fails TIMED_OUT although it returned 0, and the
+** task goes DEAD after its two attempts.  A task with the same limit whose
+** handler returns in time is DONE.
+*/
+static void test_task_timeout_inprocess(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	limit_probe p = {0}, q = {0};
+	due_schedule_opts so = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted slow, fast;
+	due_worker_stats st;
+	runner r = {0};
+
+	so.max_attempts = 2;
+	so.backoff_us = 10000;
+	so.timeout_us = 300000;
+	assert_int_equal(due_schedule(db, &slow, "slow", "", 0, &so), 0);
+	assert_int_equal(due_schedule(db, &fast, "fast", "", 0, &so), 0);
+	start_runner(&r, 20000, false);
+	assert_int_equal(due_worker_register(r.w, "slow", until_stopped, &p, 0),
+			 0);
+	assert_int_equal(due_worker_register(r.w, "fast", quick_ok, &q, 0), 0);
+	pthread_create(&r.th, NULL, run_thread, &r);
+	assert_true(wait_state(db, slow.id, DUE_DEAD));
+	assert_true(wait_state(db, fast.id, DUE_DONE));
+	stop_runner(&r, &st);
+	check_timed_out(db, slow.id, 2, so.timeout_us);
+	check_result(db, fast.id, DUE_DONE, "ok");
+	assert_int_equal(atomic_load(&p.calls), 2);
+	assert_int_equal(atomic_load(&p.stopped), 2);
+	assert_int_equal(atomic_load(&p.seen_timeout_us), so.timeout_us);
+	assert_int_equal(st.failed, 1); /* the first try; the second: dead */
+	assert_int_equal(st.dead, 1);
+	assert_int_equal(st.done, 1);
+	assert_int_equal(st.lease_lost, 0);
+	due_close(db);
+}
+
+/* The kind's time limit applies to a task without its own (inline mode). */
+static void test_kind_timeout_inline(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_kind_settings ks = DUE_KIND_SETTINGS_INIT;
+	due_schedule_opts so = DUE_SCHEDULE_OPTS_INIT;
+	limit_probe p = {0};
+	due_submitted s;
+	runner r = {0};
+	due_worker_opts o = DUE_WORKER_OPTS_INIT;
+
+	ks.timeout_us = 250000;
+	assert_int_equal(due_kind_set(db, "kt", &ks), 0);
+	so.max_attempts = 2;
+	so.backoff_us = 10000;
+	assert_int_equal(due_schedule(db, &s, "kt", "", 0, &so), 0);
+	o.url = url;
+	o.mode = DUE_MODE_INLINE;
+	o.poll_us = 20000;
+	o.log_level = 0;
+	assert_int_equal(due_worker_new(&r.w, &o), 0);
+	assert_int_equal(due_worker_register(r.w, "kt", until_stopped, &p, 0),
+			 0);
+	pthread_create(&r.th, NULL, run_thread, &r);
+	assert_true(wait_state(db, s.id, DUE_DEAD));
+	stop_runner(&r, NULL);
+	check_timed_out(db, s.id, 2, ks.timeout_us);
+	assert_int_equal(atomic_load(&p.stopped), 2);
+	assert_int_equal(atomic_load(&p.seen_timeout_us), ks.timeout_us);
+	due_close(db);
+}
+
+typedef struct gate {
+	atomic_int running, max_running, calls;
+	atomic_bool open;
+} gate;
+
+/* Blocks until the test opens the gate; counts how many run at once. */
+static int gated(due_job *job, void *payload)
+{
+	gate *g = payload;
+	int now = atomic_fetch_add(&g->running, 1) + 1;
+	int prev = atomic_load(&g->max_running);
+	(void)job;
+	while (now > prev &&
+	       !atomic_compare_exchange_weak(&g->max_running, &prev, now))
+		;
+	while (!atomic_load(&g->open))
+		tu_sleep_ms(2);
+	atomic_fetch_add(&g->calls, 1);
+	atomic_fetch_sub(&g->running, 1);
+	return 0;
+}
+
+static int count_state(due_db *db, const due_id *ids, int n, due_state want)
+{
+	int k = 0;
+	for (int i = 0; i < n; i++) {
+		due_task *t = NULL;
+		assert_int_equal(due_get(db, &t, ids[i]), 0);
+		k += t->state == want;
+		due_task_free(t);
+	}
+	return k;
+}
+
+/*
+** A kind with max_running 1, a handler that holds its slot and 19 more due
+** tasks: while they are held back, the worker claims again only after the
+** store's retry_in_us, never in a loop.  The bound on claim queries is a
+** resource check (a spinning claimer makes thousands in the hold), not a
+** timing claim; the hold itself is a plain sleep.  Once the gate opens,
+** every task runs, one at a time.  Both discovery modes.
+*/
+static void held_no_spin(bool no_wheel)
+{
+	due_db *db = open_db();
+	due_kind_settings ks = DUE_KIND_SETTINGS_INIT;
+	due_worker_stats st0, st1;
+	gate g = {0};
+	due_id ids[20];
+	runner r = {0};
+
+	ks.max_running = 1;
+	assert_int_equal(due_kind_set(db, "held", &ks), 0);
+	for (int i = 0; i < 20; i++)
+		ids[i] = add(db, "held", "");
+	start_runner(&r, no_wheel ? 1000000 : 0, no_wheel);
+	assert_int_equal(due_worker_register(r.w, "held", gated, &g, 0), 0);
+	pthread_create(&r.th, NULL, run_thread, &r);
+	for (int i = 0; i < 30000 && atomic_load(&g.running) == 0; i++)
+		tu_sleep_ms(2);
+	assert_int_equal(atomic_load(&g.running), 1);
+	due_worker_stats_get(r.w, &st0);
+	tu_sleep_ms(2000); /* the hold */
+	due_worker_stats_get(r.w, &st1);
+	assert_int_equal(atomic_load(&g.running), 1);
+	assert_int_equal(st1.claimed, 1);
+	/* 100 ms re-polls: about 20 in the hold; a spin would be thousands */
+	assert_true(st1.claim_queries - st0.claim_queries < 100);
+	assert_true(st1.claim_queries - st0.claim_queries >= 1);
+	atomic_store(&g.open, true);
+	for (int i = 0; i < 30000 && count_state(db, ids, 20, DUE_DONE) < 20;
+	     i += 10)
+		tu_sleep_ms(20);
+	assert_int_equal(count_state(db, ids, 20, DUE_DONE), 20);
+	assert_int_equal(atomic_load(&g.max_running), 1);
+	stop_runner(&r, NULL);
+	due_close(db);
+}
+
+static void test_held_no_spin_wheel(void **state)
+{
+	(void)state;
+	held_no_spin(false);
+}
+
+static void test_held_no_spin_poll(void **state)
+{
+	(void)state;
+	held_no_spin(true);
+}
+
+/*
+** Resuming a paused kind wakes the worker through the store's
+** notification: with a safety poll of an hour, only the wake-up can get
+** its tasks claimed before the test's (hang-guard) deadline.
+*/
+static void test_resume_wakes(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_kind_settings ks = DUE_KIND_SETTINGS_INIT;
+	counter c = {0};
+	due_worker_stats st;
+	runner r = {0};
+	due_id ids[3];
+
+	ks.paused = 1;
+	assert_int_equal(due_kind_set(db, "p", &ks), 0);
+	for (int i = 0; i < 3; i++)
+		ids[i] = add(db, "p", "x");
+	start_runner(&r, 3600LL * 1000000, false);
+	assert_int_equal(due_worker_register(r.w, NULL, echo_upper, &c, 0), 0);
+	pthread_create(&r.th, NULL, run_thread, &r);
+	/* running, and another kind is claimed at once: the paused one not */
+	due_id other = add(db, "other", "y");
+	assert_true(wait_state(db, other, DUE_DONE));
+	assert_int_equal(count_state(db, ids, 3, DUE_SCHEDULED), 3);
+	ks.paused = 0;
+	assert_int_equal(due_kind_set(db, "p", &ks), 0);
+	for (int i = 0; i < 3; i++)
+		assert_true(wait_state(db, ids[i], DUE_DONE));
+	stop_runner(&r, &st);
+	assert_true(st.notifications >= 2); /* the submit's and the resume's */
+	due_close(db);
+}
+
+/*
+** Once-mode: tasks of a paused kind do not keep the worker running; tasks
+** held back by a running limit do, until they are all done.
+*/
+static void test_once_paused_and_held(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_kind_settings ks = DUE_KIND_SETTINGS_INIT;
+	counter c = {0};
+	due_id paused = add(db, "p", "x"), held[5];
+	due_worker *w;
+
+	ks.paused = 1;
+	assert_int_equal(due_kind_set(db, "p", &ks), 0);
+	ks = (due_kind_settings)DUE_KIND_SETTINGS_INIT;
+	ks.max_running = 1;
+	assert_int_equal(due_kind_set(db, "one", &ks), 0);
+	for (int i = 0; i < 5; i++)
+		held[i] = add(db, "one", "y");
+	w = make_worker(DUE_MODE_POOL, 4, true);
+	assert_int_equal(due_worker_register(w, NULL, echo_upper, &c, 0), 0);
+	assert_int_equal(due_worker_run(w), 0);
+	due_worker_free(w);
+	assert_int_equal(count_state(db, held, 5, DUE_DONE), 5);
+	assert_int_equal(atomic_load(&c.max_parallel), 1);
+	check_result(db, paused, DUE_SCHEDULED, NULL);
+	due_close(db);
+}
+
+/* A command sees the task's priority and group in its environment. */
+static void test_exec_priority_group_env(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_exec_opts eo = DUE_EXEC_OPTS_INIT;
+	due_schedule_opts so = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted a, b;
+	due_worker *w;
+
+	eo.command = "printf '%s/%s' \"$DUE_PRIORITY\" \"${DUE_GROUP-none}\"";
+	so.priority = -7;
+	so.group = "cust-1";
+	assert_int_equal(due_schedule(db, &a, "env", "", 0, &so), 0);
+	so.priority = 0;
+	so.group = NULL;
+	assert_int_equal(due_schedule(db, &b, "env", "", 0, &so), 0);
+	w = make_worker(DUE_MODE_POOL, 2, true);
+	assert_int_equal(
+	    due_worker_register(w, "env", due_exec_handler, &eo, 0), 0);
+	assert_int_equal(due_worker_run(w), 0);
+	due_worker_free(w);
+	check_result(db, a.id, DUE_DONE, "-7/cust-1");
+	check_result(db, b.id, DUE_DONE, "0/none");
+	due_close(db);
+}
+
 static void test_register_errors(void **state)
 {
 	(void)state;
@@ -459,6 +795,13 @@ int main(void)
 	    T(test_immediate_submit),
 	    T(test_idle_wheel_refills_only),
 	    T(test_register_errors),
+	    T(test_task_timeout_inprocess),
+	    T(test_kind_timeout_inline),
+	    T(test_held_no_spin_wheel),
+	    T(test_held_no_spin_poll),
+	    T(test_resume_wakes),
+	    T(test_once_paused_and_held),
+	    T(test_exec_priority_group_env),
 #undef T
 	};
 	return cmocka_run_group_tests_name("worker runtime (sqlite)", tests,
