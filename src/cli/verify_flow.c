@@ -52,9 +52,9 @@ static void start_workers(vctx *v, pid_t *w, int n, const char *cmd,
 		char owner[16], log[16];
 		snprintf(owner, sizeof(owner), "w%d", i + 1);
 		snprintf(log, sizeof(log), "w%d.log", i + 1);
-		w[i] = v_worker(v, log, "--exec", cmd, "--poll", "20ms",
-				"--owner", owner, "--concurrency", conc,
-				(char *)NULL);
+		w[i] =
+		    v_worker(v, log, "--exec", cmd, "--poll", "20ms", "--owner",
+			     owner, "--concurrency", conc, (char *)NULL);
 	}
 }
 
@@ -432,10 +432,10 @@ void v_flow_group_limit(vctx *v)
 	ok &= v_wait(v, HANG_MS, kind_reached, &done);
 	stop_workers(w, 3);
 	int n = load_spans(v, "grouped", groups, NG, &s);
-	ok &= n == NG * PER && sweep(s, n, NG, &all, &one, &groups_at_once) == 0;
+	ok &=
+	    n == NG * PER && sweep(s, n, NG, &all, &one, &groups_at_once) == 0;
 	free(s);
-	v_case(v, "flow_group_limit",
-	       ok && one == 1 && groups_at_once >= 2,
+	v_case(v, "flow_group_limit", ok && one == 1 && groups_at_once >= 2,
 	       "max_running_per_group=1 groups=%d tasks=%d workers=3x4 "
 	       "claims=%d max_per_group_at_once=%d max_groups_at_once=%d "
 	       "max_at_once=%d",
@@ -506,10 +506,9 @@ void v_flow_timeout(vctx *v)
 	bool ok = true;
 	due_id a = flow_add(v, "tmo_task", NULL, 0, SEC, 2);
 	due_id b = flow_add(v, "tmo_kind", NULL, 0, 0, 2);
-	pid_t w = v_worker(v, "w.log", "--poll", "20ms", "--kill-grace",
-			   "300ms", "--exec",
-			   "echo $$ >> \"$DUEV_DIR/pids\"; exec sleep 30",
-			   (char *)NULL);
+	pid_t w = v_worker(
+	    v, "w.log", "--poll", "20ms", "--kill-grace", "300ms", "--exec",
+	    "echo $$ >> \"$DUEV_DIR/pids\"; exec sleep 30", (char *)NULL);
 	ok &= v_wait(v, HANG_MS, kind_settled, &end_own);
 	ok &= v_wait(v, HANG_MS, kind_settled, &end_kind);
 	bool gone = v_wait(v, HANG_MS, pids_gone, NULL);
@@ -604,8 +603,8 @@ void v_flow_kill9_group_slot(vctx *v)
 		next_claimed = n->attempts[0].claimed_at;
 	due_task_free(n);
 	v_case(v, "flow_kill9_group_slot",
-	       ok && beside && code == 137 && lw.until > 0 && lw.next_claims == 0 &&
-		   next_claimed >= lw.until,
+	       ok && beside && code == 137 && lw.until > 0 &&
+		   lw.next_claims == 0 && next_claimed >= lw.until,
 	       "exit=%d other_group_done_while_held=%s "
 	       "next_claimed_while_held=%d next_claim_after_lease_end_ms=%.0f",
 	       code, beside ? "true" : "false", lw.next_claims,

@@ -116,21 +116,21 @@ t_priority() {
 
 # -- pause: 0 claims of a paused kind while another drains ----------------
 t_pause() {
-	"$DUE" kind set held --pause && ok || bad "$STORE kind set --pause"
+	"$DUE" kind set held --pause >/dev/null && ok || bad "$STORE kind set --pause"
 	batch held 20 ',"priority":-5' # first in line, were they claimable
 	batch drain 60
 	workers 3 held,drain 4 'sleep 0.1'
 	wait_for "$STORE pause: the other kind drained" 120 has_state drain DONE 60
 	expect_eq "$STORE pause: claims of the paused kind during the drain" 0 \
 		"$(q "SELECT count(*) FROM due_attempt a JOIN due_task t ON t.id = a.task_id WHERE t.kind = 'held'")"
-	"$DUE" kind set held --resume && ok || bad "$STORE kind set --resume"
+	"$DUE" kind set held --resume >/dev/null && ok || bad "$STORE kind set --resume"
 	wait_for "$STORE pause: all of it done after resume" 60 has_state held DONE 20
 	stop_workers
 }
 
 # -- rate 10/1s: no 1 s window of claims holds more than 10 ---------------
 t_rate() {
-	"$DUE" kind set rated --rate 10/1s && ok || bad "$STORE kind set --rate"
+	"$DUE" kind set rated --rate 10/1s >/dev/null && ok || bad "$STORE kind set --rate"
 	batch rated 60
 	workers 3 rated 4 true
 	wait_for "$STORE rate: all 60 done" 120 has_state rated DONE 60
@@ -145,7 +145,7 @@ t_rate() {
 
 # -- max-running 2: never more than 2 at once, and 2 do -------------------
 t_max_running() {
-	"$DUE" kind set capped --max-running 2 && ok || bad "$STORE kind set --max-running"
+	"$DUE" kind set capped --max-running 2 >/dev/null && ok || bad "$STORE kind set --max-running"
 	batch capped 16
 	workers 3 capped 4 'sleep 0.2'
 	wait_for "$STORE max-running: all 16 done" 120 has_state capped DONE 16
@@ -157,7 +157,7 @@ t_max_running() {
 # -- max-running-per-group 1, 40 tasks over 4 groups ----------------------
 t_group() {
 	local g
-	"$DUE" kind set grouped --max-running-per-group 1 && ok || bad "$STORE kind set --max-running-per-group"
+	"$DUE" kind set grouped --max-running-per-group 1 >/dev/null && ok || bad "$STORE kind set --max-running-per-group"
 	# group after group: a claim in (priority, due_at) order meets a held
 	# group before the next one, so head-of-line blocking would show
 	for g in ga gb gc gd; do batch grouped 10 ",\"group\":\"$g\""; done
@@ -180,7 +180,7 @@ pids_gone() {
 t_timeout() {
 	local own
 	own=$("$DUE" add tmo --timeout 1s --max-attempts 2 --backoff 100ms)
-	"$DUE" kind set tmk --timeout 1s && ok || bad "$STORE kind set --timeout"
+	"$DUE" kind set tmk --timeout 1s >/dev/null && ok || bad "$STORE kind set --timeout"
 	"$DUE" add tmk --max-attempts 2 --backoff 100ms >/dev/null
 	workers 1 tmo,tmk 4 "echo \$\$ >> '$T/$STORE-pids'; exec sleep 30" --kill-grace 300ms
 	wait_for "$STORE timeout: own limit, DEAD" 60 has_state tmo DEAD 1
@@ -200,7 +200,7 @@ t_timeout() {
 lease_end() { q "SELECT $(us lease_until) FROM due_task WHERE id = $1 AND state = 'CLAIMED' AND attempt = 1"; }
 t_kill9() {
 	local held next other a b until=0 l end
-	"$DUE" kind set slot --max-running-per-group 1 && ok || bad "$STORE kind set (slot)"
+	"$DUE" kind set slot --max-running-per-group 1 >/dev/null && ok || bad "$STORE kind set (slot)"
 	held=$("$DUE" add slot --group g)
 	"$DUE" work -q --kinds slot --concurrency 1 --lease 1s --owner A \
 		--exec "echo \$\$ >> '$T/$STORE-slot.pid'; exec sleep 600" 2>>"$T/$STORE-work.log" &
