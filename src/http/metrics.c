@@ -12,6 +12,12 @@
 ** Format rules kept here: one HELP and one TYPE line per family, before
 ** its samples; label values escaped (\\, \", \n); histogram buckets
 ** cumulative with le="+Inf" equal to _count; names prefixed due_.
+**
+** Flow control (docs/internals/flow.md) adds, per kind with settings
+** (due_kind_list(), read after the metrics): due_kind_paused,
+** due_kind_running, due_kind_max_running (kinds with that limit),
+** due_kind_rate_limit and due_kind_rate_used (kinds with a rate), and the
+** counter due_kind_held_total{reason="rate|max_running|group"}.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +104,7 @@ static const char *const outcome_label[DUE_OUT_COUNT] = {
     [DUE_OUT_CANCELLED] = "cancelled",
     [DUE_OUT_REQUEUED] = "requeued",
     [DUE_OUT_KILLED] = "killed",
+    [DUE_OUT_TIMED_OUT] = "timed_out",
     [DUE_OUT_REJECTED_STALE] = "rejected_stale"};
 
 static void attempts(FILE *f, const due_metrics *m)
@@ -113,9 +120,83 @@ static void attempts(FILE *f, const due_metrics *m)
 	      m->outcomes[DUE_OUT_RUNNING]);
 }
 
+/* One sample of a per-kind family: name{kind="..."[,extra]} v. */
+static void kind_sample(FILE *f, const char *name, const char *kind,
+			const char *extra, int64_t v)
+{
+	fprintf(f, "%s{kind=\"", name);
+	label(f, kind);
+	fprintf(f, "\"%s%s} %lld\n", extra ? "," : "", extra ? extra : "",
+		(long long)v);
+}
+
+/*
+** The flow-control families, one sample per kind with settings; the
+** limits only for the kinds that have them.  A family no kind has is
+** left out (HELP and TYPE included).
+*/
+static void kinds(FILE *f, const due_kind_info_list *l)
+{
+	size_t n_max = 0, n_rate = 0;
+
+	if (!l->count)
+		return;
+	for (size_t i = 0; i < l->count; i++) {
+		n_max += l->items[i].max_running > 0;
+		n_rate += l->items[i].rate_n > 0;
+	}
+	family(f, "due_kind_paused", "gauge",
+	       "1 when the kind is paused (no task of it is claimed).");
+	for (size_t i = 0; i < l->count; i++)
+		kind_sample(f, "due_kind_paused", l->items[i].kind, NULL,
+			    l->items[i].paused);
+	family(f, "due_kind_running", "gauge",
+	       "Tries of the kind holding a live lease.");
+	for (size_t i = 0; i < l->count; i++)
+		kind_sample(f, "due_kind_running", l->items[i].kind, NULL,
+			    l->items[i].running);
+	if (n_max) {
+		family(f, "due_kind_max_running", "gauge",
+		       "The kind's limit of running tries across workers.");
+		for (size_t i = 0; i < l->count; i++)
+			if (l->items[i].max_running > 0)
+				kind_sample(f, "due_kind_max_running",
+					    l->items[i].kind, NULL,
+					    l->items[i].max_running);
+	}
+	if (n_rate) {
+		family(f, "due_kind_rate_limit", "gauge",
+		       "Claims of the kind allowed per rate window.");
+		for (size_t i = 0; i < l->count; i++)
+			if (l->items[i].rate_n > 0)
+				kind_sample(f, "due_kind_rate_limit",
+					    l->items[i].kind, NULL,
+					    l->items[i].rate_n);
+		family(f, "due_kind_rate_used", "gauge",
+		       "Claims of the kind in the current rate window.");
+		for (size_t i = 0; i < l->count; i++)
+			if (l->items[i].rate_n > 0)
+				kind_sample(f, "due_kind_rate_used",
+					    l->items[i].kind, NULL,
+					    l->items[i].rate_used);
+	}
+	family(f, "due_kind_held_total", "counter",
+	       "Claim passes that left due tasks of the kind because of its "
+	       "rate, max_running or per-group limit.");
+	for (size_t i = 0; i < l->count; i++) {
+		const due_kind_info *k = &l->items[i];
+		kind_sample(f, "due_kind_held_total", k->kind,
+			    "reason=\"rate\"", k->held_rate);
+		kind_sample(f, "due_kind_held_total", k->kind,
+			    "reason=\"max_running\"", k->held_running);
+		kind_sample(f, "due_kind_held_total", k->kind,
+			    "reason=\"group\"", k->held_group);
+	}
+}
+
 /* The whole exposition, malloc'd into *out; -1 on ENOMEM. */
-static int render(const due_metrics *m, const char *backend, char **out,
-		  size_t *len)
+static int render(const due_metrics *m, const due_kind_info_list *kl,
+		  const char *backend, char **out, size_t *len)
 {
 	FILE *f = open_memstream(out, len);
 
@@ -168,20 +249,26 @@ static int render(const due_metrics *m, const char *backend, char **out,
 	      m->workers);
 	gauge(f, "due_schedules", "Periodic schedules (due cron).",
 	      (int64_t)m->n_schedules);
+	kinds(f, kl);
 	return fclose(f) == 0 ? 0 : -1;
 }
 
 int route_metrics_prom(http_req *r)
 {
+	due_kind_info_list *kl = NULL;
 	due_metrics *m = NULL;
 	char *text = NULL;
 	size_t len = 0;
 	due_db *db;
 	int rc;
 
-	if ((rc = http_db(r, &db)) < 0 || (rc = due_metrics_get(db, &m)) < 0)
+	if ((rc = http_db(r, &db)) < 0 || (rc = due_metrics_get(db, &m)) < 0 ||
+	    (rc = due_kind_list(db, &kl)) < 0) {
+		due_metrics_free(m);
 		return http_reply_due(r, rc);
-	rc = render(m, due_db_backend(db), &text, &len);
+	}
+	rc = render(m, kl, due_db_backend(db), &text, &len);
+	due_kind_info_list_free(kl);
 	due_metrics_free(m);
 	if (rc < 0) {
 		free(text);

@@ -4,7 +4,8 @@
 **
 ** A task is always rendered by due_fmt_task_cut(), so GET /v1/tasks/{id}
 ** is the same object as `due show ID --json` (payload and result are only
-** cut beyond the server's payload limit, which the store enforces anyway).
+** cut beyond the server's payload limit, which the store enforces anyway),
+** with "held" naming the setting of its kind that holds it, if one does.
 ** Every input is checked before the store is touched; the library checks
 ** again (kind syntax, limits, delays) and its EINVAL is a 400 as well, so
 ** nothing changes on bad input.
@@ -308,17 +309,38 @@ int route_task_list(http_req *r)
 /* GET and DELETE /v1/tasks/{id}                                       */
 /* ------------------------------------------------------------------ */
 
+/*
+** The task, plus "held": why a due SCHEDULED task waits ("paused",
+** "rate", "max_running" or "max_running_per_group") when a setting of its
+** kind holds it, as `due show` says.  Not knowing why is not a reason to
+** refuse the task: an error of that second read is logged and "held" left
+** out.
+*/
 int route_task_get(http_req *r)
 {
+	const char *held = NULL;
+	due_task *t = NULL;
 	due_db *db;
 	due_id id;
+	json_t *o;
 	int rc;
 
 	if (http_parse_id(r, r->param, &id) < 0)
 		return http_reply_bad(r);
-	if ((rc = http_db(r, &db)) < 0)
+	if ((rc = http_db(r, &db)) < 0 || (rc = due_get(db, &t, id)) < 0)
 		return http_reply_due(r, rc);
-	return reply_task(r, db, id, 200, -1, http_max_payload(r));
+	if ((rc = due_task_hold(db, &held, t)) < 0) {
+		http_log("task_hold", "GET /v1/tasks/%lld: held: %s",
+			 (long long)id, due_error_last());
+		if (rc == DUE_ESTORE || rc == DUE_ESCHEMA || rc == DUE_ERROR)
+			http_db_drop(r->srv); /* reopened next time */
+		held = NULL;
+	}
+	o = due_fmt_task_cut(t, http_max_payload(r));
+	due_task_free(t);
+	if (o && held)
+		json_object_set_new(o, "held", json_string(held));
+	return http_reply_json(r, 200, o);
 }
 
 int route_task_cancel(http_req *r)

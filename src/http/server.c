@@ -81,6 +81,10 @@ static const route routes[] = {
     {"GET", "/v1/schedules/{name}", route_sched_get, NULL, ON_READS},
     {"PUT", "/v1/schedules/{name}", route_sched_put, NULL, ON_WRITES},
     {"DELETE", "/v1/schedules/{name}", route_sched_delete, NULL, ON_WRITES},
+    {"GET", "/v1/kinds", route_kind_list, NULL, ON_READS},
+    {"GET", "/v1/kinds/{kind}", route_kind_get, NULL, ON_READS},
+    {"PUT", "/v1/kinds/{kind}", route_kind_put, NULL, ON_WRITES},
+    {"DELETE", "/v1/kinds/{kind}", route_kind_delete, NULL, ON_WRITES},
 };
 
 #define N_ROUTES (sizeof(routes) / sizeof(routes[0]))

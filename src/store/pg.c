@@ -115,6 +115,11 @@ enum stmt_id {
 	ST_CC_ANY,
 	ST_CC_KINDS,
 	ST_CC_EXCLUDE,
+	ST_FLOW_LOCK,
+	ST_FLOW_CLAIM,
+	ST_KIND_PUT,
+	ST_KIND_GET,
+	ST_KIND_REMOVE,
 	ST_COUNT
 };
 
@@ -123,9 +128,63 @@ enum stmt_id {
 
 #define US(x) "(" x ")::int8 * interval '1 microsecond'"
 
+/*
+** Flow control (docs/internals/flow.md).  A kind is limited when it has a
+** rate or a running limit; the claim of the other kinds leaves paused and
+** limited kinds alone (HELD_KINDS, an init plan over the small due_kind
+** table, read once per statement).
+*/
+#define LIMITED                                                                \
+	"(rate_n IS NOT NULL OR max_running IS NOT NULL"                       \
+	" OR max_running_per_group IS NOT NULL)"
+#define HELD_KINDS                                                             \
+	"ARRAY(SELECT kind FROM due_kind WHERE paused OR " LIMITED ")"
+
+/*
+** The pick of the kinds without limits: the due tasks in (priority,
+** due_at) order without sorting the backlog.  pr walks the distinct
+** priorities of scheduled tasks lowest first, one probe of due_task_claim
+** each (a loose index scan: min(priority) above the last); the LATERAL
+** takes each priority's due tasks in due_at order from the same index.
+** Both are pulled lazily under the outer LIMIT, so a claim that the first
+** priority fills probes no further.  Ends "p AS MATERIALIZED (...)".
+*/
+#define PICK_PRIO(filter, n)                                                   \
+	"pr AS (SELECT (SELECT min(priority) FROM due_task"                    \
+	" WHERE state = 'SCHEDULED') AS p UNION ALL SELECT (SELECT"            \
+	" min(priority) FROM due_task WHERE state = 'SCHEDULED'"               \
+	" AND priority > pr.p) FROM pr WHERE pr.p IS NOT NULL),"               \
+	" p AS MATERIALIZED (SELECT q.id FROM pr CROSS JOIN LATERAL"           \
+	" (SELECT id FROM due_task WHERE state = 'SCHEDULED'"                  \
+	" AND priority = pr.p AND due_at <= now()"                             \
+	" AND kind <> ALL (" HELD_KINDS ")" filter " ORDER BY due_at"          \
+	" LIMIT " n " FOR UPDATE SKIP LOCKED) q WHERE pr.p IS NOT NULL"        \
+	" LIMIT " n ")"
+
+/*
+** Whether a limited kind the claim admits (filter on d.kind) has due
+** tasks: the claim then runs the limited kinds' own transaction.
+*/
+#define LIMITED_DUE(filter)                                                    \
+	"EXISTS (SELECT 1 FROM due_kind d WHERE NOT d.paused AND " LIMITED     \
+	    filter                                                             \
+	" AND EXISTS (SELECT 1 FROM due_task t WHERE t.kind = d.kind"          \
+	" AND t.state = 'SCHEDULED' AND t.due_at <= now()))"
+
+/*
+** The claimed rows, then the kind's time limit (for a task without its
+** own) and the LIMITED_DUE flag: one row with a NULL task when nothing
+** was claimed, so the flag always comes back.
+*/
+#define CLAIMED_COLS                                                           \
+	DUE_TASK_COLS ", (SELECT k.timeout_us FROM due_kind k"                 \
+		      " WHERE k.kind = c.kind), fl.lim"
+#define COL_KIND_TIMEOUT DUE_TC_COUNT
+#define COL_LIMITED (DUE_TC_COUNT + 1)
+
 /* The claim statement around a row picker (store.h: claim). */
-#define CLAIM_SQL(pick)                                                        \
-	"WITH p AS MATERIALIZED (" pick "),"                                   \
+#define CLAIM_SQL(pick, lim)                                                   \
+	"WITH RECURSIVE " pick ","                                             \
 	" c AS (UPDATE due_task t SET state = 'CLAIMED',"                      \
 	" attempt = t.attempt + 1, lease_owner = $1::text,"                    \
 	" lease_until = clock_timestamp() + " US(                              \
@@ -135,12 +194,176 @@ enum stmt_id {
 		  " a AS (INSERT INTO due_attempt (task_id, attempt, worker, " \
 		  "claimed_at,"                                                \
 		  " due_at) SELECT id, attempt, lease_owner, now(), due_at "   \
-		  "FROM c)"                                                    \
-		  " SELECT " DUE_TASK_COLS " FROM c ORDER BY due_at, id"
+		  "FROM c),"                                                   \
+		  " fl AS (SELECT " lim " AS lim)"                             \
+		  " SELECT " CLAIMED_COLS " FROM fl LEFT JOIN c ON true"       \
+		  " ORDER BY c.priority, c.due_at, c.id"
 
-#define PICK_DUE                                                               \
-	"SELECT id FROM due_task WHERE state = 'SCHEDULED' AND due_at <= "     \
-	"now()"
+#define PICK_ID                                                                \
+	"p AS MATERIALIZED (SELECT id FROM due_task WHERE state = 'SCHEDULED'" \
+	" AND due_at <= now() AND id = $3::int8"                               \
+	" AND kind <> ALL (" HELD_KINDS ") FOR UPDATE SKIP LOCKED)"
+
+/* Whether task $3 is due and of a limited kind (not paused). */
+#define LIMITED_ID                                                             \
+	"EXISTS (SELECT 1 FROM due_task t JOIN due_kind d ON d.kind = t.kind"  \
+	" WHERE t.id = $3::int8 AND t.state = 'SCHEDULED'"                     \
+	" AND t.due_at <= now() AND NOT d.paused AND " LIMITED ")"
+
+/*
+** The limited kinds' claim, part 1 of flow.md, in its own transaction.
+** ST_FLOW_LOCK locks the due_kind rows of the limited kinds the claim
+** admits ($1 the kinds or NULL for all, $2 exclude them, $3 only that
+** task's kind) that have due tasks, in kind order so two claimers never
+** deadlock.  Then ST_FLOW_CLAIM runs once per locked kind: a NEW
+** statement, so at READ COMMITTED its snapshot sees every claim of the
+** kind that committed before our lock was granted.  Its time is
+** statement_timestamp(), not now(): now() is the transaction's start,
+** which may be before a claim that committed while we waited for the
+** lock; the statement's start is after the lock, so the claim times of a
+** kind grow in lock order, which the sliding window needs (a claim must
+** never delete, as expired, a log row a later claim still counts).  The
+** attempt's claimed_at and the due_rate row both get that time.
+*/
+static const char flow_lock_sql[] =
+    "SELECT kind FROM due_kind d WHERE NOT paused AND " LIMITED
+    " AND ($1::text[] IS NULL OR (kind = ANY ($1::text[])) <> $2::bool)"
+    " AND ($3::int8 = 0 OR kind = (SELECT kind FROM due_task"
+    " WHERE id = $3::int8)) AND EXISTS (SELECT 1 FROM due_task t"
+    " WHERE t.kind = d.kind AND t.state = 'SCHEDULED'"
+    " AND t.due_at <= now()) ORDER BY kind COLLATE \"C\" FOR UPDATE";
+
+/* Candidates beyond the claim's room a group-limited pick looks at. */
+#define GROUP_SCAN "1000"
+
+/*
+** One limited kind $1 under its lock: $2 owner, $3 lease, $4 room left,
+** $5 only this task (0: any).
+**  k    the settings and the statement's time ts;
+**  run  live tries by group (NULL: none), from the tasks' own leases;
+**  rt   the claims logged inside the rate's window, and the oldest;
+**  cap  min(room, rate left, running left);
+**  fg   the groups at their limit, excluded in the pick itself;
+**  cand the due tasks of the other groups in (priority, due_at) order
+**       through due_task_kind_claim (a few beyond cap, to see what is
+**       left and to fill past a group's own limit);
+**  pick at most mg - running(group) per group, cap in all;
+**  h    why due tasks were left, if a limit left them: 1 rate,
+**       2 running, 3 group; its counter goes up by one (hu).
+** Returns the claimed rows (CLAIMED_COLS), h.why and the microseconds to
+** wait: until the oldest logged claim leaves the window (rate), or
+** 100 ms (a running slot frees when a try ends).
+*/
+static const char flow_claim_sql[] =
+    "WITH k AS MATERIALIZED (SELECT rate_n, rate_us, max_running AS mr,"
+    " max_running_per_group AS mg, statement_timestamp() AS ts"
+    " FROM due_kind WHERE kind = $1::text),"
+    " run AS MATERIALIZED (SELECT grp, count(*) AS n FROM due_task, k"
+    " WHERE kind = $1::text AND state = 'CLAIMED' AND lease_until >= k.ts"
+    " GROUP BY grp),"
+    " rt AS MATERIALIZED (SELECT count(*) AS n, min(at) AS oldest"
+    " FROM due_rate r, k WHERE r.kind = $1::text AND k.rate_n IS NOT NULL"
+    " AND r.at > k.ts - " US(
+	"k.rate_us") "),"
+		     " cap AS MATERIALIZED (SELECT least($4::int8, rl, ml) AS "
+		     "n, rl, ml"
+		     " FROM (SELECT CASE WHEN k.rate_n IS NULL THEN $4::int8"
+		     " ELSE greatest(k.rate_n - rt.n, 0) END AS rl,"
+		     " CASE WHEN k.mr IS NULL THEN $4::int8 ELSE greatest(k.mr "
+		     "-"
+		     " (SELECT coalesce(sum(n), 0) FROM run), 0) END AS ml "
+		     "FROM k, rt) x),"
+		     " fg AS MATERIALIZED (SELECT run.grp FROM run, k WHERE "
+		     "run.grp IS NOT"
+		     " NULL AND k.mg IS NOT NULL AND run.n >= k.mg),"
+		     " cand AS MATERIALIZED (SELECT id, grp, priority, due_at "
+		     "FROM due_task"
+		     " WHERE kind = $1::text AND state = 'SCHEDULED' AND "
+		     "due_at <= now()"
+		     " AND ($5::int8 = 0 OR id = $5::int8)"
+		     " AND (grp IS NULL OR grp <> ALL (ARRAY(SELECT grp FROM "
+		     "fg)))"
+		     " ORDER BY priority, due_at LIMIT (SELECT cap.n + CASE "
+		     "WHEN k.mg IS"
+		     " NULL THEN 1 ELSE " GROUP_SCAN " END FROM cap, k)),"
+		     " pick AS MATERIALIZED (SELECT x.id FROM (SELECT cand.*, "
+		     "row_number()"
+		     " OVER (PARTITION BY grp ORDER BY priority, due_at, id) "
+		     "AS rn"
+		     " FROM cand) x LEFT JOIN run r ON r.grp = x.grp CROSS "
+		     "JOIN k"
+		     " WHERE x.grp IS NULL OR k.mg IS NULL OR x.rn <= k.mg - "
+		     "coalesce(r.n, 0)"
+		     " ORDER BY x.priority, x.due_at, x.id LIMIT (SELECT n "
+		     "FROM cap)),"
+		     " c AS (UPDATE due_task t SET state = 'CLAIMED',"
+		     " attempt = t.attempt + 1, lease_owner = $2::text,"
+		     " lease_until = clock_timestamp() + " US(
+			 "$3") ", updated_at = now()"
+			       " WHERE t.id = ANY (ARRAY(SELECT id FROM pick))"
+			       " AND t.state = 'SCHEDULED' RETURNING t.*),"
+			       " a AS (INSERT INTO due_attempt (task_id, "
+			       "attempt, worker, claimed_at,"
+			       " due_at) SELECT c.id, c.attempt, "
+			       "c.lease_owner, k.ts, c.due_at"
+			       " FROM c, k),"
+			       " ri AS (INSERT INTO due_rate (kind, at) SELECT "
+			       "$1::text, k.ts"
+			       " FROM c, k WHERE k.rate_n IS NOT NULL),"
+			       " rd AS (DELETE FROM due_rate r USING k WHERE "
+			       "r.kind = $1::text"
+			       " AND k.rate_n IS NOT NULL AND r.at <= k.ts "
+			       "- " US(
+				   "k.rate_us") "),"
+						" g AS MATERIALIZED (SELECT "
+						"(SELECT count(*) FROM c) AS "
+						"got,"
+						" (SELECT count(*) FROM cand) "
+						"AS seen, EXISTS (SELECT 1 "
+						"FROM due_task"
+						" WHERE kind = $1::text AND "
+						"state = 'SCHEDULED' AND "
+						"due_at <= now()"
+						" AND ($5::int8 = 0 OR id = "
+						"$5::int8)"
+						" AND grp = ANY (ARRAY(SELECT "
+						"grp FROM fg))) AS grp_left),"
+						" h AS MATERIALIZED (SELECT "
+						"CASE WHEN g.got >= $4::int8"
+						" OR NOT (g.seen > g.got OR "
+						"g.grp_left) THEN 0"
+						" WHEN g.got = cap.n AND "
+						"cap.rl = cap.n THEN 1"
+						" WHEN g.got = cap.n AND "
+						"cap.ml = cap.n THEN 2 ELSE 3 "
+						"END AS why"
+						" FROM g, cap),"
+						" hu AS (UPDATE due_kind d SET "
+						"held_rate = held_rate + (why "
+						"= 1)::int,"
+						" held_running = held_running "
+						"+ (why = 2)::int,"
+						" held_group = held_group + "
+						"(why = 3)::int FROM h"
+						" WHERE d.kind = $1::text AND "
+						"h.why > 0),"
+						" fl AS (SELECT false AS lim)"
+						" SELECT " CLAIMED_COLS
+						", h.why, CASE h.why WHEN 0 "
+						"THEN 0"
+						" WHEN 1 THEN greatest(1, "
+						"k.rate_us - (extract(epoch "
+						"FROM k.ts -"
+						" coalesce(rt.oldest, k.ts)) * "
+						"1000000)::int8) ELSE 100000 "
+						"END"
+						" FROM h CROSS JOIN k CROSS "
+						"JOIN rt CROSS JOIN fl LEFT "
+						"JOIN c ON true"
+						" ORDER BY c.priority, "
+						"c.due_at, c.id";
+#define COL_WHY (DUE_TC_COUNT + 2)
+#define COL_RETRY (DUE_TC_COUNT + 3)
 
 /* requeue and kill: one fenced update, attempt row, audit, notify. */
 #define OPERATOR_SQL(set, where, outcome, action)                              \
@@ -205,16 +428,19 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_INSERT] =
 	"WITH i AS MATERIALIZED (SELECT nextval('due_task_id_seq') AS id,"
 	" u.* FROM unnest($1::text[], $2::bytea[], $3::timestamptz[],"
-	" $4::int8[], $5::int4[], $6::int8[], $7::int8[], $8::text[])"
+	" $4::int8[], $5::int4[], $6::int8[], $7::int8[], $8::text[],"
+	" $9::int4[], $10::text[], $11::int8[])"
 	" WITH ORDINALITY AS u(kind, payload, at_ts, delay_us,"
-	" max_attempts, backoff_us, backoff_cap_us, key, ord)),"
+	" max_attempts, backoff_us, backoff_cap_us, key, priority, grp,"
+	" timeout_us, ord)),"
 	" ins AS (INSERT INTO due_task (id, kind, payload, state, due_at,"
-	" max_attempts, backoff_us, backoff_cap_us, key, created_at,"
-	" updated_at) OVERRIDING SYSTEM VALUE"
+	" max_attempts, backoff_us, backoff_cap_us, key, priority, grp,"
+	" timeout_us, created_at, updated_at) OVERRIDING SYSTEM VALUE"
 	" SELECT id, kind, payload, 'SCHEDULED',"
 	" coalesce(at_ts, now() + " US(
 	    "delay_us") "), max_attempts,"
-			" backoff_us, backoff_cap_us, key, now(), now() FROM i "
+			" backoff_us, backoff_cap_us, key, priority, grp,"
+			" timeout_us, now(), now() FROM i "
 			"ORDER BY ord"
 			" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
 			" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING "
@@ -226,16 +452,14 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_FIND_KEY] =
 	"SELECT id FROM due_task WHERE kind = $1::text AND key = $2::text"
 	" AND state IN ('SCHEDULED', 'CLAIMED')",
-    [ST_CLAIM_ANY] = CLAIM_SQL(PICK_DUE " ORDER BY due_at LIMIT $3::int4"
-					" FOR UPDATE SKIP LOCKED"),
-    [ST_CLAIM_KINDS] = CLAIM_SQL(PICK_DUE " AND kind = ANY($4::text[])"
-					  " ORDER BY due_at LIMIT $3::int4"
-					  " FOR UPDATE SKIP LOCKED"),
-    [ST_CLAIM_EXCLUDE] = CLAIM_SQL(PICK_DUE " AND kind <> ALL($4::text[])"
-					    " ORDER BY due_at LIMIT $3::int4"
-					    " FOR UPDATE SKIP LOCKED"),
-    [ST_CLAIM_ID] = CLAIM_SQL(PICK_DUE " AND id = $3::int8"
-				       " FOR UPDATE SKIP LOCKED"),
+    [ST_CLAIM_ANY] = CLAIM_SQL(PICK_PRIO("", "$3::int4"), LIMITED_DUE("")),
+    [ST_CLAIM_KINDS] =
+	CLAIM_SQL(PICK_PRIO(" AND kind = ANY ($4::text[])", "$3::int4"),
+		  LIMITED_DUE(" AND d.kind = ANY ($4::text[])")),
+    [ST_CLAIM_EXCLUDE] =
+	CLAIM_SQL(PICK_PRIO(" AND kind <> ALL ($4::text[])", "$3::int4"),
+		  LIMITED_DUE(" AND d.kind <> ALL ($4::text[])")),
+    [ST_CLAIM_ID] = CLAIM_SQL(PICK_ID, LIMITED_ID),
     [ST_EXTEND] =
 	"WITH cur AS (SELECT id, state, attempt, cancel_requested"
 	" FROM due_task WHERE id = $1::int8 FOR UPDATE),"
@@ -255,27 +479,90 @@ static const char *const sql_text[ST_COUNT] = {
 ** the completions' outcomes, in order, as text in the last column;
 ** when nothing was claimed there is one row whose task is NULL.
 */
-#define COMPLETE_CLAIM_SQL(filter)                                             \
-	"WITH " COMPLETE_CTES ","                                              \
+#define COMPLETE_CLAIM_SQL(filter, dfilter)                                    \
+	"WITH RECURSIVE " COMPLETE_CTES ","                                    \
 	" o AS (SELECT string_agg(coalesce(d.state, 'STALE'), ','"             \
 	" ORDER BY i.ord) AS s FROM i LEFT JOIN d ON d.ord = i.ord),"          \
-	" p AS MATERIALIZED (" PICK_DUE filter " ORDER BY due_at"              \
-	" LIMIT $6::int4 FOR UPDATE SKIP LOCKED),"                             \
-	" c AS (UPDATE due_task t SET state = 'CLAIMED',"                      \
-	" attempt = t.attempt + 1, lease_owner = $4::text,"                    \
-	" lease_until = clock_timestamp() + " US(                              \
-	    "$5") ", updated_at = now()"                                       \
-		  " WHERE t.id = ANY (ARRAY(SELECT id FROM p))"                \
-		  " RETURNING t.*),"                                           \
-		  " a AS (INSERT INTO due_attempt (task_id, attempt, worker, " \
-		  "claimed_at,"                                                \
-		  " due_at) SELECT id, attempt, lease_owner, now(), due_at "   \
-		  "FROM c)"                                                    \
-		  " SELECT " DUE_TASK_COLS ", o.s FROM o LEFT JOIN c ON true"  \
-		  " ORDER BY c.due_at, c.id"
-    [ST_CC_ANY] = COMPLETE_CLAIM_SQL(""),
-    [ST_CC_KINDS] = COMPLETE_CLAIM_SQL(" AND kind = ANY ($7::text[])"),
-    [ST_CC_EXCLUDE] = COMPLETE_CLAIM_SQL(" AND kind <> ALL ($7::text[])"),
+	" " PICK_PRIO(                                                         \
+	    filter,                                                            \
+	    "$6::int4") ","                                                    \
+			" c AS (UPDATE due_task t SET state = 'CLAIMED',"      \
+			" attempt = t.attempt + 1, lease_owner = $4::text,"    \
+			" lease_until = clock_timestamp() + " US(              \
+			    "$5") ", updated_at = now()"                       \
+				  " WHERE t.id = ANY (ARRAY(SELECT id FROM "   \
+				  "p))"                                        \
+				  " RETURNING t.*),"                           \
+				  " a AS (INSERT INTO due_attempt (task_id, "  \
+				  "attempt, worker, "                          \
+				  "claimed_at,"                                \
+				  " due_at) SELECT id, attempt, lease_owner, " \
+				  "now(), due_at "                             \
+				  "FROM c),"                                   \
+				  " fl AS (SELECT " LIMITED_DUE(               \
+				      dfilter) " AS lim)"                      \
+					       " SELECT " CLAIMED_COLS         \
+					       ", o.s FROM o CROSS JOIN fl"    \
+					       " LEFT JOIN c ON true ORDER "   \
+					       "BY c.priority, c.due_at, c.id"
+    [ST_CC_ANY] = COMPLETE_CLAIM_SQL("", ""),
+    [ST_CC_KINDS] = COMPLETE_CLAIM_SQL(" AND kind = ANY ($7::text[])",
+				       " AND d.kind = ANY ($7::text[])"),
+    [ST_CC_EXCLUDE] = COMPLETE_CLAIM_SQL(" AND kind <> ALL ($7::text[])",
+					 " AND d.kind <> ALL ($7::text[])"),
+    [ST_FLOW_LOCK] = flow_lock_sql,
+    [ST_FLOW_CLAIM] = flow_claim_sql,
+    /*
+    ** A kind's settings: -1 keeps a field, 0 clears it (NULL), else the
+    ** value; rate_us goes with rate_n.  Wakes listeners (a resume, a
+    ** loosened limit).
+    */
+    [ST_KIND_PUT] =
+	"WITH u AS (INSERT INTO due_kind AS k (kind, paused, rate_n, rate_us,"
+	" max_running, max_running_per_group, timeout_us, updated_at)"
+	" VALUES ($1::text, $2::int4 = 1, nullif(greatest($3::int4, 0), 0),"
+	" CASE WHEN $3::int4 > 0 THEN $4::int8 END,"
+	" nullif(greatest($5::int4, 0), 0), nullif(greatest($6::int4, 0), 0),"
+	" nullif(greatest($7::int8, 0), 0), now())"
+	" ON CONFLICT (kind) DO UPDATE SET"
+	" paused = CASE WHEN $2::int4 = -1 THEN k.paused ELSE $2::int4 = 1 END,"
+	" rate_n = CASE WHEN $3::int4 = -1 THEN k.rate_n ELSE excluded.rate_n"
+	" END, rate_us = CASE WHEN $3::int4 = -1 THEN k.rate_us"
+	" ELSE excluded.rate_us END,"
+	" max_running = CASE WHEN $5::int4 = -1 THEN k.max_running"
+	" ELSE excluded.max_running END,"
+	" max_running_per_group = CASE WHEN $6::int4 = -1"
+	" THEN k.max_running_per_group ELSE excluded.max_running_per_group END,"
+	" timeout_us = CASE WHEN $7::int8 = -1 THEN k.timeout_us"
+	" ELSE excluded.timeout_us END, updated_at = now() RETURNING kind),"
+	" n AS (SELECT pg_notify('due_task_new', kind) FROM u)"
+	" SELECT (SELECT count(*) FROM n)",
+    /* Every kind ($1 NULL) or one, with its live counts (store.h). */
+    [ST_KIND_GET] =
+	"SELECT kind, paused, rate_n, rate_us, max_running,"
+	" max_running_per_group, timeout_us,"
+	" (SELECT count(*) FROM due_task t WHERE t.kind = k.kind"
+	" AND t.state = 'CLAIMED' AND t.lease_until >= now()),"
+	" CASE WHEN rate_n IS NULL THEN 0 ELSE (SELECT count(*) FROM due_rate r"
+	" WHERE r.kind = k.kind AND r.at > now() - " US(
+	    "k.rate_us") ") END,"
+			 " (SELECT count(*) FROM due_task t WHERE t.kind = "
+			 "k.kind"
+			 " AND t.state = 'SCHEDULED' AND t.due_at <= now()),"
+			 " held_rate, held_running, held_group,"
+			 " CASE WHEN $2::text IS NULL THEN 0 ELSE (SELECT "
+			 "count(*) FROM due_task"
+			 " t WHERE t.kind = k.kind AND t.grp = $2::text AND "
+			 "t.state = 'CLAIMED'"
+			 " AND t.lease_until >= now()) END, updated_at"
+			 " FROM due_kind k WHERE $1::text IS NULL OR kind = "
+			 "$1::text"
+			 " ORDER BY kind COLLATE \"C\"",
+    [ST_KIND_REMOVE] =
+	"WITH d AS (DELETE FROM due_kind WHERE kind = $1::text RETURNING kind),"
+	" r AS (DELETE FROM due_rate WHERE kind = $1::text),"
+	" n AS (SELECT pg_notify('due_task_new', kind) FROM d)"
+	" SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM n)",
     [ST_FAIL] =
 	"WITH f AS (UPDATE due_task SET"
 	" state = CASE WHEN cancel_requested THEN 'CANCELLED'"
@@ -293,7 +580,7 @@ static const char *const sql_text[ST_COUNT] = {
 					" e AS (UPDATE due_attempt a SET "
 					"ended_at = now(), outcome = CASE"
 					" WHEN f.state = 'CANCELLED' THEN "
-					"'CANCELLED' ELSE 'FAILED' END,"
+					"'CANCELLED' ELSE $4::text END,"
 					" error = $3::text FROM f WHERE "
 					"a.task_id = $1::int8"
 					" AND a.attempt = $2::int4 AND "
@@ -517,6 +804,7 @@ static const char *const sql_text[ST_COUNT] = {
 	" (SELECT min(lease_until) FROM due_task WHERE state = 'CLAIMED')"     \
 	" AS exp) x LEFT JOIN LATERAL (SELECT id, due_at FROM due_task"        \
 	" WHERE state = 'SCHEDULED' AND due_at < $1::timestamptz" filter       \
+	" AND kind <> ALL (ARRAY(SELECT kind FROM due_kind WHERE paused))"     \
 	" ORDER BY due_at LIMIT $2::int4) u ON true ORDER BY u.due_at"
     [ST_UPC_ANY] = UPCOMING_SQL(""),
     [ST_UPC_KINDS] = UPCOMING_SQL(" AND kind = ANY ($3::text[])"),
@@ -824,6 +1112,9 @@ static void *pg_native(due_store *s) { return s->conn; }
 /* Producer                                                            */
 /* ------------------------------------------------------------------ */
 
+/* The arrays of ST_INSERT. */
+#define INSERT_COLS 11
+
 /*
 ** Insert n checked submits with one statement over arrays.  out[i].id
 ** gets the new id, or 0 when (kind, key) conflicted with a live task.
@@ -832,16 +1123,17 @@ static void *pg_native(due_store *s) { return s->conn; }
 static int insert_batch(due_store *s, const due_submit *items, size_t n,
 			due_submitted *out)
 {
-	static const uint32_t oids[8] = {
+	static const uint32_t oids[INSERT_COLS] = {
 	    DUE_PG_OID_TEXT, DUE_PG_OID_BYTEA, DUE_PG_OID_TIMESTAMPTZ,
 	    DUE_PG_OID_INT8, DUE_PG_OID_INT4,  DUE_PG_OID_INT8,
-	    DUE_PG_OID_INT8, DUE_PG_OID_TEXT};
-	due_pg_buf b[8] = {{0}};
+	    DUE_PG_OID_INT8, DUE_PG_OID_TEXT,  DUE_PG_OID_INT4,
+	    DUE_PG_OID_TEXT, DUE_PG_OID_INT8};
+	due_pg_buf b[INSERT_COLS] = {{0}};
 	due_pg_params p = {0};
 	PGresult *r = NULL;
 	int rc = 0;
 
-	for (int c = 0; c < 8; c++)
+	for (int c = 0; c < INSERT_COLS; c++)
 		due__pg_arr_head(&b[c], oids[c], n);
 	for (size_t i = 0; i < n; i++) {
 		const due_schedule_opts *o = &items[i].opts;
@@ -857,8 +1149,14 @@ static int insert_batch(due_store *s, const due_submit *items, size_t n,
 		due__pg_arr_i64(&b[5], o->backoff_us);
 		due__pg_arr_i64(&b[6], o->backoff_cap_us);
 		due__pg_arr_text(&b[7], o->key);
+		due__pg_arr_i32(&b[8], o->priority);
+		due__pg_arr_text(&b[9], o->group); /* NULL: no group */
+		if (o->timeout_us > 0)
+			due__pg_arr_i64(&b[10], o->timeout_us);
+		else /* NULL: the kind's */
+			due__pg_arr_bytes(&b[10], NULL, SIZE_MAX);
 	}
-	for (int c = 0; c < 8 && rc == 0; c++)
+	for (int c = 0; c < INSERT_COLS && rc == 0; c++)
 		rc = due__pg_array(&p, &b[c]);
 	if (rc == 0 && (rc = run(s, ST_INSERT, &p, "insert task", &r)) == 0) {
 		for (int i = 0; i < PQntuples(r) && (size_t)i < n; i++) {
@@ -867,7 +1165,7 @@ static int insert_batch(due_store *s, const due_submit *items, size_t n,
 		}
 		PQclear(r);
 	}
-	due__pg_bufs_free(b, 8);
+	due__pg_bufs_free(b, INSERT_COLS);
 	return rc;
 }
 
@@ -1000,11 +1298,168 @@ static int tasks_of(const PGresult *r, due_task_list **out)
 }
 
 /*
-** Claim up to `limit` due tasks (or exactly `only_id` when due) with one
-** prepared statement: pick with FOR UPDATE SKIP LOCKED, update, record the
-** RUNNING attempt, return the rows.  The kind filter (only these, or with
-** `exclude` all but these) is a bound text[], so there are four shapes in
-** all, whatever the number of kinds.  An empty claim is an empty list.
+** The claimed rows of r as a new list in *out (tasks_of), each carrying
+** the time limit of its try: its own, else its kind's (COL_KIND_TIMEOUT).
+*/
+static int claimed_of(const PGresult *r, due_task_list **out)
+{
+	int rc = tasks_of(r, out);
+	size_t j = 0;
+
+	for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
+		if (due__pg_col_null(r, i, DUE_TC_ID))
+			continue;
+		if (j < (*out)->count && (*out)->items[j].timeout_us == 0)
+			(*out)->items[j].timeout_us =
+			    due__pg_col_int(r, i, COL_KIND_TIMEOUT);
+		j++;
+	}
+	return rc;
+}
+
+/* Move every task of *src to the end of dst; frees *src. */
+static int append_tasks(due_task_list *dst, due_task_list **src)
+{
+	due_task_list *l = *src;
+	due_task *items;
+
+	*src = NULL;
+	if (!l)
+		return 0;
+	if (l->count) {
+		items = realloc(dst->items,
+				(dst->count + l->count) * sizeof(*items));
+		if (!items) {
+			due_task_list_free(l);
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		}
+		memcpy(items + dst->count, l->items, l->count * sizeof(*items));
+		dst->items = items;
+		dst->count += l->count;
+		l->count = 0;
+	}
+	if (l->retry_in_us > 0 &&
+	    (dst->retry_in_us == 0 || l->retry_in_us < dst->retry_in_us))
+		dst->retry_in_us = l->retry_in_us;
+	due_task_list_free(l);
+	return 0;
+}
+
+/*
+** Part 1 of the claim (flow.md): the limited kinds the claim admits that
+** have due tasks, up to `limit` tasks (or exactly `only_id`), in ONE
+** transaction: lock their due_kind rows in kind order (ST_FLOW_LOCK),
+** then claim each under its limits with a new statement (ST_FLOW_CLAIM:
+** counts, pick, claim, rate log, held counters) until the claim is full.
+** Kinds are served in name order.  *out is a new list whose retry_in_us
+** is set when a limit left due tasks; on failure nothing was claimed.
+*/
+static int claim_limited(due_store *s, due_task_list **out, const char *owner,
+			 const char *const *kinds, size_t n_kinds, bool exclude,
+			 int limit, int64_t lease_us, due_id only_id)
+{
+	due_pg_buf kb = {0};
+	due_pg_params p = {0};
+	PGresult *lr = NULL, *r = NULL;
+	due_task_list *got = NULL, *l = NULL;
+	int rc, left = limit;
+
+	*out = NULL;
+	if ((rc = due__task_list_alloc(&l, 0)) < 0)
+		return rc;
+	if (n_kinds)
+		rc = due__pg_texts(&p, &kb, kinds, n_kinds);
+	else {
+		due__pg_text(&p, NULL);
+		rc = 0;
+	}
+	due__pg_text(&p, exclude ? "true" : "false");
+	due__pg_int(&p, only_id);
+	if (rc < 0 || (rc = due__pg_begin(s)) < 0)
+		goto done;
+	if ((rc = run(s, ST_FLOW_LOCK, &p, "lock limited kinds", &lr)) < 0)
+		goto fail;
+	for (int i = 0; i < PQntuples(lr) && left > 0; i++) {
+		due_pg_params q = {0};
+		char *kind = due__pg_col_text(lr, i, 0);
+		if (!kind) {
+			rc = due__error_set(DUE_ENOMEM, "out of memory");
+			goto fail;
+		}
+		due__pg_text(&q, kind);
+		due__pg_text(&q, owner);
+		due__pg_int(&q, lease_us);
+		due__pg_int(&q, left);
+		due__pg_int(&q, only_id);
+		rc = run(s, ST_FLOW_CLAIM, &q, "claim limited kind", &r);
+		free(kind);
+		if (rc < 0 || (rc = claimed_of(r, &got)) < 0)
+			goto fail;
+		if (PQntuples(r) > 0 && due__pg_col_int(r, 0, COL_WHY) > 0)
+			got->retry_in_us = due__pg_col_int(r, 0, COL_RETRY);
+		PQclear(r);
+		r = NULL;
+		left -= (int)got->count;
+		if ((rc = append_tasks(l, &got)) < 0)
+			goto fail;
+	}
+	rc = due__pg_commit(s);
+	goto done;
+fail:
+	due__pg_rollback(s);
+done:
+	if (rc < 0) /* rolled back: nothing was claimed */
+		due_task_list_free(l);
+	else
+		*out = l;
+	due_task_list_free(got);
+	PQclear(r);
+	PQclear(lr);
+	free(kb.p);
+	return rc;
+}
+/*
+** Part 1 (claim_limited) after part 2 has claimed into *l: l gains its
+** tasks.  When l already holds tasks, a failure of part 1 is not the
+** claim's: those tasks are claimed and must reach the worker, so the
+** error is dropped (the next claim tries the limited kinds again).
+*/
+static int then_limited(due_store *s, due_task_list *l, const char *owner,
+			const char *const *kinds, size_t n_kinds, bool exclude,
+			int limit, int64_t lease_us, due_id only_id)
+{
+	due_task_list *m = NULL;
+	int rc = claim_limited(s, &m, owner, kinds, n_kinds, exclude, limit,
+			       lease_us, only_id);
+
+	if (rc < 0 && l->count > 0) {
+		due__error_clear();
+		return 0;
+	}
+	return rc < 0 ? rc : append_tasks(l, &m);
+}
+
+/*
+** Claim up to `limit` due tasks (or exactly `only_id` when due), in the
+** two parts of flow.md.
+**
+** Part 2, the kinds without limits, is ONE prepared statement (pick with
+** FOR UPDATE SKIP LOCKED, update, record the RUNNING attempt, return the
+** rows): it leaves paused and limited kinds alone with a subquery on
+** due_kind, and also says whether a limited kind it admits has due tasks
+** (COL_LIMITED).  A store without limited kinds therefore pays no extra
+** round trip.  The kind filter (only these, or with `exclude` all but
+** these) is a bound text[], so there are four shapes in all.
+**
+** Part 1, the limited kinds, is claim_limited's transaction.  flow.md
+** serves them first; which part runs first here is decided by what the
+** previous claim on this session learned (s->flow_first): when it saw due
+** tasks of limited kinds, part 1 runs before part 2; else part 2 runs
+** first and, when it says limited kinds have due tasks and the claim has
+** room left, part 1 follows in the same call.  The order only decides who
+** gets the room of one claim; every limit is exact either way, since
+** part 1 counts under the kinds' locks and part 2 never takes their
+** tasks.  An empty claim is an empty list.
 */
 static int pg_claim(due_store *s, due_task_list **out, const char *owner,
 		    const char *const *kinds, size_t n_kinds, bool exclude,
@@ -1014,26 +1469,53 @@ static int pg_claim(due_store *s, due_task_list **out, const char *owner,
 			  : !n_kinds ? ST_CLAIM_ANY
 			  : exclude  ? ST_CLAIM_EXCLUDE
 				     : ST_CLAIM_KINDS;
-	due_task_list *l = NULL;
+	bool first = !only_id && s->flow_first, lim;
+	due_task_list *l = NULL, *u = NULL;
 	due_pg_buf kb = {0};
 	due_pg_params p = {0};
 	PGresult *r = NULL;
-	int rc;
+	int rc, left;
 
 	*out = NULL;
 	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
+	if (first)
+		rc = claim_limited(s, &l, owner, kinds, n_kinds, exclude, limit,
+				   lease_us, 0);
+	else
+		rc = due__task_list_alloc(&l, 0);
+	if (rc < 0)
+		return rc;
+	left = limit - (int)l->count;
+	if (only_id ? l->count > 0 : left <= 0)
+		goto done;
 	due__pg_text(&p, owner);
 	due__pg_int(&p, lease_us);
-	due__pg_int(&p, only_id ? only_id : limit);
+	due__pg_int(&p, only_id ? only_id : left);
 	if ((id == ST_CLAIM_KINDS || id == ST_CLAIM_EXCLUDE) &&
 	    (rc = due__pg_texts(&p, &kb, kinds, n_kinds)) < 0)
 		goto done;
-	if ((rc = run(s, id, &p, "claim", &r)) < 0)
+	if ((rc = run(s, id, &p, "claim", &r)) < 0 ||
+	    (rc = claimed_of(r, &u)) < 0)
 		goto done;
-	if ((rc = tasks_of(r, &l)) == 0)
-		*out = l;
+	lim = PQntuples(r) > 0 && due__pg_col_int(r, 0, COL_LIMITED);
+	if (!only_id)
+		s->flow_first = lim;
+	left -= (int)u->count;
+	if ((rc = append_tasks(l, &u)) < 0)
+		goto done;
+	if (lim && !first && (only_id ? l->count == 0 : left > 0))
+		rc = then_limited(s, l, owner, kinds, n_kinds, exclude,
+				  only_id ? 1 : left, lease_us, only_id);
 done:
+	if (rc < 0 && l->count > 0) { /* claimed: hand them out */
+		due__error_clear();
+		rc = 0;
+	}
+	if (rc == 0)
+		*out = l;
+	else
+		due_task_list_free(l);
 	PQclear(r);
 	free(kb.p);
 	return rc;
@@ -1192,6 +1674,22 @@ static int pg_complete_claim(due_store *s, due_completion *items, size_t n,
 	*out = NULL;
 	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
+	/*
+	** Limited kinds first (pg_claim): complete on its own, so the
+	** finished tries no longer hold running slots, then claim.  Once
+	** the completions committed, a failed claim is an empty one (the
+	** caller must not complete again), as after the one statement.
+	*/
+	if (s->flow_first) {
+		if ((rc = complete_rows(s, items, n)) < 0)
+			return rc;
+		if (pg_claim(s, out, owner, kinds, n_kinds, exclude, limit,
+			     lease_us, 0) < 0) {
+			due__error_clear();
+			return due__task_list_alloc(out, 0);
+		}
+		return 0;
+	}
 	rc = bind_completions(&p, b, items, n);
 	due__pg_text(&p, owner);
 	due__pg_int(&p, lease_us);
@@ -1202,7 +1700,14 @@ static int pg_complete_claim(due_store *s, due_completion *items, size_t n,
 		goto done;
 	if (PQntuples(r) > 0)
 		read_outcomes(r, PQnfields(r) - 1, items, n);
-	rc = tasks_of(r, out); /* a NULL task: nothing was claimed */
+	/* a NULL task: nothing was claimed */
+	if ((rc = claimed_of(r, out)) < 0)
+		goto done;
+	s->flow_first = PQntuples(r) > 0 && due__pg_col_int(r, 0, COL_LIMITED);
+	if (s->flow_first && (int)(*out)->count < limit &&
+	    then_limited(s, *out, owner, kinds, n_kinds, exclude,
+			 limit - (int)(*out)->count, lease_us, 0) < 0)
+		due__error_clear(); /* committed: an empty claim (above) */
 done:
 	PQclear(r);
 	due__pg_bufs_free(b, 4);
@@ -1212,7 +1717,6 @@ done:
 static int pg_fail(due_store *s, due_fail_outcome *out, due_id id,
 		   int32_t attempt, const char *error, due_outcome as)
 {
-	(void)as; /* FLOW-TODO: record TIMED_OUT */
 	due_pg_params p = {0};
 	PGresult *r;
 	due_state ns = DUE_SCHEDULED;
@@ -1223,6 +1727,9 @@ static int pg_fail(due_store *s, due_fail_outcome *out, due_id id,
 	due__pg_int(&p, id);
 	due__pg_int(&p, attempt);
 	due__pg_text(&p, error);
+	due__pg_text(&p, due_outcome_name(as == DUE_OUT_TIMED_OUT
+					      ? DUE_OUT_TIMED_OUT
+					      : DUE_OUT_FAILED));
 	if ((rc = run(s, ST_FAIL, &p, "fail", &r)) < 0)
 		return rc;
 	if (PQntuples(r) == 0)
@@ -1917,32 +2424,132 @@ static int pg_notify(due_store *s)
 static const char *const schemes[] = {"postgres", "postgresql", NULL};
 
 /* Every method is pg_<method> (store.h lists them). */
-/* FLOW-TODO: flow control (docs/internals/flow.md). */
+/* ------------------------------------------------------------------ */
+/* Kinds: settings and what they hold back                             */
+/* ------------------------------------------------------------------ */
+
+/* Apply the checked changes of *set (-1: keep) to the kind's row. */
 static int pg_kind_put(due_store *s, const char *kind,
 		       const due_kind_settings *set)
 {
-	(void)s, (void)kind, (void)set;
-	return due__error_set(DUE_ESTORE, "kind settings: not implemented");
+	due_pg_params p = {0};
+	PGresult *r;
+	int rc;
+
+	if ((rc = due__pg_ok(s)) < 0)
+		return rc;
+	due__pg_text(&p, kind);
+	due__pg_int(&p, set->paused);
+	due__pg_int(&p, set->rate_n);
+	due__pg_int(&p, set->rate_us);
+	due__pg_int(&p, set->max_running);
+	due__pg_int(&p, set->max_running_per_group);
+	due__pg_int(&p, set->timeout_us);
+	if ((rc = run(s, ST_KIND_PUT, &p, "save kind settings", &r)) < 0)
+		return rc;
+	PQclear(r);
+	return 0;
+}
+
+/* Row i of ST_KIND_GET into k. */
+static int kind_row(const PGresult *r, int i, due_kind_info *k)
+{
+	memset(k, 0, sizeof(*k));
+	if (!(k->kind = due__pg_col_text(r, i, 0)))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	k->paused = due__pg_col_int(r, i, 1) != 0;
+	k->rate_n = (int32_t)due__pg_col_int(r, i, 2);
+	k->rate_us = due__pg_col_int(r, i, 3);
+	k->max_running = (int32_t)due__pg_col_int(r, i, 4);
+	k->max_running_per_group = (int32_t)due__pg_col_int(r, i, 5);
+	k->timeout_us = due__pg_col_int(r, i, 6);
+	k->running = due__pg_col_int(r, i, 7);
+	k->rate_used = due__pg_col_int(r, i, 8);
+	k->due = due__pg_col_int(r, i, 9);
+	k->held_rate = due__pg_col_int(r, i, 10);
+	k->held_running = due__pg_col_int(r, i, 11);
+	k->held_group = due__pg_col_int(r, i, 12);
+	k->group_running = due__pg_col_int(r, i, 13);
+	k->updated_at = due__pg_col_time(r, i, 14);
+	return 0;
+}
+
+/* ST_KIND_GET for one kind (or every kind: NULL). */
+static int kinds_read(due_store *s, const char *kind, const char *group,
+		      PGresult **r)
+{
+	due_pg_params p = {0};
+	int rc;
+
+	if ((rc = due__pg_ok(s)) < 0)
+		return rc;
+	due__pg_text(&p, kind);
+	due__pg_text(&p, group);
+	return run(s, ST_KIND_GET, &p, "read kind settings", r);
 }
 
 static int pg_kind_get(due_store *s, due_kind_info **out, const char *kind,
 		       const char *group)
 {
-	(void)s, (void)kind, (void)group;
+	due_kind_info *k;
+	PGresult *r;
+	int rc;
+
 	*out = NULL;
-	return due__error_set(DUE_ENOTFOUND, "no settings for this kind");
+	if ((rc = kinds_read(s, kind, group, &r)) < 0)
+		return rc;
+	if (PQntuples(r) == 0)
+		rc = due__error_set(DUE_ENOTFOUND, "kind '%s' has no settings",
+				    kind);
+	else if (!(k = calloc(1, sizeof(*k))))
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+	else if ((rc = kind_row(r, 0, k)) < 0)
+		due_kind_info_free(k);
+	else
+		*out = k;
+	PQclear(r);
+	return rc;
 }
 
 static int pg_kind_list(due_store *s, due_kind_info_list **out)
 {
-	(void)s;
-	return due__kind_info_list_alloc(out, 0);
+	due_kind_info_list *l;
+	PGresult *r;
+	int rc;
+
+	*out = NULL;
+	if ((rc = kinds_read(s, NULL, NULL, &r)) < 0)
+		return rc;
+	if ((rc = due__kind_info_list_alloc(&l, (size_t)PQntuples(r))) == 0) {
+		for (int i = 0; i < PQntuples(r) && rc == 0; i++)
+			if ((rc = kind_row(r, i, &l->items[i])) == 0)
+				l->count++;
+		if (rc < 0)
+			due_kind_info_list_free(l);
+		else
+			*out = l;
+	}
+	PQclear(r);
+	return rc;
 }
 
+/* Forget the kind's settings and its rate log; wakes listeners. */
 static int pg_kind_remove(due_store *s, const char *kind)
 {
-	(void)s, (void)kind;
-	return due__error_set(DUE_ENOTFOUND, "no settings for this kind");
+	due_pg_params p = {0};
+	PGresult *r;
+	int rc;
+
+	if ((rc = due__pg_ok(s)) < 0)
+		return rc;
+	due__pg_text(&p, kind);
+	if ((rc = run(s, ST_KIND_REMOVE, &p, "remove kind settings", &r)) < 0)
+		return rc;
+	if (due__pg_col_int(r, 0, 0) == 0)
+		rc = due__error_set(DUE_ENOTFOUND, "kind '%s' has no settings",
+				    kind);
+	PQclear(r);
+	return rc;
 }
 
 #define OP(m) .m = pg_##m,

@@ -42,6 +42,11 @@ struct due_store {
 	char label[256];		 /* user@host:port/db for messages */
 	char sqlstate[6];		 /* of the last failure, "" when none */
 	bool listening; /* LISTEN due_task_new on this session */
+	/*
+	** The last claim on this session saw due tasks of limited kinds
+	** (pg.c: the claim), so the next one serves them first.
+	*/
+	bool flow_first;
 };
 
 /* ------------------------------------------------------------------ */

@@ -9,7 +9,10 @@
 //   4. the handler is switched to succeed, Retry is clicked on the page: the
 //      row leaves the dead-letter list and /health returns to 200 UP;
 //   5. with 205 dead letters the page says 205, shows the newest first, 50
-//      a page, and pages back to the 5 oldest.
+//      a page, and pages back to the 5 oldest;
+//   6. a kind's settings are listed; Pause and Resume on the page reach the
+//      store; a task of the paused kind shows its priority, group, time
+//      limit and why it waits.
 // Screenshots: ${TMPDIR:-/tmp}/due-dashboard.png (with the dead letter) and
 // due-dashboard-after.png (after the retry); their paths are printed.
 //
@@ -198,6 +201,36 @@ async function main() {
     check("older is off on the last page", await page.isDisabled("#deadpager button.older"));
     await page.click("#deadpager button.newer");
     await until("back one page", async () => (await firstDead()) === many[204 - 150]);
+
+    // Flow control: a kind's settings listed, paused and resumed from the
+    // page; a held task's details say why it waits.
+    const put = await api(base, "/v1/kinds/mailer", { method: "PUT",
+      body: JSON.stringify({ max_running: 2, rate: "5/1s" }) });
+    check("PUT /v1/kinds/mailer -> 200", put.status === 200, JSON.stringify(put));
+    const krow = '#flow tbody tr[data-kind="mailer"]';
+    await page.waitForSelector(krow + '[data-paused="0"]', { timeout: 20000 });
+    check("kind row shows running / limit", (await page.textContent(krow + " td.run")) === "0 / 2",
+      await page.textContent(krow + " td.run"));
+    check("kind row shows the rate", (await page.textContent(krow + " td.rate")).includes("0 / 5 (5/1s)"),
+      await page.textContent(krow + " td.rate"));
+    await page.click(`#flow button.pause[data-kind="mailer"]`);
+    await page.waitForSelector(krow + '[data-paused="1"]', { timeout: 20000 });
+    check("Pause shown as paused", (await page.textContent(krow + " td.st")) === "paused");
+    const paused = (await api(base, "/v1/kinds/mailer")).body;
+    check("Pause reached the store", paused.paused === true && paused.max_running === 2, JSON.stringify(paused));
+    const mail = (await api(base, "/v1/tasks", { method: "POST",
+      body: JSON.stringify({ kind: "mailer", priority: -3, group: "cust-7", timeout: "10s" }) })).body.id;
+    await page.fill("#lookup", String(mail));
+    await page.click("#lookupbtn");
+    await page.waitForSelector("#detail .held", { timeout: 20000 });
+    const det = await page.textContent("#detail dl.kv");
+    check("task details: priority, group, time limit",
+      det.includes("priority-3") && det.includes("groupcust-7") && det.includes("time limit10s"), det);
+    check("task details: held because paused", (await page.textContent("#detail .held")).includes("paused"),
+      await page.textContent("#detail .held"));
+    await page.click(`#flow button.resume[data-kind="mailer"]`);
+    await page.waitForSelector(krow + '[data-paused="0"]', { timeout: 20000 });
+    check("Resume reached the store", (await api(base, "/v1/kinds/mailer")).body.paused === false);
     check("no page errors", pageErrors.length === 0, pageErrors.join("; "));
     check("no request left the server", foreign.length === 0, foreign.join(", "));
   } finally {

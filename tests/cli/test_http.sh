@@ -384,7 +384,7 @@ want = {"due_tasks": "gauge", "due_tasks_by_state": "gauge", "due_dead_letters":
 for k, t in want.items():
     if types.get(k) != t: errors.append("family %s: type %s, want %s" % (k, types.get(k), t))
 outcomes = {s[2].get("outcome") for s in samples if s[1] == "due_attempts_total"}
-for o in ("done", "failed", "lease_lost", "cancelled", "rejected_stale", "requeued", "killed"):
+for o in ("done", "failed", "lease_lost", "cancelled", "rejected_stale", "requeued", "killed", "timed_out"):
     if o not in outcomes: errors.append("no due_attempts_total{outcome=%s}" % o)
 def val(name, **lab):
     return [s[3] for s in samples if s[1] == name and all(s[2].get(k) == v for k, v in lab.items())]

@@ -2352,6 +2352,592 @@ static void test_metrics_exact(void **state)
 	due_close(db);
 }
 
+/* ------------------------------------------------------------------ */
+/* Flow control (docs/internals/flow.md)                               */
+/* ------------------------------------------------------------------ */
+
+/* A task of kind due at `at` with a priority, a group and a time limit. */
+static due_id add_flow(due_db *db, const char *kind, due_time at,
+		       int32_t priority, const char *group, int64_t timeout_us)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+	o.at = at;
+	o.priority = priority;
+	o.group = group;
+	o.timeout_us = timeout_us;
+	o.backoff_us = 1000;
+	o.backoff_cap_us = 1000;
+	assert_int_equal(due_schedule(db, &s, kind, "p", 1, &o), 0);
+	return s.id;
+}
+
+/* due_kind_set with the fields given (-1: keep; rate_us with rate_n). */
+static int kind_set(due_db *db, const char *kind, int paused, int32_t rate_n,
+		    int64_t rate_us, int32_t max_running, int32_t per_group,
+		    int64_t timeout_us)
+{
+	due_kind_settings k = DUE_KIND_SETTINGS_INIT;
+	k.paused = paused;
+	k.rate_n = rate_n;
+	k.rate_us = rate_us;
+	k.max_running = max_running;
+	k.max_running_per_group = per_group;
+	k.timeout_us = timeout_us;
+	return due_kind_set(db, kind, &k);
+}
+
+static due_kind_info *kind_info(due_db *db, const char *kind)
+{
+	due_kind_info *k = NULL;
+	assert_int_equal(due_kind_get(db, &k, kind), 0);
+	assert_string_equal(k->kind, kind);
+	return k;
+}
+
+/* Claim up to limit tasks of any kind (or of `kind`) as `owner`. */
+static due_task_list *claim_n(due_db *db, const char *owner, const char *kind,
+			      int limit, int64_t lease_us)
+{
+	due_task_list *l = NULL;
+	const char *k[1] = {kind};
+	assert_int_equal(due_claim(db, &l, owner, kind ? k : NULL, kind ? 1 : 0,
+				   limit, lease_us),
+			 0);
+	return l;
+}
+
+static bool listed(const due_task_list *l, due_id id)
+{
+	for (size_t i = 0; i < l->count; i++)
+		if (l->items[i].id == id)
+			return true;
+	return false;
+}
+
+/*
+** Lowest priority first, then earliest due_at, across claims that each
+** take a few: 3 priorities (and a not-yet-due task at the lowest one,
+** which must wait), inserted in a scrambled order.
+*/
+static void test_flow_priority_order(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	static const int32_t prio[] = {5, -3, 0, 5, -3, 32767, 0, -32768, 0};
+	due_id ids[9];
+	due_time now;
+
+	assert_int_equal(due_now(db, &now), 0);
+	for (int i = 0; i < 9; i++) /* due times 9 ms apart, scrambled */
+		ids[i] =
+		    add_flow(db, i % 2 ? "a" : "b",
+			     now - 1000 * ((i * 5) % 9 + 1), prio[i], NULL, 0);
+	due_id later = add_flow(db, "a", now + HOUR, -32768, NULL, 0);
+	due_task *t = get(db, ids[1]);
+	assert_int_equal(t->priority, -3);
+	due_task_free(t);
+
+	int32_t last_p = DUE_PRIORITY_MIN;
+	due_time last_at = 0;
+	int got = 0;
+	for (;;) {
+		due_task_list *l = claim_n(db, "w", NULL, 2, LONG_LEASE);
+		size_t n = l->count;
+		for (size_t i = 0; i < n; i++) {
+			const due_task *c = &l->items[i];
+			assert_true(c->id != later);
+			assert_true(
+			    c->priority > last_p ||
+			    (c->priority == last_p && c->due_at >= last_at));
+			last_p = c->priority, last_at = c->due_at;
+			got++;
+		}
+		assert_int_equal(l->retry_in_us, 0);
+		due_task_list_free(l);
+		if (n == 0)
+			break;
+	}
+	assert_int_equal(got, 9);
+	assert_int_equal(last_p, 32767);
+	assert_int_equal(state_of(db, later), DUE_SCHEDULED);
+	due_close(db);
+}
+
+/* A paused kind: never claimed (not by id either), not upcoming; resume. */
+static void test_flow_pause(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_upcoming *u = NULL;
+	due_task *t = NULL;
+	due_time now;
+
+	assert_int_equal(due_now(db, &now), 0);
+	due_id p1 = add_flow(db, "p", now - 2000, -5, NULL, 0);
+	due_id p2 = add_flow(db, "p", now - 1000, 0, NULL, 0);
+	due_id q = add_flow(db, "q", now, 0, NULL, 0);
+	assert_int_equal(kind_set(db, "p", 1, -1, 0, -1, -1, -1), 0);
+
+	due_task_list *l = claim_n(db, "w", NULL, 10, LONG_LEASE);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, q);
+	assert_int_equal(l->retry_in_us, 0); /* a pause never sets it */
+	due_task_list_free(l);
+	l = claim_n(db, "w", "p", 10, LONG_LEASE);
+	assert_int_equal(l->count, 0);
+	due_task_list_free(l);
+	assert_int_equal(due_claim_id(db, &t, p1, "w", LONG_LEASE), DUE_EBUSY);
+	assert_null(t);
+	assert_int_equal(
+	    due_upcoming_get(db, &u, NULL, 0, false, now + HOUR, 100), 0);
+	assert_int_equal(u->count, 0);
+	due_upcoming_free(u);
+	due_kind_info *k = kind_info(db, "p");
+	assert_true(k->paused);
+	assert_int_equal(k->due, 2);
+	due_kind_info_free(k);
+	const char *why = NULL;
+	t = get(db, p1);
+	assert_int_equal(due_task_hold(db, &why, t), 0);
+	assert_string_equal(why, "paused");
+	due_task_free(t);
+
+	/* resumed: claimable again, in priority order */
+	assert_int_equal(kind_set(db, "p", 0, -1, 0, -1, -1, -1), 0);
+	assert_int_equal(
+	    due_upcoming_get(db, &u, NULL, 0, false, now + HOUR, 100), 0);
+	assert_int_equal(u->count, 2);
+	due_upcoming_free(u);
+	assert_int_equal(due_claim_id(db, &t, p2, "w", LONG_LEASE), 0);
+	due_task_free(t);
+	l = claim_n(db, "w", NULL, 10, LONG_LEASE);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, p1);
+	due_task_list_free(l);
+	due_close(db);
+}
+
+/* A time shift of `col` back by us microseconds, as SQL. */
+static const char *BACK(const char *col, int64_t us)
+{
+	char *b = scratch();
+	if (on_sqlite())
+		snprintf(b, 112, "%s - %lld", col, (long long)us);
+	else
+		snprintf(b, 112, "%s - %lld * interval '1 microsecond'", col,
+			 (long long)us);
+	return b;
+}
+
+/* rate N per window: N claims, then none until the log leaves the window. */
+static void test_flow_rate(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_time now;
+
+	assert_int_equal(due_now(db, &now), 0);
+	for (int i = 0; i < 5; i++)
+		add_flow(db, "r", now - 1000 * (5 - i), 0, NULL, 0);
+	due_id other = add_flow(db, "o", now, 0, NULL, 0);
+	assert_int_equal(kind_set(db, "r", -1, 2, HOUR, -1, -1, -1), 0);
+
+	due_task_list *l = claim_n(db, "w", NULL, 10, LONG_LEASE);
+	assert_int_equal(l->count, 3); /* 2 of r, and the other kind */
+	assert_true(listed(l, other));
+	assert_true(l->retry_in_us > 0 && l->retry_in_us <= HOUR);
+	due_task_list_free(l);
+	l = claim_n(db, "w", "r", 10, LONG_LEASE);
+	assert_int_equal(l->count, 0);
+	assert_true(l->retry_in_us > 0 && l->retry_in_us <= HOUR);
+	due_task_list_free(l);
+	due_task *t = NULL;
+	assert_int_equal(due_claim_id(db, &t, 3, "w", LONG_LEASE), DUE_EBUSY);
+	due_kind_info *k = kind_info(db, "r");
+	assert_int_equal(k->rate_n, 2);
+	assert_int_equal(k->rate_us, HOUR);
+	assert_int_equal(k->rate_used, 2);
+	assert_int_equal(k->due, 3);
+	assert_true(k->held_rate >= 2);
+	assert_int_equal(k->held_running, 0);
+	due_kind_info_free(k);
+
+	/* the log moved back past the window: the next claims are free
+	   again, and the entries out of the window are deleted then */
+	sql("UPDATE due_rate SET at = %s", BACK("at", HOUR));
+	l = claim_n(db, "w", "r", 1, LONG_LEASE);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->retry_in_us, 0); /* the claim was full first */
+	due_task_list_free(l);
+	assert_int_equal(sql_int("SELECT count(*) FROM due_rate"), 1);
+	l = claim_n(db, "w", "r", 10, LONG_LEASE);
+	assert_int_equal(l->count, 1);
+	assert_true(l->retry_in_us > 0);
+	due_task_list_free(l);
+	assert_int_equal(sql_int("SELECT count(*) FROM due_rate"), 2);
+	due_close(db);
+}
+
+/* max_running holds across handles; a completion frees a slot. */
+static void test_flow_max_running(void **state)
+{
+	(void)state;
+	due_db *a = open_db(), *b = open_db();
+	due_fail_outcome fo;
+	due_time now;
+
+	assert_int_equal(due_now(a, &now), 0);
+	for (int i = 0; i < 4; i++)
+		add_flow(a, "m", now - 1000 * (4 - i), 0, NULL, 0);
+	assert_int_equal(kind_set(a, "m", -1, -1, 0, 2, -1, -1), 0);
+
+	due_task_list *la = claim_n(a, "wa", NULL, 10, LONG_LEASE);
+	assert_int_equal(la->count, 2);
+	assert_true(la->retry_in_us > 0);
+	due_task_list *lb = claim_n(b, "wb", NULL, 10, LONG_LEASE);
+	assert_int_equal(lb->count, 0);
+	assert_true(lb->retry_in_us > 0);
+	due_task_list_free(lb);
+	due_kind_info *k = kind_info(b, "m");
+	assert_int_equal(k->running, 2);
+	assert_int_equal(k->due, 2);
+	assert_true(k->held_running >= 2);
+	due_kind_info_free(k);
+
+	due_complete_outcome co;
+	assert_int_equal(
+	    due_complete(a, &co, la->items[0].id, la->items[0].attempt, "r", 1),
+	    0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	lb = claim_n(b, "wb", NULL, 10, LONG_LEASE);
+	assert_int_equal(lb->count, 1);
+	due_task_list_free(lb);
+	/* a failure frees one too */
+	assert_int_equal(
+	    due_fail(a, &fo, la->items[1].id, la->items[1].attempt, "x"), 0);
+	lb = claim_n(b, "wb", NULL, 10, LONG_LEASE);
+	assert_int_equal(lb->count, 1);
+	due_task_list_free(lb);
+	due_task_list_free(la);
+	due_close(a);
+	due_close(b);
+}
+
+/* A full group is skipped: the tasks of other groups behind it run. */
+static void test_flow_group_limit(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	const char *why = NULL;
+	due_time now;
+
+	assert_int_equal(due_now(db, &now), 0);
+	due_id a1 = add_flow(db, "g", now - 5000, 0, "A", 0);
+	due_id a2 = add_flow(db, "g", now - 4000, 0, "A", 0);
+	due_id a3 = add_flow(db, "g", now - 3500, 0, "A", 0);
+	due_id b1 = add_flow(db, "g", now - 3000, 0, "B", 0);
+	due_id n1 = add_flow(db, "g", now - 2000, 0, NULL, 0);
+	due_id b2 = add_flow(db, "g", now - 1000, 0, "B", 0);
+	assert_int_equal(kind_set(db, "g", -1, -1, 0, -1, 1, -1), 0);
+
+	due_task_list *l = claim_n(db, "w", NULL, 1, LONG_LEASE);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, a1);
+	assert_string_equal(l->items[0].group, "A");
+	due_task_list_free(l);
+	/* A is at its limit: B's first task and the groupless one, not b2 */
+	l = claim_n(db, "w", NULL, 10, LONG_LEASE);
+	assert_int_equal(l->count, 2);
+	assert_true(listed(l, b1));
+	assert_true(listed(l, n1));
+	assert_true(l->retry_in_us > 0);
+	due_task_list_free(l);
+	assert_int_equal(state_of(db, a2), DUE_SCHEDULED);
+	assert_int_equal(state_of(db, b2), DUE_SCHEDULED);
+	due_task *t = get(db, a2);
+	assert_int_equal(due_task_hold(db, &why, t), 0);
+	assert_string_equal(why, "max_running_per_group");
+	due_task_free(t);
+	assert_int_equal(due_claim_id(db, &t, a3, "w", LONG_LEASE), DUE_EBUSY);
+	due_kind_info *k = kind_info(db, "g");
+	assert_int_equal(k->running, 3);
+	assert_true(k->held_group >= 2);
+	due_kind_info_free(k);
+	due_close(db);
+}
+
+/* A lease that expires stops counting, before any reclaim runs. */
+static void test_flow_expired_lease_frees_slot(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_time now;
+
+	assert_int_equal(due_now(db, &now), 0);
+	due_id first = add_flow(db, "m", now - 2000, 0, NULL, 0);
+	due_id second = add_flow(db, "m", now - 1000, 0, NULL, 0);
+	assert_int_equal(kind_set(db, "m", -1, -1, 0, 1, -1, -1), 0);
+	due_task_list *l = claim_n(db, "w", NULL, 10, 50000);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, first);
+	due_time until = l->items[0].lease_until;
+	due_task_list_free(l);
+
+	int64_t end = mono_ms() + HANG_MS;
+	for (;;) {
+		l = claim_n(db, "w", NULL, 10, LONG_LEASE);
+		due_time after;
+		assert_int_equal(due_now(db, &after), 0);
+		if (l->count) {
+			assert_int_equal(l->items[0].id, second);
+			assert_true(after > until); /* not while it was live */
+			due_task_list_free(l);
+			break;
+		}
+		due_task_list_free(l);
+		if (mono_ms() > end)
+			fail_msg("the expired lease never freed its slot");
+		tu_sleep_ms(5);
+	}
+	assert_int_equal(state_of(db, first), DUE_CLAIMED); /* not reclaimed */
+	due_close(db);
+}
+
+/* The time limit handed out: the task's own, else its kind's, else 0. */
+static void test_flow_timeout_effective(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_time now;
+
+	assert_int_equal(due_now(db, &now), 0);
+	due_id own = add_flow(db, "t", now - 3000, 0, NULL, 2000000);
+	due_id kinds = add_flow(db, "t", now - 2000, 0, NULL, 0);
+	due_id none = add_flow(db, "u", now - 1000, 0, NULL, 0);
+	assert_int_equal(kind_set(db, "t", -1, -1, 0, -1, -1, 5000000), 0);
+
+	due_task_list *l = claim_n(db, "w", NULL, 10, LONG_LEASE);
+	assert_int_equal(l->count, 3);
+	for (size_t i = 0; i < l->count; i++) {
+		const due_task *c = &l->items[i];
+		int64_t want = c->id == own	? 2000000
+			       : c->id == kinds ? 5000000
+						: 0;
+		assert_int_equal(c->timeout_us, want);
+	}
+	due_task_list_free(l);
+	due_task *t = get(db, kinds); /* the task's own: none */
+	assert_int_equal(t->timeout_us, 0);
+	due_task_free(t);
+	t = get(db, own);
+	assert_int_equal(t->timeout_us, 2000000);
+	due_task_free(t);
+	(void)none;
+	due_close(db);
+}
+
+/* Claim task id once it is due again (its backoff), polling. */
+static int32_t claim_again(due_db *db, due_id id)
+{
+	int64_t end = mono_ms() + HANG_MS;
+	for (;;) {
+		due_task_list *l = claim_n(db, "w", NULL, 1, LONG_LEASE);
+		if (l->count) {
+			assert_int_equal(l->items[0].id, id);
+			int32_t a = l->items[0].attempt;
+			due_task_list_free(l);
+			return a;
+		}
+		due_task_list_free(l);
+		if (mono_ms() > end)
+			fail_msg("task %lld never came back", (long long)id);
+		tu_sleep_ms(1);
+	}
+}
+
+/* TIMED_OUT is recorded on the attempt and is a failure: retry, dead. */
+static void test_flow_fail_timed_out(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_fail_outcome fo;
+	due_submitted s;
+
+	o.max_attempts = 2;
+	o.backoff_us = 1000;
+	o.backoff_cap_us = 1000;
+	assert_int_equal(due_schedule(db, &s, "k", "p", 1, &o), 0);
+	int32_t a = claim_again(db, s.id);
+	assert_int_equal(due_fail_as(db, &fo, s.id, a, "timed out after 1s",
+				     DUE_OUT_TIMED_OUT),
+			 0);
+	assert_int_equal(fo, DUE_FAIL_RETRY_SCHEDULED);
+	a = claim_again(db, s.id);
+	assert_int_equal(due_fail_as(db, &fo, s.id, a, "plain", DUE_OUT_FAILED),
+			 0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	due_task *t = get(db, s.id);
+	assert_int_equal(t->state, DUE_DEAD);
+	assert_int_equal(t->n_attempts, 2);
+	assert_string_equal(t->attempts[0].outcome, "TIMED_OUT");
+	assert_string_equal(t->attempts[0].error, "timed out after 1s");
+	assert_string_equal(t->attempts[1].outcome, "FAILED");
+	due_task_free(t);
+	/* a bad outcome is refused and changes nothing */
+	assert_int_equal(due_fail_as(db, &fo, s.id, a, "x", DUE_OUT_DONE),
+			 DUE_EINVAL);
+	assert_int_equal(state_of(db, s.id), DUE_DEAD);
+	due_close(db);
+}
+
+static void assert_kind_eq(const due_kind_info *x, const due_kind_info *y)
+{
+	assert_int_equal(x->paused, y->paused);
+	assert_int_equal(x->rate_n, y->rate_n);
+	assert_int_equal(x->rate_us, y->rate_us);
+	assert_int_equal(x->max_running, y->max_running);
+	assert_int_equal(x->max_running_per_group, y->max_running_per_group);
+	assert_int_equal(x->timeout_us, y->timeout_us);
+	assert_int_equal(x->updated_at, y->updated_at);
+}
+
+/* Settings: set, keep, clear, list, remove; refusals change nothing. */
+static void test_flow_kind_settings(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_kind_info_list *kl = NULL;
+	due_kind_info *k = NULL;
+
+	assert_int_equal(due_kind_get(db, &k, "s"), DUE_ENOTFOUND);
+	assert_null(k);
+	assert_int_equal(due_kind_list(db, &kl), 0);
+	assert_int_equal(kl->count, 0);
+	due_kind_info_list_free(kl);
+
+	assert_int_equal(kind_set(db, "s", -1, 10, 1000000, 3, 2, 5000000), 0);
+	k = kind_info(db, "s");
+	assert_false(k->paused);
+	assert_int_equal(k->rate_n, 10);
+	assert_int_equal(k->rate_us, 1000000);
+	assert_int_equal(k->max_running, 3);
+	assert_int_equal(k->max_running_per_group, 2);
+	assert_int_equal(k->timeout_us, 5000000);
+	assert_int_equal(k->running, 0);
+	assert_int_equal(k->rate_used, 0);
+	assert_int_equal(k->held_rate + k->held_running + k->held_group, 0);
+	assert_true(k->updated_at > 0);
+	due_kind_info_free(k);
+
+	/* -1 keeps, 0 clears */
+	assert_int_equal(kind_set(db, "s", 1, 0, 0, -1, 0, -1), 0);
+	k = kind_info(db, "s");
+	assert_true(k->paused);
+	assert_int_equal(k->rate_n, 0);
+	assert_int_equal(k->rate_us, 0);
+	assert_int_equal(k->max_running, 3);
+	assert_int_equal(k->max_running_per_group, 0);
+	assert_int_equal(k->timeout_us, 5000000);
+
+	/* refusals: checked before the store, nothing changes */
+	due_kind_settings bad = DUE_KIND_SETTINGS_INIT;
+	assert_int_equal(due_kind_set(db, "s", &bad), DUE_EINVAL);
+	assert_int_equal(due_kind_set(db, "new", &bad), DUE_EINVAL);
+	assert_int_equal(kind_set(db, "s", -1, 5, 0, -1, -1, -1), DUE_EINVAL);
+	assert_int_equal(kind_set(db, "s", -1, -2, 0, -1, -1, -1), DUE_EINVAL);
+	assert_int_equal(kind_set(db, "s", 2, -1, 0, -1, -1, -1), DUE_EINVAL);
+	assert_int_equal(kind_set(db, "s", -1, -1, 0, -5, -1, -1), DUE_EINVAL);
+	assert_int_equal(kind_set(db, "s", -1, -1, 0, 2000000, -1, -1),
+			 DUE_EINVAL);
+	assert_int_equal(kind_set(db, "s", -1, -1, 0, -1, -1, -7), DUE_EINVAL);
+	assert_int_equal(kind_set(db, "", 1, -1, 0, -1, -1, -1), DUE_EINVAL);
+	bad.version = 99;
+	bad.paused = 1;
+	assert_int_equal(due_kind_set(db, "s", &bad), DUE_EINVAL);
+	due_kind_info *same = kind_info(db, "s");
+	assert_kind_eq(k, same);
+	due_kind_info_free(same);
+	due_kind_info_free(k);
+	assert_int_equal(due_kind_get(db, &k, "new"), DUE_ENOTFOUND);
+
+	/* list by name; remove; a second remove is refused */
+	assert_int_equal(kind_set(db, "a", -1, -1, 0, -1, -1, 1000000), 0);
+	assert_int_equal(due_kind_list(db, &kl), 0);
+	assert_int_equal(kl->count, 2);
+	assert_string_equal(kl->items[0].kind, "a");
+	assert_string_equal(kl->items[1].kind, "s");
+	assert_true(kl->items[1].paused);
+	due_kind_info_list_free(kl);
+	assert_int_equal(due_kind_remove(db, "s"), 0);
+	assert_int_equal(due_kind_remove(db, "s"), DUE_ENOTFOUND);
+	assert_int_equal(due_kind_get(db, &k, "s"), DUE_ENOTFOUND);
+	assert_int_equal(due_kind_list(db, &kl), 0);
+	assert_int_equal(kl->count, 1);
+	due_kind_info_list_free(kl);
+
+	/* removing a rate-limited kind forgets its log too */
+	due_time now;
+	assert_int_equal(due_now(db, &now), 0);
+	add_flow(db, "r", now, 0, NULL, 0);
+	assert_int_equal(kind_set(db, "r", -1, 1, HOUR, -1, -1, -1), 0);
+	due_task_list *l = claim_n(db, "w", NULL, 10, LONG_LEASE);
+	assert_int_equal(l->count, 1);
+	due_task_list_free(l);
+	assert_int_equal(sql_int("SELECT count(*) FROM due_rate"), 1);
+	assert_int_equal(due_kind_remove(db, "r"), 0);
+	assert_int_equal(sql_int("SELECT count(*) FROM due_rate"), 0);
+	due_close(db);
+}
+
+/*
+** A version 3 store upgrades in place: its tasks get priority 0, no
+** group and no time limit, and are claimed as before.  SQLite only: the
+** v3 layout is made from a fresh store by undoing step 4 (PostgreSQL's
+** upgrades are tested in test_pg_store.c).
+*/
+static void test_flow_v3_upgrade(void **state)
+{
+	(void)state;
+	if (!on_sqlite())
+		return;
+	due_db *db = open_db();
+	due_id id = add(db, "k", 0, 5);
+	due_close(db);
+	static const char *const undo[] = {
+	    "DROP TABLE due_kind",
+	    "DROP TABLE due_rate",
+	    "DROP INDEX due_task_claim",
+	    "DROP INDEX due_task_kind_claim",
+	    "ALTER TABLE due_task DROP COLUMN priority",
+	    "ALTER TABLE due_task DROP COLUMN grp",
+	    "ALTER TABLE due_task DROP COLUMN timeout_us",
+	    "UPDATE due_meta SET value = '3' WHERE name = 'schema_version'",
+	};
+	for (size_t i = 0; i < sizeof(undo) / sizeof(undo[0]); i++)
+		sql("%s", undo[i]);
+	db = NULL;
+	assert_int_equal(due_open(&db, url, NULL), DUE_ESCHEMA);
+	due_close(db);
+
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	o.create = true;
+	db = NULL;
+	assert_int_equal(due_open(&db, url, &o), 0);
+	assert_int_equal(
+	    sql_int("SELECT value FROM due_meta WHERE name = 'schema_version'"),
+	    DUE_SCHEMA_VERSION);
+	due_task *t = get(db, id);
+	assert_int_equal(t->priority, 0);
+	assert_null(t->group);
+	assert_int_equal(t->timeout_us, 0);
+	due_task_free(t);
+	claim_one(db, id, LONG_LEASE);
+	assert_int_equal(kind_set(db, "k", 1, -1, 0, -1, -1, -1), 0);
+	due_close(db);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2384,6 +2970,16 @@ int main(void)
 	    T(test_cron_overlap_wait),
 	    T(test_metrics),
 	    T(test_metrics_exact),
+	    T(test_flow_priority_order),
+	    T(test_flow_pause),
+	    T(test_flow_rate),
+	    T(test_flow_max_running),
+	    T(test_flow_group_limit),
+	    T(test_flow_expired_lease_frees_slot),
+	    T(test_flow_timeout_effective),
+	    T(test_flow_fail_timed_out),
+	    T(test_flow_kind_settings),
+	    T(test_flow_v3_upgrade),
 #undef T
 	};
 	int failed = 0;
