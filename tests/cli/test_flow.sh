@@ -199,7 +199,7 @@ t_timeout() {
 # -- kill -9 of a worker holding a group's only slot ----------------------
 lease_end() { q "SELECT $(us lease_until) FROM due_task WHERE id = $1 AND state = 'CLAIMED' AND attempt = 1"; }
 t_kill9() {
-	local held next other a b until=0 l end
+	local held next other a until=0 l end
 	"$DUE" kind set slot --max-running-per-group 1 >/dev/null && ok || bad "$STORE kind set (slot)"
 	held=$("$DUE" add slot --group g)
 	"$DUE" work -q --kinds slot --concurrency 1 --lease 1s --owner A \
