@@ -148,6 +148,17 @@ enum stmt_id {
 ** takes each priority's due tasks in due_at order from the same index.
 ** Both are pulled lazily under the outer LIMIT, so a claim that the first
 ** priority fills probes no further.  Ends "p AS MATERIALIZED (...)".
+** The held kinds are tested on `kind || ''`, an expression without
+** statistics, on purpose: on `kind` itself the planner judges "kind <>
+** (a value it cannot see)" by the column's statistics, and with one or
+** two kinds in the table it expects almost no row to pass, so it reads
+** and sorts the whole priority through a bitmap scan instead of taking
+** the first rows of the index in order (seen with 100k tasks of a kind).
+** And "priority = p AND due_at <= now()" is written as a range of rows,
+** (p, -infinity) .. (p, now()), which only due_task_claim can bound and
+** deliver in order: given the equality, the planner preferred the due_at
+** index (due_task_due, which upcoming needs) with the priority as a
+** filter, reading every due task of the other priorities first.
 */
 #define PICK_PRIO(filter, n)                                                   \
 	"pr AS (SELECT (SELECT min(priority) FROM due_task"                    \
@@ -156,8 +167,10 @@ enum stmt_id {
 	" AND priority > pr.p) FROM pr WHERE pr.p IS NOT NULL),"               \
 	" p AS MATERIALIZED (SELECT q.id FROM pr CROSS JOIN LATERAL"           \
 	" (SELECT id FROM due_task WHERE state = 'SCHEDULED'"                  \
-	" AND priority = pr.p AND due_at <= now()"                             \
-	" AND kind <> ALL (" HELD_KINDS ")" filter " ORDER BY due_at"          \
+	" AND (priority, due_at) >= (pr.p, '-infinity'::timestamptz)"          \
+	" AND (priority, due_at) <= (pr.p, now())"                             \
+	" AND (kind || '') <> ALL (" HELD_KINDS ")" filter                     \
+	" ORDER BY priority, due_at"                                           \
 	" LIMIT " n " FOR UPDATE SKIP LOCKED) q WHERE pr.p IS NOT NULL"        \
 	" LIMIT " n ")"
 

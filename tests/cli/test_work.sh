@@ -3,8 +3,9 @@
 # (stdin payload with binary bytes and quotes, environment (DUE_PRIORITY,
 # no DUE_GROUP for a task without one), exit codes,
 # result and error capture, the same idempotency key on every attempt),
-# SIGKILL for a handler that ignores SIGTERM, graceful shutdown, and pool
-# isolation.
+# SIGKILL for a handler that ignores SIGTERM, graceful shutdown, pool
+# isolation, and flow control in the worker (a resumed kind woken at once,
+# no spinning while a running limit holds tasks back).
 . "$(dirname "$0")/lib.sh"
 "$DUE" init >/dev/null
 export OUT="$T/handler-out"
@@ -193,7 +194,52 @@ kill -TERM "$wpid"; wait "$wpid" || bad "woken worker exit"
 "$DUE" stats --json | python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(0 if d['workers']['claim_queries'] > 0 and 'empty_polls' in d['workers'] else 1)" \
 	&& ok || bad "stats --json workers"
 
-# 8. bad arguments
+# 8. flow control (a store of its own, so the counters are this worker's):
+#    a resumed kind is woken at once (the safety poll is an hour); tasks
+#    held back by max-running 1 do not make the worker spin while one
+#    handler holds the slot: its CPU time over the hold stays a small part
+#    of the wall time, and its claim queries stay few (a spinning claimer
+#    makes thousands).  Resource checks, not timings: the hold is a sleep.
+main_db=$DUE_DB
+export DUE_DB="sqlite:$T/flow.db"
+"$DUE" init >/dev/null
+"$DUE" kind set paused --pause >/dev/null
+pid_=$("$DUE" add paused)
+"$DUE" work --poll 1h --kinds paused,other --exec 'echo ran' 2>"$T/paused.log" &
+wpid=$!
+oid=$("$DUE" add other)
+wait_for "other kind done beside the paused one" 60 is_state "$oid" DONE
+expect_eq "paused kind not claimed" SCHEDULED "$(state "$pid_" state)"
+"$DUE" kind set paused --resume >/dev/null
+wait_for "resumed kind done (not at the hourly poll)" 60 is_state "$pid_" DONE
+kill -TERM "$wpid"; wait "$wpid" || bad "paused worker exit"
+
+"$DUE" kind set held --max-running 1 >/dev/null
+for i in $(seq 20); do "$DUE" add held >/dev/null; done
+"$DUE" work --kinds held --concurrency 4 \
+	--exec 'echo run >> "$OUT/held.runs"; until [ -e "$OUT/held.go" ]; do sleep 0.05; done' \
+	2>"$T/held.log" &
+wpid=$!
+wait_for "a held-kind handler running" 20 test -s "$OUT/held.runs"
+cpu() { awk '{print $14 + $15}' "/proc/$wpid/stat"; }
+c0=$(cpu); t0=$(date +%s%N)
+sleep 3
+c1=$(cpu); t1=$(date +%s%N)
+cpu_ms=$(( (c1 - c0) * 1000 / $(getconf CLK_TCK) )); wall_ms=$(( (t1 - t0) / 1000000 ))
+echo "held kind: worker CPU ${cpu_ms} ms over ${wall_ms} ms"
+[ $((cpu_ms * 100)) -lt $((wall_ms * 20)) ] && ok || bad "worker spun: CPU ${cpu_ms} ms over ${wall_ms} ms"
+expect_eq "one handler at a time" 1 "$(wc -l <"$OUT/held.runs")"
+touch "$OUT/held.go"
+all_held_done() { [ "$("$DUE" stats --json | python3 -c "import json,sys; print(json.load(sys.stdin)['counts']['DONE'])")" = 22 ]; }
+wait_for "all held tasks done" 60 all_held_done
+kill -TERM "$wpid"; wait "$wpid" || bad "held worker exit"
+q=$("$DUE" stats --json | python3 -c "import json,sys; print(json.load(sys.stdin)['workers']['claim_queries'])")
+echo "held kind: ${q} claim queries"
+[ "$q" -lt 300 ] && ok || bad "claim queries while held: $q"
+expect_eq "held tasks ran one by one" 20 "$(wc -l <"$OUT/held.runs")"
+export DUE_DB=$main_db
+
+# 9. bad arguments
 expect_err 2 "give --exec CMD or --handler KIND=CMD" "$DUE" work
 expect_err 2 "--pool expects KIND=VALUE" "$DUE" work --exec true --pool slow
 expect_err 2 "--pool size" "$DUE" work --exec true --pool slow=0

@@ -19,6 +19,7 @@
 ** options=-csearch_path=...), emptied before every test and dropped at the
 ** end, so it never touches other data in that database.
 */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -142,7 +143,7 @@ static int setup(void **state)
 {
 	(void)state;
 	sql("TRUNCATE due_task, due_attempt, due_audit, due_schedule, "
-	    "due_worker");
+	    "due_worker, due_kind, due_rate");
 	return 0;
 }
 
@@ -640,6 +641,26 @@ static void v2_shape(char *buf, size_t n, const char *sch)
 	snprintf(buf, n, "%s | %s", cols, cons);
 }
 
+/*
+** Undo step 4 (flow control) in `sch`: what a version-3 `due init` left.
+** Steps 1 to 3 are released and unchanged, so this is exactly a
+** version-3 store.
+*/
+static void back_to_v3(const char *sch)
+{
+	sql("DROP TABLE %s.due_kind, %s.due_rate", sch, sch);
+	sql("DROP INDEX %s.due_task_claim, %s.due_task_kind_claim", sch, sch);
+	sql("ALTER TABLE %s.due_task DROP COLUMN priority, DROP COLUMN grp,"
+	    " DROP COLUMN timeout_us",
+	    sch);
+	sql("ALTER TABLE %s.due_attempt DROP CONSTRAINT"
+	    " due_attempt_outcome_check, ADD CONSTRAINT"
+	    " due_attempt_outcome_check CHECK (outcome IN ('RUNNING', 'DONE',"
+	    " 'FAILED', 'LEASE_EXPIRED', 'CANCELLED', 'REQUEUED', 'KILLED'))",
+	    sch);
+	sql("UPDATE %s.due_meta SET value = '3'", sch);
+}
+
 static void test_schema_upgrade_from_v1(void **state)
 {
 	(void)state;
@@ -662,6 +683,7 @@ static void test_schema_upgrade_from_v1(void **state)
 	** and unchanged, and a new database runs it before step 2, so without
 	** what step 2 added this is exactly a version-1 store.
 	*/
+	back_to_v3(sch);
 	sql("DROP TABLE %s.due_schedule, %s.due_worker", sch, sch);
 	sql("UPDATE %s.due_meta SET value = '1'", sch);
 
@@ -703,7 +725,7 @@ static void test_schema_upgrade_from_v1(void **state)
 		     "SELECT value FROM "
 		     "%s.due_meta WHERE name = 'schema_version'",
 		     sch),
-	    "3");
+	    "4");
 	assert_int_equal(sql_int("SELECT count(*) FROM %s.due_meta", sch), 1);
 
 	/* the tasks survived, untouched; the new tables work */
@@ -731,6 +753,481 @@ static void test_schema_upgrade_from_v1(void **state)
 				      "time zone NO"));
 	assert_string_equal(upgraded, fresh);
 	sql("DROP SCHEMA %s CASCADE", sch);
+}
+
+/* Columns, constraints and indexes of the flow-control tables in `sch`. */
+static void v4_shape(char *buf, size_t n, const char *sch)
+{
+	char cols[4000], idx[2000];
+	sql_text(cols, sizeof(cols),
+		 "SELECT string_agg(table_name || '.' || column_name || ' ' ||"
+		 " data_type || ' ' || is_nullable || ' ' ||"
+		 " coalesce(column_default, ''), ', ' ORDER BY table_name,"
+		 " column_name) FROM information_schema.columns WHERE"
+		 " table_schema = '%s' AND table_name IN ('due_task',"
+		 " 'due_attempt', 'due_kind', 'due_rate')",
+		 sch);
+	sql_text(idx, sizeof(idx),
+		 "SELECT string_agg(replace(indexdef, '%s.', ''), ', '"
+		 " ORDER BY indexname) FROM pg_indexes WHERE schemaname = '%s'",
+		 sch, sch);
+	snprintf(buf, n, "%s | %s", cols, idx);
+}
+
+/*
+** Version 3 -> 4 (flow control): refused without `due init`; three inits
+** at once upgrade it once; the tasks survive with priority 0, no group
+** and no time limit of their own; the kinds work; and the upgraded
+** schema is the one a new store gets.
+*/
+static void test_schema_upgrade_from_v3(void **state)
+{
+	(void)state;
+	char sch[80], u[1200], buf[64], fresh[8000], upgraded[8000];
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	due_db *db = NULL;
+
+	o.create = true;
+	snprintf(sch, sizeof(sch), "%s_v3", schema);
+	sql("DROP SCHEMA IF EXISTS %s CASCADE", sch);
+	sql("CREATE SCHEMA %s", sch);
+	url_for(u, sizeof(u), sch, "");
+	assert_int_equal(due_open(&db, u, &o), 0);
+	due_id waiting = add(db, "k", LONG_LEASE, 5);
+	due_id running = add(db, "k", 0, 5);
+	claim_one(db, running, LONG_LEASE);
+	due_close(db);
+	back_to_v3(sch);
+
+	db = NULL;
+	assert_int_equal(due_open(&db, u, NULL), DUE_ESCHEMA);
+	assert_non_null(strstr(due_error_last(), "older"));
+	due_close(db);
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM pg_tables WHERE"
+		    " schemaname = '%s' AND tablename = 'due_kind'",
+		    sch),
+	    0);
+
+	concurrent_inits(u, 3);
+	assert_string_equal(sql_text(buf, sizeof(buf),
+				     "SELECT value FROM %s.due_meta"
+				     " WHERE name = 'schema_version'",
+				     sch),
+			    "4");
+	db = open_url(u);
+	due_task *t = get(db, running);
+	assert_int_equal(t->state, DUE_CLAIMED);
+	assert_int_equal(t->priority, 0);
+	assert_null(t->group);
+	assert_int_equal(t->timeout_us, 0);
+	assert_int_equal(t->n_attempts, 1);
+	/* a try of an old task can end TIMED_OUT now */
+	due_fail_outcome fo;
+	assert_int_equal(due_fail_as(db, &fo, running, 1, "timed out after 1s",
+				     DUE_OUT_TIMED_OUT),
+			 0);
+	due_task_free(t);
+	t = get(db, running);
+	assert_string_equal(t->attempts[0].outcome, "TIMED_OUT");
+	due_task_free(t);
+	assert_int_equal(state_of(db, waiting), DUE_SCHEDULED);
+	due_kind_settings ks = DUE_KIND_SETTINGS_INIT;
+	ks.paused = 1;
+	assert_int_equal(due_kind_set(db, "k", &ks), 0);
+	due_close(db);
+
+	v4_shape(fresh, sizeof(fresh), schema);
+	v4_shape(upgraded, sizeof(upgraded), sch);
+	assert_non_null(strstr(fresh, "due_task_claim"));
+	assert_string_equal(upgraded, fresh);
+	sql("DROP SCHEMA %s CASCADE", sch);
+}
+
+/* ------------------------------------------------------------------ */
+/* Flow control: limits across connections, the claim's plan           */
+/* ------------------------------------------------------------------ */
+
+static void kind_set(due_db *db, const char *kind, int paused, int rate_n,
+		     int64_t rate_us, int max_running, int per_group)
+{
+	due_kind_settings k = DUE_KIND_SETTINGS_INIT;
+	k.paused = paused;
+	k.rate_n = rate_n;
+	k.rate_us = rate_us;
+	k.max_running = max_running;
+	k.max_running_per_group = per_group;
+	if (due_kind_set(db, kind, &k) < 0)
+		fail_msg("kind set %s: %s", kind, due_error_last());
+}
+
+static due_id add_opts(due_db *db, const char *kind, int prio,
+		       const char *group)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+	o.priority = prio;
+	o.group = group;
+	if (due_schedule(db, &s, kind, "", 0, &o) < 0)
+		fail_msg("schedule: %s", due_error_last());
+	return s.id;
+}
+
+/*
+** What only PostgreSQL's claim shows: a paused kind's task is not
+** claimed by id either, nor offered by upcoming; the limited claim takes
+** the kind's time limit onto its tasks and counts what it held back.
+*/
+static void test_flow_pause_and_limited_claim(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_task_list *l = NULL;
+	due_task *t = NULL;
+	due_upcoming *up = NULL;
+	due_kind_info *ki = NULL;
+	due_time now;
+
+	due_id p = add_opts(db, "paused", 0, NULL);
+	kind_set(db, "paused", 1, -1, 0, -1, -1);
+	assert_int_equal(due_claim_id(db, &t, p, "w", LONG_LEASE), DUE_EBUSY);
+	assert_int_equal(due_now(db, &now), 0);
+	assert_int_equal(
+	    due_upcoming_get(db, &up, NULL, 0, false, now + 3600000000LL, 10),
+	    0);
+	assert_int_equal(up->count, 0);
+	due_upcoming_free(up);
+
+	/* max_running 1 and a time limit: one claimed, one held */
+	due_kind_settings k = DUE_KIND_SETTINGS_INIT;
+	k.max_running = 1;
+	k.timeout_us = 7000000;
+	assert_int_equal(due_kind_set(db, "lim", &k), 0);
+	add_opts(db, "lim", 0, NULL);
+	due_id second = add_opts(db, "lim", 0, NULL);
+	add_opts(db, "free", 0, NULL);
+	for (int i = 0; i < 2; i++) { /* learn, then limited first */
+		assert_int_equal(
+		    due_claim(db, &l, "w", NULL, 0, 10, LONG_LEASE), 0);
+		if (i == 0) {
+			assert_int_equal(l->count, 2);
+			for (size_t j = 0; j < l->count; j++)
+				if (strcmp(l->items[j].kind, "lim") == 0)
+					assert_int_equal(l->items[j].timeout_us,
+							 7000000);
+		} else {
+			assert_int_equal(l->count, 0);
+			assert_int_equal(l->retry_in_us, 100000);
+		}
+		due_task_list_free(l);
+	}
+	assert_int_equal(due_claim_id(db, &t, second, "w", LONG_LEASE),
+			 DUE_EBUSY);
+	assert_int_equal(due_kind_get(db, &ki, "lim"), 0);
+	assert_int_equal(ki->running, 1);
+	assert_int_equal(ki->due, 1);
+	assert_true(ki->held_running >= 1);
+	assert_int_equal(ki->timeout_us, 7000000);
+	due_kind_info_free(ki);
+	/* resume the paused kind: claimable by id at once */
+	kind_set(db, "paused", 0, -1, 0, -1, -1);
+	assert_int_equal(due_claim_id(db, &t, p, "w", LONG_LEASE), 0);
+	due_task_free(t);
+	assert_int_equal(due_kind_remove(db, "lim"), 0);
+	assert_int_equal(due_kind_remove(db, "lim"), DUE_ENOTFOUND);
+	assert_int_equal(due_claim_id(db, &t, second, "w", LONG_LEASE), 0);
+	due_task_free(t);
+	due_close(db);
+}
+
+#define FLOW_THREADS 4
+
+typedef struct flow_arg {
+	const char *kinds[2];
+	size_t n_kinds;
+	const char *check; /* SQL: a count that must stay <= limit */
+	int64_t limit;
+	int64_t worst; /* the largest count seen */
+	int64_t claimed;
+	int64_t hold_ms; /* how long a claimed try runs */
+	char err[256];
+} flow_arg;
+
+/*
+** One worker on its own connection: claim, check the running count from
+** a connection of its own, hold the tries a moment, complete them; until
+** nothing of the kinds is left.
+*/
+static void *flow_worker(void *p)
+{
+	flow_arg *a = p;
+	due_db *db = NULL;
+	PGconn *c = PQconnectdb(url);
+	int64_t end = mono_ms() + HANG_MS;
+
+	if (due_open(&db, url, NULL) < 0 || PQstatus(c) != CONNECTION_OK) {
+		snprintf(a->err, sizeof(a->err), "open: %s", due_error_last());
+		goto done;
+	}
+	while (mono_ms() < end) {
+		due_task_list *l = NULL;
+		if (due_claim(db, &l, "fw", a->kinds, a->n_kinds, 3,
+			      LONG_LEASE) < 0) {
+			snprintf(a->err, sizeof(a->err), "claim: %s",
+				 due_error_last());
+			break;
+		}
+		PGresult *r = PQexec(c, a->check);
+		int64_t n = PQresultStatus(r) == PGRES_TUPLES_OK
+				? strtoll(PQgetvalue(r, 0, 0), NULL, 10)
+				: 999;
+		PQclear(r);
+		if (n > a->worst)
+			a->worst = n;
+		a->claimed += (int64_t)l->count;
+		if (l->count)
+			tu_sleep_ms((int)a->hold_ms);
+		for (size_t i = 0; i < l->count; i++) {
+			due_completion cp = {l->items[i].id,
+					     l->items[i].attempt, NULL, 0, 0};
+			if (due_complete_batch(db, &cp, 1) < 0)
+				snprintf(a->err, sizeof(a->err), "complete: %s",
+					 due_error_last());
+		}
+		bool empty = l->count == 0;
+		int64_t wait = l->retry_in_us;
+		due_task_list_free(l);
+		if (empty) {
+			r = PQexec(c, "SELECT count(*) FROM due_task WHERE"
+				      " state IN ('SCHEDULED', 'CLAIMED')");
+			bool left = PQresultStatus(r) == PGRES_TUPLES_OK &&
+				    strcmp(PQgetvalue(r, 0, 0), "0") != 0;
+			PQclear(r);
+			if (!left)
+				break;
+			tu_sleep_ms(wait > 0 ? (int)(wait / 1000) + 1 : 5);
+		}
+	}
+done:
+	due_close(db);
+	PQfinish(c);
+	return NULL;
+}
+
+/* Run FLOW_THREADS workers over a; the worst count and the total. */
+static void run_flow(flow_arg *a, int64_t *worst, int64_t *claimed)
+{
+	pthread_t th[FLOW_THREADS];
+	flow_arg args[FLOW_THREADS];
+
+	*worst = *claimed = 0;
+	for (int i = 0; i < FLOW_THREADS; i++) {
+		args[i] = *a;
+		assert_int_equal(
+		    pthread_create(&th[i], NULL, flow_worker, &args[i]), 0);
+	}
+	for (int i = 0; i < FLOW_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		if (args[i].err[0])
+			fail_msg("worker %d: %s", i, args[i].err);
+		if (args[i].worst > *worst)
+			*worst = args[i].worst;
+		*claimed += args[i].claimed;
+	}
+}
+
+/*
+** The most tries of `kind` (of one group, with by_group) ever running at
+** once, from the history: at each claim time, the tries claimed at or
+** before it and not yet ended.  A try's end (its completion's now())
+** precedes the commit that frees its slot, which precedes the next
+** claim's time (taken after the kind's lock), so this is exact.
+*/
+static int64_t most_at_once(const char *kind, bool by_group)
+{
+	return sql_int(
+	    "WITH x AS (SELECT a.claimed_at, a.ended_at, t.grp FROM"
+	    " due_attempt a JOIN due_task t ON t.id = a.task_id"
+	    " WHERE t.kind = '%s')"
+	    " SELECT coalesce(max((SELECT count(*) FROM x y WHERE"
+	    " y.claimed_at <= x.claimed_at AND (y.ended_at IS NULL OR"
+	    " y.ended_at > x.claimed_at)%s)), 0) FROM x",
+	    kind, by_group ? " AND y.grp = x.grp" : "");
+}
+
+/*
+** max_running 2 and max_running_per_group 1, claimed at once by four
+** connections: the counts never pass the limits, and every task runs.
+*/
+static void test_flow_running_limits_across_connections(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	int64_t worst, claimed;
+	char grp[8];
+
+	kind_set(db, "mr", -1, -1, 0, 2, -1);
+	kind_set(db, "mg", -1, -1, 0, -1, 1);
+	for (int i = 0; i < 30; i++)
+		add_opts(db, "mr", i % 3, NULL);
+	for (int i = 0; i < 40; i++) {
+		snprintf(grp, sizeof(grp), "g%d", i % 4);
+		add_opts(db, "mg", 0, grp);
+	}
+	add_opts(db, "free", 0, NULL);
+
+	flow_arg a = {.kinds = {"mr", "free"},
+		      .n_kinds = 2,
+		      .check = "SELECT count(*) FROM due_task WHERE kind ="
+			       " 'mr' AND state = 'CLAIMED'",
+		      .limit = 2,
+		      .hold_ms = 5};
+	run_flow(&a, &worst, &claimed);
+	assert_true(worst <= 2);
+	assert_int_equal(claimed, 31);
+	assert_true(most_at_once("mr", false) <= 2);
+	assert_int_equal(most_at_once("mr", false) >= 1, 1);
+
+	flow_arg g = {.kinds = {"mg"},
+		      .n_kinds = 1,
+		      .check = "SELECT coalesce(max(n), 0) FROM (SELECT"
+			       " count(*) AS n FROM due_task WHERE kind = 'mg'"
+			       " AND state = 'CLAIMED' GROUP BY grp) x",
+		      .limit = 1,
+		      .hold_ms = 5};
+	run_flow(&g, &worst, &claimed);
+	assert_true(worst <= 1);
+	assert_int_equal(claimed, 40);
+	assert_int_equal(most_at_once("mg", true), 1);
+	/* and the groups ran beside each other */
+	assert_true(most_at_once("mg", false) >= 2);
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM due_task WHERE state = 'DONE'"), 71);
+	due_close(db);
+}
+
+/*
+** rate 3 per 200 ms, claimed by four connections: no window of 200 ms of
+** the attempts' claim times (the store's clock) holds more than 3.
+*/
+static void test_flow_rate_across_connections(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	int64_t worst, claimed;
+
+	kind_set(db, "rt", -1, 3, 200000, -1, -1);
+	for (int i = 0; i < 24; i++)
+		add_opts(db, "rt", 0, NULL);
+	flow_arg a = {
+	    .kinds = {"rt"}, .n_kinds = 1, .check = "SELECT 0", .hold_ms = 0};
+	run_flow(&a, &worst, &claimed);
+	assert_int_equal(claimed, 24);
+	/* the windows (t - 200ms, t] ending at each claim time */
+	assert_int_equal(
+	    sql_int("WITH x AS (SELECT claimed_at FROM due_attempt)"
+		    " SELECT max((SELECT count(*) FROM x y WHERE"
+		    " y.claimed_at > x.claimed_at - interval '200 ms'"
+		    " AND y.claimed_at <= x.claimed_at)) FROM x"),
+	    3);
+	assert_int_equal(sql_int("SELECT count(*) FROM due_attempt"), 24);
+	due_close(db);
+}
+
+/* What explain_hook looks for and what it found. */
+typedef struct plan_req {
+	const char *like; /* a piece of the statement's SQL */
+	const char *args;
+	char plan[16384];
+	char err[1024];
+} plan_req;
+
+/*
+** A completion hook: on the store's own session (where its statements
+** are prepared), EXPLAIN the prepared statement whose SQL is like
+** req->like.  EXPLAIN without ANALYZE runs nothing.
+*/
+static int explain_hook(void *conn, const due_task *task, void *payload)
+{
+	(void)task;
+	plan_req *q = payload;
+	char buf[512];
+	size_t off = 0;
+	PGresult *r;
+
+	snprintf(buf, sizeof(buf),
+		 "SELECT name FROM pg_prepared_statements"
+		 " WHERE statement LIKE '%s' LIMIT 1",
+		 q->like);
+	r = PQexec(conn, buf);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+		snprintf(q->err, sizeof(q->err), "no statement like %s",
+			 q->like);
+		PQclear(r);
+		return 0;
+	}
+	snprintf(buf, sizeof(buf), "EXPLAIN EXECUTE %s(%s)",
+		 PQgetvalue(r, 0, 0), q->args);
+	PQclear(r);
+	r = PQexec(conn, buf);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK)
+		snprintf(q->err, sizeof(q->err), "%s: %s", buf,
+			 PQerrorMessage(conn));
+	for (int i = 0; i < PQntuples(r); i++) {
+		int w = snprintf(q->plan + off, sizeof(q->plan) - off, "%s\n",
+				 PQgetvalue(r, i, 0));
+		if (w < 0 || off + (size_t)w >= sizeof(q->plan))
+			break;
+		off += (size_t)w;
+	}
+	PQclear(r);
+	return 0;
+}
+
+/*
+** The claim of kinds without limits walks the priorities through
+** due_task_claim: with 100k tasks pending over 10 priorities its plan
+** never sorts the backlog, and it claims the lowest priority first.
+*/
+static void test_flow_claim_plan_priorities(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_task_list *l = NULL;
+
+	sql("INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
+	    " backoff_us, backoff_cap_us, priority, created_at, updated_at)"
+	    " SELECT 'bulk', '', 'SCHEDULED', now() - interval '1 hour' +"
+	    " i * interval '1 ms', 5, 1000000, 60000000, (i %% 10) * 7 - 30,"
+	    " now(), now() FROM generate_series(1, 100000) i");
+	sql("ANALYZE due_task");
+	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 10, LONG_LEASE), 0);
+	assert_int_equal(l->count, 10);
+	for (size_t i = 0; i < l->count; i++)
+		assert_int_equal(l->items[i].priority, -30);
+	due_task_list_free(l);
+	/* the statement the store prepared, on its own session */
+	static plan_req q = {.like = "WITH RECURSIVE pr AS%",
+			     .args = "'w', 60000000, 10"};
+	due_id h = add(db, "hook", 0, 5);
+	due_complete_outcome co;
+	due_task *ht = NULL;
+	assert_int_equal(due_claim_id(db, &ht, h, "w", LONG_LEASE), 0);
+	due_task_free(ht);
+	assert_int_equal(
+	    due_complete_tx(db, &co, h, 1, "", 0, explain_hook, &q), 0);
+	if (q.err[0])
+		fail_msg("%s", q.err);
+	/* the pick (CTE p, up to CTE c) reads the index in order */
+	char *pick = strstr(q.plan, "CTE p\n"), *end;
+	assert_non_null(pick);
+	assert_non_null(end = strstr(pick, "CTE c\n"));
+	*end = 0;
+	assert_non_null(strstr(pick, "Index Scan using due_task_claim"));
+	assert_null(strstr(pick, "Sort"));
+	assert_null(strstr(pick, "Bitmap"));
+	assert_null(strstr(q.plan, "Seq Scan on due_task"));
+	due_close(db);
 }
 
 static due_cron_def cron_def(const char *name, const char *expr,
@@ -917,8 +1414,8 @@ static void drop_run_schema(void)
 	PGconn *c = PQconnectdb(base_url);
 	snprintf(sqlbuf, sizeof(sqlbuf),
 		 "SET client_min_messages = warning; "
-		 "DROP SCHEMA IF EXISTS %s, %s_init, %s_v1 CASCADE",
-		 schema, schema, schema);
+		 "DROP SCHEMA IF EXISTS %s, %s_init, %s_v1, %s_v3 CASCADE",
+		 schema, schema, schema, schema);
 	PGresult *r = PQexec(c, sqlbuf);
 	if (PQresultStatus(r) != PGRES_COMMAND_OK)
 		fprintf(stderr, "could not drop schema %s: %s", schema,
@@ -941,6 +1438,11 @@ static int run_pg_suite(void)
 	    T(test_complete_hook),
 	    T(test_reconnect),
 	    T(test_schema_upgrade_from_v1),
+	    T(test_schema_upgrade_from_v3),
+	    T(test_flow_pause_and_limited_claim),
+	    T(test_flow_running_limits_across_connections),
+	    T(test_flow_rate_across_connections),
+	    T(test_flow_claim_plan_priorities),
 	    T(test_cron_fire_notifies),
 	    T(test_cron_fire_sees_concurrent_live_task),
 #undef T
