@@ -221,16 +221,23 @@ int route_sched_delete(http_req *r)
 /* Stats, health, the dashboard's metrics                              */
 /* ------------------------------------------------------------------ */
 
-/* As `due stats --json`: the stats plus worker counters and schedules. */
+/*
+** As `due stats --json`: the stats plus worker counters, schedules and
+** the kinds with flow-control settings.
+*/
 int route_stats(http_req *r)
 {
+	due_kind_info_list *kinds = NULL;
 	due_metrics *m = NULL;
 	due_db *db;
 	json_t *o, *wk;
 	int rc;
 
-	if ((rc = http_db(r, &db)) < 0 || (rc = due_metrics_get(db, &m)) < 0)
+	if ((rc = http_db(r, &db)) < 0 || (rc = due_metrics_get(db, &m)) < 0 ||
+	    (rc = due_kind_list(db, &kinds)) < 0) {
+		due_metrics_free(m);
 		return http_reply_due(r, rc);
+	}
 	o = due_fmt_stats(&m->stats);
 	wk = json_object();
 	json_object_set_new(wk, "reporting", json_integer(m->workers));
@@ -243,6 +250,8 @@ int route_stats(http_req *r)
 	json_object_set_new(o, "workers", wk);
 	json_object_set_new(o, "schedules",
 			    json_integer((json_int_t)m->n_schedules));
+	json_object_set_new(o, "kinds", due_fmt_kind_list(kinds));
+	due_kind_info_list_free(kinds);
 	due_metrics_free(m);
 	return http_reply_json(r, 200, o);
 }

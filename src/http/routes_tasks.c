@@ -5,7 +5,7 @@
 ** A task is always rendered by due_fmt_task_cut(), so GET /v1/tasks/{id}
 ** is the same object as `due show ID --json` (payload and result are only
 ** cut beyond the server's payload limit, which the store enforces anyway),
-** with "held" naming the setting of its kind that holds it, if one does.
+** with "held" naming the setting of its kind that holds it (null: none).
 ** Every input is checked before the store is touched; the library checks
 ** again (kind syntax, limits, delays) and its EINVAL is a 400 as well, so
 ** nothing changes on bad input.
@@ -310,11 +310,9 @@ int route_task_list(http_req *r)
 /* ------------------------------------------------------------------ */
 
 /*
-** The task, plus "held": why a due SCHEDULED task waits ("paused",
-** "rate", "max_running" or "max_running_per_group") when a setting of its
-** kind holds it, as `due show` says.  Not knowing why is not a reason to
-** refuse the task: an error of that second read is logged and "held" left
-** out.
+** The task, plus "held" as `due show --json` has it: why a due SCHEDULED
+** task waits ("paused", "rate", "max_running" or "max_running_per_group")
+** when a setting of its kind holds it, else null.
 */
 int route_task_get(http_req *r)
 {
@@ -330,16 +328,14 @@ int route_task_get(http_req *r)
 	if ((rc = http_db(r, &db)) < 0 || (rc = due_get(db, &t, id)) < 0)
 		return http_reply_due(r, rc);
 	if ((rc = due_task_hold(db, &held, t)) < 0) {
-		http_log("task_hold", "GET /v1/tasks/%lld: held: %s",
-			 (long long)id, due_error_last());
-		if (rc == DUE_ESTORE || rc == DUE_ESCHEMA || rc == DUE_ERROR)
-			http_db_drop(r->srv); /* reopened next time */
-		held = NULL;
+		due_task_free(t);
+		return http_reply_due(r, rc);
 	}
 	o = due_fmt_task_cut(t, http_max_payload(r));
 	due_task_free(t);
-	if (o && held)
-		json_object_set_new(o, "held", json_string(held));
+	if (o)
+		json_object_set_new(o, "held",
+				    held ? json_string(held) : json_null());
 	return http_reply_json(r, 200, o);
 }
 
