@@ -72,6 +72,12 @@ static const vcase cases[] = {
     {"wheel_horizon_rejected", v_wheel_horizon_rejected},
     {"wheel_restart_needs_durable", v_wheel_restart_needs_durable},
     {"poll_vs_wheel", v_poll_vs_wheel},
+    {"flow_pause", v_flow_pause},
+    {"flow_rate", v_flow_rate},
+    {"flow_max_running", v_flow_max_running},
+    {"flow_group_limit", v_flow_group_limit},
+    {"flow_timeout", v_flow_timeout},
+    {"flow_kill9_group_slot", v_flow_kill9_group_slot},
 };
 
 #define N_CASES (sizeof(cases) / sizeof(cases[0]))

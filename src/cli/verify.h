@@ -79,5 +79,11 @@ void v_wheel_fire_exact_tick(vctx *v);
 void v_wheel_horizon_rejected(vctx *v);
 void v_wheel_restart_needs_durable(vctx *v);
 void v_poll_vs_wheel(vctx *v);
+void v_flow_pause(vctx *v);
+void v_flow_rate(vctx *v);
+void v_flow_max_running(vctx *v);
+void v_flow_group_limit(vctx *v);
+void v_flow_timeout(vctx *v);
+void v_flow_kill9_group_slot(vctx *v);
 
 #endif

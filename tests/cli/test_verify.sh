@@ -17,7 +17,8 @@ for c in normal_three_workers boundary_not_before_due boundary_claim_limit \
 	cancel_semantics race_due_vs_cancel retry_backoff_then_done retry_exhausted_dead \
 	crash_kill9_lease_retry sigstop_late_commit_rejected ext_key_per_task_dedup \
 	cancel_after_external_call negative_naive_select_then_update \
-	negative_unfenced_late_commit; do
+	negative_unfenced_late_commit flow_pause flow_rate flow_max_running \
+	flow_group_limit flow_timeout flow_kill9_group_slot; do
 	grep -q "^CASE $c PASS" "$T/verify.out" && ok || bad "case $c did not pass"
 done
 
