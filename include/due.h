@@ -1101,10 +1101,11 @@ typedef struct due_exec_opts {
  * DUE_IDEMPOTENCY_KEY (task-<id>), DUE_DUE_AT, DUE_PRIORITY and, for a
  * task with a group, DUE_GROUP in the environment; exit 0
  * completes with stdout as result, anything else fails with the tail of
- * stderr.  When the lease is lost it sends SIGTERM to the command's process
- * group, then SIGKILL after kill_grace_us; if the worker process dies (even
- * by SIGKILL) a guard process does the same, so the command never outlives
- * it (Linux parent-death signal).  The payload never appears on a
+ * stderr.  When the lease is lost, a cancel is requested or the try runs past
+ * its time limit (due_task.timeout_us), it sends SIGTERM to the command's
+ * process group, then SIGKILL after kill_grace_us; if the worker process dies
+ * (even by SIGKILL) a guard process does the same, so the command never
+ * outlives it (Linux parent-death signal).  The payload never appears on a
  * command line.  The process must ignore SIGPIPE (due_worker_run does).
  */
 DUE_EXTERN int due_exec_handler(due_job *job, void *payload);

@@ -317,9 +317,13 @@ static int64_t reclaim(due_worker *w, due_db *db)
 ** round filled them (more is due), else once per poll interval, or
 ** sooner when the store said held-back tasks may be claimable then
 ** (retry_in_us).  Returns when stopping, or in once-mode when nothing
-** due is left: tasks held back by a limit will become claimable, so they
-** keep it running; tasks of a paused kind do not.
+** due is left: tasks held back by a limit that frees within
+** ONCE_MAX_WAIT_US (a running slot, a rate's next allowance) keep it
+** running; tasks of a paused kind, or held by a rate for longer (say 1
+** an hour), do not: `--once` is for draining, not for waiting an hour.
 */
+#define ONCE_MAX_WAIT_US (10LL * 1000000)
+
 void due__claim_loop(due_worker *w, due_db *db)
 {
 	int64_t next_reclaim = 0, next_poll = 0, backoff = 10000;
@@ -348,6 +352,8 @@ void due__claim_loop(due_worker *w, due_db *db)
 			more = filled;
 			due__set_fold(w, more || w->o.once);
 			next_poll = due__mono_us() + w->poll_us;
+			if (w->o.once && retry_us > ONCE_MAX_WAIT_US)
+				retry_us = 0; /* not soon: as if paused */
 			retry_at = retry_us ? due__mono_us() + retry_us : 0;
 			if (retry_at && retry_at < next_poll)
 				next_poll = retry_at;
