@@ -71,6 +71,38 @@ static void quiet_notices(void *arg, const char *message)
 	(void)message;
 }
 
+/*
+** The planner settings of a store session.  A queue table's statistics
+** are nearly always wrong (it churns faster than ANALYZE runs), and with
+** an estimate of a few rows the planner may take a bitmap scan of a whole
+** priority and sort it rather than the ordered index scan a claim needs
+** (read one priority's due tasks in due_at order from due_task_claim and
+** stop at the claim's limit): seen reading and sorting 4,900 rows to
+** claim 4, which halved drain throughput.  So, for the store's own
+** sessions only (never a caller's connection):
+**  - enable_sort = off: a plan that sorts is taken only when no plan
+**    avoids it; every pick of this store has an index in its order.
+**    (enable_bitmapscan = off was tried first: with stale statistics the
+**    claim's update by id then chose a sequential scan.)
+**  - jit = off: a queue statement runs in well under a millisecond, and
+**    JIT compiling it costs hundreds (seen: 500 ms per claim once the
+**    estimates of a 1 M-row table passed jit_above_cost).
+**  - plan_cache_mode = force_generic_plan: a custom plan per execution
+**    cost more to make (0.8 ms on the complete-and-claim statement) than
+**    the statement takes to run.
+** A server that refuses a setting is not an error: the store works, only
+** slower, so the result is not checked.  Behind a pooler in transaction
+** mode the settings do not stick; set them for the role instead (ALTER
+** ROLE ... SET), docs/internals/store.md.
+*/
+static void session_setup(due_store *s)
+{
+	PGresult *r =
+	    PQexec(s->conn, "SET enable_sort = off; SET jit = off;"
+			    " SET plan_cache_mode = force_generic_plan");
+	PQclear(r);
+}
+
 /* The URI goes to libpq whole; the label names the store in messages. */
 int due__pg_connect(due_store **out, const char *uri)
 {
@@ -90,6 +122,7 @@ int due__pg_connect(due_store **out, const char *uri)
 	PQsetNoticeProcessor(s->conn, quiet_notices, NULL);
 	if (PQstatus(s->conn) != CONNECTION_OK)
 		return due__pg_error(s, NULL, "cannot connect");
+	session_setup(s);
 	snprintf(s->label, sizeof(s->label), "postgres://%s@%s:%s/%s",
 		 PQuser(s->conn), PQhost(s->conn), PQport(s->conn),
 		 PQdb(s->conn));
@@ -110,6 +143,7 @@ int due__pg_ok(due_store *s)
 		memset(s->prepared, 0, sizeof(s->prepared));
 		if (PQstatus(s->conn) != CONNECTION_OK)
 			return due__pg_error(s, NULL, "reconnect");
+		session_setup(s);
 		if (s->listening) { /* LISTEN died with the old session */
 			PGresult *r = PQexec(s->conn, "LISTEN " DUE_PG_CHANNEL);
 			s->listening = PQresultStatus(r) == PGRES_COMMAND_OK;
