@@ -25,6 +25,12 @@ void due__error_clear(void);
 int due__validate_kind(const char *kind);
 int due__validate_key(const char *key);
 int due__validate_owner(const char *owner);
+/*
+** Release what a task owns (strings, buffers, attempts), leaving the
+** struct itself: for tasks embedded in other structs (src/core/task.c).
+*/
+void due__task_clear(due_task *t);
+
 /* NULL (no group) or 1..255 bytes without control characters. */
 int due__validate_group(const char *group);
 

@@ -54,8 +54,7 @@ const char *due_fail_outcome_name(due_fail_outcome o)
 	return (unsigned)o < 4 ? n[o] : "UNKNOWN";
 }
 
-/* Release what a task owns, leaving the struct itself. */
-static void task_clear(due_task *t)
+void due__task_clear(due_task *t)
 {
 	free(t->kind);
 	free(t->payload);
@@ -77,7 +76,7 @@ void due_task_free(due_task *t)
 {
 	if (!t)
 		return;
-	task_clear(t);
+	due__task_clear(t);
 	free(t);
 }
 
@@ -86,7 +85,7 @@ void due_task_list_free(due_task_list *l)
 	if (!l)
 		return;
 	for (size_t i = 0; i < l->count; i++)
-		task_clear(&l->items[i]);
+		due__task_clear(&l->items[i]);
 	free(l->items);
 	free(l);
 }

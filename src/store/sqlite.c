@@ -1387,14 +1387,6 @@ static int collect_tasks(due_store *s, sqlite3_stmt *st, due_task_list *l,
 	return rc;
 }
 
-/* Release what a task row holds (not the row itself). */
-static void task_clear(due_task *t)
-{
-	free(t->kind), free(t->payload), free(t->key);
-	free(t->result), free(t->last_error), free(t->lease_owner);
-	free(t->group);
-}
-
 /*
 ** Claim the picked rows l->items[from..] one by one by primary key.  We
 ** hold SQLite's only write lock (BEGIN IMMEDIATE) from the pick to the
@@ -1425,7 +1417,7 @@ static int claim_picked(due_store *s, due_task_list *l, size_t from,
 		if ((rc = fenced(s, st, "claim", &hit)) < 0)
 			return rc;
 		if (!hit) { /* not reachable under the write lock; drop it */
-			task_clear(t);
+			due__task_clear(t);
 			continue;
 		}
 		t->state = DUE_CLAIMED;

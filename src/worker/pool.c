@@ -89,12 +89,7 @@ void due_job_set_tx_hook(due_job *job, due_tx_hook hook, void *payload)
 
 void due__job_free(due_job *j)
 {
-	free(j->task.kind);
-	free(j->task.payload);
-	free(j->task.lease_owner);
-	free(j->task.key);
-	free(j->task.result);
-	free(j->task.last_error);
+	due__task_clear(&j->task);
 	free(j->result);
 	free(j->error);
 	free(j);
