@@ -278,12 +278,7 @@ static int kind_rm(cli_ctx *c, char **pos, int npos)
 		return rc;
 	rc = due_kind_remove(db, pos[0]);
 	due_close(db);
-	if (rc == DUE_ENOTFOUND) {
-		fprintf(stderr, "%s: kind '%s' has no settings\n", c->prog,
-			pos[0]);
-		return EXIT_NOTFOUND;
-	}
-	if (rc < 0)
+	if (rc < 0) /* DUE_ENOTFOUND: "kind 'K' has no settings", exit 3 */
 		return cli_fail(c, rc);
 	printf("removed %s\n", pos[0]);
 	return 0;

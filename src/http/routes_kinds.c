@@ -61,10 +61,7 @@ static int reply_kind(http_req *r, due_db *db)
 	int rc;
 
 	rc = due_kind_get(db, &k, r->param);
-	if (rc == DUE_ENOTFOUND)
-		return http_reply_error(r, 404, "not_found",
-					"kind '%s' has no settings", r->param);
-	if (rc < 0)
+	if (rc < 0) /* DUE_ENOTFOUND: 404 not_found */
 		return http_reply_due(r, rc);
 	o = due_fmt_kind(k);
 	due_kind_info_free(k);
@@ -146,10 +143,7 @@ int route_kind_delete(http_req *r)
 	if ((rc = http_db(r, &db)) < 0)
 		return http_reply_due(r, rc);
 	rc = due_kind_remove(db, r->param);
-	if (rc == DUE_ENOTFOUND)
-		return http_reply_error(r, 404, "not_found",
-					"kind '%s' has no settings", r->param);
-	if (rc < 0)
+	if (rc < 0) /* DUE_ENOTFOUND: 404 not_found */
 		return http_reply_due(r, rc);
 	return http_reply_json(r, 200, json_pack("{s:s}", "removed", r->param));
 }

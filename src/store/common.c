@@ -134,6 +134,11 @@ int due__store_wrong_state(due_id id, const char *action, const char *state,
 			      (long long)id, state, needed);
 }
 
+int due__store_no_kind(const char *kind)
+{
+	return due__error_set(DUE_ENOTFOUND, "kind '%s' has no settings", kind);
+}
+
 int due__store_retry_conflict(due_id id)
 {
 	return due__error_set(

@@ -510,26 +510,21 @@ static const char *const sql_text[ST_COUNT] = {
 	" n AS (SELECT pg_notify('due_task_new', kind) FROM u)"
 	" SELECT (SELECT count(*) FROM n)",
     /* Every kind ($1 NULL) or one, with its live counts (store.h). */
+    /* clang-format off */
     [ST_KIND_GET] =
-	"SELECT kind, paused, rate_n, rate_us, max_running,"
-	" max_running_per_group, timeout_us,"
+	"SELECT " DUE_KIND_COLS ","
 	" (SELECT count(*) FROM due_task t WHERE t.kind = k.kind"
-	" AND t.state = 'CLAIMED' AND t.lease_until >= now()),"
+	"   AND t.state = 'CLAIMED' AND t.lease_until >= now()),"
 	" CASE WHEN rate_n IS NULL THEN 0 ELSE (SELECT count(*) FROM due_rate r"
-	" WHERE r.kind = k.kind AND r.at > now() - " US(
-	    "k.rate_us") ") END,"
-			 " (SELECT count(*) FROM due_task t WHERE t.kind = "
-			 "k.kind"
-			 " AND t.state = 'SCHEDULED' AND t.due_at <= now()),"
-			 " held_rate, held_running, held_group,"
-			 " CASE WHEN $2::text IS NULL THEN 0 ELSE (SELECT "
-			 "count(*) FROM due_task"
-			 " t WHERE t.kind = k.kind AND t.grp = $2::text AND "
-			 "t.state = 'CLAIMED'"
-			 " AND t.lease_until >= now()) END, updated_at"
-			 " FROM due_kind k WHERE $1::text IS NULL OR kind = "
-			 "$1::text"
-			 " ORDER BY kind COLLATE \"C\"",
+	"   WHERE r.kind = k.kind AND r.at > now() - " US("k.rate_us") ") END,"
+	" (SELECT count(*) FROM due_task t WHERE t.kind = k.kind"
+	"   AND t.state = 'SCHEDULED' AND t.due_at <= now()),"
+	" CASE WHEN $2::text IS NULL THEN 0 ELSE (SELECT count(*) FROM due_task t"
+	"   WHERE t.kind = k.kind AND t.grp = $2::text AND t.state = 'CLAIMED'"
+	"   AND t.lease_until >= now()) END"
+	" FROM due_kind k WHERE $1::text IS NULL OR kind = $1::text"
+	" ORDER BY kind COLLATE \"C\"",
+    /* clang-format on */
     [ST_KIND_REMOVE] =
 	"WITH d AS (DELETE FROM due_kind WHERE kind = $1::text RETURNING kind),"
 	" r AS (DELETE FROM due_rate WHERE kind = $1::text),"
@@ -2423,86 +2418,66 @@ static int pg_kind_put(due_store *s, const char *kind,
 	return 0;
 }
 
-/* Row i of ST_KIND_GET into k. */
-static int kind_row(const PGresult *r, int i, due_kind_info *k)
+/* The live counts ST_KIND_GET puts after DUE_KIND_COLS. */
+static void kind_live(const due_rows *r, due_kind_info *k)
 {
-	memset(k, 0, sizeof(*k));
-	if (!(k->kind = due__pg_col_text(r, i, 0)))
-		return due__error_set(DUE_ENOMEM, "out of memory");
-	k->paused = due__pg_col_int(r, i, 1) != 0;
-	k->rate_n = (int32_t)due__pg_col_int(r, i, 2);
-	k->rate_us = due__pg_col_int(r, i, 3);
-	k->max_running = (int32_t)due__pg_col_int(r, i, 4);
-	k->max_running_per_group = (int32_t)due__pg_col_int(r, i, 5);
-	k->timeout_us = due__pg_col_int(r, i, 6);
-	k->running = due__pg_col_int(r, i, 7);
-	k->rate_used = due__pg_col_int(r, i, 8);
-	k->due = due__pg_col_int(r, i, 9);
-	k->held_rate = due__pg_col_int(r, i, 10);
-	k->held_running = due__pg_col_int(r, i, 11);
-	k->held_group = due__pg_col_int(r, i, 12);
-	k->group_running = due__pg_col_int(r, i, 13);
-	k->updated_at = due__pg_col_time(r, i, 14);
-	return 0;
+	k->running = r->ops->i64(r->cur, DUE_KC_COUNT);
+	k->rate_used = r->ops->i64(r->cur, DUE_KC_COUNT + 1);
+	k->due = r->ops->i64(r->cur, DUE_KC_COUNT + 2);
+	k->group_running = r->ops->i64(r->cur, DUE_KC_COUNT + 3);
 }
 
-/* ST_KIND_GET for one kind (or every kind: NULL). */
+/*
+** ST_KIND_GET for one kind (or every kind: NULL) into *out, with the
+** live counts.
+*/
 static int kinds_read(due_store *s, const char *kind, const char *group,
-		      PGresult **r)
+		      due_kind_info_list **out)
 {
 	due_pg_params p = {0};
+	PGresult *r;
 	int rc;
 
+	*out = NULL;
 	if ((rc = due__pg_ok(s)) < 0)
 		return rc;
 	due__pg_text(&p, kind);
 	due__pg_text(&p, group);
-	return run(s, ST_KIND_GET, &p, "read kind settings", r);
+	if ((rc = run(s, ST_KIND_GET, &p, "read kind settings", &r)) < 0)
+		return rc;
+	if ((rc = due__kind_info_list_alloc(out, 0)) == 0) {
+		PG_ROWS(rows, r);
+		if ((rc = due__rows_kinds(&rows, *out, kind_live)) < 0) {
+			due_kind_info_list_free(*out);
+			*out = NULL;
+		}
+	}
+	PQclear(r);
+	return rc;
 }
 
 static int pg_kind_get(due_store *s, due_kind_info **out, const char *kind,
 		       const char *group)
 {
-	due_kind_info *k;
-	PGresult *r;
+	due_kind_info_list *l;
 	int rc;
 
 	*out = NULL;
-	if ((rc = kinds_read(s, kind, group, &r)) < 0)
+	if ((rc = kinds_read(s, kind, group, &l)) < 0)
 		return rc;
-	if (PQntuples(r) == 0)
-		rc = due__error_set(DUE_ENOTFOUND, "kind '%s' has no settings",
-				    kind);
-	else if (!(k = calloc(1, sizeof(*k))))
+	if (l->count == 0)
+		rc = due__store_no_kind(kind);
+	else if (!(*out = malloc(sizeof(**out))))
 		rc = due__error_set(DUE_ENOMEM, "out of memory");
-	else if ((rc = kind_row(r, 0, k)) < 0)
-		due_kind_info_free(k);
 	else
-		*out = k;
-	PQclear(r);
+		**out = l->items[--l->count];
+	due_kind_info_list_free(l);
 	return rc;
 }
 
 static int pg_kind_list(due_store *s, due_kind_info_list **out)
 {
-	due_kind_info_list *l;
-	PGresult *r;
-	int rc;
-
-	*out = NULL;
-	if ((rc = kinds_read(s, NULL, NULL, &r)) < 0)
-		return rc;
-	if ((rc = due__kind_info_list_alloc(&l, (size_t)PQntuples(r))) == 0) {
-		for (int i = 0; i < PQntuples(r) && rc == 0; i++)
-			if ((rc = kind_row(r, i, &l->items[i])) == 0)
-				l->count++;
-		if (rc < 0)
-			due_kind_info_list_free(l);
-		else
-			*out = l;
-	}
-	PQclear(r);
-	return rc;
+	return kinds_read(s, NULL, NULL, out);
 }
 
 /* Forget the kind's settings and its rate log; wakes listeners. */
@@ -2518,8 +2493,7 @@ static int pg_kind_remove(due_store *s, const char *kind)
 	if ((rc = run(s, ST_KIND_REMOVE, &p, "remove kind settings", &r)) < 0)
 		return rc;
 	if (due__pg_col_int(r, 0, 0) == 0)
-		rc = due__error_set(DUE_ENOTFOUND, "kind '%s' has no settings",
-				    kind);
+		rc = due__store_no_kind(kind);
 	PQclear(r);
 	return rc;
 }

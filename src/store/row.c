@@ -251,6 +251,50 @@ int due__rows_sched_list(const due_rows *r, due_cron_info_list **out)
 	return 0;
 }
 
+static int row_kind(const due_rows *r, due_kind_info *k)
+{
+	const due_row_ops *o = r->ops;
+
+	memset(k, 0, sizeof(*k));
+	if (!(k->kind = due__row_dup(r, DUE_KC_KIND, NULL)))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	k->paused = o->i64(r->cur, DUE_KC_PAUSED) != 0;
+	k->rate_n = (int32_t)o->i64(r->cur, DUE_KC_RATE_N);
+	k->rate_us = o->i64(r->cur, DUE_KC_RATE_US);
+	k->max_running = (int32_t)o->i64(r->cur, DUE_KC_MAX_RUNNING);
+	k->max_running_per_group = (int32_t)o->i64(r->cur, DUE_KC_PER_GROUP);
+	k->timeout_us = o->i64(r->cur, DUE_KC_TIMEOUT_US);
+	k->held_rate = o->i64(r->cur, DUE_KC_HELD_RATE);
+	k->held_running = o->i64(r->cur, DUE_KC_HELD_RUNNING);
+	k->held_group = o->i64(r->cur, DUE_KC_HELD_GROUP);
+	k->updated_at = o->time(r->cur, DUE_KC_UPDATED_AT);
+	return 0;
+}
+
+int due__rows_kinds(const due_rows *r, due_kind_info_list *l,
+		    void (*each)(const due_rows *r, due_kind_info *k))
+{
+	size_t cap = l->count;
+	int rc;
+
+	while ((rc = r->ops->next(r->cur)) > 0) {
+		if (l->count == cap) {
+			due_kind_info *n;
+			cap = cap ? cap * 2 : 8;
+			if (!(n = realloc(l->items, cap * sizeof(*n))))
+				return due__error_set(DUE_ENOMEM,
+						      "out of memory");
+			l->items = n;
+		}
+		if ((rc = row_kind(r, &l->items[l->count])) < 0)
+			return rc;
+		if (each)
+			each(r, &l->items[l->count]);
+		l->count++;
+	}
+	return rc;
+}
+
 /* Room for one more entry in out->ids and out->due_at. */
 static int upcoming_grow(due_upcoming *out, size_t *cap)
 {

@@ -47,6 +47,16 @@
 	X(CREATED_AT, created_at) L(UPDATED_AT, updated_at)
 /* clang-format on */
 
+/* A due_kind row's settings and counters (the live counts are the store's). */
+/* clang-format off */
+#define DUE_KIND_COLUMNS(X, L)                                                 \
+	X(KIND, kind) X(PAUSED, paused) X(RATE_N, rate_n) X(RATE_US, rate_us)  \
+	X(MAX_RUNNING, max_running)                                            \
+	X(PER_GROUP, max_running_per_group) X(TIMEOUT_US, timeout_us)         \
+	X(HELD_RATE, held_rate) X(HELD_RUNNING, held_running)                  \
+	X(HELD_GROUP, held_group) L(UPDATED_AT, updated_at)
+/* clang-format on */
+
 #define DUE_COL_TEXT_(e, name) #name ", "
 #define DUE_COL_LAST_(e, name) #name
 
@@ -54,6 +64,7 @@
 #define DUE_TASK_COLS DUE_TASK_COLUMNS(DUE_COL_TEXT_, DUE_COL_LAST_)
 #define DUE_ATTEMPT_COLS DUE_ATTEMPT_COLUMNS(DUE_COL_TEXT_, DUE_COL_LAST_)
 #define DUE_SCHED_COLS DUE_SCHED_COLUMNS(DUE_COL_TEXT_, DUE_COL_LAST_)
+#define DUE_KIND_COLS DUE_KIND_COLUMNS(DUE_COL_TEXT_, DUE_COL_LAST_)
 
 /*
 ** What the upserts write: a worker report's counters (due_worker columns
@@ -92,12 +103,15 @@ void due__worker_counters(const due_worker_stats *w,
 #define DUE_TC_ENUM_(e, name) DUE_TC_##e,
 #define DUE_AC_ENUM_(e, name) DUE_AC_##e,
 #define DUE_SC_ENUM_(e, name) DUE_SC_##e,
+#define DUE_KC_ENUM_(e, name) DUE_KC_##e,
 enum { DUE_TASK_COLUMNS(DUE_TC_ENUM_, DUE_TC_ENUM_) DUE_TC_COUNT };
 enum { DUE_ATTEMPT_COLUMNS(DUE_AC_ENUM_, DUE_AC_ENUM_) DUE_AC_COUNT };
 enum { DUE_SCHED_COLUMNS(DUE_SC_ENUM_, DUE_SC_ENUM_) DUE_SC_COUNT };
+enum { DUE_KIND_COLUMNS(DUE_KC_ENUM_, DUE_KC_ENUM_) DUE_KC_COUNT };
 #undef DUE_TC_ENUM_
 #undef DUE_AC_ENUM_
 #undef DUE_SC_ENUM_
+#undef DUE_KC_ENUM_
 
 /*
 ** A cursor over a backend's result rows.  `next` moves to the next row:
@@ -162,5 +176,15 @@ int due__rows_sched_list(const due_rows *r, due_cron_info_list **out);
 ** reached `limit`.
 */
 int due__rows_upcoming(const due_rows *r, due_upcoming *out, int limit);
+
+/*
+** Every DUE_KIND_COLS row appended to l (settings and held counters; the
+** live counts are left 0 for the store to fill).  `each` (may be NULL)
+** runs on every decoded row while the cursor is on it, so a store can
+** read the columns it put after DUE_KIND_COLS.  On error l keeps the
+** rows decoded so far.
+*/
+int due__rows_kinds(const due_rows *r, due_kind_info_list *l,
+		    void (*each)(const due_rows *r, due_kind_info *k));
 
 #endif /* DUE_ROW_H */

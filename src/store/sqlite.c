@@ -132,11 +132,6 @@ enum stmt_id {
 	"(k.paused <> 0 OR k.rate_n IS NOT NULL OR k.max_running IS NOT NULL"  \
 	" OR k.max_running_per_group IS NOT NULL)"
 
-/* The columns of a due_kind row, as kind_row() reads them. */
-#define KIND_COLS                                                              \
-	"kind, paused, rate_n, rate_us, max_running, max_running_per_group,"   \
-	" timeout_us, held_rate, held_running, held_group, updated_at"
-
 static const char *const sql_text[ST_COUNT] = {
     [ST_INSERT] =
 	"INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
@@ -334,8 +329,8 @@ static const char *const sql_text[ST_COUNT] = {
 	" WHERE kind = ?1",
     [ST_ID_KIND] = "SELECT kind, grp FROM due_task WHERE id = ?1"
 		   " AND state = 'SCHEDULED' AND due_at <= ?2",
-    [ST_KIND_GET] = "SELECT " KIND_COLS " FROM due_kind WHERE kind = ?1",
-    [ST_KIND_LIST] = "SELECT " KIND_COLS " FROM due_kind ORDER BY kind",
+    [ST_KIND_GET] = "SELECT " DUE_KIND_COLS " FROM due_kind WHERE kind = ?1",
+    [ST_KIND_LIST] = "SELECT " DUE_KIND_COLS " FROM due_kind ORDER BY kind",
     [ST_KIND_NEW] = "INSERT INTO due_kind (kind, updated_at) VALUES (?1, ?2)"
 		    " ON CONFLICT (kind) DO NOTHING",
     [ST_KIND_SET] =
@@ -2616,27 +2611,6 @@ fail:
 	return rc;
 }
 
-/* The current KIND_COLS row of st into k (zeroed first). */
-static int kind_row(sqlite3_stmt *st, due_kind_info *k)
-{
-	const char *kind = (const char *)sqlite3_column_text(st, 0);
-
-	memset(k, 0, sizeof(*k));
-	if (!kind || !(k->kind = due__strdup_n(kind, strlen(kind))))
-		return due__error_set(DUE_ENOMEM, "out of memory");
-	k->paused = sqlite3_column_int(st, 1) != 0;
-	k->rate_n = sqlite3_column_int(st, 2);
-	k->rate_us = sqlite3_column_int64(st, 3);
-	k->max_running = sqlite3_column_int(st, 4);
-	k->max_running_per_group = sqlite3_column_int(st, 5);
-	k->timeout_us = sqlite3_column_int64(st, 6);
-	k->held_rate = sqlite3_column_int64(st, 7);
-	k->held_running = sqlite3_column_int64(st, 8);
-	k->held_group = sqlite3_column_int64(st, 9);
-	k->updated_at = sqlite3_column_int64(st, 10);
-	return 0;
-}
-
 /* What kind k holds now: running, rate_used, due, group_running. */
 static int kind_live(due_store *s, due_kind_info *k, const char *group,
 		     due_time now)
@@ -2666,32 +2640,14 @@ static int kind_live(due_store *s, due_kind_info *k, const char *group,
 static int kind_rows(due_store *s, sqlite3_stmt *st, due_kind_info_list *l,
 		     const char *group)
 {
+	SQ_ROWS(r, s, st, "read kinds");
 	due_time now = due_time_now_host();
-	size_t cap = 0;
-	int rc;
+	int rc = due__rows_kinds(&r, l, NULL);
 
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (l->count == cap) {
-			due_kind_info *n;
-			cap = cap ? cap * 2 : 8;
-			if (!(n = realloc(l->items, cap * sizeof(*n)))) {
-				rc =
-				    due__error_set(DUE_ENOMEM, "out of memory");
-				break;
-			}
-			l->items = n;
-		}
-		if ((rc = kind_row(st, &l->items[l->count])) < 0)
-			break;
-		l->count++;
-	}
 	sqlite3_reset(st);
-	if (rc < 0 || rc != SQLITE_DONE)
-		return rc < 0 ? rc : due__sq_error(s, rc, "read kinds");
-	for (size_t i = 0; i < l->count; i++)
-		if ((rc = kind_live(s, &l->items[i], group, now)) < 0)
-			return rc;
-	return 0;
+	for (size_t i = 0; rc == 0 && i < l->count; i++)
+		rc = kind_live(s, &l->items[i], group, now);
+	return rc;
 }
 
 /* One read transaction over the kinds: kind NULL for every one. */
@@ -2735,8 +2691,7 @@ static int due__sq_kind_get(due_store *s, due_kind_info **out, const char *kind,
 	if ((rc = kind_read(s, &l, kind, group)) < 0)
 		return rc;
 	if (l->count == 0)
-		rc = due__error_set(DUE_ENOTFOUND, "no settings for kind '%s'",
-				    kind);
+		rc = due__store_no_kind(kind);
 	else if (!(*out = malloc(sizeof(**out))))
 		rc = due__error_set(DUE_ENOMEM, "out of memory");
 	else {
@@ -2768,8 +2723,7 @@ static int due__sq_kind_remove(due_store *s, const char *kind)
 	if ((rc = due__sq_exec(s, st, "remove kind")) < 0)
 		goto fail;
 	if (sqlite3_changes(s->db) == 0) {
-		rc = due__error_set(DUE_ENOTFOUND, "no settings for kind '%s'",
-				    kind);
+		rc = due__store_no_kind(kind);
 		goto fail;
 	}
 	if (!(st = stmt(s, ST_RATE_DEL))) {

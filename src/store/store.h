@@ -380,6 +380,8 @@ due_cancel_outcome due__cancel_outcome_of(bool found, due_state s);
 */
 int due__store_wrong_state(due_id id, const char *action, const char *state,
 			   const char *needed);
+/* DUE_ENOTFOUND: kind has no settings (kind_get, kind_remove). */
+int due__store_no_kind(const char *kind);
 /* DUE_ECONFLICT: retry of id would make a second live task of its key. */
 int due__store_retry_conflict(due_id id);
 
