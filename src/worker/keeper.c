@@ -15,7 +15,9 @@
 **              its claim is told to stop (DUE_STOP_TIMEOUT, logged once),
 **              and its lease is still renewed until it is committed, so
 **              that no other worker runs the task while its handler (a
-**              command's process group) is being stopped.  Ends the
+**              command's process group) is being stopped, but for at most
+**              max(grace, lease) past the limit: a handler that ignores
+**              the stop then loses the task to the store's reclaim.  Ends the
 **              grace after a stop (due__grace_check_locked()).  Between
 **              renewals it publishes the worker's counters to the store
 **              (due_worker_report) and logs a summary once a minute.
@@ -58,12 +60,30 @@ typedef struct renewal {
 */
 #define RENEW_GROUP_US 2000LL
 
+/* How long past its time limit a try's lease is still renewed. */
+static int64_t timed_out_keep(const due_worker *w)
+{
+	return w->o.grace_us > w->o.lease_us ? w->o.grace_us : w->o.lease_us;
+}
+
 static size_t renewals_due_locked(due_worker *w, renewal *r, size_t cap,
 				  int64_t now, int64_t *next)
 {
 	size_t n = 0;
 	for (due_job *j = w->inflight; j; j = j->inext) {
-		/* a timed-out try keeps its lease until it is committed */
+		/*
+		** A timed-out try keeps its lease until it is committed, while
+		** its handler is being stopped, but not for ever: a handler
+		** that ignores the stop (in-process, not looking at
+		** due_job_lease_held()) would hold its task as a hung
+		** handler did before time limits existed.  Past
+		** max(grace, lease) after the limit the lease is left to
+		** expire and the store takes the task back.
+		*/
+		if (atomic_load(&j->end) == DUE_END_TIMED_OUT &&
+		    !j->renew_over &&
+		    now > j->deadline_mono + timed_out_keep(w))
+			j->renew_over = true;
 		if (atomic_load(&j->lost) &&
 		    (atomic_load(&j->end) != DUE_END_TIMED_OUT ||
 		     j->renew_over))

@@ -545,6 +545,55 @@ static void test_task_timeout_inprocess(void **state)
 	due_close(db);
 }
 
+/* Ignores every stop until the test lets it go. */
+static int deaf(due_job *job, void *payload)
+{
+	atomic_bool *release = payload;
+	(void)job;
+	for (int i = 0; i < 60000 && !atomic_load(release); i++)
+		tu_sleep_ms(1);
+	return 0;
+}
+
+/*
+** A handler that ignores its time limit does not hold its task for ever:
+** past max(grace, lease) after the limit the keeper stops renewing, the
+** lease expires and the store takes the task back (one attempt: DEAD,
+** LEASE_EXPIRED) while the handler still runs.
+*/
+static void test_timeout_deaf_handler(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_schedule_opts so = DUE_SCHEDULE_OPTS_INIT;
+	due_worker_opts o = DUE_WORKER_OPTS_INIT;
+	atomic_bool release = false;
+	due_submitted s;
+	due_task *t = NULL;
+	runner r = {0};
+
+	so.max_attempts = 1;
+	so.timeout_us = 200000;
+	assert_int_equal(due_schedule(db, &s, "deaf", "", 0, &so), 0);
+	o.url = url;
+	o.poll_us = 20000;
+	o.lease_us = 300000;
+	o.grace_us = 0;
+	o.log_level = 0;
+	assert_int_equal(due_worker_new(&r.w, &o), 0);
+	assert_int_equal(due_worker_register(r.w, "deaf", deaf, &release, 0),
+			 0);
+	pthread_create(&r.th, NULL, run_thread, &r);
+	assert_true(wait_state(db, s.id, DUE_DEAD));
+	atomic_store(&release, true);
+	stop_runner(&r, NULL);
+	assert_int_equal(due_get(db, &t, s.id), 0);
+	assert_int_equal(t->n_attempts, 1);
+	assert_string_equal(t->attempts[0].outcome, "LEASE_EXPIRED");
+	due_task_free(t);
+	due_close(db);
+}
+
 /* The kind's time limit applies to a task without its own (inline mode). */
 static void test_kind_timeout_inline(void **state)
 {
@@ -796,6 +845,7 @@ int main(void)
 	    T(test_idle_wheel_refills_only),
 	    T(test_register_errors),
 	    T(test_task_timeout_inprocess),
+	    T(test_timeout_deaf_handler),
 	    T(test_kind_timeout_inline),
 	    T(test_held_no_spin_wheel),
 	    T(test_held_no_spin_poll),
