@@ -1516,21 +1516,25 @@ static int due__sq_claim(due_store *s, due_task_list **out, const char *owner,
 
 	if ((rc = due__task_list_alloc(&l, (size_t)limit)) < 0)
 		return rc;
-	*out = l;
-	if (!only_id && ((rc = peek(s, ST_PEEK_DUE, now, &any)) < 0 || !any))
-		return rc;
+	if (!only_id && (rc = peek(s, ST_PEEK_DUE, now, &any)) < 0)
+		goto out;
+	if (!any) { /* nothing due: an empty list, no write lock taken */
+		*out = l;
+		return 0;
+	}
 	if ((rc = due__sq_begin(s)) < 0)
-		return rc;
+		goto out;
 	now = due_time_now_host();
 	if ((rc = claim_locked(s, l, owner, kinds, n_kinds, exclude, limit,
 			       lease_us, only_id, now)) < 0 ||
-	    (rc = due__sq_commit(s)) < 0)
-		goto fail;
+	    (rc = due__sq_commit(s)) < 0) {
+		due__sq_rollback(s);
+		goto out;
+	}
+	*out = l;
 	return 0;
-fail:
-	due__sq_rollback(s);
+out: /* an error leaves *out NULL and nothing allocated */
 	due_task_list_free(l);
-	*out = NULL;
 	return rc;
 }
 
