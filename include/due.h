@@ -60,7 +60,10 @@ typedef enum due_error_code {
 	DUE_ETOOBIG = -7, /**< payload or result over the configured limit */
 	DUE_ESTORE = -8,  /**< store unreachable or an I/O error */
 	DUE_ENOMEM = -9,  /**< allocation failed */
-	DUE_ECONFLICT = -10 /**< a live task with the same (kind, key) exists */
+	DUE_ECONFLICT =
+	    -10, /**< a live task with the same (kind, key) exists */
+	DUE_EUNSUPPORTED = -11 /**< this store cannot do that (e.g. Redis has
+				  no caller transaction to join) */
 } due_error_code;
 
 /**
@@ -333,6 +336,7 @@ DUE_EXTERN int due_schedule_batch(due_db *db, due_submitted *out,
 
 struct sqlite3;
 struct pg_conn;
+struct st_mysql;
 
 /**
  * Schedule inside the caller's own open transaction on their own SQLite
@@ -353,6 +357,18 @@ DUE_EXTERN int due_schedule_pg_tx(struct pg_conn *conn, due_submitted *out,
 				  const char *kind, const void *payload,
 				  size_t payload_len,
 				  const due_schedule_opts *opts);
+
+/**
+ * Schedule inside the caller's own open transaction on their own MariaDB
+ * Connector/C connection (MYSQL *, to a database `due init` prepared).
+ * The task commits or rolls back with their rows.  DUE_EUNSUPPORTED when
+ * this build has no MySQL store.  Redis has no caller transaction to
+ * join: submit after your commit, with an idempotency key.
+ */
+DUE_EXTERN int due_schedule_mysql_tx(struct st_mysql *conn, due_submitted *out,
+				     const char *kind, const void *payload,
+				     size_t payload_len,
+				     const due_schedule_opts *opts);
 
 /** What cancel found and did (CONTRACT §3.6). */
 typedef enum due_cancel_outcome {

@@ -35,7 +35,8 @@ static int exit_for(int rc)
 {
 	switch (rc) {
 	case DUE_EINVAL:
-	case DUE_ETOOBIG: return EXIT_USAGE;
+	case DUE_ETOOBIG:
+	case DUE_EUNSUPPORTED: return EXIT_USAGE;
 	case DUE_ENOTFOUND: return EXIT_NOTFOUND;
 	case DUE_ESTATE:
 	case DUE_ECONFLICT: return EXIT_STATE;

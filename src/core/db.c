@@ -290,6 +290,22 @@ done:
 	return rc;
 }
 
+#ifndef DUE_WITH_MYSQL
+/* The public symbol exists in every build (the ABI does not depend on the
+   build's options); without the backend it says so. */
+int due_schedule_mysql_tx(struct st_mysql *conn, due_submitted *out,
+			  const char *kind, const void *payload,
+			  size_t payload_len, const due_schedule_opts *opts)
+{
+	(void)conn, (void)kind, (void)payload, (void)payload_len, (void)opts;
+	if (out)
+		out->id = 0;
+	return due__error_set(DUE_EUNSUPPORTED,
+			      "due_schedule_mysql_tx: this build of due has no "
+			      "MySQL store (built without libmariadb)");
+}
+#endif
+
 int due__schedule_native(const due_store_ops *ops, const char *api, void *conn,
 			 due_submitted *out, const char *kind,
 			 const void *payload, size_t payload_len,

@@ -49,6 +49,7 @@ const char *due_error_name(int code)
 	case DUE_ESTORE: return "DUE_ESTORE";
 	case DUE_ENOMEM: return "DUE_ENOMEM";
 	case DUE_ECONFLICT: return "DUE_ECONFLICT";
+	case DUE_EUNSUPPORTED: return "DUE_EUNSUPPORTED";
 	default: return "DUE_UNKNOWN";
 	}
 }

@@ -152,6 +152,10 @@ int http_reply_due(http_req *r, int rc)
 		st = 413;
 		code = "too_large";
 		break;
+	case DUE_EUNSUPPORTED:
+		st = 501;
+		code = "not_supported";
+		break;
 	case DUE_EBUSY:
 		st = 503;
 		code = "store_busy";

@@ -18,11 +18,19 @@
 
 extern const due_store_ops due__store_sqlite;
 extern const due_store_ops due__store_pg;
+extern const due_store_ops due__store_redis;
+extern const due_store_ops due__store_mysql;
 
 static const due_store_ops *const backends[] = {
     &due__store_sqlite,
 #ifdef DUE_WITH_PG
     &due__store_pg,
+#endif
+#ifdef DUE_WITH_REDIS
+    &due__store_redis,
+#endif
+#ifdef DUE_WITH_MYSQL
+    &due__store_mysql,
 #endif
 };
 

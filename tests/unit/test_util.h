@@ -1,7 +1,9 @@
 /*
 ** test_util.h - fixtures shared by the unit tests: a fresh store per test
-** (a temp SQLite file, or a private schema in the PostgreSQL database named
-** by DUE_TEST_PG_URL), waiting helpers, and (TU_TASKS) the task helpers
+** (a temp SQLite file, a private schema in the PostgreSQL database named
+** by DUE_TEST_PG_URL, a private key prefix on the Redis server of
+** DUE_TEST_REDIS_URL, a private database on the MariaDB server of
+** DUE_TEST_MYSQL_URL), waiting helpers, and (TU_TASKS) the task helpers
 ** of the store suites.
 **
 ** Backends.  The store suites run against every entry of tu_fixtures[]:
@@ -135,11 +137,26 @@ static inline void tu_pg_drop(const char *url, const char *dir)
 }
 #endif
 
+/* --- Redis (DUE_TEST_REDIS_URL) and MySQL/MariaDB (DUE_TEST_MYSQL_URL):
+       each backend's fixture in its own header --- */
+#ifdef DUE_WITH_REDIS
+#include "tu_redis.h" /* tu_redis_unavailable, _fresh, _drop */
+#endif
+#ifdef DUE_WITH_MYSQL
+#include "tu_mysql.h" /* tu_mysql_unavailable, _fresh, _drop */
+#endif
+
 /* The backends of this build the suites run against. */
 static const tu_fixture tu_fixtures[] = {
     {"sqlite", tu_sqlite_unavailable, tu_sqlite_fresh, tu_sqlite_drop},
 #ifdef DUE_WITH_PG
     {"postgres", tu_pg_unavailable, tu_pg_fresh, tu_pg_drop},
+#endif
+#ifdef DUE_WITH_REDIS
+    {"redis", tu_redis_unavailable, tu_redis_fresh, tu_redis_drop},
+#endif
+#ifdef DUE_WITH_MYSQL
+    {"mysql", tu_mysql_unavailable, tu_mysql_fresh, tu_mysql_drop},
 #endif
 };
 #define TU_N_FIXTURES (sizeof(tu_fixtures) / sizeof(tu_fixtures[0]))
