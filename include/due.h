@@ -1126,6 +1126,42 @@ typedef struct due_exec_opts {
  */
 DUE_EXTERN int due_exec_handler(due_job *job, void *payload);
 
+/**
+ * Long-lived handler processes over a line protocol (`due work --pipe`,
+ * docs/INTERFACE.md).  A due_pipe keeps up to one process of `command` per
+ * handler slot and reuses it: due writes one JSON object per line to its
+ * stdin ({"id", "kind", "attempt", "due_at", "idempotency_key", "payload"
+ * or "payload_b64"}) and reads one line from its stdout ({"id",
+ * "attempt", "ok": true, "result": ...} or {..., "ok": false, "error":
+ * ...}).  A lost lease, a cancel or a time limit stops that process
+ * (SIGTERM, SIGKILL after kill_grace_us) and a fresh one is started for
+ * the next task; a process that dies or writes a malformed line fails the
+ * try with a clear error and is restarted after restart_backoff_us
+ * (doubling up to 30 s while it keeps failing).  Its stderr goes to the
+ * worker's log, prefixed with the task id.
+ */
+typedef struct due_pipe due_pipe;
+
+typedef struct due_pipe_opts {
+	unsigned version;
+	const char *command;   /**< run as /bin/sh -c COMMAND */
+	int64_t kill_grace_us; /**< SIGTERM -> SIGKILL delay; default 5 s */
+	size_t max_result;     /**< result bytes kept; default 1 MiB */
+	int64_t restart_backoff_us; /**< first restart delay; default 100 ms */
+} due_pipe_opts;
+
+#define DUE_PIPE_OPTS_VERSION 1
+#define DUE_PIPE_OPTS_INIT                                                     \
+	{                                                                      \
+		DUE_PIPE_OPTS_VERSION, NULL, 5000000, 1u << 20, 100000         \
+	}
+
+/** A pipe handler's process set; free it after the worker has stopped. */
+DUE_EXTERN int due_pipe_new(due_pipe **out, const due_pipe_opts *opts);
+DUE_EXTERN void due_pipe_free(due_pipe *p);
+/** The handler: due_worker_register(w, kind, due_pipe_handler, pipe, n). */
+DUE_EXTERN int due_pipe_handler(due_job *job, void *pipe);
+
 #ifdef __cplusplus
 }
 #endif
