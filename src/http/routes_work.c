@@ -60,8 +60,8 @@ typedef struct claim_req {
 	int64_t wait_us;
 } claim_req;
 
-static const char *const claim_fields[] = {"kinds", "limit", "lease", "wait",
-					   "owner", NULL};
+static const char *const claim_fields[] = {"kinds", "limit", "lease",
+					   "wait",  "owner", NULL};
 
 /* The kinds array: strings, at most MAX_KINDS.  -1 with r->err. */
 static int read_kinds(http_req *r, json_t *o, claim_req *c)
@@ -134,8 +134,9 @@ static json_t *claimed_json(const due_task_list *l)
 		char key[40];
 		snprintf(key, sizeof(key), "task-%lld",
 			 (long long)l->items[i].id);
-		if (!t || json_object_set_new(t, "idempotency_key",
-					      json_string(key)) < 0 ||
+		if (!t ||
+		    json_object_set_new(t, "idempotency_key",
+					json_string(key)) < 0 ||
 		    json_array_append_new(a, t) < 0) {
 			json_decref(t);
 			json_decref(a);
@@ -193,9 +194,9 @@ static void nap(http_req *r, due_db *db, int64_t us)
 	int64_t end = http_now_us() + us;
 
 	for (int64_t left = us; left > 0; left = end - http_now_us()) {
-		int ms = (int)((left < STOP_CHECK_US ? left : STOP_CHECK_US) +
-			       999) /
-			 1000;
+		int ms =
+		    (int)((left < STOP_CHECK_US ? left : STOP_CHECK_US) + 999) /
+		    1000;
 		struct pollfd pf = {listen_fd, POLLIN, 0};
 		if (atomic_load(&r->srv->stopping))
 			return;
@@ -277,8 +278,8 @@ static int read_try(http_req *r, const char *const *fields, json_t **o,
 
 static int reply_outcome(http_req *r, due_id id, const char *outcome)
 {
-	json_t *o = json_pack("{s:I, s:s}", "id", (json_int_t)id, "outcome",
-			      outcome);
+	json_t *o =
+	    json_pack("{s:I, s:s}", "id", (json_int_t)id, "outcome", outcome);
 	return http_reply_json(r, 200, o);
 }
 
