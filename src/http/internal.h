@@ -331,6 +331,7 @@ int route_claims(http_req *r);
 int route_task_complete(http_req *r);
 int route_task_fail(http_req *r);
 int route_task_extend(http_req *r);
+int route_completions(http_req *r);
 
 /*
 ** /health's answer from one store probe: *status and a malloc'd JSON text

@@ -379,3 +379,101 @@ int route_task_extend(http_req *r)
 	return reply_outcome(r, id,
 			     out == DUE_EXTEND_OK ? "OK" : "CANCEL_REQUESTED");
 }
+
+/* ------------------------------------------------------------------ */
+/* POST /v1/completions                                                */
+/* ------------------------------------------------------------------ */
+
+/* One item of the batch into *c; -1 with r->err naming it. */
+static int read_completion(http_req *r, json_t *it, size_t i, due_completion *c)
+{
+	json_t *id = json_object_get(it, "id"), *at, *res, *v;
+	const char *k;
+
+	if (!json_is_object(it)) {
+		snprintf(r->err, sizeof(r->err),
+			 "'items' item %zu must be an object", i);
+		return -1;
+	}
+	json_object_foreach(it, k, v)
+	{
+		if (strcmp(k, "id") && strcmp(k, "attempt") &&
+		    strcmp(k, "result")) {
+			snprintf(r->err, sizeof(r->err),
+				 "'items' item %zu: unknown field '%.100s'", i,
+				 k);
+			return -1;
+		}
+	}
+	at = json_object_get(it, "attempt");
+	res = json_object_get(it, "result");
+	if (!json_is_integer(id) || json_integer_value(id) < 1 ||
+	    !json_is_integer(at) || json_integer_value(at) < 1 ||
+	    json_integer_value(at) > INT32_MAX ||
+	    (res && !json_is_null(res) && !json_is_string(res))) {
+		snprintf(r->err, sizeof(r->err),
+			 "'items' item %zu needs 'id' and 'attempt' (positive "
+			 "integers) and an optional string 'result'",
+			 i);
+		return -1;
+	}
+	c->id = json_integer_value(id);
+	c->attempt = (int32_t)json_integer_value(at);
+	c->result = json_is_string(res) ? json_string_value(res) : "";
+	c->result_len = json_is_string(res) ? json_string_length(res) : 0;
+	return 0;
+}
+
+/*
+** Complete many tries in one transaction (due_complete_batch): a worker
+** that claimed 16 tasks commits them with one request.  Each item is
+** fenced on its own; a stale one gets "REJECTED_STALE" in the reply and
+** does not affect the others, so the batch answers 200.
+*/
+int route_completions(http_req *r)
+{
+	static const char *const fields[] = {"items", NULL};
+	due_completion *cs = NULL;
+	json_t *o = NULL, *items, *out = NULL;
+	size_t n = 0;
+	due_db *db;
+	int rc;
+
+	if (json_body_object(r, fields, false, &o) < 0)
+		return http_reply_bad(r);
+	items = json_object_get(o, "items");
+	if (!json_is_array(items) || !(n = json_array_size(items)) ||
+	    n > MAX_CLAIM) {
+		snprintf(r->err, sizeof(r->err),
+			 "'items' must be an array of 1 to %d completions",
+			 MAX_CLAIM);
+		rc = http_reply_bad(r);
+		goto done;
+	}
+	if (!(cs = calloc(n, sizeof(*cs)))) {
+		rc = http_reply_due(r, DUE_ENOMEM);
+		goto done;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (read_completion(r, json_array_get(items, i), i, &cs[i]) <
+		    0) {
+			rc = http_reply_bad(r);
+			goto done;
+		}
+	if ((rc = http_db(r, &db)) < 0 ||
+	    (rc = due_complete_batch(db, cs, n)) < 0) {
+		rc = reply_due_forget(r, rc);
+		goto done;
+	}
+	out = json_array();
+	for (size_t i = 0; out && i < n; i++)
+		json_array_append_new(
+		    out, json_pack("{s:I, s:s}", "id", (json_int_t)cs[i].id,
+				   "outcome",
+				   due_complete_outcome_name(cs[i].outcome)));
+	rc = http_reply_json(r, 200, out);
+done:
+	free(cs);
+	json_decref(o);
+	return rc;
+}

@@ -83,6 +83,7 @@ static const route routes[] = {
     {"POST", "/v1/tasks/{id}/complete", route_task_complete, NULL, ON_WRITES},
     {"POST", "/v1/tasks/{id}/fail", route_task_fail, NULL, ON_WRITES},
     {"POST", "/v1/tasks/{id}/extend", route_task_extend, NULL, ON_WRITES},
+    {"POST", "/v1/completions", route_completions, NULL, ON_WRITES},
     {"GET", "/v1/schedules", route_sched_list, NULL, ON_READS},
     {"GET", "/v1/schedules/{name}", route_sched_get, NULL, ON_READS},
     {"PUT", "/v1/schedules/{name}", route_sched_put, NULL, ON_WRITES},

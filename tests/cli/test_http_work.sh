@@ -2,7 +2,7 @@
 # test_http_work.sh - the worker API of `due serve`: POST /v1/claims (with
 # its long poll woken by a submit, not by its deadline), complete, fail and
 # extend fenced by the attempt (409 rejected_stale after a requeue, nothing
-# changed), bad input (400 naming the field, nothing changed), the bearer
+# changed), a batch of completions with a stale item, bad input (400 naming the field, nothing changed), the bearer
 # token, and examples/http_worker.py against the server.
 #
 # No timing assertions: a long poll "woken by the submit" is shown by the
@@ -58,6 +58,17 @@ expect_eq "the stale calls changed nothing" "CLAIMED 2 None None" \
 req POST "/v1/tasks/$s/complete" '{"attempt": 2}'
 expect_eq "the holder completes" "200 DONE" "$STATUS $(jf 'j["outcome"]')"
 
+echo "== completions in one transaction, each item fenced"
+c1=$("$DUE" add batch --payload 1)
+c2=$("$DUE" add batch --payload 2)
+req POST /v1/claims '{"kinds": ["batch"], "limit": 2}'
+expect_eq "both claimed" 2 "$(jf 'len(j)')"
+"$DUE" requeue "$c2" >/dev/null
+req POST /v1/completions "{\"items\": [{\"id\": $c1, \"attempt\": 1, \"result\": \"r1\"}, {\"id\": $c2, \"attempt\": 1, \"result\": \"r2\"}]}"
+expect_eq "per-item outcomes" "200 DONE REJECTED_STALE" "$STATUS $(jf '" ".join(x["outcome"] for x in j)')"
+expect_eq "the fresh one done, the stale one untouched" "DONE r1 SCHEDULED None" \
+	"$(field "$c1" state) $(field "$c1" result) $(field "$c2" state) $(field "$c2" result)"
+
 echo "== long poll woken by a submit"
 python3 - "$URL" >"$T/poll.out" 2>&1 <<'PY' &
 import json, sys, urllib.request
@@ -101,16 +112,32 @@ bad_req "/v1/tasks/$b/fail" '{"attempt": 1, "error": []}' "'error'"
 bad_req "/v1/tasks/$b/extend" '{"attempt": 1, "lease": "0s"}' "'lease'"
 bad_req "/v1/tasks/$b/extend" '{"attempt": 1, "lease": 5}' "'lease'"
 bad_req "/v1/tasks/x/complete" '{"attempt": 1}' "id"
+bad_req /v1/completions '{"items": []}' "'items'"
+bad_req /v1/completions "{\"items\": [{\"id\": $b}]}" "'items' item 0 needs 'id' and 'attempt'"
+bad_req /v1/completions "{\"items\": [{\"id\": $b, \"attempt\": 1, \"res\": 1}]}" "unknown field 'res'"
 expect_eq "bad calls changed nothing" "CLAIMED 1" "$(field "$b" state) $(field "$b" attempt)"
 
 echo "== the example worker"
 for i in $(seq 1 40); do echo "{\"kind\": \"ex\", \"payload\": \"n$i\"}"; done >"$T/batch"
 "$DUE" add --batch "$T/batch" >/dev/null
-python3 "$EX/http_worker.py" --url "$URL" --kinds ex --exit-when-idle >"$T/ex.out" 2>&1 &
+echo '{"kind": "ex", "payload": "fail me", "max_attempts": 1}' | "$DUE" add --batch - >/dev/null
+python3 "$EX/http_worker.py" --url "$URL" --kinds ex --limit 16 --exit-when-idle >"$T/ex.out" 2>&1 &
 expid=$!
 wait "$expid" && ok || bad "http_worker.py failed: $(cat "$T/ex.out")"
-expect_eq "the example worker did every task" 40 \
-	"$("$DUE" ls --kind ex --state DONE --limit 100 --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')"
+for i in $(seq 1 10); do echo "{\"kind\": \"ex1\", \"payload\": \"m$i\"}"; done | "$DUE" add --batch - >/dev/null
+python3 "$EX/http_worker.py" --url "$URL" --kinds ex1 --one-by-one --exit-when-idle >"$T/ex1.out" 2>&1 ||
+	bad "http_worker.py --one-by-one failed: $(cat "$T/ex1.out")"
+"$DUE" ls --limit 1000 --json >"$T/ex.json"
+python3 - "$T/ex.json" <<'PY' && ok || bad "the example workers' tasks"
+import json, sys
+ts = json.load(open(sys.argv[1]))
+ex = [t for t in ts if t["kind"] == "ex" and t["payload"] != "fail me"]
+assert len(ex) == 40 and all(t["state"] == "DONE" and t["result"] == t["payload"].upper() for t in ex)
+f = [t for t in ts if t["payload"] == "fail me"][0]
+assert f["state"] == "DEAD" and "asked to fail" in f["last_error"], f
+ex1 = [t for t in ts if t["kind"] == "ex1"]
+assert len(ex1) == 10 and all(t["state"] == "DONE" for t in ex1)
+PY
 
 echo "== token"
 TOKEN=0123456789abcdef-token-for-tests
