@@ -180,8 +180,10 @@ static void log_stderr(due_job *job, proc *pr, bool flush)
 			  (int)(e->len - start), (const char *)e->p + start);
 		start = e->len;
 	}
-	memmove(e->p, e->p + start, e->len - start);
-	e->len -= start;
+	if (start) {
+		memmove(e->p, e->p + start, e->len - start);
+		e->len -= start;
+	}
 	e->dropped = 0;
 }
 
