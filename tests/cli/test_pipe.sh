@@ -4,8 +4,8 @@
 # examples/pipe_handler.js): results and failures, binary payloads, stderr
 # in the log with the task id, one reused process per slot, a process that
 # exits, is killed or writes a malformed line (the try fails naming why,
-# a fresh process runs the next task), a cancel while running (SIGTERM,
-# fresh process), exactly once over a drain, and no process outliving its
+# a fresh process runs the next task), a cancel or a time limit while
+# running (SIGTERM, fresh process), exactly once over a drain, and no process outliving its
 # worker (SIGTERM or SIGKILL of the worker).
 . "$(dirname "$0")/lib.sh"
 EX=$(cd "$(dirname "$0")/../../examples" && pwd)
@@ -79,6 +79,14 @@ for H in "${handlers[@]}"; do
 	[ "$(pid_of "$r1")" != "$(pid_of "$r2")" ] && ok || bad "the cancelled try's process ran on"
 	# it may still be dying (or waiting for init to reap it) meanwhile
 	wait_for "the cancelled process ends" 20 gone "$(pid_of "$r1")"
+	# a try past its time limit is stopped the same way
+	tl=$("$DUE" add k --payload 'sleep: 60' --timeout 1s --max-attempts 1)
+	wait_for "the timed-out try dead" 30 is_state "$tl" DEAD
+	field "$tl" last_error | grep -q "timed out after 1s" && ok || bad "time limit: $(field "$tl" last_error)"
+	r3=$("$DUE" add k --payload after-time-limit)
+	wait_for "r3 done" 20 is_state "$r3" DONE
+	[ "$(pid_of "$r2")" != "$(pid_of "$r3")" ] && ok || bad "the timed-out try's process ran on"
+	r2=$r3
 	# no process outlives a worker stopped by SIGTERM
 	kill -TERM "$wpid"
 	wait "$wpid" && ok || bad "worker exit after SIGTERM"
