@@ -72,6 +72,8 @@ static void raw_close(raw *r)
 #endif
 }
 
+bool v_negative_mysql_ready(void) { return false; }
+
 /* sql with SQLite's ?N for every $N, into buf (n bytes); NULL if long. */
 static const char *lite_params(const char *sql, char *buf, size_t n)
 {
