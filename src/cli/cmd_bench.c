@@ -28,10 +28,9 @@
 **             store.
 ** Figures are printed, never judged: a benchmark has no pass/fail.
 **
-** Scratch stores: SQLite and PostgreSQL use `due verify`'s (a file beside
-** yours, a schema); Redis gets a fresh ?prefix= per workload, whose keys
-** are deleted afterwards, and MySQL/MariaDB a fresh database, dropped
-** afterwards; --keep keeps them all.
+** Scratch stores are `due verify`'s (verify_store.c): a file beside yours,
+** a schema, a fresh Redis ?prefix= whose keys are deleted afterwards, a
+** fresh MySQL/MariaDB database dropped afterwards; --keep keeps them.
 */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -39,10 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 
 #include <jansson.h>
-#include <unistd.h>
 #ifdef DUE_WITH_REDIS
 #include <hiredis/hiredis.h>
 #endif
@@ -192,7 +189,7 @@ static void report(const bopts *o, const bres *r)
 }
 
 /* ------------------------------------------------------------------ */
-/* Redis and MySQL/MariaDB: scratch stores and the server's counters  */
+/* Redis and MySQL/MariaDB: the server's own counters                 */
 /* ------------------------------------------------------------------ */
 
 static bool is_redis(const char *url) { return !strncmp(url, "redis://", 8); }
@@ -318,21 +315,6 @@ static void srv_close(srv *s)
 	memset(s, 0, sizeof(*s));
 }
 
-#ifdef DUE_WITH_MYSQL
-static int srv_sql(srv *s, const char *sql)
-{
-	if (mysql_query(s->my, sql)) {
-		fprintf(stderr, "due bench: mysql: %s: %s\n", sql,
-			mysql_error(s->my));
-		return -1;
-	}
-	MYSQL_RES *r = mysql_store_result(s->my);
-	if (r)
-		mysql_free_result(r);
-	return 0;
-}
-#endif
-
 /*
 ** The server's own counts into `out` (name -> integer): Redis INFO
 ** commandstats (calls per command), MySQL SHOW GLOBAL STATUS Questions and
@@ -419,126 +401,6 @@ static json_t *srv_diff(json_t *before, json_t *after, long long *total)
 		    json_integer_value(json_object_get(before, "Questions")) -
 		    1;
 	return d;
-}
-
-static char scratch_name[64]; /* the Redis prefix or MySQL database */
-
-/* A fresh scratch store: Redis and MySQL here, the others as verify's. */
-static int b_fresh(vctx *v, const char *name)
-{
-	due_open_opts o = DUE_OPEN_OPTS_INIT;
-	const char *base = v->base_url;
-
-	if (!is_redis(base) && !is_mysql(base))
-		return v_fresh(v, name);
-	v->seq++;
-	snprintf(v->dir, sizeof(v->dir), "%.1024s/%02d-%.64s", v->root,
-		 v->seq % 100, name);
-	mkdir(v->dir, 0700);
-	/* fixed width, so that no name is a prefix of another */
-	snprintf(scratch_name, sizeof(scratch_name), "due_bench_%d_%03d",
-		 (int)getpid(), v->seq % 1000);
-	if (is_redis(base)) {
-		/* the URL with its own prefix= replaced by ours */
-		size_t bl = strcspn(base, "?"), ul;
-		snprintf(v->url, sizeof(v->url), "%.*s?", (int)bl, base);
-		for (const char *p = base + bl; *p;) {
-			p++;
-			size_t len = strcspn(p, "&");
-			ul = strlen(v->url);
-			if (len && strncmp(p, "prefix=", 7))
-				snprintf(v->url + ul, sizeof(v->url) - ul,
-					 "%.*s&", (int)len, p);
-			p += len;
-		}
-		ul = strlen(v->url);
-		snprintf(v->url + ul, sizeof(v->url) - ul, "prefix=%s",
-			 scratch_name);
-	} else {
-		srv s;
-		char sql[160];
-		if (srv_connect(&s, base) < 0)
-			return -1;
-#ifdef DUE_WITH_MYSQL
-		snprintf(sql, sizeof(sql),
-			 "CREATE DATABASE `%s` CHARACTER SET utf8mb4",
-			 scratch_name);
-		int rc = srv_sql(&s, sql);
-#else
-		int rc = -1;
-		(void)sql;
-#endif
-		srv_close(&s);
-		if (rc < 0)
-			return -1;
-		/* the URL with its database replaced by ours */
-		const char *p = strstr(base, "://") + 3;
-		size_t auth = strcspn(p, "/?");
-		const char *q = strchr(p, '?');
-		snprintf(v->url, sizeof(v->url), "%.*s/%s%s",
-			 (int)(p + auth - base), base, scratch_name,
-			 q ? q : "");
-	}
-	o.create = true;
-	if (due_open(&v->db, v->url, &o) < 0) {
-		fprintf(stderr, "due bench: scratch store %s: %s\n", v->url,
-			due_error_last());
-		due_close(v->db);
-		v->db = NULL;
-		return -1;
-	}
-	return 0;
-}
-
-/* Close the scratch store and, unless --keep, remove it. */
-static void b_done(vctx *v)
-{
-	const char *base = v->base_url;
-	srv s;
-
-	if (!is_redis(base) && !is_mysql(base)) {
-		v_done(v);
-		return;
-	}
-	due_close(v->db);
-	v->db = NULL;
-	if (v->keep) {
-		fprintf(stderr, "due bench: scratch store kept: %s\n", v->url);
-		return;
-	}
-	if (srv_connect(&s, base) < 0)
-		return;
-#ifdef DUE_WITH_REDIS
-	if (s.rc) { /* every key that carries the scratch name */
-		char cur[32] = "0";
-		do {
-			redisReply *r =
-			    redisCommand(s.rc, "SCAN %s MATCH *%s* COUNT 1000",
-					 cur, scratch_name);
-			if (!r || r->type != REDIS_REPLY_ARRAY ||
-			    r->elements != 2) {
-				freeReplyObject(r);
-				break;
-			}
-			snprintf(cur, sizeof(cur), "%s", r->element[0]->str);
-			redisReply *keys = r->element[1];
-			for (size_t i = 0; i < keys->elements; i++)
-				freeReplyObject(redisCommand(
-				    s.rc, "UNLINK %b", keys->element[i]->str,
-				    keys->element[i]->len));
-			freeReplyObject(r);
-		} while (strcmp(cur, "0"));
-	}
-#endif
-#ifdef DUE_WITH_MYSQL
-	if (s.my) {
-		char sql[128];
-		snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS `%s`",
-			 scratch_name);
-		srv_sql(&s, sql);
-	}
-#endif
-	srv_close(&s);
 }
 
 static double cpu_seconds(void)
@@ -1080,8 +942,8 @@ static void w_depth(vctx *v, const bopts *o)
 	for (int future = 0; future < 2; future++) {
 		const char *var = future ? "future" : "due";
 		if (future) { /* a second scratch store */
-			b_done(v);
-			if (b_fresh(v, "depth-future") < 0)
+			v_done(v);
+			if (v_fresh(v, "depth-future") < 0)
 				return;
 		}
 		if (fill_prio(v, 1000, future) < 0)
@@ -1223,12 +1085,12 @@ int cmd_bench(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(workloads) / sizeof(workloads[0]); i++) {
 		if (!wanted(o.workload, &workloads[i]))
 			continue;
-		if (b_fresh(&v, workloads[i].name) < 0) {
+		if (v_fresh(&v, workloads[i].name) < 0) {
 			rc = EXIT_STORE;
 			break;
 		}
 		workloads[i].run(&v, &o);
-		b_done(&v);
+		v_done(&v);
 	}
 	v_teardown(&v);
 	return rc;
