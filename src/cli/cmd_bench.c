@@ -761,7 +761,9 @@ static void w_idle(vctx *v, const bopts *o)
 		free(ws);
 		goto out;
 	}
-	v_sleep_ms(300); /* connect, first claim */
+	/* connect, first claim; the server's count starts once every worker
+	   has opened (scripts loaded, settings read, registered) */
+	v_sleep_ms(counted ? 1500 : 300);
 	due_worker_stats s0[64] = {0};
 	for (long i = 0; i < workers && i < 64; i++)
 		due_worker_stats_get(ws[i].w, &s0[i]);
