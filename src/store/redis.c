@@ -69,10 +69,10 @@ struct due_store {
 	redisContext *c;
 	redisContext *sub; /* listen(): SUBSCRIBEd */
 	rd_cfg cfg;
-	char meta[160];	 /* "{due:NAME}:meta", the script's KEYS[1] */
-	char chan[160];	 /* "{due:NAME}:wake" */
-	char sha[48];	 /* of the script, as loaded */
-	char *script;	 /* prelude + due__redis_lua */
+	char meta[160]; /* "{due:NAME}:meta", the script's KEYS[1] */
+	char chan[160]; /* "{due:NAME}:wake" */
+	char sha[48];	/* of the script, as loaded */
+	char *script;	/* prelude + due__redis_lua */
 };
 
 /* ------------------------------------------------------------------ */
@@ -122,7 +122,8 @@ static int parse_query(rd_cfg *c, const due_url *u, char *q)
 				return bad_url(u, "prefix must be 1 to 64 "
 						  "letters, digits, _ - .");
 			free(c->name);
-			if (!(c->name = due__strdup_n(opt + 7, strlen(opt + 7))))
+			if (!(c->name =
+				  due__strdup_n(opt + 7, strlen(opt + 7))))
 				return due__error_set(DUE_ENOMEM,
 						      "out of memory");
 		} else if (strcmp(opt, "durability=unsafe") == 0) {
@@ -154,8 +155,8 @@ static int parse_authority(rd_cfg *c, const due_url *u, char *hp)
 					  "[user]:password@");
 		*colon = '\0';
 		if ((*hp && !(c->user = due__strdup_n(hp, strlen(hp)))) ||
-		    !(c->password = due__strdup_n(colon + 1,
-						  strlen(colon + 1))))
+		    !(c->password =
+			  due__strdup_n(colon + 1, strlen(colon + 1))))
 			return due__error_set(DUE_ENOMEM, "out of memory");
 		hp = at + 1;
 	}
@@ -188,8 +189,9 @@ static int parse_rest(rd_cfg *c, const due_url *u, char *rest)
 			errno = 0;
 			long db = strtol(slash + 1, &end, 10);
 			if (errno || *end || db < 0 || db > 65535)
-				return bad_url(u, "the database must be a "
-						  "number (redis://host:port/0)");
+				return bad_url(u,
+					       "the database must be a "
+					       "number (redis://host:port/0)");
 			c->db = (int)db;
 		}
 	}
@@ -547,8 +549,9 @@ static bool is_array(const redisReply *r, size_t min)
 static int bad_reply(due_store *s, redisReply *r, const char *what)
 {
 	freeReplyObject(r);
-	return due__error_set(DUE_ESTORE, "redis store %s: %s: unexpected "
-					  "reply",
+	return due__error_set(DUE_ESTORE,
+			      "redis store %s: %s: unexpected "
+			      "reply",
 			      s->cfg.label, what);
 }
 
@@ -629,10 +632,12 @@ static due_rows rows_of(rcur *c, redisReply *a)
 /* The prelude: the column lists of row.h and the histogram bounds. */
 static char *build_script(void)
 {
-	static const char cols[] =
-	    "local TC = {" DUE_TASK_COLUMNS(LQ_, LQ_LAST_) "}\n"
-	    "local SC = {" DUE_SCHED_COLUMNS(LQ_, LQ_LAST_) "}\n"
-	    "local KC = {" DUE_KIND_COLUMNS(LQ_, LQ_LAST_) "}\n";
+	static const char cols[] = "local TC = {" DUE_TASK_COLUMNS(
+	    LQ_, LQ_LAST_) "}\n"
+			   "local SC = {" DUE_SCHED_COLUMNS(
+			       LQ_, LQ_LAST_) "}\n"
+					      "local KC = {" DUE_KIND_COLUMNS(
+						  LQ_, LQ_LAST_) "}\n";
 	size_t n = sizeof(cols) + 32 * DUE_HIST_N + strlen(due__redis_lua) + 16;
 	char *p = malloc(n);
 	size_t off;
@@ -652,11 +657,11 @@ static int copy_cfg(rd_cfg *dst, const rd_cfg *src)
 	*dst = *src;
 	dst->host = due__strdup_n(src->host, strlen(src->host));
 	dst->name = due__strdup_n(src->name, strlen(src->name));
-	dst->user = src->user ? due__strdup_n(src->user, strlen(src->user))
-			      : NULL;
-	dst->password = src->password ? due__strdup_n(src->password,
-						      strlen(src->password))
-				      : NULL;
+	dst->user =
+	    src->user ? due__strdup_n(src->user, strlen(src->user)) : NULL;
+	dst->password =
+	    src->password ? due__strdup_n(src->password, strlen(src->password))
+			  : NULL;
 	if (!dst->host || !dst->name || (src->user && !dst->user) ||
 	    (src->password && !dst->password))
 		return due__error_set(DUE_ENOMEM, "out of memory");
@@ -821,13 +826,14 @@ static void arg_completions(rargs *a, const due_completion *items, size_t n)
 static void read_outcomes(const redisReply *r, due_completion *items, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		char o = r && r->type == REDIS_REPLY_STRING &&
-				 (size_t)r->len > i
-			     ? r->str[i]
-			     : 'S';
-		items[i].outcome = o == 'D'   ? DUE_COMPLETE_DONE
-				   : o == 'C' ? DUE_COMPLETE_CANCELLED_BEFORE_COMMIT
-					      : DUE_COMPLETE_REJECTED_STALE;
+		char o =
+		    r && r->type == REDIS_REPLY_STRING && (size_t)r->len > i
+			? r->str[i]
+			: 'S';
+		items[i].outcome = o == 'D' ? DUE_COMPLETE_DONE
+				   : o == 'C'
+				       ? DUE_COMPLETE_CANCELLED_BEFORE_COMMIT
+				       : DUE_COMPLETE_REJECTED_STALE;
 	}
 }
 
@@ -941,14 +947,9 @@ static int rd_extend(due_store *s, due_extend_outcome *out, due_id id,
 	if ((rc = rd_eval(s, "extend", &a, &r, "extend")) < 0)
 		return rc;
 	switch (rint_of(r)) {
-	case 0:
-		*out = DUE_EXTEND_OK;
-		break;
-	case 2:
-		*out = DUE_EXTEND_CANCEL_REQUESTED;
-		break;
-	default:
-		*out = DUE_EXTEND_LOST;
+	case 0: *out = DUE_EXTEND_OK; break;
+	case 2: *out = DUE_EXTEND_CANCEL_REQUESTED; break;
+	default: *out = DUE_EXTEND_LOST;
 	}
 	freeReplyObject(r);
 	return 0;
@@ -1020,12 +1021,14 @@ static int rd_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 	rargs a = {0};
 	redisReply *r;
 	due_state st = DUE_SCHEDULED;
+	bool found;
 	int rc;
 
 	arg_i(&a, id);
 	if ((rc = rd_eval(s, "cancel", &a, &r, "cancel")) < 0)
 		return rc;
-	*out = due__cancel_outcome_of(state_in(r, &st) == 0, st);
+	found = state_in(r, &st) == 0; /* before st is read */
+	*out = due__cancel_outcome_of(found, st);
 	freeReplyObject(r);
 	return 0;
 }
@@ -1133,13 +1136,12 @@ static int operator_op(due_store *s, const char *op, due_id id,
 	if (strcmp(verdict, "CONFLICT") == 0)
 		rc = due__store_retry_conflict(id);
 	else if (strcmp(verdict, "WRONG") == 0 && r->elements > 1)
-		rc = due__store_wrong_state(
-		    id, op,
-		    strcmp(r->element[1]->str, "NONE") ? r->element[1]->str
-						       : NULL,
-		    needed);
-	else if (final && r->elements > 1 &&
-		 state_in(r->element[1], final) < 0)
+		rc = due__store_wrong_state(id, op,
+					    strcmp(r->element[1]->str, "NONE")
+						? r->element[1]->str
+						: NULL,
+					    needed);
+	else if (final && r->elements > 1 && state_in(r->element[1], final) < 0)
 		rc = due__error_set(DUE_ESTORE, "redis store: bad state");
 	freeReplyObject(r);
 	return rc;
@@ -1279,8 +1281,7 @@ static int rd_cron_list(due_store *s, due_cron_info_list **out)
 	return rc;
 }
 
-static int rd_cron_put(due_store *s, const due_cron_def *d,
-		       due_time next_slot)
+static int rd_cron_put(due_store *s, const due_cron_def *d, due_time next_slot)
 {
 	rargs a = {0};
 	redisReply *r;
@@ -1373,15 +1374,15 @@ static int metric_kinds(due_metrics *m, const redisReply *kc)
 		const char *f = kc->element[i]->str, *colon = strchr(f, ':');
 		due_state st;
 		size_t j;
-		if (!colon || due__state_from_store(f, (size_t)(colon - f),
-						    &st) < 0)
+		if (!colon ||
+		    due__state_from_store(f, (size_t)(colon - f), &st) < 0)
 			continue;
 		for (j = 0; j < m->n_kinds; j++)
 			if (strcmp(m->kinds[j].kind, colon + 1) == 0)
 				break;
 		if (j == m->n_kinds) {
-			if (!(m->kinds[j].kind = due__strdup_n(
-				  colon + 1, strlen(colon + 1))))
+			if (!(m->kinds[j].kind =
+				  due__strdup_n(colon + 1, strlen(colon + 1))))
 				return due__error_set(DUE_ENOMEM,
 						      "out of memory");
 			m->n_kinds++;
@@ -1525,9 +1526,9 @@ static int rd_listen(due_store *s, int *fd)
 			freeReplyObject(r);
 			redisFree(s->sub);
 			s->sub = NULL;
-			return due__error_set(DUE_ESTORE,
-					      "redis store %s: subscribe failed",
-					      s->cfg.label);
+			return due__error_set(
+			    DUE_ESTORE, "redis store %s: subscribe failed",
+			    s->cfg.label);
 		}
 		freeReplyObject(r);
 	}
@@ -1605,8 +1606,7 @@ static int kinds_of(due_store *s, redisReply *r, due_kind_info_list **out)
 		return bad_reply(s, r, "read kinds");
 	if ((rc = due__kind_info_list_alloc(out, 0)) < 0)
 		return rc;
-	if (r->elements &&
-	    !(rows = calloc(r->elements, sizeof(*rows))))
+	if (r->elements && !(rows = calloc(r->elements, sizeof(*rows))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	for (size_t i = 0; i < r->elements; i++) {
 		if (!is_array(r->element[i], 2)) {
@@ -1702,10 +1702,10 @@ static const char *const schemes[] = {"redis", "rediss", NULL};
 
 /* Every method is rd_<method> (store.h lists them). */
 #define OP(m) .m = rd_##m,
-const due_store_ops due__store_redis = {
-    .version = DUE_STORE_OPS_VERSION,
-    .name = "redis",
-    .schemes = schemes,
-    .caps = DUE_STORE_CAP_NOTIFY,
-    DUE_STORE_METHODS(OP) DUE_STORE_NOTIFY_METHODS(OP)};
+const due_store_ops due__store_redis = {.version = DUE_STORE_OPS_VERSION,
+					.name = "redis",
+					.schemes = schemes,
+					.caps = DUE_STORE_CAP_NOTIFY,
+					DUE_STORE_METHODS(OP)
+					    DUE_STORE_NOTIFY_METHODS(OP)};
 #undef OP
