@@ -355,11 +355,15 @@ static const char *skip_reason(const vctx *v, const vcase *c)
 			     "naive tables with SQL)"
 			   : "redis_has_no_query_plan (claims pop a sorted "
 			     "set scored by due time; no index to check)";
-	if (v->backend == V_MYSQL && v_negative_mysql_ready())
+	if (v->backend == V_MYSQL && (c->needs & NEEDS_SQL) &&
+	    v_negative_mysql_ready())
+		return NULL;
+	if (v->backend == V_MYSQL && (c->needs & NEEDS_PLAN) &&
+	    v_plan_mysql_ready())
 		return NULL;
 	return c->needs & NEEDS_SQL
-		   ? "no_raw_sql_session (this build's raw SQL speaks "
-		     "SQLite and PostgreSQL only)"
+		   ? "no_raw_sql_session (this build's raw SQL does not "
+		     "speak this store)"
 		   : "no_query_plan_check (this build reads SQLite and "
 		     "PostgreSQL plans only)";
 }

@@ -35,6 +35,11 @@ v_backend v_backend_of(const char *url);
 /* Make the case's scratch store (not yet initialized) and set v->url;
    0 or -1 after a message on stderr. */
 int v_scratch_url(vctx *v);
+#ifdef DUE_WITH_MYSQL
+/* A connection to the server of a mysql:// URL, on its database when
+   with_db (else none); NULL after a message on stderr.  Caller closes. */
+struct st_mysql *v_mysql_connect(const char *url, bool with_db);
+#endif
 /* Drop the case's scratch store (unless keep); problems go to stderr. */
 void v_scratch_drop(vctx *v);
 /* Prepare scratch space for base_url: 0, DUE_EINVAL (bad URL) or < 0. */
@@ -83,6 +88,8 @@ void v_cancel_after_external_call(vctx *v);
 void v_negative_naive_select_then_update(vctx *v);
 /* Whether the raw-SQL cases above speak MySQL in this build. */
 bool v_negative_mysql_ready(void);
+/* Whether boundary_partial_due_index reads MySQL plans in this build. */
+bool v_plan_mysql_ready(void);
 void v_negative_unfenced_late_commit(vctx *v);
 void v_negative_ext_key_per_attempt(vctx *v);
 void v_boundary_partial_due_index(vctx *v);

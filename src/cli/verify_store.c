@@ -38,14 +38,14 @@ v_backend v_backend_of(const char *url)
 		const char *prefix;
 		v_backend b;
 	} schemes[] = {
-	    {"sqlite:", V_SQLITE},	   {"postgres://", V_PG},
-	    {"postgresql://", V_PG},	   {"redis://", V_REDIS},
-	    {"rediss://", V_REDIS},	   {"mysql://", V_MYSQL},
+	    {"sqlite:", V_SQLITE},   {"postgres://", V_PG},
+	    {"postgresql://", V_PG}, {"redis://", V_REDIS},
+	    {"rediss://", V_REDIS},  {"mysql://", V_MYSQL},
 	    {"mariadb://", V_MYSQL},
 	};
 	for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
-		if (strncmp(url, schemes[i].prefix, strlen(schemes[i].prefix)) ==
-		    0)
+		if (strncmp(url, schemes[i].prefix,
+			    strlen(schemes[i].prefix)) == 0)
 			return schemes[i].b;
 	return V_OTHER;
 }
@@ -215,7 +215,7 @@ done:
 			"due verify: could not delete the scratch keys of "
 			"prefix %s: %s\n",
 			v->schema,
-			c && c->err  ? c->errstr
+			c && c->err   ? c->errstr
 			: r && r->str ? r->str
 				      : "cannot reach the server");
 	freeReplyObject(r);
@@ -225,34 +225,47 @@ done:
 #endif
 
 #ifdef DUE_WITH_MYSQL
-/* Run one statement on the server of v->base_url (no database). */
-static int mysql_exec(vctx *v, const char *sql)
+struct st_mysql *v_mysql_connect(const char *url, bool with_db)
 {
 	vurl u;
 	char sock[1024] = "";
 	MYSQL *m = mysql_init(NULL);
-	int rc = -1;
 
-	if (!m || vurl_split(&u, v->base_url, 3306) < 0)
-		goto done;
+	if (!m || vurl_split(&u, url, 3306) < 0) {
+		fprintf(stderr, "due verify: cannot read the MySQL URL\n");
+		mysql_close(m);
+		return NULL;
+	}
 	for (const char *p = u.query; p && *p;) {
 		size_t k = strcspn(p, "&");
 		if (strncmp(p, "socket=", 7) == 0 && k > 7) {
-			snprintf(sock, sizeof(sock), "%.*s", (int)k - 7,
-				 p + 7);
+			snprintf(sock, sizeof(sock), "%.*s", (int)k - 7, p + 7);
 			pct_decode(sock);
 		}
 		p += k + (p[k] == '&');
 	}
-	if (!mysql_real_connect(m, u.host, u.user, u.pass, NULL,
-				(unsigned)u.port, sock[0] ? sock : NULL, 0) ||
-	    mysql_query(m, sql) != 0)
-		goto done;
-	rc = 0;
-done:
-	if (rc < 0)
-		fprintf(stderr, "due verify: %s: %s\n", sql,
-			m ? mysql_error(m) : "out of memory");
+	if (!mysql_real_connect(m, u.host, u.user, u.pass,
+				with_db ? u.path : NULL, (unsigned)u.port,
+				sock[0] ? sock : NULL, 0)) {
+		fprintf(stderr, "due verify: %s\n", mysql_error(m));
+		mysql_close(m);
+		return NULL;
+	}
+	return m;
+}
+
+/* Run one statement on the server of v->base_url (no database). */
+static int mysql_exec(vctx *v, const char *sql)
+{
+	MYSQL *m = v_mysql_connect(v->base_url, false);
+	int rc = 0;
+
+	if (!m)
+		return -1;
+	if (mysql_query(m, sql) != 0) {
+		fprintf(stderr, "due verify: %s: %s\n", sql, mysql_error(m));
+		rc = -1;
+	}
 	mysql_close(m);
 	return rc;
 }
@@ -274,14 +287,12 @@ static int scratch_url_kv(vctx *v)
 	else
 		snprintf(q, sizeof(q), "%s", u.query ? u.query : "");
 	if (v->backend == V_REDIS)
-		snprintf(v->url, sizeof(v->url), "%.*s/%s?%s%sprefix=%s",
-			 head, v->base_url,
-			 u.path && *u.path ? u.path : "0", q, q[0] ? "&" : "",
-			 v->schema);
+		snprintf(v->url, sizeof(v->url), "%.*s/%s?%s%sprefix=%s", head,
+			 v->base_url, u.path && *u.path ? u.path : "0", q,
+			 q[0] ? "&" : "", v->schema);
 	else
-		snprintf(v->url, sizeof(v->url), "%.*s/%s%s%s",
-			 head, v->base_url,
-			 v->schema, q[0] ? "?" : "", q);
+		snprintf(v->url, sizeof(v->url), "%.*s/%s%s%s", head,
+			 v->base_url, v->schema, q[0] ? "?" : "", q);
 	return 0;
 }
 
