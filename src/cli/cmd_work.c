@@ -259,6 +259,9 @@ static int run(cli_ctx *c, work_args *a)
 	due_db *probe = NULL;
 	if ((rc = cli_open(c, &probe)))
 		return rc;
+	if (due_db_warning(probe))
+		fprintf(stderr, "%s: warning: %s\n", c->prog,
+			due_db_warning(probe));
 	due_close(probe);
 	if (due_worker_new(&w, &a->wo) < 0)
 		return cli_fail(c, due_error_last_code());

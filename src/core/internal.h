@@ -21,6 +21,16 @@ int due__error_set(int code, const char *fmt, ...) DUE_PRINTF(2, 3);
 /* Forget the last failure (successful calls need not call this). */
 void due__error_clear(void);
 
+/*
+** A store's open() may leave one warning for the operator (a setting that
+** can lose acknowledged writes in a crash, say): due_open() keeps it and
+** due_db_warning() returns it; the CLI prints it.  Per thread, like the
+** error; due_open() clears it before it opens.
+*/
+void due__open_warning_set(const char *fmt, ...) DUE_PRINTF(1, 2);
+/* Take the pending warning (malloc'd, or NULL) and clear it. */
+char *due__open_warning_take(void);
+
 /* Validation shared by every entry point (src/core/task.c). */
 int due__validate_kind(const char *kind);
 int due__validate_key(const char *key);
