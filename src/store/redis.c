@@ -1394,7 +1394,8 @@ static int cmp_kind(const void *a, const void *b)
 		      ((const due_kind_counts *)b)->kind);
 }
 
-/* The (state:kind -> count) pairs into m->kinds, sorted by kind. */
+/* The (state:kind -> count) pairs into m->kinds, sorted by kind, the
+   first 1000 kinds by name. */
 static int metric_kinds(due_metrics *m, const redisReply *kc)
 {
 	size_t cap = kc->elements / 2 + 1;
@@ -1422,6 +1423,9 @@ static int metric_kinds(due_metrics *m, const redisReply *kc)
 	}
 	if (m->n_kinds)
 		qsort(m->kinds, m->n_kinds, sizeof(*m->kinds), cmp_kind);
+	/* at most 1000 kinds, the first by name, as on the SQL stores */
+	while (m->n_kinds > 1000)
+		free((void *)m->kinds[--m->n_kinds].kind);
 	return 0;
 }
 
