@@ -1542,10 +1542,25 @@ static void test_list_stats_prune(void **state)
 	due_task *t = get(db, ok);
 	wait_store_past(db, t->updated_at + 1000); /* `ok` is 1 ms old */
 	due_task_free(t);
+	due_metrics *m0 = NULL, *m1 = NULL;
+	assert_int_equal(due_metrics_get(db, &m0), 0);
 	assert_int_equal(due_prune(db, &deleted, 1000), 0);
 	assert_int_equal(deleted, 1);
 	t = NULL;
 	assert_int_equal(due_get(db, &t, ok), DUE_ENOTFOUND);
+	/* the metrics count the tries that remain: one DONE try fewer */
+	assert_int_equal(due_metrics_get(db, &m1), 0);
+	assert_int_equal(m1->outcomes[DUE_OUT_DONE],
+			 m0->outcomes[DUE_OUT_DONE] - 1);
+	assert_int_equal(m1->duration.count, m0->duration.count - 1);
+	assert_int_equal(m1->lateness.count, m0->lateness.count - 1);
+	int64_t per0 = 0, per1 = 0; /* `ok` ended well within 15 minutes */
+	for (int i = 0; i < 15; i++)
+		per0 += m0->done_per_min[i], per1 += m1->done_per_min[i];
+	assert_int_equal(per1, per0 - 1);
+	assert_int_equal(m1->kinds[1].counts[DUE_DONE], 0); /* kind b */
+	due_metrics_free(m0);
+	due_metrics_free(m1);
 	/* and its history with it */
 	if (is_redis())
 		assert_int_equal(
