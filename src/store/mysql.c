@@ -198,29 +198,35 @@ static const char schema_v1[] =
 	"done") WORKER_COUNTER("failed") WORKER_COUNTER("dead")
 	WORKER_COUNTER("stale") WORKER_COUNTER("cancelled") WORKER_COUNTER(
 	    "lease_lost") WORKER_COUNTER("claim_queries")
-	    WORKER_COUNTER("empty_claims") WORKER_COUNTER("reclaim_queries")
-		" store_errors BIGINT NOT NULL DEFAULT 0)" TABLE_OPTS
-    "CREATE TABLE IF NOT EXISTS due_kind ("
-    " kind VARCHAR(128) NOT NULL PRIMARY KEY,"
-    " paused BOOLEAN NOT NULL DEFAULT FALSE,"
-    " rate_n INT NULL CHECK (rate_n > 0),"
-    " rate_us BIGINT NULL CHECK (rate_us > 0),"
-    " max_running INT NULL CHECK (max_running > 0),"
-    " max_running_per_group INT NULL CHECK (max_running_per_group > 0),"
-    " timeout_us BIGINT NULL CHECK (timeout_us > 0),"
-    " held_rate BIGINT NOT NULL DEFAULT 0,"
-    " held_running BIGINT NOT NULL DEFAULT 0,"
-    " held_group BIGINT NOT NULL DEFAULT 0,"
-    " updated_at BIGINT NOT NULL,"
-    " CONSTRAINT rate_whole CHECK ((rate_n IS NULL) = (rate_us IS NULL)))"
-	TABLE_OPTS
-    "CREATE TABLE IF NOT EXISTS due_rate ("
-    " id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,"
-    " kind VARCHAR(128) NOT NULL,"
-    " at BIGINT NOT NULL,"
-    " KEY due_rate_kind (kind, at))" TABLE_OPTS
-    "INSERT INTO due_meta (name, value) VALUES ('schema_version', '1')"
-    " ON DUPLICATE KEY UPDATE value = value";
+	    WORKER_COUNTER("empty_claims") WORKER_COUNTER(
+		"reclaim_queries") " store_errors BIGINT NOT NULL DEFAULT "
+				   "0)" TABLE_OPTS
+				   "CREATE TABLE IF NOT EXISTS due_kind ("
+				   " kind VARCHAR(128) NOT NULL PRIMARY KEY,"
+				   " paused BOOLEAN NOT NULL DEFAULT FALSE,"
+				   " rate_n INT NULL CHECK (rate_n > 0),"
+				   " rate_us BIGINT NULL CHECK (rate_us > 0),"
+				   " max_running INT NULL CHECK (max_running > "
+				   "0),"
+				   " max_running_per_group INT NULL CHECK "
+				   "(max_running_per_group > 0),"
+				   " timeout_us BIGINT NULL CHECK (timeout_us "
+				   "> 0),"
+				   " held_rate BIGINT NOT NULL DEFAULT 0,"
+				   " held_running BIGINT NOT NULL DEFAULT 0,"
+				   " held_group BIGINT NOT NULL DEFAULT 0,"
+				   " updated_at BIGINT NOT NULL,"
+				   " CONSTRAINT rate_whole CHECK ((rate_n IS "
+				   "NULL) = (rate_us IS NULL)))" TABLE_OPTS
+				   "CREATE TABLE IF NOT EXISTS due_rate ("
+				   " id BIGINT NOT NULL AUTO_INCREMENT PRIMARY "
+				   "KEY,"
+				   " kind VARCHAR(128) NOT NULL,"
+				   " at BIGINT NOT NULL,"
+				   " KEY due_rate_kind (kind, at))" TABLE_OPTS
+				   "INSERT INTO due_meta (name, value) VALUES "
+				   "('schema_version', '1')"
+				   " ON DUPLICATE KEY UPDATE value = value";
 #undef WORKER_COUNTER
 
 #define RECORD(v)                                                              \
@@ -543,7 +549,8 @@ static int insert_items(due_store *s, const due_submit *items, size_t n,
 		while (s->bulk_ids && j < n && !items[j].opts.key)
 			j++;
 		if (j - i > 1) {
-			if ((rc = insert_rows(s, items + i, j - i, out + i)) < 0)
+			if ((rc = insert_rows(s, items + i, j - i, out + i)) <
+			    0)
 				return rc;
 			i = j;
 		} else if ((rc = insert_one(s, &items[i], &out[i])) < 0) {
@@ -574,7 +581,7 @@ static int schedule_tx(due_store *s, due_submitted *out,
 
 /* Schedule n checked submits in one transaction. */
 static int mys_schedule(due_store *s, due_submitted *out,
-			  const due_submit *items, size_t n)
+			const due_submit *items, size_t n)
 {
 	int rc;
 
@@ -607,7 +614,7 @@ static int mys_native_tx(void *conn)
 ** stays in their session.
 */
 static int mys_schedule_on_native(void *conn, due_submitted *out,
-				    const due_submit *it)
+				  const due_submit *it)
 {
 	due_store tmp = {.conn = conn, .own = false, .id_step = 1};
 	int rc;
@@ -785,8 +792,8 @@ static int kind_count(due_store *s, bool rate, const char *kind, int64_t at,
 		due__my_add(&b, "SELECT COUNT(*), 0 FROM due_task"
 				" WHERE state = 'CLAIMED' AND kind = ");
 	due__my_str(&b, kind);
-	due__my_add(&b, " AND %s %lld", rate ? "at >" : "lease_until >=",
-		    (long long)at);
+	due__my_add(&b, " AND %s %lld",
+		    rate ? "at >" : "lease_until >=", (long long)at);
 	return ints(s, &b, "count", v, 2);
 }
 
@@ -811,8 +818,8 @@ static int kind_room(due_store *s, const flow_kind *k, due_time now,
 			*room = k->max_running - v[0], *why = HELD_RUNNING;
 	}
 	if (k->rate_n) {
-		if ((rc = kind_count(s, true, k->kind, now - k->rate_us,
-				     v)) < 0)
+		if ((rc = kind_count(s, true, k->kind, now - k->rate_us, v)) <
+		    0)
 			return rc;
 		*oldest = v[1];
 		if (k->rate_n - v[0] < *room)
@@ -828,8 +835,8 @@ static int kind_room(due_store *s, const flow_kind *k, due_time now,
 ** due_rate (and trim what left the window), count the held-back pass,
 ** and lower f->retry_in_us to when trying again may find room.
 */
-static int kind_after(due_store *s, flow *f, const flow_kind *k,
-		      int64_t taken, int held, due_time oldest)
+static int kind_after(due_store *s, flow *f, const flow_kind *k, int64_t taken,
+		      int held, due_time oldest)
 {
 	int64_t retry = 0, now = f->now;
 	SQL(b, s);
@@ -843,7 +850,8 @@ static int kind_after(due_store *s, flow *f, const flow_kind *k,
 		}
 		due__my_add(&b, "; DELETE FROM due_rate WHERE kind = ");
 		due__my_str(&b, k->kind);
-		due__my_add(&b, " AND at <= %lld;", (long long)(now - k->rate_us));
+		due__my_add(&b, " AND at <= %lld;",
+			    (long long)(now - k->rate_us));
 	}
 	if (held) {
 		if (held & HELD_RATE)
@@ -1044,8 +1052,9 @@ static int prio_next(due_store *s, int64_t after, int64_t *p, bool *none)
 	** The first probe has no bound: MariaDB's range optimizer mishandles
 	** a constant below SMALLINT's range (priority > -32769 found nothing).
 	*/
-	due__my_add(&b, "SELECT COUNT(m), MIN(m) FROM (SELECT MIN(priority) AS m"
-			" FROM due_task WHERE state = 'SCHEDULED'");
+	due__my_add(&b,
+		    "SELECT COUNT(m), MIN(m) FROM (SELECT MIN(priority) AS m"
+		    " FROM due_task WHERE state = 'SCHEDULED'");
 	if (after >= DUE_PRIORITY_MIN)
 		due__my_add(&b, " AND priority > %lld", (long long)after);
 	due__my_add(&b, ") x");
@@ -1269,8 +1278,7 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 			rc = claim_rest(s, &f, &p, kinds, n_kinds, exclude,
 					limit);
 	}
-	if (rc < 0 ||
-	    (rc = claim_picked(s, &p, l, owner, lease_us, f.now)) < 0)
+	if (rc < 0 || (rc = claim_picked(s, &p, l, owner, lease_us, f.now)) < 0)
 		goto done;
 	for (size_t i = 0; f.n && i < l->count; i++) {
 		const flow_kind *k = flow_find(&f, l->items[i].kind);
@@ -1312,9 +1320,8 @@ static int claim_tx(due_store *s, due_task_list **out, const claim_args *a,
 	if ((rc = due__my_begin(s)) < 0)
 		goto fail;
 	if ((n && (rc = complete_locked(s, items, n)) < 0) ||
-	    (rc = claim_locked(s, l, a->owner, a->kinds, a->n_kinds,
-			       a->exclude, a->limit, a->lease_us,
-			       a->only_id)) < 0 ||
+	    (rc = claim_locked(s, l, a->owner, a->kinds, a->n_kinds, a->exclude,
+			       a->limit, a->lease_us, a->only_id)) < 0 ||
 	    (rc = due__my_commit(s)) < 0)
 		goto fail;
 	*out = l;
@@ -1326,8 +1333,8 @@ fail:
 }
 
 static int mys_claim(due_store *s, due_task_list **out, const char *owner,
-		       const char *const *kinds, size_t n_kinds, bool exclude,
-		       int limit, int64_t lease_us, due_id only_id)
+		     const char *const *kinds, size_t n_kinds, bool exclude,
+		     int limit, int64_t lease_us, due_id only_id)
 {
 	const claim_args a = {owner, kinds,    n_kinds, exclude,
 			      limit, lease_us, only_id};
@@ -1342,11 +1349,11 @@ static int mys_claim(due_store *s, due_task_list **out, const char *owner,
 
 /* Complete n tries and claim the next batch: one transaction, one commit. */
 static int mys_complete_claim(due_store *s, due_completion *items, size_t n,
-				const char *owner, const char *const *kinds,
-				size_t n_kinds, bool exclude, int limit,
-				int64_t lease_us, due_task_list **out)
+			      const char *owner, const char *const *kinds,
+			      size_t n_kinds, bool exclude, int limit,
+			      int64_t lease_us, due_task_list **out)
 {
-	const claim_args a = {owner, kinds, n_kinds, exclude,
+	const claim_args a = {owner, kinds,    n_kinds, exclude,
 			      limit, lease_us, 0};
 	int rc;
 
@@ -1366,7 +1373,7 @@ static int mys_complete_claim(due_store *s, due_completion *items, size_t n,
 ** reported, so reading it after the write is enough).
 */
 static int mys_extend(due_store *s, due_extend_outcome *out, due_id id,
-			int32_t attempt, int64_t lease_us)
+		      int32_t attempt, int64_t lease_us)
 {
 	uint64_t hit;
 	int64_t v[3];
@@ -1465,18 +1472,19 @@ static void complete_sql(due_my_sql *b, const due_completion *c)
 			    (long long)c->id, c->attempt);
 		return;
 	}
-	due__my_add(b,
-		    " lease_owner = NULL, lease_until = NULL,"
-		    " updated_at = " NOW_V " WHERE id = %lld AND attempt = %d%s;"
-		    " UPDATE due_attempt SET ended_at = " NOW_V ", outcome = '%s',"
-		    " error = %s WHERE task_id = %lld AND attempt = %d"
-		    " AND outcome = 'RUNNING';",
-		    (long long)c->id, c->attempt, fence,
-		    c->outcome == DUE_COMPLETE_DONE ? "DONE" : "CANCELLED",
-		    c->outcome == DUE_COMPLETE_DONE
-			? "NULL"
-			: "'cancel requested before commit'",
-		    (long long)c->id, c->attempt);
+	due__my_add(
+	    b,
+	    " lease_owner = NULL, lease_until = NULL,"
+	    " updated_at = " NOW_V " WHERE id = %lld AND attempt = %d%s;"
+	    " UPDATE due_attempt SET ended_at = " NOW_V ", outcome = '%s',"
+	    " error = %s WHERE task_id = %lld AND attempt = %d"
+	    " AND outcome = 'RUNNING';",
+	    (long long)c->id, c->attempt, fence,
+	    c->outcome == DUE_COMPLETE_DONE ? "DONE" : "CANCELLED",
+	    c->outcome == DUE_COMPLETE_DONE
+		? "NULL"
+		: "'cancel requested before commit'",
+	    (long long)c->id, c->attempt);
 }
 
 /*
@@ -1546,7 +1554,7 @@ fail:
 ** hook's own writes were rolled back with it).
 */
 static int mys_complete(due_store *s, due_completion *items, size_t n,
-			  due_tx_hook hook, void *payload)
+			due_tx_hook hook, void *payload)
 {
 	int rc;
 
@@ -1626,7 +1634,7 @@ fail:
 }
 
 static int mys_fail(due_store *s, due_fail_outcome *out, due_id id,
-		      int32_t attempt, const char *error, due_outcome as)
+		    int32_t attempt, const char *error, due_outcome as)
 {
 	const fail_args a = {id, attempt, error, as};
 	int rc;
@@ -1684,14 +1692,15 @@ static int reclaim_tx(due_store *s, due_reclaimed *out, int64_t *got)
 				" 'CLAIMED' AND t.lease_until < " NOW
 				" AND t.id IN ");
 		id_list(&b, p.t, p.n);
-		due__my_add(&b, "; UPDATE due_task SET due_at = CASE WHEN"
-				" cancel_requested OR " USED_UP " THEN due_at"
-				" ELSE " NOW_V " END, state = " REQUEUE_STATE ","
-				" last_error = CONCAT('lease expired (held by ',"
-				" lease_owner, ')'), lease_owner = NULL,"
-				" lease_until = NULL, updated_at = " NOW_V
-				" WHERE state = 'CLAIMED' AND lease_until < " NOW
-				" AND id IN ");
+		due__my_add(&b,
+			    "; UPDATE due_task SET due_at = CASE WHEN"
+			    " cancel_requested OR " USED_UP " THEN due_at"
+			    " ELSE " NOW_V " END, state = " REQUEUE_STATE ","
+			    " last_error = CONCAT('lease expired (held by ',"
+			    " lease_owner, ')'), lease_owner = NULL,"
+			    " lease_until = NULL, updated_at = " NOW_V
+			    " WHERE state = 'CLAIMED' AND lease_until < " NOW
+			    " AND id IN ");
 		id_list(&b, p.t, p.n);
 		due__my_add(&b, "; SELECT state, COUNT(*) FROM due_task"
 				" WHERE id IN ");
@@ -1748,10 +1757,10 @@ static int mys_reclaim(due_store *s, due_reclaimed *out)
 		out->dead += one.dead;
 		out->cancelled += one.cancelled;
 	} while (got == BATCH_ROWS);
-	due__my_add(&b, "SELECT " NOW ", COUNT(m), MIN(m) FROM (SELECT"
-			" MIN(lease_until) AS m FROM due_task"
-			" WHERE state = 'CLAIMED' AND lease_until >= " NOW
-			") x");
+	due__my_add(&b,
+		    "SELECT " NOW ", COUNT(m), MIN(m) FROM (SELECT"
+		    " MIN(lease_until) AS m FROM due_task"
+		    " WHERE state = 'CLAIMED' AND lease_until >= " NOW ") x");
 	if ((rc = ints(s, &b, "reclaim", v, 3)) < 0)
 		return rc;
 	out->now = v[0];
@@ -1942,14 +1951,15 @@ static int retry_tx(due_store *s, due_id id)
 		rc = due__store_wrong_state(id, "retry", state, "DEAD");
 		goto fail;
 	}
-	due__my_add(&b,
-		    "UPDATE due_task SET state = 'SCHEDULED', due_at = " NOW_V ","
-		    " attempt_base = attempt, cancel_requested = FALSE,"
-		    " updated_at = " NOW_V " WHERE id = %lld AND state = 'DEAD';"
-		    " INSERT INTO due_audit (task_id, at, action, detail)"
-		    " VALUES (%lld, " NOW_V ", 'retry',"
-		    " 'DEAD -> SCHEDULED, fresh attempt budget')",
-		    (long long)id, (long long)id);
+	due__my_add(
+	    &b,
+	    "UPDATE due_task SET state = 'SCHEDULED', due_at = " NOW_V ","
+	    " attempt_base = attempt, cancel_requested = FALSE,"
+	    " updated_at = " NOW_V " WHERE id = %lld AND state = 'DEAD';"
+	    " INSERT INTO due_audit (task_id, at, action, detail)"
+	    " VALUES (%lld, " NOW_V ", 'retry',"
+	    " 'DEAD -> SCHEDULED, fresh attempt budget')",
+	    (long long)id, (long long)id);
 	rc = exec(s, &b, "retry", NULL);
 	if (rc == DUE_ECONFLICT)
 		rc = due__store_retry_conflict(id);
@@ -2014,20 +2024,20 @@ static int operator_tx(due_store *s, bool kill, due_id id, due_state *final)
 		due__my_add(&b, "UPDATE due_task SET state = CASE WHEN"
 				" cancel_requested THEN 'CANCELLED' ELSE"
 				" 'SCHEDULED' END, due_at = " NOW_V ",");
-	due__my_add(&b,
-		    " lease_owner = NULL, lease_until = NULL,"
-		    " updated_at = " NOW_V " WHERE id = %lld;"
-		    " UPDATE due_attempt SET ended_at = " NOW_V ", outcome = '%s',"
-		    " error = '%s' WHERE task_id = %lld AND attempt = %lld"
-		    " AND outcome = 'RUNNING';"
-		    " INSERT INTO due_audit (task_id, at, action, detail)"
-		    " SELECT id, " NOW_V ", '%s', state FROM due_task"
-		    " WHERE id = %lld;"
-		    " SELECT state = 'CANCELLED', state = 'DEAD' FROM due_task"
-		    " WHERE id = %lld",
-		    (long long)id, kill ? "KILLED" : "REQUEUED", action,
-		    (long long)id, (long long)attempt, action, (long long)id,
-		    (long long)id);
+	due__my_add(
+	    &b,
+	    " lease_owner = NULL, lease_until = NULL,"
+	    " updated_at = " NOW_V " WHERE id = %lld;"
+	    " UPDATE due_attempt SET ended_at = " NOW_V ", outcome = '%s',"
+	    " error = '%s' WHERE task_id = %lld AND attempt = %lld"
+	    " AND outcome = 'RUNNING';"
+	    " INSERT INTO due_audit (task_id, at, action, detail)"
+	    " SELECT id, " NOW_V ", '%s', state FROM due_task"
+	    " WHERE id = %lld;"
+	    " SELECT state = 'CANCELLED', state = 'DEAD' FROM due_task"
+	    " WHERE id = %lld",
+	    (long long)id, kill ? "KILLED" : "REQUEUED", action, (long long)id,
+	    (long long)attempt, action, (long long)id, (long long)id);
 	if ((rc = ints(s, &b, action, v, 2)) < 0 ||
 	    (rc = due__my_commit(s)) < 0)
 		goto fail;
@@ -2260,8 +2270,7 @@ static int mys_cron_list(due_store *s, due_cron_info_list **out)
 #define SET_NEW_LAST_(c) "`" #c "` = VALUES(`" #c "`)"
 
 /* Insert or replace a definition; a replace keeps the firing history. */
-static int mys_cron_put(due_store *s, const due_cron_def *d,
-			  due_time next_slot)
+static int mys_cron_put(due_store *s, const due_cron_def *d, due_time next_slot)
 {
 	int rc;
 	SQL(b, s);
@@ -2279,12 +2288,14 @@ static int mys_cron_put(due_store *s, const due_cron_def *d,
 	due__my_str(&b, d->tz ? d->tz : "UTC");
 	due__my_add(&b, ", ");
 	due__my_blob(&b, d->payload, d->payload_len);
-	due__my_add(&b, ", '%s', '%s', %d, %lld, %lld, %lld, " NOW ", " NOW
-			") ON DUPLICATE KEY UPDATE " DUE_SCHED_DEF_COLUMNS(
-			    SET_NEW_, SET_NEW_LAST_) ", updated_at = " NOW,
-		    due__misfire_name(d->misfire), due__overlap_name(d->overlap),
-		    d->max_attempts, (long long)d->backoff_us,
-		    (long long)d->backoff_cap_us, (long long)next_slot);
+	due__my_add(&b,
+		    ", '%s', '%s', %d, %lld, %lld, %lld, " NOW ", " NOW
+		    ") ON DUPLICATE KEY UPDATE " DUE_SCHED_DEF_COLUMNS(
+			SET_NEW_, SET_NEW_LAST_) ", updated_at = " NOW,
+		    due__misfire_name(d->misfire),
+		    due__overlap_name(d->overlap), d->max_attempts,
+		    (long long)d->backoff_us, (long long)d->backoff_cap_us,
+		    (long long)next_slot);
 	RETRY(rc, s, due__my_exec(s, &b, "save schedule", NULL));
 	due__my_sql_free(&b);
 	return rc;
@@ -2325,8 +2336,10 @@ static int fire_tx(due_store *s, const due_cron_fire *f, bool *won,
 	*task_id = 0;
 	if ((rc = due__my_begin(s)) < 0)
 		return rc;
-	due__my_add(&b, "SELECT COUNT(*), MAX(next_slot = %lld) FROM"
-			" due_schedule WHERE name = ", (long long)f->expect);
+	due__my_add(&b,
+		    "SELECT COUNT(*), MAX(next_slot = %lld) FROM"
+		    " due_schedule WHERE name = ",
+		    (long long)f->expect);
 	due__my_str(&b, f->name);
 	due__my_add(&b, " FOR UPDATE");
 	if ((rc = ints(s, &b, "fire schedule", v, 2)) < 0)
@@ -2362,7 +2375,7 @@ fail:
 }
 
 static int mys_cron_fire(due_store *s, const due_cron_fire *f, bool *won,
-			   due_id *task_id)
+			 due_id *task_id)
 {
 	int rc;
 
@@ -2402,7 +2415,8 @@ static int metrics_kinds(due_store *s, due_metrics *m)
 			if (m->n_kinds == cap) {
 				due_kind_counts *n;
 				cap = cap ? cap * 2 : 16;
-				if (!(n = realloc(m->kinds, cap * sizeof(*n)))) {
+				if (!(n = realloc(m->kinds,
+						  cap * sizeof(*n)))) {
 					rc = due__error_set(DUE_ENOMEM,
 							    "out of memory");
 					break;
@@ -2412,8 +2426,8 @@ static int metrics_kinds(due_store *s, due_metrics *m)
 			memset(&m->kinds[m->n_kinds], 0, sizeof(m->kinds[0]));
 			if (!(m->kinds[m->n_kinds].kind =
 				  due__strdup_n(row[0], strlen(row[0])))) {
-				rc = due__error_set(DUE_ENOMEM,
-						    "out of memory");
+				rc =
+				    due__error_set(DUE_ENOMEM, "out of memory");
 				break;
 			}
 			m->n_kinds++;
@@ -2556,7 +2570,7 @@ static int mys_metrics(due_store *s, due_metrics *m)
 
 /* Upsert the worker's row: started_at on first report, seen_at = now. */
 static int mys_worker_report(due_store *s, const char *owner,
-			       const due_worker_stats *st)
+			     const due_worker_stats *st)
 {
 	int64_t v[DUE_WORKER_N_COUNTERS];
 	int rc;
@@ -2565,14 +2579,15 @@ static int mys_worker_report(due_store *s, const char *owner,
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
 	due__worker_counters(st, v);
-	due__my_add(&b, "INSERT INTO due_worker (owner, started_at, seen_at, "
-			DUE_WORKER_COUNTER_COLS ") VALUES (");
+	due__my_add(&b, "INSERT INTO due_worker (owner, started_at, "
+			"seen_at, " DUE_WORKER_COUNTER_COLS ") VALUES (");
 	due__my_str(&b, owner);
 	due__my_add(&b, ", " NOW ", " NOW);
 	for (int i = 0; i < DUE_WORKER_N_COUNTERS; i++)
 		due__my_add(&b, ", %lld", (long long)v[i]);
-	due__my_add(&b, ") ON DUPLICATE KEY UPDATE seen_at = VALUES(seen_at), "
-		    DUE_WORKER_COUNTERS(UCOL_NEW_, UCOL_NEW_LAST_));
+	due__my_add(&b, ") ON DUPLICATE KEY UPDATE seen_at = "
+			"VALUES(seen_at), " DUE_WORKER_COUNTERS(
+			    UCOL_NEW_, UCOL_NEW_LAST_));
 	RETRY(rc, s, due__my_exec(s, &b, "worker report", NULL));
 	due__my_sql_free(&b);
 	return rc;
@@ -2588,8 +2603,8 @@ static int mys_worker_report(due_store *s, const char *owner,
 ** the next lease expiry.
 */
 static int mys_upcoming(due_store *s, due_upcoming *out,
-			  const char *const *kinds, size_t n_kinds,
-			  bool exclude, due_time until, int limit)
+			const char *const *kinds, size_t n_kinds, bool exclude,
+			due_time until, int limit)
 {
 	MYSQL_RES *r;
 	due_my_cur cur;
@@ -2634,8 +2649,7 @@ static int mys_upcoming(due_store *s, due_upcoming *out,
 /* ------------------------------------------------------------------ */
 
 /* A setting: -1 keeps the column, 0 clears it (NULL), else the value. */
-static void kind_set(due_my_sql *b, const char *col, int64_t v,
-		     const char *sep)
+static void kind_set(due_my_sql *b, const char *col, int64_t v, const char *sep)
 {
 	if (v < 0)
 		due__my_add(b, "%s = %s%s", col, col, sep);
@@ -2646,7 +2660,7 @@ static void kind_set(due_my_sql *b, const char *col, int64_t v,
 }
 
 static int mys_kind_put(due_store *s, const char *kind,
-			  const due_kind_settings *set)
+			const due_kind_settings *set)
 {
 	int rc;
 	SQL(b, s);
@@ -2664,8 +2678,7 @@ static int mys_kind_put(due_store *s, const char *kind,
 		kind_set(&b, "rate_us", set->rate_n ? set->rate_us : 0, ", ");
 	}
 	kind_set(&b, "max_running", set->max_running, ", ");
-	kind_set(&b, "max_running_per_group", set->max_running_per_group,
-		 ", ");
+	kind_set(&b, "max_running_per_group", set->max_running_per_group, ", ");
 	kind_set(&b, "timeout_us", set->timeout_us, ", ");
 	due__my_add(&b, "updated_at = " NOW " WHERE kind = ");
 	due__my_str(&b, kind);
@@ -2747,7 +2760,7 @@ static int kinds_read(due_store *s, const char *kind, const char *group,
 }
 
 static int mys_kind_get(due_store *s, due_kind_info **out, const char *kind,
-			  const char *group)
+			const char *group)
 {
 	due_kind_info_list *l;
 	int rc;
@@ -2790,14 +2803,15 @@ static int mys_kind_remove(due_store *s, const char *kind)
 
 static const char *const schemes[] = {"mysql", "mariadb", NULL};
 
-/* Every method is mys_<method> (mysql_ is the library's prefix) (store.h lists them). */
+/* Every method is mys_<method> (mysql_ is the library's prefix) (store.h lists
+ * them). */
 #define OP(m) .m = mys_##m,
-const due_store_ops due__store_mysql = {
-    .version = DUE_STORE_OPS_VERSION,
-    .name = "mysql",
-    .schemes = schemes,
-    .caps = DUE_STORE_CAP_TX_SUBMIT,
-    DUE_STORE_METHODS(OP) DUE_STORE_TX_SUBMIT_METHODS(OP)};
+const due_store_ops due__store_mysql = {.version = DUE_STORE_OPS_VERSION,
+					.name = "mysql",
+					.schemes = schemes,
+					.caps = DUE_STORE_CAP_TX_SUBMIT,
+					DUE_STORE_METHODS(OP)
+					    DUE_STORE_TX_SUBMIT_METHODS(OP)};
 #undef OP
 
 DUE_STORE_TX_SUBMIT_API(due_schedule_mysql_tx, struct st_mysql,

@@ -127,8 +127,8 @@ static int parse_user(due_my_cfg *c, const char *text, const char *a,
 
 	if (!(c->user = decoded(a, (size_t)((colon ? colon : at) - a))))
 		return bad_url(text, "bad user name");
-	if (colon && !(c->password = decoded(colon + 1,
-					     (size_t)(at - colon - 1))))
+	if (colon &&
+	    !(c->password = decoded(colon + 1, (size_t)(at - colon - 1))))
 		return bad_url(text, "bad password");
 	return 0;
 }
@@ -175,8 +175,9 @@ int due__my_parse_url(due_my_cfg **out, const char *text, const char *rest)
 		goto fail;
 	}
 	q = strchr(slash, '?');
-	if (!(c->db = decoded(slash + 1, (size_t)((q ? q : slash + strlen(slash)) -
-						 slash - 1))) ||
+	if (!(c->db =
+		  decoded(slash + 1, (size_t)((q ? q : slash + strlen(slash)) -
+					      slash - 1))) ||
 	    !*c->db) {
 		rc = bad_url(text, "no database");
 		goto fail;
@@ -268,9 +269,9 @@ static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
 static void lib_init(void) { mysql_library_init(0, NULL, NULL); }
 
 #define SESSION_SQL                                                            \
-	"SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED;"             \
+	"SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED;"              \
 	" SET time_zone = '+00:00',"                                           \
-	" sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION',"   \
+	" sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'," \
 	" innodb_lock_wait_timeout = 10, autocommit = 1"
 
 /* How the server numbers a multi-row insert (insert_batch in mysql.c). */
@@ -336,7 +337,8 @@ int due__my_connect(due_store **out, const due_my_cfg *cfg)
 	s->cfg = cfg;
 	s->id_step = 1;
 	snprintf(s->label, sizeof(s->label), "mysql://%s@%s:%u/%s",
-		 cfg->user ? cfg->user : "", cfg->socket ? cfg->socket : cfg->host,
+		 cfg->user ? cfg->user : "",
+		 cfg->socket ? cfg->socket : cfg->host,
 		 cfg->socket ? 0 : cfg->port, cfg->db);
 	return session_open(s);
 }
@@ -525,7 +527,10 @@ void due__my_blob(due_my_sql *b, const void *d, size_t n)
 	b->p[b->len] = '\0';
 }
 
-void due__my_int(due_my_sql *b, int64_t v) { due__my_add(b, "%lld", (long long)v); }
+void due__my_int(due_my_sql *b, int64_t v)
+{
+	due__my_add(b, "%lld", (long long)v);
+}
 
 void due__my_list(due_my_sql *b, const char *const *t, size_t n)
 {
@@ -538,8 +543,7 @@ void due__my_list(due_my_sql *b, const char *const *t, size_t n)
 	due__my_add(b, ")");
 }
 
-int due__my_exec(due_store *s, due_my_sql *b, const char *what,
-		 MYSQL_RES **out)
+int due__my_exec(due_store *s, due_my_sql *b, const char *what, MYSQL_RES **out)
 {
 	if (out)
 		*out = NULL;

@@ -29,14 +29,14 @@ typedef struct due_my_cfg {
 
 struct due_store {
 	MYSQL *conn;
-	bool own;	     /* false: a caller's connection (tx submit) */
-	bool broken;	     /* the connection was lost: reconnect first */
-	bool in_tx;	     /* one of our transactions is open */
-	bool deadlock;	     /* the last error was 1213/1205: retry */
-	unsigned err;	     /* native error number of the last failure */
-	uint64_t affected;   /* rows matched by the last statement */
-	int64_t id_step;     /* @@auto_increment_increment */
-	bool bulk_ids;	     /* a multi-row INSERT's ids are consecutive */
+	bool own;	       /* false: a caller's connection (tx submit) */
+	bool broken;	       /* the connection was lost: reconnect first */
+	bool in_tx;	       /* one of our transactions is open */
+	bool deadlock;	       /* the last error was 1213/1205: retry */
+	unsigned err;	       /* native error number of the last failure */
+	uint64_t affected;     /* rows matched by the last statement */
+	int64_t id_step;       /* @@auto_increment_increment */
+	bool bulk_ids;	       /* a multi-row INSERT's ids are consecutive */
 	const due_my_cfg *cfg; /* to reconnect (borrowed from the core) */
 	char label[256];       /* mysql://user@host:port/db for messages */
 };

@@ -44,17 +44,17 @@ static inline MYSQL *tu_mysql_connect(const char *u, bool db, char *err,
 	at = memchr(p, '@', (size_t)(slash - p));
 	if (at) {
 		const char *c = memchr(p, ':', (size_t)(at - p));
-		snprintf(user, sizeof(user), "%.*s",
-			 (int)((c ? c : at) - p), p);
+		snprintf(user, sizeof(user), "%.*s", (int)((c ? c : at) - p),
+			 p);
 		if (c)
-			snprintf(pass, sizeof(pass), "%.*s",
-				 (int)(at - c - 1), c + 1);
+			snprintf(pass, sizeof(pass), "%.*s", (int)(at - c - 1),
+				 c + 1);
 		p = at + 1;
 	}
 	{
 		const char *c = memchr(p, ':', (size_t)(slash - p));
-		snprintf(host, sizeof(host), "%.*s",
-			 (int)((c ? c : slash) - p), p);
+		snprintf(host, sizeof(host), "%.*s", (int)((c ? c : slash) - p),
+			 p);
 		if (c)
 			port = (unsigned)atoi(c + 1);
 	}
@@ -98,8 +98,7 @@ static inline int tu_mysql_exec(const char *sql)
 ** suites' PostgreSQL/SQLite order) becomes "INSERT INTO t (...) WITH ...
 ** SELECT ...".  Anything else is returned as it is.
 */
-static inline const char *tu_mysql_dialect(const char *q, char *buf,
-					   size_t n)
+static inline const char *tu_mysql_dialect(const char *q, char *buf, size_t n)
 {
 	const char *ins = strstr(q, ") INSERT INTO "), *sel;
 
@@ -156,8 +155,8 @@ static inline int tu_mysql_fresh(char *url, size_t n, char *dir, size_t dn)
 	dir[0] = '\0';
 	if (!p || !(slash = strchr(p + 2, '/')))
 		return -1;
-	snprintf(tu_mysql_db, sizeof(tu_mysql_db), "due_t_%d_%d",
-		 (int)getpid(), ++counter);
+	snprintf(tu_mysql_db, sizeof(tu_mysql_db), "due_t_%d_%d", (int)getpid(),
+		 ++counter);
 	snprintf(sql, sizeof(sql),
 		 "CREATE DATABASE %s CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
 		 tu_mysql_db);
