@@ -19,10 +19,13 @@
 ** query plan: it checks due's index, so it speaks each database's
 ** EXPLAIN.
 **
-** These speak raw SQL to SQLite or PostgreSQL on purpose: the point is
-** SQL that due itself never runs.  Each statement is written once, in
-** the dialect both accept, with $N placeholders (raw_exec turns them into
-** SQLite's ?N).  Values are still bound, never pasted.
+** These speak raw SQL to SQLite, PostgreSQL or MySQL on purpose: the
+** point is SQL that due itself never runs.  Each statement is written
+** once, in the dialect all accept, with $N placeholders (raw_exec turns
+** them into SQLite's ?N, or MySQL's positional ? with one bind per
+** occurrence, and MySQL's CAST(... AS SIGNED) for bigint).  Values are
+** still bound, never pasted.  Redis has no SQL: cmd_verify.c skips these
+** there and says so.
 */
 #include <signal.h>
 #include <sqlite3.h>
@@ -35,6 +38,9 @@
 #ifdef DUE_WITH_PG
 #include <libpq-fe.h>
 #endif
+#ifdef DUE_WITH_MYSQL
+#include <mysql.h>
+#endif
 
 #include "cli/verify.h"
 
@@ -43,6 +49,9 @@ typedef struct raw {
 	sqlite3 *lite;
 #ifdef DUE_WITH_PG
 	PGconn *pg;
+#endif
+#ifdef DUE_WITH_MYSQL
+	MYSQL *my;
 #endif
 } raw;
 
@@ -55,6 +64,10 @@ static int raw_open(vctx *v, raw *r)
 		sqlite3_busy_timeout(r->lite, 30000);
 		return 0;
 	}
+#ifdef DUE_WITH_MYSQL
+	if (v->backend == V_MYSQL)
+		return (r->my = v_mysql_connect(v->url, true)) ? 0 : -1;
+#endif
 #ifdef DUE_WITH_PG
 	r->pg = PQconnectdb(v->url);
 	return PQstatus(r->pg) == CONNECTION_OK ? 0 : -1;
@@ -66,11 +79,26 @@ static int raw_open(vctx *v, raw *r)
 static void raw_close(raw *r)
 {
 	sqlite3_close(r->lite);
+#ifdef DUE_WITH_MYSQL
+	if (r->my)
+		mysql_close(r->my);
+#endif
 #ifdef DUE_WITH_PG
 	if (r->pg)
 		PQfinish(r->pg);
 #endif
 }
+
+bool v_negative_mysql_ready(void)
+{
+#ifdef DUE_WITH_MYSQL
+	return true;
+#else
+	return false;
+#endif
+}
+
+bool v_plan_mysql_ready(void) { return false; }
 
 /* sql with SQLite's ?N for every $N, into buf (n bytes); NULL if long. */
 static const char *lite_params(const char *sql, char *buf, size_t n)
@@ -86,6 +114,71 @@ static const char *lite_params(const char *sql, char *buf, size_t n)
 	buf[i] = '\0';
 	return buf;
 }
+
+#ifdef DUE_WITH_MYSQL
+/*
+** raw_exec on MySQL: each $N of sql becomes a positional ? bound to
+** parameter N (so "$2 = $2" binds p2 twice), and "AS bigint)" becomes
+** "AS SIGNED)".  Returns the row count (first column into out), or -1.
+*/
+static int my_exec(MYSQL *m, const char *sql, int64_t p1, int64_t p2,
+		   const char *p3, int64_t *out, int cap)
+{
+	char text[1024];
+	MYSQL_BIND in[8], col;
+	int64_t vals[3] = {p1, p2, 0}, v = 0;
+	unsigned long p3len = p3 ? (unsigned long)strlen(p3) : 0;
+	size_t i = 0, nb = 0;
+	int n = -1;
+	MYSQL_STMT *st = mysql_stmt_init(m);
+
+	memset(in, 0, sizeof(in));
+	for (const char *q = sql; *q && i + 16 < sizeof(text); q++) {
+		if (strncmp(q, "AS bigint)", 10) == 0) {
+			i += (size_t)snprintf(text + i, sizeof(text) - i,
+					      "AS SIGNED)");
+			q += 9;
+		} else if (*q == '$' && q[1] >= '1' && q[1] <= '3' && nb < 8) {
+			int k = *++q - '1';
+			text[i++] = '?';
+			if (k == 2) {
+				in[nb].buffer_type = MYSQL_TYPE_STRING;
+				in[nb].buffer = (void *)p3;
+				in[nb].buffer_length = p3len;
+				in[nb].length = &p3len;
+			} else {
+				in[nb].buffer_type = MYSQL_TYPE_LONGLONG;
+				in[nb].buffer = &vals[k];
+			}
+			nb++;
+		} else {
+			text[i++] = *q;
+		}
+	}
+	text[i] = '\0';
+	if (!st || mysql_stmt_prepare(st, text, strlen(text)) != 0 ||
+	    (nb && mysql_stmt_bind_param(st, in) != 0) ||
+	    mysql_stmt_execute(st) != 0)
+		goto done;
+	n = 0;
+	if (mysql_stmt_field_count(st) > 0) {
+		memset(&col, 0, sizeof(col));
+		col.buffer_type = MYSQL_TYPE_LONGLONG;
+		col.buffer = &v;
+		if (mysql_stmt_bind_result(st, &col) != 0) {
+			n = -1;
+			goto done;
+		}
+		while (mysql_stmt_fetch(st) == 0)
+			if (out && n < cap)
+				out[n++] = v;
+	}
+done:
+	if (st)
+		mysql_stmt_close(st);
+	return n;
+}
+#endif
 
 /*
 ** Run sql with up to two int64 parameters ($1 $2; nparams of them) and an
@@ -117,6 +210,10 @@ static int raw_exec(raw *r, const char *sql, int nparams, int64_t p1,
 		sqlite3_finalize(st);
 		return rc == SQLITE_DONE ? n : -1;
 	}
+#ifdef DUE_WITH_MYSQL
+	if (r->my)
+		return my_exec(r->my, sql, p1, p2, p3, out, cap);
+#endif
 #ifdef DUE_WITH_PG
 	char b1[32], b2[32];
 	const char *vals[3] = {b1, b2, p3};

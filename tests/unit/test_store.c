@@ -181,6 +181,8 @@ static int sql_vtry(char *val, size_t n, const char *fmt, va_list ap)
 	if (strncmp(url, "mysql", 5) == 0)
 		return tu_mysql_run(url, val, n, q);
 #endif
+	if (strncmp(url, "redis", 5) == 0)
+		skip(); /* no SQL on Redis: the rest of this test needs it */
 	fail_msg("no direct SQL for the store at %s", url);
 	return -1;
 }
