@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/internal.h"
 #include "store/mysql_conn.h"
@@ -334,6 +335,7 @@ int due__my_connect(due_store **out, const due_my_cfg *cfg)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	pthread_once(&lib_once, lib_init);
 	s->own = true;
+	s->timer_fd = -1;
 	s->cfg = cfg;
 	s->id_step = 1;
 	snprintf(s->label, sizeof(s->label), "mysql://%s@%s:%u/%s",
@@ -349,6 +351,8 @@ void due__my_close(due_store *s)
 		return;
 	if (s->conn && s->own)
 		mysql_close(s->conn);
+	if (s->timer_fd >= 0)
+		close(s->timer_fd);
 	free(s);
 }
 

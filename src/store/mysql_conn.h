@@ -37,6 +37,8 @@ struct due_store {
 	uint64_t affected;     /* rows matched by the last statement */
 	int64_t id_step;       /* @@auto_increment_increment */
 	bool bulk_ids;	       /* a multi-row INSERT's ids are consecutive */
+	int timer_fd;	       /* listen(): a 1 s timerfd, -1 until then */
+	int64_t wake_seen;     /* the due_wake counter as last read */
 	const due_my_cfg *cfg; /* to reconnect (borrowed from the core) */
 	char label[256];       /* mysql://user@host:port/db for messages */
 };
