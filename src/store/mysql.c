@@ -2233,7 +2233,7 @@ static int prune_tx(due_store *s, int64_t older_than_us, int64_t *n)
 	due__my_add(&b,
 		    "SELECT id FROM due_task WHERE state IN ('DONE',"
 		    " 'CANCELLED') AND updated_at < " NOW " - %lld"
-		    " ORDER BY updated_at LIMIT %d FOR UPDATE SKIP LOCKED",
+		    " LIMIT %d FOR UPDATE SKIP LOCKED",
 		    (long long)older_than_us, BATCH_ROWS);
 	rc = due__my_exec(s, &b, "prune", &r);
 	due__my_sql_free(&b);
