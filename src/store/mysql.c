@@ -1186,8 +1186,9 @@ static int claim_picked(due_store *s, const picks *p, due_task_list *l,
 
 	if (!p->n)
 		return 0;
-	due__my_add(&b, "UPDATE due_task SET state = 'CLAIMED',"
-			" attempt = attempt + 1, lease_owner = ");
+	due__my_add(&b, "UPDATE due_task FORCE INDEX (PRIMARY)"
+			" SET state = 'CLAIMED', attempt = attempt + 1,"
+			" lease_owner = ");
 	due__my_str(&b, owner);
 	due__my_add(&b,
 		    ", lease_until = " NOW " + %lld, updated_at = %lld"
@@ -1514,51 +1515,110 @@ static int lock_tries(due_store *s, const due_completion *items, size_t n,
 	return 0;
 }
 
-/* The statements of one completion c, whose outcome is decided. */
-static void complete_sql(due_my_sql *b, const due_completion *c)
+/* Take b back to its first `len` bytes. */
+static void cut(due_my_sql *b, size_t len)
 {
-	const char *fence = " AND state = 'CLAIMED'";
+	b->len = len;
+	if (b->p)
+		b->p[len] = '\0';
+}
 
-	if (c->outcome == DUE_COMPLETE_DONE) {
-		due__my_add(b, "UPDATE due_task SET state = 'DONE', result = ");
-		due__my_blob(b, c->result, c->result_len);
-		due__my_add(b, ", last_error = NULL,");
-	} else if (c->outcome == DUE_COMPLETE_CANCELLED_BEFORE_COMMIT) {
-		due__my_add(b, "UPDATE due_task SET state = 'CANCELLED',"
-			       " result = NULL,");
-	} else {
+/*
+** The fence of items[from..to) whose outcome is `o`, as an OR of
+** (id, attempt) pairs over columns `id` and `att`: a primary-key range
+** each, on due_task (id) and on due_attempt (task_id, attempt).  False
+** (no pair) when none has that outcome.
+*/
+static bool pairs(due_my_sql *b, const due_completion *items, size_t from,
+		  size_t to, due_complete_outcome o, const char *id,
+		  const char *att)
+{
+	size_t n = 0;
+
+	for (size_t i = from; i < to; i++)
+		if (items[i].outcome == o)
+			due__my_add(
+			    b, "%s(%s = %lld AND %s = %d)", n++ ? " OR " : "(",
+			    id, (long long)items[i].id, att, items[i].attempt);
+	if (n)
+		due__my_add(b, ")");
+	return n != 0;
+}
+
+/*
+** The statements of items[from..to), whose outcomes are decided: at most
+** one UPDATE of due_task and one of due_attempt per outcome, each with
+** every predicate of its rows in its WHERE (the pair, the task still
+** CLAIMED, the attempt still RUNNING), whatever the size of the batch.
+*/
+static void complete_sql(due_my_sql *b, const due_completion *items,
+			 size_t from, size_t to)
+{
+	static const struct {
+		due_complete_outcome o;
+		const char *state, *outcome, *error;
+	} end[] = {
+	    {DUE_COMPLETE_DONE, "DONE", "DONE", "NULL"},
+	    {DUE_COMPLETE_CANCELLED_BEFORE_COMMIT, "CANCELLED", "CANCELLED",
+	     "'cancel requested before commit'"},
+	};
+	size_t mark;
+
+	for (size_t e = 0; e < sizeof(end) / sizeof(end[0]); e++) {
+		mark = b->len;
 		due__my_add(b,
-			    "UPDATE due_attempt SET late_commit ="
-			    " 'REJECTED_STALE' WHERE task_id = %lld"
-			    " AND attempt = %d;",
-			    (long long)c->id, c->attempt);
-		return;
+			    "UPDATE due_task FORCE INDEX (PRIMARY)"
+			    " SET state = '%s', result = ",
+			    end[e].state);
+		if (end[e].o == DUE_COMPLETE_DONE) {
+			due__my_add(b, "CASE id");
+			for (size_t i = from; i < to; i++)
+				if (items[i].outcome == end[e].o) {
+					due__my_add(b, " WHEN %lld THEN ",
+						    (long long)items[i].id);
+					due__my_blob(b, items[i].result,
+						     items[i].result_len);
+				}
+			due__my_add(b, " END, last_error = NULL,");
+		} else {
+			due__my_add(b, "NULL,");
+		}
+		due__my_add(b, " lease_owner = NULL, lease_until = NULL,"
+			       " updated_at = " NOW_V
+			       " WHERE state = 'CLAIMED' AND ");
+		if (!pairs(b, items, from, to, end[e].o, "id", "attempt")) {
+			cut(b, mark); /* nothing with this outcome */
+			continue;
+		}
+		due__my_add(b,
+			    "; UPDATE due_attempt SET ended_at = " NOW_V
+			    ", outcome = '%s', error = %s"
+			    " WHERE outcome = 'RUNNING' AND ",
+			    end[e].outcome, end[e].error);
+		pairs(b, items, from, to, end[e].o, "task_id", "attempt");
+		due__my_add(b, ";");
 	}
-	due__my_add(
-	    b,
-	    " lease_owner = NULL, lease_until = NULL,"
-	    " updated_at = " NOW_V " WHERE id = %lld AND attempt = %d%s;"
-	    " UPDATE due_attempt SET ended_at = " NOW_V ", outcome = '%s',"
-	    " error = %s WHERE task_id = %lld AND attempt = %d"
-	    " AND outcome = 'RUNNING';",
-	    (long long)c->id, c->attempt, fence,
-	    c->outcome == DUE_COMPLETE_DONE ? "DONE" : "CANCELLED",
-	    c->outcome == DUE_COMPLETE_DONE
-		? "NULL"
-		: "'cancel requested before commit'",
-	    (long long)c->id, c->attempt);
+	mark = b->len;
+	due__my_add(b, "UPDATE due_attempt SET late_commit = 'REJECTED_STALE'"
+		       " WHERE ");
+	if (pairs(b, items, from, to, DUE_COMPLETE_REJECTED_STALE, "task_id",
+		  "attempt"))
+		due__my_add(b, ";");
+	else
+		cut(b, mark);
 }
 
 /*
 ** Complete n tries inside the open transaction: lock their rows, decide
 ** each outcome from what is locked (a try listed twice completes once,
-** the repeat is REJECTED_STALE), then write them all in multi-statement
-** round trips of at most FLUSH_BYTES.
+** the repeat is REJECTED_STALE), then write them in one multi-statement
+** round trip per FLUSH_BYTES of results (a handful of statements each,
+** not two per try: the server's work per statement is what a drain pays).
 */
 static int complete_locked(due_store *s, due_completion *items, size_t n)
 {
 	tried *t;
-	size_t nt;
+	size_t nt, from = 0, bytes = 0;
 	int rc;
 	SQL(b, s);
 
@@ -1577,10 +1637,12 @@ static int complete_locked(due_store *s, due_completion *items, size_t n)
 					 ? DUE_COMPLETE_CANCELLED_BEFORE_COMMIT
 					 : DUE_COMPLETE_DONE;
 		}
-		complete_sql(&b, c);
-		if (b.len >= FLUSH_BYTES || i + 1 == n) {
+		bytes += 2 * c->result_len + 64;
+		if (bytes >= FLUSH_BYTES || i + 1 == n) {
+			complete_sql(&b, items, from, i + 1);
 			rc = exec(s, &b, "complete", NULL);
 			due__my_sql_init(&b, s->conn);
+			from = i + 1, bytes = 0;
 		}
 	}
 	due__my_sql_free(&b);
