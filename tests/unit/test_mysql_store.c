@@ -119,10 +119,8 @@ static void test_tx_submit(void **state)
 	due_submitted s1, s2;
 	o.key = "order-3";
 	q(m, "START TRANSACTION");
-	assert_int_equal(due_schedule_mysql_tx(m, &s1, "ship", "o3", 2, &o),
-			 0);
-	assert_int_equal(due_schedule_mysql_tx(m, &s2, "ship", "o3", 2, &o),
-			 0);
+	assert_int_equal(due_schedule_mysql_tx(m, &s1, "ship", "o3", 2, &o), 0);
+	assert_int_equal(due_schedule_mysql_tx(m, &s2, "ship", "o3", 2, &o), 0);
 	q(m, "COMMIT");
 	assert_false(s1.existed);
 	assert_true(s2.existed);
@@ -268,12 +266,16 @@ static void test_key_reusable(void **state)
 static void test_version_check(void **state)
 {
 	(void)state;
-	static const char *const ok[] = {"10.6.0-MariaDB", "10.11.6-MariaDB-log",
-					 "11.4.2-MariaDB", "5.5.5-10.11.6-MariaDB",
-					 "8.0.1", "8.0.36", "8.4.0-commercial",
+	static const char *const ok[] = {"10.6.0-MariaDB",
+					 "10.11.6-MariaDB-log",
+					 "11.4.2-MariaDB",
+					 "5.5.5-10.11.6-MariaDB",
+					 "8.0.1",
+					 "8.0.36",
+					 "8.4.0-commercial",
 					 "9.0.1"};
-	static const char *const old[] = {"10.5.22-MariaDB", "10.3.39-MariaDB-0",
-					  "8.0.0-dmr", "5.7.44-log"};
+	static const char *const old[] = {
+	    "10.5.22-MariaDB", "10.3.39-MariaDB-0", "8.0.0-dmr", "5.7.44-log"};
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
 		assert_int_equal(due__my_version_check(ok[i]), 0);
 	for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++) {

@@ -273,10 +273,10 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-	    T(test_noscript_reload),   T(test_aof_refused),
-	    T(test_one_hash_tag),      T(test_rediss_refused),
-	    T(test_hook_unsupported),  T(test_refused_connection),
-	    T(test_listen_wakes),      T(test_memory_per_task),
+	    T(test_noscript_reload),  T(test_aof_refused),
+	    T(test_one_hash_tag),     T(test_rediss_refused),
+	    T(test_hook_unsupported), T(test_refused_connection),
+	    T(test_listen_wakes),     T(test_memory_per_task),
 #undef T
 	};
 	if (tu_select_backend("redis") != 0)
