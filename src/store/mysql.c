@@ -38,13 +38,17 @@
 ** be re-runnable (IF NOT EXISTS) and records its version last:
 **   1  the whole schema as of version 4 (this backend was born at 4):
 **      due_meta, due_task (+ live_key), due_attempt, due_audit,
-**      due_schedule, due_worker, due_kind, due_rate.
+**      due_schedule, due_worker, due_kind, due_rate, and due_wake (the
+**      listeners' wake-up counter, MySQL's stand-in for NOTIFY).
 **   2..4  record the versions the other stores share; nothing to change.
 */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include <mysqld_error.h>
 
@@ -224,6 +228,14 @@ static const char schema_v1[] =
 				   " kind VARCHAR(128) NOT NULL,"
 				   " at BIGINT NOT NULL,"
 				   " KEY due_rate_kind (kind, at))" TABLE_OPTS
+				   /* The wake-up hint of listeners
+				      (mys_listen): not data, so MEMORY (no
+				      fsync, a table lock for one statement);
+				      empty after a restart, and the next bump
+				      inserts its row again. */
+				   "CREATE TABLE IF NOT EXISTS due_wake ("
+				   " id TINYINT NOT NULL PRIMARY KEY,"
+				   " n BIGINT NOT NULL) ENGINE=MEMORY;"
 				   "INSERT INTO due_meta (name, value) VALUES "
 				   "('schema_version', '1')"
 				   " ON DUPLICATE KEY UPDATE value = value";
@@ -277,6 +289,21 @@ static int server_now(due_store *s, due_time *out)
 	SQL(b, s);
 	due__my_add(&b, "SELECT " NOW);
 	return ints(s, &b, "now", out, 1);
+}
+
+/*
+** Wake listeners (mys_listen): bump the due_wake counter, after the
+** transaction that made a task due committed.  A hint, not data: a
+** failure only delays listeners until their safety poll, so it is not
+** the caller's error.
+*/
+static void wake(due_store *s)
+{
+	static const char sql[] = "INSERT INTO due_wake (id, n) VALUES (1, 1)"
+				  " ON DUPLICATE KEY UPDATE n = n + 1";
+
+	if (due__my_run(s, sql, sizeof(sql) - 1, "wake listeners", NULL) < 0)
+		due__error_clear();
 }
 
 /* ' AND kind IN (...)' / NOT IN for a claim's kind filter. */
@@ -588,6 +615,8 @@ static int mys_schedule(due_store *s, due_submitted *out,
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
 	RETRY(rc, s, schedule_tx(s, out, items, n));
+	if (rc == 0)
+		wake(s);
 	return rc;
 }
 
@@ -1757,6 +1786,8 @@ static int mys_reclaim(due_store *s, due_reclaimed *out)
 		out->dead += one.dead;
 		out->cancelled += one.cancelled;
 	} while (got == BATCH_ROWS);
+	if (out->rescheduled)
+		wake(s);
 	due__my_add(&b,
 		    "SELECT " NOW ", COUNT(m), MIN(m) FROM (SELECT"
 		    " MIN(lease_until) AS m FROM due_task"
@@ -1980,6 +2011,8 @@ static int mys_retry(due_store *s, due_id id)
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
 	RETRY(rc, s, retry_tx(s, id));
+	if (rc == 0)
+		wake(s);
 	return rc;
 }
 
@@ -2058,6 +2091,8 @@ static int mys_requeue(due_store *s, due_id id)
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
 	RETRY(rc, s, operator_tx(s, false, id, &final));
+	if (rc == 0 && final == DUE_SCHEDULED)
+		wake(s);
 	return rc;
 }
 
@@ -2384,6 +2419,8 @@ static int mys_cron_fire(due_store *s, const due_cron_fire *f, bool *won,
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
 	RETRY(rc, s, fire_tx(s, f, won, task_id));
+	if (rc == 0 && *task_id)
+		wake(s);
 	return rc;
 }
 
@@ -2689,6 +2726,8 @@ static int mys_kind_put(due_store *s, const char *kind,
 	s->in_tx = false;
 	if (rc < 0)
 		due__my_rollback(s);
+	else
+		wake(s); /* a resume, a loosened limit */
 done:
 	due__my_sql_free(&b);
 	return rc;
@@ -2798,20 +2837,97 @@ static int mys_kind_remove(due_store *s, const char *kind)
 	due__my_str(&b, kind);
 	if ((rc = exec(s, &b, "remove kind settings", &n)) < 0)
 		return rc;
-	return n ? 0 : due__store_no_kind(kind);
+	if (!n)
+		return due__store_no_kind(kind);
+	wake(s);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Notifications: a wake-up counter read at most once a second         */
+/* ------------------------------------------------------------------ */
+
+/* The due_wake counter (0 when its row is gone: a restarted server). */
+static int wake_read(due_store *s, int64_t *n)
+{
+	SQL(b, s);
+	due__my_add(&b, "SELECT n FROM due_wake WHERE id = 1");
+	return ints(s, &b, "read wake-ups", n, 1);
+}
+
+/*
+** MySQL has no LISTEN.  Everything that makes a task due now (a submit,
+** retry, requeue, a reclaim that rescheduled, a schedule's task, a kind
+** resumed or removed) bumps the one-row due_wake counter after its
+** commit; due_notify() bumps it for a caller's own transaction.  *fd is a
+** timerfd that becomes readable once a second; listen_drain then reads
+** the counter (one primary-key read) and reports a wake-up when it
+** changed.  So an idle worker makes at most one query a second, and a
+** task submitted by another process is seen within about a second (the
+** worker refills its wheel at once then).  docs/internals/discovery.md.
+*/
+static int mys_listen(due_store *s, int *fd)
+{
+	/* the first tick at once: the worker checks delivery at start */
+	struct itimerspec every = {{1, 0}, {0, 1000000}};
+	int rc;
+
+	if (s->timer_fd < 0) {
+		if ((rc = due__my_ok(s)) < 0 ||
+		    (rc = wake_read(s, &s->wake_seen)) < 0)
+			return rc;
+		s->timer_fd =
+		    timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+		if (s->timer_fd < 0 ||
+		    timerfd_settime(s->timer_fd, 0, &every, NULL) < 0)
+			return due__error_set(DUE_ESTORE,
+					      "mysql store: timerfd: %s",
+					      strerror(errno));
+	}
+	*fd = s->timer_fd;
+	return 0;
+}
+
+static int mys_listen_drain(due_store *s, int *count)
+{
+	uint64_t ticks;
+	int64_t n;
+
+	*count = 0;
+	if (s->timer_fd < 0 ||
+	    read(s->timer_fd, &ticks, sizeof(ticks)) != (ssize_t)sizeof(ticks))
+		return 0; /* not a second yet */
+	if (s->in_tx || due__my_ok(s) < 0 || wake_read(s, &n) < 0) {
+		due__error_clear(); /* shows at the next call that needs it */
+		return 0;
+	}
+	if (n != s->wake_seen)
+		*count = 1;
+	s->wake_seen = n;
+	return 0;
+}
+
+static int mys_notify(due_store *s)
+{
+	int rc = due__my_ok(s);
+
+	if (rc == 0)
+		wake(s);
+	return rc;
 }
 
 static const char *const schemes[] = {"mysql", "mariadb", NULL};
 
-/* Every method is mys_<method> (mysql_ is the library's prefix) (store.h lists
- * them). */
+/* Every method is mys_<method> (store.h lists them; mysql_ is the library's
+ * prefix). */
 #define OP(m) .m = mys_##m,
-const due_store_ops due__store_mysql = {.version = DUE_STORE_OPS_VERSION,
-					.name = "mysql",
-					.schemes = schemes,
-					.caps = DUE_STORE_CAP_TX_SUBMIT,
-					DUE_STORE_METHODS(OP)
-					    DUE_STORE_TX_SUBMIT_METHODS(OP)};
+const due_store_ops due__store_mysql = {
+    .version = DUE_STORE_OPS_VERSION,
+    .name = "mysql",
+    .schemes = schemes,
+    .caps = DUE_STORE_CAP_NOTIFY | DUE_STORE_CAP_TX_SUBMIT,
+    DUE_STORE_METHODS(OP) DUE_STORE_NOTIFY_METHODS(OP)
+	DUE_STORE_TX_SUBMIT_METHODS(OP)};
 #undef OP
 
 DUE_STORE_TX_SUBMIT_API(due_schedule_mysql_tx, struct st_mysql,

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/internal.h"
 #include "store/mysql_conn.h"
@@ -325,16 +326,36 @@ static int session_open(due_store *s)
 	return read_autoinc(s);
 }
 
+/* A copy of c (NULL when out of memory): the store reconnects with it. */
+static due_my_cfg *cfg_dup(const due_my_cfg *c)
+{
+	due_my_cfg *d = calloc(1, sizeof(*d));
+	char *const *from[] = {&c->host, &c->user, &c->password, &c->db,
+			       &c->socket};
+	char **to[] = {&d->host, &d->user, &d->password, &d->db, &d->socket};
+
+	if (!d)
+		return NULL;
+	d->port = c->port;
+	for (size_t i = 0; i < 5; i++)
+		if (*from[i] &&
+		    !(*to[i] = due__strdup_n(*from[i], strlen(*from[i])))) {
+			due__my_cfg_free(d);
+			return NULL;
+		}
+	return d;
+}
+
 int due__my_connect(due_store **out, const due_my_cfg *cfg)
 {
 	due_store *s = calloc(1, sizeof(*s));
 
 	*out = s;
-	if (!s)
+	if (!s || !(cfg = s->cfg = cfg_dup(cfg)))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	pthread_once(&lib_once, lib_init);
 	s->own = true;
-	s->cfg = cfg;
+	s->timer_fd = -1;
 	s->id_step = 1;
 	snprintf(s->label, sizeof(s->label), "mysql://%s@%s:%u/%s",
 		 cfg->user ? cfg->user : "",
@@ -349,6 +370,10 @@ void due__my_close(due_store *s)
 		return;
 	if (s->conn && s->own)
 		mysql_close(s->conn);
+	if (s->timer_fd >= 0)
+		close(s->timer_fd);
+	if (s->own)
+		due__my_cfg_free(s->cfg);
 	free(s);
 }
 

@@ -4,7 +4,8 @@
 ** (rolled back and committed with the caller's row), the completion hook
 ** on the store's own MYSQL*, the claim's and the reclaim's picks reading
 ** an index (EXPLAIN), the live-only unique key (a finished task's key is
-** free again), and the refusal of servers without SKIP LOCKED.  Every
+** free again), wake-ups without LISTEN, a connection killed under a
+** handle, and the refusal of servers without SKIP LOCKED.  Every
 ** transition, refusal, schedule and metric that the stores share is in
 ** the conformance suite (test_store.c), which runs here too.
 **
@@ -20,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -32,6 +35,16 @@
 #include "store/mysql_conn.h" /* due__my_version_check */
 
 #define LONG_LEASE 60000000LL
+#define HANG_MS                                                                \
+	60000 /* a deadline guards against a hang, it claims nothing           \
+	       */
+
+static int64_t mono_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
 
 /* A connection of the test's own to its database. */
 static MYSQL *own_conn(void)
@@ -303,6 +316,73 @@ static void test_url(void **state)
 		due_close(db);
 	}
 }
+
+/*
+** Wake-ups without LISTEN: a submit through another handle bumps the
+** due_wake counter, and the listener's timerfd drain reports it.
+*/
+static void test_listen(void **state)
+{
+	(void)state;
+	due_db *a = open_db(), *b = open_db();
+	int fd = -1, n = 0;
+
+	assert_int_equal(due_listen(a, &fd), 0);
+	assert_true(fd >= 0);
+	/* the first drains see no change (the counter is where it was) */
+	for (int i = 0; i < 3; i++) {
+		struct pollfd p = {fd, POLLIN, 0};
+		assert_true(poll(&p, 1, HANG_MS) == 1);
+		assert_int_equal(due_listen_drain(a, &n), 0);
+		if (n)
+			break;
+	}
+	assert_int_equal(n, 0);
+	add(b, "k", 0, 1);
+	for (int64_t end = mono_ms() + HANG_MS; n == 0;) {
+		struct pollfd p = {fd, POLLIN, 0};
+		assert_true(mono_ms() < end);
+		(void)poll(&p, 1, 100);
+		assert_int_equal(due_listen_drain(a, &n), 0);
+	}
+	assert_int_equal(n, 1);
+	due_close(b);
+	due_close(a);
+}
+
+/*
+** A connection killed under a handle (a server restart, a proxy): the
+** call that meets it fails with DUE_ESTORE or succeeds, and the next one
+** reconnects on its own (no MYSQL_OPT_RECONNECT).
+*/
+static void test_killed_connection(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_id id = add(db, "k", 0, 1);
+	char sql[160];
+	int64_t victim;
+	due_task *t = NULL;
+	int rc;
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT MIN(id) FROM information_schema.processlist"
+		 " WHERE db = DATABASE() AND id <> CONNECTION_ID()");
+	victim = q_int(m, sql);
+	assert_true(victim > 0);
+	snprintf(sql, sizeof(sql), "KILL %lld", (long long)victim);
+	q(m, sql);
+	rc = due_get(db, &t, id);
+	assert_true(rc == 0 || rc == DUE_ESTORE);
+	due_task_free(t);
+	t = get(db, id); /* reconnected */
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	due_task_free(t);
+	assert_int_equal(claim_one(db, id, LONG_LEASE), 1);
+	mysql_close(m);
+	due_close(db);
+}
 #endif
 
 int main(void)
@@ -315,6 +395,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_explain_picks, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_key_reusable, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_listen, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_killed_connection, setup,
+					    teardown),
 	    cmocka_unit_test(test_version_check),
 	    cmocka_unit_test(test_url),
 	};
