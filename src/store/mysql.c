@@ -1049,23 +1049,39 @@ static int pick_kind(due_store *s, const flow_kind *k, picks *p, due_time now,
 }
 
 /* One pass over limited kind k (locked): count, pick, log. */
-static int claim_limited(due_store *s, flow *f, const flow_kind *k, picks *p,
-			 int limit)
+static int claim_picked(due_store *s, const picks *p, due_task_list *l,
+			const char *owner, int64_t lease_us, due_time now);
+
+/*
+** One pass over limited kind k (locked): count, then read the server's
+** now again, pick, claim and log at that now.  The claim's time is
+** taken after the counts on purpose: a try the counts saw end ended
+** before them, so no try of the kind is claimed at a time before one it
+** replaced ended (the limits are judged on those intervals).
+*/
+static int claim_limited(due_store *s, flow *f, const flow_kind *k,
+			 due_task_list *l, int limit, const char *owner,
+			 int64_t lease_us)
 {
 	groups g = {0};
+	picks p = {0};
 	int64_t room, taken = 0;
 	due_time oldest;
 	int why, held = 0, rc;
 
-	if ((rc = kind_room(s, k, f->now, limit - (int64_t)p->n, &room, &why,
-			    &oldest)) < 0)
+	if ((rc = kind_room(s, k, f->now, limit - (int64_t)l->count, &room,
+			    &why, &oldest)) < 0)
 		return rc;
 	if ((k->per_group &&
 	     (rc = groups_read(s, k->kind, NULL, f->now, &g)) < 0) ||
-	    (rc = pick_kind(s, k, p, f->now, room, why, &g, &held, &taken)) < 0)
+	    (rc = server_now(s, &f->now)) < 0 ||
+	    (rc = pick_kind(s, k, &p, f->now, room, why, &g, &held, &taken)) <
+		0 ||
+	    (rc = claim_picked(s, &p, l, owner, lease_us, f->now)) < 0)
 		goto done;
 	rc = kind_after(s, f, k, taken, held, oldest);
 done:
+	free(p.t);
 	groups_free(&g);
 	return rc;
 }
@@ -1258,6 +1274,8 @@ static int claim_by_id(due_store *s, flow *f, picks *p, due_id id)
 	} else {
 		k = NULL;
 	}
+	if (k && room && (rc = server_now(s, &f->now)) < 0) /* claim_limited */
+		goto done;
 	if (room) {
 		SQL(b, s);
 		due__my_add(&b,
@@ -1280,6 +1298,18 @@ done:
 	return rc;
 }
 
+/* The order of a claim's list: priority, due_at, id. */
+static int cmp_claimed(const void *a, const void *b)
+{
+	const due_task *x = a, *y = b;
+
+	if (x->priority != y->priority)
+		return x->priority < y->priority ? -1 : 1;
+	if (x->due_at != y->due_at)
+		return x->due_at < y->due_at ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
 /*
 ** The claim inside an open transaction: limited kinds, then the rest,
 ** then the rows; each task carries the time limit of its try.  Fills l.
@@ -1298,17 +1328,20 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 		rc = claim_by_id(s, &f, &p, only_id);
 	} else {
 		rc = flow_lock(s, &f, kinds, n_kinds, exclude, NULL);
-		for (size_t i = 0; rc == 0 && i < f.n && p.n < (size_t)limit;
-		     i++)
+		for (size_t i = 0;
+		     rc == 0 && i < f.n && l->count < (size_t)limit; i++)
 			if (flow_limited(&f.k[i]) &&
 			    admits(kinds, n_kinds, exclude, f.k[i].kind))
-				rc = claim_limited(s, &f, &f.k[i], &p, limit);
-		if (rc == 0 && p.n < (size_t)limit)
+				rc = claim_limited(s, &f, &f.k[i], l, limit,
+						   owner, lease_us);
+		if (rc == 0 && l->count < (size_t)limit)
 			rc = claim_rest(s, &f, &p, kinds, n_kinds, exclude,
-					limit);
+					limit - (int)l->count);
 	}
 	if (rc < 0 || (rc = claim_picked(s, &p, l, owner, lease_us, f.now)) < 0)
 		goto done;
+	if (l->count > 1) /* limited kinds were claimed first */
+		qsort(l->items, l->count, sizeof(l->items[0]), cmp_claimed);
 	for (size_t i = 0; f.n && i < l->count; i++) {
 		const flow_kind *k = flow_find(&f, l->items[i].kind);
 		if (!l->items[i].timeout_us && k)
@@ -2200,7 +2233,7 @@ static int prune_tx(due_store *s, int64_t older_than_us, int64_t *n)
 	due__my_add(&b,
 		    "SELECT id FROM due_task WHERE state IN ('DONE',"
 		    " 'CANCELLED') AND updated_at < " NOW " - %lld"
-		    " ORDER BY updated_at LIMIT %d FOR UPDATE SKIP LOCKED",
+		    " LIMIT %d FOR UPDATE SKIP LOCKED",
 		    (long long)older_than_us, BATCH_ROWS);
 	rc = due__my_exec(s, &b, "prune", &r);
 	due__my_sql_free(&b);

@@ -224,6 +224,7 @@ int due__my_error(due_store *s, const char *what)
 	if (lost(e)) {
 		s->broken = true;
 		s->in_tx = false;
+		s->begin_pending = false;
 		code = DUE_ESTORE;
 	} else if (e == ER_LOCK_DEADLOCK || e == ER_LOCK_WAIT_TIMEOUT) {
 		s->deadlock = true;
@@ -307,6 +308,7 @@ static int session_open(due_store *s)
 		mysql_close(s->conn);
 	s->broken = true;
 	s->in_tx = false;
+	s->begin_pending = false;
 	if (!(s->conn = mysql_init(NULL)))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	mysql_optionsv(s->conn, MYSQL_SET_CHARSET_NAME, "utf8mb4");
@@ -395,15 +397,39 @@ int due__my_ok(due_store *s)
 /* Statements and transactions                                         */
 /* ------------------------------------------------------------------ */
 
+/* "START TRANSACTION; " + sql: a begun transaction's first statement. */
+static char *with_begin(const char *sql, size_t *len)
+{
+	static const char begin[] = "START TRANSACTION; ";
+	char *p = malloc(sizeof(begin) + *len);
+
+	if (!p)
+		return NULL;
+	memcpy(p, begin, sizeof(begin) - 1);
+	memcpy(p + sizeof(begin) - 1, sql, *len);
+	*len += sizeof(begin) - 1;
+	p[*len] = '\0';
+	return p;
+}
+
 int due__my_run(due_store *s, const char *sql, size_t len, const char *what,
 		MYSQL_RES **out)
 {
 	MYSQL_RES *keep = NULL, *r;
-	int st;
+	char *joined = NULL;
+	int st, rc;
 
 	if (out)
 		*out = NULL;
-	if (mysql_real_query(s->conn, sql, len) != 0)
+	if (s->begin_pending) {
+		if (!(joined = with_begin(sql, &len)))
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		s->begin_pending = false;
+		sql = joined;
+	}
+	rc = mysql_real_query(s->conn, sql, len);
+	free(joined);
+	if (rc != 0)
 		return due__my_error(s, what);
 	do {
 		if ((r = mysql_store_result(s->conn))) {
@@ -427,21 +453,26 @@ int due__my_run(due_store *s, const char *sql, size_t len, const char *what,
 	return 0;
 }
 
+/*
+** BEGIN costs no round trip of its own: START TRANSACTION goes with the
+** transaction's first statement (due__my_run), which every transaction
+** here begins with a read.
+*/
 int due__my_begin(due_store *s)
 {
-	static const char sql[] = "START TRANSACTION";
-	int rc = due__my_run(s, sql, sizeof(sql) - 1, "begin", NULL);
-
-	if (rc == 0)
-		s->in_tx = true;
-	return rc;
+	s->in_tx = true;
+	s->begin_pending = true;
+	return 0;
 }
 
 int due__my_commit(due_store *s)
 {
 	static const char sql[] = "COMMIT";
-	int rc = due__my_run(s, sql, sizeof(sql) - 1, "commit", NULL);
+	int rc = 0;
 
+	if (!s->begin_pending) /* else nothing ran: nothing to commit */
+		rc = due__my_run(s, sql, sizeof(sql) - 1, "commit", NULL);
+	s->begin_pending = false;
 	s->in_tx = false;
 	return rc;
 }
@@ -450,8 +481,14 @@ void due__my_rollback(due_store *s)
 {
 	static const char sql[] = "ROLLBACK";
 
-	if (!s->broken && s->conn)
+	if (!s->broken && s->conn && !s->begin_pending) {
 		(void)mysql_real_query(s->conn, sql, sizeof(sql) - 1);
+		/* drop what a failed multi-statement left unread */
+		while (mysql_more_results(s->conn) &&
+		       mysql_next_result(s->conn) == 0)
+			mysql_free_result(mysql_store_result(s->conn));
+	}
+	s->begin_pending = false;
 	s->in_tx = false;
 }
 

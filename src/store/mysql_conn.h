@@ -29,18 +29,19 @@ typedef struct due_my_cfg {
 
 struct due_store {
 	MYSQL *conn;
-	bool own;	   /* false: a caller's connection (tx submit) */
-	bool broken;	   /* the connection was lost: reconnect first */
-	bool in_tx;	   /* one of our transactions is open */
-	bool deadlock;	   /* the last error was 1213/1205: retry */
-	unsigned err;	   /* native error number of the last failure */
-	uint64_t affected; /* rows matched by the last statement */
-	int64_t id_step;   /* @@auto_increment_increment */
-	bool bulk_ids;	   /* a multi-row INSERT's ids are consecutive */
-	int timer_fd;	   /* listen(): a 1 s timerfd, -1 until then */
-	int64_t wake_seen; /* the due_wake counter as last read */
-	due_my_cfg *cfg;   /* to reconnect (our own copy) */
-	char label[256];   /* mysql://user@host:port/db for messages */
+	bool own;	    /* false: a caller's connection (tx submit) */
+	bool broken;	    /* the connection was lost: reconnect first */
+	bool in_tx;	    /* one of our transactions is open */
+	bool begin_pending; /* START TRANSACTION rides on the next statement */
+	bool deadlock;	    /* the last error was 1213/1205: retry */
+	unsigned err;	    /* native error number of the last failure */
+	uint64_t affected;  /* rows matched by the last statement */
+	int64_t id_step;    /* @@auto_increment_increment */
+	bool bulk_ids;	    /* a multi-row INSERT's ids are consecutive */
+	int timer_fd;	    /* listen(): a 1 s timerfd, -1 until then */
+	int64_t wake_seen;  /* the due_wake counter as last read */
+	due_my_cfg *cfg;    /* to reconnect (our own copy) */
+	char label[256];    /* mysql://user@host:port/db for messages */
 };
 
 /* The server's clock in microseconds since the epoch (UTC session). */
