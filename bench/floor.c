@@ -5,7 +5,11 @@
 **   floor URL [--workload enqueue|drain|all|fill|drop] [--n N]
 **             [--inflight K] [--commits 1|2|both] [--batch B] [--quiet]
 **
-** URL is `sqlite:PATH[?sync=normal|full]` or `postgres://...`.  Everything
+** URL is `sqlite:PATH[?sync=normal|full]`, `postgres://...`, or (when built
+** with them) `redis://[:PASS@]HOST:PORT/DB[?prefix=NAME]` (raw Lua over
+** hiredis, keys under {floor:NAME}, see the Redis section) or
+** `mysql://USER[:PASS]@HOST:PORT/DB[?socket=PATH]` (bare SQL over
+** libmariadb, see the MariaDB section).  Everything
 ** happens in a scratch table of its own, floor_task (dropped and created
 ** again by each workload), shaped like due_task: the same columns due's
 ** claim and complete touch, the same partial indexes (due rows, leased
@@ -44,6 +48,12 @@
 #include <sqlite3.h>
 #ifdef DUE_WITH_PG
 #include <libpq-fe.h>
+#endif
+#ifdef DUE_WITH_REDIS
+#include <hiredis/hiredis.h>
+#endif
+#ifdef DUE_WITH_MYSQL
+#include <mysql.h>
 #endif
 
 #define MAX_K 1024
@@ -620,6 +630,547 @@ static const backend pg_backend = {
 #endif
 
 /* ------------------------------------------------------------------ */
+/* Redis                                                               */
+/* ------------------------------------------------------------------ */
+
+#ifdef DUE_WITH_REDIS
+/*
+** The least a fenced queue must do on Redis, every transition one Lua
+** script on Redis's clock (TIME), every key under one hash tag
+** {floor:NAME}: a due zset (id scored by due time in µs), a lease zset
+** (id scored by lease expiry) and a task hash (kind, payload, state,
+** attempt, due_at, lease_owner, lease_until, result, updated_at).  Claim
+** pops due ids in due order, attempt+1 and the lease in the same script;
+** complete checks state and attempt (the fencing token) in the script.
+** No history, no indexes per state, no idempotency keys, no PUBLISH.
+** "One commit" here is one script: a round trip and one AOF write.
+*/
+static redisContext *rd;
+static char rd_tag[160]; /* {floor:NAME} */
+static char rd_sha[5][41];
+enum { RD_ENQ, RD_CLAIM, RD_DONE, RD_DONE_CLAIM, RD_CHECK };
+
+#define RD_LUA_NOW                                                             \
+	"local t = redis.call('TIME')\n"                                       \
+	"local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+/* claim: ARGV[1] tag, [2] owner, [3] lease µs, [4] k -> {id, attempt...} */
+#define RD_LUA_CLAIM_BODY                                                      \
+	"local ids = redis.call('ZRANGEBYSCORE', tag .. ':due', '-inf', now,"  \
+	" 'LIMIT', 0, k)\n"                                                    \
+	"local out = {}\n"                                                     \
+	"for _, id in ipairs(ids) do\n"                                        \
+	"  local tk = tag .. ':t:' .. id\n"                                    \
+	"  redis.call('ZREM', tag .. ':due', id)\n"                            \
+	"  local a = redis.call('HINCRBY', tk, 'attempt', 1)\n"                \
+	"  redis.call('HSET', tk, 'state', 'CLAIMED', 'lease_owner', owner,"   \
+	" 'lease_until', now + lease, 'updated_at', now)\n"                    \
+	"  redis.call('ZADD', tag .. ':lease', now + lease, id)\n"             \
+	"  out[#out + 1] = tonumber(id)\n"                                     \
+	"  out[#out + 1] = a\n"                                                \
+	"end\n"
+/* complete: pairs id, attempt from ARGV[first] on -> count done */
+#define RD_LUA_DONE_BODY                                                       \
+	"local done = 0\n"                                                     \
+	"for i = first, #ARGV, 2 do\n"                                         \
+	"  local tk = tag .. ':t:' .. ARGV[i]\n"                               \
+	"  local st = redis.call('HMGET', tk, 'state', 'attempt')\n"           \
+	"  if st[1] == 'CLAIMED' and st[2] == ARGV[i + 1] then\n"              \
+	"    redis.call('HSET', tk, 'state', 'DONE', 'result', 'ok',"          \
+	" 'lease_owner', '', 'lease_until', 0, 'updated_at', now)\n"           \
+	"    redis.call('ZREM', tag .. ':lease', ARGV[i])\n"                   \
+	"    done = done + 1\n"                                                \
+	"  end\n"                                                              \
+	"end\n"
+
+static const char *const rd_lua[5] = {
+    /* enqueue: ARGV[1] tag, [2] payload, [3] count -> first id */
+    RD_LUA_NOW "local tag, p = ARGV[1], ARGV[2]\n"
+	       "local first\n"
+	       "for i = 1, tonumber(ARGV[3]) do\n"
+	       "  local id = redis.call('INCR', tag .. ':seq')\n"
+	       "  first = first or id\n"
+	       "  redis.call('HSET', tag .. ':t:' .. id, 'kind', 'bench',"
+	       " 'payload', p, 'state', 'SCHEDULED', 'attempt', 0,"
+	       " 'due_at', now, 'updated_at', now)\n"
+	       "  redis.call('ZADD', tag .. ':due', now, id)\n"
+	       "end\n"
+	       "return first\n",
+    RD_LUA_NOW
+    "local tag, owner = ARGV[1], ARGV[2]\n"
+    "local lease, k = tonumber(ARGV[3]), tonumber(ARGV[4])\n" RD_LUA_CLAIM_BODY
+    "return out\n",
+    RD_LUA_NOW "local tag, first = ARGV[1], 2\n" RD_LUA_DONE_BODY
+	       "return done\n",
+    /* complete + claim: ARGV[1] tag, [2] owner, [3] lease, [4] k, then
+       pairs -> {done, id, attempt...} */
+    RD_LUA_NOW "local tag, owner = ARGV[1], ARGV[2]\n"
+	       "local lease, k, first = tonumber(ARGV[3]), tonumber(ARGV[4]), "
+	       "5\n" RD_LUA_DONE_BODY RD_LUA_CLAIM_BODY
+	       "table.insert(out, 1, done)\n"
+	       "return out\n",
+    /* check: ARGV[1] tag -> {done, duplicates} */
+    "local tag = ARGV[1]\n"
+    "local n = tonumber(redis.call('GET', tag .. ':seq') or '0')\n"
+    "local done, dups = 0, 0\n"
+    "for id = 1, n do\n"
+    "  local st = redis.call('HMGET', tag .. ':t:' .. id, 'state', 'attempt')\n"
+    "  if st[1] == 'DONE' then done = done + 1 end\n"
+    "  local a = tonumber(st[2] or '0')\n"
+    "  if a > 1 then dups = dups + a - 1 end\n"
+    "end\n"
+    "return {done, dups}\n",
+};
+
+static void rd_die(const char *what, redisReply *r)
+{
+	die("redis: %s: %s", what,
+	    r && r->type == REDIS_REPLY_ERROR ? r->str
+	    : rd->err			      ? rd->errstr
+					      : "unexpected reply");
+}
+
+static redisReply *rd_cmd(const char *what, int argc, const char **argv,
+			  const size_t *len)
+{
+	redisReply *r = redisCommandArgv(rd, argc, argv, len);
+	if (!r || r->type == REDIS_REPLY_ERROR)
+		rd_die(what, r);
+	return r;
+}
+
+/* EVALSHA script with args (the tag first); the reply, checked. */
+static redisReply *rd_eval(int script, int argc, const char **argv,
+			   const size_t *len)
+{
+	const char *a[4 + 2 * MAX_K + 8];
+	size_t l[4 + 2 * MAX_K + 8];
+	a[0] = "EVALSHA";
+	a[1] = rd_sha[script];
+	a[2] = "0";
+	a[3] = rd_tag;
+	l[0] = 7;
+	l[1] = 40;
+	l[2] = 1;
+	l[3] = strlen(rd_tag);
+	for (int i = 0; i < argc; i++) {
+		a[4 + i] = argv[i];
+		l[4 + i] = len ? len[i] : strlen(argv[i]);
+	}
+	return rd_cmd("script", 4 + argc, a, l);
+}
+
+static void rd_open(const char *url)
+{
+	char host[256] = "127.0.0.1", pass[256] = "", name[128] = "bench";
+	int port = 6379, db = 0;
+	const char *p = url + strlen("redis://"), *q;
+
+	if ((q = strchr(p, '@')) && q < p + strcspn(p, "/?")) {
+		const char *c = memchr(p, ':', (size_t)(q - p));
+		snprintf(pass, sizeof(pass), "%.*s", (int)(q - (c ? c + 1 : p)),
+			 c ? c + 1 : p);
+		p = q + 1;
+	}
+	size_t hl = strcspn(p, ":/?");
+	if (hl)
+		snprintf(host, sizeof(host), "%.*s", (int)hl, p);
+	p += hl;
+	if (*p == ':')
+		port = (int)strtol(p + 1, (char **)&p, 10);
+	if (*p == '/')
+		db = (int)strtol(p + 1, (char **)&p, 10);
+	if ((q = strstr(p, "prefix=")))
+		snprintf(name, sizeof(name), "%.*s", (int)strcspn(q + 7, "&"),
+			 q + 7);
+	snprintf(rd_tag, sizeof(rd_tag), "{floor:%s}", name);
+	if (!(rd = redisConnect(host, port)) || rd->err)
+		die("redis: connect %s:%d: %s", host, port,
+		    rd ? rd->errstr : "out of memory");
+	if (pass[0]) {
+		const char *a[2] = {"AUTH", pass};
+		freeReplyObject(rd_cmd("AUTH", 2, a, NULL));
+	}
+	char dbs[16];
+	snprintf(dbs, sizeof(dbs), "%d", db);
+	const char *a[2] = {"SELECT", dbs};
+	freeReplyObject(rd_cmd("SELECT", 2, a, NULL));
+	for (int i = 0; i < 5; i++) {
+		const char *s[3] = {"SCRIPT", "LOAD", rd_lua[i]};
+		redisReply *r = rd_cmd("SCRIPT LOAD", 3, s, NULL);
+		snprintf(rd_sha[i], sizeof(rd_sha[i]), "%s", r->str);
+		freeReplyObject(r);
+	}
+}
+
+/* Delete the floor's keys: every task hash by id, then the sets. */
+static void rd_drop(void)
+{
+	static const char lua[] =
+	    "local tag = ARGV[1]\n"
+	    "local n = tonumber(redis.call('GET', tag .. ':seq') or '0')\n"
+	    "for id = 1, n, 1000 do\n"
+	    "  local ks = {}\n"
+	    "  for j = id, math.min(n, id + 999) do\n"
+	    "    ks[#ks + 1] = tag .. ':t:' .. j\n"
+	    "  end\n"
+	    "  redis.call('UNLINK', unpack(ks))\n"
+	    "end\n"
+	    "redis.call('DEL', tag .. ':seq', tag .. ':due', tag .. ':lease')\n"
+	    "return n\n";
+	const char *a[4] = {"EVAL", lua, "0", rd_tag};
+	freeReplyObject(rd_cmd("drop", 4, a, NULL));
+}
+
+static void rd_create(void) { rd_drop(); }
+
+static void rd_insert_many(int k)
+{
+	char kb[16];
+	snprintf(kb, sizeof(kb), "%d", k);
+	const char *a[2] = {payload, kb};
+	size_t l[2] = {PAYLOAD_LEN, strlen(kb)};
+	freeReplyObject(rd_eval(RD_ENQ, 2, a, l));
+}
+
+static void rd_insert_one(void) { rd_insert_many(1); }
+
+static int rd_take(redisReply *r, int from, int64_t *ids, int *att, int k)
+{
+	int n = 0;
+	if (r->type != REDIS_REPLY_ARRAY)
+		rd_die("claim", r);
+	for (size_t i = (size_t)from; i + 1 < r->elements && n < k; i += 2) {
+		ids[n] = r->element[i]->integer;
+		att[n++] = (int)r->element[i + 1]->integer;
+	}
+	return n;
+}
+
+static int rd_claim_k(int k, int64_t *ids, int *att)
+{
+	char kb[16];
+	snprintf(kb, sizeof(kb), "%d", k);
+	const char *a[3] = {"floor", "30000000", kb};
+	redisReply *r = rd_eval(RD_CLAIM, 3, a, NULL);
+	int n = rd_take(r, 0, ids, att, k);
+	freeReplyObject(r);
+	return n;
+}
+
+typedef struct rd_pairs {
+	char buf[MAX_K][2][24];
+	const char *a[8 + 2 * MAX_K];
+} rd_pairs;
+
+static int rd_pairs_put(rd_pairs *x, int at, int n, const int64_t *ids,
+			const int *att)
+{
+	for (int i = 0; i < n; i++) {
+		snprintf(x->buf[i][0], 24, "%" PRId64, ids[i]);
+		snprintf(x->buf[i][1], 24, "%d", att[i]);
+		x->a[at++] = x->buf[i][0];
+		x->a[at++] = x->buf[i][1];
+	}
+	return at;
+}
+
+static void rd_complete(int n, const int64_t *ids, const int *att)
+{
+	static rd_pairs x;
+	int argc = rd_pairs_put(&x, 0, n, ids, att);
+	redisReply *r = rd_eval(RD_DONE, argc, x.a, NULL);
+	if (r->integer != n)
+		die("redis: complete changed %lld tasks, expected %d",
+		    r->integer, n);
+	freeReplyObject(r);
+}
+
+static int rd_complete_claim(int n, int64_t *ids, int *att, int k)
+{
+	static rd_pairs x;
+	char kb[16];
+	snprintf(kb, sizeof(kb), "%d", k);
+	x.a[0] = "floor";
+	x.a[1] = "30000000";
+	x.a[2] = kb;
+	int argc = rd_pairs_put(&x, 3, n, ids, att);
+	redisReply *r = rd_eval(RD_DONE_CLAIM, argc, x.a, NULL);
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+	    r->element[0]->integer != n)
+		die("redis: complete changed %lld tasks, expected %d",
+		    r->type == REDIS_REPLY_ARRAY && r->elements
+			? r->element[0]->integer
+			: -1LL,
+		    n);
+	int got = rd_take(r, 1, ids, att, k);
+	freeReplyObject(r);
+	return got;
+}
+
+static void rd_check(long *done, long *dups)
+{
+	redisReply *r = rd_eval(RD_CHECK, 0, NULL, NULL);
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+		rd_die("check", r);
+	*done = (long)r->element[0]->integer;
+	*dups = (long)r->element[1]->integer;
+	freeReplyObject(r);
+}
+
+static const backend redis_backend = {
+    "redis", rd_create,	 rd_drop,     rd_insert_one,	 rd_insert_many, NULL,
+    NULL,    rd_claim_k, rd_complete, rd_complete_claim, rd_check,	 NULL,
+};
+#endif
+
+/* ------------------------------------------------------------------ */
+/* MariaDB / MySQL                                                     */
+/* ------------------------------------------------------------------ */
+
+#ifdef DUE_WITH_MYSQL
+/*
+** Bare SQL over libmariadb, shaped like the PostgreSQL floor but with what
+** MySQL lacks: no UPDATE ... RETURNING, so a claim is SELECT ... ORDER BY
+** due_at, id LIMIT k FOR UPDATE SKIP LOCKED, then UPDATE by primary key,
+** then COMMIT (three round trips, one commit); no partial indexes, so
+** (state, due_at, id) and (state, lease_until).  READ COMMITTED, InnoDB,
+** UTC_TIMESTAMP(6) (the server's clock, fixed at statement start),
+** CLIENT_FOUND_ROWS so that affected rows count matched rows.  Statements
+** go as text (one round trip each, no prepare); the payload is escaped
+** once.  Autocommit is off: every operation ends with its own COMMIT.
+*/
+static MYSQL *my;
+static char *my_payload; /* the payload as a quoted SQL literal */
+static sbuf my_sql;
+
+static void my_die(const char *what)
+{
+	die("mariadb: %.80s: %s", what, mysql_error(my));
+}
+
+static void my_q(const char *sql)
+{
+	if (mysql_real_query(my, sql, strlen(sql)))
+		my_die(sql);
+	MYSQL_RES *r = mysql_store_result(my);
+	if (r)
+		mysql_free_result(r);
+	else if (mysql_field_count(my))
+		my_die(sql);
+}
+
+static void my_commit(void)
+{
+	if (mysql_commit(my))
+		my_die("commit");
+}
+
+static void my_open(const char *url)
+{
+	char user[128] = "root", pass[128] = "", host[256] = "127.0.0.1",
+	     db[128] = "due", sock[512] = "";
+	unsigned port = 3306;
+	const char *p = strstr(url, "://") + 3, *q;
+	const char *end = p + strcspn(p, "/?");
+
+	if ((q = memchr(p, '@', (size_t)(end - p)))) {
+		const char *c = memchr(p, ':', (size_t)(q - p));
+		snprintf(user, sizeof(user), "%.*s", (int)((c ? c : q) - p), p);
+		if (c)
+			snprintf(pass, sizeof(pass), "%.*s", (int)(q - c - 1),
+				 c + 1);
+		p = q + 1;
+	}
+	size_t hl = strcspn(p, ":/?");
+	if (hl)
+		snprintf(host, sizeof(host), "%.*s", (int)hl, p);
+	p += hl;
+	if (*p == ':')
+		port = (unsigned)strtoul(p + 1, (char **)&p, 10);
+	if (*p == '/' && p[1] && p[1] != '?')
+		snprintf(db, sizeof(db), "%.*s", (int)strcspn(p + 1, "?"),
+			 p + 1);
+	if ((q = strstr(p, "socket=")))
+		snprintf(sock, sizeof(sock), "%.*s", (int)strcspn(q + 7, "&"),
+			 q + 7);
+	mysql_library_init(0, NULL, NULL);
+	if (!(my = mysql_init(NULL)))
+		die("mariadb: out of memory");
+	if (!mysql_real_connect(my, host, user, pass[0] ? pass : NULL, db, port,
+				sock[0] ? sock : NULL, CLIENT_FOUND_ROWS))
+		my_die("connect");
+	my_q("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+	my_q("SET SESSION time_zone = '+00:00'");
+	if (mysql_autocommit(my, 0))
+		my_die("autocommit off");
+	static const char hex[] = "0123456789abcdef";
+	my_payload = malloc(2 * PAYLOAD_LEN + 4);
+	if (!my_payload)
+		die("out of memory");
+	char *o = my_payload;
+	*o++ = 'X';
+	*o++ = '\'';
+	for (int i = 0; i < PAYLOAD_LEN; i++) {
+		*o++ = hex[(unsigned char)payload[i] >> 4];
+		*o++ = hex[(unsigned char)payload[i] & 15];
+	}
+	*o++ = '\'';
+	*o = '\0';
+}
+
+static void my_drop(void)
+{
+	my_q("DROP TABLE IF EXISTS floor_task");
+	my_commit();
+}
+
+static void my_create(void)
+{
+	my_drop();
+	my_q("CREATE TABLE floor_task ("
+	     "  id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+	     "  kind VARCHAR(255) NOT NULL,"
+	     "  payload LONGBLOB NOT NULL,"
+	     "  state VARCHAR(16) NOT NULL,"
+	     "  due_at DATETIME(6) NOT NULL,"
+	     "  attempt INT NOT NULL DEFAULT 0,"
+	     "  lease_owner VARCHAR(255),"
+	     "  lease_until DATETIME(6),"
+	     "  result LONGBLOB,"
+	     "  updated_at DATETIME(6) NOT NULL,"
+	     "  KEY floor_task_due (state, due_at, id),"
+	     "  KEY floor_task_lease (state, lease_until)"
+	     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4");
+	my_commit();
+}
+
+static void my_insert_many(int k)
+{
+	my_sql.len = 0;
+	sb_add(&my_sql, "INSERT INTO floor_task (kind, payload, state, due_at,"
+			" updated_at) VALUES ");
+	for (int i = 0; i < k; i++)
+		sb_add(&my_sql,
+		       "%s('bench', %s, 'SCHEDULED', UTC_TIMESTAMP(6),"
+		       " UTC_TIMESTAMP(6))",
+		       i ? "," : "", my_payload);
+	my_q(my_sql.s);
+	my_commit();
+}
+
+static void my_insert_one(void) { my_insert_many(1); }
+
+/* In the open transaction: lock up to k due rows, claim them by id. */
+static int my_claim_in_tx(int k, int64_t *ids, int *att)
+{
+	char sql[256];
+	int n = 0;
+	snprintf(sql, sizeof(sql),
+		 "SELECT id, attempt FROM floor_task WHERE state = 'SCHEDULED'"
+		 " AND due_at <= UTC_TIMESTAMP(6) ORDER BY due_at, id LIMIT %d"
+		 " FOR UPDATE SKIP LOCKED",
+		 k);
+	if (mysql_real_query(my, sql, strlen(sql)))
+		my_die("claim select");
+	MYSQL_RES *r = mysql_store_result(my);
+	if (!r)
+		my_die("claim select");
+	for (MYSQL_ROW row; n < k && (row = mysql_fetch_row(r));) {
+		ids[n] = strtoll(row[0], NULL, 10);
+		att[n++] = atoi(row[1]) + 1;
+	}
+	mysql_free_result(r);
+	if (n == 0)
+		return 0;
+	my_sql.len = 0;
+	sb_add(&my_sql,
+	       "UPDATE floor_task SET state = 'CLAIMED', attempt = attempt + 1,"
+	       " lease_owner = 'floor', lease_until = UTC_TIMESTAMP(6) +"
+	       " INTERVAL 30000000 MICROSECOND, updated_at = UTC_TIMESTAMP(6)"
+	       " WHERE id IN (");
+	for (int i = 0; i < n; i++)
+		sb_add(&my_sql, "%s%" PRId64, i ? "," : "", ids[i]);
+	sb_add(&my_sql, ")");
+	my_q(my_sql.s);
+	if ((int)mysql_affected_rows(my) != n)
+		die("mariadb: claim changed %llu rows, expected %d",
+		    (unsigned long long)mysql_affected_rows(my), n);
+	return n;
+}
+
+static int my_claim_k(int k, int64_t *ids, int *att)
+{
+	int n = my_claim_in_tx(k, ids, att);
+	my_commit();
+	return n;
+}
+
+static void my_complete_in_tx(int n, const int64_t *ids, const int *att)
+{
+	my_sql.len = 0;
+	sb_add(&my_sql, "UPDATE floor_task SET state = 'DONE', result = 'ok',"
+			" lease_owner = NULL, lease_until = NULL,"
+			" updated_at = UTC_TIMESTAMP(6)"
+			" WHERE state = 'CLAIMED' AND id IN (");
+	for (int i = 0; i < n; i++)
+		sb_add(&my_sql, "%s%" PRId64, i ? "," : "", ids[i]);
+	sb_add(&my_sql, ") AND attempt = CASE id");
+	for (int i = 0; i < n; i++)
+		sb_add(&my_sql, " WHEN %" PRId64 " THEN %d", ids[i], att[i]);
+	sb_add(&my_sql, " END");
+	my_q(my_sql.s);
+	if ((int)mysql_affected_rows(my) != n)
+		die("mariadb: complete changed %llu rows, expected %d",
+		    (unsigned long long)mysql_affected_rows(my), n);
+}
+
+static void my_complete(int n, const int64_t *ids, const int *att)
+{
+	my_complete_in_tx(n, ids, att);
+	my_commit();
+}
+
+static int my_complete_claim(int n, int64_t *ids, int *att, int k)
+{
+	my_complete_in_tx(n, ids, att);
+	int got = my_claim_in_tx(k, ids, att);
+	my_commit();
+	return got;
+}
+
+static void my_check(long *done, long *dups)
+{
+	static const char sql[] =
+	    "SELECT COALESCE(SUM(state = 'DONE'), 0),"
+	    " COALESCE(SUM(IF(attempt > 1, attempt - 1, 0)), 0)"
+	    " FROM floor_task";
+	if (mysql_real_query(my, sql, sizeof(sql) - 1))
+		my_die("check");
+	MYSQL_RES *r = mysql_store_result(my);
+	MYSQL_ROW row = r ? mysql_fetch_row(r) : NULL;
+	if (!row)
+		my_die("check");
+	*done = atol(row[0]);
+	*dups = atol(row[1]);
+	mysql_free_result(r);
+	my_commit();
+}
+
+/* Index statistics after a fill, as the PostgreSQL floor's ANALYZE. */
+static void my_analyze(void)
+{
+	my_q("ANALYZE TABLE floor_task");
+	my_commit();
+}
+
+static const backend mysql_backend = {
+    "mysql",  my_create,  my_drop,    my_insert_one, my_insert_many,
+    NULL,     NULL,	  my_claim_k, my_complete,   my_complete_claim,
+    my_check, my_analyze,
+};
+#endif
+
+/* ------------------------------------------------------------------ */
 /* Workloads                                                           */
 /* ------------------------------------------------------------------ */
 
@@ -810,8 +1361,24 @@ int main(int argc, char **argv)
 #else
 		die("built without PostgreSQL");
 #endif
+	} else if (strncmp(url, "redis://", 8) == 0) {
+#ifdef DUE_WITH_REDIS
+		rd_open(url);
+		be = &redis_backend;
+#else
+		die("built without Redis");
+#endif
+	} else if (strncmp(url, "mysql://", 8) == 0 ||
+		   strncmp(url, "mariadb://", 10) == 0) {
+#ifdef DUE_WITH_MYSQL
+		my_open(url);
+		be = &mysql_backend;
+#else
+		die("built without MySQL/MariaDB");
+#endif
 	} else {
-		die("unknown store URL '%s' (sqlite:PATH or postgres://...)",
+		die("unknown store URL '%s' (sqlite:PATH, postgres://...,"
+		    " redis://... or mysql://...)",
 		    url);
 	}
 	/* SQLite's default variable limit is 32766: one per row plus one */
@@ -840,6 +1407,18 @@ int main(int argc, char **argv)
 #ifdef DUE_WITH_PG
 	if (pg)
 		PQfinish(pg);
+#endif
+#ifdef DUE_WITH_REDIS
+	if (rd)
+		redisFree(rd);
+#endif
+#ifdef DUE_WITH_MYSQL
+	if (my) {
+		mysql_close(my);
+		mysql_library_end();
+	}
+	free(my_payload);
+	free(my_sql.s);
 #endif
 	if (sq) {
 		sq_finalize_all();

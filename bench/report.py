@@ -272,7 +272,8 @@ def cmd_profile(args):
 # --------------------------------------------------------------------------
 
 STORES = [("sqlite-full", "SQLite sync=full"), ("sqlite-normal", "SQLite sync=normal"),
-          ("pg", "PostgreSQL")]
+          ("pg", "PostgreSQL"), ("redis-everysec", "Redis appendfsync everysec"),
+          ("redis-always", "Redis appendfsync always"), ("mysql", "MariaDB")]
 STORE_NAME = dict(STORES)
 
 # (label, store, selector, field, op, target)
@@ -298,6 +299,27 @@ TARGETS = [
     ("PostgreSQL W3 early claims (all runs)", "pg", ("lateness", None, None), "early", "==", 0),
     ("SQLite W4 queries/s per idle worker (default discovery)", "sqlite-full", ("idle", None, None), "store_qps", "<=", 0.2),
     ("PostgreSQL W4 queries/s per idle worker (default discovery)", "pg", ("idle", None, None), "store_qps", "<=", 0.2),
+    # issue 13 (Redis): the throughput targets are for appendfsync everysec
+    ("Redis everysec W2 drain c=4", "redis-everysec", ("drain", "c-noop", 4), "tasks_per_s", ">=", 30000),
+    ("Redis everysec W2 drain c=16", "redis-everysec", ("drain", "c-noop", 16), "tasks_per_s", ">=", 45000),
+    ("Redis W3 p99 lateness (default discovery), ms", "redis-everysec", ("lateness", None, None), "p99_ms", "<=", 5),
+    ("Redis W3 early claims (all runs)", "redis-everysec", ("lateness", None, None), "early", "==", 0),
+    ("Redis W4 commands/s per idle worker (INFO commandstats)", "redis-everysec", ("idle", None, None), "store_qps", "<=", 0.2),
+    ("Redis memory per pending task (16-byte payload), bytes", "redis-everysec", ("memory", "pending-16B", None), "bytes_per_task", "<=", 400),
+    # issue 14 (MariaDB)
+    ("MariaDB W1 enqueue, batches", "mysql", ("enqueue", "batch", None), "tasks_per_s", ">=", 50000),
+    ("MariaDB W3 p99 lateness, same process (default discovery), ms", "mysql", ("lateness", None, None), "p99_ms", "<=", 5),
+    ("MariaDB W3 early claims (all runs)", "mysql", ("lateness", None, None), "early", "==", 0),
+    ("MariaDB W4 queries/s per idle worker (SHOW GLOBAL STATUS)", "mysql", ("idle", None, None), "store_qps", "<=", 1),
+]
+
+# Targets relative to another figure of the same run:
+# (label, store, selector, other store, other workload selector, at least this ratio)
+RELATIVE_TARGETS = [
+    ("MariaDB W2 drain c=16 ÷ PostgreSQL W2 drain c=16", "mysql", ("drain", "c-noop", 16),
+     "pg", ("drain", "c-noop", 16), 0.5),
+    ("MariaDB W2 drain c=16 ÷ MariaDB floor (two commits, 16 in flight)", "mysql", ("drain", "c-noop", 16),
+     "mysql", ("floor-drain", "2-commit", 16), 0.6),
 ]
 
 # Entry points of a drain profile: the first symbol present is reported.
@@ -338,7 +360,9 @@ class Results:
                     w = r.get("concurrency") or 4
                     if "store_queries" in r and r.get("window_s"):
                         r["store_qps"] = r["store_queries"] / r["window_s"] / w
-                        r["server_cpu_pct"] = 100.0 * r["server_cpu_s"] / r["window_s"]
+                        if "server_cpu_s" in r:
+                            r["server_cpu_pct"] = 100.0 * r["server_cpu_s"] / (
+                                r.get("cpu_window_s") or r["window_s"])
                     else:
                         r["store_qps"] = r.get("queries_per_s")
                     if r.get("seconds"):
@@ -477,7 +501,8 @@ def floor_table(res):
                 rows.append([name, "pgbench, %d clients × batch 1, two commits" % k, k,
                              fnum(res.med(sel, "tasks_per_s")),
                              frange(res, sel, "tasks_per_s"), "—"])
-    return table(["store", "floor (bare SQL, C loop unless pgbench)", "in flight", "tasks/s (median)",
+    return table(["store", "floor (bare SQL or Lua, C loop unless pgbench)", "in flight",
+                  "tasks/s (median)",
                   "runs", "exactly once"], rows, ["l", "l", "r", "r", "r", "l"])
 
 
@@ -533,13 +558,16 @@ def idle_table(res):
             if not sel:
                 rows.append([STORE_NAME[st], disc_label(res, p), "failed"] + ["—"] * 4)
                 continue
-            store_side = "pg_stat_statements" if st == "pg" else "due's counters"
+            store_side = {"pg": "pg_stat_statements", "redis-everysec": "INFO commandstats",
+                          "redis-always": "INFO commandstats",
+                          "mysql": "SHOW GLOBAL STATUS Questions"}.get(st, "due's counters")
             rows.append([STORE_NAME[st], disc_label(res, p),
                          sel[0].get("concurrency"),
                          "%s (%s)" % (fnum(res.med(sel, "store_qps"), 3), store_side),
                          fnum(res.med(sel, "queries_per_s"), 3),
                          fnum(res.med(sel, "worker_cpu_pct"), 2),
-                         fnum(res.med(sel, "server_cpu_pct"), 2) if st == "pg" else "— (no server)"])
+                         fnum(res.med(sel, "server_cpu_pct"), 2) if not st.startswith("sqlite")
+                         else "— (no server)"])
     return table(["store", "discovery", "workers", "store queries/s per worker",
                   "due's own count /s per worker", "worker CPU % of a core",
                   "server CPU % of a core"], rows, ["l", "l"] + ["r"] * 5)
@@ -566,8 +594,73 @@ def target_rows(res):
         rows.append([label, "%s %s" % (op.replace(">=", "≥").replace("<=", "≤").replace("==", "="),
                                         fgoal(goal)),
                      fnum(m, digits), "met" if ok else "**not met**"])
+    for label, st, (w, var, c), ost, (ow, ovar, oc), goal in RELATIVE_TARGETS:
+        if st not in res.stores() or ost not in res.stores():
+            continue
+        a = res.med(res.select(st, w, var, c), "tasks_per_s")
+        b = res.med(res.select(ost, ow, ovar, oc), "tasks_per_s")
+        if a is None or not b:
+            rows.append([label, "≥ %.2f" % goal, "—", "not run"])
+            continue
+        rows.append([label, "≥ %.2f" % goal, "%.2f (%s ÷ %s)" % (a / b, fnum(a), fnum(b)),
+                     "met" if a / b >= goal else "**not met**"])
     return table(["target (from the issue; reported, not asserted)", "target", "measured (median)", ""],
                  rows, ["l", "r", "r", "l"])
+
+
+def side_by_side_table(res):
+    """Each store's median against the others of the same run: tasks/s, and
+    the ratio to PostgreSQL (or to the first store present)."""
+    sts = res.stores()
+    if len(sts) < 2:
+        return "(one store in this run)"
+    ref = "pg" if "pg" in sts else sts[0]
+    specs = [("W1 enqueue, one commit each", "enqueue", "single", None),
+             ("W1 enqueue, batches of 1000", "enqueue", "batch", None),
+             ("W2 drain C no-op, c=4", "drain", "c-noop", 4),
+             ("W2 drain C no-op, c=16", "drain", "c-noop", 16),
+             ("W2 drain inline, c=4", "drain", "c-noop-inline", 4),
+             ("W2 drain inline, c=16", "drain", "c-noop-inline", 16),
+             ("floor, two commits, 4 in flight", "floor-drain", "2-commit", 4),
+             ("floor, two commits, 16 in flight", "floor-drain", "2-commit", 16)]
+    rows = []
+    for desc, w, var, c in specs:
+        base = res.med(res.select(ref, w, var, c), "tasks_per_s")
+        row = [desc]
+        for st in sts:
+            m = res.med(res.select(st, w, var, c), "tasks_per_s")
+            if m is None:
+                row.append("—")
+            elif st == ref or not base:
+                row.append(fnum(m))
+            else:
+                row.append("%s (%s×)" % (fnum(m), fratio(m, base)))
+        rows.append(row)
+    for desc, w, f, digits in (("W3 p99 lateness, ms (default discovery)", "lateness", "p99_ms", 2),
+                               ("W4 store queries/s per idle worker", "idle", "store_qps", 3)):
+        row = [desc]
+        for st in sts:
+            row.append(fnum(res.med(res.select(st, w, None, None, res.default_disc), f), digits))
+        rows.append(row)
+    return ("Medians of this run; in brackets the ratio to %s.\n\n" % STORE_NAME[ref]
+            + table(["workload"] + [STORE_NAME[s] for s in sts], rows))
+
+
+def memory_table(res):
+    rows = []
+    for st in res.stores():
+        sel = res.select(st, "memory")
+        if not sel:
+            continue
+        r = sel[0]
+        rows.append([STORE_NAME[st], fnum(r.get("n")), fnum(r.get("bytes_before")),
+                     fnum(r.get("bytes_after")), fnum(res.med(sel, "bytes_per_task"), 1)])
+    if not rows:
+        return "(not measured in this run)"
+    return ("`due bench --workload memory --n 100000`: tasks with a 16-byte payload due in an "
+            "hour, submitted in batches of 1000 into a fresh store; `INFO memory` used_memory "
+            "before (store open, scripts loaded) and after.\n\n"
+            + table(["store", "pending tasks", "used_memory before", "after", "bytes per task"], rows))
 
 
 def comparison_table(res):
@@ -633,9 +726,42 @@ def versions(args):
             if os.path.exists(os.path.join(bindir, "postgres")) else sh([args.psql, "--version"])
     if args.pgbench:
         v["pgbench"] = sh([args.pgbench, "--version"])
+    if args.redis_url:
+        v["redis"] = sh(["redis-server", "--version"])
+    if args.mysql_url:
+        v["mariadb"] = sh(["mariadbd", "--version"])
     v["valgrind"] = sh(["valgrind", "--version"]) if shutil.which("valgrind") else "—"
     v["build"] = "CMake RelWithDebInfo (-O2 -g)"
     return v
+
+
+def redis_settings(args):
+    if not args.redis_url or not shutil.which("redis-cli"):
+        return {}
+    out = {}
+    for n in ("appendonly", "maxmemory-policy", "hz", "save"):
+        r = run_quiet(["redis-cli", "-u", args.redis_url, "CONFIG", "GET", n])
+        lines = r.stdout.rstrip("\n").splitlines()
+        out[n] = (lines[1] if len(lines) > 1 else "") if r.returncode == 0 and lines else "?"
+    return out
+
+
+def mysql_settings(args):
+    if not args.mysql_url or not shutil.which("mariadb"):
+        return {}
+    hp = args.mysql_url.split("://", 1)[1].split("@")[-1].split("/")[0]
+    host, _, port = hp.partition(":")
+    names = ["version", "innodb_flush_log_at_trx_commit", "sync_binlog", "log_bin",
+             "innodb_buffer_pool_size", "innodb_log_file_size", "innodb_doublewrite",
+             "transaction_isolation", "tx_isolation"]
+    r = run_quiet(["mariadb", "-N", "-B", "-u", "root", "-h", host, "-P", port or "3306", "-e",
+                   "SHOW GLOBAL VARIABLES WHERE Variable_name IN (%s)"
+                   % ",".join("'%s'" % n for n in names)])
+    out = {}
+    for line in r.stdout.splitlines():
+        k, _, val = line.partition("\t")
+        out[k] = val
+    return out
 
 
 def pg_settings(args):
@@ -817,6 +943,8 @@ def render(args):
         ("W3 lateness: claim − due, %s tasks over 5 s, 4 workers waiting" % fnum(args.nl),
          lateness_table(res)),
         ("W4 idle cost: 4 workers, no tasks", idle_table(res)),
+        ("Stores side by side", side_by_side_table(res)),
+        ("Redis memory per pending task", memory_table(res)),
         ("Timing wheel: operations per second and bytes per pending timer",
          wheel_section()),
         ("Targets", target_rows(res)),
@@ -857,7 +985,8 @@ def render(args):
     w("")
     w("## Versions")
     w("")
-    for k in ("due", "git", "build", "cc", "sqlite3", "postgres", "pgbench", "valgrind"):
+    for k in ("due", "git", "build", "cc", "sqlite3", "postgres", "pgbench", "redis", "mariadb",
+              "valgrind"):
         if k in v:
             w("- %s: %s" % (k, v[k]))
     w("")
@@ -873,6 +1002,24 @@ def render(args):
           % (pgs.get("server_version"), pgs.get("fsync"), pgs.get("synchronous_commit"),
              pgs.get("wal_sync_method"), pgs.get("full_page_writes"), pgs.get("commit_delay"),
              pgs.get("shared_buffers"), pgs.get("max_wal_size"), pgs.get("shared_preload_libraries")))
+    rs = redis_settings(args)
+    if rs:
+        w("- Redis, a private redis-server on 127.0.0.1 (scripts/redis-test-server): appendonly=%s, "
+          "measured twice: `appendfsync everysec` (the issue's target; up to a second of "
+          "acknowledged writes can be lost in a crash) and `appendfsync always` (fsync before the "
+          "reply), set with CONFIG SET before each store's runs; maxmemory-policy=%s, hz=%s, "
+          "save=\"%s\"." % (rs.get("appendonly"), rs.get("maxmemory-policy"), rs.get("hz"),
+                             rs.get("save")))
+    ms = mysql_settings(args)
+    if ms:
+        w("- MariaDB %s, a private mariadbd on 127.0.0.1 (scripts/mariadb-test-server): "
+          "innodb_flush_log_at_trx_commit=%s (durable commits), log_bin=%s, sync_binlog=%s, "
+          "innodb_doublewrite=%s, innodb_buffer_pool_size=%s, innodb_log_file_size=%s, "
+          "server default isolation %s (the floor uses READ COMMITTED)."
+          % (ms.get("version"), ms.get("innodb_flush_log_at_trx_commit"), ms.get("log_bin"),
+             ms.get("sync_binlog"), ms.get("innodb_doublewrite"), ms.get("innodb_buffer_pool_size"),
+             ms.get("innodb_log_file_size"),
+             ms.get("transaction_isolation") or ms.get("tx_isolation")))
     w("- n = %s tasks for W1 and the floor (W1 one-commit-each: n/4), %s for `--exec true` "
       "(a process per task); lateness %s tasks; idle %s s; pgbench %s s per run; "
       "the workers' default discovery is %s." % (fnum(args.n), fnum(args.nx), fnum(args.nl), args.idle,
@@ -959,6 +1106,23 @@ def render(args):
       "state) and the floor also runs `ANALYZE` after filling its table; with the planner's "
       "own choice on a fresh table, a bitmap scan of the partial indexes' dead entries made "
       "every claim read all tasks claimed since the last vacuum.")
+    w("- **Redis floor** (`bench/floor.c`): raw Lua over hiredis, every transition one "
+      "`EVALSHA` on Redis's clock (`TIME`), keys under one hash tag: a due sorted set scored by "
+      "due time (µs), a lease sorted set scored by lease expiry and a hash per task. Claim pops "
+      "up to K due ids in due order, sets attempt+1, state and lease in one script; complete "
+      "checks state and attempt (the fencing token) per task in one script; \"one commit\" is "
+      "complete + claim in one script. No attempt history, per-state indexes, idempotency keys "
+      "or PUBLISH. Enqueue: one script per task, and one script per 1000.")
+    w("- **MariaDB floor** (`bench/floor.c`): bare SQL over libmariadb (text protocol, "
+      "CLIENT_FOUND_ROWS, READ COMMITTED, autocommit off, `UTC_TIMESTAMP(6)`), table indexed "
+      "`(state, due_at, id)` and `(state, lease_until)`: claim = `SELECT id, attempt … ORDER BY "
+      "due_at, id LIMIT K FOR UPDATE SKIP LOCKED`, `UPDATE … WHERE id IN (…)`, `COMMIT`; "
+      "complete = one `UPDATE … WHERE state = 'CLAIMED' AND id IN (…) AND attempt = CASE id …`, "
+      "`COMMIT`; one commit = complete, select, update, `COMMIT`. `ANALYZE TABLE` after the fill.")
+    w("- **W4 on Redis and MariaDB**: `due bench --workload idle` reads the server's own counts "
+      "over its window on a connection opened before the workers: `INFO commandstats` (all "
+      "commands but its own INFO) and `SHOW GLOBAL STATUS` Questions (less its own SHOW); the "
+      "server's CPU is the redis-server / mariadbd process from /proc over a window inside it.")
     w("- **pgbench** (`bench/pgbench_claim.sql`): the same claim → complete cycle with C client "
       "connections of batch 1 each (`pgbench -n -M prepared -D batch=1 -c C -T %s`), "
       "over a filled `floor_task`; tasks/s = rows DONE / duration." % args.pgbench_secs)
@@ -1009,6 +1173,8 @@ def main():
     r.add_argument("--pg-url")
     r.add_argument("--psql")
     r.add_argument("--pgbench")
+    r.add_argument("--redis-url")
+    r.add_argument("--mysql-url")
     r.set_defaults(fn=render)
     args = ap.parse_args()
     args.fn(args)

@@ -7,12 +7,19 @@
 **   enqueue   n tasks due now, ~100-byte payload: one commit each, then
 **             in batches of --batch
 **   cycle     one thread: claim 1 -> complete 1, through the C API
-**   drain     n due tasks, C no-op handler (or --exec CMD), --concurrency;
+**   drain     n due tasks, C no-op handler (or --exec CMD, or a pipe
+**             handler with --pipe CMD), --concurrency;
 **             tasks/s from worker start to last completion; every task
 **             must run exactly once (duplicates are reported)
 **   lateness  n tasks spread over --spread, --workers workers waiting:
 **             claim - due percentiles and early claims
 **   idle      --workers workers, no tasks, --idle seconds: store queries/s
+**             (due's own count; on Redis also the server's INFO
+**             commandstats, on MySQL/MariaDB SHOW GLOBAL STATUS Questions
+**             and Com_*, over the same window)
+**   memory    Redis only: INFO memory used_memory before and after --n
+**             (default 100,000) pending tasks with a 16-byte payload, due in
+**             an hour: bytes per pending task.  Not part of "all".
 **   depth     claim latency (claim 1 -> complete 1, through the C API) with
 **             1,000 tasks pending over 10 priorities, then with --n
 **             (default 1,000,000): all due ("due"), and all but 1,000 due
@@ -21,6 +28,10 @@
 **             priorities in order).  Not part of "all": it fills a big
 **             store.
 ** Figures are printed, never judged: a benchmark has no pass/fail.
+**
+** Scratch stores are `due verify`'s (verify_store.c): a file beside yours,
+** a schema, a fresh Redis ?prefix= whose keys are deleted afterwards, a
+** fresh MySQL/MariaDB database dropped afterwards; --keep keeps them.
 */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -30,20 +41,27 @@
 #include <sys/resource.h>
 
 #include <jansson.h>
+#ifdef DUE_WITH_REDIS
+#include <hiredis/hiredis.h>
+#endif
+#ifdef DUE_WITH_MYSQL
+#include <mysql.h>
+#endif
 
 #include "cli/cli.h"
 #include "cli/verify.h"
 
 static const char usage[] =
     "usage: due bench [--workload "
-    "enqueue|cycle|drain|lateness|idle|depth|all]\n"
+    "enqueue|cycle|drain|lateness|idle|depth|memory|all]\n"
     "                 [--n N] [--concurrency C] [--workers W] [--batch B]\n"
-    "                 [--exec CMD] [--poll DUR] [--spread DUR] [--idle DUR]\n"
-    "                 [--json] [--db URL]\n"
+    "                 [--exec CMD | --pipe CMD] [--poll DUR] [--spread DUR]\n"
+    "                 [--idle DUR] [--keep] [--json] [--db URL]\n"
     "\n"
     "Measure the store named by --db with in-process no-op handlers.  Each\n"
     "workload runs in a scratch store of its own (a new SQLite file beside\n"
-    "yours, or a new PostgreSQL schema) and never touches your tasks.\n"
+    "yours, a new PostgreSQL schema, a new Redis ?prefix= or a new MySQL\n"
+    "database) and never touches your tasks.\n"
     "  --n N            tasks per workload (default 20000; lateness 2000;\n"
     "                   depth 1000000)\n"
     "  --concurrency C  handler slots per worker for drain (default 4)\n"
@@ -51,6 +69,8 @@ static const char usage[] =
     "1/4/4)\n"
     "  --batch B        enqueue batch size (default 1000)\n"
     "  --exec CMD       drain with a command handler instead of the C no-op\n"
+    "  --pipe CMD       drain with a pipe handler (`due work --pipe`): CMD\n"
+    "                   started once per slot, one JSON line per task\n"
     "  --poll DUR       with --no-wheel: the poll interval (default 50ms);\n"
     "                   with the wheel: the safety poll (default 10s)\n"
     "  --no-wheel       discover due tasks by polling only\n"
@@ -58,6 +78,7 @@ static const char usage[] =
     "                   time (drain: C inline workers)\n"
     "  --spread DUR     lateness: tasks due over this span (default 5s)\n"
     "  --idle DUR       idle: how long to watch (default 10s)\n"
+    "  --keep           keep the scratch stores (default: drop them)\n"
     "  --json           one JSON object per workload, one per line\n";
 
 typedef struct bopts {
@@ -67,6 +88,8 @@ typedef struct bopts {
 	int64_t poll_us, spread_us, idle_us;
 	bool json;
 	bool n_set, workers_set, no_wheel, poll_set, inline_mode;
+	const char *pipe; /* --pipe CMD (drain) */
+	bool keep;
 } bopts;
 
 typedef struct bres {
@@ -78,6 +101,11 @@ typedef struct bres {
 	long early, duplicates, missing;
 	long claim_queries; /* drain: store transactions that claimed */
 	double queries_per_s, cpu_s;
+	/* idle on Redis/MySQL: what the server counted over the window */
+	long long server_queries;
+	json_t *server_detail; /* command or Com_* -> count, or NULL */
+	double bytes_per_task; /* memory */
+	long long bytes_before, bytes_after;
 	bool has_late, has_idle, has_check;
 } bres;
 
@@ -100,6 +128,21 @@ static void report(const bopts *o, const bres *r)
 			json_object_set_new(j, "queries_per_s",
 					    json_real(r->queries_per_s));
 			json_object_set_new(j, "cpu_s", json_real(r->cpu_s));
+		}
+		if (r->has_idle && r->server_detail) {
+			json_object_set_new(j, "store_queries",
+					    json_integer(r->server_queries));
+			json_object_set_new(j, "window_s",
+					    json_real(r->seconds));
+			json_object_set(j, "store_detail", r->server_detail);
+		}
+		if (r->bytes_after) {
+			json_object_set_new(j, "bytes_before",
+					    json_integer(r->bytes_before));
+			json_object_set_new(j, "bytes_after",
+					    json_integer(r->bytes_after));
+			json_object_set_new(j, "bytes_per_task",
+					    json_real(r->bytes_per_task));
 		}
 		if (r->has_check) {
 			json_object_set_new(j, "duplicates",
@@ -130,6 +173,14 @@ static void report(const bopts *o, const bres *r)
 		if (r->has_idle)
 			printf("  queries/s=%.2f per worker  cpu=%.2fs",
 			       r->queries_per_s, r->cpu_s);
+		if (r->has_idle && r->server_detail)
+			printf("  server: %.3f commands/s per worker",
+			       (double)r->server_queries / r->seconds /
+				   (double)r->concurrency);
+		if (r->bytes_after)
+			printf("  used_memory %lld -> %lld: %.0f bytes/task",
+			       r->bytes_before, r->bytes_after,
+			       r->bytes_per_task);
 		if (r->has_check)
 			printf("  duplicates=%ld missing=%ld", r->duplicates,
 			       r->missing);
@@ -139,6 +190,221 @@ static void report(const bopts *o, const bres *r)
 		printf("\n");
 	}
 	fflush(stdout);
+}
+
+/* ------------------------------------------------------------------ */
+/* Redis and MySQL/MariaDB: the server's own counters                 */
+/* ------------------------------------------------------------------ */
+
+static bool is_redis(const char *url) { return !strncmp(url, "redis://", 8); }
+
+static bool is_mysql(const char *url)
+{
+	return !strncmp(url, "mysql://", 8) || !strncmp(url, "mariadb://", 10);
+}
+
+/* scheme://[user[:pass]@]host[:port][/path][?query], decoded loosely:
+   enough for the test servers' URLs (no percent-escapes). */
+typedef struct saddr {
+	char user[128], pass[128], host[256], path[128], sock[512];
+	int port;
+} saddr;
+
+#if defined(DUE_WITH_REDIS) || defined(DUE_WITH_MYSQL)
+static void saddr_parse(saddr *a, const char *url, int default_port)
+{
+	const char *p = strstr(url, "://"), *q, *at;
+	memset(a, 0, sizeof(*a));
+	snprintf(a->host, sizeof(a->host), "127.0.0.1");
+	a->port = default_port;
+	p = p ? p + 3 : url;
+	const char *end = p + strcspn(p, "/?");
+	if ((at = memchr(p, '@', (size_t)(end - p)))) {
+		const char *c = memchr(p, ':', (size_t)(at - p));
+		snprintf(a->user, sizeof(a->user), "%.*s",
+			 (int)((c ? c : at) - p), p);
+		if (c)
+			snprintf(a->pass, sizeof(a->pass), "%.*s",
+				 (int)(at - c - 1), c + 1);
+		p = at + 1;
+	}
+	size_t hl = strcspn(p, ":/?");
+	if (hl)
+		snprintf(a->host, sizeof(a->host), "%.*s", (int)hl, p);
+	p += hl;
+	if (*p == ':')
+		a->port = (int)strtol(p + 1, NULL, 10);
+	p += strcspn(p, "/?");
+	if (*p == '/')
+		snprintf(a->path, sizeof(a->path), "%.*s",
+			 (int)strcspn(p + 1, "?"), p + 1);
+	if ((q = strstr(p, "socket=")))
+		snprintf(a->sock, sizeof(a->sock), "%.*s",
+			 (int)strcspn(q + 7, "&"), q + 7);
+}
+#endif
+
+/* A plain connection to the server behind a Redis or MySQL URL. */
+typedef struct srv {
+#ifdef DUE_WITH_REDIS
+	redisContext *rc;
+#endif
+#ifdef DUE_WITH_MYSQL
+	MYSQL *my;
+#endif
+	int dummy;
+} srv;
+
+static int srv_connect(srv *s, const char *url)
+{
+	saddr a;
+	memset(s, 0, sizeof(*s));
+	memset(&a, 0, sizeof(a));
+#ifdef DUE_WITH_REDIS
+	if (is_redis(url)) {
+		struct timeval tv = {5, 0};
+		saddr_parse(&a, url, 6379);
+		s->rc = redisConnectWithTimeout(a.host, a.port, tv);
+		if (!s->rc || s->rc->err) {
+			fprintf(stderr, "due bench: redis %s:%d: %s\n", a.host,
+				a.port,
+				s->rc ? s->rc->errstr : "out of memory");
+			return -1;
+		}
+		redisReply *r = NULL;
+		if (a.pass[0])
+			r = a.user[0] ? redisCommand(s->rc, "AUTH %s %s",
+						     a.user, a.pass)
+				      : redisCommand(s->rc, "AUTH %s", a.pass);
+		if (r && r->type == REDIS_REPLY_ERROR)
+			fprintf(stderr, "due bench: redis AUTH: %s\n", r->str);
+		freeReplyObject(r);
+		r = redisCommand(s->rc, "SELECT %d", atoi(a.path));
+		freeReplyObject(r);
+		return 0;
+	}
+#endif
+#ifdef DUE_WITH_MYSQL
+	if (is_mysql(url)) {
+		saddr_parse(&a, url, 3306);
+		mysql_library_init(0, NULL, NULL);
+		if (!(s->my = mysql_init(NULL)) ||
+		    !mysql_real_connect(
+			s->my, a.host, a.user[0] ? a.user : NULL,
+			a.pass[0] ? a.pass : NULL, NULL, (unsigned)a.port,
+			a.sock[0] ? a.sock : NULL, 0)) {
+			fprintf(stderr, "due bench: mysql %s:%d: %s\n", a.host,
+				a.port,
+				s->my ? mysql_error(s->my) : "out of memory");
+			return -1;
+		}
+		return 0;
+	}
+#endif
+	(void)a;
+	fprintf(stderr, "due bench: this build has no client for %s\n", url);
+	return -1;
+}
+
+static void srv_close(srv *s)
+{
+#ifdef DUE_WITH_REDIS
+	if (s->rc)
+		redisFree(s->rc);
+#endif
+#ifdef DUE_WITH_MYSQL
+	if (s->my)
+		mysql_close(s->my);
+#endif
+	memset(s, 0, sizeof(*s));
+}
+
+/*
+** The server's own counts into `out` (name -> integer): Redis INFO
+** commandstats (calls per command), MySQL SHOW GLOBAL STATUS Questions and
+** Com_*.  0 or -1.
+*/
+static int srv_counters(srv *s, json_t *out)
+{
+#ifdef DUE_WITH_REDIS
+	if (s->rc) {
+		redisReply *r = redisCommand(s->rc, "INFO commandstats");
+		if (!r || r->type != REDIS_REPLY_STRING) {
+			freeReplyObject(r);
+			return -1;
+		}
+		for (const char *p = r->str; (p = strstr(p, "cmdstat_"));) {
+			const char *c = strchr(p, ':'),
+				   *k = strstr(p, "calls=");
+			if (!c || !k)
+				break;
+			char name[64];
+			snprintf(name, sizeof(name), "%.*s", (int)(c - p - 8),
+				 p + 8);
+			json_object_set_new(
+			    out, name, json_integer(strtoll(k + 6, NULL, 10)));
+			p = k;
+		}
+		freeReplyObject(r);
+		return 0;
+	}
+#endif
+#ifdef DUE_WITH_MYSQL
+	if (s->my) {
+		static const char q[] =
+		    "SHOW GLOBAL STATUS WHERE Variable_name = 'Questions'"
+		    " OR Variable_name LIKE 'Com\\_%'";
+		if (mysql_query(s->my, q))
+			return -1;
+		MYSQL_RES *r = mysql_store_result(s->my);
+		if (!r)
+			return -1;
+		for (MYSQL_ROW row; (row = mysql_fetch_row(r));)
+			json_object_set_new(
+			    out, row[0],
+			    json_integer(strtoll(row[1], NULL, 10)));
+		mysql_free_result(r);
+		return 0;
+	}
+#endif
+	(void)s;
+	(void)out;
+	return -1;
+}
+
+/*
+** after - before, the harness's own reads left out (INFO on Redis; on
+** MySQL one SHOW STATUS, which counts itself as a question); the total
+** into *total, the non-zero entries returned (or NULL).
+*/
+static json_t *srv_diff(json_t *before, json_t *after, long long *total)
+{
+	json_t *d = json_object();
+	const char *k;
+	json_t *val;
+	bool mysql = json_object_get(after, "Questions") != NULL;
+
+	*total = 0;
+	json_object_foreach(after, k, val)
+	{
+		long long x = json_integer_value(val) -
+			      json_integer_value(json_object_get(before, k));
+		if (!strcmp(k, "info") || (mysql && !strcmp(k, "Questions")))
+			continue;
+		if (mysql && !strcmp(k, "Com_show_status"))
+			x--;
+		if (x <= 0)
+			continue;
+		json_object_set_new(d, k, json_integer(x));
+		if (!mysql)
+			*total += x;
+	}
+	if (mysql)
+		*total =
+		    json_integer_value(json_object_get(after, "Questions")) -
+		    json_integer_value(json_object_get(before, "Questions")) -
+		    1;
+	return d;
 }
 
 static double cpu_seconds(void)
@@ -339,8 +605,12 @@ static void w_drain(vctx *v, const bopts *o)
 	long conc = o->inline_mode ? 1 : o->concurrency;
 	drain_ctx d = {.n = o->n};
 	due_exec_opts x = DUE_EXEC_OPTS_INIT;
+	due_pipe_opts po = DUE_PIPE_OPTS_INIT;
+	due_pipe *pipe = NULL;
+	bool cmd = o->exec || o->pipe; /* no in-process handled counter */
 	bres r = {.workload = "drain",
 		  .variant = o->exec	      ? "exec"
+			     : o->pipe	      ? "pipe"
 			     : o->inline_mode ? "c-noop-inline"
 					      : "c-noop",
 		  .n = o->n,
@@ -349,22 +619,27 @@ static void w_drain(vctx *v, const bopts *o)
 	wthread *ws = calloc((size_t)workers, sizeof(*ws));
 
 	x.command = o->exec;
+	po.command = o->pipe;
 	d.counts = calloc((size_t)o->n, sizeof(*d.counts));
 	if (!ws || !d.counts || !(d.first = fill(v, o->n, 0, o->batch)))
 		goto done;
+	if (o->pipe && due_pipe_new(&pipe, &po) < 0) {
+		fprintf(stderr, "due bench: --pipe: %s\n", due_error_last());
+		goto done;
+	}
 	double t0 = v_now_ms(), last = t0;
 	long last_n = 0;
-	if (start_workers(v, o, ws, workers, conc, true, noop, &d,
-			  o->exec ? &x : NULL) < 0)
+	if (start_workers(
+		v, o, ws, workers, conc, true, pipe ? due_pipe_handler : noop,
+		pipe ? (void *)pipe : (void *)&d, o->exec ? &x : NULL) < 0)
 		goto done;
 	/* progress once a second while the workers drain; the handler
 	   counter is free to read, the store is asked only at the end (a
 	   stats query every few ms would compete with the workers) */
 	for (;;) {
-		long n = o->exec ? -1 : atomic_load(&d.handled);
+		long n = cmd ? -1 : atomic_load(&d.handled);
 		double now = v_now_ms();
-		if (o->exec &&
-		    now - last >= 250) { /* commands: ask the store */
+		if (cmd && now - last >= 250) { /* commands: ask the store */
 			due_stats st;
 			if (due_stats_get(v->db, &st) < 0)
 				break;
@@ -396,11 +671,12 @@ static void w_drain(vctx *v, const bopts *o)
 		int c = atomic_load(&d.counts[i]);
 		if (c > 1)
 			r.duplicates += c - 1;
-		if (c == 0 && !o->exec)
+		if (c == 0 && !cmd)
 			r.missing++;
 	}
 	report(o, &r);
 done:
+	due_pipe_free(pipe);
 	free(ws);
 	free(d.counts);
 }
@@ -487,20 +763,31 @@ static void w_idle(vctx *v, const bopts *o)
 	wthread *ws = calloc((size_t)workers, sizeof(*ws));
 	drain_ctx d = {0};
 	long long q = 0;
+	/* Redis, MySQL: the server's own count over the same window, on a
+	   connection opened before the workers (its handshake is outside) */
+	srv s = {0};
+	bool counted = (is_redis(v->url) || is_mysql(v->url)) &&
+		       srv_connect(&s, v->url) == 0;
+	json_t *k0 = json_object(), *k1 = json_object();
 
 	if (!ws ||
 	    start_workers(v, o, ws, workers, 4, false, noop, &d, NULL) < 0) {
 		free(ws);
-		return;
+		goto out;
 	}
-	v_sleep_ms(300); /* connect, first claim */
+	/* connect, first claim; the server's count starts once every worker
+	   has opened (scripts loaded, settings read, registered) */
+	v_sleep_ms(counted ? 1500 : 300);
 	due_worker_stats s0[64] = {0};
 	for (long i = 0; i < workers && i < 64; i++)
 		due_worker_stats_get(ws[i].w, &s0[i]);
+	counted = counted && srv_counters(&s, k0) == 0;
 	double c0 = cpu_seconds(), t0 = v_now_ms();
 	v_sleep_ms((int)(o->idle_us / 1000));
 	r.seconds = (v_now_ms() - t0) / 1000.0;
 	r.cpu_s = cpu_seconds() - c0;
+	if (counted && srv_counters(&s, k1) == 0)
+		r.server_detail = srv_diff(k0, k1, &r.server_queries);
 	for (long i = 0; i < workers && i < 64; i++) {
 		due_worker_stats s1;
 		due_worker_stats_get(ws[i].w, &s1);
@@ -512,6 +799,79 @@ static void w_idle(vctx *v, const bopts *o)
 	free(ws);
 	r.queries_per_s = (double)q / r.seconds / (double)workers;
 	report(o, &r);
+out:
+	json_decref(r.server_detail);
+	json_decref(k0);
+	json_decref(k1);
+	srv_close(&s);
+}
+
+/* Redis: used_memory from INFO memory, or -1. */
+static long long redis_used_memory(srv *s)
+{
+	long long n = -1;
+#ifdef DUE_WITH_REDIS
+	redisReply *r = redisCommand(s->rc, "INFO memory");
+	const char *p;
+	if (r && r->type == REDIS_REPLY_STRING &&
+	    (p = strstr(r->str, "used_memory:")))
+		n = strtoll(p + 12, NULL, 10);
+	freeReplyObject(r);
+#else
+	(void)s;
+#endif
+	return n;
+}
+
+/*
+** Redis: what a pending task costs in server memory.  n tasks (default
+** 100,000) with a 16-byte payload, due in an hour, in batches; used_memory
+** before (the scratch store open, its scripts loaded) and after.
+*/
+static void w_memory(vctx *v, const bopts *o)
+{
+	static const char payload[] = "0123456789abcdef";
+	long n = o->n_set ? o->n : 100000;
+	bres r = {.workload = "memory",
+		  .variant = "pending-16B",
+		  .n = n,
+		  .concurrency = o->batch};
+	due_submit *items = calloc((size_t)o->batch, sizeof(*items));
+	due_submitted *out = calloc((size_t)o->batch, sizeof(*out));
+	srv s;
+
+	if (!items || !out || srv_connect(&s, v->url) < 0)
+		goto done;
+	r.bytes_before = redis_used_memory(&s);
+	double t0 = v_now_ms();
+	for (long k, left = n; left > 0; left -= k) {
+		k = left < o->batch ? left : o->batch;
+		for (long i = 0; i < k; i++) {
+			items[i] =
+			    (due_submit){"bench", payload, sizeof(payload) - 1,
+					 DUE_SCHEDULE_OPTS_INIT};
+			items[i].opts.delay_us = 3600LL * 1000000;
+		}
+		if (due_schedule_batch(v->db, out, items, (size_t)k) < 0) {
+			fprintf(stderr, "due bench: enqueue: %s\n",
+				due_error_last());
+			srv_close(&s);
+			goto done;
+		}
+	}
+	r.seconds = (v_now_ms() - t0) / 1000.0;
+	r.tasks_per_s = (double)n / r.seconds;
+	r.bytes_after = redis_used_memory(&s);
+	srv_close(&s);
+	if (r.bytes_before < 0 || r.bytes_after < 0) {
+		fprintf(stderr, "due bench: memory: INFO memory unreadable\n");
+		goto done;
+	}
+	r.bytes_per_task = (double)(r.bytes_after - r.bytes_before) / (double)n;
+	report(o, &r);
+done:
+	free(items);
+	free(out);
 }
 
 /*
@@ -618,12 +978,21 @@ static void w_depth(vctx *v, const bopts *o)
 typedef struct workload {
 	const char *name;
 	void (*run)(vctx *v, const bopts *o);
+	bool in_all; /* depth and memory fill big stores: asked for by name */
 } workload;
 
 static const workload workloads[] = {
-    {"enqueue", w_enqueue},   {"cycle", w_cycle}, {"drain", w_drain},
-    {"lateness", w_lateness}, {"idle", w_idle},	  {"depth", w_depth},
+    {"enqueue", w_enqueue, true}, {"cycle", w_cycle, true},
+    {"drain", w_drain, true},	  {"lateness", w_lateness, true},
+    {"idle", w_idle, true},	  {"depth", w_depth, false},
+    {"memory", w_memory, false},
 };
+
+/* Does --workload `name` ask for workload w? */
+static bool wanted(const char *name, const workload *w)
+{
+	return !strcmp(name, w->name) || (!strcmp(name, "all") && w->in_all);
+}
 
 static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 {
@@ -634,11 +1003,13 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 	    {"workers", required_argument, NULL, 'W'},
 	    {"batch", required_argument, NULL, 'b'},
 	    {"exec", required_argument, NULL, 'e'},
+	    {"pipe", required_argument, NULL, 'X'},
 	    {"poll", required_argument, NULL, 'p'},
 	    {"spread", required_argument, NULL, 's'},
 	    {"idle", required_argument, NULL, 'i'},
 	    {"no-wheel", no_argument, NULL, 'P'},
 	    {"inline", no_argument, NULL, 'I'},
+	    {"keep", no_argument, NULL, 'K'},
 	    CLI_COMMON_OPTS,
 	    {0}};
 	int opt;
@@ -672,6 +1043,7 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 				return EXIT_USAGE;
 			break;
 		case 'e': o->exec = optarg; break;
+		case 'X': o->pipe = optarg; break;
 		case 'p':
 			if (cli_parse_duration(c, "--poll", optarg,
 					       &o->poll_us))
@@ -680,6 +1052,7 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 			break;
 		case 'P': o->no_wheel = true; break;
 		case 'I': o->inline_mode = true; break;
+		case 'K': o->keep = true; break;
 		case 's':
 			if (cli_parse_duration(c, "--spread", optarg,
 					       &o->spread_us))
@@ -698,6 +1071,8 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 				       argv[optind]);
 	if (o->poll_us < 1000)
 		return cli_usage_error(c, "--poll must be at least 1ms");
+	if (o->exec && o->pipe)
+		return cli_usage_error(c, "give --exec or --pipe, not both");
 	return 0;
 }
 
@@ -714,20 +1089,21 @@ int cmd_bench(int argc, char **argv)
 		return rc < 0 ? 0 : rc;
 	o.json = c.json;
 	for (size_t i = 0; i < sizeof(workloads) / sizeof(workloads[0]); i++)
-		any |= (!strcmp(o.workload, "all") &&
-			strcmp(workloads[i].name, "depth")) ||
-		       !strcmp(o.workload, workloads[i].name);
+		any |= wanted(o.workload, &workloads[i]);
 	if (!any)
 		return cli_usage_error(&c,
 				       "unknown workload '%s' (enqueue, cycle, "
-				       "drain, lateness, idle, depth or all)",
+				       "drain, lateness, idle, depth, memory "
+				       "or all)",
 				       o.workload);
+	if (!strcmp(o.workload, "memory") && !is_redis(cli_db_url(&c)))
+		return cli_usage_error(&c, "the memory workload measures a "
+					   "Redis store (--db redis://...)");
 	if ((rc = v_setup(&v, cli_db_url(&c))) < 0)
 		return rc == DUE_EINVAL ? cli_fail(&c, rc) : EXIT_STORE;
+	v.keep = o.keep;
 	for (size_t i = 0; i < sizeof(workloads) / sizeof(workloads[0]); i++) {
-		if (strcmp(o.workload, workloads[i].name) &&
-		    (strcmp(o.workload, "all") ||
-		     !strcmp(workloads[i].name, "depth")))
+		if (!wanted(o.workload, &workloads[i]))
 			continue;
 		if (v_fresh(&v, workloads[i].name) < 0) {
 			rc = EXIT_STORE;

@@ -6,8 +6,11 @@
 ** filesystem, same host clock), for PostgreSQL a new schema in the same
 ** database, dropped afterwards.  The user's tasks are never read or
 ** written.  Fault cases start real `due work` processes and use real
-** kill -9 and SIGSTOP.  Output: one `CASE name PASS|FAIL k=v...` line per
-** case, then `N passed, N failed`; exit 1 when any case failed.
+** kill -9 and SIGSTOP.  Redis gets a private key prefix and MySQL a
+** private database (verify_store.c).  Output: one `CASE name PASS|FAIL
+** k=v...` line per case, `CASE name SKIP reason=...` for a case that
+** speaks SQL on a store without it (then `N skipped ...`), then
+** `N passed, N failed`; exit 1 when any case failed.
 */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <errno.h>
@@ -24,10 +27,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef DUE_WITH_PG
-#include <libpq-fe.h>
-#endif
-
 #include "cli/cli.h"
 #include "cli/verify.h"
 
@@ -39,22 +38,32 @@ static const char usage[] =
     "\n"
     "Run the contract cases against the store named by --db, with real\n"
     "worker processes, kill -9 and SIGSTOP.  Every case works in a scratch\n"
-    "namespace (a new SQLite file beside the store, or a new PostgreSQL\n"
-    "schema) and never touches your tasks.  Prints one CASE line per case\n"
-    "and `N passed, N failed`; exits 1 if a case failed.\n"
+    "namespace (a new SQLite file beside the store, a new PostgreSQL\n"
+    "schema, a Redis key prefix, or a MySQL database: the URL's user\n"
+    "needs CREATE and DROP) and never touches your tasks.  Prints one\n"
+    "CASE line per case (SKIP with the reason for a case that needs SQL\n"
+    "on a store without it) and `N passed, N failed`; exits 1 if a case\n"
+    "failed.\n"
     "  --case NAMES   run only these cases     --list  print the case names\n"
     "  --keep         keep scratch stores and logs for inspection\n";
+
+/* What a case needs beyond the store API, to say why it is skipped. */
+enum {
+	NEEDS_SQL = 1 << 0, /* writes its own tables with raw SQL */
+	NEEDS_PLAN = 1 << 1 /* reads the claim's SQL query plan */
+};
 
 typedef struct vcase {
 	const char *name;
 	void (*run)(vctx *v);
+	unsigned needs;
 } vcase;
 
 static const vcase cases[] = {
     {"normal_three_workers", v_normal_three_workers},
     {"boundary_not_before_due", v_boundary_not_before_due},
     {"boundary_claim_limit", v_boundary_claim_limit},
-    {"boundary_partial_due_index", v_boundary_partial_due_index},
+    {"boundary_partial_due_index", v_boundary_partial_due_index, NEEDS_PLAN},
     {"cancel_semantics", v_cancel_semantics},
     {"race_due_vs_cancel", v_race_due_vs_cancel},
     {"retry_backoff_then_done", v_retry_backoff_then_done},
@@ -63,8 +72,10 @@ static const vcase cases[] = {
     {"sigstop_late_commit_rejected", v_sigstop_late_commit_rejected},
     {"ext_key_per_task_dedup", v_ext_key_per_task_dedup},
     {"cancel_after_external_call", v_cancel_after_external_call},
-    {"negative_naive_select_then_update", v_negative_naive_select_then_update},
-    {"negative_unfenced_late_commit", v_negative_unfenced_late_commit},
+    {"negative_naive_select_then_update", v_negative_naive_select_then_update,
+     NEEDS_SQL},
+    {"negative_unfenced_late_commit", v_negative_unfenced_late_commit,
+     NEEDS_SQL},
     {"negative_ext_key_per_attempt", v_negative_ext_key_per_attempt},
     {"cron_once_per_slot_multi_instance", v_cron_once_per_slot_multi_instance},
     {"cron_misfire_policies", v_cron_misfire_policies},
@@ -129,55 +140,6 @@ void v_case(vctx *v, const char *name, bool pass, const char *fmt, ...)
 		v->failed++;
 }
 
-#ifdef DUE_WITH_PG
-static void quiet_notice(void *arg, const char *msg)
-{
-	(void)arg;
-	(void)msg; /* "drop cascades to ..." is expected for scratch schemas */
-}
-
-static int pg_exec(const char *url, const char *sql)
-{
-	PGconn *c = PQconnectdb(url);
-	int ok = PQstatus(c) == CONNECTION_OK;
-	if (ok) {
-		PQsetNoticeProcessor(c, quiet_notice, NULL);
-		PGresult *r = PQexec(c, sql);
-		ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-		if (!ok)
-			fprintf(stderr, "due verify: %s", PQerrorMessage(c));
-		PQclear(r);
-	} else {
-		fprintf(stderr, "due verify: %s", PQerrorMessage(c));
-	}
-	PQfinish(c);
-	return ok ? 0 : -1;
-}
-#endif
-
-/* Pick the scratch store URL for this case. */
-static int scratch_url(vctx *v)
-{
-	if (v->sqlite) {
-		snprintf(v->url, sizeof(v->url), "sqlite:%.1200s/due.db",
-			 v->dir);
-		return 0;
-	}
-#ifdef DUE_WITH_PG
-	char sql[128];
-	snprintf(v->schema, sizeof(v->schema), "due_verify_%d_%d",
-		 (int)getpid(), v->seq);
-	snprintf(sql, sizeof(sql), "CREATE SCHEMA %s", v->schema);
-	if (pg_exec(v->base_url, sql) < 0)
-		return -1;
-	snprintf(v->url, sizeof(v->url), "%s%soptions=-csearch_path%%3D%s",
-		 v->base_url, strchr(v->base_url, '?') ? "&" : "?", v->schema);
-	return 0;
-#else
-	return -1;
-#endif
-}
-
 int v_fresh(vctx *v, const char *name)
 {
 	due_open_opts o = DUE_OPEN_OPTS_INIT;
@@ -185,7 +147,7 @@ int v_fresh(vctx *v, const char *name)
 	v->seq++;
 	snprintf(v->dir, sizeof(v->dir), "%.1024s/%02d-%.64s", v->root,
 		 v->seq % 100, name);
-	if (mkdir(v->dir, 0700) != 0 || scratch_url(v) < 0) {
+	if (mkdir(v->dir, 0700) != 0 || v_scratch_url(v) < 0) {
 		fprintf(stderr,
 			"due verify: cannot make a scratch store in %s\n",
 			v->dir);
@@ -206,13 +168,7 @@ void v_done(vctx *v)
 {
 	due_close(v->db);
 	v->db = NULL;
-#ifdef DUE_WITH_PG
-	if (v->schema[0] && !v->keep) {
-		char sql[128];
-		snprintf(sql, sizeof(sql), "DROP SCHEMA %s CASCADE", v->schema);
-		pg_exec(v->base_url, sql);
-	}
-#endif
+	v_scratch_drop(v);
 	v->schema[0] = '\0';
 }
 
@@ -350,7 +306,8 @@ int v_setup(vctx *v, const char *base_url)
 	if (rc == DUE_EINVAL)
 		return rc; /* a malformed URL; a missing schema is fine here */
 	v->base_url = base_url;
-	v->sqlite = strncmp(base_url, "sqlite:", 7) == 0;
+	v->backend = v_backend_of(base_url);
+	v->sqlite = v->backend == V_SQLITE;
 	ssize_t n = readlink("/proc/self/exe", v->self, sizeof(v->self) - 1);
 	if (n <= 0) {
 		fprintf(stderr, "due: cannot find the due binary\n");
@@ -383,11 +340,47 @@ void v_teardown(vctx *v)
 		fprintf(stderr, "due: could not remove %s\n", v->root);
 }
 
+/*
+** Why case c cannot run on this store, or NULL when it can.  Only the
+** cases that speak SQL themselves are skipped; every case that goes
+** through due's API runs on every store.
+*/
+static const char *skip_reason(const vctx *v, const vcase *c)
+{
+	if (v->backend == V_SQLITE || v->backend == V_PG || !c->needs)
+		return NULL;
+	if (v->backend == V_REDIS)
+		return c->needs & NEEDS_SQL
+			   ? "redis_has_no_sql (the control writes its own "
+			     "naive tables with SQL)"
+			   : "redis_has_no_query_plan (claims pop a sorted "
+			     "set scored by due time; no index to check)";
+	if (v->backend == V_MYSQL && (c->needs & NEEDS_SQL) &&
+	    v_negative_mysql_ready())
+		return NULL;
+	if (v->backend == V_MYSQL && (c->needs & NEEDS_PLAN) &&
+	    v_plan_mysql_ready())
+		return NULL;
+	return c->needs & NEEDS_SQL
+		   ? "no_raw_sql_session (this build's raw SQL does not "
+		     "speak this store)"
+		   : "no_query_plan_check (this build reads SQLite and "
+		     "PostgreSQL plans only)";
+}
+
 static int run_cases(vctx *v, const char *only)
 {
+	int skipped = 0;
+
 	for (size_t i = 0; i < N_CASES; i++) {
+		const char *why;
 		if (only && !selected(only, cases[i].name))
 			continue;
+		if ((why = skip_reason(v, &cases[i]))) {
+			printf("CASE %s SKIP reason=%s\n", cases[i].name, why);
+			skipped++;
+			continue;
+		}
 		if (v_fresh(v, cases[i].name) < 0) {
 			v_case(v, cases[i].name, false, "error=scratch_store");
 			continue;
@@ -395,6 +388,10 @@ static int run_cases(vctx *v, const char *only)
 		cases[i].run(v);
 		v_done(v);
 	}
+	if (skipped)
+		printf("%d skipped (they need what this store does not "
+		       "have)\n",
+		       skipped);
 	printf("%d passed, %d failed\n", v->passed, v->failed);
 	return v->failed ? EXIT_DOWN : 0;
 }

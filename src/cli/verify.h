@@ -12,13 +12,17 @@
 
 #include "due.h"
 
+/* The kind of store --db names (verify_store.c). */
+typedef enum v_backend { V_OTHER, V_SQLITE, V_PG, V_REDIS, V_MYSQL } v_backend;
+
 typedef struct vctx {
 	const char *base_url; /* the store named by --db */
 	char url[2400];	      /* this case's scratch store */
 	char dir[1200];	      /* this case's scratch files */
 	char root[1024];      /* parent of every case dir */
 	char self[PATH_MAX];  /* the due binary */
-	char schema[64];      /* postgres scratch schema, or "" */
+	char schema[64];      /* scratch schema / prefix / database, or "" */
+	v_backend backend;
 	bool sqlite;
 	bool keep;
 	int verbose;
@@ -26,6 +30,18 @@ typedef struct vctx {
 	due_db *db; /* handle on the scratch store */
 } vctx;
 
+/* The backend a store URL names (by its scheme). */
+v_backend v_backend_of(const char *url);
+/* Make the case's scratch store (not yet initialized) and set v->url;
+   0 or -1 after a message on stderr. */
+int v_scratch_url(vctx *v);
+#ifdef DUE_WITH_MYSQL
+/* A connection to the server of a mysql:// URL, on its database when
+   with_db (else none); NULL after a message on stderr.  Caller closes. */
+struct st_mysql *v_mysql_connect(const char *url, bool with_db);
+#endif
+/* Drop the case's scratch store (unless keep); problems go to stderr. */
+void v_scratch_drop(vctx *v);
 /* Prepare scratch space for base_url: 0, DUE_EINVAL (bad URL) or < 0. */
 int v_setup(vctx *v, const char *base_url);
 /* Remove the scratch root (unless keep). */
@@ -70,6 +86,10 @@ void v_sigstop_late_commit_rejected(vctx *v);
 void v_ext_key_per_task_dedup(vctx *v);
 void v_cancel_after_external_call(vctx *v);
 void v_negative_naive_select_then_update(vctx *v);
+/* Whether the raw-SQL cases above speak MySQL in this build. */
+bool v_negative_mysql_ready(void);
+/* Whether boundary_partial_due_index reads MySQL plans in this build. */
+bool v_plan_mysql_ready(void);
 void v_negative_unfenced_late_commit(vctx *v);
 void v_negative_ext_key_per_attempt(vctx *v);
 void v_boundary_partial_due_index(vctx *v);

@@ -1,0 +1,1746 @@
+/*
+** redis.c - the Redis store: the contract of store.h on one Redis server
+** (or one Redis Cluster shard), over hiredis' synchronous API.
+**
+** Model.  Every transition is ONE operation of one Lua script
+** (redis_lua.c), run with EVALSHA: a script runs atomically on the
+** server, so each predicate of store.h (state, attempt, lease_until <
+** now, the kinds' limits) is checked in the same step that writes, and
+** nothing interleaves.  The script is loaded at connect and again when
+** the server answers NOSCRIPT (a SCRIPT FLUSH, a restart).  Scripts read
+** the clock with TIME; the client never sends a time it read itself
+** (CONTRACT §3.1), so due times and leases are judged by the server's
+** clock alone.  No HOST_CLOCK: a worker asks the store for now (TIME).
+**
+** Keys.  Every key of one store is "{due:NAME}:..." (NAME from
+** ?prefix=, default "default"): one hash tag, so one slot, so every
+** script touches one shard and the store runs unchanged on a Redis
+** Cluster node.  The layout (task hashes, the due indexes, the lease set,
+** per-state indexes, the unique-key hash) is in docs/internals/redis.md
+** and at the top of redis_lua.c's operations.
+**
+** URL.  redis://[[user]:password@]host[:port][/DB][?prefix=NAME
+** &durability=unsafe].  rediss:// is refused: Debian's hiredis 0.14 has
+** no TLS.
+**
+** Durability.  At open the store reads CONFIG GET appendonly and
+** maxmemory-policy (when the server allows CONFIG; when it refuses, it
+** says nothing): a server without an append-only file loses acknowledged
+** tasks in a crash, and one that may evict keys can drop a lease or a
+** unique key and strand a task, so both are refused with DUE_ESTORE
+** naming the setting, unless the URL says ?durability=unsafe (throw-away
+** use).  appendfsync everysec and no are accepted with a warning
+** (due_db_warning, printed by due init and due work): they keep working
+** but can lose the last acknowledged writes in a crash.
+**
+** Errors.  A refused or lost connection is DUE_ESTORE naming the store;
+** the connection is dropped and the next call connects again (the
+** worker retries with backoff).  There is no transaction a caller can
+** join: no TX_SUBMIT, and a completion hook (due_complete_tx) answers
+** DUE_EUNSUPPORTED before anything is written.
+**
+** Wake-ups.  Submits (and retries, requeues, reclaims, kind changes)
+** PUBLISH on "{due:NAME}:wake" inside their script; listen() SUBSCRIBEs
+** on a second connection and hands out its socket.
+*/
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "core/internal.h"
+#include "store/row.h"
+#include "store/store.h"
+
+extern const char due__redis_lua[];
+
+/* What the URL says (parse_url). */
+typedef struct rd_cfg {
+	char *host, *user, *password, *name;
+	int port, db;
+	bool unsafe; /* ?durability=unsafe */
+	char label[256];
+} rd_cfg;
+
+struct due_store {
+	redisContext *c;
+	redisContext *sub; /* listen(): SUBSCRIBEd */
+	rd_cfg cfg;
+	char meta[160]; /* "{due:NAME}:meta", the script's KEYS[1] */
+	char chan[160]; /* "{due:NAME}:wake" */
+	char sha[48];	/* of the script, as loaded */
+	char *script;	/* prelude + due__redis_lua */
+};
+
+/* ------------------------------------------------------------------ */
+/* URL                                                                 */
+/* ------------------------------------------------------------------ */
+
+static void cfg_free(rd_cfg *c)
+{
+	free(c->host);
+	free(c->user);
+	free(c->password);
+	free(c->name);
+}
+
+static void rd_free_cfg(void *cfg)
+{
+	if (cfg) {
+		cfg_free(cfg);
+		free(cfg);
+	}
+}
+
+static int bad_url(const due_url *u, const char *why)
+{
+	return due__error_set(DUE_EINVAL, "malformed store URL '%s': %s",
+			      u->text, why);
+}
+
+static bool name_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 64)
+		return false;
+	for (; *s; s++)
+		if (!(*s >= 'a' && *s <= 'z') && !(*s >= 'A' && *s <= 'Z') &&
+		    !(*s >= '0' && *s <= '9') && !strchr("_-.", *s))
+			return false;
+	return true;
+}
+
+/* The query: prefix=NAME, durability=unsafe|safe. */
+static int parse_query(rd_cfg *c, const due_url *u, char *q)
+{
+	for (char *opt = strtok(q, "&"); opt; opt = strtok(NULL, "&")) {
+		if (strncmp(opt, "prefix=", 7) == 0) {
+			if (!name_ok(opt + 7))
+				return bad_url(u, "prefix must be 1 to 64 "
+						  "letters, digits, _ - .");
+			free(c->name);
+			if (!(c->name =
+				  due__strdup_n(opt + 7, strlen(opt + 7))))
+				return due__error_set(DUE_ENOMEM,
+						      "out of memory");
+		} else if (strcmp(opt, "durability=unsafe") == 0) {
+			c->unsafe = true;
+		} else if (strcmp(opt, "durability=safe") == 0) {
+			c->unsafe = false;
+		} else {
+			return due__error_set(
+			    DUE_EINVAL,
+			    "malformed store URL '%s': unknown option '%s' "
+			    "(expected prefix=NAME or durability=unsafe)",
+			    u->text, opt);
+		}
+	}
+	return 0;
+}
+
+/* [[user]:password@]host[:port] into c (hostport is modified). */
+static int parse_authority(rd_cfg *c, const due_url *u, char *hp)
+{
+	char *at = strrchr(hp, '@'), *colon, *end;
+	long port = 6379;
+
+	if (at) {
+		*at = '\0';
+		colon = strchr(hp, ':');
+		if (!colon)
+			return bad_url(u, "credentials must be "
+					  "[user]:password@");
+		*colon = '\0';
+		if ((*hp && !(c->user = due__strdup_n(hp, strlen(hp)))) ||
+		    !(c->password =
+			  due__strdup_n(colon + 1, strlen(colon + 1))))
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		hp = at + 1;
+	}
+	if ((colon = strrchr(hp, ':')) != NULL) {
+		*colon = '\0';
+		errno = 0;
+		port = strtol(colon + 1, &end, 10);
+		if (errno || *end || end == colon + 1 || port < 1 ||
+		    port > 65535)
+			return bad_url(u, "port must be 1..65535");
+	}
+	if (!*hp)
+		return bad_url(u, "no host");
+	c->port = (int)port;
+	if (!(c->host = due__strdup_n(hp, strlen(hp))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	return 0;
+}
+
+static int parse_rest(rd_cfg *c, const due_url *u, char *rest)
+{
+	char *q = strchr(rest, '?'), *slash, *end;
+	int rc;
+
+	if (q)
+		*q++ = '\0';
+	if ((slash = strchr(rest, '/')) != NULL) {
+		*slash = '\0';
+		if (slash[1]) {
+			errno = 0;
+			long db = strtol(slash + 1, &end, 10);
+			if (errno || *end || db < 0 || db > 65535)
+				return bad_url(u,
+					       "the database must be a "
+					       "number (redis://host:port/0)");
+			c->db = (int)db;
+		}
+	}
+	if ((rc = parse_authority(c, u, rest)) < 0 ||
+	    (q && (rc = parse_query(c, u, q)) < 0))
+		return rc;
+	if (!c->name && !(c->name = due__strdup_n("default", 7)))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	snprintf(c->label, sizeof(c->label), "redis://%s:%d/%d?prefix=%s",
+		 c->host, c->port, c->db, c->name);
+	return 0;
+}
+
+static int rd_parse_url(void **cfg, const due_url *u)
+{
+	rd_cfg *c;
+	char *rest;
+	int rc;
+
+	*cfg = NULL;
+	if (strcmp(u->scheme, "rediss") == 0)
+		return due__error_set(
+		    DUE_EINVAL,
+		    "store URL '%s': rediss:// (TLS) is not supported: this "
+		    "build's hiredis has no TLS; use redis:// over a trusted "
+		    "network or a TLS tunnel",
+		    u->text);
+	if (strncmp(u->rest, "//", 2) != 0)
+		return bad_url(u, "use redis://[:password@]host:port/DB"
+				  "[?prefix=NAME]");
+	if (!(c = calloc(1, sizeof(*c))) ||
+	    !(rest = due__strdup_n(u->rest + 2, strlen(u->rest + 2)))) {
+		free(c);
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	}
+	rc = parse_rest(c, u, rest);
+	free(rest);
+	if (rc < 0) {
+		rd_free_cfg(c);
+		return rc;
+	}
+	*cfg = c;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Connection, errors, the script                                      */
+/* ------------------------------------------------------------------ */
+
+/* DUE_ESTORE naming the store; drops a broken connection. */
+static int rd_error(due_store *s, const char *what, const char *detail)
+{
+	int rc = due__error_set(DUE_ESTORE, "redis store %s: %s: %s",
+				s->cfg.label, what, detail);
+	if (s->c && s->c->err) {
+		redisFree(s->c);
+		s->c = NULL;
+	}
+	return rc;
+}
+
+/* A reply (or its absence) checked: 0, or DUE_ESTORE; frees an error. */
+static int rd_check(due_store *s, redisReply *r, const char *what)
+{
+	char msg[512];
+
+	if (!r)
+		return rd_error(s, what,
+				s->c && s->c->errstr[0] ? s->c->errstr
+							: "connection lost");
+	if (r->type != REDIS_REPLY_ERROR)
+		return 0;
+	snprintf(msg, sizeof(msg), "%s", r->str);
+	freeReplyObject(r);
+	return rd_error(s, what, msg);
+}
+
+static redisReply *rd_cmd(due_store *s, const char *fmt, ...)
+{
+	va_list ap;
+	void *r;
+
+	va_start(ap, fmt);
+	r = redisvCommand(s->c, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+static int load_script(due_store *s)
+{
+	redisReply *r = rd_cmd(s, "SCRIPT LOAD %s", s->script);
+	int rc = rd_check(s, r, "load script");
+
+	if (rc < 0)
+		return rc;
+	if (r->type != REDIS_REPLY_STRING || r->len >= (int)sizeof(s->sha)) {
+		freeReplyObject(r);
+		return rd_error(s, "load script", "unexpected reply");
+	}
+	memcpy(s->sha, r->str, (size_t)r->len + 1);
+	freeReplyObject(r);
+	return 0;
+}
+
+/* The value of CONFIG GET name into buf ("" when CONFIG is refused). */
+static int config_get(due_store *s, const char *name, char *buf, size_t n)
+{
+	redisReply *r = rd_cmd(s, "CONFIG GET %s", name);
+
+	buf[0] = '\0';
+	if (!r)
+		return rd_check(s, r, "read configuration");
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+	    r->element[1]->type == REDIS_REPLY_STRING)
+		snprintf(buf, n, "%s", r->element[1]->str);
+	freeReplyObject(r);
+	return 0;
+}
+
+/*
+** Leave a warning (due_db_warning) when the AOF is not fsynced before the
+** reply: everysec loses up to the last second of acknowledged writes in a
+** power loss or kernel crash, no leaves the flush to the kernel (about 30
+** seconds).  Called only with appendonly yes; 0 or the CONFIG error.
+*/
+static int warn_fsync(due_store *s)
+{
+	char v[64];
+	int rc;
+
+	if ((rc = config_get(s, "appendfsync", v, sizeof(v))) < 0)
+		return rc;
+	if (strcmp(v, "everysec") == 0)
+		due__open_warning_set(
+		    "redis store %s: appendfsync everysec: the last second of "
+		    "acknowledged writes can be lost in a crash; set "
+		    "appendfsync always",
+		    s->cfg.label);
+	else if (strcmp(v, "no") == 0)
+		due__open_warning_set(
+		    "redis store %s: appendfsync no: the kernel decides when "
+		    "the AOF reaches the disk, so the last seconds (about 30) "
+		    "of acknowledged writes can be lost in a crash; set "
+		    "appendfsync always",
+		    s->cfg.label);
+	return 0;
+}
+
+/*
+** Refuse a server that can lose acknowledged tasks (no AOF) or strand
+** them (eviction), unless ?durability=unsafe; warn about an AOF that is
+** not fsynced before the reply (warn_fsync).  A server that refuses
+** CONFIG (a managed service, a renamed command) is taken as it is.
+*/
+static int check_durability(due_store *s)
+{
+	char v[64], aof[8];
+	int rc;
+
+	if (s->cfg.unsafe)
+		return 0;
+	if ((rc = config_get(s, "appendonly", aof, sizeof(aof))) < 0)
+		return rc;
+	if (strcmp(aof, "no") == 0)
+		return due__error_set(
+		    DUE_ESTORE,
+		    "redis store %s: the server runs with appendonly no, so "
+		    "a crash loses acknowledged tasks: set appendonly yes "
+		    "(or add ?durability=unsafe to the URL for throw-away "
+		    "use)",
+		    s->cfg.label);
+	if ((rc = config_get(s, "maxmemory-policy", v, sizeof(v))) < 0)
+		return rc;
+	if (v[0] && strcmp(v, "noeviction") != 0)
+		return due__error_set(
+		    DUE_ESTORE,
+		    "redis store %s: the server runs with maxmemory-policy "
+		    "%s, which can evict a lease or a unique key and strand "
+		    "tasks: set maxmemory-policy noeviction (or add "
+		    "?durability=unsafe to the URL for throw-away use)",
+		    s->cfg.label, v);
+	return strcmp(aof, "yes") == 0 ? warn_fsync(s) : 0;
+}
+
+/* A new connection: AUTH, SELECT, the script.  *out NULL on failure. */
+static int dial(due_store *s, redisContext **out)
+{
+	struct timeval tv = {10, 0};
+	redisContext *c = redisConnectWithTimeout(s->cfg.host, s->cfg.port, tv);
+	redisReply *r = NULL;
+	char msg[512];
+
+	*out = NULL;
+	if (!c || c->err) {
+		snprintf(msg, sizeof(msg), "%s",
+			 c ? c->errstr : "cannot allocate a connection");
+		redisFree(c);
+		return due__error_set(DUE_ESTORE, "redis store %s: connect: %s",
+				      s->cfg.label, msg);
+	}
+	tv.tv_sec = 60;
+	redisSetTimeout(c, tv);
+	if (s->cfg.password)
+		r = s->cfg.user ? redisCommand(c, "AUTH %s %s", s->cfg.user,
+					       s->cfg.password)
+				: redisCommand(c, "AUTH %s", s->cfg.password);
+	if ((!s->cfg.password || (r && r->type != REDIS_REPLY_ERROR)) &&
+	    s->cfg.db) {
+		freeReplyObject(r);
+		r = redisCommand(c, "SELECT %d", s->cfg.db);
+	}
+	if ((s->cfg.password || s->cfg.db) &&
+	    (!r || r->type == REDIS_REPLY_ERROR)) {
+		snprintf(msg, sizeof(msg), "%s",
+			 r ? r->str : (c->errstr[0] ? c->errstr : "no reply"));
+		freeReplyObject(r);
+		redisFree(c);
+		return due__error_set(DUE_ESTORE, "redis store %s: %s",
+				      s->cfg.label, msg);
+	}
+	freeReplyObject(r);
+	*out = c;
+	return 0;
+}
+
+/* Connect when not connected (the first call, or after a lost one). */
+static int rd_ok(due_store *s)
+{
+	int rc;
+
+	if (s->c)
+		return 0;
+	if ((rc = dial(s, &s->c)) < 0)
+		return rc;
+	return load_script(s);
+}
+
+/* The arguments of one operation, binary-safe. */
+typedef struct rarg {
+	const char *p; /* NULL: num */
+	size_t n;
+	char *own; /* an owned copy ("=" + text of an optional value) */
+	char num[24];
+} rarg;
+
+typedef struct rargs {
+	rarg *a;
+	size_t n, cap;
+	bool oom;
+} rargs;
+
+static rarg *arg_new(rargs *v)
+{
+	if (v->n == v->cap) {
+		size_t cap = v->cap ? v->cap * 2 : 32;
+		rarg *a = realloc(v->a, cap * sizeof(*a));
+		if (!a) {
+			v->oom = true;
+			return NULL;
+		}
+		v->a = a, v->cap = cap;
+	}
+	memset(&v->a[v->n], 0, sizeof(rarg));
+	return &v->a[v->n++];
+}
+
+static void arg_s(rargs *v, const void *p, size_t n)
+{
+	rarg *a = arg_new(v);
+	if (a)
+		a->p = p ? p : "", a->n = p ? n : 0;
+}
+
+static void arg_z(rargs *v, const char *s) { arg_s(v, s, strlen(s)); }
+
+static void arg_i(rargs *v, int64_t x)
+{
+	rarg *a = arg_new(v);
+	if (a)
+		a->n = (size_t)snprintf(a->num, sizeof(a->num), "%lld",
+					(long long)x);
+}
+
+/* An optional text: "" for none, "=" + text when given. */
+static void arg_opt(rargs *v, const char *s)
+{
+	rarg *a = arg_new(v);
+	size_t n;
+
+	if (!a || !s)
+		return;
+	n = strlen(s);
+	if (!(a->own = malloc(n + 2))) {
+		v->oom = true;
+		return;
+	}
+	a->own[0] = '=';
+	memcpy(a->own + 1, s, n + 1);
+	a->p = a->own, a->n = n + 1;
+}
+
+static void args_free(rargs *v)
+{
+	for (size_t i = 0; i < v->n; i++)
+		free(v->a[i].own);
+	free(v->a);
+}
+
+/* EVALSHA sha 1 meta op args...; on NOSCRIPT load again and retry. */
+static int eval_once(due_store *s, const char *op, rargs *v, redisReply **out)
+{
+	size_t n = v->n + 5;
+	const char **argv = malloc(n * sizeof(*argv));
+	size_t *len = malloc(n * sizeof(*len));
+
+	*out = NULL;
+	if (!argv || !len) {
+		free(argv);
+		free(len);
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	}
+	argv[0] = "EVALSHA", argv[1] = s->sha, argv[2] = "1";
+	argv[3] = s->meta, argv[4] = op;
+	for (size_t i = 0; i < 5; i++)
+		len[i] = strlen(argv[i]);
+	for (size_t i = 0; i < v->n; i++) {
+		argv[i + 5] = v->a[i].p ? v->a[i].p : v->a[i].num;
+		len[i + 5] = v->a[i].n;
+	}
+	*out = redisCommandArgv(s->c, (int)n, argv, len);
+	free(argv);
+	free(len);
+	return 0;
+}
+
+/*
+** Run operation op with args v: 0 and the reply in *out (the caller
+** frees it), or DUE_ESTORE (a lost connection, a server error).  v is
+** freed either way.
+*/
+static int rd_eval(due_store *s, const char *op, rargs *v, redisReply **out,
+		   const char *what)
+{
+	int rc;
+
+	*out = NULL;
+	if (v->oom) {
+		args_free(v);
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	}
+	if ((rc = rd_ok(s)) < 0 || (rc = eval_once(s, op, v, out)) < 0)
+		goto done;
+	if (*out && (*out)->type == REDIS_REPLY_ERROR &&
+	    strncmp((*out)->str, "NOSCRIPT", 8) == 0) {
+		freeReplyObject(*out);
+		*out = NULL;
+		if ((rc = load_script(s)) < 0 ||
+		    (rc = eval_once(s, op, v, out)) < 0)
+			goto done;
+	}
+	if ((rc = rd_check(s, *out, what)) < 0)
+		*out = NULL;
+done:
+	args_free(v);
+	return rc;
+}
+
+/* An integer from a reply element (integer or numeric string). */
+static int64_t rint_of(const redisReply *r)
+{
+	if (!r)
+		return 0;
+	if (r->type == REDIS_REPLY_INTEGER)
+		return r->integer;
+	if (r->type == REDIS_REPLY_STRING)
+		return strtoll(r->str, NULL, 10);
+	return 0;
+}
+
+static bool is_array(const redisReply *r, size_t min)
+{
+	return r && r->type == REDIS_REPLY_ARRAY && r->elements >= min;
+}
+
+static int bad_reply(due_store *s, redisReply *r, const char *what)
+{
+	freeReplyObject(r);
+	return due__error_set(DUE_ESTORE,
+			      "redis store %s: %s: unexpected "
+			      "reply",
+			      s->cfg.label, what);
+}
+
+/* ------------------------------------------------------------------ */
+/* A row.h cursor over reply rows                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct rcur {
+	redisReply **rows;
+	size_t n, i;
+	redisReply *row;
+	char num[24];
+} rcur;
+
+static int cur_next(void *p)
+{
+	rcur *c = p;
+	if (c->i >= c->n)
+		return 0;
+	c->row = c->rows[c->i++];
+	return 1;
+}
+
+static redisReply *cell(rcur *c, int col)
+{
+	if (!c->row || c->row->type != REDIS_REPLY_ARRAY ||
+	    (size_t)col >= c->row->elements)
+		return NULL;
+	return c->row->element[col];
+}
+
+static bool cur_is_null(void *p, int col)
+{
+	redisReply *r = cell(p, col);
+	return !r || r->type == REDIS_REPLY_NIL;
+}
+
+static int64_t cur_i64(void *p, int col) { return rint_of(cell(p, col)); }
+
+static due_time cur_time(void *p, int col) { return rint_of(cell(p, col)); }
+
+static const void *cur_bytes(void *p, int col, size_t *len)
+{
+	rcur *c = p;
+	redisReply *r = cell(c, col);
+
+	*len = 0;
+	if (!r || r->type == REDIS_REPLY_NIL)
+		return NULL;
+	if (r->type == REDIS_REPLY_INTEGER) {
+		*len = (size_t)snprintf(c->num, sizeof(c->num), "%lld",
+					r->integer);
+		return c->num;
+	}
+	*len = (size_t)r->len;
+	return r->str;
+}
+
+static const due_row_ops cur_ops = {cur_next, cur_is_null, cur_i64, cur_time,
+				    cur_bytes};
+
+/* A cursor over the elements of array reply a (or nothing). */
+static due_rows rows_of(rcur *c, redisReply *a)
+{
+	memset(c, 0, sizeof(*c));
+	if (is_array(a, 0))
+		c->rows = a->element, c->n = a->elements;
+	return (due_rows){&cur_ops, c};
+}
+
+/* ------------------------------------------------------------------ */
+/* Open, schema, clock                                                 */
+/* ------------------------------------------------------------------ */
+
+#define LQ_(e, name) "'" #name "',"
+#define LQ_LAST_(e, name) "'" #name "'"
+
+/* The prelude: the column lists of row.h and the histogram bounds. */
+static char *build_script(void)
+{
+	static const char cols[] = "local TC = {" DUE_TASK_COLUMNS(
+	    LQ_, LQ_LAST_) "}\n"
+			   "local SC = {" DUE_SCHED_COLUMNS(
+			       LQ_, LQ_LAST_) "}\n"
+					      "local KC = {" DUE_KIND_COLUMNS(
+						  LQ_, LQ_LAST_) "}\n";
+	size_t n = sizeof(cols) + 32 * DUE_HIST_N + strlen(due__redis_lua) + 16;
+	char *p = malloc(n);
+	size_t off;
+
+	if (!p)
+		return NULL;
+	off = (size_t)snprintf(p, n, "%slocal HB = {", cols);
+	for (int i = 0; i < DUE_HIST_N; i++)
+		off += (size_t)snprintf(p + off, n - off, "%s%g", i ? "," : "",
+					due_hist_bounds_ms[i]);
+	snprintf(p + off, n - off, "}\n%s", due__redis_lua);
+	return p;
+}
+
+static int copy_cfg(rd_cfg *dst, const rd_cfg *src)
+{
+	*dst = *src;
+	dst->host = due__strdup_n(src->host, strlen(src->host));
+	dst->name = due__strdup_n(src->name, strlen(src->name));
+	dst->user =
+	    src->user ? due__strdup_n(src->user, strlen(src->user)) : NULL;
+	dst->password =
+	    src->password ? due__strdup_n(src->password, strlen(src->password))
+			  : NULL;
+	if (!dst->host || !dst->name || (src->user && !dst->user) ||
+	    (src->password && !dst->password))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	return 0;
+}
+
+/*
+** Connect, check the server's durability settings, load the script.
+** `create` means nothing more here: init_schema writes the meta hash.
+*/
+static int rd_open(due_store **out, const void *cfg, bool create)
+{
+	due_store *s = calloc(1, sizeof(*s));
+	int rc;
+
+	(void)create;
+	*out = s;
+	if (!s)
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	if ((rc = copy_cfg(&s->cfg, cfg)) < 0)
+		return rc;
+	snprintf(s->meta, sizeof(s->meta), "{due:%s}:meta", s->cfg.name);
+	snprintf(s->chan, sizeof(s->chan), "{due:%s}:wake", s->cfg.name);
+	if (!(s->script = build_script()))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	if ((rc = dial(s, &s->c)) < 0 || (rc = check_durability(s)) < 0)
+		return rc;
+	return load_script(s);
+}
+
+static void rd_close(due_store *s)
+{
+	if (!s)
+		return;
+	if (s->c)
+		redisFree(s->c);
+	if (s->sub)
+		redisFree(s->sub);
+	cfg_free(&s->cfg);
+	free(s->script);
+	free(s);
+}
+
+static int schema_op(due_store *s, const char *op, int *v)
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	arg_i(&a, DUE_SCHEMA_VERSION);
+	if ((rc = rd_eval(s, op, &a, &r, "read schema version")) < 0)
+		return rc;
+	*v = (int)rint_of(r);
+	freeReplyObject(r);
+	return 0;
+}
+
+static int rd_check_schema(due_store *s)
+{
+	int v, rc = schema_op(s, "version", &v);
+	return rc < 0 ? rc : due__schema_verdict(s->cfg.label, v, "");
+}
+
+/*
+** Redis stores begin at the schema version the SQL stores reached (4);
+** init writes it into an empty prefix and leaves any other alone, and
+** the verdict refuses what is not current.
+*/
+static int rd_init_schema(due_store *s)
+{
+	int v, rc = schema_op(s, "init", &v);
+	return rc < 0 ? rc : due__schema_verdict(s->cfg.label, v, "");
+}
+
+static int rd_now(due_store *s, due_time *out)
+{
+	redisReply *r;
+	int rc;
+
+	if ((rc = rd_ok(s)) < 0)
+		return rc;
+	r = rd_cmd(s, "TIME");
+	if ((rc = rd_check(s, r, "read the clock")) < 0)
+		return rc;
+	if (!is_array(r, 2))
+		return bad_reply(s, r, "read the clock");
+	*out = rint_of(r->element[0]) * 1000000 + rint_of(r->element[1]);
+	freeReplyObject(r);
+	return 0;
+}
+
+static void *rd_native(due_store *s) { return s->c; }
+
+/* ------------------------------------------------------------------ */
+/* Producer                                                            */
+/* ------------------------------------------------------------------ */
+
+/* The 11 arguments of one submit (redis_lua.c submit_one). */
+static void arg_submit(rargs *a, const due_submit *it)
+{
+	const due_schedule_opts *o = &it->opts;
+
+	arg_z(a, it->kind);
+	arg_s(a, it->payload, it->payload_len);
+	if (o->at != DUE_TIME_NONE)
+		arg_i(a, o->at);
+	else
+		arg_z(a, "");
+	arg_i(a, o->delay_us);
+	arg_i(a, o->max_attempts);
+	arg_i(a, o->backoff_us);
+	arg_i(a, o->backoff_cap_us);
+	arg_opt(a, o->key);
+	arg_i(a, o->priority);
+	arg_opt(a, o->group);
+	arg_i(a, o->timeout_us > 0 ? o->timeout_us : 0);
+}
+
+/* Batches of at most 1000 items: one script each. */
+static int rd_schedule(due_store *s, due_submitted *out,
+		       const due_submit *items, size_t n)
+{
+	for (size_t done = 0; done < n;) {
+		size_t k = n - done < 1000 ? n - done : 1000;
+		rargs a = {0};
+		redisReply *r;
+		int rc;
+
+		arg_i(&a, (int64_t)k);
+		for (size_t i = 0; i < k; i++)
+			arg_submit(&a, &items[done + i]);
+		if ((rc = rd_eval(s, "submit", &a, &r, "submit")) < 0)
+			return rc;
+		if (!is_array(r, 2 * k))
+			return bad_reply(s, r, "submit");
+		for (size_t i = 0; i < k; i++) {
+			out[done + i].id = rint_of(r->element[2 * i]);
+			out[done + i].existed =
+			    rint_of(r->element[2 * i + 1]) != 0;
+		}
+		freeReplyObject(r);
+		done += k;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Claim, complete                                                     */
+/* ------------------------------------------------------------------ */
+
+static void arg_completions(rargs *a, const due_completion *items, size_t n)
+{
+	arg_i(a, (int64_t)n);
+	for (size_t i = 0; i < n; i++) {
+		arg_i(a, items[i].id);
+		arg_i(a, items[i].attempt);
+		arg_s(a, items[i].result, items[i].result_len);
+	}
+}
+
+/* The outcome letters of a completion batch ("DCS..."). */
+static void read_outcomes(const redisReply *r, due_completion *items, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char o =
+		    r && r->type == REDIS_REPLY_STRING && (size_t)r->len > i
+			? r->str[i]
+			: 'S';
+		items[i].outcome = o == 'D' ? DUE_COMPLETE_DONE
+				   : o == 'C'
+				       ? DUE_COMPLETE_CANCELLED_BEFORE_COMMIT
+				       : DUE_COMPLETE_REJECTED_STALE;
+	}
+}
+
+/*
+** The claim, with completions first when items is given (complete_claim):
+** one script, so the completions and the claim are one atomic step.
+** Claims are capped at 1000 per script.
+*/
+static int claim_op(due_store *s, due_completion *items, size_t n,
+		    due_task_list **out, const char *owner,
+		    const char *const *kinds, size_t n_kinds, bool exclude,
+		    int limit, int64_t lease_us, due_id only_id)
+{
+	due_task_list *l = NULL;
+	rargs a = {0};
+	redisReply *r;
+	rcur c;
+	int rc;
+
+	*out = NULL;
+	if (limit > 1000)
+		limit = 1000;
+	arg_z(&a, owner);
+	arg_i(&a, lease_us);
+	arg_i(&a, limit);
+	arg_i(&a, only_id);
+	arg_z(&a, exclude ? "1" : "0");
+	arg_i(&a, (int64_t)n_kinds);
+	for (size_t i = 0; i < n_kinds; i++)
+		arg_z(&a, kinds[i]);
+	arg_completions(&a, items, n);
+	if ((rc = rd_eval(s, "claim", &a, &r, "claim")) < 0)
+		return rc;
+	if (!is_array(r, 3))
+		return bad_reply(s, r, "claim");
+	read_outcomes(r->element[1], items, n);
+	if ((rc = due__task_list_alloc(&l, (size_t)limit)) == 0) {
+		due_rows rows = rows_of(&c, r->element[2]);
+		l->retry_in_us = rint_of(r->element[0]);
+		if ((rc = due__rows_tasks(&rows, l, (size_t)limit)) < 0) {
+			due_task_list_free(l);
+			l = NULL;
+		}
+	}
+	freeReplyObject(r);
+	*out = l;
+	return rc;
+}
+
+static int rd_claim(due_store *s, due_task_list **out, const char *owner,
+		    const char *const *kinds, size_t n_kinds, bool exclude,
+		    int limit, int64_t lease_us, due_id only_id)
+{
+	return claim_op(s, NULL, 0, out, owner, kinds, n_kinds, exclude, limit,
+			lease_us, only_id);
+}
+
+static int rd_complete_claim(due_store *s, due_completion *items, size_t n,
+			     const char *owner, const char *const *kinds,
+			     size_t n_kinds, bool exclude, int limit,
+			     int64_t lease_us, due_task_list **out)
+{
+	return claim_op(s, items, n, out, owner, kinds, n_kinds, exclude, limit,
+			lease_us, 0);
+}
+
+/*
+** A completion hook runs inside the caller's SQL transaction with the
+** result; Redis has none to offer, so a hook is refused before anything
+** is written.
+*/
+static int rd_complete(due_store *s, due_completion *items, size_t n,
+		       due_tx_hook hook, void *payload)
+{
+	redisReply *r;
+	int rc;
+
+	(void)payload;
+	if (hook)
+		return due__error_set(
+		    DUE_EUNSUPPORTED,
+		    "redis store %s: a completion hook cannot run: Redis has "
+		    "no transaction to commit the hook's rows with the result "
+		    "(complete without a hook; make the effect idempotent by "
+		    "the task id)",
+		    s->cfg.label);
+	for (size_t done = 0; done < n;) {
+		size_t k = n - done < 1000 ? n - done : 1000;
+		rargs a = {0};
+		arg_completions(&a, items + done, k);
+		/* arg_completions put k first, as "complete" reads it */
+		if ((rc = rd_eval(s, "complete", &a, &r, "complete")) < 0)
+			return rc;
+		read_outcomes(r, items + done, k);
+		freeReplyObject(r);
+		done += k;
+	}
+	return 0;
+}
+
+static int rd_extend(due_store *s, due_extend_outcome *out, due_id id,
+		     int32_t attempt, int64_t lease_us)
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	arg_i(&a, id);
+	arg_i(&a, attempt);
+	arg_i(&a, lease_us);
+	if ((rc = rd_eval(s, "extend", &a, &r, "extend")) < 0)
+		return rc;
+	switch (rint_of(r)) {
+	case 0: *out = DUE_EXTEND_OK; break;
+	case 2: *out = DUE_EXTEND_CANCEL_REQUESTED; break;
+	default: *out = DUE_EXTEND_LOST;
+	}
+	freeReplyObject(r);
+	return 0;
+}
+
+/* A state name in a reply; -1 when it is none ("NONE", "STALE"). */
+static int state_in(const redisReply *r, due_state *st)
+{
+	if (!r || r->type != REDIS_REPLY_STRING)
+		return -1;
+	return due__state_from_store(r->str, (size_t)r->len, st) < 0 ? -1 : 0;
+}
+
+static int rd_fail(due_store *s, due_fail_outcome *out, due_id id,
+		   int32_t attempt, const char *error, due_outcome as)
+{
+	rargs a = {0};
+	redisReply *r;
+	due_state st;
+	int rc;
+
+	arg_i(&a, id);
+	arg_i(&a, attempt);
+	arg_opt(&a, error);
+	arg_z(&a, as == DUE_OUT_TIMED_OUT ? "TIMED_OUT" : "FAILED");
+	if ((rc = rd_eval(s, "fail", &a, &r, "fail")) < 0)
+		return rc;
+	if (r->type == REDIS_REPLY_STRING && strcmp(r->str, "STALE") == 0)
+		*out = DUE_FAIL_REJECTED_STALE;
+	else if (state_in(r, &st) == 0)
+		*out = due__fail_outcome_of(st);
+	else
+		return bad_reply(s, r, "fail");
+	freeReplyObject(r);
+	return 0;
+}
+
+/* Batches of 1000 expired leases, each one script, until none is left. */
+static int rd_reclaim(due_store *s, due_reclaimed *out)
+{
+	bool more = true;
+
+	memset(out, 0, sizeof(*out));
+	while (more) {
+		rargs a = {0};
+		redisReply *r;
+		int rc;
+		if ((rc = rd_eval(s, "reclaim", &a, &r, "reclaim")) < 0)
+			return rc;
+		if (!is_array(r, 6))
+			return bad_reply(s, r, "reclaim");
+		out->rescheduled += rint_of(r->element[0]);
+		out->dead += rint_of(r->element[1]);
+		out->cancelled += rint_of(r->element[2]);
+		out->now = rint_of(r->element[3]);
+		out->next_expiry = rint_of(r->element[4]);
+		more = rint_of(r->element[5]) != 0;
+		freeReplyObject(r);
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Cancel, get, list                                                   */
+/* ------------------------------------------------------------------ */
+
+static int rd_cancel(due_store *s, due_cancel_outcome *out, due_id id)
+{
+	rargs a = {0};
+	redisReply *r;
+	due_state st = DUE_SCHEDULED;
+	bool found;
+	int rc;
+
+	arg_i(&a, id);
+	if ((rc = rd_eval(s, "cancel", &a, &r, "cancel")) < 0)
+		return rc;
+	found = state_in(r, &st) == 0; /* before st is read */
+	*out = due__cancel_outcome_of(found, st);
+	freeReplyObject(r);
+	return 0;
+}
+
+/* Task e = {row, {attempt rows}} into t. */
+static int task_entry(redisReply *e, due_task *t, bool attempts)
+{
+	rcur c;
+	due_rows rows;
+	int rc;
+
+	if (!is_array(e, 2))
+		return due__error_set(DUE_ESTORE, "redis store: bad task row");
+	memset(&c, 0, sizeof(c));
+	c.rows = e->element, c.n = 1;
+	rows = (due_rows){&cur_ops, &c};
+	if ((rc = cur_next(&c)) <= 0 || (rc = due__row_task(&rows, t)) < 0)
+		return rc < 0 ? rc : DUE_ERROR;
+	if (!attempts)
+		return 0;
+	rows = rows_of(&c, e->element[1]);
+	return due__rows_attempts(&rows, t, 1);
+}
+
+static int rd_get(due_store *s, due_task **out, due_id id)
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	*out = NULL;
+	arg_i(&a, id);
+	if ((rc = rd_eval(s, "get", &a, &r, "get")) < 0)
+		return rc;
+	if (!is_array(r, 2)) {
+		freeReplyObject(r);
+		return due__error_set(DUE_ENOTFOUND, "no task with id %lld",
+				      (long long)id);
+	}
+	if (!(*out = calloc(1, sizeof(**out))))
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+	else if ((rc = task_entry(r, *out, true)) < 0) {
+		due_task_free(*out);
+		*out = NULL;
+	}
+	freeReplyObject(r);
+	return rc;
+}
+
+static int rd_list(due_store *s, due_task_list **out, const due_list_opts *o)
+{
+	due_task_list *l = NULL;
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	*out = NULL;
+	arg_z(&a, o->state >= 0 ? due_state_name((due_state)o->state) : "");
+	arg_z(&a, o->kind ? o->kind : "");
+	arg_i(&a, o->after);
+	arg_i(&a, o->limit);
+	arg_z(&a, o->attempts ? "1" : "0");
+	if ((rc = rd_eval(s, "list", &a, &r, "list")) < 0)
+		return rc;
+	if (!is_array(r, 0))
+		return bad_reply(s, r, "list");
+	if ((rc = due__task_list_alloc(&l, r->elements)) == 0) {
+		for (size_t i = 0; rc == 0 && i < r->elements; i++) {
+			rc = task_entry(r->element[i], &l->items[i],
+					o->attempts);
+			l->count = i + 1;
+		}
+		if (rc < 0) {
+			due_task_list_free(l);
+			l = NULL;
+		}
+	}
+	freeReplyObject(r);
+	*out = l;
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Operator                                                            */
+/* ------------------------------------------------------------------ */
+
+/*
+** retry, requeue, kill: {"OK", final state} or {"WRONG", state found}
+** or {"CONFLICT"} (retry of a task whose key a live task holds).
+*/
+static int operator_op(due_store *s, const char *op, due_id id,
+		       const char *needed, due_state *final)
+{
+	rargs a = {0};
+	redisReply *r;
+	const char *verdict;
+	int rc;
+
+	arg_i(&a, id);
+	if ((rc = rd_eval(s, op, &a, &r, op)) < 0)
+		return rc;
+	if (!is_array(r, 1) || r->element[0]->type != REDIS_REPLY_STRING)
+		return bad_reply(s, r, op);
+	verdict = r->element[0]->str;
+	if (strcmp(verdict, "CONFLICT") == 0)
+		rc = due__store_retry_conflict(id);
+	else if (strcmp(verdict, "WRONG") == 0 && r->elements > 1)
+		rc = due__store_wrong_state(id, op,
+					    strcmp(r->element[1]->str, "NONE")
+						? r->element[1]->str
+						: NULL,
+					    needed);
+	else if (final && r->elements > 1 && state_in(r->element[1], final) < 0)
+		rc = due__error_set(DUE_ESTORE, "redis store: bad state");
+	freeReplyObject(r);
+	return rc;
+}
+
+static int rd_retry(due_store *s, due_id id)
+{
+	return operator_op(s, "retry", id, "DEAD", NULL);
+}
+
+static int rd_requeue(due_store *s, due_id id)
+{
+	due_state final;
+	return operator_op(s, "requeue", id, "CLAIMED", &final);
+}
+
+static int rd_kill(due_store *s, due_state *out, due_id id)
+{
+	return operator_op(s, "kill", id, "SCHEDULED, CLAIMED or DEAD", out);
+}
+
+/* ------------------------------------------------------------------ */
+/* Stats, prune                                                        */
+/* ------------------------------------------------------------------ */
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static int64_t pct(const int64_t *v, size_t n, int p)
+{
+	size_t i = (n * (size_t)p + 99) / 100;
+	return v[i ? i - 1 : 0];
+}
+
+/* Lateness percentiles over the claims of the window (reply array). */
+static int lateness(due_stats *out, const redisReply *late)
+{
+	size_t n = late->elements;
+	int64_t *v = n ? malloc(n * sizeof(*v)) : NULL;
+
+	if (n && !v)
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		v[i] = rint_of(late->element[i]);
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_i64);
+	out->claims_window = (int64_t)n;
+	out->lateness_p50_us = n ? pct(v, n, 50) : -1;
+	out->lateness_p99_us = n ? pct(v, n, 99) : -1;
+	out->lateness_max_us = n ? v[n - 1] : -1;
+	free(v);
+	return 0;
+}
+
+static int rd_stats(due_store *s, due_stats *out)
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	arg_i(&a, DUE_STATS_WINDOW_US);
+	if ((rc = rd_eval(s, "stats", &a, &r, "stats")) < 0)
+		return rc;
+	if (!is_array(r, 9) || !is_array(r->element[8], 0))
+		return bad_reply(s, r, "stats");
+	out->now = rint_of(r->element[0]);
+	for (int i = 0; i < 5 && i < DUE_STATE_COUNT; i++)
+		out->counts[i] = rint_of(r->element[1 + i]);
+	out->dead = out->counts[DUE_DEAD];
+	out->due_unclaimed = rint_of(r->element[6]);
+	if (r->element[7]->type == REDIS_REPLY_STRING && r->element[7]->len)
+		out->oldest_due_unclaimed_ms =
+		    (out->now - rint_of(r->element[7])) / 1000;
+	out->window_us = DUE_STATS_WINDOW_US;
+	rc = lateness(out, r->element[8]);
+	freeReplyObject(r);
+	return rc;
+}
+
+/* Bounded batches of 500 finished tasks, each one script. */
+static int rd_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
+{
+	int64_t n;
+
+	*deleted = 0;
+	do {
+		rargs a = {0};
+		redisReply *r;
+		int rc;
+		arg_i(&a, older_than_us);
+		if ((rc = rd_eval(s, "prune", &a, &r, "prune")) < 0)
+			return rc;
+		n = rint_of(r);
+		freeReplyObject(r);
+		*deleted += n;
+	} while (n > 0);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Schedules                                                           */
+/* ------------------------------------------------------------------ */
+
+static int rd_cron_get(due_store *s, due_cron_info **out, const char *name)
+{
+	rargs a = {0};
+	redisReply *r;
+	rcur c;
+	int rc;
+
+	*out = NULL;
+	arg_z(&a, name);
+	if ((rc = rd_eval(s, "cron_get", &a, &r, "read schedule")) < 0)
+		return rc;
+	due_rows rows = rows_of(&c, r);
+	rc = due__rows_sched_get(&rows, out, name);
+	freeReplyObject(r);
+	return rc;
+}
+
+static int rd_cron_list(due_store *s, due_cron_info_list **out)
+{
+	rargs a = {0};
+	redisReply *r;
+	rcur c;
+	int rc;
+
+	*out = NULL;
+	if ((rc = rd_eval(s, "cron_list", &a, &r, "list schedules")) < 0)
+		return rc;
+	due_rows rows = rows_of(&c, r);
+	rc = due__rows_sched_list(&rows, out);
+	freeReplyObject(r);
+	return rc;
+}
+
+static int rd_cron_put(due_store *s, const due_cron_def *d, due_time next_slot)
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	arg_z(&a, d->name);
+	arg_z(&a, d->expr);
+	arg_z(&a, d->kind);
+	arg_z(&a, d->tz ? d->tz : "UTC");
+	arg_s(&a, d->payload, d->payload_len);
+	arg_z(&a, due__misfire_name(d->misfire));
+	arg_z(&a, due__overlap_name(d->overlap));
+	arg_i(&a, d->max_attempts);
+	arg_i(&a, d->backoff_us);
+	arg_i(&a, d->backoff_cap_us);
+	arg_i(&a, next_slot);
+	if ((rc = rd_eval(s, "cron_put", &a, &r, "save schedule")) < 0)
+		return rc;
+	freeReplyObject(r);
+	return 0;
+}
+
+static int rd_cron_remove(due_store *s, const char *name)
+{
+	rargs a = {0};
+	redisReply *r;
+	int64_t n;
+	int rc;
+
+	arg_z(&a, name);
+	if ((rc = rd_eval(s, "cron_remove", &a, &r, "remove schedule")) < 0)
+		return rc;
+	n = rint_of(r);
+	freeReplyObject(r);
+	return n ? 0
+		 : due__error_set(DUE_ENOTFOUND, "no schedule named '%s'",
+				  name);
+}
+
+/*
+** One script: compare-and-set next_slot, insert the slot's task through
+** the same unique-key path as a submit, the bookkeeping.
+*/
+static int rd_cron_fire(due_store *s, const due_cron_fire *f, bool *won,
+			due_id *task_id)
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	*won = false;
+	*task_id = 0;
+	arg_z(&a, f->name);
+	arg_i(&a, f->expect);
+	arg_i(&a, f->next);
+	arg_i(&a, f->slot);
+	arg_i(&a, f->missed);
+	arg_i(&a, f->missed > 0 ? f->last_missed : 0);
+	arg_z(&a, f->task ? "1" : "0");
+	if (f->task)
+		arg_submit(&a, f->task);
+	if ((rc = rd_eval(s, "cron_fire", &a, &r, "fire schedule")) < 0)
+		return rc;
+	if (!is_array(r, 2))
+		return bad_reply(s, r, "fire schedule");
+	*won = rint_of(r->element[0]) != 0;
+	*task_id = rint_of(r->element[1]);
+	freeReplyObject(r);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Metrics, worker reports                                             */
+/* ------------------------------------------------------------------ */
+
+static int cmp_kind(const void *a, const void *b)
+{
+	return strcmp(((const due_kind_counts *)a)->kind,
+		      ((const due_kind_counts *)b)->kind);
+}
+
+/* The (state:kind -> count) pairs into m->kinds, sorted by kind, the
+   first 1000 kinds by name. */
+static int metric_kinds(due_metrics *m, const redisReply *kc)
+{
+	size_t cap = kc->elements / 2 + 1;
+
+	if (!(m->kinds = calloc(cap, sizeof(*m->kinds))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	for (size_t i = 0; i + 1 < kc->elements; i += 2) {
+		const char *f = kc->element[i]->str, *colon = strchr(f, ':');
+		due_state st;
+		size_t j;
+		if (!colon ||
+		    due__state_from_store(f, (size_t)(colon - f), &st) < 0)
+			continue;
+		for (j = 0; j < m->n_kinds; j++)
+			if (strcmp(m->kinds[j].kind, colon + 1) == 0)
+				break;
+		if (j == m->n_kinds) {
+			if (!(m->kinds[j].kind =
+				  due__strdup_n(colon + 1, strlen(colon + 1))))
+				return due__error_set(DUE_ENOMEM,
+						      "out of memory");
+			m->n_kinds++;
+		}
+		m->kinds[j].counts[st] = rint_of(kc->element[i + 1]);
+	}
+	if (m->n_kinds)
+		qsort(m->kinds, m->n_kinds, sizeof(*m->kinds), cmp_kind);
+	/* at most 1000 kinds, the first by name, as on the SQL stores */
+	while (m->n_kinds > 1000)
+		free((void *)m->kinds[--m->n_kinds].kind);
+	return 0;
+}
+
+/* One counter of the metrics hash into m. */
+static void metric_counter(due_metrics *m, const char *f, int64_t v)
+{
+	due_histogram *h = strncmp(f, "late", 4) == 0  ? &m->lateness
+			   : strncmp(f, "dur", 3) == 0 ? &m->duration
+						       : NULL;
+	const char *colon = strchr(f, ':');
+
+	if (h && strstr(f, "_sum")) {
+		h->sum_ms += (double)v / 1000.0;
+	} else if (h && colon) {
+		long b = strtol(colon + 1, NULL, 10);
+		if (b >= 0 && b <= DUE_HIST_N) {
+			h->buckets[b] += v;
+			h->count += v;
+		}
+	} else if (strncmp(f, "out:", 4) == 0) {
+		int i = due__outcome_parse(f + 4);
+		if (i >= 0 && i < DUE_OUT_REJECTED_STALE)
+			m->outcomes[i] = v;
+	} else if (strcmp(f, "stale") == 0) {
+		m->outcomes[DUE_OUT_REJECTED_STALE] = v;
+	}
+}
+
+static int rd_metrics(due_store *s, due_metrics *m)
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	if ((rc = rd_eval(s, "metrics", &a, &r, "metrics")) < 0)
+		return rc;
+	if (!is_array(r, 5) || !is_array(r->element[0], 0) ||
+	    !is_array(r->element[1], 0) || !is_array(r->element[2], 15) ||
+	    !is_array(r->element[3], 5))
+		return bad_reply(s, r, "metrics");
+	if ((rc = metric_kinds(m, r->element[0])) == 0) {
+		redisReply *h = r->element[1], *w = r->element[3];
+		for (size_t i = 0; i + 1 < h->elements; i += 2)
+			metric_counter(m, h->element[i]->str,
+				       rint_of(h->element[i + 1]));
+		for (int i = 0; i < 15; i++)
+			m->done_per_min[i] = rint_of(r->element[2]->element[i]);
+		m->workers = rint_of(w->element[0]);
+		m->claim_queries = rint_of(w->element[1]);
+		m->empty_claims = rint_of(w->element[2]);
+		m->reclaim_queries = rint_of(w->element[3]);
+		m->store_errors = rint_of(w->element[4]);
+		m->n_schedules = (size_t)rint_of(r->element[4]);
+	}
+	freeReplyObject(r);
+	return rc;
+}
+
+static int rd_worker_report(due_store *s, const char *owner,
+			    const due_worker_stats *w)
+{
+#define NAME_(c) #c,
+	static const char *const names[] = {DUE_WORKER_COUNTERS(NAME_, NAME_)};
+#undef NAME_
+	int64_t v[DUE_WORKER_N_COUNTERS];
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	due__worker_counters(w, v);
+	arg_z(&a, owner);
+	for (int i = 0; i < DUE_WORKER_N_COUNTERS; i++) {
+		arg_z(&a, names[i]);
+		arg_i(&a, v[i]);
+	}
+	if ((rc = rd_eval(s, "worker_report", &a, &r, "worker report")) < 0)
+		return rc;
+	freeReplyObject(r);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Discovery: upcoming tasks and wake-ups                              */
+/* ------------------------------------------------------------------ */
+
+static int rd_upcoming(due_store *s, due_upcoming *out,
+		       const char *const *kinds, size_t n_kinds, bool exclude,
+		       due_time until, int limit)
+{
+	rargs a = {0};
+	redisReply *r;
+	rcur c;
+	int rc;
+
+	arg_i(&a, until);
+	arg_i(&a, limit);
+	arg_z(&a, exclude ? "1" : "0");
+	arg_i(&a, (int64_t)n_kinds);
+	for (size_t i = 0; i < n_kinds; i++)
+		arg_z(&a, kinds[i]);
+	if ((rc = rd_eval(s, "upcoming", &a, &r, "upcoming")) < 0)
+		return rc;
+	if (!is_array(r, 4))
+		return bad_reply(s, r, "upcoming");
+	out->now = rint_of(r->element[0]);
+	out->next_expiry = rint_of(r->element[1]);
+	due_rows rows = rows_of(&c, r->element[3]);
+	rc = due__rows_upcoming(&rows, out, limit);
+	if (rint_of(r->element[2]))
+		out->truncated = true;
+	freeReplyObject(r);
+	return rc;
+}
+
+/*
+** SUBSCRIBE on a second connection; *fd is its socket, readable when a
+** wake-up arrived.  A lost subscription connects again on the next call.
+*/
+static int rd_listen(due_store *s, int *fd)
+{
+	redisReply *r = NULL;
+	int rc;
+
+	if (s->sub && s->sub->err) {
+		redisFree(s->sub);
+		s->sub = NULL;
+	}
+	if (!s->sub) {
+		if ((rc = dial(s, &s->sub)) < 0)
+			return rc;
+		r = redisCommand(s->sub, "SUBSCRIBE %s", s->chan);
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			freeReplyObject(r);
+			redisFree(s->sub);
+			s->sub = NULL;
+			return due__error_set(
+			    DUE_ESTORE, "redis store %s: subscribe failed",
+			    s->cfg.label);
+		}
+		freeReplyObject(r);
+	}
+	*fd = s->sub->fd;
+	return 0;
+}
+
+/* Count the messages that arrived, without blocking. */
+static int rd_listen_drain(due_store *s, int *count)
+{
+	struct pollfd p;
+	void *r;
+
+	*count = 0;
+	if (!s->sub)
+		return 0;
+	p.fd = s->sub->fd, p.events = POLLIN, p.revents = 0;
+	while (poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP))) {
+		if (redisBufferRead(s->sub) != REDIS_OK)
+			return 0; /* a broken connection: re-listen later */
+		p.revents = 0;
+	}
+	while (redisGetReplyFromReader(s->sub, &r) == REDIS_OK && r) {
+		(*count)++;
+		freeReplyObject(r);
+	}
+	return 0;
+}
+
+static int rd_notify(due_store *s)
+{
+	redisReply *r;
+	int rc;
+
+	if ((rc = rd_ok(s)) < 0)
+		return rc;
+	r = rd_cmd(s, "PUBLISH %s 1", s->chan);
+	if ((rc = rd_check(s, r, "notify")) == 0)
+		freeReplyObject(r);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Flow control: the kinds' settings                                   */
+/* ------------------------------------------------------------------ */
+
+static int rd_kind_put(due_store *s, const char *kind,
+		       const due_kind_settings *set)
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	arg_z(&a, kind);
+	arg_i(&a, set->paused);
+	arg_i(&a, set->rate_n);
+	arg_i(&a, set->rate_us);
+	arg_i(&a, set->max_running);
+	arg_i(&a, set->max_running_per_group);
+	arg_i(&a, set->timeout_us);
+	if ((rc = rd_eval(s, "kind_put", &a, &r, "set kind")) < 0)
+		return rc;
+	freeReplyObject(r);
+	return 0;
+}
+
+/* Rows {settings, {running, rate_used, due, group_running}} into *out. */
+static int kinds_of(due_store *s, redisReply *r, due_kind_info_list **out)
+{
+	redisReply **rows = NULL;
+	rcur c;
+	int rc;
+
+	if (!is_array(r, 0))
+		return bad_reply(s, r, "read kinds");
+	if ((rc = due__kind_info_list_alloc(out, 0)) < 0)
+		return rc;
+	if (r->elements && !(rows = calloc(r->elements, sizeof(*rows))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	for (size_t i = 0; i < r->elements; i++) {
+		if (!is_array(r->element[i], 2)) {
+			free(rows);
+			return due__error_set(DUE_ESTORE,
+					      "redis store: bad kind row");
+		}
+		rows[i] = r->element[i]->element[0];
+	}
+	memset(&c, 0, sizeof(c));
+	c.rows = rows, c.n = r->elements;
+	due_rows dr = {&cur_ops, &c};
+	rc = due__rows_kinds(&dr, *out, NULL);
+	for (size_t i = 0; rc == 0 && i < (*out)->count; i++) {
+		redisReply *live = r->element[i]->element[1];
+		if (!is_array(live, 4))
+			continue;
+		(*out)->items[i].running = rint_of(live->element[0]);
+		(*out)->items[i].rate_used = rint_of(live->element[1]);
+		(*out)->items[i].due = rint_of(live->element[2]);
+		(*out)->items[i].group_running = rint_of(live->element[3]);
+	}
+	free(rows);
+	return rc;
+}
+
+static int kind_read(due_store *s, const char *op, const char *kind,
+		     const char *group, due_kind_info_list **out)
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	*out = NULL;
+	if (kind) {
+		arg_z(&a, kind);
+		arg_opt(&a, group);
+	}
+	if ((rc = rd_eval(s, op, &a, &r, "read kinds")) < 0)
+		return rc;
+	rc = kinds_of(s, r, out);
+	if (rc != DUE_ESTORE || *out)
+		freeReplyObject(r);
+	if (rc < 0) {
+		due_kind_info_list_free(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+static int rd_kind_get(due_store *s, due_kind_info **out, const char *kind,
+		       const char *group)
+{
+	due_kind_info_list *l = NULL;
+	int rc;
+
+	*out = NULL;
+	if ((rc = kind_read(s, "kind_get", kind, group, &l)) < 0)
+		return rc;
+	if (l->count == 0)
+		rc = due__store_no_kind(kind);
+	else if (!(*out = malloc(sizeof(**out))))
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+	else {
+		**out = l->items[0];
+		l->count = 0;
+	}
+	due_kind_info_list_free(l);
+	return rc;
+}
+
+static int rd_kind_list(due_store *s, due_kind_info_list **out)
+{
+	return kind_read(s, "kind_list", NULL, NULL, out);
+}
+
+static int rd_kind_remove(due_store *s, const char *kind)
+{
+	rargs a = {0};
+	redisReply *r;
+	int64_t n;
+	int rc;
+
+	arg_z(&a, kind);
+	if ((rc = rd_eval(s, "kind_remove", &a, &r, "remove kind")) < 0)
+		return rc;
+	n = rint_of(r);
+	freeReplyObject(r);
+	return n ? 0 : due__store_no_kind(kind);
+}
+
+static const char *const schemes[] = {"redis", "rediss", NULL};
+
+/* Every method is rd_<method> (store.h lists them). */
+#define OP(m) .m = rd_##m,
+const due_store_ops due__store_redis = {.version = DUE_STORE_OPS_VERSION,
+					.name = "redis",
+					.schemes = schemes,
+					.caps = DUE_STORE_CAP_NOTIFY,
+					DUE_STORE_METHODS(OP)
+					    DUE_STORE_NOTIFY_METHODS(OP)};
+#undef OP
