@@ -679,10 +679,11 @@ def w5_section(res):
     return "\n".join(out)
 
 
-def target_rows(res):
+def target_rows(res, w5_only=False):
+    """w5_only (bench/run --only w5): the W5 targets alone."""
     rows = []
     for label, st, (w, var, c), field, op, goal in TARGETS:
-        if st not in res.stores():
+        if st not in res.stores() or w5_only:
             continue
         disc = res.default_disc if w in ("lateness", "idle") else None
         sel = res.select(st, w, var, c, disc)
@@ -701,7 +702,7 @@ def target_rows(res):
                                         fgoal(goal)),
                      fnum(m, digits), "met" if ok else "**not met**"])
     for label, st, (w, var, c), ost, (ow, ovar, oc), goal in RELATIVE_TARGETS:
-        if st not in res.stores() or ost not in res.stores():
+        if st not in res.stores() or ost not in res.stores() or w5_only:
             continue
         a = res.med(res.select(st, w, var, c), "tasks_per_s")
         b = res.med(res.select(ost, ow, ovar, oc), "tasks_per_s")
@@ -1062,6 +1063,7 @@ def render(args):
     if args.profile and os.path.exists(args.profile):
         with open(args.profile) as f:
             prof = json.load(f)
+    w5_only = not [r for r in res.rows + res.failed_rows if r.get("workload") != "w5"]
     sections = [
         ("Throughput (W1 enqueue, W2 drain) against the floor", throughput_table(res)),
         ("The floor: bare SQL, no framework", floor_table(res)),
@@ -1074,9 +1076,9 @@ def render(args):
          wheel_section()),
         ("W5 other languages: pipe handlers and the HTTP worker API (SQLite, 4 in flight)",
          w5_section(res)),
-        ("Targets", target_rows(res)),
+        ("Targets", target_rows(res, w5_only)),
     ]
-    if not [r for r in res.rows + res.failed_rows if r.get("workload") != "w5"]:
+    if w5_only:
         # bench/run --only w5: the other sections would be empty
         sections = [sec for sec in sections if sec[0].startswith(("W5", "Targets"))]
     # the terminal: just the tables
