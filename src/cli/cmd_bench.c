@@ -10,7 +10,8 @@
 **   drain     n due tasks, C no-op handler (or --exec CMD, or a pipe
 **             handler with --pipe CMD), --concurrency;
 **             tasks/s from worker start to last completion; every task
-**             must run exactly once (duplicates are reported)
+**             must run exactly once (duplicates are reported; with --exec
+**             or --pipe read from the store afterwards: DONE at attempt 1)
 **   lateness  n tasks spread over --spread, --workers workers waiting:
 **             claim - due percentiles and early claims
 **   idle      --workers workers, no tasks, --idle seconds: store queries/s
@@ -535,16 +536,72 @@ static int noop(due_job *job, void *payload)
 	return 0;
 }
 
+/* A command drain (--exec, --pipe) runs its handler in another process,
+   so nothing here counts its runs: ask the store instead.  Every task of
+   the run must be DONE at attempt 1; a task not DONE is missing, and
+   every try beyond the first is a duplicate run.  Read after the clock
+   stopped, in pages of 10000; returns 0 or -1. */
+static int store_check(vctx *v, due_id first, long n, bres *r)
+{
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	long seen = 0;
+	bool past = false;
+
+	lo.limit = 10000;
+	lo.after = first - 1;
+	r->duplicates = 0;
+	for (;;) {
+		due_task_list *l = NULL;
+		if (due_list(v->db, &l, &lo) < 0) {
+			fprintf(stderr, "due bench: check: %s\n",
+				due_error_last());
+			return -1;
+		}
+		size_t k = l->count;
+		for (size_t i = 0; i < k; i++) {
+			const due_task *t = &l->items[i];
+			if (t->id >= first + n) {
+				past = true;
+				break;
+			}
+			if (t->state == DUE_DONE)
+				seen++;
+			if (t->attempt > 1)
+				r->duplicates += t->attempt - 1;
+			lo.after = t->id;
+		}
+		due_task_list_free(l);
+		if (past || k < (size_t)lo.limit)
+			break;
+	}
+	r->missing = n - seen;
+	return 0;
+}
+
 typedef struct wthread {
 	due_worker *w;
 	pthread_t th;
+	atomic_bool ended; /* due_worker_run returned */
 } wthread;
 
 static void *wrun(void *arg)
 {
 	wthread *t = arg;
 	due_worker_run(t->w);
+	atomic_store(&t->ended, true);
 	return NULL;
+}
+
+/* A drain's workers run with `once`: each returns when it finds nothing
+   claimable.  When all have, tasks not finished yet (a failing handler's
+   retries, waiting out their backoff) will not be run by them: stop
+   waiting and let the check report them missing. */
+static bool all_ended(wthread *ws, long count)
+{
+	for (long i = 0; i < count; i++)
+		if (!atomic_load(&ws[i].ended))
+			return false;
+	return true;
 }
 
 /* Start `count` workers in threads; returns 0 or -1. */
@@ -652,7 +709,7 @@ static void w_drain(vctx *v, const bopts *o)
 			last = now;
 			last_n = n;
 		}
-		if (n >= o->n)
+		if (n >= o->n || all_ended(ws, workers))
 			break;
 		v_sleep_ms(5);
 	}
@@ -660,20 +717,23 @@ static void w_drain(vctx *v, const bopts *o)
 	for (;;) {
 		due_stats st;
 		if (due_stats_get(v->db, &st) < 0 ||
-		    st.counts[DUE_DONE] + st.counts[DUE_DEAD] >= o->n)
+		    st.counts[DUE_DONE] + st.counts[DUE_DEAD] >= o->n ||
+		    all_ended(ws, workers))
 			break;
 		v_sleep_ms(2);
 	}
 	r.seconds = (v_now_ms() - t0) / 1000.0;
 	r.claim_queries = stop_workers(ws, workers, false);
 	r.tasks_per_s = (double)o->n / r.seconds;
-	for (long i = 0; i < o->n; i++) {
+	for (long i = 0; i < o->n && !cmd; i++) {
 		int c = atomic_load(&d.counts[i]);
 		if (c > 1)
 			r.duplicates += c - 1;
-		if (c == 0 && !cmd)
+		if (c == 0)
 			r.missing++;
 	}
+	if (cmd && store_check(v, d.first, o->n, &r) < 0)
+		goto done;
 	report(o, &r);
 done:
 	due_pipe_free(pipe);
