@@ -284,6 +284,52 @@ static int64_t used_memory(void)
 }
 
 /* Memory per pending task (16-byte payload): a figure, not a check. */
+/* :lk:<kind> (the leases of one kind) exists only while the kind has
+   max_running: set on a kind whose tasks already run, the limit counts
+   them at once (built from :lease); a kind without it reports its
+   running tries from :lease, and none of its claims writes :lk. */
+static void test_running_count_index(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_kind_settings ks = DUE_KIND_SETTINGS_INIT;
+	due_kind_info *ki = NULL;
+	due_task_list *l = NULL;
+	due_complete_outcome co;
+	const char *lim[] = {"lim"};
+
+	for (int i = 0; i < 3; i++)
+		add(db, "lim", 0, 1);
+	assert_int_equal(due_claim(db, &l, "w1", lim, 1, 2, LONG_LEASE), 0);
+	assert_int_equal(l->count, 2);
+	ks.timeout_us = 5000000; /* settings, no max_running */
+	assert_int_equal(due_kind_set(db, "lim", &ks), 0);
+	assert_int_equal(due_kind_get(db, &ki, "lim"), 0);
+	assert_int_equal(ki->running, 2);
+	due_kind_info_free(ki);
+	redisReply *r = cmd("EXISTS %s", tu_rd_key("lk:lim"));
+	assert_non_null(r);
+	assert_int_equal(r->integer, 0);
+	freeReplyObject(r);
+
+	ks = (due_kind_settings)DUE_KIND_SETTINGS_INIT;
+	ks.max_running = 2;
+	assert_int_equal(due_kind_set(db, "lim", &ks), 0);
+	assert_int_equal(due_kind_get(db, &ki, "lim"), 0);
+	assert_int_equal(ki->running, 2);
+	due_kind_info_free(ki);
+	due_task_list *l2 = NULL;
+	assert_int_equal(due_claim(db, &l2, "w1", lim, 1, 2, LONG_LEASE), 0);
+	assert_int_equal(l2->count, 0); /* both slots held by the two tries */
+	due_task_list_free(l2);
+	assert_int_equal(due_complete(db, &co, l->items[0].id, 1, "ok", 2), 0);
+	assert_int_equal(due_claim(db, &l2, "w1", lim, 1, 2, LONG_LEASE), 0);
+	assert_int_equal(l2->count, 1);
+	due_task_list_free(l2);
+	due_task_list_free(l);
+	due_close(db);
+}
+
 static void test_memory_per_task(void **state)
 {
 	(void)state;
@@ -316,11 +362,11 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-	    T(test_noscript_reload),	T(test_aof_refused),
-	    T(test_fsync_warning),	T(test_one_hash_tag),
-	    T(test_rediss_refused),	T(test_hook_unsupported),
-	    T(test_refused_connection), T(test_listen_wakes),
-	    T(test_memory_per_task),
+	    T(test_noscript_reload),	 T(test_aof_refused),
+	    T(test_fsync_warning),	 T(test_one_hash_tag),
+	    T(test_rediss_refused),	 T(test_hook_unsupported),
+	    T(test_refused_connection),	 T(test_listen_wakes),
+	    T(test_running_count_index), T(test_memory_per_task),
 #undef T
 	};
 	if (tu_select_backend("redis") != 0)
