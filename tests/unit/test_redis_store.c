@@ -5,8 +5,10 @@
 ** hash tag on every key of a store, a warning at open for appendfsync
 ** everysec or no, rediss:// refused, a completion hook
 ** refused with DUE_EUNSUPPORTED and nothing changed, a refused connection
-** as DUE_ESTORE naming the store, wake-ups through SUBSCRIBE, and the
-** memory a pending task takes (printed, not asserted).  Every transition
+** as DUE_ESTORE naming the store, wake-ups through SUBSCRIBE, the
+** per-kind lease index kept only for a kind with max_running (and built
+** when the limit is set on running tries), and the memory a pending task
+** takes (printed, not asserted).  Every transition
 ** both SQL stores share is in the conformance suite (test_store.c),
 ** which runs on Redis too.
 **
