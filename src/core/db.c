@@ -558,8 +558,17 @@ int due_fail_as(due_db *db, due_fail_outcome *out, due_id id, int32_t attempt,
 				      "invalid failure outcome %d: FAILED or "
 				      "TIMED_OUT",
 				      (int)as);
-	return db->ops->fail(db->store, out, id, attempt, error ? error : "",
-			     as);
+	if (!error)
+		error = "";
+	if (!due__utf8_valid(error)) { /* a handler's stderr: any bytes */
+		char *clean = due__utf8_scrub(error);
+		if (!clean)
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		rc = db->ops->fail(db->store, out, id, attempt, clean, as);
+		free(clean);
+		return rc;
+	}
+	return db->ops->fail(db->store, out, id, attempt, error, as);
 }
 
 int due_fail(due_db *db, due_fail_outcome *out, due_id id, int32_t attempt,

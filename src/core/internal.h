@@ -36,6 +36,15 @@ int due__validate_kind(const char *kind);
 int due__validate_key(const char *key);
 int due__validate_owner(const char *owner);
 /*
+** Error texts come from handlers (a command's stderr) and may be any
+** bytes; the stores keep them as text (PostgreSQL text, MySQL utf8mb4,
+** JSON in the HTTP answers), which must be UTF-8.  due__utf8_valid says
+** whether s is; due__utf8_scrub returns a malloc'd copy with every byte
+** that is not part of a well-formed sequence replaced by U+FFFD.
+*/
+bool due__utf8_valid(const char *s);
+char *due__utf8_scrub(const char *s);
+/*
 ** Release what a task owns (strings, buffers, attempts), leaving the
 ** struct itself: for tasks embedded in other structs (src/core/task.c).
 */

@@ -63,6 +63,8 @@ static int64_t mono_ms(void)
 /* ------------------------------------------------------------------ */
 
 static bool on_sqlite(void) { return strncmp(url, "sqlite:", 7) == 0; }
+/* Times are integer microseconds in SQLite and MySQL. */
+static bool int_times(void) { return strncmp(url, "postgres", 8) != 0; }
 
 /* A few rotating buffers, so that one statement can hold several. */
 static char *scratch(void)
@@ -77,7 +79,7 @@ static char *scratch(void)
 static const char *TS(due_time t)
 {
 	char *b = scratch();
-	if (on_sqlite())
+	if (int_times())
 		snprintf(b, 112, "%lld", (long long)t);
 	else
 		snprintf(b, 112,
@@ -91,7 +93,7 @@ static const char *TS(due_time t)
 static const char *US(const char *col)
 {
 	char *b = scratch();
-	if (on_sqlite())
+	if (int_times())
 		snprintf(b, 112, "%s", col);
 	else
 		snprintf(b, 112, "(extract(epoch FROM %s) * 1000000)::int8",
@@ -177,6 +179,10 @@ static int sql_vtry(char *val, size_t n, const char *fmt, va_list ap)
 		return sqlite_run(val, n, q);
 	if (strncmp(url, "postgres", 8) == 0)
 		return pg_run(val, n, q);
+#ifdef DUE_WITH_MYSQL
+	if (strncmp(url, "mysql", 5) == 0)
+		return tu_mysql_run(url, val, n, q);
+#endif
 	if (strncmp(url, "redis", 5) == 0)
 		fail_msg(
 		    "no SQL on Redis: give it its own version (tu_redis.h)");
@@ -2698,7 +2704,7 @@ static void test_flow_pause(void **state)
 static const char *BACK(const char *col, int64_t us)
 {
 	char *b = scratch();
-	if (on_sqlite())
+	if (int_times())
 		snprintf(b, 112, "%s - %lld", col, (long long)us);
 	else
 		snprintf(b, 112, "%s - %lld * interval '1 microsecond'", col,

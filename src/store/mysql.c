@@ -1,0 +1,3029 @@
+/*
+** mysql.c - the MySQL/MariaDB store: many workers on many machines sharing
+** one InnoDB database through MariaDB Connector/C (mysql_conn.c holds the
+** session).
+**
+** Concurrency model.  MySQL has no UPDATE ... RETURNING and no
+** data-modifying CTE, so a transition is a short READ COMMITTED
+** transaction that first locks the rows it will judge (SELECT ... FOR
+** UPDATE, which reads their newest committed version), decides from what
+** it locked, then writes by primary key with the predicate repeated in
+** the UPDATE's WHERE.  A row locked by us cannot change until we commit,
+** so a reclaim never overwrites a completion that landed in between
+** (River #1302) and a late completion finds a state that no longer
+** matches and writes only its late_commit mark.  The claim picks with
+** SELECT id ... ORDER BY due_at, id LIMIT n FOR UPDATE SKIP LOCKED over
+** the index (state, priority, due_at, id): concurrent claimers skip each
+** other's rows instead of queueing on them, the order is unique (id last),
+** and the rows are then written by primary key (solid_queue PR #164,
+** #240: no range writes, no insert-intention gap locks).  Deadlocks (1213)
+** and lock wait timeouts (1205) can still happen between a claim and an
+** operator's action; every transaction here is retried whole, a few
+** times with backoff (TX_RETRIES), before DUE_EBUSY reaches the caller.
+**
+** Clock.  Due times and leases are judged by the server's clock alone:
+** DUE_MY_NOW, UNIX_TIMESTAMP(NOW(6)) in microseconds.  NOW(6) is fixed at
+** the statement's start (safe under statement-based replication; SYSDATE()
+** is not and is never used), and at READ COMMITTED a statement that runs
+** after our locks were granted sees the claims committed before them.
+** Where C needs the time (the flow-control counts, the claim's
+** claimed_at) it reads DUE_MY_NOW once, after taking its locks, and binds
+** that value: still the server's clock.  Times are BIGINT microseconds
+** since the epoch, UTC: exact, free of time zones and of DATETIME's
+** rounding, and the same numbers the core uses.
+**
+** Schema history (bump DUE_SCHEMA_VERSION in due.h, add a step to
+** `steps`, which due__migrate walks under GET_LOCK('due:init'), never edit
+** a released step).  MySQL commits DDL implicitly, so a step is written to
+** be re-runnable (IF NOT EXISTS) and records its version last:
+**   1  the whole schema as of version 4 (this backend was born at 4):
+**      due_meta, due_task (+ live_key), due_attempt, due_audit,
+**      due_schedule, due_worker, due_kind, due_rate, and due_wake (the
+**      listeners' wake-up counter, MySQL's stand-in for NOTIFY).
+**   2..4  record the versions the other stores share; nothing to change.
+*/
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <mysqld_error.h>
+
+#include "core/internal.h"
+#include "store/mysql_conn.h"
+#include "store/row.h"
+#include "store/store.h"
+
+/* Rows per reclaim or prune transaction: bounded batches (CONTRACT §9). */
+#define BATCH_ROWS 1000
+/* How often a keyed submit retries when the live task vanishes under it. */
+#define KEY_TRIES 20
+/* Whole-transaction retries after a deadlock or lock wait timeout. */
+#define TX_RETRIES 5
+/* A multi-row statement is sent once its text passes this many bytes. */
+#define FLUSH_BYTES (4u << 20)
+/* Candidates beyond the claim's room a group-limited pick looks at. */
+#define GROUP_SCAN 1000
+
+#define NOW DUE_MY_NOW
+/*
+** The server's now, read once by a transaction right after it locked its
+** rows (SET_NOW), so every time it writes (updated_at, ended_at, due_at
+** of a retry, the audit) is the same instant.
+*/
+#define SET_NOW "; SET @due_now = " NOW
+#define NOW_V "@due_now"
+#define USED_UP "attempt - attempt_base >= max_attempts"
+
+/* Column lists with every name quoted (`key` is a reserved word). */
+#define MY_COL_(e, name) "`" #name "`, "
+#define MY_COL_LAST_(e, name) "`" #name "`"
+#define TASK_COLS DUE_TASK_COLUMNS(MY_COL_, MY_COL_LAST_)
+#define ATTEMPT_COLS DUE_ATTEMPT_COLUMNS(MY_COL_, MY_COL_LAST_)
+#define SCHED_COLS DUE_SCHED_COLUMNS(MY_COL_, MY_COL_LAST_)
+#define KIND_COLS DUE_KIND_COLUMNS(MY_COL_, MY_COL_LAST_)
+
+/*
+** Run a transaction function again while it failed with a deadlock or a
+** lock wait timeout (its transaction was rolled back), with backoff.
+*/
+#define RETRY(rc, s, call)                                                     \
+	for (int try_ = 0;; try_++) {                                          \
+		(s)->deadlock = false;                                         \
+		(rc) = (call);                                                 \
+		if ((rc) != DUE_EBUSY || !(s)->deadlock || try_ == TX_RETRIES) \
+			break;                                                 \
+		due__my_backoff(try_);                                         \
+	}
+
+/* A builder on the store's connection. */
+#define SQL(b, s)                                                              \
+	due_my_sql b;                                                          \
+	due__my_sql_init(&b, (s)->conn)
+
+/* ------------------------------------------------------------------ */
+/* Schema                                                              */
+/* ------------------------------------------------------------------ */
+
+#define TABLE_OPTS " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;"
+#define WORKER_COUNTER(c) " `" c "` BIGINT NOT NULL DEFAULT 0,"
+
+static const char schema_v1[] =
+    "CREATE TABLE IF NOT EXISTS due_meta ("
+    " name VARCHAR(64) NOT NULL PRIMARY KEY,"
+    " value VARCHAR(255) NOT NULL)" TABLE_OPTS
+    /* AUTO_INCREMENT is persistent in InnoDB (MariaDB 10.2.4, MySQL 8),
+       so an id is never reused after prune. */
+    "CREATE TABLE IF NOT EXISTS due_task ("
+    " id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+    " kind VARCHAR(128) NOT NULL,"
+    " payload LONGBLOB NOT NULL,"
+    " state VARCHAR(9) NOT NULL CHECK (state IN"
+    "  ('SCHEDULED', 'CLAIMED', 'DONE', 'CANCELLED', 'DEAD')),"
+    " due_at BIGINT NOT NULL,"
+    " attempt INT NOT NULL DEFAULT 0,"
+    " attempt_base INT NOT NULL DEFAULT 0,"
+    " max_attempts INT NOT NULL CHECK (max_attempts >= 1),"
+    " backoff_us BIGINT NOT NULL,"
+    " backoff_cap_us BIGINT NOT NULL,"
+    " lease_owner VARCHAR(512) NULL,"
+    " lease_until BIGINT NULL,"
+    " cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,"
+    " `key` VARCHAR(512) NULL,"
+    " result LONGBLOB NULL,"
+    " last_error MEDIUMTEXT NULL,"
+    " created_at BIGINT NOT NULL,"
+    " updated_at BIGINT NOT NULL,"
+    " priority SMALLINT NOT NULL DEFAULT 0,"
+    " grp VARCHAR(255) NULL,"
+    " timeout_us BIGINT NULL CHECK (timeout_us > 0),"
+    /* The key while the task is live, else NULL: UNIQUE ignores NULLs,
+       so a finished task's key can be used again. */
+    " live_key VARCHAR(512) AS (IF(state IN ('SCHEDULED', 'CLAIMED'),"
+    "  `key`, NULL)) STORED,"
+    " CONSTRAINT claimed_iff_lease CHECK ("
+    "  (state = 'CLAIMED' AND lease_owner IS NOT NULL"
+    "   AND lease_until IS NOT NULL)"
+    "  OR (state <> 'CLAIMED' AND lease_owner IS NULL"
+    "   AND lease_until IS NULL)),"
+    " UNIQUE KEY due_task_key (kind, live_key),"
+    " KEY due_task_due (state, due_at, id),"
+    " KEY due_task_lease (state, lease_until),"
+    " KEY due_task_claim (state, priority, due_at, id),"
+    " KEY due_task_kind_claim (kind, state, priority, due_at, id),"
+    " KEY due_task_finished (state, updated_at))" TABLE_OPTS
+    "CREATE TABLE IF NOT EXISTS due_attempt ("
+    " task_id BIGINT NOT NULL,"
+    " attempt INT NOT NULL,"
+    " worker VARCHAR(512) NOT NULL,"
+    " claimed_at BIGINT NOT NULL,"
+    " due_at BIGINT NOT NULL,"
+    " ended_at BIGINT NULL,"
+    " outcome VARCHAR(16) NOT NULL DEFAULT 'RUNNING' CHECK (outcome IN"
+    "  ('RUNNING', 'DONE', 'FAILED', 'LEASE_EXPIRED', 'CANCELLED',"
+    "   'REQUEUED', 'KILLED', 'TIMED_OUT')),"
+    " error MEDIUMTEXT NULL,"
+    " late_commit VARCHAR(16) NULL,"
+    " PRIMARY KEY (task_id, attempt),"
+    " KEY due_attempt_claimed (claimed_at))" TABLE_OPTS
+    "CREATE TABLE IF NOT EXISTS due_audit ("
+    " id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+    " task_id BIGINT NOT NULL,"
+    " at BIGINT NOT NULL,"
+    " action VARCHAR(32) NOT NULL,"
+    " detail TEXT NULL,"
+    " KEY due_audit_task (task_id))" TABLE_OPTS
+    "CREATE TABLE IF NOT EXISTS due_schedule ("
+    " name VARCHAR(255) NOT NULL PRIMARY KEY,"
+    " expr TEXT NOT NULL,"
+    " kind VARCHAR(128) NOT NULL,"
+    " tz VARCHAR(255) NOT NULL,"
+    " payload LONGBLOB NOT NULL,"
+    " misfire VARCHAR(8) NOT NULL CHECK (misfire IN ('skip', 'once')),"
+    " overlap VARCHAR(8) NOT NULL CHECK (overlap IN ('allow', 'wait')),"
+    " max_attempts INT NOT NULL,"
+    " backoff_us BIGINT NOT NULL,"
+    " backoff_cap_us BIGINT NOT NULL,"
+    " next_slot BIGINT NOT NULL,"
+    " last_slot BIGINT NULL,"
+    " last_task BIGINT NULL,"
+    " fired BIGINT NOT NULL DEFAULT 0,"
+    " missed BIGINT NOT NULL DEFAULT 0,"
+    " last_missed BIGINT NULL,"
+    " created_at BIGINT NOT NULL,"
+    " updated_at BIGINT NOT NULL)" TABLE_OPTS
+    "CREATE TABLE IF NOT EXISTS due_worker ("
+    " owner VARCHAR(512) NOT NULL PRIMARY KEY,"
+    " started_at BIGINT NOT NULL,"
+    " seen_at BIGINT NOT NULL," WORKER_COUNTER("claimed") WORKER_COUNTER(
+	"done") WORKER_COUNTER("failed") WORKER_COUNTER("dead")
+	WORKER_COUNTER("stale") WORKER_COUNTER("cancelled") WORKER_COUNTER(
+	    "lease_lost") WORKER_COUNTER("claim_queries")
+	    WORKER_COUNTER("empty_claims") WORKER_COUNTER(
+		"reclaim_queries") " store_errors BIGINT NOT NULL DEFAULT "
+				   "0)" TABLE_OPTS
+				   "CREATE TABLE IF NOT EXISTS due_kind ("
+				   " kind VARCHAR(128) NOT NULL PRIMARY KEY,"
+				   " paused BOOLEAN NOT NULL DEFAULT FALSE,"
+				   " rate_n INT NULL CHECK (rate_n > 0),"
+				   " rate_us BIGINT NULL CHECK (rate_us > 0),"
+				   " max_running INT NULL CHECK (max_running > "
+				   "0),"
+				   " max_running_per_group INT NULL CHECK "
+				   "(max_running_per_group > 0),"
+				   " timeout_us BIGINT NULL CHECK (timeout_us "
+				   "> 0),"
+				   " held_rate BIGINT NOT NULL DEFAULT 0,"
+				   " held_running BIGINT NOT NULL DEFAULT 0,"
+				   " held_group BIGINT NOT NULL DEFAULT 0,"
+				   " updated_at BIGINT NOT NULL,"
+				   " CONSTRAINT rate_whole CHECK ((rate_n IS "
+				   "NULL) = (rate_us IS NULL)))" TABLE_OPTS
+				   "CREATE TABLE IF NOT EXISTS due_rate ("
+				   " id BIGINT NOT NULL AUTO_INCREMENT PRIMARY "
+				   "KEY,"
+				   " kind VARCHAR(128) NOT NULL,"
+				   " at BIGINT NOT NULL,"
+				   " KEY due_rate_kind (kind, at))" TABLE_OPTS
+				   /* The wake-up hint of listeners
+				      (mys_listen): not data, so MEMORY (no
+				      fsync, a table lock for one statement);
+				      empty after a restart, and the next bump
+				      inserts its row again. */
+				   "CREATE TABLE IF NOT EXISTS due_wake ("
+				   " id TINYINT NOT NULL PRIMARY KEY,"
+				   " n BIGINT NOT NULL) ENGINE=MEMORY;"
+				   "INSERT INTO due_meta (name, value) VALUES "
+				   "('schema_version', '1')"
+				   " ON DUPLICATE KEY UPDATE value = value";
+#undef WORKER_COUNTER
+
+#define RECORD(v)                                                              \
+	"UPDATE due_meta SET value = '" v "' WHERE name = 'schema_version'"
+
+static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
+    [1] = schema_v1, [2] = RECORD("2"), [3] = RECORD("3"), [4] = RECORD("4")};
+
+/* ------------------------------------------------------------------ */
+/* Small helpers                                                       */
+/* ------------------------------------------------------------------ */
+
+/* One statement's first row as integers: v[0..n) (0 when no row / NULL). */
+static int ints(due_store *s, due_my_sql *b, const char *what, int64_t *v,
+		int n)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	int rc = due__my_exec(s, b, what, &r);
+
+	due__my_sql_free(b);
+	for (int i = 0; i < n; i++)
+		v[i] = 0;
+	if (rc < 0)
+		return rc;
+	if (r && (row = mysql_fetch_row(r)))
+		for (int i = 0; i < n; i++)
+			v[i] = due__my_i64(row, i);
+	mysql_free_result(r);
+	return 0;
+}
+
+/* Run b (then free it); the matched rows in *affected when non-NULL. */
+static int exec(due_store *s, due_my_sql *b, const char *what,
+		uint64_t *affected)
+{
+	int rc = due__my_exec(s, b, what, NULL);
+
+	due__my_sql_free(b);
+	if (affected)
+		*affected = rc == 0 ? s->affected : 0;
+	return rc;
+}
+
+/* The server's now. */
+static int server_now(due_store *s, due_time *out)
+{
+	SQL(b, s);
+	due__my_add(&b, "SELECT " NOW);
+	return ints(s, &b, "now", out, 1);
+}
+
+/*
+** Wake listeners (mys_listen): bump the due_wake counter, after the
+** transaction that made a task due committed.  A hint, not data: a
+** failure only delays listeners until their safety poll, so it is not
+** the caller's error.
+*/
+static void wake(due_store *s)
+{
+	static const char sql[] = "INSERT INTO due_wake (id, n) VALUES (1, 1)"
+				  " ON DUPLICATE KEY UPDATE n = n + 1";
+
+	if (due__my_run(s, sql, sizeof(sql) - 1, "wake listeners", NULL) < 0)
+		due__error_clear();
+}
+
+/* ' AND kind IN (...)' / NOT IN for a claim's kind filter. */
+static void kind_filter(due_my_sql *b, const char *col,
+			const char *const *kinds, size_t n, bool exclude)
+{
+	if (!n)
+		return;
+	due__my_add(b, " AND %s %sIN ", col, exclude ? "NOT " : "");
+	due__my_list(b, kinds, n);
+}
+
+/* " (id1, id2, ...)" of the tasks l->items[from..]. */
+static void id_list(due_my_sql *b, const due_task *t, size_t n)
+{
+	due__my_add(b, "(");
+	for (size_t i = 0; i < n; i++)
+		due__my_add(b, "%s%lld", i ? ", " : "", (long long)t[i].id);
+	due__my_add(b, ")");
+}
+
+/* ------------------------------------------------------------------ */
+/* Open, schema                                                        */
+/* ------------------------------------------------------------------ */
+
+static int mys_parse_url(void **cfg, const due_url *u)
+{
+	due_my_cfg *c = NULL;
+	int rc = due__my_parse_url(&c, u->text, u->rest);
+
+	*cfg = c;
+	return rc;
+}
+
+static void mys_free_cfg(void *cfg) { due__my_cfg_free(cfg); }
+
+/* `create` means nothing here: the database must exist (CREATE DATABASE). */
+static int mys_open(due_store **out, const void *cfg, bool create)
+{
+	(void)create;
+	return due__my_connect(out, cfg);
+}
+
+static void mys_close(due_store *s) { due__my_close(s); }
+
+/* Schema version in the URL's database: -1 when there is no due schema. */
+static int read_version(due_store *s, int *out)
+{
+	int64_t v[2];
+	int rc;
+	SQL(b, s);
+
+	*out = -1;
+	due__my_add(&b, "SELECT COUNT(*) FROM information_schema.tables"
+			" WHERE table_schema = DATABASE()"
+			" AND table_name = 'due_meta'");
+	if ((rc = ints(s, &b, "read schema version", v, 1)) < 0 || !v[0])
+		return rc;
+	due__my_sql_init(&b, s->conn);
+	due__my_add(&b, "SELECT COUNT(*), MAX(CAST(value AS SIGNED))"
+			" FROM due_meta WHERE name = 'schema_version'");
+	if ((rc = ints(s, &b, "read schema version", v, 2)) == 0 && v[0])
+		*out = (int)v[1];
+	return rc;
+}
+
+#define WHERE " in its database"
+
+static int mys_check_schema(due_store *s)
+{
+	int v, rc;
+
+	if ((rc = due__my_ok(s)) < 0 || (rc = read_version(s, &v)) < 0)
+		return rc;
+	return due__schema_verdict(s->label, v, WHERE);
+}
+
+static int run_text(due_store *s, const char *sql, const char *what)
+{
+	return due__my_run(s, sql, strlen(sql), what, NULL);
+}
+
+/*
+** The migration's transaction: GET_LOCK serializes concurrent `due init`
+** runs (the later ones then read the current version and do nothing);
+** the lock is the session's, released after the commit.
+*/
+static int mig_begin(due_store *s)
+{
+	return run_text(s, "START TRANSACTION", "begin");
+}
+
+static int mig_lock(due_store *s)
+{
+	int64_t got;
+	SQL(b, s);
+
+	due__my_add(&b, "SELECT GET_LOCK('due:init', 60)");
+	if (ints(s, &b, "lock schema", &got, 1) < 0)
+		return due_error_last_code();
+	return got == 1 ? 0
+			: due__error_set(DUE_EBUSY,
+					 "mysql store %s: another `due init` "
+					 "holds the schema lock",
+					 s->label);
+}
+
+static int mig_commit(due_store *s)
+{
+	int rc = run_text(s, "COMMIT", "commit");
+
+	(void)run_text(s, "DO RELEASE_LOCK('due:init')", "unlock schema");
+	return rc;
+}
+
+static void mig_rollback(due_store *s)
+{
+	(void)run_text(s, "ROLLBACK", "rollback");
+	(void)run_text(s, "DO RELEASE_LOCK('due:init')", "unlock schema");
+}
+
+static int mys_init_schema(due_store *s)
+{
+	const due_migration m = {.label = s->label,
+				 .where = WHERE,
+				 .steps = steps,
+				 .begin = mig_begin,
+				 .lock = mig_lock,
+				 .read_version = read_version,
+				 .exec = run_text,
+				 .commit = mig_commit,
+				 .rollback = mig_rollback};
+	int rc = due__my_ok(s);
+
+	return rc < 0 ? rc : due__migrate(s, &m);
+}
+
+static int mys_now(due_store *s, due_time *out)
+{
+	int rc = due__my_ok(s);
+	return rc < 0 ? rc : server_now(s, out);
+}
+
+static void *mys_native(due_store *s) { return s->conn; }
+
+/* ------------------------------------------------------------------ */
+/* Producer                                                            */
+/* ------------------------------------------------------------------ */
+
+#define INSERT_HEAD                                                            \
+	"INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"    \
+	" backoff_us, backoff_cap_us, `key`, priority, grp, timeout_us,"       \
+	" created_at, updated_at) VALUES "
+
+/* One submit's VALUES tuple. */
+static void insert_values(due_my_sql *b, const due_submit *it)
+{
+	const due_schedule_opts *o = &it->opts;
+
+	due__my_add(b, "(");
+	due__my_str(b, it->kind);
+	due__my_add(b, ", ");
+	due__my_blob(b, it->payload, it->payload_len);
+	if (o->at != DUE_TIME_NONE)
+		due__my_add(b, ", 'SCHEDULED', %lld, ", (long long)o->at);
+	else
+		due__my_add(b, ", 'SCHEDULED', " NOW " + %lld, ",
+			    (long long)o->delay_us);
+	due__my_add(b, "%d, %lld, %lld, ", o->max_attempts,
+		    (long long)o->backoff_us, (long long)o->backoff_cap_us);
+	due__my_str(b, o->key);
+	due__my_add(b, ", %d, ", o->priority);
+	due__my_str(b, o->group);
+	if (o->timeout_us > 0)
+		due__my_add(b, ", %lld", (long long)o->timeout_us);
+	else
+		due__my_add(b, ", NULL");
+	due__my_add(b, ", " NOW ", " NOW ")");
+}
+
+/* The live task of it's (kind, key): *id, or 0 when there is none now. */
+static int find_live(due_store *s, const due_submit *it, due_id *id)
+{
+	SQL(b, s);
+
+	due__my_add(&b, "SELECT id FROM due_task WHERE kind = ");
+	due__my_str(&b, it->kind);
+	due__my_add(&b, " AND live_key = ");
+	due__my_str(&b, it->opts.key);
+	return ints(s, &b, "find task by key", id, 1);
+}
+
+/*
+** Insert one submit: out->id is the new id, or the live task's with
+** existed = true when (kind, key) is taken (the UNIQUE index on live_key
+** refuses the insert with 1062).  When that task ended between the two
+** statements, insert again.
+*/
+static int insert_one(due_store *s, const due_submit *it, due_submitted *out)
+{
+	int rc;
+
+	for (int tries = 0; tries < KEY_TRIES; tries++) {
+		SQL(b, s);
+		due__my_add(&b, INSERT_HEAD);
+		insert_values(&b, it);
+		rc = exec(s, &b, "insert task", NULL);
+		if (rc == 0) {
+			out->id = (due_id)mysql_insert_id(s->conn);
+			out->existed = false;
+			return 0;
+		}
+		if (rc != DUE_ECONFLICT || !it->opts.key)
+			return rc;
+		due__error_clear();
+		if ((rc = find_live(s, it, &out->id)) < 0)
+			return rc;
+		if (out->id) {
+			out->existed = true;
+			return 0;
+		}
+	}
+	return due__error_set(DUE_EBUSY,
+			      "mysql store: the live task of kind '%s' key "
+			      "'%s' keeps changing; retry",
+			      it->kind, it->opts.key);
+}
+
+/*
+** Insert items[0..n) without keys as multi-row INSERTs of at most
+** FLUSH_BYTES each; InnoDB hands a simple insert consecutive ids (lock
+** modes 0 and 1, checked at connect), every id_step apart.
+*/
+static int insert_rows(due_store *s, const due_submit *items, size_t n,
+		       due_submitted *out)
+{
+	size_t from = 0;
+	int rc;
+
+	while (from < n) {
+		size_t i = from;
+		SQL(b, s);
+		due__my_add(&b, INSERT_HEAD);
+		for (; i < n && (i == from || b.len < FLUSH_BYTES); i++) {
+			if (i > from)
+				due__my_add(&b, ", ");
+			insert_values(&b, &items[i]);
+		}
+		if ((rc = exec(s, &b, "insert tasks", NULL)) < 0)
+			return rc;
+		for (size_t j = from; j < i; j++) {
+			out[j].id = (due_id)mysql_insert_id(s->conn) +
+				    (due_id)(j - from) * s->id_step;
+			out[j].existed = false;
+		}
+		from = i;
+	}
+	return 0;
+}
+
+/* Submit items inside the open transaction (or alone, when n is 1). */
+static int insert_items(due_store *s, const due_submit *items, size_t n,
+			due_submitted *out)
+{
+	size_t i = 0;
+	int rc;
+
+	while (i < n) {
+		size_t j = i;
+		while (s->bulk_ids && j < n && !items[j].opts.key)
+			j++;
+		if (j - i > 1) {
+			if ((rc = insert_rows(s, items + i, j - i, out + i)) <
+			    0)
+				return rc;
+			i = j;
+		} else if ((rc = insert_one(s, &items[i], &out[i])) < 0) {
+			return rc;
+		} else {
+			i++;
+		}
+	}
+	return 0;
+}
+
+static int schedule_tx(due_store *s, due_submitted *out,
+		       const due_submit *items, size_t n)
+{
+	int rc;
+
+	if (n == 1)
+		return insert_one(s, items, out);
+	if ((rc = due__my_begin(s)) < 0)
+		return rc;
+	if ((rc = insert_items(s, items, n, out)) < 0 ||
+	    (rc = due__my_commit(s)) < 0) {
+		due__my_rollback(s);
+		return rc;
+	}
+	return 0;
+}
+
+/* Schedule n checked submits in one transaction. */
+static int mys_schedule(due_store *s, due_submitted *out,
+			const due_submit *items, size_t n)
+{
+	int rc;
+
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	RETRY(rc, s, schedule_tx(s, out, items, n));
+	if (rc == 0)
+		wake(s);
+	return rc;
+}
+
+/*
+** The caller's transaction: open when the server says one is (or when
+** autocommit is off, where the next statement opens one).  MySQL has no
+** "failed transaction" state: an error rolls back a statement, a
+** deadlock the whole transaction, which then is simply not open.
+*/
+static int mys_native_tx(void *conn)
+{
+	unsigned int st = 0;
+
+	if (mariadb_get_infov(conn, MARIADB_CONNECTION_SERVER_STATUS, &st))
+		return DUE_NATIVE_TX_NONE;
+	return (st & SERVER_STATUS_IN_TRANS) || !(st & SERVER_STATUS_AUTOCOMMIT)
+		   ? DUE_NATIVE_TX_OPEN
+		   : DUE_NATIVE_TX_NONE;
+}
+
+/*
+** Insert on the caller's connection, inside the transaction it holds
+** (due__schedule_native checked it): plain statements, nothing of ours
+** stays in their session.
+*/
+static int mys_schedule_on_native(void *conn, due_submitted *out,
+				  const due_submit *it)
+{
+	due_store tmp = {.conn = conn, .own = false, .id_step = 1};
+	int rc;
+
+	snprintf(tmp.label, sizeof(tmp.label), "(caller's connection)");
+	rc = insert_one(&tmp, it, out);
+	if (rc < 0 && tmp.err == ER_NO_SUCH_TABLE)
+		rc = due__error_set(DUE_ESCHEMA, "database has no due schema: "
+						 "run `due init`");
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Claim                                                               */
+/* ------------------------------------------------------------------ */
+
+/*
+** The claim (docs/internals/flow.md), one READ COMMITTED transaction:
+**
+**   flow_read     the due_kind rows (one small read; empty without flow
+**                 control), then the rows of the limited kinds the claim
+**                 admits again, locked FOR UPDATE in kind order (so two
+**                 claimers never deadlock on them), then the server's
+**                 now, read after the locks were granted: every count
+**                 below sees each claim of those kinds that committed
+**                 before our lock, and the claim times of a kind grow in
+**                 lock order, which the sliding window needs;
+**   claim_limited each limited kind, counted and picked under its lock;
+**   claim_rest    every other kind, walking the distinct priorities in
+**                 use (one MIN() probe of due_task_claim each) and taking
+**                 each one's due tasks in (due_at, id) order with FOR
+**                 UPDATE SKIP LOCKED until the claim is full;
+**   claim_picked  one round trip: UPDATE by primary key, the RUNNING
+**                 attempt rows, the claimed rows back.
+*/
+
+typedef struct flow_kind {
+	char *kind;
+	bool paused;
+	int32_t rate_n, max_running, per_group;
+	int64_t rate_us, timeout_us;
+} flow_kind;
+
+enum { HELD_RATE = 1, HELD_RUNNING = 2, HELD_GROUP = 4 };
+
+typedef struct flow {
+	flow_kind *k; /* by kind, byte order */
+	size_t n;
+	int64_t retry_in_us;
+	due_time now;
+} flow;
+
+static bool flow_limited(const flow_kind *k)
+{
+	return !k->paused && (k->rate_n || k->max_running || k->per_group);
+}
+
+static void flow_free(flow *f)
+{
+	for (size_t i = 0; i < f->n; i++)
+		free(f->k[i].kind);
+	free(f->k);
+}
+
+static const flow_kind *flow_find(const flow *f, const char *kind)
+{
+	for (size_t i = 0; i < f->n; i++)
+		if (strcmp(f->k[i].kind, kind) == 0)
+			return &f->k[i];
+	return NULL;
+}
+
+static bool admits(const char *const *kinds, size_t n_kinds, bool exclude,
+		   const char *kind)
+{
+	for (size_t i = 0; i < n_kinds; i++)
+		if (strcmp(kinds[i], kind) == 0)
+			return !exclude;
+	return n_kinds == 0 || exclude;
+}
+
+#define FLOW_COLS                                                              \
+	"kind, paused, rate_n, rate_us, max_running, max_running_per_group,"   \
+	" timeout_us"
+
+/* The settings of one ST row into k (kind already set). */
+static void flow_set(flow_kind *k, MYSQL_ROW row)
+{
+	k->paused = due__my_i64(row, 1) != 0;
+	k->rate_n = (int32_t)due__my_i64(row, 2);
+	k->rate_us = due__my_i64(row, 3);
+	k->max_running = (int32_t)due__my_i64(row, 4);
+	k->per_group = (int32_t)due__my_i64(row, 5);
+	k->timeout_us = due__my_i64(row, 6);
+}
+
+/* Every due_kind row into f. */
+static int flow_all(due_store *s, flow *f)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	int rc;
+	SQL(b, s);
+
+	due__my_add(&b, "SELECT " FLOW_COLS " FROM due_kind ORDER BY kind");
+	rc = due__my_exec(s, &b, "read kinds", &r);
+	due__my_sql_free(&b);
+	if (rc < 0)
+		return rc;
+	if (r && mysql_num_rows(r) &&
+	    !(f->k = calloc(mysql_num_rows(r), sizeof(*f->k))))
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+	while (rc == 0 && (row = mysql_fetch_row(r))) {
+		flow_kind *k = &f->k[f->n];
+		if (!(k->kind = due__strdup_n(row[0], strlen(row[0])))) {
+			rc = due__error_set(DUE_ENOMEM, "out of memory");
+			break;
+		}
+		f->n++;
+		flow_set(k, row);
+	}
+	mysql_free_result(r);
+	return rc;
+}
+
+/*
+** Lock the due_kind rows of the limited kinds the claim admits (all of
+** them, or only `only` when set), in kind order, and read their settings
+** again under the lock.  Then read the server's now into f->now.
+*/
+static int flow_lock(due_store *s, flow *f, const char *const *kinds,
+		     size_t n_kinds, bool exclude, const char *only)
+{
+	MYSQL_RES *r = NULL;
+	MYSQL_ROW row;
+	size_t n = 0;
+	int rc = 0;
+	SQL(b, s);
+
+	due__my_add(&b, "SELECT " FLOW_COLS " FROM due_kind WHERE kind IN (");
+	for (size_t i = 0; i < f->n; i++) {
+		const flow_kind *k = &f->k[i];
+		if (!flow_limited(k) ||
+		    (only ? strcmp(only, k->kind) != 0
+			  : !admits(kinds, n_kinds, exclude, k->kind)))
+			continue;
+		due__my_add(&b, n++ ? ", " : "");
+		due__my_str(&b, k->kind);
+	}
+	due__my_add(&b, ") ORDER BY kind FOR UPDATE");
+	if (n && (rc = due__my_exec(s, &b, "lock limited kinds", &r)) == 0) {
+		while ((row = mysql_fetch_row(r))) {
+			flow_kind *k = (flow_kind *)flow_find(f, row[0]);
+			if (k)
+				flow_set(k, row);
+		}
+		mysql_free_result(r);
+	}
+	due__my_sql_free(&b);
+	return rc < 0 ? rc : server_now(s, &f->now);
+}
+
+/*
+** Over kind k: the tries holding a live lease at `at` (rate false), or
+** the claims logged after `at` and the oldest of them (rate true).
+*/
+static int kind_count(due_store *s, bool rate, const char *kind, int64_t at,
+		      int64_t v[2])
+{
+	SQL(b, s);
+	if (rate)
+		due__my_add(&b, "SELECT COUNT(*), MIN(at) FROM due_rate"
+				" WHERE kind = ");
+	else
+		due__my_add(&b, "SELECT COUNT(*), 0 FROM due_task"
+				" WHERE state = 'CLAIMED' AND kind = ");
+	due__my_str(&b, kind);
+	due__my_add(&b, " AND %s %lld",
+		    rate ? "at >" : "lease_until >=", (long long)at);
+	return ints(s, &b, "count", v, 2);
+}
+
+/*
+** How many tasks of limited kind k this claim may take, at most `left`:
+** *room, *why the limit that set it (0: `left` did), *oldest the oldest
+** logged claim in the rate window (0 when none).
+*/
+static int kind_room(due_store *s, const flow_kind *k, due_time now,
+		     int64_t left, int64_t *room, int *why, due_time *oldest)
+{
+	int64_t v[2];
+	int rc;
+
+	*room = left;
+	*why = 0;
+	*oldest = 0;
+	if (k->max_running) {
+		if ((rc = kind_count(s, false, k->kind, now, v)) < 0)
+			return rc;
+		if (k->max_running - v[0] < *room)
+			*room = k->max_running - v[0], *why = HELD_RUNNING;
+	}
+	if (k->rate_n) {
+		if ((rc = kind_count(s, true, k->kind, now - k->rate_us, v)) <
+		    0)
+			return rc;
+		*oldest = v[1];
+		if (k->rate_n - v[0] < *room)
+			*room = k->rate_n - v[0], *why = HELD_RATE;
+	}
+	if (*room < 0)
+		*room = 0;
+	return 0;
+}
+
+/*
+** After a pass over limited kind k that claimed `taken` tasks: log them in
+** due_rate (and trim what left the window), count the held-back pass,
+** and lower f->retry_in_us to when trying again may find room.
+*/
+static int kind_after(due_store *s, flow *f, const flow_kind *k, int64_t taken,
+		      int held, due_time oldest)
+{
+	int64_t retry = 0, now = f->now;
+	SQL(b, s);
+
+	if (k->rate_n && taken) {
+		due__my_add(&b, "INSERT INTO due_rate (kind, at) VALUES ");
+		for (int64_t i = 0; i < taken; i++) {
+			due__my_add(&b, i ? ", (" : "(");
+			due__my_str(&b, k->kind);
+			due__my_add(&b, ", %lld)", (long long)now);
+		}
+		due__my_add(&b, "; DELETE FROM due_rate WHERE kind = ");
+		due__my_str(&b, k->kind);
+		due__my_add(&b, " AND at <= %lld;",
+			    (long long)(now - k->rate_us));
+	}
+	if (held) {
+		if (held & HELD_RATE)
+			retry = (oldest ? oldest : now) + k->rate_us - now;
+		if (held & (HELD_RUNNING | HELD_GROUP) &&
+		    (!retry || retry > 100000))
+			retry = 100000;
+		if (retry < 1000)
+			retry = 1000;
+		if (!f->retry_in_us || retry < f->retry_in_us)
+			f->retry_in_us = retry;
+		due__my_add(&b,
+			    "UPDATE due_kind SET held_rate = held_rate + %d,"
+			    " held_running = held_running + %d,"
+			    " held_group = held_group + %d WHERE kind = ",
+			    (held & HELD_RATE) != 0, (held & HELD_RUNNING) != 0,
+			    (held & HELD_GROUP) != 0);
+		due__my_str(&b, k->kind);
+	}
+	if (!b.len && !b.oom)
+		return 0;
+	return exec(s, &b, "log claims", NULL);
+}
+
+/* Running tries per group of one kind (max_running_per_group). */
+typedef struct group_count {
+	char *grp;
+	int64_t n;
+} group_count;
+
+typedef struct groups {
+	group_count *g;
+	size_t n, cap;
+} groups;
+
+static void groups_free(groups *g)
+{
+	for (size_t i = 0; i < g->n; i++)
+		free(g->g[i].grp);
+	free(g->g);
+}
+
+/* The count of group `grp`, added at 0 when new; NULL: no memory. */
+static int64_t *group_slot(groups *g, const char *grp)
+{
+	for (size_t i = 0; i < g->n; i++)
+		if (strcmp(g->g[i].grp, grp) == 0)
+			return &g->g[i].n;
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? g->cap * 2 : 16;
+		group_count *ng = realloc(g->g, cap * sizeof(*ng));
+		if (!ng)
+			return NULL;
+		g->g = ng, g->cap = cap;
+	}
+	if (!(g->g[g->n].grp = due__strdup_n(grp, strlen(grp))))
+		return NULL;
+	g->g[g->n].n = 0;
+	return &g->g[g->n++].n;
+}
+
+/* The live tries of every group of kind (or of one group) into g. */
+static int groups_read(due_store *s, const char *kind, const char *grp,
+		       due_time now, groups *g)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	int rc;
+	SQL(b, s);
+
+	due__my_add(&b, "SELECT grp, COUNT(*) FROM due_task WHERE"
+			" state = 'CLAIMED' AND kind = ");
+	due__my_str(&b, kind);
+	due__my_add(&b, " AND grp IS NOT NULL AND lease_until >= %lld",
+		    (long long)now);
+	if (grp) {
+		due__my_add(&b, " AND grp = ");
+		due__my_str(&b, grp);
+	}
+	due__my_add(&b, " GROUP BY grp");
+	rc = due__my_exec(s, &b, "count groups", &r);
+	due__my_sql_free(&b);
+	while (rc == 0 && r && (row = mysql_fetch_row(r))) {
+		int64_t *slot = group_slot(g, row[0]);
+		if (!slot)
+			rc = due__error_set(DUE_ENOMEM, "out of memory");
+		else
+			*slot = due__my_i64(row, 1);
+	}
+	mysql_free_result(r);
+	return rc;
+}
+
+/* The picked ids of a claim, before claim_picked reads the rows. */
+typedef struct picks {
+	due_task *t; /* only .id is set */
+	size_t n, cap;
+} picks;
+
+static int pick_add(picks *p, due_id id)
+{
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? p->cap * 2 : 16;
+		due_task *t = realloc(p->t, cap * sizeof(*t));
+		if (!t)
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		p->t = t, p->cap = cap;
+	}
+	memset(&p->t[p->n], 0, sizeof(p->t[0]));
+	p->t[p->n++].id = id;
+	return 0;
+}
+
+/*
+** Pick up to `room` due tasks of limited kind k in (priority, due_at, id)
+** order, locking them, skipping the tasks of groups at their limit (a
+** full group never blocks the tasks behind it).  *held gets HELD_GROUP
+** when a task was skipped for its group, `why` when a due task was left
+** because room ran out.  *taken counts the picks.
+*/
+static int pick_kind(due_store *s, const flow_kind *k, picks *p, due_time now,
+		     int64_t room, int why, groups *g, int *held,
+		     int64_t *taken)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	int rc;
+	SQL(b, s);
+
+	*taken = 0;
+	due__my_add(&b, "SELECT id, grp FROM due_task WHERE kind = ");
+	due__my_str(&b, k->kind);
+	due__my_add(&b,
+		    " AND state = 'SCHEDULED' AND due_at <= %lld"
+		    " ORDER BY priority, due_at, id LIMIT %lld"
+		    " FOR UPDATE SKIP LOCKED",
+		    (long long)now,
+		    (long long)(room + (k->per_group ? GROUP_SCAN : 1)));
+	rc = due__my_exec(s, &b, "claim", &r);
+	due__my_sql_free(&b);
+	while (rc == 0 && r && (row = mysql_fetch_row(r))) {
+		int64_t *slot = NULL;
+		if (*taken == room) {
+			*held |= why; /* why 0: the claim is full */
+			break;
+		}
+		if (k->per_group && row[1]) {
+			if (!(slot = group_slot(g, row[1]))) {
+				rc =
+				    due__error_set(DUE_ENOMEM, "out of memory");
+				break;
+			}
+			if (*slot >= k->per_group) {
+				*held |= HELD_GROUP;
+				continue;
+			}
+		}
+		if ((rc = pick_add(p, due__my_i64(row, 0))) < 0)
+			break;
+		++*taken;
+		if (slot)
+			++*slot;
+	}
+	mysql_free_result(r);
+	return rc;
+}
+
+/* One pass over limited kind k (locked): count, pick, log. */
+static int claim_picked(due_store *s, const picks *p, due_task_list *l,
+			const char *owner, int64_t lease_us, due_time now);
+
+/*
+** One pass over limited kind k (locked): count, then read the server's
+** now again, pick, claim and log at that now.  The claim's time is
+** taken after the counts on purpose: a try the counts saw end ended
+** before them, so no try of the kind is claimed at a time before one it
+** replaced ended (the limits are judged on those intervals).
+*/
+static int claim_limited(due_store *s, flow *f, const flow_kind *k,
+			 due_task_list *l, int limit, const char *owner,
+			 int64_t lease_us)
+{
+	groups g = {0};
+	picks p = {0};
+	int64_t room, taken = 0;
+	due_time oldest;
+	int why, held = 0, rc;
+
+	if ((rc = kind_room(s, k, f->now, limit - (int64_t)l->count, &room,
+			    &why, &oldest)) < 0)
+		return rc;
+	if ((k->per_group &&
+	     (rc = groups_read(s, k->kind, NULL, f->now, &g)) < 0) ||
+	    (rc = server_now(s, &f->now)) < 0 ||
+	    (rc = pick_kind(s, k, &p, f->now, room, why, &g, &held, &taken)) <
+		0 ||
+	    (rc = claim_picked(s, &p, l, owner, lease_us, f->now)) < 0)
+		goto done;
+	rc = kind_after(s, f, k, taken, held, oldest);
+done:
+	free(p.t);
+	groups_free(&g);
+	return rc;
+}
+
+/* The lowest priority above `after` that a scheduled task has; *none. */
+static int prio_next(due_store *s, int64_t after, int64_t *p, bool *none)
+{
+	int64_t v[2];
+	int rc;
+	SQL(b, s);
+
+	/*
+	** The first probe has no bound: MariaDB's range optimizer mishandles
+	** a constant below SMALLINT's range (priority > -32769 found nothing).
+	*/
+	due__my_add(&b,
+		    "SELECT COUNT(m), MIN(m) FROM (SELECT MIN(priority) AS m"
+		    " FROM due_task WHERE state = 'SCHEDULED'");
+	if (after >= DUE_PRIORITY_MIN)
+		due__my_add(&b, " AND priority > %lld", (long long)after);
+	due__my_add(&b, ") x");
+	rc = ints(s, &b, "claim priority", v, 2);
+	*none = v[0] == 0;
+	*p = v[1];
+	return rc;
+}
+
+/* Append the ids of a result's first column to p. */
+static int picks_of(MYSQL_RES *r, picks *p)
+{
+	MYSQL_ROW row;
+	int rc = 0;
+
+	while (rc == 0 && r && (row = mysql_fetch_row(r)))
+		rc = pick_add(p, due__my_i64(row, 0));
+	return rc;
+}
+
+/*
+** Fill the rest of the claim from the kinds without limits: walk the
+** distinct priorities in use, lowest first, one index probe each, and
+** take each one's due tasks in (due_at, id) order until p holds `limit`.
+*/
+static int claim_rest(due_store *s, const flow *f, picks *p,
+		      const char *const *kinds, size_t n_kinds, bool exclude,
+		      int limit)
+{
+	int64_t prio = DUE_PRIORITY_MIN - 1;
+	bool none = false, held = false;
+	int rc;
+
+	for (size_t i = 0; i < f->n; i++)
+		held |= f->k[i].paused || flow_limited(&f->k[i]);
+	while (p->n < (size_t)limit) {
+		MYSQL_RES *r;
+		SQL(b, s);
+		if ((rc = prio_next(s, prio, &prio, &none)) < 0 || none)
+			return rc;
+		due__my_add(&b,
+			    "SELECT id FROM due_task WHERE state = 'SCHEDULED'"
+			    " AND priority = %lld AND due_at <= %lld",
+			    (long long)prio, (long long)f->now);
+		kind_filter(&b, "kind", kinds, n_kinds, exclude);
+		if (held) {
+			size_t n = 0;
+			due__my_add(&b, " AND kind NOT IN (");
+			for (size_t i = 0; i < f->n; i++)
+				if (f->k[i].paused || flow_limited(&f->k[i])) {
+					due__my_add(&b, n++ ? ", " : "");
+					due__my_str(&b, f->k[i].kind);
+				}
+			due__my_add(&b, ")");
+		}
+		due__my_add(&b,
+			    " ORDER BY due_at, id LIMIT %d"
+			    " FOR UPDATE SKIP LOCKED",
+			    limit - (int)p->n);
+		rc = due__my_exec(s, &b, "claim", &r);
+		due__my_sql_free(&b);
+		if (rc == 0)
+			rc = picks_of(r, p);
+		mysql_free_result(r);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/*
+** Claim the picked (locked) rows in one round trip: the UPDATE by primary
+** key (re-checking state), their RUNNING attempts, and the rows back in
+** (priority, due_at, id) order into l.
+*/
+static int claim_picked(due_store *s, const picks *p, due_task_list *l,
+			const char *owner, int64_t lease_us, due_time now)
+{
+	MYSQL_RES *r = NULL;
+	due_my_cur cur;
+	due_rows rows;
+	int rc;
+	SQL(b, s);
+
+	if (!p->n)
+		return 0;
+	due__my_add(&b, "UPDATE due_task FORCE INDEX (PRIMARY)"
+			" SET state = 'CLAIMED', attempt = attempt + 1,"
+			" lease_owner = ");
+	due__my_str(&b, owner);
+	due__my_add(&b,
+		    ", lease_until = " NOW " + %lld, updated_at = %lld"
+		    " WHERE state = 'SCHEDULED' AND id IN ",
+		    (long long)lease_us, (long long)now);
+	id_list(&b, p->t, p->n);
+	due__my_add(&b, "; INSERT INTO due_attempt (task_id, attempt, worker,"
+			" claimed_at, due_at) SELECT id, attempt, lease_owner,"
+			" updated_at, due_at FROM due_task WHERE id IN ");
+	id_list(&b, p->t, p->n);
+	due__my_add(&b, " AND state = 'CLAIMED'; SELECT " TASK_COLS
+			" FROM due_task WHERE state = 'CLAIMED' AND id IN ");
+	id_list(&b, p->t, p->n);
+	due__my_add(&b, " ORDER BY priority, due_at, id");
+	rc = due__my_exec(s, &b, "claim", &r);
+	due__my_sql_free(&b);
+	if (rc == 0) {
+		due__my_rows(&rows, &cur, r);
+		rc = due__rows_tasks(&rows, l, l->count + p->n);
+	}
+	mysql_free_result(r);
+	return rc;
+}
+
+/* The kind and group of task id when it is due; *k NULL when not. */
+static int id_kind(due_store *s, const flow *f, due_id id, char **kind,
+		   char **grp)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	int rc;
+	SQL(b, s);
+
+	*kind = *grp = NULL;
+	due__my_add(&b,
+		    "SELECT kind, grp FROM due_task WHERE id = %lld"
+		    " AND state = 'SCHEDULED' AND due_at <= %lld",
+		    (long long)id, (long long)f->now);
+	rc = due__my_exec(s, &b, "claim", &r);
+	due__my_sql_free(&b);
+	if (rc == 0 && r && (row = mysql_fetch_row(r))) {
+		*kind = due__strdup_n(row[0], strlen(row[0]));
+		*grp = row[1] ? due__strdup_n(row[1], strlen(row[1])) : NULL;
+		if (!*kind || (row[1] && !*grp))
+			rc = due__error_set(DUE_ENOMEM, "out of memory");
+	}
+	mysql_free_result(r);
+	return rc;
+}
+
+/*
+** Claim one task by id (due_claim_id): never one of a paused kind; one of
+** a limited kind only when its limits have room (then it counts as a
+** claim of the kind, under the kind's lock).
+*/
+static int claim_by_id(due_store *s, flow *f, picks *p, due_id id)
+{
+	const flow_kind *k = NULL;
+	char *kind = NULL, *grp = NULL;
+	int64_t room = 1, taken = 0;
+	due_time oldest = 0;
+	int why = 0, rc;
+	MYSQL_RES *r = NULL;
+
+	if ((rc = server_now(s, &f->now)) < 0 ||
+	    (rc = id_kind(s, f, id, &kind, &grp)) < 0 || !kind)
+		goto done;
+	k = flow_find(f, kind);
+	if (k && k->paused)
+		goto done;
+	if (k && flow_limited(k)) {
+		if ((rc = flow_lock(s, f, NULL, 0, false, kind)) < 0 ||
+		    (rc = kind_room(s, k, f->now, 1, &room, &why, &oldest)) < 0)
+			goto done;
+		if (room && k->per_group && grp) {
+			groups g = {0};
+			rc = groups_read(s, kind, grp, f->now, &g);
+			if (rc == 0 && g.n && g.g[0].n >= k->per_group)
+				room = 0, why = HELD_GROUP;
+			groups_free(&g);
+			if (rc < 0)
+				goto done;
+		}
+	} else {
+		k = NULL;
+	}
+	if (k && room && (rc = server_now(s, &f->now)) < 0) /* claim_limited */
+		goto done;
+	if (room) {
+		SQL(b, s);
+		due__my_add(&b,
+			    "SELECT id FROM due_task WHERE id = %lld"
+			    " AND state = 'SCHEDULED' AND due_at <= %lld"
+			    " FOR UPDATE SKIP LOCKED",
+			    (long long)id, (long long)f->now);
+		rc = due__my_exec(s, &b, "claim", &r);
+		due__my_sql_free(&b);
+		if (rc < 0 || (rc = picks_of(r, p)) < 0)
+			goto done;
+		taken = (int64_t)p->n;
+	}
+	if (k)
+		rc = kind_after(s, f, k, taken, room ? 0 : why, oldest);
+done:
+	mysql_free_result(r);
+	free(kind);
+	free(grp);
+	return rc;
+}
+
+/* The order of a claim's list: priority, due_at, id. */
+static int cmp_claimed(const void *a, const void *b)
+{
+	const due_task *x = a, *y = b;
+
+	if (x->priority != y->priority)
+		return x->priority < y->priority ? -1 : 1;
+	if (x->due_at != y->due_at)
+		return x->due_at < y->due_at ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+/*
+** The claim inside an open transaction: limited kinds, then the rest,
+** then the rows; each task carries the time limit of its try.  Fills l.
+*/
+static int claim_locked(due_store *s, due_task_list *l, const char *owner,
+			const char *const *kinds, size_t n_kinds, bool exclude,
+			int limit, int64_t lease_us, due_id only_id)
+{
+	flow f = {0};
+	picks p = {0};
+	int rc;
+
+	if ((rc = flow_all(s, &f)) < 0)
+		goto done;
+	if (only_id) {
+		rc = claim_by_id(s, &f, &p, only_id);
+	} else {
+		rc = flow_lock(s, &f, kinds, n_kinds, exclude, NULL);
+		for (size_t i = 0;
+		     rc == 0 && i < f.n && l->count < (size_t)limit; i++)
+			if (flow_limited(&f.k[i]) &&
+			    admits(kinds, n_kinds, exclude, f.k[i].kind))
+				rc = claim_limited(s, &f, &f.k[i], l, limit,
+						   owner, lease_us);
+		if (rc == 0 && l->count < (size_t)limit)
+			rc = claim_rest(s, &f, &p, kinds, n_kinds, exclude,
+					limit - (int)l->count);
+	}
+	if (rc < 0 || (rc = claim_picked(s, &p, l, owner, lease_us, f.now)) < 0)
+		goto done;
+	if (l->count > 1) /* limited kinds were claimed first */
+		qsort(l->items, l->count, sizeof(l->items[0]), cmp_claimed);
+	for (size_t i = 0; f.n && i < l->count; i++) {
+		const flow_kind *k = flow_find(&f, l->items[i].kind);
+		if (!l->items[i].timeout_us && k)
+			l->items[i].timeout_us = k->timeout_us;
+	}
+	l->retry_in_us = f.retry_in_us;
+done:
+	free(p.t);
+	flow_free(&f);
+	return rc;
+}
+
+typedef struct claim_args {
+	const char *owner;
+	const char *const *kinds;
+	size_t n_kinds;
+	bool exclude;
+	int limit;
+	int64_t lease_us;
+	due_id only_id;
+} claim_args;
+
+static int complete_locked(due_store *s, due_completion *items, size_t n);
+
+/*
+** One claim transaction (after completing items[0..n) in it, when n):
+** *out a new list on success, NULL with everything rolled back on error.
+*/
+static int claim_tx(due_store *s, due_task_list **out, const claim_args *a,
+		    due_completion *items, size_t n)
+{
+	due_task_list *l;
+	int rc;
+
+	*out = NULL;
+	if ((rc = due__task_list_alloc(&l, (size_t)a->limit)) < 0)
+		return rc;
+	if ((rc = due__my_begin(s)) < 0)
+		goto fail;
+	if ((n && (rc = complete_locked(s, items, n)) < 0) ||
+	    (rc = claim_locked(s, l, a->owner, a->kinds, a->n_kinds, a->exclude,
+			       a->limit, a->lease_us, a->only_id)) < 0 ||
+	    (rc = due__my_commit(s)) < 0)
+		goto fail;
+	*out = l;
+	return 0;
+fail:
+	due__my_rollback(s);
+	due_task_list_free(l);
+	return rc;
+}
+
+static int mys_claim(due_store *s, due_task_list **out, const char *owner,
+		     const char *const *kinds, size_t n_kinds, bool exclude,
+		     int limit, int64_t lease_us, due_id only_id)
+{
+	const claim_args a = {owner, kinds,    n_kinds, exclude,
+			      limit, lease_us, only_id};
+	int rc;
+
+	*out = NULL;
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	RETRY(rc, s, claim_tx(s, out, &a, NULL, 0));
+	return rc;
+}
+
+/* Complete n tries and claim the next batch: one transaction, one commit. */
+static int mys_complete_claim(due_store *s, due_completion *items, size_t n,
+			      const char *owner, const char *const *kinds,
+			      size_t n_kinds, bool exclude, int limit,
+			      int64_t lease_us, due_task_list **out)
+{
+	const claim_args a = {owner, kinds,    n_kinds, exclude,
+			      limit, lease_us, 0};
+	int rc;
+
+	*out = NULL;
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	RETRY(rc, s, claim_tx(s, out, &a, items, n));
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Extend, complete, fail                                              */
+/* ------------------------------------------------------------------ */
+
+/*
+** One fenced UPDATE; when it matched no row, read why (the state is only
+** reported, so reading it after the write is enough).
+*/
+static int mys_extend(due_store *s, due_extend_outcome *out, due_id id,
+		      int32_t attempt, int64_t lease_us)
+{
+	uint64_t hit;
+	int64_t v[3];
+	int rc;
+	SQL(b, s);
+
+	*out = DUE_EXTEND_LOST;
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	due__my_add(&b,
+		    "UPDATE due_task SET lease_until = " NOW " + %lld,"
+		    " updated_at = " NOW " WHERE id = %lld AND attempt = %d"
+		    " AND state = 'CLAIMED' AND NOT cancel_requested",
+		    (long long)lease_us, (long long)id, attempt);
+	RETRY(rc, s, due__my_exec(s, &b, "extend", NULL));
+	hit = s->affected;
+	due__my_sql_free(&b);
+	if (rc < 0)
+		return rc;
+	if (hit) {
+		*out = DUE_EXTEND_OK;
+		return 0;
+	}
+	due__my_sql_init(&b, s->conn);
+	due__my_add(&b,
+		    "SELECT state = 'CLAIMED', attempt, cancel_requested"
+		    " FROM due_task WHERE id = %lld",
+		    (long long)id);
+	if ((rc = ints(s, &b, "extend", v, 3)) == 0 && v[0] &&
+	    v[1] == attempt && v[2])
+		*out = DUE_EXTEND_CANCEL_REQUESTED;
+	return rc;
+}
+
+/* The locked (state, attempt, cancel) of each try of a batch. */
+typedef struct tried {
+	due_id id;
+	int64_t attempt;
+	bool claimed, cancel, used;
+} tried;
+
+static int lock_tries(due_store *s, const due_completion *items, size_t n,
+		      tried **out, size_t *count)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	tried *t;
+	int rc;
+	SQL(b, s);
+
+	*out = NULL;
+	*count = 0;
+	due__my_add(&b, "SELECT id, attempt, state = 'CLAIMED',"
+			" cancel_requested FROM due_task WHERE id IN (");
+	for (size_t i = 0; i < n; i++)
+		due__my_add(&b, "%s%lld", i ? ", " : "",
+			    (long long)items[i].id);
+	due__my_add(&b, ") FOR UPDATE" SET_NOW);
+	rc = due__my_exec(s, &b, "complete", &r);
+	due__my_sql_free(&b);
+	if (rc < 0)
+		return rc;
+	if (!(t = calloc(n, sizeof(*t)))) {
+		mysql_free_result(r);
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	}
+	while (r && *count < n && (row = mysql_fetch_row(r))) {
+		tried *x = &t[(*count)++];
+		x->id = due__my_i64(row, 0);
+		x->attempt = due__my_i64(row, 1);
+		x->claimed = due__my_i64(row, 2) != 0;
+		x->cancel = due__my_i64(row, 3) != 0;
+	}
+	mysql_free_result(r);
+	*out = t;
+	return 0;
+}
+
+/* Take b back to its first `len` bytes. */
+static void cut(due_my_sql *b, size_t len)
+{
+	b->len = len;
+	if (b->p)
+		b->p[len] = '\0';
+}
+
+/*
+** The fence of items[from..to) whose outcome is `o`, as an OR of
+** (id, attempt) pairs over columns `id` and `att`: a primary-key range
+** each, on due_task (id) and on due_attempt (task_id, attempt).  False
+** (no pair) when none has that outcome.
+*/
+static bool pairs(due_my_sql *b, const due_completion *items, size_t from,
+		  size_t to, due_complete_outcome o, const char *id,
+		  const char *att)
+{
+	size_t n = 0;
+
+	for (size_t i = from; i < to; i++)
+		if (items[i].outcome == o)
+			due__my_add(
+			    b, "%s(%s = %lld AND %s = %d)", n++ ? " OR " : "(",
+			    id, (long long)items[i].id, att, items[i].attempt);
+	if (n)
+		due__my_add(b, ")");
+	return n != 0;
+}
+
+/*
+** The statements of items[from..to), whose outcomes are decided: at most
+** one UPDATE of due_task and one of due_attempt per outcome, each with
+** every predicate of its rows in its WHERE (the pair, the task still
+** CLAIMED, the attempt still RUNNING), whatever the size of the batch.
+*/
+static void complete_sql(due_my_sql *b, const due_completion *items,
+			 size_t from, size_t to)
+{
+	static const struct {
+		due_complete_outcome o;
+		const char *state, *outcome, *error;
+	} end[] = {
+	    {DUE_COMPLETE_DONE, "DONE", "DONE", "NULL"},
+	    {DUE_COMPLETE_CANCELLED_BEFORE_COMMIT, "CANCELLED", "CANCELLED",
+	     "'cancel requested before commit'"},
+	};
+	size_t mark;
+
+	for (size_t e = 0; e < sizeof(end) / sizeof(end[0]); e++) {
+		mark = b->len;
+		due__my_add(b,
+			    "UPDATE due_task FORCE INDEX (PRIMARY)"
+			    " SET state = '%s', result = ",
+			    end[e].state);
+		if (end[e].o == DUE_COMPLETE_DONE) {
+			due__my_add(b, "CASE id");
+			for (size_t i = from; i < to; i++)
+				if (items[i].outcome == end[e].o) {
+					due__my_add(b, " WHEN %lld THEN ",
+						    (long long)items[i].id);
+					due__my_blob(b, items[i].result,
+						     items[i].result_len);
+				}
+			due__my_add(b, " END, last_error = NULL,");
+		} else {
+			due__my_add(b, "NULL,");
+		}
+		due__my_add(b, " lease_owner = NULL, lease_until = NULL,"
+			       " updated_at = " NOW_V
+			       " WHERE state = 'CLAIMED' AND ");
+		if (!pairs(b, items, from, to, end[e].o, "id", "attempt")) {
+			cut(b, mark); /* nothing with this outcome */
+			continue;
+		}
+		due__my_add(b,
+			    "; UPDATE due_attempt SET ended_at = " NOW_V
+			    ", outcome = '%s', error = %s"
+			    " WHERE outcome = 'RUNNING' AND ",
+			    end[e].outcome, end[e].error);
+		pairs(b, items, from, to, end[e].o, "task_id", "attempt");
+		due__my_add(b, ";");
+	}
+	mark = b->len;
+	due__my_add(b, "UPDATE due_attempt SET late_commit = 'REJECTED_STALE'"
+		       " WHERE ");
+	if (pairs(b, items, from, to, DUE_COMPLETE_REJECTED_STALE, "task_id",
+		  "attempt"))
+		due__my_add(b, ";");
+	else
+		cut(b, mark);
+}
+
+/*
+** Complete n tries inside the open transaction: lock their rows, decide
+** each outcome from what is locked (a try listed twice completes once,
+** the repeat is REJECTED_STALE), then write them in one multi-statement
+** round trip per FLUSH_BYTES of results (a handful of statements each,
+** not two per try: the server's work per statement is what a drain pays).
+*/
+static int complete_locked(due_store *s, due_completion *items, size_t n)
+{
+	tried *t;
+	size_t nt, from = 0, bytes = 0;
+	int rc;
+	SQL(b, s);
+
+	if ((rc = lock_tries(s, items, n, &t, &nt)) < 0)
+		return rc;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		due_completion *c = &items[i];
+		tried *x = NULL;
+		for (size_t j = 0; j < nt && !x; j++)
+			if (t[j].id == c->id)
+				x = &t[j];
+		c->outcome = DUE_COMPLETE_REJECTED_STALE;
+		if (x && x->claimed && !x->used && x->attempt == c->attempt) {
+			x->used = true;
+			c->outcome = x->cancel
+					 ? DUE_COMPLETE_CANCELLED_BEFORE_COMMIT
+					 : DUE_COMPLETE_DONE;
+		}
+		bytes += 2 * c->result_len + 64;
+		if (bytes >= FLUSH_BYTES || i + 1 == n) {
+			complete_sql(&b, items, from, i + 1);
+			rc = exec(s, &b, "complete", NULL);
+			due__my_sql_init(&b, s->conn);
+			from = i + 1, bytes = 0;
+		}
+	}
+	due__my_sql_free(&b);
+	free(t);
+	return rc;
+}
+
+static int complete_tx(due_store *s, due_completion *items, size_t n,
+		       due_tx_hook hook, void *payload)
+{
+	int rc;
+
+	if ((rc = due__my_begin(s)) < 0)
+		return rc;
+	if ((rc = complete_locked(s, items, n)) < 0)
+		goto fail;
+	for (size_t i = 0; hook && i < n; i++)
+		if (items[i].outcome == DUE_COMPLETE_DONE &&
+		    (rc = due__store_run_hook(hook, s->conn, &items[i],
+					      payload)) < 0)
+			goto fail;
+	if ((rc = due__my_commit(s)) == 0)
+		return 0;
+fail:
+	due__my_rollback(s);
+	return rc;
+}
+
+/*
+** Complete n tries in ONE transaction; a hook runs on our MYSQL* inside
+** it for each DONE row, and one that fails rolls everything back.  A
+** transaction that deadlocked is run again whole, hook included (the
+** hook's own writes were rolled back with it).
+*/
+static int mys_complete(due_store *s, due_completion *items, size_t n,
+			due_tx_hook hook, void *payload)
+{
+	int rc;
+
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	RETRY(rc, s, complete_tx(s, items, n, hook, payload));
+	return rc;
+}
+
+typedef struct fail_args {
+	due_id id;
+	int32_t attempt;
+	const char *error;
+	due_outcome as;
+} fail_args;
+
+static int fail_tx(due_store *s, due_fail_outcome *out, const fail_args *a)
+{
+	int64_t v[7];
+	const char *st;
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_begin(s)) < 0)
+		return rc;
+	due__my_add(&b,
+		    "SELECT COUNT(*), MAX(state = 'CLAIMED' AND attempt = %d),"
+		    " MAX(cancel_requested), MAX(" USED_UP "), MAX(backoff_us),"
+		    " MAX(backoff_cap_us), MAX(attempt - attempt_base)"
+		    " FROM due_task WHERE id = %lld FOR UPDATE" SET_NOW,
+		    a->attempt, (long long)a->id);
+	if ((rc = ints(s, &b, "fail", v, 7)) < 0)
+		goto fail;
+	due__my_sql_init(&b, s->conn);
+	if (!v[1]) {
+		*out = DUE_FAIL_REJECTED_STALE;
+		due__my_add(&b,
+			    "UPDATE due_attempt SET late_commit ="
+			    " 'REJECTED_STALE' WHERE task_id = %lld"
+			    " AND attempt = %d",
+			    (long long)a->id, a->attempt);
+	} else {
+		st = v[2] ? "CANCELLED" : v[3] ? "DEAD" : "SCHEDULED";
+		*out = due__fail_outcome_of(v[2]   ? DUE_CANCELLED
+					    : v[3] ? DUE_DEAD
+						   : DUE_SCHEDULED);
+		due__my_add(&b, "UPDATE due_task SET state = '%s'", st);
+		if (!v[2] && !v[3])
+			due__my_add(&b, ", due_at = " NOW_V " + %lld",
+				    (long long)due_backoff_us(v[4], v[5],
+							      (int32_t)v[6]));
+		due__my_add(&b, ", last_error = ");
+		due__my_str(&b, a->error);
+		due__my_add(&b,
+			    ", lease_owner = NULL, lease_until = NULL,"
+			    " updated_at = " NOW_V " WHERE id = %lld;"
+			    " UPDATE due_attempt SET ended_at = " NOW_V
+			    ", outcome = '%s', error = ",
+			    (long long)a->id,
+			    v[2] ? "CANCELLED"
+				 : due_outcome_name(a->as == DUE_OUT_TIMED_OUT
+							? DUE_OUT_TIMED_OUT
+							: DUE_OUT_FAILED));
+		due__my_str(&b, a->error);
+		due__my_add(&b,
+			    " WHERE task_id = %lld AND attempt = %d"
+			    " AND outcome = 'RUNNING'",
+			    (long long)a->id, a->attempt);
+	}
+	if ((rc = exec(s, &b, "fail", NULL)) < 0 ||
+	    (rc = due__my_commit(s)) < 0)
+		goto fail;
+	return 0;
+fail:
+	due__my_rollback(s);
+	return rc;
+}
+
+static int mys_fail(due_store *s, due_fail_outcome *out, due_id id,
+		    int32_t attempt, const char *error, due_outcome as)
+{
+	const fail_args a = {id, attempt, error, as};
+	int rc;
+
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	RETRY(rc, s, fail_tx(s, out, &a));
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Reclaim                                                             */
+/* ------------------------------------------------------------------ */
+
+#define REQUEUE_STATE                                                          \
+	"CASE WHEN cancel_requested THEN 'CANCELLED' WHEN " USED_UP            \
+	" THEN 'DEAD' ELSE 'SCHEDULED' END"
+
+/*
+** One batch of expired leases: lock them (SKIP LOCKED: a row another
+** transaction holds is being completed or extended right now), then
+** write them by primary key with the predicate repeated.  *got counts the
+** rows taken back.
+*/
+static int reclaim_tx(due_store *s, due_reclaimed *out, int64_t *got)
+{
+	MYSQL_RES *r = NULL;
+	MYSQL_ROW row;
+	picks p = {0};
+	int rc;
+	SQL(b, s);
+
+	*got = 0;
+	if ((rc = due__my_begin(s)) < 0)
+		return rc;
+	due__my_add(&b,
+		    "SELECT id FROM due_task WHERE state = 'CLAIMED'"
+		    " AND lease_until < " NOW " ORDER BY lease_until, id"
+		    " LIMIT %d FOR UPDATE SKIP LOCKED" SET_NOW,
+		    BATCH_ROWS);
+	rc = due__my_exec(s, &b, "reclaim", &r);
+	due__my_sql_free(&b);
+	if (rc < 0 || (rc = picks_of(r, &p)) < 0)
+		goto fail;
+	mysql_free_result(r);
+	r = NULL;
+	due__my_sql_init(&b, s->conn);
+	if (p.n) {
+		due__my_add(&b, "UPDATE due_attempt a JOIN due_task t"
+				" ON a.task_id = t.id AND a.attempt = t.attempt"
+				" SET a.ended_at = " NOW_V ","
+				" a.outcome = 'LEASE_EXPIRED',"
+				" a.error = 'lease expired'"
+				" WHERE a.outcome = 'RUNNING' AND t.state ="
+				" 'CLAIMED' AND t.lease_until < " NOW
+				" AND t.id IN ");
+		id_list(&b, p.t, p.n);
+		due__my_add(&b,
+			    "; UPDATE due_task SET due_at = CASE WHEN"
+			    " cancel_requested OR " USED_UP " THEN due_at"
+			    " ELSE " NOW_V " END, state = " REQUEUE_STATE ","
+			    " last_error = CONCAT('lease expired (held by ',"
+			    " lease_owner, ')'), lease_owner = NULL,"
+			    " lease_until = NULL, updated_at = " NOW_V
+			    " WHERE state = 'CLAIMED' AND lease_until < " NOW
+			    " AND id IN ");
+		id_list(&b, p.t, p.n);
+		due__my_add(&b, "; SELECT state, COUNT(*) FROM due_task"
+				" WHERE id IN ");
+		id_list(&b, p.t, p.n);
+		due__my_add(&b, " GROUP BY state; ");
+		rc = due__my_exec(s, &b, "reclaim", &r);
+		due__my_sql_free(&b);
+		if (rc < 0)
+			goto fail;
+		while (r && (row = mysql_fetch_row(r))) {
+			int64_t n = due__my_i64(row, 1);
+			if (strcmp(row[0], "SCHEDULED") == 0)
+				out->rescheduled += n;
+			else if (strcmp(row[0], "DEAD") == 0)
+				out->dead += n;
+			else if (strcmp(row[0], "CANCELLED") == 0)
+				out->cancelled += n;
+		}
+		mysql_free_result(r);
+		r = NULL;
+	}
+	if ((rc = due__my_commit(s)) < 0)
+		goto fail;
+	*got = (int64_t)p.n;
+	free(p.t);
+	return 0;
+fail:
+	due__my_rollback(s);
+	mysql_free_result(r);
+	free(p.t);
+	return rc;
+}
+
+/*
+** Take back expired leases in batches of BATCH_ROWS, each its own
+** transaction; then report the earliest lease still running and the
+** server's now, so the worker can sleep until exactly then.
+*/
+static int mys_reclaim(due_store *s, due_reclaimed *out)
+{
+	int64_t got, v[3];
+	int rc;
+	SQL(b, s);
+
+	memset(out, 0, sizeof(*out));
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	do {
+		due_reclaimed one = {0};
+		RETRY(rc, s, reclaim_tx(s, &one, &got));
+		if (rc < 0)
+			return rc;
+		out->rescheduled += one.rescheduled;
+		out->dead += one.dead;
+		out->cancelled += one.cancelled;
+	} while (got == BATCH_ROWS);
+	if (out->rescheduled)
+		wake(s);
+	due__my_add(&b,
+		    "SELECT " NOW ", COUNT(m), MIN(m) FROM (SELECT"
+		    " MIN(lease_until) AS m FROM due_task"
+		    " WHERE state = 'CLAIMED' AND lease_until >= " NOW ") x");
+	if ((rc = ints(s, &b, "reclaim", v, 3)) < 0)
+		return rc;
+	out->now = v[0];
+	out->next_expiry = v[1] ? v[2] : 0;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Cancel, get, list                                                   */
+/* ------------------------------------------------------------------ */
+
+/* The state of task id, locked: *state NULL when there is no such task. */
+static int lock_state(due_store *s, due_id id, char **state, int64_t *attempt)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	int rc;
+	SQL(b, s);
+
+	*state = NULL;
+	due__my_add(&b,
+		    "SELECT state, attempt FROM due_task WHERE id = %lld"
+		    " FOR UPDATE" SET_NOW,
+		    (long long)id);
+	rc = due__my_exec(s, &b, "lock task", &r);
+	due__my_sql_free(&b);
+	if (rc == 0 && r && (row = mysql_fetch_row(r))) {
+		if (!(*state = due__strdup_n(row[0], strlen(row[0]))))
+			rc = due__error_set(DUE_ENOMEM, "out of memory");
+		if (attempt)
+			*attempt = due__my_i64(row, 1);
+	}
+	mysql_free_result(r);
+	return rc;
+}
+
+static int cancel_tx(due_store *s, due_cancel_outcome *out, due_id id)
+{
+	due_state st = DUE_SCHEDULED;
+	char *state = NULL;
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_begin(s)) < 0)
+		return rc;
+	if ((rc = lock_state(s, id, &state, NULL)) < 0)
+		goto fail;
+	if (state && (rc = due_state_parse(&st, state)) < 0)
+		goto fail;
+	if (state && (st == DUE_SCHEDULED || st == DUE_CLAIMED)) {
+		due__my_add(&b,
+			    "UPDATE due_task SET %s, updated_at = " NOW
+			    " WHERE id = %lld",
+			    st == DUE_SCHEDULED ? "state = 'CANCELLED'"
+						: "cancel_requested = TRUE",
+			    (long long)id);
+		if ((rc = exec(s, &b, "cancel", NULL)) < 0)
+			goto fail;
+	}
+	if ((rc = due__my_commit(s)) < 0)
+		goto fail;
+	*out = due__cancel_outcome_of(state != NULL, st);
+	free(state);
+	return 0;
+fail:
+	due__my_rollback(s);
+	free(state);
+	return rc;
+}
+
+static int mys_cancel(due_store *s, due_cancel_outcome *out, due_id id)
+{
+	int rc;
+
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	RETRY(rc, s, cancel_tx(s, out, id));
+	return rc;
+}
+
+/* The attempts history of n tasks (ordered by id) with one statement. */
+static int load_attempts(due_store *s, due_task *tasks, size_t n)
+{
+	MYSQL_RES *r;
+	due_my_cur cur;
+	due_rows rows;
+	int rc;
+	SQL(b, s);
+
+	due__my_add(&b, "SELECT " ATTEMPT_COLS " FROM due_attempt"
+			" WHERE task_id IN ");
+	id_list(&b, tasks, n);
+	due__my_add(&b, " ORDER BY task_id, attempt");
+	rc = due__my_exec(s, &b, "read attempts", &r);
+	due__my_sql_free(&b);
+	if (rc == 0) {
+		due__my_rows(&rows, &cur, r);
+		rc = due__rows_attempts(&rows, tasks, n);
+	}
+	mysql_free_result(r);
+	return rc;
+}
+
+static int mys_get(due_store *s, due_task **out, due_id id)
+{
+	MYSQL_RES *r;
+	due_my_cur cur;
+	due_rows rows;
+	int rc;
+	SQL(b, s);
+
+	*out = NULL;
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	due__my_add(&b, "SELECT " TASK_COLS " FROM due_task WHERE id = %lld",
+		    (long long)id);
+	rc = due__my_exec(s, &b, "get", &r);
+	due__my_sql_free(&b);
+	if (rc < 0)
+		return rc;
+	due__my_rows(&rows, &cur, r);
+	rc = due__rows_task_get(&rows, out, id);
+	mysql_free_result(r);
+	if (rc == 0 && (rc = load_attempts(s, *out, 1)) < 0) {
+		due_task_free(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+static int mys_list(due_store *s, due_task_list **out, const due_list_opts *o)
+{
+	due_task_list *l = NULL;
+	MYSQL_RES *r;
+	due_my_cur cur;
+	due_rows rows;
+	int rc;
+	SQL(b, s);
+
+	*out = NULL;
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	due__my_add(&b, "SELECT " TASK_COLS " FROM due_task WHERE id > %lld",
+		    (long long)o->after);
+	if (o->state >= 0)
+		due__my_add(&b, " AND state = '%s'",
+			    due_state_name((due_state)o->state));
+	if (o->kind) {
+		due__my_add(&b, " AND kind = ");
+		due__my_str(&b, o->kind);
+	}
+	due__my_add(&b, " ORDER BY id LIMIT %d", o->limit);
+	rc = due__my_exec(s, &b, "list", &r);
+	due__my_sql_free(&b);
+	if (rc < 0)
+		return rc;
+	if ((rc = due__task_list_alloc(&l, r ? mysql_num_rows(r) : 0)) == 0) {
+		due__my_rows(&rows, &cur, r);
+		rc = due__rows_tasks(&rows, l, r ? mysql_num_rows(r) : 0);
+	}
+	mysql_free_result(r);
+	if (rc == 0 && o->attempts && l->count)
+		rc = load_attempts(s, l->items, l->count);
+	if (rc < 0) {
+		due_task_list_free(l);
+		return rc;
+	}
+	*out = l;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Operator                                                            */
+/* ------------------------------------------------------------------ */
+
+/* DEAD -> SCHEDULED due now with a fresh budget; audited. */
+static int retry_tx(due_store *s, due_id id)
+{
+	char *state = NULL;
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_begin(s)) < 0)
+		return rc;
+	if ((rc = lock_state(s, id, &state, NULL)) < 0)
+		goto fail;
+	if (!state || strcmp(state, "DEAD") != 0) {
+		rc = due__store_wrong_state(id, "retry", state, "DEAD");
+		goto fail;
+	}
+	due__my_add(
+	    &b,
+	    "UPDATE due_task SET state = 'SCHEDULED', due_at = " NOW_V ","
+	    " attempt_base = attempt, cancel_requested = FALSE,"
+	    " updated_at = " NOW_V " WHERE id = %lld AND state = 'DEAD';"
+	    " INSERT INTO due_audit (task_id, at, action, detail)"
+	    " VALUES (%lld, " NOW_V ", 'retry',"
+	    " 'DEAD -> SCHEDULED, fresh attempt budget')",
+	    (long long)id, (long long)id);
+	rc = exec(s, &b, "retry", NULL);
+	if (rc == DUE_ECONFLICT)
+		rc = due__store_retry_conflict(id);
+	if (rc < 0 || (rc = due__my_commit(s)) < 0)
+		goto fail;
+	free(state);
+	return 0;
+fail:
+	due__my_rollback(s);
+	free(state);
+	return rc;
+}
+
+static int mys_retry(due_store *s, due_id id)
+{
+	int rc;
+
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	RETRY(rc, s, retry_tx(s, id));
+	if (rc == 0)
+		wake(s);
+	return rc;
+}
+
+/*
+** requeue (kill = false) and kill: lock the row, check its state, write
+** the new one, close the running attempt, audit.  *final: the state
+** written.
+*/
+static int operator_tx(due_store *s, bool kill, due_id id, due_state *final)
+{
+	const char *action = kill ? "kill" : "requeue";
+	char *state = NULL;
+	int64_t v[2], attempt = 0;
+	bool ok;
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_begin(s)) < 0)
+		return rc;
+	if ((rc = lock_state(s, id, &state, &attempt)) < 0)
+		goto fail;
+	ok = state && (kill ? strcmp(state, "DONE") != 0 &&
+				  strcmp(state, "CANCELLED") != 0
+			    : strcmp(state, "CLAIMED") == 0);
+	if (!ok) {
+		rc = due__store_wrong_state(id, action, state,
+					    kill ? "SCHEDULED, CLAIMED or DEAD"
+						 : "CLAIMED");
+		goto fail;
+	}
+	if (kill)
+		due__my_add(&b,
+			    /* MySQL assigns left to right: last_error
+			       reads the old state, so it goes first */
+			    "UPDATE due_task SET last_error = CONCAT(COALESCE("
+			    "CONCAT(last_error, '; '), ''), CASE WHEN state ="
+			    " 'DEAD' THEN 'dead letter dismissed by operator'"
+			    " ELSE 'killed by operator' END), state = CASE WHEN"
+			    " state = 'DEAD' OR cancel_requested THEN"
+			    " 'CANCELLED' ELSE 'DEAD' END,");
+	else
+		due__my_add(&b, "UPDATE due_task SET state = CASE WHEN"
+				" cancel_requested THEN 'CANCELLED' ELSE"
+				" 'SCHEDULED' END, due_at = " NOW_V ",");
+	due__my_add(
+	    &b,
+	    " lease_owner = NULL, lease_until = NULL,"
+	    " updated_at = " NOW_V " WHERE id = %lld;"
+	    " UPDATE due_attempt SET ended_at = " NOW_V ", outcome = '%s',"
+	    " error = '%s' WHERE task_id = %lld AND attempt = %lld"
+	    " AND outcome = 'RUNNING';"
+	    " INSERT INTO due_audit (task_id, at, action, detail)"
+	    " SELECT id, " NOW_V ", '%s', state FROM due_task"
+	    " WHERE id = %lld;"
+	    " SELECT state = 'CANCELLED', state = 'DEAD' FROM due_task"
+	    " WHERE id = %lld",
+	    (long long)id, kill ? "KILLED" : "REQUEUED", action, (long long)id,
+	    (long long)attempt, action, (long long)id, (long long)id);
+	if ((rc = ints(s, &b, action, v, 2)) < 0 ||
+	    (rc = due__my_commit(s)) < 0)
+		goto fail;
+	*final = v[0] ? DUE_CANCELLED : v[1] ? DUE_DEAD : DUE_SCHEDULED;
+	free(state);
+	return 0;
+fail:
+	due__my_rollback(s);
+	free(state);
+	return rc;
+}
+
+static int mys_requeue(due_store *s, due_id id)
+{
+	due_state final = DUE_SCHEDULED;
+	int rc;
+
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	RETRY(rc, s, operator_tx(s, false, id, &final));
+	if (rc == 0 && final == DUE_SCHEDULED)
+		wake(s);
+	return rc;
+}
+
+static int mys_kill(due_store *s, due_state *out, due_id id)
+{
+	int rc;
+
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	RETRY(rc, s, operator_tx(s, true, id, out));
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Stats, prune                                                        */
+/* ------------------------------------------------------------------ */
+
+static int64_t pct(const int64_t *v, size_t n, int p)
+{
+	size_t i = (n * (size_t)p + 99) / 100;
+	return v[i ? i - 1 : 0];
+}
+
+/* Lateness percentiles (nearest rank) over the claims of the window. */
+static int lateness(due_store *s, due_stats *out)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	int64_t *v = NULL;
+	size_t n = 0;
+	int rc;
+	SQL(b, s);
+
+	out->window_us = DUE_STATS_WINDOW_US;
+	due__my_add(&b,
+		    "SELECT claimed_at - due_at AS late FROM due_attempt"
+		    " WHERE claimed_at >= %lld ORDER BY late",
+		    (long long)(out->now - DUE_STATS_WINDOW_US));
+	rc = due__my_exec(s, &b, "lateness", &r);
+	due__my_sql_free(&b);
+	if (rc < 0)
+		return rc;
+	if (r && mysql_num_rows(r) &&
+	    !(v = malloc(mysql_num_rows(r) * sizeof(*v)))) {
+		mysql_free_result(r);
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	}
+	while (r && (row = mysql_fetch_row(r)))
+		v[n++] = due__my_i64(row, 0);
+	mysql_free_result(r);
+	out->claims_window = (int64_t)n;
+	out->lateness_p50_us = n ? pct(v, n, 50) : -1;
+	out->lateness_p99_us = n ? pct(v, n, 99) : -1;
+	out->lateness_max_us = n ? v[n - 1] : -1;
+	free(v);
+	return 0;
+}
+
+static int mys_stats(due_store *s, due_stats *out)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	int64_t v[3];
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_ok(s)) < 0 || (rc = server_now(s, &out->now)) < 0)
+		return rc;
+	due__my_add(&b, "SELECT state, COUNT(*) FROM due_task GROUP BY state");
+	rc = due__my_exec(s, &b, "stats", &r);
+	due__my_sql_free(&b);
+	if (rc < 0)
+		return rc;
+	while (r && (row = mysql_fetch_row(r))) {
+		due_state st;
+		if (due_state_parse(&st, row[0]) == 0)
+			out->counts[st] = due__my_i64(row, 1);
+	}
+	mysql_free_result(r);
+	out->dead = out->counts[DUE_DEAD];
+	due__my_sql_init(&b, s->conn);
+	due__my_add(&b,
+		    "SELECT COUNT(*), COUNT(due_at), MIN(due_at) FROM due_task"
+		    " WHERE state = 'SCHEDULED' AND due_at <= %lld",
+		    (long long)out->now);
+	if ((rc = ints(s, &b, "stats", v, 3)) < 0)
+		return rc;
+	out->due_unclaimed = v[0];
+	if (v[1])
+		out->oldest_due_unclaimed_ms = (out->now - v[2]) / 1000;
+	return lateness(s, out);
+}
+
+/* One bounded batch of finished tasks and their history; *n deleted. */
+static int prune_tx(due_store *s, int64_t older_than_us, int64_t *n)
+{
+	MYSQL_RES *r = NULL;
+	picks p = {0};
+	int rc;
+	SQL(b, s);
+
+	*n = 0;
+	if ((rc = due__my_begin(s)) < 0)
+		return rc;
+	due__my_add(&b,
+		    "SELECT id FROM due_task WHERE state IN ('DONE',"
+		    " 'CANCELLED') AND updated_at < " NOW " - %lld"
+		    " LIMIT %d FOR UPDATE SKIP LOCKED",
+		    (long long)older_than_us, BATCH_ROWS);
+	rc = due__my_exec(s, &b, "prune", &r);
+	due__my_sql_free(&b);
+	if (rc < 0 || (rc = picks_of(r, &p)) < 0)
+		goto fail;
+	if (p.n) {
+		due__my_sql_init(&b, s->conn);
+		due__my_add(&b, "DELETE FROM due_attempt WHERE task_id IN ");
+		id_list(&b, p.t, p.n);
+		due__my_add(&b, "; DELETE FROM due_audit WHERE task_id IN ");
+		id_list(&b, p.t, p.n);
+		due__my_add(&b, "; DELETE FROM due_task WHERE state IN"
+				" ('DONE', 'CANCELLED') AND id IN ");
+		id_list(&b, p.t, p.n);
+		if ((rc = exec(s, &b, "prune", NULL)) < 0)
+			goto fail;
+		*n = (int64_t)s->affected;
+	}
+	if ((rc = due__my_commit(s)) < 0)
+		goto fail;
+	mysql_free_result(r);
+	free(p.t);
+	return 0;
+fail:
+	due__my_rollback(s);
+	mysql_free_result(r);
+	free(p.t);
+	*n = 0;
+	return rc;
+}
+
+/*
+** Delete finished tasks with their history in batches of BATCH_ROWS, each
+** its own transaction, until a batch finds nothing.  DEAD is never
+** touched.  A retention longer than the epoch deletes nothing.
+*/
+static int mys_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
+{
+	const int64_t max_us = 1000LL * 366 * 86400 * 1000000; /* 1000 years */
+	int64_t n;
+	int rc;
+
+	*deleted = 0;
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	if (older_than_us > max_us)
+		older_than_us = max_us;
+	do {
+		RETRY(rc, s, prune_tx(s, older_than_us, &n));
+		if (rc < 0)
+			return rc;
+		*deleted += n;
+	} while (n > 0);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Schedules                                                           */
+/* ------------------------------------------------------------------ */
+
+static int sched_read(due_store *s, const char *name, due_cron_info **one,
+		      due_cron_info_list **all)
+{
+	MYSQL_RES *r;
+	due_my_cur cur;
+	due_rows rows;
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	due__my_add(&b, "SELECT " SCHED_COLS " FROM due_schedule");
+	if (name) {
+		due__my_add(&b, " WHERE name = ");
+		due__my_str(&b, name);
+	}
+	due__my_add(&b, " ORDER BY name");
+	rc = due__my_exec(s, &b, "read schedule", &r);
+	due__my_sql_free(&b);
+	if (rc < 0)
+		return rc;
+	due__my_rows(&rows, &cur, r);
+	rc = name ? due__rows_sched_get(&rows, one, name)
+		  : due__rows_sched_list(&rows, all);
+	mysql_free_result(r);
+	return rc;
+}
+
+static int mys_cron_get(due_store *s, due_cron_info **out, const char *name)
+{
+	*out = NULL;
+	return sched_read(s, name, out, NULL);
+}
+
+static int mys_cron_list(due_store *s, due_cron_info_list **out)
+{
+	*out = NULL;
+	return sched_read(s, NULL, NULL, out);
+}
+
+#define SET_NEW_(c) "`" #c "` = VALUES(`" #c "`), "
+#define SET_NEW_LAST_(c) "`" #c "` = VALUES(`" #c "`)"
+
+/* Insert or replace a definition; a replace keeps the firing history. */
+static int mys_cron_put(due_store *s, const due_cron_def *d, due_time next_slot)
+{
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	due__my_add(&b, "INSERT INTO due_schedule (name, " DUE_SCHED_DEF_COLS
+			", created_at, updated_at) VALUES (");
+	due__my_str(&b, d->name);
+	due__my_add(&b, ", ");
+	due__my_str(&b, d->expr);
+	due__my_add(&b, ", ");
+	due__my_str(&b, d->kind);
+	due__my_add(&b, ", ");
+	due__my_str(&b, d->tz ? d->tz : "UTC");
+	due__my_add(&b, ", ");
+	due__my_blob(&b, d->payload, d->payload_len);
+	due__my_add(&b,
+		    ", '%s', '%s', %d, %lld, %lld, %lld, " NOW ", " NOW
+		    ") ON DUPLICATE KEY UPDATE " DUE_SCHED_DEF_COLUMNS(
+			SET_NEW_, SET_NEW_LAST_) ", updated_at = " NOW,
+		    due__misfire_name(d->misfire),
+		    due__overlap_name(d->overlap), d->max_attempts,
+		    (long long)d->backoff_us, (long long)d->backoff_cap_us,
+		    (long long)next_slot);
+	RETRY(rc, s, due__my_exec(s, &b, "save schedule", NULL));
+	due__my_sql_free(&b);
+	return rc;
+}
+
+static int mys_cron_remove(due_store *s, const char *name)
+{
+	uint64_t n;
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	due__my_add(&b, "DELETE FROM due_schedule WHERE name = ");
+	due__my_str(&b, name);
+	if ((rc = exec(s, &b, "remove schedule", &n)) < 0)
+		return rc;
+	return n ? 0
+		 : due__error_set(DUE_ENOTFOUND, "no schedule named '%s'",
+				  name);
+}
+
+/*
+** One scheduler step (store.h: cron_fire) in one transaction: lock the
+** schedule row, compare next_slot with what the scheduler read (another
+** scheduler that advanced it first wins: nothing is written), insert the
+** slot's task (or find the live one of its key), record it.
+*/
+static int fire_tx(due_store *s, const due_cron_fire *f, bool *won,
+		   due_id *task_id)
+{
+	due_submitted sub = {0};
+	int64_t v[2];
+	int rc;
+	SQL(b, s);
+
+	*won = false;
+	*task_id = 0;
+	if ((rc = due__my_begin(s)) < 0)
+		return rc;
+	due__my_add(&b,
+		    "SELECT COUNT(*), MAX(next_slot = %lld) FROM"
+		    " due_schedule WHERE name = ",
+		    (long long)f->expect);
+	due__my_str(&b, f->name);
+	due__my_add(&b, " FOR UPDATE");
+	if ((rc = ints(s, &b, "fire schedule", v, 2)) < 0)
+		goto fail;
+	if (!v[1]) { /* lost the race (or removed): nothing written */
+		due__my_rollback(s);
+		return 0;
+	}
+	if (f->task && (rc = insert_one(s, f->task, &sub)) < 0)
+		goto fail;
+	due__my_sql_init(&b, s->conn);
+	due__my_add(&b, "UPDATE due_schedule SET next_slot = %lld,",
+		    (long long)f->next);
+	if (f->task)
+		due__my_add(&b,
+			    " last_slot = %lld, last_task = %lld,"
+			    " fired = fired + 1,",
+			    (long long)f->slot, (long long)sub.id);
+	if (f->missed > 0)
+		due__my_add(&b, " missed = missed + %lld, last_missed = %lld,",
+			    (long long)f->missed, (long long)f->last_missed);
+	due__my_add(&b, " updated_at = " NOW " WHERE name = ");
+	due__my_str(&b, f->name);
+	if ((rc = exec(s, &b, "fire schedule", NULL)) < 0 ||
+	    (rc = due__my_commit(s)) < 0)
+		goto fail;
+	*won = true;
+	*task_id = sub.id;
+	return 0;
+fail:
+	due__my_rollback(s);
+	return rc;
+}
+
+static int mys_cron_fire(due_store *s, const due_cron_fire *f, bool *won,
+			 due_id *task_id)
+{
+	int rc;
+
+	*won = false;
+	*task_id = 0;
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	RETRY(rc, s, fire_tx(s, f, won, task_id));
+	if (rc == 0 && *task_id)
+		wake(s);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Metrics, worker reports                                             */
+/* ------------------------------------------------------------------ */
+
+/* Task counts by kind and state (the first 1000 kinds by name). */
+static int metrics_kinds(due_store *s, due_metrics *m)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	size_t cap = 0;
+	int rc;
+	SQL(b, s);
+
+	due__my_add(&b, "SELECT kind, state, COUNT(*) FROM due_task"
+			" GROUP BY kind, state ORDER BY kind LIMIT 5000");
+	rc = due__my_exec(s, &b, "metrics", &r);
+	due__my_sql_free(&b);
+	while (rc == 0 && r && (row = mysql_fetch_row(r))) {
+		due_state st;
+		if (due_state_parse(&st, row[1]) < 0)
+			continue;
+		if (!m->n_kinds ||
+		    strcmp(m->kinds[m->n_kinds - 1].kind, row[0]) != 0) {
+			if (m->n_kinds == 1000)
+				break;
+			if (m->n_kinds == cap) {
+				due_kind_counts *n;
+				cap = cap ? cap * 2 : 16;
+				if (!(n = realloc(m->kinds,
+						  cap * sizeof(*n)))) {
+					rc = due__error_set(DUE_ENOMEM,
+							    "out of memory");
+					break;
+				}
+				m->kinds = n;
+			}
+			memset(&m->kinds[m->n_kinds], 0, sizeof(m->kinds[0]));
+			if (!(m->kinds[m->n_kinds].kind =
+				  due__strdup_n(row[0], strlen(row[0])))) {
+				rc =
+				    due__error_set(DUE_ENOMEM, "out of memory");
+				break;
+			}
+			m->n_kinds++;
+		}
+		m->kinds[m->n_kinds - 1].counts[st] = due__my_i64(row, 2);
+	}
+	mysql_free_result(r);
+	return rc;
+}
+
+/* A histogram of `expr` (microseconds) over the attempts matching where. */
+static int hist(due_store *s, const char *expr, const char *where,
+		due_histogram *h)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	int rc;
+	SQL(b, s);
+
+	due__my_add(&b, "SELECT CASE");
+	for (int i = 0; i < DUE_HIST_N; i++)
+		due__my_add(&b, " WHEN (%s) / 1000.0 <= %.17g THEN %d", expr,
+			    due_hist_bounds_ms[i], i);
+	due__my_add(&b,
+		    " ELSE %d END AS bk, COUNT(*), SUM(%s) FROM due_attempt"
+		    "%s GROUP BY bk",
+		    DUE_HIST_N, expr, where);
+	rc = due__my_exec(s, &b, "histogram", &r);
+	due__my_sql_free(&b);
+	while (rc == 0 && r && (row = mysql_fetch_row(r))) {
+		int64_t bk = due__my_i64(row, 0), n = due__my_i64(row, 1);
+		if (bk < 0 || bk > DUE_HIST_N)
+			continue;
+		h->buckets[bk] += n;
+		h->count += n;
+		h->sum_ms += (row[2] ? strtod(row[2], NULL) : 0) / 1000.0;
+	}
+	mysql_free_result(r);
+	return rc;
+}
+
+/* Outcomes, refused late commits and DONE per minute of the last 15. */
+static int outcomes(due_store *s, due_metrics *m, due_time now)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	int64_t stale;
+	int rc;
+	SQL(b, s);
+
+	due__my_add(&b, "SELECT outcome, COUNT(*) FROM due_attempt"
+			" GROUP BY outcome");
+	rc = due__my_exec(s, &b, "outcomes", &r);
+	due__my_sql_free(&b);
+	while (rc == 0 && r && (row = mysql_fetch_row(r))) {
+		int i = due__outcome_parse(row[0]);
+		if (i >= 0 && i < DUE_OUT_REJECTED_STALE)
+			m->outcomes[i] = due__my_i64(row, 1);
+	}
+	mysql_free_result(r);
+	if (rc < 0)
+		return rc;
+	due__my_sql_init(&b, s->conn);
+	due__my_add(&b, "SELECT COUNT(*) FROM due_attempt"
+			" WHERE late_commit = 'REJECTED_STALE'");
+	if ((rc = ints(s, &b, "outcomes", &stale, 1)) < 0)
+		return rc;
+	m->outcomes[DUE_OUT_REJECTED_STALE] = stale;
+	due__my_sql_init(&b, s->conn);
+	due__my_add(&b,
+		    "SELECT (%lld - ended_at) DIV 60000000 AS mi, COUNT(*)"
+		    " FROM due_attempt WHERE outcome = 'DONE'"
+		    " AND ended_at > %lld AND ended_at <= %lld GROUP BY mi",
+		    (long long)now, (long long)(now - 900000000LL),
+		    (long long)now);
+	rc = due__my_exec(s, &b, "throughput", &r);
+	due__my_sql_free(&b);
+	while (rc == 0 && r && (row = mysql_fetch_row(r))) {
+		int64_t mi = due__my_i64(row, 0);
+		if (mi >= 0 && mi < 15)
+			m->done_per_min[mi] = due__my_i64(row, 1);
+	}
+	mysql_free_result(r);
+	return rc;
+}
+
+static int workers(due_store *s, due_metrics *m, due_time now)
+{
+	int64_t v[6];
+	int rc;
+	SQL(b, s);
+
+	due__my_add(&b,
+		    "SELECT COUNT(*), COALESCE(SUM(claim_queries), 0),"
+		    " COALESCE(SUM(empty_claims), 0),"
+		    " COALESCE(SUM(reclaim_queries), 0),"
+		    " COALESCE(SUM(store_errors), 0),"
+		    " (SELECT COUNT(*) FROM due_schedule)"
+		    " FROM due_worker WHERE seen_at >= %lld",
+		    (long long)(now - 300LL * 1000000));
+	if ((rc = ints(s, &b, "workers", v, 6)) < 0)
+		return rc;
+	m->workers = v[0];
+	m->claim_queries = v[1];
+	m->empty_claims = v[2];
+	m->reclaim_queries = v[3];
+	m->store_errors = v[4];
+	m->n_schedules = (size_t)v[5];
+	return 0;
+}
+
+static int mys_metrics(due_store *s, due_metrics *m)
+{
+	due_time now;
+	int rc;
+
+	m->n_kinds = 0;
+	m->kinds = NULL;
+	memset(&m->lateness, 0, sizeof(m->lateness));
+	memset(&m->duration, 0, sizeof(m->duration));
+	memset(m->outcomes, 0, sizeof(m->outcomes));
+	memset(m->done_per_min, 0, sizeof(m->done_per_min));
+	if ((rc = due__my_ok(s)) < 0 || (rc = server_now(s, &now)) < 0 ||
+	    (rc = metrics_kinds(s, m)) < 0 ||
+	    (rc = hist(s, "claimed_at - due_at", "", &m->lateness)) < 0 ||
+	    (rc = hist(s, "ended_at - claimed_at",
+		       " WHERE ended_at IS NOT NULL", &m->duration)) < 0 ||
+	    (rc = outcomes(s, m, now)) < 0 || (rc = workers(s, m, now)) < 0) {
+		for (size_t i = 0; i < m->n_kinds; i++)
+			free(m->kinds[i].kind);
+		free(m->kinds);
+		m->kinds = NULL;
+		m->n_kinds = 0;
+	}
+	return rc;
+}
+
+#define UCOL_NEW_(c) "`" #c "` = VALUES(`" #c "`), "
+#define UCOL_NEW_LAST_(c) "`" #c "` = VALUES(`" #c "`)"
+
+/* Upsert the worker's row: started_at on first report, seen_at = now. */
+static int mys_worker_report(due_store *s, const char *owner,
+			     const due_worker_stats *st)
+{
+	int64_t v[DUE_WORKER_N_COUNTERS];
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	due__worker_counters(st, v);
+	due__my_add(&b, "INSERT INTO due_worker (owner, started_at, "
+			"seen_at, " DUE_WORKER_COUNTER_COLS ") VALUES (");
+	due__my_str(&b, owner);
+	due__my_add(&b, ", " NOW ", " NOW);
+	for (int i = 0; i < DUE_WORKER_N_COUNTERS; i++)
+		due__my_add(&b, ", %lld", (long long)v[i]);
+	due__my_add(&b, ") ON DUPLICATE KEY UPDATE seen_at = "
+			"VALUES(seen_at), " DUE_WORKER_COUNTERS(
+			    UCOL_NEW_, UCOL_NEW_LAST_));
+	RETRY(rc, s, due__my_exec(s, &b, "worker report", NULL));
+	due__my_sql_free(&b);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Discovery: upcoming tasks                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+** The ids and due times of tasks due before `until` through due_task_due
+** (state, due_at, id), never of a paused kind; then the server's now and
+** the next lease expiry.
+*/
+static int mys_upcoming(due_store *s, due_upcoming *out,
+			const char *const *kinds, size_t n_kinds, bool exclude,
+			due_time until, int limit)
+{
+	MYSQL_RES *r;
+	due_my_cur cur;
+	due_rows rows;
+	int64_t v[3];
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	due__my_add(&b,
+		    "SELECT id, due_at FROM due_task WHERE state = 'SCHEDULED'"
+		    " AND due_at < %lld",
+		    (long long)until);
+	kind_filter(&b, "kind", kinds, n_kinds, exclude);
+	due__my_add(&b,
+		    " AND kind NOT IN (SELECT kind FROM due_kind WHERE paused)"
+		    " ORDER BY due_at, id LIMIT %d",
+		    limit);
+	rc = due__my_exec(s, &b, "upcoming", &r);
+	due__my_sql_free(&b);
+	if (rc < 0)
+		return rc;
+	due__my_rows(&rows, &cur, r);
+	rc = due__rows_upcoming(&rows, out, limit);
+	mysql_free_result(r);
+	if (rc < 0)
+		return rc;
+	due__my_sql_init(&b, s->conn);
+	due__my_add(&b, "SELECT " NOW ", COUNT(m), MIN(m) FROM (SELECT"
+			" MIN(lease_until) AS m FROM due_task"
+			" WHERE state = 'CLAIMED') x");
+	if ((rc = ints(s, &b, "upcoming", v, 3)) < 0)
+		return rc;
+	out->now = v[0];
+	out->next_expiry = v[1] ? v[2] : 0;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Kinds: settings and what they hold back                             */
+/* ------------------------------------------------------------------ */
+
+/* A setting: -1 keeps the column, 0 clears it (NULL), else the value. */
+static void kind_set(due_my_sql *b, const char *col, int64_t v, const char *sep)
+{
+	if (v < 0)
+		due__my_add(b, "%s = %s%s", col, col, sep);
+	else if (v == 0)
+		due__my_add(b, "%s = NULL%s", col, sep);
+	else
+		due__my_add(b, "%s = %lld%s", col, (long long)v, sep);
+}
+
+static int mys_kind_put(due_store *s, const char *kind,
+			const due_kind_settings *set)
+{
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	due__my_add(&b, "INSERT IGNORE INTO due_kind (kind, updated_at)"
+			" VALUES (");
+	due__my_str(&b, kind);
+	due__my_add(&b, ", " NOW "); UPDATE due_kind SET ");
+	if (set->paused >= 0)
+		due__my_add(&b, "paused = %d, ", set->paused == 1);
+	if (set->rate_n >= 0) {
+		kind_set(&b, "rate_n", set->rate_n, ", ");
+		kind_set(&b, "rate_us", set->rate_n ? set->rate_us : 0, ", ");
+	}
+	kind_set(&b, "max_running", set->max_running, ", ");
+	kind_set(&b, "max_running_per_group", set->max_running_per_group, ", ");
+	kind_set(&b, "timeout_us", set->timeout_us, ", ");
+	due__my_add(&b, "updated_at = " NOW " WHERE kind = ");
+	due__my_str(&b, kind);
+	due__my_add(&b, "; COMMIT");
+	if ((rc = due__my_begin(s)) < 0)
+		goto done;
+	rc = due__my_exec(s, &b, "save kind settings", NULL);
+	s->in_tx = false;
+	if (rc < 0)
+		due__my_rollback(s);
+	else
+		wake(s); /* a resume, a loosened limit */
+done:
+	due__my_sql_free(&b);
+	return rc;
+}
+
+/* The live counts a kinds read puts after DUE_KIND_COLS. */
+static void kind_live(const due_rows *r, due_kind_info *k)
+{
+	k->running = r->ops->i64(r->cur, DUE_KC_COUNT);
+	k->rate_used = r->ops->i64(r->cur, DUE_KC_COUNT + 1);
+	k->due = r->ops->i64(r->cur, DUE_KC_COUNT + 2);
+	k->group_running = r->ops->i64(r->cur, DUE_KC_COUNT + 3);
+}
+
+/* One kind (or every kind: NULL) into *out, with the live counts. */
+static int kinds_read(due_store *s, const char *kind, const char *group,
+		      due_kind_info_list **out)
+{
+	MYSQL_RES *r;
+	due_my_cur cur;
+	due_rows rows;
+	due_time now;
+	int rc;
+	SQL(b, s);
+
+	*out = NULL;
+	if ((rc = due__my_ok(s)) < 0 || (rc = server_now(s, &now)) < 0)
+		return rc;
+	due__my_add(&b,
+		    "SELECT " KIND_COLS ","
+		    " (SELECT COUNT(*) FROM due_task t WHERE t.kind = k.kind"
+		    "  AND t.state = 'CLAIMED' AND t.lease_until >= %lld),"
+		    " CASE WHEN rate_n IS NULL THEN 0 ELSE (SELECT COUNT(*)"
+		    "  FROM due_rate r WHERE r.kind = k.kind"
+		    "  AND r.at > %lld - k.rate_us) END,"
+		    " (SELECT COUNT(*) FROM due_task t WHERE t.kind = k.kind"
+		    "  AND t.state = 'SCHEDULED' AND t.due_at <= %lld),",
+		    (long long)now, (long long)now, (long long)now);
+	if (group) {
+		due__my_add(&b, " (SELECT COUNT(*) FROM due_task t"
+				" WHERE t.kind = k.kind AND t.grp = ");
+		due__my_str(&b, group);
+		due__my_add(&b,
+			    " AND t.state = 'CLAIMED'"
+			    " AND t.lease_until >= %lld)",
+			    (long long)now);
+	} else {
+		due__my_add(&b, " 0");
+	}
+	due__my_add(&b, " FROM due_kind k");
+	if (kind) {
+		due__my_add(&b, " WHERE kind = ");
+		due__my_str(&b, kind);
+	}
+	due__my_add(&b, " ORDER BY kind");
+	rc = due__my_exec(s, &b, "read kind settings", &r);
+	due__my_sql_free(&b);
+	if (rc < 0)
+		return rc;
+	if ((rc = due__kind_info_list_alloc(out, 0)) == 0) {
+		due__my_rows(&rows, &cur, r);
+		if ((rc = due__rows_kinds(&rows, *out, kind_live)) < 0) {
+			due_kind_info_list_free(*out);
+			*out = NULL;
+		}
+	}
+	mysql_free_result(r);
+	return rc;
+}
+
+static int mys_kind_get(due_store *s, due_kind_info **out, const char *kind,
+			const char *group)
+{
+	due_kind_info_list *l;
+	int rc;
+
+	*out = NULL;
+	if ((rc = kinds_read(s, kind, group, &l)) < 0)
+		return rc;
+	if (l->count == 0)
+		rc = due__store_no_kind(kind);
+	else if (!(*out = malloc(sizeof(**out))))
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+	else
+		**out = l->items[--l->count];
+	due_kind_info_list_free(l);
+	return rc;
+}
+
+static int mys_kind_list(due_store *s, due_kind_info_list **out)
+{
+	return kinds_read(s, NULL, NULL, out);
+}
+
+/* Forget the kind's settings and its rate log. */
+static int mys_kind_remove(due_store *s, const char *kind)
+{
+	uint64_t n = 0;
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	due__my_add(&b, "DELETE FROM due_rate WHERE kind = ");
+	due__my_str(&b, kind);
+	due__my_add(&b, "; DELETE FROM due_kind WHERE kind = ");
+	due__my_str(&b, kind);
+	if ((rc = exec(s, &b, "remove kind settings", &n)) < 0)
+		return rc;
+	if (!n)
+		return due__store_no_kind(kind);
+	wake(s);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Notifications: a wake-up counter read at most once a second         */
+/* ------------------------------------------------------------------ */
+
+/* The due_wake counter (0 when its row is gone: a restarted server). */
+static int wake_read(due_store *s, int64_t *n)
+{
+	SQL(b, s);
+	due__my_add(&b, "SELECT n FROM due_wake WHERE id = 1");
+	return ints(s, &b, "read wake-ups", n, 1);
+}
+
+/*
+** MySQL has no LISTEN.  Everything that makes a task due now (a submit,
+** retry, requeue, a reclaim that rescheduled, a schedule's task, a kind
+** resumed or removed) bumps the one-row due_wake counter after its
+** commit; due_notify() bumps it for a caller's own transaction.  *fd is a
+** timerfd that becomes readable once a second; listen_drain then reads
+** the counter (one primary-key read) and reports a wake-up when it
+** changed.  So an idle worker makes at most one query a second, and a
+** task submitted by another process is seen within about a second (the
+** worker refills its wheel at once then).  docs/internals/discovery.md.
+*/
+static int mys_listen(due_store *s, int *fd)
+{
+	/* the first tick at once: the worker checks delivery at start */
+	struct itimerspec every = {{1, 0}, {0, 1000000}};
+	int rc;
+
+	if (s->timer_fd < 0) {
+		if ((rc = due__my_ok(s)) < 0 ||
+		    (rc = wake_read(s, &s->wake_seen)) < 0)
+			return rc;
+		s->timer_fd =
+		    timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+		if (s->timer_fd < 0 ||
+		    timerfd_settime(s->timer_fd, 0, &every, NULL) < 0)
+			return due__error_set(DUE_ESTORE,
+					      "mysql store: timerfd: %s",
+					      strerror(errno));
+	}
+	*fd = s->timer_fd;
+	return 0;
+}
+
+static int mys_listen_drain(due_store *s, int *count)
+{
+	uint64_t ticks;
+	int64_t n;
+
+	*count = 0;
+	if (s->timer_fd < 0 ||
+	    read(s->timer_fd, &ticks, sizeof(ticks)) != (ssize_t)sizeof(ticks))
+		return 0; /* not a second yet */
+	if (s->in_tx || due__my_ok(s) < 0 || wake_read(s, &n) < 0) {
+		due__error_clear(); /* shows at the next call that needs it */
+		return 0;
+	}
+	if (n != s->wake_seen)
+		*count = 1;
+	s->wake_seen = n;
+	return 0;
+}
+
+static int mys_notify(due_store *s)
+{
+	int rc = due__my_ok(s);
+
+	if (rc == 0)
+		wake(s);
+	return rc;
+}
+
+static const char *const schemes[] = {"mysql", "mariadb", NULL};
+
+/* Every method is mys_<method> (store.h lists them; mysql_ is the library's
+ * prefix). */
+#define OP(m) .m = mys_##m,
+const due_store_ops due__store_mysql = {
+    .version = DUE_STORE_OPS_VERSION,
+    .name = "mysql",
+    .schemes = schemes,
+    .caps = DUE_STORE_CAP_NOTIFY | DUE_STORE_CAP_TX_SUBMIT,
+    DUE_STORE_METHODS(OP) DUE_STORE_NOTIFY_METHODS(OP)
+	DUE_STORE_TX_SUBMIT_METHODS(OP)};
+#undef OP
+
+DUE_STORE_TX_SUBMIT_API(due_schedule_mysql_tx, struct st_mysql,
+			due__store_mysql)

@@ -1,0 +1,671 @@
+/*
+** mysql_conn.c - the MySQL/MariaDB session: URL, connection, errors,
+** transactions, SQL text and result cursors (see mysql_conn.h).
+**
+** Session.  Every connection of ours is set up the same way, after each
+** (re)connect: utf8mb4, CLIENT_FOUND_ROWS (affected rows count the rows a
+** WHERE matched, so a fenced update that "hit one row" says so even when
+** it wrote the same values), CLIENT_MULTI_STATEMENTS (several statements
+** in one round trip), time_zone '+00:00' (NOW(6) and UNIX_TIMESTAMP()
+** then never cross a daylight-saving fold), READ COMMITTED for every
+** transaction (no gap locks: they are where MySQL queues deadlock, and
+** each statement sees what committed before it, which the flow-control
+** claim needs after it locked its kinds), a strict sql_mode (a value
+** that does not fit is an error, never silently cut), autocommit on.
+** MYSQL_OPT_RECONNECT stays off: Connector/C's own reconnect silently
+** drops the session (its settings, an open transaction).  Instead a lost
+** connection is marked broken and the next call reconnects and sets the
+** session up again; the call that saw the loss fails with DUE_ESTORE (its
+** COMMIT's outcome, if it was one, is unknown).
+**
+** Errors.  due__my_error() is the one translator of server and client
+** errors: a lost or refused connection is DUE_ESTORE; a deadlock (1213)
+** or lock wait timeout (1205) is DUE_EBUSY and marks s->deadlock, so the
+** store retries the whole transaction with backoff (mysql.c); a duplicate
+** key (1062) is DUE_ECONFLICT; a missing table (1146) DUE_ESCHEMA.
+*/
+#include <errmsg.h>
+#include <mysqld_error.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "store/mysql_conn.h"
+
+/* ------------------------------------------------------------------ */
+/* URL                                                                 */
+/* ------------------------------------------------------------------ */
+
+static int hexval(int c)
+{
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+				      : -1;
+}
+
+/* A percent-decoded copy of p[0..n); NULL on a bad escape or no memory. */
+static char *decoded(const char *p, size_t n)
+{
+	char *out = malloc(n + 1), *o = out;
+
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] == '%') {
+			int h, l;
+			if (i + 2 >= n)
+				goto bad;
+			if ((h = hexval(p[i + 1])) < 0 ||
+			    (l = hexval(p[i + 2])) < 0)
+				goto bad;
+			*o++ = (char)(h * 16 + l);
+			i += 2;
+		} else {
+			*o++ = p[i];
+		}
+	}
+	*o = '\0';
+	return out;
+bad:
+	free(out);
+	return NULL;
+}
+
+void due__my_cfg_free(due_my_cfg *c)
+{
+	if (!c)
+		return;
+	free(c->host);
+	free(c->user);
+	free(c->password);
+	free(c->db);
+	free(c->socket);
+	free(c);
+}
+
+static int bad_url(const char *text, const char *why)
+{
+	return due__error_set(DUE_EINVAL,
+			      "malformed store URL '%s': %s (use "
+			      "mysql://user:password@host:port/database"
+			      "[?socket=PATH])",
+			      text, why);
+}
+
+/* The query string: only socket=PATH. */
+static int parse_query(due_my_cfg *c, const char *text, const char *q)
+{
+	while (q && *q) {
+		const char *amp = strchr(q, '&');
+		size_t n = amp ? (size_t)(amp - q) : strlen(q);
+		if (n > 7 && strncmp(q, "socket=", 7) == 0) {
+			free(c->socket);
+			if (!(c->socket = decoded(q + 7, n - 7)))
+				return bad_url(text, "bad socket path");
+		} else {
+			return due__error_set(
+			    DUE_EINVAL,
+			    "store URL '%s': unknown option '%.*s' (known: "
+			    "socket=PATH)",
+			    text, (int)n, q);
+		}
+		q = amp ? amp + 1 : NULL;
+	}
+	return 0;
+}
+
+/* user[:password]@ of the authority [a, at). */
+static int parse_user(due_my_cfg *c, const char *text, const char *a,
+		      const char *at)
+{
+	const char *colon = memchr(a, ':', (size_t)(at - a));
+
+	if (!(c->user = decoded(a, (size_t)((colon ? colon : at) - a))))
+		return bad_url(text, "bad user name");
+	if (colon &&
+	    !(c->password = decoded(colon + 1, (size_t)(at - colon - 1))))
+		return bad_url(text, "bad password");
+	return 0;
+}
+
+/* host[:port] of [h, end). */
+static int parse_host(due_my_cfg *c, const char *text, const char *h,
+		      const char *end)
+{
+	const char *colon = memchr(h, ':', (size_t)(end - h));
+	char *e;
+
+	if (!(c->host = decoded(h, (size_t)((colon ? colon : end) - h))))
+		return bad_url(text, "bad host");
+	if (!*c->host && !c->socket) {
+		free(c->host);
+		c->host = due__strdup_n("localhost", 9);
+	}
+	c->port = 3306;
+	if (colon) {
+		long p = strtol(colon + 1, &e, 10);
+		if (e != end || p < 1 || p > 65535)
+			return bad_url(text, "bad port");
+		c->port = (unsigned)p;
+	}
+	return 0;
+}
+
+int due__my_parse_url(due_my_cfg **out, const char *text, const char *rest)
+{
+	due_my_cfg *c = calloc(1, sizeof(*c));
+	const char *a, *slash, *q, *at;
+	int rc;
+
+	*out = NULL;
+	if (!c)
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	if (strncmp(rest, "//", 2) != 0) {
+		rc = bad_url(text, "no //");
+		goto fail;
+	}
+	a = rest + 2;
+	if (!(slash = strchr(a, '/'))) {
+		rc = bad_url(text, "no database");
+		goto fail;
+	}
+	q = strchr(slash, '?');
+	if (!(c->db =
+		  decoded(slash + 1, (size_t)((q ? q : slash + strlen(slash)) -
+					      slash - 1))) ||
+	    !*c->db) {
+		rc = bad_url(text, "no database");
+		goto fail;
+	}
+	if ((rc = parse_query(c, text, q ? q + 1 : NULL)) < 0)
+		goto fail;
+	at = memchr(a, '@', (size_t)(slash - a));
+	if (at && (rc = parse_user(c, text, a, at)) < 0)
+		goto fail;
+	if (!at && !(c->user = due__strdup_n("root", 4))) {
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+		goto fail;
+	}
+	if ((rc = parse_host(c, text, at ? at + 1 : a, slash)) < 0)
+		goto fail;
+	*out = c;
+	return 0;
+fail:
+	due__my_cfg_free(c);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Errors                                                              */
+/* ------------------------------------------------------------------ */
+
+static bool lost(unsigned e)
+{
+	return e == CR_SERVER_GONE_ERROR || e == CR_SERVER_LOST ||
+	       e == CR_CONNECTION_ERROR || e == CR_CONN_HOST_ERROR ||
+	       e == CR_COMMANDS_OUT_OF_SYNC || e == ER_SERVER_SHUTDOWN ||
+	       e == ER_CONNECTION_KILLED || e == 4031 /* idle disconnect */ ||
+	       e == CR_SERVER_LOST_EXTENDED;
+}
+
+int due__my_error(due_store *s, const char *what)
+{
+	unsigned e = s->conn ? mysql_errno(s->conn) : CR_SERVER_GONE_ERROR;
+	const char *msg = s->conn ? mysql_error(s->conn) : "not connected";
+	int code = DUE_ERROR;
+
+	s->err = e;
+	if (lost(e)) {
+		s->broken = true;
+		s->in_tx = false;
+		s->begin_pending = false;
+		code = DUE_ESTORE;
+	} else if (e == ER_LOCK_DEADLOCK || e == ER_LOCK_WAIT_TIMEOUT) {
+		s->deadlock = true;
+		code = DUE_EBUSY;
+	} else if (e == ER_DUP_ENTRY) {
+		code = DUE_ECONFLICT;
+	} else if (e == ER_NO_SUCH_TABLE) {
+		code = DUE_ESCHEMA;
+	} else if (e >= 2000 && e < 3000) { /* client errors */
+		code = DUE_ESTORE;
+	}
+	return due__error_set(code, "mysql store %s: %s: %s (%u)", s->label,
+			      what, msg && *msg ? msg : "unknown error", e);
+}
+
+/* ------------------------------------------------------------------ */
+/* Connection                                                          */
+/* ------------------------------------------------------------------ */
+
+int due__my_version_check(const char *version)
+{
+	const char *v = version ? version : "";
+	int major = 0, minor = 0, patch = 0;
+	bool maria = strstr(v, "MariaDB") != NULL;
+
+	if (maria && strncmp(v, "5.5.5-", 6) == 0) /* the old replica prefix */
+		v += 6;
+	if (sscanf(v, "%d.%d.%d", &major, &minor, &patch) < 2)
+		return due__error_set(DUE_ESTORE,
+				      "mysql store: unknown server version "
+				      "'%s'",
+				      version ? version : "");
+	if (maria ? major > 10 || (major == 10 && minor >= 6)
+		  : major > 8 || (major == 8 && (minor > 0 || patch >= 1)))
+		return 0;
+	return due__error_set(DUE_ESTORE,
+			      "mysql store: server %s %s has no FOR UPDATE "
+			      "SKIP LOCKED; due needs MariaDB 10.6 or MySQL "
+			      "8.0.1 or later",
+			      maria ? "MariaDB" : "MySQL", version);
+}
+
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static void lib_init(void) { mysql_library_init(0, NULL, NULL); }
+
+#define SESSION_SQL                                                            \
+	"SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED;"              \
+	" SET time_zone = '+00:00',"                                           \
+	" sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'," \
+	" innodb_lock_wait_timeout = 10, autocommit = 1"
+
+/* How the server numbers a multi-row insert (insert_batch in mysql.c). */
+static int read_autoinc(due_store *s)
+{
+	MYSQL_RES *r = NULL;
+	MYSQL_ROW row;
+	const char sql[] = "SELECT @@auto_increment_increment,"
+			   " @@innodb_autoinc_lock_mode";
+	int rc = due__my_run(s, sql, sizeof(sql) - 1, "session", &r);
+
+	if (rc < 0)
+		return rc;
+	if (r && (row = mysql_fetch_row(r))) {
+		s->id_step = due__my_i64(row, 0);
+		/* lock modes 0 and 1 hand a simple insert consecutive ids */
+		s->bulk_ids = due__my_i64(row, 1) < 2 && s->id_step >= 1;
+	}
+	mysql_free_result(r);
+	return 0;
+}
+
+/* Open s->conn with s->cfg and set the session up. */
+static int session_open(due_store *s)
+{
+	const due_my_cfg *c = s->cfg;
+	unsigned timeout = 10;
+	MYSQL *m;
+	int rc;
+
+	if (s->conn)
+		mysql_close(s->conn);
+	s->broken = true;
+	s->in_tx = false;
+	s->begin_pending = false;
+	if (!(s->conn = mysql_init(NULL)))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	mysql_optionsv(s->conn, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+	mysql_optionsv(s->conn, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
+	m = mysql_real_connect(s->conn, c->socket ? NULL : c->host, c->user,
+			       c->password, c->db, c->socket ? 0 : c->port,
+			       c->socket,
+			       CLIENT_FOUND_ROWS | CLIENT_MULTI_STATEMENTS);
+	if (!m)
+		return due__my_error(s, "cannot connect");
+	if ((rc = due__my_version_check(mysql_get_server_info(s->conn))) < 0)
+		return rc;
+	s->broken = false;
+	if ((rc = due__my_run(s, SESSION_SQL, sizeof(SESSION_SQL) - 1,
+			      "session", NULL)) < 0)
+		return rc;
+	return read_autoinc(s);
+}
+
+/* A copy of c (NULL when out of memory): the store reconnects with it. */
+static due_my_cfg *cfg_dup(const due_my_cfg *c)
+{
+	due_my_cfg *d = calloc(1, sizeof(*d));
+	char *const *from[] = {&c->host, &c->user, &c->password, &c->db,
+			       &c->socket};
+	char **to[] = {&d->host, &d->user, &d->password, &d->db, &d->socket};
+
+	if (!d)
+		return NULL;
+	d->port = c->port;
+	for (size_t i = 0; i < 5; i++)
+		if (*from[i] &&
+		    !(*to[i] = due__strdup_n(*from[i], strlen(*from[i])))) {
+			due__my_cfg_free(d);
+			return NULL;
+		}
+	return d;
+}
+
+int due__my_connect(due_store **out, const due_my_cfg *cfg)
+{
+	due_store *s = calloc(1, sizeof(*s));
+
+	*out = s;
+	if (!s || !(cfg = s->cfg = cfg_dup(cfg)))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	pthread_once(&lib_once, lib_init);
+	s->own = true;
+	s->timer_fd = -1;
+	s->id_step = 1;
+	snprintf(s->label, sizeof(s->label), "mysql://%s@%s:%u/%s",
+		 cfg->user ? cfg->user : "",
+		 cfg->socket ? cfg->socket : cfg->host,
+		 cfg->socket ? 0 : cfg->port, cfg->db);
+	return session_open(s);
+}
+
+void due__my_close(due_store *s)
+{
+	if (!s)
+		return;
+	if (s->conn && s->own)
+		mysql_close(s->conn);
+	if (s->timer_fd >= 0)
+		close(s->timer_fd);
+	if (s->own)
+		due__my_cfg_free(s->cfg);
+	free(s);
+}
+
+int due__my_ok(due_store *s)
+{
+	s->deadlock = false;
+	s->err = 0;
+	if (s->in_tx)
+		return due__error_set(DUE_EINVAL,
+				      "mysql store: this handle is inside a "
+				      "transaction (a completion hook must use "
+				      "the connection it is given)");
+	if (s->broken || !s->conn)
+		return session_open(s);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Statements and transactions                                         */
+/* ------------------------------------------------------------------ */
+
+/* "START TRANSACTION; " + sql: a begun transaction's first statement. */
+static char *with_begin(const char *sql, size_t *len)
+{
+	static const char begin[] = "START TRANSACTION; ";
+	char *p = malloc(sizeof(begin) + *len);
+
+	if (!p)
+		return NULL;
+	memcpy(p, begin, sizeof(begin) - 1);
+	memcpy(p + sizeof(begin) - 1, sql, *len);
+	*len += sizeof(begin) - 1;
+	p[*len] = '\0';
+	return p;
+}
+
+int due__my_run(due_store *s, const char *sql, size_t len, const char *what,
+		MYSQL_RES **out)
+{
+	MYSQL_RES *keep = NULL, *r;
+	char *joined = NULL;
+	int st, rc;
+
+	if (out)
+		*out = NULL;
+	if (s->begin_pending) {
+		if (!(joined = with_begin(sql, &len)))
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		s->begin_pending = false;
+		sql = joined;
+	}
+	rc = mysql_real_query(s->conn, sql, len);
+	free(joined);
+	if (rc != 0)
+		return due__my_error(s, what);
+	do {
+		if ((r = mysql_store_result(s->conn))) {
+			mysql_free_result(keep);
+			keep = r;
+		} else if (mysql_field_count(s->conn) != 0) {
+			mysql_free_result(keep);
+			return due__my_error(s, what);
+		} else {
+			s->affected = mysql_affected_rows(s->conn);
+		}
+	} while ((st = mysql_next_result(s->conn)) == 0);
+	if (st > 0) {
+		mysql_free_result(keep);
+		return due__my_error(s, what);
+	}
+	if (out)
+		*out = keep;
+	else
+		mysql_free_result(keep);
+	return 0;
+}
+
+/*
+** BEGIN costs no round trip of its own: START TRANSACTION goes with the
+** transaction's first statement (due__my_run), which every transaction
+** here begins with a read.
+*/
+int due__my_begin(due_store *s)
+{
+	s->in_tx = true;
+	s->begin_pending = true;
+	return 0;
+}
+
+int due__my_commit(due_store *s)
+{
+	static const char sql[] = "COMMIT";
+	int rc = 0;
+
+	if (!s->begin_pending) /* else nothing ran: nothing to commit */
+		rc = due__my_run(s, sql, sizeof(sql) - 1, "commit", NULL);
+	s->begin_pending = false;
+	s->in_tx = false;
+	return rc;
+}
+
+void due__my_rollback(due_store *s)
+{
+	static const char sql[] = "ROLLBACK";
+
+	if (!s->broken && s->conn && !s->begin_pending) {
+		(void)mysql_real_query(s->conn, sql, sizeof(sql) - 1);
+		/* drop what a failed multi-statement left unread */
+		while (mysql_more_results(s->conn) &&
+		       mysql_next_result(s->conn) == 0)
+			mysql_free_result(mysql_store_result(s->conn));
+	}
+	s->begin_pending = false;
+	s->in_tx = false;
+}
+
+void due__my_backoff(int n)
+{
+	struct timespec ts = {0, (long)(1000000L << (n < 6 ? n : 6))};
+
+	ts.tv_nsec += rand() % 1000000; /* decorrelate the two claimers */
+	nanosleep(&ts, NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* SQL text                                                            */
+/* ------------------------------------------------------------------ */
+
+void due__my_sql_init(due_my_sql *b, MYSQL *conn)
+{
+	memset(b, 0, sizeof(*b));
+	b->conn = conn;
+}
+
+void due__my_sql_free(due_my_sql *b)
+{
+	free(b->p);
+	b->p = NULL;
+	b->len = b->cap = 0;
+}
+
+static bool room(due_my_sql *b, size_t n)
+{
+	char *p;
+	size_t cap;
+
+	if (b->oom)
+		return false;
+	if (b->len + n + 1 <= b->cap)
+		return true;
+	cap = b->cap ? b->cap : 256;
+	while (cap < b->len + n + 1)
+		cap *= 2;
+	if (!(p = realloc(b->p, cap))) {
+		b->oom = true;
+		return false;
+	}
+	b->p = p;
+	b->cap = cap;
+	return true;
+}
+
+void due__my_add(due_my_sql *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0 || !room(b, (size_t)n))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	b->len += (size_t)n;
+}
+
+void due__my_str(due_my_sql *b, const char *s)
+{
+	size_t n;
+
+	if (!s) {
+		due__my_add(b, "NULL");
+		return;
+	}
+	n = strlen(s);
+	if (!room(b, 2 * n + 3))
+		return;
+	b->p[b->len++] = '\'';
+	b->len += mysql_real_escape_string(b->conn, b->p + b->len, s,
+					   (unsigned long)n);
+	b->p[b->len++] = '\'';
+	b->p[b->len] = '\0';
+}
+
+void due__my_blob(due_my_sql *b, const void *d, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *p = d;
+
+	if (!room(b, 2 * n + 3))
+		return;
+	b->p[b->len++] = 'X';
+	b->p[b->len++] = '\'';
+	for (size_t i = 0; i < n; i++) {
+		b->p[b->len++] = hex[p[i] >> 4];
+		b->p[b->len++] = hex[p[i] & 15];
+	}
+	b->p[b->len++] = '\'';
+	b->p[b->len] = '\0';
+}
+
+void due__my_int(due_my_sql *b, int64_t v)
+{
+	due__my_add(b, "%lld", (long long)v);
+}
+
+void due__my_list(due_my_sql *b, const char *const *t, size_t n)
+{
+	due__my_add(b, "(");
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			due__my_add(b, ", ");
+		due__my_str(b, t[i]);
+	}
+	due__my_add(b, ")");
+}
+
+int due__my_exec(due_store *s, due_my_sql *b, const char *what, MYSQL_RES **out)
+{
+	if (out)
+		*out = NULL;
+	if (b->oom)
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	return due__my_run(s, b->p, b->len, what, out);
+}
+
+/* ------------------------------------------------------------------ */
+/* Results                                                             */
+/* ------------------------------------------------------------------ */
+
+int64_t due__my_i64(MYSQL_ROW row, int col)
+{
+	return row && row[col] ? strtoll(row[col], NULL, 10) : 0;
+}
+
+bool due__my_null(MYSQL_ROW row, int col) { return !row || !row[col]; }
+
+static int cur_next(void *cur)
+{
+	due_my_cur *c = cur;
+
+	if (!c->r || !(c->row = mysql_fetch_row(c->r)))
+		return 0;
+	c->len = mysql_fetch_lengths(c->r);
+	return 1;
+}
+
+static bool cur_null(void *cur, int col)
+{
+	return due__my_null(((due_my_cur *)cur)->row, col);
+}
+
+static int64_t cur_i64(void *cur, int col)
+{
+	return due__my_i64(((due_my_cur *)cur)->row, col);
+}
+
+static due_time cur_time(void *cur, int col)
+{
+	return due__my_i64(((due_my_cur *)cur)->row, col);
+}
+
+static const void *cur_bytes(void *cur, int col, size_t *len)
+{
+	due_my_cur *c = cur;
+
+	*len = c->row && c->row[col] ? c->len[col] : 0;
+	return c->row ? c->row[col] : NULL;
+}
+
+static const due_row_ops cur_ops = {cur_next, cur_null, cur_i64, cur_time,
+				    cur_bytes};
+
+void due__my_rows(due_rows *out, due_my_cur *c, MYSQL_RES *r)
+{
+	c->r = r;
+	c->row = NULL;
+	c->len = NULL;
+	out->ops = &cur_ops;
+	out->cur = c;
+}

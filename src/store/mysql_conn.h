@@ -1,0 +1,134 @@
+/*
+** mysql_conn.h - the MySQL/MariaDB session under mysql.c: URL, connection,
+** reconnection, error translation, transactions, SQL text building and
+** result cursors (mysql_conn.c).
+**
+** mysql.c says WHAT each transition's statements are; this layer says how
+** a statement reaches the server and how its answer is read.  Statements
+** go as text (mysql_real_query) with every value escaped by the
+** connection's own escaping (strings) or written as hex (blobs) or
+** digits (integers): no prepared statement survives a reconnect, and a
+** text statement needs no prepare round trip, so there is nothing to
+** re-prepare (no error 1615) and several statements can share one round
+** trip (CLIENT_MULTI_STATEMENTS).
+*/
+#ifndef DUE_MYSQL_CONN_H
+#define DUE_MYSQL_CONN_H
+
+#include <mysql.h>
+#include <stdint.h>
+
+#include "store/row.h"
+#include "store/store.h"
+
+/* A parsed mysql:// URL (parse_url's cfg). */
+typedef struct due_my_cfg {
+	char *host, *user, *password, *db, *socket;
+	unsigned port;
+} due_my_cfg;
+
+struct due_store {
+	MYSQL *conn;
+	bool own;	    /* false: a caller's connection (tx submit) */
+	bool broken;	    /* the connection was lost: reconnect first */
+	bool in_tx;	    /* one of our transactions is open */
+	bool begin_pending; /* START TRANSACTION rides on the next statement */
+	bool deadlock;	    /* the last error was 1213/1205: retry */
+	unsigned err;	    /* native error number of the last failure */
+	uint64_t affected;  /* rows matched by the last statement */
+	int64_t id_step;    /* @@auto_increment_increment */
+	bool bulk_ids;	    /* a multi-row INSERT's ids are consecutive */
+	int timer_fd;	    /* listen(): a 1 s timerfd, -1 until then */
+	int64_t wake_seen;  /* the due_wake counter as last read */
+	due_my_cfg *cfg;    /* to reconnect (our own copy) */
+	char label[256];    /* mysql://user@host:port/db for messages */
+};
+
+/* The server's clock in microseconds since the epoch (UTC session). */
+#define DUE_MY_NOW "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
+
+/* Parse the text after "mysql:" / "mariadb:" into a new *out. */
+int due__my_parse_url(due_my_cfg **out, const char *text, const char *rest);
+void due__my_cfg_free(due_my_cfg *c);
+
+/*
+** Connect with cfg into a new store (*out set even on failure); refuses
+** a server without FOR UPDATE SKIP LOCKED.
+*/
+int due__my_connect(due_store **out, const due_my_cfg *cfg);
+void due__my_close(due_store *s);
+
+/*
+** 0 when the server (its version string, e.g. "10.11.6-MariaDB-log" or
+** "8.0.36") has FOR UPDATE SKIP LOCKED: MariaDB 10.6, MySQL 8.0.1.  Else
+** DUE_ESTORE with a message naming the version.
+*/
+int due__my_version_check(const char *version);
+
+/*
+** Before a call: reconnect when the connection was lost; DUE_EINVAL when
+** one of our transactions is open (a completion hook calling back into
+** its own handle).
+*/
+int due__my_ok(due_store *s);
+
+/* Translate the connection's last failure; the one place errnos live. */
+int due__my_error(due_store *s, const char *what);
+
+/*
+** Run sql (one statement or several; text of len bytes).  *out (may be
+** NULL) receives the last result set, or NULL when none.  s->affected is
+** the matched rows of the last statement.
+*/
+int due__my_run(due_store *s, const char *sql, size_t len, const char *what,
+		MYSQL_RES **out);
+int due__my_begin(due_store *s);
+int due__my_commit(due_store *s);
+void due__my_rollback(due_store *s);
+/* Sleep before retry `n` of a deadlocked transaction. */
+void due__my_backoff(int n);
+
+/* ------------------------------------------------------------------ */
+/* SQL text                                                            */
+/* ------------------------------------------------------------------ */
+
+typedef struct due_my_sql {
+	char *p;
+	size_t len, cap;
+	bool oom;
+	MYSQL *conn; /* for escaping */
+} due_my_sql;
+
+void due__my_sql_init(due_my_sql *b, MYSQL *conn);
+void due__my_sql_free(due_my_sql *b);
+/* Append SQL text (printf format: never a caller's value). */
+void due__my_add(due_my_sql *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* A quoted string literal; NULL appends NULL. */
+void due__my_str(due_my_sql *b, const char *s);
+/* A binary literal X'..' of n bytes (d may be NULL when n is 0). */
+void due__my_blob(due_my_sql *b, const void *d, size_t n);
+void due__my_int(due_my_sql *b, int64_t v);
+/* ('a', 'b', ...) */
+void due__my_list(due_my_sql *b, const char *const *t, size_t n);
+/* Run b's text; DUE_ENOMEM when building it failed. */
+int due__my_exec(due_store *s, due_my_sql *b, const char *what,
+		 MYSQL_RES **out);
+
+/* ------------------------------------------------------------------ */
+/* Results                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef struct due_my_cur {
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	unsigned long *len;
+} due_my_cur;
+
+/* A row.h cursor over r, before its first row. */
+void due__my_rows(due_rows *out, due_my_cur *c, MYSQL_RES *r);
+/* Column readers on a fetched row; NULL reads 0. */
+int64_t due__my_i64(MYSQL_ROW row, int col);
+bool due__my_null(MYSQL_ROW row, int col);
+
+#endif /* DUE_MYSQL_CONN_H */

@@ -1,0 +1,411 @@
+/*
+** test_mysql_store.c - what only the MySQL/MariaDB store has, on a real
+** server: due_schedule_mysql_tx inside the caller's own transaction
+** (rolled back and committed with the caller's row), the completion hook
+** on the store's own MYSQL*, the claim's and the reclaim's picks reading
+** an index (EXPLAIN), the live-only unique key (a finished task's key is
+** free again), wake-ups without LISTEN, a connection killed under a
+** handle, and the refusal of servers without SKIP LOCKED.  Every
+** transition, refusal, schedule and metric that the stores share is in
+** the conformance suite (test_store.c), which runs here too.
+**
+** It runs when DUE_TEST_MYSQL_URL names a database
+** (scripts/mariadb-test-server start DIR prints one); each test works in
+** a database of its own (tu_mysql.h).  Unset, it prints a note and passes,
+** except under CI=true, where it fails.  No timing assumptions.
+*/
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <poll.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "due.h"
+#define TU_FIXTURE /* setup, teardown, open_db, url, dir */
+#define TU_TASKS   /* add, claim_one, get, state_of */
+#include "test_util.h"
+
+#ifdef DUE_WITH_MYSQL
+#include "store/mysql_conn.h" /* due__my_version_check */
+
+#define LONG_LEASE 60000000LL
+#define HANG_MS                                                                \
+	60000 /* a deadline guards against a hang, it claims nothing           \
+	       */
+
+static int64_t mono_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* A connection of the test's own to its database. */
+static MYSQL *own_conn(void)
+{
+	char err[512];
+	MYSQL *m = tu_mysql_connect(url, true, err, sizeof(err));
+	if (!m)
+		fail_msg("connect %s: %s", url, err);
+	return m;
+}
+
+/* Run sql; a result set it returns is dropped. */
+static void q(MYSQL *m, const char *sql)
+{
+	if (mysql_query(m, sql) != 0)
+		fail_msg("%s: %s", sql, mysql_error(m));
+}
+
+static void q_drop(MYSQL *m, const char *sql)
+{
+	q(m, sql);
+	mysql_free_result(mysql_store_result(m));
+}
+
+/* The first column of the first row of sql as an integer (-1: none). */
+static int64_t q_int(MYSQL *m, const char *sql)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	int64_t v = -1;
+
+	q(m, sql);
+	if ((r = mysql_store_result(m))) {
+		if ((row = mysql_fetch_row(r)) && row[0])
+			v = strtoll(row[0], NULL, 10);
+		mysql_free_result(r);
+	}
+	return v;
+}
+
+/*
+** due_schedule_mysql_tx: the task is the caller's, in the caller's
+** transaction: rolled back with their order row, committed with it; and
+** refused on a connection without an open transaction.
+*/
+static void test_tx_submit(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_submitted s;
+	due_task *t = NULL;
+
+	q(m, "CREATE TABLE orders (id INT PRIMARY KEY) ENGINE=InnoDB");
+
+	/* no transaction open: refused, nothing written */
+	assert_int_equal(due_schedule_mysql_tx(m, &s, "ship", "o1", 2, NULL),
+			 DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "BEGIN"));
+
+	q(m, "START TRANSACTION");
+	q(m, "INSERT INTO orders VALUES (1)");
+	assert_int_equal(due_schedule_mysql_tx(m, &s, "ship", "o1", 2, NULL),
+			 0);
+	assert_true(s.id > 0);
+	q(m, "ROLLBACK");
+	assert_int_equal(due_get(db, &t, s.id), DUE_ENOTFOUND);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM orders"), 0);
+
+	q(m, "START TRANSACTION");
+	q(m, "INSERT INTO orders VALUES (2)");
+	assert_int_equal(due_schedule_mysql_tx(m, &s, "ship", "o2", 2, NULL),
+			 0);
+	/* not visible to the store before the caller commits */
+	assert_int_equal(due_get(db, &t, s.id), DUE_ENOTFOUND);
+	q(m, "COMMIT");
+	t = get(db, s.id);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_memory_equal(t->payload, "o2", 2);
+	due_task_free(t);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM orders"), 1);
+
+	/* a keyed submit in the caller's transaction finds the live task */
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s1, s2;
+	o.key = "order-3";
+	q(m, "START TRANSACTION");
+	assert_int_equal(due_schedule_mysql_tx(m, &s1, "ship", "o3", 2, &o), 0);
+	assert_int_equal(due_schedule_mysql_tx(m, &s2, "ship", "o3", 2, &o), 0);
+	q(m, "COMMIT");
+	assert_false(s1.existed);
+	assert_true(s2.existed);
+	assert_int_equal(s2.id, s1.id);
+
+	mysql_close(m);
+	due_close(db);
+}
+
+/* A completion hook writes on the store's MYSQL*, in the same transaction. */
+static int hook_insert(void *conn, const due_task *t, void *payload)
+{
+	char sql[128];
+	snprintf(sql, sizeof(sql), "INSERT INTO results VALUES (%lld)",
+		 (long long)t->id);
+	(void)payload;
+	return mysql_query(conn, sql) == 0 && !*(int *)payload ? 0 : -1;
+}
+
+static void test_completion_hook(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_complete_outcome co;
+	int refuse = 1;
+
+	q(m, "CREATE TABLE results (id BIGINT PRIMARY KEY) ENGINE=InnoDB");
+	due_id id = add(db, "k", 0, 5);
+	int32_t a = claim_one(db, id, LONG_LEASE);
+	/* a hook that fails rolls back its row and the completion */
+	assert_int_equal(
+	    due_complete_tx(db, &co, id, a, "r", 1, hook_insert, &refuse),
+	    DUE_ERROR);
+	assert_int_equal(state_of(db, id), DUE_CLAIMED);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM results"), 0);
+	refuse = 0;
+	assert_int_equal(
+	    due_complete_tx(db, &co, id, a, "r", 1, hook_insert, &refuse), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	assert_int_equal(state_of(db, id), DUE_DONE);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM results"), 1);
+	mysql_close(m);
+	due_close(db);
+}
+
+/*
+** EXPLAIN row of sql: *type (access type) and *key (the index chosen,
+** "" for none) into buffers.
+*/
+static void explain(MYSQL *m, const char *sql, char *type, char *key)
+{
+	char e[1024];
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	MYSQL_FIELD *f;
+	unsigned n;
+
+	snprintf(e, sizeof(e), "EXPLAIN %s", sql);
+	q(m, e);
+	assert_non_null(r = mysql_store_result(m));
+	assert_non_null(row = mysql_fetch_row(r));
+	f = mysql_fetch_fields(r);
+	n = mysql_num_fields(r);
+	type[0] = key[0] = '\0';
+	for (unsigned i = 0; i < n; i++) {
+		if (strcmp(f[i].name, "type") == 0 && row[i])
+			snprintf(type, 32, "%s", row[i]);
+		if (strcmp(f[i].name, "key") == 0 && row[i])
+			snprintf(key, 64, "%s", row[i]);
+	}
+	mysql_free_result(r);
+}
+
+/*
+** The claim's and the reclaim's picks (their text as mysql.c sends it)
+** read an index range, not the table, on a table of mostly finished and
+** future tasks.
+*/
+static void test_explain_picks(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	char type[32], key[64], sql[512];
+	due_time now;
+
+	due_close(db);
+	q(m, "SET max_recursive_iterations = 100000");
+	q(m, "INSERT INTO due_task (kind, payload, state, due_at,"
+	     " max_attempts, backoff_us, backoff_cap_us, created_at,"
+	     " updated_at) WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL"
+	     " SELECT x + 1 FROM g WHERE x < 20000) SELECT 'k', '',"
+	     " IF(x % 10 = 0, 'SCHEDULED', 'DONE'), x, 1, 0, 0, 0, 0 FROM g");
+	q_drop(m, "ANALYZE TABLE due_task");
+	now = q_int(m, "SELECT " DUE_MY_NOW);
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT id FROM due_task WHERE state = 'SCHEDULED'"
+		 " AND priority = 0 AND due_at <= %lld ORDER BY due_at, id"
+		 " LIMIT 10 FOR UPDATE SKIP LOCKED",
+		 (long long)now);
+	explain(m, sql, type, key);
+	assert_string_not_equal(type, "ALL");
+	assert_string_equal(key, "due_task_claim");
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT id FROM due_task WHERE state = 'CLAIMED'"
+		 " AND lease_until < " DUE_MY_NOW " ORDER BY lease_until, id"
+		 " LIMIT 1000 FOR UPDATE SKIP LOCKED");
+	explain(m, sql, type, key);
+	assert_string_not_equal(type, "ALL");
+	assert_string_equal(key, "due_task_lease");
+	mysql_close(m);
+}
+
+/* The key is unique only while its task is live. */
+static void test_key_reusable(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s1, s2, s3;
+	due_complete_outcome co;
+
+	o.key = "k1";
+	assert_int_equal(due_schedule(db, &s1, "k", "a", 1, &o), 0);
+	assert_int_equal(due_schedule(db, &s2, "k", "b", 1, &o), 0);
+	assert_true(s2.existed);
+	assert_int_equal(s2.id, s1.id);
+	int32_t a = claim_one(db, s1.id, LONG_LEASE);
+	assert_int_equal(due_complete(db, &co, s1.id, a, "", 0), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	assert_int_equal(due_schedule(db, &s3, "k", "c", 1, &o), 0);
+	assert_false(s3.existed);
+	assert_true(s3.id != s1.id);
+	assert_int_equal(state_of(db, s1.id), DUE_DONE);
+	assert_int_equal(state_of(db, s3.id), DUE_SCHEDULED);
+	due_close(db);
+}
+
+/* Servers without FOR UPDATE SKIP LOCKED are refused, naming the version. */
+static void test_version_check(void **state)
+{
+	(void)state;
+	static const char *const ok[] = {"10.6.0-MariaDB",
+					 "10.11.6-MariaDB-log",
+					 "11.4.2-MariaDB",
+					 "5.5.5-10.11.6-MariaDB",
+					 "8.0.1",
+					 "8.0.36",
+					 "8.4.0-commercial",
+					 "9.0.1"};
+	static const char *const old[] = {
+	    "10.5.22-MariaDB", "10.3.39-MariaDB-0", "8.0.0-dmr", "5.7.44-log"};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+		assert_int_equal(due__my_version_check(ok[i]), 0);
+	for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++) {
+		assert_int_equal(due__my_version_check(old[i]), DUE_ESTORE);
+		assert_non_null(strstr(due_error_last(), old[i]));
+		assert_non_null(strstr(due_error_last(), "SKIP LOCKED"));
+	}
+}
+
+/* A bad URL is refused before anything is opened, naming what is wrong. */
+static void test_url(void **state)
+{
+	(void)state;
+	static const char *const bad[][2] = {
+	    {"mysql://root@127.0.0.1:3306", "no database"},
+	    {"mysql:root@h/db", "no //"},
+	    {"mysql://root@h:99999/db", "bad port"},
+	    {"mysql://root@h/db?sslmode=x", "unknown option 'sslmode=x'"},
+	    {"mariadb://root@h:0/db", "bad port"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		due_db *db = NULL;
+		assert_int_equal(due_open(&db, bad[i][0], NULL), DUE_EINVAL);
+		assert_non_null(strstr(due_error_last(), bad[i][1]));
+		due_close(db);
+	}
+}
+
+/*
+** Wake-ups without LISTEN: a submit through another handle bumps the
+** due_wake counter, and the listener's timerfd drain reports it.
+*/
+static void test_listen(void **state)
+{
+	(void)state;
+	due_db *a = open_db(), *b = open_db();
+	int fd = -1, n = 0;
+
+	assert_int_equal(due_listen(a, &fd), 0);
+	assert_true(fd >= 0);
+	/* the first drains see no change (the counter is where it was) */
+	for (int i = 0; i < 3; i++) {
+		struct pollfd p = {fd, POLLIN, 0};
+		assert_true(poll(&p, 1, HANG_MS) == 1);
+		assert_int_equal(due_listen_drain(a, &n), 0);
+		if (n)
+			break;
+	}
+	assert_int_equal(n, 0);
+	add(b, "k", 0, 1);
+	for (int64_t end = mono_ms() + HANG_MS; n == 0;) {
+		struct pollfd p = {fd, POLLIN, 0};
+		assert_true(mono_ms() < end);
+		(void)poll(&p, 1, 100);
+		assert_int_equal(due_listen_drain(a, &n), 0);
+	}
+	assert_int_equal(n, 1);
+	due_close(b);
+	due_close(a);
+}
+
+/*
+** A connection killed under a handle (a server restart, a proxy): the
+** call that meets it fails with DUE_ESTORE or succeeds, and the next one
+** reconnects on its own (no MYSQL_OPT_RECONNECT).
+*/
+static void test_killed_connection(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_id id = add(db, "k", 0, 1);
+	char sql[160];
+	int64_t victim;
+	due_task *t = NULL;
+	int rc;
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT MIN(id) FROM information_schema.processlist"
+		 " WHERE db = DATABASE() AND id <> CONNECTION_ID()");
+	victim = q_int(m, sql);
+	assert_true(victim > 0);
+	snprintf(sql, sizeof(sql), "KILL %lld", (long long)victim);
+	q(m, sql);
+	rc = due_get(db, &t, id);
+	assert_true(rc == 0 || rc == DUE_ESTORE);
+	due_task_free(t);
+	t = get(db, id); /* reconnected */
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	due_task_free(t);
+	assert_int_equal(claim_one(db, id, LONG_LEASE), 1);
+	mysql_close(m);
+	due_close(db);
+}
+#endif
+
+int main(void)
+{
+#ifdef DUE_WITH_MYSQL
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_tx_submit, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_completion_hook, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_explain_picks, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_key_reusable, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_listen, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_killed_connection, setup,
+					    teardown),
+	    cmocka_unit_test(test_version_check),
+	    cmocka_unit_test(test_url),
+	};
+	if (tu_select_backend("mysql") != 0)
+		return tu_backend_check();
+	return cmocka_run_group_tests_name("mysql store", tests, NULL, NULL);
+#else
+	printf("NOTE: mysql store suite not run: this build has no MySQL\n");
+	return 0;
+#endif
+}
