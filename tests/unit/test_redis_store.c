@@ -493,7 +493,9 @@ static void test_submit_all_or_none(void **state)
 static void test_memory_per_task(void **state)
 {
 	(void)state;
-	enum { N = 100000, B = 1000 }; /* as the issue measures it */
+	/* 10,000 tasks give the same figure per task as the issue's 100,000
+	   (due bench --workload memory --n 100000 measures those) */
+	enum { N = 10000, B = 1000 };
 	due_db *db = open_db();
 	static due_submit items[B];
 	static due_submitted out[B];
