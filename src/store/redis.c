@@ -757,6 +757,13 @@ static int schema_op(due_store *s, const char *op, int *v)
 		return rc;
 	*v = (int)rint_of(r);
 	freeReplyObject(r);
+	if (*v == -2) /* redis_lua.c version(): another layout */
+		return due__error_set(
+		    DUE_ESCHEMA,
+		    "redis store %s: written by an earlier development build "
+		    "of the Redis store (another layout of tasks and indexes): "
+		    "drain it with that build, or delete its keys",
+		    s->cfg.label);
 	return 0;
 }
 
