@@ -490,6 +490,46 @@ static void test_submit_all_or_none(void **state)
 	due_close(db);
 }
 
+/* CLAIMED has no :st index (:lease holds exactly those ids): ls of
+   CLAIMED, of every state, paged by id, and the count come from it. */
+static void test_claimed_from_lease(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_list_opts o = DUE_LIST_OPTS_INIT;
+	due_task_list *l = NULL, *c = NULL;
+	due_stats st;
+	due_id first = add_many(db, "k", NULL, 5);
+
+	assert_int_equal(due_claim(db, &c, "w1", NULL, 0, 3, LONG_LEASE), 0);
+	assert_int_equal(c->count, 3);
+	assert_int_equal(tu_rd("EXISTS %s", tu_rd_key("st:CLAIMED")), 0);
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.counts[DUE_CLAIMED], 3);
+	assert_int_equal(st.counts[DUE_SCHEDULED], 2);
+	o.state = DUE_CLAIMED;
+	o.limit = 2;
+	assert_int_equal(due_list(db, &l, &o), 0);
+	assert_int_equal(l->count, 2);
+	assert_int_equal(l->items[0].id, first);
+	assert_int_equal(l->items[1].id, first + 1);
+	due_task_list_free(l);
+	o.after = first + 1;
+	assert_int_equal(due_list(db, &l, &o), 0);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, first + 2);
+	assert_int_equal(l->items[0].state, DUE_CLAIMED);
+	due_task_list_free(l);
+	o = (due_list_opts)DUE_LIST_OPTS_INIT;
+	assert_int_equal(due_list(db, &l, &o), 0);
+	assert_int_equal(l->count, 5);
+	for (size_t i = 0; i < 5; i++)
+		assert_int_equal(l->items[i].id, first + (due_id)i);
+	due_task_list_free(l);
+	due_task_list_free(c);
+	due_close(db);
+}
+
 static void test_memory_per_task(void **state)
 {
 	(void)state;
@@ -530,7 +570,7 @@ int main(void)
 	    T(test_refused_connection),	 T(test_listen_wakes),
 	    T(test_running_count_index), T(test_group_scan_bounded),
 	    T(test_list_kind_pages),	 T(test_submit_all_or_none),
-	    T(test_memory_per_task),
+	    T(test_claimed_from_lease),	 T(test_memory_per_task),
 #undef T
 	};
 	if (tu_select_backend("redis") != 0)
