@@ -209,9 +209,9 @@ static void explain(MYSQL *m, const char *sql, char *type, char *key)
 }
 
 /*
-** The claim's and the reclaim's picks (their text as mysql.c sends it)
-** read an index range, not the table, on a table of mostly finished and
-** future tasks.
+** The claim's, the reclaim's and prune's picks and upcoming (their text
+** as mysql.c sends it) read an index range, not the table, on a table of
+** mostly finished and future tasks.
 */
 static void test_explain_picks(void **state)
 {
@@ -242,11 +242,28 @@ static void test_explain_picks(void **state)
 
 	snprintf(sql, sizeof(sql),
 		 "SELECT id FROM due_task WHERE state = 'CLAIMED'"
-		 " AND lease_until < " DUE_MY_NOW " ORDER BY lease_until, id"
+		 " AND at_us < " DUE_MY_NOW " AND lease_until < " DUE_MY_NOW
+		 " ORDER BY at_us, id LIMIT 1000 FOR UPDATE SKIP LOCKED");
+	explain(m, sql, type, key);
+	assert_string_not_equal(type, "ALL");
+	assert_string_equal(key, "due_task_at");
+
+	/* upcoming (the wheel's refill) and prune: the same index */
+	snprintf(sql, sizeof(sql),
+		 "SELECT id, due_at FROM due_task WHERE state = 'SCHEDULED'"
+		 " AND at_us < %lld AND due_at < %lld ORDER BY at_us, id"
+		 " LIMIT 100",
+		 (long long)now, (long long)now);
+	explain(m, sql, type, key);
+	assert_string_not_equal(type, "ALL");
+	assert_string_equal(key, "due_task_at");
+	snprintf(sql, sizeof(sql),
+		 "SELECT id FROM due_task WHERE state IN ('DONE', 'CANCELLED')"
+		 " AND at_us < 5000 AND updated_at < 5000"
 		 " LIMIT 1000 FOR UPDATE SKIP LOCKED");
 	explain(m, sql, type, key);
 	assert_string_not_equal(type, "ALL");
-	assert_string_equal(key, "due_task_lease");
+	assert_string_equal(key, "due_task_at");
 	mysql_close(m);
 }
 
