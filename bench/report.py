@@ -322,6 +322,26 @@ RELATIVE_TARGETS = [
      "mysql", ("floor-drain", "2-commit", 16), 0.6),
 ]
 
+# issue 16 (W5, other languages): (label, store, variant, other variant or
+# None, op, target): a ratio of two W5 medians of the same run, or tasks/s.
+W5_TARGETS = [
+    ("SQLite sync=full W5 Python --pipe ÷ --exec true, c=4 (same run)", "sqlite-full",
+     "pipe-python", "exec", ">=", 10),
+    ("SQLite sync=full W5 HTTP worker API, 4 clients × 16, batch completions", "sqlite-full",
+     "http-batch", None, ">=", 5000),
+]
+
+W5_DRAINS = [  # variant, handler, the command as run (from the checkout)
+    ("c-noop", "C no-op (in process)", "—"),
+    ("exec", "a process per task", "`--exec true`"),
+    ("pipe-python", "Python pipe example", "`--pipe \"python3 examples/pipe_handler.py\"`"),
+    ("pipe-node", "Node pipe example", "`--pipe \"node examples/pipe_handler.js\"`"),
+]
+W5_HTTP = [
+    ("http-batch", "batch: one `POST /v1/completions` per claim (the example's default)"),
+    ("http-one-by-one", "`--one-by-one`: one `POST /v1/tasks/ID/complete` per task"),
+]
+
 # Entry points of a drain profile: the first symbol present is reported.
 SPLIT = [
     ("completing a batch and claiming the next in one transaction", ["due_complete_and_claim"]),
@@ -573,10 +593,97 @@ def idle_table(res):
                   "server CPU % of a core"], rows, ["l", "l"] + ["r"] * 5)
 
 
-def target_rows(res):
+def load_line(res, rows):
+    """The machine and its load while ROWS ran: the 1-minute load average
+    read before and after each run (bench/run's rec)."""
+    m = machine()
+    loads = [r[k] for r in rows for k in ("load1_start", "load1_end")
+             if isinstance(r.get(k), (int, float))]
+    text = "Machine: %s CPUs (%s), %s; " % (m.get("cpus"), m.get("cpu", "?"),
+                                            "virtualization: %s" % m.get("virt"))
+    if loads:
+        text += ("1-minute load average %s–%s over these runs (before and after each); "
+                 "above %s the machine was shared with other work while they ran."
+                 % (fnum(min(loads), 2), fnum(max(loads), 2), m.get("cpus")))
+    else:
+        text += "load average not recorded."
+    return text
+
+
+def w5_ratio(res, st, a, b):
+    x = res.med(res.select(st, "w5", a), "tasks_per_s")
+    y = res.med(res.select(st, "w5", b), "tasks_per_s")
+    return x, y, (x / y if x is not None and y else None)
+
+
+def w5_section(res):
+    w5 = [r for r in res.rows if r.get("workload") == "w5"]
+    failed = [r for r in res.failed_rows if r.get("workload") == "w5"]
+    if not w5 and not failed:
+        return "(not measured in this run)"
+    out = []
+    drains, http = [], []
+    for st in res.stores():
+        name = STORE_NAME[st]
+        _, noop, _ = w5_ratio(res, st, "c-noop", "c-noop")
+        _, ex, _ = w5_ratio(res, st, "exec", "exec")
+        for var, handler, cmd in W5_DRAINS:
+            sel = res.select(st, "w5", var)
+            if not sel:
+                if [r for r in failed if r.get("store") == st and r.get("variant") == var]:
+                    drains.append([name, handler, cmd, "—", "failed"] + [""] * 4)
+                continue
+            m = res.med(sel, "tasks_per_s")
+            d = max(res.values(sel, "duplicates") or [0])
+            mi = max(res.values(sel, "missing") or [0])
+            drains.append([name, handler, cmd, fnum(sel[0].get("n")), fnum(m),
+                           frange(res, sel, "tasks_per_s"),
+                           fratio(m, ex) + ("×" if ex and var != "exec" else ""),
+                           fratio(m, noop), "%d / %d" % (d, mi)])
+        for var, desc in W5_HTTP:
+            sel = res.select(st, "w5", var)
+            if not sel:
+                if [r for r in failed if r.get("store") == st and r.get("variant") == var]:
+                    http.append([name, desc, "—", "failed"] + [""] * 4)
+                continue
+            m = res.med(sel, "tasks_per_s")
+            d = max(res.values(sel, "duplicates") or [0])
+            mi = max(res.values(sel, "missing") or [0])
+            http.append([name, desc, fnum(sel[0].get("n")), fnum(m),
+                         frange(res, sel, "tasks_per_s"), fnum(res.med(sel, "wall_s"), 1),
+                         fratio(m, ex) + ("×" if ex else ""), "%d / %d" % (d, mi)])
+    out.append(load_line(res, w5 + failed))
+    out.append("")
+    out.append("Drains in one worker with 4 handler slots "
+               "(`due bench --workload drain --workers 1 --concurrency 4 --n N …`, run from the "
+               "checkout); tasks/s from worker start to the last completion. The pipe examples "
+               "keep one process per slot; `--exec true` starts one per task.")
+    out.append("")
+    out.append(table(["store", "handler", "command", "n", "tasks/s (median)", "runs",
+                      "÷ --exec true", "÷ C no-op", "dup / missing"], drains,
+                     ["l", "l", "l"] + ["r"] * 6))
+    out.append("")
+    out.append("The HTTP worker API: `due serve` (its defaults) over a fresh store with n due "
+               "tasks, and 4 × `python3 examples/http_worker.py --limit 16 --noop "
+               "--exit-when-idle` (bench/http_drain.py). tasks/s is n over the time from the "
+               "first claim to the last completion as the store's attempt history recorded "
+               "them; wall is from starting the clients to the last one's exit (their start and "
+               "the idle claim of 1 s that ends each).")
+    out.append("")
+    out.append(table(["store", "completions", "n", "tasks/s (median)", "runs", "wall s",
+                      "÷ --exec true", "dup / missing"], http, ["l", "l"] + ["r"] * 6))
+    out.append("")
+    out.append("dup / missing, the most in any run: every task must end DONE at attempt 1; "
+               "dup counts tries beyond the first, missing the tasks not DONE (read from the "
+               "store after the clock stopped).")
+    return "\n".join(out)
+
+
+def target_rows(res, w5_only=False):
+    """w5_only (bench/run --only w5): the W5 targets alone."""
     rows = []
     for label, st, (w, var, c), field, op, goal in TARGETS:
-        if st not in res.stores():
+        if st not in res.stores() or w5_only:
             continue
         disc = res.default_disc if w in ("lateness", "idle") else None
         sel = res.select(st, w, var, c, disc)
@@ -595,7 +702,7 @@ def target_rows(res):
                                         fgoal(goal)),
                      fnum(m, digits), "met" if ok else "**not met**"])
     for label, st, (w, var, c), ost, (ow, ovar, oc), goal in RELATIVE_TARGETS:
-        if st not in res.stores() or ost not in res.stores():
+        if st not in res.stores() or ost not in res.stores() or w5_only:
             continue
         a = res.med(res.select(st, w, var, c), "tasks_per_s")
         b = res.med(res.select(ost, ow, ovar, oc), "tasks_per_s")
@@ -603,6 +710,25 @@ def target_rows(res):
             rows.append([label, "≥ %.2f" % goal, "—", "not run"])
             continue
         rows.append([label, "≥ %.2f" % goal, "%.2f (%s ÷ %s)" % (a / b, fnum(a), fnum(b)),
+                     "met" if a / b >= goal else "**not met**"])
+    for label, st, var, other, op, goal in W5_TARGETS:
+        if st not in res.stores():
+            continue
+        a = res.med(res.select(st, "w5", var), "tasks_per_s")
+        if other is None:
+            if a is None:
+                rows.append([label, "≥ %s" % fgoal(goal), "—",
+                             "**failed**" if res.failures(st, "w5") else "not run"])
+                continue
+            rows.append([label, "≥ %s" % fgoal(goal), fnum(a),
+                         "met" if a >= goal else "**not met**"])
+            continue
+        b = res.med(res.select(st, "w5", other), "tasks_per_s")
+        if a is None or not b:
+            rows.append([label, "≥ %s×" % fgoal(goal), "—",
+                         "**failed**" if res.failures(st, "w5") else "not run"])
+            continue
+        rows.append([label, "≥ %s×" % fgoal(goal), "%.1f× (%s ÷ %s)" % (a / b, fnum(a), fnum(b)),
                      "met" if a / b >= goal else "**not met**"])
     return table(["target (from the issue; reported, not asserted)", "target", "measured (median)", ""],
                  rows, ["l", "r", "r", "l"])
@@ -937,6 +1063,7 @@ def render(args):
     if args.profile and os.path.exists(args.profile):
         with open(args.profile) as f:
             prof = json.load(f)
+    w5_only = not [r for r in res.rows + res.failed_rows if r.get("workload") != "w5"]
     sections = [
         ("Throughput (W1 enqueue, W2 drain) against the floor", throughput_table(res)),
         ("The floor: bare SQL, no framework", floor_table(res)),
@@ -947,8 +1074,13 @@ def render(args):
         ("Redis memory per pending task", memory_table(res)),
         ("Timing wheel: operations per second and bytes per pending timer",
          wheel_section()),
-        ("Targets", target_rows(res)),
+        ("W5 other languages: pipe handlers and the HTTP worker API (SQLite, 4 in flight)",
+         w5_section(res)),
+        ("Targets", target_rows(res, w5_only)),
     ]
+    if w5_only:
+        # bench/run --only w5: the other sections would be empty
+        sections = [sec for sec in sections if sec[0].startswith(("W5", "Targets"))]
     # the terminal: just the tables
     print()
     for title, body in sections:
@@ -1037,8 +1169,8 @@ def render(args):
               "claiming batch i+1 in one transaction: the cheapest the store can do). Enqueue is "
               "compared with the floor's single-row INSERT commits and multi-row INSERTs of 1000. "
               "dup / missing: the most duplicate executions and missing tasks in any run "
-              "(exactly-once check of due bench; `--exec` cannot see its tasks, so its missing "
-              "count is not checked).")
+              "(exactly-once check of due bench: the C no-op counts its runs; with `--exec` the "
+              "store is read afterwards, every task DONE at attempt 1).")
             w("")
         if title.startswith("W3"):
             w("Lateness has no floor: it is set by discovery, not by the store. Polling bounds it "
@@ -1089,6 +1221,15 @@ def render(args):
       "`--no-wheel` polls every P.")
     w("- **W4 idle**: `due bench --workload idle --workers 4 [--no-wheel --poll P]`: no tasks; "
       "queries and CPU.")
+    w("- **W5 other languages** (issue 16; SQLite only): the drain of W2 at concurrency 4 "
+      "with n tasks for every handler (the C no-op, `--exec true`, and the pipe examples in "
+      "Python and, when node is installed, Node: `--pipe \"python3 examples/pipe_handler.py\"`), "
+      "and the HTTP worker API driven by `bench/http_drain.py`: `due add --batch` fills a fresh "
+      "store, `due serve --listen 127.0.0.1:0` serves it, 4 example workers claim 16 at a time "
+      "and complete each claim with one `POST /v1/completions` (or `--one-by-one`); tasks/s from "
+      "the first claim to the last completion in the attempt history. All variants of a store "
+      "run back to back, in reverse order on even repetitions; the 1-minute load average is "
+      "recorded before and after each run.")
     w("- **Floor** (`bench/floor.c`): a C loop over sqlite3 / libpq with prepared statements "
       "and bound parameters, in its own table `floor_task` shaped like `due_task` (the same "
       "partial indexes on due rows and leased rows, the same durability settings). K tasks in "

@@ -229,8 +229,16 @@ DUE_EXTERN int due_open(due_db **out, const char *url,
 			const due_open_opts *opts);
 DUE_EXTERN void due_close(due_db *db);
 
-/** Backend name: "sqlite" or "postgres".  Borrowed from db. */
+/** Backend name: "sqlite", "postgres", "redis" or "mysql".  Borrowed. */
 DUE_EXTERN const char *due_db_backend(const due_db *db);
+
+/**
+ * What the store found at open that the operator should know, or NULL: a
+ * server setting that keeps working but can lose acknowledged writes in a
+ * crash (Redis with appendfsync everysec).  Settings that would lose them
+ * outright are refused by due_open instead.  Borrowed from db.
+ */
+DUE_EXTERN const char *due_db_warning(const due_db *db);
 
 /** The store's clock (the one that judges due and lease times). */
 DUE_EXTERN int due_now(due_db *db, due_time *out);

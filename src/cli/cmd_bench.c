@@ -7,9 +7,11 @@
 **   enqueue   n tasks due now, ~100-byte payload: one commit each, then
 **             in batches of --batch
 **   cycle     one thread: claim 1 -> complete 1, through the C API
-**   drain     n due tasks, C no-op handler (or --exec CMD), --concurrency;
+**   drain     n due tasks, C no-op handler (or --exec CMD, or a pipe
+**             handler with --pipe CMD), --concurrency;
 **             tasks/s from worker start to last completion; every task
-**             must run exactly once (duplicates are reported)
+**             must run exactly once (duplicates are reported; with --exec
+**             or --pipe read from the store afterwards: DONE at attempt 1)
 **   lateness  n tasks spread over --spread, --workers workers waiting:
 **             claim - due percentiles and early claims
 **   idle      --workers workers, no tasks, --idle seconds: store queries/s
@@ -54,8 +56,8 @@ static const char usage[] =
     "usage: due bench [--workload "
     "enqueue|cycle|drain|lateness|idle|depth|memory|all]\n"
     "                 [--n N] [--concurrency C] [--workers W] [--batch B]\n"
-    "                 [--exec CMD] [--poll DUR] [--spread DUR] [--idle DUR]\n"
-    "                 [--keep] [--json] [--db URL]\n"
+    "                 [--exec CMD | --pipe CMD] [--poll DUR] [--spread DUR]\n"
+    "                 [--idle DUR] [--keep] [--json] [--db URL]\n"
     "\n"
     "Measure the store named by --db with in-process no-op handlers.  Each\n"
     "workload runs in a scratch store of its own (a new SQLite file beside\n"
@@ -68,6 +70,8 @@ static const char usage[] =
     "1/4/4)\n"
     "  --batch B        enqueue batch size (default 1000)\n"
     "  --exec CMD       drain with a command handler instead of the C no-op\n"
+    "  --pipe CMD       drain with a pipe handler (`due work --pipe`): CMD\n"
+    "                   started once per slot, one JSON line per task\n"
     "  --poll DUR       with --no-wheel: the poll interval (default 50ms);\n"
     "                   with the wheel: the safety poll (default 10s)\n"
     "  --no-wheel       discover due tasks by polling only\n"
@@ -85,6 +89,7 @@ typedef struct bopts {
 	int64_t poll_us, spread_us, idle_us;
 	bool json;
 	bool n_set, workers_set, no_wheel, poll_set, inline_mode;
+	const char *pipe; /* --pipe CMD (drain) */
 	bool keep;
 } bopts;
 
@@ -531,16 +536,72 @@ static int noop(due_job *job, void *payload)
 	return 0;
 }
 
+/* A command drain (--exec, --pipe) runs its handler in another process,
+   so nothing here counts its runs: ask the store instead.  Every task of
+   the run must be DONE at attempt 1; a task not DONE is missing, and
+   every try beyond the first is a duplicate run.  Read after the clock
+   stopped, in pages of 10000; returns 0 or -1. */
+static int store_check(vctx *v, due_id first, long n, bres *r)
+{
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	long seen = 0;
+	bool past = false;
+
+	lo.limit = 10000;
+	lo.after = first - 1;
+	r->duplicates = 0;
+	for (;;) {
+		due_task_list *l = NULL;
+		if (due_list(v->db, &l, &lo) < 0) {
+			fprintf(stderr, "due bench: check: %s\n",
+				due_error_last());
+			return -1;
+		}
+		size_t k = l->count;
+		for (size_t i = 0; i < k; i++) {
+			const due_task *t = &l->items[i];
+			if (t->id >= first + n) {
+				past = true;
+				break;
+			}
+			if (t->state == DUE_DONE)
+				seen++;
+			if (t->attempt > 1)
+				r->duplicates += t->attempt - 1;
+			lo.after = t->id;
+		}
+		due_task_list_free(l);
+		if (past || k < (size_t)lo.limit)
+			break;
+	}
+	r->missing = n - seen;
+	return 0;
+}
+
 typedef struct wthread {
 	due_worker *w;
 	pthread_t th;
+	atomic_bool ended; /* due_worker_run returned */
 } wthread;
 
 static void *wrun(void *arg)
 {
 	wthread *t = arg;
 	due_worker_run(t->w);
+	atomic_store(&t->ended, true);
 	return NULL;
+}
+
+/* A drain's workers run with `once`: each returns when it finds nothing
+   claimable.  When all have, tasks not finished yet (a failing handler's
+   retries, waiting out their backoff) will not be run by them: stop
+   waiting and let the check report them missing. */
+static bool all_ended(wthread *ws, long count)
+{
+	for (long i = 0; i < count; i++)
+		if (!atomic_load(&ws[i].ended))
+			return false;
+	return true;
 }
 
 /* Start `count` workers in threads; returns 0 or -1. */
@@ -601,8 +662,12 @@ static void w_drain(vctx *v, const bopts *o)
 	long conc = o->inline_mode ? 1 : o->concurrency;
 	drain_ctx d = {.n = o->n};
 	due_exec_opts x = DUE_EXEC_OPTS_INIT;
+	due_pipe_opts po = DUE_PIPE_OPTS_INIT;
+	due_pipe *pipe = NULL;
+	bool cmd = o->exec || o->pipe; /* no in-process handled counter */
 	bres r = {.workload = "drain",
 		  .variant = o->exec	      ? "exec"
+			     : o->pipe	      ? "pipe"
 			     : o->inline_mode ? "c-noop-inline"
 					      : "c-noop",
 		  .n = o->n,
@@ -611,22 +676,27 @@ static void w_drain(vctx *v, const bopts *o)
 	wthread *ws = calloc((size_t)workers, sizeof(*ws));
 
 	x.command = o->exec;
+	po.command = o->pipe;
 	d.counts = calloc((size_t)o->n, sizeof(*d.counts));
 	if (!ws || !d.counts || !(d.first = fill(v, o->n, 0, o->batch)))
 		goto done;
+	if (o->pipe && due_pipe_new(&pipe, &po) < 0) {
+		fprintf(stderr, "due bench: --pipe: %s\n", due_error_last());
+		goto done;
+	}
 	double t0 = v_now_ms(), last = t0;
 	long last_n = 0;
-	if (start_workers(v, o, ws, workers, conc, true, noop, &d,
-			  o->exec ? &x : NULL) < 0)
+	if (start_workers(
+		v, o, ws, workers, conc, true, pipe ? due_pipe_handler : noop,
+		pipe ? (void *)pipe : (void *)&d, o->exec ? &x : NULL) < 0)
 		goto done;
 	/* progress once a second while the workers drain; the handler
 	   counter is free to read, the store is asked only at the end (a
 	   stats query every few ms would compete with the workers) */
 	for (;;) {
-		long n = o->exec ? -1 : atomic_load(&d.handled);
+		long n = cmd ? -1 : atomic_load(&d.handled);
 		double now = v_now_ms();
-		if (o->exec &&
-		    now - last >= 250) { /* commands: ask the store */
+		if (cmd && now - last >= 250) { /* commands: ask the store */
 			due_stats st;
 			if (due_stats_get(v->db, &st) < 0)
 				break;
@@ -639,7 +709,7 @@ static void w_drain(vctx *v, const bopts *o)
 			last = now;
 			last_n = n;
 		}
-		if (n >= o->n)
+		if (n >= o->n || all_ended(ws, workers))
 			break;
 		v_sleep_ms(5);
 	}
@@ -647,22 +717,26 @@ static void w_drain(vctx *v, const bopts *o)
 	for (;;) {
 		due_stats st;
 		if (due_stats_get(v->db, &st) < 0 ||
-		    st.counts[DUE_DONE] + st.counts[DUE_DEAD] >= o->n)
+		    st.counts[DUE_DONE] + st.counts[DUE_DEAD] >= o->n ||
+		    all_ended(ws, workers))
 			break;
 		v_sleep_ms(2);
 	}
 	r.seconds = (v_now_ms() - t0) / 1000.0;
 	r.claim_queries = stop_workers(ws, workers, false);
 	r.tasks_per_s = (double)o->n / r.seconds;
-	for (long i = 0; i < o->n; i++) {
+	for (long i = 0; i < o->n && !cmd; i++) {
 		int c = atomic_load(&d.counts[i]);
 		if (c > 1)
 			r.duplicates += c - 1;
-		if (c == 0 && !o->exec)
+		if (c == 0)
 			r.missing++;
 	}
+	if (cmd && store_check(v, d.first, o->n, &r) < 0)
+		goto done;
 	report(o, &r);
 done:
+	due_pipe_free(pipe);
 	free(ws);
 	free(d.counts);
 }
@@ -989,6 +1063,7 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 	    {"workers", required_argument, NULL, 'W'},
 	    {"batch", required_argument, NULL, 'b'},
 	    {"exec", required_argument, NULL, 'e'},
+	    {"pipe", required_argument, NULL, 'X'},
 	    {"poll", required_argument, NULL, 'p'},
 	    {"spread", required_argument, NULL, 's'},
 	    {"idle", required_argument, NULL, 'i'},
@@ -1028,6 +1103,7 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 				return EXIT_USAGE;
 			break;
 		case 'e': o->exec = optarg; break;
+		case 'X': o->pipe = optarg; break;
 		case 'p':
 			if (cli_parse_duration(c, "--poll", optarg,
 					       &o->poll_us))
@@ -1055,6 +1131,8 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 				       argv[optind]);
 	if (o->poll_us < 1000)
 		return cli_usage_error(c, "--poll must be at least 1ms");
+	if (o->exec && o->pipe)
+		return cli_usage_error(c, "give --exec or --pipe, not both");
 	return 0;
 }
 

@@ -39,6 +39,9 @@ int cmd_init(int argc, char **argv)
 	}
 	printf("initialized %s store %s (schema %d)\n", due_db_backend(db),
 	       cli_db_url(&c), DUE_SCHEMA_VERSION);
+	if (due_db_warning(db))
+		fprintf(stderr, "%s: warning: %s\n", c.prog,
+			due_db_warning(db));
 	due_close(db);
 	return 0;
 }

@@ -2,7 +2,9 @@
 ** cmd_work.c - `due work`: run a worker whose handlers are commands.
 **
 ** Each kind's handler is a shell command run with the task's payload on
-** stdin (see due_exec_handler in src/worker/exec.c).  SIGTERM, SIGINT or
+** stdin (see due_exec_handler in src/worker/exec.c), or a long-lived
+** command that takes one JSON line per task and answers one line
+** (--pipe, due_pipe_handler in src/worker/pipe.c).  SIGTERM, SIGINT or
 ** SIGHUP (a closed terminal) stops claiming and lets in-flight tasks finish
 ** within --grace; a second signal ends the grace at once (handlers are
 ** stopped, their tries committed as failed so the tasks are retried); a
@@ -17,7 +19,8 @@
 #include "cli/cli.h"
 
 static const char usage[] =
-    "usage: due work [--exec CMD] [--handler KIND=CMD]... [--kinds K1,K2]\n"
+    "usage: due work [--exec CMD | --pipe CMD] [--handler KIND=[pipe:]CMD]...\n"
+    "                [--kinds K1,K2]\n"
     "                [--concurrency N] [--pool KIND=N]... [--lease DUR]\n"
     "                [--poll DUR] [--owner NAME] [--once] [--inline]\n"
     "                [--grace DUR] [--kill-grace DUR] [--no-cron] "
@@ -39,8 +42,25 @@ static const char usage[] =
     "`due kind set` are obeyed across every worker.\n"
     "\n"
     "  --exec CMD          handler for every kind (or for --kinds)\n"
+    "  --pipe CMD          handler for every kind (or for --kinds): CMD is\n"
+    "                      started once per slot and kept; it reads one JSON\n"
+    "                      line per task on stdin ({\"id\", \"kind\", "
+    "\"attempt\",\n"
+    "                      \"due_at\", \"idempotency_key\", \"payload\" or\n"
+    "                      \"payload_b64\"}) and answers one line on stdout:\n"
+    "                      {\"id\", \"attempt\", \"ok\": true, \"result\"} or\n"
+    "                      {\"id\", \"attempt\", \"ok\": false, \"error\"}.  "
+    "A\n"
+    "                      process that dies or writes a malformed line fails\n"
+    "                      its try and is restarted with backoff; a lost\n"
+    "                      lease, a cancel or a time limit stops it (SIGTERM,\n"
+    "                      then SIGKILL) and the next task gets a fresh one;\n"
+    "                      its stderr goes to the log with the task id\n"
+    "                      (docs/INTERFACE.md)\n"
     "  --handler KIND=CMD  handler for one kind (repeatable; wins over "
-    "--exec)\n"
+    "--exec\n"
+    "                      and --pipe); KIND=pipe:CMD makes it a pipe "
+    "handler\n"
     "  --kinds K1,K2       claim only these kinds\n"
     "  --concurrency N     tasks run at once in the shared pool (default 4)\n"
     "  --pool KIND=N       give KIND its own pool of N: a slow kind cannot\n"
@@ -76,6 +96,7 @@ static const char usage[] =
 
 enum {
 	O_EXEC = 'e',
+	O_PIPE = 'X',
 	O_HANDLER = 'H',
 	O_KINDS = 'k',
 	O_CONC = 'c',
@@ -95,15 +116,22 @@ enum {
 
 #define MAX_KINDS 64
 
+/* One handler command: --exec, --pipe or a --handler. */
+typedef struct work_cmd {
+	due_exec_opts x; /* x.command: the command */
+	bool pipe;	 /* a pipe handler: `p`, made by register_all */
+	due_pipe *p;
+} work_cmd;
+
 typedef struct work_args {
 	due_worker_opts wo;
-	due_exec_opts any; /* --exec */
+	work_cmd any; /* --exec or --pipe */
 	const char *kinds[MAX_KINDS];
 	size_t n_kinds;
 	char *kinds_buf;
 	struct {
 		char *kind;
-		due_exec_opts x;
+		work_cmd x;
 	} handlers[MAX_KINDS];
 	size_t n_handlers;
 	struct {
@@ -183,54 +211,82 @@ static bool has_handler(const work_args *a, const char *kind)
 	return false;
 }
 
+/*
+** Register one handler command for `kind` (NULL: every kind).  A pipe
+** command's due_pipe is made on first use and shared by every kind it
+** serves (one process per slot that runs it).
+*/
+static int reg(due_worker *w, const char *kind, work_cmd *cmd, int64_t kgrace,
+	       int pool)
+{
+	cmd->x.kill_grace_us = kgrace;
+	if (!cmd->pipe)
+		return due_worker_register(w, kind, due_exec_handler, &cmd->x,
+					   pool);
+	if (!cmd->p) {
+		due_pipe_opts po = DUE_PIPE_OPTS_INIT;
+		po.command = cmd->x.command;
+		po.kill_grace_us = kgrace;
+		if (due_pipe_new(&cmd->p, &po) < 0)
+			return -1;
+	}
+	return due_worker_register(w, kind, due_pipe_handler, cmd->p, pool);
+}
+
 /* Register every handler; errors name the kind. */
 static int register_all(const cli_ctx *c, work_args *a, due_worker *w)
 {
-	for (size_t i = 0; i < a->n_handlers; i++) {
-		a->handlers[i].x.kill_grace_us = a->kill_grace;
-		if (due_worker_register(w, a->handlers[i].kind,
-					due_exec_handler, &a->handlers[i].x,
-					pool_size_for(a, a->handlers[i].kind)) <
-		    0)
+	int64_t kg = a->kill_grace;
+
+	for (size_t i = 0; i < a->n_handlers; i++)
+		if (reg(w, a->handlers[i].kind, &a->handlers[i].x, kg,
+			pool_size_for(a, a->handlers[i].kind)) < 0)
 			return cli_usage_error(c, "--handler %s: %s",
 					       a->handlers[i].kind,
 					       due_error_last());
-	}
-	if (!a->any.command)
+	if (!a->any.x.command)
 		return 0;
-	a->any.kill_grace_us = a->kill_grace;
 	if (a->n_kinds == 0) {
 		for (size_t i = 0; i < a->n_pools; i++)
 			if (!has_handler(a, a->pools[i].kind) &&
-			    due_worker_register(w, a->pools[i].kind,
-						due_exec_handler, &a->any,
-						a->pools[i].n) < 0)
+			    reg(w, a->pools[i].kind, &a->any, kg,
+				a->pools[i].n) < 0)
 				return cli_usage_error(c, "--pool %s: %s",
 						       a->pools[i].kind,
 						       due_error_last());
-		if (due_worker_register(w, NULL, due_exec_handler, &a->any, 0) <
-		    0)
-			return cli_usage_error(c, "--exec: %s",
-					       due_error_last());
+		if (reg(w, NULL, &a->any, kg, 0) < 0)
+			return cli_usage_error(
+			    c, "%s: %s", a->any.pipe ? "--pipe" : "--exec",
+			    due_error_last());
 		return 0;
 	}
 	for (size_t i = 0; i < a->n_kinds; i++)
 		if (!has_handler(a, a->kinds[i]) &&
-		    due_worker_register(w, a->kinds[i], due_exec_handler,
-					&a->any,
-					pool_size_for(a, a->kinds[i])) < 0)
+		    reg(w, a->kinds[i], &a->any, kg,
+			pool_size_for(a, a->kinds[i])) < 0)
 			return cli_usage_error(c, "--kinds %s: %s", a->kinds[i],
 					       due_error_last());
 	return 0;
 }
 
+/* After the worker is freed: stop and reap the pipe processes. */
+static void free_pipes(work_args *a)
+{
+	due_pipe_free(a->any.p);
+	a->any.p = NULL;
+	for (size_t i = 0; i < a->n_handlers; i++) {
+		due_pipe_free(a->handlers[i].x.p);
+		a->handlers[i].x.p = NULL;
+	}
+}
+
 static int check_args(const cli_ctx *c, work_args *a)
 {
-	if (!a->any.command && a->n_handlers == 0)
-		return cli_usage_error(c,
-				       "give --exec CMD or --handler KIND=CMD");
+	if (!a->any.x.command && a->n_handlers == 0)
+		return cli_usage_error(
+		    c, "give --exec CMD or --handler KIND=CMD (or --pipe CMD)");
 	for (size_t i = 0; i < a->n_pools; i++)
-		if (!has_handler(a, a->pools[i].kind) && !a->any.command)
+		if (!has_handler(a, a->pools[i].kind) && !a->any.x.command)
 			return cli_usage_error(
 			    c, "--pool %s: no handler for that kind",
 			    a->pools[i].kind);
@@ -259,11 +315,15 @@ static int run(cli_ctx *c, work_args *a)
 	due_db *probe = NULL;
 	if ((rc = cli_open(c, &probe)))
 		return rc;
+	if (due_db_warning(probe))
+		fprintf(stderr, "%s: warning: %s\n", c->prog,
+			due_db_warning(probe));
 	due_close(probe);
 	if (due_worker_new(&w, &a->wo) < 0)
 		return cli_fail(c, due_error_last_code());
 	if ((rc = register_all(c, a, w))) {
 		due_worker_free(w);
+		free_pipes(a);
 		return rc;
 	}
 	memset(&sa, 0, sizeof(sa));
@@ -276,6 +336,7 @@ static int run(cli_ctx *c, work_args *a)
 	rc = due_worker_run(w);
 	running = NULL;
 	due_worker_free(w);
+	free_pipes(a);
 	return rc < 0 ? cli_fail(c, rc) : 0;
 }
 
@@ -286,10 +347,18 @@ static int parse_opt(cli_ctx *c, work_args *a, int opt, char *arg)
 
 	switch (opt) {
 	case O_EXEC:
+	case O_PIPE:
 		/* `--exec "$UNSET"` must not mark every task DONE unrun */
 		if (blank(arg))
-			return cli_usage_error(c, "--exec: empty command");
-		a->any.command = arg;
+			return cli_usage_error(c, "%s: empty command",
+					       opt == O_PIPE ? "--pipe"
+							     : "--exec");
+		if (a->any.x.command && a->any.pipe != (opt == O_PIPE))
+			return cli_usage_error(
+			    c, "give --exec or --pipe, not both (--handler "
+			       "KIND=pipe:CMD mixes them per kind)");
+		a->any.x.command = arg;
+		a->any.pipe = opt == O_PIPE;
 		return 0;
 	case O_HANDLER:
 		if (!(val = split_kv(c, "--handler", arg)))
@@ -298,8 +367,15 @@ static int parse_opt(cli_ctx *c, work_args *a, int opt, char *arg)
 			return cli_usage_error(c, "too many --handler options");
 		a->handlers[a->n_handlers].kind = arg;
 		a->handlers[a->n_handlers].x =
-		    (due_exec_opts)DUE_EXEC_OPTS_INIT;
-		a->handlers[a->n_handlers++].x.command = val;
+		    (work_cmd){.x = DUE_EXEC_OPTS_INIT};
+		if (strncmp(val, "pipe:", 5) == 0) {
+			val += 5;
+			if (blank(val))
+				return cli_usage_error(
+				    c, "--handler %s=pipe: empty command", arg);
+			a->handlers[a->n_handlers].x.pipe = true;
+		}
+		a->handlers[a->n_handlers++].x.x.command = val;
 		return 0;
 	case O_POOL:
 		if (!(val = split_kv(c, "--pool", arg)))
@@ -347,6 +423,7 @@ int cmd_work(int argc, char **argv)
 {
 	static const struct option opts[] = {
 	    {"exec", required_argument, NULL, O_EXEC},
+	    {"pipe", required_argument, NULL, O_PIPE},
 	    {"handler", required_argument, NULL, O_HANDLER},
 	    {"kinds", required_argument, NULL, O_KINDS},
 	    {"concurrency", required_argument, NULL, O_CONC},
@@ -367,7 +444,7 @@ int cmd_work(int argc, char **argv)
 	    CLI_COMMON_OPTS,
 	    {0}};
 	work_args a = {.wo = DUE_WORKER_OPTS_INIT,
-		       .any = DUE_EXEC_OPTS_INIT,
+		       .any = {.x = DUE_EXEC_OPTS_INIT},
 		       .kill_grace = 5000000};
 	cli_ctx c = {.prog = "due work"};
 	int opt, rc = 0;

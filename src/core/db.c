@@ -23,6 +23,7 @@ struct due_db {
 	due_store *store;
 	size_t max_payload;
 	size_t max_result;
+	char *warning; /* from the store's open (due_db_warning) */
 };
 
 #define MAX_LEASE_US (7LL * 86400 * 1000000) /* a week */
@@ -60,8 +61,12 @@ int due_open(due_db **out, const char *url, const due_open_opts *opts)
 	db->max_result = o.max_result ? o.max_result : (1u << 20);
 	db->ops = ops;
 	*out = db;
-	if ((rc = ops->parse_url(&cfg, &u)) < 0 ||
-	    (rc = ops->open(&db->store, cfg, o.create)) < 0)
+	free(due__open_warning_take());
+	if ((rc = ops->parse_url(&cfg, &u)) < 0)
+		goto done;
+	rc = ops->open(&db->store, cfg, o.create);
+	db->warning = due__open_warning_take();
+	if (rc < 0)
 		goto done;
 	rc = o.create ? ops->init_schema(db->store)
 		      : ops->check_schema(db->store);
@@ -77,8 +82,11 @@ void due_close(due_db *db)
 		return;
 	if (db->store)
 		db->ops->close(db->store);
+	free(db->warning);
 	free(db);
 }
+
+const char *due_db_warning(const due_db *db) { return db ? db->warning : NULL; }
 
 const char *due_db_backend(const due_db *db)
 {
@@ -550,8 +558,17 @@ int due_fail_as(due_db *db, due_fail_outcome *out, due_id id, int32_t attempt,
 				      "invalid failure outcome %d: FAILED or "
 				      "TIMED_OUT",
 				      (int)as);
-	return db->ops->fail(db->store, out, id, attempt, error ? error : "",
-			     as);
+	if (!error)
+		error = "";
+	if (!due__utf8_valid(error)) { /* a handler's stderr: any bytes */
+		char *clean = due__utf8_scrub(error);
+		if (!clean)
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		rc = db->ops->fail(db->store, out, id, attempt, clean, as);
+		free(clean);
+		return rc;
+	}
+	return db->ops->fail(db->store, out, id, attempt, error, as);
 }
 
 int due_fail(due_db *db, due_fail_outcome *out, due_id id, int32_t attempt,

@@ -8,11 +8,14 @@
 */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
 static _Thread_local char err_msg[1024];
 static _Thread_local int err_code;
+static _Thread_local char warn_msg[512];
 
 int due__error_set(int code, const char *fmt, ...)
 {
@@ -52,4 +55,19 @@ const char *due_error_name(int code)
 	case DUE_EUNSUPPORTED: return "DUE_EUNSUPPORTED";
 	default: return "DUE_UNKNOWN";
 	}
+}
+
+void due__open_warning_set(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(warn_msg, sizeof(warn_msg), fmt, ap);
+	va_end(ap);
+}
+
+char *due__open_warning_take(void)
+{
+	char *w = warn_msg[0] ? strdup(warn_msg) : NULL;
+	warn_msg[0] = '\0';
+	return w;
 }

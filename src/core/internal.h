@@ -21,10 +21,29 @@ int due__error_set(int code, const char *fmt, ...) DUE_PRINTF(2, 3);
 /* Forget the last failure (successful calls need not call this). */
 void due__error_clear(void);
 
+/*
+** A store's open() may leave one warning for the operator (a setting that
+** can lose acknowledged writes in a crash, say): due_open() keeps it and
+** due_db_warning() returns it; the CLI prints it.  Per thread, like the
+** error; due_open() clears it before it opens.
+*/
+void due__open_warning_set(const char *fmt, ...) DUE_PRINTF(1, 2);
+/* Take the pending warning (malloc'd, or NULL) and clear it. */
+char *due__open_warning_take(void);
+
 /* Validation shared by every entry point (src/core/task.c). */
 int due__validate_kind(const char *kind);
 int due__validate_key(const char *key);
 int due__validate_owner(const char *owner);
+/*
+** Error texts come from handlers (a command's stderr) and may be any
+** bytes; the stores keep them as text (PostgreSQL text, MySQL utf8mb4,
+** JSON in the HTTP answers), which must be UTF-8.  due__utf8_valid says
+** whether s is; due__utf8_scrub returns a malloc'd copy with every byte
+** that is not part of a well-formed sequence replaced by U+FFFD.
+*/
+bool due__utf8_valid(const char *s);
+char *due__utf8_scrub(const char *s);
 /*
 ** Release what a task owns (strings, buffers, attempts), leaving the
 ** struct itself: for tasks embedded in other structs (src/core/task.c).

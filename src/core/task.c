@@ -190,6 +190,41 @@ int due__validate_group(const char *group)
 	return 0;
 }
 
+char *due__utf8_scrub(const char *s)
+{
+	size_t n = strlen(s), o = 0;
+	char *out = malloc(3 * n + 1); /* each bad byte becomes U+FFFD */
+
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < n;) {
+		size_t len = utf8_len((const unsigned char *)s + i, n - i);
+		if (len == 0) {
+			memcpy(out + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+			continue;
+		}
+		memcpy(out + o, s + i, len);
+		o += len;
+		i += len;
+	}
+	out[o] = '\0';
+	return out;
+}
+
+bool due__utf8_valid(const char *s)
+{
+	size_t n = strlen(s);
+	for (size_t i = 0; i < n;) {
+		size_t len = utf8_len((const unsigned char *)s + i, n - i);
+		if (len == 0)
+			return false;
+		i += len;
+	}
+	return true;
+}
+
 int due__validate_owner(const char *owner)
 {
 	size_t n = owner ? strlen(owner) : 0;

@@ -267,6 +267,7 @@ struct due_http {
 	bool have_key;
 	atomic_bool stopping; /* new store requests get 503 */
 	http_pool reads, writes;
+	http_pool claims; /* POST /v1/claims: long polls (routes_work.c) */
 	http_health health;
 	http_conns conns;
 	pthread_t ticker; /* deadlines, /health timeouts, log flush */
@@ -325,6 +326,12 @@ int route_stats(http_req *r);
 int route_metrics_json(http_req *r);
 int route_metrics_prom(http_req *r);
 int route_dashboard(http_req *r);
+/* the worker API (routes_work.c); route_claims runs on the claims pool */
+int route_claims(http_req *r);
+int route_task_complete(http_req *r);
+int route_task_fail(http_req *r);
+int route_task_extend(http_req *r);
+int route_completions(http_req *r);
 
 /*
 ** /health's answer from one store probe: *status and a malloc'd JSON text

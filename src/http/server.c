@@ -46,6 +46,8 @@
 /* Requests waiting for a store thread, per thread of the pool. */
 #define QUEUE_PER_THREAD 64
 #define TICK_MS 100
+/* Claims threads per --threads: each may hold a long poll (routes_work.c) */
+#define CLAIM_THREADS 8
 
 /* ------------------------------------------------------------------ */
 /* Routes                                                              */
@@ -54,7 +56,7 @@
 static const char *const q_list[] = {"state", "kind", "limit", "after", NULL};
 
 /* Where a route runs: here, on a store pool, or on the /health prober. */
-enum run_on { ON_EVENT, ON_READS, ON_WRITES, ON_HEALTH };
+enum run_on { ON_EVENT, ON_READS, ON_WRITES, ON_HEALTH, ON_CLAIMS };
 
 typedef struct route {
 	const char *method;
@@ -77,6 +79,11 @@ static const route routes[] = {
     {"POST", "/v1/tasks/{id}/retry", route_task_retry, NULL, ON_WRITES},
     {"POST", "/v1/tasks/{id}/requeue", route_task_requeue, NULL, ON_WRITES},
     {"POST", "/v1/tasks/{id}/kill", route_task_kill, NULL, ON_WRITES},
+    {"POST", "/v1/claims", route_claims, NULL, ON_CLAIMS},
+    {"POST", "/v1/tasks/{id}/complete", route_task_complete, NULL, ON_WRITES},
+    {"POST", "/v1/tasks/{id}/fail", route_task_fail, NULL, ON_WRITES},
+    {"POST", "/v1/tasks/{id}/extend", route_task_extend, NULL, ON_WRITES},
+    {"POST", "/v1/completions", route_completions, NULL, ON_WRITES},
     {"GET", "/v1/schedules", route_sched_list, NULL, ON_READS},
     {"GET", "/v1/schedules/{name}", route_sched_get, NULL, ON_READS},
     {"PUT", "/v1/schedules/{name}", route_sched_put, NULL, ON_WRITES},
@@ -148,8 +155,10 @@ static void run_route(http_req *r, const route *rt)
 	if (rt->on == ON_HEALTH)
 		rc = http_health_submit(&h->health, r);
 	else
-		rc = http_pool_submit(
-		    rt->on == ON_READS ? &h->reads : &h->writes, r);
+		rc = http_pool_submit(rt->on == ON_READS    ? &h->reads
+				      : rt->on == ON_CLAIMS ? &h->claims
+							    : &h->writes,
+				      r);
 	if (rc < 0)
 		http_reply_error(r, 503, "server_busy",
 				 "too many requests are "
@@ -424,6 +433,8 @@ static int start_threads(struct due_http *h, const due_http_opts *o)
 
 	if (http_pool_start(&h->reads, h, "reads", o->threads, queue) < 0 ||
 	    http_pool_start(&h->writes, h, "changes", o->threads, queue) < 0 ||
+	    http_pool_start(&h->claims, h, "claims", o->threads * CLAIM_THREADS,
+			    queue * CLAIM_THREADS) < 0 ||
 	    http_health_start(&h->health, h) < 0)
 		return -1;
 	pthread_mutex_init(&h->tick_mu, NULL);
@@ -515,6 +526,7 @@ void due_http_stop(due_http *h)
 	/* Every suspended connection is resumed before the daemon stops. */
 	http_pool_stop(&h->reads);
 	http_pool_stop(&h->writes);
+	http_pool_stop(&h->claims);
 	http_health_stop(&h->health);
 	if (h->d)
 		MHD_stop_daemon(h->d);

@@ -1043,6 +1043,109 @@ static int init_lock(due_store *s)
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
     [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4};
 
+/*
+** due_schedule(): a submit from SQL, inside the caller's own transaction,
+** for any language's PostgreSQL driver (docs/INTERFACE.md):
+**
+**   BEGIN; INSERT INTO orders ...;
+**   SELECT due_schedule('close-order', '42', run_in => interval '30 min');
+**   COMMIT;
+**
+** It checks what due__submit_check() checks, in the same words (a bad
+** kind, a negative or absurd delay, a delay and a time together, the key,
+** max_attempts, the default payload limit of 1 MiB), raising SQLSTATE 22023
+** before anything is written.  The insert is ST_INSERT's for one row: the
+** same defaults, the same ON CONFLICT on the live (kind, key), and then the
+** live task's id; the same pg_notify, which PostgreSQL delivers on commit
+** and drops on rollback.  A live task that ends between the conflict and
+** the look-up (READ COMMITTED: each statement sees the newest commits) is
+** retried, a few times.  search_path is the one `due init` ran with, so
+** the function finds due_task whatever the caller's path is.
+**
+** Not a schema step: CREATE OR REPLACE on every `due init`, so re-running
+** init on an existing store adds it (or updates it) without a version.
+*/
+static const char sql_schedule_fn[] =
+    "CREATE OR REPLACE FUNCTION due_schedule(kind text, payload text,"
+    " run_in interval DEFAULT '0', run_at timestamptz DEFAULT NULL,"
+    " key text DEFAULT NULL, max_attempts integer DEFAULT 5)"
+    " RETURNS bigint LANGUAGE plpgsql VOLATILE"
+    " SET search_path FROM CURRENT AS $fn$\n"
+    "#variable_conflict use_column\n"
+    "DECLARE\n"
+    "  k text := kind; p text := coalesce(payload, ''); ky text := key;\n"
+    "  d interval := run_in; t timestamptz := run_at;\n"
+    "  m integer := max_attempts; new_id bigint;\n"
+    "BEGIN\n"
+    "IF k IS NULL OR k = '' THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = 'due_schedule: invalid kind '''': empty'; END"
+    " IF;\n"
+    "IF length(k) > 128 THEN RAISE EXCEPTION USING ERRCODE = '22023',"
+    " MESSAGE = format('due_schedule: invalid kind: %s characters (at"
+    " most 128)', length(k)); END IF;\n"
+    "IF k !~ '^[A-Za-z0-9_.:-]+$' THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = format('due_schedule: invalid kind %L: only"
+    " letters, digits and _ - . : are allowed', k); END IF;\n"
+    "IF d IS NULL OR d < interval '0' THEN RAISE EXCEPTION USING"
+    " ERRCODE = '22023', MESSAGE = 'due_schedule: invalid delay"
+    " (run_in): ' || CASE WHEN d IS NULL THEN 'NULL' ELSE 'negative'"
+    " END; END IF;\n"
+    "IF d > interval '36600 days' THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = 'due_schedule: invalid delay (run_in): more"
+    " than 100 years'; END IF;\n"
+    "IF t IS NOT NULL AND d <> interval '0' THEN RAISE EXCEPTION USING"
+    " ERRCODE = '22023', MESSAGE = 'due_schedule: give a delay (run_in)"
+    " or an absolute due time (run_at), not both'; END IF;\n"
+    "IF t < 'epoch'::timestamptz THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = 'due_schedule: invalid due time (run_at):"
+    " before 1970-01-01T00:00:00Z'; END IF;\n"
+    "IF ky = '' THEN RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE ="
+    " 'due_schedule: invalid key '''': empty'; END IF;\n"
+    "IF octet_length(ky) > 512 THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = format('due_schedule: invalid key: %s bytes"
+    " (at most 512)', octet_length(ky)); END IF;\n"
+    "IF m IS NULL OR m < 1 OR m > 1000 THEN RAISE EXCEPTION USING"
+    " ERRCODE = '22023', MESSAGE = format('due_schedule: invalid"
+    " max_attempts %s: must be 1..1000', coalesce(m::text, 'NULL'));"
+    " END IF;\n"
+    "IF octet_length(p) > 1048576 THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = format('due_schedule: payload is %s bytes,"
+    " over the limit of 1048576 bytes', octet_length(p)); END IF;\n"
+    "  FOR i IN 1..5 LOOP\n"
+    "    INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
+    " backoff_us, backoff_cap_us, key, created_at, updated_at)"
+    " VALUES (k, convert_to(p, 'UTF8'), 'SCHEDULED',"
+    " coalesce(t, now() + d), m, 1000000, 3600000000, ky, now(), now())"
+    " ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
+    " state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id INTO"
+    " new_id;\n"
+    "    IF new_id IS NOT NULL THEN\n"
+    "      PERFORM pg_notify('" DUE_PG_CHANNEL "', k); RETURN new_id;\n"
+    "    END IF;\n"
+    "    SELECT id INTO new_id FROM due_task WHERE due_task.kind = k AND"
+    " due_task.key = ky AND state IN ('SCHEDULED', 'CLAIMED');\n"
+    "    IF new_id IS NOT NULL THEN RETURN new_id; END IF;\n"
+    "  END LOOP;\n"
+    "  RAISE EXCEPTION 'due_schedule: the live task of key % kept"
+    " changing; try again', ky;\n"
+    "END $fn$";
+
+/* (Re)create due_schedule() under the init lock, in its own transaction. */
+static int create_functions(due_store *s)
+{
+	int rc;
+
+	if ((rc = due__pg_begin(s)) < 0)
+		return rc;
+	if ((rc = init_lock(s)) < 0 ||
+	    (rc = due__pg_command(s, sql_schedule_fn,
+				  "create function due_schedule")) < 0) {
+		due__pg_rollback(s);
+		return rc;
+	}
+	return due__pg_commit(s);
+}
+
 static int pg_init_schema(due_store *s)
 {
 	const due_migration m = {.label = s->label,
@@ -1056,7 +1159,9 @@ static int pg_init_schema(due_store *s)
 				 .rollback = due__pg_rollback};
 	int rc = due__pg_ok(s);
 
-	return rc < 0 ? rc : due__migrate(s, &m);
+	if (rc == 0)
+		rc = due__migrate(s, &m);
+	return rc < 0 ? rc : create_functions(s);
 }
 
 static int pg_now(due_store *s, due_time *out)

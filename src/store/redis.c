@@ -29,8 +29,9 @@
 ** tasks in a crash, and one that may evict keys can drop a lease or a
 ** unique key and strand a task, so both are refused with DUE_ESTORE
 ** naming the setting, unless the URL says ?durability=unsafe (throw-away
-** use).  appendfsync everysec is accepted: the library has no warning
-** channel, and the docs say what it costs (the last second of writes).
+** use).  appendfsync everysec and no are accepted with a warning
+** (due_db_warning, printed by due init and due work): they keep working
+** but can lose the last acknowledged writes in a crash.
 **
 ** Errors.  A refused or lost connection is DUE_ESTORE naming the store;
 ** the connection is dropped and the next call connects again (the
@@ -312,20 +313,50 @@ static int config_get(due_store *s, const char *name, char *buf, size_t n)
 }
 
 /*
-** Refuse a server that can lose acknowledged tasks (no AOF) or strand
-** them (eviction), unless ?durability=unsafe.  A server that refuses
-** CONFIG (a managed service, a renamed command) is taken as it is.
+** Leave a warning (due_db_warning) when the AOF is not fsynced before the
+** reply: everysec loses up to the last second of acknowledged writes in a
+** power loss or kernel crash, no leaves the flush to the kernel (about 30
+** seconds).  Called only with appendonly yes; 0 or the CONFIG error.
 */
-static int check_durability(due_store *s)
+static int warn_fsync(due_store *s)
 {
 	char v[64];
 	int rc;
 
+	if ((rc = config_get(s, "appendfsync", v, sizeof(v))) < 0)
+		return rc;
+	if (strcmp(v, "everysec") == 0)
+		due__open_warning_set(
+		    "redis store %s: appendfsync everysec: the last second of "
+		    "acknowledged writes can be lost in a crash; set "
+		    "appendfsync always",
+		    s->cfg.label);
+	else if (strcmp(v, "no") == 0)
+		due__open_warning_set(
+		    "redis store %s: appendfsync no: the kernel decides when "
+		    "the AOF reaches the disk, so the last seconds (about 30) "
+		    "of acknowledged writes can be lost in a crash; set "
+		    "appendfsync always",
+		    s->cfg.label);
+	return 0;
+}
+
+/*
+** Refuse a server that can lose acknowledged tasks (no AOF) or strand
+** them (eviction), unless ?durability=unsafe; warn about an AOF that is
+** not fsynced before the reply (warn_fsync).  A server that refuses
+** CONFIG (a managed service, a renamed command) is taken as it is.
+*/
+static int check_durability(due_store *s)
+{
+	char v[64], aof[8];
+	int rc;
+
 	if (s->cfg.unsafe)
 		return 0;
-	if ((rc = config_get(s, "appendonly", v, sizeof(v))) < 0)
+	if ((rc = config_get(s, "appendonly", aof, sizeof(aof))) < 0)
 		return rc;
-	if (strcmp(v, "no") == 0)
+	if (strcmp(aof, "no") == 0)
 		return due__error_set(
 		    DUE_ESTORE,
 		    "redis store %s: the server runs with appendonly no, so "
@@ -343,7 +374,7 @@ static int check_durability(due_store *s)
 		    "tasks: set maxmemory-policy noeviction (or add "
 		    "?durability=unsafe to the URL for throw-away use)",
 		    s->cfg.label, v);
-	return 0;
+	return strcmp(aof, "yes") == 0 ? warn_fsync(s) : 0;
 }
 
 /* A new connection: AUTH, SELECT, the script.  *out NULL on failure. */
@@ -1363,7 +1394,8 @@ static int cmp_kind(const void *a, const void *b)
 		      ((const due_kind_counts *)b)->kind);
 }
 
-/* The (state:kind -> count) pairs into m->kinds, sorted by kind. */
+/* The (state:kind -> count) pairs into m->kinds, sorted by kind, the
+   first 1000 kinds by name. */
 static int metric_kinds(due_metrics *m, const redisReply *kc)
 {
 	size_t cap = kc->elements / 2 + 1;
@@ -1391,6 +1423,9 @@ static int metric_kinds(due_metrics *m, const redisReply *kc)
 	}
 	if (m->n_kinds)
 		qsort(m->kinds, m->n_kinds, sizeof(*m->kinds), cmp_kind);
+	/* at most 1000 kinds, the first by name, as on the SQL stores */
+	while (m->n_kinds > 1000)
+		free((void *)m->kinds[--m->n_kinds].kind);
 	return 0;
 }
 

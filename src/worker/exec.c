@@ -36,19 +36,21 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "worker/exec.h"
 #include "worker/worker_internal.h"
 
 extern char **environ;
 
 #define ERR_TAIL 4096
 
-typedef struct buf {
-	unsigned char *p;
-	size_t len, cap, limit, dropped;
-	bool tail; /* keep the last `limit` bytes instead of the first */
-} buf;
+typedef due__buf buf;
 
-static void buf_add(buf *b, const unsigned char *d, size_t n)
+/*
+** Append n bytes to b within its limit: the first `limit` bytes are kept,
+** or the last ones for a tail buffer; what does not fit counts in
+** `dropped`.  Out of memory drops the bytes too.  p stays NUL-terminated.
+*/
+void due__buf_add(buf *b, const unsigned char *d, size_t n)
 {
 	if (b->tail && n >= b->limit) {
 		b->dropped += b->len + n - b->limit;
@@ -120,12 +122,9 @@ static char **make_env(const due_task *t, char vars[N_VARS][VAR_MAX])
 	return env;
 }
 
-typedef struct child {
-	pid_t pid;
-	int in, out, err; /* our ends; -1 when closed */
-} child;
+typedef due__child child;
 
-static void close_fd(int *fd)
+void due__close_fd(int *fd)
 {
 	if (*fd >= 0)
 		close(*fd);
@@ -296,7 +295,7 @@ static _Noreturn void guard_main(pid_t worker, const int fds[3],
 ** 0, 1, 2, in a new process group led by the guard.  0 or a due code
 ** (message set).
 */
-static int spawn(child *c, const char *cmd, char **env, int64_t kill_grace_us)
+int due__spawn(child *c, const char *cmd, char **env, int64_t kill_grace_us)
 {
 	int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1};
 	char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
@@ -331,25 +330,25 @@ static int spawn(child *c, const char *cmd, char **env, int64_t kill_grace_us)
 	return 0;
 fail:
 	for (int i = 0; i < 2; i++) {
-		close_fd(&pin[i]);
-		close_fd(&pout[i]);
-		close_fd(&perr[i]);
+		due__close_fd(&pin[i]);
+		due__close_fd(&pout[i]);
+		due__close_fd(&perr[i]);
 	}
 	return rc;
 }
 
 /* Read what is available on *fd into b; close it at EOF. */
-static void drain_fd(int *fd, buf *b)
+void due__drain_fd(int *fd, buf *b)
 {
 	unsigned char chunk[16384];
 	for (;;) {
 		ssize_t r = read(*fd, chunk, sizeof(chunk));
 		if (r > 0) {
-			buf_add(b, chunk, (size_t)r);
+			due__buf_add(b, chunk, (size_t)r);
 			continue;
 		}
 		if (r == 0 || (errno != EAGAIN && errno != EINTR))
-			close_fd(fd);
+			due__close_fd(fd);
 		if (r < 0 && errno == EINTR)
 			continue;
 		return;
@@ -396,11 +395,11 @@ static void feed(child *c, run_state *rs)
 		} else {
 			if (w < 0 && errno == EAGAIN)
 				return;
-			close_fd(&c->in); /* EPIPE: it stopped reading */
+			due__close_fd(&c->in); /* EPIPE: it stopped reading */
 		}
 	}
 	if (rs->in_off >= rs->in_len)
-		close_fd(&c->in);
+		due__close_fd(&c->in);
 }
 
 /* Multiplex the pipes until the child exited and its pipes are drained. */
@@ -421,24 +420,24 @@ static void supervise(due_job *job, child *c, run_state *rs, buf *out, buf *err)
 			usleep(5000);
 		feed(c, rs);
 		if (c->out >= 0)
-			drain_fd(&c->out, out);
+			due__drain_fd(&c->out, out);
 		if (c->err >= 0)
-			drain_fd(&c->err, err);
+			due__drain_fd(&c->err, err);
 		if (!rs->exited &&
 		    waitpid(c->pid, &rs->status, WNOHANG) == c->pid) {
 			rs->exited = true;
 			/* a background grandchild may hold the pipes: take what
 			   is there now and stop listening */
 			if (c->out >= 0)
-				drain_fd(&c->out, out);
+				due__drain_fd(&c->out, out);
 			if (c->err >= 0)
-				drain_fd(&c->err, err);
-			close_fd(&c->out);
-			close_fd(&c->err);
+				due__drain_fd(&c->err, err);
+			due__close_fd(&c->out);
+			due__close_fd(&c->err);
 		}
 		enforce_lease(job, c, rs);
 	}
-	close_fd(&c->in);
+	due__close_fd(&c->in);
 }
 
 /*
@@ -517,7 +516,7 @@ int due_exec_handler(due_job *job, void *payload)
 		due_job_set_error(job, "out of memory");
 		return 1;
 	}
-	rc = spawn(&c, o->command, env, o->kill_grace_us);
+	rc = due__spawn(&c, o->command, env, o->kill_grace_us);
 	free(env);
 	if (rc < 0) {
 		due_job_set_error(job, due_error_last());

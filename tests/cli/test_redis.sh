@@ -37,7 +37,7 @@ sp_server_crash "$SP_DIR/redis.pid"
 
 # 6. a server without an append-only file is refused by `due init`, with
 #    the setting named, and nothing is written; appendfsync everysec is
-#    accepted (README says what it costs: the last second of writes)
+#    accepted with a warning that names it (the last second can be lost)
 plain=$T/plain
 mkdir -p "$plain"
 pport=$(python3 -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
@@ -57,5 +57,6 @@ rcli "$pport" config set appendfsync everysec >/dev/null
 wait_for "AOF rewrite done" 30 bash -c "redis-cli -h 127.0.0.1 -p $pport info persistence | grep -q '^aof_rewrite_in_progress:0'"
 "$DUE" init --db "redis://127.0.0.1:$pport/0?prefix=everysec" >"$T/es.out" 2>"$T/es.err" && ok ||
 	bad "init with appendfsync everysec: $(cat "$T/es.err")"
+grep -q "everysec" "$T/es.err" && ok || bad "no warning about appendfsync everysec: $(cat "$T/es.err")"
 echo "everysec: init says: $(cat "$T/es.out" "$T/es.err")"
 finish

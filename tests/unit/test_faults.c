@@ -7,6 +7,8 @@
 **  - a task that completes DONE after a failed try shows no last_error
 **    (its attempt history keeps the error);
 **  - SQLite: a FIFO in place of the wake file never blocks a submit;
+**  - an error text that is not UTF-8 is kept with U+FFFD for each bad
+**    byte (PostgreSQL and MySQL would refuse it);
 **  - SQLite: a claim that meets another process's write lock fails
 **    cleanly, leaks nothing, and changes nothing;
 **  - SQLite: a disk that fails the n-th write or sync (a VFS over the
@@ -264,6 +266,44 @@ static void test_wake_fifo_never_blocks(void **state)
 	assert_int_equal(due_listen(db, &fd), DUE_ESTATE);
 	assert_non_null(strstr(due_error_last(), "not a regular file"));
 	alarm(0);
+	due_close(db);
+}
+
+/* ------------------------------------------------------------------ */
+/* An error text that is not UTF-8                                    */
+/* ------------------------------------------------------------------ */
+
+/*
+** A handler's stderr is any bytes; the stores keep error texts as text
+** (PostgreSQL's text and MySQL's utf8mb4 refuse bad UTF-8), and a fail
+** that errored would leave the try CLAIMED until its lease ran out, then
+** repeat.  The core replaces each bad byte with U+FFFD, on every store.
+*/
+static void test_fail_with_bad_utf8(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_fail_outcome fo;
+	due_task *t;
+	due_id id = add(db, "k", 0, 5);
+	int32_t at = claim_one(db, id, 30000000);
+
+	assert_int_equal(
+	    due_fail(db, &fo, id, at, "bad \xff\xfe bytes \xc3( end"), 0);
+	assert_int_equal(fo, DUE_FAIL_RETRY_SCHEDULED);
+	t = get(db, id);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_string_equal(t->last_error, "bad \xef\xbf\xbd\xef\xbf\xbd bytes "
+					   "\xef\xbf\xbd( end");
+	due_task_free(t);
+	/* valid UTF-8 is kept as it is */
+	id = add(db, "k2", 0, 5);
+	at = claim_one(db, id, 30000000);
+	assert_int_equal(due_fail(db, &fo, id, at, "caf\xc3\xa9 \xe2\x82\xac"),
+			 0);
+	t = get(db, id);
+	assert_string_equal(t->last_error, "caf\xc3\xa9 \xe2\x82\xac");
+	due_task_free(t);
 	due_close(db);
 }
 
@@ -666,9 +706,13 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-	    T(test_at_epoch_is_kept),	    T(test_at_old_versions),
-	    T(test_done_clears_last_error), T(test_wake_fifo_never_blocks),
-	    T(test_claim_on_locked_store),  T(test_io_faults),
+	    T(test_at_epoch_is_kept),
+	    T(test_at_old_versions),
+	    T(test_done_clears_last_error),
+	    T(test_wake_fifo_never_blocks),
+	    T(test_claim_on_locked_store),
+	    T(test_fail_with_bad_utf8),
+	    T(test_io_faults),
 #undef T
 	};
 	int failed = 0;
