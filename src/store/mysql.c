@@ -22,9 +22,11 @@
 ** times with backoff (TX_RETRIES), before DUE_EBUSY reaches the caller.
 **
 ** Clock.  Due times and leases are judged by the server's clock alone:
-** DUE_MY_NOW, UNIX_TIMESTAMP(NOW(6)) in microseconds.  NOW(6) is fixed at
-** the statement's start (safe under statement-based replication; SYSDATE()
-** is not and is never used), and at READ COMMITTED a statement that runs
+** DUE_MY_NOW, UTC_TIMESTAMP(6) in microseconds since the epoch, computed
+** without local time, so right on a caller's connection in any time_zone.
+** It is fixed at the statement's start (safe under statement-based
+** replication; SYSDATE() is not and is never used), and at READ COMMITTED a
+*statement that runs
 ** after our locks were granted sees the claims committed before them.
 ** Where C needs the time (the flow-control counts, the claim's
 ** claimed_at) it reads DUE_MY_NOW once, after taking its locks, and binds
@@ -132,17 +134,17 @@ static const char schema_v1[] =
     " lease_owner VARCHAR(512) NULL,"
     " lease_until BIGINT NULL,"
     " cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,"
-    " `key` VARCHAR(512) NULL,"
+    " `key` VARBINARY(512) NULL,"
     " result LONGBLOB NULL,"
     " last_error MEDIUMTEXT NULL,"
     " created_at BIGINT NOT NULL,"
     " updated_at BIGINT NOT NULL,"
     " priority SMALLINT NOT NULL DEFAULT 0,"
-    " grp VARCHAR(255) NULL,"
+    " grp VARBINARY(255) NULL,"
     " timeout_us BIGINT NULL CHECK (timeout_us > 0),"
     /* The key while the task is live, else NULL: UNIQUE ignores NULLs,
        so a finished task's key can be used again. */
-    " live_key VARCHAR(512) AS (IF(state IN ('SCHEDULED', 'CLAIMED'),"
+    " live_key VARBINARY(512) AS (IF(state IN ('SCHEDULED', 'CLAIMED'),"
     "  `key`, NULL)) STORED,"
     /* The time that matters in the task's state: when it is due, when its
        lease ends, when it finished.  One index (state, at_us, id) serves
@@ -429,6 +431,47 @@ static void mig_rollback(due_store *s)
 	(void)run_text(s, "DO RELEASE_LOCK('due:init')", "unlock schema");
 }
 
+/*
+** What `due init` keeps beside the versioned schema, done only when
+** needed (every due_open with create runs init): the byte-exact key and
+** group columns (VARBINARY, NO PAD) of a database made by this backend
+** before they were.
+*/
+static int init_extras(due_store *s)
+{
+	static const char alter[] =
+	    "ALTER TABLE due_task MODIFY `key` VARBINARY(512) NULL,"
+	    " MODIFY grp VARBINARY(255) NULL,"
+	    " MODIFY live_key VARBINARY(512) AS (IF(state IN ('SCHEDULED',"
+	    " 'CLAIMED'), `key`, NULL)) STORED";
+	int64_t need[2];
+	int rc;
+
+	for (int locked = 0;; locked = 1) {
+		SQL(b, s);
+		due__my_add(&b,
+			    "SELECT (SELECT COUNT(*) FROM information_schema"
+			    ".columns WHERE table_schema = DATABASE() AND"
+			    " table_name = 'due_task' AND column_name = 'key'"
+			    " AND data_type <> 'varbinary'), 0");
+		if ((rc = ints(s, &b, "read schema extras", need, 2)) < 0)
+			goto out;
+		if (!need[0] && !need[1])
+			goto out;
+		if (!locked) {
+			if ((rc = mig_lock(s)) < 0)
+				return rc;
+			continue; /* read again under the lock */
+		}
+		if (need[0] && (rc = run_text(s, alter, "byte-exact keys")) < 0)
+			goto out;
+		goto out;
+	}
+out:
+	(void)run_text(s, "DO RELEASE_LOCK('due:init')", "unlock schema");
+	return rc;
+}
+
 static int mys_init_schema(due_store *s)
 {
 	const due_migration m = {.label = s->label,
@@ -442,7 +485,9 @@ static int mys_init_schema(due_store *s)
 				 .rollback = mig_rollback};
 	int rc = due__my_ok(s);
 
-	return rc < 0 ? rc : due__migrate(s, &m);
+	if (rc == 0)
+		rc = due__migrate(s, &m);
+	return rc < 0 ? rc : init_extras(s);
 }
 
 static int mys_now(due_store *s, due_time *out)
@@ -491,7 +536,13 @@ static void insert_values(due_my_sql *b, const due_submit *it, const char *now)
 	due__my_add(b, ", %s, %s)", now, now);
 }
 
-/* The live task of it's (kind, key): *id, or 0 when there is none now. */
+/*
+** The live task of it's (kind, key): *id, or 0 when there is none now.  A
+** locking read: it reads the newest committed row even inside a caller's
+** REPEATABLE READ transaction, whose snapshot may predate the task that
+** made the insert fail with 1062 (InnoDB already holds a shared lock on
+** that duplicate entry, so this takes nothing more).
+*/
 static int find_live(due_store *s, const due_submit *it, due_id *id)
 {
 	SQL(b, s);
@@ -500,6 +551,7 @@ static int find_live(due_store *s, const due_submit *it, due_id *id)
 	due__my_str(&b, it->kind);
 	due__my_add(&b, " AND live_key = ");
 	due__my_str(&b, it->opts.key);
+	due__my_add(&b, " LOCK IN SHARE MODE");
 	return ints(s, &b, "find task by key", id, 1);
 }
 
@@ -655,8 +707,21 @@ static int mys_schedule_on_native(void *conn, due_submitted *out,
 				  const due_submit *it)
 {
 	due_store tmp = {.conn = conn, .own = false, .id_step = 1};
+	const char *cs = mysql_character_set_name(conn);
 	int rc;
 
+	/* Keys and groups are stored as the bytes the connection sends
+	   (VARBINARY): in another character set the same key would arrive
+	   as other bytes, a second live task. */
+	if (!cs || (strcmp(cs, "utf8mb4") != 0 && strcmp(cs, "utf8mb3") != 0 &&
+		    strcmp(cs, "utf8") != 0))
+		return due__error_set(
+		    DUE_EINVAL,
+		    "due_schedule_mysql_tx: the connection's character set "
+		    "is '%s', not utf8mb4: call mysql_set_character_set(conn, "
+		    "\"utf8mb4\") (or set MYSQL_SET_CHARSET_NAME before "
+		    "connecting)",
+		    cs ? cs : "(unknown)");
 	snprintf(tmp.label, sizeof(tmp.label), "(caller's connection)");
 	rc = insert_one(&tmp, it, out);
 	if (rc < 0 && tmp.err == ER_NO_SUCH_TABLE)
