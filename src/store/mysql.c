@@ -432,10 +432,124 @@ static void mig_rollback(due_store *s)
 }
 
 /*
+** due_schedule(): a submit from SQL, inside the caller's own transaction,
+** for any language's MySQL/MariaDB driver (docs/INTERFACE.md):
+**
+**   START TRANSACTION; INSERT INTO orders ...;
+**   CALL due_schedule('close-order', '42', 1800000000, NULL, NULL, NULL,
+**                     @id);
+**   COMMIT;
+**
+** A PROCEDURE, not a FUNCTION: a function that writes needs
+** log_bin_trust_function_creators (or SUPER) once binary logging is on,
+** and MySQL has no default arguments either way; an OUT parameter reads
+** the same from every driver.  NULL for run_in_us, max_attempts or the
+** payload means the default (0, 5, '').  It checks what
+** due__submit_check() checks, in the same words, SIGNALing SQLSTATE 22023
+** before anything is written.  The insert is insert_one()'s: the same
+** defaults, the server's clock from UTC_TIMESTAMP(6) (DUE_MY_NOW: right
+** in any session time_zone), on 1062 the live task of (kind, key) by a
+** locking read (the newest committed row even under the caller's
+** REPEATABLE READ snapshot; the key CAST to BINARY, else the text
+** parameter against the VARBINARY column reads the unique index by kind
+** alone), again when it ended meanwhile.  Parameters
+** are utf8mb4_bin text, so the server converts from whatever character
+** set the caller's connection uses and the key is stored as its UTF-8
+** bytes.  A new task bumps due_wake: MEMORY is not transactional, so the
+** bump is seen at once (a listener polling between the CALL and the
+** COMMIT finds nothing yet and the task waits for its safety poll; a
+** rollback costs a spurious wake-up).  SQL SECURITY INVOKER: the caller
+** needs the rights due_schedule_mysql_tx needs, nothing is lent to it.
+**
+** Not a schema step: created when missing or older than ROUTINE_V (its
+** COMMENT), so re-running `due init` adds it.  MySQL has no CREATE OR
+** REPLACE PROCEDURE: DROP IF EXISTS + CREATE under the init lock.
+*/
+#define ROUTINE_V "due_schedule v1"
+static const char sql_schedule_proc[] =
+    "CREATE PROCEDURE due_schedule("
+    " IN p_kind VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
+    " IN p_payload LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
+    " IN p_run_in_us BIGINT, IN p_run_at_us BIGINT,"
+    " IN p_key VARCHAR(4096) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
+    " IN p_max_attempts INT, OUT p_id BIGINT)"
+    " MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '" ROUTINE_V "'\n"
+    "BEGIN\n"
+    "  DECLARE msg VARCHAR(128) DEFAULT NULL;\n"
+    "  DECLARE now_us, found BIGINT;\n"
+    "  DECLARE delay BIGINT DEFAULT COALESCE(p_run_in_us, 0);\n"
+    "  DECLARE attempts INT DEFAULT COALESCE(p_max_attempts, 5);\n"
+    "  DECLARE dup, tries INT DEFAULT 0;\n"
+    "  DECLARE CONTINUE HANDLER FOR 1062 SET dup = 1;\n"
+    "  SET p_id = NULL;\n"
+    "  IF p_kind IS NULL OR p_kind = '' THEN\n"
+    "    SET msg = 'due_schedule: invalid kind '''': empty';\n"
+    "  ELSEIF CHAR_LENGTH(p_kind) > 128 THEN\n"
+    "    SET msg = CONCAT('due_schedule: invalid kind: ',"
+    " CHAR_LENGTH(p_kind), ' characters (at most 128)');\n"
+    "  ELSEIF NOT p_kind REGEXP '^[A-Za-z0-9_.:-]+$' THEN\n"
+    "    SET msg = LEFT(CONCAT('due_schedule: invalid kind ''',"
+    " LEFT(p_kind, 40), ''': only letters, digits and _ - . : are"
+    " allowed'), 128);\n"
+    "  ELSEIF delay < 0 THEN\n"
+    "    SET msg = 'due_schedule: invalid delay (run_in_us): negative';\n"
+    "  ELSEIF delay > 3162240000000000 THEN\n"
+    "    SET msg = 'due_schedule: invalid delay (run_in_us): more than 100"
+    " years';\n"
+    "  ELSEIF p_run_at_us IS NOT NULL AND delay <> 0 THEN\n"
+    "    SET msg = 'due_schedule: give a delay (run_in_us) or a due time"
+    " (run_at_us), not both';\n"
+    "  ELSEIF p_run_at_us < 0 THEN\n"
+    "    SET msg = 'due_schedule: invalid due time (run_at_us): before"
+    " 1970-01-01T00:00:00Z';\n"
+    "  ELSEIF p_key = '' THEN\n"
+    "    SET msg = 'due_schedule: invalid key '''': empty';\n"
+    "  ELSEIF OCTET_LENGTH(p_key) > 512 THEN\n"
+    "    SET msg = CONCAT('due_schedule: invalid key: ',"
+    " OCTET_LENGTH(p_key), ' bytes (at most 512)');\n"
+    "  ELSEIF attempts < 1 OR attempts > 1000 THEN\n"
+    "    SET msg = CONCAT('due_schedule: invalid max_attempts ', attempts,"
+    " ': must be 1..1000');\n"
+    "  ELSEIF OCTET_LENGTH(p_payload) > 1048576 THEN\n"
+    "    SET msg = CONCAT('due_schedule: payload is ',"
+    " OCTET_LENGTH(p_payload), ' bytes, over the limit of 1048576"
+    " bytes');\n"
+    "  END IF;\n"
+    "  IF msg IS NOT NULL THEN\n"
+    "    SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = msg;\n"
+    "  END IF;\n"
+    "  SET now_us = " NOW ";\n"
+    "  retry: LOOP\n"
+    "    SET dup = 0, tries = tries + 1;\n"
+    "    INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
+    " backoff_us, backoff_cap_us, `key`, created_at, updated_at)"
+    " VALUES (p_kind, COALESCE(p_payload, ''), 'SCHEDULED',"
+    " COALESCE(p_run_at_us, now_us + delay), attempts, 1000000,"
+    " 3600000000, p_key, now_us, now_us);\n"
+    "    IF dup = 0 THEN\n"
+    "      SET p_id = LAST_INSERT_ID();\n"
+    "      INSERT INTO due_wake (id, n) VALUES (1, 1)"
+    " ON DUPLICATE KEY UPDATE n = n + 1;\n"
+    "      LEAVE retry;\n"
+    "    END IF;\n"
+    "    SELECT MAX(id) INTO found FROM due_task WHERE kind = p_kind"
+    " AND live_key = CAST(p_key AS BINARY) LOCK IN SHARE MODE;\n"
+    "    IF found IS NOT NULL THEN\n"
+    "      SET p_id = found;\n"
+    "      LEAVE retry;\n"
+    "    END IF;\n"
+    "    IF tries >= 20 THEN\n"
+    "      SIGNAL SQLSTATE '40001' SET MESSAGE_TEXT = 'due_schedule: the"
+    " live task of this key keeps changing; try again';\n"
+    "    END IF;\n"
+    "  END LOOP;\n"
+    "END";
+
+/*
 ** What `due init` keeps beside the versioned schema, done only when
 ** needed (every due_open with create runs init): the byte-exact key and
 ** group columns (VARBINARY, NO PAD) of a database made by this backend
-** before they were.
+** before they were, and the due_schedule procedure.
 */
 static int init_extras(due_store *s)
 {
@@ -453,7 +567,12 @@ static int init_extras(due_store *s)
 			    "SELECT (SELECT COUNT(*) FROM information_schema"
 			    ".columns WHERE table_schema = DATABASE() AND"
 			    " table_name = 'due_task' AND column_name = 'key'"
-			    " AND data_type <> 'varbinary'), 0");
+			    " AND data_type <> 'varbinary'),"
+			    " (SELECT COUNT(*) = 0 FROM information_schema"
+			    ".routines WHERE routine_schema = DATABASE() AND"
+			    " routine_name = 'due_schedule' AND routine_type"
+			    " = 'PROCEDURE' AND routine_comment = '" ROUTINE_V
+			    "')");
 		if ((rc = ints(s, &b, "read schema extras", need, 2)) < 0)
 			goto out;
 		if (!need[0] && !need[1])
@@ -465,6 +584,11 @@ static int init_extras(due_store *s)
 		}
 		if (need[0] && (rc = run_text(s, alter, "byte-exact keys")) < 0)
 			goto out;
+		if (need[1] &&
+		    (rc = run_text(s, "DROP PROCEDURE IF EXISTS due_schedule",
+				   "drop procedure due_schedule")) == 0)
+			rc = run_text(s, sql_schedule_proc,
+				      "create procedure due_schedule");
 		goto out;
 	}
 out:
