@@ -22,9 +22,11 @@
 ** times with backoff (TX_RETRIES), before DUE_EBUSY reaches the caller.
 **
 ** Clock.  Due times and leases are judged by the server's clock alone:
-** DUE_MY_NOW, UNIX_TIMESTAMP(NOW(6)) in microseconds.  NOW(6) is fixed at
-** the statement's start (safe under statement-based replication; SYSDATE()
-** is not and is never used), and at READ COMMITTED a statement that runs
+** DUE_MY_NOW, UTC_TIMESTAMP(6) in microseconds since the epoch, computed
+** without local time, so right on a caller's connection in any time_zone.
+** It is fixed at the statement's start (safe under statement-based
+** replication; SYSDATE() is not and is never used), and at READ COMMITTED a
+*statement that runs
 ** after our locks were granted sees the claims committed before them.
 ** Where C needs the time (the flow-control counts, the claim's
 ** claimed_at) it reads DUE_MY_NOW once, after taking its locks, and binds
@@ -132,29 +134,33 @@ static const char schema_v1[] =
     " lease_owner VARCHAR(512) NULL,"
     " lease_until BIGINT NULL,"
     " cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,"
-    " `key` VARCHAR(512) NULL,"
+    " `key` VARBINARY(512) NULL,"
     " result LONGBLOB NULL,"
     " last_error MEDIUMTEXT NULL,"
     " created_at BIGINT NOT NULL,"
     " updated_at BIGINT NOT NULL,"
     " priority SMALLINT NOT NULL DEFAULT 0,"
-    " grp VARCHAR(255) NULL,"
+    " grp VARBINARY(255) NULL,"
     " timeout_us BIGINT NULL CHECK (timeout_us > 0),"
     /* The key while the task is live, else NULL: UNIQUE ignores NULLs,
        so a finished task's key can be used again. */
-    " live_key VARCHAR(512) AS (IF(state IN ('SCHEDULED', 'CLAIMED'),"
+    " live_key VARBINARY(512) AS (IF(state IN ('SCHEDULED', 'CLAIMED'),"
     "  `key`, NULL)) STORED,"
+    /* The time that matters in the task's state: when it is due, when its
+       lease ends, when it finished.  One index (state, at_us, id) serves
+       upcoming, reclaim and prune, where three cost every insert and
+       every transition three index writes (docs/internals/mysql.md). */
+    " at_us BIGINT AS (CASE state WHEN 'SCHEDULED' THEN due_at"
+    "  WHEN 'CLAIMED' THEN lease_until ELSE updated_at END) STORED,"
     " CONSTRAINT claimed_iff_lease CHECK ("
     "  (state = 'CLAIMED' AND lease_owner IS NOT NULL"
     "   AND lease_until IS NOT NULL)"
     "  OR (state <> 'CLAIMED' AND lease_owner IS NULL"
     "   AND lease_until IS NULL)),"
     " UNIQUE KEY due_task_key (kind, live_key),"
-    " KEY due_task_due (state, due_at, id),"
-    " KEY due_task_lease (state, lease_until),"
+    " KEY due_task_at (state, at_us, id),"
     " KEY due_task_claim (state, priority, due_at, id),"
-    " KEY due_task_kind_claim (kind, state, priority, due_at, id),"
-    " KEY due_task_finished (state, updated_at))" TABLE_OPTS
+    " KEY due_task_kind_claim (kind, state, priority, due_at, id))" TABLE_OPTS
     "CREATE TABLE IF NOT EXISTS due_attempt ("
     " task_id BIGINT NOT NULL,"
     " attempt INT NOT NULL,"
@@ -425,6 +431,171 @@ static void mig_rollback(due_store *s)
 	(void)run_text(s, "DO RELEASE_LOCK('due:init')", "unlock schema");
 }
 
+/*
+** due_schedule(): a submit from SQL, inside the caller's own transaction,
+** for any language's MySQL/MariaDB driver (docs/INTERFACE.md):
+**
+**   START TRANSACTION; INSERT INTO orders ...;
+**   CALL due_schedule('close-order', '42', 1800000000, NULL, NULL, NULL,
+**                     @id);
+**   COMMIT;
+**
+** A PROCEDURE, not a FUNCTION: a function that writes needs
+** log_bin_trust_function_creators (or SUPER) once binary logging is on,
+** and MySQL has no default arguments either way; an OUT parameter reads
+** the same from every driver.  NULL for run_in_us, max_attempts or the
+** payload means the default (0, 5, '').  It checks what
+** due__submit_check() checks, in the same words, SIGNALing SQLSTATE 22023
+** before anything is written.  The insert is insert_one()'s: the same
+** defaults, the server's clock from UTC_TIMESTAMP(6) (DUE_MY_NOW: right
+** in any session time_zone), on 1062 the live task of (kind, key) by a
+** locking read (the newest committed row even under the caller's
+** REPEATABLE READ snapshot; the key CAST to BINARY, else the text
+** parameter against the VARBINARY column reads the unique index by kind
+** alone), again when it ended meanwhile.  Parameters
+** are utf8mb4_bin text, so the server converts from whatever character
+** set the caller's connection uses and the key is stored as its UTF-8
+** bytes.  A new task bumps due_wake: MEMORY is not transactional, so the
+** bump is seen at once (a listener polling between the CALL and the
+** COMMIT finds nothing yet and the task waits for its safety poll; a
+** rollback costs a spurious wake-up).  SQL SECURITY INVOKER: the caller
+** needs the rights due_schedule_mysql_tx needs, nothing is lent to it.
+**
+** Not a schema step: created when missing or older than ROUTINE_V (its
+** COMMENT), so re-running `due init` adds it.  MySQL has no CREATE OR
+** REPLACE PROCEDURE: DROP IF EXISTS + CREATE under the init lock.
+*/
+#define ROUTINE_V "due_schedule v1"
+static const char sql_schedule_proc[] =
+    "CREATE PROCEDURE due_schedule("
+    " IN p_kind VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
+    " IN p_payload LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
+    " IN p_run_in_us BIGINT, IN p_run_at_us BIGINT,"
+    " IN p_key VARCHAR(4096) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
+    " IN p_max_attempts INT, OUT p_id BIGINT)"
+    " MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '" ROUTINE_V "'\n"
+    "BEGIN\n"
+    "  DECLARE msg VARCHAR(128) DEFAULT NULL;\n"
+    "  DECLARE now_us, found BIGINT;\n"
+    "  DECLARE delay BIGINT DEFAULT COALESCE(p_run_in_us, 0);\n"
+    "  DECLARE attempts INT DEFAULT COALESCE(p_max_attempts, 5);\n"
+    "  DECLARE dup, tries INT DEFAULT 0;\n"
+    "  DECLARE CONTINUE HANDLER FOR 1062 SET dup = 1;\n"
+    "  SET p_id = NULL;\n"
+    "  IF p_kind IS NULL OR p_kind = '' THEN\n"
+    "    SET msg = 'due_schedule: invalid kind '''': empty';\n"
+    "  ELSEIF CHAR_LENGTH(p_kind) > 128 THEN\n"
+    "    SET msg = CONCAT('due_schedule: invalid kind: ',"
+    " CHAR_LENGTH(p_kind), ' characters (at most 128)');\n"
+    "  ELSEIF NOT p_kind REGEXP '^[A-Za-z0-9_.:-]+$' THEN\n"
+    "    SET msg = LEFT(CONCAT('due_schedule: invalid kind ''',"
+    " LEFT(p_kind, 40), ''': only letters, digits and _ - . : are"
+    " allowed'), 128);\n"
+    "  ELSEIF delay < 0 THEN\n"
+    "    SET msg = 'due_schedule: invalid delay (run_in_us): negative';\n"
+    "  ELSEIF delay > 3162240000000000 THEN\n"
+    "    SET msg = 'due_schedule: invalid delay (run_in_us): more than 100"
+    " years';\n"
+    "  ELSEIF p_run_at_us IS NOT NULL AND delay <> 0 THEN\n"
+    "    SET msg = 'due_schedule: give a delay (run_in_us) or a due time"
+    " (run_at_us), not both';\n"
+    "  ELSEIF p_run_at_us < 0 THEN\n"
+    "    SET msg = 'due_schedule: invalid due time (run_at_us): before"
+    " 1970-01-01T00:00:00Z';\n"
+    "  ELSEIF p_key = '' THEN\n"
+    "    SET msg = 'due_schedule: invalid key '''': empty';\n"
+    "  ELSEIF OCTET_LENGTH(p_key) > 512 THEN\n"
+    "    SET msg = CONCAT('due_schedule: invalid key: ',"
+    " OCTET_LENGTH(p_key), ' bytes (at most 512)');\n"
+    "  ELSEIF attempts < 1 OR attempts > 1000 THEN\n"
+    "    SET msg = CONCAT('due_schedule: invalid max_attempts ', attempts,"
+    " ': must be 1..1000');\n"
+    "  ELSEIF OCTET_LENGTH(p_payload) > 1048576 THEN\n"
+    "    SET msg = CONCAT('due_schedule: payload is ',"
+    " OCTET_LENGTH(p_payload), ' bytes, over the limit of 1048576"
+    " bytes');\n"
+    "  END IF;\n"
+    "  IF msg IS NOT NULL THEN\n"
+    "    SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = msg;\n"
+    "  END IF;\n"
+    "  SET now_us = " NOW ";\n"
+    "  retry: LOOP\n"
+    "    SET dup = 0, tries = tries + 1;\n"
+    "    INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
+    " backoff_us, backoff_cap_us, `key`, created_at, updated_at)"
+    " VALUES (p_kind, COALESCE(p_payload, ''), 'SCHEDULED',"
+    " COALESCE(p_run_at_us, now_us + delay), attempts, 1000000,"
+    " 3600000000, p_key, now_us, now_us);\n"
+    "    IF dup = 0 THEN\n"
+    "      SET p_id = LAST_INSERT_ID();\n"
+    "      INSERT INTO due_wake (id, n) VALUES (1, 1)"
+    " ON DUPLICATE KEY UPDATE n = n + 1;\n"
+    "      LEAVE retry;\n"
+    "    END IF;\n"
+    "    SELECT MAX(id) INTO found FROM due_task WHERE kind = p_kind"
+    " AND live_key = CAST(p_key AS BINARY) LOCK IN SHARE MODE;\n"
+    "    IF found IS NOT NULL THEN\n"
+    "      SET p_id = found;\n"
+    "      LEAVE retry;\n"
+    "    END IF;\n"
+    "    IF tries >= 20 THEN\n"
+    "      SIGNAL SQLSTATE '40001' SET MESSAGE_TEXT = 'due_schedule: the"
+    " live task of this key keeps changing; try again';\n"
+    "    END IF;\n"
+    "  END LOOP;\n"
+    "END";
+
+/*
+** What `due init` keeps beside the versioned schema, done only when
+** needed (every due_open with create runs init): the byte-exact key and
+** group columns (VARBINARY, NO PAD) of a database made by this backend
+** before they were, and the due_schedule procedure.
+*/
+static int init_extras(due_store *s)
+{
+	static const char alter[] =
+	    "ALTER TABLE due_task MODIFY `key` VARBINARY(512) NULL,"
+	    " MODIFY grp VARBINARY(255) NULL,"
+	    " MODIFY live_key VARBINARY(512) AS (IF(state IN ('SCHEDULED',"
+	    " 'CLAIMED'), `key`, NULL)) STORED";
+	int64_t need[2];
+	int rc;
+
+	for (int locked = 0;; locked = 1) {
+		SQL(b, s);
+		due__my_add(&b,
+			    "SELECT (SELECT COUNT(*) FROM information_schema"
+			    ".columns WHERE table_schema = DATABASE() AND"
+			    " table_name = 'due_task' AND column_name = 'key'"
+			    " AND data_type <> 'varbinary'),"
+			    " (SELECT COUNT(*) = 0 FROM information_schema"
+			    ".routines WHERE routine_schema = DATABASE() AND"
+			    " routine_name = 'due_schedule' AND routine_type"
+			    " = 'PROCEDURE' AND routine_comment = '" ROUTINE_V
+			    "')");
+		if ((rc = ints(s, &b, "read schema extras", need, 2)) < 0)
+			goto out;
+		if (!need[0] && !need[1])
+			goto out;
+		if (!locked) {
+			if ((rc = mig_lock(s)) < 0)
+				return rc;
+			continue; /* read again under the lock */
+		}
+		if (need[0] && (rc = run_text(s, alter, "byte-exact keys")) < 0)
+			goto out;
+		if (need[1] &&
+		    (rc = run_text(s, "DROP PROCEDURE IF EXISTS due_schedule",
+				   "drop procedure due_schedule")) == 0)
+			rc = run_text(s, sql_schedule_proc,
+				      "create procedure due_schedule");
+		goto out;
+	}
+out:
+	(void)run_text(s, "DO RELEASE_LOCK('due:init')", "unlock schema");
+	return rc;
+}
+
 static int mys_init_schema(due_store *s)
 {
 	const due_migration m = {.label = s->label,
@@ -438,7 +609,9 @@ static int mys_init_schema(due_store *s)
 				 .rollback = mig_rollback};
 	int rc = due__my_ok(s);
 
-	return rc < 0 ? rc : due__migrate(s, &m);
+	if (rc == 0)
+		rc = due__migrate(s, &m);
+	return rc < 0 ? rc : init_extras(s);
 }
 
 static int mys_now(due_store *s, due_time *out)
@@ -458,8 +631,11 @@ static void *mys_native(due_store *s) { return s->conn; }
 	" backoff_us, backoff_cap_us, `key`, priority, grp, timeout_us,"       \
 	" created_at, updated_at) VALUES "
 
-/* One submit's VALUES tuple. */
-static void insert_values(due_my_sql *b, const due_submit *it)
+/*
+** One submit's VALUES tuple; its times from `now`, an SQL expression of
+** the server's now (NOW, or NOW_V set by the same transaction).
+*/
+static void insert_values(due_my_sql *b, const due_submit *it, const char *now)
 {
 	const due_schedule_opts *o = &it->opts;
 
@@ -470,7 +646,7 @@ static void insert_values(due_my_sql *b, const due_submit *it)
 	if (o->at != DUE_TIME_NONE)
 		due__my_add(b, ", 'SCHEDULED', %lld, ", (long long)o->at);
 	else
-		due__my_add(b, ", 'SCHEDULED', " NOW " + %lld, ",
+		due__my_add(b, ", 'SCHEDULED', %s + %lld, ", now,
 			    (long long)o->delay_us);
 	due__my_add(b, "%d, %lld, %lld, ", o->max_attempts,
 		    (long long)o->backoff_us, (long long)o->backoff_cap_us);
@@ -481,10 +657,16 @@ static void insert_values(due_my_sql *b, const due_submit *it)
 		due__my_add(b, ", %lld", (long long)o->timeout_us);
 	else
 		due__my_add(b, ", NULL");
-	due__my_add(b, ", " NOW ", " NOW ")");
+	due__my_add(b, ", %s, %s)", now, now);
 }
 
-/* The live task of it's (kind, key): *id, or 0 when there is none now. */
+/*
+** The live task of it's (kind, key): *id, or 0 when there is none now.  A
+** locking read: it reads the newest committed row even inside a caller's
+** REPEATABLE READ transaction, whose snapshot may predate the task that
+** made the insert fail with 1062 (InnoDB already holds a shared lock on
+** that duplicate entry, so this takes nothing more).
+*/
 static int find_live(due_store *s, const due_submit *it, due_id *id)
 {
 	SQL(b, s);
@@ -493,6 +675,7 @@ static int find_live(due_store *s, const due_submit *it, due_id *id)
 	due__my_str(&b, it->kind);
 	due__my_add(&b, " AND live_key = ");
 	due__my_str(&b, it->opts.key);
+	due__my_add(&b, " LOCK IN SHARE MODE");
 	return ints(s, &b, "find task by key", id, 1);
 }
 
@@ -509,7 +692,7 @@ static int insert_one(due_store *s, const due_submit *it, due_submitted *out)
 	for (int tries = 0; tries < KEY_TRIES; tries++) {
 		SQL(b, s);
 		due__my_add(&b, INSERT_HEAD);
-		insert_values(&b, it);
+		insert_values(&b, it, NOW);
 		rc = exec(s, &b, "insert task", NULL);
 		if (rc == 0) {
 			out->id = (due_id)mysql_insert_id(s->conn);
@@ -535,7 +718,9 @@ static int insert_one(due_store *s, const due_submit *it, due_submitted *out)
 /*
 ** Insert items[0..n) without keys as multi-row INSERTs of at most
 ** FLUSH_BYTES each; InnoDB hands a simple insert consecutive ids (lock
-** modes 0 and 1, checked at connect), every id_step apart.
+** modes 0 and 1, checked at connect), every id_step apart.  The rows'
+** times come from @due_now, read in the same round trip: the expression
+** three times a row was a fifth of the server's work and of the text.
 */
 static int insert_rows(due_store *s, const due_submit *items, size_t n,
 		       due_submitted *out)
@@ -546,11 +731,11 @@ static int insert_rows(due_store *s, const due_submit *items, size_t n,
 	while (from < n) {
 		size_t i = from;
 		SQL(b, s);
-		due__my_add(&b, INSERT_HEAD);
+		due__my_add(&b, "SET @due_now = " NOW "; " INSERT_HEAD);
 		for (; i < n && (i == from || b.len < FLUSH_BYTES); i++) {
 			if (i > from)
 				due__my_add(&b, ", ");
-			insert_values(&b, &items[i]);
+			insert_values(&b, &items[i], NOW_V);
 		}
 		if ((rc = exec(s, &b, "insert tasks", NULL)) < 0)
 			return rc;
@@ -646,8 +831,21 @@ static int mys_schedule_on_native(void *conn, due_submitted *out,
 				  const due_submit *it)
 {
 	due_store tmp = {.conn = conn, .own = false, .id_step = 1};
+	const char *cs = mysql_character_set_name(conn);
 	int rc;
 
+	/* Keys and groups are stored as the bytes the connection sends
+	   (VARBINARY): in another character set the same key would arrive
+	   as other bytes, a second live task. */
+	if (!cs || (strcmp(cs, "utf8mb4") != 0 && strcmp(cs, "utf8mb3") != 0 &&
+		    strcmp(cs, "utf8") != 0))
+		return due__error_set(
+		    DUE_EINVAL,
+		    "due_schedule_mysql_tx: the connection's character set "
+		    "is '%s', not utf8mb4: call mysql_set_character_set(conn, "
+		    "\"utf8mb4\") (or set MYSQL_SET_CHARSET_NAME before "
+		    "connecting)",
+		    cs ? cs : "(unknown)");
 	snprintf(tmp.label, sizeof(tmp.label), "(caller's connection)");
 	rc = insert_one(&tmp, it, out);
 	if (rc < 0 && tmp.err == ER_NO_SUCH_TABLE)
@@ -1796,7 +1994,8 @@ static int reclaim_tx(due_store *s, due_reclaimed *out, int64_t *got)
 		return rc;
 	due__my_add(&b,
 		    "SELECT id FROM due_task WHERE state = 'CLAIMED'"
-		    " AND lease_until < " NOW " ORDER BY lease_until, id"
+		    " AND at_us < " NOW " AND lease_until < " NOW
+		    " ORDER BY at_us, id"
 		    " LIMIT %d FOR UPDATE SKIP LOCKED" SET_NOW,
 		    BATCH_ROWS);
 	rc = due__my_exec(s, &b, "reclaim", &r);
@@ -1883,10 +2082,9 @@ static int mys_reclaim(due_store *s, due_reclaimed *out)
 	} while (got == BATCH_ROWS);
 	if (out->rescheduled)
 		wake(s);
-	due__my_add(&b,
-		    "SELECT " NOW ", COUNT(m), MIN(m) FROM (SELECT"
-		    " MIN(lease_until) AS m FROM due_task"
-		    " WHERE state = 'CLAIMED' AND lease_until >= " NOW ") x");
+	due__my_add(&b, "SELECT " NOW ", COUNT(m), MIN(m) FROM (SELECT"
+			" MIN(at_us) AS m FROM due_task"
+			" WHERE state = 'CLAIMED' AND at_us >= " NOW ") x");
 	if ((rc = ints(s, &b, "reclaim", v, 3)) < 0)
 		return rc;
 	out->now = v[0];
@@ -2270,8 +2468,8 @@ static int mys_stats(due_store *s, due_stats *out)
 	out->dead = out->counts[DUE_DEAD];
 	due__my_sql_init(&b, s->conn);
 	due__my_add(&b,
-		    "SELECT COUNT(*), COUNT(due_at), MIN(due_at) FROM due_task"
-		    " WHERE state = 'SCHEDULED' AND due_at <= %lld",
+		    "SELECT COUNT(*), COUNT(at_us), MIN(at_us) FROM due_task"
+		    " WHERE state = 'SCHEDULED' AND at_us <= %lld",
 		    (long long)out->now);
 	if ((rc = ints(s, &b, "stats", v, 3)) < 0)
 		return rc;
@@ -2294,9 +2492,11 @@ static int prune_tx(due_store *s, int64_t older_than_us, int64_t *n)
 		return rc;
 	due__my_add(&b,
 		    "SELECT id FROM due_task WHERE state IN ('DONE',"
-		    " 'CANCELLED') AND updated_at < " NOW " - %lld"
+		    " 'CANCELLED') AND at_us < " NOW " - %lld"
+		    " AND updated_at < " NOW " - %lld"
 		    " LIMIT %d FOR UPDATE SKIP LOCKED",
-		    (long long)older_than_us, BATCH_ROWS);
+		    (long long)older_than_us, (long long)older_than_us,
+		    BATCH_ROWS);
 	rc = due__my_exec(s, &b, "prune", &r);
 	due__my_sql_free(&b);
 	if (rc < 0 || (rc = picks_of(r, &p)) < 0)
@@ -2730,8 +2930,9 @@ static int mys_worker_report(due_store *s, const char *owner,
 /* ------------------------------------------------------------------ */
 
 /*
-** The ids and due times of tasks due before `until` through due_task_due
-** (state, due_at, id), never of a paused kind; then the server's now and
+** The ids and due times of tasks due before `until` through due_task_at
+** (state, at_us, id; a scheduled task's at_us is its due_at), never of a
+** paused kind; then the server's now and
 ** the next lease expiry.
 */
 static int mys_upcoming(due_store *s, due_upcoming *out,
@@ -2749,12 +2950,12 @@ static int mys_upcoming(due_store *s, due_upcoming *out,
 		return rc;
 	due__my_add(&b,
 		    "SELECT id, due_at FROM due_task WHERE state = 'SCHEDULED'"
-		    " AND due_at < %lld",
-		    (long long)until);
+		    " AND at_us < %lld AND due_at < %lld",
+		    (long long)until, (long long)until);
 	kind_filter(&b, "kind", kinds, n_kinds, exclude);
 	due__my_add(&b,
 		    " AND kind NOT IN (SELECT kind FROM due_kind WHERE paused)"
-		    " ORDER BY due_at, id LIMIT %d",
+		    " ORDER BY at_us, id LIMIT %d",
 		    limit);
 	rc = due__my_exec(s, &b, "upcoming", &r);
 	due__my_sql_free(&b);
@@ -2767,7 +2968,7 @@ static int mys_upcoming(due_store *s, due_upcoming *out,
 		return rc;
 	due__my_sql_init(&b, s->conn);
 	due__my_add(&b, "SELECT " NOW ", COUNT(m), MIN(m) FROM (SELECT"
-			" MIN(lease_until) AS m FROM due_task"
+			" MIN(at_us) AS m FROM due_task"
 			" WHERE state = 'CLAIMED') x");
 	if ((rc = ints(s, &b, "upcoming", v, 3)) < 0)
 		return rc;

@@ -6,8 +6,8 @@
 ** (re)connect: utf8mb4, CLIENT_FOUND_ROWS (affected rows count the rows a
 ** WHERE matched, so a fenced update that "hit one row" says so even when
 ** it wrote the same values), CLIENT_MULTI_STATEMENTS (several statements
-** in one round trip), time_zone '+00:00' (NOW(6) and UNIX_TIMESTAMP()
-** then never cross a daylight-saving fold), READ COMMITTED for every
+** in one round trip), time_zone '+00:00' (readable times; DUE_MY_NOW
+** does not depend on the zone), READ COMMITTED for every
 ** transaction (no gap locks: they are where MySQL queues deadlock, and
 ** each statement sees what committed before it, which the flow-control
 ** claim needs after it locked its kinds), a strict sql_mode (a value

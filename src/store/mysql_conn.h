@@ -44,8 +44,15 @@ struct due_store {
 	char label[256];    /* mysql://user@host:port/db for messages */
 };
 
-/* The server's clock in microseconds since the epoch (UTC session). */
-#define DUE_MY_NOW "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
+/*
+** The server's clock in microseconds since the epoch, whatever the
+** session's time_zone: UTC_TIMESTAMP(6) is fixed at the statement's start
+** like NOW(6) and is UTC in every session, and TIMESTAMPDIFF from the
+** epoch is plain arithmetic.  (UNIX_TIMESTAMP(NOW(6)) goes through local
+** time: on a caller's connection in a zone with daylight saving it is an
+** hour off in the autumn's repeated hour.)
+*/
+#define DUE_MY_NOW "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))"
 
 /* Parse the text after "mysql:" / "mariadb:" into a new *out. */
 int due__my_parse_url(due_my_cfg **out, const char *text, const char *rest);

@@ -1,17 +1,124 @@
 #!/usr/bin/env bash
 # test_sql_submit.sh - due_schedule(), the SQL submit `due init` creates on
-# PostgreSQL: inside the caller's transaction (rolled back: no task, no
-# wake-up; committed: a running worker runs it, woken by the notification,
+# PostgreSQL (a function) and on MySQL/MariaDB (a procedure): inside the
+# caller's transaction (rolled back: no task, no wake-up; committed: a
+# running worker runs it, woken by the notification / the wake-up counter,
 # its safety poll being far away), idempotent by key, the C API's
 # validation (each bad input an error naming it, nothing written), and
-# `due init` adding the function to an existing store.
+# `due init` adding the routine to an existing store.
 #
-# Needs DUE_TEST_PG_URL (scripts/test starts a cluster); uses a schema of
-# its own.  Under CI=true a missing server is a failure, never a skip.
-# No timing assertions: the worker's pick-up is waited for with a deadline
-# (a hang guard), shorter than its 60 s safety poll so that only the
-# notification can make it.
+# Needs DUE_TEST_PG_URL and DUE_TEST_MYSQL_URL (scripts/test starts both
+# servers); uses a schema / a database of its own on each.  Under CI=true
+# a missing server is a failure, never a skip.  No timing assertions: the
+# worker's pick-up is waited for with a deadline (a hang guard), shorter
+# than its 60 s safety poll so that only the wake-up can make it.
 . "$(dirname "$0")/lib.sh"
+field() { "$DUE" show "$1" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
+is_state() { [ "$(field "$1" state)" = "$2" ]; }
+
+# ---- MySQL/MariaDB: CALL due_schedule(kind, payload, run_in_us, run_at_us,
+# key, max_attempts, @id), NULL meaning the default
+if [ -z "${DUE_TEST_MYSQL_URL:-}" ]; then
+	if [ "${CI:-}" = true ]; then bad "CI=true but DUE_TEST_MYSQL_URL is unset"; fi
+	echo "NOTE: DUE_TEST_MYSQL_URL not set: the MySQL SQL submit is not tested"
+else
+	# mysql://user[:password]@host[:port]/db[?socket=PATH]
+	myrest=${DUE_TEST_MYSQL_URL#*://}
+	myquery=; case "$myrest" in *\?*) myquery="?${myrest#*\?}"; myrest=${myrest%%\?*};; esac
+	myauth=root; case "$myrest" in *@*) myauth=${myrest%%@*}; myrest=${myrest#*@};; esac
+	myhostport=${myrest%%/*}
+	myuser=${myauth%%:*}; mypass=; case "$myauth" in *:*) mypass=${myauth#*:};; esac
+	myhost=${myhostport%%:*}; myport=3306; case "$myhostport" in *:*) myport=${myhostport#*:};; esac
+	mysock=; case "$myquery" in *socket=*) mysock=${myquery#*socket=}; mysock=${mysock%%&*};; esac
+	mydb="due_sql_$$"
+	mycli() {
+		MYSQL_PWD="$mypass" mariadb --no-defaults --default-character-set=utf8mb4 \
+			-h "$myhost" -P "$myport" ${mysock:+-S "$mysock"} -u "$myuser" -N -B "$@"
+	}
+	my() { mycli "$mydb" -e "$1"; }
+	mycli -e "CREATE DATABASE $mydb CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+	trap 'kill $(jobs -p) 2>/dev/null || true; mycli -e "DROP DATABASE IF EXISTS $mydb" >/dev/null 2>&1; rm -rf "$T"' EXIT
+	export DUE_DB="mysql://$myauth@$myhostport/$mydb$myquery"
+	mytasks() { my "SELECT COUNT(*) FROM due_task"; }
+	call() { echo "CALL due_schedule($1, @id); SELECT @id"; }
+
+	"$DUE" init >/dev/null && ok || bad "mysql: init"
+	my "CREATE TABLE orders (id INT PRIMARY KEY) ENGINE=InnoDB"
+
+	echo "== mysql: rolled back: no task"
+	my "START TRANSACTION; INSERT INTO orders VALUES (1);
+	    $(call "'close-order', '1', NULL, NULL, NULL, NULL") ; ROLLBACK" >/dev/null
+	expect_eq "mysql: rolled back: no order, no task" "0 0" "$(my 'SELECT COUNT(*) FROM orders') $(mytasks)"
+
+	echo "== mysql: committed: a running worker runs it"
+	"$DUE" work --poll 60s --no-cron --kinds close-order \
+		--exec 'printf "closed %s" "$(cat)"' 2>"$T/mywork.err" &
+	wpid=$!
+	wait_for "mysql: worker listening" 30 grep -q "discovery: timing wheel" "$T/mywork.err"
+	id=$(my "START TRANSACTION; INSERT INTO orders VALUES (2);
+		 CALL due_schedule('close-order', 'héllo 2', NULL, NULL, NULL, NULL, @id);
+		 COMMIT; SELECT @id")
+	[[ "$id" =~ ^[0-9]+$ ]] && ok || bad "mysql: due_schedule gave '$id'"
+	wait_for "mysql: the committed task done by the worker" 30 is_state "$id" DONE
+	expect_eq "mysql: result (payload as text, UTF-8)" "closed héllo 2" "$(field "$id" result)"
+	kill "$wpid"
+	wait "$wpid" || true
+
+	echo "== mysql: options, idempotency by key"
+	id=$(my "$(call "'later', 'x', 3600000000, NULL, NULL, 3")")
+	expect_eq "mysql: max_attempts" 3 "$(field "$id" max_attempts)"
+	expect_eq "mysql: run_in_us: due an hour after it was made" 3600000000 \
+		"$(my "SELECT due_at - created_at FROM due_task WHERE id = $id")"
+	at=$(my "$(call "'later', 'y', 0, 1925089445000000, NULL, NULL")")
+	expect_eq "mysql: run_at_us" "2031-01-02T03:04:05.000Z" "$(field "$at" due_at)"
+	expect_eq "mysql: NULLs are the defaults" "5 " \
+		"$(field "$at" max_attempts) $(my "SELECT payload FROM due_task WHERE id = $(my "$(call "'later', NULL, NULL, NULL, NULL, NULL")")")"
+	k1=$(my "$(call "'keyed', 'a', NULL, NULL, 'order-7', NULL")")
+	k2=$(my "$(call "'keyed', 'b', NULL, NULL, 'order-7', NULL")")
+	expect_eq "mysql: same key, same live task" "$k1" "$k2"
+	expect_eq "mysql: the first payload kept" a "$(field "$k1" payload)"
+	k4=$(my "$(call "'keyed', 'd', NULL, NULL, 'order-7 ', NULL")")
+	[ "$k4" != "$k1" ] && ok || bad "mysql: 'order-7 ' is another key than 'order-7'"
+	"$DUE" cancel "$k1" >/dev/null
+	k3=$(my "$(call "'keyed', 'c', NULL, NULL, 'order-7', NULL")")
+	[ "$k3" != "$k1" ] && ok || bad "mysql: a key whose task ended gives a new task"
+
+	echo "== mysql: bad input: an error naming it, nothing written"
+	before="$(my 'SELECT COUNT(*) FROM orders') $(mytasks)"
+	my_err() { # WHAT ARGS
+		if my "START TRANSACTION; INSERT INTO orders VALUES (99);
+		       CALL due_schedule($2, @id); COMMIT" >"$T/out" 2>"$T/err"; then
+			bad "mysql: $1: accepted"
+		elif grep -qF -- "$1" "$T/err"; then
+			ok
+		else
+			bad "mysql: $1: error does not name it: $(cat "$T/err")"
+		fi
+	}
+	my_err "invalid kind 'bad kind'" "'bad kind', 'x', NULL, NULL, NULL, NULL"
+	my_err "invalid kind '': empty" "'', 'x', NULL, NULL, NULL, NULL"
+	my_err "invalid kind '': empty" "NULL, 'x', NULL, NULL, NULL, NULL"
+	my_err "invalid kind: 129 characters" "REPEAT('k', 129), 'x', NULL, NULL, NULL, NULL"
+	my_err "invalid delay (run_in_us): negative" "'k', 'x', -1, NULL, NULL, NULL"
+	my_err "more than 100 years" "'k', 'x', 3162240000000001, NULL, NULL, NULL"
+	my_err "not both" "'k', 'x', 60000000, 1925089445000000, NULL, NULL"
+	my_err "before 1970" "'k', 'x', NULL, -1, NULL, NULL"
+	my_err "invalid max_attempts 0" "'k', 'x', NULL, NULL, NULL, 0"
+	my_err "invalid key '': empty" "'k', 'x', NULL, NULL, '', NULL"
+	my_err "invalid key: 513 bytes" "'k', 'x', NULL, NULL, REPEAT('k', 513), NULL"
+	my_err "over the limit" "'k', REPEAT('x', 1048577), NULL, NULL, NULL, NULL"
+	expect_eq "mysql: bad calls wrote nothing (no order, no task)" "$before" \
+		"$(my 'SELECT COUNT(*) FROM orders') $(mytasks)"
+
+	echo "== mysql: due init adds the procedure to an existing store"
+	my "DROP PROCEDURE due_schedule"
+	"$DUE" init >/dev/null && ok || bad "mysql: init again"
+	id=$(my "$(call "'again', 'x', NULL, NULL, NULL, NULL")")
+	[[ "$id" =~ ^[0-9]+$ ]] && ok || bad "mysql: after a second init: '$id'"
+	mycli -e "DROP DATABASE IF EXISTS $mydb" >/dev/null
+fi
+
+# ---- PostgreSQL: SELECT due_schedule(...)
 if [ -z "${DUE_TEST_PG_URL:-}" ]; then
 	if [ "${CI:-}" = true ]; then bad "CI=true but DUE_TEST_PG_URL is unset"; finish; fi
 	echo "NOTE: DUE_TEST_PG_URL not set: the SQL submit is not tested"

@@ -5,7 +5,8 @@
 ** on the store's own MYSQL*, the claim's and the reclaim's picks reading
 ** an index (EXPLAIN), the live-only unique key (a finished task's key is
 ** free again), wake-ups without LISTEN, a connection killed under a
-** handle, and the refusal of servers without SKIP LOCKED.  Every
+** handle, a deadlock the store loses and retries, and the refusal of
+** servers without SKIP LOCKED.  Every
 ** transition, refusal, schedule and metric that the stores share is in
 ** the conformance suite (test_store.c), which runs here too.
 **
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <pthread.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -209,9 +211,9 @@ static void explain(MYSQL *m, const char *sql, char *type, char *key)
 }
 
 /*
-** The claim's and the reclaim's picks (their text as mysql.c sends it)
-** read an index range, not the table, on a table of mostly finished and
-** future tasks.
+** The claim's, the reclaim's and prune's picks and upcoming (their text
+** as mysql.c sends it) read an index range, not the table, on a table of
+** mostly finished and future tasks.
 */
 static void test_explain_picks(void **state)
 {
@@ -242,11 +244,28 @@ static void test_explain_picks(void **state)
 
 	snprintf(sql, sizeof(sql),
 		 "SELECT id FROM due_task WHERE state = 'CLAIMED'"
-		 " AND lease_until < " DUE_MY_NOW " ORDER BY lease_until, id"
+		 " AND at_us < " DUE_MY_NOW " AND lease_until < " DUE_MY_NOW
+		 " ORDER BY at_us, id LIMIT 1000 FOR UPDATE SKIP LOCKED");
+	explain(m, sql, type, key);
+	assert_string_not_equal(type, "ALL");
+	assert_string_equal(key, "due_task_at");
+
+	/* upcoming (the wheel's refill) and prune: the same index */
+	snprintf(sql, sizeof(sql),
+		 "SELECT id, due_at FROM due_task WHERE state = 'SCHEDULED'"
+		 " AND at_us < %lld AND due_at < %lld ORDER BY at_us, id"
+		 " LIMIT 100",
+		 (long long)now, (long long)now);
+	explain(m, sql, type, key);
+	assert_string_not_equal(type, "ALL");
+	assert_string_equal(key, "due_task_at");
+	snprintf(sql, sizeof(sql),
+		 "SELECT id FROM due_task WHERE state IN ('DONE', 'CANCELLED')"
+		 " AND at_us < 5000 AND updated_at < 5000"
 		 " LIMIT 1000 FOR UPDATE SKIP LOCKED");
 	explain(m, sql, type, key);
 	assert_string_not_equal(type, "ALL");
-	assert_string_equal(key, "due_task_lease");
+	assert_string_equal(key, "due_task_at");
 	mysql_close(m);
 }
 
@@ -272,6 +291,265 @@ static void test_key_reusable(void **state)
 	assert_true(s3.id != s1.id);
 	assert_int_equal(state_of(db, s1.id), DUE_DONE);
 	assert_int_equal(state_of(db, s3.id), DUE_SCHEDULED);
+	due_close(db);
+}
+
+/*
+** Keys and groups compare byte for byte, trailing spaces included (a PAD
+** SPACE collation made 'order-1 ' collide with 'order-1': the submit found
+** the other task and was silently dropped; groups 'g' and 'g ' shared one
+** running count).
+*/
+static void test_key_group_no_pad(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_kind_settings ks = DUE_KIND_SETTINGS_INIT;
+	due_submitted s1, s2, s3;
+	due_task_list *l = NULL;
+	const char *kinds[] = {"grouped"};
+
+	o.key = "order-1";
+	assert_int_equal(due_schedule(db, &s1, "k", "a", 1, &o), 0);
+	o.key = "order-1 ";
+	assert_int_equal(due_schedule(db, &s2, "k", "b", 1, &o), 0);
+	assert_false(s2.existed);
+	assert_true(s2.id != s1.id);
+	/* and each key still finds its own live task */
+	assert_int_equal(due_schedule(db, &s3, "k", "c", 1, &o), 0);
+	assert_true(s3.existed);
+	assert_int_equal(s3.id, s2.id);
+
+	ks.max_running_per_group = 1;
+	assert_int_equal(due_kind_set(db, "grouped", &ks), 0);
+	o = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
+	o.group = "g";
+	assert_int_equal(due_schedule(db, &s1, "grouped", "a", 1, &o), 0);
+	o.group = "g ";
+	assert_int_equal(due_schedule(db, &s2, "grouped", "b", 1, &o), 0);
+	/* one running in each group: by id (the group's count read by
+	   name), then the claim of both (each group counted on its own) */
+	due_task *t = NULL;
+	assert_int_equal(due_claim_id(db, &t, s1.id, "w", LONG_LEASE), 0);
+	due_task_free(t);
+	assert_int_equal(due_claim_id(db, &t, s2.id, "w", LONG_LEASE), 0);
+	due_task_free(t);
+	o.group = "h";
+	assert_int_equal(due_schedule(db, &s1, "grouped", "c", 1, &o), 0);
+	o.group = "h ";
+	assert_int_equal(due_schedule(db, &s2, "grouped", "d", 1, &o), 0);
+	assert_int_equal(due_claim(db, &l, "w", kinds, 1, 10, LONG_LEASE), 0);
+	assert_int_equal(l->count, 2);
+	due_task_list_free(l);
+	due_close(db);
+}
+
+/*
+** A database made before keys and groups were byte-exact (VARCHAR, PAD
+** SPACE) is converted by the next `due init`, live keys kept.
+*/
+static void test_init_converts_keys(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s1, s2;
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	const char *types =
+	    "SELECT GROUP_CONCAT(data_type ORDER BY column_name) FROM"
+	    " information_schema.columns WHERE table_schema = DATABASE() AND"
+	    " table_name = 'due_task' AND column_name IN ('key', 'grp',"
+	    " 'live_key')";
+	char v[128];
+
+	o.key = "order-1";
+	assert_int_equal(due_schedule(db, &s1, "k", "a", 1, &o), 0);
+	due_close(db);
+	q(m, "ALTER TABLE due_task MODIFY `key` VARCHAR(512) NULL,"
+	     " MODIFY grp VARCHAR(255) NULL, MODIFY live_key VARCHAR(512) AS"
+	     " (IF(state IN ('SCHEDULED', 'CLAIMED'), `key`, NULL)) STORED");
+	assert_int_equal(tu_mysql_run(url, v, sizeof(v), types), 0);
+	assert_string_equal(v, "varchar,varchar,varchar");
+	oo.create = true; /* what `due init` does */
+	assert_int_equal(due_open(&db, url, &oo), 0);
+	assert_int_equal(tu_mysql_run(url, v, sizeof(v), types), 0);
+	assert_string_equal(v, "varbinary,varbinary,varbinary");
+	assert_int_equal(due_schedule(db, &s2, "k", "b", 1, &o), 0);
+	assert_true(s2.existed);
+	assert_int_equal(s2.id, s1.id);
+	mysql_close(m);
+	due_close(db);
+}
+
+/*
+** Load the zone `name` into the server's time zone tables when they lack
+** it (mariadb-install-db leaves them empty); false when it cannot be.
+*/
+static bool zone_loaded(MYSQL *m, const char *name)
+{
+	char check[256], sql[512], *text = NULL;
+	size_t len = 0, cap = 0, got;
+	FILE *f;
+
+	snprintf(check, sizeof(check),
+		 "SELECT CONVERT_TZ('2024-01-01', '+00:00', '%s') IS NOT NULL",
+		 name);
+	if (q_int(m, check) == 1)
+		return true;
+	snprintf(sql, sizeof(sql),
+		 "(mariadb-tzinfo-to-sql /usr/share/zoneinfo/%s %s ||"
+		 " mysql_tzinfo_to_sql /usr/share/zoneinfo/%s %s) 2>/dev/null",
+		 name, name, name, name);
+	if (!(f = popen(sql, "r")))
+		return false;
+	do {
+		if (len + 4096 + 1 > cap) {
+			cap = cap ? cap * 2 : 16384;
+			assert_non_null(text = realloc(text, cap));
+		}
+		got = fread(text + len, 1, 4096, f);
+		len += got;
+	} while (got > 0);
+	text[len] = '\0';
+	if (pclose(f) == 0 && len > 0) {
+		MYSQL *z = own_conn();
+		mysql_set_server_option(z, MYSQL_OPTION_MULTI_STATEMENTS_ON);
+		q(z, "USE mysql");
+		if (mysql_real_query(z, text, len) == 0)
+			do
+				mysql_free_result(mysql_store_result(z));
+			while (mysql_next_result(z) == 0);
+		mysql_close(z);
+	}
+	free(text);
+	return q_int(m, check) == 1;
+}
+
+/*
+** due_schedule_mysql_tx reads the server's clock on the caller's session,
+** whatever its time_zone: a fixed offset, and Europe/Berlin in the
+** autumn's repeated hour (2024-10-27 01:30 UTC is 02:30 CET, an hour
+** that also was 02:30 CEST), where UNIX_TIMESTAMP(NOW()) answered an hour
+** early and a submit delayed 30 minutes was due at once.  SET timestamp
+** fixes the session's clock, so the times are exact.
+*/
+static void test_tx_clock_zone(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	const int64_t at = 1729992600; /* 2024-10-27T01:30:00Z */
+	const char *zones[] = {"'+05:00'", "'-03:30'", "'Europe/Berlin'",
+			       "'SYSTEM'"};
+	bool berlin = zone_loaded(m, "Europe/Berlin");
+	char sql[128];
+
+	if (!berlin) {
+		if (getenv("CI") && strcmp(getenv("CI"), "true") == 0)
+			fail_msg("CI=true but the zone Europe/Berlin cannot be "
+				 "loaded (mariadb-tzinfo-to-sql, tzdata)");
+		printf("NOTE: no zone tables: the DST case is not tested\n");
+	}
+	o.delay_us = 1800000000LL;
+	for (size_t i = 0; i < sizeof(zones) / sizeof(zones[0]); i++) {
+		due_submitted s;
+		due_task *t;
+
+		if (!berlin && strstr(zones[i], "Berlin"))
+			continue;
+		snprintf(sql, sizeof(sql), "SET time_zone = %s", zones[i]);
+		q(m, sql);
+		snprintf(sql, sizeof(sql), "SET timestamp = %lld",
+			 (long long)at);
+		q(m, sql);
+		q(m, "START TRANSACTION");
+		assert_int_equal(
+		    due_schedule_mysql_tx(m, &s, "clock", "x", 1, &o), 0);
+		q(m, "COMMIT");
+		q(m, "SET timestamp = DEFAULT");
+		t = get(db, s.id);
+		if (t->created_at != at * 1000000 ||
+		    t->due_at != (at + 1800) * 1000000)
+			fail_msg("time_zone %s: created_at %lld due_at %lld, "
+				 "want %lld and %lld",
+				 zones[i], (long long)t->created_at,
+				 (long long)t->due_at, (long long)at * 1000000,
+				 (long long)(at + 1800) * 1000000);
+		due_task_free(t);
+	}
+	mysql_close(m);
+	due_close(db);
+}
+
+/*
+** A keyed submit in the caller's REPEATABLE READ transaction, whose
+** snapshot was taken before another connection committed the key: the
+** insert meets the committed row (1062) and the look-up must read that
+** row, not the snapshot (a plain SELECT missed it, 20 times, and the
+** submit failed with DUE_EBUSY).
+*/
+static void test_tx_key_repeatable_read(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s1, s2;
+
+	q(m, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+	q(m, "START TRANSACTION");
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_task"), 0);
+	o.key = "order-9";
+	assert_int_equal(due_schedule(db, &s1, "ship", "a", 1, &o), 0);
+	assert_int_equal(due_schedule_mysql_tx(m, &s2, "ship", "b", 1, &o), 0);
+	assert_true(s2.existed);
+	assert_int_equal(s2.id, s1.id);
+	q(m, "COMMIT");
+	mysql_close(m);
+	due_close(db);
+}
+
+/*
+** A caller's connection in another character set would send the key's
+** and the group's bytes converted (the same key stored twice, as two
+** live tasks): refused, naming the charset and the fix, nothing written.
+*/
+static void test_tx_charset(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+
+	o.key = "caf\xc3\xa9";
+	assert_int_equal(mysql_set_character_set(m, "latin1"), 0);
+	q(m, "START TRANSACTION");
+	assert_int_equal(due_schedule_mysql_tx(m, &s, "ship", "a", 1, &o),
+			 DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "latin1"));
+	assert_non_null(strstr(due_error_last(), "mysql_set_character_set"));
+	q(m, "COMMIT");
+	/* SET NAMES too: the server reports the change to the client */
+	assert_int_equal(mysql_set_character_set(m, "utf8mb4"), 0);
+	q(m, "SET NAMES latin1");
+	q(m, "START TRANSACTION");
+	assert_int_equal(due_schedule_mysql_tx(m, &s, "ship", "a", 1, &o),
+			 DUE_EINVAL);
+	q(m, "COMMIT");
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_task"), 0);
+
+	assert_int_equal(mysql_set_character_set(m, "utf8mb4"), 0);
+	q(m, "START TRANSACTION");
+	assert_int_equal(due_schedule_mysql_tx(m, &s, "ship", "a", 1, &o), 0);
+	q(m, "COMMIT");
+	due_task *t = get(db, s.id);
+	assert_string_equal(t->key, "caf\xc3\xa9");
+	due_task_free(t);
+	mysql_close(m);
 	due_close(db);
 }
 
@@ -383,6 +661,125 @@ static void test_killed_connection(void **state)
 	mysql_close(m);
 	due_close(db);
 }
+
+/*
+** Whether a transaction waits for a row lock (SHOW ENGINE INNODB STATUS,
+** its TRANSACTIONS section; MariaDB's information_schema.innodb_trx does
+** not always say LOCK WAIT).
+*/
+static bool lock_waits(MYSQL *m)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	bool w = false;
+
+	q(m, "SHOW ENGINE INNODB STATUS");
+	if ((r = mysql_store_result(m))) {
+		/* in the live transactions, not the latest deadlock's */
+		const char *tx = (row = mysql_fetch_row(r)) && row[2]
+				     ? strstr(row[2], "\nTRANSACTIONS\n")
+				     : NULL;
+		w = tx && strstr(tx, "FOR THIS LOCK TO BE GRANTED");
+		mysql_free_result(r);
+	}
+	return w;
+}
+
+typedef struct batch_call {
+	due_db *db;
+	due_completion c[2];
+	int rc;
+} batch_call;
+
+static void *batch_thread(void *arg)
+{
+	batch_call *b = arg;
+	b->rc = due_complete_batch(b->db, b->c, 2);
+	return NULL;
+}
+
+/*
+** A real deadlock (1213) reaches the store and is retried whole: the
+** store's completion of tasks t1 < t2 locks t1 and waits for t2, which a
+** raw transaction of the test holds; that transaction, heavier (it has
+** changed 200 rows, and InnoDB rolls back the lighter one), then asks
+** for t1.  InnoDB breaks the cycle by rolling the store's transaction
+** back: the test's statement gets t1 (so it was not the victim), the
+** server counts one deadlock, and once the test commits, the store's
+** retry completes both tries exactly once.
+*/
+static void test_deadlock_retried(void **state)
+{
+	(void)state;
+	due_db *db = open_db(), *worker = open_db();
+	MYSQL *a = own_conn(), *watch = own_conn();
+	due_id t1 = add(db, "k", 0, 1), t2;
+	batch_call b = {.db = worker};
+	int64_t deadlocks;
+	char sql[160];
+	pthread_t th;
+
+	b.c[0].id = t1;
+	b.c[0].attempt = claim_one(db, t1, LONG_LEASE);
+	b.c[1].id = t2 = add(db, "k", 0, 1); /* claimed one at a time */
+	b.c[1].attempt = claim_one(db, t2, LONG_LEASE);
+	assert_int_equal(b.c[0].attempt, 1);
+	assert_int_equal(b.c[1].attempt, 1);
+	q(a, "CREATE TABLE filler (id INT PRIMARY KEY, v INT) ENGINE=InnoDB");
+	q(a, "INSERT INTO filler SELECT seq, 0 FROM seq_1_to_200");
+	deadlocks = q_int(watch, "SELECT variable_value FROM"
+				 " information_schema.global_status WHERE"
+				 " variable_name = 'INNODB_DEADLOCKS'");
+	assert_true(deadlocks >= 0);
+
+	q(a, "START TRANSACTION");
+	q(a, "UPDATE filler SET v = v + 1");
+	snprintf(sql, sizeof(sql),
+		 "SELECT id FROM due_task WHERE id = %lld FOR UPDATE",
+		 (long long)t2);
+	q_drop(a, sql);
+	assert_int_equal(pthread_create(&th, NULL, batch_thread, &b), 0);
+	/* the store holds t1 and waits for t2 */
+	for (int64_t end = mono_ms() + HANG_MS;;) {
+		if (lock_waits(watch))
+			break;
+		assert_true(mono_ms() < end);
+		struct timespec ts = {0, 5000000};
+		nanosleep(&ts, NULL);
+	}
+	snprintf(sql, sizeof(sql),
+		 "SELECT id FROM due_task WHERE id = %lld FOR UPDATE",
+		 (long long)t1);
+	q_drop(a, sql); /* granted: the store's transaction was the victim */
+	/* the server counts it (the victim's thread may count it after) */
+	for (int64_t end = mono_ms() + HANG_MS, n;;) {
+		n = q_int(watch, "SELECT variable_value FROM"
+				 " information_schema.global_status WHERE"
+				 " variable_name = 'INNODB_DEADLOCKS'");
+		if (n != deadlocks) {
+			assert_int_equal(n, deadlocks + 1);
+			break;
+		}
+		assert_true(mono_ms() < end);
+		struct timespec ts = {0, 5000000};
+		nanosleep(&ts, NULL);
+	}
+	q(a, "COMMIT");
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(b.rc, 0);
+	assert_int_equal(b.c[0].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(b.c[1].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(state_of(db, t1), DUE_DONE);
+	assert_int_equal(state_of(db, t2), DUE_DONE);
+	/* each try ended once */
+	assert_int_equal(q_int(watch, "SELECT COUNT(*) FROM due_attempt"
+				      " WHERE outcome = 'DONE'"),
+			 2);
+	mysql_close(watch);
+	mysql_close(a);
+	due_close(worker);
+	due_close(db);
+}
 #endif
 
 int main(void)
@@ -395,7 +792,18 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_explain_picks, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_key_reusable, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_key_group_no_pad, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_init_converts_keys, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_tx_clock_zone, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_tx_key_repeatable_read, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_tx_charset, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_listen, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_deadlock_retried, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_killed_connection, setup,
 					    teardown),
 	    cmocka_unit_test(test_version_check),
