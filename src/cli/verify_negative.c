@@ -547,9 +547,8 @@ static void my_partial_due_index(vctx *v, raw *r)
 	snprintf(sql, sizeof(sql), pick, "", (long long)now);
 	ok = ok && my_plan(r->my, sql, &idx) == 0;
 	snprintf(sql, sizeof(sql), pick,
-		 "IGNORE INDEX (due_task_due, due_task_claim,"
-		 " due_task_kind_claim, due_task_lease, due_task_finished,"
-		 " due_task_key)",
+		 "IGNORE INDEX (due_task_at, due_task_claim,"
+		 " due_task_kind_claim, due_task_key)",
 		 (long long)now);
 	ok = ok && my_plan(r->my, sql, &scan) == 0;
 	/* rows unknown (no ANALYZE on this server): the plan alone */
