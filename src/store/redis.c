@@ -56,6 +56,16 @@
 #include "store/row.h"
 #include "store/store.h"
 
+/*
+** One due_schedule_batch is one script, so it is all-or-none like a
+** transaction on the SQL stores; a call over either cap is refused with
+** DUE_ETOOBIG before anything is sent (split it into several calls).
+** The byte cap keeps the command far under client-query-buffer-limit,
+** the item cap keeps one script short (it blocks the server while it runs).
+*/
+#define SUBMIT_MAX_ITEMS 10000
+#define SUBMIT_MAX_BYTES (4u << 20)
+
 extern const char due__redis_lua[];
 
 /* What the URL says (parse_url). */
@@ -747,6 +757,13 @@ static int schema_op(due_store *s, const char *op, int *v)
 		return rc;
 	*v = (int)rint_of(r);
 	freeReplyObject(r);
+	if (*v == -2) /* redis_lua.c version(): another layout */
+		return due__error_set(
+		    DUE_ESCHEMA,
+		    "redis store %s: written by an earlier development build "
+		    "of the Redis store (another layout of tasks and indexes): "
+		    "drain it with that build, or delete its keys",
+		    s->cfg.label);
 	return 0;
 }
 
@@ -811,31 +828,49 @@ static void arg_submit(rargs *a, const due_submit *it)
 	arg_i(a, o->timeout_us > 0 ? o->timeout_us : 0);
 }
 
-/* Batches of at most 1000 items: one script each. */
+/*
+** The whole call in one script (all or none), refused with DUE_ETOOBIG
+** when it is over SUBMIT_MAX_ITEMS items or SUBMIT_MAX_BYTES of
+** arguments (each counted with its protocol framing).
+*/
 static int rd_schedule(due_store *s, due_submitted *out,
 		       const due_submit *items, size_t n)
 {
-	for (size_t done = 0; done < n;) {
-		size_t k = n - done < 1000 ? n - done : 1000;
-		rargs a = {0};
-		redisReply *r;
-		int rc;
+	rargs a = {0};
+	redisReply *r;
+	size_t bytes = 0;
+	int rc;
 
-		arg_i(&a, (int64_t)k);
-		for (size_t i = 0; i < k; i++)
-			arg_submit(&a, &items[done + i]);
-		if ((rc = rd_eval(s, "submit", &a, &r, "submit")) < 0)
-			return rc;
-		if (!is_array(r, 2 * k))
-			return bad_reply(s, r, "submit");
-		for (size_t i = 0; i < k; i++) {
-			out[done + i].id = rint_of(r->element[2 * i]);
-			out[done + i].existed =
-			    rint_of(r->element[2 * i + 1]) != 0;
-		}
-		freeReplyObject(r);
-		done += k;
+	if (n > SUBMIT_MAX_ITEMS)
+		return due__error_set(
+		    DUE_ETOOBIG,
+		    "redis store %s: a batch of %zu tasks is over the %d "
+		    "one submit can hold (one script, all or none): split it "
+		    "into calls of at most %d",
+		    s->cfg.label, n, SUBMIT_MAX_ITEMS, SUBMIT_MAX_ITEMS);
+	arg_i(&a, (int64_t)n);
+	for (size_t i = 0; i < n; i++)
+		arg_submit(&a, &items[i]);
+	for (size_t i = 0; i < a.n; i++)
+		bytes += a.a[i].n + 16;
+	if (!a.oom && bytes > SUBMIT_MAX_BYTES) {
+		args_free(&a);
+		return due__error_set(
+		    DUE_ETOOBIG,
+		    "redis store %s: a batch of %zu tasks is %zu bytes, over "
+		    "the %u MiB one submit can hold (one script, all or none): "
+		    "split it into smaller calls",
+		    s->cfg.label, n, bytes, SUBMIT_MAX_BYTES >> 20);
 	}
+	if ((rc = rd_eval(s, "submit", &a, &r, "submit")) < 0)
+		return rc;
+	if (!is_array(r, 2 * n))
+		return bad_reply(s, r, "submit");
+	for (size_t i = 0; i < n; i++) {
+		out[i].id = rint_of(r->element[2 * i]);
+		out[i].existed = rint_of(r->element[2 * i + 1]) != 0;
+	}
+	freeReplyObject(r);
 	return 0;
 }
 
@@ -1109,35 +1144,67 @@ static int rd_get(due_store *s, due_task **out, due_id id)
 	return rc;
 }
 
+/*
+** The script looks at no more than 1000 ids per call and says where it
+** stopped; the pages are asked for here until the limit is met or the
+** ids run out, so a rare kind among millions costs many short scripts,
+** never one long one.  The pages are separate reads (as `ls` paging is).
+*/
 static int rd_list(due_store *s, due_task_list **out, const due_list_opts *o)
 {
 	due_task_list *l = NULL;
-	rargs a = {0};
-	redisReply *r;
-	int rc;
+	redisReply **pages = NULL;
+	size_t n_pages = 0, total = 0, k = 0;
+	due_id after = o->after;
+	int rc = 0;
 
 	*out = NULL;
-	arg_z(&a, o->state >= 0 ? due_state_name((due_state)o->state) : "");
-	arg_z(&a, o->kind ? o->kind : "");
-	arg_i(&a, o->after);
-	arg_i(&a, o->limit);
-	arg_z(&a, o->attempts ? "1" : "0");
-	if ((rc = rd_eval(s, "list", &a, &r, "list")) < 0)
-		return rc;
-	if (!is_array(r, 0))
-		return bad_reply(s, r, "list");
-	if ((rc = due__task_list_alloc(&l, r->elements)) == 0) {
-		for (size_t i = 0; rc == 0 && i < r->elements; i++) {
-			rc = task_entry(r->element[i], &l->items[i],
-					o->attempts);
-			l->count = i + 1;
+	for (;;) {
+		rargs a = {0};
+		redisReply *r, **p;
+
+		arg_z(&a,
+		      o->state >= 0 ? due_state_name((due_state)o->state) : "");
+		arg_z(&a, o->kind ? o->kind : "");
+		arg_i(&a, after);
+		arg_i(&a, o->limit - (int64_t)total);
+		arg_z(&a, o->attempts ? "1" : "0");
+		if ((rc = rd_eval(s, "list", &a, &r, "list")) < 0)
+			goto done;
+		if (!is_array(r, 3) || !is_array(r->element[0], 0)) {
+			rc = bad_reply(s, r, "list");
+			goto done;
 		}
-		if (rc < 0) {
-			due_task_list_free(l);
-			l = NULL;
+		if (!(p = realloc(pages, (n_pages + 1) * sizeof(*p)))) {
+			freeReplyObject(r);
+			rc = due__error_set(DUE_ENOMEM, "out of memory");
+			goto done;
+		}
+		pages = p;
+		pages[n_pages++] = r;
+		total += r->element[0]->elements;
+		after = rint_of(r->element[1]);
+		if (total >= (size_t)o->limit || rint_of(r->element[2]) == 0)
+			break;
+	}
+	if ((rc = due__task_list_alloc(&l, total)) < 0)
+		goto done;
+	for (size_t i = 0; rc == 0 && i < n_pages; i++) {
+		redisReply *e = pages[i]->element[0];
+		for (size_t j = 0; rc == 0 && j < e->elements; j++, k++) {
+			rc = task_entry(e->element[j], &l->items[k],
+					o->attempts);
+			l->count = k + 1;
 		}
 	}
-	freeReplyObject(r);
+	if (rc < 0) {
+		due_task_list_free(l);
+		l = NULL;
+	}
+done:
+	for (size_t i = 0; i < n_pages; i++)
+		freeReplyObject(pages[i]);
+	free(pages);
 	*out = l;
 	return rc;
 }
@@ -1394,12 +1461,23 @@ static int cmp_kind(const void *a, const void *b)
 		      ((const due_kind_counts *)b)->kind);
 }
 
+/* m->kinds and every kind name in it freed; none set. */
+static void metric_kinds_clear(due_metrics *m)
+{
+	for (size_t i = 0; m->kinds && i < m->n_kinds; i++)
+		free((void *)m->kinds[i].kind);
+	free(m->kinds);
+	m->kinds = NULL;
+	m->n_kinds = 0;
+}
+
 /* The (state:kind -> count) pairs into m->kinds, sorted by kind, the
-   first 1000 kinds by name. */
+   first 1000 kinds by name; on an error none is left set. */
 static int metric_kinds(due_metrics *m, const redisReply *kc)
 {
 	size_t cap = kc->elements / 2 + 1;
 
+	m->n_kinds = 0;
 	if (!(m->kinds = calloc(cap, sizeof(*m->kinds))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	for (size_t i = 0; i + 1 < kc->elements; i += 2) {
@@ -1413,10 +1491,12 @@ static int metric_kinds(due_metrics *m, const redisReply *kc)
 			if (strcmp(m->kinds[j].kind, colon + 1) == 0)
 				break;
 		if (j == m->n_kinds) {
-			if (!(m->kinds[j].kind =
-				  due__strdup_n(colon + 1, strlen(colon + 1))))
+			if (!(m->kinds[j].kind = due__strdup_n(
+				  colon + 1, strlen(colon + 1)))) {
+				metric_kinds_clear(m);
 				return due__error_set(DUE_ENOMEM,
 						      "out of memory");
+			}
 			m->n_kinds++;
 		}
 		m->kinds[j].counts[st] = rint_of(kc->element[i + 1]);

@@ -5,7 +5,8 @@
 ** on the store's own MYSQL*, the claim's and the reclaim's picks reading
 ** an index (EXPLAIN), the live-only unique key (a finished task's key is
 ** free again), wake-ups without LISTEN, a connection killed under a
-** handle, and the refusal of servers without SKIP LOCKED.  Every
+** handle, a deadlock the store loses and retries, and the refusal of
+** servers without SKIP LOCKED.  Every
 ** transition, refusal, schedule and metric that the stores share is in
 ** the conformance suite (test_store.c), which runs here too.
 **
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <pthread.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -209,9 +211,9 @@ static void explain(MYSQL *m, const char *sql, char *type, char *key)
 }
 
 /*
-** The claim's and the reclaim's picks (their text as mysql.c sends it)
-** read an index range, not the table, on a table of mostly finished and
-** future tasks.
+** The claim's, the reclaim's and prune's picks and upcoming (their text
+** as mysql.c sends it) read an index range, not the table, on a table of
+** mostly finished and future tasks.
 */
 static void test_explain_picks(void **state)
 {
@@ -242,11 +244,28 @@ static void test_explain_picks(void **state)
 
 	snprintf(sql, sizeof(sql),
 		 "SELECT id FROM due_task WHERE state = 'CLAIMED'"
-		 " AND lease_until < " DUE_MY_NOW " ORDER BY lease_until, id"
+		 " AND at_us < " DUE_MY_NOW " AND lease_until < " DUE_MY_NOW
+		 " ORDER BY at_us, id LIMIT 1000 FOR UPDATE SKIP LOCKED");
+	explain(m, sql, type, key);
+	assert_string_not_equal(type, "ALL");
+	assert_string_equal(key, "due_task_at");
+
+	/* upcoming (the wheel's refill) and prune: the same index */
+	snprintf(sql, sizeof(sql),
+		 "SELECT id, due_at FROM due_task WHERE state = 'SCHEDULED'"
+		 " AND at_us < %lld AND due_at < %lld ORDER BY at_us, id"
+		 " LIMIT 100",
+		 (long long)now, (long long)now);
+	explain(m, sql, type, key);
+	assert_string_not_equal(type, "ALL");
+	assert_string_equal(key, "due_task_at");
+	snprintf(sql, sizeof(sql),
+		 "SELECT id FROM due_task WHERE state IN ('DONE', 'CANCELLED')"
+		 " AND at_us < 5000 AND updated_at < 5000"
 		 " LIMIT 1000 FOR UPDATE SKIP LOCKED");
 	explain(m, sql, type, key);
 	assert_string_not_equal(type, "ALL");
-	assert_string_equal(key, "due_task_lease");
+	assert_string_equal(key, "due_task_at");
 	mysql_close(m);
 }
 
@@ -383,6 +402,125 @@ static void test_killed_connection(void **state)
 	mysql_close(m);
 	due_close(db);
 }
+
+/*
+** Whether a transaction waits for a row lock (SHOW ENGINE INNODB STATUS,
+** its TRANSACTIONS section; MariaDB's information_schema.innodb_trx does
+** not always say LOCK WAIT).
+*/
+static bool lock_waits(MYSQL *m)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	bool w = false;
+
+	q(m, "SHOW ENGINE INNODB STATUS");
+	if ((r = mysql_store_result(m))) {
+		/* in the live transactions, not the latest deadlock's */
+		const char *tx = (row = mysql_fetch_row(r)) && row[2]
+				     ? strstr(row[2], "\nTRANSACTIONS\n")
+				     : NULL;
+		w = tx && strstr(tx, "FOR THIS LOCK TO BE GRANTED");
+		mysql_free_result(r);
+	}
+	return w;
+}
+
+typedef struct batch_call {
+	due_db *db;
+	due_completion c[2];
+	int rc;
+} batch_call;
+
+static void *batch_thread(void *arg)
+{
+	batch_call *b = arg;
+	b->rc = due_complete_batch(b->db, b->c, 2);
+	return NULL;
+}
+
+/*
+** A real deadlock (1213) reaches the store and is retried whole: the
+** store's completion of tasks t1 < t2 locks t1 and waits for t2, which a
+** raw transaction of the test holds; that transaction, heavier (it has
+** changed 200 rows, and InnoDB rolls back the lighter one), then asks
+** for t1.  InnoDB breaks the cycle by rolling the store's transaction
+** back: the test's statement gets t1 (so it was not the victim), the
+** server counts one deadlock, and once the test commits, the store's
+** retry completes both tries exactly once.
+*/
+static void test_deadlock_retried(void **state)
+{
+	(void)state;
+	due_db *db = open_db(), *worker = open_db();
+	MYSQL *a = own_conn(), *watch = own_conn();
+	due_id t1 = add(db, "k", 0, 1), t2;
+	batch_call b = {.db = worker};
+	int64_t deadlocks;
+	char sql[160];
+	pthread_t th;
+
+	b.c[0].id = t1;
+	b.c[0].attempt = claim_one(db, t1, LONG_LEASE);
+	b.c[1].id = t2 = add(db, "k", 0, 1); /* claimed one at a time */
+	b.c[1].attempt = claim_one(db, t2, LONG_LEASE);
+	assert_int_equal(b.c[0].attempt, 1);
+	assert_int_equal(b.c[1].attempt, 1);
+	q(a, "CREATE TABLE filler (id INT PRIMARY KEY, v INT) ENGINE=InnoDB");
+	q(a, "INSERT INTO filler SELECT seq, 0 FROM seq_1_to_200");
+	deadlocks = q_int(watch, "SELECT variable_value FROM"
+				 " information_schema.global_status WHERE"
+				 " variable_name = 'INNODB_DEADLOCKS'");
+	assert_true(deadlocks >= 0);
+
+	q(a, "START TRANSACTION");
+	q(a, "UPDATE filler SET v = v + 1");
+	snprintf(sql, sizeof(sql),
+		 "SELECT id FROM due_task WHERE id = %lld FOR UPDATE",
+		 (long long)t2);
+	q_drop(a, sql);
+	assert_int_equal(pthread_create(&th, NULL, batch_thread, &b), 0);
+	/* the store holds t1 and waits for t2 */
+	for (int64_t end = mono_ms() + HANG_MS;;) {
+		if (lock_waits(watch))
+			break;
+		assert_true(mono_ms() < end);
+		struct timespec ts = {0, 5000000};
+		nanosleep(&ts, NULL);
+	}
+	snprintf(sql, sizeof(sql),
+		 "SELECT id FROM due_task WHERE id = %lld FOR UPDATE",
+		 (long long)t1);
+	q_drop(a, sql); /* granted: the store's transaction was the victim */
+	/* the server counts it (the victim's thread may count it after) */
+	for (int64_t end = mono_ms() + HANG_MS, n;;) {
+		n = q_int(watch, "SELECT variable_value FROM"
+				 " information_schema.global_status WHERE"
+				 " variable_name = 'INNODB_DEADLOCKS'");
+		if (n != deadlocks) {
+			assert_int_equal(n, deadlocks + 1);
+			break;
+		}
+		assert_true(mono_ms() < end);
+		struct timespec ts = {0, 5000000};
+		nanosleep(&ts, NULL);
+	}
+	q(a, "COMMIT");
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(b.rc, 0);
+	assert_int_equal(b.c[0].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(b.c[1].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(state_of(db, t1), DUE_DONE);
+	assert_int_equal(state_of(db, t2), DUE_DONE);
+	/* each try ended once */
+	assert_int_equal(q_int(watch, "SELECT COUNT(*) FROM due_attempt"
+				      " WHERE outcome = 'DONE'"),
+			 2);
+	mysql_close(watch);
+	mysql_close(a);
+	due_close(worker);
+	due_close(db);
+}
 #endif
 
 int main(void)
@@ -396,6 +534,8 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_key_reusable, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_listen, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_deadlock_retried, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_killed_connection, setup,
 					    teardown),
 	    cmocka_unit_test(test_version_check),

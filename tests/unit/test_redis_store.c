@@ -5,8 +5,13 @@
 ** hash tag on every key of a store, a warning at open for appendfsync
 ** everysec or no, rediss:// refused, a completion hook
 ** refused with DUE_EUNSUPPORTED and nothing changed, a refused connection
-** as DUE_ESTORE naming the store, wake-ups through SUBSCRIBE, and the
-** memory a pending task takes (printed, not asserted).  Every transition
+** as DUE_ESTORE naming the store, wake-ups through SUBSCRIBE, the
+** per-kind lease index kept only for a kind with max_running (and built
+** when the limit is set on running tries), a group-limited claim that
+** looks at a bounded number of members, a kind-filtered list paged in
+** bounded scripts, a submit batch that is one script (all or none, capped
+** by items and bytes), and the memory a pending task
+** takes (printed, not asserted).  Every transition
 ** both SQL stores share is in the conformance suite (test_store.c),
 ** which runs on Redis too.
 **
@@ -284,10 +289,213 @@ static int64_t used_memory(void)
 }
 
 /* Memory per pending task (16-byte payload): a figure, not a check. */
+/* :lk:<kind> (the leases of one kind) exists only while the kind has
+   max_running: set on a kind whose tasks already run, the limit counts
+   them at once (built from :lease); a kind without it reports its
+   running tries from :lease, and none of its claims writes :lk. */
+static void test_running_count_index(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_kind_settings ks = DUE_KIND_SETTINGS_INIT;
+	due_kind_info *ki = NULL;
+	due_task_list *l = NULL;
+	due_complete_outcome co;
+	const char *lim[] = {"lim"};
+
+	for (int i = 0; i < 3; i++)
+		add(db, "lim", 0, 1);
+	assert_int_equal(due_claim(db, &l, "w1", lim, 1, 2, LONG_LEASE), 0);
+	assert_int_equal(l->count, 2);
+	ks.timeout_us = 5000000; /* settings, no max_running */
+	assert_int_equal(due_kind_set(db, "lim", &ks), 0);
+	assert_int_equal(due_kind_get(db, &ki, "lim"), 0);
+	assert_int_equal(ki->running, 2);
+	due_kind_info_free(ki);
+	redisReply *r = cmd("EXISTS %s", tu_rd_key("lk:lim"));
+	assert_non_null(r);
+	assert_int_equal(r->integer, 0);
+	freeReplyObject(r);
+
+	ks = (due_kind_settings)DUE_KIND_SETTINGS_INIT;
+	ks.max_running = 2;
+	assert_int_equal(due_kind_set(db, "lim", &ks), 0);
+	assert_int_equal(due_kind_get(db, &ki, "lim"), 0);
+	assert_int_equal(ki->running, 2);
+	due_kind_info_free(ki);
+	due_task_list *l2 = NULL;
+	assert_int_equal(due_claim(db, &l2, "w1", lim, 1, 2, LONG_LEASE), 0);
+	assert_int_equal(l2->count, 0); /* both slots held by the two tries */
+	due_task_list_free(l2);
+	assert_int_equal(due_complete(db, &co, l->items[0].id, 1, "ok", 2), 0);
+	assert_int_equal(due_claim(db, &l2, "w1", lim, 1, 2, LONG_LEASE), 0);
+	assert_int_equal(l2->count, 1);
+	due_task_list_free(l2);
+	due_task_list_free(l);
+	due_close(db);
+}
+
+/* n tasks of kind `kind` (group grp, or none) in one call; the first id. */
+static due_id add_many(due_db *db, const char *kind, const char *grp, int n)
+{
+	due_submit *items = calloc((size_t)n, sizeof(*items));
+	due_submitted *out = calloc((size_t)n, sizeof(*out));
+	assert_non_null(items);
+	assert_non_null(out);
+	for (int i = 0; i < n; i++) {
+		items[i] = (due_submit){.kind = kind,
+					.payload = "p",
+					.payload_len = 1,
+					.opts = DUE_SCHEDULE_OPTS_INIT};
+		items[i].opts.group = grp;
+	}
+	assert_int_equal(due_schedule_batch(db, out, items, (size_t)n), 0);
+	due_id first = out[0].id;
+	for (int i = 1; i < n; i++)
+		assert_int_equal(out[i].id, first + i);
+	free(items);
+	free(out);
+	return first;
+}
+
+/* A kind with max_running_per_group whose one full group has 1,500 due
+   tasks ahead of another group's task: a claim looks at no more than
+   room + 1000 of them (was: every one, each claim), so the other group's
+   task waits, and the claim says why (retry_in_us). */
+static void test_group_scan_bounded(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_kind_settings ks = DUE_KIND_SETTINGS_INIT;
+	const char *g[] = {"g"};
+	due_task_list *l = NULL;
+
+	ks.max_running_per_group = 1;
+	assert_int_equal(due_kind_set(db, "g", &ks), 0);
+	add_many(db, "g", "full", 1501);
+	assert_int_equal(due_claim(db, &l, "w1", g, 1, 1, LONG_LEASE), 0);
+	assert_int_equal(l->count, 1); /* group "full" now runs its one */
+	due_task_list_free(l);
+	tu_sleep_ms(2); /* the other group's task is due after the backlog */
+	due_id other = add_many(db, "g", "other", 1);
+
+	assert_int_equal(due_claim(db, &l, "w1", g, 1, 1, LONG_LEASE), 0);
+	assert_int_equal(l->count, 0);
+	assert_true(l->retry_in_us > 0);
+	due_task_list_free(l);
+	assert_int_equal(state_of(db, other), DUE_SCHEDULED);
+	due_close(db);
+}
+
+static long long evalsha_calls(void)
+{
+	redisReply *r = cmd("INFO commandstats");
+	const char *p = r && r->type == REDIS_REPLY_STRING
+			    ? strstr(r->str, "cmdstat_evalsha:calls=")
+			    : NULL;
+	long long v = p ? strtoll(p + 22, NULL, 10) : -1;
+	freeReplyObject(r);
+	return v;
+}
+
+/* A kind filter over 2,500 ids: the script looks at 1000 ids a call and
+   redis.c pages on (more than one call), with the same answer as one
+   walk: the rare kind's tasks in id order, limit and after kept. */
+static void test_list_kind_pages(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_list_opts o = DUE_LIST_OPTS_INIT;
+	due_task_list *l = NULL;
+	due_id r1 = add_many(db, "rare", NULL, 1);
+	add_many(db, "common", NULL, 1200);
+	due_id r2 = add_many(db, "rare", NULL, 1);
+	add_many(db, "common", NULL, 1300);
+	due_id r3 = add_many(db, "rare", NULL, 1);
+
+	o.kind = "rare";
+	o.limit = 10;
+	long long before = evalsha_calls();
+	assert_int_equal(due_list(db, &l, &o), 0);
+	long long calls = evalsha_calls() - before;
+	assert_int_equal(l->count, 3);
+	assert_int_equal(l->items[0].id, r1);
+	assert_int_equal(l->items[1].id, r2);
+	assert_int_equal(l->items[2].id, r3);
+	assert_string_equal(l->items[2].kind, "rare");
+	due_task_list_free(l);
+	assert_true(calls >= 3); /* 2,503 ids, 1000 a script */
+
+	o.limit = 2;
+	assert_int_equal(due_list(db, &l, &o), 0);
+	assert_int_equal(l->count, 2);
+	assert_int_equal(l->items[1].id, r2);
+	due_task_list_free(l);
+	o.after = r2;
+	assert_int_equal(due_list(db, &l, &o), 0);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, r3);
+	due_task_list_free(l);
+
+	o = (due_list_opts)DUE_LIST_OPTS_INIT; /* no filter: limit rows */
+	o.limit = 2100;
+	assert_int_equal(due_list(db, &l, &o), 0);
+	assert_int_equal(l->count, 2100);
+	for (size_t i = 0; i < l->count; i++)
+		assert_int_equal(l->items[i].id, r1 + (due_id)i);
+	due_task_list_free(l);
+	due_close(db);
+}
+
+/* One due_schedule_batch is one script: a call over 10,000 tasks or
+   4 MiB is refused with DUE_ETOOBIG naming the cap, and writes nothing
+   (before: 1,000 at a time, so a failure left the first batches in);
+   2,500 tasks in one call are all written. */
+static void test_submit_all_or_none(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	enum { BIG = 10001 };
+	due_submit *items = calloc(BIG, sizeof(*items));
+	due_submitted *out = calloc(BIG, sizeof(*out));
+	size_t plen = 1000000;
+	char *payload = malloc(plen);
+	due_stats st;
+
+	assert_non_null(items);
+	assert_non_null(out);
+	assert_non_null(payload);
+	memset(payload, 'x', plen);
+	for (int i = 0; i < BIG; i++)
+		items[i] = (due_submit){.kind = "b",
+					.payload = "p",
+					.payload_len = 1,
+					.opts = DUE_SCHEDULE_OPTS_INIT};
+	assert_int_equal(due_schedule_batch(db, out, items, BIG), DUE_ETOOBIG);
+	assert_non_null(strstr(due_error_last(), "10000"));
+	for (int i = 0; i < 5; i++)
+		items[i].payload = payload, items[i].payload_len = plen;
+	assert_int_equal(due_schedule_batch(db, out, items, 5), DUE_ETOOBIG);
+	assert_non_null(strstr(due_error_last(), "4 MiB"));
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.counts[DUE_SCHEDULED], 0);
+	assert_int_equal(tu_rd("EXISTS %s", tu_rd_key("seq")), 0);
+
+	add_many(db, "b", NULL, 2500);
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.counts[DUE_SCHEDULED], 2500);
+	free(payload);
+	free(items);
+	free(out);
+	due_close(db);
+}
+
 static void test_memory_per_task(void **state)
 {
 	(void)state;
-	enum { N = 100000, B = 1000 }; /* as the issue measures it */
+	/* 10,000 tasks give the same figure per task as the issue's 100,000
+	   (due bench --workload memory --n 100000 measures those) */
+	enum { N = 10000, B = 1000 };
 	due_db *db = open_db();
 	static due_submit items[B];
 	static due_submitted out[B];
@@ -316,10 +524,12 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-	    T(test_noscript_reload),	T(test_aof_refused),
-	    T(test_fsync_warning),	T(test_one_hash_tag),
-	    T(test_rediss_refused),	T(test_hook_unsupported),
-	    T(test_refused_connection), T(test_listen_wakes),
+	    T(test_noscript_reload),	 T(test_aof_refused),
+	    T(test_fsync_warning),	 T(test_one_hash_tag),
+	    T(test_rediss_refused),	 T(test_hook_unsupported),
+	    T(test_refused_connection),	 T(test_listen_wakes),
+	    T(test_running_count_index), T(test_group_scan_bounded),
+	    T(test_list_kind_pages),	 T(test_submit_all_or_none),
 	    T(test_memory_per_task),
 #undef T
 	};

@@ -72,10 +72,20 @@ static inline void tu_redis_delete(const char *name)
 			break;
 		}
 		snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
-		for (size_t i = 0; i < r->element[1]->elements; i++)
-			freeReplyObject(redisCommand(
-			    c, "DEL %b", r->element[1]->element[i]->str,
-			    (size_t)r->element[1]->element[i]->len));
+		redisReply *keys = r->element[1];
+		size_t n = keys->elements;
+		const char **argv = calloc(n + 1, sizeof(*argv));
+		size_t *len = calloc(n + 1, sizeof(*len));
+		if (n && argv && len) { /* one UNLINK for the page's keys */
+			argv[0] = "UNLINK", len[0] = 6;
+			for (size_t i = 0; i < n; i++)
+				argv[i + 1] = keys->element[i]->str,
+					 len[i + 1] = keys->element[i]->len;
+			freeReplyObject(
+			    redisCommandArgv(c, (int)n + 1, argv, len));
+		}
+		free(argv);
+		free(len);
 		freeReplyObject(r);
 	} while (strcmp(cursor, "0") != 0);
 	redisFree(c);
