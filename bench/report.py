@@ -466,7 +466,7 @@ def throughput_table(res):
             specs.append(("W2 drain", "drain", "c-noop", c, "C no-op, c=%d" % c))
         for c in (4, 16):
             specs.append(("W2 drain", "drain", "c-noop-inline", c,
-                          "C no-op inline, c=%d" % c))
+                          "C no-op inline, %d workers × 1" % c))
         for c in (4, 16):
             specs.append(("W2 drain", "drain", "exec", c, "--exec true, c=%d" % c))
         for wl, w, var, c, desc in specs:
@@ -610,6 +610,37 @@ def load_line(res, rows):
     return text
 
 
+def load_summary(res):
+    """The machine's load while the whole run went on: the 1-minute load
+    average bench/run read before and after every row, over all rows and
+    per store (and W5), as lines of the Machine section."""
+    def loads(rows):
+        return [r[k] for r in rows for k in ("load1_start", "load1_end")
+                if isinstance(r.get(k), (int, float))]
+    rows = res.rows + res.failed_rows
+    every = loads(rows)
+    if not every:
+        return ["- load: not recorded in this run"]
+    cpus = os.cpu_count()
+    out = ["- load while measuring (1-minute load average, read before and after every row "
+           "of every table): %s–%s, median %s, on %s CPUs; above %s the machine was shared with "
+           "other work (other engineers' builds and tests) while the row ran, so rates on this "
+           "page are lower and noisier than on an idle machine"
+           % (fnum(min(every), 2), fnum(max(every), 2), fnum(statistics.median(every), 2),
+              cpus, cpus)]
+    parts = []
+    for st, name in STORES:
+        for w5, suffix in ((False, ""), (True, " W5")):
+            v = loads([r for r in rows if r.get("store") == st
+                       and (r.get("workload") == "w5") == w5])
+            if v:
+                parts.append("%s%s %s (%s–%s)" % (name, suffix, fnum(statistics.median(v), 2),
+                                                  fnum(min(v), 2), fnum(max(v), 2)))
+    if parts:
+        out.append("- load by store, median (range): " + "; ".join(parts))
+    return out
+
+
 def w5_ratio(res, st, a, b):
     x = res.med(res.select(st, "w5", a), "tasks_per_s")
     y = res.med(res.select(st, "w5", b), "tasks_per_s")
@@ -697,7 +728,7 @@ def target_rows(res, w5_only=False):
         else:
             m = res.med(sel, field)
         ok = {">=": m >= goal, "<=": m <= goal, "==": m == goal}[op] if m is not None else False
-        digits = 0 if field in ("tasks_per_s", "early") else 3 if field == "store_qps" else 2
+        digits = {"tasks_per_s": 0, "early": 0, "store_qps": 3, "bytes_per_task": 1}.get(field, 2)
         rows.append([label, "%s %s" % (op.replace(">=", "≥").replace("<=", "≤").replace("==", "="),
                                         fgoal(goal)),
                      fnum(m, digits), "met" if ok else "**not met**"])
@@ -798,7 +829,9 @@ def comparison_table(res):
     for st in res.stores():
         a = res.med(res.select(st, "floor-drain", "2-commit", 4), "tasks_per_s")
         b = res.med(res.select(st, "floor-drain", "2-commit", 16), "tasks_per_s")
-        rows.append(["bare-SQL floor (bench/floor), %s, two commits" % STORE_NAME[st], fnum(a), fnum(b),
+        rows.append(["%s floor (bench/floor), %s, two commits"
+                     % ("bare-Lua" if st.startswith("redis") else "bare-SQL", STORE_NAME[st]),
+                     fnum(a), fnum(b),
                      "measured by this run"])
     for name, a, b in OTHERS:
         rows.append([name, fnum(a), fnum(b), "reported in the issue, not re-measured"])
@@ -840,10 +873,13 @@ def machine():
 def versions(args):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     v = {"due": sh([args.due, "--version"])}
-    rev = sh(["git", "-C", root, "rev-parse", "--short", "HEAD"])
-    dirty = run_quiet(["git", "-C", root, "status", "--porcelain", "--", "src", "include",
-                       "CMakeLists.txt"]).stdout.strip()
-    v["git"] = rev + (" + uncommitted changes in src/include" if dirty else "")
+    if args.git:  # bench/run names the commit it built and measured
+        v["git"] = args.git
+    else:
+        rev = sh(["git", "-C", root, "rev-parse", "--short", "HEAD"])
+        dirty = run_quiet(["git", "-C", root, "status", "--porcelain", "--", "src", "include",
+                           "CMakeLists.txt"]).stdout.strip()
+        v["git"] = rev + (" + uncommitted changes in src/include" if dirty else "")
     v["sqlite3"] = " ".join(sh(["sqlite3", "--version"]).split()[:2])
     v["cc"] = sh(["cc", "--version"])
     if args.psql:
@@ -945,6 +981,12 @@ HOT_PATH_NOTES = [
     "~14 % (WAL frame checksums over ~10 dirty pages). The floor does one UPDATE per batch and "
     "keeps no history. Pool mode adds a thread hand-off per task (a wake-up of the handler thread) "
     "on 2 cores, which inline mode (`--inline`, handlers in the claiming thread) does not pay.",
+    "- **Inline mode since it claims one task at a time** (the worker's commit b863124; the inline "
+    "figures in the notes above are from before it, one inline worker claiming C): each inline "
+    "worker commits once per task, and on SQLite the inline workers of a drain take turns at the "
+    "write lock, so the inline rows above are far below the pool's. In a check beside this run "
+    "(5,000 tasks, SQLite, the machine shared): one inline worker ~3.3k tasks/s, 4 inline workers "
+    "~1.9k, 16 ~1.6k, the same with `sync=normal`: the cost is the lock hand-over, not fsync.",
 ]
 
 
@@ -1114,6 +1156,8 @@ def render(args):
     w("- %s CPUs (%s), %.1f GiB memory, %s" % (m.get("cpus"), m.get("cpu", "?"), m.get("mem_gib", 0),
                                                "virtualization: %s" % m.get("virt")))
     w("- kernel %s, %s; stores on %s" % (m["kernel"], m.get("os", "?"), m.get("fs", "?")))
+    for line in load_summary(res):
+        w(line)
     w("")
     w("## Versions")
     w("")
@@ -1172,6 +1216,17 @@ def render(args):
               "(exactly-once check of due bench: the C no-op counts its runs; with `--exec` the "
               "store is read afterwards, every task DONE at attempt 1).")
             w("")
+            w("**Inline rows** (`due bench --workload drain --inline --concurrency C`): C inline "
+              "workers in one process, each with its own store connection, claiming and running "
+              "one task at a time (the previous completion folded into the next claim's "
+              "transaction). Since the worker's commit b863124 inline mode never claims ahead "
+              "(a task claimed ahead waits in memory holding its lease, CONTRACT §5); pages "
+              "generated before it measured one inline worker claiming C at a time (SQLite "
+              "23k–57k tasks/s), which is not the same workload. On SQLite the C connections "
+              "compete for the one write lock and a writer that finds it taken sleeps (20 µs "
+              "doubling to 2 ms, the busy handler in src/store/sqlite_conn.c), so more inline "
+              "workers bring contention rather than throughput, whatever `sync=` says.")
+            w("")
         if title.startswith("W3"):
             w("Lateness has no floor: it is set by discovery, not by the store. Polling bounds it "
               "by the poll interval (and by how many tasks a poll can take); the timing wheel "
@@ -1186,11 +1241,28 @@ def render(args):
               "(a heartbeat a minute when idle) are not in that count. With the wheel an idle "
               "worker makes one refill per safety poll (default 10 s). Worker CPU is the "
               "`due bench` process; server CPU is the postmaster and all its children (/proc), "
-              "over the same window."
+              "over the same window. Redis counts every command the server ran (INFO "
+              "commandstats) and MariaDB every statement (SHOW GLOBAL STATUS Questions), over "
+              "due bench's own window; their server CPU is the redis-server or mariadbd process."
               % args.idle)
             w("")
         w(body)
         w("")
+        if title == "Targets":
+            w("Issues: 13 (Redis: the drain, lateness, idle and memory rows), 14 (MariaDB: "
+              "enqueue, lateness, idle and the two ratios), 16 (W5: pipe ÷ exec and the HTTP "
+              "worker API); the other rows are the SQLite and PostgreSQL targets of the earlier "
+              "issues. The inline rows hold inline mode to the pool's targets; they were set "
+              "when an inline worker claimed C tasks at a time (see *Inline rows* above). "
+              "Issue 14's cross-process lateness on MariaDB (a task submitted by another "
+              "process, seen at the next tick of the once-a-second signal) is not measured by "
+              "bench/run, whose W3 submits from the workers' own process: its figure, from "
+              "`due verify --case poll_vs_wheel` with real processes, is in "
+              "docs/internals/discovery.md. Absolute rates depend on the machine and its load "
+              "(see *Machine*: a load average above the CPU count means the rows shared the "
+              "CPUs with other work); the ratios to the floor and between variants of the same "
+              "run depend on it less.")
+            w("")
     w("## Compared with other queues")
     w("")
     w("Drain rates (tasks/s) at 4 and 16 tasks in flight. The other queues were measured on this "
@@ -1213,7 +1285,9 @@ def render(args):
       "`due_schedule_batch` in batches of 1000.")
     w("- **W2 drain**: `due bench --workload drain --workers 1 --concurrency C`: n due tasks, "
       "one worker with C handler slots, a C no-op handler (or `--exec true`); tasks/s from "
-      "worker start to the last completion; every task must run exactly once.")
+      "worker start to the last completion; every task must run exactly once. Inline: "
+      "`due bench --workload drain --inline --concurrency C` (no `--workers`): C inline "
+      "workers of one task each.")
     w("- **W3 lateness**: `due bench --workload lateness --workers 4 --spread 5s "
       "[--no-wheel --poll P]`: n tasks (2,000) due over the next 5 s while 4 workers wait; "
       "claim − due from the attempt history. With the timing wheel (the default) a worker "
@@ -1316,6 +1390,7 @@ def main():
     r.add_argument("--pgbench")
     r.add_argument("--redis-url")
     r.add_argument("--mysql-url")
+    r.add_argument("--git", help="the commit measured (bench/run reads it before building)")
     r.set_defaults(fn=render)
     args = ap.parse_args()
     args.fn(args)
