@@ -256,3 +256,19 @@ void due_metrics_free(due_metrics *m)
 	free(m->kinds);
 	free(m);
 }
+
+int due__kind_info_take_one(due_kind_info **out, due_kind_info_list *l,
+			    const char *kind)
+{
+	int rc = 0;
+
+	*out = NULL;
+	if (l->count == 0)
+		rc = due__store_no_kind(kind);
+	else if (!(*out = malloc(sizeof(**out))))
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+	else
+		**out = l->items[--l->count];
+	due_kind_info_list_free(l);
+	return rc;
+}

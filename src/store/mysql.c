@@ -3103,14 +3103,7 @@ static int mys_kind_get(due_store *s, due_kind_info **out, const char *kind,
 	*out = NULL;
 	if ((rc = kinds_read(s, kind, group, &l)) < 0)
 		return rc;
-	if (l->count == 0)
-		rc = due__store_no_kind(kind);
-	else if (!(*out = malloc(sizeof(**out))))
-		rc = due__error_set(DUE_ENOMEM, "out of memory");
-	else
-		**out = l->items[--l->count];
-	due_kind_info_list_free(l);
-	return rc;
+	return due__kind_info_take_one(out, l, kind);
 }
 
 static int mys_kind_list(due_store *s, due_kind_info_list **out)

@@ -1781,16 +1781,7 @@ static int rd_kind_get(due_store *s, due_kind_info **out, const char *kind,
 	*out = NULL;
 	if ((rc = kind_read(s, "kind_get", kind, group, &l)) < 0)
 		return rc;
-	if (l->count == 0)
-		rc = due__store_no_kind(kind);
-	else if (!(*out = malloc(sizeof(**out))))
-		rc = due__error_set(DUE_ENOMEM, "out of memory");
-	else {
-		**out = l->items[0];
-		l->count = 0;
-	}
-	due_kind_info_list_free(l);
-	return rc;
+	return due__kind_info_take_one(out, l, kind);
 }
 
 static int rd_kind_list(due_store *s, due_kind_info_list **out)

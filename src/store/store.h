@@ -382,6 +382,12 @@ int due__store_wrong_state(due_id id, const char *action, const char *state,
 			   const char *needed);
 /* DUE_ENOTFOUND: kind has no settings (kind_get, kind_remove). */
 int due__store_no_kind(const char *kind);
+/*
+** kind_get's answer from a list read for one kind (0 or 1 rows): its one
+** row moved into a new *out, or DUE_ENOTFOUND; frees l either way.
+*/
+int due__kind_info_take_one(due_kind_info **out, due_kind_info_list *l,
+			    const char *kind);
 /* DUE_ECONFLICT: retry of id would make a second live task of its key. */
 int due__store_retry_conflict(due_id id);
 
