@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /** Store schema version this library reads and writes. */
-#define DUE_SCHEMA_VERSION 4
+#define DUE_SCHEMA_VERSION 5
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
@@ -662,6 +662,13 @@ typedef struct due_stats {
 	int64_t claims_window; /**< claims counted in that window */
 	int64_t window_us;
 	due_time now;
+	/**
+	 * Bit (1u << state) set when counts[state] is an estimate rather
+	 * than an exact count (docs/HTTP.md names which figures may be).
+	 * CLAIMED, DEAD, dead, due_unclaimed and oldest_due_unclaimed_ms are
+	 * always exact.  Reading stats never scans the whole task table.
+	 */
+	uint32_t estimated;
 } due_stats;
 
 DUE_EXTERN int due_stats_get(due_db *db, due_stats *out);
@@ -675,6 +682,16 @@ DUE_EXTERN int due_health(due_db *db, bool *out_up, int64_t *out_dead);
  */
 DUE_EXTERN int due_prune(due_db *db, int64_t *out_deleted,
 			 int64_t older_than_us);
+
+/** Rows deleted per transaction by due_prune() and worker retention. */
+#define DUE_PRUNE_BATCH 1000
+
+/**
+ * What the store occupies, in bytes: PostgreSQL the due_* relations with
+ * their indexes and TOAST; SQLite the database file and its WAL; MariaDB
+ * the tables' data and index length; Redis the server's used_memory.
+ */
+DUE_EXTERN int due_store_bytes(due_db *db, int64_t *out_bytes);
 
 /* ------------------------------------------------------------------ */
 /* Flow control: per-kind settings held by the store                   */
@@ -949,6 +966,16 @@ typedef struct due_metrics {
 	int64_t workers; /**< workers that reported in the last 5 min */
 	int64_t claim_queries, empty_claims, reclaim_queries, store_errors;
 	size_t n_schedules;
+	/** Bit (1u << state) set when kinds[i].counts[state] is an estimate. */
+	uint32_t kinds_estimated;
+	/**
+	 * The histograms, outcomes and done_per_min cover the tries claimed
+	 * in the last window_us (store clock), found through an index: their
+	 * cost follows the recent rate, not the size of the history.
+	 */
+	int64_t window_us;
+	/** Tasks deleted by retention, summed over the live workers. */
+	int64_t pruned;
 } due_metrics;
 
 DUE_EXTERN int due_metrics_get(due_db *db, due_metrics **out);
@@ -963,7 +990,8 @@ DUE_EXTERN void due_metrics_free(due_metrics *m);
  * every lease/3 while its handler runs.  Threads: one claimer (which also
  * runs inline handlers), one lease keeper, one completer that commits
  * results in batches (each row fenced on its own), and the handler pools.
- * Each thread has its own store connection.
+ * The threads share one store connection (taken in turn), plus one that
+ * only listens for new tasks on stores that can notify: two at most.
  */
 typedef struct due_worker due_worker;
 
@@ -1033,13 +1061,24 @@ typedef struct due_worker_opts {
 	bool no_wheel;
 	int64_t horizon_us; /**< 0 = 60 s */
 	int wheel_max;	    /**< ids held in memory at most; 0 = 100000 */
+	/**
+	 * Retention: DONE and CANCELLED tasks whose end is older than this
+	 * are deleted with their history, DUE_PRUNE_BATCH rows a
+	 * transaction, by at most one worker of the store at a time (a lease
+	 * the store keeps), at least once a minute while any are left.
+	 * 0 = DUE_RETAIN_DEFAULT_US (7 days); DUE_RETAIN_ALL keeps everything.
+	 */
+	int64_t retain_us;
 } due_worker_opts;
+
+#define DUE_RETAIN_DEFAULT_US (7LL * 24 * 3600 * 1000000)
+#define DUE_RETAIN_ALL (-1)
 
 #define DUE_WORKER_OPTS_VERSION 1
 #define DUE_WORKER_OPTS_INIT                                                   \
 	{                                                                      \
 		DUE_WORKER_OPTS_VERSION, NULL, NULL, 4, DUE_MODE_POOL,         \
-		    30000000, 0, 30000000, false, 1, false, 0, false, 0, 0     \
+		    30000000, 0, 30000000, false, 1, false, 0, false, 0, 0, 0  \
 	}
 
 /** Create a worker (does not connect yet).  Free with due_worker_free(). */
@@ -1092,6 +1131,7 @@ typedef struct due_worker_stats {
 	int64_t wheel_fired, refills, notifications;
 	int64_t lateness_p50_us, lateness_p99_us,
 	    lateness_max_us; /**< recent claims */
+	int64_t pruned;	     /**< tasks deleted by retention */
 } due_worker_stats;
 
 DUE_EXTERN void due_worker_stats_get(due_worker *w, due_worker_stats *out);

@@ -647,7 +647,46 @@ int due_prune(due_db *db, int64_t *out_deleted, int64_t older_than_us)
 	if (older_than_us < 0)
 		return due__error_set(DUE_EINVAL,
 				      "invalid retention: negative");
-	return db->ops->prune(db->store, out_deleted, older_than_us);
+	return db->ops->prune(db->store, out_deleted, older_than_us, 0);
+}
+
+int due__prune_max(due_db *db, int64_t *out_deleted, int64_t older_than_us,
+		   int64_t max_rows)
+{
+	int rc = ready(db);
+	*out_deleted = 0;
+	if (rc < 0)
+		return rc;
+	if (older_than_us < 0 || max_rows < 0)
+		return due__error_set(DUE_EINVAL,
+				      "invalid retention: negative");
+	return db->ops->prune(db->store, out_deleted, older_than_us, max_rows);
+}
+
+int due__lock_take(due_db *db, bool *held, const char *name, const char *owner,
+		   int64_t ttl_us)
+{
+	int rc = ready(db);
+	*held = false;
+	if (rc < 0)
+		return rc;
+	if ((rc = due__validate_owner(owner)) < 0)
+		return rc;
+	if (!name || !*name || strlen(name) > 64)
+		return due__error_set(DUE_EINVAL, "invalid lock name");
+	if (ttl_us <= 0)
+		return due__error_set(DUE_EINVAL,
+				      "invalid lock lease: must be > 0");
+	return db->ops->lock_take(db->store, held, name, owner, ttl_us);
+}
+
+int due_store_bytes(due_db *db, int64_t *out_bytes)
+{
+	int rc = ready(db);
+	*out_bytes = 0;
+	if (rc < 0)
+		return rc;
+	return db->ops->bytes(db->store, out_bytes);
 }
 
 const due_store_ops *due__db_ops(const due_db *db) { return db->ops; }

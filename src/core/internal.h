@@ -35,6 +35,16 @@ char *due__open_warning_take(void);
 int due__validate_kind(const char *kind);
 int due__validate_key(const char *key);
 int due__validate_owner(const char *owner);
+
+/*
+** Retention's two steps (the worker's pruner): prune at most max_rows
+** (0: all) tasks, and take or renew a store-wide named lease (store.h:
+** prune, lock_take).
+*/
+int due__prune_max(due_db *db, int64_t *out_deleted, int64_t older_than_us,
+		   int64_t max_rows);
+int due__lock_take(due_db *db, bool *held, const char *name, const char *owner,
+		   int64_t ttl_us);
 /*
 ** Error texts come from handlers (a command's stderr) and may be any
 ** bytes; the stores keep them as text (PostgreSQL text, MySQL utf8mb4,

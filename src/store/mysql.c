@@ -251,7 +251,11 @@ static const char schema_v1[] =
 	"UPDATE due_meta SET value = '" v "' WHERE name = 'schema_version'"
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = RECORD("2"), [3] = RECORD("3"), [4] = RECORD("4")};
+    [1] = schema_v1,
+    [2] = RECORD("2"),
+    [3] = RECORD("3"),
+    [4] = RECORD("4"),
+    [5] = RECORD("5") /* interim (issue 15) */};
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
@@ -2532,8 +2536,10 @@ fail:
 ** its own transaction, until a batch finds nothing.  DEAD is never
 ** touched.  A retention longer than the epoch deletes nothing.
 */
-static int mys_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
+static int mys_prune(due_store *s, int64_t *deleted, int64_t older_than_us,
+		     int64_t max_rows)
 {
+	(void)max_rows; /* interim: prunes everything (issue 15) */
 	const int64_t max_us = 1000LL * 366 * 86400 * 1000000; /* 1000 years */
 	int64_t n;
 	int rc;
@@ -3209,6 +3215,22 @@ static const char *const schemes[] = {"mysql", "mariadb", NULL};
 
 /* Every method is mys_<method> (store.h lists them; mysql_ is the library's
  * prefix). */
+/* Interim until this store implements retention's lease (issue 15). */
+static int mys_lock_take(due_store *s, bool *held, const char *name,
+			 const char *owner, int64_t ttl_us)
+{
+	(void)s, (void)name, (void)owner, (void)ttl_us;
+	*held = false;
+	return due__error_set(DUE_EUNSUPPORTED, "lock_take: not yet built");
+}
+
+static int mys_bytes(due_store *s, int64_t *out)
+{
+	(void)s;
+	*out = 0;
+	return due__error_set(DUE_EUNSUPPORTED, "bytes: not yet built");
+}
+
 #define OP(m) .m = mys_##m,
 const due_store_ops due__store_mysql = {
     .version = DUE_STORE_OPS_VERSION,

@@ -1041,7 +1041,12 @@ static int init_lock(due_store *s)
 }
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4};
+    [1] = schema_v1,
+    [2] = schema_v2,
+    [3] = schema_v3,
+    [4] = schema_v4,
+    /* interim (issue 15): the version only, until the step is written */
+    [5] = "UPDATE due_meta SET value = '5' WHERE name = 'schema_version';"};
 
 /*
 ** due_schedule(): a submit from SQL, inside the caller's own transaction,
@@ -2062,8 +2067,10 @@ static int pg_stats(due_store *s, due_stats *out)
 ** its own statement and transaction, until a batch finds nothing.  DEAD is
 ** never touched.  A retention longer than the epoch deletes nothing.
 */
-static int pg_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
+static int pg_prune(due_store *s, int64_t *deleted, int64_t older_than_us,
+		    int64_t max_rows)
 {
+	(void)max_rows; /* interim: prunes everything (issue 15) */
 	const int64_t max_us = 1000LL * 366 * 86400 * 1000000; /* 1000 years */
 	int64_t n;
 	int rc;
@@ -2594,6 +2601,22 @@ static int pg_kind_remove(due_store *s, const char *kind)
 		rc = due__store_no_kind(kind);
 	PQclear(r);
 	return rc;
+}
+
+/* Interim until this store implements retention's lease (issue 15). */
+static int pg_lock_take(due_store *s, bool *held, const char *name,
+			const char *owner, int64_t ttl_us)
+{
+	(void)s, (void)name, (void)owner, (void)ttl_us;
+	*held = false;
+	return due__error_set(DUE_EUNSUPPORTED, "lock_take: not yet built");
+}
+
+static int pg_bytes(due_store *s, int64_t *out)
+{
+	(void)s;
+	*out = 0;
+	return due__error_set(DUE_EUNSUPPORTED, "bytes: not yet built");
 }
 
 #define OP(m) .m = pg_##m,

@@ -640,7 +640,12 @@ static int exec_step(due_store *s, const char *sql, const char *what)
 }
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4};
+    [1] = schema_v1,
+    [2] = schema_v2,
+    [3] = schema_v3,
+    [4] = schema_v4,
+    /* interim (issue 15): the version only, until the step is written */
+    [5] = "UPDATE due_meta SET value = '5' WHERE name = 'schema_version';"};
 
 /* WAL first (it cannot change inside a transaction), then the walk. */
 static int due__sq_init_schema(due_store *s)
@@ -2189,8 +2194,10 @@ static int prune_batch(due_store *s, due_time cutoff, int64_t *n)
 	return 0;
 }
 
-static int due__sq_prune(due_store *s, int64_t *deleted, int64_t older_than_us)
+static int due__sq_prune(due_store *s, int64_t *deleted, int64_t older_than_us,
+			 int64_t max_rows)
 {
+	(void)max_rows; /* interim: prunes everything (issue 15) */
 	int64_t n = 0;
 	int rc;
 
@@ -2735,6 +2742,22 @@ fail:
 }
 
 /* Every method is due__sq_<method> (store.h lists them). */
+/* Interim until this store implements retention's lease (issue 15). */
+static int due__sq_lock_take(due_store *s, bool *held, const char *name,
+			     const char *owner, int64_t ttl_us)
+{
+	(void)s, (void)name, (void)owner, (void)ttl_us;
+	*held = false;
+	return due__error_set(DUE_EUNSUPPORTED, "lock_take: not yet built");
+}
+
+static int due__sq_bytes(due_store *s, int64_t *out)
+{
+	(void)s;
+	*out = 0;
+	return due__error_set(DUE_EUNSUPPORTED, "bytes: not yet built");
+}
+
 #define OP(m) .m = due__sq_##m,
 const due_store_ops due__store_sqlite = {
     .version = DUE_STORE_OPS_VERSION,

@@ -59,7 +59,7 @@
 ** src/core/names.c, so a backend writes only what its database does
 ** differently.  docs/internals/store.md walks through adding one.
 **
-** Version 5 of the table (DUE_STORE_OPS_VERSION).  due_open() refuses a
+** Version 7 of the table (DUE_STORE_OPS_VERSION).  due_open() refuses a
 ** backend whose `version` differs, or that leaves a method NULL (the
 ** methods of a capability it does not claim may be NULL).  Every backend
 ** lives in this tree, so a change to the table changes them all in the
@@ -77,7 +77,10 @@
 
 #include "due.h"
 
-#define DUE_STORE_OPS_VERSION 6
+#define DUE_STORE_OPS_VERSION 7
+
+/* The window of due_metrics' histograms and outcomes. */
+#define DUE_METRICS_WINDOW_US (15LL * 60 * 1000000)
 
 typedef struct due_store due_store; /* backend-private */
 struct due_cron_fire;
@@ -178,8 +181,39 @@ typedef struct due_store_ops {
 	int (*retry)(due_store *s, due_id id);
 	int (*requeue)(due_store *s, due_id id);
 	int (*kill)(due_store *s, due_state *out, due_id id);
+	/*
+	** stats and metrics never scan the whole task or attempts table:
+	** their cost at 1,000,000 tasks stays within 3x of their cost at
+	** 1,000.  Exact: CLAIMED, DEAD, due_unclaimed and its oldest age
+	** (bounded by the partial indexes: what runs, what is dead, what is
+	** overdue).  SCHEDULED, DONE and CANCELLED (totals and per kind) are
+	** exact when they are small or kept exactly at a drain cost <= 5 %,
+	** else an estimate with its bit set in out->estimated
+	** (kinds_estimated).  metrics' histograms, outcomes and done_per_min
+	** cover the tries claimed in the last DUE_METRICS_WINDOW_US (index on
+	** claimed_at); out->pruned sums the live workers' reported `pruned`.
+	*/
 	int (*stats)(due_store *s, due_stats *out);
-	int (*prune)(due_store *s, int64_t *deleted, int64_t older_than_us);
+	/*
+	** Delete DONE and CANCELLED tasks whose end (updated_at) is more than
+	** older_than_us before store-now, with their attempt and audit rows,
+	** at most DUE_PRUNE_BATCH tasks a transaction, oldest first; stop
+	** after max_rows tasks (0: until none is left).  Never SCHEDULED,
+	** CLAIMED or DEAD (re-checked in the statement that deletes).
+	*/
+	int (*prune)(due_store *s, int64_t *deleted, int64_t older_than_us,
+		     int64_t max_rows);
+	/*
+	** A store-wide named lease (retention's "one pruner at a time"):
+	** *held = true when `owner` holds `name` until store-now + ttl_us
+	** after the call: taken when free or expired, renewed when already
+	** ours; false (nothing written) while another owner's lease runs.
+	** One atomic statement or script; the store's clock.
+	*/
+	int (*lock_take)(due_store *s, bool *held, const char *name,
+			 const char *owner, int64_t ttl_us);
+	/* due_store_bytes(): what the store occupies (see due.h). */
+	int (*bytes)(due_store *s, int64_t *out);
 
 	/* One schedule; DUE_ENOTFOUND when there is none by that name. */
 	int (*cron_get)(due_store *s, due_cron_info **out, const char *name);
@@ -256,7 +290,8 @@ typedef struct due_store_ops {
 	X(parse_url) X(free_cfg) X(open) X(close) X(init_schema)               \
 	X(check_schema) X(now) X(native) X(schedule) X(cancel) X(get) X(list)  \
 	X(claim) X(extend) X(complete) X(fail) X(reclaim) X(complete_claim)    \
-	X(retry) X(requeue) X(kill) X(stats) X(prune) X(cron_get)              \
+	X(retry) X(requeue) X(kill) X(stats) X(prune) X(lock_take)      \
+	X(bytes) X(cron_get)              \
 	X(cron_put) X(cron_remove) X(cron_list) X(cron_fire) X(metrics)        \
 	X(worker_report) X(upcoming) X(kind_put) X(kind_get) X(kind_list)      \
 	X(kind_remove)
