@@ -266,7 +266,8 @@ static void maybe_report(keeper *k, bool force)
 		return;
 	due_worker_stats_get(w, &st);
 	sum = st.claimed + st.done + st.failed + st.stale + st.lease_lost +
-	      st.claim_queries + st.reclaim_queries + st.store_errors;
+	      st.claim_queries + st.reclaim_queries + st.store_errors +
+	      st.pruned;
 	if (sum == k->last_sum && !force && now - k->last_report < HEARTBEAT_US)
 		return;
 	k->last_report = now;

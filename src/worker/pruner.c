@@ -59,11 +59,11 @@ static int64_t prune_run(due_worker *w, int *rc_out)
 		int rc;
 
 		/* renew well before the lease could run out mid-run */
-		if (!lease_at || due__mono_us() - lease_at > PRUNE_LEASE_US / 3) {
-			rc = DUE_DB_CALL(w,
-					 due__lock_take(w->db, &held, PRUNE_LOCK,
-							w->owner,
-							PRUNE_LEASE_US));
+		if (!lease_at ||
+		    due__mono_us() - lease_at > PRUNE_LEASE_US / 3) {
+			rc = DUE_DB_CALL(w, due__lock_take(w->db, &held,
+							   PRUNE_LOCK, w->owner,
+							   PRUNE_LEASE_US));
 			if (rc < 0 || !held) {
 				*rc_out = rc;
 				return total;

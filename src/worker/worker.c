@@ -296,14 +296,17 @@ int due_worker_run(due_worker *w)
 		atomic_store(&w->running, false);
 		return rc;
 	}
-	due__wlog(w, 1,
-		  "started: %zu pool(s), shared concurrency %d, lease %lld ms, "
-		  "poll %lld ms%s%s",
-		  w->n_pools, w->pools[0]->size,
-		  (long long)w->o.lease_us / 1000, (long long)w->poll_us / 1000,
-		  w->o.mode == DUE_MODE_INLINE ? ", inline (one at a time)"
-					       : "",
-		  w->o.once ? ", once" : "");
+	char keep[64] = "off";
+	if (w->pruner_started)
+		due_duration_format(keep, sizeof(keep), w->o.retain_us);
+	due__wlog(
+	    w, 1,
+	    "started: %zu pool(s), shared concurrency %d, lease %lld ms, "
+	    "poll %lld ms, retention %s%s%s",
+	    w->n_pools, w->pools[0]->size, (long long)w->o.lease_us / 1000,
+	    (long long)w->poll_us / 1000, keep,
+	    w->o.mode == DUE_MODE_INLINE ? ", inline (one at a time)" : "",
+	    w->o.once ? ", once" : "");
 	if (!due__try_wheel(w, db))
 		due__claim_loop(w, db);
 	atomic_store(&w->fold, false); /* the completer takes everything now */
