@@ -3,9 +3,9 @@
 ** JSON array of objects shaped like `due show --json`.
 **
 ** The filters and the limit go to the store's list (due_list()), which
-** reads at most `limit` tasks through an index, in id order after
-** `after`: nothing is filtered or cut here, so `ls --state DEAD --limit
-** 100` costs the same among a million tasks as among a hundred.  The
+** returns at most `limit` tasks in id order after `after`: nothing is
+** filtered or cut here, so the cost of `ls --state DEAD --limit 100` is
+** the store's (store.h asks each list to use an index at any size).  The
 ** table shows no attempt history, so it is loaded only for --json (one
 ** more read per task).
 */
