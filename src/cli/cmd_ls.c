@@ -1,6 +1,13 @@
 /*
 ** cmd_ls.c - `due ls` and `due dead`: lists of tasks, as a table or as a
 ** JSON array of objects shaped like `due show --json`.
+**
+** The filters and the limit go to the store's list (due_list()), which
+** returns at most `limit` tasks in id order after `after`: nothing is
+** filtered or cut here, so the cost of `ls --state DEAD --limit 100` is
+** the store's (store.h asks each list to use an index at any size).  The
+** table shows no attempt history, so it is loaded only for --json (one
+** more read per task).
 */
 #include <string.h>
 
@@ -40,12 +47,13 @@ void cli_print_task_table(const due_task_list *l)
 	}
 }
 
-static int run_list(cli_ctx *c, const due_list_opts *o)
+static int run_list(cli_ctx *c, due_list_opts *o)
 {
 	due_task_list *l = NULL;
 	due_db *db = NULL;
 	int rc;
 
+	o->attempts = c->json;
 	if ((rc = cli_open(c, &db)))
 		return rc;
 	rc = due_list(db, &l, o);
@@ -77,7 +85,6 @@ int cmd_ls(int argc, char **argv)
 	long v;
 	int opt;
 
-	o.attempts = true;
 	cli_getopt_reset();
 	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		if (cli_common_opt(&c, opt, optarg))
@@ -119,7 +126,6 @@ int cmd_dead(int argc, char **argv)
 	int opt;
 
 	o.state = DUE_DEAD;
-	o.attempts = true;
 	o.limit = 1000;
 	cli_getopt_reset();
 	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {

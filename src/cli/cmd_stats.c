@@ -9,6 +9,15 @@
 ** paused, running against max-running, claims in the rate's window
 ** against the rate, and the claim passes each limit held back; in JSON a
 ** "kinds" array of the objects `due kind ls --json` prints.
+**
+** Every figure comes from one due_metrics_get() (its stats included), a
+** read that never scans the whole task table.  CLAIMED, DEAD, the
+** due-but-unclaimed backlog and its oldest age are exact; the store may
+** answer SCHEDULED, DONE and CANCELLED with an estimate once they are
+** large (due_stats.estimated): the text marks such a count "~N
+** (estimate)", the JSON lists those states in "estimated" ([] when every
+** count is exact).  workers.pruned is what retention deleted, summed over
+** the workers that reported in the last 5 minutes.
 */
 #include "cli/cli.h"
 #include "fmt/fmt.h"
@@ -21,7 +30,11 @@ static const char usage_stats[] =
     "minutes, from every worker; and for each kind with settings (`due "
     "kind`):\n"
     "paused or not, running tries against max-running, claims in the rate's\n"
-    "window against the rate, and how often each limit held tasks back.\n";
+    "window against the rate, and how often each limit held tasks back.\n"
+    "\n"
+    "CLAIMED, DEAD and the due backlog are exact; a large SCHEDULED, DONE or\n"
+    "CANCELLED count may be the store's estimate, shown as ~N (estimate)\n"
+    "(in JSON: the states listed in \"estimated\").\n";
 
 static const char usage_health[] =
     "usage: due health [--json] [--db URL]\n"
@@ -86,74 +99,100 @@ static void print_kinds(const due_kind_info_list *l)
 	}
 }
 
-int cmd_stats(int argc, char **argv)
+/* The states whose count is an estimate, as a JSON array of names. */
+static json_t *estimated_json(uint32_t bits)
 {
-	cli_ctx c = {.prog = "due stats"};
-	due_kind_info_list *kinds = NULL;
-	due_db *db = NULL;
-	due_stats st;
-	int rc = parse(&c, argc, argv, usage_stats);
+	json_t *a = json_array();
 
-	if (rc)
-		return rc < 0 ? 0 : rc;
-	due_metrics *m = NULL;
-
-	if ((rc = cli_open(&c, &db)))
-		return rc;
-	rc = due_stats_get(db, &st);
-	if (rc == 0)
-		rc = due_metrics_get(db, &m);
-	if (rc == 0)
-		rc = due_kind_list(db, &kinds);
-	due_close(db);
-	if (rc < 0) {
-		due_metrics_free(m);
-		return cli_fail(&c, rc);
-	}
-	if (c.json) {
-		json_t *o = due_fmt_stats(&st);
-		json_t *wk = json_object();
-		json_object_set_new(wk, "reporting", json_integer(m->workers));
-		json_object_set_new(wk, "claim_queries",
-				    json_integer(m->claim_queries));
-		json_object_set_new(wk, "empty_polls",
-				    json_integer(m->empty_claims));
-		json_object_set_new(wk, "reclaim_checks",
-				    json_integer(m->reclaim_queries));
-		json_object_set_new(wk, "store_errors",
-				    json_integer(m->store_errors));
-		json_object_set_new(o, "workers", wk);
-		json_object_set_new(o, "schedules",
-				    json_integer((json_int_t)m->n_schedules));
-		json_object_set_new(o, "kinds", due_fmt_kind_list(kinds));
-		due_kind_info_list_free(kinds);
-		due_metrics_free(m);
-		return cli_print_json(o);
-	}
 	for (int i = 0; i < DUE_STATE_COUNT; i++)
-		printf("%-10s %lld\n", due_state_name((due_state)i),
-		       (long long)st.counts[i]);
+		if (bits & (1u << i))
+			json_array_append_new(
+			    a, json_string(due_state_name((due_state)i)));
+	return a;
+}
+
+static int print_json(const due_metrics *m, const due_kind_info_list *kinds)
+{
+	json_t *o = due_fmt_stats(&m->stats);
+	json_t *wk = json_object();
+
+	json_object_set_new(o, "estimated", estimated_json(m->stats.estimated));
+	json_object_set_new(wk, "reporting", json_integer(m->workers));
+	json_object_set_new(wk, "claim_queries",
+			    json_integer(m->claim_queries));
+	json_object_set_new(wk, "empty_polls", json_integer(m->empty_claims));
+	json_object_set_new(wk, "reclaim_checks",
+			    json_integer(m->reclaim_queries));
+	json_object_set_new(wk, "store_errors", json_integer(m->store_errors));
+	json_object_set_new(wk, "pruned", json_integer(m->pruned));
+	json_object_set_new(o, "workers", wk);
+	json_object_set_new(o, "schedules",
+			    json_integer((json_int_t)m->n_schedules));
+	json_object_set_new(o, "kinds", due_fmt_kind_list(kinds));
+	return cli_print_json(o);
+}
+
+static void print_text(const due_metrics *m, const due_kind_info_list *kinds)
+{
+	const due_stats *st = &m->stats;
+
+	for (int i = 0; i < DUE_STATE_COUNT; i++) {
+		bool est = st->estimated & (1u << i);
+		printf("%-10s %s%lld%s\n", due_state_name((due_state)i),
+		       est ? "~" : "", (long long)st->counts[i],
+		       est ? " (estimate)" : "");
+	}
 	printf("due now, unclaimed: %lld (oldest %lld ms)\n",
-	       (long long)st.due_unclaimed,
-	       (long long)st.oldest_due_unclaimed_ms);
-	printf("dead letters: %lld\n", (long long)st.dead);
+	       (long long)st->due_unclaimed,
+	       (long long)st->oldest_due_unclaimed_ms);
+	printf("dead letters: %lld\n", (long long)st->dead);
 	printf("lateness over the last %llds (%lld claims):\n",
-	       (long long)(st.window_us / 1000000),
-	       (long long)st.claims_window);
-	print_ms("p50", st.lateness_p50_us);
-	print_ms("p99", st.lateness_p99_us);
-	print_ms("max", st.lateness_max_us);
+	       (long long)(st->window_us / 1000000),
+	       (long long)st->claims_window);
+	print_ms("p50", st->lateness_p50_us);
+	print_ms("p99", st->lateness_p99_us);
+	print_ms("max", st->lateness_max_us);
 	printf(
 	    "workers reporting (last 5 min): %lld; claim queries %lld, empty "
 	    "polls %lld, reclaim checks %lld, store errors %lld\n",
 	    (long long)m->workers, (long long)m->claim_queries,
 	    (long long)m->empty_claims, (long long)m->reclaim_queries,
 	    (long long)m->store_errors);
+	printf("tasks pruned by retention: %lld (summed over those workers)\n",
+	       (long long)m->pruned);
 	printf("schedules: %zu\n", m->n_schedules);
 	print_kinds(kinds);
+}
+
+/*
+** One due_metrics_get() gives the stats too: due_stats_get() beside it
+** would read them twice.
+*/
+int cmd_stats(int argc, char **argv)
+{
+	cli_ctx c = {.prog = "due stats"};
+	due_kind_info_list *kinds = NULL;
+	due_metrics *m = NULL;
+	due_db *db = NULL;
+	int rc = parse(&c, argc, argv, usage_stats);
+
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	if ((rc = cli_open(&c, &db)))
+		return rc;
+	rc = due_metrics_get(db, &m);
+	if (rc == 0)
+		rc = due_kind_list(db, &kinds);
+	due_close(db);
+	if (rc < 0)
+		rc = cli_fail(&c, rc);
+	else if (c.json)
+		rc = print_json(m, kinds);
+	else
+		print_text(m, kinds);
 	due_kind_info_list_free(kinds);
 	due_metrics_free(m);
-	return 0;
+	return rc;
 }
 
 int cmd_health(int argc, char **argv)

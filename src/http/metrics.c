@@ -3,15 +3,26 @@
 ** exposition format (version 0.0.4).
 **
 ** Everything comes from one due_metrics_get() call, so every worker's
-** work is seen, not only this process's.  Histograms and attempt outcomes
-** are computed over the attempts history kept in the store: `due prune`
-** removes old history, which Prometheus sees as a counter reset.  Worker
-** counters are the sums over workers that reported in the last 5 minutes,
-** so a worker that goes away also looks like a reset.
+** work is seen, not only this process's, and that call never scans the
+** whole task table.  Its histograms and attempt outcomes cover the tries
+** claimed in the last due_metrics.window_us (15 minutes; the HELP text
+** says the window): they are sliding-window figures, so they drop as
+** tries leave the window, which Prometheus sees as a counter reset.
+** Worker counters, due_tasks_pruned_total included, are sums over the
+** workers that reported in the last 5 minutes, so a worker that goes away
+** also looks like a reset.
+**
+** The task counts of SCHEDULED, DONE and CANCELLED (by state and by kind)
+** may be the store's estimate once they are large.  Which ones are is a
+** family of its own, 0/1 per state (due_task_count_estimated for
+** due_tasks_by_state, due_task_count_by_kind_estimated for due_tasks),
+** not a label on the counts: a label that flips as a count crosses the
+** store's threshold would end one series and start another.
 **
 ** Format rules kept here: one HELP and one TYPE line per family, before
 ** its samples; label values escaped (\\, \", \n); histogram buckets
-** cumulative with le="+Inf" equal to _count; names prefixed due_.
+** cumulative with le="+Inf" equal to _count; names prefixed due_; the
+** names of existing families never change (scripts rely on them).
 **
 ** Flow control (docs/internals/flow.md) adds, per kind with settings
 ** (due_kind_list(), read after the metrics): due_kind_paused,
@@ -78,10 +89,22 @@ static void histogram(FILE *f, const char *name, const char *help,
 static const char *const state_label[DUE_STATE_COUNT] = {
     "scheduled", "claimed", "done", "cancelled", "dead"};
 
+/* name{state="..."} 0|1 for each state: 1 when its count is an estimate. */
+static void estimated(FILE *f, const char *name, const char *help,
+		      uint32_t bits)
+{
+	family(f, name, "gauge", help);
+	for (int s = 0; s < DUE_STATE_COUNT; s++)
+		fprintf(f, "%s{state=\"%s\"} %d\n", name, state_label[s],
+			(bits & (1u << s)) ? 1 : 0);
+}
+
 static void tasks(FILE *f, const due_metrics *m)
 {
-	family(f, "due_tasks", "gauge",
-	       "Tasks in the store by kind and state.");
+	family(
+	    f, "due_tasks", "gauge",
+	    "Tasks in the store by kind and state (scheduled, done and "
+	    "cancelled may be estimates: due_task_count_by_kind_estimated).");
 	for (size_t k = 0; k < m->n_kinds; k++)
 		for (int s = 0; s < DUE_STATE_COUNT; s++) {
 			fputs("due_tasks{kind=\"", f);
@@ -90,10 +113,38 @@ static void tasks(FILE *f, const due_metrics *m)
 				(long long)m->kinds[k].counts[s]);
 		}
 	family(f, "due_tasks_by_state", "gauge",
-	       "Tasks in the store by state.");
+	       "Tasks in the store by state (claimed and dead exact; "
+	       "scheduled, done and cancelled may be estimates: "
+	       "due_task_count_estimated).");
 	for (int s = 0; s < DUE_STATE_COUNT; s++)
 		fprintf(f, "due_tasks_by_state{state=\"%s\"} %lld\n",
 			state_label[s], (long long)m->stats.counts[s]);
+	estimated(f, "due_task_count_estimated",
+		  "1 when due_tasks_by_state of this state is the store's "
+		  "estimate, 0 when it is exact.",
+		  m->stats.estimated);
+	estimated(f, "due_task_count_by_kind_estimated",
+		  "1 when the due_tasks counts of this state are the store's "
+		  "estimates, 0 when they are exact.",
+		  m->kinds_estimated);
+}
+
+/*
+** "the tries claimed in the last 15 minutes", from the store's window;
+** a store without one (window_us 0) reads its whole attempts history.
+*/
+static void window_text(char *buf, size_t n, int64_t window_us)
+{
+	int64_t s = window_us / 1000000;
+
+	if (window_us <= 0)
+		snprintf(buf, n, "every try in the attempts history kept");
+	else if (s % 60 == 0)
+		snprintf(buf, n, "the tries claimed in the last %lld minutes",
+			 (long long)(s / 60));
+	else
+		snprintf(buf, n, "the tries claimed in the last %lld s",
+			 (long long)s);
 }
 
 /* Outcome names as labels; RUNNING is a gauge of its own. */
@@ -107,11 +158,15 @@ static const char *const outcome_label[DUE_OUT_COUNT] = {
     [DUE_OUT_TIMED_OUT] = "timed_out",
     [DUE_OUT_REJECTED_STALE] = "rejected_stale"};
 
-static void attempts(FILE *f, const due_metrics *m)
+static void attempts(FILE *f, const due_metrics *m, const char *window)
 {
-	family(f, "due_attempts_total", "counter",
-	       "Ended tries by outcome (attempts history in the store; "
-	       "rejected_stale counts late commits refused by fencing).");
+	char help[256];
+
+	snprintf(help, sizeof(help),
+		 "Ended tries by outcome, over %s (rejected_stale counts late "
+		 "commits refused by fencing).",
+		 window);
+	family(f, "due_attempts_total", "counter", help);
 	for (int i = 0; i < DUE_OUT_COUNT; i++)
 		if (outcome_label[i])
 			fprintf(f, "due_attempts_total{outcome=\"%s\"} %lld\n",
@@ -199,9 +254,11 @@ static int render(const due_metrics *m, const due_kind_info_list *kl,
 		  const char *backend, char **out, size_t *len)
 {
 	FILE *f = open_memstream(out, len);
+	char window[96], help[192];
 
 	if (!f)
 		return -1;
+	window_text(window, sizeof(window), m->window_us);
 	family(f, "due_build_info", "gauge",
 	       "Version of due and its store backend.");
 	fprintf(f, "due_build_info{version=\"%s\",backend=\"", DUE_VERSION);
@@ -220,15 +277,14 @@ static int render(const due_metrics *m, const due_kind_info_list *kl,
 	       "Age of the oldest due but unclaimed task (0 when none).");
 	fprintf(f, "due_oldest_due_unclaimed_seconds %.3f\n",
 		(double)m->stats.oldest_due_unclaimed_ms / 1000.0);
-	histogram(f, "due_lateness_seconds",
-		  "Lateness of claims: claimed_at - "
-		  "due_at.",
-		  &m->lateness);
-	histogram(f, "due_handler_duration_seconds",
-		  "Duration of ended tries: "
-		  "ended_at - claimed_at.",
-		  &m->duration);
-	attempts(f, m);
+	snprintf(help, sizeof(help),
+		 "Lateness of claims (claimed_at - due_at) of %s.", window);
+	histogram(f, "due_lateness_seconds", help, &m->lateness);
+	snprintf(help, sizeof(help),
+		 "Duration of ended tries (ended_at - claimed_at) of %s.",
+		 window);
+	histogram(f, "due_handler_duration_seconds", help, &m->duration);
+	attempts(f, m, window);
 	counter(f, "due_worker_claim_queries_total",
 		"Claim queries by workers "
 		"seen in the last 5 minutes.",
@@ -245,6 +301,11 @@ static int render(const due_metrics *m, const due_kind_info_list *kl,
 		"Store errors met by workers "
 		"seen in the last 5 minutes.",
 		m->store_errors);
+	counter(f, "due_tasks_pruned_total",
+		"DONE and CANCELLED tasks deleted by retention (due work "
+		"--retain): the sum of the counters of the workers seen in the "
+		"last 5 minutes.",
+		m->pruned);
 	gauge(f, "due_workers", "Workers that reported in the last 5 minutes.",
 	      m->workers);
 	gauge(f, "due_schedules", "Periodic schedules (due cron).",

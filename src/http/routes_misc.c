@@ -11,6 +11,13 @@
 **
 ** /health is answered by the prober thread (pool.c) with its own store
 ** handle: http_health_probe() is its one store call.
+**
+** Stats and metrics come from one due_metrics_get(), which never scans
+** the whole task table: the counts the store may estimate (SCHEDULED,
+** DONE, CANCELLED, per kind; docs/HTTP.md) are named in "estimated"
+** arrays ([] when all are exact), the histograms and outcomes cover the
+** tries claimed in the last "window_s" seconds, and "pruned" is what
+** retention deleted, summed over the live workers' reports.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,9 +228,22 @@ int route_sched_delete(http_req *r)
 /* Stats, health, the dashboard's metrics                              */
 /* ------------------------------------------------------------------ */
 
+/* The states whose bit is set (1u << state), as a JSON array of names. */
+static json_t *estimated_json(uint32_t bits)
+{
+	json_t *a = json_array();
+
+	for (int i = 0; i < DUE_STATE_COUNT; i++)
+		if (bits & (1u << i))
+			json_array_append_new(
+			    a, json_string(due_state_name((due_state)i)));
+	return a;
+}
+
 /*
-** As `due stats --json`: the stats plus worker counters, schedules and
-** the kinds with flow-control settings.
+** As `due stats --json` (cmd_stats.c builds the same object): the stats
+** with the states whose counts are estimates, worker counters, schedules
+** and the kinds with flow-control settings.
 */
 int route_stats(http_req *r)
 {
@@ -239,6 +259,7 @@ int route_stats(http_req *r)
 		return http_reply_due(r, rc);
 	}
 	o = due_fmt_stats(&m->stats);
+	json_object_set_new(o, "estimated", estimated_json(m->stats.estimated));
 	wk = json_object();
 	json_object_set_new(wk, "reporting", json_integer(m->workers));
 	json_object_set_new(wk, "claim_queries",
@@ -247,6 +268,7 @@ int route_stats(http_req *r)
 	json_object_set_new(wk, "reclaim_checks",
 			    json_integer(m->reclaim_queries));
 	json_object_set_new(wk, "store_errors", json_integer(m->store_errors));
+	json_object_set_new(wk, "pruned", json_integer(m->pruned));
 	json_object_set_new(o, "workers", wk);
 	json_object_set_new(o, "schedules",
 			    json_integer((json_int_t)m->n_schedules));
@@ -337,9 +359,11 @@ static json_t *metrics_json(const due_metrics *m, const char *backend,
 			    bool auth)
 {
 	json_t *o = json_object(), *kinds = json_array(), *out = json_object();
-	json_t *per = json_array();
+	json_t *per = json_array(), *st = due_fmt_stats(&m->stats);
 
-	json_object_set_new(o, "stats", due_fmt_stats(&m->stats));
+	json_object_set_new(st, "estimated",
+			    estimated_json(m->stats.estimated));
+	json_object_set_new(o, "stats", st);
 	json_object_set_new(o, "health",
 			    json_pack("{s:s,s:I}", "status",
 				      m->stats.dead ? "DOWN" : "UP", "dead",
@@ -347,8 +371,9 @@ static json_t *metrics_json(const due_metrics *m, const char *backend,
 	for (size_t i = 0; i < m->n_kinds; i++)
 		json_array_append_new(
 		    kinds,
-		    json_pack("{s:s,s:o}", "kind", m->kinds[i].kind, "counts",
-			      counts_json(m->kinds[i].counts)));
+		    json_pack("{s:s,s:o,s:o}", "kind", m->kinds[i].kind,
+			      "counts", counts_json(m->kinds[i].counts),
+			      "estimated", estimated_json(m->kinds_estimated)));
 	json_object_set_new(o, "kinds", kinds);
 	json_object_set_new(o, "lateness", hist_json(&m->lateness));
 	json_object_set_new(o, "duration", hist_json(&m->duration));
@@ -356,6 +381,11 @@ static json_t *metrics_json(const due_metrics *m, const char *backend,
 		json_object_set_new(out, due_outcome_name((due_outcome)i),
 				    json_integer(m->outcomes[i]));
 	json_object_set_new(o, "outcomes", out);
+	/* null: a store that reads its whole history (no window) */
+	json_object_set_new(o, "window_s",
+			    m->window_us > 0
+				? json_integer(m->window_us / 1000000)
+				: json_null());
 	for (int i = 0; i < 15; i++)
 		json_array_append_new(per, json_integer(m->done_per_min[i]));
 	json_object_set_new(o, "done_per_min", per);
@@ -365,6 +395,7 @@ static json_t *metrics_json(const due_metrics *m, const char *backend,
 	json_object_set_new(o, "reclaim_queries",
 			    json_integer(m->reclaim_queries));
 	json_object_set_new(o, "store_errors", json_integer(m->store_errors));
+	json_object_set_new(o, "pruned", json_integer(m->pruned));
 	json_object_set_new(o, "schedules",
 			    json_integer((json_int_t)m->n_schedules));
 	json_object_set_new(o, "backend", json_string(backend));

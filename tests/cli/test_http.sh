@@ -72,6 +72,12 @@ expect 200 "stats"
 expect_eq "stats keys as due stats --json" \
 	"$(python3 -c 'import json,sys; print(sorted(json.load(open(sys.argv[1]))))' "$T/cli_stats")" \
 	"$(jf 'str(sorted(j))')"
+expect_eq "stats: workers keys as due stats --json" \
+	"$(python3 -c 'import json,sys; print(sorted(json.load(open(sys.argv[1]))["workers"]))' "$T/cli_stats")" \
+	"$(jf 'str(sorted(j["workers"]))')"
+# A small SQLite store counts exactly and nothing was pruned.
+expect_eq "stats: estimated [] and pruned 0" "[] 0" \
+	"$(jf '"%s %s" % (json.dumps(j["estimated"]), j["workers"]["pruned"])')"
 req GET /nope
 expect_error 404 not_found "unknown route" "no route GET /nope"
 req PATCH /v1/tasks
@@ -317,10 +323,12 @@ MBAD=$(jf 'j["id"]')
 "$DUE" work --kinds m.ok,m.bad --handler m.ok=cat --handler 'm.bad=exit 1' --once \
 	--no-cron -q >/dev/null 2>&1 || true
 req PUT /v1/schedules/hourly '{"expr":"@hourly","kind":"r"}'
+req GET /v1/metrics
+WINDOW=$(jf 'j["window_s"]')
 req GET /metrics
 expect 200 "GET /metrics"
 expect_eq "metrics content type" "text/plain; version=0.0.4; charset=utf-8" "$(header Content-Type)"
-if python3 - "$T/body" >"$T/prom.out" 2>&1 <<'PY'; then ok; else bad "exposition format: $(cat "$T/prom.out")"; fi
+if python3 - "$T/body" "$WINDOW" >"$T/prom.out" 2>&1 <<'PY'; then ok; else bad "exposition format: $(cat "$T/prom.out")"; fi
 # A small parser of the Prometheus text format (0.0.4): HELP/TYPE before
 # samples, one TYPE per family, valid names and labels, float values,
 # histograms cumulative with +Inf == _count, and the families we promise.
@@ -380,7 +388,9 @@ want = {"due_tasks": "gauge", "due_tasks_by_state": "gauge", "due_dead_letters":
         "due_oldest_due_unclaimed_seconds": "gauge", "due_lateness_seconds": "histogram",
         "due_handler_duration_seconds": "histogram", "due_attempts_total": "counter",
         "due_worker_empty_polls_total": "counter", "due_worker_claim_queries_total": "counter",
-        "due_workers": "gauge", "due_schedules": "gauge"}
+        "due_workers": "gauge", "due_schedules": "gauge",
+        "due_tasks_pruned_total": "counter", "due_task_count_estimated": "gauge",
+        "due_task_count_by_kind_estimated": "gauge"}
 for k, t in want.items():
     if types.get(k) != t: errors.append("family %s: type %s, want %s" % (k, types.get(k), t))
 outcomes = {s[2].get("outcome") for s in samples if s[1] == "due_attempts_total"}
@@ -395,6 +405,20 @@ checks = [("dead letters", val("due_dead_letters"), [1.0]),
 for what, got, exp in checks:
     if got != exp: errors.append("%s: %s, expected %s" % (what, got, exp))
 if val("due_lateness_seconds_count")[0] < 2: errors.append("lateness histogram empty")
+# A small SQLite store: every count exact, nothing pruned by retention.
+states = ["scheduled", "claimed", "done", "cancelled", "dead"]
+for fam in ("due_task_count_estimated", "due_task_count_by_kind_estimated"):
+    got = sorted((s[2].get("state"), s[3]) for s in samples if s[1] == fam)
+    if got != sorted((st, 0.0) for st in states):
+        errors.append("%s: %s, expected 0 for each state" % (fam, got))
+if val("due_tasks_pruned_total") != [0.0]: errors.append("due_tasks_pruned_total: %s" % val("due_tasks_pruned_total"))
+# The histograms and outcomes say their window (/v1/metrics window_s).
+window = sys.argv[2]
+want_help = ("the attempts history" if window == "null"
+             else "claimed in the last %d minutes" % (int(window) // 60))
+for fam in ("due_lateness_seconds", "due_handler_duration_seconds", "due_attempts_total"):
+    if want_help not in helps.get(fam, ""):
+        errors.append("%s HELP %r lacks %r" % (fam, helps.get(fam), want_help))
 if val("due_attempts_total", outcome="done")[0] < 1: errors.append("no done attempts")
 if val("due_attempts_total", outcome="failed")[0] < 1: errors.append("no failed attempts")
 print("\n".join(errors) or "ok: %d samples in %d families" % (len(samples), len(types)))
@@ -404,6 +428,19 @@ req GET /v1/metrics
 expect 200 "GET /v1/metrics"
 expect_eq "metrics JSON" "DOWN 1 15 15 False" \
 	"$(jf '"%s %s %s %s %s" % (j["health"]["status"], j["health"]["dead"], len(j["lateness"]["buckets"]), len(j["done_per_min"]), j["auth_required"])')"
+expect_eq "metrics JSON: nothing estimated, nothing pruned" "[] 0 True" \
+	"$(jf '"%s %s %s" % (json.dumps(j["stats"]["estimated"]), j["pruned"], all(k["estimated"] == [] for k in j["kinds"]) and len(j["kinds"]) >= 2)')"
+expect_eq "metrics JSON: window_s is 900 (or null: whole history)" true "$(jf 'j["window_s"] in (None, 900)')"
+# Exact counts: each state's count is the number of tasks listed in it,
+# and each kind's counts add up to the totals.
+cp "$T/body" "$T/vmetrics"
+for st in SCHEDULED CLAIMED DONE CANCELLED DEAD; do
+	req GET "/v1/tasks?state=$st&limit=10000"
+	expect_eq "exact count of $st" "$(jf 'len(j)')" \
+		"$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["stats"]["counts"][sys.argv[2]])' "$T/vmetrics" "$st")"
+done
+expect_eq "per-kind counts add up to the totals" True \
+	"$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(all(sum(k["counts"][s] for k in j["kinds"]) == j["stats"]["counts"][s] for s in j["stats"]["counts"]))' "$T/vmetrics")"
 req POST "/v1/tasks/$MBAD/retry"
 req DELETE "/v1/tasks/$MBAD"
 req DELETE /v1/schedules/hourly
