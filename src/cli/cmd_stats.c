@@ -99,37 +99,9 @@ static void print_kinds(const due_kind_info_list *l)
 	}
 }
 
-/* The states whose count is an estimate, as a JSON array of names. */
-static json_t *estimated_json(uint32_t bits)
-{
-	json_t *a = json_array();
-
-	for (int i = 0; i < DUE_STATE_COUNT; i++)
-		if (bits & (1u << i))
-			json_array_append_new(
-			    a, json_string(due_state_name((due_state)i)));
-	return a;
-}
-
 static int print_json(const due_metrics *m, const due_kind_info_list *kinds)
 {
-	json_t *o = due_fmt_stats(&m->stats);
-	json_t *wk = json_object();
-
-	json_object_set_new(o, "estimated", estimated_json(m->stats.estimated));
-	json_object_set_new(wk, "reporting", json_integer(m->workers));
-	json_object_set_new(wk, "claim_queries",
-			    json_integer(m->claim_queries));
-	json_object_set_new(wk, "empty_polls", json_integer(m->empty_claims));
-	json_object_set_new(wk, "reclaim_checks",
-			    json_integer(m->reclaim_queries));
-	json_object_set_new(wk, "store_errors", json_integer(m->store_errors));
-	json_object_set_new(wk, "pruned", json_integer(m->pruned));
-	json_object_set_new(o, "workers", wk);
-	json_object_set_new(o, "schedules",
-			    json_integer((json_int_t)m->n_schedules));
-	json_object_set_new(o, "kinds", due_fmt_kind_list(kinds));
-	return cli_print_json(o);
+	return cli_print_json(due_fmt_stats_report(m, kinds));
 }
 
 static void print_text(const due_metrics *m, const due_kind_info_list *kinds)

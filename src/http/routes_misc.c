@@ -228,18 +228,6 @@ int route_sched_delete(http_req *r)
 /* Stats, health, the dashboard's metrics                              */
 /* ------------------------------------------------------------------ */
 
-/* The states whose bit is set (1u << state), as a JSON array of names. */
-static json_t *estimated_json(uint32_t bits)
-{
-	json_t *a = json_array();
-
-	for (int i = 0; i < DUE_STATE_COUNT; i++)
-		if (bits & (1u << i))
-			json_array_append_new(
-			    a, json_string(due_state_name((due_state)i)));
-	return a;
-}
-
 /*
 ** As `due stats --json` (cmd_stats.c builds the same object): the stats
 ** with the states whose counts are estimates, worker counters, schedules
@@ -250,7 +238,7 @@ int route_stats(http_req *r)
 	due_kind_info_list *kinds = NULL;
 	due_metrics *m = NULL;
 	due_db *db;
-	json_t *o, *wk;
+	json_t *o;
 	int rc;
 
 	if ((rc = http_db(r, &db)) < 0 || (rc = due_metrics_get(db, &m)) < 0 ||
@@ -258,21 +246,7 @@ int route_stats(http_req *r)
 		due_metrics_free(m);
 		return http_reply_due(r, rc);
 	}
-	o = due_fmt_stats(&m->stats);
-	json_object_set_new(o, "estimated", estimated_json(m->stats.estimated));
-	wk = json_object();
-	json_object_set_new(wk, "reporting", json_integer(m->workers));
-	json_object_set_new(wk, "claim_queries",
-			    json_integer(m->claim_queries));
-	json_object_set_new(wk, "empty_polls", json_integer(m->empty_claims));
-	json_object_set_new(wk, "reclaim_checks",
-			    json_integer(m->reclaim_queries));
-	json_object_set_new(wk, "store_errors", json_integer(m->store_errors));
-	json_object_set_new(wk, "pruned", json_integer(m->pruned));
-	json_object_set_new(o, "workers", wk);
-	json_object_set_new(o, "schedules",
-			    json_integer((json_int_t)m->n_schedules));
-	json_object_set_new(o, "kinds", due_fmt_kind_list(kinds));
+	o = due_fmt_stats_report(m, kinds);
 	due_kind_info_list_free(kinds);
 	due_metrics_free(m);
 	return http_reply_json(r, 200, o);
@@ -361,8 +335,6 @@ static json_t *metrics_json(const due_metrics *m, const char *backend,
 	json_t *o = json_object(), *kinds = json_array(), *out = json_object();
 	json_t *per = json_array(), *st = due_fmt_stats(&m->stats);
 
-	json_object_set_new(st, "estimated",
-			    estimated_json(m->stats.estimated));
 	json_object_set_new(o, "stats", st);
 	json_object_set_new(o, "health",
 			    json_pack("{s:s,s:I}", "status",
@@ -370,10 +342,10 @@ static json_t *metrics_json(const due_metrics *m, const char *backend,
 				      (json_int_t)m->stats.dead));
 	for (size_t i = 0; i < m->n_kinds; i++)
 		json_array_append_new(
-		    kinds,
-		    json_pack("{s:s,s:o,s:o}", "kind", m->kinds[i].kind,
-			      "counts", counts_json(m->kinds[i].counts),
-			      "estimated", estimated_json(m->kinds_estimated)));
+		    kinds, json_pack("{s:s,s:o,s:o}", "kind", m->kinds[i].kind,
+				     "counts", counts_json(m->kinds[i].counts),
+				     "estimated",
+				     due_fmt_estimated(m->kinds_estimated)));
 	json_object_set_new(o, "kinds", kinds);
 	json_object_set_new(o, "lateness", hist_json(&m->lateness));
 	json_object_set_new(o, "duration", hist_json(&m->duration));
