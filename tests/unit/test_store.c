@@ -43,9 +43,10 @@
 
 #include "core/internal.h" /* due__prune_max, due__lock_take */
 #include "due.h"
-#include "store/store.h" /* DUE_METRICS_WINDOW_US */
-#define TU_FIXTURE	 /* setup, teardown, open_db, url, dir */
-#define TU_TASKS	 /* add, claim_one, get, state_of */
+#include "store/sqlite_conn.h" /* due__sq_read_sql */
+#include "store/store.h"       /* DUE_METRICS_WINDOW_US */
+#define TU_FIXTURE	       /* setup, teardown, open_db, url, dir */
+#define TU_TASKS	       /* add, claim_one, get, state_of */
 #include "test_util.h"
 
 #define LONG_LEASE 60000000LL
@@ -3123,6 +3124,23 @@ static void test_flow_kind_settings(void **state)
 	due_close(db);
 }
 
+/* SQLite: a fresh store taken back to version 4 (step 5 undone). */
+static void sqlite_undo_v5(void)
+{
+	static const char *const undo[] = {
+	    "DROP TRIGGER due_count_insert",
+	    "DROP TRIGGER due_count_update",
+	    "DROP TRIGGER due_count_delete",
+	    "DROP TABLE due_count",
+	    "DROP INDEX due_task_state",
+	    "DROP TABLE due_lock",
+	    "ALTER TABLE due_worker DROP COLUMN pruned",
+	    "UPDATE due_meta SET value = '4' WHERE name = 'schema_version'",
+	};
+	for (size_t i = 0; i < sizeof(undo) / sizeof(undo[0]); i++)
+		sql("%s", undo[i]);
+}
+
 /*
 ** A version 3 store upgrades in place: its tasks get priority 0, no
 ** group and no time limit, and are claimed as before.  SQLite only: the
@@ -3137,6 +3155,7 @@ static void test_flow_v3_upgrade(void **state)
 	due_db *db = open_db();
 	due_id id = add(db, "k", 0, 5);
 	due_close(db);
+	sqlite_undo_v5();
 	static const char *const undo[] = {
 	    "DROP TABLE due_kind",
 	    "DROP TABLE due_rate",
@@ -3534,6 +3553,121 @@ static void test_stats_exact_at_size(void **state)
 	due_close(db);
 }
 
+/*
+** SQLite: a version 4 store upgrades to 5 in place: the counters start
+** from the tasks it holds and follow every transition after; the lease,
+** the worker's pruned count and the list by state work.
+*/
+static void test_sqlite_v4_upgrade(void **state)
+{
+	(void)state;
+	if (!on_sqlite())
+		return;
+	due_db *db = open_db();
+	due_complete_outcome co;
+	due_fail_outcome fo;
+	due_metrics *m = NULL;
+	due_stats st;
+	bool held = false;
+
+	add(db, "a", HOUR, 5);
+	add(db, "a", HOUR, 5);
+	due_id ok = add(db, "b", 0, 5);
+	claim_one(db, ok, LONG_LEASE);
+	assert_int_equal(due_complete(db, &co, ok, 1, "", 0), 0);
+	due_id dead = add(db, "b", 0, 1);
+	claim_one(db, dead, LONG_LEASE);
+	assert_int_equal(due_fail(db, &fo, dead, 1, "x"), 0);
+	due_close(db);
+	sqlite_undo_v5();
+	db = NULL;
+	assert_int_equal(due_open(&db, url, NULL), DUE_ESCHEMA);
+	due_close(db);
+
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	o.create = true;
+	db = NULL;
+	assert_int_equal(due_open(&db, url, &o), 0);
+	assert_int_equal(
+	    sql_int("SELECT value FROM due_meta WHERE name = 'schema_version'"),
+	    5);
+	assert_int_equal(due_stats_get(db, &st), 0);
+	int64_t want[DUE_STATE_COUNT] = {2, 0, 1, 0, 1};
+	for (int i = 0; i < DUE_STATE_COUNT; i++)
+		assert_int_equal(st.counts[i], want[i]);
+	assert_int_equal(due_retry(db, dead), 0);
+	add(db, "c", HOUR, 5);
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.counts[DUE_SCHEDULED], 4);
+	assert_int_equal(st.counts[DUE_DEAD], 0);
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->n_kinds, 3);
+	assert_int_equal(m->kinds[1].counts[DUE_SCHEDULED], 1); /* b */
+	assert_int_equal(m->kinds[1].counts[DUE_DONE], 1);
+	due_metrics_free(m);
+	assert_int_equal(due__lock_take(db, &held, "prune", "w", HOUR), 0);
+	assert_true(held);
+	due_worker_stats ws = {.pruned = 2};
+	assert_int_equal(due_worker_report(db, "w", &ws), 0);
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->pruned, 2);
+	due_metrics_free(m);
+	due_close(db);
+}
+
+/*
+** SQLite: the reads of stats, metrics, prune and `due ls --state S` go
+** through indexes, never a scan of due_task or due_attempt, and the list's
+** due_task_state stays out of the claim's probes (EXPLAIN QUERY PLAN of
+** the store's own statements, due__sq_read_sql).
+*/
+/* A stand-in for the store's due_bucket(): plans only, never run. */
+static void no_bucket(sqlite3_context *cx, int n, sqlite3_value **v)
+{
+	(void)n, (void)v;
+	sqlite3_result_int(cx, 0);
+}
+
+static void test_sqlite_read_plans(void **state)
+{
+	(void)state;
+	if (!on_sqlite())
+		return;
+	due_db *db = open_db();
+	due_close(db);
+	char path[512];
+	sqlite3 *c = NULL;
+	snprintf(path, sizeof(path), "%.*s", (int)strcspn(url + 7, "?"),
+		 url + 7);
+	assert_int_equal(sqlite3_open_v2(path, &c, SQLITE_OPEN_READONLY, NULL),
+			 SQLITE_OK);
+	assert_int_equal(sqlite3_create_function(c, "due_bucket", 1,
+						 SQLITE_UTF8, NULL, no_bucket,
+						 NULL, NULL),
+			 SQLITE_OK);
+	for (int i = 0; due__sq_read_sql(i); i++) {
+		char q[4096];
+		sqlite3_stmt *st = NULL;
+		snprintf(q, sizeof(q), "EXPLAIN QUERY PLAN %s",
+			 due__sq_read_sql(i));
+		if (sqlite3_prepare_v2(c, q, -1, &st, NULL) != SQLITE_OK)
+			fail_msg("%s: %s", q, sqlite3_errmsg(c));
+		while (sqlite3_step(st) == SQLITE_ROW) {
+			const char *d =
+			    (const char *)sqlite3_column_text(st, 3);
+			/* and due_task_state only where it is asked for */
+			if (strstr(d, "SCAN due_task") ||
+			    strstr(d, "SCAN due_attempt") ||
+			    (strstr(d, "due_task_state") &&
+			     !strstr(due__sq_read_sql(i), "COLLATE NOCASE")))
+				fail_msg("%s\n  plan: %s", due__sq_read_sql(i),
+					 d);
+		}
+		sqlite3_finalize(st);
+	}
+	sqlite3_close(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -3581,6 +3715,8 @@ int main(void)
 	    T(test_store_bytes),
 	    T(test_stats_exact),
 	    T(test_stats_exact_at_size),
+	    T(test_sqlite_v4_upgrade),
+	    T(test_sqlite_read_plans),
 #undef T
 	};
 	int failed = 0;
