@@ -416,8 +416,23 @@ static const char flow_claim_sql[] =
 **      done_share (DONE's part of the finished, from pg_stats)
 **   h  s_n, f_n = {finished, DONE} counted (NULL: not counted), and
 **      s_exact / f_exact
+** e.serial is never read: current_schema() is PARALLEL UNSAFE, and one
+** such call keeps the whole statement serial.  Every read here is small,
+** but the planner judges "due_at <= now()" by the column's statistics
+** over the whole table (finished tasks were due in the past too) and
+** expects a third of the index, and a parallel worker's start-up (~10
+** ms) then costs more than the read it shares.
 */
 #define SMALL "10000"
+/*
+** The tries claimed in the last `us`, as a closed range on purpose: a
+** generic plan cannot see now(), and an open "claimed_at >= now() - w"
+** is guessed at a third of the table, which buys a parallel scan (worker
+** start-up, ~10 ms, more than the read) or a seq scan of due_attempt; a
+** closed range of unknown bounds is guessed small, which it is.
+*/
+#define CLAIMED_SINCE(us)                                                      \
+	" claimed_at >= now() - " US(us) " AND claimed_at <= 'infinity'"
 #define CAP "10001"
 #define DUE_NSP                                                                \
 	"(SELECT n.nspname FROM pg_class c JOIN pg_namespace n"                \
@@ -438,7 +453,8 @@ static const char flow_claim_sql[] =
 	"   unnest(st.most_common_vals::text::text[], st.most_common_freqs)"   \
 	"   AS u(v, f) WHERE st.schemaname = " DUE_NSP                         \
 	"   AND st.tablename = 'due_task' AND st.attname = 'state'"            \
-	"   AND u.v IN ('DONE', 'CANCELLED')) AS done_share),"                 \
+	"   AND u.v IN ('DONE', 'CANCELLED')) AS done_share,"                 \
+	" current_schema() AS serial),"                 \
 	" g AS MATERIALIZED (SELECT e.*, CASE WHEN e.s_est < " SMALL           \
 	"   THEN (SELECT count(*) FROM (SELECT 1 FROM due_task"                \
 	"   WHERE state = 'SCHEDULED' ORDER BY due_at LIMIT " CAP ") x)"       \
@@ -684,19 +700,24 @@ static const char *const sql_text[ST_COUNT] = {
     ** stats in one statement (one snapshot): GATE_CTES' estimates and
     ** bounded counts, the exact CLAIMED, DEAD and overdue figures, and
     ** the lateness of the claims in the window $1 (due_attempt_claimed).
+    ** The overdue range is closed, both ends unknown to a generic plan
+    ** (now() - 1000 years .. now(): due times are after 1970), for the
+    ** reason CLAIMED_SINCE gives; with a constant lower end the planner
+    ** still guessed a third of the index.
     */
     [ST_STATS] =
 	"WITH " GATE_CTES ","
 	" c AS (SELECT count(*) AS n FROM due_task WHERE state = 'CLAIMED'),"
 	" dd AS (SELECT count(*) AS n FROM due_task WHERE state = 'DEAD'),"
 	" d AS (SELECT count(*) AS n, min(due_at) AS m FROM due_task"
-	" WHERE state = 'SCHEDULED' AND due_at <= now()),"
+	" WHERE state = 'SCHEDULED'"
+	" AND due_at >= now() - interval '1000 years' AND due_at <= now()),"
 	" l AS (SELECT count(*) AS n,"
 	" percentile_disc(0.5) WITHIN GROUP (ORDER BY late) AS p50,"
 	" percentile_disc(0.99) WITHIN GROUP (ORDER BY late) AS p99,"
 	" max(late) AS mx FROM (SELECT (extract(epoch FROM"
 	" claimed_at - due_at) * 1000000)::int8 AS late FROM due_attempt"
-	" WHERE claimed_at >= now() - " US(
+	" WHERE" CLAIMED_SINCE(
 	    "$1") ") x)"
 		  " SELECT now(), h.s_est, h.s_n, h.f_est, h.f_n[1], h.f_n[2],"
 		  " h.done_share, c.n, dd.n, d.n, d.m, l.n, l.p50, l.p99, l.mx"
@@ -798,7 +819,7 @@ static const char *const sql_text[ST_COUNT] = {
 	"   AND ended_at >= now() - interval '15 minutes'"
 	"   AND ended_at < now() THEN ((extract(epoch FROM now() - ended_at)"
 	"   * 1000000)::int8 - 1) / 60000000 END AS mi FROM due_attempt"
-	" WHERE claimed_at >= now() - " US(
+	" WHERE" CLAIMED_SINCE(
 	    "$3") "),"
 		  " y AS (SELECT *, $2::int4 - width_bucket(-late, "
 		  "$1::float8[]) AS lb,"
@@ -821,33 +842,48 @@ static const char *const sql_text[ST_COUNT] = {
     /*
     ** Counts by kind and state: CLAIMED and DEAD through their partial
     ** indexes; SCHEDULED, DONE and CANCELLED counted through theirs when
-    ** GATE_CTES found the state small, else the planner's (kind, state)
-    ** frequencies (due_task_kind_state) times the table's rows.  One row
-    ** with a NULL kind when there are none; the flags come on every row.
+    ** GATE_CTES found the state small.  Else DONE and CANCELLED are the
+    ** planner's (kind, state) frequencies (mv, from due_task_kind_state)
+    ** times the table's rows, and SCHEDULED walks its kinds (ks: one
+    ** probe of due_task_kind_claim per kind, a loose index scan): the
+    ** frequency times the rows for a kind the statistics know, else (a
+    ** kind too rare for them, or no statistics yet) a count that stops
+    ** at CAP.  One row with a NULL kind when there are none; the flags
+    ** come on every row.
     */
     /* clang-format off */
     [ST_METRICS_KINDS] =
-	"WITH " GATE_CTES ","
+	"WITH RECURSIVE " GATE_CTES ","
 	" m AS (SELECT st.most_common_vals AS v, st.most_common_freqs AS f"
 	"   FROM pg_stats_ext st WHERE st.schemaname = " DUE_NSP
 	"   AND st.tablename = 'due_task'"
 	"   AND st.statistics_name = 'due_task_kind_state'),"
-	" k AS (SELECT kind, 0 AS s, count(*) AS n FROM due_task"
-	"   WHERE state = 'SCHEDULED' AND (SELECT s_exact FROM h)"
-	"   GROUP BY kind"
+	" mv AS MATERIALIZED (SELECT m.v[i][1] AS kind, m.v[i][2] AS state,"
+	"   m.f[i] AS f FROM m, generate_subscripts(m.v, 1) AS i),"
+	" ks(kind) AS (SELECT (SELECT min(kind) FROM due_task"
+	"   WHERE state = 'SCHEDULED') WHERE NOT (SELECT s_exact FROM h)"
+	"   UNION ALL SELECT (SELECT min(kind) FROM due_task"
+	"   WHERE state = 'SCHEDULED' AND kind > ks.kind) FROM ks"
+	"   WHERE ks.kind IS NOT NULL),"
+	" k AS (SELECT kind, 0 AS s, count(*) AS n FROM (SELECT kind"
+	"   FROM due_task WHERE state = 'SCHEDULED' AND (SELECT s_exact"
+	"   FROM h) ORDER BY kind LIMIT " CAP ") q GROUP BY kind"
 	" UNION ALL SELECT kind, 1, count(*) FROM due_task"
 	"   WHERE state = 'CLAIMED' GROUP BY kind"
 	" UNION ALL SELECT kind, CASE state WHEN 'DONE' THEN 2 ELSE 3 END,"
-	"   count(*) FROM due_task WHERE state IN ('DONE', 'CANCELLED')"
-	"   AND (SELECT f_exact FROM h) GROUP BY kind, state"
+	"   count(*) FROM (SELECT kind, state FROM due_task"
+	"   WHERE state IN ('DONE', 'CANCELLED') AND (SELECT f_exact FROM h)"
+	"   ORDER BY updated_at LIMIT " CAP ") q GROUP BY kind, state"
 	" UNION ALL SELECT kind, 4, count(*) FROM due_task"
 	"   WHERE state = 'DEAD' GROUP BY kind"
-	" UNION ALL SELECT m.v[i][1], CASE m.v[i][2] WHEN 'SCHEDULED' THEN 0"
-	"   WHEN 'DONE' THEN 2 ELSE 3 END,"
-	"   round(m.f[i] * greatest(h.t_est, 0))::int8"
-	"   FROM h, m, generate_subscripts(m.v, 1) AS i"
-	"   WHERE (m.v[i][2] = 'SCHEDULED' AND NOT h.s_exact)"
-	"   OR (m.v[i][2] IN ('DONE', 'CANCELLED') AND NOT h.f_exact)),"
+	" UNION ALL SELECT kind, CASE state WHEN 'DONE' THEN 2 ELSE 3 END,"
+	"   round(f * greatest(h.t_est, 0))::int8 FROM h, mv"
+	"   WHERE state IN ('DONE', 'CANCELLED') AND NOT h.f_exact"
+	" UNION ALL SELECT ks.kind, 0, coalesce(round(mv.f"
+	"   * greatest(h.t_est, 0))::int8, (SELECT count(*) FROM (SELECT 1"
+	"   FROM due_task t WHERE t.state = 'SCHEDULED' AND t.kind = ks.kind"
+	"   LIMIT " CAP ") z)) FROM h, ks LEFT JOIN mv ON mv.kind = ks.kind"
+	"   AND mv.state = 'SCHEDULED' WHERE ks.kind IS NOT NULL),"
 	" x AS (SELECT kind,"
 	"   coalesce(sum(n) FILTER (WHERE s = 0), 0)::int8 AS n0,"
 	"   coalesce(sum(n) FILTER (WHERE s = 1), 0)::int8 AS n1,"
