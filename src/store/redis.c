@@ -1575,8 +1575,10 @@ static int rd_metrics(due_store *s, due_metrics *m)
 		m->store_errors = rint_of(w->element[4]);
 		m->pruned = rint_of(w->element[5]);
 		m->n_schedules = (size_t)rint_of(r->element[4]);
-		/* the whole minutes that cover DUE_METRICS_WINDOW_US */
-		m->window_us = rint_of(r->element[5]);
+		/* counted by the minute of the claim: the oldest minute
+		   read is the one holding now - window (element 5 says how
+		   far back that minute began) */
+		m->window_us = DUE_METRICS_WINDOW_US;
 		m->kinds_estimated = 0; /* the (state, kind) counters: exact */
 	}
 	freeReplyObject(r);
