@@ -34,6 +34,7 @@
 #include "test_util.h"
 
 #ifdef DUE_WITH_MYSQL
+#include "core/internal.h"    /* due__lock_take */
 #include "store/mysql_conn.h" /* due__my_version_check */
 
 #define LONG_LEASE 60000000LL
@@ -260,13 +261,174 @@ static void test_explain_picks(void **state)
 	assert_string_not_equal(type, "ALL");
 	assert_string_equal(key, "due_task_at");
 	snprintf(sql, sizeof(sql),
-		 "SELECT id FROM due_task WHERE state IN ('DONE', 'CANCELLED')"
-		 " AND at_us < 5000 AND updated_at < 5000"
+		 "SELECT id, at_us FROM due_task FORCE INDEX (due_task_at)"
+		 " WHERE state = 'DONE' AND at_us < 5000 ORDER BY at_us, id"
 		 " LIMIT 1000 FOR UPDATE SKIP LOCKED");
 	explain(m, sql, type, key);
 	assert_string_not_equal(type, "ALL");
 	assert_string_equal(key, "due_task_at");
 	mysql_close(m);
+}
+
+/*
+** Schema 4 -> 5: a database as version 4 left it (no due_lock, no
+** due_worker.pruned, no due_task_state) is upgraded by `due init`, with
+** its tasks, and the new pieces work: the lease and the pruned counter.
+*/
+static void test_upgrade_from_4(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_worker_stats w = {.pruned = 7};
+	due_metrics *mt = NULL;
+	bool held = false;
+	due_id id = add(db, "k", 0, 5);
+
+	due_close(db);
+	q(m, "DROP TABLE due_lock");
+	q(m, "ALTER TABLE due_worker DROP COLUMN pruned");
+	q(m, "ALTER TABLE due_task DROP KEY due_task_state");
+	q(m, "UPDATE due_meta SET value = '4' WHERE name = 'schema_version'");
+	assert_int_equal(due_open(&db, url, &oo), DUE_ESCHEMA);
+	oo.create = true; /* what `due init` does */
+	assert_int_equal(due_open(&db, url, &oo), 0);
+	assert_int_equal(q_int(m, "SELECT value FROM due_meta"
+				  " WHERE name = 'schema_version'"),
+			 5);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM information_schema"
+				  ".statistics WHERE table_schema = DATABASE()"
+				  " AND index_name = 'due_task_state'"),
+			 2);
+	assert_int_equal(state_of(db, id), DUE_SCHEDULED);
+	assert_int_equal(due__lock_take(db, &held, "prune", "a", 60000000), 0);
+	assert_true(held);
+	assert_int_equal(due__lock_take(db, &held, "prune", "b", 60000000), 0);
+	assert_false(held);
+	assert_int_equal(due_worker_report(db, "w1", &w), 0);
+	assert_int_equal(due_metrics_get(db, &mt), 0);
+	assert_int_equal(mt->pruned, 7);
+	due_metrics_free(mt);
+	mysql_close(m);
+	due_close(db);
+}
+
+/* `sql`'s EXPLAIN: due_task and due_attempt read by an index, never whole. */
+static void assert_indexed(MYSQL *m, const char *sql)
+{
+	char *e = malloc(strlen(sql) + 16);
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	MYSQL_FIELD *f;
+	int type = -1, key = -1, table = -1;
+
+	assert_non_null(e);
+	sprintf(e, "EXPLAIN %s", sql);
+	q(m, e);
+	free(e);
+	assert_non_null(r = mysql_store_result(m));
+	f = mysql_fetch_fields(r);
+	for (unsigned i = 0; i < mysql_num_fields(r); i++) {
+		if (strcmp(f[i].name, "type") == 0)
+			type = (int)i;
+		if (strcmp(f[i].name, "key") == 0)
+			key = (int)i;
+		if (strcmp(f[i].name, "table") == 0)
+			table = (int)i;
+	}
+	while ((row = mysql_fetch_row(r))) {
+		/* the task and history tables (due_worker and due_schedule
+		   hold a row per worker or schedule: read whole) */
+		if (!row[table] || (strcmp(row[table], "due_task") != 0 &&
+				    strcmp(row[table], "due_attempt") != 0))
+			continue;
+		if (!row[key] || strcmp(row[type], "ALL") == 0 ||
+		    strcmp(row[type], "index") == 0)
+			fail_msg("%s reads %s whole (type %s): %s", "statement",
+				 row[table], row[type], sql);
+	}
+	mysql_free_result(r);
+}
+
+/*
+** stats, metrics and ls --state read by index (issue 15): the store's own
+** statements, caught by the server's general log while they run over
+** 20,000 tasks and attempts, each EXPLAINed; and the counts: exact where
+** they must be, estimates (with their bits) where the state is large.
+*/
+static void test_explain_reads(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_stats st;
+	due_metrics *mt = NULL;
+	due_task_list *l = NULL;
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	int n = 0;
+
+	q(m, "SET max_recursive_iterations = 100000");
+	q(m, "INSERT INTO due_task (kind, payload, state, due_at,"
+	     " max_attempts, backoff_us, backoff_cap_us, created_at,"
+	     " updated_at) WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL"
+	     " SELECT x + 1 FROM g WHERE x < 20000) SELECT 'k', '',"
+	     " IF(x % 100 = 0, 'DEAD', 'DONE'), x, 1, 0, 0, 0, 0 FROM g");
+	q(m, "INSERT INTO due_attempt (task_id, attempt, worker, claimed_at,"
+	     " due_at, ended_at, outcome) SELECT id, 1, 'w', id, id, id + 1,"
+	     " 'DONE' FROM due_task");
+	q_drop(m, "ANALYZE TABLE due_task, due_attempt");
+	q(m, "TRUNCATE mysql.general_log");
+	q(m, "SET GLOBAL log_output = 'TABLE', general_log = 1");
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(due_metrics_get(db, &mt), 0);
+	lo.state = DUE_DEAD;
+	lo.limit = 100;
+	assert_int_equal(due_list(db, &l, &lo), 0);
+	q(m, "SET GLOBAL general_log = 0");
+	assert_int_equal(l->count, 100);
+	due_task_list_free(l);
+
+	/* exact: DEAD (200), CLAIMED (0); DONE (19,800) an estimate */
+	assert_int_equal(st.counts[DUE_DEAD], 200);
+	assert_int_equal(st.dead, 200);
+	assert_int_equal(st.counts[DUE_CLAIMED], 0);
+	assert_int_equal(st.counts[DUE_SCHEDULED], 0);
+	assert_true(st.estimated & (1u << DUE_DONE));
+	assert_false(st.estimated & (1u << DUE_DEAD));
+	assert_false(st.estimated & (1u << DUE_CLAIMED));
+	assert_true(st.counts[DUE_DONE] > 0);
+	assert_int_equal(mt->n_kinds, 1);
+	assert_int_equal(mt->kinds[0].counts[DUE_DEAD], 200);
+	assert_true(mt->kinds_estimated & (1u << DUE_DONE));
+	assert_int_equal(mt->lateness.count, 0); /* all claimed in 1970 */
+	due_metrics_free(mt);
+
+	q(m, "SELECT CONVERT(argument USING utf8mb4) FROM mysql.general_log"
+	     " WHERE command_type = 'Query' AND argument LIKE '%due\\_%'");
+	assert_non_null(r = mysql_store_result(m));
+	while ((row = mysql_fetch_row(r))) {
+		/* a statement text may hold several: each SELECT of them */
+		char *text = strdup(row[0]), *save = NULL;
+		assert_non_null(text);
+		for (char *one = strtok_r(text, ";", &save); one;
+		     one = strtok_r(NULL, ";", &save)) {
+			while (*one == ' ')
+				one++;
+			if (strncmp(one, "SELECT", 6) != 0 ||
+			    strstr(one, "information_schema"))
+				continue;
+			assert_indexed(m, one);
+			n++;
+		}
+		free(text);
+	}
+	mysql_free_result(r);
+	assert_true(n >= 8); /* stats, metrics and list were all seen */
+	mysql_close(m);
+	due_close(db);
 }
 
 /* The key is unique only while its task is live. */
@@ -790,6 +952,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_completion_hook, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_explain_picks, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_upgrade_from_4, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_explain_reads, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_key_reusable, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_key_group_no_pad, setup,

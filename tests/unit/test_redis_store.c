@@ -33,6 +33,7 @@
 
 #include <cmocka.h>
 
+#include "core/internal.h" /* due__lock_take */
 #include "due.h"
 #define TU_FIXTURE /* setup, teardown, open_db, url, dir */
 #define TU_TASKS   /* add, claim_one, get, state_of */
@@ -560,6 +561,60 @@ static void test_memory_per_task(void **state)
 	due_close(db);
 }
 
+/* The integer reply of a command (-1 for anything else). */
+static long long cmd_int(const char *fmt, const char *arg)
+{
+	redisReply *r = cmd(fmt, arg);
+	long long v = -1;
+
+	if (r && r->type == REDIS_REPLY_INTEGER)
+		v = r->integer;
+	else if (r && r->type == REDIS_REPLY_STRING)
+		v = strtoll(r->str, NULL, 10);
+	freeReplyObject(r);
+	return v;
+}
+
+/*
+** Layout 4 -> 5 (issue 15): a prefix at version 4, with the whole
+** history's metric counters (:m), is refused until `due init`, which
+** moves it to 5 and drops :m (the metrics now read the window's minute
+** hashes); its tasks stay, and the lease and a windowed metric work.
+*/
+static void test_upgrade_from_4(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_metrics *m = NULL;
+	bool held = false;
+	due_id id = add(db, "k", 0, 5);
+	char meta[200], old[200];
+
+	due_close(db);
+	snprintf(meta, sizeof(meta), "%s", tu_rd_key("meta"));
+	snprintf(old, sizeof(old), "%s", tu_rd_key("m"));
+	cmd_ok("HSET %s schema_version 4", meta);
+	cmd_ok("HSET %s out:DONE 12345", old);
+	assert_int_equal(due_open(&db, url, &oo), DUE_ESCHEMA);
+	oo.create = true; /* what `due init` does */
+	assert_int_equal(due_open(&db, url, &oo), 0);
+	assert_int_equal(cmd_int("HGET %s schema_version", meta), 5);
+	assert_int_equal(cmd_int("EXISTS %s", old), 0);
+	assert_int_equal(state_of(db, id), DUE_SCHEDULED);
+	claim_one(db, id, LONG_LEASE);
+	assert_int_equal(due__lock_take(db, &held, "prune", "a", 60000000), 0);
+	assert_true(held);
+	assert_int_equal(due__lock_take(db, &held, "prune", "b", 60000000), 0);
+	assert_false(held);
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->outcomes[DUE_OUT_DONE], 0);
+	assert_int_equal(m->outcomes[DUE_OUT_RUNNING], 1);
+	assert_int_equal(m->lateness.count, 1);
+	due_metrics_free(m);
+	due_close(db);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -571,6 +626,7 @@ int main(void)
 	    T(test_running_count_index), T(test_group_scan_bounded),
 	    T(test_list_kind_pages),	 T(test_submit_all_or_none),
 	    T(test_claimed_from_lease),	 T(test_memory_per_task),
+	    T(test_upgrade_from_4),
 #undef T
 	};
 	if (tu_select_backend("redis") != 0)
