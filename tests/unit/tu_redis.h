@@ -217,8 +217,12 @@ static inline void tu_rd_attempt(long long id, long long claimed, long long due,
 				 long long ended, const char *outcome,
 				 int stale, const double *bounds, int nb)
 {
-	const char *a = tu_rd_key("a:%lld", id), *m = tu_rd_key("m");
+	const char *a = tu_rd_key("a:%lld", id);
+	char m[256];
 	long long late = claimed - due;
+
+	/* the minute of the claim's hash (redis_lua.c mw()) */
+	snprintf(m, sizeof(m), "%s", tu_rd_key("mw:%lld", claimed / 60000000));
 
 	tu_rd("HSET %s 1:worker w 1:claimed_at %lld 1:due_at %lld "
 	      "1:outcome %s",
@@ -262,7 +266,14 @@ static inline void tu_rd_attempts_clear(long long from, long long to)
 {
 	for (long long id = from; id <= to; id++)
 		tu_rd("DEL %s", tu_rd_key("a:%lld", id));
-	tu_rd("DEL %s %s", tu_rd_key("m"), tu_rd_key("dpm"));
+	redisContext *c = tu_redis_connect();
+	redisReply *r = c ? redisCommand(c, "KEYS %s", tu_rd_key("mw:*")) : NULL;
+	for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements;
+	     i++)
+		tu_rd("DEL %s", r->element[i]->str);
+	freeReplyObject(r);
+	redisFree(c);
+	tu_rd("DEL %s", tu_rd_key("dpm"));
 }
 
 /* One task in `state` for each kind z<from>..z<to> (the per-(state, kind)
