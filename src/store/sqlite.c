@@ -47,6 +47,9 @@
 **   4  Flow control: due_task.priority, grp, timeout_us and the claim
 **      indexes on priority; due_attempt rebuilt to admit TIMED_OUT;
 **      due_kind, due_rate (see schema_v4).
+**   5  Production scale: due_lock (retention's lease), due_worker.pruned,
+**      due_task_state (the list by state), due_count and its triggers
+**      (exact counts for stats and metrics; see schema_v5).
 */
 #include <errno.h>
 #include <stdio.h>
