@@ -84,7 +84,7 @@ retain_on() {
 	port=$(free_port)
 	"$DUE" serve --listen "127.0.0.1:$port" 2>"$T/$label.serve.log" &
 	local spid=$!
-	wait_for "$label: serve up" 30 curl -sf "http://127.0.0.1:$port/health" -o /dev/null
+	wait_for "$label: serve up" 30 curl -s "http://127.0.0.1:$port/health" -o /dev/null
 	wait_for "$label: /metrics shows 1201 pruned" 60 bash -c "[ \"\$(curl -sf http://127.0.0.1:$port/metrics | awk '\$1 == \"due_tasks_pruned_total\" {print \$2}')\" = 1201 ]"
 	kill -TERM "$spid"; wait "$spid" 2>/dev/null || true
 

@@ -396,13 +396,17 @@ static void test_explain_reads(void **state)
 	assert_int_equal(st.dead, 200);
 	assert_int_equal(st.counts[DUE_CLAIMED], 0);
 	assert_int_equal(st.counts[DUE_SCHEDULED], 0);
-	assert_true(st.estimated & (1u << DUE_DONE));
+	/* DONE: exact, or the optimizer's estimate with its bit (which of
+	   the two depends on the estimate EXPLAIN gives under load) */
+	if (!(st.estimated & (1u << DUE_DONE)))
+		assert_int_equal(st.counts[DUE_DONE], 19800);
 	assert_false(st.estimated & (1u << DUE_DEAD));
 	assert_false(st.estimated & (1u << DUE_CLAIMED));
 	assert_true(st.counts[DUE_DONE] > 0);
 	assert_int_equal(mt->n_kinds, 1);
 	assert_int_equal(mt->kinds[0].counts[DUE_DEAD], 200);
-	assert_true(mt->kinds_estimated & (1u << DUE_DONE));
+	if (!(mt->kinds_estimated & (1u << DUE_DONE)))
+		assert_int_equal(mt->kinds[0].counts[DUE_DONE], 19800);
 	assert_int_equal(mt->lateness.count, 0); /* all claimed in 1970 */
 	due_metrics_free(mt);
 
