@@ -991,7 +991,8 @@ DUE_EXTERN void due_metrics_free(due_metrics *m);
  * runs inline handlers), one lease keeper, one completer that commits
  * results in batches (each row fenced on its own), and the handler pools.
  * The threads share one store connection (taken in turn), plus one that
- * only listens for new tasks on stores that can notify: two at most.
+ * only listens for new tasks on stores that can notify: two at most, and
+ * a third only while completion hooks (due_job_set_tx_hook) are used.
  */
 typedef struct due_worker due_worker;
 
@@ -1074,7 +1075,7 @@ typedef struct due_worker_opts {
 #define DUE_RETAIN_DEFAULT_US (7LL * 24 * 3600 * 1000000)
 #define DUE_RETAIN_ALL (-1)
 
-#define DUE_WORKER_OPTS_VERSION 1
+#define DUE_WORKER_OPTS_VERSION 2 /* 2: retain_us */
 #define DUE_WORKER_OPTS_INIT                                                   \
 	{                                                                      \
 		DUE_WORKER_OPTS_VERSION, NULL, NULL, 4, DUE_MODE_POOL,         \

@@ -107,11 +107,23 @@ static void quiet_notices(void *arg, const char *message)
 }
 
 /* A new libpq connection to uri (NULL: out of memory); check its status. */
+/*
+** libpq reads the keys in order and the last value wins, so the URI
+** (expanded from dbname) overrides the defaults before it: a connect that
+** gets no answer gives up after 10 s, and an idle connection whose peer
+** vanished (a restarted host, a NAT that forgot it) is found dead by TCP
+** keepalives within about a minute instead of never: the worker's
+** listening connection runs no query that would notice.
+*/
 static PGconn *dial(const char *uri)
 {
-	const char *const keys[] = {"dbname", "fallback_application_name",
-				    NULL};
-	const char *const vals[] = {uri, "due", NULL};
+	const char *const keys[] = {
+	    "connect_timeout",		 "keepalives",
+	    "keepalives_idle",		 "keepalives_interval",
+	    "keepalives_count",		 "dbname",
+	    "fallback_application_name", NULL};
+	const char *const vals[] = {"10", "1", "30",  "10",
+				    "3",  uri, "due", NULL};
 	PGconn *c = PQconnectdbParams(keys, vals, 1);
 
 	if (c)
@@ -683,9 +695,15 @@ int due__pg_listen(due_store *s, int *fd)
 	} else if (s->pooler != DUE_PG_DIRECT) {
 		return listen_polled(s, fd);
 	} else {
+		/* a connection that only listens runs no query that would
+		   reconnect it: a broken one is reset here (due__pg_ok
+		   listens again on the new session) */
+		if (!s->listening || PQstatus(s->conn) != CONNECTION_OK) {
+			if ((rc = due__pg_ok(s)) < 0)
+				return rc;
+		}
 		if (!s->listening) {
-			if ((rc = due__pg_ok(s)) < 0 ||
-			    (rc = due__pg_command(s, "LISTEN " DUE_PG_CHANNEL,
+			if ((rc = due__pg_command(s, "LISTEN " DUE_PG_CHANNEL,
 						  "listen")) < 0)
 				return rc;
 			s->listening = true;

@@ -68,7 +68,8 @@ void due__count_outcome(due_worker *w, const due_job *j, bool ok, int outcome)
 /* The completer's own state. */
 typedef struct completer {
 	due_worker *w;
-	due_db *db; /* the worker's shared connection: DUE_DB_CALL */
+	due_db *db;  /* the worker's shared connection: DUE_DB_CALL */
+	due_db *hdb; /* hooked completions' own, opened on first need */
 	due_outage outage;
 } completer;
 
@@ -79,11 +80,12 @@ typedef struct completer {
 ** the call in the outage's log line.
 */
 #define STORE_RETRY(c, what, call)                                             \
+	STORE_RETRY_(c, what, DUE_DB_CALL((c)->w, (call)))
+#define STORE_RETRY_(c, what, call)                                            \
 	do {                                                                   \
 		int64_t delay_ = 10000;                                        \
-		while ((rc = DUE_DB_CALL((c)->w, (call))) < 0 &&               \
-		       rc != DUE_EINVAL && rc != DUE_ETOOBIG &&                \
-		       !atomic_load(&(c)->w->abandon)) {                       \
+		while ((rc = (call)) < 0 && rc != DUE_EINVAL &&                \
+		       rc != DUE_ETOOBIG && !atomic_load(&(c)->w->abandon)) {  \
 			due__outage_fail((c)->w, &(c)->outage, "%s", (what));  \
 			due__bg_sleep((c)->w, delay_);                         \
 			delay_ = delay_ * 2 > 2000000 ? 2000000 : delay_ * 2;  \
@@ -116,10 +118,24 @@ static void commit_single(completer *c, due_job *j)
 		return;
 	}
 	due_complete_outcome co = DUE_COMPLETE_REJECTED_STALE;
-	STORE_RETRY(c, what,
-		    due_complete_tx(c->db, &co, j->task.id, j->task.attempt,
-				    j->result, j->result_len, j->hook,
-				    j->hook_payload));
+	if (j->hook) {
+		/* the hook is the handler's code inside our transaction: it
+		   may wait on its own rows for as long as it likes, so it runs
+		   on a connection of its own, never holding the shared turn
+		   (claims, renewals and other completions go on meanwhile) */
+		if (!c->hdb && !(c->hdb = due__connect_retry(w, "completer")))
+			return; /* shutdown gave up on the store */
+		STORE_RETRY_(c, what,
+			     due_complete_tx(c->hdb, &co, j->task.id,
+					     j->task.attempt, j->result,
+					     j->result_len, j->hook,
+					     j->hook_payload));
+	} else {
+		STORE_RETRY(c, what,
+			    due_complete_tx(c->db, &co, j->task.id,
+					    j->task.attempt, j->result,
+					    j->result_len, NULL, NULL));
+	}
 	if (rc == 0)
 		due__count_outcome(w, j, true, (int)co);
 	else
@@ -258,5 +274,6 @@ void *due__completer_main(void *arg)
 		due__wake(w);
 	}
 	pthread_mutex_unlock(&w->mu);
+	due_close(c.hdb);
 	return NULL;
 }

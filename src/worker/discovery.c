@@ -129,6 +129,16 @@ static bool drain_notes(due_worker *w, due_db *db, disc *d)
 }
 
 /*
+** Discovery falls back to polling: the wheel's 10 s safety poll is no
+** polling interval, so poll at the polling default unless one was given.
+*/
+static void fall_back(due_worker *w)
+{
+	if (!w->o.poll_us && w->poll_us > 1000000)
+		w->poll_us = 1000000;
+}
+
+/*
 ** Can this store deliver notifications to us?  Send one and wait for it
 ** (PgBouncer in transaction pooling mode silently drops LISTEN).
 */
@@ -136,6 +146,7 @@ static bool listen_works(due_worker *w, due_db *db, disc *d)
 {
 	/* a connection of its own (worker_internal.h: Connections) */
 	if (!d->ldb && due_open(&d->ldb, w->url, NULL) < 0) {
+		fall_back(w);
 		due__wlog(w, 1,
 			  "cannot open a connection to listen for new tasks "
 			  "(%s): polling every %lld ms",
@@ -143,20 +154,26 @@ static bool listen_works(due_worker *w, due_db *db, disc *d)
 		return false;
 	}
 	if (due_listen(d->ldb, &d->listen_fd) < 0) {
+		fall_back(w);
 		due__wlog(
 		    w, 1,
 		    "cannot listen for new tasks (%s): polling every %lld ms",
 		    due_error_last(), (long long)w->poll_us / 1000);
 		return false;
 	}
-	if (DUE_DB_CALL(w, due_notify(db)) < 0)
+	if (DUE_DB_CALL(w, due_notify(db)) < 0) {
+		fall_back(w);
+		due__wlog(w, 1, "cannot notify (%s): polling every %lld ms",
+			  due_error_last(), (long long)w->poll_us / 1000);
 		return false;
+	}
 	for (int i = 0; i < 100; i++) {
 		struct pollfd p = {d->listen_fd, POLLIN, 0};
 		if (drain_notes(w, db, d))
 			return true;
 		poll(&p, 1, 10);
 	}
+	fall_back(w);
 	due__wlog(w, 1,
 		  "notifications are not delivered on this connection (a "
 		  "transaction-pooling proxy?): polling every %lld ms instead",
@@ -171,11 +188,16 @@ static void wheel_wait(due_worker *w, due_db *db, disc *d, int64_t until)
 	int64_t left = until - due__mono_us();
 	uint64_t v;
 
-	/* a reconnected session has a new socket (and listens again); while
-	   the store is unreachable there is none, and the safety poll's
-	   refill reconnects */
+	/* a reconnected session has a new socket (and listens again: the
+	   store's listen() resets a broken listening connection); while the
+	   store is unreachable there is none, and a later wait tries again.
+	   Submits made while no session listened were not announced: refill
+	   at once when listening resumes on a new socket */
+	int was = d->listen_fd;
 	if (d->listening && due_listen(d->ldb, &d->listen_fd) < 0)
 		d->listen_fd = -1;
+	if (d->listen_fd >= 0 && d->listen_fd != was)
+		d->next_refill = 0;
 	p[0] = (struct pollfd){w->wake_fd, POLLIN, 0};
 	p[1] = (struct pollfd){d->listen_fd, POLLIN, 0};
 	if (drain_notes(w, db, d)) { /* buffered by an earlier query */

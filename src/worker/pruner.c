@@ -83,11 +83,35 @@ static int64_t prune_run(due_worker *w, int *rc_out)
 	}
 }
 
+/*
+** Log what was pruned at most once a minute (a short retention prunes
+** every second), and each run at verbose level.
+*/
+static void log_pruned(due_worker *w, const char *keep, int64_t n,
+		       int64_t *unlogged, int64_t *logged_at)
+{
+	int64_t now = due__mono_us();
+
+	*unlogged += n;
+	if (n > 0)
+		due__wlog(w, 2, "retention: pruned %lld finished task(s)",
+			  (long long)n);
+	if (*unlogged == 0 || (*logged_at && now - *logged_at < PRUNE_EVERY_US))
+		return;
+	due__wlog(w, 1,
+		  "retention: pruned %lld finished task(s) ended more than %s "
+		  "ago",
+		  (long long)*unlogged, keep);
+	*unlogged = 0;
+	*logged_at = now;
+}
+
 void *due__pruner_main(void *arg)
 {
 	due_worker *w = arg;
 	due_outage outage = {.who = "pruner"};
 	int64_t every = w->o.retain_us / 2, backoff = 1000000;
+	int64_t unlogged = 0, logged_at = 0;
 	char keep[64];
 
 	if (every > PRUNE_EVERY_US)
@@ -98,6 +122,11 @@ void *due__pruner_main(void *arg)
 	for (;;) {
 		int rc;
 		int64_t n = prune_run(w, &rc), wait_us = every;
+		if (rc == DUE_EUNSUPPORTED || rc == DUE_EINVAL) {
+			/* not an outage: it will not get better by retrying */
+			due__wlog(w, 1, "retention off: %s", due_error_last());
+			break;
+		}
 		if (rc < 0) {
 			due__outage_fail(w, &outage, "pruning finished tasks");
 			wait_us = backoff < every ? backoff : every;
@@ -106,13 +135,14 @@ void *due__pruner_main(void *arg)
 			due__outage_over(w, &outage);
 			backoff = 1000000;
 		}
-		if (n > 0)
-			due__wlog(w, 1,
-				  "retention: pruned %lld finished task(s) "
-				  "ended more than %s ago",
-				  (long long)n, keep);
+		log_pruned(w, keep, n, &unlogged, &logged_at);
 		if (!rest(w, wait_us))
 			break;
 	}
+	if (unlogged > 0)
+		due__wlog(w, 1,
+			  "retention: pruned %lld finished task(s) ended more "
+			  "than %s ago",
+			  (long long)unlogged, keep);
 	return NULL;
 }

@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -356,16 +357,23 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 		return due__error_set(
 		    DUE_EINVAL,
 		    "invalid lease/poll/grace: lease and poll at least 1ms");
-	if (opts->retain_us < 0 && opts->retain_us != DUE_RETAIN_ALL)
-		return due__error_set(DUE_EINVAL,
-				      "invalid retention %lld us: >= 0, or "
-				      "DUE_RETAIN_ALL to keep everything",
-				      (long long)opts->retain_us);
 	if (opts->owner && due__validate_owner(opts->owner) < 0)
 		return DUE_EINVAL;
 	if (!(w = calloc(1, sizeof(*w))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
-	w->o = *opts;
+	/* a caller built against version 1 has no retain_us: read no
+	   further than its struct, the rest keeps its default */
+	memcpy(&w->o, opts,
+	       opts->version >= 2 ? sizeof(*opts)
+				  : offsetof(due_worker_opts, retain_us));
+	if (w->o.retain_us < 0 && w->o.retain_us != DUE_RETAIN_ALL) {
+		long long bad = (long long)w->o.retain_us;
+		free(w);
+		return due__error_set(DUE_EINVAL,
+				      "invalid retention %lld us: >= 0, or "
+				      "DUE_RETAIN_ALL to keep everything",
+				      bad);
+	}
 	w->claim_outage.who = "claimer";
 	w->poll_us = opts->poll_us		    ? opts->poll_us
 		     : opts->no_wheel || opts->once ? 1000000

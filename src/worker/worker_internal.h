@@ -7,7 +7,7 @@
 ** default max_connections = 100):
 **   w->db      opened by due_worker_run() before any thread starts and
 **              shared by every thread that talks to the store (claimer,
-**              completer, keeper, scheduler, pruner), one store call at a
+**              completer, keeper, scheduler, pruner), one API call at a
 **              time: DUE_DB_CALL() takes `db` in turn (a FIFO ticket lock,
 **              so no thread can starve the lease keeper) for the length of
 **              one call, never across a wait or a handler.
@@ -16,8 +16,14 @@
 **              listen/listen_drain by the claimer thread; a session that
 **              also ran queries for other threads could swallow a
 **              notification between the claimer's check and its poll.
+**   hooks      the completer's own, opened on first need, for completions
+**              with a transaction hook (due_job_set_tx_hook): the hook is
+**              the handler's code inside our transaction and may wait on
+**              its own rows, which must not hold up every other store call.
 ** A due_db is single-thread; serialized like this it is used by one thread
 ** at a time, and errors stay per thread (due_error_last is thread-local).
+** A turn lasts one API call; a scheduler pass (due_cron_tick) is one call
+** of a few statements.
 **
 ** Threads.
 **
