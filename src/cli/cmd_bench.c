@@ -710,6 +710,21 @@ static bool all_ended(wthread *ws, long count)
 	return true;
 }
 
+/* Tries the workers have committed as DONE or DEAD: the store has
+   answered each completion (the worker counts it after the commit).
+   Asking the store instead (due_stats) would cost a count in a big store
+   during the timed drain, and its DONE may be an estimate there. */
+static long ended_tries(wthread *ws, long count)
+{
+	long n = 0;
+	for (long i = 0; i < count; i++) {
+		due_worker_stats st;
+		due_worker_stats_get(ws[i].w, &st);
+		n += (long)(st.done + st.dead);
+	}
+	return n;
+}
+
 /* Start `count` workers in threads; returns 0 or -1. */
 static int start_workers(vctx *v, const bopts *o, wthread *ws, long count,
 			 long conc, bool once, due_handler_fn fn, void *payload,
@@ -780,9 +795,6 @@ static void w_drain(vctx *v, const bopts *o)
 		  .concurrency = conc * workers,
 		  .has_check = true};
 	wthread *ws = calloc((size_t)workers, sizeof(*ws));
-	/* DONE and DEAD may be estimates in a big store (due_stats): then
-	   the end is when every worker has returned (once: nothing left) */
-	const uint32_t ended_bits = 1u << DUE_DONE | 1u << DUE_DEAD;
 
 	r.extra = json_pack("{s:I}", "pending", (json_int_t)o->pending);
 	x.command = o->exec;
@@ -803,21 +815,14 @@ static void w_drain(vctx *v, const bopts *o)
 		pipe ? (void *)pipe : (void *)&d, o->exec ? &x : NULL) < 0)
 		goto done;
 	/* progress once a second while the workers drain; the handler
-	   counter is free to read, the store is asked only at the end (a
-	   stats query every few ms would compete with the workers) */
+	   counter (commands: the workers' committed tries) is free to read:
+	   the store is not asked (a query every few ms would compete with
+	   the workers) */
 	for (;;) {
-		long n = cmd ? -1 : atomic_load(&d.handled);
+		long n =
+		    cmd ? ended_tries(ws, workers) : atomic_load(&d.handled);
 		double now = v_now_ms();
-		if (cmd && now - last >= 250) { /* commands: ask the store */
-			due_stats st;
-			if (due_stats_get(v->db, &st) < 0)
-				break;
-			n = st.estimated & ended_bits
-				? -1
-				: (long)(st.counts[DUE_DONE] +
-					 st.counts[DUE_DEAD]);
-		}
-		if (!o->json && now - last >= 1000 && n >= 0) {
+		if (!o->json && now - last >= 1000) {
 			fprintf(stderr, "  drain: %ld/%ld run, %.0f tasks/s\n",
 				n, o->n,
 				(double)(n - last_n) * 1000.0 / (now - last));
@@ -828,16 +833,9 @@ static void w_drain(vctx *v, const bopts *o)
 			break;
 		v_sleep_ms(5);
 	}
-	/* the last commits: wait until the store has every task finished */
-	for (;;) {
-		due_stats st;
-		if (due_stats_get(v->db, &st) < 0 ||
-		    (!(st.estimated & ended_bits) &&
-		     st.counts[DUE_DONE] + st.counts[DUE_DEAD] >= o->n) ||
-		    all_ended(ws, workers))
-			break;
-		v_sleep_ms(2);
-	}
+	/* the last commits: until every task's end is committed */
+	while (ended_tries(ws, workers) < o->n && !all_ended(ws, workers))
+		v_sleep_ms(1);
 	r.seconds = (v_now_ms() - t0) / 1000.0;
 	r.claim_queries = stop_workers(ws, workers, false);
 	r.tasks_per_s = (double)o->n / r.seconds;
