@@ -25,6 +25,7 @@ static const char usage[] =
     "                [--poll DUR] [--owner NAME] [--once] [--inline]\n"
     "                [--grace DUR] [--kill-grace DUR] [--no-cron] "
     "[--no-wheel]\n"
+    "                [--retain DUR]\n"
     "                [-v | -q]\n"
     "                [--db URL]\n"
     "\n"
@@ -92,6 +93,12 @@ static const char usage[] =
     "  --misfire-grace DUR a schedule's slot found later than this was missed\n"
     "                      (no scheduler ran): its misfire policy applies "
     "(30s)\n"
+    "  --retain DUR        delete DONE and CANCELLED tasks (with their\n"
+    "                      history) that ended more than DUR ago (7d; 0\n"
+    "                      keeps everything); one worker of the store\n"
+    "                      prunes at a time, 1,000 tasks a transaction,\n"
+    "                      at least once a minute.  SCHEDULED, CLAIMED and\n"
+    "                      DEAD tasks are never deleted\n"
     "  -v, -q              log every task / only errors\n";
 
 enum {
@@ -111,7 +118,8 @@ enum {
 	O_NOCRON = 'N',
 	O_MGRACE = 'M',
 	O_NOWHEEL = 'W',
-	O_HORIZON = 'Z'
+	O_HORIZON = 'Z',
+	O_RETAIN = 'R'
 };
 
 #define MAX_KINDS 64
@@ -413,6 +421,12 @@ static int parse_opt(cli_ctx *c, work_args *a, int opt, char *arg)
 	case O_MGRACE:
 		return cli_parse_duration(c, "--misfire-grace", arg,
 					  &a->wo.cron_grace_us);
+	case O_RETAIN:
+		if (cli_parse_duration(c, "--retain", arg, &a->wo.retain_us))
+			return EXIT_USAGE;
+		if (a->wo.retain_us == 0) /* `--retain 0` keeps everything */
+			a->wo.retain_us = DUE_RETAIN_ALL;
+		return 0;
 	case 'v': a->wo.log_level = 2; return 0;
 	case 'q': a->wo.log_level = 0; return 0;
 	default: return -1;
@@ -439,6 +453,7 @@ int cmd_work(int argc, char **argv)
 	    {"no-wheel", no_argument, NULL, O_NOWHEEL},
 	    {"horizon", required_argument, NULL, O_HORIZON},
 	    {"misfire-grace", required_argument, NULL, O_MGRACE},
+	    {"retain", required_argument, NULL, O_RETAIN},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"quiet", no_argument, NULL, 'q'},
 	    CLI_COMMON_OPTS,

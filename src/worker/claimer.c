@@ -14,7 +14,8 @@
 **              claim, one run, then the next claim); takes back expired leases
 **              when the earliest lease in the store ends (at most every
 **              2 s when polling).
-**   Owns:      the store connection due_worker_run() opened.
+**   Owns:      nothing of the store: each claim or reclaim is one turn at
+**              the shared connection due_worker_run() opened (DUE_DB_CALL).
 **   Locks:     mu, to count a pool's free slots, to take the completions it
 **              folds and to put claimed jobs in flight; never across a
 **              store call.
@@ -152,12 +153,13 @@ static int claim_pool(due_worker *w, due_db *db, pool *p, int limit,
 	}
 	atomic_fetch_add(&w->st.claim_queries, 1);
 	if (nt == 0)
-		return due_claim_ex(db, out, &o);
+		return DUE_DB_CALL(w, due_claim_ex(db, out, &o));
 	for (size_t i = 0; i < nt; i++)
 		items[i] =
 		    (due_completion){taken[i]->task.id, taken[i]->task.attempt,
 				     taken[i]->result, taken[i]->result_len, 0};
-	if ((rc = due_complete_and_claim(db, items, nt, &o, out)) < 0) {
+	if ((rc = DUE_DB_CALL(
+		 w, due_complete_and_claim(db, items, nt, &o, out))) < 0) {
 		pthread_mutex_lock(&w->mu);
 		untake_locked(w, taken, nt);
 		pthread_mutex_unlock(&w->mu);
@@ -289,7 +291,7 @@ int64_t due__reclaim_max(due_worker *w, due_db *db, int64_t max_us)
 	due_reclaimed r;
 
 	atomic_fetch_add(&w->st.reclaim_queries, 1);
-	if (due_reclaim_expired(db, &r) < 0) {
+	if (DUE_DB_CALL(w, due_reclaim_expired(db, &r)) < 0) {
 		due__outage_fail(w, &w->claim_outage,
 				 "reclaiming expired leases");
 		return now + RECLAIM_RETRY_US;

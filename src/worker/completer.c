@@ -13,7 +13,8 @@
 *it
 **              retires each job (out of flight, its slot freed) and wakes
 **              the claimer, which may claim into the freed slots.
-**   Owns:      its own store connection; the jobs of the batch it commits.
+**   Owns:      the jobs of the batch it commits; each commit is one turn
+**              at the shared connection (DUE_DB_CALL).
 **   Locks:     mu, to take a batch and to retire it; never across a store
 **              call.
 **   Blocks on: done_cv (no completions), and on the store: a failed commit
@@ -67,7 +68,7 @@ void due__count_outcome(due_worker *w, const due_job *j, bool ok, int outcome)
 /* The completer's own state. */
 typedef struct completer {
 	due_worker *w;
-	due_db *db;
+	due_db *db; /* the worker's shared connection: DUE_DB_CALL */
 	due_outage outage;
 } completer;
 
@@ -80,8 +81,9 @@ typedef struct completer {
 #define STORE_RETRY(c, what, call)                                             \
 	do {                                                                   \
 		int64_t delay_ = 10000;                                        \
-		while ((rc = (call)) < 0 && rc != DUE_EINVAL &&                \
-		       rc != DUE_ETOOBIG && !atomic_load(&(c)->w->abandon)) {  \
+		while ((rc = DUE_DB_CALL((c)->w, (call))) < 0 &&               \
+		       rc != DUE_EINVAL && rc != DUE_ETOOBIG &&                \
+		       !atomic_load(&(c)->w->abandon)) {                       \
 			due__outage_fail((c)->w, &(c)->outage, "%s", (what));  \
 			due__bg_sleep((c)->w, delay_);                         \
 			delay_ = delay_ * 2 > 2000000 ? 2000000 : delay_ * 2;  \
@@ -138,8 +140,9 @@ static void commit_each(completer *c, due_job **jobs, size_t n)
 		due_job *j = jobs[i];
 		if (j->rc != 0 || j->hook)
 			continue;
-		if (due_complete(c->db, &co, j->task.id, j->task.attempt,
-				 j->result, j->result_len) < 0) {
+		if (DUE_DB_CALL(c->w, due_complete(c->db, &co, j->task.id,
+						   j->task.attempt, j->result,
+						   j->result_len)) < 0) {
 			j->rc = 1;
 			due_job_set_error(j, due_error_last());
 			commit_single(c, j);
@@ -208,7 +211,7 @@ void *due__completer_main(void *arg)
 	due_worker *w = c.w;
 	due_job *batch[COMPLETE_BATCH];
 
-	c.db = due__connect_retry(w, "completer");
+	c.db = w->db;
 
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
@@ -248,16 +251,12 @@ void *due__completer_main(void *arg)
 			continue;
 		}
 		pthread_mutex_unlock(&w->mu);
-		if (!c.db)
-			c.db = due__connect_retry(w, "completer");
-		if (c.db) /* else shutdown gave up on the store */
-			commit_batch(&c, batch, n);
+		commit_batch(&c, batch, n);
 		pthread_mutex_lock(&w->mu);
 		for (size_t i = 0; i < n; i++)
 			due__retire_locked(w, batch[i]);
 		due__wake(w);
 	}
 	pthread_mutex_unlock(&w->mu);
-	due_close(c.db);
 	return NULL;
 }

@@ -22,7 +22,8 @@
 **              reclaims when the refill says the earliest lease has ended.
 **              A resumed kind's tasks come back with the refill its
 **              notification triggers (upcoming leaves paused kinds out).
-**   Owns:      the wheel, the listening socket of the claimer's connection.
+**   Owns:      the wheel, and the worker's second connection, which only
+**              listens (worker_internal.h: Connections).
 **   Locks:     none of its own; the claim rounds take mu (claimer.c).
 **   Blocks on: poll() of the eventfd and the listening socket until the
 **              wheel's next fire, refill or reclaim; the store.
@@ -40,6 +41,7 @@
 /* The state of discovery, the claimer's own. */
 typedef struct disc {
 	due_wheel *wheel;
+	due_db *ldb; /* the listening connection (listen/listen_drain only) */
 	int listen_fd;
 	int64_t offset;	     /* store us - monotonic us */
 	int64_t next_refill; /* monotonic us */
@@ -92,11 +94,12 @@ static int refill(due_worker *w, due_db *db, disc *d)
 		now = due_time_now_host();
 	else if (d->last_refill) /* the offset of the last refill will do */
 		now = mono + d->offset;
-	else if ((rc = due_now(db, &now)) < 0)
+	else if ((rc = DUE_DB_CALL(w, due_now(db, &now))) < 0)
 		return rc;
 	atomic_fetch_add(&w->st.refills, 1);
-	rc = due_upcoming_get(db, &u, d->kinds, d->n_kinds, d->exclude,
-			      now + w->o.horizon_us, w->o.wheel_max);
+	rc = DUE_DB_CALL(w, due_upcoming_get(db, &u, d->kinds, d->n_kinds,
+					     d->exclude, now + w->o.horizon_us,
+					     w->o.wheel_max));
 	if (rc < 0)
 		return rc;
 	d->offset = (u->now ? u->now : now) - mono;
@@ -118,7 +121,8 @@ static int refill(due_worker *w, due_db *db, disc *d)
 static bool drain_notes(due_worker *w, due_db *db, disc *d)
 {
 	int n = 0;
-	if (d->listen_fd < 0 || due_listen_drain(db, &n) < 0 || n == 0)
+	(void)db;
+	if (d->listen_fd < 0 || due_listen_drain(d->ldb, &n) < 0 || n == 0)
 		return false;
 	atomic_fetch_add(&w->st.notifications, n);
 	return true;
@@ -130,14 +134,22 @@ static bool drain_notes(due_worker *w, due_db *db, disc *d)
 */
 static bool listen_works(due_worker *w, due_db *db, disc *d)
 {
-	if (due_listen(db, &d->listen_fd) < 0) {
+	/* a connection of its own (worker_internal.h: Connections) */
+	if (!d->ldb && due_open(&d->ldb, w->url, NULL) < 0) {
+		due__wlog(w, 1,
+			  "cannot open a connection to listen for new tasks "
+			  "(%s): polling every %lld ms",
+			  due_error_last(), (long long)w->poll_us / 1000);
+		return false;
+	}
+	if (due_listen(d->ldb, &d->listen_fd) < 0) {
 		due__wlog(
 		    w, 1,
 		    "cannot listen for new tasks (%s): polling every %lld ms",
 		    due_error_last(), (long long)w->poll_us / 1000);
 		return false;
 	}
-	if (due_notify(db) < 0)
+	if (DUE_DB_CALL(w, due_notify(db)) < 0)
 		return false;
 	for (int i = 0; i < 100; i++) {
 		struct pollfd p = {d->listen_fd, POLLIN, 0};
@@ -162,7 +174,7 @@ static void wheel_wait(due_worker *w, due_db *db, disc *d, int64_t until)
 	/* a reconnected session has a new socket (and listens again); while
 	   the store is unreachable there is none, and the safety poll's
 	   refill reconnects */
-	if (d->listening && due_listen(db, &d->listen_fd) < 0)
+	if (d->listening && due_listen(d->ldb, &d->listen_fd) < 0)
 		d->listen_fd = -1;
 	p[0] = (struct pollfd){w->wake_fd, POLLIN, 0};
 	p[1] = (struct pollfd){d->listen_fd, POLLIN, 0};
@@ -285,6 +297,7 @@ bool due__try_wheel(due_worker *w, due_db *db)
 		return false;
 	disc_kinds(w, &d);
 	if (!listen_works(w, db, &d)) {
+		due_close(d.ldb);
 		due__wheel_free(d.wheel);
 		return false;
 	}
@@ -295,6 +308,7 @@ bool due__try_wheel(due_worker *w, due_db *db)
 		  (long long)w->o.horizon_us / 1000000, w->o.wheel_max,
 		  (long long)w->poll_us / 1000);
 	wheel_loop(w, db, &d);
+	due_close(d.ldb);
 	due__wheel_free(d.wheel);
 	return true;
 }

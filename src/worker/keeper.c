@@ -21,7 +21,8 @@
 **              grace after a stop (due__grace_check_locked()).  Between
 **              renewals it publishes the worker's counters to the store
 **              (due_worker_report) and logs a summary once a minute.
-**   Owns:      its own store connection, opened on first need.
+**   Owns:      nothing of the store: each renewal or report is one turn at
+**              the shared connection (DUE_DB_CALL).
 **   Locks:     mu, to pick the jobs due for renewal (taking a reference to
 **              each, so the completer cannot free one under it) and to drop
 **              those references; never across a store call.
@@ -40,7 +41,6 @@
 /* The keeper's own state. */
 typedef struct keeper {
 	due_worker *w;
-	due_db *db; /* opened on first need */
 	due_outage outage;
 	int64_t last_report, last_sum, last_summary;
 	due_worker_stats prev; /* counters at the last summary */
@@ -152,7 +152,8 @@ static void renew_one(keeper *k, renewal *r)
 	due_extend_outcome eo;
 	int64_t t0 = due__mono_us();
 
-	if (due_extend(k->db, &eo, r->id, r->attempt, w->o.lease_us) < 0) {
+	if (DUE_DB_CALL(w, due_extend(w->db, &eo, r->id, r->attempt,
+				      w->o.lease_us)) < 0) {
 		due__outage_fail(w, &k->outage,
 				 "renewing the lease of task %lld",
 				 (long long)r->id);
@@ -269,9 +270,7 @@ static void maybe_report(keeper *k, bool force)
 	if (sum == k->last_sum && !force && now - k->last_report < HEARTBEAT_US)
 		return;
 	k->last_report = now;
-	if (!k->db && !(k->db = due__connect_retry(w, "keeper")))
-		return;
-	if (due_worker_report(k->db, w->owner, &st) < 0) {
+	if (DUE_DB_CALL(w, due_worker_report(w->db, w->owner, &st)) < 0) {
 		due__outage_fail(w, &k->outage,
 				 "reporting the worker's counters");
 		return;
@@ -374,9 +373,7 @@ void *due__keeper_main(void *arg)
 			continue;
 		}
 		pthread_mutex_unlock(&w->mu);
-		if (!k.db)
-			k.db = due__connect_retry(w, "keeper");
-		for (size_t i = 0; k.db && i < n; i++)
+		for (size_t i = 0; i < n; i++)
 			renew_one(&k, &r[i]);
 		pthread_mutex_lock(&w->mu);
 		for (size_t i = 0; i < n; i++)
@@ -385,6 +382,5 @@ void *due__keeper_main(void *arg)
 	}
 	pthread_mutex_unlock(&w->mu);
 	maybe_report(&k, true);
-	due_close(k.db);
 	return NULL;
 }

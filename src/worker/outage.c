@@ -110,3 +110,28 @@ due_db *due__connect_retry(due_worker *w, const char *who)
 		delay = delay * 2 > 2000000 ? 2000000 : delay * 2;
 	}
 }
+
+/*
+** Turns at the shared connection, first come first served: a ticket is
+** drawn, and the call waits until it is served.  A plain mutex would let
+** the thread that just unlocked take it again at once (glibc hands no
+** turn over), so a claimer draining a backlog could keep the lease keeper
+** waiting past a lease.
+*/
+void due__db_lock(due_worker *w)
+{
+	pthread_mutex_lock(&w->db_mu);
+	unsigned long ticket = w->db_next++;
+	while (ticket != w->db_serving)
+		pthread_cond_wait(&w->db_cv, &w->db_mu);
+	pthread_mutex_unlock(&w->db_mu);
+}
+
+int due__db_unlock_rc(due_worker *w, int rc)
+{
+	pthread_mutex_lock(&w->db_mu);
+	w->db_serving++;
+	pthread_cond_broadcast(&w->db_cv);
+	pthread_mutex_unlock(&w->db_mu);
+	return rc;
+}

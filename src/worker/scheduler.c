@@ -7,7 +7,8 @@
 ** slot is materialized by this worker).
 **   Does:      runs due_cron_tick() passes, each materializing the slots
 **              due within the lookahead.
-**   Owns:      its own store connection, opened on first need.
+**   Owns:      nothing of the store: a pass is one turn at the shared
+**              connection (DUE_DB_CALL).
 **   Locks:     mu, only to wait on sched_cv; never across a store call.
 **   Blocks on: sched_cv between passes (up to 5 s, 1 s after a failed
 **              pass), and on the store during a pass.
@@ -31,7 +32,6 @@ void *due__scheduler_main(void *arg)
 {
 	due_worker *w = arg;
 	due_outage outage = {.who = "scheduler"};
-	due_db *db = NULL;
 	int64_t wait_us = 0;
 
 	pthread_mutex_lock(&w->mu);
@@ -43,16 +43,12 @@ void *due__scheduler_main(void *arg)
 		pthread_mutex_unlock(&w->mu);
 		due_cron_tick_result r;
 		int rc = 0;
-		if (!db)
-			db = due__connect_retry(w, "scheduler");
+		due_cron_tick_opts to = DUE_CRON_TICK_OPTS_INIT;
+		to.lookahead_us = CRON_LOOKAHEAD_US;
+		if (w->o.cron_grace_us > 0)
+			to.misfire_grace_us = w->o.cron_grace_us;
 		wait_us = CRON_MAX_SLEEP_US;
-		if (db) {
-			due_cron_tick_opts to = DUE_CRON_TICK_OPTS_INIT;
-			to.lookahead_us = CRON_LOOKAHEAD_US;
-			if (w->o.cron_grace_us > 0)
-				to.misfire_grace_us = w->o.cron_grace_us;
-			rc = due_cron_tick(db, &r, &to);
-		}
+		rc = DUE_DB_CALL(w, due_cron_tick(w->db, &r, &to));
 		if (rc == DUE_ESTORE || rc == DUE_EBUSY || rc == DUE_ERROR) {
 			due__outage_fail(w, &outage, "a scheduler pass");
 			wait_us = 1000000;
@@ -60,7 +56,7 @@ void *due__scheduler_main(void *arg)
 			due__outage_over(w, &outage);
 			due__wlog(w, 1, "scheduler: %s", due_error_last());
 			wait_us = 1000000;
-		} else if (db) {
+		} else {
 			due__outage_over(w, &outage);
 			if (r.missed)
 				due__wlog(
@@ -84,6 +80,5 @@ void *due__scheduler_main(void *arg)
 		pthread_mutex_lock(&w->mu);
 	}
 	pthread_mutex_unlock(&w->mu);
-	due_close(db);
 	return NULL;
 }

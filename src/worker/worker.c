@@ -211,6 +211,8 @@ static void join_all(due_worker *w)
 	pthread_join(w->keeper, NULL);
 	if (w->sched_started)
 		pthread_join(w->scheduler, NULL);
+	if (w->pruner_started)
+		pthread_join(w->pruner, NULL);
 	/* tries left uncommitted when shutdown gave up on the store */
 	while (w->inflight) {
 		due_job *j = w->inflight;
@@ -261,6 +263,10 @@ static int start_threads(due_worker *w)
 	if (w->o.cron && !w->o.once)
 		w->sched_started = pthread_create(&w->scheduler, NULL,
 						  due__scheduler_main, w) == 0;
+	/* nor is retention: without it finished tasks just stay longer */
+	if (w->o.retain_us != DUE_RETAIN_ALL && !w->o.once)
+		w->pruner_started =
+		    pthread_create(&w->pruner, NULL, due__pruner_main, w) == 0;
 	return 0;
 }
 
@@ -278,13 +284,15 @@ int due_worker_run(due_worker *w)
 	/* Writing a payload to a command that exited must not kill us. */
 	if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
 		signal(SIGPIPE, SIG_IGN);
-	db = due__connect_retry(w, "claimer");
+	/* the one connection every thread shares (worker_internal.h) */
+	db = w->db = due__connect_retry(w, "claimer");
 	if (!db) {
 		atomic_store(&w->running, false);
 		return 0;
 	}
 	if ((rc = start_threads(w)) < 0) {
 		due_close(db);
+		w->db = NULL;
 		atomic_store(&w->running, false);
 		return rc;
 	}
@@ -305,6 +313,7 @@ int due_worker_run(due_worker *w)
 	drain(w);
 	join_all(w);
 	due_close(db);
+	w->db = NULL;
 	due__wlog(w, 1,
 		  "stopped: claimed %lld, done %lld, failed %lld, dead %lld, "
 		  "stale %lld, cancelled %lld, lease lost %lld",
@@ -344,6 +353,11 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 		return due__error_set(
 		    DUE_EINVAL,
 		    "invalid lease/poll/grace: lease and poll at least 1ms");
+	if (opts->retain_us < 0 && opts->retain_us != DUE_RETAIN_ALL)
+		return due__error_set(DUE_EINVAL,
+				      "invalid retention %lld us: >= 0, or "
+				      "DUE_RETAIN_ALL to keep everything",
+				      (long long)opts->retain_us);
 	if (opts->owner && due__validate_owner(opts->owner) < 0)
 		return DUE_EINVAL;
 	if (!(w = calloc(1, sizeof(*w))))
@@ -357,6 +371,8 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 		w->o.horizon_us = 60000000;
 	if (!w->o.wheel_max)
 		w->o.wheel_max = 100000;
+	if (!w->o.retain_us)
+		w->o.retain_us = DUE_RETAIN_DEFAULT_US;
 	w->url = due__strdup_n(opts->url, strlen(opts->url));
 	if (opts->owner) {
 		w->owner = due__strdup_n(opts->owner, strlen(opts->owner));
@@ -378,6 +394,8 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 	w->n_pools = 1;
 	if (!w->url || !w->owner || w->wake_fd < 0 || !w->pools ||
 	    !w->pools[0] || pthread_mutex_init(&w->mu, NULL) != 0 ||
+	    pthread_mutex_init(&w->db_mu, NULL) != 0 ||
+	    pthread_cond_init(&w->db_cv, NULL) != 0 ||
 	    due__cond_init(&w->done_cv) || due__cond_init(&w->keep_cv) ||
 	    due__cond_init(&w->idle_cv) || due__cond_init(&w->sched_cv)) {
 		due_worker_free(w);
@@ -477,6 +495,7 @@ void due_worker_stats_get(due_worker *w, due_worker_stats *out)
 	out->wheel_fired = atomic_load(&w->st.wheel_fired);
 	out->refills = atomic_load(&w->st.refills);
 	out->notifications = atomic_load(&w->st.notifications);
+	out->pruned = atomic_load(&w->st.pruned);
 	int64_t v[1024];
 	pthread_mutex_lock(&w->mu);
 	size_t n = w->n_late < 1024 ? w->n_late : 1024;

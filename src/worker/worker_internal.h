@@ -2,8 +2,24 @@
 ** worker_internal.h - the worker runtime's shared state, its threads and
 ** its one lock.  Only the files of src/worker/ include it.
 **
-** Threads.  A due_db is single-thread, so each thread that talks to the
-** store opens its own connection (due__connect_retry()).
+** Connections.  A worker process holds at most two store connections,
+** whatever its concurrency (issue 15: 30 workers fit under PostgreSQL's
+** default max_connections = 100):
+**   w->db      opened by due_worker_run() before any thread starts and
+**              shared by every thread that talks to the store (claimer,
+**              completer, keeper, scheduler, pruner), one store call at a
+**              time: DUE_DB_CALL() takes `db` in turn (a FIFO ticket lock,
+**              so no thread can starve the lease keeper) for the length of
+**              one call, never across a wait or a handler.
+**   listening  discovery's own due_db, opened only on a store that can
+**              notify (DUE_STORE_CAP_NOTIFY) and used only for
+**              listen/listen_drain by the claimer thread; a session that
+**              also ran queries for other threads could swallow a
+**              notification between the claimer's check and its poll.
+** A due_db is single-thread; serialized like this it is used by one thread
+** at a time, and errors stay per thread (due_error_last is thread-local).
+**
+** Threads.
 **
 **   claimer     the thread that called due_worker_run().  Claims up to the
 **               free slots of each pool and hands the tasks to the pools
@@ -22,11 +38,17 @@
 **               (completer.c).
 **   scheduler   materializes the slots of periodic schedules (scheduler.c);
 **               started only with opts.cron and without opts.once.
+**   pruner      retention (pruner.c): deletes finished tasks older than
+**               opts.retain_us while it holds the store's "prune" lease;
+**               not started with DUE_RETAIN_ALL or opts.once.
 **
-** Lock order.  `due_worker.mu` is the only mutex; every condition variable
-** (the pools' `cv`, `done_cv`, `keep_cv`, `idle_cv`, `sched_cv`) waits on
-** it.  No store call and no handler runs while it is held; nothing else is
-** locked under it.  Counters (`st`) and the flags marked atomic are read
+** Lock order.  `due_worker.mu` guards the runtime's state; every condition
+** variable but `db_cv` (the pools' `cv`, `done_cv`, `keep_cv`, `idle_cv`,
+** `sched_cv`) waits on it.  No store call and no handler runs while it is
+** held; nothing else is locked under it.  `db_mu` (with `db_cv`) only
+** hands out turns at the shared connection: a turn is taken with mu not
+** held, and mu is never held while waiting for one.  Counters (`st`) and the
+*flags marked atomic are read
 ** and written without it.  due_worker_stop() only touches an atomic flag
 ** and the eventfd, so it can be called from a signal handler.
 **
@@ -148,9 +170,13 @@ struct due_worker {
 	pthread_cond_t keep_cv;	 /* keeper: threads_stop, or a try with a
 				    time limit was put in flight */
 	pthread_cond_t idle_cv;	 /* drain: a job was retired */
-	pthread_cond_t sched_cv; /* scheduler: threads_stop */
-	due_job *inflight;	 /* every claimed, uncommitted job (mu) */
-	int n_inflight;		 /* (mu) */
+	pthread_cond_t sched_cv; /* scheduler and pruner: threads_stop */
+	due_db *db;		 /* the shared connection (DUE_DB_CALL) */
+	pthread_mutex_t db_mu;	 /* guards the two tickets below */
+	pthread_cond_t db_cv;	 /* a turn at db ended */
+	unsigned long db_next, db_serving; /* FIFO tickets (db_mu) */
+	due_job *inflight; /* every claimed, uncommitted job (mu) */
+	int n_inflight;	   /* (mu) */
 	due_job *done_head, *done_tail; /* handler returned, to commit (mu) */
 	int wake_fd;			/* eventfd: wakes the claimer */
 	atomic_bool stop, running;
@@ -165,12 +191,12 @@ struct due_worker {
 	atomic_bool abandon;	/* shutdown gave up on the store: stop retrying,
 				   leave uncommitted tries to lease expiry */
 	bool threads_stop;	/* under mu: keeper and completer may exit */
-	pthread_t keeper, completer, scheduler;
-	bool sched_started;
+	pthread_t keeper, completer, scheduler, pruner;
+	bool sched_started, pruner_started;
 	struct {
 		atomic_llong claimed, done, failed, dead, stale, cancelled,
 		    lease_lost, claim_queries, empty_claims, reclaim_queries,
-		    store_errors, wheel_fired, refills, notifications;
+		    store_errors, wheel_fired, refills, notifications, pruned;
 	} st;
 	int64_t late[1024]; /* lateness of recent claims (us), ring (mu) */
 	size_t n_late;
@@ -192,6 +218,14 @@ int64_t due__grace_check_locked(due_worker *w, int64_t now);
 /* outage.c: failed store calls, connections (any thread). */
 void due__bg_sleep(due_worker *w, int64_t us);
 due_db *due__connect_retry(due_worker *w, const char *who);
+/*
+** A turn at the shared connection w->db, for one store call: `call` runs
+** between due__db_lock() and due__db_unlock_rc(), which returns its code.
+**   rc = DUE_DB_CALL(w, due_extend(w->db, &eo, id, attempt, lease_us));
+*/
+void due__db_lock(due_worker *w);
+int due__db_unlock_rc(due_worker *w, int rc);
+#define DUE_DB_CALL(w, call) (due__db_lock(w), due__db_unlock_rc((w), (call)))
 void due__outage_fail(due_worker *w, due_outage *o, const char *fmt, ...)
     DUE_PRINTF(3, 4);
 void due__outage_over(due_worker *w, due_outage *o);
@@ -215,6 +249,9 @@ void *due__keeper_main(void *arg);
 
 /* scheduler.c */
 void *due__scheduler_main(void *arg);
+
+/* pruner.c */
+void *due__pruner_main(void *arg);
 
 /* claimer.c (the claimer thread only) */
 int due__claim_round(due_worker *w, due_db *db, bool *filled,

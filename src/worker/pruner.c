@@ -1,0 +1,118 @@
+/*
+** pruner.c - the pruner thread: retention of finished tasks.
+**
+** Pruner thread: started by due_worker_run() unless opts.retain_us is
+** DUE_RETAIN_ALL or opts.once.  The worker works without it.
+**   Does:      every PRUNE_EVERY_US (sooner for a short retention: half of
+**              it, at least 1 s), takes or renews the store-wide "prune"
+**              lease (store.h lock_take, the store's clock), and while it
+**              holds it deletes DONE and CANCELLED tasks whose end is older
+**              than opts.retain_us, DUE_PRUNE_BATCH a transaction, batch
+**              after batch while full ones come back.  The lease makes the
+**              store, not a coordinator, pick one pruner among all the
+**              workers: the others find it held and look again a period
+**              later; if its holder dies, it runs out after PRUNE_LEASE_US
+**              and the next worker to look takes it over.  The store never
+**              deletes SCHEDULED, CLAIMED or DEAD tasks (re-checked in the
+**              deleting statement).
+**   Owns:      nothing of the store: each call is one turn at the shared
+**              connection, so claims, completions and renewals go on
+**              between batches.
+**   Locks:     mu, only to wait on sched_cv; never across a store call.
+**   Blocks on: sched_cv between runs and batches, and on the store.
+**   Exits:     when threads_stop is set (between batches).
+*/
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "worker/worker_internal.h"
+
+#define PRUNE_EVERY_US (60LL * 1000000)
+#define PRUNE_LEASE_US (90LL * 1000000)
+#define PRUNE_PAUSE_US 20000LL /* between full batches */
+#define PRUNE_LOCK "prune"
+
+/* Sleep on sched_cv for up to `us`; false once threads_stop is set. */
+static bool rest(due_worker *w, int64_t us)
+{
+	pthread_mutex_lock(&w->mu);
+	if (!w->threads_stop && us > 0)
+		due__cond_wait_us(&w->sched_cv, &w->mu, us);
+	bool go_on = !w->threads_stop;
+	pthread_mutex_unlock(&w->mu);
+	return go_on;
+}
+
+/*
+** One run: while this worker holds the lease, prune full batches until a
+** short one says nothing old is left.  Returns the tasks deleted, or a
+** negative code (the outage is logged by the caller).
+*/
+static int64_t prune_run(due_worker *w, int *rc_out)
+{
+	int64_t total = 0, lease_at = 0;
+
+	*rc_out = 0;
+	for (;;) {
+		bool held = false;
+		int64_t n = 0;
+		int rc;
+
+		/* renew well before the lease could run out mid-run */
+		if (!lease_at || due__mono_us() - lease_at > PRUNE_LEASE_US / 3) {
+			rc = DUE_DB_CALL(w,
+					 due__lock_take(w->db, &held, PRUNE_LOCK,
+							w->owner,
+							PRUNE_LEASE_US));
+			if (rc < 0 || !held) {
+				*rc_out = rc;
+				return total;
+			}
+			lease_at = due__mono_us();
+		}
+		rc = DUE_DB_CALL(w, due__prune_max(w->db, &n, w->o.retain_us,
+						   DUE_PRUNE_BATCH));
+		if (rc < 0) {
+			*rc_out = rc;
+			return total;
+		}
+		total += n;
+		atomic_fetch_add(&w->st.pruned, n);
+		if (n < DUE_PRUNE_BATCH || !rest(w, PRUNE_PAUSE_US))
+			return total;
+	}
+}
+
+void *due__pruner_main(void *arg)
+{
+	due_worker *w = arg;
+	due_outage outage = {.who = "pruner"};
+	int64_t every = w->o.retain_us / 2, backoff = 1000000;
+	char keep[64];
+
+	if (every > PRUNE_EVERY_US)
+		every = PRUNE_EVERY_US;
+	if (every < 1000000)
+		every = 1000000;
+	due_duration_format(keep, sizeof(keep), w->o.retain_us);
+	for (;;) {
+		int rc;
+		int64_t n = prune_run(w, &rc), wait_us = every;
+		if (rc < 0) {
+			due__outage_fail(w, &outage, "pruning finished tasks");
+			wait_us = backoff < every ? backoff : every;
+			backoff = backoff * 2 > every ? every : backoff * 2;
+		} else {
+			due__outage_over(w, &outage);
+			backoff = 1000000;
+		}
+		if (n > 0)
+			due__wlog(w, 1,
+				  "retention: pruned %lld finished task(s) "
+				  "ended more than %s ago",
+				  (long long)n, keep);
+		if (!rest(w, wait_us))
+			break;
+	}
+	return NULL;
+}
