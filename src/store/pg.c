@@ -59,6 +59,8 @@
 **      step only records the version both stores share.
 **   4  Flow control: due_task.priority, grp, timeout_us and the claim
 **      indexes on priority; TIMED_OUT attempts; due_kind, due_rate.
+**   5  Scale: due_lock, due_worker.pruned, due_task_dead, the (kind,
+**      state) statistics, per-table autovacuum and fillfactor.
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -120,6 +122,8 @@ enum stmt_id {
 	ST_KIND_PUT,
 	ST_KIND_GET,
 	ST_KIND_REMOVE,
+	ST_LOCK_TAKE,
+	ST_BYTES,
 	ST_COUNT
 };
 
@@ -395,6 +399,59 @@ static const char flow_claim_sql[] =
 	" FROM s WHERE EXISTS (SELECT 1 FROM s) AND a.task_id = s.id"          \
 	" AND a.attempt = s.attempt)"
 
+/*
+** Cheap reads at any size (docs/internals/scale.md).  stats and metrics
+** count exactly only what an index bounds: CLAIMED (due_task_lease,
+** bounded by what runs), DEAD (due_task_dead), the overdue backlog
+** (due_task_due up to now()).  SCHEDULED, DONE and CANCELLED may be
+** millions; for them EST_ROWS reads the planner's row count of their
+** partial index (pg_class.reltuples scaled to the index's size now, as
+** the planner itself scales it; -1 before the first VACUUM or ANALYZE),
+** and only when it says small (< SMALL, or unknown) does h count them,
+** through the index and never past CAP rows, so a stale estimate costs
+** at most CAP index entries.  A count that stopped at CAP, or one not
+** made, leaves an estimate.  The CASEs run their sub-selects only when
+** taken (PostgreSQL evaluates an init plan on first use).
+**   e  s_est, f_est (SCHEDULED; DONE + CANCELLED), t_est (the table),
+**      done_share (DONE's part of the finished, from pg_stats)
+**   h  s_n, f_n = {finished, DONE} counted (NULL: not counted), and
+**      s_exact / f_exact
+*/
+#define SMALL "10000"
+#define CAP "10001"
+#define DUE_NSP                                                                \
+	"(SELECT n.nspname FROM pg_class c JOIN pg_namespace n"                \
+	" ON n.oid = c.relnamespace WHERE c.oid = to_regclass('due_task'))"
+#define EST_ROWS(rel)                                                          \
+	"(SELECT CASE WHEN c.reltuples < 0 THEN -1::float8"                    \
+	" WHEN c.relpages = 0 THEN c.reltuples::float8"                        \
+	" ELSE c.reltuples / c.relpages * (pg_relation_size(c.oid)"            \
+	" / current_setting('block_size')::float8) END"                        \
+	" FROM pg_class c WHERE c.oid = to_regclass('" rel "'))"
+/* clang-format off */
+#define GATE_CTES                                                              \
+	"e AS MATERIALIZED (SELECT " EST_ROWS("due_task_due") " AS s_est, "    \
+	EST_ROWS("due_task_finished") " AS f_est, "                            \
+	EST_ROWS("due_task") " AS t_est,"                                      \
+	" (SELECT (sum(u.f) FILTER (WHERE u.v = 'DONE')"                       \
+	"   / nullif(sum(u.f), 0))::float8 FROM pg_stats st,"                  \
+	"   unnest(st.most_common_vals::text::text[], st.most_common_freqs)"   \
+	"   AS u(v, f) WHERE st.schemaname = " DUE_NSP                         \
+	"   AND st.tablename = 'due_task' AND st.attname = 'state'"            \
+	"   AND u.v IN ('DONE', 'CANCELLED')) AS done_share),"                 \
+	" g AS MATERIALIZED (SELECT e.*, CASE WHEN e.s_est < " SMALL           \
+	"   THEN (SELECT count(*) FROM (SELECT 1 FROM due_task"                \
+	"   WHERE state = 'SCHEDULED' ORDER BY due_at LIMIT " CAP ") x)"       \
+	"   END AS s_n, CASE WHEN e.f_est < " SMALL " THEN (SELECT"            \
+	"   ARRAY[count(*), count(*) FILTER (WHERE state = 'DONE')]"           \
+	"   FROM (SELECT state FROM due_task WHERE state IN ('DONE',"          \
+	"   'CANCELLED') ORDER BY updated_at LIMIT " CAP ") y) END AS f_n"     \
+	"   FROM e),"                                                          \
+	" h AS MATERIALIZED (SELECT g.*,"                                      \
+	"   coalesce(g.s_n <= " SMALL ", false) AS s_exact,"                   \
+	"   coalesce(g.f_n[1] <= " SMALL ", false) AS f_exact FROM g)"
+/* clang-format on */
+
 static const char *const sql_text[ST_COUNT] = {
     [ST_NOW] = "SELECT now()",
     [ST_INSERT] =
@@ -623,9 +680,15 @@ static const char *const sql_text[ST_COUNT] = {
 	" '; ', '') || CASE WHEN state = 'DEAD' THEN 'dead letter dismissed"
 	" by operator' ELSE 'killed by operator' END",
 	"state IN ('SCHEDULED', 'CLAIMED', 'DEAD')", "KILLED", "kill"),
+    /*
+    ** stats in one statement (one snapshot): GATE_CTES' estimates and
+    ** bounded counts, the exact CLAIMED, DEAD and overdue figures, and
+    ** the lateness of the claims in the window $1 (due_attempt_claimed).
+    */
     [ST_STATS] =
-	"WITH c AS (SELECT state, count(*) AS n FROM due_task"
-	" GROUP BY state),"
+	"WITH " GATE_CTES ","
+	" c AS (SELECT count(*) AS n FROM due_task WHERE state = 'CLAIMED'),"
+	" dd AS (SELECT count(*) AS n FROM due_task WHERE state = 'DEAD'),"
 	" d AS (SELECT count(*) AS n, min(due_at) AS m FROM due_task"
 	" WHERE state = 'SCHEDULED' AND due_at <= now()),"
 	" l AS (SELECT count(*) AS n,"
@@ -635,13 +698,9 @@ static const char *const sql_text[ST_COUNT] = {
 	" claimed_at - due_at) * 1000000)::int8 AS late FROM due_attempt"
 	" WHERE claimed_at >= now() - " US(
 	    "$1") ") x)"
-		  " SELECT now(),"
-		  " (SELECT n FROM c WHERE state = 'SCHEDULED'),"
-		  " (SELECT n FROM c WHERE state = 'CLAIMED'),"
-		  " (SELECT n FROM c WHERE state = 'DONE'),"
-		  " (SELECT n FROM c WHERE state = 'CANCELLED'),"
-		  " (SELECT n FROM c WHERE state = 'DEAD'),"
-		  " d.n, d.m, l.n, l.p50, l.p99, l.mx FROM d, l",
+		  " SELECT now(), h.s_est, h.s_n, h.f_est, h.f_n[1], h.f_n[2],"
+		  " h.done_share, c.n, dd.n, d.n, d.m, l.n, l.p50, l.p99, l.mx"
+		  " FROM h, c, dd, d, l",
     [ST_PRUNE] =
 	"WITH v AS (SELECT id FROM due_task WHERE state IN ('DONE',"
 	" 'CANCELLED') AND updated_at < now() - " US(
@@ -738,30 +797,67 @@ static const char *const sql_text[ST_COUNT] = {
 	" CASE WHEN outcome = 'DONE'"
 	"   AND ended_at >= now() - interval '15 minutes'"
 	"   AND ended_at < now() THEN ((extract(epoch FROM now() - ended_at)"
-	"   * 1000000)::int8 - 1) / 60000000 END AS mi FROM due_attempt),"
-	" y AS (SELECT *, $2::int4 - width_bucket(-late, $1::float8[]) AS lb,"
-	" $2::int4 - width_bucket(-dur, $1::float8[]) AS db FROM x),"
-	" w AS (SELECT count(*) AS n,"
-	" coalesce(sum(claim_queries), 0)::int8 AS cq,"
-	" coalesce(sum(empty_claims), 0)::int8 AS ec,"
-	" coalesce(sum(reclaim_queries), 0)::int8 AS rq,"
-	" coalesce(sum(store_errors), 0)::int8 AS se FROM due_worker"
-	" WHERE seen_at >= now() - interval '5 minutes')"
-	" SELECT GROUPING(lb, db, outcome, mi), lb, db, outcome, mi,"
-	" count(*), sum(late), sum(dur),"
-	" count(*) FILTER (WHERE late_commit = 'REJECTED_STALE'),"
-	" (SELECT n FROM w), (SELECT cq FROM w), (SELECT ec FROM w),"
-	" (SELECT rq FROM w), (SELECT se FROM w),"
-	" (SELECT count(*) FROM due_schedule)"
-	" FROM y GROUP BY GROUPING SETS ((lb), (db), (outcome), (mi), ())",
+	"   * 1000000)::int8 - 1) / 60000000 END AS mi FROM due_attempt"
+	" WHERE claimed_at >= now() - " US(
+	    "$3") "),"
+		  " y AS (SELECT *, $2::int4 - width_bucket(-late, "
+		  "$1::float8[]) AS lb,"
+		  " $2::int4 - width_bucket(-dur, $1::float8[]) AS db FROM x),"
+		  " w AS (SELECT count(*) AS n,"
+		  " coalesce(sum(claim_queries), 0)::int8 AS cq,"
+		  " coalesce(sum(empty_claims), 0)::int8 AS ec,"
+		  " coalesce(sum(reclaim_queries), 0)::int8 AS rq,"
+		  " coalesce(sum(store_errors), 0)::int8 AS se,"
+		  " coalesce(sum(pruned), 0)::int8 AS pr FROM due_worker"
+		  " WHERE seen_at >= now() - interval '5 minutes')"
+		  " SELECT GROUPING(lb, db, outcome, mi), lb, db, outcome, mi,"
+		  " count(*), sum(late), sum(dur),"
+		  " count(*) FILTER (WHERE late_commit = 'REJECTED_STALE'),"
+		  " (SELECT n FROM w), (SELECT cq FROM w), (SELECT ec FROM w),"
+		  " (SELECT rq FROM w), (SELECT se FROM w),"
+		  " (SELECT count(*) FROM due_schedule), (SELECT pr FROM w)"
+		  " FROM y GROUP BY GROUPING SETS ((lb), (db), (outcome), "
+		  "(mi), ())",
+    /*
+    ** Counts by kind and state: CLAIMED and DEAD through their partial
+    ** indexes; SCHEDULED, DONE and CANCELLED counted through theirs when
+    ** GATE_CTES found the state small, else the planner's (kind, state)
+    ** frequencies (due_task_kind_state) times the table's rows.  One row
+    ** with a NULL kind when there are none; the flags come on every row.
+    */
+    /* clang-format off */
     [ST_METRICS_KINDS] =
-	"SELECT kind, count(*) FILTER (WHERE state = 'SCHEDULED'),"
-	" count(*) FILTER (WHERE state = 'CLAIMED'),"
-	" count(*) FILTER (WHERE state = 'DONE'),"
-	" count(*) FILTER (WHERE state = 'CANCELLED'),"
-	" count(*) FILTER (WHERE state = 'DEAD')"
-	" FROM due_task GROUP BY kind ORDER BY kind COLLATE \"C\""
-	" LIMIT $1::int4",
+	"WITH " GATE_CTES ","
+	" m AS (SELECT st.most_common_vals AS v, st.most_common_freqs AS f"
+	"   FROM pg_stats_ext st WHERE st.schemaname = " DUE_NSP
+	"   AND st.tablename = 'due_task'"
+	"   AND st.statistics_name = 'due_task_kind_state'),"
+	" k AS (SELECT kind, 0 AS s, count(*) AS n FROM due_task"
+	"   WHERE state = 'SCHEDULED' AND (SELECT s_exact FROM h)"
+	"   GROUP BY kind"
+	" UNION ALL SELECT kind, 1, count(*) FROM due_task"
+	"   WHERE state = 'CLAIMED' GROUP BY kind"
+	" UNION ALL SELECT kind, CASE state WHEN 'DONE' THEN 2 ELSE 3 END,"
+	"   count(*) FROM due_task WHERE state IN ('DONE', 'CANCELLED')"
+	"   AND (SELECT f_exact FROM h) GROUP BY kind, state"
+	" UNION ALL SELECT kind, 4, count(*) FROM due_task"
+	"   WHERE state = 'DEAD' GROUP BY kind"
+	" UNION ALL SELECT m.v[i][1], CASE m.v[i][2] WHEN 'SCHEDULED' THEN 0"
+	"   WHEN 'DONE' THEN 2 ELSE 3 END,"
+	"   round(m.f[i] * greatest(h.t_est, 0))::int8"
+	"   FROM h, m, generate_subscripts(m.v, 1) AS i"
+	"   WHERE (m.v[i][2] = 'SCHEDULED' AND NOT h.s_exact)"
+	"   OR (m.v[i][2] IN ('DONE', 'CANCELLED') AND NOT h.f_exact)),"
+	" x AS (SELECT kind,"
+	"   coalesce(sum(n) FILTER (WHERE s = 0), 0)::int8 AS n0,"
+	"   coalesce(sum(n) FILTER (WHERE s = 1), 0)::int8 AS n1,"
+	"   coalesce(sum(n) FILTER (WHERE s = 2), 0)::int8 AS n2,"
+	"   coalesce(sum(n) FILTER (WHERE s = 3), 0)::int8 AS n3,"
+	"   coalesce(sum(n) FILTER (WHERE s = 4), 0)::int8 AS n4"
+	"   FROM k GROUP BY kind ORDER BY kind COLLATE \"C\" LIMIT $1::int4)"
+	" SELECT x.kind, x.n0, x.n1, x.n2, x.n3, x.n4, h.s_exact, h.f_exact"
+	" FROM h LEFT JOIN x ON true ORDER BY x.kind COLLATE \"C\"",
+/* clang-format on */
 /*
 ** Upcoming: the store's now and next lease expiry always come back
 ** (one row with NULL id when nothing is due before $1).
@@ -776,13 +872,38 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_UPC_ANY] = UPCOMING_SQL(""),
     [ST_UPC_KINDS] = UPCOMING_SQL(" AND kind = ANY ($3::text[])"),
     [ST_UPC_EXCLUDE] = UPCOMING_SQL(" AND kind <> ALL ($3::text[])"),
+    /* $13: pruned, outside row.h's shared list (schema 5). */
     [ST_WORKER_REPORT] =
 	"INSERT INTO due_worker (owner, started_at, "
-	"seen_at, " DUE_WORKER_COUNTER_COLS ") VALUES ($1::text,"
+	"seen_at, " DUE_WORKER_COUNTER_COLS ", pruned) VALUES ($1::text,"
 	" now(), now(), $2::int8, $3::int8, $4::int8, $5::int8, $6::int8,"
-	" $7::int8, $8::int8, $9::int8, $10::int8, $11::int8, $12::int8)"
-	" ON CONFLICT (owner) DO UPDATE SET seen_at = "
-	"now(), " DUE_WORKER_COUNTER_SET,
+	" $7::int8, $8::int8, $9::int8, $10::int8, $11::int8, $12::int8,"
+	" $13::int8) ON CONFLICT (owner) DO UPDATE SET seen_at = "
+	"now(), " DUE_WORKER_COUNTER_SET ", pruned = excluded.pruned",
+    /*
+    ** Take lock $1 for owner $2 until now + $3 us: insert it, or take it
+    ** over when it expired, or renew it when it is already ours.  While
+    ** another owner's lease runs the WHERE is false: no row comes back
+    ** and nothing is written.  A racing insert waits on the unique index
+    ** and then judges the winner's row, so one owner at a time.
+    */
+    [ST_LOCK_TAKE] =
+	"INSERT INTO due_lock AS l (name, owner, until)"
+	" VALUES ($1::text, $2::text, now() + " US(
+	    "$3") ")"
+		  " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner,"
+		  " until = excluded.until"
+		  " WHERE l.until < now() OR l.owner = excluded.owner "
+		  "RETURNING 1",
+    /*
+    ** Every due_* table of the schema that holds due_meta (the one in
+    ** the search_path), with its indexes and TOAST.
+    */
+    [ST_BYTES] = "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::int8"
+		 " FROM pg_class c WHERE c.relkind = 'r'"
+		 " AND c.relname LIKE 'due\\_%'"
+		 " AND c.relnamespace = (SELECT relnamespace FROM pg_class"
+		 " WHERE oid = 'due_meta'::regclass)",
 };
 
 _Static_assert(ST_COUNT <= DUE_PG_MAX_STMTS, "raise DUE_PG_MAX_STMTS");
@@ -950,6 +1071,48 @@ static const char schema_v4[] =
     "CREATE INDEX due_rate_kind ON due_rate (kind, at);"
     "UPDATE due_meta SET value = '4' WHERE name = 'schema_version';";
 
+/*
+** Version 4 -> 5: production scale (issue 15, docs/internals/scale.md).
+**  - due_lock: retention's one-pruner-at-a-time lease (lock_take).
+**  - due_worker.pruned: the tasks a worker's retention deleted.
+**  - due_task_dead: DEAD rows by kind, so stats and metrics count dead
+**    letters (total and per kind) from an index bounded by what is dead.
+**  - due_task_kind_state: the planner's statistics of (kind, state)
+**    pairs, read as the per-kind estimate of SCHEDULED, DONE and
+**    CANCELLED when those states are too big to count.
+**  - per-table storage settings: autovacuum driven by the churn rather
+**    than the table's size, room for HOT updates where an update changes
+**    no indexed column.  Each value and its reason: scale.md.
+*/
+static const char schema_v5[] =
+    "CREATE TABLE due_lock ("
+    "  name text PRIMARY KEY,"
+    "  owner text NOT NULL,"
+    "  until timestamptz NOT NULL) WITH (fillfactor = 50);"
+    "ALTER TABLE due_worker ADD COLUMN pruned bigint NOT NULL DEFAULT 0;"
+    "CREATE INDEX due_task_dead ON due_task (kind) WHERE state = 'DEAD';"
+    "CREATE STATISTICS due_task_kind_state (mcv) ON kind, state"
+    "  FROM due_task;"
+    "ALTER TABLE due_task SET (autovacuum_vacuum_scale_factor = 0,"
+    "  autovacuum_vacuum_threshold = 10000,"
+    "  autovacuum_vacuum_insert_scale_factor = 0,"
+    "  autovacuum_vacuum_insert_threshold = 100000,"
+    "  autovacuum_analyze_scale_factor = 0.02,"
+    "  autovacuum_analyze_threshold = 1000,"
+    "  autovacuum_vacuum_cost_delay = 1,"
+    "  autovacuum_vacuum_cost_limit = 1000);"
+    "ALTER TABLE due_attempt SET (fillfactor = 85,"
+    "  autovacuum_vacuum_scale_factor = 0,"
+    "  autovacuum_vacuum_threshold = 10000,"
+    "  autovacuum_vacuum_insert_scale_factor = 0,"
+    "  autovacuum_vacuum_insert_threshold = 100000,"
+    "  autovacuum_vacuum_cost_delay = 1,"
+    "  autovacuum_vacuum_cost_limit = 1000);"
+    "ALTER TABLE due_audit SET (autovacuum_vacuum_scale_factor = 0,"
+    "  autovacuum_vacuum_threshold = 10000);"
+    "ALTER TABLE due_worker SET (fillfactor = 50);"
+    "UPDATE due_meta SET value = '5' WHERE name = 'schema_version';";
+
 /* ------------------------------------------------------------------ */
 /* Open, schema                                                        */
 /* ------------------------------------------------------------------ */
@@ -1040,13 +1203,11 @@ static int init_lock(due_store *s)
 			       "lock schema");
 }
 
-static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1,
-    [2] = schema_v2,
-    [3] = schema_v3,
-    [4] = schema_v4,
-    /* interim (issue 15): the version only, until the step is written */
-    [5] = "UPDATE due_meta SET value = '5' WHERE name = 'schema_version';"};
+static const char *const steps[DUE_SCHEMA_VERSION + 1] = {[1] = schema_v1,
+							  [2] = schema_v2,
+							  [3] = schema_v3,
+							  [4] = schema_v4,
+							  [5] = schema_v5};
 
 /*
 ** due_schedule(): a submit from SQL, inside the caller's own transaction,
@@ -2027,9 +2188,46 @@ static int pg_kill(due_store *s, due_state *out, due_id id)
 /* ------------------------------------------------------------------ */
 
 /*
+** SCHEDULED, DONE and CANCELLED from ST_STATS' columns 1..6 (GATE_CTES):
+** exact when counted below CAP, else the estimate (never below what a
+** count that stopped at CAP saw), DONE's share from pg_stats, or from
+** the rows counted when there are no statistics yet.
+*/
+static void stats_big(const PGresult *r, due_stats *out)
+{
+	double s_est = due__pg_col_f64(r, 0, 1);
+	double f_est = due__pg_col_f64(r, 0, 3), share;
+	bool s_n = !due__pg_col_null(r, 0, 2), f_n = !due__pg_col_null(r, 0, 4);
+	int64_t fin = f_n ? due__pg_col_int(r, 0, 4) : 0;
+	int64_t done = f_n ? due__pg_col_int(r, 0, 5) : 0;
+
+	out->counts[DUE_SCHEDULED] = s_n ? due__pg_col_int(r, 0, 2) : 0;
+	if (!s_n || out->counts[DUE_SCHEDULED] > 10000) {
+		out->estimated |= 1u << DUE_SCHEDULED;
+		if (s_est > (double)out->counts[DUE_SCHEDULED])
+			out->counts[DUE_SCHEDULED] = (int64_t)(s_est + 0.5);
+	}
+	if (f_n && fin <= 10000) {
+		out->counts[DUE_DONE] = done;
+		out->counts[DUE_CANCELLED] = fin - done;
+		return;
+	}
+	out->estimated |= (1u << DUE_DONE) | (1u << DUE_CANCELLED);
+	share = !due__pg_col_null(r, 0, 6) ? due__pg_col_f64(r, 0, 6)
+		: fin > 0		   ? (double)done / (double)fin
+					   : 1.0;
+	if (f_est < (double)fin)
+		f_est = (double)fin;
+	out->counts[DUE_DONE] = (int64_t)(f_est * share + 0.5);
+	out->counts[DUE_CANCELLED] =
+	    (int64_t)(f_est + 0.5) - out->counts[DUE_DONE];
+}
+
+/*
 ** Counts, due backlog and lateness percentiles in one statement (one
-** snapshot).  Percentiles are percentile_disc, the same nearest-rank rule
-** as the SQLite store.  -1 when no claim happened in the window.
+** snapshot); which counts are estimates: GATE_CTES.  Percentiles are
+** percentile_disc, the same nearest-rank rule as the SQLite store.  -1
+** when no claim happened in the window.
 */
 static int pg_stats(due_store *s, due_stats *out)
 {
@@ -2043,36 +2241,40 @@ static int pg_stats(due_store *s, due_stats *out)
 	if ((rc = run(s, ST_STATS, &p, "stats", &r)) < 0)
 		return rc;
 	out->now = due__pg_col_time(r, 0, 0);
-	for (int i = 0; i < DUE_STATE_COUNT; i++)
-		out->counts[i] = due__pg_col_int(r, 0, 1 + i);
+	out->estimated = 0;
+	stats_big(r, out);
+	out->counts[DUE_CLAIMED] = due__pg_col_int(r, 0, 7);
+	out->counts[DUE_DEAD] = due__pg_col_int(r, 0, 8);
 	out->dead = out->counts[DUE_DEAD];
-	out->due_unclaimed = due__pg_col_int(r, 0, 6);
-	if (!due__pg_col_null(r, 0, 7))
+	out->due_unclaimed = due__pg_col_int(r, 0, 9);
+	if (!due__pg_col_null(r, 0, 10))
 		out->oldest_due_unclaimed_ms =
-		    (out->now - due__pg_col_time(r, 0, 7)) / 1000;
+		    (out->now - due__pg_col_time(r, 0, 10)) / 1000;
 	out->window_us = DUE_STATS_WINDOW_US;
-	out->claims_window = due__pg_col_int(r, 0, 8);
+	out->claims_window = due__pg_col_int(r, 0, 11);
 	out->lateness_p50_us =
-	    due__pg_col_null(r, 0, 9) ? -1 : due__pg_col_int(r, 0, 9);
+	    due__pg_col_null(r, 0, 12) ? -1 : due__pg_col_int(r, 0, 12);
 	out->lateness_p99_us =
-	    due__pg_col_null(r, 0, 10) ? -1 : due__pg_col_int(r, 0, 10);
+	    due__pg_col_null(r, 0, 13) ? -1 : due__pg_col_int(r, 0, 13);
 	out->lateness_max_us =
-	    due__pg_col_null(r, 0, 11) ? -1 : due__pg_col_int(r, 0, 11);
+	    due__pg_col_null(r, 0, 14) ? -1 : due__pg_col_int(r, 0, 14);
 	PQclear(r);
 	return 0;
 }
 
 /*
-** Delete finished tasks with their history in batches of BATCH_ROWS, each
-** its own statement and transaction, until a batch finds nothing.  DEAD is
-** never touched.  A retention longer than the epoch deletes nothing.
+** Delete finished tasks with their history in batches of at most
+** DUE_PRUNE_BATCH, oldest end first (due_task_finished), each batch its
+** own statement and transaction, until a batch finds nothing or max_rows
+** (0: no bound) are gone.  The deleting statement re-checks the state, so
+** DEAD, SCHEDULED and CLAIMED are never touched.  A retention longer than
+** the epoch deletes nothing.
 */
 static int pg_prune(due_store *s, int64_t *deleted, int64_t older_than_us,
 		    int64_t max_rows)
 {
-	(void)max_rows; /* interim: prunes everything (issue 15) */
 	const int64_t max_us = 1000LL * 366 * 86400 * 1000000; /* 1000 years */
-	int64_t n;
+	int64_t n, want;
 	int rc;
 
 	*deleted = 0;
@@ -2081,15 +2283,18 @@ static int pg_prune(due_store *s, int64_t *deleted, int64_t older_than_us,
 	do {
 		due_pg_params p = {0};
 		PGresult *r;
+		want = DUE_PRUNE_BATCH;
+		if (max_rows > 0 && max_rows - *deleted < want)
+			want = max_rows - *deleted;
 		due__pg_int(&p,
 			    older_than_us < max_us ? older_than_us : max_us);
-		due__pg_int(&p, BATCH_ROWS);
+		due__pg_int(&p, want);
 		if ((rc = run(s, ST_PRUNE, &p, "prune", &r)) < 0)
 			return rc;
 		n = due__pg_col_int(r, 0, 0);
 		*deleted += n;
 		PQclear(r);
-	} while (n > 0);
+	} while (n > 0 && (max_rows == 0 || *deleted < max_rows));
 	return 0;
 }
 
@@ -2276,7 +2481,10 @@ fail:
 /* Most kinds listed in due_metrics (the first ones by name). */
 #define METRICS_KINDS 1000
 
-/* Task counts by kind and state. */
+/*
+** Task counts by kind and state (ST_METRICS_KINDS); kinds_estimated from
+** its flags (s_exact, f_exact).
+*/
 static int metrics_kinds(due_store *s, due_metrics *out)
 {
 	due_pg_params p = {0};
@@ -2287,11 +2495,16 @@ static int metrics_kinds(due_store *s, due_metrics *out)
 	if ((rc = run(s, ST_METRICS_KINDS, &p, "metrics", &r)) < 0)
 		return rc;
 	n = PQntuples(r);
-	if (n && !(out->kinds = calloc((size_t)n, sizeof(*out->kinds)))) {
+	if (n > 0 && due__pg_col_int(r, 0, 6) == 0)
+		out->kinds_estimated |= 1u << DUE_SCHEDULED;
+	if (n > 0 && due__pg_col_int(r, 0, 7) == 0)
+		out->kinds_estimated |=
+		    (1u << DUE_DONE) | (1u << DUE_CANCELLED);
+	if (n > 0 && !(out->kinds = calloc((size_t)n, sizeof(*out->kinds)))) {
 		PQclear(r);
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	}
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n && !due__pg_col_null(r, i, 0); i++) {
 		due_kind_counts *k = &out->kinds[i];
 		if (!(k->kind = due__pg_col_text(r, i, 0))) {
 			PQclear(r);
@@ -2347,6 +2560,7 @@ static void metrics_row(const PGresult *r, int i, due_metrics *out)
 		out->reclaim_queries = due__pg_col_int(r, i, 12);
 		out->store_errors = due__pg_col_int(r, i, 13);
 		out->n_schedules = (size_t)due__pg_col_int(r, i, 14);
+		out->pruned = due__pg_col_int(r, i, 15);
 		break;
 	default: break;
 	}
@@ -2372,6 +2586,9 @@ static int pg_metrics(due_store *s, due_metrics *out)
 	out->workers = out->claim_queries = out->empty_claims = 0;
 	out->reclaim_queries = out->store_errors = 0;
 	out->n_schedules = 0;
+	out->kinds_estimated = 0;
+	out->pruned = 0;
+	out->window_us = DUE_METRICS_WINDOW_US;
 	if ((rc = due__pg_ok(s)) < 0 || (rc = metrics_kinds(s, out)) < 0)
 		goto done;
 	/* The bounds negated, ascending (see ST_METRICS). */
@@ -2381,6 +2598,7 @@ static int pg_metrics(due_store *s, due_metrics *out)
 	if ((rc = due__pg_array(&p, &b)) < 0)
 		goto done;
 	due__pg_int(&p, DUE_HIST_N);
+	due__pg_int(&p, DUE_METRICS_WINDOW_US);
 	if ((rc = run(s, ST_METRICS, &p, "metrics", &r)) < 0)
 		goto done;
 	for (int i = 0; i < PQntuples(r); i++)
@@ -2413,6 +2631,7 @@ static int pg_worker_report(due_store *s, const char *owner,
 	due__pg_text(&p, owner);
 	for (int i = 0; i < DUE_WORKER_N_COUNTERS; i++)
 		due__pg_int(&p, v[i]);
+	due__pg_int(&p, st->pruned);
 	if ((rc = run(s, ST_WORKER_REPORT, &p, "worker report", &r)) < 0)
 		return rc;
 	PQclear(r);
@@ -2603,20 +2822,45 @@ static int pg_kind_remove(due_store *s, const char *kind)
 	return rc;
 }
 
-/* Interim until this store implements retention's lease (issue 15). */
+/* ------------------------------------------------------------------ */
+/* Retention's lease, size                                             */
+/* ------------------------------------------------------------------ */
+
+/* store.h: lock_take.  One statement (ST_LOCK_TAKE), the server's clock. */
 static int pg_lock_take(due_store *s, bool *held, const char *name,
 			const char *owner, int64_t ttl_us)
 {
-	(void)s, (void)name, (void)owner, (void)ttl_us;
+	due_pg_params p = {0};
+	PGresult *r;
+	int rc;
+
 	*held = false;
-	return due__error_set(DUE_EUNSUPPORTED, "lock_take: not yet built");
+	if ((rc = due__pg_ok(s)) < 0)
+		return rc;
+	due__pg_text(&p, name);
+	due__pg_text(&p, owner);
+	due__pg_int(&p, ttl_us);
+	if ((rc = run(s, ST_LOCK_TAKE, &p, "take lock", &r)) < 0)
+		return rc;
+	*held = PQntuples(r) == 1;
+	PQclear(r);
+	return 0;
 }
 
+/* pg_total_relation_size() summed over the due_* tables (ST_BYTES). */
 static int pg_bytes(due_store *s, int64_t *out)
 {
-	(void)s;
+	due_pg_params p = {0};
+	PGresult *r;
+	int rc;
+
 	*out = 0;
-	return due__error_set(DUE_EUNSUPPORTED, "bytes: not yet built");
+	if ((rc = due__pg_ok(s)) < 0 ||
+	    (rc = run(s, ST_BYTES, &p, "store size", &r)) < 0)
+		return rc;
+	*out = due__pg_col_int(r, 0, 0);
+	PQclear(r);
+	return 0;
 }
 
 #define OP(m) .m = pg_##m,

@@ -48,9 +48,11 @@
 **      indexes on priority; due_attempt rebuilt to admit TIMED_OUT;
 **      due_kind, due_rate (see schema_v4).
 */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/internal.h"
 #include "store/row.h"
@@ -78,6 +80,7 @@ enum stmt_id {
 	ST_GET,
 	ST_ATTEMPTS,
 	ST_LIST,
+	ST_LIST_STATE,
 	ST_RETRY,
 	ST_REQUEUE,
 	ST_KILL,
@@ -121,11 +124,25 @@ enum stmt_id {
 	ST_KIND_SET,
 	ST_KIND_DEL,
 	ST_RATE_DEL,
+	ST_LOCK_TAKE,
+	ST_COUNT_ZERO,
 	ST_COUNT
 };
 
 /* Where a task has used its attempt budget (store.h). */
 #define USED_UP "attempt - attempt_base >= max_attempts"
+
+/*
+** The tasks one prune batch deletes: finished before the cutoff ?1,
+** oldest end first, ?2 of them (through due_task_finished).  The three
+** deletes of a batch run under one write lock, so they pick the same set.
+*/
+#define PRUNE_PICK                                                             \
+	"SELECT id FROM due_task WHERE state IN ('DONE', 'CANCELLED')"         \
+	" AND updated_at < ?1 ORDER BY updated_at, id LIMIT ?2"
+
+/* Tries claimed since ?1 (the metrics window), through due_attempt_claimed. */
+#define IN_WINDOW " FROM due_attempt WHERE claimed_at >= ?1"
 
 /* A due_kind row that keeps its kind out of the plain claim. */
 #define FLOW_KIND                                                              \
@@ -213,9 +230,14 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_ATTEMPTS] =
 	"SELECT " DUE_ATTEMPT_COLS " FROM due_attempt WHERE task_id = ?1"
 	" ORDER BY attempt",
-    [ST_LIST] =
+    /* the list walks the primary key, or due_task_state (state, id) when a
+       state is asked: `due ls --state DEAD` among millions is a range */
+    [ST_LIST] = "SELECT " DUE_TASK_COLS " FROM due_task"
+		" WHERE (?2 IS NULL OR kind = ?2) AND id > ?3"
+		" ORDER BY id LIMIT ?4",
+    [ST_LIST_STATE] =
 	"SELECT " DUE_TASK_COLS " FROM due_task"
-	" WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR kind = ?2)"
+	" WHERE state = ?1 COLLATE NOCASE AND (?2 IS NULL OR kind = ?2)"
 	" AND id > ?3 ORDER BY id LIMIT ?4",
     [ST_RETRY] =
 	"UPDATE due_task SET state = 'SCHEDULED', due_at = ?2,"
@@ -238,19 +260,15 @@ static const char *const sql_text[ST_COUNT] = {
 		" RETURNING attempt, state",
     [ST_AUDIT] = "INSERT INTO due_audit (task_id, at, action, detail)"
 		 " VALUES (?1, ?2, ?3, ?4)",
-    [ST_COUNT_STATES] = "SELECT state, count(*) FROM due_task GROUP BY state",
+    [ST_COUNT_STATES] = "SELECT state, sum(n) FROM due_count GROUP BY state",
     [ST_DUE_UNCLAIMED] = "SELECT count(*), min(due_at) FROM due_task"
 			 " WHERE state = 'SCHEDULED' AND due_at <= ?1",
     [ST_LATENESS] = "SELECT claimed_at - due_at AS late FROM due_attempt"
 		    " WHERE claimed_at >= ?1 ORDER BY late",
     [ST_PRUNE_ATTEMPTS] =
-	"DELETE FROM due_attempt WHERE task_id IN (SELECT id FROM due_task"
-	" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
-	" ORDER BY id LIMIT ?2)",
+	"DELETE FROM due_attempt WHERE task_id IN (" PRUNE_PICK ")",
     [ST_PRUNE_AUDIT] =
-	"DELETE FROM due_audit WHERE task_id IN (SELECT id FROM due_task"
-	" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
-	" ORDER BY id LIMIT ?2)",
+	"DELETE FROM due_audit WHERE task_id IN (" PRUNE_PICK ")",
     [ST_SCHED_GET] =
 	"SELECT " DUE_SCHED_COLS " FROM due_schedule WHERE name = ?1",
     [ST_SCHED_LIST] =
@@ -271,35 +289,33 @@ static const char *const sql_text[ST_COUNT] = {
 	" WHERE name = ?1",
     [ST_WORKER_REPORT] =
 	"INSERT INTO due_worker (owner, started_at, "
-	"seen_at, " DUE_WORKER_COUNTER_COLS ")"
-	" VALUES (?1, ?2, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
-	" ON CONFLICT (owner) DO UPDATE SET seen_at = "
-	"excluded.seen_at, " DUE_WORKER_COUNTER_SET,
-    [ST_M_KINDS] =
-	"SELECT kind, state, count(*) FROM due_task GROUP BY kind, state"
-	" ORDER BY kind LIMIT 5000",
+	"seen_at, " DUE_WORKER_COUNTER_COLS ", pruned)"
+	" VALUES (?1, ?2, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"
+	" ?14) ON CONFLICT (owner) DO UPDATE SET seen_at = "
+	"excluded.seen_at, " DUE_WORKER_COUNTER_SET
+	", pruned = excluded.pruned",
+    [ST_M_KINDS] = "SELECT kind, state, n FROM due_count WHERE n > 0"
+		   " ORDER BY kind LIMIT 5000",
     [ST_M_LATE] = "SELECT due_bucket(claimed_at - due_at) AS b, count(*),"
-		  " sum(claimed_at - due_at) FROM due_attempt GROUP BY b",
+		  " sum(claimed_at - due_at)" IN_WINDOW " GROUP BY b",
     [ST_M_DUR] = "SELECT due_bucket(ended_at - claimed_at) AS b, count(*),"
-		 " sum(ended_at - claimed_at) FROM due_attempt"
-		 " WHERE ended_at IS NOT NULL GROUP BY b",
-    [ST_M_OUTCOMES] =
-	"SELECT outcome, count(*) FROM due_attempt GROUP BY outcome",
+		 " sum(ended_at - claimed_at)" IN_WINDOW
+		 " AND ended_at IS NOT NULL GROUP BY b",
+    [ST_M_OUTCOMES] = "SELECT outcome, count(*)" IN_WINDOW " GROUP BY outcome",
     [ST_M_STALE] =
-	"SELECT count(*) FROM due_attempt WHERE late_commit = 'REJECTED_STALE'",
-    [ST_M_PERMIN] =
-	"SELECT (?1 - ended_at) / 60000000 AS m, count(*) FROM due_attempt"
-	" WHERE outcome = 'DONE' AND ended_at > ?1 - 900000000"
-	" AND ended_at <= ?1 GROUP BY m",
+	"SELECT count(*)" IN_WINDOW " AND late_commit = 'REJECTED_STALE'",
+    [ST_M_PERMIN] = "SELECT (?2 - ended_at) / 60000000 AS m, count(*)" IN_WINDOW
+		    " AND outcome = 'DONE' AND ended_at > ?2 - 900000000"
+		    " AND ended_at <= ?2 GROUP BY m",
     [ST_M_WORKERS] =
 	"SELECT count(*), coalesce(sum(claim_queries), 0),"
 	" coalesce(sum(empty_claims), 0), coalesce(sum(reclaim_queries), 0),"
-	" coalesce(sum(store_errors), 0) FROM due_worker WHERE seen_at >= ?1",
+	" coalesce(sum(store_errors), 0), coalesce(sum(pruned), 0)"
+	" FROM due_worker WHERE seen_at >= ?1",
     [ST_M_SCHED] = "SELECT count(*) FROM due_schedule",
     [ST_PRUNE_TASKS] =
-	"DELETE FROM due_task WHERE id IN (SELECT id FROM due_task"
-	" WHERE state IN ('DONE', 'CANCELLED') AND updated_at < ?1"
-	" ORDER BY id LIMIT ?2)",
+	"DELETE FROM due_task WHERE id IN (" PRUNE_PICK ")"
+	" AND state IN ('DONE', 'CANCELLED') AND updated_at < ?1",
     /* flow control (docs/internals/flow.md) */
     [ST_FLOW_KINDS] = "SELECT kind, paused, rate_n, rate_us, max_running,"
 		      " max_running_per_group, timeout_us FROM due_kind"
@@ -349,6 +365,13 @@ static const char *const sql_text[ST_COUNT] = {
 	" updated_at = ?8 WHERE kind = ?1",
     [ST_KIND_DEL] = "DELETE FROM due_kind WHERE kind = ?1",
     [ST_RATE_DEL] = "DELETE FROM due_rate WHERE kind = ?1",
+    /* issue 15: retention's lease, the counters' housekeeping */
+    [ST_LOCK_TAKE] =
+	"INSERT INTO due_lock (name, owner, until) VALUES (?1, ?2, ?3 + ?4)"
+	" ON CONFLICT (name) DO UPDATE SET owner = excluded.owner,"
+	" until = excluded.until"
+	" WHERE due_lock.owner = excluded.owner OR due_lock.until <= ?3",
+    [ST_COUNT_ZERO] = "DELETE FROM due_count WHERE n = 0",
 };
 
 static const char schema_v1[] =
@@ -586,7 +609,80 @@ static const char schema_v4[] =
     "CREATE INDEX due_rate_kind ON due_rate (kind, at);"
     "UPDATE due_meta SET value = '4' WHERE name = 'schema_version';";
 
+/*
+** Version 4 -> 5: production scale (issue 15).
+**
+**   due_lock     store-wide named leases (retention's one pruner at a
+**                time): name, owner, until on the store's clock.
+**   due_worker.pruned  the tasks a worker's retention deleted (its report).
+**   due_task_state  (state, id): `due ls --state S` walks one state in id
+**                order, whatever the size of the others.  Its NOCASE
+**                collation keeps it out of every other plan: without
+**                statistics SQLite takes an equality on `state` for a
+**                selective one and would walk this index for all of
+**                SCHEDULED in place of a due_at range of due_task_due
+**                (the claim's peek among a million future tasks).  Only
+**                a statement that says `state = ? COLLATE NOCASE` (the
+**                list) can use it; the states are upper-case constants,
+**                so the comparison means the same.
+**   due_count    tasks per (kind, state), kept exact by three triggers on
+**                due_task, so that stats and metrics read a few rows
+**                instead of grouping the task table.  SQLite has one
+**                writer, so a counter row is never a point of contention
+**                that the task rows were not already; the triggers see
+**                every write, the caller's own transactions
+**                (due_schedule_sqlite_tx) and hand-written SQL included.
+**                The drain pays for them (measured, docs/internals/store.md).
+**                The step fills the table from one last GROUP BY.
+**
+** A later step that rebuilds due_task (as steps 3 and 4 rebuilt tables)
+** must create these triggers again: DROP TABLE drops them.
+*/
+static const char schema_v5[] =
+    "CREATE TABLE due_lock ("
+    "  name TEXT PRIMARY KEY,"
+    "  owner TEXT NOT NULL,"
+    "  until INTEGER NOT NULL) WITHOUT ROWID;"
+    "ALTER TABLE due_worker ADD COLUMN pruned INTEGER NOT NULL DEFAULT 0;"
+    "CREATE INDEX due_task_state ON due_task (state COLLATE NOCASE, id);"
+    "CREATE TABLE due_count ("
+    "  kind TEXT NOT NULL,"
+    "  state TEXT NOT NULL,"
+    "  n INTEGER NOT NULL,"
+    "  PRIMARY KEY (kind, state)) WITHOUT ROWID;"
+    "INSERT INTO due_count (kind, state, n)"
+    "  SELECT kind, state, count(*) FROM due_task GROUP BY kind, state;"
+    "CREATE TRIGGER due_count_insert AFTER INSERT ON due_task BEGIN"
+    "  INSERT INTO due_count (kind, state, n) VALUES (new.kind, new.state, 1)"
+    "  ON CONFLICT (kind, state) DO UPDATE SET n = n + 1;"
+    "END;"
+    "CREATE TRIGGER due_count_update AFTER UPDATE OF state, kind ON due_task"
+    "  WHEN old.state <> new.state OR old.kind <> new.kind BEGIN"
+    "  UPDATE due_count SET n = n - 1"
+    "  WHERE kind = old.kind AND state = old.state;"
+    "  INSERT INTO due_count (kind, state, n) VALUES (new.kind, new.state, 1)"
+    "  ON CONFLICT (kind, state) DO UPDATE SET n = n + 1;"
+    "END;"
+    "CREATE TRIGGER due_count_delete AFTER DELETE ON due_task BEGIN"
+    "  UPDATE due_count SET n = n - 1"
+    "  WHERE kind = old.kind AND state = old.state;"
+    "END;"
+    "UPDATE due_meta SET value = '5' WHERE name = 'schema_version';";
+
 _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
+
+const char *due__sq_read_sql(int i)
+{
+	static const enum stmt_id reads[] = {
+	    ST_COUNT_STATES, ST_DUE_UNCLAIMED, ST_LATENESS,   ST_M_KINDS,
+	    ST_M_LATE,	     ST_M_DUR,	       ST_M_OUTCOMES, ST_M_STALE,
+	    ST_M_PERMIN,     ST_M_WORKERS,     ST_LIST_STATE, ST_PRUNE_ATTEMPTS,
+	    ST_PRUNE_AUDIT,  ST_PRUNE_TASKS,   ST_PEEK_DUE,   ST_PEEK_EXPIRED,
+	    ST_PRIO_NEXT,    ST_K_RUNNING,     ST_K_DUE,      ST_K_GROUPS};
+	return i >= 0 && (size_t)i < sizeof(reads) / sizeof(reads[0])
+		   ? sql_text[reads[i]]
+		   : NULL;
+}
 
 /* The cached statement `id`, reset and unbound, or NULL (error set). */
 static sqlite3_stmt *stmt(due_store *s, enum stmt_id id)
@@ -639,13 +735,11 @@ static int exec_step(due_store *s, const char *sql, const char *what)
 	return rc == SQLITE_OK ? 0 : due__sq_error(s, rc, what);
 }
 
-static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1,
-    [2] = schema_v2,
-    [3] = schema_v3,
-    [4] = schema_v4,
-    /* interim (issue 15): the version only, until the step is written */
-    [5] = "UPDATE due_meta SET value = '5' WHERE name = 'schema_version';"};
+static const char *const steps[DUE_SCHEMA_VERSION + 1] = {[1] = schema_v1,
+							  [2] = schema_v2,
+							  [3] = schema_v3,
+							  [4] = schema_v4,
+							  [5] = schema_v5};
 
 /* WAL first (it cannot change inside a transaction), then the walk. */
 static int due__sq_init_schema(due_store *s)
@@ -1925,7 +2019,7 @@ static int due__sq_get(due_store *s, due_task **out, due_id id)
 static int due__sq_list(due_store *s, due_task_list **out,
 			const due_list_opts *o)
 {
-	sqlite3_stmt *st = stmt(s, ST_LIST);
+	sqlite3_stmt *st = stmt(s, o->state >= 0 ? ST_LIST_STATE : ST_LIST);
 	due_task_list *l;
 	int rc;
 
@@ -2142,14 +2236,19 @@ static int lateness(due_store *s, due_stats *out)
 	return 0;
 }
 
-static int due__sq_stats(due_store *s, due_stats *out)
+/*
+** The counts: due_count's rows summed by state (a few rows per kind, kept
+** by the triggers of schema_v5, so exact at any size; no bit of
+** out->estimated is ever set), then the overdue tasks through due_task_due
+** (bounded by what is overdue).
+*/
+static int counts_read(due_store *s, due_stats *out)
 {
 	sqlite3_stmt *st = stmt(s, ST_COUNT_STATES);
 	int rc;
 
 	if (!st)
 		return due_error_last_code();
-	out->now = due_time_now_host();
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		due_state ss = DUE_SCHEDULED;
 		if (due__sq_col_state(st, 0, &ss) == 0)
@@ -2159,6 +2258,7 @@ static int due__sq_stats(due_store *s, due_stats *out)
 	if (rc != SQLITE_DONE)
 		return due__sq_error(s, rc, "stats");
 	out->dead = out->counts[DUE_DEAD];
+	out->estimated = 0;
 	if (!(st = stmt(s, ST_DUE_UNCLAIMED)))
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, out->now);
@@ -2169,51 +2269,152 @@ static int due__sq_stats(due_store *s, due_stats *out)
 			    (out->now - sqlite3_column_int64(st, 1)) / 1000;
 	}
 	sqlite3_reset(st);
-	if (rc != SQLITE_ROW)
-		return due__sq_error(s, rc, "stats");
-	return lateness(s, out);
+	return rc == SQLITE_ROW ? 0 : due__sq_error(s, rc, "stats");
 }
 
-/* Delete one bounded batch; *n gets the number of tasks deleted. */
-static int prune_batch(due_store *s, due_time cutoff, int64_t *n)
+/* Open a read transaction: the statements after it see one snapshot. */
+static int read_begin(due_store *s)
 {
-	static const enum stmt_id order[] = {ST_PRUNE_ATTEMPTS, ST_PRUNE_AUDIT,
-					     ST_PRUNE_TASKS};
+	int rc = sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL);
+	return rc == SQLITE_OK ? 0 : due__sq_error(s, rc, "begin read");
+}
+
+static int due__sq_stats(due_store *s, due_stats *out)
+{
 	int rc;
 
-	for (size_t i = 0; i < 3; i++) {
+	if ((rc = read_begin(s)) < 0)
+		return rc;
+	out->now = due_time_now_host();
+	if ((rc = counts_read(s, out)) == 0)
+		rc = lateness(s, out);
+	due__sq_rollback(s);
+	return rc;
+}
+
+/*
+** Delete one batch of at most `max` finished tasks (oldest end first,
+** PRUNE_PICK) with their attempt and audit rows, inside the open write
+** transaction; *n gets the number of tasks deleted.  The counters' rows
+** that reached zero go too, so kinds that come and go leave nothing.
+*/
+static int prune_batch(due_store *s, due_time cutoff, int64_t max, int64_t *n)
+{
+	static const enum stmt_id order[] = {ST_PRUNE_ATTEMPTS, ST_PRUNE_AUDIT,
+					     ST_PRUNE_TASKS, ST_COUNT_ZERO};
+	int rc;
+
+	*n = 0;
+	for (size_t i = 0; i < 4; i++) {
 		sqlite3_stmt *st = stmt(s, order[i]);
 		if (!st)
 			return due_error_last_code();
-		sqlite3_bind_int64(st, 1, cutoff);
-		sqlite3_bind_int(st, 2, 500);
+		if (order[i] != ST_COUNT_ZERO) {
+			sqlite3_bind_int64(st, 1, cutoff);
+			sqlite3_bind_int64(st, 2, max);
+		}
 		if ((rc = due__sq_exec(s, st, "prune")) < 0)
 			return rc;
+		if (order[i] == ST_PRUNE_TASKS)
+			*n = sqlite3_changes(s->db);
 	}
-	*n = sqlite3_changes(s->db);
 	return 0;
 }
 
+/*
+** Batches of DUE_PRUNE_BATCH tasks, one write transaction each, its
+** cutoff on the clock read under the lock (as every transition's), until
+** max_rows are deleted (0: no limit) or a batch comes back short.
+*/
 static int due__sq_prune(due_store *s, int64_t *deleted, int64_t older_than_us,
 			 int64_t max_rows)
 {
-	(void)max_rows; /* interim: prunes everything (issue 15) */
-	int64_t n = 0;
+	int64_t n = 0, want;
 	int rc;
 
 	*deleted = 0;
 	do {
+		want = DUE_PRUNE_BATCH;
+		if (max_rows && max_rows - *deleted < want)
+			want = max_rows - *deleted;
 		if ((rc = due__sq_begin(s)) < 0)
 			return rc;
 		if ((rc = prune_batch(s, due_time_now_host() - older_than_us,
-				      &n)) < 0 ||
+				      want, &n)) < 0 ||
 		    (rc = due__sq_commit(s)) < 0) {
 			due__sq_rollback(s);
 			return rc;
 		}
 		*deleted += n;
-	} while (n > 0);
+	} while (n == want && (!max_rows || *deleted < max_rows));
 	return 0;
+}
+
+/*
+** Retention's lease: one upsert that takes the row when it is new, ours
+** or expired (until <= now), and otherwise changes nothing, so
+** sqlite3_changes() says whether we hold it.  Inside BEGIN IMMEDIATE, on
+** the clock read under the lock.
+*/
+static int due__sq_lock_take(due_store *s, bool *held, const char *name,
+			     const char *owner, int64_t ttl_us)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	*held = false;
+	if ((rc = due__sq_begin(s)) < 0)
+		return rc;
+	if (!(st = stmt(s, ST_LOCK_TAKE))) {
+		rc = due_error_last_code();
+		goto fail;
+	}
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 3, due_time_now_host());
+	sqlite3_bind_int64(st, 4, ttl_us);
+	if ((rc = due__sq_exec(s, st, "take lock")) < 0)
+		goto fail;
+	*held = sqlite3_changes(s->db) == 1;
+	if ((rc = due__sq_commit(s)) < 0)
+		*held = false;
+	return rc;
+fail:
+	due__sq_rollback(s);
+	return rc;
+}
+
+/* The size of file `path` added to *out; a missing file adds nothing. */
+static int add_size(due_store *s, const char *path, int64_t *out)
+{
+	struct stat sb;
+
+	if (stat(path, &sb) == 0) {
+		*out += (int64_t)sb.st_size;
+		return 0;
+	}
+	if (errno == ENOENT)
+		return 0;
+	return due__error_set(DUE_ESTORE, "sqlite store %s: stat %s: %s",
+			      s->path, path, strerror(errno));
+}
+
+/* The database file and its write-ahead log (the -shm is an index). */
+static int due__sq_bytes(due_store *s, int64_t *out)
+{
+	const char *file = sqlite3_db_filename(s->db, "main");
+	char wal[4096];
+	int rc;
+
+	*out = 0;
+	if (!file || !*file)
+		return 0; /* a temporary database has no file */
+	if ((rc = add_size(s, file, out)) < 0)
+		return rc;
+	if ((size_t)snprintf(wal, sizeof(wal), "%s-wal", file) >= sizeof(wal))
+		return due__error_set(
+		    DUE_ESTORE, "sqlite store %s: path too long", s->path);
+	return add_size(s, wal, out);
 }
 
 /* ------------------------------------------------------------------ */
@@ -2367,13 +2568,14 @@ fail:
 /* Metrics, worker reports                                             */
 /* ------------------------------------------------------------------ */
 
-static int hist(due_store *s, enum stmt_id id, due_histogram *h)
+static int hist(due_store *s, enum stmt_id id, due_time since, due_histogram *h)
 {
 	sqlite3_stmt *st = stmt(s, id);
 	int rc;
 
 	if (!st)
 		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, since);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int b = sqlite3_column_int(st, 0);
 		int64_t n = sqlite3_column_int64(st, 1);
@@ -2434,10 +2636,12 @@ static int kinds(due_store *s, due_metrics *m)
 static int outcomes(due_store *s, due_metrics *m, due_time now)
 {
 	sqlite3_stmt *st = stmt(s, ST_M_OUTCOMES);
+	due_time since = now - DUE_METRICS_WINDOW_US;
 	int rc;
 
 	if (!st)
 		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, since);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int i = due__outcome_parse(
 		    (const char *)sqlite3_column_text(st, 0));
@@ -2448,13 +2652,15 @@ static int outcomes(due_store *s, due_metrics *m, due_time now)
 	if (rc != SQLITE_DONE || !(st = stmt(s, ST_M_STALE)))
 		return rc != SQLITE_DONE ? due__sq_error(s, rc, "outcomes")
 					 : DUE_ERROR;
+	sqlite3_bind_int64(st, 1, since);
 	if ((rc = sqlite3_step(st)) == SQLITE_ROW)
 		m->outcomes[DUE_OUT_REJECTED_STALE] =
 		    sqlite3_column_int64(st, 0);
 	sqlite3_reset(st);
 	if (!(st = stmt(s, ST_M_PERMIN)))
 		return due_error_last_code();
-	sqlite3_bind_int64(st, 1, now);
+	sqlite3_bind_int64(st, 1, since);
+	sqlite3_bind_int64(st, 2, now);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int64_t mi = sqlite3_column_int64(st, 0);
 		if (mi >= 0 && mi < 15)
@@ -2478,6 +2684,7 @@ static int workers(due_store *s, due_metrics *m, due_time now)
 		m->empty_claims = sqlite3_column_int64(st, 2);
 		m->reclaim_queries = sqlite3_column_int64(st, 3);
 		m->store_errors = sqlite3_column_int64(st, 4);
+		m->pruned = sqlite3_column_int64(st, 5);
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_ROW || !(st = stmt(s, ST_M_SCHED)))
@@ -2489,17 +2696,30 @@ static int workers(due_store *s, due_metrics *m, due_time now)
 	return rc == SQLITE_ROW ? 0 : due__sq_error(s, rc, "schedules");
 }
 
+/*
+** One read transaction: the per-kind counts from due_count (exact, so
+** kinds_estimated stays 0), and the histograms, outcomes and completions
+** per minute of the tries claimed in the last DUE_METRICS_WINDOW_US,
+** found through due_attempt_claimed: their cost follows the recent rate.
+*/
 static int due__sq_metrics(due_store *s, due_metrics *m)
 {
-	due_time now = due_time_now_host();
+	due_time now, since;
 	int rc;
 
-	if ((rc = kinds(s, m)) < 0 ||
-	    (rc = hist(s, ST_M_LATE, &m->lateness)) < 0 ||
-	    (rc = hist(s, ST_M_DUR, &m->duration)) < 0 ||
-	    (rc = outcomes(s, m, now)) < 0 || (rc = workers(s, m, now)) < 0)
+	if ((rc = read_begin(s)) < 0)
 		return rc;
-	return 0;
+	now = due_time_now_host();
+	since = now - DUE_METRICS_WINDOW_US;
+	m->window_us = DUE_METRICS_WINDOW_US;
+	m->kinds_estimated = 0;
+	if ((rc = kinds(s, m)) == 0 &&
+	    (rc = hist(s, ST_M_LATE, since, &m->lateness)) == 0 &&
+	    (rc = hist(s, ST_M_DUR, since, &m->duration)) == 0 &&
+	    (rc = outcomes(s, m, now)) == 0)
+		rc = workers(s, m, now);
+	due__sq_rollback(s);
+	return rc;
 }
 
 static int due__sq_worker_report(due_store *s, const char *owner,
@@ -2515,6 +2735,7 @@ static int due__sq_worker_report(due_store *s, const char *owner,
 	sqlite3_bind_int64(st, 2, due_time_now_host());
 	for (int i = 0; i < DUE_WORKER_N_COUNTERS; i++)
 		sqlite3_bind_int64(st, 3 + i, v[i]);
+	sqlite3_bind_int64(st, 3 + DUE_WORKER_N_COUNTERS, w->pruned);
 	return due__sq_exec(s, st, "worker report");
 }
 
@@ -2742,22 +2963,6 @@ fail:
 }
 
 /* Every method is due__sq_<method> (store.h lists them). */
-/* Interim until this store implements retention's lease (issue 15). */
-static int due__sq_lock_take(due_store *s, bool *held, const char *name,
-			     const char *owner, int64_t ttl_us)
-{
-	(void)s, (void)name, (void)owner, (void)ttl_us;
-	*held = false;
-	return due__error_set(DUE_EUNSUPPORTED, "lock_take: not yet built");
-}
-
-static int due__sq_bytes(due_store *s, int64_t *out)
-{
-	(void)s;
-	*out = 0;
-	return due__error_set(DUE_EUNSUPPORTED, "bytes: not yet built");
-}
-
 #define OP(m) .m = due__sq_##m,
 const due_store_ops due__store_sqlite = {
     .version = DUE_STORE_OPS_VERSION,

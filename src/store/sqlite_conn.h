@@ -4,7 +4,8 @@
 ** wake file, and the row cursor (sqlite_conn.c).
 **
 ** sqlite.c says WHAT each transition's statements are; this layer says
-** how they reach the file.  Only these two files include it.
+** how they reach the file.  Only these two files include it (and
+** tests/unit/test_store.c, for due__sq_read_sql).
 */
 #ifndef DUE_SQLITE_CONN_H
 #define DUE_SQLITE_CONN_H
@@ -15,7 +16,7 @@
 #include "store/store.h"
 
 /* The most statements sqlite.c numbers (one cache slot each). */
-#define DUE_SQ_MAX_STMTS 64
+#define DUE_SQ_MAX_STMTS 80
 
 struct due_store {
 	sqlite3 *db;
@@ -36,6 +37,15 @@ struct due_store {
 	bool immutable;	 /* opened ?immutable=1 (sqlite_conn.c, open) */
 	int ino_fd;	 /* inotify instance while listening, else -1 */
 };
+
+/*
+** The text of the i-th statement that stats, metrics, `due ls --state`,
+** prune and the claim's probes read through (sqlite.c), NULL past the
+** last: the test asserts their plans use the intended indexes.  They call
+*due_bucket(), a function of the
+** store's connections.
+*/
+const char *due__sq_read_sql(int i);
 
 /* The connection methods of the ops table (sqlite.c lists them). */
 int due__sq_parse_url(void **cfg, const due_url *u);

@@ -642,12 +642,44 @@ static void v2_shape(char *buf, size_t n, const char *sch)
 }
 
 /*
+** Undo step 5 (scale) in `sch`: what a version-4 `due init` left.  Steps
+** 1 to 4 are released and unchanged, so this is exactly a version-4
+** store (storage parameters included: RESET is the default they had).
+*/
+static void back_to_v4(const char *sch)
+{
+	sql("DROP TABLE %s.due_lock", sch);
+	sql("DROP INDEX %s.due_task_dead", sch);
+	sql("DROP STATISTICS %s.due_task_kind_state", sch);
+	sql("ALTER TABLE %s.due_worker DROP COLUMN pruned, RESET (fillfactor)",
+	    sch);
+	sql("ALTER TABLE %s.due_task RESET (autovacuum_vacuum_scale_factor,"
+	    " autovacuum_vacuum_threshold, "
+	    "autovacuum_vacuum_insert_scale_factor,"
+	    " autovacuum_vacuum_insert_threshold,"
+	    " autovacuum_analyze_scale_factor, autovacuum_analyze_threshold,"
+	    " autovacuum_vacuum_cost_delay, autovacuum_vacuum_cost_limit)",
+	    sch);
+	sql("ALTER TABLE %s.due_attempt RESET (fillfactor,"
+	    " autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold,"
+	    " autovacuum_vacuum_insert_scale_factor,"
+	    " autovacuum_vacuum_insert_threshold, autovacuum_vacuum_cost_delay,"
+	    " autovacuum_vacuum_cost_limit)",
+	    sch);
+	sql("ALTER TABLE %s.due_audit RESET (autovacuum_vacuum_scale_factor,"
+	    " autovacuum_vacuum_threshold)",
+	    sch);
+	sql("UPDATE %s.due_meta SET value = '4'", sch);
+}
+
+/*
 ** Undo step 4 (flow control) in `sch`: what a version-3 `due init` left.
 ** Steps 1 to 3 are released and unchanged, so this is exactly a
 ** version-3 store.
 */
 static void back_to_v3(const char *sch)
 {
+	back_to_v4(sch);
 	sql("DROP TABLE %s.due_kind, %s.due_rate", sch, sch);
 	sql("DROP INDEX %s.due_task_claim, %s.due_task_kind_claim", sch, sch);
 	sql("ALTER TABLE %s.due_task DROP COLUMN priority, DROP COLUMN grp,"
@@ -725,7 +757,7 @@ static void test_schema_upgrade_from_v1(void **state)
 		     "SELECT value FROM "
 		     "%s.due_meta WHERE name = 'schema_version'",
 		     sch),
-	    "4");
+	    "5");
 	assert_int_equal(sql_int("SELECT count(*) FROM %s.due_meta", sch), 1);
 
 	/* the tasks survived, untouched; the new tables work */
@@ -814,7 +846,7 @@ static void test_schema_upgrade_from_v3(void **state)
 				     "SELECT value FROM %s.due_meta"
 				     " WHERE name = 'schema_version'",
 				     sch),
-			    "4");
+			    "5");
 	db = open_url(u);
 	due_task *t = get(db, running);
 	assert_int_equal(t->state, DUE_CLAIMED);

@@ -41,9 +41,12 @@
 #include <libpq-fe.h>
 #endif
 
+#include "core/internal.h" /* due__prune_max, due__lock_take */
 #include "due.h"
-#define TU_FIXTURE /* setup, teardown, open_db, url, dir */
-#define TU_TASKS   /* add, claim_one, get, state_of */
+#include "store/sqlite_conn.h" /* due__sq_read_sql */
+#include "store/store.h"       /* DUE_METRICS_WINDOW_US */
+#define TU_FIXTURE	       /* setup, teardown, open_db, url, dir */
+#define TU_TASKS	       /* add, claim_one, get, state_of */
 #include "test_util.h"
 
 #define LONG_LEASE 60000000LL
@@ -2297,8 +2300,15 @@ static int64_t worker_field(const char *owner, const char *col)
    HIST_ID), so that they never meet the rows of real tasks. */
 #define HIST_ID 900000
 
-/* One history row at a fixed, old time: lateness and duration in
-   microseconds; dur_us = NO_END for a try still running. */
+/*
+** One history row claimed at hist_base + late_us (due at hist_base):
+** lateness and duration in microseconds; dur_us = NO_END for a try still
+** running.  hist_base is set by the test from the store's clock, so that
+** the row lies inside the metrics window (DUE_METRICS_WINDOW_US) or, on
+** purpose, outside it.
+*/
+static due_time hist_base;
+
 static void attempt_row(int id, int64_t late_us, int64_t dur_us,
 			const char *outcome, bool stale)
 {
@@ -2306,17 +2316,17 @@ static void attempt_row(int id, int64_t late_us, int64_t dur_us,
 	   the try and what the store's scripts would have counted for it */
 	if (is_redis()) {
 		(void)RD(tu_rd_attempt(
-		    HIST_ID + id, T2026 + late_us, T2026,
-		    dur_us == NO_END ? -1 : T2026 + late_us + dur_us, outcome,
-		    stale, due_hist_bounds_ms, DUE_HIST_N));
+		    HIST_ID + id, hist_base + late_us, hist_base,
+		    dur_us == NO_END ? -1 : hist_base + late_us + dur_us,
+		    outcome, stale, due_hist_bounds_ms, DUE_HIST_N));
 		return;
 	}
 	sql("INSERT INTO due_attempt (task_id, attempt, worker, claimed_at,"
 	    " due_at, ended_at, outcome, late_commit) VALUES (%d, 1, 'w', %s,"
 	    " %s, %s, '%s', %s)",
-	    HIST_ID + id, TS(T2026 + late_us), TS(T2026),
-	    dur_us == NO_END ? "NULL" : TS(T2026 + late_us + dur_us), outcome,
-	    stale ? "'REJECTED_STALE'" : "NULL");
+	    HIST_ID + id, TS(hist_base + late_us), TS(hist_base),
+	    dur_us == NO_END ? "NULL" : TS(hist_base + late_us + dur_us),
+	    outcome, stale ? "'REJECTED_STALE'" : "NULL");
 }
 
 /* A finished try that ended `ago_ms` before `now`. */
@@ -2383,6 +2393,12 @@ static void test_metrics_exact(void **state)
 	** a value equal to a bound is in that bound's bucket, one microsecond
 	** more is in the next; negative values count in the first.
 	*/
+	/* the rows are claimed 10 minutes ago, inside the window; one
+	   claimed in 2026 is long out of it and counts nowhere */
+	assert_int_equal(due_now(db, &now), 0);
+	hist_base = T2026;
+	attempt_row(9, 0, 1000, "DONE", true);
+	hist_base = now - 10 * 60000000LL;
 	attempt_row(1, -5000, NO_END, "RUNNING", false);
 	attempt_row(2, 0, 1000, "DONE", false);
 	attempt_row(3, 1000, 1001, "FAILED", true);
@@ -2405,13 +2421,16 @@ static void test_metrics_exact(void **state)
 	for (int i = DUE_OUT_FAILED; i <= DUE_OUT_KILLED; i++)
 		assert_int_equal(m->outcomes[i], 1);
 	assert_int_equal(m->outcomes[DUE_OUT_REJECTED_STALE], 2);
-	for (int i = 0; i < 15; i++) /* all that long ago */
-		assert_int_equal(m->done_per_min[i], 0);
+	int64_t per = 0; /* the two DONE tries ended 8 and 10 minutes ago */
+	for (int i = 0; i < 15; i++)
+		per += m->done_per_min[i];
+	assert_int_equal(per, 2);
+	assert_int_equal(m->window_us, DUE_METRICS_WINDOW_US);
 	due_metrics_free(m);
 
 	/* completions per minute of the last 15, latest first */
 	if (is_redis())
-		(void)RD(tu_rd_attempts_clear(HIST_ID + 1, HIST_ID + 8));
+		(void)RD(tu_rd_attempts_clear(HIST_ID + 1, HIST_ID + 9));
 	else
 		sql("DELETE FROM due_attempt");
 	assert_int_equal(due_now(db, &now), 0);
@@ -2419,7 +2438,7 @@ static void test_metrics_exact(void **state)
 	ended_row(2, now, 90000, "DONE");
 	ended_row(3, now, 100000, "DONE");
 	ended_row(4, now, 870000, "DONE");  /* 14.5 min ago: the last minute */
-	ended_row(5, now, 960000, "DONE");  /* 16 min ago: not counted */
+	ended_row(5, now, 960000, "DONE");  /* 16 min ago: out of the window */
 	ended_row(6, now, 30000, "FAILED"); /* not a completion */
 	ended_row(7, now, -60000, "DONE");  /* in the future: not counted */
 	assert_int_equal(due_metrics_get(db, &m), 0);
@@ -2429,8 +2448,9 @@ static void test_metrics_exact(void **state)
 			fail_msg("done_per_min[%d] = %lld, want %lld", i,
 				 (long long)m->done_per_min[i],
 				 (long long)per_min[i]);
-	assert_int_equal(m->outcomes[DUE_OUT_DONE], 6);
-	assert_int_equal(m->duration.buckets[9], 7); /* 1 s each */
+	/* the tries claimed in the window: all but the one of 16 min ago */
+	assert_int_equal(m->outcomes[DUE_OUT_DONE], 5);
+	assert_int_equal(m->duration.buckets[9], 6); /* 1 s each */
 	due_metrics_free(m);
 
 	/* worker reports: upserted; only the last 5 minutes count */
@@ -2542,7 +2562,8 @@ static void test_metrics_exact(void **state)
 	assert_string_equal(m->kinds[0].kind, "KA");
 	snprintf(b, sizeof(b), "z%d", 10000 + 997);
 	assert_string_equal(m->kinds[999].kind, b);
-	assert_int_equal(m->kinds[999].counts[DUE_DONE], 1);
+	if (!(m->kinds_estimated & 1u << DUE_DONE))
+		assert_int_equal(m->kinds[999].counts[DUE_DONE], 1);
 	due_metrics_free(m);
 	due_close(db);
 }
@@ -3103,6 +3124,23 @@ static void test_flow_kind_settings(void **state)
 	due_close(db);
 }
 
+/* SQLite: a fresh store taken back to version 4 (step 5 undone). */
+static void sqlite_undo_v5(void)
+{
+	static const char *const undo[] = {
+	    "DROP TRIGGER due_count_insert",
+	    "DROP TRIGGER due_count_update",
+	    "DROP TRIGGER due_count_delete",
+	    "DROP TABLE due_count",
+	    "DROP INDEX due_task_state",
+	    "DROP TABLE due_lock",
+	    "ALTER TABLE due_worker DROP COLUMN pruned",
+	    "UPDATE due_meta SET value = '4' WHERE name = 'schema_version'",
+	};
+	for (size_t i = 0; i < sizeof(undo) / sizeof(undo[0]); i++)
+		sql("%s", undo[i]);
+}
+
 /*
 ** A version 3 store upgrades in place: its tasks get priority 0, no
 ** group and no time limit, and are claimed as before.  SQLite only: the
@@ -3117,6 +3155,7 @@ static void test_flow_v3_upgrade(void **state)
 	due_db *db = open_db();
 	due_id id = add(db, "k", 0, 5);
 	due_close(db);
+	sqlite_undo_v5();
 	static const char *const undo[] = {
 	    "DROP TABLE due_kind",
 	    "DROP TABLE due_rate",
@@ -3148,6 +3187,485 @@ static void test_flow_v3_upgrade(void **state)
 	claim_one(db, id, LONG_LEASE);
 	assert_int_equal(kind_set(db, "k", 1, -1, 0, -1, -1, -1), 0);
 	due_close(db);
+}
+
+/* ------------------------------------------------------------------ */
+/* Production scale (issue 15): retention's lease and prune, the       */
+/* store's size, exact and estimated reads                             */
+/* ------------------------------------------------------------------ */
+
+/*
+** n tasks of `kind` run to DONE through the API: one batch submit, then
+** claims of that kind completed in batches until all n are done.
+*/
+static void done_many(due_db *db, const char *kind, int n)
+{
+	due_submit *items = calloc((size_t)n, sizeof(*items));
+	due_submitted *out = calloc((size_t)n, sizeof(*out));
+	due_completion *c = calloc((size_t)n, sizeof(*c));
+	int done = 0;
+
+	assert_non_null(items);
+	assert_non_null(out);
+	assert_non_null(c);
+	for (int i = 0; i < n; i++)
+		items[i] = (due_submit){kind, "", 0, DUE_SCHEDULE_OPTS_INIT};
+	assert_int_equal(due_schedule_batch(db, out, items, (size_t)n), 0);
+	int64_t end = mono_ms() + HANG_MS;
+	while (done < n) {
+		due_task_list *l = NULL;
+		assert_int_equal(due_claim(db, &l, "w", &kind, 1,
+					   n - done > 1000 ? 1000 : n - done,
+					   LONG_LEASE),
+				 0);
+		for (size_t i = 0; i < l->count; i++)
+			c[i] = (due_completion){l->items[i].id,
+						l->items[i].attempt, "", 0, 0};
+		assert_int_equal(due_complete_batch(db, c, l->count), 0);
+		for (size_t i = 0; i < l->count; i++)
+			assert_int_equal(c[i].outcome, DUE_COMPLETE_DONE);
+		done += (int)l->count;
+		due_task_list_free(l);
+		if (mono_ms() > end)
+			fail_msg("%d of %d tasks of %s done", done, n, kind);
+	}
+	free(items);
+	free(out);
+	free(c);
+}
+
+/* Every DONE and CANCELLED task's end moved `us` into the past. */
+static void finished_back(int64_t us)
+{
+	if (is_redis())
+		(void)RD(tu_rd_zshift(tu_rd_key("fin"), -us));
+	else
+		sql("UPDATE due_task SET updated_at = %s"
+		    " WHERE state IN ('DONE', 'CANCELLED')",
+		    BACK("updated_at", us));
+}
+
+/* Attempt rows of task id left in the store. */
+static int64_t attempt_rows(due_id id)
+{
+	if (is_redis())
+		return RD(tu_rd("EXISTS %s", tu_rd_key("a:%lld", id)));
+	return sql_int("SELECT count(*) FROM due_attempt WHERE task_id = %lld",
+		       (long long)id);
+}
+
+/*
+** Retention's one-pruner-at-a-time lease: taken when free, renewed by
+** its owner, refused to another owner while it runs (and that refusal
+** takes nothing from the owner), taken by another once it ran out; names
+** are independent.
+*/
+static void test_lock_take(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	bool held = false;
+
+	assert_int_equal(due__lock_take(db, &held, "prune", "a", LONG_LEASE),
+			 0);
+	assert_true(held);
+	held = false;
+	assert_int_equal(due__lock_take(db, &held, "prune", "a", LONG_LEASE),
+			 0);
+	assert_true(held); /* renewed by its owner */
+	held = true;
+	assert_int_equal(due__lock_take(db, &held, "prune", "b", LONG_LEASE),
+			 0);
+	assert_false(held); /* another owner's lease runs */
+	assert_int_equal(due__lock_take(db, &held, "prune", "a", LONG_LEASE),
+			 0);
+	assert_true(held); /* b's refusal changed nothing */
+	assert_int_equal(due__lock_take(db, &held, "prune", "b", LONG_LEASE),
+			 0);
+	assert_false(held);
+	assert_int_equal(due__lock_take(db, &held, "other", "b", LONG_LEASE),
+			 0);
+	assert_true(held); /* names are independent */
+	assert_int_equal(due__lock_take(db, &held, "prune", "a", 0),
+			 DUE_EINVAL);
+	assert_false(held);
+
+	/* a short lease runs out (the store's clock), then b takes it and a
+	   has lost it */
+	assert_int_equal(due__lock_take(db, &held, "short", "a", 1000), 0);
+	assert_true(held);
+	int64_t end = mono_ms() + HANG_MS;
+	for (held = false; !held; tu_sleep_ms(1)) {
+		assert_int_equal(
+		    due__lock_take(db, &held, "short", "b", LONG_LEASE), 0);
+		if (!held && mono_ms() > end)
+			fail_msg("an expired lease was never taken");
+	}
+	assert_int_equal(due__lock_take(db, &held, "short", "a", LONG_LEASE),
+			 0);
+	assert_false(held);
+	assert_int_equal(due__lock_take(db, &held, "short", "b", LONG_LEASE),
+			 0);
+	assert_true(held);
+	due_close(db);
+}
+
+/*
+** prune with max_rows: oldest first, stops after max_rows, 0 = all (more
+** than DUE_PRUNE_BATCH, so in several transactions), with the attempt
+** rows; never SCHEDULED, CLAIMED, DEAD or a DONE task inside the
+** retention.  Ends are moved into the past (finished_back), so the
+** retention of an hour decides, not the test's speed.
+*/
+static void test_prune_max(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	const int n = DUE_PRUNE_BATCH + 150;
+	due_complete_outcome co;
+	due_cancel_outcome cc;
+	due_fail_outcome fo;
+	due_stats st;
+	int64_t deleted = -1;
+
+	/* the oldest: one DONE task 3 h ago, then n DONE and one CANCELLED
+	   2 h ago */
+	due_id oldest = add(db, "first", 0, 5);
+	claim_one(db, oldest, LONG_LEASE);
+	assert_int_equal(due_complete(db, &co, oldest, 1, "", 0), 0);
+	finished_back(HOUR);
+	done_many(db, "old", n);
+	due_id gone = add(db, "old", HOUR, 5);
+	assert_int_equal(due_cancel(db, &cc, gone), 0);
+	finished_back(2 * HOUR);
+
+	/* what stays: waiting, running, dead, and a recent DONE */
+	due_id sched = add(db, "keep", HOUR, 5);
+	due_id run = add(db, "keep", 0, 5);
+	claim_one(db, run, LONG_LEASE);
+	due_id dead = add(db, "keep", 0, 1);
+	claim_one(db, dead, LONG_LEASE);
+	assert_int_equal(due_fail(db, &fo, dead, 1, "x"), 0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	due_id recent = add(db, "keep", 0, 5);
+	claim_one(db, recent, LONG_LEASE);
+	assert_int_equal(due_complete(db, &co, recent, 1, "", 0), 0);
+	if (!is_redis()) /* SQL: the kept rows are old too; state decides */
+		sql("UPDATE due_task SET updated_at = %s WHERE id IN "
+		    "(%lld, %lld, %lld)",
+		    BACK("updated_at", 3 * HOUR), (long long)sched,
+		    (long long)run, (long long)dead);
+
+	assert_int_equal(due__prune_max(db, &deleted, HOUR, 1), 0);
+	assert_int_equal(deleted, 1);
+	due_task *t = NULL;
+	assert_int_equal(due_get(db, &t, oldest), DUE_ENOTFOUND);
+	assert_int_equal(attempt_rows(oldest), 0);
+	assert_int_equal(due__prune_max(db, &deleted, HOUR, 5), 0);
+	assert_int_equal(deleted, 5);
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.counts[DUE_DONE] + st.counts[DUE_CANCELLED],
+			 n + 1 - 5 + 1);
+	assert_int_equal(due__prune_max(db, &deleted, HOUR, -1), DUE_EINVAL);
+
+	/* 0: everything older than the retention, batch after batch */
+	assert_int_equal(due__prune_max(db, &deleted, HOUR, 0), 0);
+	assert_int_equal(deleted, n + 1 - 5);
+	assert_true(deleted > DUE_PRUNE_BATCH);
+	assert_int_equal(due_get(db, &t, gone), DUE_ENOTFOUND);
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.estimated, 0);
+	assert_int_equal(st.counts[DUE_SCHEDULED], 1);
+	assert_int_equal(st.counts[DUE_CLAIMED], 1);
+	assert_int_equal(st.counts[DUE_DEAD], 1);
+	assert_int_equal(st.counts[DUE_DONE], 1);
+	assert_int_equal(st.counts[DUE_CANCELLED], 0);
+	assert_int_equal(state_of(db, sched), DUE_SCHEDULED);
+	assert_int_equal(state_of(db, run), DUE_CLAIMED);
+	assert_int_equal(state_of(db, dead), DUE_DEAD);
+	assert_int_equal(state_of(db, recent), DUE_DONE);
+	assert_int_equal(attempt_rows(run), 1);
+	assert_int_equal(attempt_rows(recent), 1);
+	assert_int_equal(due__prune_max(db, &deleted, HOUR, 0), 0);
+	assert_int_equal(deleted, 0);
+	due_close(db);
+}
+
+/* What the store occupies: something, and more after many tasks. */
+static void test_store_bytes(void **state)
+{
+	(void)state;
+	enum { N = 500, ROUNDS = 8, LEN = 2048 };
+	due_db *db = open_db();
+	static due_submit items[N];
+	static due_submitted out[N];
+	static char payload[LEN];
+	int64_t b0 = 0, b1 = 0;
+
+	assert_int_equal(due_store_bytes(db, &b0), 0);
+	assert_true(b0 > 0);
+	memset(payload, 'x', sizeof(payload));
+	for (int i = 0; i < N; i++)
+		items[i] =
+		    (due_submit){"big", payload, LEN, DUE_SCHEDULE_OPTS_INIT};
+	for (int r = 0; r < ROUNDS; r++)
+		assert_int_equal(due_schedule_batch(db, out, items, N), 0);
+	assert_int_equal(due_store_bytes(db, &b1), 0);
+	if (b1 <= b0)
+		fail_msg("%d tasks of %d bytes: %lld bytes, before %lld",
+			 N * ROUNDS, LEN, (long long)b1, (long long)b0);
+	due_close(db);
+}
+
+/*
+** stats and metrics: with few tasks every count is exact and no bit is
+** set; the transitions keep them so; window_us is the metrics window and
+** `pruned` sums the live workers' reports.
+*/
+static void test_stats_exact(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_complete_outcome co;
+	due_cancel_outcome cc;
+	due_fail_outcome fo;
+	due_metrics *m = NULL;
+	due_stats st;
+	due_time now;
+
+	add(db, "a", HOUR, 5);
+	add(db, "a", HOUR, 5);
+	add(db, "a", HOUR, 5);
+	due_id run = add(db, "b", 0, 5);
+	claim_one(db, run, LONG_LEASE);
+	due_id dead = add(db, "b", 0, 1);
+	claim_one(db, dead, LONG_LEASE);
+	assert_int_equal(due_fail(db, &fo, dead, 1, "x"), 0);
+	due_id ok = add(db, "a", 0, 5);
+	claim_one(db, ok, LONG_LEASE);
+	assert_int_equal(due_complete(db, &co, ok, 1, "", 0), 0);
+	due_id cx = add(db, "a", HOUR, 5);
+	assert_int_equal(due_cancel(db, &cc, cx), 0);
+	add(db, "c", 0, 5);
+	add(db, "c", 0, 5);
+
+	assert_int_equal(due_stats_get(db, &st), 0);
+	int64_t want[DUE_STATE_COUNT] = {5, 1, 1, 1, 1};
+	for (int i = 0; i < DUE_STATE_COUNT; i++)
+		assert_int_equal(st.counts[i], want[i]);
+	assert_int_equal(st.estimated, 0);
+	assert_int_equal(st.dead, 1);
+	assert_int_equal(st.due_unclaimed, 2);
+
+	due_worker_stats w1 = {.pruned = 3}, w2 = {.pruned = 4},
+			 w3 = {.pruned = 1000};
+	assert_int_equal(due_worker_report(db, "live-1", &w1), 0);
+	assert_int_equal(due_worker_report(db, "live-2", &w2), 0);
+	assert_int_equal(due_worker_report(db, "gone", &w3), 0);
+	assert_int_equal(due_now(db, &now), 0);
+	if (is_redis()) {
+		(void)RD(tu_rd("HSET %s seen_at %lld", tu_rd_key("w:gone"),
+			       (long long)(now - 6 * 60000000LL)));
+		(void)RD(tu_rd("ZADD %s %lld gone", tu_rd_key("workers"),
+			       (long long)(now - 6 * 60000000LL)));
+	} else
+		sql("UPDATE due_worker SET seen_at = %s WHERE owner = 'gone'",
+		    TS(now - 6 * 60000000LL));
+	w1.pruned = 5; /* a report replaces the last one */
+	assert_int_equal(due_worker_report(db, "live-1", &w1), 0);
+
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->window_us, DUE_METRICS_WINDOW_US);
+	assert_int_equal(m->pruned, 9);
+	assert_int_equal(m->kinds_estimated, 0);
+	assert_int_equal(m->n_kinds, 3);
+	int64_t kw[3][DUE_STATE_COUNT] = {
+	    {3, 0, 1, 1, 0}, {0, 1, 0, 0, 1}, {2, 0, 0, 0, 0}};
+	for (int k = 0; k < 3; k++)
+		for (int i = 0; i < DUE_STATE_COUNT; i++)
+			assert_int_equal(m->kinds[k].counts[i], kw[k][i]);
+	due_metrics_free(m);
+
+	/* the transitions keep them exact: requeue, retry, prune */
+	assert_int_equal(due_requeue(db, run), 0);
+	assert_int_equal(due_retry(db, dead), 0);
+	assert_int_equal(due_stats_get(db, &st), 0);
+	int64_t want2[DUE_STATE_COUNT] = {7, 0, 1, 1, 0};
+	for (int i = 0; i < DUE_STATE_COUNT; i++)
+		assert_int_equal(st.counts[i], want2[i]);
+	assert_int_equal(st.dead, 0);
+	assert_int_equal(st.due_unclaimed, 4);
+	assert_int_equal(st.estimated, 0);
+	due_close(db);
+}
+
+/*
+** Among many tasks (written by the store's own bulk SQL, not on Redis):
+** CLAIMED, DEAD and due_unclaimed stay exact; any other count is exact
+** unless its bit says it is an estimate.
+*/
+static void test_stats_exact_at_size(void **state)
+{
+	(void)state;
+	if (is_redis())
+		return;
+	enum { BULK = 20000 };
+	due_db *db = open_db();
+	due_fail_outcome fo;
+	due_metrics *m = NULL;
+	due_stats st;
+	due_time now;
+
+	due_id run = add(db, "b", 0, 5);
+	claim_one(db, run, LONG_LEASE);
+	due_id dead = add(db, "b", 0, 1);
+	claim_one(db, dead, LONG_LEASE);
+	assert_int_equal(due_fail(db, &fo, dead, 1, "x"), 0);
+	add(db, "c", 0, 5);
+	assert_int_equal(due_now(db, &now), 0);
+	sql("WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g"
+	    " WHERE x < %d) INSERT INTO due_task (kind, payload, state, due_at,"
+	    " max_attempts, backoff_us, backoff_cap_us, created_at, updated_at)"
+	    " SELECT 'bulk', '', 'SCHEDULED', %s, 5, 0, 0, %s, %s FROM g",
+	    BULK, TS(now + HOUR), TS(now), TS(now));
+
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.counts[DUE_CLAIMED], 1);
+	assert_int_equal(st.counts[DUE_DEAD], 1);
+	assert_int_equal(st.dead, 1);
+	assert_int_equal(st.due_unclaimed, 1);
+	assert_int_equal(st.estimated & (1u << DUE_CLAIMED | 1u << DUE_DEAD),
+			 0);
+	if (!(st.estimated & 1u << DUE_SCHEDULED))
+		assert_int_equal(st.counts[DUE_SCHEDULED], BULK + 1);
+	else
+		assert_true(st.counts[DUE_SCHEDULED] > 0);
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->stats.due_unclaimed, 1);
+	assert_int_equal(m->n_kinds, 3);
+	assert_string_equal(m->kinds[0].kind, "b");
+	assert_string_equal(m->kinds[1].kind, "bulk");
+	assert_int_equal(m->kinds[0].counts[DUE_CLAIMED], 1);
+	assert_int_equal(m->kinds[0].counts[DUE_DEAD], 1);
+	if (!(m->kinds_estimated & 1u << DUE_SCHEDULED))
+		assert_int_equal(m->kinds[1].counts[DUE_SCHEDULED], BULK);
+	due_metrics_free(m);
+	due_close(db);
+}
+
+/*
+** SQLite: a version 4 store upgrades to 5 in place: the counters start
+** from the tasks it holds and follow every transition after; the lease,
+** the worker's pruned count and the list by state work.
+*/
+static void test_sqlite_v4_upgrade(void **state)
+{
+	(void)state;
+	if (!on_sqlite())
+		return;
+	due_db *db = open_db();
+	due_complete_outcome co;
+	due_fail_outcome fo;
+	due_metrics *m = NULL;
+	due_stats st;
+	bool held = false;
+
+	add(db, "a", HOUR, 5);
+	add(db, "a", HOUR, 5);
+	due_id ok = add(db, "b", 0, 5);
+	claim_one(db, ok, LONG_LEASE);
+	assert_int_equal(due_complete(db, &co, ok, 1, "", 0), 0);
+	due_id dead = add(db, "b", 0, 1);
+	claim_one(db, dead, LONG_LEASE);
+	assert_int_equal(due_fail(db, &fo, dead, 1, "x"), 0);
+	due_close(db);
+	sqlite_undo_v5();
+	db = NULL;
+	assert_int_equal(due_open(&db, url, NULL), DUE_ESCHEMA);
+	due_close(db);
+
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	o.create = true;
+	db = NULL;
+	assert_int_equal(due_open(&db, url, &o), 0);
+	assert_int_equal(
+	    sql_int("SELECT value FROM due_meta WHERE name = 'schema_version'"),
+	    5);
+	assert_int_equal(due_stats_get(db, &st), 0);
+	int64_t want[DUE_STATE_COUNT] = {2, 0, 1, 0, 1};
+	for (int i = 0; i < DUE_STATE_COUNT; i++)
+		assert_int_equal(st.counts[i], want[i]);
+	assert_int_equal(due_retry(db, dead), 0);
+	add(db, "c", HOUR, 5);
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.counts[DUE_SCHEDULED], 4);
+	assert_int_equal(st.counts[DUE_DEAD], 0);
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->n_kinds, 3);
+	assert_int_equal(m->kinds[1].counts[DUE_SCHEDULED], 1); /* b */
+	assert_int_equal(m->kinds[1].counts[DUE_DONE], 1);
+	due_metrics_free(m);
+	assert_int_equal(due__lock_take(db, &held, "prune", "w", HOUR), 0);
+	assert_true(held);
+	due_worker_stats ws = {.pruned = 2};
+	assert_int_equal(due_worker_report(db, "w", &ws), 0);
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->pruned, 2);
+	due_metrics_free(m);
+	due_close(db);
+}
+
+/*
+** SQLite: the reads of stats, metrics, prune and `due ls --state S` go
+** through indexes, never a scan of due_task or due_attempt, and the list's
+** due_task_state stays out of the claim's probes (EXPLAIN QUERY PLAN of
+** the store's own statements, due__sq_read_sql).
+*/
+/* A stand-in for the store's due_bucket(): plans only, never run. */
+static void no_bucket(sqlite3_context *cx, int n, sqlite3_value **v)
+{
+	(void)n, (void)v;
+	sqlite3_result_int(cx, 0);
+}
+
+static void test_sqlite_read_plans(void **state)
+{
+	(void)state;
+	if (!on_sqlite())
+		return;
+	due_db *db = open_db();
+	due_close(db);
+	char path[512];
+	sqlite3 *c = NULL;
+	snprintf(path, sizeof(path), "%.*s", (int)strcspn(url + 7, "?"),
+		 url + 7);
+	assert_int_equal(sqlite3_open_v2(path, &c, SQLITE_OPEN_READONLY, NULL),
+			 SQLITE_OK);
+	assert_int_equal(sqlite3_create_function(c, "due_bucket", 1,
+						 SQLITE_UTF8, NULL, no_bucket,
+						 NULL, NULL),
+			 SQLITE_OK);
+	for (int i = 0; due__sq_read_sql(i); i++) {
+		char q[4096];
+		sqlite3_stmt *st = NULL;
+		snprintf(q, sizeof(q), "EXPLAIN QUERY PLAN %s",
+			 due__sq_read_sql(i));
+		if (sqlite3_prepare_v2(c, q, -1, &st, NULL) != SQLITE_OK)
+			fail_msg("%s: %s", q, sqlite3_errmsg(c));
+		while (sqlite3_step(st) == SQLITE_ROW) {
+			const char *d =
+			    (const char *)sqlite3_column_text(st, 3);
+			/* and due_task_state only where it is asked for */
+			if (strstr(d, "SCAN due_task") ||
+			    strstr(d, "SCAN due_attempt") ||
+			    (strstr(d, "due_task_state") &&
+			     !strstr(due__sq_read_sql(i), "COLLATE NOCASE")))
+				fail_msg("%s\n  plan: %s", due__sq_read_sql(i),
+					 d);
+		}
+		sqlite3_finalize(st);
+	}
+	sqlite3_close(c);
 }
 
 int main(void)
@@ -3192,6 +3710,13 @@ int main(void)
 	    T(test_flow_fail_timed_out),
 	    T(test_flow_kind_settings),
 	    T(test_flow_v3_upgrade),
+	    T(test_lock_take),
+	    T(test_prune_max),
+	    T(test_store_bytes),
+	    T(test_stats_exact),
+	    T(test_stats_exact_at_size),
+	    T(test_sqlite_v4_upgrade),
+	    T(test_sqlite_read_plans),
 #undef T
 	};
 	int failed = 0;
