@@ -250,12 +250,28 @@ static const char schema_v1[] =
 #define RECORD(v)                                                              \
 	"UPDATE due_meta SET value = '" v "' WHERE name = 'schema_version'"
 
-static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1,
-    [2] = RECORD("2"),
-    [3] = RECORD("3"),
-    [4] = RECORD("4"),
-    [5] = RECORD("5") /* interim (issue 15) */};
+/*
+** Production scale (issue 15): due_lock, the named leases of lock_take
+** (retention's one pruner at a time); the worker's `pruned` counter;
+** due_task_state (state, id) for ls --state's pages in id order at any
+** size (due_task_at orders by at_us: a DONE page was a filesort of every
+** DONE task).  The claimed_at index the windowed metrics read is
+** due_attempt_claimed, there since step 1.  Plain ADD COLUMN / ADD INDEX
+** (MySQL 8 has no IF NOT EXISTS for them), each ALTER atomic.
+*/
+static const char schema_v5[] =
+    "CREATE TABLE IF NOT EXISTS due_lock ("
+    " name VARCHAR(128) NOT NULL PRIMARY KEY,"
+    " owner VARCHAR(512) NOT NULL,"
+    " until_us BIGINT NOT NULL)" TABLE_OPTS
+    "ALTER TABLE due_worker ADD COLUMN pruned BIGINT NOT NULL DEFAULT 0;"
+    "ALTER TABLE due_task ADD KEY due_task_state (state, id);" RECORD("5");
+
+static const char *const steps[DUE_SCHEMA_VERSION + 1] = {[1] = schema_v1,
+							  [2] = RECORD("2"),
+							  [3] = RECORD("3"),
+							  [4] = RECORD("4"),
+							  [5] = schema_v5};
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
@@ -2231,7 +2247,10 @@ static int mys_list(due_store *s, due_task_list **out, const due_list_opts *o)
 	*out = NULL;
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
-	due__my_add(&b, "SELECT " TASK_COLS " FROM due_task WHERE id > %lld",
+	/* A page of one state walks due_task_state (state, id) in id order:
+	   100 index entries, however many tasks the state holds. */
+	due__my_add(&b, "SELECT " TASK_COLS " FROM due_task%s WHERE id > %lld",
+		    o->state >= 0 ? " FORCE INDEX (due_task_state)" : "",
 		    (long long)o->after);
 	if (o->state >= 0)
 		due__my_add(&b, " AND state = '%s'",
@@ -2426,6 +2445,7 @@ static int lateness(due_store *s, due_stats *out)
 	out->window_us = DUE_STATS_WINDOW_US;
 	due__my_add(&b,
 		    "SELECT claimed_at - due_at AS late FROM due_attempt"
+		    " FORCE INDEX (due_attempt_claimed)"
 		    " WHERE claimed_at >= %lld ORDER BY late",
 		    (long long)(out->now - DUE_STATS_WINDOW_US));
 	rc = due__my_exec(s, &b, "lateness", &r);
@@ -2448,31 +2468,99 @@ static int lateness(due_store *s, due_stats *out)
 	return 0;
 }
 
-static int mys_stats(due_store *s, due_stats *out)
+/*
+** Counting.  InnoDB keeps no row count: COUNT(*) walks an index, so a
+** count costs what it counts.  CLAIMED and DEAD are counted exactly, each
+** an index range of due_task_state (what runs, what waits for a person),
+** and so is the overdue range of due_task_at.  SCHEDULED, DONE and
+** CANCELLED can hold millions: est_rows() first asks the optimizer
+** (EXPLAIN: InnoDB's records_in_range, a few B-tree dives, no scan) and
+** counts exactly only when it says fewer than EXACT_BELOW; above, the
+** estimate is the answer, its bit set in `estimated` (kinds_estimated).
+*/
+#define EXACT_BELOW 10000
+
+/* The optimizer's row estimate of b's SELECT (its `rows` column). */
+static int est_rows(due_store *s, due_my_sql *b, int64_t *out)
 {
 	MYSQL_RES *r;
 	MYSQL_ROW row;
+	int rc = due__my_exec(s, b, "estimate", &r);
+
+	due__my_sql_free(b);
+	*out = 0;
+	if (rc < 0)
+		return rc;
+	if (r && (row = mysql_fetch_row(r))) {
+		MYSQL_FIELD *f = mysql_fetch_fields(r);
+		for (unsigned i = 0; i < mysql_num_fields(r); i++)
+			if (strcmp(f[i].name, "rows") == 0)
+				*out = due__my_i64(row, (int)i);
+	}
+	mysql_free_result(r);
+	return 0;
+}
+
+/*
+** The tasks in `state` (of `kind` when not NULL): exact when the
+** optimizer estimates fewer than EXACT_BELOW (or `exact`), else that
+** estimate with *est set.
+*/
+static int count_state(due_store *s, const char *kind, due_state state,
+		       bool exact, int64_t *n, bool *est)
+{
+	int64_t e = 0;
+	int rc;
+
+	*est = false;
+	for (int pass = exact ? 1 : 0; pass < 2; pass++) {
+		SQL(b, s);
+		due__my_add(&b, "%sSELECT COUNT(*) FROM due_task%s WHERE",
+			    pass ? "" : "EXPLAIN ",
+			    kind ? " FORCE INDEX (due_task_kind_claim)"
+				 : " FORCE INDEX (due_task_state)");
+		if (kind) {
+			due__my_add(&b, " kind = ");
+			due__my_str(&b, kind);
+			due__my_add(&b, " AND");
+		}
+		due__my_add(&b, " state = '%s'", due_state_name(state));
+		if (!pass) {
+			if ((rc = est_rows(s, &b, &e)) < 0)
+				return rc;
+			if (e >= EXACT_BELOW) {
+				*n = e;
+				*est = true;
+				return 0;
+			}
+		} else if ((rc = ints(s, &b, "stats", n, 1)) < 0) {
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static int mys_stats(due_store *s, due_stats *out)
+{
 	int64_t v[3];
 	int rc;
 	SQL(b, s);
 
 	if ((rc = due__my_ok(s)) < 0 || (rc = server_now(s, &out->now)) < 0)
 		return rc;
-	due__my_add(&b, "SELECT state, COUNT(*) FROM due_task GROUP BY state");
-	rc = due__my_exec(s, &b, "stats", &r);
-	due__my_sql_free(&b);
-	if (rc < 0)
-		return rc;
-	while (r && (row = mysql_fetch_row(r))) {
-		due_state st;
-		if (due_state_parse(&st, row[0]) == 0)
-			out->counts[st] = due__my_i64(row, 1);
+	out->estimated = 0;
+	for (int st = 0; st < DUE_STATE_COUNT; st++) {
+		bool exact = st == DUE_CLAIMED || st == DUE_DEAD, est;
+		if ((rc = count_state(s, NULL, (due_state)st, exact,
+				      &out->counts[st], &est)) < 0)
+			return rc;
+		if (est)
+			out->estimated |= 1u << st;
 	}
-	mysql_free_result(r);
 	out->dead = out->counts[DUE_DEAD];
-	due__my_sql_init(&b, s->conn);
 	due__my_add(&b,
 		    "SELECT COUNT(*), COUNT(at_us), MIN(at_us) FROM due_task"
+		    " FORCE INDEX (due_task_at)"
 		    " WHERE state = 'SCHEDULED' AND at_us <= %lld",
 		    (long long)out->now);
 	if ((rc = ints(s, &b, "stats", v, 3)) < 0)
@@ -2483,36 +2571,75 @@ static int mys_stats(due_store *s, due_stats *out)
 	return lateness(s, out);
 }
 
-/* One bounded batch of finished tasks and their history; *n deleted. */
-static int prune_tx(due_store *s, int64_t older_than_us, int64_t *n)
+/* A prune candidate: a finished task and its end. */
+typedef struct fin {
+	int64_t at, id;
+} fin;
+
+static int fin_cmp(const void *a, const void *b)
 {
-	MYSQL_RES *r = NULL;
+	const fin *x = a, *y = b;
+	if (x->at != y->at)
+		return x->at < y->at ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+/*
+** One batch: the `want` (<= BATCH_ROWS) oldest finished tasks ended
+** before the cutoff, with their history, in one transaction; *n deleted.
+** Each state's oldest are locked through due_task_at (state, at_us, id;
+** a finished task's at_us is its end), the two lists merged by end, and
+** the DELETE repeats state and cutoff.
+*/
+static int prune_tx(due_store *s, int64_t older_than_us, int64_t want,
+		    int64_t *n)
+{
+	static const char *const states[] = {"DONE", "CANCELLED"};
+	fin *f = NULL;
+	size_t nf = 0;
 	picks p = {0};
 	int rc;
-	SQL(b, s);
 
 	*n = 0;
+	if (!(f = malloc(2 * (size_t)want * sizeof(*f))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	if ((rc = due__my_begin(s)) < 0)
-		return rc;
-	due__my_add(&b,
-		    "SELECT id FROM due_task WHERE state IN ('DONE',"
-		    " 'CANCELLED') AND at_us < " NOW " - %lld"
-		    " AND updated_at < " NOW " - %lld"
-		    " LIMIT %d FOR UPDATE SKIP LOCKED",
-		    (long long)older_than_us, (long long)older_than_us,
-		    BATCH_ROWS);
-	rc = due__my_exec(s, &b, "prune", &r);
-	due__my_sql_free(&b);
-	if (rc < 0 || (rc = picks_of(r, &p)) < 0)
 		goto fail;
+	for (int i = 0; i < 2; i++) {
+		MYSQL_RES *r;
+		MYSQL_ROW row;
+		SQL(b, s);
+		if (!i) /* the cutoff, once: both states judged by it */
+			due__my_add(&b, "SET @due_cut = " NOW " - %lld; ",
+				    (long long)older_than_us);
+		due__my_add(&b,
+			    "SELECT id, at_us FROM due_task"
+			    " FORCE INDEX (due_task_at) WHERE state = '%s'"
+			    " AND at_us < @due_cut ORDER BY at_us, id"
+			    " LIMIT %lld FOR UPDATE SKIP LOCKED",
+			    states[i], (long long)want);
+		rc = due__my_exec(s, &b, "prune", &r);
+		due__my_sql_free(&b);
+		if (rc < 0)
+			goto fail;
+		while (r && (row = mysql_fetch_row(r)))
+			f[nf++] =
+			    (fin){due__my_i64(row, 1), due__my_i64(row, 0)};
+		mysql_free_result(r);
+	}
+	qsort(f, nf, sizeof(*f), fin_cmp);
+	for (size_t i = 0; i < nf && (int64_t)i < want; i++)
+		if ((rc = pick_add(&p, f[i].id)) < 0)
+			goto fail;
 	if (p.n) {
-		due__my_sql_init(&b, s->conn);
+		SQL(b, s);
 		due__my_add(&b, "DELETE FROM due_attempt WHERE task_id IN ");
 		id_list(&b, p.t, p.n);
 		due__my_add(&b, "; DELETE FROM due_audit WHERE task_id IN ");
 		id_list(&b, p.t, p.n);
 		due__my_add(&b, "; DELETE FROM due_task WHERE state IN"
-				" ('DONE', 'CANCELLED') AND id IN ");
+				" ('DONE', 'CANCELLED') AND at_us < @due_cut"
+				" AND id IN ");
 		id_list(&b, p.t, p.n);
 		if ((rc = exec(s, &b, "prune", NULL)) < 0)
 			goto fail;
@@ -2520,28 +2647,28 @@ static int prune_tx(due_store *s, int64_t older_than_us, int64_t *n)
 	}
 	if ((rc = due__my_commit(s)) < 0)
 		goto fail;
-	mysql_free_result(r);
+	free(f);
 	free(p.t);
 	return 0;
 fail:
 	due__my_rollback(s);
-	mysql_free_result(r);
+	free(f);
 	free(p.t);
 	*n = 0;
 	return rc;
 }
 
 /*
-** Delete finished tasks with their history in batches of BATCH_ROWS, each
-** its own transaction, until a batch finds nothing.  DEAD is never
+** Delete finished tasks with their history, oldest first, in batches of
+** at most BATCH_ROWS (DUE_PRUNE_BATCH), each its own transaction, until a
+** batch finds nothing or max_rows (0: no limit) are gone.  DEAD is never
 ** touched.  A retention longer than the epoch deletes nothing.
 */
 static int mys_prune(due_store *s, int64_t *deleted, int64_t older_than_us,
 		     int64_t max_rows)
 {
-	(void)max_rows; /* interim: prunes everything (issue 15) */
 	const int64_t max_us = 1000LL * 366 * 86400 * 1000000; /* 1000 years */
-	int64_t n;
+	int64_t n, want;
 	int rc;
 
 	*deleted = 0;
@@ -2550,7 +2677,12 @@ static int mys_prune(due_store *s, int64_t *deleted, int64_t older_than_us,
 	if (older_than_us > max_us)
 		older_than_us = max_us;
 	do {
-		RETRY(rc, s, prune_tx(s, older_than_us, &n));
+		want = BATCH_ROWS;
+		if (max_rows > 0 && max_rows - *deleted < want)
+			want = max_rows - *deleted;
+		if (want <= 0)
+			break;
+		RETRY(rc, s, prune_tx(s, older_than_us, want, &n));
 		if (rc < 0)
 			return rc;
 		*deleted += n;
@@ -2729,7 +2861,30 @@ static int mys_cron_fire(due_store *s, const due_cron_fire *f, bool *won,
 /* Metrics, worker reports                                             */
 /* ------------------------------------------------------------------ */
 
-/* Task counts by kind and state (the first 1000 kinds by name). */
+/* Kind `name` appended to m->kinds, its counts zero. */
+static int kind_add(due_metrics *m, size_t *cap, const char *name)
+{
+	if (m->n_kinds == *cap) {
+		size_t c = *cap ? *cap * 2 : 16;
+		due_kind_counts *n = realloc(m->kinds, c * sizeof(*n));
+		if (!n)
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		m->kinds = n, *cap = c;
+	}
+	memset(&m->kinds[m->n_kinds], 0, sizeof(m->kinds[0]));
+	if (!(m->kinds[m->n_kinds].kind = due__strdup_n(name, strlen(name))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	m->n_kinds++;
+	return 0;
+}
+
+/*
+** Task counts by kind and state (the first 1000 kinds by name).  The
+** kinds: a loose index scan of due_task_kind_claim (one dive per kind).
+** Each (kind, state): count_state() (exact CLAIMED and DEAD, the rest
+** exact below EXACT_BELOW, else the optimizer's estimate, its bit in
+** kinds_estimated): a few statements per kind, never a scan of the table.
+*/
 static int metrics_kinds(due_store *s, due_metrics *m)
 {
 	MYSQL_RES *r;
@@ -2738,41 +2893,24 @@ static int metrics_kinds(due_store *s, due_metrics *m)
 	int rc;
 	SQL(b, s);
 
-	due__my_add(&b, "SELECT kind, state, COUNT(*) FROM due_task"
-			" GROUP BY kind, state ORDER BY kind LIMIT 5000");
+	m->kinds_estimated = 0;
+	due__my_add(&b, "SELECT kind FROM due_task FORCE INDEX"
+			" (due_task_kind_claim) GROUP BY kind ORDER BY kind"
+			" LIMIT 1000");
 	rc = due__my_exec(s, &b, "metrics", &r);
 	due__my_sql_free(&b);
-	while (rc == 0 && r && (row = mysql_fetch_row(r))) {
-		due_state st;
-		if (due_state_parse(&st, row[1]) < 0)
-			continue;
-		if (!m->n_kinds ||
-		    strcmp(m->kinds[m->n_kinds - 1].kind, row[0]) != 0) {
-			if (m->n_kinds == 1000)
-				break;
-			if (m->n_kinds == cap) {
-				due_kind_counts *n;
-				cap = cap ? cap * 2 : 16;
-				if (!(n = realloc(m->kinds,
-						  cap * sizeof(*n)))) {
-					rc = due__error_set(DUE_ENOMEM,
-							    "out of memory");
-					break;
-				}
-				m->kinds = n;
-			}
-			memset(&m->kinds[m->n_kinds], 0, sizeof(m->kinds[0]));
-			if (!(m->kinds[m->n_kinds].kind =
-				  due__strdup_n(row[0], strlen(row[0])))) {
-				rc =
-				    due__error_set(DUE_ENOMEM, "out of memory");
-				break;
-			}
-			m->n_kinds++;
-		}
-		m->kinds[m->n_kinds - 1].counts[st] = due__my_i64(row, 2);
-	}
+	while (rc == 0 && r && (row = mysql_fetch_row(r)))
+		rc = kind_add(m, &cap, row[0]);
 	mysql_free_result(r);
+	for (size_t i = 0; rc == 0 && i < m->n_kinds; i++)
+		for (int st = 0; rc == 0 && st < DUE_STATE_COUNT; st++) {
+			bool est;
+			rc = count_state(s, m->kinds[i].kind, (due_state)st,
+					 st == DUE_CLAIMED || st == DUE_DEAD,
+					 &m->kinds[i].counts[st], &est);
+			if (est)
+				m->kinds_estimated |= 1u << st;
+		}
 	return rc;
 }
 
@@ -2791,7 +2929,7 @@ static int hist(due_store *s, const char *expr, const char *where,
 			    due_hist_bounds_ms[i], i);
 	due__my_add(&b,
 		    " ELSE %d END AS bk, COUNT(*), SUM(%s) FROM due_attempt"
-		    "%s GROUP BY bk",
+		    " FORCE INDEX (due_attempt_claimed)%s GROUP BY bk",
 		    DUE_HIST_N, expr, where);
 	rc = due__my_exec(s, &b, "histogram", &r);
 	due__my_sql_free(&b);
@@ -2807,40 +2945,43 @@ static int hist(due_store *s, const char *expr, const char *where,
 	return rc;
 }
 
-/* Outcomes, refused late commits and DONE per minute of the last 15. */
-static int outcomes(due_store *s, due_metrics *m, due_time now)
+/*
+** Outcomes, refused late commits and DONE per minute of the last 15, of
+** the tries claimed since `from` (due_attempt_claimed): their cost follows
+** the recent rate, not the length of the history.
+*/
+static int outcomes(due_store *s, due_metrics *m, due_time now, due_time from)
 {
 	MYSQL_RES *r;
 	MYSQL_ROW row;
-	int64_t stale;
 	int rc;
 	SQL(b, s);
 
-	due__my_add(&b, "SELECT outcome, COUNT(*) FROM due_attempt"
-			" GROUP BY outcome");
+	due__my_add(&b,
+		    "SELECT outcome, COUNT(*),"
+		    " COALESCE(SUM(late_commit = 'REJECTED_STALE'), 0)"
+		    " FROM due_attempt FORCE INDEX (due_attempt_claimed)"
+		    " WHERE claimed_at >= %lld GROUP BY outcome",
+		    (long long)from);
 	rc = due__my_exec(s, &b, "outcomes", &r);
 	due__my_sql_free(&b);
 	while (rc == 0 && r && (row = mysql_fetch_row(r))) {
 		int i = due__outcome_parse(row[0]);
 		if (i >= 0 && i < DUE_OUT_REJECTED_STALE)
 			m->outcomes[i] = due__my_i64(row, 1);
+		m->outcomes[DUE_OUT_REJECTED_STALE] += due__my_i64(row, 2);
 	}
 	mysql_free_result(r);
 	if (rc < 0)
 		return rc;
 	due__my_sql_init(&b, s->conn);
-	due__my_add(&b, "SELECT COUNT(*) FROM due_attempt"
-			" WHERE late_commit = 'REJECTED_STALE'");
-	if ((rc = ints(s, &b, "outcomes", &stale, 1)) < 0)
-		return rc;
-	m->outcomes[DUE_OUT_REJECTED_STALE] = stale;
-	due__my_sql_init(&b, s->conn);
 	due__my_add(&b,
 		    "SELECT (%lld - ended_at) DIV 60000000 AS mi, COUNT(*)"
-		    " FROM due_attempt WHERE outcome = 'DONE'"
+		    " FROM due_attempt FORCE INDEX (due_attempt_claimed)"
+		    " WHERE claimed_at >= %lld AND outcome = 'DONE'"
 		    " AND ended_at > %lld AND ended_at <= %lld GROUP BY mi",
-		    (long long)now, (long long)(now - 900000000LL),
-		    (long long)now);
+		    (long long)now, (long long)from,
+		    (long long)(now - 900000000LL), (long long)now);
 	rc = due__my_exec(s, &b, "throughput", &r);
 	due__my_sql_free(&b);
 	while (rc == 0 && r && (row = mysql_fetch_row(r))) {
@@ -2854,32 +2995,35 @@ static int outcomes(due_store *s, due_metrics *m, due_time now)
 
 static int workers(due_store *s, due_metrics *m, due_time now)
 {
-	int64_t v[6];
+	int64_t v[7];
 	int rc;
 	SQL(b, s);
 
 	due__my_add(&b,
-		    "SELECT COUNT(*), COALESCE(SUM(claim_queries), 0),"
+		    "SELECT COUNT(*), COALESCE(SUM(pruned), 0),"
+		    " COALESCE(SUM(claim_queries), 0),"
 		    " COALESCE(SUM(empty_claims), 0),"
 		    " COALESCE(SUM(reclaim_queries), 0),"
 		    " COALESCE(SUM(store_errors), 0),"
 		    " (SELECT COUNT(*) FROM due_schedule)"
 		    " FROM due_worker WHERE seen_at >= %lld",
 		    (long long)(now - 300LL * 1000000));
-	if ((rc = ints(s, &b, "workers", v, 6)) < 0)
+	if ((rc = ints(s, &b, "workers", v, 7)) < 0)
 		return rc;
 	m->workers = v[0];
-	m->claim_queries = v[1];
-	m->empty_claims = v[2];
-	m->reclaim_queries = v[3];
-	m->store_errors = v[4];
-	m->n_schedules = (size_t)v[5];
+	m->pruned = v[1];
+	m->claim_queries = v[2];
+	m->empty_claims = v[3];
+	m->reclaim_queries = v[4];
+	m->store_errors = v[5];
+	m->n_schedules = (size_t)v[6];
 	return 0;
 }
 
 static int mys_metrics(due_store *s, due_metrics *m)
 {
 	due_time now;
+	char where[128];
 	int rc;
 
 	m->n_kinds = 0;
@@ -2888,12 +3032,18 @@ static int mys_metrics(due_store *s, due_metrics *m)
 	memset(&m->duration, 0, sizeof(m->duration));
 	memset(m->outcomes, 0, sizeof(m->outcomes));
 	memset(m->done_per_min, 0, sizeof(m->done_per_min));
-	if ((rc = due__my_ok(s)) < 0 || (rc = server_now(s, &now)) < 0 ||
-	    (rc = metrics_kinds(s, m)) < 0 ||
-	    (rc = hist(s, "claimed_at - due_at", "", &m->lateness)) < 0 ||
+	if ((rc = due__my_ok(s)) < 0 || (rc = server_now(s, &now)) < 0)
+		return rc;
+	m->window_us = DUE_METRICS_WINDOW_US;
+	snprintf(where, sizeof(where), " WHERE claimed_at >= %lld",
+		 (long long)(now - DUE_METRICS_WINDOW_US));
+	if ((rc = metrics_kinds(s, m)) < 0 ||
+	    (rc = hist(s, "claimed_at - due_at", where, &m->lateness)) < 0 ||
 	    (rc = hist(s, "ended_at - claimed_at",
-		       " WHERE ended_at IS NOT NULL", &m->duration)) < 0 ||
-	    (rc = outcomes(s, m, now)) < 0 || (rc = workers(s, m, now)) < 0) {
+		       strcat(where, " AND ended_at IS NOT NULL"),
+		       &m->duration)) < 0 ||
+	    (rc = outcomes(s, m, now, now - DUE_METRICS_WINDOW_US)) < 0 ||
+	    (rc = workers(s, m, now)) < 0) {
 		for (size_t i = 0; i < m->n_kinds; i++)
 			free(m->kinds[i].kind);
 		free(m->kinds);
@@ -2917,15 +3067,18 @@ static int mys_worker_report(due_store *s, const char *owner,
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
 	due__worker_counters(st, v);
-	due__my_add(&b, "INSERT INTO due_worker (owner, started_at, "
-			"seen_at, " DUE_WORKER_COUNTER_COLS ") VALUES (");
+	due__my_add(&b,
+		    "INSERT INTO due_worker (owner, started_at, "
+		    "seen_at, pruned, " DUE_WORKER_COUNTER_COLS ") VALUES (");
 	due__my_str(&b, owner);
-	due__my_add(&b, ", " NOW ", " NOW);
+	due__my_add(&b, ", " NOW ", " NOW ", %lld", (long long)st->pruned);
 	for (int i = 0; i < DUE_WORKER_N_COUNTERS; i++)
 		due__my_add(&b, ", %lld", (long long)v[i]);
-	due__my_add(&b, ") ON DUPLICATE KEY UPDATE seen_at = "
-			"VALUES(seen_at), " DUE_WORKER_COUNTERS(
-			    UCOL_NEW_, UCOL_NEW_LAST_));
+	due__my_add(
+	    &b,
+	    ") ON DUPLICATE KEY UPDATE seen_at = "
+	    "VALUES(seen_at), pruned = VALUES(pruned), " DUE_WORKER_COUNTERS(
+		UCOL_NEW_, UCOL_NEW_LAST_));
 	RETRY(rc, s, due__my_exec(s, &b, "worker report", NULL));
 	due__my_sql_free(&b);
 	return rc;
@@ -3211,26 +3364,77 @@ static int mys_notify(due_store *s)
 	return rc;
 }
 
+/* ------------------------------------------------------------------ */
+/* Retention's lease, size                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+** One upsert decides on the server's clock: a free name is inserted, an
+** expired or our own lease is taken or renewed, another's running lease
+** is left as it was (nothing written).  The owner is set first and the
+** until follows it, with conditions that read the same whether the
+** server assigns in order (the default) or simultaneously
+** (SIMULTANEOUS_ASSIGNMENT).  The same round trip reads back whether the
+** row now says ours until the instant this call set (@due_now + ttl).
+*/
+static int mys_lock_take(due_store *s, bool *held, const char *name,
+			 const char *owner, int64_t ttl_us)
+{
+	int64_t v;
+	int rc;
+	SQL(b, s);
+
+	*held = false;
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	due__my_add(&b, "SET @due_now = " NOW "; INSERT INTO due_lock (name,"
+			" owner, until_us) VALUES (");
+	due__my_str(&b, name);
+	due__my_add(&b, ", ");
+	due__my_str(&b, owner);
+	due__my_add(
+	    &b,
+	    ", @due_now + %lld) ON DUPLICATE KEY UPDATE"
+	    " owner = IF(owner = VALUES(owner) OR until_us < @due_now,"
+	    " VALUES(owner), owner),"
+	    " until_us = IF(owner = VALUES(owner) OR until_us < @due_now,"
+	    " VALUES(until_us), until_us);"
+	    " SELECT COUNT(*) FROM due_lock WHERE name = ",
+	    (long long)ttl_us);
+	due__my_str(&b, name);
+	due__my_add(&b, " AND owner = ");
+	due__my_str(&b, owner);
+	due__my_add(&b, " AND until_us = @due_now + %lld", (long long)ttl_us);
+	rc = ints(s, &b, "take lock", &v, 1); /* a lost race: the next try */
+	if (rc == 0)
+		*held = v == 1;
+	return rc;
+}
+
+/*
+** The due tables' data_length + index_length from information_schema:
+** InnoDB's own estimate (pages in use, from its statistics), not an
+** exact byte count, and it lags until the statistics are recalculated.
+*/
+static int mys_bytes(due_store *s, int64_t *out)
+{
+	int rc;
+	SQL(b, s);
+
+	*out = 0;
+	if ((rc = due__my_ok(s)) < 0)
+		return rc;
+	due__my_add(&b, "SELECT COALESCE(SUM(data_length + index_length), 0)"
+			" FROM information_schema.TABLES WHERE table_schema"
+			" = DATABASE() AND table_name LIKE 'due!_%%'"
+			" ESCAPE '!'");
+	return ints(s, &b, "store size", out, 1);
+}
+
 static const char *const schemes[] = {"mysql", "mariadb", NULL};
 
 /* Every method is mys_<method> (store.h lists them; mysql_ is the library's
  * prefix). */
-/* Interim until this store implements retention's lease (issue 15). */
-static int mys_lock_take(due_store *s, bool *held, const char *name,
-			 const char *owner, int64_t ttl_us)
-{
-	(void)s, (void)name, (void)owner, (void)ttl_us;
-	*held = false;
-	return due__error_set(DUE_EUNSUPPORTED, "lock_take: not yet built");
-}
-
-static int mys_bytes(due_store *s, int64_t *out)
-{
-	(void)s;
-	*out = 0;
-	return due__error_set(DUE_EUNSUPPORTED, "bytes: not yet built");
-}
-
 #define OP(m) .m = mys_##m,
 const due_store_ops due__store_mysql = {
     .version = DUE_STORE_OPS_VERSION,

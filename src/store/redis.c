@@ -1317,30 +1317,42 @@ static int rd_stats(due_store *s, due_stats *out)
 		out->oldest_due_unclaimed_ms =
 		    (out->now - rint_of(r->element[7])) / 1000;
 	out->window_us = DUE_STATS_WINDOW_US;
+	out->estimated = 0; /* ZCARD of each state's index: exact, O(1) */
 	rc = lateness(out, r->element[8]);
 	freeReplyObject(r);
 	return rc;
 }
 
-/* Bounded batches of 500 finished tasks, each one script. */
+/*
+** Bounded batches of at most DUE_PRUNE_BATCH finished tasks, oldest end
+** first, each one script, until none is left or max_rows (0: no limit)
+** are gone.
+*/
 static int rd_prune(due_store *s, int64_t *deleted, int64_t older_than_us,
 		    int64_t max_rows)
 {
-	(void)max_rows; /* interim: prunes everything (issue 15) */
-	int64_t n;
+	int64_t looked;
 
 	*deleted = 0;
 	do {
+		int64_t want = DUE_PRUNE_BATCH;
 		rargs a = {0};
 		redisReply *r;
 		int rc;
+		if (max_rows > 0 && max_rows - *deleted < want)
+			want = max_rows - *deleted;
+		if (want <= 0)
+			break;
 		arg_i(&a, older_than_us);
+		arg_i(&a, want);
 		if ((rc = rd_eval(s, "prune", &a, &r, "prune")) < 0)
 			return rc;
-		n = rint_of(r);
+		if (!is_array(r, 2))
+			return bad_reply(s, r, "prune");
+		looked = rint_of(r->element[0]);
+		*deleted += rint_of(r->element[1]);
 		freeReplyObject(r);
-		*deleted += n;
-	} while (n > 0);
+	} while (looked > 0);
 	return 0;
 }
 
@@ -1530,9 +1542,9 @@ static void metric_counter(due_metrics *m, const char *f, int64_t v)
 	} else if (strncmp(f, "out:", 4) == 0) {
 		int i = due__outcome_parse(f + 4);
 		if (i >= 0 && i < DUE_OUT_REJECTED_STALE)
-			m->outcomes[i] = v;
+			m->outcomes[i] += v;
 	} else if (strcmp(f, "stale") == 0) {
-		m->outcomes[DUE_OUT_REJECTED_STALE] = v;
+		m->outcomes[DUE_OUT_REJECTED_STALE] += v;
 	}
 }
 
@@ -1542,11 +1554,12 @@ static int rd_metrics(due_store *s, due_metrics *m)
 	redisReply *r;
 	int rc;
 
+	arg_i(&a, DUE_METRICS_WINDOW_US);
 	if ((rc = rd_eval(s, "metrics", &a, &r, "metrics")) < 0)
 		return rc;
-	if (!is_array(r, 5) || !is_array(r->element[0], 0) ||
+	if (!is_array(r, 6) || !is_array(r->element[0], 0) ||
 	    !is_array(r->element[1], 0) || !is_array(r->element[2], 15) ||
-	    !is_array(r->element[3], 5))
+	    !is_array(r->element[3], 6))
 		return bad_reply(s, r, "metrics");
 	if ((rc = metric_kinds(m, r->element[0])) == 0) {
 		redisReply *h = r->element[1], *w = r->element[3];
@@ -1560,7 +1573,11 @@ static int rd_metrics(due_store *s, due_metrics *m)
 		m->empty_claims = rint_of(w->element[2]);
 		m->reclaim_queries = rint_of(w->element[3]);
 		m->store_errors = rint_of(w->element[4]);
+		m->pruned = rint_of(w->element[5]);
 		m->n_schedules = (size_t)rint_of(r->element[4]);
+		/* the whole minutes that cover DUE_METRICS_WINDOW_US */
+		m->window_us = rint_of(r->element[5]);
+		m->kinds_estimated = 0; /* the (state, kind) counters: exact */
 	}
 	freeReplyObject(r);
 	return rc;
@@ -1583,6 +1600,8 @@ static int rd_worker_report(due_store *s, const char *owner,
 		arg_z(&a, names[i]);
 		arg_i(&a, v[i]);
 	}
+	arg_z(&a, "pruned");
+	arg_i(&a, w->pruned);
 	if ((rc = rd_eval(s, "worker_report", &a, &r, "worker report")) < 0)
 		return rc;
 	freeReplyObject(r);
@@ -1806,25 +1825,54 @@ static int rd_kind_remove(due_store *s, const char *kind)
 	return n ? 0 : due__store_no_kind(kind);
 }
 
-static const char *const schemes[] = {"redis", "rediss", NULL};
+/* ------------------------------------------------------------------ */
+/* Retention's lease, size                                             */
+/* ------------------------------------------------------------------ */
 
-/* Every method is rd_<method> (store.h lists them). */
-/* Interim until this store implements retention's lease (issue 15). */
+/* One script on TIME (redis_lua.c lock_take): :lock:<name> (owner, until). */
 static int rd_lock_take(due_store *s, bool *held, const char *name,
 			const char *owner, int64_t ttl_us)
 {
-	(void)s, (void)name, (void)owner, (void)ttl_us;
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
 	*held = false;
-	return due__error_set(DUE_EUNSUPPORTED, "lock_take: not yet built");
+	arg_z(&a, name);
+	arg_z(&a, owner);
+	arg_i(&a, ttl_us);
+	if ((rc = rd_eval(s, "lock_take", &a, &r, "take lock")) < 0)
+		return rc;
+	*held = rint_of(r) == 1;
+	freeReplyObject(r);
+	return 0;
 }
 
+/* INFO memory's used_memory: the whole server's, not only this prefix's. */
 static int rd_bytes(due_store *s, int64_t *out)
 {
-	(void)s;
+	redisReply *r;
+	const char *p;
+	int rc;
+
 	*out = 0;
-	return due__error_set(DUE_EUNSUPPORTED, "bytes: not yet built");
+	if ((rc = rd_ok(s)) < 0)
+		return rc;
+	r = rd_cmd(s, "INFO memory");
+	if ((rc = rd_check(s, r, "store size")) < 0)
+		return rc;
+	if (r->type != REDIS_REPLY_STRING)
+		return bad_reply(s, r, "store size");
+	if (!(p = strstr(r->str, "used_memory:")))
+		return bad_reply(s, r, "store size");
+	*out = strtoll(p + strlen("used_memory:"), NULL, 10);
+	freeReplyObject(r);
+	return 0;
 }
 
+static const char *const schemes[] = {"redis", "rediss", NULL};
+
+/* Every method is rd_<method> (store.h lists them). */
 #define OP(m) .m = rd_##m,
 const due_store_ops due__store_redis = {.version = DUE_STORE_OPS_VERSION,
 					.name = "redis",
