@@ -366,12 +366,18 @@ class Results:
         self.rows = []
         self.failed = []
         self.failed_rows = []
+        self.scale = []  # issue 15's rows (section=scale): S1-S3, never in W1-W5
         with open(path) as f:
             for line in f:
                 line = line.strip()
                 if not line:
                     continue
                 r = json.loads(line)
+                if r.get("section") == "scale":
+                    self.scale.append(r)
+                    if r.get("failed"):
+                        self.failed.append("%s (exit %s)" % (r.get("label", "?"), r.get("exit", "?")))
+                    continue
                 if r.get("failed"):
                     self.failed.append("%s (exit %s)" % (r.get("label", "?"), r.get("exit", "?")))
                     self.failed_rows.append(r)
@@ -1099,8 +1105,206 @@ def wheel_section():
             "<= 64 bytes per pending timer):\n\n```\n" + out.strip() + "\n```")
 
 
+# --------------------------------------------------------------------------
+# issue 15: production scale (S1 pending, S2 soak, S3 the big record)
+# --------------------------------------------------------------------------
+
+SCALE_BEGIN = "<!-- scale:begin (bench/run --only scale rewrites this section) -->"
+SCALE_END = "<!-- scale:end -->"
+SCALE_TITLE = "## Production scale (issue 15): pending tasks, steady state, a big store"
+SCALE_STORES = [("sqlite-full", "SQLite sync=full"), ("pg", "PostgreSQL"),
+                ("redis-everysec", "Redis appendfsync everysec"), ("mysql", "MariaDB")]
+
+
+def fbytes(x):
+    if not isinstance(x, (int, float)):
+        return "—"
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(x) >= div:
+            return "%.1f %s" % (x / div, unit)
+    return "%d B" % x
+
+
+def scale_ok(rows):
+    return [r for r in rows if not r.get("failed")]
+
+
+def scale_pending_table(res, args):
+    out = []
+    for st, name in SCALE_STORES:
+        rows = scale_ok([r for r in res.scale if r.get("store") == st
+                         and r.get("scale") == "pending"])
+        if not rows:
+            continue
+        empty = [r for r in rows if r.get("pending") == 0]
+        full = [r for r in rows if r.get("pending", 0) > 0]
+        a, b = res.med(empty, "tasks_per_s"), res.med(full, "tasks_per_s")
+        ratio = b / a if a and b is not None else None
+        fill = res.med(full, "pending_fill_s")
+        per = res.med(full, "pending_per_s")
+        bpt = res.med(full, "bytes_per_pending_task")
+        goal = st in ("sqlite-full", "pg")
+        out.append([name, fnum(a), frange(res, empty, "tasks_per_s"),
+                    fnum(b), frange(res, full, "tasks_per_s"),
+                    "—" if ratio is None else "%.2f" % ratio,
+                    ("≥ 0.80: " + ("met" if ratio is not None and ratio >= 0.8 else "**not met**"))
+                    if goal else "— (reported)",
+                    "%s s (%s/s)" % (fnum(fill, 1), fnum(per)) if fill is not None else "—",
+                    fnum(bpt) if bpt is not None else "—",
+                    max(len(empty), len(full))])
+    if not out:
+        return "No rows: S1 did not run."
+    return table(["Store", "empty: tasks/s", "runs", "among %s pending: tasks/s" % fnum(args.pending),
+                  "runs", "÷ empty", "target", "fill of the pending (not timed)",
+                  "bytes/pending task", "runs"], out)
+
+
+def scale_soak_table(res, args):
+    out = []
+    for st, name in SCALE_STORES:
+        for r in scale_ok([r for r in res.scale if r.get("store") == st
+                           and r.get("scale") == "soak"]):
+            b60, bend = r.get("bytes_at_60s"), r.get("bytes_at_end")
+            grow = bend / b60 if isinstance(b60, (int, float)) and b60 and \
+                isinstance(bend, (int, float)) else None
+            kept = r.get("tasks_per_s_last_minute")
+            p1, p2 = r.get("p99_ms_first_minute"), r.get("p99_ms_last_minute")
+            dead = "—"
+            if "dead_tup_max" in r:
+                dead = "%s / %s / %s (%s autovacuums)" % (
+                    fnum(r.get("dead_tup_at_60s") if r.get("dead_tup_at_60s") != "" else None),
+                    fnum(r.get("dead_tup_last") if r.get("dead_tup_last") != "" else None),
+                    fnum(r.get("dead_tup_max")), fnum(r.get("autovacuums")))
+            out.append([name, "%s/s, %s s, retain %s s" % (fnum(r.get("rate")), fnum(r.get("duration_s")),
+                                                            fnum(r.get("retain_s"))),
+                        fnum(kept), fnum(r.get("backlog_at_end")),
+                        fnum(p1, 1), fnum(p2, 1), fnum(r.get("max_ms_last_minute"), 1),
+                        fbytes(b60), fbytes(bend),
+                        "—" if grow is None else "%.2f%s" % (grow, "" if grow <= 1.5 else " (**> 1.5**)"),
+                        fnum(r.get("pruned")), dead,
+                        "%s–%s" % (fnum(r.get("load1_start"), 1), fnum(r.get("load1_end"), 1))])
+    if not out:
+        return "No rows: S2 did not run."
+    return table(["Store", "settings", "tasks/s last minute", "backlog at end",
+                  "p99 ms first minute", "p99 ms last minute", "max ms last minute",
+                  "bytes at 60 s", "bytes at end", "end ÷ 60 s", "pruned",
+                  "dead tuples at 60 s / end / max", "load avg"], out)
+
+
+def scale_big_table(res, args):
+    out = []
+    for st, name in SCALE_STORES:
+        for r in scale_ok([r for r in res.scale if r.get("store") == st
+                           and r.get("scale") == "big"]):
+            out.append([name, fnum(r.get("pending")), fnum(r.get("pending_fill_s"), 1),
+                        fnum(r.get("pending_per_s")), fbytes(r.get("bytes_after_pending")),
+                        fnum(r.get("bytes_per_pending_task")),
+                        fnum(r.get("tasks_per_s")), "%s / %s" % (fnum(r.get("duplicates")),
+                                                                 fnum(r.get("missing"))),
+                        "%s–%s" % (fnum(r.get("load1_start"), 1), fnum(r.get("load1_end"), 1))])
+    if not out:
+        return ("Not in this run: the record is opt-in (`bench/run --only scale`, about "
+                "ten minutes a store).")
+    return table(["Store", "pending", "enqueue time, s", "enqueue tasks/s", "store on disk",
+                  "bytes per task", "drain tasks/s (n=%s, c=16)" % fnum(args.n),
+                  "dup / missing", "load avg"], out)
+
+
+def scale_section(res, args):
+    """The issue-15 section, markers included: a list of lines."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    rows = res.scale
+    loads = [r[k] for r in rows for k in ("load1_start", "load1_end")
+             if isinstance(r.get(k), (int, float))]
+    w = []
+    w.append(SCALE_BEGIN)
+    w.append(SCALE_TITLE)
+    w.append("")
+    w.append("Issue 15. Generated %s by `%s` over commit %s%s; %s. Every row is a fresh "
+             "scratch store (`due bench`), so a row's figures do not depend on the rows "
+             "before it."
+             % (now, args.cmd, args.git or "?",
+                " (%s)" % args.measured if getattr(args, "measured", None) else "",
+                ("1-minute load average %s–%s over these rows, median %s, on %s CPUs (above "
+                 "%s the machine was shared with other work while they ran)"
+                 % (fnum(min(loads), 2), fnum(max(loads), 2), fnum(statistics.median(loads), 2),
+                    os.cpu_count(), os.cpu_count())) if loads else "load not recorded"))
+    w.append("")
+    w.append("### Claims among pending tasks (S1)")
+    w.append("")
+    w.append("`due bench --workload drain --workers 1 --concurrency 16 --n %s --pending P`: the "
+             "scratch store first gets P tasks of the same kind due in a day (batches of 1,000, "
+             "not timed), then the usual drain of n tasks due now is timed; P = 0 and P = %s in "
+             "turn, median over the repetitions. The issue's target: among 1,000,000 pending "
+             "at least 80 %% of the empty-table rate on SQLite and PostgreSQL (Redis and MariaDB "
+             "reported). Bytes per pending task: `due_store_bytes()` after the fill less before, "
+             "over P (— where the store does not report its size)."
+             % (fnum(args.n), fnum(args.pending)))
+    w.append("")
+    w.append(scale_pending_table(res, args))
+    w.append("")
+    w.append("### Steady state (S2)")
+    w.append("")
+    w.append("`due bench --workload soak --rate R --duration D --retain DUR --json` (%s): "
+             "R tasks/s due now, submitted every 10 ms in small batches paced by the monotonic "
+             "clock, while one in-process worker (4 slots, the C no-op, retention DUR through "
+             "`due_worker_opts.retain_us`) runs them. Lateness is claim − due on the store's "
+             "clock (the claim's lease end less the lease, as the worker's own figure), of the "
+             "tasks due in the first and in the last minute. Bytes: `due_store_bytes()` "
+             "(PostgreSQL the due relations with indexes and TOAST, SQLite file + WAL) at 60 s "
+             "and at the end. Pruned: the worker's `pruned` counter at the end. Dead tuples: "
+             "`pg_stat_user_tables.n_dead_tup` over the due tables, sampled every 2 s by bench/run. "
+             "The issue's target on PostgreSQL: keeps up, lateness flat, size at the end within "
+             "1.5× of its size at 60 s." % args.soak)
+    w.append("")
+    w.append(scale_soak_table(res, args))
+    w.append("")
+    w.append("### %s pending (S3)" % fnum(args.big))
+    w.append("")
+    w.append("`due bench --workload drain --workers 1 --concurrency 16 --n %s --pending %s`, once "
+             "per store: the enqueue of the pending tasks through `due_schedule_batch` in batches "
+             "of 1,000 (time and rate), the store's size after it and per task, and the drain "
+             "among them." % (fnum(args.n), fnum(args.big)))
+    w.append("")
+    w.append(scale_big_table(res, args))
+    w.append("")
+    failed = [r.get("label", "?") for r in rows if r.get("failed")]
+    if failed:
+        w.append("**Failed runs** (left out): " + ", ".join(failed))
+        w.append("")
+    w.append(SCALE_END)
+    return w
+
+
+def write_scale_only(res, args):
+    """bench/run --only scale: rewrite the scale section of args.out in place
+    (between its markers, else before "## Compared with other queues", else
+    at the end); every other line of the page is kept as it was."""
+    with open(args.out) as f:
+        text = f.read()
+    new = "\n".join(scale_section(res, args))
+    if SCALE_BEGIN in text and SCALE_END in text:
+        a = text.index(SCALE_BEGIN)
+        b = text.index(SCALE_END) + len(SCALE_END)
+        text = text[:a] + new + text[b:]
+    elif "\n## Compared with other queues" in text:
+        a = text.index("\n## Compared with other queues") + 1
+        text = text[:a] + new + "\n\n" + text[a:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + new + "\n"
+    with open(args.out, "w") as f:
+        f.write(text)
+
+
 def render(args):
     res = Results(args.results, args.default_poll, args.default_disc)
+    if args.scale_only:
+        for line in scale_section(res, args):
+            if not line.startswith("<!--"):
+                print(line)
+        if args.out:
+            write_scale_only(res, args)
+        return
     prof = None
     if args.profile and os.path.exists(args.profile):
         with open(args.profile) as f:
@@ -1129,6 +1333,11 @@ def render(args):
         print("## " + title)
         print()
         print(body)
+        print()
+    if res.scale:
+        for line in scale_section(res, args):
+            if not line.startswith("<!--"):
+                print(line)
         print()
     if res.failed:
         print("FAILED runs: " + ", ".join(res.failed))
@@ -1263,6 +1472,10 @@ def render(args):
               "CPUs with other work); the ratios to the floor and between variants of the same "
               "run depend on it less.")
             w("")
+    if res.scale:
+        for line in scale_section(res, args):
+            w(line)
+        w("")
     w("## Compared with other queues")
     w("")
     w("Drain rates (tasks/s) at 4 and 16 tasks in flight. The other queues were measured on this "
@@ -1391,6 +1604,12 @@ def main():
     r.add_argument("--redis-url")
     r.add_argument("--mysql-url")
     r.add_argument("--git", help="the commit measured (bench/run reads it before building)")
+    r.add_argument("--pending", type=int, default=1000000, help="S1's pending tasks")
+    r.add_argument("--big", type=int, default=10000000, help="S3's pending tasks")
+    r.add_argument("--soak", default="2,000/s for 3m, retain 30s", help="S2's settings")
+    r.add_argument("--measured", help="what else the commit holds (merged branches)")
+    r.add_argument("--scale-only", action="store_true",
+                   help="render only the issue-15 section; with --out rewrite it in place")
     r.set_defaults(fn=render)
     args = ap.parse_args()
     args.fn(args)

@@ -11,7 +11,16 @@
 **             handler with --pipe CMD), --concurrency;
 **             tasks/s from worker start to last completion; every task
 **             must run exactly once (duplicates are reported; with --exec
-**             or --pipe read from the store afterwards: DONE at attempt 1)
+**             or --pipe read from the store afterwards: DONE at attempt 1);
+**             with --pending N the store first holds N tasks due in a
+**             day (filled in batches, not timed): the drain among them
+**   soak       --rate R tasks/s due now for --duration D, submitted in
+**             small batches paced by the monotonic clock, while one
+**             in-process worker (--concurrency, retention --retain) runs
+**             them: throughput and lateness of the first and the last
+**             minute, the store's size (due_store_bytes) at 60 s and at
+**             the end, what retention pruned.  One JSON object.  Not part
+**             of "all".
 **   lateness  n tasks spread over --spread, --workers workers waiting:
 **             claim - due percentiles and early claims
 **   idle      --workers workers, no tasks, --idle seconds: store queries/s
@@ -54,8 +63,10 @@
 
 static const char usage[] =
     "usage: due bench [--workload "
-    "enqueue|cycle|drain|lateness|idle|depth|memory|all]\n"
+    "enqueue|cycle|drain|lateness|idle|depth|memory|soak|all]\n"
     "                 [--n N] [--concurrency C] [--workers W] [--batch B]\n"
+    "                 [--pending N] [--rate R] [--duration DUR] "
+    "[--retain DUR]\n"
     "                 [--exec CMD | --pipe CMD] [--poll DUR] [--spread DUR]\n"
     "                 [--idle DUR] [--keep] [--json] [--db URL]\n"
     "\n"
@@ -65,10 +76,19 @@ static const char usage[] =
     "database) and never touches your tasks.\n"
     "  --n N            tasks per workload (default 20000; lateness 2000;\n"
     "                   depth 1000000)\n"
-    "  --concurrency C  handler slots per worker for drain (default 4)\n"
+    "  --concurrency C  handler slots per worker for drain and soak\n"
+    "                   (default 4)\n"
     "  --workers W      worker instances for drain/lateness/idle (default "
     "1/4/4)\n"
     "  --batch B        enqueue batch size (default 1000)\n"
+    "  --pending N      drain: first fill the store with N tasks due in a\n"
+    "                   day (not timed), then drain --n due tasks among\n"
+    "                   them (default 0)\n"
+    "  --rate R         soak: tasks submitted per second, due now\n"
+    "                   (default 1000)\n"
+    "  --duration DUR   soak: how long to submit (default 3m)\n"
+    "  --retain DUR     soak: the worker's retention, as `due work\n"
+    "                   --retain` (default 7d; 0 keeps everything)\n"
     "  --exec CMD       drain with a command handler instead of the C no-op\n"
     "  --pipe CMD       drain with a pipe handler (`due work --pipe`): CMD\n"
     "                   started once per slot, one JSON line per task\n"
@@ -91,6 +111,11 @@ typedef struct bopts {
 	bool n_set, workers_set, no_wheel, poll_set, inline_mode;
 	const char *pipe; /* --pipe CMD (drain) */
 	bool keep;
+	long pending;	     /* drain: tasks due in a day filled first */
+	long rate;	     /* soak: tasks/s */
+	int64_t duration_us; /* soak */
+	int64_t retain_us;   /* soak: due_worker_opts.retain_us */
+	bool pending_set, soak_set;
 } bopts;
 
 typedef struct bres {
@@ -108,6 +133,7 @@ typedef struct bres {
 	double bytes_per_task; /* memory */
 	long long bytes_before, bytes_after;
 	bool has_late, has_idle, has_check;
+	json_t *extra; /* more keys (drain --pending), or NULL; caller frees */
 } bres;
 
 static void report(const bopts *o, const bres *r)
@@ -158,6 +184,8 @@ static void report(const bopts *o, const bres *r)
 			    j, "tasks_per_claim",
 			    json_real((double)r->n / (double)r->claim_queries));
 		}
+		if (r->extra)
+			json_object_update(j, r->extra);
 		char *txt = json_dumps(j, JSON_COMPACT);
 		if (txt)
 			puts(txt);
@@ -188,6 +216,15 @@ static void report(const bopts *o, const bres *r)
 		if (r->claim_queries > 0)
 			printf("  %.1f tasks/claim",
 			       (double)r->n / (double)r->claim_queries);
+		const char *k;
+		json_t *val;
+		json_object_foreach(r->extra, k, val)
+		{
+			char *t = json_dumps(val, JSON_ENCODE_ANY |
+						      JSON_REAL_PRECISION(6));
+			printf("  %s=%s", k, t ? t : "?");
+			free(t);
+		}
 		printf("\n");
 	}
 	fflush(stdout);
@@ -451,6 +488,76 @@ static due_id fill(vctx *v, long n, int64_t spread_us, long batch)
 	return first;
 }
 
+/* due_store_bytes() as JSON: a number, or null when the store cannot
+   say (DUE_EUNSUPPORTED) or the read failed (said on stderr). */
+static json_t *store_bytes(vctx *v)
+{
+	int64_t b = 0;
+	int rc = due_store_bytes(v->db, &b);
+	if (rc == 0)
+		return json_integer(b);
+	if (rc != DUE_EUNSUPPORTED)
+		fprintf(stderr, "due bench: store bytes: %s\n",
+			due_error_last());
+	return json_null();
+}
+
+/*
+** drain --pending: n tasks due in a day, of the drain's own kind (the
+** claim must step over none of them: they are not due), a small payload, in
+** batches of --batch; progress on stderr every 5 s (a big fill takes
+** minutes).  Adds pending_fill_s, pending_per_s and the store's bytes
+** before and after to `extra`; returns 0 or -1.
+*/
+static int fill_pending(vctx *v, const bopts *o, json_t *extra)
+{
+	static const char payload[] = "{\"user\":123456,\"remind\":true}";
+	due_submit *items = calloc((size_t)o->batch, sizeof(*items));
+	due_submitted *out = calloc((size_t)o->batch, sizeof(*out));
+	int rc = items && out ? 0 : -1;
+	json_t *b0 = store_bytes(v);
+	double t0 = v_now_ms(), last = t0;
+
+	for (long done = 0; rc == 0 && done < o->pending;) {
+		long k =
+		    o->pending - done < o->batch ? o->pending - done : o->batch;
+		for (long i = 0; i < k; i++) {
+			items[i] =
+			    (due_submit){"bench", payload, sizeof(payload) - 1,
+					 DUE_SCHEDULE_OPTS_INIT};
+			items[i].opts.delay_us = 24LL * 3600 * 1000000;
+		}
+		if (due_schedule_batch(v->db, out, items, (size_t)k) < 0) {
+			fprintf(stderr, "due bench: pending: %s\n",
+				due_error_last());
+			rc = -1;
+		}
+		done += k;
+		if (v_now_ms() - last >= 5000) {
+			last = v_now_ms();
+			fprintf(stderr, "  pending: %ld/%ld added, %.0f/s\n",
+				done, o->pending,
+				(double)done * 1000.0 / (last - t0));
+		}
+	}
+	double secs = (v_now_ms() - t0) / 1000.0;
+	json_t *b1 = store_bytes(v);
+	json_object_set_new(extra, "pending_fill_s", json_real(secs));
+	json_object_set_new(
+	    extra, "pending_per_s",
+	    json_real(secs > 0 ? (double)o->pending / secs : 0));
+	json_object_set_new(extra, "bytes_before_pending", b0);
+	json_object_set_new(extra, "bytes_after_pending", b1);
+	if (json_is_integer(b0) && json_is_integer(b1))
+		json_object_set_new(extra, "bytes_per_pending_task",
+				    json_real((double)(json_integer_value(b1) -
+						       json_integer_value(b0)) /
+					      (double)o->pending));
+	free(items);
+	free(out);
+	return rc;
+}
+
 static void w_enqueue(vctx *v, const bopts *o)
 {
 	static const char payload[] =
@@ -604,6 +711,21 @@ static bool all_ended(wthread *ws, long count)
 	return true;
 }
 
+/* Tries the workers have committed as DONE or DEAD: the store has
+   answered each completion (the worker counts it after the commit).
+   Asking the store instead (due_stats) would cost a count in a big store
+   during the timed drain, and its DONE may be an estimate there. */
+static long ended_tries(wthread *ws, long count)
+{
+	long n = 0;
+	for (long i = 0; i < count; i++) {
+		due_worker_stats st;
+		due_worker_stats_get(ws[i].w, &st);
+		n += (long)(st.done + st.dead);
+	}
+	return n;
+}
+
 /* Start `count` workers in threads; returns 0 or -1. */
 static int start_workers(vctx *v, const bopts *o, wthread *ws, long count,
 			 long conc, bool once, due_handler_fn fn, void *payload,
@@ -675,10 +797,13 @@ static void w_drain(vctx *v, const bopts *o)
 		  .has_check = true};
 	wthread *ws = calloc((size_t)workers, sizeof(*ws));
 
+	r.extra = json_pack("{s:I}", "pending", (json_int_t)o->pending);
 	x.command = o->exec;
 	po.command = o->pipe;
 	d.counts = calloc((size_t)o->n, sizeof(*d.counts));
-	if (!ws || !d.counts || !(d.first = fill(v, o->n, 0, o->batch)))
+	if (!ws || !d.counts || !r.extra ||
+	    (o->pending > 0 && fill_pending(v, o, r.extra) < 0) ||
+	    !(d.first = fill(v, o->n, 0, o->batch)))
 		goto done;
 	if (o->pipe && due_pipe_new(&pipe, &po) < 0) {
 		fprintf(stderr, "due bench: --pipe: %s\n", due_error_last());
@@ -691,18 +816,14 @@ static void w_drain(vctx *v, const bopts *o)
 		pipe ? (void *)pipe : (void *)&d, o->exec ? &x : NULL) < 0)
 		goto done;
 	/* progress once a second while the workers drain; the handler
-	   counter is free to read, the store is asked only at the end (a
-	   stats query every few ms would compete with the workers) */
+	   counter (commands: the workers' committed tries) is free to read:
+	   the store is not asked (a query every few ms would compete with
+	   the workers) */
 	for (;;) {
-		long n = cmd ? -1 : atomic_load(&d.handled);
+		long n =
+		    cmd ? ended_tries(ws, workers) : atomic_load(&d.handled);
 		double now = v_now_ms();
-		if (cmd && now - last >= 250) { /* commands: ask the store */
-			due_stats st;
-			if (due_stats_get(v->db, &st) < 0)
-				break;
-			n = (long)(st.counts[DUE_DONE] + st.counts[DUE_DEAD]);
-		}
-		if (!o->json && now - last >= 1000 && n >= 0) {
+		if (!o->json && now - last >= 1000) {
 			fprintf(stderr, "  drain: %ld/%ld run, %.0f tasks/s\n",
 				n, o->n,
 				(double)(n - last_n) * 1000.0 / (now - last));
@@ -713,15 +834,9 @@ static void w_drain(vctx *v, const bopts *o)
 			break;
 		v_sleep_ms(5);
 	}
-	/* the last commits: wait until the store has every task finished */
-	for (;;) {
-		due_stats st;
-		if (due_stats_get(v->db, &st) < 0 ||
-		    st.counts[DUE_DONE] + st.counts[DUE_DEAD] >= o->n ||
-		    all_ended(ws, workers))
-			break;
-		v_sleep_ms(2);
-	}
+	/* the last commits: until every task's end is committed */
+	while (ended_tries(ws, workers) < o->n && !all_ended(ws, workers))
+		v_sleep_ms(1);
 	r.seconds = (v_now_ms() - t0) / 1000.0;
 	r.claim_queries = stop_workers(ws, workers, false);
 	r.tasks_per_s = (double)o->n / r.seconds;
@@ -736,6 +851,7 @@ static void w_drain(vctx *v, const bopts *o)
 		goto done;
 	report(o, &r);
 done:
+	json_decref(r.extra);
 	due_pipe_free(pipe);
 	free(ws);
 	free(d.counts);
@@ -1035,6 +1151,268 @@ static void w_depth(vctx *v, const bopts *o)
 	}
 }
 
+/*
+** soak: --rate R tasks/s due now for --duration D while one worker of
+** --concurrency slots (retention --retain) runs them with a no-op.
+**
+** The submitter paces itself by the monotonic clock: every 10 ms it adds
+** what the rate owes since the start, in batches of at most 500 (20 at
+** 2,000/s).  Lateness is claim - due on the store's clock, as the
+** lateness workload reads it from the attempts (which retention deletes
+** here): the claim's lease_until - lease, as the worker's own lateness
+** figure.  The handler keeps the tries of tasks due in the first minute
+** and in the last minute (store clock, from the store's `now` read
+** before the first submit), so memory follows the rate, not D.
+*/
+typedef struct soak_win {
+	float *ms;
+	atomic_long n;
+	long cap;
+} soak_win;
+
+typedef struct soak_ctx {
+	due_time origin; /* store clock before the first submit */
+	int64_t lease_us, last_from_us; /* last window: due >= origin + this */
+	soak_win first, last;
+	atomic_long handled, early;
+} soak_ctx;
+
+static void soak_keep(soak_win *w, double ms)
+{
+	long i = atomic_fetch_add(&w->n, 1);
+	if (i < w->cap)
+		w->ms[i] = (float)ms;
+}
+
+static int soak_noop(due_job *job, void *payload)
+{
+	soak_ctx *s = payload;
+	const due_task *t = due_job_task(job);
+	double ms = (double)(t->lease_until - s->lease_us - t->due_at) / 1000.0;
+	int64_t at = t->due_at - s->origin;
+
+	if (at < 60000000)
+		soak_keep(&s->first, ms);
+	if (at >= s->last_from_us)
+		soak_keep(&s->last, ms);
+	if (ms < 0)
+		atomic_fetch_add(&s->early, 1);
+	atomic_fetch_add(&s->handled, 1);
+	return 0;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+	return (x > y) - (x < y);
+}
+
+/* p (0..100) of a window's kept tries as JSON, null when none. */
+static json_t *soak_pct(soak_win *w, int p)
+{
+	long n = atomic_load(&w->n);
+	if (n > w->cap)
+		n = w->cap;
+	if (n == 0)
+		return json_null();
+	qsort(w->ms, (size_t)n, sizeof(float), cmp_float);
+	return json_real(w->ms[(n - 1) * p / 100]);
+}
+
+static const char *backend_name(const vctx *v)
+{
+	switch (v->backend) {
+	case V_SQLITE: return "sqlite";
+	case V_PG: return "pg";
+	case V_REDIS: return "redis";
+	case V_MYSQL: return "mysql";
+	default: return "other";
+	}
+}
+
+static void w_soak(vctx *v, const bopts *o)
+{
+	enum { BATCH_MAX = 500 };
+	static const char payload[] =
+	    "{\"order\":123456,\"customer\":\"c-42\","
+	    "\"note\":\"close this unpaid order in 30m\"}....";
+	const double dur_ms = (double)o->duration_us / 1000.0;
+	/* the last minute: [D - 60 s, D), or all of D when shorter */
+	const double last_ms = dur_ms > 60000 ? dur_ms - 60000 : 0;
+	soak_ctx s = {.lease_us = 30000000,
+		      .last_from_us = (int64_t)(last_ms * 1000.0)};
+	long win_cap = o->rate * 66 + 1000; /* a minute and some catching up */
+	due_submit *items = calloc(BATCH_MAX, sizeof(*items));
+	due_submitted *out = calloc(BATCH_MAX, sizeof(*out));
+	json_t *j = json_object(), *samples = json_array();
+	json_t *bytes60 = NULL;
+	wthread w = {0};
+	due_worker_stats ws;
+	due_stats st;
+	bool started = false;
+	long submitted = 0, h_last = -1, h_end = 0;
+	double t_last = 0, t_end = 0, next_sample = 10000;
+
+	s.first.ms = calloc((size_t)win_cap, sizeof(float));
+	s.last.ms = calloc((size_t)win_cap, sizeof(float));
+	s.first.cap = s.last.cap = win_cap;
+	if (!items || !out || !j || !samples || !s.first.ms || !s.last.ms)
+		goto done;
+	if (due_stats_get(v->db, &st) < 0) {
+		fprintf(stderr, "due bench: soak: %s\n", due_error_last());
+		goto done;
+	}
+	s.origin = st.now;
+
+	/* one worker, as `due work --concurrency C --retain DUR` */
+	due_worker_opts wo = DUE_WORKER_OPTS_INIT;
+	wo.url = v->url;
+	wo.owner = "bench-soak";
+	wo.concurrency = (int)o->concurrency;
+	wo.lease_us = s.lease_us;
+	wo.no_wheel = o->no_wheel;
+	wo.poll_us = o->no_wheel || o->poll_set ? o->poll_us : 0;
+	wo.log_level = 0;
+	wo.retain_us = o->retain_us;
+	if (due_worker_new(&w.w, &wo) < 0 ||
+	    due_worker_register(w.w, NULL, soak_noop, &s, 0) < 0 ||
+	    pthread_create(&w.th, NULL, wrun, &w) != 0) {
+		fprintf(stderr, "due bench: worker: %s\n", due_error_last());
+		goto done;
+	}
+	started = true;
+
+	double t0 = v_now_ms();
+	for (;;) {
+		double el = v_now_ms() - t0;
+		if (el >= dur_ms)
+			break;
+		if (h_last < 0 && el >= last_ms) {
+			h_last = atomic_load(&s.handled);
+			t_last = el;
+		}
+		if (!bytes60 && el >= 60000)
+			bytes60 = store_bytes(v);
+		if (el >= next_sample) { /* every 10 s: progress and size */
+			long h = atomic_load(&s.handled);
+			json_t *b = store_bytes(v);
+			json_array_append_new(
+			    samples,
+			    json_pack("{s:f,s:I,s:I,s:o}", "t_s", el / 1000.0,
+				      "submitted", (json_int_t)submitted,
+				      "handled", (json_int_t)h, "bytes", b));
+			fprintf(stderr,
+				"  soak: %.0fs %ld submitted, %ld run, "
+				"backlog %ld\n",
+				el / 1000.0, submitted, h, submitted - h);
+			next_sample += 10000;
+		}
+		long owed = (long)((double)o->rate * el / 1000.0) - submitted;
+		while (owed > 0) {
+			long k = owed < BATCH_MAX ? owed : BATCH_MAX;
+			for (long i = 0; i < k; i++)
+				items[i] = (due_submit){"bench", payload,
+							sizeof(payload) - 1,
+							DUE_SCHEDULE_OPTS_INIT};
+			if (due_schedule_batch(v->db, out, items, (size_t)k) <
+			    0) {
+				fprintf(stderr, "due bench: soak: submit: %s\n",
+					due_error_last());
+				goto done;
+			}
+			submitted += k;
+			owed -= k;
+		}
+		v_sleep_ms(10);
+	}
+	t_end = v_now_ms() - t0;
+	h_end = atomic_load(&s.handled);
+	json_t *bytes_end = store_bytes(v);
+	/* the backlog at the end, run out for at most 60 s (not measured) */
+	double t_out = v_now_ms();
+	while (atomic_load(&s.handled) < submitted &&
+	       v_now_ms() - t_out < 60000)
+		v_sleep_ms(20);
+	double drain_out = (v_now_ms() - t_out) / 1000.0;
+	due_worker_stop(w.w);
+	pthread_join(w.th, NULL);
+	started = false;
+	due_worker_stats_get(w.w, &ws);
+
+	double win_s = (t_end - t_last) / 1000.0;
+	json_object_set_new(j, "workload", json_string("soak"));
+	json_object_set_new(j, "store", json_string(backend_name(v)));
+	json_object_set_new(j, "rate", json_integer(o->rate));
+	json_object_set_new(j, "duration_s", json_real(dur_ms / 1000.0));
+	json_object_set_new(
+	    j, "retain_s",
+	    o->retain_us == DUE_RETAIN_ALL
+		? json_null()
+		: json_real((double)(o->retain_us ? o->retain_us
+						  : DUE_RETAIN_DEFAULT_US) /
+			    1e6));
+	json_object_set_new(j, "concurrency", json_integer(o->concurrency));
+	json_object_set_new(j, "submitted", json_integer(submitted));
+	json_object_set_new(j, "handled_at_end", json_integer(h_end));
+	json_object_set_new(j, "backlog_at_end",
+			    json_integer(submitted - h_end));
+	json_object_set_new(j, "run_out_s", json_real(drain_out));
+	json_object_set_new(j, "tasks_per_s",
+			    json_real((double)h_end * 1000.0 / t_end));
+	json_object_set_new(
+	    j, "tasks_per_s_last_minute",
+	    json_real(win_s > 0 ? (double)(h_end - h_last) / win_s : 0));
+	json_object_set_new(j, "p50_ms_first_minute", soak_pct(&s.first, 50));
+	json_object_set_new(j, "p99_ms_first_minute", soak_pct(&s.first, 99));
+	json_object_set_new(j, "max_ms_first_minute", soak_pct(&s.first, 100));
+	json_object_set_new(j, "p50_ms_last_minute", soak_pct(&s.last, 50));
+	json_object_set_new(j, "p99_ms_last_minute", soak_pct(&s.last, 99));
+	json_object_set_new(j, "max_ms_last_minute", soak_pct(&s.last, 100));
+	json_object_set_new(j, "early", json_integer(atomic_load(&s.early)));
+	json_object_set_new(j, "bytes_at_60s", bytes60 ? bytes60 : json_null());
+	bytes60 = NULL;
+	json_object_set_new(j, "bytes_at_end", bytes_end);
+	json_object_set_new(j, "pruned", json_integer(ws.pruned));
+	json_object_set_new(j, "claim_queries", json_integer(ws.claim_queries));
+	json_object_set_new(j, "store_errors", json_integer(ws.store_errors));
+	json_object_set(j, "samples", samples);
+	if (o->json) {
+		char *txt = json_dumps(j, JSON_COMPACT);
+		if (txt)
+			puts(txt);
+		free(txt);
+	} else {
+		const char *k;
+		json_t *val;
+		printf("soak");
+		json_object_foreach(j, k, val)
+		{
+			char *t;
+			if (!strcmp(k, "samples") || !strcmp(k, "workload"))
+				continue;
+			t = json_dumps(val, JSON_ENCODE_ANY |
+						JSON_REAL_PRECISION(6));
+			printf("  %s=%s", k, t ? t : "?");
+			free(t);
+		}
+		printf("\n");
+	}
+	fflush(stdout);
+done:
+	if (started) {
+		due_worker_stop(w.w);
+		pthread_join(w.th, NULL);
+	}
+	due_worker_free(w.w);
+	json_decref(bytes60);
+	json_decref(samples);
+	json_decref(j);
+	free(s.first.ms);
+	free(s.last.ms);
+	free(items);
+	free(out);
+}
+
 typedef struct workload {
 	const char *name;
 	void (*run)(vctx *v, const bopts *o);
@@ -1045,7 +1423,7 @@ static const workload workloads[] = {
     {"enqueue", w_enqueue, true}, {"cycle", w_cycle, true},
     {"drain", w_drain, true},	  {"lateness", w_lateness, true},
     {"idle", w_idle, true},	  {"depth", w_depth, false},
-    {"memory", w_memory, false},
+    {"memory", w_memory, false},  {"soak", w_soak, false},
 };
 
 /* Does --workload `name` ask for workload w? */
@@ -1070,6 +1448,10 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 	    {"no-wheel", no_argument, NULL, 'P'},
 	    {"inline", no_argument, NULL, 'I'},
 	    {"keep", no_argument, NULL, 'K'},
+	    {"pending", required_argument, NULL, 'N'},
+	    {"rate", required_argument, NULL, 'R'},
+	    {"duration", required_argument, NULL, 'D'},
+	    {"retain", required_argument, NULL, 'T'},
 	    CLI_COMMON_OPTS,
 	    {0}};
 	int opt;
@@ -1113,6 +1495,37 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 		case 'P': o->no_wheel = true; break;
 		case 'I': o->inline_mode = true; break;
 		case 'K': o->keep = true; break;
+		case 'N':
+			if (cli_parse_int(c, "--pending", optarg, 0, 100000000,
+					  &o->pending))
+				return EXIT_USAGE;
+			o->pending_set = true;
+			break;
+		case 'R':
+			if (cli_parse_int(c, "--rate", optarg, 1, 100000,
+					  &o->rate))
+				return EXIT_USAGE;
+			o->soak_set = true;
+			break;
+		case 'D':
+			if (cli_parse_duration(c, "--duration", optarg,
+					       &o->duration_us))
+				return EXIT_USAGE;
+			if (o->duration_us < 1000000 ||
+			    o->duration_us > 24LL * 3600 * 1000000)
+				return cli_usage_error(
+				    c, "--duration must be from 1s to 1d");
+			o->soak_set = true;
+			break;
+		case 'T':
+			if (cli_parse_duration(c, "--retain", optarg,
+					       &o->retain_us))
+				return EXIT_USAGE;
+			/* as `due work --retain`: 0 keeps everything */
+			if (o->retain_us == 0)
+				o->retain_us = DUE_RETAIN_ALL;
+			o->soak_set = true;
+			break;
 		case 's':
 			if (cli_parse_duration(c, "--spread", optarg,
 					       &o->spread_us))
@@ -1133,6 +1546,16 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 		return cli_usage_error(c, "--poll must be at least 1ms");
 	if (o->exec && o->pipe)
 		return cli_usage_error(c, "give --exec or --pipe, not both");
+	if (o->pending_set && strcmp(o->workload, "drain") != 0)
+		return cli_usage_error(c, "--pending applies to --workload "
+					  "drain");
+	if (o->pending_set && (o->exec || o->pipe || o->inline_mode))
+		return cli_usage_error(c, "--pending measures the C no-op "
+					  "drain (no --exec, --pipe or "
+					  "--inline)");
+	if (o->soak_set && strcmp(o->workload, "soak") != 0)
+		return cli_usage_error(c, "--rate, --duration and --retain "
+					  "apply to --workload soak");
 	return 0;
 }
 
@@ -1140,6 +1563,8 @@ int cmd_bench(int argc, char **argv)
 {
 	bopts o = {"all", 20000,   4,	     1,	    1000,  NULL,
 		   50000, 5000000, 10000000, false, false, false};
+	o.rate = 1000;
+	o.duration_us = 180LL * 1000000;
 	cli_ctx c = {.prog = "due bench"};
 	vctx v = {0};
 	bool any = false;
@@ -1153,8 +1578,8 @@ int cmd_bench(int argc, char **argv)
 	if (!any)
 		return cli_usage_error(&c,
 				       "unknown workload '%s' (enqueue, cycle, "
-				       "drain, lateness, idle, depth, memory "
-				       "or all)",
+				       "drain, lateness, idle, depth, memory, "
+				       "soak or all)",
 				       o.workload);
 	if (!strcmp(o.workload, "memory") && !is_redis(cli_db_url(&c)))
 		return cli_usage_error(&c, "the memory workload measures a "

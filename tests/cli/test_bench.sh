@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# test_bench.sh - a quick smoke of `due bench`'s scale flags (issue 15):
+# bad values of --pending, --rate, --duration and --retain are usage
+# errors (exit 2) naming the option; `--workload drain --pending N` runs
+# every due task once among N pending ones and reports the fill; `--workload
+# soak` prints one JSON object with the keys scripts read, numbers that
+# agree with each other (submitted = run + backlog, no early claim,
+# percentiles in order).  SQLite, and PostgreSQL when DUE_TEST_PG_URL names
+# a server.  No timing is asserted: a benchmark has no pass/fail.
+. "$(dirname "$0")/lib.sh"
+
+# bad input
+expect_err 2 "invalid --pending '-1'" "$DUE" bench --workload drain --pending -1
+expect_err 2 "invalid --pending 'x'" "$DUE" bench --workload drain --pending x
+expect_err 2 "--pending applies to --workload drain" "$DUE" bench --workload enqueue --pending 10
+expect_err 2 "--pending measures the C no-op" "$DUE" bench --workload drain --pending 10 --exec true
+expect_err 2 "invalid --rate '0'" "$DUE" bench --workload soak --rate 0
+expect_err 2 "--duration must be from 1s to 1d" "$DUE" bench --workload soak --duration 500ms
+expect_err 2 "--duration:" "$DUE" bench --workload soak --duration soon
+expect_err 2 "--retain:" "$DUE" bench --workload soak --retain forever
+expect_err 2 "apply to --workload soak" "$DUE" bench --workload drain --rate 10
+expect_err 2 "unknown workload" "$DUE" bench --workload soaky
+
+# --help names the new options
+help=$("$DUE" bench --help)
+for opt in --pending --rate --duration --retain soak; do
+	if grep -q -- "$opt" <<<"$help"; then ok; else bad "--help lacks $opt"; fi
+done
+
+# check_json FILE PYTHON: run the checks (a python snippet over `j`, the
+# one JSON object of FILE) and report what failed
+check_json() {
+	local out
+	if out=$(python3 - "$1" "$2" <<'EOF'
+import json, sys
+lines = [l for l in open(sys.argv[1]) if l.strip()]
+errs = []
+if len(lines) != 1:
+    print("expected one JSON line, got %d" % len(lines)); sys.exit(1)
+j = json.loads(lines[0])
+def need(cond, what):
+    if not cond:
+        errs.append(what)
+def num(k):
+    return isinstance(j.get(k), (int, float)) and not isinstance(j.get(k), bool)
+def int_or_null(k):
+    return k in j and (j[k] is None or (isinstance(j[k], int) and j[k] > 0))
+exec(sys.argv[2])
+if errs:
+    print("; ".join(errs) + " in " + lines[0].strip()); sys.exit(1)
+EOF
+	); then ok; else bad "$out"; fi
+}
+
+run_store() { # NAME URL
+	local st=$1 url=$2
+	echo "--- $st"
+	"$DUE" bench --workload drain --n 300 --pending 3000 --json --db "$url" >"$T/drain.json"
+	check_json "$T/drain.json" '
+need(j.get("workload") == "drain" and j.get("pending") == 3000, "pending 3000")
+need(j.get("n") == 300 and j.get("missing") == 0 and j.get("duplicates") == 0,
+     "every task once")
+need(num("tasks_per_s") and j["tasks_per_s"] > 0, "tasks_per_s > 0")
+need(num("pending_fill_s") and j["pending_fill_s"] > 0, "pending_fill_s > 0")
+need(num("pending_per_s") and j["pending_per_s"] > 0, "pending_per_s > 0")
+need(int_or_null("bytes_before_pending") and int_or_null("bytes_after_pending"),
+     "bytes before/after: a positive integer or null")
+if j.get("bytes_after_pending") and j.get("bytes_before_pending"):
+    need(j["bytes_after_pending"] > j["bytes_before_pending"], "3000 tasks take room")
+    need(num("bytes_per_pending_task"), "bytes_per_pending_task")
+'
+	# without --pending the drain says pending 0
+	"$DUE" bench --workload drain --n 100 --json --db "$url" >"$T/drain0.json"
+	check_json "$T/drain0.json" 'need(j.get("pending") == 0 and j.get("missing") == 0, "pending 0")'
+
+	"$DUE" bench --workload soak --rate 200 --duration 3s --retain 1s --json \
+		--db "$url" >"$T/soak.json" 2>"$T/soak.err"
+	check_json "$T/soak.json" '
+for k in ("tasks_per_s_last_minute", "p99_ms_first_minute", "p99_ms_last_minute",
+          "bytes_at_60s", "bytes_at_end", "pruned", "rate", "duration_s", "retain_s",
+          "submitted", "backlog_at_end", "store"):
+    need(k in j, "key " + k)
+need(j.get("workload") == "soak" and j.get("rate") == 200, "workload soak, rate 200")
+need(j.get("duration_s") == 3 and j.get("retain_s") == 1, "duration 3 s, retain 1 s")
+need(isinstance(j.get("submitted"), int) and 400 <= j["submitted"] <= 600,
+     "about 200/s x 3 s submitted")
+need(j.get("handled_at_end", -1) + j.get("backlog_at_end", -1) == j.get("submitted"),
+     "run + backlog = submitted")
+need(num("tasks_per_s_last_minute") and j["tasks_per_s_last_minute"] > 0,
+     "tasks_per_s_last_minute > 0")
+for w in ("first", "last"):
+    p50, p99, mx = (j.get("p50_ms_%s_minute" % w), j.get("p99_ms_%s_minute" % w),
+                    j.get("max_ms_%s_minute" % w))
+    need(all(isinstance(x, (int, float)) for x in (p50, p99, mx)) and 0 <= p50 <= p99 <= mx,
+         "0 <= p50 <= p99 <= max (%s minute)" % w)
+need(j.get("early") == 0, "no claim before due")
+need(j.get("bytes_at_60s") is None, "no size at 60 s in a 3 s soak")
+need(int_or_null("bytes_at_end"), "bytes_at_end: a positive integer or null")
+need(isinstance(j.get("pruned"), int) and j["pruned"] >= 0, "pruned >= 0")
+need(j.get("store_errors") == 0, "no store errors")
+'
+	"$DUE" bench --workload soak --rate 50 --duration 1s --retain 0 --json \
+		--db "$url" >"$T/soak0.json" 2>/dev/null
+	check_json "$T/soak0.json" 'need("retain_s" in j and j["retain_s"] is None, "--retain 0 keeps all: retain_s null")'
+}
+
+run_store sqlite "sqlite:$T/bench.db"
+if [ -n "${DUE_TEST_PG_URL:-}" ]; then
+	run_store pg "$DUE_TEST_PG_URL"
+fi
+finish
