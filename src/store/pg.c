@@ -39,8 +39,11 @@
 ** file holds the statements.  A batch (schedule, complete) is one
 ** statement over arrays (unnest), so n items cost one round trip.
 **
-** URL.  postgres://... or postgresql://..., handed to libpq whole (its
-** query carries libpq's own options, e.g. options=-csearch_path%3Dx).
+** URL.  postgres://... or postgresql://..., handed to libpq (its query
+** carries libpq's own options, e.g. options=-csearch_path%3Dx) without
+** due's own: pooler=transaction (behind PgBouncer in transaction mode:
+** no named statements, no session settings, no LISTEN through it) and
+** listen=URL (a direct server to LISTEN on); pg_wire.c tells how.
 **
 ** Notifications.  Every submit (and every transition that makes a task due
 ** now: retry, requeue, reclaim) calls pg_notify('due_task_new', kind) in its
@@ -1178,11 +1181,16 @@ static const char schema_v5[] =
 /* ------------------------------------------------------------------ */
 
 /*
-** The URL is a libpq URI, handed to libpq whole: postgres://... or
-** postgresql://... with libpq's own options in its query.
+** The URL is a libpq URI: postgres://... or postgresql://... with libpq's
+** own options in its query, and due's (pooler=, listen=), which
+** due__pg_parse_url takes out before libpq sees it.  *cfg is a
+** due_pg_cfg, also after a failure (free_cfg releases it).
 */
 static int pg_parse_url(void **cfg, const due_url *u)
 {
+	due_pg_cfg *c = NULL;
+	int rc;
+
 	*cfg = NULL;
 	if (strncmp(u->rest, "//", 2) != 0)
 		return due__error_set(
@@ -1190,12 +1198,12 @@ static int pg_parse_url(void **cfg, const due_url *u)
 		    "malformed store URL '%s': use %s://[user@]host[:port]/"
 		    "database",
 		    u->text, u->scheme);
-	if (!(*cfg = due__strdup_n(u->text, strlen(u->text))))
-		return due__error_set(DUE_ENOMEM, "out of memory");
-	return 0;
+	rc = due__pg_parse_url(&c, u->text);
+	*cfg = c;
+	return rc;
 }
 
-static void pg_free_cfg(void *cfg) { free(cfg); }
+static void pg_free_cfg(void *cfg) { due__pg_cfg_free(cfg); }
 
 /*
 ** Connect to the URI.  `create` means nothing here: the database must
@@ -1207,14 +1215,7 @@ static int pg_open(due_store **out, const void *cfg, bool create)
 	return due__pg_connect(out, cfg);
 }
 
-static void pg_close(due_store *s)
-{
-	if (!s)
-		return;
-	if (s->conn)
-		PQfinish(s->conn);
-	free(s);
-}
+static void pg_close(due_store *s) { due__pg_disconnect(s); }
 
 /* Schema version in the search_path: -1 when there is no due schema. */
 static int read_version(due_store *s, int *out)
@@ -2741,47 +2742,20 @@ static int pg_upcoming(due_store *s, due_upcoming *out,
 }
 
 /*
-** LISTEN on this session; *fd is the connection's socket, which becomes
-** readable when a notification arrives.  A reset connection re-listens
-** (due__pg_ok), and its socket may change: callers ask again each time.
+** Wake-ups (pg_wire.c): LISTEN on this session, or on a direct connection
+** to ?listen=, or behind a pooler without it a once-a-second read of what
+** submits change.  *fd becomes readable when a submit may have happened;
+** a reset connection re-listens and its socket may change: callers ask
+** again each time.
 */
-static int pg_listen(due_store *s, int *fd)
-{
-	int rc;
-
-	if (!s->listening) {
-		if ((rc = due__pg_ok(s)) < 0 ||
-		    (rc = due__pg_command(s, "LISTEN " DUE_PG_CHANNEL,
-					  "listen")) < 0)
-			return rc;
-		s->listening = true;
-	}
-	*fd = PQsocket(s->conn);
-	return *fd >= 0
-		   ? 0
-		   : due__error_set(DUE_ESTORE, "postgres store: no socket");
-}
+static int pg_listen(due_store *s, int *fd) { return due__pg_listen(s, fd); }
 
 static int pg_listen_drain(due_store *s, int *count)
 {
-	PGnotify *n;
-
-	*count = 0;
-	if (!s->listening || PQconsumeInput(s->conn) == 0)
-		return 0; /* a broken connection shows at the next query */
-	while ((n = PQnotifies(s->conn)) != NULL) {
-		(*count)++;
-		PQfreemem(n);
-	}
-	return 0;
+	return due__pg_listen_drain(s, count);
 }
 
-static int pg_notify(due_store *s)
-{
-	int rc = due__pg_ok(s);
-	return rc < 0 ? rc
-		      : due__pg_command(s, "NOTIFY " DUE_PG_CHANNEL, "notify");
-}
+static int pg_notify(due_store *s) { return due__pg_notify(s); }
 
 static const char *const schemes[] = {"postgres", "postgresql", NULL};
 

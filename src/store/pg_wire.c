@@ -12,12 +12,47 @@
 ** connection (or SQLSTATE class 08, or the server shutting down) is
 ** DUE_ESTORE with libpq's own text; serialization failures, deadlocks and
 ** lock timeouts are DUE_EBUSY; a unique violation is DUE_ECONFLICT.
+**
+** Poolers.  Behind PgBouncer (or any pooler) in transaction mode a client
+** holds a server session only for one transaction, so nothing may outlive
+** one: with ?pooler=transaction every statement goes out unnamed
+** (PQexecParams: parse, bind and execute in one round trip, planned each
+** time) instead of prepared once, the planner settings of session_setup
+** are not sent (set them for the role: docs/internals/store.md), and
+** nothing LISTENs through the pooler.  Transactions (BEGIN ... COMMIT,
+** transaction-scoped advisory locks, FOR UPDATE) are what such a pooler
+** keeps whole, and pg.c uses nothing else: no temporary tables, no
+** session advisory locks, no SET outside a transaction.
+**
+** Wake-ups (listen, listen_drain, notify) come one of three ways:
+**  - LISTEN on the store's own connection (a direct URL, the default);
+**  - ?listen=URL: LISTEN on a connection of its own to that (direct)
+**    server, so wake-ups stay immediate behind a pooler; a handle that
+**    listens this way lets its other connection go until a statement
+**    needs it, so a handle used only to listen holds one connection;
+**  - behind a pooler without listen=: the fd is a timerfd ticking once a
+**    second, and each tick reads a fingerprint of what wakes a worker
+**    (the task id sequence, which every submit advances; the audit id
+**    sequence, which retry, requeue and kill advance; the kind settings'
+**    count and latest change) with one read-only statement.  A change
+**    reports a wake on that tick and the next: a sequence moves before
+**    the submit's transaction commits, so the refill the first wake
+**    causes may not see the task yet.  Tasks that fall due by a lease's
+**    end or a failure's backoff are the worker's own safety poll's, as
+**    with every store.  A notify from this process (the worker's own
+**    delivery check, due_notify after a caller's transaction) is reported
+**    at once.  docs/internals/discovery.md has the measured lateness.
 */
+#include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/internal.h"
 #include "store/pg_wire.h"
@@ -71,6 +106,185 @@ static void quiet_notices(void *arg, const char *message)
 	(void)message;
 }
 
+/* A new libpq connection to uri (NULL: out of memory); check its status. */
+static PGconn *dial(const char *uri)
+{
+	const char *const keys[] = {"dbname", "fallback_application_name",
+				    NULL};
+	const char *const vals[] = {uri, "due", NULL};
+	PGconn *c = PQconnectdbParams(keys, vals, 1);
+
+	if (c)
+		PQsetNoticeProcessor(c, quiet_notices, NULL);
+	return c;
+}
+
+/* ------------------------------------------------------------------ */
+/* The store URL                                                       */
+/* ------------------------------------------------------------------ */
+
+static int hex(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/*
+** v[0..n) with its %XX escapes decoded, into a new string *out (the
+** caller frees it, also on failure).  1 when an escape is malformed or
+** decodes to NUL, DUE_ENOMEM, else 0.
+*/
+static int pct_decode(char **out, const char *v, size_t n)
+{
+	char *o = malloc(n + 1);
+	size_t k = 0;
+	int hi, lo;
+
+	if (!(*out = o))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		if (v[i] != '%') {
+			o[k++] = v[i];
+			continue;
+		}
+		if (i + 2 >= n || (hi = hex(v[i + 1])) < 0 ||
+		    (lo = hex(v[i + 2])) < 0 || (hi | lo) == 0)
+			return 1;
+		o[k++] = (char)(hi << 4 | lo);
+		i += 2;
+	}
+	o[k] = '\0';
+	return 0;
+}
+
+/* pooler=VALUE: transaction, or none/session (a session of our own). */
+static int pooler_opt(due_pg_cfg *c, const char *url, const char *v, size_t n)
+{
+	if (n == 11 && memcmp(v, "transaction", n) == 0)
+		c->pooler = DUE_PG_POOL_TRANSACTION;
+	else if ((n == 4 && memcmp(v, "none", n) == 0) ||
+		 (n == 7 && memcmp(v, "session", n) == 0))
+		c->pooler = DUE_PG_DIRECT;
+	else
+		return due__error_set(
+		    DUE_EINVAL,
+		    "invalid pooler '%.*s' in store URL '%s': use "
+		    "pooler=transaction (behind PgBouncer or another pooler in "
+		    "transaction mode) or pooler=none",
+		    (int)(n > 64 ? 64 : n), v, url);
+	return 0;
+}
+
+/*
+** listen=URL: percent-decoded, a postgres:// URL that libpq can read
+** (checked without connecting; due's own options in it are libpq's
+** unknown parameters, so they are refused too).
+*/
+static int listen_opt(due_pg_cfg *c, const char *url, const char *v, size_t n)
+{
+	PQconninfoOption *o = NULL;
+	char *err = NULL, *d = NULL, buf[512];
+	int rc = pct_decode(&d, v, n);
+
+	if (rc < 0)
+		goto done;
+	if (rc > 0 || (strncmp(d, "postgres://", 11) != 0 &&
+		       strncmp(d, "postgresql://", 13) != 0)) {
+		rc = due__error_set(
+		    DUE_EINVAL,
+		    "invalid listen URL '%.*s' in store URL '%s': give a "
+		    "direct postgres://[user@]host[:port]/database, "
+		    "percent-encoded (%%3A for :, %%2F for /, %%40 for @, %%3F "
+		    "for ?, %%26 for &, %%3D for =)",
+		    (int)(n > 256 ? 256 : n), v, url);
+		goto done;
+	}
+	if (!(o = PQconninfoParse(d, &err))) {
+		rc = due__error_set(DUE_EINVAL,
+				    "invalid listen URL '%s' in store URL "
+				    "'%s': %s",
+				    d, url,
+				    err ? trimmed(buf, sizeof(buf), err)
+					: "out of memory");
+		goto done;
+	}
+	c->listen_uri = d;
+	d = NULL;
+done:
+	PQconninfoFree(o);
+	PQfreemem(err);
+	free(d);
+	return rc < 0 ? rc : 0;
+}
+
+/*
+** One option key[=value] of the URL's query: due's own are read, the
+** rest appended to c->uri (of length *len) for libpq.
+*/
+static int url_opt(due_pg_cfg *c, const char *url, const char *p, size_t n,
+		   size_t *len)
+{
+	const char *eq = memchr(p, '=', n);
+	size_t kn = eq ? (size_t)(eq - p) : n;
+	const char *v = eq ? eq + 1 : p + n;
+	size_t vn = eq ? n - kn - 1 : 0;
+	bool pooler = kn == 6 && memcmp(p, "pooler", 6) == 0;
+	bool listen = kn == 6 && memcmp(p, "listen", 6) == 0;
+
+	if ((pooler && c->pooler_given) || (listen && c->listen_uri))
+		return due__error_set(DUE_EINVAL,
+				      "store URL '%s' gives %.*s twice", url,
+				      (int)kn, p);
+	if (pooler) {
+		c->pooler_given = true;
+		return pooler_opt(c, url, v, vn);
+	}
+	if (listen)
+		return listen_opt(c, url, v, vn);
+	c->uri[(*len)++] = strchr(c->uri, '?') ? '&' : '?';
+	memcpy(c->uri + *len, p, n);
+	*len += n;
+	c->uri[*len] = '\0';
+	return 0;
+}
+
+int due__pg_parse_url(due_pg_cfg **out, const char *text)
+{
+	const char *q = strchr(text, '?');
+	size_t len = q ? (size_t)(q - text) : strlen(text);
+	due_pg_cfg *c;
+	int rc = 0;
+
+	if (!(*out = c = calloc(1, sizeof(*c))) ||
+	    !(c->uri = malloc(strlen(text) + 1)))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	memcpy(c->uri, text, len);
+	c->uri[len] = '\0';
+	for (const char *p = q ? q + 1 : NULL; p && rc == 0;) {
+		const char *amp = strchr(p, '&');
+		size_t n = amp ? (size_t)(amp - p) : strlen(p);
+
+		if (n)
+			rc = url_opt(c, text, p, n, &len);
+		p = amp ? amp + 1 : NULL;
+	}
+	return rc;
+}
+
+void due__pg_cfg_free(due_pg_cfg *cfg)
+{
+	if (!cfg)
+		return;
+	free(cfg->uri);
+	free(cfg->listen_uri);
+	free(cfg);
+}
+
 /*
 ** The planner settings of a store session.  A queue table's statistics
 ** are nearly always wrong (it churns faster than ANALYZE runs), and with
@@ -104,19 +318,22 @@ static void quiet_notices(void *arg, const char *message)
 */
 static void session_setup(due_store *s)
 {
-	PGresult *r =
-	    PQexec(s->conn, "SET enable_sort = off; SET enable_seqscan = off;"
+	PGresult *r;
+
+	if (s->pooler != DUE_PG_DIRECT) /* they would leak to other clients */
+		return;
+	r = PQexec(s->conn, "SET enable_sort = off; SET enable_seqscan = off;"
 			    " SET jit = off;"
 			    " SET plan_cache_mode = force_generic_plan");
 	PQclear(r);
 }
 
-/* The URI goes to libpq whole; the label names the store in messages. */
-int due__pg_connect(due_store **out, const char *uri)
+/*
+** The URI goes to libpq whole (due__pg_parse_url took due's own options
+** out of it); the label names the store in messages.
+*/
+int due__pg_connect(due_store **out, const due_pg_cfg *cfg)
 {
-	const char *const keys[] = {"dbname", "fallback_application_name",
-				    NULL};
-	const char *const vals[] = {uri, "due", NULL};
 	due_store *s;
 
 	*out = NULL;
@@ -124,10 +341,14 @@ int due__pg_connect(due_store **out, const char *uri)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	*out = s;
 	s->own = true;
-	s->conn = PQconnectdbParams(keys, vals, 1);
-	if (!s->conn)
+	s->timer_fd = -1;
+	s->pooler = cfg->pooler;
+	if (!(s->uri = due__strdup_n(cfg->uri, strlen(cfg->uri))) ||
+	    (cfg->listen_uri &&
+	     !(s->listen_uri =
+		   due__strdup_n(cfg->listen_uri, strlen(cfg->listen_uri)))) ||
+	    !(s->conn = dial(s->uri)))
 		return due__error_set(DUE_ENOMEM, "out of memory");
-	PQsetNoticeProcessor(s->conn, quiet_notices, NULL);
 	if (PQstatus(s->conn) != CONNECTION_OK)
 		return due__pg_error(s, NULL, "cannot connect");
 	session_setup(s);
@@ -135,6 +356,21 @@ int due__pg_connect(due_store **out, const char *uri)
 		 PQuser(s->conn), PQhost(s->conn), PQport(s->conn),
 		 PQdb(s->conn));
 	return 0;
+}
+
+void due__pg_disconnect(due_store *s)
+{
+	if (!s)
+		return;
+	if (s->conn)
+		PQfinish(s->conn);
+	if (s->lconn)
+		PQfinish(s->lconn);
+	if (s->timer_fd >= 0)
+		close(s->timer_fd);
+	free(s->uri);
+	free(s->listen_uri);
+	free(s);
 }
 
 /*
@@ -146,7 +382,14 @@ int due__pg_connect(due_store **out, const char *uri)
 int due__pg_ok(due_store *s)
 {
 	s->sqlstate[0] = '\0';
-	if (PQstatus(s->conn) != CONNECTION_OK) {
+	if (!s->conn) { /* let go by listen(): connect again */
+		memset(s->prepared, 0, sizeof(s->prepared));
+		if (!(s->conn = dial(s->uri)))
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		if (PQstatus(s->conn) != CONNECTION_OK)
+			return due__pg_error(s, NULL, "reconnect");
+		session_setup(s);
+	} else if (PQstatus(s->conn) != CONNECTION_OK) {
 		PQreset(s->conn);
 		memset(s->prepared, 0, sizeof(s->prepared));
 		if (PQstatus(s->conn) != CONNECTION_OK)
@@ -229,6 +472,8 @@ static int prepare(due_store *s, int id, const char *sql, const char *name,
 ** When the session lost our statement (26000: DEALLOCATE ALL, or a pooler
 ** that moved us to another server session) and no transaction is open,
 ** it is prepared again and run once more: it never ran, so that is safe.
+** A caller's connection and pooler mode never name a statement: it goes
+** unnamed, parsed and planned with each execution.
 */
 int due__pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
 		const char *what, PGresult **out)
@@ -236,24 +481,25 @@ int due__pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
 	char name[16];
 	PGresult *r;
 	ExecStatusType st;
+	bool named = s->own && s->pooler == DUE_PG_DIRECT;
 	int rc;
 
 	*out = NULL;
 	snprintf(name, sizeof(name), "due_%d", id);
 	for (int tries = 0;; tries++) {
-		if (s->own && !s->prepared[id] &&
+		if (named && !s->prepared[id] &&
 		    (rc = prepare(s, id, sql, name, what)) < 0)
 			return rc;
-		r = s->own ? PQexecPrepared(s->conn, name, p->n, p->v, p->len,
-					    p->fmt, 1)
-			   : PQexecParams(s->conn, sql, p->n, NULL, p->v,
-					  p->len, p->fmt, 1);
+		r = named ? PQexecPrepared(s->conn, name, p->n, p->v, p->len,
+					   p->fmt, 1)
+			  : PQexecParams(s->conn, sql, p->n, NULL, p->v, p->len,
+					 p->fmt, 1);
 		st = PQresultStatus(r);
 		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
 			*out = r;
 			return 0;
 		}
-		if (!s->own || tries > 0 || !sqlstate_is(r, "26000") ||
+		if (!named || tries > 0 || !sqlstate_is(r, "26000") ||
 		    PQtransactionStatus(s->conn) != PQTRANS_IDLE)
 			break;
 		s->prepared[id] = false;
@@ -313,6 +559,229 @@ int due__pg_commit(due_store *s)
 	if (rc < 0)
 		due__pg_rollback(s);
 	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Wake-ups                                                            */
+/* ------------------------------------------------------------------ */
+
+/* Notifies made in this process: a polled listener reports them at once. */
+static atomic_ulong notified;
+
+static int64_t mono_us(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
+/*
+** The direct listening connection of ?listen=, connected (at most once a
+** second while it fails) and LISTENing.  Notifications sent while it was
+** down are lost, so a fresh one reports a wake at its first drain.  The
+** first time, the handle's other connection is let go when idle: a handle
+** only used to listen then holds this one connection (due__pg_ok connects
+** the other again when a statement needs it).
+*/
+static int listen_direct(due_store *s)
+{
+	int64_t now = mono_us();
+	bool first = s->lconn_tried == 0;
+	char buf[512];
+	PGresult *r;
+	bool ok;
+
+	if (s->lconn && PQstatus(s->lconn) == CONNECTION_OK)
+		return 0;
+	if (!first && now - s->lconn_tried < 1000000)
+		return due__error_set(DUE_ESTORE,
+				      "postgres store: the listen connection "
+				      "is down (tried again each second)");
+	s->lconn_tried = now;
+	if (s->lconn)
+		PQfinish(s->lconn);
+	if (!(s->lconn = dial(s->listen_uri)))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	r = PQexec(s->lconn, "LISTEN " DUE_PG_CHANNEL);
+	ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+	PQclear(r);
+	if (!ok) {
+		due__error_set(
+		    DUE_ESTORE,
+		    "postgres store: listen connection (listen=): "
+		    "%s",
+		    trimmed(buf, sizeof(buf), PQerrorMessage(s->lconn)));
+		PQfinish(s->lconn);
+		s->lconn = NULL;
+		return DUE_ESTORE;
+	}
+	s->wake_ticks = 1;
+	if (first && s->conn && PQtransactionStatus(s->conn) == PQTRANS_IDLE) {
+		PQfinish(s->conn);
+		s->conn = NULL;
+	}
+	return 0;
+}
+
+/*
+** What a worker wakes for, as one text (see the essay): the id sequences
+** of tasks and audit rows, the kind settings' count and latest change.
+** Sequences are read without writing; the statement goes unnamed.
+*/
+static int fingerprint(due_store *s, char *out, size_t n)
+{
+	static const char sql[] =
+	    "SELECT (SELECT last_value FROM due_task_id_seq)::text || '/' ||"
+	    " (SELECT last_value FROM due_audit_id_seq)::text || '/' ||"
+	    " (SELECT count(*)::text || '/' || coalesce((extract(epoch FROM"
+	    " max(updated_at)) * 1000000)::int8, 0)::text FROM due_kind)";
+	PGresult *r;
+	int rc;
+
+	if ((rc = due__pg_ok(s)) < 0)
+		return rc;
+	r = PQexecParams(s->conn, sql, 0, NULL, NULL, NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+		rc = due__pg_error(s, r, "read the wake-up fingerprint");
+	else
+		snprintf(out, n, "%s", PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return rc;
+}
+
+/* The timerfd of a pooled store without listen=; the first tick at once. */
+static int listen_polled(due_store *s, int *fd)
+{
+	struct itimerspec every = {{1, 0}, {0, 1000000}};
+
+	if (s->timer_fd < 0) {
+		s->gen_seen = atomic_load(&notified);
+		if (fingerprint(s, s->seen, sizeof(s->seen)) < 0)
+			s->seen[0] = '\0'; /* the first tick reads it */
+		s->timer_fd =
+		    timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+		if (s->timer_fd < 0 ||
+		    timerfd_settime(s->timer_fd, 0, &every, NULL) < 0)
+			return due__error_set(DUE_ESTORE,
+					      "postgres store: timerfd: %s",
+					      strerror(errno));
+	}
+	*fd = s->timer_fd;
+	return 0;
+}
+
+int due__pg_listen(due_store *s, int *fd)
+{
+	int rc;
+
+	*fd = -1;
+	if (s->listen_uri) {
+		if ((rc = listen_direct(s)) < 0)
+			return rc;
+		*fd = PQsocket(s->lconn);
+	} else if (s->pooler != DUE_PG_DIRECT) {
+		return listen_polled(s, fd);
+	} else {
+		if (!s->listening) {
+			if ((rc = due__pg_ok(s)) < 0 ||
+			    (rc = due__pg_command(s, "LISTEN " DUE_PG_CHANNEL,
+						  "listen")) < 0)
+				return rc;
+			s->listening = true;
+		}
+		*fd = PQsocket(s->conn);
+	}
+	return *fd >= 0
+		   ? 0
+		   : due__error_set(DUE_ESTORE, "postgres store: no socket");
+}
+
+/* Count the notifications that arrived on c (a broken c counts none). */
+static int notes(PGconn *c)
+{
+	PGnotify *n;
+	int count = 0;
+
+	if (!c || PQconsumeInput(c) == 0)
+		return 0; /* a broken connection shows at the next call */
+	while ((n = PQnotifies(c)) != NULL) {
+		count++;
+		PQfreemem(n);
+	}
+	return count;
+}
+
+/*
+** A tick of the timer reads the fingerprint; failures are left to the
+** next statement that needs the store (the safety poll's refill).
+*/
+static int drain_polled(due_store *s)
+{
+	unsigned long gen = atomic_load(&notified);
+	uint64_t ticks;
+	char now[sizeof(s->seen)];
+	int count = 0;
+
+	if (gen != s->gen_seen) {
+		s->gen_seen = gen;
+		count = 1;
+	}
+	if (read(s->timer_fd, &ticks, sizeof(ticks)) != (ssize_t)sizeof(ticks))
+		return count; /* not a second yet */
+	if (s->conn && PQtransactionStatus(s->conn) != PQTRANS_IDLE)
+		return count;
+	if (fingerprint(s, now, sizeof(now)) < 0) {
+		due__error_clear();
+		return count;
+	}
+	if (strcmp(now, s->seen) != 0) {
+		memcpy(s->seen, now, sizeof(now));
+		s->wake_ticks = 2;
+	}
+	if (s->wake_ticks > 0) {
+		s->wake_ticks--;
+		count = 1;
+	}
+	return count;
+}
+
+int due__pg_listen_drain(due_store *s, int *count)
+{
+	*count = 0;
+	if (s->listen_uri) {
+		*count = notes(s->lconn) + s->wake_ticks;
+		s->wake_ticks = 0;
+	} else if (s->timer_fd >= 0) {
+		*count = drain_polled(s);
+	} else if (s->listening) {
+		*count = notes(s->conn);
+	}
+	return 0;
+}
+
+/*
+** NOTIFY goes out on the listening connection when there is one (a
+** handle that only listens keeps to it), else on the store's own (through
+** a pooler that is one statement, which transaction mode passes whole).
+*/
+int due__pg_notify(due_store *s)
+{
+	PGresult *r;
+	bool ok;
+	int rc;
+
+	atomic_fetch_add(&notified, 1);
+	if (s->lconn && PQstatus(s->lconn) == CONNECTION_OK) {
+		r = PQexec(s->lconn, "NOTIFY " DUE_PG_CHANNEL);
+		ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+		PQclear(r);
+		if (ok)
+			return 0;
+	}
+	if ((rc = due__pg_ok(s)) < 0)
+		return rc;
+	return due__pg_command(s, "NOTIFY " DUE_PG_CHANNEL, "notify");
 }
 
 /* ------------------------------------------------------------------ */

@@ -35,13 +35,46 @@
 /* The most statements pg.c numbers (one prepared flag each). */
 #define DUE_PG_MAX_STMTS 64
 
+/* How statements reach the server: the URL's ?pooler= (pg_wire.c). */
+enum due_pg_pooler {
+	DUE_PG_DIRECT = 0,	/* a session of our own: prepare, SET, LISTEN */
+	DUE_PG_POOL_TRANSACTION /* a server session per transaction only */
+};
+
+/* The parsed store URL (pg.c's parse_url hands it to open). */
+typedef struct due_pg_cfg {
+	char *uri;	  /* for libpq: the URL without due's own options */
+	char *listen_uri; /* ?listen=, decoded: a direct server; or NULL */
+	enum due_pg_pooler pooler;
+	bool pooler_given;
+} due_pg_cfg;
+
 struct due_store {
+	/*
+	** The connection of every statement: through the pooler in pooler
+	** mode.  NULL when not connected (listen() let it go because this
+	** handle listens on its own direct connection): the next
+	** due__pg_ok() connects again.
+	*/
 	PGconn *conn;
 	bool own; /* false: a caller's connection (pg_tx) */
 	bool prepared[DUE_PG_MAX_STMTS]; /* per session; cleared by a reset */
 	char label[256];		 /* user@host:port/db for messages */
 	char sqlstate[6];		 /* of the last failure, "" when none */
 	bool listening; /* LISTEN due_task_new on this session */
+	enum due_pg_pooler pooler;
+	char *uri;	     /* to connect again (own stores only) */
+	char *listen_uri;    /* ?listen=: LISTEN on lconn, not on conn */
+	PGconn *lconn;	     /* the direct listening connection, or NULL */
+	int64_t lconn_tried; /* monotonic us of its last connect attempt */
+	/*
+	** Pooler mode without listen=: a timerfd ticking once a second;
+	** each tick reads the wake fingerprint (pg_wire.c).
+	*/
+	int timer_fd;		/* -1: not listening this way */
+	char seen[128];		/* the last fingerprint; "" none yet */
+	int wake_ticks;		/* ticks that still report a wake */
+	unsigned long gen_seen; /* the process's notify count, last seen */
 	/*
 	** The last claim on this session saw due tasks of limited kinds
 	** (pg.c: the claim), so the next one serves them first.
@@ -54,10 +87,27 @@ struct due_store {
 /* ------------------------------------------------------------------ */
 
 /*
-** Connect to the libpq URI `uri` into a new store; *out is set even on
-** failure so the core can close it.
+** Read the store URL into *out (pg.c's parse_url): the libpq URI without
+** due's own query options, which are
+**   pooler=transaction  every statement safe under a pooler's transaction
+**                       mode (no named statements, no SET, no LISTEN);
+**                       pooler=none (the default) and pooler=session
+**                       change nothing
+**   listen=URL          a direct server URL (percent-encoded) that
+**                       listen() opens its own connection to
+** DUE_EINVAL naming the option on a bad value.  *out is freed with
+** due__pg_cfg_free, also after a failure.
 */
-int due__pg_connect(due_store **out, const char *uri);
+int due__pg_parse_url(due_pg_cfg **out, const char *text);
+void due__pg_cfg_free(due_pg_cfg *cfg);
+
+/*
+** Connect to cfg's URI into a new store; *out is set even on failure so
+** the core can close it (due__pg_disconnect).
+*/
+int due__pg_connect(due_store **out, const due_pg_cfg *cfg);
+/* Close every connection of s and free it (NULL: nothing). */
+void due__pg_disconnect(due_store *s);
 
 /*
 ** Translate a failed libpq call into a due code and message.  This is the
@@ -105,6 +155,20 @@ int due__pg_begin(due_store *s);
 void due__pg_rollback(due_store *s);
 /* COMMIT; a lost connection leaves the outcome unknown (DUE_ESTORE). */
 int due__pg_commit(due_store *s);
+
+/* ------------------------------------------------------------------ */
+/* Wake-ups: LISTEN, a direct listening connection, or a polled read   */
+/* ------------------------------------------------------------------ */
+
+/*
+** The store's listen/listen_drain/notify (store.h), in one of three ways
+** chosen by the URL (pg_wire.c's essay): LISTEN on the store's own
+** connection; LISTEN on a direct connection to ?listen=; or, behind a
+** pooler without listen=, a once-a-second read of what submits change.
+*/
+int due__pg_listen(due_store *s, int *fd);
+int due__pg_listen_drain(due_store *s, int *count);
+int due__pg_notify(due_store *s);
 
 /* ------------------------------------------------------------------ */
 /* Binary arrays (the array_recv wire format)                          */
