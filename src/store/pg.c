@@ -45,6 +45,16 @@
 ** no named statements, no session settings, no LISTEN through it) and
 ** listen=URL (a direct server to LISTEN on); pg_wire.c tells how.
 **
+** Reads at scale (docs/internals/scale.md).  stats, metrics and `due ls
+** --state` never scan the task or attempts table whole: the figures an
+** operator acts on (CLAIMED, DEAD, the overdue backlog) are counted
+** through the partial indexes that bound them; SCHEDULED, DONE and
+** CANCELLED are the planner's row counts, counted exactly (never past
+** CAP entries) only when those say small; the history is read through
+** the claimed_at index for the last DUE_METRICS_WINDOW_US.  due init
+** gives the queue tables churn-driven autovacuum settings and room for
+** HOT updates (schema step 5).
+**
 ** Notifications.  Every submit (and every transition that makes a task due
 ** now: retry, requeue, reclaim) calls pg_notify('due_task_new', kind) in its
 ** own transaction, so a listener wakes only for committed tasks.
