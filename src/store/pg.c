@@ -45,6 +45,16 @@
 ** no named statements, no session settings, no LISTEN through it) and
 ** listen=URL (a direct server to LISTEN on); pg_wire.c tells how.
 **
+** Reads at scale (docs/internals/scale.md).  stats, metrics and `due ls
+** --state` never scan the task or attempts table whole: the figures an
+** operator acts on (CLAIMED, DEAD, the overdue backlog) are counted
+** through the partial indexes that bound them; SCHEDULED, DONE and
+** CANCELLED are the planner's row counts, counted exactly (never past
+** CAP entries) only when those say small; the history is read through
+** the claimed_at index for the last DUE_METRICS_WINDOW_US.  due init
+** gives the queue tables churn-driven autovacuum settings and room for
+** HOT updates (schema step 5).
+**
 ** Notifications.  Every submit (and every transition that makes a task due
 ** now: retry, requeue, reclaim) calls pg_notify('due_task_new', kind) in its
 ** own transaction, so a listener wakes only for committed tasks.
@@ -100,6 +110,11 @@ enum stmt_id {
 	ST_GET,
 	ST_ATTEMPTS,
 	ST_LIST,
+	ST_LIST_SCHEDULED, /* ST_LIST_SCHEDULED + state: due_state order */
+	ST_LIST_CLAIMED,
+	ST_LIST_DONE,
+	ST_LIST_CANCELLED,
+	ST_LIST_DEAD,
 	ST_RETRY,
 	ST_REQUEUE,
 	ST_KILL,
@@ -677,6 +692,25 @@ static const char *const sql_text[ST_COUNT] = {
 		" WHERE ($1::text IS NULL OR state = $1::text)"
 		" AND ($2::text IS NULL OR kind = $2::text)"
 		" AND id > $3::int8 ORDER BY id LIMIT $4::int4",
+/*
+** `due ls --state S`: the state as a literal, so the planner sees which
+** partial index holds it (due_task_due, due_task_lease, due_task_finished,
+** due_task_dead) and how common it is: a rare state is read from its
+** index and sorted, a common one walks the primary key in id order and
+** stops at the limit.  Either way an index, at any size.  $1 (the same
+** state, as ST_LIST binds it) is only tested for NULL: "state = $1"
+** would join the literal in one equivalence class, and the generic plan
+** then walked the primary key for a state that one row holds.
+*/
+#define LIST_SQL(st)                                                           \
+	"SELECT " DUE_TASK_COLS " FROM due_task WHERE state = '" st "'"        \
+	" AND $1::text IS NOT NULL AND ($2::text IS NULL OR kind = $2::text)"  \
+	" AND id > $3::int8 ORDER BY id LIMIT $4::int4"
+    [ST_LIST_SCHEDULED] = LIST_SQL("SCHEDULED"),
+    [ST_LIST_CLAIMED] = LIST_SQL("CLAIMED"),
+    [ST_LIST_DONE] = LIST_SQL("DONE"),
+    [ST_LIST_CANCELLED] = LIST_SQL("CANCELLED"),
+    [ST_LIST_DEAD] = LIST_SQL("DEAD"),
     [ST_RETRY] =
 	"WITH u AS (UPDATE due_task SET state = 'SCHEDULED', due_at = now(),"
 	" attempt_base = attempt, cancel_requested = false,"
@@ -2136,7 +2170,11 @@ static int pg_list(due_store *s, due_task_list **out, const due_list_opts *o)
 	due__pg_text(&p, o->kind);
 	due__pg_int(&p, o->after);
 	due__pg_int(&p, o->limit);
-	if ((rc = run(s, ST_LIST, &p, "list", &r)) < 0)
+	if ((rc = run(s,
+		      o->state >= 0
+			  ? (enum stmt_id)(ST_LIST_SCHEDULED + o->state)
+			  : ST_LIST,
+		      &p, "list", &r)) < 0)
 		return rc;
 	if ((rc = tasks_of(r, &l)) == 0 && o->attempts && l->count)
 		rc = load_attempts(s, l->items, l->count);

@@ -34,6 +34,7 @@
 
 #include <cmocka.h>
 
+#include "core/internal.h" /* due__lock_take */
 #include "due.h"
 #ifdef DUE_WITH_PG
 #define TU_TASKS /* add, claim_one, get, state_of */
@@ -1262,6 +1263,244 @@ static void test_flow_claim_plan_priorities(void **state)
 	due_close(db);
 }
 
+/* ------------------------------------------------------------------ */
+/* Schema 5: upgrade; cheap reads at size                              */
+/* ------------------------------------------------------------------ */
+
+/* The storage parameters of the due tables in `sch`, as text. */
+static void v5_options(char *buf, size_t n, const char *sch)
+{
+	sql_text(buf, n,
+		 "SELECT string_agg(c.relname || ' ' || array_to_string("
+		 "c.reloptions, ','), '; ' ORDER BY c.relname) FROM pg_class c"
+		 " JOIN pg_namespace s ON s.oid = c.relnamespace"
+		 " WHERE s.nspname = '%s' AND c.reloptions IS NOT NULL",
+		 sch);
+}
+
+/*
+** Version 4 -> 5: refused without `due init`; three inits at once
+** upgrade it once; the tasks survive and are counted; the lease, the
+** worker's pruned count and the dead-letter index work; and the upgraded
+** schema (columns, indexes, statistics, storage parameters) is the one
+** a new store gets.
+*/
+static void test_schema_upgrade_from_v4(void **state)
+{
+	(void)state;
+	char sch[80], u[1200], buf[64], fresh[8000], upgraded[8000];
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	due_db *db = NULL;
+	due_fail_outcome fo;
+
+	o.create = true;
+	snprintf(sch, sizeof(sch), "%s_v4", schema);
+	sql("DROP SCHEMA IF EXISTS %s CASCADE", sch);
+	sql("CREATE SCHEMA %s", sch);
+	url_for(u, sizeof(u), sch, "");
+	assert_int_equal(due_open(&db, u, &o), 0);
+	due_id waiting = add(db, "k", LONG_LEASE, 5);
+	due_id dead = add(db, "k", 0, 1);
+	claim_one(db, dead, LONG_LEASE);
+	assert_int_equal(due_fail(db, &fo, dead, 1, "boom"), 0);
+	due_close(db);
+	back_to_v4(sch);
+
+	db = NULL;
+	assert_int_equal(due_open(&db, u, NULL), DUE_ESCHEMA);
+	assert_non_null(strstr(due_error_last(), "older"));
+	due_close(db);
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM pg_tables WHERE"
+		    " schemaname = '%s' AND tablename = 'due_lock'",
+		    sch),
+	    0);
+
+	concurrent_inits(u, 3);
+	assert_string_equal(sql_text(buf, sizeof(buf),
+				     "SELECT value FROM %s.due_meta"
+				     " WHERE name = 'schema_version'",
+				     sch),
+			    "5");
+	db = open_url(u);
+	assert_int_equal(state_of(db, waiting), DUE_SCHEDULED);
+	due_stats st;
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.dead, 1);
+	assert_int_equal(st.counts[DUE_SCHEDULED], 1);
+	bool held = false;
+	assert_int_equal(due__lock_take(db, &held, "prune", "w1", LONG_LEASE),
+			 0);
+	assert_true(held);
+	assert_int_equal(due__lock_take(db, &held, "prune", "w2", LONG_LEASE),
+			 0);
+	assert_false(held);
+	due_worker_stats ws = {.claimed = 1, .pruned = 7};
+	assert_int_equal(due_worker_report(db, "w1", &ws), 0);
+	due_metrics *m = NULL;
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->pruned, 7);
+	assert_int_equal(m->n_kinds, 1);
+	assert_int_equal(m->kinds[0].counts[DUE_DEAD], 1);
+	due_metrics_free(m);
+	due_close(db);
+
+	v4_shape(fresh, sizeof(fresh), schema);
+	v4_shape(upgraded, sizeof(upgraded), sch);
+	assert_non_null(strstr(fresh, "due_task_dead"));
+	assert_string_equal(upgraded, fresh);
+	v5_options(fresh, sizeof(fresh), schema);
+	v5_options(upgraded, sizeof(upgraded), sch);
+	assert_non_null(strstr(fresh, "autovacuum_vacuum_scale_factor=0"));
+	assert_non_null(strstr(fresh, "due_attempt fillfactor=85"));
+	assert_string_equal(upgraded, fresh);
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM pg_statistic_ext x"
+		    " JOIN pg_namespace s ON s.oid = x.stxnamespace"
+		    " WHERE s.nspname = '%s' AND x.stxname ="
+		    " 'due_task_kind_state'",
+		    sch),
+	    1);
+	sql("SELECT column_name FROM information_schema.columns WHERE"
+	    " table_schema = '%s' AND table_name = 'due_worker' AND"
+	    " column_name = 'pruned'",
+	    sch);
+	sql("DROP SCHEMA %s CASCADE", sch);
+}
+
+/* The statements explain_all_hook explains, with their arguments. */
+#define N_READS 8
+static plan_req reads[N_READS] = {
+    {.like = "WITH e AS MATERIALIZED%l AS (SELECT count(*) AS n,%",
+     .args = "300000000"},
+    {.like = "WITH RECURSIVE e AS MATERIALIZED%", .args = "1000"},
+    {.like = "WITH x AS (SELECT%width_bucket%",
+     .args = "'{-2,-1}'::float8[], 2, 900000000"},
+    {.like = "SELECT %FROM due_task WHERE state = _SCHEDULED_ AND $1%",
+     .args = "'SCHEDULED', NULL, 0, 100"},
+    {.like = "SELECT %FROM due_task WHERE state = _CLAIMED_ AND $1%",
+     .args = "'CLAIMED', NULL, 0, 100"},
+    {.like = "SELECT %FROM due_task WHERE state = _DONE_ AND $1%",
+     .args = "'DONE', NULL, 0, 100"},
+    {.like = "SELECT %FROM due_task WHERE state = _CANCELLED_ AND $1%",
+     .args = "'CANCELLED', NULL, 0, 100"},
+    {.like = "SELECT %FROM due_task WHERE state = _DEAD_ AND $1%",
+     .args = "'DEAD', NULL, 0, 100"},
+};
+
+/* Explain every statement of `reads` as a generic plan (the worst). */
+static int explain_all_hook(void *conn, const due_task *task, void *payload)
+{
+	(void)payload;
+	PQclear(PQexec(conn, "SET LOCAL plan_cache_mode = force_generic_plan"));
+	for (int i = 0; i < N_READS; i++)
+		explain_hook(conn, task, &reads[i]);
+	return 0;
+}
+
+/*
+** stats, metrics and `due ls --state S --limit 100` at a size where the
+** planner's choice means something (30,000 tasks, analyzed, seq scans
+** allowed): every plan, generic, reads indexes and never scans due_task
+** or due_attempt whole, nor starts parallel workers (the list by state
+** is the planner's pick between the primary key in id order and the
+** state's partial index, both indexes); the figures an
+** operator acts on are exact, the big states are estimates with their
+** bits set, and the small ones exact.
+*/
+static void test_reads_at_size(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_fail_outcome fo;
+	due_stats st;
+	due_metrics *m = NULL;
+
+	due_id run = add(db, "op", 0, 5);
+	claim_one(db, run, LONG_LEASE);
+	due_id dead = add(db, "op", 0, 1);
+	claim_one(db, dead, LONG_LEASE);
+	assert_int_equal(due_fail(db, &fo, dead, 1, "x"), 0);
+	add(db, "op", 0, 5); /* due now: one overdue */
+	sql("INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
+	    " backoff_us, backoff_cap_us, created_at, updated_at)"
+	    " SELECT 'bulk', '', CASE WHEN i %% 5 < 3 THEN 'SCHEDULED'"
+	    " WHEN i %% 5 = 3 THEN 'DONE' ELSE 'CANCELLED' END,"
+	    " now() + CASE WHEN i %% 5 < 3 THEN interval '1 day'"
+	    " ELSE interval '-1 day' END, 5, 0, 0, now(), now()"
+	    " FROM generate_series(1, 60000) i");
+	sql("INSERT INTO due_attempt (task_id, attempt, worker, claimed_at,"
+	    " due_at, ended_at, outcome) SELECT id, 1, 'w', now() - interval"
+	    " '2 days', due_at, now() - interval '2 days', state FROM due_task"
+	    " WHERE kind = 'bulk' AND state IN ('DONE', 'CANCELLED')");
+	sql("VACUUM ANALYZE due_task");
+	sql("VACUUM ANALYZE due_attempt");
+
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.counts[DUE_CLAIMED], 1);
+	assert_int_equal(st.dead, 1);
+	assert_int_equal(st.counts[DUE_DEAD], 1);
+	assert_int_equal(st.due_unclaimed, 1);
+	assert_true(st.oldest_due_unclaimed_ms >= 0);
+	assert_int_equal(st.estimated, 1u << DUE_SCHEDULED | 1u << DUE_DONE |
+					   1u << DUE_CANCELLED);
+	/* estimates, but of the right order (36,001; 12,000; 12,000) */
+	assert_true(st.counts[DUE_SCHEDULED] > 18000 &&
+		    st.counts[DUE_SCHEDULED] < 72000);
+	assert_true(st.counts[DUE_DONE] > 6000 && st.counts[DUE_DONE] < 24000);
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->window_us, 15LL * 60 * 1000000);
+	assert_int_equal(m->kinds_estimated, st.estimated);
+	assert_int_equal(m->n_kinds, 2);
+	assert_string_equal(m->kinds[0].kind, "bulk");
+	assert_string_equal(m->kinds[1].kind, "op");
+	assert_true(m->kinds[0].counts[DUE_SCHEDULED] > 18000);
+	assert_int_equal(m->kinds[1].counts[DUE_CLAIMED], 1);
+	assert_int_equal(m->kinds[1].counts[DUE_DEAD], 1);
+	/* the history is older than the window: none of it is read */
+	assert_int_equal(m->outcomes[DUE_OUT_DONE], 0);
+	assert_int_equal(m->lateness.count, 2);
+	due_metrics_free(m);
+	for (int s = 0; s < DUE_STATE_COUNT; s++) {
+		due_list_opts lo = DUE_LIST_OPTS_INIT;
+		due_task_list *l = NULL;
+		lo.state = s;
+		lo.limit = 100;
+		assert_int_equal(due_list(db, &l, &lo), 0);
+		assert_int_equal(l->count,
+				 s == DUE_CLAIMED || s == DUE_DEAD ? 1 : 100);
+		due_task_list_free(l);
+	}
+
+	/* the statements this session prepared, explained on it */
+	due_id h = add(db, "hook", 0, 5);
+	due_complete_outcome co;
+	due_task *ht = NULL;
+	assert_int_equal(due_claim_id(db, &ht, h, "w", LONG_LEASE), 0);
+	due_task_free(ht);
+	int rc = due_complete_tx(db, &co, h, 1, "", 0, explain_all_hook, NULL);
+	for (int i = 0; i < N_READS; i++)
+		if (reads[i].err[0])
+			fail_msg("%s", reads[i].err);
+	assert_int_equal(rc, 0);
+	for (int i = 0; i < N_READS; i++) {
+		plan_req *q = &reads[i];
+		if (q->err[0])
+			fail_msg("%s", q->err);
+		if (strstr(q->plan, "Seq Scan on due_task") ||
+		    strstr(q->plan, "Seq Scan on due_attempt") ||
+		    strstr(q->plan, "Parallel") || !strstr(q->plan, "Index"))
+			fail_msg("%s:\n%s", q->like, q->plan);
+	}
+	assert_non_null(strstr(reads[0].plan, "due_task_lease"));
+	assert_non_null(strstr(reads[0].plan, "due_task_dead"));
+	assert_non_null(strstr(reads[0].plan, "due_task_due"));
+	assert_non_null(strstr(reads[0].plan, "due_attempt_claimed"));
+	assert_non_null(strstr(reads[1].plan, "due_task_kind_claim"));
+	assert_non_null(strstr(reads[2].plan, "due_attempt_claimed"));
+	due_close(db);
+}
+
 static due_cron_def cron_def(const char *name, const char *expr,
 			     const char *kind)
 {
@@ -1444,10 +1683,11 @@ static void drop_run_schema(void)
 {
 	char sqlbuf[512];
 	PGconn *c = PQconnectdb(base_url);
-	snprintf(sqlbuf, sizeof(sqlbuf),
-		 "SET client_min_messages = warning; "
-		 "DROP SCHEMA IF EXISTS %s, %s_init, %s_v1, %s_v3 CASCADE",
-		 schema, schema, schema, schema);
+	snprintf(
+	    sqlbuf, sizeof(sqlbuf),
+	    "SET client_min_messages = warning; "
+	    "DROP SCHEMA IF EXISTS %s, %s_init, %s_v1, %s_v3, %s_v4 CASCADE",
+	    schema, schema, schema, schema, schema);
 	PGresult *r = PQexec(c, sqlbuf);
 	if (PQresultStatus(r) != PGRES_COMMAND_OK)
 		fprintf(stderr, "could not drop schema %s: %s", schema,
@@ -1477,6 +1717,8 @@ static int run_pg_suite(void)
 	    T(test_flow_claim_plan_priorities),
 	    T(test_cron_fire_notifies),
 	    T(test_cron_fire_sees_concurrent_live_task),
+	    T(test_schema_upgrade_from_v4),
+	    T(test_reads_at_size),
 #undef T
 	};
 	int failed;
