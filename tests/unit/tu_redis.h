@@ -267,8 +267,7 @@ static inline void tu_rd_attempts_clear(long long from, long long to)
 	for (long long id = from; id <= to; id++)
 		tu_rd("DEL %s", tu_rd_key("a:%lld", id));
 	redisContext *c = tu_redis_connect();
-	redisReply *r =
-	    c ? redisCommand(c, "KEYS %s", tu_rd_key("mw:*")) : NULL;
+	redisReply *r = c ? redisCommand(c, "KEYS %s", tu_rd_key("mw:*")) : NULL;
 	for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements;
 	     i++)
 		tu_rd("DEL %s", r->element[i]->str);
