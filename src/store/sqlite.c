@@ -2950,11 +2950,13 @@ static int sched_kind_count(due_store *s, const char *kind, int64_t cap,
 /*
 ** A big SCHEDULED per kind, through due_task_kind_claim: every kind is
 ** found by a loose scan (one probe each, the first 1000 by name), and
-** counted exactly while the kinds together stay within COUNT_CAP index
-** entries; a kind past that budget gets its share of the sample's hits
-** (hits: the sample's SCHEDULED hits, sorted by kind), at least what was
-** counted of it, at least 1.
+** counted exactly when it has fewer than KIND_CAP while the kinds
+** together stay within COUNT_CAP index entries; any other kind gets its
+** share of the sample's hits (hits: the sample's SCHEDULED hits, sorted
+** by kind), at least what was counted of it, at least 1.
 */
+#define KIND_CAP 1001
+
 static int kinds_sched_big(due_store *s, due_metrics *m, est_hit *hits,
 			   size_t n_hits, tally *r)
 {
@@ -2974,16 +2976,14 @@ static int kinds_sched_big(due_store *s, due_metrics *m, est_hit *hits,
 			h++;
 		for (; h < n_hits && strcmp(hits[h].kind, kind) == 0; h++)
 			hk++;
-		if (budget > 0 &&
-		    (rc = sched_kind_count(s, kind, budget, &n)) < 0)
+		int64_t cap = budget < KIND_CAP ? budget : KIND_CAP;
+		if (cap > 0 && (rc = sched_kind_count(s, kind, cap, &n)) < 0)
 			break;
-		if (n < budget) /* all of it counted */
-			budget -= n;
-		else {
+		budget -= n;
+		if (n >= cap) { /* not all of it counted */
 			double share = (double)m->stats.counts[DUE_SCHEDULED] *
 				       (double)hk /
 				       (double)(n_hits ? n_hits : 1);
-			budget = 0;
 			if ((int64_t)share > n)
 				n = (int64_t)share;
 			if (n < 1)
