@@ -48,8 +48,8 @@
 **      indexes on priority; due_attempt rebuilt to admit TIMED_OUT;
 **      due_kind, due_rate (see schema_v4).
 **   5  Production scale: due_lock (retention's lease), due_worker.pruned,
-**      due_task_state (the list by state), due_count and its triggers
-**      (exact counts for stats and metrics; see schema_v5).
+**      one partial (id) index per state that has no bounded index yet
+**      (the list by state, capped counts; see schema_v5).
 */
 #include <errno.h>
 #include <stdio.h>
@@ -83,12 +83,20 @@ enum stmt_id {
 	ST_GET,
 	ST_ATTEMPTS,
 	ST_LIST,
-	ST_LIST_STATE,
+	ST_LIST_STATE, /* + due_state: one per state */
+	ST_LIST_STATE_END = ST_LIST_STATE + DUE_STATE_COUNT - 1,
 	ST_RETRY,
 	ST_REQUEUE,
 	ST_KILL,
 	ST_AUDIT,
-	ST_COUNT_STATES,
+	ST_COUNT_STATE, /* + due_state */
+	ST_COUNT_STATE_END = ST_COUNT_STATE + DUE_STATE_COUNT - 1,
+	ST_KINDS_STATE, /* + due_state */
+	ST_KINDS_STATE_END = ST_KINDS_STATE + DUE_STATE_COUNT - 1,
+	ST_ID_RANGE,
+	ST_PROBE,
+	ST_SCHED_KIND_NEXT,
+	ST_SCHED_KIND_COUNT,
 	ST_DUE_UNCLAIMED,
 	ST_LATENESS,
 	ST_PRUNE_ATTEMPTS,
@@ -101,7 +109,6 @@ enum stmt_id {
 	ST_SCHED_CAS,
 	ST_SCHED_DONE,
 	ST_WORKER_REPORT,
-	ST_M_KINDS,
 	ST_M_LATE,
 	ST_M_DUR,
 	ST_M_OUTCOMES,
@@ -128,7 +135,6 @@ enum stmt_id {
 	ST_KIND_DEL,
 	ST_RATE_DEL,
 	ST_LOCK_TAKE,
-	ST_COUNT_ZERO,
 	ST_COUNT
 };
 
@@ -151,6 +157,25 @@ enum stmt_id {
 #define FLOW_KIND                                                              \
 	"(k.paused <> 0 OR k.rate_n IS NOT NULL OR k.max_running IS NOT NULL"  \
 	" OR k.max_running_per_group IS NOT NULL)"
+
+/* One state's page in id order, through the index named due_task_<ix>. */
+#define LIST_STATE(ix, state)                                                  \
+	"SELECT " DUE_TASK_COLS " FROM due_task INDEXED BY due_task_" ix       \
+	" WHERE state = '" state "' AND (?2 IS NULL OR kind = ?2) AND id > ?3" \
+	" ORDER BY id LIMIT ?4"
+
+/* One state's rows counted on its index alone: all, or at most ?1. */
+#define COUNT_ALL(ix, state)                                                   \
+	"SELECT count(*) FROM due_task INDEXED BY due_task_" ix                \
+	" WHERE state = '" state "'"
+#define COUNT_CAPPED(ix, state)                                                \
+	"SELECT count(*) FROM (SELECT 1 FROM due_task INDEXED BY due_task_" ix \
+	" WHERE state = '" state "' LIMIT ?1)"
+
+/* One state's tasks per kind, at most ?1 of them read. */
+#define KINDS_OF(ix, state)                                                    \
+	"SELECT kind, count(*) FROM (SELECT kind FROM due_task INDEXED BY"     \
+	" due_task_" ix " WHERE state = '" state "' LIMIT ?1) GROUP BY kind"
 
 static const char *const sql_text[ST_COUNT] = {
     [ST_INSERT] =
@@ -233,15 +258,17 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_ATTEMPTS] =
 	"SELECT " DUE_ATTEMPT_COLS " FROM due_attempt WHERE task_id = ?1"
 	" ORDER BY attempt",
-    /* the list walks the primary key, or due_task_state (state, id) when a
-       state is asked: `due ls --state DEAD` among millions is a range */
+    /* the list walks the primary key, or one state's partial (id) index
+       when a state is asked (`due ls --state DEAD` among millions is a
+       range); CLAIMED's is its lease index, sorted: what runs */
     [ST_LIST] = "SELECT " DUE_TASK_COLS " FROM due_task"
 		" WHERE (?2 IS NULL OR kind = ?2) AND id > ?3"
 		" ORDER BY id LIMIT ?4",
-    [ST_LIST_STATE] =
-	"SELECT " DUE_TASK_COLS " FROM due_task"
-	" WHERE state = ?1 COLLATE NOCASE AND (?2 IS NULL OR kind = ?2)"
-	" AND id > ?3 ORDER BY id LIMIT ?4",
+    [ST_LIST_STATE + DUE_SCHEDULED] = LIST_STATE("sched_id", "SCHEDULED"),
+    [ST_LIST_STATE + DUE_CLAIMED] = LIST_STATE("lease", "CLAIMED"),
+    [ST_LIST_STATE + DUE_DONE] = LIST_STATE("done_id", "DONE"),
+    [ST_LIST_STATE + DUE_CANCELLED] = LIST_STATE("cancelled_id", "CANCELLED"),
+    [ST_LIST_STATE + DUE_DEAD] = LIST_STATE("dead_id", "DEAD"),
     [ST_RETRY] =
 	"UPDATE due_task SET state = 'SCHEDULED', due_at = ?2,"
 	" attempt_base = attempt, cancel_requested = 0, updated_at = ?2"
@@ -263,7 +290,32 @@ static const char *const sql_text[ST_COUNT] = {
 		" RETURNING attempt, state",
     [ST_AUDIT] = "INSERT INTO due_audit (task_id, at, action, detail)"
 		 " VALUES (?1, ?2, ?3, ?4)",
-    [ST_COUNT_STATES] = "SELECT state, sum(n) FROM due_count GROUP BY state",
+    /* stats: CLAIMED and DEAD exact (bounded by what runs and what is
+       dead), the others capped at ?1 rows (COUNT_CAP) */
+    [ST_COUNT_STATE + DUE_SCHEDULED] = COUNT_CAPPED("sched_id", "SCHEDULED"),
+    [ST_COUNT_STATE + DUE_CLAIMED] = COUNT_ALL("lease", "CLAIMED"),
+    [ST_COUNT_STATE + DUE_DONE] = COUNT_CAPPED("done_id", "DONE"),
+    [ST_COUNT_STATE + DUE_CANCELLED] =
+	COUNT_CAPPED("cancelled_id", "CANCELLED"),
+    [ST_COUNT_STATE + DUE_DEAD] = COUNT_ALL("dead_id", "DEAD"),
+    /* metrics: per kind, read only when the state's count is exact */
+    [ST_KINDS_STATE + DUE_SCHEDULED] = KINDS_OF("kind_claim", "SCHEDULED"),
+    [ST_KINDS_STATE + DUE_CLAIMED] = KINDS_OF("lease", "CLAIMED"),
+    [ST_KINDS_STATE + DUE_DONE] = KINDS_OF("done_id", "DONE"),
+    [ST_KINDS_STATE + DUE_CANCELLED] = KINDS_OF("cancelled_id", "CANCELLED"),
+    [ST_KINDS_STATE + DUE_DEAD] = KINDS_OF("dead_id", "DEAD"),
+    /* the estimator's probes (estimate_read) */
+    [ST_ID_RANGE] = "SELECT (SELECT min(id) FROM due_task),"
+		    " (SELECT max(id) FROM due_task)",
+    /* a big SCHEDULED per kind: the next kind (a loose scan), its count */
+    [ST_SCHED_KIND_NEXT] =
+	"SELECT kind FROM due_task INDEXED BY due_task_kind_claim"
+	" WHERE state = 'SCHEDULED' AND kind > ?1 ORDER BY kind LIMIT 1",
+    [ST_SCHED_KIND_COUNT] =
+	"SELECT count(*) FROM (SELECT 1 FROM due_task INDEXED BY"
+	" due_task_kind_claim WHERE state = 'SCHEDULED' AND kind = ?1"
+	" LIMIT ?2)",
+    [ST_PROBE] = "SELECT state, kind FROM due_task WHERE id = ?1",
     [ST_DUE_UNCLAIMED] = "SELECT count(*), min(due_at) FROM due_task"
 			 " WHERE state = 'SCHEDULED' AND due_at <= ?1",
     [ST_LATENESS] = "SELECT claimed_at - due_at AS late FROM due_attempt"
@@ -297,8 +349,6 @@ static const char *const sql_text[ST_COUNT] = {
 	" ?14) ON CONFLICT (owner) DO UPDATE SET seen_at = "
 	"excluded.seen_at, " DUE_WORKER_COUNTER_SET
 	", pruned = excluded.pruned",
-    [ST_M_KINDS] = "SELECT kind, state, n FROM due_count WHERE n > 0"
-		   " ORDER BY kind LIMIT 5000",
     [ST_M_LATE] = "SELECT due_bucket(claimed_at - due_at) AS b, count(*),"
 		  " sum(claimed_at - due_at)" IN_WINDOW " GROUP BY b",
     [ST_M_DUR] = "SELECT due_bucket(ended_at - claimed_at) AS b, count(*),"
@@ -368,13 +418,12 @@ static const char *const sql_text[ST_COUNT] = {
 	" updated_at = ?8 WHERE kind = ?1",
     [ST_KIND_DEL] = "DELETE FROM due_kind WHERE kind = ?1",
     [ST_RATE_DEL] = "DELETE FROM due_rate WHERE kind = ?1",
-    /* issue 15: retention's lease, the counters' housekeeping */
+    /* issue 15: retention's lease */
     [ST_LOCK_TAKE] =
 	"INSERT INTO due_lock (name, owner, until) VALUES (?1, ?2, ?3 + ?4)"
 	" ON CONFLICT (name) DO UPDATE SET owner = excluded.owner,"
 	" until = excluded.until"
 	" WHERE due_lock.owner = excluded.owner OR due_lock.until <= ?3",
-    [ST_COUNT_ZERO] = "DELETE FROM due_count WHERE n = 0",
 };
 
 static const char schema_v1[] =
@@ -618,28 +667,22 @@ static const char schema_v4[] =
 **   due_lock     store-wide named leases (retention's one pruner at a
 **                time): name, owner, until on the store's clock.
 **   due_worker.pruned  the tasks a worker's retention deleted (its report).
-**   due_task_state  (state, id): `due ls --state S` walks one state in id
-**                order, whatever the size of the others.  Its NOCASE
-**                collation keeps it out of every other plan: without
-**                statistics SQLite takes an equality on `state` for a
-**                selective one and would walk this index for all of
-**                SCHEDULED in place of a due_at range of due_task_due
-**                (the claim's peek among a million future tasks).  Only
-**                a statement that says `state = ? COLLATE NOCASE` (the
-**                list) can use it; the states are upper-case constants,
-**                so the comparison means the same.
-**   due_count    tasks per (kind, state), kept exact by three triggers on
-**                due_task, so that stats and metrics read a few rows
-**                instead of grouping the task table.  SQLite has one
-**                writer, so a counter row is never a point of contention
-**                that the task rows were not already; the triggers see
-**                every write, the caller's own transactions
-**                (due_schedule_sqlite_tx) and hand-written SQL included.
-**                The drain pays for them (measured, docs/internals/store.md).
-**                The step fills the table from one last GROUP BY.
+**   due_task_sched_id, due_task_done_id, due_task_cancelled_id,
+**   due_task_dead_id  (id) WHERE state = one state: `due ls --state S`
+**                walks one state in id order, whatever the size of the
+**                others, and stats counts a state through them (index
+**                only, capped; exact for DEAD).  CLAIMED needs none: its
+**                lease index holds only what runs.  Keys are integers
+**                appended at the right edge, and a partial index costs a
+**                write only where its state is entered or left: the
+**                drain pays for SCHEDULED's (submit, claim) and DONE's
+**                (completion), measured in docs/internals/store.md.  The
+**                planner never prefers them to a due_at or lease range
+**                (no equality on an indexed column), and the list names
+**                them with INDEXED BY.
 **
-** A later step that rebuilds due_task (as steps 3 and 4 rebuilt tables)
-** must create these triggers again: DROP TABLE drops them.
+** Nothing keeps counts: stats and metrics count index ranges capped at
+** COUNT_CAP and estimate above it (see "Stats, prune" below).
 */
 static const char schema_v5[] =
     "CREATE TABLE due_lock ("
@@ -647,29 +690,12 @@ static const char schema_v5[] =
     "  owner TEXT NOT NULL,"
     "  until INTEGER NOT NULL) WITHOUT ROWID;"
     "ALTER TABLE due_worker ADD COLUMN pruned INTEGER NOT NULL DEFAULT 0;"
-    "CREATE INDEX due_task_state ON due_task (state COLLATE NOCASE, id);"
-    "CREATE TABLE due_count ("
-    "  kind TEXT NOT NULL,"
-    "  state TEXT NOT NULL,"
-    "  n INTEGER NOT NULL,"
-    "  PRIMARY KEY (kind, state)) WITHOUT ROWID;"
-    "INSERT INTO due_count (kind, state, n)"
-    "  SELECT kind, state, count(*) FROM due_task GROUP BY kind, state;"
-    "CREATE TRIGGER due_count_insert AFTER INSERT ON due_task BEGIN"
-    "  INSERT INTO due_count (kind, state, n) VALUES (new.kind, new.state, 1)"
-    "  ON CONFLICT (kind, state) DO UPDATE SET n = n + 1;"
-    "END;"
-    "CREATE TRIGGER due_count_update AFTER UPDATE OF state, kind ON due_task"
-    "  WHEN old.state <> new.state OR old.kind <> new.kind BEGIN"
-    "  UPDATE due_count SET n = n - 1"
-    "  WHERE kind = old.kind AND state = old.state;"
-    "  INSERT INTO due_count (kind, state, n) VALUES (new.kind, new.state, 1)"
-    "  ON CONFLICT (kind, state) DO UPDATE SET n = n + 1;"
-    "END;"
-    "CREATE TRIGGER due_count_delete AFTER DELETE ON due_task BEGIN"
-    "  UPDATE due_count SET n = n - 1"
-    "  WHERE kind = old.kind AND state = old.state;"
-    "END;"
+    "CREATE INDEX due_task_sched_id ON due_task (id)"
+    "  WHERE state = 'SCHEDULED';"
+    "CREATE INDEX due_task_done_id ON due_task (id) WHERE state = 'DONE';"
+    "CREATE INDEX due_task_cancelled_id ON due_task (id)"
+    "  WHERE state = 'CANCELLED';"
+    "CREATE INDEX due_task_dead_id ON due_task (id) WHERE state = 'DEAD';"
     "UPDATE due_meta SET value = '5' WHERE name = 'schema_version';";
 
 _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
@@ -677,13 +703,28 @@ _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
 const char *due__sq_read_sql(int i)
 {
 	static const enum stmt_id reads[] = {
-	    ST_COUNT_STATES, ST_DUE_UNCLAIMED, ST_LATENESS,   ST_M_KINDS,
-	    ST_M_LATE,	     ST_M_DUR,	       ST_M_OUTCOMES, ST_M_STALE,
-	    ST_M_PERMIN,     ST_M_WORKERS,     ST_LIST_STATE, ST_PRUNE_ATTEMPTS,
-	    ST_PRUNE_AUDIT,  ST_PRUNE_TASKS,   ST_PEEK_DUE,   ST_PEEK_EXPIRED,
-	    ST_PRIO_NEXT,    ST_K_RUNNING,     ST_K_DUE,      ST_K_GROUPS};
-	return i >= 0 && (size_t)i < sizeof(reads) / sizeof(reads[0])
-		   ? sql_text[reads[i]]
+	    ST_DUE_UNCLAIMED,	ST_LATENESS,	    ST_M_LATE,
+	    ST_M_DUR,		ST_M_OUTCOMES,	    ST_M_STALE,
+	    ST_M_PERMIN,	ST_M_WORKERS,	    ST_PRUNE_ATTEMPTS,
+	    ST_PRUNE_AUDIT,	ST_PRUNE_TASKS,	    ST_PEEK_DUE,
+	    ST_PEEK_EXPIRED,	ST_PRIO_NEXT,	    ST_K_RUNNING,
+	    ST_K_DUE,		ST_K_GROUPS,	    ST_ID_RANGE,
+	    ST_PROBE,		ST_CLAIM_ID,	    ST_CLAIM_ONE,
+	    ST_COMPLETE,	ST_CANCEL_SCHED,    ST_STATE_OF,
+	    ST_SCHED_KIND_NEXT, ST_SCHED_KIND_COUNT};
+	const size_t n = sizeof(reads) / sizeof(reads[0]);
+
+	/* then each state's list, count and per-kind read */
+	if (i < 0)
+		return NULL;
+	if ((size_t)i < n)
+		return sql_text[reads[i]];
+	i -= (int)n;
+	return i < 3 * DUE_STATE_COUNT
+		   ? sql_text[(i < DUE_STATE_COUNT	 ? ST_LIST_STATE
+			       : i < 2 * DUE_STATE_COUNT ? ST_COUNT_STATE
+							 : ST_KINDS_STATE) +
+			      i % DUE_STATE_COUNT]
 		   : NULL;
 }
 
@@ -2022,7 +2063,9 @@ static int due__sq_get(due_store *s, due_task **out, due_id id)
 static int due__sq_list(due_store *s, due_task_list **out,
 			const due_list_opts *o)
 {
-	sqlite3_stmt *st = stmt(s, o->state >= 0 ? ST_LIST_STATE : ST_LIST);
+	sqlite3_stmt *st =
+	    stmt(s, o->state >= 0 ? (enum stmt_id)(ST_LIST_STATE + o->state)
+				  : ST_LIST);
 	due_task_list *l;
 	int rc;
 
@@ -2030,9 +2073,6 @@ static int due__sq_list(due_store *s, due_task_list **out,
 		return due_error_last_code();
 	if ((rc = due__task_list_alloc(&l, (size_t)o->limit)) < 0)
 		return rc;
-	if (o->state >= 0)
-		sqlite3_bind_text(st, 1, due_state_name((due_state)o->state),
-				  -1, SQLITE_STATIC);
 	if (o->kind)
 		sqlite3_bind_text(st, 2, o->kind, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 3, o->after);
@@ -2240,28 +2280,220 @@ static int lateness(due_store *s, due_stats *out)
 }
 
 /*
-** The counts: due_count's rows summed by state (a few rows per kind, kept
-** by the triggers of schema_v5, so exact at any size; no bit of
-** out->estimated is ever set), then the overdue tasks through due_task_due
-** (bounded by what is overdue).
+** The counts.  Nothing is kept up to date by the transitions (a counter
+** cost the drain 10-14 %): each state is counted on its own partial index,
+** CLAIMED and DEAD in full (bounded by what runs and what is dead),
+** SCHEDULED, DONE and CANCELLED up to COUNT_CAP rows: below the cap the
+** count is exact, at the cap the state is "big" and estimate_read's
+** sample decides its figure (its bit set in `estimated`).
 */
-static int counts_read(due_store *s, due_stats *out)
+#define COUNT_CAP 10001
+
+/*
+** The estimator: PROBE_PASS rowids spread evenly over [min(id), max(id)]
+** (one in each of PROBE_PASS equal strata, at a fixed pseudo-random
+** offset inside it, so that no period in the ids can alias with the
+** step), each looked up by primary key.  A probe lands on a live task
+** (a hit: its state and kind are recorded) or in a gap (ids are
+** AUTOINCREMENT, so what prune deleted stays a hole).  The live tasks are
+** span * hits / probes: exact when the ids have no gap, unbiased when
+** they have.  Passes are added, with other offsets, until HITS_MIN hits
+** or PROBE_PASSES passes (a mostly pruned id range).  Constant cost: at
+** most PROBE_PASS * PROBE_PASSES primary-key lookups, no write.
+*/
+#define PROBE_PASS 512
+#define PROBE_PASSES 8
+#define HITS_MIN 256
+
+typedef struct est_hit {
+	char *kind; /* NULL unless kinds were asked for */
+	int state;
+} est_hit;
+
+typedef struct est {
+	int64_t live;		       /* the live tasks, estimated */
+	int64_t hits[DUE_STATE_COUNT]; /* probes that landed on each state */
+	est_hit *hit;		       /* each hit, when kinds were asked */
+	size_t n_hit;
+} est;
+
+static void est_free(est *e)
 {
-	sqlite3_stmt *st = stmt(s, ST_COUNT_STATES);
-	int rc;
+	for (size_t i = 0; i < e->n_hit; i++)
+		free(e->hit[i].kind);
+	free(e->hit);
+	memset(e, 0, sizeof(*e));
+}
+
+/* A fixed xorshift sequence: the probes' offsets, the same every call. */
+static uint64_t est_next(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* Record one hit (and its kind when `kinds`); 0 or DUE_ENOMEM. */
+static int est_record(est *e, sqlite3_stmt *st, bool kinds)
+{
+	due_state ss = DUE_SCHEDULED;
+
+	if (due__sq_col_state(st, 0, &ss) < 0)
+		return 0;
+	e->hits[ss]++;
+	if (!kinds)
+		return 0;
+	if (e->n_hit % 256 == 0) {
+		est_hit *n = realloc(e->hit, (e->n_hit + 256) * sizeof(*n));
+		if (!n)
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		e->hit = n;
+	}
+	const char *k = (const char *)sqlite3_column_text(st, 1);
+	if (!(e->hit[e->n_hit].kind = due__strdup_n(k, strlen(k))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	e->hit[e->n_hit++].state = (int)ss;
+	return 0;
+}
+
+/* One pass of PROBE_PASS probes over [lo, lo + span); *hits += landed. */
+static int est_pass(due_store *s, est *e, int64_t lo, int64_t span, uint64_t *x,
+		    bool kinds, int64_t *hits)
+{
+	sqlite3_stmt *st = stmt(s, ST_PROBE);
+	int rc = SQLITE_DONE;
 
 	if (!st)
 		return due_error_last_code();
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		due_state ss = DUE_SCHEDULED;
-		if (due__sq_col_state(st, 0, &ss) == 0)
-			out->counts[ss] = sqlite3_column_int64(st, 1);
+	for (int64_t i = 0; i < PROBE_PASS; i++) {
+		/* stratum i is [span*i/P, span*(i+1)/P); u in [0, 1) */
+		double u = (double)(est_next(x) >> 11) / 9007199254740992.0;
+		int64_t id =
+		    lo + (int64_t)((double)span * ((double)i + u) / PROBE_PASS);
+		sqlite3_bind_int64(st, 1, id);
+		if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+			(*hits)++;
+			if ((rc = est_record(e, st, kinds)) < 0)
+				break;
+			rc = sqlite3_step(st);
+		}
+		sqlite3_reset(st);
+		if (rc < 0 || rc != SQLITE_DONE)
+			break;
 	}
 	sqlite3_reset(st);
-	if (rc != SQLITE_DONE)
-		return due__sq_error(s, rc, "stats");
-	out->dead = out->counts[DUE_DEAD];
+	if (rc < 0)
+		return rc;
+	return rc == SQLITE_DONE ? 0 : due__sq_error(s, rc, "estimate");
+}
+
+/* Sample the task table (see above) into *e, inside the open read. */
+static int estimate_read(due_store *s, est *e, bool kinds)
+{
+	sqlite3_stmt *st = stmt(s, ST_ID_RANGE);
+	int64_t lo = 0, hi = -1, probes = 0, hits = 0;
+	uint64_t x = 0x9e3779b97f4a7c15u;
+	int rc;
+
+	memset(e, 0, sizeof(*e));
+	if (!st)
+		return due_error_last_code();
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW &&
+	    sqlite3_column_type(st, 0) != SQLITE_NULL) {
+		lo = sqlite3_column_int64(st, 0);
+		hi = sqlite3_column_int64(st, 1);
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_ROW)
+		return due__sq_error(s, rc, "estimate");
+	for (int p = 0; hi >= lo && p < PROBE_PASSES && hits < HITS_MIN; p++) {
+		if ((rc = est_pass(s, e, lo, hi - lo + 1, &x, kinds, &hits)) <
+		    0) {
+			est_free(e);
+			return rc;
+		}
+		probes += PROBE_PASS;
+	}
+	if (probes)
+		e->live = (int64_t)((double)(hi - lo + 1) * (double)hits /
+				    (double)probes);
+	return 0;
+}
+
+/*
+** The big states' figures from the sample: the live tasks less the
+** states counted exactly, shared among the big ones by their hits (each
+** at least COUNT_CAP, which its capped count proved).  With one big state
+** and no gap in the ids, that is exact.
+*/
+static void estimate_apply(const est *e, due_stats *out)
+{
+	int64_t rest = e->live, hits = 0;
+	int big = 0;
+
+	for (int i = 0; i < DUE_STATE_COUNT; i++) {
+		if (out->estimated & 1u << i) {
+			hits += e->hits[i];
+			big++;
+		} else
+			rest -= out->counts[i];
+	}
+	for (int i = 0; i < DUE_STATE_COUNT; i++) {
+		if (!(out->estimated & 1u << i))
+			continue;
+		int64_t n = big == 1 ? rest
+			    : hits
+				? (int64_t)((double)rest * (double)e->hits[i] /
+					    (double)hits)
+				: 0;
+		out->counts[i] = n < COUNT_CAP ? COUNT_CAP : n;
+	}
+}
+
+/* Each state's count on its index (capped where it may be big). */
+static int counts_capped(due_store *s, due_stats *out)
+{
+	int rc;
+
 	out->estimated = 0;
+	for (int i = 0; i < DUE_STATE_COUNT; i++) {
+		sqlite3_stmt *st = stmt(s, (enum stmt_id)(ST_COUNT_STATE + i));
+		if (!st)
+			return due_error_last_code();
+		if (i != DUE_CLAIMED && i != DUE_DEAD)
+			sqlite3_bind_int64(st, 1, COUNT_CAP);
+		if ((rc = sqlite3_step(st)) == SQLITE_ROW)
+			out->counts[i] = sqlite3_column_int64(st, 0);
+		sqlite3_reset(st);
+		if (rc != SQLITE_ROW)
+			return due__sq_error(s, rc, "stats");
+		if (i != DUE_CLAIMED && i != DUE_DEAD &&
+		    out->counts[i] >= COUNT_CAP)
+			out->estimated |= 1u << i;
+	}
+	return 0;
+}
+
+/*
+** The counts (capped, and estimated above the cap), then the overdue
+** tasks through due_task_due (bounded by what is overdue).
+*/
+static int counts_read(due_store *s, due_stats *out)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	if ((rc = counts_capped(s, out)) < 0)
+		return rc;
+	if (out->estimated) {
+		est e;
+		if ((rc = estimate_read(s, &e, false)) < 0)
+			return rc;
+		estimate_apply(&e, out);
+		est_free(&e);
+	}
+	out->dead = out->counts[DUE_DEAD];
 	if (!(st = stmt(s, ST_DUE_UNCLAIMED)))
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, out->now);
@@ -2298,24 +2530,21 @@ static int due__sq_stats(due_store *s, due_stats *out)
 /*
 ** Delete one batch of at most `max` finished tasks (oldest end first,
 ** PRUNE_PICK) with their attempt and audit rows, inside the open write
-** transaction; *n gets the number of tasks deleted.  The counters' rows
-** that reached zero go too, so kinds that come and go leave nothing.
+** transaction; *n gets the number of tasks deleted.
 */
 static int prune_batch(due_store *s, due_time cutoff, int64_t max, int64_t *n)
 {
 	static const enum stmt_id order[] = {ST_PRUNE_ATTEMPTS, ST_PRUNE_AUDIT,
-					     ST_PRUNE_TASKS, ST_COUNT_ZERO};
+					     ST_PRUNE_TASKS};
 	int rc;
 
 	*n = 0;
-	for (size_t i = 0; i < 4; i++) {
+	for (size_t i = 0; i < 3; i++) {
 		sqlite3_stmt *st = stmt(s, order[i]);
 		if (!st)
 			return due_error_last_code();
-		if (order[i] != ST_COUNT_ZERO) {
-			sqlite3_bind_int64(st, 1, cutoff);
-			sqlite3_bind_int64(st, 2, max);
-		}
+		sqlite3_bind_int64(st, 1, cutoff);
+		sqlite3_bind_int64(st, 2, max);
 		if ((rc = due__sq_exec(s, st, "prune")) < 0)
 			return rc;
 		if (order[i] == ST_PRUNE_TASKS)
@@ -2592,48 +2821,259 @@ static int hist(due_store *s, enum stmt_id id, due_time since, due_histogram *h)
 	return rc == SQLITE_DONE ? 0 : due__sq_error(s, rc, "histogram");
 }
 
-static int kinds(due_store *s, due_metrics *m)
+/*
+** Per-kind counts.  A state whose total stats counted exactly (its bit
+** clear in m->stats.estimated) is read per kind on its index, at most
+** COUNT_CAP rows (should it have grown past the cap since, it becomes an
+** estimate); a big state is shared among kinds by the sample's hits, its
+** bit set in kinds_estimated (a kind no probe landed on is left out).
+** The (kind, state, n) rows are gathered, sorted by kind (byte order) and
+** folded into m->kinds, the first 1000 kinds.
+*/
+typedef struct tally_row {
+	char *kind;
+	int state;
+	int64_t n;
+} tally_row;
+
+typedef struct tally {
+	tally_row *v;
+	size_t n, cap;
+} tally;
+
+static void tally_free(tally *r)
 {
-	sqlite3_stmt *st = stmt(s, ST_M_KINDS);
-	size_t cap = 0;
+	for (size_t i = 0; i < r->n; i++)
+		free(r->v[i].kind);
+	free(r->v);
+}
+
+/* Append (kind, state, n); the kind is copied.  0 or DUE_ENOMEM. */
+static int tally_add(tally *r, const char *kind, int state, int64_t n)
+{
+	if (r->n == r->cap) {
+		size_t cap = r->cap ? r->cap * 2 : 64;
+		tally_row *v = realloc(r->v, cap * sizeof(*v));
+		if (!v)
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		r->v = v;
+		r->cap = cap;
+	}
+	if (!(r->v[r->n].kind = due__strdup_n(kind, strlen(kind))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	r->v[r->n].state = state;
+	r->v[r->n++].n = n;
+	return 0;
+}
+
+static int cmp_tally_row(const void *a, const void *b)
+{
+	const tally_row *x = a, *y = b;
+	int c = strcmp(x->kind, y->kind);
+	return c ? c : (x->state > y->state) - (x->state < y->state);
+}
+
+/* State i per kind on its index; *big when it reached the cap. */
+static int kinds_exact(due_store *s, int i, tally *r, bool *big)
+{
+	sqlite3_stmt *st = stmt(s, (enum stmt_id)(ST_KINDS_STATE + i));
+	size_t from = r->n;
+	int64_t sum = 0;
 	int rc;
 
 	if (!st)
 		return due_error_last_code();
+	sqlite3_bind_int64(
+	    st, 1, i == DUE_CLAIMED || i == DUE_DEAD ? INT64_MAX : COUNT_CAP);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		const char *k = (const char *)sqlite3_column_text(st, 0);
-		due_state ss = DUE_SCHEDULED;
-		if (due__sq_col_state(st, 1, &ss) < 0)
-			continue;
-		if (!m->n_kinds ||
-		    strcmp(m->kinds[m->n_kinds - 1].kind, k) != 0) {
-			if (m->n_kinds == 1000)
-				break;
-			if (m->n_kinds == cap) {
-				cap = cap ? cap * 2 : 16;
-				due_kind_counts *n =
-				    realloc(m->kinds, cap * sizeof(*n));
-				if (!n) {
-					rc = SQLITE_NOMEM;
-					break;
-				}
-				m->kinds = n;
-			}
-			memset(&m->kinds[m->n_kinds], 0, sizeof(m->kinds[0]));
-			if (!(m->kinds[m->n_kinds].kind =
-				  due__strdup_n(k, strlen(k)))) {
-				rc = SQLITE_NOMEM;
-				break;
-			}
-			m->n_kinds++;
-		}
-		m->kinds[m->n_kinds - 1].counts[ss] =
-		    sqlite3_column_int64(st, 2);
+		int64_t n = sqlite3_column_int64(st, 1);
+		sum += n;
+		if ((rc = tally_add(r, (const char *)sqlite3_column_text(st, 0),
+				    i, n)) < 0)
+			break;
 	}
 	sqlite3_reset(st);
-	return rc == SQLITE_DONE || rc == SQLITE_ROW
+	if (rc < 0)
+		return rc;
+	if (rc != SQLITE_DONE)
+		return due__sq_error(s, rc, "kinds");
+	*big = i != DUE_CLAIMED && i != DUE_DEAD && sum >= COUNT_CAP;
+	while (*big && r->n > from) /* grew past the cap: estimate it */
+		free(r->v[--r->n].kind);
+	return 0;
+}
+
+static int cmp_hit_kind(const void *a, const void *b)
+{
+	const est_hit *x = a, *y = b;
+	return strcmp(x->kind, y->kind);
+}
+
+/* One step of the loose scan: the kind after `after`; *found false at
+** the end.  The kind is copied into buf (kinds are at most 128 bytes). */
+static int sched_kind_next(due_store *s, const char *after, char *buf,
+			   size_t len, bool *found)
+{
+	sqlite3_stmt *st = stmt(s, ST_SCHED_KIND_NEXT);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, after, -1, SQLITE_TRANSIENT);
+	*found = (rc = sqlite3_step(st)) == SQLITE_ROW;
+	if (*found)
+		snprintf(buf, len, "%s",
+			 (const char *)sqlite3_column_text(st, 0));
+	sqlite3_reset(st);
+	return rc == SQLITE_ROW || rc == SQLITE_DONE
 		   ? 0
 		   : due__sq_error(s, rc, "kinds");
+}
+
+/* SCHEDULED tasks of `kind`, at most `cap` counted. */
+static int sched_kind_count(due_store *s, const char *kind, int64_t cap,
+			    int64_t *n)
+{
+	sqlite3_stmt *st = stmt(s, ST_SCHED_KIND_COUNT);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, cap);
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW)
+		*n = sqlite3_column_int64(st, 0);
+	sqlite3_reset(st);
+	return rc == SQLITE_ROW ? 0 : due__sq_error(s, rc, "kinds");
+}
+
+/*
+** A big SCHEDULED per kind, through due_task_kind_claim: every kind is
+** found by a loose scan (one probe each, the first 1000 by name), and
+** counted exactly when it has fewer than KIND_CAP while the kinds
+** together stay within COUNT_CAP index entries; any other kind gets its
+** share of the sample's hits (hits: the sample's SCHEDULED hits, sorted
+** by kind), at least what was counted of it, at least 1.
+*/
+#define KIND_CAP 1001
+
+static int kinds_sched_big(due_store *s, due_metrics *m, est_hit *hits,
+			   size_t n_hits, tally *r)
+{
+	char kind[256] = "";
+	int64_t budget = COUNT_CAP;
+	size_t h = 0;
+	bool found = true;
+	int rc = 0;
+
+	for (int k = 0; rc == 0 && k < 1000; k++) {
+		if ((rc = sched_kind_next(s, kind, kind, sizeof(kind),
+					  &found)) < 0 ||
+		    !found)
+			break;
+		int64_t hk = 0, n = 0;
+		while (h < n_hits && strcmp(hits[h].kind, kind) < 0)
+			h++;
+		for (; h < n_hits && strcmp(hits[h].kind, kind) == 0; h++)
+			hk++;
+		int64_t cap = budget < KIND_CAP ? budget : KIND_CAP;
+		if (cap > 0 && (rc = sched_kind_count(s, kind, cap, &n)) < 0)
+			break;
+		budget -= n;
+		if (n >= cap) { /* not all of it counted */
+			double share = (double)m->stats.counts[DUE_SCHEDULED] *
+				       (double)hk /
+				       (double)(n_hits ? n_hits : 1);
+			if ((int64_t)share > n)
+				n = (int64_t)share;
+			if (n < 1)
+				n = 1;
+		}
+		rc = tally_add(r, kind, DUE_SCHEDULED, n);
+	}
+	return rc;
+}
+
+/* The big states' figures per kind (see kinds, below). */
+static int kinds_estimated(due_store *s, due_metrics *m, tally *r)
+{
+	est_hit *sched = NULL;
+	size_t n_sched = 0, from = r->n;
+	est e;
+	int rc;
+
+	if ((rc = estimate_read(s, &e, true)) < 0)
+		return rc;
+	for (size_t i = 0; i < e.n_hit; i++) { /* SCHEDULED's hits apart */
+		if (e.hit[i].state == DUE_SCHEDULED) {
+			e.hit[n_sched++] = e.hit[i];
+			continue;
+		}
+		if (rc == 0 && m->kinds_estimated & 1u << e.hit[i].state)
+			rc = tally_add(r, e.hit[i].kind, e.hit[i].state, 1);
+		free(e.hit[i].kind);
+	}
+	for (size_t i = from; rc == 0 && i < r->n; i++) {
+		int st = r->v[i].state;
+		r->v[i].n =
+		    (int64_t)((double)m->stats.counts[st] / (double)e.hits[st]);
+	}
+	sched = e.hit;
+	if (rc == 0 && m->kinds_estimated & 1u << DUE_SCHEDULED) {
+		qsort(sched, n_sched, sizeof(*sched), cmp_hit_kind);
+		rc = kinds_sched_big(s, m, sched, n_sched, r);
+	}
+	for (size_t i = 0; i < n_sched; i++)
+		free(sched[i].kind);
+	e.n_hit = 0; /* every kind is freed by now */
+	est_free(&e);
+	return rc;
+}
+
+/* Fold the sorted rows into m->kinds (the first 1000 kinds). */
+static int kinds_fold(due_metrics *m, tally *r)
+{
+	size_t distinct = 0;
+
+	qsort(r->v, r->n, sizeof(*r->v), cmp_tally_row);
+	for (size_t i = 0; i < r->n; i++)
+		if (!i || strcmp(r->v[i - 1].kind, r->v[i].kind) != 0)
+			distinct++;
+	if (distinct > 1000)
+		distinct = 1000;
+	if (distinct && !(m->kinds = calloc(distinct, sizeof(*m->kinds))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	for (size_t i = 0; i < r->n; i++) {
+		if (!m->n_kinds ||
+		    strcmp(m->kinds[m->n_kinds - 1].kind, r->v[i].kind) != 0) {
+			if (m->n_kinds == distinct)
+				break;
+			m->kinds[m->n_kinds++].kind = r->v[i].kind;
+			r->v[i].kind = NULL; /* moved */
+		}
+		m->kinds[m->n_kinds - 1].counts[r->v[i].state] += r->v[i].n;
+	}
+	return 0;
+}
+
+static int kinds(due_store *s, due_metrics *m)
+{
+	tally r = {0};
+	int rc = 0;
+
+	m->kinds_estimated = m->stats.estimated;
+	for (int i = 0; rc == 0 && i < DUE_STATE_COUNT; i++) {
+		bool big = false;
+		if (!(m->kinds_estimated & 1u << i) &&
+		    (rc = kinds_exact(s, i, &r, &big)) == 0 && big)
+			m->kinds_estimated |= 1u << i;
+	}
+	if (rc == 0 && m->kinds_estimated)
+		rc = kinds_estimated(s, m, &r);
+	if (rc == 0)
+		rc = kinds_fold(m, &r);
+	tally_free(&r);
+	return rc;
 }
 
 static int outcomes(due_store *s, due_metrics *m, due_time now)
@@ -2700,8 +3140,8 @@ static int workers(due_store *s, due_metrics *m, due_time now)
 }
 
 /*
-** One read transaction: the per-kind counts from due_count (exact, so
-** kinds_estimated stays 0), and the histograms, outcomes and completions
+** One read transaction: the per-kind counts (kinds, above: exact, or
+** estimated with their bits set), and the histograms, outcomes and completions
 ** per minute of the tries claimed in the last DUE_METRICS_WINDOW_US,
 ** found through due_attempt_claimed: their cost follows the recent rate.
 */
@@ -2715,7 +3155,6 @@ static int due__sq_metrics(due_store *s, due_metrics *m)
 	now = due_time_now_host();
 	since = now - DUE_METRICS_WINDOW_US;
 	m->window_us = DUE_METRICS_WINDOW_US;
-	m->kinds_estimated = 0;
 	if ((rc = kinds(s, m)) == 0 &&
 	    (rc = hist(s, ST_M_LATE, since, &m->lateness)) == 0 &&
 	    (rc = hist(s, ST_M_DUR, since, &m->duration)) == 0 &&
