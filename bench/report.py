@@ -1175,8 +1175,12 @@ def scale_soak_table(res, args):
                     fnum(r.get("dead_tup_at_60s") if r.get("dead_tup_at_60s") != "" else None),
                     fnum(r.get("dead_tup_last") if r.get("dead_tup_last") != "" else None),
                     fnum(r.get("dead_tup_max")), fnum(r.get("autovacuums")))
-            out.append([name, "%s/s, %s s, retain %s s" % (fnum(r.get("rate")), fnum(r.get("duration_s")),
-                                                            fnum(r.get("retain_s"))),
+            settings = "%s/s, %s s, retain %s s" % (fnum(r.get("rate")), fnum(r.get("duration_s")),
+                                                     fnum(r.get("retain_s")))
+            if r.get("autovacuum_settings"):
+                settings += ", autovacuum: " + (
+                    "due init's" if r["autovacuum_settings"] == "due" else "PostgreSQL's defaults")
+            out.append([name, settings,
                         fnum(kept), fnum(r.get("backlog_at_end")),
                         fnum(p1, 1), fnum(p2, 1), fnum(r.get("max_ms_last_minute"), 1),
                         fbytes(b60), fbytes(bend),

@@ -89,6 +89,11 @@ static const char usage[] =
     "  --duration DUR   soak: how long to submit (default 3m)\n"
     "  --retain DUR     soak: the worker's retention, as `due work\n"
     "                   --retain` (default 7d; 0 keeps everything)\n"
+    "  --pg-autovacuum default|due\n"
+    "                   soak on PostgreSQL: the tables' autovacuum and\n"
+    "                   fillfactor as `due init` sets them (due, the\n"
+    "                   default) or PostgreSQL's own (default): the\n"
+    "                   before/after of those settings\n"
     "  --exec CMD       drain with a command handler instead of the C no-op\n"
     "  --pipe CMD       drain with a pipe handler (`due work --pipe`): CMD\n"
     "                   started once per slot, one JSON line per task\n"
@@ -116,6 +121,7 @@ typedef struct bopts {
 	int64_t duration_us; /* soak */
 	int64_t retain_us;   /* soak: due_worker_opts.retain_us */
 	bool pending_set, soak_set;
+	bool pg_autovacuum_default; /* soak: PostgreSQL's own settings */
 } bopts;
 
 typedef struct bres {
@@ -1258,6 +1264,8 @@ static void w_soak(vctx *v, const bopts *o)
 	s.first.cap = s.last.cap = win_cap;
 	if (!items || !out || !j || !samples || !s.first.ms || !s.last.ms)
 		goto done;
+	if (o->pg_autovacuum_default && v_pg_reset_storage(v) < 0)
+		goto done;
 	if (due_stats_get(v->db, &st) < 0) {
 		fprintf(stderr, "due bench: soak: %s\n", due_error_last());
 		goto done;
@@ -1452,6 +1460,7 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 	    {"rate", required_argument, NULL, 'R'},
 	    {"duration", required_argument, NULL, 'D'},
 	    {"retain", required_argument, NULL, 'T'},
+	    {"pg-autovacuum", required_argument, NULL, 'A'},
 	    CLI_COMMON_OPTS,
 	    {0}};
 	int opt;
@@ -1526,6 +1535,14 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 				o->retain_us = DUE_RETAIN_ALL;
 			o->soak_set = true;
 			break;
+		case 'A':
+			if (strcmp(optarg, "default") && strcmp(optarg, "due"))
+				return cli_usage_error(
+				    c, "--pg-autovacuum: '%s': default or due",
+				    optarg);
+			o->pg_autovacuum_default = !strcmp(optarg, "default");
+			o->soak_set = true;
+			break;
 		case 's':
 			if (cli_parse_duration(c, "--spread", optarg,
 					       &o->spread_us))
@@ -1554,8 +1571,12 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 					  "drain (no --exec, --pipe or "
 					  "--inline)");
 	if (o->soak_set && strcmp(o->workload, "soak") != 0)
-		return cli_usage_error(c, "--rate, --duration and --retain "
-					  "apply to --workload soak");
+		return cli_usage_error(c, "--rate, --duration, --retain and "
+					  "--pg-autovacuum apply to --workload "
+					  "soak");
+	if (o->pg_autovacuum_default && v_backend_of(cli_db_url(c)) != V_PG)
+		return cli_usage_error(c, "--pg-autovacuum applies to a "
+					  "postgres:// store");
 	return 0;
 }
 

@@ -42,6 +42,12 @@ struct st_mysql *v_mysql_connect(const char *url, bool with_db);
 #endif
 /* Drop the case's scratch store (unless keep); problems go to stderr. */
 void v_scratch_drop(vctx *v);
+/*
+** PostgreSQL: give the scratch store's tables PostgreSQL's default
+** storage settings back (autovacuum, fillfactor: what `due init` set),
+** for `due bench --workload soak --pg-autovacuum default`.  0 or -1.
+*/
+int v_pg_reset_storage(vctx *v);
 /* Prepare scratch space for base_url: 0, DUE_EINVAL (bad URL) or < 0. */
 int v_setup(vctx *v, const char *base_url);
 /* Remove the scratch root (unless keep). */

@@ -337,6 +337,29 @@ int v_scratch_url(vctx *v)
 	return -1;
 }
 
+int v_pg_reset_storage(vctx *v)
+{
+#ifdef DUE_WITH_PG
+	static const char sql[] =
+	    "DO $$ DECLARE t text; BEGIN"
+	    " FOR t IN SELECT c.relname FROM pg_class c"
+	    "  WHERE c.relnamespace = current_schema()::text::regnamespace"
+	    "  AND c.relkind = 'r' AND c.reloptions IS NOT NULL LOOP"
+	    "  EXECUTE format('ALTER TABLE %I RESET (fillfactor,"
+	    "   autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold,"
+	    "   autovacuum_vacuum_insert_scale_factor,"
+	    "   autovacuum_vacuum_insert_threshold,"
+	    "   autovacuum_analyze_scale_factor, autovacuum_analyze_threshold,"
+	    "   autovacuum_vacuum_cost_delay, autovacuum_vacuum_cost_limit)',"
+	    "   t);"
+	    " END LOOP; END $$";
+	return pg_exec(v->url, sql);
+#else
+	(void)v;
+	return -1;
+#endif
+}
+
 void v_scratch_drop(vctx *v)
 {
 	char sql[160];

@@ -20,6 +20,8 @@ expect_err 2 "--duration:" "$DUE" bench --workload soak --duration soon
 expect_err 2 "--retain:" "$DUE" bench --workload soak --retain forever
 expect_err 2 "apply to --workload soak" "$DUE" bench --workload drain --rate 10
 expect_err 2 "unknown workload" "$DUE" bench --workload soaky
+expect_err 2 "--pg-autovacuum: 'x': default or due" "$DUE" bench --workload soak --pg-autovacuum x
+expect_err 2 "--pg-autovacuum applies to a postgres:// store" "$DUE" bench --workload soak --pg-autovacuum default --db "sqlite:$T/x.db"
 
 # --help names the new options
 help=$("$DUE" bench --help)
@@ -107,5 +109,27 @@ need(j.get("store_errors") == 0, "no store errors")
 run_store sqlite "sqlite:$T/bench.db"
 if [ -n "${DUE_TEST_PG_URL:-}" ]; then
 	run_store pg "$DUE_TEST_PG_URL"
+	# --pg-autovacuum default: the soak's tables lose due init's storage
+	# settings (checked on the scratch schema, kept for it)
+	"$DUE" bench --workload soak --rate 50 --duration 1s --retain 0 \
+		--pg-autovacuum default --keep --json --db "$DUE_TEST_PG_URL" \
+		>"$T/soakav.json" 2>"$T/soakav.err" &
+	bpid=$!
+	wait "$bpid" && ok || bad "soak --pg-autovacuum default: $(cat "$T/soakav.err")"
+	sch=due_verify_${bpid}_1
+	expect_eq "due_task without storage settings" "" \
+		"$(psql -qXAt "$DUE_TEST_PG_URL" -c "SELECT coalesce(array_to_string(reloptions, ','), '') FROM pg_class WHERE oid = '$sch.due_task'::regclass")"
+	psql -qXAt "$DUE_TEST_PG_URL" -c "DROP SCHEMA $sch CASCADE" >/dev/null 2>&1
+	rm -rf "$(sed -n 's/.*scratch kept in \(.*\)/\1/p' "$T/soakav.err")"
+	# and by default they stay as due init set them
+	"$DUE" bench --workload soak --rate 50 --duration 1s --retain 0 \
+		--keep --json --db "$DUE_TEST_PG_URL" >/dev/null 2>"$T/soakdue.err" &
+	bpid=$!
+	wait "$bpid" && ok || bad "soak: $(cat "$T/soakdue.err")"
+	sch=due_verify_${bpid}_1
+	psql -qXAt "$DUE_TEST_PG_URL" -c "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = '$sch.due_task'::regclass" |
+		grep -q "autovacuum_vacuum_threshold" && ok || bad "due init's settings kept by default"
+	psql -qXAt "$DUE_TEST_PG_URL" -c "DROP SCHEMA $sch CASCADE" >/dev/null 2>&1
+	rm -rf "$(sed -n 's/.*scratch kept in \(.*\)/\1/p' "$T/soakdue.err")"
 fi
 finish
