@@ -1251,7 +1251,7 @@ def scale_section(res, args):
     w.append("")
     w.append("`due bench --workload soak --rate R --duration D --retain DUR --json` (%s): "
              "R tasks/s due now, submitted every 10 ms in small batches paced by the monotonic "
-             "clock, while one in-process worker (4 slots, the C no-op, retention DUR through "
+             "clock, while one in-process worker (16 slots, the C no-op, retention DUR through "
              "`due_worker_opts.retain_us`) runs them. Lateness is claim − due on the store's "
              "clock (the claim's lease end less the lease, as the worker's own figure), of the "
              "tasks due in the first and in the last minute. Bytes: `due_store_bytes()` "
@@ -1259,7 +1259,9 @@ def scale_section(res, args):
              "and at the end. Pruned: the worker's `pruned` counter at the end. Dead tuples: "
              "`pg_stat_user_tables.n_dead_tup` over the due tables, sampled every 2 s by bench/run. "
              "The issue's target on PostgreSQL: keeps up, lateness flat, size at the end within "
-             "1.5× of its size at 60 s." % args.soak)
+             "1.5× of its size at 60 s. On PostgreSQL the soak runs twice: with the tables' "
+             "autovacuum and fillfactor as `due init` sets them, and with PostgreSQL's defaults "
+             "(`--pg-autovacuum default`): the before/after of those settings." % args.soak)
     w.append("")
     w.append(scale_soak_table(res, args))
     w.append("")
