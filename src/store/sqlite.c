@@ -682,8 +682,9 @@ static const char schema_v4[] =
 **   due_task_sched_id, due_task_done_id, due_task_cancelled_id,
 **   due_task_dead_id  (id) WHERE state = one state: `due ls --state S`
 **                walks one state in id order, whatever the size of the
-**                others, and stats counts a state through them (index
-**                only, capped; exact for DEAD).  CLAIMED needs none: its
+**                others, and stats sizes a state by its lowest and
+**                highest id and counts it through them (index only,
+**                capped; exact for DEAD).  CLAIMED needs none: its
 **                lease index holds only what runs.  Keys are integers
 **                appended at the right edge, and a partial index costs a
 **                write only where its state is entered or left: the
@@ -694,7 +695,8 @@ static const char schema_v4[] =
 **                them with INDEXED BY.
 **
 ** Nothing keeps counts: stats and metrics count index ranges capped at
-** COUNT_CAP and estimate above it (see "Stats, prune" below).
+** COUNT_CAP where a state may be small and estimate the others (see
+** "Stats, prune" below).
 */
 static const char schema_v5[] =
     "CREATE TABLE due_lock ("
