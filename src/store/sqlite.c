@@ -93,6 +93,8 @@ enum stmt_id {
 	ST_COUNT_STATE_END = ST_COUNT_STATE + DUE_STATE_COUNT - 1,
 	ST_KINDS_STATE, /* + due_state */
 	ST_KINDS_STATE_END = ST_KINDS_STATE + DUE_STATE_COUNT - 1,
+	ST_SPAN_STATE, /* + due_state: SCHEDULED, DONE, CANCELLED only */
+	ST_SPAN_STATE_END = ST_SPAN_STATE + DUE_STATE_COUNT - 1,
 	ST_ID_RANGE,
 	ST_PROBE,
 	ST_SCHED_KIND_NEXT,
@@ -171,6 +173,12 @@ enum stmt_id {
 #define COUNT_CAPPED(ix, state)                                                \
 	"SELECT count(*) FROM (SELECT 1 FROM due_task INDEXED BY due_task_" ix \
 	" WHERE state = '" state "' LIMIT ?1)"
+
+/* The lowest and highest id of one state, two seeks on its index. */
+#define SPAN_OF(ix, state)                                                     \
+	"SELECT (SELECT min(id) FROM due_task INDEXED BY due_task_" ix         \
+	" WHERE state = '" state "'), (SELECT max(id) FROM due_task INDEXED"   \
+	" BY due_task_" ix " WHERE state = '" state "')"
 
 /* One state's tasks per kind, at most ?1 of them read. */
 #define KINDS_OF(ix, state)                                                    \
@@ -304,6 +312,10 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_KINDS_STATE + DUE_DONE] = KINDS_OF("done_id", "DONE"),
     [ST_KINDS_STATE + DUE_CANCELLED] = KINDS_OF("cancelled_id", "CANCELLED"),
     [ST_KINDS_STATE + DUE_DEAD] = KINDS_OF("dead_id", "DEAD"),
+    /* the size probe before a capped count (counts_read) */
+    [ST_SPAN_STATE + DUE_SCHEDULED] = SPAN_OF("sched_id", "SCHEDULED"),
+    [ST_SPAN_STATE + DUE_DONE] = SPAN_OF("done_id", "DONE"),
+    [ST_SPAN_STATE + DUE_CANCELLED] = SPAN_OF("cancelled_id", "CANCELLED"),
     /* the estimator's probes (estimate_read) */
     [ST_ID_RANGE] = "SELECT (SELECT min(id) FROM due_task),"
 		    " (SELECT max(id) FROM due_task)",
@@ -670,8 +682,9 @@ static const char schema_v4[] =
 **   due_task_sched_id, due_task_done_id, due_task_cancelled_id,
 **   due_task_dead_id  (id) WHERE state = one state: `due ls --state S`
 **                walks one state in id order, whatever the size of the
-**                others, and stats counts a state through them (index
-**                only, capped; exact for DEAD).  CLAIMED needs none: its
+**                others, and stats sizes a state by its lowest and
+**                highest id and counts it through them (index only,
+**                capped; exact for DEAD).  CLAIMED needs none: its
 **                lease index holds only what runs.  Keys are integers
 **                appended at the right edge, and a partial index costs a
 **                write only where its state is entered or left: the
@@ -682,7 +695,8 @@ static const char schema_v4[] =
 **                them with INDEXED BY.
 **
 ** Nothing keeps counts: stats and metrics count index ranges capped at
-** COUNT_CAP and estimate above it (see "Stats, prune" below).
+** COUNT_CAP where a state may be small and estimate the others (see
+** "Stats, prune" below).
 */
 static const char schema_v5[] =
     "CREATE TABLE due_lock ("
@@ -702,16 +716,35 @@ _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
 
 const char *due__sq_read_sql(int i)
 {
-	static const enum stmt_id reads[] = {
-	    ST_DUE_UNCLAIMED,	ST_LATENESS,	    ST_M_LATE,
-	    ST_M_DUR,		ST_M_OUTCOMES,	    ST_M_STALE,
-	    ST_M_PERMIN,	ST_M_WORKERS,	    ST_PRUNE_ATTEMPTS,
-	    ST_PRUNE_AUDIT,	ST_PRUNE_TASKS,	    ST_PEEK_DUE,
-	    ST_PEEK_EXPIRED,	ST_PRIO_NEXT,	    ST_K_RUNNING,
-	    ST_K_DUE,		ST_K_GROUPS,	    ST_ID_RANGE,
-	    ST_PROBE,		ST_CLAIM_ID,	    ST_CLAIM_ONE,
-	    ST_COMPLETE,	ST_CANCEL_SCHED,    ST_STATE_OF,
-	    ST_SCHED_KIND_NEXT, ST_SCHED_KIND_COUNT};
+	static const enum stmt_id reads[] = {ST_DUE_UNCLAIMED,
+					     ST_LATENESS,
+					     ST_M_LATE,
+					     ST_M_DUR,
+					     ST_M_OUTCOMES,
+					     ST_M_STALE,
+					     ST_M_PERMIN,
+					     ST_M_WORKERS,
+					     ST_PRUNE_ATTEMPTS,
+					     ST_PRUNE_AUDIT,
+					     ST_PRUNE_TASKS,
+					     ST_PEEK_DUE,
+					     ST_PEEK_EXPIRED,
+					     ST_PRIO_NEXT,
+					     ST_K_RUNNING,
+					     ST_K_DUE,
+					     ST_K_GROUPS,
+					     ST_ID_RANGE,
+					     ST_PROBE,
+					     ST_CLAIM_ID,
+					     ST_CLAIM_ONE,
+					     ST_COMPLETE,
+					     ST_CANCEL_SCHED,
+					     ST_STATE_OF,
+					     ST_SCHED_KIND_NEXT,
+					     ST_SCHED_KIND_COUNT,
+					     ST_SPAN_STATE + DUE_SCHEDULED,
+					     ST_SPAN_STATE + DUE_DONE,
+					     ST_SPAN_STATE + DUE_CANCELLED};
 	const size_t n = sizeof(reads) / sizeof(reads[0]);
 
 	/* then each state's list, count and per-kind read */
@@ -2281,11 +2314,16 @@ static int lateness(due_store *s, due_stats *out)
 
 /*
 ** The counts.  Nothing is kept up to date by the transitions (a counter
-** cost the drain 10-14 %): each state is counted on its own partial index,
-** CLAIMED and DEAD in full (bounded by what runs and what is dead),
-** SCHEDULED, DONE and CANCELLED up to COUNT_CAP rows: below the cap the
-** count is exact, at the cap the state is "big" and estimate_read's
-** sample decides its figure (its bit set in `estimated`).
+** cost the drain 10-14 %): each state is counted on its own partial index.
+** CLAIMED and DEAD in full (bounded by what runs and what is dead).
+** SCHEDULED, DONE and CANCELLED are first sized by two seeks on their
+** (id) index: a state whose ids span fewer than COUNT_CAP is small and
+** counted (exact).  Any other may be big: estimate_read's sample is taken
+** once, and a state it proves big (sure_big) gets its figure from the
+** sample with its bit set in `estimated`, without being counted; only a
+** state the sample cannot tell from small is counted, up to COUNT_CAP
+** rows (below the cap exact, at the cap big).  So a big store reads two
+** seeks a state and the sample, never 10,001 index entries a big state.
 */
 #define COUNT_CAP 10001
 
@@ -2299,11 +2337,29 @@ static int lateness(due_store *s, due_stats *out)
 ** span * hits / probes: exact when the ids have no gap, unbiased when
 ** they have.  Passes are added, with other offsets, until HITS_MIN hits
 ** or PROBE_PASSES passes (a mostly pruned id range).  Constant cost: at
-** most PROBE_PASS * PROBE_PASSES primary-key lookups, no write.
+** most PROBE_PASS * PROBE_PASSES primary-key lookups, no write.  The
+** offsets are the same every call, so on a store that did not change the
+** probes read the pages the last call read: 256 leaves and their parents
+** stay in SQLite's default 2 MB page cache, 512 did not (0.11 ms against
+** 0.77 ms a sample at a million tasks).
 */
-#define PROBE_PASS 512
+#define PROBE_PASS 256
 #define PROBE_PASSES 8
-#define HITS_MIN 256
+#define HITS_MIN 128
+
+/*
+** A state (or a kind) the sample proves to hold at least `cap` tasks: at
+** least BIG_HITS hits and an estimate of 4 x cap.  For one that holds
+** fewer, whose expected hits are lambda < cap's, that takes max(12,
+** 4 lambda) hits: below 1e-4 for any lambda if the hits were Poisson, and
+** a stratified sample varies less.  Such a state is not counted.
+*/
+#define BIG_HITS 12
+
+static bool sure_big(int64_t hits, double n, int64_t cap)
+{
+	return hits >= BIG_HITS && n >= 4.0 * (double)cap;
+}
 
 typedef struct est_hit {
 	char *kind; /* NULL unless kinds were asked for */
@@ -2312,6 +2368,7 @@ typedef struct est_hit {
 
 typedef struct est {
 	int64_t live;		       /* the live tasks, estimated */
+	int64_t n_hits;		       /* probes that landed on a task */
 	int64_t hits[DUE_STATE_COUNT]; /* probes that landed on each state */
 	est_hit *hit;		       /* each hit, when kinds were asked */
 	size_t n_hit;
@@ -2415,17 +2472,26 @@ static int estimate_read(due_store *s, est *e, bool kinds)
 		}
 		probes += PROBE_PASS;
 	}
+	e->n_hits = hits;
 	if (probes)
 		e->live = (int64_t)((double)(hi - lo + 1) * (double)hits /
 				    (double)probes);
 	return 0;
 }
 
+/* State i's share of the sample's live estimate. */
+static double est_state(const est *e, int i)
+{
+	return e->n_hits
+		   ? (double)e->live * (double)e->hits[i] / (double)e->n_hits
+		   : 0.0;
+}
+
 /*
 ** The big states' figures from the sample: the live tasks less the
 ** states counted exactly, shared among the big ones by their hits (each
-** at least COUNT_CAP, which its capped count proved).  With one big state
-** and no gap in the ids, that is exact.
+** at least COUNT_CAP, which its capped count or the sample proved).  With
+** one big state and no gap in the ids, that is exact.
 */
 static void estimate_apply(const est *e, due_stats *out)
 {
@@ -2451,48 +2517,95 @@ static void estimate_apply(const est *e, due_stats *out)
 	}
 }
 
-/* Each state's count on its index (capped where it may be big). */
-static int counts_capped(due_store *s, due_stats *out)
+/* State i counted on its index: all (CLAIMED, DEAD) or up to COUNT_CAP;
+** its bit set in out->estimated when it reached the cap. */
+static int count_state(due_store *s, int i, due_stats *out)
 {
+	sqlite3_stmt *st = stmt(s, (enum stmt_id)(ST_COUNT_STATE + i));
+	bool capped = i != DUE_CLAIMED && i != DUE_DEAD;
 	int rc;
 
-	out->estimated = 0;
-	for (int i = 0; i < DUE_STATE_COUNT; i++) {
-		sqlite3_stmt *st = stmt(s, (enum stmt_id)(ST_COUNT_STATE + i));
-		if (!st)
-			return due_error_last_code();
-		if (i != DUE_CLAIMED && i != DUE_DEAD)
-			sqlite3_bind_int64(st, 1, COUNT_CAP);
-		if ((rc = sqlite3_step(st)) == SQLITE_ROW)
-			out->counts[i] = sqlite3_column_int64(st, 0);
-		sqlite3_reset(st);
-		if (rc != SQLITE_ROW)
-			return due__sq_error(s, rc, "stats");
-		if (i != DUE_CLAIMED && i != DUE_DEAD &&
-		    out->counts[i] >= COUNT_CAP)
-			out->estimated |= 1u << i;
-	}
+	if (!st)
+		return due_error_last_code();
+	if (capped)
+		sqlite3_bind_int64(st, 1, COUNT_CAP);
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW)
+		out->counts[i] = sqlite3_column_int64(st, 0);
+	sqlite3_reset(st);
+	if (rc != SQLITE_ROW)
+		return due__sq_error(s, rc, "stats");
+	if (capped && out->counts[i] >= COUNT_CAP)
+		out->estimated |= 1u << i;
 	return 0;
 }
 
+/* The ids of state i (SCHEDULED, DONE, CANCELLED) span at least
+** COUNT_CAP: it may be big.  *n gets 0 when it has no task. */
+static int span_state(due_store *s, int i, int64_t *n)
+{
+	sqlite3_stmt *st = stmt(s, (enum stmt_id)(ST_SPAN_STATE + i));
+	int rc;
+
+	*n = 0;
+	if (!st)
+		return due_error_last_code();
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW &&
+	    sqlite3_column_type(st, 0) != SQLITE_NULL)
+		*n = sqlite3_column_int64(st, 1) - sqlite3_column_int64(st, 0) +
+		     1;
+	sqlite3_reset(st);
+	return rc == SQLITE_ROW ? 0 : due__sq_error(s, rc, "stats");
+}
+
+/* Each state's count (see "The counts" above). */
+static int counts_sized(due_store *s, due_stats *out)
+{
+	uint32_t maybe = 0;
+	int rc = 0;
+
+	out->estimated = 0;
+	for (int i = 0; rc == 0 && i < DUE_STATE_COUNT; i++) {
+		int64_t span = 0;
+		out->counts[i] = 0;
+		if (i == DUE_CLAIMED || i == DUE_DEAD)
+			rc = count_state(s, i, out);
+		else if ((rc = span_state(s, i, &span)) == 0 && span) {
+			if (span < COUNT_CAP)
+				rc = count_state(s, i, out);
+			else
+				maybe |= 1u << i;
+		}
+	}
+	if (rc < 0 || !maybe)
+		return rc;
+	est e;
+	if ((rc = estimate_read(s, &e, false)) < 0)
+		return rc;
+	for (int i = 0; rc == 0 && i < DUE_STATE_COUNT; i++) {
+		if (!(maybe & 1u << i))
+			continue;
+		if (sure_big(e.hits[i], est_state(&e, i), COUNT_CAP))
+			out->estimated |= 1u << i;
+		else
+			rc = count_state(s, i, out);
+	}
+	if (rc == 0 && out->estimated)
+		estimate_apply(&e, out);
+	est_free(&e);
+	return rc;
+}
+
 /*
-** The counts (capped, and estimated above the cap), then the overdue
-** tasks through due_task_due (bounded by what is overdue).
+** The counts (counts_sized), then the overdue tasks through due_task_due
+** (bounded by what is overdue).
 */
 static int counts_read(due_store *s, due_stats *out)
 {
 	sqlite3_stmt *st;
 	int rc;
 
-	if ((rc = counts_capped(s, out)) < 0)
+	if ((rc = counts_sized(s, out)) < 0)
 		return rc;
-	if (out->estimated) {
-		est e;
-		if ((rc = estimate_read(s, &e, false)) < 0)
-			return rc;
-		estimate_apply(&e, out);
-		est_free(&e);
-	}
 	out->dead = out->counts[DUE_DEAD];
 	if (!(st = stmt(s, ST_DUE_UNCLAIMED)))
 		return due_error_last_code();
@@ -2949,11 +3062,12 @@ static int sched_kind_count(due_store *s, const char *kind, int64_t cap,
 
 /*
 ** A big SCHEDULED per kind, through due_task_kind_claim: every kind is
-** found by a loose scan (one probe each, the first 1000 by name), and
-** counted exactly when it has fewer than KIND_CAP while the kinds
-** together stay within COUNT_CAP index entries; any other kind gets its
-** share of the sample's hits (hits: the sample's SCHEDULED hits, sorted
-** by kind), at least what was counted of it, at least 1.
+** found by a loose scan (one probe each, the first 1000 by name).  A kind
+** the sample proves to hold KIND_CAP or more (sure_big) gets its share of
+** the sample's hits (hits: the sample's SCHEDULED hits, sorted by kind)
+** uncounted; any other is counted exactly when it has fewer than KIND_CAP
+** while the counted kinds together stay within COUNT_CAP index entries,
+** else it gets its share, at least what was counted of it, at least 1.
 */
 #define KIND_CAP 1001
 
@@ -2976,14 +3090,16 @@ static int kinds_sched_big(due_store *s, due_metrics *m, est_hit *hits,
 			h++;
 		for (; h < n_hits && strcmp(hits[h].kind, kind) == 0; h++)
 			hk++;
+		double share = (double)m->stats.counts[DUE_SCHEDULED] *
+			       (double)hk / (double)(n_hits ? n_hits : 1);
 		int64_t cap = budget < KIND_CAP ? budget : KIND_CAP;
-		if (cap > 0 && (rc = sched_kind_count(s, kind, cap, &n)) < 0)
+		if (sure_big(hk, share, KIND_CAP))
+			cap = 0; /* not counted: its share */
+		else if (cap > 0 &&
+			 (rc = sched_kind_count(s, kind, cap, &n)) < 0)
 			break;
 		budget -= n;
 		if (n >= cap) { /* not all of it counted */
-			double share = (double)m->stats.counts[DUE_SCHEDULED] *
-				       (double)hk /
-				       (double)(n_hits ? n_hits : 1);
 			if ((int64_t)share > n)
 				n = (int64_t)share;
 			if (n < 1)
@@ -2994,39 +3110,34 @@ static int kinds_sched_big(due_store *s, due_metrics *m, est_hit *hits,
 	return rc;
 }
 
-/* The big states' figures per kind (see kinds, below). */
-static int kinds_estimated(due_store *s, due_metrics *m, tally *r)
+/*
+** The big states' figures per kind from the sample *e (see kinds, below):
+** its SCHEDULED hits are moved to the front of e->hit and sorted by kind;
+** e keeps every kind (est_free frees them).
+*/
+static int kinds_estimated(due_store *s, due_metrics *m, est *e, tally *r)
 {
-	est_hit *sched = NULL;
 	size_t n_sched = 0, from = r->n;
-	est e;
-	int rc;
+	int rc = 0;
 
-	if ((rc = estimate_read(s, &e, true)) < 0)
-		return rc;
-	for (size_t i = 0; i < e.n_hit; i++) { /* SCHEDULED's hits apart */
-		if (e.hit[i].state == DUE_SCHEDULED) {
-			e.hit[n_sched++] = e.hit[i];
-			continue;
-		}
-		if (rc == 0 && m->kinds_estimated & 1u << e.hit[i].state)
-			rc = tally_add(r, e.hit[i].kind, e.hit[i].state, 1);
-		free(e.hit[i].kind);
+	for (size_t i = 0; i < e->n_hit; i++) { /* SCHEDULED's hits apart */
+		if (e->hit[i].state == DUE_SCHEDULED) {
+			est_hit t = e->hit[n_sched];
+			e->hit[n_sched++] = e->hit[i];
+			e->hit[i] = t;
+		} else if (rc == 0 &&
+			   m->kinds_estimated & 1u << e->hit[i].state)
+			rc = tally_add(r, e->hit[i].kind, e->hit[i].state, 1);
 	}
 	for (size_t i = from; rc == 0 && i < r->n; i++) {
 		int st = r->v[i].state;
-		r->v[i].n =
-		    (int64_t)((double)m->stats.counts[st] / (double)e.hits[st]);
+		r->v[i].n = (int64_t)((double)m->stats.counts[st] /
+				      (double)e->hits[st]);
 	}
-	sched = e.hit;
 	if (rc == 0 && m->kinds_estimated & 1u << DUE_SCHEDULED) {
-		qsort(sched, n_sched, sizeof(*sched), cmp_hit_kind);
-		rc = kinds_sched_big(s, m, sched, n_sched, r);
+		qsort(e->hit, n_sched, sizeof(*e->hit), cmp_hit_kind);
+		rc = kinds_sched_big(s, m, e->hit, n_sched, r);
 	}
-	for (size_t i = 0; i < n_sched; i++)
-		free(sched[i].kind);
-	e.n_hit = 0; /* every kind is freed by now */
-	est_free(&e);
 	return rc;
 }
 
@@ -3059,19 +3170,29 @@ static int kinds_fold(due_metrics *m, tally *r)
 static int kinds(due_store *s, due_metrics *m)
 {
 	tally r = {0};
+	est e = {0};
+	bool sampled = false;
 	int rc = 0;
 
 	m->kinds_estimated = m->stats.estimated;
+	/* the sample first, while the pages stats just probed are cached */
+	if (m->kinds_estimated && (rc = estimate_read(s, &e, true)) == 0)
+		sampled = true;
 	for (int i = 0; rc == 0 && i < DUE_STATE_COUNT; i++) {
 		bool big = false;
 		if (!(m->kinds_estimated & 1u << i) &&
 		    (rc = kinds_exact(s, i, &r, &big)) == 0 && big)
 			m->kinds_estimated |= 1u << i;
 	}
+	if (rc == 0 && m->kinds_estimated && !sampled &&
+	    (rc = estimate_read(s, &e, true)) == 0)
+		sampled = true;
 	if (rc == 0 && m->kinds_estimated)
-		rc = kinds_estimated(s, m, &r);
+		rc = kinds_estimated(s, m, &e, &r);
 	if (rc == 0)
 		rc = kinds_fold(m, &r);
+	if (sampled)
+		est_free(&e);
 	tally_free(&r);
 	return rc;
 }

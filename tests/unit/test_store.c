@@ -3697,6 +3697,32 @@ static void test_sqlite_estimates(void **state)
 	within("e2 DONE", m->kinds[2].counts[DUE_DONE], N / 4 - 2500, 25);
 	assert_int_equal(m->kinds[3].counts[DUE_SCHEDULED], 3);
 	due_metrics_free(m);
+
+	/* 40,000 more SCHEDULED e1 after them: SCHEDULED (70,003) is now
+	   proved big by the sample alone (over 4x the cap), not counted,
+	   and so is e1 per kind; DONE and CANCELLED are still counted up
+	   to the cap */
+	sql("WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g"
+	    " WHERE x < 40000) INSERT INTO due_task (kind, payload, state,"
+	    " due_at, max_attempts, backoff_us, backoff_cap_us, created_at,"
+	    " updated_at) SELECT 'e1', '', 'SCHEDULED', %s, 5, 0, 0, %s, %s"
+	    " FROM g",
+	    TS(now + HOUR), TS(now), TS(now));
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.estimated, big);
+	assert_int_equal(st.counts[DUE_CLAIMED], 1);
+	assert_int_equal(st.counts[DUE_DEAD], 1);
+	within("SCHEDULED, bigger", st.counts[DUE_SCHEDULED], N / 2 + 40003,
+	       25);
+	within("DONE, bigger", st.counts[DUE_DONE], N / 4 - 2500, 25);
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->kinds_estimated, big);
+	assert_int_equal(m->n_kinds, 4);
+	within("e1 SCHEDULED, bigger", m->kinds[1].counts[DUE_SCHEDULED],
+	       N / 4 + 40000, 25);
+	assert_int_equal(m->kinds[3].counts[DUE_SCHEDULED], 3);
+	assert_int_equal(m->kinds[0].counts[DUE_CLAIMED], 1);
+	due_metrics_free(m);
 	due_close(db);
 }
 
