@@ -2339,9 +2339,10 @@ static int lateness(due_store *s, due_stats *out)
 ** The estimator: PROBE_PASS rowids spread evenly over [min(id), max(id)]
 ** (one in each of PROBE_PASS equal strata, at a fixed pseudo-random
 ** offset inside it, so that no period in the ids can alias with the
-** step), each looked up by primary key.  A probe lands on a live task
-** (a hit: its state and kind are recorded) or in a gap (ids are
-** AUTOINCREMENT, so what prune deleted stays a hole).  The live tasks are
+** step), each looked up by primary key (a pass in one statement:
+** est_pass).  A probe lands on a live task (a hit: its state and kind
+** are recorded) or in a gap (ids are AUTOINCREMENT, so what prune
+** deleted stays a hole).  The live tasks are
 ** span * hits / probes: exact when the ids have no gap, unbiased when
 ** they have.  Passes are added, with other offsets, until HITS_MIN hits
 ** or PROBE_PASSES passes (a mostly pruned id range).  Constant cost: at
