@@ -532,6 +532,41 @@ def floor_table(res):
                   "runs", "exactly once"], rows, ["l", "l", "r", "r", "r", "l"])
 
 
+def cpu_budget_table(res):
+    """Issue 18's per-task budget: the process CPU per task of due beside
+    the floor's bare SQL on the same store in the same run (both
+    cpu_us_per_task, getrusage over the measured phase).  A ratio of CPU,
+    unlike a ratio of rates, does not depend on how fast the disk syncs."""
+    rows = []
+    for st in res.stores():
+        name = STORE_NAME[st]
+        specs = [("enqueue, one commit each", "enqueue", "single", None, "floor-enqueue", "single"),
+                 ("enqueue, batches of 1000", "enqueue", "batch", None, "floor-enqueue", "batch")]
+        for c in (4, 16):
+            specs.append(("drain, C no-op, c=%d" % c, "drain", "c-noop", c, "floor-drain", "2-commit"))
+        for desc, w, var, c, fw, fvar in specs:
+            sel = res.select(st, w, var, c)
+            m = res.med(sel, "cpu_us_per_task")
+            if m is None:
+                continue
+            f = res.med(res.select(st, fw, fvar, c), "cpu_us_per_task")
+            f1 = res.med(res.select(st, fw, "1-commit", c), "cpu_us_per_task") \
+                if w == "drain" else None
+            rows.append([name, desc, fnum(m, 1), fnum(f, 1), fratio(m, f),
+                         fnum(f1, 1) if f1 is not None else "—",
+                         fratio(m, f1) if f1 is not None else "—"])
+    if not rows:
+        return "No rows: this run measured no CPU per task."
+    return ("Process CPU (user + system, `getrusage`) over the measured phase, per task: "
+            "`due bench` (its worker threads included; the store server's CPU is not) "
+            "beside `bench/floor` on the same store in the same run. Issue 18's target: "
+            "at most 2× the floor for the drain at c=4 and the single enqueue on SQLite "
+            "sync=normal.\n\n" +
+            table(["store", "workload", "due µs/task", "floor µs/task (2-commit)", "÷ floor",
+                   "floor µs/task (1-commit)", "÷ floor 1c"], rows,
+                  ["l", "l"] + ["r"] * 5))
+
+
 def discs_of(res, st, workload):
     seen = []
     for r in res.select(st, workload) + res.failures(st, workload):
@@ -1319,6 +1354,7 @@ def render(args):
     sections = [
         ("Throughput (W1 enqueue, W2 drain) against the floor", throughput_table(res)),
         ("The floor: bare SQL, no framework", floor_table(res)),
+        ("CPU per task: due against the floor (issue 18's budget)", cpu_budget_table(res)),
         ("W3 lateness: claim − due, %s tasks over 5 s, 4 workers waiting" % fnum(args.nl),
          lateness_table(res)),
         ("W4 idle cost: 4 workers, no tasks", idle_table(res)),

@@ -37,6 +37,10 @@
 **             ("future", the worst case for a claim that scans the
 **             priorities in order).  Not part of "all": it fills a big
 **             store.
+** enqueue, cycle and drain also say cpu_us_per_task: the user + system CPU
+** of this process over the measured phase (getrusage), per task, the
+** worker threads' included; bench/floor reports the same for bare SQL, so
+** their ratio is the runtime's overhead whatever the disk (issue 18).
 ** Figures are printed, never judged: a benchmark has no pass/fail.
 **
 ** Scratch stores are `due verify`'s (verify_store.c): a file beside yours,
@@ -133,6 +137,13 @@ typedef struct bres {
 	long early, duplicates, missing;
 	long claim_queries; /* drain: store transactions that claimed */
 	double queries_per_s, cpu_s;
+	/*
+	** enqueue, cycle, drain: user + system CPU of this process over the
+	** measured phase only (getrusage), per task; 0: not measured.  The
+	** worker threads' CPU is in it; a command or pipe handler's and the
+	** store server's are not (issue 18's per-task budget).
+	*/
+	double cpu_us_per_task;
 	/* idle on Redis/MySQL: what the server counted over the window */
 	long long server_queries;
 	json_t *server_detail; /* command or Com_* -> count, or NULL */
@@ -150,6 +161,9 @@ static void report(const bopts *o, const bres *r)
 		    "variant", r->variant, "n", (json_int_t)r->n, "concurrency",
 		    (json_int_t)r->concurrency, "seconds", r->seconds,
 		    "tasks_per_s", r->tasks_per_s);
+		if (r->cpu_us_per_task > 0)
+			json_object_set_new(j, "cpu_us_per_task",
+					    json_real(r->cpu_us_per_task));
 		if (r->has_late) {
 			json_object_set_new(j, "p50_ms", json_real(r->p50));
 			json_object_set_new(j, "p90_ms", json_real(r->p90));
@@ -201,6 +215,8 @@ static void report(const bopts *o, const bres *r)
 		printf("%-9s %-12s n=%-6ld c=%-3ld %8.2fs %10.0f tasks/s",
 		       r->workload, r->variant, r->n, r->concurrency,
 		       r->seconds, r->tasks_per_s);
+		if (r->cpu_us_per_task > 0)
+			printf("  cpu=%.1fus/task", r->cpu_us_per_task);
 		if (r->has_late)
 			printf("  p50=%.2fms p90=%.2fms p99=%.2fms max=%.2fms "
 			       "early=%ld",
@@ -573,7 +589,7 @@ static void w_enqueue(vctx *v, const bopts *o)
 		  .variant = "single",
 		  .n = o->n,
 		  .concurrency = 1};
-	double t0 = v_now_ms();
+	double t0 = v_now_ms(), c0 = cpu_seconds();
 	long n = o->n / 4 > 0 ? o->n / 4 : 1; /* one commit each: fewer */
 
 	for (long i = 0; i < n; i++) {
@@ -587,15 +603,18 @@ static void w_enqueue(vctx *v, const bopts *o)
 	r.n = n;
 	r.seconds = (v_now_ms() - t0) / 1000.0;
 	r.tasks_per_s = (double)n / r.seconds;
+	r.cpu_us_per_task = (cpu_seconds() - c0) * 1e6 / (double)n;
 	report(o, &r);
 	r.variant = "batch";
 	r.n = o->n;
 	r.concurrency = o->batch;
 	t0 = v_now_ms();
+	c0 = cpu_seconds();
 	if (!fill(v, o->n, 0, o->batch))
 		return;
 	r.seconds = (v_now_ms() - t0) / 1000.0;
 	r.tasks_per_s = (double)o->n / r.seconds;
+	r.cpu_us_per_task = (cpu_seconds() - c0) * 1e6 / (double)o->n;
 	report(o, &r);
 }
 
@@ -609,7 +628,7 @@ static void w_cycle(vctx *v, const bopts *o)
 
 	if (!fill(v, o->n, 0, o->batch))
 		return;
-	double t0 = v_now_ms();
+	double t0 = v_now_ms(), c0 = cpu_seconds();
 	for (;;) {
 		due_task_list *l = NULL;
 		due_complete_outcome co;
@@ -627,6 +646,8 @@ static void w_cycle(vctx *v, const bopts *o)
 	}
 	r.seconds = (v_now_ms() - t0) / 1000.0;
 	r.tasks_per_s = (double)done / r.seconds;
+	if (done > 0)
+		r.cpu_us_per_task = (cpu_seconds() - c0) * 1e6 / (double)done;
 	r.has_check = true;
 	r.missing = o->n - done;
 	report(o, &r);
@@ -815,7 +836,7 @@ static void w_drain(vctx *v, const bopts *o)
 		fprintf(stderr, "due bench: --pipe: %s\n", due_error_last());
 		goto done;
 	}
-	double t0 = v_now_ms(), last = t0;
+	double t0 = v_now_ms(), last = t0, c0 = cpu_seconds();
 	long last_n = 0;
 	if (start_workers(
 		v, o, ws, workers, conc, true, pipe ? due_pipe_handler : noop,
@@ -844,6 +865,8 @@ static void w_drain(vctx *v, const bopts *o)
 	while (ended_tries(ws, workers) < o->n && !all_ended(ws, workers))
 		v_sleep_ms(1);
 	r.seconds = (v_now_ms() - t0) / 1000.0;
+	/* the workers' stop (their last report, closing) is not the drain */
+	r.cpu_us_per_task = (cpu_seconds() - c0) * 1e6 / (double)o->n;
 	r.claim_queries = stop_workers(ws, workers, false);
 	r.tasks_per_s = (double)o->n / r.seconds;
 	for (long i = 0; i < o->n && !cmd; i++) {
