@@ -54,3 +54,17 @@ finish() {
 	echo "$PASS passed, $FAIL failed"
 	[ "$FAIL" -eq 0 ]
 }
+
+# mysql_url_parts URL: split mysql://user[:password]@host[:port]/db[?socket=PATH]
+# into myauth (user[:password]), myuser, mypass, myhostport, myhost, myport
+# (3306 when absent), myquery ("?..." or empty) and mysock, for the tests
+# that reach the server with the mariadb client.
+mysql_url_parts() {
+	local rest=${1#*://}
+	myquery=; case "$rest" in *\?*) myquery="?${rest#*\?}"; rest=${rest%%\?*};; esac
+	myauth=root; case "$rest" in *@*) myauth=${rest%%@*}; rest=${rest#*@};; esac
+	myhostport=${rest%%/*}
+	myuser=${myauth%%:*}; mypass=; case "$myauth" in *:*) mypass=${myauth#*:};; esac
+	myhost=${myhostport%%:*}; myport=3306; case "$myhostport" in *:*) myport=${myhostport#*:};; esac
+	mysock=; case "$myquery" in *socket=*) mysock=${myquery#*socket=}; mysock=${mysock%%&*};; esac
+}

@@ -125,13 +125,7 @@ if need DUE_TEST_REDIS_URL redis && "$DUE" init --db "redis://127.0.0.1:1/0" 2>&
 fi
 
 if need DUE_TEST_MYSQL_URL mariadb; then
-	myrest=${DUE_TEST_MYSQL_URL#*://}
-	myquery=; case "$myrest" in *\?*) myquery="?${myrest#*\?}"; myrest=${myrest%%\?*};; esac
-	myauth=root; case "$myrest" in *@*) myauth=${myrest%%@*}; myrest=${myrest#*@};; esac
-	myhostport=${myrest%%/*}
-	myuser=${myauth%%:*}; mypass=; case "$myauth" in *:*) mypass=${myauth#*:};; esac
-	myhost=${myhostport%%:*}; myport=3306; case "$myhostport" in *:*) myport=${myhostport#*:};; esac
-	mysock=; case "$myquery" in *socket=*) mysock=${myquery#*socket=}; mysock=${mysock%%&*};; esac
+	mysql_url_parts "$DUE_TEST_MYSQL_URL"
 	mydb="due_retain_$$"
 	mycli() {
 		MYSQL_PWD="$mypass" mariadb --no-defaults -h "$myhost" -P "$myport" \

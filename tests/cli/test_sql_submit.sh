@@ -22,14 +22,7 @@ if [ -z "${DUE_TEST_MYSQL_URL:-}" ]; then
 	if [ "${CI:-}" = true ]; then bad "CI=true but DUE_TEST_MYSQL_URL is unset"; fi
 	echo "NOTE: DUE_TEST_MYSQL_URL not set: the MySQL SQL submit is not tested"
 else
-	# mysql://user[:password]@host[:port]/db[?socket=PATH]
-	myrest=${DUE_TEST_MYSQL_URL#*://}
-	myquery=; case "$myrest" in *\?*) myquery="?${myrest#*\?}"; myrest=${myrest%%\?*};; esac
-	myauth=root; case "$myrest" in *@*) myauth=${myrest%%@*}; myrest=${myrest#*@};; esac
-	myhostport=${myrest%%/*}
-	myuser=${myauth%%:*}; mypass=; case "$myauth" in *:*) mypass=${myauth#*:};; esac
-	myhost=${myhostport%%:*}; myport=3306; case "$myhostport" in *:*) myport=${myhostport#*:};; esac
-	mysock=; case "$myquery" in *socket=*) mysock=${myquery#*socket=}; mysock=${mysock%%&*};; esac
+	mysql_url_parts "$DUE_TEST_MYSQL_URL"
 	mydb="due_sql_$$"
 	mycli() {
 		MYSQL_PWD="$mypass" mariadb --no-defaults --default-character-set=utf8mb4 \
