@@ -2627,7 +2627,8 @@ static int prune_tx(due_store *s, int64_t older_than_us, int64_t want,
 			    (fin){due__my_i64(row, 1), due__my_i64(row, 0)};
 		mysql_free_result(r);
 	}
-	qsort(f, nf, sizeof(*f), fin_cmp);
+	if (nf > 1)
+		qsort(f, nf, sizeof(*f), fin_cmp);
 	for (size_t i = 0; i < nf && (int64_t)i < want; i++)
 		if ((rc = pick_add(&p, f[i].id)) < 0)
 			goto fail;

@@ -3151,7 +3151,8 @@ static int kinds_estimated(due_store *s, due_metrics *m, est *e, tally *r)
 				      (double)e->hits[st]);
 	}
 	if (rc == 0 && m->kinds_estimated & 1u << DUE_SCHEDULED) {
-		qsort(e->hit, n_sched, sizeof(*e->hit), cmp_hit_kind);
+		if (n_sched > 1)
+			qsort(e->hit, n_sched, sizeof(*e->hit), cmp_hit_kind);
 		rc = kinds_sched_big(s, m, e->hit, n_sched, r);
 	}
 	return rc;
@@ -3162,7 +3163,8 @@ static int kinds_fold(due_metrics *m, tally *r)
 {
 	size_t distinct = 0;
 
-	qsort(r->v, r->n, sizeof(*r->v), cmp_tally_row);
+	if (r->n > 1) /* r->v is NULL while empty: qsort wants a pointer */
+		qsort(r->v, r->n, sizeof(*r->v), cmp_tally_row);
 	for (size_t i = 0; i < r->n; i++)
 		if (!i || strcmp(r->v[i - 1].kind, r->v[i].kind) != 0)
 			distinct++;
