@@ -287,10 +287,11 @@ else
 	pg_q() { psql -qXAt "$PG_URL" -c "$1"; }
 	sleepers() {
 		for i in $(seq 1 "$1"); do
-			psql -qXAt "$as_role" -c "SELECT pg_sleep(30)" >/dev/null 2>&1 &
+			# long enough to outlast the waits below on a loaded machine
+			psql -qXAt "$as_role" -c "SELECT pg_sleep(120)" >/dev/null 2>&1 &
 			PIDS+=($!)
 		done
-		wait_for "$2 sessions hold the role's connections" 20 bash -c "[ \"\$(psql -qXAt '$PG_URL' -c \"SELECT count(*) FROM pg_stat_activity WHERE usename = '$PG_ROLE' AND query LIKE '%pg_sleep%' AND pid <> pg_backend_pid()\")\" = $2 ]"
+		wait_for "$2 sessions hold the role's connections" 60 bash -c "[ \"\$(psql -qXAt '$PG_URL' -c \"SELECT count(*) FROM pg_stat_activity WHERE usename = '$PG_ROLE' AND query LIKE '%pg_sleep%' AND pid <> pg_backend_pid()\")\" = $2 ]"
 	}
 	sleepers 4 4
 	pg_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '$PG_ROLE' AND query NOT LIKE '%pg_sleep%'" >/dev/null
