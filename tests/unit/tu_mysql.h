@@ -37,7 +37,7 @@ static inline MYSQL *tu_mysql_connect(const char *u, bool db, char *err,
 	MYSQL *m;
 
 	if (!u || !(p = strstr(u, "//")) || !(slash = strchr(p + 2, '/'))) {
-		snprintf(err, en, "bad URL %s", u ? u : "(none)");
+		snprintf(err, en, "bad URL %.100s", u ? u : "(none)");
 		return NULL;
 	}
 	p += 2;
