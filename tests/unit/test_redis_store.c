@@ -616,6 +616,70 @@ static void test_upgrade_from_4(void **state)
 	due_close(db);
 }
 
+/*
+** A try's attempt record is written when it ends; while it runs the task
+** hash holds it (owner, claim time 'n', due_at) and due_get shows it
+** RUNNING.  A try claimed by the earlier build wrote its record at the
+** claim and has no 'n': finished by this build, that record is ended,
+** once, with the outcome and the metrics as before.
+*/
+static void test_attempt_written_at_end(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_task *t;
+	due_complete_outcome co;
+	due_metrics *m = NULL;
+	due_id id = add(db, "k", 0, 5), old;
+	char ak[200], tk[200];
+
+	claim_one(db, id, LONG_LEASE);
+	snprintf(ak, sizeof(ak), "%s", tu_rd_key("a:%lld", (long long)id));
+	snprintf(tk, sizeof(tk), "%s", tu_rd_key("t:%lld", (long long)id));
+	assert_int_equal(cmd_int("EXISTS %s", ak), 0);
+	t = get(db, id);
+	assert_int_equal(t->n_attempts, 1);
+	assert_string_equal(t->attempts[0].outcome, "RUNNING");
+	assert_string_equal(t->attempts[0].worker, "w1");
+	assert_true(t->attempts[0].claimed_at > 0);
+	assert_int_equal(t->attempts[0].ended_at, 0);
+	due_task_free(t);
+	assert_int_equal(due_complete(db, &co, id, 1, "r", 1), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	assert_int_equal(cmd_int("EXISTS %s", ak), 1);
+	assert_int_equal(cmd_int("HEXISTS %s n", tk), 0);
+	t = get(db, id);
+	assert_int_equal(t->n_attempts, 1);
+	assert_string_equal(t->attempts[0].outcome, "DONE");
+	assert_string_equal(t->attempts[0].worker, "w1");
+	assert_true(t->attempts[0].ended_at >= t->attempts[0].claimed_at);
+	due_task_free(t);
+
+	/* the earlier layout's running try: record at the claim, no 'n' */
+	old = add(db, "k", 0, 5);
+	claim_one(db, old, LONG_LEASE);
+	snprintf(ak, sizeof(ak), "%s", tu_rd_key("a:%lld", (long long)old));
+	snprintf(tk, sizeof(tk), "%s", tu_rd_key("t:%lld", (long long)old));
+	cmd_ok("HDEL %s n", tk);
+	cmd_ok("HSET %s 1:worker earlier 1:claimed_at 1000 1:due_at 900 "
+	       "1:outcome RUNNING",
+	       ak);
+	assert_int_equal(due_complete(db, &co, old, 1, "r", 1), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	t = get(db, old);
+	assert_int_equal(t->n_attempts, 1);
+	assert_string_equal(t->attempts[0].outcome, "DONE");
+	assert_string_equal(t->attempts[0].worker, "earlier");
+	assert_int_equal(t->attempts[0].claimed_at, 1000);
+	assert_true(t->attempts[0].ended_at > 1000);
+	due_task_free(t);
+	/* the first try is in the window; the earlier one's minute is not */
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->outcomes[DUE_OUT_DONE], 1);
+	due_metrics_free(m);
+	due_close(db);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -627,7 +691,7 @@ int main(void)
 	    T(test_running_count_index), T(test_group_scan_bounded),
 	    T(test_list_kind_pages),	 T(test_submit_all_or_none),
 	    T(test_claimed_from_lease),	 T(test_memory_per_task),
-	    T(test_upgrade_from_4),
+	    T(test_upgrade_from_4),	 T(test_attempt_written_at_end),
 #undef T
 	};
 	if (tu_select_backend("redis") != 0)

@@ -3247,8 +3247,12 @@ static void finished_back(int64_t us)
 /* Attempt rows of task id left in the store. */
 static int64_t attempt_rows(due_id id)
 {
-	if (is_redis())
-		return RD(tu_rd("EXISTS %s", tu_rd_key("a:%lld", id)));
+	/* Redis keeps a running try's record in the task hash (its claim
+	   time 'n') until the try ends, then in the task's a: hash */
+	if (is_redis()) {
+		int64_t n = RD(tu_rd("EXISTS %s", tu_rd_key("a:%lld", id)));
+		return n + RD(tu_rd("HEXISTS %s n", tu_rd_key("t:%lld", id)));
+	}
 	return sql_int("SELECT count(*) FROM due_attempt WHERE task_id = %lld",
 		       (long long)id);
 }
