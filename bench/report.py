@@ -7,6 +7,10 @@
                                     profile a SQLite drain (perf if the machine
                                     has hardware counters, else callgrind; plus
                                     rusage and strace -c) into a JSON file
+  report.py peers RESULTS [--out FILE] ...
+                                    the "Compared with other queues" section
+                                    from bench/peers/run's lines; with --out
+                                    rewrite only that section of the page
   report.py render RESULTS [--out FILE] ...
                                     medians, ratios to the floor, targets: the
                                     table on stdout, docs/BENCHMARKS.md with --out
@@ -367,12 +371,18 @@ class Results:
         self.failed = []
         self.failed_rows = []
         self.scale = []  # issue 15's rows (section=scale): S1-S3, never in W1-W5
+        self.peers = []  # bench/peers/run's rows (section=peers), never in W1-W5
         with open(path) as f:
             for line in f:
                 line = line.strip()
                 if not line:
                     continue
                 r = json.loads(line)
+                if r.get("section") == "peers":
+                    self.peers.append(r)
+                    if r.get("failed"):
+                        self.failed.append("%s (exit %s)" % (r.get("label", "?"), r.get("exit", "?")))
+                    continue
                 if r.get("section") == "scale":
                     self.scale.append(r)
                     if r.get("failed"):
@@ -1337,6 +1347,247 @@ def write_scale_only(res, args):
         f.write(text)
 
 
+# --------------------------------------------------------------------------
+# the other queues (bench/peers/run): measured on the same servers as due
+# --------------------------------------------------------------------------
+
+PEERS_BEGIN = ("<!-- peers:begin (bench/peers/run --doc, bench/run --only peers and a full "
+               "bench/run rewrite this section) -->")
+PEERS_END = "<!-- peers:end -->"
+PEERS_TITLE = "## Compared with other queues"
+
+# (row label, store and durability, selector (queue, store, workload, variant),
+#  due row to compare with, quoted fallback from OTHERS)
+PEER_ROWS = [
+    ("**due**, C no-op handler", "SQLite sync=full (fsync per commit)",
+     ("due", "sqlite-full", "drain", "c-noop"), None, None),
+    ("**due**, C no-op handler", "SQLite sync=normal (WAL, fsync at checkpoints)",
+     ("due", "sqlite-normal", "drain", "c-noop"), None, None),
+    ("**due**, C no-op handler", "PostgreSQL (synchronous_commit on)",
+     ("due", "pg", "drain", "c-noop"), None, None),
+    ("**due**, C no-op handler", "Redis appendfsync everysec",
+     ("due", "redis-everysec", "drain", "c-noop"), None, None),
+    ("graphile-worker", "PostgreSQL (synchronous_commit on); job deleted on completion",
+     ("graphile-worker", "pg", "drain", "default"), "pg", "graphile-worker (PostgreSQL 15)"),
+    ("pg-boss, fetch() → complete() loops", "PostgreSQL (synchronous_commit on); completed "
+     "jobs kept", ("pg-boss", "pg", "drain", "fetch-loop"), "pg", "pg-boss (PostgreSQL 15)"),
+    ("pg-boss, work() (its worker; polls)", "PostgreSQL, as above; 20×C jobs, batchSize C, "
+     "polling interval 0.5 s (its minimum)", ("pg-boss", "pg", "drain", "work"), "pg", None),
+    ("BullMQ", "Redis appendfsync everysec; completed jobs kept",
+     ("bullmq", "redis-everysec", "drain", "default"), "redis-everysec", "BullMQ (Redis)"),
+    ("beanstalkd, binlog (-b)", "binlog fsync at most every 50 ms (its default with -b)",
+     ("beanstalkd", "beanstalkd-binlog", "drain", "c-client"), "redis-everysec", "beanstalkd"),
+    ("beanstalkd, no binlog", "memory only: a restart loses every job",
+     ("beanstalkd", "beanstalkd-memory", "drain", "c-client"), "redis-everysec", None),
+    ("bare-SQL floor (bench/floor), two commits", "SQLite sync=full",
+     ("floor", "sqlite-full", "floor-drain", "2-commit"), None, None),
+    ("bare-SQL floor (bench/floor), two commits", "SQLite sync=normal",
+     ("floor", "sqlite-normal", "floor-drain", "2-commit"), None, None),
+    ("bare-SQL floor (bench/floor), two commits", "PostgreSQL",
+     ("floor", "pg", "floor-drain", "2-commit"), None, None),
+    ("bare-Lua floor (bench/floor), two commits", "Redis appendfsync everysec",
+     ("floor", "redis-everysec", "floor-drain", "2-commit"), None, None),
+]
+
+PEER_ENQ = [  # queue, store, single variant, bulk variant, label
+    ("due", "sqlite-full", "single", "batch", "**due**, SQLite sync=full"),
+    ("due", "sqlite-normal", "single", "batch", "**due**, SQLite sync=normal"),
+    ("due", "pg", "single", "batch", "**due**, PostgreSQL"),
+    ("due", "redis-everysec", "single", "batch", "**due**, Redis everysec"),
+    ("graphile-worker", "pg", "single", "bulk", "graphile-worker: addJob / addJobs"),
+    ("pg-boss", "pg", "single", "bulk", "pg-boss: send / insert"),
+    ("bullmq", "redis-everysec", "single", "bulk", "BullMQ: add / addBulk"),
+    ("beanstalkd", "beanstalkd-binlog", "single", "pipelined",
+     "beanstalkd, binlog: put / pipelined puts"),
+    ("beanstalkd", "beanstalkd-memory", "single", "pipelined",
+     "beanstalkd, no binlog: put / pipelined puts"),
+]
+
+
+def args_n(rows):
+    """The run's n: that of due's drains."""
+    ns = [r.get("n") for r in rows if r.get("queue") == "due" and r.get("workload") == "drain"]
+    return statistics.median(ns) if ns else None
+
+
+def peer_select(rows, queue, store, workload, variant, conc=None):
+    return [r for r in rows if not r.get("failed") and r.get("queue") == queue
+            and r.get("store") == store and r.get("workload") == workload
+            and r.get("variant") == variant and (conc is None or r.get("concurrency") == conc)]
+
+
+def peers_drain_table(res, rows):
+    out = []
+    due = {}
+    for st in ("sqlite-full", "sqlite-normal", "pg", "redis-everysec"):
+        for c in (4, 16):
+            due[st, c] = res.med(peer_select(rows, "due", st, "drain", "c-noop", c), "tasks_per_s")
+    quoted = {name: (a, b) for name, a, b in OTHERS}
+    for label, store, sel, cmp_st, fallback in PEER_ROWS:
+        cells = []
+        runs = 0
+        bad = [0, 0]
+        for c in (4, 16):
+            rs = peer_select(rows, *sel, conc=c)
+            runs = max(runs, len(rs))
+            cells += [fnum(res.med(rs, "tasks_per_s")), frange(res, rs, "tasks_per_s")]
+            bad[0] = max([bad[0]] + [r.get("duplicates", 0) for r in rs])
+            bad[1] = max([bad[1]] + [r.get("missing", 0) for r in rs])
+        rs16 = peer_select(rows, *sel, conc=16)
+        if not runs:
+            if fallback and fallback in quoted:
+                a, b = quoted[fallback]
+                out.append([fallback, "", fnum(a), "", fnum(b), "", "—", "—", "—",
+                            "reported in the issue, not re-measured"])
+            continue
+        ratio = "—"
+        if cmp_st:
+            parts = []
+            for c in (4, 16):
+                p = res.med(peer_select(rows, *sel, conc=c), "tasks_per_s")
+                d = due.get((cmp_st, c))
+                parts.append("%.2f" % (d / p) if d and p else "—")
+            ratio = "%s / %s (%s)" % (parts[0], parts[1], STORE_NAME[cmp_st])
+        ns = sorted({r.get("n") for r in peer_select(rows, *sel)} - {None})
+        if ns and ns != [args_n(rows)]:
+            label += " (n = %s)" % "/".join(fnum(x) for x in ns)
+        out.append([label, store] + cells +
+                   [fnum(res.med(rs16, "cpu_us_per_task")), ratio,
+                    "%d / %d" % tuple(bad), "measured by this run"])
+    return table(["queue", "store, durability", "c=4 tasks/s", "runs", "c=16 tasks/s", "runs",
+                  "client CPU µs/task, c=16", "due ÷ this, c=4 / c=16 (due on)", "dup / missing",
+                  "source"], out, ["l", "l", "r", "r", "r", "r", "r", "l", "r", "l"])
+
+
+def peers_enqueue_table(res, rows):
+    out = []
+    for q, st, single, bulk, label in PEER_ENQ:
+        a = [r for r in rows if not r.get("failed") and r.get("queue") == q
+             and r.get("store") == st and r.get("workload") == "enqueue"]
+        s = [r for r in a if r.get("variant") == single]
+        b = [r for r in a if r.get("variant") == bulk]
+        if not s and not b:
+            continue
+        out.append([label, fnum(res.med(s, "tasks_per_s")), frange(res, s, "tasks_per_s"),
+                    fnum(res.med(b, "tasks_per_s")), frange(res, b, "tasks_per_s")])
+    return table(["queue", "one at a time: tasks/s", "runs", "bulk, 1000 a call: tasks/s",
+                  "runs"], out)
+
+
+def peers_section(res, rows, args):
+    """The comparison section, markers included: a list of lines."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    loads = [r[k] for r in rows for k in ("load1_start", "load1_end")
+             if isinstance(r.get(k), (int, float))]
+    vers = []
+    for r in rows:
+        v = r.get("version")
+        if v and v not in vers:
+            vers.append(v)
+    durab = {}
+    for r in rows:
+        if r.get("durability") and r.get("queue") not in durab:
+            durab[r["queue"]] = r["durability"]
+    w = [PEERS_BEGIN, PEERS_TITLE, ""]
+    w.append("Drain rates (tasks/s) of n = %s no-op jobs due now, at 4 and 16 in flight, every "
+             "queue on the same private servers in one run: generated %s by `%s` over commit %s "
+             "in %s s; median of %s repetitions (\"runs\": lowest–highest), the queues "
+             "interleaved; %s."
+             % (fnum(args.n), now, args.cmd, args.git or "?", args.elapsed, args.reps,
+                ("1-minute load average %s–%s over these rows, median %s, on %s CPUs"
+                 % (fnum(min(loads), 2), fnum(max(loads), 2), fnum(statistics.median(loads), 2),
+                    os.cpu_count())) if loads else "load not recorded"))
+    w.append("")
+    w.append(peers_drain_table(res, rows))
+    w.append("")
+    w.append("How each was driven (bench/peers/): one worker process with the queue's own "
+             "concurrency option at C (BullMQ `concurrency`; graphile-worker `concurrency`, "
+             "with a pool of max(10, C + 2) connections as its warning about a pool smaller than "
+             "the concurrency advises); the "
+             "n jobs are in the store before the worker starts (bulk adds, not timed); the clock "
+             "runs from the worker's start until the store says every job is complete (read "
+             "on a connection of its own every 5 ms once the handlers have run n jobs, every "
+             "500 ms before); each handler counts its runs per job, and "
+             "every job must have run exactly once (dup / missing: the most in any run). "
+             "pg-boss %s has no concurrency option: its work() runs one batch per polling "
+             "interval even when there is more to do, so it is measured twice: C loops of its "
+             "manual-worker API (fetch one, run, complete: the store path at C in flight) and "
+             "work() itself over 20×C jobs; its drains hold n/4 jobs (bench/peers/run "
+             "--pg-boss-n), since its fetch reads past every job completed since the last "
+             "vacuum (they stay in its table) and slows as they pile up: a drain of 20,000 at "
+             "c=16 took 297 s (67 tasks/s) in a trial on this machine, shared at the time "
+             "(load 3–10). "
+             "beanstalkd: `bench/peers/beanstalk.c`, C "
+             "connections each with one job reserved, the delete and the next reserve written "
+             "together; a private beanstalkd with its binlog and one without. due: `due bench "
+             "--workload drain --workers 1 --concurrency C`; the floor: `bench/floor --workload "
+             "drain --inflight C`. CPU is the client process's only (the worker; not the "
+             "server's), as due bench reports it. \"due ÷ this\" divides due's median on the "
+             "store named by this run's figure for that queue (beanstalkd against due on Redis "
+             "everysec: both a server that fsyncs at most periodically)."
+             % next((v.split(",")[0].split()[1] for v in vers if v.startswith("pg-boss")), "10"))
+    w.append("")
+    w.append("Enqueue, the same run (one call at a time: n/4 jobs, each waiting for its answer; "
+             "bulk: n in calls of 1000; due: `due bench --workload enqueue --batch 1000`, once a "
+             "store):")
+    w.append("")
+    w.append(peers_enqueue_table(res, rows))
+    w.append("")
+    if vers:
+        w.append("Versions: " + "; ".join(vers) + "; beanstalkd %s (Debian); Node %s." %
+                 (sh(["beanstalkd", "-v"]).replace("beanstalkd ", ""), sh(["node", "--version"])))
+        w.append("")
+    if durab:
+        w.append("Durability, each queue's documented defaults as run:")
+        w.append("")
+        for q in ("bullmq", "graphile-worker", "pg-boss"):
+            if q in durab:
+                w.append("- %s: %s." % (q, durab[q]))
+        w.append("- beanstalkd: `-b DIR` writes a binlog and fsyncs it at most every 50 ms "
+                 "(its default; `-f0` would fsync every write); without `-b` it keeps jobs in "
+                 "memory only.")
+        w.append("")
+    failed = sorted({r.get("label", "?") for r in rows if r.get("failed")})
+    if failed:
+        w.append("**Failed runs** (left out): " + ", ".join(failed))
+        w.append("")
+    w.append(PEERS_END)
+    return w
+
+
+def write_section(path, lines, begin, end, title):
+    """Rewrite one section of the page at path in place: between its markers,
+    else from its title to the next "## " heading, else at the end."""
+    with open(path) as f:
+        text = f.read()
+    new = "\n".join(lines)
+    if begin in text and end in text:
+        a = text.index(begin)
+        b = text.index(end) + len(end)
+    elif "\n" + title + "\n" in text:
+        a = text.index("\n" + title + "\n") + 1
+        nxt = text.find("\n## ", a + len(title))
+        b = len(text) if nxt < 0 else nxt
+        new += "\n"
+    else:
+        a = b = len(text.rstrip("\n")) + 1
+        new = "\n" + new + "\n"
+    text = text[:a] + new + text[b:]
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def cmd_peers(args):
+    res = Results(args.results, "50ms", "wheel")
+    rows = res.peers
+    lines = peers_section(res, rows, args)
+    for line in lines:
+        if not line.startswith("<!--"):
+            print(line)
+    if args.out:
+        write_section(args.out, lines, PEERS_BEGIN, PEERS_END, PEERS_TITLE)
+
+
 def render(args):
     res = Results(args.results, args.default_poll, args.default_disc)
     if args.scale_only:
@@ -1518,12 +1769,20 @@ def render(args):
         for line in scale_section(res, args):
             w(line)
         w("")
-    w("## Compared with other queues")
-    w("")
-    w("Drain rates (tasks/s) at 4 and 16 tasks in flight. The other queues were measured on this "
-      "machine for the issue and are quoted from it: reported in the issue, not re-measured.")
-    w("")
-    w(comparison_table(res))
+    if res.peers:
+        for line in peers_section(res, res.peers, args):
+            w(line)
+    else:
+        w(PEERS_BEGIN)
+        w("## Compared with other queues")
+        w("")
+        w("Drain rates (tasks/s) at 4 and 16 tasks in flight. The other queues were not measured "
+          "by this run (`bench/peers/run`, or `bench/run --only peers`, measures them on the "
+          "same servers): their rows are quoted from the issue: reported in the issue, not "
+          "re-measured.")
+        w("")
+        w(comparison_table(res))
+        w(PEERS_END)
     w("")
     w("## Where the time goes")
     w("")
@@ -1625,6 +1884,17 @@ def main():
     p.add_argument("--n", type=int, default=5000)
     p.add_argument("--callgrind-n", type=int, default=2000)
     p.set_defaults(fn=cmd_profile)
+    q = sub.add_parser("peers", help="the comparison section from bench/peers/run's lines")
+    q.add_argument("results")
+    q.add_argument("--out", help="rewrite that section of this page in place")
+    q.add_argument("--cmd", default="bench/peers/run")
+    q.add_argument("--elapsed", default="?")
+    q.add_argument("--n", type=int, default=20000)
+    q.add_argument("--reps", type=int, default=3)
+    q.add_argument("--git")
+    q.add_argument("--pg-url")
+    q.add_argument("--redis-url")
+    q.set_defaults(fn=cmd_peers)
     r = sub.add_parser("render")
     r.add_argument("results")
     r.add_argument("--out")
