@@ -396,7 +396,11 @@ int due_cron_put(due_db *db, const due_cron_def *def)
 	after = old && old->last_slot > now ? old->last_slot : now;
 	if ((rc = next_after(&c, after, &next)) < 0)
 		goto done;
-	rc = ops->cron_put(s, &d, next);
+	/* workers that hear notifications sleep long between scheduler
+	   passes: tell them (a failed note only delays the first slot until
+	   their next pass, at most a minute) */
+	if ((rc = ops->cron_put(s, &d, next)) == 0)
+		(void)due_notify(db);
 done:
 	if (old) {
 		due__cron_info_clear(old);
@@ -414,7 +418,10 @@ int due_cron_remove(due_db *db, const char *name)
 	if (!name || due__validate_kind(name) < 0)
 		return due__error_set(DUE_EINVAL, "invalid schedule name '%s'",
 				      name ? name : "");
-	return due__db_ops(db)->cron_remove(s, name);
+	int rc = due__db_ops(db)->cron_remove(s, name);
+	if (rc == 0)
+		(void)due_notify(db);
+	return rc;
 }
 
 int due_cron_list(due_db *db, due_cron_info_list **out)

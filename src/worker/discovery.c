@@ -125,6 +125,12 @@ static bool drain_notes(due_worker *w, due_db *db, disc *d)
 	if (d->listen_fd < 0 || due_listen_drain(d->ldb, &n) < 0 || n == 0)
 		return false;
 	atomic_fetch_add(&w->st.notifications, n);
+	/* a note may be a schedule's put or removal (due_cron_put notifies):
+	   the scheduler looks again (scheduler.c) */
+	pthread_mutex_lock(&w->mu);
+	w->cron_poke = true;
+	pthread_cond_broadcast(&w->sched_cv);
+	pthread_mutex_unlock(&w->mu);
 	return true;
 }
 
@@ -324,12 +330,14 @@ bool due__try_wheel(due_worker *w, due_db *db)
 		return false;
 	}
 	d.listening = true;
+	atomic_store(&w->listening, true);
 	due__wlog(w, 1,
 		  "discovery: timing wheel (horizon %lld s, up to %d ids), "
 		  "woken by new submits; safety poll every %lld ms",
 		  (long long)w->o.horizon_us / 1000000, w->o.wheel_max,
 		  (long long)w->poll_us / 1000);
 	wheel_loop(w, db, &d);
+	atomic_store(&w->listening, false);
 	due_close(d.ldb);
 	due__wheel_free(d.wheel);
 	return true;

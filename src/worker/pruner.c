@@ -32,12 +32,17 @@
 #define PRUNE_PAUSE_US 20000LL /* between full batches */
 #define PRUNE_LOCK "prune"
 
-/* Sleep on sched_cv for up to `us`; false once threads_stop is set. */
+/*
+** Sleep on sched_cv for `us` (the scheduler's wake-ups, broadcast on the
+** same cv, do not cut it short); false once threads_stop is set.
+*/
 static bool rest(due_worker *w, int64_t us)
 {
+	int64_t until = due__mono_us() + us;
 	pthread_mutex_lock(&w->mu);
-	if (!w->threads_stop && us > 0)
-		due__cond_wait_us(&w->sched_cv, &w->mu, us);
+	for (int64_t left = us; !w->threads_stop && left > 0;
+	     left = until - due__mono_us())
+		due__cond_wait_us(&w->sched_cv, &w->mu, left);
 	bool go_on = !w->threads_stop;
 	pthread_mutex_unlock(&w->mu);
 	return go_on;

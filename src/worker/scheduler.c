@@ -10,8 +10,11 @@
 **   Owns:      nothing of the store: a pass is one turn at the shared
 **              connection (DUE_DB_CALL).
 **   Locks:     mu, only to wait on sched_cv; never across a store call.
-**   Blocks on: sched_cv between passes (up to 5 s, 1 s after a failed
-**              pass), and on the store during a pass.
+**   Blocks on: sched_cv between passes (until the earliest next slot
+**              enters the lookahead; at most 5 s, or 60 s while discovery
+**              hears the store's notifications, which due_cron_put and
+**              due_cron_remove send; 1 s after a failed pass), and on the
+**              store during a pass.
 **   Exits:     when threads_stop is set.
 */
 #include <pthread.h>
@@ -21,33 +24,64 @@
 
 #define CRON_LOOKAHEAD_US 2000000LL
 #define CRON_MAX_SLEEP_US 5000000LL
+/* while notified of schedule changes: an idle worker's passes are rare
+   (issue 13's idle budget), and a note brings the next pass forward to no
+   sooner than CRON_MAX_SLEEP_US after the last (a busy store's stream of
+   submit notes costs no more passes than polling did) */
+#define CRON_HEARD_SLEEP_US 60000000LL
+
+/*
+** Sleep until `next` (monotonic us) or threads_stop.  A schedule change
+** noted by discovery moves `next` to no sooner than `soonest`.  mu held.
+*/
+static void sched_rest(due_worker *w, int64_t next, int64_t soonest)
+{
+	int64_t now;
+	while (!w->threads_stop && (now = due__mono_us()) < next) {
+		if (w->cron_poke) {
+			w->cron_poke = false;
+			if (soonest < next)
+				next = soonest;
+			continue;
+		}
+		due__cond_wait_us(&w->sched_cv, &w->mu, next - now);
+	}
+}
 
 /*
 ** Run scheduler passes: each materializes the slots due within the
-** lookahead, then sleeps until the earliest next slot enters it (at most
-** 5 s, so new or changed schedules are seen).  Any number of workers may
-** do this at once: the store's compare-and-set gives each slot one task.
+** lookahead, then sleeps until the earliest next slot enters it, at most
+** CRON_MAX_SLEEP_US so new or changed schedules are seen; while discovery
+** hears the store's notifications (a put or removal sends one) at most
+** CRON_HEARD_SLEEP_US.  Any number of workers may do this at once: the
+** store's compare-and-set gives each slot one task.
 */
 void *due__scheduler_main(void *arg)
 {
 	due_worker *w = arg;
 	due_outage outage = {.who = "scheduler"};
-	int64_t wait_us = 0;
+	int64_t wait_us = 0, last = 0;
 
 	pthread_mutex_lock(&w->mu);
 	while (!w->threads_stop) {
 		if (wait_us > 0)
-			due__cond_wait_us(&w->sched_cv, &w->mu, wait_us);
+			sched_rest(w, last + wait_us,
+				   last + (wait_us < CRON_MAX_SLEEP_US
+					       ? wait_us
+					       : CRON_MAX_SLEEP_US));
 		if (w->threads_stop)
 			break;
+		w->cron_poke = false; /* this pass sees the change */
 		pthread_mutex_unlock(&w->mu);
+		last = due__mono_us();
 		due_cron_tick_result r;
 		int rc = 0;
 		due_cron_tick_opts to = DUE_CRON_TICK_OPTS_INIT;
 		to.lookahead_us = CRON_LOOKAHEAD_US;
 		if (w->o.cron_grace_us > 0)
 			to.misfire_grace_us = w->o.cron_grace_us;
-		wait_us = CRON_MAX_SLEEP_US;
+		wait_us = atomic_load(&w->listening) ? CRON_HEARD_SLEEP_US
+						     : CRON_MAX_SLEEP_US;
 		rc = DUE_DB_CALL(w, due_cron_tick(w->db, &r, &to));
 		if (rc == DUE_ESTORE || rc == DUE_EBUSY || rc == DUE_ERROR) {
 			due__outage_fail(w, &outage, "a scheduler pass");

@@ -176,7 +176,10 @@ struct due_worker {
 	pthread_cond_t keep_cv;	 /* keeper: threads_stop, or a try with a
 				    time limit was put in flight */
 	pthread_cond_t idle_cv;	 /* drain: a job was retired */
-	pthread_cond_t sched_cv; /* scheduler and pruner: threads_stop */
+	pthread_cond_t sched_cv; /* scheduler and pruner: threads_stop,
+				    cron_poke (broadcast) */
+	bool cron_poke;		 /* a schedule may have changed (mu) */
+	atomic_bool listening;	 /* discovery hears the store's notes */
 	due_db *db;		 /* the shared connection (DUE_DB_CALL) */
 	pthread_mutex_t db_mu;	 /* guards the two tickets below */
 	pthread_cond_t db_cv;	 /* a turn at db ended */

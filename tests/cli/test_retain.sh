@@ -102,13 +102,6 @@ retain_on() {
 	rm -f "$OUT"/hold.*
 }
 
-# need VAR LABEL: is this store's server there? (CI=true: it must be)
-need() {
-	[ -n "${!1:-}" ] && return 0
-	if [ "${CI:-}" = true ]; then bad "CI=true but $1 is unset"; else echo "NOTE: $1 not set: $2 not tested"; fi
-	return 1
-}
-
 retain_on sqlite "sqlite:$T/retain.db"
 
 if need DUE_TEST_PG_URL postgres; then
