@@ -1556,17 +1556,21 @@ static int cmp_claimed(const void *a, const void *b)
 }
 
 /*
-** The claim's first round trip (with what rides on it: START TRANSACTION,
-** a batch's completion writes): every due_kind row into f, the server's
+** The claim's first round trip: every due_kind row into f, the server's
 ** now into f->now and, when `probe`, the first priority probe into
-** *prio / *none.  The rows are read without locks (flow_lock locks the
-** limited ones and reads now again after that).
+** *prio / *none.  These reads take no lock, so unless a batch's
+** completion writes ride here (complete_and_claim) they run before the
+** transaction: START TRANSACTION rides on the claim's first locking
+** statement instead, and a claim that finds no scheduled task at all costs
+** this one round trip and no COMMIT.  flow_lock locks the limited kinds'
+** rows and reads now again.
 */
 static int claim_start(due_store *s, flow *f, bool probe, int64_t *prio,
 		       bool *none)
 {
 	MYSQL_RES *r[3];
 	MYSQL_ROW row;
+	bool outside = s->begin_pending && !s->defer_len;
 	int rc;
 	SQL(b, s);
 
@@ -1575,7 +1579,11 @@ static int claim_start(due_store *s, flow *f, bool probe, int64_t *prio,
 		due__my_add(&b, "; ");
 		probe_sql(&b, DUE_PRIORITY_MIN - 1);
 	}
+	if (outside)
+		s->begin_pending = false; /* rides on the next statement */
 	rc = due__my_exec_sets(s, &b, "claim", r, 3);
+	if (outside && s->in_tx)
+		s->begin_pending = true;
 	due__my_sql_free(&b);
 	if (rc == 0 && (rc = flow_read(f, r[0])) == 0) {
 		row = r[1] ? mysql_fetch_row(r[1]) : NULL;
@@ -1602,8 +1610,9 @@ static bool limited_admitted(const flow *f, const char *const *kinds,
 ** The claim inside an open transaction: limited kinds, then the rest,
 ** then the rows; each task carries the time limit of its try.  Fills l.
 ** Without limited kinds a claim is three round trips: claim_start, one
-** pick (with the next probe), and claim_picked with the COMMIT riding on
-** it (the transaction is over when this returns 0 having claimed).
+** pick (with the next probe when picks come back short), and claim_picked
+** with the COMMIT riding on it (the transaction is over when this returns
+** 0 having claimed); one when there is no scheduled task at all.
 */
 static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 			const char *const *kinds, size_t n_kinds, bool exclude,
