@@ -958,23 +958,18 @@ static void flow_set(flow_kind *k, MYSQL_ROW row)
 	k->timeout_us = due__my_i64(row, 6);
 }
 
-/* Every due_kind row into f. */
-static int flow_all(due_store *s, flow *f)
-{
-	MYSQL_RES *r;
-	MYSQL_ROW row;
-	int rc;
-	SQL(b, s);
+#define FLOW_READ "SELECT " FLOW_COLS " FROM due_kind ORDER BY kind"
 
-	due__my_add(&b, "SELECT " FLOW_COLS " FROM due_kind ORDER BY kind");
-	rc = due__my_exec(s, &b, "read kinds", &r);
-	due__my_sql_free(&b);
-	if (rc < 0)
-		return rc;
+/* Every due_kind row, read by FLOW_READ as r, into f. */
+static int flow_read(flow *f, MYSQL_RES *r)
+{
+	MYSQL_ROW row;
+	int rc = 0;
+
 	if (r && mysql_num_rows(r) &&
 	    !(f->k = calloc(mysql_num_rows(r), sizeof(*f->k))))
-		rc = due__error_set(DUE_ENOMEM, "out of memory");
-	while (rc == 0 && (row = mysql_fetch_row(r))) {
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	while (r && (row = mysql_fetch_row(r))) {
 		flow_kind *k = &f->k[f->n];
 		if (!(k->kind = due__strdup_n(row[0], strlen(row[0])))) {
 			rc = due__error_set(DUE_ENOMEM, "out of memory");
@@ -983,7 +978,6 @@ static int flow_all(due_store *s, flow *f)
 		f->n++;
 		flow_set(k, row);
 	}
-	mysql_free_result(r);
 	return rc;
 }
 
@@ -1268,7 +1262,8 @@ static int pick_kind(due_store *s, const flow_kind *k, picks *p, due_time now,
 
 /* One pass over limited kind k (locked): count, pick, log. */
 static int claim_picked(due_store *s, const picks *p, due_task_list *l,
-			const char *owner, int64_t lease_us, due_time now);
+			const char *owner, int64_t lease_us, due_time now,
+			bool commit);
 
 /*
 ** One pass over limited kind k (locked): count, then read the server's
@@ -1295,7 +1290,7 @@ static int claim_limited(due_store *s, flow *f, const flow_kind *k,
 	    (rc = server_now(s, &f->now)) < 0 ||
 	    (rc = pick_kind(s, k, &p, f->now, room, why, &g, &held, &taken)) <
 		0 ||
-	    (rc = claim_picked(s, &p, l, owner, lease_us, f->now)) < 0)
+	    (rc = claim_picked(s, &p, l, owner, lease_us, f->now, false)) < 0)
 		goto done;
 	rc = kind_after(s, f, k, taken, held, oldest);
 done:
@@ -1304,27 +1299,30 @@ done:
 	return rc;
 }
 
-/* The lowest priority above `after` that a scheduled task has; *none. */
-static int prio_next(due_store *s, int64_t after, int64_t *p, bool *none)
+/*
+** The probe for the lowest priority above `after` that a scheduled task
+** has (one index dive of due_task_claim): one row, COUNT(m) and MIN(m).
+*/
+static void probe_sql(due_my_sql *b, int64_t after)
 {
-	int64_t v[2];
-	int rc;
-	SQL(b, s);
-
 	/*
 	** The first probe has no bound: MariaDB's range optimizer mishandles
 	** a constant below SMALLINT's range (priority > -32769 found nothing).
 	*/
-	due__my_add(&b,
-		    "SELECT COUNT(m), MIN(m) FROM (SELECT MIN(priority) AS m"
-		    " FROM due_task WHERE state = 'SCHEDULED'");
+	due__my_add(b, "SELECT COUNT(m), MIN(m) FROM (SELECT MIN(priority) AS m"
+		       " FROM due_task WHERE state = 'SCHEDULED'");
 	if (after >= DUE_PRIORITY_MIN)
-		due__my_add(&b, " AND priority > %lld", (long long)after);
-	due__my_add(&b, ") x");
-	rc = ints(s, &b, "claim priority", v, 2);
-	*none = v[0] == 0;
-	*p = v[1];
-	return rc;
+		due__my_add(b, " AND priority > %lld", (long long)after);
+	due__my_add(b, ") x");
+}
+
+/* A probe's answer: *p, or *none when no priority is left. */
+static void probe_read(MYSQL_RES *r, int64_t *p, bool *none)
+{
+	MYSQL_ROW row = r ? mysql_fetch_row(r) : NULL;
+
+	*none = !row || due__my_i64(row, 0) == 0;
+	*p = row ? due__my_i64(row, 1) : 0;
 }
 
 /* Append the ids of a result's first column to p. */
@@ -1338,26 +1336,45 @@ static int picks_of(MYSQL_RES *r, picks *p)
 	return rc;
 }
 
+/* The next probe after priority `prio`, in a round trip of its own. */
+static int probe(due_store *s, int64_t *prio, bool *none)
+{
+	MYSQL_RES *r;
+	int rc;
+	SQL(b, s);
+
+	probe_sql(&b, *prio);
+	rc = due__my_exec_sets(s, &b, "claim priority", &r, 1);
+	due__my_sql_free(&b);
+	if (rc == 0)
+		probe_read(r, prio, none);
+	mysql_free_result(r);
+	return rc;
+}
+
 /*
 ** Fill the rest of the claim from the kinds without limits: walk the
-** distinct priorities in use, lowest first, one index probe each, and
-** take each one's due tasks in (due_at, id) order until p holds `limit`.
+** distinct priorities in use, lowest first, and take each one's due tasks
+** in (due_at, id) order until p holds `limit`.  `prio` / `none` answer
+** the first probe (claim_start).  The probe for the next priority rides
+** on the pick when this handle's last pick came back short (waiting
+** workers, whose claims find fewer due tasks than free slots: one round
+** trip less), and follows in its own round trip otherwise (a drain's
+** picks fill their claim and never need it).
 */
 static int claim_rest(due_store *s, const flow *f, picks *p,
 		      const char *const *kinds, size_t n_kinds, bool exclude,
-		      int limit)
+		      int limit, int64_t prio, bool none)
 {
-	int64_t prio = DUE_PRIORITY_MIN - 1;
-	bool none = false, held = false;
-	int rc;
+	bool held = false;
+	int rc = 0;
 
 	for (size_t i = 0; i < f->n; i++)
 		held |= f->k[i].paused || flow_limited(&f->k[i]);
-	while (p->n < (size_t)limit) {
-		MYSQL_RES *r;
+	while (rc == 0 && !none && p->n < (size_t)limit) {
+		MYSQL_RES *r[2];
+		bool ahead = s->pick_short;
 		SQL(b, s);
-		if ((rc = prio_next(s, prio, &prio, &none)) < 0 || none)
-			return rc;
 		due__my_add(&b,
 			    "SELECT id FROM due_task WHERE state = 'SCHEDULED'"
 			    " AND priority = %lld AND due_at <= %lld",
@@ -1377,15 +1394,23 @@ static int claim_rest(due_store *s, const flow *f, picks *p,
 			    " ORDER BY due_at, id LIMIT %d"
 			    " FOR UPDATE SKIP LOCKED",
 			    limit - (int)p->n);
-		rc = due__my_exec(s, &b, "claim", &r);
+		if (ahead) {
+			due__my_add(&b, "; ");
+			probe_sql(&b, prio);
+		}
+		rc = due__my_exec_sets(s, &b, "claim", r, 2);
 		due__my_sql_free(&b);
-		if (rc == 0)
-			rc = picks_of(r, p);
-		mysql_free_result(r);
-		if (rc < 0)
-			return rc;
+		if (rc == 0 && (rc = picks_of(r[0], p)) == 0) {
+			s->pick_short = p->n < (size_t)limit;
+			if (ahead)
+				probe_read(r[1], &prio, &none);
+			else if (s->pick_short)
+				rc = probe(s, &prio, &none);
+		}
+		mysql_free_result(r[0]);
+		mysql_free_result(r[1]);
 	}
-	return 0;
+	return rc;
 }
 
 /*
@@ -1394,7 +1419,8 @@ static int claim_rest(due_store *s, const flow *f, picks *p,
 ** (priority, due_at, id) order into l.
 */
 static int claim_picked(due_store *s, const picks *p, due_task_list *l,
-			const char *owner, int64_t lease_us, due_time now)
+			const char *owner, int64_t lease_us, due_time now,
+			bool commit)
 {
 	MYSQL_RES *r = NULL;
 	due_my_cur cur;
@@ -1404,6 +1430,7 @@ static int claim_picked(due_store *s, const picks *p, due_task_list *l,
 
 	if (!p->n)
 		return 0;
+	s->commit_rides = commit;
 	due__my_add(&b, "UPDATE due_task FORCE INDEX (PRIMARY)"
 			" SET state = 'CLAIMED', attempt = attempt + 1,"
 			" lease_owner = ");
@@ -1471,8 +1498,7 @@ static int claim_by_id(due_store *s, flow *f, picks *p, due_id id)
 	int why = 0, rc;
 	MYSQL_RES *r = NULL;
 
-	if ((rc = server_now(s, &f->now)) < 0 ||
-	    (rc = id_kind(s, f, id, &kind, &grp)) < 0 || !kind)
+	if ((rc = id_kind(s, f, id, &kind, &grp)) < 0 || !kind)
 		goto done;
 	k = flow_find(f, kind);
 	if (k && k->paused)
@@ -1530,8 +1556,63 @@ static int cmp_claimed(const void *a, const void *b)
 }
 
 /*
+** The claim's first round trip: every due_kind row into f, the server's
+** now into f->now and, when `probe`, the first priority probe into
+** *prio / *none.  These reads take no lock, so unless a batch's
+** completion writes ride here (complete_and_claim) they run before the
+** transaction: START TRANSACTION rides on the claim's first locking
+** statement instead, and a claim that finds no scheduled task at all costs
+** this one round trip and no COMMIT.  flow_lock locks the limited kinds'
+** rows and reads now again.
+*/
+static int claim_start(due_store *s, flow *f, bool probe, int64_t *prio,
+		       bool *none)
+{
+	MYSQL_RES *r[3];
+	MYSQL_ROW row;
+	bool outside = s->begin_pending && !s->defer_len;
+	int rc;
+	SQL(b, s);
+
+	due__my_add(&b, FLOW_READ "; SELECT " NOW);
+	if (probe) {
+		due__my_add(&b, "; ");
+		probe_sql(&b, DUE_PRIORITY_MIN - 1);
+	}
+	if (outside)
+		s->begin_pending = false; /* rides on the next statement */
+	rc = due__my_exec_sets(s, &b, "claim", r, 3);
+	if (outside && s->in_tx)
+		s->begin_pending = true;
+	due__my_sql_free(&b);
+	if (rc == 0 && (rc = flow_read(f, r[0])) == 0) {
+		row = r[1] ? mysql_fetch_row(r[1]) : NULL;
+		f->now = row ? due__my_i64(row, 0) : 0;
+		probe_read(r[2], prio, none);
+	}
+	for (int i = 0; i < 3; i++)
+		mysql_free_result(r[i]);
+	return rc;
+}
+
+/* Does the claim admit a kind with limits (flow_lock's work)? */
+static bool limited_admitted(const flow *f, const char *const *kinds,
+			     size_t n_kinds, bool exclude)
+{
+	for (size_t i = 0; i < f->n; i++)
+		if (flow_limited(&f->k[i]) &&
+		    admits(kinds, n_kinds, exclude, f->k[i].kind))
+			return true;
+	return false;
+}
+
+/*
 ** The claim inside an open transaction: limited kinds, then the rest,
 ** then the rows; each task carries the time limit of its try.  Fills l.
+** Without limited kinds a claim is three round trips: claim_start, one
+** pick (with the next probe when picks come back short), and claim_picked
+** with the COMMIT riding on it (the transaction is over when this returns
+** 0 having claimed); one when there is no scheduled task at all.
 */
 static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 			const char *const *kinds, size_t n_kinds, bool exclude,
@@ -1539,14 +1620,17 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 {
 	flow f = {0};
 	picks p = {0};
+	int64_t prio = 0;
+	bool none = true;
 	int rc;
 
-	if ((rc = flow_all(s, &f)) < 0)
+	if ((rc = claim_start(s, &f, !only_id, &prio, &none)) < 0)
 		goto done;
 	if (only_id) {
 		rc = claim_by_id(s, &f, &p, only_id);
 	} else {
-		rc = flow_lock(s, &f, kinds, n_kinds, exclude, NULL);
+		if (limited_admitted(&f, kinds, n_kinds, exclude))
+			rc = flow_lock(s, &f, kinds, n_kinds, exclude, NULL);
 		for (size_t i = 0;
 		     rc == 0 && i < f.n && l->count < (size_t)limit; i++)
 			if (flow_limited(&f.k[i]) &&
@@ -1555,9 +1639,10 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 						   owner, lease_us);
 		if (rc == 0 && l->count < (size_t)limit)
 			rc = claim_rest(s, &f, &p, kinds, n_kinds, exclude,
-					limit - (int)l->count);
+					limit - (int)l->count, prio, none);
 	}
-	if (rc < 0 || (rc = claim_picked(s, &p, l, owner, lease_us, f.now)) < 0)
+	if (rc < 0 ||
+	    (rc = claim_picked(s, &p, l, owner, lease_us, f.now, true)) < 0)
 		goto done;
 	if (l->count > 1) /* limited kinds were claimed first */
 		qsort(l->items, l->count, sizeof(l->items[0]), cmp_claimed);
@@ -1583,7 +1668,15 @@ typedef struct claim_args {
 	due_id only_id;
 } claim_args;
 
-static int complete_locked(due_store *s, due_completion *items, size_t n);
+/* What complete_locked does with the batch's last writes. */
+enum {
+	LAST_RUN,    /* send them (a hook runs next, in the transaction) */
+	LAST_DEFER,  /* let them ride on the claim's first round trip */
+	LAST_COMMIT, /* send them with the COMMIT riding on them */
+};
+
+static int complete_locked(due_store *s, due_completion *items, size_t n,
+			   int last);
 
 /*
 ** One claim transaction (after completing items[0..n) in it, when n):
@@ -1600,7 +1693,7 @@ static int claim_tx(due_store *s, due_task_list **out, const claim_args *a,
 		return rc;
 	if ((rc = due__my_begin(s)) < 0)
 		goto fail;
-	if ((n && (rc = complete_locked(s, items, n)) < 0) ||
+	if ((n && (rc = complete_locked(s, items, n, LAST_DEFER)) < 0) ||
 	    (rc = claim_locked(s, l, a->owner, a->kinds, a->n_kinds, a->exclude,
 			       a->limit, a->lease_us, a->only_id)) < 0 ||
 	    (rc = due__my_commit(s)) < 0)
@@ -1831,9 +1924,11 @@ static void complete_sql(due_my_sql *b, const due_completion *items,
 ** each outcome from what is locked (a try listed twice completes once,
 ** the repeat is REJECTED_STALE), then write them in one multi-statement
 ** round trip per FLUSH_BYTES of results (a handful of statements each,
-** not two per try: the server's work per statement is what a drain pays).
+** not two per try: the server's work per statement is what a drain pays),
+** the last one as `last` says.
 */
-static int complete_locked(due_store *s, due_completion *items, size_t n)
+static int complete_locked(due_store *s, due_completion *items, size_t n,
+			   int last)
 {
 	tried *t;
 	size_t nt, from = 0, bytes = 0;
@@ -1858,7 +1953,13 @@ static int complete_locked(due_store *s, due_completion *items, size_t n)
 		bytes += 2 * c->result_len + 64;
 		if (bytes >= FLUSH_BYTES || i + 1 == n) {
 			complete_sql(&b, items, from, i + 1);
-			rc = exec(s, &b, "complete", NULL);
+			if (i + 1 == n && last == LAST_DEFER) {
+				rc = due__my_defer(s, &b);
+			} else {
+				s->commit_rides =
+				    i + 1 == n && last == LAST_COMMIT;
+				rc = exec(s, &b, "complete", NULL);
+			}
 			due__my_sql_init(&b, s->conn);
 			from = i + 1, bytes = 0;
 		}
@@ -1875,7 +1976,8 @@ static int complete_tx(due_store *s, due_completion *items, size_t n,
 
 	if ((rc = due__my_begin(s)) < 0)
 		return rc;
-	if ((rc = complete_locked(s, items, n)) < 0)
+	if ((rc = complete_locked(s, items, n, hook ? LAST_RUN : LAST_COMMIT)) <
+	    0)
 		goto fail;
 	for (size_t i = 0; hook && i < n; i++)
 		if (items[i].outcome == DUE_COMPLETE_DONE &&

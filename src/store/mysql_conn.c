@@ -214,6 +214,17 @@ static bool lost(unsigned e)
 	       e == CR_SERVER_LOST_EXTENDED;
 }
 
+/* Forget what was to ride on the next statement (the transaction ended). */
+static void tx_reset(due_store *s)
+{
+	s->in_tx = false;
+	s->begin_pending = false;
+	s->commit_rides = false;
+	free(s->defer);
+	s->defer = NULL;
+	s->defer_len = 0;
+}
+
 int due__my_error(due_store *s, const char *what)
 {
 	unsigned e = s->conn ? mysql_errno(s->conn) : CR_SERVER_GONE_ERROR;
@@ -223,8 +234,7 @@ int due__my_error(due_store *s, const char *what)
 	s->err = e;
 	if (lost(e)) {
 		s->broken = true;
-		s->in_tx = false;
-		s->begin_pending = false;
+		tx_reset(s);
 		code = DUE_ESTORE;
 	} else if (e == ER_LOCK_DEADLOCK || e == ER_LOCK_WAIT_TIMEOUT) {
 		s->deadlock = true;
@@ -307,8 +317,7 @@ static int session_open(due_store *s)
 	if (s->conn)
 		mysql_close(s->conn);
 	s->broken = true;
-	s->in_tx = false;
-	s->begin_pending = false;
+	tx_reset(s);
 	if (!(s->conn = mysql_init(NULL)))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	mysql_optionsv(s->conn, MYSQL_SET_CHARSET_NAME, "utf8mb4");
@@ -374,6 +383,7 @@ void due__my_close(due_store *s)
 		mysql_close(s->conn);
 	if (s->timer_fd >= 0)
 		close(s->timer_fd);
+	free(s->defer);
 	if (s->own)
 		due__my_cfg_free(s->cfg);
 	free(s);
@@ -397,59 +407,148 @@ int due__my_ok(due_store *s)
 /* Statements and transactions                                         */
 /* ------------------------------------------------------------------ */
 
-/* "START TRANSACTION; " + sql: a begun transaction's first statement. */
-static char *with_begin(const char *sql, size_t *len)
+/*
+** The text sent for sql: START TRANSACTION when begun, the deferred
+** statements, sql, COMMIT when it rides.  NULL when nothing rides (send
+** sql as it is) or out of memory (*oom).
+*/
+static char *joined_text(due_store *s, const char *sql, size_t *len, bool *oom)
 {
-	static const char begin[] = "START TRANSACTION; ";
-	char *p = malloc(sizeof(begin) + *len);
+	static const char begin[] = "START TRANSACTION; ",
+			  commit[] = "; COMMIT";
+	size_t n = *len;
+	/* sql may end with its own ';' (an empty statement is an error) */
+	bool semi = n && sql[n - 1] == ';';
+	size_t nb = s->begin_pending ? sizeof(begin) - 1 : 0,
+	       nc = s->commit_rides ? sizeof(commit) - 1 - semi : 0;
+	char *p, *q;
 
-	if (!p)
+	*oom = false;
+	if (!nb && !nc && !s->defer_len)
 		return NULL;
-	memcpy(p, begin, sizeof(begin) - 1);
-	memcpy(p + sizeof(begin) - 1, sql, *len);
-	*len += sizeof(begin) - 1;
-	p[*len] = '\0';
+	if (!(p = q = malloc(nb + s->defer_len + n + nc + 1))) {
+		*oom = true;
+		return NULL;
+	}
+	memcpy(q, begin, nb);
+	q += nb;
+	if (s->defer_len)
+		memcpy(q, s->defer, s->defer_len);
+	q += s->defer_len;
+	memcpy(q, sql, n);
+	q += n;
+	memcpy(q, commit + semi, nc);
+	q += nc;
+	*q = '\0';
+	*len = (size_t)(q - p);
 	return p;
 }
 
-int due__my_run(due_store *s, const char *sql, size_t len, const char *what,
-		MYSQL_RES **out)
+/*
+** Send sql with what rides on it and read every answer: result sets into
+** sets[0..n) in order (n == 0: keep only the last, in sets[0] when sets
+** is not NULL).
+*/
+static int run(due_store *s, const char *sql, size_t len, const char *what,
+	       MYSQL_RES **sets, size_t n)
 {
-	MYSQL_RES *keep = NULL, *r;
-	char *joined = NULL;
+	MYSQL_RES *r;
+	size_t got = 0;
+	bool oom, extra = false, commit = s->commit_rides;
+	char *joined = joined_text(s, sql, &len, &oom);
 	int st, rc;
 
-	if (out)
-		*out = NULL;
-	if (s->begin_pending) {
-		if (!(joined = with_begin(sql, &len)))
-			return due__error_set(DUE_ENOMEM, "out of memory");
-		s->begin_pending = false;
-		sql = joined;
-	}
-	rc = mysql_real_query(s->conn, sql, len);
+	if (oom)
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	s->begin_pending = false;
+	s->commit_rides = false;
+	free(s->defer);
+	s->defer = NULL;
+	s->defer_len = 0;
+	rc = mysql_real_query(s->conn, joined ? joined : sql, len);
 	free(joined);
 	if (rc != 0)
 		return due__my_error(s, what);
 	do {
 		if ((r = mysql_store_result(s->conn))) {
-			mysql_free_result(keep);
-			keep = r;
+			if (n == 0 && sets) {
+				mysql_free_result(sets[0]);
+				sets[0] = r;
+			} else if (got < n) {
+				sets[got++] = r;
+			} else {
+				mysql_free_result(r); /* read on, then fail */
+				extra = n != 0;
+			}
 		} else if (mysql_field_count(s->conn) != 0) {
-			mysql_free_result(keep);
 			return due__my_error(s, what);
 		} else {
 			s->affected = mysql_affected_rows(s->conn);
 		}
 	} while ((st = mysql_next_result(s->conn)) == 0);
-	if (st > 0) {
-		mysql_free_result(keep);
+	if (st > 0)
 		return due__my_error(s, what);
+	if (commit)
+		tx_reset(s); /* the COMMIT that rode here succeeded */
+	if (extra)	     /* a bug of ours: the caller expected fewer */
+		return due__error_set(DUE_ERROR,
+				      "mysql store: %s: more results than "
+				      "expected",
+				      what);
+	return 0;
+}
+
+static void free_sets(MYSQL_RES **sets, size_t n)
+{
+	for (size_t i = 0; sets && i < n; i++) {
+		mysql_free_result(sets[i]);
+		sets[i] = NULL;
 	}
-	if (out)
-		*out = keep;
-	else
+}
+
+int due__my_run(due_store *s, const char *sql, size_t len, const char *what,
+		MYSQL_RES **out)
+{
+	MYSQL_RES *keep = NULL;
+	int rc = run(s, sql, len, what, &keep, 0);
+
+	if (rc < 0 || !out)
 		mysql_free_result(keep);
+	else
+		*out = keep;
+	if (out && rc < 0)
+		*out = NULL;
+	return rc;
+}
+
+int due__my_run_sets(due_store *s, const char *sql, size_t len,
+		     const char *what, MYSQL_RES **sets, size_t n)
+{
+	int rc;
+
+	for (size_t i = 0; i < n; i++)
+		sets[i] = NULL;
+	if ((rc = run(s, sql, len, what, sets, n)) < 0)
+		free_sets(sets, n);
+	return rc;
+}
+
+int due__my_defer(due_store *s, due_my_sql *b)
+{
+	char *p;
+
+	if (b->oom || !(p = realloc(s->defer, s->defer_len + b->len + 3))) {
+		due__my_sql_free(b);
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	}
+	memcpy(p + s->defer_len, b->p, b->len);
+	s->defer_len += b->len;
+	if (s->defer_len && p[s->defer_len - 1] != ';')
+		p[s->defer_len++] = ';';
+	p[s->defer_len++] = ' ';
+	p[s->defer_len] = '\0';
+	s->defer = p;
+	due__my_sql_free(b);
 	return 0;
 }
 
@@ -470,10 +569,10 @@ int due__my_commit(due_store *s)
 	static const char sql[] = "COMMIT";
 	int rc = 0;
 
-	if (!s->begin_pending) /* else nothing ran: nothing to commit */
+	/* nothing ran (begin still pending), or a COMMIT rode already */
+	if (s->in_tx && !s->begin_pending)
 		rc = due__my_run(s, sql, sizeof(sql) - 1, "commit", NULL);
-	s->begin_pending = false;
-	s->in_tx = false;
+	tx_reset(s);
 	return rc;
 }
 
@@ -481,15 +580,14 @@ void due__my_rollback(due_store *s)
 {
 	static const char sql[] = "ROLLBACK";
 
-	if (!s->broken && s->conn && !s->begin_pending) {
+	if (s->in_tx && !s->broken && s->conn && !s->begin_pending) {
 		(void)mysql_real_query(s->conn, sql, sizeof(sql) - 1);
 		/* drop what a failed multi-statement left unread */
 		while (mysql_more_results(s->conn) &&
 		       mysql_next_result(s->conn) == 0)
 			mysql_free_result(mysql_store_result(s->conn));
 	}
-	s->begin_pending = false;
-	s->in_tx = false;
+	tx_reset(s);
 }
 
 void due__my_backoff(int n)
@@ -612,6 +710,16 @@ int due__my_exec(due_store *s, due_my_sql *b, const char *what, MYSQL_RES **out)
 	if (b->oom)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	return due__my_run(s, b->p, b->len, what, out);
+}
+
+int due__my_exec_sets(due_store *s, due_my_sql *b, const char *what,
+		      MYSQL_RES **sets, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		sets[i] = NULL;
+	if (b->oom)
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	return due__my_run_sets(s, b->p, b->len, what, sets, n);
 }
 
 /* ------------------------------------------------------------------ */

@@ -33,15 +33,20 @@ struct due_store {
 	bool broken;	    /* the connection was lost: reconnect first */
 	bool in_tx;	    /* one of our transactions is open */
 	bool begin_pending; /* START TRANSACTION rides on the next statement */
-	bool deadlock;	    /* the last error was 1213/1205: retry */
-	unsigned err;	    /* native error number of the last failure */
-	uint64_t affected;  /* rows matched by the last statement */
-	int64_t id_step;    /* @@auto_increment_increment */
-	bool bulk_ids;	    /* a multi-row INSERT's ids are consecutive */
-	int timer_fd;	    /* listen(): a 1 s timerfd, -1 until then */
-	int64_t wake_seen;  /* the due_wake counter as last read */
-	due_my_cfg *cfg;    /* to reconnect (our own copy) */
-	char label[256];    /* mysql://user@host:port/db for messages */
+	bool commit_rides;  /* COMMIT rides on the next statement (one shot) */
+	char *defer;	    /* statements (no result set) that ride before the
+			       next statement, NULL when none (due__my_defer) */
+	size_t defer_len;
+	bool pick_short;   /* the last claim pick found fewer than asked */
+	bool deadlock;	   /* the last error was 1213/1205: retry */
+	unsigned err;	   /* native error number of the last failure */
+	uint64_t affected; /* rows matched by the last statement */
+	int64_t id_step;   /* @@auto_increment_increment */
+	bool bulk_ids;	   /* a multi-row INSERT's ids are consecutive */
+	int timer_fd;	   /* listen(): a 1 s timerfd, -1 until then */
+	int64_t wake_seen; /* the due_wake counter as last read */
+	due_my_cfg *cfg;   /* to reconnect (our own copy) */
+	char label[256];   /* mysql://user@host:port/db for messages */
 };
 
 /*
@@ -89,6 +94,13 @@ int due__my_error(due_store *s, const char *what);
 */
 int due__my_run(due_store *s, const char *sql, size_t len, const char *what,
 		MYSQL_RES **out);
+/*
+** As due__my_run, keeping every result set in order in sets[0..n) (NULL
+** where the statements made fewer); a result set past the n-th is an
+** error.  The caller frees each.
+*/
+int due__my_run_sets(due_store *s, const char *sql, size_t len,
+		     const char *what, MYSQL_RES **sets, size_t n);
 int due__my_begin(due_store *s);
 int due__my_commit(due_store *s);
 void due__my_rollback(due_store *s);
@@ -121,6 +133,21 @@ void due__my_list(due_my_sql *b, const char *const *t, size_t n);
 /* Run b's text; DUE_ENOMEM when building it failed. */
 int due__my_exec(due_store *s, due_my_sql *b, const char *what,
 		 MYSQL_RES **out);
+/* due__my_run_sets on b's text. */
+int due__my_exec_sets(due_store *s, due_my_sql *b, const char *what,
+		      MYSQL_RES **sets, size_t n);
+/*
+** Round trips inside one of our transactions.  What is sent with a
+** statement, in order: START TRANSACTION (due__my_begin, before the
+** first), the deferred statements (due__my_defer), the statement, COMMIT
+** (s->commit_rides, set just before).  A riding COMMIT that succeeded
+** ends the transaction (due__my_commit then sends nothing); any failure
+** leaves it open for due__my_rollback (MySQL runs none of a multi-statement
+** text after the statement that failed).  due__my_defer keeps b's text
+** (statements without result sets, e.g. a batch's fenced writes) to ride
+** on the next statement; b is freed.  DUE_ENOMEM when it cannot.
+*/
+int due__my_defer(due_store *s, due_my_sql *b);
 
 /* ------------------------------------------------------------------ */
 /* Results                                                             */
