@@ -139,6 +139,21 @@ due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t)
 	return j;
 }
 
+/*
+** Wake one waiting pool thread for the queued jobs, unless one is already
+** on its way: the woken thread wakes the next if jobs are left when it
+** takes one (a chain), so a claim of 16 short jobs wakes as many threads
+** as the jobs keep busy, not 16 (a context switch each), and a claim of
+** 16 long ones still starts all 16 within 16 wake-ups.  mu held.
+*/
+static void pool_wake_locked(pool *p)
+{
+	if (p->head && p->signaled == 0 && p->waiting > 0) {
+		p->signaled = 1;
+		pthread_cond_signal(&p->cv);
+	}
+}
+
 void due__pool_enqueue_locked(pool *p, due_job *j)
 {
 	j->next = NULL;
@@ -147,7 +162,7 @@ void due__pool_enqueue_locked(pool *p, due_job *j)
 	else
 		p->head = j;
 	p->tail = j;
-	pthread_cond_signal(&p->cv);
+	pool_wake_locked(p);
 }
 
 due_job *due__pool_dequeue_locked(pool *p)
@@ -248,9 +263,13 @@ static void *pool_thread(void *arg)
 		if (!j) {
 			if (w->threads_stop)
 				break;
+			p->waiting++;
 			pthread_cond_wait(&p->cv, &w->mu);
+			p->waiting--;
+			p->signaled = 0; /* taken (or a spurious wake-up) */
 			continue;
 		}
+		pool_wake_locked(p); /* the chain: jobs are left */
 		pthread_mutex_unlock(&w->mu);
 		due__run_job(w, j);
 		pthread_mutex_lock(&w->mu);

@@ -113,6 +113,8 @@ typedef struct pool {
 	int busy;	      /* claimed, not yet committed (mu) */
 	due_job *head, *tail; /* ready to run (mu) */
 	pthread_cond_t cv;    /* a job was queued, or threads_stop */
+	int waiting;	      /* pool threads waiting on cv (mu) */
+	int signaled;	      /* cv signals not yet taken by a waiter (mu) */
 	pthread_t *threads;
 	int started;
 } pool;

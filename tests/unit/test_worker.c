@@ -706,6 +706,42 @@ static void held_no_spin(bool no_wheel)
 	due_close(db);
 }
 
+/*
+** Pool threads are woken in a chain (pool.c): the claimer wakes one, and
+** each that takes a job wakes the next while jobs are left.  Handlers that
+** block must still all run at once: 8 slots, 8 tasks held by a gate, all 8
+** running before it opens.
+*/
+static void test_pool_starts_every_slot(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	gate g = {0};
+	due_id ids[8];
+	runner r = {0};
+	due_worker_opts o = DUE_WORKER_OPTS_INIT;
+
+	for (int i = 0; i < 8; i++)
+		ids[i] = add(db, "gated", "");
+	o.url = url;
+	o.concurrency = 8;
+	o.log_level = 0;
+	assert_int_equal(due_worker_new(&r.w, &o), 0);
+	assert_int_equal(due_worker_register(r.w, "gated", gated, &g, 0), 0);
+	pthread_create(&r.th, NULL, run_thread, &r);
+	for (int i = 0; i < 30000 && atomic_load(&g.running) < 8; i++)
+		tu_sleep_ms(2);
+	assert_int_equal(atomic_load(&g.running), 8);
+	atomic_store(&g.open, true);
+	for (int i = 0; i < 30000 && count_state(db, ids, 8, DUE_DONE) < 8;
+	     i += 10)
+		tu_sleep_ms(20);
+	assert_int_equal(count_state(db, ids, 8, DUE_DONE), 8);
+	assert_int_equal(atomic_load(&g.max_running), 8);
+	stop_runner(&r, NULL);
+	due_close(db);
+}
+
 static void test_held_no_spin_wheel(void **state)
 {
 	(void)state;
@@ -848,6 +884,7 @@ int main(void)
 	    T(test_timeout_deaf_handler),
 	    T(test_kind_timeout_inline),
 	    T(test_held_no_spin_wheel),
+	    T(test_pool_starts_every_slot),
 	    T(test_held_no_spin_poll),
 	    T(test_resume_wakes),
 	    T(test_once_paused_and_held),
