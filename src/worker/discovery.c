@@ -102,7 +102,15 @@ static int refill(due_worker *w, due_db *db, disc *d)
 					     w->o.wheel_max));
 	if (rc < 0)
 		return rc;
-	d->offset = (u->now ? u->now : now) - mono;
+	/* the store read u->now before this returned, and maybe well after
+	   `mono` (the call waits for its turn at the shared connection): the
+	   clock read now gives an offset that is never too high, so the wheel
+	   never fires before the store calls the task due (a too-high one
+	   fired early, and the claim came back empty) */
+	if (u->now)
+		d->offset = u->now - due__mono_us();
+	else
+		d->offset = now - mono;
 	for (size_t i = 0; i < u->count; i++) {
 		int64_t tick = (u->due_at[i] - d->offset + 999) / 1000;
 		due__wheel_start(NULL, d->wheel, u->ids[i], tick);
