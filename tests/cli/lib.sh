@@ -57,6 +57,33 @@ need() {
 	return 1
 }
 
+# on_each_store FN NAME: FN LABEL URL on a new SQLite file and on a new
+# schema / prefix / database of every server this run has (PostgreSQL,
+# Redis, MariaDB: under CI=true each must be there).  The caller declares
+# CLEANUP=() and runs its entries at exit (they drop what this made).
+on_each_store() {
+	local fn=$1 name=$2 sep
+	"$fn" sqlite "sqlite:$T/$name.db"
+	if need DUE_TEST_PG_URL postgres; then
+		psql -qX "$DUE_TEST_PG_URL" -c "CREATE SCHEMA due_${name}_$$" >/dev/null
+		CLEANUP+=("psql -qX '$DUE_TEST_PG_URL' -c 'DROP SCHEMA due_${name}_$$ CASCADE'")
+		sep='?'; case "$DUE_TEST_PG_URL" in *\?*) sep='&';; esac
+		"$fn" postgres "$DUE_TEST_PG_URL${sep}options=-csearch_path%3Ddue_${name}_$$"
+	fi
+	if need DUE_TEST_REDIS_URL redis &&
+		"$DUE" init --db "redis://127.0.0.1:1/0" 2>&1 | grep -vq "unsupported scheme"; then
+		sep='?'; case "$DUE_TEST_REDIS_URL" in *\?*) sep='&';; esac
+		"$fn" redis "$DUE_TEST_REDIS_URL${sep}prefix=$name$$"
+	fi
+	if need DUE_TEST_MYSQL_URL mariadb; then
+		mysql_url_parts "$DUE_TEST_MYSQL_URL"
+		MYSQL_PWD="$mypass" mariadb --no-defaults -h "$myhost" -P "$myport" ${mysock:+-S "$mysock"} \
+			-u "$myuser" -e "CREATE DATABASE due_${name}_$$ CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+		CLEANUP+=("MYSQL_PWD='$mypass' mariadb --no-defaults -h '$myhost' -P '$myport' ${mysock:+-S '$mysock'} -u '$myuser' -e 'DROP DATABASE IF EXISTS due_${name}_$$'")
+		"$fn" mariadb "mysql://$myauth@$myhostport/due_${name}_$$$myquery"
+	fi
+}
+
 finish() {
 	echo "$PASS passed, $FAIL failed"
 	[ "$FAIL" -eq 0 ]

@@ -47,27 +47,5 @@ wake_on() { # LABEL URL
 	kill -TERM "$w"; wait "$w" || bad "$label: worker exit"
 }
 
-wake_on sqlite "sqlite:$T/wake.db"
-
-if need DUE_TEST_PG_URL postgres; then
-	schema="due_cronwake_$$"
-	psql -qX "$DUE_TEST_PG_URL" -c "CREATE SCHEMA $schema" >/dev/null
-	CLEANUP+=("psql -qX '$DUE_TEST_PG_URL' -c 'DROP SCHEMA $schema CASCADE'")
-	sep='?'; case "$DUE_TEST_PG_URL" in *\?*) sep='&';; esac
-	wake_on postgres "$DUE_TEST_PG_URL${sep}options=-csearch_path%3D$schema"
-fi
-
-if need DUE_TEST_REDIS_URL redis; then
-	sep='?'; case "$DUE_TEST_REDIS_URL" in *\?*) sep='&';; esac
-	wake_on redis "$DUE_TEST_REDIS_URL${sep}prefix=cronwake$$"
-fi
-
-if need DUE_TEST_MYSQL_URL mariadb; then
-	mysql_url_parts "$DUE_TEST_MYSQL_URL"
-	mydb="due_cronwake_$$"
-	MYSQL_PWD="$mypass" mariadb --no-defaults -h "$myhost" -P "$myport" ${mysock:+-S "$mysock"} \
-		-u "$myuser" -e "CREATE DATABASE $mydb CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-	CLEANUP+=("MYSQL_PWD='$mypass' mariadb --no-defaults -h '$myhost' -P '$myport' ${mysock:+-S '$mysock'} -u '$myuser' -e 'DROP DATABASE IF EXISTS $mydb'")
-	wake_on mariadb "mysql://$myauth@$myhostport/$mydb$myquery"
-fi
+on_each_store wake_on cronwake
 finish

@@ -102,30 +102,5 @@ retain_on() {
 	rm -f "$OUT"/hold.*
 }
 
-retain_on sqlite "sqlite:$T/retain.db"
-
-if need DUE_TEST_PG_URL postgres; then
-	schema="due_retain_$$"
-	psql -qX "$DUE_TEST_PG_URL" -c "CREATE SCHEMA $schema" >/dev/null
-	CLEANUP+=("psql -qX '$DUE_TEST_PG_URL' -c 'DROP SCHEMA $schema CASCADE'")
-	sep='?'; case "$DUE_TEST_PG_URL" in *\?*) sep='&';; esac
-	retain_on postgres "$DUE_TEST_PG_URL${sep}options=-csearch_path%3D$schema"
-fi
-
-if need DUE_TEST_REDIS_URL redis && "$DUE" init --db "redis://127.0.0.1:1/0" 2>&1 | grep -vq "unsupported scheme"; then
-	sep='?'; case "$DUE_TEST_REDIS_URL" in *\?*) sep='&';; esac
-	retain_on redis "$DUE_TEST_REDIS_URL${sep}prefix=retain$$"
-fi
-
-if need DUE_TEST_MYSQL_URL mariadb; then
-	mysql_url_parts "$DUE_TEST_MYSQL_URL"
-	mydb="due_retain_$$"
-	mycli() {
-		MYSQL_PWD="$mypass" mariadb --no-defaults -h "$myhost" -P "$myport" \
-			${mysock:+-S "$mysock"} -u "$myuser" -N -B "$@"
-	}
-	mycli -e "CREATE DATABASE $mydb CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-	CLEANUP+=("MYSQL_PWD='$mypass' mariadb --no-defaults -h '$myhost' -P '$myport' ${mysock:+-S '$mysock'} -u '$myuser' -e 'DROP DATABASE IF EXISTS $mydb'")
-	retain_on mariadb "mysql://$myauth@$myhostport/$mydb$myquery"
-fi
+on_each_store retain_on retain
 finish
