@@ -262,14 +262,25 @@ static int open_wake(const char *path)
 ** effort and never blocking (open_wake): it runs after a commit, so it
 ** must not fail or delay what was committed; a lost wake-up costs
 ** lateness, never a task.  Always 0.
+**
+** The descriptor stays open between commits: opening, checking and
+** closing the file each time was 5 of a single submit's system calls and
+** about a tenth of its time.  A file that was removed or replaced (no
+** link left) is opened again by path, since listeners that started since
+** watch the new one.
 */
 int due__sq_notify(due_store *s)
 {
-	int fd = open_wake(s->wake_path);
-	if (fd < 0)
+	struct stat st;
+
+	if (s->wake_fd >= 0 &&
+	    (fstat(s->wake_fd, &st) < 0 || st.st_nlink == 0)) {
+		close(s->wake_fd);
+		s->wake_fd = -1;
+	}
+	if (s->wake_fd < 0 && (s->wake_fd = open_wake(s->wake_path)) < 0)
 		return 0;
-	futimens(fd, NULL);
-	close(fd);
+	futimens(s->wake_fd, NULL);
 	return 0;
 }
 
@@ -677,6 +688,7 @@ int due__sq_open(due_store **out, const void *cfg, bool create)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	*out = s;
 	s->ino_fd = -1;
+	s->wake_fd = -1;
 	s->path = due__strdup_n(u->path, strlen(u->path));
 	if (s->path && (s->wake_path = malloc(strlen(s->path) + 6)))
 		snprintf(s->wake_path, strlen(s->path) + 6, "%s-wake", s->path);
@@ -705,6 +717,8 @@ void due__sq_close(due_store *s)
 	sqlite3_close_v2(s->db);
 	if (s->ino_fd >= 0)
 		close(s->ino_fd);
+	if (s->wake_fd >= 0)
+		close(s->wake_fd);
 	free(s->wake_path);
 	free(s->path);
 	free(s);

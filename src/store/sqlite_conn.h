@@ -36,6 +36,7 @@ struct due_store {
 	bool readonly;	 /* this user cannot write the store */
 	bool immutable;	 /* opened ?immutable=1 (sqlite_conn.c, open) */
 	int ino_fd;	 /* inotify instance while listening, else -1 */
+	int wake_fd;	 /* the wake file, open for touching, else -1 */
 };
 
 /*

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -266,6 +267,36 @@ static void test_wake_fifo_never_blocks(void **state)
 	assert_int_equal(due_listen(db, &fd), DUE_ESTATE);
 	assert_non_null(strstr(due_error_last(), "not a regular file"));
 	alarm(0);
+	due_close(db);
+}
+
+/*
+** A writer keeps the wake file open between commits (sqlite_conn.c).  When
+** the file is removed, a listener that starts afterwards watches a new
+** one: the writer's next commit must touch that one, not the removed file.
+*/
+static void test_wake_file_replaced(void **state)
+{
+	(void)state;
+	char wake[600];
+	due_submitted s;
+	int fd, n = 0;
+
+	if (strcmp(backend_now, "sqlite") != 0)
+		skip();
+	due_db *db = open_db(), *ldb = open_db();
+	assert_int_equal(due_schedule(db, &s, "k", "", 0, NULL), 0);
+	snprintf(wake, sizeof(wake), "%s/due.db-wake", dir);
+	assert_int_equal(unlink(wake), 0);
+	assert_int_equal(due_listen(ldb, &fd), 0);
+	assert_int_equal(due_listen_drain(ldb, &n), 0);
+	n = 0;
+	assert_int_equal(due_schedule(db, &s, "k", "", 0, NULL), 0);
+	struct pollfd p = {fd, POLLIN, 0};
+	assert_int_equal(poll(&p, 1, 5000), 1);
+	assert_int_equal(due_listen_drain(ldb, &n), 0);
+	assert_true(n > 0);
+	due_close(ldb);
 	due_close(db);
 }
 
@@ -706,13 +737,10 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-	    T(test_at_epoch_is_kept),
-	    T(test_at_old_versions),
-	    T(test_done_clears_last_error),
-	    T(test_wake_fifo_never_blocks),
-	    T(test_claim_on_locked_store),
-	    T(test_fail_with_bad_utf8),
-	    T(test_io_faults),
+	    T(test_at_epoch_is_kept),	    T(test_at_old_versions),
+	    T(test_done_clears_last_error), T(test_wake_fifo_never_blocks),
+	    T(test_wake_file_replaced),	    T(test_claim_on_locked_store),
+	    T(test_fail_with_bad_utf8),	    T(test_io_faults),
 #undef T
 	};
 	int failed = 0;
