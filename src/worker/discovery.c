@@ -134,10 +134,13 @@ static bool drain_notes(due_worker *w, due_db *db, disc *d)
 		return false;
 	atomic_fetch_add(&w->st.notifications, n);
 	/* a note may be a schedule's put or removal (due_cron_put notifies):
-	   the scheduler looks again (scheduler.c) */
+	   the scheduler looks again (scheduler.c).  Only the first note after
+	   its pass wakes it: a busy store's notes cost no wake-ups */
 	pthread_mutex_lock(&w->mu);
-	w->cron_poke = true;
-	pthread_cond_broadcast(&w->sched_cv);
+	if (!w->cron_poke) {
+		w->cron_poke = true;
+		pthread_cond_broadcast(&w->sched_cv);
+	}
 	pthread_mutex_unlock(&w->mu);
 	return true;
 }

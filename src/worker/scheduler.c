@@ -32,16 +32,16 @@
 
 /*
 ** Sleep until `next` (monotonic us) or threads_stop.  A schedule change
-** noted by discovery moves `next` to no sooner than `soonest`.  mu held.
+** noted by discovery (cron_poke, set once per pass: discovery wakes this
+** thread only for the first note after a pass) moves `next` to no sooner
+** than `soonest`.  mu held.
 */
 static void sched_rest(due_worker *w, int64_t next, int64_t soonest)
 {
 	int64_t now;
 	while (!w->threads_stop && (now = due__mono_us()) < next) {
-		if (w->cron_poke) {
-			w->cron_poke = false;
-			if (soonest < next)
-				next = soonest;
+		if (w->cron_poke && soonest < next) {
+			next = soonest;
 			continue;
 		}
 		due__cond_wait_us(&w->sched_cv, &w->mu, next - now);
