@@ -31,6 +31,11 @@
 #define PRUNE_LEASE_US (90LL * 1000000)
 #define PRUNE_PAUSE_US 20000LL /* between full batches */
 #define PRUNE_LOCK "prune"
+/* the first run waits this long (at most `every`): workers started
+   together do not all prune at once, and a worker stopped or SIGSTOPped
+   just after its start holds no prune transaction (on SQLite, a stopped
+   process inside a write transaction holds every other writer back) */
+#define PRUNE_FIRST_US 5000000LL
 
 /*
 ** Sleep on sched_cv for `us` (the scheduler's wake-ups, broadcast on the
@@ -124,6 +129,8 @@ void *due__pruner_main(void *arg)
 	if (every < 1000000)
 		every = 1000000;
 	due_duration_format(keep, sizeof(keep), w->o.retain_us);
+	if (!rest(w, every < PRUNE_FIRST_US ? every : PRUNE_FIRST_US))
+		return NULL;
 	for (;;) {
 		int rc;
 		int64_t n = prune_run(w, &rc), wait_us = every;
