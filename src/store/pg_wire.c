@@ -562,16 +562,24 @@ static void slow_begin(due_store *s, const char *what)
 		    "''; SELECT pg_reload_conf()) or a standby is attached",
 		    what, PQhost(s->conn), PQport(s->conn),
 		    (int)(DUE_PG_SLOW_US / 1000000));
+	else if (strcmp(ev, "?") == 0)
+		slow_log(
+		    "warning",
+		    "%s on %s:%s has waited %d s for the server (it could "
+		    "not be asked why); if it was promoted from a standby, "
+		    "check synchronous_standby_names",
+		    what, PQhost(s->conn), PQport(s->conn),
+		    (int)(DUE_PG_SLOW_US / 1000000));
 	else
-		slow_log("warning",
-			 "%s on %s:%s has waited %d s for the server (%s%s); "
-			 "if it was promoted from a standby, check "
-			 "synchronous_standby_names",
-			 what, PQhost(s->conn), PQport(s->conn),
-			 (int)(DUE_PG_SLOW_US / 1000000),
-			 strcmp(ev, "?") == 0 ? "it could not be asked why"
-					      : "wait event ",
-			 strcmp(ev, "?") == 0 ? "" : ev);
+		slow_log(
+		    "warning",
+		    "%s on %s:%s has waited %d s for the server (wait event "
+		    "%s%s)",
+		    what, PQhost(s->conn), PQport(s->conn),
+		    (int)(DUE_PG_SLOW_US / 1000000), ev,
+		    strncmp(ev, "Lock/", 5) == 0
+			? ": a lock held by another session"
+			: "");
 }
 
 /* An answer came after waited_us: close an open episode if in time. */
@@ -920,6 +928,30 @@ static int listen_polled(due_store *s, int *fd)
 	return 0;
 }
 
+/*
+** A server that answers LISTEN with feature_not_supported, a syntax
+** error or an unknown function (PostgreSQL-compatible engines without
+** it: CockroachDB, YugabyteDB without its LISTEN/NOTIFY flag) has no
+** wake-ups: DUE_EUNSUPPORTED saying so, which the worker logs once as it
+** falls back to its poll.  Any other failure (rc) is returned as it is.
+*/
+static int no_listen(due_store *s, int rc)
+{
+	char msg[512];
+
+	if (strcmp(s->sqlstate, "0A000") != 0 &&
+	    strcmp(s->sqlstate, "42601") != 0 &&
+	    strcmp(s->sqlstate, "42883") != 0)
+		return rc;
+	snprintf(msg, sizeof(msg), "%s", due_error_last());
+	return due__error_set(DUE_EUNSUPPORTED,
+			      "postgres store: this server has no LISTEN "
+			      "(CockroachDB? YugabyteDB without its "
+			      "LISTEN/NOTIFY flag?), new tasks are found by "
+			      "polling only: %s",
+			      msg);
+}
+
 int due__pg_listen(due_store *s, int *fd)
 {
 	int rc;
@@ -942,7 +974,7 @@ int due__pg_listen(due_store *s, int *fd)
 		if (!s->listening) {
 			if ((rc = due__pg_command(s, "LISTEN " DUE_PG_CHANNEL,
 						  "listen")) < 0)
-				return rc;
+				return no_listen(s, rc);
 			s->listening = true;
 		}
 		*fd = PQsocket(s->conn);
