@@ -4,7 +4,8 @@
 # reached through the multi-host URL
 #   postgres://postgres@127.0.0.1:P1,127.0.0.1:P2/due?target_session_attrs=read-write
 # 1. two `due work` processes drain 2,000 tasks while a producer adds more
-#    one by one; the primary's postmaster is killed -9 once 300 are DONE
+#    one by one; the primary (its postmaster and every child) is killed
+#    -9 once 300 are DONE
 #    and the standby promoted at once (the step an HA manager takes; its
 #    detection delay is not part of this): every task DONE, none with two
 #    kept results (a task may RUN again after the failover: at least
@@ -72,7 +73,9 @@ done
 done_on() { on "$1" "SELECT count(*) FROM due_task WHERE state = 'DONE'" 2>/dev/null; }
 at_least_300() { [ "$(done_on "$P1")" -ge 300 ]; }
 wait_for "300 tasks DONE on the primary" 60 at_least_300
-"$PAIR" kill-primary "$pair1" >/dev/null && ok || bad "kill -9 of the primary"
+# the whole node (postmaster, backends, WAL sender) at one instant, as a
+# lost machine: a backend left running could still finish a commit
+"$PAIR" kill-primary "$pair1" --all >/dev/null && ok || bad "kill -9 of the primary"
 # taken once the kill is sent: a claim the old primary committed (and the
 # standby confirmed) in the instant before it is not counted as the new
 # primary's; claimed_at is the claim's transaction start (now())
