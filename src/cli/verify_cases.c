@@ -85,6 +85,72 @@ static int cmp_i64(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/*
+** The first task id that the file `effects` (one id a line) names twice,
+** or 0.  With no worker failing or crashing, a second run of one task
+** means two workers held the same claim.
+*/
+static long long run_twice(vctx *v)
+{
+	char p[1300], line[64];
+	FILE *f = fopen(v_path(v, "effects", p, sizeof(p)), "r");
+	int64_t *ids = NULL, *n2;
+	long long twice = 0;
+	size_t n = 0, cap = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (n == cap) {
+			cap = cap ? cap * 2 : 512;
+			if (!(n2 = realloc(ids, cap * sizeof(*ids))))
+				break;
+			ids = n2;
+		}
+		ids[n++] = (int64_t)strtoll(line, NULL, 10);
+	}
+	fclose(f);
+	if (ids)
+		qsort(ids, n, sizeof(*ids), cmp_i64);
+	for (size_t i = 1; i < n && !twice; i++)
+		if (ids[i] == ids[i - 1])
+			twice = ids[i];
+	free(ids);
+	return twice;
+}
+
+/*
+** Say plainly what duplicate claims mean (an engine that accepts FOR
+** UPDATE SKIP LOCKED but does not lock, TiDB's way): into out, "" when
+** every task was claimed and run once.
+*/
+static void dup_diagnosis(vctx *v, const due_task_list *l, char *out, size_t n)
+{
+	long long twice;
+
+	out[0] = '\0';
+	for (size_t i = 0; i < l->count; i++) {
+		const due_task *t = &l->items[i];
+		if (t->n_attempts > 1) {
+			snprintf(
+			    out, n,
+			    " diagnosis=\"task %lld was claimed %zu times "
+			    "(by %s, then %s) though no worker failed: the "
+			    "store does not lock rows (SKIP LOCKED "
+			    "ignored?)\"",
+			    (long long)t->id, t->n_attempts,
+			    t->attempts[0].worker, t->attempts[1].worker);
+			return;
+		}
+	}
+	if ((twice = run_twice(v)) != 0)
+		snprintf(out, n,
+			 " diagnosis=\"two workers claimed task %lld and ran "
+			 "it twice: the store does not lock rows (SKIP LOCKED "
+			 "ignored?)\"",
+			 twice);
+}
+
 /* ------------------------------------------------------------------ */
 
 void v_normal_three_workers(vctx *v)
@@ -131,16 +197,18 @@ void v_normal_three_workers(vctx *v)
 	qsort(late, l->count, sizeof(late[0]), cmp_i64);
 	int effects = v_lines(v, "effects");
 	size_t c = l->count;
+	char why[512];
+	dup_diagnosis(v, l, why, sizeof(why));
 	v_case(
 	    v, "normal_three_workers",
 	    ok && c == N && claims == N && dups == 0 && effects == N &&
 		early == 0 && not_done == 0,
 	    "tasks=%zu claims=%d dup_claims=%d effects=%d early=%d p50_ms=%.1f "
-	    "p99_ms=%.1f max_ms=%.1f",
+	    "p99_ms=%.1f max_ms=%.1f%s",
 	    c, claims, dups, effects, early,
 	    c ? (double)late[c / 2] / 1000.0 : 0,
 	    c ? (double)late[(c * 99 + 99) / 100 - 1] / 1000.0 : 0,
-	    c ? (double)late[c - 1] / 1000.0 : 0);
+	    c ? (double)late[c - 1] / 1000.0 : 0, why);
 	due_task_list_free(l);
 }
 

@@ -24,6 +24,19 @@
 ** keeps whole, and pg.c uses nothing else: no temporary tables, no
 ** session advisory locks, no SET outside a transaction.
 **
+** Slow answers.  The store's own statements are sent asynchronously and
+** awaited here (await), so a wait can be noticed while it lasts: one past
+** DUE_PG_SLOW_US asks the server, on a side connection, what the session
+** waits for (pg_stat_activity's wait event of PQbackendPID).  The case it
+** is for: a standby promoted to primary that still has
+** synchronous_standby_names set (copied with the base backup) waits, at
+** every COMMIT, for a synchronous standby it no longer has, forever and
+** silently; the server then says SyncRep, and the warning names the
+** setting.  A lock wait is named too; a statement that is working, not
+** waiting (a bulk insert), is not reported.  One line per episode for the
+** whole process (stderr, the worker's log): the episode ends, with one
+** more line, at the first statement answered in time again.
+**
 ** Wake-ups (listen, listen_drain, notify) come one of three ways:
 **  - LISTEN on the store's own connection (a direct URL, the default);
 **  - ?listen=URL: LISTEN on a connection of its own to that (direct)
@@ -45,6 +58,8 @@
 */
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -98,6 +113,14 @@ int due__pg_error(due_store *s, const PGresult *r, const char *what)
 		code = DUE_ESTORE;
 	return due__error_set(code, "postgres store: %s: %s", what,
 			      trimmed(buf, sizeof(buf), msg));
+}
+
+static int64_t mono_us(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
 }
 
 static void quiet_notices(void *arg, const char *message)
@@ -423,6 +446,238 @@ int due__pg_ok(due_store *s)
 }
 
 /* ------------------------------------------------------------------ */
+/* Slow answers (see the essay)                                        */
+/* ------------------------------------------------------------------ */
+
+/* An episode is open: its warning was written, no answer in time since. */
+static atomic_bool slow_open;
+static atomic_llong slow_max_us; /* the longest wait of the open episode */
+
+/* One line on stderr (the worker's log), headed by level. */
+static void slow_log(const char *level, const char *fmt, ...) DUE_PRINTF(2, 3);
+static void slow_log(const char *level, const char *fmt, ...)
+{
+	char ts[40], msg[1024];
+	va_list ap;
+
+	due_time_format(ts, sizeof(ts), due_time_now_host());
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s due[%d] %s: postgres store: %s\n", ts,
+		(int)getpid(), level, msg);
+}
+
+/*
+** A connection beside c to the very server c is on (its host and port,
+** not the URL's list), for one question; NULL when it cannot be made.
+** Every other setting of c (user, database, TLS) is kept.
+*/
+static PGconn *side_dial(PGconn *c)
+{
+	PQconninfoOption *o = PQconninfo(c), *i;
+	const char *keys[64], *vals[64];
+	int n = 0;
+	PGconn *side = NULL;
+
+	if (!o)
+		return NULL;
+	for (i = o; i->keyword && n < 56; i++) {
+		if (!i->val || !*i->val || strcmp(i->keyword, "host") == 0 ||
+		    strcmp(i->keyword, "hostaddr") == 0 ||
+		    strcmp(i->keyword, "port") == 0 ||
+		    strcmp(i->keyword, "connect_timeout") == 0 ||
+		    strcmp(i->keyword, "target_session_attrs") == 0)
+			continue;
+		keys[n] = i->keyword;
+		vals[n++] = i->val;
+	}
+	keys[n] = "host", vals[n++] = PQhost(c);
+	keys[n] = "port", vals[n++] = PQport(c);
+	keys[n] = "connect_timeout", vals[n++] = "3";
+	keys[n] = NULL, vals[n] = NULL;
+	side = PQconnectdbParams(keys, vals, 0);
+	PQconninfoFree(o);
+	if (side && PQstatus(side) != CONNECTION_OK) {
+		PQfinish(side);
+		side = NULL;
+	}
+	return side;
+}
+
+/*
+** What the server says c's session waits for ("SyncRep", "Lock/tuple"),
+** into out; "" when it is working without waiting, "?" when it could not
+** be asked.
+*/
+static void wait_event(PGconn *c, char *out, size_t n)
+{
+	PGconn *side = side_dial(c);
+	char pid[16];
+	const char *v[1] = {pid};
+	PGresult *r;
+
+	snprintf(out, n, "?");
+	if (!side)
+		return;
+	PQsetNoticeProcessor(side, quiet_notices, NULL);
+	snprintf(pid, sizeof(pid), "%d", PQbackendPID(c));
+	r = PQexecParams(
+	    side,
+	    "SELECT CASE WHEN wait_event = 'SyncRep' THEN 'SyncRep'"
+	    " ELSE coalesce(wait_event_type || '/' || wait_event,"
+	    " '') END FROM pg_stat_activity WHERE pid = $1::int",
+	    1, NULL, v, NULL, NULL, 0);
+	if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+		snprintf(out, n, "%s", PQgetvalue(r, 0, 0));
+	PQclear(r);
+	PQfinish(side);
+}
+
+/*
+** A statement of s (`what`) has waited DUE_PG_SLOW_US: ask why, and open
+** an episode with one warning unless one is open or the session is only
+** busy working.
+*/
+static void slow_begin(due_store *s, const char *what)
+{
+	char ev[128];
+
+	if (atomic_load(&slow_open))
+		return;
+	wait_event(s->conn, ev, sizeof(ev));
+	if (!ev[0] || atomic_exchange(&slow_open, true))
+		return;
+	atomic_store(&slow_max_us, DUE_PG_SLOW_US);
+	if (strcmp(ev, "SyncRep") == 0)
+		slow_log(
+		    "warning",
+		    "%s on %s:%s has waited %d s for a synchronous standby "
+		    "(wait event SyncRep): the commit is done here but not "
+		    "acknowledged until a standby named in "
+		    "synchronous_standby_names confirms it.  A primary "
+		    "promoted from a standby keeps waiting for one it no "
+		    "longer has, at every commit, until that setting is "
+		    "cleared (ALTER SYSTEM SET synchronous_standby_names = "
+		    "''; SELECT pg_reload_conf()) or a standby is attached",
+		    what, PQhost(s->conn), PQport(s->conn),
+		    (int)(DUE_PG_SLOW_US / 1000000));
+	else if (strcmp(ev, "?") == 0)
+		slow_log(
+		    "warning",
+		    "%s on %s:%s has waited %d s for the server (it could "
+		    "not be asked why); if it was promoted from a standby, "
+		    "check synchronous_standby_names",
+		    what, PQhost(s->conn), PQport(s->conn),
+		    (int)(DUE_PG_SLOW_US / 1000000));
+	else
+		slow_log(
+		    "warning",
+		    "%s on %s:%s has waited %d s for the server (wait event "
+		    "%s%s)",
+		    what, PQhost(s->conn), PQport(s->conn),
+		    (int)(DUE_PG_SLOW_US / 1000000), ev,
+		    strncmp(ev, "Lock/", 5) == 0
+			? ": a lock held by another session"
+			: "");
+}
+
+/* An answer came after waited_us: close an open episode if in time. */
+static void slow_end(int64_t waited_us)
+{
+	long long max = atomic_load(&slow_max_us);
+
+	if (!atomic_load(&slow_open))
+		return;
+	while (waited_us > max &&
+	       !atomic_compare_exchange_weak(&slow_max_us, &max, waited_us))
+		;
+	if (waited_us < DUE_PG_SLOW_US && atomic_exchange(&slow_open, false))
+		slow_log("note",
+			 "statements are answered in time again (the longest "
+			 "wait was %.1f s)",
+			 (double)atomic_load(&slow_max_us) / 1e6);
+}
+
+/*
+** Wait for the answer to what was just sent on s->conn (`what` names it
+** in a warning) and return it as PQexec would: the first failed result,
+** else the last; NULL only when libpq had none (out of memory).  A
+** broken connection comes back as its failed result.  Each
+** DUE_PG_SLOW_US it waits, slow_begin() is told (it asks the server only
+** while no episode is open).
+*/
+static PGresult *await(due_store *s, const char *what)
+{
+	PGconn *c = s->conn;
+	int64_t t0 = mono_us(), next = t0 + DUE_PG_SLOW_US, left;
+	PGresult *r, *keep = NULL;
+	struct pollfd p;
+	int n;
+
+	while (PQisBusy(c)) {
+		p.fd = PQsocket(c);
+		p.events = POLLIN;
+		left = next - mono_us();
+		n = poll(&p, 1, left > 0 ? (int)((left + 999) / 1000) : 0);
+		if (n < 0 && errno != EINTR)
+			break;
+		if (n == 0) { /* asked again each period while it works */
+			slow_begin(s, what);
+			next += DUE_PG_SLOW_US;
+		} else if (n > 0 && !PQconsumeInput(c)) {
+			break; /* the failure is PQgetResult's */
+		}
+	}
+	while ((r = PQgetResult(c))) {
+		if (keep && PQresultStatus(keep) == PGRES_FATAL_ERROR) {
+			PQclear(r);
+			continue;
+		}
+		PQclear(keep);
+		keep = r;
+	}
+	slow_end(mono_us() - t0);
+	return keep;
+}
+
+/*
+** PQexecPrepared, PQexecParams and PQexec on the store's own connection,
+** through await(); a caller's connection (pg_tx) is used as it is.
+*/
+static PGresult *exec_prepared(due_store *s, const char *name,
+			       const due_pg_params *p, const char *what)
+{
+	if (!s->own)
+		return PQexecPrepared(s->conn, name, p->n, p->v, p->len, p->fmt,
+				      1);
+	if (!PQsendQueryPrepared(s->conn, name, p->n, p->v, p->len, p->fmt, 1))
+		return NULL;
+	return await(s, what);
+}
+
+static PGresult *exec_params(due_store *s, const char *sql,
+			     const due_pg_params *p, const char *what)
+{
+	if (!s->own)
+		return PQexecParams(s->conn, sql, p->n, NULL, p->v, p->len,
+				    p->fmt, 1);
+	if (!PQsendQueryParams(s->conn, sql, p->n, NULL, p->v, p->len, p->fmt,
+			       1))
+		return NULL;
+	return await(s, what);
+}
+
+static PGresult *exec_simple(due_store *s, const char *sql, const char *what)
+{
+	if (!s->own)
+		return PQexec(s->conn, sql);
+	if (!PQsendQuery(s->conn, sql))
+		return NULL;
+	return await(s, what);
+}
+
+/* ------------------------------------------------------------------ */
 /* Parameters, statements, transactions                                */
 /* ------------------------------------------------------------------ */
 
@@ -502,10 +757,8 @@ int due__pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
 		if (named && !s->prepared[id] &&
 		    (rc = prepare(s, id, sql, name, what)) < 0)
 			return rc;
-		r = named ? PQexecPrepared(s->conn, name, p->n, p->v, p->len,
-					   p->fmt, 1)
-			  : PQexecParams(s->conn, sql, p->n, NULL, p->v, p->len,
-					 p->fmt, 1);
+		r = named ? exec_prepared(s, name, p, what)
+			  : exec_params(s, sql, p, what);
 		st = PQresultStatus(r);
 		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
 			*out = r;
@@ -524,7 +777,7 @@ int due__pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
 
 int due__pg_command(due_store *s, const char *sql, const char *what)
 {
-	PGresult *r = PQexec(s->conn, sql);
+	PGresult *r = exec_simple(s, sql, what);
 	int rc = PQresultStatus(r) == PGRES_COMMAND_OK ||
 			 PQresultStatus(r) == PGRES_TUPLES_OK
 		     ? 0
@@ -549,7 +802,7 @@ void due__pg_rollback(due_store *s)
 */
 int due__pg_commit(due_store *s)
 {
-	PGresult *r = PQexec(s->conn, "COMMIT");
+	PGresult *r = exec_simple(s, "COMMIT", "commit");
 	char buf[512];
 	int rc = 0;
 
@@ -579,14 +832,6 @@ int due__pg_commit(due_store *s)
 
 /* Notifies made in this process: a polled listener reports them at once. */
 static atomic_ulong notified;
-
-static int64_t mono_us(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
-}
 
 /*
 ** The direct listening connection of ?listen=, connected (at most once a
@@ -683,6 +928,30 @@ static int listen_polled(due_store *s, int *fd)
 	return 0;
 }
 
+/*
+** A server that answers LISTEN with feature_not_supported, a syntax
+** error or an unknown function (PostgreSQL-compatible engines without
+** it: CockroachDB, YugabyteDB without its LISTEN/NOTIFY flag) has no
+** wake-ups: DUE_EUNSUPPORTED saying so, which the worker logs once as it
+** falls back to its poll.  Any other failure (rc) is returned as it is.
+*/
+static int no_listen(due_store *s, int rc)
+{
+	char msg[512];
+
+	if (strcmp(s->sqlstate, "0A000") != 0 &&
+	    strcmp(s->sqlstate, "42601") != 0 &&
+	    strcmp(s->sqlstate, "42883") != 0)
+		return rc;
+	snprintf(msg, sizeof(msg), "%s", due_error_last());
+	return due__error_set(DUE_EUNSUPPORTED,
+			      "postgres store: this server has no LISTEN "
+			      "(CockroachDB? YugabyteDB without its "
+			      "LISTEN/NOTIFY flag?), new tasks are found by "
+			      "polling only: %s",
+			      msg);
+}
+
 int due__pg_listen(due_store *s, int *fd)
 {
 	int rc;
@@ -705,7 +974,7 @@ int due__pg_listen(due_store *s, int *fd)
 		if (!s->listening) {
 			if ((rc = due__pg_command(s, "LISTEN " DUE_PG_CHANNEL,
 						  "listen")) < 0)
-				return rc;
+				return no_listen(s, rc);
 			s->listening = true;
 		}
 		*fd = PQsocket(s->conn);

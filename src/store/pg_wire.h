@@ -32,6 +32,12 @@
 /* The channel submits notify and listeners LISTEN on. */
 #define DUE_PG_CHANNEL "due_task_new"
 
+/*
+** A statement of the store's own connection that waits longer than this
+** for its answer is looked into (pg_wire.c: slow answers).
+*/
+#define DUE_PG_SLOW_US 5000000LL
+
 /* The most statements pg.c numbers (one prepared flag each). */
 #define DUE_PG_MAX_STMTS 64
 
