@@ -953,10 +953,12 @@ static int rd_wait(due_store *s, const char *what)
 	    DUE_ESTORE,
 	    "redis store %s: %s: written on the master but acknowledged by "
 	    "%lld of %d replicas (WAIT, %lld ms): a failover now could lose "
-	    "it; retrying repeats it (give a task a key to make its submit "
-	    "idempotent)",
+	    "it%s",
 	    s->cfg.label, what, got < 0 ? 0 : got, s->wait_n,
-	    (long long)(s->cfg.wait_us / 1000));
+	    (long long)(s->cfg.wait_us / 1000),
+	    strcmp(what, "submit") == 0
+		? "; retrying adds it again unless the task has a key"
+		: "");
 }
 
 /*
@@ -990,7 +992,7 @@ static int rd_eval(due_store *s, const char *op, rargs *v, redisReply **out,
 			break;
 		freeReplyObject(*out);
 		*out = NULL;
-		if (act == 2)
+		if (act == 2 || tries > 2) /* or nodes disagree: MOVED back */
 			nap_ms(50);
 	}
 	if ((rc = rd_check(s, *out, what)) < 0)
@@ -1127,22 +1129,25 @@ static int copy_cfg(rd_cfg *dst, const rd_cfg *src)
 }
 
 /*
-** Connect s->c to the first seed that answers and ask it whether it is a
-** cluster node (INFO cluster: cluster_enabled:1).  Several seeds that are
+** Connect s->c to the first seed that answers INFO cluster, and say
+** whether it is a cluster node (cluster_enabled:1).  Several seeds that are
 ** not a cluster are refused (one server has one address).
 */
 static int first_seed(due_store *s)
 {
-	redisReply *r;
+	redisReply *r = NULL;
 	int rc = 0;
 
-	for (size_t i = 0; i < s->cfg.nseed; i++)
-		if ((rc = dial(s, &s->cfg.seed[i], &s->c)) == 0)
+	for (size_t i = 0; i < s->cfg.nseed; i++) {
+		if ((rc = dial(s, &s->cfg.seed[i], &s->c)) < 0)
+			continue;
+		r = redisCommand(s->c, "INFO cluster");
+		if ((rc = rd_check(s, r, "read INFO cluster")) == 0)
 			break;
+		r = NULL; /* rd_check freed an error reply */
+		drop(&s->c);
+	}
 	if (rc < 0)
-		return rc;
-	r = redisCommand(s->c, "INFO cluster");
-	if ((rc = rd_check(s, r, "read INFO cluster")) < 0)
 		return rc;
 	s->cluster = r->type == REDIS_REPLY_STRING &&
 		     strstr(r->str, "cluster_enabled:1") != NULL;
