@@ -220,6 +220,13 @@ static int parse_query(rd_cfg *c, const due_url *u, char *q)
 				  due__strdup_n(opt + 7, strlen(opt + 7))))
 				return due__error_set(DUE_ENOMEM,
 						      "out of memory");
+		} else if (strncmp(opt, "shards=", 7) == 0 &&
+			   strcmp(opt, "shards=1") != 0) {
+			return bad_url(u, "shards=N (a store over N slots) is "
+					  "not built yet: one store is one "
+					  "slot; use several prefixes");
+		} else if (strcmp(opt, "shards=1") == 0) {
+			/* one slot: what every store is */
 		} else if (strcmp(opt, "durability=unsafe") == 0) {
 			c->unsafe = true;
 		} else if (strcmp(opt, "durability=safe") == 0) {

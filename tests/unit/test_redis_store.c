@@ -258,7 +258,10 @@ static void test_refused_connection(void **state)
 	due_close(db);
 }
 
-/* ?wait= and ?wait_timeout= out of range: DUE_EINVAL naming the option. */
+/*
+** ?wait= and ?wait_timeout= out of range, an empty host, shards= over 1
+** (not built): DUE_EINVAL naming what was wrong.
+*/
 static void test_wait_options_refused(void **state)
 {
 	static const char *const bad[][2] = {
@@ -268,6 +271,7 @@ static void test_wait_options_refused(void **state)
 	    {"redis://127.0.0.1:1/0?wait_timeout=0", "wait_timeout"},
 	    {"redis://127.0.0.1:1/0?wait_timeout=2m", "wait_timeout"},
 	    {"redis://127.0.0.1:1,/0", "no host"},
+	    {"redis://127.0.0.1:1/0?shards=4", "not built yet"},
 	};
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
