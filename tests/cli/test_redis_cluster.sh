@@ -6,7 +6,8 @@
 # batches, then 2 workers drain them while a producer adds more one at a
 # time; meanwhile the store's slot is moved to another master (MIGRATE, by
 # hand, only that slot) and then that master is killed -9 (its replica
-# takes over; the killed node is started again and rejoins as a replica).
+# takes over; the killed node is started again and rejoins as a replica),
+# and the workers' subscriptions are dropped (they subscribe again).
 # Every task whose add was acknowledged ends DONE, none has two committed
 # results, every result is its own task's, and `due verify` passes on the
 # cluster.  The cluster is stopped on every exit.
@@ -91,6 +92,23 @@ wait_for "a replica promoted for slot $SLOT" 60 promoted
 echo "failover: a new master :$("$CL" master "$CD" "$SLOT") after $((($(date +%s%N) - t0) / 1000000)) ms"
 "$CL" revive "$CD" "$killed" && ok || bad "revive :$killed"
 "$CL" wait-ok "$CD" && ok || bad "cluster ok again"
+# 4b. the workers' subscriptions dropped (CLIENT KILL TYPE pubsub on
+#     every node): both subscribe again (listen() redials)
+subs() {
+	local p n=0
+	for p in $("$CL" ports "$CD"); do
+		n=$((n + $(redis-cli -h 127.0.0.1 -p "$p" client list 2>/dev/null | grep -c 'sub=[1-9]' || true)))
+	done
+	echo "$n"
+}
+killed_subs=0
+for p in $("$CL" ports "$CD"); do
+	killed_subs=$((killed_subs + $(redis-cli -h 127.0.0.1 -p "$p" client kill type pubsub 2>/dev/null || echo 0)))
+done
+expect_eq "both workers' subscriptions dropped" 2 "$killed_subs"
+two_subs() { [ "$(subs)" -ge 2 ]; }
+wait_for "both workers subscribed again" 60 two_subs
+
 # 5. due verify on the cluster (its own prefixes, so other slots and
 #    masters), run while the drain ends: it takes a minute on any Redis
 "$DUE" verify -v --db "$URL" >"$T/verify.out" 2>"$T/verify.err" &
