@@ -14,14 +14,41 @@
 **
 ** Keys.  Every key of one store is "{due:NAME}:..." (NAME from
 ** ?prefix=, default "default"): one hash tag, so one slot, so every
-** script touches one shard and the store runs unchanged on a Redis
-** Cluster node.  The layout (task hashes, the due indexes, the lease set,
+** script touches one shard, the one master of that slot.  The layout (task
+*hashes, the due indexes, the lease set,
 ** per-state indexes, the unique-key hash) is in docs/internals/redis.md
 ** and at the top of redis_lua.c's operations.
 **
-** URL.  redis://[[user]:password@]host[:port][/DB][?prefix=NAME
-** &durability=unsafe].  rediss:// is refused: Debian's hiredis 0.14 has
-** no TLS.
+** URL.  redis://[[user]:password@]host[:port][,host[:port]...][/DB]
+** [?prefix=NAME&durability=unsafe&wait=R&wait_timeout=DUR].  rediss://
+** is refused: Debian's hiredis 0.14 has no TLS.
+**
+** Cluster.  hiredis 0.14 has no cluster client, so this file is one, for
+** one slot.  Whether the server is a cluster is asked of the first seed
+** that answers (INFO cluster); several hosts that are not a cluster are
+** refused, and a cluster has only DB 0.  The store's slot is CRC16 of
+** "due:NAME" mod 16384 (key_slot); CLUSTER SLOTS names its master, and
+** every node it names is kept to ask again later.  A reply the server
+** gives without running the script is retried for at most
+** FAILOVER_WAIT_US: MOVED (the slot moved or a replica was promoted:
+** dial the named master), TRYAGAIN, CLUSTERDOWN, LOADING and ASK (wait:
+** see redirect() for why ASK is not followed), NOSCRIPT (load it on the
+** new master).  A lost or refused connection asks the nodes for the map
+** again until a master of the slot answers, for at most the same time.
+** A connection lost AFTER a script was sent is never retried here (it
+** may have run): the caller gets DUE_ESTORE and retries as it does on
+** one server.  The scripts refuse to run while the slot is MIGRATING
+** (the probe at the top of redis_lua.c), so no script ever stops
+** half-way on a key that is already on the other node.
+**
+** WAIT.  Redis replicates asynchronously: a master that acknowledged a
+** write and died before its replica received it loses the write when
+** the replica is promoted.  With wait=R (default 1 on a cluster, 0 on one
+** server) every operation that writes is followed, on the same
+** connection, by WAIT R timeout, and is acknowledged only when R
+** replicas hold it; fewer is DUE_ESTORE ("written on the master but
+** acknowledged by k of R replicas"): the write happened and may survive
+** or not.  docs/internals/redis.md says what WAIT does not promise.
 **
 ** Durability.  At open the store reads CONFIG GET appendonly and
 ** maxmemory-policy (when the server allows CONFIG; when it refuses, it
@@ -49,6 +76,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <hiredis/hiredis.h>
 
@@ -68,12 +96,34 @@
 
 extern const char due__redis_lua[];
 
+/*
+** Cluster.  A URL may name several seed nodes; whether the store runs on
+** a Redis Cluster is asked of the first seed that answers (INFO cluster).
+** On a cluster the store keeps the master of its slot (CLUSTER SLOTS),
+** every node it has heard of (to ask again when the master is lost), and
+** retries what the server refused before running it (MOVED, ASK,
+** TRYAGAIN, CLUSTERDOWN, LOADING) for at most FAILOVER_WAIT_US.
+*/
+#define RD_MAX_SEEDS 16
+#define RD_MAX_KNOWN 64
+#define FAILOVER_WAIT_US 10000000LL
+#define WAIT_TIMEOUT_US 2000000LL
+
+typedef struct rd_node {
+	char host[256];
+	int port;
+} rd_node;
+
 /* What the URL says (parse_url). */
 typedef struct rd_cfg {
-	char *host, *user, *password, *name;
-	int port, db;
-	bool unsafe; /* ?durability=unsafe */
-	char label[256];
+	char *user, *password, *name;
+	rd_node seed[RD_MAX_SEEDS];
+	size_t nseed;
+	int db;
+	int wait_n;	 /* ?wait=R; -1: 1 on a cluster, 0 on one server */
+	int64_t wait_us; /* ?wait_timeout=DUR */
+	bool unsafe;	 /* ?durability=unsafe */
+	char label[512];
 } rd_cfg;
 
 struct due_store {
@@ -84,6 +134,12 @@ struct due_store {
 	char chan[160]; /* "{due:NAME}:wake" */
 	char sha[48];	/* of the script, as loaded */
 	char *script;	/* prelude + due__redis_lua */
+	bool cluster;	/* the seed said cluster_enabled:1 */
+	int slot;	/* of the hash tag "due:NAME" */
+	int wait_n;	/* replicas a write waits for (WAIT), 0: none */
+	rd_node master; /* of slot, as last heard (port 0: unknown) */
+	rd_node known[RD_MAX_KNOWN]; /* every node CLUSTER SLOTS named */
+	size_t nknown;
 };
 
 /* ------------------------------------------------------------------ */
@@ -92,7 +148,6 @@ struct due_store {
 
 static void cfg_free(rd_cfg *c)
 {
-	free(c->host);
 	free(c->user);
 	free(c->password);
 	free(c->name);
@@ -124,11 +179,39 @@ static bool name_ok(const char *s)
 	return true;
 }
 
-/* The query: prefix=NAME, durability=unsafe|safe. */
+/* ?wait=R (0..64) and ?wait_timeout=DUR (1ms..60s). */
+static int parse_wait(rd_cfg *c, const due_url *u, const char *opt)
+{
+	char *end;
+	long n;
+
+	if (strncmp(opt, "wait=", 5) == 0) {
+		errno = 0;
+		n = strtol(opt + 5, &end, 10);
+		if (errno || *end || end == opt + 5 || n < 0 || n > 64)
+			return bad_url(u, "wait must be a number of replicas, "
+					  "0 to 64");
+		c->wait_n = (int)n;
+		return 0;
+	}
+	if (due_duration_parse(&c->wait_us, opt + 13) < 0 ||
+	    c->wait_us < 1000 || c->wait_us > 60000000)
+		return bad_url(u, "wait_timeout must be a duration from 1ms "
+				  "to 60s (wait_timeout=2s)");
+	return 0;
+}
+
+/* The query: prefix=NAME, durability=unsafe|safe, wait=R, wait_timeout=. */
 static int parse_query(rd_cfg *c, const due_url *u, char *q)
 {
+	int rc;
+
 	for (char *opt = strtok(q, "&"); opt; opt = strtok(NULL, "&")) {
-		if (strncmp(opt, "prefix=", 7) == 0) {
+		if (strncmp(opt, "wait=", 5) == 0 ||
+		    strncmp(opt, "wait_timeout=", 13) == 0) {
+			if ((rc = parse_wait(c, u, opt)) < 0)
+				return rc;
+		} else if (strncmp(opt, "prefix=", 7) == 0) {
 			if (!name_ok(opt + 7))
 				return bad_url(u, "prefix must be 1 to 64 "
 						  "letters, digits, _ - .");
@@ -137,6 +220,13 @@ static int parse_query(rd_cfg *c, const due_url *u, char *q)
 				  due__strdup_n(opt + 7, strlen(opt + 7))))
 				return due__error_set(DUE_ENOMEM,
 						      "out of memory");
+		} else if (strncmp(opt, "shards=", 7) == 0 &&
+			   strcmp(opt, "shards=1") != 0) {
+			return bad_url(u, "shards=N (a store over N slots) is "
+					  "not built yet: one store is one "
+					  "slot; use several prefixes");
+		} else if (strcmp(opt, "shards=1") == 0) {
+			/* one slot: what every store is */
 		} else if (strcmp(opt, "durability=unsafe") == 0) {
 			c->unsafe = true;
 		} else if (strcmp(opt, "durability=safe") == 0) {
@@ -145,18 +235,45 @@ static int parse_query(rd_cfg *c, const due_url *u, char *q)
 			return due__error_set(
 			    DUE_EINVAL,
 			    "malformed store URL '%s': unknown option '%s' "
-			    "(expected prefix=NAME or durability=unsafe)",
+			    "(expected prefix=NAME, durability=unsafe, wait=R "
+			    "or wait_timeout=DUR)",
 			    u->text, opt);
 		}
 	}
 	return 0;
 }
 
-/* [[user]:password@]host[:port] into c (hostport is modified). */
+/* host[:port] into the next seed of c (hp is modified). */
+static int parse_host(rd_cfg *c, const due_url *u, char *hp)
+{
+	char *colon, *end;
+	long port = 6379;
+
+	if (c->nseed == RD_MAX_SEEDS)
+		return bad_url(u, "at most 16 hosts");
+	if ((colon = strrchr(hp, ':')) != NULL) {
+		*colon = '\0';
+		errno = 0;
+		port = strtol(colon + 1, &end, 10);
+		if (errno || *end || end == colon + 1 || port < 1 ||
+		    port > 65535)
+			return bad_url(u, "port must be 1..65535");
+	}
+	if (!*hp || strlen(hp) >= sizeof(c->seed[0].host))
+		return bad_url(u, "no host (or one over 255 bytes)");
+	snprintf(c->seed[c->nseed].host, sizeof(c->seed[0].host), "%s", hp);
+	c->seed[c->nseed++].port = (int)port;
+	return 0;
+}
+
+/*
+** [[user]:password@]host[:port][,host[:port]]... into c (hp is
+** modified): several hosts are seeds of one Redis Cluster.
+*/
 static int parse_authority(rd_cfg *c, const due_url *u, char *hp)
 {
-	char *at = strrchr(hp, '@'), *colon, *end;
-	long port = 6379;
+	char *at = strrchr(hp, '@'), *colon, *comma;
+	int rc;
 
 	if (at) {
 		*at = '\0';
@@ -171,20 +288,28 @@ static int parse_authority(rd_cfg *c, const due_url *u, char *hp)
 			return due__error_set(DUE_ENOMEM, "out of memory");
 		hp = at + 1;
 	}
-	if ((colon = strrchr(hp, ':')) != NULL) {
-		*colon = '\0';
-		errno = 0;
-		port = strtol(colon + 1, &end, 10);
-		if (errno || *end || end == colon + 1 || port < 1 ||
-		    port > 65535)
-			return bad_url(u, "port must be 1..65535");
+	for (;; hp = comma + 1) {
+		if ((comma = strchr(hp, ',')) != NULL)
+			*comma = '\0';
+		if ((rc = parse_host(c, u, hp)) < 0)
+			return rc;
+		if (!comma)
+			return 0;
 	}
-	if (!*hp)
-		return bad_url(u, "no host");
-	c->port = (int)port;
-	if (!(c->host = due__strdup_n(hp, strlen(hp))))
-		return due__error_set(DUE_ENOMEM, "out of memory");
-	return 0;
+}
+
+/* "redis://h1:p1,h2:p2/DB?prefix=NAME" (no credentials) into c->label. */
+static void make_label(rd_cfg *c)
+{
+	size_t off = (size_t)snprintf(c->label, sizeof(c->label), "redis://");
+
+	for (size_t i = 0; i < c->nseed && off < sizeof(c->label); i++)
+		off += (size_t)snprintf(c->label + off, sizeof(c->label) - off,
+					"%s%s:%d", i ? "," : "",
+					c->seed[i].host, c->seed[i].port);
+	if (off < sizeof(c->label))
+		snprintf(c->label + off, sizeof(c->label) - off,
+			 "/%d?prefix=%s", c->db, c->name);
 }
 
 static int parse_rest(rd_cfg *c, const due_url *u, char *rest)
@@ -192,6 +317,8 @@ static int parse_rest(rd_cfg *c, const due_url *u, char *rest)
 	char *q = strchr(rest, '?'), *slash, *end;
 	int rc;
 
+	c->wait_n = -1;
+	c->wait_us = WAIT_TIMEOUT_US;
 	if (q)
 		*q++ = '\0';
 	if ((slash = strchr(rest, '/')) != NULL) {
@@ -211,8 +338,7 @@ static int parse_rest(rd_cfg *c, const due_url *u, char *rest)
 		return rc;
 	if (!c->name && !(c->name = due__strdup_n("default", 7)))
 		return due__error_set(DUE_ENOMEM, "out of memory");
-	snprintf(c->label, sizeof(c->label), "redis://%s:%d/%d?prefix=%s",
-		 c->host, c->port, c->db, c->name);
+	make_label(c);
 	return 0;
 }
 
@@ -251,6 +377,23 @@ static int rd_parse_url(void **cfg, const due_url *u)
 /* ------------------------------------------------------------------ */
 /* Connection, errors, the script                                      */
 /* ------------------------------------------------------------------ */
+
+/* An integer from a reply element (integer or numeric string). */
+static int64_t rint_of(const redisReply *r)
+{
+	if (!r)
+		return 0;
+	if (r->type == REDIS_REPLY_INTEGER)
+		return r->integer;
+	if (r->type == REDIS_REPLY_STRING)
+		return strtoll(r->str, NULL, 10);
+	return 0;
+}
+
+static bool is_array(const redisReply *r, size_t min)
+{
+	return r && r->type == REDIS_REPLY_ARRAY && r->elements >= min;
+}
 
 /* DUE_ESTORE naming the store; drops a broken connection. */
 static int rd_error(due_store *s, const char *what, const char *detail)
@@ -387,11 +530,11 @@ static int check_durability(due_store *s)
 	return strcmp(aof, "yes") == 0 ? warn_fsync(s) : 0;
 }
 
-/* A new connection: AUTH, SELECT, the script.  *out NULL on failure. */
-static int dial(due_store *s, redisContext **out)
+/* A new connection to node n: AUTH, SELECT.  *out NULL on failure. */
+static int dial(due_store *s, const rd_node *n, redisContext **out)
 {
 	struct timeval tv = {10, 0};
-	redisContext *c = redisConnectWithTimeout(s->cfg.host, s->cfg.port, tv);
+	redisContext *c = redisConnectWithTimeout(n->host, n->port, tv);
 	redisReply *r = NULL;
 	char msg[512];
 
@@ -400,8 +543,9 @@ static int dial(due_store *s, redisContext **out)
 		snprintf(msg, sizeof(msg), "%s",
 			 c ? c->errstr : "cannot allocate a connection");
 		redisFree(c);
-		return due__error_set(DUE_ESTORE, "redis store %s: connect: %s",
-				      s->cfg.label, msg);
+		return due__error_set(DUE_ESTORE,
+				      "redis store %s: connect to %s:%d: %s",
+				      s->cfg.label, n->host, n->port, msg);
 	}
 	tv.tv_sec = 60;
 	redisSetTimeout(c, tv);
@@ -428,14 +572,198 @@ static int dial(due_store *s, redisContext **out)
 	return 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* Cluster: the master of the store's slot                             */
+/* ------------------------------------------------------------------ */
+
+static int64_t mono_us(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
+static void nap_ms(long ms)
+{
+	struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+	nanosleep(&t, NULL);
+}
+
+/*
+** CRC16-CCITT (XMODEM: polynomial 0x1021, initial 0), the hash of the
+** Redis Cluster specification: a key's slot is CRC16(tag) mod 16384,
+** where tag is the text between the first { and the next }.
+*/
+static int key_slot(const char *tag)
+{
+	unsigned crc = 0;
+
+	for (; *tag; tag++) {
+		crc ^= (unsigned)(unsigned char)*tag << 8;
+		for (int i = 0; i < 8; i++)
+			crc = crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1;
+		crc &= 0xffff;
+	}
+	return (int)(crc & 16383);
+}
+
+static bool same_node(const rd_node *a, const rd_node *b)
+{
+	return a->port == b->port && strcmp(a->host, b->host) == 0;
+}
+
+/* Remember node n (a seed of later refreshes) unless known or full. */
+static void know(due_store *s, const rd_node *n)
+{
+	for (size_t i = 0; i < s->nknown; i++)
+		if (same_node(&s->known[i], n))
+			return;
+	if (s->nknown < RD_MAX_KNOWN)
+		s->known[s->nknown++] = *n;
+}
+
+/*
+** One node of a CLUSTER SLOTS entry ([ip, port, id, ...]) into *n; an
+** empty ip means the node that answered (from).  False when malformed.
+*/
+static bool node_of(const redisReply *e, const rd_node *from, rd_node *n)
+{
+	if (!is_array(e, 2) || e->element[0]->type != REDIS_REPLY_STRING ||
+	    e->element[1]->type != REDIS_REPLY_INTEGER ||
+	    e->element[0]->len >= (int)sizeof(n->host))
+		return false;
+	snprintf(n->host, sizeof(n->host), "%s",
+		 e->element[0]->len && strcmp(e->element[0]->str, "?")
+		     ? e->element[0]->str
+		     : from->host);
+	n->port = (int)e->element[1]->integer;
+	return true;
+}
+
+/*
+** Read CLUSTER SLOTS from the connection to node from: every node into
+** known, the master of the store's slot into s->master.  0, or
+** DUE_ESTORE when the reply names no master for the slot.
+*/
+static int read_slots(due_store *s, redisContext *c, const rd_node *from)
+{
+	redisReply *r = redisCommand(c, "CLUSTER SLOTS");
+	rd_node n;
+	bool found = false;
+
+	for (size_t i = 0; is_array(r, 1) && i < r->elements; i++) {
+		const redisReply *e = r->element[i];
+		if (!is_array(e, 3))
+			continue;
+		for (size_t j = 2; j < e->elements; j++)
+			if (node_of(e->element[j], from, &n))
+				know(s, &n);
+		if (rint_of(e->element[0]) <= s->slot &&
+		    s->slot <= rint_of(e->element[1]) &&
+		    node_of(e->element[2], from, &n))
+			s->master = n, found = true;
+	}
+	freeReplyObject(r);
+	return found ? 0
+		     : due__error_set(DUE_ESTORE,
+				      "redis store %s: %s:%d names no master "
+				      "for slot %d",
+				      s->cfg.label, from->host, from->port,
+				      s->slot);
+}
+
+/* The i-th node to ask: the master, then the seeds, then the known. */
+static const rd_node *candidate(const due_store *s, size_t i)
+{
+	if (s->master.port && i-- == 0)
+		return &s->master;
+	if (i < s->cfg.nseed)
+		return &s->cfg.seed[i];
+	i -= s->cfg.nseed;
+	return i < s->nknown ? &s->known[i] : NULL;
+}
+
+/*
+** Ask the nodes (candidate order) for the slot map until one answers:
+** 0 with s->master set, or the last node's error.
+*/
+static int refresh_map(due_store *s)
+{
+	const rd_node *n;
+	redisContext *c;
+	int rc =
+	    due__error_set(DUE_ESTORE, "redis store %s: no node", s->cfg.label);
+
+	for (size_t i = 0; (n = candidate(s, i)) != NULL; i++) {
+		rd_node at = *n; /* know() may not move it, but be plain */
+		if ((rc = dial(s, &at, &c)) < 0)
+			continue;
+		rc = read_slots(s, c, &at);
+		redisFree(c);
+		if (rc == 0)
+			return 0;
+	}
+	return rc;
+}
+
+static void drop(redisContext **c)
+{
+	if (*c)
+		redisFree(*c);
+	*c = NULL;
+}
+
+/*
+** Connect s->c to the master of the store's slot, with the script
+** loaded: ask the nodes for the slot map and dial the master it names,
+** again every 200 ms while none answers (a failover in progress) for at
+** most FAILOVER_WAIT_US.  0, or DUE_ESTORE with the last failure.
+*/
+static int cl_connect(due_store *s)
+{
+	int64_t end = mono_us() + FAILOVER_WAIT_US;
+	char last[512];
+	int rc;
+
+	for (;;) {
+		drop(&s->c);
+		if ((rc = refresh_map(s)) == 0 &&
+		    (rc = dial(s, &s->master, &s->c)) == 0 &&
+		    (rc = load_script(s)) == 0)
+			return 0;
+		if (mono_us() >= end)
+			break;
+		nap_ms(200);
+	}
+	drop(&s->c);
+	snprintf(last, sizeof(last), "%s", due_error_last());
+	return due__error_set(
+	    DUE_ESTORE, "%s (no master of slot %d answered in %lld s)", last,
+	    s->slot, (long long)(FAILOVER_WAIT_US / 1000000));
+}
+
+/*
+** True when an idle connection has something to read: the server closed
+** it (a node killed or restarted) or sent what no request asked for.
+*/
+static bool stale(redisContext *c)
+{
+	struct pollfd p = {c->fd, POLLIN, 0};
+	return poll(&p, 1, 0) > 0;
+}
+
 /* Connect when not connected (the first call, or after a lost one). */
 static int rd_ok(due_store *s)
 {
 	int rc;
 
+	if (s->c && s->cluster && stale(s->c))
+		drop(&s->c);
 	if (s->c)
 		return 0;
-	if ((rc = dial(s, &s->c)) < 0)
+	if (s->cluster)
+		return cl_connect(s);
+	if ((rc = dial(s, &s->cfg.seed[0], &s->c)) < 0)
 		return rc;
 	return load_script(s);
 }
@@ -538,53 +866,152 @@ static int eval_once(due_store *s, const char *op, rargs *v, redisReply **out)
 	return 0;
 }
 
+static bool starts(const redisReply *r, const char *word)
+{
+	return r && r->type == REDIS_REPLY_ERROR &&
+	       strncmp(r->str, word, strlen(word)) == 0;
+}
+
+/*
+** "MOVED slot host:port": the new master of the slot into s->master (its
+** connection dropped, so the next rd_ok dials it).  False if malformed.
+*/
+static bool moved_to(due_store *s, const redisReply *r)
+{
+	const char *sp = strrchr(r->str, ' '), *colon;
+	rd_node n;
+
+	if (!sp || !(colon = strrchr(sp, ':')) ||
+	    (size_t)(colon - sp - 1) >= sizeof(n.host))
+		return false;
+	snprintf(n.host, sizeof(n.host), "%.*s", (int)(colon - sp - 1), sp + 1);
+	n.port = (int)strtol(colon + 1, NULL, 10);
+	if (n.port < 1 || n.port > 65535)
+		return false;
+	s->master = n;
+	know(s, &n);
+	drop(&s->c);
+	return true;
+}
+
+/*
+** What to do with a reply the server gave WITHOUT running the script:
+** 1 send again at once (NOSCRIPT: loaded again; MOVED: the new master is
+** dialled by rd_ok), 2 send again after a pause (the slot is migrating
+** or the cluster is failing over), 0 keep the reply.  ASK is not
+** followed: the script touches keys it does not declare, and during a
+** migration some are still on the source and some already on the target,
+** so it can run safely on neither; it waits for the migration to end
+** (MOVED), like the script's own guard (TRYAGAIN).
+*/
+static int redirect(due_store *s, const redisReply *r)
+{
+	if (starts(r, "NOSCRIPT"))
+		return load_script(s) == 0 ? 1 : 0;
+	if (!s->cluster)
+		return 0;
+	if (starts(r, "MOVED "))
+		return moved_to(s, r) ? 1 : 0;
+	if (starts(r, "READONLY")) {
+		s->master.port = 0;
+		drop(&s->c);
+		return 1;
+	}
+	return starts(r, "ASK ") || starts(r, "TRYAGAIN") ||
+		       starts(r, "CLUSTERDOWN") || starts(r, "LOADING") ||
+		       starts(r, "MASTERDOWN")
+		   ? 2
+		   : 0;
+}
+
+/* Operations that never write what a caller relies on: no WAIT. */
+static bool op_reads(const char *op)
+{
+	static const char *const ro[] = {"version",   "get",	  "list",
+					 "stats",     "metrics",  "kind_get",
+					 "kind_list", "cron_get", "cron_list",
+					 "upcoming",  NULL};
+	for (size_t i = 0; ro[i]; i++)
+		if (strcmp(op, ro[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
+** WAIT for s->wait_n replicas after a write on this connection: 0 when
+** they acknowledged it; DUE_ESTORE when fewer did within the timeout or
+** the connection was lost: the write IS on the master (and stays there
+** while it lives) but a failover may promote a replica without it.
+*/
+static int rd_wait(due_store *s, const char *what)
+{
+	redisReply *r = redisCommand(s->c, "WAIT %d %lld", s->wait_n,
+				     (long long)(s->cfg.wait_us / 1000));
+	long long got;
+	int rc;
+
+	if ((rc = rd_check(s, r, what)) < 0)
+		return rc;
+	got = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+	freeReplyObject(r);
+	if (got >= s->wait_n)
+		return 0;
+	return due__error_set(
+	    DUE_ESTORE,
+	    "redis store %s: %s: written on the master but acknowledged by "
+	    "%lld of %d replicas (WAIT, %lld ms): a failover now could lose "
+	    "it%s",
+	    s->cfg.label, what, got < 0 ? 0 : got, s->wait_n,
+	    (long long)(s->cfg.wait_us / 1000),
+	    strcmp(what, "submit") == 0
+		? "; retrying adds it again unless the task has a key"
+		: "");
+}
+
 /*
 ** Run operation op with args v: 0 and the reply in *out (the caller
-** frees it), or DUE_ESTORE (a lost connection, a server error).  v is
-** freed either way.
+** frees it), or DUE_ESTORE (a lost connection, a server error, a write
+** that fewer replicas than ?wait= acknowledged).  A reply the server gave
+** without running the script (redirect) is retried for at most
+** FAILOVER_WAIT_US; a connection lost after sending is not retried (the
+** script may have run): the caller sees DUE_ESTORE.  v is freed either
+** way.
 */
 static int rd_eval(due_store *s, const char *op, rargs *v, redisReply **out,
 		   const char *what)
 {
-	int rc;
+	int64_t end = 0;
+	int rc, act;
 
 	*out = NULL;
 	if (v->oom) {
 		args_free(v);
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	}
-	if ((rc = rd_ok(s)) < 0 || (rc = eval_once(s, op, v, out)) < 0)
-		goto done;
-	if (*out && (*out)->type == REDIS_REPLY_ERROR &&
-	    strncmp((*out)->str, "NOSCRIPT", 8) == 0) {
+	for (int tries = 0;; tries++) {
+		if ((rc = rd_ok(s)) < 0 || (rc = eval_once(s, op, v, out)) < 0)
+			goto done;
+		if ((act = redirect(s, *out)) == 0 || tries > 1000)
+			break;
+		if (!end)
+			end = mono_us() + FAILOVER_WAIT_US;
+		if (mono_us() >= end)
+			break;
 		freeReplyObject(*out);
 		*out = NULL;
-		if ((rc = load_script(s)) < 0 ||
-		    (rc = eval_once(s, op, v, out)) < 0)
-			goto done;
+		if (act == 2 || tries > 2) /* or nodes disagree: MOVED back */
+			nap_ms(50);
 	}
 	if ((rc = rd_check(s, *out, what)) < 0)
 		*out = NULL;
+	else if (s->wait_n > 0 && !op_reads(op) &&
+		 (rc = rd_wait(s, what)) < 0) {
+		freeReplyObject(*out);
+		*out = NULL;
+	}
 done:
 	args_free(v);
 	return rc;
-}
-
-/* An integer from a reply element (integer or numeric string). */
-static int64_t rint_of(const redisReply *r)
-{
-	if (!r)
-		return 0;
-	if (r->type == REDIS_REPLY_INTEGER)
-		return r->integer;
-	if (r->type == REDIS_REPLY_STRING)
-		return strtoll(r->str, NULL, 10);
-	return 0;
-}
-
-static bool is_array(const redisReply *r, size_t min)
-{
-	return r && r->type == REDIS_REPLY_ARRAY && r->elements >= min;
 }
 
 static int bad_reply(due_store *s, redisReply *r, const char *what)
@@ -696,16 +1123,49 @@ static char *build_script(void)
 static int copy_cfg(rd_cfg *dst, const rd_cfg *src)
 {
 	*dst = *src;
-	dst->host = due__strdup_n(src->host, strlen(src->host));
 	dst->name = due__strdup_n(src->name, strlen(src->name));
 	dst->user =
 	    src->user ? due__strdup_n(src->user, strlen(src->user)) : NULL;
 	dst->password =
 	    src->password ? due__strdup_n(src->password, strlen(src->password))
 			  : NULL;
-	if (!dst->host || !dst->name || (src->user && !dst->user) ||
+	if (!dst->name || (src->user && !dst->user) ||
 	    (src->password && !dst->password))
 		return due__error_set(DUE_ENOMEM, "out of memory");
+	return 0;
+}
+
+/*
+** Connect s->c to the first seed that answers INFO cluster, and say
+** whether it is a cluster node (cluster_enabled:1).  Several seeds that are
+** not a cluster are refused (one server has one address).
+*/
+static int first_seed(due_store *s)
+{
+	redisReply *r = NULL;
+	int rc = 0;
+
+	for (size_t i = 0; i < s->cfg.nseed; i++) {
+		if ((rc = dial(s, &s->cfg.seed[i], &s->c)) < 0)
+			continue;
+		r = redisCommand(s->c, "INFO cluster");
+		if ((rc = rd_check(s, r, "read INFO cluster")) == 0)
+			break;
+		r = NULL; /* rd_check freed an error reply */
+		drop(&s->c);
+	}
+	if (rc < 0)
+		return rc;
+	s->cluster = r->type == REDIS_REPLY_STRING &&
+		     strstr(r->str, "cluster_enabled:1") != NULL;
+	freeReplyObject(r);
+	if (!s->cluster && s->cfg.nseed > 1)
+		return due__error_set(
+		    DUE_EINVAL,
+		    "redis store %s: several hosts name the seeds of a Redis "
+		    "Cluster, but the first that answered is not a cluster "
+		    "node (cluster_enabled:0): name one server",
+		    s->cfg.label);
 	return 0;
 }
 
@@ -726,11 +1186,21 @@ static int rd_open(due_store **out, const void *cfg, bool create)
 		return rc;
 	snprintf(s->meta, sizeof(s->meta), "{due:%s}:meta", s->cfg.name);
 	snprintf(s->chan, sizeof(s->chan), "{due:%s}:wake", s->cfg.name);
+	{
+		char tag[80];
+		snprintf(tag, sizeof(tag), "due:%s", s->cfg.name);
+		s->slot = key_slot(tag);
+	}
 	if (!(s->script = build_script()))
 		return due__error_set(DUE_ENOMEM, "out of memory");
-	if ((rc = dial(s, &s->c)) < 0 || (rc = check_durability(s)) < 0)
+	if ((rc = first_seed(s)) < 0)
 		return rc;
-	return load_script(s);
+	s->wait_n = s->cfg.wait_n >= 0 ? s->cfg.wait_n : s->cluster ? 1 : 0;
+	if (s->cluster && (rc = cl_connect(s)) < 0)
+		return rc;
+	if ((rc = check_durability(s)) < 0)
+		return rc;
+	return s->cluster ? 0 : load_script(s);
 }
 
 static void rd_close(due_store *s)
@@ -1644,8 +2114,27 @@ static int rd_upcoming(due_store *s, due_upcoming *out,
 }
 
 /*
+** A connection to any node: on one server, the server; on a cluster the
+** master, a seed or a known node, the first that answers (a PUBLISH
+** reaches every node of a cluster, so any can carry a subscription).
+*/
+static int dial_any(due_store *s, redisContext **out)
+{
+	const rd_node *n;
+	int rc = 0;
+
+	if (!s->cluster)
+		return dial(s, &s->cfg.seed[0], out);
+	for (size_t i = 0; (n = candidate(s, i)) != NULL; i++)
+		if ((rc = dial(s, n, out)) == 0)
+			return 0;
+	return rc;
+}
+
+/*
 ** SUBSCRIBE on a second connection; *fd is its socket, readable when a
-** wake-up arrived.  A lost subscription connects again on the next call.
+** wake-up arrived.  A lost subscription connects again on the next call
+** (on a cluster, to another node when its node is gone).
 */
 static int rd_listen(due_store *s, int *fd)
 {
@@ -1657,7 +2146,7 @@ static int rd_listen(due_store *s, int *fd)
 		s->sub = NULL;
 	}
 	if (!s->sub) {
-		if ((rc = dial(s, &s->sub)) < 0)
+		if ((rc = dial_any(s, &s->sub)) < 0)
 			return rc;
 		r = redisCommand(s->sub, "SUBSCRIBE %s", s->chan);
 		if (!r || r->type == REDIS_REPLY_ERROR) {

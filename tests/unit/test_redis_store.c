@@ -10,8 +10,13 @@
 ** when the limit is set on running tries), a group-limited claim that
 ** looks at a bounded number of members, a kind-filtered list paged in
 ** bounded scripts, a submit batch that is one script (all or none, capped
-** by items and bytes), and the memory a pending task
-** takes (printed, not asserted).  Every transition
+** by items and bytes), the cluster options of the URL (wait=,
+** wait_timeout= out of range refused; seeds tried in order; several hosts
+** that are not a cluster refused), a write ?wait=1 cannot get
+** acknowledged (no replica: DUE_ESTORE, the write is there, reads do not
+** wait), and the memory a pending task takes (printed, not asserted).
+** The store on a real cluster is tests/cli/test_redis_cluster.sh.  Every
+*transition
 ** both SQL stores share is in the conformance suite (test_store.c),
 ** which runs on Redis too.
 **
@@ -251,6 +256,91 @@ static void test_refused_connection(void **state)
 			 DUE_ESTORE);
 	assert_non_null(strstr(due_error_last(), "redis://127.0.0.1:1/0"));
 	due_close(db);
+}
+
+/*
+** ?wait= and ?wait_timeout= out of range, an empty host, shards= over 1
+** (not built): DUE_EINVAL naming what was wrong.
+*/
+static void test_wait_options_refused(void **state)
+{
+	static const char *const bad[][2] = {
+	    {"redis://127.0.0.1:1/0?wait=x", "wait must be"},
+	    {"redis://127.0.0.1:1/0?wait=65", "wait must be"},
+	    {"redis://127.0.0.1:1/0?wait=", "wait must be"},
+	    {"redis://127.0.0.1:1/0?wait_timeout=0", "wait_timeout"},
+	    {"redis://127.0.0.1:1/0?wait_timeout=2m", "wait_timeout"},
+	    {"redis://127.0.0.1:1,/0", "no host"},
+	    {"redis://127.0.0.1:1/0?shards=4", "not built yet"},
+	};
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		due_db *db = NULL;
+		assert_int_equal(due_open(&db, bad[i][0], NULL), DUE_EINVAL);
+		if (!strstr(due_error_last(), bad[i][1]))
+			fail_msg("%s: %s", bad[i][0], due_error_last());
+		due_close(db);
+	}
+}
+
+/* "host:port" of DUE_TEST_REDIS_URL into buf. */
+static void test_server(char *buf, size_t n)
+{
+	const char *u = getenv("DUE_TEST_REDIS_URL");
+	size_t k;
+
+	assert_non_null(u);
+	u += strlen("redis://");
+	k = strcspn(u, "/?");
+	assert_true(k < n);
+	memcpy(buf, u, k);
+	buf[k] = '\0';
+}
+
+/*
+** Seeds are tried in order (the first, port 1, refuses); several hosts
+** are only for a Redis Cluster, so a plain server behind a seed list is
+** refused with DUE_EINVAL, naming why.
+*/
+static void test_seeds_not_cluster(void **state)
+{
+	char hp[160], surl[256];
+	due_db *db = NULL;
+
+	(void)state;
+	test_server(hp, sizeof(hp));
+	snprintf(surl, sizeof(surl), "redis://127.0.0.1:1,%s/0?prefix=%s", hp,
+		 tu_redis_prefix);
+	assert_int_equal(due_open(&db, surl, NULL), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "not a cluster node"));
+	due_close(db);
+}
+
+/*
+** ?wait=1 on a server without a replica: a submit is written but not
+** acknowledged (DUE_ESTORE saying so, the task is there); a read does
+** not WAIT.  wait=0 (one server's default) acknowledges as before.
+*/
+static void test_wait_unmet(void **state)
+{
+	due_db *db = NULL, *plain = open_db();
+	due_id id = add(plain, "k", 0, 5);
+	due_task_list *l = NULL;
+	due_submitted sub;
+	char wurl[600];
+
+	(void)state;
+	snprintf(wurl, sizeof(wurl), "%s&wait=1&wait_timeout=20ms", url);
+	assert_int_equal(due_open(&db, wurl, NULL), 0);
+	assert_int_equal(due_schedule(db, &sub, "k", "p", 1, NULL), DUE_ESTORE);
+	assert_non_null(strstr(due_error_last(), "0 of 1 replicas"));
+	assert_int_equal(state_of(db, id), DUE_SCHEDULED); /* a read */
+	due_list_opts o = DUE_LIST_OPTS_INIT;
+	assert_int_equal(due_list(plain, &l, &o), 0);
+	assert_int_equal(l->count, 2); /* the unacknowledged one is there */
+	due_task_list_free(l);
+	due_close(db);
+	due_close(plain);
 }
 
 /* A submit through another handle wakes the listener's socket. */
@@ -684,14 +774,16 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-	    T(test_noscript_reload),	 T(test_aof_refused),
-	    T(test_fsync_warning),	 T(test_one_hash_tag),
-	    T(test_rediss_refused),	 T(test_hook_unsupported),
-	    T(test_refused_connection),	 T(test_listen_wakes),
-	    T(test_running_count_index), T(test_group_scan_bounded),
-	    T(test_list_kind_pages),	 T(test_submit_all_or_none),
-	    T(test_claimed_from_lease),	 T(test_memory_per_task),
-	    T(test_upgrade_from_4),	 T(test_attempt_written_at_end),
+	    T(test_noscript_reload),	  T(test_aof_refused),
+	    T(test_fsync_warning),	  T(test_one_hash_tag),
+	    T(test_rediss_refused),	  T(test_hook_unsupported),
+	    T(test_refused_connection),	  T(test_listen_wakes),
+	    T(test_running_count_index),  T(test_group_scan_bounded),
+	    T(test_list_kind_pages),	  T(test_submit_all_or_none),
+	    T(test_claimed_from_lease),	  T(test_memory_per_task),
+	    T(test_upgrade_from_4),	  T(test_attempt_written_at_end),
+	    T(test_wait_options_refused), T(test_seeds_not_cluster),
+	    T(test_wait_unmet),
 #undef T
 	};
 	if (tu_select_backend("redis") != 0)
