@@ -21,6 +21,17 @@
 ** operator's action; every transaction here is retried whole, a few
 ** times with backoff (TX_RETRIES), before DUE_EBUSY reaches the caller.
 **
+** Galera (mysql_conn.c: a URL listing the cluster's nodes).  Row locks
+** and SKIP LOCKED hold on one node only; a transaction that touched rows
+** another node changed meanwhile fails certification at COMMIT (or is
+** aborted by the replicated write, at any statement) with 1213, which is
+** the deadlock above: the whole transaction runs again, its COMMIT
+** included, and a claim that lost simply picks again.  Nothing here uses
+** GET_LOCK (mig_lock: not on Galera), LOCK TABLES or MyISAM; every table
+** has a primary key.  due_wake is MEMORY, which Galera does not
+** replicate: a wake-up reaches the listeners on the node that took the
+** write at once, the others at their next poll.
+**
 ** Clock.  Due times and leases are judged by the server's clock alone:
 ** DUE_MY_NOW, UTC_TIMESTAMP(6) in microseconds since the epoch, computed
 ** without local time, so right on a caller's connection in any time_zone.
@@ -35,7 +46,8 @@
 ** rounding, and the same numbers the core uses.
 **
 ** Schema history (bump DUE_SCHEMA_VERSION in due.h, add a step to
-** `steps`, which due__migrate walks under GET_LOCK('due:init'), never edit
+** `steps`, which due__migrate walks under GET_LOCK('due:init') (not on
+** Galera: mig_lock), never edit
 ** a released step).  MySQL commits DDL implicitly, so a step is written to
 ** be re-runnable (IF NOT EXISTS) and records its version last:
 **   1  the whole schema as of version 4 (this backend was born at 4):
@@ -415,7 +427,12 @@ static int run_text(due_store *s, const char *sql, const char *what)
 /*
 ** The migration's transaction: GET_LOCK serializes concurrent `due init`
 ** runs (the later ones then read the current version and do nothing);
-** the lock is the session's, released after the commit.
+** the lock is the session's, released after the commit.  Not on Galera:
+** MariaDB refuses GET_LOCK there (MDEV-30473, error 1235) or, where a
+** build still allows it, it locks one node only.  There DDL runs in total
+** order on every node (TOI) and every step is re-runnable except its
+** plain ALTERs, so two `due init` racing on two nodes can make the later
+** fail with a duplicate column; run again, it finds the schema current.
 */
 static int mig_begin(due_store *s)
 {
@@ -427,6 +444,8 @@ static int mig_lock(due_store *s)
 	int64_t got;
 	SQL(b, s);
 
+	if (s->galera)
+		return 0;
 	due__my_add(&b, "SELECT GET_LOCK('due:init', 60)");
 	if (ints(s, &b, "lock schema", &got, 1) < 0)
 		return due_error_last_code();
@@ -437,18 +456,26 @@ static int mig_lock(due_store *s)
 					 s->label);
 }
 
+/* Release mig_lock's lock (none on Galera). */
+static void mig_unlock(due_store *s)
+{
+	if (!s->galera)
+		(void)run_text(s, "DO RELEASE_LOCK('due:init')",
+			       "unlock schema");
+}
+
 static int mig_commit(due_store *s)
 {
 	int rc = run_text(s, "COMMIT", "commit");
 
-	(void)run_text(s, "DO RELEASE_LOCK('due:init')", "unlock schema");
+	mig_unlock(s);
 	return rc;
 }
 
 static void mig_rollback(due_store *s)
 {
 	(void)run_text(s, "ROLLBACK", "rollback");
-	(void)run_text(s, "DO RELEASE_LOCK('due:init')", "unlock schema");
+	mig_unlock(s);
 }
 
 /*
@@ -612,7 +639,7 @@ static int init_extras(due_store *s)
 		goto out;
 	}
 out:
-	(void)run_text(s, "DO RELEASE_LOCK('due:init')", "unlock schema");
+	mig_unlock(s);
 	return rc;
 }
 
