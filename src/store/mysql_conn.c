@@ -26,8 +26,9 @@
 ** primary component, 1047) moves on to the next host, and the store stays
 ** there: its reconnects walk the list from the host in use, wrapping
 ** around, never back to the first on their own.  ?multi_writer=1 starts
-** each process at a host picked by its process id instead, spreading the
-** writes over every node; then two nodes can claim the same task, and
+** each connection at a host picked by its process id plus the number of
+** connections the process opened before, spreading the writes over every
+** node; then two nodes can claim the same task, and
 ** the loser's COMMIT fails certification with 1213, which is a deadlock
 ** here (DUE_EBUSY, s->deadlock) and retried whole like any other.  On a
 ** Galera node the session reads causally (wsrep_setup).
@@ -522,9 +523,13 @@ int due__my_connect(due_store **out, const due_my_cfg *cfg)
 	s->own = true;
 	s->timer_fd = -1;
 	s->id_step = 1;
-	/* every process its own first node, spread by process id */
-	if (cfg->multi_writer && cfg->n_hosts > 1)
-		s->node = (size_t)getpid() % cfg->n_hosts;
+	/* each connection its own first node: processes spread by their
+	   id, a process's connections by the order they were opened */
+	if (cfg->multi_writer && cfg->n_hosts > 1) {
+		static unsigned opened;
+		unsigned k = __atomic_fetch_add(&opened, 1, __ATOMIC_RELAXED);
+		s->node = ((size_t)getpid() + k) % cfg->n_hosts;
+	}
 	return session_open(s);
 }
 

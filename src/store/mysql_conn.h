@@ -26,7 +26,7 @@
 
 /*
 ** A parsed mysql:// URL (parse_url's cfg): one host, or several (a Galera
-** cluster's nodes), tried in order; multi_writer spreads processes over
+** cluster's nodes), tried in order; multi_writer spreads connections over
 ** them (?multi_writer=1).
 */
 typedef struct due_my_cfg {
@@ -79,7 +79,8 @@ void due__my_cfg_free(due_my_cfg *c);
 ** Connect with cfg into a new store (*out set even on failure); refuses
 ** a server without FOR UPDATE SKIP LOCKED.  Several hosts: the first that
 ** answers, in the URL's order (multi_writer: starting at one picked by
-** the process id); a lost connection moves on to the next host and a
+** the process id and how many connections the process opened); a lost
+*connection moves on to the next host and a
 ** reconnect walks the list from there, wrapping around.
 */
 int due__my_connect(due_store **out, const due_my_cfg *cfg);
