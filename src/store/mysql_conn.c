@@ -18,6 +18,21 @@
 ** session up again; the call that saw the loss fails with DUE_ESTORE (its
 ** COMMIT's outcome, if it was one, is unknown).
 **
+** Several hosts (a Galera cluster: mysql://u:p@h1:p1,h2:p2,h3:p3/db, the
+** list libpq and Connector/J write).  By default every process connects
+** to the first host that answers, in the URL's order, so the whole
+** cluster writes through one node and certification never has two nodes
+** racing for the same rows.  A lost connection (or a node outside the
+** primary component, 1047) moves on to the next host, and the store stays
+** there: its reconnects walk the list from the host in use, wrapping
+** around, never back to the first on their own.  ?multi_writer=1 starts
+** each connection at a host picked by its process id plus the number of
+** connections the process opened before, spreading the writes over every
+** node; then two nodes can claim the same task, and
+** the loser's COMMIT fails certification with 1213, which is a deadlock
+** here (DUE_EBUSY, s->deadlock) and retried whole like any other.  On a
+** Galera node the session reads causally (wsrep_setup).
+**
 ** Errors.  due__my_error() is the one translator of server and client
 ** errors: a lost or refused connection is DUE_ESTORE; a deadlock (1213)
 ** or lock wait timeout (1205) is DUE_EBUSY and marks s->deadlock, so the
@@ -81,7 +96,8 @@ void due__my_cfg_free(due_my_cfg *c)
 {
 	if (!c)
 		return;
-	free(c->host);
+	for (size_t i = 0; i < c->n_hosts; i++)
+		free(c->hosts[i]);
 	free(c->user);
 	free(c->password);
 	free(c->db);
@@ -93,12 +109,12 @@ static int bad_url(const char *text, const char *why)
 {
 	return due__error_set(DUE_EINVAL,
 			      "malformed store URL '%s': %s (use "
-			      "mysql://user:password@host:port/database"
-			      "[?socket=PATH])",
+			      "mysql://user:password@host:port[,host:port...]"
+			      "/database[?socket=PATH|multi_writer=1])",
 			      text, why);
 }
 
-/* The query string: only socket=PATH. */
+/* The query string: socket=PATH, multi_writer=0|1. */
 static int parse_query(due_my_cfg *c, const char *text, const char *q)
 {
 	while (q && *q) {
@@ -108,11 +124,20 @@ static int parse_query(due_my_cfg *c, const char *text, const char *q)
 			free(c->socket);
 			if (!(c->socket = decoded(q + 7, n - 7)))
 				return bad_url(text, "bad socket path");
+		} else if (n == 14 && strncmp(q, "multi_writer=", 13) == 0 &&
+			   (q[13] == '0' || q[13] == '1')) {
+			c->multi_writer = q[13] == '1';
+		} else if (n >= 13 && strncmp(q, "multi_writer=", 13) == 0) {
+			return due__error_set(
+			    DUE_EINVAL,
+			    "store URL '%s': bad value '%.*s' (use "
+			    "multi_writer=0 or multi_writer=1)",
+			    text, (int)n, q);
 		} else {
 			return due__error_set(
 			    DUE_EINVAL,
 			    "store URL '%s': unknown option '%.*s' (known: "
-			    "socket=PATH)",
+			    "socket=PATH, multi_writer=0|1)",
 			    text, (int)n, q);
 		}
 		q = amp ? amp + 1 : NULL;
@@ -134,26 +159,59 @@ static int parse_user(due_my_cfg *c, const char *text, const char *a,
 	return 0;
 }
 
-/* host[:port] of [h, end). */
+/* host[:port] of [h, end) as the next host. */
 static int parse_host(due_my_cfg *c, const char *text, const char *h,
 		      const char *end)
 {
 	const char *colon = memchr(h, ':', (size_t)(end - h));
-	char *e;
+	size_t i = c->n_hosts;
+	char *e, *host;
 
-	if (!(c->host = decoded(h, (size_t)((colon ? colon : end) - h))))
+	if (i == DUE_MY_MAX_HOSTS)
+		return bad_url(text, "more than 16 hosts");
+	if (!(host = decoded(h, (size_t)((colon ? colon : end) - h))))
 		return bad_url(text, "bad host");
-	if (!*c->host && !c->socket) {
-		free(c->host);
-		c->host = due__strdup_n("localhost", 9);
+	c->hosts[c->n_hosts++] = host;
+	if (!*host && !c->socket) {
+		free(host);
+		if (!(c->hosts[i] = due__strdup_n("localhost", 9)))
+			return due__error_set(DUE_ENOMEM, "out of memory");
 	}
-	c->port = 3306;
+	c->ports[i] = 3306;
 	if (colon) {
 		long p = strtol(colon + 1, &e, 10);
 		if (e != end || p < 1 || p > 65535)
 			return bad_url(text, "bad port");
-		c->port = (unsigned)p;
+		c->ports[i] = (unsigned)p;
 	}
+	return 0;
+}
+
+/*
+** The authority's hosts [h, end): host[:port] separated by commas, as
+** libpq and Connector/J write several hosts (h1:p1,h2:p2,h3:p3).
+*/
+static int parse_hosts(due_my_cfg *c, const char *text, const char *h,
+		       const char *end)
+{
+	int rc;
+
+	for (;;) {
+		const char *comma = memchr(h, ',', (size_t)(end - h));
+		const char *e = comma ? comma : end;
+		if (comma && e == h)
+			return bad_url(text, "empty host in the host list");
+		if ((rc = parse_host(c, text, h, e)) < 0)
+			return rc;
+		if (!comma)
+			break;
+		h = comma + 1;
+		if (h == end)
+			return bad_url(text, "empty host in the host list");
+	}
+	if (c->n_hosts > 1 && c->socket)
+		return bad_url(text, "socket= names one server, not a host "
+				     "list");
 	return 0;
 }
 
@@ -192,7 +250,7 @@ int due__my_parse_url(due_my_cfg **out, const char *text, const char *rest)
 		rc = due__error_set(DUE_ENOMEM, "out of memory");
 		goto fail;
 	}
-	if ((rc = parse_host(c, text, at ? at + 1 : a, slash)) < 0)
+	if ((rc = parse_hosts(c, text, at ? at + 1 : a, slash)) < 0)
 		goto fail;
 	*out = c;
 	return 0;
@@ -211,7 +269,11 @@ static bool lost(unsigned e)
 	       e == CR_CONNECTION_ERROR || e == CR_CONN_HOST_ERROR ||
 	       e == CR_COMMANDS_OUT_OF_SYNC || e == ER_SERVER_SHUTDOWN ||
 	       e == ER_CONNECTION_KILLED || e == 4031 /* idle disconnect */ ||
-	       e == CR_SERVER_LOST_EXTENDED;
+	       e == CR_SERVER_LOST_EXTENDED ||
+	       /* a Galera node outside the primary component ("WSREP has
+		  not yet prepared node for application use"): useless
+		  until it rejoins, so as good as lost */
+	       e == ER_UNKNOWN_COM_ERROR;
 }
 
 /* Forget what was to ride on the next statement (the transaction ended). */
@@ -233,10 +295,16 @@ int due__my_error(due_store *s, const char *what)
 
 	s->err = e;
 	if (lost(e)) {
+		/* a connection we had: the next one tries the next host */
+		if (!s->broken && s->cfg && s->cfg->n_hosts > 1)
+			s->node = (s->node + 1) % s->cfg->n_hosts;
 		s->broken = true;
 		tx_reset(s);
 		code = DUE_ESTORE;
-	} else if (e == ER_LOCK_DEADLOCK || e == ER_LOCK_WAIT_TIMEOUT) {
+	} else if (e == ER_LOCK_DEADLOCK || e == ER_LOCK_WAIT_TIMEOUT ||
+		   (s->galera && e == ER_SP_DOES_NOT_EXIST && s->in_tx)) {
+		/* 1305 in our transaction: its savepoint went with a
+		   Galera abort (GALERA_COMMIT) */
 		s->deadlock = true;
 		code = DUE_EBUSY;
 	} else if (e == ER_DUP_ENTRY) {
@@ -306,8 +374,52 @@ static int read_autoinc(due_store *s)
 	return 0;
 }
 
-/* Open s->conn with s->cfg and set the session up. */
-static int session_open(due_store *s)
+/*
+** Galera (a wsrep_ready status variable): a node outside the primary
+** component refuses every statement (1047), so it counts as unreachable
+** and the caller tries the next host.  On a ready node the session reads
+** causally (wsrep_sync_wait = 1: a SELECT, SHOW or START TRANSACTION
+** first waits until this node applied every write set the cluster had
+** committed when it began), so a task added through one node is seen by
+** a `due show` through another, and a claim never starts from a view
+** older than what its own process wrote through another connection.
+** Certification would catch a stale claim at COMMIT anyway (1213,
+** retried); the wait makes that rare.  Not Galera: nothing to do.
+*/
+static int wsrep_setup(due_store *s)
+{
+	static const char ask[] = "SHOW GLOBAL VARIABLES LIKE 'wsrep_on';"
+				  " SHOW GLOBAL STATUS LIKE 'wsrep_ready'",
+			  sync[] = "SET SESSION wsrep_sync_wait = 1";
+	MYSQL_RES *r[2];
+	MYSQL_ROW row;
+	bool galera = false, up = false;
+	int rc = due__my_run_sets(s, ask, sizeof(ask) - 1, "session", r, 2);
+
+	if (rc < 0)
+		return rc;
+	/* MariaDB shows both without Galera too: wsrep_on=OFF then */
+	if (r[0] && (row = mysql_fetch_row(r[0])))
+		galera = row[1] && strcmp(row[1], "ON") == 0;
+	if (r[1] && (row = mysql_fetch_row(r[1])))
+		up = row[1] && strcmp(row[1], "ON") == 0;
+	mysql_free_result(r[0]);
+	mysql_free_result(r[1]);
+	s->galera = galera;
+	if (galera && !up) {
+		s->broken = true;
+		return due__error_set(DUE_ESTORE,
+				      "mysql store %s: the Galera node is not "
+				      "ready (wsrep_ready=OFF: outside the "
+				      "primary component, or joining)",
+				      s->label);
+	}
+	return galera ? due__my_run(s, sync, sizeof(sync) - 1, "session", NULL)
+		      : 0;
+}
+
+/* Open s->conn to host i of s->cfg and set the session up. */
+static int session_open_one(due_store *s, size_t i)
 {
 	const due_my_cfg *c = s->cfg;
 	unsigned timeout = 10;
@@ -316,14 +428,18 @@ static int session_open(due_store *s)
 
 	if (s->conn)
 		mysql_close(s->conn);
+	s->conn = NULL;
 	s->broken = true;
 	tx_reset(s);
+	snprintf(s->label, sizeof(s->label), "mysql://%s@%s:%u/%s",
+		 c->user ? c->user : "", c->socket ? c->socket : c->hosts[i],
+		 c->socket ? 0 : c->ports[i], c->db);
 	if (!(s->conn = mysql_init(NULL)))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	mysql_optionsv(s->conn, MYSQL_SET_CHARSET_NAME, "utf8mb4");
 	mysql_optionsv(s->conn, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
-	m = mysql_real_connect(s->conn, c->socket ? NULL : c->host, c->user,
-			       c->password, c->db, c->socket ? 0 : c->port,
+	m = mysql_real_connect(s->conn, c->socket ? NULL : c->hosts[i], c->user,
+			       c->password, c->db, c->socket ? 0 : c->ports[i],
 			       c->socket,
 			       CLIENT_FOUND_ROWS | CLIENT_MULTI_STATEMENTS);
 	if (!m)
@@ -332,23 +448,65 @@ static int session_open(due_store *s)
 		return rc;
 	s->broken = false;
 	if ((rc = due__my_run(s, SESSION_SQL, sizeof(SESSION_SQL) - 1,
-			      "session", NULL)) < 0)
+			      "session", NULL)) < 0 ||
+	    (rc = read_autoinc(s)) < 0 || (rc = wsrep_setup(s)) < 0) {
+		s->broken = true;
 		return rc;
-	return read_autoinc(s);
+	}
+	return 0;
+}
+
+/*
+** Connect to the first host that answers, walking the URL's list from
+** s->node (the host in use, or the next one after a loss) and wrapping
+** around; s->node is then the host connected to.  All fail: the last
+** host's error, after a line naming how many were tried.
+*/
+static int session_open(due_store *s)
+{
+	size_t n = s->cfg->n_hosts;
+	int rc = 0;
+
+	for (size_t k = 0; k < n; k++) {
+		size_t i = (s->node + k) % n;
+		if ((rc = session_open_one(s, i)) == 0) {
+			s->node = i;
+			return 0;
+		}
+		if (rc == DUE_ENOMEM)
+			return rc;
+	}
+	if (n > 1) {
+		char last[512];
+		snprintf(last, sizeof(last), "%s", due_error_last());
+		return due__error_set(rc,
+				      "mysql store: none of the URL's %zu "
+				      "hosts answered; the last: %s",
+				      n, last);
+	}
+	return rc;
 }
 
 /* A copy of c (NULL when out of memory): the store reconnects with it. */
 static due_my_cfg *cfg_dup(const due_my_cfg *c)
 {
 	due_my_cfg *d = calloc(1, sizeof(*d));
-	char *const *from[] = {&c->host, &c->user, &c->password, &c->db,
-			       &c->socket};
-	char **to[] = {&d->host, &d->user, &d->password, &d->db, &d->socket};
+	char *const *from[] = {&c->user, &c->password, &c->db, &c->socket};
+	char **to[] = {&d->user, &d->password, &d->db, &d->socket};
 
 	if (!d)
 		return NULL;
-	d->port = c->port;
-	for (size_t i = 0; i < 5; i++)
+	d->multi_writer = c->multi_writer;
+	for (size_t i = 0; i < c->n_hosts; i++) {
+		d->ports[i] = c->ports[i];
+		if (!(d->hosts[i] =
+			  due__strdup_n(c->hosts[i], strlen(c->hosts[i])))) {
+			due__my_cfg_free(d);
+			return NULL;
+		}
+		d->n_hosts = i + 1;
+	}
+	for (size_t i = 0; i < 4; i++)
 		if (*from[i] &&
 		    !(*to[i] = due__strdup_n(*from[i], strlen(*from[i])))) {
 			due__my_cfg_free(d);
@@ -368,10 +526,13 @@ int due__my_connect(due_store **out, const due_my_cfg *cfg)
 	s->own = true;
 	s->timer_fd = -1;
 	s->id_step = 1;
-	snprintf(s->label, sizeof(s->label), "mysql://%s@%s:%u/%s",
-		 cfg->user ? cfg->user : "",
-		 cfg->socket ? cfg->socket : cfg->host,
-		 cfg->socket ? 0 : cfg->port, cfg->db);
+	/* each connection its own first node: processes spread by their
+	   id, a process's connections by the order they were opened */
+	if (cfg->multi_writer && cfg->n_hosts > 1) {
+		static unsigned opened;
+		unsigned k = __atomic_fetch_add(&opened, 1, __ATOMIC_RELAXED);
+		s->node = ((size_t)getpid() + k) % cfg->n_hosts;
+	}
 	return session_open(s);
 }
 
@@ -408,19 +569,39 @@ int due__my_ok(due_store *s)
 /* ------------------------------------------------------------------ */
 
 /*
+** Galera: a write set replicated from another node that needs a row our
+** transaction locked aborts our transaction (a brute-force abort).  When
+** that lands while one of our multi-statement texts runs, MariaDB 10.11
+** rolls the transaction back and runs the rest of the text on, outside
+** any transaction, and a COMMIT at its end succeeds with nothing to
+** commit: a claim's rows were handed to handlers that never owned them
+** (4 duplicate runs in 3 of 21 bench drains with multi_writer=1, and
+** debug read-backs showed the claim's UPDATE matching rows its next
+** statement no longer saw).  So on Galera every transaction opens a
+** savepoint and releases it right before its COMMIT: a rolled-back
+** transaction took the savepoint with it, the RELEASE fails (1305) and
+** stops the text before the COMMIT, and due__my_error reads that 1305 as
+** the deadlock it is (the whole transaction is retried).
+*/
+#define PLAIN_BEGIN "START TRANSACTION; "
+#define PLAIN_COMMIT "; COMMIT"
+#define GALERA_BEGIN "START TRANSACTION; SAVEPOINT due_tx; "
+#define GALERA_COMMIT "; RELEASE SAVEPOINT due_tx; COMMIT"
+
+/*
 ** The text sent for sql: START TRANSACTION when begun, the deferred
 ** statements, sql, COMMIT when it rides.  NULL when nothing rides (send
 ** sql as it is) or out of memory (*oom).
 */
 static char *joined_text(due_store *s, const char *sql, size_t *len, bool *oom)
 {
-	static const char begin[] = "START TRANSACTION; ",
-			  commit[] = "; COMMIT";
+	const char *begin = s->galera ? GALERA_BEGIN : PLAIN_BEGIN,
+		   *commit = s->galera ? GALERA_COMMIT : PLAIN_COMMIT;
 	size_t n = *len;
 	/* sql may end with its own ';' (an empty statement is an error) */
 	bool semi = n && sql[n - 1] == ';';
-	size_t nb = s->begin_pending ? sizeof(begin) - 1 : 0,
-	       nc = s->commit_rides ? sizeof(commit) - 1 - semi : 0;
+	size_t nb = s->begin_pending ? strlen(begin) : 0,
+	       nc = s->commit_rides ? strlen(commit) - semi : 0;
 	char *p, *q;
 
 	*oom = false;
@@ -566,12 +747,12 @@ int due__my_begin(due_store *s)
 
 int due__my_commit(due_store *s)
 {
-	static const char sql[] = "COMMIT";
+	const char *sql = s->galera ? GALERA_COMMIT + 2 : PLAIN_COMMIT + 2;
 	int rc = 0;
 
 	/* nothing ran (begin still pending), or a COMMIT rode already */
 	if (s->in_tx && !s->begin_pending)
-		rc = due__my_run(s, sql, sizeof(sql) - 1, "commit", NULL);
+		rc = due__my_run(s, sql, strlen(sql), "commit", NULL);
 	tx_reset(s);
 	return rc;
 }

@@ -21,10 +21,20 @@
 #include "store/row.h"
 #include "store/store.h"
 
-/* A parsed mysql:// URL (parse_url's cfg). */
+/* Most hosts one URL may list (h1:p1,h2:p2,...). */
+#define DUE_MY_MAX_HOSTS 16
+
+/*
+** A parsed mysql:// URL (parse_url's cfg): one host, or several (a Galera
+** cluster's nodes), tried in order; multi_writer spreads connections over
+** them (?multi_writer=1).
+*/
 typedef struct due_my_cfg {
-	char *host, *user, *password, *db, *socket;
-	unsigned port;
+	char *hosts[DUE_MY_MAX_HOSTS];
+	unsigned ports[DUE_MY_MAX_HOSTS];
+	size_t n_hosts;
+	char *user, *password, *db, *socket;
+	bool multi_writer;
 } due_my_cfg;
 
 struct due_store {
@@ -46,6 +56,8 @@ struct due_store {
 	int timer_fd;	   /* listen(): a 1 s timerfd, -1 until then */
 	int64_t wake_seen; /* the due_wake counter as last read */
 	due_my_cfg *cfg;   /* to reconnect (our own copy) */
+	size_t node;	   /* cfg->hosts[node] is the one we use (or try) */
+	bool galera;	   /* the server is a Galera node (wsrep_ready) */
 	char label[256];   /* mysql://user@host:port/db for messages */
 };
 
@@ -65,7 +77,11 @@ void due__my_cfg_free(due_my_cfg *c);
 
 /*
 ** Connect with cfg into a new store (*out set even on failure); refuses
-** a server without FOR UPDATE SKIP LOCKED.
+** a server without FOR UPDATE SKIP LOCKED.  Several hosts: the first that
+** answers, in the URL's order (multi_writer: starting at one picked by
+** the process id and how many connections the process opened); a lost
+*connection moves on to the next host and a
+** reconnect walks the list from there, wrapping around.
 */
 int due__my_connect(due_store **out, const due_my_cfg *cfg);
 void due__my_close(due_store *s);

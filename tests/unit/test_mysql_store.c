@@ -753,6 +753,14 @@ static void test_url(void **state)
 	    {"mysql://root@h:99999/db", "bad port"},
 	    {"mysql://root@h/db?sslmode=x", "unknown option 'sslmode=x'"},
 	    {"mariadb://root@h:0/db", "bad port"},
+	    {"mysql://root@h1:1,,h2:2/db", "empty host"},
+	    {"mysql://root@h1:1,/db", "empty host"},
+	    {"mysql://root@h1:1,h2:0/db", "bad port"},
+	    {"mysql://root@h1,h2/db?socket=/tmp/s", "one server"},
+	    {"mysql://root@h1,h2/db?multi_writer=yes", "multi_writer=1"},
+	    {"mysql://h1,h2,h3,h4,h5,h6,h7,h8,h9,h10,h11,h12,h13,h14,h15,h16,"
+	     "h17/db",
+	     "more than 16 hosts"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		due_db *db = NULL;
@@ -760,6 +768,33 @@ static void test_url(void **state)
 		assert_non_null(strstr(due_error_last(), bad[i][1]));
 		due_close(db);
 	}
+}
+
+/* A host list keeps its order and ports; multi_writer is read. */
+static void test_url_hosts(void **state)
+{
+	(void)state;
+	due_my_cfg *c = NULL;
+	const char *u =
+	    "mysql://u:p@10.0.0.1:3307,db2,db3:3309/q?multi_writer=1";
+
+	assert_int_equal(due__my_parse_url(&c, u, u + 6), 0);
+	assert_int_equal(c->n_hosts, 3);
+	assert_string_equal(c->hosts[0], "10.0.0.1");
+	assert_int_equal(c->ports[0], 3307);
+	assert_string_equal(c->hosts[1], "db2");
+	assert_int_equal(c->ports[1], 3306);
+	assert_string_equal(c->hosts[2], "db3");
+	assert_int_equal(c->ports[2], 3309);
+	assert_string_equal(c->user, "u");
+	assert_string_equal(c->db, "q");
+	assert_true(c->multi_writer);
+	due__my_cfg_free(c);
+	u = "mysql://h/q";
+	assert_int_equal(due__my_parse_url(&c, u, u + 6), 0);
+	assert_int_equal(c->n_hosts, 1);
+	assert_false(c->multi_writer);
+	due__my_cfg_free(c);
 }
 
 /*
@@ -979,6 +1014,7 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test(test_version_check),
 	    cmocka_unit_test(test_url),
+	    cmocka_unit_test(test_url_hosts),
 	};
 	if (tu_select_backend("mysql") != 0)
 		return tu_backend_check();
