@@ -59,7 +59,11 @@ static int raw_open(vctx *v, raw *r)
 {
 	memset(r, 0, sizeof(*r));
 	if (v->sqlite) {
-		if (sqlite3_open(v->url + 7, &r->lite) != SQLITE_OK)
+		/* the file of sqlite:PATH[?options] */
+		char path[2400];
+		snprintf(path, sizeof(path), "%.*s",
+			 (int)strcspn(v->url + 7, "?"), v->url + 7);
+		if (sqlite3_open(path, &r->lite) != SQLITE_OK)
 			return -1;
 		sqlite3_busy_timeout(r->lite, 30000);
 		return 0;

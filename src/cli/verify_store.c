@@ -56,10 +56,16 @@ v_backend v_backend_of(const char *url)
 ** query.  Percent-escapes in user and password are decoded.  0, or -1
 ** when the URL has no "//".
 */
+#define VURL_HOSTS 16
+
 typedef struct vurl {
 	char buf[2400];
 	char *user, *pass, *host, *path, *query;
 	int port;
+	/* every host of a multi-host URL (h1:p1,h2:p2: a Galera cluster, a
+	 * Redis Cluster's seeds), in order; host/port above are the first */
+	char *hosts[VURL_HOSTS];
+	int ports[VURL_HOSTS], nhosts;
 } vurl;
 
 static void pct_decode(char *s)
@@ -103,14 +109,18 @@ static int vurl_split(vurl *u, const char *url, int default_port)
 		pct_decode(u->user);
 		p = at + 1;
 	}
-	u->host = p;
-	u->port = default_port;
-	if ((colon = strrchr(p, ':'))) {
-		*colon = '\0';
-		u->port = atoi(colon + 1);
+	for (char *h = p, *comma; h && u->nhosts < VURL_HOSTS; h = comma) {
+		if ((comma = strchr(h, ',')))
+			*comma++ = '\0';
+		u->ports[u->nhosts] = default_port;
+		if ((colon = strrchr(h, ':'))) {
+			*colon = '\0';
+			u->ports[u->nhosts] = atoi(colon + 1);
+		}
+		u->hosts[u->nhosts++] = *h ? h : "127.0.0.1";
 	}
-	if (!*u->host)
-		u->host = "127.0.0.1";
+	u->host = u->hosts[0];
+	u->port = u->ports[0];
 	return 0;
 }
 
@@ -159,45 +169,53 @@ static int pg_exec(const char *url, const char *sql)
 #endif
 
 #ifdef DUE_WITH_REDIS
-/*
-** Delete every key of the scratch prefix v->schema on the server of
-** v->base_url.  The prefix is followed by a character that cannot
-** continue it (the backend's hash tag closes with '}'), so dropping
-** due_verify_1_1 leaves due_verify_1_10 alone.
-*/
-static int redis_drop(vctx *v)
+/* A connection to host:port, authenticated as the URL says; NULL when
+ * it cannot be had (*why says why, for the message). */
+static redisContext *rd_open(const vurl *u, const char *host, int port,
+			     char *why, size_t n)
 {
-	vurl u;
-	redisContext *c = NULL;
-	redisReply *r = NULL;
-	char cursor[32] = "0", match[96];
-	int rc = -1;
-
-	if (strncmp(v->base_url, "rediss:", 7) == 0 ||
-	    vurl_split(&u, v->base_url, 6379) < 0)
-		goto done;
 	struct timeval tv = {10, 0};
-	c = redisConnectWithTimeout(u.host, u.port, tv);
-	if (!c || c->err)
-		goto done;
-	if (u.pass && *u.pass) {
-		r = u.user && *u.user
-			? redisCommand(c, "AUTH %s %s", u.user, u.pass)
-			: redisCommand(c, "AUTH %s", u.pass);
-		if (!r || r->type == REDIS_REPLY_ERROR)
-			goto done;
+	redisContext *c = redisConnectWithTimeout(host, port, tv);
+	redisReply *r;
+
+	if (!c || c->err) {
+		snprintf(why, n, "%s:%d: %s", host, port,
+			 c ? c->errstr : "out of memory");
+		redisFree(c);
+		return NULL;
+	}
+	if (u->pass && *u->pass) {
+		r = u->user && *u->user
+			? redisCommand(c, "AUTH %s %s", u->user, u->pass)
+			: redisCommand(c, "AUTH %s", u->pass);
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			snprintf(why, n, "%s:%d: AUTH: %s", host, port,
+				 r && r->str ? r->str : c->errstr);
+			freeReplyObject(r);
+			redisFree(c);
+			return NULL;
+		}
 		freeReplyObject(r);
 	}
-	r = redisCommand(c, "SELECT %d", u.path ? atoi(u.path) : 0);
-	if (!r || r->type == REDIS_REPLY_ERROR)
-		goto done;
-	freeReplyObject(r);
-	snprintf(match, sizeof(match), "*%s[^0-9]*", v->schema);
+	return c;
+}
+
+/* UNLINK every key of this node that matches; 0 or -1 (*why set). */
+static int rd_unlink_matching(redisContext *c, const char *match, char *why,
+			      size_t n)
+{
+	char cursor[32] = "0";
+	redisReply *r;
+
 	do {
 		r = redisCommand(c, "SCAN %s MATCH %s COUNT 1000", cursor,
 				 match);
-		if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
-			goto done;
+		if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+			snprintf(why, n, "SCAN: %s",
+				 r && r->str ? r->str : c->errstr);
+			freeReplyObject(r);
+			return -1;
+		}
 		snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
 		for (size_t i = 0; i < r->element[1]->elements; i++) {
 			redisReply *d = redisCommand(
@@ -206,18 +224,74 @@ static int redis_drop(vctx *v)
 			freeReplyObject(d);
 		}
 		freeReplyObject(r);
-		r = NULL;
 	} while (strcmp(cursor, "0") != 0);
-	rc = 0;
+	return 0;
+}
+
+/*
+** Delete every key of the scratch prefix v->schema on the server of
+** v->base_url.  The prefix is followed by a character that cannot
+** continue it (the backend's hash tag closes with '}'), so dropping
+** due_verify_1_1 leaves due_verify_1_10 alone.  On a Redis Cluster (the
+** URL's seeds answer CLUSTER NODES) every master is scanned: the keys
+** live in one slot, but the slot may have moved while the case ran.
+*/
+static int redis_drop(vctx *v)
+{
+	vurl u;
+	redisContext *c = NULL;
+	redisReply *r = NULL;
+	char match[96], why[512] = "cannot reach the server";
+	int rc = -1;
+
+	if (strncmp(v->base_url, "rediss:", 7) == 0 ||
+	    vurl_split(&u, v->base_url, 6379) < 0)
+		goto done;
+	for (int i = 0; i < u.nhosts && !c; i++)
+		c = rd_open(&u, u.hosts[i], u.ports[i], why, sizeof(why));
+	if (!c)
+		goto done;
+	snprintf(match, sizeof(match), "*%s[^0-9]*", v->schema);
+	r = redisCommand(c, "CLUSTER NODES");
+	if (r && r->type != REDIS_REPLY_ERROR && r->str) {
+		/* "<id> <ip:port@cport> <flags> ..." a line per node */
+		rc = 0;
+		for (char *line = r->str, *end; line && *line; line = end) {
+			char addr[256], flags[256], *at, *colon;
+			redisContext *m;
+			if ((end = strchr(line, '\n')))
+				*end++ = '\0';
+			if (sscanf(line, "%*s %255s %255s", addr, flags) != 2 ||
+			    !strstr(flags, "master") || strstr(flags, "fail"))
+				continue;
+			if ((at = strchr(addr, '@')))
+				*at = '\0';
+			if (!(colon = strrchr(addr, ':')))
+				continue;
+			*colon = '\0';
+			m = rd_open(&u, addr, atoi(colon + 1), why,
+				    sizeof(why));
+			if (!m ||
+			    rd_unlink_matching(m, match, why, sizeof(why)) < 0)
+				rc = -1;
+			redisFree(m);
+		}
+	} else {
+		freeReplyObject(r);
+		r = redisCommand(c, "SELECT %d", u.path ? atoi(u.path) : 0);
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			snprintf(why, sizeof(why), "SELECT: %s",
+				 r && r->str ? r->str : c->errstr);
+			goto done;
+		}
+		rc = rd_unlink_matching(c, match, why, sizeof(why));
+	}
 done:
 	if (rc < 0)
 		fprintf(stderr,
 			"due verify: could not delete the scratch keys of "
 			"prefix %s: %s\n",
-			v->schema,
-			c && c->err   ? c->errstr
-			: r && r->str ? r->str
-				      : "cannot reach the server");
+			v->schema, why);
 	freeReplyObject(r);
 	redisFree(c);
 	return rc;
@@ -229,11 +303,9 @@ struct st_mysql *v_mysql_connect(const char *url, bool with_db)
 {
 	vurl u;
 	char sock[1024] = "";
-	MYSQL *m = mysql_init(NULL);
 
-	if (!m || vurl_split(&u, url, 3306) < 0) {
+	if (vurl_split(&u, url, 3306) < 0) {
 		fprintf(stderr, "due verify: cannot read the MySQL URL\n");
-		mysql_close(m);
 		return NULL;
 	}
 	for (const char *p = u.query; p && *p;) {
@@ -244,14 +316,21 @@ struct st_mysql *v_mysql_connect(const char *url, bool with_db)
 		}
 		p += k + (p[k] == '&');
 	}
-	if (!mysql_real_connect(m, u.host, u.user, u.pass,
-				with_db ? u.path : NULL, (unsigned)u.port,
-				sock[0] ? sock : NULL, 0)) {
-		fprintf(stderr, "due verify: %s\n", mysql_error(m));
+	/* a multi-host URL (Galera): the first node that answers, as the
+	 * store itself does; a scratch database made there replicates */
+	for (int i = 0; i < u.nhosts; i++) {
+		MYSQL *m = mysql_init(NULL);
+		if (!m)
+			break;
+		if (mysql_real_connect(
+			m, u.hosts[i], u.user, u.pass, with_db ? u.path : NULL,
+			(unsigned)u.ports[i], sock[0] ? sock : NULL, 0))
+			return m;
+		if (i + 1 == u.nhosts)
+			fprintf(stderr, "due verify: %s\n", mysql_error(m));
 		mysql_close(m);
-		return NULL;
 	}
-	return m;
+	return NULL;
 }
 
 /* Run one statement on the server of v->base_url (no database). */
@@ -301,8 +380,11 @@ int v_scratch_url(vctx *v)
 	char sql[160];
 
 	if (v->backend == V_SQLITE) {
-		snprintf(v->url, sizeof(v->url), "sqlite:%.1200s/due.db",
-			 v->dir);
+		/* the user's options (sync=, busy_ms=) carry over: a case
+		 * measures the store as it was given */
+		const char *q = strchr(v->base_url, '?');
+		snprintf(v->url, sizeof(v->url), "sqlite:%.1200s/due.db%.900s",
+			 v->dir, q ? q : "");
 		return 0;
 	}
 	snprintf(v->schema, sizeof(v->schema), "due_verify_%d_%d",

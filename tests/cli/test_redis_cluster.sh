@@ -164,4 +164,12 @@ wait "$vpid" || true
 grep -q "^[0-9]* passed, 0 failed$" "$T/verify.out" && ok ||
 	{ bad "verify on the cluster: $(grep -v PASS "$T/verify.out" | head -5)"; grep -v 'scratch keys' "$T/verify.err" | tail -30; }
 echo "verify: $(tail -1 "$T/verify.out") (at ${SECONDS}s)"
+# verify drops its scratch stores on every master (the seeds of a
+# multi-host URL, then CLUSTER NODES): none of their keys is left
+left=0
+for p in $("$CL" ports "$CD"); do
+	left=$((left + $(redis-cli -h 127.0.0.1 -p "$p" --scan --pattern '*due_verify_*' 2>/dev/null | wc -l)))
+done
+expect_eq "verify's scratch keys dropped on every node" 0 "$left"
+expect_eq "verify could drop every scratch store" 0 "$(grep -c 'could not delete' "$T/verify.err" || true)"
 finish
