@@ -49,8 +49,9 @@ static const char usage[] =
 
 /* What a case needs beyond the store API, to say why it is skipped. */
 enum {
-	NEEDS_SQL = 1 << 0, /* writes its own tables with raw SQL */
-	NEEDS_PLAN = 1 << 1 /* reads the claim's SQL query plan */
+	NEEDS_SQL = 1 << 0,  /* writes its own tables with raw SQL */
+	NEEDS_PLAN = 1 << 1, /* reads the claim's SQL query plan */
+	NEEDS_LOCKS = 1 << 2 /* probes the engine's row locks with raw SQL */
 };
 
 typedef struct vcase {
@@ -77,6 +78,7 @@ static const vcase cases[] = {
     {"negative_unfenced_late_commit", v_negative_unfenced_late_commit,
      NEEDS_SQL},
     {"negative_ext_key_per_attempt", v_negative_ext_key_per_attempt},
+    {"row_locks_honoured", v_row_locks_honoured, NEEDS_SQL | NEEDS_LOCKS},
     {"cron_once_per_slot_multi_instance", v_cron_once_per_slot_multi_instance},
     {"cron_misfire_policies", v_cron_misfire_policies},
     {"wheel_fire_exact_tick", v_wheel_fire_exact_tick},
@@ -347,6 +349,12 @@ void v_teardown(vctx *v)
 */
 static const char *skip_reason(const vctx *v, const vcase *c)
 {
+	if ((c->needs & NEEDS_LOCKS) && v->backend == V_SQLITE)
+		return "sqlite_has_no_row_locks (one writer holds the whole "
+		       "database; claims cannot overlap)";
+	if ((c->needs & NEEDS_LOCKS) && v->backend == V_REDIS)
+		return "redis_has_no_row_locks (each transition is one "
+		       "script; scripts do not interleave)";
 	if (v->backend == V_SQLITE || v->backend == V_PG || !c->needs)
 		return NULL;
 	if (v->backend == V_REDIS)

@@ -98,6 +98,7 @@ bool v_negative_mysql_ready(void);
 bool v_plan_mysql_ready(void);
 void v_negative_unfenced_late_commit(vctx *v);
 void v_negative_ext_key_per_attempt(vctx *v);
+void v_row_locks_honoured(vctx *v);
 void v_boundary_partial_due_index(vctx *v);
 void v_cron_once_per_slot_multi_instance(vctx *v);
 void v_cron_misfire_policies(vctx *v);

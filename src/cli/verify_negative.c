@@ -14,6 +14,16 @@
 **       id only (no attempt check) overwrites the new holder's result and
 **       adds a second effect.  PASS means the overwrite did show.
 **
+** row_locks_honoured is not a control but a probe of the engine (issue
+** 23): connection A holds a row FOR UPDATE; B's FOR UPDATE SKIP LOCKED
+** must not return it and B's FOR UPDATE NOWAIT must fail; after A's
+** ROLLBACK, B's SKIP LOCKED must return it (so the probe is not
+** vacuous).  An engine that accepts the syntax and does not lock
+** (TiDB reads SKIP LOCKED as a plain read) fails here by name, instead of
+** showing as contention or duplicate claims under load.  On Galera both
+** sessions sit on one node: row locks there are node-local, which is what
+** the claim relies on (certification settles the rest at COMMIT).
+**
 ** boundary_partial_due_index fills the scratch store's own due_task (a
 ** scratch store is thrown away after its case) and reads the claim's
 ** query plan: it checks due's index, so it speaks each database's
@@ -657,4 +667,74 @@ void v_boundary_partial_due_index(vctx *v)
 	       "now_buffers=%ld clock_timestamp_buffers=%ld "
 	       "clock_timestamp_rows_removed_by_filter=%ld",
 	       idx ? "yes" : "no", b_now, b_clock, removed);
+}
+
+/* A probe statement's outcome as text: rows, or "error". */
+static const char *probe_str(int n, char *buf, size_t len)
+{
+	if (n < 0)
+		return "error";
+	snprintf(buf, len, "%d_rows", n);
+	return buf;
+}
+
+void v_row_locks_honoured(vctx *v)
+{
+	raw a, b;
+	int64_t ids[2];
+	int held = -1, skip = -1, nowait = -1, after = -1;
+	char s1[16], s2[16], s3[16];
+	bool setup = raw_open(v, &a) == 0 && raw_open(v, &b) == 0 &&
+		     raw_exec(&a,
+			      "CREATE TABLE lock_probe (id bigint PRIMARY "
+			      "KEY)",
+			      0, 0, 0, NULL, NULL, 0) == 0 &&
+		     raw_exec(&a, "INSERT INTO lock_probe (id) VALUES ($1)", 1,
+			      1, 0, NULL, NULL, 0) == 0 &&
+		     raw_exec(&a, "BEGIN", 0, 0, 0, NULL, NULL, 0) == 0;
+
+	if (setup)
+		held = raw_exec(&a,
+				"SELECT id FROM lock_probe WHERE id = $1 "
+				"FOR UPDATE",
+				1, 1, 0, NULL, ids, 2);
+	if (held == 1) {
+		skip = raw_exec(&b,
+				"SELECT id FROM lock_probe FOR UPDATE SKIP "
+				"LOCKED",
+				0, 0, 0, NULL, ids, 2);
+		nowait = raw_exec(&b,
+				  "SELECT id FROM lock_probe WHERE id = $1 "
+				  "FOR UPDATE NOWAIT",
+				  1, 1, 0, NULL, ids, 2);
+		raw_exec(&a, "ROLLBACK", 0, 0, 0, NULL, NULL, 0);
+		after = raw_exec(&b,
+				 "SELECT id FROM lock_probe FOR UPDATE SKIP "
+				 "LOCKED",
+				 0, 0, 0, NULL, ids, 2);
+	}
+	raw_close(&a);
+	raw_close(&b);
+	if (held != 1) {
+		v_case(v, "row_locks_honoured", false,
+		       "error=setup held=%d (could not create, fill or lock "
+		       "the probe table)",
+		       held);
+		return;
+	}
+	bool pass = skip == 0 && nowait < 0 && after == 1;
+	v_case(v, "row_locks_honoured", pass,
+	       "skip_locked_while_held=%s nowait_while_held=%s "
+	       "skip_locked_after=%s%s",
+	       probe_str(skip, s1, sizeof(s1)),
+	       probe_str(nowait, s2, sizeof(s2)),
+	       probe_str(after, s3, sizeof(s3)),
+	       pass ? ""
+	       : skip > 0
+		   ? " diagnosis=\"SKIP LOCKED returned a row another "
+		     "transaction holds FOR UPDATE: this engine does not lock "
+		     "rows (TiDB ignores SKIP LOCKED); claimers would all pick "
+		     "the same tasks, so it is not a supported store\""
+		   : " diagnosis=\"the engine does not lock rows the way the "
+		     "claim needs (FOR UPDATE, SKIP LOCKED, NOWAIT)\"");
 }

@@ -22,6 +22,9 @@ for c in normal_three_workers boundary_not_before_due boundary_claim_limit \
 	grep -q "^CASE $c PASS" "$T/verify.out" && ok || bad "case $c did not pass"
 done
 
+grep -q "^CASE row_locks_honoured SKIP reason=sqlite_has_no_row_locks" "$T/verify.out" &&
+	ok || bad "row_locks_honoured: not skipped with its reason on SQLite"
+
 expect_eq "user data untouched" "$before" "$("$DUE" ls --json | md5sum)"
 expect_eq "user task still waiting" SCHEDULED \
 	"$("$DUE" show "$mine" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['state'])")"
