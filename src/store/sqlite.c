@@ -194,7 +194,7 @@ static const char *const sql_text[ST_COUNT] = {
 	" VALUES (?1, ?2, 'SCHEDULED', ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, "
 	"?11)"
 	" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
-	" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id",
+	" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING",
     [ST_FIND_KEY] = "SELECT id FROM due_task WHERE kind = ?1 AND key = ?2"
 		    " AND state IN ('SCHEDULED', 'CLAIMED')",
     [ST_PEEK_DUE] =
@@ -852,6 +852,13 @@ static int due__sq_init_schema(due_store *s)
 /*
 ** Insert one checked submit with statements prepared on `db` (either ours,
 ** cached, or the caller's own connection).  Inside an open transaction.
+**
+** The new id is read with sqlite3_last_insert_rowid() when the INSERT
+** changed one row (0 rows: the (kind, key) conflict, DO NOTHING), not with
+** RETURNING: SQLite runs a RETURNING statement to its end into an
+** ephemeral b-tree (a page allocated and zeroed) and reads it back, which
+** was a quarter of a single submit's instructions (callgrind, 120k -> 91k
+** per due_schedule).
 */
 static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 		      const due_submit *it, due_time now, due_submitted *out)
@@ -876,16 +883,14 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 	if (o->timeout_us > 0)
 		sqlite3_bind_int64(ins, 11, o->timeout_us);
 	rc = sqlite3_step(ins);
-	if (rc == SQLITE_ROW) {
-		out->id = sqlite3_column_int64(ins, 0);
-		out->existed = false;
-		rc = sqlite3_step(ins);
-	}
 	sqlite3_reset(ins);
 	if (rc != SQLITE_DONE)
 		return due__sq_error(s, rc, "insert task");
-	if (out->id)
+	if (sqlite3_changes(s->db) == 1) {
+		out->id = sqlite3_last_insert_rowid(s->db);
+		out->existed = false;
 		return 0;
+	}
 	/* Conflict on (kind, key): the live task is the answer. */
 	sqlite3_bind_text(find, 1, it->kind, -1, SQLITE_STATIC);
 	sqlite3_bind_text(find, 2, o->key, -1, SQLITE_STATIC);
