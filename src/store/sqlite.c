@@ -858,7 +858,8 @@ static int due__sq_init_schema(due_store *s)
 ** RETURNING: SQLite runs a RETURNING statement to its end into an
 ** ephemeral b-tree (a page allocated and zeroed) and reads it back, which
 ** was a quarter of a single submit's instructions (callgrind, 120k -> 91k
-** per due_schedule).
+** per due_schedule).  `find` (the live task of a (kind, key)) is only
+** needed on a conflict: NULL takes it from our statement cache then.
 */
 static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 		      const due_submit *it, due_time now, due_submitted *out)
@@ -892,6 +893,8 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 		return 0;
 	}
 	/* Conflict on (kind, key): the live task is the answer. */
+	if (!find && !(find = stmt(s, ST_FIND_KEY)))
+		return due_error_last_code();
 	sqlite3_bind_text(find, 1, it->kind, -1, SQLITE_STATIC);
 	sqlite3_bind_text(find, 2, o->key, -1, SQLITE_STATIC);
 	rc = sqlite3_step(find);
@@ -908,7 +911,7 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 static int due__sq_schedule(due_store *s, due_submitted *out,
 			    const due_submit *items, size_t n)
 {
-	sqlite3_stmt *ins, *find;
+	sqlite3_stmt *ins;
 	due_time now;
 	int rc;
 
@@ -917,12 +920,11 @@ static int due__sq_schedule(due_store *s, due_submitted *out,
 	now = due_time_now_host();
 	for (size_t i = 0; i < n; i++) {
 		out[i].id = 0;
-		if (!(ins = stmt(s, ST_INSERT)) ||
-		    !(find = stmt(s, ST_FIND_KEY))) {
+		if (!(ins = stmt(s, ST_INSERT))) {
 			rc = due_error_last_code();
 			goto fail;
 		}
-		if ((rc = insert_one(s, ins, find, &items[i], now, &out[i])) <
+		if ((rc = insert_one(s, ins, NULL, &items[i], now, &out[i])) <
 		    0)
 			goto fail;
 	}
@@ -961,6 +963,14 @@ static int due__sq_schedule_on_native(void *conn, due_submitted *out,
 			 : due__sq_error(&tmp, rc, "prepare insert");
 	} else {
 		rc = insert_one(&tmp, ins, find, it, due_time_now_host(), out);
+	}
+	/* the caller's connection: its statements and the row, counted now */
+	if (ins) {
+		due__sq_work_use(&tmp, ins);
+		if (rc == 0 && out->existed)
+			due__sq_work_use(&tmp, find);
+		due__work_add(tmp.w_stmts, tmp.w_steps,
+			      rc == 0 && !out->existed ? 1 : 0);
 	}
 	sqlite3_finalize(ins);
 	sqlite3_finalize(find);
@@ -1362,12 +1372,14 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude,
 	    s->claim_exclude == exclude && s->claim_flow == filtered) {
 		sqlite3_reset(s->claim);
 		sqlite3_clear_bindings(s->claim);
+		due__sq_work_use(s, s->claim);
 		return s->claim;
 	}
 	if (n_kinds > 64) {
 		due__error_set(DUE_EINVAL, "too many kinds (at most 64)");
 		return NULL;
 	}
+	due__sq_work_take(s, s->claim);
 	sqlite3_finalize(s->claim);
 	s->claim = NULL;
 	off = (size_t)snprintf(sql, sizeof(sql),
@@ -1398,6 +1410,7 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude,
 	s->claim_kinds = n_kinds;
 	s->claim_exclude = exclude;
 	s->claim_flow = filtered;
+	due__sq_work_use(s, s->claim);
 	return s->claim;
 }
 
@@ -3337,8 +3350,10 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 	if (s->upc && s->upc_kinds == n_kinds && s->upc_exclude == exclude) {
 		sqlite3_reset(s->upc);
 		sqlite3_clear_bindings(s->upc);
+		due__sq_work_use(s, s->upc);
 		return s->upc;
 	}
+	due__sq_work_take(s, s->upc);
 	sqlite3_finalize(s->upc);
 	s->upc = NULL;
 	off = (size_t)snprintf(
@@ -3362,6 +3377,7 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 	}
 	s->upc_kinds = n_kinds;
 	s->upc_exclude = exclude;
+	due__sq_work_use(s, s->upc);
 	return s->upc;
 }
 

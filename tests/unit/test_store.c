@@ -1065,6 +1065,49 @@ static void test_idempotent_key_race(void **state)
 	due_close(db);
 }
 
+/*
+** due_store_work_read: an unknown version is refused; on SQLite a submit
+** counts its statements (BEGIN, INSERT, COMMIT: no other) and its one
+** row, the next use of those statements their VM steps; a keyed submit
+** that finds the live task writes no row.  The other stores count
+** nothing yet (due.h).
+*/
+static void test_store_work(void **state)
+{
+	(void)state;
+	due_store_work w0 = {0}, w1, w2;
+	due_schedule_opts k = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+
+	assert_int_equal(due_store_work_read(&w0), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "version 0"));
+	assert_int_equal(due_store_work_read(NULL), DUE_EINVAL);
+	if (!on_sqlite())
+		return;
+	due_db *db = open_db();
+	w0.version = w1.version = w2.version = DUE_STORE_WORK_VERSION;
+	assert_int_equal(due_store_work_read(&w0), 0);
+	add(db, "k", 0, 5);
+	assert_int_equal(due_store_work_read(&w1), 0);
+	assert_int_equal(w1.statements - w0.statements, 3);
+	assert_int_equal(w1.rows_written - w0.rows_written, 1);
+	add(db, "k", 0, 5);
+	assert_int_equal(due_store_work_read(&w2), 0);
+	assert_int_equal(w2.rows_written - w1.rows_written, 1);
+	assert_true(w2.vm_steps - w1.vm_steps >= 10); /* the first's INSERT */
+
+	k.key = "once";
+	assert_int_equal(due_schedule(db, &s, "k", "p", 1, &k), 0);
+	assert_false(s.existed);
+	assert_int_equal(due_store_work_read(&w1), 0);
+	assert_int_equal(due_schedule(db, &s, "k", "p", 1, &k), 0);
+	assert_true(s.existed);
+	assert_int_equal(due_store_work_read(&w2), 0);
+	assert_int_equal(w2.rows_written - w1.rows_written, 0);
+	assert_int_equal(w2.statements - w1.statements, 4); /* + the find */
+	due_close(db);
+}
+
 static void test_batch_schedule(void **state)
 {
 	(void)state;
@@ -3806,6 +3849,7 @@ int main(void)
 	    T(test_idempotent_key),
 	    T(test_idempotent_key_race),
 	    T(test_batch_schedule),
+	    T(test_store_work),
 	    T(test_bad_input_changes_nothing),
 	    T(test_sqlite_transactions),
 	    T(test_complete_batch),
