@@ -189,7 +189,9 @@ void due__sq_work_flush(due_store *s)
 {
 	int64_t t = sqlite3_total_changes64(s->db);
 
-	due__work_add(s->w_stmts, s->w_steps, (uint64_t)(t - s->w_changes));
+	/* a connection opened again (immutable) counts from 0 */
+	due__work_add(s->w_stmts, s->w_steps,
+		      (uint64_t)(t >= s->w_changes ? t - s->w_changes : t));
 	s->w_stmts = s->w_steps = 0;
 	s->w_changes = t;
 }
