@@ -19,7 +19,12 @@
 **
 ** Workloads (one JSON object per line on stdout, like `due bench --json`,
 ** with cpu_us_per_task: this process's user + system CPU over the timed
-** phase, per task, as `due bench` reports it):
+** phase, per task, as `due bench` reports it; on SQLite also
+** statements_per_task, vm_steps_per_task and rows_written_per_task
+** (sqlite3_stmt_status RUN and VM_STEP summed over the connection's
+** statements, sqlite3_total_changes64), `due bench`'s store work; on
+** PostgreSQL wal_bytes_per_task, the server's WAL insert position moved
+** over the phase):
 **   enqueue  n/4 single-row INSERTs, each its own commit; then n rows in
 **            multi-row INSERTs of --batch rows, one commit per batch
 **   drain    n due rows, then K workers in flight modelled as batch K:
@@ -126,6 +131,13 @@ static void die(const char *fmt, ...)
 /* The backend interface: a handful of operations, nothing more        */
 /* ------------------------------------------------------------------ */
 
+/* Store work counters; has_* says which a backend fills. */
+struct work {
+	bool has_sql, has_wal;
+	uint64_t statements, vm_steps, rows_written; /* SQLite */
+	uint64_t wal_bytes;			     /* PostgreSQL */
+};
+
 typedef struct backend {
 	const char *name;
 	void (*create)(void); /* drop + create floor_task */
@@ -141,6 +153,12 @@ typedef struct backend {
 	int (*complete_claim)(int n, int64_t *ids, int *att, int k);
 	void (*check)(long *done, long *dups);
 	void (*analyze)(void); /* after a fill; may be NULL */
+	/*
+	** The store work so far into w (work_of), or NULL: SQLite counts
+	** statements run, VM steps and rows written; PostgreSQL the WAL
+	** written.  Read at a phase's start and at emit().
+	*/
+	void (*work)(struct work *w);
 } backend;
 
 /* ------------------------------------------------------------------ */
@@ -153,6 +171,42 @@ static sqlite3_stmt *sq_insk; /* multi-row insert prepared for sq_insk_n rows */
 static int sq_insk_n;
 static sqlite3_stmt *sq_done; /* complete prepared for sq_done_n slots */
 static int sq_done_n;
+
+/* Runs and VM steps of statements finalized so far (sq_work). */
+static uint64_t sq_gone_runs, sq_gone_steps;
+
+/* Keep a statement's counts, then finalize it. */
+static void sq_finalize(sqlite3_stmt *st)
+{
+	if (st) {
+		sq_gone_runs +=
+		    (uint64_t)sqlite3_stmt_status(st, SQLITE_STMTSTATUS_RUN, 0);
+		sq_gone_steps += (uint64_t)sqlite3_stmt_status(
+		    st, SQLITE_STMTSTATUS_VM_STEP, 0);
+	}
+	sqlite3_finalize(st);
+}
+
+/*
+** Statements run and VM steps (sqlite3_stmt_status RUN and VM_STEP of
+** every statement of the connection, the finalized ones' kept), rows
+** written (sqlite3_total_changes64): the figures `due bench` reports from
+** due_store_work_read.  The DDL run through sqlite3_exec is not counted.
+*/
+static void sq_work(struct work *w)
+{
+	w->has_sql = true;
+	w->statements = sq_gone_runs;
+	w->vm_steps = sq_gone_steps;
+	for (sqlite3_stmt *st = sqlite3_next_stmt(sq, NULL); st;
+	     st = sqlite3_next_stmt(sq, st)) {
+		w->statements +=
+		    (uint64_t)sqlite3_stmt_status(st, SQLITE_STMTSTATUS_RUN, 0);
+		w->vm_steps += (uint64_t)sqlite3_stmt_status(
+		    st, SQLITE_STMTSTATUS_VM_STEP, 0);
+	}
+	w->rows_written = (uint64_t)sqlite3_total_changes64(sq);
+}
 
 static void sq_die(const char *what)
 {
@@ -191,7 +245,7 @@ static void sq_finalize_all(void)
 	sqlite3_stmt *all[] = {sq_ins1,	 sq_begin, sq_commit,
 			       sq_claim, sq_insk,  sq_done};
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-		sqlite3_finalize(all[i]);
+		sq_finalize(all[i]);
 	sq_ins1 = sq_begin = sq_commit = sq_claim = sq_insk = sq_done = NULL;
 	sq_insk_n = sq_done_n = 0;
 }
@@ -278,7 +332,7 @@ static void sq_insert_many(int k)
 		for (int i = 0; i < k; i++)
 			sb_add(&b, "%s('bench', ?%d, 'SCHEDULED', ?1, ?1)",
 			       i ? "," : "", i + 2);
-		sqlite3_finalize(sq_insk);
+		sq_finalize(sq_insk);
 		sq_insk = sq_prep(b.s);
 		sq_insk_n = k;
 		free(b.s);
@@ -336,7 +390,7 @@ static void sq_complete(int n, const int64_t *ids, const int *att)
 		for (int i = 0; i < n; i++)
 			sb_add(&b, " WHEN ?%d THEN ?%d", 3 + 2 * i, 4 + 2 * i);
 		sb_add(&b, " END");
-		sqlite3_finalize(sq_done);
+		sq_finalize(sq_done);
 		sq_done = sq_prep(b.s);
 		sq_done_n = n;
 		free(b.s);
@@ -367,9 +421,9 @@ static void sq_check(long *done, long *dups)
 }
 
 static const backend sqlite_backend = {
-    "sqlite",	    sq_create,	 sq_drop,      sq_insert_one,
-    sq_insert_many, sq_begin_tx, sq_commit_tx, sq_claim_k,
-    sq_complete,    NULL,	 sq_check,     NULL,
+    "sqlite",	 sq_create,    sq_drop,	   sq_insert_one, sq_insert_many,
+    sq_begin_tx, sq_commit_tx, sq_claim_k, sq_complete,	  NULL,
+    sq_check,	 NULL,	       sq_work,
 };
 
 /* ------------------------------------------------------------------ */
@@ -625,10 +679,26 @@ static void pg_check(long *done, long *dups)
 */
 static void pg_analyze(void) { pg_exec("ANALYZE floor_task"); }
 
+/*
+** The server's WAL insert position in bytes: its difference over a phase
+** is the WAL written (by every session of the cluster: bench/run's is
+** private).  Exact at once, unlike pg_stat_wal, which a session adds to
+** when its statistics are flushed.
+*/
+static void pg_work(struct work *w)
+{
+	PGresult *r = PQexec(pg, "SELECT pg_wal_lsn_diff("
+				 "pg_current_wal_insert_lsn(), '0/0')::bigint");
+	pg_ok(r, "wal position");
+	w->has_wal = true;
+	w->wal_bytes = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+	PQclear(r);
+}
+
 static const backend pg_backend = {
     "postgres", pg_create,  pg_drop,	pg_insert_one, pg_insert_many,
     NULL,	NULL,	    pg_claim_k, pg_complete,   pg_complete_claim,
-    pg_check,	pg_analyze,
+    pg_check,	pg_analyze, pg_work,
 };
 #endif
 
@@ -1187,6 +1257,7 @@ static const backend *be;
 ** (PostgreSQL, Redis, MariaDB) is not in it.
 */
 static double phase_cpu;
+static struct work phase_work; /* the store work at the phase's start */
 
 static double cpu_now(void)
 {
@@ -1198,6 +1269,8 @@ static double cpu_now(void)
 
 static double phase_start(void)
 {
+	if (be->work)
+		be->work(&phase_work);
 	phase_cpu = cpu_now();
 	return now_s();
 }
@@ -1206,6 +1279,10 @@ static void emit(const char *workload, const char *variant, long n, long conc,
 		 double secs, long missing, long dups, bool check)
 {
 	double cpu = cpu_now() - phase_cpu;
+	struct work w = {0};
+
+	if (be->work)
+		be->work(&w);
 
 	printf("{\"workload\":\"%s\",\"variant\":\"%s\",\"store\":\"%s\",\"n\":"
 	       "%ld,"
@@ -1213,6 +1290,16 @@ static void emit(const char *workload, const char *variant, long n, long conc,
 	       "\"cpu_us_per_task\":%.3f",
 	       workload, variant, be->name, n, conc, secs,
 	       secs > 0 ? n / secs : 0.0, n > 0 ? cpu * 1e6 / n : 0.0);
+	if (w.has_sql && n > 0)
+		printf(
+		    ",\"statements_per_task\":%.3f,\"vm_steps_per_task\":%.3f,"
+		    "\"rows_written_per_task\":%.3f",
+		    (double)(w.statements - phase_work.statements) / n,
+		    (double)(w.vm_steps - phase_work.vm_steps) / n,
+		    (double)(w.rows_written - phase_work.rows_written) / n);
+	if (w.has_wal && n > 0)
+		printf(",\"wal_bytes_per_task\":%.1f",
+		       (double)(w.wal_bytes - phase_work.wal_bytes) / n);
 	if (check)
 		printf(",\"duplicates\":%ld,\"missing\":%ld", dups, missing);
 	printf("}\n");

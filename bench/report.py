@@ -577,6 +577,40 @@ def cpu_budget_table(res):
                   ["l", "l"] + ["r"] * 5))
 
 
+def store_work_table(res):
+    """Issue 18's per-task budget, the store's side: statements, SQLite VM
+    steps and rows written per task (`due bench` from due_store_work_read,
+    the floor from sqlite3_stmt_status), and PostgreSQL WAL bytes per task
+    (the floor only: the server's WAL insert position over the phase)."""
+    rows = []
+    for st in res.stores():
+        name = STORE_NAME[st]
+        specs = [("enqueue, one commit each", "enqueue", "single", None, "floor-enqueue", "single"),
+                 ("enqueue, batches of 1000", "enqueue", "batch", None, "floor-enqueue", "batch")]
+        for c in (4, 16):
+            specs.append(("drain, C no-op, c=%d" % c, "drain", "c-noop", c, "floor-drain", "2-commit"))
+        for desc, w, var, c, fw, fvar in specs:
+            sel = res.select(st, w, var, c)
+            fsel = res.select(st, fw, fvar, c)
+            cells = []
+            for k in ("statements_per_task", "vm_steps_per_task", "rows_written_per_task"):
+                cells += [fnum(res.med(sel, k), 1), fnum(res.med(fsel, k), 1)]
+            cells.append(fnum(res.med(fsel, "wal_bytes_per_task"), 0))
+            if all(c == "—" for c in cells):
+                continue
+            rows.append([name, desc] + cells)
+    if not rows:
+        return "No rows: this run counted no store work."
+    return ("Store work per task over the measured phase (medians): statements run, SQLite "
+            "virtual-machine steps and rows inserted, updated or deleted; `due bench` reads "
+            "them with `due_store_work_read()` (every connection of the process), "
+            "`bench/floor` with `sqlite3_stmt_status`. PostgreSQL: the floor's WAL bytes "
+            "per task.\n\n" +
+            table(["store", "workload", "due stmts", "floor stmts", "due VM steps",
+                   "floor VM steps", "due rows", "floor rows", "floor WAL B"], rows,
+                  ["l", "l"] + ["r"] * 7))
+
+
 def discs_of(res, st, workload):
     seen = []
     for r in res.select(st, workload) + res.failures(st, workload):
@@ -1606,6 +1640,8 @@ def render(args):
         ("Throughput (W1 enqueue, W2 drain) against the floor", throughput_table(res)),
         ("The floor: bare SQL, no framework", floor_table(res)),
         ("CPU per task: due against the floor (issue 18's budget)", cpu_budget_table(res)),
+        ("Store work per task: due against the floor (issue 18's budget)",
+         store_work_table(res)),
         ("W3 lateness: claim − due, %s tasks over 5 s, 4 workers waiting" % fnum(args.nl),
          lateness_table(res)),
         ("W4 idle cost: 4 workers, no tasks", idle_table(res)),

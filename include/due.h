@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /** Store schema version this library reads and writes. */
-#define DUE_SCHEMA_VERSION 5
+#define DUE_SCHEMA_VERSION 6
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
@@ -692,6 +692,38 @@ DUE_EXTERN int due_prune(due_db *db, int64_t *out_deleted,
  * the tables' data and index length; Redis the server's used_memory.
  */
 DUE_EXTERN int due_store_bytes(due_db *db, int64_t *out_bytes);
+
+/**
+ * What this process's store connections have done since it started,
+ * summed over every handle of every thread (a worker's included), as
+ * sqlite3_status() counts a process: divided by the tasks seen over an
+ * interval, the store work per task, for monitoring and `due bench`.
+ * Counted by the SQLite store; the other stores leave every field 0.
+ */
+typedef struct due_store_work {
+	/** Set by the caller to DUE_STORE_WORK_VERSION. */
+	unsigned version;
+	/** Statements run (BEGIN and COMMIT included). */
+	uint64_t statements;
+	/**
+	 * SQLite virtual-machine steps of those statements
+	 * (sqlite3_stmt_status SQLITE_STMTSTATUS_VM_STEP).  A statement's
+	 * steps are added when the handle next uses it or closes, so a read
+	 * may miss the last run of each statement of a handle still open.
+	 */
+	uint64_t vm_steps;
+	/** Rows inserted, updated or deleted (sqlite3_total_changes). */
+	uint64_t rows_written;
+} due_store_work;
+
+#define DUE_STORE_WORK_VERSION 1
+
+/**
+ * Read the counters into *out (out->version set by the caller; fields of
+ * later versions are left alone).  0, or DUE_EINVAL for an unknown version.
+ * Any thread, any time: no store is touched.
+ */
+DUE_EXTERN int due_store_work_read(due_store_work *out);
 
 /* ------------------------------------------------------------------ */
 /* Flow control: per-kind settings held by the store                   */

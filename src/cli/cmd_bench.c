@@ -41,6 +41,10 @@
 ** of this process over the measured phase (getrusage), per task, the
 ** worker threads' included; bench/floor reports the same for bare SQL, so
 ** their ratio is the runtime's overhead whatever the disk (issue 18).
+** On SQLite they say the store work of the same phase per task too
+** (statements_per_task, vm_steps_per_task, rows_written_per_task, from
+** due_store_work_read: the process's counters, every connection's), as
+** bench/floor does for bare SQL.
 ** Figures are printed, never judged: a benchmark has no pass/fail.
 **
 ** Scratch stores are `due verify`'s (verify_store.c): a file beside yours,
@@ -55,6 +59,9 @@
 #include <sys/resource.h>
 
 #include <jansson.h>
+#ifdef DUE_WITH_PG
+#include <libpq-fe.h>
+#endif
 #ifdef DUE_WITH_REDIS
 #include <hiredis/hiredis.h>
 #endif
@@ -144,6 +151,17 @@ typedef struct bres {
 	** store server's are not (issue 18's per-task budget).
 	*/
 	double cpu_us_per_task;
+	/*
+	** The same phase's store work per task (due_store_work_read: every
+	** connection of this process, the workers' included): statements,
+	** SQLite VM steps, rows written.  has_work: the store counted any
+	** (SQLite only, for now).
+	*/
+	double stmts_per_task, steps_per_task, rows_per_task;
+	bool has_work;
+	/* PostgreSQL: the server's WAL bytes over the phase, per task; 0:
+	   not measured */
+	double wal_per_task;
 	/* idle on Redis/MySQL: what the server counted over the window */
 	long long server_queries;
 	json_t *server_detail; /* command or Com_* -> count, or NULL */
@@ -164,6 +182,17 @@ static void report(const bopts *o, const bres *r)
 		if (r->cpu_us_per_task > 0)
 			json_object_set_new(j, "cpu_us_per_task",
 					    json_real(r->cpu_us_per_task));
+		if (r->has_work) {
+			json_object_set_new(j, "statements_per_task",
+					    json_real(r->stmts_per_task));
+			json_object_set_new(j, "vm_steps_per_task",
+					    json_real(r->steps_per_task));
+			json_object_set_new(j, "rows_written_per_task",
+					    json_real(r->rows_per_task));
+		}
+		if (r->wal_per_task > 0)
+			json_object_set_new(j, "wal_bytes_per_task",
+					    json_real(r->wal_per_task));
 		if (r->has_late) {
 			json_object_set_new(j, "p50_ms", json_real(r->p50));
 			json_object_set_new(j, "p90_ms", json_real(r->p90));
@@ -217,6 +246,12 @@ static void report(const bopts *o, const bres *r)
 		       r->seconds, r->tasks_per_s);
 		if (r->cpu_us_per_task > 0)
 			printf("  cpu=%.1fus/task", r->cpu_us_per_task);
+		if (r->has_work)
+			printf("  stmts=%.1f vm_steps=%.0f rows=%.1f per task",
+			       r->stmts_per_task, r->steps_per_task,
+			       r->rows_per_task);
+		if (r->wal_per_task > 0)
+			printf("  wal=%.0fB/task", r->wal_per_task);
 		if (r->has_late)
 			printf("  p50=%.2fms p90=%.2fms p99=%.2fms max=%.2fms "
 			       "early=%ld",
@@ -257,6 +292,42 @@ static void report(const bopts *o, const bres *r)
 /* ------------------------------------------------------------------ */
 
 static bool is_redis(const char *url) { return !strncmp(url, "redis://", 8); }
+
+/*
+** v_fresh for a benchmark: the scratch store, opened with the options of
+** the store named by --db.  verify's SQLite scratch URL is the bare file
+** ("sqlite:DIR/due.db"), so `--db 'sqlite:x.db?sync=normal'` measured a
+** scratch store at the default sync=full: an fdatasync per commit, the
+** floor's figures at sync=normal beside it.  For SQLite the query of --db
+** is carried over and the store opened again with it (the workers that
+** a workload starts read v->url too).  0 or -1 after a message.
+*/
+static int bench_fresh(vctx *v, const char *name)
+{
+	const char *q = strchr(v->base_url, '?');
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	size_t len;
+
+	if (v_fresh(v, name) < 0)
+		return -1;
+	if (v->backend != V_SQLITE || !q || strchr(v->url, '?'))
+		return 0;
+	len = strlen(v->url);
+	if (len + strlen(q) >= sizeof(v->url)) {
+		fprintf(stderr, "due bench: scratch store URL too long\n");
+		return -1;
+	}
+	memcpy(v->url + len, q, strlen(q) + 1);
+	due_close(v->db);
+	v->db = NULL;
+	oo.create = true;
+	if (due_open(&v->db, v->url, &oo) < 0) {
+		fprintf(stderr, "due bench: scratch store: %s\n",
+			due_error_last());
+		return -1;
+	}
+	return 0;
+}
 
 static bool is_mysql(const char *url)
 {
@@ -475,6 +546,73 @@ static double cpu_seconds(void)
 	       (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
 }
 
+/* The store work at a phase's start (work_now). */
+typedef struct bwork {
+	due_store_work w; /* due_store_work_read: this process's */
+	long long wal;	  /* PostgreSQL: the WAL insert position, or -1 */
+} bwork;
+
+/*
+** PostgreSQL: the server's WAL insert position in bytes, on a connection
+** of its own to the store named by --db (the store's own connections are
+** the library's), or -1.  Its move over a phase is the WAL written by
+** every session of the server, as bench/floor reads it.
+*/
+static long long pg_wal_pos(vctx *v)
+{
+	long long pos = -1;
+#ifdef DUE_WITH_PG
+	PGconn *c;
+	PGresult *r;
+
+	if (v->backend != V_PG)
+		return -1;
+	c = PQconnectdb(v->base_url);
+	if (PQstatus(c) == CONNECTION_OK) {
+		r = PQexec(c, "SELECT pg_wal_lsn_diff("
+			      "pg_current_wal_insert_lsn(), '0/0')::bigint");
+		if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+			pos = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+		PQclear(r);
+	}
+	PQfinish(c);
+#else
+	(void)v;
+#endif
+	return pos;
+}
+
+/* The store work now: read before a phase's clocks start. */
+static bwork work_now(vctx *v)
+{
+	bwork b = {.w.version = DUE_STORE_WORK_VERSION, .wal = pg_wal_pos(v)};
+	due_store_work_read(&b.w);
+	return b;
+}
+
+/*
+** The store work since b0, per task of n, into r (when there is any):
+** read after the phase's CPU, so the reading is not in it.
+*/
+static void work_per_task(vctx *v, bres *r, const bwork *b0, double n)
+{
+	bwork b = work_now(v);
+	const due_store_work *w0 = &b0->w;
+
+	if (n <= 0)
+		return;
+	r->has_work = b.w.statements > w0->statements;
+	if (r->has_work) {
+		r->stmts_per_task =
+		    (double)(b.w.statements - w0->statements) / n;
+		r->steps_per_task = (double)(b.w.vm_steps - w0->vm_steps) / n;
+		r->rows_per_task =
+		    (double)(b.w.rows_written - w0->rows_written) / n;
+	}
+	if (b0->wal >= 0 && b.wal >= b0->wal)
+		r->wal_per_task = (double)(b.wal - b0->wal) / n;
+}
+
 /* Fill the scratch store with n tasks in batches; returns the first id. */
 static due_id fill(vctx *v, long n, int64_t spread_us, long batch)
 {
@@ -589,6 +727,7 @@ static void w_enqueue(vctx *v, const bopts *o)
 		  .variant = "single",
 		  .n = o->n,
 		  .concurrency = 1};
+	bwork w0 = work_now(v);
 	double t0 = v_now_ms(), c0 = cpu_seconds();
 	long n = o->n / 4 > 0 ? o->n / 4 : 1; /* one commit each: fewer */
 
@@ -604,10 +743,12 @@ static void w_enqueue(vctx *v, const bopts *o)
 	r.seconds = (v_now_ms() - t0) / 1000.0;
 	r.tasks_per_s = (double)n / r.seconds;
 	r.cpu_us_per_task = (cpu_seconds() - c0) * 1e6 / (double)n;
+	work_per_task(v, &r, &w0, (double)n);
 	report(o, &r);
 	r.variant = "batch";
 	r.n = o->n;
 	r.concurrency = o->batch;
+	w0 = work_now(v);
 	t0 = v_now_ms();
 	c0 = cpu_seconds();
 	if (!fill(v, o->n, 0, o->batch))
@@ -615,6 +756,7 @@ static void w_enqueue(vctx *v, const bopts *o)
 	r.seconds = (v_now_ms() - t0) / 1000.0;
 	r.tasks_per_s = (double)o->n / r.seconds;
 	r.cpu_us_per_task = (cpu_seconds() - c0) * 1e6 / (double)o->n;
+	work_per_task(v, &r, &w0, (double)o->n);
 	report(o, &r);
 }
 
@@ -628,6 +770,7 @@ static void w_cycle(vctx *v, const bopts *o)
 
 	if (!fill(v, o->n, 0, o->batch))
 		return;
+	bwork w0 = work_now(v);
 	double t0 = v_now_ms(), c0 = cpu_seconds();
 	for (;;) {
 		due_task_list *l = NULL;
@@ -648,6 +791,7 @@ static void w_cycle(vctx *v, const bopts *o)
 	r.tasks_per_s = (double)done / r.seconds;
 	if (done > 0)
 		r.cpu_us_per_task = (cpu_seconds() - c0) * 1e6 / (double)done;
+	work_per_task(v, &r, &w0, (double)done);
 	r.has_check = true;
 	r.missing = o->n - done;
 	report(o, &r);
@@ -836,6 +980,7 @@ static void w_drain(vctx *v, const bopts *o)
 		fprintf(stderr, "due bench: --pipe: %s\n", due_error_last());
 		goto done;
 	}
+	bwork w0 = work_now(v);
 	double t0 = v_now_ms(), last = t0, c0 = cpu_seconds();
 	long last_n = 0;
 	if (start_workers(
@@ -867,6 +1012,7 @@ static void w_drain(vctx *v, const bopts *o)
 	r.seconds = (v_now_ms() - t0) / 1000.0;
 	/* the workers' stop (their last report, closing) is not the drain */
 	r.cpu_us_per_task = (cpu_seconds() - c0) * 1e6 / (double)o->n;
+	work_per_task(v, &r, &w0, (double)o->n);
 	r.claim_queries = stop_workers(ws, workers, false);
 	r.tasks_per_s = (double)o->n / r.seconds;
 	for (long i = 0; i < o->n && !cmd; i++) {
@@ -1164,7 +1310,7 @@ static void w_depth(vctx *v, const bopts *o)
 		const char *var = future ? "future" : "due";
 		if (future) { /* a second scratch store */
 			v_done(v);
-			if (v_fresh(v, "depth-future") < 0)
+			if (bench_fresh(v, "depth-future") < 0)
 				return;
 		}
 		if (fill_prio(v, 1000, future) < 0)
@@ -1634,7 +1780,7 @@ int cmd_bench(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(workloads) / sizeof(workloads[0]); i++) {
 		if (!wanted(o.workload, &workloads[i]))
 			continue;
-		if (v_fresh(&v, workloads[i].name) < 0) {
+		if (bench_fresh(&v, workloads[i].name) < 0) {
 			rc = EXIT_STORE;
 			break;
 		}

@@ -31,6 +31,14 @@ void due__open_warning_set(const char *fmt, ...) DUE_PRINTF(1, 2);
 /* Take the pending warning (malloc'd, or NULL) and clear it. */
 char *due__open_warning_take(void);
 
+/*
+** Add to the process's store-work counters (src/core/work.c,
+** due_store_work_read): statements run, SQLite VM steps, rows written.
+** Any thread; never fails.
+*/
+void due__work_add(uint64_t statements, uint64_t vm_steps,
+		   uint64_t rows_written);
+
 /* Validation shared by every entry point (src/core/task.c). */
 int due__validate_kind(const char *kind);
 int due__validate_key(const char *key);

@@ -58,6 +58,7 @@
 **      due_schedule, due_worker, due_kind, due_rate, and due_wake (the
 **      listeners' wake-up counter, MySQL's stand-in for NOTIFY).
 **   2..4  record the versions the other stores share; nothing to change.
+**   6  records the version too (SQLite's running try moved into its task).
 */
 #include <errno.h>
 #include <stdint.h>
@@ -282,11 +283,9 @@ static const char schema_v5[] =
     "ALTER TABLE due_worker ADD COLUMN pruned BIGINT NOT NULL DEFAULT 0;"
     "ALTER TABLE due_task ADD KEY due_task_state (state, id);" RECORD("5");
 
-static const char *const steps[DUE_SCHEMA_VERSION + 1] = {[1] = schema_v1,
-							  [2] = RECORD("2"),
-							  [3] = RECORD("3"),
-							  [4] = RECORD("4"),
-							  [5] = schema_v5};
+static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
+    [1] = schema_v1,   [2] = RECORD("2"), [3] = RECORD("3"),
+    [4] = RECORD("4"), [5] = schema_v5,	  [6] = RECORD("6")};
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */

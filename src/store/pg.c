@@ -74,6 +74,8 @@
 **      indexes on priority; TIMED_OUT attempts; due_kind, due_rate.
 **   5  Scale: due_lock, due_worker.pruned, due_task_dead, the (kind,
 **      state) statistics, per-table autovacuum and fillfactor.
+**   6  No change here: version 6 moved SQLite's running try into its
+**      task row (src/store/sqlite.c); the step records the version.
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -1274,11 +1276,13 @@ static int init_lock(due_store *s)
 			       "lock schema");
 }
 
-static const char *const steps[DUE_SCHEMA_VERSION + 1] = {[1] = schema_v1,
-							  [2] = schema_v2,
-							  [3] = schema_v3,
-							  [4] = schema_v4,
-							  [5] = schema_v5};
+/* Version 5 -> 6: SQLite's alone; the version both stores share. */
+static const char schema_v6[] =
+    "UPDATE due_meta SET value = '6' WHERE name = 'schema_version';";
+
+static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
+    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3,
+    [4] = schema_v4, [5] = schema_v5, [6] = schema_v6};
 
 /*
 ** due_schedule(): a submit from SQL, inside the caller's own transaction,

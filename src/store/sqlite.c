@@ -50,6 +50,8 @@
 **   5  Production scale: due_lock (retention's lease), due_worker.pruned,
 **      one partial (id) index per state that has no bounded index yet
 **      (the list by state, capped counts; see schema_v5).
+**   6  due_task.claimed_at: the running try lives in its task row and its
+**      attempt row is written once, when it ends (see schema_v6).
 */
 #include <errno.h>
 #include <inttypes.h>
@@ -69,12 +71,12 @@ enum stmt_id {
 	ST_PEEK_DUE,
 	ST_CLAIM_ID,
 	ST_CLAIM_ONE,
-	ST_ATTEMPT_INSERT,
+	ST_ATTEMPT_CLOSE,
+	ST_ATTEMPT_RECLAIM,
 	ST_EXTEND,
 	ST_STATE_OF,
 	ST_COMPLETE,
 	ST_COMPLETE_CANCEL,
-	ST_ATTEMPT_END,
 	ST_LATE_MARK,
 	ST_FAIL,
 	ST_PEEK_EXPIRED,
@@ -153,8 +155,36 @@ enum stmt_id {
 	"SELECT id FROM due_task WHERE state IN ('DONE', 'CANCELLED')"         \
 	" AND updated_at < ?1 ORDER BY updated_at, id LIMIT ?2"
 
-/* Tries claimed since ?1 (the metrics window), through due_attempt_claimed. */
-#define IN_WINDOW " FROM due_attempt WHERE claimed_at >= ?1"
+/*
+** A task's running try, spelled as its attempt row would be: the task row
+** holds it (worker = lease_owner, claimed_at, due_at) until it ends.
+*/
+#define RUNNING_TRY                                                            \
+	"id, attempt, lease_owner, claimed_at, due_at, NULL, 'RUNNING', NULL," \
+	" NULL"
+
+/*
+** Tries claimed since ?1 (the metrics window): the ended ones through
+** due_attempt_claimed, the running ones through CLAIMED's lease index
+** (what runs now).  Followed by " AND ..." or " GROUP BY ...".
+*/
+#define IN_WINDOW                                                              \
+	" FROM (SELECT claimed_at, due_at, ended_at, outcome, late_commit"     \
+	" FROM due_attempt WHERE claimed_at >= ?1 UNION ALL SELECT"            \
+	" claimed_at, due_at, NULL, 'RUNNING', NULL FROM due_task INDEXED BY"  \
+	" due_task_lease WHERE state = 'CLAIMED' AND claimed_at >= ?1)"        \
+	" WHERE 1"
+
+/*
+** The attempt row of a try that ends: its task row's, before the update.
+** OR FAIL: an INSERT ... SELECT may write several rows, so with the default
+** ABORT SQLite opens a statement journal for each run to undo the rows
+** already written on an error (18 % of this statement's instructions); an
+** error here rolls the whole transaction back anyway.
+*/
+#define CLOSE_INTO                                                             \
+	"INSERT OR FAIL INTO due_attempt (task_id, attempt, worker,"           \
+	" claimed_at, due_at, ended_at, outcome, error)"
 
 /* A due_kind row that keeps its kind out of the plain claim. */
 #define FLOW_KIND                                                              \
@@ -194,7 +224,7 @@ static const char *const sql_text[ST_COUNT] = {
 	" VALUES (?1, ?2, 'SCHEDULED', ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, "
 	"?11)"
 	" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
-	" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id",
+	" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING",
     [ST_FIND_KEY] = "SELECT id FROM due_task WHERE kind = ?1 AND key = ?2"
 		    " AND state IN ('SCHEDULED', 'CLAIMED')",
     [ST_PEEK_DUE] =
@@ -202,16 +232,28 @@ static const char *const sql_text[ST_COUNT] = {
 	" LIMIT 1",
     [ST_CLAIM_ID] =
 	"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
-	" lease_owner = ?1, lease_until = ?2 + ?3, updated_at = ?2"
+	" lease_owner = ?1, lease_until = ?2 + ?3, updated_at = ?2,"
+	" claimed_at = ?2"
 	" WHERE id = ?4 AND state = 'SCHEDULED' AND due_at <= ?2"
 	" RETURNING " DUE_TASK_COLS,
     [ST_CLAIM_ONE] =
 	"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
-	" lease_owner = ?1, lease_until = ?2, updated_at = ?3"
+	" lease_owner = ?1, lease_until = ?2, updated_at = ?3, claimed_at = ?3"
 	" WHERE id = ?4 AND state = 'SCHEDULED'",
-    [ST_ATTEMPT_INSERT] =
-	"INSERT INTO due_attempt (task_id, attempt, worker, claimed_at, due_at)"
-	" VALUES (?1, ?2, ?3, ?4, ?5)",
+    /* the running try of task ?1 (attempt ?2, or any when NULL) ends at
+       ?3: outcome ?4 and error ?5, or ?6 and ?7 when a cancel was asked */
+    [ST_ATTEMPT_CLOSE] = CLOSE_INTO
+    " SELECT id, attempt, lease_owner, claimed_at, due_at, ?3,"
+    " CASE WHEN cancel_requested THEN ?6 ELSE ?4 END,"
+    " CASE WHEN cancel_requested THEN ?7 ELSE ?5 END FROM due_task"
+    " WHERE id = ?1 AND state = 'CLAIMED' AND (?2 IS NULL OR attempt = ?2)",
+    /* the tries ST_RECLAIM ends, picked as it picks them */
+    [ST_ATTEMPT_RECLAIM] = CLOSE_INTO
+    " SELECT id, attempt, lease_owner, claimed_at, due_at, ?1,"
+    " 'LEASE_EXPIRED', 'lease expired' FROM due_task"
+    " WHERE id IN (SELECT id FROM due_task WHERE state = 'CLAIMED'"
+    "   AND lease_until < ?1 ORDER BY lease_until LIMIT 1000)"
+    " AND state = 'CLAIMED' AND lease_until < ?1",
     [ST_EXTEND] = "UPDATE due_task SET lease_until = ?3 + ?4, updated_at = ?3"
 		  " WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
 		  " AND cancel_requested = 0",
@@ -227,9 +269,6 @@ static const char *const sql_text[ST_COUNT] = {
 	" lease_until = NULL, updated_at = ?3"
 	" WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
 	" AND cancel_requested = 1",
-    [ST_ATTEMPT_END] =
-	"UPDATE due_attempt SET ended_at = ?3, outcome = ?4, error = ?5"
-	" WHERE task_id = ?1 AND attempt = ?2 AND outcome = 'RUNNING'",
     [ST_LATE_MARK] = "UPDATE due_attempt SET late_commit = 'REJECTED_STALE'"
 		     " WHERE task_id = ?1 AND attempt = ?2",
     [ST_FAIL] =
@@ -266,7 +305,8 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_GET] = "SELECT " DUE_TASK_COLS " FROM due_task WHERE id = ?1",
     [ST_ATTEMPTS] =
 	"SELECT " DUE_ATTEMPT_COLS " FROM due_attempt WHERE task_id = ?1"
-	" ORDER BY attempt",
+	" UNION ALL SELECT " RUNNING_TRY " FROM due_task"
+	" WHERE id = ?1 AND state = 'CLAIMED' ORDER BY attempt",
     /* the list walks the primary key, or one state's partial (id) index
        when a state is asked (`due ls --state DEAD` among millions is a
        range); CLAIMED's is its lease index, sorted: what runs */
@@ -338,8 +378,8 @@ static const char *const sql_text[ST_COUNT] = {
 			 " WHERE state = 'SCHEDULED' AND due_at <= ?1),"
 			 " (SELECT min(due_at) FROM due_task"
 			 " WHERE state = 'SCHEDULED')",
-    [ST_LATENESS] = "SELECT claimed_at - due_at AS late FROM due_attempt"
-		    " WHERE claimed_at >= ?1", /* sorted by lateness() */
+    [ST_LATENESS] = "SELECT claimed_at - due_at" IN_WINDOW,
+    /* sorted by lateness() */
     [ST_PRUNE_ATTEMPTS] =
 	"DELETE FROM due_attempt WHERE task_id IN (" PRUNE_PICK ")",
     [ST_PRUNE_AUDIT] =
@@ -720,6 +760,29 @@ static const char schema_v5[] =
     "CREATE INDEX due_task_dead_id ON due_task (id) WHERE state = 'DEAD';"
     "UPDATE due_meta SET value = '5' WHERE name = 'schema_version';";
 
+/*
+** Version 5 -> 6: an attempt row is written once, when its try ends
+** (issue 18).  The claim wrote a RUNNING row (two b-trees: the row and
+** due_attempt_claimed) and the end rewrote it; now the claim writes the
+** try's claim time into its task row (claimed_at; the worker is
+** lease_owner, the due time due_at, both fixed while the task is CLAIMED)
+** and the end inserts the finished row from the task row before it
+** leaves CLAIMED.  Readers add the running try from the task row
+** (RUNNING_TRY, IN_WINDOW).  The tries running at the upgrade move the
+** same way: their claim time into their task, their RUNNING row deleted,
+** so that their end inserts it again, finished.  claimed_at is not
+** cleared when a try ends: only a CLAIMED task's is read.
+*/
+static const char schema_v6[] =
+    "ALTER TABLE due_task ADD COLUMN claimed_at INTEGER;"
+    "UPDATE due_task SET claimed_at = coalesce((SELECT a.claimed_at"
+    "  FROM due_attempt a WHERE a.task_id = due_task.id"
+    "  AND a.attempt = due_task.attempt AND a.outcome = 'RUNNING'),"
+    "  updated_at) WHERE state = 'CLAIMED';"
+    "DELETE FROM due_attempt WHERE outcome = 'RUNNING' AND (task_id, attempt)"
+    "  IN (SELECT id, attempt FROM due_task WHERE state = 'CLAIMED');"
+    "UPDATE due_meta SET value = '6' WHERE name = 'schema_version';";
+
 _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
 
 const char *due__sq_read_sql(int i)
@@ -820,11 +883,9 @@ static int exec_step(due_store *s, const char *sql, const char *what)
 	return rc == SQLITE_OK ? 0 : due__sq_error(s, rc, what);
 }
 
-static const char *const steps[DUE_SCHEMA_VERSION + 1] = {[1] = schema_v1,
-							  [2] = schema_v2,
-							  [3] = schema_v3,
-							  [4] = schema_v4,
-							  [5] = schema_v5};
+static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
+    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3,
+    [4] = schema_v4, [5] = schema_v5, [6] = schema_v6};
 
 /* WAL first (it cannot change inside a transaction), then the walk. */
 static int due__sq_init_schema(due_store *s)
@@ -852,6 +913,14 @@ static int due__sq_init_schema(due_store *s)
 /*
 ** Insert one checked submit with statements prepared on `db` (either ours,
 ** cached, or the caller's own connection).  Inside an open transaction.
+**
+** The new id is read with sqlite3_last_insert_rowid() when the INSERT
+** changed one row (0 rows: the (kind, key) conflict, DO NOTHING), not with
+** RETURNING: SQLite runs a RETURNING statement to its end into an
+** ephemeral b-tree (a page allocated and zeroed) and reads it back, which
+** was a quarter of a single submit's instructions (callgrind, 120k -> 91k
+** per due_schedule).  `find` (the live task of a (kind, key)) is only
+** needed on a conflict: NULL takes it from our statement cache then.
 */
 static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 		      const due_submit *it, due_time now, due_submitted *out)
@@ -876,17 +945,17 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 	if (o->timeout_us > 0)
 		sqlite3_bind_int64(ins, 11, o->timeout_us);
 	rc = sqlite3_step(ins);
-	if (rc == SQLITE_ROW) {
-		out->id = sqlite3_column_int64(ins, 0);
-		out->existed = false;
-		rc = sqlite3_step(ins);
-	}
 	sqlite3_reset(ins);
 	if (rc != SQLITE_DONE)
 		return due__sq_error(s, rc, "insert task");
-	if (out->id)
+	if (sqlite3_changes(s->db) == 1) {
+		out->id = sqlite3_last_insert_rowid(s->db);
+		out->existed = false;
 		return 0;
+	}
 	/* Conflict on (kind, key): the live task is the answer. */
+	if (!find && !(find = stmt(s, ST_FIND_KEY)))
+		return due_error_last_code();
 	sqlite3_bind_text(find, 1, it->kind, -1, SQLITE_STATIC);
 	sqlite3_bind_text(find, 2, o->key, -1, SQLITE_STATIC);
 	rc = sqlite3_step(find);
@@ -903,7 +972,7 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 static int due__sq_schedule(due_store *s, due_submitted *out,
 			    const due_submit *items, size_t n)
 {
-	sqlite3_stmt *ins, *find;
+	sqlite3_stmt *ins;
 	due_time now;
 	int rc;
 
@@ -912,12 +981,11 @@ static int due__sq_schedule(due_store *s, due_submitted *out,
 	now = due_time_now_host();
 	for (size_t i = 0; i < n; i++) {
 		out[i].id = 0;
-		if (!(ins = stmt(s, ST_INSERT)) ||
-		    !(find = stmt(s, ST_FIND_KEY))) {
+		if (!(ins = stmt(s, ST_INSERT))) {
 			rc = due_error_last_code();
 			goto fail;
 		}
-		if ((rc = insert_one(s, ins, find, &items[i], now, &out[i])) <
+		if ((rc = insert_one(s, ins, NULL, &items[i], now, &out[i])) <
 		    0)
 			goto fail;
 	}
@@ -956,6 +1024,14 @@ static int due__sq_schedule_on_native(void *conn, due_submitted *out,
 			 : due__sq_error(&tmp, rc, "prepare insert");
 	} else {
 		rc = insert_one(&tmp, ins, find, it, due_time_now_host(), out);
+	}
+	/* the caller's connection: its statements and the row, counted now */
+	if (ins) {
+		due__sq_work_use(&tmp, ins);
+		if (rc == 0 && out->existed)
+			due__sq_work_use(&tmp, find);
+		due__work_add(tmp.w_stmts, tmp.w_steps,
+			      rc == 0 && !out->existed ? 1 : 0);
 	}
 	sqlite3_finalize(ins);
 	sqlite3_finalize(find);
@@ -1357,12 +1433,14 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude,
 	    s->claim_exclude == exclude && s->claim_flow == filtered) {
 		sqlite3_reset(s->claim);
 		sqlite3_clear_bindings(s->claim);
+		due__sq_work_use(s, s->claim);
 		return s->claim;
 	}
 	if (n_kinds > 64) {
 		due__error_set(DUE_EINVAL, "too many kinds (at most 64)");
 		return NULL;
 	}
+	due__sq_work_take(s, s->claim);
 	sqlite3_finalize(s->claim);
 	s->claim = NULL;
 	off = (size_t)snprintf(sql, sizeof(sql),
@@ -1393,6 +1471,7 @@ static sqlite3_stmt *claim_stmt(due_store *s, size_t n_kinds, bool exclude,
 	s->claim_kinds = n_kinds;
 	s->claim_exclude = exclude;
 	s->claim_flow = filtered;
+	due__sq_work_use(s, s->claim);
 	return s->claim;
 }
 
@@ -1535,26 +1614,6 @@ static int peek(due_store *s, enum stmt_id id, due_time now, bool *any)
 		   : due__sq_error(s, rc, "peek");
 }
 
-/* Record a RUNNING attempt for every claimed task. */
-static int record_claims(due_store *s, due_task_list *l, const char *owner,
-			 due_time now)
-{
-	for (size_t i = 0; i < l->count; i++) {
-		sqlite3_stmt *st = stmt(s, ST_ATTEMPT_INSERT);
-		int rc;
-		if (!st)
-			return due_error_last_code();
-		sqlite3_bind_int64(st, 1, l->items[i].id);
-		sqlite3_bind_int(st, 2, l->items[i].attempt);
-		sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 4, now);
-		sqlite3_bind_int64(st, 5, l->items[i].due_at);
-		if ((rc = due__sq_exec(s, st, "record attempt")) < 0)
-			return rc;
-	}
-	return 0;
-}
-
 /* Step a DUE_TASK_COLS statement into a list (at most cap rows). */
 static int collect_tasks(due_store *s, sqlite3_stmt *st, due_task_list *l,
 			 size_t cap, const char *what)
@@ -1613,8 +1672,9 @@ static int claim_picked(due_store *s, due_task_list *l, size_t from,
 }
 
 /*
-** The claim inside an open transaction: limited kinds, then the rest,
-** then the attempt rows; each task carries the time limit of its try.
+** The claim inside an open transaction: limited kinds, then the rest;
+** each task carries the time limit of its try.  No attempt row: the
+** running try is its task row's until it ends (schema_v6).
 ** now is the transaction's clock.  Fills l (capacity limit).
 */
 static int claim_locked(due_store *s, due_task_list *l, const char *owner,
@@ -1649,7 +1709,7 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 			l->items[i].timeout_us = k->timeout_us;
 	}
 	l->retry_in_us = f.retry_in_us;
-	rc = record_claims(s, l, owner, now);
+	rc = 0;
 done:
 	flow_free(&f);
 	return rc;
@@ -1795,20 +1855,47 @@ fail:
 	return rc;
 }
 
-/* Close the RUNNING attempt row of (id, attempt) with an outcome. */
-static int end_attempt(due_store *s, due_id id, int32_t attempt, due_time now,
-		       const char *outcome, const char *error)
+/*
+** How a try ends: its outcome and error, and those when a cancel was
+** asked while it ran (cancel_requested, read in the statement).
+*/
+typedef struct try_end {
+	const char *outcome, *error;
+	const char *cancel_outcome, *cancel_error;
+} try_end;
+
+/*
+** End the running try of task id (of `attempt`, or whichever runs when
+** attempt is 0): insert its finished attempt row from the task row, which
+** must still be CLAIMED, so before the update that moves the task on.
+** *ended: a try was running (1 row written).  Inside the transaction.
+*/
+static int close_try(due_store *s, due_id id, int32_t attempt, due_time now,
+		     const try_end *e, bool *ended)
 {
-	sqlite3_stmt *st = stmt(s, ST_ATTEMPT_END);
+	sqlite3_stmt *st = stmt(s, ST_ATTEMPT_CLOSE);
 	if (!st)
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, id);
-	sqlite3_bind_int(st, 2, attempt);
+	if (attempt > 0)
+		sqlite3_bind_int(st, 2, attempt);
 	sqlite3_bind_int64(st, 3, now);
-	sqlite3_bind_text(st, 4, outcome, -1, SQLITE_STATIC);
-	if (error)
-		sqlite3_bind_text(st, 5, error, -1, SQLITE_STATIC);
-	return due__sq_exec(s, st, "end attempt");
+	sqlite3_bind_text(st, 4, e->outcome, -1, SQLITE_STATIC);
+	if (e->error)
+		sqlite3_bind_text(st, 5, e->error, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 6, e->cancel_outcome, -1, SQLITE_STATIC);
+	if (e->cancel_error)
+		sqlite3_bind_text(st, 7, e->cancel_error, -1, SQLITE_STATIC);
+	return fenced(s, st, "end attempt", ended);
+}
+
+/* The task update after close_try missed its row: not reachable. */
+static int close_disagrees(due_id id, const char *what)
+{
+	return due__error_set(DUE_ERROR,
+			      "%s of task %lld: its try ended but the task "
+			      "did not change (store bug)",
+			      what, (long long)id);
 }
 
 /* Mark (id, attempt)'s history row: its late commit was refused. */
@@ -1831,15 +1918,27 @@ static int fenced(due_store *s, sqlite3_stmt *st, const char *what, bool *hit)
 	return rc;
 }
 
-/* One completion inside the open transaction. */
+/*
+** One completion inside the open transaction: the try's attempt row (DONE,
+** or CANCELLED when a cancel was asked), then the task; no running try of
+** that attempt is a late commit.
+*/
 static int complete_one(due_store *s, due_completion *c, due_time now,
 			due_tx_hook hook, void *payload)
 {
-	sqlite3_stmt *st = stmt(s, ST_COMPLETE);
+	static const try_end done = {"DONE", NULL, "CANCELLED",
+				     "cancel requested before commit"};
+	sqlite3_stmt *st;
 	bool hit;
 	int rc;
 
-	if (!st)
+	if ((rc = close_try(s, c->id, c->attempt, now, &done, &hit)) < 0)
+		return rc;
+	if (!hit) {
+		c->outcome = DUE_COMPLETE_REJECTED_STALE;
+		return mark_late(s, c->id, c->attempt);
+	}
+	if (!(st = stmt(s, ST_COMPLETE)))
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, c->id);
 	sqlite3_bind_int(st, 2, c->attempt);
@@ -1850,9 +1949,6 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 		return rc;
 	if (hit) {
 		c->outcome = DUE_COMPLETE_DONE;
-		if ((rc = end_attempt(s, c->id, c->attempt, now, "DONE",
-				      NULL)) < 0)
-			return rc;
 		return hook ? due__store_run_hook(hook, s->db, c, payload) : 0;
 	}
 	if (!(st = stmt(s, ST_COMPLETE_CANCEL)))
@@ -1862,13 +1958,10 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 	sqlite3_bind_int64(st, 3, now);
 	if ((rc = fenced(s, st, "complete (cancelled)", &hit)) < 0)
 		return rc;
-	if (hit) {
-		c->outcome = DUE_COMPLETE_CANCELLED_BEFORE_COMMIT;
-		return end_attempt(s, c->id, c->attempt, now, "CANCELLED",
-				   "cancel requested before commit");
-	}
-	c->outcome = DUE_COMPLETE_REJECTED_STALE;
-	return mark_late(s, c->id, c->attempt);
+	if (!hit)
+		return close_disagrees(c->id, "complete");
+	c->outcome = DUE_COMPLETE_CANCELLED_BEFORE_COMMIT;
+	return 0;
 }
 
 static int due__sq_complete(due_store *s, due_completion *items, size_t n,
@@ -1892,14 +1985,24 @@ fail:
 static int due__sq_fail(due_store *s, due_fail_outcome *out, due_id id,
 			int32_t attempt, const char *error, due_outcome as)
 {
-	const char *failed = as == DUE_OUT_TIMED_OUT ? "TIMED_OUT" : "FAILED";
+	const try_end e = {as == DUE_OUT_TIMED_OUT ? "TIMED_OUT" : "FAILED",
+			   error, "CANCELLED", error};
 	sqlite3_stmt *st;
 	due_time now;
+	bool ended;
 	int rc;
 
 	if ((rc = due__sq_begin(s)) < 0)
 		return rc;
 	now = due_time_now_host();
+	if ((rc = close_try(s, id, attempt, now, &e, &ended)) < 0)
+		goto fail;
+	if (!ended) { /* not its running try: a late commit */
+		*out = DUE_FAIL_REJECTED_STALE;
+		if ((rc = mark_late(s, id, attempt)) < 0)
+			goto fail;
+		return due__sq_commit(s);
+	}
 	if (!(st = stmt(s, ST_FAIL))) {
 		rc = due_error_last_code();
 		goto fail;
@@ -1918,13 +2021,10 @@ static int due__sq_fail(due_store *s, due_fail_outcome *out, due_id id,
 		}
 		*out = due__fail_outcome_of(ns);
 		sqlite3_reset(st);
-		rc = end_attempt(s, id, attempt, now,
-				 ns == DUE_CANCELLED ? "CANCELLED" : failed,
-				 error);
+		rc = 0;
 	} else if (rc == SQLITE_DONE) {
 		sqlite3_reset(st);
-		*out = DUE_FAIL_REJECTED_STALE;
-		rc = mark_late(s, id, attempt);
+		rc = close_disagrees(id, "fail");
 	} else {
 		sqlite3_reset(st);
 		rc = due__sq_error(s, rc, "fail");
@@ -1953,10 +2053,17 @@ static int reclaim_batch(due_store *s, due_time now, due_reclaimed *out,
 {
 	reclaimed_row rows[1000];
 	size_t n = 0;
-	sqlite3_stmt *st = stmt(s, ST_RECLAIM);
+	sqlite3_stmt *st = stmt(s, ST_ATTEMPT_RECLAIM);
+	int64_t ended;
 	int rc;
 
 	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, now);
+	if ((rc = due__sq_exec(s, st, "end expired attempts")) < 0)
+		return rc;
+	ended = sqlite3_changes64(s->db);
+	if (!(st = stmt(s, ST_RECLAIM)))
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, now);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < 1000) {
@@ -1979,10 +2086,12 @@ static int reclaim_batch(due_store *s, due_time now, due_reclaimed *out,
 			out->cancelled++;
 		else
 			out->rescheduled++;
-		if ((rc = end_attempt(s, rows[i].id, rows[i].attempt, now,
-				      "LEASE_EXPIRED", "lease expired")) < 0)
-			return rc;
 	}
+	if (ended != (int64_t)n)
+		return due__error_set(DUE_ERROR,
+				      "reclaim: %lld tries ended, %zu tasks "
+				      "reclaimed (store bug)",
+				      (long long)ended, n);
 	*more = n == 1000;
 	return 0;
 }
@@ -2196,20 +2305,25 @@ static int due__sq_retry(due_store *s, due_id id)
 }
 
 /*
-** Requeue and kill share a shape: one fenced UPDATE ... RETURNING attempt,
-** state; close the running attempt (if any) with `outcome`; audit.
+** Requeue and kill share a shape: end the running try (if any) with
+** `outcome` (whether or not a cancel was asked), then one fenced
+** UPDATE ... RETURNING attempt, state; audit.
 */
 static int operator_locked(due_store *s, enum stmt_id sid, due_id id,
 			   const char *action, const char *needed,
 			   const char *outcome, due_state *final)
 {
-	sqlite3_stmt *st = stmt(s, sid);
+	const try_end e = {outcome, action, outcome, action};
 	due_time now = due_time_now_host();
 	int32_t attempt = 0;
+	sqlite3_stmt *st;
+	bool ended;
 	int rc;
 
 	*final = DUE_SCHEDULED;
-	if (!st)
+	if ((rc = close_try(s, id, 0, now, &e, &ended)) < 0)
+		return rc;
+	if (!(st = stmt(s, sid)))
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, id);
 	sqlite3_bind_int64(st, 2, now);
@@ -2227,10 +2341,8 @@ static int operator_locked(due_store *s, enum stmt_id sid, due_id id,
 	if (rc != SQLITE_DONE)
 		return due__sq_error(s, rc, action);
 	if (attempt == 0 && sqlite3_changes(s->db) == 0)
-		return wrong_state(s, id, action, needed);
-	if (attempt > 0 &&
-	    (rc = end_attempt(s, id, attempt, now, outcome, action)) < 0)
-		return rc;
+		return ended ? close_disagrees(id, action)
+			     : wrong_state(s, id, action, needed);
 	return audit(s, id, now, action, due_state_name(*final));
 }
 
@@ -3332,8 +3444,10 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 	if (s->upc && s->upc_kinds == n_kinds && s->upc_exclude == exclude) {
 		sqlite3_reset(s->upc);
 		sqlite3_clear_bindings(s->upc);
+		due__sq_work_use(s, s->upc);
 		return s->upc;
 	}
+	due__sq_work_take(s, s->upc);
 	sqlite3_finalize(s->upc);
 	s->upc = NULL;
 	off = (size_t)snprintf(
@@ -3357,6 +3471,7 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 	}
 	s->upc_kinds = n_kinds;
 	s->upc_exclude = exclude;
+	due__sq_work_use(s, s->upc);
 	return s->upc;
 }
 

@@ -159,6 +159,7 @@ sqlite3_stmt *due__sq_stmt(due_store *s, int id, const char *sql)
 	if (st) {
 		sqlite3_reset(st);
 		sqlite3_clear_bindings(st);
+		due__sq_work_use(s, st);
 		return st;
 	}
 	rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
@@ -167,7 +168,32 @@ sqlite3_stmt *due__sq_stmt(due_store *s, int id, const char *sql)
 		due__sq_error(s, rc, "prepare");
 		return NULL;
 	}
+	due__sq_work_use(s, s->st[id]);
 	return s->st[id];
+}
+
+void due__sq_work_take(due_store *s, sqlite3_stmt *st)
+{
+	if (st)
+		s->w_steps += (uint64_t)sqlite3_stmt_status(
+		    st, SQLITE_STMTSTATUS_VM_STEP, 1);
+}
+
+void due__sq_work_use(due_store *s, sqlite3_stmt *st)
+{
+	s->w_stmts++;
+	due__sq_work_take(s, st);
+}
+
+void due__sq_work_flush(due_store *s)
+{
+	int64_t t = sqlite3_total_changes64(s->db);
+
+	/* a connection opened again (immutable) counts from 0 */
+	due__work_add(s->w_stmts, s->w_steps,
+		      (uint64_t)(t >= s->w_changes ? t - s->w_changes : t));
+	s->w_stmts = s->w_steps = 0;
+	s->w_changes = t;
 }
 
 int due__sq_exec(due_store *s, sqlite3_stmt *st, const char *what)
@@ -188,6 +214,7 @@ static int tx(due_store *s, int which, const char *what)
 				     SQLITE_PREPARE_PERSISTENT, &s->tx[which],
 				     NULL)) != SQLITE_OK)
 		return due__sq_error(s, rc, "prepare");
+	due__sq_work_use(s, s->tx[which]);
 	return due__sq_exec(s, s->tx[which], what);
 }
 
@@ -207,6 +234,8 @@ int due__sq_commit(due_store *s)
 	int rc = tx(s, 1, "commit");
 	if (rc < 0)
 		due__sq_rollback(s);
+	else
+		due__sq_work_flush(s);
 	return rc;
 }
 
@@ -223,6 +252,8 @@ void due__sq_rollback(due_store *s)
 	if (sqlite3_get_autocommit(s->db))
 		return;
 	sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+	s->w_stmts++;
+	due__sq_work_flush(s);
 }
 
 /*
@@ -708,10 +739,18 @@ void due__sq_close(due_store *s)
 {
 	if (!s)
 		return;
-	for (int i = 0; i < DUE_SQ_MAX_STMTS; i++)
+	for (int i = 0; i < DUE_SQ_MAX_STMTS; i++) {
+		due__sq_work_take(s, s->st[i]);
 		sqlite3_finalize(s->st[i]);
-	for (int i = 0; i < 2; i++)
+	}
+	for (int i = 0; i < 2; i++) {
+		due__sq_work_take(s, s->tx[i]);
 		sqlite3_finalize(s->tx[i]);
+	}
+	due__sq_work_take(s, s->claim);
+	due__sq_work_take(s, s->upc);
+	if (s->db)
+		due__sq_work_flush(s);
 	sqlite3_finalize(s->claim);
 	sqlite3_finalize(s->upc);
 	sqlite3_close_v2(s->db);

@@ -37,6 +37,9 @@ struct due_store {
 	bool immutable;	 /* opened ?immutable=1 (sqlite_conn.c, open) */
 	int ino_fd;	 /* inotify instance while listening, else -1 */
 	int wake_fd;	 /* the wake file, open for touching, else -1 */
+	/* store work not yet added to the process's (due_store_work_read) */
+	uint64_t w_stmts, w_steps;
+	int64_t w_changes; /* sqlite3_total_changes64 when last added */
 };
 
 /*
@@ -70,6 +73,21 @@ int due__sq_error(due_store *s, int rc, const char *what);
 ** cached, reset and unbound; NULL with the error set.
 */
 sqlite3_stmt *due__sq_stmt(due_store *s, int id, const char *sql);
+/*
+** Store work (due_store_work_read): count one use of st, about to run,
+** and take the VM steps of its previous runs (reset to 0).  The steps of
+** a run are taken at the next use, at finalize (pass the statement to
+** due__sq_work_take first) or at close.  Cached statements fetched
+** through due__sq_stmt are counted there.
+*/
+void due__sq_work_use(due_store *s, sqlite3_stmt *st);
+void due__sq_work_take(due_store *s, sqlite3_stmt *st);
+/*
+** Add what this handle counted, and the rows written since the last add
+** (sqlite3_total_changes64), to the process's counters.  At every commit,
+** rollback and close.
+*/
+void due__sq_work_flush(due_store *s);
 /* Run a statement that returns no rows.  0 or a due code. */
 int due__sq_exec(due_store *s, sqlite3_stmt *st, const char *what);
 

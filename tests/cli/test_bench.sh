@@ -5,7 +5,7 @@
 # every due task once among N pending ones and reports the fill; `--workload
 # soak` prints one JSON object with the keys scripts read, numbers that
 # agree with each other (submitted = run + backlog, no early claim,
-# percentiles in order).  SQLite, and PostgreSQL when DUE_TEST_PG_URL names
+# percentiles in order); on SQLite the store work per task.  SQLite, and PostgreSQL when DUE_TEST_PG_URL names
 # a server.  No timing is asserted: a benchmark has no pass/fail.
 . "$(dirname "$0")/lib.sh"
 
@@ -107,8 +107,28 @@ need(j.get("store_errors") == 0, "no store errors")
 }
 
 run_store sqlite "sqlite:$T/bench.db"
+
+# SQLite: the store work per task (due_store_work_read); a single submit
+# is BEGIN, INSERT, COMMIT writing one row
+"$DUE" bench --workload enqueue --n 400 --batch 100 --json \
+	--db "sqlite:$T/work.db?sync=normal" >"$T/enq.json"
+head -1 "$T/enq.json" >"$T/enq1.json"
+check_json "$T/enq1.json" '
+need(j.get("variant") == "single" and j.get("n") == 100, "single, n = 100")
+need(j.get("statements_per_task") == 3, "3 statements per single submit")
+need(j.get("rows_written_per_task") == 1, "1 row written per submit")
+need(num("vm_steps_per_task") and j["vm_steps_per_task"] > 10, "vm_steps_per_task > 10")
+'
 if [ -n "${DUE_TEST_PG_URL:-}" ]; then
 	run_store pg "$DUE_TEST_PG_URL"
+	# the server's WAL written per submit (its insert position's move)
+	"$DUE" bench --workload enqueue --n 200 --batch 50 --json \
+		--db "$DUE_TEST_PG_URL" | head -1 >"$T/pgenq.json"
+	check_json "$T/pgenq.json" '
+need(j.get("variant") == "single", "single")
+need(num("wal_bytes_per_task") and j["wal_bytes_per_task"] > 0, "wal_bytes_per_task > 0")
+need("statements_per_task" not in j, "no SQLite counters on PostgreSQL")
+'
 	# --pg-autovacuum default: the soak's tables lose due init's storage
 	# settings (checked on the scratch schema, kept for it)
 	"$DUE" bench --workload soak --rate 50 --duration 1s --retain 0 \

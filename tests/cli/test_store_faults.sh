@@ -256,9 +256,9 @@ store_ok() {
 	# a transition wrote its task and its attempt row together, or neither
 	[ "$(q "$2" "SELECT count(*) FROM due_task t WHERE (state = 'DONE' AND NOT EXISTS
 		(SELECT 1 FROM due_attempt a WHERE a.task_id = t.id AND a.attempt = t.attempt
-		AND a.outcome = 'DONE')) OR (state = 'CLAIMED' AND NOT EXISTS (SELECT 1 FROM
-		due_attempt a WHERE a.task_id = t.id AND a.attempt = t.attempt
-		AND a.outcome = 'RUNNING'))")" = 0 ] || { bad "$1: a task and its attempts disagree"; return; }
+		AND a.outcome = 'DONE')) OR (state = 'CLAIMED' AND (claimed_at IS NULL OR EXISTS
+		(SELECT 1 FROM due_attempt a WHERE a.task_id = t.id AND a.attempt = t.attempt)))")" = 0 ] ||
+		{ bad "$1: a task and its attempts disagree"; return; }
 	ok
 }
 

@@ -297,7 +297,7 @@ static void test_upgrade_from_4(void **state)
 	assert_int_equal(due_open(&db, url, &oo), 0);
 	assert_int_equal(q_int(m, "SELECT value FROM due_meta"
 				  " WHERE name = 'schema_version'"),
-			 5);
+			 DUE_SCHEMA_VERSION);
 	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM information_schema"
 				  ".statistics WHERE table_schema = DATABASE()"
 				  " AND index_name = 'due_task_state'"),

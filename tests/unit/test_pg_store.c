@@ -758,7 +758,7 @@ static void test_schema_upgrade_from_v1(void **state)
 		     "SELECT value FROM "
 		     "%s.due_meta WHERE name = 'schema_version'",
 		     sch),
-	    "5");
+	    "6");
 	assert_int_equal(sql_int("SELECT count(*) FROM %s.due_meta", sch), 1);
 
 	/* the tasks survived, untouched; the new tables work */
@@ -847,7 +847,7 @@ static void test_schema_upgrade_from_v3(void **state)
 				     "SELECT value FROM %s.due_meta"
 				     " WHERE name = 'schema_version'",
 				     sch),
-			    "5");
+			    "6");
 	db = open_url(u);
 	due_task *t = get(db, running);
 	assert_int_equal(t->state, DUE_CLAIMED);
@@ -1321,7 +1321,7 @@ static void test_schema_upgrade_from_v4(void **state)
 				     "SELECT value FROM %s.due_meta"
 				     " WHERE name = 'schema_version'",
 				     sch),
-			    "5");
+			    "6");
 	db = open_url(u);
 	assert_int_equal(state_of(db, waiting), DUE_SCHEDULED);
 	due_stats st;

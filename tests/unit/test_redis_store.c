@@ -690,7 +690,8 @@ static void test_upgrade_from_4(void **state)
 	due_close(db);	  /* a failed open may still hand out a handle */
 	oo.create = true; /* what `due init` does */
 	assert_int_equal(due_open(&db, url, &oo), 0);
-	assert_int_equal(cmd_int("HGET %s schema_version", meta), 5);
+	assert_int_equal(cmd_int("HGET %s schema_version", meta),
+			 DUE_SCHEMA_VERSION);
 	assert_int_equal(cmd_int("EXISTS %s", old), 0);
 	assert_int_equal(state_of(db, id), DUE_SCHEDULED);
 	claim_one(db, id, LONG_LEASE);

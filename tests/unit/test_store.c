@@ -1065,6 +1065,49 @@ static void test_idempotent_key_race(void **state)
 	due_close(db);
 }
 
+/*
+** due_store_work_read: an unknown version is refused; on SQLite a submit
+** counts its statements (BEGIN, INSERT, COMMIT: no other) and its one
+** row, the next use of those statements their VM steps; a keyed submit
+** that finds the live task writes no row.  The other stores count
+** nothing yet (due.h).
+*/
+static void test_store_work(void **state)
+{
+	(void)state;
+	due_store_work w0 = {0}, w1, w2;
+	due_schedule_opts k = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+
+	assert_int_equal(due_store_work_read(&w0), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "version 0"));
+	assert_int_equal(due_store_work_read(NULL), DUE_EINVAL);
+	if (!on_sqlite())
+		return;
+	due_db *db = open_db();
+	w0.version = w1.version = w2.version = DUE_STORE_WORK_VERSION;
+	assert_int_equal(due_store_work_read(&w0), 0);
+	add(db, "k", 0, 5);
+	assert_int_equal(due_store_work_read(&w1), 0);
+	assert_int_equal(w1.statements - w0.statements, 3);
+	assert_int_equal(w1.rows_written - w0.rows_written, 1);
+	add(db, "k", 0, 5);
+	assert_int_equal(due_store_work_read(&w2), 0);
+	assert_int_equal(w2.rows_written - w1.rows_written, 1);
+	assert_true(w2.vm_steps - w1.vm_steps >= 10); /* the first's INSERT */
+
+	k.key = "once";
+	assert_int_equal(due_schedule(db, &s, "k", "p", 1, &k), 0);
+	assert_false(s.existed);
+	assert_int_equal(due_store_work_read(&w1), 0);
+	assert_int_equal(due_schedule(db, &s, "k", "p", 1, &k), 0);
+	assert_true(s.existed);
+	assert_int_equal(due_store_work_read(&w2), 0);
+	assert_int_equal(w2.rows_written - w1.rows_written, 0);
+	assert_int_equal(w2.statements - w1.statements, 4); /* + the find */
+	due_close(db);
+}
+
 static void test_batch_schedule(void **state)
 {
 	(void)state;
@@ -3124,9 +3167,28 @@ static void test_flow_kind_settings(void **state)
 	due_close(db);
 }
 
-/* SQLite: a fresh store taken back to version 4 (step 5 undone). */
+/*
+** SQLite: a store taken back to version 5 (step 6 undone): each running
+** try gets its RUNNING attempt row back from its task row, as a version 5
+** claim wrote it.
+*/
+static void sqlite_undo_v6(void)
+{
+	static const char *const undo[] = {
+	    "INSERT INTO due_attempt (task_id, attempt, worker, claimed_at,"
+	    " due_at) SELECT id, attempt, lease_owner, claimed_at, due_at"
+	    " FROM due_task WHERE state = 'CLAIMED'",
+	    "ALTER TABLE due_task DROP COLUMN claimed_at",
+	    "UPDATE due_meta SET value = '5' WHERE name = 'schema_version'",
+	};
+	for (size_t i = 0; i < sizeof(undo) / sizeof(undo[0]); i++)
+		sql("%s", undo[i]);
+}
+
+/* SQLite: a fresh store taken back to version 4 (steps 6, 5 undone). */
 static void sqlite_undo_v5(void)
 {
+	sqlite_undo_v6();
 	static const char *const undo[] = {
 	    "DROP INDEX due_task_sched_id",
 	    "DROP INDEX due_task_done_id",
@@ -3248,11 +3310,19 @@ static void finished_back(int64_t us)
 static int64_t attempt_rows(due_id id)
 {
 	/* Redis keeps a running try's record in the task hash (its claim
-	   time 'n') until the try ends, then in the task's a: hash */
+	   time 'n') until the try ends, then in the task's a: hash; SQLite
+	   in the task row (claimed_at, read when CLAIMED), then in
+	   due_attempt */
 	if (is_redis()) {
 		int64_t n = RD(tu_rd("EXISTS %s", tu_rd_key("a:%lld", id)));
 		return n + RD(tu_rd("HEXISTS %s n", tu_rd_key("t:%lld", id)));
 	}
+	if (on_sqlite())
+		return sql_int("SELECT (SELECT count(*) FROM due_attempt WHERE"
+			       " task_id = %lld) + (SELECT count(*) FROM"
+			       " due_task WHERE id = %lld AND state ="
+			       " 'CLAIMED')",
+			       (long long)id, (long long)id);
 	return sql_int("SELECT count(*) FROM due_attempt WHERE task_id = %lld",
 		       (long long)id);
 }
@@ -3593,7 +3663,7 @@ static void test_sqlite_v4_upgrade(void **state)
 	assert_int_equal(due_open(&db, url, &o), 0);
 	assert_int_equal(
 	    sql_int("SELECT value FROM due_meta WHERE name = 'schema_version'"),
-	    5);
+	    DUE_SCHEMA_VERSION);
 	assert_int_equal(due_stats_get(db, &st), 0);
 	int64_t want[DUE_STATE_COUNT] = {2, 0, 1, 0, 1};
 	for (int i = 0; i < DUE_STATE_COUNT; i++)
@@ -3615,6 +3685,121 @@ static void test_sqlite_v4_upgrade(void **state)
 	assert_int_equal(due_metrics_get(db, &m), 0);
 	assert_int_equal(m->pruned, 2);
 	due_metrics_free(m);
+	due_close(db);
+}
+
+/*
+** SQLite: a version 5 store upgrades to 6 in place.  Its running tries
+** have RUNNING attempt rows (a version 5 claim wrote them); after the
+** upgrade each is its task row's, seen as before (history, metrics), and
+** ends as any other: completed, failed, reclaimed, requeued, killed, each
+** with one finished row and its claim time kept.  A late commit on a try
+** ended after the upgrade is still marked.
+*/
+static void test_sqlite_v5_upgrade(void **state)
+{
+	(void)state;
+	if (!on_sqlite())
+		return;
+	due_db *db = open_db();
+	due_complete_outcome co;
+	due_fail_outcome fo;
+	due_metrics *m0 = NULL, *m1 = NULL;
+	due_reclaimed rec;
+	due_state killed;
+	due_id run[5];
+
+	for (int i = 0; i < 5; i++) {
+		run[i] = add(db, "k", 0, 5);
+		claim_one(db, run[i], i == 2 ? 1000 : LONG_LEASE);
+	}
+	due_id done = add(db, "k", 0, 5);
+	claim_one(db, done, LONG_LEASE);
+	assert_int_equal(due_complete(db, &co, done, 1, "", 0), 0);
+	due_task *t0 = get(db, run[0]);
+	assert_int_equal(t0->n_attempts, 1);
+	assert_string_equal(t0->attempts[0].outcome, "RUNNING");
+	assert_int_equal(due_metrics_get(db, &m0), 0);
+	due_close(db);
+	sqlite_undo_v6();
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM due_attempt WHERE outcome ="
+		    " 'RUNNING'"),
+	    5);
+	db = NULL;
+	assert_int_equal(due_open(&db, url, NULL), DUE_ESCHEMA);
+	due_close(db);
+
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	o.create = true;
+	db = NULL;
+	assert_int_equal(due_open(&db, url, &o), 0);
+	assert_int_equal(
+	    sql_int("SELECT value FROM due_meta WHERE name = 'schema_version'"),
+	    6);
+	/* the running tries moved into their tasks, seen as before */
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM due_attempt WHERE outcome ="
+		    " 'RUNNING'"),
+	    0);
+	due_task *t1 = get(db, run[0]);
+	assert_int_equal(t1->n_attempts, 1);
+	assert_int_equal(t1->attempts[0].attempt, 1);
+	assert_string_equal(t1->attempts[0].outcome, "RUNNING");
+	assert_string_equal(t1->attempts[0].worker, t0->attempts[0].worker);
+	assert_int_equal(t1->attempts[0].claimed_at,
+			 t0->attempts[0].claimed_at);
+	assert_int_equal(t1->attempts[0].due_at, t0->attempts[0].due_at);
+	assert_int_equal(t1->attempts[0].ended_at, 0);
+	due_task_free(t1);
+	assert_int_equal(due_metrics_get(db, &m1), 0);
+	assert_int_equal(m1->outcomes[DUE_OUT_RUNNING], 5);
+	assert_int_equal(m1->outcomes[DUE_OUT_RUNNING],
+			 m0->outcomes[DUE_OUT_RUNNING]);
+	assert_int_equal(m1->lateness.count, m0->lateness.count);
+	due_metrics_free(m0);
+	due_metrics_free(m1);
+
+	/* each ends with one finished row, its claim time kept */
+	assert_int_equal(due_complete(db, &co, run[0], 1, "", 0), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	assert_int_equal(due_fail(db, &fo, run[1], 1, "boom"), 0);
+	assert_int_equal(fo, DUE_FAIL_RETRY_SCHEDULED);
+	/* run[2]: its 1 ms lease has expired, or soon will */
+	for (int tries = 0; state_of(db, run[2]) == DUE_CLAIMED; tries++) {
+		assert_true(tries < 1000);
+		assert_int_equal(due_reclaim_expired(db, &rec), 0);
+		if (!rec.rescheduled)
+			usleep(10000);
+	}
+	assert_int_equal(due_requeue(db, run[3]), 0);
+	assert_int_equal(due_kill(db, &killed, run[4]), 0);
+	assert_int_equal(killed, DUE_DEAD);
+	static const char *const outcome[5] = {
+	    "DONE", "FAILED", "LEASE_EXPIRED", "REQUEUED", "KILLED"};
+	for (int i = 0; i < 5; i++) {
+		due_task *t = get(db, run[i]);
+		assert_int_equal(t->n_attempts, 1);
+		assert_string_equal(t->attempts[0].outcome, outcome[i]);
+		assert_true(t->attempts[0].ended_at > 0);
+		if (i == 0)
+			assert_int_equal(t->attempts[0].claimed_at,
+					 t0->attempts[0].claimed_at);
+		due_task_free(t);
+	}
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM due_attempt WHERE task_id IN"
+		    " (%lld, %lld, %lld, %lld, %lld)",
+		    (long long)run[0], (long long)run[1], (long long)run[2],
+		    (long long)run[3], (long long)run[4]),
+	    5);
+	/* a late commit of an ended try is marked on its row */
+	assert_int_equal(due_complete(db, &co, run[2], 1, "", 0), 0);
+	assert_int_equal(co, DUE_COMPLETE_REJECTED_STALE);
+	due_task *t2 = get(db, run[2]);
+	assert_string_equal(t2->attempts[0].late_commit, "REJECTED_STALE");
+	due_task_free(t2);
+	due_task_free(t0);
 	due_close(db);
 }
 
@@ -3806,6 +3991,7 @@ int main(void)
 	    T(test_idempotent_key),
 	    T(test_idempotent_key_race),
 	    T(test_batch_schedule),
+	    T(test_store_work),
 	    T(test_bad_input_changes_nothing),
 	    T(test_sqlite_transactions),
 	    T(test_complete_batch),
@@ -3837,6 +4023,7 @@ int main(void)
 	    T(test_stats_exact),
 	    T(test_stats_exact_at_size),
 	    T(test_sqlite_v4_upgrade),
+	    T(test_sqlite_v5_upgrade),
 	    T(test_sqlite_estimates),
 	    T(test_sqlite_read_plans),
 #undef T
