@@ -186,6 +186,18 @@ enum stmt_id {
 	"INSERT OR FAIL INTO due_attempt (task_id, attempt, worker,"           \
 	" claimed_at, due_at, ended_at, outcome, error)"
 
+/*
+** After CLOSE_INTO's SELECT: a try claimed by a worker still running the
+** schema-5 code during an upgrade has its RUNNING row already (and no
+** claimed_at in its task row: the SELECT falls back to updated_at); its
+** end, by whichever worker, finishes that row instead of failing on its
+** key, so a rolling upgrade cannot strand the task.
+*/
+#define CLOSE_UPSERT                                                           \
+	" ON CONFLICT (task_id, attempt) DO UPDATE SET"                        \
+	" ended_at = excluded.ended_at, outcome = excluded.outcome,"           \
+	" error = excluded.error"
+
 /* A due_kind row that keeps its kind out of the plain claim. */
 #define FLOW_KIND                                                              \
 	"(k.paused <> 0 OR k.rate_n IS NOT NULL OR k.max_running IS NOT NULL"  \
@@ -243,17 +255,18 @@ static const char *const sql_text[ST_COUNT] = {
     /* the running try of task ?1 (attempt ?2, or any when NULL) ends at
        ?3: outcome ?4 and error ?5, or ?6 and ?7 when a cancel was asked */
     [ST_ATTEMPT_CLOSE] = CLOSE_INTO
-    " SELECT id, attempt, lease_owner, claimed_at, due_at, ?3,"
-    " CASE WHEN cancel_requested THEN ?6 ELSE ?4 END,"
+    " SELECT id, attempt, lease_owner, coalesce(claimed_at, updated_at),"
+    " due_at, ?3, CASE WHEN cancel_requested THEN ?6 ELSE ?4 END,"
     " CASE WHEN cancel_requested THEN ?7 ELSE ?5 END FROM due_task"
-    " WHERE id = ?1 AND state = 'CLAIMED' AND (?2 IS NULL OR attempt = ?2)",
+    " WHERE id = ?1 AND state = 'CLAIMED' AND (?2 IS NULL OR attempt = "
+    "?2)" CLOSE_UPSERT,
     /* the tries ST_RECLAIM ends, picked as it picks them */
     [ST_ATTEMPT_RECLAIM] = CLOSE_INTO
-    " SELECT id, attempt, lease_owner, claimed_at, due_at, ?1,"
-    " 'LEASE_EXPIRED', 'lease expired' FROM due_task"
+    " SELECT id, attempt, lease_owner, coalesce(claimed_at, updated_at),"
+    " due_at, ?1, 'LEASE_EXPIRED', 'lease expired' FROM due_task"
     " WHERE id IN (SELECT id FROM due_task WHERE state = 'CLAIMED'"
     "   AND lease_until < ?1 ORDER BY lease_until LIMIT 1000)"
-    " AND state = 'CLAIMED' AND lease_until < ?1",
+    " AND state = 'CLAIMED' AND lease_until < ?1" CLOSE_UPSERT,
     [ST_EXTEND] = "UPDATE due_task SET lease_until = ?3 + ?4, updated_at = ?3"
 		  " WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
 		  " AND cancel_requested = 0",
@@ -306,7 +319,9 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_ATTEMPTS] =
 	"SELECT " DUE_ATTEMPT_COLS " FROM due_attempt WHERE task_id = ?1"
 	" UNION ALL SELECT " RUNNING_TRY " FROM due_task"
-	" WHERE id = ?1 AND state = 'CLAIMED' ORDER BY attempt",
+	" WHERE id = ?1 AND state = 'CLAIMED' AND NOT EXISTS (SELECT 1 FROM"
+	" due_attempt WHERE task_id = ?1 AND attempt = due_task.attempt)"
+	" ORDER BY attempt",
     /* the list walks the primary key, or one state's partial (id) index
        when a state is asked (`due ls --state DEAD` among millions is a
        range); CLAIMED's is its lease index, sorted: what runs */
@@ -771,7 +786,12 @@ static const char schema_v5[] =
 ** (RUNNING_TRY, IN_WINDOW).  The tries running at the upgrade move the
 ** same way: their claim time into their task, their RUNNING row deleted,
 ** so that their end inserts it again, finished.  claimed_at is not
-** cleared when a try ends: only a CLAIMED task's is read.
+** cleared when a try ends: only a CLAIMED task's is read.  A worker still
+** running the schema-5 code through a rolling upgrade claims the old way
+** (a RUNNING row, no claimed_at): its own end updates that row, and an end
+** by a new worker (a reclaim after it died) finishes the same row
+** (CLOSE_UPSERT) instead of failing on its key; a task's history shows
+** that RUNNING row and not a second one from the task row.
 */
 static const char schema_v6[] =
     "ALTER TABLE due_task ADD COLUMN claimed_at INTEGER;"

@@ -3803,6 +3803,50 @@ static void test_sqlite_v5_upgrade(void **state)
 	due_close(db);
 }
 
+/*
+** SQLite, a rolling upgrade: a worker still running the schema-5 code
+** claims the old way (a RUNNING attempt row, no claimed_at in the task)
+** and dies; a new worker's reclaim finishes that row instead of failing on
+** its key (which would leave the task CLAIMED for good), and the history
+** shows one try, not the row plus one made from the task.
+*/
+static void test_sqlite_old_worker_running_row(void **state)
+{
+	(void)state;
+	if (!on_sqlite())
+		return;
+	due_db *db = open_db();
+	due_reclaimed rec;
+	due_id id = add(db, "k", 0, 5);
+
+	claim_one(db, id, 1000);
+	sql("INSERT INTO due_attempt (task_id, attempt, worker, claimed_at,"
+	    " due_at) SELECT id, attempt, lease_owner, updated_at, due_at"
+	    " FROM due_task WHERE id = %lld",
+	    (long long)id);
+	sql("UPDATE due_task SET claimed_at = NULL WHERE id = %lld",
+	    (long long)id);
+	due_task *t0 = get(db, id);
+	assert_int_equal(t0->n_attempts, 1);
+	assert_string_equal(t0->attempts[0].outcome, "RUNNING");
+	for (int tries = 0; state_of(db, id) == DUE_CLAIMED; tries++) {
+		assert_true(tries < 1000);
+		assert_int_equal(due_reclaim_expired(db, &rec), 0);
+		if (!rec.rescheduled)
+			usleep(10000);
+	}
+	due_task *t1 = get(db, id);
+	assert_int_equal(t1->state, DUE_SCHEDULED);
+	assert_int_equal(t1->n_attempts, 1);
+	assert_string_equal(t1->attempts[0].outcome, "LEASE_EXPIRED");
+	assert_int_equal(t1->attempts[0].claimed_at,
+			 t0->attempts[0].claimed_at);
+	assert_true(t1->attempts[0].ended_at > 0);
+	due_task_free(t0);
+	due_task_free(t1);
+	due_close(db);
+}
+
 /* |got - want| <= tol_pct % of want, or fail naming the figure. */
 static void within(const char *what, int64_t got, int64_t want, int tol_pct)
 {
@@ -4024,6 +4068,7 @@ int main(void)
 	    T(test_stats_exact_at_size),
 	    T(test_sqlite_v4_upgrade),
 	    T(test_sqlite_v5_upgrade),
+	    T(test_sqlite_old_worker_running_row),
 	    T(test_sqlite_estimates),
 	    T(test_sqlite_read_plans),
 #undef T
