@@ -137,6 +137,7 @@ struct due_store {
 	bool cluster;	/* the seed said cluster_enabled:1 */
 	int slot;	/* of the hash tag "due:NAME" */
 	int wait_n;	/* replicas a write waits for (WAIT), 0: none */
+	bool degraded;	/* the last WAIT fell short: check before writing */
 	rd_node master; /* of slot, as last heard (port 0: unknown) */
 	rd_node known[RD_MAX_KNOWN]; /* every node CLUSTER SLOTS named */
 	size_t nknown;
@@ -195,9 +196,9 @@ static int parse_wait(rd_cfg *c, const due_url *u, const char *opt)
 		return 0;
 	}
 	if (due_duration_parse(&c->wait_us, opt + 13) < 0 ||
-	    c->wait_us < 1000 || c->wait_us > 60000000)
+	    c->wait_us < 1000 || c->wait_us > 30000000)
 		return bad_url(u, "wait_timeout must be a duration from 1ms "
-				  "to 60s (wait_timeout=2s)");
+				  "to 30s (wait_timeout=2s)");
 	return 0;
 }
 
@@ -533,7 +534,10 @@ static int check_durability(due_store *s)
 /* A new connection to node n: AUTH, SELECT.  *out NULL on failure. */
 static int dial(due_store *s, const rd_node *n, redisContext **out)
 {
-	struct timeval tv = {10, 0};
+	/* a cluster's search for a slot's master dials node after node
+	   within FAILOVER_WAIT_US: a dead host must not take 10 s of it
+	   (the WAIT timeout stays under the 60 s read timeout: at most 30 s) */
+	struct timeval tv = {s->cluster ? 2 : 10, 0};
 	redisContext *c = redisConnectWithTimeout(n->host, n->port, tv);
 	redisReply *r = NULL;
 	char msg[512];
@@ -954,6 +958,7 @@ static int rd_wait(due_store *s, const char *what)
 		return rc;
 	got = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
 	freeReplyObject(r);
+	s->degraded = got < s->wait_n;
 	if (got >= s->wait_n)
 		return 0;
 	return due__error_set(
@@ -966,6 +971,43 @@ static int rd_wait(due_store *s, const char *what)
 	    strcmp(what, "submit") == 0
 		? "; retrying adds it again unless the task has a key"
 		: "");
+}
+
+/*
+** Before a write while degraded (the last WAIT fell short): 0 when the
+** master now has s->wait_n replicas online (INFO replication), else
+** DUE_ESTORE with nothing written.  Without this, a master that lost its
+** replica would go on writing every operation and reporting each as
+** failed: a claim takes its tasks (attempt + 1, a lease) and hands none
+** out, and each lease's expiry spends an attempt, until the tasks are
+** DEAD without having run.  A replica lost between this check and the
+** next WAIT still costs that one operation (the usual unknown outcome).
+*/
+static int rd_replicas_ready(due_store *s, const char *what)
+{
+	redisReply *r = redisCommand(s->c, "INFO replication");
+	int online = 0, rc;
+
+	if ((rc = rd_check(s, r, what)) < 0)
+		return rc;
+	for (const char *p = r->type == REDIS_REPLY_STRING ? r->str : NULL;
+	     p && (p = strstr(p, "\nslave")); p++) {
+		const char *eol = strchr(p + 1, '\n');
+		const char *st = strstr(p, "state=online");
+		if (st && (!eol || st < eol))
+			online++;
+	}
+	freeReplyObject(r);
+	if (online >= s->wait_n) {
+		s->degraded = false;
+		return 0;
+	}
+	return due__error_set(
+	    DUE_ESTORE,
+	    "redis store %s: %s refused, nothing written: the master has %d "
+	    "of the %d replicas online that ?wait= asks for (the last WAIT "
+	    "fell short)",
+	    s->cfg.label, what, online, s->wait_n);
 }
 
 /*
@@ -989,7 +1031,10 @@ static int rd_eval(due_store *s, const char *op, rargs *v, redisReply **out,
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	}
 	for (int tries = 0;; tries++) {
-		if ((rc = rd_ok(s)) < 0 || (rc = eval_once(s, op, v, out)) < 0)
+		if ((rc = rd_ok(s)) < 0 ||
+		    (s->degraded && s->wait_n > 0 && !op_reads(op) &&
+		     (rc = rd_replicas_ready(s, what)) < 0) ||
+		    (rc = eval_once(s, op, v, out)) < 0)
 			goto done;
 		if ((act = redirect(s, *out)) == 0 || tries > 1000)
 			break;

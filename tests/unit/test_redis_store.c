@@ -269,7 +269,7 @@ static void test_wait_options_refused(void **state)
 	    {"redis://127.0.0.1:1/0?wait=65", "wait must be"},
 	    {"redis://127.0.0.1:1/0?wait=", "wait must be"},
 	    {"redis://127.0.0.1:1/0?wait_timeout=0", "wait_timeout"},
-	    {"redis://127.0.0.1:1/0?wait_timeout=2m", "wait_timeout"},
+	    {"redis://127.0.0.1:1/0?wait_timeout=31s", "wait_timeout"},
 	    {"redis://127.0.0.1:1,/0", "no host"},
 	    {"redis://127.0.0.1:1/0?shards=4", "not built yet"},
 	};
@@ -338,6 +338,24 @@ static void test_wait_unmet(void **state)
 	due_list_opts o = DUE_LIST_OPTS_INIT;
 	assert_int_equal(due_list(plain, &l, &o), 0);
 	assert_int_equal(l->count, 2); /* the unacknowledged one is there */
+	due_task_list_free(l);
+	/* degraded now: a claim is refused before it writes, so the due
+	   task keeps its attempts (it is not taken, leased and left to
+	   expire), and so is a second submit (no duplicate) */
+	due_task_list *got = NULL;
+	assert_int_equal(due_claim(db, &got, "w", NULL, 0, 5, 30000000),
+			 DUE_ESTORE);
+	assert_non_null(strstr(due_error_last(), "nothing written"));
+	assert_null(got);
+	due_task *t = NULL;
+	assert_int_equal(due_get(plain, &t, id), 0);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_int_equal(t->attempt, 0);
+	due_task_free(t);
+	assert_int_equal(due_schedule(db, &sub, "k", "p", 1, NULL), DUE_ESTORE);
+	assert_non_null(strstr(due_error_last(), "nothing written"));
+	assert_int_equal(due_list(plain, &l, &o), 0);
+	assert_int_equal(l->count, 2);
 	due_task_list_free(l);
 	due_close(db);
 	due_close(plain);
