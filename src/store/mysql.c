@@ -1800,9 +1800,19 @@ static int claim_tx(due_store *s, due_task_list **out, const claim_args *a,
 	if ((n && (rc = complete_locked(s, items, n, LAST_DEFER)) < 0) ||
 	    (rc = claim_locked(s, l, a->owner, a->kinds, a->n_kinds, a->exclude,
 			       a->limit, a->lease_us, a->only_id)) < 0 ||
-	    (rc = due__my_commit(s)) < 0 ||
-	    (rc = claims_confirm(s, l, a->owner)) < 0)
+	    (rc = due__my_commit(s)) < 0)
 		goto fail;
+	if (claims_confirm(s, l, a->owner) < 0) {
+		/* committed: the completions in it stand, so this must not
+		   fail (RETRY would run them again and report them stale); the
+		   claims it could not confirm are not handed out (their leases
+		   expire and they are reclaimed) rather than risk a try the
+		   cluster did not give us */
+		s->deadlock = false;
+		for (size_t i = 0; i < l->count; i++)
+			due__task_clear(&l->items[i]);
+		l->count = 0;
+	}
 	*out = l;
 	return 0;
 fail:

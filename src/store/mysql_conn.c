@@ -457,18 +457,25 @@ static int session_open_one(due_store *s, size_t i)
 }
 
 /*
-** Connect to the first host that answers, walking the URL's list from
-** s->node (the host in use, or the next one after a loss) and wrapping
-** around; s->node is then the host connected to.  All fail: the last
-** host's error, after a line naming how many were tried.
+** Connect to the first host that answers and make it s->node.  One
+** writer (the default): the list is walked from its first host every
+** time, so every process, old or new, settles on the first healthy node
+** (walking on from the host just lost would leave processes that failed
+** over and processes started later writing through different nodes).
+** multi_writer=1: from s->node (this connection's own node, or the next
+** one after a loss), wrapping around.  The walk's start is taken before
+** the first try, so a loss noted while a session is being set up
+** (due__my_error moving s->node) cannot make it skip a host.  All fail:
+** the last host's error, after a line naming how many were tried.
 */
 static int session_open(due_store *s)
 {
 	size_t n = s->cfg->n_hosts;
+	size_t start = s->cfg->multi_writer ? s->node % n : 0;
 	int rc = 0;
 
 	for (size_t k = 0; k < n; k++) {
-		size_t i = (s->node + k) % n;
+		size_t i = (start + k) % n;
 		if ((rc = session_open_one(s, i)) == 0) {
 			s->node = i;
 			return 0;
