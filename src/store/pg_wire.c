@@ -476,22 +476,30 @@ static void slow_log(const char *level, const char *fmt, ...)
 static PGconn *side_dial(PGconn *c)
 {
 	PQconninfoOption *o = PQconninfo(c), *i;
-	const char *keys[64], *vals[64];
+	const char *keys[64], *vals[64], *opts = "";
+	char opt[1024];
 	int n = 0;
 	PGconn *side = NULL;
 
 	if (!o)
 		return NULL;
 	for (i = o; i->keyword && n < 56; i++) {
+		if (i->val && strcmp(i->keyword, "options") == 0)
+			opts = i->val;
 		if (!i->val || !*i->val || strcmp(i->keyword, "host") == 0 ||
 		    strcmp(i->keyword, "hostaddr") == 0 ||
 		    strcmp(i->keyword, "port") == 0 ||
+		    strcmp(i->keyword, "options") == 0 ||
 		    strcmp(i->keyword, "connect_timeout") == 0 ||
 		    strcmp(i->keyword, "target_session_attrs") == 0)
 			continue;
 		keys[n] = i->keyword;
 		vals[n++] = i->val;
 	}
+	/* the question must not hang in turn: 2 s, then no answer ("?") */
+	snprintf(opt, sizeof(opt), "%s%s-c statement_timeout=2000", opts,
+		 *opts ? " " : "");
+	keys[n] = "options", vals[n++] = opt;
 	keys[n] = "host", vals[n++] = PQhost(c);
 	keys[n] = "port", vals[n++] = PQport(c);
 	keys[n] = "connect_timeout", vals[n++] = "3";
