@@ -26,16 +26,7 @@ elif ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ]; then
 elif ! command -v rsync >/dev/null; then
 	why="no rsync (Galera's state transfer)"
 fi
-if [ -n "$why" ]; then
-	if [ "${CI:-}" = true ]; then
-		bad "CI=true but the Galera test cannot run: $why"
-		finish
-		exit 1
-	fi
-	echo "NOTE: Galera not tested: $why"
-	finish
-	exit 0
-fi
+[ -z "$why" ] || cannot_test "the Galera test" "$why"
 
 sp_start galera-test-cluster
 URL=$SP_URL

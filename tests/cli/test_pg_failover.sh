@@ -27,12 +27,8 @@
 . "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PAIR=$ROOT/scripts/pg-test-pair
-if [ -z "${DUE_TEST_PG_URL:-}" ]; then
-	if [ "${CI:-}" = true ]; then bad "CI=true but DUE_TEST_PG_URL is unset"; finish; fi
-	echo "NOTE: DUE_TEST_PG_URL not set: PostgreSQL failover not tested"
-	finish
-	exit 0
-fi
+[ -n "${DUE_TEST_PG_URL:-}" ] ||
+	cannot_test "the PostgreSQL failover test" "DUE_TEST_PG_URL is unset"
 pair1=$(mktemp -d /tmp/due-pair-XXXXXX)
 pair2=$(mktemp -d /tmp/due-pair-XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null
