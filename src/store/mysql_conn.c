@@ -754,7 +754,8 @@ int due__my_begin(due_store *s)
 
 int due__my_commit(due_store *s)
 {
-	const char *sql = s->galera ? GALERA_COMMIT + 2 : PLAIN_COMMIT + 2;
+	/* the same text without its leading "; " */
+	const char *sql = s->galera ? &GALERA_COMMIT[2] : &PLAIN_COMMIT[2];
 	int rc = 0;
 
 	/* nothing ran (begin still pending), or a COMMIT rode already */
