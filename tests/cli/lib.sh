@@ -50,6 +50,31 @@ wait_for() {
 	ok
 }
 
+# wait_drain WHAT STALL CMD...: CMD prints how many are left; done at 0.
+# Fails only when that number has not gone down for STALL seconds: a
+# drain on a slow machine (ASan, 2 CPUs, servers of a cluster sharing
+# them) may take minutes and is not a fault, a drain that stops is.
+wait_drain() {
+	local what=$1 stall=$2 left best= since
+	shift 2
+	since=$(date +%s)
+	while :; do
+		left=$("$@" 2>/dev/null) || left=
+		if [ "$left" = 0 ]; then
+			ok
+			return 0
+		fi
+		if [ -n "$left" ] && { [ -z "$best" ] || [ "$left" -lt "$best" ]; }; then
+			best=$left
+			since=$(date +%s)
+		elif [ $(($(date +%s) - since)) -ge "$stall" ]; then
+			bad "timed out waiting for: $what (${best:-?} left, none done in ${stall}s)"
+			return 1
+		fi
+		sleep 0.5
+	done
+}
+
 # need VAR LABEL: is this store's server there? (CI=true: it must be)
 need() {
 	[ -n "${!1:-}" ] && return 0

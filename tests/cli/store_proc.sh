@@ -62,6 +62,7 @@ sp_tasks() {
 }
 sp_count() { sp_tasks "$1" "sum(1 for x in t if x['state'] == '$2')"; }
 sp_all_done() { [ "$(sp_count "$1" DONE)" = "$2" ]; }
+sp_left() { local d; d=$(sp_count "$1" DONE) && echo $(($2 - d)); }
 lines() { if [ -e "$1" ]; then wc -l <"$1"; else echo 0; fi; }
 has_lines() { [ "$(lines "$1")" -ge "$2" ]; }
 
@@ -210,8 +211,13 @@ sp_server_crash() {
 	touch "$OUT/producer.stop"
 	wait "$ppid" || true
 	acked=$(sort -u "$T/acked" | wc -l)
-	wait_for "all $acked acknowledged tasks done" 120 bash -c \
-		"sort -u '$T/acked' | while read -r id; do '$DUE' show \"\$id\" --json | grep -q '\"state\": \"DONE\"' || exit 1; done"
+	sort -u "$T/acked" >"$T/acked.sorted"
+	acked_left() {
+		"$DUE" ls --kind crash --limit 10000 --json | python3 -c "import json, sys
+done = {x['id'] for x in json.load(sys.stdin) if x['state'] == 'DONE'}
+print(sum(1 for l in open('$T/acked.sorted') if int(l) not in done))"
+	}
+	wait_drain "all $acked acknowledged tasks done" 60 acked_left
 	kill -0 "$wpid" && ok || bad "worker survived"
 	kill -TERM "$wpid"; wait "$wpid" || rc=$?
 	expect_eq "worker exits 0 after the outage" 0 "$rc"

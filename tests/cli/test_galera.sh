@@ -75,7 +75,7 @@ echo "before the kill: due connections on node 1: $c1, node 2: $c2"
 "$GC" kill "$SP_DIR" 2 && ok || bad "kill -9 of node 2"
 killed_at=$(lines "$OUT/g.runs")
 echo "node 2 killed -9 after $killed_at handler runs"
-wait_for "$N tasks done" 150 sp_all_done g $N || true
+wait_drain "$N tasks done" 60 sp_left g $N || true
 end=$(date +%s%N)
 echo "drain: $N tasks through 2 nodes, one killed: $(((end - start) / 1000000)) ms," \
 	"$((N * 1000000000 / (end - start))) tasks/s"

@@ -118,9 +118,9 @@ sp_tasks() {
 }
 sort -u "$T/acked" >"$T/acked.sorted"
 undone() {
-	[ "$(sp_tasks "(lambda a: sum(1 for x in t if x['state'] != 'DONE' and x['id'] in a))({int(l) for l in open('$T/acked.sorted')})")" = 0 ]
+	sp_tasks "(lambda a: sum(1 for x in t if x['state'] != 'DONE' and x['id'] in a))({int(l) for l in open('$T/acked.sorted')})"
 }
-wait_for "all $acked acknowledged tasks done" 90 undone ||
+wait_drain "all $acked acknowledged tasks done" 60 undone ||
 	sp_tasks "'\\n'.join('%d %s attempt %d %s' % (x['id'], x['state'], x['attempt'], x['attempts']) for x in t if x['state'] != 'DONE')" | head -20
 for w in 1 2; do
 	eval "p=\$wpid$w"
