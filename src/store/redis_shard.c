@@ -16,10 +16,11 @@
 **     refused (each shard's meta records it).
 **   - Submit: an item with a key goes to the shard of hash(kind, key), so
 **     the (kind, key) uniqueness of that shard is the store's and a retried
-**     submit finds its task.  Items without a key go, a whole call at a
-**     time, to the next shard in turn: a batch without keys stays one
-**     script (all or none).  A batch whose keys hash to several shards is
-**     one script per shard: all or none per shard, not for the batch.
+**     submit finds its task.  An item of a kind with a limit goes to shard
+**     0.  Other items go, a whole call at a time, to the next shard in
+**     turn: a batch without keys stays one script (all or none).  A batch
+**     over several shards is one script per shard: all or none per shard,
+**     not for the batch.
 **   - Claim: each call starts at the next shard in turn and asks each
 **     shard for what is still wanted, so every shard is drained and none
 **     waits for another to empty.  Order (priority, then due time) is
@@ -27,9 +28,9 @@
 **     shard it asks first.
 **   - Kind settings are written to every shard.  Pause and time limits
 **     hold everywhere; max-running, max-running-per-group and rate are
-**     enforced by each shard's script on its own tasks: per shard, so the
-**     store as a whole may run up to N times the limit.  A kind whose
-**     limit must be exact store-wide belongs in an unsharded store.
+**     enforced by each shard's script on its own tasks, and a limited
+**     kind's tasks are in shard 0 (but those added before the limit was
+**     set, and keyed ones, which stay where they are: limited per shard).
 **   - Schedules (cron), the tasks they fire, worker reports and named
 **     locks live in shard 0.  list, stats, metrics, upcoming, reclaim,
 **     prune and bytes ask every shard and merge.  Wake-ups use one channel
@@ -178,7 +179,7 @@ static due_store *of(due_store *s, due_id id)
 /* Submit                                                              */
 /* ------------------------------------------------------------------ */
 
-/* FNV-1a of kind (NUL key): a kind's home shard, an item's with a key. */
+/* FNV-1a of kind NUL key: the shard of an item with a key. */
 static int hash_shard(const char *kind, const char *key, int n)
 {
 	uint64_t h = 1469598103934665603ULL;
@@ -239,16 +240,16 @@ static bool is_limited(const due_store *s, const char *kind)
 
 /*
 ** An item's shard: with a key, hash(kind, key) (a retried submit finds
-** its task whatever else changed); a kind with a limit, its home shard
-** (so one script sees all of its tasks and the limit is the store's);
-** else rr, the shard of this call.
+** its task whatever else changed); a kind with a limit, shard 0, where the
+** tasks its schedules fire live too (so one script sees all of its tasks
+** and the limit is the store's); else rr, the shard of this call.
 */
 static int item_shard(const due_store *s, const due_submit *it, int rr)
 {
 	if (it->opts.key)
 		return hash_shard(it->kind, it->opts.key, s->n);
 	if (is_limited(s, it->kind))
-		return hash_shard(it->kind, NULL, s->n);
+		return 0;
 	return rr;
 }
 
