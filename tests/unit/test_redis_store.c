@@ -72,6 +72,21 @@ static void cmd_ok(const char *fmt, const char *arg)
 	freeReplyObject(r);
 }
 
+/* Wake-ups a listener (db, its fd) got within 60 s: 0 if none came. */
+static int wake_count(due_db *db, int fd)
+{
+	int n = 0;
+	for (int tries = 0; n == 0 && tries < 600; tries++) {
+		fd_set rd;
+		struct timeval tv = {0, 100000};
+		FD_ZERO(&rd);
+		FD_SET(fd, &rd);
+		select(fd + 1, &rd, NULL, NULL, &tv);
+		assert_int_equal(due_listen_drain(db, &n), 0);
+	}
+	return n;
+}
+
 /* Whether task id lives under {due:PREFIX:shard}. */
 static bool in_shard(due_id id, int shard)
 {
@@ -127,17 +142,8 @@ static void test_shards(void **state)
 	int fd = -1;
 	assert_int_equal(due_listen(b, &fd), 0);
 	for (int i = 0; i < 3; i++) {
-		int n = 0;
 		due_id id = add(a, "w", 0, 5);
-		for (int tries = 0; n == 0 && tries < 600; tries++) {
-			fd_set rd;
-			struct timeval tv = {0, 100000};
-			FD_ZERO(&rd);
-			FD_SET(fd, &rd);
-			select(fd + 1, &rd, NULL, NULL, &tv);
-			assert_int_equal(due_listen_drain(b, &n), 0);
-		}
-		if (n < 1)
+		if (wake_count(b, fd) < 1)
 			fail_msg("no wake-up for task %lld (shard %lld)",
 				 (long long)id, (long long)(id % 3));
 		due_cancel_outcome cx;
@@ -524,14 +530,7 @@ static void test_listen_wakes(void **state)
 	assert_int_equal(due_listen(l, &fd), 0);
 	assert_true(fd >= 0);
 	add(p, "k", 0, 5);
-	for (int tries = 0; n == 0 && tries < 600; tries++) {
-		fd_set rd;
-		struct timeval tv = {0, 100000};
-		FD_ZERO(&rd);
-		FD_SET(fd, &rd);
-		select(fd + 1, &rd, NULL, NULL, &tv);
-		assert_int_equal(due_listen_drain(l, &n), 0);
-	}
+	n = wake_count(l, fd);
 	assert_true(n >= 1);
 	due_close(l);
 	due_close(p);
