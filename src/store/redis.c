@@ -81,6 +81,7 @@
 #include <hiredis/hiredis.h>
 
 #include "core/internal.h"
+#include "store/redis_shard.h"
 #include "store/row.h"
 #include "store/store.h"
 
@@ -105,6 +106,7 @@ extern const char due__redis_lua[];
 ** TRYAGAIN, CLUSTERDOWN, LOADING) for at most FAILOVER_WAIT_US.
 */
 #define RD_MAX_SEEDS 16
+#define RD_MAX_SHARDS 64
 #define RD_MAX_KNOWN 64
 #define FAILOVER_WAIT_US 10000000LL
 #define WAIT_TIMEOUT_US 2000000LL
@@ -123,6 +125,8 @@ typedef struct rd_cfg {
 	int wait_n;	 /* ?wait=R; -1: 1 on a cluster, 0 on one server */
 	int64_t wait_us; /* ?wait_timeout=DUR */
 	bool unsafe;	 /* ?durability=unsafe */
+	int shards;	 /* ?shards=N (redis_shard.c); 0 or 1: one prefix */
+	int shard;	 /* which of them this handle is (0 .. shards-1) */
 	char label[512];
 } rd_cfg;
 
@@ -221,13 +225,16 @@ static int parse_query(rd_cfg *c, const due_url *u, char *q)
 				  due__strdup_n(opt + 7, strlen(opt + 7))))
 				return due__error_set(DUE_ENOMEM,
 						      "out of memory");
-		} else if (strncmp(opt, "shards=", 7) == 0 &&
-			   strcmp(opt, "shards=1") != 0) {
-			return bad_url(u, "shards=N (a store over N slots) is "
-					  "not built yet: one store is one "
-					  "slot; use several prefixes");
-		} else if (strcmp(opt, "shards=1") == 0) {
-			/* one slot: what every store is */
+		} else if (strncmp(opt, "shards=", 7) == 0) {
+			char *end;
+			long n;
+			errno = 0;
+			n = strtol(opt + 7, &end, 10);
+			if (errno || end == opt + 7 || *end || n < 1 ||
+			    n > RD_MAX_SHARDS)
+				return bad_url(u, "shards must be a number "
+						  "from 1 to 64 (shards=4)");
+			c->shards = (int)n;
 		} else if (strcmp(opt, "durability=unsafe") == 0) {
 			c->unsafe = true;
 		} else if (strcmp(opt, "durability=safe") == 0) {
@@ -236,8 +243,8 @@ static int parse_query(rd_cfg *c, const due_url *u, char *q)
 			return due__error_set(
 			    DUE_EINVAL,
 			    "malformed store URL '%s': unknown option '%s' "
-			    "(expected prefix=NAME, durability=unsafe, wait=R "
-			    "or wait_timeout=DUR)",
+			    "(expected prefix=NAME, shards=N, "
+			    "durability=unsafe, wait=R or wait_timeout=DUR)",
 			    u->text, opt);
 		}
 	}
@@ -309,8 +316,11 @@ static void make_label(rd_cfg *c)
 					"%s%s:%d", i ? "," : "",
 					c->seed[i].host, c->seed[i].port);
 	if (off < sizeof(c->label))
-		snprintf(c->label + off, sizeof(c->label) - off,
-			 "/%d?prefix=%s", c->db, c->name);
+		off += (size_t)snprintf(c->label + off, sizeof(c->label) - off,
+					"/%d?prefix=%s", c->db, c->name);
+	if (c->shards > 1 && off < sizeof(c->label))
+		snprintf(c->label + off, sizeof(c->label) - off, "&shards=%d",
+			 c->shards);
 }
 
 static int parse_rest(rd_cfg *c, const due_url *u, char *rest)
@@ -1229,13 +1239,19 @@ static int rd_open(due_store **out, const void *cfg, bool create)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	if ((rc = copy_cfg(&s->cfg, cfg)) < 0)
 		return rc;
-	snprintf(s->meta, sizeof(s->meta), "{due:%s}:meta", s->cfg.name);
-	snprintf(s->chan, sizeof(s->chan), "{due:%s}:wake", s->cfg.name);
 	{
-		char tag[80];
-		snprintf(tag, sizeof(tag), "due:%s", s->cfg.name);
+		/* shard i of a sharded store: its own hash tag, so its own
+		   slot; the wake channel is the store's (redis_lua.c wake) */
+		char tag[96];
+		if (s->cfg.shards > 1)
+			snprintf(tag, sizeof(tag), "due:%s:%d", s->cfg.name,
+				 s->cfg.shard);
+		else
+			snprintf(tag, sizeof(tag), "due:%s", s->cfg.name);
+		snprintf(s->meta, sizeof(s->meta), "{%s}:meta", tag);
 		s->slot = key_slot(tag);
 	}
+	snprintf(s->chan, sizeof(s->chan), "{due:%s}:wake", s->cfg.name);
 	if (!(s->script = build_script()))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	if ((rc = first_seed(s)) < 0)
@@ -1268,10 +1284,21 @@ static int schema_op(due_store *s, const char *op, int *v)
 	int rc;
 
 	arg_i(&a, DUE_SCHEMA_VERSION);
+	arg_i(&a, s->cfg.shards > 1 ? s->cfg.shards : 1);
+	arg_i(&a, s->cfg.shard);
 	if ((rc = rd_eval(s, op, &a, &r, "read schema version")) < 0)
 		return rc;
 	*v = (int)rint_of(r);
 	freeReplyObject(r);
+	if (*v <= -1000) /* redis_lua.c version(): made with other shards= */
+		return due__error_set(
+		    DUE_ESCHEMA,
+		    "redis store %s: this store was made with shards=%d, not "
+		    "%d: open it with ?shards=%d (the number of shards is "
+		    "fixed when the store is made: a task's id names its "
+		    "shard)",
+		    s->cfg.label, -1000 - *v,
+		    s->cfg.shards > 1 ? s->cfg.shards : 1, -1000 - *v);
 	if (*v == -2) /* redis_lua.c version(): another layout */
 		return due__error_set(
 		    DUE_ESCHEMA,
@@ -2408,9 +2435,37 @@ static int rd_bytes(due_store *s, int64_t *out)
 
 static const char *const schemes[] = {"redis", "rediss", NULL};
 
-/* Every method is rd_<method> (store.h lists them). */
+/*
+** Shards (redis_shard.c): how many the URL names, and the configuration
+** of shard i (a copy; free it with the ops' free_cfg).
+*/
+int due__redis_shards(const void *cfg)
+{
+	const rd_cfg *c = cfg;
+	return c->shards > 1 ? c->shards : 1;
+}
+
+int due__redis_shard_cfg(void **out, const void *cfg, int i)
+{
+	rd_cfg *c = calloc(1, sizeof(*c));
+	int rc;
+
+	*out = c;
+	if (!c)
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	if ((rc = copy_cfg(c, cfg)) < 0)
+		return rc;
+	c->shard = i;
+	return 0;
+}
+
+/*
+** Every method is rd_<method> (store.h lists them): one store in one
+** slot.  The backend registered as "redis" is redis_shard.c's, which
+** runs one of these per shard.
+*/
 #define OP(m) .m = rd_##m,
-const due_store_ops due__store_redis = {.version = DUE_STORE_OPS_VERSION,
+const due_store_ops due__store_redis_slot = {.version = DUE_STORE_OPS_VERSION,
 					.name = "redis",
 					.schemes = schemes,
 					.caps = DUE_STORE_CAP_NOTIFY,

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # test_redis_cluster.sh - the Redis store on a Redis Cluster (issue 23):
 # 3 masters and 3 replicas of our own (scripts/redis-test-cluster), a
-# store in one slot, the default ?wait=1 (each write acknowledged by a
-# replica before it is acknowledged to the caller).  1,800 tasks added in
-# batches, then 2 workers drain them while a producer adds more one at a
-# time; meanwhile the store's slot is moved to another master (MIGRATE, by
-# hand, only that slot) and then that master is killed -9 (its replica
-# takes over; the killed node is started again and rejoins as a replica),
-# and the workers' subscriptions are dropped (they subscribe again).
-# Every task whose add was acknowledged ends DONE, none has two committed
-# results, every result is its own task's, and `due verify` passes on the
-# cluster.  The cluster is stopped on every exit.
+# store of 4 shards (?shards=4: 4 hash slots, spread over at least 2 of
+# the masters), the default ?wait=1 (each write acknowledged by a replica
+# before it is acknowledged to the caller).  1,800 tasks added in batches,
+# then 2 workers drain them while a producer adds more one at a time;
+# meanwhile shard 0's slot is moved to another master (MIGRATE, by hand,
+# only that slot) and then that master is killed -9 (its replica takes
+# over; the killed node is started again and rejoins as a replica), and the
+# workers' subscriptions are dropped (they subscribe again).  Every task
+# whose add was acknowledged ends DONE, none has two committed results,
+# every result is its own task's, every shard ran tasks, and `due verify`
+# passes on a sharded store of the cluster.  The cluster is stopped on
+# every exit.
 #
 # Needs redis-server and redis-cli; without them it says so and passes,
 # except under CI=true, where it fails.  Deadlines are hang guards only.
@@ -35,13 +37,24 @@ if ! URL=$("$CL" start "$CD"); then
 	exit 1
 fi
 echo "cluster: $URL"
-NAME=rc$$
-export DUE_DB="$URL?prefix=$NAME"
-SLOT=$("$CL" slot "$CD" "{due:$NAME}:meta")
+# a store name whose 4 shards are on at least 2 masters (CRC16 decides;
+# most names are)
+shard_masters() {
+	local i
+	for i in 0 1 2 3; do
+		"$CL" master "$CD" "$("$CL" slot "$CD" "{due:$1:$i}:meta")"
+	done | sort -u | wc -l
+}
+n=0
+until NAME=rc$$x$n && [ "$(shard_masters "$NAME")" -ge 2 ]; do n=$((n + 1)); done
+export DUE_DB="$URL?prefix=$NAME&shards=4"
+SLOT=$("$CL" slot "$CD" "{due:$NAME:0}:meta")
+echo "store $NAME: 4 shards on $(shard_masters "$NAME") masters"
 "$DUE" init >"$T/init.out" 2>&1 && ok || bad "init on the cluster: $(cat "$T/init.out")"
 
 # 1. the URL: a cluster has only database 0; wait= is a number
-expect_err 5 "SELECT" "$DUE" ls --db "${URL%/0}/1?prefix=$NAME"
+expect_err 5 "SELECT" "$DUE" ls --db "${URL%/0}/1?prefix=$NAME&shards=4"
+expect_err 6 "made with shards=4" "$DUE" ls --db "$URL?prefix=$NAME&shards=2"
 expect_err 2 "wait must be" "$DUE" ls --db "$URL?prefix=$NAME&wait=x"
 
 nlines() { if [ -e "$1" ]; then wc -l <"$1"; else echo 0; fi; }
@@ -102,7 +115,7 @@ wait_for "both workers subscribed again" 60 two_subs
 
 # 5. due verify on the cluster (its own prefixes, so other slots and
 #    masters), run while the drain ends: it takes a minute on any Redis
-"$DUE" verify -v --db "$URL" >"$T/verify.out" 2>"$T/verify.err" &
+"$DUE" verify -v --db "$URL?shards=4" >"$T/verify.out" 2>"$T/verify.err" &
 vpid=$!
 n=$(nlines "$T/acked")
 wait_for "adds acknowledged again after the failover" 60 has_lines "$T/acked" $((n + 5))
@@ -140,6 +153,13 @@ expect_eq "each result is its own task's" 0 \
 	"$(sp_tasks "sum(1 for x in t if x['state'] == 'DONE' and (x['result'] or '').strip() != 'r%d' % x['id'])")"
 expect_eq "no commit with a stale attempt" 0 \
 	"$(sp_tasks "sum(1 for x in t for a in x['attempts'] if a['outcome'] == 'DONE' and a['attempt'] != x['attempt'])")"
+# every shard ran tasks (a task's shard is its id mod 4), so at least 2
+# masters did
+for i in 0 1 2 3; do
+	ran=$(sp_tasks "sum(1 for x in t if x['state'] == 'DONE' and x['id'] % 4 == $i)")
+	echo "shard $i (slot $("$CL" slot "$CD" "{due:$NAME:$i}:meta"), master :$("$CL" master "$CD" "$("$CL" slot "$CD" "{due:$NAME:$i}:meta")")): $ran tasks done"
+	[ "$ran" -gt 0 ] && ok || bad "shard $i ran no task"
+done
 echo "drain (at ${SECONDS}s): $acked acknowledged tasks, $(sp_tasks "len(t)") in the store," \
 	"$(nlines "$OUT/runs") handler runs, producer errors: $(nlines "$T/producer.err")"
 grep -h "WAIT\|redis store" "$T/producer.err" "$T/w1.log" "$T/w2.log" | sed 's/^/  /' | sort | uniq -c | sort -rn | head -8

@@ -72,6 +72,163 @@ static void cmd_ok(const char *fmt, const char *arg)
 	freeReplyObject(r);
 }
 
+/* Wake-ups a listener (db, its fd) got within 60 s: 0 if none came. */
+static int wake_count(due_db *db, int fd)
+{
+	int n = 0;
+	for (int tries = 0; n == 0 && tries < 600; tries++) {
+		fd_set rd;
+		struct timeval tv = {0, 100000};
+		FD_ZERO(&rd);
+		FD_SET(fd, &rd);
+		select(fd + 1, &rd, NULL, NULL, &tv);
+		assert_int_equal(due_listen_drain(db, &n), 0);
+	}
+	return n;
+}
+
+/* Whether task id lives under {due:PREFIX:shard}. */
+static bool in_shard(due_id id, int shard)
+{
+	redisReply *r = cmd("EXISTS {due:%s:%d}:t:%lld", tu_redis_prefix, shard,
+			    (long long)id);
+	bool yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+	freeReplyObject(r);
+	return yes;
+}
+
+/*
+** ?shards=3 (redis_shard.c): each task lives in shard id mod 3, submits
+** without a key take turns, a key always lands on its shard (a second
+** handle finds the task), list and claim see every shard, a kind's
+** settings reach every shard and a limited kind's tasks shard 0;
+** another shards= is refused, and the unsharded store of the same name
+** is another store.
+*/
+static void test_shards(void **state)
+{
+	char u3[600], u2[600];
+	due_db *a = NULL, *b = NULL;
+	due_id ids[30], kid;
+	due_submitted sub;
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	int per[3] = {0};
+
+	(void)state;
+	snprintf(u3, sizeof(u3), "%s&shards=3", url);
+	snprintf(u2, sizeof(u2), "%s&shards=2", url);
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	oo.create = true;
+	assert_int_equal(due_open(&a, u3, &oo), 0);
+	for (int i = 0; i < 30; i++) {
+		ids[i] = add(a, "k", 0, 5);
+		per[ids[i] % 3]++;
+		assert_true(in_shard(ids[i], (int)(ids[i] % 3)));
+	}
+	for (int i = 0; i < 3; i++) /* one handle: strictly in turn */
+		assert_int_equal(per[i], 10);
+
+	o.key = "order-7";
+	assert_int_equal(due_schedule(a, &sub, "k", "p", 1, &o), 0);
+	kid = sub.id;
+	assert_int_equal(due_open(&b, u3, NULL), 0);
+	for (int i = 0; i < 3; i++) { /* whatever the handle's turn */
+		assert_int_equal(due_schedule(b, &sub, "k", "p", 1, &o), 0);
+		assert_true(sub.existed);
+		assert_int_equal(sub.id, kid);
+	}
+
+	/* one wake-up channel: a submit to every shard wakes a listener */
+	int fd = -1;
+	assert_int_equal(due_listen(b, &fd), 0);
+	for (int i = 0; i < 3; i++) {
+		due_id id = add(a, "w", 0, 5);
+		if (wake_count(b, fd) < 1)
+			fail_msg("no wake-up for task %lld (shard %lld)",
+				 (long long)id, (long long)(id % 3));
+		due_cancel_outcome cx;
+		assert_int_equal(due_cancel(a, &cx, id), 0);
+		assert_int_equal(cx, DUE_CANCEL_CANCELLED);
+	}
+
+	/* list: every shard, in id order, paged */
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	due_task_list *l = NULL;
+	lo.limit = 20;
+	assert_int_equal(due_list(b, &l, &lo), 0);
+	assert_int_equal(l->count, 20);
+	for (size_t i = 1; i < l->count; i++)
+		assert_true(l->items[i - 1].id < l->items[i].id);
+	lo.after = l->items[19].id;
+	due_task_list_free(l);
+	l = NULL;
+	assert_int_equal(due_list(b, &l, &lo), 0);
+	assert_int_equal(l->count, 14); /* 30 + the keyed + 3 cancelled */
+	due_task_list_free(l);
+
+	/* claims drain every shard; completions go to each task's shard */
+	int got = 0;
+	for (int round = 0; round < 10 && got < 31; round++) {
+		l = NULL;
+		assert_int_equal(due_claim(b, &l, "w", NULL, 0, 8, LONG_LEASE),
+				 0);
+		for (size_t i = 0; i < l->count; i++) {
+			due_complete_outcome co;
+			assert_int_equal(due_complete(b, &co, l->items[i].id,
+						      l->items[i].attempt, "r",
+						      1),
+					 0);
+			assert_int_equal(co, DUE_COMPLETE_DONE);
+		}
+		got += (int)l->count;
+		due_task_list_free(l);
+	}
+	assert_int_equal(got, 31);
+	due_stats st;
+	assert_int_equal(due_stats_get(a, &st), 0);
+	assert_int_equal(st.counts[DUE_DONE], 31);
+
+	/* a kind's settings on every shard; a limited kind's tasks at home */
+	due_kind_settings ks = DUE_KIND_SETTINGS_INIT;
+	ks.max_running = 1;
+	assert_int_equal(due_kind_set(a, "one", &ks), 0);
+	for (int i = 0; i < 3; i++) {
+		redisReply *r = cmd("HGET {due:%s:%d}:kind:one max_running",
+				    tu_redis_prefix, i);
+		assert_non_null(r);
+		assert_int_equal(r->type, REDIS_REPLY_STRING);
+		assert_string_equal(r->str, "1");
+		freeReplyObject(r);
+	}
+	for (int i = 0; i < 6; i++) /* in shard 0, whatever the turn */
+		assert_int_equal(add(a, "one", 0, 5) % 3, 0);
+	due_kind_info *ki = NULL;
+	assert_int_equal(due_kind_get(b, &ki, "one"), 0);
+	assert_int_equal(ki->max_running, 1);
+	assert_int_equal(ki->due, 6);
+	due_kind_info_free(ki);
+
+	/* the number of shards is the store's */
+	due_close(b);
+	b = NULL;
+	assert_int_equal(due_open(&b, u2, NULL), DUE_ESCHEMA);
+	assert_non_null(strstr(due_error_last(), "made with shards=3"));
+	due_close(b);
+	b = NULL;
+	assert_int_equal(due_open(&b, url, NULL), 0); /* the fixture's */
+	l = NULL;
+	assert_int_equal(due_list(b, &l, &lo), 0);
+	assert_int_equal(l->count, 0);
+	due_task_list_free(l);
+	due_close(b);
+	due_close(a);
+	for (int i = 0; i < 3; i++) {
+		char name[96];
+		snprintf(name, sizeof(name), "%s:%d", tu_redis_prefix, i);
+		tu_redis_delete(name);
+	}
+}
+
 /* SCRIPT FLUSH under an open handle: the next call loads it again. */
 static void test_noscript_reload(void **state)
 {
@@ -259,8 +416,8 @@ static void test_refused_connection(void **state)
 }
 
 /*
-** ?wait= and ?wait_timeout= out of range, an empty host, shards= over 1
-** (not built): DUE_EINVAL naming what was wrong.
+** ?wait= and ?wait_timeout= out of range, an empty host, shards= out of
+** range: DUE_EINVAL naming what was wrong.
 */
 static void test_wait_options_refused(void **state)
 {
@@ -271,7 +428,9 @@ static void test_wait_options_refused(void **state)
 	    {"redis://127.0.0.1:1/0?wait_timeout=0", "wait_timeout"},
 	    {"redis://127.0.0.1:1/0?wait_timeout=31s", "wait_timeout"},
 	    {"redis://127.0.0.1:1,/0", "no host"},
-	    {"redis://127.0.0.1:1/0?shards=4", "not built yet"},
+	    {"redis://127.0.0.1:1/0?shards=0", "shards must be"},
+	    {"redis://127.0.0.1:1/0?shards=65", "shards must be"},
+	    {"redis://127.0.0.1:1/0?shards=2x", "shards must be"},
 	};
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -371,14 +530,7 @@ static void test_listen_wakes(void **state)
 	assert_int_equal(due_listen(l, &fd), 0);
 	assert_true(fd >= 0);
 	add(p, "k", 0, 5);
-	for (int tries = 0; n == 0 && tries < 600; tries++) {
-		fd_set rd;
-		struct timeval tv = {0, 100000};
-		FD_ZERO(&rd);
-		FD_SET(fd, &rd);
-		select(fd + 1, &rd, NULL, NULL, &tv);
-		assert_int_equal(due_listen_drain(l, &n), 0);
-	}
+	n = wake_count(l, fd);
 	assert_true(n >= 1);
 	due_close(l);
 	due_close(p);
@@ -802,7 +954,7 @@ int main(void)
 	    T(test_claimed_from_lease),	  T(test_memory_per_task),
 	    T(test_upgrade_from_4),	  T(test_attempt_written_at_end),
 	    T(test_wait_options_refused), T(test_seeds_not_cluster),
-	    T(test_wait_unmet),
+	    T(test_wait_unmet),		  T(test_shards),
 #undef T
 	};
 	if (tu_select_backend("redis") != 0)

@@ -1,0 +1,909 @@
+/*
+** redis_shard.c - a Redis store over N shards (?shards=N, issue 23).
+**
+** The backend registered as "redis".  It runs one redis.c store (one
+** prefix, one hash slot) per shard: shard i of store NAME keeps its keys
+** under {due:NAME:i}, so on a Redis Cluster the shards' slots spread over
+** the masters by CRC16.  With one shard (no ?shards=, the default) every
+** call goes straight to that store under {due:NAME}, as before.
+**
+** What holds across shards, and what is per shard (docs/internals/redis.md
+** "Sharding"):
+**   - A task lives in one shard for its whole life.  Its id is seq * N + i
+**     (redis_lua.c new_id), so every call about one task (get, cancel,
+**     extend, complete, fail, retry, requeue, kill) goes to shard id mod N
+**     with no lookup.  N is fixed when the store is made; another N is
+**     refused (each shard's meta records it).
+**   - Submit: an item with a key goes to the shard of hash(kind, key), so
+**     the (kind, key) uniqueness of that shard is the store's and a retried
+**     submit finds its task.  An item of a kind with a limit goes to shard
+**     0.  Other items go, a whole call at a time, to the next shard in
+**     turn: a batch without keys stays one script (all or none).  A batch
+**     over several shards is one script per shard: all or none per shard,
+**     not for the batch.
+**   - Claim: each call starts at the next shard in turn and asks each
+**     shard for what is still wanted, so every shard is drained and none
+**     waits for another to empty.  Order (priority, then due time) is
+**     strict within a shard; across shards a claim takes the best of the
+**     shard it asks first.
+**   - Kind settings are written to every shard.  Pause and time limits
+**     hold everywhere; max-running, max-running-per-group and rate are
+**     enforced by each shard's script on its own tasks, and a limited
+**     kind's tasks are in shard 0 (but those added before the limit was
+**     set, and keyed ones, which stay where they are: limited per shard).
+**   - Schedules (cron), the tasks they fire, worker reports and named
+**     locks live in shard 0.  list, stats, metrics, upcoming, reclaim,
+**     prune and bytes ask every shard and merge.  Wake-ups use one channel
+**     for the store (PUBLISH reaches every node of a cluster).
+*/
+#include <stdint.h>
+#include <time.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "store/redis_shard.h"
+
+#define SLOT (&due__store_redis_slot)
+
+typedef struct sh_cfg {
+	void *one;	/* the URL as redis.c parsed it */
+	void **part;	/* per shard: the same, with its index */
+	int n;
+} sh_cfg;
+
+/* Kinds with a limit (max-running, per group, rate), as last read. */
+#define LIMITED_TTL_US 1000000
+typedef struct limited {
+	char **kind;
+	size_t n;
+	int64_t read_at; /* monotonic us; 0: never read */
+} limited;
+
+struct due_store {
+	due_store **sh; /* n stores of redis.c */
+	int n;
+	unsigned submit_rr, claim_rr;
+	limited lim;
+};
+
+/* ------------------------------------------------------------------ */
+/* URL, open, close, schema                                            */
+/* ------------------------------------------------------------------ */
+
+static void sh_free_cfg(void *cfg)
+{
+	sh_cfg *c = cfg;
+
+	if (!c)
+		return;
+	for (int i = 0; c->part && i < c->n; i++)
+		SLOT->free_cfg(c->part[i]);
+	free(c->part);
+	SLOT->free_cfg(c->one);
+	free(c);
+}
+
+static int sh_parse_url(void **cfg, const due_url *url)
+{
+	sh_cfg *c = calloc(1, sizeof(*c));
+	int rc;
+
+	*cfg = c;
+	if (!c)
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	if ((rc = SLOT->parse_url(&c->one, url)) < 0)
+		goto fail;
+	c->n = due__redis_shards(c->one);
+	if (!(c->part = calloc((size_t)c->n, sizeof(*c->part)))) {
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (int i = 0; i < c->n; i++)
+		if ((rc = due__redis_shard_cfg(&c->part[i], c->one, i)) < 0)
+			goto fail;
+	return 0;
+fail:
+	sh_free_cfg(c);
+	*cfg = NULL;
+	return rc;
+}
+
+static void limited_clear(limited *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->kind[i]);
+	free(l->kind);
+	memset(l, 0, sizeof(*l));
+}
+
+static void sh_close(due_store *s)
+{
+	if (!s)
+		return;
+	limited_clear(&s->lim);
+	for (int i = 0; s->sh && i < s->n; i++)
+		SLOT->close(s->sh[i]);
+	free(s->sh);
+	free(s);
+}
+
+static int sh_open(due_store **out, const void *cfg, bool create)
+{
+	const sh_cfg *c = cfg;
+	due_store *s = calloc(1, sizeof(*s));
+	int rc;
+
+	*out = s;
+	if (!s || !(s->sh = calloc((size_t)c->n, sizeof(*s->sh))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	s->n = c->n;
+	for (int i = 0; i < c->n; i++)
+		if ((rc = SLOT->open(&s->sh[i], c->part[i], create)) < 0)
+			return rc;
+	/* each handle starts its turns at another shard */
+	s->submit_rr = s->claim_rr = (unsigned)getpid() * 2654435761u;
+	return 0;
+}
+
+/* Every shard in order; the first failure stops it (shard 0 first, so a
+   store made with another N is refused before anything is written). */
+static int each(due_store *s, int (*fn)(due_store *))
+{
+	int rc;
+	for (int i = 0; i < s->n; i++)
+		if ((rc = fn(s->sh[i])) < 0)
+			return rc;
+	return 0;
+}
+
+static int sh_init_schema(due_store *s) { return each(s, SLOT->init_schema); }
+static int sh_check_schema(due_store *s)
+{
+	return each(s, SLOT->check_schema);
+}
+static int sh_now(due_store *s, due_time *out)
+{
+	return SLOT->now(s->sh[0], out);
+}
+static void *sh_native(due_store *s) { return SLOT->native(s->sh[0]); }
+
+/* The shard of a task. */
+static due_store *of(due_store *s, due_id id)
+{
+	return s->sh[id > 0 ? (int)(id % s->n) : 0];
+}
+
+/* ------------------------------------------------------------------ */
+/* Submit                                                              */
+/* ------------------------------------------------------------------ */
+
+/* FNV-1a of kind NUL key: the shard of an item with a key. */
+static int hash_shard(const char *kind, const char *key, int n)
+{
+	uint64_t h = 1469598103934665603ULL;
+	const unsigned char *p;
+
+	for (p = (const unsigned char *)kind; *p; p++)
+		h = (h ^ *p) * 1099511628211ULL;
+	if (key) {
+		h *= 1099511628211ULL;
+		for (p = (const unsigned char *)key; *p; p++)
+			h = (h ^ *p) * 1099511628211ULL;
+	}
+	return (int)(h % (uint64_t)n);
+}
+
+static int64_t mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The kinds with a limit, read again when a second old (from shard 0:
+   kind_put writes every shard). */
+static int limited_read(due_store *s)
+{
+	due_kind_info_list *l = NULL;
+	int rc;
+
+	if (s->lim.read_at && mono_us() - s->lim.read_at < LIMITED_TTL_US)
+		return 0;
+	if ((rc = SLOT->kind_list(s->sh[0], &l)) < 0)
+		return rc;
+	limited_clear(&s->lim);
+	if (l->count && !(s->lim.kind = calloc(l->count, sizeof(char *)))) {
+		due_kind_info_list_free(l);
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < l->count; i++) {
+		due_kind_info *k = &l->items[i];
+		if (k->max_running || k->max_running_per_group || k->rate_n) {
+			s->lim.kind[s->lim.n++] = k->kind;
+			k->kind = NULL;
+		}
+	}
+	due_kind_info_list_free(l);
+	s->lim.read_at = mono_us();
+	return 0;
+}
+
+static bool is_limited(const due_store *s, const char *kind)
+{
+	for (size_t i = 0; i < s->lim.n; i++)
+		if (strcmp(s->lim.kind[i], kind) == 0)
+			return true;
+	return false;
+}
+
+/*
+** An item's shard: with a key, hash(kind, key) (a retried submit finds
+** its task whatever else changed); a kind with a limit, shard 0, where the
+** tasks its schedules fire live too (so one script sees all of its tasks
+** and the limit is the store's); else rr, the shard of this call.
+*/
+static int item_shard(const due_store *s, const due_submit *it, int rr)
+{
+	if (it->opts.key)
+		return hash_shard(it->kind, it->opts.key, s->n);
+	if (is_limited(s, it->kind))
+		return 0;
+	return rr;
+}
+
+static int sh_schedule(due_store *s, due_submitted *out,
+		       const due_submit *items, size_t n)
+{
+	int rr, *to = NULL, rc = 0;
+	due_submit *part = NULL;
+	due_submitted *got = NULL;
+	bool one = true;
+
+	if (s->n == 1)
+		return SLOT->schedule(s->sh[0], out, items, n);
+	rr = (int)(s->submit_rr++ % (unsigned)s->n);
+	if ((rc = limited_read(s)) < 0)
+		return rc;
+	if (!(to = malloc(n * sizeof(*to))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	for (size_t j = 0; j < n; j++) {
+		to[j] = item_shard(s, &items[j], rr);
+		one = one && to[j] == to[0];
+	}
+	if (one) {
+		rc = SLOT->schedule(s->sh[to[0]], out, items, n);
+		free(to);
+		return rc;
+	}
+	if (!(part = malloc(n * sizeof(*part))) ||
+	    !(got = malloc(n * sizeof(*got)))) {
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+		goto done;
+	}
+	for (int i = 0; i < s->n && rc == 0; i++) {
+		size_t k = 0;
+		for (size_t j = 0; j < n; j++)
+			if (to[j] == i)
+				part[k++] = items[j];
+		if (k == 0)
+			continue;
+		if ((rc = SLOT->schedule(s->sh[i], got, part, k)) < 0)
+			break;
+		k = 0;
+		for (size_t j = 0; j < n; j++)
+			if (to[j] == i)
+				out[j] = got[k++];
+	}
+done:
+	free(to);
+	free(part);
+	free(got);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* One task: to its shard                                              */
+/* ------------------------------------------------------------------ */
+
+static int sh_cancel(due_store *s, due_cancel_outcome *out, due_id id)
+{
+	return SLOT->cancel(of(s, id), out, id);
+}
+static int sh_get(due_store *s, due_task **out, due_id id)
+{
+	return SLOT->get(of(s, id), out, id);
+}
+static int sh_extend(due_store *s, due_extend_outcome *out, due_id id,
+		     int32_t attempt, int64_t lease_us)
+{
+	return SLOT->extend(of(s, id), out, id, attempt, lease_us);
+}
+static int sh_fail(due_store *s, due_fail_outcome *out, due_id id,
+		   int32_t attempt, const char *error, due_outcome as)
+{
+	return SLOT->fail(of(s, id), out, id, attempt, error, as);
+}
+static int sh_retry(due_store *s, due_id id)
+{
+	return SLOT->retry(of(s, id), id);
+}
+static int sh_requeue(due_store *s, due_id id)
+{
+	return SLOT->requeue(of(s, id), id);
+}
+static int sh_kill(due_store *s, due_state *out, due_id id)
+{
+	return SLOT->kill(of(s, id), out, id);
+}
+
+/* ------------------------------------------------------------------ */
+/* Claim and complete                                                  */
+/* ------------------------------------------------------------------ */
+
+/* Move b's tasks to the end of *a (b is freed). */
+static int append(due_task_list **a, due_task_list *b)
+{
+	due_task *items;
+
+	if (!*a) {
+		*a = b;
+		return 0;
+	}
+	if (b->retry_in_us > 0 &&
+	    ((*a)->retry_in_us <= 0 || b->retry_in_us < (*a)->retry_in_us))
+		(*a)->retry_in_us = b->retry_in_us;
+	if (b->count) {
+		items = realloc((*a)->items,
+				((*a)->count + b->count) * sizeof(*items));
+		if (!items) {
+			due_task_list_free(b);
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		}
+		memcpy(items + (*a)->count, b->items,
+		       b->count * sizeof(*items));
+		(*a)->items = items;
+		(*a)->count += b->count;
+	}
+	free(b->items);
+	free(b);
+	return 0;
+}
+
+/*
+** From each shard in turn, starting at the next one, what is still
+** wanted.  A shard that fails is passed over when another gave tasks (the
+** tasks are claimed: they must reach the worker); the error is returned
+** only when no shard gave any.
+*/
+static int sh_claim(due_store *s, due_task_list **out, const char *owner,
+		    const char *const *kinds, size_t n_kinds, bool exclude,
+		    int limit, int64_t lease_us, due_id only_id)
+{
+	int start, rc, err = 0;
+	due_task_list *l;
+
+	*out = NULL;
+	if (s->n == 1 || only_id > 0)
+		return SLOT->claim(of(s, only_id), out, owner, kinds, n_kinds,
+				   exclude, limit, lease_us, only_id);
+	start = (int)(s->claim_rr++ % (unsigned)s->n);
+	for (int k = 0; k < s->n; k++) {
+		int want = limit - (int)(*out ? (*out)->count : 0);
+		if (want <= 0)
+			break;
+		l = NULL;
+		rc = SLOT->claim(s->sh[(start + k) % s->n], &l, owner, kinds,
+				 n_kinds, exclude, want, lease_us, 0);
+		if (rc < 0) {
+			due_task_list_free(l);
+			err = rc;
+			continue;
+		}
+		if ((rc = append(out, l)) < 0)
+			return rc;
+	}
+	if (*out && (*out)->count > 0)
+		return 0;
+	if (err < 0) {
+		due_task_list_free(*out);
+		*out = NULL;
+		return err;
+	}
+	return *out ? 0 : due__task_list_alloc(out, 0);
+}
+
+/*
+** Completions grouped by shard, one call per shard; outcomes copied back.
+** A shard that fails fails the call (the completions of the shards before
+** it are written; a retry finds them done and says so).
+*/
+static int sh_complete(due_store *s, due_completion *items, size_t n,
+		       due_tx_hook hook, void *payload)
+{
+	due_completion *part;
+	int rc = 0;
+
+	if (s->n == 1)
+		return SLOT->complete(s->sh[0], items, n, hook, payload);
+	if (!(part = malloc(n * sizeof(*part))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	for (int i = 0; i < s->n && rc == 0; i++) {
+		size_t k = 0;
+		for (size_t j = 0; j < n; j++)
+			if (of(s, items[j].id) == s->sh[i])
+				part[k++] = items[j];
+		if (k == 0 ||
+		    (rc = SLOT->complete(s->sh[i], part, k, hook, payload)) < 0)
+			continue;
+		k = 0;
+		for (size_t j = 0; j < n; j++)
+			if (of(s, items[j].id) == s->sh[i])
+				items[j].outcome = part[k++].outcome;
+	}
+	free(part);
+	return rc;
+}
+
+static int sh_complete_claim(due_store *s, due_completion *items, size_t n,
+			     const char *owner, const char *const *kinds,
+			     size_t n_kinds, bool exclude, int limit,
+			     int64_t lease_us, due_task_list **out)
+{
+	int rc;
+
+	if (s->n == 1)
+		return SLOT->complete_claim(s->sh[0], items, n, owner, kinds,
+					    n_kinds, exclude, limit, lease_us,
+					    out);
+	*out = NULL;
+	if ((rc = sh_complete(s, items, n, NULL, NULL)) < 0)
+		return rc;
+	return sh_claim(s, out, owner, kinds, n_kinds, exclude, limit,
+			lease_us, 0);
+}
+
+static int sh_reclaim(due_store *s, due_reclaimed *out)
+{
+	due_reclaimed r;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	for (int i = 0; i < s->n; i++) {
+		memset(&r, 0, sizeof(r));
+		if ((rc = SLOT->reclaim(s->sh[i], &r)) < 0)
+			return rc;
+		out->rescheduled += r.rescheduled;
+		out->dead += r.dead;
+		out->cancelled += r.cancelled;
+		if (r.next_expiry &&
+		    (!out->next_expiry || r.next_expiry < out->next_expiry))
+			out->next_expiry = r.next_expiry;
+		if (i == 0)
+			out->now = r.now;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Reads over every shard                                              */
+/* ------------------------------------------------------------------ */
+
+static int by_id(const void *a, const void *b)
+{
+	due_id x = ((const due_task *)a)->id, y = ((const due_task *)b)->id;
+	return (x > y) - (x < y);
+}
+
+/* Each shard's first `limit` after o->after; the merge's first `limit`. */
+static int sh_list(due_store *s, due_task_list **out, const due_list_opts *o)
+{
+	due_task_list *l;
+	int rc, limit = o->limit > 0 ? o->limit : 100;
+
+	if (s->n == 1)
+		return SLOT->list(s->sh[0], out, o);
+	*out = NULL;
+	for (int i = 0; i < s->n; i++) {
+		l = NULL;
+		if ((rc = SLOT->list(s->sh[i], &l, o)) == 0)
+			rc = append(out, l); /* frees l on failure */
+		else
+			due_task_list_free(l);
+		if (rc < 0) {
+			due_task_list_free(*out);
+			*out = NULL;
+			return rc;
+		}
+	}
+	qsort((*out)->items, (*out)->count, sizeof(due_task), by_id);
+	while ((*out)->count > (size_t)limit)
+		due__task_clear(&(*out)->items[--(*out)->count]);
+	return 0;
+}
+
+static void stats_add(due_stats *a, const due_stats *b, bool first)
+{
+	if (first) {
+		*a = *b;
+		return;
+	}
+	for (int k = 0; k < DUE_STATE_COUNT; k++)
+		a->counts[k] += b->counts[k];
+	a->dead += b->dead;
+	a->due_unclaimed += b->due_unclaimed;
+	if (b->oldest_due_unclaimed_ms > a->oldest_due_unclaimed_ms)
+		a->oldest_due_unclaimed_ms = b->oldest_due_unclaimed_ms;
+	/* percentiles do not add up: the largest shard value (an upper
+	   bound of the store's) */
+	if (b->lateness_p50_us > a->lateness_p50_us)
+		a->lateness_p50_us = b->lateness_p50_us;
+	if (b->lateness_p99_us > a->lateness_p99_us)
+		a->lateness_p99_us = b->lateness_p99_us;
+	if (b->lateness_max_us > a->lateness_max_us)
+		a->lateness_max_us = b->lateness_max_us;
+	a->claims_window += b->claims_window;
+	a->estimated |= b->estimated;
+}
+
+static int sh_stats(due_store *s, due_stats *out)
+{
+	due_stats b;
+	int rc;
+
+	for (int i = 0; i < s->n; i++) {
+		memset(&b, 0, sizeof(b));
+		if ((rc = SLOT->stats(s->sh[i], &b)) < 0)
+			return rc;
+		stats_add(out, &b, i == 0);
+	}
+	return 0;
+}
+
+static void hist_add(due_histogram *a, const due_histogram *b)
+{
+	for (int k = 0; k <= DUE_HIST_N; k++)
+		a->buckets[k] += b->buckets[k];
+	a->count += b->count;
+	a->sum_ms += b->sum_ms;
+}
+
+/* b's per-kind counts into a (b's kinds are freed or moved). */
+static int kinds_add(due_metrics *a, due_metrics *b)
+{
+	for (size_t j = 0; j < b->n_kinds; j++) {
+		due_kind_counts *k = NULL, *grown;
+		for (size_t i = 0; i < a->n_kinds && !k; i++)
+			if (strcmp(a->kinds[i].kind, b->kinds[j].kind) == 0)
+				k = &a->kinds[i];
+		if (k) {
+			for (int st = 0; st < DUE_STATE_COUNT; st++)
+				k->counts[st] += b->kinds[j].counts[st];
+			continue;
+		}
+		grown = realloc(a->kinds, (a->n_kinds + 1) * sizeof(*grown));
+		if (!grown)
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		a->kinds = grown;
+		a->kinds[a->n_kinds++] = b->kinds[j];
+		b->kinds[j].kind = NULL;
+	}
+	return 0;
+}
+
+static int by_kind(const void *a, const void *b)
+{
+	return strcmp(((const due_kind_counts *)a)->kind,
+		      ((const due_kind_counts *)b)->kind);
+}
+
+static int sh_metrics(due_store *s, due_metrics *out)
+{
+	due_metrics b;
+	int rc = 0;
+
+	if (s->n == 1)
+		return SLOT->metrics(s->sh[0], out);
+	if ((rc = SLOT->metrics(s->sh[0], out)) < 0)
+		return rc;
+	for (int i = 1; i < s->n && rc == 0; i++) {
+		memset(&b, 0, sizeof(b));
+		if ((rc = SLOT->metrics(s->sh[i], &b)) == 0) {
+			stats_add(&out->stats, &b.stats, false);
+			hist_add(&out->lateness, &b.lateness);
+			hist_add(&out->duration, &b.duration);
+			for (int k = 0; k < DUE_OUT_COUNT; k++)
+				out->outcomes[k] += b.outcomes[k];
+			for (int k = 0; k < 15; k++)
+				out->done_per_min[k] += b.done_per_min[k];
+			/* worker reports and schedules are shard 0's */
+			out->kinds_estimated |= b.kinds_estimated;
+			out->pruned += b.pruned;
+			rc = kinds_add(out, &b);
+		}
+		for (size_t k = 0; k < b.n_kinds; k++)
+			free(b.kinds[k].kind);
+		free(b.kinds);
+	}
+	if (out->n_kinds > 1)
+		qsort(out->kinds, out->n_kinds, sizeof(*out->kinds), by_kind);
+	return rc;
+}
+
+typedef struct due_pair {
+	due_time at;
+	due_id id;
+} due_pair;
+
+static int by_due(const void *a, const void *b)
+{
+	const due_pair *x = a, *y = b;
+	if (x->at != y->at)
+		return (x->at > y->at) - (x->at < y->at);
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+/* The earliest `limit` of every shard's earliest `limit`. */
+static int sh_upcoming(due_store *s, due_upcoming *out,
+		       const char *const *kinds, size_t n_kinds, bool exclude,
+		       due_time until, int limit)
+{
+	due_pair *all = NULL, *grown;
+	size_t n = 0;
+	due_upcoming b;
+	int rc = 0;
+
+	if (s->n == 1)
+		return SLOT->upcoming(s->sh[0], out, kinds, n_kinds, exclude,
+				      until, limit);
+	for (int i = 0; i < s->n; i++) {
+		memset(&b, 0, sizeof(b));
+		if ((rc = SLOT->upcoming(s->sh[i], &b, kinds, n_kinds, exclude,
+					 until, limit)) == 0 &&
+		    !(grown = realloc(all, (n + b.count + 1) * sizeof(*all))))
+			rc = due__error_set(DUE_ENOMEM, "out of memory");
+		if (rc == 0) {
+			all = grown;
+			for (size_t k = 0; k < b.count; k++)
+				all[n++] = (due_pair){b.due_at[k], b.ids[k]};
+			out->truncated |= b.truncated;
+			if (i == 0)
+				out->now = b.now;
+			if (b.next_expiry && (!out->next_expiry ||
+					      b.next_expiry < out->next_expiry))
+				out->next_expiry = b.next_expiry;
+		}
+		free(b.ids);
+		free(b.due_at);
+		if (rc < 0)
+			goto done;
+	}
+	qsort(all, n, sizeof(*all), by_due);
+	if (n > (size_t)limit) {
+		n = (size_t)limit;
+		out->truncated = true;
+	}
+	out->ids = malloc((n + 1) * sizeof(*out->ids));
+	out->due_at = malloc((n + 1) * sizeof(*out->due_at));
+	if (!out->ids || !out->due_at) {
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+		goto done;
+	}
+	for (size_t k = 0; k < n; k++) {
+		out->ids[k] = all[k].id;
+		out->due_at[k] = all[k].at;
+	}
+	out->count = n;
+done:
+	free(all);
+	return rc;
+}
+
+static int sh_prune(due_store *s, int64_t *deleted, int64_t older_than_us,
+		    int64_t max_rows)
+{
+	int64_t d;
+	int rc;
+
+	/* max_rows 0: no cap */
+	*deleted = 0;
+	for (int i = 0; i < s->n && (!max_rows || *deleted < max_rows); i++) {
+		d = 0;
+		if ((rc = SLOT->prune(s->sh[i], &d, older_than_us,
+				      max_rows ? max_rows - *deleted : 0)) < 0)
+			return rc;
+		*deleted += d;
+	}
+	return 0;
+}
+
+static int sh_bytes(due_store *s, int64_t *out)
+{
+	int64_t b;
+	int rc;
+
+	*out = 0;
+	for (int i = 0; i < s->n; i++) {
+		if ((rc = SLOT->bytes(s->sh[i], &b)) < 0)
+			return rc;
+		*out += b;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Shard 0: schedules, worker reports, locks, wake-ups                 */
+/* ------------------------------------------------------------------ */
+
+static int sh_lock_take(due_store *s, bool *held, const char *name,
+			const char *owner, int64_t ttl_us)
+{
+	return SLOT->lock_take(s->sh[0], held, name, owner, ttl_us);
+}
+static int sh_cron_get(due_store *s, due_cron_info **out, const char *name)
+{
+	return SLOT->cron_get(s->sh[0], out, name);
+}
+static int sh_cron_put(due_store *s, const due_cron_def *d,
+		       due_time next_slot)
+{
+	return SLOT->cron_put(s->sh[0], d, next_slot);
+}
+static int sh_cron_remove(due_store *s, const char *name)
+{
+	return SLOT->cron_remove(s->sh[0], name);
+}
+static int sh_cron_list(due_store *s, due_cron_info_list **out)
+{
+	return SLOT->cron_list(s->sh[0], out);
+}
+static int sh_cron_fire(due_store *s, const due_cron_fire *f, bool *won,
+			due_id *task_id)
+{
+	return SLOT->cron_fire(s->sh[0], f, won, task_id);
+}
+static int sh_worker_report(due_store *s, const char *owner,
+			    const due_worker_stats *st)
+{
+	return SLOT->worker_report(s->sh[0], owner, st);
+}
+static int sh_listen(due_store *s, int *fd)
+{
+	return SLOT->listen(s->sh[0], fd);
+}
+static int sh_listen_drain(due_store *s, int *count)
+{
+	return SLOT->listen_drain(s->sh[0], count);
+}
+static int sh_notify(due_store *s) { return SLOT->notify(s->sh[0]); }
+
+/* ------------------------------------------------------------------ */
+/* Kinds: settings on every shard, live counts summed                  */
+/* ------------------------------------------------------------------ */
+
+static int sh_kind_put(due_store *s, const char *kind,
+		       const due_kind_settings *set)
+{
+	int rc;
+
+	s->lim.read_at = 0; /* this handle's next submit reads them again */
+	for (int i = 0; i < s->n; i++)
+		if ((rc = SLOT->kind_put(s->sh[i], kind, set)) < 0)
+			return rc;
+	return 0;
+}
+
+static int sh_kind_remove(due_store *s, const char *kind)
+{
+	int rc;
+
+	s->lim.read_at = 0;
+	for (int i = 0; i < s->n; i++)
+		if ((rc = SLOT->kind_remove(s->sh[i], kind)) < 0)
+			return rc;
+	return 0;
+}
+
+static void kind_add(due_kind_info *a, const due_kind_info *b)
+{
+	a->running += b->running;
+	a->rate_used += b->rate_used;
+	a->due += b->due;
+	a->held_rate += b->held_rate;
+	a->held_running += b->held_running;
+	a->held_group += b->held_group;
+	a->group_running += b->group_running;
+}
+
+static int sh_kind_get(due_store *s, due_kind_info **out, const char *kind,
+		       const char *group)
+{
+	due_kind_info *b;
+	int rc;
+
+	int notfound = 0;
+
+	*out = NULL;
+	for (int i = 0; i < s->n; i++) {
+		b = NULL;
+		rc = SLOT->kind_get(s->sh[i], &b, kind, group);
+		if (rc == DUE_ENOTFOUND) { /* a shard that never saw it */
+			notfound = rc;
+			continue;
+		}
+		if (rc < 0) {
+			due_kind_info_free(*out);
+			*out = NULL;
+			return rc;
+		}
+		if (!*out) {
+			*out = b;
+			continue;
+		}
+		kind_add(*out, b);
+		due_kind_info_free(b);
+	}
+	if (*out)
+		return 0;
+	/* no shard knows it: shard 0's error again, with its message */
+	return notfound ? SLOT->kind_get(s->sh[0], out, kind, group) : 0;
+}
+
+static int sh_kind_list(due_store *s, due_kind_info_list **out)
+{
+	due_kind_info_list *b;
+	int rc;
+
+	if ((rc = SLOT->kind_list(s->sh[0], out)) < 0)
+		return rc;
+	for (int i = 1; i < s->n; i++) {
+		b = NULL;
+		if ((rc = SLOT->kind_list(s->sh[i], &b)) < 0) {
+			due_kind_info_list_free(*out);
+			*out = NULL;
+			return rc;
+		}
+		for (size_t j = 0; j < b->count && rc == 0; j++) {
+			due_kind_info *k = NULL, *grown;
+			for (size_t m = 0; m < (*out)->count && !k; m++)
+				if (strcmp((*out)->items[m].kind,
+					   b->items[j].kind) == 0)
+					k = &(*out)->items[m];
+			if (k) {
+				kind_add(k, &b->items[j]);
+				continue;
+			}
+			/* a kind only this shard has seen: moved over */
+			grown = realloc((*out)->items,
+					((*out)->count + 1) * sizeof(*grown));
+			if (!grown) {
+				rc = due__error_set(DUE_ENOMEM,
+						    "out of memory");
+				break;
+			}
+			(*out)->items = grown;
+			(*out)->items[(*out)->count++] = b->items[j];
+			memset(&b->items[j], 0, sizeof(b->items[j]));
+		}
+		due_kind_info_list_free(b);
+		if (rc < 0) {
+			due_kind_info_list_free(*out);
+			*out = NULL;
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static const char *const schemes[] = {"redis", "rediss", NULL};
+
+/* Every method is sh_<method> (store.h lists them). */
+#define OP(m) .m = sh_##m,
+const due_store_ops due__store_redis = {.version = DUE_STORE_OPS_VERSION,
+					.name = "redis",
+					.schemes = schemes,
+					.caps = DUE_STORE_CAP_NOTIFY,
+					DUE_STORE_METHODS(OP)
+					    DUE_STORE_NOTIFY_METHODS(OP)};
+#undef OP
