@@ -517,7 +517,8 @@ static int sh_list(due_store *s, due_task_list **out, const due_list_opts *o)
 			return rc;
 		}
 	}
-	qsort((*out)->items, (*out)->count, sizeof(due_task), by_id);
+	if ((*out)->count > 1) /* an empty list has no items array */
+		qsort((*out)->items, (*out)->count, sizeof(due_task), by_id);
 	while ((*out)->count > (size_t)limit)
 		due__task_clear(&(*out)->items[--(*out)->count]);
 	return 0;
@@ -679,7 +680,8 @@ static int sh_upcoming(due_store *s, due_upcoming *out,
 		if (rc < 0)
 			goto done;
 	}
-	qsort(all, n, sizeof(*all), by_due);
+	if (n > 1)
+		qsort(all, n, sizeof(*all), by_due);
 	if (n > (size_t)limit) {
 		n = (size_t)limit;
 		out->truncated = true;
