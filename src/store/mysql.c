@@ -323,6 +323,30 @@ static int exec(due_store *s, due_my_sql *b, const char *what,
 	return rc;
 }
 
+/*
+** Run b, a write by id under the row lock this transaction took, with its
+** predicate (state, attempt) repeated: 0 when it matched one row.  None
+** matched means the row changed under our lock, which InnoDB never lets
+** happen and Galera can (a write set from another node aborts our
+** transaction; MariaDB runs the rest of a text outside it): the
+** transaction is retried whole (RETRY), reading the row again.
+*/
+static int exec_one(due_store *s, due_my_sql *b, const char *what,
+		    due_id id)
+{
+	uint64_t n = 0;
+	int rc = exec(s, b, what, &n);
+
+	if (rc < 0 || n == 1)
+		return rc;
+	s->deadlock = true;
+	return due__error_set(DUE_EBUSY,
+			      "mysql store: %s of task %lld: the task changed "
+			      "under the transaction's lock (Galera: another "
+			      "node wrote it); retried",
+			      what, (long long)id);
+}
+
 /* The server's now. */
 static int server_now(due_store *s, due_time *out)
 {
@@ -2169,10 +2193,15 @@ static int fail_tx(due_store *s, due_fail_outcome *out, const fail_args *a)
 		due__my_str(&b, a->error);
 		due__my_add(&b,
 			    ", lease_owner = NULL, lease_until = NULL,"
-			    " updated_at = " NOW_V " WHERE id = %lld;"
-			    " UPDATE due_attempt SET ended_at = " NOW_V
+			    " updated_at = " NOW_V " WHERE id = %lld"
+			    " AND state = 'CLAIMED' AND attempt = %d",
+			    (long long)a->id, a->attempt);
+		if ((rc = exec_one(s, &b, "fail", a->id)) < 0)
+			goto fail;
+		due__my_sql_init(&b, s->conn);
+		due__my_add(&b,
+			    "UPDATE due_attempt SET ended_at = " NOW_V
 			    ", outcome = '%s', error = ",
-			    (long long)a->id,
 			    v[2] ? "CANCELLED"
 				 : due_outcome_name(a->as == DUE_OUT_TIMED_OUT
 							? DUE_OUT_TIMED_OUT
@@ -2374,11 +2403,12 @@ static int cancel_tx(due_store *s, due_cancel_outcome *out, due_id id)
 	if (state && (st == DUE_SCHEDULED || st == DUE_CLAIMED)) {
 		due__my_add(&b,
 			    "UPDATE due_task SET %s, updated_at = " NOW
-			    " WHERE id = %lld",
+			    " WHERE id = %lld AND state = ",
 			    st == DUE_SCHEDULED ? "state = 'CANCELLED'"
 						: "cancel_requested = TRUE",
 			    (long long)id);
-		if ((rc = exec(s, &b, "cancel", NULL)) < 0)
+		due__my_str(&b, state);
+		if ((rc = exec_one(s, &b, "cancel", id)) < 0)
 			goto fail;
 	}
 	if ((rc = due__my_commit(s)) < 0)
@@ -2590,11 +2620,18 @@ static int operator_tx(due_store *s, bool kill, due_id id, due_state *final)
 		due__my_add(&b, "UPDATE due_task SET state = CASE WHEN"
 				" cancel_requested THEN 'CANCELLED' ELSE"
 				" 'SCHEDULED' END, due_at = " NOW_V ",");
+	due__my_add(&b,
+		    " lease_owner = NULL, lease_until = NULL,"
+		    " updated_at = " NOW_V " WHERE id = %lld AND attempt = %lld"
+		    " AND state = ",
+		    (long long)id, (long long)attempt);
+	due__my_str(&b, state);
+	if ((rc = exec_one(s, &b, action, id)) < 0)
+		goto fail;
+	due__my_sql_init(&b, s->conn);
 	due__my_add(
 	    &b,
-	    " lease_owner = NULL, lease_until = NULL,"
-	    " updated_at = " NOW_V " WHERE id = %lld;"
-	    " UPDATE due_attempt SET ended_at = " NOW_V ", outcome = '%s',"
+	    "UPDATE due_attempt SET ended_at = " NOW_V ", outcome = '%s',"
 	    " error = '%s' WHERE task_id = %lld AND attempt = %lld"
 	    " AND outcome = 'RUNNING';"
 	    " INSERT INTO due_audit (task_id, at, action, detail)"
@@ -2602,7 +2639,7 @@ static int operator_tx(due_store *s, bool kill, due_id id, due_state *final)
 	    " WHERE id = %lld;"
 	    " SELECT state = 'CANCELLED', state = 'DEAD' FROM due_task"
 	    " WHERE id = %lld",
-	    (long long)id, kill ? "KILLED" : "REQUEUED", action, (long long)id,
+	    kill ? "KILLED" : "REQUEUED", action, (long long)id,
 	    (long long)attempt, action, (long long)id, (long long)id);
 	if ((rc = ints(s, &b, action, v, 2)) < 0 ||
 	    (rc = due__my_commit(s)) < 0)
