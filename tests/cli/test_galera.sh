@@ -6,7 +6,12 @@
 # killed -9 (every task DONE, none with two kept results, the worker on
 # the dead node carries on through the next one), a cron schedule that
 # both workers' schedulers run fires once per slot, and `due verify`
-# passes through the multi-host URL.
+# passes through the multi-host URL; then node 2 restarts under load
+# (a producer adding through node 1) and rejoins by IST or SST, the tasks
+# added through node 1 while it was down are there, and a worker writing
+# through node 2 only and one through node 1 drain them (all DONE, none
+# with two kept results).  Prints GALERA_FAILOVER_MS: kill -9 of worker
+# B's node -> B's first claim through another node, on the store's clock.
 #
 # Starts its own cluster (scripts/galera-test-cluster) and stops it on
 # every exit.  Runs when the build has the MySQL store and galera-4,
@@ -58,21 +63,34 @@ expect_eq "multi_writer=1 task seen on node 3" SCHEDULED \
 #    picks the first that answers)
 N=2000
 for i in $(seq 1 $N); do echo '{"kind":"g"}'; done >"$T/g.jsonl"
+for i in $(seq 1 300); do echo '{"kind":"r"}'; done >"$T/r300.jsonl"
 "$DUE" add --batch "$T/g.jsonl" >/dev/null && ok || bad "batch add of $N"
 H='echo "$DUE_TASK_ID" >> "$OUT/$DUE_KIND.runs"; echo "r$DUE_TASK_ID"'
 start=$(date +%s%N)
 "$DUE" work -q --kinds g,tick --concurrency 4 --lease 5s --poll 200ms --owner A \
 	--db "mysql://root@127.0.0.1:$P1,127.0.0.1:$P3,127.0.0.1:$P2/due" --exec "$H" 2>"$T/A.log" &
 wa=$!
+# B's handler also notes when it started, once node 2 is dead: a handler
+# starts only after its claim committed
+HB='echo "$DUE_TASK_ID" >> "$OUT/$DUE_KIND.runs"
+if [ -e "$OUT/killed" ]; then echo "$DUE_TASK_ID $(date +%s%3N)" >> "$OUT/B.after"; fi
+echo "r$DUE_TASK_ID"'
 "$DUE" work -q --kinds g,tick --concurrency 4 --lease 5s --poll 200ms --owner B \
-	--db "mysql://root@127.0.0.1:$P2,127.0.0.1:$P3,127.0.0.1:$P1/due" --exec "$H" 2>"$T/B.log" &
+	--db "mysql://root@127.0.0.1:$P2,127.0.0.1:$P3,127.0.0.1:$P1/due" --exec "$HB" 2>"$T/B.log" &
 wb=$!
 due_conns() { nsql "$1" "SELECT COUNT(*) FROM information_schema.processlist WHERE db = 'due' AND id <> CONNECTION_ID()"; }
 wait_for "300 tasks run" 120 has_lines "$OUT/g.runs" 300 || true
 c1=$(due_conns "$P1") c2=$(due_conns "$P2")
 echo "before the kill: due connections on node 1: $c1, node 2: $c2"
 [ "$c1" -ge 1 ] && [ "$c2" -ge 1 ] && ok || bad "workers not on two nodes (node 1: $c1, node 2: $c2)"
-"$GC" kill "$SP_DIR" 2 && ok || bad "kill -9 of node 2"
+# the kill itself here, the clock read right after it: the script's own
+# start-up before its kill took tens of ms, in which B still committed
+# through node 2 (one run measured 22 ms that way); `kill` then waits
+# until the process is gone
+touch "$OUT/killed"
+kill -9 "$(cat "$SP_DIR/n2/mysqld.pid")" && ok || bad "kill -9 of node 2"
+kill_ms=$(date +%s%3N)
+"$GC" kill "$SP_DIR" 2 && ok || bad "node 2 gone"
 killed_at=$(lines "$OUT/g.runs")
 echo "node 2 killed -9 after $killed_at handler runs"
 wait_drain "$N tasks done" 60 sp_left g $N || true
@@ -103,6 +121,34 @@ echo "handler runs: $(lines "$OUT/g.runs") for $N tasks;" \
 echo "worker logs: A $(wc -l <"$T/A.log") lines, B $(wc -l <"$T/B.log") lines; B's last: $(tail -2 "$T/B.log" | tr '\n' ' ')"
 expect_eq "both workers claimed" 2 "$(sp_tasks g "len({a['worker'] for x in t for a in x['attempts'] if a['outcome'] == 'DONE'})")"
 
+# failover time: kill -9 of node 2 -> the first handler start of a task
+# worker B claimed through another node (its claim committed there: the
+# claim read the store's clock after the kill, and the nodes run on this
+# host, so their UTC_TIMESTAMP is the clock kill_ms was read from).  Also
+# when B's earliest claim after the kill read the clock (every transaction
+# on the survivors waits for the group to drop node 2), and worker A's
+# (node 1) longest pause between two completions.  Printed, never asserted.
+nsql "$P1" "SELECT task_id, claimed_at FROM due_attempt WHERE worker = 'B' AND claimed_at > $kill_ms * 1000" >"$T/b.claims"
+nsql "$P1" "SELECT ended_at FROM due_attempt WHERE worker = 'A' AND outcome = 'DONE' AND ended_at IS NOT NULL ORDER BY ended_at" >"$T/a.ends"
+fo=$(python3 - "$T/b.claims" "$OUT/B.after" "$T/a.ends" "$kill_ms" <<'PY'
+import sys
+claims = dict(l.split() for l in open(sys.argv[1]))
+kill = int(sys.argv[4])
+starts = [int(t) for i, t in (l.split() for l in open(sys.argv[2])) if i in claims]
+ends = [int(x) for x in open(sys.argv[3])]
+gap = max((b - a for a, b in zip(ends, ends[1:])), default=0) // 1000
+print(min(starts) - kill if starts else "none",
+      min(int(c) for c in claims.values()) // 1000 - kill if claims else "none", gap)
+PY
+)
+read -r fo_ms fo_read a_gap <<<"$fo"
+[[ $fo_ms =~ ^[0-9]+$ ]] && ok || bad "worker B never ran a task it claimed after the kill ($fo)"
+echo "GALERA_FAILOVER_MS=$fo_ms"
+echo "failover: kill -9 of node 2 -> worker B's first handler of a claim committed through" \
+	"node 3: $fo_ms ms (B's earliest claim after the kill read the clock at $fo_read ms);" \
+	"worker A (node 1), longest pause between completions: $a_gap ms" \
+	"(evs.suspect_timeout=PT5S, --poll 200ms)"
+
 # 4. cron: one task per slot (its key names the slot), the count the
 #    schedule itself recorded
 ticks=$(slot_tasks)
@@ -113,4 +159,80 @@ echo "cron: $ticks slots fired, $(sp_tasks tick "sum(1 for x in t if x['state'] 
 
 # 5. due verify through the multi-host URL (node 2 still down: node 1 serves)
 sp_verify "$URL"
+
+# 6. node 2 rejoins under load: 300 tasks added through node 1 while it is
+#    down, a producer adding through node 1 during the rejoin; then a
+#    worker writing through node 2 only and one through node 1 drain them
+"$DUE" add --batch - --db "$(node_url "$P1")" <"$T/r300.jsonl" >"$T/r.acked" 2>/dev/null ||
+	bad "batch add of 300 through node 1 with node 2 down"
+(while [ ! -e "$OUT/producer.stop" ]; do
+	"$DUE" add r --db "$(node_url "$P1")" 2>/dev/null >>"$T/p.acked" || sleep 0.05
+done) &
+prod=$!
+wait_for "the producer adds" 30 has_lines "$T/p.acked" 5 || true
+t0=$(date +%s%N)
+how=$("$GC" restart "$SP_DIR" 2) && ok || bad "node 2 did not rejoin: $how"
+echo "node 2 rejoined by $how in $((($(date +%s%N) - t0) / 1000000)) ms (a producer adding through node 1 meanwhile: $(lines "$T/p.acked") adds so far)"
+wait_for "adds acknowledged after the rejoin" 30 has_lines "$T/p.acked" $(($(lines "$T/p.acked") + 5)) || true
+touch "$OUT/producer.stop"
+wait "$prod" || true
+cat "$T/r.acked" "$T/p.acked" | sort -u >"$T/r.ids"
+R=$(wc -l <"$T/r.ids")
+echo "rejoin drain: $R tasks (300 added with node 2 down, $(lines "$T/p.acked") by the producer)"
+# seen through node 2: the 300 added while it was down, and the first drain
+n2() { nsql "$P2" "SET SESSION wsrep_sync_wait = 1; $1"; }
+n2 "SELECT id FROM due_task WHERE kind = 'r'" | sort >"$T/r.on2"
+expect_eq "tasks added through node 1 are all on node 2 after the rejoin" 0 \
+	"$(comm -23 "$T/r.ids" "$T/r.on2" | wc -l)"
+expect_eq "the first drain's $N DONE tasks are on node 2" $N \
+	"$(n2 "SELECT COUNT(*) FROM due_task WHERE kind = 'g' AND state = 'DONE'")"
+"$DUE" work -q --kinds r --concurrency 4 --lease 5s --poll 200ms --owner C \
+	--db "$(node_url "$P2")" --exec "$H" 2>"$T/C.log" &
+wc_=$!
+"$DUE" work -q --kinds r --concurrency 4 --lease 5s --poll 200ms --owner D \
+	--db "$(node_url "$P1")" --exec "$H" 2>"$T/D.log" &
+wd=$!
+wait_for "$R tasks done" 120 sp_all_done r "$R" || true
+kill -0 "$wc_" && kill -0 "$wd" && ok || bad "a worker died (C: $(tail -2 "$T/C.log"); D: $(tail -2 "$T/D.log"))"
+kill -TERM "$wc_" "$wd"
+rc=0; wait "$wc_" || rc=$?
+expect_eq "worker C (node 2) exits 0" 0 "$rc"
+rc=0; wait "$wd" || rc=$?
+expect_eq "worker D (node 1) exits 0" 0 "$rc"
+expect_eq "every rejoin-drain task DONE with its own result, exactly one DONE attempt" "$R" \
+	"$(sp_tasks r "sum(1 for x in t if x['state'] == 'DONE' and (x['result'] or '').strip() == 'r%d' % x['id'] and [a['outcome'] for a in x['attempts']].count('DONE') == 1)")"
+expect_eq "every acknowledged add of the rejoin drain is a task" 0 \
+	"$(sp_tasks r "'\n'.join(str(x['id']) for x in t)" | sort | comm -23 "$T/r.ids" - | wc -l)"
+c_done=$(sp_tasks r "sum(1 for x in t for a in x['attempts'] if a['outcome'] == 'DONE' and a['worker'] == 'C')")
+[ "$c_done" -ge 1 ] && ok || bad "worker C committed nothing through the rejoined node 2 (log: $(tail -2 "$T/C.log"))"
+echo "rejoin drain: C (node 2) committed $c_done, D (node 1) $((R - c_done)); handler runs: $(lines "$OUT/r.runs") for $R tasks"
+
+# 7. quorum lost: nodes 1 and 3 killed -9, node 2 alone is non-Primary
+"$DUE" work --kinds q --lease 5s --poll 200ms --owner E --db "$(node_url "$P2")" \
+	--exec 'echo "$DUE_TASK_ID" >> "$OUT/q.runs"' 2>"$T/E.log" &
+we=$!
+wait_for "worker E started" 30 grep -q "started" "$T/E.log" || true
+"$GC" kill "$SP_DIR" 1 && "$GC" kill "$SP_DIR" 3 && ok || bad "kill -9 of nodes 1 and 3"
+cstatus() { nsql "$P2" "SHOW STATUS LIKE 'wsrep_cluster_status'" 2>/dev/null | cut -f2; }
+non_primary() { [ "$(cstatus)" = non-Primary ]; }
+wait_for "node 2 outside the primary component" 60 non_primary || true
+out=$("$DUE" add q --db "$(node_url "$P2")" 2>&1) && bad "add through a non-Primary node succeeded: $out" || ok
+echo "add through non-Primary node 2: $out"
+[[ $out == *"wsrep_ready=OFF"* ]] && ok || bad "add through a non-Primary node: unclear error: $out"
+wait_for "worker E met the outage" 60 grep -q "store unavailable" "$T/E.log" || true
+kill -0 "$we" && ok || bad "worker E died outside the primary component: $(tail -2 "$T/E.log")"
+t0=$(date +%s%N)
+nsql "$P2" "SET GLOBAL wsrep_provider_options = 'pc.bootstrap=YES'" && ok || bad "pc.bootstrap=YES on node 2"
+primary() { [ "$(cstatus)" = Primary ]; }
+wait_for "node 2 Primary again" 60 primary || true
+for i in $(seq 1 20); do echo '{"kind":"q"}'; done | "$DUE" add --batch - --db "$(node_url "$P2")" >/dev/null &&
+	ok || bad "batch add through bootstrapped node 2"
+wait_for "20 tasks done by worker E" 60 sp_all_done q 20 || true
+echo "quorum: bootstrap of node 2 -> 20 new tasks done by worker E: $((($(date +%s%N) - t0) / 1000000)) ms"
+grep -q "store answers again" "$T/E.log" && ok || bad "worker E did not log the end of the outage: $(tail -2 "$T/E.log")"
+grep -E "store unavailable|answers again" "$T/E.log" | sed 's/^/  E: /'
+kill -TERM "$we"
+rc=0; wait "$we" || rc=$?
+expect_eq "worker E exits 0" 0 "$rc"
+expect_eq "each of the 20 ran once" 20 "$(sort -u "$OUT/q.runs" | wc -l)"
 finish
