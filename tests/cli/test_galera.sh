@@ -192,7 +192,7 @@ wc_=$!
 "$DUE" work -q --kinds r --concurrency 4 --lease 5s --poll 200ms --owner D \
 	--db "$(node_url "$P1")" --exec "$H" 2>"$T/D.log" &
 wd=$!
-wait_for "$R tasks done" 120 sp_all_done r "$R" || true
+wait_drain "$R tasks done" 60 sp_left r "$R" || true
 kill -0 "$wc_" && kill -0 "$wd" && ok || bad "a worker died (C: $(tail -2 "$T/C.log"); D: $(tail -2 "$T/D.log"))"
 kill -TERM "$wc_" "$wd"
 rc=0; wait "$wc_" || rc=$?
