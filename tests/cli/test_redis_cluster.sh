@@ -3,7 +3,7 @@
 # 3 masters and 3 replicas of our own (scripts/redis-test-cluster), a
 # store of 4 shards (?shards=4: 4 hash slots, spread over at least 2 of
 # the masters), the default ?wait=1 (each write acknowledged by a replica
-# before it is acknowledged to the caller).  1,800 tasks added in batches,
+# before it is acknowledged to the caller).  2,000 tasks added in batches,
 # then 2 workers drain them while a producer adds more one at a time;
 # meanwhile shard 0's slot is moved to another master (MIGRATE, by hand,
 # only that slot) and then that master is killed -9 (its replica takes
@@ -47,6 +47,7 @@ shard_masters() {
 }
 n=0
 until NAME=rc$$x$n && [ "$(shard_masters "$NAME")" -ge 2 ]; do n=$((n + 1)); done
+ok # the store's shards are on at least 2 masters (its name is chosen so)
 export DUE_DB="$URL?prefix=$NAME&shards=4"
 SLOT=$("$CL" slot "$CD" "{due:$NAME:0}:meta")
 echo "store $NAME: 4 shards on $(shard_masters "$NAME") masters"
@@ -60,13 +61,13 @@ expect_err 2 "wait must be" "$DUE" ls --db "$URL?prefix=$NAME&wait=x"
 nlines() { if [ -e "$1" ]; then wc -l <"$1"; else echo 0; fi; }
 has_lines() { [ "$(nlines "$1")" -ge "$2" ]; }
 
-# 2. the drain: 1,800 tasks in batches, 2 workers, a producer adding one
+# 2. the drain: 2,000 tasks in batches, 2 workers, a producer adding one
 #    at a time through everything below
-for b in 1 2 3; do
-	for _ in $(seq 1 600); do echo '{"kind":"c"}'; done | "$DUE" add --batch - >>"$T/acked" ||
+for b in 1 2 3 4; do
+	for _ in $(seq 1 500); do echo '{"kind":"c"}'; done | "$DUE" add --batch - >>"$T/acked" ||
 		bad "batch add $b"
 done
-expect_eq "1800 adds acknowledged" 1800 "$(nlines "$T/acked")"
+expect_eq "2000 adds acknowledged" 2000 "$(nlines "$T/acked")"
 for w in 1 2; do
 	"$DUE" work --kinds c --concurrency 4 --lease 4s --poll 100ms --owner "w$w" \
 		--exec 'echo "$DUE_TASK_ID" >> "$OUT/runs"; sleep 0.02; echo "r$DUE_TASK_ID"' \
