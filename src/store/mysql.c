@@ -331,8 +331,7 @@ static int exec(due_store *s, due_my_sql *b, const char *what,
 ** transaction; MariaDB runs the rest of a text outside it): the
 ** transaction is retried whole (RETRY), reading the row again.
 */
-static int exec_one(due_store *s, due_my_sql *b, const char *what,
-		    due_id id)
+static int exec_one(due_store *s, due_my_sql *b, const char *what, due_id id)
 {
 	uint64_t n = 0;
 	int rc = exec(s, b, what, &n);
@@ -2629,18 +2628,18 @@ static int operator_tx(due_store *s, bool kill, due_id id, due_state *final)
 	if ((rc = exec_one(s, &b, action, id)) < 0)
 		goto fail;
 	due__my_sql_init(&b, s->conn);
-	due__my_add(
-	    &b,
-	    "UPDATE due_attempt SET ended_at = " NOW_V ", outcome = '%s',"
-	    " error = '%s' WHERE task_id = %lld AND attempt = %lld"
-	    " AND outcome = 'RUNNING';"
-	    " INSERT INTO due_audit (task_id, at, action, detail)"
-	    " SELECT id, " NOW_V ", '%s', state FROM due_task"
-	    " WHERE id = %lld;"
-	    " SELECT state = 'CANCELLED', state = 'DEAD' FROM due_task"
-	    " WHERE id = %lld",
-	    kill ? "KILLED" : "REQUEUED", action, (long long)id,
-	    (long long)attempt, action, (long long)id, (long long)id);
+	due__my_add(&b,
+		    "UPDATE due_attempt SET ended_at = " NOW_V
+		    ", outcome = '%s',"
+		    " error = '%s' WHERE task_id = %lld AND attempt = %lld"
+		    " AND outcome = 'RUNNING';"
+		    " INSERT INTO due_audit (task_id, at, action, detail)"
+		    " SELECT id, " NOW_V ", '%s', state FROM due_task"
+		    " WHERE id = %lld;"
+		    " SELECT state = 'CANCELLED', state = 'DEAD' FROM due_task"
+		    " WHERE id = %lld",
+		    kill ? "KILLED" : "REQUEUED", action, (long long)id,
+		    (long long)attempt, action, (long long)id, (long long)id);
 	if ((rc = ints(s, &b, action, v, 2)) < 0 ||
 	    (rc = due__my_commit(s)) < 0)
 		goto fail;

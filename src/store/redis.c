@@ -2466,9 +2466,9 @@ int due__redis_shard_cfg(void **out, const void *cfg, int i)
 */
 #define OP(m) .m = rd_##m,
 const due_store_ops due__store_redis_slot = {.version = DUE_STORE_OPS_VERSION,
-					.name = "redis",
-					.schemes = schemes,
-					.caps = DUE_STORE_CAP_NOTIFY,
-					DUE_STORE_METHODS(OP)
-					    DUE_STORE_NOTIFY_METHODS(OP)};
+					     .name = "redis",
+					     .schemes = schemes,
+					     .caps = DUE_STORE_CAP_NOTIFY,
+					     DUE_STORE_METHODS(OP)
+						 DUE_STORE_NOTIFY_METHODS(OP)};
 #undef OP

@@ -48,8 +48,8 @@
 #define SLOT (&due__store_redis_slot)
 
 typedef struct sh_cfg {
-	void *one;	/* the URL as redis.c parsed it */
-	void **part;	/* per shard: the same, with its index */
+	void *one;   /* the URL as redis.c parsed it */
+	void **part; /* per shard: the same, with its index */
 	int n;
 } sh_cfg;
 
@@ -159,10 +159,7 @@ static int each(due_store *s, int (*fn)(due_store *))
 }
 
 static int sh_init_schema(due_store *s) { return each(s, SLOT->init_schema); }
-static int sh_check_schema(due_store *s)
-{
-	return each(s, SLOT->check_schema);
-}
+static int sh_check_schema(due_store *s) { return each(s, SLOT->check_schema); }
 static int sh_now(due_store *s, due_time *out)
 {
 	return SLOT->now(s->sh[0], out);
@@ -460,8 +457,8 @@ static int sh_complete_claim(due_store *s, due_completion *items, size_t n,
 	*out = NULL;
 	if ((rc = sh_complete(s, items, n, NULL, NULL)) < 0)
 		return rc;
-	return sh_claim(s, out, owner, kinds, n_kinds, exclude, limit,
-			lease_us, 0);
+	return sh_claim(s, out, owner, kinds, n_kinds, exclude, limit, lease_us,
+			0);
 }
 
 static int sh_reclaim(due_store *s, due_reclaimed *out)
@@ -747,8 +744,7 @@ static int sh_cron_get(due_store *s, due_cron_info **out, const char *name)
 {
 	return SLOT->cron_get(s->sh[0], out, name);
 }
-static int sh_cron_put(due_store *s, const due_cron_def *d,
-		       due_time next_slot)
+static int sh_cron_put(due_store *s, const due_cron_def *d, due_time next_slot)
 {
 	return SLOT->cron_put(s->sh[0], d, next_slot);
 }
@@ -880,8 +876,8 @@ static int sh_kind_list(due_store *s, due_kind_info_list **out)
 			grown = realloc((*out)->items,
 					((*out)->count + 1) * sizeof(*grown));
 			if (!grown) {
-				rc = due__error_set(DUE_ENOMEM,
-						    "out of memory");
+				rc =
+				    due__error_set(DUE_ENOMEM, "out of memory");
 				break;
 			}
 			(*out)->items = grown;
