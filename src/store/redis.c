@@ -2436,8 +2436,7 @@ static int rd_bytes(due_store *s, int64_t *out)
 static const char *const schemes[] = {"redis", "rediss", NULL};
 
 /*
-** Shards (redis_shard.c): how many the URL names, and the configuration
-** of shard i (a copy; free it with the ops' free_cfg).
+** Shards (redis_shard.c, declared in redis_shard.h).
 */
 int due__redis_shards(const void *cfg)
 {
@@ -2445,7 +2444,7 @@ int due__redis_shards(const void *cfg)
 	return c->shards > 1 ? c->shards : 1;
 }
 
-int due__redis_shard_cfg(void **out, const void *cfg, int i)
+int due__redis_shard_cfg(void **out, const void *cfg, int shards, int i)
 {
 	rd_cfg *c = calloc(1, sizeof(*c));
 	int rc;
@@ -2455,7 +2454,33 @@ int due__redis_shard_cfg(void **out, const void *cfg, int i)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	if ((rc = copy_cfg(c, cfg)) < 0)
 		return rc;
+	if (shards > 0)
+		c->shards = shards;
 	c->shard = i;
+	return 0;
+}
+
+int due__redis_node(due_store *s, char *buf, size_t n)
+{
+	const rd_node *at = s->cluster ? &s->master : &s->cfg.seed[0];
+	return snprintf(buf, n, "%s:%d", at->host, at->port);
+}
+
+const char *due__redis_label(const due_store *s) { return s->cfg.label; }
+
+int due__redis_version(due_store *s, int *v)
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	arg_i(&a, DUE_SCHEMA_VERSION);
+	arg_i(&a, s->cfg.shards > 1 ? s->cfg.shards : 1);
+	arg_i(&a, s->cfg.shard);
+	if ((rc = rd_eval(s, "version", &a, &r, "read schema version")) < 0)
+		return rc;
+	*v = (int)rint_of(r);
+	freeReplyObject(r);
 	return 0;
 }
 

@@ -46,6 +46,7 @@
 #include "store/redis_shard.h"
 
 #define SLOT (&due__store_redis_slot)
+#define RD_NODE_MAX 65 /* shards at most 64, and a scratch entry */
 
 typedef struct sh_cfg {
 	void *one;   /* the URL as redis.c parsed it */
@@ -66,6 +67,7 @@ struct due_store {
 	int n;
 	unsigned submit_rr, claim_rr;
 	limited lim;
+	void *other; /* due init: the other layout's cfg (other_layout) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -101,7 +103,7 @@ static int sh_parse_url(void **cfg, const due_url *url)
 		goto fail;
 	}
 	for (int i = 0; i < c->n; i++)
-		if ((rc = due__redis_shard_cfg(&c->part[i], c->one, i)) < 0)
+		if ((rc = due__redis_shard_cfg(&c->part[i], c->one, 0, i)) < 0)
 			goto fail;
 	return 0;
 fail:
@@ -123,6 +125,7 @@ static void sh_close(due_store *s)
 	if (!s)
 		return;
 	limited_clear(&s->lim);
+	SLOT->free_cfg(s->other);
 	for (int i = 0; s->sh && i < s->n; i++)
 		SLOT->close(s->sh[i]);
 	free(s->sh);
@@ -139,6 +142,11 @@ static int sh_open(due_store **out, const void *cfg, bool create)
 	if (!s || !(s->sh = calloc((size_t)c->n, sizeof(*s->sh))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	s->n = c->n;
+	/* for due init: shard 0 of a 2-shard layout when this one is not
+	   sharded (any N has the same shard 0 keys), else the unsharded */
+	if (create && (rc = due__redis_shard_cfg(&s->other, c->one,
+						 s->n > 1 ? 1 : 2, 0)) < 0)
+		return rc;
 	for (int i = 0; i < c->n; i++)
 		if ((rc = SLOT->open(&s->sh[i], c->part[i], create)) < 0)
 			return rc;
@@ -158,7 +166,48 @@ static int each(due_store *s, int (*fn)(due_store *))
 	return 0;
 }
 
-static int sh_init_schema(due_store *s) { return each(s, SLOT->init_schema); }
+/*
+** Whether the same name holds a store of the other layout: unsharded
+** {due:NAME} when this one has shards, shard 0 of a sharded one when not.
+** `due init` with the wrong ?shards= would otherwise make a second, empty
+** store beside it that takes submits no worker of the first one sees.
+*/
+static int other_layout(due_store *s)
+{
+	due_store *o = NULL;
+	int v = -1, rc;
+
+	if (!s->other)
+		return 0;
+	if ((rc = SLOT->open(&o, s->other, false)) == 0)
+		rc = due__redis_version(o, &v);
+	SLOT->close(o);
+	if (rc < 0)
+		return rc;
+	if (v == -1)
+		return 0;
+	if (s->n > 1)
+		return due__error_set(
+		    DUE_ESCHEMA,
+		    "redis store %s: an unsharded store of this prefix exists: "
+		    "open it without ?shards=, or use another prefix for the "
+		    "sharded one (nothing written)",
+		    due__redis_label(s->sh[0]));
+	/* asked as shard 0 of 2: -1000 - N when it was made with another N */
+	return due__error_set(
+	    DUE_ESCHEMA,
+	    "redis store %s: a store of this prefix made with shards=%d "
+	    "exists: open it with ?shards=%d, or use another prefix (nothing "
+	    "written)",
+	    due__redis_label(s->sh[0]), v <= -1000 ? -1000 - v : 2,
+	    v <= -1000 ? -1000 - v : 2);
+}
+
+static int sh_init_schema(due_store *s)
+{
+	int rc = other_layout(s);
+	return rc < 0 ? rc : each(s, SLOT->init_schema);
+}
 static int sh_check_schema(due_store *s) { return each(s, SLOT->check_schema); }
 static int sh_now(due_store *s, due_time *out)
 {
@@ -208,8 +257,10 @@ static int limited_read(due_store *s)
 
 	if (s->lim.read_at && mono_us() - s->lim.read_at < LIMITED_TTL_US)
 		return 0;
-	if ((rc = SLOT->kind_list(s->sh[0], &l)) < 0)
+	if ((rc = SLOT->kind_list(s->sh[0], &l)) < 0) {
+		s->lim.read_at = mono_us(); /* not again for a second */
 		return rc;
+	}
 	limited_clear(&s->lim);
 	if (l->count && !(s->lim.kind = calloc(l->count, sizeof(char *)))) {
 		due_kind_info_list_free(l);
@@ -260,11 +311,24 @@ static int sh_schedule(due_store *s, due_submitted *out,
 
 	if (s->n == 1)
 		return SLOT->schedule(s->sh[0], out, items, n);
+	bool keyless = true, any_limited = false;
+
 	rr = (int)(s->submit_rr++ % (unsigned)s->n);
-	if ((rc = limited_read(s)) < 0)
-		return rc;
+	for (size_t j = 0; j < n && keyless; j++)
+		keyless = !items[j].opts.key;
+	/* only items without a key ask for the limited kinds; when shard 0
+	   cannot say, the list last read stands (or none) and the submit goes
+	   on: shard 0's outage must not stop submits to the others */
+	(void)limited_read(s);
 	if (!(to = malloc(n * sizeof(*to))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
+	for (size_t j = 0; j < n; j++)
+		any_limited = any_limited || (!items[j].opts.key &&
+					      is_limited(s, items[j].kind));
+	/* a batch without keys stays one script: all in shard 0 if any of
+	   its kinds is limited */
+	if (keyless && any_limited)
+		rr = 0;
 	for (size_t j = 0; j < n; j++) {
 		to[j] = item_shard(s, &items[j], rr);
 		one = one && to[j] == to[0];
@@ -398,8 +462,9 @@ static int sh_claim(due_store *s, due_task_list **out, const char *owner,
 			err = rc;
 			continue;
 		}
-		if ((rc = append(out, l)) < 0)
-			return rc;
+		if (append(out, l) < 0) /* out of memory: l's tasks are lost
+					   to their leases; keep the rest */
+			break;
 	}
 	if (*out && (*out)->count > 0)
 		return 0;
@@ -457,8 +522,13 @@ static int sh_complete_claim(due_store *s, due_completion *items, size_t n,
 	*out = NULL;
 	if ((rc = sh_complete(s, items, n, NULL, NULL)) < 0)
 		return rc;
-	return sh_claim(s, out, owner, kinds, n_kinds, exclude, limit, lease_us,
-			0);
+	/* the completions are written: a failed claim must not fail the call
+	   (its caller would send them again and hear them stale) */
+	if (sh_claim(s, out, owner, kinds, n_kinds, exclude, limit, lease_us,
+		     0) < 0 &&
+	    !*out)
+		return due__task_list_alloc(out, 0);
+	return 0;
 }
 
 static int sh_reclaim(due_store *s, due_reclaimed *out)
@@ -608,7 +678,7 @@ static int sh_metrics(due_store *s, due_metrics *out)
 	for (int i = 1; i < s->n && rc == 0; i++) {
 		memset(&b, 0, sizeof(b));
 		if ((rc = SLOT->metrics(s->sh[i], &b)) == 0) {
-			stats_add(&out->stats, &b.stats, false);
+			/* out->stats is sh_stats' (the core reads it first) */
 			hist_add(&out->lateness, &b.lateness);
 			hist_add(&out->duration, &b.duration);
 			for (int k = 0; k < DUE_OUT_COUNT; k++)
@@ -722,11 +792,23 @@ static int sh_bytes(due_store *s, int64_t *out)
 	int64_t b;
 	int rc;
 
+	char node[RD_NODE_MAX][300];
+	int seen = 0;
+
+	/* the server's used_memory, once per node that holds shards */
 	*out = 0;
 	for (int i = 0; i < s->n; i++) {
+		bool again = false;
 		if ((rc = SLOT->bytes(s->sh[i], &b)) < 0)
 			return rc;
+		due__redis_node(s->sh[i], node[seen], sizeof(node[seen]));
+		for (int k = 0; k < seen && !again; k++)
+			again = strcmp(node[k], node[seen]) == 0;
+		if (again)
+			continue;
 		*out += b;
+		if (seen < RD_NODE_MAX - 1)
+			seen++;
 	}
 	return 0;
 }
@@ -796,11 +878,20 @@ static int sh_kind_remove(due_store *s, const char *kind)
 {
 	int rc;
 
+	int found = 0;
+
 	s->lim.read_at = 0;
-	for (int i = 0; i < s->n; i++)
-		if ((rc = SLOT->kind_remove(s->sh[i], kind)) < 0)
+	/* a shard without the kind (a kind_put that failed part-way, a
+	   remove retried) is passed over; none with it: not found */
+	for (int i = 0; i < s->n; i++) {
+		rc = SLOT->kind_remove(s->sh[i], kind);
+		if (rc == DUE_ENOTFOUND)
+			continue;
+		if (rc < 0)
 			return rc;
-	return 0;
+		found++;
+	}
+	return found ? 0 : SLOT->kind_remove(s->sh[0], kind);
 }
 
 static void kind_add(due_kind_info *a, const due_kind_info *b)
@@ -848,6 +939,12 @@ static int sh_kind_get(due_store *s, due_kind_info **out, const char *kind,
 	return notfound ? SLOT->kind_get(s->sh[0], out, kind, group) : 0;
 }
 
+static int by_kind_info(const void *a, const void *b)
+{
+	return strcmp(((const due_kind_info *)a)->kind,
+		      ((const due_kind_info *)b)->kind);
+}
+
 static int sh_kind_list(due_store *s, due_kind_info_list **out)
 {
 	due_kind_info_list *b;
@@ -891,6 +988,9 @@ static int sh_kind_list(due_store *s, due_kind_info_list **out)
 			return rc;
 		}
 	}
+	if ((*out)->count > 1) /* by kind, as every store lists them */
+		qsort((*out)->items, (*out)->count, sizeof(*(*out)->items),
+		      by_kind_info);
 	return 0;
 }
 

@@ -13,7 +13,23 @@ extern const due_store_ops due__store_redis_slot;
 /* How many shards the parsed URL names (1 without ?shards=). */
 int due__redis_shards(const void *cfg);
 
-/* A copy of the parsed URL for shard i (free it with free_cfg). */
-int due__redis_shard_cfg(void **out, const void *cfg, int i);
+/*
+** A copy of the parsed URL for shard i of `shards` (0: as the URL says);
+** free it with free_cfg.
+*/
+int due__redis_shard_cfg(void **out, const void *cfg, int shards, int i);
+
+/* The store's URL without credentials, for messages. */
+const char *due__redis_label(const due_store *s);
+
+/* "host:port" of the node the store's slot is on, as last heard. */
+int due__redis_node(due_store *s, char *buf, size_t n);
+
+/*
+** The schema version as the store's script reads it, without a verdict:
+** -1 when the prefix has no store, -2 another layout, -1000 - N a store
+** made with shards=N other than this handle's.
+*/
+int due__redis_version(due_store *s, int *v);
 
 #endif /* DUE_REDIS_SHARD_H */

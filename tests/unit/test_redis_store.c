@@ -87,11 +87,14 @@ static int wake_count(due_db *db, int fd)
 	return n;
 }
 
-/* Whether task id lives under {due:PREFIX:shard}. */
+/* The sharded store's prefix of test_shards (the fixture's is unsharded). */
+static char sh_prefix[96];
+
+/* Whether task id lives under {due:sh_prefix:shard}. */
 static bool in_shard(due_id id, int shard)
 {
-	redisReply *r = cmd("EXISTS {due:%s:%d}:t:%lld", tu_redis_prefix, shard,
-			    (long long)id);
+	redisReply *r =
+	    cmd("EXISTS {due:%s:%d}:t:%lld", sh_prefix, shard, (long long)id);
 	bool yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
 	freeReplyObject(r);
 	return yes;
@@ -100,25 +103,29 @@ static bool in_shard(due_id id, int shard)
 /*
 ** ?shards=3 (redis_shard.c): each task lives in shard id mod 3, submits
 ** without a key take turns, a key always lands on its shard (a second
-** handle finds the task), list and claim see every shard, a kind's
-** settings reach every shard and a limited kind's tasks shard 0;
-** another shards= is refused, and the unsharded store of the same name
-** is another store.
+** handle finds the task), wake-ups come from every shard, list and one
+** claim see every shard, a completion and claim over several shards in one
+** call, kind settings reach every shard and a limited kind's tasks shard
+** 0, the store's size counts the server once; another shards= is refused,
+** and `due init` with the other layout of an existing prefix too.
 */
 static void test_shards(void **state)
 {
-	char u3[600], u2[600];
+	char u3[700], u2[700], plain[700], fix3[700];
 	due_db *a = NULL, *b = NULL;
 	due_id ids[30], kid;
 	due_submitted sub;
 	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
 	int per[3] = {0};
 
 	(void)state;
-	snprintf(u3, sizeof(u3), "%s&shards=3", url);
-	snprintf(u2, sizeof(u2), "%s&shards=2", url);
-	due_open_opts oo = DUE_OPEN_OPTS_INIT;
 	oo.create = true;
+	snprintf(sh_prefix, sizeof(sh_prefix), "%ss", tu_redis_prefix);
+	snprintf(u3, sizeof(u3), "%s&prefix=%s&shards=3", url, sh_prefix);
+	snprintf(u2, sizeof(u2), "%s&prefix=%s&shards=2", url, sh_prefix);
+	snprintf(plain, sizeof(plain), "%s&prefix=%s", url, sh_prefix);
+	snprintf(fix3, sizeof(fix3), "%s&shards=3", url);
 	assert_int_equal(due_open(&a, u3, &oo), 0);
 	for (int i = 0; i < 30; i++) {
 		ids[i] = add(a, "k", 0, 5);
@@ -166,35 +173,43 @@ static void test_shards(void **state)
 	assert_int_equal(l->count, 14); /* 30 + the keyed + 3 cancelled */
 	due_task_list_free(l);
 
-	/* claims drain every shard; completions go to each task's shard */
-	int got = 0;
-	for (int round = 0; round < 10 && got < 31; round++) {
-		l = NULL;
-		assert_int_equal(due_claim(b, &l, "w", NULL, 0, 8, LONG_LEASE),
-				 0);
-		for (size_t i = 0; i < l->count; i++) {
-			due_complete_outcome co;
-			assert_int_equal(due_complete(b, &co, l->items[i].id,
-						      l->items[i].attempt, "r",
-						      1),
-					 0);
-			assert_int_equal(co, DUE_COMPLETE_DONE);
-		}
-		got += (int)l->count;
-		due_task_list_free(l);
+	/* one claim takes from every shard (each is asked for what is still
+	   wanted); one call completes them all, over the three shards, and
+	   claims what is left: nothing */
+	l = NULL;
+	assert_int_equal(due_claim(b, &l, "w", NULL, 0, 100, LONG_LEASE), 0);
+	assert_int_equal(l->count, 31);
+	due_completion cs[31];
+	memset(cs, 0, sizeof(cs));
+	for (size_t i = 0; i < l->count; i++) {
+		cs[i].id = l->items[i].id;
+		cs[i].attempt = l->items[i].attempt;
+		cs[i].result = "r";
+		cs[i].result_len = 1;
 	}
-	assert_int_equal(got, 31);
+	due_task_list_free(l);
+	due_claim_opts co_ = DUE_CLAIM_OPTS_INIT;
+	co_.owner = "w";
+	co_.limit = 10;
+	co_.lease_us = LONG_LEASE;
+	l = NULL;
+	assert_int_equal(due_complete_and_claim(b, cs, 31, &co_, &l), 0);
+	for (int i = 0; i < 31; i++)
+		assert_int_equal(cs[i].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(l->count, 0);
+	due_task_list_free(l);
 	due_stats st;
 	assert_int_equal(due_stats_get(a, &st), 0);
 	assert_int_equal(st.counts[DUE_DONE], 31);
+	assert_int_equal(st.counts[DUE_CANCELLED], 3);
 
-	/* a kind's settings on every shard; a limited kind's tasks at home */
+	/* a kind's settings on every shard; a limited kind's tasks in 0 */
 	due_kind_settings ks = DUE_KIND_SETTINGS_INIT;
 	ks.max_running = 1;
 	assert_int_equal(due_kind_set(a, "one", &ks), 0);
 	for (int i = 0; i < 3; i++) {
-		redisReply *r = cmd("HGET {due:%s:%d}:kind:one max_running",
-				    tu_redis_prefix, i);
+		redisReply *r =
+		    cmd("HGET {due:%s:%d}:kind:one max_running", sh_prefix, i);
 		assert_non_null(r);
 		assert_int_equal(r->type, REDIS_REPLY_STRING);
 		assert_string_equal(r->str, "1");
@@ -208,23 +223,35 @@ static void test_shards(void **state)
 	assert_int_equal(ki->due, 6);
 	due_kind_info_free(ki);
 
-	/* the number of shards is the store's */
+	/* the size: the one server's used_memory, not once per shard */
+	int64_t sharded = 0, one = 0;
+	due_db *f = open_db();
+	assert_int_equal(due_store_bytes(a, &sharded), 0);
+	assert_int_equal(due_store_bytes(f, &one), 0);
+	due_close(f);
+	if (sharded > one + one / 2)
+		fail_msg("store size %lld, the server's %lld",
+			 (long long)sharded, (long long)one);
+
+	/* the number of shards is the store's; the other layout of an
+	   existing prefix is refused by due init, not made beside it */
 	due_close(b);
 	b = NULL;
 	assert_int_equal(due_open(&b, u2, NULL), DUE_ESCHEMA);
 	assert_non_null(strstr(due_error_last(), "made with shards=3"));
 	due_close(b);
 	b = NULL;
-	assert_int_equal(due_open(&b, url, NULL), 0); /* the fixture's */
-	l = NULL;
-	assert_int_equal(due_list(b, &l, &lo), 0);
-	assert_int_equal(l->count, 0);
-	due_task_list_free(l);
+	assert_int_equal(due_open(&b, plain, &oo), DUE_ESCHEMA);
+	assert_non_null(strstr(due_error_last(), "made with shards=3"));
+	due_close(b);
+	b = NULL;
+	assert_int_equal(due_open(&b, fix3, &oo), DUE_ESCHEMA);
+	assert_non_null(strstr(due_error_last(), "an unsharded store"));
 	due_close(b);
 	due_close(a);
 	for (int i = 0; i < 3; i++) {
-		char name[96];
-		snprintf(name, sizeof(name), "%s:%d", tu_redis_prefix, i);
+		char name[128];
+		snprintf(name, sizeof(name), "%s:%d", sh_prefix, i);
 		tu_redis_delete(name);
 	}
 }
