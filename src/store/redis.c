@@ -1277,7 +1277,8 @@ static void rd_close(due_store *s)
 	free(s);
 }
 
-static int schema_op(due_store *s, const char *op, int *v)
+/* The script's "version" or "init" (it writes a new store): its answer. */
+static int schema_raw(due_store *s, const char *op, int *v)
 {
 	rargs a = {0};
 	redisReply *r;
@@ -1290,6 +1291,15 @@ static int schema_op(due_store *s, const char *op, int *v)
 		return rc;
 	*v = (int)rint_of(r);
 	freeReplyObject(r);
+	return 0;
+}
+
+static int schema_op(due_store *s, const char *op, int *v)
+{
+	int rc;
+
+	if ((rc = schema_raw(s, op, v)) < 0)
+		return rc;
 	if (*v <= -1000) /* redis_lua.c version(): made with other shards= */
 		return due__error_set(
 		    DUE_ESCHEMA,
@@ -2470,18 +2480,7 @@ const char *due__redis_label(const due_store *s) { return s->cfg.label; }
 
 int due__redis_version(due_store *s, int *v)
 {
-	rargs a = {0};
-	redisReply *r;
-	int rc;
-
-	arg_i(&a, DUE_SCHEMA_VERSION);
-	arg_i(&a, s->cfg.shards > 1 ? s->cfg.shards : 1);
-	arg_i(&a, s->cfg.shard);
-	if ((rc = rd_eval(s, "version", &a, &r, "read schema version")) < 0)
-		return rc;
-	*v = (int)rint_of(r);
-	freeReplyObject(r);
-	return 0;
+	return schema_raw(s, "version", v);
 }
 
 /*
