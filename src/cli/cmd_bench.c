@@ -613,8 +613,27 @@ static void work_per_task(vctx *v, bres *r, const bwork *b0, double n)
 		r->wal_per_task = (double)(b.wal - b0->wal) / n;
 }
 
-/* Fill the scratch store with n tasks in batches; returns the first id. */
+/*
+** Fill the scratch store with n tasks in batches; returns the first id
+** (0: failed), and every id, sorted, in ids[n] when ids is not NULL (a
+** sharded Redis store's ids are not one run: seq * N + shard).
+*/
+static int cmp_id(const void *a, const void *b)
+{
+	due_id x = *(const due_id *)a, y = *(const due_id *)b;
+	return (x > y) - (x < y);
+}
+
+static due_id fill_ids(vctx *v, long n, int64_t spread_us, long batch,
+		       due_id *ids);
+
 static due_id fill(vctx *v, long n, int64_t spread_us, long batch)
+{
+	return fill_ids(v, n, spread_us, batch, NULL);
+}
+
+static due_id fill_ids(vctx *v, long n, int64_t spread_us, long batch,
+		       due_id *ids)
 {
 	static const char payload[] =
 	    "{\"order\":123456,\"customer\":\"c-42\","
@@ -641,10 +660,14 @@ static due_id fill(vctx *v, long n, int64_t spread_us, long batch)
 		}
 		if (!first)
 			first = out[0].id;
+		for (long i = 0; ids && i < k; i++)
+			ids[done + i] = out[i].id;
 		done += k;
 	}
 	free(items);
 	free(out);
+	if (ids && first)
+		qsort(ids, (size_t)n, sizeof(*ids), cmp_id);
 	return first;
 }
 
@@ -798,17 +821,29 @@ static void w_cycle(vctx *v, const bopts *o)
 }
 
 typedef struct drain_ctx {
-	atomic_int *counts;
+	atomic_int *counts; /* runs of ids[i] */
+	due_id *ids;	    /* the run's tasks, sorted */
 	due_id first;
 	long n;
 	atomic_long handled;
 } drain_ctx;
 
+/* The index of id in the run's sorted ids, or -1. */
+static long id_index(const drain_ctx *d, due_id id)
+{
+	const due_id *at;
+
+	if (!d->ids) /* a workload that counts no runs (lateness, idle) */
+		return -1;
+	at = bsearch(&id, d->ids, (size_t)d->n, sizeof(id), cmp_id);
+	return at ? (long)(at - d->ids) : -1;
+}
+
 static int noop(due_job *job, void *payload)
 {
 	drain_ctx *d = payload;
-	due_id i = due_job_task(job)->id - d->first;
-	if (i >= 0 && i < d->n)
+	long i = id_index(d, due_job_task(job)->id);
+	if (i >= 0)
 		atomic_fetch_add(&d->counts[i], 1);
 	atomic_fetch_add(&d->handled, 1);
 	return 0;
@@ -819,14 +854,14 @@ static int noop(due_job *job, void *payload)
    the run must be DONE at attempt 1; a task not DONE is missing, and
    every try beyond the first is a duplicate run.  Read after the clock
    stopped, in pages of 10000; returns 0 or -1. */
-static int store_check(vctx *v, due_id first, long n, bres *r)
+static int store_check(vctx *v, const drain_ctx *d, bres *r)
 {
 	due_list_opts lo = DUE_LIST_OPTS_INIT;
-	long seen = 0;
+	long seen = 0, n = d->n;
 	bool past = false;
 
 	lo.limit = 10000;
-	lo.after = first - 1;
+	lo.after = d->ids[0] - 1;
 	r->duplicates = 0;
 	for (;;) {
 		due_task_list *l = NULL;
@@ -838,15 +873,17 @@ static int store_check(vctx *v, due_id first, long n, bres *r)
 		size_t k = l->count;
 		for (size_t i = 0; i < k; i++) {
 			const due_task *t = &l->items[i];
-			if (t->id >= first + n) {
+			if (t->id > d->ids[n - 1]) {
 				past = true;
 				break;
 			}
+			lo.after = t->id;
+			if (id_index(d, t->id) < 0) /* another run's */
+				continue;
 			if (t->state == DUE_DONE)
 				seen++;
 			if (t->attempt > 1)
 				r->duplicates += t->attempt - 1;
-			lo.after = t->id;
 		}
 		due_task_list_free(l);
 		if (past || k < (size_t)lo.limit)
@@ -972,9 +1009,11 @@ static void w_drain(vctx *v, const bopts *o)
 	x.command = o->exec;
 	po.command = o->pipe;
 	d.counts = calloc((size_t)o->n, sizeof(*d.counts));
-	if (!ws || !d.counts || !r.extra ||
+	d.ids = calloc((size_t)o->n, sizeof(*d.ids));
+	d.n = o->n;
+	if (!ws || !d.counts || !d.ids || !r.extra ||
 	    (o->pending > 0 && fill_pending(v, o, r.extra) < 0) ||
-	    !(d.first = fill(v, o->n, 0, o->batch)))
+	    !(d.first = fill_ids(v, o->n, 0, o->batch, d.ids)))
 		goto done;
 	if (o->pipe && due_pipe_new(&pipe, &po) < 0) {
 		fprintf(stderr, "due bench: --pipe: %s\n", due_error_last());
@@ -1022,11 +1061,12 @@ static void w_drain(vctx *v, const bopts *o)
 		if (c == 0)
 			r.missing++;
 	}
-	if (cmd && store_check(v, d.first, o->n, &r) < 0)
+	if (cmd && store_check(v, &d, &r) < 0)
 		goto done;
 	report(o, &r);
 done:
 	json_decref(r.extra);
+	free(d.ids);
 	due_pipe_free(pipe);
 	free(ws);
 	free(d.counts);
