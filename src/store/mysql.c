@@ -1809,6 +1809,57 @@ static int claims_confirm(due_store *s, due_task_list *l, const char *owner)
 	return 0;
 }
 
+/*
+** Galera, after a COMMIT that carried completions: 1 when one of them did
+** not take (its task is still CLAIMED at the try's attempt: nothing moves
+** a task back to CLAIMED at the same attempt, so our write is not there),
+** else 0.  The COMMIT of a transaction aborted between the savepoint check
+** and the COMMIT succeeds with nothing in it (see claims_confirm); the
+** caller runs the transaction again.  A read that fails says 0: the
+** COMMIT answered, so the completions stand.
+*/
+static int completions_lost(due_store *s, const due_completion *items, size_t n)
+{
+	MYSQL_RES *r = NULL;
+	MYSQL_ROW row;
+	bool any = false;
+	int lost = 0;
+	SQL(b, s);
+
+	if (!s->galera)
+		return 0;
+	due__my_add(&b, "SELECT id, attempt FROM due_task WHERE state ="
+			" 'CLAIMED' AND id IN (");
+	for (size_t i = 0; i < n; i++)
+		if (items[i].outcome != DUE_COMPLETE_REJECTED_STALE) {
+			due__my_add(&b, "%s%lld", any ? ", " : "",
+				    (long long)items[i].id);
+			any = true;
+		}
+	due__my_add(&b, ")");
+	if (!any || due__my_exec(s, &b, "confirm completions", &r) < 0) {
+		due__my_sql_free(&b);
+		s->deadlock = false;
+		return 0;
+	}
+	due__my_sql_free(&b);
+	while (!lost && r && (row = mysql_fetch_row(r)))
+		for (size_t i = 0; i < n && !lost; i++)
+			lost =
+			    items[i].outcome != DUE_COMPLETE_REJECTED_STALE &&
+			    items[i].id == due__my_i64(row, 0) &&
+			    items[i].attempt == due__my_i64(row, 1);
+	mysql_free_result(r);
+	if (lost) {
+		s->deadlock = true;
+		due__error_set(
+		    DUE_EBUSY,
+		    "mysql store: a completion's COMMIT did not take "
+		    "(Galera aborted the transaction); retried");
+	}
+	return lost;
+}
+
 static int claim_tx(due_store *s, due_task_list **out, const claim_args *a,
 		    due_completion *items, size_t n)
 {
@@ -1825,6 +1876,12 @@ static int claim_tx(due_store *s, due_task_list **out, const claim_args *a,
 			       a->limit, a->lease_us, a->only_id)) < 0 ||
 	    (rc = due__my_commit(s)) < 0)
 		goto fail;
+	if (n && completions_lost(s, items, n)) {
+		/* nothing of it committed: run it again (claims that took
+		   anyway are not handed out; their leases expire) */
+		due_task_list_free(l);
+		return DUE_EBUSY;
+	}
 	if (claims_confirm(s, l, a->owner) < 0) {
 		/* committed: the completions in it stand, so this must not
 		   fail (RETRY would run them again and report them stale); the
@@ -2123,7 +2180,7 @@ static int complete_tx(due_store *s, due_completion *items, size_t n,
 					      payload)) < 0)
 			goto fail;
 	if ((rc = due__my_commit(s)) == 0)
-		return 0;
+		return completions_lost(s, items, n) ? DUE_EBUSY : 0;
 fail:
 	due__my_rollback(s);
 	return rc;
@@ -2386,16 +2443,53 @@ static int lock_state(due_store *s, due_id id, char **state, int64_t *attempt)
 	return rc;
 }
 
+/*
+** Galera, after the COMMIT of a cancel that wrote: 1 when it did not take
+** (a waiting task not CANCELLED, a running try at `attempt` without the
+** request), else 0; see completions_lost.  A CANCELLED answer is a promise
+** that the task never runs: it is not given on a COMMIT that was empty.
+*/
+static int cancel_lost(due_store *s, due_id id, due_state st, int64_t attempt)
+{
+	int64_t v[2];
+	int lost;
+	SQL(b, s);
+
+	if (!s->galera)
+		return 0;
+	due__my_add(&b,
+		    "SELECT COUNT(*), MAX(state = 'CANCELLED') FROM due_task"
+		    " WHERE id = %lld AND (state = 'CANCELLED' OR state <> "
+		    "'CLAIMED' OR attempt <> %lld OR cancel_requested)",
+		    (long long)id, (long long)attempt);
+	if (ints(s, &b, "confirm cancel", v, 2) < 0) {
+		s->deadlock = false; /* the COMMIT answered: it stands */
+		return 0;
+	}
+	/* waiting: CANCELLED now; running: the request, or the try over */
+	lost = st == DUE_SCHEDULED ? !v[1] : !v[0];
+	if (lost) {
+		s->deadlock = true;
+		due__error_set(DUE_EBUSY,
+			       "mysql store: the cancel of task %lld did not "
+			       "take (Galera aborted the transaction); retried",
+			       (long long)id);
+	}
+	return lost;
+}
+
 static int cancel_tx(due_store *s, due_cancel_outcome *out, due_id id)
 {
 	due_state st = DUE_SCHEDULED;
 	char *state = NULL;
+	int64_t attempt = 0;
+	bool wrote = false;
 	int rc;
 	SQL(b, s);
 
 	if ((rc = due__my_begin(s)) < 0)
 		return rc;
-	if ((rc = lock_state(s, id, &state, NULL)) < 0)
+	if ((rc = lock_state(s, id, &state, &attempt)) < 0)
 		goto fail;
 	if (state && (rc = due_state_parse(&st, state)) < 0)
 		goto fail;
@@ -2409,9 +2503,14 @@ static int cancel_tx(due_store *s, due_cancel_outcome *out, due_id id)
 		due__my_str(&b, state);
 		if ((rc = exec_one(s, &b, "cancel", id)) < 0)
 			goto fail;
+		wrote = true;
 	}
 	if ((rc = due__my_commit(s)) < 0)
 		goto fail;
+	if (wrote && cancel_lost(s, id, st, attempt)) {
+		free(state);
+		return DUE_EBUSY;
+	}
 	*out = due__cancel_outcome_of(state != NULL, st);
 	free(state);
 	return 0;
