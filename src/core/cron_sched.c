@@ -74,14 +74,6 @@ _Static_assert(
 
 static int nomem(void) { return due__error_set(DUE_ENOMEM, "out of memory"); }
 
-static int64_t mono_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * US + ts.tv_nsec / 1000;
-}
-
 /* ------------------------------------------------------------------ */
 /* The zone cache                                                      */
 /* ------------------------------------------------------------------ */
@@ -95,7 +87,7 @@ static int64_t mono_us(void)
 typedef struct zentry {
 	due_tz *tz;    /* its name (due__tz_name) is the key */
 	int refs;      /* guarded by zone_mu */
-	int64_t born;  /* mono_us() when opened */
+	int64_t born;  /* due__mono_us() when opened */
 	uint64_t used; /* zone_clock at the last lookup, for LRU; zone_mu */
 } zentry;
 
@@ -173,7 +165,7 @@ static zentry *zone_insert(zentry *e)
 */
 static int zone_get(zentry **out, const char *name)
 {
-	int64_t now = mono_us();
+	int64_t now = due__mono_us();
 	zentry *e = NULL;
 	char err[256];
 	int i, rc;

@@ -121,4 +121,8 @@ due_overlap due__overlap_parse(const char *name);
 */
 int due__state_from_store(const char *p, size_t n, due_state *out);
 
+/* time.c: the monotonic clock in microseconds; it paces local waits and
+   never judges due time (the store's clock does). */
+int64_t due__mono_us(void);
+
 #endif /* DUE_INTERNAL_H */

@@ -115,14 +115,6 @@ int due__pg_error(due_store *s, const PGresult *r, const char *what)
 			      trimmed(buf, sizeof(buf), msg));
 }
 
-static int64_t mono_us(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
-}
-
 static void quiet_notices(void *arg, const char *message)
 {
 	(void)arg;
@@ -618,7 +610,7 @@ static void slow_end(int64_t waited_us)
 static PGresult *await(due_store *s, const char *what)
 {
 	PGconn *c = s->conn;
-	int64_t t0 = mono_us(), next = t0 + DUE_PG_SLOW_US, left;
+	int64_t t0 = due__mono_us(), next = t0 + DUE_PG_SLOW_US, left;
 	PGresult *r, *keep = NULL;
 	struct pollfd p;
 	int n;
@@ -626,7 +618,7 @@ static PGresult *await(due_store *s, const char *what)
 	while (PQisBusy(c)) {
 		p.fd = PQsocket(c);
 		p.events = POLLIN;
-		left = next - mono_us();
+		left = next - due__mono_us();
 		n = poll(&p, 1, left > 0 ? (int)((left + 999) / 1000) : 0);
 		if (n < 0 && errno != EINTR)
 			break;
@@ -645,7 +637,7 @@ static PGresult *await(due_store *s, const char *what)
 		PQclear(keep);
 		keep = r;
 	}
-	slow_end(mono_us() - t0);
+	slow_end(due__mono_us() - t0);
 	return keep;
 }
 
@@ -851,7 +843,7 @@ static atomic_ulong notified;
 */
 static int listen_direct(due_store *s)
 {
-	int64_t now = mono_us();
+	int64_t now = due__mono_us();
 	bool first = s->lconn_tried == 0;
 	char buf[512];
 	PGresult *r;

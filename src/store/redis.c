@@ -590,13 +590,6 @@ static int dial(due_store *s, const rd_node *n, redisContext **out)
 /* Cluster: the master of the store's slot                             */
 /* ------------------------------------------------------------------ */
 
-static int64_t mono_us(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
-}
-
 static void nap_ms(long ms)
 {
 	struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
@@ -735,7 +728,7 @@ static void drop(redisContext **c)
 */
 static int cl_connect(due_store *s)
 {
-	int64_t end = mono_us() + FAILOVER_WAIT_US;
+	int64_t end = due__mono_us() + FAILOVER_WAIT_US;
 	char last[512];
 	int rc;
 
@@ -745,7 +738,7 @@ static int cl_connect(due_store *s)
 		    (rc = dial(s, &s->master, &s->c)) == 0 &&
 		    (rc = load_script(s)) == 0)
 			return 0;
-		if (mono_us() >= end)
+		if (due__mono_us() >= end)
 			break;
 		nap_ms(200);
 	}
@@ -1049,8 +1042,8 @@ static int rd_eval(due_store *s, const char *op, rargs *v, redisReply **out,
 		if ((act = redirect(s, *out)) == 0 || tries > 1000)
 			break;
 		if (!end)
-			end = mono_us() + FAILOVER_WAIT_US;
-		if (mono_us() >= end)
+			end = due__mono_us() + FAILOVER_WAIT_US;
+		if (due__mono_us() >= end)
 			break;
 		freeReplyObject(*out);
 		*out = NULL;

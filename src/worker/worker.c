@@ -43,13 +43,6 @@
 #include "store/store.h"
 #include "worker/worker_internal.h"
 
-int64_t due__mono_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 void due__wlog(due_worker *w, int level, const char *fmt, ...) DUE_PRINTF(3, 4);
 
 void due__wlog(due_worker *w, int level, const char *fmt, ...)

@@ -215,10 +215,8 @@ struct due_worker {
 	due_outage claim_outage; /* the claimer thread's */
 };
 
-/* worker.c: clocks, waits, logging (any thread); the grace. */
-
-/* Monotonic clock in microseconds: paces local waits, never judges due. */
-int64_t due__mono_us(void);
+/* worker.c: waits, logging (any thread); the grace.  The monotonic
+   clock is core/time.c's due__mono_us. */
 void due__wlog(due_worker *w, int level, const char *fmt, ...) DUE_PRINTF(3, 4);
 void due__wake(due_worker *w);
 void due__wait_wake(due_worker *w, int64_t timeout_us);
