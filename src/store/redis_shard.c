@@ -241,13 +241,6 @@ static int hash_shard(const char *kind, const char *key, int n)
 	return (int)(h % (uint64_t)n);
 }
 
-static int64_t mono_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* The kinds with a limit, read again when a second old (from shard 0:
    kind_put writes every shard). */
 static int limited_read(due_store *s)
@@ -255,10 +248,10 @@ static int limited_read(due_store *s)
 	due_kind_info_list *l = NULL;
 	int rc;
 
-	if (s->lim.read_at && mono_us() - s->lim.read_at < LIMITED_TTL_US)
+	if (s->lim.read_at && due__mono_us() - s->lim.read_at < LIMITED_TTL_US)
 		return 0;
 	if ((rc = SLOT->kind_list(s->sh[0], &l)) < 0) {
-		s->lim.read_at = mono_us(); /* not again for a second */
+		s->lim.read_at = due__mono_us(); /* not again for a second */
 		return rc;
 	}
 	limited_clear(&s->lim);
@@ -274,7 +267,7 @@ static int limited_read(due_store *s)
 		}
 	}
 	due_kind_info_list_free(l);
-	s->lim.read_at = mono_us();
+	s->lim.read_at = due__mono_us();
 	return 0;
 }
 
@@ -307,28 +300,27 @@ static int sh_schedule(due_store *s, due_submitted *out,
 	int rr, *to = NULL, rc = 0;
 	due_submit *part = NULL;
 	due_submitted *got = NULL;
-	bool one = true;
+	bool one = true, keyed = false, keyless = false, any_limited = false;
 
 	if (s->n == 1)
 		return SLOT->schedule(s->sh[0], out, items, n);
-	bool keyless = true, any_limited = false;
-
 	rr = (int)(s->submit_rr++ % (unsigned)s->n);
-	for (size_t j = 0; j < n && keyless; j++)
-		keyless = !items[j].opts.key;
+	for (size_t j = 0; j < n; j++)
+		*(items[j].opts.key ? &keyed : &keyless) = true;
 	/* only items without a key ask for the limited kinds; when shard 0
 	   cannot say, the list last read stands (or none) and the submit goes
 	   on: shard 0's outage must not stop submits to the others */
-	(void)limited_read(s);
-	if (!(to = malloc(n * sizeof(*to))))
-		return due__error_set(DUE_ENOMEM, "out of memory");
-	for (size_t j = 0; j < n; j++)
-		any_limited = any_limited || (!items[j].opts.key &&
-					      is_limited(s, items[j].kind));
+	if (keyless)
+		(void)limited_read(s);
+	for (size_t j = 0; j < n && keyless && !any_limited; j++)
+		any_limited =
+		    !items[j].opts.key && is_limited(s, items[j].kind);
 	/* a batch without keys stays one script: all in shard 0 if any of
 	   its kinds is limited */
-	if (keyless && any_limited)
+	if (!keyed && any_limited)
 		rr = 0;
+	if (!(to = malloc(n * sizeof(*to))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	for (size_t j = 0; j < n; j++) {
 		to[j] = item_shard(s, &items[j], rr);
 		one = one && to[j] == to[0];
