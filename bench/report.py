@@ -542,6 +542,15 @@ def floor_table(res):
                   "runs", "exactly once"], rows, ["l", "l", "r", "r", "r", "l"])
 
 
+# Issue 18's budget rows: (what, workload, variant, concurrency, the
+# floor's workload and variant), shared by the CPU and store-work tables.
+BUDGET_SPECS = [
+    ("enqueue, one commit each", "enqueue", "single", None, "floor-enqueue", "single"),
+    ("enqueue, batches of 1000", "enqueue", "batch", None, "floor-enqueue", "batch"),
+] + [("drain, C no-op, c=%d" % c, "drain", "c-noop", c, "floor-drain", "2-commit")
+     for c in (4, 16)]
+
+
 def cpu_budget_table(res):
     """Issue 18's per-task budget: the process CPU per task of due beside
     the floor's bare SQL on the same store in the same run (both
@@ -550,11 +559,7 @@ def cpu_budget_table(res):
     rows = []
     for st in res.stores():
         name = STORE_NAME[st]
-        specs = [("enqueue, one commit each", "enqueue", "single", None, "floor-enqueue", "single"),
-                 ("enqueue, batches of 1000", "enqueue", "batch", None, "floor-enqueue", "batch")]
-        for c in (4, 16):
-            specs.append(("drain, C no-op, c=%d" % c, "drain", "c-noop", c, "floor-drain", "2-commit"))
-        for desc, w, var, c, fw, fvar in specs:
+        for desc, w, var, c, fw, fvar in BUDGET_SPECS:
             sel = res.select(st, w, var, c)
             m = res.med(sel, "cpu_us_per_task")
             if m is None:
@@ -585,11 +590,7 @@ def store_work_table(res):
     rows = []
     for st in res.stores():
         name = STORE_NAME[st]
-        specs = [("enqueue, one commit each", "enqueue", "single", None, "floor-enqueue", "single"),
-                 ("enqueue, batches of 1000", "enqueue", "batch", None, "floor-enqueue", "batch")]
-        for c in (4, 16):
-            specs.append(("drain, C no-op, c=%d" % c, "drain", "c-noop", c, "floor-drain", "2-commit"))
-        for desc, w, var, c, fw, fvar in specs:
+        for desc, w, var, c, fw, fvar in BUDGET_SPECS:
             sel = res.select(st, w, var, c)
             fsel = res.select(st, fw, fvar, c)
             cells = []
