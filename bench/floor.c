@@ -133,9 +133,10 @@ static void die(const char *fmt, ...)
 
 /* Store work counters; has_* says which a backend fills. */
 struct work {
-	bool has_sql, has_wal;
+	bool has_sql, has_wal, has_exec;
 	uint64_t statements, vm_steps, rows_written; /* SQLite */
 	uint64_t wal_bytes;			     /* PostgreSQL */
+	double exec_us; /* PostgreSQL: pg_stat_statements' execution time */
 };
 
 typedef struct backend {
@@ -692,6 +693,20 @@ static void pg_work(struct work *w)
 	pg_ok(r, "wal position");
 	w->has_wal = true;
 	w->wal_bytes = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+	PQclear(r);
+	/*
+	** The server's execution time of this database's statements, when
+	** it preloads pg_stat_statements (bench/run's cluster does); these
+	** readings' own statements left out, as `due bench` does.
+	*/
+	r = PQexec(pg, "SELECT coalesce(sum(total_exec_time), 0) * 1000"
+		       " FROM pg_stat_statements WHERE dbid = (SELECT oid"
+		       " FROM pg_database WHERE datname = current_database())"
+		       " AND query NOT LIKE '%pg_stat_statements%' AND query"
+		       " NOT LIKE '%pg_current_wal_insert_lsn%'");
+	w->has_exec = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+	if (w->has_exec)
+		w->exec_us = strtod(PQgetvalue(r, 0, 0), NULL);
 	PQclear(r);
 }
 
@@ -1300,6 +1315,9 @@ static void emit(const char *workload, const char *variant, long n, long conc,
 	if (w.has_wal && n > 0)
 		printf(",\"wal_bytes_per_task\":%.1f",
 		       (double)(w.wal_bytes - phase_work.wal_bytes) / n);
+	if (w.has_exec && phase_work.has_exec && n > 0)
+		printf(",\"server_us_per_task\":%.3f",
+		       (w.exec_us - phase_work.exec_us) / n);
 	if (check)
 		printf(",\"duplicates\":%ld,\"missing\":%ld", dups, missing);
 	printf("}\n");

@@ -585,9 +585,10 @@ def cpu_budget_table(res):
 def store_work_table(res):
     """Issue 18's per-task budget, the store's side: statements, SQLite VM
     steps and rows written per task (`due bench` from due_store_work_read,
-    the floor from sqlite3_stmt_status), and PostgreSQL WAL bytes per task
-    (the floor only: the server's WAL insert position over the phase)."""
-    rows = []
+    the floor from sqlite3_stmt_status), and on PostgreSQL the WAL bytes
+    (the server's WAL insert position over the phase) and the server's
+    execution time per task (pg_stat_statements)."""
+    rows, pgrows = [], []
     for st in res.stores():
         name = STORE_NAME[st]
         for desc, w, var, c, fw, fvar in BUDGET_SPECS:
@@ -596,20 +597,34 @@ def store_work_table(res):
             cells = []
             for k in ("statements_per_task", "vm_steps_per_task", "rows_written_per_task"):
                 cells += [fnum(res.med(sel, k), 1), fnum(res.med(fsel, k), 1)]
-            cells.append(fnum(res.med(fsel, "wal_bytes_per_task"), 0))
-            if all(c == "—" for c in cells):
-                continue
-            rows.append([name, desc] + cells)
-    if not rows:
+            if not all(c == "—" for c in cells):
+                rows.append([name, desc] + cells)
+            pcells = []
+            for k, d in (("wal_bytes_per_task", 0), ("server_us_per_task", 1)):
+                m, f = res.med(sel, k), res.med(fsel, k)
+                pcells += [fnum(m, d), fnum(f, d), fratio(m, f)]
+            if not all(c == "—" for c in pcells):
+                pgrows.append([name, desc] + pcells)
+    if not rows and not pgrows:
         return "No rows: this run counted no store work."
-    return ("Store work per task over the measured phase (medians): statements run, SQLite "
-            "virtual-machine steps and rows inserted, updated or deleted; `due bench` reads "
-            "them with `due_store_work_read()` (every connection of the process), "
-            "`bench/floor` with `sqlite3_stmt_status`. PostgreSQL: the floor's WAL bytes "
-            "per task.\n\n" +
-            table(["store", "workload", "due stmts", "floor stmts", "due VM steps",
-                   "floor VM steps", "due rows", "floor rows", "floor WAL B"], rows,
-                  ["l", "l"] + ["r"] * 7))
+    out = []
+    if rows:
+        out.append("Store work per task over the measured phase (medians): statements run, "
+                   "SQLite virtual-machine steps and rows inserted, updated or deleted; "
+                   "`due bench` reads them with `due_store_work_read()` (every connection of "
+                   "the process), `bench/floor` with `sqlite3_stmt_status`.\n\n" +
+                   table(["store", "workload", "due stmts", "floor stmts", "due VM steps",
+                          "floor VM steps", "due rows", "floor rows"], rows,
+                         ["l", "l"] + ["r"] * 6))
+    if pgrows:
+        out.append("The server's side per task (medians): WAL bytes (the move of the server's "
+                   "WAL insert position over the phase) and execution time (the sum of "
+                   "`pg_stat_statements.total_exec_time` over the scratch database's "
+                   "statements, every session; a COMMIT's time includes its WAL flush).\n\n" +
+                   table(["store", "workload", "due WAL B", "floor WAL B", "÷ floor",
+                          "due server µs", "floor server µs", "÷ floor"], pgrows,
+                         ["l", "l"] + ["r"] * 6))
+    return "\n\n".join(out)
 
 
 def discs_of(res, st, workload):

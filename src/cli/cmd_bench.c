@@ -162,6 +162,13 @@ typedef struct bres {
 	/* PostgreSQL: the server's WAL bytes over the phase, per task; 0:
 	   not measured */
 	double wal_per_task;
+	/*
+	** PostgreSQL with pg_stat_statements loaded: the server's execution
+	** time of this database's statements over the phase, per task (the
+	** sum over every session; a COMMIT's includes its WAL flush); 0:
+	** not measured.
+	*/
+	double server_us_per_task;
 	/* idle on Redis/MySQL: what the server counted over the window */
 	long long server_queries;
 	json_t *server_detail; /* command or Com_* -> count, or NULL */
@@ -193,6 +200,9 @@ static void report(const bopts *o, const bres *r)
 		if (r->wal_per_task > 0)
 			json_object_set_new(j, "wal_bytes_per_task",
 					    json_real(r->wal_per_task));
+		if (r->server_us_per_task > 0)
+			json_object_set_new(j, "server_us_per_task",
+					    json_real(r->server_us_per_task));
 		if (r->has_late) {
 			json_object_set_new(j, "p50_ms", json_real(r->p50));
 			json_object_set_new(j, "p90_ms", json_real(r->p90));
@@ -252,6 +262,8 @@ static void report(const bopts *o, const bres *r)
 			       r->rows_per_task);
 		if (r->wal_per_task > 0)
 			printf("  wal=%.0fB/task", r->wal_per_task);
+		if (r->server_us_per_task > 0)
+			printf("  server=%.1fus/task", r->server_us_per_task);
 		if (r->has_late)
 			printf("  p50=%.2fms p90=%.2fms p99=%.2fms max=%.2fms "
 			       "early=%ld",
@@ -550,6 +562,7 @@ static double cpu_seconds(void)
 typedef struct bwork {
 	due_store_work w; /* due_store_work_read: this process's */
 	long long wal;	  /* PostgreSQL: the WAL insert position, or -1 */
+	double exec_us;	  /* PostgreSQL: pg_stat_statements' time, or -1 */
 } bwork;
 
 /*
@@ -558,13 +571,14 @@ typedef struct bwork {
 ** the library's), or -1.  Its move over a phase is the WAL written by
 ** every session of the server, as bench/floor reads it.
 */
-static long long pg_wal_pos(vctx *v)
+static long long pg_wal_pos(vctx *v, double *exec_us)
 {
 	long long pos = -1;
 #ifdef DUE_WITH_PG
 	PGconn *c;
 	PGresult *r;
 
+	*exec_us = -1;
 	if (v->backend != V_PG)
 		return -1;
 	c = PQconnectdb(v->base_url);
@@ -574,10 +588,26 @@ static long long pg_wal_pos(vctx *v)
 		if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
 			pos = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
 		PQclear(r);
+		/*
+		** Absent unless the server preloads pg_stat_statements and
+		** the database has the extension (scripts/pg-test-cluster
+		** does both); this reading's own statements are left out.
+		*/
+		r = PQexec(c,
+			   "SELECT coalesce(sum(total_exec_time), 0) * 1000"
+			   " FROM pg_stat_statements WHERE dbid = (SELECT oid"
+			   " FROM pg_database WHERE datname ="
+			   " current_database()) AND query NOT LIKE"
+			   " '%pg_stat_statements%' AND query NOT LIKE"
+			   " '%pg_current_wal_insert_lsn%'");
+		if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+			*exec_us = strtod(PQgetvalue(r, 0, 0), NULL);
+		PQclear(r);
 	}
 	PQfinish(c);
 #else
 	(void)v;
+	*exec_us = -1;
 #endif
 	return pos;
 }
@@ -585,7 +615,9 @@ static long long pg_wal_pos(vctx *v)
 /* The store work now: read before a phase's clocks start. */
 static bwork work_now(vctx *v)
 {
-	bwork b = {.w.version = DUE_STORE_WORK_VERSION, .wal = pg_wal_pos(v)};
+	bwork b = {.w.version = DUE_STORE_WORK_VERSION};
+
+	b.wal = pg_wal_pos(v, &b.exec_us);
 	due_store_work_read(&b.w);
 	return b;
 }
@@ -611,6 +643,8 @@ static void work_per_task(vctx *v, bres *r, const bwork *b0, double n)
 	}
 	if (b0->wal >= 0 && b.wal >= b0->wal)
 		r->wal_per_task = (double)(b.wal - b0->wal) / n;
+	if (b0->exec_us >= 0 && b.exec_us >= b0->exec_us)
+		r->server_us_per_task = (b.exec_us - b0->exec_us) / n;
 }
 
 /*
