@@ -372,6 +372,7 @@ class Results:
         self.failed_rows = []
         self.scale = []  # issue 15's rows (section=scale): S1-S3, never in W1-W5
         self.peers = []  # bench/peers/run's rows (section=peers), never in W1-W5
+        self.baseline = []  # bench/run --baseline's rows (section=baseline): an older due
         with open(path) as f:
             for line in f:
                 line = line.strip()
@@ -382,6 +383,12 @@ class Results:
                     self.peers.append(r)
                     if r.get("failed"):
                         self.failed.append("%s (exit %s)" % (r.get("label", "?"), r.get("exit", "?")))
+                    continue
+                if r.get("section") == "baseline":
+                    if r.get("failed"):
+                        self.failed.append("%s (exit %s)" % (r.get("label", "?"), r.get("exit", "?")))
+                    else:
+                        self.baseline.append(r)
                     continue
                 if r.get("section") == "scale":
                     self.scale.append(r)
@@ -580,6 +587,35 @@ def cpu_budget_table(res):
             table(["store", "workload", "due µs/task", "floor µs/task (2-commit)", "÷ floor",
                    "floor µs/task (1-commit)", "÷ floor 1c"], rows,
                   ["l", "l"] + ["r"] * 5))
+
+
+def baseline_table(res, args):
+    """Issue 18's before and after: the budget workloads run by an older
+    due (bench/run --baseline BIN) beside this tree's, interleaved in the
+    same run, so that the change is a ratio of the same minutes."""
+    rows = []
+    for st in res.stores():
+        name = STORE_NAME[st]
+        for desc, w, var, c, _fw, _fvar in BUDGET_SPECS:
+            now = res.select(st, w, var, c)
+            before = [r for r in res.baseline if r.get("store") == st
+                      and r.get("workload") == w and r.get("variant") == var
+                      and (c is None or r.get("concurrency") == c)]
+            if not now or not before:
+                continue
+            bc, nc = res.med(before, "cpu_us_per_task"), res.med(now, "cpu_us_per_task")
+            br, nr = res.med(before, "tasks_per_s"), res.med(now, "tasks_per_s")
+            rows.append([name, desc, fnum(bc, 1), fnum(nc, 1), fratio(nc, bc),
+                         fnum(br), fnum(nr), fratio(nr, br)])
+    if not rows:
+        return None
+    rev = getattr(args, "baseline_rev", None) or "an older build"
+    return ("The same `due bench` workloads run by the due of %s (before issue 18's changes; "
+            "bench/run --baseline), interleaved with this tree's in every repetition: process "
+            "CPU per task and tasks/s, medians.\n\n" % rev +
+            table(["store", "workload", "before µs/task", "now µs/task", "now ÷ before",
+                   "before tasks/s", "now tasks/s", "now ÷ before"], rows,
+                  ["l", "l"] + ["r"] * 6))
 
 
 def store_work_table(res):
@@ -1658,6 +1694,8 @@ def render(args):
         ("CPU per task: due against the floor (issue 18's budget)", cpu_budget_table(res)),
         ("Store work per task: due against the floor (issue 18's budget)",
          store_work_table(res)),
+        ("Before and after: the budget workloads on an older due (issue 18)",
+         baseline_table(res, args)),
         ("W3 lateness: claim − due, %s tasks over 5 s, 4 workers waiting" % fnum(args.nl),
          lateness_table(res)),
         ("W4 idle cost: 4 workers, no tasks", idle_table(res)),
@@ -1669,6 +1707,7 @@ def render(args):
          w5_section(res)),
         ("Targets", target_rows(res, w5_only)),
     ]
+    sections = [sec for sec in sections if sec[1] is not None]
     if w5_only:
         # bench/run --only w5: the other sections would be empty
         sections = [sec for sec in sections if sec[0].startswith(("W5", "Targets"))]
@@ -1968,6 +2007,7 @@ def main():
     r.add_argument("--redis-url")
     r.add_argument("--mysql-url")
     r.add_argument("--git", help="the commit measured (bench/run reads it before building)")
+    r.add_argument("--baseline-rev", help="what bench/run --baseline ran (its rev and patch)")
     r.add_argument("--pending", type=int, default=1000000, help="S1's pending tasks")
     r.add_argument("--big", type=int, default=10000000, help="S3's pending tasks")
     r.add_argument("--soak", default="2,000/s for 3m, retain 30s", help="S2's settings")
