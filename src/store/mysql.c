@@ -59,6 +59,7 @@
 **      listeners' wake-up counter, MySQL's stand-in for NOTIFY).
 **   2..4  record the versions the other stores share; nothing to change.
 **   6  records the version too (SQLite's running try moved into its task).
+**   7  records the version too (SQLite's indexes: due_task_due dropped).
 */
 #include <errno.h>
 #include <stdint.h>
@@ -284,8 +285,8 @@ static const char schema_v5[] =
     "ALTER TABLE due_task ADD KEY due_task_state (state, id);" RECORD("5");
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1,   [2] = RECORD("2"), [3] = RECORD("3"),
-    [4] = RECORD("4"), [5] = schema_v5,	  [6] = RECORD("6")};
+    [1] = schema_v1, [2] = RECORD("2"), [3] = RECORD("3"), [4] = RECORD("4"),
+    [5] = schema_v5, [6] = RECORD("6"), [7] = RECORD("7")};
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */

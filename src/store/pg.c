@@ -76,6 +76,8 @@
 **      state) statistics, per-table autovacuum and fillfactor.
 **   6  No change here: version 6 moved SQLite's running try into its
 **      task row (src/store/sqlite.c); the step records the version.
+**   7  No change here either: version 7 dropped SQLite's due_task_due
+**      and merged two of its (id) indexes; the step records the version.
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -1280,9 +1282,13 @@ static int init_lock(due_store *s)
 static const char schema_v6[] =
     "UPDATE due_meta SET value = '6' WHERE name = 'schema_version';";
 
+/* Version 6 -> 7: SQLite's alone too. */
+static const char schema_v7[] =
+    "UPDATE due_meta SET value = '7' WHERE name = 'schema_version';";
+
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3,
-    [4] = schema_v4, [5] = schema_v5, [6] = schema_v6};
+    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4,
+    [5] = schema_v5, [6] = schema_v6, [7] = schema_v7};
 
 /*
 ** due_schedule(): a submit from SQL, inside the caller's own transaction,

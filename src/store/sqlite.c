@@ -52,6 +52,9 @@
 **      (the list by state, capped counts; see schema_v5).
 **   6  due_task.claimed_at: the running try lives in its task row and its
 **      attempt row is written once, when it ends (see schema_v6).
+**   7  Fewer indexes on due_task: due_task_due dropped (its readers walk
+**      due_task_claim one priority at a time), CANCELLED's and DEAD's
+**      (id) indexes merged into one (see schema_v7).
 */
 #include <errno.h>
 #include <inttypes.h>
@@ -203,6 +206,19 @@ enum stmt_id {
 	"(k.paused <> 0 OR k.rate_n IS NOT NULL OR k.max_running IS NOT NULL"  \
 	" OR k.max_running_per_group IS NOT NULL)"
 
+/*
+** The distinct priorities of SCHEDULED tasks, lowest first, as rows of
+** pr(p) (a last NULL row ends them): one seek on due_task_claim each.
+** Since version 7 there is no index on due_at alone; what reads SCHEDULED
+** tasks in due order walks each priority's range of due_task_claim.
+*/
+#define PRIORITIES                                                             \
+	"WITH RECURSIVE pr(p) AS (SELECT min(priority) FROM due_task"          \
+	" INDEXED BY due_task_claim WHERE state = 'SCHEDULED' UNION ALL"       \
+	" SELECT (SELECT min(priority) FROM due_task INDEXED BY"               \
+	" due_task_claim WHERE state = 'SCHEDULED' AND priority > pr.p)"       \
+	" FROM pr WHERE pr.p IS NOT NULL) "
+
 /* One state's page in id order, through the index named due_task_<ix>. */
 #define LIST_STATE(ix, state)                                                  \
 	"SELECT " DUE_TASK_COLS " FROM due_task INDEXED BY due_task_" ix       \
@@ -239,9 +255,10 @@ static const char *const sql_text[ST_COUNT] = {
 	" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING",
     [ST_FIND_KEY] = "SELECT id FROM due_task WHERE kind = ?1 AND key = ?2"
 		    " AND state IN ('SCHEDULED', 'CLAIMED')",
-    [ST_PEEK_DUE] =
-	"SELECT 1 FROM due_task WHERE state = 'SCHEDULED' AND due_at <= ?1"
-	" LIMIT 1",
+    [ST_PEEK_DUE] = PRIORITIES
+    "SELECT 1 FROM pr WHERE pr.p IS NOT NULL AND EXISTS (SELECT 1"
+    " FROM due_task INDEXED BY due_task_claim WHERE state = 'SCHEDULED'"
+    " AND priority = pr.p AND due_at <= ?1) LIMIT 1",
     [ST_CLAIM_ID] =
 	"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
 	" lease_owner = ?1, lease_until = ?2 + ?3, updated_at = ?2,"
@@ -331,8 +348,8 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_LIST_STATE + DUE_SCHEDULED] = LIST_STATE("sched_id", "SCHEDULED"),
     [ST_LIST_STATE + DUE_CLAIMED] = LIST_STATE("lease", "CLAIMED"),
     [ST_LIST_STATE + DUE_DONE] = LIST_STATE("done_id", "DONE"),
-    [ST_LIST_STATE + DUE_CANCELLED] = LIST_STATE("cancelled_id", "CANCELLED"),
-    [ST_LIST_STATE + DUE_DEAD] = LIST_STATE("dead_id", "DEAD"),
+    [ST_LIST_STATE + DUE_CANCELLED] = LIST_STATE("ended_id", "CANCELLED"),
+    [ST_LIST_STATE + DUE_DEAD] = LIST_STATE("ended_id", "DEAD"),
     [ST_RETRY] =
 	"UPDATE due_task SET state = 'SCHEDULED', due_at = ?2,"
 	" attempt_base = attempt, cancel_requested = 0, updated_at = ?2"
@@ -359,19 +376,18 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_COUNT_STATE + DUE_SCHEDULED] = COUNT_CAPPED("sched_id", "SCHEDULED"),
     [ST_COUNT_STATE + DUE_CLAIMED] = COUNT_ALL("lease", "CLAIMED"),
     [ST_COUNT_STATE + DUE_DONE] = COUNT_CAPPED("done_id", "DONE"),
-    [ST_COUNT_STATE + DUE_CANCELLED] =
-	COUNT_CAPPED("cancelled_id", "CANCELLED"),
-    [ST_COUNT_STATE + DUE_DEAD] = COUNT_ALL("dead_id", "DEAD"),
+    [ST_COUNT_STATE + DUE_CANCELLED] = COUNT_CAPPED("ended_id", "CANCELLED"),
+    [ST_COUNT_STATE + DUE_DEAD] = COUNT_ALL("ended_id", "DEAD"),
     /* metrics: per kind, read only when the state's count is exact */
     [ST_KINDS_STATE + DUE_SCHEDULED] = KINDS_OF("kind_claim", "SCHEDULED"),
     [ST_KINDS_STATE + DUE_CLAIMED] = KINDS_OF("lease", "CLAIMED"),
     [ST_KINDS_STATE + DUE_DONE] = KINDS_OF("done_id", "DONE"),
-    [ST_KINDS_STATE + DUE_CANCELLED] = KINDS_OF("cancelled_id", "CANCELLED"),
-    [ST_KINDS_STATE + DUE_DEAD] = KINDS_OF("dead_id", "DEAD"),
+    [ST_KINDS_STATE + DUE_CANCELLED] = KINDS_OF("ended_id", "CANCELLED"),
+    [ST_KINDS_STATE + DUE_DEAD] = KINDS_OF("ended_id", "DEAD"),
     /* the size probe before a capped count (counts_read) */
     [ST_SPAN_STATE + DUE_SCHEDULED] = SPAN_OF("sched_id", "SCHEDULED"),
     [ST_SPAN_STATE + DUE_DONE] = SPAN_OF("done_id", "DONE"),
-    [ST_SPAN_STATE + DUE_CANCELLED] = SPAN_OF("cancelled_id", "CANCELLED"),
+    [ST_SPAN_STATE + DUE_CANCELLED] = SPAN_OF("ended_id", "CANCELLED"),
     /* the estimator's probes (estimate_read) */
     [ST_ID_RANGE] = "SELECT (SELECT min(id) FROM due_task),"
 		    " (SELECT max(id) FROM due_task)",
@@ -387,12 +403,15 @@ static const char *const sql_text[ST_COUNT] = {
        primary key in the array's order (one statement, not PROBE_PASS) */
     [ST_PROBE] = "SELECT t.state, t.kind FROM json_each(?1) AS j"
 		 " CROSS JOIN due_task AS t ON t.id = j.value",
-    /* the count walks due_task_due's overdue entries only (no aggregate
-       but count per entry); the oldest is one seek, read when count > 0 */
-    [ST_DUE_UNCLAIMED] = "SELECT (SELECT count(*) FROM due_task"
-			 " WHERE state = 'SCHEDULED' AND due_at <= ?1),"
-			 " (SELECT min(due_at) FROM due_task"
-			 " WHERE state = 'SCHEDULED')",
+    /* per priority in use, the count walks due_task_claim's overdue
+       entries only (no aggregate but count per entry) and the oldest is
+       one seek */
+    [ST_DUE_UNCLAIMED] = PRIORITIES
+    "SELECT coalesce(sum((SELECT count(*) FROM due_task INDEXED BY"
+    " due_task_claim WHERE state = 'SCHEDULED' AND priority = pr.p"
+    " AND due_at <= ?1)), 0), min((SELECT min(due_at) FROM due_task"
+    " INDEXED BY due_task_claim WHERE state = 'SCHEDULED'"
+    " AND priority = pr.p)) FROM pr WHERE pr.p IS NOT NULL",
     [ST_LATENESS] = "SELECT claimed_at - due_at" IN_WINDOW,
     /* sorted by lateness() */
     [ST_PRUNE_ATTEMPTS] =
@@ -803,6 +822,39 @@ static const char schema_v6[] =
     "  IN (SELECT id, attempt FROM due_task WHERE state = 'CLAIMED');"
     "UPDATE due_meta SET value = '6' WHERE name = 'schema_version';";
 
+/*
+** Version 6 -> 7: fewer indexes for every task to keep (issue 18).  A
+** statement that changes a task's state visits every partial index whose
+** WHERE names the state (opens a cursor, tests old and new row), whether
+** or not the task enters or leaves it; in the drain's callgrind profile
+** that was about a third of a completion's instructions.
+**   due_task_due (due_at) duplicated due_task_claim (priority, due_at)
+**                for the readers that want SCHEDULED tasks in due order
+**                whatever their priority: the claim's peek, the overdue
+**                count of stats and the wheel's refill (upcoming).  They
+**                now walk due_task_claim one priority at a time
+**                (PRIORITIES; a seek per priority in use, usually one).
+**                A submit writes one index entry less and a claim
+**                deletes one less.
+**   due_task_cancelled_id and due_task_dead_id become one index on
+**                (state, id) over both states: the same lists, counts and
+**                spans (an equality on state, then id order), one index
+**                less to visit.  The planner cannot pick it for the
+**                SCHEDULED, CLAIMED or DONE queries of the hot path: its
+**                WHERE is not implied by theirs.
+** SCHEDULED's and DONE's (id) indexes stay: `due ls --state` and stats
+** need them, and merging them into one (state, id) index over all states
+** would let the planner choose it for every `state = 'SCHEDULED'` query
+** (a walk of all due tasks for min(priority), measured).
+*/
+static const char schema_v7[] =
+    "DROP INDEX due_task_due;"
+    "DROP INDEX due_task_cancelled_id;"
+    "DROP INDEX due_task_dead_id;"
+    "CREATE INDEX due_task_ended_id ON due_task (state, id)"
+    "  WHERE state = 'CANCELLED' OR state = 'DEAD';"
+    "UPDATE due_meta SET value = '7' WHERE name = 'schema_version';";
+
 _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
 
 const char *due__sq_read_sql(int i)
@@ -904,8 +956,8 @@ static int exec_step(due_store *s, const char *sql, const char *what)
 }
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3,
-    [4] = schema_v4, [5] = schema_v5, [6] = schema_v6};
+    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4,
+    [5] = schema_v5, [6] = schema_v6, [7] = schema_v7};
 
 /* WAL first (it cannot change inside a transaction), then the walk. */
 static int due__sq_init_schema(due_store *s)
@@ -3456,6 +3508,11 @@ static int due__sq_worker_report(due_store *s, const char *owner,
 /* Discovery: upcoming tasks and wake-ups                              */
 /* ------------------------------------------------------------------ */
 
+/*
+** One priority's SCHEDULED tasks due before ?1 in due order, at most ?2:
+** ?3 the priority, then the kinds.  due_task_claim (priority, due_at) is
+** the only due-order index since version 7.
+*/
 static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 {
 	char sql[1024 + 16 * 64];
@@ -3472,15 +3529,16 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 	s->upc = NULL;
 	off = (size_t)snprintf(
 	    sql, sizeof(sql),
-	    "SELECT id, due_at FROM due_task WHERE state = 'SCHEDULED'"
-	    " AND due_at < ?1 AND NOT EXISTS (SELECT 1 FROM due_kind k"
+	    "SELECT id, due_at FROM due_task INDEXED BY due_task_claim"
+	    " WHERE state = 'SCHEDULED' AND priority = ?3 AND due_at < ?1"
+	    " AND NOT EXISTS (SELECT 1 FROM due_kind k"
 	    " WHERE k.kind = due_task.kind AND k.paused <> 0)");
 	for (size_t i = 0; i < n_kinds; i++)
 		off += (size_t)snprintf(sql + off, sizeof(sql) - off, "%s?%zu",
 					i	  ? ", "
 					: exclude ? " AND kind NOT IN ("
 						  : " AND kind IN (",
-					i + 3);
+					i + 4);
 	snprintf(sql + off, sizeof(sql) - off, "%s ORDER BY due_at LIMIT ?2",
 		 n_kinds ? ")" : "");
 	int rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
@@ -3495,24 +3553,89 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 	return s->upc;
 }
 
+typedef struct upc_pair {
+	due_time due_at;
+	due_id id;
+} upc_pair;
+
+static int upc_cmp(const void *a, const void *b)
+{
+	const upc_pair *x = a, *y = b;
+	if (x->due_at != y->due_at)
+		return x->due_at < y->due_at ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+/* The tasks of several priorities in due order, the first `limit` kept. */
+static int upcoming_merge(due_upcoming *out, int limit)
+{
+	upc_pair *v = malloc(out->count * sizeof(*v));
+
+	if (!v)
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	for (size_t i = 0; i < out->count; i++)
+		v[i] = (upc_pair){out->due_at[i], out->ids[i]};
+	qsort(v, out->count, sizeof(*v), upc_cmp);
+	if (out->count > (size_t)limit)
+		out->count = (size_t)limit;
+	for (size_t i = 0; i < out->count; i++) {
+		out->ids[i] = v[i].id;
+		out->due_at[i] = v[i].due_at;
+	}
+	free(v);
+	return 0;
+}
+
+/*
+** Each priority in use, lowest first, at most `limit` of its tasks; then
+** merged in due order and cut to `limit`.  One read transaction, so that
+** the priorities and their tasks are one snapshot.
+*/
 static int due__sq_upcoming(due_store *s, due_upcoming *out,
 			    const char *const *kinds, size_t n_kinds,
 			    bool exclude, due_time until, int limit)
 {
-	sqlite3_stmt *st = upcoming_stmt(s, n_kinds, exclude);
-	SQ_ROWS(r, s, st, "upcoming");
+	int64_t p = DUE_PRIORITY_MIN - 1;
+	size_t read = 0, n_prio = 0;
+	bool none = false, full = false;
 	int rc;
 
-	if (!st)
-		return due_error_last_code();
+	if ((rc = read_begin(s)) < 0)
+		return rc;
 	out->now = due_time_now_host();
-	sqlite3_bind_int64(st, 1, until);
-	sqlite3_bind_int(st, 2, limit);
-	for (size_t i = 0; i < n_kinds; i++)
-		sqlite3_bind_text(st, (int)i + 3, kinds[i], -1, SQLITE_STATIC);
-	rc = due__rows_upcoming(&r, out, limit);
-	sqlite3_reset(st);
-	return rc < 0 ? rc : next_expiry(s, &out->next_expiry);
+	for (;;) {
+		sqlite3_stmt *st;
+		size_t before = out->count;
+
+		if ((rc = prio_next(s, p, &p, &none)) < 0 || none)
+			break;
+		if (!(st = upcoming_stmt(s, n_kinds, exclude))) {
+			rc = due_error_last_code();
+			break;
+		}
+		SQ_ROWS(r, s, st, "upcoming");
+		sqlite3_bind_int64(st, 1, until);
+		sqlite3_bind_int(st, 2, limit);
+		sqlite3_bind_int64(st, 3, p);
+		for (size_t i = 0; i < n_kinds; i++)
+			sqlite3_bind_text(st, (int)i + 4, kinds[i], -1,
+					  SQLITE_STATIC);
+		rc = due__rows_upcoming(&r, out, limit);
+		sqlite3_reset(st);
+		if (rc < 0)
+			break;
+		read += out->count - before;
+		full = full || out->count - before == (size_t)limit;
+		n_prio++;
+	}
+	if (rc == 0 && n_prio > 1)
+		rc = upcoming_merge(out, limit);
+	if (rc == 0) {
+		out->truncated = full || read > (size_t)limit;
+		rc = next_expiry(s, &out->next_expiry);
+	}
+	due__sq_rollback(s);
+	return rc;
 }
 
 static const char *const schemes[] = {"sqlite", NULL};

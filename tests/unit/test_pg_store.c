@@ -44,6 +44,11 @@
 #ifdef DUE_WITH_PG
 #include <libpq-fe.h>
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+/* "7": the version a fresh or upgraded store records */
+#define DUE_SCHEMA_VERSION_TEXT STR(DUE_SCHEMA_VERSION)
+
 static char base_url[512]; /* DUE_TEST_PG_URL */
 static char url[1024];	   /* ... with this run's search_path */
 static char schema[64];	   /* due_test_<pid> */
@@ -758,7 +763,7 @@ static void test_schema_upgrade_from_v1(void **state)
 		     "SELECT value FROM "
 		     "%s.due_meta WHERE name = 'schema_version'",
 		     sch),
-	    "6");
+	    DUE_SCHEMA_VERSION_TEXT);
 	assert_int_equal(sql_int("SELECT count(*) FROM %s.due_meta", sch), 1);
 
 	/* the tasks survived, untouched; the new tables work */
@@ -847,7 +852,7 @@ static void test_schema_upgrade_from_v3(void **state)
 				     "SELECT value FROM %s.due_meta"
 				     " WHERE name = 'schema_version'",
 				     sch),
-			    "6");
+			    DUE_SCHEMA_VERSION_TEXT);
 	db = open_url(u);
 	due_task *t = get(db, running);
 	assert_int_equal(t->state, DUE_CLAIMED);
@@ -1321,7 +1326,7 @@ static void test_schema_upgrade_from_v4(void **state)
 				     "SELECT value FROM %s.due_meta"
 				     " WHERE name = 'schema_version'",
 				     sch),
-			    "6");
+			    DUE_SCHEMA_VERSION_TEXT);
 	db = open_url(u);
 	assert_int_equal(state_of(db, waiting), DUE_SCHEDULED);
 	due_stats st;

@@ -2777,6 +2777,169 @@ static void test_flow_pause(void **state)
 	due_close(db);
 }
 
+static void sqlite_undo_v7(void);
+
+/* The ids of the tasks in state st, in list order (every page). */
+static int list_ids(due_db *db, int st, due_id *ids, int max)
+{
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	int n = 0;
+
+	lo.state = st;
+	lo.limit = 2;
+	for (;;) {
+		due_task_list *l = NULL;
+		assert_int_equal(due_list(db, &l, &lo), 0);
+		for (size_t i = 0; i < l->count && n < max; i++)
+			ids[n++] = l->items[i].id;
+		if (l->count == 0) {
+			due_task_list_free(l);
+			return n;
+		}
+		lo.after = l->items[l->count - 1].id;
+		due_task_list_free(l);
+	}
+}
+
+/*
+** SQLite, version 6 -> 7: due_task_due and the CANCELLED and DEAD (id)
+** indexes give way to one (state, id) index over both; what stats, the
+** lists by state, upcoming and the claim read is the same before and
+** after.
+*/
+static void test_sqlite_v6_upgrade(void **state)
+{
+	(void)state;
+	if (!on_sqlite())
+		return;
+	due_db *db = open_db();
+	due_cancel_outcome co;
+	due_state ks;
+	due_stats s0, s1;
+	due_time now;
+	due_id cancelled[3], dead[2], ids[8];
+
+	assert_int_equal(due_now(db, &now), 0);
+	due_id overdue = add_flow(db, "k", now - 2000000, 3, NULL, 0);
+	due_id later = add_flow(db, "k", now + HOUR / 2, -1, NULL, 0);
+	for (int i = 0; i < 3; i++) {
+		cancelled[i] = add(db, "k", HOUR, 5);
+		assert_int_equal(due_cancel(db, &co, cancelled[i]), 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		dead[i] = add(db, "k", HOUR, 5);
+		assert_int_equal(due_kill(db, &ks, dead[i]), 0);
+		assert_int_equal(ks, DUE_DEAD);
+	}
+	assert_int_equal(due_stats_get(db, &s0), 0);
+	due_close(db);
+	sqlite_undo_v7();
+	db = NULL;
+	assert_int_equal(due_open(&db, url, NULL), DUE_ESCHEMA);
+	due_close(db);
+
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	o.create = true;
+	db = NULL;
+	assert_int_equal(due_open(&db, url, &o), 0);
+	assert_int_equal(
+	    sql_int("SELECT value FROM due_meta WHERE name = 'schema_version'"),
+	    7);
+	assert_int_equal(sql_int("SELECT count(*) FROM sqlite_schema"
+				 " WHERE type = 'index' AND name IN"
+				 " ('due_task_due', 'due_task_cancelled_id',"
+				 " 'due_task_dead_id')"),
+			 0);
+	assert_int_equal(sql_int("SELECT count(*) FROM sqlite_schema"
+				 " WHERE name = 'due_task_ended_id'"),
+			 1);
+	assert_int_equal(due_stats_get(db, &s1), 0);
+	for (int i = 0; i < DUE_STATE_COUNT; i++)
+		assert_int_equal(s1.counts[i], s0.counts[i]);
+	assert_int_equal(s1.counts[DUE_CANCELLED], 3);
+	assert_int_equal(s1.counts[DUE_DEAD], 2);
+	assert_int_equal(s1.due_unclaimed, 1);
+	assert_true(s1.oldest_due_unclaimed_ms >= 2000);
+	assert_int_equal(list_ids(db, DUE_CANCELLED, ids, 8), 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(ids[i], cancelled[i]);
+	assert_int_equal(list_ids(db, DUE_DEAD, ids, 8), 2);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(ids[i], dead[i]);
+
+	due_upcoming *u = NULL;
+	assert_int_equal(
+	    due_upcoming_get(db, &u, NULL, 0, false, now + HOUR, 10), 0);
+	assert_int_equal(u->count, 2);
+	assert_int_equal(u->ids[0], overdue);
+	assert_int_equal(u->ids[1], later);
+	due_upcoming_free(u);
+	due_task_list *l = claim_n(db, "w", NULL, 10, LONG_LEASE);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, overdue);
+	due_task_list_free(l);
+	due_close(db);
+}
+
+/*
+** What reads SCHEDULED tasks in due order reads them across priorities:
+** the wheel's refill (upcoming: earliest first whatever the priority, cut
+** at the limit), the overdue count and oldest of stats, and the claim's
+** first look (SQLite walks due_task_claim one priority at a time since
+** version 7).
+*/
+static void test_due_order_across_priorities(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_upcoming *u = NULL;
+	due_stats st;
+	due_time now;
+
+	assert_int_equal(due_now(db, &now), 0);
+	due_id a = add_flow(db, "k", now - 3000000, 5, NULL, 0);
+	due_id b = add_flow(db, "k", now - 2000000, 0, NULL, 0);
+	due_id c = add_flow(db, "k", now - 1000000, -2, NULL, 0);
+	due_id d = add_flow(db, "k", now + HOUR / 2, 5, NULL, 0);
+	add_flow(db, "k", now + 2 * HOUR, -2, NULL, 0);
+
+	assert_int_equal(
+	    due_upcoming_get(db, &u, NULL, 0, false, now + HOUR, 100), 0);
+	assert_int_equal(u->count, 4);
+	assert_int_equal(u->ids[0], a);
+	assert_int_equal(u->ids[1], b);
+	assert_int_equal(u->ids[2], c);
+	assert_int_equal(u->ids[3], d);
+	for (size_t i = 1; i < u->count; i++)
+		assert_true(u->due_at[i - 1] <= u->due_at[i]);
+	assert_false(u->truncated);
+	due_upcoming_free(u);
+	assert_int_equal(
+	    due_upcoming_get(db, &u, NULL, 0, false, now + HOUR, 2), 0);
+	assert_int_equal(u->count, 2);
+	assert_int_equal(u->ids[0], a);
+	assert_int_equal(u->ids[1], b);
+	assert_true(u->truncated);
+	due_upcoming_free(u);
+
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.due_unclaimed, 3);
+	assert_true(st.oldest_due_unclaimed_ms >= 3000);
+	assert_true(st.oldest_due_unclaimed_ms < 3000 + 600000);
+
+	/* the claim sees them, lowest priority number first */
+	due_task_list *l = claim_n(db, "w", NULL, 10, LONG_LEASE);
+	assert_int_equal(l->count, 3);
+	assert_int_equal(l->items[0].id, c);
+	assert_int_equal(l->items[1].id, b);
+	assert_int_equal(l->items[2].id, a);
+	due_task_list_free(l);
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.due_unclaimed, 0);
+	assert_int_equal(st.oldest_due_unclaimed_ms, 0);
+	due_close(db);
+}
+
 /* A time shift of `col` back by us microseconds, as SQL. */
 static const char *BACK(const char *col, int64_t us)
 {
@@ -3172,8 +3335,26 @@ static void test_flow_kind_settings(void **state)
 ** try gets its RUNNING attempt row back from its task row, as a version 5
 ** claim wrote it.
 */
+/* SQLite: a store taken back to version 6 (step 7 undone): its indexes. */
+static void sqlite_undo_v7(void)
+{
+	static const char *const undo[] = {
+	    "DROP INDEX due_task_ended_id",
+	    "CREATE INDEX due_task_due ON due_task (due_at)"
+	    " WHERE state = 'SCHEDULED'",
+	    "CREATE INDEX due_task_cancelled_id ON due_task (id)"
+	    " WHERE state = 'CANCELLED'",
+	    "CREATE INDEX due_task_dead_id ON due_task (id)"
+	    " WHERE state = 'DEAD'",
+	    "UPDATE due_meta SET value = '6' WHERE name = 'schema_version'",
+	};
+	for (size_t i = 0; i < sizeof(undo) / sizeof(undo[0]); i++)
+		sql("%s", undo[i]);
+}
+
 static void sqlite_undo_v6(void)
 {
+	sqlite_undo_v7();
 	static const char *const undo[] = {
 	    "INSERT INTO due_attempt (task_id, attempt, worker, claimed_at,"
 	    " due_at) SELECT id, attempt, lease_owner, claimed_at, due_at"
@@ -3736,7 +3917,7 @@ static void test_sqlite_v5_upgrade(void **state)
 	assert_int_equal(due_open(&db, url, &o), 0);
 	assert_int_equal(
 	    sql_int("SELECT value FROM due_meta WHERE name = 'schema_version'"),
-	    6);
+	    DUE_SCHEMA_VERSION);
 	/* the running tries moved into their tasks, seen as before */
 	assert_int_equal(
 	    sql_int("SELECT count(*) FROM due_attempt WHERE outcome ="
@@ -4006,7 +4187,7 @@ static void test_sqlite_read_plans(void **state)
 			const char *sq = due__sq_read_sql(i);
 			bool bounded = strstr(d, "SCAN due_task USING") &&
 				       (strstr(d, "due_task_lease") ||
-					strstr(d, "due_task_dead_id") ||
+					strstr(d, "due_task_ended_id") ||
 					strstr(sq, "LIMIT ?"));
 			if ((strstr(d, "SCAN due_task") && !bounded) ||
 			    strstr(d, "SCAN due_attempt") ||
@@ -4068,6 +4249,8 @@ int main(void)
 	    T(test_stats_exact_at_size),
 	    T(test_sqlite_v4_upgrade),
 	    T(test_sqlite_v5_upgrade),
+	    T(test_sqlite_v6_upgrade),
+	    T(test_due_order_across_priorities),
 	    T(test_sqlite_old_worker_running_row),
 	    T(test_sqlite_estimates),
 	    T(test_sqlite_read_plans),
