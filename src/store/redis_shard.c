@@ -44,6 +44,7 @@
 
 #include "core/internal.h"
 #include "store/redis_shard.h"
+#include "store/row.h"
 
 #define SLOT (&due__store_redis_slot)
 #define RD_NODE_MAX 65 /* shards at most 64, and a scratch entry */
@@ -691,25 +692,12 @@ static int sh_metrics(due_store *s, due_metrics *out)
 	return rc;
 }
 
-typedef struct due_pair {
-	due_time at;
-	due_id id;
-} due_pair;
-
-static int by_due(const void *a, const void *b)
-{
-	const due_pair *x = a, *y = b;
-	if (x->at != y->at)
-		return (x->at > y->at) - (x->at < y->at);
-	return (x->id > y->id) - (x->id < y->id);
-}
-
 /* The earliest `limit` of every shard's earliest `limit`. */
 static int sh_upcoming(due_store *s, due_upcoming *out,
 		       const char *const *kinds, size_t n_kinds, bool exclude,
 		       due_time until, int limit)
 {
-	due_pair *all = NULL, *grown;
+	due__due_pair *all = NULL, *grown;
 	size_t n = 0;
 	due_upcoming b;
 	int rc = 0;
@@ -726,7 +714,8 @@ static int sh_upcoming(due_store *s, due_upcoming *out,
 		if (rc == 0) {
 			all = grown;
 			for (size_t k = 0; k < b.count; k++)
-				all[n++] = (due_pair){b.due_at[k], b.ids[k]};
+				all[n++] =
+				    (due__due_pair){b.due_at[k], b.ids[k]};
 			out->truncated |= b.truncated;
 			if (i == 0)
 				out->now = b.now;
@@ -740,7 +729,7 @@ static int sh_upcoming(due_store *s, due_upcoming *out,
 			goto done;
 	}
 	if (n > 1)
-		qsort(all, n, sizeof(*all), by_due);
+		qsort(all, n, sizeof(*all), due__by_due);
 	if (n > (size_t)limit) {
 		n = (size_t)limit;
 		out->truncated = true;

@@ -311,6 +311,14 @@ static int upcoming_grow(due_upcoming *out, size_t *cap)
 	return ni && nd ? 0 : due__error_set(DUE_ENOMEM, "out of memory");
 }
 
+int due__by_due(const void *a, const void *b)
+{
+	const due__due_pair *x = a, *y = b;
+	if (x->at != y->at)
+		return (x->at > y->at) - (x->at < y->at);
+	return (x->id > y->id) - (x->id < y->id);
+}
+
 int due__rows_upcoming(const due_rows *r, due_upcoming *out, int limit)
 {
 	size_t cap = out->count;

@@ -178,6 +178,18 @@ int due__rows_sched_list(const due_rows *r, due_cron_info_list **out);
 int due__rows_upcoming(const due_rows *r, due_upcoming *out, int limit);
 
 /*
+** An upcoming task, for merging several earliest-first lists (the
+** priorities of a SQLite store, the shards of a Redis one): qsort with
+** due__by_due orders them by due time, then id.
+*/
+typedef struct due__due_pair {
+	due_time at;
+	due_id id;
+} due__due_pair;
+
+int due__by_due(const void *a, const void *b);
+
+/*
 ** Every DUE_KIND_COLS row appended to l (settings and held counters; the
 ** live counts are left 0 for the store to fill).  `each` (may be NULL)
 ** runs on every decoded row while the cursor is on it, so a store can

@@ -3553,34 +3553,21 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 	return s->upc;
 }
 
-typedef struct upc_pair {
-	due_time due_at;
-	due_id id;
-} upc_pair;
-
-static int upc_cmp(const void *a, const void *b)
-{
-	const upc_pair *x = a, *y = b;
-	if (x->due_at != y->due_at)
-		return x->due_at < y->due_at ? -1 : 1;
-	return (x->id > y->id) - (x->id < y->id);
-}
-
 /* The tasks of several priorities in due order, the first `limit` kept. */
 static int upcoming_merge(due_upcoming *out, int limit)
 {
-	upc_pair *v = malloc(out->count * sizeof(*v));
+	due__due_pair *v = malloc(out->count * sizeof(*v));
 
 	if (!v)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	for (size_t i = 0; i < out->count; i++)
-		v[i] = (upc_pair){out->due_at[i], out->ids[i]};
-	qsort(v, out->count, sizeof(*v), upc_cmp);
+		v[i] = (due__due_pair){out->due_at[i], out->ids[i]};
+	qsort(v, out->count, sizeof(*v), due__by_due);
 	if (out->count > (size_t)limit)
 		out->count = (size_t)limit;
 	for (size_t i = 0; i < out->count; i++) {
 		out->ids[i] = v[i].id;
-		out->due_at[i] = v[i].due_at;
+		out->due_at[i] = v[i].at;
 	}
 	free(v);
 	return 0;
