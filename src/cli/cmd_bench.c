@@ -569,7 +569,9 @@ typedef struct bwork {
 ** PostgreSQL: the server's WAL insert position in bytes, on a connection
 ** of its own to the store named by --db (the store's own connections are
 ** the library's), or -1.  Its move over a phase is the WAL written by
-** every session of the server, as bench/floor reads it.
+** every session of the server, as bench/floor reads it.  On the same
+** connection, *exec_us: pg_stat_statements' execution time so far of this
+** database's statements in microseconds, or -1 without the module.
 */
 static long long pg_wal_pos(vctx *v, double *exec_us)
 {
