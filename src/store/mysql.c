@@ -121,7 +121,7 @@
 /* A builder on the store's connection. */
 #define SQL(b, s)                                                              \
 	due_my_sql b;                                                          \
-	due__my_sql_init(&b, (s)->conn)
+	due__my_sql_init(&b, &(s)->conn)
 
 /* ------------------------------------------------------------------ */
 /* Schema                                                              */
@@ -426,7 +426,7 @@ static int read_version(due_store *s, int *out)
 			" AND table_name = 'due_meta'");
 	if ((rc = ints(s, &b, "read schema version", v, 1)) < 0 || !v[0])
 		return rc;
-	due__my_sql_init(&b, s->conn);
+	due__my_sql_init(&b, &s->conn);
 	due__my_add(&b, "SELECT COUNT(*), MAX(CAST(value AS SIGNED))"
 			" FROM due_meta WHERE name = 'schema_version'");
 	if ((rc = ints(s, &b, "read schema version", v, 2)) == 0 && v[0])
@@ -1967,7 +1967,7 @@ static int mys_extend(due_store *s, due_extend_outcome *out, due_id id,
 		*out = DUE_EXTEND_OK;
 		return 0;
 	}
-	due__my_sql_init(&b, s->conn);
+	due__my_sql_init(&b, &s->conn);
 	due__my_add(&b,
 		    "SELECT state = 'CLAIMED', attempt, cancel_requested"
 		    " FROM due_task WHERE id = %lld",
@@ -2156,7 +2156,7 @@ static int complete_locked(due_store *s, due_completion *items, size_t n,
 				    i + 1 == n && last == LAST_COMMIT;
 				rc = exec(s, &b, "complete", NULL);
 			}
-			due__my_sql_init(&b, s->conn);
+			due__my_sql_init(&b, &s->conn);
 			from = i + 1, bytes = 0;
 		}
 	}
@@ -2228,7 +2228,7 @@ static int fail_tx(due_store *s, due_fail_outcome *out, const fail_args *a)
 		    a->attempt, (long long)a->id);
 	if ((rc = ints(s, &b, "fail", v, 7)) < 0)
 		goto fail;
-	due__my_sql_init(&b, s->conn);
+	due__my_sql_init(&b, &s->conn);
 	if (!v[1]) {
 		*out = DUE_FAIL_REJECTED_STALE;
 		due__my_add(&b,
@@ -2255,7 +2255,7 @@ static int fail_tx(due_store *s, due_fail_outcome *out, const fail_args *a)
 			    (long long)a->id, a->attempt);
 		if ((rc = exec_one(s, &b, "fail", a->id)) < 0)
 			goto fail;
-		due__my_sql_init(&b, s->conn);
+		due__my_sql_init(&b, &s->conn);
 		due__my_add(&b,
 			    "UPDATE due_attempt SET ended_at = " NOW_V
 			    ", outcome = '%s', error = ",
@@ -2327,7 +2327,7 @@ static int reclaim_tx(due_store *s, due_reclaimed *out, int64_t *got)
 		goto fail;
 	mysql_free_result(r);
 	r = NULL;
-	due__my_sql_init(&b, s->conn);
+	due__my_sql_init(&b, &s->conn);
 	if (p.n) {
 		due__my_add(&b, "UPDATE due_attempt a JOIN due_task t"
 				" ON a.task_id = t.id AND a.attempt = t.attempt"
@@ -2727,7 +2727,7 @@ static int operator_tx(due_store *s, bool kill, due_id id, due_state *final)
 	due__my_str(&b, state);
 	if ((rc = exec_one(s, &b, action, id)) < 0)
 		goto fail;
-	due__my_sql_init(&b, s->conn);
+	due__my_sql_init(&b, &s->conn);
 	due__my_add(&b,
 		    "UPDATE due_attempt SET ended_at = " NOW_V
 		    ", outcome = '%s',"
@@ -3172,7 +3172,7 @@ static int fire_tx(due_store *s, const due_cron_fire *f, bool *won,
 	}
 	if (f->task && (rc = insert_one(s, f->task, &sub)) < 0)
 		goto fail;
-	due__my_sql_init(&b, s->conn);
+	due__my_sql_init(&b, &s->conn);
 	due__my_add(&b, "UPDATE due_schedule SET next_slot = %lld,",
 		    (long long)f->next);
 	if (f->task)
@@ -3328,7 +3328,7 @@ static int outcomes(due_store *s, due_metrics *m, due_time now, due_time from)
 	mysql_free_result(r);
 	if (rc < 0)
 		return rc;
-	due__my_sql_init(&b, s->conn);
+	due__my_sql_init(&b, &s->conn);
 	due__my_add(&b,
 		    "SELECT (%lld - ended_at) DIV 60000000 AS mi, COUNT(*)"
 		    " FROM due_attempt FORCE INDEX (due_attempt_claimed)"
@@ -3479,7 +3479,7 @@ static int mys_upcoming(due_store *s, due_upcoming *out,
 	mysql_free_result(r);
 	if (rc < 0)
 		return rc;
-	due__my_sql_init(&b, s->conn);
+	due__my_sql_init(&b, &s->conn);
 	due__my_add(&b, "SELECT " NOW ", COUNT(m), MIN(m) FROM (SELECT"
 			" MIN(at_us) AS m FROM due_task"
 			" WHERE state = 'CLAIMED') x");

@@ -791,7 +791,7 @@ void due__my_backoff(int n)
 /* SQL text                                                            */
 /* ------------------------------------------------------------------ */
 
-void due__my_sql_init(due_my_sql *b, MYSQL *conn)
+void due__my_sql_init(due_my_sql *b, MYSQL *const *conn)
 {
 	memset(b, 0, sizeof(*b));
 	b->conn = conn;
@@ -850,10 +850,14 @@ void due__my_str(due_my_sql *b, const char *s)
 		return;
 	}
 	n = strlen(s);
+	if (!*b->conn) { /* mysql_init failed when it was reopened */
+		b->oom = true;
+		return;
+	}
 	if (!room(b, 2 * n + 3))
 		return;
 	b->p[b->len++] = '\'';
-	b->len += mysql_real_escape_string(b->conn, b->p + b->len, s,
+	b->len += mysql_real_escape_string(*b->conn, b->p + b->len, s,
 					   (unsigned long)n);
 	b->p[b->len++] = '\'';
 	b->p[b->len] = '\0';

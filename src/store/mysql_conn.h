@@ -131,10 +131,15 @@ typedef struct due_my_sql {
 	char *p;
 	size_t len, cap;
 	bool oom;
-	MYSQL *conn; /* for escaping */
+	/*
+	** The store's connection field, read when a string is escaped: a
+	** builder made before due__my_ok reopened a lost session must not
+	** hold the handle that reopening freed.
+	*/
+	MYSQL *const *conn;
 } due_my_sql;
 
-void due__my_sql_init(due_my_sql *b, MYSQL *conn);
+void due__my_sql_init(due_my_sql *b, MYSQL *const *conn);
 void due__my_sql_free(due_my_sql *b);
 /* Append SQL text (printf format: never a caller's value). */
 void due__my_add(due_my_sql *b, const char *fmt, ...)
