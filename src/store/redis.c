@@ -1145,8 +1145,12 @@ static due_rows rows_of(rcur *c, redisReply *a)
 #define LQ_(e, name) "'" #name "',"
 #define LQ_LAST_(e, name) "'" #name "'"
 
-/* The prelude: the column lists of row.h and the histogram bounds. */
-static char *build_script(void)
+/*
+** The prelude: the column lists of row.h, the histogram bounds, and CL:
+** whether the server is a cluster node (only there can the store's slot
+** migrate, so only there does a script probe for it first).
+*/
+static char *build_script(bool cluster)
 {
 	static const char cols[] = "local TC = {" DUE_TASK_COLUMNS(
 	    LQ_, LQ_LAST_) "}\n"
@@ -1154,13 +1158,14 @@ static char *build_script(void)
 			       LQ_, LQ_LAST_) "}\n"
 					      "local KC = {" DUE_KIND_COLUMNS(
 						  LQ_, LQ_LAST_) "}\n";
-	size_t n = sizeof(cols) + 32 * DUE_HIST_N + strlen(due__redis_lua) + 16;
+	size_t n = sizeof(cols) + 32 * DUE_HIST_N + strlen(due__redis_lua) + 40;
 	char *p = malloc(n);
 	size_t off;
 
 	if (!p)
 		return NULL;
-	off = (size_t)snprintf(p, n, "%slocal HB = {", cols);
+	off = (size_t)snprintf(p, n, "%slocal CL = %s\nlocal HB = {", cols,
+			       cluster ? "true" : "false");
 	for (int i = 0; i < DUE_HIST_N; i++)
 		off += (size_t)snprintf(p + off, n - off, "%s%g", i ? "," : "",
 					due_hist_bounds_ms[i]);
@@ -1245,10 +1250,10 @@ static int rd_open(due_store **out, const void *cfg, bool create)
 		s->slot = key_slot(tag);
 	}
 	snprintf(s->chan, sizeof(s->chan), "{due:%s}:wake", s->cfg.name);
-	if (!(s->script = build_script()))
-		return due__error_set(DUE_ENOMEM, "out of memory");
 	if ((rc = first_seed(s)) < 0)
 		return rc;
+	if (!(s->script = build_script(s->cluster)))
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	s->wait_n = s->cfg.wait_n >= 0 ? s->cfg.wait_n : s->cluster ? 1 : 0;
 	if (s->cluster && (rc = cl_connect(s)) < 0)
 		return rc;

@@ -12,8 +12,8 @@
 */
 
 const char due__redis_lua[] =
-    "-- prelude from C: TC, SC, KC (column lists of row.h), HB (histogram "
-    "bounds)\n"
+    "-- prelude from C: TC, SC, KC (column lists of row.h), CL (the server\n"
+    "-- is a cluster node), HB (histogram bounds)\n"
     "local P = string.sub(KEYS[1], 1, -6)\n"
     "local A = ARGV\n"
     "-- Redis Cluster: while the store's slot is MIGRATING away from this "
@@ -22,8 +22,9 @@ const char due__redis_lua[] =
     "-- read or written, and the script would stop half-way, its first\n"
     "-- writes kept.  The probe key never exists, so reading it fails exactly\n"
     "-- when the slot is migrating: stop before any write; redis.c waits for\n"
-    "-- the migration to end (MOVED) and sends the operation again.\n"
-    "if type(redis.pcall('EXISTS', P .. ':probe')) == 'table' then\n"
+    "-- the migration to end (MOVED) and sends the operation again.  One\n"
+    "-- server has no slots: no probe there.\n"
+    "if CL and type(redis.pcall('EXISTS', P .. ':probe')) == 'table' then\n"
     "  return redis.error_reply('TRYAGAIN due: the store\\'s slot is "
     "migrating')\n"
     "end\n"

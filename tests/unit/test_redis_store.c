@@ -14,7 +14,8 @@
 ** wait_timeout= out of range refused; seeds tried in order; several hosts
 ** that are not a cluster refused), a write ?wait=1 cannot get
 ** acknowledged (no replica: DUE_ESTORE, the write is there, reads do not
-** wait), and the memory a pending task takes (printed, not asserted).
+** wait), no slot-migration probe in the scripts on one server, and the memory a
+*pending task takes (printed, not asserted).
 ** The store on a real cluster is tests/cli/test_redis_cluster.sh.  Every
 *transition
 ** both SQL stores share is in the conformance suite (test_store.c),
@@ -270,6 +271,39 @@ static void test_noscript_reload(void **state)
 	assert_int_equal(due_complete(db, &co, id, 1, "r", 1), 0);
 	assert_int_equal(co, DUE_COMPLETE_DONE);
 	due_close(db);
+}
+
+/*
+** On one server no script probes for a migrating slot (only a cluster's
+** slot moves): a user the server refuses EXISTS (ACL) can submit, claim,
+** complete and read; with the probe every script would answer TRYAGAIN.
+** (The probe on a cluster is proven by test_redis_cluster.sh's slot
+** migration.)
+*/
+static void test_no_probe_on_one_server(void **state)
+{
+	char u[700];
+	due_db *db = NULL;
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_complete_outcome co;
+	due_task *t;
+	due_id id;
+
+	(void)state;
+	assert_true(strncmp(url, "redis://", 8) == 0);
+	snprintf(u, sizeof(u), "redis://dueprobe:pw@%s", url + 8);
+	cmd_ok("ACL SETUSER dueprobe reset on >pw ~* &* +@all -exists%s", "");
+	oo.create = true;
+	assert_int_equal(due_open(&db, u, &oo), 0);
+	id = add(db, "k", 0, 5);
+	assert_int_equal(claim_one(db, id, LONG_LEASE), 1);
+	assert_int_equal(due_complete(db, &co, id, 1, "r", 1), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	t = get(db, id);
+	assert_int_equal(t->state, DUE_DONE);
+	due_task_free(t);
+	due_close(db);
+	cmd_ok("ACL DELUSER dueprobe%s", "");
 }
 
 /* appendonly no: refused, naming the setting; unsafe: accepted. */
@@ -972,16 +1006,27 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-	    T(test_noscript_reload),	  T(test_aof_refused),
-	    T(test_fsync_warning),	  T(test_one_hash_tag),
-	    T(test_rediss_refused),	  T(test_hook_unsupported),
-	    T(test_refused_connection),	  T(test_listen_wakes),
-	    T(test_running_count_index),  T(test_group_scan_bounded),
-	    T(test_list_kind_pages),	  T(test_submit_all_or_none),
-	    T(test_claimed_from_lease),	  T(test_memory_per_task),
-	    T(test_upgrade_from_4),	  T(test_attempt_written_at_end),
-	    T(test_wait_options_refused), T(test_seeds_not_cluster),
-	    T(test_wait_unmet),		  T(test_shards),
+	    T(test_noscript_reload),
+	    T(test_aof_refused),
+	    T(test_fsync_warning),
+	    T(test_one_hash_tag),
+	    T(test_rediss_refused),
+	    T(test_hook_unsupported),
+	    T(test_refused_connection),
+	    T(test_listen_wakes),
+	    T(test_running_count_index),
+	    T(test_group_scan_bounded),
+	    T(test_list_kind_pages),
+	    T(test_submit_all_or_none),
+	    T(test_claimed_from_lease),
+	    T(test_memory_per_task),
+	    T(test_upgrade_from_4),
+	    T(test_attempt_written_at_end),
+	    T(test_wait_options_refused),
+	    T(test_seeds_not_cluster),
+	    T(test_wait_unmet),
+	    T(test_shards),
+	    T(test_no_probe_on_one_server),
 #undef T
 	};
 	if (tu_select_backend("redis") != 0)
