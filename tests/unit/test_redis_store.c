@@ -14,10 +14,9 @@
 ** wait_timeout= out of range refused; seeds tried in order; several hosts
 ** that are not a cluster refused), a write ?wait=1 cannot get
 ** acknowledged (no replica: DUE_ESTORE, the write is there, reads do not
-** wait), no slot-migration probe in the scripts on one server, and the memory a
-*pending task takes (printed, not asserted).
-** The store on a real cluster is tests/cli/test_redis_cluster.sh.  Every
-*transition
+** wait), no slot-migration probe in the scripts on one server, and the
+** memory a pending task takes (printed, not asserted).  The store on a
+** real cluster is tests/cli/test_redis_cluster.sh.  Every transition
 ** both SQL stores share is in the conformance suite (test_store.c),
 ** which runs on Redis too.
 **
