@@ -1,12 +1,13 @@
 # store_proc.sh - the process-level checks test_redis.sh and test_mysql.sh
 # share (sourced after lib.sh): a private server of the backend, `due
 # verify`, three workers over 300 tasks, kill -9 of a worker, a SIGSTOPped
-# worker's late commit, and kill -9 of the server mid-drain.
+# worker's late commit, the worker's connections dropped by the server,
+# and kill -9 of the server mid-drain.
 #
 # Everything is read back through the due CLI (`due ls --json` carries
 # every task's attempts), so the checks are the same on every store; a
-# backend's own faults (a dropped MySQL connection, a Redis without an
-# AOF) stay in its test file.
+# backend's own faults (how its connections are dropped, a Redis without
+# an AOF) stay in its test file.
 #
 # No timing assertions: handlers that must still be running block on a
 # file; "the worker met the outage" is a line in its log; deadlines are
@@ -181,6 +182,42 @@ sp_quiet_log() {
 	[ "$n" -lt 20 ] && ok || bad "$2: $n log lines: $(head -5 "$1")"
 	grep -q "store unavailable" "$1" && ok || bad "$2: outage start not logged: $(head -3 "$1")"
 	grep -q "store answers again" "$1" && ok || bad "$2: outage end not logged: $(tail -3 "$1")"
+}
+
+# sp_dropped_connections DROP: the store's connections dropped by DROP (a
+# function that drops every due connection and prints how many) while four
+# handlers run, and again while they commit: the worker lives on and exits
+# 0, each handler runs once, and every task is DONE once with its own
+# result.  A claim whose commit reached the server but whose answer died
+# with the connection is unknown to the worker: the task waits out its
+# lease and is taken again at attempt 2 (its handler never ran at attempt
+# 1, as the runs show).  So each task ends at attempt 1, or at attempt 2
+# after exactly that.
+sp_dropped_connections() {
+	local drop=$1 wpid killed rc
+	for i in $(seq 1 8); do echo '{"kind":"drop"}'; done | "$DUE" add --batch - >/dev/null
+	"$DUE" work --kinds drop --concurrency 4 --lease 10s --poll 50ms \
+		--exec 'echo "$DUE_TASK_ID" >> "$OUT/drop.runs"
+			until [ -e "$OUT/drop.go" ]; do sleep 0.02; done; echo "r$DUE_TASK_ID"' 2>"$T/drop.log" &
+	wpid=$!
+	wait_for "four handlers running" 60 has_lines "$OUT/drop.runs" 4
+	killed=$("$drop")
+	echo "connections dropped mid-handler: $killed"
+	[ "$killed" -ge 1 ] && ok || bad "no due connection found to drop"
+	touch "$OUT/drop.go"
+	echo "connections dropped while committing: $("$drop")"
+	# (on a failure, go on: the server crash after says more)
+	wait_for "8 drop tasks done" 60 sp_all_done drop 8 || true
+	kill -0 "$wpid" && ok || bad "worker survived the dropped connections: $(tail -3 "$T/drop.log")"
+	kill -TERM "$wpid" 2>/dev/null || true
+	rc=0; wait "$wpid" || rc=$?
+	expect_eq "worker exits 0" 0 "$rc"
+	expect_eq "each handler ran once" "8 8" "$(lines "$OUT/drop.runs") $(sort -u "$OUT/drop.runs" | wc -l)"
+	expect_eq "each task DONE once, its own result (attempt 1, or 2 after a claim whose answer was lost)" 8 \
+		"$(sp_tasks drop "sum(1 for x in t if [a['outcome'] for a in x['attempts']] in (['DONE'], ['LEASE_EXPIRED', 'DONE']) and (x['result'] or '').strip() == 'r%d' % x['id'])")"
+	echo "attempt 2 after a lost claim answer: $(sp_tasks drop "sum(1 for x in t if x['attempt'] == 2)") task(s)"
+	echo "dropped connections: worker log: $(wc -l <"$T/drop.log") lines"
+	grep -q "store unavailable" "$T/drop.log" && ok || bad "the worker never met a dropped connection: $(cat "$T/drop.log")"
 }
 
 # kill -9 of the SERVER mid-drain (PIDFILE names it), then a restart on the

@@ -32,39 +32,13 @@ sp_sigstop
 
 # 5. KILL CONNECTION of every due connection while four handlers run, and
 #    again while they commit: every task DONE once, each handler run once
-for i in $(seq 1 8); do echo '{"kind":"drop"}'; done | "$DUE" add --batch - >/dev/null
-"$DUE" work --kinds drop --concurrency 4 --lease 10s --poll 50ms \
-	--exec 'echo "$DUE_TASK_ID" >> "$OUT/drop.runs"
-		until [ -e "$OUT/drop.go" ]; do sleep 0.02; done; echo "r$DUE_TASK_ID"' 2>"$T/drop.log" &
-wpid=$!
-wait_for "four handlers running" 60 has_lines "$OUT/drop.runs" 4
 kill_due() {
 	local ids id n=0
 	ids=$(sql "SELECT id FROM information_schema.processlist WHERE db = 'due' AND id <> CONNECTION_ID() AND command <> 'Daemon'")
 	for id in $ids; do sql "KILL CONNECTION $id" 2>/dev/null && n=$((n + 1)); done
 	echo "$n"
 }
-killed=$(kill_due)
-echo "KILL CONNECTION mid-handler: $killed connection(s)"
-[ "$killed" -ge 1 ] && ok || bad "no due connection found to kill"
-touch "$OUT/drop.go"
-echo "KILL CONNECTION while committing: $(kill_due) connection(s)"
-# (on a failure, go on to the server crash below: it says more)
-wait_for "8 drop tasks done" 60 sp_all_done drop 8 || true
-kill -0 "$wpid" && ok || bad "worker survived the dropped connections: $(tail -3 "$T/drop.log")"
-kill -TERM "$wpid" 2>/dev/null || true
-rc=0; wait "$wpid" || rc=$?
-expect_eq "worker exits 0" 0 "$rc"
-expect_eq "each handler ran once" "8 8" "$(lines "$OUT/drop.runs") $(sort -u "$OUT/drop.runs" | wc -l)"
-# A claim whose commit reached the server but whose answer died with the
-# connection is unknown to the worker: the task waits out its lease and is
-# taken again at attempt 2 (its handler never ran at attempt 1, as the
-# runs above show).  Every task is DONE once with its own result, at
-# attempt 1, or at attempt 2 after exactly that.
-expect_eq "each task DONE once, its own result (attempt 1, or 2 after a claim whose answer was lost)" 8 \
-	"$(sp_tasks drop "sum(1 for x in t if [a['outcome'] for a in x['attempts']] in (['DONE'], ['LEASE_EXPIRED', 'DONE']) and (x['result'] or '').strip() == 'r%d' % x['id'])")"
-echo "attempt 2 after a lost claim answer: $(sp_tasks drop "sum(1 for x in t if x['attempt'] == 2)") task(s)"
-echo "dropped connections: worker log: $(wc -l <"$T/drop.log") lines"
+sp_dropped_connections kill_due
 
 # 6. kill -9 of mariadbd mid-drain, then a restart (InnoDB recovery)
 sp_server_crash "$SP_DIR/mysqld.pid"

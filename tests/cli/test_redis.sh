@@ -3,9 +3,11 @@
 # verify` passes every case that does not speak SQL (those say why they
 # are skipped); three `due work` processes drain 300 tasks with each
 # handler run exactly once; kill -9 of a worker is reclaimed at attempt 2;
-# a SIGSTOPped worker's late commit is refused; kill -9 of redis-server
-# mid-drain and a restart from its append-only file lose no acknowledged
-# task and commit none twice; and a server without appendonly is refused.
+# a SIGSTOPped worker's late commit is refused; every client connection
+# killed (CLIENT KILL) while handlers run and commit loses nothing and runs
+# no handler twice; kill -9 of redis-server mid-drain and a restart from
+# its append-only file lose no acknowledged task and commit none twice;
+# and a server without appendonly is refused.
 #
 # Runs when DUE_TEST_REDIS_URL says Redis is there (scripts/test starts a
 # server) and the build has the backend, on a private server of its own
@@ -32,10 +34,18 @@ sp_three_workers
 sp_kill9_worker
 sp_sigstop
 
-# 5. kill -9 of redis-server mid-drain, restarted from its AOF
+# 5. CLIENT KILL of every client (commands and subscriptions) while four
+#    handlers run, and again while they commit: every task DONE once,
+#    each handler run once
+drop_clients() {
+	echo $(($(rcli "$port" client kill type normal) + $(rcli "$port" client kill type pubsub)))
+}
+sp_dropped_connections drop_clients
+
+# 6. kill -9 of redis-server mid-drain, restarted from its AOF
 sp_server_crash "$SP_DIR/redis.pid"
 
-# 6. a server without an append-only file is refused by `due init`, with
+# 7. a server without an append-only file is refused by `due init`, with
 #    the setting named, and nothing is written; appendfsync everysec is
 #    accepted with a warning that names it (the last second can be lost)
 plain=$T/plain
