@@ -697,8 +697,6 @@ static int sh_upcoming(due_store *s, due_upcoming *out,
 		       const char *const *kinds, size_t n_kinds, bool exclude,
 		       due_time until, int limit)
 {
-	due__due_pair *all = NULL, *grown;
-	size_t n = 0;
 	due_upcoming b;
 	int rc = 0;
 
@@ -709,13 +707,7 @@ static int sh_upcoming(due_store *s, due_upcoming *out,
 		memset(&b, 0, sizeof(b));
 		if ((rc = SLOT->upcoming(s->sh[i], &b, kinds, n_kinds, exclude,
 					 until, limit)) == 0 &&
-		    !(grown = realloc(all, (n + b.count + 1) * sizeof(*all))))
-			rc = due__error_set(DUE_ENOMEM, "out of memory");
-		if (rc == 0) {
-			all = grown;
-			for (size_t k = 0; k < b.count; k++)
-				all[n++] =
-				    (due__due_pair){b.due_at[k], b.ids[k]};
+		    (rc = due__upcoming_append(out, &b)) == 0) {
 			out->truncated |= b.truncated;
 			if (i == 0)
 				out->now = b.now;
@@ -726,28 +718,9 @@ static int sh_upcoming(due_store *s, due_upcoming *out,
 		free(b.ids);
 		free(b.due_at);
 		if (rc < 0)
-			goto done;
+			return rc;
 	}
-	if (n > 1)
-		qsort(all, n, sizeof(*all), due__by_due);
-	if (n > (size_t)limit) {
-		n = (size_t)limit;
-		out->truncated = true;
-	}
-	out->ids = malloc((n + 1) * sizeof(*out->ids));
-	out->due_at = malloc((n + 1) * sizeof(*out->due_at));
-	if (!out->ids || !out->due_at) {
-		rc = due__error_set(DUE_ENOMEM, "out of memory");
-		goto done;
-	}
-	for (size_t k = 0; k < n; k++) {
-		out->ids[k] = all[k].id;
-		out->due_at[k] = all[k].at;
-	}
-	out->count = n;
-done:
-	free(all);
-	return rc;
+	return due__upcoming_merge(out, limit);
 }
 
 static int sh_prune(due_store *s, int64_t *deleted, int64_t older_than_us,

@@ -311,12 +311,54 @@ static int upcoming_grow(due_upcoming *out, size_t *cap)
 	return ni && nd ? 0 : due__error_set(DUE_ENOMEM, "out of memory");
 }
 
-int due__by_due(const void *a, const void *b)
+int due__upcoming_append(due_upcoming *out, const due_upcoming *b)
 {
-	const due__due_pair *x = a, *y = b;
+	size_t cap = out->count;
+
+	for (size_t i = 0; i < b->count; i++) {
+		if (upcoming_grow(out, &cap) < 0)
+			return due_error_last_code();
+		out->ids[out->count] = b->ids[i];
+		out->due_at[out->count++] = b->due_at[i];
+	}
+	return 0;
+}
+
+typedef struct due_pair {
+	due_time at;
+	due_id id;
+} due_pair;
+
+static int by_due(const void *a, const void *b)
+{
+	const due_pair *x = a, *y = b;
 	if (x->at != y->at)
 		return (x->at > y->at) - (x->at < y->at);
 	return (x->id > y->id) - (x->id < y->id);
+}
+
+int due__upcoming_merge(due_upcoming *out, int limit)
+{
+	due_pair *v;
+
+	if (out->count < 2)
+		goto cut;
+	if (!(v = malloc(out->count * sizeof(*v))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	for (size_t i = 0; i < out->count; i++)
+		v[i] = (due_pair){out->due_at[i], out->ids[i]};
+	qsort(v, out->count, sizeof(*v), by_due);
+	for (size_t i = 0; i < out->count; i++) {
+		out->ids[i] = v[i].id;
+		out->due_at[i] = v[i].at;
+	}
+	free(v);
+cut:
+	if (out->count > (size_t)limit) {
+		out->count = (size_t)limit;
+		out->truncated = true;
+	}
+	return 0;
 }
 
 int due__rows_upcoming(const due_rows *r, due_upcoming *out, int limit)

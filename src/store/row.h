@@ -178,16 +178,13 @@ int due__rows_sched_list(const due_rows *r, due_cron_info_list **out);
 int due__rows_upcoming(const due_rows *r, due_upcoming *out, int limit);
 
 /*
-** An upcoming task, for merging several earliest-first lists (the
-** priorities of a SQLite store, the shards of a Redis one): qsort with
-** due__by_due orders them by due time, then id.
+** Several earliest-first lists gathered in one (the priorities of a
+** SQLite store, the shards of a Redis one): due__upcoming_append adds b's
+** entries to out; due__upcoming_merge then orders out by due time, then
+** id, and keeps the first `limit` (truncated when it cut any).
 */
-typedef struct due__due_pair {
-	due_time at;
-	due_id id;
-} due__due_pair;
-
-int due__by_due(const void *a, const void *b);
+int due__upcoming_append(due_upcoming *out, const due_upcoming *b);
+int due__upcoming_merge(due_upcoming *out, int limit);
 
 /*
 ** Every DUE_KIND_COLS row appended to l (settings and held counters; the

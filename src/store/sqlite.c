@@ -3553,26 +3553,6 @@ static sqlite3_stmt *upcoming_stmt(due_store *s, size_t n_kinds, bool exclude)
 	return s->upc;
 }
 
-/* The tasks of several priorities in due order, the first `limit` kept. */
-static int upcoming_merge(due_upcoming *out, int limit)
-{
-	due__due_pair *v = malloc(out->count * sizeof(*v));
-
-	if (!v)
-		return due__error_set(DUE_ENOMEM, "out of memory");
-	for (size_t i = 0; i < out->count; i++)
-		v[i] = (due__due_pair){out->due_at[i], out->ids[i]};
-	qsort(v, out->count, sizeof(*v), due__by_due);
-	if (out->count > (size_t)limit)
-		out->count = (size_t)limit;
-	for (size_t i = 0; i < out->count; i++) {
-		out->ids[i] = v[i].id;
-		out->due_at[i] = v[i].at;
-	}
-	free(v);
-	return 0;
-}
-
 /*
 ** Each priority in use, lowest first, at most `limit` of its tasks; then
 ** merged in due order and cut to `limit`.  One read transaction, so that
@@ -3616,7 +3596,7 @@ static int due__sq_upcoming(due_store *s, due_upcoming *out,
 		n_prio++;
 	}
 	if (rc == 0 && n_prio > 1)
-		rc = upcoming_merge(out, limit);
+		rc = due__upcoming_merge(out, limit);
 	if (rc == 0) {
 		out->truncated = full || read > (size_t)limit;
 		rc = next_expiry(s, &out->next_expiry);
