@@ -102,8 +102,9 @@ static bool in_shard(due_id id, int shard)
 
 /*
 ** ?shards=3 (redis_shard.c): each task lives in shard id mod 3, submits
-** without a key take turns, a key always lands on its shard (a second
-** handle finds the task), wake-ups come from every shard, list and one
+** without a key take turns, upcoming merges the shards in due order, a
+** key always lands on its shard (a second handle finds the task),
+** wake-ups come from every shard, list and one
 ** claim see every shard, a completion and claim over several shards in one
 ** call, kind settings reach every shard and a limited kind's tasks shard
 ** 0, the store's size counts the server once; another shards= is refused,
@@ -134,6 +135,20 @@ static void test_shards(void **state)
 	}
 	for (int i = 0; i < 3; i++) /* one handle: strictly in turn */
 		assert_int_equal(per[i], 10);
+	{ /* upcoming merges the shards in due order, cut to the limit */
+		due_upcoming *u = NULL;
+		assert_int_equal(
+		    due_upcoming_get(a, &u, NULL, 0, false, INT64_MAX / 2, 12),
+		    0);
+		assert_int_equal(u->count, 12);
+		assert_true(u->truncated);
+		for (size_t k = 0; k < u->count; k++) {
+			assert_int_equal(u->ids[k], ids[k]);
+			if (k)
+				assert_true(u->due_at[k - 1] <= u->due_at[k]);
+		}
+		due_upcoming_free(u);
+	}
 
 	o.key = "order-7";
 	assert_int_equal(due_schedule(a, &sub, "k", "p", 1, &o), 0);
