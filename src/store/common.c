@@ -1,9 +1,11 @@
 /*
 ** common.c - what the store backends share besides rows (row.c):
 ** allocation, the verdict on a schema version and the migration walk, the
-** completion hook call, and the outcomes and errors every backend reports
-** the same way.  A backend calls these so that a rule or a message exists
-** once, whatever its database.
+** completion hook call, the outcomes and errors every backend reports
+** the same way, the lateness percentiles, and the SQL backends' view of
+** flow-control settings.  A
+** backend calls these so that a rule or a message exists once, whatever
+** its database.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,4 +273,63 @@ int due__kind_info_take_one(due_kind_info **out, due_kind_info_list *l,
 		**out = l->items[--l->count];
 	due_kind_info_list_free(l);
 	return rc;
+}
+
+bool due__flow_limited(const due__flow_kind *k)
+{
+	return !k->paused && (k->rate_n || k->max_running || k->per_group);
+}
+
+void due__flow_kinds_free(due__flow_kind *k, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(k[i].kind);
+	free(k);
+}
+
+static int cmp_flow_kind(const void *key, const void *elem)
+{
+	return strcmp(key, ((const due__flow_kind *)elem)->kind);
+}
+
+const due__flow_kind *due__flow_kind_find(const due__flow_kind *k, size_t n,
+					  const char *kind)
+{
+	return n ? bsearch(kind, k, n, sizeof(*k), cmp_flow_kind) : NULL;
+}
+
+int64_t due__flow_retry_us(const due__flow_kind *k, int held, due_time oldest,
+			   due_time now)
+{
+	int64_t retry = 0;
+
+	if (held & DUE__HELD_RATE) /* the oldest claim leaves the window */
+		retry = (oldest ? oldest : now) + k->rate_us - now;
+	if (held & (DUE__HELD_RUNNING | DUE__HELD_GROUP) &&
+	    (!retry || retry > 100000))
+		retry = 100000;
+	return retry < 1000 ? 1000 : retry;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* The p-th percentile of the sorted v, nearest rank. */
+static int64_t pct(const int64_t *v, size_t n, int p)
+{
+	size_t i = (n * (size_t)p + 99) / 100;
+	return v[i ? i - 1 : 0];
+}
+
+void due__lateness_fill(due_stats *out, int64_t *v, size_t n)
+{
+	if (n > 1)
+		qsort(v, n, sizeof(*v), cmp_i64);
+	out->claims_window = (int64_t)n;
+	out->lateness_p50_us = n ? pct(v, n, 50) : -1;
+	out->lateness_p99_us = n ? pct(v, n, 99) : -1;
+	out->lateness_max_us = n ? v[n - 1] : -1;
 }

@@ -951,14 +951,7 @@ static int mys_schedule_on_native(void *conn, due_submitted *out,
 **                 attempt rows, the claimed rows back.
 */
 
-typedef struct flow_kind {
-	char *kind;
-	bool paused;
-	int32_t rate_n, max_running, per_group;
-	int64_t rate_us, timeout_us;
-} flow_kind;
-
-enum { HELD_RATE = 1, HELD_RUNNING = 2, HELD_GROUP = 4 };
+typedef due__flow_kind flow_kind; /* store.h */
 
 typedef struct flow {
 	flow_kind *k; /* by kind, byte order */
@@ -966,26 +959,6 @@ typedef struct flow {
 	int64_t retry_in_us;
 	due_time now;
 } flow;
-
-static bool flow_limited(const flow_kind *k)
-{
-	return !k->paused && (k->rate_n || k->max_running || k->per_group);
-}
-
-static void flow_free(flow *f)
-{
-	for (size_t i = 0; i < f->n; i++)
-		free(f->k[i].kind);
-	free(f->k);
-}
-
-static const flow_kind *flow_find(const flow *f, const char *kind)
-{
-	for (size_t i = 0; i < f->n; i++)
-		if (strcmp(f->k[i].kind, kind) == 0)
-			return &f->k[i];
-	return NULL;
-}
 
 static bool admits(const char *const *kinds, size_t n_kinds, bool exclude,
 		   const char *kind)
@@ -1051,7 +1024,7 @@ static int flow_lock(due_store *s, flow *f, const char *const *kinds,
 	due__my_add(&b, "SELECT " FLOW_COLS " FROM due_kind WHERE kind IN (");
 	for (size_t i = 0; i < f->n; i++) {
 		const flow_kind *k = &f->k[i];
-		if (!flow_limited(k) ||
+		if (!due__flow_limited(k) ||
 		    (only ? strcmp(only, k->kind) != 0
 			  : !admits(kinds, n_kinds, exclude, k->kind)))
 			continue;
@@ -1061,7 +1034,8 @@ static int flow_lock(due_store *s, flow *f, const char *const *kinds,
 	due__my_add(&b, ") ORDER BY kind FOR UPDATE");
 	if (n && (rc = due__my_exec(s, &b, "lock limited kinds", &r)) == 0) {
 		while ((row = mysql_fetch_row(r))) {
-			flow_kind *k = (flow_kind *)flow_find(f, row[0]);
+			flow_kind *k = (flow_kind *)due__flow_kind_find(
+			    f->k, f->n, row[0]);
 			if (k)
 				flow_set(k, row);
 		}
@@ -1109,7 +1083,7 @@ static int kind_room(due_store *s, const flow_kind *k, due_time now,
 		if ((rc = kind_count(s, false, k->kind, now, v)) < 0)
 			return rc;
 		if (k->max_running - v[0] < *room)
-			*room = k->max_running - v[0], *why = HELD_RUNNING;
+			*room = k->max_running - v[0], *why = DUE__HELD_RUNNING;
 	}
 	if (k->rate_n) {
 		if ((rc = kind_count(s, true, k->kind, now - k->rate_us, v)) <
@@ -1117,7 +1091,7 @@ static int kind_room(due_store *s, const flow_kind *k, due_time now,
 			return rc;
 		*oldest = v[1];
 		if (k->rate_n - v[0] < *room)
-			*room = k->rate_n - v[0], *why = HELD_RATE;
+			*room = k->rate_n - v[0], *why = DUE__HELD_RATE;
 	}
 	if (*room < 0)
 		*room = 0;
@@ -1132,7 +1106,7 @@ static int kind_room(due_store *s, const flow_kind *k, due_time now,
 static int kind_after(due_store *s, flow *f, const flow_kind *k, int64_t taken,
 		      int held, due_time oldest)
 {
-	int64_t retry = 0, now = f->now;
+	int64_t now = f->now;
 	SQL(b, s);
 
 	if (k->rate_n && taken) {
@@ -1148,21 +1122,16 @@ static int kind_after(due_store *s, flow *f, const flow_kind *k, int64_t taken,
 			    (long long)(now - k->rate_us));
 	}
 	if (held) {
-		if (held & HELD_RATE)
-			retry = (oldest ? oldest : now) + k->rate_us - now;
-		if (held & (HELD_RUNNING | HELD_GROUP) &&
-		    (!retry || retry > 100000))
-			retry = 100000;
-		if (retry < 1000)
-			retry = 1000;
+		int64_t retry = due__flow_retry_us(k, held, oldest, now);
 		if (!f->retry_in_us || retry < f->retry_in_us)
 			f->retry_in_us = retry;
 		due__my_add(&b,
 			    "UPDATE due_kind SET held_rate = held_rate + %d,"
 			    " held_running = held_running + %d,"
 			    " held_group = held_group + %d WHERE kind = ",
-			    (held & HELD_RATE) != 0, (held & HELD_RUNNING) != 0,
-			    (held & HELD_GROUP) != 0);
+			    (held & DUE__HELD_RATE) != 0,
+			    (held & DUE__HELD_RUNNING) != 0,
+			    (held & DUE__HELD_GROUP) != 0);
 		due__my_str(&b, k->kind);
 	}
 	if (!b.len && !b.oom)
@@ -1262,7 +1231,7 @@ static int pick_add(picks *p, due_id id)
 /*
 ** Pick up to `room` due tasks of limited kind k in (priority, due_at, id)
 ** order, locking them, skipping the tasks of groups at their limit (a
-** full group never blocks the tasks behind it).  *held gets HELD_GROUP
+** full group never blocks the tasks behind it).  *held gets DUE__HELD_GROUP
 ** when a task was skipped for its group, `why` when a due task was left
 ** because room ran out.  *taken counts the picks.
 */
@@ -1299,7 +1268,7 @@ static int pick_kind(due_store *s, const flow_kind *k, picks *p, due_time now,
 				break;
 			}
 			if (*slot >= k->per_group) {
-				*held |= HELD_GROUP;
+				*held |= DUE__HELD_GROUP;
 				continue;
 			}
 		}
@@ -1423,7 +1392,7 @@ static int claim_rest(due_store *s, const flow *f, picks *p,
 	int rc = 0;
 
 	for (size_t i = 0; i < f->n; i++)
-		held |= f->k[i].paused || flow_limited(&f->k[i]);
+		held |= f->k[i].paused || due__flow_limited(&f->k[i]);
 	while (rc == 0 && !none && p->n < (size_t)limit) {
 		MYSQL_RES *r[2];
 		bool ahead = s->pick_short;
@@ -1437,7 +1406,8 @@ static int claim_rest(due_store *s, const flow *f, picks *p,
 			size_t n = 0;
 			due__my_add(&b, " AND kind NOT IN (");
 			for (size_t i = 0; i < f->n; i++)
-				if (f->k[i].paused || flow_limited(&f->k[i])) {
+				if (f->k[i].paused ||
+				    due__flow_limited(&f->k[i])) {
 					due__my_add(&b, n++ ? ", " : "");
 					due__my_str(&b, f->k[i].kind);
 				}
@@ -1566,10 +1536,10 @@ static int claim_by_id(due_store *s, flow *f, picks *p, due_id id)
 
 	if ((rc = id_kind(s, f, id, &kind, &grp)) < 0 || !kind)
 		goto done;
-	k = flow_find(f, kind);
+	k = due__flow_kind_find(f->k, f->n, kind);
 	if (k && k->paused)
 		goto done;
-	if (k && flow_limited(k)) {
+	if (k && due__flow_limited(k)) {
 		if ((rc = flow_lock(s, f, NULL, 0, false, kind)) < 0 ||
 		    (rc = kind_room(s, k, f->now, 1, &room, &why, &oldest)) < 0)
 			goto done;
@@ -1577,7 +1547,7 @@ static int claim_by_id(due_store *s, flow *f, picks *p, due_id id)
 			groups g = {0};
 			rc = groups_read(s, kind, grp, f->now, &g);
 			if (rc == 0 && g.n && g.g[0].n >= k->per_group)
-				room = 0, why = HELD_GROUP;
+				room = 0, why = DUE__HELD_GROUP;
 			groups_free(&g);
 			if (rc < 0)
 				goto done;
@@ -1666,7 +1636,7 @@ static bool limited_admitted(const flow *f, const char *const *kinds,
 			     size_t n_kinds, bool exclude)
 {
 	for (size_t i = 0; i < f->n; i++)
-		if (flow_limited(&f->k[i]) &&
+		if (due__flow_limited(&f->k[i]) &&
 		    admits(kinds, n_kinds, exclude, f->k[i].kind))
 			return true;
 	return false;
@@ -1699,7 +1669,7 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 			rc = flow_lock(s, &f, kinds, n_kinds, exclude, NULL);
 		for (size_t i = 0;
 		     rc == 0 && i < f.n && l->count < (size_t)limit; i++)
-			if (flow_limited(&f.k[i]) &&
+			if (due__flow_limited(&f.k[i]) &&
 			    admits(kinds, n_kinds, exclude, f.k[i].kind))
 				rc = claim_limited(s, &f, &f.k[i], l, limit,
 						   owner, lease_us);
@@ -1713,14 +1683,15 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 	if (l->count > 1) /* limited kinds were claimed first */
 		qsort(l->items, l->count, sizeof(l->items[0]), cmp_claimed);
 	for (size_t i = 0; f.n && i < l->count; i++) {
-		const flow_kind *k = flow_find(&f, l->items[i].kind);
+		const flow_kind *k =
+		    due__flow_kind_find(f.k, f.n, l->items[i].kind);
 		if (!l->items[i].timeout_us && k)
 			l->items[i].timeout_us = k->timeout_us;
 	}
 	l->retry_in_us = f.retry_in_us;
 done:
 	free(p.t);
-	flow_free(&f);
+	due__flow_kinds_free(f.k, f.n);
 	return rc;
 }
 
@@ -2779,12 +2750,6 @@ static int mys_kill(due_store *s, due_state *out, due_id id)
 /* Stats, prune                                                        */
 /* ------------------------------------------------------------------ */
 
-static int64_t pct(const int64_t *v, size_t n, int p)
-{
-	size_t i = (n * (size_t)p + 99) / 100;
-	return v[i ? i - 1 : 0];
-}
-
 /* Lateness percentiles (nearest rank) over the claims of the window. */
 static int lateness(due_store *s, due_stats *out)
 {
@@ -2813,10 +2778,7 @@ static int lateness(due_store *s, due_stats *out)
 	while (r && (row = mysql_fetch_row(r)))
 		v[n++] = due__my_i64(row, 0);
 	mysql_free_result(r);
-	out->claims_window = (int64_t)n;
-	out->lateness_p50_us = n ? pct(v, n, 50) : -1;
-	out->lateness_p99_us = n ? pct(v, n, 99) : -1;
-	out->lateness_max_us = n ? v[n - 1] : -1;
+	due__lateness_fill(out, v, n);
 	free(v);
 	return 0;
 }

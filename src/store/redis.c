@@ -1815,18 +1815,6 @@ static int rd_kill(due_store *s, due_state *out, due_id id)
 /* Stats, prune                                                        */
 /* ------------------------------------------------------------------ */
 
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return (x > y) - (x < y);
-}
-
-static int64_t pct(const int64_t *v, size_t n, int p)
-{
-	size_t i = (n * (size_t)p + 99) / 100;
-	return v[i ? i - 1 : 0];
-}
-
 /* Lateness percentiles over the claims of the window (reply array). */
 static int lateness(due_stats *out, const redisReply *late)
 {
@@ -1837,12 +1825,7 @@ static int lateness(due_stats *out, const redisReply *late)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++)
 		v[i] = rint_of(late->element[i]);
-	if (n)
-		qsort(v, n, sizeof(*v), cmp_i64);
-	out->claims_window = (int64_t)n;
-	out->lateness_p50_us = n ? pct(v, n, 50) : -1;
-	out->lateness_p99_us = n ? pct(v, n, 99) : -1;
-	out->lateness_max_us = n ? v[n - 1] : -1;
+	due__lateness_fill(out, v, n);
 	free(v);
 	return 0;
 }

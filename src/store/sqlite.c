@@ -1133,16 +1133,7 @@ static int due__sq_schedule_on_native(void *conn, due_submitted *out,
 ** still stepping over due_task must not see its own table change.
 */
 
-/* One due_kind row as a claim reads it (0: no such limit). */
-typedef struct flow_kind {
-	char *kind;
-	bool paused;
-	int32_t rate_n, max_running, per_group;
-	int64_t rate_us, timeout_us;
-} flow_kind;
-
-/* Why due tasks of a kind were left behind in a claim pass. */
-enum { HELD_RATE = 1, HELD_RUNNING = 2, HELD_GROUP = 4 };
+typedef due__flow_kind flow_kind; /* store.h */
 
 /* A claim's view of the kinds, and when to try again (0: no limit held). */
 typedef struct flow {
@@ -1151,30 +1142,6 @@ typedef struct flow {
 	bool filtered; /* some kind is paused or limited */
 	int64_t retry_in_us;
 } flow;
-
-static bool flow_limited(const flow_kind *k)
-{
-	return !k->paused && (k->rate_n || k->max_running || k->per_group);
-}
-
-static void flow_free(flow *f)
-{
-	for (size_t i = 0; i < f->n; i++)
-		free(f->k[i].kind);
-	free(f->k);
-}
-
-static int cmp_flow_kind(const void *key, const void *elem)
-{
-	return strcmp(key, ((const flow_kind *)elem)->kind);
-}
-
-/* The settings of `kind`, or NULL when it has none. */
-static const flow_kind *flow_find(const flow *f, const char *kind)
-{
-	return f->n ? bsearch(kind, f->k, f->n, sizeof(*f->k), cmp_flow_kind)
-		    : NULL;
-}
 
 /* Read the current row of ST_FLOW_KINDS into the next slot of f. */
 static int flow_add(flow *f, sqlite3_stmt *st, size_t *cap)
@@ -1198,7 +1165,7 @@ static int flow_add(flow *f, sqlite3_stmt *st, size_t *cap)
 	k->max_running = sqlite3_column_int(st, 4);
 	k->per_group = sqlite3_column_int(st, 5);
 	k->timeout_us = sqlite3_column_int64(st, 6);
-	if (k->paused || flow_limited(k))
+	if (k->paused || due__flow_limited(k))
 		f->filtered = true;
 	return 0;
 }
@@ -1289,13 +1256,13 @@ static int kind_room(due_store *s, const flow_kind *k, due_time now,
 		if ((rc = running_of(s, k->kind, NULL, now, &n)) < 0)
 			return rc;
 		if (k->max_running - n < *room)
-			*room = k->max_running - n, *why = HELD_RUNNING;
+			*room = k->max_running - n, *why = DUE__HELD_RUNNING;
 	}
 	if (k->rate_n) {
 		if ((rc = rate_of(s, k, now, &n, oldest)) < 0)
 			return rc;
 		if (k->rate_n - n < *room)
-			*room = k->rate_n - n, *why = HELD_RATE;
+			*room = k->rate_n - n, *why = DUE__HELD_RATE;
 	}
 	if (*room < 0)
 		*room = 0;
@@ -1311,7 +1278,7 @@ static int kind_after(due_store *s, flow *f, const flow_kind *k, due_time now,
 		      int64_t taken, int held, due_time oldest)
 {
 	sqlite3_stmt *st;
-	int64_t retry = 0;
+	int64_t retry;
 	int rc;
 
 	for (int64_t i = 0; k->rate_n && i < taken; i++) {
@@ -1332,20 +1299,15 @@ static int kind_after(due_store *s, flow *f, const flow_kind *k, due_time now,
 	}
 	if (!held)
 		return 0;
-	if (held & HELD_RATE) /* the oldest logged claim leaves the window */
-		retry = (oldest ? oldest : now) + k->rate_us - now;
-	if (held & (HELD_RUNNING | HELD_GROUP) && (!retry || retry > 100000))
-		retry = 100000;
-	if (retry < 1000)
-		retry = 1000;
+	retry = due__flow_retry_us(k, held, oldest, now);
 	if (!f->retry_in_us || retry < f->retry_in_us)
 		f->retry_in_us = retry;
 	if (!(st = stmt(s, ST_KIND_HELD)))
 		return due_error_last_code();
 	sqlite3_bind_text(st, 1, k->kind, -1, SQLITE_STATIC);
-	sqlite3_bind_int(st, 2, (held & HELD_RATE) != 0);
-	sqlite3_bind_int(st, 3, (held & HELD_RUNNING) != 0);
-	sqlite3_bind_int(st, 4, (held & HELD_GROUP) != 0);
+	sqlite3_bind_int(st, 2, (held & DUE__HELD_RATE) != 0);
+	sqlite3_bind_int(st, 3, (held & DUE__HELD_RUNNING) != 0);
+	sqlite3_bind_int(st, 4, (held & DUE__HELD_GROUP) != 0);
 	return due__sq_exec(s, st, "count held");
 }
 
@@ -1414,7 +1376,7 @@ static int groups_read(due_store *s, const char *kind, due_time now, groups *g)
 /*
 ** Pick up to `room` due tasks of kind k into l, in (priority, due_at)
 ** order, skipping the tasks of groups at their limit (so a full group
-** never blocks the tasks behind it).  *held gets HELD_GROUP when a task
+** never blocks the tasks behind it).  *held gets DUE__HELD_GROUP when a task
 ** was skipped for its group, and `why` when a due task was left because
 ** room ran out.
 */
@@ -1445,7 +1407,7 @@ static int pick_kind(due_store *s, const flow_kind *k, due_task_list *l,
 				break;
 			}
 			if (*slot >= k->per_group) {
-				*held |= HELD_GROUP;
+				*held |= DUE__HELD_GROUP;
 				continue;
 			}
 		}
@@ -1620,18 +1582,19 @@ static int id_kind(due_store *s, const flow *f, due_id id, due_time now,
 		sqlite3_reset(st);
 		return rc == SQLITE_DONE ? 0 : due__sq_error(s, rc, "claim");
 	}
-	*k = flow_find(f, (const char *)sqlite3_column_text(st, 0));
-	if (*k && !(*k)->paused && !flow_limited(*k))
+	*k = due__flow_kind_find(f->k, f->n,
+				 (const char *)sqlite3_column_text(st, 0));
+	if (*k && !(*k)->paused && !due__flow_limited(*k))
 		*k = NULL;
 	rc = 0;
-	if (*k && flow_limited(*k) &&
+	if (*k && due__flow_limited(*k) &&
 	    (rc = kind_room(s, *k, now, 1, room, why, oldest)) == 0 && *room &&
 	    (*k)->per_group && sqlite3_column_type(st, 1) != SQLITE_NULL &&
 	    (rc = running_of(s, (*k)->kind,
 			     (const char *)sqlite3_column_text(st, 1), now,
 			     &n)) == 0 &&
 	    n >= (*k)->per_group)
-		*room = 0, *why = HELD_GROUP;
+		*room = 0, *why = DUE__HELD_GROUP;
 	sqlite3_reset(st);
 	return rc;
 }
@@ -1765,7 +1728,7 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 			goto done;
 	} else {
 		for (size_t i = 0; i < f.n && l->count < (size_t)limit; i++)
-			if (flow_limited(&f.k[i]) &&
+			if (due__flow_limited(&f.k[i]) &&
 			    admits(kinds, n_kinds, exclude, f.k[i].kind) &&
 			    (rc = claim_limited(s, &f, &f.k[i], l, limit, owner,
 						now, lease_us)) < 0)
@@ -1776,14 +1739,15 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 			goto done;
 	}
 	for (size_t i = 0; f.n && i < l->count; i++) {
-		const flow_kind *k = flow_find(&f, l->items[i].kind);
+		const flow_kind *k =
+		    due__flow_kind_find(f.k, f.n, l->items[i].kind);
 		if (!l->items[i].timeout_us && k)
 			l->items[i].timeout_us = k->timeout_us;
 	}
 	l->retry_in_us = f.retry_in_us;
 	rc = 0;
 done:
-	flow_free(&f);
+	due__flow_kinds_free(f.k, f.n);
 	return rc;
 }
 
@@ -2451,18 +2415,6 @@ static int due__sq_kill(due_store *s, due_state *out, due_id id)
 /* Stats, prune                                                        */
 /* ------------------------------------------------------------------ */
 
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return (x > y) - (x < y);
-}
-
-static int64_t pct(const int64_t *v, size_t n, int p)
-{
-	size_t i = (n * (size_t)p + 99) / 100;
-	return v[i ? i - 1 : 0];
-}
-
 /* Lateness percentiles over claims recorded in the last window. */
 static int lateness(due_store *s, due_stats *out)
 {
@@ -2494,12 +2446,7 @@ static int lateness(due_store *s, due_stats *out)
 		free(v);
 		return due__sq_error(s, rc, "lateness");
 	}
-	if (n)
-		qsort(v, n, sizeof(*v), cmp_i64);
-	out->claims_window = (int64_t)n;
-	out->lateness_p50_us = n ? pct(v, n, 50) : -1;
-	out->lateness_p99_us = n ? pct(v, n, 99) : -1;
-	out->lateness_max_us = n ? v[n - 1] : -1;
+	due__lateness_fill(out, v, n);
 	free(v);
 	return 0;
 }

@@ -355,6 +355,45 @@ int due__url_parse(due_url *out, const due_store_ops **ops, const char *text);
 
 /* --- Helpers shared by backends (src/store/common.c) --- */
 
+/*
+** The lateness figures of due_stats from the n lateness values v of the
+** window's claims (any order; v is sorted in place): the count, p50 and
+** p99 by nearest rank, the max; -1 for each figure when n is 0.
+*/
+void due__lateness_fill(due_stats *out, int64_t *v, size_t n);
+
+/*
+** Flow control as a SQL backend's claim reads it (docs/internals/flow.md):
+** one due_kind row (0: no such limit), the reasons due tasks of a kind
+** were held back, and lookups in an array of them sorted by kind in byte
+** (strcmp) order.
+*/
+typedef struct due__flow_kind {
+	char *kind;
+	bool paused;
+	int32_t rate_n, max_running, per_group;
+	int64_t rate_us, timeout_us;
+} due__flow_kind;
+
+enum { DUE__HELD_RATE = 1, DUE__HELD_RUNNING = 2, DUE__HELD_GROUP = 4 };
+
+/* Whether the kind has a limit a claim must count (paused is not one). */
+bool due__flow_limited(const due__flow_kind *k);
+/* Free the n kinds' names and the array. */
+void due__flow_kinds_free(due__flow_kind *k, size_t n);
+/* The settings of `kind` among the n (sorted), or NULL when it has none. */
+const due__flow_kind *due__flow_kind_find(const due__flow_kind *k, size_t n,
+					  const char *kind);
+/*
+** When a claim should look again at kind k, which it held back for `held`
+** (DUE__HELD_*): a rate limit when the oldest claim in the window (oldest;
+** 0: none logged) leaves it, a running or group limit within 100 ms (a
+** slot frees when a try ends elsewhere); at least 1 ms.  In microseconds
+** from now.
+*/
+int64_t due__flow_retry_us(const due__flow_kind *k, int held, due_time oldest,
+			   due_time now);
+
 int due__cron_info_list_alloc(due_cron_info_list **out, size_t n);
 int due__kind_info_list_alloc(due_kind_info_list **out, size_t n);
 void due__kind_info_clear(due_kind_info *k);
