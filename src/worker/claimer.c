@@ -109,9 +109,11 @@ static void untake_locked(due_worker *w, due_job **jobs, size_t n)
 ** While draining, slots free up one handler at a time.  When less than
 ** half of a pool could be claimed now, give the handlers about to finish
 ** up to 200 us, so one transaction carries several completions and
-** claims instead of one each.
+** claims instead of one each.  A fast pool (pool.c) wakes the claimer
+** itself once it has run its queue: no need to wait, skip it until then.
+** Returns true to skip the pool this round.
 */
-static void gather(due_worker *w, pool *p)
+static bool gather(due_worker *w, pool *p)
 {
 	for (int round = 0; round < 4 && atomic_load(&w->fold) && p->size >= 4;
 	     round++) {
@@ -120,12 +122,16 @@ static void gather(due_worker *w, pool *p)
 		avail = p->size - p->busy;
 		for (due_job *j = w->done_head; j; j = j->next)
 			avail += j->pool == p && j->rc == 0 && !j->hook;
+		bool fast = due__pool_fast_locked(p);
 		pthread_mutex_unlock(&w->mu);
 		if (avail >= p->size / 2)
-			return;
+			return false;
+		if (fast)
+			return true;
 		struct timespec ts = {0, 50000};
 		nanosleep(&ts, NULL);
 	}
+	return false;
 }
 
 /*
@@ -196,7 +202,10 @@ int due__claim_round(due_worker *w, due_db *db, bool *filled, int64_t *retry_us)
 		due_job *taken[COMPLETE_BATCH];
 		size_t nt = 0;
 
-		gather(w, p);
+		if (gather(w, p)) {
+			*filled = true; /* as if full: its thread wakes us */
+			continue;
+		}
 		pthread_mutex_lock(&w->mu);
 		if (atomic_load(&w->fold))
 			nt = take_done_locked(w, p, taken, COMPLETE_BATCH);
@@ -376,6 +385,10 @@ void due__claim_loop(due_worker *w, due_db *db)
 		   the store holds tasks back: then their retry time decides */
 		if (w->o.once && !retry_at)
 			until = until > 50000 ? 50000 : until;
+		int64_t now2 = due__mono_us(),
+			stall = due__pools_unstall(w, now2);
+		if (stall && stall - now2 < until)
+			until = stall - now2;
 		due__wait_wake(w, until > 0 ? until : 0);
 		if (w->o.once && !retry_at)
 			more = true;

@@ -304,8 +304,9 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 			if (more && n > 0)
 				continue;
 		}
-		wheel_wait(w, db, d,
-			   more ? now + w->poll_us : wheel_deadline(w, d));
+		int64_t until = more ? now + w->poll_us : wheel_deadline(w, d);
+		int64_t stall = due__pools_unstall(w, due__mono_us());
+		wheel_wait(w, db, d, stall && stall < until ? stall : until);
 		continue;
 	store_error:
 		due__outage_fail(w, &w->claim_outage, "%s", what);

@@ -353,6 +353,10 @@ void *due__keeper_main(void *arg)
 		/* stopping: look again soon, a second stop ends the grace */
 		if (grace_end && !w->grace_over_at && next > now + 100000)
 			next = now + 100000;
+		/* a pool's queue behind a handler that turned out slow */
+		int64_t stall = due__pools_unstall_locked(w, now);
+		if (stall && stall < next)
+			next = stall;
 		size_t nt = timeouts_locked(w, t, 64, now, &next);
 		if (nt) { /* the jobs stay in flight: they are still renewed */
 			for (size_t i = 0; i < nt; i++)

@@ -12,7 +12,8 @@
 ** inline mode, where the claimer calls due__run_job() itself.
 **   Does:      takes the next job of its pool, runs its handler, hands it
 **              to the completer (or, while the claimer folds completions
-**              into its claims, wakes the claimer).
+**              into its claims, wakes the claimer: after every job of a
+**              slow pool, once its queue is empty for a fast one).
 **   Owns:      a job from the moment it dequeues it until it queues it for
 **              completion; no store connection (a handler may open one).
 **   Locks:     mu, only to dequeue and to queue a completion.
@@ -140,6 +141,27 @@ due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t)
 }
 
 /*
+** Fast pools.  Waking a thread costs a futex call and a context switch
+** (tens of microseconds on a virtual machine), more than a handler of a
+** few microseconds takes to run: a batch of such jobs is cheaper run one
+** after the other by the one thread the claim woke.  A pool is fast while
+** the moving average of its handlers' run time (run_us, over about the
+** last four runs) is below POOL_FAST_US; it starts slow.  A fast pool
+** does not pass the wake-up on (the chain below), and its threads wake
+** the draining claimer once its queue is empty rather than after every
+** job.  A job that turns out slow must not hold the rest of the queue
+** back: a job queued POOL_STALL_US ago and still not started means the
+** pool is not fast after all (due__pools_unstall_locked(), called by the
+** claimer before it waits and by the keeper): the pool is marked slow and
+** its threads are woken, so the jobs behind a slow one start within about
+** a millisecond.
+*/
+#define POOL_FAST_US 50
+#define POOL_STALL_US 1000
+
+bool due__pool_fast_locked(const pool *p) { return p->run_us < POOL_FAST_US; }
+
+/*
 ** Wake one waiting pool thread for the queued jobs, unless one is already
 ** on its way: the woken thread wakes the next if jobs are left when it
 ** takes one (a chain), so a claim of 16 short jobs wakes as many threads
@@ -154,9 +176,48 @@ static void pool_wake_locked(pool *p)
 	}
 }
 
+/*
+** The stall check: wake the threads of every pool whose oldest queued job
+** has waited POOL_STALL_US, marking the pool slow.  Returns the monotonic
+** time at which to check again (a job is queued), 0 when no pool has a
+** queued job.  mu held.
+*/
+int64_t due__pools_unstall_locked(due_worker *w, int64_t now)
+{
+	int64_t again = 0;
+
+	for (size_t i = 0; i < w->n_pools; i++) {
+		pool *p = w->pools[i];
+		/* none waiting: a running thread takes the job when its
+		   handler returns, and there is no thread to wake (the
+		   shared pool in inline mode has none: the claimer runs it) */
+		if (!p->head || p->waiting == 0)
+			continue;
+		int64_t at = p->head->queued_mono + POOL_STALL_US;
+		if (now >= at) {
+			if (p->run_us < POOL_STALL_US)
+				p->run_us = POOL_STALL_US;
+			pool_wake_locked(p);
+			at = now + POOL_STALL_US;
+		}
+		if (!again || at < again)
+			again = at;
+	}
+	return again;
+}
+
+int64_t due__pools_unstall(due_worker *w, int64_t now)
+{
+	pthread_mutex_lock(&w->mu);
+	int64_t again = due__pools_unstall_locked(w, now);
+	pthread_mutex_unlock(&w->mu);
+	return again;
+}
+
 void due__pool_enqueue_locked(pool *p, due_job *j)
 {
 	j->next = NULL;
+	j->queued_mono = due__mono_us();
 	if (p->tail)
 		p->tail->next = j;
 	else
@@ -212,15 +273,17 @@ void due__run_job(due_worker *w, due_job *j)
 		j->rc = j->h->fn(j, j->h->payload);
 	}
 	bool timed_out = settle_timeout(j);
+	j->done_mono = due__mono_us();
 	due__wlog(w, 2, "task %lld (%s) attempt %d: handler %s in %.1f ms",
 		  (long long)j->task.id, j->task.kind, j->task.attempt,
 		  timed_out    ? "timed out"
 		  : j->rc == 0 ? "ok"
 			       : "failed",
-		  (double)(due__mono_us() - t0) / 1000.0);
-	j->done_mono = due__mono_us();
+		  (double)(j->done_mono - t0) / 1000.0);
 	atomic_store(&j->finished, true);
 	pthread_mutex_lock(&w->mu);
+	pool *p = j->pool;
+	p->run_us += (j->done_mono - t0 - p->run_us) / 4;
 	j->next = NULL;
 	if (w->done_tail)
 		w->done_tail->next = j;
@@ -231,13 +294,17 @@ void due__run_job(due_worker *w, due_job *j)
 	   and the completer only sweeps up leftovers on its own clock: waking
 	   it for every completion would cost a context switch per task.  What
 	   the claimer does not fold (failures, hooks) is the completer's, and
-	   a parked completer (no completions for a while) is always woken. */
+	   a parked completer (no completions for a while) is always woken.
+	   The claimer is woken for every completion of a slow pool, and for
+	   a fast pool once its queue is empty: the thread that ran this job
+	   runs the rest first. */
 	bool fold = atomic_load(&w->fold);
+	bool wake = fold && (!due__pool_fast_locked(p) || !p->head);
 	w->last_done_mono = j->done_mono;
 	if (!fold || j->rc != 0 || j->hook || w->completer_parked)
 		pthread_cond_signal(&w->done_cv);
 	pthread_mutex_unlock(&w->mu);
-	if (fold)
+	if (wake)
 		due__wake(w);
 }
 
@@ -269,7 +336,8 @@ static void *pool_thread(void *arg)
 			p->signaled = 0; /* taken (or a spurious wake-up) */
 			continue;
 		}
-		pool_wake_locked(p); /* the chain: jobs are left */
+		if (!due__pool_fast_locked(p))
+			pool_wake_locked(p); /* the chain: jobs are left */
 		pthread_mutex_unlock(&w->mu);
 		due__run_job(w, j);
 		pthread_mutex_lock(&w->mu);
@@ -285,6 +353,7 @@ pool *due__pool_new(const char *kind, int size)
 		return NULL;
 	p->kind = kind ? due__strdup_n(kind, strlen(kind)) : NULL;
 	p->size = size;
+	p->run_us = POOL_STALL_US; /* slow until handlers show otherwise */
 	p->threads = calloc((size_t)size, sizeof(pthread_t));
 	if (due__cond_init(&p->cv) != 0 || !p->threads || (kind && !p->kind)) {
 		free(p->kind);

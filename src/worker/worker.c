@@ -177,6 +177,10 @@ static void drain(due_worker *w)
 		}
 		/* at most 100 ms: a second stop request (a signal handler
 		   cannot signal the condition) must end the grace promptly */
+		/* a fast pool's queue behind a job that turned out slow */
+		int64_t stall = due__pools_unstall_locked(w, now);
+		if (stall && stall - now < left)
+			left = stall - now;
 		due__cond_wait_us(&w->idle_cv, &w->mu,
 				  left > 0 && left < 100000 ? left : 100000);
 		if (w->o.mode == DUE_MODE_INLINE) {

@@ -64,6 +64,10 @@
 **    memory holding a lease (CONTRACT §5).  In inline mode the shared
 **    pool has one slot, run by the claimer itself: it claims one task,
 **    runs it, then claims the next.
+**  - A job queued on a pool starts within about POOL_STALL_US (1 ms)
+**    once a thread of its pool is free: a fast pool's one running thread
+**    takes the queue in turn, and the stall check (claimer, keeper, drain)
+**    wakes the others when a job waits that long (pool.c).
 **  - A failed store call is retried after a delay that grows, never at
 **    once: no thread loops on a store that does not answer.  Each thread
 **    logs an outage once when it starts and once when it ends
@@ -115,6 +119,9 @@ typedef struct pool {
 	pthread_cond_t cv;    /* a job was queued, or threads_stop */
 	int waiting;	      /* pool threads waiting on cv (mu) */
 	int signaled;	      /* cv signals not yet taken by a waiter (mu) */
+	int64_t run_us;	      /* handlers' recent run time, a moving
+				 average (mu): below POOL_FAST_US the pool
+				 is fast (pool.c) */
 	pthread_t *threads;
 	int started;
 } pool;
@@ -162,6 +169,7 @@ struct due_job {
 	due_tx_hook hook;
 	void *hook_payload;
 	int64_t done_mono;	/* when the handler returned */
+	int64_t queued_mono;	/* when it was queued on its pool (mu) */
 	due_job *next;		/* pool queue or completion queue (mu) */
 	due_job *iprev, *inext; /* in-flight list (mu) */
 };
@@ -244,6 +252,9 @@ void due__job_free(due_job *j);
 due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t);
 void due__pool_enqueue_locked(pool *p, due_job *j);
 due_job *due__pool_dequeue_locked(pool *p);
+bool due__pool_fast_locked(const pool *p);
+int64_t due__pools_unstall_locked(due_worker *w, int64_t now);
+int64_t due__pools_unstall(due_worker *w, int64_t now);
 void due__run_job(due_worker *w, due_job *j);
 pool *due__pool_new(const char *kind, int size);
 int due__pools_start(due_worker *w);

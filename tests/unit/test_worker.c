@@ -742,6 +742,58 @@ static void test_pool_starts_every_slot(void **state)
 	due_close(db);
 }
 
+/*
+** A fast pool (pool.c: handlers that return within microseconds) runs a
+** claim's jobs one after the other on the thread the claim woke.  A job
+** that then blocks must not hold the rest back: 64 quick tasks make the
+** pool fast, then 8 tasks submitted in one transaction (claimed in one
+** batch) all block on a gate; all 8 must be running at once before it
+** opens, which only the stall check (waking the other threads) allows.
+*/
+static void test_fast_pool_slow_job(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	gate g = {0};
+	due_id warm[64], ids[8];
+	due_submit items[8];
+	due_submitted out[8];
+	runner r = {0};
+	due_worker_opts o = DUE_WORKER_OPTS_INIT;
+
+	o.url = url;
+	o.concurrency = 8;
+	o.log_level = 0;
+	assert_int_equal(due_worker_new(&r.w, &o), 0);
+	assert_int_equal(due_worker_register(r.w, "gated", gated, &g, 0), 0);
+	atomic_store(&g.open, true);
+	for (int i = 0; i < 64; i++)
+		warm[i] = add(db, "gated", "");
+	pthread_create(&r.th, NULL, run_thread, &r);
+	for (int i = 0; i < 30000 && count_state(db, warm, 64, DUE_DONE) < 64;
+	     i += 10)
+		tu_sleep_ms(20);
+	assert_int_equal(count_state(db, warm, 64, DUE_DONE), 64);
+
+	atomic_store(&g.open, false);
+	atomic_store(&g.max_running, 0);
+	for (int i = 0; i < 8; i++)
+		items[i] = (due_submit){"gated", "", 0, DUE_SCHEDULE_OPTS_INIT};
+	assert_int_equal(due_schedule_batch(db, out, items, 8), 0);
+	for (int i = 0; i < 8; i++)
+		ids[i] = out[i].id;
+	for (int i = 0; i < 30000 && atomic_load(&g.running) < 8; i++)
+		tu_sleep_ms(2);
+	assert_int_equal(atomic_load(&g.running), 8);
+	atomic_store(&g.open, true);
+	for (int i = 0; i < 30000 && count_state(db, ids, 8, DUE_DONE) < 8;
+	     i += 10)
+		tu_sleep_ms(20);
+	assert_int_equal(count_state(db, ids, 8, DUE_DONE), 8);
+	stop_runner(&r, NULL);
+	due_close(db);
+}
+
 static void test_held_no_spin_wheel(void **state)
 {
 	(void)state;
@@ -885,6 +937,7 @@ int main(void)
 	    T(test_kind_timeout_inline),
 	    T(test_held_no_spin_wheel),
 	    T(test_pool_starts_every_slot),
+	    T(test_fast_pool_slow_job),
 	    T(test_held_no_spin_poll),
 	    T(test_resume_wakes),
 	    T(test_once_paused_and_held),
