@@ -109,9 +109,12 @@ static void untake_locked(due_worker *w, due_job **jobs, size_t n)
 ** While draining, slots free up one handler at a time.  When less than
 ** half of a pool could be claimed now, give the handlers about to finish
 ** up to 200 us, so one transaction carries several completions and
-** claims instead of one each.  A fast pool (pool.c) wakes the claimer
-** itself once it has run its queue: no need to wait, skip it until then.
-** Returns true to skip the pool this round.
+** claims instead of one each.  A fast pool (pool.c) whose thread is still
+** running its queue wakes the claimer itself once the queue is empty (or
+** the stall check wakes the claimer within POOL_STALL_US): skip it until
+** then.  Only while jobs are queued: a fast pool's handlers that all
+** turned slow at once must not leave its free slots idle.  Returns true
+** to skip the pool this round.
 */
 static bool gather(due_worker *w, pool *p)
 {
@@ -122,11 +125,12 @@ static bool gather(due_worker *w, pool *p)
 		avail = p->size - p->busy;
 		for (due_job *j = w->done_head; j; j = j->next)
 			avail += j->pool == p && j->rc == 0 && !j->hook;
-		bool fast = due__pool_fast_locked(p);
+		/* a fast pool's thread is still running its queue */
+		bool running_queue = due__pool_fast_locked(p) && p->head;
 		pthread_mutex_unlock(&w->mu);
 		if (avail >= p->size / 2)
 			return false;
-		if (fast)
+		if (running_queue)
 			return true;
 		struct timespec ts = {0, 50000};
 		nanosleep(&ts, NULL);
