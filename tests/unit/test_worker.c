@@ -661,6 +661,15 @@ static int count_state(due_db *db, const due_id *ids, int n, due_state want)
 	return k;
 }
 
+/* Wait (up to 60 s, a hang guard) until n tasks are DONE; assert they are. */
+static void wait_done(due_db *db, const due_id *ids, int n)
+{
+	for (int i = 0; i < 30000 && count_state(db, ids, n, DUE_DONE) < n;
+	     i += 10)
+		tu_sleep_ms(20);
+	assert_int_equal(count_state(db, ids, n, DUE_DONE), n);
+}
+
 /*
 ** A kind with max_running 1, a handler that holds its slot and 19 more due
 ** tasks: while they are held back, the worker claims again only after the
@@ -697,13 +706,23 @@ static void held_no_spin(bool no_wheel)
 	assert_true(st1.claim_queries - st0.claim_queries < 100);
 	assert_true(st1.claim_queries - st0.claim_queries >= 1);
 	atomic_store(&g.open, true);
-	for (int i = 0; i < 30000 && count_state(db, ids, 20, DUE_DONE) < 20;
-	     i += 10)
-		tu_sleep_ms(20);
-	assert_int_equal(count_state(db, ids, 20, DUE_DONE), 20);
+	wait_done(db, ids, 20);
 	assert_int_equal(atomic_load(&g.max_running), 1);
 	stop_runner(&r, NULL);
 	due_close(db);
+}
+
+/*
+** All n gated handlers must be running at once (a 60 s hang guard); then
+** the gate opens and the n tasks must end DONE.
+*/
+static void gate_all_running(gate *g, due_db *db, const due_id *ids, int n)
+{
+	for (int i = 0; i < 30000 && atomic_load(&g->running) < n; i++)
+		tu_sleep_ms(2);
+	assert_int_equal(atomic_load(&g->running), n);
+	atomic_store(&g->open, true);
+	wait_done(db, ids, n);
 }
 
 /*
@@ -729,14 +748,7 @@ static void test_pool_starts_every_slot(void **state)
 	assert_int_equal(due_worker_new(&r.w, &o), 0);
 	assert_int_equal(due_worker_register(r.w, "gated", gated, &g, 0), 0);
 	pthread_create(&r.th, NULL, run_thread, &r);
-	for (int i = 0; i < 30000 && atomic_load(&g.running) < 8; i++)
-		tu_sleep_ms(2);
-	assert_int_equal(atomic_load(&g.running), 8);
-	atomic_store(&g.open, true);
-	for (int i = 0; i < 30000 && count_state(db, ids, 8, DUE_DONE) < 8;
-	     i += 10)
-		tu_sleep_ms(20);
-	assert_int_equal(count_state(db, ids, 8, DUE_DONE), 8);
+	gate_all_running(&g, db, ids, 8);
 	assert_int_equal(atomic_load(&g.max_running), 8);
 	stop_runner(&r, NULL);
 	due_close(db);
@@ -770,10 +782,7 @@ static void test_fast_pool_slow_job(void **state)
 	for (int i = 0; i < 64; i++)
 		warm[i] = add(db, "gated", "");
 	pthread_create(&r.th, NULL, run_thread, &r);
-	for (int i = 0; i < 30000 && count_state(db, warm, 64, DUE_DONE) < 64;
-	     i += 10)
-		tu_sleep_ms(20);
-	assert_int_equal(count_state(db, warm, 64, DUE_DONE), 64);
+	wait_done(db, warm, 64);
 
 	atomic_store(&g.open, false);
 	atomic_store(&g.max_running, 0);
@@ -782,14 +791,7 @@ static void test_fast_pool_slow_job(void **state)
 	assert_int_equal(due_schedule_batch(db, out, items, 8), 0);
 	for (int i = 0; i < 8; i++)
 		ids[i] = out[i].id;
-	for (int i = 0; i < 30000 && atomic_load(&g.running) < 8; i++)
-		tu_sleep_ms(2);
-	assert_int_equal(atomic_load(&g.running), 8);
-	atomic_store(&g.open, true);
-	for (int i = 0; i < 30000 && count_state(db, ids, 8, DUE_DONE) < 8;
-	     i += 10)
-		tu_sleep_ms(20);
-	assert_int_equal(count_state(db, ids, 8, DUE_DONE), 8);
+	gate_all_running(&g, db, ids, 8);
 	stop_runner(&r, NULL);
 	due_close(db);
 }
