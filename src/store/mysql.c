@@ -2750,7 +2750,10 @@ static int mys_kill(due_store *s, due_state *out, due_id id)
 /* Stats, prune                                                        */
 /* ------------------------------------------------------------------ */
 
-/* Lateness percentiles (nearest rank) over the claims of the window. */
+/*
+** Lateness percentiles (nearest rank) over the claims of the window,
+** unsorted from the server: due__lateness_fill sorts them.
+*/
 static int lateness(due_store *s, due_stats *out)
 {
 	MYSQL_RES *r;
@@ -2764,7 +2767,7 @@ static int lateness(due_store *s, due_stats *out)
 	due__my_add(&b,
 		    "SELECT claimed_at - due_at AS late FROM due_attempt"
 		    " FORCE INDEX (due_attempt_claimed)"
-		    " WHERE claimed_at >= %lld ORDER BY late",
+		    " WHERE claimed_at >= %lld",
 		    (long long)(out->now - DUE_STATS_WINDOW_US));
 	rc = due__my_exec(s, &b, "lateness", &r);
 	due__my_sql_free(&b);
