@@ -3,7 +3,7 @@
 ** allocation, the verdict on a schema version and the migration walk, the
 ** completion hook call, the outcomes and errors every backend reports
 ** the same way, the lateness percentiles, and the SQL backends' view of
-** flow-control settings.  A
+** flow-control settings and of running tries by group.  A
 ** backend calls these so that a rule or a message exists once, whatever
 ** its database.
 */
@@ -139,6 +139,11 @@ int due__store_wrong_state(due_id id, const char *action, const char *state,
 int due__store_no_kind(const char *kind)
 {
 	return due__error_set(DUE_ENOTFOUND, "kind '%s' has no settings", kind);
+}
+
+int due__store_no_schedule(const char *name)
+{
+	return due__error_set(DUE_ENOTFOUND, "no schedule named '%s'", name);
 }
 
 int due__store_retry_conflict(due_id id)
@@ -309,6 +314,32 @@ int64_t due__flow_retry_us(const due__flow_kind *k, int held, due_time oldest,
 	    (!retry || retry > 100000))
 		retry = 100000;
 	return retry < 1000 ? 1000 : retry;
+}
+
+void due__groups_free(due__groups *g)
+{
+	for (size_t i = 0; i < g->n; i++)
+		free(g->g[i].grp);
+	free(g->g);
+}
+
+int64_t *due__group_slot(due__groups *g, const char *grp, size_t n)
+{
+	for (size_t i = 0; i < g->n; i++)
+		if (strlen(g->g[i].grp) == n &&
+		    memcmp(g->g[i].grp, grp, n) == 0)
+			return &g->g[i].n;
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? g->cap * 2 : 16;
+		due__group_count *ng = realloc(g->g, cap * sizeof(*ng));
+		if (!ng)
+			return NULL;
+		g->g = ng, g->cap = cap;
+	}
+	if (!(g->g[g->n].grp = due__strdup_n(grp, n)))
+		return NULL;
+	g->g[g->n].n = 0;
+	return &g->g[g->n++].n;
 }
 
 static int cmp_i64(const void *a, const void *b)

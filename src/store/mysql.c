@@ -1140,41 +1140,7 @@ static int kind_after(due_store *s, flow *f, const flow_kind *k, int64_t taken,
 }
 
 /* Running tries per group of one kind (max_running_per_group). */
-typedef struct group_count {
-	char *grp;
-	int64_t n;
-} group_count;
-
-typedef struct groups {
-	group_count *g;
-	size_t n, cap;
-} groups;
-
-static void groups_free(groups *g)
-{
-	for (size_t i = 0; i < g->n; i++)
-		free(g->g[i].grp);
-	free(g->g);
-}
-
-/* The count of group `grp`, added at 0 when new; NULL: no memory. */
-static int64_t *group_slot(groups *g, const char *grp)
-{
-	for (size_t i = 0; i < g->n; i++)
-		if (strcmp(g->g[i].grp, grp) == 0)
-			return &g->g[i].n;
-	if (g->n == g->cap) {
-		size_t cap = g->cap ? g->cap * 2 : 16;
-		group_count *ng = realloc(g->g, cap * sizeof(*ng));
-		if (!ng)
-			return NULL;
-		g->g = ng, g->cap = cap;
-	}
-	if (!(g->g[g->n].grp = due__strdup_n(grp, strlen(grp))))
-		return NULL;
-	g->g[g->n].n = 0;
-	return &g->g[g->n++].n;
-}
+typedef due__groups groups; /* store.h */
 
 /* The live tries of every group of kind (or of one group) into g. */
 static int groups_read(due_store *s, const char *kind, const char *grp,
@@ -1198,7 +1164,7 @@ static int groups_read(due_store *s, const char *kind, const char *grp,
 	rc = due__my_exec(s, &b, "count groups", &r);
 	due__my_sql_free(&b);
 	while (rc == 0 && r && (row = mysql_fetch_row(r))) {
-		int64_t *slot = group_slot(g, row[0]);
+		int64_t *slot = due__group_slot(g, row[0], strlen(row[0]));
 		if (!slot)
 			rc = due__error_set(DUE_ENOMEM, "out of memory");
 		else
@@ -1262,7 +1228,8 @@ static int pick_kind(due_store *s, const flow_kind *k, picks *p, due_time now,
 			break;
 		}
 		if (k->per_group && row[1]) {
-			if (!(slot = group_slot(g, row[1]))) {
+			if (!(slot =
+				  due__group_slot(g, row[1], strlen(row[1])))) {
 				rc =
 				    due__error_set(DUE_ENOMEM, "out of memory");
 				break;
@@ -1317,7 +1284,7 @@ static int claim_limited(due_store *s, flow *f, const flow_kind *k,
 	rc = kind_after(s, f, k, taken, held, oldest);
 done:
 	free(p.t);
-	groups_free(&g);
+	due__groups_free(&g);
 	return rc;
 }
 
@@ -1548,7 +1515,7 @@ static int claim_by_id(due_store *s, flow *f, picks *p, due_id id)
 			rc = groups_read(s, kind, grp, f->now, &g);
 			if (rc == 0 && g.n && g.g[0].n >= k->per_group)
 				room = 0, why = DUE__HELD_GROUP;
-			groups_free(&g);
+			due__groups_free(&g);
 			if (rc < 0)
 				goto done;
 		}
@@ -3100,9 +3067,7 @@ static int mys_cron_remove(due_store *s, const char *name)
 	due__my_str(&b, name);
 	if ((rc = exec(s, &b, "remove schedule", &n)) < 0)
 		return rc;
-	return n ? 0
-		 : due__error_set(DUE_ENOTFOUND, "no schedule named '%s'",
-				  name);
+	return n ? 0 : due__store_no_schedule(name);
 }
 
 /*

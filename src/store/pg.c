@@ -2460,8 +2460,7 @@ static int pg_cron_remove(due_store *s, const char *name)
 	if ((rc = run(s, ST_SCHED_REMOVE, &p, "remove schedule", &r)) < 0)
 		return rc;
 	if (PQntuples(r) == 0)
-		rc = due__error_set(DUE_ENOTFOUND, "no schedule named '%s'",
-				    name);
+		rc = due__store_no_schedule(name);
 	PQclear(r);
 	return rc;
 }

@@ -1961,9 +1961,7 @@ static int rd_cron_remove(due_store *s, const char *name)
 		return rc;
 	n = rint_of(r);
 	freeReplyObject(r);
-	return n ? 0
-		 : due__error_set(DUE_ENOTFOUND, "no schedule named '%s'",
-				  name);
+	return n ? 0 : due__store_no_schedule(name);
 }
 
 /*

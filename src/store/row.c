@@ -207,8 +207,7 @@ int due__rows_sched_get(const due_rows *r, due_cron_info **out,
 	if ((rc = r->ops->next(r->cur)) < 0)
 		return rc;
 	if (rc == 0)
-		return due__error_set(DUE_ENOTFOUND, "no schedule named '%s'",
-				      name);
+		return due__store_no_schedule(name);
 	if (!(i = calloc(1, sizeof(*i))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	if ((rc = row_sched(r, i)) < 0) {

@@ -1312,42 +1312,7 @@ static int kind_after(due_store *s, flow *f, const flow_kind *k, due_time now,
 }
 
 /* Running tries per group of one kind (max_running_per_group). */
-typedef struct group_count {
-	char *grp;
-	int64_t n;
-} group_count;
-
-typedef struct groups {
-	group_count *g;
-	size_t n, cap;
-} groups;
-
-static void groups_free(groups *g)
-{
-	for (size_t i = 0; i < g->n; i++)
-		free(g->g[i].grp);
-	free(g->g);
-}
-
-/* The count of group `grp` (n bytes), added at 0 when new; NULL: no memory. */
-static int64_t *group_slot(groups *g, const char *grp, size_t n)
-{
-	for (size_t i = 0; i < g->n; i++)
-		if (strlen(g->g[i].grp) == n &&
-		    memcmp(g->g[i].grp, grp, n) == 0)
-			return &g->g[i].n;
-	if (g->n == g->cap) {
-		size_t cap = g->cap ? g->cap * 2 : 16;
-		group_count *ng = realloc(g->g, cap * sizeof(*ng));
-		if (!ng)
-			return NULL;
-		g->g = ng, g->cap = cap;
-	}
-	if (!(g->g[g->n].grp = due__strdup_n(grp, n)))
-		return NULL;
-	g->g[g->n].n = 0;
-	return &g->g[g->n++].n;
-}
+typedef due__groups groups; /* store.h */
 
 /* The live tries of every group of kind into g. */
 static int groups_read(due_store *s, const char *kind, due_time now, groups *g)
@@ -1361,8 +1326,8 @@ static int groups_read(due_store *s, const char *kind, due_time now, groups *g)
 	sqlite3_bind_int64(st, 2, now);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int64_t *slot =
-		    group_slot(g, (const char *)sqlite3_column_text(st, 0),
-			       (size_t)sqlite3_column_bytes(st, 0));
+		    due__group_slot(g, (const char *)sqlite3_column_text(st, 0),
+				    (size_t)sqlite3_column_bytes(st, 0));
 		if (!slot) {
 			sqlite3_reset(st);
 			return due__error_set(DUE_ENOMEM, "out of memory");
@@ -1401,7 +1366,7 @@ static int pick_kind(due_store *s, const flow_kind *k, due_task_list *l,
 		}
 		slot = NULL;
 		if (k->per_group && grp) {
-			if (!(slot = group_slot(g, grp, n))) {
+			if (!(slot = due__group_slot(g, grp, n))) {
 				rc =
 				    due__error_set(DUE_ENOMEM, "out of memory");
 				break;
@@ -1446,7 +1411,7 @@ static int claim_limited(due_store *s, flow *f, const flow_kind *k,
 		goto done;
 	rc = kind_after(s, f, k, now, (int64_t)(l->count - from), held, oldest);
 done:
-	groups_free(&g);
+	due__groups_free(&g);
 	return rc;
 }
 
@@ -2988,8 +2953,7 @@ static int due__sq_cron_remove(due_store *s, const char *name)
 	if ((rc = due__sq_exec(s, st, "remove schedule")) < 0)
 		return rc;
 	if (sqlite3_changes(s->db) == 0)
-		return due__error_set(DUE_ENOTFOUND, "no schedule named '%s'",
-				      name);
+		return due__store_no_schedule(name);
 	return 0;
 }
 

@@ -394,6 +394,24 @@ const due__flow_kind *due__flow_kind_find(const due__flow_kind *k, size_t n,
 int64_t due__flow_retry_us(const due__flow_kind *k, int held, due_time oldest,
 			   due_time now);
 
+/*
+** Counts by group (a kind's running tries per group, for
+** max_running_per_group), in the order the groups were first seen.
+*/
+typedef struct due__group_count {
+	char *grp;
+	int64_t n;
+} due__group_count;
+
+typedef struct due__groups {
+	due__group_count *g;
+	size_t n, cap;
+} due__groups;
+
+void due__groups_free(due__groups *g);
+/* The count of group `grp` (n bytes), added at 0 when new; NULL: no memory. */
+int64_t *due__group_slot(due__groups *g, const char *grp, size_t n);
+
 int due__cron_info_list_alloc(due_cron_info_list **out, size_t n);
 int due__kind_info_list_alloc(due_kind_info_list **out, size_t n);
 void due__kind_info_clear(due_kind_info *k);
@@ -456,6 +474,8 @@ int due__store_wrong_state(due_id id, const char *action, const char *state,
 			   const char *needed);
 /* DUE_ENOTFOUND: kind has no settings (kind_get, kind_remove). */
 int due__store_no_kind(const char *kind);
+/* DUE_ENOTFOUND: no schedule of that name (cron_get, cron_remove). */
+int due__store_no_schedule(const char *name);
 /*
 ** kind_get's answer from a list read for one kind (0 or 1 rows): its one
 ** row moved into a new *out, or DUE_ENOTFOUND; frees l either way.
