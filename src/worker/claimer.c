@@ -14,6 +14,9 @@
 **              claim, one run, then the next claim); takes back expired leases
 **              when the earliest lease in the store ends (at most every
 **              2 s when polling).
+**              A fast pool's thread may make the pool's next claim of a
+**              drain itself (due__claim_relay, below: the one function
+**              here that runs on another thread).
 **   Owns:      nothing of the store: each claim or reclaim is one turn at
 **              the shared connection due_worker_run() opened (DUE_DB_CALL).
 **   Locks:     mu, to count a pool's free slots, to take the completions it
@@ -185,6 +188,29 @@ static int claim_pool(due_worker *w, due_db *db, pool *p, int limit,
 }
 
 /*
+** Put the tasks of a claim in flight on their pool, waking a thread for
+** them unless the caller is the pool's thread (a relay).  mu held.
+*/
+static void queue_claimed_locked(due_worker *w, pool *p, due_task_list *l,
+				 bool wake)
+{
+	for (size_t k = 0; k < l->count; k++) {
+		/* claim time in the store's clock is lease_until - lease */
+		const due_task *t = &l->items[k];
+		w->late[w->n_late++ % 1024] =
+		    t->lease_until - w->o.lease_us - t->due_at;
+		due_job *j = due__job_new_locked(w, p, &l->items[k]);
+		if (!j) /* out of memory: the lease will expire */
+			continue;
+		p->busy++;
+		due__pool_enqueue_locked(p, j, wake);
+	}
+	atomic_fetch_add(&w->st.claimed, (long long)l->count);
+	if (l->count == 0)
+		atomic_fetch_add(&w->st.empty_claims, 1);
+}
+
+/*
 ** One claiming round over every pool with free slots.  *filled is set
 ** when some pool got all it asked for, or had no free slot to ask with
 ** (either way more may be due).  *retry_us is the shortest retry_in_us of
@@ -211,9 +237,17 @@ int due__claim_round(due_worker *w, due_db *db, bool *filled, int64_t *retry_us)
 			continue;
 		}
 		pthread_mutex_lock(&w->mu);
+		if (p->claiming) {
+			/* a relay claims for it: its thread wakes us unless
+			   it got all it asked for */
+			pthread_mutex_unlock(&w->mu);
+			*filled = true;
+			continue;
+		}
 		if (atomic_load(&w->fold))
 			nt = take_done_locked(w, p, taken, COMPLETE_BATCH);
 		free_slots = p->size - p->busy + (int)nt;
+		p->claiming = free_slots > 0;
 		pthread_mutex_unlock(&w->mu);
 		if (free_slots <= 0) {
 			/* full: we did not look, so more may be due; a freed
@@ -221,36 +255,98 @@ int due__claim_round(due_worker *w, due_db *db, bool *filled, int64_t *retry_us)
 			*filled = true;
 			continue;
 		}
-		if ((rc = claim_pool(w, db, p, free_slots, taken, nt, &l)) < 0)
+		rc = claim_pool(w, db, p, free_slots, taken, nt, &l);
+		pthread_mutex_lock(&w->mu);
+		p->claiming = false;
+		if (l)
+			queue_claimed_locked(w, p, l, true);
+		pthread_mutex_unlock(&w->mu);
+		if (rc < 0)
 			return rc;
+		atomic_store(&w->relay_off, false);
 		if (!l)
 			continue;
 		if (l->retry_in_us > 0 &&
 		    (*retry_us == 0 || l->retry_in_us < *retry_us))
 			*retry_us = l->retry_in_us;
-		if (l->count == 0)
-			atomic_fetch_add(&w->st.empty_claims, 1);
 		if ((int)l->count == free_slots)
 			*filled = true;
-		pthread_mutex_lock(&w->mu);
-		for (size_t k = 0; k < l->count; k++) {
-			/* claim time in the store's clock is lease_until -
-			 * lease */
-			const due_task *t = &l->items[k];
-			w->late[w->n_late++ % 1024] =
-			    t->lease_until - w->o.lease_us - t->due_at;
-			due_job *j = due__job_new_locked(w, p, &l->items[k]);
-			if (!j) /* out of memory: the lease will expire */
-				continue;
-			p->busy++;
-			due__pool_enqueue_locked(p, j);
-		}
-		pthread_mutex_unlock(&w->mu);
-		atomic_fetch_add(&w->st.claimed, (long long)l->count);
 		total += (int)l->count;
 		due_task_list_free(l);
 	}
 	return total;
+}
+
+/*
+** Relay claims.  A fast pool's thread that has run its queue dry while
+** the claimer drains would wake the claimer, which would fold the
+** completions into its next claim and wake a pool thread for the jobs:
+** two wake-ups, two context switches and two sleeps per batch, about a
+** fifth of a worker's CPU with microsecond handlers.  Instead the pool's
+** thread makes that claim itself, on the shared connection in its turn
+** (DUE_DB_CALL, like every thread that talks to the store), folding the
+** pool's completions, and runs what it got; the claimer sleeps on.
+**
+** Only for a pool the claimer would claim for now with no gather to wait
+** for: fast, nothing queued, every slot free but the completions this
+** claim folds, while the claimer drains (fold) and nothing stops it.  The
+** claimer is woken as before whenever the relay does not get all it
+** asked for (the backlog may be over, or a kind's limit holds tasks back:
+** the claimer decides when to look again), and when a relay's claim
+** fails (relays then pause until the claimer claims again: no thread
+** retries a failing store in a loop, and the claimer logs the outage).
+** What the relay claimed runs on this thread, so a job that turns out
+** slow holds the others back only until the stall check (pool.c), as for
+** any fast pool; the claimer, not running handlers, is never held up.
+** One claim per pool at a time (pool.claiming); the drain waits for a
+** relay under way (w->relays) as for the tries in flight.  Returns true
+** when it claimed (and woke the claimer if needed), false when the caller
+** should wake the claimer.
+*/
+bool due__claim_relay(due_worker *w, pool *p)
+{
+	due_job *taken[COMPLETE_BATCH];
+	due_task_list *l = NULL;
+	int free_slots, avail, rc;
+	size_t nt;
+
+	pthread_mutex_lock(&w->mu);
+	avail = p->size - p->busy;
+	for (due_job *j = w->done_head; j; j = j->next)
+		avail += j->pool == p && j->rc == 0 && !j->hook;
+	if (!atomic_load(&w->fold) || atomic_load(&w->stop) ||
+	    atomic_load(&w->relay_off) || w->threads_stop || p->claiming ||
+	    p->head || !due__pool_fast_locked(p) || avail < p->size) {
+		pthread_mutex_unlock(&w->mu);
+		return false;
+	}
+	nt = take_done_locked(w, p, taken, COMPLETE_BATCH);
+	free_slots = p->size - p->busy + (int)nt;
+	p->claiming = true;
+	w->relays++;
+	pthread_mutex_unlock(&w->mu);
+
+	rc = claim_pool(w, w->db, p, free_slots, taken, nt, &l);
+
+	pthread_mutex_lock(&w->mu);
+	p->claiming = false;
+	w->relays--;
+	if (l)
+		queue_claimed_locked(w, p, l, false);
+	if (atomic_load(&w->stop))
+		pthread_cond_broadcast(&w->idle_cv); /* the drain waits */
+	pthread_mutex_unlock(&w->mu);
+	if (rc < 0) {
+		atomic_fetch_add(&w->st.store_errors, 1);
+		due__wlog(w, 2,
+			  "relay claim failed (the claimer takes over): %s",
+			  due_error_last());
+		atomic_store(&w->relay_off, true);
+	}
+	if (rc < 0 || !l || (int)l->count < free_slots || l->retry_in_us > 0)
+		due__wake(w);
+	due_task_list_free(l);
+	return true;
 }
 
 /*
@@ -277,7 +373,8 @@ void due__run_inline(due_worker *w)
 		pthread_mutex_unlock(&w->mu);
 		if (!j)
 			return;
-		due__run_job(w, j);
+		if (due__run_job(w, j))
+			due__wake(w);
 	}
 }
 

@@ -13,12 +13,16 @@
 **   Does:      takes the next job of its pool, runs its handler, hands it
 **              to the completer (or, while the claimer folds completions
 **              into its claims, wakes the claimer: after every job of a
-**              slow pool, once its queue is empty for a fast one).
+**              slow pool, once its queue is empty for a fast one, whose
+**              thread may instead claim the next batch itself: a relay
+**              claim, claimer.c).
 **   Owns:      a job from the moment it dequeues it until it queues it for
-**              completion; no store connection (a handler may open one).
-**   Locks:     mu, only to dequeue and to queue a completion.
-**   Blocks on: its pool's cv while the queue is empty, and on the handler
-**              for as long as it runs.
+**              completion; no store connection of its own (a handler may
+**              open one; a relay takes its turn at the shared one).
+**   Locks:     mu, only to dequeue and to queue a completion (and around
+**              a relay claim, never across its store call).
+**   Blocks on: its pool's cv while the queue is empty, on the handler for
+**              as long as it runs, and on the store during a relay.
 **   Exits:     when threads_stop is set and its queue is empty.
 */
 #include <pthread.h>
@@ -154,7 +158,9 @@ due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t)
 ** pool is not fast after all (due__pools_unstall_locked(), called by the
 ** claimer before it waits and by the keeper): the pool is marked slow and
 ** its threads are woken, so the jobs behind a slow one start within about
-** a millisecond.
+** a millisecond.  The same check covers the batches a fast pool's thread
+** claims for itself (relay claims, claimer.c), which it queues without
+** waking the pool's other threads.
 */
 #define POOL_FAST_US 50
 #define POOL_STALL_US 1000
@@ -214,7 +220,11 @@ int64_t due__pools_unstall(due_worker *w, int64_t now)
 	return again;
 }
 
-void due__pool_enqueue_locked(pool *p, due_job *j)
+/*
+** Queue a job on its pool; wake a waiting thread for it unless the caller
+** is the pool's own thread that will run it (a relay claim).  mu held.
+*/
+void due__pool_enqueue_locked(pool *p, due_job *j, bool wake)
 {
 	j->next = NULL;
 	j->queued_mono = due__mono_us();
@@ -223,7 +233,8 @@ void due__pool_enqueue_locked(pool *p, due_job *j)
 	else
 		p->head = j;
 	p->tail = j;
-	pool_wake_locked(p);
+	if (wake)
+		pool_wake_locked(p);
 }
 
 due_job *due__pool_dequeue_locked(pool *p)
@@ -261,8 +272,13 @@ static bool settle_timeout(due_job *j)
 	return true;
 }
 
-/* Run the handler of a job; then queue it for the completer. */
-void due__run_job(due_worker *w, due_job *j)
+/*
+** Run the handler of a job; then queue it for the completer.  Returns
+** true when the draining claimer should hear of it (it folds completions
+** into its next claim): the caller wakes it, or claims in its stead (a
+** relay, claimer.c).  The job may be gone once this returns.
+*/
+bool due__run_job(due_worker *w, due_job *j)
 {
 	int64_t t0 = due__mono_us();
 
@@ -304,8 +320,7 @@ void due__run_job(due_worker *w, due_job *j)
 	if (!fold || j->rc != 0 || j->hook || w->completer_parked)
 		pthread_cond_signal(&w->done_cv);
 	pthread_mutex_unlock(&w->mu);
-	if (wake)
-		due__wake(w);
+	return wake;
 }
 
 /* ------------------------------------------------------------------ */
@@ -339,7 +354,10 @@ static void *pool_thread(void *arg)
 		if (!due__pool_fast_locked(p))
 			pool_wake_locked(p); /* the chain: jobs are left */
 		pthread_mutex_unlock(&w->mu);
-		due__run_job(w, j);
+		/* a fast pool's thread that emptied its queue claims the
+		   next batch itself when it can, else wakes the claimer */
+		if (due__run_job(w, j) && !due__claim_relay(w, p))
+			due__wake(w);
 		pthread_mutex_lock(&w->mu);
 	}
 	pthread_mutex_unlock(&w->mu);

@@ -161,7 +161,7 @@ static void drain(due_worker *w)
 			  "the grace (%lld ms); a second stop ends it now",
 			  w->n_inflight, w->n_inflight == 1 ? "y" : "ies",
 			  (long long)w->o.grace_us / 1000);
-	while (w->n_inflight > 0) {
+	while (w->n_inflight > 0 || w->relays > 0) {
 		int64_t now = due__mono_us();
 		int64_t left = due__grace_check_locked(w, now) - now;
 		if (w->grace_over_at && now - w->grace_over_at > ABANDON_US) {
@@ -559,7 +559,7 @@ int due_worker_submit(due_worker *w, due_db *db, due_submitted *out,
 	} else {
 		due_job *j = due__job_new_locked(w, p, t);
 		if (j)
-			due__pool_enqueue_locked(p, j);
+			due__pool_enqueue_locked(p, j, true);
 		else
 			p->busy--;
 		atomic_fetch_add(&w->st.claimed, 1);

@@ -36,7 +36,10 @@
 **               (worker.c).
 **   pool N      one thread per slot of each pool (pool.c), runs handlers;
 **               none for the shared pool in inline mode.  No store
-**               connection of its own (a handler may open one).
+**               connection of its own (a handler may open one); a fast
+**               pool's thread takes turns at `db` for relay claims, the
+**               next batch of a drain claimed without waking the claimer
+**               (claimer.c).
 **   keeper      renews the lease of every running try, watches the time
 **               limits of running tries, publishes the worker's counters,
 **               and ends the grace after a stop (keeper.c).
@@ -59,9 +62,10 @@
 ** and the eventfd, so it can be called from a signal handler.
 **
 ** Invariants.
-**  - A pool's `busy` counts its claimed, not yet committed tries; the
-**    claimer never asks for more than size - busy, so no task waits in
-**    memory holding a lease (CONTRACT §5).  In inline mode the shared
+**  - A pool's `busy` counts its claimed, not yet committed tries; a claim
+**    (the claimer's or a relay's, one at a time per pool: `claiming`)
+**    never asks for more than size - busy, so no task waits in memory
+**    holding a lease (CONTRACT §5).  In inline mode the shared
 **    pool has one slot, run by the claimer itself: it claims one task,
 **    runs it, then claims the next.
 **  - A job queued on a pool starts within about POOL_STALL_US (1 ms)
@@ -122,6 +126,10 @@ typedef struct pool {
 	int64_t run_us;	      /* handlers' recent run time, a moving
 				 average (mu): below POOL_FAST_US the pool
 				 is fast (pool.c) */
+	bool claiming;	      /* a claim for this pool is under way, the
+				 claimer's or a relay's (mu): one at a
+				 time, so two cannot both count the same
+				 free slots */
 	pthread_t *threads;
 	int started;
 } pool;
@@ -205,6 +213,10 @@ struct due_worker {
 	int64_t grace_over_at;	/* when the grace ran out, 0 before (mu) */
 	atomic_bool fold;	/* claimer is draining: it commits completions
 				   together with its next claim */
+	atomic_bool relay_off;	/* a relay claim failed: relays wait for the
+				   claimer's next good claim (claimer.c) */
+	int relays;		/* relay claims under way (mu); the drain
+				   waits for them as for flight */
 	int64_t last_done_mono; /* the latest handler finish (mu) */
 	bool completer_parked;	/* completer waits for a signal (mu) */
 	atomic_bool abandon;	/* shutdown gave up on the store: stop retrying,
@@ -250,12 +262,12 @@ void due__outage_over(due_worker *w, due_outage *o);
 /* pool.c: jobs, pool queues, pool threads. */
 void due__job_free(due_job *j);
 due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t);
-void due__pool_enqueue_locked(pool *p, due_job *j);
+void due__pool_enqueue_locked(pool *p, due_job *j, bool wake);
 due_job *due__pool_dequeue_locked(pool *p);
 bool due__pool_fast_locked(const pool *p);
 int64_t due__pools_unstall_locked(due_worker *w, int64_t now);
 int64_t due__pools_unstall(due_worker *w, int64_t now);
-void due__run_job(due_worker *w, due_job *j);
+bool due__run_job(due_worker *w, due_job *j);
 pool *due__pool_new(const char *kind, int size);
 int due__pools_start(due_worker *w);
 
@@ -280,6 +292,8 @@ void due__set_fold(due_worker *w, bool fold);
 void due__run_inline(due_worker *w);
 int64_t due__reclaim_max(due_worker *w, due_db *db, int64_t max_us);
 void due__claim_loop(due_worker *w, due_db *db);
+/* claimer.c, called by a fast pool's thread (see there) */
+bool due__claim_relay(due_worker *w, pool *p);
 
 /* discovery.c (the claimer thread only) */
 bool due__try_wheel(due_worker *w, due_db *db);

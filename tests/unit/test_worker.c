@@ -5,7 +5,8 @@
 ** draining and stop, the idle wheel worker's refills claiming nothing, and
 ** flow control: time limits (own and the kind's), claims held back by a
 ** running limit without spinning, resume waking the worker, once-mode with
-** paused and held kinds, DUE_PRIORITY/DUE_GROUP.  Real threads against a
+** paused and held kinds, DUE_PRIORITY/DUE_GROUP; fast pools and their
+** relay claims.  Real threads against a
 ** real SQLite store.
 */
 #include <pthread.h>
@@ -796,6 +797,105 @@ static void test_fast_pool_slow_job(void **state)
 	due_close(db);
 }
 
+/* A quick no-op, unless the payload says "gate": then gated(). */
+static int quick_or_gated(due_job *job, void *payload)
+{
+	gate *g = payload;
+	const due_task *t = due_job_task(job);
+	if (t->payload_len == 4 && memcmp(t->payload, "gate", 4) == 0)
+		return gated(job, g);
+	atomic_fetch_add(&g->calls, 1);
+	return 0;
+}
+
+/* n tasks in one transaction, all due now, each with this payload. */
+static void add_batch(due_db *db, due_id *ids, int n, const char *kind,
+		      const char *payload)
+{
+	due_submit items[64];
+	due_submitted out[64];
+	for (int done = 0; done < n;) {
+		int k = n - done < 64 ? n - done : 64;
+		for (int i = 0; i < k; i++)
+			items[i] = (due_submit){kind, payload, strlen(payload),
+						DUE_SCHEDULE_OPTS_INIT};
+		assert_int_equal(due_schedule_batch(db, out, items, (size_t)k),
+				 0);
+		for (int i = 0; i < k; i++)
+			ids[done + i] = out[i].id;
+		done += k;
+	}
+}
+
+/*
+** Relay claims (claimer.c): while a fast pool drains a backlog, its thread
+** claims the next batch itself and queues it without waking the others.
+** 1,000 quick tasks, then 8 that block: the relay claims those too, and
+** the stall check must still start all 8 at once (without it, the relay's
+** thread runs them one after the other).
+*/
+static void test_relay_slow_batch(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	gate g = {0};
+	static due_id quick[1000];
+	due_id ids[8];
+	runner r = {0};
+	due_worker_opts o = DUE_WORKER_OPTS_INIT;
+
+	o.url = url;
+	o.concurrency = 8;
+	o.log_level = 0;
+	assert_int_equal(due_worker_new(&r.w, &o), 0);
+	assert_int_equal(due_worker_register(r.w, "q", quick_or_gated, &g, 0),
+			 0);
+	add_batch(db, quick, 1000, "q", "");
+	add_batch(db, ids, 8, "q", "gate");
+	pthread_create(&r.th, NULL, run_thread, &r);
+	gate_all_running(&g, db, ids, 8);
+	wait_done(db, quick, 1000);
+	assert_int_equal(atomic_load(&g.calls), 1008);
+	stop_runner(&r, NULL);
+	due_close(db);
+}
+
+/*
+** A stop while relays drain a backlog: every try claimed (by the claimer
+** or a relay) runs once and is committed before due_worker_run() returns;
+** none is left CLAIMED, none runs twice.
+*/
+static void test_relay_stop(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	gate g = {.open = true};
+	static due_id ids[5000];
+	due_worker_stats st;
+	due_stats ss;
+	runner r = {0};
+	due_worker_opts o = DUE_WORKER_OPTS_INIT;
+
+	o.url = url;
+	o.concurrency = 4;
+	o.log_level = 0;
+	assert_int_equal(due_worker_new(&r.w, &o), 0);
+	assert_int_equal(due_worker_register(r.w, "q", quick_or_gated, &g, 0),
+			 0);
+	add_batch(db, ids, 5000, "q", "");
+	pthread_create(&r.th, NULL, run_thread, &r);
+	for (int i = 0; i < 30000 && atomic_load(&g.calls) < 500; i++)
+		tu_sleep_ms(1);
+	stop_runner(&r, &st);
+	assert_int_equal(due_stats_get(db, &ss), 0);
+	assert_int_equal(ss.counts[DUE_CLAIMED], 0);
+	assert_true(st.claimed >= 500);
+	assert_int_equal(st.done, st.claimed);
+	assert_int_equal(atomic_load(&g.calls), st.claimed);
+	assert_int_equal(count_state(db, ids, 5000, DUE_DONE), st.done);
+	due_close(db);
+}
+
 static void test_held_no_spin_wheel(void **state)
 {
 	(void)state;
@@ -940,6 +1040,8 @@ int main(void)
 	    T(test_held_no_spin_wheel),
 	    T(test_pool_starts_every_slot),
 	    T(test_fast_pool_slow_job),
+	    T(test_relay_slow_batch),
+	    T(test_relay_stop),
 	    T(test_held_no_spin_poll),
 	    T(test_resume_wakes),
 	    T(test_once_paused_and_held),
