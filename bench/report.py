@@ -1165,6 +1165,15 @@ HOT_PATH_NOTES = [
     "- **The command guard starts the shell with `vfork`** (95fcc8e): the guard, a fork of the "
     "worker, no longer copies the worker's page tables a second time. `--exec true` drain "
     "1.33× (1,000 tasks, SQLite `sync=normal`, 3 interleaved pairs).",
+    "- **Relay claims** (63ffb35): while the claimer drains, a fast pool's thread that has run "
+    "its queue dry makes the pool's next claim itself (folding the completions it just "
+    "produced, on the shared connection in its turn) and runs the batch, instead of waking the "
+    "claimer, which woke a pool thread: two wake-ups a batch, about a fifth of the worker's CPU "
+    "in a profile, gone. Against ac8bd40 (`bench/run --store both --only core --reps 3 "
+    "--baseline`): drain CPU per task 0.61× on SQLite `sync=normal` (c=4 and 16), 0.67–0.73× "
+    "on `sync=full`, 0.73× on PostgreSQL; drain rate 1.63–1.69× on SQLite `sync=normal`, "
+    "1.32–1.49× on `sync=full`, 1.04–1.08× on PostgreSQL. SQLite `sync=normal` drain c=4: "
+    "2.87× the 1-commit floor's CPU per task (4.37× before) and 0.35× its rate (0.22×).",
     "- **Tried and dropped in issue 18:** one `(state, id)` index over every state in place of "
     "SCHEDULED's and DONE's (id) indexes (their upkeep is ~13 % of a drain's instructions, but the "
     "planner then answered `min(priority) … WHERE state = 'SCHEDULED'` by walking every due "
@@ -1177,8 +1186,9 @@ HOT_PATH_NOTES = [
     "- **What is left** (see *Where the time goes*): on SQLite most of a task's instructions are "
     "SQLite's own b-tree work for three row writes and their index entries (the floor writes "
     "two rows and keeps one index entry: a commit of 4 tasks writes 10.9 WAL frames, the "
-    "floor's about 4, and each of seven indexes costs about one); in pool mode the hand-offs "
-    "between the claimer and the handler threads (two wake-ups a claim) are the rest. On "
+    "floor's about 4, and each of seven indexes costs about one); since the relay claims, the "
+    "commit's WAL writes are half of the worker's CPU in a drain and the thread hand-offs are "
+    "gone from its profile. On "
     "PostgreSQL the attempt row is still inserted at the claim and updated at the end (schema 6 "
     "moved only SQLite's): two of due's tuple writes a try that the floor does not make.",
 ]
