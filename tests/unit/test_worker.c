@@ -726,77 +726,6 @@ static void gate_all_running(gate *g, due_db *db, const due_id *ids, int n)
 	wait_done(db, ids, n);
 }
 
-/*
-** Pool threads are woken in a chain (pool.c): the claimer wakes one, and
-** each that takes a job wakes the next while jobs are left.  Handlers that
-** block must still all run at once: 8 slots, 8 tasks held by a gate, all 8
-** running before it opens.
-*/
-static void test_pool_starts_every_slot(void **state)
-{
-	(void)state;
-	due_db *db = open_db();
-	gate g = {0};
-	due_id ids[8];
-	runner r = {0};
-	due_worker_opts o = DUE_WORKER_OPTS_INIT;
-
-	for (int i = 0; i < 8; i++)
-		ids[i] = add(db, "gated", "");
-	o.url = url;
-	o.concurrency = 8;
-	o.log_level = 0;
-	assert_int_equal(due_worker_new(&r.w, &o), 0);
-	assert_int_equal(due_worker_register(r.w, "gated", gated, &g, 0), 0);
-	pthread_create(&r.th, NULL, run_thread, &r);
-	gate_all_running(&g, db, ids, 8);
-	assert_int_equal(atomic_load(&g.max_running), 8);
-	stop_runner(&r, NULL);
-	due_close(db);
-}
-
-/*
-** A fast pool (pool.c: handlers that return within microseconds) runs a
-** claim's jobs one after the other on the thread the claim woke.  A job
-** that then blocks must not hold the rest back: 64 quick tasks make the
-** pool fast, then 8 tasks submitted in one transaction (claimed in one
-** batch) all block on a gate; all 8 must be running at once before it
-** opens, which only the stall check (waking the other threads) allows.
-*/
-static void test_fast_pool_slow_job(void **state)
-{
-	(void)state;
-	due_db *db = open_db();
-	gate g = {0};
-	due_id warm[64], ids[8];
-	due_submit items[8];
-	due_submitted out[8];
-	runner r = {0};
-	due_worker_opts o = DUE_WORKER_OPTS_INIT;
-
-	o.url = url;
-	o.concurrency = 8;
-	o.log_level = 0;
-	assert_int_equal(due_worker_new(&r.w, &o), 0);
-	assert_int_equal(due_worker_register(r.w, "gated", gated, &g, 0), 0);
-	atomic_store(&g.open, true);
-	for (int i = 0; i < 64; i++)
-		warm[i] = add(db, "gated", "");
-	pthread_create(&r.th, NULL, run_thread, &r);
-	wait_done(db, warm, 64);
-
-	atomic_store(&g.open, false);
-	atomic_store(&g.max_running, 0);
-	for (int i = 0; i < 8; i++)
-		items[i] = (due_submit){"gated", "", 0, DUE_SCHEDULE_OPTS_INIT};
-	assert_int_equal(due_schedule_batch(db, out, items, 8), 0);
-	for (int i = 0; i < 8; i++)
-		ids[i] = out[i].id;
-	gate_all_running(&g, db, ids, 8);
-	stop_runner(&r, NULL);
-	due_close(db);
-}
-
 /* A quick no-op, unless the payload says "gate": then gated(). */
 static int quick_or_gated(due_job *job, void *payload)
 {
@@ -827,6 +756,73 @@ static void add_batch(due_db *db, due_id *ids, int n, const char *kind,
 	}
 }
 
+/* A worker of `conc` slots in r with fn for kind (quiet), not started. */
+static void new_runner(runner *r, int conc, const char *kind, due_handler_fn fn,
+		       void *arg)
+{
+	due_worker_opts o = DUE_WORKER_OPTS_INIT;
+	o.url = url;
+	o.concurrency = conc;
+	o.log_level = 0;
+	assert_int_equal(due_worker_new(&r->w, &o), 0);
+	assert_int_equal(due_worker_register(r->w, kind, fn, arg, 0), 0);
+}
+
+/*
+** Pool threads are woken in a chain (pool.c): the claimer wakes one, and
+** each that takes a job wakes the next while jobs are left.  Handlers that
+** block must still all run at once: 8 slots, 8 tasks held by a gate, all 8
+** running before it opens.
+*/
+static void test_pool_starts_every_slot(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	gate g = {0};
+	due_id ids[8];
+	runner r = {0};
+
+	for (int i = 0; i < 8; i++)
+		ids[i] = add(db, "gated", "");
+	new_runner(&r, 8, "gated", gated, &g);
+	pthread_create(&r.th, NULL, run_thread, &r);
+	gate_all_running(&g, db, ids, 8);
+	assert_int_equal(atomic_load(&g.max_running), 8);
+	stop_runner(&r, NULL);
+	due_close(db);
+}
+
+/*
+** A fast pool (pool.c: handlers that return within microseconds) runs a
+** claim's jobs one after the other on the thread the claim woke.  A job
+** that then blocks must not hold the rest back: 64 quick tasks make the
+** pool fast, then 8 tasks submitted in one transaction (claimed in one
+** batch) all block on a gate; all 8 must be running at once before it
+** opens, which only the stall check (waking the other threads) allows.
+*/
+static void test_fast_pool_slow_job(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	gate g = {0};
+	due_id warm[64], ids[8];
+	runner r = {0};
+
+	new_runner(&r, 8, "gated", gated, &g);
+	atomic_store(&g.open, true);
+	for (int i = 0; i < 64; i++)
+		warm[i] = add(db, "gated", "");
+	pthread_create(&r.th, NULL, run_thread, &r);
+	wait_done(db, warm, 64);
+
+	atomic_store(&g.open, false);
+	atomic_store(&g.max_running, 0);
+	add_batch(db, ids, 8, "gated", "");
+	gate_all_running(&g, db, ids, 8);
+	stop_runner(&r, NULL);
+	due_close(db);
+}
+
 /*
 ** Relay claims (claimer.c): while a fast pool drains a backlog, its thread
 ** claims the next batch itself and queues it without waking the others.
@@ -842,14 +838,8 @@ static void test_relay_slow_batch(void **state)
 	static due_id quick[1000];
 	due_id ids[8];
 	runner r = {0};
-	due_worker_opts o = DUE_WORKER_OPTS_INIT;
 
-	o.url = url;
-	o.concurrency = 8;
-	o.log_level = 0;
-	assert_int_equal(due_worker_new(&r.w, &o), 0);
-	assert_int_equal(due_worker_register(r.w, "q", quick_or_gated, &g, 0),
-			 0);
+	new_runner(&r, 8, "q", quick_or_gated, &g);
 	add_batch(db, quick, 1000, "q", "");
 	add_batch(db, ids, 8, "q", "gate");
 	pthread_create(&r.th, NULL, run_thread, &r);
@@ -874,14 +864,8 @@ static void test_relay_stop(void **state)
 	due_worker_stats st;
 	due_stats ss;
 	runner r = {0};
-	due_worker_opts o = DUE_WORKER_OPTS_INIT;
 
-	o.url = url;
-	o.concurrency = 4;
-	o.log_level = 0;
-	assert_int_equal(due_worker_new(&r.w, &o), 0);
-	assert_int_equal(due_worker_register(r.w, "q", quick_or_gated, &g, 0),
-			 0);
+	new_runner(&r, 4, "q", quick_or_gated, &g);
 	add_batch(db, ids, 5000, "q", "");
 	pthread_create(&r.th, NULL, run_thread, &r);
 	for (int i = 0; i < 30000 && atomic_load(&g.calls) < 500; i++)
