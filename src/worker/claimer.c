@@ -109,6 +109,18 @@ static void untake_locked(due_worker *w, due_job **jobs, size_t n)
 }
 
 /*
+** The slots of a pool that a claim could fill now: the free ones and those
+** of its finished plain completions (a claim folds them).  mu held.
+*/
+static int avail_locked(const due_worker *w, const pool *p)
+{
+	int avail = p->size - p->busy;
+	for (const due_job *j = w->done_head; j; j = j->next)
+		avail += j->pool == p && j->rc == 0 && !j->hook;
+	return avail;
+}
+
+/*
 ** While draining, slots free up one handler at a time.  When less than
 ** half of a pool could be claimed now, give the handlers about to finish
 ** up to 200 us, so one transaction carries several completions and
@@ -123,11 +135,8 @@ static bool gather(due_worker *w, pool *p)
 {
 	for (int round = 0; round < 4 && atomic_load(&w->fold) && p->size >= 4;
 	     round++) {
-		int avail;
 		pthread_mutex_lock(&w->mu);
-		avail = p->size - p->busy;
-		for (due_job *j = w->done_head; j; j = j->next)
-			avail += j->pool == p && j->rc == 0 && !j->hook;
+		int avail = avail_locked(w, p);
 		/* a fast pool's thread is still running its queue */
 		bool running_queue = due__pool_fast_locked(p) && p->head;
 		pthread_mutex_unlock(&w->mu);
@@ -307,16 +316,14 @@ bool due__claim_relay(due_worker *w, pool *p)
 {
 	due_job *taken[COMPLETE_BATCH];
 	due_task_list *l = NULL;
-	int free_slots, avail, rc;
+	int free_slots, rc;
 	size_t nt;
 
 	pthread_mutex_lock(&w->mu);
-	avail = p->size - p->busy;
-	for (due_job *j = w->done_head; j; j = j->next)
-		avail += j->pool == p && j->rc == 0 && !j->hook;
 	if (!atomic_load(&w->fold) || atomic_load(&w->stop) ||
 	    atomic_load(&w->relay_off) || w->threads_stop || p->claiming ||
-	    p->head || !due__pool_fast_locked(p) || avail < p->size) {
+	    p->head || !due__pool_fast_locked(p) ||
+	    avail_locked(w, p) < p->size) {
 		pthread_mutex_unlock(&w->mu);
 		return false;
 	}
