@@ -71,6 +71,15 @@ static bool claim_opts_for(due_worker *w, pool *p, int limit,
 	return true;
 }
 
+/*
+** A finished plain completion of pool p: what a claim for p folds (a
+** failure or a hook goes to the completer).
+*/
+static bool foldable(const due_job *j, const pool *p)
+{
+	return j->pool == p && j->rc == 0 && !j->hook;
+}
+
 /* Take the pool's finished plain completions off the done queue.  mu held. */
 static size_t take_done_locked(due_worker *w, pool *p, due_job **out,
 			       size_t cap)
@@ -80,7 +89,7 @@ static size_t take_done_locked(due_worker *w, pool *p, due_job **out,
 
 	while (*link && n < cap) {
 		due_job *j = *link;
-		if (j->pool == p && j->rc == 0 && !j->hook) {
+		if (foldable(j, p)) {
 			*link = j->next;
 			out[n++] = j;
 		} else {
@@ -116,7 +125,7 @@ static int avail_locked(const due_worker *w, const pool *p)
 {
 	int avail = p->size - p->busy;
 	for (const due_job *j = w->done_head; j; j = j->next)
-		avail += j->pool == p && j->rc == 0 && !j->hook;
+		avail += foldable(j, p);
 	return avail;
 }
 
