@@ -123,7 +123,7 @@ if [ -n "${DUE_TEST_PG_URL:-}" ]; then
 	run_store pg "$DUE_TEST_PG_URL"
 	# the server's WAL written per submit (its insert position's move)
 	"$DUE" bench --workload enqueue --n 200 --batch 50 --json \
-		--db "$DUE_TEST_PG_URL" | head -1 >"$T/pgenq.json"
+		--db "$DUE_TEST_PG_URL" | sed -n 1p >"$T/pgenq.json"
 	check_json "$T/pgenq.json" '
 need(j.get("variant") == "single", "single")
 need(num("wal_bytes_per_task") and j["wal_bytes_per_task"] > 0, "wal_bytes_per_task > 0")
