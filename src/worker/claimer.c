@@ -403,26 +403,28 @@ static int inflight(due_worker *w)
 }
 
 /*
-** Take back expired leases, and return when to look again (monotonic
-** us): at the earliest lease expiry the store reported, at most
-** RECLAIM_MAX_US from now, so a crashed worker's task is picked up about
-** when its lease ends without polling faster than needed.
+** Take back expired leases.  *next is when to look again (monotonic us):
+** at the earliest lease expiry the store reported, at most max_us from
+** now, so a crashed worker's task is picked up about when its lease ends
+** without polling faster than needed; after a failed call, in
+** RECLAIM_RETRY_US, and -1 is returned.
 */
 #define RECLAIM_MAX_US 2000000LL
 #define RECLAIM_RETRY_US 1000000LL
 
-int64_t due__reclaim_max(due_worker *w, due_db *db, int64_t max_us)
+int due__reclaim_max(due_worker *w, due_db *db, int64_t max_us, int64_t *next)
 {
 	int64_t now = due__mono_us(), wait_us = max_us;
 	due_reclaimed r;
 
 	atomic_fetch_add(&w->st.reclaim_queries, 1);
 	if (DUE_DB_CALL(w, due_reclaim_expired(db, &r)) < 0) {
-		due__outage_fail(w, &w->claim_outage,
+		due__outage_fail(w, &w->reclaim_outage,
 				 "reclaiming expired leases");
-		return now + RECLAIM_RETRY_US;
+		*next = now + RECLAIM_RETRY_US;
+		return -1;
 	}
-	due__outage_over(w, &w->claim_outage);
+	due__outage_over(w, &w->reclaim_outage);
 	if (r.rescheduled + r.dead + r.cancelled)
 		due__wlog(
 		    w, 1,
@@ -432,12 +434,8 @@ int64_t due__reclaim_max(due_worker *w, due_db *db, int64_t max_us)
 		    (long long)r.cancelled);
 	if (r.next_expiry > 0 && r.next_expiry - r.now + 1000 < wait_us)
 		wait_us = r.next_expiry - r.now + 1000;
-	return now + (wait_us < 1000 ? 1000 : wait_us);
-}
-
-static int64_t reclaim(due_worker *w, due_db *db)
-{
-	return due__reclaim_max(w, db, RECLAIM_MAX_US);
+	*next = now + (wait_us < 1000 ? 1000 : wait_us);
+	return 0;
 }
 
 /*
@@ -464,7 +462,7 @@ void due__claim_loop(due_worker *w, due_db *db)
 		int n = 0;
 
 		if (now >= next_reclaim)
-			next_reclaim = reclaim(w, db);
+			due__reclaim_max(w, db, RECLAIM_MAX_US, &next_reclaim);
 		if (more || now >= next_poll) {
 			n = due__claim_round(w, db, &filled, &retry_us);
 			if (n < 0) {

@@ -46,6 +46,7 @@ typedef struct disc {
 	int64_t offset;	     /* store us - monotonic us */
 	int64_t next_refill; /* monotonic us */
 	int64_t next_reclaim;
+	int64_t reclaim_hold; /* a reclaim failed: none again before then */
 	int64_t last_refill;
 	int64_t recheck_at;
 	int rechecks;
@@ -119,8 +120,16 @@ static int refill(due_worker *w, due_db *db, disc *d)
 	d->next_refill = mono + w->poll_us;
 	if (u->truncated && u->count) /* the rest is loaded as time moves on */
 		d->next_refill = u->due_at[u->count - 1] - d->offset - 100000;
-	if (u->next_expiry && u->next_expiry - d->offset < d->next_reclaim)
-		d->next_reclaim = u->next_expiry - d->offset + 1000;
+	/* an expired lease stays in the store while reclaims fail: the
+	   expiry refill reports must not bring the retry forward, or every
+	   refill (every 5 ms) would be followed by a failing reclaim */
+	if (u->next_expiry) {
+		int64_t at = u->next_expiry - d->offset + 1000;
+		if (at < d->reclaim_hold)
+			at = d->reclaim_hold;
+		if (at < d->next_reclaim)
+			d->next_reclaim = at;
+	}
 	due_upcoming_free(u);
 	return 0;
 }
@@ -273,9 +282,14 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 		/* the refill reports the next lease expiry: no reclaim check
 		   is needed until then */
 		if (now >= d->next_reclaim) {
-			due__reclaim_max(w, db, w->poll_us);
-			d->next_reclaim = now + 3600LL * 1000000;
-			d->next_refill = 0; /* learn the next expiry now */
+			int64_t again;
+			if (due__reclaim_max(w, db, w->poll_us, &again) < 0) {
+				d->next_reclaim = d->reclaim_hold = again;
+			} else {
+				d->reclaim_hold = 0;
+				d->next_reclaim = now + 3600LL * 1000000;
+				d->next_refill = 0; /* learn the next expiry */
+			}
 		}
 		due__wheel_advance(d->wheel, now / 1000, count_fire, &fired);
 		atomic_fetch_add(&w->st.wheel_fired, fired);

@@ -2,10 +2,12 @@
 ** outage.c - how the worker's threads meet a store that does not answer.
 **
 ** A failed store call is never retried at once: each thread waits a delay
-** that grows (its own rule: the claimer and the completer 10 ms doubling
-** to 2 s, the keeper within what is left of the lease, the scheduler 1 s),
+** (its own rule: the claimer and the completer 10 ms doubling to 2 s,
+** the claimer's reclaims 1 s, the keeper within what is left of the
+** lease, the scheduler 1 s),
 ** so an outage costs a few calls per second at most, whatever the number
-** of running tries.  Each thread keeps one due_outage: the first failed
+** of running tries.  Each thread keeps a due_outage (the claimer two: its
+** claims and its reclaims, which can fail apart): the first failed
 ** call opens it and is logged once, with what failed and the store's
 ** text; the first call the store answers again closes it, logged once
 ** with its length and the number of failed calls; the failures between

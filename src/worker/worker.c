@@ -372,6 +372,7 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 				      bad);
 	}
 	w->claim_outage.who = "claimer";
+	w->reclaim_outage.who = "claimer";
 	w->poll_us = opts->poll_us		    ? opts->poll_us
 		     : opts->no_wheel || opts->once ? 1000000
 						    : 10000000;

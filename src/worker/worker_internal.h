@@ -139,7 +139,7 @@ typedef struct pool {
 ** it and is logged once, with what failed; the first call the store
 ** answers again closes it, logged once with its length and the number of
 ** failed calls.  Every failed call counts in st.store_errors, nothing else
-** does.  Each thread that talks to the store owns one.
+** does.  Each thread that talks to the store owns one (the claimer two).
 */
 typedef struct due_outage {
 	const char *who;    /* the thread, for the log */
@@ -233,6 +233,10 @@ struct due_worker {
 	size_t n_late;
 	int64_t poll_us;	 /* effective poll (or safety poll) interval */
 	due_outage claim_outage; /* the claimer thread's */
+	/* the claimer's reclaims, apart: a store that claims but cannot
+	   reclaim (a Redis shard whose master lost its replica) would
+	   otherwise open and close claim_outage, two log lines, each round */
+	due_outage reclaim_outage;
 };
 
 /* worker.c: waits, logging (any thread); the grace.  The monotonic
@@ -290,7 +294,7 @@ int due__claim_round(due_worker *w, due_db *db, bool *filled,
 		     int64_t *retry_us);
 void due__set_fold(due_worker *w, bool fold);
 void due__run_inline(due_worker *w);
-int64_t due__reclaim_max(due_worker *w, due_db *db, int64_t max_us);
+int due__reclaim_max(due_worker *w, due_db *db, int64_t max_us, int64_t *next);
 void due__claim_loop(due_worker *w, due_db *db);
 /* claimer.c, called by a fast pool's thread (see there) */
 bool due__claim_relay(due_worker *w, pool *p);
