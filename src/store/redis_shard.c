@@ -37,6 +37,7 @@
 **     for the store (PUBLISH reaches every node of a cluster).
 */
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -524,26 +525,39 @@ static int sh_complete_claim(due_store *s, due_completion *items, size_t n,
 	return 0;
 }
 
+/*
+** Every shard's expired leases.  A shard that fails (its master lost, or
+** refusing writes for want of a replica) does not keep the others' from
+** being taken back: each shard is asked, and the first failure is
+** returned after the last (the others' work is done; the caller retries).
+*/
 static int sh_reclaim(due_store *s, due_reclaimed *out)
 {
 	due_reclaimed r;
-	int rc;
+	char msg[512] = "";
+	int rc, err = 0;
 
 	memset(out, 0, sizeof(*out));
 	for (int i = 0; i < s->n; i++) {
 		memset(&r, 0, sizeof(r));
-		if ((rc = SLOT->reclaim(s->sh[i], &r)) < 0)
-			return rc;
+		if ((rc = SLOT->reclaim(s->sh[i], &r)) < 0) {
+			if (!err) {
+				err = rc;
+				snprintf(msg, sizeof(msg), "%s",
+					 due_error_last());
+			}
+			continue;
+		}
 		out->rescheduled += r.rescheduled;
 		out->dead += r.dead;
 		out->cancelled += r.cancelled;
 		if (r.next_expiry &&
 		    (!out->next_expiry || r.next_expiry < out->next_expiry))
 			out->next_expiry = r.next_expiry;
-		if (i == 0)
+		if (!out->now)
 			out->now = r.now;
 	}
-	return 0;
+	return err ? due__error_set(err, "%s", msg) : 0;
 }
 
 /* ------------------------------------------------------------------ */

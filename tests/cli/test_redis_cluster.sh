@@ -11,8 +11,11 @@
 # workers' subscriptions are dropped (they subscribe again).  Every task
 # whose add was acknowledged ends DONE, none has two committed results,
 # every result is its own task's, every shard ran tasks, and `due verify`
-# passes on a sharded store of the cluster.  The cluster is stopped on
-# every exit.
+# passes on a sharded store of the cluster.  Last, one master's replica
+# is killed -9 (that master refuses writes): a killed worker's tasks on
+# the other masters are taken back and run meanwhile, the refusing
+# master's once the replica is back.  The cluster is stopped on every
+# exit.
 #
 # Needs redis-server and redis-cli; without them it says so and passes,
 # except under CI=true, where it fails.  Deadlines are hang guards only.
@@ -198,4 +201,61 @@ for p in $("$CL" ports "$CD"); do
 done
 expect_eq "verify's scratch keys dropped on every node" 0 "$left"
 expect_eq "verify could drop every scratch store" 0 "$(grep -c 'could not delete' "$T/verify.err" || true)"
+
+# 7. one master without its replica (killed -9): with ?wait=1 its shards
+#    refuse writes; the other masters' shards carry on.  A worker killed
+#    -9 holds tasks of every shard of a new store; a second worker takes
+#    back and runs those on the other masters while the replica is down
+#    (the reclaim asks every shard, not only those before the refusing
+#    one), runs none of the refusing master's, and runs those once the
+#    replica is back: every task DONE once
+n=0
+until N2=rd$$x$n && [ "$(shard_masters "$N2")" -ge 2 ]; do n=$((n + 1)); done
+DB2="$URL?prefix=$N2&shards=4"
+"$DUE" init --db "$DB2" >"$T/init2.out" 2>&1 && ok || bad "init $N2: $(cat "$T/init2.out")"
+for i in $(seq 1 24); do echo "{\"kind\":\"d\",\"key\":\"k$i\"}"; done |
+	"$DUE" add --db "$DB2" --batch - >"$T/d.ids" || bad "the adds of store $N2"
+d_tasks() {
+	"$DUE" ls --db "$DB2" --kind d --limit 100 --json |
+		python3 -c "import json, sys; t = json.load(sys.stdin); print($1)"
+}
+claimed24() { [ "$(d_tasks "sum(x['state'] == 'CLAIMED' for x in t)")" = 24 ]; }
+"$DUE" work --db "$DB2" --kinds d --concurrency 32 --lease 3s --poll 100ms \
+	--owner wa --exec 'sleep 30' 2>"$T/wa.log" &
+wa=$!
+wait_for "worker wa holds all 24 tasks" 60 claimed24
+kill -KILL "$wa"
+wait "$wa" 2>/dev/null || true
+m0=$("$CL" master "$CD" "$("$CL" slot "$CD" "{due:$N2:0}:meta")")
+lost=$("$CL" kill-replica "$CD" "$("$CL" slot "$CD" "{due:$N2:0}:meta")") && ok ||
+	bad "kill the replica of :$m0"
+# the shards (id mod 4) on the other masters
+others=
+for i in 0 1 2 3; do
+	m=$("$CL" master "$CD" "$("$CL" slot "$CD" "{due:$N2:$i}:meta")")
+	[ "$m" = "$m0" ] || others="$others$i,"
+done
+echo "store $N2: worker wa killed holding 24 tasks; replica :$lost of :$m0 killed; shards on other masters: ${others%,}"
+"$DUE" work --db "$DB2" --kinds d --concurrency 8 --lease 3s --poll 100ms \
+	--owner wb --exec 'echo "$DUE_TASK_ID" >> "$OUT/druns"' 2>"$T/wb.log" &
+wb=$!
+others_done() {
+	[ "$(d_tasks "sum(x['state'] != 'DONE' for x in t if x['id'] % 4 in ($others))")" = 0 ]
+}
+wait_for "the other masters' tasks DONE while :$m0 has no replica" 60 others_done
+expect_eq "none of :$m0's tasks ran while it had no replica" 0 \
+	"$(d_tasks "sum(x['state'] == 'DONE' for x in t if x['id'] % 4 not in ($others))")"
+"$CL" revive "$CD" "$lost" && ok || bad "revive the replica :$lost"
+"$CL" wait-ok "$CD" && ok || bad "cluster ok with the replica back"
+all_done() { [ "$(d_tasks "sum(x['state'] != 'DONE' for x in t)")" = 0 ]; }
+wait_for "all 24 tasks DONE with the replica back" 60 all_done
+kill -TERM "$wb"
+rc=0
+wait "$wb" || rc=$?
+expect_eq "worker wb exits 0" 0 "$rc"
+expect_eq "each task DONE, with one DONE attempt" 24 \
+	"$(d_tasks "sum(1 for x in t if x['state'] == 'DONE' and sum(a['outcome'] == 'DONE' for a in x['attempts']) == 1)")"
+expect_eq "each task ran" 24 "$(sort -u "$OUT/druns" 2>/dev/null | wc -l)"
+echo "store $N2 (at ${SECONDS}s): $(nlines "$OUT/druns") handler runs for 24 tasks;" \
+	"worker wb logged $(grep -c "claimer: store unavailable: reclaiming" "$T/wb.log" || true) reclaim outage(s)"
 finish
