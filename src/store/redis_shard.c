@@ -64,12 +64,22 @@ typedef struct limited {
 	int64_t read_at; /* monotonic us; 0: never read */
 } limited;
 
+/* A completion a failed call wrote on a shard that answered (sh_complete) */
+#define WRITTEN_MAX 1024
+typedef struct written {
+	due_id id;
+	int32_t attempt;
+	int outcome;
+} written;
+
 struct due_store {
 	due_store **sh; /* n stores of redis.c */
 	int n;
 	unsigned submit_rr, claim_rr;
 	limited lim;
 	void *other; /* due init: the other layout's cfg (other_layout) */
+	written *wr; /* WRITTEN_MAX, oldest first; NULL until needed */
+	size_t n_wr;
 };
 
 /* ------------------------------------------------------------------ */
@@ -127,6 +137,7 @@ static void sh_close(due_store *s)
 	if (!s)
 		return;
 	limited_clear(&s->lim);
+	free(s->wr);
 	SLOT->free_cfg(s->other);
 	for (int i = 0; s->sh && i < s->n; i++)
 		SLOT->close(s->sh[i]);
@@ -471,35 +482,90 @@ static int sh_claim(due_store *s, due_task_list **out, const char *owner,
 }
 
 /*
+** The outcome a failed call wrote for completion c, taken from the
+** memory; false when none is there.
+*/
+static bool recall(due_store *s, due_completion *c)
+{
+	for (size_t i = 0; i < s->n_wr; i++)
+		if (s->wr[i].id == c->id && s->wr[i].attempt == c->attempt) {
+			c->outcome = (due_complete_outcome)s->wr[i].outcome;
+			memmove(s->wr + i, s->wr + i + 1,
+				(s->n_wr - i - 1) * sizeof(*s->wr));
+			s->n_wr--;
+			return true;
+		}
+	return false;
+}
+
+/* Keep c's outcome for a retry; the oldest goes when full. */
+static void remember(due_store *s, const due_completion *c)
+{
+	if (!s->wr && !(s->wr = malloc(WRITTEN_MAX * sizeof(*s->wr))))
+		return; /* out of memory: the retry hears it stale */
+	if (s->n_wr == WRITTEN_MAX)
+		memmove(s->wr, s->wr + 1, --s->n_wr * sizeof(*s->wr));
+	s->wr[s->n_wr++] = (written){c->id, c->attempt, (int)c->outcome};
+}
+
+/*
 ** Completions grouped by shard, one call per shard; outcomes copied back.
-** A shard that fails fails the call (the completions of the shards before
-** it are written; a retry finds them done and says so).
+** A shard that fails does not keep the others' completions from being
+** written (their tasks are done; their slots and leases are not held
+** back by another master's trouble), and its first failure is returned
+** after the last shard.  The caller then retries the whole call: the
+** outcomes that were written are kept here, by (id, attempt), and a retry
+** is answered them from that memory instead of being sent again, which
+** would answer REJECTED_STALE for a try whose result was kept.  A
+** memory per handle: the worker's retries use the handle that failed.
 */
 static int sh_complete(due_store *s, due_completion *items, size_t n,
 		       due_tx_hook hook, void *payload)
 {
 	due_completion *part;
-	int rc = 0;
+	bool *known;
+	char msg[512] = "";
+	int rc, err = 0;
 
 	if (s->n == 1)
 		return SLOT->complete(s->sh[0], items, n, hook, payload);
-	if (!(part = malloc(n * sizeof(*part))))
+	if (!(part = malloc(n * sizeof(*part))) ||
+	    !(known = malloc(n * sizeof(*known)))) {
+		free(part);
 		return due__error_set(DUE_ENOMEM, "out of memory");
-	for (int i = 0; i < s->n && rc == 0; i++) {
+	}
+	for (size_t j = 0; j < n; j++)
+		known[j] = s->n_wr && recall(s, &items[j]);
+	for (int i = 0; i < s->n; i++) {
 		size_t k = 0;
 		for (size_t j = 0; j < n; j++)
-			if (of(s, items[j].id) == s->sh[i])
+			if (!known[j] && of(s, items[j].id) == s->sh[i])
 				part[k++] = items[j];
-		if (k == 0 ||
-		    (rc = SLOT->complete(s->sh[i], part, k, hook, payload)) < 0)
+		if (k == 0)
 			continue;
+		if ((rc = SLOT->complete(s->sh[i], part, k, hook, payload)) <
+		    0) {
+			if (!err) {
+				err = rc;
+				snprintf(msg, sizeof(msg), "%s",
+					 due_error_last());
+			}
+			continue;
+		}
 		k = 0;
 		for (size_t j = 0; j < n; j++)
-			if (of(s, items[j].id) == s->sh[i])
+			if (!known[j] && of(s, items[j].id) == s->sh[i]) {
 				items[j].outcome = part[k++].outcome;
+				known[j] = true;
+			}
 	}
+	if (err)
+		for (size_t j = 0; j < n; j++)
+			if (known[j])
+				remember(s, &items[j]);
 	free(part);
-	return rc;
+	free(known);
+	return err ? due__error_set(err, "%s", msg) : 0;
 }
 
 static int sh_complete_claim(due_store *s, due_completion *items, size_t n,

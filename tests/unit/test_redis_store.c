@@ -1016,6 +1016,65 @@ static void test_attempt_written_at_end(void **state)
 	due_close(db);
 }
 
+/*
+** A completion call over shards where one shard fails (here the ACL of
+** the store's user stops covering that shard's keys) still writes the
+** other shards' completions, and the call's retry hears them DONE, as
+** they were written: from the handle's memory of the failed call, not
+** sent again, which would answer REJECTED_STALE for a kept result.
+*/
+static void test_shard_partial_complete(void **state)
+{
+	const char *user = "due_test_partial";
+	char pre[96], u[800];
+	due_db *db = NULL;
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_task_list *l = NULL;
+	due_completion c[3];
+	due_task *t = NULL;
+
+	(void)state;
+	snprintf(pre, sizeof(pre), "%sp", tu_redis_prefix);
+	cmd_ok("ACL SETUSER %s on >pw ~* &* +@all", user);
+	snprintf(u, sizeof(u), "redis://%s:pw@%s&prefix=%s&shards=3", user,
+		 url + strlen("redis://"), pre);
+	oo.create = true;
+	assert_int_equal(due_open(&db, u, &oo), 0);
+	for (int i = 0; i < 3; i++) /* one a shard: one handle, in turn */
+		add(db, "p", 0, 5);
+	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 3, LONG_LEASE), 0);
+	assert_int_equal(l->count, 3);
+	for (size_t i = 0; i < 3; i++)
+		c[i] = (due_completion){l->items[i].id, l->items[i].attempt,
+					"r", 1, DUE_COMPLETE_REJECTED_STALE};
+	/* the shard of c[1] out of the user's keys */
+	redisReply *r =
+	    cmd("ACL SETUSER %s resetkeys ~{due:%s:%d}* "
+		"~{due:%s:%d}*",
+		user, pre, (int)(c[0].id % 3), pre, (int)(c[2].id % 3));
+	assert_non_null(r);
+	assert_int_not_equal(r->type, REDIS_REPLY_ERROR);
+	freeReplyObject(r);
+	assert_true(due_complete_batch(db, c, 3) < 0);
+	assert_int_equal(due_get(db, &t, c[0].id), 0); /* written */
+	assert_int_equal(t->state, DUE_DONE);
+	due_task_free(t);
+	cmd_ok("ACL SETUSER %s ~*", user);
+	assert_int_equal(due_get(db, &t, c[1].id), 0); /* not written */
+	assert_int_equal(t->state, DUE_CLAIMED);
+	due_task_free(t);
+	assert_int_equal(due_complete_batch(db, c, 3), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(c[i].outcome, DUE_COMPLETE_DONE);
+	/* answered once: a second retry of the same tries is late */
+	assert_int_equal(due_complete_batch(db, c, 1), 0);
+	assert_int_equal(c[0].outcome, DUE_COMPLETE_REJECTED_STALE);
+	due_task_list_free(l);
+	due_close(db);
+	cmd_ok("ACL DELUSER %s", user);
+	tu_redis_delete(pre);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1040,6 +1099,7 @@ int main(void)
 	    T(test_seeds_not_cluster),
 	    T(test_wait_unmet),
 	    T(test_shards),
+	    T(test_shard_partial_complete),
 	    T(test_no_probe_on_one_server),
 #undef T
 	};
