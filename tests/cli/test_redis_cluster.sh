@@ -14,8 +14,9 @@
 # passes on a sharded store of the cluster.  Last, one master's replica
 # is killed -9 (that master refuses writes): a killed worker's tasks on
 # the other masters are taken back and run meanwhile, the refusing
-# master's once the replica is back.  The cluster is stopped on every
-# exit.
+# master's once the replica is back; and a master loses its replica while
+# a worker's handlers end together: no REJECTED_STALE is heard for a try
+# whose result was kept.  The cluster is stopped on every exit.
 #
 # Needs redis-server and redis-cli; without them it says so and passes,
 # except under CI=true, where it fails.  Deadlines are hang guards only.
