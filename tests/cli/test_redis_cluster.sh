@@ -216,15 +216,31 @@ DB2="$URL?prefix=$N2&shards=4"
 "$DUE" init --db "$DB2" >"$T/init2.out" 2>&1 && ok || bad "init $N2: $(cat "$T/init2.out")"
 for i in $(seq 1 24); do echo "{\"kind\":\"d\",\"key\":\"k$i\"}"; done |
 	"$DUE" add --db "$DB2" --batch - >"$T/d.ids" || bad "the adds of store $N2"
-d_tasks() {
-	"$DUE" ls --db "$DB2" --kind d --limit 100 --json |
-		python3 -c "import json, sys; t = json.load(sys.stdin); print($1)"
+# the tasks of kind $1 of that store, through the Python expression $2
+# (t: the list)
+n2_tasks() {
+	"$DUE" ls --db "$DB2" --kind "$1" --limit 100 --json |
+		python3 -c "import json, sys; t = json.load(sys.stdin); print($2)"
 }
-claimed24() { [ "$(d_tasks "sum(x['state'] == 'CLAIMED' for x in t)")" = 24 ]; }
+claimed24() { [ "$(n2_tasks "$1" "sum(x['state'] == 'CLAIMED' for x in t)")" = 24 ]; }
+all_done() { [ "$(n2_tasks "$1" "sum(x['state'] != 'DONE' for x in t)")" = 0 ]; }
+# replica_back PORT KIND PID NAME: the killed replica back, the cluster
+# ok, every task of KIND DONE with one DONE attempt, worker NAME stopped
+replica_back() {
+	local rc=0
+	"$CL" revive "$CD" "$1" && ok || bad "revive the replica :$1"
+	"$CL" wait-ok "$CD" && ok || bad "cluster ok with the replica :$1 back"
+	wait_for "all 24 tasks of kind $2 DONE with the replica back" 60 all_done "$2"
+	kill -TERM "$3"
+	wait "$3" || rc=$?
+	expect_eq "worker $4 exits 0" 0 "$rc"
+	expect_eq "each task of kind $2 DONE, with one DONE attempt" 24 \
+		"$(n2_tasks "$2" "sum(1 for x in t if x['state'] == 'DONE' and sum(a['outcome'] == 'DONE' for a in x['attempts']) == 1)")"
+}
 "$DUE" work --db "$DB2" --kinds d --concurrency 32 --lease 3s --poll 100ms \
 	--owner wa --exec 'sleep 30' 2>"$T/wa.log" &
 wa=$!
-wait_for "worker wa holds all 24 tasks" 60 claimed24
+wait_for "worker wa holds all 24 tasks" 60 claimed24 d
 kill -KILL "$wa"
 wait "$wa" 2>/dev/null || true
 m0=$("$CL" master "$CD" "$("$CL" slot "$CD" "{due:$N2:0}:meta")")
@@ -241,21 +257,12 @@ echo "store $N2: worker wa killed holding 24 tasks; replica :$lost of :$m0 kille
 	--owner wb --exec 'echo "$DUE_TASK_ID" >> "$OUT/druns"' 2>"$T/wb.log" &
 wb=$!
 others_done() {
-	[ "$(d_tasks "sum(x['state'] != 'DONE' for x in t if x['id'] % 4 in ($others))")" = 0 ]
+	[ "$(n2_tasks d "sum(x['state'] != 'DONE' for x in t if x['id'] % 4 in ($others))")" = 0 ]
 }
 wait_for "the other masters' tasks DONE while :$m0 has no replica" 60 others_done
 expect_eq "none of :$m0's tasks ran while it had no replica" 0 \
-	"$(d_tasks "sum(x['state'] == 'DONE' for x in t if x['id'] % 4 not in ($others))")"
-"$CL" revive "$CD" "$lost" && ok || bad "revive the replica :$lost"
-"$CL" wait-ok "$CD" && ok || bad "cluster ok with the replica back"
-all_done() { [ "$(d_tasks "sum(x['state'] != 'DONE' for x in t)")" = 0 ]; }
-wait_for "all 24 tasks DONE with the replica back" 60 all_done
-kill -TERM "$wb"
-rc=0
-wait "$wb" || rc=$?
-expect_eq "worker wb exits 0" 0 "$rc"
-expect_eq "each task DONE, with one DONE attempt" 24 \
-	"$(d_tasks "sum(1 for x in t if x['state'] == 'DONE' and sum(a['outcome'] == 'DONE' for a in x['attempts']) == 1)")"
+	"$(n2_tasks d "sum(x['state'] == 'DONE' for x in t if x['id'] % 4 not in ($others))")"
+replica_back "$lost" d "$wb" wb
 expect_eq "each task ran" 24 "$(sort -u "$OUT/druns" 2>/dev/null | wc -l)"
 echo "store $N2 (at ${SECONDS}s): $(nlines "$OUT/druns") handler runs for 24 tasks;" \
 	"worker wb logged $(grep -c "claimer: store unavailable: reclaiming" "$T/wb.log" || true) reclaim outage(s)"
@@ -269,16 +276,11 @@ echo "store $N2 (at ${SECONDS}s): $(nlines "$OUT/druns") handler runs for 24 tas
 #    again); the refusing shard's complete once the replica is back
 for i in $(seq 1 24); do echo "{\"kind\":\"e\",\"key\":\"k$i\"}"; done |
 	"$DUE" add --db "$DB2" --batch - >"$T/e.ids" || bad "the adds of kind e"
-e_tasks() {
-	"$DUE" ls --db "$DB2" --kind e --limit 100 --json |
-		python3 -c "import json, sys; t = json.load(sys.stdin); print($1)"
-}
-e_claimed24() { [ "$(e_tasks "sum(x['state'] == 'CLAIMED' for x in t)")" = 24 ]; }
 "$DUE" work --db "$DB2" --kinds e --concurrency 32 --lease 5s --poll 100ms --owner wc \
 	--exec 'while [ ! -e "$OUT/go" ]; do sleep 0.05; done; echo "$DUE_TASK_ID" >> "$OUT/eruns"' \
 	2>"$T/wc.log" &
 wpc=$!
-wait_for "worker wc runs all 24 tasks" 60 e_claimed24
+wait_for "worker wc runs all 24 tasks" 60 claimed24 e
 s3=$("$CL" slot "$CD" "{due:$N2:3}:meta")
 m3=$("$CL" master "$CD" "$s3")
 lost=$("$CL" kill-replica "$CD" "$s3") && ok || bad "kill the replica of :$m3"
@@ -291,20 +293,11 @@ wait_for "a renewal met the lost replica" 60 grep -q "keeper: store unavailable:
 touch "$OUT/go"
 wait_for "a commit of worker wc refused by :$m3" 60 \
 	grep -Eq "(completer|claimer): store unavailable: (committing|claiming)" "$T/wc.log"
-"$CL" revive "$CD" "$lost" && ok || bad "revive the replica :$lost"
-"$CL" wait-ok "$CD" && ok || bad "cluster ok with the replica of :$m3 back"
-e_all_done() { [ "$(e_tasks "sum(x['state'] != 'DONE' for x in t)")" = 0 ]; }
-wait_for "all 24 e tasks DONE with the replica back" 60 e_all_done
-kill -TERM "$wpc"
-rc=0
-wait "$wpc" || rc=$?
-expect_eq "worker wc exits 0" 0 "$rc"
-expect_eq "each e task DONE, with one DONE attempt" 24 \
-	"$(e_tasks "sum(1 for x in t if x['state'] == 'DONE' and sum(a['outcome'] == 'DONE' for a in x['attempts']) == 1)")"
+replica_back "$lost" e "$wpc" wc
 # "task N (e) attempt A: REJECTED_STALE" lines against the attempts kept
 sed -n 's/.* task \([0-9]*\) (e) attempt \([0-9]*\): REJECTED_STALE.*/\1 \2/p' "$T/wc.log" >"$T/wc.stale"
 expect_eq "no REJECTED_STALE heard for a try whose result was kept" 0 \
-	"$(e_tasks "(lambda s: sum(1 for x in t for a in x['attempts'] if a['outcome'] == 'DONE' and (x['id'], a['attempt']) in s))({tuple(map(int, l.split())) for l in open('$T/wc.stale')})")"
+	"$(n2_tasks e "(lambda s: sum(1 for x in t for a in x['attempts'] if a['outcome'] == 'DONE' and (x['id'], a['attempt']) in s))({tuple(map(int, l.split())) for l in open('$T/wc.stale')})")"
 echo "store $N2 (at ${SECONDS}s): $(nlines "$OUT/eruns") handler runs for 24 tasks of kind e;" \
 	"worker wc heard $(nlines "$T/wc.stale") REJECTED_STALE"
 finish
