@@ -482,6 +482,25 @@ static int sh_claim(due_store *s, due_task_list **out, const char *owner,
 }
 
 /*
+** A call over every shard that goes on past a failing one: the first
+** failure's code (in *err) and text (in msg), to be returned after the
+** last shard with first_failure().
+*/
+#define FAIL_MSG 512
+static void note_failure(int rc, int *err, char *msg)
+{
+	if (*err)
+		return;
+	*err = rc;
+	snprintf(msg, FAIL_MSG, "%s", due_error_last());
+}
+
+static int first_failure(int err, const char *msg)
+{
+	return err ? due__error_set(err, "%s", msg) : 0;
+}
+
+/*
 ** The outcome a failed call wrote for completion c, taken from the
 ** memory; false when none is there.
 */
@@ -524,16 +543,15 @@ static int sh_complete(due_store *s, due_completion *items, size_t n,
 {
 	due_completion *part;
 	bool *known;
-	char msg[512] = "";
+	char msg[FAIL_MSG] = "";
 	int rc, err = 0;
 
 	if (s->n == 1)
 		return SLOT->complete(s->sh[0], items, n, hook, payload);
-	if (!(part = malloc(n * sizeof(*part))) ||
-	    !(known = malloc(n * sizeof(*known)))) {
-		free(part);
+	/* one allocation: the parts, then a flag an item */
+	if (!(part = malloc(n * (sizeof(*part) + sizeof(*known)))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
-	}
+	known = (bool *)(part + n);
 	for (size_t j = 0; j < n; j++)
 		known[j] = s->n_wr && recall(s, &items[j]);
 	for (int i = 0; i < s->n; i++) {
@@ -545,11 +563,7 @@ static int sh_complete(due_store *s, due_completion *items, size_t n,
 			continue;
 		if ((rc = SLOT->complete(s->sh[i], part, k, hook, payload)) <
 		    0) {
-			if (!err) {
-				err = rc;
-				snprintf(msg, sizeof(msg), "%s",
-					 due_error_last());
-			}
+			note_failure(rc, &err, msg);
 			continue;
 		}
 		k = 0;
@@ -564,8 +578,7 @@ static int sh_complete(due_store *s, due_completion *items, size_t n,
 			if (known[j])
 				remember(s, &items[j]);
 	free(part);
-	free(known);
-	return err ? due__error_set(err, "%s", msg) : 0;
+	return first_failure(err, msg);
 }
 
 static int sh_complete_claim(due_store *s, due_completion *items, size_t n,
@@ -600,18 +613,14 @@ static int sh_complete_claim(due_store *s, due_completion *items, size_t n,
 static int sh_reclaim(due_store *s, due_reclaimed *out)
 {
 	due_reclaimed r;
-	char msg[512] = "";
+	char msg[FAIL_MSG] = "";
 	int rc, err = 0;
 
 	memset(out, 0, sizeof(*out));
 	for (int i = 0; i < s->n; i++) {
 		memset(&r, 0, sizeof(r));
 		if ((rc = SLOT->reclaim(s->sh[i], &r)) < 0) {
-			if (!err) {
-				err = rc;
-				snprintf(msg, sizeof(msg), "%s",
-					 due_error_last());
-			}
+			note_failure(rc, &err, msg);
 			continue;
 		}
 		out->rescheduled += r.rescheduled;
@@ -623,7 +632,7 @@ static int sh_reclaim(due_store *s, due_reclaimed *out)
 		if (!out->now)
 			out->now = r.now;
 	}
-	return err ? due__error_set(err, "%s", msg) : 0;
+	return first_failure(err, msg);
 }
 
 /* ------------------------------------------------------------------ */
