@@ -1,7 +1,9 @@
 # shellcheck shell=bash
-# scripts/lib/ports.sh - the port picker of the private test servers, sourced
-# by scripts/pg-test-cluster, redis-test-server, mariadb-test-server,
-# pg-test-pair and pgbouncer-test-server (each defines die() first).
+# scripts/lib/ports.sh - the port picker of the private test servers, and
+# their check that a recorded pid is still theirs; sourced by
+# scripts/pg-test-cluster, redis-test-server, redis-test-cluster,
+# mariadb-test-server, pg-test-pair and pgbouncer-test-server (each defines
+# die() first).
 #
 # A port is checked, not reserved: a script whose server cannot bind its
 # port starts it again on another one from free_port.  Ports come from 20000
@@ -29,4 +31,16 @@ free_port() {
 		fi
 	done
 	die "no free TCP port found on 127.0.0.1"
+}
+
+# pid_is PID NAME: PID is alive and runs NAME (its /proc comm).  A pidfile
+# outlives a server killed with -9, and this machine has only pid_max pids
+# (32768 here): a busy test reuses the dead server's pid within minutes,
+# and `kill -0` alone would take the stranger for the server.
+pid_is() {
+	local comm
+	[ -n "$1" ] && kill -0 "$1" 2>/dev/null || return 1
+	[ -r "/proc/$1/comm" ] || return 0 # no procfs: the pid is all we have
+	comm=$(cat "/proc/$1/comm" 2>/dev/null) || return 1
+	[ "$comm" = "$2" ]
 }

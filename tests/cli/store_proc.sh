@@ -233,7 +233,7 @@ sp_server_crash() {
 		2>"$T/crash.log" &
 	wpid=$!
 	(while [ ! -e "$OUT/producer.stop" ]; do
-		"$DUE" add crash 2>/dev/null >>"$T/acked" || sleep 0.05
+		"$DUE" add crash 2>>"$T/producer.err" >>"$T/acked" || sleep 0.05
 	done) &
 	ppid=$!
 	wait_for "drain under way" 60 has_lines "$OUT/crash" 10
@@ -244,7 +244,10 @@ sp_server_crash() {
 	kill -0 "$wpid" && ok || bad "worker died with the server"
 	expect_eq "server back on the same URL" "$SP_URL" "$("$SP_SERVER" start "$SP_DIR")"
 	n=$(lines "$T/acked")
-	wait_for "adds acknowledged again after the restart" 60 has_lines "$T/acked" $((n + 5))
+	wait_for "adds acknowledged again after the restart" 60 has_lines "$T/acked" $((n + 5)) ||
+		echo "the producer's last errors: $(tail -3 "$T/producer.err" 2>/dev/null)" \
+			"adds running: $(pgrep -af "add crash" | head -3) server:" \
+			"$("$SP_SERVER" url "$SP_DIR" 2>&1)" >&2
 	touch "$OUT/producer.stop"
 	wait "$ppid" || true
 	acked=$(sort -u "$T/acked" | wc -l)
