@@ -578,19 +578,21 @@ void v_flow_kill9_group_slot(vctx *v)
 		return;
 	bool ok = true;
 	lw.held = flow_add(v, "slot", "g", 0, 0, 5);
-	pid_t a = v_worker(v, "a.log", "--owner", "A", "--lease", "1s",
+	/* a 2 s lease: a loaded machine can delay a renewal well past a
+	   third of a 1 s one, and A's lease would lapse while A lives */
+	pid_t a = v_worker(v, "a.log", "--owner", "A", "--lease", "2s",
 			   "--concurrency", "1", "--exec",
 			   "echo $$ >> \"$DUEV_DIR/pids\"; exec sleep 600",
 			   (char *)NULL);
 	ok &= v_wait(v, HANG_MS, claimed_first, &lw.held);
 	lw.next = flow_add(v, "slot", "g", 0, 0, 5);
 	due_id other = flow_add(v, "slot", "h", 0, 0, 5);
-	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s",
+	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "2s",
 			   "--poll", "20ms", "--exec", "true", (char *)NULL);
 	/* B runs group h's task beside the held group, then A lives on for
 	   two more leases, renewing: g's next task must wait all along */
 	bool beside = v_wait(v, HANG_MS, other_done, &other);
-	for (double end = v_now_ms() + 2000; v_now_ms() < end; v_sleep_ms(20))
+	for (double end = v_now_ms() + 4000; v_now_ms() < end; v_sleep_ms(20))
 		watch_held(v, &lw);
 	kill(a, SIGKILL);
 	code = v_reap(a, HANG_MS);

@@ -13,6 +13,10 @@ FAIL=0
 
 ok() { PASS=$((PASS + 1)); }
 bad() { FAIL=$((FAIL + 1)); echo "FAIL: $*" >&2; }
+# has GREP-ARGS : grep -q for a pipeline's end. Under pipefail, `cmd |
+# grep -q` fails at random: grep quits at the first match and a cmd still
+# writing dies of SIGPIPE (ldd did, in an ASan CI run). has reads it all.
+has() { [ "$(grep -c "$@")" != 0 ]; }
 
 # expect_eq WHAT EXPECTED ACTUAL
 expect_eq() {

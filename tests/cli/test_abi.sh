@@ -17,7 +17,7 @@ expect_eq "exported = declared (diff: $(diff "$T/declared" "$T/exported" | grep 
 	"$(cat "$T/declared")" "$(cat "$T/exported")"
 [ "$(wc -l <"$T/declared")" -gt 60 ] && ok || bad "too few public functions found: $(wc -l <"$T/declared")"
 # no internal (due__) or unprefixed function is exported
-if grep -vE '^due_[a-z]' "$T/exported" | grep -q .; then
+if grep -vE '^due_[a-z]' "$T/exported" | has .; then
 	bad "exported without the public prefix: $(grep -vE '^due_[a-z]' "$T/exported" | tr '\n' ' ')"
 else
 	ok

@@ -18,9 +18,9 @@ SV=$(sed -n 's/.*(schema \([0-9][0-9]*\)).*/\1/p' "$T/init.out")
 
 # --help everywhere.
 for c in init add cancel show ls dead retry requeue kill stats health prune; do
-	"$DUE" "$c" --help | grep -q "^usage: due $c" && ok || bad "$c --help"
+	"$DUE" "$c" --help | has "^usage: due $c" && ok || bad "$c --help"
 done
-"$DUE" --help | grep -q "Exit codes" && ok || bad "due --help"
+"$DUE" --help | has "Exit codes" && ok || bad "due --help"
 expect_err 2 "unknown command" "$DUE" frobnicate
 
 # add / show
@@ -34,15 +34,15 @@ for f in id kind state due_at attempt max_attempts lease_owner lease_until \
 done
 expect_eq "payload round trip" '{"order": 42}' \
 	"$(python3 -c "import json; print(json.load(open('$T/show.json'))['payload'])")"
-"$DUE" show "$id" | grep -q "state *SCHEDULED" && ok || bad "show text"
+"$DUE" show "$id" | has "state *SCHEDULED" && ok || bad "show text"
 
 # binary payload from stdin comes back as base64
 printf 'a\0b\377' | "$DUE" add bin --payload-stdin >"$T/bid"
-"$DUE" show "$(cat "$T/bid")" --json | grep -q '"payload_b64": "YQBi/w=="' && ok || bad "binary payload"
+"$DUE" show "$(cat "$T/bid")" --json | has '"payload_b64": "YQBi/w=="' && ok || bad "binary payload"
 
 # --json add, --key idempotence
 j=$("$DUE" add demo --key order-7 --json)
-echo "$j" | grep -q '"key": "order-7"' && ok || bad "add --json"
+echo "$j" | has '"key": "order-7"' && ok || bad "add --json"
 k1=$(echo "$j" | python3 -c "import json,sys; print(json.load(sys.stdin)['id'])")
 k2=$("$DUE" add demo --key order-7 2>"$T/err")
 expect_eq "same key same id" "$k1" "$k2"
@@ -116,7 +116,7 @@ n=$(printf '{"kind":"a","payload":"x"}\n\n{"kind":"b","in":"1h","key":"k"}\n{"ki
 expect_eq "batch ids" 3 "$n"
 
 # ls filters, stats, health
-"$DUE" ls --kind a | grep -q " a " && ok || bad "ls --kind"
+"$DUE" ls --kind a | has " a " && ok || bad "ls --kind"
 "$DUE" ls --state CANCELLED --json | python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(0 if len(d)==1 and d[0]['state']=='CANCELLED' else 1)" \
 	&& ok || bad "ls --state --json"
 "$DUE" stats --json | python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(0 if {'counts','dead','oldest_due_unclaimed_ms'} <= d.keys() else 1)" \
@@ -151,7 +151,7 @@ expect_eq "kill" DEAD "$("$DUE" kill "$victim")"
 rc=0; "$DUE" health >"$T/h" || rc=$?
 expect_eq "health DOWN exit" 1 "$rc"
 grep -q "DOWN: 1 dead letter" "$T/h" && ok || bad "health DOWN text"
-"$DUE" dead --json | grep -q "\"id\": $victim" && ok || bad "dead lists it"
+"$DUE" dead --json | has "\"id\": $victim" && ok || bad "dead lists it"
 expect_eq "retry" SCHEDULED "$("$DUE" retry "$victim")"
 expect_err 4 "not DEAD" "$DUE" retry "$victim"
 expect_err 4 "not CLAIMED" "$DUE" requeue "$victim"
@@ -165,7 +165,7 @@ expect_eq "dismiss dead letter" CANCELLED "$("$DUE" kill "$dl")"
 expect_eq "health UP after dismissal" UP "$("$DUE" health)"
 
 # prune: finished tasks go, DEAD and live ones stay
-"$DUE" prune --older-than 0s | grep -q "deleted [1-9]" && ok || bad "prune"
+"$DUE" prune --older-than 0s | has "deleted [1-9]" && ok || bad "prune"
 expect_eq "live task survives prune" SCHEDULED \
 	"$("$DUE" show "$k1" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['state'])")"
 
@@ -184,7 +184,7 @@ expect_err 5 "due_attempt_v3" "$DUE" init --db "$V2"
 expect_eq "failed upgrade: still 2" "2|4" "$(sqlite3 "$T/v2.db" \
 	"SELECT (SELECT value FROM due_meta WHERE name = 'schema_version'), count(*) FROM due_task")"
 sqlite3 "$T/v2.db" "DROP TABLE due_attempt_v3"
-"$DUE" init --db "$V2" | grep -q "schema $SV" && ok || bad "init upgrades to $SV"
+"$DUE" init --db "$V2" | has "schema $SV" && ok || bad "init upgrades to $SV"
 expect_eq "schema $SV, integrity" "$SV|ok" "$(sqlite3 "$T/v2.db" \
 	"SELECT (SELECT value FROM due_meta WHERE name = 'schema_version'), (SELECT integrity_check FROM pragma_integrity_check)")"
 expect_eq "CHECKs without IN lists" 0 "$(sqlite3 "$T/v2.db" "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN ('due_task', 'due_attempt') AND (sql LIKE '%state IN%' OR sql LIKE '%outcome IN%')")"
@@ -193,7 +193,7 @@ expect_eq "attempts kept" "RUNNING run" "$("$DUE" show 7 --db "$V2" --json | pyt
 expect_eq "key still live" 4 "$("$DUE" add later --key k1 --db "$V2" 2>/dev/null)"
 fresh=$("$DUE" add fresh --db "$V2")
 [ "$fresh" -gt 12 ] && ok || bad "id $fresh handed out again (pruned ids went to 12)"
-"$DUE" cron ls --db "$V2" | grep -q nightly && ok || bad "schedule kept"
+"$DUE" cron ls --db "$V2" | has nightly && ok || bad "schedule kept"
 expect_eq "bad state still refused" 1 "$(sqlite3 "$T/v2.db" "UPDATE due_task SET state = 'LOST' WHERE id = 4" 2>&1 | grep -c "CHECK constraint failed")"
 
 finish

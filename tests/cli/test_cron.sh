@@ -23,15 +23,15 @@ expect_eq "leap day" "2028-02-29T00:00:00.000Z" "$("$DUE" cron next '0 0 29 2 *'
 expect_eq "seconds field" 6 "$("$DUE" cron next '*/10 * * * * *' --count 6 | wc -l)"
 
 # add / ls / rm
-"$DUE" cron add report '0 2 * * *' report --tz Europe/Berlin --payload '{"r":1}' | grep -q "report next" && ok || bad "cron add"
-"$DUE" cron ls | grep -q "^report .*Europe/Berlin" && ok || bad "cron ls"
+"$DUE" cron add report '0 2 * * *' report --tz Europe/Berlin --payload '{"r":1}' | has "report next" && ok || bad "cron add"
+"$DUE" cron ls | has "^report .*Europe/Berlin" && ok || bad "cron ls"
 "$DUE" cron ls --json | python3 -c "
 import json,sys; d=json.load(sys.stdin)[0]
 assert d['name']=='report' and d['tz']=='Europe/Berlin' and d['payload']=='{\"r\":1}'
 assert d['next_fire'].endswith(('T00:00:00.000Z','T01:00:00.000Z'))
 assert d['next_fire_local'][11:19]=='02:00:00'" && ok || bad "cron ls --json"
 "$DUE" cron add report '30 3 * * *' report --tz Europe/Berlin >/dev/null && ok || bad "replace"
-"$DUE" cron ls | grep -q "30 3 \* \* \*" && ok || bad "replaced expression listed"
+"$DUE" cron ls | has "30 3 \* \* \*" && ok || bad "replaced expression listed"
 
 before=$("$DUE" cron ls --json | md5sum)
 expect_err 2 "month: 13 is out of range" "$DUE" cron add bad '0 2 * 13 *' k
@@ -47,6 +47,6 @@ expect_err 2 "--from" "$DUE" cron next '* * * * *' --from yesterday
 expect_err 2 "unknown cron command 'list'" "$DUE" cron list
 expect_err 3 "no schedule named 'nope'" "$DUE" cron rm nope
 expect_eq "bad input changed no schedule" "$before" "$("$DUE" cron ls --json | md5sum)"
-"$DUE" cron rm report | grep -q "removed report" && ok || bad "cron rm"
+"$DUE" cron rm report | has "removed report" && ok || bad "cron rm"
 expect_eq "empty after rm" "[]" "$("$DUE" cron ls --json | tr -d ' \n')"
 finish

@@ -193,7 +193,7 @@ t_timeout() {
 		expect_eq "$STORE timeout ($k): the tries' outcomes" "TIMED_OUT,TIMED_OUT" \
 			"$(tries $k | cut -d'|' -f7 | paste -sd,)"
 	done
-	"$DUE" show "$own" | grep -q "timed out after" && ok || bad "$STORE timeout: error 'timed out after' in show"
+	"$DUE" show "$own" | has "timed out after" && ok || bad "$STORE timeout: error 'timed out after' in show"
 }
 
 # -- kill -9 of a worker holding a group's only slot ----------------------
@@ -202,16 +202,18 @@ t_kill9() {
 	local held next other a until=0 l end
 	"$DUE" kind set slot --max-running-per-group 1 >/dev/null && ok || bad "$STORE kind set (slot)"
 	held=$("$DUE" add slot --group g)
-	"$DUE" work -q --kinds slot --concurrency 1 --lease 1s --owner A \
+	# a 2 s lease: on a loaded machine a renewal can come well after a third
+	# of a 1 s one, and A's lease would lapse while A lives
+	"$DUE" work -q --kinds slot --concurrency 1 --lease 2s --owner A \
 		--exec "echo \$\$ >> '$T/$STORE-slot.pid'; exec sleep 600" 2>>"$T/$STORE-work.log" &
 	a=$!
 	wait_for "$STORE kill9: A holds g's slot" 60 test -s "$T/$STORE-slot.pid"
 	next=$("$DUE" add slot --group g)
 	other=$("$DUE" add slot --group h)
-	workers 1 slot 4 true --lease 1s
+	workers 1 slot 4 true --lease 2s
 	wait_for "$STORE kill9: another group runs beside the held one" 60 is_state "$other" DONE
 	# A lives on, renewing, for two leases: g's next task waits all along
-	end=$(($(date +%s) + 2))
+	end=$(($(date +%s) + 4))
 	while [ "$(date +%s)" -le "$end" ]; do
 		l=$(lease_end "$held")
 		[ -n "$l" ] && [ "$l" -gt "$until" ] && until=$l

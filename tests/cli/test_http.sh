@@ -450,11 +450,11 @@ req GET /
 expect 200 "GET /"
 expect_eq "dashboard content type" "text/html; charset=utf-8" "$(header Content-Type)"
 grep -q '<title>due dashboard</title>' "$T/body" && ok || bad "dashboard title missing"
-header Content-Security-Policy | grep -q "default-src 'none'" && ok || bad "no CSP header"
-if grep -Eo '(src|href|action)="[^"]*"' "$T/body" | grep -q .; then
+header Content-Security-Policy | has "default-src 'none'" && ok || bad "no CSP header"
+if grep -Eo '(src|href|action)="[^"]*"' "$T/body" | has .; then
 	bad "dashboard loads assets: $(grep -Eo '(src|href|action)="[^"]*"' "$T/body")"
 else ok; fi
-if grep -Eo 'https?://[^" )]*' "$T/body" | grep -v '^http://www.w3.org/2000/svg$' | grep -q .; then
+if grep -Eo 'https?://[^" )]*' "$T/body" | grep -v '^http://www.w3.org/2000/svg$' | has .; then
 	bad "dashboard names a network address"
 else ok; fi
 
@@ -541,7 +541,7 @@ MAIN_URL=$URL
 start_server tok --listen 127.0.0.1:0 --token-file "$T/token"
 req POST /v1/tasks '{"kind":"t","in":"1h"}'
 expect_error 401 unauthorized "POST without token" "Authorization: Bearer"
-header WWW-Authenticate | grep -q Bearer && ok || bad "no WWW-Authenticate"
+header WWW-Authenticate | has Bearer && ok || bad "no WWW-Authenticate"
 req POST /v1/tasks '{"kind":"t","in":"1h"}' -H "Authorization: Bearer wrong-token-0123456789"
 expect_error 401 unauthorized "POST with a wrong token" "invalid bearer token"
 req POST /v1/tasks '{"kind":"t","in":"1h"}' -H "Authorization: Bearer ${TOKEN}x"
@@ -586,7 +586,7 @@ rc=0
 wait "$MAIN_PID" || rc=$?
 expect_eq "SIGTERM exits 0" 0 "$rc"
 grep -q "stopping" "$T/main.err" && ok || bad "no stop message: $(cat "$T/main.err")"
-if grep -v -e 'due serve: store ' -e 'stopping' "$T/main.err" | grep -q .; then
+if grep -v -e 'due serve: store ' -e 'stopping' "$T/main.err" | has .; then
 	bad "unexpected server messages: $(cat "$T/main.err")"
 else ok; fi
 finish

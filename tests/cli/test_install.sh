@@ -60,7 +60,7 @@ cc -std=c17 $san -o "$T/prog-static" "$T/prog.c" -I"$P/include" "$P/lib/libdue.a
 	$(pkg-config --libs $req) -pthread -lm 2>"$T/cc.err" \
 	&& ok || bad "static link: $(cat "$T/cc.err")"
 expect_eq "static program" "2 installed SCHEDULED" "$("$T/prog-static" "sqlite:$T/inst.db" 2>&1)"
-"$P/bin/due" ls --db "sqlite:$T/inst.db" | grep -c installed | grep -qx 2 && ok || bad "installed due reads the store"
+"$P/bin/due" ls --db "sqlite:$T/inst.db" | grep -c installed | has -x 2 && ok || bad "installed due reads the store"
 
 # the man page: a section per command of `due --help`, the same text
 man -l "$P/share/man/man1/due.1" >"$T/man.txt" 2>"$T/man.err" && ok || bad "man: $(cat "$T/man.err")"

@@ -84,7 +84,7 @@ suite() {
 
 	# not found, as `cron rm` of a missing schedule: exit 3, one line
 	expect_err 3 "kind 'nokind' has no settings" "$DUE" kind rm nokind
-	"$DUE" kind --help | grep -q -- "--max-running-per-group" && ok || bad "$s: kind --help"
+	"$DUE" kind --help | has -- "--max-running-per-group" && ok || bad "$s: kind --help"
 
 	# kind set / ls / rm round trip, and `none` removing one limit
 	out=$("$DUE" kind set k1 --pause --rate 10/1s --max-running 2 \
@@ -101,7 +101,7 @@ suite() {
 	"$DUE" kind set k1 --max-running none --max-running-per-group none >/dev/null || bad "$s: kind set none, none"
 	expect_eq "$s: a kind without limits is still listed" "k1" \
 		"$("$DUE" kind ls --json | py "' '.join(k['kind'] for k in d if k['kind'] == 'k1')")"
-	"$DUE" kind ls | grep -q "^k1 " && ok || bad "$s: kind ls text: $("$DUE" kind ls)"
+	"$DUE" kind ls | has "^k1 " && ok || bad "$s: kind ls text: $("$DUE" kind ls)"
 	expect_eq "$s: kind rm" "removed k1" "$("$DUE" kind rm k1 || true)"
 	expect_eq "$s: gone after rm" "" "$("$DUE" kind ls --json | py "' '.join(k['kind'] for k in d if k['kind'] == 'k1')")"
 	expect_err 3 "kind 'k1' has no settings" "$DUE" kind rm k1
@@ -112,9 +112,9 @@ suite() {
 		"$("$DUE" show "$id" --json | py "d['priority'], d['group'], d['timeout'], d['held']" | tr -d "(),'")"
 	expect_eq "$s: ls --json the same" "-5 cust-1 1m30s" \
 		"$("$DUE" ls --json --kind t1 | py "d[0]['priority'], d[0]['group'], d[0]['timeout']" | tr -d "(),'")"
-	"$DUE" show "$id" | grep -qx "priority          -5" && ok || bad "$s: show text priority"
-	"$DUE" show "$id" | grep -qx "group             cust-1" && ok || bad "$s: show text group"
-	"$DUE" show "$id" | grep -qx "timeout           1m30s" && ok || bad "$s: show text timeout"
+	"$DUE" show "$id" | has -x "priority          -5" && ok || bad "$s: show text priority"
+	"$DUE" show "$id" | has -x "group             cust-1" && ok || bad "$s: show text group"
+	"$DUE" show "$id" | has -x "timeout           1m30s" && ok || bad "$s: show text timeout"
 	id=$("$DUE" add t1 --in 1h)
 	expect_eq "$s: defaults" "0 None None" \
 		"$("$DUE" show "$id" --json | py "d['priority'], d['group'], d['timeout']" | tr -d "(),'")"
@@ -134,17 +134,17 @@ suite() {
 	"$DUE" kind set pk --pause >/dev/null || bad "$s: pause pk"
 	id=$("$DUE" add pk)
 	expect_eq "$s: held paused" "paused" "$("$DUE" show "$id" --json | py "d['held']")"
-	"$DUE" show "$id" | grep -qx "waiting: kind paused" && ok || bad "$s: show text: $("$DUE" show "$id")"
+	"$DUE" show "$id" | has -x "waiting: kind paused" && ok || bad "$s: show text: $("$DUE" show "$id")"
 	id2=$("$DUE" add pk --in 1h)
 	expect_eq "$s: not due, not held" "None" "$("$DUE" show "$id2" --json | py "d['held']")"
 	expect_eq "$s: stats --json kinds" "True" \
 		"$("$DUE" stats --json | py "[k['paused'] for k in d['kinds'] if k['kind'] == 'pk'][0]")"
 	expect_eq "$s: stats --json keeps its fields" "True True True" \
 		"$("$DUE" stats --json | py "'counts' in d, 'dead' in d, 'oldest_due_unclaimed_ms' in d")"
-	"$DUE" stats | grep -q "^  pk  *paused, running 0" && ok || bad "$s: stats text: $("$DUE" stats)"
+	"$DUE" stats | has "^  pk  *paused, running 0" && ok || bad "$s: stats text: $("$DUE" stats)"
 	"$DUE" kind set pk --resume >/dev/null || bad "$s: resume pk"
 	expect_eq "$s: resumed, not held" "None" "$("$DUE" show "$id" --json | py "d['held']")"
-	"$DUE" show "$id" | grep -q "^waiting:" && bad "$s: still waiting after resume" || ok
+	"$DUE" show "$id" | has "^waiting:" && bad "$s: still waiting after resume" || ok
 
 	# held by the rate: 1 claim an hour, one worker pass takes one of two
 	"$DUE" kind set rk --rate 1/1h >/dev/null || bad "$s: rate rk"
@@ -153,7 +153,7 @@ suite() {
 	"$DUE" work -q --once --kinds rk --exec true >/dev/null 2>&1 || bad "$s: work --once"
 	id=$("$DUE" ls --kind rk --state SCHEDULED --json | py "d[0]['id']")
 	expect_eq "$s: held by rate" "rate" "$("$DUE" show "$id" --json | py "d['held']")"
-	"$DUE" show "$id" | grep -qx "waiting: kind at its rate limit" && ok || bad "$s: show rate text"
+	"$DUE" show "$id" | has -x "waiting: kind at its rate limit" && ok || bad "$s: show rate text"
 }
 
 export DUE_DB="sqlite:$T/due.db"

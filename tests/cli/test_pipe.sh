@@ -53,7 +53,7 @@ for H in "${handlers[@]}"; do
 	expect_eq "dead process" "DEAD: pipe process exited with status 3 before answering" \
 		"$(field "$x" state): $(field "$x" last_error)"
 	expect_eq "malformed line" DEAD "$(field "$g" state)"
-	field "$g" last_error | grep -q "^pipe process wrote a malformed line (not JSON: .*): this is not JSON$" &&
+	field "$g" last_error | has "^pipe process wrote a malformed line (not JSON: .*): this is not JSON$" &&
 		ok || bad "malformed line error: $(field "$g" last_error)"
 	expect_eq "the next task runs on a fresh process" DONE "$(field "$n" state)"
 
@@ -62,12 +62,14 @@ for H in "${handlers[@]}"; do
 	"$DUE" work -q --concurrency 1 --poll 20ms --kill-grace 300ms --no-cron --pipe "$H" &
 	wpid=$!
 	wait_for "k1 claimed" 20 is_state "$k1" CLAIMED
-	guard=$(ps -o pid= --ppid "$wpid" | tr -d ' ')
+	# the task is CLAIMED before the worker forks the guard: wait for it
+	wait_for "the guard under the worker" 20 pgrep -P "$wpid"
+	guard=$(pgrep -P "$wpid")
 	# the handler (its guard's child) is killed from outside
 	wait_for "the handler under its guard" 20 pgrep -P "$guard"
 	kill -9 $(pgrep -P "$guard")
 	wait_for "k1 dead" 20 is_state "$k1" DEAD
-	field "$k1" last_error | grep -q "was killed by signal 9" && ok || bad "killed: $(field "$k1" last_error)"
+	field "$k1" last_error | has "was killed by signal 9" && ok || bad "killed: $(field "$k1" last_error)"
 	r1=$("$DUE" add k --payload after-kill)
 	wait_for "r1 done" 20 is_state "$r1" DONE
 	c=$("$DUE" add k --payload 'sleep: 60')
@@ -82,7 +84,7 @@ for H in "${handlers[@]}"; do
 	# a try past its time limit is stopped the same way
 	tl=$("$DUE" add k --payload 'sleep: 60' --timeout 1s --max-attempts 1)
 	wait_for "the timed-out try dead" 30 is_state "$tl" DEAD
-	field "$tl" last_error | grep -q "timed out after 1s" && ok || bad "time limit: $(field "$tl" last_error)"
+	field "$tl" last_error | has "timed out after 1s" && ok || bad "time limit: $(field "$tl" last_error)"
 	r3=$("$DUE" add k --payload after-time-limit)
 	wait_for "r3 done" 20 is_state "$r3" DONE
 	[ "$(pid_of "$r2")" != "$(pid_of "$r3")" ] && ok || bad "the timed-out try's process ran on"
@@ -97,7 +99,9 @@ for H in "${handlers[@]}"; do
 	"$DUE" work -q --concurrency 1 --poll 20ms --kill-grace 300ms --no-cron --pipe "$H" &
 	wpid=$!
 	wait_for "s claimed" 20 is_state "$s" CLAIMED
-	guard=$(ps -o pid= --ppid "$wpid" | tr -d ' ')
+	# the task is CLAIMED before the worker forks the guard: wait for it
+	wait_for "the guard under the worker" 20 pgrep -P "$wpid"
+	guard=$(pgrep -P "$wpid")
 	wait_for "the handler under its guard" 20 pgrep -P "$guard"
 	hp=$(pgrep -P "$guard")
 	kill -9 "$wpid"

@@ -28,11 +28,11 @@ grep -q "^CASE row_locks_honoured SKIP reason=sqlite_has_no_row_locks" "$T/verif
 expect_eq "user data untouched" "$before" "$("$DUE" ls --json | md5sum)"
 expect_eq "user task still waiting" SCHEDULED \
 	"$("$DUE" show "$mine" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['state'])")"
-ls "$T" | grep -q verify- && bad "scratch left behind" || ok
+ls "$T" | has verify- && bad "scratch left behind" || ok
 # a store path with a quote and a space: scratch created and removed safely
 odd="$T/it's a dir"; mkdir -p "$odd"
 "$DUE" verify --db "sqlite:$odd/x.db" --case boundary_claim_limit >"$T/odd.out" 2>&1 && ok || bad "verify in an odd path: $(cat "$T/odd.out")"
 expect_eq "odd path left clean" "" "$(ls -A "$odd")"
 expect_err 2 "unknown case 'nope'" "$DUE" verify --case nope
-"$DUE" verify --list | grep -q crash_kill9_lease_retry && ok || bad "--list"
+"$DUE" verify --list | has crash_kill9_lease_retry && ok || bad "--list"
 finish

@@ -60,12 +60,12 @@ sid=$("$DUE" add stubborn)
 "$DUE" work -q --lease 5s --kill-grace 300ms --poll 20ms --kinds stubborn \
 	--exec 'trap "" TERM; echo $$ > "$OUT/stubborn.pid"; sleep 30; echo never' &
 wpid=$!
-wait_for "stubborn handler running" 10 test -s "$OUT/stubborn.pid"
+wait_for "stubborn handler running" 30 test -s "$OUT/stubborn.pid"
 expect_eq "cancel running" REQUESTED "$("$DUE" cancel "$sid")"
-wait_for "stubborn task cancelled" 10 is_state "$sid" CANCELLED
+wait_for "stubborn task cancelled" 30 is_state "$sid" CANCELLED
 hpid=$(cat "$OUT/stubborn.pid")
-wait_for "stubborn handler gone" 15 bash -c "! kill -0 $hpid 2>/dev/null"
-"$DUE" show "$sid" --json | grep -q "killed by signal 9" && ok || bad "SIGKILL recorded"
+wait_for "stubborn handler gone" 30 bash -c "! kill -0 $hpid 2>/dev/null"
+"$DUE" show "$sid" --json | has "killed by signal 9" && ok || bad "SIGKILL recorded"
 kill -TERM "$wpid"; rc=0; wait "$wpid" || rc=$?
 expect_eq "worker exit after SIGTERM" 0 "$rc"
 
@@ -82,12 +82,14 @@ wait_for "orphan handler running" 30 test -s "$OUT/orphan.pgid"
 pg=$(cat "$OUT/orphan.pgid")
 # live (not zombie) processes of a process group; zombies are dead, only
 # not yet reaped by init
-group_alive() { ps -eo pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/' | grep -q .; }
-expect_eq "handler group running: guard, shell, two sleeps" 4 \
-	"$(ps -eo pgid=,stat= | awk -v g="$pg" '$1 == g && $2 !~ /^Z/' | wc -l)"
+group_alive() { ps -eo pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/' | has .; }
+group_size() { ps -eo pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/' | wc -l; }
+# the pgid file is written before the shell forks the two sleeps: wait
+wait_for "handler group running: guard, shell, two sleeps" 30 \
+	bash -c "$(declare -f group_size); [ \$(group_size $pg) = 4 ]"
 kill -KILL "$wpid"; wait "$wpid" 2>/dev/null || true
 t0=$(date +%s%N)
-wait_for "handler group gone after the worker's kill -9" 30 bash -c "$(declare -f group_alive); ! group_alive $pg"
+wait_for "handler group gone after the worker's kill -9" 30 bash -c "$(declare -f has group_alive); ! group_alive $pg"
 echo "handler group gone $(( ($(date +%s%N) - t0) / 1000000 )) ms after kill -9 (kill-grace 500ms)"
 expect_eq "orphaned task left CLAIMED for lease expiry" CLAIMED "$(state "$oid" state)"
 "$DUE" kill "$oid" >/dev/null
@@ -96,7 +98,7 @@ expect_eq "orphaned task left CLAIMED for lease expiry" CLAIMED "$(state "$oid" 
 gid=$("$DUE" add graceful)
 "$DUE" work -q --poll 20ms --kinds graceful --exec 'touch "$OUT/g.started"; sleep 1; echo finished' &
 wpid=$!
-wait_for "graceful task started" 10 test -e "$OUT/g.started"
+wait_for "graceful task started" 30 test -e "$OUT/g.started"
 kill -TERM "$wpid"; rc=0; wait "$wpid" || rc=$?
 expect_eq "exit 0 on SIGTERM" 0 "$rc"
 expect_eq "in-flight task finished" DONE "$(state "$gid" state)"
@@ -118,7 +120,7 @@ xid=$("$DUE" add overdue)
 "$DUE" work -q --poll 20ms --grace 200ms --kill-grace 100ms --lease 1s --kinds overdue \
 	--exec 'touch "$OUT/x.started"; sleep 30' &
 wpid=$!
-wait_for "overdue task started" 10 test -e "$OUT/x.started"
+wait_for "overdue task started" 30 test -e "$OUT/x.started"
 kill -TERM "$wpid"; rc=0; wait "$wpid" || rc=$?
 expect_eq "exit 0 after grace" 0 "$rc"
 st=$(state "$xid" state)
@@ -127,7 +129,7 @@ if [ "$st" = SCHEDULED ]; then
 	expect_eq "stopped after the grace: the error says shutdown" \
 		"killed by signal 15 (worker shutdown)" "$(state "$xid" last_error)"
 fi
-wait_for "overdue task reclaimed and run" 15 bash -c \
+wait_for "overdue task reclaimed and run" 30 bash -c \
 	"'$DUE' work --once -q --kinds overdue --exec 'echo rescued' >/dev/null 2>&1; [ \"\$('$DUE' show $xid --json | grep -c '\"state\": \"DONE\"')\" = 1 ]"
 
 # a second SIGTERM is a forced stop: the grace (10 min here) ends at once,
@@ -148,7 +150,7 @@ kill -0 "$wpid" && ok || bad "worker exited on the first SIGTERM with a task run
 kill -TERM "$wpid"
 rc=0; wait "$wpid" || rc=$?
 expect_eq "exit 0 after a forced stop" 0 "$rc"
-if ps -eo pgid=,stat= | awk -v g="$fpg" '$1 == g && $2 !~ /^Z/' | grep -q .; then
+if ps -eo pgid=,stat= | awk -v g="$fpg" '$1 == g && $2 !~ /^Z/' | has .; then
 	bad "forced stop left the handler group $fpg running"
 else
 	ok
@@ -171,7 +173,7 @@ for i in $(seq 1 10); do fast+=("$("$DUE" add fast)"); done
 wpid=$!
 all_fast_done() { for f in "${fast[@]}"; do is_state "$f" DONE || return 1; done; }
 wait_for "fast tasks done while a slow one is held" 60 all_fast_done
-wait_for "one slow task started" 10 grep -q slow-start "$OUT/order"
+wait_for "one slow task started" 30 grep -q slow-start "$OUT/order"
 expect_eq "the slow pool runs one at a time" 1 "$(grep -c slow-start "$OUT/order")"
 expect_eq "no slow task finished while held" 0 "$(grep -cx slow "$OUT/order" || true)"
 expect_eq "fast tasks were not queued behind slow ones" 10 "$(grep -c fast "$OUT/order")"
@@ -184,13 +186,13 @@ kill -TERM "$wpid"; wait "$wpid" || true
 #    safety poll is an hour, so only the wake-up can find the task
 "$DUE" work --poll 1h --kinds woken --exec 'echo woke' 2>"$T/woken.log" &
 wpid=$!
-wait_for "worker listening" 10 grep -q "discovery: timing wheel" "$T/woken.log"
+wait_for "worker listening" 30 grep -q "discovery: timing wheel" "$T/woken.log"
 wid=$("$DUE" add woken)
 wait_for "woken task done (not at the hourly poll)" 60 is_state "$wid" DONE
 later=$("$DUE" add woken --in 1500ms)
 wait_for "delayed task done (not at the hourly poll)" 60 is_state "$later" DONE
 kill -TERM "$wpid"; wait "$wpid" || bad "woken worker exit"
-"$DUE" stats | grep -q "workers reporting (last 5 min): [1-9]" && ok || bad "worker counters reported to the store"
+"$DUE" stats | has "workers reporting (last 5 min): [1-9]" && ok || bad "worker counters reported to the store"
 "$DUE" stats --json | python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(0 if d['workers']['claim_queries'] > 0 and 'empty_polls' in d['workers'] else 1)" \
 	&& ok || bad "stats --json workers"
 

@@ -226,7 +226,7 @@ echo "postgres stopped: store errors counted: $n"
 #    nothing said at the default log level (-v says it was not renewed).
 a=$("$DUE" add fl)
 b=$("$DUE" add fl)
-"$DUE" work -v --kinds fl --concurrency 2 --lease 3s --poll 50ms \
+"$DUE" work -v --kinds fl --concurrency 2 --lease 9s --poll 50ms \
 	--exec 'echo "$DUE_TASK_ID" >> "$OUT/fl.runs"
 		until [ -e "$OUT/fl.go.$DUE_TASK_ID" ]; do sleep 0.02; done
 		touch "$OUT/fl.end.$DUE_TASK_ID"' 2>"$T/fl.log" &

@@ -226,7 +226,7 @@ static void test_cancel_reaches_handler(void **state)
 	due_worker_opts o = DUE_WORKER_OPTS_INIT;
 	runner r = {0};
 	o.url = url;
-	o.lease_us = 150000; /* renewed every 50 ms */
+	o.lease_us = 600000; /* renewed every 200 ms */
 	o.poll_us = 10000;
 	o.log_level = 0;
 	assert_int_equal(due_worker_new(&r.w, &o), 0);
@@ -523,7 +523,8 @@ static void test_task_timeout_inprocess(void **state)
 
 	so.max_attempts = 2;
 	so.backoff_us = 10000;
-	so.timeout_us = 300000;
+	so.timeout_us = 1000000; /* under ASan and a loaded -j, 300 ms was
+				    close to what the quick one can take */
 	assert_int_equal(due_schedule(db, &slow, "slow", "", 0, &so), 0);
 	assert_int_equal(due_schedule(db, &fast, "fast", "", 0, &so), 0);
 	start_runner(&r, 20000, false);
