@@ -42,7 +42,7 @@
 ** Statements are prepared once and take bound parameters.  Progress (a line
 ** a second) goes to stderr unless --quiet.
 **
-** glibc's heap is told never to give memory back (keep_heap): the SQLite
+** glibc's heap is told never to give memory back (tune_process): the SQLite
 ** claim's subquery and RETURNING build a temporary b-tree per statement,
 ** ~140 KiB that glibc returned to the kernel and faulted in again on every
 ** claim, 177,000 page faults in a 20,000-task drain.  How often that
@@ -1468,7 +1468,7 @@ static const char usage[] =
 ** SQLite memory statistics, as the due executable (src/cli/main.c): the
 ** floor is the cheapest the store allows.
 */
-static void keep_heap(void)
+static void tune_process(void)
 {
 	sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 #ifdef __GLIBC__
@@ -1492,7 +1492,7 @@ int main(int argc, char **argv)
 	long n = 20000, k = 4, batch = 1000;
 	int opt;
 
-	keep_heap();
+	tune_process();
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'w': workload = optarg; break;

@@ -1174,7 +1174,7 @@ HOT_PATH_NOTES = [
     "on `sync=full`, 0.73× on PostgreSQL; drain rate 1.63–1.69× on SQLite `sync=normal`, "
     "1.32–1.49× on `sync=full`, 1.04–1.08× on PostgreSQL. SQLite `sync=normal` drain c=4: "
     "2.87× the 1-commit floor's CPU per task (4.37× before) and 0.35× its rate (0.22×).",
-    "- **The SQLite floor without glibc's heap trimming** (bench/floor.c `keep_heap`): the "
+    "- **The SQLite floor without glibc's heap trimming** (bench/floor.c `tune_process`): the "
     "floor's claim (a subquery and `RETURNING`) builds a temporary b-tree per statement, "
     "~140 KiB that glibc gave back to the kernel and faulted in again: 177,000 page faults in "
     "a 20,000-task drain, or none, depending on what else the process had allocated before. "

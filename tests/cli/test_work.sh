@@ -82,14 +82,14 @@ wait_for "orphan handler running" 30 test -s "$OUT/orphan.pgid"
 pg=$(cat "$OUT/orphan.pgid")
 # live (not zombie) processes of a process group; zombies are dead, only
 # not yet reaped by init
-group_alive() { ps -eo pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/' | has .; }
 group_size() { ps -eo pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/' | wc -l; }
+group_alive() { [ "$(group_size "$1")" != 0 ]; }
 # the pgid file is written before the shell forks the two sleeps: wait
 wait_for "handler group running: guard, shell, two sleeps" 30 \
 	bash -c "$(declare -f group_size); [ \$(group_size $pg) = 4 ]"
 kill -KILL "$wpid"; wait "$wpid" 2>/dev/null || true
 t0=$(date +%s%N)
-wait_for "handler group gone after the worker's kill -9" 30 bash -c "$(declare -f has group_alive); ! group_alive $pg"
+wait_for "handler group gone after the worker's kill -9" 30 bash -c "$(declare -f group_size group_alive); ! group_alive $pg"
 echo "handler group gone $(( ($(date +%s%N) - t0) / 1000000 )) ms after kill -9 (kill-grace 500ms)"
 expect_eq "orphaned task left CLAIMED for lease expiry" CLAIMED "$(state "$oid" state)"
 "$DUE" kill "$oid" >/dev/null
@@ -150,7 +150,7 @@ kill -0 "$wpid" && ok || bad "worker exited on the first SIGTERM with a task run
 kill -TERM "$wpid"
 rc=0; wait "$wpid" || rc=$?
 expect_eq "exit 0 after a forced stop" 0 "$rc"
-if ps -eo pgid=,stat= | awk -v g="$fpg" '$1 == g && $2 !~ /^Z/' | has .; then
+if group_alive "$fpg"; then
 	bad "forced stop left the handler group $fpg running"
 else
 	ok
