@@ -208,18 +208,32 @@ typedef struct due_open_opts {
 	bool create; /**< create/upgrade the schema (what `due init` does) */
 	size_t max_payload; /**< payload limit in bytes; default 1 MiB */
 	size_t max_result;  /**< result limit in bytes; default 1 MiB */
+	/**
+	 * Version 2.  The longest one store call waits for the store: the
+	 * connect, each read or write, a lock wait.  A call that gets no
+	 * answer within it fails with DUE_ESTORE, "no answer from the store
+	 * at HOST:PORT in N s", and the connection is made again on the next
+	 * call.  The bound is the URL's `timeout=DUR` (100ms..1h) when given,
+	 * else DUE_STORE_TIMEOUT_DEFAULT_US; a non-zero timeout_us lowers it
+	 * (the worker opens its renewal connection with lease/3).
+	 */
+	int64_t timeout_us;
 } due_open_opts;
 
-#define DUE_OPEN_OPTS_VERSION 1
+#define DUE_STORE_TIMEOUT_DEFAULT_US 10000000LL /* 10 s */
+#define DUE_OPEN_OPTS_VERSION 2 /* 2: timeout_us */
 #define DUE_OPEN_OPTS_INIT                                                     \
 	{                                                                      \
-		DUE_OPEN_OPTS_VERSION, false, 1u << 20, 1u << 20               \
+		DUE_OPEN_OPTS_VERSION, false, 1u << 20, 1u << 20, 0            \
 	}
 
 /**
  * Open the store named by `url`:
  *   sqlite:PATH, sqlite:///abs/path (options: ?sync=full|normal&busy_ms=N)
  *   postgres://... or postgresql://... (libpq connection URIs)
+ *   redis://..., mysql://... and mariadb://... (see INTERFACE.md)
+ * Every scheme takes `timeout=DUR` in its query: how long one store call
+ * may wait for an answer (due_open_opts.timeout_us).
  * Without opts->create, a store whose schema is missing or older than
  * DUE_SCHEMA_VERSION fails with DUE_ESCHEMA, and a missing SQLite file is not
  * created.  On failure *out is still set when a handle could be made; pass it

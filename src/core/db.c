@@ -42,6 +42,7 @@ struct due_db {
 int due_open(due_db **out, const char *url, const due_open_opts *opts)
 {
 	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	due_open_params params;
 	const due_store_ops *ops;
 	void *cfg = NULL;
 	due_url u;
@@ -49,14 +50,36 @@ int due_open(due_db **out, const char *url, const due_open_opts *opts)
 	int rc;
 
 	*out = NULL;
-	if (opts)
+	if (opts && opts->version <= 1)
+		memcpy(&o, opts, offsetof(due_open_opts, timeout_us));
+	else if (opts && opts->version == DUE_OPEN_OPTS_VERSION)
 		o = *opts;
-	if ((rc = due__url_parse(&u, &ops, url)) < 0 ||
-	    (rc = due__store_check(ops)) < 0)
+	else if (opts)
+		return due__error_set(DUE_EINVAL,
+				      "unknown due_open_opts version %u (this "
+				      "library knows 0 to %d)",
+				      opts->version, DUE_OPEN_OPTS_VERSION);
+	if (o.timeout_us < 0)
+		return due__error_set(DUE_EINVAL,
+				      "invalid due_open_opts.timeout_us: must "
+				      "be 0 (the default) or positive");
+	if ((rc = due__url_parse(&u, &ops, url)) < 0)
 		return rc;
+	if ((rc = due__store_check(ops)) < 0) {
+		due__url_release(&u);
+		return rc;
+	}
+	/* the URL's timeout= (or the default), lowered by opts */
+	params.create = o.create;
+	params.timeout_us =
+	    u.timeout_us ? u.timeout_us : DUE_STORE_TIMEOUT_DEFAULT_US;
+	if (o.timeout_us > 0 && o.timeout_us < params.timeout_us)
+		params.timeout_us = o.timeout_us;
 	db = calloc(1, sizeof(*db));
-	if (!db)
+	if (!db) {
+		due__url_release(&u);
 		return due__error_set(DUE_ENOMEM, "out of memory");
+	}
 	db->max_payload = o.max_payload ? o.max_payload : (1u << 20);
 	db->max_result = o.max_result ? o.max_result : (1u << 20);
 	db->ops = ops;
@@ -64,7 +87,7 @@ int due_open(due_db **out, const char *url, const due_open_opts *opts)
 	free(due__open_warning_take());
 	if ((rc = ops->parse_url(&cfg, &u)) < 0)
 		goto done;
-	rc = ops->open(&db->store, cfg, o.create);
+	rc = ops->open(&db->store, cfg, &params);
 	db->warning = due__open_warning_take();
 	if (rc < 0)
 		goto done;
@@ -73,6 +96,7 @@ int due_open(due_db **out, const char *url, const due_open_opts *opts)
 done:
 	if (cfg)
 		ops->free_cfg(cfg);
+	due__url_release(&u);
 	return rc;
 }
 

@@ -364,3 +364,17 @@ void due__lateness_fill(due_stats *out, int64_t *v, size_t n)
 	out->lateness_p99_us = n ? pct(v, n, 99) : -1;
 	out->lateness_max_us = n ? v[n - 1] : -1;
 }
+
+int due__store_no_answer(const char *where, int64_t timeout_us)
+{
+	char dur[48];
+
+	/* whole seconds read as "10 s"; a shorter bound as the duration */
+	if (timeout_us % 1000000 == 0)
+		snprintf(dur, sizeof(dur), "%lld s",
+			 (long long)(timeout_us / 1000000));
+	else
+		due_duration_format(dur, sizeof(dur), timeout_us);
+	return due__error_set(DUE_ESTORE, "no answer from the store at %s in %s",
+			      where, dur);
+}

@@ -405,10 +405,9 @@ static int mys_parse_url(void **cfg, const due_url *u)
 static void mys_free_cfg(void *cfg) { due__my_cfg_free(cfg); }
 
 /* `create` means nothing here: the database must exist (CREATE DATABASE). */
-static int mys_open(due_store **out, const void *cfg, bool create)
+static int mys_open(due_store **out, const void *cfg, const due_open_params *p)
 {
-	(void)create;
-	return due__my_connect(out, cfg);
+	return due__my_connect(out, cfg, p->timeout_us);
 }
 
 static void mys_close(due_store *s) { due__my_close(s); }

@@ -522,7 +522,8 @@ static due_my_cfg *cfg_dup(const due_my_cfg *c)
 	return d;
 }
 
-int due__my_connect(due_store **out, const due_my_cfg *cfg)
+int due__my_connect(due_store **out, const due_my_cfg *cfg,
+		     int64_t timeout_us)
 {
 	due_store *s = calloc(1, sizeof(*s));
 
@@ -533,6 +534,7 @@ int due__my_connect(due_store **out, const due_my_cfg *cfg)
 	s->own = true;
 	s->timer_fd = -1;
 	s->id_step = 1;
+	s->timeout_us = timeout_us;
 	/* each connection its own first node: processes spread by their
 	   id, a process's connections by the order they were opened */
 	if (cfg->multi_writer && cfg->n_hosts > 1) {

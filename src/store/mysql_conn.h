@@ -38,6 +38,7 @@ typedef struct due_my_cfg {
 } due_my_cfg;
 
 struct due_store {
+	int64_t timeout_us; /* the bound of every wait (due_open_params) */
 	MYSQL *conn;
 	bool own;	    /* false: a caller's connection (tx submit) */
 	bool broken;	    /* the connection was lost: reconnect first */
@@ -83,7 +84,8 @@ void due__my_cfg_free(due_my_cfg *c);
 *connection moves on to the next host and a
 ** reconnect walks the list from there, wrapping around.
 */
-int due__my_connect(due_store **out, const due_my_cfg *cfg);
+int due__my_connect(due_store **out, const due_my_cfg *cfg,
+		     int64_t timeout_us);
 void due__my_close(due_store *s);
 
 /*

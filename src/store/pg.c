@@ -1239,10 +1239,9 @@ static void pg_free_cfg(void *cfg) { due__pg_cfg_free(cfg); }
 ** Connect to the URI.  `create` means nothing here: the database must
 ** exist; init_schema creates the tables.
 */
-static int pg_open(due_store **out, const void *cfg, bool create)
+static int pg_open(due_store **out, const void *cfg, const due_open_params *p)
 {
-	(void)create;
-	return due__pg_connect(out, cfg);
+	return due__pg_connect(out, cfg, p->timeout_us);
 }
 
 static void pg_close(due_store *s) { due__pg_disconnect(s); }

@@ -359,7 +359,8 @@ static void session_setup(due_store *s)
 ** The URI goes to libpq whole (due__pg_parse_url took due's own options
 ** out of it); the label names the store in messages.
 */
-int due__pg_connect(due_store **out, const due_pg_cfg *cfg)
+int due__pg_connect(due_store **out, const due_pg_cfg *cfg,
+		     int64_t timeout_us)
 {
 	due_store *s;
 
@@ -370,6 +371,7 @@ int due__pg_connect(due_store **out, const due_pg_cfg *cfg)
 	s->own = true;
 	s->timer_fd = -1;
 	s->pooler = cfg->pooler;
+	s->timeout_us = timeout_us;
 	if (!(s->uri = due__strdup_n(cfg->uri, strlen(cfg->uri))) ||
 	    (cfg->listen_uri &&
 	     !(s->listen_uri =

@@ -56,6 +56,7 @@ typedef struct due_pg_cfg {
 } due_pg_cfg;
 
 struct due_store {
+	int64_t timeout_us; /* the bound of every wait (due_open_params) */
 	/*
 	** The connection of every statement: through the pooler in pooler
 	** mode.  NULL when not connected (listen() let it go because this
@@ -111,7 +112,8 @@ void due__pg_cfg_free(due_pg_cfg *cfg);
 ** Connect to cfg's URI into a new store; *out is set even on failure so
 ** the core can close it (due__pg_disconnect).
 */
-int due__pg_connect(due_store **out, const due_pg_cfg *cfg);
+int due__pg_connect(due_store **out, const due_pg_cfg *cfg,
+		     int64_t timeout_us);
 /* Close every connection of s and free it (NULL: nothing). */
 void due__pg_disconnect(due_store *s);
 

@@ -131,6 +131,7 @@ typedef struct rd_cfg {
 } rd_cfg;
 
 struct due_store {
+	int64_t timeout_us; /* the bound of every wait (due_open_params) */
 	redisContext *c;
 	redisContext *sub; /* listen(): SUBSCRIBEd */
 	rd_cfg cfg;
@@ -1226,15 +1227,15 @@ static int first_seed(due_store *s)
 ** Connect, check the server's durability settings, load the script.
 ** `create` means nothing more here: init_schema writes the meta hash.
 */
-static int rd_open(due_store **out, const void *cfg, bool create)
+static int rd_open(due_store **out, const void *cfg, const due_open_params *p)
 {
 	due_store *s = calloc(1, sizeof(*s));
 	int rc;
 
-	(void)create;
 	*out = s;
 	if (!s)
 		return due__error_set(DUE_ENOMEM, "out of memory");
+	s->timeout_us = p->timeout_us;
 	if ((rc = copy_cfg(&s->cfg, cfg)) < 0)
 		return rc;
 	{

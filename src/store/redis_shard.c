@@ -80,6 +80,7 @@ struct due_store {
 	void *other; /* due init: the other layout's cfg (other_layout) */
 	written *wr; /* WRITTEN_MAX, oldest first; NULL until needed */
 	size_t n_wr;
+	int64_t timeout_us; /* the bound of every wait (due_open_params) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -145,8 +146,9 @@ static void sh_close(due_store *s)
 	free(s);
 }
 
-static int sh_open(due_store **out, const void *cfg, bool create)
+static int sh_open(due_store **out, const void *cfg, const due_open_params *p)
 {
+	bool create = p->create;
 	const sh_cfg *c = cfg;
 	due_store *s = calloc(1, sizeof(*s));
 	int rc;
@@ -155,13 +157,14 @@ static int sh_open(due_store **out, const void *cfg, bool create)
 	if (!s || !(s->sh = calloc((size_t)c->n, sizeof(*s->sh))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	s->n = c->n;
+	s->timeout_us = p->timeout_us;
 	/* for due init: shard 0 of a 2-shard layout when this one is not
 	   sharded (any N has the same shard 0 keys), else the unsharded */
 	if (create && (rc = due__redis_shard_cfg(&s->other, c->one,
 						 s->n > 1 ? 1 : 2, 0)) < 0)
 		return rc;
 	for (int i = 0; i < c->n; i++)
-		if ((rc = SLOT->open(&s->sh[i], c->part[i], create)) < 0)
+		if ((rc = SLOT->open(&s->sh[i], c->part[i], p)) < 0)
 			return rc;
 	/* each handle starts its turns at another shard */
 	s->submit_rr = s->claim_rr = (unsigned)getpid() * 2654435761u;
@@ -188,11 +191,12 @@ static int each(due_store *s, int (*fn)(due_store *))
 static int other_layout(due_store *s)
 {
 	due_store *o = NULL;
+	due_open_params op = {.create = false, .timeout_us = s->timeout_us};
 	int v = -1, rc;
 
 	if (!s->other)
 		return 0;
-	if ((rc = SLOT->open(&o, s->other, false)) == 0)
+	if ((rc = SLOT->open(&o, s->other, &op)) == 0)
 		rc = due__redis_version(o, &v);
 	SLOT->close(o);
 	if (rc < 0)

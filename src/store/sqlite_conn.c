@@ -143,6 +143,20 @@ int due__sq_error(due_store *s, int rc, const char *what)
 	char cause[128];
 
 	cause_of(db, rc, cause, sizeof(cause));
+	if (s && s->path && (rc & 0xff) == SQLITE_BUSY) {
+		char dur[48];
+		if (s->busy_ms % 1000 == 0)
+			snprintf(dur, sizeof(dur), "%d s", s->busy_ms / 1000);
+		else
+			due_duration_format(dur, sizeof(dur),
+					    (int64_t)s->busy_ms * 1000);
+		return due__error_set(DUE_EBUSY,
+				      "no answer from the store at %s in %s: "
+				      "%s: another process holds its write "
+				      "lock (the URL's timeout= or busy_ms= "
+				      "waits longer)",
+				      s->path, dur, what);
+	}
 	if (s && s->path)
 		return due__error_set(code_of(rc),
 				      "sqlite store '%s': %s: %s%s", s->path,
@@ -701,8 +715,9 @@ static int open_error(due_store *s, int rc)
 			      s->path, msg, cause);
 }
 
-int due__sq_open(due_store **out, const void *cfg, bool create)
+int due__sq_open(due_store **out, const void *cfg, const due_open_params *p)
 {
+	bool create = p->create;
 	const sq_cfg *u = cfg;
 	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
 	due_store *s;
@@ -727,7 +742,10 @@ int due__sq_open(due_store **out, const void *cfg, bool create)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	if (create)
 		flags |= SQLITE_OPEN_CREATE;
+	/* the lock wait is the store's one wait here: bounded by timeout= */
 	s->busy_ms = u->busy_ms;
+	if ((int64_t)s->busy_ms * 1000 > p->timeout_us)
+		s->busy_ms = (int)(p->timeout_us / 1000);
 	if ((rc = open_file(s, u->path, flags)) == SQLITE_OK)
 		rc = settle_access(s);
 	if (rc != SQLITE_OK)

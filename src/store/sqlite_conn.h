@@ -54,7 +54,7 @@ const char *due__sq_read_sql(int i);
 /* The connection methods of the ops table (sqlite.c lists them). */
 int due__sq_parse_url(void **cfg, const due_url *u);
 void due__sq_free_cfg(void *cfg);
-int due__sq_open(due_store **out, const void *cfg, bool create);
+int due__sq_open(due_store **out, const void *cfg, const due_open_params *p);
 void due__sq_close(due_store *s);
 int due__sq_now(due_store *s, due_time *out);
 void *due__sq_native(due_store *s);

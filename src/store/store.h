@@ -59,7 +59,7 @@
 ** src/core/names.c, so a backend writes only what its database does
 ** differently.  docs/internals/store.md walks through adding one.
 **
-** Version 7 of the table (DUE_STORE_OPS_VERSION).  due_open() refuses a
+** Version 8 of the table (DUE_STORE_OPS_VERSION).  due_open() refuses a
 ** backend whose `version` differs, or that leaves a method NULL (the
 ** methods of a capability it does not claim may be NULL).  Every backend
 ** lives in this tree, so a change to the table changes them all in the
@@ -71,13 +71,14 @@
 **      parsed config), caps, native_tx and schedule_on_native.
 **   6  flow control: kind_put/get/list/remove, fail records an outcome,
 **      claims obey the kinds' settings and set retry_in_us.
+**   8  open takes due_open_params: the bound of every wait (issue 35).
 */
 #ifndef DUE_STORE_H
 #define DUE_STORE_H
 
 #include "due.h"
 
-#define DUE_STORE_OPS_VERSION 7
+#define DUE_STORE_OPS_VERSION 8
 
 /* The window of due_metrics' histograms and outcomes. */
 #define DUE_METRICS_WINDOW_US (15LL * 60 * 1000000)
@@ -110,8 +111,22 @@ struct due_cron_fire;
 typedef struct due_url {
 	const char *text; /* the whole URL, for messages */
 	char scheme[16];  /* before the first ':', e.g. "sqlite" */
-	const char *rest; /* after "scheme:" */
+	const char *rest; /* after "scheme:", without the core's timeout= */
+	int64_t timeout_us; /* ?timeout=DUR, 0 when not given */
+	char *owned;	    /* rest, when timeout= had to be cut out of it */
 } due_url;
+
+/*
+** What open() is told besides the backend's own config: whether to create
+** the schema, and the bound of every wait for the store (connect, each
+** read and write, lock and busy waits), > 0.  A call that gets no answer
+** within it fails with due__store_no_answer() and the backend makes the
+** connection again before its next call.
+*/
+typedef struct due_open_params {
+	bool create;
+	int64_t timeout_us;
+} due_open_params;
 
 /* The transaction state of a caller's native connection (native_tx). */
 enum {
@@ -135,7 +150,7 @@ typedef struct due_store_ops {
 	int (*parse_url)(void **cfg, const due_url *url);
 	void (*free_cfg)(void *cfg);
 	/* *out is set even on failure, so the core can close it. */
-	int (*open)(due_store **out, const void *cfg, bool create);
+	int (*open)(due_store **out, const void *cfg, const due_open_params *p);
 	void (*close)(due_store *s);
 	/* Create or upgrade the schema to DUE_SCHEMA_VERSION (due__migrate). */
 	int (*init_schema)(due_store *s);
@@ -352,6 +367,14 @@ int due__store_check(const due_store_ops *ops);
 ** unknown scheme; the backend's parse_url reads the rest.
 */
 int due__url_parse(due_url *out, const due_store_ops **ops, const char *text);
+/* Release what due__url_parse kept (out->owned). */
+void due__url_release(due_url *u);
+
+/*
+** A call that got no answer within the bound: DUE_ESTORE, "no answer from
+** the store at WHERE in N s" (WHERE: HOST:PORT, or the SQLite file).
+*/
+int due__store_no_answer(const char *where, int64_t timeout_us);
 
 /* --- Helpers shared by backends (src/store/common.c) --- */
 

@@ -8,11 +8,90 @@
 ** file: sqlite:PATH[?sync=...&busy_ms=...] in sqlite.c,
 ** postgres://... in pg.c.  A URL without a scheme, or with one no backend
 ** of this build answers, is an error that lists the schemes it has.
+**
+** One option belongs to the core, not to a backend: `timeout=DUR` in the
+** query of any URL, the bound of every wait for the store (due.h,
+** due_open_opts.timeout_us).  It is cut out of REST here, so a backend
+** (and libpq, which refuses what it does not know) never sees it.
 */
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
 #include "store/store.h"
+
+#define MIN_STORE_TIMEOUT_US 100000LL		/* 100 ms */
+#define MAX_STORE_TIMEOUT_US 3600000000LL	/* 1 h */
+
+/*
+** Find `timeout=` among the &-separated options after the first '?' of
+** u->rest, read it into u->timeout_us and leave u->rest without it (a copy
+** in u->owned).  0, or DUE_EINVAL naming the bad value (or a repeat).
+*/
+static int cut_timeout(due_url *u)
+{
+	const char *q = strchr(u->rest, '?'), *opt, *end;
+	char val[64], *w;
+	size_t n;
+	int64_t us;
+	bool found = false, first = true;
+
+	if (!q || !strstr(q, "timeout="))
+		return 0;
+	u->owned = malloc(strlen(u->rest) + 1);
+	if (!u->owned)
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	/* copy up to the '?', then every option but timeout= */
+	memcpy(u->owned, u->rest, (size_t)(q - u->rest));
+	w = u->owned + (q - u->rest);
+	for (opt = q + 1;; opt = end + 1) {
+		end = strchr(opt, '&');
+		if (!end)
+			end = opt + strlen(opt);
+		n = (size_t)(end - opt);
+		if (n >= 8 && strncmp(opt, "timeout=", 8) == 0) {
+			if (found)
+				return due__error_set(DUE_EINVAL,
+						      "malformed store URL "
+						      "'%s': timeout given "
+						      "twice",
+						      u->text);
+			found = true;
+			n -= 8;
+			if (n == 0 || n >= sizeof(val))
+				goto bad;
+			memcpy(val, opt + 8, n);
+			val[n] = '\0';
+			if (due_duration_parse(&us, val) < 0 ||
+			    us < MIN_STORE_TIMEOUT_US ||
+			    us > MAX_STORE_TIMEOUT_US)
+				goto bad;
+			u->timeout_us = us;
+		} else {
+			*w++ = first ? '?' : '&';
+			first = false;
+			memcpy(w, opt, n);
+			w += n;
+		}
+		if (!*end)
+			break;
+	}
+	*w = '\0';
+	u->rest = u->owned;
+	return 0;
+bad:
+	return due__error_set(DUE_EINVAL,
+			      "malformed store URL '%s': timeout must be a "
+			      "duration from 100ms to 1h (timeout=10s)",
+			      u->text);
+}
+
+void due__url_release(due_url *u)
+{
+	free(u->owned);
+	u->owned = NULL;
+}
 
 int due__url_parse(due_url *out, const due_store_ops **ops, const char *text)
 {
@@ -32,8 +111,14 @@ int due__url_parse(due_url *out, const due_store_ops **ops, const char *text)
 		memcpy(out->scheme, text, n);
 		out->scheme[n] = '\0';
 		out->rest = colon + 1;
-		if ((*ops = due__store_find(out->scheme)) != NULL)
-			return 0;
+		if ((*ops = due__store_find(out->scheme)) != NULL) {
+			int rc = cut_timeout(out);
+			if (rc < 0) {
+				due__url_release(out);
+				*ops = NULL;
+			}
+			return rc;
+		}
 	}
 	due__store_schemes(schemes, sizeof(schemes));
 	if (!colon)

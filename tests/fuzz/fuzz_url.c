@@ -7,7 +7,8 @@
 ** The input, as a C string, is a store URL.  A failure at either stage is
 ** DUE_EINVAL (or DUE_ENOMEM) with a message; a success names a backend of
 ** this build whose schemes include the parsed scheme, and the scheme is a
-** prefix of the input followed by ':'.
+** prefix of the input followed by ':'.  A `timeout=` option is cut from
+** the rest (then held in u.owned) and read into u.timeout_us.
 */
 #include "due.h"
 #include "fuzz.h"
@@ -36,7 +37,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		   "scheme unterminated");
 	size_t n = strlen(u.scheme);
 	FUZZ_CHECK(n > 0 && strncmp(text, u.scheme, n) == 0 && text[n] == ':' &&
-		       u.rest == text + n + 1,
+		       (u.rest == text + n + 1 ||
+			(u.owned && u.rest == u.owned && u.timeout_us > 0)),
 		   "'%s': scheme '%s' is not the input's prefix", text,
 		   u.scheme);
 	bool known = false;
@@ -53,6 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			   "'%s': failure without a message", text);
 	}
 	ops->free_cfg(cfg);
+	due__url_release(&u);
 	free(text);
 	return 0;
 }
