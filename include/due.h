@@ -1179,6 +1179,12 @@ typedef struct due_worker_stats {
 	int64_t lateness_p50_us, lateness_p99_us,
 	    lateness_max_us; /**< recent claims */
 	int64_t pruned;	     /**< tasks deleted by retention */
+	/**
+	 * Tries stopped by the lease clock: no renewal confirmed for lease -
+	 * margin (also counted in lease_lost), and store calls that had no
+	 * answer for 3 s (each logged once).
+	 */
+	int64_t lease_unconfirmed, stalled_calls;
 } due_worker_stats;
 
 DUE_EXTERN void due_worker_stats_get(due_worker *w, due_worker_stats *out);

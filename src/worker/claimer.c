@@ -161,10 +161,12 @@ static bool gather(due_worker *w, pool *p)
 
 /*
 ** Claim for one pool, folding its finished completions into the same
-** transaction when there are any (one commit per batch).
+** transaction when there are any (one commit per batch).  *sent is when
+** the claim was sent, or earlier: the start of its tasks' lease clock.
 */
 static int claim_pool(due_worker *w, due_db *db, pool *p, int limit,
-		      due_job **taken, size_t nt, due_task_list **out)
+		      due_job **taken, size_t nt, due_task_list **out,
+		      int64_t *sent)
 {
 	const char *kinds[65];
 	due_completion items[COMPLETE_BATCH];
@@ -183,6 +185,7 @@ static int claim_pool(due_worker *w, due_db *db, pool *p, int limit,
 		return 0;
 	}
 	atomic_fetch_add(&w->st.claim_queries, 1);
+	*sent = due__mono_us();
 	if (nt == 0)
 		return DUE_DB_CALL(w, due_claim_ex(db, out, &o));
 	for (size_t i = 0; i < nt; i++)
@@ -210,14 +213,14 @@ static int claim_pool(due_worker *w, due_db *db, pool *p, int limit,
 ** them unless the caller is the pool's thread (a relay).  mu held.
 */
 static void queue_claimed_locked(due_worker *w, pool *p, due_task_list *l,
-				 bool wake)
+				 bool wake, int64_t sent)
 {
 	for (size_t k = 0; k < l->count; k++) {
 		/* claim time in the store's clock is lease_until - lease */
 		const due_task *t = &l->items[k];
 		w->late[w->n_late++ % 1024] =
 		    t->lease_until - w->o.lease_us - t->due_at;
-		due_job *j = due__job_new_locked(w, p, &l->items[k]);
+		due_job *j = due__job_new_locked(w, p, &l->items[k], sent);
 		if (!j) /* out of memory: the lease will expire */
 			continue;
 		p->busy++;
@@ -246,6 +249,7 @@ int due__claim_round(due_worker *w, due_db *db, bool *filled, int64_t *retry_us)
 		pool *p = w->pools[i];
 		due_task_list *l = NULL;
 		int free_slots, rc;
+		int64_t sent = 0;
 
 		due_job *taken[COMPLETE_BATCH];
 		size_t nt = 0;
@@ -273,11 +277,11 @@ int due__claim_round(due_worker *w, due_db *db, bool *filled, int64_t *retry_us)
 			*filled = true;
 			continue;
 		}
-		rc = claim_pool(w, db, p, free_slots, taken, nt, &l);
+		rc = claim_pool(w, db, p, free_slots, taken, nt, &l, &sent);
 		pthread_mutex_lock(&w->mu);
 		p->claiming = false;
 		if (l)
-			queue_claimed_locked(w, p, l, true);
+			queue_claimed_locked(w, p, l, true, sent);
 		pthread_mutex_unlock(&w->mu);
 		if (rc < 0)
 			return rc;
@@ -326,6 +330,7 @@ bool due__claim_relay(due_worker *w, pool *p)
 	due_job *taken[COMPLETE_BATCH];
 	due_task_list *l = NULL;
 	int free_slots, rc;
+	int64_t sent = 0;
 	size_t nt;
 
 	pthread_mutex_lock(&w->mu);
@@ -342,13 +347,13 @@ bool due__claim_relay(due_worker *w, pool *p)
 	w->relays++;
 	pthread_mutex_unlock(&w->mu);
 
-	rc = claim_pool(w, w->db, p, free_slots, taken, nt, &l);
+	rc = claim_pool(w, w->db, p, free_slots, taken, nt, &l, &sent);
 
 	pthread_mutex_lock(&w->mu);
 	p->claiming = false;
 	w->relays--;
 	if (l)
-		queue_claimed_locked(w, p, l, false);
+		queue_claimed_locked(w, p, l, false, sent);
 	if (atomic_load(&w->stop))
 		pthread_cond_broadcast(&w->idle_cv); /* the drain waits */
 	pthread_mutex_unlock(&w->mu);

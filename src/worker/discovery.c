@@ -170,8 +170,11 @@ static void fall_back(due_worker *w)
 */
 static bool listen_works(due_worker *w, due_db *db, disc *d)
 {
-	/* a connection of its own (worker_internal.h: Connections) */
-	if (!d->ldb && due_open(&d->ldb, w->url, NULL) < 0) {
+	/* a connection of its own (worker_internal.h: Connections), its
+	   waits bounded as the others' */
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	oo.timeout_us = w->conn_timeout_us;
+	if (!d->ldb && due_open(&d->ldb, w->url, &oo) < 0) {
 		fall_back(w);
 		due__wlog(w, 1,
 			  "cannot open a connection to listen for new tasks "

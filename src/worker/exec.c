@@ -373,18 +373,25 @@ typedef struct run_state {
 	bool exited;
 } run_state;
 
-/* Stop the process group once the lease is gone: TERM, then KILL. */
+/*
+** Stop the process group once the lease is gone: TERM, then KILL after
+** the kill grace, or sooner when the lease clock says the store could hand
+** the task on (due__job_kill_by): the group must be gone by then.
+*/
 static void enforce_lease(due_job *job, child *c, run_state *rs)
 {
-	int64_t now;
+	int64_t now, kill_by;
 
 	if (due_job_lease_held(job) || rs->exited)
 		return;
 	now = due__mono_us();
+	kill_by = due__job_kill_by(job);
 	if (rs->term_at == 0) {
 		kill(-c->pid, SIGTERM);
 		rs->term_at = now;
-	} else if (!rs->killed && now - rs->term_at >= rs->o->kill_grace_us) {
+	}
+	if (!rs->killed && (now - rs->term_at >= rs->o->kill_grace_us ||
+			    (kill_by && now >= kill_by))) {
 		kill(-c->pid, SIGKILL);
 		rs->killed = true;
 	}

@@ -86,17 +86,20 @@ void due__outage_over(due_worker *w, due_outage *o)
 /*
 ** Open a store connection for a worker thread, retrying with backoff.
 ** NULL when the claimer is asked to stop, or once shutdown has given up
-** on the store (other threads).
+** on the store (other threads).  Every wait of the connection is bounded
+** by w->conn_timeout_us.
 */
 due_db *due__connect_retry(due_worker *w, const char *who)
 {
 	bool claimer = strcmp(who, "claimer") == 0;
 	due_outage o = {.who = who};
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
 	int64_t delay = 10000;
 
+	oo.timeout_us = w->conn_timeout_us;
 	for (;;) {
 		due_db *db = NULL;
-		if (due_open(&db, w->url, NULL) == 0) {
+		if (due_open(&db, w->url, &oo) == 0) {
 			due__outage_over(w, &o);
 			return db;
 		}
@@ -120,20 +123,77 @@ due_db *due__connect_retry(due_worker *w, const char *who)
 ** turn over), so a claimer draining a backlog could keep the lease keeper
 ** waiting past a lease.
 */
-void due__db_lock(due_worker *w)
+void due__db_lock(due_worker *w, const char *what)
 {
 	pthread_mutex_lock(&w->db_mu);
 	unsigned long ticket = w->db_next++;
 	while (ticket != w->db_serving)
 		pthread_cond_wait(&w->db_cv, &w->db_mu);
 	pthread_mutex_unlock(&w->db_mu);
+	due__call_begin(&w->db_call, what);
 }
 
 int due__db_unlock_rc(due_worker *w, int rc)
 {
+	due__call_end(w, &w->db_call, "shared connection", rc);
 	pthread_mutex_lock(&w->db_mu);
 	w->db_serving++;
 	pthread_cond_broadcast(&w->db_cv);
 	pthread_mutex_unlock(&w->db_mu);
 	return rc;
+}
+
+/*
+** The call watch.  `what` is the call as written at DUE_DB_CALL ("due_extend(
+** w->db, ...)"): its name, up to the '(', is what the log says.
+*/
+void due__call_begin(due_call_watch *cw, const char *what)
+{
+	pthread_mutex_lock(&cw->mu);
+	cw->what = what;
+	cw->since = due__mono_us();
+	cw->logged = false;
+	pthread_mutex_unlock(&cw->mu);
+}
+
+void due__call_end(due_worker *w, due_call_watch *cw, const char *conn,
+		   int rc)
+{
+	pthread_mutex_lock(&cw->mu);
+	bool logged = cw->logged;
+	int64_t since = cw->since;
+	const char *what = cw->what;
+	cw->since = 0;
+	cw->logged = false;
+	pthread_mutex_unlock(&cw->mu);
+	if (!logged)
+		return;
+	due__wlog(w, 1, "store call %.*s (%s) %s after %.1f s%s%s",
+		  (int)strcspn(what, "("), what, conn,
+		  rc < 0 ? "failed" : "answered",
+		  (double)(due__mono_us() - since) / 1e6, rc < 0 ? ": " : "",
+		  rc < 0 ? due_error_last() : "");
+}
+
+void due__call_check(due_worker *w, due_call_watch *cw, const char *conn,
+		     int64_t now)
+{
+	pthread_mutex_lock(&cw->mu);
+	bool log = cw->since && !cw->logged && now - cw->since >= STALL_LOG_US;
+	int64_t since = cw->since;
+	const char *what = cw->what;
+	if (log)
+		cw->logged = true;
+	pthread_mutex_unlock(&cw->mu);
+	if (!log)
+		return;
+	atomic_fetch_add(&w->st.stalled_calls, 1);
+	due__wlog(w, 1,
+		  "store call %.*s (%s, %s store) has had no answer for %.1f s "
+		  "(it gives up after %.1f s)",
+		  (int)strcspn(what, "("), what, conn,
+		  due_db_backend(w->db), (double)(now - since) / 1e6,
+		  (double)(cw == &w->renew_call ? w->renew_timeout_us
+						: w->conn_timeout_us) /
+		      1e6);
 }

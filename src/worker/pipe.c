@@ -220,7 +220,9 @@ static int proc_end(due_pipe *p, due_job *job, proc *pr, bool term)
 		pid_t r = waitpid(pr->c.pid, &status, WNOHANG);
 		if (r == pr->c.pid || (r < 0 && errno != EINTR))
 			break;
-		if (!killed && due__mono_us() - start >= p->o.kill_grace_us) {
+		int64_t kill_by = job ? due__job_kill_by(job) : 0;
+		if (!killed && (due__mono_us() - start >= p->o.kill_grace_us ||
+				(kill_by && due__mono_us() >= kill_by))) {
 			kill(-pr->c.pid, SIGKILL);
 			killed = true;
 		}
@@ -426,13 +428,16 @@ static int step(due_pipe *p, due_job *job, proc *pr, xfer *x)
 		return x->term_at ? X_STOPPED : X_DIED;
 	}
 	if (!due_job_lease_held(job)) {
-		int64_t now = due__mono_us();
+		/* TERM, then KILL after the kill grace, or sooner when the
+		   lease clock says the store could hand the task on */
+		int64_t now = due__mono_us(), kill_by = due__job_kill_by(job);
 		if (x->term_at == 0) {
 			kill(-pr->c.pid, SIGTERM);
 			x->term_at = now;
-		} else if (now - x->term_at >= p->o.kill_grace_us) {
-			kill(-pr->c.pid, SIGKILL);
 		}
+		if (now - x->term_at >= p->o.kill_grace_us ||
+		    (kill_by && now >= kill_by))
+			kill(-pr->c.pid, SIGKILL);
 	}
 	return -1;
 }

@@ -57,11 +57,17 @@ const char *due__stop_reason_name(int why)
 	case DUE_STOP_CANCEL: return "cancel requested";
 	case DUE_STOP_SHUTDOWN: return "worker shutdown";
 	case DUE_STOP_TIMEOUT: return "time limit";
+	case DUE_STOP_UNCONFIRMED: return "lease not confirmed";
 	default: return "stopped";
 	}
 }
 
 bool due_job_lease_held(const due_job *job) { return !atomic_load(&job->lost); }
+
+int64_t due__job_kill_by(const due_job *j)
+{
+	return atomic_load(&((due_job *)j)->kill_by);
+}
 
 int due_job_set_result(due_job *job, const void *data, size_t len)
 {
@@ -117,7 +123,8 @@ static const handler *handler_for(const due_worker *w, const char *kind)
 ** Turn a claimed task into a job (taking ownership of the task's fields)
 ** and register it in flight.  Called with mu held.
 */
-due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t)
+due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t,
+			     int64_t sent)
 {
 	due_job *j = calloc(1, sizeof(*j));
 	if (!j)
@@ -127,12 +134,15 @@ due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t)
 	j->w = w;
 	j->pool = p;
 	j->h = handler_for(w, j->task.kind);
-	j->renewed_mono = due__mono_us();
-	j->renew_at = j->renewed_mono + w->o.lease_us / 3;
+	/* the lease runs from the claim's send: the lease clock's start */
+	atomic_store(&j->confirmed_mono, sent);
+	j->renew_at = sent + w->o.lease_us / 3;
 	/* the keeper may be asleep for up to a second: wake it to watch
-	   this try's time limit from now */
+	   this try's time limit (from the claim's return) from now; its
+	   lease needs no wake-up: the keeper and the renewer sleep at most
+	   lease/12 */
 	if (j->task.timeout_us > 0) {
-		j->deadline_mono = j->renewed_mono + j->task.timeout_us;
+		j->deadline_mono = due__mono_us() + j->task.timeout_us;
 		pthread_cond_signal(&w->keep_cv);
 	}
 	j->refs = 1;

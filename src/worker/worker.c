@@ -10,7 +10,10 @@
 **                 that calls due_worker_run())
 **   discovery.c   the timing wheel and notifications (in the claimer)
 **   pool.c        jobs and the pool threads that run handlers
-**   keeper.c      lease renewal, counters reports and summaries
+**   keeper.c      the local clock: the lease clock, time limits, the
+**                 grace, unanswered store calls, summaries
+**   renewer.c     lease renewals and counters reports, on a connection
+**                 of its own
 **   completer.c   commits finished tries and frees their slots
 **   scheduler.c   periodic schedules' slots (with opts.cron)
 **   outage.c      failed store calls: backoff, one log line per outage
@@ -142,13 +145,26 @@ int64_t due__grace_check_locked(due_worker *w, int64_t now)
 }
 
 /*
-** Let in-flight tries finish within the grace; then tell them to stop.
-** If they still cannot be committed ABANDON_US later (the store is down),
-** give up on the store: their leases expire and another worker reclaims
-** them, which fencing makes safe.  Shutdown never hangs on the store.
+** Whether every try in flight has a handler that returned.  mu held.
 */
-#define ABANDON_US (10LL * 1000000)
+static bool all_returned_locked(const due_worker *w)
+{
+	for (const due_job *j = w->inflight; j; j = j->inext)
+		if (!atomic_load(&j->finished))
+			return false;
+	return true;
+}
 
+/*
+** Let in-flight tries finish within the grace; then tell them to stop
+** (a command gets SIGTERM, SIGKILL after its kill grace).  Once every
+** handler has returned, their commits get one bound of the connection
+** (conn_timeout_us; after a second stop request at most 1 s): what cannot
+** be committed by then (the store is down or hung) is left to lease
+** expiry, and another worker reclaims it, which fencing makes safe.  So a
+** stop takes at most grace + kill grace + that bound (+ a call under way,
+** itself bounded), whatever the store does.
+*/
 static void drain(due_worker *w)
 {
 	long long zero = 0;
@@ -161,10 +177,20 @@ static void drain(due_worker *w)
 			  "the grace (%lld ms); a second stop ends it now",
 			  w->n_inflight, w->n_inflight == 1 ? "y" : "ies",
 			  (long long)w->o.grace_us / 1000);
+	int64_t returned_at = 0; /* when the last handler returned, after
+				    the grace */
 	while (w->n_inflight > 0 || w->relays > 0) {
 		int64_t now = due__mono_us();
 		int64_t left = due__grace_check_locked(w, now) - now;
-		if (w->grace_over_at && now - w->grace_over_at > ABANDON_US) {
+		int64_t commit_us = atomic_load(&w->force) &&
+					    w->conn_timeout_us > 1000000
+					? 1000000
+					: w->conn_timeout_us;
+		if (!w->grace_over_at || !all_returned_locked(w))
+			returned_at = 0;
+		else if (!returned_at)
+			returned_at = now;
+		if (returned_at && now - returned_at > commit_us) {
 			due__wlog(w, 1,
 				  "cannot commit %d finished or stopped tr%s "
 				  "(store unreachable?): leaving them to lease "
@@ -200,6 +226,7 @@ static void join_all(due_worker *w)
 		pthread_cond_broadcast(&w->pools[i]->cv);
 	pthread_cond_broadcast(&w->done_cv);
 	pthread_cond_broadcast(&w->keep_cv);
+	pthread_cond_broadcast(&w->renew_cv);
 	pthread_cond_broadcast(&w->sched_cv);
 	pthread_mutex_unlock(&w->mu);
 	for (size_t i = 0; i < w->n_pools; i++)
@@ -207,6 +234,7 @@ static void join_all(due_worker *w)
 			pthread_join(w->pools[i]->threads[k], NULL);
 	pthread_join(w->completer, NULL);
 	pthread_join(w->keeper, NULL);
+	pthread_join(w->renewer, NULL);
 	if (w->sched_started)
 		pthread_join(w->scheduler, NULL);
 	if (w->pruner_started)
@@ -228,6 +256,7 @@ static void unwind_threads(due_worker *w, bool completer)
 	for (size_t i = 0; i < w->n_pools; i++)
 		pthread_cond_broadcast(&w->pools[i]->cv);
 	pthread_cond_broadcast(&w->done_cv);
+	pthread_cond_broadcast(&w->keep_cv);
 	pthread_mutex_unlock(&w->mu);
 	for (size_t i = 0; i < w->n_pools; i++) {
 		for (int k = 0; k < w->pools[i]->started; k++)
@@ -256,6 +285,13 @@ static int start_threads(due_worker *w)
 		unwind_threads(w, true);
 		return due__error_set(DUE_ERROR,
 				      "cannot start the lease keeper thread");
+	}
+	if (pthread_create(&w->renewer, NULL, due__renewer_main, w) != 0) {
+		/* the keeper exits once threads_stop is set */
+		unwind_threads(w, true);
+		pthread_join(w->keeper, NULL);
+		return due__error_set(DUE_ERROR,
+				      "cannot start the lease renewer thread");
 	}
 	/* the scheduler is optional: without it the worker still works */
 	if (w->o.cron && !w->o.once)
@@ -299,9 +335,14 @@ int due_worker_run(due_worker *w)
 		due_duration_format(keep, sizeof(keep), w->o.retain_us);
 	due__wlog(
 	    w, 1,
-	    "started: %zu pool(s), shared concurrency %d, lease %lld ms, "
+	    "started: %zu pool(s), shared concurrency %d, lease %lld ms "
+	    "(a try is stopped once none of its renewals was confirmed for "
+	    "%lld ms), store calls wait at most %lld ms (renewals %lld ms), "
 	    "poll %lld ms, retention %s%s%s",
 	    w->n_pools, w->pools[0]->size, (long long)w->o.lease_us / 1000,
+	    (long long)(w->o.lease_us - due__lease_margin(w)) / 1000,
+	    (long long)w->conn_timeout_us / 1000,
+	    (long long)w->renew_timeout_us / 1000,
 	    (long long)w->poll_us / 1000, keep,
 	    w->o.mode == DUE_MODE_INLINE ? ", inline (one at a time)" : "",
 	    w->o.once ? ", once" : "");
@@ -317,11 +358,13 @@ int due_worker_run(due_worker *w)
 	w->db = NULL;
 	due__wlog(w, 1,
 		  "stopped: claimed %lld, done %lld, failed %lld, dead %lld, "
-		  "stale %lld, cancelled %lld, lease lost %lld",
+		  "stale %lld, cancelled %lld, lease lost %lld (%lld not "
+		  "confirmed in time)",
 		  (long long)w->st.claimed, (long long)w->st.done,
 		  (long long)w->st.failed, (long long)w->st.dead,
 		  (long long)w->st.stale, (long long)w->st.cancelled,
-		  (long long)w->st.lease_lost);
+		  (long long)w->st.lease_lost,
+		  (long long)w->st.lease_unconfirmed);
 	atomic_store(&w->running, false);
 	return 0;
 }
@@ -373,6 +416,18 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 	}
 	w->claim_outage.who = "claimer";
 	w->reclaim_outage.who = "claimer";
+	/*
+	** The bound of every wait of the worker's connections (issue 35):
+	** a third of the lease, so a hung call returns and is made again
+	** while the lease can still be kept; the renewals' at least 100 ms,
+	** the others' at least 1 s (a claim or a commit that waits a little
+	** longer on a loaded store is no fault).  The URL's timeout= (default
+	** 10 s) lowers both.
+	*/
+	w->renew_timeout_us = opts->lease_us / 3 < 100000 ? 100000
+						       : opts->lease_us / 3;
+	w->conn_timeout_us =
+	    w->renew_timeout_us < 1000000 ? 1000000 : w->renew_timeout_us;
 	w->poll_us = opts->poll_us		    ? opts->poll_us
 		     : opts->no_wheel || opts->once ? 1000000
 						    : 10000000;
@@ -404,8 +459,11 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 	if (!w->url || !w->owner || w->wake_fd < 0 || !w->pools ||
 	    !w->pools[0] || pthread_mutex_init(&w->mu, NULL) != 0 ||
 	    pthread_mutex_init(&w->db_mu, NULL) != 0 ||
+	    pthread_mutex_init(&w->db_call.mu, NULL) != 0 ||
+	    pthread_mutex_init(&w->renew_call.mu, NULL) != 0 ||
 	    pthread_cond_init(&w->db_cv, NULL) != 0 ||
 	    due__cond_init(&w->done_cv) || due__cond_init(&w->keep_cv) ||
+	    due__cond_init(&w->renew_cv) ||
 	    due__cond_init(&w->idle_cv) || due__cond_init(&w->sched_cv)) {
 		due_worker_free(w);
 		return due__error_set(DUE_ENOMEM, "cannot create worker");
@@ -498,6 +556,8 @@ void due_worker_stats_get(due_worker *w, due_worker_stats *out)
 	out->stale = atomic_load(&w->st.stale);
 	out->cancelled = atomic_load(&w->st.cancelled);
 	out->lease_lost = atomic_load(&w->st.lease_lost);
+	out->lease_unconfirmed = atomic_load(&w->st.lease_unconfirmed);
+	out->stalled_calls = atomic_load(&w->st.stalled_calls);
 	out->claim_queries = atomic_load(&w->st.claim_queries);
 	out->empty_claims = atomic_load(&w->st.empty_claims);
 	out->reclaim_queries = atomic_load(&w->st.reclaim_queries);
@@ -552,13 +612,14 @@ int due_worker_submit(due_worker *w, due_db *db, due_submitted *out,
 	pthread_mutex_unlock(&w->mu);
 	if (!slot)
 		return 0;
+	int64_t sent = due__mono_us(); /* the lease clock's start */
 	rc = due_claim_id(db, &t, out->id, w->owner, w->o.lease_us);
 	pthread_mutex_lock(&w->mu);
 	if (rc < 0) {
 		p->busy--; /* taken by another worker already, or a store error
 			    */
 	} else {
-		due_job *j = due__job_new_locked(w, p, t);
+		due_job *j = due__job_new_locked(w, p, t, sent);
 		if (j)
 			due__pool_enqueue_locked(p, j, true);
 		else

@@ -2,15 +2,19 @@
 ** worker_internal.h - the worker runtime's shared state, its threads and
 ** its one lock.  Only the files of src/worker/ include it.
 **
-** Connections.  A worker process holds at most two store connections,
+** Connections.  A worker process holds at most three store connections,
 ** whatever its concurrency (issue 15: 30 workers fit under PostgreSQL's
-** default max_connections = 100):
+** default max_connections = 100), each with a bounded wait (issue 35):
 **   w->db      opened by due_worker_run() before any thread starts and
 **              shared by every thread that talks to the store (claimer,
-**              completer, keeper, scheduler, pruner), one API call at a
-**              time: DUE_DB_CALL() takes `db` in turn (a FIFO ticket lock,
-**              so no thread can starve the lease keeper) for the length of
-**              one call, never across a wait or a handler.
+**              completer, scheduler, pruner), one API call at a
+**              time: DUE_DB_CALL() takes `db` in turn (a FIFO ticket lock)
+**              for the length of one call, never across a wait or a
+**              handler.
+**   renewals   the renewer's own (renewer.c): lease renewals and the
+**              counters' reports, nothing else, so a call of another
+**              thread that waits (a claim behind a lock, a slow commit)
+**              never holds a renewal back.
 **   listening  discovery's own due_db, opened only on a store that can
 **              notify (DUE_STORE_CAP_NOTIFY) and used only for
 **              listen/listen_drain by the claimer thread; a session that
@@ -20,6 +24,9 @@
 **              with a transaction hook (due_job_set_tx_hook): the hook is
 **              the handler's code inside our transaction and may wait on
 **              its own rows, which must not hold up every other store call.
+** Every one is opened with the bound conn_timeout_us (renewals:
+** renew_timeout_us, lease/3): a store call that gets no answer fails
+** within it, and the connection is made again on the next call.
 ** A due_db is single-thread; serialized like this it is used by one thread
 ** at a time, and errors stay per thread (due_error_last is thread-local).
 ** A turn lasts one API call; a scheduler pass (due_cron_tick) is one call
@@ -40,9 +47,14 @@
 **               pool's thread takes turns at `db` for relay claims, the
 **               next batch of a drain claimed without waking the claimer
 **               (claimer.c).
-**   keeper      renews the lease of every running try, watches the time
-**               limits of running tries, publishes the worker's counters,
-**               and ends the grace after a stop (keeper.c).
+**   keeper      the local clock, which no store call can hold back
+**               (keeper.c): stops a try whose lease is no longer surely
+**               held (the lease clock, below), watches the time limits,
+**               ends the grace after a stop, logs a store call that has
+**               no answer for long.  It never talks to the store.
+**   renewer     renews the lease of every running try on its own
+**               connection and publishes the worker's counters
+**               (renewer.c).
 **   completer   commits finished tries in batches and frees their slots
 **               (completer.c).
 **   scheduler   materializes the slots of periodic schedules (scheduler.c);
@@ -82,6 +94,19 @@
 **    the lock.
 **  - The worker's own view of a lease is advisory.  Whether a completion
 **    lands is decided by the store's fenced statement, always.
+**  - The lease clock (CONTRACT §5).  confirmed_mono is the monotonic time
+**    at which the latest claim or renewal the store confirmed was sent
+**    (taken before the turn at the connection, so never later than the
+**    send).  The store's lease then runs at least until confirmed_mono +
+**    lease in our clock, less the drift of two clocks (well under 0.1 %).
+**    The keeper stops a try that has had no newer confirmation by
+**    confirmed_mono + lease - margin (due__lease_margin: lease/10, at
+**    least 100 ms, at most 5 s) and sets its kill_by to confirmed_mono +
+**    lease - margin/2: a command or pipe handler still running then is
+**    killed (SIGKILL to its group) whatever its kill grace.  So no
+**    handler of ours outlives a lease the store could hand to another
+**    worker, whatever a store call, a connection or the renewer is
+**    doing.  The keeper takes only `mu`, never held across a store call.
 **  - Time limits are watched by the keeper alone (it already wakes for
 **    every running try's lease): a try still running task.timeout_us after
 **    its claim is stopped with DUE_STOP_TIMEOUT.  Whether a try timed out
@@ -147,6 +172,24 @@ typedef struct due_outage {
 	long long failures; /* failed calls since then */
 } due_outage;
 
+/*
+** A store call under way on one connection, for the keeper's "no answer
+** yet" line: `since` is its start (monotonic us, 0: no call), `what` the
+** call as written.  The calling thread sets and clears them around the
+** call; the keeper logs a call past STALL_LOG_US once (`logged`), and the
+** caller then logs its end once.  `mu` guards the three for a moment,
+** never across the call (a leaf lock: nothing is taken under it).
+*/
+typedef struct due_call_watch {
+	pthread_mutex_t mu;
+	int64_t since;
+	const char *what;
+	bool logged;
+} due_call_watch;
+/* The keeper: log a call unanswered for STALL_LOG_US, once. */
+void due__call_check(due_worker *w, due_call_watch *cw, const char *conn,
+		     int64_t now);
+
 struct due_job {
 	due_task task;
 	due_worker *w;
@@ -156,11 +199,16 @@ struct due_job {
 				 the handler should stop (due__job_stop) */
 	atomic_int stop_why;  /* DUE_STOP_*: why `lost` was raised, first
 				 reason wins */
-	int64_t renewed_mono; /* last successful claim/extend, monotonic us
-				 (keeper) */
-	int64_t renew_at;     /* next renewal attempt, monotonic us (keeper) */
+	atomic_llong confirmed_mono; /* when the latest claim or renewal the
+				   store confirmed was sent, monotonic us
+				   (renewer writes, keeper reads) */
+	atomic_llong kill_by; /* a handler still running then is killed
+				 at once (the lease clock); 0: no such
+				 moment (keeper writes, handlers read) */
+	bool unconfirmed;     /* the lease clock stopped it (keeper) */
+	int64_t renew_at;     /* next renewal attempt, monotonic us (renewer) */
 	int64_t
-	    renew_backoff;    /* delay after the last failed renewal (keeper) */
+	    renew_backoff;    /* delay after the last failed renewal (renewer) */
 	atomic_bool finished; /* the handler returned: from now on the fenced
 				 commit, not the keeper, says whether the
 				 lease held */
@@ -168,7 +216,7 @@ struct due_job {
 				  0: no time limit */
 	atomic_int end;	       /* DUE_END_*: how the try ended, set once */
 	bool renew_over;       /* a timed-out try's lease is gone: stop
-				  renewing it (keeper) */
+				  renewing it (renewer) */
 	int refs;	       /* under mu */
 	unsigned char *result;
 	size_t result_len;
@@ -193,6 +241,7 @@ struct due_worker {
 	pthread_cond_t done_cv;	 /* completer: completions queued, or stop */
 	pthread_cond_t keep_cv;	 /* keeper: threads_stop, or a try with a
 				    time limit was put in flight */
+	pthread_cond_t renew_cv; /* renewer: threads_stop */
 	pthread_cond_t idle_cv;	 /* drain: a job was retired */
 	pthread_cond_t sched_cv; /* scheduler and pruner: threads_stop,
 				    cron_poke (broadcast) */
@@ -222,12 +271,17 @@ struct due_worker {
 	atomic_bool abandon;	/* shutdown gave up on the store: stop retrying,
 				   leave uncommitted tries to lease expiry */
 	bool threads_stop;	/* under mu: keeper and completer may exit */
-	pthread_t keeper, completer, scheduler, pruner;
+	int64_t conn_timeout_us;  /* the bound of the worker's connections */
+	int64_t renew_timeout_us; /* the renewer's: lease/3 */
+	due_call_watch db_call;	  /* the call at w->db now (keeper looks) */
+	due_call_watch renew_call; /* the renewer's call now */
+	pthread_t keeper, renewer, completer, scheduler, pruner;
 	bool sched_started, pruner_started;
 	struct {
 		atomic_llong claimed, done, failed, dead, stale, cancelled,
 		    lease_lost, claim_queries, empty_claims, reclaim_queries,
-		    store_errors, wheel_fired, refills, notifications, pruned;
+		    store_errors, wheel_fired, refills, notifications, pruned,
+		    lease_unconfirmed, stalled_calls;
 	} st;
 	int64_t late[1024]; /* lateness of recent claims (us), ring (mu) */
 	size_t n_late;
@@ -256,16 +310,24 @@ due_db *due__connect_retry(due_worker *w, const char *who);
 ** between due__db_lock() and due__db_unlock_rc(), which returns its code.
 **   rc = DUE_DB_CALL(w, due_extend(w->db, &eo, id, attempt, lease_us));
 */
-void due__db_lock(due_worker *w);
+void due__db_lock(due_worker *w, const char *what);
 int due__db_unlock_rc(due_worker *w, int rc);
-#define DUE_DB_CALL(w, call) (due__db_lock(w), due__db_unlock_rc((w), (call)))
+#define DUE_DB_CALL(w, call)                                                   \
+	(due__db_lock((w), #call), due__db_unlock_rc((w), (call)))
+/* The call watch around one call (due__db_lock does it for w->db). */
+void due__call_begin(due_call_watch *cw, const char *what);
+void due__call_end(due_worker *w, due_call_watch *cw, const char *conn,
+		   int rc);
+
 void due__outage_fail(due_worker *w, due_outage *o, const char *fmt, ...)
     DUE_PRINTF(3, 4);
 void due__outage_over(due_worker *w, due_outage *o);
 
 /* pool.c: jobs, pool queues, pool threads. */
 void due__job_free(due_job *j);
-due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t);
+/* sent: when the claim that returned t was sent (monotonic us) */
+due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t,
+			     int64_t sent);
 void due__pool_enqueue_locked(pool *p, due_job *j, bool wake);
 due_job *due__pool_dequeue_locked(pool *p);
 bool due__pool_fast_locked(const pool *p);
@@ -282,6 +344,13 @@ void *due__completer_main(void *arg);
 
 /* keeper.c */
 void *due__keeper_main(void *arg);
+/* The lease clock's margin for this worker's lease (see Invariants). */
+int64_t due__lease_margin(const due_worker *w);
+/* How long a store call may go unanswered before the keeper says so. */
+#define STALL_LOG_US 3000000LL
+
+/* renewer.c */
+void *due__renewer_main(void *arg);
 
 /* scheduler.c */
 void *due__scheduler_main(void *arg);
@@ -308,7 +377,8 @@ enum {
 	DUE_STOP_LEASE_LOST,
 	DUE_STOP_CANCEL,
 	DUE_STOP_SHUTDOWN,
-	DUE_STOP_TIMEOUT
+	DUE_STOP_TIMEOUT,
+	DUE_STOP_UNCONFIRMED /* the lease clock ran out (keeper.c) */
 };
 
 /* How a try ended (due_job.end), decided once by compare-and-swap. */
@@ -324,5 +394,10 @@ bool due__job_stop(due_job *j, int why);
 int due__job_stop_why(const due_job *j);
 /* Words for a reason, for logs and error texts ("worker shutdown"). */
 const char *due__stop_reason_name(int why);
+/*
+** When a handler still running must be killed at once, whatever its kill
+** grace (the lease clock ran out), or 0.  Command and pipe handlers.
+*/
+int64_t due__job_kill_by(const due_job *j);
 
 #endif
