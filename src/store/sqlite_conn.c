@@ -152,9 +152,9 @@ int due__sq_error(due_store *s, int rc, const char *what)
 					    (int64_t)s->busy_ms * 1000);
 		return due__error_set(DUE_EBUSY,
 				      "no answer from the store at %s in %s: "
-				      "%s: another process holds its write "
-				      "lock (the URL's timeout= or busy_ms= "
-				      "waits longer)",
+				      "%s: database is locked (another "
+				      "process holds its write lock; the URL's "
+				      "timeout= or busy_ms= waits longer)",
 				      s->path, dur, what);
 	}
 	if (s && s->path)

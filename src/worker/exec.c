@@ -397,6 +397,34 @@ static void enforce_lease(due_job *job, child *c, run_state *rs)
 	}
 }
 
+/*
+** A stopped try whose shell is gone may leave processes in its group: a
+** command the shell started that ignores SIGTERM lives on after the shell
+** died of it.  They get the same stop as the shell (SIGKILL at the end of
+** the kill grace, or at kill_by), so nothing of a stopped try outlives its
+** lease.  The group id stays the guard's pid while any member lives, so it
+** names no other group.  Once SIGKILL is sent there is nothing to wait
+** for (a member left a zombie is no longer running).
+*/
+static void stop_leftovers(due_job *job, child *c, run_state *rs)
+{
+	while (!due_job_lease_held(job) && !rs->killed &&
+	       kill(-c->pid, 0) == 0) {
+		int64_t now = due__mono_us(), kill_by = due__job_kill_by(job);
+		if (rs->term_at == 0) {
+			kill(-c->pid, SIGTERM);
+			rs->term_at = now;
+		}
+		if (now - rs->term_at >= rs->o->kill_grace_us ||
+		    (kill_by && now >= kill_by)) {
+			kill(-c->pid, SIGKILL);
+			rs->killed = true;
+			break;
+		}
+		usleep(20000);
+	}
+}
+
 /* Push more of the payload into the child's stdin. */
 static void feed(child *c, run_state *rs)
 {
@@ -453,6 +481,7 @@ static void supervise(due_job *job, child *c, run_state *rs, buf *out, buf *err)
 		enforce_lease(job, c, rs);
 	}
 	due__close_fd(&c->in);
+	stop_leftovers(job, c, rs);
 }
 
 /*

@@ -289,7 +289,7 @@ lost=$("$CL" kill-replica "$CD" "$s3") && ok || bad "kill the replica of :$m3"
 # made (the one unknown outcome any store has: a lost reply), and the
 # writes after it are refused with nothing written; the completions must
 # meet the refusal, not that first write
-wait_for "a renewal met the lost replica" 60 grep -q "keeper: store unavailable: renewing" "$T/wc.log"
+wait_for "a renewal met the lost replica" 60 grep -q "renewer: store unavailable: renewing" "$T/wc.log"
 touch "$OUT/go"
 wait_for "a commit of worker wc refused by :$m3" 60 \
 	grep -Eq "(completer|claimer): store unavailable: (committing|claiming)" "$T/wc.log"

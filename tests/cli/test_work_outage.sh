@@ -98,7 +98,7 @@ bg+=("$lpid")
 wait_for "the lock taken" 20 test -e "$OUT/lk.locked"
 # renewals are due lease/3 after the claim; once one has met the lock, let
 # the handlers finish, so that commits and claims meet it too
-wait_for "a renewal met the lock" 20 grep -q "keeper: store unavailable" "$T/lk.log"
+wait_for "a renewal met the lock" 20 grep -q "renewer: store unavailable" "$T/lk.log"
 touch "$OUT/lk.go"
 wait_for "a commit met the lock" 20 grep -Eq "(completer|claimer): store unavailable" "$T/lk.log"
 touch "$OUT/lk.unlock"
@@ -201,7 +201,7 @@ wpid=$!
 bg+=("$wpid")
 wait_for "two handlers running" 20 has_lines "$OUT/pg.runs" 2
 "$ROOT/scripts/pg-test-cluster" stop "$pgdir" >/dev/null
-wait_for "a renewal met the outage" 30 grep -q "keeper: store unavailable" "$T/pg.log"
+wait_for "a renewal met the outage" 30 grep -q "renewer: store unavailable" "$T/pg.log"
 touch "$OUT/pg.go"
 wait_for "a commit met the outage" 20 grep -Eq "(completer|claimer): store unavailable" "$T/pg.log"
 expect_eq "the server came back on the same URL" "$url" "$("$ROOT/scripts/pg-test-cluster" start "$pgdir")"
@@ -216,14 +216,15 @@ n=$(store_errors)
 echo "postgres stopped: store errors counted: $n"
 [ "$n" -ge 2 ] && [ "$n" -lt 100 ] && ok || bad "store errors count failed calls: $n"
 
-# 5. Tasks a and b are claimed together, so the keeper renews them in one
+# 5. Tasks a and b are claimed together, so the renewer renews them in one
 #    batch, b (the later of the claim) first.  A second session locks b's
-#    row: the renewal of b waits on it, and with it every store call of the
-#    worker (its threads share one connection: issue 15), so a's handler
-#    finishes but a is committed only once the lock goes.  Then the renewal
-#    of a and a's commit come in either order: if the renewal comes second
-#    it meets the commit.  Either way no lease is lost: nothing counted,
-#    nothing said at the default log level (-v says it was not renewed).
+#    row: the renewal of b waits on it (on the renewer's own connection,
+#    at most its bound, lease/3, before it fails and is retried), while
+#    a's handler finishes and a is committed on the shared connection.
+#    The renewal of a and a's commit come in either order: if the renewal
+#    comes second it meets the commit.  Either way no lease is lost:
+#    nothing counted, nothing said at the default log level (-v says it
+#    was not renewed).
 a=$("$DUE" add fl)
 b=$("$DUE" add fl)
 "$DUE" work -v --kinds fl --concurrency 2 --lease 9s --poll 50ms \
@@ -242,7 +243,7 @@ echo "BEGIN; SELECT id FROM due_task WHERE id = $b FOR UPDATE;" >&7
 in_tx() { [ "$(pgq "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'")" = 1 ]; }
 waiting() { [ "$(pgq "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")" -ge 1 ]; }
 wait_for "b's row locked" 10 in_tx
-wait_for "the keeper's renewal waits on the lock" 20 waiting
+wait_for "the renewer's renewal waits on the lock" 20 waiting
 touch "$OUT/fl.go.$a"
 wait_for "a's handler finished while the renewal waits" 20 test -e "$OUT/fl.end.$a"
 echo "COMMIT;" >&7
@@ -254,6 +255,6 @@ wait_for "b done" 20 is_state "$b" DONE
 kill -TERM "$wpid"
 wait "$wpid" || bad "worker exit"
 grep -q "task $a attempt 1: lease lost" "$T/fl.log" && bad "false lease lost: $(grep "lease lost" "$T/fl.log")" || ok
-grep -q "stopped: .*, lease lost 0$" "$T/fl.log" && ok || bad "lease lost counted: $(grep stopped: "$T/fl.log")"
+grep -q "stopped: .*, lease lost 0 (0 not confirmed in time)$" "$T/fl.log" && ok || bad "lease lost counted: $(grep stopped: "$T/fl.log")"
 expect_eq "a DONE once" DONE/1 "$(state "$a" state)/$(state "$a" attempt)"
 finish
