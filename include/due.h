@@ -1034,11 +1034,14 @@ DUE_EXTERN void due_metrics_free(due_metrics *m);
 /**
  * A worker claims due tasks and runs handlers for them, renewing each lease
  * every lease/3 while its handler runs.  Threads: one claimer (which also
- * runs inline handlers), one lease keeper, one completer that commits
- * results in batches (each row fenced on its own), and the handler pools.
- * The threads share one store connection (taken in turn), plus one that
- * only listens for new tasks on stores that can notify: two at most, and
- * a third only while completion hooks (due_job_set_tx_hook) are used.
+ * runs inline handlers), one lease renewer, one keeper (the local clock:
+ * it stops a try whose lease the store has not confirmed in time, whatever
+ * the store does), one completer that commits results in batches (each row
+ * fenced on its own), and the handler pools.  Connections: one shared by
+ * the threads (taken in turn), one of the renewer's, one that only
+ * listens for new tasks on stores that can notify: three at most, and a
+ * fourth only while completion hooks (due_job_set_tx_hook) are used.  Each
+ * waits at most a third of the lease for the store (due_open_opts).
  */
 typedef struct due_worker due_worker;
 
@@ -1060,8 +1063,12 @@ DUE_EXTERN const due_task *due_job_task(const due_job *job);
 DUE_EXTERN const char *due_job_owner(const due_job *job);
 /**
  * False once the lease is known lost or a cancel was requested (seen by
- * the lease keeper), or the worker is past its shutdown grace.  The store
- * refuses a stale completion either way; this lets the handler stop early.
+ * a renewal), once the lease is no longer surely held (no renewal the
+ * store confirmed for lease - margin, the lease clock: the store may hang),
+ * or the worker is past its shutdown grace.  The store refuses a stale
+ * completion either way; this lets the handler stop early, and an
+ * in-process handler that goes on past it may run beside the next attempt
+ * on another worker: check it often in long work.
  */
 DUE_EXTERN bool due_job_lease_held(const due_job *job);
 /** Copy the result to commit (up to the store's result limit). */
@@ -1088,7 +1095,9 @@ typedef struct due_worker_opts {
 	const char *owner; /**< lease owner name; default "<host>:<pid>" */
 	int concurrency;   /**< shared pool threads; default 4 */
 	due_exec_mode mode;
-	int64_t lease_us; /**< default 30 s; renewed every lease/3 */
+	int64_t lease_us; /**< default 30 s; renewed every lease/3; a try
+			       with no renewal confirmed for lease - lease/10
+			       (100 ms..5 s) is stopped (the lease clock) */
 	int64_t poll_us;  /**< see `no_wheel` below; 0 = the default */
 	int64_t
 	    grace_us;  /**< shutdown grace for in-flight tries; default 30 s */

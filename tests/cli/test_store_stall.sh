@@ -29,7 +29,8 @@ cleanup() {
 		kill -KILL "$p" 2>/dev/null || true
 	done
 	for c in "${CLEANUP[@]}"; do eval "$c" >/dev/null 2>&1 || true; done
-	rm -rf "$T"
+	# STALL_KEEP=1 keeps the workers' logs for a look
+	if [ -n "${STALL_KEEP:-}" ]; then echo "kept $T"; else rm -rf "$T"; fi
 }
 trap cleanup EXIT
 
