@@ -1218,7 +1218,9 @@ static const char schema_v5[] =
 */
 static int pg_parse_url(void **cfg, const due_url *u)
 {
+	size_t n = strlen(u->scheme) + strlen(u->rest) + 2;
 	due_pg_cfg *c = NULL;
+	char *text;
 	int rc;
 
 	*cfg = NULL;
@@ -1228,7 +1230,12 @@ static int pg_parse_url(void **cfg, const due_url *u)
 		    "malformed store URL '%s': use %s://[user@]host[:port]/"
 		    "database",
 		    u->text, u->scheme);
-	rc = due__pg_parse_url(&c, u->text);
+	/* the URL without the core's timeout= (u->rest), for libpq */
+	if (!(text = malloc(n)))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	snprintf(text, n, "%s:%s", u->scheme, u->rest);
+	rc = due__pg_parse_url(&c, u->text, text);
+	free(text);
 	*cfg = c;
 	return rc;
 }

@@ -280,7 +280,7 @@ static int url_opt(due_pg_cfg *c, const char *url, const char *p, size_t n,
 	return 0;
 }
 
-int due__pg_parse_url(due_pg_cfg **out, const char *text)
+int due__pg_parse_url(due_pg_cfg **out, const char *shown, const char *text)
 {
 	const char *q = strchr(text, '?');
 	size_t len = q ? (size_t)(q - text) : strlen(text);
@@ -297,7 +297,7 @@ int due__pg_parse_url(due_pg_cfg **out, const char *text)
 		size_t n = amp ? (size_t)(amp - p) : strlen(p);
 
 		if (n)
-			rc = url_opt(c, text, p, n, &len);
+			rc = url_opt(c, shown, p, n, &len);
 		p = amp ? amp + 1 : NULL;
 	}
 	return rc;

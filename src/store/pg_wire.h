@@ -102,10 +102,11 @@ struct due_store {
 **                       change nothing
 **   listen=URL          a direct server URL (percent-encoded) that
 **                       listen() opens its own connection to
-** DUE_EINVAL naming the option on a bad value.  *out is freed with
-** due__pg_cfg_free, also after a failure.
+** DUE_EINVAL naming the option on a bad value (quoting `shown`, the URL
+** as the user gave it; `text` is without the core's timeout=).  *out is
+** freed with due__pg_cfg_free, also after a failure.
 */
-int due__pg_parse_url(due_pg_cfg **out, const char *text);
+int due__pg_parse_url(due_pg_cfg **out, const char *shown, const char *text);
 void due__pg_cfg_free(due_pg_cfg *cfg);
 
 /*
