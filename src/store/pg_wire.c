@@ -34,7 +34,16 @@
 **    answer from the store at HOST:PORT in N s" (the server that
 **    connection was on, or being connected to); the next call connects
 **    again (due__pg_ok).  No cancel request is sent: it needs a new
-**    connection to the very server that is not answering.
+**    connection to the very server that is not answering.  The server
+**    learns of the drop by itself: client_connection_check_interval (1 s,
+**    PostgreSQL 14 and later) ends a statement whose client has gone
+**    instead of letting it run, and perhaps commit, unseen.
+**  - lock waits: a statement queued behind another session's lock (a row
+**    an operator holds FOR UPDATE, an ALTER TABLE) is stopped by the
+**    server itself, lock_timeout being set for the session to three
+**    quarters of the bound, so its answer (SQLSTATE 55P03, DUE_EBUSY,
+**    "a lock held by another session") comes back before the deadline
+**    and the connection stays usable.
 **  - the kernel gives up too: tcp_user_timeout (the bound) ends a
 **    connection whose sent data stays unacknowledged, and keepalives
 **    (after at most the bound of silence) find an idle listening
@@ -54,7 +63,7 @@
 ** one: with ?pooler=transaction every statement goes out unnamed
 ** (PQsendQueryParams: parse, bind and execute in one round trip, planned
 ** each time) instead of prepared once, the settings of session_setup
-** (the planner's) are not sent (set them for the role:
+** (the planner's and lock_timeout) are not sent (set them for the role:
 ** docs/internals/store.md), and nothing LISTENs through the pooler.  The
 ** waits are bounded all the same: they are the client's.  Transactions
 ** (BEGIN ... COMMIT, transaction-scoped advisory locks, FOR UPDATE) are
@@ -132,6 +141,39 @@ static const char *trimmed(char *buf, size_t n, const char *msg)
 	return buf;
 }
 
+/*
+** The lock_timeout of the store's own direct sessions, in milliseconds:
+** three quarters of the bound, so the server's answer that it gave up
+** comes back before the client's own deadline would drop the connection.
+** 0 where it is not set (behind a pooler, on a caller's connection).
+*/
+static int64_t lock_ms(const due_store *s)
+{
+	int64_t ms = s->timeout_us * 3 / 4 / 1000;
+
+	if (!s->own || s->pooler != DUE_PG_DIRECT)
+		return 0;
+	return ms > 0 ? ms : 1;
+}
+
+/*
+** SQLSTATE 55P03 (lock_not_available): the statement waited lock_timeout
+** for a lock another session holds (an operator's SELECT ... FOR UPDATE,
+** a migration's ALTER TABLE).  DUE_EBUSY, saying so; the session is fine.
+*/
+static int lock_busy(const due_store *s, const char *what, const char *msg)
+{
+	char dur[48] = "";
+
+	if (lock_ms(s) > 0)
+		due_duration_format(dur, sizeof(dur), lock_ms(s) * 1000);
+	return due__error_set(DUE_EBUSY,
+			      "postgres store: %s: gave up waiting%s%s for a "
+			      "lock held by another session (lock_timeout): "
+			      "%s",
+			      what, *dur ? " " : "", dur, msg);
+}
+
 int due__pg_error(due_store *s, const PGresult *r, const char *what)
 {
 	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
@@ -147,9 +189,10 @@ int due__pg_error(due_store *s, const PGresult *r, const char *what)
 	if (bad || (state && (strncmp(state, "08", 2) == 0 ||
 			      strncmp(state, "57P0", 4) == 0)))
 		code = DUE_ESTORE;
+	else if (state && strcmp(state, "55P03") == 0)
+		return lock_busy(s, what, trimmed(buf, sizeof(buf), msg));
 	else if (state &&
-		 (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 ||
-		  strcmp(state, "55P03") == 0))
+		 (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0))
 		code = DUE_EBUSY;
 	else if (state && strcmp(state, "23505") == 0)
 		code = DUE_ECONFLICT;
@@ -813,14 +856,16 @@ static int exec_simple(due_store *s, const char *sql, const char *what,
 }
 
 /*
-** The planner settings of a store session.  A queue table's statistics
-** are nearly always wrong (it churns faster than ANALYZE runs), and with
-** an estimate of a few rows the planner may take a bitmap scan of a whole
-** priority and sort it rather than the ordered index scan a claim needs
-** (read one priority's due tasks in due_at order from due_task_claim and
-** stop at the claim's limit): seen reading and sorting 4,900 rows to
-** claim 4, which halved drain throughput.  So, for the store's own
-** sessions only (never a caller's connection):
+** The settings of a store session: lock_timeout (the essay: lock
+** waits), client_connection_check_interval (the essay: the drop) and the
+** planner's.  A queue table's statistics are nearly always wrong (it
+** churns faster than ANALYZE runs), and with an estimate of a few rows
+** the planner may take a bitmap scan of a whole priority and sort it
+** rather than the ordered index scan a claim needs (read one priority's
+** due tasks in due_at order from due_task_claim and stop at the claim's
+** limit): seen reading and sorting 4,900 rows to claim 4, which halved
+** drain throughput.  So, for the store's own sessions only (never a
+** caller's connection):
 **  - enable_sort = off: a plan that sorts is taken only when no plan
 **    avoids it; every pick of this store has an index in its order.
 **    (enable_bitmapscan = off was tried first: with stale statistics the
@@ -839,16 +884,19 @@ static int exec_simple(due_store *s, const char *sql, const char *what,
 **    cost more to make (0.8 ms on the complete-and-claim statement) than
 **    the statement takes to run.
 ** One statement, so one round trip; a server that refuses a setting is
-** not an error (the store works, only slower), so its answer is not
-** checked; no answer is (DUE_ESTORE: the connection was dropped).
-** Behind a pooler in transaction mode the settings would not stick, and
-** would leak to other clients; set them for the role instead (ALTER ROLE
-** ... SET), docs/internals/store.md.
+** not an error (the store works, only slower, or waits for locks up to
+** the client's bound), so its answer is not checked; no answer is
+** (DUE_ESTORE: the connection was dropped).  The check interval
+** (PostgreSQL 14 and later) goes alone, so that an engine without it
+** keeps the others.  Behind a pooler in transaction mode the
+** settings would not stick, and would leak to other clients; set them
+** for the role instead (ALTER ROLE ... SET), docs/internals/store.md.
 */
 static int session_setup(due_store *s)
 {
 	static const char sql[] =
-	    "SELECT set_config('enable_sort', 'off', false),"
+	    "SELECT set_config('lock_timeout', $1, false),"
+	    " set_config('enable_sort', 'off', false),"
 	    " set_config('enable_seqscan', 'off', false),"
 	    " set_config('jit', 'off', false),"
 	    " set_config('plan_cache_mode', 'force_generic_plan', false)";
@@ -858,7 +906,14 @@ static int session_setup(due_store *s)
 
 	if (s->pooler != DUE_PG_DIRECT)
 		return 0;
-	rc = exec_params(s, sql, &p, "set up the session", &r);
+	due__pg_int(&p, lock_ms(s));
+	if ((rc = exec_params(s, sql, &p, "set up the session", &r)) < 0)
+		return rc;
+	PQclear(r);
+	if (PQserverVersion(s->conn) < 140000)
+		return 0;
+	rc = exec_simple(s, "SET client_connection_check_interval = 1000",
+			 "set up the session", &r);
 	PQclear(r);
 	return rc;
 }
