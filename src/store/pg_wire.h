@@ -117,8 +117,7 @@ void due__pg_cfg_free(due_pg_cfg *cfg);
 ** (due__pg_disconnect).  A connect that gets no answer in time is
 ** DUE_ESTORE, "no answer from the store at HOST:PORT in N s".
 */
-int due__pg_connect(due_store **out, const due_pg_cfg *cfg,
-		     int64_t timeout_us);
+int due__pg_connect(due_store **out, const due_pg_cfg *cfg, int64_t timeout_us);
 /* Close every connection of s and free it (NULL: nothing). */
 void due__pg_disconnect(due_store *s);
 
