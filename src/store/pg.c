@@ -1218,7 +1218,9 @@ static const char schema_v5[] =
 */
 static int pg_parse_url(void **cfg, const due_url *u)
 {
+	size_t n = strlen(u->scheme) + strlen(u->rest) + 2;
 	due_pg_cfg *c = NULL;
+	char *text;
 	int rc;
 
 	*cfg = NULL;
@@ -1228,7 +1230,12 @@ static int pg_parse_url(void **cfg, const due_url *u)
 		    "malformed store URL '%s': use %s://[user@]host[:port]/"
 		    "database",
 		    u->text, u->scheme);
-	rc = due__pg_parse_url(&c, u->text);
+	/* the URL without the core's timeout= (u->rest), for libpq */
+	if (!(text = malloc(n)))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	snprintf(text, n, "%s:%s", u->scheme, u->rest);
+	rc = due__pg_parse_url(&c, u->text, text);
+	free(text);
 	*cfg = c;
 	return rc;
 }
@@ -1249,22 +1256,22 @@ static void pg_close(due_store *s) { due__pg_disconnect(s); }
 /* Schema version in the search_path: -1 when there is no due schema. */
 static int read_version(due_store *s, int *out)
 {
-	PGresult *r =
-	    PQexec(s->conn,
-		   "SELECT CASE WHEN to_regclass('due_meta') IS NULL THEN '-1'"
-		   " ELSE NULL END");
-	int rc = 0;
+	PGresult *r = NULL;
+	int rc;
 
 	*out = -1;
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		rc = due__pg_error(s, r, "read schema version");
-	} else if (PQgetisnull(r, 0, 0)) {
+	rc = due__pg_query(
+	    s,
+	    "SELECT CASE WHEN to_regclass('due_meta') IS NULL THEN '-1'"
+	    " ELSE NULL END",
+	    "read schema version", &r);
+	if (rc == 0 && PQntuples(r) == 1 && PQgetisnull(r, 0, 0)) {
 		PQclear(r);
-		r = PQexec(s->conn, "SELECT value FROM due_meta"
-				    " WHERE name = 'schema_version'");
-		if (PQresultStatus(r) != PGRES_TUPLES_OK)
-			rc = due__pg_error(s, r, "read schema version");
-		else if (PQntuples(r) == 1)
+		rc = due__pg_query(s,
+				   "SELECT value FROM due_meta"
+				   " WHERE name = 'schema_version'",
+				   "read schema version", &r);
+		if (rc == 0 && PQntuples(r) == 1)
 			*out = (int)strtol(PQgetvalue(r, 0, 0), NULL, 10);
 	}
 	PQclear(r);
@@ -1923,16 +1930,24 @@ static int pg_extend(due_store *s, due_extend_outcome *out, due_id id,
 	return 0;
 }
 
-/* Run the completion hook for every row that became DONE. */
+/*
+** Run the completion hook for every row that became DONE.  The hook gets
+** our connection in blocking mode, as libpq hands connections out (its
+** statements are its own to wait for); ours go on in non-blocking mode
+** (pg_wire.c: bounded waits).  Nothing is left unsent between statements,
+** so switching never waits.
+*/
 static int run_hooks(due_store *s, const due_completion *items, size_t n,
 		     due_tx_hook hook, void *payload)
 {
 	int rc = 0;
 
+	PQsetnonblocking(s->conn, 0);
 	for (size_t i = 0; hook && i < n && rc == 0; i++)
 		if (items[i].outcome == DUE_COMPLETE_DONE)
 			rc = due__store_run_hook(hook, s->conn, &items[i],
 						 payload);
+	PQsetnonblocking(s->conn, 1);
 	return rc;
 }
 

@@ -2,11 +2,56 @@
 ** pg_wire.c - the PostgreSQL session under pg.c (see pg_wire.h).
 **
 ** Connection.  Statements are prepared once per session, on first use.  A
-** call that finds the connection broken resets it once (and forgets the
-** prepared statements, which died with the session).  A statement or COMMIT
-** whose connection dropped has an unknown outcome: it is reported as
-** DUE_ESTORE and never retried here; every transition is safe to retry by
-** the caller because it is fenced by state and attempt.
+** call that finds the connection broken connects again once (and forgets
+** the prepared statements, which died with the session).  A statement or
+** COMMIT whose connection dropped has an unknown outcome: it is reported
+** as DUE_ESTORE and never retried here; every transition is safe to retry
+** by the caller because it is fenced by state and attempt.
+**
+** Bounded waits (issue 35).  libpq blocks as long as the server keeps
+** silent: a network partition, a frozen server or proxy, another
+** client's row lock would hold a call, and the thread that made it, for
+** ever.  So nothing here waits on libpq's own blocking calls; every wait
+** of the store's own connections is a poll() of the socket with a
+** deadline of s->timeout_us (the URL's timeout=, default 10 s; the worker
+** gives its connections a third of the lease):
+**  - connecting (the main connection, the listen= one, a reconnect): the
+**    connection is started with PQconnectStartParams and driven by
+**    PQconnectPoll until the deadline, so the TCP connect, TLS and the
+**    authentication together keep to the bound, to the microsecond;
+**    libpq's connect_timeout counts whole seconds, per host, in its
+**    blocking connect only.  A URL naming several hosts shares one bound
+**    among them: a first host that accepts and then says nothing uses it
+**    all.
+**  - each statement: sent with PQsend* on a connection in libpq's
+**    non-blocking mode (flushed in the same wait, so a large batch that
+**    does not fit the socket buffer cannot block either), then read with
+**    PQconsumeInput until PQgetResult has every result (one wait loop,
+**    answered(), for the statements, the side question of slow answers
+**    and the listening connection).
+**  - at the deadline the connection is dropped (PQfinish, which cannot
+**    block in non-blocking mode) and the call fails with DUE_ESTORE, "no
+**    answer from the store at HOST:PORT in N s" (the server that
+**    connection was on, or being connected to); the next call connects
+**    again (due__pg_ok).  No cancel request is sent: it needs a new
+**    connection to the very server that is not answering.  The server
+**    learns of the drop by itself: client_connection_check_interval (1 s,
+**    PostgreSQL 14 and later) ends a statement whose client has gone
+**    instead of letting it run, and perhaps commit, unseen.
+**  - lock waits: a statement queued behind another session's lock (a row
+**    an operator holds FOR UPDATE, an ALTER TABLE) is stopped by the
+**    server itself, lock_timeout being set for the session to three
+**    quarters of the bound, so its answer (SQLSTATE 55P03, DUE_EBUSY,
+**    "a lock held by another session") comes back before the deadline
+**    and the connection stays usable.
+**  - the kernel gives up too: tcp_user_timeout (the bound) ends a
+**    connection whose sent data stays unacknowledged, and keepalives
+**    (after at most the bound of silence) find an idle listening
+**    connection whose peer vanished.
+** A caller's connection (due_schedule_pg_tx) is never touched: it keeps
+** its blocking mode and its session settings, and its waits are its own.
+** The completion hook gets the store's connection back in blocking mode
+** (pg.c), as libpq hands connections out.
 **
 ** Errors.  due__pg_error() is the one translator of libpq failures: a broken
 ** connection (or SQLSTATE class 08, or the server shutting down) is
@@ -16,26 +61,28 @@
 ** Poolers.  Behind PgBouncer (or any pooler) in transaction mode a client
 ** holds a server session only for one transaction, so nothing may outlive
 ** one: with ?pooler=transaction every statement goes out unnamed
-** (PQexecParams: parse, bind and execute in one round trip, planned each
-** time) instead of prepared once, the planner settings of session_setup
-** are not sent (set them for the role: docs/internals/store.md), and
-** nothing LISTENs through the pooler.  Transactions (BEGIN ... COMMIT,
-** transaction-scoped advisory locks, FOR UPDATE) are what such a pooler
-** keeps whole, and pg.c uses nothing else: no temporary tables, no
-** session advisory locks, no SET outside a transaction.
+** (PQsendQueryParams: parse, bind and execute in one round trip, planned
+** each time) instead of prepared once, the settings of session_setup
+** (the planner's and lock_timeout) are not sent (set them for the role:
+** docs/internals/store.md), and nothing LISTENs through the pooler.  The
+** waits are bounded all the same: they are the client's.  Transactions
+** (BEGIN ... COMMIT, transaction-scoped advisory locks, FOR UPDATE) are
+** what such a pooler keeps whole, and pg.c uses nothing else: no
+** temporary tables, no session advisory locks, no SET outside a
+** transaction.
 **
-** Slow answers.  The store's own statements are sent asynchronously and
-** awaited here (await), so a wait can be noticed while it lasts: one past
-** DUE_PG_SLOW_US asks the server, on a side connection, what the session
-** waits for (pg_stat_activity's wait event of PQbackendPID).  The case it
-** is for: a standby promoted to primary that still has
-** synchronous_standby_names set (copied with the base backup) waits, at
-** every COMMIT, for a synchronous standby it no longer has, forever and
-** silently; the server then says SyncRep, and the warning names the
-** setting.  A lock wait is named too; a statement that is working, not
-** waiting (a bulk insert), is not reported.  One line per episode for the
-** whole process (stderr, the worker's log): the episode ends, with one
-** more line, at the first statement answered in time again.
+** Slow answers.  A statement of the store's own that has waited
+** DUE_PG_SLOW_US (when its bound is longer than that) asks the server, on
+** a side connection, what the session waits for (pg_stat_activity's wait
+** event of PQbackendPID); the question keeps to 3 s and to what is left
+** of the statement's own bound.  The case it is for: a standby promoted to
+** primary that still has synchronous_standby_names set (copied with the
+** base backup) waits, at every COMMIT, for a synchronous standby it no
+** longer has, silently; the server then says SyncRep, and the warning
+** names the setting.  A lock wait is named too; a statement that is
+** working, not waiting (a bulk insert), is not reported.  One line per
+** episode for the whole process (stderr, the worker's log): the episode
+** ends, with one more line, at the first statement answered in time again.
 **
 ** Wake-ups (listen, listen_drain, notify) come one of three ways:
 **  - LISTEN on the store's own connection (a direct URL, the default);
@@ -55,6 +102,9 @@
 **    with every store.  A notify from this process (the worker's own
 **    delivery check, due_notify after a caller's transaction) is reported
 **    at once.  docs/internals/discovery.md has the measured lateness.
+** listen_drain never waits: it reads what the socket already holds
+** (PQconsumeInput on a non-blocking socket).  LISTEN, NOTIFY and the
+** fingerprint are statements, bounded as above.
 */
 #include <errno.h>
 #include <limits.h>
@@ -72,8 +122,11 @@
 #include "core/internal.h"
 #include "store/pg_wire.h"
 
+/* The longest a side question (slow answers) may take, connect included. */
+#define SIDE_US 3000000LL
+
 /* ------------------------------------------------------------------ */
-/* Errors and the connection                                           */
+/* Errors                                                              */
 /* ------------------------------------------------------------------ */
 
 /* Copy msg into buf without its trailing newlines. */
@@ -88,6 +141,39 @@ static const char *trimmed(char *buf, size_t n, const char *msg)
 	return buf;
 }
 
+/*
+** The lock_timeout of the store's own direct sessions, in milliseconds:
+** three quarters of the bound, so the server's answer that it gave up
+** comes back before the client's own deadline would drop the connection.
+** 0 where it is not set (behind a pooler, on a caller's connection).
+*/
+static int64_t lock_ms(const due_store *s)
+{
+	int64_t ms = s->timeout_us * 3 / 4 / 1000;
+
+	if (!s->own || s->pooler != DUE_PG_DIRECT)
+		return 0;
+	return ms > 0 ? ms : 1;
+}
+
+/*
+** SQLSTATE 55P03 (lock_not_available): the statement waited lock_timeout
+** for a lock another session holds (an operator's SELECT ... FOR UPDATE,
+** a migration's ALTER TABLE).  DUE_EBUSY, saying so; the session is fine.
+*/
+static int lock_busy(const due_store *s, const char *what, const char *msg)
+{
+	char dur[48] = "";
+
+	if (lock_ms(s) > 0)
+		due_duration_format(dur, sizeof(dur), lock_ms(s) * 1000);
+	return due__error_set(DUE_EBUSY,
+			      "postgres store: %s: gave up waiting%s%s for a "
+			      "lock held by another session (lock_timeout): "
+			      "%s",
+			      what, *dur ? " " : "", dur, msg);
+}
+
 int due__pg_error(due_store *s, const PGresult *r, const char *what)
 {
 	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
@@ -99,13 +185,14 @@ int due__pg_error(due_store *s, const PGresult *r, const char *what)
 
 	snprintf(s->sqlstate, sizeof(s->sqlstate), "%s", state ? state : "");
 	if (bad || !msg)
-		msg = PQerrorMessage(s->conn);
+		msg = s->conn ? PQerrorMessage(s->conn) : "not connected";
 	if (bad || (state && (strncmp(state, "08", 2) == 0 ||
 			      strncmp(state, "57P0", 4) == 0)))
 		code = DUE_ESTORE;
+	else if (state && strcmp(state, "55P03") == 0)
+		return lock_busy(s, what, trimmed(buf, sizeof(buf), msg));
 	else if (state &&
-		 (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 ||
-		  strcmp(state, "55P03") == 0))
+		 (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0))
 		code = DUE_EBUSY;
 	else if (state && strcmp(state, "23505") == 0)
 		code = DUE_ECONFLICT;
@@ -115,35 +202,19 @@ int due__pg_error(due_store *s, const PGresult *r, const char *what)
 			      trimmed(buf, sizeof(buf), msg));
 }
 
+/* A failed connection attempt c: DUE_ESTORE with libpq's reason. */
+static int conn_error(PGconn *c, const char *what)
+{
+	char buf[768];
+
+	return due__error_set(DUE_ESTORE, "postgres store: %s: %s", what,
+			      trimmed(buf, sizeof(buf), PQerrorMessage(c)));
+}
+
 static void quiet_notices(void *arg, const char *message)
 {
 	(void)arg;
 	(void)message;
-}
-
-/* A new libpq connection to uri (NULL: out of memory); check its status. */
-/*
-** libpq reads the keys in order and the last value wins, so the URI
-** (expanded from dbname) overrides the defaults before it: a connect that
-** gets no answer gives up after 10 s, and an idle connection whose peer
-** vanished (a restarted host, a NAT that forgot it) is found dead by TCP
-** keepalives within about a minute instead of never: the worker's
-** listening connection runs no query that would notice.
-*/
-static PGconn *dial(const char *uri)
-{
-	const char *const keys[] = {
-	    "connect_timeout",		 "keepalives",
-	    "keepalives_idle",		 "keepalives_interval",
-	    "keepalives_count",		 "dbname",
-	    "fallback_application_name", NULL};
-	const char *const vals[] = {"10", "1", "30",  "10",
-				    "3",  uri, "due", NULL};
-	PGconn *c = PQconnectdbParams(keys, vals, 1);
-
-	if (c)
-		PQsetNoticeProcessor(c, quiet_notices, NULL);
-	return c;
 }
 
 /* ------------------------------------------------------------------ */
@@ -280,7 +351,7 @@ static int url_opt(due_pg_cfg *c, const char *url, const char *p, size_t n,
 	return 0;
 }
 
-int due__pg_parse_url(due_pg_cfg **out, const char *text)
+int due__pg_parse_url(due_pg_cfg **out, const char *shown, const char *text)
 {
 	const char *q = strchr(text, '?');
 	size_t len = q ? (size_t)(q - text) : strlen(text);
@@ -297,7 +368,7 @@ int due__pg_parse_url(due_pg_cfg **out, const char *text)
 		size_t n = amp ? (size_t)(amp - p) : strlen(p);
 
 		if (n)
-			rc = url_opt(c, text, p, n, &len);
+			rc = url_opt(c, shown, p, n, &len);
 		p = amp ? amp + 1 : NULL;
 	}
 	return rc;
@@ -312,131 +383,261 @@ void due__pg_cfg_free(due_pg_cfg *cfg)
 	free(cfg);
 }
 
-/*
-** The planner settings of a store session.  A queue table's statistics
-** are nearly always wrong (it churns faster than ANALYZE runs), and with
-** an estimate of a few rows the planner may take a bitmap scan of a whole
-** priority and sort it rather than the ordered index scan a claim needs
-** (read one priority's due tasks in due_at order from due_task_claim and
-** stop at the claim's limit): seen reading and sorting 4,900 rows to
-** claim 4, which halved drain throughput.  So, for the store's own
-** sessions only (never a caller's connection):
-**  - enable_sort = off: a plan that sorts is taken only when no plan
-**    avoids it; every pick of this store has an index in its order.
-**    (enable_bitmapscan = off was tried first: with stale statistics the
-**    claim's update by id then chose a sequential scan.)
-**  - enable_seqscan = off: a cached plan made while the table was small
-**    looks up ids (`id = ANY (...)`) by a sequential scan, and keeps doing
-**    so when the table has grown to a million rows until autovacuum's
-**    next ANALYZE (seen: 100 ms per claim after a burst of 1 M submits).
-**    Every statement on the hot path has an index; an operator's count
-**    over the whole table (stats) is at worst twice as slow (1 M rows:
-**    0.12 s -> 0.2 s).
-**  - jit = off: a queue statement runs in well under a millisecond, and
-**    JIT compiling it costs hundreds (seen: 500 ms per claim once the
-**    estimates of a 1 M-row table passed jit_above_cost).
-**  - plan_cache_mode = force_generic_plan: a custom plan per execution
-**    cost more to make (0.8 ms on the complete-and-claim statement) than
-**    the statement takes to run.
-** A server that refuses a setting is not an error: the store works, only
-** slower, so the result is not checked.  Behind a pooler in transaction
-** mode the settings do not stick; set them for the role instead (ALTER
-** ROLE ... SET), docs/internals/store.md.
-*/
-static void session_setup(due_store *s)
-{
-	PGresult *r;
+/* ------------------------------------------------------------------ */
+/* Waiting within the bound (see the essay)                            */
+/* ------------------------------------------------------------------ */
 
-	if (s->pooler != DUE_PG_DIRECT) /* they would leak to other clients */
-		return;
-	r = PQexec(s->conn, "SET enable_sort = off; SET enable_seqscan = off;"
-			    " SET jit = off;"
-			    " SET plan_cache_mode = force_generic_plan");
-	PQclear(r);
+/*
+** Wait until c's socket is ready for `events` or the monotonic time
+** `until` (us) comes: the poll() under every wait of this file.  Its
+** revents; 0 at `until`; -1 when there is no socket or poll() failed
+** (EINTR waits on).
+*/
+static int wait_sock(PGconn *c, short events, int64_t until)
+{
+	struct pollfd p = {PQsocket(c), events, 0};
+	int64_t left;
+	int n;
+
+	if (p.fd < 0)
+		return -1;
+	do {
+		if ((left = until - due__mono_us()) <= 0)
+			return 0;
+		left = (left + 999) / 1000;
+		n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
+	} while (n < 0 && errno == EINTR);
+	return n < 0 ? -1 : n == 0 ? 0 : p.revents;
 }
 
 /*
-** The URI goes to libpq whole (due__pg_parse_url took due's own options
-** out of it); the label names the store in messages.
+** "HOST:PORT" of the server c is on, or is being connected to (of a
+** multi-host URL, the host in use or being tried); an IPv6 address in
+** brackets.
 */
-int due__pg_connect(due_store **out, const due_pg_cfg *cfg,
-		     int64_t timeout_us)
+static void where_of(PGconn *c, char *out, size_t n)
 {
-	due_store *s;
+	const char *h = PQhost(c), *p = PQport(c);
+
+	if (!h || !*h)
+		h = "localhost";
+	if (!p || !*p)
+		p = "5432";
+	if (strchr(h, ':'))
+		snprintf(out, n, "[%s]:%s", h, p);
+	else
+		snprintf(out, n, "%s:%s", h, p);
+}
+
+/*
+** *cp gave no answer within s's bound: drop it (PQfinish does not wait on
+** a non-blocking connection) and fail with DUE_ESTORE naming its server.
+** The store's own connection is connected again by the next call
+** (due__pg_ok); its prepared statements died with it.
+*/
+static int no_answer(due_store *s, PGconn **cp)
+{
+	char at[300];
+
+	where_of(*cp, at, sizeof(at));
+	PQfinish(*cp);
+	*cp = NULL;
+	if (cp == &s->conn)
+		memset(s->prepared, 0, sizeof(s->prepared));
+	return due__store_no_answer(at, s->timeout_us);
+}
+
+/*
+** Finish connecting c (started by PQconnectStartParams) by `deadline`
+** (monotonic us), PQconnectPoll driven by our own poll().  0 when c is
+** connected or has failed (PQstatus says which), 1 when the deadline
+** came first.
+*/
+static int connect_poll(PGconn *c, int64_t deadline)
+{
+	PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+	int ev;
+
+	if (PQstatus(c) == CONNECTION_BAD)
+		return 0;
+	while (st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
+		/* the socket may change (the next host or address) */
+		ev =
+		    wait_sock(c, st == PGRES_POLLING_READING ? POLLIN : POLLOUT,
+			      deadline);
+		if (ev == 0 || (ev < 0 && due__mono_us() >= deadline))
+			return 1;
+		st = PQconnectPoll(c);
+	}
+	return 0;
+}
+
+/*
+** How a statement waits: until `deadline` (monotonic us); `slow` (the
+** store whose own statement it is, NULL for the others) hears of it at
+** `next_slow` and each DUE_PG_SLOW_US after (slow answers).
+*/
+typedef struct pg_wait {
+	int64_t t0, deadline, next_slow;
+	due_store *slow;
+	const char *what;
+} pg_wait;
+
+static void slow_begin(due_store *s, const char *what, int64_t deadline);
+
+/*
+** The one wait for an answer: flush what PQsend* queued (a large batch
+** may not fit the socket buffer at once) and read until PQgetResult()
+** will not block.  true then, also when the connection failed (the
+** result says so); false when w->deadline came first.  c is in
+** non-blocking mode.
+*/
+static bool answered(PGconn *c, pg_wait *w)
+{
+	int64_t now, until;
+	int f, ev;
+
+	for (;;) {
+		if (PQstatus(c) == CONNECTION_BAD || (f = PQflush(c)) < 0 ||
+		    (f == 0 && !PQisBusy(c)))
+			return true;
+		if ((now = due__mono_us()) >= w->deadline)
+			return false;
+		if (now >= w->next_slow) { /* asked again each period */
+			slow_begin(w->slow, w->what, w->deadline);
+			w->next_slow += DUE_PG_SLOW_US;
+			continue;
+		}
+		until = w->next_slow < w->deadline ? w->next_slow : w->deadline;
+		ev = wait_sock(c, (short)(POLLIN | (f ? POLLOUT : 0)), until);
+		if (ev < 0)
+			return false; /* poll failed: no answer can be read */
+		if ((ev & (POLLIN | POLLERR | POLLHUP | POLLNVAL)) &&
+		    !PQconsumeInput(c))
+			return true; /* the failure is PQgetResult's */
+	}
+}
+
+/*
+** Read every result of what was sent on c, within w: as PQexec would
+** return it (the first failed result, else the last) into *out, NULL
+** when libpq had none (out of memory).  false when w's deadline came
+** first (*out NULL).
+*/
+static bool results(PGconn *c, pg_wait *w, PGresult **out)
+{
+	PGresult *r, *keep = NULL;
 
 	*out = NULL;
-	if (!(s = calloc(1, sizeof(*s))))
-		return due__error_set(DUE_ENOMEM, "out of memory");
-	*out = s;
-	s->own = true;
-	s->timer_fd = -1;
-	s->pooler = cfg->pooler;
-	s->timeout_us = timeout_us;
-	if (!(s->uri = due__strdup_n(cfg->uri, strlen(cfg->uri))) ||
-	    (cfg->listen_uri &&
-	     !(s->listen_uri =
-		   due__strdup_n(cfg->listen_uri, strlen(cfg->listen_uri)))) ||
-	    !(s->conn = dial(s->uri)))
-		return due__error_set(DUE_ENOMEM, "out of memory");
-	if (PQstatus(s->conn) != CONNECTION_OK)
-		return due__pg_error(s, NULL, "cannot connect");
-	session_setup(s);
-	snprintf(s->label, sizeof(s->label), "postgres://%s@%s:%s/%s",
-		 PQuser(s->conn), PQhost(s->conn), PQport(s->conn),
-		 PQdb(s->conn));
-	return 0;
+	for (;;) {
+		if (!answered(c, w)) {
+			PQclear(keep);
+			return false;
+		}
+		if (!(r = PQgetResult(c)))
+			break;
+		if (keep && PQresultStatus(keep) == PGRES_FATAL_ERROR) {
+			PQclear(r);
+			continue;
+		}
+		PQclear(keep);
+		keep = r;
+	}
+	*out = keep;
+	return true;
 }
 
-void due__pg_disconnect(due_store *s)
+static void slow_end(int64_t waited_us);
+
+/*
+** A statement was just sent on *cp, one of s's own connections (`sent`:
+** what PQsend* returned): its result into *out within s's bound, as
+** results() gives it.  0, with *out NULL when libpq refused to send it
+** (PQerrorMessage says why); DUE_ESTORE when no answer came in time, the
+** connection dropped (no_answer).
+*/
+static int trip(due_store *s, PGconn **cp, int sent, const char *what,
+		PGresult **out)
 {
-	if (!s)
-		return;
-	if (s->conn)
-		PQfinish(s->conn);
-	if (s->lconn)
-		PQfinish(s->lconn);
-	if (s->timer_fd >= 0)
-		close(s->timer_fd);
-	free(s->uri);
-	free(s->listen_uri);
-	free(s);
+	pg_wait w = {due__mono_us(), 0, INT64_MAX, NULL, what};
+	bool ok;
+
+	*out = NULL;
+	if (!sent)
+		return 0;
+	w.deadline = w.t0 + s->timeout_us;
+	if (cp == &s->conn && s->timeout_us > DUE_PG_SLOW_US) {
+		w.slow = s;
+		w.next_slow = w.t0 + DUE_PG_SLOW_US;
+	}
+	ok = results(*cp, &w, out);
+	if (w.slow) /* no answer waited past DUE_PG_SLOW_US: still open */
+		slow_end(due__mono_us() - w.t0);
+	return ok ? 0 : no_answer(s, cp);
 }
 
 /*
-** Every path of pg.c closes its own transactions, so one still open means
-** this handle is being used from inside a completion hook: refused
-** (DUE_EINVAL), because committing or rolling back here would decide the
-** hook's transaction behind its back.
+** Start a connection with keys/vals and finish it by `deadline`: 0 with
+** *out connected, in non-blocking mode; 1 when the deadline came (*out
+** still set, to name its server); DUE_ESTORE when it failed (*out holds
+** the failed connection, for its message) or DUE_ENOMEM.
 */
-int due__pg_ok(due_store *s)
+static int connect_by(PGconn **out, const char *const *keys,
+		      const char *const *vals, int64_t deadline)
 {
-	s->sqlstate[0] = '\0';
-	if (!s->conn) { /* let go by listen(): connect again */
-		memset(s->prepared, 0, sizeof(s->prepared));
-		if (!(s->conn = dial(s->uri)))
-			return due__error_set(DUE_ENOMEM, "out of memory");
-		if (PQstatus(s->conn) != CONNECTION_OK)
-			return due__pg_error(s, NULL, "reconnect");
-		session_setup(s);
-	} else if (PQstatus(s->conn) != CONNECTION_OK) {
-		PQreset(s->conn);
-		memset(s->prepared, 0, sizeof(s->prepared));
-		if (PQstatus(s->conn) != CONNECTION_OK)
-			return due__pg_error(s, NULL, "reconnect");
-		session_setup(s);
-		if (s->listening) { /* LISTEN died with the old session */
-			PGresult *r = PQexec(s->conn, "LISTEN " DUE_PG_CHANNEL);
-			s->listening = PQresultStatus(r) == PGRES_COMMAND_OK;
-			PQclear(r);
-		}
-	}
-	if (PQtransactionStatus(s->conn) != PQTRANS_IDLE)
-		return due__error_set(
-		    DUE_EINVAL,
-		    "postgres store: a transaction is open on this handle's "
-		    "connection (inside a completion hook, use the hook's "
-		    "connection with due_schedule_pg_tx)");
+	PGconn *c = PQconnectStartParams(keys, vals, 1);
+
+	if (!(*out = c))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	PQsetNoticeProcessor(c, quiet_notices, NULL);
+	if (connect_poll(c, deadline) > 0)
+		return 1;
+	if (PQstatus(c) != CONNECTION_OK || PQsetnonblocking(c, 1) != 0)
+		return DUE_ESTORE;
 	return 0;
+}
+
+static long long clamp(int64_t v, int64_t lo, int64_t hi)
+{
+	return (long long)(v < lo ? lo : v > hi ? hi : v);
+}
+
+/*
+** A new connection of ours to uri into *out, within s's bound (`what`
+** names it in a failure: DUE_ESTORE with libpq's reason, or no_answer()).
+** libpq reads the keys in order and the last value wins, so the URI
+** (expanded from dbname) overrides the defaults before it:
+**  - tcp_user_timeout (the bound): the kernel ends a connection whose
+**    sent data stays unacknowledged that long (a partition mid-write);
+**  - keepalives after the bound of silence (30 s at most), so an idle
+**    connection whose peer vanished (a restarted host, a NAT that forgot
+**    it) is found dead: the worker's listening connection runs no query
+**    that would notice.
+** On failure *out is the failed connection or NULL.
+*/
+static int dial(due_store *s, const char *uri, PGconn **out, const char *what)
+{
+	int64_t bound_s = s->timeout_us / 1000000;
+	char user_ms[24], idle[24], every[24];
+	const char *const keys[] = {
+	    "tcp_user_timeout",		 "keepalives",
+	    "keepalives_idle",		 "keepalives_interval",
+	    "keepalives_count",		 "dbname",
+	    "fallback_application_name", NULL};
+	const char *const vals[] = {user_ms, "1", idle,	 every,
+				    "3",     uri, "due", NULL};
+	int rc;
+
+	snprintf(user_ms, sizeof(user_ms), "%lld",
+		 (long long)(s->timeout_us + 999) / 1000);
+	snprintf(idle, sizeof(idle), "%lld", clamp(bound_s, 1, 30));
+	snprintf(every, sizeof(every), "%lld", clamp(bound_s / 3, 1, 10));
+	rc = connect_by(out, keys, vals, due__mono_us() + s->timeout_us);
+	if (rc > 0)
+		return no_answer(s, out);
+	if (rc == DUE_ESTORE)
+		return conn_error(*out, what);
+	return rc;
 }
 
 /* ------------------------------------------------------------------ */
@@ -464,10 +665,11 @@ static void slow_log(const char *level, const char *fmt, ...)
 
 /*
 ** A connection beside c to the very server c is on (its host and port,
-** not the URL's list), for one question; NULL when it cannot be made.
-** Every other setting of c (user, database, TLS) is kept.
+** not the URL's list), for one question, connected by `deadline`; NULL
+** when it cannot be made.  Every other setting of c (user, database,
+** TLS) is kept.
 */
-static PGconn *side_dial(PGconn *c)
+static PGconn *side_dial(PGconn *c, int64_t deadline)
 {
 	PQconninfoOption *o = PQconninfo(c), *i;
 	const char *keys[64], *vals[64], *opts = "";
@@ -490,64 +692,66 @@ static PGconn *side_dial(PGconn *c)
 		keys[n] = i->keyword;
 		vals[n++] = i->val;
 	}
-	/* the question must not hang in turn: 2 s, then no answer ("?") */
+	/* the server ends the question itself after 2 s too, should the
+	   client's deadline be longer: it must never pile up beside a
+	   session that already waits */
 	snprintf(opt, sizeof(opt), "%s%s-c statement_timeout=2000", opts,
 		 *opts ? " " : "");
 	keys[n] = "options", vals[n++] = opt;
 	keys[n] = "host", vals[n++] = PQhost(c);
 	keys[n] = "port", vals[n++] = PQport(c);
-	keys[n] = "connect_timeout", vals[n++] = "3";
 	keys[n] = NULL, vals[n] = NULL;
-	side = PQconnectdbParams(keys, vals, 0);
-	PQconninfoFree(o);
-	if (side && PQstatus(side) != CONNECTION_OK) {
+	if (connect_by(&side, keys, vals, deadline) != 0) {
 		PQfinish(side);
 		side = NULL;
 	}
+	PQconninfoFree(o);
 	return side;
 }
 
 /*
 ** What the server says c's session waits for ("SyncRep", "Lock/tuple"),
-** into out; "" when it is working without waiting, "?" when it could not
-** be asked.
+** into out, asked by `deadline`; "" when it is working without waiting,
+** "?" when it could not be asked.
 */
-static void wait_event(PGconn *c, char *out, size_t n)
+static void wait_event(PGconn *c, int64_t deadline, char *out, size_t n)
 {
-	PGconn *side = side_dial(c);
+	PGconn *side = side_dial(c, deadline);
+	pg_wait w = {0, deadline, INT64_MAX, NULL, NULL};
 	char pid[16];
 	const char *v[1] = {pid};
-	PGresult *r;
+	PGresult *r = NULL;
 
 	snprintf(out, n, "?");
 	if (!side)
 		return;
-	PQsetNoticeProcessor(side, quiet_notices, NULL);
 	snprintf(pid, sizeof(pid), "%d", PQbackendPID(c));
-	r = PQexecParams(
-	    side,
-	    "SELECT CASE WHEN wait_event = 'SyncRep' THEN 'SyncRep'"
-	    " ELSE coalesce(wait_event_type || '/' || wait_event,"
-	    " '') END FROM pg_stat_activity WHERE pid = $1::int",
-	    1, NULL, v, NULL, NULL, 0);
-	if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+	if (PQsendQueryParams(
+		side,
+		"SELECT CASE WHEN wait_event = 'SyncRep' THEN 'SyncRep'"
+		" ELSE coalesce(wait_event_type || '/' || wait_event,"
+		" '') END FROM pg_stat_activity WHERE pid = $1::int",
+		1, NULL, v, NULL, NULL, 0) &&
+	    results(side, &w, &r) && PQresultStatus(r) == PGRES_TUPLES_OK &&
+	    PQntuples(r) == 1)
 		snprintf(out, n, "%s", PQgetvalue(r, 0, 0));
 	PQclear(r);
 	PQfinish(side);
 }
 
 /*
-** A statement of s (`what`) has waited DUE_PG_SLOW_US: ask why, and open
-** an episode with one warning unless one is open or the session is only
-** busy working.
+** A statement of s (`what`) has waited DUE_PG_SLOW_US: ask why (within
+** SIDE_US and by the statement's own deadline), and open an episode with
+** one warning unless one is open or the session is only busy working.
 */
-static void slow_begin(due_store *s, const char *what)
+static void slow_begin(due_store *s, const char *what, int64_t deadline)
 {
+	int64_t side = due__mono_us() + SIDE_US;
 	char ev[128];
 
 	if (atomic_load(&slow_open))
 		return;
-	wait_event(s->conn, ev, sizeof(ev));
+	wait_event(s->conn, side < deadline ? side : deadline, ev, sizeof(ev));
 	if (!ev[0] || atomic_exchange(&slow_open, true))
 		return;
 	atomic_store(&slow_max_us, DUE_PG_SLOW_US);
@@ -558,8 +762,9 @@ static void slow_begin(due_store *s, const char *what)
 		    "(wait event SyncRep): the commit is done here but not "
 		    "acknowledged until a standby named in "
 		    "synchronous_standby_names confirms it.  A primary "
-		    "promoted from a standby keeps waiting for one it no "
-		    "longer has, at every commit, until that setting is "
+		    "promoted from a standby makes every commit wait for one "
+		    "it no longer has (each gives up at the store's "
+		    "timeout=, its outcome unknown) until that setting is "
 		    "cleared (ALTER SYSTEM SET synchronous_standby_names = "
 		    "''; SELECT pg_reload_conf()) or a standby is attached",
 		    what, PQhost(s->conn), PQport(s->conn),
@@ -601,82 +806,211 @@ static void slow_end(int64_t waited_us)
 			 (double)atomic_load(&slow_max_us) / 1e6);
 }
 
-/*
-** Wait for the answer to what was just sent on s->conn (`what` names it
-** in a warning) and return it as PQexec would: the first failed result,
-** else the last; NULL only when libpq had none (out of memory).  A
-** broken connection comes back as its failed result.  Each
-** DUE_PG_SLOW_US it waits, slow_begin() is told (it asks the server only
-** while no episode is open).
-*/
-static PGresult *await(due_store *s, const char *what)
-{
-	PGconn *c = s->conn;
-	int64_t t0 = due__mono_us(), next = t0 + DUE_PG_SLOW_US, left;
-	PGresult *r, *keep = NULL;
-	struct pollfd p;
-	int n;
-
-	while (PQisBusy(c)) {
-		p.fd = PQsocket(c);
-		p.events = POLLIN;
-		left = next - due__mono_us();
-		n = poll(&p, 1, left > 0 ? (int)((left + 999) / 1000) : 0);
-		if (n < 0 && errno != EINTR)
-			break;
-		if (n == 0) { /* asked again each period while it works */
-			slow_begin(s, what);
-			next += DUE_PG_SLOW_US;
-		} else if (n > 0 && !PQconsumeInput(c)) {
-			break; /* the failure is PQgetResult's */
-		}
-	}
-	while ((r = PQgetResult(c))) {
-		if (keep && PQresultStatus(keep) == PGRES_FATAL_ERROR) {
-			PQclear(r);
-			continue;
-		}
-		PQclear(keep);
-		keep = r;
-	}
-	slow_end(due__mono_us() - t0);
-	return keep;
-}
+/* ------------------------------------------------------------------ */
+/* Statements on the store's own connection, or a caller's             */
+/* ------------------------------------------------------------------ */
 
 /*
-** PQexecPrepared, PQexecParams and PQexec on the store's own connection,
-** through await(); a caller's connection (pg_tx) is used as it is.
+** Run a statement on s->conn into *out, as PQexecPrepared, PQexecParams
+** and PQexec would, but bounded (trip): 0, or DUE_ESTORE when no answer
+** came in time.  *out may be a failed result or NULL (due__pg_error
+** reads either).  A caller's connection (pg_tx, !s->own) is used as it
+** is: its blocking calls, its waits.
 */
-static PGresult *exec_prepared(due_store *s, const char *name,
-			       const due_pg_params *p, const char *what)
+static int exec_prepared(due_store *s, const char *name, const due_pg_params *p,
+			 const char *what, PGresult **out)
 {
-	if (!s->own)
-		return PQexecPrepared(s->conn, name, p->n, p->v, p->len, p->fmt,
+	if (!s->own) {
+		*out = PQexecPrepared(s->conn, name, p->n, p->v, p->len, p->fmt,
 				      1);
-	if (!PQsendQueryPrepared(s->conn, name, p->n, p->v, p->len, p->fmt, 1))
-		return NULL;
-	return await(s, what);
+		return 0;
+	}
+	return trip(
+	    s, &s->conn,
+	    PQsendQueryPrepared(s->conn, name, p->n, p->v, p->len, p->fmt, 1),
+	    what, out);
 }
 
-static PGresult *exec_params(due_store *s, const char *sql,
-			     const due_pg_params *p, const char *what)
+static int exec_params(due_store *s, const char *sql, const due_pg_params *p,
+		       const char *what, PGresult **out)
 {
-	if (!s->own)
-		return PQexecParams(s->conn, sql, p->n, NULL, p->v, p->len,
+	if (!s->own) {
+		*out = PQexecParams(s->conn, sql, p->n, NULL, p->v, p->len,
 				    p->fmt, 1);
-	if (!PQsendQueryParams(s->conn, sql, p->n, NULL, p->v, p->len, p->fmt,
-			       1))
-		return NULL;
-	return await(s, what);
+		return 0;
+	}
+	return trip(s, &s->conn,
+		    PQsendQueryParams(s->conn, sql, p->n, NULL, p->v, p->len,
+				      p->fmt, 1),
+		    what, out);
 }
 
-static PGresult *exec_simple(due_store *s, const char *sql, const char *what)
+static int exec_simple(due_store *s, const char *sql, const char *what,
+		       PGresult **out)
 {
-	if (!s->own)
-		return PQexec(s->conn, sql);
-	if (!PQsendQuery(s->conn, sql))
-		return NULL;
-	return await(s, what);
+	if (!s->own) {
+		*out = PQexec(s->conn, sql);
+		return 0;
+	}
+	return trip(s, &s->conn, PQsendQuery(s->conn, sql), what, out);
+}
+
+/*
+** The settings of a store session: lock_timeout (the essay: lock
+** waits), client_connection_check_interval (the essay: the drop) and the
+** planner's.  A queue table's statistics are nearly always wrong (it
+** churns faster than ANALYZE runs), and with an estimate of a few rows
+** the planner may take a bitmap scan of a whole priority and sort it
+** rather than the ordered index scan a claim needs (read one priority's
+** due tasks in due_at order from due_task_claim and stop at the claim's
+** limit): seen reading and sorting 4,900 rows to claim 4, which halved
+** drain throughput.  So, for the store's own sessions only (never a
+** caller's connection):
+**  - enable_sort = off: a plan that sorts is taken only when no plan
+**    avoids it; every pick of this store has an index in its order.
+**    (enable_bitmapscan = off was tried first: with stale statistics the
+**    claim's update by id then chose a sequential scan.)
+**  - enable_seqscan = off: a cached plan made while the table was small
+**    looks up ids (`id = ANY (...)`) by a sequential scan, and keeps doing
+**    so when the table has grown to a million rows until autovacuum's
+**    next ANALYZE (seen: 100 ms per claim after a burst of 1 M submits).
+**    Every statement on the hot path has an index; an operator's count
+**    over the whole table (stats) is at worst twice as slow (1 M rows:
+**    0.12 s -> 0.2 s).
+**  - jit = off: a queue statement runs in well under a millisecond, and
+**    JIT compiling it costs hundreds (seen: 500 ms per claim once the
+**    estimates of a 1 M-row table passed jit_above_cost).
+**  - plan_cache_mode = force_generic_plan: a custom plan per execution
+**    cost more to make (0.8 ms on the complete-and-claim statement) than
+**    the statement takes to run.
+** One statement, so one round trip; a server that refuses a setting is
+** not an error (the store works, only slower, or waits for locks up to
+** the client's bound), so its answer is not checked; no answer is
+** (DUE_ESTORE: the connection was dropped).  The check interval
+** (PostgreSQL 14 and later) goes alone, so that an engine without it
+** keeps the others.  Behind a pooler in transaction mode the
+** settings would not stick, and would leak to other clients; set them
+** for the role instead (ALTER ROLE ... SET), docs/internals/store.md.
+*/
+static int session_setup(due_store *s)
+{
+	static const char sql[] =
+	    "SELECT set_config('lock_timeout', $1, false),"
+	    " set_config('enable_sort', 'off', false),"
+	    " set_config('enable_seqscan', 'off', false),"
+	    " set_config('jit', 'off', false),"
+	    " set_config('plan_cache_mode', 'force_generic_plan', false)";
+	due_pg_params p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	if (s->pooler != DUE_PG_DIRECT)
+		return 0;
+	due__pg_int(&p, lock_ms(s));
+	if ((rc = exec_params(s, sql, &p, "set up the session", &r)) < 0)
+		return rc;
+	PQclear(r);
+	if (PQserverVersion(s->conn) < 140000)
+		return 0;
+	rc = exec_simple(s, "SET client_connection_check_interval = 1000",
+			 "set up the session", &r);
+	PQclear(r);
+	return rc;
+}
+
+/*
+** The URI goes to libpq whole (due__pg_parse_url took due's own options
+** out of it); the label names the store in messages.
+*/
+int due__pg_connect(due_store **out, const due_pg_cfg *cfg, int64_t timeout_us)
+{
+	due_store *s;
+	int rc;
+
+	*out = NULL;
+	if (!(s = calloc(1, sizeof(*s))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	*out = s;
+	s->own = true;
+	s->timer_fd = -1;
+	s->pooler = cfg->pooler;
+	s->timeout_us = timeout_us;
+	if (!(s->uri = due__strdup_n(cfg->uri, strlen(cfg->uri))) ||
+	    (cfg->listen_uri &&
+	     !(s->listen_uri =
+		   due__strdup_n(cfg->listen_uri, strlen(cfg->listen_uri)))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	if ((rc = dial(s, s->uri, &s->conn, "cannot connect")) < 0)
+		return rc;
+	snprintf(s->label, sizeof(s->label), "postgres://%s@%s:%s/%s",
+		 PQuser(s->conn), PQhost(s->conn), PQport(s->conn),
+		 PQdb(s->conn));
+	return session_setup(s);
+}
+
+void due__pg_disconnect(due_store *s)
+{
+	if (!s)
+		return;
+	if (s->conn)
+		PQfinish(s->conn);
+	if (s->lconn)
+		PQfinish(s->lconn);
+	if (s->timer_fd >= 0)
+		close(s->timer_fd);
+	free(s->uri);
+	free(s->listen_uri);
+	free(s);
+}
+
+/*
+** Connect s->conn again: it broke, got no answer in time (no_answer let
+** it go) or listen() let it go.  A fresh session: the prepared statements
+** are gone, the settings are made again, and LISTEN too when this
+** connection listens.
+*/
+static int reconnect(due_store *s)
+{
+	PGresult *r = NULL;
+	int rc;
+
+	if (!s->own) /* a caller's connection is the caller's to mend */
+		return due__pg_error(s, NULL, "connection");
+	if (s->conn)
+		PQfinish(s->conn);
+	s->conn = NULL;
+	memset(s->prepared, 0, sizeof(s->prepared));
+	if ((rc = dial(s, s->uri, &s->conn, "reconnect")) < 0 ||
+	    (rc = session_setup(s)) < 0 || !s->listening)
+		return rc;
+	/* LISTEN died with the old session */
+	if ((rc = exec_simple(s, "LISTEN " DUE_PG_CHANNEL, "listen", &r)) < 0)
+		return rc;
+	s->listening = PQresultStatus(r) == PGRES_COMMAND_OK;
+	PQclear(r);
+	return 0;
+}
+
+/*
+** Every path of pg.c closes its own transactions, so one still open means
+** this handle is being used from inside a completion hook: refused
+** (DUE_EINVAL), because committing or rolling back here would decide the
+** hook's transaction behind its back.
+*/
+int due__pg_ok(due_store *s)
+{
+	int rc;
+
+	s->sqlstate[0] = '\0';
+	if (PQstatus(s->conn) != CONNECTION_OK && (rc = reconnect(s)) < 0)
+		return rc;
+	if (PQtransactionStatus(s->conn) != PQTRANS_IDLE)
+		return due__error_set(
+		    DUE_EINVAL,
+		    "postgres store: a transaction is open on this handle's "
+		    "connection (inside a completion hook, use the hook's "
+		    "connection with due_schedule_pg_tx)");
+	return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -727,10 +1061,12 @@ static bool sqlstate_is(const PGresult *r, const char *code)
 static int prepare(due_store *s, int id, const char *sql, const char *name,
 		   const char *what)
 {
-	PGresult *r = PQprepare(s->conn, name, sql, 0, NULL);
-	int rc = 0;
+	PGresult *r = NULL;
+	int rc = trip(s, &s->conn, PQsendPrepare(s->conn, name, sql, 0, NULL),
+		      what, &r);
 
-	if (PQresultStatus(r) != PGRES_COMMAND_OK && !sqlstate_is(r, "42P05"))
+	if (rc == 0 && PQresultStatus(r) != PGRES_COMMAND_OK &&
+	    !sqlstate_is(r, "42P05"))
 		rc = due__pg_error(s, r, what);
 	PQclear(r);
 	s->prepared[id] = rc == 0;
@@ -759,8 +1095,10 @@ int due__pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
 		if (named && !s->prepared[id] &&
 		    (rc = prepare(s, id, sql, name, what)) < 0)
 			return rc;
-		r = named ? exec_prepared(s, name, p, what)
-			  : exec_params(s, sql, p, what);
+		rc = named ? exec_prepared(s, name, p, what, &r)
+			   : exec_params(s, sql, p, what, &r);
+		if (rc < 0)
+			return rc;
 		st = PQresultStatus(r);
 		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
 			*out = r;
@@ -777,37 +1115,69 @@ int due__pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
 	return rc;
 }
 
+int due__pg_query(due_store *s, const char *sql, const char *what,
+		  PGresult **out)
+{
+	PGresult *r = NULL;
+	int rc = exec_simple(s, sql, what, &r);
+
+	*out = NULL;
+	if (rc < 0)
+		return rc;
+	if (PQresultStatus(r) != PGRES_COMMAND_OK &&
+	    PQresultStatus(r) != PGRES_TUPLES_OK) {
+		rc = due__pg_error(s, r, what);
+		PQclear(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
 int due__pg_command(due_store *s, const char *sql, const char *what)
 {
-	PGresult *r = exec_simple(s, sql, what);
-	int rc = PQresultStatus(r) == PGRES_COMMAND_OK ||
-			 PQresultStatus(r) == PGRES_TUPLES_OK
-		     ? 0
-		     : due__pg_error(s, r, what);
+	PGresult *r = NULL;
+	int rc = due__pg_query(s, sql, what, &r);
+
 	PQclear(r);
 	return rc;
 }
 
 int due__pg_begin(due_store *s) { return due__pg_command(s, "BEGIN", "begin"); }
 
+/*
+** The error already recorded stays: a ROLLBACK that gets no answer only
+** drops the connection (which rolls back as surely).
+*/
 void due__pg_rollback(due_store *s)
 {
-	if (PQtransactionStatus(s->conn) != PQTRANS_IDLE &&
-	    PQstatus(s->conn) == CONNECTION_OK)
-		PQclear(PQexec(s->conn, "ROLLBACK"));
+	char msg[1024];
+	int code = due_error_last_code();
+	PGresult *r = NULL;
+
+	if (PQtransactionStatus(s->conn) == PQTRANS_IDLE ||
+	    PQstatus(s->conn) != CONNECTION_OK)
+		return;
+	snprintf(msg, sizeof(msg), "%s", due_error_last());
+	if (exec_simple(s, "ROLLBACK", "rollback", &r) < 0)
+		due__error_set(code, "%s", msg);
+	PQclear(r);
 }
 
 /*
 ** A connection lost during COMMIT leaves the outcome unknown: DUE_ESTORE,
-** never retried.  A transaction that had already failed answers COMMIT
-** with ROLLBACK; that is an error too, not a success.
+** never retried (so does a COMMIT that got no answer in time).  A
+** transaction that had already failed answers COMMIT with ROLLBACK; that
+** is an error too, not a success.
 */
 int due__pg_commit(due_store *s)
 {
-	PGresult *r = exec_simple(s, "COMMIT", "commit");
+	PGresult *r = NULL;
 	char buf[512];
-	int rc = 0;
+	int rc = exec_simple(s, "COMMIT", "commit", &r);
 
+	if (rc < 0)
+		return rc;
 	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 		if (PQstatus(s->conn) == CONNECTION_BAD)
 			rc = due__error_set(
@@ -848,8 +1218,8 @@ static int listen_direct(due_store *s)
 	int64_t now = due__mono_us();
 	bool first = s->lconn_tried == 0;
 	char buf[512];
-	PGresult *r;
-	bool ok;
+	PGresult *r = NULL;
+	int rc;
 
 	if (s->lconn && PQstatus(s->lconn) == CONNECTION_OK)
 		return 0;
@@ -860,21 +1230,26 @@ static int listen_direct(due_store *s)
 	s->lconn_tried = now;
 	if (s->lconn)
 		PQfinish(s->lconn);
-	if (!(s->lconn = dial(s->listen_uri)))
-		return due__error_set(DUE_ENOMEM, "out of memory");
-	r = PQexec(s->lconn, "LISTEN " DUE_PG_CHANNEL);
-	ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-	PQclear(r);
-	if (!ok) {
-		due__error_set(
-		    DUE_ESTORE,
-		    "postgres store: listen connection (listen=): "
-		    "%s",
-		    trimmed(buf, sizeof(buf), PQerrorMessage(s->lconn)));
+	s->lconn = NULL;
+	if ((rc = dial(s, s->listen_uri, &s->lconn,
+		       "listen connection (listen=)")) < 0 ||
+	    (rc = trip(s, &s->lconn,
+		       PQsendQuery(s->lconn, "LISTEN " DUE_PG_CHANNEL),
+		       "listen", &r)) < 0)
+		return rc;
+	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+		due__error_set(DUE_ESTORE,
+			       "postgres store: listen connection (listen=): "
+			       "%s",
+			       trimmed(buf, sizeof(buf),
+				       r ? PQresultErrorMessage(r)
+					 : PQerrorMessage(s->lconn)));
+		PQclear(r);
 		PQfinish(s->lconn);
 		s->lconn = NULL;
 		return DUE_ESTORE;
 	}
+	PQclear(r);
 	s->wake_ticks = 1;
 	if (first && s->conn && PQtransactionStatus(s->conn) == PQTRANS_IDLE) {
 		PQfinish(s->conn);
@@ -895,12 +1270,15 @@ static int fingerprint(due_store *s, char *out, size_t n)
 	    " (SELECT last_value FROM due_audit_id_seq)::text || '/' ||"
 	    " (SELECT count(*)::text || '/' || coalesce((extract(epoch FROM"
 	    " max(updated_at)) * 1000000)::int8, 0)::text FROM due_kind)";
-	PGresult *r;
+	due_pg_params none = {0};
+	PGresult *r = NULL;
 	int rc;
 
-	if ((rc = due__pg_ok(s)) < 0)
+	/* binary results: a text column's binary form is its bytes */
+	if ((rc = due__pg_ok(s)) < 0 ||
+	    (rc = exec_params(s, sql, &none, "read the wake-up fingerprint",
+			      &r)) < 0)
 		return rc;
-	r = PQexecParams(s->conn, sql, 0, NULL, NULL, NULL, NULL, 0);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
 		rc = due__pg_error(s, r, "read the wake-up fingerprint");
 	else
@@ -1056,13 +1434,17 @@ int due__pg_listen_drain(due_store *s, int *count)
 */
 int due__pg_notify(due_store *s)
 {
-	PGresult *r;
+	PGresult *r = NULL;
 	bool ok;
 	int rc;
 
 	atomic_fetch_add(&notified, 1);
 	if (s->lconn && PQstatus(s->lconn) == CONNECTION_OK) {
-		r = PQexec(s->lconn, "NOTIFY " DUE_PG_CHANNEL);
+		/* no answer there: none on the other connection either */
+		if ((rc = trip(s, &s->lconn,
+			       PQsendQuery(s->lconn, "NOTIFY " DUE_PG_CHANNEL),
+			       "notify", &r)) < 0)
+			return rc;
 		ok = PQresultStatus(r) == PGRES_COMMAND_OK;
 		PQclear(r);
 		if (ok)

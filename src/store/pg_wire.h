@@ -56,15 +56,16 @@ typedef struct due_pg_cfg {
 } due_pg_cfg;
 
 struct due_store {
-	int64_t timeout_us; /* the bound of every wait (due_open_params) */
+	int64_t timeout_us; /* the bound of every wait (due_open_params);
+			       0 on a caller's connection, never waited on */
 	/*
 	** The connection of every statement: through the pooler in pooler
 	** mode.  NULL when not connected (listen() let it go because this
 	** handle listens on its own direct connection): the next
 	** due__pg_ok() connects again.
 	*/
-	PGconn *conn;
-	bool own; /* false: a caller's connection (pg_tx) */
+	PGconn *conn; /* ours: in libpq's non-blocking mode */
+	bool own;     /* false: a caller's connection (pg_tx), untouched */
 	bool prepared[DUE_PG_MAX_STMTS]; /* per session; cleared by a reset */
 	char label[256];		 /* user@host:port/db for messages */
 	char sqlstate[6];		 /* of the last failure, "" when none */
@@ -102,18 +103,21 @@ struct due_store {
 **                       change nothing
 **   listen=URL          a direct server URL (percent-encoded) that
 **                       listen() opens its own connection to
-** DUE_EINVAL naming the option on a bad value.  *out is freed with
-** due__pg_cfg_free, also after a failure.
+** DUE_EINVAL naming the option on a bad value (quoting `shown`, the URL
+** as the user gave it; `text` is without the core's timeout=).  *out is
+** freed with due__pg_cfg_free, also after a failure.
 */
-int due__pg_parse_url(due_pg_cfg **out, const char *text);
+int due__pg_parse_url(due_pg_cfg **out, const char *shown, const char *text);
 void due__pg_cfg_free(due_pg_cfg *cfg);
 
 /*
-** Connect to cfg's URI into a new store; *out is set even on failure so
-** the core can close it (due__pg_disconnect).
+** Connect to cfg's URI into a new store whose every wait (connecting,
+** each statement, a lock) keeps to timeout_us (pg_wire.c: bounded waits);
+** *out is set even on failure so the core can close it
+** (due__pg_disconnect).  A connect that gets no answer in time is
+** DUE_ESTORE, "no answer from the store at HOST:PORT in N s".
 */
-int due__pg_connect(due_store **out, const due_pg_cfg *cfg,
-		     int64_t timeout_us);
+int due__pg_connect(due_store **out, const due_pg_cfg *cfg, int64_t timeout_us);
 /* Close every connection of s and free it (NULL: nothing). */
 void due__pg_disconnect(due_store *s);
 
@@ -124,9 +128,10 @@ void due__pg_disconnect(due_store *s);
 int due__pg_error(due_store *s, const PGresult *r, const char *what);
 
 /*
-** Make sure the connection is usable before a call (reset once when it
-** broke).  DUE_EINVAL when a transaction is open on it (a completion hook
-** calling back into its own handle).
+** Make sure the connection is usable before a call (connect again once
+** when it broke or was dropped for want of an answer).  DUE_EINVAL when a
+** transaction is open on it (a completion hook calling back into its own
+** handle).
 */
 int due__pg_ok(due_store *s);
 
@@ -152,11 +157,22 @@ void due__pg_time(due_pg_params *p, due_time t);
 ** Run statement `sql`, numbered `id` (< DUE_PG_MAX_STMTS), with p; the
 ** result comes back in binary.  Prepared once per session on our own
 ** connection, unnamed on a caller's.  On success *out holds the result
-** (the caller clears it); on failure the error is recorded and returned.
+** (the caller clears it); on failure the error is recorded and returned:
+** DUE_ESTORE "no answer from the store ..." when our own connection was
+** silent for s->timeout_us (it is dropped; the next due__pg_ok connects
+** again), DUE_EBUSY when a lock held by another session was not released
+** within lock_timeout.
 */
 int due__pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
 		const char *what, PGresult **out);
-/* Simple-protocol command (BEGIN, DDL, LISTEN).  0 or a due code. */
+/*
+** Simple-protocol statement (BEGIN, DDL, LISTEN, a read without
+** parameters); on success *out holds its result (the caller clears it).
+** 0 or a due code, the error recorded.
+*/
+int due__pg_query(due_store *s, const char *sql, const char *what,
+		  PGresult **out);
+/* due__pg_query without the result.  0 or a due code. */
 int due__pg_command(due_store *s, const char *sql, const char *what);
 int due__pg_begin(due_store *s);
 /* Roll back if a transaction is open; keeps the error already recorded. */

@@ -3,8 +3,11 @@
 ** `due init` from several processes at once and on an empty schema, the
 ** column types and indexes, the claim's plan, due_backoff() in SQL,
 ** NOTIFY and due_schedule_pg_tx, the completion hook on the store's own
-** connection, a session killed under a handle, the upgrade from schema 1,
-** and a schedule step racing a transaction that holds its slot's task.
+** connection, a session killed under a handle, another session's row
+** lock and a stopped backend under a handle (both give up within the
+** URL's timeout=; the durations are printed, never asserted), the upgrade
+** from schema 1, and a schedule step racing a transaction that holds its
+** slot's task.
 ** Every transition, refusal, schedule and metric that both stores share
 ** is in the conformance suite (test_store.c), which runs here too.
 **
@@ -19,8 +22,10 @@
 ** options=-csearch_path=...), emptied before every test and dropped at the
 ** end, so it never touches other data in that database.
 */
+#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -454,6 +459,12 @@ static void test_tx_submit_and_notify(void **state)
 	assert_true(again.existed);
 	assert_int_equal(again.id, s.id);
 	exec_ok(app, "COMMIT");
+	/* the caller's connection is left as it was: blocking, its own
+	   session settings (the store's lock_timeout is for its own) */
+	assert_int_equal(PQisnonblocking(app), 0);
+	PGresult *lt = PQexec(app, "SHOW lock_timeout");
+	assert_string_equal(PQgetvalue(lt, 0, 0), "0");
+	PQclear(lt);
 	came_first(ear, close_kind, NULL);
 	assert_int_equal(sql_int("SELECT count(*) FROM due_task"), 1);
 	assert_int_equal(sql_int("SELECT count(*) FROM orders"), 1);
@@ -617,6 +628,159 @@ static void test_reconnect(void **state)
 	assert_int_equal(l->count, 1);
 	assert_true(l->items[0].id != id);
 	due_task_list_free(l);
+	due_close(db);
+}
+
+/* ------------------------------------------------------------------ */
+/* Bounded waits (issue 35)                                            */
+/* ------------------------------------------------------------------ */
+
+/*
+** A handle on this run's schema whose session is named app (app_<pid>)
+** and whose waits keep to timeout=2s, so lock_timeout is 1.5 s.
+*/
+static due_db *open_named(char *app, size_t n, const char *name)
+{
+	char u[1300], more[128];
+
+	snprintf(app, n, "%s_%d", name, (int)getpid());
+	snprintf(more, sizeof(more), "&application_name=%s&timeout=2s", app);
+	url_for(u, sizeof(u), schema, more);
+	return open_url(u);
+}
+
+/* The pid of app's session (-1: none). */
+static int64_t backend_of(const char *app)
+{
+	return sql_int("SELECT pid FROM pg_stat_activity WHERE "
+		       "application_name = '%s'",
+		       app);
+}
+
+/*
+** Another session holds the task's row (an operator's SELECT ... FOR
+** UPDATE): the lease renewal behind it gives up within the bound, the
+** server saying so (lock_timeout), and the session stays usable.  The
+** holder's session is ended by the server after 20 s idle in its
+** transaction: that only guards a hang.
+*/
+static void test_row_lock_wait_is_bounded(void **state)
+{
+	(void)state;
+	char app[64];
+	due_extend_outcome eo;
+	due_time now;
+	due_db *db = open_named(app, sizeof(app), "due_lock");
+	due_id id = add(db, "k", 0, 5);
+	int32_t att = claim_one(db, id, LONG_LEASE);
+	int64_t pid = backend_of(app), t0, took;
+	PGconn *holder = connect_to(url);
+	char hold[128];
+	PGresult *r;
+	int rc;
+
+	exec_ok(holder, "BEGIN");
+	exec_ok(holder,
+		"SET LOCAL idle_in_transaction_session_timeout = '20s'");
+	snprintf(hold, sizeof(hold),
+		 "SELECT id FROM due_task WHERE id = %lld FOR UPDATE",
+		 (long long)id);
+	r = PQexec(holder, hold);
+	assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+	assert_int_equal(PQntuples(r), 1);
+	PQclear(r);
+	t0 = mono_ms();
+	rc = due_extend(db, &eo, id, att, LONG_LEASE);
+	took = mono_ms() - t0;
+	print_message("extend behind a row lock, timeout=2s: %lld ms: %s\n",
+		      (long long)took, due_error_last());
+	assert_int_equal(rc, DUE_EBUSY);
+	assert_non_null(strstr(due_error_last(), "extend"));
+	assert_non_null(
+	    strstr(due_error_last(), "a lock held by another session"));
+	/* the same session answers the next call at once */
+	assert_int_equal(due_now(db, &now), 0);
+	assert_int_equal(backend_of(app), pid);
+	exec_ok(holder, "ROLLBACK");
+	PQfinish(holder);
+	assert_int_equal(due_extend(db, &eo, id, att, LONG_LEASE), 0);
+	assert_int_equal(eo, DUE_EXTEND_OK);
+	due_close(db);
+}
+
+/* Resumes a stopped backend after 20 s unless told to stop: a hang guard. */
+typedef struct resume_guard {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done;
+	pid_t pid;
+} resume_guard;
+
+static void *resume_later(void *p)
+{
+	resume_guard *g = p;
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 20;
+	pthread_mutex_lock(&g->mu);
+	while (!g->done && pthread_cond_timedwait(&g->cv, &g->mu, &until) == 0)
+		;
+	pthread_mutex_unlock(&g->mu);
+	kill(g->pid, SIGCONT);
+	return NULL;
+}
+
+/*
+** The server stops answering a connected session (its backend stopped
+** with SIGSTOP, as a frozen host would be): the call gives up at the
+** bound with "no answer from the store at HOST:PORT in 2 s", and the
+** next call connects again.  Needs the server on this host, run by us
+** or by a user we may signal (scripts/pg-test-cluster's); otherwise the
+** check says so and is not run.
+*/
+static void test_silent_server_is_bounded(void **state)
+{
+	(void)state;
+	char app[64];
+	due_time now;
+	due_db *db = open_named(app, sizeof(app), "due_silent");
+	resume_guard g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+			  false, 0};
+	pthread_t th;
+	int64_t t0, took;
+	int rc;
+
+	assert_int_equal(due_now(db, &now), 0);
+	g.pid = (pid_t)backend_of(app);
+	if (g.pid <= 0 || kill(g.pid, SIGSTOP) != 0) {
+		print_message("NOTE: cannot stop backend %d (%s): the silent "
+			      "server check was not run\n",
+			      (int)g.pid, strerror(errno));
+		due_close(db);
+		return;
+	}
+	assert_int_equal(pthread_create(&th, NULL, resume_later, &g), 0);
+	t0 = mono_ms();
+	rc = due_now(db, &now);
+	took = mono_ms() - t0;
+	pthread_mutex_lock(&g.mu);
+	g.done = true;
+	pthread_cond_signal(&g.cv);
+	pthread_mutex_unlock(&g.mu);
+	pthread_join(th, NULL); /* it resumed the backend */
+	print_message("a call to a stopped backend, timeout=2s: %lld ms: %s\n",
+		      (long long)took, due_error_last());
+	assert_int_equal(rc, DUE_ESTORE);
+	assert_non_null(
+	    strstr(due_error_last(), "no answer from the store at "));
+	assert_non_null(strstr(due_error_last(), " in 2 s"));
+	/* the next call has a session of its own */
+	assert_int_equal(due_now(db, &now), 0);
+	assert_int_equal(sql_int("SELECT count(*) FROM pg_stat_activity WHERE "
+				 "application_name = '%s' AND pid <> %d",
+				 app, (int)g.pid),
+			 1);
 	due_close(db);
 }
 
@@ -1714,6 +1878,8 @@ static int run_pg_suite(void)
 	    T(test_tx_submit_and_notify),
 	    T(test_complete_hook),
 	    T(test_reconnect),
+	    T(test_row_lock_wait_is_bounded),
+	    T(test_silent_server_is_bounded),
 	    T(test_schema_upgrade_from_v1),
 	    T(test_schema_upgrade_from_v3),
 	    T(test_flow_pause_and_limited_claim),
