@@ -221,7 +221,7 @@ typedef struct due_open_opts {
 } due_open_opts;
 
 #define DUE_STORE_TIMEOUT_DEFAULT_US 10000000LL /* 10 s */
-#define DUE_OPEN_OPTS_VERSION 2 /* 2: timeout_us */
+#define DUE_OPEN_OPTS_VERSION 2			/* 2: timeout_us */
 #define DUE_OPEN_OPTS_INIT                                                     \
 	{                                                                      \
 		DUE_OPEN_OPTS_VERSION, false, 1u << 20, 1u << 20, 0            \

@@ -375,6 +375,6 @@ int due__store_no_answer(const char *where, int64_t timeout_us)
 			 (long long)(timeout_us / 1000000));
 	else
 		due_duration_format(dur, sizeof(dur), timeout_us);
-	return due__error_set(DUE_ESTORE, "no answer from the store at %s in %s",
-			      where, dur);
+	return due__error_set(
+	    DUE_ESTORE, "no answer from the store at %s in %s", where, dur);
 }

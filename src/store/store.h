@@ -109,9 +109,9 @@ struct due_cron_fire;
 ** backend's to read (parse_url).
 */
 typedef struct due_url {
-	const char *text; /* the whole URL, for messages */
-	char scheme[16];  /* before the first ':', e.g. "sqlite" */
-	const char *rest; /* after "scheme:", without the core's timeout= */
+	const char *text;   /* the whole URL, for messages */
+	char scheme[16];    /* before the first ':', e.g. "sqlite" */
+	const char *rest;   /* after "scheme:", without the core's timeout= */
 	int64_t timeout_us; /* ?timeout=DUR, 0 when not given */
 	char *owned;	    /* rest, when timeout= had to be cut out of it */
 } due_url;

@@ -21,8 +21,8 @@
 #include "core/internal.h"
 #include "store/store.h"
 
-#define MIN_STORE_TIMEOUT_US 100000LL		/* 100 ms */
-#define MAX_STORE_TIMEOUT_US 3600000000LL	/* 1 h */
+#define MIN_STORE_TIMEOUT_US 100000LL	  /* 100 ms */
+#define MAX_STORE_TIMEOUT_US 3600000000LL /* 1 h */
 
 /*
 ** Find `timeout=` among the &-separated options after the first '?' of

@@ -105,16 +105,16 @@ static void log_unconfirmed(due_worker *w, const renewal *t, size_t n,
 			    int64_t now)
 {
 	for (size_t i = 0; i < n; i++)
-		due__wlog(w, 1,
-			  "task %lld (%s) attempt %d: lease not confirmed "
-			  "for %.1f s of its %.1f s (renewals unanswered); "
-			  "stopping its handler before the store can hand the "
-			  "task to another worker",
-			  (long long)t[i].id, t[i].job->task.kind,
-			  t[i].attempt,
-			  (double)(now - atomic_load(&t[i].job->confirmed_mono)) /
-			      1e6,
-			  (double)w->o.lease_us / 1e6);
+		due__wlog(
+		    w, 1,
+		    "task %lld (%s) attempt %d: lease not confirmed "
+		    "for %.1f s of its %.1f s (renewals unanswered); "
+		    "stopping its handler before the store can hand the "
+		    "task to another worker",
+		    (long long)t[i].id, t[i].job->task.kind, t[i].attempt,
+		    (double)(now - atomic_load(&t[i].job->confirmed_mono)) /
+			1e6,
+		    (double)w->o.lease_us / 1e6);
 }
 
 /*

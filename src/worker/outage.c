@@ -156,8 +156,7 @@ void due__call_begin(due_call_watch *cw, const char *what)
 	pthread_mutex_unlock(&cw->mu);
 }
 
-void due__call_end(due_worker *w, due_call_watch *cw, const char *conn,
-		   int rc)
+void due__call_end(due_worker *w, due_call_watch *cw, const char *conn, int rc)
 {
 	pthread_mutex_lock(&cw->mu);
 	bool logged = cw->logged;
@@ -191,8 +190,8 @@ void due__call_check(due_worker *w, due_call_watch *cw, const char *conn,
 	due__wlog(w, 1,
 		  "store call %.*s (%s, %s store) has had no answer for %.1f s "
 		  "(it gives up after %.1f s)",
-		  (int)strcspn(what, "("), what, conn,
-		  due_db_backend(w->db), (double)(now - since) / 1e6,
+		  (int)strcspn(what, "("), what, conn, due_db_backend(w->db),
+		  (double)(now - since) / 1e6,
 		  (double)(cw == &w->renew_call ? w->renew_timeout_us
 						: w->conn_timeout_us) /
 		      1e6);

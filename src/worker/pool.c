@@ -123,8 +123,7 @@ static const handler *handler_for(const due_worker *w, const char *kind)
 ** Turn a claimed task into a job (taking ownership of the task's fields)
 ** and register it in flight.  Called with mu held.
 */
-due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t,
-			     int64_t sent)
+due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t, int64_t sent)
 {
 	due_job *j = calloc(1, sizeof(*j));
 	if (!j)

@@ -182,10 +182,10 @@ static void drain(due_worker *w)
 	while (w->n_inflight > 0 || w->relays > 0) {
 		int64_t now = due__mono_us();
 		int64_t left = due__grace_check_locked(w, now) - now;
-		int64_t commit_us = atomic_load(&w->force) &&
-					    w->conn_timeout_us > 1000000
-					? 1000000
-					: w->conn_timeout_us;
+		int64_t commit_us =
+		    atomic_load(&w->force) && w->conn_timeout_us > 1000000
+			? 1000000
+			: w->conn_timeout_us;
 		if (!w->grace_over_at || !all_returned_locked(w))
 			returned_at = 0;
 		else if (!returned_at)
@@ -342,8 +342,8 @@ int due_worker_run(due_worker *w)
 	    w->n_pools, w->pools[0]->size, (long long)w->o.lease_us / 1000,
 	    (long long)(w->o.lease_us - due__lease_margin(w)) / 1000,
 	    (long long)w->conn_timeout_us / 1000,
-	    (long long)w->renew_timeout_us / 1000,
-	    (long long)w->poll_us / 1000, keep,
+	    (long long)w->renew_timeout_us / 1000, (long long)w->poll_us / 1000,
+	    keep,
 	    w->o.mode == DUE_MODE_INLINE ? ", inline (one at a time)" : "",
 	    w->o.once ? ", once" : "");
 	if (!due__try_wheel(w, db))
@@ -424,8 +424,8 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 	** longer on a loaded store is no fault).  The URL's timeout= (default
 	** 10 s) lowers both.
 	*/
-	w->renew_timeout_us = opts->lease_us / 3 < 100000 ? 100000
-						       : opts->lease_us / 3;
+	w->renew_timeout_us =
+	    opts->lease_us / 3 < 100000 ? 100000 : opts->lease_us / 3;
 	w->conn_timeout_us =
 	    w->renew_timeout_us < 1000000 ? 1000000 : w->renew_timeout_us;
 	w->poll_us = opts->poll_us		    ? opts->poll_us
@@ -463,8 +463,8 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 	    pthread_mutex_init(&w->renew_call.mu, NULL) != 0 ||
 	    pthread_cond_init(&w->db_cv, NULL) != 0 ||
 	    due__cond_init(&w->done_cv) || due__cond_init(&w->keep_cv) ||
-	    due__cond_init(&w->renew_cv) ||
-	    due__cond_init(&w->idle_cv) || due__cond_init(&w->sched_cv)) {
+	    due__cond_init(&w->renew_cv) || due__cond_init(&w->idle_cv) ||
+	    due__cond_init(&w->sched_cv)) {
 		due_worker_free(w);
 		return due__error_set(DUE_ENOMEM, "cannot create worker");
 	}

@@ -195,23 +195,23 @@ struct due_job {
 	due_worker *w;
 	pool *pool;
 	const handler *h;
-	atomic_bool lost;     /* lease lost, cancel requested or shutdown:
-				 the handler should stop (due__job_stop) */
-	atomic_int stop_why;  /* DUE_STOP_*: why `lost` was raised, first
-				 reason wins */
+	atomic_bool lost;    /* lease lost, cancel requested or shutdown:
+				the handler should stop (due__job_stop) */
+	atomic_int stop_why; /* DUE_STOP_*: why `lost` was raised, first
+				reason wins */
 	atomic_llong confirmed_mono; /* when the latest claim or renewal the
 				   store confirmed was sent, monotonic us
 				   (renewer writes, keeper reads) */
-	atomic_llong kill_by; /* a handler still running then is killed
-				 at once (the lease clock); 0: no such
-				 moment (keeper writes, handlers read) */
-	bool unconfirmed;     /* the lease clock stopped it (keeper) */
-	int64_t renew_at;     /* next renewal attempt, monotonic us (renewer) */
+	atomic_llong kill_by;	     /* a handler still running then is killed
+					at once (the lease clock); 0: no such
+					moment (keeper writes, handlers read) */
+	bool unconfirmed;	     /* the lease clock stopped it (keeper) */
+	int64_t renew_at; /* next renewal attempt, monotonic us (renewer) */
 	int64_t
-	    renew_backoff;    /* delay after the last failed renewal (renewer) */
-	atomic_bool finished; /* the handler returned: from now on the fenced
-				 commit, not the keeper, says whether the
-				 lease held */
+	    renew_backoff; /* delay after the last failed renewal (renewer) */
+	atomic_bool finished;  /* the handler returned: from now on the fenced
+				  commit, not the keeper, says whether the
+				  lease held */
 	int64_t deadline_mono; /* claim + task.timeout_us, monotonic us;
 				  0: no time limit */
 	atomic_int end;	       /* DUE_END_*: how the try ended, set once */
@@ -271,9 +271,9 @@ struct due_worker {
 	atomic_bool abandon;	/* shutdown gave up on the store: stop retrying,
 				   leave uncommitted tries to lease expiry */
 	bool threads_stop;	/* under mu: keeper and completer may exit */
-	int64_t conn_timeout_us;  /* the bound of the worker's connections */
-	int64_t renew_timeout_us; /* the renewer's: lease/3 */
-	due_call_watch db_call;	  /* the call at w->db now (keeper looks) */
+	int64_t conn_timeout_us;   /* the bound of the worker's connections */
+	int64_t renew_timeout_us;  /* the renewer's: lease/3 */
+	due_call_watch db_call;	   /* the call at w->db now (keeper looks) */
 	due_call_watch renew_call; /* the renewer's call now */
 	pthread_t keeper, renewer, completer, scheduler, pruner;
 	bool sched_started, pruner_started;
@@ -316,8 +316,7 @@ int due__db_unlock_rc(due_worker *w, int rc);
 	(due__db_lock((w), #call), due__db_unlock_rc((w), (call)))
 /* The call watch around one call (due__db_lock does it for w->db). */
 void due__call_begin(due_call_watch *cw, const char *what);
-void due__call_end(due_worker *w, due_call_watch *cw, const char *conn,
-		   int rc);
+void due__call_end(due_worker *w, due_call_watch *cw, const char *conn, int rc);
 
 void due__outage_fail(due_worker *w, due_outage *o, const char *fmt, ...)
     DUE_PRINTF(3, 4);
@@ -326,8 +325,7 @@ void due__outage_over(due_worker *w, due_outage *o);
 /* pool.c: jobs, pool queues, pool threads. */
 void due__job_free(due_job *j);
 /* sent: when the claim that returned t was sent (monotonic us) */
-due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t,
-			     int64_t sent);
+due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t, int64_t sent);
 void due__pool_enqueue_locked(pool *p, due_job *j, bool wake);
 due_job *due__pool_dequeue_locked(pool *p);
 bool due__pool_fast_locked(const pool *p);
