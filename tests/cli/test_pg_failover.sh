@@ -159,13 +159,18 @@ kill -TERM "$lpid"; wait "$lpid" || bad "polling worker exit"
 grep "cannot listen" "$T/nolisten.log"
 expect_eq "the fallback is said once" 1 "$(grep -c "cannot listen\|not delivered" "$T/nolisten.log")"
 grep -q "during recovery" "$T/nolisten.log" && ok || bad "the reason is not named: $(cat "$T/nolisten.log")"
-"$DUE" work --kinds h --poll 100ms --exec 'echo ran' 2>"$T/hang.log" &
+# A commit that waits on a synchronous standby gets no answer: these two
+# wait up to 60 s for one (timeout=, and a lease whose third is 60 s),
+# longer than the test needs to clear the setting, so that the wait, its
+# warning and its end are what this checks (not the store bound).
+"$DUE" work --kinds h --poll 100ms --lease 3m --exec 'echo ran' \
+	--db "$URL2&timeout=60s" 2>"$T/hang.log" &
 hpid=$!
 wait_for "worker started" 30 grep -q "discovery:" "$T/hang.log"
 "$PAIR" kill-primary "$pair2" >/dev/null
 "$PAIR" promote "$pair2" --keep-sync && ok || bad "promote without clearing"
 expect_eq "the promoted standby still names a synchronous standby" "*" "$(on "$Q2" "SHOW synchronous_standby_names")"
-"$DUE" add h >"$T/hang.id" 2>"$T/hang-add.log" &
+"$DUE" add h --db "$URL2&timeout=60s" >"$T/hang.id" 2>"$T/hang-add.log" &
 apid=$!
 warned() { grep -q "warning: postgres store: .*synchronous_standby_names" "$1"; }
 wait_for "the producer warns of its waiting commit" 60 warned "$T/hang-add.log"
