@@ -1096,8 +1096,8 @@ typedef struct due_worker_opts {
 	int concurrency;   /**< shared pool threads; default 4 */
 	due_exec_mode mode;
 	int64_t lease_us; /**< default 30 s; renewed every lease/3; a try
-			       with no renewal confirmed for lease - lease/10
-			       (100 ms..5 s) is stopped (the lease clock) */
+			       with no renewal confirmed for lease - 15 %
+			       (300 ms..5 s) is stopped (the lease clock) */
 	int64_t poll_us;  /**< see `no_wheel` below; 0 = the default */
 	int64_t
 	    grace_us;  /**< shutdown grace for in-flight tries; default 30 s */

@@ -10,7 +10,7 @@
 **              than lease - margin ago is told to stop
 **              (DUE_STOP_UNCONFIRMED, logged once and counted), and its
 **              kill_by is set, so a command or pipe handler still running
-**              at confirmed + lease - margin/2 is killed, before the store
+**              at confirmed + lease - 2/3 margin is killed, before the store
 **              could hand the task to another worker.  It does not wait
 **              for the renewer, the connection or any call: a renewal that
 **              hangs, a partition, another client's row lock all end the
@@ -50,10 +50,18 @@ typedef struct renewal {
 	int32_t attempt;
 } renewal;
 
+/*
+** 15 % of the lease (300 ms .. 5 s, at most half the lease): the stop at
+** lease - margin leaves a third of it between the SIGKILL at lease - 2/3
+** margin and the end of the lease, for a loaded machine to deliver it
+** (300 ms with --lease 3s; due verify's stalled_renewal_lease_clock
+** measured 28 ms left of the 150 ms that lease/10 left at load 90).
+*/
 int64_t due__lease_margin(const due_worker *w)
 {
-	int64_t m = w->o.lease_us / 10;
-	return m < 100000 ? 100000 : m > 5000000 ? 5000000 : m;
+	int64_t m = w->o.lease_us * 15 / 100;
+	m = m < 300000 ? 300000 : m > 5000000 ? 5000000 : m;
+	return m > w->o.lease_us / 2 ? w->o.lease_us / 2 : m;
 }
 
 /*
@@ -71,9 +79,6 @@ static size_t unconfirmed_locked(due_worker *w, renewal *out, size_t cap,
 	int64_t lease = w->o.lease_us, margin = due__lease_margin(w);
 	size_t n = 0;
 
-	/* a margin of a short lease is most of it: at least half remains */
-	if (margin > lease / 2)
-		margin = lease / 2;
 	for (due_job *j = w->inflight; j; j = j->inext) {
 		if (j->unconfirmed || atomic_load(&j->finished))
 			continue;
@@ -89,7 +94,7 @@ static size_t unconfirmed_locked(due_worker *w, renewal *out, size_t cap,
 			break;
 		}
 		j->unconfirmed = true;
-		atomic_store(&j->kill_by, sent + lease - margin / 2);
+		atomic_store(&j->kill_by, sent + lease - margin * 2 / 3);
 		if (!due__job_stop(j, DUE_STOP_UNCONFIRMED))
 			continue; /* already told; kill_by still holds */
 		atomic_fetch_add(&w->st.lease_lost, 1);

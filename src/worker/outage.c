@@ -123,14 +123,28 @@ due_db *due__connect_retry(due_worker *w, const char *who)
 ** turn over), so a claimer draining a backlog could keep the lease keeper
 ** waiting past a lease.
 */
-void due__db_lock(due_worker *w, const char *what)
+bool due__db_lock(due_worker *w, const char *what)
 {
 	pthread_mutex_lock(&w->db_mu);
 	unsigned long ticket = w->db_next++;
 	while (ticket != w->db_serving)
 		pthread_cond_wait(&w->db_cv, &w->db_mu);
 	pthread_mutex_unlock(&w->db_mu);
+	if (atomic_load(&w->abandon))
+		return false;
 	due__call_begin(&w->db_call, what);
+	return true;
+}
+
+/* The turn of a call not made (due__db_lock said false). */
+int due__db_skip(due_worker *w)
+{
+	pthread_mutex_lock(&w->db_mu);
+	w->db_serving++;
+	pthread_cond_broadcast(&w->db_cv);
+	pthread_mutex_unlock(&w->db_mu);
+	return due__error_set(
+	    DUE_ESTORE, "the worker is stopping and gave up on the store");
 }
 
 int due__db_unlock_rc(due_worker *w, int rc)

@@ -129,10 +129,14 @@ static void renew_failed_locked(due_worker *w, due_job *j, int64_t now)
 	    now + (retry < RENEW_RETRY_MIN_US ? RENEW_RETRY_MIN_US : retry);
 }
 
-/* One store call on the renewer's connection, watched by the keeper. */
+/* One store call on the renewer's connection, watched by the keeper;
+   none once shutdown gave up on the store. */
 #define RENEWER_CALL(r, call)                                                  \
-	(due__call_begin(&(r)->w->renew_call, #call),                          \
-	 renewer_call_end((r), (call)))
+	(atomic_load(&(r)->w->abandon)                                         \
+	     ? due__error_set(DUE_ESTORE, "the worker is stopping and gave "   \
+					  "up on the store")                   \
+	     : (due__call_begin(&(r)->w->renew_call, #call),                   \
+		renewer_call_end((r), (call))))
 
 static int renewer_call_end(renewer *r, int rc)
 {

@@ -100,9 +100,10 @@
 **    send).  The store's lease then runs at least until confirmed_mono +
 **    lease in our clock, less the drift of two clocks (well under 0.1 %).
 **    The keeper stops a try that has had no newer confirmation by
-**    confirmed_mono + lease - margin (due__lease_margin: lease/10, at
-**    least 100 ms, at most 5 s) and sets its kill_by to confirmed_mono +
-**    lease - margin/2: a command or pipe handler still running then is
+**    confirmed_mono + lease - margin (due__lease_margin: 15 % of the
+**    lease, at least 300 ms, at most 5 s, at most half the lease) and
+**    sets its kill_by to confirmed_mono + lease - 2/3 margin: a command
+**    or pipe handler still running then is
 **    killed (SIGKILL to its group) whatever its kill grace.  So no
 **    handler of ours outlives a lease the store could hand to another
 **    worker, whatever a store call, a connection or the renewer is
@@ -309,11 +310,17 @@ due_db *due__connect_retry(due_worker *w, const char *who);
 ** A turn at the shared connection w->db, for one store call: `call` runs
 ** between due__db_lock() and due__db_unlock_rc(), which returns its code.
 **   rc = DUE_DB_CALL(w, due_extend(w->db, &eo, id, attempt, lease_us));
+** Once shutdown has given up on the store (`abandon`), due__db_lock()
+** answers false and the call is not made: DUE_ESTORE, "the worker is
+** stopping and gave up on the store".  So a stop waits for at most the
+** one call under way, bounded, not for a queue of them.
 */
-void due__db_lock(due_worker *w, const char *what);
+bool due__db_lock(due_worker *w, const char *what);
 int due__db_unlock_rc(due_worker *w, int rc);
+int due__db_skip(due_worker *w);
 #define DUE_DB_CALL(w, call)                                                   \
-	(due__db_lock((w), #call), due__db_unlock_rc((w), (call)))
+	(due__db_lock((w), #call) ? due__db_unlock_rc((w), (call))             \
+				  : due__db_skip(w))
 /* The call watch around one call (due__db_lock does it for w->db). */
 void due__call_begin(due_call_watch *cw, const char *what);
 void due__call_end(due_worker *w, due_call_watch *cw, const char *conn, int rc);

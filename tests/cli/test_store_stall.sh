@@ -139,8 +139,8 @@ stall_network() {
 	t1=$(ms)
 	echo "$label: partition to A's handlers killed: $((t1 - t0)) ms (lease 3 s)"
 	check_round "$label partition" "$d" "$url" st 4
-	grep -q "has had no answer for" "$d/a.log" && ok ||
-		bad "$label: A did not say a store call went unanswered: $(sed -n 1,12p "$d/a.log")"
+	grep -q "store unavailable: .* failed: no answer from the store at 127.0.0.1:$PROXY_PORT in 1 s" "$d/a.log" && ok ||
+		bad "$label: A did not say its calls went unanswered: $(sed -n 1,12p "$d/a.log")"
 
 	# SIGTERM under the still frozen store: gone within grace 2 s + kill
 	# grace (its handlers are already gone) + the store bound (1 s), and
@@ -181,6 +181,30 @@ stall_network() {
 		"$(attempts_of "$url" sf)"
 	expect_eq "$label: a short freeze stops nothing" 0 \
 		"$(grep -c "lease not confirmed" "$d/c.log" || true)"
+	kill "$a"
+	wait "$a" 2>/dev/null || true
+
+	# a call unanswered for 3 s is logged once, and its end once: a 12 s
+	# lease gives calls a 4 s bound; the path freezes after the claim, the
+	# renewal due at 4 s hangs, and the path thaws at 8.5 s, while the
+	# lease clock (10.8 s) still waits for a confirmation: nothing stopped
+	"$DUE" add sd --db "$url" >/dev/null
+	"$DUE" work --db "$purl" --kinds sd --lease 12s --exec 'sleep 11' 2>"$d/d.log" &
+	a=$!
+	bg+=("$a")
+	wait_for "$label: the slow round runs" 30 has_claimed "$url" sd 1 || true
+	kill -STOP "$PROXY_PID"
+	sleep 8.5
+	kill -CONT "$PROXY_PID"
+	wait_for "$label: slow round DONE" 60 all_done "$url" sd 1 || true
+	local said ended
+	said=$(grep -c "store call .* has had no answer for [3-9]" "$d/d.log" || true)
+	ended=$(grep -Ec "store call .* (answered|failed) after [3-9]" "$d/d.log" || true)
+	echo "$label: calls said to have had no answer for 3 s: $said, their ends: $ended"
+	[ "$said" -ge 1 ] && ok || bad "$label: no call unanswered for 3 s was said: $(cat "$d/d.log")"
+	expect_eq "$label: each such call's end is said once" "$said" "$ended"
+	expect_eq "$label: an 8.5 s freeze under a 12 s lease stops nothing" "DONE/1 0" \
+		"$(attempts_of "$url" sd) $(grep -c "lease not confirmed" "$d/d.log" || true)"
 	kill "$a"
 	wait "$a" 2>/dev/null || true
 	kill "$PROXY_PID" 2>/dev/null || true
