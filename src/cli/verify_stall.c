@@ -22,7 +22,7 @@
 ** says so.
 **
 ** The timeline, with real `due work` processes:
-**   1. worker A (--lease 2s, --kill-grace 60s) claims the task; its
+**   1. worker A (--lease 3s, --kill-grace 60s) claims the task; its
 **      attempt-1 handler records its pid and start time (field 22 of
 **      /proc/PID/stat, so a reused pid is never mistaken for it), ignores
 **      SIGTERM (trap '' TERM, inherited by its children) and runs until
@@ -63,7 +63,14 @@
 #define MS 1000LL
 /* a deadline guards against a hang, it claims nothing */
 #define HANG_MS 60000
-#define LEASE_US (2 * SEC)
+/*
+** The lease of both workers.  The worker kills at lease - margin/2 after
+** the last confirmed send (margin lease/10, at least 100 ms): 150 ms
+** before the store's lease ends at 3 s, so that a loaded machine (ASan,
+** two cores) does not eat the whole of it; the case takes about 2 leases.
+*/
+#define LEASE_ARG "3s"
+#define LEASE_US (3 * SEC)
 #define NAME "stalled_renewal_lease_clock"
 
 /*
@@ -96,7 +103,8 @@ typedef struct stall {
 	unsigned long long start; /* its start time (/proc, clock ticks) */
 	double t_lock, t_end;	  /* local ms: lock taken, handler stopped */
 	due_time until;		  /* the store's lease_until, under the lock */
-	due_time s_end;		  /* store clock just after t_end */
+	due_time s_run;		  /* store clock: last seen running after */
+	due_time s_end;		  /* store clock: seen stopped by (t_end) */
 } stall;
 
 typedef struct want {
@@ -197,17 +205,22 @@ static bool read_a1(vctx *v, stall *s)
 
 /*
 ** v_wait condition: the attempt-1 handler no longer runs (gone, or dead
-** and not yet reaped).  Notes when, in the local clock and then in the
-** store's: the store time is read after the check, so it is an upper
-** bound of the moment the handler stopped.
+** and not yet reaped).  Brackets the moment in the store's clock: read
+** before a check that finds it running, the store time is a lower bound
+** (s_run); read after the check that finds it stopped, an upper bound
+** (s_end).  Also notes the local time it was seen stopped.
 */
 static bool a1_stopped(vctx *v, void *arg)
 {
 	stall *s = arg;
+	due_time before;
+	bool known = due_now(v->db, &before) == 0;
 	char st = proc_state(s->pid, s->start);
 
-	if (st && st != 'Z' && st != 'X')
+	if (st && st != 'Z' && st != 'X') {
+		s->s_run = known ? before : 0;
 		return false;
+	}
 	s->t_end = v_now_ms();
 	if (due_now(v->db, &s->s_end) < 0)
 		s->s_end = 0;
@@ -288,15 +301,17 @@ static const char *ms_or_unknown(bool known, double ms, char *buf, size_t n)
 }
 
 /*
-** The CASE line, from what the run left behind.  overlap_ms compares the
-** stop's upper bound with attempt 2's claim, both in the store's clock;
+** The CASE line, from what the run left behind.  stop_window_ms is how
+** closely the stop was seen (s_run to s_end): the precision of
+** stop_before_lease_ms.  overlap_ms compares the stop's upper bound with
+** attempt 2's claim, both in the store's clock;
 ** a1_at_a2_start is what the attempt-2 handler found ("gone", or
 ** "present:STATE").
 */
 static void report(vctx *v, const stall *s, bool ok, double held_ms)
 {
 	due_task *t = v_get(v, s->id);
-	char check[64], by[32] = "-", a1[32] = "-", b1[32], b2[32];
+	char check[64], by[32] = "-", a1[32] = "-", b1[32], b2[32], b3[32];
 	int effects = v_lines(v, "effects");
 	bool logged = log_has(v, "a.log", "lease not confirmed");
 	double overlap = 0;
@@ -321,7 +336,8 @@ static void report(vctx *v, const stall *s, bool ok, double held_ms)
 	    ok && in_time && gone && overlap == 0 && final && effects == 1 &&
 		logged,
 	    "lock=%s lease_ms=%lld detect_ms=%s stop_before_lease_ms=%s "
-	    "held_ms=%.0f overlap_ms=%.0f a1_at_a2_start=%s final=%s "
+	    "stop_window_ms=%s held_ms=%.0f overlap_ms=%.0f a1_at_a2_start=%s "
+	    "final=%s "
 	    "attempt=%d attempt1=%s attempt2_by=%s effects=%d "
 	    "lease_not_confirmed_logged=%s",
 	    v->sqlite ? "write_lock" : "row_lock", (long long)(LEASE_US / MS),
@@ -329,6 +345,9 @@ static void report(vctx *v, const stall *s, bool ok, double held_ms)
 	    ms_or_unknown(s->s_end && s->until,
 			  (double)(s->until - s->s_end) / 1000.0, b2,
 			  sizeof(b2)),
+	    ms_or_unknown(s->s_end && s->s_run,
+			  (double)(s->s_end - s->s_run) / 1000.0, b3,
+			  sizeof(b3)),
 	    held_ms, overlap, found ? found + 1 : "none",
 	    t ? due_state_name(t->state) : "?", t ? t->attempt : 0, a1, by,
 	    effects, logged ? "true" : "false");
@@ -346,7 +365,7 @@ void v_stalled_renewal_lease_clock(vctx *v)
 
 	set_dir_env(v);
 	s.id = claimed.id = done.id = v_add(v, "stall", 0, 5, 50 * MS, "x");
-	a = v_worker(v, "a.log", "--owner", "A", "--lease", "2s",
+	a = v_worker(v, "a.log", "--owner", "A", "--lease", LEASE_ARG,
 		     "--kill-grace", "60s", "--exec", handler, (char *)NULL);
 	bool ok = s.id && a > 0 && v_wait(v, HANG_MS, file_exists, "a1.pid") &&
 		  read_a1(v, &s) && v_wait(v, HANG_MS, want_state, &claimed);
@@ -354,7 +373,7 @@ void v_stalled_renewal_lease_clock(vctx *v)
 	ok = ok && (lock = take_lock(v, &s)) != NULL;
 	ok = ok && v_wait(v, HANG_MS, a1_stopped, &s);
 	if (ok) {
-		b = v_worker(v, "b.log", "--owner", "B", "--lease", "2s",
+		b = v_worker(v, "b.log", "--owner", "B", "--lease", LEASE_ARG,
 			     "--poll", "20ms", "--exec", handler, (char *)NULL);
 		/* the lease has run out in the store, and a whole lease more */
 		hold_until = s.until + LEASE_US;
