@@ -22,7 +22,7 @@
 ** says so.
 **
 ** The timeline, with real `due work` processes:
-**   1. worker A (--lease 3s, --kill-grace 60s) claims the task; its
+**   1. worker A (--lease 5s, --kill-grace 60s) claims the task; its
 **      attempt-1 handler records its pid and start time (field 22 of
 **      /proc/PID/stat, so a reused pid is never mistaken for it), ignores
 **      SIGTERM (trap '' TERM, inherited by its children) and runs until
@@ -34,8 +34,8 @@
 **   3. the case watches the handler's process until it no longer runs
 **      (gone, or a zombie), then reads the store's clock: an upper bound
 **      of the moment it stopped, which must be before lease_until;
-**   4. worker B starts; the lock is held until the store's clock is a
-**      whole lease past lease_until (well over a lease in all), then
+**   4. worker B starts; the lock is held until the store's clock is
+**      half a lease past lease_until (well over a lease in all), then
 **      released; B or A takes the task back (a reclaim, or A's failed
 **      try retried: the handler died of a signal) and runs attempt 2;
 **   5. the attempt-2 handler, first thing, looks for the attempt-1
@@ -65,12 +65,13 @@
 #define HANG_MS 60000
 /*
 ** The lease of both workers.  The worker kills at lease - margin/2 after
-** the last confirmed send (margin lease/10, at least 100 ms): 150 ms
-** before the store's lease ends at 3 s, so that a loaded machine (ASan,
-** two cores) does not eat the whole of it; the case takes about 2 leases.
+** the last confirmed send (margin lease/10, at least 100 ms): 250 ms
+** before the store's lease ends at 5 s.  Shorter leases leave too little
+** of it on a loaded machine: at 3 s (150 ms) a run at load 90 on two
+** cores kept 28 ms.  The case takes about 1.5 leases and a second.
 */
-#define LEASE_ARG "3s"
-#define LEASE_US (3 * SEC)
+#define LEASE_ARG "5s"
+#define LEASE_US (5 * SEC)
 #define NAME "stalled_renewal_lease_clock"
 
 /*
@@ -375,8 +376,8 @@ void v_stalled_renewal_lease_clock(vctx *v)
 	if (ok) {
 		b = v_worker(v, "b.log", "--owner", "B", "--lease", LEASE_ARG,
 			     "--poll", "20ms", "--exec", handler, (char *)NULL);
-		/* the lease has run out in the store, and a whole lease more */
-		hold_until = s.until + LEASE_US;
+		/* the lease has run out in the store, and half a lease more */
+		hold_until = s.until + LEASE_US / 2;
 		ok = v_wait(v, HANG_MS, store_past, &hold_until);
 	}
 	held_ms = lock ? v_now_ms() - s.t_lock : -1;
