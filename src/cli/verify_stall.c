@@ -32,8 +32,10 @@
 **      the lock no renewal can move it, so it is the end of the lease the
 **      store granted, in the store's clock;
 **   3. the case watches the handler's process until it no longer runs
-**      (gone, or a zombie), then reads the store's clock: an upper bound
-**      of the moment it stopped, which must be before lease_until;
+**      (gone, or a zombie), reading the store's clock before each look
+**      and after the last: the moment it stopped lies between the last
+**      look that found it running and that upper bound, which must be
+**      before lease_until;
 **   4. worker B starts; the lock is held until the store's clock is
 **      half a lease past lease_until (well over a lease in all), then
 **      released; B or A takes the task back (a reclaim, or A's failed
@@ -48,8 +50,9 @@
 ** (HANG_MS guards against a hang and claims nothing).  The figures are
 ** measured, not asserted: detect_ms (lock taken to handler stopped, local
 ** clock), stop_before_lease_ms (lease_until less the stop's upper bound,
-** store clock), held_ms, and overlap_ms (store clock; 0 when attempt 2
-** started after the handler stopped, as it must).
+** store clock) and stop_window_ms (how closely the stop was seen),
+** held_ms, and overlap_ms (store clock; 0 when attempt 2 started after
+** the handler stopped, as it must).
 */
 #include <signal.h>
 #include <stdio.h>
@@ -106,6 +109,8 @@ typedef struct stall {
 	due_time until;		  /* the store's lease_until, under the lock */
 	due_time s_run;		  /* store clock: last seen running after */
 	due_time s_end;		  /* store clock: seen stopped by (t_end) */
+	due_time hold_until;	  /* store clock: the lock is held till then */
+	due_time s_kill;	  /* store clock: the case killed it (a FAIL) */
 } stall;
 
 typedef struct want {
@@ -228,11 +233,26 @@ static bool a1_stopped(vctx *v, void *arg)
 	return true;
 }
 
-/* v_wait condition: the store's clock has passed *arg. */
-static bool store_past(vctx *v, void *arg)
+/* The store's clock has passed t. */
+static bool store_past(vctx *v, due_time t)
 {
 	due_time now;
-	return due_now(v->db, &now) == 0 && now > *(due_time *)arg;
+	return due_now(v->db, &now) == 0 && now > t;
+}
+
+/* v_wait condition: the lock has been held long enough. */
+static bool hold_over(vctx *v, void *arg)
+{
+	return store_past(v, ((stall *)arg)->hold_until);
+}
+
+/*
+** v_wait condition: the handler stopped, or the hold is over without it
+** (a FAIL, but the case goes on to show what attempt 2 then meets).
+*/
+static bool stopped_or_over(vctx *v, void *arg)
+{
+	return a1_stopped(v, arg) || hold_over(v, arg);
 }
 
 /*
@@ -278,15 +298,18 @@ static void release_lock(v_sql *q)
 
 /*
 ** A failed run may leave the attempt-1 handler alive (the lease clock did
-** not stop it): kill its process group, once the pid is sure to be it.
+** not stop it): kill its process group, once the pid is sure to be it,
+** and note when in the store's clock (s_kill: where its overlap ends).
 */
-static void kill_leftover(const stall *s)
+static void kill_leftover(vctx *v, stall *s)
 {
 	char st = s->pid > 1 ? proc_state(s->pid, s->start) : 0;
 	pid_t g;
 
 	if (!st || st == 'Z' || st == 'X')
 		return;
+	if (due_now(v->db, &s->s_kill) < 0)
+		s->s_kill = 0;
 	if ((g = getpgid((pid_t)s->pid)) > 1)
 		kill(-g, SIGKILL);
 	kill((pid_t)s->pid, SIGKILL);
@@ -304,8 +327,9 @@ static const char *ms_or_unknown(bool known, double ms, char *buf, size_t n)
 /*
 ** The CASE line, from what the run left behind.  stop_window_ms is how
 ** closely the stop was seen (s_run to s_end): the precision of
-** stop_before_lease_ms.  overlap_ms compares the stop's upper bound with
-** attempt 2's claim, both in the store's clock;
+** stop_before_lease_ms.  overlap_ms compares the stop's upper bound (or,
+** when it never stopped, the case's kill) with attempt 2's claim, both in
+** the store's clock;
 ** a1_at_a2_start is what the attempt-2 handler found ("gone", or
 ** "present:STATE").
 */
@@ -315,6 +339,7 @@ static void report(vctx *v, const stall *s, bool ok, double held_ms)
 	char check[64], by[32] = "-", a1[32] = "-", b1[32], b2[32], b3[32];
 	int effects = v_lines(v, "effects");
 	bool logged = log_has(v, "a.log", "lease not confirmed");
+	due_time end = s->s_end ? s->s_end : s->s_kill;
 	double overlap = 0;
 
 	first_line(v, "a2.check", check, sizeof(check));
@@ -322,10 +347,9 @@ static void report(vctx *v, const stall *s, bool ok, double held_ms)
 	if (t && t->n_attempts > 1) {
 		snprintf(by, sizeof(by), "%s", t->attempts[1].worker);
 		snprintf(a1, sizeof(a1), "%s", t->attempts[0].outcome);
-		if (s->s_end > t->attempts[1].claimed_at)
+		if (end > t->attempts[1].claimed_at)
 			overlap =
-			    (double)(s->s_end - t->attempts[1].claimed_at) /
-			    1000.0;
+			    (double)(end - t->attempts[1].claimed_at) / 1000.0;
 	}
 	bool gone = strcmp(check, "2 gone") == 0;
 	bool in_time = s->s_end && s->until && s->s_end < s->until;
@@ -361,7 +385,6 @@ void v_stalled_renewal_lease_clock(vctx *v)
 	want claimed = {0, DUE_CLAIMED, 1}, done = {0, DUE_DONE, 2};
 	v_sql *lock = NULL;
 	pid_t a, b = -1;
-	due_time hold_until;
 	double held_ms = -1;
 
 	set_dir_env(v);
@@ -372,19 +395,20 @@ void v_stalled_renewal_lease_clock(vctx *v)
 		  read_a1(v, &s) && v_wait(v, HANG_MS, want_state, &claimed);
 	/* the handler runs: stall A's renewals from here on */
 	ok = ok && (lock = take_lock(v, &s)) != NULL;
-	ok = ok && v_wait(v, HANG_MS, a1_stopped, &s);
 	if (ok) {
+		/* the lease runs out in the store, and half a lease more */
+		s.hold_until = s.until + LEASE_US / 2;
+		ok = v_wait(v, HANG_MS, stopped_or_over, &s);
 		b = v_worker(v, "b.log", "--owner", "B", "--lease", LEASE_ARG,
 			     "--poll", "20ms", "--exec", handler, (char *)NULL);
-		/* the lease has run out in the store, and half a lease more */
-		hold_until = s.until + LEASE_US / 2;
-		ok = v_wait(v, HANG_MS, store_past, &hold_until);
+		ok &= v_wait(v, HANG_MS, hold_over, &s);
 	}
 	held_ms = lock ? v_now_ms() - s.t_lock : -1;
 	release_lock(lock);
 	ok = ok && v_wait(v, HANG_MS, want_state, &done);
+	/* first a handler left running (a FAIL): it ignores A's SIGTERM */
+	kill_leftover(v, &s);
 	stop_worker(a);
 	stop_worker(b);
-	kill_leftover(&s);
 	report(v, &s, ok, held_ms);
 }
