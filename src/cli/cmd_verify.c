@@ -6,11 +6,12 @@
 ** filesystem, same host clock), for PostgreSQL a new schema in the same
 ** database, dropped afterwards.  The user's tasks are never read or
 ** written.  Fault cases start real `due work` processes and use real
-** kill -9 and SIGSTOP.  Redis gets a private key prefix and MySQL a
-** private database (verify_store.c).  Output: one `CASE name PASS|FAIL
-** k=v...` line per case, `CASE name SKIP reason=...` for a case that
-** speaks SQL on a store without it (then `N skipped ...`), then
-** `N passed, N failed`; exit 1 when any case failed.
+** kill -9, SIGSTOP and locks held by another session.  Redis gets a
+** private key prefix and MySQL a private database (verify_store.c).
+** Output: one `CASE name PASS|FAIL k=v...` line per case, `CASE name SKIP
+** reason=...` for a case that needs what the store does not have (SQL,
+** a query plan, row locks, a call it can stall: then `N skipped ...`),
+** then `N passed, N failed`; exit 1 when any case failed.
 */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <errno.h>
@@ -37,21 +38,23 @@ static const char usage[] =
     "[-v]\n"
     "\n"
     "Run the contract cases against the store named by --db, with real\n"
-    "worker processes, kill -9 and SIGSTOP.  Every case works in a scratch\n"
-    "namespace (a new SQLite file beside the store, a new PostgreSQL\n"
-    "schema, a Redis key prefix, or a MySQL database: the URL's user\n"
-    "needs CREATE and DROP) and never touches your tasks.  Prints one\n"
-    "CASE line per case (SKIP with the reason for a case that needs SQL\n"
-    "on a store without it) and `N passed, N failed`; exits 1 if a case\n"
-    "failed.\n"
+    "worker processes, kill -9, SIGSTOP and locks held by another session.\n"
+    "Every case works in a scratch namespace (a new SQLite file beside the\n"
+    "store, a new PostgreSQL schema, a Redis key prefix, or a MySQL\n"
+    "database: the URL's user needs CREATE and DROP) and never touches\n"
+    "your tasks.  Prints one CASE line per case (SKIP with the reason for\n"
+    "a case that needs what the store does not have, such as SQL) and\n"
+    "`N passed, N failed`; exits 1 if a case failed.\n"
     "  --case NAMES   run only these cases     --list  print the case names\n"
     "  --keep         keep scratch stores and logs for inspection\n";
 
 /* What a case needs beyond the store API, to say why it is skipped. */
 enum {
-	NEEDS_SQL = 1 << 0,  /* writes its own tables with raw SQL */
-	NEEDS_PLAN = 1 << 1, /* reads the claim's SQL query plan */
-	NEEDS_LOCKS = 1 << 2 /* probes the engine's row locks with raw SQL */
+	NEEDS_SQL = 1 << 0,   /* writes its own tables with raw SQL */
+	NEEDS_PLAN = 1 << 1,  /* reads the claim's SQL query plan */
+	NEEDS_LOCKS = 1 << 2, /* probes the engine's row locks with raw SQL */
+	NEEDS_STALL = 1 << 3  /* stalls a store call from inside: another
+				 session's lock (raw SQL) */
 };
 
 typedef struct vcase {
@@ -79,6 +82,8 @@ static const vcase cases[] = {
      NEEDS_SQL},
     {"negative_ext_key_per_attempt", v_negative_ext_key_per_attempt},
     {"row_locks_honoured", v_row_locks_honoured, NEEDS_SQL | NEEDS_LOCKS},
+    {"stalled_renewal_lease_clock", v_stalled_renewal_lease_clock,
+     NEEDS_SQL | NEEDS_STALL},
     {"cron_once_per_slot_multi_instance", v_cron_once_per_slot_multi_instance},
     {"cron_misfire_policies", v_cron_misfire_policies},
     {"wheel_fire_exact_tick", v_wheel_fire_exact_tick},
@@ -355,6 +360,10 @@ static const char *skip_reason(const vctx *v, const vcase *c)
 	if ((c->needs & NEEDS_LOCKS) && v->backend == V_REDIS)
 		return "redis_has_no_row_locks (each transition is one "
 		       "script; scripts do not interleave)";
+	if ((c->needs & NEEDS_STALL) && v->backend == V_REDIS)
+		return "redis_cannot_stall_one_call (no client holds a lock "
+		       "another's call waits on: each call is one script, run "
+		       "whole; a frozen TCP proxy stalls it in tests/cli)";
 	if (v->backend == V_SQLITE || v->backend == V_PG || !c->needs)
 		return NULL;
 	if (v->backend == V_REDIS)

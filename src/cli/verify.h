@@ -75,6 +75,19 @@ due_task *v_get(vctx *v, due_id id);
 int v_lines(vctx *v, const char *file);
 /* Path of a file in the case dir. */
 const char *v_path(vctx *v, const char *file, char *buf, size_t n);
+/*
+** A raw SQL session on the case's scratch store (verify_negative.c), for
+** the cases that speak SQL themselves: SQLite, PostgreSQL or MySQL.  A
+** statement takes up to two int64 parameters $1 $2 (nparams of them) and
+** an optional text $3, always bound; its first column's first cap values
+** go to out.  v_sql_exec returns the row count or -1; v_sql_open returns
+** NULL when it cannot connect.  Caller closes (NULL is fine).
+*/
+typedef struct v_sql v_sql;
+v_sql *v_sql_open(vctx *v);
+int v_sql_exec(v_sql *s, const char *sql, int nparams, int64_t p1, int64_t p2,
+	       const char *p3, int64_t *out, int cap);
+void v_sql_close(v_sql *s);
 /* Monotonic milliseconds. */
 double v_now_ms(void);
 void v_sleep_ms(int ms);
@@ -99,6 +112,7 @@ bool v_plan_mysql_ready(void);
 void v_negative_unfenced_late_commit(vctx *v);
 void v_negative_ext_key_per_attempt(vctx *v);
 void v_row_locks_honoured(vctx *v);
+void v_stalled_renewal_lease_clock(vctx *v);
 void v_boundary_partial_due_index(vctx *v);
 void v_cron_once_per_slot_multi_instance(vctx *v);
 void v_cron_misfire_policies(vctx *v);

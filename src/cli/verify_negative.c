@@ -35,7 +35,8 @@
 ** them into SQLite's ?N, or MySQL's positional ? with one bind per
 ** occurrence, and MySQL's CAST(... AS SIGNED) for bigint).  Values are
 ** still bound, never pasted.  Redis has no SQL: cmd_verify.c skips these
-** there and says so.
+** there and says so.  The same session is lent to verify_stall.c (v_sql_*
+** in verify.h), whose case holds another client's lock with it.
 */
 #include <signal.h>
 #include <sqlite3.h>
@@ -54,8 +55,12 @@
 
 #include "cli/verify.h"
 
-/* A tiny raw-SQL session on the scratch store, SQLite or PostgreSQL. */
-typedef struct raw {
+/*
+** A tiny raw-SQL session on the scratch store: SQLite, PostgreSQL or MySQL.
+** Other files get it as the opaque v_sql (verify.h; v_sql_open() and its
+** kin follow raw_exec() below).
+*/
+typedef struct v_sql {
 	sqlite3 *lite;
 #ifdef DUE_WITH_PG
 	PGconn *pg;
@@ -254,6 +259,32 @@ static int raw_exec(raw *r, const char *sql, int nparams, int64_t p1,
 #else
 	return -1;
 #endif
+}
+
+v_sql *v_sql_open(vctx *v)
+{
+	raw *r = malloc(sizeof(*r));
+
+	if (r && raw_open(v, r) < 0) {
+		raw_close(r);
+		free(r);
+		r = NULL;
+	}
+	return r;
+}
+
+int v_sql_exec(v_sql *s, const char *sql, int nparams, int64_t p1, int64_t p2,
+	       const char *p3, int64_t *out, int cap)
+{
+	return raw_exec(s, sql, nparams, p1, p2, p3, out, cap);
+}
+
+void v_sql_close(v_sql *s)
+{
+	if (s) {
+		raw_close(s);
+		free(s);
+	}
 }
 
 static int naive_setup(raw *r, int n)

@@ -17,13 +17,18 @@ for c in normal_three_workers boundary_not_before_due boundary_claim_limit \
 	cancel_semantics race_due_vs_cancel retry_backoff_then_done retry_exhausted_dead \
 	crash_kill9_lease_retry sigstop_late_commit_rejected ext_key_per_task_dedup \
 	cancel_after_external_call negative_naive_select_then_update \
-	negative_unfenced_late_commit flow_pause flow_rate flow_max_running \
+	negative_unfenced_late_commit stalled_renewal_lease_clock \
+	flow_pause flow_rate flow_max_running \
 	flow_group_limit flow_timeout flow_kill9_group_slot; do
 	grep -q "^CASE $c PASS" "$T/verify.out" && ok || bad "case $c did not pass"
 done
 
 grep -q "^CASE row_locks_honoured SKIP reason=sqlite_has_no_row_locks" "$T/verify.out" &&
 	ok || bad "row_locks_honoured: not skipped with its reason on SQLite"
+# issue 35: the handler of a try whose renewals hang behind the write lock
+# is gone before attempt 2 starts, and no later than its lease
+grep -q "^CASE stalled_renewal_lease_clock PASS lock=write_lock .* overlap_ms=0 a1_at_a2_start=gone final=DONE attempt=2 " \
+	"$T/verify.out" && ok || bad "stalled_renewal_lease_clock: not its PASS line"
 
 expect_eq "user data untouched" "$before" "$("$DUE" ls --json | md5sum)"
 expect_eq "user task still waiting" SCHEDULED \
