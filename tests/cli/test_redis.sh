@@ -24,10 +24,10 @@ export DUE_DB="$SP_URL?prefix=cli"
 
 # 1. due verify: every case but the SQL ones, which say why they skip
 sp_verify "$SP_URL" negative_naive_select_then_update negative_unfenced_late_commit \
-	boundary_partial_due_index row_locks_honoured
+	boundary_partial_due_index row_locks_honoured stalled_renewal_lease_clock
 expect_eq "verify's scratch prefixes are gone" 0 \
 	"$(rcli "$port" --scan --pattern '*due_verify_*' | wc -l)"
-expect_eq "the SQL cases skip on Redis" 4 "$(grep -c "^CASE .* SKIP reason=redis_" "$T/verify.out" || true)"
+expect_eq "the SQL cases and the stalled renewal skip on Redis" 5 "$(grep -c "^CASE .* SKIP reason=redis_" "$T/verify.out" || true)"
 
 # 2.-4. three workers; kill -9 of a worker; SIGSTOP past the lease
 sp_three_workers
