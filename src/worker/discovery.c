@@ -134,12 +134,24 @@ static int refill(due_worker *w, due_db *db, disc *d)
 	return 0;
 }
 
-/* Consume notifications; true if any arrived. */
+/*
+** Consume notifications; true if any arrived.  A failed drain (the
+** listening session broke, or gave up on a store that did not answer)
+** forgets the socket: the next listen makes a new session, perhaps on the
+** same descriptor number, and that counts as a new socket (wheel_wait
+** refills then, for the submits no session heard).
+*/
 static bool drain_notes(due_worker *w, due_db *db, disc *d)
 {
 	int n = 0;
 	(void)db;
-	if (d->listen_fd < 0 || due_listen_drain(d->ldb, &n) < 0 || n == 0)
+	if (d->listen_fd < 0)
+		return false;
+	if (due_listen_drain(d->ldb, &n) < 0) {
+		d->listen_fd = -1;
+		return false;
+	}
+	if (n == 0)
 		return false;
 	atomic_fetch_add(&w->st.notifications, n);
 	/* a note may be a schedule's put or removal (due_cron_put notifies):
