@@ -44,7 +44,9 @@
 ** round trip (the query and every answer of its multi-statement text)
 ** gets the bound from its start; opening a session (TCP connect,
 ** handshake, the session's settings) gets the bound shared among the
-** URL's hosts (session_open).  MYSQL_OPT_CONNECT_TIMEOUT, _READ_TIMEOUT
+** URL's hosts (session_open), and a call that had to reconnect first
+** keeps its statements within the same bound (due__my_ok).
+*MYSQL_OPT_CONNECT_TIMEOUT, _READ_TIMEOUT
 ** and _WRITE_TIMEOUT are set too, rounded up to whole seconds, as the
 ** library's own limits.  A wait that ran out is a lost connection:
 ** "no answer from the store at HOST:PORT in N s" (DUE_ESTORE), the
@@ -330,14 +332,19 @@ static void arm(int64_t until)
 
 /*
 ** Arm a statement's round trip on s: the host's share while its session
-** is being opened, else the bound from now.  Not on a caller's connection
-** (due_schedule_mysql_tx): it has no io_wait of ours.
+** is being opened, else the bound from now, and no later than the end of
+** a call that began by reconnecting (due__my_ok).  Not on a caller's
+** connection (due_schedule_mysql_tx): it has no io_wait of ours.
 */
 static void arm_call(const due_store *s)
 {
+	int64_t until =
+	    s->open_until ? s->open_until : due__mono_us() + s->timeout_us;
+
+	if (s->call_until && s->call_until < until)
+		until = s->call_until;
 	if (s->own)
-		arm(s->open_until ? s->open_until
-				  : due__mono_us() + s->timeout_us);
+		arm(until);
 }
 
 /*
@@ -790,8 +797,12 @@ int due__my_ok(due_store *s)
 				      "mysql store: this handle is inside a "
 				      "transaction (a completion hook must use "
 				      "the connection it is given)");
-	if (s->broken || !s->conn)
+	s->call_until = 0;
+	if (s->broken || !s->conn) {
+		/* the reconnect and this call's statements: one bound */
+		s->call_until = due__mono_us() + s->timeout_us;
 		return session_open(s);
+	}
 	return 0;
 }
 

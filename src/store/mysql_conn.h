@@ -43,6 +43,8 @@ struct due_store {
 			       which its waits end; 0 otherwise (each
 			       statement's round trip gets timeout_us) */
 	int64_t open_us;    /* that host's share of timeout_us */
+	int64_t call_until; /* a call that had to reconnect: its statements
+			       end by then too (one bound for all); else 0 */
 	bool silent;	    /* the last failure was a wait that ran out */
 	MYSQL *conn;
 	bool own;	    /* false: a caller's connection (tx submit) */
