@@ -2126,6 +2126,8 @@ static int complete_tx(due_store *s, due_completion *items, size_t n,
 	if ((rc = complete_locked(s, items, n, hook ? LAST_RUN : LAST_COMMIT)) <
 	    0)
 		goto fail;
+	if (hook) /* its statements are its own: not our deadline */
+		due__my_unarm();
 	for (size_t i = 0; hook && i < n; i++)
 		if (items[i].outcome == DUE_COMPLETE_DONE &&
 		    (rc = due__store_run_hook(hook, s->conn, &items[i],

@@ -330,6 +330,8 @@ static void arm(int64_t until)
 	io_expired = false;
 }
 
+void due__my_unarm(void) { arm(0); }
+
 /*
 ** Arm a statement's round trip on s: the host's share while its session
 ** is being opened, else the bound from now, and no later than the end of

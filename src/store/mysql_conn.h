@@ -119,6 +119,14 @@ int due__my_ok(due_store *s);
 int due__my_error(due_store *s, const char *what);
 
 /*
+** Before statements someone else sends on s->conn (a completion hook,
+** inside our transaction): their waits keep only the library's own
+** whole-second limits (MYSQL_OPT_READ_TIMEOUT, _WRITE_TIMEOUT), never the
+** deadline of our last statement, which may have passed.
+*/
+void due__my_unarm(void);
+
+/*
 ** The server's lock waits (innodb_lock_wait_timeout, lock_wait_timeout,
 ** GET_LOCK) in whole seconds: they end before the bound, so the server
 ** reports 1205 while the client still listens (at least 1).
