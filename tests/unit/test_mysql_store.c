@@ -154,6 +154,20 @@ static void test_tx_submit(void **state)
 	assert_true(s2.existed);
 	assert_int_equal(s2.id, s1.id);
 
+	/* the caller's connection keeps its own waits and session */
+	int (*io_wait)(my_socket, my_bool, int) = NULL;
+	unsigned rt = 1;
+	assert_int_equal(mysql_get_optionv(m, MARIADB_OPT_IO_WAIT, &io_wait),
+			 0);
+	assert_null(io_wait);
+	assert_int_equal(mysql_get_optionv(m, MYSQL_OPT_READ_TIMEOUT, &rt), 0);
+	assert_int_equal(rt, 0);
+	assert_int_equal(q_int(m, "SELECT @@SESSION.innodb_lock_wait_timeout"
+				  " = @@GLOBAL.innodb_lock_wait_timeout AND"
+				  " @@SESSION.lock_wait_timeout ="
+				  " @@GLOBAL.lock_wait_timeout"),
+			 1);
+
 	mysql_close(m);
 	due_close(db);
 }
@@ -188,6 +202,43 @@ static void test_completion_hook(void **state)
 	refuse = 0;
 	assert_int_equal(
 	    due_complete_tx(db, &co, id, a, "r", 1, hook_insert, &refuse), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	assert_int_equal(state_of(db, id), DUE_DONE);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM results"), 1);
+	mysql_close(m);
+	due_close(db);
+}
+
+/* A hook that takes longer than the store's bound before its statement. */
+static int hook_slow_insert(void *conn, const due_task *t, void *payload)
+{
+	struct timespec ts = {1, 300000000};
+
+	(void)payload;
+	nanosleep(&ts, NULL);
+	return hook_insert(conn, t, &(int){0});
+}
+
+/*
+** The hook's statements are its own: a hook that works longer than the
+** store's bound (1 s) before its INSERT is not cut short by the deadline
+** of the store's last statement.
+*/
+static void test_completion_hook_slow(void **state)
+{
+	(void)state;
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_db *db = NULL;
+	MYSQL *m = own_conn();
+	due_complete_outcome co;
+
+	oo.timeout_us = 1000000;
+	assert_int_equal(due_open(&db, url, &oo), 0);
+	q(m, "CREATE TABLE results (id BIGINT PRIMARY KEY) ENGINE=InnoDB");
+	due_id id = add(db, "k", 0, 5);
+	int32_t a = claim_one(db, id, LONG_LEASE);
+	assert_int_equal(
+	    due_complete_tx(db, &co, id, a, "r", 1, hook_slow_insert, NULL), 0);
 	assert_int_equal(co, DUE_COMPLETE_DONE);
 	assert_int_equal(state_of(db, id), DUE_DONE);
 	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM results"), 1);
@@ -1349,6 +1400,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_tx_submit, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_completion_hook, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_completion_hook_slow, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_explain_picks, setup,
 					    teardown),
