@@ -42,9 +42,9 @@
 ** DUE_MY_NOW, UTC_TIMESTAMP(6) in microseconds since the epoch, computed
 ** without local time, so right on a caller's connection in any time_zone.
 ** It is fixed at the statement's start (safe under statement-based
-** replication; SYSDATE() is not and is never used), and at READ COMMITTED a
-*statement that runs
-** after our locks were granted sees the claims committed before them.
+** replication; SYSDATE() is not and is never used), and at READ COMMITTED
+** a statement that runs after our locks were granted sees the claims
+** committed before them.
 ** Where C needs the time (the flow-control counts, the claim's
 ** claimed_at) it reads DUE_MY_NOW once, after taking its locks, and binds
 ** that value: still the server's clock.  Times are BIGINT microseconds

@@ -36,29 +36,28 @@
 ** Bounded waits (issue 35).  No call waits for ever: every store has a
 ** bound, s->timeout_us (due_open_params: the URL's timeout=, 10 s by
 ** default, lower when the opener asks, e.g. a worker's lease / 3).
-** Connector/C 3.x counts its timeouts in whole seconds, one poll() per
-** wait (it does not read three times as libmysqlclient 5.0 did, but a
-** signal restarts the whole wait).  So its poll is replaced
-** (MARIADB_OPT_IO_WAIT) by io_wait(), which never waits past the
-** deadline of the call in progress, to the millisecond: each statement's
-** round trip (the query and every answer of its multi-statement text)
-** gets the bound from its start; opening a session (TCP connect,
-** handshake, the session's settings) gets the bound shared among the
-** URL's hosts (session_open), and a call that had to reconnect first
-** keeps its statements within the same bound (due__my_ok).
-*MYSQL_OPT_CONNECT_TIMEOUT, _READ_TIMEOUT
-** and _WRITE_TIMEOUT are set too, rounded up to whole seconds, as the
-** library's own limits.  A wait that ran out is a lost connection:
-** "no answer from the store at HOST:PORT in N s" (DUE_ESTORE), the
-** connection is marked broken and its transaction forgotten (the server
-** rolls it back once it sees the connection close), the next call
-** connects again (to the next host of a list); a COMMIT that ran out has
-** an unknown outcome, like any lost COMMIT.  A frozen path ends a call at
-** its first round trip; a call of several round trips that each answer
-** slowly, in time, may take a bound for each.  Not bounded here: a name
-** lookup (getaddrinfo; the URLs name addresses in practice).  A caller's
-** connection (due_schedule_mysql_tx) keeps its own options, session and
-** waits: nothing of this is set or armed on it.
+** Connector/C 3.x counts its timeouts in whole seconds, one poll() per wait
+** (it does not read three times as libmysqlclient 5.0 did, but a signal
+** restarts the whole wait).  So its poll is replaced (MARIADB_OPT_IO_WAIT)
+** by io_wait(), which never waits past the deadline of the call in
+** progress, to the millisecond: each statement's round trip (the query and
+** every answer of its multi-statement text) gets the bound from its start;
+** opening a session (TCP connect, handshake, the session's settings) gets
+** the bound shared among the URL's hosts (session_open), and a call that
+** had to reconnect first keeps its statements within the same bound
+** (due__my_ok).  The options MYSQL_OPT_CONNECT_TIMEOUT, _READ_TIMEOUT and
+** _WRITE_TIMEOUT are set too, rounded up to whole seconds, as the library's
+** own limits.  A wait that ran out is a lost connection: "no answer from
+** the store at HOST:PORT in N s" (DUE_ESTORE), the connection is marked
+** broken and its transaction forgotten (the server rolls it back once it
+** sees the connection close), and the next call connects again (to the next
+** host of a list); a COMMIT that ran out has an unknown outcome, like any
+** lost COMMIT.  A frozen path ends a call at its first round trip; a call
+** of several round trips that each answer slowly, in time, may take a bound
+** for each.  Not bounded here: a name lookup (getaddrinfo; the URLs name
+** addresses in practice).  A caller's connection (due_schedule_mysql_tx)
+** keeps its own options, session and waits: nothing of this is set or armed
+** on it.
 **
 ** The server's own waits end first, so that a held lock is DUE_EBUSY on
 ** a connection that stays usable rather than a lost one:
@@ -607,6 +606,22 @@ static void host_where(char *out, size_t n, const due_my_cfg *c, size_t i)
 		snprintf(out, n, "%s:%u", c->hosts[i], c->ports[i]);
 }
 
+/* H1:P1,H2:P2,... of every host of c into out (as many as fit). */
+static void hosts_where(char *out, size_t n, const due_my_cfg *c)
+{
+	char one[272];
+	size_t off = 0;
+
+	out[0] = '\0';
+	for (size_t i = 0; i < c->n_hosts; i++) {
+		host_where(one, sizeof(one), c, i);
+		int w = snprintf(out + off, n - off, "%s%s", i ? "," : "", one);
+		if (w < 0 || (size_t)w >= n - off)
+			break;
+		off += (size_t)w;
+	}
+}
+
 /*
 ** Open s->conn to host i of s->cfg and set the session up, every wait
 ** armed to end by s->open_until.  The whole-second options are the
@@ -706,13 +721,7 @@ static int session_open(due_store *s)
 	}
 	if (n > 1 && silent == n) {
 		char all[1024];
-		size_t off = 0;
-		for (size_t i = 0; i < n && off < sizeof(all); i++) {
-			if (i)
-				all[off++] = ',';
-			host_where(all + off, sizeof(all) - off, s->cfg, i);
-			off += strlen(all + off);
-		}
+		hosts_where(all, sizeof(all), s->cfg);
 		return due__store_no_answer(all, s->timeout_us);
 	}
 	if (n > 1) {
