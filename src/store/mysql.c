@@ -17,9 +17,12 @@
 ** other's rows instead of queueing on them, the order is unique (id last),
 ** and the rows are then written by primary key (solid_queue PR #164,
 ** #240: no range writes, no insert-intention gap locks).  Deadlocks (1213)
-** and lock wait timeouts (1205) can still happen between a claim and an
-** operator's action; every transaction here is retried whole, a few
-** times with backoff (TX_RETRIES), before DUE_EBUSY reaches the caller.
+** can still happen between a claim and an operator's action; every
+** transaction here is retried whole, a few times with backoff
+** (TX_RETRIES) while the store's bound lasts, before DUE_EBUSY reaches
+** the caller.  A lock wait timeout (1205: another session held a row or
+** a table past the session's lock wait, which ends before the bound,
+** mysql_conn.c) is DUE_EBUSY at once: retrying would wait again.
 **
 ** Galera (mysql_conn.c: a URL listing the cluster's nodes).  Row locks
 ** and SKIP LOCKED hold on one node only; a transaction that touched rows
@@ -39,9 +42,9 @@
 ** DUE_MY_NOW, UTC_TIMESTAMP(6) in microseconds since the epoch, computed
 ** without local time, so right on a caller's connection in any time_zone.
 ** It is fixed at the statement's start (safe under statement-based
-** replication; SYSDATE() is not and is never used), and at READ COMMITTED a
-*statement that runs
-** after our locks were granted sees the claims committed before them.
+** replication; SYSDATE() is not and is never used), and at READ COMMITTED
+** a statement that runs after our locks were granted sees the claims
+** committed before them.
 ** Where C needs the time (the flow-control counts, the claim's
 ** claimed_at) it reads DUE_MY_NOW once, after taking its locks, and binds
 ** that value: still the server's clock.  Times are BIGINT microseconds
@@ -80,7 +83,7 @@
 #define BATCH_ROWS 1000
 /* How often a keyed submit retries when the live task vanishes under it. */
 #define KEY_TRIES 20
-/* Whole-transaction retries after a deadlock or lock wait timeout. */
+/* Whole-transaction retries after a deadlock. */
 #define TX_RETRIES 5
 /* A multi-row statement is sent once its text passes this many bytes. */
 #define FLUSH_BYTES (4u << 20)
@@ -106,16 +109,20 @@
 #define KIND_COLS DUE_KIND_COLUMNS(MY_COL_, MY_COL_LAST_)
 
 /*
-** Run a transaction function again while it failed with a deadlock or a
-** lock wait timeout (its transaction was rolled back), with backoff.
+** Run a transaction function again while it failed with a deadlock (its
+** transaction was rolled back), with backoff, and not once the store's
+** bound has passed since the first try (each try may have waited for
+** locks before it lost).
 */
 #define RETRY(rc, s, call)                                                     \
-	for (int try_ = 0;; try_++) {                                          \
+	for (int64_t t0_ = due__mono_us(), try_ = 0;; try_++) {                \
 		(s)->deadlock = false;                                         \
 		(rc) = (call);                                                 \
-		if ((rc) != DUE_EBUSY || !(s)->deadlock || try_ == TX_RETRIES) \
+		if ((rc) != DUE_EBUSY || !(s)->deadlock ||                     \
+		    try_ == TX_RETRIES ||                                      \
+		    due__mono_us() - t0_ >= (s)->timeout_us)                   \
 			break;                                                 \
-		due__my_backoff(try_);                                         \
+		due__my_backoff((int)try_);                                    \
 	}
 
 /* A builder on the store's connection. */
@@ -452,7 +459,12 @@ static int run_text(due_store *s, const char *sql, const char *what)
 /*
 ** The migration's transaction: GET_LOCK serializes concurrent `due init`
 ** runs (the later ones then read the current version and do nothing);
-** the lock is the session's, released after the commit.  Not on Galera:
+** the lock is the session's, released after the commit.  It waits as
+** long as a row lock may (due__my_lock_secs), so it answers within the
+** store's bound: a migration that runs longer makes the other `due init`
+** fail with DUE_EBUSY, and run again it finds the schema current.  A
+** lost connection took the transaction and the lock with it: nothing to
+** roll back or release then (and the error stays the loss).  Not on Galera:
 ** MariaDB refuses GET_LOCK there (MDEV-30473, error 1235) or, where a
 ** build still allows it, it locks one node only.  There DDL runs in total
 ** order on every node (TOI) and every step is re-runnable except its
@@ -471,20 +483,21 @@ static int mig_lock(due_store *s)
 
 	if (s->galera)
 		return 0;
-	due__my_add(&b, "SELECT GET_LOCK('due:init', 60)");
+	due__my_add(&b, "SELECT GET_LOCK('due:init', %u)",
+		    due__my_lock_secs(s));
 	if (ints(s, &b, "lock schema", &got, 1) < 0)
 		return due_error_last_code();
 	return got == 1 ? 0
 			: due__error_set(DUE_EBUSY,
 					 "mysql store %s: another `due init` "
-					 "holds the schema lock",
-					 s->label);
+					 "held the schema lock for %u s",
+					 s->label, due__my_lock_secs(s));
 }
 
 /* Release mig_lock's lock (none on Galera). */
 static void mig_unlock(due_store *s)
 {
-	if (!s->galera)
+	if (!s->galera && !s->broken)
 		(void)run_text(s, "DO RELEASE_LOCK('due:init')",
 			       "unlock schema");
 }
@@ -499,7 +512,8 @@ static int mig_commit(due_store *s)
 
 static void mig_rollback(due_store *s)
 {
-	(void)run_text(s, "ROLLBACK", "rollback");
+	if (!s->broken)
+		(void)run_text(s, "ROLLBACK", "rollback");
 	mig_unlock(s);
 }
 
@@ -2112,6 +2126,8 @@ static int complete_tx(due_store *s, due_completion *items, size_t n,
 	if ((rc = complete_locked(s, items, n, hook ? LAST_RUN : LAST_COMMIT)) <
 	    0)
 		goto fail;
+	if (hook) /* its statements are its own: not our deadline */
+		due__my_unarm();
 	for (size_t i = 0; hook && i < n; i++)
 		if (items[i].outcome == DUE_COMPLETE_DONE &&
 		    (rc = due__store_run_hook(hook, s->conn, &items[i],
@@ -3592,8 +3608,10 @@ static int wake_read(due_store *s, int64_t *n)
 ** resumed or removed) bumps the one-row due_wake counter after its
 ** commit; due_notify() bumps it for a caller's own transaction.  *fd is a
 ** timerfd that becomes readable once a second; listen_drain then reads
-** the counter (one primary-key read) and reports a wake-up when it
-** changed.  So an idle worker makes at most one query a second, and a
+** the counter (one primary-key read, bounded like every statement:
+** the timerfd only paces the polls, it bounds no wait) and reports a
+** wake-up when it changed.  So an idle worker makes at most one query a
+** second, and a
 ** task submitted by another process is seen within about a second (the
 ** worker refills its wheel at once then).  docs/internals/discovery.md.
 */

@@ -33,14 +33,55 @@
 ** here (DUE_EBUSY, s->deadlock) and retried whole like any other.  On a
 ** Galera node the session reads causally (wsrep_setup).
 **
+** Bounded waits (issue 35).  No call waits for ever: every store has a
+** bound, s->timeout_us (due_open_params: the URL's timeout=, 10 s by
+** default, lower when the opener asks, e.g. a worker's lease / 3).
+** Connector/C 3.x counts its timeouts in whole seconds, one poll() per wait
+** (it does not read three times as libmysqlclient 5.0 did, but a signal
+** restarts the whole wait).  So its poll is replaced (MARIADB_OPT_IO_WAIT)
+** by io_wait(), which never waits past the deadline of the call in
+** progress, to the millisecond: each statement's round trip (the query and
+** every answer of its multi-statement text) gets the bound from its start;
+** opening a session (TCP connect, handshake, the session's settings) gets
+** the bound shared among the URL's hosts (session_open), and a call that
+** had to reconnect first keeps its statements within the same bound
+** (due__my_ok).  The options MYSQL_OPT_CONNECT_TIMEOUT, _READ_TIMEOUT and
+** _WRITE_TIMEOUT are set too, rounded up to whole seconds, as the library's
+** own limits.  A wait that ran out is a lost connection: "no answer from
+** the store at HOST:PORT in N s" (DUE_ESTORE), the connection is marked
+** broken and its transaction forgotten (the server rolls it back once it
+** sees the connection close), and the next call connects again (to the next
+** host of a list); a COMMIT that ran out has an unknown outcome, like any
+** lost COMMIT.  A frozen path ends a call at its first round trip; a call
+** of several round trips that each answer slowly, in time, may take a bound
+** for each.  Not bounded here: a name lookup (getaddrinfo; the URLs name
+** addresses in practice).  A caller's connection (due_schedule_mysql_tx)
+** keeps its own options, session and waits: nothing of this is set or armed
+** on it.
+**
+** The server's own waits end first, so that a held lock is DUE_EBUSY on
+** a connection that stays usable rather than a lost one:
+** innodb_lock_wait_timeout (row locks: another client's SELECT ... FOR
+** UPDATE) and lock_wait_timeout (metadata locks: LOCK TABLES, DDL) are
+** the bound less half a second, in whole seconds, at least 1
+** (due__my_lock_secs: 10 s waits 9 s, 2 s waits 1 s).  A bound under
+** 1.5 s leaves no room for a whole second: a lock held past it ends the
+** call as no answer.
+**
 ** Errors.  due__my_error() is the one translator of server and client
-** errors: a lost or refused connection is DUE_ESTORE; a deadlock (1213)
-** or lock wait timeout (1205) is DUE_EBUSY and marks s->deadlock, so the
-** store retries the whole transaction with backoff (mysql.c); a duplicate
-** key (1062) is DUE_ECONFLICT; a missing table (1146) DUE_ESCHEMA.
+** errors: a lost or refused connection is DUE_ESTORE (a wait that ran
+** out of the bound says so); a deadlock (1213) is DUE_EBUSY and marks
+** s->deadlock, so the store retries the whole transaction with backoff
+** while the bound lasts (mysql.c); a lock wait timeout (1205) is
+** DUE_EBUSY, not retried (it waited most of the bound already), naming
+** how long it waited; a duplicate key (1062) is DUE_ECONFLICT; a missing
+** table (1146) DUE_ESCHEMA.
 */
 #include <errmsg.h>
+#include <errno.h>
+#include <limits.h>
 #include <mysqld_error.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -260,6 +301,97 @@ fail:
 }
 
 /* ------------------------------------------------------------------ */
+/* Bounded waits                                                       */
+/* ------------------------------------------------------------------ */
+
+/* The server's lock waits end at least this long before the bound. */
+#define LOCK_MARGIN_US 500000
+/* The least share of the bound one host of the walk gets (session_open). */
+#define MIN_SHARE_US 100000
+/* The longest wait any option of the server or the library is given. */
+#define MAX_WAIT_S 31536000 /* a year: lock_wait_timeout's maximum */
+
+/*
+** The deadline of the library calls this thread makes on a connection of
+** ours (due__mono_us() time) and whether one of their waits ran into it.
+** A store is used by one thread at a time and Connector/C's calls are
+** synchronous, so arm() sets both for the calls that follow, on the
+** thread that makes them; io_wait() is their only reader.  A deadline
+** left from an earlier call is in the past: an unarmed call that would
+** wait gives up at once (mysql_close's COM_QUIT relies on that).
+*/
+static _Thread_local int64_t io_until;
+static _Thread_local bool io_expired;
+
+static void arm(int64_t until)
+{
+	io_until = until;
+	io_expired = false;
+}
+
+void due__my_unarm(void) { arm(0); }
+
+/*
+** Arm a statement's round trip on s: the host's share while its session
+** is being opened, else the bound from now, and no later than the end of
+** a call that began by reconnecting (due__my_ok).  Not on a caller's
+** connection (due_schedule_mysql_tx): it has no io_wait of ours.
+*/
+static void arm_call(const due_store *s)
+{
+	int64_t until =
+	    s->open_until ? s->open_until : due__mono_us() + s->timeout_us;
+
+	if (s->call_until && s->call_until < until)
+		until = s->call_until;
+	if (s->own)
+		arm(until);
+}
+
+/*
+** Connector/C's wait for a socket of ours (MARIADB_OPT_IO_WAIT), in place
+** of its own poll(): until fd is readable (is_read) or writable, for at
+** most timeout_ms (the library's whole-second option; <= 0: no limit of
+** its own) and never past io_until.  Returns as poll() does: > 0 ready,
+** 0 the time ran out (errno ETIMEDOUT; io_expired when io_until ended
+** it), < 0 an error.  A signal resumes the wait for what is left (the
+** library's own poll() starts it over, so a signal each second would make
+** it endless).
+*/
+static int io_wait(my_socket fd, my_bool is_read, int timeout_ms)
+{
+	struct pollfd p = {.fd = fd, .events = is_read ? POLLIN : POLLOUT};
+	int64_t now = due__mono_us(), until = io_until;
+	int rc;
+
+	if (timeout_ms > 0 && (!until || now + timeout_ms * 1000LL < until))
+		until = now + timeout_ms * 1000LL;
+	while (!until || now < until) {
+		int64_t ms = until ? (until - now + 999) / 1000 : -1;
+		rc = poll(&p, 1, ms > INT_MAX ? INT_MAX : (int)ms);
+		if (rc > 0 || (rc < 0 && errno != EINTR))
+			return rc;
+		now = due__mono_us();
+	}
+	io_expired = io_until && now >= io_until;
+	errno = ETIMEDOUT;
+	return 0;
+}
+
+/* us in whole seconds for Connector/C's options: rounded up, at least 1. */
+static unsigned secs_up(int64_t us)
+{
+	int64_t n = (us + 999999) / 1000000;
+	return n < 1 ? 1 : n > MAX_WAIT_S ? MAX_WAIT_S : (unsigned)n;
+}
+
+unsigned due__my_lock_secs(const due_store *s)
+{
+	int64_t n = (s->timeout_us - LOCK_MARGIN_US) / 1000000;
+	return n < 1 ? 1 : n > MAX_WAIT_S ? MAX_WAIT_S : (unsigned)n;
+}
+
+/* ------------------------------------------------------------------ */
 /* Errors                                                              */
 /* ------------------------------------------------------------------ */
 
@@ -269,7 +401,8 @@ static bool lost(unsigned e)
 	       e == CR_CONNECTION_ERROR || e == CR_CONN_HOST_ERROR ||
 	       e == CR_COMMANDS_OUT_OF_SYNC || e == ER_SERVER_SHUTDOWN ||
 	       e == ER_CONNECTION_KILLED || e == 4031 /* idle disconnect */ ||
-	       e == CR_SERVER_LOST_EXTENDED ||
+	       e == CR_SERVER_LOST_EXTENDED || e == CR_ERR_NET_READ ||
+	       e == CR_ERR_NET_WRITE ||
 	       /* a Galera node outside the primary component ("WSREP has
 		  not yet prepared node for application use"): useless
 		  until it rejoins, so as good as lost */
@@ -287,6 +420,19 @@ static void tx_reset(due_store *s)
 	s->defer_len = 0;
 }
 
+/*
+** The connection is gone (or no use): the next call reconnects, a
+** connection we had moves on to the next host, and no transaction of
+** ours is open any more (the server rolls back a session it lost).
+*/
+static void mark_lost(due_store *s)
+{
+	if (!s->broken && s->cfg && s->cfg->n_hosts > 1)
+		s->node = (s->node + 1) % s->cfg->n_hosts;
+	s->broken = true;
+	tx_reset(s);
+}
+
 int due__my_error(due_store *s, const char *what)
 {
 	unsigned e = s->conn ? mysql_errno(s->conn) : CR_SERVER_GONE_ERROR;
@@ -294,14 +440,25 @@ int due__my_error(due_store *s, const char *what)
 	int code = DUE_ERROR;
 
 	s->err = e;
+	s->silent = false;
 	if (lost(e)) {
-		/* a connection we had: the next one tries the next host */
-		if (!s->broken && s->cfg && s->cfg->n_hosts > 1)
-			s->node = (s->node + 1) % s->cfg->n_hosts;
-		s->broken = true;
-		tx_reset(s);
+		mark_lost(s);
 		code = DUE_ESTORE;
-	} else if (e == ER_LOCK_DEADLOCK || e == ER_LOCK_WAIT_TIMEOUT ||
+		if ((s->silent = io_expired && s->own))
+			return due__store_no_answer(
+			    s->where,
+			    s->open_until ? s->open_us : s->timeout_us);
+	} else if (e == ER_LOCK_WAIT_TIMEOUT) {
+		/* not retried: the wait took the bound already */
+		if (s->own)
+			return due__error_set(DUE_EBUSY,
+					      "mysql store %s: %s: waited %u s "
+					      "for a lock another session "
+					      "holds (lock wait timeout, 1205)",
+					      s->label, what,
+					      due__my_lock_secs(s));
+		code = DUE_EBUSY;
+	} else if (e == ER_LOCK_DEADLOCK ||
 		   (s->galera && e == ER_SP_DOES_NOT_EXIST && s->in_tx)) {
 		/* 1305 in our transaction: its savepoint went with a
 		   Galera abort (GALERA_COMMIT) */
@@ -348,11 +505,23 @@ int due__my_version_check(const char *version)
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
 static void lib_init(void) { mysql_library_init(0, NULL, NULL); }
 
+/* The session's settings; %u twice: the lock waits (due__my_lock_secs). */
 #define SESSION_SQL                                                            \
 	"SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED;"              \
 	" SET time_zone = '+00:00',"                                           \
 	" sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'," \
-	" innodb_lock_wait_timeout = 10, autocommit = 1"
+	" innodb_lock_wait_timeout = %u, lock_wait_timeout = %u,"              \
+	" autocommit = 1"
+
+/* Set the session up (SESSION_SQL) with s's lock waits. */
+static int session_set(due_store *s)
+{
+	unsigned l = due__my_lock_secs(s);
+	char sql[sizeof(SESSION_SQL) + 32];
+	int n = snprintf(sql, sizeof(sql), SESSION_SQL, l, l);
+
+	return due__my_run(s, sql, (size_t)n, "session", NULL);
+}
 
 /* How the server numbers a multi-row insert (insert_batch in mysql.c). */
 static int read_autoinc(due_store *s)
@@ -418,26 +587,62 @@ static int wsrep_setup(due_store *s)
 		      : 0;
 }
 
-/* Open s->conn to host i of s->cfg and set the session up. */
-static int session_open_one(due_store *s, size_t i)
+/* Close s->conn, never waiting for it (COM_QUIT goes only if it can). */
+static void conn_close(due_store *s)
+{
+	if (s->conn) {
+		arm(due__mono_us());
+		mysql_close(s->conn);
+	}
+	s->conn = NULL;
+}
+
+/* HOST:PORT of host i of c into out (the socket's path for a socket). */
+static void host_where(char *out, size_t n, const due_my_cfg *c, size_t i)
+{
+	if (c->socket)
+		snprintf(out, n, "%s", c->socket);
+	else
+		snprintf(out, n, "%s:%u", c->hosts[i], c->ports[i]);
+}
+
+/* H1:P1,H2:P2,... of every host of c into out (as many as fit). */
+static void hosts_where(char *out, size_t n, const due_my_cfg *c)
+{
+	char one[272];
+	size_t off = 0;
+
+	out[0] = '\0';
+	for (size_t i = 0; i < c->n_hosts; i++) {
+		host_where(one, sizeof(one), c, i);
+		int w = snprintf(out + off, n - off, "%s%s", i ? "," : "", one);
+		if (w < 0 || (size_t)w >= n - off)
+			break;
+		off += (size_t)w;
+	}
+}
+
+/*
+** Open s->conn to host i of s->cfg and set the session up, every wait
+** armed to end by s->open_until.  The whole-second options are the
+** library's own limits (io_wait keeps to the exact deadline within them);
+** the read and write ones apply once connected, to every statement.
+*/
+static int session_connect(due_store *s, size_t i)
 {
 	const due_my_cfg *c = s->cfg;
-	unsigned timeout = 10;
+	unsigned connect = secs_up(s->open_us), io = secs_up(s->timeout_us);
 	MYSQL *m;
 	int rc;
 
-	if (s->conn)
-		mysql_close(s->conn);
-	s->conn = NULL;
-	s->broken = true;
-	tx_reset(s);
-	snprintf(s->label, sizeof(s->label), "mysql://%s@%s:%u/%s",
-		 c->user ? c->user : "", c->socket ? c->socket : c->hosts[i],
-		 c->socket ? 0 : c->ports[i], c->db);
 	if (!(s->conn = mysql_init(NULL)))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	mysql_optionsv(s->conn, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-	mysql_optionsv(s->conn, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
+	mysql_optionsv(s->conn, MYSQL_OPT_CONNECT_TIMEOUT, &connect);
+	mysql_optionsv(s->conn, MYSQL_OPT_READ_TIMEOUT, &io);
+	mysql_optionsv(s->conn, MYSQL_OPT_WRITE_TIMEOUT, &io);
+	mysql_optionsv(s->conn, MARIADB_OPT_IO_WAIT, io_wait);
+	arm(s->open_until);
 	m = mysql_real_connect(s->conn, c->socket ? NULL : c->hosts[i], c->user,
 			       c->password, c->db, c->socket ? 0 : c->ports[i],
 			       c->socket,
@@ -447,13 +652,33 @@ static int session_open_one(due_store *s, size_t i)
 	if ((rc = due__my_version_check(mysql_get_server_info(s->conn))) < 0)
 		return rc;
 	s->broken = false;
-	if ((rc = due__my_run(s, SESSION_SQL, sizeof(SESSION_SQL) - 1,
-			      "session", NULL)) < 0 ||
-	    (rc = read_autoinc(s)) < 0 || (rc = wsrep_setup(s)) < 0) {
+	if ((rc = session_set(s)) < 0 || (rc = read_autoinc(s)) < 0 ||
+	    (rc = wsrep_setup(s)) < 0) {
 		s->broken = true;
 		return rc;
 	}
 	return 0;
+}
+
+/* session_connect to host i within share_us. */
+static int session_open_one(due_store *s, size_t i, int64_t share_us)
+{
+	const due_my_cfg *c = s->cfg;
+	int rc;
+
+	conn_close(s);
+	s->broken = true;
+	s->silent = false;
+	tx_reset(s);
+	snprintf(s->label, sizeof(s->label), "mysql://%s@%s:%u/%s",
+		 c->user ? c->user : "", c->socket ? c->socket : c->hosts[i],
+		 c->socket ? 0 : c->ports[i], c->db);
+	host_where(s->where, sizeof(s->where), c, i);
+	s->open_us = share_us;
+	s->open_until = due__mono_us() + share_us;
+	rc = session_connect(s, i);
+	s->open_until = 0;
+	return rc;
 }
 
 /*
@@ -465,23 +690,39 @@ static int session_open_one(due_store *s, size_t i)
 ** multi_writer=1: from s->node (this connection's own node, or the next
 ** one after a loss), wrapping around.  The walk's start is taken before
 ** the first try, so a loss noted while a session is being set up
-** (due__my_error moving s->node) cannot make it skip a host.  All fail:
-** the last host's error, after a line naming how many were tried.
+** (due__my_error moving s->node) cannot make it skip a host.  The walk
+** keeps to the bound: each host gets an equal share of what is left
+** (whole milliseconds, at least MIN_SHARE_US), so a frozen first node
+** costs a third of it in a cluster of three and a refusing one nothing.
+** All fail: the last host's error, after a line naming how many were
+** tried; "no answer from the store at H1:P1,H2:P2 in N s" when none of
+** them answered within its share.
 */
 static int session_open(due_store *s)
 {
-	size_t n = s->cfg->n_hosts;
+	size_t n = s->cfg->n_hosts, silent = 0;
 	size_t start = s->cfg->multi_writer ? s->node % n : 0;
+	int64_t end = due__mono_us() + s->timeout_us, share;
 	int rc = 0;
 
 	for (size_t k = 0; k < n; k++) {
 		size_t i = (start + k) % n;
-		if ((rc = session_open_one(s, i)) == 0) {
+		share = k ? (end - due__mono_us()) / (int64_t)(n - k)
+			  : s->timeout_us / (int64_t)n;
+		share =
+		    share < MIN_SHARE_US ? MIN_SHARE_US : share / 1000 * 1000;
+		if ((rc = session_open_one(s, i, share)) == 0) {
 			s->node = i;
 			return 0;
 		}
 		if (rc == DUE_ENOMEM)
 			return rc;
+		silent += s->silent;
+	}
+	if (n > 1 && silent == n) {
+		char all[1024];
+		hosts_where(all, sizeof(all), s->cfg);
+		return due__store_no_answer(all, s->timeout_us);
 	}
 	if (n > 1) {
 		char last[512];
@@ -522,8 +763,7 @@ static due_my_cfg *cfg_dup(const due_my_cfg *c)
 	return d;
 }
 
-int due__my_connect(due_store **out, const due_my_cfg *cfg,
-		     int64_t timeout_us)
+int due__my_connect(due_store **out, const due_my_cfg *cfg, int64_t timeout_us)
 {
 	due_store *s = calloc(1, sizeof(*s));
 
@@ -549,8 +789,8 @@ void due__my_close(due_store *s)
 {
 	if (!s)
 		return;
-	if (s->conn && s->own)
-		mysql_close(s->conn);
+	if (s->own)
+		conn_close(s);
 	if (s->timer_fd >= 0)
 		close(s->timer_fd);
 	free(s->defer);
@@ -568,8 +808,12 @@ int due__my_ok(due_store *s)
 				      "mysql store: this handle is inside a "
 				      "transaction (a completion hook must use "
 				      "the connection it is given)");
-	if (s->broken || !s->conn)
+	s->call_until = 0;
+	if (s->broken || !s->conn) {
+		/* the reconnect and this call's statements: one bound */
+		s->call_until = due__mono_us() + s->timeout_us;
 		return session_open(s);
+	}
 	return 0;
 }
 
@@ -655,6 +899,7 @@ static int run(due_store *s, const char *sql, size_t len, const char *what,
 	free(s->defer);
 	s->defer = NULL;
 	s->defer_len = 0;
+	arm_call(s); /* the query and every answer to it */
 	rc = mysql_real_query(s->conn, joined ? joined : sql, len);
 	free(joined);
 	if (rc != 0)
@@ -772,11 +1017,15 @@ void due__my_rollback(due_store *s)
 	static const char sql[] = "ROLLBACK";
 
 	if (s->in_tx && !s->broken && s->conn && !s->begin_pending) {
+		arm_call(s);
 		(void)mysql_real_query(s->conn, sql, sizeof(sql) - 1);
 		/* drop what a failed multi-statement left unread */
 		while (mysql_more_results(s->conn) &&
 		       mysql_next_result(s->conn) == 0)
 			mysql_free_result(mysql_store_result(s->conn));
+		/* lost meanwhile (the caller's error stays the message) */
+		if (lost(mysql_errno(s->conn)))
+			mark_lost(s);
 	}
 	tx_reset(s);
 }

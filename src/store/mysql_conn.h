@@ -39,6 +39,13 @@ typedef struct due_my_cfg {
 
 struct due_store {
 	int64_t timeout_us; /* the bound of every wait (due_open_params) */
+	int64_t open_until; /* while a session is opened: due__mono_us() at
+			       which its waits end; 0 otherwise (each
+			       statement's round trip gets timeout_us) */
+	int64_t open_us;    /* that host's share of timeout_us */
+	int64_t call_until; /* a call that had to reconnect: its statements
+			       end by then too (one bound for all); else 0 */
+	bool silent;	    /* the last failure was a wait that ran out */
 	MYSQL *conn;
 	bool own;	    /* false: a caller's connection (tx submit) */
 	bool broken;	    /* the connection was lost: reconnect first */
@@ -60,6 +67,7 @@ struct due_store {
 	size_t node;	   /* cfg->hosts[node] is the one we use (or try) */
 	bool galera;	   /* the server is a Galera node (wsrep_ready) */
 	char label[256];   /* mysql://user@host:port/db for messages */
+	char where[272];   /* HOST:PORT (or the socket) for "no answer" */
 };
 
 /*
@@ -81,11 +89,12 @@ void due__my_cfg_free(due_my_cfg *c);
 ** a server without FOR UPDATE SKIP LOCKED.  Several hosts: the first that
 ** answers, in the URL's order (multi_writer: starting at one picked by
 ** the process id and how many connections the process opened); a lost
-*connection moves on to the next host and a
-** reconnect walks the list from there, wrapping around.
+** connection moves on to the next host and a reconnect walks the list
+** from there, wrapping around.  timeout_us (> 0) bounds every wait of the
+** store: the walk over the hosts, each statement's round trip, the
+** server's lock waits (mysql_conn.c, "Bounded waits").
 */
-int due__my_connect(due_store **out, const due_my_cfg *cfg,
-		     int64_t timeout_us);
+int due__my_connect(due_store **out, const due_my_cfg *cfg, int64_t timeout_us);
 void due__my_close(due_store *s);
 
 /*
@@ -102,8 +111,27 @@ int due__my_version_check(const char *version);
 */
 int due__my_ok(due_store *s);
 
-/* Translate the connection's last failure; the one place errnos live. */
+/*
+** Translate the connection's last failure; the one place errnos live.
+** A wait that ran out of the bound: "no answer from the store at
+** HOST:PORT in N s" (DUE_ESTORE), the connection marked broken.
+*/
 int due__my_error(due_store *s, const char *what);
+
+/*
+** Before statements someone else sends on s->conn (a completion hook,
+** inside our transaction): their waits keep only the library's own
+** whole-second limits (MYSQL_OPT_READ_TIMEOUT, _WRITE_TIMEOUT), never the
+** deadline of our last statement, which may have passed.
+*/
+void due__my_unarm(void);
+
+/*
+** The server's lock waits (innodb_lock_wait_timeout, lock_wait_timeout,
+** GET_LOCK) in whole seconds: they end before the bound, so the server
+** reports 1205 while the client still listens (at least 1).
+*/
+unsigned due__my_lock_secs(const due_store *s);
 
 /*
 ** Run sql (one statement or several; text of len bytes).  *out (may be

@@ -5,15 +5,19 @@
 ** on the store's own MYSQL*, the claim's and the reclaim's picks reading
 ** an index (EXPLAIN), the live-only unique key (a finished task's key is
 ** free again), wake-ups without LISTEN, a connection killed under a
-** handle, a deadlock the store loses and retries, and the refusal of
-** servers without SKIP LOCKED.  Every
+** handle, a deadlock the store loses and retries, the refusal of
+** servers without SKIP LOCKED, and the bound of every wait (issue 35): a
+** row lock and LOCK TABLES of another session, a path frozen under an
+** open handle (a proxy thread of the test's own), a server that never
+** greets, and a host list whose first host is silent.  Every
 ** transition, refusal, schedule and metric that the stores share is in
 ** the conformance suite (test_store.c), which runs here too.
 **
 ** It runs when DUE_TEST_MYSQL_URL names a database
 ** (scripts/mariadb-test-server start DIR prints one); each test works in
 ** a database of its own (tu_mysql.h).  Unset, it prints a note and passes,
-** except under CI=true, where it fails.  No timing assumptions.
+** except under CI=true, where it fails.  No timing assumptions, except
+** that a call bounded by N seconds returns within N + SLACK_MS.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,9 +26,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -41,6 +51,8 @@
 #define HANG_MS                                                                \
 	60000 /* a deadline guards against a hang, it claims nothing           \
 	       */
+/* What a bounded call may take past its bound on a loaded machine. */
+#define SLACK_MS 3000
 
 static int64_t mono_ms(void)
 {
@@ -142,6 +154,20 @@ static void test_tx_submit(void **state)
 	assert_true(s2.existed);
 	assert_int_equal(s2.id, s1.id);
 
+	/* the caller's connection keeps its own waits and session */
+	int (*io_wait)(my_socket, my_bool, int) = NULL;
+	unsigned rt = 1;
+	assert_int_equal(mysql_get_optionv(m, MARIADB_OPT_IO_WAIT, &io_wait),
+			 0);
+	assert_null(io_wait);
+	assert_int_equal(mysql_get_optionv(m, MYSQL_OPT_READ_TIMEOUT, &rt), 0);
+	assert_int_equal(rt, 0);
+	assert_int_equal(q_int(m, "SELECT @@SESSION.innodb_lock_wait_timeout"
+				  " = @@GLOBAL.innodb_lock_wait_timeout AND"
+				  " @@SESSION.lock_wait_timeout ="
+				  " @@GLOBAL.lock_wait_timeout"),
+			 1);
+
 	mysql_close(m);
 	due_close(db);
 }
@@ -176,6 +202,43 @@ static void test_completion_hook(void **state)
 	refuse = 0;
 	assert_int_equal(
 	    due_complete_tx(db, &co, id, a, "r", 1, hook_insert, &refuse), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	assert_int_equal(state_of(db, id), DUE_DONE);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM results"), 1);
+	mysql_close(m);
+	due_close(db);
+}
+
+/* A hook that takes longer than the store's bound before its statement. */
+static int hook_slow_insert(void *conn, const due_task *t, void *payload)
+{
+	struct timespec ts = {1, 300000000};
+
+	(void)payload;
+	nanosleep(&ts, NULL);
+	return hook_insert(conn, t, &(int){0});
+}
+
+/*
+** The hook's statements are its own: a hook that works longer than the
+** store's bound (1 s) before its INSERT is not cut short by the deadline
+** of the store's last statement.
+*/
+static void test_completion_hook_slow(void **state)
+{
+	(void)state;
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_db *db = NULL;
+	MYSQL *m = own_conn();
+	due_complete_outcome co;
+
+	oo.timeout_us = 1000000;
+	assert_int_equal(due_open(&db, url, &oo), 0);
+	q(m, "CREATE TABLE results (id BIGINT PRIMARY KEY) ENGINE=InnoDB");
+	due_id id = add(db, "k", 0, 5);
+	int32_t a = claim_one(db, id, LONG_LEASE);
+	assert_int_equal(
+	    due_complete_tx(db, &co, id, a, "r", 1, hook_slow_insert, NULL), 0);
 	assert_int_equal(co, DUE_COMPLETE_DONE);
 	assert_int_equal(state_of(db, id), DUE_DONE);
 	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM results"), 1);
@@ -1004,6 +1067,331 @@ static void test_deadlock_retried(void **state)
 	due_close(worker);
 	due_close(db);
 }
+
+/* ------------------------------------------------------------------ */
+/* Bounded waits (issue 35)                                            */
+/* ------------------------------------------------------------------ */
+
+/* A handle on u (NULL: this test's store) whose waits end within us. */
+static due_db *open_bounded(const char *u, int64_t us)
+{
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_db *db = NULL;
+
+	oo.timeout_us = us;
+	if (due_open(&db, u ? u : url, &oo) < 0)
+		fail_msg("open %s: %s", u ? u : url, due_error_last());
+	return db;
+}
+
+/* The host:port part [*h, *end) of url (after user@). */
+static void url_authority(const char **h, const char **end)
+{
+	const char *a = strstr(url, "//") + 2, *slash = strchr(a, '/');
+	const char *at = memchr(a, '@', (size_t)(slash - a));
+
+	*h = at ? at + 1 : a;
+	*end = slash;
+}
+
+/* url with its host:port replaced by `hosts` (a list, or one). */
+static void url_at(char *out, size_t n, const char *hosts)
+{
+	const char *h, *end;
+
+	url_authority(&h, &end);
+	snprintf(out, n, "%.*s%s%s", (int)(h - url), url, hosts, end);
+}
+
+/* The server's host and port from url (the fixture's URL is TCP). */
+static void url_server(char *host, size_t n, unsigned *port)
+{
+	const char *h, *end, *colon;
+
+	url_authority(&h, &end);
+	colon = memchr(h, ':', (size_t)(end - h));
+	snprintf(host, n, "%.*s", (int)((colon ? colon : end) - h), h);
+	*port = colon ? (unsigned)strtoul(colon + 1, NULL, 10) : 3306;
+}
+
+/*
+** A socket listening on 127.0.0.1 at a free port, into *port, that never
+** accepts: a connection completes into its backlog and is never greeted
+** (a frozen server).
+*/
+static int listener(unsigned *port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_true(fd >= 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fd, 16), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/*
+** A TCP proxy on loopback to the test's server, in a thread, that the
+** test freezes (a partition: new connections wait in the kernel's
+** backlog, what either side sends stays in the kernel's buffers) and
+** thaws.  Each accepted connection is a pair of sockets; a pair whose
+** one side ends is closed whole.
+*/
+#define STALL_PAIRS 16
+typedef struct stall {
+	int lfd, fd[2 * STALL_PAIRS]; /* fd[i] and fd[i ^ 1] are a pair */
+	unsigned port;
+	struct addrinfo *to;
+	atomic_bool frozen, stop;
+	pthread_t th;
+} stall;
+
+static void stall_close_pair(stall *p, int i)
+{
+	close(p->fd[i]);
+	close(p->fd[i ^ 1]);
+	p->fd[i] = p->fd[i ^ 1] = -1;
+}
+
+static void stall_accept(stall *p)
+{
+	int c = accept(p->lfd, NULL, NULL), srv;
+
+	if (c < 0)
+		return;
+	srv = socket(p->to->ai_family, SOCK_STREAM, 0);
+	for (int i = 0; i < 2 * STALL_PAIRS; i += 2)
+		if (p->fd[i] < 0 && srv >= 0 &&
+		    connect(srv, p->to->ai_addr, p->to->ai_addrlen) == 0) {
+			p->fd[i] = c;
+			p->fd[i + 1] = srv;
+			return;
+		}
+	close(c);
+	if (srv >= 0)
+		close(srv);
+}
+
+/* Forward what fd[i] has to its pair; false when the pair ended. */
+static bool stall_pump(stall *p, int i)
+{
+	char buf[16384];
+	ssize_t r = read(p->fd[i], buf, sizeof(buf)), w = 0;
+
+	while (r > 0 && w < r) {
+		ssize_t k = write(p->fd[i ^ 1], buf + w, (size_t)(r - w));
+		if (k <= 0)
+			return false;
+		w += k;
+	}
+	return r > 0;
+}
+
+static void *stall_run(void *arg)
+{
+	stall *p = arg;
+	struct pollfd f[1 + 2 * STALL_PAIRS];
+
+	while (!atomic_load(&p->stop)) {
+		if (atomic_load(&p->frozen)) {
+			struct timespec ts = {0, 5000000};
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		f[0] = (struct pollfd){p->lfd, POLLIN, 0};
+		for (int i = 0; i < 2 * STALL_PAIRS; i++)
+			f[1 + i] = (struct pollfd){p->fd[i], POLLIN, 0};
+		if (poll(f, 1 + 2 * STALL_PAIRS, 20) <= 0)
+			continue;
+		for (int i = 0; i < 2 * STALL_PAIRS; i++)
+			if (p->fd[i] >= 0 && f[1 + i].revents &&
+			    !stall_pump(p, i))
+				stall_close_pair(p, i);
+		if (f[0].revents)
+			stall_accept(p);
+	}
+	return NULL;
+}
+
+static void stall_start(stall *p)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
+	char host[256], port[16];
+	unsigned srv;
+
+	url_server(host, sizeof(host), &srv);
+	snprintf(port, sizeof(port), "%u", srv);
+	assert_int_equal(getaddrinfo(host, port, &hints, &p->to), 0);
+	for (int i = 0; i < 2 * STALL_PAIRS; i++)
+		p->fd[i] = -1;
+	atomic_init(&p->frozen, false);
+	atomic_init(&p->stop, false);
+	p->lfd = listener(&p->port);
+	assert_int_equal(pthread_create(&p->th, NULL, stall_run, p), 0);
+}
+
+static void stall_stop(stall *p)
+{
+	atomic_store(&p->stop, true);
+	assert_int_equal(pthread_join(p->th, NULL), 0);
+	for (int i = 0; i < 2 * STALL_PAIRS; i += 2)
+		if (p->fd[i] >= 0)
+			stall_close_pair(p, i);
+	close(p->lfd);
+	freeaddrinfo(p->to);
+}
+
+/* The last error is DUE_ESTORE "no answer from the store at WHERE in DUR". */
+static void assert_no_answer(const char *where, const char *dur)
+{
+	char want[700];
+
+	snprintf(want, sizeof(want), "no answer from the store at %s in %s",
+		 where, dur);
+	assert_int_equal(due_error_last_code(), DUE_ESTORE);
+	assert_string_equal(due_error_last(), want);
+}
+
+/*
+** A row lock of another session (BEGIN; SELECT ... FOR UPDATE, any admin
+** query): a renewal of that task waits for the session's lock wait (1 s
+** under a 2 s bound), not the server's default 10 s six times over, and
+** fails DUE_EBUSY naming the wait; the handle's connection stays good.
+** Then LOCK TABLES due_task WRITE (a metadata lock, whose wait was a
+** year): the same.
+*/
+static void test_lock_wait_bounded(void **state)
+{
+	(void)state;
+	due_db *db = open_bounded(NULL, 2000000);
+	MYSQL *m = own_conn();
+	due_extend_outcome out;
+	due_task *t = NULL;
+	char sql[160];
+	int64_t t0;
+	due_id id = add(db, "k", 0, 5);
+	int32_t a = claim_one(db, id, LONG_LEASE);
+
+	q(m, "START TRANSACTION");
+	snprintf(sql, sizeof(sql),
+		 "SELECT id FROM due_task WHERE id = %lld FOR UPDATE",
+		 (long long)id);
+	q_drop(m, sql);
+	t0 = mono_ms();
+	assert_int_equal(due_extend(db, &out, id, a, LONG_LEASE), DUE_EBUSY);
+	assert_true(mono_ms() - t0 < 2000 + SLACK_MS);
+	assert_non_null(strstr(due_error_last(), "waited 1 s for a lock"));
+	q(m, "ROLLBACK");
+	assert_int_equal(due_extend(db, &out, id, a, LONG_LEASE), 0);
+	assert_int_equal(out, DUE_EXTEND_OK);
+
+	q(m, "LOCK TABLES due_task WRITE");
+	t0 = mono_ms();
+	assert_int_equal(due_get(db, &t, id), DUE_EBUSY);
+	assert_true(mono_ms() - t0 < 2000 + SLACK_MS);
+	assert_non_null(strstr(due_error_last(), "(lock wait timeout, 1205)"));
+	q(m, "UNLOCK TABLES");
+	t = get(db, id);
+	assert_int_equal(t->state, DUE_CLAIMED);
+	due_task_free(t);
+	mysql_close(m);
+	due_close(db);
+}
+
+/*
+** The path freezes under an open handle (a partition, a SIGSTOPped
+** server): each call fails within the bound with "no answer", a claim's
+** transaction is not left believed open, and once the path thaws the
+** next call reconnects on its own and works.  A new handle opened on the
+** frozen path fails the same way, a sub-second bound to the millisecond.
+*/
+static void test_frozen_path(void **state)
+{
+	(void)state;
+	stall p;
+	char u[600], where[64];
+	due_db *db, *db2 = NULL;
+	due_task *t = NULL;
+	due_task_list *l = NULL;
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	int64_t t0;
+	due_id id;
+
+	stall_start(&p);
+	snprintf(where, sizeof(where), "127.0.0.1:%u", p.port);
+	url_at(u, sizeof(u), where);
+	db = open_bounded(u, 1000000);
+	id = add(db, "k", 0, 5);
+
+	atomic_store(&p.frozen, true);
+	t0 = mono_ms();
+	assert_int_equal(due_get(db, &t, id), DUE_ESTORE);
+	assert_true(mono_ms() - t0 < 1000 + SLACK_MS);
+	assert_no_answer(where, "1 s");
+	t0 = mono_ms(); /* reconnects: the handshake gets no answer either */
+	assert_int_equal(due_claim(db, &l, "w1", NULL, 0, 1, LONG_LEASE),
+			 DUE_ESTORE);
+	assert_true(mono_ms() - t0 < 1000 + SLACK_MS);
+	assert_no_answer(where, "1 s");
+	oo.timeout_us = 300000;
+	t0 = mono_ms();
+	assert_int_equal(due_open(&db2, u, &oo), DUE_ESTORE);
+	assert_true(mono_ms() - t0 < 300 + SLACK_MS);
+	assert_no_answer(where, "300ms");
+	due_close(db2);
+
+	atomic_store(&p.frozen, false);
+	t = get(db, id); /* reconnected */
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	due_task_free(t);
+	assert_int_equal(due_claim(db, &l, "w1", NULL, 0, 1, LONG_LEASE), 0);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, id);
+	due_task_list_free(l);
+	due_close(db);
+	stall_stop(&p);
+}
+
+/*
+** Hosts that accept a connection and never greet (frozen nodes): a list
+** whose first host is one still opens, on the second host, within the
+** bound (the first got its share, half of it); a list of two such hosts
+** fails within the bound, naming both.
+*/
+static void test_silent_hosts(void **state)
+{
+	(void)state;
+	char host[256], hosts[600], u[1200];
+	unsigned srv, p1, p2;
+	int l1 = listener(&p1), l2 = listener(&p2);
+	due_db *db = NULL;
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	int64_t t0;
+
+	url_server(host, sizeof(host), &srv);
+	snprintf(hosts, sizeof(hosts), "127.0.0.1:%u,%s:%u", p1, host, srv);
+	url_at(u, sizeof(u), hosts);
+	t0 = mono_ms();
+	db = open_bounded(u, 2000000);
+	assert_true(mono_ms() - t0 < 2000 + SLACK_MS);
+	add(db, "k", 0, 1);
+	due_close(db);
+
+	snprintf(hosts, sizeof(hosts), "127.0.0.1:%u,127.0.0.1:%u", p1, p2);
+	url_at(u, sizeof(u), hosts);
+	oo.timeout_us = 2000000;
+	t0 = mono_ms();
+	assert_int_equal(due_open(&db, u, &oo), DUE_ESTORE);
+	assert_true(mono_ms() - t0 < 2000 + SLACK_MS);
+	assert_no_answer(hosts, "2 s");
+	due_close(db);
+	close(l1);
+	close(l2);
+}
 #endif
 
 int main(void)
@@ -1012,6 +1400,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_tx_submit, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_completion_hook, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_completion_hook_slow, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_explain_picks, setup,
 					    teardown),
@@ -1034,6 +1424,10 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_killed_connection, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_lock_wait_bounded, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_frozen_path, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_silent_hosts, setup, teardown),
 	    cmocka_unit_test(test_version_check),
 	    cmocka_unit_test(test_url),
 	    cmocka_unit_test(test_url_hosts),
