@@ -1022,6 +1022,11 @@ typedef struct due_metrics {
 	int64_t window_us;
 	/** Tasks deleted by retention, summed over the live workers. */
 	int64_t pruned;
+	/**
+	 * Tries whose handler the live workers stopped because the lease was
+	 * lost or not confirmed in time (the lease clock), summed.
+	 */
+	int64_t lease_lost;
 } due_metrics;
 
 DUE_EXTERN int due_metrics_get(due_db *db, due_metrics **out);

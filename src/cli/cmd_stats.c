@@ -126,10 +126,11 @@ static void print_text(const due_metrics *m, const due_kind_info_list *kinds)
 	print_ms("max", st->lateness_max_us);
 	printf(
 	    "workers reporting (last 5 min): %lld; claim queries %lld, empty "
-	    "polls %lld, reclaim checks %lld, store errors %lld\n",
+	    "polls %lld, reclaim checks %lld, store errors %lld, leases lost "
+	    "%lld\n",
 	    (long long)m->workers, (long long)m->claim_queries,
 	    (long long)m->empty_claims, (long long)m->reclaim_queries,
-	    (long long)m->store_errors);
+	    (long long)m->store_errors, (long long)m->lease_lost);
 	printf("tasks pruned by retention: %lld (summed over those workers)\n",
 	       (long long)m->pruned);
 	printf("schedules: %zu\n", m->n_schedules);

@@ -305,6 +305,7 @@ json_t *due_fmt_stats_report(const due_metrics *m,
 	json_object_set_new(wk, "reclaim_checks",
 			    json_integer(m->reclaim_queries));
 	json_object_set_new(wk, "store_errors", json_integer(m->store_errors));
+	json_object_set_new(wk, "lease_lost", json_integer(m->lease_lost));
 	json_object_set_new(wk, "pruned", json_integer(m->pruned));
 	json_object_set_new(o, "workers", wk);
 	json_object_set_new(o, "schedules",

@@ -301,6 +301,11 @@ static int render(const due_metrics *m, const due_kind_info_list *kl,
 		"Store errors met by workers "
 		"seen in the last 5 minutes.",
 		m->store_errors);
+	counter(f, "due_worker_leases_lost_total",
+		"Tries whose handler was stopped because its lease was lost or "
+		"not confirmed in time (the lease clock), by workers seen in "
+		"the last 5 minutes.",
+		m->lease_lost);
 	counter(f, "due_tasks_pruned_total",
 		"DONE and CANCELLED tasks deleted by retention (due work "
 		"--retain): the sum of the counters of the workers seen in the "

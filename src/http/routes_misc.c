@@ -367,6 +367,7 @@ static json_t *metrics_json(const due_metrics *m, const char *backend,
 	json_object_set_new(o, "reclaim_queries",
 			    json_integer(m->reclaim_queries));
 	json_object_set_new(o, "store_errors", json_integer(m->store_errors));
+	json_object_set_new(o, "lease_lost", json_integer(m->lease_lost));
 	json_object_set_new(o, "pruned", json_integer(m->pruned));
 	json_object_set_new(o, "schedules",
 			    json_integer((json_int_t)m->n_schedules));

@@ -3294,7 +3294,7 @@ static int outcomes(due_store *s, due_metrics *m, due_time now, due_time from)
 
 static int workers(due_store *s, due_metrics *m, due_time now)
 {
-	int64_t v[7];
+	int64_t v[8];
 	int rc;
 	SQL(b, s);
 
@@ -3304,10 +3304,11 @@ static int workers(due_store *s, due_metrics *m, due_time now)
 		    " COALESCE(SUM(empty_claims), 0),"
 		    " COALESCE(SUM(reclaim_queries), 0),"
 		    " COALESCE(SUM(store_errors), 0),"
-		    " (SELECT COUNT(*) FROM due_schedule)"
+		    " (SELECT COUNT(*) FROM due_schedule),"
+		    " COALESCE(SUM(lease_lost), 0)"
 		    " FROM due_worker WHERE seen_at >= %lld",
 		    (long long)(now - 300LL * 1000000));
-	if ((rc = ints(s, &b, "workers", v, 7)) < 0)
+	if ((rc = ints(s, &b, "workers", v, 8)) < 0)
 		return rc;
 	m->workers = v[0];
 	m->pruned = v[1];
@@ -3316,6 +3317,7 @@ static int workers(due_store *s, due_metrics *m, due_time now)
 	m->reclaim_queries = v[4];
 	m->store_errors = v[5];
 	m->n_schedules = (size_t)v[6];
+	m->lease_lost = v[7];
 	return 0;
 }
 

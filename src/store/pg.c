@@ -886,14 +886,16 @@ static const char *const sql_text[ST_COUNT] = {
 		  " coalesce(sum(empty_claims), 0)::int8 AS ec,"
 		  " coalesce(sum(reclaim_queries), 0)::int8 AS rq,"
 		  " coalesce(sum(store_errors), 0)::int8 AS se,"
-		  " coalesce(sum(pruned), 0)::int8 AS pr FROM due_worker"
+		  " coalesce(sum(pruned), 0)::int8 AS pr,"
+		  " coalesce(sum(lease_lost), 0)::int8 AS ll FROM due_worker"
 		  " WHERE seen_at >= now() - interval '5 minutes')"
 		  " SELECT GROUPING(lb, db, outcome, mi), lb, db, outcome, mi,"
 		  " count(*), sum(late), sum(dur),"
 		  " count(*) FILTER (WHERE late_commit = 'REJECTED_STALE'),"
 		  " (SELECT n FROM w), (SELECT cq FROM w), (SELECT ec FROM w),"
 		  " (SELECT rq FROM w), (SELECT se FROM w),"
-		  " (SELECT count(*) FROM due_schedule), (SELECT pr FROM w)"
+		  " (SELECT count(*) FROM due_schedule), (SELECT pr FROM w),"
+		  " (SELECT ll FROM w)"
 		  " FROM y GROUP BY GROUPING SETS ((lb), (db), (outcome), "
 		  "(mi), ())",
     /*
@@ -2710,6 +2712,7 @@ static void metrics_row(const PGresult *r, int i, due_metrics *out)
 		out->store_errors = due__pg_col_int(r, i, 13);
 		out->n_schedules = (size_t)due__pg_col_int(r, i, 14);
 		out->pruned = due__pg_col_int(r, i, 15);
+		out->lease_lost = due__pg_col_int(r, i, 16);
 		break;
 	default: break;
 	}

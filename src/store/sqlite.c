@@ -457,7 +457,8 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_M_WORKERS] =
 	"SELECT count(*), coalesce(sum(claim_queries), 0),"
 	" coalesce(sum(empty_claims), 0), coalesce(sum(reclaim_queries), 0),"
-	" coalesce(sum(store_errors), 0), coalesce(sum(pruned), 0)"
+	" coalesce(sum(store_errors), 0), coalesce(sum(pruned), 0),"
+	" coalesce(sum(lease_lost), 0)"
 	" FROM due_worker WHERE seen_at >= ?1",
     [ST_M_SCHED] = "SELECT count(*) FROM due_schedule",
     [ST_PRUNE_TASKS] =
@@ -3362,6 +3363,7 @@ static int workers(due_store *s, due_metrics *m, due_time now)
 		m->reclaim_queries = sqlite3_column_int64(st, 3);
 		m->store_errors = sqlite3_column_int64(st, 4);
 		m->pruned = sqlite3_column_int64(st, 5);
+		m->lease_lost = sqlite3_column_int64(st, 6);
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_ROW || !(st = stmt(s, ST_M_SCHED)))

@@ -278,6 +278,9 @@ c.execute('COMMIT')" "$file" "$d/locked" &
 	check_round "$label write lock" "$d" "$url" st 4
 	kill "$a" "$b" 2>/dev/null || true
 	wait "$a" "$b" 2>/dev/null || true
+	# A's last report counts the stops: due stats (and /metrics) see them
+	expect_eq "$label: the stopped tries are counted as leases lost" 4 \
+		"$("$DUE" stats --db "$url" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['workers']['lease_lost'])")"
 }
 
 run_store() {
