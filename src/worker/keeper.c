@@ -254,8 +254,10 @@ void *due__keeper_main(void *arg)
 		int64_t grace_end = due__grace_check_locked(w, now);
 		if (grace_end > now && grace_end < next)
 			next = grace_end;
-		/* stopping: look again soon, a second stop ends the grace */
-		if (grace_end && !w->grace_over_at && next > now + 100000)
+		/* stopping: look again soon, a second stop ends the grace,
+		   and the commits' bound may run out (worker.c) */
+		if (grace_end && !atomic_load(&w->abandon) &&
+		    next > now + 100000)
 			next = now + 100000;
 		/* a pool's queue behind a handler that turned out slow */
 		int64_t stall = due__pools_unstall_locked(w, now);

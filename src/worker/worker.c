@@ -110,6 +110,51 @@ int due__cond_init(pthread_cond_t *cv)
 }
 
 /*
+** Whether every try in flight has a handler that returned.  mu held.
+*/
+static bool all_returned_locked(const due_worker *w)
+{
+	for (const due_job *j = w->inflight; j; j = j->inext)
+		if (!atomic_load(&j->finished))
+			return false;
+	return true;
+}
+
+/*
+** Once every handler has returned after the grace, their commits get one
+** bound of the connection (conn_timeout_us; after a second stop request
+** at most 1 s): what cannot be committed by then (the store is down or
+** hung) is left to lease expiry, and another worker reclaims it, which
+** fencing makes safe.  Decided by the keeper or the drain, whichever looks
+** first: the claimer may itself be waiting on the store.  mu held.
+*/
+static void abandon_check_locked(due_worker *w, int64_t now)
+{
+	int64_t commit_us =
+	    atomic_load(&w->force) && w->conn_timeout_us > 1000000
+		? 1000000
+		: w->conn_timeout_us;
+
+	if (atomic_load(&w->abandon))
+		return;
+	if (!w->grace_over_at || !all_returned_locked(w)) {
+		w->returned_at = 0;
+		return;
+	}
+	if (!w->returned_at)
+		w->returned_at = now;
+	if (w->n_inflight == 0 || now - w->returned_at <= commit_us)
+		return;
+	due__wlog(w, 1,
+		  "cannot commit %d finished or stopped tr%s (store "
+		  "unreachable?): leaving them to lease expiry",
+		  w->n_inflight, w->n_inflight == 1 ? "y" : "ies");
+	atomic_store(&w->abandon, true);
+	pthread_cond_broadcast(&w->done_cv);
+	pthread_cond_broadcast(&w->idle_cv);
+}
+
+/*
 ** The grace period runs from the first stop request (or from the start
 ** of a drain without one); a second request ends it at once.  Once it is
 ** over, every running handler is told to stop, once (DUE_STOP_SHUTDOWN);
@@ -118,6 +163,8 @@ int due__cond_init(pthread_cond_t *cv)
 ** expires.  Called with mu
 ** held by the claimer's drain() and by the keeper: in inline mode the
 ** claimer is busy running a handler, so the keeper enforces the grace.
+** The first to look also logs the stop, and each look checks whether the
+** commits have had their bound (abandon_check_locked).
 ** Returns the monotonic time the grace ends, 0 while no stop is asked.
 */
 int64_t due__grace_check_locked(due_worker *w, int64_t now)
@@ -128,6 +175,17 @@ int64_t due__grace_check_locked(due_worker *w, int64_t now)
 
 	if (!since)
 		return 0;
+	if (!w->stop_said) { /* said by whoever sees the stop first */
+		w->stop_said = true;
+		if (w->n_inflight > 0 && !w->o.once)
+			due__wlog(w, 1,
+				  "stopping: %d running tr%s may finish "
+				  "within the grace (%lld ms); a second stop "
+				  "ends it now",
+				  w->n_inflight,
+				  w->n_inflight == 1 ? "y" : "ies",
+				  (long long)w->o.grace_us / 1000);
+	}
 	if ((force || now >= since + w->o.grace_us) && !w->grace_over_at) {
 		w->grace_over_at = now;
 		if (w->n_inflight > 0)
@@ -141,29 +199,16 @@ int64_t due__grace_check_locked(due_worker *w, int64_t now)
 		for (due_job *j = w->inflight; j; j = j->inext)
 			due__job_stop(j, DUE_STOP_SHUTDOWN);
 	}
+	abandon_check_locked(w, now);
 	return force ? now : since + w->o.grace_us;
 }
 
 /*
-** Whether every try in flight has a handler that returned.  mu held.
-*/
-static bool all_returned_locked(const due_worker *w)
-{
-	for (const due_job *j = w->inflight; j; j = j->inext)
-		if (!atomic_load(&j->finished))
-			return false;
-	return true;
-}
-
-/*
 ** Let in-flight tries finish within the grace; then tell them to stop
-** (a command gets SIGTERM, SIGKILL after its kill grace).  Once every
-** handler has returned, their commits get one bound of the connection
-** (conn_timeout_us; after a second stop request at most 1 s): what cannot
-** be committed by then (the store is down or hung) is left to lease
-** expiry, and another worker reclaims it, which fencing makes safe.  So a
-** stop takes at most grace + kill grace + that bound (+ a call under way,
-** itself bounded), whatever the store does.
+** (a command gets SIGTERM, SIGKILL after its kill grace); then give their
+** commits one bound (abandon_check_locked).  So a stop takes at most
+** grace + kill grace + that bound (+ a call under way, itself bounded),
+** whatever the store does.
 */
 static void drain(due_worker *w)
 {
@@ -171,36 +216,11 @@ static void drain(due_worker *w)
 
 	atomic_compare_exchange_strong(&w->stop_mono, &zero, due__mono_us());
 	pthread_mutex_lock(&w->mu);
-	if (w->n_inflight > 0 && !w->o.once)
-		due__wlog(w, 1,
-			  "stopping: %d running tr%s may finish within "
-			  "the grace (%lld ms); a second stop ends it now",
-			  w->n_inflight, w->n_inflight == 1 ? "y" : "ies",
-			  (long long)w->o.grace_us / 1000);
-	int64_t returned_at = 0; /* when the last handler returned, after
-				    the grace */
 	while (w->n_inflight > 0 || w->relays > 0) {
 		int64_t now = due__mono_us();
 		int64_t left = due__grace_check_locked(w, now) - now;
-		int64_t commit_us =
-		    atomic_load(&w->force) && w->conn_timeout_us > 1000000
-			? 1000000
-			: w->conn_timeout_us;
-		if (!w->grace_over_at || !all_returned_locked(w))
-			returned_at = 0;
-		else if (!returned_at)
-			returned_at = now;
-		if (returned_at && now - returned_at > commit_us) {
-			due__wlog(w, 1,
-				  "cannot commit %d finished or stopped tr%s "
-				  "(store unreachable?): leaving them to lease "
-				  "expiry",
-				  w->n_inflight,
-				  w->n_inflight == 1 ? "y" : "ies");
-			atomic_store(&w->abandon, true);
-			pthread_cond_broadcast(&w->done_cv);
+		if (atomic_load(&w->abandon))
 			break;
-		}
 		/* at most 100 ms: a second stop request (a signal handler
 		   cannot signal the condition) must end the grace promptly */
 		/* a fast pool's queue behind a job that turned out slow */

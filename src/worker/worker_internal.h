@@ -261,6 +261,10 @@ struct due_worker {
 	atomic_llong
 	    stop_mono; /* when stop was first requested (monotonic us) */
 	int64_t grace_over_at;	/* when the grace ran out, 0 before (mu) */
+	int64_t returned_at;	/* when every handler had returned after the
+				   grace, 0 before (mu): their commits'
+				   bound runs from it (worker.c) */
+	bool stop_said;		/* the stop was logged (mu) */
 	atomic_bool fold;	/* claimer is draining: it commits completions
 				   together with its next claim */
 	atomic_bool relay_off;	/* a relay claim failed: relays wait for the

@@ -124,31 +124,31 @@ stall_network() {
 	start_proxy "$d" "$url" || return 0
 	purl=$(via_proxy "$url" "$PROXY_PORT")
 	for i in 1 2 3 4; do "$DUE" add st --db "$url" >/dev/null; done
-	STALL_DIR=$d "$DUE" work --db "$purl" --kinds st --lease 3s --concurrency 4 \
+	STALL_DIR=$d "$DUE" work --db "$purl" --kinds st --lease 6s --concurrency 4 \
 		--grace 2s --kill-grace 30s --exec "$T/handler.sh" 2>"$d/a.log" &
 	a=$!
 	bg+=("$a")
 	wait_for "$label: A runs 4 tries" 60 started "$d" 1 4 || return 0
 	kill -STOP "$PROXY_PID"
 	t0=$(ms)
-	STALL_DIR=$d "$DUE" work --db "$url" --kinds st --lease 3s --concurrency 4 \
+	STALL_DIR=$d "$DUE" work --db "$url" --kinds st --lease 6s --concurrency 4 \
 		--exec "$T/handler.sh" 2>"$d/b.log" &
 	b=$!
 	bg+=("$b")
 	wait_for "$label: A's attempt-1 handlers gone" 30 attempt1_gone "$d" || overlap_report "$d"
 	t1=$(ms)
-	echo "$label: partition to A's handlers killed: $((t1 - t0)) ms (lease 3 s)"
+	echo "$label: partition to A's handlers killed: $((t1 - t0)) ms (lease 6 s)"
 	check_round "$label partition" "$d" "$url" st 4
-	grep -q "store unavailable: .* failed: no answer from the store at 127.0.0.1:$PROXY_PORT in 1 s" "$d/a.log" && ok ||
+	grep -q "store unavailable: .* failed: no answer from the store at 127.0.0.1:$PROXY_PORT in 2 s" "$d/a.log" && ok ||
 		bad "$label: A did not say its calls went unanswered: $(sed -n 1,12p "$d/a.log")"
 
 	# SIGTERM under the still frozen store: gone within grace 2 s + kill
-	# grace (its handlers are already gone) + the store bound (1 s), and
+	# grace (its handlers are already gone) + the store bound (2 s), and
 	# a hang guard of a few seconds more for a loaded machine
 	t0=$(ms)
 	kill -TERM "$a"
 	wait_for "$label: SIGTERM'd A exits under the frozen store" 15 worker_gone "$a" || true
-	echo "$label: SIGTERM to exit under the partition: $(($(ms) - t0)) ms (grace 2 s, store bound 1 s)"
+	echo "$label: SIGTERM to exit under the partition: $(($(ms) - t0)) ms (grace 2 s, store bound 2 s)"
 	echo "$label: A logged $(wc -l <"$d/a.log") lines"
 	[ "$(wc -l <"$d/a.log")" -lt 40 ] && ok || bad "$label: A's log is $(wc -l <"$d/a.log") lines"
 
@@ -168,7 +168,7 @@ stall_network() {
 
 	# a freeze shorter than every timeout: no lease lost, no overlap
 	for i in 1 2 3; do "$DUE" add sf --db "$url" >/dev/null; done
-	"$DUE" work --db "$purl" --kinds sf --lease 3s --concurrency 4 \
+	"$DUE" work --db "$purl" --kinds sf --lease 6s --concurrency 4 \
 		--exec 'sleep 3' 2>"$d/c.log" &
 	a=$!
 	bg+=("$a")
@@ -220,7 +220,7 @@ stall_lock() {
 	local label=$1 url=$2 lock=$3 d=$T/$1-lock a b id t0
 	mkdir -p "$d"
 	id=$("$DUE" add sl --db "$url")
-	STALL_DIR=$d "$DUE" work --db "$url" --kinds sl --lease 3s --concurrency 2 \
+	STALL_DIR=$d "$DUE" work --db "$url" --kinds sl --lease 6s --concurrency 2 \
 		--grace 2s --kill-grace 30s --exec "$T/handler.sh" 2>"$d/a.log" &
 	a=$!
 	bg+=("$a")
@@ -228,12 +228,12 @@ stall_lock() {
 	"$lock" "$id" 8 &
 	bg+=("$!")
 	t0=$(ms)
-	STALL_DIR=$d "$DUE" work --db "$url" --kinds sl --lease 3s \
+	STALL_DIR=$d "$DUE" work --db "$url" --kinds sl --lease 6s \
 		--exec "$T/handler.sh" 2>"$d/b.log" &
 	b=$!
 	bg+=("$b")
 	wait_for "$label: A's attempt-1 handler gone" 30 attempt1_gone "$d" || overlap_report "$d"
-	echo "$label: row lock to A's handler killed: $(($(ms) - t0)) ms (lease 3 s)"
+	echo "$label: row lock to A's handler killed: $(($(ms) - t0)) ms (lease 6 s)"
 	check_round "$label row lock" "$d" "$url" sl 1
 	kill "$a" "$b" 2>/dev/null || true
 	wait "$a" "$b" 2>/dev/null || true
@@ -254,7 +254,7 @@ stall_sqlite() {
 	mkdir -p "$d"
 	"$DUE" init --db "$url" >/dev/null
 	for i in 1 2 3 4; do "$DUE" add st --db "$url" >/dev/null; done
-	STALL_DIR=$d "$DUE" work --db "$url" --kinds st --lease 3s --concurrency 4 \
+	STALL_DIR=$d "$DUE" work --db "$url" --kinds st --lease 6s --concurrency 4 \
 		--grace 2s --kill-grace 30s --exec "$T/handler.sh" 2>"$d/a.log" &
 	a=$!
 	bg+=("$a")
@@ -269,12 +269,12 @@ c.execute('COMMIT')" "$file" "$d/locked" &
 	bg+=("$!")
 	wait_for "$label: the write lock is held" 30 test -e "$d/locked"
 	t0=$(ms)
-	STALL_DIR=$d "$DUE" work --db "$url" --kinds st --lease 3s --concurrency 4 \
+	STALL_DIR=$d "$DUE" work --db "$url" --kinds st --lease 6s --concurrency 4 \
 		--exec "$T/handler.sh" 2>"$d/b.log" &
 	b=$!
 	bg+=("$b")
 	wait_for "$label: A's attempt-1 handlers gone" 30 attempt1_gone "$d" || overlap_report "$d"
-	echo "$label: write lock to A's handlers killed: $(($(ms) - t0)) ms (lease 3 s)"
+	echo "$label: write lock to A's handlers killed: $(($(ms) - t0)) ms (lease 6 s)"
 	check_round "$label write lock" "$d" "$url" st 4
 	kill "$a" "$b" 2>/dev/null || true
 	wait "$a" "$b" 2>/dev/null || true
