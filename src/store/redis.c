@@ -69,10 +69,13 @@
 ** ends within one bound from its start (s->end, set by begin()).  Each
 ** command is written with SO_SNDTIMEO at the bound, and its reply is
 ** polled for until that end (exchange()): hiredis' blocking read never
-** waits on its own.  A connect waits for what is left, at most
-** DIAL_WAIT_US while several nodes may be asked in turn.  WAIT R T is
-** the one command the server holds on purpose: its reply is awaited for
-** T + the bound, so wait_timeout= keeps its meaning (T is not silence).
+** waits on its own.  A connect waits for what is left.  A node asked
+** among several (the seeds, a cluster's nodes for the slot map) gets at
+** most DIAL_WAIT_US for its connect and its answer (probe()), so that a
+** silent one (a partitioned master) leaves time to ask the others; its
+** "no answer" says 2 s.  WAIT R T is the one command the server holds
+** on purpose: its reply is awaited for T + the bound, so wait_timeout=
+** keeps its meaning (T is not silence).
 ** The SUBSCRIBE connection waits the same way for its connect and its
 ** confirmation; then nothing blocks on it (the caller polls its socket,
 ** listen_drain reads what is there).  No blocking command (BLPOP and the
@@ -179,6 +182,8 @@ struct due_store {
 	bool degraded;	/* the last WAIT fell short: check before writing */
 	rd_node master; /* of slot, as last heard (port 0: unknown) */
 	rd_node known[RD_MAX_KNOWN]; /* every node CLUSTER SLOTS named */
+	rd_node shun;		     /* the node last silent (no_answer) */
+	rd_node last; /* shun when a search began: candidate() asks it last */
 	size_t nknown;
 };
 
@@ -511,17 +516,53 @@ static struct timeval tv_of(int64_t us)
 }
 
 /*
-** DUE_ESTORE "no answer from the store at HOST:PORT in N s" (the node
-** addressed, the store's bound), and the call is marked silent, so that
-** redis_shard.c asks no other shard of that node in the same call.
+** How long a connect or a reply is awaited: until `end` (monotonic),
+** and the wait a "no answer" names (`in`).
 */
-static int no_answer(due_store *s, const char *host, int port)
+typedef struct patience {
+	int64_t end, in;
+} patience;
+
+/* The call's: until its end, named as the bound. */
+static patience whole(const due_store *s)
+{
+	return (patience){s->end, s->timeout_us};
+}
+
+/*
+** One node's among several that may be asked in turn (a cluster's nodes
+** for the slot map, several seeds): at most half the bound, and at most
+** DIAL_WAIT_US, so that a silent node (a partitioned master) leaves time
+** to ask the others; with one node, the call's.
+*/
+static patience probe(const due_store *s)
+{
+	patience p = whole(s);
+	int64_t in = s->timeout_us / 2, end;
+
+	if (in > DIAL_WAIT_US)
+		in = DIAL_WAIT_US;
+	end = due__mono_us() + in;
+	if ((s->cluster || s->cfg.nseed > 1) && end < p.end)
+		p.end = end, p.in = in;
+	return p;
+}
+
+/*
+** DUE_ESTORE "no answer from the store at HOST:PORT in N s" (the node
+** addressed, the wait `in`).  The call is marked silent, so that
+** redis_shard.c asks no other shard of that node in the same call, and
+** the node is asked last in a cluster's next search (candidate).
+*/
+static int no_answer(due_store *s, const char *host, int port, int64_t in)
 {
 	char at[300];
 
 	snprintf(at, sizeof(at), "%s:%d", host, port);
+	snprintf(s->shun.host, sizeof(s->shun.host), "%s", host);
+	s->shun.port = port;
 	s->silent = true;
-	return due__store_no_answer(at, s->timeout_us);
+	return due__store_no_answer(at, in);
 }
 
 /*
@@ -588,20 +629,20 @@ static int exchange(redisContext *c, int64_t end, redisReply **out)
 
 /*
 ** The reply to what c's output buffer holds (a redisAppendCommand*),
-** awaited until `end`: 0 and *out (the caller frees it; an error reply is
+** awaited as p says: 0 and *out (the caller frees it; an error reply is
 ** a reply), or DUE_ESTORE: no_answer() naming c's node when it said
 ** nothing in time, else c's error for `what`.  c must be dropped after a
 ** failure.
 */
-static int await_reply(due_store *s, redisContext *c, int64_t end,
+static int await_reply(due_store *s, redisContext *c, patience p,
 		       redisReply **out, const char *what)
 {
-	int rc = exchange(c, end, out);
+	int rc = exchange(c, p.end, out);
 
 	if (rc == 0)
 		return 0;
 	if (rc > 0)
-		return no_answer(s, c->tcp.host, c->tcp.port);
+		return no_answer(s, c->tcp.host, c->tcp.port, p.in);
 	return due__error_set(DUE_ESTORE, "redis store %s: %s: %s",
 			      s->cfg.label, what,
 			      c->errstr[0] ? c->errstr : "connection lost");
@@ -609,46 +650,46 @@ static int await_reply(due_store *s, redisContext *c, int64_t end,
 
 /*
 ** One command on connection c (s->c, s->sub or one of dial()'s) and its
-** reply, awaited until `end`: see await_reply.  Nothing is sent when
-** `end` has passed (DUE_ESTORE, no_answer).
+** reply, awaited as p says: see await_reply.  Nothing is sent when p's
+** end has passed (DUE_ESTORE, no_answer).
 */
-static int vcmd(due_store *s, redisContext *c, int64_t end, redisReply **out,
+static int vcmd(due_store *s, redisContext *c, patience p, redisReply **out,
 		const char *what, const char *fmt, va_list ap)
 {
 	*out = NULL;
-	if (end <= due__mono_us())
-		return no_answer(s, c->tcp.host, c->tcp.port);
+	if (p.end <= due__mono_us())
+		return no_answer(s, c->tcp.host, c->tcp.port, p.in);
 	if (redisvAppendCommand(c, fmt, ap) != REDIS_OK)
 		return due__error_set(DUE_ENOMEM, "out of memory");
-	return await_reply(s, c, end, out, what);
+	return await_reply(s, c, p, out, what);
 }
 
-/* One command on connection c within the call (vcmd); c is the caller's. */
-static int node_cmd(due_store *s, redisContext *c, redisReply **out,
+/* One command on connection c (vcmd); c is the caller's to drop. */
+static int node_cmd(due_store *s, redisContext *c, patience p, redisReply **out,
 		    const char *what, const char *fmt, ...)
 {
 	va_list ap;
 	int rc;
 
 	va_start(ap, fmt);
-	rc = vcmd(s, c, s->end, out, what, fmt, ap);
+	rc = vcmd(s, c, p, out, what, fmt, ap);
 	va_end(ap);
 	return rc;
 }
 
 /*
-** One command on s->c (connected: rd_ok), its reply awaited until end
-** (s->end but for WAIT): 0 and *out, or DUE_ESTORE with s->c dropped, so
-** the next call connects again (rd_ok).
+** One command on s->c (connected: rd_ok), its reply awaited as p says
+** (whole(s) but for WAIT and a probe): 0 and *out, or DUE_ESTORE with
+** s->c dropped, so the next call connects again (rd_ok).
 */
-static int rd_cmd(due_store *s, int64_t end, redisReply **out, const char *what,
+static int rd_cmd(due_store *s, patience p, redisReply **out, const char *what,
 		  const char *fmt, ...)
 {
 	va_list ap;
 	int rc;
 
 	va_start(ap, fmt);
-	rc = vcmd(s, s->c, end, out, what, fmt, ap);
+	rc = vcmd(s, s->c, p, out, what, fmt, ap);
 	va_end(ap);
 	if (rc < 0)
 		drop(&s->c);
@@ -660,7 +701,7 @@ static int load_script(due_store *s)
 	redisReply *r;
 	int rc;
 
-	if ((rc = rd_cmd(s, s->end, &r, "load script", "SCRIPT LOAD %s",
+	if ((rc = rd_cmd(s, whole(s), &r, "load script", "SCRIPT LOAD %s",
 			 s->script)) < 0 ||
 	    (rc = rd_check(s, r, "load script")) < 0)
 		return rc;
@@ -680,7 +721,7 @@ static int config_get(due_store *s, const char *name, char *buf, size_t n)
 	int rc;
 
 	buf[0] = '\0';
-	if ((rc = rd_cmd(s, s->end, &r, "read configuration", "CONFIG GET %s",
+	if ((rc = rd_cmd(s, whole(s), &r, "read configuration", "CONFIG GET %s",
 			 name)) < 0)
 		return rc;
 	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
@@ -756,22 +797,22 @@ static int check_durability(due_store *s)
 }
 
 /*
-** AUTH and SELECT on a new connection c, within the call: 0, or
+** AUTH and SELECT on a new connection c, awaited as p says: 0, or
 ** DUE_ESTORE (a refusal, or no_answer).
 */
-static int hello(due_store *s, redisContext *c)
+static int hello(due_store *s, redisContext *c, patience p)
 {
 	redisReply *r = NULL;
 	int rc = 0;
 
 	if (s->cfg.password)
-		rc = s->cfg.user ? node_cmd(s, c, &r, "AUTH", "AUTH %s %s",
+		rc = s->cfg.user ? node_cmd(s, c, p, &r, "AUTH", "AUTH %s %s",
 					    s->cfg.user, s->cfg.password)
-				 : node_cmd(s, c, &r, "AUTH", "AUTH %s",
+				 : node_cmd(s, c, p, &r, "AUTH", "AUTH %s",
 					    s->cfg.password);
 	if (rc == 0 && (!r || r->type != REDIS_REPLY_ERROR) && s->cfg.db) {
 		freeReplyObject(r);
-		rc = node_cmd(s, c, &r, "SELECT", "SELECT %d", s->cfg.db);
+		rc = node_cmd(s, c, p, &r, "SELECT", "SELECT %d", s->cfg.db);
 	}
 	if (rc == 0 && r && r->type == REDIS_REPLY_ERROR)
 		rc = due__error_set(DUE_ESTORE, "redis store %s: %s",
@@ -783,24 +824,23 @@ static int hello(due_store *s, redisContext *c)
 /*
 ** A new connection to node n, AUTH, SELECT, within what the call has
 ** left; while several nodes may be asked in turn (a cluster, several
-** seeds) the connect waits at most DIAL_WAIT_US.  Each write on it waits
+** seeds) all of it within DIAL_WAIT_US (probe).  Each write on it waits
 ** at most the bound (SO_SNDTIMEO; replies: exchange()).  *out NULL on
 ** failure: DUE_ESTORE, no_answer() when the node did not answer in time.
 */
 static int dial(due_store *s, const rd_node *n, redisContext **out)
 {
-	int64_t wait = left_us(s);
+	patience p = probe(s);
+	int64_t wait = p.end - due__mono_us();
 	redisContext *c;
 	int rc = 0;
 
 	*out = NULL;
 	if (wait <= 0)
-		return no_answer(s, n->host, n->port);
-	if ((s->cluster || s->cfg.nseed > 1) && wait > DIAL_WAIT_US)
-		wait = DIAL_WAIT_US;
+		return no_answer(s, n->host, n->port, p.in);
 	c = redisConnectWithTimeout(n->host, n->port, tv_of(wait));
 	if (c && c->err && timed_out(c))
-		rc = no_answer(s, n->host, n->port);
+		rc = no_answer(s, n->host, n->port, p.in);
 	else if (!c || c->err ||
 		 redisSetTimeout(c, tv_of(s->timeout_us)) != REDIS_OK)
 		rc = due__error_set(
@@ -808,7 +848,7 @@ static int dial(due_store *s, const rd_node *n, redisContext **out)
 		    s->cfg.label, n->host, n->port,
 		    c ? c->errstr : "cannot allocate a connection");
 	if (rc == 0)
-		rc = hello(s, c);
+		rc = hello(s, c, p);
 	if (rc < 0) {
 		redisFree(c);
 		return rc;
@@ -884,8 +924,8 @@ static int read_slots(due_store *s, redisContext *c, const rd_node *from)
 	bool found = false;
 	int rc;
 
-	if ((rc = node_cmd(s, c, &r, "read CLUSTER SLOTS", "CLUSTER SLOTS")) <
-	    0)
+	if ((rc = node_cmd(s, c, probe(s), &r, "read CLUSTER SLOTS",
+			   "CLUSTER SLOTS")) < 0)
 		return rc;
 	for (size_t i = 0; is_array(r, 1) && i < r->elements; i++) {
 		const redisReply *e = r->element[i];
@@ -908,8 +948,8 @@ static int read_slots(due_store *s, redisContext *c, const rd_node *from)
 				      s->slot);
 }
 
-/* The i-th node to ask: the master, then the seeds, then the known. */
-static const rd_node *candidate(const due_store *s, size_t i)
+/* The i-th of the master, the seeds, the known nodes. */
+static const rd_node *any_node(const due_store *s, size_t i)
 {
 	if (s->master.port && i-- == 0)
 		return &s->master;
@@ -917,6 +957,25 @@ static const rd_node *candidate(const due_store *s, size_t i)
 		return &s->cfg.seed[i];
 	i -= s->cfg.nseed;
 	return i < s->nknown ? &s->known[i] : NULL;
+}
+
+/*
+** The i-th node to ask: the master, then the seeds, then the known, but
+** the node silent when the search began (s->last, from s->shun) last of
+** all: a partitioned master asked first would take a whole short bound
+** every time, and the search would never reach the replica promoted in
+** its place.  A search sets s->last once, so its order holds while it
+** runs.
+*/
+static const rd_node *candidate(const due_store *s, size_t i)
+{
+	const rd_node *n;
+	size_t k = 0;
+
+	for (size_t j = 0; (n = any_node(s, j)) != NULL; j++)
+		if (!(s->last.port && same_node(n, &s->last)) && k++ == i)
+			return n;
+	return s->last.port && i == k ? &s->last : NULL;
 }
 
 /*
@@ -931,6 +990,7 @@ static int refresh_map(due_store *s)
 	int rc =
 	    due__error_set(DUE_ESTORE, "redis store %s: no node", s->cfg.label);
 
+	s->last = s->shun;
 	for (size_t i = 0; (n = candidate(s, i)) != NULL; i++) {
 		rd_node at = *n; /* know() may not move it, but be plain */
 		if ((rc = dial(s, &at, &c)) == 0) {
@@ -1104,7 +1164,8 @@ static int eval_once(due_store *s, const char *op, rargs *v, redisReply **out,
 		free(argv);
 		free(len);
 		if (argv && len) /* the call's time is spent: nothing sent */
-			rc = no_answer(s, s->c->tcp.host, s->c->tcp.port);
+			rc = no_answer(s, s->c->tcp.host, s->c->tcp.port,
+				       s->timeout_us);
 		else
 			rc = due__error_set(DUE_ENOMEM, "out of memory");
 		drop(&s->c);
@@ -1121,7 +1182,7 @@ static int eval_once(due_store *s, const char *op, rargs *v, redisReply **out,
 	if (redisAppendCommandArgv(s->c, (int)n, argv, len) != REDIS_OK)
 		rc = due__error_set(DUE_ENOMEM, "out of memory");
 	else
-		rc = await_reply(s, s->c, s->end, out, what);
+		rc = await_reply(s, s->c, whole(s), out, what);
 	free(argv);
 	free(len);
 	if (rc < 0)
@@ -1213,12 +1274,13 @@ static int rd_wait(due_store *s, const char *what)
 {
 	/* the server answers WAIT when its timeout is up at the latest: its
 	   own wait does not count against the bound */
-	int64_t end = due__mono_us() + s->cfg.wait_us + s->timeout_us;
+	patience p = {due__mono_us() + s->cfg.wait_us + s->timeout_us,
+		      s->timeout_us};
 	redisReply *r;
 	long long got;
 	int rc;
 
-	if ((rc = rd_cmd(s, end, &r, what, "WAIT %d %lld", s->wait_n,
+	if ((rc = rd_cmd(s, p, &r, what, "WAIT %d %lld", s->wait_n,
 			 (long long)(s->cfg.wait_us / 1000))) < 0 ||
 	    (rc = rd_check(s, r, what)) < 0)
 		return rc;
@@ -1254,7 +1316,7 @@ static int rd_replicas_ready(due_store *s, const char *what)
 	redisReply *r;
 	int online = 0, rc;
 
-	if ((rc = rd_cmd(s, s->end, &r, what, "INFO replication")) < 0 ||
+	if ((rc = rd_cmd(s, whole(s), &r, what, "INFO replication")) < 0 ||
 	    (rc = rd_check(s, r, what)) < 0)
 		return rc;
 	for (const char *p = r->type == REDIS_REPLY_STRING ? r->str : NULL;
@@ -1474,7 +1536,7 @@ static int first_seed(due_store *s)
 
 	for (size_t i = 0; i < s->cfg.nseed; i++) {
 		if ((rc = dial(s, &s->cfg.seed[i], &s->c)) == 0 &&
-		    (rc = rd_cmd(s, s->end, &r, what, "INFO cluster")) == 0 &&
+		    (rc = rd_cmd(s, probe(s), &r, what, "INFO cluster")) == 0 &&
 		    (rc = rd_check(s, r, what)) == 0)
 			break;
 		r = NULL; /* rd_check freed an error reply */
@@ -1617,7 +1679,7 @@ static int rd_now(due_store *s, due_time *out)
 
 	begin(s);
 	if ((rc = rd_ok(s)) < 0 ||
-	    (rc = rd_cmd(s, s->end, &r, "read the clock", "TIME")) < 0 ||
+	    (rc = rd_cmd(s, whole(s), &r, "read the clock", "TIME")) < 0 ||
 	    (rc = rd_check(s, r, "read the clock")) < 0)
 		return rc;
 	if (!is_array(r, 2))
@@ -2462,9 +2524,12 @@ static int dial_any(due_store *s, redisContext **out)
 
 	if (!s->cluster)
 		return dial(s, &s->cfg.seed[0], out);
-	for (size_t i = 0; (n = candidate(s, i)) != NULL; i++)
-		if ((rc = dial(s, n, out)) == 0 || left_us(s) <= 0)
+	s->last = s->shun;
+	for (size_t i = 0; (n = candidate(s, i)) != NULL; i++) {
+		rd_node at = *n; /* as refresh_map */
+		if ((rc = dial(s, &at, out)) == 0 || left_us(s) <= 0)
 			return rc;
+	}
 	return rc;
 }
 
@@ -2486,8 +2551,8 @@ static int rd_listen(due_store *s, int *fd)
 		begin(s);
 		if ((rc = dial_any(s, &s->sub)) < 0)
 			return rc;
-		if ((rc = node_cmd(s, s->sub, &r, "subscribe", "SUBSCRIBE %s",
-				   s->chan)) == 0 &&
+		if ((rc = node_cmd(s, s->sub, whole(s), &r, "subscribe",
+				   "SUBSCRIBE %s", s->chan)) == 0 &&
 		    r->type == REDIS_REPLY_ERROR)
 			rc = due__error_set(DUE_ESTORE,
 					    "redis store %s: subscribe failed: "
@@ -2532,7 +2597,7 @@ static int rd_notify(due_store *s)
 
 	begin(s);
 	if ((rc = rd_ok(s)) < 0 ||
-	    (rc = rd_cmd(s, s->end, &r, "notify", "PUBLISH %s 1", s->chan)) <
+	    (rc = rd_cmd(s, whole(s), &r, "notify", "PUBLISH %s 1", s->chan)) <
 		0 ||
 	    (rc = rd_check(s, r, "notify")) < 0)
 		return rc;
@@ -2691,7 +2756,7 @@ static int rd_bytes(due_store *s, int64_t *out)
 	*out = 0;
 	begin(s);
 	if ((rc = rd_ok(s)) < 0 ||
-	    (rc = rd_cmd(s, s->end, &r, "store size", "INFO memory")) < 0 ||
+	    (rc = rd_cmd(s, whole(s), &r, "store size", "INFO memory")) < 0 ||
 	    (rc = rd_check(s, r, "store size")) < 0)
 		return rc;
 	if (r->type != REDIS_REPLY_STRING)
