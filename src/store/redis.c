@@ -30,16 +30,17 @@
 ** "due:NAME" mod 16384 (key_slot); CLUSTER SLOTS names its master, and
 ** every node it names is kept to ask again later.  A reply the server
 ** gives without running the script is retried for at most
-** FAILOVER_WAIT_US: MOVED (the slot moved or a replica was promoted:
-** dial the named master), TRYAGAIN, CLUSTERDOWN, LOADING and ASK (wait:
-** see redirect() for why ASK is not followed), NOSCRIPT (load it on the
-** new master).  A lost or refused connection asks the nodes for the map
-** again until a master of the slot answers, for at most the same time.
-** A connection lost AFTER a script was sent is never retried here (it
-** may have run): the caller gets DUE_ESTORE and retries as it does on
-** one server.  The scripts refuse to run while the slot is MIGRATING
-** (the probe at the top of redis_lua.c), so no script ever stops
-** half-way on a key that is already on the other node.
+** FAILOVER_WAIT_US (and never past the call's bound: Waits): MOVED (the
+** slot moved or a replica was promoted: dial the named master),
+** TRYAGAIN, CLUSTERDOWN, LOADING and ASK (wait: see redirect() for why
+** ASK is not followed), NOSCRIPT (load it on the new master).  A lost or
+** refused connection asks the nodes for the map again until a master of
+** the slot answers, for at most the same time.  A connection lost (or
+** silent) AFTER a script was sent is never retried here (it may have
+** run): the caller gets DUE_ESTORE and retries as it does on one server.
+** The scripts refuse to run while the slot is MIGRATING (the probe at
+** the top of redis_lua.c), so no script ever stops half-way on a key
+** that is already on the other node.
 **
 ** WAIT.  Redis replicates asynchronously: a master that acknowledged a
 ** write and died before its replica received it loses the write when
@@ -59,6 +60,35 @@
 ** use).  appendfsync everysec and no are accepted with a warning
 ** (due_db_warning, printed by due init and due work): they keep working
 ** but can lose the last acknowledged writes in a crash.
+**
+** Waits.  No call waits for ever (issue 35).  Every open is given a
+** bound (due_open_params.timeout_us: the URL's timeout=, default 10 s,
+** or less when the caller lowers it: the worker's lease/3).  A call (one
+** script and what it takes to reach its node: connect, AUTH, SELECT,
+** SCRIPT LOAD, the search for a cluster's master, a failover's retries)
+** ends within one bound from its start (s->end, set by begin()).  Each
+** command is written with SO_SNDTIMEO at the bound, and its reply is
+** polled for until that end (exchange()): hiredis' blocking read never
+** waits on its own.  A connect waits for what is left.  A node asked
+** among several (the seeds, a cluster's nodes for the slot map) gets at
+** most DIAL_WAIT_US for its connect and its answer (probe()), so that a
+** silent one (a partitioned master) leaves time to ask the others; its
+** "no answer" says 2 s.  WAIT R T is the one command the server holds
+** on purpose: its reply is awaited for T + the bound, so wait_timeout=
+** keeps its meaning (T is not silence).
+** The SUBSCRIBE connection waits the same way for its connect and its
+** confirmation; then nothing blocks on it (the caller polls its socket,
+** listen_drain reads what is there).  No blocking command (BLPOP and the
+** like) is used.  A node silent until the end is DUE_ESTORE "no answer
+** from the store at HOST:PORT in N s", naming the node addressed
+** (due__store_no_answer); its connection is dropped (a late reply would
+** answer the next command) and rd_ok(), the one place that connects,
+** makes it again on the next call.  A script whose answer did not come
+** may have run: as for a lost connection it is not sent again here and
+** the caller hears DUE_ESTORE, outcome unknown; when the call's time is
+** spent before a script is sent, nothing is sent.  A paged operation
+** (list, reclaim, prune, completions by the 1000) is a call per page.
+** Not bounded: resolving a host name (hiredis calls getaddrinfo).
 **
 ** Errors.  A refused or lost connection is DUE_ESTORE naming the store;
 ** the connection is dropped and the next call connects again (the
@@ -110,6 +140,11 @@ extern const char due__redis_lua[];
 #define RD_MAX_KNOWN 64
 #define FAILOVER_WAIT_US 10000000LL
 #define WAIT_TIMEOUT_US 2000000LL
+/*
+** The connect to one node while several may be asked in turn (a cluster's
+** nodes, several seeds): a dead host must not take the whole bound.
+*/
+#define DIAL_WAIT_US 2000000LL
 
 typedef struct rd_node {
 	char host[256];
@@ -132,6 +167,8 @@ typedef struct rd_cfg {
 
 struct due_store {
 	int64_t timeout_us; /* the bound of every wait (due_open_params) */
+	int64_t end;	    /* monotonic: when the call under way gives up */
+	bool silent;	    /* the call under way got no answer (no_answer) */
 	redisContext *c;
 	redisContext *sub; /* listen(): SUBSCRIBEd */
 	rd_cfg cfg;
@@ -145,6 +182,8 @@ struct due_store {
 	bool degraded;	/* the last WAIT fell short: check before writing */
 	rd_node master; /* of slot, as last heard (port 0: unknown) */
 	rd_node known[RD_MAX_KNOWN]; /* every node CLUSTER SLOTS named */
+	rd_node shun;		     /* the node last silent (no_answer) */
+	rd_node last; /* shun when a search began: candidate() asks it last */
 	size_t nknown;
 };
 
@@ -419,15 +458,13 @@ static int rd_error(due_store *s, const char *what, const char *detail)
 	return rc;
 }
 
-/* A reply (or its absence) checked: 0, or DUE_ESTORE; frees an error. */
+/* An error reply as DUE_ESTORE for `what` (the reply freed), else 0. */
 static int rd_check(due_store *s, redisReply *r, const char *what)
 {
 	char msg[512];
 
 	if (!r)
-		return rd_error(s, what,
-				s->c && s->c->errstr[0] ? s->c->errstr
-							: "connection lost");
+		return rd_error(s, what, "connection lost");
 	if (r->type != REDIS_REPLY_ERROR)
 		return 0;
 	snprintf(msg, sizeof(msg), "%s", r->str);
@@ -435,23 +472,238 @@ static int rd_check(due_store *s, redisReply *r, const char *what)
 	return rd_error(s, what, msg);
 }
 
-static redisReply *rd_cmd(due_store *s, const char *fmt, ...)
+static void drop(redisContext **c)
+{
+	if (*c)
+		redisFree(*c);
+	*c = NULL;
+}
+
+/*
+** The start of a call: every wait it makes for the server (a connect,
+** the search for a cluster's master, each reply but WAIT's) ends by now
+** + the bound.
+*/
+static void begin(due_store *s)
+{
+	s->end = due__mono_us() + s->timeout_us;
+	s->silent = false;
+}
+
+/* What the call under way has left, in microseconds (<= 0: spent). */
+static int64_t left_us(const due_store *s) { return s->end - due__mono_us(); }
+
+/* Sleep ms milliseconds, or what the call has left when that is less. */
+static void nap_ms(const due_store *s, long ms)
+{
+	int64_t us = left_us(s);
+	struct timespec t;
+
+	if (us > ms * 1000LL)
+		us = ms * 1000LL;
+	if (us <= 0)
+		return;
+	t.tv_sec = (time_t)(us / 1000000);
+	t.tv_nsec = (long)(us % 1000000) * 1000L;
+	nanosleep(&t, NULL);
+}
+
+static struct timeval tv_of(int64_t us)
+{
+	struct timeval tv = {(time_t)(us / 1000000),
+			     (suseconds_t)(us % 1000000)};
+	return tv;
+}
+
+/*
+** How long a connect or a reply is awaited: until `end` (monotonic),
+** and the wait a "no answer" names (`in`).
+*/
+typedef struct patience {
+	int64_t end, in;
+} patience;
+
+/* The call's: until its end, named as the bound. */
+static patience whole(const due_store *s)
+{
+	return (patience){s->end, s->timeout_us};
+}
+
+/*
+** One node's among several that may be asked in turn (a cluster's nodes
+** for the slot map, several seeds): at most half the bound, and at most
+** DIAL_WAIT_US, so that a silent node (a partitioned master) leaves time
+** to ask the others; with one node, the call's.
+*/
+static patience probe(const due_store *s)
+{
+	patience p = whole(s);
+	int64_t in = s->timeout_us / 2, end;
+
+	if (in > DIAL_WAIT_US)
+		in = DIAL_WAIT_US;
+	end = due__mono_us() + in;
+	if ((s->cluster || s->cfg.nseed > 1) && end < p.end)
+		p.end = end, p.in = in;
+	return p;
+}
+
+/*
+** DUE_ESTORE "no answer from the store at HOST:PORT in N s" (the node
+** addressed, the wait `in`).  The call is marked silent, so that
+** redis_shard.c asks no other shard of that node in the same call, and
+** the node is asked last in a cluster's next search (candidate).
+*/
+static int no_answer(due_store *s, const char *host, int port, int64_t in)
+{
+	char at[300];
+
+	snprintf(at, sizeof(at), "%s:%d", host, port);
+	snprintf(s->shun.host, sizeof(s->shun.host), "%s", host);
+	s->shun.port = port;
+	s->silent = true;
+	return due__store_no_answer(at, in);
+}
+
+/*
+** Whether c failed because a wait ran out rather than because the
+** connection broke: a connect (ETIMEDOUT), a write (SO_SNDTIMEO: EAGAIN
+** in hiredis 0.14's blocking mode), or REDIS_ERR_TIMEOUT in hiredis 1.x.
+*/
+static bool timed_out(const redisContext *c)
+{
+#ifdef REDIS_ERR_TIMEOUT
+	if (c->err == REDIS_ERR_TIMEOUT)
+		return true;
+#endif
+	return c->err == REDIS_ERR_IO &&
+	       (strcmp(c->errstr, strerror(EAGAIN)) == 0 ||
+		strcmp(c->errstr, strerror(EWOULDBLOCK)) == 0 ||
+		strcmp(c->errstr, strerror(ETIMEDOUT)) == 0);
+}
+
+/*
+** Send what c's output buffer holds and read one reply, waiting for it
+** until `end` (monotonic): 0 and *out (an error reply is a reply), 1 when
+** the server said nothing in time, -1 when the connection failed
+** (c->errstr says how).  The write waits at most the bound per write(2)
+** (SO_SNDTIMEO, set by dial); the reply is polled for, so the wait ends
+** at `end` exactly, whatever hiredis' own read would do.  After 1 or -1,
+** c is unusable (a late reply would answer the next command): the caller
+** drops it.
+*/
+static int exchange(redisContext *c, int64_t end, redisReply **out)
+{
+	void *r = NULL;
+	int done = 0;
+
+	*out = NULL;
+	do {
+		if (redisBufferWrite(c, &done) != REDIS_OK)
+			return timed_out(c) ? 1 : -1;
+	} while (!done);
+	while (redisGetReplyFromReader(c, &r) == REDIS_OK && !r) {
+		struct pollfd p = {c->fd, POLLIN, 0};
+		int64_t left = end - due__mono_us();
+		int n;
+
+		if (left <= 0)
+			return 1;
+		n = poll(&p, 1, (int)((left + 999) / 1000));
+		if (n == 0 || (n < 0 && errno == EINTR))
+			continue; /* the clock says whether time is up */
+		if (n < 0) {
+			c->err = REDIS_ERR_IO;
+			snprintf(c->errstr, sizeof(c->errstr), "poll: %s",
+				 strerror(errno));
+			return -1;
+		}
+		if (redisBufferRead(c) != REDIS_OK)
+			return -1;
+	}
+	if (!r)
+		return -1; /* a protocol error: c->err says which */
+	*out = r;
+	return 0;
+}
+
+/*
+** The reply to what c's output buffer holds (a redisAppendCommand*),
+** awaited as p says: 0 and *out (the caller frees it; an error reply is
+** a reply), or DUE_ESTORE: no_answer() naming c's node when it said
+** nothing in time, else c's error for `what`.  c must be dropped after a
+** failure.
+*/
+static int await_reply(due_store *s, redisContext *c, patience p,
+		       redisReply **out, const char *what)
+{
+	int rc = exchange(c, p.end, out);
+
+	if (rc == 0)
+		return 0;
+	if (rc > 0)
+		return no_answer(s, c->tcp.host, c->tcp.port, p.in);
+	return due__error_set(DUE_ESTORE, "redis store %s: %s: %s",
+			      s->cfg.label, what,
+			      c->errstr[0] ? c->errstr : "connection lost");
+}
+
+/*
+** One command on connection c (s->c, s->sub or one of dial()'s) and its
+** reply, awaited as p says: see await_reply.  Nothing is sent when p's
+** end has passed (DUE_ESTORE, no_answer).
+*/
+static int vcmd(due_store *s, redisContext *c, patience p, redisReply **out,
+		const char *what, const char *fmt, va_list ap)
+{
+	*out = NULL;
+	if (p.end <= due__mono_us())
+		return no_answer(s, c->tcp.host, c->tcp.port, p.in);
+	if (redisvAppendCommand(c, fmt, ap) != REDIS_OK)
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	return await_reply(s, c, p, out, what);
+}
+
+/* One command on connection c (vcmd); c is the caller's to drop. */
+static int node_cmd(due_store *s, redisContext *c, patience p, redisReply **out,
+		    const char *what, const char *fmt, ...)
 {
 	va_list ap;
-	void *r;
+	int rc;
 
 	va_start(ap, fmt);
-	r = redisvCommand(s->c, fmt, ap);
+	rc = vcmd(s, c, p, out, what, fmt, ap);
 	va_end(ap);
-	return r;
+	return rc;
+}
+
+/*
+** One command on s->c (connected: rd_ok), its reply awaited as p says
+** (whole(s) but for WAIT and a probe): 0 and *out, or DUE_ESTORE with
+** s->c dropped, so the next call connects again (rd_ok).
+*/
+static int rd_cmd(due_store *s, patience p, redisReply **out, const char *what,
+		  const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = vcmd(s, s->c, p, out, what, fmt, ap);
+	va_end(ap);
+	if (rc < 0)
+		drop(&s->c);
+	return rc;
 }
 
 static int load_script(due_store *s)
 {
-	redisReply *r = rd_cmd(s, "SCRIPT LOAD %s", s->script);
-	int rc = rd_check(s, r, "load script");
+	redisReply *r;
+	int rc;
 
-	if (rc < 0)
+	if ((rc = rd_cmd(s, whole(s), &r, "load script", "SCRIPT LOAD %s",
+			 s->script)) < 0 ||
+	    (rc = rd_check(s, r, "load script")) < 0)
 		return rc;
 	if (r->type != REDIS_REPLY_STRING || r->len >= (int)sizeof(s->sha)) {
 		freeReplyObject(r);
@@ -465,11 +717,13 @@ static int load_script(due_store *s)
 /* The value of CONFIG GET name into buf ("" when CONFIG is refused). */
 static int config_get(due_store *s, const char *name, char *buf, size_t n)
 {
-	redisReply *r = rd_cmd(s, "CONFIG GET %s", name);
+	redisReply *r;
+	int rc;
 
 	buf[0] = '\0';
-	if (!r)
-		return rd_check(s, r, "read configuration");
+	if ((rc = rd_cmd(s, whole(s), &r, "read configuration", "CONFIG GET %s",
+			 name)) < 0)
+		return rc;
 	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
 	    r->element[1]->type == REDIS_REPLY_STRING)
 		snprintf(buf, n, "%s", r->element[1]->str);
@@ -542,47 +796,63 @@ static int check_durability(due_store *s)
 	return strcmp(aof, "yes") == 0 ? warn_fsync(s) : 0;
 }
 
-/* A new connection to node n: AUTH, SELECT.  *out NULL on failure. */
+/*
+** AUTH and SELECT on a new connection c, awaited as p says: 0, or
+** DUE_ESTORE (a refusal, or no_answer).
+*/
+static int hello(due_store *s, redisContext *c, patience p)
+{
+	redisReply *r = NULL;
+	int rc = 0;
+
+	if (s->cfg.password)
+		rc = s->cfg.user ? node_cmd(s, c, p, &r, "AUTH", "AUTH %s %s",
+					    s->cfg.user, s->cfg.password)
+				 : node_cmd(s, c, p, &r, "AUTH", "AUTH %s",
+					    s->cfg.password);
+	if (rc == 0 && (!r || r->type != REDIS_REPLY_ERROR) && s->cfg.db) {
+		freeReplyObject(r);
+		rc = node_cmd(s, c, p, &r, "SELECT", "SELECT %d", s->cfg.db);
+	}
+	if (rc == 0 && r && r->type == REDIS_REPLY_ERROR)
+		rc = due__error_set(DUE_ESTORE, "redis store %s: %s",
+				    s->cfg.label, r->str);
+	freeReplyObject(r);
+	return rc;
+}
+
+/*
+** A new connection to node n, AUTH, SELECT, within what the call has
+** left; while several nodes may be asked in turn (a cluster, several
+** seeds) all of it within DIAL_WAIT_US (probe).  Each write on it waits
+** at most the bound (SO_SNDTIMEO; replies: exchange()).  *out NULL on
+** failure: DUE_ESTORE, no_answer() when the node did not answer in time.
+*/
 static int dial(due_store *s, const rd_node *n, redisContext **out)
 {
-	/* a cluster's search for a slot's master dials node after node
-	   within FAILOVER_WAIT_US: a dead host must not take 10 s of it
-	   (the WAIT timeout stays under the 60 s read timeout: at most 30 s) */
-	struct timeval tv = {s->cluster ? 2 : 10, 0};
-	redisContext *c = redisConnectWithTimeout(n->host, n->port, tv);
-	redisReply *r = NULL;
-	char msg[512];
+	patience p = probe(s);
+	int64_t wait = p.end - due__mono_us();
+	redisContext *c;
+	int rc = 0;
 
 	*out = NULL;
-	if (!c || c->err) {
-		snprintf(msg, sizeof(msg), "%s",
-			 c ? c->errstr : "cannot allocate a connection");
+	if (wait <= 0)
+		return no_answer(s, n->host, n->port, p.in);
+	c = redisConnectWithTimeout(n->host, n->port, tv_of(wait));
+	if (c && c->err && timed_out(c))
+		rc = no_answer(s, n->host, n->port, p.in);
+	else if (!c || c->err ||
+		 redisSetTimeout(c, tv_of(s->timeout_us)) != REDIS_OK)
+		rc = due__error_set(
+		    DUE_ESTORE, "redis store %s: connect to %s:%d: %s",
+		    s->cfg.label, n->host, n->port,
+		    c ? c->errstr : "cannot allocate a connection");
+	if (rc == 0)
+		rc = hello(s, c, p);
+	if (rc < 0) {
 		redisFree(c);
-		return due__error_set(DUE_ESTORE,
-				      "redis store %s: connect to %s:%d: %s",
-				      s->cfg.label, n->host, n->port, msg);
+		return rc;
 	}
-	tv.tv_sec = 60;
-	redisSetTimeout(c, tv);
-	if (s->cfg.password)
-		r = s->cfg.user ? redisCommand(c, "AUTH %s %s", s->cfg.user,
-					       s->cfg.password)
-				: redisCommand(c, "AUTH %s", s->cfg.password);
-	if ((!s->cfg.password || (r && r->type != REDIS_REPLY_ERROR)) &&
-	    s->cfg.db) {
-		freeReplyObject(r);
-		r = redisCommand(c, "SELECT %d", s->cfg.db);
-	}
-	if ((s->cfg.password || s->cfg.db) &&
-	    (!r || r->type == REDIS_REPLY_ERROR)) {
-		snprintf(msg, sizeof(msg), "%s",
-			 r ? r->str : (c->errstr[0] ? c->errstr : "no reply"));
-		freeReplyObject(r);
-		redisFree(c);
-		return due__error_set(DUE_ESTORE, "redis store %s: %s",
-				      s->cfg.label, msg);
-	}
-	freeReplyObject(r);
 	*out = c;
 	return 0;
 }
@@ -590,12 +860,6 @@ static int dial(due_store *s, const rd_node *n, redisContext **out)
 /* ------------------------------------------------------------------ */
 /* Cluster: the master of the store's slot                             */
 /* ------------------------------------------------------------------ */
-
-static void nap_ms(long ms)
-{
-	struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-	nanosleep(&t, NULL);
-}
 
 /*
 ** CRC16-CCITT (XMODEM: polynomial 0x1021, initial 0), the hash of the
@@ -655,10 +919,14 @@ static bool node_of(const redisReply *e, const rd_node *from, rd_node *n)
 */
 static int read_slots(due_store *s, redisContext *c, const rd_node *from)
 {
-	redisReply *r = redisCommand(c, "CLUSTER SLOTS");
+	redisReply *r;
 	rd_node n;
 	bool found = false;
+	int rc;
 
+	if ((rc = node_cmd(s, c, probe(s), &r, "read CLUSTER SLOTS",
+			   "CLUSTER SLOTS")) < 0)
+		return rc;
 	for (size_t i = 0; is_array(r, 1) && i < r->elements; i++) {
 		const redisReply *e = r->element[i];
 		if (!is_array(e, 3))
@@ -680,8 +948,8 @@ static int read_slots(due_store *s, redisContext *c, const rd_node *from)
 				      s->slot);
 }
 
-/* The i-th node to ask: the master, then the seeds, then the known. */
-static const rd_node *candidate(const due_store *s, size_t i)
+/* The i-th of the master, the seeds, the known nodes. */
+static const rd_node *any_node(const due_store *s, size_t i)
 {
 	if (s->master.port && i-- == 0)
 		return &s->master;
@@ -692,8 +960,28 @@ static const rd_node *candidate(const due_store *s, size_t i)
 }
 
 /*
-** Ask the nodes (candidate order) for the slot map until one answers:
-** 0 with s->master set, or the last node's error.
+** The i-th node to ask: the master, then the seeds, then the known, but
+** the node silent when the search began (s->last, from s->shun) last of
+** all: a partitioned master asked first would take a whole short bound
+** every time, and the search would never reach the replica promoted in
+** its place.  A search sets s->last once, so its order holds while it
+** runs.
+*/
+static const rd_node *candidate(const due_store *s, size_t i)
+{
+	const rd_node *n;
+	size_t k = 0;
+
+	for (size_t j = 0; (n = any_node(s, j)) != NULL; j++)
+		if (!(s->last.port && same_node(n, &s->last)) && k++ == i)
+			return n;
+	return s->last.port && i == k ? &s->last : NULL;
+}
+
+/*
+** Ask the nodes (candidate order) for the slot map until one answers,
+** while the call has time: 0 with s->master set, or the last node's
+** error.
 */
 static int refresh_map(due_store *s)
 {
@@ -702,37 +990,37 @@ static int refresh_map(due_store *s)
 	int rc =
 	    due__error_set(DUE_ESTORE, "redis store %s: no node", s->cfg.label);
 
+	s->last = s->shun;
 	for (size_t i = 0; (n = candidate(s, i)) != NULL; i++) {
 		rd_node at = *n; /* know() may not move it, but be plain */
-		if ((rc = dial(s, &at, &c)) < 0)
-			continue;
-		rc = read_slots(s, c, &at);
-		redisFree(c);
-		if (rc == 0)
-			return 0;
+		if ((rc = dial(s, &at, &c)) == 0) {
+			rc = read_slots(s, c, &at);
+			redisFree(c);
+			if (rc == 0)
+				return 0;
+		}
+		if (left_us(s) <= 0)
+			break;
 	}
 	return rc;
-}
-
-static void drop(redisContext **c)
-{
-	if (*c)
-		redisFree(*c);
-	*c = NULL;
 }
 
 /*
 ** Connect s->c to the master of the store's slot, with the script
 ** loaded: ask the nodes for the slot map and dial the master it names,
 ** again every 200 ms while none answers (a failover in progress) for at
-** most FAILOVER_WAIT_US.  0, or DUE_ESTORE with the last failure.
+** most FAILOVER_WAIT_US, and never past the call's bound.  0, or
+** DUE_ESTORE with the last failure.
 */
 static int cl_connect(due_store *s)
 {
-	int64_t end = due__mono_us() + FAILOVER_WAIT_US;
-	char last[512];
+	int64_t end = due__mono_us() + FAILOVER_WAIT_US,
+		span = FAILOVER_WAIT_US;
+	char last[512], dur[48];
 	int rc;
 
+	if (end > s->end)
+		end = s->end;
 	for (;;) {
 		drop(&s->c);
 		if ((rc = refresh_map(s)) == 0 &&
@@ -741,13 +1029,20 @@ static int cl_connect(due_store *s)
 			return 0;
 		if (due__mono_us() >= end)
 			break;
-		nap_ms(200);
+		nap_ms(s, 200);
 	}
 	drop(&s->c);
 	snprintf(last, sizeof(last), "%s", due_error_last());
-	return due__error_set(
-	    DUE_ESTORE, "%s (no master of slot %d answered in %lld s)", last,
-	    s->slot, (long long)(FAILOVER_WAIT_US / 1000000));
+	if (span > s->timeout_us) /* the call's bound ended the search */
+		span = s->timeout_us;
+	if (span % 1000000 == 0)
+		snprintf(dur, sizeof(dur), "%lld s",
+			 (long long)(span / 1000000));
+	else
+		due_duration_format(dur, sizeof(dur), span);
+	return due__error_set(DUE_ESTORE,
+			      "%s (no master of slot %d answered in %s)", last,
+			      s->slot, dur);
 }
 
 /*
@@ -760,7 +1055,11 @@ static bool stale(redisContext *c)
 	return poll(&p, 1, 0) > 0;
 }
 
-/* Connect when not connected (the first call, or after a lost one). */
+/*
+** Connect when not connected: the first call, or the call after one that
+** lost its connection or got no answer in time (every failure drops s->c).
+** The one place that connects again, within what the call has left.
+*/
 static int rd_ok(due_store *s)
 {
 	int rc;
@@ -847,18 +1146,30 @@ static void args_free(rargs *v)
 	free(v->a);
 }
 
-/* EVALSHA sha 1 meta op args...; on NOSCRIPT load again and retry. */
-static int eval_once(due_store *s, const char *op, rargs *v, redisReply **out)
+/*
+** EVALSHA sha 1 meta op args... on s->c, its reply awaited until the
+** call's end: 0 and *out (an error reply too: redirect() reads it), or
+** DUE_ESTORE with s->c dropped (the script may have run: see rd_eval).
+*/
+static int eval_once(due_store *s, const char *op, rargs *v, redisReply **out,
+		     const char *what)
 {
 	size_t n = v->n + 5;
 	const char **argv = malloc(n * sizeof(*argv));
 	size_t *len = malloc(n * sizeof(*len));
+	int rc;
 
 	*out = NULL;
-	if (!argv || !len) {
+	if (!argv || !len || left_us(s) <= 0) {
 		free(argv);
 		free(len);
-		return due__error_set(DUE_ENOMEM, "out of memory");
+		if (argv && len) /* the call's time is spent: nothing sent */
+			rc = no_answer(s, s->c->tcp.host, s->c->tcp.port,
+				       s->timeout_us);
+		else
+			rc = due__error_set(DUE_ENOMEM, "out of memory");
+		drop(&s->c);
+		return rc;
 	}
 	argv[0] = "EVALSHA", argv[1] = s->sha, argv[2] = "1";
 	argv[3] = s->meta, argv[4] = op;
@@ -868,10 +1179,15 @@ static int eval_once(due_store *s, const char *op, rargs *v, redisReply **out)
 		argv[i + 5] = v->a[i].p ? v->a[i].p : v->a[i].num;
 		len[i + 5] = v->a[i].n;
 	}
-	*out = redisCommandArgv(s->c, (int)n, argv, len);
+	if (redisAppendCommandArgv(s->c, (int)n, argv, len) != REDIS_OK)
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+	else
+		rc = await_reply(s, s->c, whole(s), out, what);
 	free(argv);
 	free(len);
-	return 0;
+	if (rc < 0)
+		drop(&s->c);
+	return rc;
 }
 
 static bool starts(const redisReply *r, const char *word)
@@ -906,7 +1222,8 @@ static bool moved_to(due_store *s, const redisReply *r)
 ** What to do with a reply the server gave WITHOUT running the script:
 ** 1 send again at once (NOSCRIPT: loaded again; MOVED: the new master is
 ** dialled by rd_ok), 2 send again after a pause (the slot is migrating
-** or the cluster is failing over), 0 keep the reply.  ASK is not
+** or the cluster is failing over), 0 keep the reply, or the error of
+** loading the script again (DUE_ESTORE, no reply kept).  ASK is not
 ** followed: the script touches keys it does not declare, and during a
 ** migration some are still on the source and some already on the target,
 ** so it can run safely on neither; it waits for the migration to end
@@ -914,8 +1231,10 @@ static bool moved_to(due_store *s, const redisReply *r)
 */
 static int redirect(due_store *s, const redisReply *r)
 {
+	int rc;
+
 	if (starts(r, "NOSCRIPT"))
-		return load_script(s) == 0 ? 1 : 0;
+		return (rc = load_script(s)) < 0 ? rc : 1;
 	if (!s->cluster)
 		return 0;
 	if (starts(r, "MOVED "))
@@ -953,12 +1272,17 @@ static bool op_reads(const char *op)
 */
 static int rd_wait(due_store *s, const char *what)
 {
-	redisReply *r = redisCommand(s->c, "WAIT %d %lld", s->wait_n,
-				     (long long)(s->cfg.wait_us / 1000));
+	/* the server answers WAIT when its timeout is up at the latest: its
+	   own wait does not count against the bound */
+	patience p = {due__mono_us() + s->cfg.wait_us + s->timeout_us,
+		      s->timeout_us};
+	redisReply *r;
 	long long got;
 	int rc;
 
-	if ((rc = rd_check(s, r, what)) < 0)
+	if ((rc = rd_cmd(s, p, &r, what, "WAIT %d %lld", s->wait_n,
+			 (long long)(s->cfg.wait_us / 1000))) < 0 ||
+	    (rc = rd_check(s, r, what)) < 0)
 		return rc;
 	got = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
 	freeReplyObject(r);
@@ -989,10 +1313,11 @@ static int rd_wait(due_store *s, const char *what)
 */
 static int rd_replicas_ready(due_store *s, const char *what)
 {
-	redisReply *r = redisCommand(s->c, "INFO replication");
+	redisReply *r;
 	int online = 0, rc;
 
-	if ((rc = rd_check(s, r, what)) < 0)
+	if ((rc = rd_cmd(s, whole(s), &r, what, "INFO replication")) < 0 ||
+	    (rc = rd_check(s, r, what)) < 0)
 		return rc;
 	for (const char *p = r->type == REDIS_REPLY_STRING ? r->str : NULL;
 	     p && (p = strstr(p, "\nslave")); p++) {
@@ -1017,11 +1342,12 @@ static int rd_replicas_ready(due_store *s, const char *what)
 /*
 ** Run operation op with args v: 0 and the reply in *out (the caller
 ** frees it), or DUE_ESTORE (a lost connection, a server error, a write
-** that fewer replicas than ?wait= acknowledged).  A reply the server gave
+** that fewer replicas than ?wait= acknowledged).  One call: everything
+** but the WAIT ends within the bound (begin).  A reply the server gave
 ** without running the script (redirect) is retried for at most
-** FAILOVER_WAIT_US; a connection lost after sending is not retried (the
-** script may have run): the caller sees DUE_ESTORE.  v is freed either
-** way.
+** FAILOVER_WAIT_US within that; a connection lost, or silent, after
+** sending is not retried (the script may have run): the caller sees
+** DUE_ESTORE.  v is freed either way.
 */
 static int rd_eval(due_store *s, const char *op, rargs *v, redisReply **out,
 		   const char *what)
@@ -1034,22 +1360,29 @@ static int rd_eval(due_store *s, const char *op, rargs *v, redisReply **out,
 		args_free(v);
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	}
+	begin(s);
 	for (int tries = 0;; tries++) {
 		if ((rc = rd_ok(s)) < 0 ||
 		    (s->degraded && s->wait_n > 0 && !op_reads(op) &&
 		     (rc = rd_replicas_ready(s, what)) < 0) ||
-		    (rc = eval_once(s, op, v, out)) < 0)
+		    (rc = eval_once(s, op, v, out, what)) < 0)
 			goto done;
-		if ((act = redirect(s, *out)) == 0 || tries > 1000)
+		if ((act = redirect(s, *out)) <= 0 || tries > 1000)
 			break;
 		if (!end)
 			end = due__mono_us() + FAILOVER_WAIT_US;
-		if (due__mono_us() >= end)
+		if (due__mono_us() >= end || left_us(s) <= 0)
 			break;
 		freeReplyObject(*out);
 		*out = NULL;
 		if (act == 2 || tries > 2) /* or nodes disagree: MOVED back */
-			nap_ms(50);
+			nap_ms(s, 50);
+	}
+	if (act < 0) {
+		freeReplyObject(*out);
+		*out = NULL;
+		rc = act;
+		goto done;
 	}
 	if ((rc = rd_check(s, *out, what)) < 0)
 		*out = NULL;
@@ -1192,21 +1525,24 @@ static int copy_cfg(rd_cfg *dst, const rd_cfg *src)
 /*
 ** Connect s->c to the first seed that answers INFO cluster, and say
 ** whether it is a cluster node (cluster_enabled:1).  Several seeds that are
-** not a cluster are refused (one server has one address).
+** not a cluster are refused (one server has one address).  The seeds are
+** asked in turn while the call (the open) has time.
 */
 static int first_seed(due_store *s)
 {
+	const char *what = "read INFO cluster";
 	redisReply *r = NULL;
 	int rc = 0;
 
 	for (size_t i = 0; i < s->cfg.nseed; i++) {
-		if ((rc = dial(s, &s->cfg.seed[i], &s->c)) < 0)
-			continue;
-		r = redisCommand(s->c, "INFO cluster");
-		if ((rc = rd_check(s, r, "read INFO cluster")) == 0)
+		if ((rc = dial(s, &s->cfg.seed[i], &s->c)) == 0 &&
+		    (rc = rd_cmd(s, probe(s), &r, what, "INFO cluster")) == 0 &&
+		    (rc = rd_check(s, r, what)) == 0)
 			break;
 		r = NULL; /* rd_check freed an error reply */
 		drop(&s->c);
+		if (left_us(s) <= 0)
+			break;
 	}
 	if (rc < 0)
 		return rc;
@@ -1236,6 +1572,7 @@ static int rd_open(due_store **out, const void *cfg, const due_open_params *p)
 	if (!s)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	s->timeout_us = p->timeout_us;
+	begin(s); /* the open is one call: within one bound */
 	if ((rc = copy_cfg(&s->cfg, cfg)) < 0)
 		return rc;
 	{
@@ -1340,10 +1677,10 @@ static int rd_now(due_store *s, due_time *out)
 	redisReply *r;
 	int rc;
 
-	if ((rc = rd_ok(s)) < 0)
-		return rc;
-	r = rd_cmd(s, "TIME");
-	if ((rc = rd_check(s, r, "read the clock")) < 0)
+	begin(s);
+	if ((rc = rd_ok(s)) < 0 ||
+	    (rc = rd_cmd(s, whole(s), &r, "read the clock", "TIME")) < 0 ||
+	    (rc = rd_check(s, r, "read the clock")) < 0)
 		return rc;
 	if (!is_array(r, 2))
 		return bad_reply(s, r, "read the clock");
@@ -2187,39 +2524,45 @@ static int dial_any(due_store *s, redisContext **out)
 
 	if (!s->cluster)
 		return dial(s, &s->cfg.seed[0], out);
-	for (size_t i = 0; (n = candidate(s, i)) != NULL; i++)
-		if ((rc = dial(s, n, out)) == 0)
-			return 0;
+	s->last = s->shun;
+	for (size_t i = 0; (n = candidate(s, i)) != NULL; i++) {
+		rd_node at = *n; /* as refresh_map */
+		if ((rc = dial(s, &at, out)) == 0 || left_us(s) <= 0)
+			return rc;
+	}
 	return rc;
 }
 
 /*
 ** SUBSCRIBE on a second connection; *fd is its socket, readable when a
 ** wake-up arrived.  A lost subscription connects again on the next call
-** (on a cluster, to another node when its node is gone).
+** (on a cluster, to another node when its node is gone).  Connecting and
+** the SUBSCRIBE's answer wait within one bound; after that nothing here
+** blocks: the caller polls *fd and listen_drain reads what is there.
 */
 static int rd_listen(due_store *s, int *fd)
 {
 	redisReply *r = NULL;
 	int rc;
 
-	if (s->sub && s->sub->err) {
-		redisFree(s->sub);
-		s->sub = NULL;
-	}
+	if (s->sub && s->sub->err)
+		drop(&s->sub);
 	if (!s->sub) {
+		begin(s);
 		if ((rc = dial_any(s, &s->sub)) < 0)
 			return rc;
-		r = redisCommand(s->sub, "SUBSCRIBE %s", s->chan);
-		if (!r || r->type == REDIS_REPLY_ERROR) {
-			freeReplyObject(r);
-			redisFree(s->sub);
-			s->sub = NULL;
-			return due__error_set(
-			    DUE_ESTORE, "redis store %s: subscribe failed",
-			    s->cfg.label);
-		}
+		if ((rc = node_cmd(s, s->sub, whole(s), &r, "subscribe",
+				   "SUBSCRIBE %s", s->chan)) == 0 &&
+		    r->type == REDIS_REPLY_ERROR)
+			rc = due__error_set(DUE_ESTORE,
+					    "redis store %s: subscribe failed: "
+					    "%s",
+					    s->cfg.label, r->str);
 		freeReplyObject(r);
+		if (rc < 0) {
+			drop(&s->sub);
+			return rc;
+		}
 	}
 	*fd = s->sub->fd;
 	return 0;
@@ -2252,12 +2595,14 @@ static int rd_notify(due_store *s)
 	redisReply *r;
 	int rc;
 
-	if ((rc = rd_ok(s)) < 0)
+	begin(s);
+	if ((rc = rd_ok(s)) < 0 ||
+	    (rc = rd_cmd(s, whole(s), &r, "notify", "PUBLISH %s 1", s->chan)) <
+		0 ||
+	    (rc = rd_check(s, r, "notify")) < 0)
 		return rc;
-	r = rd_cmd(s, "PUBLISH %s 1", s->chan);
-	if ((rc = rd_check(s, r, "notify")) == 0)
-		freeReplyObject(r);
-	return rc;
+	freeReplyObject(r);
+	return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -2409,10 +2754,10 @@ static int rd_bytes(due_store *s, int64_t *out)
 	int rc;
 
 	*out = 0;
-	if ((rc = rd_ok(s)) < 0)
-		return rc;
-	r = rd_cmd(s, "INFO memory");
-	if ((rc = rd_check(s, r, "store size")) < 0)
+	begin(s);
+	if ((rc = rd_ok(s)) < 0 ||
+	    (rc = rd_cmd(s, whole(s), &r, "store size", "INFO memory")) < 0 ||
+	    (rc = rd_check(s, r, "store size")) < 0)
 		return rc;
 	if (r->type != REDIS_REPLY_STRING)
 		return bad_reply(s, r, "store size");
@@ -2454,6 +2799,15 @@ int due__redis_node(due_store *s, char *buf, size_t n)
 {
 	const rd_node *at = s->cluster ? &s->master : &s->cfg.seed[0];
 	return snprintf(buf, n, "%s:%d", at->host, at->port);
+}
+
+bool due__redis_silent(const due_store *s) { return s->silent; }
+
+bool due__redis_same_node(const due_store *a, const due_store *b)
+{
+	const rd_node *x = a->cluster ? &a->master : &a->cfg.seed[0];
+	const rd_node *y = b->cluster ? &b->master : &b->cfg.seed[0];
+	return x->port && same_node(x, y);
 }
 
 const char *due__redis_label(const due_store *s) { return s->cfg.label; }

@@ -35,6 +35,12 @@
 **     locks live in shard 0.  list, stats, metrics, upcoming, reclaim,
 **     prune and bytes ask every shard and merge.  Wake-ups use one channel
 **     for the store (PUBLISH reaches every node of a cluster).
+**   - Waits: each shard's call keeps to the store's bound (redis.c,
+**     "Waits").  A call that stops at the first failed shard ends within
+**     it; one that goes on past a failed shard (claim, complete,
+**     reclaim) asks no shard of a node that gave no answer in the same
+**     call (quiet): on one frozen server it ends in one bound, not one a
+**     shard.  A cluster whose M masters are all silent costs M bounds.
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -442,30 +448,65 @@ static int append(due_task_list **a, due_task_list *b)
 }
 
 /*
+** A call over several shards that goes on past a failed one (claim,
+** complete, reclaim) asks no shard whose node already gave no answer in
+** the same call: the node is silent (a partition, a frozen server), and
+** each of its shards would wait the whole bound again, so that a call
+** over N shards of one server would take N bounds instead of one.  The
+** shards so passed over fail as the silent one did.
+*/
+typedef struct quiet {
+	bool shard[RD_NODE_MAX]; /* its call got no answer */
+	int n;
+} quiet;
+
+/* After shard i's call failed (rc): remember it when its node was silent. */
+static void heard(quiet *q, const due_store *s, int i, int rc)
+{
+	if (rc == DUE_ESTORE && due__redis_silent(s->sh[i]) && !q->shard[i]) {
+		q->shard[i] = true;
+		q->n++;
+	}
+}
+
+/* DUE_ESTORE when shard i's node was silent in this call, else 0. */
+static int skip(const quiet *q, const due_store *s, int i)
+{
+	char at[300];
+
+	for (int k = 0; q->n && k < s->n; k++)
+		if (q->shard[k] && due__redis_same_node(s->sh[k], s->sh[i])) {
+			due__redis_node(s->sh[i], at, sizeof(at));
+			return due__store_no_answer(at, s->timeout_us);
+		}
+	return 0;
+}
+
+/*
 ** From each shard in turn, starting at the next one, what is still
 ** wanted.  A shard that fails is passed over when another gave tasks (the
 ** tasks are claimed: they must reach the worker); the error is returned
 ** only when no shard gave any.
 */
-static int sh_claim(due_store *s, due_task_list **out, const char *owner,
-		    const char *const *kinds, size_t n_kinds, bool exclude,
-		    int limit, int64_t lease_us, due_id only_id)
+static int claim_each(due_store *s, quiet *q, due_task_list **out,
+		      const char *owner, const char *const *kinds,
+		      size_t n_kinds, bool exclude, int limit, int64_t lease_us)
 {
 	int start, rc, err = 0;
 	due_task_list *l;
 
 	*out = NULL;
-	if (s->n == 1 || only_id > 0)
-		return SLOT->claim(of(s, only_id), out, owner, kinds, n_kinds,
-				   exclude, limit, lease_us, only_id);
 	start = (int)(s->claim_rr++ % (unsigned)s->n);
 	for (int k = 0; k < s->n; k++) {
-		int want = limit - (int)(*out ? (*out)->count : 0);
+		int want = limit - (int)(*out ? (*out)->count : 0), i;
 		if (want <= 0)
 			break;
 		l = NULL;
-		rc = SLOT->claim(s->sh[(start + k) % s->n], &l, owner, kinds,
-				 n_kinds, exclude, want, lease_us, 0);
+		i = (start + k) % s->n;
+		if ((rc = skip(q, s, i)) == 0 &&
+		    (rc = SLOT->claim(s->sh[i], &l, owner, kinds, n_kinds,
+				      exclude, want, lease_us, 0)) < 0)
+			heard(q, s, i, rc);
 		if (rc < 0) {
 			due_task_list_free(l);
 			err = rc;
@@ -483,6 +524,19 @@ static int sh_claim(due_store *s, due_task_list **out, const char *owner,
 		return err;
 	}
 	return *out ? 0 : due__task_list_alloc(out, 0);
+}
+
+static int sh_claim(due_store *s, due_task_list **out, const char *owner,
+		    const char *const *kinds, size_t n_kinds, bool exclude,
+		    int limit, int64_t lease_us, due_id only_id)
+{
+	quiet q = {0};
+
+	if (s->n == 1 || only_id > 0)
+		return SLOT->claim(of(s, only_id), out, owner, kinds, n_kinds,
+				   exclude, limit, lease_us, only_id);
+	return claim_each(s, &q, out, owner, kinds, n_kinds, exclude, limit,
+			  lease_us);
 }
 
 /*
@@ -541,17 +595,17 @@ static void remember(due_store *s, const due_completion *c)
 ** is answered them from that memory instead of being sent again, which
 ** would answer REJECTED_STALE for a try whose result was kept.  A
 ** memory per handle: the worker's retries use the handle that failed.
+** A shard passed over for a silent node (quiet) wrote nothing: its items
+** are sent on the retry.
 */
-static int sh_complete(due_store *s, due_completion *items, size_t n,
-		       due_tx_hook hook, void *payload)
+static int complete_each(due_store *s, quiet *q, due_completion *items,
+			 size_t n, due_tx_hook hook, void *payload)
 {
 	due_completion *part;
 	bool *known;
 	char msg[FAIL_MSG] = "";
 	int rc, err = 0;
 
-	if (s->n == 1)
-		return SLOT->complete(s->sh[0], items, n, hook, payload);
 	/* one allocation: the parts, then a flag an item */
 	if (!(part = malloc(n * (sizeof(*part) + sizeof(*known)))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
@@ -565,8 +619,10 @@ static int sh_complete(due_store *s, due_completion *items, size_t n,
 				part[k++] = items[j];
 		if (k == 0)
 			continue;
-		if ((rc = SLOT->complete(s->sh[i], part, k, hook, payload)) <
-		    0) {
+		if ((rc = skip(q, s, i)) == 0 &&
+		    (rc = SLOT->complete(s->sh[i], part, k, hook, payload)) < 0)
+			heard(q, s, i, rc);
+		if (rc < 0) {
 			note_failure(rc, &err, msg);
 			continue;
 		}
@@ -585,11 +641,23 @@ static int sh_complete(due_store *s, due_completion *items, size_t n,
 	return first_failure(err, msg);
 }
 
+static int sh_complete(due_store *s, due_completion *items, size_t n,
+		       due_tx_hook hook, void *payload)
+{
+	quiet q = {0};
+
+	if (s->n == 1)
+		return SLOT->complete(s->sh[0], items, n, hook, payload);
+	return complete_each(s, &q, items, n, hook, payload);
+}
+
+/* Both halves share one quiet: a node silent to one is not asked again. */
 static int sh_complete_claim(due_store *s, due_completion *items, size_t n,
 			     const char *owner, const char *const *kinds,
 			     size_t n_kinds, bool exclude, int limit,
 			     int64_t lease_us, due_task_list **out)
 {
+	quiet q = {0};
 	int rc;
 
 	if (s->n == 1)
@@ -597,12 +665,12 @@ static int sh_complete_claim(due_store *s, due_completion *items, size_t n,
 					    n_kinds, exclude, limit, lease_us,
 					    out);
 	*out = NULL;
-	if ((rc = sh_complete(s, items, n, NULL, NULL)) < 0)
+	if ((rc = complete_each(s, &q, items, n, NULL, NULL)) < 0)
 		return rc;
 	/* the completions are written: a failed claim must not fail the call
 	   (its caller would send them again and hear them stale) */
-	if (sh_claim(s, out, owner, kinds, n_kinds, exclude, limit, lease_us,
-		     0) < 0 &&
+	if (claim_each(s, &q, out, owner, kinds, n_kinds, exclude, limit,
+		       lease_us) < 0 &&
 	    !*out)
 		return due__task_list_alloc(out, 0);
 	return 0;
@@ -611,19 +679,24 @@ static int sh_complete_claim(due_store *s, due_completion *items, size_t n,
 /*
 ** Every shard's expired leases.  A shard that fails (its master lost, or
 ** refusing writes for want of a replica) does not keep the others' from
-** being taken back: each shard is asked, and the first failure is
-** returned after the last (the others' work is done; the caller retries).
+** being taken back: each shard is asked (but those of a node that gave
+** no answer: quiet), and the first failure is returned after the last
+** (the others' work is done; the caller retries).
 */
 static int sh_reclaim(due_store *s, due_reclaimed *out)
 {
 	due_reclaimed r;
 	char msg[FAIL_MSG] = "";
+	quiet q = {0};
 	int rc, err = 0;
 
 	memset(out, 0, sizeof(*out));
 	for (int i = 0; i < s->n; i++) {
 		memset(&r, 0, sizeof(r));
-		if ((rc = SLOT->reclaim(s->sh[i], &r)) < 0) {
+		if ((rc = skip(&q, s, i)) == 0 &&
+		    (rc = SLOT->reclaim(s->sh[i], &r)) < 0)
+			heard(&q, s, i, rc);
+		if (rc < 0) {
 			note_failure(rc, &err, msg);
 			continue;
 		}

@@ -26,6 +26,15 @@ const char *due__redis_label(const due_store *s);
 int due__redis_node(due_store *s, char *buf, size_t n);
 
 /*
+** Whether the last call on s ended because its node gave no answer
+** within the bound (due__store_no_answer), and whether two stores' slots
+** are on the same known node: redis_shard.c asks no other shard of a
+** silent node in the same call.
+*/
+bool due__redis_silent(const due_store *s);
+bool due__redis_same_node(const due_store *a, const due_store *b);
+
+/*
 ** The schema version as the store's script reads it, without a verdict:
 ** -1 when the prefix has no store, -2 another layout, -1000 - N a store
 ** made with shards=N other than this handle's.

@@ -14,8 +14,13 @@
 ** wait_timeout= out of range refused; seeds tried in order; several hosts
 ** that are not a cluster refused), a write ?wait=1 cannot get
 ** acknowledged (no replica: DUE_ESTORE, the write is there, reads do not
-** wait), no slot-migration probe in the scripts on one server, and the
-** memory a pending task takes (printed, not asserted).  The store on a
+** wait), no slot-migration probe in the scripts on one server, the
+** memory a pending task takes (printed, not asserted), and a frozen path
+** (tests/cli/stallproxy.py stopped, a connect that never completes):
+** every call, the reconnect, SUBSCRIBE and the open give up at the bound
+** with "no answer from the store at HOST:PORT in N s", one bound for a
+** call over four shards of the frozen server, and the handle works again
+** when the path thaws.  The store on a
 ** real cluster is tests/cli/test_redis_cluster.sh.  Every transition
 ** both SQL stores share is in the conformance suite (test_store.c),
 ** which runs on Redis too.
@@ -32,7 +37,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1075,6 +1086,231 @@ static void test_shard_partial_complete(void **state)
 	tu_redis_delete(pre);
 }
 
+/* ------------------------------------------------------------------ */
+/* A frozen path (issue 35): no call waits longer than its bound       */
+/* ------------------------------------------------------------------ */
+
+/* The proxy of the running test, stopped by its teardown (stall_down). */
+static pid_t proxy_pid;
+
+/*
+** tests/cli/stallproxy.py in front of the test server: its pid and, in
+** *port, where it listens.  SIGSTOP freezes the path (a partition: the
+** kernel still accepts connections into its backlog), SIGCONT thaws it.
+*/
+static pid_t proxy_start(int *port)
+{
+	const char *slash = strrchr(__FILE__, '/');
+	char py[1024], pf[64], hp[160], *target;
+	pid_t pid;
+
+	test_server(hp, sizeof(hp));
+	assert_non_null(target = strrchr(hp, ':'));
+	target++;
+	snprintf(py, sizeof(py), "%.*s/../cli/stallproxy.py",
+		 (int)(slash ? slash - __FILE__ : 1), slash ? __FILE__ : ".");
+	snprintf(pf, sizeof(pf), "/tmp/due-stallproxy-%d", (int)getpid());
+	unlink(pf);
+	if ((pid = fork()) == 0) {
+		int null = open("/dev/null", O_RDWR);
+		dup2(null, 1); /* not the test's output: ctest waits for it */
+		dup2(null, 2);
+		execlp("python3", "python3", py, target, pf, (char *)NULL);
+		_exit(127);
+	}
+	assert_true(pid > 0);
+	proxy_pid = pid;
+	for (int i = 0; i < 400; i++) { /* its port file, within 20 s */
+		FILE *f = fopen(pf, "r");
+		int ok = f && fscanf(f, "%d", port) == 1;
+		if (f)
+			fclose(f);
+		if (ok) {
+			unlink(pf);
+			return pid;
+		}
+		tu_sleep_ms(50);
+	}
+	kill(pid, SIGKILL);
+	fail_msg("%s did not start", py);
+	return 0;
+}
+
+/* The teardown of the tests with a proxy: stop it, even after a failure. */
+static int stall_down(void **state)
+{
+	if (proxy_pid > 0) {
+		/* SIGKILL: a Python proxy's SIGTERM handler runs only when
+		   the main thread wakes, which accept() may never do */
+		kill(proxy_pid, SIGKILL);
+		waitpid(proxy_pid, NULL, 0);
+		proxy_pid = 0;
+	}
+	return teardown(state);
+}
+
+/* Prefix `name` through the proxy at port, with a bound of 1 s. */
+static void stall_url(char *buf, size_t n, int port, const char *name,
+		      const char *more)
+{
+	const char *db = strrchr(getenv("DUE_TEST_REDIS_URL"), '/');
+
+	snprintf(buf, n, "redis://127.0.0.1:%d%s%sprefix=%s&timeout=1s%s", port,
+		 db, strchr(db, '?') ? "&" : "?", name, more);
+}
+
+/*
+** The call that began at t0 (due__mono_us) failed as a silent store
+** does: DUE_ESTORE, exactly "no answer from the store at
+** 127.0.0.1:PORT in 1 s", after the bound and well before twice it (it
+** waited 60 s before issue 35).
+*/
+static void silent(const char *call, int rc, int64_t t0, int port)
+{
+	char want[128];
+	int64_t ms = (due__mono_us() - t0) / 1000;
+
+	snprintf(want, sizeof(want),
+		 "no answer from the store at 127.0.0.1:%d in 1 s", port);
+	if (rc != DUE_ESTORE || strcmp(due_error_last(), want) != 0)
+		fail_msg("%s: %d, %s", call, rc, rc ? due_error_last() : "");
+	if (ms < 950 || ms > 1900)
+		fail_msg("%s gave up after %lld ms, the bound is 1000", call,
+			 (long long)ms);
+}
+
+/*
+** A frozen path (stallproxy.py stopped): a call on an open handle, its
+** reconnect, a listener's SUBSCRIBE and an open each give up at the
+** bound (timeout=1s) with "no answer from the store at HOST:PORT in 1 s"
+** naming the node addressed; thawed, the same handle works again.  The
+** submit sent into the frozen path may run when it thaws (the proxy
+** delivers it): the unknown outcome of any call whose answer was lost.
+*/
+static void test_stall_bounded(void **state)
+{
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_db *db = NULL, *late = NULL;
+	due_submitted sub;
+	due_task *t = NULL;
+	char u[700];
+	int port, fd;
+	pid_t px = proxy_start(&port);
+	due_id id;
+	int64_t t0;
+
+	(void)state;
+	stall_url(u, sizeof(u), port, tu_redis_prefix, "");
+	oo.create = true;
+	if (due_open(&db, u, &oo) < 0)
+		fail_msg("open %s: %s", u, due_error_last());
+	id = add(db, "k", 0, 5);
+	kill(px, SIGSTOP);
+	t0 = due__mono_us();
+	silent("schedule", due_schedule(db, &sub, "k", "p", 1, NULL), t0, port);
+	t0 = due__mono_us(); /* connects again: the backlog takes it */
+	silent("get", due_get(db, &t, id), t0, port);
+	t0 = due__mono_us();
+	silent("listen", due_listen(db, &fd), t0, port);
+	t0 = due__mono_us();
+	silent("open", due_open(&late, u, NULL), t0, port);
+	due_close(late);
+	kill(px, SIGCONT);
+	assert_int_equal(state_of(db, id), DUE_SCHEDULED);
+	assert_int_equal(due_listen(db, &fd), 0);
+	due_close(db);
+}
+
+/*
+** The same on ?shards=4 of one server, every shard behind the frozen
+** path: a claim and a completion, which ask every shard and go on past
+** one that failed, give up within one bound, not four (no other shard of
+** a node that gave no answer is asked in the same call).  Thawed, the
+** completion is sent again and every task ends DONE (a shard's
+** completion sent into the frozen path may have run after all: that
+** item answers REJECTED_STALE, as for any lost answer).
+*/
+static void test_stall_shards(void **state)
+{
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_task_list *l = NULL, *none = NULL;
+	due_completion c[4];
+	due_db *db = NULL;
+	char u[700], pre[96];
+	int port;
+	pid_t px = proxy_start(&port);
+	int64_t t0;
+
+	(void)state;
+	snprintf(pre, sizeof(pre), "%ss", tu_redis_prefix);
+	stall_url(u, sizeof(u), port, pre, "&shards=4");
+	oo.create = true;
+	if (due_open(&db, u, &oo) < 0)
+		fail_msg("open %s: %s", u, due_error_last());
+	for (int i = 0; i < 4; i++) /* one a shard: one handle, in turn */
+		add(db, "k", 0, 5);
+	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 4, LONG_LEASE), 0);
+	assert_int_equal(l->count, 4);
+	for (size_t i = 0; i < 4; i++)
+		c[i] = (due_completion){l->items[i].id, l->items[i].attempt,
+					"r", 1, DUE_COMPLETE_REJECTED_STALE};
+	kill(px, SIGSTOP);
+	t0 = due__mono_us();
+	silent("claim", due_claim(db, &none, "w", NULL, 0, 4, LONG_LEASE), t0,
+	       port);
+	assert_null(none);
+	t0 = due__mono_us();
+	silent("complete_batch", due_complete_batch(db, c, 4), t0, port);
+	kill(px, SIGCONT);
+	assert_int_equal(due_complete_batch(db, c, 4), 0);
+	for (size_t i = 0; i < 4; i++) {
+		assert_true(c[i].outcome == DUE_COMPLETE_DONE ||
+			    c[i].outcome == DUE_COMPLETE_REJECTED_STALE);
+		assert_int_equal(state_of(db, c[i].id), DUE_DONE);
+	}
+	due_task_list_free(l);
+	due_close(db);
+	for (int i = 0; i < 4; i++) {
+		char p[128];
+		snprintf(p, sizeof(p), "%s:%d", pre, i);
+		tu_redis_delete(p);
+	}
+}
+
+/*
+** A node whose connect never completes (a full listen queue drops the
+** SYN, as a host that is gone or cut off does): the open gives up at
+** the bound, naming it.
+*/
+static void test_connect_bounded(void **state)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t n = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM, 0), c[3];
+	due_db *db = NULL;
+	char u[200];
+	int64_t t0;
+
+	(void)state;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(l, 0), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)&a, &n), 0);
+	for (int i = 0; i < 3; i++) { /* the queue full, never accepted */
+		c[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		(void)connect(c[i], (struct sockaddr *)&a, sizeof(a));
+	}
+	tu_sleep_ms(100);
+	snprintf(u, sizeof(u), "redis://127.0.0.1:%d/0?prefix=x&timeout=1s",
+		 ntohs(a.sin_port));
+	t0 = due__mono_us();
+	silent("open", due_open(&db, u, NULL), t0, ntohs(a.sin_port));
+	due_close(db);
+	for (int i = 0; i < 3; i++)
+		close(c[i]);
+	close(l);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1101,6 +1337,11 @@ int main(void)
 	    T(test_shards),
 	    T(test_shard_partial_complete),
 	    T(test_no_probe_on_one_server),
+	    cmocka_unit_test_setup_teardown(test_stall_bounded, setup,
+					    stall_down),
+	    cmocka_unit_test_setup_teardown(test_stall_shards, setup,
+					    stall_down),
+	    T(test_connect_bounded),
 #undef T
 	};
 	if (tu_select_backend("redis") != 0)
