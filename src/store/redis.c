@@ -2428,7 +2428,7 @@ static int rd_metrics(due_store *s, due_metrics *m)
 		return rc;
 	if (!is_array(r, 6) || !is_array(r->element[0], 0) ||
 	    !is_array(r->element[1], 0) || !is_array(r->element[2], 15) ||
-	    !is_array(r->element[3], 6))
+	    !is_array(r->element[3], 7))
 		return bad_reply(s, r, "metrics");
 	if ((rc = metric_kinds(m, r->element[0])) == 0) {
 		redisReply *h = r->element[1], *w = r->element[3];
@@ -2443,6 +2443,7 @@ static int rd_metrics(due_store *s, due_metrics *m)
 		m->reclaim_queries = rint_of(w->element[3]);
 		m->store_errors = rint_of(w->element[4]);
 		m->pruned = rint_of(w->element[5]);
+		m->lease_lost = rint_of(w->element[6]);
 		m->n_schedules = (size_t)rint_of(r->element[4]);
 		/* counted by the minute of the claim: the oldest minute
 		   read is the one holding now - window (element 5 says how

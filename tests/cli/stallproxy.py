@@ -60,16 +60,24 @@ def main():
     if len(sys.argv) != 3:
         sys.exit("usage: stallproxy.py TARGET_PORT PORT_FILE")
     target = int(sys.argv[1])
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # the handler runs in the main thread, between its accept() waits: a
+    # signal the kernel hands to a forwarding thread interrupts no
+    # accept(), so the wait is cut into 0.2 s pieces
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind(("127.0.0.1", 0))
     ls.listen(128)
+    ls.settimeout(0.2)
     with open(sys.argv[2] + ".tmp", "w") as f:
         f.write("%d\n" % ls.getsockname()[1])
     os.rename(sys.argv[2] + ".tmp", sys.argv[2])
     while True:
-        c, _ = ls.accept()
+        try:
+            c, _ = ls.accept()
+        except socket.timeout:
+            continue
+        c.settimeout(None)
         threading.Thread(target=serve, args=(c, target), daemon=True).start()
 
 

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# test_pg_connections.sh - a `due work` process holds at most two
+# test_pg_connections.sh - a `due work` process holds at most three
 # PostgreSQL connections at any concurrency (one shared by its claims,
-# completions, lease renewals, schedules and retention; one listening), so
-# 30 workers fit under PostgreSQL's default max_connections = 100 (issue
-# 15, point 5).
+# completions, schedules and retention; one for lease renewals alone, so
+# that no call of another thread can hold a renewal back (issue 35); one
+# listening), so 30 workers fit under PostgreSQL's default
+# max_connections = 100 (issue 15, point 5).
 #
 #  1. One worker at --concurrency 64 with cron on and 64 handlers running
-#     at once: pg_stat_activity shows exactly its two connections (counted
+#     at once: pg_stat_activity shows exactly its three connections (counted
 #     by application_name, which the test gives each worker).
 #  2. On a private cluster with max_connections = 100: 30 workers at
 #     --concurrency 8 drain 3,000 tasks, every task exactly once, with no
-#     "too many clients" error in any log, and never more than 60
+#     "too many clients" error in any log, and never more than 90
 #     connections of theirs in pg_stat_activity (sampled while they run).
 #
 # Runs on a private cluster of its own (started here with
@@ -53,8 +54,8 @@ running() { [ "$(ls "$OUT" | grep -c '^hold\.')" -ge "$1" ]; }
 wait_for "64 handlers running" 120 running 64
 n=$(conns due-one)
 echo "one worker, 64 handlers running, cron on: $n connection(s)"
-[ "$n" -ge 1 ] && [ "$n" -le 2 ] && ok || bad "one worker holds $n connections (at most 2)"
-expect_eq "claims and listening: two connections" 2 "$n"
+[ "$n" -ge 1 ] && [ "$n" -le 3 ] && ok || bad "one worker holds $n connections (at most 3)"
+expect_eq "claims, renewals and listening: three connections" 3 "$n"
 touch "$OUT/release"
 wait_for "64 hold tasks done" 120 bash -c "[ \"\$(psql -qXAt '$PG_URL' -c \"SELECT count(*) FROM due_task WHERE kind='hold' AND state='DONE'\")\" = 64 ]"
 kill -TERM "$one"; rc=0; wait "$one" || rc=$?
@@ -82,7 +83,7 @@ done_many && ok || bad "3000 tasks done by 30 workers"
 n=$(conns 'due-w%')
 [ "$n" -gt "$max" ] && max=$n
 echo "30 workers: at most $max connection(s) of theirs seen at once"
-[ "$max" -le 60 ] && ok || bad "30 workers held $max connections (at most 60)"
+[ "$max" -le 90 ] && ok || bad "30 workers held $max connections (at most 90)"
 for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
 for p in "${pids[@]}"; do wait "$p" || bad "worker $p exit"; done
 expect_eq "3000 effects" 3000 "$(wc -l <"$OUT/many")"
