@@ -369,12 +369,14 @@ int due__store_no_answer(const char *where, int64_t timeout_us)
 {
 	char dur[48];
 
-	/* whole seconds read as "10 s"; a shorter bound as the duration */
+	/* whole seconds read as "10 s"; another bound as the duration, to
+	   the millisecond ("1s500ms"; a worker's lease/3 may be 3333333 us) */
 	if (timeout_us % 1000000 == 0)
 		snprintf(dur, sizeof(dur), "%lld s",
 			 (long long)(timeout_us / 1000000));
 	else
-		due_duration_format(dur, sizeof(dur), timeout_us);
+		due_duration_format(dur, sizeof(dur),
+				    (timeout_us + 500) / 1000 * 1000);
 	return due__error_set(
 	    DUE_ESTORE, "no answer from the store at %s in %s", where, dur);
 }

@@ -143,7 +143,15 @@ void due__close_fd(int *fd)
 ** shell that runs the command.  It then waits:
 **
 **  - the shell ends: the guard ends the same way (same exit code, or the
-**    same signal), so the worker sees the command's own status;
+**    same signal), so the worker sees the command's own status.  When the
+**    shell was killed by a signal (the worker stopping the try: lease
+**    lost, cancel, time limit, shutdown), what it started may live on in
+**    the group (a child that ignores SIGTERM, when the shell did not exec
+**    it: `cd /app && ./run`); the guard, a child subreaper, inherits
+**    them and stays their guard until they are gone, SIGKILLing them
+**    kill_grace after the shell ended (the worker's own SIGKILL at the
+**    lease clock's kill_by comes first when it is sooner), so that a
+**    worker that dies meanwhile still takes them along;
 **  - the worker dies (kill -9, OOM killer, a forced exit): the guard sends
 **    SIGTERM to the whole group, waits up to kill_grace for the shell,
 **    then SIGKILLs the group, itself included.  Handlers that leave the
@@ -197,6 +205,46 @@ static _Noreturn void guard_relay(int status)
 		_exit(128 + sig);
 	}
 	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 127);
+}
+
+/*
+** The shell died of a signal and left processes in the group: guard them
+** until they are gone, kill_grace at most, then SIGKILL them all, the guard
+** having first moved out of the group into the worker's, so that it
+** survives to relay the shell's status.  An orphaned guard (the worker
+** died) stops them as guard_orphaned does.
+*/
+static _Noreturn void guard_leftovers(pid_t worker, int sh_status,
+				      int64_t kill_grace_us)
+{
+	int64_t waited = 0;
+	pid_t pgid = getpid();
+	sigset_t none;
+
+	/* the flags' handlers may run now: nothing here but system calls */
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	for (;;) {
+		int st;
+		pid_t r;
+		while ((r = waitpid(-1, &st, WNOHANG)) > 0)
+			;
+		if (r < 0 && errno == ECHILD)
+			break; /* nothing of the command is left */
+		if (getppid() != worker)
+			g_orphaned = 1;
+		if (g_orphaned || waited >= kill_grace_us) {
+			if (!g_orphaned)
+				setpgid(0, getpgid(worker));
+			kill(-pgid, SIGKILL);
+			if (g_orphaned)
+				_exit(137);
+			break;
+		}
+		nap_us(10000);
+		waited += 10000;
+	}
+	guard_relay(sh_status);
 }
 
 /* The worker is gone: stop the whole group, politely first. */
@@ -263,6 +311,8 @@ static _Noreturn void guard_main(pid_t worker, const int fds[3],
 	set_handler(SIGHUP, SIG_IGN);
 	set_handler(SIGPIPE, SIG_IGN);
 	prctl(PR_SET_PDEATHSIG, SIGUSR2);
+	/* what the shell leaves behind becomes the guard's (guard_leftovers) */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	if (getppid() != worker) /* it died before the signal was armed */
 		_exit(137);
 	/*
@@ -293,8 +343,11 @@ static _Noreturn void guard_main(pid_t worker, const int fds[3],
 		if (g_orphaned)
 			guard_orphaned(sh, kill_grace_us);
 		g_child_ended = 0;
-		if (waitpid(sh, &status, WNOHANG) == sh)
-			guard_relay(status);
+		if (waitpid(sh, &status, WNOHANG) != sh)
+			continue;
+		if (WIFSIGNALED(status))
+			guard_leftovers(worker, status, kill_grace_us);
+		guard_relay(status);
 	}
 }
 

@@ -161,6 +161,15 @@ int due__db_unlock_rc(due_worker *w, int rc)
 ** The call watch.  `what` is the call as written at DUE_DB_CALL ("due_extend(
 ** w->db, ...)"): its name, up to the '(', is what the log says.
 */
+/* The API function's name in a call as written: "(due_fail(x, y))" ->
+   "due_fail", as *len bytes from the returned pointer. */
+static const char *call_name(const char *what, int *len)
+{
+	what += strspn(what, "( ");
+	*len = (int)strcspn(what, "( ");
+	return what;
+}
+
 void due__call_begin(due_call_watch *cw, const char *what)
 {
 	pthread_mutex_lock(&cw->mu);
@@ -178,12 +187,15 @@ void due__call_end(due_worker *w, due_call_watch *cw, const char *conn, int rc)
 	const char *what = cw->what;
 	cw->since = 0;
 	cw->logged = false;
+	if (rc >= 0)
+		cw->quiet = false;
 	pthread_mutex_unlock(&cw->mu);
 	if (!logged)
 		return;
-	due__wlog(w, 1, "store call %.*s (%s) %s after %.1f s%s%s",
-		  (int)strcspn(what, "("), what, conn,
-		  rc < 0 ? "failed" : "answered",
+	int n;
+	what = call_name(what, &n);
+	due__wlog(w, 1, "store call %.*s (%s) %s after %.1f s%s%s", n, what,
+		  conn, rc < 0 ? "failed" : "answered",
 		  (double)(due__mono_us() - since) / 1e6, rc < 0 ? ": " : "",
 		  rc < 0 ? due_error_last() : "");
 }
@@ -192,19 +204,22 @@ void due__call_check(due_worker *w, due_call_watch *cw, const char *conn,
 		     int64_t now)
 {
 	pthread_mutex_lock(&cw->mu);
-	bool log = cw->since && !cw->logged && now - cw->since >= STALL_LOG_US;
+	bool log = cw->since && !cw->logged && !cw->quiet &&
+		   now - cw->since >= STALL_LOG_US;
 	int64_t since = cw->since;
 	const char *what = cw->what;
 	if (log)
-		cw->logged = true;
+		cw->logged = cw->quiet = true;
 	pthread_mutex_unlock(&cw->mu);
 	if (!log)
 		return;
 	atomic_fetch_add(&w->st.stalled_calls, 1);
+	int n;
+	what = call_name(what, &n);
 	due__wlog(w, 1,
 		  "store call %.*s (%s, %s store) has had no answer for %.1f s "
 		  "(it gives up after %.1f s)",
-		  (int)strcspn(what, "("), what, conn, due_db_backend(w->db),
+		  n, what, conn, due_db_backend(w->db),
 		  (double)(now - since) / 1e6,
 		  (double)(cw == &w->renew_call ? w->renew_timeout_us
 						: w->conn_timeout_us) /

@@ -48,7 +48,9 @@ static bool rest(due_worker *w, int64_t us)
 	for (int64_t left = us; !w->threads_stop && left > 0;
 	     left = until - due__mono_us())
 		due__cond_wait_us(&w->sched_cv, &w->mu, left);
-	bool go_on = !w->threads_stop;
+	/* a stopping worker starts no retention work: its store calls would
+	   only hold up the stop when the store does not answer */
+	bool go_on = !w->threads_stop && !atomic_load(&w->stop);
 	pthread_mutex_unlock(&w->mu);
 	return go_on;
 }
@@ -63,7 +65,7 @@ static int64_t prune_run(due_worker *w, int *rc_out)
 	int64_t total = 0, lease_at = 0;
 
 	*rc_out = 0;
-	for (;;) {
+	while (!atomic_load(&w->stop)) {
 		bool held = false;
 		int64_t n = 0;
 		int rc;
@@ -91,6 +93,7 @@ static int64_t prune_run(due_worker *w, int *rc_out)
 		if (n < DUE_PRUNE_BATCH || !rest(w, PRUNE_PAUSE_US))
 			return total;
 	}
+	return total;
 }
 
 /*

@@ -243,7 +243,8 @@ static void maybe_report(renewer *r, bool force)
 	due_worker_stats st;
 	int64_t now = due__mono_us(), sum;
 
-	if (!force && now - r->last_report < REPORT_US)
+	if (!force && (now - r->last_report < REPORT_US ||
+		       atomic_load(&w->stop))) /* stopping: the last one only */
 		return;
 	due_worker_stats_get(w, &st);
 	sum = st.claimed + st.done + st.failed + st.stale + st.lease_lost +

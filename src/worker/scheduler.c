@@ -69,7 +69,9 @@ void *due__scheduler_main(void *arg)
 				   last + (wait_us < CRON_MAX_SLEEP_US
 					       ? wait_us
 					       : CRON_MAX_SLEEP_US));
-		if (w->threads_stop)
+		/* a stopping worker starts no pass: its store calls would
+		   only hold up the stop when the store does not answer */
+		if (w->threads_stop || atomic_load(&w->stop))
 			break;
 		w->cron_poke = false; /* this pass sees the change */
 		pthread_mutex_unlock(&w->mu);

@@ -366,6 +366,13 @@ int due_worker_run(due_worker *w)
 	    keep,
 	    w->o.mode == DUE_MODE_INLINE ? ", inline (one at a time)" : "",
 	    w->o.once ? ", once" : "");
+	if (w->o.lease_us < 1000000)
+		due__wlog(w, 1,
+			  "warning: a lease under 1 s leaves renewals %lld ms "
+			  "to be answered: a store that is slower for a moment "
+			  "stops tries (lease not confirmed) and uses up their "
+			  "attempts; 1 s or more is safer",
+			  (long long)w->renew_timeout_us / 1000);
 	if (!due__try_wheel(w, db))
 		due__claim_loop(w, db);
 	atomic_store(&w->fold, false); /* the completer takes everything now */

@@ -186,6 +186,8 @@ typedef struct due_call_watch {
 	int64_t since;
 	const char *what;
 	bool logged;
+	bool quiet; /* a stall was said and no call has been answered since:
+		       the next stalls of the outage are not said again */
 } due_call_watch;
 /* The keeper: log a call unanswered for STALL_LOG_US, once. */
 void due__call_check(due_worker *w, due_call_watch *cw, const char *conn,
