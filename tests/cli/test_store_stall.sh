@@ -284,11 +284,44 @@ c.execute('COMMIT')" "$file" "$d/locked" &
 		"$("$DUE" stats --db "$url" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['workers']['lease_lost'])")"
 }
 
+# orphan_leftover LABEL URL: a stopped command whose shell died of SIGTERM
+# leaves a child that ignores it ('cd DIR && sh child.sh': the shell does
+# not exec the command); the worker is then killed with SIGKILL before
+# its kill grace ends.  The child must not live on (the guard keeps
+# guarding what the shell left and takes it along when the worker dies):
+# a worker that dies must not leave a handler running beside attempt 2.
+orphan_leftover() {
+	local label=$1 url=$2 d=$T/$1-orphan w id c t0
+	mkdir -p "$d"
+	printf '%s\n' "trap '' TERM" 'echo $$ >"$ORPHAN_DIR/child.pid"' 'sleep 120' >"$d/child.sh"
+	id=$("$DUE" add ol --db "$url")
+	ORPHAN_DIR=$d "$DUE" work --db "$url" --kinds ol --lease 3s --kill-grace 30s \
+		--exec 'cd "$ORPHAN_DIR" && sh ./child.sh; echo after' 2>"$d/w.log" &
+	w=$!
+	bg+=("$w")
+	wait_for "$label: the child runs" 30 test -s "$d/child.pid" || return 0
+	c=$(cat "$d/child.pid")
+	"$DUE" cancel "$id" --db "$url" >/dev/null
+	# the cancel is seen at the next renewal (1 s): the shell gets SIGTERM
+	# and dies of it; the child ignores it and has 30 s of kill grace
+	wait_for "$label: the worker stops the try" 30 grep -q "cancel requested" "$d/w.log" || true
+	sleep 0.5
+	kill -KILL "$w"
+	t0=$(ms)
+	child_gone() { ! { [ -r "/proc/$c/stat" ] && [ "$(cut -d' ' -f3 "/proc/$c/stat")" != Z ]; }; }
+	wait_for "$label: the stopped command's child dies with its worker" 10 child_gone ||
+		kill -KILL "$c" 2>/dev/null || true
+	echo "$label: kill -9 of the worker to its stopped command's child gone: $(($(ms) - t0)) ms"
+}
+
 run_store() {
 	local label=$1 url=$2
 	echo "--- $label"
 	case $label in
-	sqlite) stall_sqlite "$label" "$url" ;;
+	sqlite)
+		stall_sqlite "$label" "$url"
+		orphan_leftover "$label" "$url"
+		;;
 	postgres)
 		stall_network "$label" "$url"
 		PG_LOCK_URL=$DUE_TEST_PG_URL
