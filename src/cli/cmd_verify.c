@@ -119,6 +119,24 @@ const char *v_path(vctx *v, const char *file, char *buf, size_t n)
 	return buf;
 }
 
+bool v_file_exists(vctx *v, void *name)
+{
+	char p[1300];
+	return access(v_path(v, name, p, sizeof(p)), F_OK) == 0;
+}
+
+bool v_log_has(vctx *v, const char *log, const char *needle)
+{
+	char p[1300], line[2048];
+	FILE *f = fopen(v_path(v, log, p, sizeof(p)), "r");
+	bool found = false;
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, needle) != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
 int v_lines(vctx *v, const char *file)
 {
 	char p[1300];

@@ -75,6 +75,10 @@ due_task *v_get(vctx *v, due_id id);
 int v_lines(vctx *v, const char *file);
 /* Path of a file in the case dir. */
 const char *v_path(vctx *v, const char *file, char *buf, size_t n);
+/* Whether the file `name` (a const char *) is in the case dir (v_wait). */
+bool v_file_exists(vctx *v, void *name);
+/* Whether a line of a file of the case dir contains needle. */
+bool v_log_has(vctx *v, const char *log, const char *needle);
 /*
 ** A raw SQL session on the case's scratch store (verify_negative.c), for
 ** the cases that speak SQL themselves: SQLite, PostgreSQL or MySQL.  A

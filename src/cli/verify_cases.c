@@ -520,24 +520,6 @@ static bool late_marked(vctx *v, void *arg)
 	return r;
 }
 
-static bool log_has(vctx *v, const char *log, const char *needle)
-{
-	char p[1300], line[2048];
-	FILE *f = fopen(v_path(v, log, p, sizeof(p)), "r");
-	bool found = false;
-	while (f && !found && fgets(line, sizeof(line), f))
-		found = strstr(line, needle) != NULL;
-	if (f)
-		fclose(f);
-	return found;
-}
-
-static bool file_exists(vctx *v, void *name)
-{
-	char p[1300];
-	return access(v_path(v, name, p, sizeof(p)), F_OK) == 0;
-}
-
 /* Create an empty file in the case dir (a gate a handler waits for). */
 static void touch(vctx *v, const char *name)
 {
@@ -562,7 +544,7 @@ void v_sigstop_late_commit_rejected(vctx *v)
 		     ": > \"$DUEV_DIR/a.finished\"",
 		     (char *)NULL);
 	bool ok = v_wait(v, HANG_MS, want_state, &claimed);
-	ok &= v_wait(v, HANG_MS, file_exists, "a.started");
+	ok &= v_wait(v, HANG_MS, v_file_exists, "a.started");
 	kill(a, SIGSTOP); /* the worker stops; its handler runs on */
 	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s",
 			   "--poll", "20ms", "--exec", "echo B", (char *)NULL);
@@ -576,7 +558,7 @@ void v_sigstop_late_commit_rejected(vctx *v)
 	/* resume A only after its handler has answered: its late commit is
 	   a complete, not a fail */
 	touch(v, "a.release");
-	ok &= v_wait(v, HANG_MS, file_exists, "a.finished");
+	ok &= v_wait(v, HANG_MS, v_file_exists, "a.finished");
 	kill(a, SIGCONT);
 	bool rejected = v_wait(v, HANG_MS, late_marked, &done.id);
 	stop_worker(a);
@@ -584,7 +566,7 @@ void v_sigstop_late_commit_rejected(vctx *v)
 	t = v_get(v, done.id);
 	bool final_b = t && t->state == DUE_DONE && t->attempt == 2 &&
 		       t->has_result && t->result[0] == 'B';
-	bool lost_seen = log_has(v, "a.log", "lease lost");
+	bool lost_seen = v_log_has(v, "a.log", "lease lost");
 	v_case(v, "sigstop_late_commit_rejected", ok && rejected && final_b,
 	       "after_b=[DONE,2,%s] final=[%s,%d,%c] old_worker=[attempt=1 "
 	       "outcome=%s lease_lost_seen=%s]",

@@ -138,24 +138,6 @@ static bool want_state(vctx *v, void *arg)
 	return r;
 }
 
-static bool file_exists(vctx *v, void *name)
-{
-	char p[1300];
-	return access(v_path(v, name, p, sizeof(p)), F_OK) == 0;
-}
-
-static bool log_has(vctx *v, const char *log, const char *needle)
-{
-	char p[1300], line[2048];
-	FILE *f = fopen(v_path(v, log, p, sizeof(p)), "r");
-	bool found = false;
-	while (f && !found && fgets(line, sizeof(line), f))
-		found = strstr(line, needle) != NULL;
-	if (f)
-		fclose(f);
-	return found;
-}
-
 /* The first line of a file of the case dir into buf ("" if none). */
 static void first_line(vctx *v, const char *file, char *buf, size_t n)
 {
@@ -338,7 +320,7 @@ static void report(vctx *v, const stall *s, bool ok, double held_ms)
 	due_task *t = v_get(v, s->id);
 	char check[64], by[32] = "-", a1[32] = "-", b1[32], b2[32], b3[32];
 	int effects = v_lines(v, "effects");
-	bool logged = log_has(v, "a.log", "lease not confirmed");
+	bool logged = v_log_has(v, "a.log", "lease not confirmed");
 	due_time end = s->s_end ? s->s_end : s->s_kill;
 	double overlap = 0;
 
@@ -391,7 +373,8 @@ void v_stalled_renewal_lease_clock(vctx *v)
 	s.id = claimed.id = done.id = v_add(v, "stall", 0, 5, 50 * MS, "x");
 	a = v_worker(v, "a.log", "--owner", "A", "--lease", LEASE_ARG,
 		     "--kill-grace", "60s", "--exec", handler, (char *)NULL);
-	bool ok = s.id && a > 0 && v_wait(v, HANG_MS, file_exists, "a1.pid") &&
+	bool ok = s.id && a > 0 &&
+		  v_wait(v, HANG_MS, v_file_exists, "a1.pid") &&
 		  read_a1(v, &s) && v_wait(v, HANG_MS, want_state, &claimed);
 	/* the handler runs: stall A's renewals from here on */
 	ok = ok && (lock = take_lock(v, &s)) != NULL;
