@@ -116,8 +116,9 @@ check_round() {
 	echo "$label: tasks $(attempts_of "$url" "$kind")"
 }
 
-# stall_network LABEL URL: the partition round, SIGTERM under it, the CLI
-# bound, then a short freeze
+# stall_network LABEL URL [LAYOUT]: the partition round, SIGTERM under it,
+# the CLI bound, a short freeze, then a slow one (not for a second LAYOUT
+# of a store: the call watch is the worker's, the same on every layout)
 stall_network() {
 	local label=$1 url=$2 d=$T/$1 purl t0 t1 rc a b
 	mkdir -p "$d"
@@ -184,6 +185,12 @@ stall_network() {
 		"$(grep -c "lease not confirmed" "$d/c.log" || true)"
 	kill "$a"
 	wait "$a" 2>/dev/null || true
+
+	# (the rest is the same on every layout of a store: once per store)
+	if [ -n "${3:-}" ]; then
+		kill "$PROXY_PID" 2>/dev/null || true
+		return 0
+	fi
 
 	# a call unanswered for 3 s is logged once, and its end once: a 12 s
 	# lease gives calls a 4 s bound; the path freezes after the claim, the
@@ -331,7 +338,7 @@ run_store() {
 	redis)
 		stall_network "$label" "$url"
 		# the sharded layout: four slots behind the same frozen path
-		stall_network redis-shards "$(sed -E 's#prefix=#prefix=sh#' <<<"$url")&shards=4"
+		stall_network redis-shards "$(sed -E 's#prefix=#prefix=sh#' <<<"$url")&shards=4" layout
 		;;
 	mariadb)
 		stall_network "$label" "$url"
