@@ -78,6 +78,10 @@ static int cut_timeout(due_url *u)
 			break;
 	}
 	*w = '\0';
+	if (!found) { /* "timeout=" only inside another option's text */
+		due__url_release(u);
+		return 0;
+	}
 	u->rest = u->owned;
 	return 0;
 bad:
