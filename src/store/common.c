@@ -365,18 +365,21 @@ void due__lateness_fill(due_stats *out, int64_t *v, size_t n)
 	out->lateness_max_us = n ? v[n - 1] : -1;
 }
 
+void due__bound_format(char *buf, size_t n, int64_t timeout_us)
+{
+	/* whole seconds read as "10 s"; another bound as the duration, to
+	   the millisecond ("1s500ms"; a worker's lease/3 may be 3333333 us) */
+	if (timeout_us % 1000000 == 0)
+		snprintf(buf, n, "%lld s", (long long)(timeout_us / 1000000));
+	else
+		due_duration_format(buf, n, (timeout_us + 500) / 1000 * 1000);
+}
+
 int due__store_no_answer(const char *where, int64_t timeout_us)
 {
 	char dur[48];
 
-	/* whole seconds read as "10 s"; another bound as the duration, to
-	   the millisecond ("1s500ms"; a worker's lease/3 may be 3333333 us) */
-	if (timeout_us % 1000000 == 0)
-		snprintf(dur, sizeof(dur), "%lld s",
-			 (long long)(timeout_us / 1000000));
-	else
-		due_duration_format(dur, sizeof(dur),
-				    (timeout_us + 500) / 1000 * 1000);
+	due__bound_format(dur, sizeof(dur), timeout_us);
 	return due__error_set(
 	    DUE_ESTORE, "no answer from the store at %s in %s", where, dur);
 }

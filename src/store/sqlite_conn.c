@@ -145,11 +145,7 @@ int due__sq_error(due_store *s, int rc, const char *what)
 	cause_of(db, rc, cause, sizeof(cause));
 	if (s && s->path && (rc & 0xff) == SQLITE_BUSY) {
 		char dur[48];
-		if (s->busy_ms % 1000 == 0)
-			snprintf(dur, sizeof(dur), "%d s", s->busy_ms / 1000);
-		else
-			due_duration_format(dur, sizeof(dur),
-					    (int64_t)s->busy_ms * 1000);
+		due__bound_format(dur, sizeof(dur), (int64_t)s->busy_ms * 1000);
 		return due__error_set(DUE_EBUSY,
 				      "no answer from the store at %s in %s: "
 				      "%s: database is locked (another "

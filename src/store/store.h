@@ -375,6 +375,8 @@ void due__url_release(due_url *u);
 ** the store at WHERE in N s" (WHERE: HOST:PORT, or the SQLite file).
 */
 int due__store_no_answer(const char *where, int64_t timeout_us);
+/* A bound as those messages write it: "10 s", else "1s500ms". */
+void due__bound_format(char *buf, size_t n, int64_t timeout_us);
 
 /* --- Helpers shared by backends (src/store/common.c) --- */
 
