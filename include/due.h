@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /** Store schema version this library reads and writes. */
-#define DUE_SCHEMA_VERSION 7
+#define DUE_SCHEMA_VERSION 8
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
@@ -273,7 +273,9 @@ DUE_EXTERN int due_now(due_db *db, due_time *out);
  *
  * The due time is `at` when it is set, else store now + delay_us; giving
  * both (at set and delay_us not 0) is refused with DUE_EINVAL.  An `at` in
- * the past is due at once; one before the epoch (negative) is refused.
+ * the past is due at once; one before the epoch (negative) is refused, and
+ * so is one after 9999-12-31T23:59:59.999999Z (what due_time_parse reads
+ * and due_time_format writes).
  *
  * Versions: 2 (this one) says "unset" with DUE_TIME_NONE, so every instant
  * can be given.  Version 1 said it with 0, and could not ask for the epoch;

@@ -192,6 +192,9 @@ static int check_timing(due_schedule_opts *o)
 		return due__error_set(
 		    DUE_EINVAL,
 		    "invalid due time: before 1970-01-01T00:00:00Z");
+	if (o->at > DUE_TIME_LAST) /* what due_time_parse accepts */
+		return due__error_set(
+		    DUE_EINVAL, "invalid due time: after 9999-12-31T23:59:59Z");
 	if (o->delay_us != 0 && !v1)
 		return due__error_set(
 		    DUE_EINVAL,

@@ -80,6 +80,10 @@ int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 
 #define DUE_DEFAULT_MAX_PAYLOAD (1u << 20)
 
+/* The last instant a due time may be: 9999-12-31T23:59:59.999999Z, the end
+   of RFC 3339's four-digit years (due_time_parse refuses later ones). */
+#define DUE_TIME_LAST 253402300799999999LL
+
 /* The store behind a handle, for core files other than db.c. */
 struct due_store_ops;
 struct due_store;

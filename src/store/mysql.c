@@ -63,6 +63,10 @@
 **   2..4  record the versions the other stores share; nothing to change.
 **   6  records the version too (SQLite's running try moved into its task).
 **   7  records the version too (SQLite's indexes: due_task_due dropped).
+**   8  records the version too: it makes every store pass through `due
+**      init`, which replaces a due_schedule procedure older than
+**      ROUTINE_V (issue 36: run_at_us unbounded, a kind ending in a
+**      newline let through).
 */
 #include <errno.h>
 #include <stdint.h>
@@ -293,7 +297,7 @@ static const char schema_v5[] =
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
     [1] = schema_v1, [2] = RECORD("2"), [3] = RECORD("3"), [4] = RECORD("4"),
-    [5] = schema_v5, [6] = RECORD("6"), [7] = RECORD("7")};
+    [5] = schema_v5, [6] = RECORD("6"), [7] = RECORD("7"), [8] = RECORD("8")};
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
@@ -546,12 +550,21 @@ static void mig_rollback(due_store *s)
 ** COMMIT finds nothing yet and the task waits for its safety poll; a
 ** rollback costs a spurious wake-up).  SQL SECURITY INVOKER: the caller
 ** needs the rights due_schedule_mysql_tx needs, nothing is lent to it.
+** Unlike PostgreSQL's function it cannot follow the caller: a routine's
+** unqualified tables are those of the database it was created in.
+**
+** The same bounds as `due add`: run_at_us within 1970 .. 9999 (what
+** --at accepts; BIGINT would take year 294247), and the kind tested for
+** a character outside the allowed ones rather than matched whole with
+** ^...$, whose $ (PCRE in MariaDB, ICU in MySQL) also matches before a
+** final newline: 'k\n' passed.
 **
 ** Not a schema step: created when missing or older than ROUTINE_V (its
 ** COMMENT), so re-running `due init` adds it.  MySQL has no CREATE OR
 ** REPLACE PROCEDURE: DROP IF EXISTS + CREATE under the init lock.
+** v2: the bounds above (v1 had neither).
 */
-#define ROUTINE_V "due_schedule v1"
+#define ROUTINE_V "due_schedule v2"
 static const char sql_schedule_proc[] =
     "CREATE PROCEDURE due_schedule("
     " IN p_kind VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
@@ -573,7 +586,7 @@ static const char sql_schedule_proc[] =
     "  ELSEIF CHAR_LENGTH(p_kind) > 128 THEN\n"
     "    SET msg = CONCAT('due_schedule: invalid kind: ',"
     " CHAR_LENGTH(p_kind), ' characters (at most 128)');\n"
-    "  ELSEIF NOT p_kind REGEXP '^[A-Za-z0-9_.:-]+$' THEN\n"
+    "  ELSEIF p_kind REGEXP '[^A-Za-z0-9_.:-]' THEN\n"
     "    SET msg = LEFT(CONCAT('due_schedule: invalid kind ''',"
     " LEFT(p_kind, 40), ''': only letters, digits and _ - . : are"
     " allowed'), 128);\n"
@@ -588,6 +601,9 @@ static const char sql_schedule_proc[] =
     "  ELSEIF p_run_at_us < 0 THEN\n"
     "    SET msg = 'due_schedule: invalid due time (run_at_us): before"
     " 1970-01-01T00:00:00Z';\n"
+    "  ELSEIF p_run_at_us > 253402300799999999 THEN\n"
+    "    SET msg = 'due_schedule: invalid due time (run_at_us): after"
+    " 9999-12-31T23:59:59Z';\n"
     "  ELSEIF p_key = '' THEN\n"
     "    SET msg = 'due_schedule: invalid key '''': empty';\n"
     "  ELSEIF OCTET_LENGTH(p_key) > 512 THEN\n"

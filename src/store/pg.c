@@ -78,6 +78,10 @@
 **      task row (src/store/sqlite.c); the step records the version.
 **   7  No change here either: version 7 dropped SQLite's due_task_due
 **      and merged two of its (id) indexes; the step records the version.
+**   8  No table changes: the version makes every store pass through
+**      `due init`, which recreates due_schedule() pinned to the schema
+**      of due_task (issue 36: it had followed the caller's "$user"
+**      schema) and bounded like `due add --at` (create_functions).
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -1310,9 +1314,18 @@ static const char schema_v6[] =
 static const char schema_v7[] =
     "UPDATE due_meta SET value = '7' WHERE name = 'schema_version';";
 
+/*
+** Version 7 -> 8: nothing in the tables.  The step exists so that a
+** store of version 7, whose due_schedule() resolved due_task through the
+** caller's search_path, is refused by this build until `due init` has
+** replaced the function (create_functions runs after every walk).
+*/
+static const char schema_v8[] =
+    "UPDATE due_meta SET value = '8' WHERE name = 'schema_version';";
+
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
     [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4,
-    [5] = schema_v5, [6] = schema_v6, [7] = schema_v7};
+    [5] = schema_v5, [6] = schema_v6, [7] = schema_v7, [8] = schema_v8};
 
 /*
 ** due_schedule(): a submit from SQL, inside the caller's own transaction,
@@ -1330,11 +1343,26 @@ static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
 ** live task's id; the same pg_notify, which PostgreSQL delivers on commit
 ** and drops on rollback.  A live task that ends between the conflict and
 ** the look-up (READ COMMITTED: each statement sees the newest commits) is
-** retried, a few times.  search_path is the one `due init` ran with, so
-** the function finds due_task whatever the caller's path is.
+** retried, a few times.
+**
+** Where it writes.  The function is created in the schema that holds
+** due_task (as `due init`'s connection resolved it) and pinned to it:
+** its search_path is that schema and pg_temp (PIN_PATH), so the caller's
+** path is never read.  A role whose own schema ("$user") holds a
+** due_task, or a session with a temporary due_task, still writes the
+** store's table.  pg_catalog is not named, so PostgreSQL searches it
+** first: a function or operator of the same signature in the due schema
+** cannot stand in for a built-in.  pg_temp is named last because it
+** cannot be left out (unnamed, it is searched first for tables).
+**
+** Times.  run_at takes any timestamptz, 'infinity' included: it is
+** refused outside what `due add --at` accepts (1970 .. 9999, the years
+** RFC 3339 can write), with the same words; run_in is bounded by the 100
+** years of a delay, which an infinite interval exceeds too.
 **
 ** Not a schema step: CREATE OR REPLACE on every `due init`, so re-running
-** init on an existing store adds it (or updates it) without a version.
+** init on an existing store adds it (or updates it) without a version
+** (version 8 exists only to make stores of version 7 run init).
 */
 static const char sql_schedule_fn[] =
     "CREATE OR REPLACE FUNCTION due_schedule(kind text, payload text,"
@@ -1370,6 +1398,9 @@ static const char sql_schedule_fn[] =
     "IF t < 'epoch'::timestamptz THEN RAISE EXCEPTION USING ERRCODE ="
     " '22023', MESSAGE = 'due_schedule: invalid due time (run_at):"
     " before 1970-01-01T00:00:00Z'; END IF;\n"
+    "IF t > '9999-12-31T23:59:59.999999Z'::timestamptz THEN RAISE"
+    " EXCEPTION USING ERRCODE = '22023', MESSAGE = 'due_schedule: invalid"
+    " due time (run_at): after 9999-12-31T23:59:59Z'; END IF;\n"
     "IF ky = '' THEN RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE ="
     " 'due_schedule: invalid key '''': empty'; END IF;\n"
     "IF octet_length(ky) > 512 THEN RAISE EXCEPTION USING ERRCODE ="
@@ -1401,6 +1432,31 @@ static const char sql_schedule_fn[] =
     " changing; try again', ky;\n"
     "END $fn$";
 
+/*
+** This transaction's search_path (set_config(..., true): it ends with the
+** transaction, also behind a pooler) becomes "<schema of due_task>,
+** pg_temp", quoted by format's %I: CREATE FUNCTION then puts the function
+** in that schema and SET search_path FROM CURRENT pins it there.  One row
+** with the path, or none when due_task is not in the search_path.
+*/
+#define PIN_PATH                                                               \
+	"SELECT pg_catalog.set_config('search_path', pg_catalog.format("       \
+	"'%I, pg_temp', n.nspname), true) FROM pg_catalog.pg_class c"          \
+	" JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"            \
+	" WHERE c.oid = pg_catalog.to_regclass('due_task')"
+
+static int pin_path(due_store *s)
+{
+	PGresult *r;
+	int rc = due__pg_query(s, PIN_PATH, "find the schema of due_task", &r);
+
+	if (rc == 0 && PQntuples(r) != 1)
+		rc = due__error_set(DUE_ESCHEMA,
+				    "store '%s': no due_task" WHERE, s->label);
+	PQclear(r);
+	return rc;
+}
+
 /* (Re)create due_schedule() under the init lock, in its own transaction. */
 static int create_functions(due_store *s)
 {
@@ -1408,7 +1464,7 @@ static int create_functions(due_store *s)
 
 	if ((rc = due__pg_begin(s)) < 0)
 		return rc;
-	if ((rc = init_lock(s)) < 0 ||
+	if ((rc = init_lock(s)) < 0 || (rc = pin_path(s)) < 0 ||
 	    (rc = due__pg_command(s, sql_schedule_fn,
 				  "create function due_schedule")) < 0) {
 		due__pg_rollback(s);

@@ -55,6 +55,9 @@
 **   7  Fewer indexes on due_task: due_task_due dropped (its readers walk
 **      due_task_claim one priority at a time), CANCELLED's and DEAD's
 **      (id) indexes merged into one (see schema_v7).
+**   8  No change here: version 8 makes PostgreSQL and MySQL stores run
+**      `due init` for their fixed due_schedule() routine (pg.c); the
+**      step records the version both stores share.
 */
 #include <errno.h>
 #include <inttypes.h>
@@ -856,6 +859,10 @@ static const char schema_v7[] =
     "  WHERE state = 'CANCELLED' OR state = 'DEAD';"
     "UPDATE due_meta SET value = '7' WHERE name = 'schema_version';";
 
+/* Version 7 -> 8: PostgreSQL's and MySQL's alone (pg.c, mysql.c). */
+static const char schema_v8[] =
+    "UPDATE due_meta SET value = '8' WHERE name = 'schema_version';";
+
 _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
 
 const char *due__sq_read_sql(int i)
@@ -958,7 +965,7 @@ static int exec_step(due_store *s, const char *sql, const char *what)
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
     [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4,
-    [5] = schema_v5, [6] = schema_v6, [7] = schema_v7};
+    [5] = schema_v5, [6] = schema_v6, [7] = schema_v7, [8] = schema_v8};
 
 /* WAL first (it cannot change inside a transaction), then the walk. */
 static int due__sq_init_schema(due_store *s)

@@ -4,8 +4,14 @@
 # caller's transaction (rolled back: no task, no wake-up; committed: a
 # running worker runs it, woken by the notification / the wake-up counter,
 # its safety poll being far away), idempotent by key, the C API's
-# validation (each bad input an error naming it, nothing written), and
-# `due init` adding the routine to an existing store.
+# validation (each bad input an error naming it, nothing written; due
+# times bounded like `due add --at`: 1970 .. 9999, issue 36), and `due
+# init` adding the routine to an existing store and replacing the one of a
+# store of the previous schema version.  PostgreSQL: the function writes
+# the store's due_task whatever the caller's path holds (a "$user" schema
+# or a temporary table of that name: issue 36), also from a schema whose
+# name needs quoting.  The producer's GRANTs and the isolation levels are
+# test_sql_submit_grants.sh's.
 #
 # Needs DUE_TEST_PG_URL and DUE_TEST_MYSQL_URL (scripts/test starts both
 # servers); uses a schema / a database of its own on each.  Under CI=true
@@ -100,14 +106,38 @@ else
 	my_err "invalid key '': empty" "'k', 'x', NULL, NULL, '', NULL"
 	my_err "invalid key: 513 bytes" "'k', 'x', NULL, NULL, REPEAT('k', 513), NULL"
 	my_err "over the limit" "'k', REPEAT('x', 1048577), NULL, NULL, NULL, NULL"
+	# issue 36: what `due add --at` refuses (BIGINT reached year 294247),
+	# and a kind ending in a newline (REGEXP's $ matched before it)
+	my_err "invalid due time (run_at_us): after 9999-12-31T23:59:59Z" \
+		"'k', 'x', NULL, 9223372036854775807, NULL, NULL"
+	my_err "invalid due time (run_at_us): after 9999-12-31T23:59:59Z" \
+		"'k', 'x', NULL, 253402300800000000, NULL, NULL"
+	my_err "invalid kind 'k" "CONCAT('k', CHAR(10)), 'x', NULL, NULL, NULL, NULL"
 	expect_eq "mysql: bad calls wrote nothing (no order, no task)" "$before" \
 		"$(my 'SELECT COUNT(*) FROM orders') $(mytasks)"
+	last=$(my "$(call "'later', 'z', NULL, 253402300799999999, NULL, NULL")")
+	expect_eq "mysql: the last instant --at reads is taken" \
+		"9999-12-31T23:59:59.999Z" "$(field "$last" due_at)"
 
 	echo "== mysql: due init adds the procedure to an existing store"
 	my "DROP PROCEDURE due_schedule"
 	"$DUE" init >/dev/null && ok || bad "mysql: init again"
 	id=$(my "$(call "'again', 'x', NULL, NULL, NULL, NULL")")
 	[[ "$id" =~ ^[0-9]+$ ]] && ok || bad "mysql: after a second init: '$id'"
+
+	echo "== mysql: a store of schema 7 (procedure v1) is upgraded by due init"
+	# the previous procedure, standing in: its COMMENT, and an answer no
+	# real one gives
+	my "DROP PROCEDURE due_schedule;
+	    CREATE PROCEDURE due_schedule(IN a TEXT, IN b LONGTEXT, IN c BIGINT,
+	      IN d BIGINT, IN e TEXT, IN f INT, OUT p_id BIGINT)
+	      COMMENT 'due_schedule v1' SET p_id = -1;
+	    UPDATE due_meta SET value = '7' WHERE name = 'schema_version'"
+	expect_err 6 "run \`due init\` to upgrade" "$DUE" ls
+	"$DUE" init >/dev/null && ok || bad "mysql: init of a store of schema 7"
+	id=$(my "$(call "'again', 'x', NULL, NULL, NULL, NULL")")
+	[[ "$id" =~ ^[1-9][0-9]*$ ]] && ok || bad "mysql: the old procedure kept: '$id'"
+	my_err "after 9999-12-31T23:59:59Z" "'k', 'x', NULL, 9223372036854775807, NULL, NULL"
 	mycli -e "DROP DATABASE IF EXISTS $mydb" >/dev/null
 fi
 
@@ -186,11 +216,78 @@ sql_err "before 1970" "due_schedule('k', 'x', run_at => '1960-01-01Z')"
 sql_err "invalid max_attempts 0" "due_schedule('k', 'x', max_attempts => 0)"
 sql_err "invalid key '': empty" "due_schedule('k', 'x', key => '')"
 sql_err "over the limit" "due_schedule('k', repeat('x', 1048577))"
+# issue 36: what `due add --at` refuses ('infinity' was stored, shown as
+# 1970-01-01 and never claimed), in its words
+sql_err "invalid due time (run_at): after 9999-12-31T23:59:59Z" \
+	"due_schedule('k', 'x', run_at => 'infinity')"
+sql_err "invalid due time (run_at): after 9999-12-31T23:59:59Z" \
+	"due_schedule('k', 'x', run_at => '10000-01-01T00:00:00Z')"
+sql_err "invalid due time (run_at): before 1970" "due_schedule('k', 'x', run_at => '-infinity')"
+sql_err "invalid kind 'k" "due_schedule(E'k\\n', 'x')"
 expect_eq "bad calls wrote nothing" "$before" "$(tasks)"
+last=$(sql -c "SELECT due_schedule('later', 'z', run_at => '9999-12-31T23:59:59.999999Z')")
+expect_eq "the last instant --at reads is taken" "9999-12-31T23:59:59.999Z" "$(field "$last" due_at)"
+
+echo "== pinned to the store's schema, whatever the caller's path holds"
+# A second store, installed the way the issue found it: `due init` with
+# "$user" first in its path (its own schema does not exist, so the
+# tables go to the next one), into a schema whose name needs quoting
+# (format's %I).  A producer whose own schema ("$user") and session (a
+# temporary table) each hold a due_task: the tasks still go to the
+# store's table, where workers look (schema 7's function wrote the first
+# to the role's schema, and both to the temporary table).
+qs="Due_Q$$"
+role="due_sql_r_$$"
+pgsu() { psql -qXAt -v ON_ERROR_STOP=1 "$DUE_TEST_PG_URL" "$@"; }
+trap 'kill $(jobs -p) 2>/dev/null || true
+	pgsu -c "DROP SCHEMA IF EXISTS $schema, $role, \"$qs\" CASCADE" -c "DROP OWNED BY $role" \
+		-c "DROP ROLE $role" >/dev/null 2>&1; rm -rf "$T"' EXIT
+pgsu -c "CREATE SCHEMA \"$qs\""
+DUE_DB="$DUE_TEST_PG_URL${sep}options=-csearch_path%3D%22%24user%22%2C%22$qs%22" "$DUE" init >/dev/null &&
+	ok || bad "init into \"\$user\",\"$qs\""
+expect_eq "quoted schema: pinned to it, pg_temp last" "{\"search_path=\\\"$qs\\\", pg_temp\"}" \
+	"$(pgsu -c "SELECT proconfig FROM pg_proc WHERE pronamespace = '\"$qs\"'::regnamespace AND proname = 'due_schedule'")"
+# the producer has the GRANTs docs/INTERFACE.md gives (and its own schema)
+pgsu -c "CREATE ROLE $role" -c "CREATE SCHEMA $role AUTHORIZATION $role" \
+	-c "GRANT USAGE ON SCHEMA \"$qs\" TO $role" \
+	-c "GRANT INSERT, SELECT (id, kind, key, state) ON \"$qs\".due_task TO $role"
+got=$(pgsu -c "CREATE TABLE $role.due_task (LIKE \"$qs\".due_task INCLUDING ALL)" \
+	-c "GRANT ALL ON $role.due_task TO $role" -c "SET ROLE $role" \
+	-c "SELECT \"$qs\".due_schedule('pinned', 'user schema')" -c "RESET ROLE" \
+	-c "CREATE TEMP TABLE due_task (LIKE \"$qs\".due_task INCLUDING ALL)" \
+	-c "GRANT ALL ON pg_temp.due_task TO $role" -c "SET ROLE $role" \
+	-c "SELECT \"$qs\".due_schedule('pinned', 'temp table')" \
+	-c "SELECT (SELECT count(*) FROM $role.due_task), (SELECT count(*) FROM pg_temp.due_task)" 2>&1) ||
+	bad "pinned: the calls failed: $got"
+expect_eq "pinned: nothing in the role's schema or its temporary table" "0|0" "$(echo "$got" | tail -1)"
+expect_eq "pinned: both tasks in the store's due_task, under the ids returned" \
+	"$(echo "$got" | sed -n 1,2p | paste -sd' ')" \
+	"$(pgsu -c "SELECT id FROM \"$qs\".due_task WHERE kind = 'pinned' ORDER BY id" | paste -sd' ')"
+expect_eq "pinned: the main store's function too (pg_temp last)" \
+	"{\"search_path=$schema, pg_temp\"}" \
+	"$(sql -c "SELECT proconfig FROM pg_proc WHERE proname = 'due_schedule'
+		AND pronamespace = '$schema'::regnamespace")"
 
 echo "== due init adds the function to an existing store"
 sql -c "DROP FUNCTION due_schedule(text, text, interval, timestamptz, text, integer)"
 "$DUE" init >/dev/null && ok || bad "init again"
 id=$(sql -c "SELECT due_schedule('again', 'x')")
 [[ "$id" =~ ^[0-9]+$ ]] && ok || bad "after a second init: '$id'"
+
+echo "== a store of schema 7 gets the pinned function from due init"
+# the function of schema 7 followed the caller's path ("\$user", public
+# as `due init` had it); standing in for it, one with that path and an
+# answer no real one gives
+sql -c "CREATE OR REPLACE FUNCTION due_schedule(kind text, payload text,
+	run_in interval DEFAULT '0', run_at timestamptz DEFAULT NULL, key text DEFAULT NULL,
+	max_attempts integer DEFAULT 5) RETURNS bigint LANGUAGE sql
+	SET search_path = \"\$user\", public AS 'SELECT -1::bigint'" \
+	-c "UPDATE due_meta SET value = '7' WHERE name = 'schema_version'"
+expect_err 6 "run \`due init\` to upgrade" "$DUE" ls
+"$DUE" init >/dev/null && ok || bad "init of a store of schema 7"
+expect_eq "upgraded: pinned" "{\"search_path=$schema, pg_temp\"}" \
+	"$(sql -c "SELECT proconfig FROM pg_proc WHERE proname = 'due_schedule'
+		AND pronamespace = '$schema'::regnamespace")"
+id=$(sql -c "SELECT due_schedule('again', 'x')")
+[[ "$id" =~ ^[1-9][0-9]*$ ]] && ok || bad "upgraded: the old function kept: '$id'"
 finish

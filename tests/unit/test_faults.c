@@ -106,6 +106,23 @@ static void test_at_epoch_is_kept(void **state)
 	o.delay_us = 1000000;
 	assert_int_equal(due_schedule(db, &s, "k", "", 0, &o), DUE_EINVAL);
 	assert_non_null(strstr(due_error_last(), "not both"));
+
+	/* after 9999 (what `due add --at` reads, issue 36): refused in the
+	   same words; the last instant it reads is kept */
+	o.delay_us = 0;
+	o.at = INT64_MAX;
+	assert_int_equal(due_schedule(db, &s, "k", "", 0, &o), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "after 9999-12-31T23:59:59Z"));
+	o.at = 253402300800000000LL; /* 10000-01-01T00:00:00Z */
+	assert_int_equal(due_schedule(db, &s, "k", "", 0, &o), DUE_EINVAL);
+	t = get(db, add_at(db, 253402300799999999LL));
+	/* Redis's Lua numbers are doubles: past 2^53 us (the year 2255) not
+	   every microsecond is one; here they are 32 us apart */
+	if (strncmp(backend_now, "redis", 5) == 0)
+		assert_true(llabs(t->due_at - 253402300799999999LL) <= 32);
+	else
+		assert_int_equal(t->due_at, 253402300799999999LL);
+	due_task_free(t);
 	due_close(db);
 }
 

@@ -2844,7 +2844,7 @@ static void test_sqlite_v6_upgrade(void **state)
 	assert_int_equal(due_open(&db, url, &o), 0);
 	assert_int_equal(
 	    sql_int("SELECT value FROM due_meta WHERE name = 'schema_version'"),
-	    7);
+	    DUE_SCHEMA_VERSION);
 	assert_int_equal(sql_int("SELECT count(*) FROM sqlite_schema"
 				 " WHERE type = 'index' AND name IN"
 				 " ('due_task_due', 'due_task_cancelled_id',"
