@@ -91,9 +91,9 @@ static int timing(const cli_ctx *c, const char *in, const char *at,
 }
 
 /*
-** --priority, --group and --timeout into *o.  An empty group is left to
-** the library (its message is the one every client sees); a group that is
-** not UTF-8 could not be shown in JSON, so it is refused here.
+** --priority, --group and --timeout into *o.  The group's checks (empty,
+** too long, not UTF-8, control characters) are the library's, so the
+** message is the one every client sees, as for --key.
 */
 static int flow_opt(const cli_ctx *c, int opt, const char *arg,
 		    due_schedule_opts *o)
@@ -107,11 +107,7 @@ static int flow_opt(const cli_ctx *c, int opt, const char *arg,
 			return EXIT_USAGE;
 		o->priority = (int32_t)v;
 		return 0;
-	case O_GROUP:
-		if (!due_fmt_is_utf8((const unsigned char *)arg, strlen(arg)))
-			return cli_usage_error(c, "--group: not valid UTF-8");
-		o->group = arg;
-		return 0;
+	case O_GROUP: o->group = arg; return 0;
 	default:
 		if (cli_parse_duration(c, "--timeout", arg, &o->timeout_us))
 			return EXIT_USAGE;
