@@ -143,6 +143,11 @@ read -r l1 l2 l3 <<<"$ids"
 expect_eq "ls --limit 2" "$l1 $l2" "$("$DUE" ls --state SCHEDULED --kind lim --limit 2 --json | python3 -c "import json,sys; print(' '.join(str(t['id']) for t in json.load(sys.stdin)))")"
 expect_eq "ls --limit 2 --after" "$l3" "$("$DUE" ls --state SCHEDULED --kind lim --limit 2 --after "$l2" --json | python3 -c "import json,sys; print(' '.join(str(t['id']) for t in json.load(sys.stdin)))")"
 expect_eq "ls --limit 1 table: header and one row" 2 "$("$DUE" ls --state SCHEDULED --limit 1 | wc -l)"
+# --after 0 is "from the start", the default (issue 36, point 16)
+expect_eq "ls --after 0 = ls" "$("$DUE" ls --json | md5sum)" "$("$DUE" ls --after 0 --json | md5sum)"
+expect_eq "ls --after 0 --limit 1: the first task" "$l1" "$("$DUE" ls --state SCHEDULED --kind lim --after 0 --limit 1 --json | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['id'])")"
+expect_err 2 "invalid --after '-1': expected 0 or a task id" "$DUE" ls --after -1
+expect_err 2 "invalid --after 'x'" "$DUE" ls --after x
 expect_eq "health UP" UP "$("$DUE" health)"
 
 # kill makes a dead letter: health DOWN (exit 1), dead lists it, retry clears
