@@ -66,7 +66,12 @@ static void usage(FILE *f)
 		   "mysql://USER@HOST:PORT/DB (README: Stores).\n"
 		   "`due --version` prints the version and the schema it "
 		   "writes.\n"
-
+		   "\n"
+		   "On a terminal, long commands (add --batch, prune, init "
+		   "of an old store)\n"
+		   "keep a progress line on stderr; not under --json, nor "
+		   "when stderr is\n"
+		   "not a terminal.\n"
 		   "\n"
 		   "Exit codes: 0 ok, 1 health DOWN, 2 bad arguments or input "
 		   "(nothing\n"
