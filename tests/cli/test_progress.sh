@@ -7,10 +7,12 @@
 # on the terminal stderr carries the progress line (redrawn with "\r",
 # erased at the end, never on stdout); in a file, and under --json even on
 # a terminal, stderr is empty and stdout is byte for byte what the
-# terminal run printed.  SQLite only: the line is the CLI's, and the
-# prune loop under it (due_prune_max) runs on every store in
-# test_retain.sh.  No timing assertion: rates and time left appear only
-# after 0.2 s, so only the counts, which every frame has, are checked.
+# terminal run printed.  SQLite, but for init's steps, which come from
+# the library's migration walk and are checked on every store this run
+# has; the prune loop's due_prune_max runs on every store in
+# test_retain.sh (the worker's retention).  No timing assertion: rates and
+# time left appear only after 0.2 s, so only the counts, which every frame
+# has, are checked.
 . "$(dirname "$0")/lib.sh"
 
 # tty OUT ERR CMD...: CMD with stdin from /dev/null, stdout to OUT and
@@ -109,4 +111,22 @@ expect_eq "init: the same stdout" "$(sed "s/old-tty/old-file/" "$T/in.out" | tr 
 # a current store: nothing to upgrade, no line
 tty "$T/cur.out" "$T/cur.err" "$DUE" init && ok || bad "init of a current store"
 expect_eq "tty: a current store's init writes no progress" "" "$(cat "$T/cur.err")"
+
+# a new store on every server this run has: the SQL stores walk their steps
+# (the hook is the library's, reported from the migration walk they
+# share); a Redis store is written by one script, with no steps to name
+CLEANUP=()
+trap 'kill $(jobs -p) 2>/dev/null || true; for c in "${CLEANUP[@]}"; do eval "$c" >/dev/null 2>&1; done; rm -rf "$T"' EXIT
+init_on() {
+	local label=$1 url=$2
+	tty "$T/$label.out" "$T/$label.err" "$DUE" init --db "$url" && ok || bad "$label: init on a tty: $(cat "$T/$label.err")"
+	if [ "$label" = redis ]; then
+		expect_eq "redis: no steps, no line" "" "$(cat "$T/$label.err")"
+		return
+	fi
+	grep -qF "due init: create schema (step 1 of $schema)" "$T/$label.err" && ok || bad "$label: no create step: $(cat -A "$T/$label.err")"
+	grep -qF "due init: upgrade schema to version $schema (step $schema of $schema)" "$T/$label.err" && ok || bad "$label: no last step: $(cat -A "$T/$label.err")"
+	erased "$T/$label.err" && ok || bad "$label: line left on the terminal"
+}
+on_each_store init_on progress
 finish
