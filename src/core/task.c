@@ -150,10 +150,12 @@ static size_t utf8_len(const unsigned char *p, size_t n)
 /*
 ** The one rule for text a caller sets (a task's key and group, a worker's
 ** owner): it must be UTF-8, because every reader shows it as JSON text
-** (show --json, the HTTP service, the pipe protocol) and PostgreSQL and
-** MySQL store it as UTF-8 text.  Refused with the field's name and the
-** first bad byte (1-based), as DUE_EINVAL; 0 when s is UTF-8.  Bytes
-** that are not text belong in the payload or the result (base64 in JSON).
+** (show --json, the HTTP service, the pipe protocol) and PostgreSQL keeps
+** it as UTF-8 text (SQLite, Redis and MariaDB's VARBINARY key took any
+** bytes, which JSON then could not show).  Refused with the field's
+** name and the first bad byte (1-based), as DUE_EINVAL; 0 when s is
+** UTF-8.  Bytes that are not text belong in the payload or the result
+** (base64 in JSON).
 */
 static int check_utf8(const char *field, const char *s, size_t n)
 {
