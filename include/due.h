@@ -203,6 +203,13 @@ DUE_EXTERN void due_task_list_free(due_task_list *l);
 
 typedef struct due_db due_db;
 
+/**
+ * How far a long call is: `what` it is doing, `done` of `total` (total 0:
+ * unknown).  `payload` is the one given beside the callback.
+ */
+typedef void (*due_progress_fn)(const char *what, int64_t done, int64_t total,
+				void *payload);
+
 typedef struct due_open_opts {
 	unsigned version; /**< DUE_OPEN_OPTS_VERSION */
 	bool create; /**< create/upgrade the schema (what `due init` does) */
@@ -218,13 +225,22 @@ typedef struct due_open_opts {
 	 * (the worker opens its renewal connection with lease/3).
 	 */
 	int64_t timeout_us;
+	/**
+	 * Version 3.  Called as a schema upgrade (create) goes: before each
+	 * step, with what it does ("upgrade schema to version 5"), the steps
+	 * done and their number; not called when the schema is current.  On
+	 * the caller's thread, inside due_open(); it must not call due.
+	 */
+	due_progress_fn progress;
+	void *progress_payload; /**< handed to progress */
 } due_open_opts;
 
 #define DUE_STORE_TIMEOUT_DEFAULT_US 10000000LL /* 10 s */
-#define DUE_OPEN_OPTS_VERSION 2			/* 2: timeout_us */
+#define DUE_OPEN_OPTS_VERSION 3			/* 2: timeout_us; 3: progress */
 #define DUE_OPEN_OPTS_INIT                                                     \
 	{                                                                      \
-		DUE_OPEN_OPTS_VERSION, false, 1u << 20, 1u << 20, 0            \
+		DUE_OPEN_OPTS_VERSION, false, 1u << 20, 1u << 20, 0, NULL,     \
+		    NULL                                                       \
 	}
 
 /**
@@ -698,6 +714,16 @@ DUE_EXTERN int due_health(due_db *db, bool *out_up, int64_t *out_dead);
  */
 DUE_EXTERN int due_prune(due_db *db, int64_t *out_deleted,
 			 int64_t older_than_us);
+
+/**
+ * As due_prune(), stopping once max_rows tasks are deleted (0: no limit):
+ * *out_deleted < max_rows means nothing old is left.  A caller that
+ * prunes millions calls it in a loop to say how far it is (`due prune` on
+ * a terminal) or to pause between calls; each call's batches commit as
+ * due_prune()'s do.
+ */
+DUE_EXTERN int due_prune_max(due_db *db, int64_t *out_deleted,
+			     int64_t older_than_us, int64_t max_rows);
 
 /** Rows deleted per transaction by due_prune() and worker retention. */
 #define DUE_PRUNE_BATCH 1000

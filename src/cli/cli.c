@@ -47,6 +47,7 @@ static int exit_for(int rc)
 
 int cli_fail(const cli_ctx *c, int rc)
 {
+	cli_progress_hide();
 	fprintf(stderr, "%s: %s\n", c->prog, due_error_last());
 	return exit_for(rc);
 }
@@ -62,6 +63,7 @@ int cli_max_payload(const cli_ctx *c, size_t *out)
 	errno = 0;
 	unsigned long long v = strtoull(mp, &end, 10);
 	if (errno || *end || v == 0 || v > (1ull << 30)) {
+		cli_progress_hide();
 		fprintf(stderr,
 			"%s: invalid DUE_MAX_PAYLOAD '%s': bytes, "
 			"1..1073741824\n",
@@ -93,6 +95,7 @@ int cli_open(cli_ctx *c, due_db **out)
 int cli_usage_error(const cli_ctx *c, const char *fmt, ...)
 {
 	va_list ap;
+	cli_progress_hide();
 	fprintf(stderr, "%s: ", c->prog);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -150,13 +153,16 @@ int cli_open_input(const cli_ctx *c, const char *path, FILE **out)
 
 	*out = NULL;
 	if (!f) {
+		int e = errno; /* the line's erasing may set errno */
+		cli_progress_hide();
 		fprintf(stderr, "%s: cannot read '%s': %s\n", c->prog, path,
-			strerror(errno));
+			strerror(e));
 		return EXIT_USAGE;
 	}
 	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
 		if (f != stdin)
 			fclose(f);
+		cli_progress_hide();
 		fprintf(stderr, "%s: cannot read '%s': is a directory\n",
 			c->prog, path);
 		return EXIT_USAGE;

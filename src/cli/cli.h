@@ -8,6 +8,7 @@
 
 #include <getopt.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "due.h"
@@ -92,6 +93,37 @@ int cli_bad_option(const cli_ctx *c, int opt, char **argv);
 void cli_print_task_table(const due_task_list *l);
 /* Shared body of retry / requeue / kill. */
 int cli_operator(int argc, char **argv, const char *name, const char *usage);
+
+/*
+** The progress line of a long command (progress.c): on stderr, only when
+** stderr is a terminal and not under --json; erased when it ends.
+** cli_progress_start() returns NULL when nothing is to be shown, and every
+** other call takes NULL and does nothing, so a command calls them
+** unconditionally.  Between start and end the command writes nothing to
+** stderr (end first, then the error).
+*/
+typedef struct cli_progress cli_progress;
+typedef struct cli_progress_phase {
+	char what[96];	  /* "read", "deleted", "writing 10 tasks in ..." */
+	const char *unit; /* "lines", "tasks"; NULL: shown with its time */
+	int64_t total;	  /* of `unit`; 0: unknown */
+	bool approx;	  /* total is an estimate or a bound: "of ~N" */
+} cli_progress_phase;
+cli_progress *cli_progress_start(const cli_ctx *c);
+/* Show a new phase (its clock starts now, done = 0). */
+void cli_progress_phase_begin(cli_progress *p, const cli_progress_phase *ph);
+/*
+** Units done in this phase; frac, when >= 0, is the fraction done when it
+** is not done/total (bytes of a file read, while lines are counted).
+*/
+void cli_progress_set(cli_progress *p, int64_t done, double frac);
+/* Draw the last numbers, erase the line, stop the ticker, free p. */
+void cli_progress_end(cli_progress *p);
+/*
+** Erase the line of this process's progress, if one is shown, and draw no
+** more: called before any error message (cli_fail, cli_usage_error ...).
+*/
+void cli_progress_hide(void);
 
 /* Subcommands: argc/argv start at the subcommand name. */
 int cmd_init(int argc, char **argv);

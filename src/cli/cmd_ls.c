@@ -9,6 +9,8 @@
 ** table shows no attempt history, so it is loaded only for --json (one
 ** more read per task).
 */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -19,7 +21,8 @@ static const char usage_ls[] =
     "              [--json] [--db URL]\n"
     "\n"
     "List tasks in id order.  STATE is SCHEDULED, CLAIMED, DONE, CANCELLED\n"
-    "or DEAD.  --limit defaults to 100 (at most 10000); --after ID pages.\n";
+    "or DEAD.  --limit defaults to 100 (at most 10000); --after ID pages:\n"
+    "the tasks with a greater id (0, the default, is from the start).\n";
 
 static const char usage_dead[] =
     "usage: due dead [--limit N] [--json] [--db URL]\n"
@@ -68,6 +71,27 @@ static int run_list(cli_ctx *c, due_list_opts *o)
 	return rc;
 }
 
+/*
+** --after ID: a task id, or 0 for "from the start" (the default, and
+** where a script's paging loop begins).  0 or EXIT_USAGE.
+*/
+static int parse_after(const cli_ctx *c, const char *text, due_id *out)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(text, &end, 10);
+	if (errno || *end || end == text || v < 0 || text[0] < '0' ||
+	    text[0] > '9')
+		return cli_usage_error(c,
+				       "invalid --after '%s': expected 0 or a "
+				       "task id (a positive decimal integer)",
+				       text);
+	*out = (due_id)v;
+	return 0;
+}
+
 enum { O_STATE = 's', O_KIND = 'k', O_LIMIT = 'n', O_AFTER = 'a' };
 
 int cmd_ls(int argc, char **argv)
@@ -104,7 +128,7 @@ int cmd_ls(int argc, char **argv)
 			o.limit = (int)v;
 			break;
 		case O_AFTER:
-			if (cli_parse_id(&c, optarg, &o.after))
+			if (parse_after(&c, optarg, &o.after))
 				return EXIT_USAGE;
 			break;
 		default: return cli_bad_option(&c, opt, argv);

@@ -1,7 +1,9 @@
 /*
-** main.c - `due` entry point: the table of subcommands.
+** main.c - `due` entry point: the global options and the table of
+** subcommands.
 */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <sqlite3.h>
@@ -40,7 +42,7 @@ static const command commands[] = {
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: due COMMAND [OPTIONS]\n"
+	fprintf(f, "usage: due [--db URL] [--json] COMMAND [OPTIONS]\n"
 		   "\n"
 		   "due runs an action once a moment has passed, durably: "
 		   "tasks live in a\n"
@@ -55,10 +57,21 @@ static void usage(FILE *f)
 	fprintf(f, "\n"
 		   "Every command takes --db URL (else $DUE_DB, else "
 		   "sqlite:./due.db) and\n"
-		   "--help.  Store URLs: sqlite:PATH[?sync=full|normal], "
-		   "postgres://...,\n"
+		   "--help.  --db and --json may also come before the "
+		   "command (`due --db URL\n"
+		   "init`); given again after it, the later one wins.  "
+		   "Store URLs:\n"
+		   "sqlite:PATH[?sync=full|normal], postgres://...,\n"
 		   "redis://HOST:PORT/N[?prefix=NAME], "
 		   "mysql://USER@HOST:PORT/DB (README: Stores).\n"
+		   "`due --version` prints the version and the schema it "
+		   "writes.\n"
+		   "\n"
+		   "On a terminal, long commands (add --batch, prune, init "
+		   "of an old store)\n"
+		   "keep a progress line on stderr; not under --json, nor "
+		   "when stderr is\n"
+		   "not a terminal.\n"
 		   "\n"
 		   "Exit codes: 0 ok, 1 health DOWN, 2 bad arguments or input "
 		   "(nothing\n"
@@ -67,8 +80,88 @@ static void usage(FILE *f)
 		   "6 schema missing or older (run `due init`).\n");
 }
 
+/*
+** Global options, before the command (as git's): --db URL, --db=URL and
+** --json, which every command takes.  Each is handed to the command as if
+** it were written right after the command's name, so `due --db URL init`
+** runs `init --db URL`, and an option repeated after the command wins (it
+** comes later).  --help and --version stand alone.  Returns the index of
+** the command in argv, 0 when main has answered (*rc set), and sets
+** *nglobal to the number of argv entries between argv[0] and it that are
+** global options (a "--" that ends them is not counted).
+*/
+static int globals(int argc, char **argv, int *nglobal, int *rc)
+{
+	int i;
+
+	*nglobal = 0;
+	for (i = 1; i < argc && argv[i][0] == '-'; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return (*rc = 0), 0;
+		}
+		if (!strcmp(a, "--version")) {
+			printf("due %s (schema %d)\n", DUE_VERSION,
+			       DUE_SCHEMA_VERSION);
+			return (*rc = 0), 0;
+		}
+		if (!strcmp(a, "--")) {
+			i++;
+			break;
+		}
+		if (!strcmp(a, "--db") && i + 1 < argc) {
+			i++;
+			*nglobal += 2;
+		} else if (!strncmp(a, "--db=", 5) || !strcmp(a, "--json")) {
+			*nglobal += 1;
+		} else {
+			fprintf(stderr,
+				strcmp(a, "--db") == 0
+				    ? "due: option '%s' needs a value\n"
+				    : "due: unknown option '%s' before the "
+				      "command (global options: --db URL, "
+				      "--json)\n",
+				a);
+			fputs("Try 'due --help'.\n", stderr);
+			return (*rc = EXIT_USAGE), 0;
+		}
+	}
+	if (i >= argc) {
+		fputs("due: missing command after the global options\n"
+		      "Try 'due --help'.\n",
+		      stderr);
+		return (*rc = EXIT_USAGE), 0;
+	}
+	return i;
+}
+
+/*
+** The command's own argv: its name, then the global options (argv[1]
+** up to nglobal of them), then what followed it.  NULL on ENOMEM.
+*/
+static char **command_argv(int argc, char **argv, int cmd, int nglobal,
+			   int *out_argc)
+{
+	int n = 1 + nglobal + (argc - cmd - 1), k = 0;
+	char **v = calloc((size_t)n + 1, sizeof(*v));
+
+	if (!v)
+		return NULL;
+	v[k++] = argv[cmd];
+	for (int i = 1; i < 1 + nglobal; i++)
+		v[k++] = argv[i];
+	for (int i = cmd + 1; i < argc; i++)
+		v[k++] = argv[i];
+	*out_argc = n;
+	return v;
+}
+
 int main(int argc, char **argv)
 {
+	int cmd, nglobal, rc = 0, cargc;
+	char **cargv;
+
 	/* The process is ours: SQLite's memory statistics take a global
 	   mutex around every sqlite3_malloc and free, and nothing here reads
 	   them (a library must not turn them off for its host; the due
@@ -80,19 +173,26 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return EXIT_USAGE;
 	}
-	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-	    strcmp(argv[1], "help") == 0) {
+	if (!(cmd = globals(argc, argv, &nglobal, &rc)))
+		return rc;
+	if (strcmp(argv[cmd], "help") == 0) {
 		usage(stdout);
 		return 0;
 	}
-	if (strcmp(argv[1], "--version") == 0) {
-		printf("due %s (schema %d)\n", DUE_VERSION, DUE_SCHEMA_VERSION);
-		return 0;
-	}
-	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		if (strcmp(argv[1], commands[i].name) == 0)
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		if (strcmp(argv[cmd], commands[i].name) != 0)
+			continue;
+		if (cmd == 1) /* no global options: argv as it came */
 			return commands[i].run(argc - 1, argv + 1);
+		if (!(cargv = command_argv(argc, argv, cmd, nglobal, &cargc))) {
+			fputs("due: out of memory\n", stderr);
+			return EXIT_STORE;
+		}
+		rc = commands[i].run(cargc, cargv);
+		free(cargv);
+		return rc;
+	}
 	fprintf(stderr, "due: unknown command '%s'\nTry 'due --help'.\n",
-		argv[1]);
+		argv[cmd]);
 	return EXIT_USAGE;
 }

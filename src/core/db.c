@@ -52,6 +52,8 @@ int due_open(due_db **out, const char *url, const due_open_opts *opts)
 	*out = NULL;
 	if (opts && opts->version <= 1)
 		memcpy(&o, opts, offsetof(due_open_opts, timeout_us));
+	else if (opts && opts->version == 2) /* compiled before progress */
+		memcpy(&o, opts, offsetof(due_open_opts, progress));
 	else if (opts && opts->version == DUE_OPEN_OPTS_VERSION)
 		o = *opts;
 	else if (opts)
@@ -91,8 +93,13 @@ int due_open(due_db **out, const char *url, const due_open_opts *opts)
 	db->warning = due__open_warning_take();
 	if (rc < 0)
 		goto done;
-	rc = o.create ? ops->init_schema(db->store)
-		      : ops->check_schema(db->store);
+	if (o.create) {
+		due__progress_hook(o.progress, o.progress_payload);
+		rc = ops->init_schema(db->store);
+		due__progress_hook(NULL, NULL);
+	} else {
+		rc = ops->check_schema(db->store);
+	}
 done:
 	if (cfg)
 		ops->free_cfg(cfg);
@@ -675,6 +682,12 @@ int due_prune(due_db *db, int64_t *out_deleted, int64_t older_than_us)
 		return due__error_set(DUE_EINVAL,
 				      "invalid retention: negative");
 	return db->ops->prune(db->store, out_deleted, older_than_us, 0);
+}
+
+int due_prune_max(due_db *db, int64_t *out_deleted, int64_t older_than_us,
+		  int64_t max_rows)
+{
+	return due__prune_max(db, out_deleted, older_than_us, max_rows);
 }
 
 int due__prune_max(due_db *db, int64_t *out_deleted, int64_t older_than_us,

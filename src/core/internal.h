@@ -39,6 +39,16 @@ char *due__open_warning_take(void);
 void due__work_add(uint64_t statements, uint64_t vm_steps,
 		   uint64_t rows_written);
 
+/*
+** Progress of a long call (src/core/progress.c): due_open() sets the
+** caller's due_open_opts.progress for this thread while it creates or
+** upgrades the schema (NULL, NULL clears it), and due__migrate() reports
+** each step through due__progress().  Per thread: the hook is called on
+** the thread that set it, inside its call, and nowhere else.
+*/
+void due__progress_hook(due_progress_fn fn, void *payload);
+void due__progress(const char *what, int64_t done, int64_t total);
+
 /* Validation shared by every entry point (src/core/task.c). */
 int due__validate_kind(const char *kind);
 int due__validate_key(const char *key);

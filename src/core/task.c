@@ -113,19 +113,6 @@ int due__validate_kind(const char *kind)
 	return 0;
 }
 
-int due__validate_key(const char *key)
-{
-	if (!key)
-		return 0;
-	size_t n = strlen(key);
-	if (n == 0)
-		return due__error_set(DUE_EINVAL, "invalid key '': empty");
-	if (n > 512)
-		return due__error_set(
-		    DUE_EINVAL, "invalid key: %zu bytes (at most 512)", n);
-	return 0;
-}
-
 /*
 ** The length of the UTF-8 sequence at p (at most n bytes), or 0 when it
 ** is not well formed (overlong forms, surrogates and values past U+10FFFF
@@ -160,6 +147,47 @@ static size_t utf8_len(const unsigned char *p, size_t n)
 	return len;
 }
 
+/*
+** The one rule for text a caller sets (a task's key and group, a worker's
+** owner): it must be UTF-8, because every reader shows it as JSON text
+** (show --json, the HTTP service, the pipe protocol) and PostgreSQL keeps
+** it as UTF-8 text (SQLite, Redis and MariaDB's VARBINARY key took any
+** bytes, which JSON then could not show).  Refused with the field's
+** name and the first bad byte (1-based), as DUE_EINVAL; 0 when s is
+** UTF-8.  Bytes that are not text belong in the payload or the result
+** (base64 in JSON).
+*/
+static int check_utf8(const char *field, const char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		size_t len = utf8_len((const unsigned char *)s + i, n - i);
+		if (len == 0)
+			return due__error_set(DUE_EINVAL,
+					      "invalid %s: not UTF-8 at "
+					      "byte %zu",
+					      field, i + 1);
+		i += len;
+	}
+	return 0;
+}
+
+/*
+** A business key: 1..512 bytes of UTF-8.  Control characters are allowed
+** (text output escapes them, JSON keeps them exactly).
+*/
+int due__validate_key(const char *key)
+{
+	if (!key)
+		return 0;
+	size_t n = strlen(key);
+	if (n == 0)
+		return due__error_set(DUE_EINVAL, "invalid key '': empty");
+	if (n > 512)
+		return due__error_set(
+		    DUE_EINVAL, "invalid key: %zu bytes (at most 512)", n);
+	return check_utf8("key", key, n);
+}
+
 int due__validate_group(const char *group)
 {
 	size_t n;
@@ -172,20 +200,16 @@ int due__validate_group(const char *group)
 	if (n > 255)
 		return due__error_set(
 		    DUE_EINVAL, "invalid group: %zu bytes (at most 255)", n);
-	for (size_t i = 0; i < n;) {
-		const unsigned char *p = (const unsigned char *)group + i;
-		size_t len = utf8_len(p, n - i);
-		if (len == 0)
-			return due__error_set(DUE_EINVAL,
-					      "invalid group: not UTF-8 at "
-					      "byte %zu",
-					      i + 1);
-		if (len == 1 && (p[0] < 0x20 || p[0] == 0x7f))
+	if (check_utf8("group", group, n) < 0)
+		return DUE_EINVAL;
+	/* a group is also a metric label: no control characters */
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)group[i];
+		if (c < 0x20 || c == 0x7f)
 			return due__error_set(DUE_EINVAL,
 					      "invalid group: control "
 					      "character at byte %zu",
 					      i + 1);
-		i += len;
 	}
 	return 0;
 }
@@ -225,11 +249,12 @@ bool due__utf8_valid(const char *s)
 	return true;
 }
 
+/* A worker's name (lease_owner, an attempt's worker): 1..200 bytes of UTF-8. */
 int due__validate_owner(const char *owner)
 {
 	size_t n = owner ? strlen(owner) : 0;
 	if (n == 0 || n > 200)
 		return due__error_set(
 		    DUE_EINVAL, "invalid owner: must be 1 to 200 characters");
-	return 0;
+	return check_utf8("owner", owner, n);
 }

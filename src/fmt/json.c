@@ -9,6 +9,14 @@
 ** when they are valid UTF-8 (the common case: JSON or text payloads), and
 ** otherwise base64-encoded under `payload_b64` / `result_b64`, so binary
 ** data round-trips without loss.
+**
+** Text fields (kind, key, group, lease_owner, last_error, an attempt's
+** worker, outcome and error, a schedule's names) follow the same rule.
+** The library refuses text that is not UTF-8 (src/core/task.c), but a
+** store may hold some written before that rule or by SQL of its own: such
+** a field is shown as `<name>_b64` in place of `<name>`, never dropped
+** (jansson's json_string() returns NULL for it, and an object set with
+** NULL silently lacks the field).
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,11 +39,6 @@ static json_t *instant(due_time t)
 	char buf[40];
 	due_time_format(buf, sizeof(buf), t);
 	return json_string(buf);
-}
-
-static json_t *str_or_null(const char *s)
-{
-	return s ? json_string(s) : json_null();
 }
 
 /* A duration as `due add --timeout` takes it ("30s"), or null for 0. */
@@ -166,18 +169,30 @@ static void set_bytes(json_t *o, const char *name, const unsigned char *p,
 	json_object_set_new(o, key, json_integer((json_int_t)n));
 }
 
+/*
+** A stored text field: null when absent, a string when UTF-8, else its
+** exact bytes in base64 under `name_b64` (as set_bytes does).
+*/
+static void set_text(json_t *o, const char *name, const char *s)
+{
+	if (!s)
+		json_object_set_new(o, name, json_null());
+	else
+		set_bytes(o, name, (const unsigned char *)s, strlen(s), 0);
+}
+
 static json_t *attempt_json(const due_attempt *a)
 {
 	json_t *o = json_object();
 	if (!o)
 		return NULL;
 	json_object_set_new(o, "attempt", json_integer(a->attempt));
-	json_object_set_new(o, "worker", str_or_null(a->worker));
+	set_text(o, "worker", a->worker);
 	json_object_set_new(o, "claimed_at", due_fmt_time(a->claimed_at));
 	json_object_set_new(o, "ended_at", due_fmt_time(a->ended_at));
-	json_object_set_new(o, "outcome", str_or_null(a->outcome));
-	json_object_set_new(o, "error", str_or_null(a->error));
-	json_object_set_new(o, "late_commit", str_or_null(a->late_commit));
+	set_text(o, "outcome", a->outcome);
+	set_text(o, "error", a->error);
+	set_text(o, "late_commit", a->late_commit);
 	json_object_set_new(
 	    o, "lateness_ms",
 	    json_real((double)(a->claimed_at - a->due_at) / 1000.0));
@@ -191,10 +206,6 @@ static void set_error(json_t *o, const char *err, size_t cut)
 {
 	if (!err) {
 		json_object_set_new(o, "last_error", json_null());
-		return;
-	}
-	if (!cut || strlen(err) <= cut) {
-		json_object_set_new(o, "last_error", json_string(err));
 		return;
 	}
 	set_bytes(o, "last_error", (const unsigned char *)err, strlen(err),
@@ -211,7 +222,7 @@ json_t *due_fmt_task_cut(const due_task *t, size_t cut)
 		return NULL;
 	}
 	json_object_set_new(o, "id", json_integer(t->id));
-	json_object_set_new(o, "kind", json_string(t->kind));
+	set_text(o, "kind", t->kind);
 	json_object_set_new(o, "state", json_string(due_state_name(t->state)));
 	/* a due time is always set: 0 is the epoch, not "none" */
 	json_object_set_new(o, "due_at", instant(t->due_at));
@@ -223,13 +234,13 @@ json_t *due_fmt_task_cut(const due_task *t, size_t cut)
 			    json_integer(t->backoff_cap_us / 1000));
 	/* flow control (schema 4): the task's own settings */
 	json_object_set_new(o, "priority", json_integer(t->priority));
-	json_object_set_new(o, "group", str_or_null(t->group));
+	set_text(o, "group", t->group);
 	json_object_set_new(o, "timeout", duration_or_null(t->timeout_us));
-	json_object_set_new(o, "lease_owner", str_or_null(t->lease_owner));
+	set_text(o, "lease_owner", t->lease_owner);
 	json_object_set_new(o, "lease_until", due_fmt_time(t->lease_until));
 	json_object_set_new(o, "cancel_requested",
 			    json_boolean(t->cancel_requested));
-	json_object_set_new(o, "key", str_or_null(t->key));
+	set_text(o, "key", t->key);
 	if (t->has_result)
 		set_bytes(o, "result", t->result, t->result_len, cut);
 	else
@@ -321,10 +332,10 @@ json_t *due_fmt_cron(const due_cron_info *s)
 
 	if (!o)
 		return NULL;
-	json_object_set_new(o, "name", json_string(s->name));
-	json_object_set_new(o, "expr", json_string(s->expr));
-	json_object_set_new(o, "kind", json_string(s->kind));
-	json_object_set_new(o, "tz", json_string(s->tz));
+	set_text(o, "name", s->name);
+	set_text(o, "expr", s->expr);
+	set_text(o, "kind", s->kind);
+	set_text(o, "tz", s->tz);
 	json_object_set_new(o, "misfire",
 			    json_string(s->misfire ? "once" : "skip"));
 	json_object_set_new(o, "overlap",

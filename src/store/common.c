@@ -54,7 +54,7 @@ int due__schema_verdict(const char *store, int v, const char *where)
 int due__migrate(due_store *s, const due_migration *m)
 {
 	char what[48];
-	int v, rc;
+	int v, rc, done = 0, total;
 
 	if ((rc = m->begin(s)) < 0)
 		return rc;
@@ -65,7 +65,10 @@ int due__migrate(due_store *s, const due_migration *m)
 		rc = due__schema_verdict(m->label, v, m->where);
 		goto fail;
 	}
+	/* steps to run, for the caller's progress line (due__progress) */
+	total = v < 0 ? DUE_SCHEMA_VERSION : DUE_SCHEMA_VERSION - v;
 	if (v < 0) {
+		due__progress("create schema", done++, total);
 		if ((rc = m->exec(s, m->steps[1], "create schema")) < 0)
 			goto fail;
 		v = 1;
@@ -81,6 +84,7 @@ int due__migrate(due_store *s, const due_migration *m)
 		}
 		snprintf(what, sizeof(what), "upgrade schema to version %d",
 			 v + 1);
+		due__progress(what, done++, total);
 		if ((rc = m->exec(s, m->steps[v + 1], what)) < 0)
 			goto fail;
 	}

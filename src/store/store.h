@@ -475,7 +475,8 @@ typedef struct due_migration {
 ** Create the schema, upgrade an older one step by step, or leave a
 ** current one alone, all in one transaction: an upgrade that fails leaves
 ** the old version intact.  A newer schema, or one without an upgrade
-** path, is refused with DUE_ESCHEMA and nothing is written.
+** path, is refused with DUE_ESCHEMA and nothing is written.  Each step is
+** reported before it runs (due__progress: `due init`'s progress line).
 */
 int due__migrate(due_store *s, const due_migration *m);
 

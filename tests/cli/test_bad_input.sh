@@ -67,7 +67,7 @@ rows=(
 	"unknown state 'BOGUS'"                "ls --state BOGUS"
 	"--limit '0'"                          "ls --limit 0"
 	"--limit '99999999999'"                "ls --limit 99999999999"
-	"invalid task id '-5'"                 "ls --after -5"
+	"invalid --after '-5'"                "ls --after -5"
 	"invalid kind '': empty"               "ls --kind ''"
 	"expected 5 fields"                    "cron add r 'bad expr' k"
 	"unknown time zone 'Mars/Olympus'"     "cron add r '0 2 * * *' k --tz Mars/Olympus"

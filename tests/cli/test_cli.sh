@@ -23,6 +23,29 @@ done
 "$DUE" --help | has "Exit codes" && ok || bad "due --help"
 expect_err 2 "unknown command" "$DUE" frobnicate
 
+# Global options before the command, as git takes them (issue 36, point
+# 17): --db URL, --db=URL and --json; the same option after the command
+# wins; --help and --version still stand alone; anything else before the
+# command is refused by name.
+G="sqlite:$T/global.db"
+"$DUE" --db "$G" init | has "global.db (schema" && ok || bad "due --db URL init"
+expect_eq "due --db=URL add" 1 "$("$DUE" --db="$G" add g1)"
+"$DUE" --json --db "$G" ls | python3 -c "import json,sys; sys.exit(0 if [t['kind'] for t in json.load(sys.stdin)] == ['g1'] else 1)" \
+	&& ok || bad "due --json --db URL ls: not the global store's list as JSON"
+expect_eq "due --db URL cron ls --json" "[]" "$("$DUE" --db "$G" cron ls --json)"
+expect_eq "the --db after the command wins" g1 \
+	"$("$DUE" --db "sqlite:$T/none.db" show 1 --db "$G" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['kind'])")"
+[ ! -e "$T/none.db" ] && ok || bad "the overridden --db was opened"
+"$DUE" --db "$G" --help | has "^usage: due \[--db URL\] \[--json\] COMMAND" && ok || bad "due --db URL --help"
+"$DUE" --version | has "^due .*(schema $SV)" && ok || bad "due --version"
+"$DUE" -h | has "^usage: due" && ok || bad "due -h"
+expect_err 2 "unknown option '--frob' before the command" "$DUE" --frob init
+expect_err 2 "unknown option '-q' before the command" "$DUE" -q --db "$G" ls
+expect_err 2 "option '--db' needs a value" "$DUE" --db
+expect_err 2 "missing command after the global options" "$DUE" --db "$G" --json
+expect_err 2 "unknown command 'frob'" "$DUE" --db "$G" frob
+expect_err 2 "unknown option '--state'" "$DUE" --state DONE ls
+
 # add / show
 id=$("$DUE" add demo --in 1s --payload '{"order": 42}')
 [[ "$id" =~ ^[0-9]+$ ]] && ok || bad "add prints an id: '$id'"
@@ -143,6 +166,11 @@ read -r l1 l2 l3 <<<"$ids"
 expect_eq "ls --limit 2" "$l1 $l2" "$("$DUE" ls --state SCHEDULED --kind lim --limit 2 --json | python3 -c "import json,sys; print(' '.join(str(t['id']) for t in json.load(sys.stdin)))")"
 expect_eq "ls --limit 2 --after" "$l3" "$("$DUE" ls --state SCHEDULED --kind lim --limit 2 --after "$l2" --json | python3 -c "import json,sys; print(' '.join(str(t['id']) for t in json.load(sys.stdin)))")"
 expect_eq "ls --limit 1 table: header and one row" 2 "$("$DUE" ls --state SCHEDULED --limit 1 | wc -l)"
+# --after 0 is "from the start", the default (issue 36, point 16)
+expect_eq "ls --after 0 = ls" "$("$DUE" ls --json | md5sum)" "$("$DUE" ls --after 0 --json | md5sum)"
+expect_eq "ls --after 0 --limit 1: the first task" "$l1" "$("$DUE" ls --state SCHEDULED --kind lim --after 0 --limit 1 --json | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['id'])")"
+expect_err 2 "invalid --after '-1': expected 0 or a task id" "$DUE" ls --after -1
+expect_err 2 "invalid --after 'x'" "$DUE" ls --after x
 expect_eq "health UP" UP "$("$DUE" health)"
 
 # kill makes a dead letter: health DOWN (exit 1), dead lists it, retry clears
