@@ -199,10 +199,12 @@ suite() {
 		"$DUE" retry "${t[dl]}" >/dev/null && ok || bad "$s: retry"
 	wait_for "$s: dl done" 10 is_state "${t[dl]}" DONE || true
 	# 4: limits that free: a running slot, a group's, a rate's window
-	local ids
-	ids=$(printf '{"kind":"%s"%s}\n' lm '' lm '' gp ',"group":"g"' \
+	local -a ids
+	mapfile -t ids < <(printf '{"kind":"%s"%s}\n' lm '' lm '' gp ',"group":"g"' \
 		gp ',"group":"g"' rt '' rt '' | "$DUE" add --batch -)
-	read -r t[lm1] t[lm2] t[gp1] t[gp2] t[rt1] t[rt2] <<<"$(echo $ids)"
+	for k in lm1 lm2 gp1 gp2 rt1 rt2; do
+		t[$k]=${ids[0]:-0} ids=("${ids[@]:1}")
+	done
 	wait_for "$s: the held tasks done" 10 all_done "${t[lm1]}" "${t[lm2]}" \
 		"${t[gp1]}" "${t[gp2]}" "${t[rt1]}" "${t[rt2]}" || true
 
