@@ -90,6 +90,7 @@ static const vcase cases[] = {
     {"wheel_horizon_rejected", v_wheel_horizon_rejected},
     {"wheel_restart_needs_durable", v_wheel_restart_needs_durable},
     {"poll_vs_wheel", v_poll_vs_wheel},
+    {"wheel_retry_punctual", v_wheel_retry_punctual},
     {"flow_pause", v_flow_pause},
     {"flow_rate", v_flow_rate},
     {"flow_max_running", v_flow_max_running},

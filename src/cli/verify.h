@@ -124,6 +124,7 @@ void v_wheel_fire_exact_tick(vctx *v);
 void v_wheel_horizon_rejected(vctx *v);
 void v_wheel_restart_needs_durable(vctx *v);
 void v_poll_vs_wheel(vctx *v);
+void v_wheel_retry_punctual(vctx *v);
 void v_flow_pause(vctx *v);
 void v_flow_rate(vctx *v);
 void v_flow_max_running(vctx *v);

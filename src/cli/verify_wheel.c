@@ -11,8 +11,14 @@
 **                                task (re-runs only where fencing allows)
 **   poll_vs_wheel                real processes: lateness and claim queries
 **                                of polling at 50 ms, 500 ms and the wheel
+**   wheel_retry_punctual         real processes, --poll 30s: a reclaimed
+**                                lease, retries, a requeue and a dead
+**                                letter's retry are claimed within a
+**                                functional bound of when they fell due
 **
-** No timing assumptions: lateness is measured and printed, never asserted;
+** No timing assumptions: lateness is measured and printed, never asserted
+** (but for wheel_retry_punctual's functional bound: seconds, not the 30 s
+** safety poll a missed wake-up costs);
 ** the crash comes once the first worker is seen working, not after a
 ** sleep; waits have a deadline of HANG_MS that only guards a hang.
 */
@@ -301,4 +307,160 @@ void v_poll_vs_wheel(vctx *v)
 	    "wheel{p50=%.1f p99=%.1f max=%.1f queries=%lld} early=%ld",
 	    a.p50, a.p99, a.max, a.queries, b.p50, b.p99, b.max, b.queries,
 	    c.p50, c.p99, c.max, c.queries, a.early + b.early + c.early);
+}
+
+/*
+** wheel_retry_punctual: work that becomes due again reaches the workers'
+** wheels as a new task does (issue 36), so each try is as punctual as the
+** first (CONTRACT §6).  Every worker runs with `--poll 30s`: a try no
+** wheel heard of waits up to that safety poll, far past PUNCTUAL_MS.
+** Each step runs alone on the store (a worker refills on any note, and a
+** refill brought in by someone else's submit would hide a missed one):
+**  1. reclaim: K1 and K2 (wheel, lease 2 s) race for one task; its holder
+**     is killed -9; the other, which lost the race and so learned of no
+**     lease at a refill, must take the task back when the lease ends
+**     (measured from the lease_until read just before the kill: a renewal
+**     that slipped in adds a third of the lease) and claim it again;
+**  2. retries: a task whose first two tries fail (backoff 200 ms);
+**  3. requeue: `due requeue` of a running try;
+**  4. dead letter: `due retry` of a DEAD task.
+** The lateness of each re-due try is claimed_at - due_at of that try
+** (store clock).  The bound is functional: MariaDB's wake-up counter is
+** read once a second, the rest is the claim.
+*/
+#define PUNCTUAL_MS 5000.0
+
+typedef struct re_due {
+	due_id id;
+	due_state state;
+} re_due;
+
+static bool re_due_is(vctx *v, void *arg)
+{
+	const re_due *r = arg;
+	due_task *t = v_get(v, r->id);
+	bool is = t && t->state == r->state;
+	due_task_free(t);
+	return is;
+}
+
+static bool listens(vctx *v, void *log)
+{
+	return v_log_has(v, log, "discovery: timing wheel");
+}
+
+/* Lateness of try n (1-based) of task id, ms; -1 when it has none. */
+static double try_late_ms(vctx *v, due_id id, int n)
+{
+	due_task *t = v_get(v, id);
+	double ms = -1;
+	if (t && (int)t->n_attempts >= n)
+		ms = (double)(t->attempts[n - 1].claimed_at -
+			      t->attempts[n - 1].due_at) /
+		     1000.0;
+	due_task_free(t);
+	return ms;
+}
+
+/* Wait for the task's state; then a step may act on it. */
+static bool reach(vctx *v, due_id id, due_state s)
+{
+	re_due r = {id, s};
+	return id && v_wait(v, HANG_MS, re_due_is, &r);
+}
+
+static const char re_due_cmd[] =
+    "case \"$DUE_KIND:$DUE_ATTEMPT\" in rf:1 | rf:2 | rd:1) exit 1 ;;"
+    " rq:1 | rc:1) exec sleep 30 ;; esac";
+
+/* Step 1: *reclaim_ms past the lease read, *late of the second try. */
+static bool step_reclaim(vctx *v, double *reclaim_ms, double *late)
+{
+	pid_t k[2];
+	bool ok = false;
+
+	k[0] = v_worker(v, "k1.log", "--owner", "K1", "--kinds", "rc",
+			"--lease", "2s", "--poll", "30s", "--no-cron", "--exec",
+			re_due_cmd, (char *)NULL);
+	k[1] = v_worker(v, "k2.log", "--owner", "K2", "--kinds", "rc",
+			"--lease", "2s", "--poll", "30s", "--no-cron", "--exec",
+			re_due_cmd, (char *)NULL);
+	if (v_wait(v, HANG_MS, listens, "k1.log") &&
+	    v_wait(v, HANG_MS, listens, "k2.log")) {
+		/* the line comes just before a worker's first refill: one
+		   made after the claim would learn the lease by chance */
+		v_sleep_ms(500);
+		due_id id = v_add(v, "rc", 0, 2, 200 * 1000, NULL);
+		due_task *t = reach(v, id, DUE_CLAIMED) ? v_get(v, id) : NULL;
+		if (t && t->lease_owner) {
+			int dead = strcmp(t->lease_owner, "K1") ? 1 : 0;
+			kill(k[dead], SIGKILL);
+			v_reap(k[dead], HANG_MS);
+			k[dead] = -1;
+			due_task *d =
+			    reach(v, id, DUE_DONE) ? v_get(v, id) : NULL;
+			if (d && d->n_attempts == 2) {
+				*reclaim_ms = (double)(d->attempts[0].ended_at -
+						       t->lease_until) /
+					      1000.0;
+				*late = try_late_ms(v, id, 2);
+				ok = true;
+			}
+			due_task_free(d);
+		}
+		due_task_free(t);
+	}
+	for (int i = 0; i < 2; i++)
+		if (k[i] > 0) {
+			kill(k[i], SIGTERM);
+			v_reap(k[i], HANG_MS);
+		}
+	return ok;
+}
+
+/* Steps 2-4 with one worker: late[] gets the re-due tries' lateness. */
+static bool step_retries(vctx *v, double late[4])
+{
+	bool ok = false;
+	pid_t w = v_worker(v, "w.log", "--owner", "W", "--lease", "3s",
+			   "--poll", "30s", "--no-cron", "--kill-grace",
+			   "200ms", "--exec", re_due_cmd, (char *)NULL);
+
+	if (v_wait(v, HANG_MS, listens, "w.log")) {
+		due_id rf = v_add(v, "rf", 0, 3, 200 * 1000, NULL);
+		bool a = reach(v, rf, DUE_DONE);
+		late[0] = try_late_ms(v, rf, 2);
+		late[1] = try_late_ms(v, rf, 3);
+		due_id rq = v_add(v, "rq", 0, 5, 200 * 1000, NULL);
+		bool b = reach(v, rq, DUE_CLAIMED) &&
+			 due_requeue(v->db, rq) == 0 && reach(v, rq, DUE_DONE);
+		late[2] = try_late_ms(v, rq, 2);
+		due_id rd = v_add(v, "rd", 0, 1, 200 * 1000, NULL);
+		bool c = reach(v, rd, DUE_DEAD) && due_retry(v->db, rd) == 0 &&
+			 reach(v, rd, DUE_DONE);
+		late[3] = try_late_ms(v, rd, 2);
+		ok = a && b && c;
+	}
+	kill(w, SIGTERM);
+	v_reap(w, HANG_MS);
+	return ok;
+}
+
+void v_wheel_retry_punctual(vctx *v)
+{
+	double reclaim_ms = -1, late[5] = {-1, -1, -1, -1, -1};
+	bool in_time = true;
+
+	setenv("DUEV_DIR", v->dir, 1);
+	bool ok = step_reclaim(v, &reclaim_ms, &late[4]);
+	ok = step_retries(v, late) && ok;
+	for (int i = 0; i < 5; i++)
+		in_time = in_time && late[i] >= 0 && late[i] <= PUNCTUAL_MS;
+	in_time = in_time && reclaim_ms <= PUNCTUAL_MS;
+	v_case(v, "wheel_retry_punctual", ok && in_time,
+	       "poll=30s bound_ms=%.0f late_ms={retry2=%.1f retry3=%.1f "
+	       "requeued=%.1f dead_retried=%.1f reclaimed=%.1f} "
+	       "reclaim_after_lease_ms=%.1f",
+	       PUNCTUAL_MS, late[0], late[1], late[2], late[3], late[4],
+	       reclaim_ms);
 }

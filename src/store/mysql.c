@@ -2256,6 +2256,10 @@ static int mys_fail(due_store *s, due_fail_outcome *out, due_id id,
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
 	RETRY(rc, s, fail_tx(s, out, &a));
+	/* a retry is due again (after its backoff): listeners refill and
+	   put it on their wheels before it is due, as for a submit */
+	if (rc == 0 && *out == DUE_FAIL_RETRY_SCHEDULED)
+		wake(s);
 	return rc;
 }
 
@@ -3621,10 +3625,11 @@ static int wake_read(due_store *s, int64_t *n)
 }
 
 /*
-** MySQL has no LISTEN.  Everything that makes a task due now (a submit,
-** retry, requeue, a reclaim that rescheduled, a schedule's task, a kind
-** resumed or removed) bumps the one-row due_wake counter after its
-** commit; due_notify() bumps it for a caller's own transaction.  *fd is a
+** MySQL has no LISTEN.  Everything that makes a task due (a submit,
+** retry, requeue, a reclaim that rescheduled, a failed try's retry after
+** its backoff, a schedule's task, a kind resumed or removed) bumps the
+** one-row due_wake counter after its commit; due_notify() bumps it for a
+*caller's own transaction.  *fd is a
 ** timerfd that becomes readable once a second; listen_drain then reads
 ** the counter (one primary-key read, bounded like every statement:
 ** the timerfd only paces the polls, it bounds no wait) and reports a

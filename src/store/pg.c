@@ -56,8 +56,9 @@
 ** HOT updates (schema step 5).
 **
 ** Notifications.  Every submit (and every transition that makes a task due
-** now: retry, requeue, reclaim) calls pg_notify('due_task_new', kind) in its
-** own transaction, so a listener wakes only for committed tasks.
+** again: retry, requeue, reclaim, a failed try's retry after its backoff)
+** calls pg_notify('due_task_new', kind) in its own transaction, so a
+** listener wakes only for committed tasks.
 **
 ** Schema history (bump DUE_SCHEMA_VERSION in due.h, add a step to
 ** `steps`, which due__migrate walks under the init advisory lock, never
@@ -658,7 +659,7 @@ static const char *const sql_text[ST_COUNT] = {
 					" updated_at = now()"
 					" WHERE id = $1::int8 AND attempt = "
 					"$2::int4 AND state = 'CLAIMED'"
-					" RETURNING state),"
+					" RETURNING state, kind),"
 					" e AS (UPDATE due_attempt a SET "
 					"ended_at = now(), outcome = CASE"
 					" WHEN f.state = 'CANCELLED' THEN "
@@ -671,8 +672,15 @@ static const char *const sql_text[ST_COUNT] = {
 					"late_commit = 'REJECTED_STALE'"
 					" WHERE task_id = $1::int8 AND attempt "
 					"= $2::int4"
-					" AND NOT EXISTS (SELECT 1 FROM f))"
-					" SELECT state FROM f",
+					" AND NOT EXISTS (SELECT 1 FROM f)),"
+					/* a retry is due again after its
+					   backoff: listeners put it on
+					   their wheels, as for a submit */
+					" n AS (SELECT pg_notify("
+					"'due_task_new', kind) FROM f"
+					" WHERE state = 'SCHEDULED')"
+					" SELECT state, (SELECT count(*) FROM"
+					" n) FROM f",
     [ST_RECLAIM] =
 	"WITH p AS MATERIALIZED (SELECT id FROM due_task"
 	" WHERE state = 'CLAIMED' AND lease_until < now()"

@@ -9,10 +9,13 @@
 **              its own (id, attempt), each with its own outcome); fails and
 **              completions with a transaction hook one by one.  A try
 **              stopped at its time limit is failed with the outcome
-**              TIMED_OUT (due_fail_as()), whatever its handler returned.  Then
-*it
-**              retires each job (out of flight, its slot freed) and wakes
-**              the claimer, which may claim into the freed slots.
+**              TIMED_OUT (due_fail_as()), whatever its handler returned.
+**              Then it retires each job (out of flight, its slot
+**              freed) and wakes the claimer, which may claim into the
+**              freed slots; after a fail that scheduled a retry,
+**              discovery refills at once (`retried`), so the retry is on
+**              this worker's wheel before it is due, whatever the store's
+**              note does.
 **   Owns:      the jobs of the batch it commits; each commit is one turn
 **              at the shared connection (DUE_DB_CALL).
 **   Locks:     mu, to take a batch and to retire it; never across a store
@@ -115,6 +118,10 @@ static void commit_single(completer *c, due_job *j)
 					as));
 		if (rc == 0)
 			due__count_outcome(w, j, false, (int)fo);
+		/* the retry is due after its backoff: our own wheel learns it
+		   at the refill this asks for (the wake-up after the batch) */
+		if (rc == 0 && fo == DUE_FAIL_RETRY_SCHEDULED)
+			atomic_store(&w->retried, true);
 		return;
 	}
 	due_complete_outcome co = DUE_COMPLETE_REJECTED_STALE;

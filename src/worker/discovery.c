@@ -15,7 +15,9 @@
 ** store can notify this connection of new submits and neither opts.no_wheel
 ** nor opts.once is set; otherwise the claimer polls (due__claim_loop()).
 **   Does:      refills the wheel from the store (at most every 5 ms, at once
-**              after a notification, else once per safety poll), claims
+**              after a notification or a retry our completer scheduled,
+**              within half a lease after fired ids another worker may
+**              have claimed, else once per safety poll), claims
 **              when the wheel fires, and again after retry_in_us when a
 **              claim says due tasks were held back by a kind's rate or
 **              running limit (their ids have left the wheel by then),
@@ -258,12 +260,33 @@ static void wheel_wait(due_worker *w, due_db *db, disc *d, int64_t until)
 		d->next_refill = 0;
 }
 
+/*
+** Ids fired and not all claimed: another worker may hold them now, on a
+** lease the last refill did not see (it was taken after).  Should that
+** worker die, its lease must be taken back when it ends, not at the next
+** safety poll: refill within half a lease (ours; a fleet's workers
+** usually share it), which learns the earliest expiry, and the reclaim
+** follows it (refill()).  At most one such refill per half lease, however
+** many races are lost; a held-back id (a kind's limit) costs the same.
+*/
+static void lost_race(due_worker *w, disc *d, int64_t now)
+{
+	int64_t at = now + w->o.lease_us / 2;
+
+	if (at < d->next_refill)
+		d->next_refill = at;
+}
+
 /* The earliest of the wheel's next fire, refill, reclaim and recheck. */
 static int64_t wheel_deadline(due_worker *w, disc *d)
 {
 	int64_t until = d->next_refill, nd = due__wheel_next_due(d->wheel);
 
 	(void)w;
+	/* a refill is due, but the last was under 5 ms ago (wheel_loop
+	   waits that long between two): sleep until then, do not spin */
+	if (until < d->last_refill + 5000)
+		until = d->last_refill + 5000;
 	if (nd != DUE_WHEEL_NEVER && nd * 1000 < until)
 		until = nd * 1000;
 	if (d->next_reclaim < until)
@@ -286,6 +309,11 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 		bool filled = false;
 		int n;
 
+		/* a retry our completer scheduled: put it on the wheel now,
+		   whether or when the store's note arrives (MySQL's comes
+		   within a second, a pooler's never) */
+		if (atomic_exchange(&w->retried, false))
+			d->next_refill = 0;
 		/* refill at once after a notification, but at most every 5 ms;
 		   what is due now comes back with the refill and fires at once
 		   from the wheel below, so an idle refill claims nothing and an
@@ -328,6 +356,8 @@ static void wheel_loop(due_worker *w, due_db *db, disc *d)
 				d->recheck_at = now + (2000 << d->rechecks++);
 			else if (n > 0 || !fired)
 				d->recheck_at = 0, d->rechecks = 0;
+			if (fired > n)
+				lost_race(w, d, now);
 			if (w->o.mode == DUE_MODE_INLINE)
 				due__run_inline(w);
 			if (more && n > 0)

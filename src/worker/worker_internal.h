@@ -68,10 +68,10 @@
 ** `sched_cv`) waits on it.  No store call and no handler runs while it is
 ** held; nothing else is locked under it.  `db_mu` (with `db_cv`) only
 ** hands out turns at the shared connection: a turn is taken with mu not
-** held, and mu is never held while waiting for one.  Counters (`st`) and the
-*flags marked atomic are read
-** and written without it.  due_worker_stop() only touches an atomic flag
-** and the eventfd, so it can be called from a signal handler.
+** held, and mu is never held while waiting for one.  Counters (`st`) and
+** the flags marked atomic are read and written without it.
+** due_worker_stop() only touches an atomic flag and the eventfd, so it can
+** be called from a signal handler.
 **
 ** Invariants.
 **  - A pool's `busy` counts its claimed, not yet committed tries; a claim
@@ -116,6 +116,13 @@
 **    failed with DUE_OUT_TIMED_OUT whatever its handler returned.  The
 **    keeper renews a timed-out try's lease until it is committed, so no
 **    other worker takes the task while its process group is being killed.
+**  - Work due again reaches the wheel as a new task does: a retry this
+**    worker's fail scheduled by a refill at once (`retried`), a task it
+**    reclaimed likewise, and what other processes make due by the store's
+**    note; a lease taken by another worker after our last refill is
+**    learned within half a lease of a fired id we did not claim
+**    (discovery.c: lost_race), so a dead worker's lease is taken back
+**    when it ends, not at the safety poll.
 **  - A claim that says tasks were held back by a kind's limit
 **    (retry_in_us) is followed by another claim after that delay, not
 **    sooner, in both discovery modes: a held kind never makes the claimer
@@ -250,6 +257,10 @@ struct due_worker {
 				    cron_poke (broadcast) */
 	bool cron_poke;		 /* a schedule may have changed (mu) */
 	atomic_bool listening;	 /* discovery hears the store's notes */
+	atomic_bool retried;	 /* a fail of ours scheduled a retry:
+				    discovery refills at once, so the retry
+				    is on our wheel before it is due, with
+				    no wait for the store's note */
 	due_db *db;		 /* the shared connection (DUE_DB_CALL) */
 	pthread_mutex_t db_mu;	 /* guards the two tickets below */
 	pthread_cond_t db_cv;	 /* a turn at db ended */
