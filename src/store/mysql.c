@@ -745,11 +745,11 @@ static void *mys_native(due_store *s) { return s->conn; }
 /* The largest payload s takes (SIZE_MAX: not known, a caller's conn). */
 static size_t my_payload_max(const due_store *s)
 {
-	if (!s->max_packet)
+	if (!s->packet)
 		return SIZE_MAX;
-	if (s->max_packet <= 2 * MY_ROW_ROOM)
+	if (s->packet <= 2 * MY_ROW_ROOM)
 		return 0;
-	return (size_t)((s->max_packet - MY_ROW_ROOM) / 2);
+	return (size_t)((s->packet - MY_ROW_ROOM) / 2);
 }
 
 /* 0, or DUE_ETOOBIG for the first of n payloads s cannot take. */
@@ -773,7 +773,7 @@ static int my_payloads_fit(const due_store *s, const due_submit *items,
 		    "a payload is sent as hex, twice its size): no setting "
 		    "takes it, max_allowed_packet is at most %llu, for "
 		    "payloads up to %llu bytes",
-		    (unsigned long long)s->max_packet, MY_PACKET_MAX,
+		    (unsigned long long)s->packet, MY_PACKET_MAX,
 		    (MY_PACKET_MAX - MY_ROW_ROOM) / 2);
 	return due__store_payload_too_big(
 	    who, i, n, items[i].payload_len, max,
@@ -781,7 +781,7 @@ static int my_payloads_fit(const due_store *s, const due_submit *items,
 	    "payload is sent as hex, twice its size): raise max_allowed_packet "
 	    "on the server to at least %llu (SET GLOBAL max_allowed_packet = "
 	    "%llu, and in its config file)",
-	    (unsigned long long)s->max_packet, need, need);
+	    (unsigned long long)s->packet, need, need);
 }
 
 /*
@@ -805,7 +805,7 @@ static int my_results_fit(const due_store *s, const due_completion *items,
 			    "the server",
 			    s->label, (long long)items[i].id,
 			    items[i].result_len, max,
-			    (unsigned long long)s->max_packet);
+			    (unsigned long long)s->packet);
 	return 0;
 }
 
@@ -912,7 +912,7 @@ static bool packet_room(const due_store *s, size_t len, const due_submit *it)
 		v += 2 * strlen(o->key);
 	if (o->group)
 		v += 2 * strlen(o->group);
-	return !s->max_packet || len + v < s->max_packet;
+	return !s->packet || len + v < s->packet;
 }
 
 /*
@@ -2220,9 +2220,9 @@ static int complete_locked(due_store *s, due_completion *items, size_t n,
 		bytes += 2 * c->result_len + 160; /* its WHEN and pairs */
 		/* a statement is one packet: the next result must fit too */
 		if (bytes >= FLUSH_BYTES || i + 1 == n ||
-		    (s->max_packet &&
+		    (s->packet &&
 		     bytes + 2 * items[i + 1].result_len + MY_ROW_ROOM >
-			 s->max_packet)) {
+			 s->packet)) {
 			complete_sql(&b, items, from, i + 1);
 			if (i + 1 == n && last == LAST_DEFER) {
 				rc = due__my_defer(s, &b);

@@ -543,7 +543,7 @@ static int read_autoinc(due_store *s)
 		s->id_step = due__my_i64(row, 0);
 		/* lock modes 0 and 1 hand a simple insert consecutive ids */
 		s->bulk_ids = due__my_i64(row, 1) < 2 && s->id_step >= 1;
-		s->max_packet = (uint64_t)due__my_i64(row, 2);
+		s->packet = (uint64_t)due__my_i64(row, 2);
 	}
 	mysql_free_result(r);
 	return 0;

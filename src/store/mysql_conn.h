@@ -55,21 +55,20 @@ struct due_store {
 	char *defer;	    /* statements (no result set) that ride before the
 			       next statement, NULL when none (due__my_defer) */
 	size_t defer_len;
-	bool pick_short;     /* the last claim pick found fewer than asked */
-	bool deadlock;	     /* the last error was 1213/1205: retry */
-	unsigned err;	     /* native error number of the last failure */
-	uint64_t affected;   /* rows matched by the last statement */
-	int64_t id_step;     /* @@auto_increment_increment */
-	bool bulk_ids;	     /* a multi-row INSERT's ids are consecutive */
-	uint64_t max_packet; /* the session's @@max_allowed_packet, read at
-				connect (0: not read: a caller's connection) */
-	int timer_fd;	     /* listen(): a 1 s timerfd, -1 until then */
-	int64_t wake_seen;   /* the due_wake counter as last read */
-	due_my_cfg *cfg;     /* to reconnect (our own copy) */
-	size_t node;	     /* cfg->hosts[node] is the one we use (or try) */
-	bool galera;	     /* the server is a Galera node (wsrep_ready) */
-	char label[256];     /* mysql://user@host:port/db for messages */
-	char where[272];     /* HOST:PORT (or the socket) for "no answer" */
+	bool pick_short;   /* the last claim pick found fewer than asked */
+	bool deadlock;	   /* the last error was 1213/1205: retry */
+	unsigned err;	   /* native error number of the last failure */
+	uint64_t affected; /* rows matched by the last statement */
+	int64_t id_step;   /* @@auto_increment_increment */
+	bool bulk_ids;	   /* a multi-row INSERT's ids are consecutive */
+	uint64_t packet;   /* @@max_allowed_packet at connect (0: not read) */
+	int timer_fd;	   /* listen(): a 1 s timerfd, -1 until then */
+	int64_t wake_seen; /* the due_wake counter as last read */
+	due_my_cfg *cfg;   /* to reconnect (our own copy) */
+	size_t node;	   /* cfg->hosts[node] is the one we use (or try) */
+	bool galera;	   /* the server is a Galera node (wsrep_ready) */
+	char label[256];   /* mysql://user@host:port/db for messages */
+	char where[272];   /* HOST:PORT (or the socket) for "no answer" */
 };
 
 /*
