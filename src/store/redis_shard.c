@@ -358,6 +358,10 @@ static int sh_schedule(due_store *s, due_submitted *out,
 		rc = due__error_set(DUE_ENOMEM, "out of memory");
 		goto done;
 	}
+	/* a payload too large for the server: refused before any shard
+	   writes its part (each shard's script checks its own too) */
+	if ((rc = due__redis_payloads_fit(s->sh[0], items, n)) < 0)
+		goto done;
 	for (int i = 0; i < s->n && rc == 0; i++) {
 		size_t k = 0;
 		for (size_t j = 0; j < n; j++)
