@@ -1536,7 +1536,7 @@ static void *pg_native(due_store *s) { return s->conn; }
 */
 #define PG_VALUE_MAX ((size_t)0x3fffffff)
 #define PG_PAYLOAD_MAX (PG_VALUE_MAX - (4u << 20))
-#define PG_CHUNK_BYTES ((size_t)64 << 20)
+#define PG_CHUNK_BYTES ((size_t)16 << 20)
 
 static int pg_payloads_fit(const due_submit *items, size_t n)
 {
