@@ -1391,6 +1391,18 @@ static bool oom_free(const char *op)
 	       strcmp(op, "prune") == 0;
 }
 
+/*
+** The refusal: "OOM command not allowed ..." (Redis 7 keeps the code of
+** the call that failed in the script; Redis 6 wrapped it in "ERR Error
+** running script ... -OOM command not allowed").
+*/
+static bool is_oom(const redisReply *r)
+{
+	return starts(r, "OOM ") ||
+	       (r && r->type == REDIS_REPLY_ERROR &&
+		strstr(r->str, "OOM command not allowed") != NULL);
+}
+
 /* DUE_ESTORE: "Redis is full (maxmemory N): prune or raise maxmemory". */
 static int oom_full(due_store *s, const char *what)
 {
@@ -1457,7 +1469,7 @@ again:
 		rc = act;
 		goto done;
 	}
-	if (starts(*out, "OOM ")) { /* nothing was written (oom_free) */
+	if (is_oom(*out)) { /* nothing was written (oom_free) */
 		freeReplyObject(*out);
 		*out = NULL;
 		if (!twin && oom_free(op) &&
