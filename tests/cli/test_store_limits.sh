@@ -75,13 +75,19 @@ limits() {
 			"$DUE" add big --db "$url" --payload-file "$T/over"
 		grep -qF "SET GLOBAL max_allowed_packet = " "$T/err" && ok || bad "mariadb: no way to raise it: $(cat "$T/err")"
 		expect_eq "mariadb: the refused payload wrote nothing" 0 "$(count "$url")"
-		truncate -s "$max" "$T/at"
-		"$DUE" add big --db "$url" --payload-file "$T/at" >/dev/null 2>"$T/err" && ok ||
-			bad "mariadb: the payload at the limit ($max bytes) was refused: $(cat "$T/err")"
-		# 1 MB then one at the limit: one INSERT would be over the packet
-		{ line 1000000; line "$max"; line 10; } >"$T/bmix"
-		"$DUE" add --batch "$T/bmix" --db "$url" >"$T/ids" 2>"$T/err" && ok || bad "mariadb mixed batch: $(cat "$T/err")"
-		expect_eq "mariadb: the mixed batch's tasks" 3 "$(wc -l <"$T/ids")"
+		# (sent only up to MariaDB's default packet, 16 MiB: a server set
+		# higher would make this test send hundreds of megabytes)
+		if [ "$max" -le 8380416 ]; then
+			truncate -s "$max" "$T/at"
+			"$DUE" add big --db "$url" --payload-file "$T/at" >/dev/null 2>"$T/err" && ok ||
+				bad "mariadb: the payload at the limit ($max bytes) was refused: $(cat "$T/err")"
+			# 1 MB then one at the limit: one INSERT would be over the packet
+			{ line 1000000; line "$max"; line 10; } >"$T/bmix"
+			"$DUE" add --batch "$T/bmix" --db "$url" >"$T/ids" 2>"$T/err" && ok || bad "mariadb mixed batch: $(cat "$T/err")"
+			expect_eq "mariadb: the mixed batch's tasks" 3 "$(wc -l <"$T/ids")"
+		else
+			echo "NOTE: max_allowed_packet is $packet: the payload at the limit is not sent"
+		fi
 		;;
 	redis)
 		# one task of 10 MiB on a server with Redis's defaults: one task
