@@ -59,8 +59,17 @@ static const char usage[] =
     "  --json              print the task object instead of the id\n"
     "  --batch FILE|-      JSON lines, one task object each, one transaction;\n"
     "                      prints the ids, one a line (on a terminal, a line\n"
-    "                      on stderr says how far the reading and writing "
-    "are)\n";
+    "                      on stderr says how far the reading and writing\n"
+    "                      are).  At most 10,000 tasks a call on Redis (one\n"
+    "                      script, all or none, and it blocks the server\n"
+    "                      while it runs); the SQL stores take any number\n"
+    "\n"
+    "A payload is also bounded by what the store takes in one task, and\n"
+    "refused before anything is sent (exit 2, naming the setting): MySQL\n"
+    "and MariaDB (max_allowed_packet - 16 KiB) / 2, Redis\n"
+    "proto-max-bulk-len (512 MB by default; a batch's payloads together\n"
+    "too), PostgreSQL 1 GB less 4 MiB, SQLite SQLITE_LIMIT_LENGTH less\n"
+    "4 MiB (995,805,696 bytes by default).\n";
 
 enum {
 	O_IN = 'i',

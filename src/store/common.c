@@ -7,6 +7,7 @@
 ** backend calls these so that a rule or a message exists once, whatever
 ** its database.
 */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -386,4 +387,30 @@ int due__store_no_answer(const char *where, int64_t timeout_us)
 	due__bound_format(dur, sizeof(dur), timeout_us);
 	return due__error_set(
 	    DUE_ESTORE, "no answer from the store at %s in %s", where, dur);
+}
+
+size_t due__payload_over(const due_submit *items, size_t n, size_t max)
+{
+	size_t i = 0;
+
+	while (i < n && items[i].payload_len <= max)
+		i++;
+	return i;
+}
+
+int due__store_payload_too_big(const char *store, size_t item, size_t n,
+			       size_t len, size_t max, const char *fmt, ...)
+{
+	char why[512], at[32] = "";
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	if (n > 1)
+		snprintf(at, sizeof(at), "item %zu: ", item + 1);
+	return due__error_set(DUE_ETOOBIG,
+			      "%s: %spayload is %zu bytes, over the %zu bytes "
+			      "%s",
+			      store, at, len, max, why);
 }

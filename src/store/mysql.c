@@ -728,6 +728,87 @@ static void *mys_native(due_store *s) { return s->conn; }
 /* Producer                                                            */
 /* ------------------------------------------------------------------ */
 
+/*
+** The payload limit.  A statement is one packet of at most the session's
+** max_allowed_packet (read at connect, mysql_conn.c), and a payload
+** travels in it as hex, twice its size, beside the row's other values
+** (kind, key and group escaped, numbers: under MY_ROW_ROOM together).  So
+** one task's payload is at most (max_allowed_packet - MY_ROW_ROOM) / 2
+** bytes; a larger one is refused before anything is sent (the server
+** would answer 1153, or drop the connection: 2006).  The server's setting
+** goes up to MY_PACKET_MAX.  A batch is split into statements that each
+** fit (insert_rows), inside its one transaction.
+*/
+#define MY_ROW_ROOM (16u << 10)
+#define MY_PACKET_MAX (1024ull << 20)
+
+/* The largest payload s takes (SIZE_MAX: not known, a caller's conn). */
+static size_t my_payload_max(const due_store *s)
+{
+	if (!s->packet)
+		return SIZE_MAX;
+	if (s->packet <= 2 * MY_ROW_ROOM)
+		return 0;
+	return (size_t)((s->packet - MY_ROW_ROOM) / 2);
+}
+
+/* 0, or DUE_ETOOBIG for the first of n payloads s cannot take. */
+static int my_payloads_fit(const due_store *s, const due_submit *items,
+			   size_t n)
+{
+	size_t max = my_payload_max(s), i = due__payload_over(items, n, max);
+	unsigned long long need;
+	char who[300];
+
+	if (i == n)
+		return 0;
+	snprintf(who, sizeof(who), "mysql store %s", s->label);
+	/* the setting that holds it, rounded up to a MiB */
+	need = 2ull * items[i].payload_len + MY_ROW_ROOM;
+	need = (need + (1u << 20) - 1) / (1u << 20) * (1u << 20);
+	if (need > MY_PACKET_MAX)
+		return due__store_payload_too_big(
+		    who, i, n, items[i].payload_len, max,
+		    "this server takes in one task (max_allowed_packet = %llu; "
+		    "a payload is sent as hex, twice its size): no setting "
+		    "takes it, max_allowed_packet is at most %llu, for "
+		    "payloads up to %llu bytes",
+		    (unsigned long long)s->packet, MY_PACKET_MAX,
+		    (MY_PACKET_MAX - MY_ROW_ROOM) / 2);
+	return due__store_payload_too_big(
+	    who, i, n, items[i].payload_len, max,
+	    "this server takes in one task (max_allowed_packet = %llu; a "
+	    "payload is sent as hex, twice its size): raise max_allowed_packet "
+	    "on the server to at least %llu (SET GLOBAL max_allowed_packet = "
+	    "%llu, and in its config file)",
+	    (unsigned long long)s->packet, need, need);
+}
+
+/*
+** The same bound on a result (complete): 0, or DUE_ETOOBIG for the first
+** result s cannot take, before anything is sent.  A worker then fails
+** that try with this message (as for a result over max_result).
+*/
+static int my_results_fit(const due_store *s, const due_completion *items,
+			  size_t n)
+{
+	size_t max = my_payload_max(s);
+
+	for (size_t i = 0; i < n; i++)
+		if (items[i].result_len > max)
+			return due__error_set(
+			    DUE_ETOOBIG,
+			    "mysql store %s: result of task %lld is %zu bytes, "
+			    "over the %zu bytes this server takes in one task "
+			    "(max_allowed_packet = %llu; a result is sent as "
+			    "hex, twice its size): raise max_allowed_packet on "
+			    "the server",
+			    s->label, (long long)items[i].id,
+			    items[i].result_len, max,
+			    (unsigned long long)s->packet);
+	return 0;
+}
+
 #define INSERT_HEAD                                                            \
 	"INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"    \
 	" backoff_us, backoff_cap_us, `key`, priority, grp, timeout_us,"       \
@@ -818,8 +899,28 @@ static int insert_one(due_store *s, const due_submit *it, due_submitted *out)
 }
 
 /*
+** Whether a statement of len bytes still has room for it's VALUES tuple
+** (insert_values: the payload as hex, the strings escaped, at most twice
+** their bytes) within the session's max_allowed_packet.
+*/
+static bool packet_room(const due_store *s, size_t len, const due_submit *it)
+{
+	const due_schedule_opts *o = &it->opts;
+	uint64_t v = 2 * (uint64_t)it->payload_len + 2 * strlen(it->kind) + 256;
+
+	if (o->key)
+		v += 2 * strlen(o->key);
+	if (o->group)
+		v += 2 * strlen(o->group);
+	return !s->packet || len + v < s->packet;
+}
+
+/*
 ** Insert items[0..n) without keys as multi-row INSERTs of at most
-** FLUSH_BYTES each; InnoDB hands a simple insert consecutive ids (lock
+** FLUSH_BYTES each, and never past max_allowed_packet (packet_room: a
+** batch of payloads that each fit is never too large, it only takes more
+** statements of the same transaction); InnoDB hands a simple insert consecutive
+*ids (lock
 ** modes 0 and 1, checked at connect), every id_step apart.  The rows'
 ** times come from @due_now, read in the same round trip: the expression
 ** three times a row was a fifth of the server's work and of the text.
@@ -834,7 +935,10 @@ static int insert_rows(due_store *s, const due_submit *items, size_t n,
 		size_t i = from;
 		SQL(b, s);
 		due__my_add(&b, "SET @due_now = " NOW "; " INSERT_HEAD);
-		for (; i < n && (i == from || b.len < FLUSH_BYTES); i++) {
+		for (;
+		     i < n && (i == from || (b.len < FLUSH_BYTES &&
+					     packet_room(s, b.len, &items[i])));
+		     i++) {
 			if (i > from)
 				due__my_add(&b, ", ");
 			insert_values(&b, &items[i], NOW_V);
@@ -899,7 +1003,7 @@ static int mys_schedule(due_store *s, due_submitted *out,
 {
 	int rc;
 
-	if ((rc = due__my_ok(s)) < 0)
+	if ((rc = due__my_ok(s)) < 0 || (rc = my_payloads_fit(s, items, n)) < 0)
 		return rc;
 	RETRY(rc, s, schedule_tx(s, out, items, n));
 	if (rc == 0)
@@ -1895,7 +1999,7 @@ static int mys_complete_claim(due_store *s, due_completion *items, size_t n,
 	int rc;
 
 	*out = NULL;
-	if ((rc = due__my_ok(s)) < 0)
+	if ((rc = due__my_ok(s)) < 0 || (rc = my_results_fit(s, items, n)) < 0)
 		return rc;
 	RETRY(rc, s, claim_tx(s, out, &a, items, n));
 	return rc;
@@ -2113,8 +2217,12 @@ static int complete_locked(due_store *s, due_completion *items, size_t n,
 					 ? DUE_COMPLETE_CANCELLED_BEFORE_COMMIT
 					 : DUE_COMPLETE_DONE;
 		}
-		bytes += 2 * c->result_len + 64;
-		if (bytes >= FLUSH_BYTES || i + 1 == n) {
+		bytes += 2 * c->result_len + 160; /* its WHEN and pairs */
+		/* a statement is one packet: the next result must fit too */
+		if (bytes >= FLUSH_BYTES || i + 1 == n ||
+		    (s->packet &&
+		     bytes + 2 * items[i + 1].result_len + MY_ROW_ROOM >
+			 s->packet)) {
 			complete_sql(&b, items, from, i + 1);
 			if (i + 1 == n && last == LAST_DEFER) {
 				rc = due__my_defer(s, &b);
@@ -2167,7 +2275,7 @@ static int mys_complete(due_store *s, due_completion *items, size_t n,
 {
 	int rc;
 
-	if ((rc = due__my_ok(s)) < 0)
+	if ((rc = due__my_ok(s)) < 0 || (rc = my_results_fit(s, items, n)) < 0)
 		return rc;
 	RETRY(rc, s, complete_tx(s, items, n, hook, payload));
 	return rc;
@@ -3066,6 +3174,15 @@ static int mys_cron_put(due_store *s, const due_cron_def *d, due_time next_slot)
 
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
+	{
+		due_submit it = {.kind = d->kind,
+				 .payload = d->payload,
+				 .payload_len = d->payload_len};
+		if ((rc = my_payloads_fit(s, &it, 1)) < 0) {
+			due__my_sql_free(&b);
+			return rc;
+		}
+	}
 	due__my_add(&b, "INSERT INTO due_schedule (name, " DUE_SCHED_DEF_COLS
 			", created_at, updated_at) VALUES (");
 	due__my_str(&b, d->name);

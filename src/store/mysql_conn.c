@@ -523,13 +523,18 @@ static int session_set(due_store *s)
 	return due__my_run(s, sql, (size_t)n, "session", NULL);
 }
 
-/* How the server numbers a multi-row insert (insert_batch in mysql.c). */
+/*
+** How the server numbers a multi-row insert (insert_batch in mysql.c),
+** and the largest statement this session takes (max_allowed_packet: a
+** session's value is the global one at its connect, read-only after),
+** which bounds a payload (mysql.c, my_payload_max) in the same round trip.
+*/
 static int read_autoinc(due_store *s)
 {
 	MYSQL_RES *r = NULL;
 	MYSQL_ROW row;
 	const char sql[] = "SELECT @@auto_increment_increment,"
-			   " @@innodb_autoinc_lock_mode";
+			   " @@innodb_autoinc_lock_mode, @@max_allowed_packet";
 	int rc = due__my_run(s, sql, sizeof(sql) - 1, "session", &r);
 
 	if (rc < 0)
@@ -538,6 +543,7 @@ static int read_autoinc(due_store *s)
 		s->id_step = due__my_i64(row, 0);
 		/* lock modes 0 and 1 hand a simple insert consecutive ids */
 		s->bulk_ids = due__my_i64(row, 1) < 2 && s->id_step >= 1;
+		s->packet = (uint64_t)due__my_i64(row, 2);
 	}
 	mysql_free_result(r);
 	return 0;

@@ -61,6 +61,7 @@ struct due_store {
 	uint64_t affected; /* rows matched by the last statement */
 	int64_t id_step;   /* @@auto_increment_increment */
 	bool bulk_ids;	   /* a multi-row INSERT's ids are consecutive */
+	uint64_t packet;   /* @@max_allowed_packet at connect (0: not read) */
 	int timer_fd;	   /* listen(): a 1 s timerfd, -1 until then */
 	int64_t wake_seen; /* the due_wake counter as last read */
 	due_my_cfg *cfg;   /* to reconnect (our own copy) */

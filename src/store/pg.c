@@ -1522,6 +1522,46 @@ static void *pg_native(due_store *s) { return s->conn; }
 /* The arrays of ST_INSERT. */
 #define INSERT_COLS 11
 
+/*
+** The payload limit.  PostgreSQL holds no value, and takes no message,
+** of 1 GB or more (MaxAllocSize, 2^30 - 1 bytes: a bytea, the Bind
+** message that carries it, the tuple formed before TOAST moves it out,
+** the DataRow that sends the row back with its other columns).  A task's
+** row must fit beside it, its result included (1 MiB by default): one
+** task's payload is at most PG_PAYLOAD_MAX, a larger one is refused
+** before anything is sent.  No setting raises it.  A batch's payloads go
+** in statements of at most PG_CHUNK_BYTES (one task's alone when larger)
+** inside one transaction, so a batch of many is never too large for one
+** message and stays all or none.
+*/
+#define PG_VALUE_MAX ((size_t)0x3fffffff)
+#define PG_PAYLOAD_MAX (PG_VALUE_MAX - (4u << 20))
+#define PG_CHUNK_BYTES ((size_t)16 << 20)
+
+static int pg_payloads_fit(const due_submit *items, size_t n)
+{
+	size_t i = due__payload_over(items, n, PG_PAYLOAD_MAX);
+
+	if (i == n)
+		return 0;
+	return due__store_payload_too_big(
+	    "postgres store", i, n, items[i].payload_len, PG_PAYLOAD_MAX,
+	    "a PostgreSQL store takes in one task (PostgreSQL holds no value "
+	    "of 1 GB or more, and the row's other columns need room): no "
+	    "setting raises it; keep the payload elsewhere and put its "
+	    "address in the task");
+}
+
+/* How many of items[0..n) go in the next statement (at least one). */
+static size_t chunk_of(const due_submit *items, size_t n)
+{
+	size_t k = 1, bytes = items[0].payload_len;
+
+	while (k < n && bytes + items[k].payload_len <= PG_CHUNK_BYTES)
+		bytes += items[k++].payload_len;
+	return k;
+}
+
 /* insert_batch for one submit: ST_INSERT_ONE. */
 static int insert_one(due_store *s, const due_submit *it, due_submitted *out)
 {
@@ -1628,10 +1668,11 @@ static int find_live(due_store *s, const due_submit *it, due_id *id)
 }
 
 /*
-** Submit items: insert them all, then give every item whose (kind, key)
-** conflicted the live task's id (existed = true).  When that task ended
-** between our insert and our look-up, insert again.  With keys this runs
-** inside a transaction (ours or the caller's), so all or none commit.
+** Submit items: insert them all (a statement per chunk_of), then give
+** every item whose (kind, key) conflicted the live task's id (existed =
+** true).  When that task ended between our insert and our look-up, insert
+** again.  With keys, or more than one chunk, this runs inside a
+** transaction (ours or the caller's), so all or none commit.
 */
 static int insert_items(due_store *s, const due_submit *items, size_t n,
 			due_submitted *out)
@@ -1640,8 +1681,11 @@ static int insert_items(due_store *s, const due_submit *items, size_t n,
 
 	for (size_t i = 0; i < n; i++)
 		out[i].id = 0;
-	if ((rc = insert_batch(s, items, n, out)) < 0)
-		return rc;
+	for (size_t i = 0, k; i < n; i += k)
+		if ((rc = insert_batch(s, items + i,
+				       k = chunk_of(items + i, n - i),
+				       out + i)) < 0)
+			return rc;
 	for (size_t i = 0; i < n; i++) {
 		for (int tries = 0; out[i].id == 0; tries++) {
 			if (tries == KEY_TRIES)
@@ -1673,9 +1717,9 @@ static int pg_schedule(due_store *s, due_submitted *out,
 
 	for (size_t i = 0; i < n; i++)
 		keyed |= items[i].opts.key != NULL;
-	if ((rc = due__pg_ok(s)) < 0)
+	if ((rc = pg_payloads_fit(items, n)) < 0 || (rc = due__pg_ok(s)) < 0)
 		return rc;
-	if (!keyed)
+	if (!keyed && chunk_of(items, n) == n)
 		return insert_items(s, items, n, out);
 	if ((rc = due__pg_begin(s)) < 0)
 		return rc;
@@ -2560,7 +2604,11 @@ static int pg_cron_put(due_store *s, const due_cron_def *d, due_time next_slot)
 	PGresult *r;
 	int rc;
 
-	if ((rc = due__pg_ok(s)) < 0)
+	due_submit it = {.kind = d->kind,
+			 .payload = d->payload,
+			 .payload_len = d->payload_len};
+
+	if ((rc = pg_payloads_fit(&it, 1)) < 0 || (rc = due__pg_ok(s)) < 0)
 		return rc;
 	due__pg_text(&p, d->name);
 	due__pg_text(&p, d->expr);

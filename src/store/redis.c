@@ -117,13 +117,28 @@
 
 /*
 ** One due_schedule_batch is one script, so it is all-or-none like a
-** transaction on the SQL stores; a call over either cap is refused with
-** DUE_ETOOBIG before anything is sent (split it into several calls).
-** The byte cap keeps the command far under client-query-buffer-limit,
-** the item cap keeps one script short (it blocks the server while it runs).
+** transaction on the SQL stores, and it cannot be split without losing
+** that.  So a call has bounds of its own, refused with DUE_ETOOBIG before
+** anything is sent (docs/INTERFACE.md, `due add --help`):
+**   - at most SUBMIT_MAX_ITEMS tasks: a script blocks the server while it
+**     runs, about 20 to 50 us a task here (10,000: 0.2 to 0.5 s on the
+**     loaded test machine; 100,000 took 2 to 7 s, past Redis's 5 s
+**     busy-reply-threshold, when every other client hears BUSY);
+**   - payloads (each, and all of a call together) of at most what the
+**     server takes in one argument (rd_payloads_fit): proto-max-bulk-len
+**     (512 MB by default), or client-query-buffer-limit (1 GB) when that
+**     is lower: Redis drops the connection of a command with a larger
+**     argument.  A call's arguments together are not bounded by either
+**     (measured: each is read into its own buffer), but the server holds
+**     them, their copies in the script and the tasks at once.
+** Payloads up to RD_LIMIT_FLOOR fit whatever the settings say (their
+** smallest values are 1 MB), so the settings are read (CONFIG GET) only
+** for a call that carries more.
 */
 #define SUBMIT_MAX_ITEMS 10000
-#define SUBMIT_MAX_BYTES (4u << 20)
+#define RD_LIMIT_FLOOR ((1u << 20) - 1024)
+#define RD_DEFAULT_BULK (512ull << 20)
+#define RD_DEFAULT_QBUF (1024ull << 20)
 
 extern const char due__redis_lua[];
 
@@ -172,15 +187,16 @@ struct due_store {
 	redisContext *c;
 	redisContext *sub; /* listen(): SUBSCRIBEd */
 	rd_cfg cfg;
-	char meta[160]; /* "{due:NAME}:meta", the script's KEYS[1] */
-	char chan[160]; /* "{due:NAME}:wake" */
-	char sha[48];	/* of the script, as loaded */
-	char *script;	/* prelude + due__redis_lua */
-	bool cluster;	/* the seed said cluster_enabled:1 */
-	int slot;	/* of the hash tag "due:NAME" */
-	int wait_n;	/* replicas a write waits for (WAIT), 0: none */
-	bool degraded;	/* the last WAIT fell short: check before writing */
-	rd_node master; /* of slot, as last heard (port 0: unknown) */
+	char meta[160];	  /* "{due:NAME}:meta", the script's KEYS[1] */
+	char chan[160];	  /* "{due:NAME}:wake" */
+	char sha[48];	  /* of the script, as loaded */
+	char sha_oom[48]; /* its allow-oom twin (oom_free), "" until loaded */
+	char *script;	  /* prelude + due__redis_lua */
+	bool cluster;	  /* the seed said cluster_enabled:1 */
+	int slot;	  /* of the hash tag "due:NAME" */
+	int wait_n;	  /* replicas a write waits for (WAIT), 0: none */
+	bool degraded;	  /* the last WAIT fell short: check before writing */
+	rd_node master;	  /* of slot, as last heard (port 0: unknown) */
 	rd_node known[RD_MAX_KNOWN]; /* every node CLUSTER SLOTS named */
 	rd_node shun;		     /* the node last silent (no_answer) */
 	rd_node last; /* shun when a search began: candidate() asks it last */
@@ -696,22 +712,40 @@ static int rd_cmd(due_store *s, patience p, redisReply **out, const char *what,
 	return rc;
 }
 
-static int load_script(due_store *s)
+/* SCRIPT LOAD head + the script; its sha into sha (48 bytes). */
+static int load_text(due_store *s, const char *head, char *sha)
 {
 	redisReply *r;
 	int rc;
 
-	if ((rc = rd_cmd(s, whole(s), &r, "load script", "SCRIPT LOAD %s",
-			 s->script)) < 0 ||
+	if ((rc = rd_cmd(s, whole(s), &r, "load script", "SCRIPT LOAD %s%s",
+			 head, s->script)) < 0 ||
 	    (rc = rd_check(s, r, "load script")) < 0)
 		return rc;
-	if (r->type != REDIS_REPLY_STRING || r->len >= (int)sizeof(s->sha)) {
+	if (r->type != REDIS_REPLY_STRING || r->len >= 48) {
 		freeReplyObject(r);
 		return rd_error(s, "load script", "unexpected reply");
 	}
-	memcpy(s->sha, r->str, (size_t)r->len + 1);
+	memcpy(sha, r->str, (size_t)r->len + 1);
 	freeReplyObject(r);
 	return 0;
+}
+
+/*
+** The script's allow-oom twin (Redis 7 script flags): the same text, run
+** only for the operations that free memory (oom_free) after the server
+** refused them for being over maxmemory.
+*/
+#define OOM_HEAD "#!lua flags=allow-oom\n"
+
+/* Load the script (and its allow-oom twin when it was in use). */
+static int load_script(due_store *s)
+{
+	int rc = load_text(s, "", s->sha);
+
+	if (rc == 0 && s->sha_oom[0])
+		rc = load_text(s, OOM_HEAD, s->sha_oom);
+	return rc;
 }
 
 /* The value of CONFIG GET name into buf ("" when CONFIG is refused). */
@@ -1151,8 +1185,8 @@ static void args_free(rargs *v)
 ** call's end: 0 and *out (an error reply too: redirect() reads it), or
 ** DUE_ESTORE with s->c dropped (the script may have run: see rd_eval).
 */
-static int eval_once(due_store *s, const char *op, rargs *v, redisReply **out,
-		     const char *what)
+static int eval_once(due_store *s, const char *sha, const char *op, rargs *v,
+		     redisReply **out, const char *what)
 {
 	size_t n = v->n + 5;
 	const char **argv = malloc(n * sizeof(*argv));
@@ -1171,7 +1205,7 @@ static int eval_once(due_store *s, const char *op, rargs *v, redisReply **out,
 		drop(&s->c);
 		return rc;
 	}
-	argv[0] = "EVALSHA", argv[1] = s->sha, argv[2] = "1";
+	argv[0] = "EVALSHA", argv[1] = sha, argv[2] = "1";
 	argv[3] = s->meta, argv[4] = op;
 	for (size_t i = 0; i < 5; i++)
 		len[i] = strlen(argv[i]);
@@ -1340,9 +1374,57 @@ static int rd_replicas_ready(due_store *s, const char *what)
 }
 
 /*
+** A Redis at maxmemory (maxmemory-policy noeviction, as the store asks)
+** refuses a script's first write that may grow memory: "OOM command not
+** allowed when used memory > 'maxmemory'", before anything is written
+** (the check is at the first such write of a script that has written
+** nothing yet: redis_lua.c's scripts never catch a failed call).  The
+** operations an operator frees memory with run again, at once, as the
+** script's allow-oom twin (Redis 7's script flags), so they work on a
+** full store: cancel, kill (they end tasks that prune then deletes; each
+** writes a few hundred bytes) and prune.  Every other refusal becomes
+** oom_full()'s message.
+*/
+static bool oom_free(const char *op)
+{
+	return strcmp(op, "cancel") == 0 || strcmp(op, "kill") == 0 ||
+	       strcmp(op, "prune") == 0;
+}
+
+/*
+** The refusal: "OOM command not allowed ..." (Redis 7 keeps the code of
+** the call that failed in the script; Redis 6 wrapped it in "ERR Error
+** running script ... -OOM command not allowed").
+*/
+static bool is_oom(const redisReply *r)
+{
+	return starts(r, "OOM ") ||
+	       (r && r->type == REDIS_REPLY_ERROR &&
+		strstr(r->str, "OOM command not allowed") != NULL);
+}
+
+/* DUE_ESTORE: "Redis is full (maxmemory N): prune or raise maxmemory". */
+static int oom_full(due_store *s, const char *what)
+{
+	char mm[32] = "";
+
+	/* CONFIG GET is allowed at maxmemory; refused (a managed service):
+	   the message has no number */
+	if (config_get(s, "maxmemory", mm, sizeof(mm)) < 0)
+		mm[0] = '\0';
+	return due__error_set(
+	    DUE_ESTORE,
+	    "redis store %s: %s refused: Redis is full (maxmemory%s%s%s): "
+	    "prune (`due prune`, after `due cancel` or `due kill` of what "
+	    "need not run) or raise maxmemory",
+	    s->cfg.label, what, mm[0] ? " " : "", mm, mm[0] ? " bytes" : "");
+}
+
+/*
 ** Run operation op with args v: 0 and the reply in *out (the caller
 ** frees it), or DUE_ESTORE (a lost connection, a server error, a write
-** that fewer replicas than ?wait= acknowledged).  One call: everything
+** that fewer replicas than ?wait= acknowledged, a full server: oom_full).
+** One call: everything
 ** but the WAIT ends within the bound (begin).  A reply the server gave
 ** without running the script (redirect) is retried for at most
 ** FAILOVER_WAIT_US within that; a connection lost, or silent, after
@@ -1353,6 +1435,7 @@ static int rd_eval(due_store *s, const char *op, rargs *v, redisReply **out,
 		   const char *what)
 {
 	int64_t end = 0;
+	bool twin = false;
 	int rc, act;
 
 	*out = NULL;
@@ -1361,11 +1444,13 @@ static int rd_eval(due_store *s, const char *op, rargs *v, redisReply **out,
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	}
 	begin(s);
+again:
 	for (int tries = 0;; tries++) {
 		if ((rc = rd_ok(s)) < 0 ||
 		    (s->degraded && s->wait_n > 0 && !op_reads(op) &&
 		     (rc = rd_replicas_ready(s, what)) < 0) ||
-		    (rc = eval_once(s, op, v, out, what)) < 0)
+		    (rc = eval_once(s, twin ? s->sha_oom : s->sha, op, v, out,
+				    what)) < 0)
 			goto done;
 		if ((act = redirect(s, *out)) <= 0 || tries > 1000)
 			break;
@@ -1382,6 +1467,23 @@ static int rd_eval(due_store *s, const char *op, rargs *v, redisReply **out,
 		freeReplyObject(*out);
 		*out = NULL;
 		rc = act;
+		goto done;
+	}
+	if (is_oom(*out)) { /* nothing was written (oom_free) */
+		freeReplyObject(*out);
+		*out = NULL;
+		if (!twin && oom_free(op) &&
+		    (s->sha_oom[0] ||
+		     load_text(s, OOM_HEAD, s->sha_oom) == 0)) {
+			twin = true;
+			end = 0;
+			goto again;
+		}
+		if (!s->c) { /* the connection was lost loading the twin */
+			rc = due_error_last_code();
+			goto done;
+		}
+		rc = oom_full(s, what);
 		goto done;
 	}
 	if ((rc = rd_check(s, *out, what)) < 0)
@@ -1716,40 +1818,124 @@ static void arg_submit(rargs *a, const due_submit *it)
 	arg_i(a, o->timeout_us > 0 ? o->timeout_us : 0);
 }
 
+/* A setting read with CONFIG GET: *v, or false when CONFIG is refused. */
+static int config_size(due_store *s, const char *name, unsigned long long *v,
+		       bool *known)
+{
+	char buf[32], *end;
+	int rc;
+
+	if ((rc = config_get(s, name, buf, sizeof(buf))) < 0)
+		return rc;
+	*known = buf[0] != '\0';
+	if (*known)
+		*v = strtoull(buf, &end, 10);
+	return 0;
+}
+
+/*
+** The largest payload this server takes (SUBMIT_MAX_ITEMS's comment):
+** *max, and into why (n bytes) the setting that bounds it, for
+** due__store_payload_too_big; `len` is the payload to suggest a value for.
+*/
+static int payload_max(due_store *s, size_t *max, char *why, size_t n,
+		       size_t len)
+{
+	unsigned long long bulk = RD_DEFAULT_BULK, qbuf = RD_DEFAULT_QBUF, v;
+	unsigned long long need = (len + 1024 + (1u << 20) - 1) >> 20;
+	const char *name = "proto-max-bulk-len";
+	bool kb = false, kq = false;
+	int rc;
+
+	begin(s);
+	if ((rc = rd_ok(s)) < 0 ||
+	    (rc = config_size(s, "proto-max-bulk-len", &bulk, &kb)) < 0 ||
+	    (rc = config_size(s, "client-query-buffer-limit", &qbuf, &kq)) < 0)
+		return rc;
+	v = bulk;
+	if (qbuf < bulk + 1024) { /* the whole argument must fit the buffer */
+		name = "client-query-buffer-limit";
+		v = qbuf;
+		bulk = qbuf > 1024 ? qbuf - 1024 : 0;
+	}
+	*max = bulk > SIZE_MAX ? SIZE_MAX : (size_t)bulk;
+	if (kb && kq)
+		snprintf(why, n,
+			 "this server takes in one argument (%s = %llu): raise "
+			 "it (CONFIG SET %s %llumb, and in redis.conf)",
+			 name, v, name, need);
+	else
+		snprintf(why, n,
+			 "Redis takes in one argument by default (%s = %llu; "
+			 "this server refuses CONFIG GET): raise it in the "
+			 "server's configuration if it is lower",
+			 name, v);
+	return 0;
+}
+
+/*
+** 0 when every payload of the call, and all of them together, fit what
+** the server takes in one argument; else DUE_ETOOBIG before anything is
+** sent.  One task over it is refused as one task (no "split": it cannot
+** be); a batch whose payloads each fit but together do not is told to
+** split (each call all or none).
+*/
+static int rd_payloads_fit(due_store *s, const due_submit *items, size_t n)
+{
+	size_t total = 0, big = 0, max, i;
+	char why[384], who[600];
+	int rc;
+
+	for (i = 0; i < n; i++) {
+		total += items[i].payload_len;
+		if (items[i].payload_len > items[big].payload_len)
+			big = i;
+	}
+	if (n == 0 || total <= RD_LIMIT_FLOOR)
+		return 0;
+	if ((rc = payload_max(s, &max, why, sizeof(why),
+			      items[big].payload_len)) < 0)
+		return rc;
+	snprintf(who, sizeof(who), "redis store %s", s->cfg.label);
+	if ((i = due__payload_over(items, n, max)) < n)
+		return due__store_payload_too_big(
+		    who, i, n, items[i].payload_len, max, "%s", why);
+	if (total > max)
+		return due__error_set(
+		    DUE_ETOOBIG,
+		    "%s: a batch of %zu tasks carries %zu payload bytes, over "
+		    "the %zu one submit takes (one script, all or none, "
+		    "carries at most what one task may): split it into "
+		    "smaller calls",
+		    who, n, total, max);
+	return 0;
+}
+
 /*
 ** The whole call in one script (all or none), refused with DUE_ETOOBIG
-** when it is over SUBMIT_MAX_ITEMS items or SUBMIT_MAX_BYTES of
-** arguments (each counted with its protocol framing).
+** when it is over SUBMIT_MAX_ITEMS items or what the server takes
+** (rd_payloads_fit).
 */
 static int rd_schedule(due_store *s, due_submitted *out,
 		       const due_submit *items, size_t n)
 {
 	rargs a = {0};
 	redisReply *r;
-	size_t bytes = 0;
 	int rc;
 
 	if (n > SUBMIT_MAX_ITEMS)
 		return due__error_set(
 		    DUE_ETOOBIG,
-		    "redis store %s: a batch of %zu tasks is over the %d "
-		    "one submit can hold (one script, all or none): split it "
-		    "into calls of at most %d",
+		    "redis store %s: a batch of %zu tasks is over the %d one "
+		    "call takes on Redis (one script, all or none, which "
+		    "blocks the server while it runs): split it into calls of "
+		    "at most %d",
 		    s->cfg.label, n, SUBMIT_MAX_ITEMS, SUBMIT_MAX_ITEMS);
+	if ((rc = rd_payloads_fit(s, items, n)) < 0)
+		return rc;
 	arg_i(&a, (int64_t)n);
 	for (size_t i = 0; i < n; i++)
 		arg_submit(&a, &items[i]);
-	for (size_t i = 0; i < a.n; i++)
-		bytes += a.a[i].n + 16;
-	if (!a.oom && bytes > SUBMIT_MAX_BYTES) {
-		args_free(&a);
-		return due__error_set(
-		    DUE_ETOOBIG,
-		    "redis store %s: a batch of %zu tasks is %zu bytes, over "
-		    "the %u MiB one submit can hold (one script, all or none): "
-		    "split it into smaller calls",
-		    s->cfg.label, n, bytes, SUBMIT_MAX_BYTES >> 20);
-	}
 	if ((rc = rd_eval(s, "submit", &a, &r, "submit")) < 0)
 		return rc;
 	if (!is_array(r, 2 * n))
@@ -2270,6 +2456,13 @@ static int rd_cron_put(due_store *s, const due_cron_def *d, due_time next_slot)
 	redisReply *r;
 	int rc;
 
+	{
+		due_submit it = {.kind = d->kind,
+				 .payload = d->payload,
+				 .payload_len = d->payload_len};
+		if ((rc = rd_payloads_fit(s, &it, 1)) < 0)
+			return rc;
+	}
 	arg_z(&a, d->name);
 	arg_z(&a, d->expr);
 	arg_z(&a, d->kind);
@@ -2812,6 +3005,11 @@ bool due__redis_same_node(const due_store *a, const due_store *b)
 }
 
 const char *due__redis_label(const due_store *s) { return s->cfg.label; }
+
+int due__redis_payloads_fit(due_store *s, const due_submit *items, size_t n)
+{
+	return rd_payloads_fit(s, items, n);
+}
 
 int due__redis_version(due_store *s, int *v)
 {

@@ -83,7 +83,7 @@ struct due_store {
 	int n;
 	unsigned submit_rr, claim_rr;
 	limited lim;
-	void *other; /* due init: the other layout's cfg (other_layout) */
+	void *other; /* the other layout's cfg (other_layout) */
 	written *wr; /* WRITTEN_MAX, oldest first; NULL until needed */
 	size_t n_wr;
 	int64_t timeout_us; /* the bound of every wait (due_open_params) */
@@ -154,7 +154,6 @@ static void sh_close(due_store *s)
 
 static int sh_open(due_store **out, const void *cfg, const due_open_params *p)
 {
-	bool create = p->create;
 	const sh_cfg *c = cfg;
 	due_store *s = calloc(1, sizeof(*s));
 	int rc;
@@ -164,10 +163,11 @@ static int sh_open(due_store **out, const void *cfg, const due_open_params *p)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	s->n = c->n;
 	s->timeout_us = p->timeout_us;
-	/* for due init: shard 0 of a 2-shard layout when this one is not
+	/* for due init, and for the verdict of a prefix with no store
+	   (sh_check_schema): shard 0 of a 2-shard layout when this one is not
 	   sharded (any N has the same shard 0 keys), else the unsharded */
-	if (create && (rc = due__redis_shard_cfg(&s->other, c->one,
-						 s->n > 1 ? 1 : 2, 0)) < 0)
+	if ((rc = due__redis_shard_cfg(&s->other, c->one, s->n > 1 ? 1 : 2,
+				       0)) < 0)
 		return rc;
 	for (int i = 0; i < c->n; i++)
 		if ((rc = SLOT->open(&s->sh[i], c->part[i], p)) < 0)
@@ -192,12 +192,17 @@ static int each(due_store *s, int (*fn)(due_store *))
 ** Whether the same name holds a store of the other layout: unsharded
 ** {due:NAME} when this one has shards, shard 0 of a sharded one when not.
 ** `due init` with the wrong ?shards= would otherwise make a second, empty
-** store beside it that takes submits no worker of the first one sees.
+** store beside it that takes submits no worker of the first one sees
+** (init: true); every other command would say "no due schema: run `due
+** init`" (sh_check_schema).  DUE_ESCHEMA naming the shards= to open it
+** with, or 0 when there is none.
 */
-static int other_layout(due_store *s)
+static int other_layout(due_store *s, bool init)
 {
 	due_store *o = NULL;
 	due_open_params op = {.create = false, .timeout_us = s->timeout_us};
+	const char *tail = init ? ", or use another prefix (nothing written)"
+				: " (this URL finds no store there)";
 	int v = -1, rc;
 
 	if (!s->other)
@@ -213,25 +218,43 @@ static int other_layout(due_store *s)
 		return due__error_set(
 		    DUE_ESCHEMA,
 		    "redis store %s: an unsharded store of this prefix exists: "
-		    "open it without ?shards=, or use another prefix for the "
-		    "sharded one (nothing written)",
-		    due__redis_label(s->sh[0]));
+		    "open it without ?shards=%s",
+		    due__redis_label(s->sh[0]), tail);
 	/* asked as shard 0 of 2: -1000 - N when it was made with another N */
 	return due__error_set(
 	    DUE_ESCHEMA,
 	    "redis store %s: a store of this prefix made with shards=%d "
-	    "exists: open it with ?shards=%d, or use another prefix (nothing "
-	    "written)",
+	    "exists: open it with ?shards=%d%s",
 	    due__redis_label(s->sh[0]), v <= -1000 ? -1000 - v : 2,
-	    v <= -1000 ? -1000 - v : 2);
+	    v <= -1000 ? -1000 - v : 2, tail);
 }
 
 static int sh_init_schema(due_store *s)
 {
-	int rc = other_layout(s);
+	int rc = other_layout(s, true);
 	return rc < 0 ? rc : each(s, SLOT->init_schema);
 }
-static int sh_check_schema(due_store *s) { return each(s, SLOT->check_schema); }
+
+/*
+** Every shard's verdict.  When the URL's layout finds no store at all
+** (shard 0 says -1), the other layout may hold one (an unsharded URL
+** over a store made with shards=N, or the reverse): say so, with the
+** shards= to open it with, instead of "run `due init`", which would
+** refuse.  A probe that fails leaves the first verdict.
+*/
+static int sh_check_schema(due_store *s)
+{
+	char msg[1024];
+	int rc = each(s, SLOT->check_schema), v = 0, other;
+
+	if (rc != DUE_ESCHEMA)
+		return rc;
+	snprintf(msg, sizeof(msg), "%s", due_error_last());
+	if (due__redis_version(s->sh[0], &v) == 0 && v == -1 &&
+	    (other = other_layout(s, false)) == DUE_ESCHEMA)
+		return other;
+	return due__error_set(rc, "%s", msg);
+}
 static int sh_now(due_store *s, due_time *out)
 {
 	return SLOT->now(s->sh[0], out);
@@ -358,6 +381,10 @@ static int sh_schedule(due_store *s, due_submitted *out,
 		rc = due__error_set(DUE_ENOMEM, "out of memory");
 		goto done;
 	}
+	/* a payload too large for the server: refused before any shard
+	   writes its part (each shard's script checks its own too) */
+	if ((rc = due__redis_payloads_fit(s->sh[0], items, n)) < 0)
+		goto done;
 	for (int i = 0; i < s->n && rc == 0; i++) {
 		size_t k = 0;
 		for (size_t j = 0; j < n; j++)

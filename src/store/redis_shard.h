@@ -41,4 +41,11 @@ bool due__redis_same_node(const due_store *a, const due_store *b);
 */
 int due__redis_version(due_store *s, int *v);
 
+/*
+** 0 when the payloads of items fit what s's server takes (each, and all
+** together: redis.c, rd_payloads_fit), else DUE_ETOOBIG: a batch spread
+** over shards is checked whole before any shard writes its part.
+*/
+int due__redis_payloads_fit(due_store *s, const due_submit *items, size_t n);
+
 #endif /* DUE_REDIS_SHARD_H */

@@ -1049,6 +1049,36 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 	return 0;
 }
 
+/*
+** The payload limit: SQLite takes no string, blob or row longer than
+** SQLITE_LIMIT_LENGTH (SQLITE_MAX_LENGTH, 1,000,000,000 bytes unless the
+** library was built otherwise; read from the connection, which may only
+** lower it).  A task's row must fit beside its payload, its result
+** included (1 MiB by default), so a payload is at most that less
+** SQ_ROW_ROOM, refused before anything is written.
+*/
+#define SQ_ROW_ROOM (4u << 20)
+
+static int sq_payloads_fit(sqlite3 *db, const char *path,
+			   const due_submit *items, size_t n)
+{
+	int lim = sqlite3_limit(db, SQLITE_LIMIT_LENGTH, -1);
+	size_t max = lim > (int)SQ_ROW_ROOM ? (size_t)lim - SQ_ROW_ROOM : 0;
+	size_t i = due__payload_over(items, n, max);
+	char who[600];
+
+	if (i == n)
+		return 0;
+	snprintf(who, sizeof(who), "sqlite store '%s'", path ? path : "");
+	return due__store_payload_too_big(
+	    who, i, n, items[i].payload_len, max,
+	    "this SQLite takes in one task (SQLITE_LIMIT_LENGTH = %d, less "
+	    "room for the row's other columns): SQLite's compile-time "
+	    "SQLITE_MAX_LENGTH raises it (at most 2147483647); keep the "
+	    "payload elsewhere and put its address in the task",
+	    lim);
+}
+
 static int due__sq_schedule(due_store *s, due_submitted *out,
 			    const due_submit *items, size_t n)
 {
@@ -1056,7 +1086,8 @@ static int due__sq_schedule(due_store *s, due_submitted *out,
 	due_time now;
 	int rc;
 
-	if ((rc = due__sq_begin(s)) < 0)
+	if ((rc = sq_payloads_fit(s->db, s->path, items, n)) < 0 ||
+	    (rc = due__sq_begin(s)) < 0)
 		return rc;
 	now = due_time_now_host();
 	for (size_t i = 0; i < n; i++) {
@@ -1093,6 +1124,9 @@ static int due__sq_schedule_on_native(void *conn, due_submitted *out,
 	sqlite3_stmt *ins = NULL, *find = NULL;
 	int rc;
 
+	if ((rc = sq_payloads_fit(conn, sqlite3_db_filename(conn, "main"), it,
+				  1)) < 0)
+		return rc;
 	if ((rc = sqlite3_prepare_v2(conn, sql_text[ST_INSERT], -1, &ins,
 				     NULL)) ||
 	    (rc = sqlite3_prepare_v2(conn, sql_text[ST_FIND_KEY], -1, &find,
@@ -2918,10 +2952,14 @@ static int due__sq_cron_list(due_store *s, due_cron_info_list **out)
 static int due__sq_cron_put(due_store *s, const due_cron_def *d,
 			    due_time next_slot)
 {
+	due_submit it = {.kind = d->kind,
+			 .payload = d->payload,
+			 .payload_len = d->payload_len};
 	sqlite3_stmt *st;
 	int rc;
 
-	if ((rc = due__sq_begin(s)) < 0)
+	if ((rc = sq_payloads_fit(s->db, s->path, &it, 1)) < 0 ||
+	    (rc = due__sq_begin(s)) < 0)
 		return rc;
 	if (!(st = stmt(s, ST_SCHED_PUT))) {
 		rc = due_error_last_code();

@@ -378,6 +378,28 @@ int due__store_no_answer(const char *where, int64_t timeout_us);
 /* A bound as those messages write it: "10 s", else "1s500ms". */
 void due__bound_format(char *buf, size_t n, int64_t timeout_us);
 
+/*
+** The store's own payload limit (docs/internals/store.md, "Limits").
+** Besides the caller's max_payload (the core's check), each backend
+** knows the largest payload its database takes in one task: MySQL's
+** max_allowed_packet and Redis' proto-max-bulk-len as the server says at
+** connect, PostgreSQL's 1 GB value, SQLite's SQLITE_LIMIT_LENGTH.  Its
+** schedule (and cron_put) refuses a payload over it before anything is
+** sent: due__payload_over() finds the first of n items over max bytes (n
+** when none is), and due__store_payload_too_big() is the refusal,
+** DUE_ETOOBIG: "STORE: [item I: ]payload is LEN bytes, over the MAX bytes
+** WHY", where WHY (printf) names the limit and the setting that raises
+** it, or says that none does.  A limit is about one task: a batch whose
+** payloads each fit is never refused for that (the backend splits it
+** inside its transaction, or names its own bound on a batch).
+*/
+size_t due__payload_over(const due_submit *items, size_t n, size_t max);
+#if defined(__GNUC__)
+__attribute__((format(printf, 6, 7)))
+#endif
+int due__store_payload_too_big(const char *store, size_t item, size_t n,
+			       size_t len, size_t max, const char *fmt, ...);
+
 /* --- Helpers shared by backends (src/store/common.c) --- */
 
 /*
