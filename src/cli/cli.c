@@ -186,7 +186,8 @@ int cli_read_file(const cli_ctx *c, const char *path, size_t max,
 	if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) &&
 	    (uintmax_t)st.st_size > max) {
 		fprintf(stderr,
-			"%s: '%s' is %jd bytes, over the limit of %zu bytes\n",
+			"%s: '%s' is %jd bytes, over the limit of %zu bytes "
+			"(set $DUE_MAX_PAYLOAD to raise it, up to 1 GiB)\n",
 			c->prog, path, (intmax_t)st.st_size, max);
 		rc = EXIT_USAGE;
 		goto done;
@@ -218,7 +219,8 @@ int cli_read_file(const cli_ctx *c, const char *path, size_t max,
 		/* a pipe or a file that grew: its whole size is unknown */
 		rc = EXIT_USAGE;
 		fprintf(stderr,
-			"%s: '%s' is more than %zu bytes, over the limit\n",
+			"%s: '%s' is more than %zu bytes, over the limit "
+			"(set $DUE_MAX_PAYLOAD to raise it, up to 1 GiB)\n",
 			c->prog, path, max);
 	}
 done:

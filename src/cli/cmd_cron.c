@@ -225,8 +225,12 @@ static int cron_ls(cli_ctx *c, int npos)
 		if (due_time_format_zone(z, sizeof(z), s->next_slot, s->tz) < 0)
 			snprintf(z, sizeof(z), "?");
 		snprintf(zl, sizeof(zl), "%s %s", z, s->tz);
-		printf("%-16s %-18s %-14s %-24s %-32s %6lld %6lld\n", s->name,
-		       s->expr, s->kind, u, zl, (long long)s->fired,
+		cli_put_str(s->name, 16);
+		putchar(' ');
+		cli_put_str(s->expr, 18);
+		putchar(' ');
+		cli_put_str(s->kind, 14);
+		printf(" %-24s %-32s %6lld %6lld\n", u, zl, (long long)s->fired,
 		       (long long)s->missed);
 	}
 	due_cron_info_list_free(l);

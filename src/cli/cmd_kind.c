@@ -174,10 +174,10 @@ static void print_table(const due_kind_info_list *l)
 	for (size_t i = 0; i < l->count; i++) {
 		const due_kind_info *k = &l->items[i];
 		char r[64], m[24], g[24], t[48];
-		printf("%-20s %-6s %-12s %-11s %-9s %-9s %7lld %9lld %7lld  "
+		cli_put_str(k->kind, 20);
+		printf(" %-6s %-12s %-11s %-9s %-9s %7lld %9lld %7lld  "
 		       "%lld/%lld/%lld\n",
-		       k->kind, k->paused ? "yes" : "no",
-		       rate_text(r, sizeof(r), k),
+		       k->paused ? "yes" : "no", rate_text(r, sizeof(r), k),
 		       n_text(m, sizeof(m), k->max_running),
 		       n_text(g, sizeof(g), k->max_running_per_group),
 		       dur_text(t, sizeof(t), k->timeout_us),

@@ -40,8 +40,10 @@ void cli_print_task_table(const due_task_list *l)
 	for (size_t i = 0; i < l->count; i++) {
 		const due_task *t = &l->items[i];
 		due_time_format(due, sizeof(due), t->due_at);
-		printf("%-10lld %-10s %-20s %-24s %-7d ", (long long)t->id,
-		       due_state_name(t->state), t->kind, due, t->attempt);
+		printf("%-10lld %-10s ", (long long)t->id,
+		       due_state_name(t->state));
+		cli_put_str(t->kind, 20);
+		printf(" %-24s %-7d ", due, t->attempt);
 		cli_put_str(t->key, 0);
 		if (t->key && t->last_error)
 			putchar(' ');

@@ -70,7 +70,9 @@ static void print_text(const due_task *t, const char *held)
 	char b1[40], b2[40];
 
 	printf("%-17s %lld\n", "id", (long long)t->id);
-	printf("%-17s %s\n", "kind", t->kind);
+	printf("%-17s ", "kind");
+	cli_put_str(t->kind, 0);
+	putchar('\n');
 	printf("%-17s %s%s\n", "state", due_state_name(t->state),
 	       t->cancel_requested ? " (cancel requested)" : "");
 	if (held) /* its own line, "waiting: kind paused", easy to grep */

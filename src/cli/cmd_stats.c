@@ -81,8 +81,10 @@ static void print_kinds(const due_kind_info_list *l)
 	printf("kinds with settings:\n");
 	for (size_t i = 0; i < l->count; i++) {
 		const due_kind_info *k = &l->items[i];
-		printf("  %-20s %s, running %lld", k->kind,
-		       k->paused ? "paused" : "active", (long long)k->running);
+		fputs("  ", stdout);
+		cli_put_str(k->kind, 20);
+		printf(" %s, running %lld", k->paused ? "paused" : "active",
+		       (long long)k->running);
 		if (k->max_running > 0)
 			printf("/%d", (int)k->max_running);
 		if (k->rate_n > 0) {

@@ -346,7 +346,9 @@ static int check_def(const due_cron_def *d, size_t max_payload)
 	if (d->payload_len > max_payload)
 		return due__error_set(
 		    DUE_ETOOBIG,
-		    "payload is %zu bytes, over the limit of %zu bytes",
+		    "payload is %zu bytes, over the limit of %zu bytes "
+		    "(raise it with due_open_opts.max_payload; "
+		    "$DUE_MAX_PAYLOAD for the due command and due serve)",
 		    d->payload_len, max_payload);
 	if ((unsigned)d->misfire > DUE_MISFIRE_ONCE ||
 	    (unsigned)d->overlap > DUE_OVERLAP_WAIT)

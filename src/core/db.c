@@ -232,7 +232,7 @@ static void copy_opts(due_schedule_opts *dst, const due_schedule_opts *src)
 }
 
 int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
-		      const char *what)
+		      bool fixed_limit, const char *what)
 {
 	int rc;
 
@@ -244,8 +244,12 @@ int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 	if (in->payload_len > max_payload) {
 		rc = due__error_set(
 		    DUE_ETOOBIG,
-		    "payload is %zu bytes, over the limit of %zu bytes",
-		    in->payload_len, max_payload);
+		    "payload is %zu bytes, over the limit of %zu bytes%s",
+		    in->payload_len, max_payload,
+		    fixed_limit ? ""
+				: " (raise it with due_open_opts.max_payload; "
+				  "$DUE_MAX_PAYLOAD for the due command and "
+				  "due serve)");
 		goto bad;
 	}
 	if (!in->payload && in->payload_len) {
@@ -301,7 +305,7 @@ int due_schedule(due_db *db, due_submitted *out, const char *kind,
 
 	copy_opts(&in.opts, opts);
 	if ((rc = ready(db)) < 0 ||
-	    (rc = due__submit_check(&in, &s, db->max_payload, NULL)) < 0)
+	    (rc = due__submit_check(&in, &s, db->max_payload, false, NULL)) < 0)
 		return rc;
 	return db->ops->schedule(db->store, out, &s, 1);
 }
@@ -323,7 +327,7 @@ int due_schedule_batch(due_db *db, due_submitted *out, const due_submit *items,
 		char what[32];
 		snprintf(what, sizeof(what), "item %zu", i + 1);
 		if ((rc = due__submit_check(&items[i], &checked[i],
-					    db->max_payload, what)) < 0)
+					    db->max_payload, false, what)) < 0)
 			goto done;
 	}
 	rc = db->ops->schedule(db->store, out, checked, n);
@@ -367,7 +371,7 @@ int due__schedule_native(const due_store_ops *ops, const char *api, void *conn,
 		    api, ops->name);
 	if (!conn)
 		return due__error_set(DUE_EINVAL, "connection is NULL");
-	rc = due__submit_check(&in, &it, DUE_DEFAULT_MAX_PAYLOAD, NULL);
+	rc = due__submit_check(&in, &it, DUE_DEFAULT_MAX_PAYLOAD, true, NULL);
 	if (rc < 0)
 		return rc;
 	switch (ops->native_tx(conn)) {

@@ -83,10 +83,12 @@ int due__validate_group(const char *group);
 
 /*
 ** Check one submit and copy it to *out with defaults filled in.  `what`
-** (may be NULL) prefixes the message, e.g. "item 3".  src/core/db.c.
+** (may be NULL) prefixes the message, e.g. "item 3".  `fixed_limit`: no
+** setting raises max_payload (a caller's transaction), so the message names
+** none.  src/core/db.c.
 */
 int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
-		      const char *what);
+		      bool fixed_limit, const char *what);
 
 #define DUE_DEFAULT_MAX_PAYLOAD (1u << 20)
 

@@ -38,6 +38,9 @@ json_t *due_fmt_stats_report(const due_metrics *m,
 json_t *due_fmt_time(due_time t);
 /* Is [p, p+n) valid UTF-8 without NUL bytes? */
 int due_fmt_is_utf8(const unsigned char *p, size_t n);
+/* A stored text field under `name`: null when absent, a string when UTF-8,
+   else its exact bytes in base64 under `name_b64`, never dropped. */
+void due_fmt_set_text(json_t *o, const char *name, const char *s);
 /* Base64 of n bytes, malloc'd, NUL-terminated. */
 char *due_fmt_base64(const unsigned char *p, size_t n);
 /* Decode base64 into a malloc'd buffer; -1 on bad input. */

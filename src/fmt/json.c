@@ -173,7 +173,7 @@ static void set_bytes(json_t *o, const char *name, const unsigned char *p,
 ** A stored text field: null when absent, a string when UTF-8, else its
 ** exact bytes in base64 under `name_b64` (as set_bytes does).
 */
-static void set_text(json_t *o, const char *name, const char *s)
+void due_fmt_set_text(json_t *o, const char *name, const char *s)
 {
 	if (!s)
 		json_object_set_new(o, name, json_null());
@@ -187,12 +187,12 @@ static json_t *attempt_json(const due_attempt *a)
 	if (!o)
 		return NULL;
 	json_object_set_new(o, "attempt", json_integer(a->attempt));
-	set_text(o, "worker", a->worker);
+	due_fmt_set_text(o, "worker", a->worker);
 	json_object_set_new(o, "claimed_at", due_fmt_time(a->claimed_at));
 	json_object_set_new(o, "ended_at", due_fmt_time(a->ended_at));
-	set_text(o, "outcome", a->outcome);
-	set_text(o, "error", a->error);
-	set_text(o, "late_commit", a->late_commit);
+	due_fmt_set_text(o, "outcome", a->outcome);
+	due_fmt_set_text(o, "error", a->error);
+	due_fmt_set_text(o, "late_commit", a->late_commit);
 	json_object_set_new(
 	    o, "lateness_ms",
 	    json_real((double)(a->claimed_at - a->due_at) / 1000.0));
@@ -222,7 +222,7 @@ json_t *due_fmt_task_cut(const due_task *t, size_t cut)
 		return NULL;
 	}
 	json_object_set_new(o, "id", json_integer(t->id));
-	set_text(o, "kind", t->kind);
+	due_fmt_set_text(o, "kind", t->kind);
 	json_object_set_new(o, "state", json_string(due_state_name(t->state)));
 	/* a due time is always set: 0 is the epoch, not "none" */
 	json_object_set_new(o, "due_at", instant(t->due_at));
@@ -234,13 +234,13 @@ json_t *due_fmt_task_cut(const due_task *t, size_t cut)
 			    json_integer(t->backoff_cap_us / 1000));
 	/* flow control (schema 4): the task's own settings */
 	json_object_set_new(o, "priority", json_integer(t->priority));
-	set_text(o, "group", t->group);
+	due_fmt_set_text(o, "group", t->group);
 	json_object_set_new(o, "timeout", duration_or_null(t->timeout_us));
-	set_text(o, "lease_owner", t->lease_owner);
+	due_fmt_set_text(o, "lease_owner", t->lease_owner);
 	json_object_set_new(o, "lease_until", due_fmt_time(t->lease_until));
 	json_object_set_new(o, "cancel_requested",
 			    json_boolean(t->cancel_requested));
-	set_text(o, "key", t->key);
+	due_fmt_set_text(o, "key", t->key);
 	if (t->has_result)
 		set_bytes(o, "result", t->result, t->result_len, cut);
 	else
@@ -332,10 +332,10 @@ json_t *due_fmt_cron(const due_cron_info *s)
 
 	if (!o)
 		return NULL;
-	set_text(o, "name", s->name);
-	set_text(o, "expr", s->expr);
-	set_text(o, "kind", s->kind);
-	set_text(o, "tz", s->tz);
+	due_fmt_set_text(o, "name", s->name);
+	due_fmt_set_text(o, "expr", s->expr);
+	due_fmt_set_text(o, "kind", s->kind);
+	due_fmt_set_text(o, "tz", s->tz);
 	json_object_set_new(o, "misfire",
 			    json_string(s->misfire ? "once" : "skip"));
 	json_object_set_new(o, "overlap",

@@ -111,7 +111,7 @@ json_t *due_fmt_kind(const due_kind_info *k)
 
 	if (!o)
 		return NULL;
-	json_object_set_new(o, "kind", json_string(k->kind));
+	due_fmt_set_text(o, "kind", k->kind);
 	json_object_set_new(o, "paused", json_boolean(k->paused));
 	json_object_set_new(o, "rate", rate_or_null(k->rate_n, k->rate_us));
 	json_object_set_new(o, "max_running", limit_or_null(k->max_running));

@@ -94,7 +94,10 @@ expect_err 2 "--max-attempts" "$DUE" add demo --max-attempts 0
 expect_err 2 "--max-attempts" "$DUE" add demo --max-attempts lots
 expect_err 2 "base <= cap" "$DUE" add demo --backoff 2h --backoff-cap 1h
 head -c 1048577 /dev/zero | tr '\0' 'x' >"$T/big"
-expect_err 2 "over the limit of 1048576 bytes" "$DUE" add demo --payload-file "$T/big"
+expect_err 2 "over the limit of 1048576 bytes (set \$DUE_MAX_PAYLOAD to raise it" "$DUE" add demo --payload-file "$T/big"
+# a batch line over the limit: the library's refusal names the setting too
+printf '{"kind":"demo","payload":"%s"}\n' "$(head -c 200 /dev/zero | tr '\0' 'y')" >"$T/bigline"
+expect_err 2 "item 1: payload is 200 bytes, over the limit of 100 bytes (raise it with due_open_opts.max_payload; \$DUE_MAX_PAYLOAD" env DUE_MAX_PAYLOAD=100 "$DUE" add --batch "$T/bigline"
 head -c 1048576 /dev/zero | tr '\0' 'x' >"$T/max"
 expect_err 2 "over the limit of 100 bytes" env DUE_MAX_PAYLOAD=100 "$DUE" add demo --payload-file "$T/max"
 expect_err 2 "cannot read" "$DUE" add demo --payload-file "$T/nope"

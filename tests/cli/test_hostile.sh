@@ -106,6 +106,21 @@ check_b64 "show --json" "$T/legacy.json"
 "$DUE" ls --json >"$T/legacy-ls.json"
 check_b64 "ls --json" "$T/legacy-ls.json"
 "$DUE" ls | grep -qF 'k\xff' && ok || bad "ls: not-UTF-8 key not escaped: $("$DUE" ls)"
+# a kind row whose name is not UTF-8: kind_b64 in every JSON that lists
+# kinds, escaped in text (the raw byte never reaches the terminal)
+python3 -c "
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute(\"INSERT INTO due_kind (kind, paused, updated_at) VALUES (CAST(? AS TEXT), 1, 1)\", (b'q\\xff',))
+c.commit()" "$T/due.db"
+"$DUE" kind ls --json | python3 -c "
+import base64, json, sys
+ks = json.load(sys.stdin)
+sys.exit(0 if any('kind' not in k and base64.b64decode(k['kind_b64']) == b'q\xff' for k in ks) else 1)" \
+	&& ok || bad "kind ls --json: not-UTF-8 kind not shown as kind_b64: $("$DUE" kind ls --json)"
+"$DUE" kind ls >"$T/kinds.txt"
+grep -qF 'q\xff' "$T/kinds.txt" && ! grep -q $'\xff' "$T/kinds.txt" && ok \
+	|| bad "kind ls: not-UTF-8 kind not escaped: $(cat -v "$T/kinds.txt")"
 if need DUE_TEST_REDIS_URL redis; then
 	sep='?'; case "$DUE_TEST_REDIS_URL" in *\?*) sep='&';; esac
 	rurl="$DUE_TEST_REDIS_URL${sep}prefix=legacy$$"
