@@ -29,7 +29,9 @@
 ** leases every RECLAIM_MAX_US at most (sooner when the next lease ends
 ** sooner), as a worker's reclaimer does: with only HTTP workers nobody
 ** else would, and a crashed HTTP client's task would stay CLAIMED
-** forever.  Where the store cannot notify, parked polls look again every
+** forever.  And it ends TIMED_OUT the tries claimed here that ran past
+** their time limit without a word from their client (tries.c).  Where the store
+*cannot notify, parked polls look again every
 ** POLL_US.
 **
 ** The deadlines need no store: the ticker (server.c), and the watcher
@@ -64,6 +66,7 @@
 #define RECLAIM_MAX_US 1000000LL /* take expired leases back this often */
 #define REOPEN_US 1000000LL	 /* the watcher's handle after an error */
 #define WATCH_MAX_MS 200
+#define OVERDUE_SCAN_US 200000LL /* look for tries past their limit */
 
 struct http_poll {
 	http_req *r;
@@ -372,6 +375,16 @@ static void run_poll(http_claims *cs, http_poll *p)
 		store_failed(cs, p, rc);
 		return;
 	}
+	if (is_late(p, http_now_us())) { /* the connect took its time */
+		pthread_mutex_lock(&cs->mu);
+		http_poll_list one = {NULL, NULL};
+		push(&one, p); /* answered as the expiry would */
+		answer_all_locked(cs, &one, 503, "store_busy",
+				  "the store took too long to connect; retry "
+				  "later");
+		pthread_mutex_unlock(&cs->mu);
+		return;
+	}
 	p->tried = true;
 	t0 = http_now_us();
 	if ((rc = due_claim_ex(claims_db, &l, &p->c.o)) < 0) {
@@ -423,9 +436,11 @@ static void *claimer(void *arg)
 typedef struct watch {
 	http_claims *cs;
 	due_db *db;
-	int fd;		      /* the listening fd, -1 when not listening */
-	int64_t next_open;    /* a failed handle: not again before */
-	int64_t next_reclaim; /* monotonic */
+	int fd;		       /* the listening fd, -1 when not listening */
+	int64_t next_open;     /* a failed handle: not again before */
+	int64_t next_reclaim;  /* monotonic */
+	int64_t next_deadline; /* the next try's time limit, monotonic */
+	int64_t next_scan;     /* for overdue tries, monotonic */
 } watch;
 
 static void watch_drop(watch *w, const char *what)
@@ -455,22 +470,33 @@ static void watch_open(watch *w)
 /*
 ** Take back expired leases, as a worker does (due_reclaim_expired): to
 ** SCHEDULED due now, DEAD when used up, CANCELLED when a cancel was
-** requested.  Wakes every waiting poll (here and, through the store's
-** notification, elsewhere) when it took anything back.
+** requested.  A read (due_upcoming_get's next lease expiry) decides when,
+** so an idle server takes no write lock.  Wakes every waiting poll (here
+** and, through the store's notification, elsewhere) when it took
+** anything back.
 */
 static void watch_reclaim(watch *w)
 {
 	int64_t now = http_now_us(), next = RECLAIM_MAX_US;
+	due_upcoming *u = NULL;
 	due_reclaimed rc;
 
 	if (!w->db || now < w->next_reclaim)
 		return;
-	if (due_reclaim_expired(w->db, &rc) < 0) {
-		watch_drop(w, "reclaim");
+	if (due_upcoming_get(w->db, &u, NULL, 0, false, 0, 1) < 0) {
+		watch_drop(w, "lease expiry");
 		w->next_reclaim = now + REOPEN_US;
 		return;
 	}
-	if (rc.rescheduled + rc.dead + rc.cancelled) {
+	rc.next_expiry = u->next_expiry;
+	rc.now = u->now;
+	due_upcoming_free(u);
+	if (rc.next_expiry && rc.next_expiry < rc.now) {
+		if (due_reclaim_expired(w->db, &rc) < 0) {
+			watch_drop(w, "reclaim");
+			w->next_reclaim = now + REOPEN_US;
+			return;
+		}
 		http_log("reclaimed",
 			 "took back expired leases: %lld rescheduled, %lld "
 			 "dead, %lld cancelled",
@@ -485,6 +511,45 @@ static void watch_reclaim(watch *w)
 	if (rc.next_expiry > 0 && rc.next_expiry - rc.now + 1000 < next)
 		next = rc.next_expiry - rc.now + 1000;
 	w->next_reclaim = now + (next < 1000 ? 1000 : next);
+}
+
+/*
+** End TIMED_OUT the tries claimed here that passed their time limit with
+** no word from their client (tries.c): their tasks are retried at the
+** limit, not one lease later, as a worker stops a handler at its limit.
+** A try that ended meanwhile is left as it is (the store fences).
+*/
+static void watch_overdue(watch *w)
+{
+	int64_t now = http_now_us();
+	http_try t[64];
+	char why[64], dur[48];
+	due_fail_outcome fo;
+	size_t n;
+
+	/* a scan reads the whole table: at the next deadline it saw, and
+	   every OVERDUE_SCAN_US for tries claimed since */
+	if (!w->db || (now < w->next_deadline && now < w->next_scan))
+		return;
+	w->next_scan = now + OVERDUE_SCAN_US;
+	w->next_deadline = w->next_scan;
+	n = http_tries_overdue(&w->cs->srv->tries, now, t, 64,
+			       &w->next_deadline);
+	for (size_t i = 0; i < n; i++) {
+		due_duration_format(dur, sizeof(dur), t[i].limit_us);
+		snprintf(why, sizeof(why), "timed out after %s", dur);
+		if (due_fail_as(w->db, &fo, t[i].id, t[i].attempt, why,
+				DUE_OUT_TIMED_OUT) < 0) {
+			watch_drop(w, "time limit");
+			return;
+		}
+		if (fo != DUE_FAIL_REJECTED_STALE)
+			http_log("timed_out",
+				 "task %lld attempt %d: %s with no word from "
+				 "its HTTP worker: ended TIMED_OUT (%s)",
+				 (long long)t[i].id, (int)t[i].attempt, why,
+				 due_fail_outcome_name(fo));
+	}
 }
 
 /* Wake what is due, answer what is over; ms until the next of either. */
@@ -505,12 +570,14 @@ static int watch_tick(watch *w)
 	pthread_mutex_unlock(&cs->mu);
 	if (w->db && w->next_reclaim < first)
 		first = w->next_reclaim;
+	if (w->db && w->next_deadline < first)
+		first = w->next_deadline;
 	return first <= now ? 0 : (int)((first - now + 999) / 1000);
 }
 
 static void *watcher(void *arg)
 {
-	watch w = {arg, NULL, -1, 0, 0};
+	watch w = {arg, NULL, -1, 0, 0, 0, 0};
 	http_claims *cs = w.cs;
 
 	for (;;) {
@@ -525,6 +592,7 @@ static void *watcher(void *arg)
 			break;
 		watch_open(&w);
 		watch_reclaim(&w);
+		watch_overdue(&w);
 		pf[1].fd = w.fd;
 		if (poll(pf, w.fd >= 0 ? 2 : 1, watch_tick(&w)) <= 0)
 			continue;

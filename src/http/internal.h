@@ -7,7 +7,8 @@
 ** read requests, check them and send replies, and never wait for the
 ** store.  A route that needs the store is handed, with its connection
 ** suspended, to a pool of store threads (pool.c: one pool for reads, one
-** for changes, and one prober for /health); the handler runs there, builds
+** for changes, and one prober for /health; claims.c for POST /v1/claims,
+** whose long polls wait without a thread); the handler runs there, builds
 ** its reply in the http_req, and resumes the connection; the event thread
 ** then queues the reply.  So an http_req is touched by one thread at a
 ** time: the event thread until it is handed over, the store thread until
@@ -213,6 +214,7 @@ typedef struct http_tries {
 	pthread_mutex_t mu; /* guards the table; held for nothing else */
 	struct http_try_node **buckets;
 	size_t count;
+	size_t n_limited; /* entries with a deadline still to watch */
 } http_tries;
 
 int http_tries_init(http_tries *ts);
@@ -227,6 +229,13 @@ void http_tries_lease(http_tries *ts, due_id id, int32_t attempt,
 		      int64_t lease_end);
 /* The try ended: forget it. */
 void http_tries_remove(http_tries *ts, due_id id, int32_t attempt);
+/*
+** Up to cap tries whose deadline has passed, into out, each once: they
+** are forgotten here (a call for one is judged from the store's record).
+** Lowers *next to the earliest deadline still ahead.
+*/
+size_t http_tries_overdue(http_tries *ts, int64_t now, http_try *out,
+			  size_t cap, int64_t *next);
 /* Forget the tries whose lease ended a minute before now. */
 void http_tries_prune(http_tries *ts, int64_t now);
 

@@ -12,9 +12,14 @@
 **   - libmicrohttpd's event loops (--threads, epoll): read and check
 **     requests, send replies, never call the store;
 **   - the store pools, reads and changes (--threads each), and the /health
-**     prober (pool.c): every store call is made there;
-**   - the ticker, every 100 ms: request deadlines (conns.c), /health and
-**     queue timeouts (pool.c), the log's counts (log.c).
+**     prober (pool.c): every store call is made there, or on
+**   - the claims threads (2 x --threads) and the claims watcher
+**     (claims.c): one claim at a time each; the watcher hears the store's
+**     notifications, takes back expired leases and ends HTTP tries past
+**     their time limit;
+**   - the ticker, every 100 ms: request deadlines (conns.c), /health,
+**     queue and long-poll timeouts (pool.c, claims.c), the log's counts
+**     (log.c), forgetting old tries (tries.c).
 **
 ** Lifecycle of a request (libmicrohttpd calls on_access repeatedly):
 **   0. request line in: on_uri allocates the http_req with the target as

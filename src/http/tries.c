@@ -15,6 +15,11 @@
 ** or forgotten below) is judged from the store's record instead
 ** (routes_work.c).
 **
+** A try claimed here that goes silent past its deadline (no extend, no
+** complete) is ended TIMED_OUT by the claims watcher (claims.c), which
+** asks for the overdue ones with http_tries_overdue(): so its task is
+** retried at its limit, not one lease later.
+**
 ** Bounded: at most MAX_TRIES entries (past that a claim records nothing
 ** and its tries are judged from the store); an entry whose lease ended
 ** FORGET_US ago is dropped by the ticker (http_tries_prune), as is every
@@ -91,6 +96,8 @@ void http_tries_add(http_tries *ts, const http_try *t)
 		n->next = ts->buckets[b];
 		ts->buckets[b] = n;
 		ts->count++;
+		if (t->deadline)
+			ts->n_limited++;
 	}
 	pthread_mutex_unlock(&ts->mu);
 }
@@ -134,6 +141,8 @@ void http_tries_remove(http_tries *ts, due_id id, int32_t attempt)
 	if ((p = find_locked(ts, id, attempt))) {
 		n = *p;
 		*p = n->next;
+		if (n->t.deadline)
+			ts->n_limited--;
 		free(n);
 		ts->count--;
 	}
@@ -154,9 +163,42 @@ void http_tries_prune(http_tries *ts, int64_t now)
 				continue;
 			}
 			*p = n->next;
+			if (n->t.deadline)
+				ts->n_limited--;
 			free(n);
 			ts->count--;
 		}
 	}
 	pthread_mutex_unlock(&ts->mu);
+}
+
+size_t http_tries_overdue(http_tries *ts, int64_t now, http_try *out,
+			  size_t cap, int64_t *next)
+{
+	size_t n = 0;
+
+	if (!ts->buckets)
+		return 0;
+	pthread_mutex_lock(&ts->mu);
+	for (size_t i = 0; i < N_BUCKETS && ts->n_limited && n < cap; i++) {
+		http_try_node **p = &ts->buckets[i];
+		while (*p && n < cap) {
+			http_try_node *x = *p;
+			if (!x->t.deadline || x->t.deadline > now) {
+				if (x->t.deadline && x->t.deadline < *next)
+					*next = x->t.deadline;
+				p = &x->next;
+				continue;
+			}
+			out[n++] = x->t; /* handed out once: forgotten here */
+			*p = x->next;
+			free(x);
+			ts->count--;
+			ts->n_limited--;
+		}
+	}
+	if (n == cap)
+		*next = now; /* more in the next pass */
+	pthread_mutex_unlock(&ts->mu);
+	return n;
 }
