@@ -41,6 +41,11 @@
 ** So a poll is answered by wait + QUEUE_SLACK_US + CALL_US + a tick at
 ** the latest.
 **
+** The watcher opens its handle once the worker API is first used
+** (http_claims_arm): a server that only serves the dashboard and the
+** admin API leaves the reclaiming to the workers and holds no connection
+** for it.
+**
 ** Ownership: a ready or parked poll belongs to this file's lists, under
 ** mu; whoever takes it off a list (a claims thread, the watcher, the
 ** ticker, stop) owns it, and the one that answers it resumes its
@@ -302,7 +307,8 @@ static void remember(struct due_http *h, const due_task_list *l,
 ** When to look again, in microseconds from now (at most `left`): when the
 ** next SCHEDULED task of the poll's kinds comes due, when held-back tasks
 ** may be claimable (retry_us), or POLL_US when no notification would
-** come.  A store error gives POLL_US.
+** come or a due task could not be claimed.  Never 0: a poll does not
+** spin on a task it cannot claim.  A store error gives POLL_US.
 */
 static int64_t next_look(http_claims *cs, due_db *db, const http_poll *p,
 			 int64_t left, int64_t retry_us)
@@ -315,8 +321,12 @@ static int64_t next_look(http_claims *cs, due_db *db, const http_poll *p,
 	if (due_upcoming_get(db, &u, p->c.o.kinds, p->c.o.n_kinds, false,
 			     due_time_now_host() + left + 3600000000LL, 1) < 0)
 		return POLL_US < left ? POLL_US : left;
-	if (u->count && u->due_at[0] - u->now < d)
+	if (u->count && u->due_at[0] > u->now && u->due_at[0] - u->now < d)
 		d = u->due_at[0] - u->now;
+	/* due already, yet the claim found nothing (taken meanwhile, or held
+	   by a limit that gave no retry time): look again soon, not at once */
+	if (u->count && u->due_at[0] <= u->now && POLL_US < d)
+		d = POLL_US;
 	due_upcoming_free(u);
 	return d < 0 ? 0 : d < left ? d : left;
 }
@@ -456,7 +466,8 @@ static void watch_drop(watch *w, const char *what)
 
 static void watch_open(watch *w)
 {
-	if (w->db || http_now_us() < w->next_open)
+	if (w->db || http_now_us() < w->next_open ||
+	    !atomic_load(&w->cs->armed))
 		return;
 	if (open_bounded(w->cs->srv, &w->db) < 0) {
 		watch_drop(w, "open");
@@ -636,6 +647,12 @@ int http_claims_start(http_claims *cs, struct due_http *srv, unsigned threads,
 	return 0;
 }
 
+void http_claims_arm(http_claims *cs)
+{
+	if (cs->threads && !atomic_exchange(&cs->armed, true))
+		poke(cs);
+}
+
 int http_claims_submit(http_claims *cs, http_req *r)
 {
 	http_poll *p = calloc(1, sizeof(*p));
@@ -649,6 +666,7 @@ int http_claims_submit(http_claims *cs, http_req *r)
 		http_reply_bad(r);
 		return 0;
 	}
+	http_claims_arm(cs);
 	p->r = r;
 	p->fd = r->hc ? r->hc->fd : -1;
 	p->wait_end = now + p->c.wait_us;

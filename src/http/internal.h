@@ -284,6 +284,7 @@ typedef struct http_claims {
 	bool have_watcher;
 	int efd; /* eventfd: a poll parked, or stop: wake the watcher */
 	atomic_bool listening; /* the watcher hears the store's notices */
+	atomic_bool armed;     /* the worker API was used: the watcher runs */
 	bool stopping;
 } http_claims;
 
@@ -301,6 +302,14 @@ int http_claims_submit(http_claims *cs, http_req *r);
 ** time.  Any thread; no store call.
 */
 void http_claims_expire(http_claims *cs, int64_t now);
+/*
+** The worker API is in use (a claim, complete, fail or extend came): from
+** now on the watcher holds a store handle, takes back expired leases and
+** ends overdue tries.  Until then it opens nothing, so a server used only
+** for the dashboard and the admin API holds no store connection it does
+** not need (an SQLite locker in locking_mode=EXCLUSIVE can still start).
+*/
+void http_claims_arm(http_claims *cs);
 /* Answer every waiting poll, let running claims end, join. */
 void http_claims_stop(http_claims *cs);
 

@@ -493,6 +493,7 @@ static int judge(http_req *r, const try_call *k)
 	char why[64], dur[48];
 	int rc;
 
+	http_claims_arm(&r->srv->claims);
 	if ((rc = http_db(r, &db)) < 0)
 		return http_reply_due(r, rc);
 	if (!http_tries_get(&r->srv->tries, k->id, k->attempt, &tr))
@@ -813,6 +814,7 @@ int route_completions(http_req *r)
 			rc = http_reply_bad(r);
 			goto done;
 		}
+	http_claims_arm(&r->srv->claims);
 	if ((rc = http_db(r, &db)) < 0 ||
 	    (rc = complete_items(r, db, its, n, cs)) < 0) {
 		rc = http_reply_due(r, rc);
