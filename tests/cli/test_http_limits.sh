@@ -8,7 +8,9 @@
 #  - long polls never queue behind each other: 24 polls of wait 2s on one
 #    --threads are all answered [] within wait + 3 s (they took 10/20/30 s);
 #  - no ghost claims: a poll whose client hung up claims nothing, and the
-#    task goes to the live poller (attempt 1, its owner);
+#    task goes to the live poller (attempt 1, its owner); on SQLite, a
+#    claim that was waiting for the store's lock when its client left is
+#    given back at once (REQUEUED);
 #  - expired leases come back with only HTTP clients: a crashed client's
 #    task (lease 1s) is claimed again by a wait:0 poll within seconds, its
 #    old holder's complete is then 409 and marked as a late commit; a
@@ -99,6 +101,36 @@ ok = st == 200 and [t["id"] for t in got] == [e]
 check("empty body: 200 with the task", ok, (st, got))
 check("empty body: the default owner", ok and got[0]["lease_owner"] == "http", got)
 post("/v1/tasks/%d/complete" % e, {"attempt": 1})
+
+
+
+def give_back():
+    """SQLite: a client that leaves while its claim waits for the store's
+    lock gets nothing: what was claimed for it is given back at once."""
+    import sqlite3
+    g = add("gb")
+    lockc = sqlite3.connect(DB[len("sqlite:"):].split("?")[0], isolation_level=None, timeout=10)
+    lockc.execute("BEGIN IMMEDIATE")  # the claim below waits for this
+    u = urllib.parse.urlsplit(URL1)
+    s = socket.create_connection((u.hostname, u.port))
+    body = json.dumps({"kinds": ["gb"], "lease": "30s", "owner": "leaver"}).encode()
+    s.sendall(b"POST /v1/claims HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(0.4)
+    s.close()  # gone while its claim waits
+    time.sleep(0.2)
+    lockc.execute("COMMIT")
+    t0 = time.time()
+    while time.time() - t0 < 5 and (task(g)["attempts"] or [{}])[0].get("outcome") in (None, "RUNNING"):
+        time.sleep(0.1)
+    tk = task(g)
+    check("give back: the claim made for a client that left is given back at once",
+          (tk["state"], [(a["worker"], a["outcome"]) for a in tk["attempts"]]) ==
+          ("SCHEDULED", [("leaver", "REQUEUED")]), (tk["state"], tk["attempts"]))
+
+
+if DB.startswith("sqlite:"):
+    give_back()
 
 
 def bound():
@@ -335,7 +367,9 @@ run_store() { # LABEL URL
 	if python3 "$T/client.py" "$u1" "$u2" "$db" "$DUE"; then ok; else bad "$label: the HTTP limits scenarios"; fi
 	echo "  $label: $((SECONDS - t0)) s"
 	kill -TERM "$p1" "$p2"
-	wait "$p1" "$p2" || bad "$label: a server did not exit 0"
+	for p in "$p1" "$p2"; do
+		wait "$p" || bad "$label: server $p did not exit 0: $(tail -5 "$T"/s*-"$label".err)"
+	done
 }
 on_each_store run_store httplim
 finish
