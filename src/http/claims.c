@@ -70,8 +70,10 @@
 #define POLL_US 1000000LL	 /* look again without notifications */
 #define RECLAIM_MAX_US 1000000LL /* take expired leases back this often */
 #define REOPEN_US 1000000LL	 /* the watcher's handle after an error */
+#define RETRY_US 100000LL	 /* a poll's claim after a store error */
 #define WATCH_MAX_MS 200
 #define OVERDUE_SCAN_US 200000LL /* look for tries past their limit */
+#define EMPTY_MAX 5 /* readable, no note, in a second: a dead session */
 
 struct http_poll {
 	http_req *r;
@@ -82,6 +84,7 @@ struct http_poll {
 	int64_t queue_end; /* not looked by then: 503 store_busy */
 	int64_t wake_at;   /* parked: look again then */
 	bool tried;	   /* it has claimed once */
+	bool retried;	   /* after a store error, on a new handle */
 	http_poll *next;
 };
 
@@ -398,6 +401,16 @@ static void run_poll(http_claims *cs, http_poll *p)
 	p->tried = true;
 	t0 = http_now_us();
 	if ((rc = due_claim_ex(claims_db, &l, &p->c.o)) < 0) {
+		if (rc == DUE_ESTORE && !p->retried &&
+		    http_now_us() + RETRY_US < p->wait_end) {
+			/* a connection that broke (a restart, a failover):
+			   once more on a new one before answering 503 */
+			due_close(claims_db);
+			claims_db = NULL;
+			p->retried = true;
+			park(cs, p, http_now_us() + RETRY_US);
+			return;
+		}
 		store_failed(cs, p, rc);
 		return;
 	}
@@ -451,6 +464,8 @@ typedef struct watch {
 	int64_t next_reclaim;  /* monotonic */
 	int64_t next_deadline; /* the next try's time limit, monotonic */
 	int64_t next_scan;     /* for overdue tries, monotonic */
+	int empty;	       /* wake-ups without a note since empty_since */
+	int64_t empty_since;
 } watch;
 
 static void watch_drop(watch *w, const char *what)
@@ -460,8 +475,14 @@ static void watch_drop(watch *w, const char *what)
 	due_close(w->db);
 	w->db = NULL;
 	w->fd = -1;
+	w->empty = 0;
 	w->next_open = http_now_us() + REOPEN_US;
 	atomic_store(&w->cs->listening, false);
+	/* the parked polls counted on notifications: they look again now,
+	   and every POLL_US until the watcher listens again */
+	pthread_mutex_lock(&w->cs->mu);
+	wake_locked(w->cs, true, http_now_us());
+	pthread_mutex_unlock(&w->cs->mu);
 }
 
 static void watch_open(watch *w)
@@ -476,6 +497,10 @@ static void watch_open(watch *w)
 	if (due_listen(w->db, &w->fd) < 0)
 		w->fd = -1; /* no notifications here: parked polls poll */
 	atomic_store(&w->cs->listening, w->fd >= 0);
+	/* what was notified while nobody listened: every poll looks again */
+	pthread_mutex_lock(&w->cs->mu);
+	wake_locked(w->cs, true, http_now_us());
+	pthread_mutex_unlock(&w->cs->mu);
 }
 
 /*
@@ -586,15 +611,50 @@ static int watch_tick(watch *w)
 	return first <= now ? 0 : (int)((first - now + 999) / 1000);
 }
 
+/*
+** The listening socket is readable: wake every parked poll when it
+** brought notes.  A wake-up with none may be a timer's tick (a store that
+** polls for notes: nothing new) or a session that broke (the stores say
+** so at the next listen, which makes a new one: wake them, for what it
+** missed): listen again.  More than EMPTY_MAX such
+** wake-ups within a second is a dead socket: drop the handle, so that it
+** never spins the watcher.
+*/
+static void watch_notes(watch *w)
+{
+	int64_t now = http_now_us();
+	int n = 0, fd = w->fd;
+
+	if (due_listen_drain(w->db, &n) < 0) {
+		watch_drop(w, "notifications");
+		return;
+	}
+	if (n == 0) {
+		if (!w->empty || now - w->empty_since > 1000000) {
+			w->empty = 0;
+			w->empty_since = now;
+		}
+		if (++w->empty > EMPTY_MAX || due_listen(w->db, &w->fd) < 0) {
+			watch_drop(w, "the listening session");
+			return;
+		}
+		if (w->fd == fd)
+			return; /* a tick that found nothing new */
+	}
+	/* notes, or a new session (what the old one missed) */
+	pthread_mutex_lock(&w->cs->mu);
+	wake_locked(w->cs, true, now);
+	pthread_mutex_unlock(&w->cs->mu);
+}
+
 static void *watcher(void *arg)
 {
-	watch w = {arg, NULL, -1, 0, 0, 0, 0};
+	watch w = {arg, NULL, -1, 0, 0, 0, 0, 0, 0};
 	http_claims *cs = w.cs;
 
 	for (;;) {
 		struct pollfd pf[2] = {{cs->efd, POLLIN, 0}, {w.fd, POLLIN, 0}};
 		uint64_t v;
-		int n;
 
 		pthread_mutex_lock(&cs->mu);
 		bool stop = cs->stopping;
@@ -609,13 +669,8 @@ static void *watcher(void *arg)
 			continue;
 		if (pf[0].revents && read(cs->efd, &v, sizeof(v)) < 0)
 			v = 0; /* drained, or nothing to drain */
-		if (w.fd >= 0 && pf[1].revents) {
-			if (due_listen_drain(w.db, &n) < 0)
-				watch_drop(&w, "notifications");
-			pthread_mutex_lock(&cs->mu);
-			wake_locked(cs, true, http_now_us());
-			pthread_mutex_unlock(&cs->mu);
-		}
+		if (w.fd >= 0 && pf[1].revents)
+			watch_notes(&w);
 	}
 	due_close(w.db);
 	return NULL;
