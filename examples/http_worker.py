@@ -3,14 +3,20 @@
 cannot be a child of `due work`.  It talks to `due serve`:
 
     POST /v1/claims            {"kinds": [...], "limit": 16, "lease": "30s", "wait": "20s"}
-        -> [task, ...]         (long poll: [] after `wait` when nothing came)
+        -> [task, ...]         (long poll: [] after `wait` when nothing came; each
+                               task has "attempt", "idempotency_key" and "deadline":
+                               the end of its time limit, or null)
     POST /v1/tasks/ID/complete {"attempt": N, "result": "..."}
     POST /v1/tasks/ID/fail     {"attempt": N, "error": "..."}
     POST /v1/tasks/ID/extend   {"attempt": N, "lease": "30s"}
         -> 409 {"error": "rejected_stale"} when this try lost its lease:
            the store changed nothing; drop the task, someone else has it.
+        -> 409 {"error": "timed_out", "outcome": ...} past the try's deadline:
+           nothing of the call was kept, the try ended TIMED_OUT (retried).
+        A call repeated after a lost reply answers as the first one did, so
+        retrying a POST once on a dropped connection (as post() does) is safe.
     POST /v1/completions       {"items": [{"id": ID, "attempt": N, "result": "..."}, ...]}
-        -> [{"id": ID, "outcome": "DONE" | "REJECTED_STALE" | ...}, ...]
+        -> [{"id": ID, "outcome": "DONE" | "REJECTED_STALE" | "TIMED_OUT" | ...}, ...]
            (one transaction; each item fenced on its own)
 
 Run:  python3 examples/http_worker.py --url http://127.0.0.1:7070 --kinds email
@@ -95,17 +101,22 @@ class LeaseKeeper(threading.Thread):
             with self.lock:
                 tasks = list(self.tasks.values())
             for task in tasks:
-                st, _ = self.client.post("/v1/tasks/%d/extend" % task["id"],
-                                         {"attempt": task["attempt"],
-                                          "lease": "%ds" % self.args.lease_s})
+                st, reply = self.client.post("/v1/tasks/%d/extend" % task["id"],
+                                             {"attempt": task["attempt"],
+                                              "lease": "%ds" % self.args.lease_s})
                 with self.lock:
                     lost = st == 409 and self.tasks.pop(task["id"], None)
-                if lost:  # not finished meanwhile: taken back
-                    print("task %d: lease lost" % task["id"], file=sys.stderr)
+                if lost:  # not finished meanwhile: taken back, or past its limit
+                    print("task %d: %s" % (task["id"], "past its time limit"
+                                           if reply.get("error") == "timed_out"
+                                           else "lease lost"), file=sys.stderr)
 
 
 def report(task, st, reply):
-    if st == 409 or (st == 200 and reply.get("outcome") == "REJECTED_STALE"):
+    if (st == 409 and reply.get("error") == "timed_out") or \
+            (st == 200 and reply.get("outcome") == "TIMED_OUT"):
+        print("task %d: past its time limit, not committed" % task["id"], file=sys.stderr)
+    elif st == 409 or (st == 200 and reply.get("outcome") == "REJECTED_STALE"):
         print("task %d: stale, not committed" % task["id"], file=sys.stderr)
     elif st != 200:
         print("task %d: %s: %s" % (task["id"], st, reply), file=sys.stderr)

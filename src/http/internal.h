@@ -7,7 +7,8 @@
 ** read requests, check them and send replies, and never wait for the
 ** store.  A route that needs the store is handed, with its connection
 ** suspended, to a pool of store threads (pool.c: one pool for reads, one
-** for changes, and one prober for /health); the handler runs there, builds
+** for changes, and one prober for /health; claims.c for POST /v1/claims,
+** whose long polls wait without a thread); the handler runs there, builds
 ** its reply in the http_req, and resumes the connection; the event thread
 ** then queues the reply.  So an http_req is touched by one thread at a
 ** time: the event thread until it is handed over, the store thread until
@@ -198,6 +199,120 @@ int http_health_submit(http_health *hh, http_req *r);
 void http_health_expire(http_health *hh, int64_t now_us);
 void http_health_stop(http_health *hh);
 
+/* ---- the tries handed out by claims (tries.c) ---- */
+
+/* One try claimed through this server, and when it must end. */
+typedef struct http_try {
+	due_id id;
+	int32_t attempt;
+	int64_t limit_us;  /* its time limit, 0 for none */
+	int64_t deadline;  /* monotonic: it must end by then (limit_us > 0) */
+	int64_t lease_end; /* monotonic: its lease ends about then */
+} http_try;
+
+typedef struct http_tries {
+	pthread_mutex_t mu; /* guards the table; held for nothing else */
+	struct http_try_node **buckets;
+	size_t count;
+	size_t n_limited; /* entries with a deadline still to watch */
+} http_tries;
+
+int http_tries_init(http_tries *ts);
+void http_tries_destroy(http_tries *ts);
+/* Remember a try (nothing when the table is full: it is judged from the
+   store then). */
+void http_tries_add(http_tries *ts, const http_try *t);
+/* Is (id, attempt) known here?  Copies it to *out. */
+bool http_tries_get(http_tries *ts, due_id id, int32_t attempt, http_try *out);
+/* Its lease was extended to end at lease_end (monotonic). */
+void http_tries_lease(http_tries *ts, due_id id, int32_t attempt,
+		      int64_t lease_end);
+/* The try ended: forget it. */
+void http_tries_remove(http_tries *ts, due_id id, int32_t attempt);
+/*
+** Up to cap tries whose deadline has passed, into out, each once: they
+** are forgotten here (a call for one is judged from the store's record).
+** Lowers *next to the earliest deadline still ahead.
+*/
+size_t http_tries_overdue(http_tries *ts, int64_t now, http_try *out,
+			  size_t cap, int64_t *next);
+/* Forget the tries whose lease ended a minute before now. */
+void http_tries_prune(http_tries *ts, int64_t now);
+
+/* ---- long polls: POST /v1/claims (claims.c) ---- */
+
+#define HTTP_MAX_KINDS 64
+
+/* A claim request, read from its body (routes_work.c). */
+typedef struct http_claim_spec {
+	const char *kinds[HTTP_MAX_KINDS]; /* into the parsed body */
+	due_claim_opts o;
+	int64_t wait_us;
+} http_claim_spec;
+
+/*
+** Read a POST /v1/claims body (empty: every default) into *c; *body
+** receives the parsed JSON, which c points into (the caller frees it).
+** -1 with r->err naming the field.
+*/
+int http_claim_read(http_req *r, json_t **body, http_claim_spec *c);
+/*
+** The claimed tasks as the reply's JSON array: each task with its
+** idempotency key and its deadline (claim time + time limit, store
+** clock; null without a limit).  NULL when out of memory.
+*/
+json_t *http_claimed_json(const due_task_list *l, int64_t lease_us);
+
+typedef struct http_poll http_poll;
+
+typedef struct http_poll_list {
+	http_poll *head, *tail;
+} http_poll_list;
+
+typedef struct http_claims {
+	struct due_http *srv;
+	pthread_mutex_t mu;    /* guards the lists, counts and flags below;
+				  taken before any libmicrohttpd lock (suspend,
+				  resume) */
+	pthread_cond_t cv;     /* the claims threads wait for a ready poll */
+	http_poll_list ready;  /* to claim for now, oldest first */
+	http_poll_list parked; /* found nothing: wait to look again */
+	size_t n_polls, cap;   /* polls held (ready, parked, running) */
+	pthread_t *threads;
+	unsigned n_threads;
+	pthread_t watcher; /* notifications, wake-ups, expired leases */
+	bool have_watcher;
+	int efd; /* eventfd: a poll parked, or stop: wake the watcher */
+	atomic_bool listening; /* the watcher hears the store's notices */
+	atomic_bool armed;     /* the worker API was used: the watcher runs */
+	bool stopping;
+} http_claims;
+
+int http_claims_start(http_claims *cs, struct due_http *srv, unsigned threads,
+		      size_t cap);
+/*
+** Event thread: read r's body and queue the poll (its connection
+** suspended).  A bad body sets r's 400 reply and returns 0; -1 (nothing
+** done) when too many polls are held or the server is stopping.
+*/
+int http_claims_submit(http_claims *cs, http_req *r);
+/*
+** Answer the polls past their bound: `[]` once a poll that has looked
+** reached its wait, 503 store_busy for one that got no claims thread in
+** time.  Any thread; no store call.
+*/
+void http_claims_expire(http_claims *cs, int64_t now);
+/*
+** The worker API is in use (a claim, complete, fail or extend came): from
+** now on the watcher holds a store handle, takes back expired leases and
+** ends overdue tries.  Until then it opens nothing, so a server used only
+** for the dashboard and the admin API holds no store connection it does
+** not need (an SQLite locker in locking_mode=EXCLUSIVE can still start).
+*/
+void http_claims_arm(http_claims *cs);
+/* Answer every waiting poll, let running claims end, join. */
+void http_claims_stop(http_claims *cs);
+
 /* ---- connection deadlines (conns.c) ---- */
 
 typedef struct http_conn {
@@ -267,7 +382,8 @@ struct due_http {
 	bool have_key;
 	atomic_bool stopping; /* new store requests get 503 */
 	http_pool reads, writes;
-	http_pool claims; /* POST /v1/claims: long polls (routes_work.c) */
+	http_claims claims; /* POST /v1/claims: long polls (claims.c) */
+	http_tries tries;   /* the tries claimed here (tries.c) */
 	http_health health;
 	http_conns conns;
 	pthread_t ticker; /* deadlines, /health timeouts, log flush */
@@ -326,8 +442,7 @@ int route_stats(http_req *r);
 int route_metrics_json(http_req *r);
 int route_metrics_prom(http_req *r);
 int route_dashboard(http_req *r);
-/* the worker API (routes_work.c); route_claims runs on the claims pool */
-int route_claims(http_req *r);
+/* the worker API (routes_work.c; POST /v1/claims is claims.c's) */
 int route_task_complete(http_req *r);
 int route_task_fail(http_req *r);
 int route_task_extend(http_req *r);

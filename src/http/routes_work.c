@@ -1,26 +1,41 @@
 /*
 ** routes_work.c - the worker API over HTTP, for workers that cannot be
-** children of `due work`: POST /v1/claims (a long poll) and, fenced by the
-** attempt, POST /v1/tasks/{id}/complete, /fail and /extend.
+** children of `due work`: the body and reply of POST /v1/claims (the long
+** poll itself is claims.c's) and, fenced by the attempt, POST
+** /v1/tasks/{id}/complete, /fail, /extend and POST /v1/completions.
 **
 ** Fencing is the store's: each of complete, fail and extend names the try
 ** by (id, attempt) and the store's statement decides (CONTRACT §3.3).  A
-** stale attempt - the lease was taken back by a requeue, a kill or an
-** expiry and maybe claimed again - is answered 409 {"error":
-** "rejected_stale"} and changed nothing.
+** stale attempt - the lease was taken back by a requeue, a kill or a
+** reclaim after its expiry, maybe claimed again - is answered 409
+** {"error": "rejected_stale"} and changed nothing.  A lease that expired
+** but was not taken back yet still holds: the contract lets its holder
+** commit while no one else has the task.
 **
-** The long poll.  A claim that finds nothing waits, up to `wait`, on the
-** claims pool (server.c): its own threads, so that waiting claims never
-** hold up the submits that would wake them.  Each claims thread listens on
-** its own store handle (due_listen: PostgreSQL LISTEN, or the SQLite wake
-** file's inotify watch), the same notifications the workers' wheels get,
-** and also wakes when the next SCHEDULED task of its kinds comes due, or a
-** lease expires (then it takes expired leases back, as a worker's
-** reclaimer would: with only HTTP workers nobody else does).  On a store
-** that cannot notify it polls every POLL_US.  It looks at the server's
-** stop flag every STOP_CHECK_US, so a stop does not wait for the polls.
+** Time limits (CONTRACT §7a.6).  A try must end within its time limit (the
+** task's timeout, else its kind's, as the claim saw it).  A `due work`
+** worker stops its handler at the limit; an HTTP worker cannot be
+** stopped, so the limit is kept where the server sees the try: an extend,
+** complete or fail that comes at or after the deadline is refused, and the
+** try ends then with outcome TIMED_OUT ("timed out after DUR", a failure:
+** backoff, retry or dead letter), its result not stored: 409 {"error":
+** "timed_out", "outcome": ...}.  Since no extend is granted past the
+** deadline, the lease of a try that goes silent ends at most one lease
+** after it, and the reclaimer (claims.c) takes it back.  The deadline of
+** a try claimed here is in tries.c, on this host's monotonic clock; of
+** any other try it is read from the store: its claimed_at + the limit,
+** against the store's clock.
+**
+** Replays.  A call repeated after its reply was lost (a dropped
+** connection, a client's retry) is answered as the first one was, from
+** the try's record, without asking the store to do it again: a complete
+** of a try that ended DONE with the same result answers 200 DONE, a fail
+** that ended it with the same error answers its outcome, a call for a try
+** ended TIMED_OUT answers 409 timed_out again.  Only a call for a try
+** that was taken back goes to the store, which refuses it and marks the
+** attempt's late commit.  An id with no task is 404 (NOT_FOUND in a
+** batch).
 */
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,52 +44,28 @@
 #include "http/internal.h"
 
 #define MAX_CLAIM 1000
-#define MAX_KINDS 64
 #define MAX_WAIT_US (60 * 1000000LL)
 #define MAX_LEASE_US (24 * 3600 * 1000000LL)
-#define POLL_US 1000000
-#define STOP_CHECK_US 200000
-
-/*
-** This thread's listening handle.  due_listen() is set up once per store
-** handle; a handle dropped after a store error is forgotten here first
-** (forget_listen), since a new one may come back at the same address.
-*/
-static _Thread_local due_db *listen_db;
-static _Thread_local int listen_fd = -1;
-
-static int reply_due_forget(http_req *r, int rc)
-{
-	listen_db = NULL;
-	listen_fd = -1;
-	return http_reply_due(r, rc);
-}
 
 /* ------------------------------------------------------------------ */
-/* POST /v1/claims                                                     */
+/* POST /v1/claims: the body and the reply                             */
 /* ------------------------------------------------------------------ */
-
-typedef struct claim_req {
-	const char *kinds[MAX_KINDS];
-	due_claim_opts o;
-	int64_t wait_us;
-} claim_req;
 
 static const char *const claim_fields[] = {"kinds", "limit", "lease",
 					   "wait",  "owner", NULL};
 
-/* The kinds array: strings, at most MAX_KINDS.  -1 with r->err. */
-static int read_kinds(http_req *r, json_t *o, claim_req *c)
+/* The kinds array: strings, at most HTTP_MAX_KINDS.  -1 with r->err. */
+static int read_kinds(http_req *r, json_t *o, http_claim_spec *c)
 {
 	json_t *a = json_object_get(o, "kinds"), *v;
 	size_t i;
 
 	if (!a || json_is_null(a))
 		return 0;
-	if (!json_is_array(a) || json_array_size(a) > MAX_KINDS) {
+	if (!json_is_array(a) || json_array_size(a) > HTTP_MAX_KINDS) {
 		snprintf(r->err, sizeof(r->err),
 			 "'kinds' must be an array of at most %d kind names",
-			 MAX_KINDS);
+			 HTTP_MAX_KINDS);
 		return -1;
 	}
 	json_array_foreach(a, i, v)
@@ -92,7 +83,7 @@ static int read_kinds(http_req *r, json_t *o, claim_req *c)
 }
 
 /* Decode and check the body; -1 with r->err naming the field. */
-static int read_claim(http_req *r, json_t *o, claim_req *c)
+static int read_claim(http_req *r, json_t *o, http_claim_spec *c)
 {
 	int64_t limit = 1;
 
@@ -124,21 +115,45 @@ static int read_claim(http_req *r, json_t *o, claim_req *c)
 	return 0;
 }
 
-/* The claimed tasks as a JSON array, each with its idempotency key. */
-static json_t *claimed_json(const due_task_list *l)
+int http_claim_read(http_req *r, json_t **body, http_claim_spec *c)
+{
+	if (json_body_object(r, claim_fields, true, body) < 0)
+		return -1;
+	return read_claim(r, *body, c);
+}
+
+/* A time as RFC 3339, or null for 0. */
+static json_t *time_or_null(due_time t)
+{
+	char buf[64];
+
+	if (!t)
+		return json_null();
+	due_time_format(buf, sizeof(buf), t);
+	return json_string(buf);
+}
+
+json_t *http_claimed_json(const due_task_list *l, int64_t lease_us)
 {
 	json_t *a = json_array();
 
 	for (size_t i = 0; a && i < l->count; i++) {
-		json_t *t = due_fmt_task(&l->items[i]);
+		const due_task *t = &l->items[i];
+		json_t *o = due_fmt_task(t);
 		char key[40];
-		snprintf(key, sizeof(key), "task-%lld",
-			 (long long)l->items[i].id);
-		if (!t ||
-		    json_object_set_new(t, "idempotency_key",
+		/* the store set lease_until = its now + lease at the claim */
+		due_time deadline =
+		    t->timeout_us > 0 && t->lease_until
+			? t->lease_until - lease_us + t->timeout_us
+			: 0;
+		snprintf(key, sizeof(key), "task-%lld", (long long)t->id);
+		if (!o ||
+		    json_object_set_new(o, "idempotency_key",
 					json_string(key)) < 0 ||
-		    json_array_append_new(a, t) < 0) {
-			json_decref(t);
+		    json_object_set_new(o, "deadline", time_or_null(deadline)) <
+			0 ||
+		    json_array_append_new(a, o) < 0) {
+			json_decref(o);
 			json_decref(a);
 			return NULL;
 		}
@@ -146,106 +161,349 @@ static json_t *claimed_json(const due_task_list *l)
 	return a;
 }
 
-/* Start listening on this thread's handle once; -1 fd when it cannot. */
-static void ensure_listen(due_db *db)
+/* ------------------------------------------------------------------ */
+/* Judging a call for a try                                            */
+/* ------------------------------------------------------------------ */
+
+enum try_op { OP_COMPLETE, OP_FAIL, OP_EXTEND };
+
+/* One call for a try: complete, fail or extend (id, attempt). */
+typedef struct try_call {
+	enum try_op op;
+	due_id id;
+	int32_t attempt;
+	const char *text; /* complete: the result; fail: the error */
+	size_t len;
+	int64_t lease_us; /* extend */
+} try_call;
+
+static const char cancel_error[] = "cancel requested before commit";
+
+/* The row of `attempt` in t's history, or NULL. */
+static const due_attempt *attempt_row(const due_task *t, int32_t attempt)
 {
-	if (listen_db == db)
-		return;
-	listen_db = db;
-	if (due_listen(db, &listen_fd) < 0)
-		listen_fd = -1;
+	for (size_t i = 0; i < t->n_attempts; i++)
+		if (t->attempts[i].attempt == attempt)
+			return &t->attempts[i];
+	return NULL;
+}
+
+static bool outcome_is(const due_attempt *a, const char *name)
+{
+	return a && a->outcome && !strcmp(a->outcome, name);
+}
+
+/* What became of the task after try a failed: as due_fail() answered. */
+static const char *after_failure(const due_task *t, const due_attempt *a)
+{
+	if (t->attempt == a->attempt && t->state == DUE_DEAD)
+		return "DEAD";
+	if (t->attempt == a->attempt && t->state == DUE_CANCELLED)
+		return "CANCELLED";
+	return "RETRY_SCHEDULED";
+}
+
+static bool same_result(const due_task *t, const try_call *k)
+{
+	size_t n = t->has_result ? t->result_len : 0;
+	return n == k->len && (!n || !memcmp(t->result, k->text, n));
 }
 
 /*
-** When to look again, in microseconds from now (at most `left`): the next
-** due task of the kinds, the next lease expiry (taken back first when it
-** is already past), held-back tasks' retry delay, or the poll interval
-** without notifications.  A store error gives the poll interval.
+** A call for a try that already ended, answered as the call that ended it
+** was answered: the outcome of that call (a replay), "TIMED_OUT" when the
+** try ended at its time limit, or NULL when it was taken back (expired,
+** requeued, killed) or ended by a different call: the call is late.
 */
-static int64_t next_look(due_db *db, const claim_req *c, int64_t left,
-			 int64_t retry_us)
+static const char *ended_as(const due_task *t, const due_attempt *a,
+			    const try_call *k)
 {
-	int64_t d = listen_fd < 0 ? POLL_US : left;
-	due_upcoming *u = NULL;
-	due_time now;
-
-	if (retry_us > 0 && retry_us < d)
-		d = retry_us;
-	if (due_now(db, &now) < 0 ||
-	    due_upcoming_get(db, &u, c->o.kinds, c->o.n_kinds, false,
-			     now + left, 1) < 0)
-		return POLL_US < left ? POLL_US : left;
-	if (u->count && u->due_at[0] - u->now < d)
-		d = u->due_at[0] - u->now;
-	if (u->next_expiry && u->next_expiry - u->now < d)
-		d = u->next_expiry - u->now;
-	if (u->next_expiry && u->next_expiry <= u->now) {
-		due_reclaimed rc;
-		due_reclaim_expired(db, &rc);
-		d = 0;
+	if (outcome_is(a, "TIMED_OUT"))
+		return "TIMED_OUT";
+	if (k->op == OP_COMPLETE) {
+		if (outcome_is(a, "DONE") && t->state == DUE_DONE &&
+		    same_result(t, k))
+			return "DONE";
+		if (outcome_is(a, "CANCELLED") && a->error &&
+		    !strcmp(a->error, cancel_error))
+			return "CANCELLED_BEFORE_COMMIT";
+	} else if (k->op == OP_FAIL) {
+		if ((outcome_is(a, "FAILED") || outcome_is(a, "CANCELLED")) &&
+		    a->error && !strcmp(a->error, k->text))
+			return after_failure(t, a);
 	}
-	due_upcoming_free(u);
-	return d < 0 ? 0 : d < left ? d : left;
+	return NULL;
 }
 
-/* Sleep up to us on the listening fd; return early on a notification. */
-static void nap(http_req *r, due_db *db, int64_t us)
+/*
+** Did the try end by a call of its own (complete, fail, or its time
+** limit), rather than being taken back (LEASE_EXPIRED, REQUEUED, KILLED)?
+** A late call for such a try is answered from its record, never sent to
+** the store, which would mark the attempt's late commit.
+*/
+static bool ended_itself(const due_attempt *a)
 {
-	int64_t end = http_now_us() + us;
-
-	for (int64_t left = us; left > 0; left = end - http_now_us()) {
-		int ms =
-		    (int)((left < STOP_CHECK_US ? left : STOP_CHECK_US) + 999) /
-		    1000;
-		struct pollfd pf = {listen_fd, POLLIN, 0};
-		if (atomic_load(&r->srv->stopping))
-			return;
-		if (poll(&pf, listen_fd >= 0 ? 1 : 0, ms) > 0) {
-			int n;
-			due_listen_drain(db, &n);
-			return;
-		}
-	}
+	return outcome_is(a, "DONE") || outcome_is(a, "FAILED") ||
+	       outcome_is(a, "TIMED_OUT") || outcome_is(a, "CANCELLED");
 }
 
-int route_claims(http_req *r)
+static int reply_outcome(http_req *r, due_id id, const char *outcome)
 {
-	json_t *o = NULL, *out;
-	due_task_list *l = NULL;
-	claim_req c;
-	due_db *db;
-	int64_t deadline;
+	json_t *o =
+	    json_pack("{s:I, s:s}", "id", (json_int_t)id, "outcome", outcome);
+	return http_reply_json(r, 200, o);
+}
+
+static int reply_stale(http_req *r, const try_call *k)
+{
+	return http_reply_error(r, 409, "rejected_stale",
+				"attempt %d of task %lld no longer holds its "
+				"lease: nothing changed",
+				(int)k->attempt, (long long)k->id);
+}
+
+/* 409 timed_out: the try ended at its time limit (why: "timed out after
+   DUR"); outcome is what became of the task. */
+static int reply_timed_out(http_req *r, const try_call *k, const char *why,
+			   const char *outcome)
+{
+	char detail[512];
+
+	snprintf(detail, sizeof(detail),
+		 "attempt %d of task %lld ran past its time limit (%s): "
+		 "nothing of this call was kept; the try ended TIMED_OUT "
+		 "(%s)",
+		 (int)k->attempt, (long long)k->id, why ? why : "timed out",
+		 outcome);
+	return http_reply_json(r, 409,
+			       json_pack("{s:s, s:s, s:I, s:i, s:s}", "error",
+					 "timed_out", "detail", detail, "id",
+					 (json_int_t)k->id, "attempt",
+					 (int)k->attempt, "outcome", outcome));
+}
+
+static int reply_not_found(http_req *r, due_id id)
+{
+	return http_reply_error(r, 404, "not_found", "no task %lld",
+				(long long)id);
+}
+
+/* The time limit of try a of t: the task's own, else its kind's now. */
+static int try_limit(due_db *db, const due_task *t, int64_t *out)
+{
+	due_kind_info *k = NULL;
 	int rc;
 
-	if (json_body_object(r, claim_fields, false, &o) < 0 ||
-	    read_claim(r, o, &c) < 0) {
-		json_decref(o);
-		return http_reply_bad(r);
+	*out = t->timeout_us;
+	if (*out > 0)
+		return 0;
+	if ((rc = due_kind_get(db, &k, t->kind)) == DUE_ENOTFOUND)
+		return 0;
+	if (rc < 0)
+		return rc;
+	*out = k->timeout_us;
+	due_kind_info_free(k);
+	return 0;
+}
+
+/*
+** Is the running try a of t past its time limit, by the store's clock?
+** *why gets "timed out after DUR" when it is, else "".
+*/
+static int past_limit(due_db *db, const due_task *t, const due_attempt *a,
+		      bool *past, char *why, size_t n)
+{
+	int64_t limit;
+	due_time now;
+	int rc;
+
+	*past = false;
+	why[0] = 0;
+	if ((rc = try_limit(db, t, &limit)) < 0 || !limit)
+		return rc;
+	if ((rc = due_now(db, &now)) < 0)
+		return rc;
+	if (now >= a->claimed_at + limit) {
+		char dur[48];
+		due_duration_format(dur, sizeof(dur), limit);
+		snprintf(why, n, "timed out after %s", dur);
+		*past = true;
 	}
-	deadline = http_now_us() + c.wait_us;
+	return 0;
+}
+
+/*
+** End try k TIMED_OUT at its time limit (due_fail_as) and reply 409
+** timed_out; *out (may be NULL) gets the outcome name, or NULL when
+** another call ended it first.  Returns 0 or a DUE_E* code (no reply).
+*/
+static int end_timed_out(due_db *db, const struct due_http *h,
+			 const try_call *k, const char *why, const char **out)
+{
+	due_fail_outcome fo;
+	int rc;
+
+	if ((rc = due_fail_as(db, &fo, k->id, k->attempt, why,
+			      DUE_OUT_TIMED_OUT)) < 0)
+		return rc;
+	http_tries_remove((http_tries *)&h->tries, k->id, k->attempt);
+	*out = fo == DUE_FAIL_REJECTED_STALE ? NULL : due_fail_outcome_name(fo);
+	return 0;
+}
+
+/* Read the try's task; NULL *t (and 0) when there is no such task. */
+static int load(due_db *db, const try_call *k, due_task **t)
+{
+	int rc = due_get(db, t, k->id);
+
+	if (rc == DUE_ENOTFOUND) {
+		*t = NULL;
+		return 0;
+	}
+	return rc;
+}
+
+/*
+** Answer a call whose try the store no longer holds for it (a stale
+** outcome, or a try already ended): as the call that ended it, 409
+** timed_out, or 409 rejected_stale.
+*/
+static int answer_ended(http_req *r, due_db *db, const try_call *k)
+{
+	due_task *t = NULL;
+	const due_attempt *a;
+	const char *as;
+	int rc;
+
+	if ((rc = load(db, k, &t)) < 0)
+		return http_reply_due(r, rc);
+	if (!t)
+		return reply_not_found(r, k->id);
+	a = attempt_row(t, k->attempt);
+	as = a ? ended_as(t, a, k) : NULL;
+	if (as && !strcmp(as, "TIMED_OUT"))
+		rc = reply_timed_out(r, k, a->error, after_failure(t, a));
+	else if (as)
+		rc = reply_outcome(r, k->id, as);
+	else
+		rc = reply_stale(r, k);
+	due_task_free(t);
+	return rc;
+}
+
+/* Ask the store to do k; its outcome name, or NULL when stale. */
+static int commit(due_db *db, struct due_http *h, const try_call *k,
+		  const char **out)
+{
+	due_complete_outcome co;
+	due_fail_outcome fo;
+	due_extend_outcome eo;
+	int rc;
+
+	switch (k->op) {
+	case OP_COMPLETE:
+		rc = due_complete(db, &co, k->id, k->attempt, k->text, k->len);
+		*out = co == DUE_COMPLETE_REJECTED_STALE
+			   ? NULL
+			   : due_complete_outcome_name(co);
+		break;
+	case OP_FAIL:
+		rc = due_fail(db, &fo, k->id, k->attempt, k->text);
+		*out = fo == DUE_FAIL_REJECTED_STALE
+			   ? NULL
+			   : due_fail_outcome_name(fo);
+		break;
+	default:
+		rc = due_extend(db, &eo, k->id, k->attempt, k->lease_us);
+		*out = eo == DUE_EXTEND_LOST ? NULL
+		       : eo == DUE_EXTEND_OK ? "OK"
+					     : "CANCEL_REQUESTED";
+		if (rc == 0 && *out)
+			http_tries_lease(&h->tries, k->id, k->attempt,
+					 http_now_us() + k->lease_us);
+		return 0;
+	}
+	if (rc == 0 && *out)
+		http_tries_remove(&h->tries, k->id, k->attempt);
+	return rc;
+}
+
+/* Commit k and reply; a stale outcome is answered from the try's record. */
+static int commit_reply(http_req *r, due_db *db, const try_call *k)
+{
+	const char *out;
+	int rc;
+
+	if ((rc = commit(db, r->srv, k, &out)) < 0)
+		return http_reply_due(r, rc);
+	return out ? reply_outcome(r, k->id, out) : answer_ended(r, db, k);
+}
+
+static int time_out_reply(http_req *r, due_db *db, const try_call *k,
+			  const char *why)
+{
+	const char *out;
+	int rc;
+
+	if ((rc = end_timed_out(db, r->srv, k, why, &out)) < 0)
+		return http_reply_due(r, rc);
+	return out ? reply_timed_out(r, k, why, out) : answer_ended(r, db, k);
+}
+
+/*
+** A try this server does not know, judged from the store's record: no
+** task, 404; a running try past its limit ends TIMED_OUT; a running one
+** within it is committed; one that ended itself is answered as it ended;
+** one taken back goes to the store, which refuses it (and marks the late
+** commit of a complete or fail).
+*/
+static int judge_from_store(http_req *r, due_db *db, const try_call *k)
+{
+	due_task *t = NULL;
+	const due_attempt *a;
+	char why[64];
+	bool past = false, running, ended;
+	int rc;
+
+	if ((rc = load(db, k, &t)) < 0)
+		return http_reply_due(r, rc);
+	if (!t)
+		return reply_not_found(r, k->id);
+	a = attempt_row(t, k->attempt);
+	running = outcome_is(a, "RUNNING");
+	ended = ended_itself(a);
+	rc = running ? past_limit(db, t, a, &past, why, sizeof(why)) : 0;
+	due_task_free(t);
+	if (rc < 0)
+		return http_reply_due(r, rc);
+	if (past)
+		return time_out_reply(r, db, k, why);
+	if (ended)
+		return answer_ended(r, db, k);
+	if (running || (a && k->op != OP_EXTEND))
+		return commit_reply(r, db, k);
+	return reply_stale(r, k);
+}
+
+/* Judge call k (time limit, replay) and answer it. */
+static int judge(http_req *r, const try_call *k)
+{
+	due_db *db;
+	http_try tr;
+	char why[64], dur[48];
+	int rc;
+
+	http_claims_arm(&r->srv->claims);
 	if ((rc = http_db(r, &db)) < 0)
-		goto fail;
-	if (c.wait_us > 0)
-		ensure_listen(db);
-	for (;;) {
-		int64_t left, retry;
-		if ((rc = due_claim_ex(db, &l, &c.o)) < 0)
-			goto fail;
-		left = deadline - http_now_us();
-		if (l->count || left <= 0 || atomic_load(&r->srv->stopping))
-			break;
-		retry = l->retry_in_us;
-		due_task_list_free(l);
-		l = NULL;
-		nap(r, db, next_look(db, &c, left, retry));
+		return http_reply_due(r, rc);
+	if (!http_tries_get(&r->srv->tries, k->id, k->attempt, &tr))
+		return judge_from_store(r, db, k);
+	if (tr.deadline && http_now_us() >= tr.deadline) {
+		due_duration_format(dur, sizeof(dur), tr.limit_us);
+		snprintf(why, sizeof(why), "timed out after %s", dur);
+		return time_out_reply(r, db, k, why);
 	}
-	out = claimed_json(l);
-	due_task_list_free(l);
-	json_decref(o);
-	return http_reply_json(r, 200, out);
-fail:
-	json_decref(o);
-	return reply_due_forget(r, rc);
+	return commit_reply(r, db, k);
 }
 
 /* ------------------------------------------------------------------ */
@@ -254,11 +512,11 @@ fail:
 
 /* The body and the try it names; -1 with the 400 reply set. */
 static int read_try(http_req *r, const char *const *fields, json_t **o,
-		    due_id *id, int32_t *attempt)
+		    try_call *k)
 {
 	int64_t a = 0;
 
-	if (http_parse_id(r, r->param, id) < 0 ||
+	if (http_parse_id(r, r->param, &k->id) < 0 ||
 	    json_body_object(r, fields, false, o) < 0 ||
 	    json_opt_int(r, *o, "attempt", 1, INT32_MAX, &a) < 0) {
 		json_decref(*o);
@@ -272,50 +530,25 @@ static int read_try(http_req *r, const char *const *fields, json_t **o,
 			 "'attempt' is required: the attempt the claim gave");
 		return http_reply_bad(r), -1;
 	}
-	*attempt = (int32_t)a;
+	k->attempt = (int32_t)a;
 	return 0;
-}
-
-static int reply_outcome(http_req *r, due_id id, const char *outcome)
-{
-	json_t *o =
-	    json_pack("{s:I, s:s}", "id", (json_int_t)id, "outcome", outcome);
-	return http_reply_json(r, 200, o);
-}
-
-static int reply_stale(http_req *r, due_id id, int32_t attempt)
-{
-	return http_reply_error(r, 409, "rejected_stale",
-				"attempt %d of task %lld no longer holds its "
-				"lease: nothing changed",
-				(int)attempt, (long long)id);
 }
 
 int route_task_complete(http_req *r)
 {
 	static const char *const fields[] = {"attempt", "result", NULL};
-	const char *res = NULL;
-	due_complete_outcome out;
+	try_call k = {.op = OP_COMPLETE, .text = NULL};
 	json_t *o = NULL;
-	int32_t attempt;
-	due_db *db;
-	due_id id;
 	int rc;
 
-	if (read_try(r, fields, &o, &id, &attempt) < 0)
+	if (read_try(r, fields, &o, &k) < 0)
 		return 1;
-	if (json_opt_string(r, o, "result", &res) < 0) {
+	if (json_opt_string(r, o, "result", &k.text) < 0) {
 		json_decref(o);
 		return http_reply_bad(r);
 	}
-	size_t n = res ? json_string_length(json_object_get(o, "result")) : 0;
-	if ((rc = http_db(r, &db)) < 0 ||
-	    (rc = due_complete(db, &out, id, attempt, res, n)) < 0)
-		rc = reply_due_forget(r, rc);
-	else if (out == DUE_COMPLETE_REJECTED_STALE)
-		rc = reply_stale(r, id, attempt);
-	else
-		rc = reply_outcome(r, id, due_complete_outcome_name(out));
+	k.len = k.text ? json_string_length(json_object_get(o, "result")) : 0;
+	rc = judge(r, &k);
 	json_decref(o);
 	return rc;
 }
@@ -323,28 +556,19 @@ int route_task_complete(http_req *r)
 int route_task_fail(http_req *r)
 {
 	static const char *const fields[] = {"attempt", "error", NULL};
-	const char *err = NULL;
-	due_fail_outcome out;
+	try_call k = {.op = OP_FAIL, .text = NULL};
 	json_t *o = NULL;
-	int32_t attempt;
-	due_db *db;
-	due_id id;
 	int rc;
 
-	if (read_try(r, fields, &o, &id, &attempt) < 0)
+	if (read_try(r, fields, &o, &k) < 0)
 		return 1;
-	if (json_opt_string(r, o, "error", &err) < 0) {
+	if (json_opt_string(r, o, "error", &k.text) < 0) {
 		json_decref(o);
 		return http_reply_bad(r);
 	}
-	if ((rc = http_db(r, &db)) < 0 ||
-	    (rc = due_fail(db, &out, id, attempt,
-			   err && *err ? err : "failed (HTTP worker)")) < 0)
-		rc = reply_due_forget(r, rc);
-	else if (out == DUE_FAIL_REJECTED_STALE)
-		rc = reply_stale(r, id, attempt);
-	else
-		rc = reply_outcome(r, id, due_fail_outcome_name(out));
+	if (!k.text || !*k.text)
+		k.text = "failed (HTTP worker)";
+	rc = judge(r, &k);
 	json_decref(o);
 	return rc;
 }
@@ -352,50 +576,50 @@ int route_task_fail(http_req *r)
 int route_task_extend(http_req *r)
 {
 	static const char *const fields[] = {"attempt", "lease", NULL};
-	int64_t lease = 30000000;
-	due_extend_outcome out;
+	try_call k = {.op = OP_EXTEND, .lease_us = 30000000};
 	json_t *o = NULL;
-	int32_t attempt;
-	due_db *db;
-	due_id id;
 	int rc;
 
-	if (read_try(r, fields, &o, &id, &attempt) < 0)
+	if (read_try(r, fields, &o, &k) < 0)
 		return 1;
-	rc = json_opt_duration(r, o, "lease", &lease);
+	rc = json_opt_duration(r, o, "lease", &k.lease_us);
 	json_decref(o);
 	if (rc < 0)
 		return http_reply_bad(r);
-	if (lease < 1000 || lease > MAX_LEASE_US) {
+	if (k.lease_us < 1000 || k.lease_us > MAX_LEASE_US) {
 		snprintf(r->err, sizeof(r->err),
 			 "'lease' must be from 1ms to 24h");
 		return http_reply_bad(r);
 	}
-	if ((rc = http_db(r, &db)) < 0 ||
-	    (rc = due_extend(db, &out, id, attempt, lease)) < 0)
-		return reply_due_forget(r, rc);
-	if (out == DUE_EXTEND_LOST)
-		return reply_stale(r, id, attempt);
-	return reply_outcome(r, id,
-			     out == DUE_EXTEND_OK ? "OK" : "CANCEL_REQUESTED");
+	return judge(r, &k);
 }
 
 /* ------------------------------------------------------------------ */
 /* POST /v1/completions                                                */
 /* ------------------------------------------------------------------ */
 
-/* One item of the batch into *c; -1 with r->err naming it. */
-static int read_completion(http_req *r, json_t *it, size_t i, due_completion *c)
+/* One item of a batch, as judged before the store is asked. */
+typedef struct item {
+	try_call k;
+	const char *outcome; /* known without the batch, or NULL */
+	bool hit;	     /* the try is one of tries.c's */
+	bool timed_out;	     /* past its limit: to end TIMED_OUT */
+	char why[64];
+	size_t slot; /* its place in the batch (when outcome is NULL) */
+} item;
+
+/* One item of the batch into *it; -1 with r->err naming it. */
+static int read_completion(http_req *r, json_t *j, size_t i, item *it)
 {
-	json_t *id = json_object_get(it, "id"), *at, *res, *v;
+	json_t *id = json_object_get(j, "id"), *at, *res, *v;
 	const char *k;
 
-	if (!json_is_object(it)) {
+	if (!json_is_object(j)) {
 		snprintf(r->err, sizeof(r->err),
 			 "'items' item %zu must be an object", i);
 		return -1;
 	}
-	json_object_foreach(it, k, v)
+	json_object_foreach(j, k, v)
 	{
 		if (strcmp(k, "id") && strcmp(k, "attempt") &&
 		    strcmp(k, "result")) {
@@ -405,8 +629,8 @@ static int read_completion(http_req *r, json_t *it, size_t i, due_completion *c)
 			return -1;
 		}
 	}
-	at = json_object_get(it, "attempt");
-	res = json_object_get(it, "result");
+	at = json_object_get(j, "attempt");
+	res = json_object_get(j, "result");
 	if (!json_is_integer(id) || json_integer_value(id) < 1 ||
 	    !json_is_integer(at) || json_integer_value(at) < 1 ||
 	    json_integer_value(at) > INT32_MAX ||
@@ -417,24 +641,153 @@ static int read_completion(http_req *r, json_t *it, size_t i, due_completion *c)
 			 i);
 		return -1;
 	}
-	c->id = json_integer_value(id);
-	c->attempt = (int32_t)json_integer_value(at);
-	c->result = json_is_string(res) ? json_string_value(res) : "";
-	c->result_len = json_is_string(res) ? json_string_length(res) : 0;
+	it->k.op = OP_COMPLETE;
+	it->k.id = json_integer_value(id);
+	it->k.attempt = (int32_t)json_integer_value(at);
+	it->k.text = json_is_string(res) ? json_string_value(res) : "";
+	it->k.len = json_is_string(res) ? json_string_length(res) : 0;
 	return 0;
+}
+
+/*
+** Judge an item before the batch: known here (deadline on this host's
+** clock), else from the store's record (no task: NOT_FOUND; ended:
+** answered as it ended; past its limit: to time out).
+*/
+static int judge_item(http_req *r, due_db *db, item *it)
+{
+	const due_attempt *a;
+	due_task *t = NULL;
+	http_try tr;
+	char dur[48];
+	int rc;
+
+	if ((it->hit = http_tries_get(&r->srv->tries, it->k.id, it->k.attempt,
+				      &tr))) {
+		if (tr.deadline && http_now_us() >= tr.deadline) {
+			due_duration_format(dur, sizeof(dur), tr.limit_us);
+			snprintf(it->why, sizeof(it->why), "timed out after %s",
+				 dur);
+			it->timed_out = true;
+		}
+		return 0;
+	}
+	if ((rc = load(db, &it->k, &t)) < 0)
+		return rc;
+	if (!t) {
+		it->outcome = "NOT_FOUND";
+		return 0;
+	}
+	a = attempt_row(t, it->k.attempt);
+	if (outcome_is(a, "RUNNING")) {
+		rc = past_limit(db, t, a, &it->timed_out, it->why,
+				sizeof(it->why));
+	} else if (!a) {
+		it->outcome = "REJECTED_STALE"; /* never claimed */
+	} else if (ended_itself(a)) {
+		if (!(it->outcome = ended_as(t, a, &it->k)))
+			it->outcome = "REJECTED_STALE";
+	}
+	/* a try taken back goes to the store: it refuses it */
+	due_task_free(t);
+	return rc;
+}
+
+/* After the batch: a stale item, answered from the try's record. */
+static void settle_stale(due_db *db, item *it)
+{
+	const due_attempt *a;
+	due_task *t = NULL;
+
+	it->outcome = "REJECTED_STALE";
+	if (load(db, &it->k, &t) < 0)
+		return;
+	if (!t) {
+		it->outcome = "NOT_FOUND";
+		return;
+	}
+	if ((a = attempt_row(t, it->k.attempt)) && ended_as(t, a, &it->k))
+		it->outcome = ended_as(t, a, &it->k);
+	due_task_free(t);
+}
+
+/* Judge every item, then commit those left to the store in one batch. */
+static int complete_items(http_req *r, due_db *db, item *its, size_t n,
+			  due_completion *cs)
+{
+	size_t m = 0;
+	int rc;
+
+	for (size_t i = 0; i < n; i++) {
+		if ((rc = judge_item(r, db, &its[i])) < 0)
+			return rc;
+		if (its[i].outcome || its[i].timed_out)
+			continue;
+		its[i].slot = m;
+		cs[m++] = (due_completion){its[i].k.id, its[i].k.attempt,
+					   its[i].k.text, its[i].k.len,
+					   DUE_COMPLETE_DONE};
+	}
+	if (m && (rc = due_complete_batch(db, cs, m)) < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		item *it = &its[i];
+		if (it->outcome || it->timed_out)
+			continue;
+		if (cs[it->slot].outcome != DUE_COMPLETE_REJECTED_STALE) {
+			it->outcome =
+			    due_complete_outcome_name(cs[it->slot].outcome);
+			http_tries_remove(&r->srv->tries, it->k.id,
+					  it->k.attempt);
+		} else {
+			settle_stale(db, it);
+		}
+	}
+	return 0;
+}
+
+/*
+** The items past their time limit end TIMED_OUT, each in its own
+** transaction, after the batch committed.  A store error here leaves that
+** try to its lease (the reclaimer ends it); its result is not stored
+** either way, so the item still says TIMED_OUT.
+*/
+static void time_out_items(http_req *r, due_db *db, item *its, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const char *out = NULL;
+		if (!its[i].timed_out)
+			continue;
+		if (end_timed_out(db, r->srv, &its[i].k, its[i].why, &out) <
+		    0) {
+			http_log("timeout_commit",
+				 "task %lld attempt %d: ending it TIMED_OUT "
+				 "failed: %s",
+				 (long long)its[i].k.id, (int)its[i].k.attempt,
+				 due_error_last());
+			its[i].outcome = "TIMED_OUT";
+		} else if (out) {
+			its[i].outcome = "TIMED_OUT";
+		} else { /* another call ended it first */
+			settle_stale(db, &its[i]);
+		}
+	}
 }
 
 /*
 ** Complete many tries in one transaction (due_complete_batch): a worker
 ** that claimed 16 tasks commits them with one request.  Each item is
-** fenced on its own; a stale one gets "REJECTED_STALE" in the reply and
-** does not affect the others, so the batch answers 200.
+** fenced on its own and judged as a single complete is (time limit,
+** replay); a stale one gets "REJECTED_STALE", an unknown id "NOT_FOUND",
+** one past its limit "TIMED_OUT", without affecting the others, so the
+** batch answers 200.
 */
 int route_completions(http_req *r)
 {
 	static const char *const fields[] = {"items", NULL};
 	due_completion *cs = NULL;
 	json_t *o = NULL, *items, *out = NULL;
+	item *its = NULL;
 	size_t n = 0;
 	due_db *db;
 	int rc;
@@ -450,30 +803,33 @@ int route_completions(http_req *r)
 		rc = http_reply_bad(r);
 		goto done;
 	}
-	if (!(cs = calloc(n, sizeof(*cs)))) {
+	if (!(cs = calloc(n, sizeof(*cs))) ||
+	    !(its = calloc(n, sizeof(*its)))) {
 		rc = http_reply_due(r, DUE_ENOMEM);
 		goto done;
 	}
 	for (size_t i = 0; i < n; i++)
-		if (read_completion(r, json_array_get(items, i), i, &cs[i]) <
+		if (read_completion(r, json_array_get(items, i), i, &its[i]) <
 		    0) {
 			rc = http_reply_bad(r);
 			goto done;
 		}
+	http_claims_arm(&r->srv->claims);
 	if ((rc = http_db(r, &db)) < 0 ||
-	    (rc = due_complete_batch(db, cs, n)) < 0) {
-		rc = reply_due_forget(r, rc);
+	    (rc = complete_items(r, db, its, n, cs)) < 0) {
+		rc = http_reply_due(r, rc);
 		goto done;
 	}
+	time_out_items(r, db, its, n);
 	out = json_array();
 	for (size_t i = 0; out && i < n; i++)
 		json_array_append_new(
-		    out, json_pack("{s:I, s:s}", "id", (json_int_t)cs[i].id,
-				   "outcome",
-				   due_complete_outcome_name(cs[i].outcome)));
+		    out, json_pack("{s:I, s:s}", "id", (json_int_t)its[i].k.id,
+				   "outcome", its[i].outcome));
 	rc = http_reply_json(r, 200, out);
 done:
 	free(cs);
+	free(its);
 	json_decref(o);
 	return rc;
 }

@@ -12,9 +12,14 @@
 **   - libmicrohttpd's event loops (--threads, epoll): read and check
 **     requests, send replies, never call the store;
 **   - the store pools, reads and changes (--threads each), and the /health
-**     prober (pool.c): every store call is made there;
-**   - the ticker, every 100 ms: request deadlines (conns.c), /health and
-**     queue timeouts (pool.c), the log's counts (log.c).
+**     prober (pool.c): every store call is made there, or on
+**   - the claims threads (2 x --threads) and the claims watcher
+**     (claims.c): one claim at a time each; the watcher hears the store's
+**     notifications, takes back expired leases and ends HTTP tries past
+**     their time limit;
+**   - the ticker, every 100 ms: request deadlines (conns.c), /health,
+**     queue and long-poll timeouts (pool.c, claims.c), the log's counts
+**     (log.c), forgetting old tries (tries.c).
 **
 ** Lifecycle of a request (libmicrohttpd calls on_access repeatedly):
 **   0. request line in: on_uri allocates the http_req with the target as
@@ -46,8 +51,12 @@
 /* Requests waiting for a store thread, per thread of the pool. */
 #define QUEUE_PER_THREAD 64
 #define TICK_MS 100
-/* Claims threads per --threads: each may hold a long poll (routes_work.c) */
-#define CLAIM_THREADS 8
+/* Claims threads per --threads: each runs one claim at a time, never a
+   wait (claims.c); long polls held at most: QUEUE_PER_THREAD x this */
+#define CLAIM_THREADS 2
+#define POLLS_PER_THREAD 8
+/* Forget the tries whose lease ended long ago this often (tries.c). */
+#define PRUNE_US (10 * 1000000LL)
 
 /* ------------------------------------------------------------------ */
 /* Routes                                                              */
@@ -79,7 +88,7 @@ static const route routes[] = {
     {"POST", "/v1/tasks/{id}/retry", route_task_retry, NULL, ON_WRITES},
     {"POST", "/v1/tasks/{id}/requeue", route_task_requeue, NULL, ON_WRITES},
     {"POST", "/v1/tasks/{id}/kill", route_task_kill, NULL, ON_WRITES},
-    {"POST", "/v1/claims", route_claims, NULL, ON_CLAIMS},
+    {"POST", "/v1/claims", NULL, NULL, ON_CLAIMS},
     {"POST", "/v1/tasks/{id}/complete", route_task_complete, NULL, ON_WRITES},
     {"POST", "/v1/tasks/{id}/fail", route_task_fail, NULL, ON_WRITES},
     {"POST", "/v1/tasks/{id}/extend", route_task_extend, NULL, ON_WRITES},
@@ -154,11 +163,11 @@ static void run_route(http_req *r, const route *rt)
 	r->deadline_us = http_now_us() + h->conns.timeout_us;
 	if (rt->on == ON_HEALTH)
 		rc = http_health_submit(&h->health, r);
+	else if (rt->on == ON_CLAIMS)
+		rc = http_claims_submit(&h->claims, r);
 	else
-		rc = http_pool_submit(rt->on == ON_READS    ? &h->reads
-				      : rt->on == ON_CLAIMS ? &h->claims
-							    : &h->writes,
-				      r);
+		rc = http_pool_submit(
+		    rt->on == ON_READS ? &h->reads : &h->writes, r);
 	if (rc < 0)
 		http_reply_error(r, 503, "server_busy",
 				 "too many requests are "
@@ -363,6 +372,7 @@ static void *ticker(void *arg)
 {
 	struct due_http *h = arg;
 	struct timespec ts;
+	int64_t next_prune = http_now_us() + PRUNE_US;
 
 	pthread_mutex_lock(&h->tick_mu);
 	while (!h->tick_stop) {
@@ -378,6 +388,11 @@ static void *ticker(void *arg)
 		http_health_expire(&h->health, now);
 		expire_queue(&h->reads, now);
 		expire_queue(&h->writes, now);
+		http_claims_expire(&h->claims, now);
+		if (now >= next_prune) {
+			http_tries_prune(&h->tries, now);
+			next_prune = now + PRUNE_US;
+		}
 		http_conns_reap(&h->conns, now);
 		http_log_flush(now, false);
 		pthread_mutex_lock(&h->tick_mu);
@@ -433,8 +448,9 @@ static int start_threads(struct due_http *h, const due_http_opts *o)
 
 	if (http_pool_start(&h->reads, h, "reads", o->threads, queue) < 0 ||
 	    http_pool_start(&h->writes, h, "changes", o->threads, queue) < 0 ||
-	    http_pool_start(&h->claims, h, "claims", o->threads * CLAIM_THREADS,
-			    queue * CLAIM_THREADS) < 0 ||
+	    http_tries_init(&h->tries) < 0 ||
+	    http_claims_start(&h->claims, h, o->threads * CLAIM_THREADS,
+			      queue * POLLS_PER_THREAD) < 0 ||
 	    http_health_start(&h->health, h) < 0)
 		return -1;
 	pthread_mutex_init(&h->tick_mu, NULL);
@@ -526,11 +542,12 @@ void due_http_stop(due_http *h)
 	/* Every suspended connection is resumed before the daemon stops. */
 	http_pool_stop(&h->reads);
 	http_pool_stop(&h->writes);
-	http_pool_stop(&h->claims);
+	http_claims_stop(&h->claims);
 	http_health_stop(&h->health);
 	if (h->d)
 		MHD_stop_daemon(h->d);
 	http_conns_destroy(&h->conns);
+	http_tries_destroy(&h->tries);
 	http_log_flush(http_now_us(), true);
 	if (h->have_key)
 		pthread_key_delete(h->db_key);
