@@ -21,6 +21,7 @@
 
 #include <microhttpd.h>
 
+#include "fmt/fmt.h"
 #include "http/internal.h"
 
 static const char oom_json[] =
@@ -100,15 +101,51 @@ int http_reply_json(http_req *r, unsigned status, json_t *json)
 	return http_reply_take(r, status, "application/json", b, len + 1);
 }
 
+/*
+** A message may quote what the client sent (a kind or name from the path,
+** a query value), which need not be UTF-8; a JSON string must be.  Each
+** byte that does not start a valid sequence is written as \xHH, as the
+** CLI's text output does, so the reply is a 400 naming the input (it was a
+** 500 "out of memory": json_pack refuses the string).
+*/
+static void escape_non_utf8(char *dst, size_t cap, const char *src)
+{
+	size_t o = 0, n = strlen(src);
+
+	for (size_t i = 0; i < n && o + 5 < cap;) {
+		const unsigned char *p = (const unsigned char *)src + i;
+		size_t len = *p < 0x80	       ? 1
+			     : (*p >> 5) == 6  ? 2
+			     : (*p >> 4) == 14 ? 3
+			     : (*p >> 3) == 30 ? 4
+					       : 0;
+		if (len && i + len <= n && due_fmt_is_utf8(p, len)) {
+			if (o + len >= cap)
+				break;
+			memcpy(dst + o, p, len);
+			o += len;
+			i += len;
+		} else {
+			o += (size_t)snprintf(dst + o, cap - o, "\\x%02x", *p);
+			i++;
+		}
+	}
+	dst[o] = '\0';
+}
+
 int http_reply_error(http_req *r, unsigned status, const char *code,
 		     const char *fmt, ...)
 {
-	char detail[1024];
+	char raw[1024], detail[1024];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(detail, sizeof(detail), fmt, ap);
+	vsnprintf(raw, sizeof(raw), fmt, ap);
 	va_end(ap);
+	if (due_fmt_is_utf8((const unsigned char *)raw, strlen(raw)))
+		memcpy(detail, raw, sizeof(detail));
+	else
+		escape_non_utf8(detail, sizeof(detail), raw);
 	if (status >= 500)
 		http_log(code, "%s %s: %s", r->method ? r->method : "-",
 			 r->path ? r->path : "-", detail);

@@ -142,6 +142,17 @@ export DUE_DB="sqlite:$T/big.db"
 "$DUE" init >/dev/null
 python3 -c 'import base64, json; print(json.dumps({"kind": "huge", "in": "1h", "payload_b64": base64.b64encode(b"\x01" * 1048576).decode()}))' >"$T/huge.json"
 start_server big --listen 127.0.0.1:0
+# a path or query byte that is not UTF-8 is a 400 naming the input (escaped
+# \xHH), never a 500: the message quotes what the client sent
+for p in /v1/tasks/%FF '/v1/tasks?kind=k%FF' '/v1/tasks?state=%FF' /v1/kinds/k%FF; do
+	req GET "$p"
+	expect_error 400 bad_request "GET $p"
+	grep -qF 'xff' "$T/body" || bad "GET $p: the detail does not name the byte: $(cat "$T/body")"
+done
+req DELETE /v1/schedules/n%C0%80
+expect_error 400 bad_request "DELETE a schedule named by an overlong sequence"
+req PUT /v1/kinds/k%ED%A0%80 '{"paused":true}'
+expect_error 400 bad_request "PUT a kind named by a surrogate"
 for i in $(seq 1 40); do
 	req POST /v1/tasks "@$T/huge.json"
 	[ "$STATUS" = 201 ] || { bad "POST 1 MiB payload #$i: $STATUS $(head -c 300 "$T/body")"; break; }
