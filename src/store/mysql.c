@@ -543,9 +543,8 @@ static void mig_rollback(due_store *s)
 ** REPEATABLE READ snapshot; the key CAST to BINARY, else the text
 ** parameter against the VARBINARY column reads the unique index by kind
 ** alone), again when it ended meanwhile.  Parameters
-** are utf8mb4_bin text, so the server converts from whatever character
-** set the caller's connection uses and the key is stored as its UTF-8
-** bytes.  A new task bumps due_wake: MEMORY is not transactional, so the
+** are bytes for the key and payload (v3, below) and utf8mb4_bin text
+** for the kind.  A new task bumps due_wake: MEMORY is not transactional, so the
 ** bump is seen at once (a listener polling between the CALL and the
 ** COMMIT finds nothing yet and the task waits for its safety poll; a
 ** rollback costs a spurious wake-up).  SQL SECURITY INVOKER: the caller
@@ -562,15 +561,22 @@ static void mig_rollback(due_store *s)
 ** Not a schema step: created when missing or older than ROUTINE_V (its
 ** COMMENT), so re-running `due init` adds it.  MySQL has no CREATE OR
 ** REPLACE PROCEDURE: DROP IF EXISTS + CREATE under the init lock.
-** v2: the bounds above (v1 had neither).
+** v2: the bounds above (v1 had neither).  v3: the key and the payload
+** are bytes (VARBINARY, LONGBLOB; the payload column is bytes anyway,
+** so a binary payload is kept exactly) and the key is checked for UTF-8
+** here, as due add checks it: as utf8mb4 text parameters a caller's session
+*with a non-strict sql_mode had a bad byte
+** turned into '?' on the way in (a warning only), so 'k\xff' and 'k\xfe'
+** became one key and the second task was deduplicated onto the first.
+** Callers send UTF-8 (a utf8mb4 connection, every driver's default).
 */
-#define ROUTINE_V "due_schedule v2"
+#define ROUTINE_V "due_schedule v3"
 static const char sql_schedule_proc[] =
     "CREATE PROCEDURE due_schedule("
     " IN p_kind VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
-    " IN p_payload LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
+    " IN p_payload LONGBLOB,"
     " IN p_run_in_us BIGINT, IN p_run_at_us BIGINT,"
-    " IN p_key VARCHAR(4096) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
+    " IN p_key VARBINARY(4096),"
     " IN p_max_attempts INT, OUT p_id BIGINT)"
     " MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '" ROUTINE_V "'\n"
     "BEGIN\n"
@@ -604,6 +610,9 @@ static const char sql_schedule_proc[] =
     "  ELSEIF p_run_at_us > 253402300799999999 THEN\n"
     "    SET msg = 'due_schedule: invalid due time (run_at_us): after"
     " 9999-12-31T23:59:59Z';\n"
+    "  ELSEIF p_key IS NOT NULL AND p_key <> CAST(CONVERT(p_key USING utf8mb4)"
+    " AS BINARY) THEN\n"
+    "    SET msg = 'due_schedule: invalid key: not UTF-8';\n"
     "  ELSEIF p_key = '' THEN\n"
     "    SET msg = 'due_schedule: invalid key '''': empty';\n"
     "  ELSEIF OCTET_LENGTH(p_key) > 512 THEN\n"

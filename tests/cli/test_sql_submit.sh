@@ -113,11 +113,24 @@ else
 	my_err "invalid due time (run_at_us): after 9999-12-31T23:59:59Z" \
 		"'k', 'x', NULL, 253402300800000000, NULL, NULL"
 	my_err "invalid kind 'k" "CONCAT('k', CHAR(10)), 'x', NULL, NULL, NULL, NULL"
+	# a key that is not UTF-8 is refused, also from a session whose sql_mode
+	# is not strict (it became 'k?', one key with 'k\xfe': deduplicated)
+	my_err "invalid key: not UTF-8" "'k', 'x', NULL, NULL, x'6bff', NULL"
+	if my "SET SESSION sql_mode = ''; START TRANSACTION; INSERT INTO orders VALUES (98);
+	       CALL due_schedule('k', 'x', NULL, NULL, x'6bfe', NULL, @id); COMMIT" >"$T/out" 2>"$T/err"; then
+		bad "mysql: non-strict session: a key that is not UTF-8 accepted"
+	else
+		grep -qF "invalid key: not UTF-8" "$T/err" && ok || bad "mysql: non-strict session: $(cat "$T/err")"
+	fi
 	expect_eq "mysql: bad calls wrote nothing (no order, no task)" "$before" \
 		"$(my 'SELECT COUNT(*) FROM orders') $(mytasks)"
 	last=$(my "$(call "'later', 'z', NULL, 253402300799999999, NULL, NULL")")
 	expect_eq "mysql: the last instant --at reads is taken" \
 		"9999-12-31T23:59:59.999Z" "$(field "$last" due_at)"
+
+	bin=$(my "$(call "'bin', x'00ff41', NULL, NULL, NULL, NULL")")
+	expect_eq "mysql: a binary payload kept byte for byte" AP9B \
+		"$("$DUE" show "$bin" --json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("payload_b64"))')"
 
 	echo "== mysql: due init adds the procedure to an existing store"
 	my "DROP PROCEDURE due_schedule"
