@@ -712,9 +712,8 @@ static due_id fill_ids(vctx *v, long n, int64_t spread_us, bool at_random,
 					 DUE_SCHEDULE_OPTS_INIT};
 			if (spread_us && at_random)
 				items[i].opts.delay_us =
-				    1000000 +
-				    (int64_t)(bench_rand(&seed) %
-					      (uint64_t)spread_us);
+				    1000000 + (int64_t)(bench_rand(&seed) %
+							(uint64_t)spread_us);
 			else if (spread_us)
 				items[i].opts.delay_us =
 				    1000000 + spread_us * (done + i) / n;
@@ -1158,9 +1157,15 @@ static int cmp_double(const void *a, const void *b)
 static void w_lateness(vctx *v, const bopts *o)
 {
 	bool cmd = o->exec || o->pipe;
-	long n = o->n_set ? o->n : cmd ? 500 : 2000,
-	     workers = o->workers_set ? o->workers : cmd ? 2 : 4,
-	     conc = !cmd ? 4 : o->concurrency_set ? o->concurrency : 2;
+	long n = o->n_set ? o->n
+		 : cmd	  ? 500
+			  : 2000,
+	     workers = o->workers_set ? o->workers
+		       : cmd	      ? 2
+				      : 4,
+	     conc = !cmd		 ? 4
+		    : o->concurrency_set ? o->concurrency
+					 : 2;
 	drain_ctx d = {.n = n};
 	due_exec_opts x = DUE_EXEC_OPTS_INIT;
 	due_pipe_opts po = DUE_PIPE_OPTS_INIT;
@@ -1188,16 +1193,14 @@ static void w_lateness(vctx *v, const bopts *o)
 		fprintf(stderr, "due bench: --pipe: %s\n", due_error_last());
 		goto done;
 	}
-	if (start_workers(v, o, ws, workers, conc, false,
-			  pipe ? due_pipe_handler : noop,
-			  pipe ? (void *)pipe : (void *)&d,
-			  o->exec ? &x : NULL) < 0)
+	if (start_workers(
+		v, o, ws, workers, conc, false, pipe ? due_pipe_handler : noop,
+		pipe ? (void *)pipe : (void *)&d, o->exec ? &x : NULL) < 0)
 		goto done;
 	double t0 = v_now_ms();
 	if (!(d.first = fill_ids(v, n, o->spread_us, cmd, o->batch, NULL)))
 		goto stop;
-	while ((cmd ? ended_tries(ws, workers) : atomic_load(&d.handled)) <
-		   n &&
+	while ((cmd ? ended_tries(ws, workers) : atomic_load(&d.handled)) < n &&
 	       v_now_ms() - t0 < 60000 + (double)o->spread_us / 1000)
 		v_sleep_ms(20);
 stop:
