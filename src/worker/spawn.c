@@ -304,6 +304,7 @@ static _Noreturn void guard_main(pid_t home, const int fds[5],
 	*/
 	if (!place_fds(fds, 5))
 		_exit(126);
+	prctl(PR_SET_NAME, "due-guard");
 	fcntl(G_STATUS, F_SETFD, FD_CLOEXEC);
 	fcntl(G_LIFELINE, F_SETFD, FD_CLOEXEC);
 	set_handler(SIGCHLD, guard_sigchld);
@@ -450,6 +451,8 @@ static _Noreturn void spawner_main(int sock, int lifeline)
 
 	if (null < 0 || !place_fds(keep, 5))
 		_exit(1);
+	prctl(PR_SET_NAME,
+	      "due-spawner"); /* in ps and top, beside its worker */
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	for (size_t i = 0; i < sizeof(quiet) / sizeof(quiet[0]); i++)
