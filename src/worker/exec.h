@@ -20,22 +20,23 @@ typedef struct due__buf {
 } due__buf;
 
 /*
-** A started command: the guard's pid (= its process group), our ends of
-** its pipes, and the read end of its status pipe.  The guard is not our
-** child (the spawner started it, spawn.c): its end is learnt from the
-** status pipe, which gets the shell's wait status (as waitpid gives it)
-** and then EOF when the guard exits.  `st` is readable then, so a poll
-** wakes at the guard's exit, not at its next tick.
+** A started command: the shell's pid (= its process group's id), our ends
+** of its pipes, and the read end of its status pipe.  The shell is not our
+** child (its guard started it, spawn.c): its end is learnt from the status
+** pipe, which gets the shell's wait status (as waitpid gives it), then EOF
+** when its guard is done with it (and has left its group).  `st` is
+** readable then, so a poll wakes at once.
 */
 typedef struct due__child {
-	pid_t pid;
-	int in, out, err; /* our ends; -1 when closed */
-	int st;		  /* the status pipe; -1 once the guard has ended */
-	int status;	  /* the wait status, once ended */
-	bool ended;	  /* the guard has exited (status set) */
+	pid_t pid;		  /* the shell: its process group's id */
+	int in, out, err;	  /* our ends; -1 when closed */
+	int st;			  /* the status pipe; -1 once ended */
+	int status;		  /* the wait status, once ended */
+	bool ended;		  /* the command is over (status set) */
+	struct due__guard *guard; /* its guard, until it has ended */
 } due__child;
 
-#define DUE__CHILD_NONE ((due__child){-1, -1, -1, -1, -1, 0, true})
+#define DUE__CHILD_NONE ((due__child){-1, -1, -1, -1, -1, 0, true, NULL})
 
 void due__buf_add(due__buf *b, const unsigned char *d, size_t n);
 /* Close *fd if open and set it to -1. */

@@ -29,12 +29,15 @@ a = json.load(sys.stdin)["attempts"]
 print(" ".join(x["outcome"] for x in a))
 print("|".join(x["error"] or "" for x in a))'
 }
-# a handler's sleep, or a guard process (a child of the worker's spawner,
-# src/worker/spawn.c) still there
+# a handler's sleep, or a command still under its guard (worker ->
+# due-spawner -> due-guard -> the command: src/worker/spawn.c; an idle
+# guard waits for its slot's next command)
 handlers_left() {
 	pgrep -f "sleep $mark" >/dev/null && return 0
-	local s
-	for s in $(pgrep -P "$1"); do pgrep -P "$s" >/dev/null && return 0; done
+	local s g
+	for s in $(pgrep -P "$1"); do
+		for g in $(pgrep -P "$s"); do pgrep -P "$g" >/dev/null && return 0; done
+	done
 	return 1
 }
 
@@ -52,7 +55,7 @@ check_dead() {
 	expect_eq "$label: no result" None "$(field "$id" result)"
 	# a try is committed only once its handler's process has ended
 	if handlers_left "$wpid"; then
-		bad "$label: handler processes left: $(pgrep -af "$mark"; for s in $(pgrep -P "$wpid"); do pgrep -aP "$s"; done)"
+		bad "$label: handler processes left: $(pgrep -af "$mark"; for s in $(pgrep -P "$wpid"); do for g in $(pgrep -P "$s"); do pgrep -aP "$g"; done; done)"
 	else
 		ok
 	fi
