@@ -1921,7 +1921,12 @@ def render(args):
             w("Lateness has no floor: it is set by discovery, not by the store. Polling bounds it "
               "by the poll interval (and by how many tasks a poll can take); the timing wheel "
               "claims at the due time. \"early\" counts claims before due time, summed over all "
-              "runs (CONTRACT §3.1 says it must be 0).")
+              "runs (CONTRACT §3.1 says it must be 0). The `--exec true` and `--pipe` rows "
+              "(issue 36) run the handler in other processes: 2 workers × 2 slots, 500 tasks "
+              "due at random over 5 s, so a burst finds the slots busy and a claim waits for a "
+              "slot; they measure how long a command or a pipe process holds its slot and the "
+              "worker's CPU (a guard forked from the worker per command put their p99 at "
+              "44–142 ms; see docs/internals/worker.md).")
             w("")
         if title.startswith("W4"):
             w("Store queries per idle worker per second: PostgreSQL counts every statement the "

@@ -1236,8 +1236,9 @@ typedef struct due_exec_opts {
  * its time limit (due_task.timeout_us), it sends SIGTERM to the command's
  * process group, then SIGKILL after kill_grace_us; if the worker process dies
  * (even by SIGKILL) a guard process does the same, so the command never
- * outlives it.  The guards are started by a helper process the worker forks
- * once (it ends with the worker), never by a fork of the worker per command.
+ * outlives it.  Each handler slot keeps a guard process (started by a
+ * helper the worker forks once; both end with the worker) and each command
+ * is a vfork of its guard, never a fork of the worker.
  * The payload never appears on a
  * command line.  The process must ignore SIGPIPE (due_worker_run does).
  */

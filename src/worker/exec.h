@@ -44,11 +44,11 @@ void due__close_fd(int *fd);
 /* Read what is available on *fd into b; close it at EOF or on an error. */
 void due__drain_fd(int *fd, due__buf *b);
 /*
-** Run /bin/sh -c cmd with env under a guard process that leads a new
-** process group and stops that group (SIGTERM, SIGKILL after kill_grace_us)
-** if the worker process dies.  Returns 0, or a due code with the message
-** set (c is then DUE__CHILD_NONE).  The pipes are non-blocking and
-** close-on-exec.  Any thread may call it.
+** Run /bin/sh -c cmd with env in a new process group, under a guard of the
+** calling thread that stops that group (SIGTERM, SIGKILL after
+** kill_grace_us) if the worker process dies.  Returns 0, or a due code
+** with the message set (c is then DUE__CHILD_NONE).  The pipes are
+** non-blocking and close-on-exec.  Any thread may call it.
 */
 int due__spawn(due__child *c, const char *cmd, char **env,
 	       int64_t kill_grace_us);

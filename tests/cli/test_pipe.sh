@@ -137,4 +137,16 @@ import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert r["variant"] == "pipe" and r["n"] == 200 and r["duplicates"] == 0, r
 PY
+# ... and lateness through a command and a pipe handler (bench/run's W3
+# rows of issue 36): every task claimed, none early
+for h in "--exec true" "--pipe python3 $EX/pipe_handler.py"; do
+	"$DUE" bench --workload lateness --n 40 --spread 500ms --json ${h%% *} "${h#* }" >"$T/late.json"
+	python3 - "$T/late.json" "${h%% *}" <<'PY' && ok || bad "bench lateness $h: $(cat "$T/late.json")"
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert r["workload"] == "lateness" and r["variant"] == sys.argv[2][2:], r
+assert r["n"] == 40 and r["concurrency"] == 4 and r["early"] == 0, r
+assert r["tasks_per_s"] > 0 and r["p99_ms"] >= r["p50_ms"] >= 0, r
+PY
+done
 finish
