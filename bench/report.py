@@ -673,6 +673,10 @@ def discs_of(res, st, workload):
 
 
 def disc_label(res, d):
+    if d in ("wheel+exec", "wheel+pipe"):
+        # issue 36: a command or pipe handler, 2 workers x 2 slots, 500 tasks at random
+        return ("timing wheel, `--exec true`" if d == "wheel+exec"
+                else "timing wheel, `--pipe` (Python example)") + ", 2 workers × 2 slots"
     if d == "wheel":
         text = "timing wheel"
     elif d.startswith("poll-"):
@@ -1917,7 +1921,12 @@ def render(args):
             w("Lateness has no floor: it is set by discovery, not by the store. Polling bounds it "
               "by the poll interval (and by how many tasks a poll can take); the timing wheel "
               "claims at the due time. \"early\" counts claims before due time, summed over all "
-              "runs (CONTRACT §3.1 says it must be 0).")
+              "runs (CONTRACT §3.1 says it must be 0). The `--exec true` and `--pipe` rows "
+              "(issue 36) run the handler in other processes: 2 workers × 2 slots, 500 tasks "
+              "due at random over 5 s, so a burst finds the slots busy and a claim waits for a "
+              "slot; they measure how long a command or a pipe process holds its slot and the "
+              "worker's CPU (a guard forked from the worker per command put their p99 at "
+              "44–142 ms; see docs/internals/worker.md).")
             w("")
         if title.startswith("W4"):
             w("Store queries per idle worker per second: PostgreSQL counts every statement the "
@@ -1990,7 +1999,12 @@ def render(args):
       "[--no-wheel --poll P]`: n tasks (2,000) due over the next 5 s while 4 workers wait; "
       "claim − due from the attempt history. With the timing wheel (the default) a worker "
       "holds the ids due soon and claims each at its due time, woken by submits; "
-      "`--no-wheel` polls every P.")
+      "`--no-wheel` polls every P. The same with a command handler and a pipe handler "
+      "(issue 36: the guard process once made commands claimed late): "
+      "`due bench --workload lateness --exec true` and `--pipe \"python3 "
+      "examples/pipe_handler.py\"`: 2 workers of 2 slots, 500 tasks due at random "
+      "(a fixed sequence) over 5 s, so that bursts find the slots busy and a handler "
+      "that holds its slot, or the worker's CPU, longer than it must shows as late claims.")
     w("- **W4 idle**: `due bench --workload idle --workers 4 [--no-wheel --poll P]`: no tasks; "
       "queries and CPU.")
     w("- **W5 other languages** (issue 16; SQLite only): the drain of W2 at concurrency 4 "

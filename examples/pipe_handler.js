@@ -14,9 +14,13 @@
 //   {"id": 42, "attempt": 1, "ok": true, "result": "..."}
 //   {"id": 42, "attempt": 1, "ok": false, "error": "..."}
 //
-// Anything written to stderr goes to the worker's log with the task id.
-// Never print anything else on stdout: every line there is an answer.
-// Tasks come one at a time: the next line arrives after our answer.
+// Anything written to stderr goes to the worker's log with the task id
+// (whole lines, at most 1000 lines or 256 KiB a second: the rest is
+// dropped and counted).  Never print anything else on stdout: exactly one
+// line per task; a line written while no task is outstanding gets this
+// process replaced.  Tasks come one at a time: the next line arrives after
+// our answer.  At EOF on stdin the worker is stopping: exit (SIGTERM
+// follows 2 s later, SIGKILL after the worker's --kill-grace).
 //
 // Payloads understood (the same as pipe_handler.py, for the tests):
 //   "fail: TEXT"   answers ok: false with TEXT as the error

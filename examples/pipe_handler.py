@@ -14,8 +14,12 @@ and reads one line back on our stdout:
     {"id": 42, "attempt": 1, "ok": true, "result": "..."}
     {"id": 42, "attempt": 1, "ok": false, "error": "..."}
 
-Anything written to stderr goes to the worker's log with the task id.
-Never print anything else on stdout: every line there is an answer.
+Anything written to stderr goes to the worker's log with the task id (whole
+lines, at most 1000 lines or 256 KiB a second: the rest is dropped and
+counted).  Never print anything else on stdout: exactly one line per task; a
+line written while no task is outstanding gets this process replaced.  At EOF
+on stdin the worker is stopping: exit (SIGTERM follows 2 s later, SIGKILL
+after the worker's --kill-grace).
 
 What this example does with a payload (so the tests can drive it):
     "fail: TEXT"   answers ok: false with TEXT as the error

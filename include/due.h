@@ -1264,7 +1264,10 @@ typedef struct due_exec_opts {
  * its time limit (due_task.timeout_us), it sends SIGTERM to the command's
  * process group, then SIGKILL after kill_grace_us; if the worker process dies
  * (even by SIGKILL) a guard process does the same, so the command never
- * outlives it (Linux parent-death signal).  The payload never appears on a
+ * outlives it.  Each handler slot keeps a guard process (started by a
+ * helper the worker forks once; both end with the worker) and each command
+ * is a vfork of its guard, never a fork of the worker.
+ * The payload never appears on a
  * command line.  The process must ignore SIGPIPE (due_worker_run does).
  */
 DUE_EXTERN int due_exec_handler(due_job *job, void *payload);
@@ -1280,8 +1283,13 @@ DUE_EXTERN int due_exec_handler(due_job *job, void *payload);
  * (SIGTERM, SIGKILL after kill_grace_us) and a fresh one is started for
  * the next task; a process that dies or writes a malformed line fails the
  * try with a clear error and is restarted after restart_backoff_us
- * (doubling up to 30 s while it keeps failing).  Its stderr goes to the
- * worker's log, prefixed with the task id.
+ * (doubling up to 30 s while it keeps failing); one that writes to stdout
+ * while no task is outstanding is replaced before the next task is sent.
+ * Its stderr goes to the worker's log, prefixed with the task id, in whole
+ * lines, at most 1,000 lines or 256 KiB a second per process (the log says
+ * how many were dropped).  A pool thread ends its process as the worker
+ * stops (EOF, SIGTERM 2 s later or at once on a forced stop, SIGKILL after
+ * kill_grace_us); due_pipe_free() ends the others the same way.
  */
 typedef struct due_pipe due_pipe;
 

@@ -22,7 +22,10 @@
 **             the end, what retention pruned.  One JSON object.  Not part
 **             of "all".
 **   lateness  n tasks spread over --spread, --workers workers waiting:
-**             claim - due percentiles and early claims
+**             claim - due percentiles and early claims; with --exec CMD
+**             or --pipe CMD the same through a command or pipe handler
+**             (2 workers x 2 slots, 500 tasks due at random: the load
+**             at which issue 36 found commands claimed late)
 **   idle      --workers workers, no tasks, --idle seconds: store queries/s
 **             (due's own count; on Redis also the server's INFO
 **             commandstats, on MySQL/MariaDB SHOW GLOBAL STATUS Questions
@@ -85,12 +88,14 @@ static const char usage[] =
     "workload runs in a scratch store of its own (a new SQLite file beside\n"
     "yours, a new PostgreSQL schema, a new Redis ?prefix= or a new MySQL\n"
     "database) and never touches your tasks.\n"
-    "  --n N            tasks per workload (default 20000; lateness 2000;\n"
-    "                   depth 1000000)\n"
+    "  --n N            tasks per workload (default 20000; lateness 2000,\n"
+    "                   with --exec or --pipe 500; depth 1000000)\n"
     "  --concurrency C  handler slots per worker for drain and soak\n"
-    "                   (default 4)\n"
+    "                   (default 4), and lateness with --exec or --pipe\n"
+    "                   (default 2)\n"
     "  --workers W      worker instances for drain/lateness/idle (default "
-    "1/4/4)\n"
+    "1/4/4;\n"
+    "                   lateness with --exec or --pipe 2)\n"
     "  --batch B        enqueue batch size (default 1000)\n"
     "  --pending N      drain: first fill the store with N tasks due in a\n"
     "                   day (not timed), then drain --n due tasks among\n"
@@ -105,9 +110,11 @@ static const char usage[] =
     "                   fillfactor as `due init` sets them (due, the\n"
     "                   default) or PostgreSQL's own (default): the\n"
     "                   before/after of those settings\n"
-    "  --exec CMD       drain with a command handler instead of the C no-op\n"
-    "  --pipe CMD       drain with a pipe handler (`due work --pipe`): CMD\n"
-    "                   started once per slot, one JSON line per task\n"
+    "  --exec CMD       drain or lateness with a command handler instead\n"
+    "                   of the C no-op (lateness: tasks due at random)\n"
+    "  --pipe CMD       drain or lateness with a pipe handler (`due work\n"
+    "                   --pipe`): CMD started once per slot, one JSON line\n"
+    "                   per task\n"
     "  --poll DUR       with --no-wheel: the poll interval (default 50ms);\n"
     "                   with the wheel: the safety poll (default 10s)\n"
     "  --no-wheel       discover due tasks by polling only\n"
@@ -125,7 +132,8 @@ typedef struct bopts {
 	int64_t poll_us, spread_us, idle_us;
 	bool json;
 	bool n_set, workers_set, no_wheel, poll_set, inline_mode;
-	const char *pipe; /* --pipe CMD (drain) */
+	const char *pipe; /* --pipe CMD (drain, lateness) */
+	bool concurrency_set;
 	bool keep;
 	long pending;	     /* drain: tasks due in a day filled first */
 	long rate;	     /* soak: tasks/s */
@@ -660,17 +668,35 @@ static int cmp_id(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static due_id fill_ids(vctx *v, long n, int64_t spread_us, long batch,
-		       due_id *ids);
+static due_id fill_ids(vctx *v, long n, int64_t spread_us, bool at_random,
+		       long batch, due_id *ids);
 
 static due_id fill(vctx *v, long n, int64_t spread_us, long batch)
 {
-	return fill_ids(v, n, spread_us, batch, NULL);
+	return fill_ids(v, n, spread_us, false, batch, NULL);
 }
 
-static due_id fill_ids(vctx *v, long n, int64_t spread_us, long batch,
-		       due_id *ids)
+/* A fixed sequence of pseudo-random numbers (xorshift64): the same due
+   times on every run, so that runs compare. */
+static uint64_t bench_rand(uint64_t *s)
 {
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/*
+** Submit n bench tasks in batches: due now, or, with spread_us, 1 s from
+** now plus a point in the spread, evenly spaced or (at_random) uniformly
+** at random, as a command handler's lateness workload has them (bursts:
+** several tasks due within a few milliseconds).  The first id, 0 on
+** error; ids (when not NULL) gets every id, sorted.
+*/
+static due_id fill_ids(vctx *v, long n, int64_t spread_us, bool at_random,
+		       long batch, due_id *ids)
+{
+	uint64_t seed = 0x9e3779b97f4a7c15u;
 	static const char payload[] =
 	    "{\"order\":123456,\"customer\":\"c-42\","
 	    "\"note\":\"close this unpaid order in 30m\"}....";
@@ -684,7 +710,11 @@ static due_id fill_ids(vctx *v, long n, int64_t spread_us, long batch,
 			items[i] =
 			    (due_submit){"bench", payload, sizeof(payload) - 1,
 					 DUE_SCHEDULE_OPTS_INIT};
-			if (spread_us)
+			if (spread_us && at_random)
+				items[i].opts.delay_us =
+				    1000000 + (int64_t)(bench_rand(&seed) %
+							(uint64_t)spread_us);
+			else if (spread_us)
 				items[i].opts.delay_us =
 				    1000000 + spread_us * (done + i) / n;
 		}
@@ -1049,7 +1079,7 @@ static void w_drain(vctx *v, const bopts *o)
 	d.n = o->n;
 	if (!ws || !d.counts || !d.ids || !r.extra ||
 	    (o->pending > 0 && fill_pending(v, o, r.extra) < 0) ||
-	    !(d.first = fill_ids(v, o->n, 0, o->batch, d.ids)))
+	    !(d.first = fill_ids(v, o->n, 0, false, o->batch, d.ids)))
 		goto done;
 	if (o->pipe && due_pipe_new(&pipe, &po) < 0) {
 		fprintf(stderr, "due bench: --pipe: %s\n", due_error_last());
@@ -1114,15 +1144,64 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/*
+** Run `count` tasks due now through the workers and wait until they are
+** committed (at most 60 s): a pipe handler's processes start then.  0 or
+** -1.
+*/
+static int warm_up(vctx *v, wthread *ws, long workers, long count)
+{
+	double t0 = v_now_ms();
+
+	if (!fill(v, count, 0, count))
+		return -1;
+	while (ended_tries(ws, workers) < count) {
+		if (v_now_ms() - t0 > 60000) {
+			fprintf(stderr,
+				"due bench: warm-up: %ld of %ld tasks run in "
+				"60 s\n",
+				ended_tries(ws, workers), count);
+			return -1;
+		}
+		v_sleep_ms(10);
+	}
+	return 0;
+}
+
+/*
+** lateness: n tasks due over --spread, --workers workers waiting; claim -
+** due of each task's first try, from the store's attempts.  With the C
+** no-op (the default) 4 workers of 4 slots, tasks evenly spaced.  With
+** --exec or --pipe (variants "exec", "pipe") the load of issue 36: 2
+** workers of 2 slots, 500 tasks due at random, so a handler that holds
+** its slot (or the worker) longer than it should shows as claims made
+** late; --workers, --concurrency and --n change it.  A command handler
+** counts no runs here: the workers' committed tries are counted instead.
+** A pipe handler's slots each run one task first, not measured (warm_up).
+*/
 static void w_lateness(vctx *v, const bopts *o)
 {
-	long n = o->n_set ? o->n : 2000,
-	     workers = o->workers_set ? o->workers : 4;
+	bool cmd = o->exec || o->pipe;
+	long n = o->n_set ? o->n
+		 : cmd	  ? 500
+			  : 2000,
+	     workers = o->workers_set ? o->workers
+		       : cmd	      ? 2
+				      : 4,
+	     conc = !cmd		 ? 4
+		    : o->concurrency_set ? o->concurrency
+					 : 2;
 	drain_ctx d = {.n = n};
+	due_exec_opts x = DUE_EXEC_OPTS_INIT;
+	due_pipe_opts po = DUE_PIPE_OPTS_INIT;
+	due_pipe *pipe = NULL;
 	bres r = {.workload = "lateness",
-		  .variant = o->no_wheel ? "poll" : "wheel",
+		  .variant = o->exec	   ? "exec"
+			     : o->pipe	   ? "pipe"
+			     : o->no_wheel ? "poll"
+					   : "wheel",
 		  .n = n,
-		  .concurrency = workers,
+		  .concurrency = workers * (cmd ? conc : 1),
 		  .has_late = true};
 	wthread *ws = calloc((size_t)workers, sizeof(*ws));
 	double *late = calloc((size_t)n, sizeof(*late));
@@ -1130,15 +1209,30 @@ static void w_lateness(vctx *v, const bopts *o)
 	due_task_list *l = NULL;
 	size_t k = 0;
 
+	x.command = o->exec;
+	po.command = o->pipe;
 	d.counts = calloc((size_t)n, sizeof(*d.counts));
 	if (!ws || !late || !d.counts)
 		goto done;
-	if (start_workers(v, o, ws, workers, 4, false, noop, &d, NULL) < 0)
+	if (o->pipe && due_pipe_new(&pipe, &po) < 0) {
+		fprintf(stderr, "due bench: --pipe: %s\n", due_error_last());
 		goto done;
-	double t0 = v_now_ms();
-	if (!(d.first = fill(v, n, o->spread_us, o->batch)))
+	}
+	if (start_workers(
+		v, o, ws, workers, conc, false, pipe ? due_pipe_handler : noop,
+		pipe ? (void *)pipe : (void *)&d, o->exec ? &x : NULL) < 0)
+		goto done;
+	/* a pipe handler starts its processes at its slots' first tasks: one
+	   task per slot first (not measured), so that the figures are the
+	   steady state's, not an interpreter's start */
+	long warm = o->pipe ? workers * conc : 0;
+	if (warm && warm_up(v, ws, workers, warm) < 0)
 		goto stop;
-	while (atomic_load(&d.handled) < n &&
+	double t0 = v_now_ms();
+	if (!(d.first = fill_ids(v, n, o->spread_us, cmd, o->batch, NULL)))
+		goto stop;
+	while ((cmd ? ended_tries(ws, workers) - warm
+		    : atomic_load(&d.handled)) < n &&
 	       v_now_ms() - t0 < 60000 + (double)o->spread_us / 1000)
 		v_sleep_ms(20);
 stop:
@@ -1154,7 +1248,8 @@ stop:
 			break;
 		for (size_t i = 0; i < l->count; i++) {
 			const due_task *t = &l->items[i];
-			if (t->n_attempts == 0 || k >= (size_t)n)
+			if (t->n_attempts == 0 || k >= (size_t)n ||
+			    t->id < d.first) /* a warm-up task */
 				continue;
 			double ms =
 			    (double)(t->attempts[0].claimed_at - t->due_at) /
@@ -1174,6 +1269,7 @@ stop:
 	r.tasks_per_s = (double)k / r.seconds;
 	report(o, &r);
 done:
+	due_pipe_free(pipe);
 	free(ws);
 	free(late);
 	free(d.counts);
@@ -1726,6 +1822,7 @@ static int parse(cli_ctx *c, bopts *o, int argc, char **argv)
 			if (cli_parse_int(c, "--concurrency", optarg, 1, 1024,
 					  &o->concurrency))
 				return EXIT_USAGE;
+			o->concurrency_set = true;
 			break;
 		case 'W':
 			if (cli_parse_int(c, "--workers", optarg, 1, 64,

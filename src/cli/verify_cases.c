@@ -580,8 +580,9 @@ void v_sigstop_late_commit_rejected(vctx *v)
 /*
 ** A fake external service that deduplicates by key: mkdir is atomic, so
 ** only the first call with a key applies.  Attempt 1 crashes its worker
-** (kill -9 of the worker: the parent of the command's guard, see exec.c)
-** right after the external call, before commit.
+** (kill -9 of the worker: the parent of the spawner that started the
+** command's guard, see spawn.c) right after the external call, before
+** commit.
 */
 static void ext_key_case(vctx *v, const char *name, const char *keyexpr,
 			 int want_applied)
@@ -594,8 +595,9 @@ static void ext_key_case(vctx *v, const char *name, const char *keyexpr,
 		 "k=\"%s\"; if mkdir \"$DUEV_DIR/ext-$k\" 2>/dev/null; then "
 		 "echo \"$k\" >> \"$DUEV_DIR/ext_applied\"; fi; "
 		 "echo \"$k\" >> \"$DUEV_DIR/keys_seen\"; "
-		 "if [ \"$DUE_ATTEMPT\" = 1 ]; then kill -9 \"$(cut -d' ' -f4 "
-		 "/proc/$PPID/stat)\"; exit 0; fi; "
+		 "if [ \"$DUE_ATTEMPT\" = 1 ]; then g=$(cut -d' ' -f4 "
+		 "/proc/$PPID/stat); kill -9 \"$(cut -d' ' -f4 "
+		 "/proc/$g/stat)\"; exit 0; fi; "
 		 "echo committed",
 		 keyexpr);
 	done.id = v_add(v, "ext", 0, 5, 0, "x");

@@ -3,34 +3,29 @@
 **
 ** Protocol (INTERFACE.md): the command runs as `/bin/sh -c CMD` in its own
 ** process group, under a guard process that ends the group if the worker
-** dies (see "The guard" below).  The payload goes to its stdin through a pipe
-*(never on a
+** dies (spawn.c).  The payload goes to its stdin through a pipe (never on a
 ** command line, never through the shell's parser); the environment gets
 ** DUE_TASK_ID, DUE_KIND, DUE_ATTEMPT, DUE_IDEMPOTENCY_KEY=task-<id> (the
 ** same on every attempt, CONTRACT §3.8), DUE_DUE_AT, DUE_PRIORITY and, for
-** a task with a group, DUE_GROUP.  Exit 0 completes
-** the try with stdout (up to max_result bytes) as the result; a non-zero
-** exit or a signal fails it with the last 4 KiB of stderr.
+** a task with a group, DUE_GROUP.  Exit 0 completes the try with stdout
+** (up to max_result bytes) as the result; a non-zero exit or a signal
+** fails it with the last 4 KiB of stderr.
 **
-** While it runs, one thread multiplexes the three pipes with poll() and
+** While it runs, one thread multiplexes the three pipes and the guard's
+** status pipe with poll() (so the command's end wakes it at once) and
 ** looks at the job's lease flag every 20 ms.  When the lease keeper
 ** reports the lease lost, a cancel requested or the try's time limit
-** passed (it watches the clock, keeper.c), the whole process group
-** gets SIGTERM, then SIGKILL after kill_grace: a handler that ignores
-** SIGTERM still ends.  Pipes are non-blocking so a command that never reads
-** its stdin, or floods stdout, cannot wedge the worker.
+** passed (it watches the clock, keeper.c), the whole process group gets
+** SIGTERM, then SIGKILL after kill_grace: a handler that ignores SIGTERM
+** still ends.  Pipes are non-blocking so a command that never reads its
+** stdin, or floods stdout, cannot wedge the worker.
 */
-#define _GNU_SOURCE /* pipe2 */
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -131,273 +126,6 @@ void due__close_fd(int *fd)
 	*fd = -1;
 }
 
-/*
-** The guard: the process the worker starts for each command.
-**
-** A handler must never outlive its worker (CONTRACT: after kill -9 of a
-** worker its lease expires and another worker runs the task; a handler
-** still running then would do the work twice).  Linux's parent-death
-** signal reaches only the direct child, and only when the thread that
-** forked it ends, so the worker forks a guard: it leads the handler's
-** process group, asks for SIGUSR2 when its parent dies, and forks the
-** shell that runs the command.  It then waits:
-**
-**  - the shell ends: the guard ends the same way (same exit code, or the
-**    same signal), so the worker sees the command's own status.  When the
-**    shell was killed by a signal (the worker stopping the try: lease
-**    lost, cancel, time limit, shutdown), what it started may live on in
-**    the group (a child that ignores SIGTERM, when the shell did not exec
-**    it: `cd /app && ./run`); the guard, a child subreaper, inherits
-**    them and stays their guard until they are gone, SIGKILLing them
-**    kill_grace after the shell ended (the worker's own SIGKILL at the
-**    lease clock's kill_by comes first when it is sooner), so that a
-**    worker that dies meanwhile still takes them along;
-**  - the worker dies (kill -9, OOM killer, a forced exit): the guard sends
-**    SIGTERM to the whole group, waits up to kill_grace for the shell,
-**    then SIGKILLs the group, itself included.  Handlers that leave the
-**    group (setsid, a double fork into another group) escape this; see
-**    docs/INTERFACE.md.
-**
-** The guard ignores SIGTERM, SIGINT and SIGHUP, so the worker's own
-** "lease lost" SIGTERM to the group reaches only the command; SIGKILL to the
-** group ends both.  Between fork and exit the guard makes only system calls
-** (no malloc, no stdio, no locks): the worker is multi-threaded.
-*/
-static volatile sig_atomic_t g_orphaned, g_child_ended;
-
-static void guard_signal(int sig)
-{
-	if (sig == SIGCHLD)
-		g_child_ended = 1;
-	else
-		g_orphaned = 1;
-}
-
-static void set_handler(int sig, void (*fn)(int))
-{
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = fn;
-	sigfillset(&sa.sa_mask);
-	sigaction(sig, &sa, NULL);
-}
-
-static void nap_us(int64_t us)
-{
-	struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
-/* End the guard as the shell ended: its exit code, or its signal. */
-static _Noreturn void guard_relay(int status)
-{
-	if (WIFSIGNALED(status)) {
-		int sig = WTERMSIG(status);
-		struct rlimit nocore = {0, 0};
-		sigset_t one;
-		setrlimit(RLIMIT_CORE, &nocore); /* the shell already dumped */
-		set_handler(sig, SIG_DFL);
-		sigemptyset(&one);
-		sigaddset(&one, sig);
-		sigprocmask(SIG_UNBLOCK, &one, NULL);
-		kill(getpid(), sig);
-		_exit(128 + sig);
-	}
-	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 127);
-}
-
-/*
-** The shell died of a signal and left processes in the group: guard them
-** until they are gone, kill_grace at most, then SIGKILL them all, the guard
-** having first moved out of the group into the worker's, so that it
-** survives to relay the shell's status.  An orphaned guard (the worker
-** died) stops them as guard_orphaned does.
-*/
-static _Noreturn void guard_leftovers(pid_t worker, int sh_status,
-				      int64_t kill_grace_us)
-{
-	int64_t waited = 0;
-	pid_t pgid = getpid();
-	sigset_t none;
-
-	/* the flags' handlers may run now: nothing here but system calls */
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	for (;;) {
-		int st;
-		pid_t r;
-		while ((r = waitpid(-1, &st, WNOHANG)) > 0)
-			;
-		if (r < 0 && errno == ECHILD)
-			break; /* nothing of the command is left */
-		if (getppid() != worker)
-			g_orphaned = 1;
-		if (g_orphaned || waited >= kill_grace_us) {
-			if (!g_orphaned)
-				setpgid(0, getpgid(worker));
-			kill(-pgid, SIGKILL);
-			if (g_orphaned)
-				_exit(137);
-			break;
-		}
-		nap_us(10000);
-		waited += 10000;
-	}
-	guard_relay(sh_status);
-}
-
-/* The worker is gone: stop the whole group, politely first. */
-static _Noreturn void guard_orphaned(pid_t sh, int64_t kill_grace_us)
-{
-	int64_t waited = 0;
-	int status;
-
-	kill(0, SIGTERM);
-	while (waited < kill_grace_us) {
-		if (waitpid(sh, &status, WNOHANG) == sh)
-			break;
-		nap_us(10000);
-		waited += 10000;
-	}
-	kill(0, SIGKILL); /* stragglers in the group, and the guard */
-	_exit(137);
-}
-
-/* Close every descriptor from `lowest` up (system calls only). */
-static void close_from(int lowest)
-{
-	struct rlimit rl;
-	if (syscall(SYS_close_range, (unsigned)lowest, ~0u, 0u) == 0)
-		return;
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
-	    rl.rlim_cur > 65536)
-		rl.rlim_cur = 65536;
-	for (int fd = lowest; fd < (int)rl.rlim_cur; fd++)
-		close(fd);
-}
-
-static _Noreturn void guard_main(pid_t worker, const int fds[3],
-				 char *const argv[], char *const env[],
-				 int64_t kill_grace_us)
-{
-	sigset_t all, none;
-	pid_t sh;
-	int status;
-
-	sigfillset(&all);
-	sigemptyset(&none);
-	sigprocmask(SIG_BLOCK, &all, NULL);
-	setpgid(0, 0);
-	/*
-	** Keep only the command's three pipe ends, as 0, 1 and 2: every
-	** other descriptor of the worker (other commands' pipes, store
-	** connections) would otherwise stay open in the guard, and another
-	** command would never see EOF on its stdin.  Moved above 2 first so
-	** that no dup2 overwrites a source not yet copied.
-	*/
-	int hi[3];
-	for (int i = 0; i < 3; i++)
-		if ((hi[i] = fcntl(fds[i], F_DUPFD, 3)) < 0)
-			_exit(126);
-	for (int i = 0; i < 3; i++)
-		if (dup2(hi[i], i) < 0)
-			_exit(126);
-	close_from(3);
-	set_handler(SIGCHLD, guard_signal);
-	set_handler(SIGUSR2, guard_signal);
-	set_handler(SIGTERM, SIG_IGN);
-	set_handler(SIGINT, SIG_IGN);
-	set_handler(SIGHUP, SIG_IGN);
-	set_handler(SIGPIPE, SIG_IGN);
-	prctl(PR_SET_PDEATHSIG, SIGUSR2);
-	/* what the shell leaves behind becomes the guard's (guard_leftovers) */
-	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	if (getppid() != worker) /* it died before the signal was armed */
-		_exit(137);
-	/*
-	** vfork, not fork: the guard is a copy of the worker, and copying
-	** its page tables a second time cost as much as the first fork
-	** (most of a short command's system time).  The child shares the
-	** guard's memory until execve and only makes system calls; its
-	** signal dispositions are its own (no CLONE_SIGHAND), and every
-	** signal stays blocked until they are all back to SIG_DFL.
-	*/
-	sh = vfork();
-	if (sh < 0)
-		_exit(126);
-	if (sh == 0) {
-		/* the shell dies with its guard, whatever kills the guard */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		for (int sig = 1; sig < NSIG; sig++)
-			if (sig != SIGKILL && sig != SIGSTOP)
-				signal(sig, SIG_DFL);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		execve("/bin/sh", argv, env);
-		_exit(127);
-	}
-	close(0), close(1), close(2);
-	for (;;) {
-		while (!g_child_ended && !g_orphaned)
-			sigsuspend(&none);
-		if (g_orphaned)
-			guard_orphaned(sh, kill_grace_us);
-		g_child_ended = 0;
-		if (waitpid(sh, &status, WNOHANG) != sh)
-			continue;
-		if (WIFSIGNALED(status))
-			guard_leftovers(worker, status, kill_grace_us);
-		guard_relay(status);
-	}
-}
-
-/*
-** Start the guard (which runs /bin/sh -c cmd) with pipes on the command's
-** 0, 1, 2, in a new process group led by the guard.  0 or a due code
-** (message set).
-*/
-int due__spawn(child *c, const char *cmd, char **env, int64_t kill_grace_us)
-{
-	int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1};
-	char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
-	pid_t self = getpid();
-	int rc;
-
-	if (pipe2(pin, O_CLOEXEC) || pipe2(pout, O_CLOEXEC) ||
-	    pipe2(perr, O_CLOEXEC)) {
-		rc = due__error_set(DUE_ERROR, "pipe: %s", strerror(errno));
-		goto fail;
-	}
-	c->pid = fork();
-	if (c->pid < 0) {
-		rc = due__error_set(DUE_ERROR,
-				    "cannot start the command: fork: %s",
-				    strerror(errno));
-		goto fail;
-	}
-	if (c->pid == 0) {
-		int fds[3] = {pin[0], pout[1], perr[1]};
-		guard_main(self, fds, argv, env, kill_grace_us);
-	}
-	setpgid(c->pid,
-		c->pid); /* also done by the guard: no race with kill(-pid) */
-	close(pin[0]), close(pout[1]), close(perr[1]);
-	c->in = pin[1];
-	c->out = pout[0];
-	c->err = perr[0];
-	fcntl(c->in, F_SETFL, O_NONBLOCK);
-	fcntl(c->out, F_SETFL, O_NONBLOCK);
-	fcntl(c->err, F_SETFL, O_NONBLOCK);
-	return 0;
-fail:
-	for (int i = 0; i < 2; i++) {
-		due__close_fd(&pin[i]);
-		due__close_fd(&pout[i]);
-		due__close_fd(&perr[i]);
-	}
-	return rc;
-}
-
 /* Read what is available on *fd into b; close it at EOF. */
 void due__drain_fd(int *fd, buf *b)
 {
@@ -422,8 +150,6 @@ typedef struct run_state {
 	size_t in_len, in_off;
 	int64_t term_at; /* monotonic us when SIGTERM was sent, 0 before */
 	bool killed;
-	int status;
-	bool exited;
 } run_state;
 
 /*
@@ -435,7 +161,7 @@ static void enforce_lease(due_job *job, child *c, run_state *rs)
 {
 	int64_t now, kill_by;
 
-	if (due_job_lease_held(job) || rs->exited)
+	if (due_job_lease_held(job) || c->ended)
 		return;
 	now = due__mono_us();
 	kill_by = due__job_kill_by(job);
@@ -498,11 +224,18 @@ static void feed(child *c, run_state *rs)
 		due__close_fd(&c->in);
 }
 
-/* Multiplex the pipes until the child exited and its pipes are drained. */
+/*
+** Multiplex the pipes until the guard has ended and the pipes are drained.
+** The guard's status pipe is in the poll too: the command's end wakes the
+** loop at once.  (A command's pipes reach EOF when its shell exits, a
+** moment before the guard that relays its status does; a loop that slept
+** 5 ms then, once or twice per command, kept each slot busy twice as long
+** as `true` takes.)
+*/
 static void supervise(due_job *job, child *c, run_state *rs, buf *out, buf *err)
 {
-	while (!(rs->exited && c->out < 0 && c->err < 0)) {
-		struct pollfd p[3];
+	while (!(c->ended && c->out < 0 && c->err < 0)) {
+		struct pollfd p[4];
 		int n = 0;
 		if (c->in >= 0)
 			p[n++] = (struct pollfd){c->in, POLLOUT, 0};
@@ -510,18 +243,16 @@ static void supervise(due_job *job, child *c, run_state *rs, buf *out, buf *err)
 			p[n++] = (struct pollfd){c->out, POLLIN, 0};
 		if (c->err >= 0)
 			p[n++] = (struct pollfd){c->err, POLLIN, 0};
-		if (n > 0 && poll(p, (nfds_t)n, 20) < 0 && errno != EINTR)
+		if (c->st >= 0)
+			p[n++] = (struct pollfd){c->st, POLLIN, 0};
+		if (poll(p, (nfds_t)n, 20) < 0 && errno != EINTR)
 			break;
-		if (n == 0)
-			usleep(5000);
 		feed(c, rs);
 		if (c->out >= 0)
 			due__drain_fd(&c->out, out);
 		if (c->err >= 0)
 			due__drain_fd(&c->err, err);
-		if (!rs->exited &&
-		    waitpid(c->pid, &rs->status, WNOHANG) == c->pid) {
-			rs->exited = true;
+		if (c->st >= 0 && due__child_ended(c)) {
 			/* a background grandchild may hold the pipes: take what
 			   is there now and stop listening */
 			if (c->out >= 0)
@@ -569,22 +300,23 @@ static void set_failure(due_job *job, const char *status, const buf *err)
 }
 
 /* Turn the exit status into the job's outcome.  Returns the handler rc. */
-static int finish(due_job *job, const run_state *rs, buf *out, buf *err)
+static int finish(due_job *job, const child *c, const run_state *rs, buf *out,
+		  buf *err)
 {
 	char status[160];
 
-	if (WIFEXITED(rs->status) && WEXITSTATUS(rs->status) == 0) {
+	if (WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0) {
 		due_job_set_result(
 		    job, out->len ? out->p : (const unsigned char *)"",
 		    out->len);
 		return 0;
 	}
-	if (WIFEXITED(rs->status))
+	if (WIFEXITED(c->status))
 		snprintf(status, sizeof(status), "exit %d",
-			 WEXITSTATUS(rs->status));
+			 WEXITSTATUS(c->status));
 	else
 		snprintf(status, sizeof(status), "killed by signal %d%s%s%s",
-			 WTERMSIG(rs->status), rs->term_at ? " (" : "",
+			 WTERMSIG(c->status), rs->term_at ? " (" : "",
 			 rs->term_at
 			     ? due__stop_reason_name(due__job_stop_why(job))
 			     : "",
@@ -600,7 +332,7 @@ int due_exec_handler(due_job *job, void *payload)
 	run_state rs = {.o = o, .in = t->payload, .in_len = t->payload_len};
 	buf out = {.limit = o->max_result},
 	    err = {.limit = ERR_TAIL, .tail = true};
-	child c = {-1, -1, -1, -1};
+	child c = DUE__CHILD_NONE;
 	char vars[N_VARS][VAR_MAX];
 	char **env;
 	int rc;
@@ -620,9 +352,8 @@ int due_exec_handler(due_job *job, void *payload)
 		return 1;
 	}
 	supervise(job, &c, &rs, &out, &err);
-	if (!rs.exited)
-		waitpid(c.pid, &rs.status, 0);
-	rc = finish(job, &rs, &out, &err);
+	due__child_wait(&c); /* when poll failed */
+	rc = finish(job, &c, &rs, &out, &err);
 	free(out.p);
 	free(err.p);
 	return rc;

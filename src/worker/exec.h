@@ -2,7 +2,7 @@
 ** exec.h - the pieces of the command handler (exec.c) that the pipe
 ** handler (pipe.c) reuses: a bounded byte buffer, and starting a command
 ** under its guard process in its own process group with non-blocking pipes
-** on its stdin, stdout and stderr.  Only src/worker/ includes it.
+** on its stdin, stdout and stderr (spawn.c).  Only src/worker/ includes it.
 */
 #ifndef DUE_WORKER_EXEC_H
 #define DUE_WORKER_EXEC_H
@@ -19,11 +19,24 @@ typedef struct due__buf {
 	bool tail; /* keep the last `limit` bytes instead of the first */
 } due__buf;
 
-/* A started command: the guard's pid (= its process group) and our ends. */
+/*
+** A started command: the shell's pid (= its process group's id), our ends
+** of its pipes, and the read end of its status pipe.  The shell is not our
+** child (its guard started it, spawn.c): its end is learnt from the status
+** pipe, which gets the shell's wait status (as waitpid gives it), then EOF
+** when its guard is done with it (and has left its group).  `st` is
+** readable then, so a poll wakes at once.
+*/
 typedef struct due__child {
-	pid_t pid;
-	int in, out, err; /* our ends; -1 when closed */
+	pid_t pid;		  /* the shell: its process group's id */
+	int in, out, err;	  /* our ends; -1 when closed */
+	int st;			  /* the status pipe; -1 once ended */
+	int status;		  /* the wait status, once ended */
+	bool ended;		  /* the command is over (status set) */
+	struct due__guard *guard; /* its guard, until it has ended */
 } due__child;
+
+#define DUE__CHILD_NONE ((due__child){-1, -1, -1, -1, -1, 0, true, NULL})
 
 void due__buf_add(due__buf *b, const unsigned char *d, size_t n);
 /* Close *fd if open and set it to -1. */
@@ -31,12 +44,20 @@ void due__close_fd(int *fd);
 /* Read what is available on *fd into b; close it at EOF or on an error. */
 void due__drain_fd(int *fd, due__buf *b);
 /*
-** Run /bin/sh -c cmd with env under a guard process that leads a new
-** process group and stops that group (SIGTERM, SIGKILL after kill_grace_us)
-** if the calling thread's process dies.  Returns 0, or a due code with the
-** message set.  The pipes are non-blocking and close-on-exec.
+** Run /bin/sh -c cmd with env in a new process group, under a guard of the
+** calling thread that stops that group (SIGTERM, SIGKILL after
+** kill_grace_us) if the worker process dies.  Returns 0, or a due code
+** with the message set (c is then DUE__CHILD_NONE).  The pipes are
+** non-blocking and close-on-exec.  Any thread may call it.
 */
 int due__spawn(due__child *c, const char *cmd, char **env,
 	       int64_t kill_grace_us);
+/*
+** Whether the guard has ended, without blocking: true with c->status set
+** (then and on every later call).  Reads the status pipe.
+*/
+bool due__child_ended(due__child *c);
+/* Block until the guard has ended; c->status is then set. */
+void due__child_wait(due__child *c);
 
 #endif

@@ -13,6 +13,14 @@ field() { "$DUE" show "$1" --json | python3 -c "import json,sys; print(json.load
 is_state() { [ "$(field "$1" state)" = "$2" ]; }
 pid_of() { field "$1" result | cut -d' ' -f1; }
 gone() { ! kill -0 "$1" 2>/dev/null; }
+# handlers WPID: the worker's handler processes (worker -> spawner -> guard
+# -> the shell or what it exec'd); fails when there is none yet
+handlers() {
+	local s g
+	for s in $(pgrep -P "$1"); do
+		for g in $(pgrep -P "$s"); do pgrep -P "$g"; done
+	done | grep .
+}
 
 # bad input
 expect_err 2 "--pipe: empty command" "$DUE" work --pipe ' '
@@ -62,12 +70,10 @@ for H in "${handlers[@]}"; do
 	"$DUE" work -q --concurrency 1 --poll 20ms --kill-grace 300ms --no-cron --pipe "$H" &
 	wpid=$!
 	wait_for "k1 claimed" 20 is_state "$k1" CLAIMED
-	# the task is CLAIMED before the worker forks the guard: wait for it
-	wait_for "the guard under the worker" 20 pgrep -P "$wpid"
-	guard=$(pgrep -P "$wpid")
+	# the task is CLAIMED before the guard starts: wait for it
+	wait_for "the handler under its guard" 20 handlers "$wpid"
 	# the handler (its guard's child) is killed from outside
-	wait_for "the handler under its guard" 20 pgrep -P "$guard"
-	kill -9 $(pgrep -P "$guard")
+	kill -9 $(handlers "$wpid")
 	wait_for "k1 dead" 20 is_state "$k1" DEAD
 	field "$k1" last_error | has "was killed by signal 9" && ok || bad "killed: $(field "$k1" last_error)"
 	r1=$("$DUE" add k --payload after-kill)
@@ -94,16 +100,13 @@ for H in "${handlers[@]}"; do
 	wait "$wpid" && ok || bad "worker exit after SIGTERM"
 	wait_for "the pipe process ends with its worker" 20 gone "$(pid_of "$r2")"
 
-	# 4. ... nor one killed by SIGKILL (the guard's parent-death signal)
+	# 4. ... nor one killed by SIGKILL (the guard sees its lifeline close)
 	s=$("$DUE" add k --payload 'sleep: 60')
 	"$DUE" work -q --concurrency 1 --poll 20ms --kill-grace 300ms --no-cron --pipe "$H" &
 	wpid=$!
 	wait_for "s claimed" 20 is_state "$s" CLAIMED
-	# the task is CLAIMED before the worker forks the guard: wait for it
-	wait_for "the guard under the worker" 20 pgrep -P "$wpid"
-	guard=$(pgrep -P "$wpid")
-	wait_for "the handler under its guard" 20 pgrep -P "$guard"
-	hp=$(pgrep -P "$guard")
+	wait_for "the handler under its guard" 20 handlers "$wpid"
+	hp=$(handlers "$wpid")
 	kill -9 "$wpid"
 	wait "$wpid" 2>/dev/null || true
 	wait_for "the pipe process ends after kill -9 of its worker" 20 gone "$hp"
@@ -134,4 +137,16 @@ import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert r["variant"] == "pipe" and r["n"] == 200 and r["duplicates"] == 0, r
 PY
+# ... and lateness through a command and a pipe handler (bench/run's W3
+# rows of issue 36): every task claimed, none early
+for h in "--exec true" "--pipe python3 $EX/pipe_handler.py"; do
+	"$DUE" bench --workload lateness --n 40 --spread 500ms --json ${h%% *} "${h#* }" >"$T/late.json"
+	python3 - "$T/late.json" "${h%% *}" <<'PY' && ok || bad "bench lateness $h: $(cat "$T/late.json")"
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert r["workload"] == "lateness" and r["variant"] == sys.argv[2][2:], r
+assert r["n"] == 40 and r["concurrency"] == 4 and r["early"] == 0, r
+assert r["tasks_per_s"] > 0 and r["p99_ms"] >= r["p50_ms"] >= 0, r
+PY
+done
 finish

@@ -29,8 +29,17 @@ a = json.load(sys.stdin)["attempts"]
 print(" ".join(x["outcome"] for x in a))
 print("|".join(x["error"] or "" for x in a))'
 }
-# a handler's sleep, or a guard process (the worker's child) still there
-handlers_left() { pgrep -f "sleep $mark" >/dev/null || pgrep -P "$1" >/dev/null; }
+# a handler's sleep, or a command still under its guard (worker ->
+# due-spawner -> due-guard -> the command: src/worker/spawn.c; an idle
+# guard waits for its slot's next command)
+handlers_left() {
+	pgrep -f "sleep $mark" >/dev/null && return 0
+	local s g
+	for s in $(pgrep -P "$1"); do
+		for g in $(pgrep -P "$s"); do pgrep -P "$g" >/dev/null && return 0; done
+	done
+	return 1
+}
 
 # check_dead LABEL ID LOG WORKER_PID: DEAD after two tries, both TIMED_OUT
 # with the error, no handler left, a log line per time-out
@@ -46,7 +55,7 @@ check_dead() {
 	expect_eq "$label: no result" None "$(field "$id" result)"
 	# a try is committed only once its handler's process has ended
 	if handlers_left "$wpid"; then
-		bad "$label: handler processes left: $(pgrep -af "$mark"; pgrep -aP "$wpid")"
+		bad "$label: handler processes left: $(pgrep -af "$mark"; for s in $(pgrep -P "$wpid"); do for g in $(pgrep -P "$s"); do pgrep -aP "$g"; done; done)"
 	else
 		ok
 	fi
