@@ -1226,9 +1226,10 @@ static void w_lateness(vctx *v, const bopts *o)
 	   task per slot first (not measured), so that the figures are the
 	   steady state's, not an interpreter's start */
 	long warm = o->pipe ? workers * conc : 0;
+	double t0 = v_now_ms(); /* set again after the warm-up */
 	if (warm && warm_up(v, ws, workers, warm) < 0)
 		goto stop;
-	double t0 = v_now_ms();
+	t0 = v_now_ms();
 	if (!(d.first = fill_ids(v, n, o->spread_us, cmd, o->batch, NULL)))
 		goto stop;
 	while ((cmd ? ended_tries(ws, workers) - warm
