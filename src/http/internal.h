@@ -375,8 +375,10 @@ struct due_http {
 	bool loopback;
 	size_t max_body;
 	size_t max_payload;
-	size_t body_budget;	  /* request bodies held at once, in bytes */
-	atomic_size_t body_bytes; /* ... held now */
+	size_t body_budget;	   /* request bodies held at once, in bytes */
+	atomic_size_t body_bytes;  /* ... held now */
+	atomic_int replies_unsent; /* replies set whose request has not
+				      completed: a stop lets them go out */
 	unsigned port;
 	pthread_key_t db_key; /* each store thread's due_db */
 	bool have_key;

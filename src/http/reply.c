@@ -46,6 +46,7 @@ static int set_reply(http_req *r, unsigned status, const char *ctype,
 		return 1;
 	}
 	r->status = status;
+	atomic_fetch_add(&r->srv->replies_unsent, 1);
 	r->ctype = ctype;
 	r->rbody = body;
 	r->rlen = len;

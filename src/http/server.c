@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
@@ -321,6 +322,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 	(void)why;
 	if (r) {
+		if (r->status)
+			atomic_fetch_sub(&h->replies_unsent, 1);
 		atomic_fetch_sub(&h->body_bytes, r->body_len);
 		http_req_free(r);
 		*con_cls = NULL;
@@ -544,6 +547,13 @@ void due_http_stop(due_http *h)
 	http_pool_stop(&h->writes);
 	http_claims_stop(&h->claims);
 	http_health_stop(&h->health);
+	/* The stop answered every waiting poll and resumed its connection:
+	   let the daemon's threads send those replies (at most 2 s) before
+	   it closes every connection, else a poll sees the socket close with
+	   no reply (HTTP.md: a stop answers the waiting polls at once). */
+	for (int i = 0; h->d && i < 200 && atomic_load(&h->replies_unsent) > 0;
+	     i++)
+		nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
 	if (h->d)
 		MHD_stop_daemon(h->d);
 	http_conns_destroy(&h->conns);
