@@ -73,6 +73,7 @@
 #define RETRY_US 100000LL	 /* a poll's claim after a store error */
 #define WATCH_MAX_MS 200
 #define OVERDUE_SCAN_US 200000LL /* look for tries past their limit */
+#define DOUBT_SWEEP_US 500000LL	 /* look for claims made after a failed call */
 #define EMPTY_MAX 5 /* readable, no note, in a second: a dead session */
 
 struct http_poll {
@@ -350,6 +351,137 @@ static void park(http_claims *cs, http_poll *p, int64_t wake_at)
 	poke(cs);
 }
 
+/* ------------------------------------------------------------------ */
+/* Doubts: claims the store may have made after the call gave up       */
+/* ------------------------------------------------------------------ */
+
+/*
+** A claim whose store call failed (no answer within CALL_US, a broken
+** connection) may still be carried out: a frozen server runs the
+** statement when it thaws, and its tasks are then CLAIMED for a client
+** that was answered 503 or [] and will never complete them, until the
+** lease ends (the attack on issue 36 froze PostgreSQL and Redis: one such
+** task per claim in flight).  The claim is a doubt until its lease would
+** have ended: meanwhile the watcher looks for CLAIMED tasks of the doubt's
+** owner that this server never delivered (tries.c) and gives them back
+** (requeue), as give_back does for a client that left.  A task another
+** server delivered under the same owner name in that window would be
+** given back too: its try is then refused (409) and the task retried,
+** which at-least-once allows; a ghost would have held it a whole lease.
+*/
+typedef struct http_doubt {
+	char *owner;
+	const char *kinds[HTTP_MAX_KINDS]; /* into kind_buf */
+	char *kind_buf;
+	size_t n_kinds;
+	int64_t until; /* monotonic: the claim's lease has ended by then */
+	struct http_doubt *next;
+} http_doubt;
+
+static void doubt_free(http_doubt *d)
+{
+	free(d->owner);
+	free(d->kind_buf);
+	free(d);
+}
+
+static void doubt_add(http_claims *cs, const http_poll *p, int64_t t0)
+{
+	http_doubt *d = calloc(1, sizeof(*d));
+	size_t len = 0;
+
+	if (!d || !(d->owner = strdup(p->c.o.owner)))
+		goto fail;
+	for (size_t i = 0; i < p->c.o.n_kinds; i++)
+		len += strlen(p->c.o.kinds[i]) + 1;
+	if (len && !(d->kind_buf = malloc(len)))
+		goto fail;
+	len = 0;
+	if (!p->c.o.exclude_kinds)
+		for (size_t i = 0; i < p->c.o.n_kinds; i++) {
+			size_t n = strlen(p->c.o.kinds[i]) + 1;
+			memcpy(d->kind_buf + len, p->c.o.kinds[i], n);
+			d->kinds[d->n_kinds++] = d->kind_buf + len;
+			len += n;
+		}
+	d->until = t0 + p->c.o.lease_us;
+	pthread_mutex_lock(&cs->mu);
+	d->next = cs->doubts;
+	cs->doubts = d;
+	pthread_mutex_unlock(&cs->mu);
+	poke(cs);
+	return;
+fail:
+	if (d)
+		doubt_free(d);
+}
+
+/* Give back d's CLAIMED tasks of `kind` (NULL: any) this server never
+   delivered; -1 on a store error. */
+static int doubt_sweep_kind(http_claims *cs, due_db *db, const http_doubt *d,
+			    const char *kind)
+{
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	due_task_list *l = NULL;
+	http_try tr;
+
+	lo.state = DUE_CLAIMED;
+	lo.kind = kind;
+	lo.limit = 10000;
+	for (;;) {
+		if (due_list(db, &l, &lo) < 0)
+			return -1;
+		for (size_t i = 0; i < l->count; i++) {
+			const due_task *t = &l->items[i];
+			if (!t->lease_owner ||
+			    strcmp(t->lease_owner, d->owner) ||
+			    http_tries_get(&cs->srv->tries, t->id, t->attempt,
+					   &tr))
+				continue;
+			if (due_requeue(db, t->id) == 0)
+				http_log("claim_doubt",
+					 "task %lld was claimed for '%s' by a "
+					 "call that got no answer: given back",
+					 (long long)t->id, d->owner);
+		}
+		if (l->count < (size_t)lo.limit) {
+			due_task_list_free(l);
+			return 0;
+		}
+		lo.after = l->items[l->count - 1].id;
+		due_task_list_free(l);
+	}
+}
+
+/* The watcher: sweep every doubt; forget those whose lease has ended. */
+static void doubts_sweep(http_claims *cs, due_db *db)
+{
+	int64_t now = http_now_us();
+	http_doubt **pp, *d, *mine;
+
+	pthread_mutex_lock(&cs->mu);
+	mine = cs->doubts; /* the sweep owns the list meanwhile */
+	cs->doubts = NULL;
+	pthread_mutex_unlock(&cs->mu);
+	for (pp = &mine; (d = *pp);) {
+		int rc = 0;
+		if (db && d->n_kinds == 0)
+			rc = doubt_sweep_kind(cs, db, d, NULL);
+		for (size_t i = 0; db && rc == 0 && i < d->n_kinds; i++)
+			rc = doubt_sweep_kind(cs, db, d, d->kinds[i]);
+		if (now >= d->until) {
+			*pp = d->next;
+			doubt_free(d);
+		} else {
+			pp = &d->next;
+		}
+	}
+	pthread_mutex_lock(&cs->mu);
+	*pp = cs->doubts; /* doubts added meanwhile go after */
+	cs->doubts = mine;
+	pthread_mutex_unlock(&cs->mu);
+}
+
 /* A store error: answer it, and drop this thread's handle. */
 static void store_failed(http_claims *cs, http_poll *p, int rc)
 {
@@ -401,6 +533,8 @@ static void run_poll(http_claims *cs, http_poll *p)
 	p->tried = true;
 	t0 = http_now_us();
 	if ((rc = due_claim_ex(claims_db, &l, &p->c.o)) < 0) {
+		if (rc == DUE_ESTORE)
+			doubt_add(cs, p, t0);
 		if (rc == DUE_ESTORE && !p->retried &&
 		    http_now_us() + RETRY_US < p->wait_end) {
 			/* a connection that broke (a restart, a failover):
@@ -464,6 +598,7 @@ typedef struct watch {
 	int64_t next_reclaim;  /* monotonic */
 	int64_t next_deadline; /* the next try's time limit, monotonic */
 	int64_t next_scan;     /* for overdue tries, monotonic */
+	int64_t next_doubt;    /* the next sweep of the doubts, monotonic */
 	int empty;	       /* wake-ups without a note since empty_since */
 	int64_t empty_since;
 } watch;
@@ -588,6 +723,21 @@ static void watch_overdue(watch *w)
 	}
 }
 
+/* Sweep the doubts (a claim that got no answer) every DOUBT_SWEEP_US. */
+static void watch_doubts(watch *w)
+{
+	int64_t now = http_now_us();
+	bool any;
+
+	pthread_mutex_lock(&w->cs->mu);
+	any = w->cs->doubts != NULL;
+	pthread_mutex_unlock(&w->cs->mu);
+	if (!any || now < w->next_doubt)
+		return;
+	doubts_sweep(w->cs, w->db);
+	w->next_doubt = now + DOUBT_SWEEP_US;
+}
+
 /* Wake what is due, answer what is over; ms until the next of either. */
 static int watch_tick(watch *w)
 {
@@ -603,6 +753,8 @@ static int watch_tick(watch *w)
 		if (p->wait_end < first)
 			first = p->wait_end;
 	}
+	if (cs->doubts && w->next_doubt < first)
+		first = w->next_doubt;
 	pthread_mutex_unlock(&cs->mu);
 	if (w->db && w->next_reclaim < first)
 		first = w->next_reclaim;
@@ -649,7 +801,7 @@ static void watch_notes(watch *w)
 
 static void *watcher(void *arg)
 {
-	watch w = {arg, NULL, -1, 0, 0, 0, 0, 0, 0};
+	watch w = {arg, NULL, -1, 0, 0, 0, 0, 0, 0, 0};
 	http_claims *cs = w.cs;
 
 	for (;;) {
@@ -664,6 +816,7 @@ static void *watcher(void *arg)
 		watch_open(&w);
 		watch_reclaim(&w);
 		watch_overdue(&w);
+		watch_doubts(&w);
 		pf[1].fd = w.fd;
 		if (poll(pf, w.fd >= 0 ? 2 : 1, watch_tick(&w)) <= 0)
 			continue;
@@ -764,6 +917,11 @@ void http_claims_stop(http_claims *cs)
 		pthread_join(cs->watcher, NULL);
 	if (cs->efd >= 0)
 		close(cs->efd);
+	while (cs->doubts) {
+		http_doubt *d = cs->doubts;
+		cs->doubts = d->next;
+		doubt_free(d);
+	}
 	free(cs->threads);
 	pthread_cond_destroy(&cs->cv);
 	pthread_mutex_destroy(&cs->mu);

@@ -286,6 +286,7 @@ typedef struct http_claims {
 	atomic_bool listening; /* the watcher hears the store's notices */
 	atomic_bool armed;     /* the worker API was used: the watcher runs */
 	bool stopping;
+	struct http_doubt *doubts; /* claims that got no answer (claims.c) */
 } http_claims;
 
 int http_claims_start(http_claims *cs, struct due_http *srv, unsigned threads,
