@@ -38,6 +38,9 @@ json_t *due_fmt_stats_report(const due_metrics *m,
 json_t *due_fmt_time(due_time t);
 /* Is [p, p+n) valid UTF-8 without NUL bytes? */
 int due_fmt_is_utf8(const unsigned char *p, size_t n);
+/* The length of the valid UTF-8 sequence at p (1..4), or 0: a bad or cut
+   sequence, or a NUL. */
+size_t due_fmt_utf8_len(const unsigned char *p, size_t n);
 /* A stored text field under `name`: null when absent, a string when UTF-8,
    else its exact bytes in base64 under `name_b64`, never dropped. */
 void due_fmt_set_text(json_t *o, const char *name, const char *s);

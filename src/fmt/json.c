@@ -51,29 +51,32 @@ static json_t *duration_or_null(int64_t us)
 	return json_string(buf);
 }
 
+size_t due_fmt_utf8_len(const unsigned char *p, size_t n)
+{
+	unsigned char c = n ? p[0] : 0;
+	size_t len = c < 0x80	      ? 1
+		     : (c >> 5) == 6  ? 2
+		     : (c >> 4) == 14 ? 3
+		     : (c >> 3) == 30 ? 4
+				      : 0;
+	if (c == 0 || len == 0 || len > n)
+		return 0;
+	for (size_t k = 1; k < len; k++)
+		if ((p[k] & 0xc0) != 0x80)
+			return 0;
+	if ((len == 2 && c < 0xc2) || (len == 3 && c == 0xe0 && p[1] < 0xa0) ||
+	    (len == 3 && c == 0xed && p[1] >= 0xa0) ||
+	    (len == 4 && (c > 0xf4 || (c == 0xf0 && p[1] < 0x90) ||
+			  (c == 0xf4 && p[1] >= 0x90))))
+		return 0;
+	return len;
+}
+
 int due_fmt_is_utf8(const unsigned char *p, size_t n)
 {
-	size_t i = 0;
-	while (i < n) {
-		unsigned char c = p[i];
-		size_t len = c < 0x80	      ? 1
-			     : (c >> 5) == 6  ? 2
-			     : (c >> 4) == 14 ? 3
-			     : (c >> 3) == 30 ? 4
-					      : 0;
-		if (c == 0 || len == 0 || i + len > n)
+	for (size_t i = 0, len; i < n; i += len)
+		if ((len = due_fmt_utf8_len(p + i, n - i)) == 0)
 			return 0;
-		for (size_t k = 1; k < len; k++)
-			if ((p[i + k] & 0xc0) != 0x80)
-				return 0;
-		if ((len == 2 && c < 0xc2) ||
-		    (len == 3 && c == 0xe0 && p[i + 1] < 0xa0) ||
-		    (len == 3 && c == 0xed && p[i + 1] >= 0xa0) ||
-		    (len == 4 && (c > 0xf4 || (c == 0xf0 && p[i + 1] < 0x90) ||
-				  (c == 0xf4 && p[i + 1] >= 0x90))))
-			return 0;
-		i += len;
-	}
 	return 1;
 }
 

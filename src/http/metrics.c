@@ -32,21 +32,34 @@
 */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "fmt/fmt.h"
 #include "http/internal.h"
 
-/* Write s as a label value: backslash, quote and newline escaped. */
+/*
+** Write s as a label value: backslash, quote and newline escaped, and
+** each byte that is not UTF-8 (a kind a store held before the rule) as
+** U+FFFD: the text format must be UTF-8, and one bad label would fail
+** the whole scrape.
+*/
 static void label(FILE *f, const char *s)
 {
-	for (; *s; s++) {
-		if (*s == '\\')
+	size_t n = strlen(s), len;
+
+	for (size_t i = 0; i < n; i += len) {
+		len = due_fmt_utf8_len((const unsigned char *)s + i, n - i);
+		if (len == 0) {
+			fputs("\xef\xbf\xbd", f);
+			len = 1;
+		} else if (s[i] == '\\')
 			fputs("\\\\", f);
-		else if (*s == '"')
+		else if (s[i] == '"')
 			fputs("\\\"", f);
-		else if (*s == '\n')
+		else if (s[i] == '\n')
 			fputs("\\n", f);
 		else
-			fputc(*s, f);
+			fwrite(s + i, 1, len, f);
 	}
 }
 

@@ -115,12 +115,8 @@ static void escape_non_utf8(char *dst, size_t cap, const char *src)
 
 	for (size_t i = 0; i < n && o + 5 < cap;) {
 		const unsigned char *p = (const unsigned char *)src + i;
-		size_t len = *p < 0x80	       ? 1
-			     : (*p >> 5) == 6  ? 2
-			     : (*p >> 4) == 14 ? 3
-			     : (*p >> 3) == 30 ? 4
-					       : 0;
-		if (len && i + len <= n && due_fmt_is_utf8(p, len)) {
+		size_t len = due_fmt_utf8_len(p, n - i);
+		if (len) {
 			if (o + len >= cap)
 				break;
 			memcpy(dst + o, p, len);

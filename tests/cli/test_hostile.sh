@@ -121,6 +121,19 @@ sys.exit(0 if any('kind' not in k and base64.b64decode(k['kind_b64']) == b'q\xff
 "$DUE" kind ls >"$T/kinds.txt"
 grep -qF 'q\xff' "$T/kinds.txt" && ! grep -q $'\xff' "$T/kinds.txt" && ok \
 	|| bad "kind ls: not-UTF-8 kind not escaped: $(cat -v "$T/kinds.txt")"
+# /metrics must stay UTF-8 (one bad label fails the whole scrape): the bad
+# byte of a kind label is U+FFFD
+. "$(dirname "$0")/http_lib.sh"
+PIDS=()
+start_server metrics --listen 127.0.0.1:0
+curl -s --max-time 10 "$URL/metrics" >"$T/metrics.txt"
+python3 -c "
+import sys
+t = open(sys.argv[1], 'rb').read().decode('utf-8')
+sys.exit(0 if 'kind=\"q\ufffd\"' in t else 1)" "$T/metrics.txt" && ok \
+	|| bad "/metrics: a kind that is not UTF-8 is not U+FFFD in its label (or the page is not UTF-8)"
+kill "$SPID"
+wait "$SPID" 2>/dev/null || true
 if need DUE_TEST_REDIS_URL redis; then
 	sep='?'; case "$DUE_TEST_REDIS_URL" in *\?*) sep='&';; esac
 	rurl="$DUE_TEST_REDIS_URL${sep}prefix=legacy$$"
