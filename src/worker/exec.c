@@ -153,6 +153,23 @@ typedef struct run_state {
 } run_state;
 
 /*
+** A SIGKILL sent well after the lease clock's kill_by leaves the handler
+** running into the time the store may hand the task on (a starved thread
+** on a loaded machine): say so, with by how much, so that a handler seen
+** beside the next attempt can be explained.
+*/
+static void late_kill(due_job *job, int64_t kill_by, int64_t now)
+{
+	if (kill_by && now - kill_by > 100000)
+		due__wlog(
+		    job->w, 1,
+		    "task %lld attempt %d: SIGKILL to its handler's group "
+		    "%.0f ms after the lease clock's kill_by",
+		    (long long)job->task.id, job->task.attempt,
+		    (double)(now - kill_by) / 1000.0);
+}
+
+/*
 ** Stop the process group once the lease is gone: TERM, then KILL after
 ** the kill grace, or sooner when the lease clock says the store could hand
 ** the task on (due__job_kill_by): the group must be gone by then.
@@ -173,6 +190,7 @@ static void enforce_lease(due_job *job, child *c, run_state *rs)
 			    (kill_by && now >= kill_by))) {
 		kill(-c->pid, SIGKILL);
 		rs->killed = true;
+		late_kill(job, kill_by, now);
 	}
 }
 
@@ -198,6 +216,7 @@ static void stop_leftovers(due_job *job, child *c, run_state *rs)
 		    (kill_by && now >= kill_by)) {
 			kill(-c->pid, SIGKILL);
 			rs->killed = true;
+			late_kill(job, kill_by, now);
 			break;
 		}
 		usleep(20000);
