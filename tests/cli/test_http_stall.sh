@@ -16,7 +16,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PROXY=$ROOT/tests/cli/stallproxy.py
 PIDS=()
 CLEANUP=()
-trap 'for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; for c in "${CLEANUP[@]}"; do eval "$c" >/dev/null 2>&1 || true; done; rm -rf "$T"' EXIT
+trap 'for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; for c in "${CLEANUP[@]}"; do eval "$c" >/dev/null 2>&1 || true; done; rm -rf "$T"' EXIT
 
 via_proxy() { sed -E "s#127\.0\.0\.1:[0-9]+#127.0.0.1:$2#" <<<"$1"; }
 server_port() { sed -E 's#.*127\.0\.0\.1:([0-9]+).*#\1#' <<<"$1"; }
