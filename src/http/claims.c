@@ -385,6 +385,16 @@ static void doubt_free(http_doubt *d)
 	free(d);
 }
 
+static bool same_doubt(const http_doubt *a, const http_doubt *b)
+{
+	if (strcmp(a->owner, b->owner) || a->n_kinds != b->n_kinds)
+		return false;
+	for (size_t i = 0; i < a->n_kinds; i++)
+		if (strcmp(a->kinds[i], b->kinds[i]))
+			return false;
+	return true;
+}
+
 static void doubt_add(http_claims *cs, const http_poll *p, int64_t t0)
 {
 	http_doubt *d = calloc(1, sizeof(*d));
@@ -406,6 +416,17 @@ static void doubt_add(http_claims *cs, const http_poll *p, int64_t t0)
 		}
 	d->until = t0 + p->c.o.lease_us;
 	pthread_mutex_lock(&cs->mu);
+	/* a client that retries through an outage repeats its poll: one
+	   doubt per owner and kinds, its end the latest, so the sweep's
+	   queries do not grow with the failed calls */
+	for (http_doubt *o = cs->doubts; o; o = o->next)
+		if (same_doubt(o, d)) {
+			if (d->until > o->until)
+				o->until = d->until;
+			pthread_mutex_unlock(&cs->mu);
+			doubt_free(d);
+			return;
+		}
 	d->next = cs->doubts;
 	cs->doubts = d;
 	pthread_mutex_unlock(&cs->mu);
