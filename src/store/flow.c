@@ -300,3 +300,24 @@ void due__flow_finish(const due__flow *f, due_task_list *l)
 	}
 	l->retry_in_us = f->retry_in_us;
 }
+
+/* The live counts a kind read puts after DUE_KIND_COLS. */
+static void kind_live(const due_rows *r, due_kind_info *k)
+{
+	k->running = r->ops->i64(r->cur, DUE_KC_COUNT);
+	k->rate_used = r->ops->i64(r->cur, DUE_KC_COUNT + 1);
+	k->due = r->ops->i64(r->cur, DUE_KC_COUNT + 2);
+	k->group_running = r->ops->i64(r->cur, DUE_KC_COUNT + 3);
+}
+
+int due__flow_kinds_of(due_kind_info_list **out, const due_rows *rows)
+{
+	int rc;
+
+	if ((rc = due__kind_info_list_alloc(out, 0)) == 0 &&
+	    (rc = due__rows_kinds(rows, *out, kind_live)) < 0) {
+		due_kind_info_list_free(*out);
+		*out = NULL;
+	}
+	return rc;
+}

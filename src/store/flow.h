@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "due.h"
+#include "store/row.h"
 #include "store/store.h"
 
 typedef struct due__flow due__flow;
@@ -175,5 +176,12 @@ int due__flow_claim(due__flow *f, const due_task_list *l, int limit,
 
 /* Each claimed task without a time limit gets its kind's; and retry_in_us. */
 void due__flow_finish(const due__flow *f, due_task_list *l);
+
+/*
+** The kinds of a kind read whose rows hold DUE_KIND_COLS and then the live
+** counts running, rate_used, due and group_running (MySQL and PostgreSQL
+** count them in the read), into a new *out; *out NULL on error.
+*/
+int due__flow_kinds_of(due_kind_info_list **out, const due_rows *rows);
 
 #endif

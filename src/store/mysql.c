@@ -3540,15 +3540,6 @@ done:
 	return rc;
 }
 
-/* The live counts a kinds read puts after DUE_KIND_COLS. */
-static void kind_live(const due_rows *r, due_kind_info *k)
-{
-	k->running = r->ops->i64(r->cur, DUE_KC_COUNT);
-	k->rate_used = r->ops->i64(r->cur, DUE_KC_COUNT + 1);
-	k->due = r->ops->i64(r->cur, DUE_KC_COUNT + 2);
-	k->group_running = r->ops->i64(r->cur, DUE_KC_COUNT + 3);
-}
-
 /* One kind (or every kind: NULL) into *out, with the live counts. */
 static int kinds_read(due_store *s, const char *kind, const char *group,
 		      due_kind_info_list **out)
@@ -3594,13 +3585,8 @@ static int kinds_read(due_store *s, const char *kind, const char *group,
 	due__my_sql_free(&b);
 	if (rc < 0)
 		return rc;
-	if ((rc = due__kind_info_list_alloc(out, 0)) == 0) {
-		due__my_rows(&rows, &cur, r);
-		if ((rc = due__rows_kinds(&rows, *out, kind_live)) < 0) {
-			due_kind_info_list_free(*out);
-			*out = NULL;
-		}
-	}
+	due__my_rows(&rows, &cur, r);
+	rc = due__flow_kinds_of(out, &rows);
 	mysql_free_result(r);
 	return rc;
 }
