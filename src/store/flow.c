@@ -19,6 +19,9 @@
 ** limited kind around them: SQLite holds its one write lock for the
 ** whole claim, MySQL locks the kinds' rows (ops->lock) before counting.
 ** Nothing here reads a clock: f->now is the store's, set by the backend.
+**
+** Last, due__flow_kinds_of: the rows of a kind read that counts the live
+** figures in SQL (MySQL, PostgreSQL) decoded once.
 */
 #include <stdlib.h>
 #include <string.h>

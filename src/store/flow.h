@@ -15,14 +15,15 @@
 ** claim's transaction.
 **
 ** Every number the planner judges by comes from a callback that asks the
-** store, at the store's time (due__flow.now, which only a callback sets),
-** inside the transaction that writes: the planner holds no state across
-** claims.  Each write still re-checks its own predicate (state =
-** 'SCHEDULED', due_at <= now) in the statement that makes it; the
+** store, inside the transaction that writes, at the store's time: f->now
+** is set by the backend (its clock, read when the claim starts, and again
+** by lock and restamp), never read from a clock here.  The planner holds
+** no state across claims.  Each write is the backend's statement and
+** re-checks its own predicate (state = 'SCHEDULED', due_at <= now); the
 ** planner only chooses what to ask for.
 **
-** PostgreSQL (one statement per part of the claim) and Redis (one Lua
-** script) say the same rules in their own single piece and do not use it.
+** PostgreSQL (its own SQL per part of the claim) and Redis (one Lua
+** script) say the same rules in their own form and do not use it.
 */
 #ifndef DUE_FLOW_H
 #define DUE_FLOW_H
@@ -70,10 +71,10 @@ typedef struct due__flow_ops {
 	/* The live tries of every group of kind into g (due__group_slot). */
 	int (*groups)(void *payload, const char *kind, due_time now,
 		      due__groups *g);
-	/* Take (pick and claim, or pick for a claim at the end) due tasks
-	   of p->k at p->now in (priority, due_at) order, asking
-	   due__flow_pick of each one until it says DUE__PICK_STOP or the
-	   rows end.  The claim the tasks join is the backend's. */
+	/* Pick due tasks of p->k at p->now in (priority, due_at) order,
+	   asking due__flow_pick of each one until it says DUE__PICK_STOP or
+	   the rows end, and claim those it took at p->now: the claimed list
+	   (the l of due__flow_claim) holds them when this returns. */
 	int (*take_kind)(void *payload, due__flow_pass *p);
 	/* The lowest priority above `after` that a SCHEDULED task has: *prio,
 	   or *none when there is none. */
@@ -81,7 +82,8 @@ typedef struct due__flow_ops {
 			 bool *none);
 	/* Take up to `want` due tasks of priority prio, due_at order, of
 	   the kinds f's filter admits that are neither paused nor limited:
-	   *taken. */
+	   *taken (claimed now, or picked for the backend to claim after
+	   due__flow_claim returns). */
 	int (*take_prio)(void *payload, const due__flow *f, int64_t prio,
 			 int want, int64_t *taken);
 	/* The kind and group of task id when it is SCHEDULED and due at
@@ -89,7 +91,8 @@ typedef struct due__flow_ops {
 	   allocated, the caller's to free. */
 	int (*id_kind)(void *payload, due_id id, due_time now, char **kind,
 		       char **grp);
-	/* Take task id when it is SCHEDULED and due at now: *taken 0 or 1. */
+	/* Take task id when it is SCHEDULED and due at now (claimed now, or
+	   picked to be claimed after): *taken 0 or 1. */
 	int (*take_id)(void *payload, due_id id, due_time now, int64_t *taken);
 	/* After a pass over kind k: log `logged` claims at now in due_rate
 	   and delete its rows at or before now - k->rate_us (when logged),
