@@ -137,6 +137,21 @@ int due__counter_work(due_counters *out, const char *name, double value,
 	return rc;
 }
 
+int due__sql_hold_row(due_store_sql *q, due_id id, const char **lock,
+		      int (*exec)(due_store_sql *q, const char *sql,
+				  int nparams, int64_t p1, int64_t p2,
+				  const char *p3, int64_t *out, int cap))
+{
+	int64_t got[1];
+
+	*lock = "row_lock";
+	if (exec(q, "BEGIN", 0, 0, 0, NULL, NULL, 0) < 0 ||
+	    exec(q, "SELECT id FROM due_task WHERE id = $1 FOR UPDATE", 1, id,
+		 0, NULL, got, 1) != 1)
+		return -1;
+	return 0;
+}
+
 int due__scratch_root_tmp(const due_url *url, char *out, size_t n)
 {
 	(void)url;

@@ -258,16 +258,7 @@ done:
 
 static int my_sql_hold(due_store_sql *q, due_id id, const char **lock)
 {
-	int64_t got[1];
-
-	*lock = "row_lock";
-	return my_sql_exec(q, "BEGIN", 0, 0, 0, NULL, NULL, 0) >= 0 &&
-		       my_sql_exec(q,
-				   "SELECT id FROM due_task WHERE id = $1 FOR "
-				   "UPDATE",
-				   1, id, 0, NULL, got, 1) == 1
-		   ? 0
-		   : -1;
+	return due__sql_hold_row(q, id, lock, my_sql_exec);
 }
 
 /* The text value of "name": in json after its first "table": object. */

@@ -225,16 +225,7 @@ static int pg_sql_exec(due_store_sql *q, const char *sql, int nparams,
 
 static int pg_sql_hold(due_store_sql *q, due_id id, const char **lock)
 {
-	int64_t got[1];
-
-	*lock = "row_lock";
-	return pg_sql_exec(q, "BEGIN", 0, 0, 0, NULL, NULL, 0) >= 0 &&
-		       pg_sql_exec(q,
-				   "SELECT id FROM due_task WHERE id = $1 FOR "
-				   "UPDATE",
-				   1, id, 0, NULL, got, 1) == 1
-		   ? 0
-		   : -1;
+	return due__sql_hold_row(q, id, lock, pg_sql_exec);
 }
 
 /* All rows of a query's first column, joined with newlines, into buf. */

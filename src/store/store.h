@@ -503,6 +503,14 @@ int due__counter_add(due_counters *out, const char *name, double value,
 		     unsigned kind);
 int due__counter_work(due_counters *out, const char *name, double value,
 		      const char *label, const char *unit, int digits);
+/*
+** sql_hold of a store with row locks: in q, BEGIN, then the task's row
+** FOR UPDATE through the backend's own sql_exec; *lock = "row_lock".
+*/
+int due__sql_hold_row(due_store_sql *q, due_id id, const char **lock,
+		      int (*exec)(due_store_sql *q, const char *sql,
+				  int nparams, int64_t p1, int64_t p2,
+				  const char *p3, int64_t *out, int cap));
 /* "/tmp/due-scratch-XXXXXX": scratch_root of a store on a server. */
 int due__scratch_root_tmp(const due_url *url, char *out, size_t n);
 /* Whether name is a scratch name (1..63 letters, digits, _). */
