@@ -159,6 +159,26 @@ int bench_start_workers(vctx *v, const bopts *o, wthread *ws, long count,
 /* Stop (or wait for) the workers; returns their claim queries in all. */
 long bench_stop_workers(wthread *ws, long count, bool stop);
 
+/*
+** A workload's workers and their handler: the C no-op counting the runs
+** of d's tasks, a command (--exec CMD), or a pipe handler (--pipe CMD,
+** its processes started at its slots' first tasks).
+*/
+typedef struct bench_crew {
+	wthread *ws;
+	long n;
+	due_exec_opts x;
+	due_pipe *pipe;
+} bench_crew;
+/*
+** Start n workers of conc slots each (once: each returns when nothing is
+** claimable); 0, or -1 after a message (nothing left to stop).
+*/
+int bench_crew_start(vctx *v, const bopts *o, bench_crew *c, long n, long conc,
+		     bool once, drain_ctx *d);
+/* Stop (or wait for) them and free the crew; their claim queries. */
+long bench_crew_stop(bench_crew *c, bool stop);
+
 /* The workloads (bench_<name>.c). */
 void w_enqueue(vctx *v, const bopts *o);
 void w_cycle(vctx *v, const bopts *o);

@@ -252,40 +252,21 @@ static void drain_count(const drain_ctx *d, bres *r)
 static int drain_run(vctx *v, const bopts *o, drain_ctx *d, bres *r,
 		     long workers, long conc)
 {
-	due_exec_opts x = DUE_EXEC_OPTS_INIT;
-	due_pipe_opts po = DUE_PIPE_OPTS_INIT;
-	due_pipe *pipe = NULL;
 	bool cmd = o->exec || o->pipe; /* no in-process handled counter */
-	wthread *ws = calloc((size_t)workers, sizeof(*ws));
-	int rc = -1;
-
-	x.command = o->exec;
-	po.command = o->pipe;
-	if (!ws)
-		return -1;
-	if (o->pipe && due_pipe_new(&pipe, &po) < 0) {
-		fprintf(stderr, "due bench: --pipe: %s\n", due_error_last());
-		goto done;
-	}
+	bench_crew c;
 	bwork w0 = bench_work_now(v);
 	double t0 = v_now_ms(), c0 = bench_cpu_seconds();
-	if (bench_start_workers(v, o, ws, workers, conc, true,
-				pipe ? due_pipe_handler : bench_noop,
-				pipe ? (void *)pipe : (void *)d,
-				o->exec ? &x : NULL) < 0)
-		goto done;
-	drain_wait(o, ws, workers, d, cmd);
+
+	if (bench_crew_start(v, o, &c, workers, conc, true, d) < 0)
+		return -1;
+	drain_wait(o, c.ws, workers, d, cmd);
 	r->seconds = (v_now_ms() - t0) / 1000.0;
 	/* the workers' stop (their last report, closing) is not the drain */
 	r->cpu_us_per_task = (bench_cpu_seconds() - c0) * 1e6 / (double)o->n;
 	bench_work_per_task(v, r, &w0, (double)o->n);
-	r->claim_queries = bench_stop_workers(ws, workers, false);
+	r->claim_queries = bench_crew_stop(&c, false);
 	r->tasks_per_s = (double)o->n / r->seconds;
-	rc = 0;
-done:
-	due_pipe_free(pipe);
-	free(ws);
-	return rc;
+	return 0;
 }
 
 void w_drain(vctx *v, const bopts *o)

@@ -93,49 +93,30 @@ static int lateness_run(vctx *v, const bopts *o, drain_ctx *d, bres *r,
 			long workers, long conc)
 {
 	bool cmd = o->exec || o->pipe;
-	due_exec_opts x = DUE_EXEC_OPTS_INIT;
-	due_pipe_opts po = DUE_PIPE_OPTS_INIT;
-	due_pipe *pipe = NULL;
-	wthread *ws = calloc((size_t)workers, sizeof(*ws));
+	bench_crew c;
 	long n = d->n;
-	int rc = -1;
 
-	x.command = o->exec;
-	po.command = o->pipe;
-	if (!ws)
+	if (bench_crew_start(v, o, &c, workers, conc, false, d) < 0)
 		return -1;
-	if (o->pipe && due_pipe_new(&pipe, &po) < 0) {
-		fprintf(stderr, "due bench: --pipe: %s\n", due_error_last());
-		goto done;
-	}
-	if (bench_start_workers(v, o, ws, workers, conc, false,
-				pipe ? due_pipe_handler : bench_noop,
-				pipe ? (void *)pipe : (void *)d,
-				o->exec ? &x : NULL) < 0)
-		goto done;
 	/* a pipe handler starts its processes at its slots' first tasks: one
 	   task per slot first (not measured), so that the figures are the
 	   steady state's, not an interpreter's start */
 	long warm = o->pipe ? workers * conc : 0;
 	double t0 = v_now_ms(); /* set again after the warm-up */
-	if (warm && warm_up(v, ws, workers, warm) < 0)
+	if (warm && warm_up(v, c.ws, workers, warm) < 0)
 		goto stop;
 	t0 = v_now_ms();
 	if (!(d->first =
 		  bench_fill_ids(v, n, o->spread_us, cmd, o->batch, NULL)))
 		goto stop;
-	while ((cmd ? bench_ended_tries(ws, workers) - warm
+	while ((cmd ? bench_ended_tries(c.ws, workers) - warm
 		    : atomic_load(&d->handled)) < n &&
 	       v_now_ms() - t0 < 60000 + (double)o->spread_us / 1000)
 		v_sleep_ms(20);
 stop:
-	bench_stop_workers(ws, workers, true);
+	bench_crew_stop(&c, true);
 	r->seconds = (v_now_ms() - t0) / 1000.0;
-	rc = 0;
-done:
-	due_pipe_free(pipe);
-	free(ws);
-	return rc;
+	return 0;
 }
 
 /*

@@ -313,3 +313,43 @@ int bench_cmp_double(const void *a, const void *b)
 	double x = *(const double *)a, y = *(const double *)b;
 	return (x > y) - (x < y);
 }
+
+int bench_crew_start(vctx *v, const bopts *o, bench_crew *c, long n, long conc,
+		     bool once, drain_ctx *d)
+{
+	due_exec_opts x = DUE_EXEC_OPTS_INIT;
+	due_pipe_opts po = DUE_PIPE_OPTS_INIT;
+
+	memset(c, 0, sizeof(*c));
+	c->x = x;
+	c->x.command = o->exec;
+	po.command = o->pipe;
+	c->n = n;
+	if (!(c->ws = calloc((size_t)n, sizeof(*c->ws))))
+		return -1;
+	if (o->pipe && due_pipe_new(&c->pipe, &po) < 0) {
+		fprintf(stderr, "due bench: --pipe: %s\n", due_error_last());
+		goto fail;
+	}
+	if (bench_start_workers(v, o, c->ws, n, conc, once,
+				c->pipe ? due_pipe_handler : bench_noop,
+				c->pipe ? (void *)c->pipe : (void *)d,
+				o->exec ? &c->x : NULL) < 0)
+		goto fail;
+	return 0;
+fail:
+	due_pipe_free(c->pipe);
+	free(c->ws);
+	memset(c, 0, sizeof(*c));
+	return -1;
+}
+
+long bench_crew_stop(bench_crew *c, bool stop)
+{
+	long claims = bench_stop_workers(c->ws, c->n, stop);
+
+	due_pipe_free(c->pipe);
+	free(c->ws);
+	memset(c, 0, sizeof(*c));
+	return claims;
+}
