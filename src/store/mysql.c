@@ -79,6 +79,7 @@
 #include <mysqld_error.h>
 
 #include "core/internal.h"
+#include "store/flow.h"
 #include "store/mysql_conn.h"
 #include "store/row.h"
 #include "store/store.h"
@@ -1074,101 +1075,96 @@ static int mys_schedule_on_native(void *conn, due_submitted *out,
 /* ------------------------------------------------------------------ */
 
 /*
-** The claim (docs/internals/flow.md), one READ COMMITTED transaction:
+** The claim (docs/internals/flow.md), one READ COMMITTED transaction,
+** planned by flow.c with the statements below:
 **
-**   flow_read     the due_kind rows (one small read; empty without flow
-**                 control), then the rows of the limited kinds the claim
-**                 admits again, locked FOR UPDATE in kind order (so two
-**                 claimers never deadlock on them), then the server's
-**                 now, read after the locks were granted: every count
-**                 below sees each claim of those kinds that committed
-**                 before our lock, and the claim times of a kind grow in
-**                 lock order, which the sliding window needs;
-**   claim_limited each limited kind, counted and picked under its lock;
-**   claim_rest    every other kind, walking the distinct priorities in
-**                 use (one MIN() probe of due_task_claim each) and taking
-**                 each one's due tasks in (due_at, id) order with FOR
-**                 UPDATE SKIP LOCKED until the claim is full;
+**   claim_start   the due_kind rows (one small read; empty without flow
+**                 control), the server's now and the first priority probe;
+**   my_lock       the rows of the limited kinds the claim serves locked
+**                 FOR UPDATE in kind order (so two claimers never deadlock
+**                 on them) and read again, then the server's now, read
+**                 after the locks were granted: every count below sees
+**                 each claim of those kinds that committed before our
+**                 lock, and the claim times of a kind grow in lock order,
+**                 which the sliding window needs;
+**   my_take_kind  a limited kind's due tasks, counted and picked under its
+**                 lock and claimed at once;
+**   my_take_prio  the other kinds, one priority's due tasks in (due_at, id)
+**                 order with FOR UPDATE SKIP LOCKED (the next probe of
+**                 due_task_claim rides on it when picks come back short);
 **   claim_picked  one round trip: UPDATE by primary key, the RUNNING
 **                 attempt rows, the claimed rows back.
 */
 
-typedef due__flow_kind flow_kind; /* store.h */
+/* The picked ids of a claim, before claim_picked reads the rows. */
+typedef struct picks {
+	due_task *t; /* only .id is set */
+	size_t n, cap;
+} picks;
 
-typedef struct flow {
-	flow_kind *k; /* by kind, byte order */
-	size_t n;
-	int64_t retry_in_us;
-	due_time now;
-} flow;
-
-static bool admits(const char *const *kinds, size_t n_kinds, bool exclude,
-		   const char *kind)
-{
-	for (size_t i = 0; i < n_kinds; i++)
-		if (strcmp(kinds[i], kind) == 0)
-			return !exclude;
-	return n_kinds == 0 || exclude;
-}
+/*
+** The claim the planner's callbacks fill (due__flow.payload): l gets the
+** limited kinds' tasks as they are claimed, p the others' picks, claimed
+** at the end with the COMMIT riding on it.  A priority probe whose answer
+** came back early (claim_start, or riding on a pick) waits in `probed`.
+*/
+typedef struct my_claim {
+	due_store *s;
+	due_task_list *l;
+	const char *owner;
+	int64_t lease_us;
+	picks p;
+	bool probed, none;
+	int64_t prio;
+} my_claim;
 
 #define FLOW_COLS                                                              \
 	"kind, paused, rate_n, rate_us, max_running, max_running_per_group,"   \
 	" timeout_us"
 
-/* The settings of one ST row into k (kind already set). */
-static void flow_set(flow_kind *k, MYSQL_ROW row)
+/* The settings of one FLOW_COLS row. */
+static void flow_row(MYSQL_ROW row, int64_t v[DUE__FLOW_NCOLS])
 {
-	k->paused = due__my_i64(row, 1) != 0;
-	k->rate_n = (int32_t)due__my_i64(row, 2);
-	k->rate_us = due__my_i64(row, 3);
-	k->max_running = (int32_t)due__my_i64(row, 4);
-	k->per_group = (int32_t)due__my_i64(row, 5);
-	k->timeout_us = due__my_i64(row, 6);
+	for (int i = 0; i < DUE__FLOW_NCOLS; i++)
+		v[i] = due__my_i64(row, i + 1);
 }
 
 #define FLOW_READ "SELECT " FLOW_COLS " FROM due_kind ORDER BY kind"
 
 /* Every due_kind row, read by FLOW_READ as r, into f. */
-static int flow_read(flow *f, MYSQL_RES *r)
+static int flow_read(due__flow *f, MYSQL_RES *r)
 {
 	MYSQL_ROW row;
+	int64_t v[DUE__FLOW_NCOLS];
 	int rc = 0;
 
-	if (r && mysql_num_rows(r) &&
-	    !(f->k = calloc(mysql_num_rows(r), sizeof(*f->k))))
-		return due__error_set(DUE_ENOMEM, "out of memory");
-	while (r && (row = mysql_fetch_row(r))) {
-		flow_kind *k = &f->k[f->n];
-		if (!(k->kind = due__strdup_n(row[0], strlen(row[0])))) {
-			rc = due__error_set(DUE_ENOMEM, "out of memory");
-			break;
-		}
-		f->n++;
-		flow_set(k, row);
+	while (rc == 0 && r && (row = mysql_fetch_row(r))) {
+		flow_row(row, v);
+		rc = due__flow_add(f, row[0], strlen(row[0]), v);
 	}
 	return rc;
 }
 
 /*
-** Lock the due_kind rows of the limited kinds the claim admits (all of
-** them, or only `only` when set), in kind order, and read their settings
-** again under the lock.  Then read the server's now into f->now.
+** due__flow_ops.lock: lock the due_kind rows of the limited kinds the
+** claim serves (or only `only` when set), in kind order, and read their
+** settings again under the lock.  Then read the server's now into f->now.
 */
-static int flow_lock(due_store *s, flow *f, const char *const *kinds,
-		     size_t n_kinds, bool exclude, const char *only)
+static int my_lock(void *payload, due__flow *f, const char *only)
 {
+	due_store *s = ((my_claim *)payload)->s;
 	MYSQL_RES *r = NULL;
 	MYSQL_ROW row;
+	int64_t v[DUE__FLOW_NCOLS];
 	size_t n = 0;
 	int rc = 0;
 	SQL(b, s);
 
 	due__my_add(&b, "SELECT " FLOW_COLS " FROM due_kind WHERE kind IN (");
 	for (size_t i = 0; i < f->n; i++) {
-		const flow_kind *k = &f->k[i];
-		if (!due__flow_limited(k) ||
-		    (only ? strcmp(only, k->kind) != 0
-			  : !admits(kinds, n_kinds, exclude, k->kind)))
+		const due__flow_kind *k = &f->k[i];
+		if (only ? !due__flow_limited(k) || strcmp(only, k->kind) != 0
+			 : !due__flow_serves(f, k))
 			continue;
 		due__my_add(&b, n++ ? ", " : "");
 		due__my_str(&b, k->kind);
@@ -1176,15 +1172,23 @@ static int flow_lock(due_store *s, flow *f, const char *const *kinds,
 	due__my_add(&b, ") ORDER BY kind FOR UPDATE");
 	if (n && (rc = due__my_exec(s, &b, "lock limited kinds", &r)) == 0) {
 		while ((row = mysql_fetch_row(r))) {
-			flow_kind *k = (flow_kind *)due__flow_kind_find(
-			    f->k, f->n, row[0]);
+			due__flow_kind *k =
+			    (due__flow_kind *)due__flow_kind_find(f->k, f->n,
+								  row[0]);
+			flow_row(row, v);
 			if (k)
-				flow_set(k, row);
+				due__flow_set(k, v);
 		}
 		mysql_free_result(r);
 	}
 	due__my_sql_free(&b);
 	return rc < 0 ? rc : server_now(s, &f->now);
+}
+
+/* due__flow_ops.restamp */
+static int my_restamp(void *payload, due_time *now)
+{
+	return server_now(((my_claim *)payload)->s, now);
 }
 
 /*
@@ -1207,86 +1211,9 @@ static int kind_count(due_store *s, bool rate, const char *kind, int64_t at,
 	return ints(s, &b, "count", v, 2);
 }
 
-/*
-** How many tasks of limited kind k this claim may take, at most `left`:
-** *room, *why the limit that set it (0: `left` did), *oldest the oldest
-** logged claim in the rate window (0 when none).
-*/
-static int kind_room(due_store *s, const flow_kind *k, due_time now,
-		     int64_t left, int64_t *room, int *why, due_time *oldest)
-{
-	int64_t v[2];
-	int rc;
-
-	*room = left;
-	*why = 0;
-	*oldest = 0;
-	if (k->max_running) {
-		if ((rc = kind_count(s, false, k->kind, now, v)) < 0)
-			return rc;
-		if (k->max_running - v[0] < *room)
-			*room = k->max_running - v[0], *why = DUE__HELD_RUNNING;
-	}
-	if (k->rate_n) {
-		if ((rc = kind_count(s, true, k->kind, now - k->rate_us, v)) <
-		    0)
-			return rc;
-		*oldest = v[1];
-		if (k->rate_n - v[0] < *room)
-			*room = k->rate_n - v[0], *why = DUE__HELD_RATE;
-	}
-	if (*room < 0)
-		*room = 0;
-	return 0;
-}
-
-/*
-** After a pass over limited kind k that claimed `taken` tasks: log them in
-** due_rate (and trim what left the window), count the held-back pass,
-** and lower f->retry_in_us to when trying again may find room.
-*/
-static int kind_after(due_store *s, flow *f, const flow_kind *k, int64_t taken,
-		      int held, due_time oldest)
-{
-	int64_t now = f->now;
-	SQL(b, s);
-
-	if (k->rate_n && taken) {
-		due__my_add(&b, "INSERT INTO due_rate (kind, at) VALUES ");
-		for (int64_t i = 0; i < taken; i++) {
-			due__my_add(&b, i ? ", (" : "(");
-			due__my_str(&b, k->kind);
-			due__my_add(&b, ", %lld)", (long long)now);
-		}
-		due__my_add(&b, "; DELETE FROM due_rate WHERE kind = ");
-		due__my_str(&b, k->kind);
-		due__my_add(&b, " AND at <= %lld;",
-			    (long long)(now - k->rate_us));
-	}
-	if (held) {
-		int64_t retry = due__flow_retry_us(k, held, oldest, now);
-		if (!f->retry_in_us || retry < f->retry_in_us)
-			f->retry_in_us = retry;
-		due__my_add(&b,
-			    "UPDATE due_kind SET held_rate = held_rate + %d,"
-			    " held_running = held_running + %d,"
-			    " held_group = held_group + %d WHERE kind = ",
-			    (held & DUE__HELD_RATE) != 0,
-			    (held & DUE__HELD_RUNNING) != 0,
-			    (held & DUE__HELD_GROUP) != 0);
-		due__my_str(&b, k->kind);
-	}
-	if (!b.len && !b.oom)
-		return 0;
-	return exec(s, &b, "log claims", NULL);
-}
-
-/* Running tries per group of one kind (max_running_per_group). */
-typedef due__groups groups; /* store.h */
-
 /* The live tries of every group of kind (or of one group) into g. */
 static int groups_read(due_store *s, const char *kind, const char *grp,
-		       due_time now, groups *g)
+		       due_time now, due__groups *g)
 {
 	MYSQL_RES *r;
 	MYSQL_ROW row;
@@ -1316,11 +1243,76 @@ static int groups_read(due_store *s, const char *kind, const char *grp,
 	return rc;
 }
 
-/* The picked ids of a claim, before claim_picked reads the rows. */
-typedef struct picks {
-	due_task *t; /* only .id is set */
-	size_t n, cap;
-} picks;
+/* due__flow_ops.running: of kind, or of one group of kind. */
+static int my_running(void *payload, const char *kind, const char *grp,
+		      due_time now, int64_t *n)
+{
+	due_store *s = ((my_claim *)payload)->s;
+	due__groups g = {0};
+	int64_t v[2];
+	int rc;
+
+	if (!grp) {
+		rc = kind_count(s, false, kind, now, v);
+		*n = v[0];
+		return rc;
+	}
+	rc = groups_read(s, kind, grp, now, &g);
+	*n = g.n ? g.g[0].n : 0;
+	due__groups_free(&g);
+	return rc;
+}
+
+/* due__flow_ops.rate */
+static int my_rate(void *payload, const char *kind, due_time since, int64_t *n,
+		   due_time *oldest)
+{
+	int64_t v[2];
+	int rc = kind_count(((my_claim *)payload)->s, true, kind, since, v);
+
+	*n = v[0];
+	*oldest = v[1];
+	return rc;
+}
+
+/* due__flow_ops.groups */
+static int my_groups(void *payload, const char *kind, due_time now,
+		     due__groups *g)
+{
+	return groups_read(((my_claim *)payload)->s, kind, NULL, now, g);
+}
+
+/* due__flow_ops.log: the rate log and its trim, the held counters. */
+static int my_log(void *payload, const due__flow_kind *k, due_time now,
+		  int64_t logged, int held)
+{
+	due_store *s = ((my_claim *)payload)->s;
+	SQL(b, s);
+
+	if (logged) {
+		due__my_add(&b, "INSERT INTO due_rate (kind, at) VALUES ");
+		for (int64_t i = 0; i < logged; i++) {
+			due__my_add(&b, i ? ", (" : "(");
+			due__my_str(&b, k->kind);
+			due__my_add(&b, ", %lld)", (long long)now);
+		}
+		due__my_add(&b, "; DELETE FROM due_rate WHERE kind = ");
+		due__my_str(&b, k->kind);
+		due__my_add(&b, " AND at <= %lld;",
+			    (long long)(now - k->rate_us));
+	}
+	if (held) {
+		due__my_add(&b,
+			    "UPDATE due_kind SET held_rate = held_rate + %d,"
+			    " held_running = held_running + %d,"
+			    " held_group = held_group + %d WHERE kind = ",
+			    (held & DUE__HELD_RATE) != 0,
+			    (held & DUE__HELD_RUNNING) != 0,
+			    (held & DUE__HELD_GROUP) != 0);
+		due__my_str(&b, k->kind);
+	}
+	return exec(s, &b, "log claims", NULL);
+}
 
 static int pick_add(picks *p, due_id id)
 {
@@ -1336,97 +1328,49 @@ static int pick_add(picks *p, due_id id)
 	return 0;
 }
 
-/*
-** Pick up to `room` due tasks of limited kind k in (priority, due_at, id)
-** order, locking them, skipping the tasks of groups at their limit (a
-** full group never blocks the tasks behind it).  *held gets DUE__HELD_GROUP
-** when a task was skipped for its group, `why` when a due task was left
-** because room ran out.  *taken counts the picks.
-*/
-static int pick_kind(due_store *s, const flow_kind *k, picks *p, due_time now,
-		     int64_t room, int why, groups *g, int *held,
-		     int64_t *taken)
-{
-	MYSQL_RES *r;
-	MYSQL_ROW row;
-	int rc;
-	SQL(b, s);
-
-	*taken = 0;
-	due__my_add(&b, "SELECT id, grp FROM due_task WHERE kind = ");
-	due__my_str(&b, k->kind);
-	due__my_add(&b,
-		    " AND state = 'SCHEDULED' AND due_at <= %lld"
-		    " ORDER BY priority, due_at, id LIMIT %lld"
-		    " FOR UPDATE SKIP LOCKED",
-		    (long long)now,
-		    (long long)(room + (k->per_group ? GROUP_SCAN : 1)));
-	rc = due__my_exec(s, &b, "claim", &r);
-	due__my_sql_free(&b);
-	while (rc == 0 && r && (row = mysql_fetch_row(r))) {
-		int64_t *slot = NULL;
-		if (*taken == room) {
-			*held |= why; /* why 0: the claim is full */
-			break;
-		}
-		if (k->per_group && row[1]) {
-			if (!(slot =
-				  due__group_slot(g, row[1], strlen(row[1])))) {
-				rc =
-				    due__error_set(DUE_ENOMEM, "out of memory");
-				break;
-			}
-			if (*slot >= k->per_group) {
-				*held |= DUE__HELD_GROUP;
-				continue;
-			}
-		}
-		if ((rc = pick_add(p, due__my_i64(row, 0))) < 0)
-			break;
-		++*taken;
-		if (slot)
-			++*slot;
-	}
-	mysql_free_result(r);
-	return rc;
-}
-
-/* One pass over limited kind k (locked): count, pick, log. */
 static int claim_picked(due_store *s, const picks *p, due_task_list *l,
 			const char *owner, int64_t lease_us, due_time now,
 			bool commit);
 
 /*
-** One pass over limited kind k (locked): count, then read the server's
-** now again, pick, claim and log at that now.  The claim's time is
-** taken after the counts on purpose: a try the counts saw end ended
-** before them, so no try of the kind is claimed at a time before one it
-** replaced ended (the limits are judged on those intervals).
+** due__flow_ops.take_kind: lock the due tasks of limited kind p->k in
+** (priority, due_at, id) order, as many as the room and the groups'
+** scan need, keep what due__flow_pick says, and claim them.
 */
-static int claim_limited(due_store *s, flow *f, const flow_kind *k,
-			 due_task_list *l, int limit, const char *owner,
-			 int64_t lease_us)
+static int my_take_kind(void *payload, due__flow_pass *p)
 {
-	groups g = {0};
-	picks p = {0};
-	int64_t room, taken = 0;
-	due_time oldest;
-	int why, held = 0, rc;
+	my_claim *c = payload;
+	due_store *s = c->s;
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	picks ids = {0};
+	int rc, v = 0;
+	SQL(b, s);
 
-	if ((rc = kind_room(s, k, f->now, limit - (int64_t)l->count, &room,
-			    &why, &oldest)) < 0)
-		return rc;
-	if ((k->per_group &&
-	     (rc = groups_read(s, k->kind, NULL, f->now, &g)) < 0) ||
-	    (rc = server_now(s, &f->now)) < 0 ||
-	    (rc = pick_kind(s, k, &p, f->now, room, why, &g, &held, &taken)) <
-		0 ||
-	    (rc = claim_picked(s, &p, l, owner, lease_us, f->now, false)) < 0)
-		goto done;
-	rc = kind_after(s, f, k, taken, held, oldest);
-done:
-	free(p.t);
-	due__groups_free(&g);
+	due__my_add(&b, "SELECT id, grp FROM due_task WHERE kind = ");
+	due__my_str(&b, p->k->kind);
+	due__my_add(&b,
+		    " AND state = 'SCHEDULED' AND due_at <= %lld"
+		    " ORDER BY priority, due_at, id LIMIT %lld"
+		    " FOR UPDATE SKIP LOCKED",
+		    (long long)p->now,
+		    (long long)(p->room + (p->k->per_group ? GROUP_SCAN : 1)));
+	rc = due__my_exec(s, &b, "claim", &r);
+	due__my_sql_free(&b);
+	while (rc == 0 && r && (row = mysql_fetch_row(r))) {
+		v = due__flow_pick(p, row[1], row[1] ? strlen(row[1]) : 0);
+		if (v < 0 || v == DUE__PICK_STOP)
+			break;
+		if (v == DUE__PICK_TAKE)
+			rc = pick_add(&ids, due__my_i64(row, 0));
+	}
+	mysql_free_result(r);
+	if (rc == 0 && v < 0)
+		rc = v;
+	if (rc == 0)
+		rc = claim_picked(s, &ids, c->l, c->owner, c->lease_us, p->now,
+				  false);
+	free(ids.t);
 	return rc;
 }
 
@@ -1484,64 +1428,77 @@ static int probe(due_store *s, int64_t *prio, bool *none)
 }
 
 /*
-** Fill the rest of the claim from the kinds without limits: walk the
-** distinct priorities in use, lowest first, and take each one's due tasks
-** in (due_at, id) order until p holds `limit`.  `prio` / `none` answer
-** the first probe (claim_start).  The probe for the next priority rides
-** on the pick when this handle's last pick came back short (waiting
-** workers, whose claims find fewer due tasks than free slots: one round
-** trip less), and follows in its own round trip otherwise (a drain's
-** picks fill their claim and never need it).
+** due__flow_ops.prio_next: the answer that came back early when there is
+** one (claim_start's first probe, or the one that rode on the last pick),
+** else a probe of its own.
 */
-static int claim_rest(due_store *s, const flow *f, picks *p,
-		      const char *const *kinds, size_t n_kinds, bool exclude,
-		      int limit, int64_t prio, bool none)
+static int my_prio_next(void *payload, int64_t after, int64_t *prio, bool *none)
 {
-	bool held = false;
-	int rc = 0;
+	my_claim *c = payload;
+
+	if (!c->probed) {
+		*prio = after;
+		return probe(c->s, prio, none);
+	}
+	c->probed = false;
+	*prio = c->prio, *none = c->none;
+	return 0;
+}
+
+/*
+** due__flow_ops.take_prio: pick one priority's due tasks of the kinds
+** without limits into c->p, in (due_at, id) order.  The probe for the
+** next priority rides on the pick when this handle's last pick came back
+** short (waiting workers, whose claims find fewer due tasks than free
+** slots: one round trip less); otherwise my_prio_next sends it when it is
+** needed (a drain's picks fill their claim and never need it).
+*/
+static int my_take_prio(void *payload, const due__flow *f, int64_t prio,
+			int want, int64_t *taken)
+{
+	my_claim *c = payload;
+	due_store *s = c->s;
+	MYSQL_RES *r[2];
+	bool ahead = s->pick_short, held = false;
+	size_t from = c->p.n;
+	int rc;
+	SQL(b, s);
 
 	for (size_t i = 0; i < f->n; i++)
 		held |= f->k[i].paused || due__flow_limited(&f->k[i]);
-	while (rc == 0 && !none && p->n < (size_t)limit) {
-		MYSQL_RES *r[2];
-		bool ahead = s->pick_short;
-		SQL(b, s);
-		due__my_add(&b,
-			    "SELECT id FROM due_task WHERE state = 'SCHEDULED'"
-			    " AND priority = %lld AND due_at <= %lld",
-			    (long long)prio, (long long)f->now);
-		kind_filter(&b, "kind", kinds, n_kinds, exclude);
-		if (held) {
-			size_t n = 0;
-			due__my_add(&b, " AND kind NOT IN (");
-			for (size_t i = 0; i < f->n; i++)
-				if (f->k[i].paused ||
-				    due__flow_limited(&f->k[i])) {
-					due__my_add(&b, n++ ? ", " : "");
-					due__my_str(&b, f->k[i].kind);
-				}
-			due__my_add(&b, ")");
-		}
-		due__my_add(&b,
-			    " ORDER BY due_at, id LIMIT %d"
-			    " FOR UPDATE SKIP LOCKED",
-			    limit - (int)p->n);
-		if (ahead) {
-			due__my_add(&b, "; ");
-			probe_sql(&b, prio);
-		}
-		rc = due__my_exec_sets(s, &b, "claim", r, 2);
-		due__my_sql_free(&b);
-		if (rc == 0 && (rc = picks_of(r[0], p)) == 0) {
-			s->pick_short = p->n < (size_t)limit;
-			if (ahead)
-				probe_read(r[1], &prio, &none);
-			else if (s->pick_short)
-				rc = probe(s, &prio, &none);
-		}
-		mysql_free_result(r[0]);
-		mysql_free_result(r[1]);
+	due__my_add(&b,
+		    "SELECT id FROM due_task WHERE state = 'SCHEDULED'"
+		    " AND priority = %lld AND due_at <= %lld",
+		    (long long)prio, (long long)f->now);
+	kind_filter(&b, "kind", f->kinds, f->n_kinds, f->exclude);
+	if (held) {
+		size_t n = 0;
+		due__my_add(&b, " AND kind NOT IN (");
+		for (size_t i = 0; i < f->n; i++)
+			if (f->k[i].paused || due__flow_limited(&f->k[i])) {
+				due__my_add(&b, n++ ? ", " : "");
+				due__my_str(&b, f->k[i].kind);
+			}
+		due__my_add(&b, ")");
 	}
+	due__my_add(&b,
+		    " ORDER BY due_at, id LIMIT %d"
+		    " FOR UPDATE SKIP LOCKED",
+		    want);
+	if (ahead) {
+		due__my_add(&b, "; ");
+		probe_sql(&b, prio);
+	}
+	rc = due__my_exec_sets(s, &b, "claim", r, 2);
+	due__my_sql_free(&b);
+	if (rc == 0 && (rc = picks_of(r[0], &c->p)) == 0) {
+		*taken = (int64_t)(c->p.n - from);
+		s->pick_short = *taken < want;
+		if ((c->probed = ahead))
+			probe_read(r[1], &c->prio, &c->none);
+	}
+	mysql_free_result(r[0]);
+	mysql_free_result(r[1]);
 	return rc;
 }
 
@@ -1603,10 +1560,11 @@ static int claim_picked(due_store *s, const picks *p, due_task_list *l,
 	return rc;
 }
 
-/* The kind and group of task id when it is due; *k NULL when not. */
-static int id_kind(due_store *s, const flow *f, due_id id, char **kind,
-		   char **grp)
+/* due__flow_ops.id_kind: the kind and group of task id when it is due. */
+static int my_id_kind(void *payload, due_id id, due_time now, char **kind,
+		      char **grp)
 {
+	due_store *s = ((my_claim *)payload)->s;
 	MYSQL_RES *r;
 	MYSQL_ROW row;
 	int rc;
@@ -1616,7 +1574,7 @@ static int id_kind(due_store *s, const flow *f, due_id id, char **kind,
 	due__my_add(&b,
 		    "SELECT kind, grp FROM due_task WHERE id = %lld"
 		    " AND state = 'SCHEDULED' AND due_at <= %lld",
-		    (long long)id, (long long)f->now);
+		    (long long)id, (long long)now);
 	rc = due__my_exec(s, &b, "claim", &r);
 	due__my_sql_free(&b);
 	if (rc == 0 && r && (row = mysql_fetch_row(r))) {
@@ -1629,64 +1587,41 @@ static int id_kind(due_store *s, const flow *f, due_id id, char **kind,
 	return rc;
 }
 
-/*
-** Claim one task by id (due_claim_id): never one of a paused kind; one of
-** a limited kind only when its limits have room (then it counts as a
-** claim of the kind, under the kind's lock).
-*/
-static int claim_by_id(due_store *s, flow *f, picks *p, due_id id)
+/* due__flow_ops.take_id: pick task id, locked, when it is due. */
+static int my_take_id(void *payload, due_id id, due_time now, int64_t *taken)
 {
-	const flow_kind *k = NULL;
-	char *kind = NULL, *grp = NULL;
-	int64_t room = 1, taken = 0;
-	due_time oldest = 0;
-	int why = 0, rc;
+	my_claim *c = payload;
 	MYSQL_RES *r = NULL;
+	int rc;
+	SQL(b, c->s);
 
-	if ((rc = id_kind(s, f, id, &kind, &grp)) < 0 || !kind)
-		goto done;
-	k = due__flow_kind_find(f->k, f->n, kind);
-	if (k && k->paused)
-		goto done;
-	if (k && due__flow_limited(k)) {
-		if ((rc = flow_lock(s, f, NULL, 0, false, kind)) < 0 ||
-		    (rc = kind_room(s, k, f->now, 1, &room, &why, &oldest)) < 0)
-			goto done;
-		if (room && k->per_group && grp) {
-			groups g = {0};
-			rc = groups_read(s, kind, grp, f->now, &g);
-			if (rc == 0 && g.n && g.g[0].n >= k->per_group)
-				room = 0, why = DUE__HELD_GROUP;
-			due__groups_free(&g);
-			if (rc < 0)
-				goto done;
-		}
-	} else {
-		k = NULL;
-	}
-	if (k && room && (rc = server_now(s, &f->now)) < 0) /* claim_limited */
-		goto done;
-	if (room) {
-		SQL(b, s);
-		due__my_add(&b,
-			    "SELECT id FROM due_task WHERE id = %lld"
-			    " AND state = 'SCHEDULED' AND due_at <= %lld"
-			    " FOR UPDATE SKIP LOCKED",
-			    (long long)id, (long long)f->now);
-		rc = due__my_exec(s, &b, "claim", &r);
-		due__my_sql_free(&b);
-		if (rc < 0 || (rc = picks_of(r, p)) < 0)
-			goto done;
-		taken = (int64_t)p->n;
-	}
-	if (k)
-		rc = kind_after(s, f, k, taken, room ? 0 : why, oldest);
-done:
+	due__my_add(&b,
+		    "SELECT id FROM due_task WHERE id = %lld"
+		    " AND state = 'SCHEDULED' AND due_at <= %lld"
+		    " FOR UPDATE SKIP LOCKED",
+		    (long long)id, (long long)now);
+	rc = due__my_exec(c->s, &b, "claim", &r);
+	due__my_sql_free(&b);
+	if (rc == 0)
+		rc = picks_of(r, &c->p);
+	*taken = (int64_t)c->p.n;
 	mysql_free_result(r);
-	free(kind);
-	free(grp);
 	return rc;
 }
+
+static const due__flow_ops my_flow = {
+    .running = my_running,
+    .rate = my_rate,
+    .groups = my_groups,
+    .take_kind = my_take_kind,
+    .prio_next = my_prio_next,
+    .take_prio = my_take_prio,
+    .id_kind = my_id_kind,
+    .take_id = my_take_id,
+    .log = my_log,
+    .lock = my_lock,
+    .restamp = my_restamp,
+};
 
 /* The order of a claim's list: priority, due_at, id. */
 static int cmp_claimed(const void *a, const void *b)
@@ -1702,16 +1637,15 @@ static int cmp_claimed(const void *a, const void *b)
 
 /*
 ** The claim's first round trip: every due_kind row into f, the server's
-** now into f->now and, when `probe`, the first priority probe into
-** *prio / *none.  These reads take no lock, so unless a batch's
-** completion writes ride here (complete_and_claim) they run before the
-** transaction: START TRANSACTION rides on the claim's first locking
-** statement instead, and a claim that finds no scheduled task at all costs
-** this one round trip and no COMMIT.  flow_lock locks the limited kinds'
-** rows and reads now again.
+** now into f->now and, when `probe`, the first priority probe into c's
+** `probed`.  These reads take no lock, so unless a batch's completion
+** writes ride here (complete_and_claim) they run before the transaction:
+** START TRANSACTION rides on the claim's first locking statement instead,
+** and a claim that finds no scheduled task at all costs this one round
+** trip and no COMMIT.  my_lock locks the limited kinds' rows and reads
+** now again.
 */
-static int claim_start(due_store *s, flow *f, bool probe, int64_t *prio,
-		       bool *none)
+static int claim_start(due_store *s, due__flow *f, my_claim *c, bool probe)
 {
 	MYSQL_RES *r[3];
 	MYSQL_ROW row;
@@ -1733,74 +1667,45 @@ static int claim_start(due_store *s, flow *f, bool probe, int64_t *prio,
 	if (rc == 0 && (rc = flow_read(f, r[0])) == 0) {
 		row = r[1] ? mysql_fetch_row(r[1]) : NULL;
 		f->now = row ? due__my_i64(row, 0) : 0;
-		probe_read(r[2], prio, none);
+		probe_read(r[2], &c->prio, &c->none);
+		c->probed = true;
 	}
 	for (int i = 0; i < 3; i++)
 		mysql_free_result(r[i]);
 	return rc;
 }
 
-/* Does the claim admit a kind with limits (flow_lock's work)? */
-static bool limited_admitted(const flow *f, const char *const *kinds,
-			     size_t n_kinds, bool exclude)
-{
-	for (size_t i = 0; i < f->n; i++)
-		if (due__flow_limited(&f->k[i]) &&
-		    admits(kinds, n_kinds, exclude, f->k[i].kind))
-			return true;
-	return false;
-}
-
 /*
-** The claim inside an open transaction: limited kinds, then the rest,
-** then the rows; each task carries the time limit of its try.  Fills l.
-** Without limited kinds a claim is three round trips: claim_start, one
-** pick (with the next probe when picks come back short), and claim_picked
-** with the COMMIT riding on it (the transaction is over when this returns
-** 0 having claimed); one when there is no scheduled task at all.
+** The claim inside an open transaction, as flow.c plans it: limited
+** kinds, then the rest, then the rows; each task carries the time limit
+** of its try.  Fills l.  Without limited kinds a claim is three round
+** trips: claim_start, one pick (with the next probe when picks come back
+** short), and claim_picked with the COMMIT riding on it (the transaction
+** is over when this returns 0 having claimed); one when there is no
+** scheduled task at all.
 */
 static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 			const char *const *kinds, size_t n_kinds, bool exclude,
 			int limit, int64_t lease_us, due_id only_id)
 {
-	flow f = {0};
-	picks p = {0};
-	int64_t prio = 0;
-	bool none = true;
+	my_claim c = {.s = s, .l = l, .owner = owner, .lease_us = lease_us};
+	due__flow f = {.kinds = kinds,
+		       .n_kinds = n_kinds,
+		       .exclude = exclude,
+		       .ops = &my_flow,
+		       .payload = &c};
 	int rc;
 
-	if ((rc = claim_start(s, &f, !only_id, &prio, &none)) < 0)
-		goto done;
-	if (only_id) {
-		rc = claim_by_id(s, &f, &p, only_id);
-	} else {
-		if (limited_admitted(&f, kinds, n_kinds, exclude))
-			rc = flow_lock(s, &f, kinds, n_kinds, exclude, NULL);
-		for (size_t i = 0;
-		     rc == 0 && i < f.n && l->count < (size_t)limit; i++)
-			if (due__flow_limited(&f.k[i]) &&
-			    admits(kinds, n_kinds, exclude, f.k[i].kind))
-				rc = claim_limited(s, &f, &f.k[i], l, limit,
-						   owner, lease_us);
-		if (rc == 0 && l->count < (size_t)limit)
-			rc = claim_rest(s, &f, &p, kinds, n_kinds, exclude,
-					limit - (int)l->count, prio, none);
-	}
-	if (rc < 0 ||
-	    (rc = claim_picked(s, &p, l, owner, lease_us, f.now, true)) < 0)
+	if ((rc = claim_start(s, &f, &c, !only_id)) < 0 ||
+	    (rc = due__flow_claim(&f, l, limit, only_id)) < 0 ||
+	    (rc = claim_picked(s, &c.p, l, owner, lease_us, f.now, true)) < 0)
 		goto done;
 	if (l->count > 1) /* limited kinds were claimed first */
 		qsort(l->items, l->count, sizeof(l->items[0]), cmp_claimed);
-	for (size_t i = 0; f.n && i < l->count; i++) {
-		const flow_kind *k =
-		    due__flow_kind_find(f.k, f.n, l->items[i].kind);
-		if (!l->items[i].timeout_us && k)
-			l->items[i].timeout_us = k->timeout_us;
-	}
-	l->retry_in_us = f.retry_in_us;
+	due__flow_finish(&f, l);
 done:
-	free(p.t);
-	due__flow_kinds_free(f.k, f.n);
+	free(c.p.t);
+	due__flow_free(&f);
 	return rc;
 }
 
@@ -3635,15 +3540,6 @@ done:
 	return rc;
 }
 
-/* The live counts a kinds read puts after DUE_KIND_COLS. */
-static void kind_live(const due_rows *r, due_kind_info *k)
-{
-	k->running = r->ops->i64(r->cur, DUE_KC_COUNT);
-	k->rate_used = r->ops->i64(r->cur, DUE_KC_COUNT + 1);
-	k->due = r->ops->i64(r->cur, DUE_KC_COUNT + 2);
-	k->group_running = r->ops->i64(r->cur, DUE_KC_COUNT + 3);
-}
-
 /* One kind (or every kind: NULL) into *out, with the live counts. */
 static int kinds_read(due_store *s, const char *kind, const char *group,
 		      due_kind_info_list **out)
@@ -3689,13 +3585,8 @@ static int kinds_read(due_store *s, const char *kind, const char *group,
 	due__my_sql_free(&b);
 	if (rc < 0)
 		return rc;
-	if ((rc = due__kind_info_list_alloc(out, 0)) == 0) {
-		due__my_rows(&rows, &cur, r);
-		if ((rc = due__rows_kinds(&rows, *out, kind_live)) < 0) {
-			due_kind_info_list_free(*out);
-			*out = NULL;
-		}
-	}
+	due__my_rows(&rows, &cur, r);
+	rc = due__flow_kinds_of(out, &rows);
 	mysql_free_result(r);
 	return rc;
 }

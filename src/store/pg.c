@@ -90,6 +90,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "store/flow.h"
 #include "store/pg_wire.h"
 #include "store/row.h"
 #include "store/store.h"
@@ -2986,15 +2987,6 @@ static int pg_kind_put(due_store *s, const char *kind,
 	return 0;
 }
 
-/* The live counts ST_KIND_GET puts after DUE_KIND_COLS. */
-static void kind_live(const due_rows *r, due_kind_info *k)
-{
-	k->running = r->ops->i64(r->cur, DUE_KC_COUNT);
-	k->rate_used = r->ops->i64(r->cur, DUE_KC_COUNT + 1);
-	k->due = r->ops->i64(r->cur, DUE_KC_COUNT + 2);
-	k->group_running = r->ops->i64(r->cur, DUE_KC_COUNT + 3);
-}
-
 /*
 ** ST_KIND_GET for one kind (or every kind: NULL) into *out, with the
 ** live counts.
@@ -3013,13 +3005,8 @@ static int kinds_read(due_store *s, const char *kind, const char *group,
 	due__pg_text(&p, group);
 	if ((rc = run(s, ST_KIND_GET, &p, "read kind settings", &r)) < 0)
 		return rc;
-	if ((rc = due__kind_info_list_alloc(out, 0)) == 0) {
-		PG_ROWS(rows, r);
-		if ((rc = due__rows_kinds(&rows, *out, kind_live)) < 0) {
-			due_kind_info_list_free(*out);
-			*out = NULL;
-		}
-	}
+	PG_ROWS(rows, r);
+	rc = due__flow_kinds_of(out, &rows);
 	PQclear(r);
 	return rc;
 }

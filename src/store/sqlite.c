@@ -67,6 +67,7 @@
 #include <sys/stat.h>
 
 #include "core/internal.h"
+#include "store/flow.h"
 #include "store/row.h"
 #include "store/sqlite_conn.h"
 #include "store/store.h"
@@ -1157,87 +1158,54 @@ static int due__sq_schedule_on_native(void *conn, due_submitted *out,
 /* ------------------------------------------------------------------ */
 
 /*
-** The claim (docs/internals/flow.md).  Everything below runs inside the
-** claim's BEGIN IMMEDIATE, so the counts a limited kind is judged by
-** cannot change under it: every other claim waits for SQLite's one write
-** lock.  Three steps:
+** The claim (docs/internals/flow.md), planned by flow.c with the
+** statements below.  Everything runs inside the claim's BEGIN IMMEDIATE,
+** so the counts a limited kind is judged by cannot change under it: every
+** other claim waits for SQLite's one write lock (so no lock and no
+** restamp: the claim has one now).  The planner's reads and takes:
 **
 **   flow_read     the due_kind rows, ordered by kind (one step of a cached
 **                 statement when there are none: the whole cost of flow
 **                 control for a store that does not use it);
-**   claim_limited each limited kind the claim's filter admits, counted
-**                 exactly and picked through due_task_kind_claim;
-**   claim_rest    every other kind, walking the distinct priorities in use
-**                 (a loose index scan on due_task_claim) and taking each
-**                 one's due tasks in due_at order until the claim is full.
+**   sq_take_kind  a limited kind's due tasks through due_task_kind_claim;
+**   sq_prio_next  the distinct priorities in use, one probe of
+**                 due_task_claim each (a loose index scan);
+**   sq_take_prio  one priority's due tasks of the other kinds, in due_at
+**                 order.
 **
 ** Rows are picked first and claimed after (claim_picked): a statement
 ** still stepping over due_task must not see its own table change.
 */
 
-typedef due__flow_kind flow_kind; /* store.h */
-
-/* A claim's view of the kinds, and when to try again (0: no limit held). */
-typedef struct flow {
-	flow_kind *k; /* by kind, strcmp order */
-	size_t n;
-	bool filtered; /* some kind is paused or limited */
-	int64_t retry_in_us;
-} flow;
-
-/* Read the current row of ST_FLOW_KINDS into the next slot of f. */
-static int flow_add(flow *f, sqlite3_stmt *st, size_t *cap)
-{
-	const char *kind = (const char *)sqlite3_column_text(st, 0);
-	flow_kind *k;
-
-	if (f->n == *cap) {
-		*cap = *cap ? *cap * 2 : 8;
-		if (!(k = realloc(f->k, *cap * sizeof(*k))))
-			return due__error_set(DUE_ENOMEM, "out of memory");
-		f->k = k;
-	}
-	k = &f->k[f->n];
-	if (!kind || !(k->kind = due__strdup_n(kind, strlen(kind))))
-		return due__error_set(DUE_ENOMEM, "out of memory");
-	f->n++;
-	k->paused = sqlite3_column_int(st, 1) != 0;
-	k->rate_n = sqlite3_column_int(st, 2);
-	k->rate_us = sqlite3_column_int64(st, 3);
-	k->max_running = sqlite3_column_int(st, 4);
-	k->per_group = sqlite3_column_int(st, 5);
-	k->timeout_us = sqlite3_column_int64(st, 6);
-	if (k->paused || due__flow_limited(k))
-		f->filtered = true;
-	return 0;
-}
+/* The claim the planner's callbacks fill (due__flow.payload). */
+typedef struct sq_claim {
+	due_store *s;
+	due_task_list *l;
+	const char *owner;
+	int64_t lease_us;
+} sq_claim;
 
 /* Every due_kind row into f (empty f when there are none). */
-static int flow_read(due_store *s, flow *f)
+static int flow_read(due_store *s, due__flow *f)
 {
 	sqlite3_stmt *st = stmt(s, ST_FLOW_KINDS);
-	size_t cap = 0;
+	int64_t v[DUE__FLOW_NCOLS];
 	int rc;
 
 	if (!st)
 		return due_error_last_code();
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-		if ((rc = flow_add(f, st, &cap)) < 0)
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *kind = (const char *)sqlite3_column_text(st, 0);
+		for (int i = 0; i < DUE__FLOW_NCOLS; i++)
+			v[i] = sqlite3_column_int64(st, i + 1);
+		if ((rc = due__flow_add(
+			 f, kind, (size_t)sqlite3_column_bytes(st, 0), v)) < 0)
 			break;
+	}
 	sqlite3_reset(st);
 	if (rc < 0)
 		return rc;
 	return rc == SQLITE_DONE ? 0 : due__sq_error(s, rc, "read kinds");
-}
-
-/* Does the claim's kind filter admit `kind`? */
-static bool admits(const char *const *kinds, size_t n_kinds, bool exclude,
-		   const char *kind)
-{
-	for (size_t i = 0; i < n_kinds; i++)
-		if (strcmp(kinds[i], kind) == 0)
-			return !exclude;
-	return n_kinds == 0 || exclude;
 }
 
 /* One count(*) (and optionally a second column) of a bound statement. */
@@ -1252,10 +1220,11 @@ static int count_of(due_store *s, sqlite3_stmt *st, int64_t *n, int64_t *second)
 	return rc == SQLITE_ROW ? 0 : due__sq_error(s, rc, "count");
 }
 
-/* Tries of kind k with a live lease (group: of that group only). */
-static int running_of(due_store *s, const char *kind, const char *group,
+/* due__flow_ops.running: tries of kind with a live lease (of group). */
+static int sq_running(void *payload, const char *kind, const char *group,
 		      due_time now, int64_t *n)
 {
+	due_store *s = ((sq_claim *)payload)->s;
 	sqlite3_stmt *st = stmt(s, group ? ST_K_GROUP_RUNNING : ST_K_RUNNING);
 
 	if (!st)
@@ -1267,63 +1236,29 @@ static int running_of(due_store *s, const char *kind, const char *group,
 	return count_of(s, st, n, NULL);
 }
 
-/* Claims of kind logged in the window ending now, and the oldest. */
-static int rate_of(due_store *s, const flow_kind *k, due_time now,
+/* due__flow_ops.rate: claims of kind logged after since, and the oldest. */
+static int sq_rate(void *payload, const char *kind, due_time since,
 		   int64_t *used, due_time *oldest)
 {
+	due_store *s = ((sq_claim *)payload)->s;
 	sqlite3_stmt *st = stmt(s, ST_K_RATE);
 
 	if (!st)
 		return due_error_last_code();
-	sqlite3_bind_text(st, 1, k->kind, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 2, now - k->rate_us);
+	sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, since);
 	return count_of(s, st, used, oldest);
 }
 
-/*
-** How many tasks of limited kind k this claim may take, at most `left`:
-** *room, with *why the limit that set it (0: `left` did) and *oldest the
-** oldest logged claim in the rate window (0 when none).
-*/
-static int kind_room(due_store *s, const flow_kind *k, due_time now,
-		     int64_t left, int64_t *room, int *why, due_time *oldest)
+/* due__flow_ops.log: the rate log and its trim, the held counters. */
+static int sq_log(void *payload, const due__flow_kind *k, due_time now,
+		  int64_t logged, int held)
 {
-	int64_t n;
-	int rc;
-
-	*room = left;
-	*why = 0;
-	*oldest = 0;
-	if (k->max_running) {
-		if ((rc = running_of(s, k->kind, NULL, now, &n)) < 0)
-			return rc;
-		if (k->max_running - n < *room)
-			*room = k->max_running - n, *why = DUE__HELD_RUNNING;
-	}
-	if (k->rate_n) {
-		if ((rc = rate_of(s, k, now, &n, oldest)) < 0)
-			return rc;
-		if (k->rate_n - n < *room)
-			*room = k->rate_n - n, *why = DUE__HELD_RATE;
-	}
-	if (*room < 0)
-		*room = 0;
-	return 0;
-}
-
-/*
-** After a pass over limited kind k that claimed `taken` tasks: log them in
-** due_rate (and trim what left the window), count the held-back pass,
-** and lower f->retry_in_us to when trying again may find room.
-*/
-static int kind_after(due_store *s, flow *f, const flow_kind *k, due_time now,
-		      int64_t taken, int held, due_time oldest)
-{
+	due_store *s = ((sq_claim *)payload)->s;
 	sqlite3_stmt *st;
-	int64_t retry;
 	int rc;
 
-	for (int64_t i = 0; k->rate_n && i < taken; i++) {
+	for (int64_t i = 0; i < logged; i++) {
 		if (!(st = stmt(s, ST_RATE_LOG)))
 			return due_error_last_code();
 		sqlite3_bind_text(st, 1, k->kind, -1, SQLITE_STATIC);
@@ -1331,7 +1266,7 @@ static int kind_after(due_store *s, flow *f, const flow_kind *k, due_time now,
 		if ((rc = due__sq_exec(s, st, "log rate")) < 0)
 			return rc;
 	}
-	if (k->rate_n && taken) {
+	if (logged) {
 		if (!(st = stmt(s, ST_RATE_TRIM)))
 			return due_error_last_code();
 		sqlite3_bind_text(st, 1, k->kind, -1, SQLITE_STATIC);
@@ -1341,9 +1276,6 @@ static int kind_after(due_store *s, flow *f, const flow_kind *k, due_time now,
 	}
 	if (!held)
 		return 0;
-	retry = due__flow_retry_us(k, held, oldest, now);
-	if (!f->retry_in_us || retry < f->retry_in_us)
-		f->retry_in_us = retry;
 	if (!(st = stmt(s, ST_KIND_HELD)))
 		return due_error_last_code();
 	sqlite3_bind_text(st, 1, k->kind, -1, SQLITE_STATIC);
@@ -1353,12 +1285,11 @@ static int kind_after(due_store *s, flow *f, const flow_kind *k, due_time now,
 	return due__sq_exec(s, st, "count held");
 }
 
-/* Running tries per group of one kind (max_running_per_group). */
-typedef due__groups groups; /* store.h */
-
-/* The live tries of every group of kind into g. */
-static int groups_read(due_store *s, const char *kind, due_time now, groups *g)
+/* due__flow_ops.groups: the live tries of every group of kind into g. */
+static int sq_groups(void *payload, const char *kind, due_time now,
+		     due__groups *g)
 {
+	due_store *s = ((sq_claim *)payload)->s;
 	sqlite3_stmt *st = stmt(s, ST_K_GROUPS);
 	int rc;
 
@@ -1380,81 +1311,42 @@ static int groups_read(due_store *s, const char *kind, due_time now, groups *g)
 	return rc == SQLITE_DONE ? 0 : due__sq_error(s, rc, "count groups");
 }
 
-/*
-** Pick up to `room` due tasks of kind k into l, in (priority, due_at)
-** order, skipping the tasks of groups at their limit (so a full group
-** never blocks the tasks behind it).  *held gets DUE__HELD_GROUP when a task
-** was skipped for its group, and `why` when a due task was left because
-** room ran out.
-*/
-static int pick_kind(due_store *s, const flow_kind *k, due_task_list *l,
-		     due_time now, int64_t room, int why, groups *g, int *held)
-{
-	sqlite3_stmt *st = stmt(s, ST_K_PICK);
-	SQ_ROWS(r, s, st, "claim");
-	int64_t taken = 0, *slot = NULL;
-	int rc;
-
-	if (!st)
-		return due_error_last_code();
-	sqlite3_bind_text(st, 1, k->kind, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 2, now);
-	while ((rc = r.ops->next(r.cur)) > 0) {
-		size_t n = 0;
-		const char *grp = r.ops->bytes(r.cur, DUE_TC_GRP, &n);
-		if (taken == room) {
-			*held |= why; /* why 0: the claim is full */
-			break;
-		}
-		slot = NULL;
-		if (k->per_group && grp) {
-			if (!(slot = due__group_slot(g, grp, n))) {
-				rc =
-				    due__error_set(DUE_ENOMEM, "out of memory");
-				break;
-			}
-			if (*slot >= k->per_group) {
-				*held |= DUE__HELD_GROUP;
-				continue;
-			}
-		}
-		if ((rc = due__row_task(&r, &l->items[l->count++])) < 0)
-			break;
-		taken++;
-		if (slot)
-			++*slot;
-	}
-	sqlite3_reset(st);
-	return rc < 0 ? rc : 0;
-}
-
 static int claim_picked(due_store *s, due_task_list *l, size_t from,
 			const char *owner, due_time now, int64_t lease_us);
 static int collect_tasks(due_store *s, sqlite3_stmt *st, due_task_list *l,
 			 size_t cap, const char *what);
 
-/* One pass over limited kind k: count, pick, claim, log. */
-static int claim_limited(due_store *s, flow *f, const flow_kind *k,
-			 due_task_list *l, int limit, const char *owner,
-			 due_time now, int64_t lease_us)
+/*
+** due__flow_ops.take_kind: the due tasks of kind p->k in (priority,
+** due_at) order, each as due__flow_pick says, then claimed.
+*/
+static int sq_take_kind(void *payload, due__flow_pass *p)
 {
+	sq_claim *c = payload;
+	due_store *s = c->s;
+	due_task_list *l = c->l;
+	sqlite3_stmt *st = stmt(s, ST_K_PICK);
+	SQ_ROWS(r, s, st, "claim");
 	size_t from = l->count;
-	groups g = {0};
-	int64_t room;
-	due_time oldest;
-	int why, held = 0, rc;
+	int rc, v = 0;
 
-	if ((rc = kind_room(s, k, now, limit - (int64_t)l->count, &room, &why,
-			    &oldest)) < 0)
-		return rc;
-	if ((k->per_group && (rc = groups_read(s, k->kind, now, &g)) < 0) ||
-	    (rc = pick_kind(s, k, l, now, room, why, &g, &held)) < 0 ||
-	    (rc = claim_picked(s, l, from, owner, now, lease_us)) < 0)
-		goto done;
-	rc = kind_after(s, f, k, now, (int64_t)(l->count - from), held, oldest);
-done:
-	due__groups_free(&g);
-	return rc;
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, p->k->kind, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, p->now);
+	while ((rc = r.ops->next(r.cur)) > 0) {
+		size_t n = 0;
+		const char *grp = r.ops->bytes(r.cur, DUE_TC_GRP, &n);
+		if ((v = due__flow_pick(p, grp, n)) < 0 || v == DUE__PICK_STOP)
+			break;
+		if (v == DUE__PICK_TAKE &&
+		    (rc = due__row_task(&r, &l->items[l->count++])) < 0)
+			break;
+	}
+	sqlite3_reset(st);
+	if (v < 0 || rc < 0)
+		return v < 0 ? v : rc;
+	return claim_picked(s, l, from, c->owner, p->now, c->lease_us);
 }
 
 /*
@@ -1532,55 +1424,47 @@ static int prio_next(due_store *s, int64_t after, int64_t *p, bool *none)
 	return rc == SQLITE_ROW ? 0 : due__sq_error(s, rc, "claim priority");
 }
 
-/*
-** Fill the rest of the claim from the kinds without limits: walk the
-** distinct priorities in use, lowest first, one index probe each, and
-** take each one's due tasks in due_at order until l holds `limit`.
-*/
-static int claim_rest(due_store *s, const flow *f, due_task_list *l,
-		      const char *owner, const char *const *kinds,
-		      size_t n_kinds, bool exclude, int limit, int64_t lease_us,
-		      due_time now)
+/* due__flow_ops.prio_next */
+static int sq_prio_next(void *payload, int64_t after, int64_t *p, bool *none)
 {
-	size_t from = l->count;
-	int64_t p = DUE_PRIORITY_MIN - 1;
-	bool none = false;
-	int rc;
-
-	while (l->count < (size_t)limit) {
-		sqlite3_stmt *st;
-		if ((rc = prio_next(s, p, &p, &none)) < 0)
-			return rc;
-		if (none)
-			break;
-		if (!(st = claim_stmt(s, n_kinds, exclude, f->filtered)))
-			return due_error_last_code();
-		sqlite3_bind_int64(st, 1, p);
-		sqlite3_bind_int64(st, 2, now);
-		sqlite3_bind_int(st, 3, limit - (int)l->count);
-		for (size_t i = 0; i < n_kinds; i++)
-			sqlite3_bind_text(st, (int)i + 4, kinds[i], -1,
-					  SQLITE_STATIC);
-		if ((rc = collect_tasks(s, st, l, (size_t)limit, "claim")) < 0)
-			return rc;
-	}
-	return claim_picked(s, l, from, owner, now, lease_us);
+	return prio_next(((sq_claim *)payload)->s, after, p, none);
 }
 
-/*
-** The limited or paused kind of task id, if the task is due and its kind
-** is one (else *k = NULL), and for a limited kind the room it has for one
-** more claim (kind_room; a full group of the task gives room 0).
-*/
-static int id_kind(due_store *s, const flow *f, due_id id, due_time now,
-		   const flow_kind **k, int64_t *room, int *why,
-		   due_time *oldest)
+/* due__flow_ops.take_prio: one priority's due tasks, picked, claimed. */
+static int sq_take_prio(void *payload, const due__flow *f, int64_t prio,
+			int want, int64_t *taken)
 {
-	sqlite3_stmt *st = stmt(s, ST_ID_KIND);
-	int64_t n = 0;
+	sq_claim *c = payload;
+	due_task_list *l = c->l;
+	size_t from = l->count;
+	sqlite3_stmt *st =
+	    claim_stmt(c->s, f->n_kinds, f->exclude, f->filtered);
 	int rc;
 
-	*k = NULL;
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, prio);
+	sqlite3_bind_int64(st, 2, f->now);
+	sqlite3_bind_int(st, 3, want);
+	for (size_t i = 0; i < f->n_kinds; i++)
+		sqlite3_bind_text(st, (int)i + 4, f->kinds[i], -1,
+				  SQLITE_STATIC);
+	if ((rc = collect_tasks(c->s, st, l, from + (size_t)want, "claim")) < 0)
+		return rc;
+	*taken = (int64_t)(l->count - from);
+	return claim_picked(c->s, l, from, c->owner, f->now, c->lease_us);
+}
+
+/* due__flow_ops.id_kind: the kind and group of task id, when due. */
+static int sq_id_kind(void *payload, due_id id, due_time now, char **kind,
+		      char **grp)
+{
+	due_store *s = ((sq_claim *)payload)->s;
+	sqlite3_stmt *st = stmt(s, ST_ID_KIND);
+	const char *k, *g;
+	int rc;
+
+	*kind = *grp = NULL;
 	if (!st)
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, id);
@@ -1589,55 +1473,46 @@ static int id_kind(due_store *s, const flow *f, due_id id, due_time now,
 		sqlite3_reset(st);
 		return rc == SQLITE_DONE ? 0 : due__sq_error(s, rc, "claim");
 	}
-	*k = due__flow_kind_find(f->k, f->n,
-				 (const char *)sqlite3_column_text(st, 0));
-	if (*k && !(*k)->paused && !due__flow_limited(*k))
-		*k = NULL;
-	rc = 0;
-	if (*k && due__flow_limited(*k) &&
-	    (rc = kind_room(s, *k, now, 1, room, why, oldest)) == 0 && *room &&
-	    (*k)->per_group && sqlite3_column_type(st, 1) != SQLITE_NULL &&
-	    (rc = running_of(s, (*k)->kind,
-			     (const char *)sqlite3_column_text(st, 1), now,
-			     &n)) == 0 &&
-	    n >= (*k)->per_group)
-		*room = 0, *why = DUE__HELD_GROUP;
+	k = (const char *)sqlite3_column_text(st, 0);
+	g = (const char *)sqlite3_column_text(st, 1);
+	*kind = k ? due__strdup_n(k, strlen(k)) : NULL;
+	*grp = g ? due__strdup_n(g, strlen(g)) : NULL;
 	sqlite3_reset(st);
+	return !*kind || (g && !*grp)
+		   ? due__error_set(DUE_ENOMEM, "out of memory")
+		   : 0;
+}
+
+/* due__flow_ops.take_id: claim task id when it is due. */
+static int sq_take_id(void *payload, due_id id, due_time now, int64_t *taken)
+{
+	sq_claim *c = payload;
+	sqlite3_stmt *st = stmt(c->s, ST_CLAIM_ID);
+	size_t from = c->l->count;
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_text(st, 1, c->owner, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, now);
+	sqlite3_bind_int64(st, 3, c->lease_us);
+	sqlite3_bind_int64(st, 4, id);
+	rc = collect_tasks(c->s, st, c->l, from + 1, "claim");
+	*taken = (int64_t)(c->l->count - from);
 	return rc;
 }
 
-/*
-** Claim one task by id (due_claim_id): never one of a paused kind; one of
-** a limited kind only when its limits have room (then it counts as a
-** claim of the kind).  Nothing claimed when it cannot be.
-*/
-static int claim_by_id(due_store *s, flow *f, due_task_list *l,
-		       const char *owner, int64_t lease_us, due_id id,
-		       due_time now)
-{
-	const flow_kind *k = NULL;
-	sqlite3_stmt *st;
-	int64_t room = 1;
-	due_time oldest = 0;
-	int why = 0, rc;
-
-	if (f->filtered &&
-	    (rc = id_kind(s, f, id, now, &k, &room, &why, &oldest)) < 0)
-		return rc;
-	if (k && k->paused)
-		return 0;
-	if (k && !room)
-		return kind_after(s, f, k, now, 0, why, oldest);
-	if (!(st = stmt(s, ST_CLAIM_ID)))
-		return due_error_last_code();
-	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 2, now);
-	sqlite3_bind_int64(st, 3, lease_us);
-	sqlite3_bind_int64(st, 4, id);
-	if ((rc = collect_tasks(s, st, l, 1, "claim")) < 0)
-		return rc;
-	return k ? kind_after(s, f, k, now, (int64_t)l->count, 0, oldest) : 0;
-}
+static const due__flow_ops sq_flow = {
+    .running = sq_running,
+    .rate = sq_rate,
+    .groups = sq_groups,
+    .take_kind = sq_take_kind,
+    .prio_next = sq_prio_next,
+    .take_prio = sq_take_prio,
+    .id_kind = sq_id_kind,
+    .take_id = sq_take_id,
+    .log = sq_log,
+};
 
 /* Is anything due?  A lock-free read that keeps empty polls cheap. */
 static int peek(due_store *s, enum stmt_id id, due_time now, bool *any)
@@ -1714,47 +1589,29 @@ static int claim_picked(due_store *s, due_task_list *l, size_t from,
 }
 
 /*
-** The claim inside an open transaction: limited kinds, then the rest;
-** each task carries the time limit of its try.  No attempt row: the
-** running try is its task row's until it ends (schema_v6).
-** now is the transaction's clock.  Fills l (capacity limit).
+** The claim inside an open transaction, as flow.c plans it: limited
+** kinds, then the rest; each task carries the time limit of its try.  No
+** attempt row: the running try is its task row's until it ends
+** (schema_v6).  now is the transaction's clock.  Fills l (capacity limit).
 */
 static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 			const char *const *kinds, size_t n_kinds, bool exclude,
 			int limit, int64_t lease_us, due_id only_id,
 			due_time now)
 {
-	flow f = {0};
+	sq_claim c = {s, l, owner, lease_us};
+	due__flow f = {.now = now,
+		       .kinds = kinds,
+		       .n_kinds = n_kinds,
+		       .exclude = exclude,
+		       .ops = &sq_flow,
+		       .payload = &c};
 	int rc;
 
-	if ((rc = flow_read(s, &f)) < 0)
-		goto done;
-	if (only_id) {
-		if ((rc = claim_by_id(s, &f, l, owner, lease_us, only_id,
-				      now)) < 0)
-			goto done;
-	} else {
-		for (size_t i = 0; i < f.n && l->count < (size_t)limit; i++)
-			if (due__flow_limited(&f.k[i]) &&
-			    admits(kinds, n_kinds, exclude, f.k[i].kind) &&
-			    (rc = claim_limited(s, &f, &f.k[i], l, limit, owner,
-						now, lease_us)) < 0)
-				goto done;
-		if (l->count < (size_t)limit &&
-		    (rc = claim_rest(s, &f, l, owner, kinds, n_kinds, exclude,
-				     limit, lease_us, now)) < 0)
-			goto done;
-	}
-	for (size_t i = 0; f.n && i < l->count; i++) {
-		const flow_kind *k =
-		    due__flow_kind_find(f.k, f.n, l->items[i].kind);
-		if (!l->items[i].timeout_us && k)
-			l->items[i].timeout_us = k->timeout_us;
-	}
-	l->retry_in_us = f.retry_in_us;
-	rc = 0;
-done:
-	due__flow_kinds_free(f.k, f.n);
+	if ((rc = flow_read(s, &f)) == 0 &&
+	    (rc = due__flow_claim(&f, l, limit, only_id)) == 0)
+		due__flow_finish(&f, l);
+	due__flow_free(&f);
 	return rc;
 }
 
@@ -3611,16 +3468,16 @@ fail:
 static int kind_live(due_store *s, due_kind_info *k, const char *group,
 		     due_time now)
 {
-	flow_kind fk = {.kind = k->kind, .rate_us = k->rate_us};
+	sq_claim c = {.s = s}; /* the claim's counts, outside a claim */
 	sqlite3_stmt *st;
 	due_time oldest;
 	int rc;
 
-	if ((rc = running_of(s, k->kind, NULL, now, &k->running)) < 0 ||
-	    (k->rate_n &&
-	     (rc = rate_of(s, &fk, now, &k->rate_used, &oldest)) < 0) ||
+	if ((rc = sq_running(&c, k->kind, NULL, now, &k->running)) < 0 ||
+	    (k->rate_n && (rc = sq_rate(&c, k->kind, now - k->rate_us,
+					&k->rate_used, &oldest)) < 0) ||
 	    (group &&
-	     (rc = running_of(s, k->kind, group, now, &k->group_running)) < 0))
+	     (rc = sq_running(&c, k->kind, group, now, &k->group_running)) < 0))
 		return rc;
 	if (!(st = stmt(s, ST_K_DUE)))
 		return due_error_last_code();

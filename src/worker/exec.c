@@ -178,7 +178,7 @@ static void enforce_lease(due_job *job, child *c, run_state *rs)
 {
 	int64_t now, kill_by;
 
-	if (due_job_lease_held(job) || c->ended)
+	if (due__job_lease_check(job) || c->ended)
 		return;
 	now = due__mono_us();
 	kill_by = due__job_kill_by(job);
@@ -205,7 +205,7 @@ static void enforce_lease(due_job *job, child *c, run_state *rs)
 */
 static void stop_leftovers(due_job *job, child *c, run_state *rs)
 {
-	while (!due_job_lease_held(job) && !rs->killed &&
+	while (!due__job_lease_check(job) && !rs->killed &&
 	       kill(-c->pid, 0) == 0) {
 		int64_t now = due__mono_us(), kill_by = due__job_kill_by(job);
 		if (rs->term_at == 0) {

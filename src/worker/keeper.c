@@ -34,6 +34,7 @@
 */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 
 #include "worker/worker_internal.h"
 
@@ -94,9 +95,13 @@ static size_t unconfirmed_locked(due_worker *w, renewal *out, size_t cap,
 			break;
 		}
 		j->unconfirmed = true;
-		atomic_store(&j->kill_by, sent + lease - margin * 2 / 3);
-		if (!due__job_stop(j, DUE_STOP_UNCONFIRMED))
-			continue; /* already told; kill_by still holds */
+		due__job_set_kill_by(j, sent + lease - margin * 2 / 3);
+		/* already told for another reason: kill_by still holds; told
+		   by the handler's own thread reading the same clock
+		   (due__job_lease_check): logged and counted here */
+		if (!due__job_stop(j, DUE_STOP_UNCONFIRMED) &&
+		    due__job_stop_why(j) != DUE_STOP_UNCONFIRMED)
+			continue;
 		atomic_fetch_add(&w->st.lease_lost, 1);
 		atomic_fetch_add(&w->st.lease_unconfirmed, 1);
 		j->refs++;
@@ -105,21 +110,33 @@ static size_t unconfirmed_locked(due_worker *w, renewal *out, size_t cap,
 	return n;
 }
 
-/* One line per try the lease clock stopped. */
+/*
+** One line per try the lease clock stopped.  A stop more than 100 ms past
+** its time (lease - margin after the confirmation) says by how much: the
+** keeper was held back (mu, a starved thread), which eats into the third
+** of the margin left between the SIGKILL and the end of the lease.
+*/
 static void log_unconfirmed(due_worker *w, const renewal *t, size_t n,
 			    int64_t now)
 {
-	for (size_t i = 0; i < n; i++)
-		due__wlog(
-		    w, 1,
-		    "task %lld (%s) attempt %d: lease not confirmed "
-		    "for %.1f s of its %.1f s (renewals unanswered); "
-		    "stopping its handler before the store can hand the "
-		    "task to another worker",
-		    (long long)t[i].id, t[i].job->task.kind, t[i].attempt,
-		    (double)(now - atomic_load(&t[i].job->confirmed_mono)) /
-			1e6,
-		    (double)w->o.lease_us / 1e6);
+	int64_t margin = due__lease_margin(w);
+
+	for (size_t i = 0; i < n; i++) {
+		int64_t sent = atomic_load(&t[i].job->confirmed_mono);
+		int64_t late = now - (sent + w->o.lease_us - margin);
+		char why[64] = "";
+		if (late > 100000)
+			snprintf(why, sizeof(why), " (%.0f ms past its time)",
+				 (double)late / 1000.0);
+		due__wlog(w, 1,
+			  "task %lld (%s) attempt %d: lease not confirmed "
+			  "for %.1f s of its %.1f s (renewals unanswered)%s; "
+			  "stopping its handler before the store can hand "
+			  "the task to another worker",
+			  (long long)t[i].id, t[i].job->task.kind, t[i].attempt,
+			  (double)(now - sent) / 1e6,
+			  (double)w->o.lease_us / 1e6, why);
+	}
 }
 
 /*

@@ -452,7 +452,7 @@ static int proc_ready(due_pipe *p, due_job *job, proc *pr)
 	if (pr->c.pid > 0)
 		return 0;
 	while (due__mono_us() < pr->restart_at) {
-		if (!due_job_lease_held(job))
+		if (!due__job_lease_check(job))
 			return fail_stopped(
 			    job, " while the pipe process was restarting");
 		nap_ms(TICK_MS);
@@ -634,7 +634,7 @@ static int step(due_pipe *p, due_job *job, proc *pr, xfer *x)
 		return X_ANSWER; /* an over-long line: malformed */
 	if (pr->c.out < 0 || due__child_ended(&pr->c))
 		return x->term_at ? X_STOPPED : X_DIED;
-	if (!due_job_lease_held(job)) {
+	if (!due__job_lease_check(job)) {
 		/* TERM, then KILL after the kill grace, or sooner when the
 		   lease clock says the store could hand the task on */
 		int64_t now = due__mono_us();

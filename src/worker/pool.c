@@ -62,7 +62,41 @@ const char *due__stop_reason_name(int why)
 	}
 }
 
-bool due_job_lease_held(const due_job *job) { return !atomic_load(&job->lost); }
+/*
+** The lease clock read by the thread that asks (a handler, its slot's
+** supervision loop), not only by the keeper: once lease - margin has
+** passed since the latest confirmed send, the try is stopped here as the
+** keeper would stop it (DUE_STOP_UNCONFIRMED, kill_by at lease - 2/3
+** margin; the keeper still logs and counts it).  A keeper held back (mu,
+** a log line blocked on a slow disk, a starved thread) must not hold back
+** the SIGKILL that has to come before the store can hand the task on:
+** test_store_stall once saw attempt-1 handlers alive beside attempt 2.
+*/
+bool due__job_lease_check(due_job *j)
+{
+	if (atomic_load(&j->lost))
+		return false;
+	if (!j->w || atomic_load(&j->finished))
+		return true;
+	int64_t lease = j->w->o.lease_us, margin = due__lease_margin(j->w);
+	int64_t sent = atomic_load(&j->confirmed_mono);
+	if (due__mono_us() < sent + lease - margin)
+		return true;
+	due__job_set_kill_by(j, sent + lease - margin * 2 / 3);
+	due__job_stop(j, DUE_STOP_UNCONFIRMED);
+	return false;
+}
+
+bool due_job_lease_held(const due_job *job)
+{
+	return due__job_lease_check((due_job *)job);
+}
+
+void due__job_set_kill_by(due_job *j, int64_t at)
+{
+	int64_t none = 0;
+	atomic_compare_exchange_strong(&j->kill_by, &none, at);
+}
 
 int64_t due__job_kill_by(const due_job *j)
 {

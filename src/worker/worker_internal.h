@@ -421,5 +421,13 @@ const char *due__stop_reason_name(int why);
 ** grace (the lease clock ran out), or 0.  Command and pipe handlers.
 */
 int64_t due__job_kill_by(const due_job *j);
+/* Set kill_by unless it is already set (the first lease clock decides). */
+void due__job_set_kill_by(due_job *j, int64_t at);
+/*
+** due_job_lease_held() for the worker's own threads: false once the job
+** was told to stop, or once its lease clock ran out, in which case this
+** call stops it (DUE_STOP_UNCONFIRMED) if the keeper has not yet.
+*/
+bool due__job_lease_check(due_job *j);
 
 #endif

@@ -43,13 +43,18 @@ ms() { echo $(($(date +%s%N) / 1000000)); }
 cat >"$T/handler.sh" <<'EOF'
 #!/bin/sh
 d=$STALL_DIR
-alive() { [ -r "/proc/$1/stat" ] && [ "$(cut -d' ' -f3 "/proc/$1/stat")" != Z ]; }
+# pstate PID: its state letter (R, S, D, Z...), nothing when gone, from ONE
+# read of its stat: a test for the file and then a second read raced the
+# reaping of a zombie (the read found nothing, and nothing is not Z), and
+# a killed attempt-1 handler was once taken for a live one
+pstate() { s=$(cat "/proc/$1/stat" 2>/dev/null) || return 0; s=${s##*') '}; echo "${s%% *}"; }
 echo "$DUE_TASK_ID $DUE_ATTEMPT start $(date +%s%N)" >>"$d/runs"
 if [ "$DUE_ATTEMPT" -gt 1 ]; then
 	for f in "$d"/pid."$DUE_TASK_ID".*; do
 		[ -e "$f" ] || continue
 		for p in $(cat "$f"); do
-			alive "$p" && echo "$DUE_TASK_ID $DUE_ATTEMPT overlaps $f" >>"$d/overlap"
+			st=$(pstate "$p")
+			case $st in "" | Z | X) ;; *) echo "$DUE_TASK_ID $DUE_ATTEMPT overlaps $f: pid $p in state $st" >>"$d/overlap" ;; esac
 		done
 	done
 	echo "ok $DUE_ATTEMPT"
@@ -77,13 +82,20 @@ start_proxy() {
 	PROXY_PORT=$(cat "$1/proxy.port")
 }
 
+# pstate PID: as the handler's (one read of the stat)
+pstate() {
+	local s
+	s=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+	s=${s##*') '}
+	echo "${s%% *}"
+}
 started() { [ "$(grep -c " $2 start" "$1/runs" 2>/dev/null || true)" -ge "$3" ]; }
 attempt1_gone() {
 	local f p
 	for f in "$1"/pid.*.1; do
 		[ -e "$f" ] || return 1
 		for p in $(cat "$f"); do
-			[ -r "/proc/$p/stat" ] && [ "$(cut -d' ' -f3 "/proc/$p/stat")" != Z ] && return 1
+			case $(pstate "$p") in "" | Z | X) ;; *) return 1 ;; esac
 		done
 	done
 	return 0
@@ -111,6 +123,13 @@ check_round() {
 	wait_for "$label: every $kind task DONE" 90 all_done "$url" "$kind" "$n" || true
 	expect_eq "$label: no attempt-1 handler alive when attempt 2 started" "" \
 		"$(cat "$d/overlap" 2>/dev/null || true)"
+	# an overlap: what A said of its stops and kills (a late one says by
+	# how much), and when each try started (ns since the epoch)
+	if [ -s "$d/overlap" ]; then
+		grep -E "lease not confirmed|SIGKILL" "$d/a.log" >&2 || true
+		sort -k4 "$d/runs" >&2
+		echo "B: $(sed -n 1,3p "$d/b.log")" >&2
+	fi
 	expect_eq "$label: A stopped each try once, saying why" "$n" \
 		"$(grep -c "lease not confirmed for" "$d/a.log" || true)"
 	echo "$label: tasks $(attempts_of "$url" "$kind")"

@@ -1,0 +1,71 @@
+-- base.lua - the first part of the Redis store's script: its keys, a
+-- task hash's field names, numbers as strings, the due index's
+-- members, the wake channel.
+--
+-- The script is one Lua chunk: the files of src/store/lua/ joined in
+-- the order of DUE_REDIS_LUA (CMakeLists.txt), each using the locals
+-- of the parts before it, after a prelude redis.c writes
+-- (src/store/redis_lua.c says how it is built, loaded and run).  It
+-- runs on Redis's Lua 5.1: no goto, no // and no bitwise operators
+-- (the bit library: bit.band), unpack and not table.unpack, at most
+-- 60 upvalues a function; tests/lua/luac.sh checks every file and the
+-- whole chunk with luac5.1.
+--
+-- prelude from C: TC, SC, KC (column lists of row.h), CL (the server
+-- is a cluster node), HB (histogram bounds)
+local P = string.sub(KEYS[1], 1, -6)
+local A = ARGV
+-- Redis Cluster: while the store's slot is MIGRATING away from this node
+-- a key that is not here (already moved, or never written) cannot be
+-- read or written, and the script would stop half-way, its first
+-- writes kept.  The probe key never exists, so reading it fails exactly
+-- when the slot is migrating: stop before any write; redis.c waits for
+-- the migration to end (MOVED) and sends the operation again.  One
+-- server has no slots: no probe there.
+if CL and type(redis.pcall('EXISTS', P .. ':probe')) == 'table' then
+  return redis.error_reply('TRYAGAIN due: the store\'s slot is migrating')
+end
+local function K(a, b) if b then return P .. ':' .. a .. ':' .. b end return P .. ':' .. a end
+local function T(id) return P .. ':t:' .. id end
+-- A task hash's field names are one letter each (a listpack stores
+-- each name in every task): tcall() maps row.h's column names to them
+-- for the H* commands on a task key, so the script reads as SQL does.
+local F = {kind = 'k', payload = 'p', state = 's', due_at = 'd', attempt = 'a',
+  attempt_base = 'b', max_attempts = 'm', backoff_us = 'o', backoff_cap_us = 'c',
+  lease_owner = 'w', lease_until = 'l', cancel_requested = 'x', key = 'y',
+  result = 'r', last_error = 'e', created_at = 't', updated_at = 'u', priority = 'q',
+  grp = 'g', timeout_us = 'z'}
+local function tcall(cmd, key, ...)
+  local a = {...}
+  local step = 1
+  if cmd == 'HSET' then step = 2 elseif cmd == 'HSETNX' or cmd == 'HINCRBY' then a[1] = F[a[1]] or a[1] step = 0 end
+  if step > 0 then for j = 1, #a, step do a[j] = F[a[j]] or a[j] end end
+  return redis.call(cmd, key, unpack(a))
+end
+local function I(n) return string.format('%d', n) end
+local function N(s) return tonumber(s) or 0 end
+local function opt(s) if s == nil or s == '' then return nil end return string.sub(s, 2) end
+local function now() local t = redis.call('TIME') return tonumber(t[1]) * 1000000 + tonumber(t[2]) end
+local function lq(s) return #s .. ':' .. s end
+-- A due index member is 18 bytes: priority + 32768 (2), due_at (8), id
+-- (8), big-endian, so ZRANGEBYLEX (memcmp) orders by (priority, due_at,
+-- id).  Lua's < on strings is strcoll (Redis sets LC_COLLATE), so the
+-- script sorts members by their decoded numbers (mless), never by <.
+local function be(n) return struct.pack('>I8', n) end
+local FF8 = string.rep('\255', 8)
+local FF16 = FF8 .. FF8
+local function mem(prio, due, id) if due < 0 then due = 0 end return struct.pack('>HI8I8', prio + 32768, due, id) end
+local function mid(m) return (struct.unpack('>I8', m, 11)) end
+local function mdue(m) return (struct.unpack('>I8', m, 3)) end
+local function mless(a, b)
+  local pa, da, ia = struct.unpack('>HI8I8', a)
+  local pb, db, ib = struct.unpack('>HI8I8', b)
+  if pa ~= pb then return pa < pb end
+  if da ~= db then return da < db end
+  return ia < ib
+end
+-- the inclusive upper bound of priority p's members due at or before t
+local function upto(p, t) return '[' .. p .. be(math.max(t, 0)) .. FF8 end
+local function bucket(us) local ms = us / 1000 local b = 0 while b < #HB and ms > HB[b + 1] do b = b + 1 end return b end
+-- one wake channel for every shard of a store: {due:NAME}:wake
+local function wake() redis.call('PUBLISH', (string.gsub(P, '^({due:[^:]+):%d+}$', '%1}')) .. ':wake', '1') end

@@ -1,0 +1,256 @@
+-- claim.lua - claim and complete, with the kinds' flow control (after
+-- ops.lua).
+--
+-- flow control: the kinds' settings
+local function flow_read()
+  local f = {}
+  for _, k in ipairs(redis.call('ZRANGE', K('kinds'), 0, -1)) do
+    local v = redis.call('HMGET', K('kind', k), 'paused', 'rate_n', 'rate_us', 'max_running', 'max_running_per_group', 'timeout_us')
+    local s = {kind = k, paused = N(v[1]) ~= 0, rate_n = N(v[2]), rate_us = N(v[3]), max_running = N(v[4]), per_group = N(v[5]), timeout_us = N(v[6])}
+    s.limited = (not s.paused) and (s.rate_n > 0 or s.max_running > 0 or s.per_group > 0)
+    f[k] = s
+    f[#f + 1] = s
+  end
+  return f
+end
+
+-- Walk the lex index src (members prio|due|id) in (priority, due_at)
+-- order, one priority at a time, taking due members that accept() admits
+-- into out until need of them are taken, looking at no more than cap
+-- members when accept() can refuse some.  Returns the number taken.
+local function scan(src, t, need, out, accept, cap)
+  flush()
+  local lo, taken = '-', 0
+  local seen = 0
+  cap = cap or math.huge
+  while taken < need and seen < cap do
+    local first = redis.call('ZRANGEBYLEX', src, lo, '+', 'LIMIT', 0, 1)
+    if #first == 0 then break end
+    local p = string.sub(first[1], 1, 2)
+    local off, chunk = 0, need - taken
+    if accept then chunk = math.min(math.max(chunk, 64), cap - seen) end
+    while taken < need and seen < cap do
+      local got = redis.call('ZRANGEBYLEX', src, '[' .. p, upto(p, t), 'LIMIT', off, chunk)
+      for _, m in ipairs(got) do
+        if taken == need or seen == cap then break end
+        seen = seen + 1
+        if not accept or accept(m) then out[#out + 1] = m taken = taken + 1 end
+      end
+      if #got < chunk then break end
+      off = off + chunk
+    end
+    lo = '(' .. p .. FF16
+  end
+  return taken
+end
+
+-- claim task id at time t (re-checks SCHEDULED and due); its row or nil
+local function take(id, t, owner, lease)
+  local sid = I(id)
+  local tk = T(sid)
+  local r = row(sid)
+  local kind, due = r[TI.kind], N(r[TI.due_at])
+  if r[TI.state] ~= 'SCHEDULED' or due > t then return nil end
+  idx_del(id, kind, N(r[TI.priority]), due)
+  local att, lu = N(r[TI.attempt]) + 1, t + lease
+  local sa, slu, st = I(att), I(lu), I(t)
+  redis.call('HSET', tk, 's', 'CLAIMED', 'a', sa, 'w', owner, 'l', slu, 'u', st, 'n', st)
+  r[TI.state], r[TI.attempt], r[TI.lease_owner], r[TI.lease_until], r[TI.updated_at] = 'CLAIMED', sa, owner, slu, st
+  move(sid, kind, 'SCHEDULED', 'CLAIMED')
+  lease_set(sid, kind, r[TI.grp] or nil, slu)
+  local late, m = t - due, mw(t)
+  zadd(KLAT, st, I(late) .. ':' .. sid .. ':' .. sa)
+  hincr(m, 'out:RUNNING', 1)
+  hincr(m, 'late:' .. I(bucket(late)), 1)
+  hincr(m, 'late_sum', late)
+  return r
+end
+
+local HELD_RATE, HELD_RUNNING, HELD_GROUP = 1, 2, 4
+
+-- room of limited kind k for at most `left` claims: room, why, oldest
+local function kind_room(k, t, left)
+  flush()
+  local room, why, oldest = left, 0, 0
+  if k.max_running > 0 then
+    local n = redis.call('ZCOUNT', K('lk', k.kind), t, '+inf')
+    if k.max_running - n < room then room = k.max_running - n why = HELD_RUNNING end
+  end
+  if k.rate_n > 0 then
+    redis.call('ZREMRANGEBYSCORE', K('rate', k.kind), '-inf', t - k.rate_us)
+    local n = redis.call('ZCARD', K('rate', k.kind))
+    if n > 0 then oldest = tonumber(redis.call('ZRANGE', K('rate', k.kind), 0, 0, 'WITHSCORES')[2]) end
+    if k.rate_n - n < room then room = k.rate_n - n why = HELD_RATE end
+  end
+  if room < 0 then room = 0 end
+  return room, why, oldest
+end
+
+local function kind_after(st, k, t, taken, held, oldest, ids)
+  if k.rate_n > 0 then
+    for _, id in ipairs(ids) do redis.call('ZADD', K('rate', k.kind), t, I(t) .. ':' .. id) end
+  end
+  if held == 0 then return end
+  local retry = 0
+  if bit.band(held, HELD_RATE) ~= 0 then
+    if oldest == 0 then oldest = t end
+    retry = oldest + k.rate_us - t
+  end
+  if bit.band(held, HELD_RUNNING + HELD_GROUP) ~= 0 and (retry == 0 or retry > 100000) then retry = 100000 end
+  if retry < 1000 then retry = 1000 end
+  if st.retry == 0 or retry < st.retry then st.retry = retry end
+  local kk = K('kind', k.kind)
+  if bit.band(held, HELD_RATE) ~= 0 then redis.call('HINCRBY', kk, 'held_rate', 1) end
+  if bit.band(held, HELD_RUNNING) ~= 0 then redis.call('HINCRBY', kk, 'held_running', 1) end
+  if bit.band(held, HELD_GROUP) ~= 0 then redis.call('HINCRBY', kk, 'held_group', 1) end
+end
+
+-- group admission for a limited kind with max_running_per_group
+local function group_gate(k, t, st)
+  local counts = {}
+  return function(m)
+    if k.per_group == 0 then return true end
+    local g = tcall('HGET', T(mid(m)), 'grp')
+    if not g then return true end
+    local c = counts[g]
+    if not c then flush() c = redis.call('ZCOUNT', K('lg', lq(k.kind) .. g), t, '+inf') end
+    if c >= k.per_group then st.held = bit.bor(st.held, HELD_GROUP) counts[g] = c return false end
+    counts[g] = c + 1
+    return true
+  end
+end
+
+local function claim_limited(st, k, t, owner, lease, limit, rows)
+  local room, why, oldest = kind_room(k, t, limit - #rows)
+  st.held = 0
+  local picked = {}
+  -- a kind with per-group limits looks at no more than room + 1000
+  -- members (the MySQL store's GROUP_SCAN): a claim is bounded however
+  -- many due tasks of full groups lie ahead; those it refused set the
+  -- held flag, so the worker polls again at retry_in
+  local n = scan(K('dk', k.kind), t, room + 1, picked, group_gate(k, t, st), room + 1001)
+  if n > room then
+    picked[#picked] = nil
+    st.held = bit.bor(st.held, why)
+  end
+  local ids = {}
+  for _, m in ipairs(picked) do
+    local r = take(mid(m), t, owner, lease)
+    if r then rows[#rows + 1] = r ids[#ids + 1] = mid(m) end
+  end
+  kind_after(st, k, t, #ids, st.held, oldest, ids)
+end
+
+local function claim_rest(f, filt, t, owner, lease, limit, rows)
+  local need = limit - #rows
+  if need <= 0 then return end
+  local picked = {}
+  if not filt.any and not f.blocked then
+    scan(K('due'), t, need, picked)
+  else
+    flush()
+    for _, kind in ipairs(redis.call('ZRANGE', K('dkinds'), 0, -1)) do
+      local k = f[kind]
+      if filt.admits(kind) and not (k and (k.paused or k.limited)) then
+        scan(K('dk', kind), t, need, picked)
+      end
+    end
+    table.sort(picked, mless)
+  end
+  for j = 1, math.min(need, #picked) do
+    local r = take(mid(picked[j]), t, owner, lease)
+    if r then rows[#rows + 1] = r end
+  end
+end
+
+local function claim_id(f, st, t, owner, lease, id, rows)
+  local v = tcall('HMGET', T(id), 'state', 'due_at', 'kind', 'grp')
+  if v[1] ~= 'SCHEDULED' or N(v[2]) > t then return end
+  local k = f[v[3]]
+  if k and k.paused then return end
+  if k and k.limited then
+    local room, why, oldest = kind_room(k, t, 1)
+    if room > 0 and k.per_group > 0 and v[4] and redis.call('ZCOUNT', K('lg', lq(k.kind) .. v[4]), t, '+inf') >= k.per_group then
+      room, why = 0, HELD_GROUP
+    end
+    if room == 0 then kind_after(st, k, t, 0, why, oldest, {}) return end
+    local r = take(id, t, owner, lease)
+    if r then rows[#rows + 1] = r kind_after(st, k, t, 1, 0, oldest, {id}) end
+    return
+  end
+  local r = take(id, t, owner, lease)
+  if r then rows[#rows + 1] = r end
+end
+
+-- complete one try; 'D' done, 'C' cancelled before commit, 'S' stale
+local function complete_one(id, att, result, t)
+  local tk = T(id)
+  -- (the hot path names the fields by their letters, as tcall would)
+  local v = redis.call('HMGET', tk, 's', 'a', 'x', 'k', 'y', 'g', 'w', 'n', 'd')
+  if v[1] == 'CLAIMED' and N(v[2]) == att then
+    lease_del(id, v[4], v[6])
+    if N(v[3]) == 0 then
+      redis.call('HDEL', tk, 'w', 'l', 'e', 'n')
+      redis.call('HSET', tk, 's', 'DONE', 'r', result, 'u', I(t))
+      finish(id, v[4], v[5], 'CLAIMED', 'DONE', t)
+      end_attempt(id, att, t, 'DONE', nil, v[7], v[8], v[9])
+      return 'D'
+    end
+    tcall('HDEL', tk, 'lease_owner', 'lease_until', 'n')
+    tcall('HSET', tk, 'state', 'CANCELLED', 'updated_at', I(t))
+    finish(id, v[4], v[5], 'CLAIMED', 'CANCELLED', t)
+    end_attempt(id, att, t, 'CANCELLED', 'cancel requested before commit', v[7], v[8], v[9])
+    return 'C'
+  end
+  mark_late(id, att)
+  return 'S'
+end
+
+local function complete_items(i, n, t)
+  local out = {}
+  for j = 0, n - 1 do
+    out[#out + 1] = complete_one(A[i + j * 3], tonumber(A[i + j * 3 + 1]), A[i + j * 3 + 2], t)
+  end
+  return table.concat(out)
+end
+
+ops.complete = function()
+  return complete_items(3, tonumber(A[2]), now())
+end
+
+-- claim: owner lease limit only_id exclude n_kinds kinds... n_comp comps...
+ops.claim = function()
+  local t = now()
+  local owner, lease, limit, only = A[2], tonumber(A[3]), tonumber(A[4]), tonumber(A[5])
+  local exclude, nk = A[6] == '1', tonumber(A[7])
+  local set = {}
+  for j = 1, nk do set[A[7 + j]] = true end
+  local nc = tonumber(A[8 + nk])
+  local outcomes = complete_items(9 + nk, nc, t)
+  local filt = {any = nk > 0, admits = function(kind)
+    if nk == 0 then return true end
+    if set[kind] then return not exclude end
+    return exclude
+  end}
+  local f = flow_read()
+  for _, k in ipairs(f) do if k.paused or k.limited then f.blocked = true end end
+  local st, rows = {retry = 0, held = 0}, {}
+  if limit > 0 then
+    if only > 0 then
+      claim_id(f, st, t, owner, lease, only, rows)
+    else
+      for _, k in ipairs(f) do
+        if #rows < limit and k.limited and filt.admits(k.kind) then
+          claim_limited(st, k, t, owner, lease, limit, rows)
+        end
+      end
+      claim_rest(f, filt, t, owner, lease, limit, rows)
+    end
+  end
+  local TO = #TC
+  for _, r in ipairs(rows) do
+    local k = f[r[2]]
+    if not r[TO] and k and k.timeout_us > 0 then r[TO] = I(k.timeout_us) end
+  end
+  return {st.retry, outcomes, rows}
+end

@@ -1,0 +1,66 @@
+-- ops.lua - the table of operations (A[1] names one) and the first of
+-- them: version, init, submit (after task.lua).
+--
+local ops = {}
+
+-- layout: how this script writes tasks and indexes (field names, index
+-- members); a prefix written by an earlier development layout is refused
+local LAYOUT = '3'
+-- a sharded store (redis_shard.c) is N prefixes {due:NAME:i}, each
+-- with shards=N in its meta; A[3] is the N the caller opened it with
+local function version()
+  local v = redis.call('HMGET', K('meta'), 'schema_version', 'layout', 'shards')
+  if v[1] and v[2] ~= LAYOUT then return -2 end
+  if v[1] and tonumber(v[3] or '1') ~= tonumber(A[3] or '1') then return -1000 - tonumber(v[3] or '1') end
+  if v[1] then return tonumber(v[1]) end
+  return nil
+end
+ops.version = function()
+  local v = version()
+  if v == nil then return -1 end
+  return v
+end
+
+-- 4 -> 5 (issue 15): the metrics moved from the whole history's
+-- counters (:m) to the minutes of the window (:mw:M); locks (:lock:N)
+-- and the workers' `pruned` need nothing written before their use
+ops.init = function()
+  local v = version()
+  if v == 4 and tonumber(A[2]) >= 5 then
+    redis.call('DEL', K('m'))
+    redis.call('HSET', K('meta'), 'schema_version', '5')
+    v = 5
+  end
+  -- 5 -> 6: nothing here (SQLite's running try moved into its task;
+  -- here it always was)
+  if v == 5 and tonumber(A[2]) >= 6 then
+    redis.call('HSET', K('meta'), 'schema_version', '6')
+    v = 6
+  end
+  -- 6 -> 7: nothing here (SQLite's indexes)
+  if v == 6 and tonumber(A[2]) >= 7 then
+    redis.call('HSET', K('meta'), 'schema_version', '7')
+    v = 7
+  end
+  -- 7 -> 8: nothing here (the SQL stores' due_schedule routine)
+  if v == 7 and tonumber(A[2]) >= 8 then
+    redis.call('HSET', K('meta'), 'schema_version', '8')
+    v = 8
+  end
+  if v ~= nil then return v end
+  redis.call('HSET', K('meta'), 'schema_version', A[2], 'layout', LAYOUT)
+  if tonumber(A[3] or '1') > 1 then redis.call('HSET', K('meta'), 'shards', A[3], 'shard', A[4]) end
+  return tonumber(A[2])
+end
+
+ops.submit = function()
+  local t, n, out, new = now(), tonumber(A[2]), {}, false
+  for j = 0, n - 1 do
+    local id, ex = submit_one(3 + j * 11, t)
+    out[#out + 1] = id
+    out[#out + 1] = ex
+    if ex == 0 then new = true end
+  end
+  if new then wake() end
+  return out
+end

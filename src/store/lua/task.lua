@@ -1,0 +1,177 @@
+-- task.lua - one task's bookkeeping (after writes.lua): its indexes,
+-- state counters and leases, its attempt records and row, a new id,
+-- one submitted item.
+--
+-- the due indexes of a SCHEDULED task
+local function idx_add(id, kind, prio, due)
+  local m, dk = mem(prio, due, id), K('dk', kind)
+  DK[dk] = kind
+  zadd(KDUE, 0, m)
+  zadd(dk, 0, m)
+end
+local function idx_del(id, kind, prio, due)
+  local m, dk = mem(prio, due, id), K('dk', kind)
+  DK[dk] = kind
+  zrem(KDUE, m)
+  zrem(dk, m)
+end
+-- the per-state index and the (state, kind) counters; CLAIMED has no
+-- :st index: :lease holds exactly the CLAIMED ids (lease_set/lease_del
+-- go with every move into and out of CLAIMED)
+local function move(id, kind, from, to)
+  if from then
+    if from ~= 'CLAIMED' then zrem(K('st', from), id) end
+    hincr(KKC, from .. ':' .. kind, -1)
+  end
+  if to then
+    if to ~= 'CLAIMED' then zadd(K('st', to), id, id) end
+    hincr(KKC, to .. ':' .. kind, 1)
+  end
+end
+-- :lk:<kind> (leases of one kind) is kept only for a kind with
+-- max_running, the one reader that needs it at claim time; kind_put
+-- builds it from :lease when the limit is set and drops it when removed
+local LKM = {}
+local function counted(kind)
+  local c = LKM[kind]
+  if c == nil then c = redis.call('HEXISTS', K('kind', kind), 'max_running') == 1 LKM[kind] = c end
+  return c
+end
+local function lease_set(id, kind, grp, lu)
+  zadd(K('lease'), lu, id)
+  if counted(kind) then zadd(K('lk', kind), lu, id) end
+  if grp then zadd(K('lg', lq(kind) .. grp), lu, id) end
+end
+local function lease_del(id, kind, grp)
+  zrem(K('lease'), id)
+  zrem(K('lk', kind), id)
+  if grp then zrem(K('lg', lq(kind) .. grp), id) end
+end
+local function key_release(id, kind, key)
+  if key and redis.call('HGET', K('key'), lq(kind) .. key) == tostring(id) then
+    redis.call('HDEL', K('key'), lq(kind) .. key)
+  end
+end
+-- a task reaches DONE or CANCELLED (finished: prunable) or DEAD
+local function finish(id, kind, key, from, to, t)
+  move(id, kind, from, to)
+  key_release(id, kind, key)
+  if to ~= 'DEAD' then zadd(K('fin'), t, id) end
+end
+-- A try's attempt record is written once, when the try ends (layout
+-- 4): while it runs, the task hash holds what the record will say
+-- (owner 'w', claim time 'n', due_at 'd'), and readers make the
+-- RUNNING record from it.  The caller has checked that the task is
+-- CLAIMED at attempt att, so a try ends once.  w, n, d are the task's
+-- fields; n is nil for a try claimed by layout 3, whose record was
+-- written at the claim.
+local function end_attempt(id, att, t, outcome, err, w, n, due)
+  local ak = K('a', id)
+  local f = I(att) .. ':'
+  local h = {f .. 'ended_at', I(t), f .. 'outcome', outcome}
+  if n then
+    h[5], h[6], h[7], h[8], h[9], h[10] = f .. 'worker', w or '', f .. 'claimed_at', n, f .. 'due_at', due
+  else
+    n = redis.call('HGET', ak, f .. 'claimed_at')
+    if not n then return end
+  end
+  if err then h[#h + 1] = f .. 'error' h[#h + 1] = err end
+  redis.call('HSET', ak, unpack(h))
+  local c = N(n)
+  local d, m = t - c, mw(c)
+  hincr(m, 'out:RUNNING', -1)
+  hincr(m, 'out:' .. outcome, 1)
+  hincr(m, 'dur:' .. I(bucket(d)), 1)
+  hincr(m, 'dur_sum', d)
+  if outcome == 'DONE' then hincr(KDPM, I(math.floor(t / 1000000)), 1) end
+end
+local function mark_late(id, att)
+  local ak = K('a', id)
+  local f = att .. ':'
+  local c = redis.call('HGET', ak, f .. 'claimed_at')
+  if c and redis.call('HSETNX', ak, f .. 'late_commit', 'REJECTED_STALE') == 1 then
+    hincr(mw(N(c)), 'stale', 1)
+  end
+end
+local function backoff(b, cap, n)
+  if b <= 0 then return 0 end
+  local d = b
+  for _ = 2, n do if d >= cap then return cap end d = d * 2 end
+  if d < cap then return d end
+  return cap
+end
+-- A task hash leaves out what it can rebuild: its id (in the key), the
+-- fields whose value is 0 (attempt, attempt_base, cancel_requested,
+-- backoff_us, backoff_cap_us, priority) and updated_at while it equals
+-- created_at; row() puts them back, so the decoders see every column.
+local TI, FI = {}, {}
+for j, c in ipairs(TC) do TI[c] = j FI[F[c] or c] = j end
+local DEF0 = {'attempt', 'attempt_base', 'cancel_requested', 'backoff_us', 'backoff_cap_us', 'priority'}
+-- (HGETALL reads the hash's listpack once; HMGET of every column
+-- searched it once per column)
+local function row(id)
+  local h, r = redis.call('HGETALL', T(id)), {}
+  for j = 1, #TC do r[j] = false end
+  for j = 1, #h, 2 do local c = FI[h[j]] if c then r[c] = h[j + 1] end end
+  if r[TI.state] then
+    r[TI.id] = I(tonumber(id))
+    for _, c in ipairs(DEF0) do if not r[TI[c]] then r[TI[c]] = '0' end end
+    if not r[TI.updated_at] then r[TI.updated_at] = r[TI.created_at] end
+  end
+  return r
+end
+-- the attempt records of task id's n tries; `running`: the task is
+-- CLAIMED, so try n's record is in the task hash (end_attempt)
+local function attempts(id, n, running)
+  local out = {}
+  local ak = K('a', id)
+  for a = 1, n do
+    local f = a .. ':'
+    local v = redis.call('HMGET', ak, f .. 'worker', f .. 'claimed_at', f .. 'due_at', f .. 'ended_at', f .. 'outcome', f .. 'error', f .. 'late_commit')
+    if v[1] then out[#out + 1] = {id, a, v[1], v[2], v[3], v[4], v[5], v[6], v[7]}
+    elseif running and a == n then
+      local r = redis.call('HMGET', T(id), 'w', 'n', 'd')
+      if r[2] then out[#out + 1] = {id, a, r[1] or '', r[2], r[3], false, 'RUNNING', false, false} end
+    end
+  end
+  return out
+end
+
+-- a task id: seq * N + i in shard i of N (redis_shard.c routes an id
+-- to shard id mod N); the seq itself on one store
+local SHN, SHI
+local function new_id()
+  if not SHN then
+    local m = redis.call('HMGET', K('meta'), 'shards', 'shard')
+    SHN, SHI = tonumber(m[1] or '1'), tonumber(m[2] or '0')
+  end
+  return redis.call('INCR', K('seq')) * SHN + SHI
+end
+
+-- submit one item at A[i..i+10]; returns id, existed
+local function submit_one(i, t)
+  local kind, due = A[i], nil
+  if A[i + 2] ~= '' then due = tonumber(A[i + 2]) else due = t + tonumber(A[i + 3]) end
+  local key, grp = opt(A[i + 7]), opt(A[i + 9])
+  if key then
+    local ex = redis.call('HGET', K('key'), lq(kind) .. key)
+    if ex then return tonumber(ex), 1 end
+  end
+  local id = new_id()
+  local prio = tonumber(A[i + 8])
+  -- a given due time is kept as sent: a Lua number (a double) holds
+  -- microseconds exactly only to 2^53 (year 2255), and the index's
+  -- order needs no more
+  local h = {'kind', kind, 'payload', A[i + 1], 'state', 'SCHEDULED', 'due_at', A[i + 2] ~= '' and A[i + 2] or I(due),
+    'max_attempts', A[i + 4], 'created_at', I(t)}
+  if tonumber(A[i + 5]) ~= 0 then h[#h + 1] = 'backoff_us' h[#h + 1] = A[i + 5] end
+  if tonumber(A[i + 6]) ~= 0 then h[#h + 1] = 'backoff_cap_us' h[#h + 1] = A[i + 6] end
+  if prio ~= 0 then h[#h + 1] = 'priority' h[#h + 1] = A[i + 8] end
+  if key then h[#h + 1] = 'key' h[#h + 1] = key redis.call('HSET', K('key'), lq(kind) .. key, id) end
+  if grp then h[#h + 1] = 'grp' h[#h + 1] = grp end
+  if tonumber(A[i + 10]) > 0 then h[#h + 1] = 'timeout_us' h[#h + 1] = A[i + 10] end
+  tcall('HSET', T(id), unpack(h))
+  idx_add(id, kind, prio, due)
+  move(id, kind, nil, 'SCHEDULED')
+  return id, 0
+end
