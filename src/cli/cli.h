@@ -141,6 +141,7 @@ int cmd_prune(int argc, char **argv);
 int cmd_work(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_scratch(int argc, char **argv);
 int cmd_cron(int argc, char **argv);
 int cmd_kind(int argc, char **argv);
 int cmd_serve(int argc, char **argv);

@@ -1,37 +1,26 @@
 /*
 ** cmd_verify.c - `due verify`: the contract suite against a store URL.
 **
-** Each case runs in its own scratch namespace of the named store: for
-** SQLite a new database file in a directory next to the user's file (same
-** filesystem, same host clock), for PostgreSQL a new schema in the same
-** database, dropped afterwards.  The user's tasks are never read or
-** written.  Fault cases start real `due work` processes and use real
-** kill -9, SIGSTOP and locks held by another session.  Redis gets a
-** private key prefix and MySQL a private database (verify_store.c).
+** Each case runs in its own scratch store beside the named one, made and
+** dropped by its backend (verify_store.c, core/admin.h): a new database
+** file in a directory next to the user's file (same filesystem, same
+** host clock), a new schema, a private key prefix, a private database.
+** The user's tasks are never read or written.  Fault cases start real
+** `due work` processes and use real kill -9, SIGSTOP and locks held by
+** another session.  This file is the top of the command: the case table,
+** the skips and the run; the cases are in verify_*.c, and what they share
+** in verify_util.c and verify_store.c.
 ** Output: one `CASE name PASS|FAIL k=v...` line per case, `CASE name SKIP
 ** reason=...` for a case that needs what the store does not have (SQL,
 ** a query plan, row locks, a call it can stall: then `N skipped ...`),
 ** then `N passed, N failed`; exit 1 when any case failed.
 */
-#define _XOPEN_SOURCE 700 /* nftw */
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <signal.h>
-#include <spawn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/verify.h"
-
-extern char **environ;
 
 static const char usage[] =
     "usage: due verify [--db URL] [--case NAME[,NAME...]] [--list] [--keep] "
@@ -48,13 +37,19 @@ static const char usage[] =
     "  --case NAMES   run only these cases     --list  print the case names\n"
     "  --keep         keep scratch stores and logs for inspection\n";
 
-/* What a case needs beyond the store API, to say why it is skipped. */
+/*
+** What a case needs beyond the store API (core/admin.h, DUE_NEED_*), to
+** say why it is skipped where the store does not have it:
+**   SQL        writes its own tables with raw SQL
+**   PLAN       reads the claim's query plan
+**   ROW_LOCKS  probes the engine's row locks with raw SQL
+**   STALL      stalls a store call from inside: another session's lock
+*/
 enum {
-	NEEDS_SQL = 1 << 0,   /* writes its own tables with raw SQL */
-	NEEDS_PLAN = 1 << 1,  /* reads the claim's SQL query plan */
-	NEEDS_LOCKS = 1 << 2, /* probes the engine's row locks with raw SQL */
-	NEEDS_STALL = 1 << 3  /* stalls a store call from inside: another
-				 session's lock (raw SQL) */
+	NEEDS_SQL = DUE_NEED_SQL,
+	NEEDS_PLAN = DUE_NEED_PLAN,
+	NEEDS_LOCKS = DUE_NEED_ROW_LOCKS,
+	NEEDS_STALL = DUE_NEED_STALL
 };
 
 typedef struct vcase {
@@ -101,190 +96,6 @@ static const vcase cases[] = {
 
 #define N_CASES (sizeof(cases) / sizeof(cases[0]))
 
-double v_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
-void v_sleep_ms(int ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-	nanosleep(&ts, NULL);
-}
-
-const char *v_path(vctx *v, const char *file, char *buf, size_t n)
-{
-	snprintf(buf, n, "%.1200s/%.64s", v->dir, file);
-	return buf;
-}
-
-bool v_file_exists(vctx *v, void *name)
-{
-	char p[1300];
-	return access(v_path(v, name, p, sizeof(p)), F_OK) == 0;
-}
-
-bool v_log_has(vctx *v, const char *log, const char *needle)
-{
-	char p[1300], line[2048];
-	FILE *f = fopen(v_path(v, log, p, sizeof(p)), "r");
-	bool found = false;
-	while (f && !found && fgets(line, sizeof(line), f))
-		found = strstr(line, needle) != NULL;
-	if (f)
-		fclose(f);
-	return found;
-}
-
-int v_lines(vctx *v, const char *file)
-{
-	char p[1300];
-	FILE *f = fopen(v_path(v, file, p, sizeof(p)), "r");
-	int n = 0, ch;
-	if (!f)
-		return 0;
-	while ((ch = fgetc(f)) != EOF)
-		n += ch == '\n';
-	fclose(f);
-	return n;
-}
-
-void v_case(vctx *v, const char *name, bool pass, const char *fmt, ...)
-{
-	va_list ap;
-	printf("CASE %s %s ", name, pass ? "PASS" : "FAIL");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-	if (pass)
-		v->passed++;
-	else
-		v->failed++;
-}
-
-int v_fresh(vctx *v, const char *name)
-{
-	due_open_opts o = DUE_OPEN_OPTS_INIT;
-
-	v->seq++;
-	snprintf(v->dir, sizeof(v->dir), "%.1024s/%02d-%.64s", v->root,
-		 v->seq % 100, name);
-	if (mkdir(v->dir, 0700) != 0 || v_scratch_url(v) < 0) {
-		fprintf(stderr,
-			"due verify: cannot make a scratch store in %s\n",
-			v->dir);
-		return -1;
-	}
-	o.create = true;
-	if (due_open(&v->db, v->url, &o) < 0) {
-		fprintf(stderr, "due verify: scratch store: %s\n",
-			due_error_last());
-		due_close(v->db);
-		v->db = NULL;
-		return -1;
-	}
-	return 0;
-}
-
-void v_done(vctx *v)
-{
-	due_close(v->db);
-	v->db = NULL;
-	v_scratch_drop(v);
-	v->schema[0] = '\0';
-}
-
-pid_t v_worker(vctx *v, const char *log, ...)
-{
-	const char *argv[48] = {v->self, "work", "--db", v->url};
-	char path[1300];
-	posix_spawn_file_actions_t fa;
-	int n = 4;
-	va_list ap;
-	pid_t pid;
-
-	va_start(ap, log);
-	for (const char *a; n < 46 && (a = va_arg(ap, const char *));)
-		argv[n++] = a;
-	va_end(ap);
-	argv[n] = NULL;
-	v_path(v, log, path, sizeof(path));
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, path,
-					 O_WRONLY | O_CREAT | O_APPEND, 0600);
-	posix_spawn_file_actions_adddup2(&fa, 1, 2);
-	if (posix_spawn(&pid, v->self, &fa, NULL, (char *const *)argv,
-			environ) != 0)
-		pid = -1;
-	posix_spawn_file_actions_destroy(&fa);
-	return pid;
-}
-
-int v_reap(pid_t pid, int timeout_ms)
-{
-	double end = v_now_ms() + timeout_ms;
-	int st;
-
-	for (;;) {
-		pid_t r = waitpid(pid, &st, WNOHANG);
-		if (r == pid)
-			return WIFEXITED(st) ? WEXITSTATUS(st)
-					     : 128 + WTERMSIG(st);
-		if (r < 0)
-			return -1;
-		if (v_now_ms() > end) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &st, 0);
-			return -1;
-		}
-		v_sleep_ms(5);
-	}
-}
-
-bool v_wait(vctx *v, int timeout_ms, bool (*cond)(vctx *, void *), void *arg)
-{
-	double end = v_now_ms() + timeout_ms;
-	for (;;) {
-		if (cond(v, arg))
-			return true;
-		if (v_now_ms() > end)
-			return false;
-		v_sleep_ms(5);
-	}
-}
-
-due_id v_add(vctx *v, const char *kind, int64_t delay_us, int32_t max_attempts,
-	     int64_t backoff_us, const char *payload)
-{
-	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
-	due_submitted s = {0};
-	o.delay_us = delay_us;
-	o.max_attempts = max_attempts;
-	if (backoff_us > 0) {
-		o.backoff_us = backoff_us;
-		o.backoff_cap_us = backoff_us * 64;
-	}
-	if (due_schedule(v->db, &s, kind, payload ? payload : "",
-			 payload ? strlen(payload) : 0, &o) < 0) {
-		fprintf(stderr, "due verify: schedule: %s\n", due_error_last());
-		return 0;
-	}
-	return s.id;
-}
-
-due_task *v_get(vctx *v, due_id id)
-{
-	due_task *t = NULL;
-	if (due_get(v->db, &t, id) < 0)
-		return NULL;
-	return t;
-}
-
 static bool selected(const char *list, const char *name)
 {
 	size_t n = strlen(name);
@@ -298,110 +109,15 @@ static bool selected(const char *list, const char *name)
 	return false;
 }
 
-/* The scratch root: beside the SQLite file, or under /tmp for PostgreSQL. */
-static int make_root(vctx *v)
-{
-	if (v->sqlite) {
-		const char *path = v->base_url + 7;
-		if (strncmp(path, "///", 3) == 0)
-			path += 2;
-		int len = (int)strcspn(path, "?");
-		if (len > 900) {
-			fprintf(stderr, "due: store path too long\n");
-			return -1;
-		}
-		snprintf(v->root, sizeof(v->root), "%.*s.scratch-XXXXXX", len,
-			 path);
-	} else {
-		snprintf(v->root, sizeof(v->root), "/tmp/due-scratch-XXXXXX");
-	}
-	if (!mkdtemp(v->root)) {
-		fprintf(stderr, "due: cannot create %s: %s\n", v->root,
-			strerror(errno));
-		return -1;
-	}
-	return 0;
-}
-
-int v_setup(vctx *v, const char *base_url)
-{
-	due_db *probe = NULL;
-	int rc = due_open(&probe, base_url, NULL);
-
-	due_close(probe);
-	if (rc == DUE_EINVAL)
-		return rc; /* a malformed URL; a missing schema is fine here */
-	v->base_url = base_url;
-	v->backend = v_backend_of(base_url);
-	v->sqlite = v->backend == V_SQLITE;
-	ssize_t n = readlink("/proc/self/exe", v->self, sizeof(v->self) - 1);
-	if (n <= 0) {
-		fprintf(stderr, "due: cannot find the due binary\n");
-		return DUE_ERROR;
-	}
-	v->self[n] = '\0';
-	signal(SIGPIPE, SIG_IGN);
-	return make_root(v) < 0 ? DUE_ESTORE : 0;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int type,
-			struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	return remove(path);
-}
-
-void v_teardown(vctx *v)
-{
-	if (!v->root[0])
-		return;
-	if (v->keep) {
-		fprintf(stderr, "due: scratch kept in %s\n", v->root);
-		return;
-	}
-	/* no shell: the path comes from the user's store URL */
-	if (nftw(v->root, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-		fprintf(stderr, "due: could not remove %s\n", v->root);
-}
-
 /*
-** Why case c cannot run on this store, or NULL when it can.  Only the
-** cases that speak SQL themselves are skipped; every case that goes
-** through due's API runs on every store.
+** Why case c cannot run on this store, or NULL when it can: the first
+** need its store lacks, in the backend's own words.  Only the cases that
+** speak SQL themselves are skipped; every case that goes through due's
+** API runs on every store.
 */
 static const char *skip_reason(const vctx *v, const vcase *c)
 {
-	if ((c->needs & NEEDS_LOCKS) && v->backend == V_SQLITE)
-		return "sqlite_has_no_row_locks (one writer holds the whole "
-		       "database; claims cannot overlap)";
-	if ((c->needs & NEEDS_LOCKS) && v->backend == V_REDIS)
-		return "redis_has_no_row_locks (each transition is one "
-		       "script; scripts do not interleave)";
-	if ((c->needs & NEEDS_STALL) && v->backend == V_REDIS)
-		return "redis_cannot_stall_one_call (no client holds a lock "
-		       "another's call waits on: each call is one script, run "
-		       "whole; a frozen TCP proxy stalls it in tests/cli)";
-	if (v->backend == V_SQLITE || v->backend == V_PG || !c->needs)
-		return NULL;
-	if (v->backend == V_REDIS)
-		return c->needs & NEEDS_SQL
-			   ? "redis_has_no_sql (the control writes its own "
-			     "naive tables with SQL)"
-			   : "redis_has_no_query_plan (claims pop a sorted "
-			     "set scored by due time; no index to check)";
-	if (v->backend == V_MYSQL && (c->needs & NEEDS_SQL) &&
-	    v_negative_mysql_ready())
-		return NULL;
-	if (v->backend == V_MYSQL && (c->needs & NEEDS_PLAN) &&
-	    v_plan_mysql_ready())
-		return NULL;
-	return c->needs & NEEDS_SQL
-		   ? "no_raw_sql_session (this build's raw SQL does not "
-		     "speak this store)"
-		   : "no_query_plan_check (this build reads SQLite and "
-		     "PostgreSQL plans only)";
+	return c->needs ? due__admin_lacks(v->adm, c->needs) : NULL;
 }
 
 static int run_cases(vctx *v, const char *only)

@@ -34,6 +34,7 @@ static const command commands[] = {
     {"verify", cmd_verify,
      "run the contract cases against a store (real processes)"},
     {"bench", cmd_bench, "measure this store with in-process no-op handlers"},
+    {"scratch", cmd_scratch, "make or drop a throwaway store beside a store"},
     {"stats", cmd_stats, "counts by state, backlog age, lateness"},
     {"health", cmd_health, "exit 0 when UP, 1 when dead letters exist"},
     {"prune", cmd_prune, "delete finished tasks older than a retention"},

@@ -1,7 +1,12 @@
 /*
-** verify.h - shared by the parts of `due verify`: the scratch store each
-** case runs in, child processes, waiting for conditions, and the CASE
-** line printer.
+** verify.h - shared by the parts of `due verify` and `due bench`: the
+** scratch store each case runs in (verify_store.c), child processes,
+** waiting for conditions and the CASE line printer (verify_util.c).  The
+** cases themselves (verify_cases.c, verify_flow.c, verify_negative.c,
+** verify_stall.c, verify_wheel.c) use these and nothing of one another;
+** cmd_verify.c, the command, uses them all.  No backend is named here:
+** what a store has and how its scratch stores are made is asked of its
+** backend (core/admin.h).
 */
 #ifndef DUE_VERIFY_H
 #define DUE_VERIFY_H
@@ -10,10 +15,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "core/admin.h"
 #include "due.h"
-
-/* The kind of store --db names (verify_store.c). */
-typedef enum v_backend { V_OTHER, V_SQLITE, V_PG, V_REDIS, V_MYSQL } v_backend;
 
 typedef struct vctx {
 	const char *base_url; /* the store named by --db */
@@ -21,33 +24,20 @@ typedef struct vctx {
 	char dir[1200];	      /* this case's scratch files */
 	char root[1024];      /* parent of every case dir */
 	char self[PATH_MAX];  /* the due binary */
-	char schema[64];      /* scratch schema / prefix / database, or "" */
-	v_backend backend;
-	bool sqlite;
+	char schema[64];      /* this case's scratch store's name, or "" */
+	due_admin *adm;	      /* the backend of base_url */
+	due__server *srv;     /* bench: a session on its server, or NULL */
 	bool keep;
 	int verbose;
 	int passed, failed, seq;
 	due_db *db; /* handle on the scratch store */
 } vctx;
 
-/* The backend a store URL names (by its scheme). */
-v_backend v_backend_of(const char *url);
 /* Make the case's scratch store (not yet initialized) and set v->url;
    0 or -1 after a message on stderr. */
 int v_scratch_url(vctx *v);
-#ifdef DUE_WITH_MYSQL
-/* A connection to the server of a mysql:// URL, on its database when
-   with_db (else none); NULL after a message on stderr.  Caller closes. */
-struct st_mysql *v_mysql_connect(const char *url, bool with_db);
-#endif
 /* Drop the case's scratch store (unless keep); problems go to stderr. */
 void v_scratch_drop(vctx *v);
-/*
-** PostgreSQL: give the scratch store's tables PostgreSQL's default
-** storage settings back (autovacuum, fillfactor: what `due init` set),
-** for `due bench --workload soak --pg-autovacuum default`.  0 or -1.
-*/
-int v_pg_reset_storage(vctx *v);
 /* Prepare scratch space for base_url: 0, DUE_EINVAL (bad URL) or < 0. */
 int v_setup(vctx *v, const char *base_url);
 /* Remove the scratch root (unless keep). */
@@ -80,14 +70,15 @@ bool v_file_exists(vctx *v, void *name);
 /* Whether a line of a file of the case dir contains needle. */
 bool v_log_has(vctx *v, const char *log, const char *needle);
 /*
-** A raw SQL session on the case's scratch store (verify_negative.c), for
-** the cases that speak SQL themselves: SQLite, PostgreSQL or MySQL.  A
-** statement takes up to two int64 parameters $1 $2 (nparams of them) and
-** an optional text $3, always bound; its first column's first cap values
-** go to out.  v_sql_exec returns the row count or -1; v_sql_open returns
-** NULL when it cannot connect.  Caller closes (NULL is fine).
+** A raw SQL session on the case's scratch store (core/admin.h, due__sql),
+** for the cases that speak SQL themselves where the store has it
+** (DUE_NEED_SQL).  A statement takes up to two int64 parameters $1 $2
+** (nparams of them) and an optional text $3, always bound; its first
+** column's first cap values go to out.  v_sql_exec returns the row count
+** or -1; v_sql_open returns NULL when it cannot connect.  Caller closes
+** (NULL is fine).
 */
-typedef struct v_sql v_sql;
+typedef struct due__sql v_sql;
 v_sql *v_sql_open(vctx *v);
 int v_sql_exec(v_sql *s, const char *sql, int nparams, int64_t p1, int64_t p2,
 	       const char *p3, int64_t *out, int cap);
@@ -109,10 +100,6 @@ void v_sigstop_late_commit_rejected(vctx *v);
 void v_ext_key_per_task_dedup(vctx *v);
 void v_cancel_after_external_call(vctx *v);
 void v_negative_naive_select_then_update(vctx *v);
-/* Whether the raw-SQL cases above speak MySQL in this build. */
-bool v_negative_mysql_ready(void);
-/* Whether boundary_partial_due_index reads MySQL plans in this build. */
-bool v_plan_mysql_ready(void);
 void v_negative_unfenced_late_commit(vctx *v);
 void v_negative_ext_key_per_attempt(vctx *v);
 void v_row_locks_honoured(vctx *v);

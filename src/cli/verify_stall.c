@@ -18,8 +18,8 @@
 ** Redis runs each call whole, as one script, and no client can hold a
 ** lock that another's call waits on; stalling it means stalling the
 ** server or the network, which the process tests do with a frozen TCP
-** proxy (tests/cli/stallproxy.py).  cmd_verify.c skips the case there and
-** says so.
+** proxy (tests/cli/stallproxy.py).  Such a store lacks DUE_NEED_STALL:
+** cmd_verify.c skips the case there and says why, in its backend's words.
 **
 ** The timeline, with real `due work` processes:
 **   1. worker A (--lease 5s, --kill-grace 60s) claims the task; its
@@ -111,6 +111,7 @@ typedef struct stall {
 	due_time s_end;		  /* store clock: seen stopped by (t_end) */
 	due_time hold_until;	  /* store clock: the lock is held till then */
 	due_time s_kill;	  /* store clock: the case killed it (a FAIL) */
+	const char *lock;	  /* what the lock is (due__sql_hold) */
 } stall;
 
 typedef struct want {
@@ -238,26 +239,18 @@ static bool stopped_or_over(vctx *v, void *arg)
 }
 
 /*
-** Take the lock that stalls the renewal of task id: SQLite's write lock,
-** or the task's row FOR UPDATE.  Then read the lease the store granted,
+** Take the lock that stalls the renewal of task id, as the store's
+** backend holds one (due__sql_hold: its one write lock, or the task's
+** row FOR UPDATE).  Then read the lease the store granted,
 ** which no renewal can move while the lock is held.  Returns the session
 ** (caller rolls back and closes), or NULL after closing it.
 */
 static v_sql *take_lock(vctx *v, stall *s)
 {
 	v_sql *q = v_sql_open(v);
-	int64_t got[1];
 	bool ok = q != NULL;
 
-	if (ok && v->sqlite)
-		ok = v_sql_exec(q, "BEGIN IMMEDIATE", 0, 0, 0, NULL, NULL, 0) >=
-		     0;
-	else if (ok)
-		ok = v_sql_exec(q, "BEGIN", 0, 0, 0, NULL, NULL, 0) >= 0 &&
-		     v_sql_exec(q,
-				"SELECT id FROM due_task WHERE id = $1 FOR "
-				"UPDATE",
-				1, s->id, 0, NULL, got, 1) == 1;
+	ok = ok && due__sql_hold(q, s->id, &s->lock) == 0;
 	s->t_lock = v_now_ms();
 	due_task *t = ok ? v_get(v, s->id) : NULL;
 	ok = t && t->state == DUE_CLAIMED && t->attempt == 1;
@@ -347,7 +340,7 @@ static void report(vctx *v, const stall *s, bool ok, double held_ms)
 	    "final=%s "
 	    "attempt=%d attempt1=%s attempt2_by=%s effects=%d "
 	    "lease_not_confirmed_logged=%s",
-	    v->sqlite ? "write_lock" : "row_lock", (long long)(LEASE_US / MS),
+	    s->lock ? s->lock : "?", (long long)(LEASE_US / MS),
 	    ms_or_unknown(s->t_end > 0, s->t_end - s->t_lock, b1, sizeof(b1)),
 	    ms_or_unknown(s->s_end && s->until,
 			  (double)(s->until - s->s_end) / 1000.0, b2,

@@ -3781,7 +3781,10 @@ const due_store_ops due__store_mysql = {
     .version = DUE_STORE_OPS_VERSION,
     .name = "mysql",
     .schemes = schemes,
-    .caps = DUE_STORE_CAP_NOTIFY | DUE_STORE_CAP_TX_SUBMIT,
+    .caps = DUE_STORE_CAP_NOTIFY | DUE_STORE_CAP_TX_SUBMIT |
+	    DUE_STORE_CAP_ADMIN | DUE_STORE_CAP_SQL | DUE_STORE_CAP_ROW_LOCKS |
+	    DUE_STORE_CAP_STALL | DUE_STORE_CAP_PLAN,
+    .admin = &due__store_mysql_admin,
     DUE_STORE_METHODS(OP) DUE_STORE_NOTIFY_METHODS(OP)
 	DUE_STORE_TX_SUBMIT_METHODS(OP)};
 #undef OP

@@ -81,6 +81,9 @@ struct due_store {
 */
 #define DUE_MY_NOW "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))"
 
+/* The store's admin group (mysql_admin.c). */
+extern const due_store_admin due__store_mysql_admin;
+
 /* Parse the text after "mysql:" / "mariadb:" into a new *out. */
 int due__my_parse_url(due_my_cfg **out, const char *text, const char *rest);
 void due__my_cfg_free(due_my_cfg *c);

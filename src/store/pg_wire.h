@@ -120,6 +120,8 @@ void due__pg_cfg_free(due_pg_cfg *cfg);
 int due__pg_connect(due_store **out, const due_pg_cfg *cfg, int64_t timeout_us);
 /* Close every connection of s and free it (NULL: nothing). */
 void due__pg_disconnect(due_store *s);
+/* The store's admin group (pg_admin.c). */
+extern const due_store_admin due__store_pg_admin;
 
 /*
 ** Translate a failed libpq call into a due code and message.  This is the

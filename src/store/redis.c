@@ -3006,6 +3006,20 @@ bool due__redis_same_node(const due_store *a, const due_store *b)
 
 const char *due__redis_label(const due_store *s) { return s->cfg.label; }
 
+void due__redis_where(const void *cfg, due_redis_where *out)
+{
+	const rd_cfg *c = cfg;
+
+	out->user = c->user;
+	out->password = c->password;
+	out->db = c->db;
+	out->n = c->nseed;
+	for (size_t i = 0; i < c->nseed; i++) {
+		out->host[i] = c->seed[i].host;
+		out->port[i] = c->seed[i].port;
+	}
+}
+
 int due__redis_payloads_fit(due_store *s, const due_submit *items, size_t n)
 {
 	return rd_payloads_fit(s, items, n);

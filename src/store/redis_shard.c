@@ -1145,10 +1145,11 @@ static const char *const schemes[] = {"redis", "rediss", NULL};
 
 /* Every method is sh_<method> (store.h lists them). */
 #define OP(m) .m = sh_##m,
-const due_store_ops due__store_redis = {.version = DUE_STORE_OPS_VERSION,
-					.name = "redis",
-					.schemes = schemes,
-					.caps = DUE_STORE_CAP_NOTIFY,
-					DUE_STORE_METHODS(OP)
-					    DUE_STORE_NOTIFY_METHODS(OP)};
+const due_store_ops due__store_redis = {
+    .version = DUE_STORE_OPS_VERSION,
+    .name = "redis",
+    .schemes = schemes,
+    .caps = DUE_STORE_CAP_NOTIFY | DUE_STORE_CAP_ADMIN,
+    .admin = &due__store_redis_admin,
+    DUE_STORE_METHODS(OP) DUE_STORE_NOTIFY_METHODS(OP)};
 #undef OP

@@ -9,6 +9,8 @@
 
 /* redis.c's store over one prefix {due:NAME} or {due:NAME:i} */
 extern const due_store_ops due__store_redis_slot;
+/* The registered store's admin group (redis_admin.c). */
+extern const due_store_admin due__store_redis_admin;
 
 /* How many shards the parsed URL names (1 without ?shards=). */
 int due__redis_shards(const void *cfg);
@@ -18,6 +20,19 @@ int due__redis_shards(const void *cfg);
 ** free it with free_cfg.
 */
 int due__redis_shard_cfg(void **out, const void *cfg, int shards, int i);
+
+/*
+** What redis_admin.c needs of a URL redis.c parsed (due__store_redis_slot's
+** parse_url): its credentials, database and seeds, borrowed from cfg.
+*/
+typedef struct due_redis_where {
+	const char *user, *password; /* NULL when not given */
+	int db;
+	size_t n;
+	const char *host[16];
+	int port[16];
+} due_redis_where;
+void due__redis_where(const void *cfg, due_redis_where *out);
 
 /* The store's URL without credentials, for messages. */
 const char *due__redis_label(const due_store *s);

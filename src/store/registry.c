@@ -4,10 +4,12 @@
 ** This is the one place that names the backends this build has (curl's
 ** available_backends[]).  A URL finds its backend here by scheme, an
 ** unknown scheme's message lists what the table holds, and due_open()
-** asks due__store_check() before it calls a backend's first method.  To
-** add a backend: its file defines `const due_store_ops due_store_<name>`,
-** and it gets one line below (inside its build option's #ifdef when it
-** needs a library).
+** asks due__store_check() before it calls a backend's first method.
+** `due verify`, `due bench` and the tests find every backend here too
+** (due__store_at, due__store_named: src/core/admin.c).  To add a
+** backend: its files define `const due_store_ops due__store_<name>` (and
+** its admin group), and it gets one line below (inside its build
+** option's #ifdef when it needs a library).
 */
 #include <stddef.h>
 #include <stdio.h>
@@ -44,7 +46,30 @@ _Static_assert(sizeof(due_store_ops) ==
 			    DUE_STORE_TX_SUBMIT_METHODS(ONE)) *
 			   sizeof(void (*)(void)),
 	       "a method of due_store_ops is missing from DUE_STORE_*METHODS");
+/* ... and every one of due_store_admin in an ADMIN list. */
+_Static_assert(sizeof(due_store_admin) ==
+		   offsetof(due_store_admin, scratch_root) +
+		       (0 DUE_STORE_ADMIN_METHODS(ONE)
+			    DUE_STORE_ADMIN_OPTIONAL_METHODS(ONE)
+				DUE_STORE_SQL_METHODS(ONE)
+				    DUE_STORE_STALL_METHODS(ONE)
+					DUE_STORE_PLAN_METHODS(ONE)) *
+			   sizeof(void (*)(void)),
+	       "a method of due_store_admin is missing from its lists");
 #undef ONE
+
+const due_store_ops *due__store_at(size_t i)
+{
+	return i < N_BACKENDS ? backends[i] : NULL;
+}
+
+const due_store_ops *due__store_named(const char *name)
+{
+	for (size_t i = 0; i < N_BACKENDS; i++)
+		if (strcmp(backends[i]->name, name) == 0)
+			return backends[i];
+	return NULL;
+}
 
 const due_store_ops *due__store_find(const char *scheme)
 {
@@ -78,6 +103,41 @@ static int missing(const due_store_ops *ops, const char *method)
 	    ops->name ? ops->name : "?", method);
 }
 
+/*
+** The admin group: present exactly with DUE_STORE_CAP_ADMIN, its methods
+** set, and those of SQL, STALL and PLAN with their bits (ROW_LOCKS,
+** STALL and PLAN are about the SQL session: they need SQL).
+*/
+static int admin_check(const due_store_ops *ops)
+{
+	const due_store_admin *a = ops->admin;
+	unsigned sql_caps = DUE_STORE_CAP_SQL | DUE_STORE_CAP_ROW_LOCKS |
+			    DUE_STORE_CAP_STALL | DUE_STORE_CAP_PLAN;
+
+	if (!(ops->caps & DUE_STORE_CAP_ADMIN) != !a ||
+	    (!a && (ops->caps & sql_caps)))
+		return missing(ops, "admin");
+	if (!a)
+		return 0;
+	if ((ops->caps & sql_caps) && !(ops->caps & DUE_STORE_CAP_SQL))
+		return missing(ops, "sql_open");
+#define REQUIRE(m)                                                             \
+	if (!a->m)                                                             \
+		return missing(ops, #m);
+	DUE_STORE_ADMIN_METHODS(REQUIRE)
+	if (ops->caps & DUE_STORE_CAP_SQL) {
+		DUE_STORE_SQL_METHODS(REQUIRE)
+	}
+	if (ops->caps & DUE_STORE_CAP_STALL) {
+		DUE_STORE_STALL_METHODS(REQUIRE)
+	}
+	if (ops->caps & DUE_STORE_CAP_PLAN) {
+		DUE_STORE_PLAN_METHODS(REQUIRE)
+	}
+#undef REQUIRE
+	return 0;
+}
+
 int due__store_check(const due_store_ops *ops)
 {
 	if (ops->version != DUE_STORE_OPS_VERSION)
@@ -103,5 +163,5 @@ int due__store_check(const due_store_ops *ops)
 		DUE_STORE_TX_SUBMIT_METHODS(REQUIRE)
 	}
 #undef REQUIRE
-	return 0;
+	return admin_check(ops);
 }

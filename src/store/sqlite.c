@@ -3590,7 +3590,9 @@ const due_store_ops due__store_sqlite = {
     .name = "sqlite",
     .schemes = schemes,
     .caps = DUE_STORE_CAP_HOST_CLOCK | DUE_STORE_CAP_NOTIFY |
-	    DUE_STORE_CAP_TX_SUBMIT,
+	    DUE_STORE_CAP_TX_SUBMIT | DUE_STORE_CAP_ADMIN | DUE_STORE_CAP_SQL |
+	    DUE_STORE_CAP_STALL | DUE_STORE_CAP_PLAN,
+    .admin = &due__store_sqlite_admin,
     DUE_STORE_METHODS(OP) DUE_STORE_NOTIFY_METHODS(OP)
 	DUE_STORE_TX_SUBMIT_METHODS(OP)};
 #undef OP

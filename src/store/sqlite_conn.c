@@ -450,6 +450,11 @@ void due__sq_free_cfg(void *cfg)
 	free(c);
 }
 
+const char *due__sq_cfg_path(const void *cfg)
+{
+	return ((const sq_cfg *)cfg)->path;
+}
+
 static int parse_option(sq_cfg *c, const char *opt, const char *full)
 {
 	if (strcmp(opt, "sync=full") == 0) {

@@ -4,8 +4,8 @@
 ** wake file, and the row cursor (sqlite_conn.c).
 **
 ** sqlite.c says WHAT each transition's statements are; this layer says
-** how they reach the file.  Only these two files include it (and
-** tests/unit/test_store.c, for due__sq_read_sql).
+** how they reach the file.  Only these two files and sqlite_admin.c
+** include it (and tests/unit/test_store.c, for due__sq_read_sql).
 */
 #ifndef DUE_SQLITE_CONN_H
 #define DUE_SQLITE_CONN_H
@@ -54,6 +54,9 @@ const char *due__sq_read_sql(int i);
 /* The connection methods of the ops table (sqlite.c lists them). */
 int due__sq_parse_url(void **cfg, const due_url *u);
 void due__sq_free_cfg(void *cfg);
+/* The admin group (sqlite_admin.c); the file a parsed URL names. */
+extern const due_store_admin due__store_sqlite_admin;
+const char *due__sq_cfg_path(const void *cfg);
 int due__sq_open(due_store **out, const void *cfg, const due_open_params *p);
 void due__sq_close(due_store *s);
 int due__sq_now(due_store *s, due_time *out);

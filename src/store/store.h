@@ -72,13 +72,17 @@
 **   6  flow control: kind_put/get/list/remove, fail records an outcome,
 **      claims obey the kinds' settings and set retry_in_us.
 **   8  open takes due_open_params: the bound of every wait (issue 35).
+**   9  the admin group (DUE_STORE_CAP_ADMIN, due_store_admin): scratch
+**      stores, the server's counters and a raw SQL session, so that `due
+**      verify`, `due bench` and the tests name no backend (issue 37).
 */
 #ifndef DUE_STORE_H
 #define DUE_STORE_H
 
+#include "core/counter.h"
 #include "due.h"
 
-#define DUE_STORE_OPS_VERSION 8
+#define DUE_STORE_OPS_VERSION 9
 
 /* The window of due_metrics' histograms and outcomes. */
 #define DUE_METRICS_WINDOW_US (15LL * 60 * 1000000)
@@ -102,6 +106,23 @@ struct due_cron_fire;
 #define DUE_STORE_CAP_HOST_CLOCK (1u << 0)
 #define DUE_STORE_CAP_NOTIFY (1u << 1)
 #define DUE_STORE_CAP_TX_SUBMIT (1u << 2)
+/*
+** ADMIN       due_store_ops.admin is set: scratch stores beside the
+**             user's, the server's own counters (due_store_admin).
+** SQL         admin's sql_open/exec/close: a raw SQL session on a store,
+**             in which `due verify`'s controls write tables of their own.
+** ROW_LOCKS   in that session, SELECT ... FOR UPDATE locks rows, and SKIP
+**             LOCKED and NOWAIT see the locks (verify probes them).
+** STALL       admin's sql_hold: one session can hold what another's write
+**             of a task waits on (verify stalls a lease renewal with it).
+** PLAN        admin's plan_check: the claim's query plan can be read and
+**             judged (verify's boundary_partial_due_index).
+*/
+#define DUE_STORE_CAP_ADMIN (1u << 3)
+#define DUE_STORE_CAP_SQL (1u << 4)
+#define DUE_STORE_CAP_ROW_LOCKS (1u << 5)
+#define DUE_STORE_CAP_STALL (1u << 6)
+#define DUE_STORE_CAP_PLAN (1u << 7)
 
 /*
 ** A store URL split at its scheme.  All three point into (or are copied
@@ -135,11 +156,15 @@ enum {
 	DUE_NATIVE_TX_FAILED	/* it failed: the caller must ROLLBACK */
 };
 
+struct due_store_admin;
+
 typedef struct due_store_ops {
 	int version;		    /* DUE_STORE_OPS_VERSION */
 	const char *name;	    /* due_db_backend(), messages */
 	const char *const *schemes; /* URL schemes it answers, NULL-ended */
 	unsigned caps;		    /* DUE_STORE_CAP_* */
+	/* DUE_STORE_CAP_ADMIN: its admin group (NULL without it) */
+	const struct due_store_admin *admin;
 
 	/*
 	** Read url->rest (its path, host, options) into *cfg, a private
@@ -337,6 +362,160 @@ typedef struct due_store_ops {
 					    payload, payload_len, opts);       \
 	}
 
+/* --- The admin group (DUE_STORE_CAP_ADMIN; src/core/admin.c asks it) --- */
+
+/*
+** What `due verify`, `due bench` and the tests need of a backend beyond
+** its store, so that none of them names one: scratch stores beside the
+** user's, the server's own counters, and (by capability) a raw SQL
+** session.  Each backend has it in a file of its own
+** (src/store/<name>_admin.c), reads URLs with its own parser, and speaks
+** to its server through its own connection layer or client library.
+** The sessions are the backend's own types.
+*/
+typedef struct due_store_sql due_store_sql;
+typedef struct due_store_srv due_store_srv;
+
+typedef struct due_store_admin {
+	/*
+	** The environment variable that names the server the tests use
+	** (tests/unit/test_util.h, tests/cli/lib.sh), e.g. DUE_TEST_PG_URL;
+	** NULL for a store in files, which needs none: its scratch stores
+	** live in a directory the caller gives.
+	*/
+	const char *test_env;
+	/* The DUE_COUNTER_* kinds server_read reports (0: none). */
+	unsigned counters;
+	/*
+	** Why the store lacks DUE_STORE_CAP_SQL, _ROW_LOCKS, _STALL or
+	** _PLAN, as `due verify` prints it in a case's SKIP line, e.g.
+	** "redis_has_no_sql (...)"; NULL where it has it or gives no reason.
+	*/
+	const char *no_sql, *no_row_locks, *no_stall, *no_plan;
+
+	/*
+	** Scratch stores.  A scratch store named `name` (letters, digits, _)
+	** is private to its maker: a schema, a key prefix or a database on
+	** the server of url, or, for a store in files, files in `dir`; the
+	** user's own store never sees it.  url may be NULL for a store in
+	** files (no options to keep).  scratch_root writes a mkdtemp()
+	** template for the directory of the caller's scratch files (beside
+	** the store's own file, or under /tmp).  scratch_make makes the
+	** store, empty (due_open with create writes its schema), and writes
+	** its URL, with url's options, into out.  scratch_drop removes it
+	** and all in it (one never made is no error).  0 or a DUE_E* code
+	** with the message set.
+	*/
+	int (*scratch_root)(const due_url *url, char *out, size_t n);
+	int (*scratch_make)(const due_url *url, const char *name,
+			    const char *dir, char *out, size_t n);
+	int (*scratch_drop)(const due_url *url, const char *name,
+			    const char *dir);
+	/*
+	** A session on the server of the store at url, opened before a
+	** measurement; server_read appends the server's counters
+	** (core/counter.h) as they are now to out.  A backend with no
+	** counters opens a session that reads none.
+	*/
+	int (*server_open)(due_store_srv **out, const due_url *url);
+	int (*server_read)(due_store_srv *s, due_counters *out);
+	void (*server_close)(due_store_srv *s);
+	/*
+	** Optional (NULL: `due init` tunes nothing): give the store at url
+	** the database's own storage settings back where `due init` tuned
+	** them (PostgreSQL: autovacuum, fillfactor), for `due bench
+	** --workload soak --pg-autovacuum default`.
+	*/
+	int (*untune)(const due_url *url);
+
+	/* --- DUE_STORE_CAP_SQL (NULL without it) --- */
+
+	/*
+	** A raw SQL session on the store at url.  sql_exec runs one
+	** statement written with $1 and $2 (int64) and $3 (text), nparams of
+	** them bound, in SQL every SQL store takes (the backend turns the
+	** placeholders, and CAST(x AS bigint), into its own dialect); the
+	** first column of up to cap rows goes to out.  It returns the row
+	** count, or -1.
+	*/
+	int (*sql_open)(due_store_sql **out, const due_url *url);
+	int (*sql_exec)(due_store_sql *q, const char *sql, int nparams,
+			int64_t p1, int64_t p2, const char *p3, int64_t *out,
+			int cap);
+	void (*sql_close)(due_store_sql *q);
+
+	/* --- DUE_STORE_CAP_STALL (NULL without it) --- */
+
+	/*
+	** Begin, in q, what makes another session's write of task id wait
+	** (its row FOR UPDATE, or the store's one write lock) until q rolls
+	** back; *lock names it ("row_lock", "write_lock").  0 or -1.
+	*/
+	int (*sql_hold)(due_store_sql *q, due_id id, const char **lock);
+
+	/* --- DUE_STORE_CAP_PLAN (NULL without it) --- */
+
+	/*
+	** Fill q's store (a scratch store: thrown away after) with 40,000
+	** tasks, half due in an hour and half finished, and judge the
+	** claim's query plan over them: *pass, the key=value detail of the
+	** CASE line into detail, and the plans as read into plans (may be
+	** NULL), for -v.  now: the store's clock.  0, or -1 when the plans
+	** could not be read.
+	*/
+	int (*plan_check)(due_store_sql *q, due_time now, bool *pass,
+			  char *detail, size_t dn, char *plans, size_t pn);
+} due_store_admin;
+
+/*
+** The admin group's methods, by capability, in the struct's order
+** (registry.c checks the lists against the struct; due__store_check
+** walks them).  untune is optional.
+*/
+/* clang-format off */
+#define DUE_STORE_ADMIN_METHODS(X)                                             \
+	X(scratch_root) X(scratch_make) X(scratch_drop) X(server_open)         \
+	X(server_read) X(server_close)
+/* clang-format on */
+#define DUE_STORE_ADMIN_OPTIONAL_METHODS(X) X(untune)
+#define DUE_STORE_SQL_METHODS(X) X(sql_open) X(sql_exec) X(sql_close)
+#define DUE_STORE_STALL_METHODS(X) X(sql_hold)
+#define DUE_STORE_PLAN_METHODS(X) X(plan_check)
+
+/*
+** Helpers of the admin groups (src/store/admin_common.c).
+** due__url_add_option: text with "key=value" appended to its query;
+** due__url_set_option: the same, any key= of text's query left out;
+** due__url_set_path: text with its path (after the authority, before the
+** query) replaced by "/" path.  DUE_EINVAL when out (n bytes) is too
+** small, or text has no "//".
+*/
+int due__url_add_option(char *out, size_t n, const char *text, const char *key,
+			const char *value);
+int due__url_set_option(char *out, size_t n, const char *text, const char *key,
+			const char *value);
+int due__url_set_path(char *out, size_t n, const char *text, const char *path);
+/*
+** Append a counter to a reading; DUE_ENOMEM.  due__counter_work adds a
+** DUE_COUNTER_WORK one with its text form (label, unit, digits).
+*/
+int due__counter_add(due_counters *out, const char *name, double value,
+		     unsigned kind);
+int due__counter_work(due_counters *out, const char *name, double value,
+		      const char *label, const char *unit, int digits);
+/*
+** sql_hold of a store with row locks: in q, BEGIN, then the task's row
+** FOR UPDATE through the backend's own sql_exec; *lock = "row_lock".
+*/
+int due__sql_hold_row(due_store_sql *q, due_id id, const char **lock,
+		      int (*exec)(due_store_sql *q, const char *sql,
+				  int nparams, int64_t p1, int64_t p2,
+				  const char *p3, int64_t *out, int cap));
+/* "/tmp/due-scratch-XXXXXX": scratch_root of a store on a server. */
+int due__scratch_root_tmp(const due_url *url, char *out, size_t n);
+/* Whether name is a scratch name (1..63 letters, digits, _). */
+bool due__scratch_name_ok(const char *name);
+
 /* A scheduler's step for one schedule (see cron_fire). */
 typedef struct due_cron_fire {
 	const char *name;
@@ -352,12 +531,17 @@ typedef struct due_cron_fire {
 
 /* The backend that answers `scheme`, or NULL. */
 const due_store_ops *due__store_find(const char *scheme);
+/* The i-th backend of this build's table, NULL past the last. */
+const due_store_ops *due__store_at(size_t i);
+/* The backend called `name` (due_store_ops.name), or NULL. */
+const due_store_ops *due__store_named(const char *name);
 /* The schemes this build knows, "a:, b:, c:", into buf (for messages). */
 void due__store_schemes(char *buf, size_t n);
 /*
 ** 0 when ops can be used by this core: its version is
 ** DUE_STORE_OPS_VERSION and no method is NULL (but those of a capability
-** it does not claim).  Else DUE_ESTORE naming the backend and the method.
+** it does not claim), its admin group's included.  Else DUE_ESTORE
+** naming the backend and the method.
 */
 int due__store_check(const due_store_ops *ops);
 

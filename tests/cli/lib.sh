@@ -86,33 +86,33 @@ need() {
 	return 1
 }
 
-# on_each_store FN NAME: FN LABEL URL on a new SQLite file and on a new
-# schema / prefix / database of every server this run has (PostgreSQL,
-# Redis, MariaDB: under CI=true each must be there).  The caller declares
-# CLEANUP=() and runs its entries at exit (they drop what this made).
+# on_each_store FN NAME: FN BACKEND URL on a new scratch store of every
+# backend this build has, as `due scratch list` reads them from the table
+# of src/store/registry.c (a new backend is picked up by its line there):
+# a store in files in a directory of $T; the others a schema / prefix /
+# database beside the server their variable names (DUE_TEST_PG_URL,
+# DUE_TEST_REDIS_URL, DUE_TEST_MYSQL_URL: under CI=true each must be
+# there).  The backend makes and drops them (`due scratch make|drop`).
+# The caller declares CLEANUP=() and runs its entries at exit (they drop
+# what this made).  FN's stdin is the script's, not the list's.
 on_each_store() {
-	local fn=$1 name=$2 sep
-	"$fn" sqlite "sqlite:$T/$name.db"
-	if need DUE_TEST_PG_URL postgres; then
-		psql -qX "$DUE_TEST_PG_URL" -c "CREATE SCHEMA due_${name}_$$" >/dev/null
-		CLEANUP+=("psql -qX '$DUE_TEST_PG_URL' -c 'DROP SCHEMA due_${name}_$$ CASCADE'")
-		sep='?'; case "$DUE_TEST_PG_URL" in *\?*) sep='&';; esac
-		"$fn" postgres "$DUE_TEST_PG_URL${sep}options=-csearch_path%3Ddue_${name}_$$"
-	fi
-	# (not `due init … | grep -vq`: under pipefail the failed init made
-	# that condition false, and Redis was left out without a word)
-	if need DUE_TEST_REDIS_URL redis &&
-		[[ $("$DUE" init --db "redis://127.0.0.1:1/0" 2>&1 || true) != *"unsupported scheme"* ]]; then
-		sep='?'; case "$DUE_TEST_REDIS_URL" in *\?*) sep='&';; esac
-		"$fn" redis "$DUE_TEST_REDIS_URL${sep}prefix=$name$$"
-	fi
-	if need DUE_TEST_MYSQL_URL mariadb; then
-		mysql_url_parts "$DUE_TEST_MYSQL_URL"
-		MYSQL_PWD="$mypass" mariadb --no-defaults -h "$myhost" -P "$myport" ${mysock:+-S "$mysock"} \
-			-u "$myuser" -e "CREATE DATABASE due_${name}_$$ CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-		CLEANUP+=("MYSQL_PWD='$mypass' mariadb --no-defaults -h '$myhost' -P '$myport' ${mysock:+-S '$mysock'} -u '$myuser' -e 'DROP DATABASE IF EXISTS due_${name}_$$'")
-		"$fn" mariadb "mysql://$myauth@$myhostport/due_${name}_$$$myquery"
-	fi
+	local fn=$1 name=$2 b var url
+	local -a where
+	while read -r b var <&3; do
+		if [ "$var" = - ]; then
+			mkdir -p "$T/$name-$b"
+			where=(--backend "$b" --dir "$T/$name-$b")
+		else
+			need "$var" "$b" || continue
+			where=(--db "${!var}")
+		fi
+		if ! url=$("$DUE" scratch make "${where[@]}" "due_${name}_$$"); then
+			bad "$b: no scratch store for $name"
+			continue
+		fi
+		CLEANUP+=("$(printf '%q ' "$DUE" scratch drop "${where[@]}" "due_${name}_$$")")
+		"$fn" "$b" "$url"
+	done 3< <("$DUE" scratch list)
 }
 
 finish() {

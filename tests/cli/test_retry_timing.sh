@@ -181,7 +181,7 @@ suite() {
 	# (MariaDB: within its second), and claims nothing else while a
 	# retry waits: only what the fail did can bring the retry in
 	local soon=300ms
-	[ "$s" = mariadb ] && soon=1200ms
+	[ "$s" = mysql ] && soon=1200ms
 	t[fl]=$("$DUE" add fl --in $soon --max-attempts 2 --backoff 500ms)
 	t[to]=$("$DUE" add to --in $soon --max-attempts 2 --backoff 500ms \
 		--timeout 500ms)

@@ -64,7 +64,7 @@ limits() {
 		expect_eq "postgres: a batch over 16 MiB is one transaction" "2 1" \
 			"$(psql -qAtX "$DUE_TEST_PG_URL" -c "SELECT count(*), count(DISTINCT xmin::text) FROM due_limits_$$.due_task WHERE kind = 'b'" | tr '|' ' ')"
 		;;
-	mariadb)
+	mysql)
 		mysql_url_parts "$DUE_TEST_MYSQL_URL"
 		local packet max
 		packet=$(MYSQL_PWD="$mypass" mariadb --no-defaults -h "$myhost" -P "$myport" ${mysock:+-S "$mysock"} \

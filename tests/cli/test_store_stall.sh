@@ -359,7 +359,7 @@ run_store() {
 		# the sharded layout: four slots behind the same frozen path
 		stall_network redis-shards "$(sed -E 's#prefix=#prefix=sh#' <<<"$url")&shards=4" layout
 		;;
-	mariadb)
+	mysql)
 		stall_network "$label" "$url"
 		mysql_url_parts "$url"
 		MY_DB=${myhostport#*/}

@@ -38,6 +38,26 @@ ls "$T" | has verify- && bad "scratch left behind" || ok
 odd="$T/it's a dir"; mkdir -p "$odd"
 "$DUE" verify --db "sqlite:$odd/x.db" --case boundary_claim_limit >"$T/odd.out" 2>&1 && ok || bad "verify in an odd path: $(cat "$T/odd.out")"
 expect_eq "odd path left clean" "" "$(ls -A "$odd")"
+# due scratch: the backends of the table, and the scratch stores verify
+# makes, made and dropped by each backend (a store in files in a dir)
+"$DUE" scratch list >"$T/backends"
+expect_eq "scratch list: sqlite first, a store in files" "sqlite -" "$(sed -n 1p "$T/backends")"
+mkdir "$T/sc"
+expect_eq "scratch make: a file in the dir" "sqlite:$T/sc/due.db" \
+	"$("$DUE" scratch make --backend sqlite --dir "$T/sc" sc_1)"
+"$DUE" init --db "sqlite:$T/sc/due.db" >/dev/null && ok || bad "init of the scratch store"
+"$DUE" scratch drop --backend sqlite --dir "$T/sc" sc_1 && ok || bad "scratch drop"
+expect_eq "scratch drop: its files gone" "" "$(ls -A "$T/sc")"
+expect_err 2 "scratch store name 'a-b'" "$DUE" scratch make --backend sqlite --dir "$T/sc" a-b
+expect_err 2 "no store backend 'nope'" "$DUE" scratch make --backend nope n1
+while read -r b var; do
+	[ "$var" != - ] && [ -n "${!var:-}" ] || continue
+	u=$("$DUE" scratch make --db "${!var}" "due_sc_$$") || { bad "$b: scratch make"; continue; }
+	"$DUE" init --db "$u" >/dev/null && "$DUE" add k --db "$u" >/dev/null && ok || bad "$b: use $u"
+	"$DUE" scratch drop --db "${!var}" "due_sc_$$" && ok || bad "$b: scratch drop"
+	# gone: no schema (6) or, its database dropped, no store (5)
+	"$DUE" ls --db "$u" >/dev/null 2>&1 && bad "$b: left after drop" || ok
+done <"$T/backends"
 expect_err 2 "unknown case 'nope'" "$DUE" verify --case nope
 "$DUE" verify --list | has crash_kill9_lease_retry && ok || bad "--list"
 finish

@@ -1,16 +1,17 @@
 /*
 ** test_util.h - fixtures shared by the unit tests: a fresh store per test
-** (a temp SQLite file, a private schema in the PostgreSQL database named
-** by DUE_TEST_PG_URL, a private key prefix on the Redis server of
-** DUE_TEST_REDIS_URL, a private database on the MariaDB server of
-** DUE_TEST_MYSQL_URL), waiting helpers, and (TU_TASKS) the task helpers
-** of the store suites.
+** (a scratch store of the backend selected, made and dropped by the
+** backend itself: core/admin.h), waiting helpers, and (TU_TASKS) the
+** task helpers of the store suites.
 **
-** Backends.  The store suites run against every entry of tu_fixtures[]:
-** its name (due_db_backend() of its stores), whether it can run here,
-** how to make a fresh store's URL and how to drop it.  A new backend
-** joins the conformance suite with one entry (and its build option's
-** #ifdef); a suite runs them all with
+** Backends.  The store suites run against every backend of this build,
+** as the table of src/store/registry.c lists them (tu_fixtures[], filled
+** from it); no backend is named here.  A backend with a server runs when
+** the environment variable its admin group names is set (DUE_TEST_PG_URL,
+** DUE_TEST_REDIS_URL, ...): each test gets a scratch store beside that
+** URL (a schema, a key prefix, a database); a store in files gets one in
+** a temp directory (`dir`).  A new backend joins the conformance suite by
+** its line in registry.c; a suite runs them all with
 **	for (size_t b = 0; b < TU_N_FIXTURES; b++)
 **		if (tu_select_backend(tu_fixtures[b].name) == 0) ...
 **
@@ -27,22 +28,32 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef DUE_WITH_PG
-#include <libpq-fe.h>
-#endif
-
+#include "core/admin.h"
 #include "due.h"
 
 typedef struct tu_fixture {
-	const char *name;
-	/* 0 when it can run here; else why not (static text). */
-	const char *(*unavailable)(void);
-	/* The URL of a fresh, empty store; dir gets a temp dir or "". */
-	int (*fresh)(char *url, size_t n, char *dir, size_t dn);
-	void (*drop)(const char *url, const char *dir);
+	const char *name; /* due_db_backend() of its stores */
 } tu_fixture;
 
+/* The backends of this build (tu_fixtures_load fills it). */
+#define TU_MAX_FIXTURES 16
+static tu_fixture tu_fixtures[TU_MAX_FIXTURES];
+static size_t tu_n_fixtures;
 static int tu_missing_in_ci;
+/* The scratch store of the test under way: its name ("" when none). */
+static char tu_scratch_name[64];
+
+/* Fill tu_fixtures from the table of backends; their number. */
+static inline size_t tu_fixtures_load(void)
+{
+	const char *name;
+
+	while (tu_n_fixtures < TU_MAX_FIXTURES &&
+	       (name = due__admin_backend(tu_n_fixtures)))
+		tu_fixtures[tu_n_fixtures++].name = name;
+	return tu_n_fixtures;
+}
+#define TU_N_FIXTURES tu_fixtures_load()
 
 static inline void tu_sleep_ms(int ms)
 {
@@ -50,119 +61,34 @@ static inline void tu_sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
-/* --- SQLite: a file in its own temp directory --- */
-
-static inline const char *tu_sqlite_unavailable(void) { return NULL; }
-
-static inline int tu_sqlite_fresh(char *url, size_t n, char *dir, size_t dn)
-{
-	snprintf(dir, dn, "/tmp/due-test-XXXXXX");
-	if (!mkdtemp(dir))
-		return -1;
-	snprintf(url, n, "sqlite:%s/due.db", dir);
-	return 0;
-}
-
-static inline void tu_sqlite_drop(const char *url, const char *dir)
-{
-	char cmd[512];
-	(void)url;
-	if (!dir[0])
-		return;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", dir);
-}
-
-/* --- PostgreSQL: a private schema in DUE_TEST_PG_URL's database --- */
-
-#ifdef DUE_WITH_PG
-static char tu_schema[64];
-
-static inline void tu_quiet_notice(void *arg, const char *msg)
-{
-	(void)arg;
-	(void)msg;
-}
-
-static inline int tu_pg_exec(const char *sql)
-{
-	PGconn *c = PQconnectdb(getenv("DUE_TEST_PG_URL"));
-	int ok = PQstatus(c) == CONNECTION_OK;
-	if (ok) {
-		PQsetNoticeProcessor(c, tu_quiet_notice, NULL);
-		PGresult *r = PQexec(c, sql);
-		ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-		if (!ok)
-			fprintf(stderr, "%s: %s", sql, PQerrorMessage(c));
-		PQclear(r);
-	} else {
-		fprintf(stderr, "connect: %s", PQerrorMessage(c));
-	}
-	PQfinish(c);
-	return ok ? 0 : -1;
-}
-
-static inline const char *tu_pg_unavailable(void)
-{
-	const char *pg = getenv("DUE_TEST_PG_URL");
-	return pg && *pg ? NULL : "DUE_TEST_PG_URL is not set";
-}
-
-static inline int tu_pg_fresh(char *url, size_t n, char *dir, size_t dn)
-{
-	static int counter;
-	const char *base = getenv("DUE_TEST_PG_URL");
-	char sql[128];
-
-	(void)dn;
-	dir[0] = '\0';
-	snprintf(tu_schema, sizeof(tu_schema), "due_t_%d_%d", (int)getpid(),
-		 ++counter);
-	snprintf(sql, sizeof(sql), "CREATE SCHEMA %s", tu_schema);
-	if (tu_pg_exec(sql) < 0)
-		return -1;
-	snprintf(url, n, "%s%soptions=-csearch_path%%3D%s", base,
-		 strchr(base, '?') ? "&" : "?", tu_schema);
-	return 0;
-}
-
-static inline void tu_pg_drop(const char *url, const char *dir)
-{
-	char sql[128];
-	(void)url;
-	(void)dir;
-	snprintf(sql, sizeof(sql), "DROP SCHEMA %s CASCADE", tu_schema);
-	tu_pg_exec(sql);
-}
-#endif
-
-/* --- Redis (DUE_TEST_REDIS_URL) and MySQL/MariaDB (DUE_TEST_MYSQL_URL):
-       each backend's fixture in its own header --- */
+/* --- Each backend's own raw helpers, for the tests that need them --- */
 #ifdef DUE_WITH_REDIS
-#include "tu_redis.h" /* tu_redis_unavailable, _fresh, _drop */
+#include "tu_redis.h" /* tu_redis_connect, tu_rd_*: raw commands */
 #endif
 #ifdef DUE_WITH_MYSQL
-#include "tu_mysql.h" /* tu_mysql_unavailable, _fresh, _drop */
+#include "tu_mysql.h" /* tu_mysql_connect, tu_mysql_run: raw SQL */
 #endif
-
-/* The backends of this build the suites run against. */
-static const tu_fixture tu_fixtures[] = {
-    {"sqlite", tu_sqlite_unavailable, tu_sqlite_fresh, tu_sqlite_drop},
-#ifdef DUE_WITH_PG
-    {"postgres", tu_pg_unavailable, tu_pg_fresh, tu_pg_drop},
-#endif
-#ifdef DUE_WITH_REDIS
-    {"redis", tu_redis_unavailable, tu_redis_fresh, tu_redis_drop},
-#endif
-#ifdef DUE_WITH_MYSQL
-    {"mysql", tu_mysql_unavailable, tu_mysql_fresh, tu_mysql_drop},
-#endif
-};
-#define TU_N_FIXTURES (sizeof(tu_fixtures) / sizeof(tu_fixtures[0]))
 
 /* The fixture tu_fresh_store and tu_drop_store use (tu_select_backend). */
 static const tu_fixture *tu_fixture_now = &tu_fixtures[0];
+
+/*
+** Why backend `name` cannot run here (static text), or NULL: its test
+** server's variable is not set.
+*/
+static inline const char *tu_unavailable(const char *name)
+{
+	static char why[128];
+	const char *env = due__admin_test_env(name), *url;
+
+	if (!env)
+		return NULL;
+	url = getenv(env);
+	if (url && *url)
+		return NULL;
+	snprintf(why, sizeof(why), "%s is not set", env);
+	return why;
+}
 
 /*
 ** Select backend `name` for the fixtures that follow: 0 when it can run
@@ -177,7 +103,7 @@ static inline int tu_select_backend(const char *name)
 	for (size_t i = 0; i < TU_N_FIXTURES; i++) {
 		if (strcmp(tu_fixtures[i].name, name) != 0)
 			continue;
-		if (!(why = tu_fixtures[i].unavailable())) {
+		if (!(why = tu_unavailable(name))) {
 			tu_fixture_now = &tu_fixtures[i];
 			return 0;
 		}
@@ -198,29 +124,75 @@ static inline int tu_select_backend(const char *name)
 static inline int tu_backend_check(void) { return tu_missing_in_ci ? 1 : 0; }
 
 /*
+** The selected backend, beside its test server's URL (or, for a store in
+** files, on its own); NULL after a message.
+*/
+static inline due_admin *tu_admin(void)
+{
+	const char *name = (tu_fixtures_load(), tu_fixture_now->name);
+	const char *env = due__admin_test_env(name);
+	due_admin *a = NULL;
+	int rc = env ? due__admin_open(&a, getenv(env))
+		     : due__admin_open_backend(&a, name);
+
+	if (rc < 0)
+		fprintf(stderr, "%s fixture: %s\n", name, due_error_last());
+	return a;
+}
+
+/*
 ** Make a fresh, initialized store of the selected backend and write its
-** URL to url.  dir receives its temp directory, or "".
+** URL to url.  dir receives its temp directory (a store in files), or "".
 */
 static inline int tu_fresh_store(char *url, size_t n, char *dir, size_t dn)
 {
+	static int counter;
 	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	due_admin *a = tu_admin();
 	due_db *db = NULL;
-	int rc;
+	int rc = -1;
 
-	o.create = true;
 	dir[0] = '\0';
-	if (tu_fixture_now->fresh(url, n, dir, dn) < 0)
+	tu_scratch_name[0] = '\0';
+	if (!a)
 		return -1;
+	if (!due__admin_test_env(due__admin_name(a))) {
+		snprintf(dir, dn, "/tmp/due-test-XXXXXX");
+		if (!mkdtemp(dir))
+			goto done;
+	}
+	snprintf(tu_scratch_name, sizeof(tu_scratch_name), "due_t_%d_%d",
+		 (int)getpid(), ++counter);
+	if (due__scratch_make(a, tu_scratch_name, dir, url, n) < 0) {
+		fprintf(stderr, "scratch store: %s\n", due_error_last());
+		goto done;
+	}
+	o.create = true;
 	rc = due_open(&db, url, &o);
 	if (rc < 0)
 		fprintf(stderr, "init %s: %s\n", url, due_error_last());
 	due_close(db);
+done:
+	due__admin_free(a);
 	return rc < 0 ? -1 : 0;
 }
 
 static inline void tu_drop_store(const char *url, const char *dir)
 {
-	tu_fixture_now->drop(url, dir);
+	due_admin *a = tu_admin();
+	char cmd[512];
+
+	(void)url;
+	if (a && tu_scratch_name[0] &&
+	    due__scratch_drop(a, tu_scratch_name, dir) < 0)
+		fprintf(stderr, "drop %s: %s\n", tu_scratch_name,
+			due_error_last());
+	due__admin_free(a);
+	if (!dir[0])
+		return;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
 }
 
 #ifdef TU_FIXTURE

@@ -1,8 +1,9 @@
 /*
-** tu_mysql.h - the MySQL/MariaDB fixture of the store suites: each fresh
-** store is its own database due_t_<pid>_<n> on the server of
-** DUE_TEST_MYSQL_URL (mysql://user[:password]@host[:port]/db[?socket=P]),
-** dropped afterwards.  Included by test_util.h under DUE_WITH_MYSQL.
+** tu_mysql.h - raw SQL on a MySQL/MariaDB store for the tests that read
+** or write its tables themselves (test_store.c's direct SQL,
+** test_mysql_store.c).  The fixture itself (a fresh store per test: a
+** scratch database) is the backend's (test_util.h, core/admin.h).
+** Included by test_util.h under DUE_WITH_MYSQL.
 */
 #ifndef TU_MYSQL_H
 #define TU_MYSQL_H
@@ -13,14 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static char tu_mysql_db[64];
-
-static inline const char *tu_mysql_unavailable(void)
-{
-	const char *u = getenv("DUE_TEST_MYSQL_URL");
-	return u && *u ? NULL : "DUE_TEST_MYSQL_URL is not set";
-}
 
 /*
 ** Connect to the server of URL u (with its database when db is true).
@@ -75,25 +68,6 @@ static inline MYSQL *tu_mysql_connect(const char *u, bool db, char *err,
 }
 
 /*
-** Run one statement on the server of DUE_TEST_MYSQL_URL (no database
-** selected).  0 or -1 with the error on stderr.
-*/
-static inline int tu_mysql_exec(const char *sql)
-{
-	char err[512];
-	MYSQL *m = tu_mysql_connect(getenv("DUE_TEST_MYSQL_URL"), false, err,
-				    sizeof(err));
-	int ok = m && mysql_query(m, sql) == 0;
-
-	if (!ok)
-		fprintf(stderr, "mysql fixture: %s: %s\n", sql,
-			m ? mysql_error(m) : err);
-	if (m)
-		mysql_close(m);
-	return ok ? 0 : -1;
-}
-
-/*
 ** q in MySQL's word order: "WITH ... INSERT INTO t (...) SELECT ..." (the
 ** suites' PostgreSQL/SQLite order) becomes "INSERT INTO t (...) WITH ...
 ** SELECT ...".  Anything else is returned as it is.
@@ -142,45 +116,6 @@ static inline int tu_mysql_run(const char *url, char *val, size_t n,
 		snprintf(val, n, "%s", mysql_error(m));
 	mysql_close(m);
 	return ok ? 0 : -1;
-}
-
-static inline int tu_mysql_fresh(char *url, size_t n, char *dir, size_t dn)
-{
-	static int counter;
-	const char *base = getenv("DUE_TEST_MYSQL_URL");
-	const char *p = strstr(base, "//"), *slash, *q;
-	char sql[128];
-
-	(void)dn;
-	dir[0] = '\0';
-	if (!p || !(slash = strchr(p + 2, '/')))
-		return -1;
-	snprintf(tu_mysql_db, sizeof(tu_mysql_db), "due_t_%d_%d", (int)getpid(),
-		 ++counter);
-	snprintf(sql, sizeof(sql),
-		 "CREATE DATABASE %s CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-		 tu_mysql_db);
-	if (tu_mysql_exec(sql) < 0)
-		return -1;
-	q = strchr(slash, '?');
-	snprintf(url, n, "%.*s/%s%s", (int)(slash - base), base, tu_mysql_db,
-		 q ? q : "");
-	return 0;
-}
-
-static inline void tu_mysql_drop(const char *url, const char *dir)
-{
-	char sql[192];
-
-	(void)url;
-	(void)dir;
-	/* a failed test may leave a transaction open on its tables: wait
-	   for its metadata lock a while, not a year, then leave the rest */
-	snprintf(sql, sizeof(sql),
-		 "SET STATEMENT lock_wait_timeout = 20 FOR"
-		 " DROP DATABASE IF EXISTS %s",
-		 tu_mysql_db);
-	tu_mysql_exec(sql);
 }
 
 #endif /* TU_MYSQL_H */

@@ -1,8 +1,10 @@
 /*
-** tu_redis.h - the Redis fixture of the store suites (test_util.h): a
-** fresh store is a new key prefix on the server of DUE_TEST_REDIS_URL,
-** unique per process and test; dropping it deletes that prefix's keys
-** (SCAN MATCH + DEL: fine in a test, never in the store itself).
+** tu_redis.h - raw Redis commands for the tests that look at a Redis
+** store's keys themselves (test_store.c's Redis versions of its few SQL
+** statements, test_redis_store.c), on the server of DUE_TEST_REDIS_URL.
+** The fixture itself (a fresh store per test: a scratch key prefix) is
+** the backend's (test_util.h, core/admin.h); tu_redis_prefix is its
+** prefix.  Included by test_util.h under DUE_WITH_REDIS.
 */
 #ifndef DUE_TU_REDIS_H
 #define DUE_TU_REDIS_H
@@ -11,13 +13,8 @@
 
 #include <hiredis/hiredis.h>
 
-static char tu_redis_prefix[64];
-
-static inline const char *tu_redis_unavailable(void)
-{
-	const char *u = getenv("DUE_TEST_REDIS_URL");
-	return u && *u ? NULL : "DUE_TEST_REDIS_URL is not set";
-}
+/* The key prefix of this test's store: its scratch store's name. */
+#define tu_redis_prefix tu_scratch_name
 
 /* A connection to the server of DUE_TEST_REDIS_URL (redis://host:port/db). */
 static inline redisContext *tu_redis_connect(void)
@@ -41,21 +38,8 @@ static inline redisContext *tu_redis_connect(void)
 	return c;
 }
 
-static inline int tu_redis_fresh(char *url, size_t n, char *dir, size_t dn)
-{
-	static int counter;
-	const char *base = getenv("DUE_TEST_REDIS_URL");
-
-	(void)dn;
-	dir[0] = '\0';
-	snprintf(tu_redis_prefix, sizeof(tu_redis_prefix), "t%d_%d",
-		 (int)getpid(), ++counter);
-	snprintf(url, n, "%s%sprefix=%s", base, strchr(base, '?') ? "&" : "?",
-		 tu_redis_prefix);
-	return 0;
-}
-
-/* Delete every key of prefix `name` ({due:name}:*). */
+/* Delete every key of prefix `name` ({due:name}:*): a shard's prefix
+   (test_redis_store.c), which no scratch store names. */
 static inline void tu_redis_delete(const char *name)
 {
 	redisContext *c = tu_redis_connect();
@@ -89,13 +73,6 @@ static inline void tu_redis_delete(const char *name)
 		freeReplyObject(r);
 	} while (strcmp(cursor, "0") != 0);
 	redisFree(c);
-}
-
-static inline void tu_redis_drop(const char *url, const char *dir)
-{
-	(void)url;
-	(void)dir;
-	tu_redis_delete(tu_redis_prefix);
 }
 
 /*

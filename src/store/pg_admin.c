@@ -1,0 +1,341 @@
+/*
+** pg_admin.c - the admin group of the PostgreSQL store (store.h,
+** due_store_admin): what `due verify`, `due bench` and the tests need of
+** it besides the store.
+**
+** Scratch stores.  A scratch store is a schema of its own in the URL's
+** database (CREATE SCHEMA NAME; the URL gets
+** options=-csearch_path=NAME), dropped with DROP SCHEMA ... CASCADE.
+** The URL's user needs CREATE on the database.
+**
+** Counters.  The server's WAL insert position (wal_bytes: its move over
+** a phase is the WAL every session wrote, as bench/floor reads it) and,
+** when the server preloads pg_stat_statements and the database has the
+** extension (scripts/pg-test-cluster does both), the execution time of
+** this database's statements (server_us; a COMMIT's includes its WAL
+** flush).  The reading's own statements are left out of the second.
+**
+** Every connection here is a plain libpq session on the URI the store's
+** parser gives (due's own options taken out), without the store's
+** session settings: the plan check must see the planner as a user's
+** session does, and the raw SQL session of `due verify`'s controls is
+** any client's.  Notices ("drop cascades to ...") are dropped.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "core/internal.h"
+#include "store/pg_wire.h"
+#include "store/store.h"
+
+extern const due_store_ops due__store_pg;
+
+struct due_store_sql {
+	PGconn *c;
+};
+
+struct due_store_srv {
+	PGconn *c;
+};
+
+static void quiet_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
+/* A plain session on the store at url, by the store's parser; *out set
+   even on failure (PQfinish it). */
+static int connect_url(PGconn **out, const due_url *url)
+{
+	void *cfg = NULL;
+	int rc;
+
+	*out = NULL;
+	if ((rc = due__store_pg.parse_url(&cfg, url)) == 0) {
+		*out = PQconnectdb(((const due_pg_cfg *)cfg)->uri);
+		if (PQstatus(*out) != CONNECTION_OK)
+			rc = due__error_set(DUE_ESTORE, "postgres store: %s",
+					    PQerrorMessage(*out));
+		else
+			PQsetNoticeProcessor(*out, quiet_notice, NULL);
+	}
+	due__store_pg.free_cfg(cfg);
+	return rc;
+}
+
+/* One command (no rows) on a new session to url. */
+static int command(const due_url *url, const char *sql)
+{
+	PGconn *c;
+	PGresult *r;
+	int rc = connect_url(&c, url);
+
+	if (rc == 0) {
+		r = PQexec(c, sql);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK)
+			rc = due__error_set(DUE_ESTORE, "postgres store: %s",
+					    PQerrorMessage(c));
+		PQclear(r);
+	}
+	PQfinish(c);
+	return rc;
+}
+
+static int pg_scratch_make(const due_url *url, const char *name,
+			   const char *dir, char *out, size_t n)
+{
+	char sql[160], opt[96];
+	int rc;
+
+	(void)dir;
+	if (!url)
+		return due__error_set(DUE_EINVAL, "a postgres scratch store "
+						  "needs a server URL");
+	snprintf(sql, sizeof(sql), "CREATE SCHEMA %s", name);
+	snprintf(opt, sizeof(opt), "-csearch_path%%3D%s", name);
+	if ((rc = command(url, sql)) < 0)
+		return rc;
+	return due__url_add_option(out, n, url->text, "options", opt);
+}
+
+static int pg_scratch_drop(const due_url *url, const char *name,
+			   const char *dir)
+{
+	char sql[160];
+
+	(void)dir;
+	if (!url)
+		return 0;
+	snprintf(sql, sizeof(sql), "DROP SCHEMA IF EXISTS %s CASCADE", name);
+	return command(url, sql);
+}
+
+/* Every table of the schema in the search path, reset to the defaults. */
+static int pg_untune(const due_url *url)
+{
+	static const char sql[] =
+	    "DO $$ DECLARE t text; BEGIN"
+	    " FOR t IN SELECT c.relname FROM pg_class c"
+	    "  WHERE c.relnamespace = current_schema()::text::regnamespace"
+	    "  AND c.relkind = 'r' AND c.reloptions IS NOT NULL LOOP"
+	    "  EXECUTE format('ALTER TABLE %I RESET (fillfactor,"
+	    "   autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold,"
+	    "   autovacuum_vacuum_insert_scale_factor,"
+	    "   autovacuum_vacuum_insert_threshold,"
+	    "   autovacuum_analyze_scale_factor, autovacuum_analyze_threshold,"
+	    "   autovacuum_vacuum_cost_delay, autovacuum_vacuum_cost_limit)',"
+	    "   t);"
+	    " END LOOP; END $$";
+	return command(url, sql);
+}
+
+static int pg_server_open(due_store_srv **out, const due_url *url)
+{
+	if (!(*out = calloc(1, sizeof(**out))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	return connect_url(&(*out)->c, url);
+}
+
+/* The one value of a one-row query, or false. */
+static bool one_value(PGconn *c, const char *sql, char *buf, size_t n)
+{
+	PGresult *r = PQexec(c, sql);
+	bool ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+
+	if (ok)
+		snprintf(buf, n, "%s", PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return ok;
+}
+
+static int pg_server_read(due_store_srv *s, due_counters *out)
+{
+	char v[64];
+	int rc = 0;
+
+	if (one_value(s->c,
+		      "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(),"
+		      " '0/0')::bigint",
+		      v, sizeof(v)))
+		rc = due__counter_work(out, "wal_bytes",
+				       (double)strtoll(v, NULL, 10), "wal", "B",
+				       0);
+	/* absent without pg_stat_statements: then no such counter */
+	if (rc == 0 &&
+	    one_value(s->c,
+		      "SELECT coalesce(sum(total_exec_time), 0) * 1000"
+		      " FROM pg_stat_statements WHERE dbid = (SELECT oid"
+		      " FROM pg_database WHERE datname ="
+		      " current_database()) AND query NOT LIKE"
+		      " '%pg_stat_statements%' AND query NOT LIKE"
+		      " '%pg_current_wal_insert_lsn%'",
+		      v, sizeof(v)))
+		rc = due__counter_work(out, "server_us", strtod(v, NULL),
+				       "server", "us", 1);
+	return rc;
+}
+
+static void pg_server_close(due_store_srv *s)
+{
+	if (s)
+		PQfinish(s->c);
+	free(s);
+}
+
+static int pg_sql_open(due_store_sql **out, const due_url *url)
+{
+	if (!(*out = calloc(1, sizeof(**out))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	return connect_url(&(*out)->c, url);
+}
+
+static void pg_sql_close(due_store_sql *q)
+{
+	if (q)
+		PQfinish(q->c);
+	free(q);
+}
+
+static int pg_sql_exec(due_store_sql *q, const char *sql, int nparams,
+		       int64_t p1, int64_t p2, const char *p3, int64_t *out,
+		       int cap)
+{
+	char b1[32], b2[32];
+	const char *vals[3] = {b1, b2, p3};
+	int n = 0;
+
+	snprintf(b1, sizeof(b1), "%lld", (long long)p1);
+	snprintf(b2, sizeof(b2), "%lld", (long long)p2);
+	PGresult *res =
+	    PQexecParams(q->c, sql, nparams, NULL, vals, NULL, NULL, 0);
+	ExecStatusType s = PQresultStatus(res);
+	if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
+		PQclear(res);
+		return -1;
+	}
+	for (int i = 0; out && i < PQntuples(res) && n < cap; i++)
+		out[n++] = strtoll(PQgetvalue(res, i, 0), NULL, 10);
+	PQclear(res);
+	return n;
+}
+
+static int pg_sql_hold(due_store_sql *q, due_id id, const char **lock)
+{
+	return due__sql_hold_row(q, id, lock, pg_sql_exec);
+}
+
+/* All rows of a query's first column, joined with newlines, into buf. */
+static int plan_text(PGconn *c, const char *sql, char *buf, size_t n)
+{
+	PGresult *res = PQexec(c, sql);
+	size_t off = 0;
+
+	buf[0] = '\0';
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		PQclear(res);
+		return -1;
+	}
+	for (int i = 0; i < PQntuples(res) && off < n; i++)
+		off += (size_t)snprintf(buf + off, n - off, "%s\n",
+					PQgetvalue(res, i, 0));
+	PQclear(res);
+	return 0;
+}
+
+/* "Buffers: shared hit=N read=M" of the plan's first node: N + M. */
+static long plan_buffers(const char *plan)
+{
+	const char *b = strstr(plan, "Buffers: shared");
+	long total = 0;
+	if (!b)
+		return 0;
+	const char *eol = strchr(b, '\n');
+	for (const char *k = b; k && (!eol || k < eol); k++) {
+		if (strncmp(k, "hit=", 4) == 0 || strncmp(k, "read=", 5) == 0)
+			total += strtol(strchr(k, '=') + 1, NULL, 10);
+	}
+	return total;
+}
+
+static long rows_removed(const char *plan)
+{
+	const char *b = strstr(plan, "Rows Removed by Filter: ");
+	return b ? strtol(b + 24, NULL, 10) : 0;
+}
+
+/*
+** The due index is partial (WHERE state = 'SCHEDULED') and the claim
+** compares due_at with a STABLE now(): an empty claim over 20,000 future
+** tasks and 20,000 finished ones reads a handful of buffers.  The
+** clock_timestamp() form cannot use the bound and filters every row.
+*/
+static int pg_plan_check(due_store_sql *q, due_time now, bool *pass,
+			 char *detail, size_t dn, char *plans, size_t pn)
+{
+	static const char fill[] =
+	    "INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
+	    " backoff_us, backoff_cap_us, created_at, updated_at)"
+	    " SELECT 'idx', ''::bytea, CASE WHEN g % 2 = 0 THEN 'DONE' ELSE"
+	    " 'SCHEDULED' END, now() + interval '1 hour', 5, 1000000, "
+	    "3600000000,"
+	    " now(), now() FROM generate_series(1, 40000) g";
+	static const char q_now[] =
+	    "EXPLAIN (ANALYZE, BUFFERS) SELECT id FROM due_task WHERE state ="
+	    " 'SCHEDULED' AND due_at <= now() ORDER BY due_at LIMIT 10 FOR "
+	    "UPDATE"
+	    " SKIP LOCKED";
+	static const char q_clock[] =
+	    "EXPLAIN (ANALYZE, BUFFERS) SELECT id FROM due_task WHERE state ="
+	    " 'SCHEDULED' AND due_at <= clock_timestamp() ORDER BY due_at "
+	    "LIMIT 10"
+	    " FOR UPDATE SKIP LOCKED";
+	char *p1 = malloc(16384), *p2 = malloc(16384);
+	bool ok;
+
+	(void)now; /* the server's now() */
+	if (!p1 || !p2) {
+		free(p1);
+		free(p2);
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	}
+	p1[0] = p2[0] = '\0';
+	ok = pg_sql_exec(q, fill, 0, 0, 0, NULL, NULL, 0) >= 0 &&
+	     pg_sql_exec(q, "ANALYZE due_task", 0, 0, 0, NULL, NULL, 0) >= 0 &&
+	     plan_text(q->c, q_now, p1, 16384) == 0 &&
+	     plan_text(q->c, q_clock, p2, 16384) == 0;
+	bool idx = ok && strstr(p1, "Index Cond: (due_at <= now())") &&
+		   strstr(p1, "due_task_due");
+	long b_now = plan_buffers(p1), b_clock = plan_buffers(p2);
+	long removed = rows_removed(p2);
+	*pass = idx && b_now < 20 && removed == 20000 && b_clock > b_now;
+	snprintf(detail, dn,
+		 "tasks=40000 future=20000 finished=20000 now_index_cond=%s "
+		 "now_buffers=%ld clock_timestamp_buffers=%ld "
+		 "clock_timestamp_rows_removed_by_filter=%ld",
+		 idx ? "yes" : "no", b_now, b_clock, removed);
+	if (plans)
+		snprintf(plans, pn,
+			 "--- now() plan:\n%s--- clock_timestamp() plan:\n%s",
+			 ok ? p1 : "", ok ? p2 : "");
+	free(p1);
+	free(p2);
+	return 0;
+}
+
+/* Every method is pg_<method> (store.h lists them). */
+#define OP(m) .m = pg_##m,
+const due_store_admin due__store_pg_admin = {
+    .test_env = "DUE_TEST_PG_URL",
+    .counters = DUE_COUNTER_WORK,
+    .scratch_root = due__scratch_root_tmp,
+    .scratch_make = pg_scratch_make,
+    .scratch_drop = pg_scratch_drop,
+    .untune = pg_untune,
+    DUE_STORE_SQL_METHODS(OP) DUE_STORE_STALL_METHODS(OP)
+	DUE_STORE_PLAN_METHODS(OP) OP(server_open) OP(server_read)
+	    OP(server_close)};
+#undef OP
