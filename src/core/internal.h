@@ -89,6 +89,14 @@ int due__validate_group(const char *group);
 */
 int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 		      bool fixed_limit, const char *what);
+/*
+** due__submit_check() of the arguments of due_schedule() (opts NULL: the
+** defaults; an opts of an older version is read no further than its
+** fields), without a `what`.  src/core/db.c.
+*/
+int due__submit_args(due_submit *out, const char *kind, const void *payload,
+		     size_t payload_len, const due_schedule_opts *opts,
+		     size_t max_payload, bool fixed_limit);
 
 #define DUE_DEFAULT_MAX_PAYLOAD (1u << 20)
 
@@ -108,17 +116,6 @@ size_t due__db_max_payload(const due_db *db);
 ** behind db; 0 when db is not open.  Ask this, never the backend's name.
 */
 unsigned due__db_caps(const due_db *db);
-
-/*
-** The setup every due_schedule_<backend>_tx shares (src/core/db.c): check
-** conn, the submit and the caller's transaction (through ops->native_tx;
-** `api` names the public function in messages), then insert through
-** ops->schedule_on_native.  The backend's public function is one call.
-*/
-int due__schedule_native(const struct due_store_ops *ops, const char *api,
-			 void *conn, due_submitted *out, const char *kind,
-			 const void *payload, size_t payload_len,
-			 const due_schedule_opts *opts);
 
 /*
 ** Names the stores write for enums, and back (src/core/names.c).  Parsing

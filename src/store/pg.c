@@ -1742,7 +1742,7 @@ static int pg_native_tx(void *conn)
 
 /*
 ** Insert on the caller's connection, inside the transaction it holds
-** (due__schedule_native checked it): unnamed statements, so nothing of
+** (src/core/native.c checked it): unnamed statements, so nothing of
 ** ours stays in their session.
 */
 static int pg_schedule_on_native(void *conn, due_submitted *out,
@@ -3099,5 +3099,3 @@ const due_store_ops due__store_pg = {
     DUE_STORE_METHODS(OP) DUE_STORE_NOTIFY_METHODS(OP)
 	DUE_STORE_TX_SUBMIT_METHODS(OP)};
 #undef OP
-
-DUE_STORE_TX_SUBMIT_API(due_schedule_pg_tx, struct pg_conn, due__store_pg)

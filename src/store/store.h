@@ -101,7 +101,7 @@ struct due_cron_fire;
 **             with DUE_ESTATE and workers poll.
 ** TX_SUBMIT   native_tx/schedule_on_native: a submit inside the caller's
 **             own transaction on its own native connection (the public
-**             due_schedule_<backend>_tx, defined in the backend's file).
+**             due_schedule_<backend>_tx, one line each in src/core/native.c).
 */
 #define DUE_STORE_CAP_HOST_CLOCK (1u << 0)
 #define DUE_STORE_CAP_NOTIFY (1u << 1)
@@ -347,20 +347,6 @@ typedef struct due_store_ops {
 **   const due_store_ops due__store_pg = {.version = ..., .name = ...,
 **	.schemes = ..., .caps = ..., DUE_STORE_METHODS(OP) ...};
 */
-
-/*
-** The public `int api(conn_type *conn, ...)` of a TX_SUBMIT backend, as
-** due.h declares it (e.g. due_schedule_pg_tx): all of it is
-** due__schedule_native() on the backend's table.
-*/
-#define DUE_STORE_TX_SUBMIT_API(api, conn_type, ops)                           \
-	int api(conn_type *conn, due_submitted *out, const char *kind,         \
-		const void *payload, size_t payload_len,                       \
-		const due_schedule_opts *opts)                                 \
-	{                                                                      \
-		return due__schedule_native(&ops, #api, conn, out, kind,       \
-					    payload, payload_len, opts);       \
-	}
 
 /* --- The admin group (DUE_STORE_CAP_ADMIN; src/core/admin.c asks it) --- */
 
