@@ -214,6 +214,16 @@ int due__validate_group(const char *group)
 	return 0;
 }
 
+char *due__strdup_n(const char *s, size_t n)
+{
+	char *p = malloc(n + 1);
+	if (!p)
+		return NULL;
+	memcpy(p, s, n);
+	p[n] = '\0';
+	return p;
+}
+
 char *due__utf8_scrub(const char *s)
 {
 	size_t n = strlen(s), o = 0;

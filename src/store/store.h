@@ -631,10 +631,7 @@ int64_t *due__group_slot(due__groups *g, const char *grp, size_t n);
 
 int due__cron_info_list_alloc(due_cron_info_list **out, size_t n);
 int due__kind_info_list_alloc(due_kind_info_list **out, size_t n);
-void due__kind_info_clear(due_kind_info *k);
-void due__cron_info_clear(due_cron_info *i);
 int due__task_list_alloc(due_task_list **out, size_t n);
-char *due__strdup_n(const char *s, size_t n);
 int due__attempts_append(due_task *t, const due_attempt *a);
 /*
 ** The verdict on a store's schema version v (-1: no due schema): 0 when it
