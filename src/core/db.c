@@ -129,6 +129,11 @@ unsigned due__db_caps(const due_db *db)
 	return db && db->ops ? db->ops->caps : 0;
 }
 
+bool due__db_host_clock(const due_db *db)
+{
+	return (due__db_caps(db) & DUE_STORE_CAP_HOST_CLOCK) != 0;
+}
+
 /* Every operation needs an open store. */
 static int ready(due_db *db)
 {

@@ -53,5 +53,11 @@ size_t due__db_max_payload(const due_db *db);
 ** behind db; 0 when db is not open.  Ask this, never the backend's name.
 */
 unsigned due__db_caps(const due_db *db);
+/*
+** Whether the store's clock is this host's (DUE_STORE_CAP_HOST_CLOCK), so
+** a worker may time its wheel against the host clock exactly: for the
+** layers above the core, which do not include store.h.
+*/
+bool due__db_host_clock(const due_db *db);
 
 #endif /* DUE_INTERNAL_H */

@@ -119,13 +119,6 @@ static char **make_env(const due_task *t, char vars[N_VARS][VAR_MAX])
 
 typedef due__child child;
 
-void due__close_fd(int *fd)
-{
-	if (*fd >= 0)
-		close(*fd);
-	*fd = -1;
-}
-
 /* Read what is available on *fd into b; close it at EOF. */
 void due__drain_fd(int *fd, buf *b)
 {
