@@ -24,16 +24,6 @@ json_t *due_fmt_task_list(const due_task_list *l);
 /* A new JSON object for a schedule (`due cron ls --json`, GET /v1/schedules).
  */
 json_t *due_fmt_cron(const due_cron_info *s);
-/* A new JSON object for stats (`due stats --json`). */
-json_t *due_fmt_stats(const due_stats *s);
-/* The states whose bit (1u << state) is set, as a JSON array of names. */
-json_t *due_fmt_estimated(uint32_t bits);
-/*
-** `due stats --json` and GET /v1/stats: the stats, the live workers'
-** counters, the number of schedules and the kinds with settings.
-*/
-json_t *due_fmt_stats_report(const due_metrics *m,
-			     const due_kind_info_list *kinds);
 /* RFC 3339 string or JSON null for 0. */
 json_t *due_fmt_time(due_time t);
 /* Is [p, p+n) valid UTF-8 without NUL bytes? */
@@ -92,6 +82,19 @@ int due_fmt_json_body(const char *body, size_t len, bool allow_empty,
 int due_fmt_task_body(const char *body, size_t len, json_t **obj,
 		      due_submit *out, unsigned char **blob, char *err,
 		      size_t errlen);
+
+/* ---- stats (stats.c) ---- */
+
+/* A new JSON object for stats (`due stats --json`). */
+json_t *due_fmt_stats(const due_stats *s);
+/* The states whose bit (1u << state) is set, as a JSON array of names. */
+json_t *due_fmt_estimated(uint32_t bits);
+/*
+** `due stats --json` and GET /v1/stats: the stats, the live workers'
+** counters, the number of schedules and the kinds with settings.
+*/
+json_t *due_fmt_stats_report(const due_metrics *m,
+			     const due_kind_info_list *kinds);
 
 /* ---- kinds (kind.c) ---- */
 
