@@ -6,14 +6,14 @@
 ** while the first is live prints the first id and says so on stderr.
 **
 ** Batch: every line is a JSON object {kind, payload | payload_b64, in | at,
-** max_attempts, backoff, backoff_cap, key, priority, group, timeout}, decoded
-*by due_fmt_batch_line()
-** (src/fmt/submit.c, shared with POST /v1/tasks and fuzzed); all lines are
-** checked first, then written in one transaction, so a bad line 7 writes
-** nothing.  On a terminal a progress line says how far the reading is
-** (lines, and the share of the file's bytes when it is a file) and then
-** how long the write has run: the write is one transaction, one statement
-** or script on most stores, with nothing to count inside it.
+** max_attempts, backoff, backoff_cap, key, priority, group, timeout},
+** decoded by due_fmt_batch_line() (src/fmt/submit.c, shared with POST
+** /v1/tasks and fuzzed); all lines are checked first, then written in one
+** transaction, so a bad line 7 writes nothing.  On a terminal a progress
+** line says how far the reading is (lines, and the share of the file's bytes
+** when it is a file) and then how long the write has run: the write is one
+** transaction, one statement or script on most stores, with nothing to count
+** inside it.
 */
 #include <errno.h>
 #include <stdio.h>

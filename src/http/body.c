@@ -3,9 +3,9 @@
 **
 ** Every request body is one JSON object parsed by jansson with duplicate
 ** keys refused (due_fmt_json_body(), src/fmt/submit.c, which the fuzz
-** target http_body calls as the service does); a key the route does not know is
-*an error (a typo such as
-** "max_attemps" must not silently fall back to a default).  Each reader
+** target http_body calls as the service does); a key the route does not
+** know is an error (a typo such as "max_attemps" must not silently fall
+** back to a default).  Each reader
 ** returns 0, or -1 with r->err naming the field and what was wrong, and
 ** the handler answers 400 with it before anything is changed.
 */

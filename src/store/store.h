@@ -12,15 +12,15 @@
 **   complete  CLAIMED & attempt & !cancel    -> DONE + result, last_error
 **                                               cleared (attempt DONE; the
 **                                               history keeps every error)
-**             CLAIMED & attempt & cancel     -> CANCELLED     (attempt
-*CANCELLED)
-**             otherwise                      -> nothing; attempt late_commit
-*mark
+**             CLAIMED & attempt & cancel     -> CANCELLED (attempt
+**                                               CANCELLED)
+**             otherwise                      -> nothing; attempt
+**                                               late_commit mark
 **   fail      CLAIMED & attempt              -> CANCELLED if cancel requested,
 **                                               DEAD if budget used up,
 **                                               else SCHEDULED at now+backoff
 **   reclaim   CLAIMED & lease_until < now    -> as fail, due now
-*(LEASE_EXPIRED)
+**                                               (LEASE_EXPIRED)
 **   cancel    SCHEDULED -> CANCELLED; CLAIMED -> cancel_requested; else report
 **   retry     DEAD -> SCHEDULED now, attempt_base = attempt (fresh budget)
 **   requeue   CLAIMED -> SCHEDULED now (attempt REQUEUED)
@@ -48,9 +48,11 @@
 ** that landed in between (River #1302).  CLAIMED holds exactly when both
 ** lease fields are set; the schema enforces it with a CHECK.
 **
-** Backends.  Each backend is one `const due_store_ops` in its own file
-** (sqlite.c, pg.c), listed once in the table of src/store/registry.c; the
-** table is the only place that names them.  An ops struct carries the URL
+** Backends.  Each backend is one `const due_store_ops due__store_<name>`
+** in its own file (sqlite.c, pg.c, mysql.c, and redis_shard.c over
+** redis.c), listed once in the table of src/store/registry.c; the table is
+** the only place that names them (src/core/native.c lists the public
+** due_schedule_<name>_tx, which the ABI names).  An ops struct carries the URL
 ** schemes it answers to, its own URL parser, and a capability bitfield
 ** (DUE_STORE_CAP_*) that tells the core and the worker what the store can
 ** do; nothing outside the backend's file asks for a backend by name.  What
