@@ -1225,32 +1225,14 @@ static const char schema_v5[] =
 /* Open, schema                                                        */
 /* ------------------------------------------------------------------ */
 
-/*
-** The URL is a libpq URI: postgres://... or postgresql://... with libpq's
-** own options in its query, and due's (pooler=, listen=), which
-** due__pg_parse_url takes out before libpq sees it.  *cfg is a
-** due_pg_cfg, also after a failure (free_cfg releases it).
-*/
+/* The URL: pg_wire.c reads it (due__pg_parse_store_url), for the admin
+   group too.  *cfg is a due_pg_cfg, also after a failure (free_cfg
+   releases it). */
 static int pg_parse_url(void **cfg, const due_url *u)
 {
-	size_t n = strlen(u->scheme) + strlen(u->rest) + 2;
 	due_pg_cfg *c = NULL;
-	char *text;
-	int rc;
+	int rc = due__pg_parse_store_url(&c, u);
 
-	*cfg = NULL;
-	if (strncmp(u->rest, "//", 2) != 0)
-		return due__error_set(
-		    DUE_EINVAL,
-		    "malformed store URL '%s': use %s://[user@]host[:port]/"
-		    "database",
-		    u->text, u->scheme);
-	/* the URL without the core's timeout= (u->rest), for libpq */
-	if (!(text = malloc(n)))
-		return due__error_set(DUE_ENOMEM, "out of memory");
-	snprintf(text, n, "%s:%s", u->scheme, u->rest);
-	rc = due__pg_parse_url(&c, u->text, text);
-	free(text);
 	*cfg = c;
 	return rc;
 }
