@@ -14,7 +14,7 @@
 **
 ** Text fields (kind, key, group, lease_owner, last_error, an attempt's
 ** worker, outcome and error, a schedule's names) follow the same rule.
-** The library refuses text that is not UTF-8 (src/core/task.c), but a
+** The library refuses text that is not UTF-8 (src/base/task.c), but a
 ** store may hold some written before that rule or by SQL of its own: such
 ** a field is shown as `<name>_b64` in place of `<name>`, never dropped
 ** (jansson's json_string() returns NULL for it, and an object set with

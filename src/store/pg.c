@@ -1089,7 +1089,7 @@ static const char schema_v1[] =
     "  action text NOT NULL,"
     "  detail text);"
     "CREATE INDEX due_audit_task ON due_audit (task_id);"
-    /* The backoff rule of due_backoff_us() (src/core/time.c): min(base *
+    /* The backoff rule of due_backoff_us() (src/base/time.c): min(base *
        2^(n-1), cap), computed in numeric so it cannot overflow; past 64
        doublings any base >= 1 is over every int8 cap. */
     "CREATE FUNCTION due_backoff(base bigint, cap bigint, n integer)"

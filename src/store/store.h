@@ -58,7 +58,7 @@
 ** do; nothing outside the backend's file asks for a backend by name.  What
 ** backends share (the column lists, the row decoders, the migration walk,
 ** the names of states and outcomes) lives in row.c, common.c and
-** src/core/names.c, so a backend writes only what its database does
+** src/base/names.c, so a backend writes only what its database does
 ** differently.  docs/internals/store.md walks through adding one.
 **
 ** Version 8 of the table (DUE_STORE_OPS_VERSION).  due_open() refuses a

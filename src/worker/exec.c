@@ -80,7 +80,7 @@ void due__buf_add(buf *b, const unsigned char *d, size_t n)
 
 /*
 ** The task's variables, one buffer each: a group is up to 255 bytes, a
-** kind up to 128 (core/task.c checks both).
+** kind up to 128 (base/task.c checks both).
 */
 #define N_VARS 7
 #define VAR_MAX 320

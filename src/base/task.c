@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "base/base.h"
 
 static const char *const state_names[DUE_STATE_COUNT] = {
     "SCHEDULED", "CLAIMED", "DONE", "CANCELLED", "DEAD"};
