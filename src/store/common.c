@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/store.h"
 
 int due__schema_verdict(const char *store, int v, const char *where)

@@ -78,7 +78,7 @@
 
 #include <mysqld_error.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/flow.h"
 #include "store/mysql_conn.h"
 #include "store/row.h"

@@ -29,7 +29,7 @@
 
 #include <mysql.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/mysql_conn.h"
 #include "store/store.h"
 

@@ -89,7 +89,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/flow.h"
 #include "store/pg_wire.h"
 #include "store/row.h"

@@ -27,7 +27,7 @@
 
 #include <libpq-fe.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/pg_wire.h"
 #include "store/store.h"
 

@@ -119,7 +119,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/pg_wire.h"
 
 /* The longest a side question (slow answers) may take, connect included. */

@@ -66,7 +66,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/flow.h"
 #include "store/row.h"
 #include "store/sqlite_conn.h"
