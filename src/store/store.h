@@ -81,7 +81,7 @@
 #ifndef DUE_STORE_H
 #define DUE_STORE_H
 
-#include "core/counter.h"
+#include "store/counter.h"
 #include "due.h"
 
 #define DUE_STORE_OPS_VERSION 9
@@ -402,7 +402,7 @@ typedef struct due_store_admin {
 	/*
 	** A session on the server of the store at url, opened before a
 	** measurement; server_read appends the server's counters
-	** (core/counter.h) as they are now to out.  A backend with no
+	** (store/counter.h) as they are now to out.  A backend with no
 	** counters opens a session that reads none.
 	*/
 	int (*server_open)(due_store_srv **out, const due_url *url);
