@@ -26,7 +26,7 @@
 
 #include "fmt/fmt.h"
 
-json_t *due_fmt_time(due_time t)
+json_t *due__fmt_time(due_time t)
 {
 	char buf[40];
 	if (t <= 0)
@@ -53,7 +53,7 @@ static json_t *duration_or_null(int64_t us)
 	return json_string(buf);
 }
 
-size_t due_fmt_utf8_len(const unsigned char *p, size_t n)
+size_t due__fmt_utf8_len(const unsigned char *p, size_t n)
 {
 	unsigned char c = n ? p[0] : 0;
 	size_t len = c < 0x80	      ? 1
@@ -74,10 +74,10 @@ size_t due_fmt_utf8_len(const unsigned char *p, size_t n)
 	return len;
 }
 
-int due_fmt_is_utf8(const unsigned char *p, size_t n)
+int due__fmt_is_utf8(const unsigned char *p, size_t n)
 {
 	for (size_t i = 0, len; i < n; i += len)
-		if ((len = due_fmt_utf8_len(p + i, n - i)) == 0)
+		if ((len = due__fmt_utf8_len(p + i, n - i)) == 0)
 			return 0;
 	return 1;
 }
@@ -85,7 +85,7 @@ int due_fmt_is_utf8(const unsigned char *p, size_t n)
 static const char b64[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-char *due_fmt_base64(const unsigned char *p, size_t n)
+char *due__fmt_base64(const unsigned char *p, size_t n)
 {
 	char *out = malloc(4 * ((n + 2) / 3) + 1), *o = out;
 	if (!out)
@@ -105,7 +105,7 @@ char *due_fmt_base64(const unsigned char *p, size_t n)
 	return out;
 }
 
-int due_fmt_unbase64(const char *text, unsigned char **out, size_t *out_len)
+int due__fmt_unbase64(const char *text, unsigned char **out, size_t *out_len)
 {
 	size_t n = strlen(text), k = 0;
 	unsigned char *buf;
@@ -154,13 +154,13 @@ static void set_bytes(json_t *o, const char *name, const unsigned char *p,
 	char key[48];
 	size_t show = cut && n > cut ? cut : n;
 
-	if (due_fmt_is_utf8(p, n)) {
+	if (due__fmt_is_utf8(p, n)) {
 		while (show < n && show > 0 && (p[show] & 0xc0) == 0x80)
 			show--;
 		json_object_set_new(o, name,
 				    json_stringn((const char *)p, show));
 	} else {
-		char *enc = due_fmt_base64(p, show);
+		char *enc = due__fmt_base64(p, show);
 		snprintf(key, sizeof(key), "%s_b64", name);
 		json_object_set_new(o, key,
 				    enc ? json_string(enc) : json_null());
@@ -178,7 +178,7 @@ static void set_bytes(json_t *o, const char *name, const unsigned char *p,
 ** A stored text field: null when absent, a string when UTF-8, else its
 ** exact bytes in base64 under `name_b64` (as set_bytes does).
 */
-void due_fmt_set_text(json_t *o, const char *name, const char *s)
+void due__fmt_set_text(json_t *o, const char *name, const char *s)
 {
 	if (!s)
 		json_object_set_new(o, name, json_null());
@@ -192,19 +192,19 @@ static json_t *attempt_json(const due_attempt *a)
 	if (!o)
 		return NULL;
 	json_object_set_new(o, "attempt", json_integer(a->attempt));
-	due_fmt_set_text(o, "worker", a->worker);
-	json_object_set_new(o, "claimed_at", due_fmt_time(a->claimed_at));
-	json_object_set_new(o, "ended_at", due_fmt_time(a->ended_at));
-	due_fmt_set_text(o, "outcome", a->outcome);
-	due_fmt_set_text(o, "error", a->error);
-	due_fmt_set_text(o, "late_commit", a->late_commit);
+	due__fmt_set_text(o, "worker", a->worker);
+	json_object_set_new(o, "claimed_at", due__fmt_time(a->claimed_at));
+	json_object_set_new(o, "ended_at", due__fmt_time(a->ended_at));
+	due__fmt_set_text(o, "outcome", a->outcome);
+	due__fmt_set_text(o, "error", a->error);
+	due__fmt_set_text(o, "late_commit", a->late_commit);
 	json_object_set_new(
 	    o, "lateness_ms",
 	    json_real((double)(a->claimed_at - a->due_at) / 1000.0));
 	return o;
 }
 
-json_t *due_fmt_task(const due_task *t) { return due_fmt_task_cut(t, 0); }
+json_t *due__fmt_task(const due_task *t) { return due__fmt_task_cut(t, 0); }
 
 /* last_error, cut like payloads (it is text: kept as a string). */
 static void set_error(json_t *o, const char *err, size_t cut)
@@ -217,7 +217,7 @@ static void set_error(json_t *o, const char *err, size_t cut)
 		  cut);
 }
 
-json_t *due_fmt_task_cut(const due_task *t, size_t cut)
+json_t *due__fmt_task_cut(const due_task *t, size_t cut)
 {
 	json_t *o = json_object(), *arr = json_array();
 
@@ -227,7 +227,7 @@ json_t *due_fmt_task_cut(const due_task *t, size_t cut)
 		return NULL;
 	}
 	json_object_set_new(o, "id", json_integer(t->id));
-	due_fmt_set_text(o, "kind", t->kind);
+	due__fmt_set_text(o, "kind", t->kind);
 	json_object_set_new(o, "state", json_string(due_state_name(t->state)));
 	/* a due time is always set: 0 is the epoch, not "none" */
 	json_object_set_new(o, "due_at", instant(t->due_at));
@@ -239,20 +239,20 @@ json_t *due_fmt_task_cut(const due_task *t, size_t cut)
 			    json_integer(t->backoff_cap_us / 1000));
 	/* flow control (schema 4): the task's own settings */
 	json_object_set_new(o, "priority", json_integer(t->priority));
-	due_fmt_set_text(o, "group", t->group);
+	due__fmt_set_text(o, "group", t->group);
 	json_object_set_new(o, "timeout", duration_or_null(t->timeout_us));
-	due_fmt_set_text(o, "lease_owner", t->lease_owner);
-	json_object_set_new(o, "lease_until", due_fmt_time(t->lease_until));
+	due__fmt_set_text(o, "lease_owner", t->lease_owner);
+	json_object_set_new(o, "lease_until", due__fmt_time(t->lease_until));
 	json_object_set_new(o, "cancel_requested",
 			    json_boolean(t->cancel_requested));
-	due_fmt_set_text(o, "key", t->key);
+	due__fmt_set_text(o, "key", t->key);
 	if (t->has_result)
 		set_bytes(o, "result", t->result, t->result_len, cut);
 	else
 		json_object_set_new(o, "result", json_null());
 	set_error(o, t->last_error, cut);
-	json_object_set_new(o, "created_at", due_fmt_time(t->created_at));
-	json_object_set_new(o, "updated_at", due_fmt_time(t->updated_at));
+	json_object_set_new(o, "created_at", due__fmt_time(t->created_at));
+	json_object_set_new(o, "updated_at", due__fmt_time(t->updated_at));
 	set_bytes(o, "payload", t->payload, t->payload_len, cut);
 	for (size_t i = 0; i < t->n_attempts; i++)
 		json_array_append_new(arr, attempt_json(&t->attempts[i]));
@@ -260,45 +260,45 @@ json_t *due_fmt_task_cut(const due_task *t, size_t cut)
 	return o;
 }
 
-json_t *due_fmt_task_list(const due_task_list *l)
+json_t *due__fmt_task_list(const due_task_list *l)
 {
 	json_t *arr = json_array();
 	for (size_t i = 0; arr && l && i < l->count; i++)
-		json_array_append_new(arr, due_fmt_task(&l->items[i]));
+		json_array_append_new(arr, due__fmt_task(&l->items[i]));
 	return arr;
 }
 
-json_t *due_fmt_cron(const due_cron_info *s)
+json_t *due__fmt_cron(const due_cron_info *s)
 {
 	json_t *o = json_object();
 	char z[48];
 
 	if (!o)
 		return NULL;
-	due_fmt_set_text(o, "name", s->name);
-	due_fmt_set_text(o, "expr", s->expr);
-	due_fmt_set_text(o, "kind", s->kind);
-	due_fmt_set_text(o, "tz", s->tz);
+	due__fmt_set_text(o, "name", s->name);
+	due__fmt_set_text(o, "expr", s->expr);
+	due__fmt_set_text(o, "kind", s->kind);
+	due__fmt_set_text(o, "tz", s->tz);
 	json_object_set_new(o, "misfire",
 			    json_string(s->misfire ? "once" : "skip"));
 	json_object_set_new(o, "overlap",
 			    json_string(s->overlap ? "wait" : "allow"));
-	json_object_set_new(o, "next_fire", due_fmt_time(s->next_slot));
+	json_object_set_new(o, "next_fire", due__fmt_time(s->next_slot));
 	if (due_time_format_zone(z, sizeof(z), s->next_slot, s->tz) == 0)
 		json_object_set_new(o, "next_fire_local", json_string(z));
-	json_object_set_new(o, "last_fire", due_fmt_time(s->last_slot));
+	json_object_set_new(o, "last_fire", due__fmt_time(s->last_slot));
 	json_object_set_new(o, "last_task",
 			    s->last_task ? json_integer(s->last_task)
 					 : json_null());
 	json_object_set_new(o, "fired", json_integer(s->fired));
 	json_object_set_new(o, "missed", json_integer(s->missed));
-	json_object_set_new(o, "last_missed", due_fmt_time(s->last_missed));
-	if (due_fmt_is_utf8(s->payload, s->payload_len)) {
+	json_object_set_new(o, "last_missed", due__fmt_time(s->last_missed));
+	if (due__fmt_is_utf8(s->payload, s->payload_len)) {
 		json_object_set_new(
 		    o, "payload",
 		    json_stringn((const char *)s->payload, s->payload_len));
 	} else {
-		char *b = due_fmt_base64(s->payload, s->payload_len);
+		char *b = due__fmt_base64(s->payload, s->payload_len);
 		json_object_set_new(o, "payload_b64",
 				    b ? json_string(b) : json_null());
 		free(b);

@@ -11,7 +11,7 @@ static json_t *ms_or_null(int64_t us)
 	return us < 0 ? json_null() : json_real((double)us / 1000.0);
 }
 
-json_t *due_fmt_stats(const due_stats *s)
+json_t *due__fmt_stats(const due_stats *s)
 {
 	json_t *o = json_object(), *counts = json_object(),
 	       *late = json_object();
@@ -31,12 +31,12 @@ json_t *due_fmt_stats(const due_stats *s)
 	json_object_set_new(late, "p99_ms", ms_or_null(s->lateness_p99_us));
 	json_object_set_new(late, "max_ms", ms_or_null(s->lateness_max_us));
 	json_object_set_new(o, "lateness", late);
-	json_object_set_new(o, "now", due_fmt_time(s->now));
-	json_object_set_new(o, "estimated", due_fmt_estimated(s->estimated));
+	json_object_set_new(o, "now", due__fmt_time(s->now));
+	json_object_set_new(o, "estimated", due__fmt_estimated(s->estimated));
 	return o;
 }
 
-json_t *due_fmt_estimated(uint32_t bits)
+json_t *due__fmt_estimated(uint32_t bits)
 {
 	json_t *a = json_array();
 
@@ -47,10 +47,10 @@ json_t *due_fmt_estimated(uint32_t bits)
 	return a;
 }
 
-json_t *due_fmt_stats_report(const due_metrics *m,
-			     const due_kind_info_list *kinds)
+json_t *due__fmt_stats_report(const due_metrics *m,
+			      const due_kind_info_list *kinds)
 {
-	json_t *o = due_fmt_stats(&m->stats), *wk = json_object();
+	json_t *o = due__fmt_stats(&m->stats), *wk = json_object();
 
 	json_object_set_new(wk, "reporting", json_integer(m->workers));
 	json_object_set_new(wk, "claim_queries",
@@ -64,6 +64,6 @@ json_t *due_fmt_stats_report(const due_metrics *m,
 	json_object_set_new(o, "workers", wk);
 	json_object_set_new(o, "schedules",
 			    json_integer((json_int_t)m->n_schedules));
-	json_object_set_new(o, "kinds", due_fmt_kind_list(kinds));
+	json_object_set_new(o, "kinds", due__fmt_kind_list(kinds));
 	return o;
 }

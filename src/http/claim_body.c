@@ -101,7 +101,7 @@ json_t *http_claimed_json(const due_task_list *l, int64_t lease_us)
 
 	for (size_t i = 0; a && i < l->count; i++) {
 		const due_task *t = &l->items[i];
-		json_t *o = due_fmt_task(t);
+		json_t *o = due__fmt_task(t);
 		char key[40];
 		/* the store set lease_until = its now + lease at the claim */
 		due_time deadline =
