@@ -392,6 +392,7 @@ DUE_EXTERN int due_schedule_sqlite_tx(struct sqlite3 *conn, due_submitted *out,
 /**
  * Schedule inside the caller's own open transaction on their own libpq
  * connection (PGconn *).  The task commits or rolls back with their rows.
+ * DUE_EUNSUPPORTED when this build has no PostgreSQL store.
  */
 DUE_EXTERN int due_schedule_pg_tx(struct pg_conn *conn, due_submitted *out,
 				  const char *kind, const void *payload,

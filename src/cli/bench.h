@@ -6,7 +6,7 @@
 ** A workload runs in a scratch store of its own (verify_store.c, the same
 ** as `due verify`'s) and reports one bres.  What the store's server
 ** counts itself it reads through the store's backend (core/admin.h,
-** core/counter.h): bench knows kinds of counters, never a backend.
+** store/counter.h): bench knows kinds of counters, never a backend.
 */
 #ifndef DUE_BENCH_H
 #define DUE_BENCH_H

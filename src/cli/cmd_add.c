@@ -6,14 +6,14 @@
 ** while the first is live prints the first id and says so on stderr.
 **
 ** Batch: every line is a JSON object {kind, payload | payload_b64, in | at,
-** max_attempts, backoff, backoff_cap, key, priority, group, timeout}, decoded
-*by due_fmt_batch_line()
-** (src/fmt/submit.c, shared with POST /v1/tasks and fuzzed); all lines are
-** checked first, then written in one transaction, so a bad line 7 writes
-** nothing.  On a terminal a progress line says how far the reading is
-** (lines, and the share of the file's bytes when it is a file) and then
-** how long the write has run: the write is one transaction, one statement
-** or script on most stores, with nothing to count inside it.
+** max_attempts, backoff, backoff_cap, key, priority, group, timeout},
+** decoded by due__fmt_batch_line() (src/fmt/submit.c, shared with POST
+** /v1/tasks and fuzzed); all lines are checked first, then written in one
+** transaction, so a bad line 7 writes nothing.  On a terminal a progress
+** line says how far the reading is (lines, and the share of the file's bytes
+** when it is a file) and then how long the write has run: the write is one
+** transaction, one statement or script on most stores, with nothing to count
+** inside it.
 */
 #include <errno.h>
 #include <stdio.h>
@@ -153,7 +153,7 @@ static int print_result(const cli_ctx *c, due_db *db, const due_submitted *s)
 	}
 	if ((rc = due_get(db, &t, s->id)) < 0)
 		return cli_fail(c, rc);
-	rc = cli_print_json(due_fmt_task(t));
+	rc = cli_print_json(due__fmt_task(t));
 	due_task_free(t);
 	return rc;
 }
@@ -264,8 +264,8 @@ static int batch_read(cli_ctx *c, const char *path, batch *b, cli_progress *p)
 			cli_progress_set(p, (int64_t)lineno + 1,
 					 size ? (double)bytes / (double)size
 					      : -1);
-		got = due_fmt_batch_line(line, (size_t)len, ++lineno, &obj, &s,
-					 &blob, err, sizeof(err));
+		got = due__fmt_batch_line(line, (size_t)len, ++lineno, &obj, &s,
+					  &blob, err, sizeof(err));
 		if (got == 0 && batch_push(b, obj, blob, &s) == 0)
 			continue;
 		json_decref(obj);

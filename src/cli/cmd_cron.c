@@ -212,7 +212,7 @@ static int cron_ls(cli_ctx *c, int npos)
 	if (c->json) {
 		json_t *arr = json_array();
 		for (size_t i = 0; i < l->count; i++)
-			json_array_append_new(arr, due_fmt_cron(&l->items[i]));
+			json_array_append_new(arr, due__fmt_cron(&l->items[i]));
 		due_cron_info_list_free(l);
 		return cli_print_json(arr);
 	}

@@ -112,8 +112,8 @@ static int parse_opt(const cli_ctx *c, due_kind_settings *s, int opt,
 			s->rate_us = 0;
 			return 0;
 		}
-		if (due_fmt_rate_parse(arg, &s->rate_n, &s->rate_us, err,
-				       sizeof(err)) < 0)
+		if (due__fmt_rate_parse(arg, &s->rate_n, &s->rate_us, err,
+					sizeof(err)) < 0)
 			return cli_usage_error(c, "--rate: %s", err);
 		return 0;
 	case O_MAXRUN:
@@ -208,7 +208,7 @@ static int print_kind(const cli_ctx *c, due_db *db, const char *kind)
 	if ((rc = due_kind_get(db, &k, kind)) < 0)
 		return cli_fail(c, rc);
 	if (c->json) {
-		rc = cli_print_json(due_fmt_kind(k));
+		rc = cli_print_json(due__fmt_kind(k));
 	} else {
 		one.items = k;
 		print_table(&one);
@@ -260,7 +260,7 @@ static int kind_ls(cli_ctx *c, int npos)
 	if (rc < 0)
 		return cli_fail(c, rc);
 	if (c->json)
-		rc = cli_print_json(due_fmt_kind_list(l));
+		rc = cli_print_json(due__fmt_kind_list(l));
 	else
 		print_table(l);
 	due_kind_info_list_free(l);

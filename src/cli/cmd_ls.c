@@ -66,7 +66,7 @@ static int run_list(cli_ctx *c, due_list_opts *o)
 	if (rc < 0)
 		return cli_fail(c, rc);
 	if (c->json)
-		rc = cli_print_json(due_fmt_task_list(l));
+		rc = cli_print_json(due__fmt_task_list(l));
 	else
 		cli_print_task_table(l);
 	due_task_list_free(l);

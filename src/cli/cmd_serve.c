@@ -279,7 +279,7 @@ static void fit_files(cli_ctx *c, serve_args *a)
 /* Run the server until SIGINT or SIGTERM. */
 static int run(cli_ctx *c, serve_args *a)
 {
-	due_http_opts o = {0};
+	due__http_opts o = {0};
 	due_http *h = NULL;
 	char err[256];
 	sigset_t set;
@@ -302,12 +302,12 @@ static int run(cli_ctx *c, serve_args *a)
 	sigaddset(&set, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	if (due_http_start(&h, &o, err, sizeof(err)) < 0) {
+	if (due__http_start(&h, &o, err, sizeof(err)) < 0) {
 		fprintf(stderr, "%s: cannot listen on %s: %s\n", c->prog,
 			a->listen, err);
 		return EXIT_STORE;
 	}
-	printf("listening on http://%s:%u/\n", a->host, due_http_port(h));
+	printf("listening on http://%s:%u/\n", a->host, due__http_port(h));
 	fflush(stdout);
 	fprintf(stderr, "%s: store %s, %s, %ld threads\n", c->prog, o.db_url,
 		o.token ? "token required for changes"
@@ -315,7 +315,7 @@ static int run(cli_ctx *c, serve_args *a)
 		a->threads);
 	sigwait(&set, &sig);
 	fprintf(stderr, "%s: %s, stopping\n", c->prog, strsignal(sig));
-	due_http_stop(h);
+	due__http_stop(h);
 	return 0;
 }
 

@@ -57,7 +57,7 @@ static void line_bytes(const char *name, const unsigned char *p, size_t n)
 {
 	while (n && (p[n - 1] == '\n' || p[n - 1] == '\r'))
 		n--;
-	if (due_fmt_is_utf8(p, n)) {
+	if (due__fmt_is_utf8(p, n)) {
 		printf("%-17s ", name);
 		cli_put_text(p, n > 400 ? 400 : n, 0);
 		printf("%s\n", n > 400 ? "..." : "");
@@ -162,7 +162,7 @@ int cmd_show(int argc, char **argv)
 		return cli_fail(&c, rc);
 	}
 	if (c.json) {
-		json_t *o = due_fmt_task(t);
+		json_t *o = due__fmt_task(t);
 		if (o)
 			json_object_set_new(
 			    o, "held", held ? json_string(held) : json_null());

@@ -103,7 +103,7 @@ static void print_kinds(const due_kind_info_list *l)
 
 static int print_json(const due_metrics *m, const due_kind_info_list *kinds)
 {
-	return cli_print_json(due_fmt_stats_report(m, kinds));
+	return cli_print_json(due__fmt_stats_report(m, kinds));
 }
 
 static void print_text(const due_metrics *m, const due_kind_info_list *kinds)

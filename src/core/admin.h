@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/counter.h"
+#include "store/counter.h"
 #include "due.h"
 
 /* A backend with, when made from a URL, the store that URL names. */

@@ -129,6 +129,11 @@ unsigned due__db_caps(const due_db *db)
 	return db && db->ops ? db->ops->caps : 0;
 }
 
+bool due__db_host_clock(const due_db *db)
+{
+	return (due__db_caps(db) & DUE_STORE_CAP_HOST_CLOCK) != 0;
+}
+
 /* Every operation needs an open store. */
 static int ready(due_db *db)
 {
@@ -294,18 +299,27 @@ bad:
 	return rc;
 }
 
+int due__submit_args(due_submit *out, const char *kind, const void *payload,
+		     size_t payload_len, const due_schedule_opts *opts,
+		     size_t max_payload, bool fixed_limit)
+{
+	due_submit in = {kind, payload, payload_len,
+			 (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
+
+	copy_opts(&in.opts, opts);
+	return due__submit_check(&in, out, max_payload, fixed_limit, NULL);
+}
+
 int due_schedule(due_db *db, due_submitted *out, const char *kind,
 		 const void *payload, size_t payload_len,
 		 const due_schedule_opts *opts)
 {
-	due_submit in = {kind, payload, payload_len,
-			 (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
 	due_submit s;
 	int rc;
 
-	copy_opts(&in.opts, opts);
 	if ((rc = ready(db)) < 0 ||
-	    (rc = due__submit_check(&in, &s, db->max_payload, false, NULL)) < 0)
+	    (rc = due__submit_args(&s, kind, payload, payload_len, opts,
+				   db->max_payload, false)) < 0)
 		return rc;
 	return db->ops->schedule(db->store, out, &s, 1);
 }
@@ -334,64 +348,6 @@ int due_schedule_batch(due_db *db, due_submitted *out, const due_submit *items,
 done:
 	free(checked);
 	return rc;
-}
-
-#ifndef DUE_WITH_MYSQL
-/* The public symbol exists in every build (the ABI does not depend on the
-   build's options); without the backend it says so. */
-int due_schedule_mysql_tx(struct st_mysql *conn, due_submitted *out,
-			  const char *kind, const void *payload,
-			  size_t payload_len, const due_schedule_opts *opts)
-{
-	(void)conn, (void)kind, (void)payload, (void)payload_len, (void)opts;
-	if (out)
-		out->id = 0;
-	return due__error_set(DUE_EUNSUPPORTED,
-			      "due_schedule_mysql_tx: this build of due has no "
-			      "MySQL store (built without libmariadb)");
-}
-#endif
-
-int due__schedule_native(const due_store_ops *ops, const char *api, void *conn,
-			 due_submitted *out, const char *kind,
-			 const void *payload, size_t payload_len,
-			 const due_schedule_opts *opts)
-{
-	due_submit in = {kind, payload, payload_len,
-			 (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT};
-	due_submit it;
-	int rc;
-
-	copy_opts(&in.opts, opts);
-	if (!(ops->caps & DUE_STORE_CAP_TX_SUBMIT))
-		return due__error_set(
-		    DUE_EINVAL,
-		    "%s: the %s store cannot submit in a caller's "
-		    "transaction",
-		    api, ops->name);
-	if (!conn)
-		return due__error_set(DUE_EINVAL, "connection is NULL");
-	rc = due__submit_check(&in, &it, DUE_DEFAULT_MAX_PAYLOAD, true, NULL);
-	if (rc < 0)
-		return rc;
-	switch (ops->native_tx(conn)) {
-	case DUE_NATIVE_TX_OPEN: break;
-	case DUE_NATIVE_TX_FAILED:
-		return due__error_set(
-		    DUE_EINVAL,
-		    "%s: the transaction on this connection has already "
-		    "failed (ROLLBACK it)",
-		    api);
-	default:
-		return due__error_set(
-		    DUE_EINVAL,
-		    "%s: no transaction is open on this connection (BEGIN "
-		    "first)",
-		    api);
-	}
-	out->id = 0;
-	out->existed = false;
-	return ops->schedule_on_native(conn, out, &it);
 }
 
 int due_cancel(due_db *db, due_cancel_outcome *out, due_id id)

@@ -24,11 +24,10 @@
 ** The one idea: the zone is a sequence of "periods" [start, end) of constant
 ** offset. period_at() finds the period holding an instant, from the table or
 ** from the rule. Local -> UTC walks the periods near the wall time in order;
-*the
-** first period whose wall-clock range holds the wall time gives the answer
-** (so a repeated time resolves to its first occurrence), and a period whose
-** wall-clock range starts after it means the wall time fell into a gap, whose
-** first valid instant is that period's start.
+** the first period whose wall-clock range holds the wall time gives the
+** answer (so a repeated time resolves to its first occurrence), and a period
+** whose wall-clock range starts after it means the wall time fell into a
+** gap, whose first valid instant is that period's start.
 */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* open, fstat, read */

@@ -1,5 +1,7 @@
 /*
-** json.c - tasks, attempts and stats as JSON (jansson).
+** json.c - tasks, attempts and schedules as JSON (jansson), and the text
+** rules every rendering follows (UTF-8 or base64, times).  Stats are
+** stats.c's, kinds kind.c's: both use this file, which uses neither.
 **
 ** A task's flow-control fields (priority, group, timeout) are the task's
 ** own: "timeout" is null when the task has none and its kind's applies
@@ -12,7 +14,7 @@
 **
 ** Text fields (kind, key, group, lease_owner, last_error, an attempt's
 ** worker, outcome and error, a schedule's names) follow the same rule.
-** The library refuses text that is not UTF-8 (src/core/task.c), but a
+** The library refuses text that is not UTF-8 (src/base/task.c), but a
 ** store may hold some written before that rule or by SQL of its own: such
 ** a field is shown as `<name>_b64` in place of `<name>`, never dropped
 ** (jansson's json_string() returns NULL for it, and an object set with
@@ -24,7 +26,7 @@
 
 #include "fmt/fmt.h"
 
-json_t *due_fmt_time(due_time t)
+json_t *due__fmt_time(due_time t)
 {
 	char buf[40];
 	if (t <= 0)
@@ -51,7 +53,7 @@ static json_t *duration_or_null(int64_t us)
 	return json_string(buf);
 }
 
-size_t due_fmt_utf8_len(const unsigned char *p, size_t n)
+size_t due__fmt_utf8_len(const unsigned char *p, size_t n)
 {
 	unsigned char c = n ? p[0] : 0;
 	size_t len = c < 0x80	      ? 1
@@ -72,10 +74,10 @@ size_t due_fmt_utf8_len(const unsigned char *p, size_t n)
 	return len;
 }
 
-int due_fmt_is_utf8(const unsigned char *p, size_t n)
+int due__fmt_is_utf8(const unsigned char *p, size_t n)
 {
 	for (size_t i = 0, len; i < n; i += len)
-		if ((len = due_fmt_utf8_len(p + i, n - i)) == 0)
+		if ((len = due__fmt_utf8_len(p + i, n - i)) == 0)
 			return 0;
 	return 1;
 }
@@ -83,7 +85,7 @@ int due_fmt_is_utf8(const unsigned char *p, size_t n)
 static const char b64[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-char *due_fmt_base64(const unsigned char *p, size_t n)
+char *due__fmt_base64(const unsigned char *p, size_t n)
 {
 	char *out = malloc(4 * ((n + 2) / 3) + 1), *o = out;
 	if (!out)
@@ -103,7 +105,7 @@ char *due_fmt_base64(const unsigned char *p, size_t n)
 	return out;
 }
 
-int due_fmt_unbase64(const char *text, unsigned char **out, size_t *out_len)
+int due__fmt_unbase64(const char *text, unsigned char **out, size_t *out_len)
 {
 	size_t n = strlen(text), k = 0;
 	unsigned char *buf;
@@ -152,13 +154,13 @@ static void set_bytes(json_t *o, const char *name, const unsigned char *p,
 	char key[48];
 	size_t show = cut && n > cut ? cut : n;
 
-	if (due_fmt_is_utf8(p, n)) {
+	if (due__fmt_is_utf8(p, n)) {
 		while (show < n && show > 0 && (p[show] & 0xc0) == 0x80)
 			show--;
 		json_object_set_new(o, name,
 				    json_stringn((const char *)p, show));
 	} else {
-		char *enc = due_fmt_base64(p, show);
+		char *enc = due__fmt_base64(p, show);
 		snprintf(key, sizeof(key), "%s_b64", name);
 		json_object_set_new(o, key,
 				    enc ? json_string(enc) : json_null());
@@ -176,7 +178,7 @@ static void set_bytes(json_t *o, const char *name, const unsigned char *p,
 ** A stored text field: null when absent, a string when UTF-8, else its
 ** exact bytes in base64 under `name_b64` (as set_bytes does).
 */
-void due_fmt_set_text(json_t *o, const char *name, const char *s)
+void due__fmt_set_text(json_t *o, const char *name, const char *s)
 {
 	if (!s)
 		json_object_set_new(o, name, json_null());
@@ -190,19 +192,19 @@ static json_t *attempt_json(const due_attempt *a)
 	if (!o)
 		return NULL;
 	json_object_set_new(o, "attempt", json_integer(a->attempt));
-	due_fmt_set_text(o, "worker", a->worker);
-	json_object_set_new(o, "claimed_at", due_fmt_time(a->claimed_at));
-	json_object_set_new(o, "ended_at", due_fmt_time(a->ended_at));
-	due_fmt_set_text(o, "outcome", a->outcome);
-	due_fmt_set_text(o, "error", a->error);
-	due_fmt_set_text(o, "late_commit", a->late_commit);
+	due__fmt_set_text(o, "worker", a->worker);
+	json_object_set_new(o, "claimed_at", due__fmt_time(a->claimed_at));
+	json_object_set_new(o, "ended_at", due__fmt_time(a->ended_at));
+	due__fmt_set_text(o, "outcome", a->outcome);
+	due__fmt_set_text(o, "error", a->error);
+	due__fmt_set_text(o, "late_commit", a->late_commit);
 	json_object_set_new(
 	    o, "lateness_ms",
 	    json_real((double)(a->claimed_at - a->due_at) / 1000.0));
 	return o;
 }
 
-json_t *due_fmt_task(const due_task *t) { return due_fmt_task_cut(t, 0); }
+json_t *due__fmt_task(const due_task *t) { return due__fmt_task_cut(t, 0); }
 
 /* last_error, cut like payloads (it is text: kept as a string). */
 static void set_error(json_t *o, const char *err, size_t cut)
@@ -215,7 +217,7 @@ static void set_error(json_t *o, const char *err, size_t cut)
 		  cut);
 }
 
-json_t *due_fmt_task_cut(const due_task *t, size_t cut)
+json_t *due__fmt_task_cut(const due_task *t, size_t cut)
 {
 	json_t *o = json_object(), *arr = json_array();
 
@@ -225,7 +227,7 @@ json_t *due_fmt_task_cut(const due_task *t, size_t cut)
 		return NULL;
 	}
 	json_object_set_new(o, "id", json_integer(t->id));
-	due_fmt_set_text(o, "kind", t->kind);
+	due__fmt_set_text(o, "kind", t->kind);
 	json_object_set_new(o, "state", json_string(due_state_name(t->state)));
 	/* a due time is always set: 0 is the epoch, not "none" */
 	json_object_set_new(o, "due_at", instant(t->due_at));
@@ -237,20 +239,20 @@ json_t *due_fmt_task_cut(const due_task *t, size_t cut)
 			    json_integer(t->backoff_cap_us / 1000));
 	/* flow control (schema 4): the task's own settings */
 	json_object_set_new(o, "priority", json_integer(t->priority));
-	due_fmt_set_text(o, "group", t->group);
+	due__fmt_set_text(o, "group", t->group);
 	json_object_set_new(o, "timeout", duration_or_null(t->timeout_us));
-	due_fmt_set_text(o, "lease_owner", t->lease_owner);
-	json_object_set_new(o, "lease_until", due_fmt_time(t->lease_until));
+	due__fmt_set_text(o, "lease_owner", t->lease_owner);
+	json_object_set_new(o, "lease_until", due__fmt_time(t->lease_until));
 	json_object_set_new(o, "cancel_requested",
 			    json_boolean(t->cancel_requested));
-	due_fmt_set_text(o, "key", t->key);
+	due__fmt_set_text(o, "key", t->key);
 	if (t->has_result)
 		set_bytes(o, "result", t->result, t->result_len, cut);
 	else
 		json_object_set_new(o, "result", json_null());
 	set_error(o, t->last_error, cut);
-	json_object_set_new(o, "created_at", due_fmt_time(t->created_at));
-	json_object_set_new(o, "updated_at", due_fmt_time(t->updated_at));
+	json_object_set_new(o, "created_at", due__fmt_time(t->created_at));
+	json_object_set_new(o, "updated_at", due__fmt_time(t->updated_at));
 	set_bytes(o, "payload", t->payload, t->payload_len, cut);
 	for (size_t i = 0; i < t->n_attempts; i++)
 		json_array_append_new(arr, attempt_json(&t->attempts[i]));
@@ -258,107 +260,45 @@ json_t *due_fmt_task_cut(const due_task *t, size_t cut)
 	return o;
 }
 
-json_t *due_fmt_task_list(const due_task_list *l)
+json_t *due__fmt_task_list(const due_task_list *l)
 {
 	json_t *arr = json_array();
 	for (size_t i = 0; arr && l && i < l->count; i++)
-		json_array_append_new(arr, due_fmt_task(&l->items[i]));
+		json_array_append_new(arr, due__fmt_task(&l->items[i]));
 	return arr;
 }
 
-static json_t *ms_or_null(int64_t us)
-{
-	return us < 0 ? json_null() : json_real((double)us / 1000.0);
-}
-
-json_t *due_fmt_stats(const due_stats *s)
-{
-	json_t *o = json_object(), *counts = json_object(),
-	       *late = json_object();
-
-	for (int i = 0; i < DUE_STATE_COUNT; i++)
-		json_object_set_new(counts, due_state_name((due_state)i),
-				    json_integer(s->counts[i]));
-	json_object_set_new(o, "counts", counts);
-	json_object_set_new(o, "dead", json_integer(s->dead));
-	json_object_set_new(o, "due_unclaimed", json_integer(s->due_unclaimed));
-	json_object_set_new(o, "oldest_due_unclaimed_ms",
-			    json_integer(s->oldest_due_unclaimed_ms));
-	json_object_set_new(late, "window_s",
-			    json_integer(s->window_us / 1000000));
-	json_object_set_new(late, "claims", json_integer(s->claims_window));
-	json_object_set_new(late, "p50_ms", ms_or_null(s->lateness_p50_us));
-	json_object_set_new(late, "p99_ms", ms_or_null(s->lateness_p99_us));
-	json_object_set_new(late, "max_ms", ms_or_null(s->lateness_max_us));
-	json_object_set_new(o, "lateness", late);
-	json_object_set_new(o, "now", due_fmt_time(s->now));
-	json_object_set_new(o, "estimated", due_fmt_estimated(s->estimated));
-	return o;
-}
-
-json_t *due_fmt_estimated(uint32_t bits)
-{
-	json_t *a = json_array();
-
-	for (int i = 0; i < DUE_STATE_COUNT; i++)
-		if (bits & (1u << i))
-			json_array_append_new(
-			    a, json_string(due_state_name((due_state)i)));
-	return a;
-}
-
-json_t *due_fmt_stats_report(const due_metrics *m,
-			     const due_kind_info_list *kinds)
-{
-	json_t *o = due_fmt_stats(&m->stats), *wk = json_object();
-
-	json_object_set_new(wk, "reporting", json_integer(m->workers));
-	json_object_set_new(wk, "claim_queries",
-			    json_integer(m->claim_queries));
-	json_object_set_new(wk, "empty_polls", json_integer(m->empty_claims));
-	json_object_set_new(wk, "reclaim_checks",
-			    json_integer(m->reclaim_queries));
-	json_object_set_new(wk, "store_errors", json_integer(m->store_errors));
-	json_object_set_new(wk, "lease_lost", json_integer(m->lease_lost));
-	json_object_set_new(wk, "pruned", json_integer(m->pruned));
-	json_object_set_new(o, "workers", wk);
-	json_object_set_new(o, "schedules",
-			    json_integer((json_int_t)m->n_schedules));
-	json_object_set_new(o, "kinds", due_fmt_kind_list(kinds));
-	return o;
-}
-
-json_t *due_fmt_cron(const due_cron_info *s)
+json_t *due__fmt_cron(const due_cron_info *s)
 {
 	json_t *o = json_object();
 	char z[48];
 
 	if (!o)
 		return NULL;
-	due_fmt_set_text(o, "name", s->name);
-	due_fmt_set_text(o, "expr", s->expr);
-	due_fmt_set_text(o, "kind", s->kind);
-	due_fmt_set_text(o, "tz", s->tz);
+	due__fmt_set_text(o, "name", s->name);
+	due__fmt_set_text(o, "expr", s->expr);
+	due__fmt_set_text(o, "kind", s->kind);
+	due__fmt_set_text(o, "tz", s->tz);
 	json_object_set_new(o, "misfire",
 			    json_string(s->misfire ? "once" : "skip"));
 	json_object_set_new(o, "overlap",
 			    json_string(s->overlap ? "wait" : "allow"));
-	json_object_set_new(o, "next_fire", due_fmt_time(s->next_slot));
+	json_object_set_new(o, "next_fire", due__fmt_time(s->next_slot));
 	if (due_time_format_zone(z, sizeof(z), s->next_slot, s->tz) == 0)
 		json_object_set_new(o, "next_fire_local", json_string(z));
-	json_object_set_new(o, "last_fire", due_fmt_time(s->last_slot));
+	json_object_set_new(o, "last_fire", due__fmt_time(s->last_slot));
 	json_object_set_new(o, "last_task",
 			    s->last_task ? json_integer(s->last_task)
 					 : json_null());
 	json_object_set_new(o, "fired", json_integer(s->fired));
 	json_object_set_new(o, "missed", json_integer(s->missed));
-	json_object_set_new(o, "last_missed", due_fmt_time(s->last_missed));
-	if (due_fmt_is_utf8(s->payload, s->payload_len)) {
+	json_object_set_new(o, "last_missed", due__fmt_time(s->last_missed));
+	if (due__fmt_is_utf8(s->payload, s->payload_len)) {
 		json_object_set_new(
 		    o, "payload",
 		    json_stringn((const char *)s->payload, s->payload_len));
 	} else {
-		char *b = due_fmt_base64(s->payload, s->payload_len);
+		char *b = due__fmt_base64(s->payload, s->payload_len);
 		json_object_set_new(o, "payload_b64",
 				    b ? json_string(b) : json_null());
 		free(b);

@@ -10,7 +10,7 @@
 ** "1m30s"), which due_duration_parse() reads back, so a value from a
 ** listing can be given to `kind set` or PUT /v1/kinds/{kind} unchanged.
 **
-** The reverse direction, due_fmt_kind_settings_from_json(), decodes a PUT
+** The reverse direction, due__fmt_kind_settings_from_json(), decodes a PUT
 ** body into a due_kind_settings change.  It refuses here, with one line
 ** naming the field, what the library would also refuse (so the HTTP
 ** service answers 400 with a message in its own words) and what only JSON
@@ -62,7 +62,8 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 	va_end(ap);
 	while (*p) {
 		size_t n = seq_len(*p);
-		if (*p < 0x20 || *p == 0x7f || n == 0 || !due_fmt_is_utf8(p, n))
+		if (*p < 0x20 || *p == 0x7f || n == 0 ||
+		    !due__fmt_is_utf8(p, n))
 			n = 0;
 		if (o + (n ? n : 1) >= errlen)
 			break;
@@ -105,13 +106,13 @@ static json_t *rate_or_null(int32_t n, int64_t us)
 	return json_string(buf);
 }
 
-json_t *due_fmt_kind(const due_kind_info *k)
+json_t *due__fmt_kind(const due_kind_info *k)
 {
 	json_t *o = json_object();
 
 	if (!o)
 		return NULL;
-	due_fmt_set_text(o, "kind", k->kind);
+	due__fmt_set_text(o, "kind", k->kind);
 	json_object_set_new(o, "paused", json_boolean(k->paused));
 	json_object_set_new(o, "rate", rate_or_null(k->rate_n, k->rate_us));
 	json_object_set_new(o, "max_running", limit_or_null(k->max_running));
@@ -124,16 +125,16 @@ json_t *due_fmt_kind(const due_kind_info *k)
 	json_object_set_new(o, "held_rate", json_integer(k->held_rate));
 	json_object_set_new(o, "held_running", json_integer(k->held_running));
 	json_object_set_new(o, "held_group", json_integer(k->held_group));
-	json_object_set_new(o, "updated_at", due_fmt_time(k->updated_at));
+	json_object_set_new(o, "updated_at", due__fmt_time(k->updated_at));
 	return o;
 }
 
-json_t *due_fmt_kind_list(const due_kind_info_list *l)
+json_t *due__fmt_kind_list(const due_kind_info_list *l)
 {
 	json_t *arr = json_array();
 
 	for (size_t i = 0; arr && l && i < l->count; i++)
-		json_array_append_new(arr, due_fmt_kind(&l->items[i]));
+		json_array_append_new(arr, due__fmt_kind(&l->items[i]));
 	return arr;
 }
 
@@ -141,8 +142,8 @@ json_t *due_fmt_kind_list(const due_kind_info_list *l)
 ** "N/DUR": N a decimal integer 1..1000000 (no sign, no spaces), DUR a
 ** duration of 1ms..1d.  The text is quoted in every refusal.
 */
-int due_fmt_rate_parse(const char *text, int32_t *n, int64_t *us, char *err,
-		       size_t errlen)
+int due__fmt_rate_parse(const char *text, int32_t *n, int64_t *us, char *err,
+			size_t errlen)
 {
 	const char *slash = text ? strchr(text, '/') : NULL;
 	char *end;
@@ -218,8 +219,8 @@ static int json_rate(json_t *obj, due_kind_settings *s, char *err,
 		return fail(err, errlen,
 			    "'rate' must be a string \"N/DUR\" such as "
 			    "\"10/1s\", or null for no limit");
-	return due_fmt_rate_parse(json_string_value(v), &s->rate_n, &s->rate_us,
-				  err, errlen);
+	return due__fmt_rate_parse(json_string_value(v), &s->rate_n,
+				   &s->rate_us, err, errlen);
 }
 
 static int json_timeout(json_t *obj, due_kind_settings *s, char *err,
@@ -248,8 +249,8 @@ static int json_timeout(json_t *obj, due_kind_settings *s, char *err,
 	return 0;
 }
 
-int due_fmt_kind_settings_from_json(json_t *obj, due_kind_settings *out,
-				    char *err, size_t errlen)
+int due__fmt_kind_settings_from_json(json_t *obj, due_kind_settings *out,
+				     char *err, size_t errlen)
 {
 	const char *k;
 	json_t *v;

@@ -5,9 +5,9 @@
 ** `due add --batch` reads one object a line and POST /v1/tasks one object
 ** a body; both describe the same due_submit with the same fields (kind,
 ** payload | payload_b64, in | at, max_attempts, backoff, backoff_cap, key,
-** priority, group, timeout), so they share due_fmt_submit_from_json() and
-** differ only in how the JSON text is parsed (due_fmt_batch_line(),
-** due_fmt_task_body()) and in the prefix of their messages ("--batch line
+** priority, group, timeout), so they share due__fmt_submit_from_json() and
+** differ only in how the JSON text is parsed (due__fmt_batch_line(),
+** due__fmt_task_body()) and in the prefix of their messages ("--batch line
 ** N: ").
 **
 ** What the decoder checks: the JSON types, no unknown field, 'in' and 'at'
@@ -31,7 +31,7 @@
 
 #include "fmt/fmt.h"
 
-const char *const due_fmt_submit_fields[] = {
+const char *const due__fmt_submit_fields[] = {
     "kind",	    "payload", "payload_b64", "in",  "at",
     "max_attempts", "backoff", "backoff_cap", "key", "priority",
     "group",	    "timeout", NULL};
@@ -66,7 +66,7 @@ static void oneline(char *err, size_t errlen, const char *src)
 			k = (size_t)snprintf(esc, sizeof(esc), "\\x%02X", *p);
 			put = esc;
 			n = 1;
-		} else if (n == 0 || !due_fmt_is_utf8(p, n)) {
+		} else if (n == 0 || !due__fmt_is_utf8(p, n)) {
 			put = "?";
 			k = n = 1;
 		}
@@ -240,8 +240,8 @@ static int payload(json_t *obj, due_submit *s, unsigned char **blob, char *err,
 		s->payload = json_string_value(text);
 		s->payload_len = json_string_length(text);
 	} else if (b64) {
-		if (due_fmt_unbase64(json_string_value(b64), blob,
-				     &s->payload_len) < 0)
+		if (due__fmt_unbase64(json_string_value(b64), blob,
+				      &s->payload_len) < 0)
 			return fail(err, errlen,
 				    "'payload_b64' is not valid base64");
 		s->payload = *blob;
@@ -249,9 +249,9 @@ static int payload(json_t *obj, due_submit *s, unsigned char **blob, char *err,
 	return 0;
 }
 
-int due_fmt_submit_from_json(json_t *obj, const char *const *known,
-			     due_submit *out, unsigned char **blob, char *err,
-			     size_t errlen)
+int due__fmt_submit_from_json(json_t *obj, const char *const *known,
+			      due_submit *out, unsigned char **blob, char *err,
+			      size_t errlen)
 {
 	json_t *kind = json_object_get(obj, "kind");
 	const char *k;
@@ -277,9 +277,9 @@ int due_fmt_submit_from_json(json_t *obj, const char *const *known,
 	return 0;
 }
 
-int due_fmt_batch_line(const char *line, size_t len, size_t lineno,
-		       json_t **obj, due_submit *out, unsigned char **blob,
-		       char *err, size_t errlen)
+int due__fmt_batch_line(const char *line, size_t len, size_t lineno,
+			json_t **obj, due_submit *out, unsigned char **blob,
+			char *err, size_t errlen)
 {
 	char why[1024];
 	json_error_t je;
@@ -294,14 +294,14 @@ int due_fmt_batch_line(const char *line, size_t len, size_t lineno,
 	if (!(*obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je)))
 		return fail(err, errlen, "--batch line %zu: malformed JSON: %s",
 			    lineno, je.text);
-	if (due_fmt_submit_from_json(*obj, due_fmt_submit_fields, out, blob,
-				     why, sizeof(why)) < 0)
+	if (due__fmt_submit_from_json(*obj, due__fmt_submit_fields, out, blob,
+				      why, sizeof(why)) < 0)
 		return fail(err, errlen, "--batch line %zu: %s", lineno, why);
 	return 0;
 }
 
-int due_fmt_json_body(const char *body, size_t len, bool allow_empty,
-		      json_t **out, char *err, size_t errlen)
+int due__fmt_json_body(const char *body, size_t len, bool allow_empty,
+		       json_t **out, char *err, size_t errlen)
 {
 	json_error_t je;
 
@@ -326,13 +326,13 @@ int due_fmt_json_body(const char *body, size_t len, bool allow_empty,
 	return 0;
 }
 
-int due_fmt_task_body(const char *body, size_t len, json_t **obj,
-		      due_submit *out, unsigned char **blob, char *err,
-		      size_t errlen)
+int due__fmt_task_body(const char *body, size_t len, json_t **obj,
+		       due_submit *out, unsigned char **blob, char *err,
+		       size_t errlen)
 {
 	*blob = NULL;
-	if (due_fmt_json_body(body, len, false, obj, err, errlen) < 0)
+	if (due__fmt_json_body(body, len, false, obj, err, errlen) < 0)
 		return -1;
-	return due_fmt_submit_from_json(*obj, due_fmt_submit_fields, out, blob,
-					err, errlen);
+	return due__fmt_submit_from_json(*obj, due__fmt_submit_fields, out,
+					 blob, err, errlen);
 }

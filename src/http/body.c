@@ -2,10 +2,10 @@
 ** body.c - strict readers for JSON request bodies and path ids.
 **
 ** Every request body is one JSON object parsed by jansson with duplicate
-** keys refused (due_fmt_json_body(), src/fmt/submit.c, which the fuzz
-** target http_body calls as the service does); a key the route does not know is
-*an error (a typo such as
-** "max_attemps" must not silently fall back to a default).  Each reader
+** keys refused (due__fmt_json_body(), src/fmt/submit.c, which the fuzz
+** target http_body calls as the service does); a key the route does not
+** know is an error (a typo such as "max_attemps" must not silently fall
+** back to a default).  Each reader
 ** returns 0, or -1 with r->err naming the field and what was wrong, and
 ** the handler answers 400 with it before anything is changed.
 */
@@ -22,8 +22,8 @@ int json_body_object(http_req *r, const char *const *known, bool allow_empty,
 	const char *k;
 	json_t *v;
 
-	if (due_fmt_json_body(r->body, r->body_len, allow_empty, out, r->err,
-			      sizeof(r->err)) < 0)
+	if (due__fmt_json_body(r->body, r->body_len, allow_empty, out, r->err,
+			       sizeof(r->err)) < 0)
 		return -1;
 	json_object_foreach(*out, k, v)
 	{
@@ -121,7 +121,7 @@ int json_opt_payload(http_req *r, json_t *o, const void **p, size_t *len,
 		*p = json_string_value(text);
 		*len = json_string_length(text);
 	} else if (b64) {
-		if (due_fmt_unbase64(json_string_value(b64), out_blob, len) <
+		if (due__fmt_unbase64(json_string_value(b64), out_blob, len) <
 		    0) {
 			snprintf(r->err, sizeof(r->err),
 				 "'payload_b64' is not valid "

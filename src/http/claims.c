@@ -30,9 +30,8 @@
 ** sooner), as a worker's reclaimer does: with only HTTP workers nobody
 ** else would, and a crashed HTTP client's task would stay CLAIMED
 ** forever.  And it ends TIMED_OUT the tries claimed here that ran past
-** their time limit without a word from their client (tries.c).  Where the store
-*cannot notify, parked polls look again every
-** POLL_US.
+** their time limit without a word from their client (tries.c).  Where
+** the store cannot notify, parked polls look again every POLL_US.
 **
 ** The deadlines need no store: the ticker (server.c), and the watcher
 ** when it wakes, answer `[]` to a poll that has looked and reached the

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <sys/socket.h>
 
-typedef struct due_http_opts {
+typedef struct due__http_opts {
 	const char *db_url;	     /* store URL (required) */
 	const char *token;	     /* bearer token for changes; NULL: none */
 	const struct sockaddr *addr; /* where to listen */
@@ -30,7 +30,7 @@ typedef struct due_http_opts {
 	size_t max_body;    /* request body limit in bytes (a \uXXXX
 			       escape weighs 2) */
 	size_t max_payload; /* payload limit passed to due_open() */
-} due_http_opts;
+} due__http_opts;
 
 typedef struct due_http due_http;
 
@@ -40,20 +40,20 @@ typedef struct due_http due_http;
 ** have blocked the signals it wants to handle itself before the call:
 ** the server's threads inherit the mask.
 */
-int due_http_start(due_http **out, const due_http_opts *o, char *err,
-		   size_t errlen);
+int due__http_start(due_http **out, const due__http_opts *o, char *err,
+		    size_t errlen);
 
 /* The TCP port actually bound (useful with port 0). */
-unsigned due_http_port(const due_http *h);
+unsigned due__http_port(const due_http *h);
 
 /*
 ** Stop accepting, close every connection, join the threads (each closes
 ** its store handle) and free h.  NULL is fine.
 */
-void due_http_stop(due_http *h);
+void due__http_stop(due_http *h);
 
 /* The dashboard page, generated at build time from dashboard.html. */
-extern const char due_http_dashboard[];
-extern const size_t due_http_dashboard_len;
+extern const char due__http_dashboard[];
+extern const size_t due__http_dashboard_len;
 
 #endif

@@ -121,12 +121,15 @@ int http_queue_reply(http_req *r);
 /* Free what r owns (at the end of the request). */
 void http_req_free(http_req *r);
 
-/* ---- request data (request.c) ---- */
+/* ---- this thread's store handle (thread_db.c) ---- */
 
 /* This thread's store handle, opened on first use.  0 or a DUE_E* code. */
 int http_db(http_req *r, due_db **out);
 /* Close this thread's store handle (after a store error). */
 void http_db_drop(const struct due_http *h);
+
+/* ---- request data (request.c) ---- */
+
 /* A decoded query argument, or NULL when absent. */
 const char *http_query(http_req *r, const char *name);
 /*
@@ -242,8 +245,11 @@ void http_tries_prune(http_tries *ts, int64_t now);
 /* ---- long polls: POST /v1/claims (claims.c) ---- */
 
 #define HTTP_MAX_KINDS 64
+/* A claim's (or a batch of completions') items, and a lease, at most. */
+#define HTTP_MAX_CLAIM 1000
+#define HTTP_MAX_LEASE_US (24 * 3600 * 1000000LL)
 
-/* A claim request, read from its body (routes_work.c). */
+/* A claim request, read from its body (claim_body.c). */
 typedef struct http_claim_spec {
 	const char *kinds[HTTP_MAX_KINDS]; /* into the parsed body */
 	due_claim_opts o;

@@ -48,7 +48,7 @@ static void label(FILE *f, const char *s)
 	size_t n = strlen(s), len;
 
 	for (size_t i = 0; i < n; i += len) {
-		len = due_fmt_utf8_len((const unsigned char *)s + i, n - i);
+		len = due__fmt_utf8_len((const unsigned char *)s + i, n - i);
 		if (len == 0) {
 			fputs("\xef\xbf\xbd", f);
 			len = 1;

@@ -115,7 +115,7 @@ static void escape_non_utf8(char *dst, size_t cap, const char *src)
 
 	for (size_t i = 0; i < n && o + 5 < cap;) {
 		const unsigned char *p = (const unsigned char *)src + i;
-		size_t len = due_fmt_utf8_len(p, n - i);
+		size_t len = due__fmt_utf8_len(p, n - i);
 		if (len) {
 			if (o + len >= cap)
 				break;
@@ -139,7 +139,7 @@ int http_reply_error(http_req *r, unsigned status, const char *code,
 	va_start(ap, fmt);
 	vsnprintf(raw, sizeof(raw), fmt, ap);
 	va_end(ap);
-	if (due_fmt_is_utf8((const unsigned char *)raw, strlen(raw)))
+	if (due__fmt_is_utf8((const unsigned char *)raw, strlen(raw)))
 		memcpy(detail, raw, sizeof(detail));
 	else
 		escape_non_utf8(detail, sizeof(detail), raw);

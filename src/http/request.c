@@ -1,7 +1,7 @@
 /*
 ** request.c - what is checked on a request before anything runs: the
 ** request-target, the framing headers, Host, Origin and the token, and
-** the body's size; and the per-thread store handles.
+** the body's size.
 **
 ** The target is taken as the client sent it (libmicrohttpd is told not to
 ** decode it: server.c) and read strictly here:
@@ -43,38 +43,6 @@
 #include <microhttpd.h>
 
 #include "http/internal.h"
-
-/* ------------------------------------------------------------------ */
-/* Per-thread store handles                                            */
-/* ------------------------------------------------------------------ */
-
-int http_db(http_req *r, due_db **out)
-{
-	due_db *db = pthread_getspecific(r->srv->db_key);
-	due_open_opts o = DUE_OPEN_OPTS_INIT;
-	int rc;
-
-	if (db) {
-		*out = db;
-		return 0;
-	}
-	o.max_payload = r->srv->max_payload;
-	if ((rc = due_open(&db, r->srv->db_url, &o)) < 0) {
-		snprintf(r->err, sizeof(r->err), "%s", due_error_last());
-		due_close(db);
-		return rc;
-	}
-	pthread_setspecific(r->srv->db_key, db);
-	*out = db;
-	return 0;
-}
-
-void http_db_drop(const struct due_http *h)
-{
-	due_db *db = pthread_getspecific(h->db_key);
-	pthread_setspecific(h->db_key, NULL);
-	due_close(db);
-}
 
 bool http_auth_required(const http_req *r) { return r->srv->token != NULL; }
 

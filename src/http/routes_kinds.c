@@ -2,12 +2,12 @@
 ** routes_kinds.c - /v1/kinds: the per-kind flow-control settings
 ** (docs/internals/flow.md) read and changed over HTTP.
 **
-** A kind is rendered by due_fmt_kind() (src/fmt/kind.c), so GET
+** A kind is rendered by due__fmt_kind() (src/fmt/kind.c), so GET
 ** /v1/kinds/{kind} is the same object as one line of `due kind ls
 ** --json`: the settings (paused, rate, max_running, max_running_per_group,
 ** timeout; null is "no limit") and the live counts the store read with
 ** them (running, rate_used, due, held_*).  A PUT body is decoded by
-** due_fmt_kind_settings_from_json(), the decoder the CLI's JSON shares, so
+** due__fmt_kind_settings_from_json(), the decoder the CLI's JSON shares, so
 ** both refuse the same things with the same words.
 **
 ** The {kind} segment is checked here before the store is touched, as a
@@ -63,7 +63,7 @@ static int reply_kind(http_req *r, due_db *db)
 	rc = due_kind_get(db, &k, r->param);
 	if (rc < 0) /* DUE_ENOTFOUND: 404 not_found */
 		return http_reply_due(r, rc);
-	o = due_fmt_kind(k);
+	o = due__fmt_kind(k);
 	due_kind_info_free(k);
 	return http_reply_json(r, 200, o);
 }
@@ -86,7 +86,7 @@ int route_kind_list(http_req *r)
 		http_add_header(r, "X-Total-Count", total);
 		l->count = HTTP_KINDS_MAX; /* render the first ones only */
 	}
-	arr = due_fmt_kind_list(l);
+	arr = due__fmt_kind_list(l);
 	l->count = all; /* and free them all */
 	due_kind_info_list_free(l);
 	return http_reply_json(r, 200, arr);
@@ -114,9 +114,9 @@ int route_kind_put(http_req *r)
 	int rc;
 
 	if (kind_param(r) < 0 ||
-	    due_fmt_json_body(r->body, r->body_len, false, &o, r->err,
-			      sizeof(r->err)) < 0 ||
-	    due_fmt_kind_settings_from_json(o, &s, r->err, sizeof(r->err)) <
+	    due__fmt_json_body(r->body, r->body_len, false, &o, r->err,
+			       sizeof(r->err)) < 0 ||
+	    due__fmt_kind_settings_from_json(o, &s, r->err, sizeof(r->err)) <
 		0) {
 		json_decref(o);
 		return http_reply_bad(r);

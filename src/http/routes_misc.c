@@ -75,7 +75,7 @@ static int sched_find(due_db *db, const char *name, size_t cut, json_t **out)
 		return rc;
 	for (size_t i = 0; i < l->count; i++)
 		if (!strcmp(l->items[i].name, name))
-			*out = due_fmt_cron(&l->items[i]);
+			*out = due__fmt_cron(&l->items[i]);
 	due_cron_info_list_free(l);
 	if (*out)
 		cut_payload(*out, cut);
@@ -93,7 +93,7 @@ int route_sched_list(http_req *r)
 		return http_reply_due(r, rc);
 	arr = json_array();
 	for (size_t i = 0; arr && i < l->count; i++) {
-		json_t *o = due_fmt_cron(&l->items[i]);
+		json_t *o = due__fmt_cron(&l->items[i]);
 		if (o)
 			cut_payload(o, HTTP_PREVIEW_BYTES);
 		json_array_append_new(arr, o);
@@ -246,7 +246,7 @@ int route_stats(http_req *r)
 		due_metrics_free(m);
 		return http_reply_due(r, rc);
 	}
-	o = due_fmt_stats_report(m, kinds);
+	o = due__fmt_stats_report(m, kinds);
 	due_kind_info_list_free(kinds);
 	due_metrics_free(m);
 	return http_reply_json(r, 200, o);
@@ -333,7 +333,7 @@ static json_t *metrics_json(const due_metrics *m, const char *backend,
 			    bool auth)
 {
 	json_t *o = json_object(), *kinds = json_array(), *out = json_object();
-	json_t *per = json_array(), *st = due_fmt_stats(&m->stats);
+	json_t *per = json_array(), *st = due__fmt_stats(&m->stats);
 
 	json_object_set_new(o, "stats", st);
 	json_object_set_new(o, "health",
@@ -345,7 +345,7 @@ static json_t *metrics_json(const due_metrics *m, const char *backend,
 		    kinds, json_pack("{s:s,s:o,s:o}", "kind", m->kinds[i].kind,
 				     "counts", counts_json(m->kinds[i].counts),
 				     "estimated",
-				     due_fmt_estimated(m->kinds_estimated)));
+				     due__fmt_estimated(m->kinds_estimated)));
 	json_object_set_new(o, "kinds", kinds);
 	json_object_set_new(o, "lateness", hist_json(&m->lateness));
 	json_object_set_new(o, "duration", hist_json(&m->duration));
@@ -401,5 +401,5 @@ int route_dashboard(http_req *r)
 	http_add_header(r, "X-Frame-Options", "DENY");
 	http_add_header(r, "Referrer-Policy", "no-referrer");
 	return http_reply_static(r, 200, "text/html; charset=utf-8",
-				 due_http_dashboard, due_http_dashboard_len);
+				 due__http_dashboard, due__http_dashboard_len);
 }

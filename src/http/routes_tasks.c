@@ -2,7 +2,7 @@
 ** routes_tasks.c - /v1/tasks: schedule, read, list, cancel and the
 ** operator actions (retry, requeue, kill).
 **
-** A task is always rendered by due_fmt_task_cut(), so GET /v1/tasks/{id}
+** A task is always rendered by due__fmt_task_cut(), so GET /v1/tasks/{id}
 ** is the same object as `due show ID --json` (payload and result are only
 ** cut beyond the server's payload limit, which the store enforces anyway),
 ** with "held" naming the setting of its kind that holds it (null: none).
@@ -39,7 +39,7 @@ static int reply_task(http_req *r, due_db *db, due_id id, unsigned status,
 
 	if ((rc = due_get(db, &t, id)) < 0)
 		return http_reply_due(r, rc);
-	o = due_fmt_task_cut(t, cut);
+	o = due__fmt_task_cut(t, cut);
 	due_task_free(t);
 	if (o && existed >= 0)
 		json_object_set_new(o, "existed", json_boolean(existed));
@@ -51,7 +51,7 @@ static int reply_task(http_req *r, due_db *db, due_id id, unsigned status,
 /* ------------------------------------------------------------------ */
 
 /*
-** The body is decoded by due_fmt_task_body() (src/fmt/submit.c), the
+** The body is decoded by due__fmt_task_body() (src/fmt/submit.c), the
 ** decoder `due add --batch` uses for its lines, fuzzed as http_body.
 */
 int route_task_create(http_req *r)
@@ -63,8 +63,8 @@ int route_task_create(http_req *r)
 	json_t *o = NULL;
 	int rc;
 
-	if (due_fmt_task_body(r->body, r->body_len, &o, &s, &blob, r->err,
-			      sizeof(r->err)) < 0) {
+	if (due__fmt_task_body(r->body, r->body_len, &o, &s, &blob, r->err,
+			       sizeof(r->err)) < 0) {
 		rc = http_reply_bad(r);
 	} else if ((rc = http_db(r, &db)) < 0 ||
 		   (rc = due_schedule(db, &sub, s.kind, s.payload,
@@ -203,7 +203,7 @@ static int buf_add(buf *b, const char *s, size_t n)
 */
 static int add_task(buf *b, const due_task *t)
 {
-	json_t *o = due_fmt_task_cut(t, HTTP_PREVIEW_BYTES);
+	json_t *o = due__fmt_task_cut(t, HTTP_PREVIEW_BYTES);
 	char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_ENSURE_ASCII) : NULL;
 	size_t lines = 1, n;
 	int rc = -1;
@@ -331,7 +331,7 @@ int route_task_get(http_req *r)
 		due_task_free(t);
 		return http_reply_due(r, rc);
 	}
-	o = due_fmt_task_cut(t, http_max_payload(r));
+	o = due__fmt_task_cut(t, http_max_payload(r));
 	due_task_free(t);
 	if (o)
 		json_object_set_new(o, "held",

@@ -409,7 +409,7 @@ static void *ticker(void *arg)
 /* ------------------------------------------------------------------ */
 
 /* A listening socket on o->addr; -1 with err set. */
-static int listen_on(const due_http_opts *o, char *err, size_t errlen)
+static int listen_on(const due__http_opts *o, char *err, size_t errlen)
 {
 	int fd = socket(o->addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0),
 	    one = 1;
@@ -445,7 +445,7 @@ static unsigned bound_port(int fd)
 static void close_db(void *db) { due_close(db); }
 
 /* The store threads and the ticker; -1 on failure. */
-static int start_threads(struct due_http *h, const due_http_opts *o)
+static int start_threads(struct due_http *h, const due__http_opts *o)
 {
 	size_t queue = (size_t)o->threads * QUEUE_PER_THREAD;
 
@@ -465,7 +465,7 @@ static int start_threads(struct due_http *h, const due_http_opts *o)
 }
 
 static struct MHD_Daemon *start_daemon(struct due_http *h,
-				       const due_http_opts *o, int fd)
+				       const due__http_opts *o, int fd)
 {
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
 			 MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
@@ -486,8 +486,8 @@ static struct MHD_Daemon *start_daemon(struct due_http *h,
 	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
 }
 
-int due_http_start(due_http **out, const due_http_opts *o, char *err,
-		   size_t errlen)
+int due__http_start(due_http **out, const due__http_opts *o, char *err,
+		    size_t errlen)
 {
 	due_http *h = calloc(1, sizeof(*h));
 	int fd = -1;
@@ -521,13 +521,13 @@ int due_http_start(due_http **out, const due_http_opts *o, char *err,
 	*out = h;
 	return 0;
 fail:
-	due_http_stop(h);
+	due__http_stop(h);
 	return -1;
 }
 
-unsigned due_http_port(const due_http *h) { return h->port; }
+unsigned due__http_port(const due_http *h) { return h->port; }
 
-void due_http_stop(due_http *h)
+void due__http_stop(due_http *h)
 {
 	if (!h)
 		return;

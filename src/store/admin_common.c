@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/store.h"
 
 static int too_long(const char *text)

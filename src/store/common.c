@@ -12,18 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/store.h"
-
-char *due__strdup_n(const char *s, size_t n)
-{
-	char *p = malloc(n + 1);
-	if (!p)
-		return NULL;
-	memcpy(p, s, n);
-	p[n] = '\0';
-	return p;
-}
 
 int due__schema_verdict(const char *store, int v, const char *where)
 {
@@ -199,26 +189,6 @@ int due__cron_info_list_alloc(due_cron_info_list **out, size_t n)
 	return 0;
 }
 
-void due__cron_info_clear(due_cron_info *i)
-{
-	free(i->name);
-	free(i->expr);
-	free(i->kind);
-	free(i->tz);
-	free(i->payload);
-	memset(i, 0, sizeof(*i));
-}
-
-void due_cron_info_list_free(due_cron_info_list *l)
-{
-	if (!l)
-		return;
-	for (size_t i = 0; i < l->count; i++)
-		due__cron_info_clear(&l->items[i]);
-	free(l->items);
-	free(l);
-}
-
 int due__kind_info_list_alloc(due_kind_info_list **out, size_t n)
 {
 	due_kind_info_list *l = calloc(1, sizeof(*l));
@@ -230,43 +200,6 @@ int due__kind_info_list_alloc(due_kind_info_list **out, size_t n)
 	}
 	*out = l;
 	return 0;
-}
-
-void due__kind_info_clear(due_kind_info *k)
-{
-	free(k->kind);
-	memset(k, 0, sizeof(*k));
-}
-
-void due_kind_info_free(due_kind_info *k)
-{
-	if (!k)
-		return;
-	due__kind_info_clear(k);
-	free(k);
-}
-
-void due_kind_info_list_free(due_kind_info_list *l)
-{
-	if (!l)
-		return;
-	for (size_t i = 0; i < l->count; i++)
-		due__kind_info_clear(&l->items[i]);
-	free(l->items);
-	free(l);
-}
-
-const double due_hist_bounds_ms[DUE_HIST_N] = {
-    1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000};
-
-void due_metrics_free(due_metrics *m)
-{
-	if (!m)
-		return;
-	for (size_t i = 0; i < m->n_kinds; i++)
-		free(m->kinds[i].kind);
-	free(m->kinds);
-	free(m);
 }
 
 int due__kind_info_take_one(due_kind_info **out, due_kind_info_list *l,

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/flow.h"
 
 int due__flow_add(due__flow *f, const char *kind, size_t len,

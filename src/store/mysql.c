@@ -78,7 +78,7 @@
 
 #include <mysqld_error.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/flow.h"
 #include "store/mysql_conn.h"
 #include "store/row.h"
@@ -1040,7 +1040,7 @@ static int mys_native_tx(void *conn)
 
 /*
 ** Insert on the caller's connection, inside the transaction it holds
-** (due__schedule_native checked it): plain statements, nothing of ours
+** (src/core/native.c checked it): plain statements, nothing of ours
 ** stays in their session.
 */
 static int mys_schedule_on_native(void *conn, due_submitted *out,
@@ -3788,6 +3788,3 @@ const due_store_ops due__store_mysql = {
     DUE_STORE_METHODS(OP) DUE_STORE_NOTIFY_METHODS(OP)
 	DUE_STORE_TX_SUBMIT_METHODS(OP)};
 #undef OP
-
-DUE_STORE_TX_SUBMIT_API(due_schedule_mysql_tx, struct st_mysql,
-			due__store_mysql)

@@ -29,11 +29,9 @@
 
 #include <mysql.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/mysql_conn.h"
 #include "store/store.h"
-
-extern const due_store_ops due__store_mysql;
 
 struct due_store_sql {
 	MYSQL *m;
@@ -51,16 +49,14 @@ struct due_store_srv {
 */
 static int connect_url(MYSQL **out, const due_url *url, bool with_db)
 {
-	void *v = NULL;
-	const due_my_cfg *c;
+	due_my_cfg *c = NULL;
 	int rc;
 
 	*out = NULL;
-	if ((rc = due__store_mysql.parse_url(&v, url)) < 0) {
-		due__store_mysql.free_cfg(v);
+	if ((rc = due__my_parse_url(&c, url->text, url->rest)) < 0) {
+		due__my_cfg_free(c);
 		return rc;
 	}
-	c = v;
 	rc = due__error_set(DUE_ESTORE, "mysql store: no host to connect to");
 	for (size_t i = 0; i < c->n_hosts && !*out; i++) {
 		MYSQL *m = mysql_init(NULL);
@@ -80,7 +76,7 @@ static int connect_url(MYSQL **out, const due_url *url, bool with_db)
 				    mysql_error(m));
 		mysql_close(m);
 	}
-	due__store_mysql.free_cfg(v);
+	due__my_cfg_free(c);
 	return rc;
 }
 

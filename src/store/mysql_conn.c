@@ -90,7 +90,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/mysql_conn.h"
 
 /* ------------------------------------------------------------------ */

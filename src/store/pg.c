@@ -89,7 +89,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/flow.h"
 #include "store/pg_wire.h"
 #include "store/row.h"
@@ -1089,7 +1089,7 @@ static const char schema_v1[] =
     "  action text NOT NULL,"
     "  detail text);"
     "CREATE INDEX due_audit_task ON due_audit (task_id);"
-    /* The backoff rule of due_backoff_us() (src/core/time.c): min(base *
+    /* The backoff rule of due_backoff_us() (src/base/time.c): min(base *
        2^(n-1), cap), computed in numeric so it cannot overflow; past 64
        doublings any base >= 1 is over every int8 cap. */
     "CREATE FUNCTION due_backoff(base bigint, cap bigint, n integer)"
@@ -1225,32 +1225,14 @@ static const char schema_v5[] =
 /* Open, schema                                                        */
 /* ------------------------------------------------------------------ */
 
-/*
-** The URL is a libpq URI: postgres://... or postgresql://... with libpq's
-** own options in its query, and due's (pooler=, listen=), which
-** due__pg_parse_url takes out before libpq sees it.  *cfg is a
-** due_pg_cfg, also after a failure (free_cfg releases it).
-*/
+/* The URL: pg_wire.c reads it (due__pg_parse_store_url), for the admin
+   group too.  *cfg is a due_pg_cfg, also after a failure (free_cfg
+   releases it). */
 static int pg_parse_url(void **cfg, const due_url *u)
 {
-	size_t n = strlen(u->scheme) + strlen(u->rest) + 2;
 	due_pg_cfg *c = NULL;
-	char *text;
-	int rc;
+	int rc = due__pg_parse_store_url(&c, u);
 
-	*cfg = NULL;
-	if (strncmp(u->rest, "//", 2) != 0)
-		return due__error_set(
-		    DUE_EINVAL,
-		    "malformed store URL '%s': use %s://[user@]host[:port]/"
-		    "database",
-		    u->text, u->scheme);
-	/* the URL without the core's timeout= (u->rest), for libpq */
-	if (!(text = malloc(n)))
-		return due__error_set(DUE_ENOMEM, "out of memory");
-	snprintf(text, n, "%s:%s", u->scheme, u->rest);
-	rc = due__pg_parse_url(&c, u->text, text);
-	free(text);
 	*cfg = c;
 	return rc;
 }
@@ -1742,7 +1724,7 @@ static int pg_native_tx(void *conn)
 
 /*
 ** Insert on the caller's connection, inside the transaction it holds
-** (due__schedule_native checked it): unnamed statements, so nothing of
+** (src/core/native.c checked it): unnamed statements, so nothing of
 ** ours stays in their session.
 */
 static int pg_schedule_on_native(void *conn, due_submitted *out,
@@ -3099,5 +3081,3 @@ const due_store_ops due__store_pg = {
     DUE_STORE_METHODS(OP) DUE_STORE_NOTIFY_METHODS(OP)
 	DUE_STORE_TX_SUBMIT_METHODS(OP)};
 #undef OP
-
-DUE_STORE_TX_SUBMIT_API(due_schedule_pg_tx, struct pg_conn, due__store_pg)

@@ -27,11 +27,9 @@
 
 #include <libpq-fe.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/pg_wire.h"
 #include "store/store.h"
-
-extern const due_store_ops due__store_pg;
 
 struct due_store_sql {
 	PGconn *c;
@@ -51,19 +49,19 @@ static void quiet_notice(void *arg, const char *msg)
    even on failure (PQfinish it). */
 static int connect_url(PGconn **out, const due_url *url)
 {
-	void *cfg = NULL;
+	due_pg_cfg *cfg = NULL;
 	int rc;
 
 	*out = NULL;
-	if ((rc = due__store_pg.parse_url(&cfg, url)) == 0) {
-		*out = PQconnectdb(((const due_pg_cfg *)cfg)->uri);
+	if ((rc = due__pg_parse_store_url(&cfg, url)) == 0) {
+		*out = PQconnectdb(cfg->uri);
 		if (PQstatus(*out) != CONNECTION_OK)
 			rc = due__error_set(DUE_ESTORE, "postgres store: %s",
 					    PQerrorMessage(*out));
 		else
 			PQsetNoticeProcessor(*out, quiet_notice, NULL);
 	}
-	due__store_pg.free_cfg(cfg);
+	due__pg_cfg_free(cfg);
 	return rc;
 }
 

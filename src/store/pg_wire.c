@@ -119,7 +119,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/pg_wire.h"
 
 /* The longest a side question (slow answers) may take, connect included. */
@@ -371,6 +371,35 @@ int due__pg_parse_url(due_pg_cfg **out, const char *shown, const char *text)
 			rc = url_opt(c, shown, p, n, &len);
 		p = amp ? amp + 1 : NULL;
 	}
+	return rc;
+}
+
+/*
+** The URL is a libpq URI: postgres://... or postgresql://... with libpq's
+** own options in its query, and due's (pooler=, listen=), which
+** due__pg_parse_url takes out before libpq sees it.
+*/
+int due__pg_parse_store_url(due_pg_cfg **out, const due_url *u)
+{
+	size_t n = strlen(u->scheme) + strlen(u->rest) + 2;
+	due_pg_cfg *c = NULL;
+	char *text;
+	int rc;
+
+	*out = NULL;
+	if (strncmp(u->rest, "//", 2) != 0)
+		return due__error_set(
+		    DUE_EINVAL,
+		    "malformed store URL '%s': use %s://[user@]host[:port]/"
+		    "database",
+		    u->text, u->scheme);
+	/* the URL without the core's timeout= (u->rest), for libpq */
+	if (!(text = malloc(n)))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	snprintf(text, n, "%s:%s", u->scheme, u->rest);
+	rc = due__pg_parse_url(&c, u->text, text);
+	free(text);
+	*out = c;
 	return rc;
 }
 

@@ -108,6 +108,13 @@ struct due_store {
 ** freed with due__pg_cfg_free, also after a failure.
 */
 int due__pg_parse_url(due_pg_cfg **out, const char *shown, const char *text);
+/*
+** The store URL as due_open() split it (pg.c's parse_url and the admin
+** group, pg_admin.c): "//" must follow the scheme; then
+** due__pg_parse_url() of the URL without the core's timeout=.  *out as
+** there.
+*/
+int due__pg_parse_store_url(due_pg_cfg **out, const due_url *u);
 void due__pg_cfg_free(due_pg_cfg *cfg);
 
 /*

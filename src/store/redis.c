@@ -14,10 +14,10 @@
 **
 ** Keys.  Every key of one store is "{due:NAME}:..." (NAME from
 ** ?prefix=, default "default"): one hash tag, so one slot, so every
-** script touches one shard, the one master of that slot.  The layout (task
-*hashes, the due indexes, the lease set,
-** per-state indexes, the unique-key hash) is in docs/internals/redis.md
-** and at the top of redis_lua.c's operations.
+** script touches one shard, the one master of that slot.  The layout
+** (task hashes, the due indexes, the lease set, per-state indexes, the
+** unique-key hash) is in docs/internals/redis.md and at the top of
+** redis_lua.c's operations.
 **
 ** URL.  redis://[[user]:password@]host[:port][,host[:port]...][/DB]
 ** [?prefix=NAME&durability=unsafe&wait=R&wait_timeout=DUR].  rediss://
@@ -110,7 +110,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/redis_shard.h"
 #include "store/row.h"
 #include "store/store.h"

@@ -29,7 +29,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/redis_shard.h"
 #include "store/store.h"
 

@@ -49,7 +49,7 @@
 #include <unistd.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/redis_shard.h"
 #include "store/row.h"
 

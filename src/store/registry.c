@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/store.h"
 
 extern const due_store_ops due__store_sqlite;

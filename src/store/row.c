@@ -5,13 +5,13 @@
 ** (id, due_at) pair.  They read through the backend's due_rows cursor by
 ** the column enums of row.h, copy every text and blob (the cursor's
 ** bytes are borrowed), and map the names the store wrote back to enums
-** through src/core/names.c.  A decoder that fails leaves what it copied
+** through src/base/names.c.  A decoder that fails leaves what it copied
 ** in the object, for the object's own free to release.
 */
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/row.h"
 #include "store/store.h"
 

@@ -66,7 +66,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/flow.h"
 #include "store/row.h"
 #include "store/sqlite_conn.h"
@@ -1115,7 +1115,7 @@ static int due__sq_native_tx(void *conn)
 
 /*
 ** Insert on the caller's connection, inside the transaction it holds
-** (due__schedule_native checked it): statements prepared on that
+** (src/core/native.c checked it): statements prepared on that
 ** connection for this one call, never cached there.
 */
 static int due__sq_schedule_on_native(void *conn, due_submitted *out,
@@ -3596,6 +3596,3 @@ const due_store_ops due__store_sqlite = {
     DUE_STORE_METHODS(OP) DUE_STORE_NOTIFY_METHODS(OP)
 	DUE_STORE_TX_SUBMIT_METHODS(OP)};
 #undef OP
-
-DUE_STORE_TX_SUBMIT_API(due_schedule_sqlite_tx, struct sqlite3,
-			due__store_sqlite)

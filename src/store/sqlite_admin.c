@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/sqlite_conn.h"
 #include "store/store.h"
 

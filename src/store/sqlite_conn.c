@@ -47,7 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/sqlite_conn.h"
 
 /* ------------------------------------------------------------------ */

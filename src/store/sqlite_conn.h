@@ -46,8 +46,7 @@ struct due_store {
 ** The text of the i-th statement that stats, metrics, `due ls --state`,
 ** prune and the claim's probes read through (sqlite.c), NULL past the
 ** last: the test asserts their plans use the intended indexes.  They call
-*due_bucket(), a function of the
-** store's connections.
+** due_bucket(), a function of the store's connections.
 */
 const char *due__sq_read_sql(int i);
 

@@ -12,15 +12,15 @@
 **   complete  CLAIMED & attempt & !cancel    -> DONE + result, last_error
 **                                               cleared (attempt DONE; the
 **                                               history keeps every error)
-**             CLAIMED & attempt & cancel     -> CANCELLED     (attempt
-*CANCELLED)
-**             otherwise                      -> nothing; attempt late_commit
-*mark
+**             CLAIMED & attempt & cancel     -> CANCELLED (attempt
+**                                               CANCELLED)
+**             otherwise                      -> nothing; attempt
+**                                               late_commit mark
 **   fail      CLAIMED & attempt              -> CANCELLED if cancel requested,
 **                                               DEAD if budget used up,
 **                                               else SCHEDULED at now+backoff
 **   reclaim   CLAIMED & lease_until < now    -> as fail, due now
-*(LEASE_EXPIRED)
+**                                               (LEASE_EXPIRED)
 **   cancel    SCHEDULED -> CANCELLED; CLAIMED -> cancel_requested; else report
 **   retry     DEAD -> SCHEDULED now, attempt_base = attempt (fresh budget)
 **   requeue   CLAIMED -> SCHEDULED now (attempt REQUEUED)
@@ -48,15 +48,17 @@
 ** that landed in between (River #1302).  CLAIMED holds exactly when both
 ** lease fields are set; the schema enforces it with a CHECK.
 **
-** Backends.  Each backend is one `const due_store_ops` in its own file
-** (sqlite.c, pg.c), listed once in the table of src/store/registry.c; the
-** table is the only place that names them.  An ops struct carries the URL
+** Backends.  Each backend is one `const due_store_ops due__store_<name>`
+** in its own file (sqlite.c, pg.c, mysql.c, and redis_shard.c over
+** redis.c), listed once in the table of src/store/registry.c; the table is
+** the only place that names them (src/core/native.c lists the public
+** due_schedule_<name>_tx, which the ABI names).  An ops struct carries the URL
 ** schemes it answers to, its own URL parser, and a capability bitfield
 ** (DUE_STORE_CAP_*) that tells the core and the worker what the store can
 ** do; nothing outside the backend's file asks for a backend by name.  What
 ** backends share (the column lists, the row decoders, the migration walk,
 ** the names of states and outcomes) lives in row.c, common.c and
-** src/core/names.c, so a backend writes only what its database does
+** src/base/names.c, so a backend writes only what its database does
 ** differently.  docs/internals/store.md walks through adding one.
 **
 ** Version 8 of the table (DUE_STORE_OPS_VERSION).  due_open() refuses a
@@ -79,7 +81,7 @@
 #ifndef DUE_STORE_H
 #define DUE_STORE_H
 
-#include "core/counter.h"
+#include "store/counter.h"
 #include "due.h"
 
 #define DUE_STORE_OPS_VERSION 9
@@ -101,7 +103,7 @@ struct due_cron_fire;
 **             with DUE_ESTATE and workers poll.
 ** TX_SUBMIT   native_tx/schedule_on_native: a submit inside the caller's
 **             own transaction on its own native connection (the public
-**             due_schedule_<backend>_tx, defined in the backend's file).
+**             due_schedule_<backend>_tx, one line each in src/core/native.c).
 */
 #define DUE_STORE_CAP_HOST_CLOCK (1u << 0)
 #define DUE_STORE_CAP_NOTIFY (1u << 1)
@@ -348,20 +350,6 @@ typedef struct due_store_ops {
 **	.schemes = ..., .caps = ..., DUE_STORE_METHODS(OP) ...};
 */
 
-/*
-** The public `int api(conn_type *conn, ...)` of a TX_SUBMIT backend, as
-** due.h declares it (e.g. due_schedule_pg_tx): all of it is
-** due__schedule_native() on the backend's table.
-*/
-#define DUE_STORE_TX_SUBMIT_API(api, conn_type, ops)                           \
-	int api(conn_type *conn, due_submitted *out, const char *kind,         \
-		const void *payload, size_t payload_len,                       \
-		const due_schedule_opts *opts)                                 \
-	{                                                                      \
-		return due__schedule_native(&ops, #api, conn, out, kind,       \
-					    payload, payload_len, opts);       \
-	}
-
 /* --- The admin group (DUE_STORE_CAP_ADMIN; src/core/admin.c asks it) --- */
 
 /*
@@ -414,7 +402,7 @@ typedef struct due_store_admin {
 	/*
 	** A session on the server of the store at url, opened before a
 	** measurement; server_read appends the server's counters
-	** (core/counter.h) as they are now to out.  A backend with no
+	** (store/counter.h) as they are now to out.  A backend with no
 	** counters opens a session that reads none.
 	*/
 	int (*server_open)(due_store_srv **out, const due_url *url);
@@ -645,10 +633,7 @@ int64_t *due__group_slot(due__groups *g, const char *grp, size_t n);
 
 int due__cron_info_list_alloc(due_cron_info_list **out, size_t n);
 int due__kind_info_list_alloc(due_kind_info_list **out, size_t n);
-void due__kind_info_clear(due_kind_info *k);
-void due__cron_info_clear(due_cron_info *i);
 int due__task_list_alloc(due_task_list **out, size_t n);
-char *due__strdup_n(const char *s, size_t n);
 int due__attempts_append(due_task *t, const due_attempt *a);
 /*
 ** The verdict on a store's schema version v (-1: no due schema): 0 when it

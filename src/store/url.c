@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store/store.h"
 
 #define MIN_STORE_TIMEOUT_US 100000LL	  /* 100 ms */

@@ -133,7 +133,7 @@ static int avail_locked(const due_worker *w, const pool *p)
 ** While draining, slots free up one handler at a time.  When less than
 ** half of a pool could be claimed now, give the handlers about to finish
 ** up to 200 us, so one transaction carries several completions and
-** claims instead of one each.  A fast pool (pool.c) whose thread is still
+** claims instead of one each.  A fast pool (job.c) whose thread is still
 ** running its queue wakes the claimer itself once the queue is empty (or
 ** the stall check wakes the claimer within POOL_STALL_US): skip it until
 ** then.  Only while jobs are queued: a fast pool's handlers that all
@@ -318,7 +318,7 @@ int due__claim_round(due_worker *w, due_db *db, bool *filled, int64_t *retry_us)
 ** fails (relays then pause until the claimer claims again: no thread
 ** retries a failing store in a loop, and the claimer logs the outage).
 ** What the relay claimed runs on this thread, so a job that turns out
-** slow holds the others back only until the stall check (pool.c), as for
+** slow holds the others back only until the stall check (job.c), as for
 ** any fast pool; the claimer, not running handlers, is never held up.
 ** One claim per pool at a time (pool.claiming); the drain waits for a
 ** relay under way (w->relays) as for the tries in flight.  Returns true

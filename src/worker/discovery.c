@@ -36,7 +36,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "store/store.h"
 #include "wheel/wheel.h"
 #include "worker/worker_internal.h"
 
@@ -390,7 +389,7 @@ bool due__try_wheel(due_worker *w, due_db *db)
 	if (w->o.no_wheel || w->o.once)
 		return false;
 	/* the store's clock is this host's: wheel ticks can be exact */
-	d.exact_clock = (due__db_caps(db) & DUE_STORE_CAP_HOST_CLOCK) != 0;
+	d.exact_clock = due__db_host_clock(db);
 	wo.start_tick = due__mono_us() / 1000;
 	if (due__wheel_new(&d.wheel, &wo) < 0)
 		return false;

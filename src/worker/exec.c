@@ -80,7 +80,7 @@ void due__buf_add(buf *b, const unsigned char *d, size_t n)
 
 /*
 ** The task's variables, one buffer each: a group is up to 255 bytes, a
-** kind up to 128 (core/task.c checks both).
+** kind up to 128 (base/task.c checks both).
 */
 #define N_VARS 7
 #define VAR_MAX 320
@@ -118,13 +118,6 @@ static char **make_env(const due_task *t, char vars[N_VARS][VAR_MAX])
 }
 
 typedef due__child child;
-
-void due__close_fd(int *fd)
-{
-	if (*fd >= 0)
-		close(*fd);
-	*fd = -1;
-}
 
 /* Read what is available on *fd into b; close it at EOF. */
 void due__drain_fd(int *fd, buf *b)

@@ -52,17 +52,97 @@ typedef struct renewal {
 } renewal;
 
 /*
-** 15 % of the lease (300 ms .. 5 s, at most half the lease): the stop at
-** lease - margin leaves a third of it between the SIGKILL at lease - 2/3
-** margin and the end of the lease, for a loaded machine to deliver it
-** (300 ms with --lease 3s; due verify's stalled_renewal_lease_clock
-** measured 28 ms left of the 150 ms that lease/10 left at load 90).
+** Whether every try in flight has a handler that returned.  mu held.
 */
-int64_t due__lease_margin(const due_worker *w)
+static bool all_returned_locked(const due_worker *w)
 {
-	int64_t m = w->o.lease_us * 15 / 100;
-	m = m < 300000 ? 300000 : m > 5000000 ? 5000000 : m;
-	return m > w->o.lease_us / 2 ? w->o.lease_us / 2 : m;
+	for (const due_job *j = w->inflight; j; j = j->inext)
+		if (!atomic_load(&j->finished))
+			return false;
+	return true;
+}
+
+/*
+** Once every handler has returned after the grace, their commits get one
+** bound of the connection (conn_timeout_us; after a second stop request
+** at most 1 s): what cannot be committed by then (the store is down or
+** hung) is left to lease expiry, and another worker reclaims it, which
+** fencing makes safe.  Decided by the keeper or the drain, whichever looks
+** first: the claimer may itself be waiting on the store.  mu held.
+*/
+static void abandon_check_locked(due_worker *w, int64_t now)
+{
+	int64_t commit_us =
+	    atomic_load(&w->force) && w->conn_timeout_us > 1000000
+		? 1000000
+		: w->conn_timeout_us;
+
+	if (atomic_load(&w->abandon))
+		return;
+	if (!w->grace_over_at || !all_returned_locked(w)) {
+		w->returned_at = 0;
+		return;
+	}
+	if (!w->returned_at)
+		w->returned_at = now;
+	if (w->n_inflight == 0 || now - w->returned_at <= commit_us)
+		return;
+	due__wlog(w, 1,
+		  "cannot commit %d finished or stopped tr%s (store "
+		  "unreachable?): leaving them to lease expiry",
+		  w->n_inflight, w->n_inflight == 1 ? "y" : "ies");
+	atomic_store(&w->abandon, true);
+	pthread_cond_broadcast(&w->done_cv);
+	pthread_cond_broadcast(&w->idle_cv);
+}
+
+/*
+** The grace period runs from the first stop request (or from the start
+** of a drain without one); a second request ends it at once.  Once it is
+** over, every running handler is told to stop, once (DUE_STOP_SHUTDOWN);
+** what a stopped handler returns is committed as usual (a failed try:
+** the task is retried), and if that commit cannot be made the lease
+** expires.  Called with mu
+** held by the claimer's drain() and by the keeper: in inline mode the
+** claimer is busy running a handler, so the keeper enforces the grace.
+** The first to look also logs the stop, and each look checks whether the
+** commits have had their bound (abandon_check_locked).
+** Returns the monotonic time the grace ends, 0 while no stop is asked.
+*/
+int64_t due__grace_check_locked(due_worker *w, int64_t now)
+{
+	int64_t since = atomic_load(&w->stop_mono);
+
+	bool force = atomic_load(&w->force);
+
+	if (!since)
+		return 0;
+	if (!w->stop_said) { /* said by whoever sees the stop first */
+		w->stop_said = true;
+		if (w->n_inflight > 0 && !w->o.once)
+			due__wlog(w, 1,
+				  "stopping: %d running tr%s may finish "
+				  "within the grace (%lld ms); a second stop "
+				  "ends it now",
+				  w->n_inflight,
+				  w->n_inflight == 1 ? "y" : "ies",
+				  (long long)w->o.grace_us / 1000);
+	}
+	if ((force || now >= since + w->o.grace_us) && !w->grace_over_at) {
+		w->grace_over_at = now;
+		if (w->n_inflight > 0)
+			due__wlog(
+			    w, 1,
+			    "%s: stopping %d running handler(s); each "
+			    "stopped try is committed as failed (its task "
+			    "retried), or its lease expires",
+			    force ? "forced stop" : "grace period over",
+			    w->n_inflight);
+		for (due_job *j = w->inflight; j; j = j->inext)
+			due__job_stop(j, DUE_STOP_SHUTDOWN);
+	}
+	abandon_check_locked(w, now);
+	return force ? now : since + w->o.grace_us;
 }
 
 /*
@@ -272,7 +352,7 @@ void *due__keeper_main(void *arg)
 		if (grace_end > now && grace_end < next)
 			next = grace_end;
 		/* stopping: look again soon, a second stop ends the grace,
-		   and the commits' bound may run out (worker.c) */
+		   and the commits' bound may run out (above) */
 		if (grace_end && !atomic_load(&w->abandon) &&
 		    next > now + 100000)
 			next = now + 100000;

@@ -109,6 +109,13 @@ enum { P_SOCK = 3, P_LIFELINE = 4 };
 /* System-call helpers (fork-safe)                                     */
 /* ------------------------------------------------------------------ */
 
+void due__close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
 static void set_handler(int sig, void (*fn)(int))
 {
 	struct sigaction sa;

@@ -1,33 +1,41 @@
 /*
 ** worker.c - the worker runtime's lifecycle: create a worker, register
 ** handlers, run it (start the threads, claim until stopped, drain, join),
-** stop it, free it; its counters; immediate submits; the grace after a
-** stop; and the small helpers every thread uses (clocks, waits, logging).
+** stop it, free it; immediate submits.
 **
 ** The runtime claims due tasks, runs their handlers, keeps their leases
-** and commits their outcomes, with one thread per concern:
-**   claimer.c     claim rounds, polling, inline mode, reclaim (the thread
-**                 that calls due_worker_run())
-**   discovery.c   the timing wheel and notifications (in the claimer)
-**   pool.c        jobs and the pool threads that run handlers
+** and commits their outcomes, with one thread per concern.  Its files,
+** each using only those below it (scripts/layers checks it):
+**   worker.c      this file: the lifecycle, on top of everything
+**   pool.c        the pool threads that run handlers
 **   keeper.c      the local clock: the lease clock, time limits, the
 **                 grace, unanswered store calls, summaries
 **   renewer.c     lease renewals and counters reports, on a connection
 **                 of its own
-**   completer.c   commits finished tries and frees their slots
 **   scheduler.c   periodic schedules' slots (with opts.cron)
-**   outage.c      failed store calls: backoff, one log line per outage
-**   exec.c        the command handler
-** worker_internal.h holds the shared state, the thread list, the lock order
-** and the invariants.
+**   pruner.c      retention
+**   discovery.c   the timing wheel and notifications (in the claimer)
+**   claimer.c     claim rounds, polling, inline mode, reclaim (the thread
+**                 that calls due_worker_run()), relay claims
+**   completer.c   commits finished tries and frees their slots
+**   job.c         jobs, the pools' queues, running one handler
+**   outage.c      failed store calls: backoff, one log line per outage;
+**                 turns at the shared connection
+**   common.c      what every thread uses: logging, the eventfd, timed
+**                 waits, the counters
+** and the handlers a worker may be given: exec.c (the command handler)
+** and pipe.c (the pipe handler) over spawn.c (starting a command under
+** its guard).  worker_internal.h holds the shared state, the thread list,
+** the lock order and the invariants.
 **
 ** due_worker_run() runs in the caller's thread, which becomes the claimer:
 ** it opens its store connection, starts the other threads, claims until
 ** due_worker_stop() (or, in once-mode, until nothing is due), then drains:
-** in-flight tries get `grace` to finish and commit, then are told to stop,
-** and if they still cannot be committed the store is abandoned to lease
-** expiry.  Shutdown never hangs on the store.  due_worker_stop() only reads
-** the clock, sets atomics and writes the eventfd: it is async-signal-safe.
+** in-flight tries get `grace` to finish and commit, then are told to stop
+** (keeper.c: due__grace_check_locked), and if they still cannot be
+** committed the store is abandoned to lease expiry.  Shutdown never hangs
+** on the store.  due_worker_stop() only reads the clock, sets atomics and
+** writes the eventfd: it is async-signal-safe.
 */
 #include <errno.h>
 #include <poll.h>
@@ -43,165 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/store.h"
 #include "worker/worker_internal.h"
-
-void due__wlog(due_worker *w, int level, const char *fmt, ...) DUE_PRINTF(3, 4);
-
-void due__wlog(due_worker *w, int level, const char *fmt, ...)
-{
-	char ts[40], msg[1200];
-	va_list ap;
-
-	if (level > w->o.log_level)
-		return;
-	due_time_format(ts, sizeof(ts), due_time_now_host());
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	for (char *c = msg; *c; c++) /* one record, one line */
-		if (*c == '\n' || *c == '\r' || *c == '\t')
-			*c = ' ';
-	fprintf(stderr, "%s due-work[%d] %s: %s\n", ts, (int)getpid(), w->owner,
-		msg);
-}
-
-void due__wake(due_worker *w)
-{
-	uint64_t one = 1;
-	ssize_t r = write(w->wake_fd, &one, sizeof(one));
-	(void)r;
-}
-
-/* Wait on the eventfd up to timeout_us (<0: forever); drain it. */
-void due__wait_wake(due_worker *w, int64_t timeout_us)
-{
-	struct pollfd p = {w->wake_fd, POLLIN, 0};
-	int ms = timeout_us < 0 ? -1 : (int)((timeout_us + 999) / 1000);
-	uint64_t v;
-
-	if (poll(&p, 1, ms) > 0) {
-		ssize_t r = read(w->wake_fd, &v, sizeof(v));
-		(void)r;
-	}
-}
-
-void due__cond_wait_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += us / 1000000;
-	ts.tv_nsec += (us % 1000000) * 1000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	pthread_cond_timedwait(cv, mu, &ts);
-}
-
-int due__cond_init(pthread_cond_t *cv)
-{
-	pthread_condattr_t a;
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	int rc = pthread_cond_init(cv, &a);
-	pthread_condattr_destroy(&a);
-	return rc;
-}
-
-/*
-** Whether every try in flight has a handler that returned.  mu held.
-*/
-static bool all_returned_locked(const due_worker *w)
-{
-	for (const due_job *j = w->inflight; j; j = j->inext)
-		if (!atomic_load(&j->finished))
-			return false;
-	return true;
-}
-
-/*
-** Once every handler has returned after the grace, their commits get one
-** bound of the connection (conn_timeout_us; after a second stop request
-** at most 1 s): what cannot be committed by then (the store is down or
-** hung) is left to lease expiry, and another worker reclaims it, which
-** fencing makes safe.  Decided by the keeper or the drain, whichever looks
-** first: the claimer may itself be waiting on the store.  mu held.
-*/
-static void abandon_check_locked(due_worker *w, int64_t now)
-{
-	int64_t commit_us =
-	    atomic_load(&w->force) && w->conn_timeout_us > 1000000
-		? 1000000
-		: w->conn_timeout_us;
-
-	if (atomic_load(&w->abandon))
-		return;
-	if (!w->grace_over_at || !all_returned_locked(w)) {
-		w->returned_at = 0;
-		return;
-	}
-	if (!w->returned_at)
-		w->returned_at = now;
-	if (w->n_inflight == 0 || now - w->returned_at <= commit_us)
-		return;
-	due__wlog(w, 1,
-		  "cannot commit %d finished or stopped tr%s (store "
-		  "unreachable?): leaving them to lease expiry",
-		  w->n_inflight, w->n_inflight == 1 ? "y" : "ies");
-	atomic_store(&w->abandon, true);
-	pthread_cond_broadcast(&w->done_cv);
-	pthread_cond_broadcast(&w->idle_cv);
-}
-
-/*
-** The grace period runs from the first stop request (or from the start
-** of a drain without one); a second request ends it at once.  Once it is
-** over, every running handler is told to stop, once (DUE_STOP_SHUTDOWN);
-** what a stopped handler returns is committed as usual (a failed try:
-** the task is retried), and if that commit cannot be made the lease
-** expires.  Called with mu
-** held by the claimer's drain() and by the keeper: in inline mode the
-** claimer is busy running a handler, so the keeper enforces the grace.
-** The first to look also logs the stop, and each look checks whether the
-** commits have had their bound (abandon_check_locked).
-** Returns the monotonic time the grace ends, 0 while no stop is asked.
-*/
-int64_t due__grace_check_locked(due_worker *w, int64_t now)
-{
-	int64_t since = atomic_load(&w->stop_mono);
-
-	bool force = atomic_load(&w->force);
-
-	if (!since)
-		return 0;
-	if (!w->stop_said) { /* said by whoever sees the stop first */
-		w->stop_said = true;
-		if (w->n_inflight > 0 && !w->o.once)
-			due__wlog(w, 1,
-				  "stopping: %d running tr%s may finish "
-				  "within the grace (%lld ms); a second stop "
-				  "ends it now",
-				  w->n_inflight,
-				  w->n_inflight == 1 ? "y" : "ies",
-				  (long long)w->o.grace_us / 1000);
-	}
-	if ((force || now >= since + w->o.grace_us) && !w->grace_over_at) {
-		w->grace_over_at = now;
-		if (w->n_inflight > 0)
-			due__wlog(
-			    w, 1,
-			    "%s: stopping %d running handler(s); each "
-			    "stopped try is committed as failed (its task "
-			    "retried), or its lease expires",
-			    force ? "forced stop" : "grace period over",
-			    w->n_inflight);
-		for (due_job *j = w->inflight; j; j = j->inext)
-			due__job_stop(j, DUE_STOP_SHUTDOWN);
-	}
-	abandon_check_locked(w, now);
-	return force ? now : since + w->o.grace_us;
-}
 
 /*
 ** Let in-flight tries finish within the grace; then tell them to stop
@@ -565,43 +415,6 @@ void due_worker_free(due_worker *w)
 	free(w->url);
 	free(w->owner);
 	free(w);
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return (x > y) - (x < y);
-}
-
-void due_worker_stats_get(due_worker *w, due_worker_stats *out)
-{
-	memset(out, 0, sizeof(*out));
-	out->claimed = atomic_load(&w->st.claimed);
-	out->done = atomic_load(&w->st.done);
-	out->failed = atomic_load(&w->st.failed);
-	out->dead = atomic_load(&w->st.dead);
-	out->stale = atomic_load(&w->st.stale);
-	out->cancelled = atomic_load(&w->st.cancelled);
-	out->lease_lost = atomic_load(&w->st.lease_lost);
-	out->lease_unconfirmed = atomic_load(&w->st.lease_unconfirmed);
-	out->stalled_calls = atomic_load(&w->st.stalled_calls);
-	out->claim_queries = atomic_load(&w->st.claim_queries);
-	out->empty_claims = atomic_load(&w->st.empty_claims);
-	out->reclaim_queries = atomic_load(&w->st.reclaim_queries);
-	out->wheel_fired = atomic_load(&w->st.wheel_fired);
-	out->refills = atomic_load(&w->st.refills);
-	out->notifications = atomic_load(&w->st.notifications);
-	out->pruned = atomic_load(&w->st.pruned);
-	int64_t v[1024];
-	pthread_mutex_lock(&w->mu);
-	size_t n = w->n_late < 1024 ? w->n_late : 1024;
-	memcpy(v, w->late, n * sizeof(v[0]));
-	pthread_mutex_unlock(&w->mu);
-	qsort(v, n, sizeof(v[0]), cmp_i64);
-	out->lateness_p50_us = n ? v[(n - 1) / 2] : -1;
-	out->lateness_p99_us = n ? v[(n - 1) * 99 / 100] : -1;
-	out->lateness_max_us = n ? v[n - 1] : -1;
-	out->store_errors = atomic_load(&w->st.store_errors);
 }
 
 /* ------------------------------------------------------------------ */

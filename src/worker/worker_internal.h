@@ -83,7 +83,7 @@
 **  - A job queued on a pool starts within about POOL_STALL_US (1 ms)
 **    once a thread of its pool is free: a fast pool's one running thread
 **    takes the queue in turn, and the stall check (claimer, keeper, drain)
-**    wakes the others when a job waits that long (pool.c).
+**    wakes the others when a job waits that long (job.c).
 **  - A failed store call is retried after a delay that grows, never at
 **    once: no thread loops on a store that does not answer.  Each thread
 **    logs an outage once when it starts and once when it ends
@@ -158,7 +158,7 @@ typedef struct pool {
 	int signaled;	      /* cv signals not yet taken by a waiter (mu) */
 	int64_t run_us;	      /* handlers' recent run time, a moving
 				 average (mu): below POOL_FAST_US the pool
-				 is fast (pool.c) */
+				 is fast (job.c) */
 	bool claiming;	      /* a claim for this pool is under way, the
 				 claimer's or a relay's (mu): one at a
 				 time, so two cannot both count the same
@@ -276,7 +276,7 @@ struct due_worker {
 	int64_t grace_over_at;	/* when the grace ran out, 0 before (mu) */
 	int64_t returned_at;	/* when every handler had returned after the
 				   grace, 0 before (mu): their commits'
-				   bound runs from it (worker.c) */
+				   bound runs from it (keeper.c) */
 	bool stop_said;		/* the stop was logged (mu) */
 	atomic_bool fold;	/* claimer is draining: it commits completions
 				   together with its next claim */
@@ -311,14 +311,15 @@ struct due_worker {
 	due_outage reclaim_outage;
 };
 
-/* worker.c: waits, logging (any thread); the grace.  The monotonic
-   clock is core/time.c's due__mono_us. */
+/* common.c: waits, logging (any thread).  The monotonic clock is
+   due__mono_us (src/base/time.c). */
 void due__wlog(due_worker *w, int level, const char *fmt, ...) DUE_PRINTF(3, 4);
 void due__wake(due_worker *w);
 void due__wait_wake(due_worker *w, int64_t timeout_us);
 void due__cond_wait_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us);
 int due__cond_init(pthread_cond_t *cv);
-int64_t due__grace_check_locked(due_worker *w, int64_t now);
+/* The lease clock's margin for this worker's lease (see Invariants). */
+int64_t due__lease_margin(const due_worker *w);
 
 /* outage.c: failed store calls, connections (any thread). */
 void due__bg_sleep(due_worker *w, int64_t us);
@@ -346,17 +347,20 @@ void due__outage_fail(due_worker *w, due_outage *o, const char *fmt, ...)
     DUE_PRINTF(3, 4);
 void due__outage_over(due_worker *w, due_outage *o);
 
-/* pool.c: jobs, pool queues, pool threads. */
+/* job.c: jobs, pool queues, running a handler. */
 void due__job_free(due_job *j);
 /* sent: when the claim that returned t was sent (monotonic us) */
 due_job *due__job_new_locked(due_worker *w, pool *p, due_task *t, int64_t sent);
 void due__pool_enqueue_locked(pool *p, due_job *j, bool wake);
 due_job *due__pool_dequeue_locked(pool *p);
+void due__pool_wake_locked(pool *p);
 bool due__pool_fast_locked(const pool *p);
 int64_t due__pools_unstall_locked(due_worker *w, int64_t now);
 int64_t due__pools_unstall(due_worker *w, int64_t now);
 bool due__run_job(due_worker *w, due_job *j);
 pool *due__pool_new(const char *kind, int size);
+
+/* pool.c: the pool threads. */
 int due__pools_start(due_worker *w);
 
 /* completer.c */
@@ -366,8 +370,11 @@ void *due__completer_main(void *arg);
 
 /* keeper.c */
 void *due__keeper_main(void *arg);
-/* The lease clock's margin for this worker's lease (see Invariants). */
-int64_t due__lease_margin(const due_worker *w);
+/*
+** The grace after a stop (the keeper, and the claimer's drain in
+** worker.c): the monotonic time it ends, 0 while no stop is asked.  mu held.
+*/
+int64_t due__grace_check_locked(due_worker *w, int64_t now);
 /* How long a store call may go unanswered before the keeper says so. */
 #define STALL_LOG_US 3000000LL
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_abi.sh - libdue.so exports exactly the functions (and the one table)
 # that include/due.h declares with DUE_EXTERN: nothing internal leaks into
-# the ABI, and nothing public is missing.  Internal functions are named
+# the ABI, and nothing public is missing; and the due binary defines no
+# due_* function that due.h does not declare.  Internal functions are named
 # due__* (libuv's uv__ convention).
 . "$(dirname "$0")/lib.sh"
 build=$(dirname "$DUE")
@@ -22,4 +23,13 @@ if grep -vE '^due_[a-z]' "$T/exported" | has .; then
 else
 	ok
 fi
+# The public prefix is due.h's alone, in the due binary too: the CLI, the
+# HTTP service and fmt link libdue statically, and their own shared
+# functions are due__* (or cli_*, http_*), so no function there may look
+# public without being declared.
+nm --defined-only "$DUE" | awk '$2 ~ /^[TDBR]$/ {print $3}' | grep -E '^due_[a-z]' |
+	sort -u >"$T/binary"
+extra=$(comm -13 "$T/declared" "$T/binary" | tr '\n' ' ')
+[ -z "$extra" ] && ok || bad "the due binary defines with the public prefix, not in due.h: $extra"
+[ "$(wc -l <"$T/binary")" -gt 60 ] && ok || bad "too few public functions in the due binary: $(wc -l <"$T/binary")"
 finish

@@ -1,13 +1,12 @@
 /*
 ** fuzz.h - what every fuzz target of tests/fuzz/ shares.
 **
-** A target is one file, fuzz_<name>.c, defining LLVMFuzzerTestOneInput(); its
-** seed corpus is corpus/<name>/ and the inputs that once broke it are kept in
-** regressions/<name>/. The same file builds two ways
-*(tests/fuzz/CMakeLists.txt):
-** with clang and libFuzzer (DUE_FUZZ=ON, run by scripts/fuzz), and in every
-** normal build with standalone_main.c, which replays the seeds and the kept
-** crashes as the ctest test fuzz/<name>.
+** A target is one file, fuzz_<name>.c, defining LLVMFuzzerTestOneInput();
+** its seed corpus is corpus/<name>/ and the inputs that once broke it are
+** kept in regressions/<name>/. The same file builds two ways
+** (tests/fuzz/CMakeLists.txt): with clang and libFuzzer (DUE_FUZZ=ON, run by
+** scripts/fuzz), and in every normal build with standalone_main.c, which
+** replays the seeds and the kept crashes as the ctest test fuzz/<name>.
 **
 ** A target checks what the headers promise, not only that nothing crashes:
 ** a broken promise is FUZZ_CHECK() failing, which prints what went wrong and

@@ -1,5 +1,5 @@
 /*
-** fuzz_batch.c - one line of `due add --batch`: due_fmt_batch_line()
+** fuzz_batch.c - one line of `due add --batch`: due__fmt_batch_line()
 ** (src/fmt/submit.c), the function the CLI calls for each line it reads.
 **
 ** The input is cut after its first newline, as getline() in cmd_add.c cuts
@@ -51,8 +51,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	memcpy(line, data, len); /* exact size plus getline's NUL */
 	line[len] = '\0';
-	int rc =
-	    due_fmt_batch_line(line, len, 7, &obj, &s, &blob, err, sizeof(err));
+	int rc = due__fmt_batch_line(line, len, 7, &obj, &s, &blob, err,
+				     sizeof(err));
 	if (rc == 1) {
 		FUZZ_CHECK(strspn(line, " \t\r\n") == len && !obj && !blob,
 			   "'%s' taken as blank", line);

@@ -1,5 +1,5 @@
 /*
-** fuzz_http_body.c - a POST /v1/tasks body: due_fmt_task_body()
+** fuzz_http_body.c - a POST /v1/tasks body: due__fmt_task_body()
 ** (src/fmt/submit.c), the function route_task_create() calls with the
 ** request body, which the service keeps NUL-terminated.
 **
@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	json_t *obj;
 
 	int rc =
-	    due_fmt_task_body(body, size, &obj, &s, &blob, err, sizeof(err));
+	    due__fmt_task_body(body, size, &obj, &s, &blob, err, sizeof(err));
 	if (rc < 0) {
 		FUZZ_CHECK(!blob, "a refusal keeps a decoded payload");
 		fuzz_check_refusal(err, "");

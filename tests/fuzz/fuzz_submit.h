@@ -37,7 +37,7 @@ static inline void fuzz_check_refusal(const char *err, const char *prefix)
 		FUZZ_CHECK((unsigned char)err[i] >= 0x20 && err[i] != 0x7f,
 			   "control byte 0x%02x at %zu in '%s'",
 			   (unsigned char)err[i], i, err);
-	FUZZ_CHECK(due_fmt_is_utf8((const unsigned char *)err, n),
+	FUZZ_CHECK(due__fmt_is_utf8((const unsigned char *)err, n),
 		   "not UTF-8: '%s'", err);
 	json_t *j = json_pack("{s:s}", "detail", err);
 	FUZZ_CHECK(j != NULL, "json_pack refuses the message '%s'", err);
@@ -108,10 +108,10 @@ static inline void fuzz_check_submit(json_t *obj, const due_submit *s)
 	json_object_foreach(obj, k, v)
 	{
 		size_t i = 0;
-		while (due_fmt_submit_fields[i] &&
-		       strcmp(due_fmt_submit_fields[i], k) != 0)
+		while (due__fmt_submit_fields[i] &&
+		       strcmp(due__fmt_submit_fields[i], k) != 0)
 			i++;
-		FUZZ_CHECK(due_fmt_submit_fields[i], "unknown field '%s'", k);
+		FUZZ_CHECK(due__fmt_submit_fields[i], "unknown field '%s'", k);
 	}
 	FUZZ_CHECK(json_is_string(kind) && s->kind &&
 		       strcmp(s->kind, json_string_value(kind)) == 0,

@@ -1907,11 +1907,15 @@ static int run_pg_suite(void)
 
 int main(void)
 {
+#ifdef DUE_WITH_PG
 	if (tu_select_backend("postgres") != 0)
 		return tu_backend_check();
-#ifdef DUE_WITH_PG
 	return run_pg_suite();
 #else
-	return 1;
+	/* left out by the build option, not by a missing server: under
+	   CI=true too (as test_mysql_store.c) */
+	printf("NOTE: postgres store suite not run: this build has no "
+	       "PostgreSQL (-DDUE_WITH_PG=OFF)\n");
+	return 0;
 #endif
 }

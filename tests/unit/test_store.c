@@ -2955,6 +2955,7 @@ static const char *BACK(const char *col, int64_t us)
 /* The rate log of kind moved `us` into the past. */
 static void rate_back(const char *kind, int64_t us)
 {
+	(void)kind; /* only RD() reads it, and not in every build */
 	if (is_redis())
 		(void)RD(tu_rd_zshift(tu_rd_key("rate:%s", kind), -us));
 	else
@@ -2964,6 +2965,7 @@ static void rate_back(const char *kind, int64_t us)
 /* Entries of the rate log (Redis: of kind; SQL: of every kind). */
 static int64_t rate_count(const char *kind)
 {
+	(void)kind; /* only RD() reads it, and not in every build */
 	if (is_redis())
 		return RD(tu_rd("ZCARD %s", tu_rd_key("rate:%s", kind)));
 	return sql_int("SELECT count(*) FROM due_rate");

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base/base.h"
 
 static _Thread_local char err_msg[1024];
 static _Thread_local int err_code;

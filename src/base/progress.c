@@ -9,7 +9,7 @@
 ** the caller's thread, so no other thread ever sees it, and a caller that
 ** gave none costs one thread-local read per step.
 */
-#include "core/internal.h"
+#include "base/base.h"
 
 static _Thread_local due_progress_fn hook;
 static _Thread_local void *hook_payload;

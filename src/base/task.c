@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "base/base.h"
 
 static const char *const state_names[DUE_STATE_COUNT] = {
     "SCHEDULED", "CLAIMED", "DONE", "CANCELLED", "DEAD"};
@@ -212,6 +212,16 @@ int due__validate_group(const char *group)
 					      i + 1);
 	}
 	return 0;
+}
+
+char *due__strdup_n(const char *s, size_t n)
+{
+	char *p = malloc(n + 1);
+	if (!p)
+		return NULL;
+	memcpy(p, s, n);
+	p[n] = '\0';
+	return p;
 }
 
 char *due__utf8_scrub(const char *s)

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "base/base.h"
 
 #define US_PER_MS 1000LL
 #define US_PER_S 1000000LL

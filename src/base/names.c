@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 
 static const char *const outcome_names[DUE_OUT_COUNT] = {
     [DUE_OUT_RUNNING] = "RUNNING",

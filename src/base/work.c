@@ -12,7 +12,7 @@
 */
 #include <stdatomic.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 
 static _Atomic uint64_t work[3]; /* statements, vm_steps, rows_written */
 
