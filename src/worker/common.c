@@ -133,3 +133,13 @@ int64_t due__lease_margin(const due_worker *w)
 	m = m < 300000 ? 300000 : m > 5000000 ? 5000000 : m;
 	return m > w->o.lease_us / 2 ? w->o.lease_us / 2 : m;
 }
+
+int64_t due__lease_stop_at(const due_worker *w, int64_t sent)
+{
+	return sent + w->o.lease_us - due__lease_margin(w);
+}
+
+int64_t due__lease_kill_at(const due_worker *w, int64_t sent)
+{
+	return sent + w->o.lease_us - due__lease_margin(w) * 2 / 3;
+}

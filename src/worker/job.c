@@ -62,11 +62,10 @@ bool due__job_lease_check(due_job *j)
 		return false;
 	if (!j->w || atomic_load(&j->finished))
 		return true;
-	int64_t lease = j->w->o.lease_us, margin = due__lease_margin(j->w);
 	int64_t sent = atomic_load(&j->confirmed_mono);
-	if (due__mono_us() < sent + lease - margin)
+	if (due__mono_us() < due__lease_stop_at(j->w, sent))
 		return true;
-	due__job_set_kill_by(j, sent + lease - margin * 2 / 3);
+	due__job_set_kill_by(j, due__lease_kill_at(j->w, sent));
 	due__job_stop(j, DUE_STOP_UNCONFIRMED);
 	return false;
 }

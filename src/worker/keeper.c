@@ -157,14 +157,13 @@ int64_t due__grace_check_locked(due_worker *w, int64_t now)
 static size_t unconfirmed_locked(due_worker *w, renewal *out, size_t cap,
 				 int64_t now, int64_t *next)
 {
-	int64_t lease = w->o.lease_us, margin = due__lease_margin(w);
 	size_t n = 0;
 
 	for (due_job *j = w->inflight; j; j = j->inext) {
 		if (j->unconfirmed || atomic_load(&j->finished))
 			continue;
 		int64_t sent = atomic_load(&j->confirmed_mono);
-		int64_t stop_at = sent + lease - margin;
+		int64_t stop_at = due__lease_stop_at(w, sent);
 		if (stop_at > now) {
 			if (stop_at < *next)
 				*next = stop_at;
@@ -175,7 +174,7 @@ static size_t unconfirmed_locked(due_worker *w, renewal *out, size_t cap,
 			break;
 		}
 		j->unconfirmed = true;
-		due__job_set_kill_by(j, sent + lease - margin * 2 / 3);
+		due__job_set_kill_by(j, due__lease_kill_at(w, sent));
 		/* already told for another reason: kill_by still holds; told
 		   by the handler's own thread reading the same clock
 		   (due__job_lease_check): logged and counted here */
@@ -199,11 +198,9 @@ static size_t unconfirmed_locked(due_worker *w, renewal *out, size_t cap,
 static void log_unconfirmed(due_worker *w, const renewal *t, size_t n,
 			    int64_t now)
 {
-	int64_t margin = due__lease_margin(w);
-
 	for (size_t i = 0; i < n; i++) {
 		int64_t sent = atomic_load(&t[i].job->confirmed_mono);
-		int64_t late = now - (sent + w->o.lease_us - margin);
+		int64_t late = now - due__lease_stop_at(w, sent);
 		char why[64] = "";
 		if (late > 100000)
 			snprintf(why, sizeof(why), " (%.0f ms past its time)",

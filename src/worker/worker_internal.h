@@ -320,6 +320,11 @@ void due__cond_wait_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us);
 int due__cond_init(pthread_cond_t *cv);
 /* The lease clock's margin for this worker's lease (see Invariants). */
 int64_t due__lease_margin(const due_worker *w);
+/* The lease clock of a try whose latest confirmed claim or renewal was
+   sent at `sent`: its stop (lease - margin) and its SIGKILL (lease - 2/3
+   margin), read by the keeper and by the handler's own thread alike. */
+int64_t due__lease_stop_at(const due_worker *w, int64_t sent);
+int64_t due__lease_kill_at(const due_worker *w, int64_t sent);
 
 /* outage.c: failed store calls, connections (any thread). */
 void due__bg_sleep(due_worker *w, int64_t us);
