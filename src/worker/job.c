@@ -77,7 +77,7 @@ bool due_job_lease_held(const due_job *job)
 
 void due__job_set_kill_by(due_job *j, int64_t at)
 {
-	int64_t none = 0;
+	long long none = 0;
 	atomic_compare_exchange_strong(&j->kill_by, &none, at);
 }
 
