@@ -565,9 +565,9 @@ static void mig_rollback(due_store *s)
 ** v2: the bounds above (v1 had neither).  v3: the key and the payload
 ** are bytes (VARBINARY, LONGBLOB; the payload column is bytes anyway,
 ** so a binary payload is kept exactly) and the key is checked for UTF-8
-** here, as due add checks it: as utf8mb4 text parameters a caller's session
-*with a non-strict sql_mode had a bad byte
-** turned into '?' on the way in (a warning only), so 'k\xff' and 'k\xfe'
+** here, as due add checks it: as utf8mb4 text parameters a caller's
+** session with a non-strict sql_mode had a bad byte turned into '?' on
+** the way in (a warning only), so 'k\xff' and 'k\xfe'
 ** became one key and the second task was deduplicated onto the first.
 ** Callers send UTF-8 (a utf8mb4 connection, every driver's default).
 */
@@ -929,11 +929,11 @@ static bool packet_room(const due_store *s, size_t len, const due_submit *it)
 ** Insert items[0..n) without keys as multi-row INSERTs of at most
 ** FLUSH_BYTES each, and never past max_allowed_packet (packet_room: a
 ** batch of payloads that each fit is never too large, it only takes more
-** statements of the same transaction); InnoDB hands a simple insert consecutive
-*ids (lock
-** modes 0 and 1, checked at connect), every id_step apart.  The rows'
-** times come from @due_now, read in the same round trip: the expression
-** three times a row was a fifth of the server's work and of the text.
+** statements of the same transaction); InnoDB hands a simple insert
+** consecutive ids (lock modes 0 and 1, checked at connect), every id_step
+** apart.  The rows' times come from @due_now, read in the same round
+** trip: the expression three times a row was a fifth of the server's
+** work and of the text.
 */
 static int insert_rows(due_store *s, const due_submit *items, size_t n,
 		       due_submitted *out)
@@ -3646,10 +3646,10 @@ static int wake_read(due_store *s, int64_t *n)
 ** retry, requeue, a reclaim that rescheduled, a failed try's retry after
 ** its backoff, a schedule's task, a kind resumed or removed) bumps the
 ** one-row due_wake counter after its commit; due_notify() bumps it for a
-*caller's own transaction.  *fd is a
-** timerfd that becomes readable once a second; listen_drain then reads
-** the counter (one primary-key read, bounded like every statement:
-** the timerfd only paces the polls, it bounds no wait) and reports a
+** caller's own transaction.  *fd is a timerfd that becomes readable
+** once a second; listen_drain then reads the counter (one primary-key
+** read, bounded like every statement: the timerfd only paces the polls,
+** it bounds no wait) and reports a
 ** wake-up when it changed.  So an idle worker makes at most one query a
 ** second, and a
 ** task submitted by another process is seen within about a second (the

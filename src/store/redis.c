@@ -2,9 +2,9 @@
 ** redis.c - the Redis store: the contract of store.h on one Redis server
 ** (or one Redis Cluster shard), over hiredis' synchronous API.
 **
-** Model.  Every transition is ONE operation of one Lua script
-** (redis_lua.c), run with EVALSHA: a script runs atomically on the
-** server, so each predicate of store.h (state, attempt, lease_until <
+** Model.  Every transition is ONE operation of one Lua script (the
+** files in src/store/lua/), run with EVALSHA: a script runs atomically
+** on the server, so each predicate of store.h (state, attempt, lease_until <
 ** now, the kinds' limits) is checked in the same step that writes, and
 ** nothing interleaves.  The script is loaded at connect and again when
 ** the server answers NOSCRIPT (a SCRIPT FLUSH, a restart).  Scripts read
@@ -17,7 +17,7 @@
 ** script touches one shard, the one master of that slot.  The layout
 ** (task hashes, the due indexes, the lease set, per-state indexes, the
 ** unique-key hash) is in docs/internals/redis.md and at the top of
-** redis_lua.c's operations.
+** the Lua files' operations.
 **
 ** URL.  redis://[[user]:password@]host[:port][,host[:port]...][/DB]
 ** [?prefix=NAME&durability=unsafe&wait=R&wait_timeout=DUR].  rediss://
@@ -39,7 +39,7 @@
 ** silent) AFTER a script was sent is never retried here (it may have
 ** run): the caller gets DUE_ESTORE and retries as it does on one server.
 ** The scripts refuse to run while the slot is MIGRATING (the probe at
-** the top of redis_lua.c), so no script ever stops half-way on a key
+** the top of lua/base.lua), so no script ever stops half-way on a key
 ** that is already on the other node.
 **
 ** WAIT.  Redis replicates asynchronously: a master that acknowledged a
@@ -1378,7 +1378,7 @@ static int rd_replicas_ready(due_store *s, const char *what)
 ** refuses a script's first write that may grow memory: "OOM command not
 ** allowed when used memory > 'maxmemory'", before anything is written
 ** (the check is at the first such write of a script that has written
-** nothing yet: redis_lua.c's scripts never catch a failed call).  The
+** nothing yet: the Lua scripts never catch a failed call).  The
 ** operations an operator frees memory with run again, at once, as the
 ** script's allow-oom twin (Redis 7's script flags), so they work on a
 ** full store: cancel, kill (they end tasks that prune then deletes; each
@@ -1679,7 +1679,7 @@ static int rd_open(due_store **out, const void *cfg, const due_open_params *p)
 		return rc;
 	{
 		/* shard i of a sharded store: its own hash tag, so its own
-		   slot; the wake channel is the store's (redis_lua.c wake) */
+		   slot; the wake channel is the store's (lua wake) */
 		char tag[96];
 		if (s->cfg.shards > 1)
 			snprintf(tag, sizeof(tag), "due:%s:%d", s->cfg.name,
@@ -1738,7 +1738,7 @@ static int schema_op(due_store *s, const char *op, int *v)
 
 	if ((rc = schema_raw(s, op, v)) < 0)
 		return rc;
-	if (*v <= -1000) /* redis_lua.c version(): made with other shards= */
+	if (*v <= -1000) /* lua version(): made with other shards= */
 		return due__error_set(
 		    DUE_ESCHEMA,
 		    "redis store %s: this store was made with shards=%d, not "
@@ -1747,7 +1747,7 @@ static int schema_op(due_store *s, const char *op, int *v)
 		    "shard)",
 		    s->cfg.label, -1000 - *v,
 		    s->cfg.shards > 1 ? s->cfg.shards : 1, -1000 - *v);
-	if (*v == -2) /* redis_lua.c version(): another layout */
+	if (*v == -2) /* lua version(): another layout */
 		return due__error_set(
 		    DUE_ESCHEMA,
 		    "redis store %s: written by an earlier development build "
@@ -1797,7 +1797,7 @@ static void *rd_native(due_store *s) { return s->c; }
 /* Producer                                                            */
 /* ------------------------------------------------------------------ */
 
-/* The 11 arguments of one submit (redis_lua.c submit_one). */
+/* The 11 arguments of one submit (lua submit_one). */
 static void arg_submit(rargs *a, const due_submit *it)
 {
 	const due_schedule_opts *o = &it->opts;
@@ -2921,7 +2921,7 @@ static int rd_kind_remove(due_store *s, const char *kind)
 /* Retention's lease, size                                             */
 /* ------------------------------------------------------------------ */
 
-/* One script on TIME (redis_lua.c lock_take): :lock:<name> (owner, until). */
+/* One script on TIME (lua lock_take): :lock:<name> (owner, until). */
 static int rd_lock_take(due_store *s, bool *held, const char *name,
 			const char *owner, int64_t ttl_us)
 {
