@@ -6,9 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <sqlite3.h>
-
 #include "cli/cli.h"
+#include "core/admin.h"
 
 typedef struct command {
 	const char *name;
@@ -163,13 +162,10 @@ int main(int argc, char **argv)
 	int cmd, nglobal, rc = 0, cargc;
 	char **cargv;
 
-	/* The process is ours: SQLite's memory statistics take a global
-	   mutex around every sqlite3_malloc and free, and nothing here reads
-	   them (a library must not turn them off for its host; the due
-	   executable may).  Before any other SQLite call, as
-	   sqlite3_config() requires.  -7 % CPU per task in a SQLite drain
-	   (docs/internals/store.md). */
-	sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+	/* The process is ours, not a host's: each backend may tune its
+	   library process-wide (SQLite: no memory statistics, whose global
+	   mutex cost 7 % CPU per task), before any other call into it. */
+	due__admin_process_own();
 	if (argc < 2) {
 		usage(stderr);
 		return EXIT_USAGE;

@@ -46,6 +46,14 @@ const char *due__admin_test_env(const char *name)
 	return ops && ops->admin ? ops->admin->test_env : NULL;
 }
 
+void due__admin_process_own(void)
+{
+	const due_store_ops *ops;
+	for (size_t i = 0; (ops = due__store_at(i)) != NULL; i++)
+		if (ops->admin && ops->admin->process_own)
+			ops->admin->process_own();
+}
+
 static int no_admin(const due_store_ops *ops)
 {
 	return due__error_set(DUE_EUNSUPPORTED,

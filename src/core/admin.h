@@ -44,6 +44,11 @@ const char *due__admin_backend(size_t i);
 ** `name` (DUE_TEST_PG_URL, ...), or NULL: a store in files needs none.
 */
 const char *due__admin_test_env(const char *name);
+/*
+** The process is the due executable: let every backend tune its library
+** process-wide (store.h process_own).  Call first thing in main().
+*/
+void due__admin_process_own(void);
 
 /* --- A backend, and the store a URL names --- */
 

@@ -253,9 +253,19 @@ static int sq_plan_check(due_store_sql *q, due_time now, bool *pass,
 	return 0;
 }
 
+/*
+** SQLite's memory statistics take a global mutex around every
+** sqlite3_malloc and free, and nothing in due reads them (a library must
+** not turn them off for its host; the due executable may).  Before any
+** other SQLite call, as sqlite3_config() requires.  -7 % CPU per task in
+** a SQLite drain (docs/internals/store.md).
+*/
+static void sq_process_own(void) { sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); }
+
 /* Every method is sq_<method> (store.h lists them). */
 #define OP(m) .m = sq_##m,
 const due_store_admin due__store_sqlite_admin = {
+    .process_own = sq_process_own,
     .no_row_locks = "sqlite_has_no_row_locks (one writer holds the whole "
 		    "database; claims cannot overlap)",
     DUE_STORE_ADMIN_METHODS(OP) DUE_STORE_SQL_METHODS(OP)

@@ -415,6 +415,13 @@ typedef struct due_store_admin {
 	** --workload soak --pg-autovacuum default`.
 	*/
 	int (*untune)(const due_url *url);
+	/*
+	** Optional (NULL: nothing to do): the process is the due executable,
+	** not a host that links libdue, so the backend's library may be
+	** tuned process-wide (SQLite: memory statistics off).  Called once,
+	** before any other call into that library.
+	*/
+	void (*process_own)(void);
 
 	/* --- DUE_STORE_CAP_SQL (NULL without it) --- */
 
@@ -465,7 +472,7 @@ typedef struct due_store_admin {
 	X(scratch_root) X(scratch_make) X(scratch_drop) X(server_open)         \
 	X(server_read) X(server_close)
 /* clang-format on */
-#define DUE_STORE_ADMIN_OPTIONAL_METHODS(X) X(untune)
+#define DUE_STORE_ADMIN_OPTIONAL_METHODS(X) X(untune) X(process_own)
 #define DUE_STORE_SQL_METHODS(X) X(sql_open) X(sql_exec) X(sql_close)
 #define DUE_STORE_STALL_METHODS(X) X(sql_hold)
 #define DUE_STORE_PLAN_METHODS(X) X(plan_check)
