@@ -117,13 +117,16 @@ int due__validate_kind(const char *kind)
 ** The length of the UTF-8 sequence at p (at most n bytes), or 0 when it
 ** is not well formed (overlong forms, surrogates and values past U+10FFFF
 ** are refused, as RFC 3629 says).  Groups are printed in JSON and metric
-** labels, which need valid UTF-8.
+** labels, which need valid UTF-8.  (The library's decoder; its clients,
+** which use the library through due.h only, have fmt's: the same rules.)
 */
 static size_t utf8_len(const unsigned char *p, size_t n)
 {
 	size_t len;
 	uint32_t c;
 
+	if (n == 0)
+		return 0;
 	if (p[0] < 0x80)
 		return 1;
 	if (p[0] >= 0xc2 && p[0] <= 0xdf)

@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "fmt/fmt.h"
 
 bool cli_common_opt(cli_ctx *c, int opt, const char *arg)
 {
@@ -270,47 +271,14 @@ int cli_bad_option(const cli_ctx *c, int opt, char **argv)
 	return cli_usage_error(c, "unknown option '%s'", arg);
 }
 
-/*
-** Length of the valid UTF-8 sequence at p (at most n bytes), 0 if none.
-** Overlongs, surrogates and values past U+10FFFF are not valid.
-*/
-static size_t utf8_len(const unsigned char *p, size_t n, unsigned *cp)
-{
-	size_t len;
-	unsigned v;
-
-	if (p[0] < 0x80)
-		return (*cp = p[0]), 1;
-	if (p[0] >= 0xc2 && p[0] <= 0xdf)
-		len = 2, v = p[0] & 0x1f;
-	else if (p[0] >= 0xe0 && p[0] <= 0xef)
-		len = 3, v = p[0] & 0x0f;
-	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
-		len = 4, v = p[0] & 0x07;
-	else
-		return 0;
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-		v = v << 6 | (p[i] & 0x3f);
-	}
-	if ((len == 3 && (v < 0x800 || (v >= 0xd800 && v <= 0xdfff))) ||
-	    (len == 4 && (v < 0x10000 || v > 0x10ffff)))
-		return 0;
-	*cp = v;
-	return len;
-}
-
 void cli_put_text(const void *data, size_t n, int width)
 {
 	const unsigned char *p = data;
 	int shown = 0;
 
 	for (size_t i = 0; i < n;) {
-		unsigned cp = 0;
-		size_t len = utf8_len(p + i, n - i, &cp);
+		uint32_t cp = 0;
+		size_t len = due__fmt_utf8_cp(p + i, n - i, &cp);
 		if (len == 0 || cp < 0x20 || cp == 0x7f ||
 		    (cp >= 0x80 && cp < 0xa0)) {
 			/* a control character or a byte that is not UTF-8 */

@@ -31,6 +31,10 @@ int due__fmt_is_utf8(const unsigned char *p, size_t n);
 /* The length of the valid UTF-8 sequence at p (1..4), or 0: a bad or cut
    sequence, or a NUL. */
 size_t due__fmt_utf8_len(const unsigned char *p, size_t n);
+/* The same for any text (a NUL is the 1-byte U+0000), with its code point
+   in *cp when cp is not NULL: the clients' one UTF-8 decoder (overlongs,
+   surrogates and values past U+10FFFF are not UTF-8, as RFC 3629 says). */
+size_t due__fmt_utf8_cp(const unsigned char *p, size_t n, uint32_t *cp);
 /* A stored text field under `name`: null when absent, a string when UTF-8,
    else its exact bytes in base64 under `name_b64`, never dropped. */
 void due__fmt_set_text(json_t *o, const char *name, const char *s);

@@ -53,25 +53,42 @@ static json_t *duration_or_null(int64_t us)
 	return json_string(buf);
 }
 
+size_t due__fmt_utf8_cp(const unsigned char *p, size_t n, uint32_t *cp)
+{
+	size_t len;
+	uint32_t c;
+
+	if (n == 0)
+		return 0;
+	if (p[0] < 0x80)
+		len = 1, c = p[0];
+	else if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		len = 2, c = p[0] & 0x1f;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		len = 3, c = p[0] & 0x0f;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		len = 4, c = p[0] & 0x07;
+	else
+		return 0;
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		c = c << 6 | (p[i] & 0x3f);
+	}
+	if ((len == 3 && c < 0x800) || (len == 4 && c < 0x10000) ||
+	    (c >= 0xd800 && c <= 0xdfff) || c > 0x10ffff)
+		return 0;
+	if (cp)
+		*cp = c;
+	return len;
+}
+
 size_t due__fmt_utf8_len(const unsigned char *p, size_t n)
 {
-	unsigned char c = n ? p[0] : 0;
-	size_t len = c < 0x80	      ? 1
-		     : (c >> 5) == 6  ? 2
-		     : (c >> 4) == 14 ? 3
-		     : (c >> 3) == 30 ? 4
-				      : 0;
-	if (c == 0 || len == 0 || len > n)
-		return 0;
-	for (size_t k = 1; k < len; k++)
-		if ((p[k] & 0xc0) != 0x80)
-			return 0;
-	if ((len == 2 && c < 0xc2) || (len == 3 && c == 0xe0 && p[1] < 0xa0) ||
-	    (len == 3 && c == 0xed && p[1] >= 0xa0) ||
-	    (len == 4 && (c > 0xf4 || (c == 0xf0 && p[1] < 0x90) ||
-			  (c == 0xf4 && p[1] >= 0x90))))
-		return 0;
-	return len;
+	/* a NUL is not text here: JSON and labels must not carry one */
+	return n && p[0] ? due__fmt_utf8_cp(p, n, NULL) : 0;
 }
 
 int due__fmt_is_utf8(const unsigned char *p, size_t n)

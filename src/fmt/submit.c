@@ -36,16 +36,6 @@ const char *const due__fmt_submit_fields[] = {
     "max_attempts", "backoff", "backoff_cap", "key", "priority",
     "group",	    "timeout", NULL};
 
-/* Length of the UTF-8 sequence its first byte announces; 0 if none. */
-static size_t utf8_len(unsigned char c)
-{
-	return c < 0x80		? 1
-	       : (c >> 5) == 6	? 2
-	       : (c >> 4) == 14 ? 3
-	       : (c >> 3) == 30 ? 4
-				: 0;
-}
-
 /*
 ** Copy the NUL-terminated src into err (errlen >= 1) as one line of valid
 ** UTF-8: control bytes as \xHH, bad sequences as '?', cut before whatever
@@ -57,7 +47,8 @@ static void oneline(char *err, size_t errlen, const char *src)
 	size_t o = 0;
 
 	while (*p) {
-		size_t n = utf8_len(*p);
+		/* p ends in a NUL, which no sequence spans */
+		size_t n = due__fmt_utf8_cp(p, 4, NULL);
 		char esc[8];
 		const char *put = (const char *)p;
 		size_t k = n;
@@ -66,7 +57,7 @@ static void oneline(char *err, size_t errlen, const char *src)
 			k = (size_t)snprintf(esc, sizeof(esc), "\\x%02X", *p);
 			put = esc;
 			n = 1;
-		} else if (n == 0 || !due__fmt_is_utf8(p, n)) {
+		} else if (n == 0) {
 			put = "?";
 			k = n = 1;
 		}
