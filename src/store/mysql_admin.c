@@ -170,9 +170,39 @@ static void my_server_close(due_store_srv *s)
 
 static int my_sql_open(due_store_sql **out, const due_url *url)
 {
+	int rc;
+
 	if (!(*out = calloc(1, sizeof(**out))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
-	return connect_url(&(*out)->m, url, true);
+	if ((rc = connect_url(&(*out)->m, url, true)) != 0)
+		return rc;
+	/* the shared dialect: || concatenates, and a recursive WITH makes
+	   the rows a test asks for (MariaDB's name, then MySQL's) */
+	(void)mysql_query((*out)->m, "SET max_recursive_iterations = 100000");
+	(void)mysql_query((*out)->m, "SET cte_max_recursion_depth = 100000");
+	if (mysql_query((*out)->m, "SET sql_mode = CONCAT(@@sql_mode, "
+				   "',PIPES_AS_CONCAT')") != 0)
+		return due__error_set(DUE_ESTORE, "mysql: %s",
+				      mysql_error((*out)->m));
+	return 0;
+}
+
+/*
+** sql in MySQL's word order: "WITH ... INSERT INTO t (...) SELECT ..."
+** (the shared dialect's order, PostgreSQL's and SQLite's) becomes
+** "INSERT INTO t (...) WITH ... SELECT ...", into buf (n bytes).
+** Anything else is sql as it is; NULL if it does not fit.
+*/
+static const char *my_order(const char *sql, char *buf, size_t n)
+{
+	const char *ins = strstr(sql, ") INSERT INTO "), *sel;
+
+	if (strncmp(sql, "WITH ", 5) != 0 || !ins ||
+	    !(sel = strstr(ins, ") SELECT ")))
+		return sql;
+	int w = snprintf(buf, n, "%.*s %.*s%s", (int)(sel + 1 - (ins + 2)),
+			 ins + 2, (int)(ins + 1 - sql), sql, sel + 1);
+	return w >= 0 && (size_t)w < n ? buf : NULL;
 }
 
 static void my_sql_close(due_store_sql *q)
@@ -183,14 +213,15 @@ static void my_sql_close(due_store_sql *q)
 }
 
 /* The text of sql for MySQL, with its binds in `in` (nb of them). */
-static void my_text(const char *sql, char *text, size_t n, MYSQL_BIND *in,
+static bool my_text(const char *sql, char *text, size_t n, MYSQL_BIND *in,
 		    size_t *nb, int64_t *vals, const char *p3,
 		    unsigned long *p3len)
 {
 	size_t i = 0;
+	const char *q = sql;
 
 	*nb = 0;
-	for (const char *q = sql; *q && i + 16 < n; q++) {
+	for (; *q && i + 16 < n; q++) {
 		if (strncmp(q, "AS bigint)", 10) == 0) {
 			i += (size_t)snprintf(text + i, n - i, "AS SIGNED)");
 			q += 9;
@@ -212,13 +243,14 @@ static void my_text(const char *sql, char *text, size_t n, MYSQL_BIND *in,
 		}
 	}
 	text[i] = '\0';
+	return *q == '\0';
 }
 
 static int my_sql_exec(due_store_sql *q, const char *sql, int nparams,
 		       int64_t p1, int64_t p2, const char *p3, int64_t *out,
 		       int cap)
 {
-	char text[1024];
+	char text[8192], order[8192];
 	MYSQL_BIND in[8], col;
 	int64_t vals[3] = {p1, p2, 0}, v = 0;
 	unsigned long p3len = p3 ? (unsigned long)strlen(p3) : 0;
@@ -228,17 +260,30 @@ static int my_sql_exec(due_store_sql *q, const char *sql, int nparams,
 
 	(void)nparams; /* each $N binds its own */
 	memset(in, 0, sizeof(in));
-	my_text(sql, text, sizeof(text), in, &nb, vals, p3, &p3len);
+	const char *ordered = my_order(sql, order, sizeof(order));
+	if (!ordered ||
+	    !my_text(ordered, text, sizeof(text), in, &nb, vals, p3, &p3len)) {
+		due__error_set(DUE_EINVAL,
+			       "mysql: a statement of %zu bytes "
+			       "is too long for a raw SQL session",
+			       strlen(sql));
+		goto done;
+	}
 	if (!st || mysql_stmt_prepare(st, text, strlen(text)) != 0 ||
 	    (nb && mysql_stmt_bind_param(st, in) != 0) ||
-	    mysql_stmt_execute(st) != 0)
+	    mysql_stmt_execute(st) != 0) {
+		due__error_set(DUE_ESTORE, "mysql: %s",
+			       st ? mysql_stmt_error(st) : mysql_error(q->m));
 		goto done;
+	}
 	n = 0;
 	if (mysql_stmt_field_count(st) > 0) {
 		memset(&col, 0, sizeof(col));
 		col.buffer_type = MYSQL_TYPE_LONGLONG;
 		col.buffer = &v;
 		if (mysql_stmt_bind_result(st, &col) != 0) {
+			due__error_set(DUE_ESTORE, "mysql: %s",
+				       mysql_stmt_error(st));
 			n = -1;
 			goto done;
 		}

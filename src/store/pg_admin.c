@@ -212,6 +212,8 @@ static int pg_sql_exec(due_store_sql *q, const char *sql, int nparams,
 	    PQexecParams(q->c, sql, nparams, NULL, vals, NULL, NULL, 0);
 	ExecStatusType s = PQresultStatus(res);
 	if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
+		due__error_set(DUE_ESTORE, "postgres: %s",
+			       PQerrorMessage(q->c));
 		PQclear(res);
 		return -1;
 	}

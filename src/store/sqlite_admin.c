@@ -171,14 +171,22 @@ static int sq_sql_exec(due_store_sql *q, const char *sql, int nparams,
 		       int64_t p1, int64_t p2, const char *p3, int64_t *out,
 		       int cap)
 {
-	char text[1024];
+	char text[8192];
 	const char *lite = lite_params(sql, text, sizeof(text));
 	sqlite3_stmt *st;
 	int rc, n = 0;
 
-	if (!lite ||
-	    sqlite3_prepare_v2(q->db, lite, -1, &st, NULL) != SQLITE_OK)
+	if (!lite) {
+		due__error_set(DUE_EINVAL,
+			       "sqlite: a statement of %zu bytes "
+			       "is too long for a raw SQL session",
+			       strlen(sql));
 		return -1;
+	}
+	if (sqlite3_prepare_v2(q->db, lite, -1, &st, NULL) != SQLITE_OK) {
+		due__error_set(DUE_ESTORE, "sqlite: %s", sqlite3_errmsg(q->db));
+		return -1;
+	}
 	if (nparams > 0)
 		sqlite3_bind_int64(st, 1, p1);
 	if (nparams > 1)
@@ -188,6 +196,8 @@ static int sq_sql_exec(due_store_sql *q, const char *sql, int nparams,
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW)
 		if (out && n < cap)
 			out[n++] = sqlite3_column_int64(st, 0);
+	if (rc != SQLITE_DONE)
+		due__error_set(DUE_ESTORE, "sqlite: %s", sqlite3_errmsg(q->db));
 	sqlite3_finalize(st);
 	return rc == SQLITE_DONE ? n : -1;
 }

@@ -10,10 +10,11 @@
 **
 ** A few checks need what the API does not show or cannot write: audit
 ** rows, history dated in the past, CHECK constraints.  They go through
-** sql() and friends on the test's own store; the two stores differ only
-** in how a time is written, which TS() and US() say once.  A new backend
-** adds its runner to sql_vtry() (a store without SQL: its own versions of
-** those few statements; Redis's are in tu_redis.h, chosen by is_redis()).
+** sql() and friends on the test's own store, through the store's own raw
+** SQL session (its admin group); the SQL stores differ only in how a time
+** is written, which TS() and US() say once (int_times() asks the schema).
+** A store without SQL has its own versions of those few statements
+** (Redis's are in tu_redis.h, chosen by is_redis()).
 ** Where the statement only reads what the API shows, every store goes
 ** through the API instead.
 **
@@ -37,10 +38,8 @@
 
 #include <cmocka.h>
 #include <sqlite3.h>
-#ifdef DUE_WITH_PG
-#include <libpq-fe.h>
-#endif
 
+#include "core/admin.h"	   /* due__sql_*: raw SQL on the test's store */
 #include "core/internal.h" /* due__prune_max, due__lock_take */
 #include "due.h"
 #include "store/sqlite_conn.h" /* due__sq_read_sql */
@@ -67,8 +66,28 @@ static int64_t mono_ms(void)
 /* ------------------------------------------------------------------ */
 
 static bool on_sqlite(void) { return strncmp(url, "sqlite:", 7) == 0; }
-/* Times are integer microseconds in SQLite and MySQL. */
-static bool int_times(void) { return strncmp(url, "postgres", 8) != 0; }
+static int sql_try(char *val, size_t n, const char *fmt, ...);
+/*
+** Whether the store keeps times as integer microseconds (SQLite, MySQL)
+** rather than as a timestamp type (PostgreSQL's timestamptz): asked of
+** the schema, which compares due_at with an integer only in the first
+** case.  Once per store.
+*/
+static bool int_times(void)
+{
+	static char asked[512];
+	static bool answer;
+	char err[256];
+
+	if (strcmp(asked, url) != 0) {
+		answer =
+		    sql_try(err, sizeof(err),
+			    "SELECT count(*) FROM due_task WHERE due_at < 0") ==
+		    0;
+		snprintf(asked, sizeof(asked), "%s", url);
+	}
+	return answer;
+}
 
 /* A few rotating buffers, so that one statement can hold several. */
 static char *scratch(void)
@@ -105,93 +124,34 @@ static const char *US(const char *col)
 	return b;
 }
 
-static int sqlite_run(char *val, size_t n, const char *q)
-{
-	char path[512];
-	sqlite3 *c = NULL;
-	sqlite3_stmt *st = NULL;
-	int rc;
-
-	snprintf(path, sizeof(path), "%.*s", (int)strcspn(url + 7, "?"),
-		 url + 7);
-	rc = sqlite3_open_v2(path, &c, SQLITE_OPEN_READWRITE, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_busy_timeout(c, HANG_MS);
-		rc = sqlite3_prepare_v2(c, q, -1, &st, NULL);
-	}
-	if (rc == SQLITE_OK) {
-		rc = sqlite3_step(st);
-		if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
-			snprintf(val, n, "%s", sqlite3_column_text(st, 0));
-		while (rc == SQLITE_ROW)
-			rc = sqlite3_step(st);
-	}
-	if (rc != SQLITE_DONE)
-		snprintf(val, n, "%s", sqlite3_errmsg(c));
-	sqlite3_finalize(st);
-	sqlite3_close(c);
-	return rc == SQLITE_DONE ? 0 : -1;
-}
-
-#ifdef DUE_WITH_PG
-static void quiet(void *arg, const char *msg)
-{
-	(void)arg;
-	(void)msg;
-}
-#endif
-
-static int pg_run(char *val, size_t n, const char *q)
-{
-#ifdef DUE_WITH_PG
-	PGconn *c = PQconnectdb(url);
-	PGresult *r = NULL;
-	int rc = -1;
-
-	if (PQstatus(c) == CONNECTION_OK) {
-		PQsetNoticeProcessor(c, quiet, NULL);
-		r = PQexec(c, q);
-		ExecStatusType s = PQresultStatus(r);
-		if (s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK) {
-			rc = 0;
-			if (PQntuples(r) && !PQgetisnull(r, 0, 0))
-				snprintf(val, n, "%s", PQgetvalue(r, 0, 0));
-		}
-	}
-	if (rc < 0)
-		snprintf(val, n, "%s", PQerrorMessage(c));
-	PQclear(r);
-	PQfinish(c);
-	return rc;
-#else
-	(void)q;
-	snprintf(val, n, "no PostgreSQL in this build");
-	return -1;
-#endif
-}
-
 /*
-** Run one statement on this test's store.  0 with the first column of
-** the first row in val ("" for none or NULL), or -1 with the error.
+** Run one statement on this test's store, through the store's own raw SQL
+** session (its admin group: core/admin.h), so no backend is named here.
+** 0 with the first column of the first row in val ("" for none), or -1
+** with the error.
 */
 static int sql_vtry(char *val, size_t n, const char *fmt, va_list ap)
 {
 	char q[4096];
+	due__sql *ses = NULL;
+	int64_t v = 0;
+	int rc;
+
 	vsnprintf(q, sizeof(q), fmt, ap);
 	val[0] = '\0';
-	if (on_sqlite())
-		return sqlite_run(val, n, q);
-	if (strncmp(url, "postgres", 8) == 0)
-		return pg_run(val, n, q);
-#ifdef DUE_WITH_MYSQL
-	if (strncmp(url, "mysql", 5) == 0)
-		return tu_mysql_run(url, val, n, q);
-#endif
-	if (strncmp(url, "redis", 5) == 0)
-		fail_msg(
-		    "no SQL on Redis: give it its own version (tu_redis.h)");
-	fail_msg("no direct SQL for the store at %s", url);
-	return -1;
+	rc = due__sql_open(&ses, url);
+	if (rc == DUE_EUNSUPPORTED)
+		fail_msg("no SQL on %s: give it its own version (as Redis's in "
+			 "tu_redis.h)",
+			 url);
+	if (rc == 0)
+		rc = due__sql_exec(ses, q, 0, 0, 0, NULL, &v, 1);
+	if (rc < 0)
+		snprintf(val, n, "%s", due_error_last());
+	else if (rc > 0)
+		snprintf(val, n, "%lld", (long long)v);
+	due__sql_close(ses);
+	return rc < 0 ? -1 : 0;
 }
 
 static int sql_try(char *val, size_t n, const char *fmt, ...)
