@@ -38,6 +38,37 @@ static const due_store_ops *const backends[] = {
 
 #define N_BACKENDS (sizeof(backends) / sizeof(backends[0]))
 
+/*
+** The optional backends this build was made without, by URL scheme, and
+** the CMake option that brings each: a URL of one is then refused with
+** an error that says how to get it, not only "unsupported scheme".
+*/
+static const struct {
+	const char *scheme, *option;
+} left_out[] = {
+#ifndef DUE_WITH_PG
+    {"postgres", "DUE_WITH_PG"},
+    {"postgresql", "DUE_WITH_PG"},
+#endif
+#ifndef DUE_WITH_REDIS
+    {"redis", "DUE_WITH_REDIS"},
+    {"rediss", "DUE_WITH_REDIS"},
+#endif
+#ifndef DUE_WITH_MYSQL
+    {"mysql", "DUE_WITH_MYSQL"},
+    {"mariadb", "DUE_WITH_MYSQL"},
+#endif
+    {NULL, NULL}};
+
+const char *due__store_left_out(const char *scheme, size_t n)
+{
+	for (size_t i = 0; left_out[i].scheme; i++)
+		if (strlen(left_out[i].scheme) == n &&
+		    strncmp(left_out[i].scheme, scheme, n) == 0)
+			return left_out[i].option;
+	return NULL;
+}
+
 /* Every function pointer of due_store_ops is listed in a METHODS macro. */
 #define ONE(m) +1
 _Static_assert(sizeof(due_store_ops) ==

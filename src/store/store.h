@@ -532,6 +532,9 @@ const due_store_ops *due__store_at(size_t i);
 const due_store_ops *due__store_named(const char *name);
 /* The schemes this build knows, "a:, b:, c:", into buf (for messages). */
 void due__store_schemes(char *buf, size_t n);
+/* The CMake option of the backend this build left out that answers the
+   scheme scheme[0..n), or NULL (registry.c's one list of them). */
+const char *due__store_left_out(const char *scheme, size_t n);
 /*
 ** 0 when ops can be used by this core: its version is
 ** DUE_STORE_OPS_VERSION and no method is NULL (but those of a capability

@@ -131,6 +131,13 @@ int due__url_parse(due_url *out, const due_store_ops **ops, const char *text)
 		    "malformed store URL '%s': no scheme (this build knows "
 		    "%s)",
 		    text, schemes);
+	const char *option = due__store_left_out(text, (size_t)(colon - text));
+	if (option)
+		return due__error_set(
+		    DUE_EINVAL,
+		    "store URL '%s': this build of due has no '%.*s' backend "
+		    "(build it with -D%s=ON; this build knows %s)",
+		    text, (int)(colon - text), text, option, schemes);
 	return due__error_set(
 	    DUE_EINVAL,
 	    "malformed store URL '%s': unsupported scheme '%.*s' (this "

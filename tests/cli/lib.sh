@@ -95,6 +95,12 @@ need() {
 # there).  The backend makes and drops them (`due scratch make|drop`).
 # The caller declares CLEANUP=() and runs its entries at exit (they drop
 # what this made).  FN's stdin is the script's, not the list's.
+# has_backend NAME: this build of due has the store backend NAME (as `due
+# scratch list` names them: sqlite, postgres, redis, mysql).
+has_backend() {
+	"$DUE" scratch list | awk '{print $1}' | grep -qx "$1"
+}
+
 on_each_store() {
 	local fn=$1 name=$2 b var url
 	local -a where

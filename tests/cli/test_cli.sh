@@ -111,6 +111,16 @@ expect_err 3 "no task with id 424242" "$DUE" retry 424242
 expect_err 2 "unknown state 'zombie'" "$DUE" ls --state zombie
 expect_err 2 "--limit" "$DUE" ls --limit 0
 expect_err 2 "unsupported scheme 'mysqlx'" "$DUE" ls --db mysqlx://h/db
+# a build without an optional backend says how to get it (the CI's builds
+# without each one run this file)
+for b in postgres:PG postgresql:PG redis:REDIS rediss:REDIS mysql:MYSQL \
+	mariadb:MYSQL; do
+	case ${b%%:*} in postgres*) name=postgres ;; redis*) name=redis ;;
+	*) name=mysql ;; esac
+	has_backend "$name" && continue
+	expect_err 2 "build it with -DDUE_WITH_${b#*:}=ON" \
+		"$DUE" ls --db "${b%%:*}://h/db"
+done
 expect_err 2 "unknown option 'sync=fast'" "$DUE" ls --db "sqlite:$T/due.db?sync=fast"
 expect_err 2 "empty file path" "$DUE" ls --db sqlite:
 expect_err 6 "no store at" "$DUE" ls --db "sqlite:$T/other.db"

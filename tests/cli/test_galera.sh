@@ -21,8 +21,7 @@
 . "$(dirname "$0")/store_proc.sh"
 
 why=
-probe=$("$DUE" init --db "mysql://root@127.0.0.1:1/due" 2>&1 || true)
-if [[ $probe == *"unsupported scheme"* ]]; then
+if ! has_backend mysql; then
 	why="this build of due has no mysql store"
 elif [ ! -r "${GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}" ]; then
 	why="no Galera provider (install galera-4)"

@@ -13,7 +13,7 @@
 # (it kills it).  Under CI=true a missing server or backend is a failure.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/store_proc.sh"
-sp_require mysql DUE_TEST_MYSQL_URL "mysql://root@127.0.0.1:1/due"
+sp_require mysql DUE_TEST_MYSQL_URL
 sp_start mariadb-test-server
 port=${SP_URL##*:}
 port=${port%%/*}

@@ -14,7 +14,7 @@
 # (it kills it).  Under CI=true a missing server or backend is a failure.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/store_proc.sh"
-sp_require redis DUE_TEST_REDIS_URL "redis://127.0.0.1:1/0"
+sp_require redis DUE_TEST_REDIS_URL
 sp_start redis-test-server
 port=${SP_URL##*:}
 port=${port%%/*}

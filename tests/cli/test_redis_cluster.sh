@@ -29,8 +29,7 @@ mkdir -p "$OUT"
 missing=
 command -v redis-server >/dev/null || missing="redis-server"
 command -v redis-cli >/dev/null || missing="$missing redis-cli"
-"$DUE" init --db "redis://127.0.0.1:1/0" 2>&1 | has "unsupported scheme" &&
-	missing="$missing (this due has no Redis store)"
+has_backend redis || missing="$missing (this due has no Redis store)"
 [ -z "$missing" ] || cannot_test "the Redis Cluster test" "missing $missing"
 
 CD=$(mktemp -d /tmp/due-rcluster-XXXXXX)

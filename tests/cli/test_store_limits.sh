@@ -112,8 +112,7 @@ on_each_store limits limits
 
 # 15. Redis at maxmemory (noeviction), and its own proto-max-bulk-len, on
 #     a private server
-if need DUE_TEST_REDIS_URL redis &&
-	[[ $("$DUE" init --db "redis://127.0.0.1:1/0" 2>&1 || true) != *"unsupported scheme"* ]]; then
+if need DUE_TEST_REDIS_URL redis && has_backend redis; then
 	RDIR=$(mktemp -d /tmp/due-limits-redis-XXXXXX)
 	R=$("$ROOT/scripts/redis-test-server" start "$RDIR")
 	port=${R##*:}
