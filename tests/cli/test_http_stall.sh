@@ -5,8 +5,9 @@
 # meanwhile get 503 (no answer within the claims threads' 2 s bound), yet
 # their claim statements sit in the frozen path and the server runs them
 # when it thaws, so tasks became CLAIMED for clients that were told they
-# got nothing, for the whole lease (60 s here).  Checked on the network
-# stores (PostgreSQL, Redis; SQLite has no path to freeze): within a few
+# got nothing, for the whole lease (60 s here).  Checked on every store
+# reached over TCP (on_each_store: PostgreSQL, Redis, MySQL; a store in
+# files, SQLite, has no path to freeze): within a few
 # seconds of the thaw no task is CLAIMED for a poll that did not receive
 # it, each such task was given back (REQUEUED, then claimable), and the
 # server says so in its log.  Deadlines are hang guards.
@@ -65,6 +66,10 @@ no_ghosts() { # URL KIND
 run_store() { # LABEL URL
 	local label=$1 url=$2 kind=hs$$ purl
 	echo "== $label"
+	if [[ $url != *127.0.0.1:[0-9]* ]]; then
+		echo "  $label: not reached over TCP on loopback, no path to freeze"
+		return 0
+	fi
 	"$DUE" init --db "$url" >/dev/null
 	rm -f "$T/proxy.port"
 	python3 "$PROXY" "$(server_port "$url")" "$T/proxy.port" &
@@ -84,10 +89,23 @@ run_store() { # LABEL URL
 	else
 		bad "$label: ghosts (id:owner): $(python3 "$T/check.py" "$T/got.json" "$T/tasks.json")"
 	fi
-	# the claims that ran after the thaw were given back, and said so
-	local given
+	# the claims that ran after the thaw were given back, and said so; a
+	# store whose claim takes several round trips (MySQL's transaction)
+	# may instead have run none of them (the client's timeout closed the
+	# connection mid-transaction, the server rolled back): then no task
+	# was ever claimed
+	local given tried
 	given=$(grep -c "by a call that got no answer: given back" "$T/serve-$label.err" || true)
-	[ "$given" -ge 1 ] && ok || bad "$label: no claim given back (the statements did not run at the thaw?): $(tail -5 "$T/serve-$label.err")"
+	tried=$("$DUE" ls --db "$url" --kind "$kind" --json |
+		python3 -c "import json,sys; print(sum(1 for t in json.load(sys.stdin) if t['attempt'] > 0))")
+	if [ "$given" -ge 1 ]; then
+		ok
+	elif [ "$tried" = 0 ]; then
+		echo "  $label: the claims sent in the freeze never ran (none tried)"
+		ok
+	else
+		bad "$label: $tried task(s) tried but no claim given back: $(tail -5 "$T/serve-$label.err")"
+	fi
 	echo "  $label: $given claim(s) made in the freeze given back"
 	kill -TERM "$spid"
 	wait "$spid" || bad "$label: the server did not exit 0"
@@ -95,15 +113,5 @@ run_store() { # LABEL URL
 	wait "$proxy" 2>/dev/null || true
 }
 
-if need DUE_TEST_PG_URL postgres; then
-	psql -qX "$DUE_TEST_PG_URL" -c "CREATE SCHEMA due_hstall_$$" >/dev/null
-	CLEANUP+=("psql -qX '$DUE_TEST_PG_URL' -c 'DROP SCHEMA due_hstall_$$ CASCADE'")
-	sep='?'; case "$DUE_TEST_PG_URL" in *\?*) sep='&' ;; esac
-	run_store postgres "$DUE_TEST_PG_URL${sep}options=-csearch_path%3Ddue_hstall_$$"
-fi
-if need DUE_TEST_REDIS_URL redis; then
-	sep='?'; case "$DUE_TEST_REDIS_URL" in *\?*) sep='&' ;; esac
-	CLEANUP+=("redis-cli -u '$DUE_TEST_REDIS_URL' --scan --pattern '{due:hstall$$}*' | xargs -r redis-cli -u '$DUE_TEST_REDIS_URL' del")
-	run_store redis "$DUE_TEST_REDIS_URL${sep}prefix=hstall$$"
-fi
+on_each_store run_store hstall
 finish
