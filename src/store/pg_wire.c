@@ -1163,6 +1163,29 @@ int due__pg_query(due_store *s, const char *sql, const char *what,
 	return 0;
 }
 
+int due__pg_query_text(due_store *s, const char *sql, const due_pg_params *p,
+		       const char *what, PGresult **out)
+{
+	PGresult *r = NULL;
+	int rc = trip(s, &s->conn,
+		      s->conn ? PQsendQueryParams(s->conn, sql, p->n, NULL,
+						  p->v, p->len, p->fmt, 0)
+			      : 0,
+		      what, &r);
+
+	*out = NULL;
+	if (rc < 0)
+		return rc;
+	if (PQresultStatus(r) != PGRES_COMMAND_OK &&
+	    PQresultStatus(r) != PGRES_TUPLES_OK) {
+		rc = due__pg_error(s, r, what);
+		PQclear(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
 int due__pg_command(due_store *s, const char *sql, const char *what)
 {
 	PGresult *r = NULL;
