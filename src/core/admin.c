@@ -205,6 +205,11 @@ static int scratch_name(const char *name, char *phys, size_t n)
 	return 0;
 }
 
+void due__scratch_store_name(const char *name, char *out, size_t n)
+{
+	due__scratch_physical(name, out, n);
+}
+
 int due__scratch_make(const due_admin *a, const char *name, const char *dir,
 		      char *url, size_t n)
 {

@@ -89,6 +89,9 @@ int due__scratch_make(const due_admin *a, const char *name, const char *dir,
 /* Drop scratch store `name` and all in it (none: 0); one that holds
    anything but due's tables is refused (DUE_ESTORE). */
 int due__scratch_drop(const due_admin *a, const char *name, const char *dir);
+/* The schema, database, key prefix or file name of scratch store `name`
+   (due_scratch_NAME) into out (n >= 64 bytes). */
+void due__scratch_store_name(const char *name, char *out, size_t n);
 /* The store at url (a scratch store) untuned (store.h: untune). */
 int due__scratch_untune(const char *url);
 
