@@ -20,21 +20,27 @@
 
 static const char usage[] =
     "usage: due scratch list\n"
-    "       due scratch make [--db URL | --backend NAME] [--dir DIR] NAME\n"
-    "       due scratch drop [--db URL | --backend NAME] [--dir DIR] NAME\n"
+    "       due scratch make [--db URL | --backend NAME --dir DIR] NAME\n"
+    "       due scratch drop [--db URL | --backend NAME --dir DIR] NAME\n"
     "\n"
     "Make or drop a throwaway store beside the store named by --db, as `due\n"
-    "verify` and `due bench` do for each case: a new schema, key prefix or\n"
-    "database on its server (the URL's user needs CREATE and DROP), or a\n"
-    "new file in DIR for a store in files (SQLite).  NAME is 1 to 63\n"
-    "letters, digits or _.  make prints the new store's URL (run `due init`\n"
-    "on it); drop deletes it and everything in it.\n"
+    "verify` and `due bench` do for each case: the schema, key prefix or\n"
+    "database due_scratch_NAME on its server (the URL's user needs CREATE\n"
+    "and DROP), or the file DIR/due_scratch_NAME.db for a store in files\n"
+    "(SQLite).  No other store can be named: your own store, public or\n"
+    "mysql are out of reach.  NAME is 1 to 51 lowercase letters, digits or\n"
+    "_ (else exit 2).  make prints the new store's URL (run `due init` on\n"
+    "it) and refuses a NAME that exists (exit 5).  drop deletes it and\n"
+    "everything in it; a NAME that does not exist is no error (exit 0, so\n"
+    "cleanups may run twice); one that holds anything but due's tables is\n"
+    "refused (exit 5).  Every wait keeps to the URL's timeout= (10 s).\n"
     "  list             this build's store backends, one a line: its name and\n"
     "                   the environment variable naming the server its tests\n"
     "                   use (- for a store in files, which needs none)\n"
     "  --backend NAME   a store in files of this backend, with no store of\n"
     "                   yours beside it (instead of --db)\n"
-    "  --dir DIR        the directory (it must exist) of a store in files\n";
+    "  --dir DIR        the directory (it must exist) of a store in files;\n"
+    "                   required there, refused for a store on a server\n";
 
 static int list(void)
 {
@@ -55,6 +61,14 @@ static int run(cli_ctx *c, bool make, const char *backend, const char *dir,
 	int rc = backend ? due__admin_open_backend(&a, backend)
 			 : due__admin_open(&a, cli_db_url(c));
 
+	if (rc == 0 && dir && due__admin_test_env(due__admin_name(a))) {
+		const char *b = due__admin_name(a); /* the table's: static */
+		due__admin_free(a);
+		return cli_usage_error(c,
+				       "--dir is for a store in files; a %s "
+				       "store lives on its server (--db)",
+				       b);
+	}
 	if (rc == 0)
 		rc = make ? due__scratch_make(a, name, dir, url, sizeof(url))
 			  : due__scratch_drop(a, name, dir);
@@ -91,8 +105,10 @@ int cmd_scratch(int argc, char **argv)
 	if (optind >= argc)
 		return cli_usage_error(&c, "missing list, make or drop");
 	verb = argv[optind++];
-	if (strcmp(verb, "list") == 0 && optind == argc)
-		return list();
+	if (strcmp(verb, "list") == 0)
+		return optind == argc
+			   ? list()
+			   : cli_usage_error(&c, "list takes no arguments");
 	if (strcmp(verb, "make") != 0 && strcmp(verb, "drop") != 0)
 		return cli_usage_error(&c, "unknown '%s' (list, make or drop)",
 				       verb);

@@ -193,25 +193,40 @@ int due__scratch_root(const due_admin *a, char *out, size_t n)
 	return a->ops->admin->scratch_root(url_of(a), out, n);
 }
 
-int due__scratch_make(const due_admin *a, const char *name, const char *dir,
-		      char *url, size_t n)
+/* name checked (DUE_EINVAL naming the rule), its physical name in phys. */
+static int scratch_name(const char *name, char *phys, size_t n)
 {
 	if (!due__scratch_name_ok(name))
 		return due__error_set(DUE_EINVAL,
-				      "scratch store name '%s': 1 to 63 "
-				      "letters, digits or _",
-				      name);
-	return a->ops->admin->scratch_make(url_of(a), name, dir, url, n);
+				      "scratch store name '%s': 1 to %d "
+				      "lowercase letters, digits or _",
+				      name, DUE_SCRATCH_NAME_MAX);
+	due__scratch_physical(name, phys, n);
+	return 0;
+}
+
+void due__scratch_store_name(const char *name, char *out, size_t n)
+{
+	due__scratch_physical(name, out, n);
+}
+
+int due__scratch_make(const due_admin *a, const char *name, const char *dir,
+		      char *url, size_t n)
+{
+	char phys[80];
+	int rc = scratch_name(name, phys, sizeof(phys));
+
+	return rc < 0
+		   ? rc
+		   : a->ops->admin->scratch_make(url_of(a), phys, dir, url, n);
 }
 
 int due__scratch_drop(const due_admin *a, const char *name, const char *dir)
 {
-	if (!due__scratch_name_ok(name))
-		return due__error_set(DUE_EINVAL,
-				      "scratch store name '%s': 1 to 63 "
-				      "letters, digits or _",
-				      name);
-	return a->ops->admin->scratch_drop(url_of(a), name, dir);
+	char phys[80];
+	int rc = scratch_name(name, phys, sizeof(phys));
+
+	return rc < 0 ? rc : a->ops->admin->scratch_drop(url_of(a), phys, dir);
 }
 
 int due__scratch_untune(const char *url)

@@ -79,13 +79,19 @@ bool due__admin_can_untune(const due_admin *a);
 /* A mkdtemp() template for the directory of a's scratch files. */
 int due__scratch_root(const due_admin *a, char *out, size_t n);
 /*
-** Make scratch store `name` (1..63 letters, digits, _) beside a's store,
-** or in dir (a store in files), empty, and write its URL into url.
+** Make scratch store `name` (1 to 51 lowercase letters, digits or _;
+** its store is named due_scratch_NAME: store.h) beside a's store, or in
+** dir (a store in files), empty, and write its URL into url.  A name that
+** exists is refused (DUE_ESTORE).
 */
 int due__scratch_make(const due_admin *a, const char *name, const char *dir,
 		      char *url, size_t n);
-/* Drop scratch store `name` and all in it. */
+/* Drop scratch store `name` and all in it (none: 0); one that holds
+   anything but due's tables is refused (DUE_ESTORE). */
 int due__scratch_drop(const due_admin *a, const char *name, const char *dir);
+/* The schema, database, key prefix or file name of scratch store `name`
+   (due_scratch_NAME) into out (n >= 64 bytes). */
+void due__scratch_store_name(const char *name, char *out, size_t n);
 /* The store at url (a scratch store) untuned (store.h: untune). */
 int due__scratch_untune(const char *url);
 

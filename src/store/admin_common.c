@@ -163,12 +163,22 @@ bool due__scratch_name_ok(const char *name)
 {
 	size_t n = strlen(name);
 
-	if (n == 0 || n > 63)
+	if (n == 0 || n > DUE_SCRATCH_NAME_MAX)
 		return false;
 	for (; *name; name++)
 		if (!(*name >= 'a' && *name <= 'z') &&
-		    !(*name >= 'A' && *name <= 'Z') &&
 		    !(*name >= '0' && *name <= '9') && *name != '_')
 			return false;
 	return true;
+}
+
+void due__scratch_physical(const char *name, char *out, size_t n)
+{
+	snprintf(out, n, "%s%s", DUE_SCRATCH_PREFIX, name);
+}
+
+int64_t due__admin_bound_us(const due_url *url)
+{
+	return url && url->timeout_us > 0 ? url->timeout_us
+					  : DUE_STORE_TIMEOUT_DEFAULT_US;
 }

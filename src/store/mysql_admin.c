@@ -4,8 +4,10 @@
 ** it besides the store.
 **
 ** Scratch stores.  A scratch store is a database of its own on the URL's
-** server (CREATE DATABASE NAME, utf8mb4_bin as due's tables; the URL's
-** user needs CREATE and DROP), dropped with DROP DATABASE.  On a
+** server (CREATE DATABASE `due_scratch_NAME`, which refuses one that
+** exists, utf8mb4_bin as due's tables; the URL's user needs CREATE and
+** DROP), dropped with DROP DATABASE, and only when it is empty or holds
+** due's tables.  On a
 ** multi-host URL (Galera) the first node that answers makes it, as the
 ** store itself connects, and the database replicates.
 **
@@ -16,7 +18,10 @@
 **
 ** Every connection here is a plain Connector/C session on what the
 ** store's parser read from the URL, without the store's session
-** settings.  The raw SQL session of `due verify`'s controls turns each
+** settings, but with its bound: connecting, each read and each write
+** within the URL's timeout= (10 s by default), in whole seconds, as
+** mysql_conn.c sets it.  The raw SQL session of `due verify`'s controls turns
+*each
 ** $N into a positional ? bound to parameter N (so "$2 = $2" binds it
 ** twice) and CAST(... AS bigint) into AS SIGNED; InnoDB locks rows, so
 ** a held row is what a stalled write waits on.  MySQL has no partial
@@ -50,6 +55,8 @@ struct due_store_srv {
 static int connect_url(MYSQL **out, const due_url *url, bool with_db)
 {
 	due_my_cfg *c = NULL;
+	int64_t bound = due__admin_bound_us(url);
+	unsigned secs = (unsigned)((bound + 999999) / 1000000);
 	int rc;
 
 	*out = NULL;
@@ -64,6 +71,10 @@ static int connect_url(MYSQL **out, const due_url *url, bool with_db)
 			rc = due__error_set(DUE_ENOMEM, "out of memory");
 			break;
 		}
+		/* the bound, as the store's own sessions (mysql_conn.c) */
+		mysql_optionsv(m, MYSQL_OPT_CONNECT_TIMEOUT, &secs);
+		mysql_optionsv(m, MYSQL_OPT_READ_TIMEOUT, &secs);
+		mysql_optionsv(m, MYSQL_OPT_WRITE_TIMEOUT, &secs);
 		if (mysql_real_connect(
 			m, c->socket ? NULL : c->hosts[i], c->user, c->password,
 			with_db ? c->db : NULL, c->socket ? 0 : c->ports[i],
@@ -80,53 +91,121 @@ static int connect_url(MYSQL **out, const due_url *url, bool with_db)
 	return rc;
 }
 
-/* Statements (no rows) on a new connection to url's server. */
-static int commands(const due_url *url, const char *const *sql, size_t n)
+/*
+** Statements (no rows) on a new connection to url's server; a failure
+** is said as "cannot DOING: why" (DUE_ESTORE).
+*/
+static int commands(const due_url *url, const char *const *sql, size_t n,
+		    const char *doing)
 {
 	MYSQL *m;
 	int rc = connect_url(&m, url, false);
 
 	for (size_t i = 0; rc == 0 && i < n; i++)
 		if (mysql_query(m, sql[i]) != 0)
-			rc = due__error_set(DUE_ESTORE, "mysql store: %s: %s",
-					    sql[i], mysql_error(m));
+			rc = due__error_set(DUE_ESTORE, "mysql store: %s",
+					    mysql_errno(m) == 1007 /* exists */
+						? "it already exists"
+						: mysql_error(m));
 	if (m)
 		mysql_close(m);
+	if (rc < 0 && rc != DUE_ENOMEM) {
+		char why[768];
+		snprintf(why, sizeof(why), "%s", due_error_last());
+		rc = due__error_set(DUE_ESTORE, "cannot %s: %s", doing, why);
+	}
 	return rc;
 }
 
 static int my_scratch_make(const due_url *url, const char *name,
 			   const char *dir, char *out, size_t n)
 {
-	char sql[160];
+	char sql[160], doing[128];
 	const char *one[] = {sql};
 	int rc;
 
 	(void)dir;
 	if (!url)
 		return due__error_set(DUE_EINVAL, "a mysql scratch store "
-						  "needs a server URL");
+						  "needs a server URL (--db)");
 	snprintf(sql, sizeof(sql),
-		 "CREATE DATABASE %s CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+		 "CREATE DATABASE `%s` CHARACTER SET utf8mb4 COLLATE "
+		 "utf8mb4_bin",
 		 name);
-	if ((rc = commands(url, one, 1)) < 0)
+	snprintf(doing, sizeof(doing), "make scratch database %s", name);
+	if ((rc = commands(url, one, 1, doing)) < 0)
 		return rc;
-	return due__url_set_path(out, n, url->text, name);
+	if ((rc = due__url_set_path(out, n, url->text, name)) < 0) {
+		snprintf(sql, sizeof(sql), "DROP DATABASE `%s`", name);
+		(void)commands(url, one, 1, doing);
+	}
+	return rc;
+}
+
+/*
+** Whether database name may be dropped: absent (1: nothing to do), or
+** empty or holding due_task (0); DUE_ESTORE otherwise or on failure.
+*/
+static int droppable(const due_url *url, const char *name, const char *doing)
+{
+	char sql[512];
+	MYSQL *m;
+	MYSQL_RES *r = NULL;
+	MYSQL_ROW row;
+	int rc = connect_url(&m, url, false);
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT (SELECT COUNT(*) FROM information_schema.SCHEMATA"
+		 " WHERE SCHEMA_NAME = '%s'), (SELECT COUNT(*) FROM"
+		 " information_schema.TABLES WHERE TABLE_SCHEMA = '%s'),"
+		 " (SELECT COUNT(*) FROM information_schema.TABLES WHERE"
+		 " TABLE_SCHEMA = '%s' AND TABLE_NAME = 'due_task')",
+		 name, name, name);
+	if (rc < 0) {
+		char why[768];
+		snprintf(why, sizeof(why), "%s", due_error_last());
+		return due__error_set(DUE_ESTORE, "cannot %s: %s", doing, why);
+	}
+	if (rc == 0 &&
+	    (mysql_query(m, sql) != 0 || !(r = mysql_store_result(m)) ||
+	     !(row = mysql_fetch_row(r)) || !row[0] || !row[1] || !row[2]))
+		rc = due__error_set(DUE_ESTORE, "cannot %s: mysql store: %s",
+				    doing, mysql_error(m));
+	else if (rc == 0 && atoi(row[0]) == 0)
+		rc = 1;
+	else if (rc == 0 && atoi(row[1]) > 0 && atoi(row[2]) == 0)
+		rc = due__error_set(DUE_ESTORE,
+				    "will not drop database %s: it holds "
+				    "tables but no due store",
+				    name);
+	if (r)
+		mysql_free_result(r);
+	if (m)
+		mysql_close(m);
+	return rc;
 }
 
 static int my_scratch_drop(const due_url *url, const char *name,
 			   const char *dir)
 {
-	char sql[160];
+	char sql[160], wait[64], doing[128];
 	/* a failed test may leave a transaction open on its tables: wait
-	   for its metadata lock a while, not a year, then leave the rest */
-	const char *two[] = {"SET SESSION lock_wait_timeout = 20", sql};
+	   for its metadata lock within the bound, then leave the rest */
+	const char *two[] = {wait, sql};
+	int64_t secs = due__admin_bound_us(url) / 1000000 - 1;
+	int rc;
 
 	(void)dir;
 	if (!url)
-		return 0;
-	snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s", name);
-	return commands(url, two, 2);
+		return due__error_set(DUE_EINVAL, "a mysql scratch store "
+						  "needs a server URL (--db)");
+	snprintf(doing, sizeof(doing), "drop scratch database %s", name);
+	if ((rc = droppable(url, name, doing)) != 0)
+		return rc > 0 ? 0 : rc;
+	snprintf(wait, sizeof(wait), "SET SESSION lock_wait_timeout = %lld",
+		 (long long)(secs < 1 ? 1 : secs));
+	snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS `%s`", name);
+	return commands(url, two, 2, doing);
 }
 
 static int my_server_open(due_store_srv **out, const due_url *url)

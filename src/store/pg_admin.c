@@ -4,9 +4,11 @@
 ** it besides the store.
 **
 ** Scratch stores.  A scratch store is a schema of its own in the URL's
-** database (CREATE SCHEMA NAME; the URL gets
-** options=-csearch_path=NAME), dropped with DROP SCHEMA ... CASCADE.
-** The URL's user needs CREATE on the database.
+** database (CREATE SCHEMA "due_scratch_NAME", which refuses one that
+** exists; the URL gets -csearch_path=due_scratch_NAME added to its own
+** options=), dropped with DROP SCHEMA ... CASCADE, and only when it is
+** empty or holds due's tables.  The URL's user needs CREATE on the
+** database.
 **
 ** Counters.  The server's WAL insert position (wal_bytes: its move over
 ** a phase is the WAL every session wrote, as bench/floor reads it) and,
@@ -15,11 +17,13 @@
 ** this database's statements (server_us; a COMMIT's includes its WAL
 ** flush).  The reading's own statements are left out of the second.
 **
-** Every connection here is a plain libpq session on the URI the store's
-** parser gives (due's own options taken out), without the store's
-** session settings: the plan check must see the planner as a user's
-** session does, and the raw SQL session of `due verify`'s controls is
-** any client's.  Notices ("drop cascades to ...") are dropped.
+** Every connection here is the store's own (pg_wire.c: due__pg_connect,
+** on the URI the store's parser gives), so every wait of it, connecting
+** and each statement, keeps to the URL's timeout= (10 s by default) as
+** the store's do.  The server counters and the raw SQL session take the
+** store's session settings back (RESET ALL): the plan check must see the
+** planner as a user's session does, and the raw SQL session of `due
+** verify`'s controls is any client's.  Notices are dropped.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,84 +36,125 @@
 #include "store/store.h"
 
 struct due_store_sql {
-	PGconn *c;
+	due_store *s;
 };
 
 struct due_store_srv {
-	PGconn *c;
+	due_store *s;
 };
 
-static void quiet_notice(void *arg, const char *msg)
-{
-	(void)arg;
-	(void)msg;
-}
-
-/* A plain session on the store at url, by the store's parser; *out set
-   even on failure (PQfinish it). */
-static int connect_url(PGconn **out, const due_url *url)
+/*
+** A session on the store at url, by the store's parser and the store's
+** own bounded connection (pg_wire.c: due__pg_connect), every wait within
+** the URL's timeout= (default 10 s); the store's session settings taken
+** back (RESET ALL: the settings the URL's options give stay) unless
+** store_settings.  *out set even on failure (due__pg_disconnect it).
+*/
+static int session(due_store **out, const due_url *url, bool store_settings)
 {
 	due_pg_cfg *cfg = NULL;
 	int rc;
 
 	*out = NULL;
-	if ((rc = due__pg_parse_store_url(&cfg, url)) == 0) {
-		*out = PQconnectdb(cfg->uri);
-		if (PQstatus(*out) != CONNECTION_OK)
-			rc = due__error_set(DUE_ESTORE, "postgres store: %s",
-					    PQerrorMessage(*out));
-		else
-			PQsetNoticeProcessor(*out, quiet_notice, NULL);
-	}
+	if ((rc = due__pg_parse_store_url(&cfg, url)) == 0)
+		rc = due__pg_connect(out, cfg, due__admin_bound_us(url));
 	due__pg_cfg_free(cfg);
+	if (rc == 0 && !store_settings)
+		rc = due__pg_command(*out, "RESET ALL", "reset the session");
 	return rc;
 }
 
-/* One command (no rows) on a new session to url. */
-static int command(const due_url *url, const char *sql)
+/*
+** One command (no rows) on a new session to url; a failure is said as
+** "cannot DOING: why" (DUE_ESTORE unless no memory).
+*/
+static int command(const due_url *url, const char *sql, const char *doing)
 {
-	PGconn *c;
-	PGresult *r;
-	int rc = connect_url(&c, url);
+	due_store *s;
+	char why[768];
+	int rc = session(&s, url, true), connected = rc == 0;
 
-	if (rc == 0) {
-		r = PQexec(c, sql);
-		if (PQresultStatus(r) != PGRES_COMMAND_OK)
-			rc = due__error_set(DUE_ESTORE, "postgres store: %s",
-					    PQerrorMessage(c));
-		PQclear(r);
-	}
-	PQfinish(c);
+	if (rc == 0)
+		rc = due__pg_command(s, sql, doing);
+	due__pg_disconnect(s);
+	snprintf(why, sizeof(why), "%s", due_error_last());
+	if (rc < 0 && rc != DUE_ENOMEM && !connected)
+		rc = due__error_set(DUE_ESTORE, "cannot %s: %s", doing, why);
+	else if (rc < 0 && rc != DUE_ENOMEM) /* it names doing */
+		rc = due__error_set(DUE_ESTORE, "%s", why);
 	return rc;
+}
+
+/*
+** The scratch URL: url's text with the schema in search_path, merged into
+** the user's own options= (libpq keeps only the last options= of a URI).
+*/
+static int scratch_url(char *out, size_t n, const char *text,
+		       const char *schema)
+{
+	const char *q = strchr(text, '?'), *p;
+	char opt[1024];
+	size_t k;
+
+	opt[0] = '\0';
+	for (p = q ? q + 1 : NULL; p && *p; p += k + (p[k] == '&')) {
+		k = strcspn(p, "&");
+		if (k > 8 && strncmp(p, "options=", 8) == 0 && k - 8 < 900)
+			snprintf(opt, sizeof(opt), "%.*s%%20", (int)(k - 8),
+				 p + 8);
+	}
+	snprintf(opt + strlen(opt), sizeof(opt) - strlen(opt),
+		 "-csearch_path%%3D%s", schema);
+	return due__url_set_option(out, n, text, "options", opt);
 }
 
 static int pg_scratch_make(const due_url *url, const char *name,
 			   const char *dir, char *out, size_t n)
 {
-	char sql[160], opt[96];
+	char sql[160], doing[160];
 	int rc;
 
 	(void)dir;
 	if (!url)
 		return due__error_set(DUE_EINVAL, "a postgres scratch store "
-						  "needs a server URL");
-	snprintf(sql, sizeof(sql), "CREATE SCHEMA %s", name);
-	snprintf(opt, sizeof(opt), "-csearch_path%%3D%s", name);
-	if ((rc = command(url, sql)) < 0)
+						  "needs a server URL (--db)");
+	snprintf(sql, sizeof(sql), "CREATE SCHEMA \"%s\"", name);
+	snprintf(doing, sizeof(doing), "make scratch schema %s", name);
+	if ((rc = command(url, sql, doing)) < 0)
 		return rc;
-	return due__url_add_option(out, n, url->text, "options", opt);
+	if ((rc = scratch_url(out, n, url->text, name)) < 0) {
+		snprintf(sql, sizeof(sql), "DROP SCHEMA \"%s\" CASCADE", name);
+		(void)command(url, sql, doing);
+	}
+	return rc;
 }
 
+/*
+** Drop schema name: none is no error; one holding relations but no
+** due_task is no scratch store of due's, and is left.  The check and the
+** drop are one statement (a DO block), so nothing comes between them.
+*/
 static int pg_scratch_drop(const due_url *url, const char *name,
 			   const char *dir)
 {
-	char sql[160];
+	char sql[1024], doing[160];
 
 	(void)dir;
 	if (!url)
-		return 0;
-	snprintf(sql, sizeof(sql), "DROP SCHEMA IF EXISTS %s CASCADE", name);
-	return command(url, sql);
+		return due__error_set(DUE_EINVAL, "a postgres scratch store "
+						  "needs a server URL (--db)");
+	snprintf(sql, sizeof(sql),
+		 "DO $$ DECLARE n oid; BEGIN"
+		 " SELECT oid INTO n FROM pg_namespace WHERE nspname = '%s';"
+		 " IF n IS NULL THEN RETURN; END IF;"
+		 " IF EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n)"
+		 "  AND NOT EXISTS (SELECT 1 FROM pg_class WHERE relnamespace"
+		 "  = n AND relname = 'due_task' AND relkind = 'r') THEN"
+		 "  RAISE EXCEPTION 'it holds tables but no due store'; END IF;"
+		 " DROP SCHEMA \"%s\" CASCADE; END $$",
+		 name, name);
+	snprintf(doing, sizeof(doing), "drop scratch schema %s", name);
+	return command(url, sql, doing);
 }
 
 /* Every table of the schema in the search path, reset to the defaults. */
@@ -128,21 +173,22 @@ static int pg_untune(const due_url *url)
 	    "   autovacuum_vacuum_cost_delay, autovacuum_vacuum_cost_limit)',"
 	    "   t);"
 	    " END LOOP; END $$";
-	return command(url, sql);
+	return command(url, sql, "reset the storage settings");
 }
 
 static int pg_server_open(due_store_srv **out, const due_url *url)
 {
 	if (!(*out = calloc(1, sizeof(**out))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
-	return connect_url(&(*out)->c, url);
+	return session(&(*out)->s, url, false);
 }
 
 /* The one value of a one-row query, or false. */
-static bool one_value(PGconn *c, const char *sql, char *buf, size_t n)
+static bool one_value(due_store *s, const char *sql, char *buf, size_t n)
 {
-	PGresult *r = PQexec(c, sql);
-	bool ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+	PGresult *r = NULL;
+	bool ok = due__pg_query(s, sql, "read a counter", &r) == 0 &&
+		  PQntuples(r) == 1;
 
 	if (ok)
 		snprintf(buf, n, "%s", PQgetvalue(r, 0, 0));
@@ -150,21 +196,24 @@ static bool one_value(PGconn *c, const char *sql, char *buf, size_t n)
 	return ok;
 }
 
-static int pg_server_read(due_store_srv *s, due_counters *out)
+static int pg_server_read(due_store_srv *srv, due_counters *out)
 {
+	due_store *s = srv->s;
 	char v[64];
 	int rc = 0;
 
-	if (one_value(s->c,
+	if (one_value(s,
 		      "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(),"
 		      " '0/0')::bigint",
 		      v, sizeof(v)))
 		rc = due__counter_work(out, "wal_bytes",
 				       (double)strtoll(v, NULL, 10), "wal", "B",
 				       0);
+	else if (PQstatus(s->conn) != CONNECTION_OK)
+		return DUE_ESTORE; /* no answer in time: said */
 	/* absent without pg_stat_statements: then no such counter */
 	if (rc == 0 &&
-	    one_value(s->c,
+	    one_value(s,
 		      "SELECT coalesce(sum(total_exec_time), 0) * 1000"
 		      " FROM pg_stat_statements WHERE dbid = (SELECT oid"
 		      " FROM pg_database WHERE datname ="
@@ -180,7 +229,7 @@ static int pg_server_read(due_store_srv *s, due_counters *out)
 static void pg_server_close(due_store_srv *s)
 {
 	if (s)
-		PQfinish(s->c);
+		due__pg_disconnect(s->s);
 	free(s);
 }
 
@@ -188,13 +237,13 @@ static int pg_sql_open(due_store_sql **out, const due_url *url)
 {
 	if (!(*out = calloc(1, sizeof(**out))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
-	return connect_url(&(*out)->c, url);
+	return session(&(*out)->s, url, false);
 }
 
 static void pg_sql_close(due_store_sql *q)
 {
 	if (q)
-		PQfinish(q->c);
+		due__pg_disconnect(q->s);
 	free(q);
 }
 
@@ -202,21 +251,18 @@ static int pg_sql_exec(due_store_sql *q, const char *sql, int nparams,
 		       int64_t p1, int64_t p2, const char *p3, int64_t *out,
 		       int cap)
 {
-	char b1[32], b2[32];
-	const char *vals[3] = {b1, b2, p3};
+	due_pg_params p = {0};
+	PGresult *res = NULL;
 	int n = 0;
 
-	snprintf(b1, sizeof(b1), "%lld", (long long)p1);
-	snprintf(b2, sizeof(b2), "%lld", (long long)p2);
-	PGresult *res =
-	    PQexecParams(q->c, sql, nparams, NULL, vals, NULL, NULL, 0);
-	ExecStatusType s = PQresultStatus(res);
-	if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
-		due__error_set(DUE_ESTORE, "postgres: %s",
-			       PQerrorMessage(q->c));
-		PQclear(res);
+	if (nparams > 0)
+		due__pg_int(&p, p1);
+	if (nparams > 1)
+		due__pg_int(&p, p2);
+	if (nparams > 2)
+		due__pg_text(&p, p3);
+	if (due__pg_query_text(q->s, sql, &p, "raw SQL", &res) < 0)
 		return -1;
-	}
 	for (int i = 0; out && i < PQntuples(res) && n < cap; i++)
 		out[n++] = strtoll(PQgetvalue(res, i, 0), NULL, 10);
 	PQclear(res);
@@ -229,16 +275,14 @@ static int pg_sql_hold(due_store_sql *q, due_id id, const char **lock)
 }
 
 /* All rows of a query's first column, joined with newlines, into buf. */
-static int plan_text(PGconn *c, const char *sql, char *buf, size_t n)
+static int plan_text(due_store *s, const char *sql, char *buf, size_t n)
 {
-	PGresult *res = PQexec(c, sql);
+	PGresult *res = NULL;
 	size_t off = 0;
 
 	buf[0] = '\0';
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		PQclear(res);
+	if (due__pg_query(s, sql, "read a plan", &res) < 0)
 		return -1;
-	}
 	for (int i = 0; i < PQntuples(res) && off < n; i++)
 		off += (size_t)snprintf(buf + off, n - off, "%s\n",
 					PQgetvalue(res, i, 0));
@@ -305,8 +349,8 @@ static int pg_plan_check(due_store_sql *q, due_time now, bool *pass,
 	p1[0] = p2[0] = '\0';
 	ok = pg_sql_exec(q, fill, 0, 0, 0, NULL, NULL, 0) >= 0 &&
 	     pg_sql_exec(q, "ANALYZE due_task", 0, 0, 0, NULL, NULL, 0) >= 0 &&
-	     plan_text(q->c, q_now, p1, 16384) == 0 &&
-	     plan_text(q->c, q_clock, p2, 16384) == 0;
+	     plan_text(q->s, q_now, p1, 16384) == 0 &&
+	     plan_text(q->s, q_clock, p2, 16384) == 0;
 	bool idx = ok && strstr(p1, "Index Cond: (due_at <= now())") &&
 		   strstr(p1, "due_task_due");
 	long b_now = plan_buffers(p1), b_clock = plan_buffers(p2);

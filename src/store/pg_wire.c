@@ -1144,12 +1144,10 @@ int due__pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
 	return rc;
 }
 
-int due__pg_query(due_store *s, const char *sql, const char *what,
-		  PGresult **out)
+/* r, the result of a statement sent (rc), into *out when it succeeded. */
+static int kept(due_store *s, int rc, PGresult *r, const char *what,
+		PGresult **out)
 {
-	PGresult *r = NULL;
-	int rc = exec_simple(s, sql, what, &r);
-
 	*out = NULL;
 	if (rc < 0)
 		return rc;
@@ -1161,6 +1159,28 @@ int due__pg_query(due_store *s, const char *sql, const char *what,
 	}
 	*out = r;
 	return 0;
+}
+
+int due__pg_query(due_store *s, const char *sql, const char *what,
+		  PGresult **out)
+{
+	PGresult *r = NULL;
+	int rc = exec_simple(s, sql, what, &r);
+
+	return kept(s, rc, r, what, out);
+}
+
+int due__pg_query_text(due_store *s, const char *sql, const due_pg_params *p,
+		       const char *what, PGresult **out)
+{
+	PGresult *r = NULL;
+	int rc = trip(s, &s->conn,
+		      s->conn ? PQsendQueryParams(s->conn, sql, p->n, NULL,
+						  p->v, p->len, p->fmt, 0)
+			      : 0,
+		      what, &r);
+
+	return kept(s, rc, r, what, out);
 }
 
 int due__pg_command(due_store *s, const char *sql, const char *what)

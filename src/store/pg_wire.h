@@ -181,6 +181,12 @@ int due__pg_run(due_store *s, int id, const char *sql, const due_pg_params *p,
 */
 int due__pg_query(due_store *s, const char *sql, const char *what,
 		  PGresult **out);
+/*
+** due__pg_query of a statement with parameters p, its result in text (the
+** raw SQL session of the admin group, pg_admin.c).
+*/
+int due__pg_query_text(due_store *s, const char *sql, const due_pg_params *p,
+		       const char *what, PGresult **out);
 /* due__pg_query without the result.  0 or a due code. */
 int due__pg_command(due_store *s, const char *sql, const char *what);
 int due__pg_begin(due_store *s);

@@ -5,7 +5,9 @@
 **
 ** Scratch stores.  A store is the keys of one prefix ({due:NAME}..., or
 ** {due:NAME:i} per shard), so a scratch store is the same server and
-** database with ?prefix=NAME: nothing to make.  Dropping it deletes the
+** database with ?prefix=due_scratch_NAME: nothing to make, once no key
+** has that prefix (make looks, and refuses one in use).  Dropping it
+** deletes the
 ** keys that carry the prefix (SCAN MATCH, never KEYS, so a busy server is
 ** not blocked), with UNLINK: "{due:NAME}..." and a shard's
 ** "{due:NAME:i}...", so dropping due_verify_1_1 leaves due_verify_1_10
@@ -21,7 +23,8 @@
 ** Redis has no SQL, so none of the SQL capabilities; no_* say why, as
 ** `due verify` prints it.  Every connection here is a plain hiredis one
 ** to the seeds the store's parser read (redis.c), with the URL's AUTH and
-** database.
+** database, connecting and each command within the URL's timeout= (10 s
+** by default), as redis.c's own.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,13 +42,20 @@ struct due_store_srv {
 	redisContext *c;
 };
 
-/* A connection to host:port with the URL's AUTH; NULL with the error set. */
-static redisContext *dial(const due_redis_where *w, const char *host, int port)
+/*
+** A connection to host:port with the URL's AUTH, connecting and every
+** command within bound_us (as redis.c's own); NULL with the error set.
+*/
+static redisContext *dial(const due_redis_where *w, const char *host, int port,
+			  int64_t bound_us)
 {
-	struct timeval tv = {10, 0};
+	struct timeval tv = {(time_t)(bound_us / 1000000),
+			     (long)(bound_us % 1000000)};
 	redisContext *c = redisConnectWithTimeout(host, port, tv);
 	redisReply *r;
 
+	if (c && !c->err && redisSetTimeout(c, tv) != REDIS_OK)
+		c->err = REDIS_ERR_IO;
 	if (!c || c->err) {
 		due__error_set(DUE_ESTORE, "redis %s:%d: %s", host, port,
 			       c ? c->errstr : "out of memory");
@@ -83,7 +93,7 @@ static redisContext *seed(const due_url *url, void **cfg, due_redis_where *w,
 		return NULL;
 	due__redis_where(*cfg, w);
 	for (size_t i = 0; i < w->n && !c; i++)
-		c = dial(w, w->host[i], w->port[i]);
+		c = dial(w, w->host[i], w->port[i], due__admin_bound_us(url));
 	if (!c || bare || !w->db)
 		return c;
 	r = redisCommand(c, "SELECT %d", w->db);
@@ -97,18 +107,25 @@ static redisContext *seed(const due_url *url, void **cfg, due_redis_where *w,
 	return c;
 }
 
-static int rd_scratch_make(const due_url *url, const char *name,
-			   const char *dir, char *out, size_t n)
+/* why, or, when it is hiredis's word for a read that timed out, that. */
+static const char *timed_out(const char *why, const due_url *url)
 {
-	(void)dir;
-	if (!url)
-		return due__error_set(DUE_EINVAL, "a redis scratch store "
-						  "needs a server URL");
-	return due__url_set_option(out, n, url->text, "prefix", name);
+	static _Thread_local char buf[96];
+
+	if (!strstr(why, "Resource temporarily unavailable"))
+		return why;
+	snprintf(buf, sizeof(buf),
+		 "redis: no answer in %.1f s (the URL's timeout=)",
+		 (double)due__admin_bound_us(url) / 1e6);
+	return buf;
 }
 
-/* UNLINK every key of this node that matches; 0 or DUE_ESTORE. */
-static int unlink_matching(redisContext *c, const char *match)
+/*
+** Every key of this node that matches: UNLINKed when unlink, else counted
+** into *found (stopping at the first); 0 or DUE_ESTORE.
+*/
+static int each_key(redisContext *c, const char *match, bool unlink,
+		    size_t *found)
 {
 	char cursor[32] = "0";
 	redisReply *r;
@@ -124,19 +141,20 @@ static int unlink_matching(redisContext *c, const char *match)
 			return rc;
 		}
 		snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
-		for (size_t i = 0; i < r->element[1]->elements; i++)
+		*found += r->element[1]->elements;
+		for (size_t i = 0; unlink && i < r->element[1]->elements; i++)
 			freeReplyObject(redisCommand(
 			    c, "UNLINK %b", r->element[1]->element[i]->str,
 			    r->element[1]->element[i]->len));
 		freeReplyObject(r);
-	} while (strcmp(cursor, "0") != 0);
+	} while (strcmp(cursor, "0") != 0 && (unlink || !*found));
 	return 0;
 }
 
 /* Every master of CLUSTER NODES (a line per node: "<id> <ip:port@cport>
-   <flags> ..."), its matching keys unlinked; 0 or the last error. */
-static int drop_cluster(const due_redis_where *w, char *nodes,
-			const char *match)
+   <flags> ..."), each_key on it; 0 or the last error. */
+static int each_master(const due_redis_where *w, char *nodes, int64_t bound,
+		       const char *match, bool unlink, size_t *found)
 {
 	int rc = 0;
 
@@ -153,16 +171,21 @@ static int drop_cluster(const due_redis_where *w, char *nodes,
 		if (!(colon = strrchr(addr, ':')))
 			continue;
 		*colon = '\0';
-		m = dial(w, addr, atoi(colon + 1));
-		if (!m || unlink_matching(m, match) < 0)
+		m = dial(w, addr, atoi(colon + 1), bound);
+		if (!m || each_key(m, match, unlink, found) < 0)
 			rc = DUE_ESTORE;
 		redisFree(m);
 	}
 	return rc;
 }
 
-static int rd_scratch_drop(const due_url *url, const char *name,
-			   const char *dir)
+/*
+** The keys of prefix name on url's server (every master of a cluster):
+** deleted when unlink, else counted into *found.  0, or DUE_ESTORE
+** "cannot DOING: why".
+*/
+static int prefix_keys(const due_url *url, const char *name, bool unlink,
+		       size_t *found, const char *doing)
 {
 	void *cfg = NULL;
 	due_redis_where w;
@@ -171,15 +194,16 @@ static int rd_scratch_drop(const due_url *url, const char *name,
 	char match[96];
 	int rc = DUE_ESTORE;
 
-	(void)dir;
-	if (!url)
-		return 0;
+	*found = 0;
 	snprintf(match, sizeof(match), "{due:%s[}:]*", name);
 	if (!(c = seed(url, &cfg, &w, true)))
 		goto done;
 	r = redisCommand(c, "CLUSTER NODES");
 	if (r && r->type != REDIS_REPLY_ERROR && r->str) {
-		rc = drop_cluster(&w, r->str, match);
+		rc = each_master(&w, r->str, due__admin_bound_us(url), match,
+				 unlink, found);
+	} else if (!r) {
+		due__error_set(DUE_ESTORE, "redis: %s", c->errstr);
 	} else {
 		freeReplyObject(r);
 		r = redisCommand(c, "SELECT %d", w.db);
@@ -187,21 +211,97 @@ static int rd_scratch_drop(const due_url *url, const char *name,
 			due__error_set(DUE_ESTORE, "redis: SELECT: %s",
 				       r && r->str ? r->str : c->errstr);
 		else
-			rc = unlink_matching(c, match);
+			rc = each_key(c, match, unlink, found);
 	}
 done:
 	if (rc < 0) {
 		char why[512];
 		snprintf(why, sizeof(why), "%s", due_error_last());
-		due__error_set(DUE_ESTORE,
-			       "could not delete the keys of scratch prefix "
-			       "%s: %s",
-			       name, why);
+		due__error_set(DUE_ESTORE, "cannot %s: %s", doing,
+			       timed_out(why, url));
 	}
 	freeReplyObject(r);
 	redisFree(c);
 	SLOT->free_cfg(cfg);
 	return rc;
+}
+
+/*
+** The marker of a made scratch store, "{due:NAME}:scratch" (SET NX, so of
+** two makes of one name one wins): 0 set, 1 there already, DUE_ESTORE.
+** On a cluster whose seed does not hold its slot (MOVED) no marker is
+** set: the scan for the prefix's keys is all that make checks there.
+*/
+static int mark(const due_url *url, const char *name)
+{
+	void *cfg = NULL;
+	due_redis_where w;
+	redisContext *c = seed(url, &cfg, &w, false);
+	redisReply *r = NULL;
+	char key[128];
+	int rc = DUE_ESTORE;
+
+	snprintf(key, sizeof(key), "{due:%s}:scratch", name);
+	if (c && (r = redisCommand(c, "SET %s 1 NX", key))) {
+		if (r->type == REDIS_REPLY_NIL)
+			rc = 1;
+		else if (r->type != REDIS_REPLY_ERROR ||
+			 strncmp(r->str, "MOVED", 5) == 0)
+			rc = 0;
+		else
+			due__error_set(DUE_ESTORE, "redis: SET: %s", r->str);
+	} else if (c) {
+		due__error_set(DUE_ESTORE, "redis: %s", c->errstr);
+	}
+	freeReplyObject(r);
+	redisFree(c);
+	SLOT->free_cfg(cfg);
+	return rc;
+}
+
+/* Nothing to make but the URL and its marker, once no key has the
+   prefix. */
+static int rd_scratch_make(const due_url *url, const char *name,
+			   const char *dir, char *out, size_t n)
+{
+	char doing[128];
+	size_t found;
+	int rc;
+
+	(void)dir;
+	if (!url)
+		return due__error_set(DUE_EINVAL, "a redis scratch store "
+						  "needs a server URL (--db)");
+	snprintf(doing, sizeof(doing), "make scratch prefix %s", name);
+	if ((rc = prefix_keys(url, name, false, &found, doing)) < 0)
+		return rc;
+	if (found || (rc = mark(url, name)) > 0)
+		return due__error_set(DUE_ESTORE,
+				      "cannot %s: it already exists (its "
+				      "keys are on the server)",
+				      doing);
+	if (rc < 0) {
+		char why[512];
+		snprintf(why, sizeof(why), "%s", due_error_last());
+		return due__error_set(DUE_ESTORE, "cannot %s: %s", doing,
+				      timed_out(why, url));
+	}
+	return due__url_set_option(out, n, url->text, "prefix", name);
+}
+
+static int rd_scratch_drop(const due_url *url, const char *name,
+			   const char *dir)
+{
+	char doing[128];
+	size_t found;
+
+	(void)dir;
+	if (!url)
+		return due__error_set(DUE_EINVAL, "a redis scratch store "
+						  "needs a server URL (--db)");
+	snprintf(doing, sizeof(doing), "delete the keys of scratch prefix %s",
+		 name);
+	return prefix_keys(url, name, true, &found, doing);
 }
 
 static int rd_server_open(due_store_srv **out, const due_url *url)

@@ -4,13 +4,15 @@
 ** it besides the store.
 **
 ** Scratch stores.  A SQLite store is a file, so a scratch store is a file
-** `due.db` in a directory the caller made for it: beside the user's file
+** `due_scratch_NAME.db` in a directory that exists (--dir; make creates
+** the file, empty, and refuses one that exists): beside the user's file
 ** (scratch_root: "PATH.scratch-XXXXXX", the same file system and the same
 ** host clock) or, with no store of the user's, wherever the caller says.
 ** The user's options (?sync=, ?busy_ms=, timeout=) carry over, so a
 ** case measures the store as it was given.  Dropping removes the file and
-** its side files (-wal, -shm, -journal, -wake); the directory is the
-** caller's.  The server has no counters of its own: the process counts
+** its side files (-wal, -shm, -journal, -wake), unless the file is
+** neither empty nor a database of due's or of no tables; the directory
+** is the caller's.  The server has no counters of its own: the process counts
 ** SQLite's work itself (due_store_work_read).
 **
 ** The raw SQL session is a plain connection to the file (sqlite3_open,
@@ -22,10 +24,12 @@
 ** the claim's shape over the partial index of SCHEDULED tasks.
 */
 #include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -72,19 +76,92 @@ static int sq_scratch_root(const due_url *url, char *out, size_t n)
 	return 0;
 }
 
+/* The file of scratch store name in dir into path; DUE_EINVAL when there
+   is no dir, or it is not a directory. */
+static int scratch_file(const char *dir, const char *name, bool make,
+			char *path, size_t n)
+{
+	struct stat st;
+	int w;
+
+	if (!dir || !*dir)
+		return due__error_set(DUE_EINVAL,
+				      "a SQLite scratch store is %s in a "
+				      "directory: give --dir DIR",
+				      make ? "made" : "dropped");
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+		return due__error_set(
+		    DUE_EINVAL, "scratch directory %s: %s", dir,
+		    stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
+	w = snprintf(path, n, "%s/%s.db", dir, name);
+	if (w < 0 || (size_t)w >= n)
+		return due__error_set(DUE_EINVAL,
+				      "scratch directory %.200s: "
+				      "too long",
+				      dir);
+	return 0;
+}
+
 static int sq_scratch_make(const due_url *url, const char *name,
 			   const char *dir, char *out, size_t n)
 {
 	const char *q = url ? strchr(url->text, '?') : NULL;
-	int w;
+	char path[4096];
+	int rc = scratch_file(dir, name, true, path, sizeof(path)), fd, w;
 
-	(void)name; /* the directory is the store's namespace */
-	if (!dir || !*dir)
-		return due__error_set(DUE_EINVAL, "a SQLite scratch store "
-						  "needs a directory");
-	w = snprintf(out, n, "sqlite:%s/due.db%s", dir, q ? q : "");
-	if (w < 0 || (size_t)w >= n)
+	if (rc < 0)
+		return rc;
+	/* the file is made here, so a name that exists is never taken */
+	if ((fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600)) < 0)
+		return due__error_set(
+		    DUE_ESTORE, "cannot make SQLite scratch store %s: %s", path,
+		    errno == EEXIST ? "it already exists" : strerror(errno));
+	close(fd);
+	w = snprintf(out, n, "sqlite:%s%s", path, q ? q : "");
+	if (w < 0 || (size_t)w >= n) {
+		unlink(path);
 		return due__error_set(DUE_EINVAL, "scratch store URL too long");
+	}
+	return 0;
+}
+
+/*
+** Whether the file at path may be dropped: empty (made, never opened) or
+** a SQLite database of due's (due_task) or of no tables.  0, or
+** DUE_ESTORE saying why not.
+*/
+static int is_scratch(const char *path)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *st = NULL;
+	struct stat sb;
+	int all = -1, due = 0;
+
+	if (stat(path, &sb) == 0 && sb.st_size == 0)
+		return 0;
+	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) ==
+		SQLITE_OK &&
+	    sqlite3_prepare_v2(db,
+			       "SELECT count(*), count(*) FILTER (WHERE name ="
+			       " 'due_task') FROM sqlite_master WHERE type ="
+			       " 'table'",
+			       -1, &st, NULL) == SQLITE_OK &&
+	    sqlite3_step(st) == SQLITE_ROW) {
+		all = sqlite3_column_int(st, 0);
+		due = sqlite3_column_int(st, 1);
+	}
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	if (all < 0)
+		return due__error_set(DUE_ESTORE,
+				      "will not drop %s: not a SQLite "
+				      "database",
+				      path);
+	if (all > 0 && !due)
+		return due__error_set(DUE_ESTORE,
+				      "will not drop %s: it holds tables but "
+				      "no due store",
+				      path);
 	return 0;
 }
 
@@ -93,15 +170,16 @@ static int sq_scratch_drop(const due_url *url, const char *name,
 {
 	static const char *const side[] = {"", "-wal", "-shm", "-journal",
 					   "-wake"};
-	char path[4096];
-	int rc = 0;
+	char base[4096], path[4200];
+	int rc = scratch_file(dir, name, false, base, sizeof(base));
 
 	(void)url;
-	(void)name;
-	if (!dir || !*dir)
-		return 0;
+	if (rc < 0)
+		return rc;
+	if (access(base, F_OK) == 0 && (rc = is_scratch(base)) < 0)
+		return rc;
 	for (size_t i = 0; i < sizeof(side) / sizeof(side[0]); i++) {
-		snprintf(path, sizeof(path), "%s/due.db%s", dir, side[i]);
+		snprintf(path, sizeof(path), "%s%s", base, side[i]);
 		if (unlink(path) != 0 && errno != ENOENT)
 			rc = due__error_set(DUE_ESTORE, "cannot remove %s: %s",
 					    path, strerror(errno));

@@ -382,8 +382,9 @@ typedef struct due_store_admin {
 	const char *no_sql, *no_row_locks, *no_stall, *no_plan;
 
 	/*
-	** Scratch stores.  A scratch store named `name` (letters, digits, _)
-	** is private to its maker: a schema, a key prefix or a database on
+	** Scratch stores.  A scratch store named `name` (the physical name,
+	** DUE_SCRATCH_PREFIX and the caller's: core/admin.c makes it) is
+	** private to its maker: a schema, a key prefix or a database on
 	** the server of url, or, for a store in files, files in `dir`; the
 	** user's own store never sees it.  url may be NULL for a store in
 	** files (no options to keep).  scratch_root writes a mkdtemp()
@@ -391,8 +392,10 @@ typedef struct due_store_admin {
 	** the store's own file, or under /tmp).  scratch_make makes the
 	** store, empty (due_open with create writes its schema), and writes
 	** its URL, with url's options, into out.  scratch_drop removes it
-	** and all in it (one never made is no error).  0 or a DUE_E* code
-	** with the message set.
+	** and all in it (one never made is no error), refusing (DUE_ESTORE)
+	** one that holds anything but due's tables.  make refuses (DUE_ESTORE)
+	** a name that exists.  Every session keeps to due__admin_bound_us.
+	** 0 or a DUE_E* code with the message set.
 	*/
 	int (*scratch_root)(const due_url *url, char *out, size_t n);
 	int (*scratch_make)(const due_url *url, const char *name,
@@ -508,8 +511,22 @@ int due__sql_hold_row(due_store_sql *q, due_id id, const char **lock,
 				  const char *p3, int64_t *out, int cap));
 /* "/tmp/due-scratch-XXXXXX": scratch_root of a store on a server. */
 int due__scratch_root_tmp(const due_url *url, char *out, size_t n);
-/* Whether name is a scratch name (1..63 letters, digits, _). */
+/*
+** Scratch store names.  A caller's NAME is 1 to DUE_SCRATCH_NAME_MAX
+** lowercase letters, digits or _; its store is the schema, database, key
+** prefix or file DUE_SCRATCH_PREFIX NAME (due__scratch_physical), so no
+** name reaches anything but a scratch store, and every name is a plain
+** identifier within PostgreSQL's 63 bytes and MySQL's 64 on every store.
+*/
+#define DUE_SCRATCH_PREFIX "due_scratch_"
+#define DUE_SCRATCH_NAME_MAX 51
+/* Whether name is a scratch name (the rule above). */
 bool due__scratch_name_ok(const char *name);
+/* The physical name of scratch store name into out (n >= 64 bytes). */
+void due__scratch_physical(const char *name, char *out, size_t n);
+/* The bound of every wait of an admin session on url (its timeout=,
+   else DUE_STORE_TIMEOUT_DEFAULT_US), as the store's own sessions. */
+int64_t due__admin_bound_us(const due_url *url);
 
 /* A scheduler's step for one schedule (see cron_fire). */
 typedef struct due_cron_fire {

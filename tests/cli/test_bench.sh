@@ -137,7 +137,7 @@ need("statements_per_task" not in j, "no SQLite counters on PostgreSQL")
 		>"$T/soakav.json" 2>"$T/soakav.err" &
 	bpid=$!
 	wait "$bpid" && ok || bad "soak --pg-autovacuum default: $(cat "$T/soakav.err")"
-	sch=due_verify_${bpid}_1
+	sch=due_scratch_due_verify_${bpid}_1
 	expect_eq "due_task without storage settings" "" \
 		"$(psql -qXAt "$DUE_TEST_PG_URL" -c "SELECT coalesce(array_to_string(reloptions, ','), '') FROM pg_class WHERE oid = '$sch.due_task'::regclass")"
 	psql -qXAt "$DUE_TEST_PG_URL" -c "DROP SCHEMA $sch CASCADE" >/dev/null 2>&1
@@ -147,7 +147,7 @@ need("statements_per_task" not in j, "no SQLite counters on PostgreSQL")
 		--keep --json --db "$DUE_TEST_PG_URL" >/dev/null 2>"$T/soakdue.err" &
 	bpid=$!
 	wait "$bpid" && ok || bad "soak: $(cat "$T/soakdue.err")"
-	sch=due_verify_${bpid}_1
+	sch=due_scratch_due_verify_${bpid}_1
 	psql -qXAt "$DUE_TEST_PG_URL" -c "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = '$sch.due_task'::regclass" |
 		grep -q "autovacuum_vacuum_threshold" && ok || bad "due init's settings kept by default"
 	psql -qXAt "$DUE_TEST_PG_URL" -c "DROP SCHEMA $sch CASCADE" >/dev/null 2>&1

@@ -43,9 +43,9 @@ expect_eq "odd path left clean" "" "$(ls -A "$odd")"
 "$DUE" scratch list >"$T/backends"
 expect_eq "scratch list: sqlite first, a store in files" "sqlite -" "$(sed -n 1p "$T/backends")"
 mkdir "$T/sc"
-expect_eq "scratch make: a file in the dir" "sqlite:$T/sc/due.db" \
+expect_eq "scratch make: a file in the dir" "sqlite:$T/sc/due_scratch_sc_1.db" \
 	"$("$DUE" scratch make --backend sqlite --dir "$T/sc" sc_1)"
-"$DUE" init --db "sqlite:$T/sc/due.db" >/dev/null && ok || bad "init of the scratch store"
+"$DUE" init --db "sqlite:$T/sc/due_scratch_sc_1.db" >/dev/null && ok || bad "init of the scratch store"
 "$DUE" scratch drop --backend sqlite --dir "$T/sc" sc_1 && ok || bad "scratch drop"
 expect_eq "scratch drop: its files gone" "" "$(ls -A "$T/sc")"
 expect_err 2 "scratch store name 'a-b'" "$DUE" scratch make --backend sqlite --dir "$T/sc" a-b

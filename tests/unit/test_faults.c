@@ -268,7 +268,7 @@ static void test_wake_fifo_never_blocks(void **state)
 
 	if (strcmp(backend_now, "sqlite") != 0)
 		skip();
-	snprintf(wake, sizeof(wake), "%s/due.db-wake", dir);
+	snprintf(wake, sizeof(wake), "%s/%s.db-wake", dir, tu_scratch_store);
 	unlink(wake);
 	assert_int_equal(mkfifo(wake, 0666), 0);
 	due_db *db = open_db();
@@ -300,7 +300,7 @@ static void test_wake_file_replaced(void **state)
 		skip();
 	due_db *db = open_db(), *ldb = open_db();
 	assert_int_equal(due_schedule(db, &s, "k", "", 0, NULL), 0);
-	snprintf(wake, sizeof(wake), "%s/due.db-wake", dir);
+	snprintf(wake, sizeof(wake), "%s/%s.db-wake", dir, tu_scratch_store);
 	assert_int_equal(unlink(wake), 0);
 	assert_int_equal(due_listen(ldb, &fd), 0);
 	assert_int_equal(due_listen_drain(ldb, &n), 0);
@@ -377,7 +377,7 @@ static void test_claim_on_locked_store(void **state)
 
 	if (strcmp(backend_now, "sqlite") != 0)
 		skip();
-	snprintf(path, sizeof(path), "%s/due.db", dir);
+	snprintf(path, sizeof(path), "%s/%s.db", dir, tu_scratch_store);
 	snprintf(busy, sizeof(busy), "sqlite:%s?busy_ms=0", path);
 	assert_int_equal(due_open(&db, busy, NULL), 0);
 	a = add(db, "k", 0, 5);
@@ -656,7 +656,7 @@ static void ff_verify(const ff_acked *a, bool strict)
 	sqlite3_stmt *st = NULL;
 	due_db *db = open_db();
 
-	snprintf(path, sizeof(path), "%s/due.db", dir);
+	snprintf(path, sizeof(path), "%s/%s.db", dir, tu_scratch_store);
 	assert_int_equal(
 	    sqlite3_open_v2(path, &raw, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
 	assert_int_equal(

@@ -40,8 +40,10 @@ typedef struct tu_fixture {
 static tu_fixture tu_fixtures[TU_MAX_FIXTURES];
 static size_t tu_n_fixtures;
 static int tu_missing_in_ci;
-/* The scratch store of the test under way: its name ("" when none). */
+/* The scratch store of the test under way: its name ("" when none), and
+   its store's (the schema, database, key prefix: due_scratch_NAME). */
 static char tu_scratch_name[64];
+static char tu_scratch_store[64];
 
 /* Fill tu_fixtures from the table of backends; their number. */
 static inline size_t tu_fixtures_load(void)
@@ -163,6 +165,8 @@ static inline int tu_fresh_store(char *url, size_t n, char *dir, size_t dn)
 	}
 	snprintf(tu_scratch_name, sizeof(tu_scratch_name), "due_t_%d_%d",
 		 (int)getpid(), ++counter);
+	due__scratch_store_name(tu_scratch_name, tu_scratch_store,
+				sizeof(tu_scratch_store));
 	if (due__scratch_make(a, tu_scratch_name, dir, url, n) < 0) {
 		fprintf(stderr, "scratch store: %s\n", due_error_last());
 		goto done;

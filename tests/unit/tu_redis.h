@@ -13,8 +13,8 @@
 
 #include <hiredis/hiredis.h>
 
-/* The key prefix of this test's store: its scratch store's name. */
-#define tu_redis_prefix tu_scratch_name
+/* The key prefix of this test's store: its scratch store's. */
+#define tu_redis_prefix tu_scratch_store
 
 /* A connection to the server of DUE_TEST_REDIS_URL (redis://host:port/db). */
 static inline redisContext *tu_redis_connect(void)
