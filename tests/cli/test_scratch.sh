@@ -83,7 +83,7 @@ frozen() {
 	python3 "$PROXY" "$port" "$T/proxy.port" &
 	p=$!
 	PIDS+=("$p")
-	wait_for "$b: the proxy listens" 10 test -s "$T/proxy.port"
+	wait_for "$b: the proxy listens" 30 test -s "$T/proxy.port"
 	pu=$(sed -E "s#127\.0\.0\.1:[0-9]+#127.0.0.1:$(cat "$T/proxy.port")#" <<<"$u")
 	case $pu in *\?*) pu="$pu&timeout=2s" ;; *) pu="$pu?timeout=2s" ;; esac
 	kill -STOP "$p"
