@@ -309,7 +309,8 @@ int cmd_bench(int argc, char **argv)
 	o.rate = 1000;
 	o.duration_us = 180LL * 1000000;
 	cli_ctx c = {.prog = "due bench"};
-	vctx v = {0};
+	vctx v = {.prog = "due bench"};
+	const char *stopped_in = NULL;
 	bool any = false;
 	int rc = parse(&c, &o, argc, argv);
 
@@ -328,19 +329,26 @@ int cmd_bench(int argc, char **argv)
 	    !store_has(cli_db_url(&c), DUE_COUNTER_BYTES, false))
 		return cli_usage_error(&c, "the memory workload measures a "
 					   "Redis store (--db redis://...)");
+	v_catch_signals();
 	if ((rc = v_setup(&v, cli_db_url(&c))) < 0)
 		return rc == DUE_EINVAL ? cli_fail(&c, rc) : EXIT_STORE;
 	v.keep = o.keep;
-	for (size_t i = 0; i < sizeof(workloads) / sizeof(workloads[0]); i++) {
+	v_say_scratch(&v);
+	for (size_t i = 0;
+	     i < sizeof(workloads) / sizeof(workloads[0]) && !v_stopped();
+	     i++) {
 		if (!wanted(o.workload, &workloads[i]))
 			continue;
 		if (bench_fresh(&v, workloads[i].name) < 0) {
+			bench_done(&v);
 			rc = EXIT_STORE;
 			break;
 		}
 		workloads[i].run(&v, &o);
+		if (v_stopped())
+			stopped_in = workloads[i].name;
 		bench_done(&v);
 	}
 	v_teardown(&v);
-	return rc;
+	return v_stopped() && rc == 0 ? v_interrupted(&v, stopped_in) : rc;
 }
