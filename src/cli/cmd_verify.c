@@ -13,7 +13,9 @@
 ** Output: one `CASE name PASS|FAIL k=v...` line per case, `CASE name SKIP
 ** reason=...` for a case that needs what the store does not have (SQL,
 ** a query plan, row locks, a call it can stall: then `N skipped ...`),
-** then `N passed, N failed`; exit 1 when any case failed.
+** then `N passed, N failed`; exit 1 when any case failed.  A signal
+** (SIGINT, SIGTERM, SIGHUP) ends the run after the case in progress,
+** which prints `CASE name INTERRUPTED` (verify_util.c: v_catch_signals).
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,9 +35,14 @@ static const char usage[] =
     "database: the URL's user needs CREATE and DROP) and never touches\n"
     "your tasks.  Prints one CASE line per case (SKIP with the reason for\n"
     "a case that needs what the store does not have, such as SQL) and\n"
-    "`N passed, N failed`; exits 1 if a case failed.\n"
+    "`N passed, N failed`; exits 1 if a case failed.  The scratch stores\n"
+    "are named due_verify_<pid>_<n> (said on stderr at the start).\n"
+    "SIGINT, SIGTERM or SIGHUP stop the run: the case in progress prints\n"
+    "`CASE name INTERRUPTED`, the workers are stopped, the scratch store is\n"
+    "dropped, exit 128 + the signal (a second signal: at once).\n"
     "  --case NAMES   run only these cases     --list  print the case names\n"
-    "  --keep         keep scratch stores and logs for inspection\n";
+    "  --keep         keep scratch stores and logs for inspection (each kept\n"
+    "                 store is named with its URL on stderr)\n";
 
 /*
 ** What a case needs beyond the store API (core/admin.h, DUE_NEED_*), to
