@@ -80,7 +80,9 @@ bool v_until(double end_ms);
 ** and the command ends the case or workload it is in (no result for it),
 ** stops the children (v_stop_children), drops the scratch store and ends
 ** with v_interrupted.  A second signal ends the process at once (the
-** children die with it; the scratch store is left, named at the start).
+** children die with it; the scratch store is left, named at the start),
+** and so does the first one 20 s later if the stop has not ended by then
+** (a store that does not answer holds a call).
 */
 void v_catch_signals(void);
 int v_stopped(void);

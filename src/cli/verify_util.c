@@ -34,6 +34,14 @@ static int g_nkids;
 /* How long a child has to end after SIGTERM before SIGKILL. */
 #define STOP_GRACE_MS 1000
 
+/*
+** How long the stop may take, children and scratch store included: a
+** store that does not answer may hold the run in a call of its own (with
+** SA_RESTART the signal does not cut it), so at this bound the command
+** ends as the signal would have ended it (the children die with it).
+*/
+#define STOP_BOUND_S 20
+
 static void on_stop(int sig)
 {
 	if (g_stop) { /* the second: at once (the children die with us) */
@@ -42,6 +50,20 @@ static void on_stop(int sig)
 		return;
 	}
 	g_stop = sig;
+	alarm(STOP_BOUND_S);
+}
+
+static void on_stop_bound(int sig)
+{
+	static const char msg[] =
+	    "due: could not stop cleanly in 20 s (the store does not "
+	    "answer?); exiting now, its scratch store left (named above)\n";
+	(void)sig;
+	if (write(2, msg, sizeof(msg) - 1) < 0) {
+		/* nothing to do: exiting anyway */
+	}
+	signal(g_stop, SIG_DFL);
+	raise(g_stop);
 }
 
 void v_catch_signals(void)
@@ -55,6 +77,8 @@ void v_catch_signals(void)
 	sa.sa_flags = SA_RESTART; /* the store's calls go on; waits here stop */
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
 		sigaction(sigs[i], &sa, NULL);
+	sa.sa_handler = on_stop_bound;
+	sigaction(SIGALRM, &sa, NULL);
 }
 
 int v_stopped(void) { return (int)g_stop; }
@@ -81,6 +105,7 @@ pid_t v_fork(void)
 		signal(SIGINT, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
 		signal(SIGHUP, SIG_DFL);
+		signal(SIGALRM, SIG_DFL);
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent) /* verify died before the prctl */
 			_exit(137);
