@@ -53,6 +53,8 @@ void w_memory(vctx *v, const bopts *o)
 	r.bytes_before = server_bytes(v);
 	double t0 = v_now_ms();
 	for (long k, left = n; left > 0; left -= k) {
+		if (v_stopped())
+			goto done;
 		k = left < o->batch ? left : o->batch;
 		for (long i = 0; i < k; i++) {
 			items[i] =
@@ -94,6 +96,10 @@ static int fill_prio(vctx *v, long n, bool future)
 
 	for (long done = 0; rc == 0 && done < n;) {
 		long k = n - done < 1000 ? n - done : 1000;
+		if (v_stopped()) {
+			rc = -1;
+			break;
+		}
 		for (long i = 0; i < k; i++) {
 			long j = done + i;
 			items[i] = (due_submit){"bench", "{}", 2,
@@ -128,7 +134,7 @@ static void depth_sample(vctx *v, const bopts *o, const char *variant,
 		  .has_late = true};
 	double t_all = v_now_ms();
 
-	for (; k < N; k++) {
+	for (; k < N && !v_stopped(); k++) {
 		due_task_list *l = NULL;
 		due_complete_outcome co;
 		double t0 = v_now_ms();
@@ -142,11 +148,13 @@ static void depth_sample(vctx *v, const bopts *o, const char *variant,
 			     "", 0);
 		due_task_list_free(l);
 	}
-	if (k == 0) {
+	if (k == 0 && !v_stopped()) {
 		fprintf(stderr, "due bench: depth: nothing claimed: %s\n",
 			due_error_last());
 		return;
 	}
+	if (k == 0)
+		return;
 	r.seconds = (v_now_ms() - t_all) / 1000.0;
 	r.tasks_per_s = (double)k / r.seconds;
 	qsort(ms, (size_t)k, sizeof(ms[0]), bench_cmp_double);

@@ -35,6 +35,10 @@ static int fill_pending(vctx *v, const bopts *o, json_t *extra)
 	double t0 = v_now_ms(), last = t0;
 
 	for (long done = 0; rc == 0 && done < o->pending;) {
+		if (v_stopped()) {
+			rc = -1;
+			break;
+		}
 		long k =
 		    o->pending - done < o->batch ? o->pending - done : o->batch;
 		for (long i = 0; i < k; i++) {
@@ -87,7 +91,7 @@ void w_enqueue(vctx *v, const bopts *o)
 	double t0 = v_now_ms(), c0 = bench_cpu_seconds();
 	long n = o->n / 4 > 0 ? o->n / 4 : 1; /* one commit each: fewer */
 
-	for (long i = 0; i < n; i++) {
+	for (long i = 0; i < n && !v_stopped(); i++) {
 		due_submitted s;
 		if (due_schedule(v->db, &s, "bench", payload,
 				 sizeof(payload) - 1, NULL) < 0) {
@@ -128,7 +132,7 @@ void w_cycle(vctx *v, const bopts *o)
 		return;
 	bwork w0 = bench_work_now(v);
 	double t0 = v_now_ms(), c0 = bench_cpu_seconds();
-	for (;;) {
+	while (!v_stopped()) {
 		due_task_list *l = NULL;
 		due_complete_outcome co;
 		if (due_claim(v->db, &l, "bench", NULL, 0, 1, 30000000) < 0)
@@ -222,13 +226,13 @@ static void drain_wait(const bopts *o, wthread *ws, long workers, drain_ctx *d,
 			last = now;
 			last_n = n;
 		}
-		if (n >= o->n || bench_all_ended(ws, workers))
+		if (n >= o->n || bench_all_ended(ws, workers) || v_stopped())
 			break;
 		v_sleep_ms(5);
 	}
 	/* the last commits: until every task's end is committed */
 	while (bench_ended_tries(ws, workers) < o->n &&
-	       !bench_all_ended(ws, workers))
+	       !bench_all_ended(ws, workers) && !v_stopped())
 		v_sleep_ms(1);
 }
 
@@ -264,7 +268,8 @@ static int drain_run(vctx *v, const bopts *o, drain_ctx *d, bres *r,
 	/* the workers' stop (their last report, closing) is not the drain */
 	r->cpu_us_per_task = (bench_cpu_seconds() - c0) * 1e6 / (double)o->n;
 	bench_work_per_task(v, r, &w0, (double)o->n);
-	r->claim_queries = bench_crew_stop(&c, false);
+	/* interrupted: stop them; else they end when nothing is left */
+	r->claim_queries = bench_crew_stop(&c, v_stopped() != 0);
 	r->tasks_per_s = (double)o->n / r->seconds;
 	return 0;
 }
@@ -294,7 +299,7 @@ void w_drain(vctx *v, const bopts *o)
 	if (!d.counts || !d.ids || !r.extra ||
 	    (o->pending > 0 && fill_pending(v, o, r.extra) < 0) ||
 	    !(d.first = bench_fill_ids(v, o->n, 0, false, o->batch, d.ids)) ||
-	    drain_run(v, o, &d, &r, workers, conc) < 0)
+	    drain_run(v, o, &d, &r, workers, conc) < 0 || v_stopped())
 		goto done;
 	if (!(o->exec || o->pipe))
 		drain_count(&d, &r);

@@ -28,6 +28,8 @@ static int warm_up(vctx *v, wthread *ws, long workers, long count)
 	if (!bench_fill(v, count, 0, count))
 		return -1;
 	while (bench_ended_tries(ws, workers) < count) {
+		if (v_stopped())
+			return -1;
 		if (v_now_ms() - t0 > 60000) {
 			fprintf(stderr,
 				"due bench: warm-up: %ld of %ld tasks run in "
@@ -111,7 +113,8 @@ static int lateness_run(vctx *v, const bopts *o, drain_ctx *d, bres *r,
 		goto stop;
 	while ((cmd ? bench_ended_tries(c.ws, workers) - warm
 		    : atomic_load(&d->handled)) < n &&
-	       v_now_ms() - t0 < 60000 + (double)o->spread_us / 1000)
+	       v_now_ms() - t0 < 60000 + (double)o->spread_us / 1000 &&
+	       !v_stopped())
 		v_sleep_ms(20);
 stop:
 	bench_crew_stop(&c, true);
@@ -156,7 +159,7 @@ void w_lateness(vctx *v, const bopts *o)
 
 	d.counts = calloc((size_t)n, sizeof(*d.counts));
 	if (late && d.counts &&
-	    lateness_run(v, o, &d, &r, workers, conc) == 0) {
+	    lateness_run(v, o, &d, &r, workers, conc) == 0 && !v_stopped()) {
 		k = lateness_read(v, d.first, late, n, &r);
 		r.tasks_per_s = (double)k / r.seconds;
 		bench_report(o, &r);

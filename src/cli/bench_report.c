@@ -143,6 +143,8 @@ static void text_rest(const bres *r)
 
 void bench_report(const bopts *o, const bres *r)
 {
+	if (v_stopped()) /* an interrupted workload's figures say nothing */
+		return;
 	if (o->json) {
 		report_json(r);
 	} else {

@@ -139,7 +139,7 @@ static int soak_submit(vctx *v, const bopts *o, soak_run *k, double el,
 	    "\"note\":\"close this unpaid order in 30m\"}....";
 	long owed = (long)((double)o->rate * el / 1000.0) - k->submitted;
 
-	while (owed > 0) {
+	while (owed > 0 && !v_stopped()) {
 		long n = owed < 500 ? owed : 500;
 		for (long i = 0; i < n; i++)
 			items[i] =
@@ -164,7 +164,8 @@ static int soak_loop(vctx *v, const bopts *o, soak_run *k)
 	double t0 = v_now_ms(), next_sample = 10000;
 	int rc = items && out ? 0 : -1;
 
-	for (double el; rc == 0 && (el = v_now_ms() - t0) < k->dur_ms;) {
+	for (double el;
+	     rc == 0 && !v_stopped() && (el = v_now_ms() - t0) < k->dur_ms;) {
 		if (k->h_last < 0 && el >= k->last_ms) {
 			k->h_last = atomic_load(&k->s.handled);
 			k->t_last = el;
@@ -188,7 +189,7 @@ static int soak_loop(vctx *v, const bopts *o, soak_run *k)
 	/* the backlog at the end, run out for at most 60 s (not measured) */
 	double t_out = v_now_ms();
 	while (atomic_load(&k->s.handled) < k->submitted &&
-	       v_now_ms() - t_out < 60000)
+	       v_now_ms() - t_out < 60000 && !v_stopped())
 		v_sleep_ms(20);
 	k->run_out_s = (v_now_ms() - t_out) / 1000.0;
 	due_worker_stop(k->w.w);
@@ -301,7 +302,7 @@ void w_soak(vctx *v, const bopts *o)
 		goto done;
 	}
 	k.s.origin = st.now;
-	if (soak_start(v, o, &k) < 0 || soak_loop(v, o, &k) < 0)
+	if (soak_start(v, o, &k) < 0 || soak_loop(v, o, &k) < 0 || v_stopped())
 		goto done;
 	soak_counts(v, o, &k, j);
 	soak_figures(&k, j);

@@ -158,7 +158,7 @@ due_id bench_fill_ids(vctx *v, long n, int64_t spread_us, bool at_random,
 	due_submitted *out = calloc((size_t)batch, sizeof(*out));
 	due_id first = 0;
 
-	for (long done = 0; items && out && done < n;) {
+	for (long done = 0; items && out && done < n && !v_stopped();) {
 		long k = n - done < batch ? n - done : batch;
 		for (long i = 0; i < k; i++) {
 			items[i] =
@@ -186,6 +186,8 @@ due_id bench_fill_ids(vctx *v, long n, int64_t spread_us, bool at_random,
 	}
 	free(items);
 	free(out);
+	if (v_stopped())
+		first = 0;
 	if (ids && first)
 		qsort(ids, (size_t)n, sizeof(*ids), bench_cmp_id);
 	return first;

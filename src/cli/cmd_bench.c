@@ -76,13 +76,19 @@ static const char usage[] =
     "                 [--n N] [--concurrency C] [--workers W] [--batch B]\n"
     "                 [--pending N] [--rate R] [--duration DUR] "
     "[--retain DUR]\n"
-    "                 [--exec CMD | --pipe CMD] [--poll DUR] [--spread DUR]\n"
-    "                 [--idle DUR] [--keep] [--json] [--db URL]\n"
+    "                 [--pg-autovacuum default|due]\n"
+    "                 [--exec CMD | --pipe CMD] [--poll DUR] [--no-wheel]\n"
+    "                 [--inline] [--spread DUR] [--idle DUR] [--keep] "
+    "[--json]\n"
+    "                 [--db URL]\n"
     "\n"
     "Measure the store named by --db with in-process no-op handlers.  Each\n"
     "workload runs in a scratch store of its own (a new SQLite file beside\n"
     "yours, a new PostgreSQL schema, a new Redis ?prefix= or a new MySQL\n"
-    "database) and never touches your tasks.\n"
+    "database, named due_verify_<pid>_<n>, said on stderr at the start)\n"
+    "and never touches your tasks.  SIGINT, SIGTERM or SIGHUP stop the\n"
+    "run: the workload in progress reports nothing, its scratch store is\n"
+    "dropped, exit 128 + the signal.\n"
     "  --n N            tasks per workload (default 20000; lateness 2000,\n"
     "                   with --exec or --pipe 500; depth 1000000)\n"
     "  --concurrency C  handler slots per worker for drain and soak\n"
@@ -117,7 +123,8 @@ static const char usage[] =
     "                   time (drain: C inline workers)\n"
     "  --spread DUR     lateness: tasks due over this span (default 5s)\n"
     "  --idle DUR       idle: how long to watch (default 10s)\n"
-    "  --keep           keep the scratch stores (default: drop them)\n"
+    "  --keep           keep the scratch stores (default: drop them); each\n"
+    "                   is named with its URL on stderr\n"
     "  --json           one JSON object per workload, one per line\n";
 
 typedef struct workload {
@@ -309,7 +316,8 @@ int cmd_bench(int argc, char **argv)
 	o.rate = 1000;
 	o.duration_us = 180LL * 1000000;
 	cli_ctx c = {.prog = "due bench"};
-	vctx v = {0};
+	vctx v = {.prog = "due bench"};
+	const char *stopped_in = NULL;
 	bool any = false;
 	int rc = parse(&c, &o, argc, argv);
 
@@ -328,19 +336,26 @@ int cmd_bench(int argc, char **argv)
 	    !store_has(cli_db_url(&c), DUE_COUNTER_BYTES, false))
 		return cli_usage_error(&c, "the memory workload measures a "
 					   "Redis store (--db redis://...)");
+	v_catch_signals();
 	if ((rc = v_setup(&v, cli_db_url(&c))) < 0)
 		return rc == DUE_EINVAL ? cli_fail(&c, rc) : EXIT_STORE;
 	v.keep = o.keep;
-	for (size_t i = 0; i < sizeof(workloads) / sizeof(workloads[0]); i++) {
+	v_say_scratch(&v);
+	for (size_t i = 0;
+	     i < sizeof(workloads) / sizeof(workloads[0]) && !v_stopped();
+	     i++) {
 		if (!wanted(o.workload, &workloads[i]))
 			continue;
 		if (bench_fresh(&v, workloads[i].name) < 0) {
+			bench_done(&v);
 			rc = EXIT_STORE;
 			break;
 		}
 		workloads[i].run(&v, &o);
+		if (v_stopped())
+			stopped_in = workloads[i].name;
 		bench_done(&v);
 	}
 	v_teardown(&v);
-	return rc;
+	return v_stopped() && rc == 0 ? v_interrupted(&v, stopped_in) : rc;
 }

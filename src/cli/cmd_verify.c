@@ -13,7 +13,9 @@
 ** Output: one `CASE name PASS|FAIL k=v...` line per case, `CASE name SKIP
 ** reason=...` for a case that needs what the store does not have (SQL,
 ** a query plan, row locks, a call it can stall: then `N skipped ...`),
-** then `N passed, N failed`; exit 1 when any case failed.
+** then `N passed, N failed`; exit 1 when any case failed.  A signal
+** (SIGINT, SIGTERM, SIGHUP) ends the run after the case in progress,
+** which prints `CASE name INTERRUPTED` (verify_util.c: v_catch_signals).
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,9 +35,14 @@ static const char usage[] =
     "database: the URL's user needs CREATE and DROP) and never touches\n"
     "your tasks.  Prints one CASE line per case (SKIP with the reason for\n"
     "a case that needs what the store does not have, such as SQL) and\n"
-    "`N passed, N failed`; exits 1 if a case failed.\n"
+    "`N passed, N failed`; exits 1 if a case failed.  The scratch stores\n"
+    "are named due_verify_<pid>_<n> (said on stderr at the start).\n"
+    "SIGINT, SIGTERM or SIGHUP stop the run: the case in progress prints\n"
+    "`CASE name INTERRUPTED`, the workers are stopped, the scratch store is\n"
+    "dropped, exit 128 + the signal (a second signal: at once).\n"
     "  --case NAMES   run only these cases     --list  print the case names\n"
-    "  --keep         keep scratch stores and logs for inspection\n";
+    "  --keep         keep scratch stores and logs for inspection (each kept\n"
+    "                 store is named with its URL on stderr)\n";
 
 /*
 ** What a case needs beyond the store API (core/admin.h, DUE_NEED_*), to
@@ -120,11 +127,15 @@ static const char *skip_reason(const vctx *v, const vcase *c)
 	return c->needs ? due__admin_lacks(v->adm, c->needs) : NULL;
 }
 
-static int run_cases(vctx *v, const char *only)
+/*
+** Run the cases; the exit status, or -1 when a signal stopped the run
+** (*stopped_in: the case it stopped, or NULL between cases).
+*/
+static int run_cases(vctx *v, const char *only, const char **stopped_in)
 {
 	int skipped = 0;
 
-	for (size_t i = 0; i < N_CASES; i++) {
+	for (size_t i = 0; i < N_CASES && !v_stopped(); i++) {
 		const char *why;
 		if (only && !selected(only, cases[i].name))
 			continue;
@@ -135,11 +146,19 @@ static int run_cases(vctx *v, const char *only)
 		}
 		if (v_fresh(v, cases[i].name) < 0) {
 			v_case(v, cases[i].name, false, "error=scratch_store");
+			v_done(v);
 			continue;
 		}
 		cases[i].run(v);
+		if (v_stopped()) { /* what it saw says nothing of the store */
+			v_stop_children();
+			printf("CASE %s INTERRUPTED\n", cases[i].name);
+			*stopped_in = cases[i].name;
+		}
 		v_done(v);
 	}
+	if (v_stopped())
+		return -1;
 	if (skipped)
 		printf("%d skipped (they need what this store does not "
 		       "have)\n",
@@ -158,8 +177,8 @@ int cmd_verify(int argc, char **argv)
 	    CLI_COMMON_OPTS,
 	    {0}};
 	cli_ctx c = {.prog = "due verify"};
-	vctx v = {0};
-	const char *only = NULL;
+	vctx v = {.prog = "due verify"};
+	const char *only = NULL, *stopped_in = NULL;
 	int opt, rc;
 
 	cli_getopt_reset();
@@ -197,9 +216,11 @@ int cmd_verify(int argc, char **argv)
 			p += len + (p[len] == ',');
 		}
 	}
+	v_catch_signals();
 	if ((rc = v_setup(&v, cli_db_url(&c))) < 0)
 		return rc == DUE_EINVAL ? cli_fail(&c, rc) : EXIT_STORE;
-	rc = run_cases(&v, only);
+	v_say_scratch(&v);
+	rc = run_cases(&v, only, &stopped_in);
 	v_teardown(&v);
-	return rc;
+	return rc < 0 ? v_interrupted(&v, stopped_in) : rc;
 }

@@ -19,6 +19,7 @@
 #include "due.h"
 
 typedef struct vctx {
+	const char *prog;     /* "due verify" or "due bench", for messages */
 	const char *base_url; /* the store named by --db */
 	char url[2400];	      /* this case's scratch store */
 	char dir[1200];	      /* this case's scratch files */
@@ -51,11 +52,52 @@ void v_case(vctx *v, const char *name, bool pass, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Spawn `due work --db URL ARGS...` (NULL-terminated), logging to a file. */
 pid_t v_worker(vctx *v, const char *log, ...);
+/*
+** fork() for a child of verify's (a worker, a raw SQL client): in the
+** child the signals are SIG_DFL again and the child dies with SIGKILL
+** when verify dies, however (kill -9 included: PR_SET_PDEATHSIG); the
+** parent keeps the pid to stop it on an interruption (v_stop_children).
+*/
+pid_t v_fork(void);
+/* kill(pid, sig) for a pid of v_worker or v_fork, nothing when pid is not
+   one (-1: the fork failed; kill(-1, ...) would hit every process). */
+int v_kill(pid_t pid, int sig);
 /* Wait for pid up to timeout_ms; returns a shell-style exit code (137 for
-   SIGKILL), or -1 on timeout (the child is then killed). */
+   SIGKILL), or -1 on timeout (the child is then killed) or once
+   interrupted (every child is then stopped). */
 int v_reap(pid_t pid, int timeout_ms);
-/* Poll cond every 5 ms until true or timeout_ms; returns cond's last value. */
+/* Poll cond every 5 ms until true, timeout_ms or an interruption;
+   returns cond's last value (false once interrupted). */
 bool v_wait(vctx *v, int timeout_ms, bool (*cond)(vctx *, void *), void *arg);
+/* Whether the monotonic clock is before end_ms and no interruption came:
+   the condition of a polling loop with a deadline. */
+bool v_until(double end_ms);
+
+/*
+** Interruption, for `due verify` and `due bench` alike.  v_catch_signals
+** makes SIGINT, SIGTERM and SIGHUP ask the run to stop: v_stopped() then
+** says which signal (0: none), every wait and sleep here returns early,
+** and the command ends the case or workload it is in (no result for it),
+** stops the children (v_stop_children), drops the scratch store and ends
+** with v_interrupted.  A second signal ends the process at once (the
+** children die with it; the scratch store is left, named at the start),
+** and so does the first one 20 s later if the stop has not ended by then
+** (a store that does not answer holds a call).
+*/
+void v_catch_signals(void);
+int v_stopped(void);
+/* SIGTERM (and SIGCONT) to every child left, SIGKILL after a short grace;
+   all reaped.  Safe to call again. */
+void v_stop_children(void);
+/* Say on stderr that the run was interrupted (during `what`, or NULL) and
+   return the exit status 128 + the signal. */
+int v_interrupted(vctx *v, const char *what);
+/* Say on stderr, once, what the run's scratch stores are named, so that
+   what a kill -9 leaves can be found and dropped. */
+void v_say_scratch(vctx *v);
+/* Say on stderr that the case's scratch store is kept (--keep): its name
+   and URL (password hidden), for `due scratch drop`. */
+void v_say_kept(vctx *v);
 /* Schedule a task in the scratch store; returns its id (0 on error). */
 due_id v_add(vctx *v, const char *kind, int64_t delay_us, int32_t max_attempts,
 	     int64_t backoff_us, const char *payload);
@@ -85,6 +127,7 @@ int v_sql_exec(v_sql *s, const char *sql, int nparams, int64_t p1, int64_t p2,
 void v_sql_close(v_sql *s);
 /* Monotonic milliseconds. */
 double v_now_ms(void);
+/* Sleep ms, less when interrupted (v_stopped). */
 void v_sleep_ms(int ms);
 
 /* The cases. */

@@ -74,7 +74,7 @@ static bool terminal(vctx *v, void *arg)
 static void stop_worker(pid_t pid)
 {
 	if (pid > 0) {
-		kill(pid, SIGTERM);
+		v_kill(pid, SIGTERM);
 		v_reap(pid, HANG_MS);
 	}
 }
@@ -220,7 +220,7 @@ void v_boundary_not_before_due(vctx *v)
 
 	for (int i = 0; i < N; i++)
 		v_add(v, "nbd", 200 * MS + (int64_t)i * 10 * MS, 5, 0, NULL);
-	while (claimed < N && v_now_ms() < end) {
+	while (claimed < N && v_until(end)) {
 		due_task_list *l = NULL;
 		if (due_claim(v->db, &l, "probe", NULL, 0, N, 30 * SEC) < 0)
 			break;
@@ -440,7 +440,7 @@ static void watch_lease(vctx *v, due_id id, double ms, int *renewals,
 {
 	due_time until = 0;
 	*renewals = *stolen = 0;
-	for (double end = v_now_ms() + ms; v_now_ms() < end; v_sleep_ms(20)) {
+	for (double end = v_now_ms() + ms; v_until(end); v_sleep_ms(20)) {
 		due_task *t = v_get(v, id);
 		if (t && t->attempt == 1 && t->state == DUE_CLAIMED) {
 			*renewals += until && t->lease_until > until;
@@ -475,10 +475,10 @@ void v_crash_kill9_lease_retry(vctx *v)
 	/* A is alive and renewing for 2.5 leases: B must never take the task
 	   while A's lease runs */
 	watch_lease(v, claimed.id, 2500, &renewals, &stolen);
-	kill(a, SIGKILL);
+	v_kill(a, SIGKILL);
 	t_kill = v_now_ms();
 	code = v_reap(a, HANG_MS);
-	for (double end = t_kill + HANG_MS; v_now_ms() < end; v_sleep_ms(5)) {
+	for (double end = t_kill + HANG_MS; v_until(end); v_sleep_ms(5)) {
 		due_task *t = v_get(v, claimed.id);
 		bool back = t && t->n_attempts &&
 			    strcmp(t->attempts[0].outcome, "RUNNING");
@@ -545,7 +545,7 @@ void v_sigstop_late_commit_rejected(vctx *v)
 		     (char *)NULL);
 	bool ok = v_wait(v, HANG_MS, want_state, &claimed);
 	ok &= v_wait(v, HANG_MS, v_file_exists, "a.started");
-	kill(a, SIGSTOP); /* the worker stops; its handler runs on */
+	v_kill(a, SIGSTOP); /* the worker stops; its handler runs on */
 	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s",
 			   "--poll", "20ms", "--exec", "echo B", (char *)NULL);
 	ok &= v_wait(v, HANG_MS, want_state, &done);
@@ -559,7 +559,7 @@ void v_sigstop_late_commit_rejected(vctx *v)
 	   a complete, not a fail */
 	touch(v, "a.release");
 	ok &= v_wait(v, HANG_MS, v_file_exists, "a.finished");
-	kill(a, SIGCONT);
+	v_kill(a, SIGCONT);
 	bool rejected = v_wait(v, HANG_MS, late_marked, &done.id);
 	stop_worker(a);
 	stop_worker(b);
@@ -823,9 +823,9 @@ void v_cron_misfire_policies(vctx *v)
 		    missed_skip = {"skip", 2};
 	bool ok = v_wait(v, HANG_MS, has_fired, &fired_once) &&
 		  v_wait(v, HANG_MS, has_fired, &fired_skip);
-	kill(w, SIGSTOP);
+	v_kill(w, SIGSTOP);
 	v_sleep_ms(6000);
-	kill(w, SIGCONT);
+	v_kill(w, SIGCONT);
 	ok &= v_wait(v, HANG_MS, has_missed, &missed_skip);
 	stop_worker(w);
 	due_cron_list(v->db, &l);

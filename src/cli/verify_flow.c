@@ -39,7 +39,7 @@ static void set_dir_env(vctx *v) { setenv("DUEV_DIR", v->dir, 1); }
 static void stop_worker(pid_t pid)
 {
 	if (pid > 0) {
-		kill(pid, SIGTERM);
+		v_kill(pid, SIGTERM);
 		v_reap(pid, HANG_MS);
 	}
 }
@@ -62,7 +62,7 @@ static void stop_workers(pid_t *w, int n)
 {
 	for (int i = 0; i < n; i++)
 		if (w[i] > 0)
-			kill(w[i], SIGTERM);
+			v_kill(w[i], SIGTERM);
 	for (int i = 0; i < n; i++)
 		stop_worker(w[i]);
 }
@@ -462,7 +462,7 @@ static void kill_pids(vctx *v)
 	int pid;
 	while (f && fscanf(f, "%d", &pid) == 1)
 		if (pid > 1)
-			kill(pid, SIGKILL);
+			v_kill(pid, SIGKILL);
 	if (f)
 		fclose(f);
 }
@@ -592,9 +592,9 @@ void v_flow_kill9_group_slot(vctx *v)
 	/* B runs group h's task beside the held group, then A lives on for
 	   two more leases, renewing: g's next task must wait all along */
 	bool beside = v_wait(v, HANG_MS, other_done, &other);
-	for (double end = v_now_ms() + 4000; v_now_ms() < end; v_sleep_ms(20))
+	for (double end = v_now_ms() + 4000; v_until(end); v_sleep_ms(20))
 		watch_held(v, &lw);
-	kill(a, SIGKILL);
+	v_kill(a, SIGKILL);
 	code = v_reap(a, HANG_MS);
 	watch_held(v, &lw); /* a renewal may have landed just before */
 	ok &= v_wait(v, HANG_MS, kind_reached, &all_done);

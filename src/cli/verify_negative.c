@@ -141,7 +141,7 @@ void v_negative_naive_select_then_update(vctx *v)
 		return;
 	}
 	for (int i = 0; i < 3; i++)
-		if ((kids[i] = fork()) == 0)
+		if ((kids[i] = v_fork()) == 0)
 			naive_child(v, i + 1);
 	for (int i = 0; i < 3; i++)
 		v_reap(kids[i], 60000);

@@ -125,7 +125,7 @@ static void set_dir_env(vctx *v) { setenv("DUEV_DIR", v->dir, 1); }
 static void stop_worker(pid_t pid)
 {
 	if (pid > 0) {
-		kill(pid, SIGTERM);
+		v_kill(pid, SIGTERM);
 		v_reap(pid, HANG_MS);
 	}
 }
@@ -287,7 +287,7 @@ static void kill_leftover(vctx *v, stall *s)
 		s->s_kill = 0;
 	if ((g = getpgid((pid_t)s->pid)) > 1)
 		kill(-g, SIGKILL);
-	kill((pid_t)s->pid, SIGKILL);
+	v_kill((pid_t)s->pid, SIGKILL);
 }
 
 /* Milliseconds as text, or "?" when a bound was never read. */

@@ -28,7 +28,8 @@ int v_scratch_url(vctx *v)
 		 (int)getpid(), v->seq);
 	if (due__scratch_make(v->adm, v->schema, v->dir, v->url,
 			      sizeof(v->url)) < 0) {
-		fprintf(stderr, "due verify: %s\n", due_error_last());
+		fprintf(stderr, "%s: cannot make scratch store %s: %s\n",
+			v->prog, v->schema, due_error_last());
 		v->schema[0] = '\0';
 		return -1;
 	}
@@ -37,10 +38,12 @@ int v_scratch_url(vctx *v)
 
 void v_scratch_drop(vctx *v)
 {
-	if (!v->schema[0] || v->keep)
+	if (!v->schema[0])
 		return;
-	if (due__scratch_drop(v->adm, v->schema, v->dir) < 0)
-		fprintf(stderr, "due verify: %s\n", due_error_last());
+	if (v->keep)
+		v_say_kept(v);
+	else if (due__scratch_drop(v->adm, v->schema, v->dir) < 0)
+		fprintf(stderr, "%s: %s\n", v->prog, due_error_last());
 }
 
 int v_fresh(vctx *v, const char *name)
@@ -50,15 +53,16 @@ int v_fresh(vctx *v, const char *name)
 	v->seq++;
 	snprintf(v->dir, sizeof(v->dir), "%.1024s/%02d-%.64s", v->root,
 		 v->seq % 100, name);
-	if (mkdir(v->dir, 0700) != 0 || v_scratch_url(v) < 0) {
-		fprintf(stderr,
-			"due verify: cannot make a scratch store in %s\n",
-			v->dir);
+	if (mkdir(v->dir, 0700) != 0) {
+		fprintf(stderr, "%s: cannot create %s: %s\n", v->prog, v->dir,
+			strerror(errno));
 		return -1;
 	}
+	if (v_scratch_url(v) < 0)
+		return -1;
 	o.create = true;
 	if (due_open(&v->db, v->url, &o) < 0) {
-		fprintf(stderr, "due verify: scratch store: %s\n",
+		fprintf(stderr, "%s: scratch store: %s\n", v->prog,
 			due_error_last());
 		due_close(v->db);
 		v->db = NULL;
@@ -79,11 +83,11 @@ void v_done(vctx *v)
 static int make_root(vctx *v)
 {
 	if (due__scratch_root(v->adm, v->root, sizeof(v->root)) < 0) {
-		fprintf(stderr, "due: %s\n", due_error_last());
+		fprintf(stderr, "%s: %s\n", v->prog, due_error_last());
 		return -1;
 	}
 	if (!mkdtemp(v->root)) {
-		fprintf(stderr, "due: cannot create %s: %s\n", v->root,
+		fprintf(stderr, "%s: cannot create %s: %s\n", v->prog, v->root,
 			strerror(errno));
 		return -1;
 	}
@@ -100,12 +104,12 @@ int v_setup(vctx *v, const char *base_url)
 		return rc; /* a malformed URL; a missing schema is fine here */
 	v->base_url = base_url;
 	if ((rc = due__admin_open(&v->adm, base_url)) < 0) {
-		fprintf(stderr, "due: %s\n", due_error_last());
+		fprintf(stderr, "%s: %s\n", v->prog, due_error_last());
 		return rc;
 	}
 	ssize_t n = readlink("/proc/self/exe", v->self, sizeof(v->self) - 1);
 	if (n <= 0) {
-		fprintf(stderr, "due: cannot find the due binary\n");
+		fprintf(stderr, "%s: cannot find the due binary\n", v->prog);
 		return DUE_ERROR;
 	}
 	v->self[n] = '\0';
@@ -129,12 +133,12 @@ void v_teardown(vctx *v)
 	if (!v->root[0])
 		return;
 	if (v->keep) {
-		fprintf(stderr, "due: scratch kept in %s\n", v->root);
+		fprintf(stderr, "%s: scratch kept in %s\n", v->prog, v->root);
 		return;
 	}
 	/* no shell: the path comes from the user's store URL */
 	if (nftw(v->root, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-		fprintf(stderr, "due: could not remove %s\n", v->root);
+		fprintf(stderr, "%s: could not remove %s\n", v->prog, v->root);
 }
 
 v_sql *v_sql_open(vctx *v)
@@ -142,7 +146,7 @@ v_sql *v_sql_open(vctx *v)
 	v_sql *q = NULL;
 
 	if (due__sql_open(&q, v->url) < 0 && v->verbose)
-		fprintf(stderr, "due verify: %s\n", due_error_last());
+		fprintf(stderr, "%s: %s\n", v->prog, due_error_last());
 	return q;
 }
 

@@ -2,16 +2,19 @@
 ** verify_util.c - the helpers every part of `due verify` (and `due
 ** bench`) uses: clocks and sleeps, the case directory's files, the CASE
 ** line, worker processes, waiting for a condition with a deadline, and
-** tasks of the scratch store through the public API.  The bottom of the
-** command: it calls nothing of the cases or of cmd_verify.c.
+** tasks of the scratch store through the public API, and interruption
+** (SIGINT, SIGTERM, SIGHUP: every wait here returns early, the children
+** are stopped).  The bottom of the command: it calls nothing of the cases
+** or of cmd_verify.c.
 */
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +22,183 @@
 #include "cli/verify.h"
 
 extern char **environ;
+
+/* The signal that asked the run to stop, 0 while none has. */
+static volatile sig_atomic_t g_stop;
+
+/* The children of v_fork not reaped yet (workers, raw SQL clients). */
+#define MAX_KIDS 256
+static pid_t g_kids[MAX_KIDS];
+static int g_nkids;
+
+/* How long a child has to end after SIGTERM before SIGKILL. */
+#define STOP_GRACE_MS 1000
+
+/*
+** How long the stop may take, children and scratch store included: a
+** store that does not answer may hold the run in a call of its own (with
+** SA_RESTART the signal does not cut it), so at this bound the command
+** ends as the signal would have ended it (the children die with it).
+*/
+#define STOP_BOUND_S 20
+
+static void on_stop(int sig)
+{
+	if (g_stop) { /* the second: at once (the children die with us) */
+		signal(sig, SIG_DFL);
+		raise(sig);
+		return;
+	}
+	g_stop = sig;
+	alarm(STOP_BOUND_S);
+}
+
+static void on_stop_bound(int sig)
+{
+	static const char msg[] =
+	    "due: could not stop cleanly in 20 s (the store does not "
+	    "answer?); exiting now, its scratch store left (named above)\n";
+	(void)sig;
+	if (write(2, msg, sizeof(msg) - 1) < 0) {
+		/* nothing to do: exiting anyway */
+	}
+	signal(g_stop, SIG_DFL);
+	raise(g_stop);
+}
+
+void v_catch_signals(void)
+{
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART; /* the store's calls go on; waits here stop */
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		sigaction(sigs[i], &sa, NULL);
+	sa.sa_handler = on_stop_bound;
+	sigaction(SIGALRM, &sa, NULL);
+}
+
+int v_stopped(void) { return (int)g_stop; }
+
+static void kid_forget(pid_t pid)
+{
+	for (int i = 0; i < g_nkids; i++)
+		if (g_kids[i] == pid) {
+			g_kids[i] = g_kids[--g_nkids];
+			return;
+		}
+}
+
+pid_t v_fork(void)
+{
+	pid_t parent = getpid(), pid;
+
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	if (pid == 0) {
+		/* only async-signal-safe calls until exec: verify may have
+		   threads (the library's) */
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGHUP, SIG_DFL);
+		signal(SIGALRM, SIG_DFL);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent) /* verify died before the prctl */
+			_exit(137);
+	} else if (pid > 0 && g_nkids < MAX_KIDS) {
+		g_kids[g_nkids++] = pid;
+	}
+	return pid;
+}
+
+/* A sleep that no signal shortens (the grace of v_stop_children). */
+static void nap_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+void v_stop_children(void)
+{
+	double end = 0;
+	int st;
+
+	for (int i = 0; i < g_nkids; i++) {
+		kill(g_kids[i], SIGTERM);
+		kill(g_kids[i], SIGCONT); /* a case may have stopped it */
+	}
+	for (end = v_now_ms() + STOP_GRACE_MS; g_nkids && v_now_ms() < end;
+	     nap_ms(5))
+		for (int i = g_nkids - 1; i >= 0; i--)
+			if (waitpid(g_kids[i], &st, WNOHANG) != 0)
+				kid_forget(g_kids[i]);
+	while (g_nkids > 0) {
+		pid_t pid = g_kids[--g_nkids];
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+}
+
+bool v_until(double end_ms) { return !g_stop && v_now_ms() < end_ms; }
+
+/* A URL as it may be shown: its password, if any, as ***. */
+static const char *shown_url(const char *url, char *buf, size_t n)
+{
+	const char *p = strstr(url, "://"), *at, *colon;
+
+	snprintf(buf, n, "%s", url);
+	if (!p)
+		return buf;
+	p += 3;
+	at = strchr(p, '@');
+	if (!at || memchr(p, '/', (size_t)(at - p)))
+		return buf;
+	colon = memchr(p, ':', (size_t)(at - p));
+	if (colon)
+		snprintf(buf, n, "%.*s***%s", (int)(colon + 1 - url), url, at);
+	return buf;
+}
+
+void v_say_kept(vctx *v)
+{
+	char shown[sizeof(v->url) + 8];
+	fprintf(stderr, "%s: kept scratch store %s: %s\n", v->prog, v->schema,
+		shown_url(v->url, shown, sizeof(shown)));
+}
+
+void v_say_scratch(vctx *v)
+{
+	if (!due__admin_test_env(due__admin_name(v->adm)))
+		fprintf(stderr,
+			"%s: scratch stores in %s (after a kill -9, remove "
+			"it)\n",
+			v->prog, v->root);
+	else
+		fprintf(stderr,
+			"%s: scratch stores due_verify_%d_N beside the store, "
+			"files in %s (after a kill -9, drop each left with "
+			"`due scratch drop --db URL NAME`)\n",
+			v->prog, (int)getpid(), v->root);
+}
+
+int v_interrupted(vctx *v, const char *what)
+{
+	int sig = v_stopped();
+
+	fflush(stdout);
+	fprintf(stderr, "%s: interrupted by %s%s%s; %s\n", v->prog,
+		sig == SIGINT	 ? "SIGINT"
+		: sig == SIGTERM ? "SIGTERM"
+				 : "SIGHUP",
+		what ? " during " : "", what ? what : "",
+		v->keep ? "scratch stores kept" : "scratch stores dropped");
+	return 128 + sig;
+}
 
 double v_now_ms(void)
 {
@@ -30,7 +210,8 @@ double v_now_ms(void)
 void v_sleep_ms(int ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-	nanosleep(&ts, NULL);
+	while (!g_stop && nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
 }
 
 const char *v_path(vctx *v, const char *file, char *buf, size_t n)
@@ -73,6 +254,8 @@ int v_lines(vctx *v, const char *file)
 void v_case(vctx *v, const char *name, bool pass, const char *fmt, ...)
 {
 	va_list ap;
+	if (g_stop) /* what an interrupted case saw says nothing */
+		return;
 	printf("CASE %s %s ", name, pass ? "PASS" : "FAIL");
 	va_start(ap, fmt);
 	vprintf(fmt, ap);
@@ -89,7 +272,6 @@ pid_t v_worker(vctx *v, const char *log, ...)
 {
 	const char *argv[48] = {v->self, "work", "--db", v->url};
 	char path[1300];
-	posix_spawn_file_actions_t fa;
 	int n = 4;
 	va_list ap;
 	pid_t pid;
@@ -100,33 +282,49 @@ pid_t v_worker(vctx *v, const char *log, ...)
 	va_end(ap);
 	argv[n] = NULL;
 	v_path(v, log, path, sizeof(path));
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, path,
-					 O_WRONLY | O_CREAT | O_APPEND, 0600);
-	posix_spawn_file_actions_adddup2(&fa, 1, 2);
-	if (posix_spawn(&pid, v->self, &fa, NULL, (char *const *)argv,
-			environ) != 0)
-		pid = -1;
-	posix_spawn_file_actions_destroy(&fa);
+	if ((pid = v_fork()) == 0) {
+		int in = open("/dev/null", O_RDONLY);
+		int out = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 ||
+		    dup2(out, 2) < 0)
+			_exit(127);
+		if (in > 2)
+			close(in);
+		if (out > 2)
+			close(out);
+		execve(v->self, (char *const *)argv, environ);
+		_exit(127);
+	}
 	return pid;
 }
+
+int v_kill(pid_t pid, int sig) { return pid > 0 ? kill(pid, sig) : -1; }
 
 int v_reap(pid_t pid, int timeout_ms)
 {
 	double end = v_now_ms() + timeout_ms;
 	int st;
 
+	if (pid <= 0) /* never waitpid(-1): not some other child */
+		return -1;
+
 	for (;;) {
 		pid_t r = waitpid(pid, &st, WNOHANG);
-		if (r == pid)
+		if (r == pid) {
+			kid_forget(pid);
 			return WIFEXITED(st) ? WEXITSTATUS(st)
 					     : 128 + WTERMSIG(st);
+		}
 		if (r < 0)
 			return -1;
+		if (g_stop) {
+			v_stop_children();
+			return -1;
+		}
 		if (v_now_ms() > end) {
 			kill(pid, SIGKILL);
 			waitpid(pid, &st, 0);
+			kid_forget(pid);
 			return -1;
 		}
 		v_sleep_ms(5);
@@ -137,6 +335,10 @@ bool v_wait(vctx *v, int timeout_ms, bool (*cond)(vctx *, void *), void *arg)
 {
 	double end = v_now_ms() + timeout_ms;
 	for (;;) {
+		if (g_stop) {
+			v_stop_children();
+			return false;
+		}
 		if (cond(v, arg))
 			return true;
 		if (v_now_ms() > end)
@@ -158,7 +360,8 @@ due_id v_add(vctx *v, const char *kind, int64_t delay_us, int32_t max_attempts,
 	}
 	if (due_schedule(v->db, &s, kind, payload ? payload : "",
 			 payload ? strlen(payload) : 0, &o) < 0) {
-		fprintf(stderr, "due verify: schedule: %s\n", due_error_last());
+		fprintf(stderr, "%s: schedule: %s\n", v->prog,
+			due_error_last());
 		return 0;
 	}
 	return s.id;

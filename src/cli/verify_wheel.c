@@ -170,15 +170,15 @@ void v_wheel_restart_needs_durable(vctx *v)
 	pid_t a = v_worker(v, "a.log", "--owner", "A", "--horizon", "1s",
 			   "--lease", "1s", "--exec", cmd, (char *)NULL);
 	bool working = v_wait(v, HANG_MS, has_effects, &tenth);
-	kill(a, SIGKILL);
+	v_kill(a, SIGKILL);
 	double crash_ms = v_now_ms() - start;
 	int code = v_reap(a, HANG_MS);
 	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s",
 			   "--exec", cmd, (char *)NULL);
 	for (double end = v_now_ms() + HANG_MS;
-	     done_count(v) < N && v_now_ms() < end;)
+	     done_count(v) < N && v_until(end);)
 		v_sleep_ms(20);
-	kill(b, SIGTERM);
+	v_kill(b, SIGTERM);
 	v_reap(b, HANG_MS);
 	/* how many times did each task's handler run? */
 	int *runs = calloc(N + 1, sizeof(*runs));
@@ -253,10 +253,10 @@ static void run_variant(vctx *v, const char *name, const char *const *extra,
 	for (int i = 0; i < N; i++)
 		v_add(v, "pw", 300000 + (int64_t)i * 2000000 / N, 5, 0, NULL);
 	for (double end = v_now_ms() + HANG_MS;
-	     done_count(v) < N && v_now_ms() < end;)
+	     done_count(v) < N && v_until(end);)
 		v_sleep_ms(20);
 	for (int i = 0; i < 2; i++) {
-		kill(w[i], SIGTERM);
+		v_kill(w[i], SIGTERM);
 		v_reap(w[i], HANG_MS);
 	}
 	lo.limit = N;
@@ -394,7 +394,7 @@ static bool step_reclaim(vctx *v, double *reclaim_ms, double *late)
 		due_task *t = reach(v, id, DUE_CLAIMED) ? v_get(v, id) : NULL;
 		if (t && t->lease_owner) {
 			int dead = strcmp(t->lease_owner, "K1") ? 1 : 0;
-			kill(k[dead], SIGKILL);
+			v_kill(k[dead], SIGKILL);
 			v_reap(k[dead], HANG_MS);
 			k[dead] = -1;
 			due_task *d =
@@ -412,7 +412,7 @@ static bool step_reclaim(vctx *v, double *reclaim_ms, double *late)
 	}
 	for (int i = 0; i < 2; i++)
 		if (k[i] > 0) {
-			kill(k[i], SIGTERM);
+			v_kill(k[i], SIGTERM);
 			v_reap(k[i], HANG_MS);
 		}
 	return ok;
@@ -441,7 +441,7 @@ static bool step_retries(vctx *v, double late[4])
 		late[3] = try_late_ms(v, rd, 2);
 		ok = a && b && c;
 	}
-	kill(w, SIGTERM);
+	v_kill(w, SIGTERM);
 	v_reap(w, HANG_MS);
 	return ok;
 }

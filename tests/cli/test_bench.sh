@@ -25,9 +25,50 @@ expect_err 2 "--pg-autovacuum applies to a postgres:// store" "$DUE" bench --wor
 
 # --help names the new options
 help=$("$DUE" bench --help)
-for opt in --pending --rate --duration --retain soak; do
+for opt in --pending --rate --duration --retain soak --pg-autovacuum --no-wheel --inline \
+	cycle depth memory; do
 	if grep -q -- "$opt" <<<"$help"; then ok; else bad "--help lacks $opt"; fi
 done
+
+# --help's synopsis (up to the blank line) names every option (issue 37)
+syn=$(sed '/^$/q' <<<"$help")
+for opt in --pg-autovacuum --no-wheel --inline --pipe --keep; do
+	grep -q -- "$opt" <<<"$syn" && ok || bad "--help synopsis lacks $opt"
+done
+# issue 37: bench speaks as itself, and --keep names the store it kept
+"$DUE" bench --workload enqueue --n 10 --db "sqlite:/proc/nope/x.db" >/dev/null 2>"$T/name.err" &&
+	bad "bench with no room for its scratch store: exit 0"
+has "^due bench: cannot create /proc/nope/x.db.scratch-" "$T/name.err" && ! has "due verify" "$T/name.err" &&
+	ok || bad "bench's errors: $(cat "$T/name.err")"
+"$DUE" bench --workload enqueue --n 10 --keep --db "sqlite:$T/keep.db" >/dev/null 2>"$T/keep.err" || bad "bench --keep"
+ku=$(sed -n 's/^due bench: kept scratch store due_verify_[0-9]*_1: //p' "$T/keep.err")
+[ -n "$ku" ] && "$DUE" ls --db "$ku" >/dev/null && ok || bad "bench --keep: no usable URL: $(cat "$T/keep.err")"
+rm -rf "$T"/keep.db.scratch-*
+# SIGINT (Ctrl-C) and SIGTERM mid-workload: no figures, the scratch store
+# dropped, exit 128 + signal, promptly.  The same code on every store
+# (verify_util.c): SQLite, and PostgreSQL for a server's scratch store.
+intr_bench() { # SIG URL SCRATCH-GONE-CHECK...
+	local sig=$1 url=$2 bp rc t0 ms
+	shift 2
+	"$DUE" bench --workload drain --n 100000 --db "$url" >"$T/bi.out" 2>"$T/bi.err" &
+	bp=$!
+	wait_for "bench's drain under way" 60 grep -q "drain:" "$T/bi.err"
+	t0=$(date +%s%N)
+	rc=0; kill "-$sig" "$bp"; wait "$bp" || rc=$?
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	expect_eq "bench $sig: exit" "$((128 + $(kill -l "$sig")))" "$rc"
+	[ "$ms" -lt 5000 ] && ok || bad "bench $sig: $ms ms to stop"
+	expect_eq "bench $sig: no figures" "" "$(cat "$T/bi.out")"
+	has -x "due bench: interrupted by SIG$sig during drain; scratch stores dropped" "$T/bi.err" &&
+		ok || bad "bench $sig: $(tail -2 "$T/bi.err")"
+	"$@" "$bp" && ok || bad "bench $sig: scratch store left"
+}
+no_sqlite_scratch() { ! ls -d "$T"/bi.db.scratch-* >/dev/null 2>&1; }
+intr_bench INT "sqlite:$T/bi.db" no_sqlite_scratch
+if need DUE_TEST_PG_URL postgres; then
+	no_pg_schema() { [ "$(psql -qXAt "$DUE_TEST_PG_URL" -c "SELECT count(*) FROM pg_namespace WHERE nspname = 'due_verify_${1}_1'")" = 0 ]; }
+	intr_bench TERM "$DUE_TEST_PG_URL" no_pg_schema
+fi
 
 # check_json FILE PYTHON: run the checks (a python snippet over `j`, the
 # one JSON object of FILE) and report what failed

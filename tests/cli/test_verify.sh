@@ -58,6 +58,74 @@ while read -r b var; do
 	# gone: no schema (6) or, its database dropped, no store (5)
 	"$DUE" ls --db "$u" >/dev/null 2>&1 && bad "$b: left after drop" || ok
 done <"$T/backends"
+# issue 37: interruption.  The signal paths are the same code on every
+# store (verify_util.c): SQLite, and one server store (PostgreSQL) for the
+# drop of a server's scratch store.
+# alive PID: the process runs (neither gone nor a zombie)
+alive() { [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f1)" != Z ]; }
+# kids PID: the worker processes of verify PID
+kids() { { pgrep -P "$1" -f ' work --db ' || true; } | tr '\n' ' '; }
+three_kids() { [ "$(kids "$1" | wc -w)" -ge 3 ]; }
+# start_verify URL OUT CASES: verify in its own process group (setsid, as a
+# terminal's job), its pid in $vp once its three workers run
+start_verify() {
+	setsid "$DUE" verify --db "$1" --case "$3" >"$2.out" 2>"$2.err" &
+	vp=$!
+	wait_for "verify's three workers" 20 three_kids "$vp"
+	[ "$(ps -o pgid= "$vp" | tr -d ' ')" = "$vp" ] || bad "setup: verify leads no group"
+}
+# the scratch store a worker of verify PID works on
+scratch_of() { tr '\0' '\n' <"/proc/$(kids "$1" | cut -d' ' -f1)/cmdline" | sed -n '/^--db$/{n;p;q}'; }
+intr_term() { # NAME URL: SIGTERM mid-case
+	local st=$1 url=$2 ws su rc w
+	start_verify "$url" "$T/term-$st" normal_three_workers
+	ws=$(kids "$vp"); su=$(scratch_of "$vp")
+	rc=0; kill -TERM "$vp"; wait "$vp" || rc=$?
+	expect_eq "$st: SIGTERM: exit 143" 143 "$rc"
+	has -x "due verify: interrupted by SIGTERM during normal_three_workers; scratch stores dropped" \
+		"$T/term-$st.err" && ok || bad "$st: SIGTERM: no interrupted line: $(cat "$T/term-$st.err")"
+	expect_eq "$st: SIGTERM: the case said INTERRUPTED, nothing more" \
+		"CASE normal_three_workers INTERRUPTED" "$(cat "$T/term-$st.out")"
+	for w in $ws; do alive "$w" && bad "$st: SIGTERM: worker $w still runs"; done
+	ok
+	[ -n "$su" ] && ! "$DUE" ls --db "$su" >/dev/null 2>&1 && ok ||
+		bad "$st: SIGTERM: scratch store '$su' left"
+}
+intr_term sqlite "sqlite:$T/intr.db"
+ls -d "$T"/intr.db.scratch-* >/dev/null 2>&1 && bad "SIGTERM: scratch dir left" || ok
+if need DUE_TEST_PG_URL postgres; then intr_term postgres "$DUE_TEST_PG_URL"; fi
+
+# Ctrl-C (SIGINT to the process group): no FAIL for the case it cut, no
+# next case, exit 130 promptly (within a few seconds, not the minute the
+# rest would take)
+start_verify "sqlite:$T/intr.db" "$T/int" normal_three_workers,boundary_not_before_due,cancel_semantics
+t0=$(date +%s%N)
+rc=0; kill -INT -- "-$vp"; wait "$vp" || rc=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+expect_eq "Ctrl-C: exit 130" 130 "$rc"
+[ "$ms" -lt 5000 ] && ok || bad "Ctrl-C: verify took $ms ms to stop"
+expect_eq "Ctrl-C: the case INTERRUPTED, no FAIL, no next case" \
+	"CASE normal_three_workers INTERRUPTED" "$(cat "$T/int.out")"
+has "interrupted by SIGINT during normal_three_workers" "$T/int.err" && ok || bad "Ctrl-C: no interrupted line"
+ls -d "$T"/intr.db.scratch-* >/dev/null 2>&1 && bad "Ctrl-C: scratch dir left" || ok
+
+# kill -9 of verify: its workers die with it; the scratch dir it leaves is
+# the one its first stderr line named
+start_verify "sqlite:$T/intr.db" "$T/k9" normal_three_workers
+ws=$(kids "$vp")
+left=$(sed -n 's/^due verify: scratch stores in \(.*\) (after a kill -9, remove it)$/\1/p' "$T/k9.err")
+kill -KILL "$vp"; wait "$vp" 2>/dev/null || true
+none_alive() { for w in $ws; do ! alive "$w" || return 1; done; }
+wait_for "kill -9 of verify: its workers gone" 5 none_alive
+[ -n "$left" ] && [ -d "$left" ] && ok || bad "kill -9: scratch dir not named: $(cat "$T/k9.err")"
+expect_eq "kill -9: what is left is what was named" "$left" "$(ls -d "$T"/intr.db.scratch-* 2>&1)"
+rm -rf "$T"/intr.db.scratch-*
+
+# --keep names each kept store with its URL, which opens
+"$DUE" verify --db "sqlite:$T/intr.db" --case boundary_claim_limit --keep >/dev/null 2>"$T/keep.err" && ok || bad "--keep run"
+ku=$(sed -n 's/^due verify: kept scratch store due_verify_[0-9]*_1: //p' "$T/keep.err")
+[ -n "$ku" ] && "$DUE" ls --db "$ku" >/dev/null && ok || bad "--keep: no usable URL: $(cat "$T/keep.err")"
+rm -rf "$T"/intr.db.scratch-*
 expect_err 2 "unknown case 'nope'" "$DUE" verify --case nope
 "$DUE" verify --list | has crash_kill9_lease_retry && ok || bad "--list"
 finish
