@@ -74,13 +74,27 @@ start_verify() {
 	wait_for "verify's three workers" 20 three_kids "$vp"
 	[ "$(ps -o pgid= "$vp" | tr -d ' ')" = "$vp" ] || bad "setup: verify leads no group"
 }
-# the scratch store a worker of verify PID works on
-scratch_of() { tr '\0' '\n' <"/proc/$(kids "$1" | cut -d' ' -f1)/cmdline" | sed -n '/^--db$/{n;p;q}'; }
+# the scratch store a worker of verify PID works on ("" when the worker
+# is already gone: the case ended)
+scratch_of() {
+	local k
+	k=$(kids "$1" | cut -d' ' -f1)
+	[ -n "$k" ] || return 0
+	{ tr '\0' '\n' <"/proc/$k/cmdline" | sed -n '/^--db$/{n;p;q}'; } 2>/dev/null || true
+}
 intr_term() { # NAME URL: SIGTERM mid-case
-	local st=$1 url=$2 ws su rc w
-	start_verify "$url" "$T/term-$st" normal_three_workers
-	ws=$(kids "$vp"); su=$(scratch_of "$vp")
-	rc=0; kill -TERM "$vp"; wait "$vp" || rc=$?
+	local st=$1 url=$2 ws su rc w try
+	# the case runs a couple of seconds; under load it can end before the
+	# signal lands (verify then exits 0, or its workers are gone before
+	# their store is read): that try missed the window, and another is
+	# made (at most 4), never counted as a pass
+	for try in 1 2 3 4; do
+		start_verify "$url" "$T/term-$st" normal_three_workers
+		ws=$(kids "$vp"); su=$(scratch_of "$vp")
+		rc=0; kill -TERM "$vp"; wait "$vp" || rc=$?
+		{ [ "$rc" != 0 ] && [ -n "$su" ]; } && break
+		echo "  $st: SIGTERM try $try missed the case (exit $rc, store '$su'); again"
+	done
 	expect_eq "$st: SIGTERM: exit 143" 143 "$rc"
 	has -x "due verify: interrupted by SIGTERM during normal_three_workers; scratch stores dropped" \
 		"$T/term-$st.err" && ok || bad "$st: SIGTERM: no interrupted line: $(cat "$T/term-$st.err")"
@@ -104,9 +118,13 @@ rc=0; kill -INT -- "-$vp"; wait "$vp" || rc=$?
 ms=$((($(date +%s%N) - t0) / 1000000))
 expect_eq "Ctrl-C: exit 130" 130 "$rc"
 [ "$ms" -lt 5000 ] && ok || bad "Ctrl-C: verify took $ms ms to stop"
-expect_eq "Ctrl-C: the case INTERRUPTED, no FAIL, no next case" \
-	"CASE normal_three_workers INTERRUPTED" "$(cat "$T/int.out")"
-has "interrupted by SIGINT during normal_three_workers" "$T/int.err" && ok || bad "Ctrl-C: no interrupted line"
+# the case the signal cut (normal_three_workers, or under load a later
+# one when the first ended before the signal) says INTERRUPTED, last
+cut=$(sed -n '$s/^CASE \([a-z_0-9]*\) INTERRUPTED$/\1/p' "$T/int.out")
+[ -n "$cut" ] && ok || bad "Ctrl-C: the last line is no INTERRUPTED case: $(cat "$T/int.out")"
+has -v -e ' INTERRUPTED$' -e ' PASS ' "$T/int.out" &&
+	bad "Ctrl-C: a FAIL or other line: $(cat "$T/int.out")" || ok
+has "interrupted by SIGINT during $cut" "$T/int.err" && ok || bad "Ctrl-C: no interrupted line"
 ls -d "$T"/intr.db.scratch-* >/dev/null 2>&1 && bad "Ctrl-C: scratch dir left" || ok
 
 # kill -9 of verify: its workers die with it; the scratch dir it leaves is
