@@ -32,6 +32,9 @@ typedef struct vctx {
 	int verbose;
 	int passed, failed, seq;
 	due_db *db; /* handle on the scratch store */
+	/* non-empty: the store stopped answering in this case (its error);
+	   the case then ends as ERROR, not as a verdict on the contract */
+	char unreachable[256];
 } vctx;
 
 /* Make the case's scratch store (not yet initialized) and set v->url;

@@ -51,6 +51,7 @@ int v_fresh(vctx *v, const char *name)
 	due_open_opts o = DUE_OPEN_OPTS_INIT;
 
 	v->seq++;
+	v->unreachable[0] = '\0';
 	snprintf(v->dir, sizeof(v->dir), "%.1024s/%02d-%.64s", v->root,
 		 v->seq % 100, name);
 	if (mkdir(v->dir, 0700) != 0) {

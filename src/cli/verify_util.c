@@ -256,6 +256,19 @@ void v_case(vctx *v, const char *name, bool pass, const char *fmt, ...)
 	va_list ap;
 	if (g_stop) /* what an interrupted case saw says nothing */
 		return;
+	if (v->unreachable[0]) {
+		/* what the case saw of a store that did not answer says
+		   nothing about the contract: no verdict, an error */
+		for (char *p = v->unreachable; *p; p++)
+			if (*p == '"' || *p == '\n')
+				*p = '\'';
+		printf("CASE %s ERROR store_unreachable=\"%s\"\n", name,
+		       v->unreachable);
+		fflush(stdout);
+		v->unreachable[0] = '\0';
+		v->failed++;
+		return;
+	}
 	printf("CASE %s %s ", name, pass ? "PASS" : "FAIL");
 	va_start(ap, fmt);
 	vprintf(fmt, ap);
@@ -331,9 +344,34 @@ int v_reap(pid_t pid, int timeout_ms)
 	}
 }
 
+/*
+** Whether the case's store still answers, asked once a second while a
+** case waits: two failed clock reads in a row (each bounded by the URL's
+** timeout=) and the store is taken as unreachable (v->unreachable), so a
+** frozen store ends the case in about twice its bound, not at the hang
+** guard, and as an error, not a verdict.
+*/
+static bool store_answers(vctx *v, double *next_probe, int *failed)
+{
+	due_time t;
+
+	if (!v->db || v_now_ms() < *next_probe)
+		return true;
+	if (due_now(v->db, &t) == 0) {
+		*failed = 0;
+	} else if (++*failed >= 2) {
+		snprintf(v->unreachable, sizeof(v->unreachable), "%s",
+			 due_error_last());
+		return false;
+	}
+	*next_probe = v_now_ms() + 1000;
+	return true;
+}
+
 bool v_wait(vctx *v, int timeout_ms, bool (*cond)(vctx *, void *), void *arg)
 {
-	double end = v_now_ms() + timeout_ms;
+	double end = v_now_ms() + timeout_ms, next_probe = v_now_ms() + 1000;
+	int failed = 0;
 	for (;;) {
 		if (g_stop) {
 			v_stop_children();
@@ -341,7 +379,7 @@ bool v_wait(vctx *v, int timeout_ms, bool (*cond)(vctx *, void *), void *arg)
 		}
 		if (cond(v, arg))
 			return true;
-		if (v_now_ms() > end)
+		if (v_now_ms() > end || !store_answers(v, &next_probe, &failed))
 			return false;
 		v_sleep_ms(5);
 	}

@@ -139,6 +139,35 @@ wait_for "kill -9 of verify: its workers gone" 5 none_alive
 expect_eq "kill -9: what is left is what was named" "$left" "$(ls -d "$T"/intr.db.scratch-* 2>&1)"
 rm -rf "$T"/intr.db.scratch-*
 
+# a store that freezes mid-case (a frozen TCP proxy in front of PostgreSQL,
+# tests/cli/stallproxy.py) ends the case as an ERROR naming the store, within
+# seconds (18 s at timeout=2s: each call then waits its bound), not at the
+# case's 60 s hang guard, and not as a FAIL of the contract
+if need DUE_TEST_PG_URL postgres; then
+	pport=$(sed -nE 's#.*127\.0\.0\.1:([0-9]+).*#\1#p' <<<"$DUE_TEST_PG_URL")
+	rm -f "$T/proxy.port"
+	python3 "$(dirname "$0")/stallproxy.py" "$pport" "$T/proxy.port" &
+	proxy=$!
+	wait_for "the proxy listens" 30 test -s "$T/proxy.port"
+	purl=$(sed -E "s#127\.0\.0\.1:[0-9]+#127.0.0.1:$(cat "$T/proxy.port")#" <<<"$DUE_TEST_PG_URL")
+	case $purl in *\?*) purl="$purl&timeout=2s" ;; *) purl="$purl?timeout=2s" ;; esac
+	start_verify "$purl" "$T/frz" normal_three_workers
+	kill -STOP "$proxy"
+	t0=$(date +%s%N)
+	rc=0; wait "$vp" || rc=$?
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	kill -CONT "$proxy"
+	expect_eq "frozen store: exit 1" 1 "$rc"
+	[ "$ms" -lt 30000 ] && ok || bad "frozen store: verify took $ms ms to end the case"
+	has '^CASE normal_three_workers ERROR store_unreachable=' "$T/frz.out" && ok ||
+		bad "frozen store: no ERROR line: $(cat "$T/frz.out")"
+	has ' FAIL ' "$T/frz.out" && bad "frozen store: a FAIL verdict: $(cat "$T/frz.out")" || ok
+	echo "  frozen store: the case ended in $ms ms"
+	kill "$proxy" 2>/dev/null || true
+	wait "$proxy" 2>/dev/null || true
+	"$DUE" scratch drop --db "$DUE_TEST_PG_URL" "due_verify_${vp}_1" >/dev/null 2>&1 || true
+fi
+
 # --keep names each kept store with its URL, which opens
 "$DUE" verify --db "sqlite:$T/intr.db" --case boundary_claim_limit --keep >/dev/null 2>"$T/keep.err" && ok || bad "--keep run"
 ku=$(sed -n 's/^due verify: kept scratch store due_verify_[0-9]*_1: //p' "$T/keep.err")
