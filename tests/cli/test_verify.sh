@@ -141,7 +141,8 @@ rm -rf "$T"/intr.db.scratch-*
 
 # a store that freezes mid-case (a frozen TCP proxy in front of PostgreSQL,
 # tests/cli/stallproxy.py) ends the case as an ERROR naming the store, within
-# seconds (18 s at timeout=2s: each call then waits its bound), not at the
+# seconds (18 s at timeout=2s, each call waiting its bound; asserted under
+# 45 s, a bound for a loaded ASan run), not at the
 # case's 60 s hang guard, and not as a FAIL of the contract
 if need DUE_TEST_PG_URL postgres; then
 	pport=$(sed -nE 's#.*127\.0\.0\.1:([0-9]+).*#\1#p' <<<"$DUE_TEST_PG_URL")
@@ -158,7 +159,7 @@ if need DUE_TEST_PG_URL postgres; then
 	ms=$((($(date +%s%N) - t0) / 1000000))
 	kill -CONT "$proxy"
 	expect_eq "frozen store: exit 1" 1 "$rc"
-	[ "$ms" -lt 30000 ] && ok || bad "frozen store: verify took $ms ms to end the case"
+	[ "$ms" -lt 45000 ] && ok || bad "frozen store: verify took $ms ms to end the case"
 	has '^CASE normal_three_workers ERROR store_unreachable=' "$T/frz.out" && ok ||
 		bad "frozen store: no ERROR line: $(cat "$T/frz.out")"
 	has ' FAIL ' "$T/frz.out" && bad "frozen store: a FAIL verdict: $(cat "$T/frz.out")" || ok
