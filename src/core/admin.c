@@ -193,9 +193,19 @@ int due__scratch_root(const due_admin *a, char *out, size_t n)
 	return a->ops->admin->scratch_root(url_of(a), out, n);
 }
 
-/* name checked (DUE_EINVAL naming the rule), its physical name in phys. */
-static int scratch_name(const char *name, char *phys, size_t n)
+/*
+** name checked (DUE_EINVAL naming the rule), its physical name in phys;
+** a store on a server (one with a test_env) needs its URL, which an
+** admin opened by backend name lacks.
+*/
+static int scratch_name(const due_admin *a, const char *name, char *phys,
+			size_t n)
 {
+	if (!url_of(a) && a->ops->admin->test_env)
+		return due__error_set(DUE_EINVAL,
+				      "a %s scratch store needs a server URL "
+				      "(--db)",
+				      a->ops->name);
 	if (!due__scratch_name_ok(name))
 		return due__error_set(DUE_EINVAL,
 				      "scratch store name '%s': 1 to %d "
@@ -214,7 +224,7 @@ int due__scratch_make(const due_admin *a, const char *name, const char *dir,
 		      char *url, size_t n)
 {
 	char phys[80];
-	int rc = scratch_name(name, phys, sizeof(phys));
+	int rc = scratch_name(a, name, phys, sizeof(phys));
 
 	return rc < 0
 		   ? rc
@@ -224,7 +234,7 @@ int due__scratch_make(const due_admin *a, const char *name, const char *dir,
 int due__scratch_drop(const due_admin *a, const char *name, const char *dir)
 {
 	char phys[80];
-	int rc = scratch_name(name, phys, sizeof(phys));
+	int rc = scratch_name(a, name, phys, sizeof(phys));
 
 	return rc < 0 ? rc : a->ops->admin->scratch_drop(url_of(a), phys, dir);
 }

@@ -20,13 +20,12 @@
 ** store's parser read from the URL, without the store's session
 ** settings, but with its bound: connecting, each read and each write
 ** within the URL's timeout= (10 s by default), in whole seconds, as
-** mysql_conn.c sets it.  The raw SQL session of `due verify`'s controls turns
-*each
-** $N into a positional ? bound to parameter N (so "$2 = $2" binds it
-** twice) and CAST(... AS bigint) into AS SIGNED; InnoDB locks rows, so
-** a held row is what a stalled write waits on.  MySQL has no partial
-** index: the plan check runs the claim's pick through the server's
-** ANALYZE and counts the rows it read.
+** mysql_conn.c sets it.  The raw SQL session of `due verify`'s
+** controls turns each $N into a positional ? bound to parameter N (so
+** "$2 = $2" binds it twice) and CAST(... AS bigint) into AS SIGNED;
+** InnoDB locks rows, so a held row is what a stalled write waits on.
+** MySQL has no partial index: the plan check runs the claim's pick
+** through the server's ANALYZE and counts the rows it read.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,9 +124,6 @@ static int my_scratch_make(const due_url *url, const char *name,
 	int rc;
 
 	(void)dir;
-	if (!url)
-		return due__error_set(DUE_EINVAL, "a mysql scratch store "
-						  "needs a server URL (--db)");
 	snprintf(sql, sizeof(sql),
 		 "CREATE DATABASE `%s` CHARACTER SET utf8mb4 COLLATE "
 		 "utf8mb4_bin",
@@ -196,9 +192,6 @@ static int my_scratch_drop(const due_url *url, const char *name,
 	int rc;
 
 	(void)dir;
-	if (!url)
-		return due__error_set(DUE_EINVAL, "a mysql scratch store "
-						  "needs a server URL (--db)");
 	snprintf(doing, sizeof(doing), "drop scratch database %s", name);
 	if ((rc = droppable(url, name, doing)) != 0)
 		return rc > 0 ? 0 : rc;

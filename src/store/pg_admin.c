@@ -115,9 +115,6 @@ static int pg_scratch_make(const due_url *url, const char *name,
 	int rc;
 
 	(void)dir;
-	if (!url)
-		return due__error_set(DUE_EINVAL, "a postgres scratch store "
-						  "needs a server URL (--db)");
 	snprintf(sql, sizeof(sql), "CREATE SCHEMA \"%s\"", name);
 	snprintf(doing, sizeof(doing), "make scratch schema %s", name);
 	if ((rc = command(url, sql, doing)) < 0)
@@ -140,9 +137,6 @@ static int pg_scratch_drop(const due_url *url, const char *name,
 	char sql[1024], doing[160];
 
 	(void)dir;
-	if (!url)
-		return due__error_set(DUE_EINVAL, "a postgres scratch store "
-						  "needs a server URL (--db)");
 	snprintf(sql, sizeof(sql),
 		 "DO $$ DECLARE n oid; BEGIN"
 		 " SELECT oid INTO n FROM pg_namespace WHERE nspname = '%s';"

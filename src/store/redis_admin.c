@@ -7,9 +7,8 @@
 ** {due:NAME:i} per shard), so a scratch store is the same server and
 ** database with ?prefix=due_scratch_NAME: nothing to make, once no key
 ** has that prefix (make looks, and refuses one in use).  Dropping it
-** deletes the
-** keys that carry the prefix (SCAN MATCH, never KEYS, so a busy server is
-** not blocked), with UNLINK: "{due:NAME}..." and a shard's
+** deletes the keys that carry the prefix (SCAN MATCH, never KEYS, so a
+** busy server is not blocked), with UNLINK: "{due:NAME}..." and a shard's
 ** "{due:NAME:i}...", so dropping due_verify_1_1 leaves due_verify_1_10
 ** (and due_verify_1_1s) alone.
 ** On a Redis Cluster (the URL's seeds answer CLUSTER NODES) every master
@@ -269,9 +268,6 @@ static int rd_scratch_make(const due_url *url, const char *name,
 	int rc;
 
 	(void)dir;
-	if (!url)
-		return due__error_set(DUE_EINVAL, "a redis scratch store "
-						  "needs a server URL (--db)");
 	snprintf(doing, sizeof(doing), "make scratch prefix %s", name);
 	if ((rc = prefix_keys(url, name, false, &found, doing)) < 0)
 		return rc;
@@ -296,9 +292,6 @@ static int rd_scratch_drop(const due_url *url, const char *name,
 	size_t found;
 
 	(void)dir;
-	if (!url)
-		return due__error_set(DUE_EINVAL, "a redis scratch store "
-						  "needs a server URL (--db)");
 	snprintf(doing, sizeof(doing), "delete the keys of scratch prefix %s",
 		 name);
 	return prefix_keys(url, name, true, &found, doing);

@@ -387,7 +387,9 @@ typedef struct due_store_admin {
 	** private to its maker: a schema, a key prefix or a database on
 	** the server of url, or, for a store in files, files in `dir`; the
 	** user's own store never sees it.  url may be NULL for a store in
-	** files (no options to keep).  scratch_root writes a mkdtemp()
+	** files (no options to keep); a store on a server (test_env set)
+	** always gets it (core/admin.c refuses the call without one).
+	** scratch_root writes a mkdtemp()
 	** template for the directory of the caller's scratch files (beside
 	** the store's own file, or under /tmp).  scratch_make makes the
 	** store, empty (due_open with create writes its schema), and writes
