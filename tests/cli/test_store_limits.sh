@@ -61,8 +61,10 @@ limits() {
 		# two payloads of 8 MiB + 1: two statements, one transaction
 		{ line 8388609; line 8388609; } >"$T/b16"
 		"$DUE" add --batch "$T/b16" --db "$url" >"$T/ids" 2>"$T/err" && ok || bad "postgres 16 MiB batch: $(cat "$T/err")"
+		# (psql on the scratch store's own URL: its search_path is the
+		# scratch schema)
 		expect_eq "postgres: a batch over 16 MiB is one transaction" "2 1" \
-			"$(psql -qAtX "$DUE_TEST_PG_URL" -c "SELECT count(*), count(DISTINCT xmin::text) FROM due_limits_$$.due_task WHERE kind = 'b'" | tr '|' ' ')"
+			"$(psql -qAtX "$url" -c "SELECT count(*), count(DISTINCT xmin::text) FROM due_task WHERE kind = 'b'" | tr '|' ' ')"
 		;;
 	mysql)
 		mysql_url_parts "$DUE_TEST_MYSQL_URL"
