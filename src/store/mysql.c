@@ -2526,6 +2526,106 @@ static int mys_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 	return rc;
 }
 
+/*
+** reschedule (issue 38), as cancel_tx: lock the row (lock_state, which
+** reads the server's now into @due_now), decide from the state it
+** locked, and write only when SCHEDULED, the state repeated in the
+** UPDATE's WHERE; the new due_at is o->at or @due_now + the delay.
+** On Galera a COMMIT that did not take is found by reading due_at back
+** (RESCHEDULED is a promise about when the task runs): retried whole.
+*/
+static void due_at_expr(due_my_sql *b, const due_reschedule_opts *o)
+{
+	if (o->at != DUE_TIME_NONE)
+		due__my_int(b, o->at);
+	else
+		due__my_add(b, NOW_V " + %lld", (long long)o->delay_us);
+}
+
+static int reschedule_lost(due_store *s, due_id id,
+			   const due_reschedule_opts *o)
+{
+	int64_t v = 0;
+	SQL(b, s);
+
+	if (!s->galera)
+		return 0;
+	due__my_add(&b,
+		    "SELECT COUNT(*) FROM due_task WHERE id = %lld AND"
+		    " due_at = ",
+		    (long long)id);
+	due_at_expr(&b, o);
+	if (ints(s, &b, "confirm reschedule", &v, 1) < 0) {
+		s->deadlock = false; /* the COMMIT answered: it stands */
+		return 0;
+	}
+	if (v)
+		return 0;
+	s->deadlock = true;
+	due__error_set(DUE_EBUSY,
+		       "mysql store: the reschedule of task %lld did not take "
+		       "(Galera aborted the transaction); retried",
+		       (long long)id);
+	return 1;
+}
+
+static int reschedule_tx(due_store *s, due_reschedule_outcome *out, due_id id,
+			 const due_reschedule_opts *o)
+{
+	due_state st = DUE_SCHEDULED;
+	char *state = NULL;
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_begin(s)) < 0)
+		return rc;
+	if ((rc = lock_state(s, id, &state, NULL)) < 0)
+		goto fail;
+	if (state && (rc = due_state_parse(&st, state)) < 0)
+		goto fail;
+	*out = due__reschedule_outcome_of(state != NULL, st);
+	if (*out == DUE_RESCHEDULE_RESCHEDULED) {
+		due__my_add(&b, "UPDATE due_task SET due_at = ");
+		due_at_expr(&b, o);
+		if (o->set_payload) {
+			due__my_add(&b, ", payload = ");
+			due__my_blob(&b, o->payload, o->payload_len);
+		}
+		due__my_add(&b,
+			    ", updated_at = " NOW_V " WHERE id = %lld AND"
+			    " state = 'SCHEDULED'",
+			    (long long)id);
+		if ((rc = exec_one(s, &b, "reschedule", id)) < 0)
+			goto fail;
+	}
+	if ((rc = due__my_commit(s)) < 0)
+		goto fail;
+	free(state);
+	if (*out != DUE_RESCHEDULE_RESCHEDULED)
+		return 0;
+	if (reschedule_lost(s, id, o))
+		return DUE_EBUSY;
+	wake(s);
+	return 0;
+fail:
+	due__my_rollback(s);
+	free(state);
+	return rc;
+}
+
+static int mys_reschedule(due_store *s, due_reschedule_outcome *out, due_id id,
+			  const due_reschedule_opts *o)
+{
+	due_submit one = {.payload = o->payload, .payload_len = o->payload_len};
+	int rc;
+
+	if ((rc = due__my_ok(s)) < 0 ||
+	    (o->set_payload && (rc = my_payloads_fit(s, &one, 1)) < 0))
+		return rc;
+	RETRY(rc, s, reschedule_tx(s, out, id, o));
+	return rc;
+}
+
 /* The attempts history of n tasks (ordered by id) with one statement. */
 static int load_attempts(due_store *s, due_task *tasks, size_t n)
 {

@@ -153,6 +153,7 @@ enum stmt_id {
 	ST_KIND_REMOVE,
 	ST_LOCK_TAKE,
 	ST_BYTES,
+	ST_RESCHEDULE,
 	ST_COUNT
 };
 
@@ -1012,6 +1013,24 @@ static const char *const sql_text[ST_COUNT] = {
 		 " AND c.relname LIKE 'due\\_%'"
 		 " AND c.relnamespace = (SELECT relnamespace FROM pg_class"
 		 " WHERE oid = 'due_meta'::regclass)",
+    /*
+    ** reschedule (issue 38), as cancel: lock the row and report the state
+    ** it locked (the newest committed), write only when that is SCHEDULED
+    ** (re-checked by the UPDATE), the new due_at from now() unless $2
+    ** gives it, the payload $5 when $4 = 1; notify on commit.
+    */
+    [ST_RESCHEDULE] =
+	"WITH cur AS (SELECT id, state FROM due_task WHERE id = $1::int8"
+	" FOR UPDATE),"
+	" u AS (UPDATE due_task t SET due_at = coalesce($2::timestamptz,"
+	" now() + " US("$3") "), payload = CASE WHEN $4::int4 = 1 THEN"
+			     " $5::bytea ELSE t.payload END, updated_at = now()"
+			     " FROM cur WHERE t.id = cur.id AND t.state ="
+			     " 'SCHEDULED' RETURNING t.kind),"
+			     " n AS (SELECT pg_notify('" DUE_PG_CHANNEL
+			     "', kind) FROM u)"
+			     " SELECT cur.state, (SELECT count(*) FROM n)"
+			     " FROM cur",
 };
 
 _Static_assert(ST_COUNT <= DUE_PG_MAX_STMTS, "raise DUE_PG_MAX_STMTS");
@@ -2275,6 +2294,40 @@ static int pg_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 	found = PQntuples(r) > 0;
 	if (!found || (rc = due__pg_col_state(r, 0, 0, &st)) == 0)
 		*out = due__cancel_outcome_of(found, st);
+	PQclear(r);
+	return rc;
+}
+
+/* One statement (ST_RESCHEDULE): lock, report, move when SCHEDULED. */
+static int pg_reschedule(due_store *s, due_reschedule_outcome *out, due_id id,
+			 const due_reschedule_opts *o)
+{
+	due_submit one = {.payload = o->payload, .payload_len = o->payload_len};
+	due_pg_params p = {0};
+	due_state st = DUE_SCHEDULED;
+	PGresult *r;
+	bool found;
+	int rc;
+
+	if ((o->set_payload && (rc = pg_payloads_fit(&one, 1)) < 0) ||
+	    (rc = due__pg_ok(s)) < 0)
+		return rc;
+	due__pg_int(&p, id);
+	if (o->at != DUE_TIME_NONE)
+		due__pg_time(&p, o->at);
+	else
+		due__pg_text(&p, NULL);
+	due__pg_int(&p, o->delay_us);
+	due__pg_int(&p, o->set_payload);
+	if (o->set_payload)
+		due__pg_bin(&p, o->payload, o->payload_len);
+	else
+		due__pg_text(&p, NULL);
+	if ((rc = run(s, ST_RESCHEDULE, &p, "reschedule", &r)) < 0)
+		return rc;
+	found = PQntuples(r) > 0;
+	if (!found || (rc = due__pg_col_state(r, 0, 0, &st)) == 0)
+		*out = due__reschedule_outcome_of(found, st);
 	PQclear(r);
 	return rc;
 }
