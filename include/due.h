@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /** Store schema version this library reads and writes. */
-#define DUE_SCHEMA_VERSION 8
+#define DUE_SCHEMA_VERSION 9
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */

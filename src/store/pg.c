@@ -83,6 +83,9 @@
 **      `due init`, which recreates due_schedule() pinned to the schema
 **      of due_task (issue 36: it had followed the caller's "$user"
 **      schema) and bounded like `due add --at` (create_functions).
+**   9  No table changes: the version makes every store pass through
+**      `due init`, which creates due_reschedule() (issue 38) beside
+**      due_schedule().
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -1333,9 +1336,18 @@ static const char schema_v7[] =
 static const char schema_v8[] =
     "UPDATE due_meta SET value = '8' WHERE name = 'schema_version';";
 
+/*
+** Version 8 -> 9: nothing in the tables either.  It makes a store of
+** version 8, which has no due_reschedule() (issue 38), run `due init`,
+** whose create_functions adds it.
+*/
+static const char schema_v9[] =
+    "UPDATE due_meta SET value = '9' WHERE name = 'schema_version';";
+
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4,
-    [5] = schema_v5, [6] = schema_v6, [7] = schema_v7, [8] = schema_v8};
+    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3,
+    [4] = schema_v4, [5] = schema_v5, [6] = schema_v6,
+    [7] = schema_v7, [8] = schema_v8, [9] = schema_v9};
 
 /*
 ** due_schedule(): a submit from SQL, inside the caller's own transaction,
@@ -1443,6 +1455,72 @@ static const char sql_schedule_fn[] =
     "END $fn$";
 
 /*
+** due_reschedule(): reschedule (store.h) from SQL, inside the caller's own
+** transaction (issue 38), beside due_schedule():
+**
+**   BEGIN; UPDATE orders ...;
+**   SELECT due_reschedule(41, run_in => interval '10 min');
+**   COMMIT;
+**
+** It returns the outcome's name: RESCHEDULED, TOO_LATE, ALREADY_FINISHED
+** or NOT_FOUND (docs/INTERFACE.md).  run_in counts from now(), the
+** transaction's start (the store's clock); run_at is an instant; exactly
+** one of them, with due_schedule()'s bounds and words (SQLSTATE 22023,
+** nothing written).  payload NULL keeps the task's; '' empties it.  The
+** row is locked (FOR UPDATE) until the caller's COMMIT, the state judged
+** on what was locked and re-checked by the UPDATE; listeners are
+** notified on commit.  Pinned to the schema of due_task as
+** due_schedule() is.
+*/
+static const char sql_reschedule_fn[] =
+    "CREATE OR REPLACE FUNCTION due_reschedule(id bigint,"
+    " run_in interval DEFAULT NULL, run_at timestamptz DEFAULT NULL,"
+    " payload text DEFAULT NULL)"
+    " RETURNS text LANGUAGE plpgsql VOLATILE"
+    " SET search_path FROM CURRENT AS $fn$\n"
+    "#variable_conflict use_column\n"
+    "DECLARE\n"
+    "  i bigint := id; d interval := run_in; t timestamptz := run_at;\n"
+    "  p text := payload; st text; k text;\n"
+    "BEGIN\n"
+    "IF i IS NULL OR i <= 0 THEN RAISE EXCEPTION USING ERRCODE = '22023',"
+    " MESSAGE = format('due_reschedule: invalid task id %s: ids are"
+    " positive integers', coalesce(i::text, 'NULL')); END IF;\n"
+    "IF d IS NULL AND t IS NULL THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = 'due_reschedule: give a delay (run_in) or an"
+    " absolute due time (run_at)'; END IF;\n"
+    "IF d IS NOT NULL AND t IS NOT NULL THEN RAISE EXCEPTION USING"
+    " ERRCODE = '22023', MESSAGE = 'due_reschedule: give a delay (run_in)"
+    " or an absolute due time (run_at), not both'; END IF;\n"
+    "IF d < interval '0' THEN RAISE EXCEPTION USING ERRCODE = '22023',"
+    " MESSAGE = 'due_reschedule: invalid delay (run_in): negative'; END"
+    " IF;\n"
+    "IF d > interval '36600 days' THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = 'due_reschedule: invalid delay (run_in): more"
+    " than 100 years'; END IF;\n"
+    "IF t < 'epoch'::timestamptz THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = 'due_reschedule: invalid due time (run_at):"
+    " before 1970-01-01T00:00:00Z'; END IF;\n"
+    "IF t > '9999-12-31T23:59:59.999999Z'::timestamptz THEN RAISE"
+    " EXCEPTION USING ERRCODE = '22023', MESSAGE = 'due_reschedule:"
+    " invalid due time (run_at): after 9999-12-31T23:59:59Z'; END IF;\n"
+    "IF octet_length(p) > 1048576 THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = format('due_reschedule: payload is %s bytes,"
+    " over the limit of 1048576 bytes', octet_length(p)); END IF;\n"
+    "  SELECT state, kind INTO st, k FROM due_task WHERE due_task.id = i"
+    " FOR UPDATE;\n"
+    "  IF st IS NULL THEN RETURN 'NOT_FOUND'; END IF;\n"
+    "  IF st = 'CLAIMED' THEN RETURN 'TOO_LATE'; END IF;\n"
+    "  IF st <> 'SCHEDULED' THEN RETURN 'ALREADY_FINISHED'; END IF;\n"
+    "  UPDATE due_task SET due_at = coalesce(t, now() + d),"
+    " payload = coalesce(convert_to(p, 'UTF8'), due_task.payload),"
+    " updated_at = now() WHERE due_task.id = i AND"
+    " due_task.state = 'SCHEDULED';\n"
+    "  PERFORM pg_notify('" DUE_PG_CHANNEL "', k);\n"
+    "  RETURN 'RESCHEDULED';\n"
+    "END $fn$";
+
+/*
 ** This transaction's search_path (set_config(..., true): it ends with the
 ** transaction, also behind a pooler) becomes "<schema of due_task>,
 ** pg_temp", quoted by format's %I: CREATE FUNCTION then puts the function
@@ -1467,7 +1545,10 @@ static int pin_path(due_store *s)
 	return rc;
 }
 
-/* (Re)create due_schedule() under the init lock, in its own transaction. */
+/*
+** (Re)create due_schedule() and due_reschedule() under the init lock, in
+** its own transaction.
+*/
 static int create_functions(due_store *s)
 {
 	int rc;
@@ -1476,7 +1557,9 @@ static int create_functions(due_store *s)
 		return rc;
 	if ((rc = init_lock(s)) < 0 || (rc = pin_path(s)) < 0 ||
 	    (rc = due__pg_command(s, sql_schedule_fn,
-				  "create function due_schedule")) < 0) {
+				  "create function due_schedule")) < 0 ||
+	    (rc = due__pg_command(s, sql_reschedule_fn,
+				  "create function due_reschedule")) < 0) {
 		due__pg_rollback(s);
 		return rc;
 	}

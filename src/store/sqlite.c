@@ -58,6 +58,8 @@
 **   8  No change here: version 8 makes PostgreSQL and MySQL stores run
 **      `due init` for their fixed due_schedule() routine (pg.c); the
 **      step records the version both stores share.
+**   9  No change here: version 9 makes PostgreSQL and MySQL stores run
+**      `due init` for their due_reschedule() routine (issue 38).
 */
 #include <errno.h>
 #include <inttypes.h>
@@ -870,6 +872,10 @@ static const char schema_v7[] =
 static const char schema_v8[] =
     "UPDATE due_meta SET value = '8' WHERE name = 'schema_version';";
 
+/* Version 9: no change here either (the SQL stores' due_reschedule). */
+static const char schema_v9[] =
+    "UPDATE due_meta SET value = '9' WHERE name = 'schema_version';";
+
 _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
 
 const char *due__sq_read_sql(int i)
@@ -972,7 +978,8 @@ static int exec_step(due_store *s, const char *sql, const char *what)
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
     [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4,
-    [5] = schema_v5, [6] = schema_v6, [7] = schema_v7, [8] = schema_v8};
+    [5] = schema_v5, [6] = schema_v6, [7] = schema_v7, [8] = schema_v8,
+    [9] = schema_v9};
 
 /* WAL first (it cannot change inside a transaction), then the walk. */
 static int due__sq_init_schema(due_store *s)
