@@ -977,9 +977,9 @@ static int exec_step(due_store *s, const char *sql, const char *what)
 }
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4,
-    [5] = schema_v5, [6] = schema_v6, [7] = schema_v7, [8] = schema_v8,
-    [9] = schema_v9};
+    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3,
+    [4] = schema_v4, [5] = schema_v5, [6] = schema_v6,
+    [7] = schema_v7, [8] = schema_v8, [9] = schema_v9};
 
 /* WAL first (it cannot change inside a transaction), then the walk. */
 static int due__sq_init_schema(due_store *s)
