@@ -5,15 +5,16 @@
 #     its refusals (exit 2, naming the option, nothing changed);
 #   - the wheel: a worker (--poll 30s, so only the wheel and the store's
 #     notifications can deliver) holds a task due in 30 s and another due
-#     in 3 s; the first is moved to 1 s from now and runs then, not 30 s
-#     later; the second is moved to 4 s and does not run at its old time
+#     in 2 s; the first is moved to 1 s from now and runs then, not 30 s
+#     later; the second is moved to 3 s and does not run at its old time
 #     (claimed_at >= the new due_at);
 #   - the race (the issue's measure): 3 workers claim N tasks (500; 150
 #     under ASan) due 6 ms apart while a Python client (8 connections)
 #     reschedules each once, 400 ms later, over HTTP, from 20 ms before
 #     its old due time to 4 ms after.  Every answer is RESCHEDULED (the
-#     task ran once, at or after the new time and after the request was
-#     sent) or TOO_LATE (it ran once, at the old time, its due_at
+#     task ran once, claimed at or after the new time, which its row
+#     holds; PostgreSQL's claimed_at is the claim's transaction start,
+#     which may precede the reschedule's commit) or TOO_LATE (it ran once, at the old time, its due_at
 #     unchanged, claimed before the answer came); a request the loaded
 #     machine sent after the task had ended is ALREADY_FINISHED, which
 #     must then be true (ended before the answer).  Each handler run is counted from a file, so "once" is the
@@ -82,7 +83,7 @@ expect_eq "a cancelled task" "ALREADY_FINISHED 0" "$(rs_out "$ID" --in 1s)"
 
 # show_json URL ID -> $T/show.json
 show_json() { "$DUE" show "$2" --json --db "$1" >"$T/show.json"; }
-state_is() { [ "$("$DUE" show "$2" --json --db "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')" = "$3" ]; }
+state_is() { [ "$("$DUE" show "$2" --db "$1" | awk '$1 == "state" { print $2 }')" = "$3" ]; }
 left() { # SCHEDULED + CLAIMED of the store at $1
 	"$DUE" stats --json --db "$1" | python3 -c 'import json,sys; c=json.load(sys.stdin)["counts"]; print(c.get("SCHEDULED",0)+c.get("CLAIMED",0))'
 }
@@ -97,10 +98,10 @@ wheel() {
 	local wpid=$!
 	wait_for "$label: the worker's wheel" 60 has "discovery: timing wheel" "$T/w-$label.log"
 	local e l
-	l=$("$DUE" add late --in 3s --db "$db")
+	l=$("$DUE" add late --in 2s --db "$db")
 	e=$("$DUE" add early --in 30s --db "$db")
 	sleep 0.3 # the submits' notifications refill the wheel (not asserted)
-	expect_eq "$label: late moved" RESCHEDULED "$("$DUE" reschedule "$l" --in 4s --db "$db")"
+	expect_eq "$label: late moved" RESCHEDULED "$("$DUE" reschedule "$l" --in 3s --db "$db")"
 	expect_eq "$label: early moved" RESCHEDULED "$("$DUE" reschedule "$e" --in 1s --db "$db")"
 	wait_for "$label: the one moved earlier ran" 20 state_is "$db" "$e" DONE
 	wait_for "$label: the one moved later ran" 20 state_is "$db" "$l" DONE
@@ -200,7 +201,9 @@ print(f"NOTE: reschedules sent {lag[len(lag) // 2] * 1000:.0f} ms after the old 
       f"{lag[-1] * 1000:.0f} ms at most", file=sys.stderr)
 json.dump(tasks, open(out, "w"))
 PY
+	local t1=$SECONDS
 	wait_drain "$label: the race's tasks ran" 30 left "$db"
+	echo "   ($label: drained in $((SECONDS - t1)) s)"
 	for i in 0 1 2; do kill "${wp[$i]}" 2>/dev/null || true; done
 	for i in 0 1 2; do wait "${wp[$i]}" 2>/dev/null || true; done
 	python3 - "$URL" "$T/race-$label.json" "$T/ran-$label" "$label" <<'PY' >"$T/verdict"
@@ -227,7 +230,7 @@ for k in tasks:
     claimed, ended = ts(a[0]["claimed_at"]), ts(a[0]["ended_at"])
     # (times in ms: 2 ms for their rounding; the servers share this clock)
     if k["status"] == 200 and k["outcome"] == "RESCHEDULED":
-        if t["due_at"] != k["new"] or claimed < ts(k["new"]) or claimed < k["sent"] - 0.002:
+        if t["due_at"] != k["new"] or claimed < ts(k["new"]) - 0.002:
             bad.append(f"task {k['id']} RESCHEDULED to {k['new']}: due_at {t['due_at']}, claimed {a[0]['claimed_at']}")
     elif k["status"] == 200 and k["outcome"] in ("TOO_LATE", "ALREADY_FINISHED"):
         # claimed (finished) before the answer, at the old time, kept
@@ -245,14 +248,16 @@ if not bad:
     print("ok")
 PY
 	while read -r v; do [ "$v" = ok ] && ok || bad "${v#FAIL: }"; done <"$T/verdict"
+	t1=$SECONDS
 	http_route "$label" "$db"
+	echo "   ($label: the route's answers in $((SECONDS - t1)) s)"
 	kill "$SPID" 2>/dev/null || true
 	wait "$SPID" 2>/dev/null || true
 }
 
 # http_route LABEL URL: the route's other answers (the server at $URL)
 http_route() {
-	local label=$1 db=$2 id
+	local label=$1 db=$2 id b
 	req POST /v1/tasks/999999/reschedule '{"in":"1s"}'
 	expect 404 "$label: unknown id"
 	expect_eq "$label: unknown id outcome" "NOT_FOUND not_found" "$(jf '"%s %s" % (j["outcome"], j["error"])')"
@@ -299,8 +304,12 @@ run() {
 	# mode), so 500 reschedules, claims and completions fit in the race
 	[ "$b" = sqlite ] && url="$url?sync=normal"
 	"$DUE" init --db "$url" >/dev/null && ok || { bad "$b: init"; return; }
+	local t0=$SECONDS
 	wheel "$b" "$url"
+	echo "   ($b: the wheel case in $((SECONDS - t0)) s)"
+	t0=$SECONDS
 	race "$b" "$url"
+	echo "   ($b: the race and the route in $((SECONDS - t0)) s)"
 }
 on_each_store run resched
 
