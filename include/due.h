@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /** Store schema version this library reads and writes. */
-#define DUE_SCHEMA_VERSION 8
+#define DUE_SCHEMA_VERSION 9
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
@@ -424,6 +424,58 @@ DUE_EXTERN const char *due_cancel_outcome_name(due_cancel_outcome o);
 
 /** Cancel a task.  NOT_FOUND is an outcome, not an error. */
 DUE_EXTERN int due_cancel(due_db *db, due_cancel_outcome *out, due_id id);
+
+/** What reschedule found and did (CONTRACT §3.6a). */
+typedef enum due_reschedule_outcome {
+	DUE_RESCHEDULE_RESCHEDULED = 0, /**< was waiting; now due at the new
+					   time (and carries the new payload) */
+	DUE_RESCHEDULE_TOO_LATE, /**< CLAIMED (running): nothing changed */
+	DUE_RESCHEDULE_ALREADY_FINISHED, /**< DONE, DEAD or CANCELLED: nothing
+					    changed */
+	DUE_RESCHEDULE_NOT_FOUND
+} due_reschedule_outcome;
+
+DUE_EXTERN const char *due_reschedule_outcome_name(due_reschedule_outcome o);
+
+/**
+ * The new due time of a task, and optionally its new payload.  Start from
+ * DUE_RESCHEDULE_OPTS_INIT.  The due time is `at` when it is set, else
+ * the STORE's now + delay_us (the store computes it in the statement that
+ * writes; no client clock is read); both given is DUE_EINVAL, and the
+ * bounds are due_schedule_opts': a delay of 0 .. 100 years, an `at` in
+ * 1970 .. 9999 (one in the past is due at once).  With set_payload the
+ * payload (payload_len bytes, NULL when 0; the handle's max_payload) is
+ * replaced too; without it the task keeps its own.
+ */
+typedef struct due_reschedule_opts {
+	unsigned version; /**< DUE_RESCHEDULE_OPTS_VERSION */
+	int64_t delay_us; /**< due = store now + delay (when at is unset) */
+	due_time at;	  /**< absolute due time; DUE_TIME_NONE = unset */
+	bool set_payload; /**< replace the payload with the one below */
+	const void *payload;
+	size_t payload_len;
+} due_reschedule_opts;
+
+#define DUE_RESCHEDULE_OPTS_VERSION 1
+#define DUE_RESCHEDULE_OPTS_INIT                                               \
+	{                                                                      \
+		DUE_RESCHEDULE_OPTS_VERSION, 0, DUE_TIME_NONE, false, NULL, 0  \
+	}
+
+/**
+ * Move a task that is still waiting (SCHEDULED, whether or not it is due
+ * yet, of a paused kind too) to a new due time, and replace its payload
+ * when opts->set_payload, in one atomic step on the store's clock; wakes
+ * workers as a submit does.  *out says what it found: RESCHEDULED, or
+ * TOO_LATE (CLAIMED: a worker has it, cancel requested or not; nothing
+ * changed, its lease and attempt untouched), ALREADY_FINISHED (DONE, DEAD
+ * or CANCELLED: nothing changed), NOT_FOUND.  Those are outcomes, not
+ * errors; a bad id or option is DUE_EINVAL (DUE_ETOOBIG for the payload)
+ * and changes nothing.  The task keeps its id, key, attempts and
+ * priority.
+ */
+DUE_EXTERN int due_reschedule(due_db *db, due_reschedule_outcome *out,
+			      due_id id, const due_reschedule_opts *opts);
 
 /** Read one task with its attempts history.  DUE_ENOTFOUND if none. */
 DUE_EXTERN int due_get(due_db *db, due_task **out, due_id id);

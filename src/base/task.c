@@ -40,6 +40,13 @@ const char *due_cancel_outcome_name(due_cancel_outcome o)
 	return (unsigned)o < 5 ? n[o] : "UNKNOWN";
 }
 
+const char *due_reschedule_outcome_name(due_reschedule_outcome o)
+{
+	static const char *const n[] = {"RESCHEDULED", "TOO_LATE",
+					"ALREADY_FINISHED", "NOT_FOUND"};
+	return (unsigned)o < 4 ? n[o] : "UNKNOWN";
+}
+
 const char *due_complete_outcome_name(due_complete_outcome o)
 {
 	static const char *const n[] = {"DONE", "REJECTED_STALE",

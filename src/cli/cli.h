@@ -129,6 +129,7 @@ void cli_progress_hide(void);
 int cmd_init(int argc, char **argv);
 int cmd_add(int argc, char **argv);
 int cmd_cancel(int argc, char **argv);
+int cmd_reschedule(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_dead(int argc, char **argv);

@@ -74,6 +74,7 @@ static const vcase cases[] = {
     {"boundary_partial_due_index", v_boundary_partial_due_index, NEEDS_PLAN},
     {"cancel_semantics", v_cancel_semantics},
     {"race_due_vs_cancel", v_race_due_vs_cancel},
+    {"race_reschedule_vs_claim", v_race_reschedule_vs_claim},
     {"retry_backoff_then_done", v_retry_backoff_then_done},
     {"retry_exhausted_dead", v_retry_exhausted_dead},
     {"crash_kill9_lease_retry", v_crash_kill9_lease_retry},

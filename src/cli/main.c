@@ -19,6 +19,8 @@ static const command commands[] = {
     {"init", cmd_init, "create or upgrade the store schema"},
     {"add", cmd_add, "schedule a task (or a batch of tasks)"},
     {"cancel", cmd_cancel, "cancel a task and say where it was"},
+    {"reschedule", cmd_reschedule,
+     "move a waiting task to a new due time (and payload)"},
     {"show", cmd_show, "show one task and its attempts"},
     {"ls", cmd_ls, "list tasks"},
     {"dead", cmd_dead, "list dead letters"},
@@ -52,7 +54,7 @@ static void usage(FILE *f)
 		   "\n"
 		   "Commands:\n");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		fprintf(f, "  %-9s %s\n", commands[i].name,
+		fprintf(f, "  %-10s %s\n", commands[i].name,
 			commands[i].summary);
 	fprintf(f, "\n"
 		   "Every command takes --db URL (else $DUE_DB, else "

@@ -327,3 +327,47 @@ int due__fmt_task_body(const char *body, size_t len, json_t **obj,
 	return due__fmt_submit_from_json(*obj, due__fmt_submit_fields, out,
 					 blob, err, errlen);
 }
+
+/*
+** A POST /v1/tasks/{id}/reschedule body: {"in" | "at", "payload" |
+** "payload_b64"}, with the rules of a task object for those fields; one
+** of in and at is required.  Absent payload: the task keeps its own.
+*/
+int due__fmt_reschedule_body(const char *body, size_t len, json_t **obj,
+			     due_reschedule_opts *out, unsigned char **blob,
+			     char *err, size_t errlen)
+{
+	static const char *const known[] = {"in", "at", "payload",
+					    "payload_b64", NULL};
+	due_schedule_opts t = DUE_SCHEDULE_OPTS_INIT;
+	due_submit p = {.payload = NULL};
+	const char *k;
+
+	*blob = NULL;
+	*out = (due_reschedule_opts)DUE_RESCHEDULE_OPTS_INIT;
+	if (due__fmt_json_body(body, len, false, obj, err, errlen) < 0)
+		return -1;
+	if ((k = unknown_field(*obj, known)))
+		return fail(err, errlen,
+			    "unknown field '%.100s' (a reschedule takes 'in' "
+			    "or 'at', and 'payload' or 'payload_b64')",
+			    k);
+	if (!json_object_get(*obj, "in") && !json_object_get(*obj, "at"))
+		return fail(err, errlen,
+			    "give 'in' (a delay) or 'at' (an RFC 3339 time)");
+	if (timing(*obj, &t, err, errlen) < 0 ||
+	    payload(*obj, &p, blob, err, errlen) < 0) {
+		free(*blob);
+		*blob = NULL;
+		return -1;
+	}
+	out->delay_us = t.delay_us;
+	out->at = t.at;
+	if (json_object_get(*obj, "payload") ||
+	    json_object_get(*obj, "payload_b64")) {
+		out->set_payload = true;
+		out->payload = p.payload ? p.payload : "";
+		out->payload_len = p.payload_len;
+	}
+	return 0;
+}

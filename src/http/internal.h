@@ -436,6 +436,7 @@ int route_task_create(http_req *r);
 int route_task_list(http_req *r);
 int route_task_get(http_req *r);
 int route_task_cancel(http_req *r);
+int route_task_reschedule(http_req *r);
 int route_task_retry(http_req *r);
 int route_task_requeue(http_req *r);
 int route_task_kill(http_req *r);

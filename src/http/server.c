@@ -86,6 +86,8 @@ static const route routes[] = {
     {"GET", "/v1/tasks", route_task_list, q_list, ON_READS},
     {"GET", "/v1/tasks/{id}", route_task_get, NULL, ON_READS},
     {"DELETE", "/v1/tasks/{id}", route_task_cancel, NULL, ON_WRITES},
+    {"POST", "/v1/tasks/{id}/reschedule", route_task_reschedule, NULL,
+     ON_WRITES},
     {"POST", "/v1/tasks/{id}/retry", route_task_retry, NULL, ON_WRITES},
     {"POST", "/v1/tasks/{id}/requeue", route_task_requeue, NULL, ON_WRITES},
     {"POST", "/v1/tasks/{id}/kill", route_task_kill, NULL, ON_WRITES},

@@ -67,6 +67,8 @@
 **      init`, which replaces a due_schedule procedure older than
 **      ROUTINE_V (issue 36: run_at_us unbounded, a kind ending in a
 **      newline let through).
+**   9  records the version too: it makes every store pass through `due
+**      init`, which creates the due_reschedule procedure (issue 38).
 */
 #include <errno.h>
 #include <stdint.h>
@@ -297,8 +299,9 @@ static const char schema_v5[] =
     "ALTER TABLE due_task ADD KEY due_task_state (state, id);" RECORD("5");
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = RECORD("2"), [3] = RECORD("3"), [4] = RECORD("4"),
-    [5] = schema_v5, [6] = RECORD("6"), [7] = RECORD("7"), [8] = RECORD("8")};
+    [1] = schema_v1,   [2] = RECORD("2"), [3] = RECORD("3"),
+    [4] = RECORD("4"), [5] = schema_v5,	  [6] = RECORD("6"),
+    [7] = RECORD("7"), [8] = RECORD("8"), [9] = RECORD("9")};
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
@@ -658,10 +661,85 @@ static const char sql_schedule_proc[] =
     "END";
 
 /*
+** due_reschedule: reschedule (store.h) from SQL, inside the caller's own
+** transaction (issue 38), beside due_schedule:
+**
+**   START TRANSACTION; UPDATE orders ...;
+**   CALL due_reschedule(41, 600000000, NULL, NULL, @outcome);
+**   COMMIT;
+**
+** Arguments: the task id, then exactly one of run_in_us (from the
+** server's clock, DUE_MY_NOW) and run_at_us (microseconds since the
+** epoch), the payload (NULL keeps the task's, '' empties it), and an OUT
+** parameter that receives the outcome's name: RESCHEDULED, TOO_LATE,
+** ALREADY_FINISHED or NOT_FOUND.  Bad input SIGNALs SQLSTATE 22023 with
+** due_schedule's bounds and words before anything is written.  The row
+** is locked (FOR UPDATE) until the caller's COMMIT, judged on what was
+** locked, and the UPDATE repeats state = 'SCHEDULED'; due_wake is bumped
+** when it moved (as due_schedule does: MEMORY, seen at once).  Created
+** when missing or older than RESCHED_V, by init_extras.
+*/
+#define RESCHED_V "due_reschedule v1"
+static const char sql_reschedule_proc[] =
+    "CREATE PROCEDURE due_reschedule(IN p_id BIGINT,"
+    " IN p_run_in_us BIGINT, IN p_run_at_us BIGINT, IN p_payload LONGBLOB,"
+    " OUT p_outcome VARCHAR(32))"
+    " MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '" RESCHED_V "'\n"
+    "BEGIN\n"
+    "  DECLARE msg VARCHAR(128) DEFAULT NULL;\n"
+    "  DECLARE st VARCHAR(16) DEFAULT NULL;\n"
+    "  DECLARE CONTINUE HANDLER FOR NOT FOUND SET st = NULL;\n"
+    "  SET p_outcome = NULL;\n"
+    "  IF p_id IS NULL OR p_id <= 0 THEN\n"
+    "    SET msg = 'due_reschedule: invalid task id: ids are positive"
+    " integers';\n"
+    "  ELSEIF p_run_in_us IS NULL AND p_run_at_us IS NULL THEN\n"
+    "    SET msg = 'due_reschedule: give a delay (run_in_us) or a due time"
+    " (run_at_us)';\n"
+    "  ELSEIF p_run_in_us IS NOT NULL AND p_run_at_us IS NOT NULL THEN\n"
+    "    SET msg = 'due_reschedule: give a delay (run_in_us) or a due time"
+    " (run_at_us), not both';\n"
+    "  ELSEIF p_run_in_us < 0 THEN\n"
+    "    SET msg = 'due_reschedule: invalid delay (run_in_us): negative';\n"
+    "  ELSEIF p_run_in_us > 3162240000000000 THEN\n"
+    "    SET msg = 'due_reschedule: invalid delay (run_in_us): more than"
+    " 100 years';\n"
+    "  ELSEIF p_run_at_us < 0 THEN\n"
+    "    SET msg = 'due_reschedule: invalid due time (run_at_us): before"
+    " 1970-01-01T00:00:00Z';\n"
+    "  ELSEIF p_run_at_us > 253402300799999999 THEN\n"
+    "    SET msg = 'due_reschedule: invalid due time (run_at_us): after"
+    " 9999-12-31T23:59:59Z';\n"
+    "  ELSEIF OCTET_LENGTH(p_payload) > 1048576 THEN\n"
+    "    SET msg = CONCAT('due_reschedule: payload is ',"
+    " OCTET_LENGTH(p_payload), ' bytes, over the limit of 1048576"
+    " bytes');\n"
+    "  END IF;\n"
+    "  IF msg IS NOT NULL THEN\n"
+    "    SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = msg;\n"
+    "  END IF;\n"
+    "  SELECT state INTO st FROM due_task WHERE id = p_id FOR UPDATE;\n"
+    "  IF st IS NULL THEN\n"
+    "    SET p_outcome = 'NOT_FOUND';\n"
+    "  ELSEIF st = 'CLAIMED' THEN\n"
+    "    SET p_outcome = 'TOO_LATE';\n"
+    "  ELSEIF st <> 'SCHEDULED' THEN\n"
+    "    SET p_outcome = 'ALREADY_FINISHED';\n"
+    "  ELSE\n"
+    "    UPDATE due_task SET due_at = COALESCE(p_run_at_us, " NOW
+    " + p_run_in_us), payload = COALESCE(p_payload, payload),"
+    " updated_at = " NOW " WHERE id = p_id AND state = 'SCHEDULED';\n"
+    "    INSERT INTO due_wake (id, n) VALUES (1, 1)"
+    " ON DUPLICATE KEY UPDATE n = n + 1;\n"
+    "    SET p_outcome = 'RESCHEDULED';\n"
+    "  END IF;\n"
+    "END";
+
+/*
 ** What `due init` keeps beside the versioned schema, done only when
 ** needed (every due_open with create runs init): the byte-exact key and
 ** group columns (VARBINARY, NO PAD) of a database made by this backend
-** before they were, and the due_schedule procedure.
+** before they were, and the due_schedule and due_reschedule procedures.
 */
 static int init_extras(due_store *s)
 {
@@ -670,24 +748,28 @@ static int init_extras(due_store *s)
 	    " MODIFY grp VARBINARY(255) NULL,"
 	    " MODIFY live_key VARBINARY(512) AS (IF(state IN ('SCHEDULED',"
 	    " 'CLAIMED'), `key`, NULL)) STORED";
-	int64_t need[2];
+	int64_t need[3];
 	int rc;
 
 	for (int locked = 0;; locked = 1) {
 		SQL(b, s);
-		due__my_add(&b,
-			    "SELECT (SELECT COUNT(*) FROM information_schema"
-			    ".columns WHERE table_schema = DATABASE() AND"
-			    " table_name = 'due_task' AND column_name = 'key'"
-			    " AND data_type <> 'varbinary'),"
-			    " (SELECT COUNT(*) = 0 FROM information_schema"
-			    ".routines WHERE routine_schema = DATABASE() AND"
-			    " routine_name = 'due_schedule' AND routine_type"
-			    " = 'PROCEDURE' AND routine_comment = '" ROUTINE_V
-			    "')");
-		if ((rc = ints(s, &b, "read schema extras", need, 2)) < 0)
+		due__my_add(
+		    &b,
+		    "SELECT (SELECT COUNT(*) FROM information_schema"
+		    ".columns WHERE table_schema = DATABASE() AND"
+		    " table_name = 'due_task' AND column_name = 'key'"
+		    " AND data_type <> 'varbinary'),"
+		    " (SELECT COUNT(*) = 0 FROM information_schema"
+		    ".routines WHERE routine_schema = DATABASE() AND"
+		    " routine_name = 'due_schedule' AND routine_type"
+		    " = 'PROCEDURE' AND routine_comment = '" ROUTINE_V "'),"
+		    " (SELECT COUNT(*) = 0 FROM information_schema"
+		    ".routines WHERE routine_schema = DATABASE() AND"
+		    " routine_name = 'due_reschedule' AND routine_type"
+		    " = 'PROCEDURE' AND routine_comment = '" RESCHED_V "')");
+		if ((rc = ints(s, &b, "read schema extras", need, 3)) < 0)
 			goto out;
-		if (!need[0] && !need[1])
+		if (!need[0] && !need[1] && !need[2])
 			goto out;
 		if (!locked) {
 			if ((rc = mig_lock(s)) < 0)
@@ -697,10 +779,16 @@ static int init_extras(due_store *s)
 		if (need[0] && (rc = run_text(s, alter, "byte-exact keys")) < 0)
 			goto out;
 		if (need[1] &&
-		    (rc = run_text(s, "DROP PROCEDURE IF EXISTS due_schedule",
-				   "drop procedure due_schedule")) == 0)
-			rc = run_text(s, sql_schedule_proc,
-				      "create procedure due_schedule");
+		    ((rc = run_text(s, "DROP PROCEDURE IF EXISTS due_schedule",
+				    "drop procedure due_schedule")) < 0 ||
+		     (rc = run_text(s, sql_schedule_proc,
+				    "create procedure due_schedule")) < 0))
+			goto out;
+		if (need[2] &&
+		    (rc = run_text(s, "DROP PROCEDURE IF EXISTS due_reschedule",
+				   "drop procedure due_reschedule")) == 0)
+			rc = run_text(s, sql_reschedule_proc,
+				      "create procedure due_reschedule");
 		goto out;
 	}
 out:
@@ -2523,6 +2611,106 @@ static int mys_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
 	RETRY(rc, s, cancel_tx(s, out, id));
+	return rc;
+}
+
+/*
+** reschedule (issue 38), as cancel_tx: lock the row (lock_state, which
+** reads the server's now into @due_now), decide from the state it
+** locked, and write only when SCHEDULED, the state repeated in the
+** UPDATE's WHERE; the new due_at is o->at or @due_now + the delay.
+** On Galera a COMMIT that did not take is found by reading due_at back
+** (RESCHEDULED is a promise about when the task runs): retried whole.
+*/
+static void due_at_expr(due_my_sql *b, const due_reschedule_opts *o)
+{
+	if (o->at != DUE_TIME_NONE)
+		due__my_int(b, o->at);
+	else
+		due__my_add(b, NOW_V " + %lld", (long long)o->delay_us);
+}
+
+static int reschedule_lost(due_store *s, due_id id,
+			   const due_reschedule_opts *o)
+{
+	int64_t v = 0;
+	SQL(b, s);
+
+	if (!s->galera)
+		return 0;
+	due__my_add(&b,
+		    "SELECT COUNT(*) FROM due_task WHERE id = %lld AND"
+		    " due_at = ",
+		    (long long)id);
+	due_at_expr(&b, o);
+	if (ints(s, &b, "confirm reschedule", &v, 1) < 0) {
+		s->deadlock = false; /* the COMMIT answered: it stands */
+		return 0;
+	}
+	if (v)
+		return 0;
+	s->deadlock = true;
+	due__error_set(DUE_EBUSY,
+		       "mysql store: the reschedule of task %lld did not take "
+		       "(Galera aborted the transaction); retried",
+		       (long long)id);
+	return 1;
+}
+
+static int reschedule_tx(due_store *s, due_reschedule_outcome *out, due_id id,
+			 const due_reschedule_opts *o)
+{
+	due_state st = DUE_SCHEDULED;
+	char *state = NULL;
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_begin(s)) < 0)
+		return rc;
+	if ((rc = lock_state(s, id, &state, NULL)) < 0)
+		goto fail;
+	if (state && (rc = due_state_parse(&st, state)) < 0)
+		goto fail;
+	*out = due__reschedule_outcome_of(state != NULL, st);
+	if (*out == DUE_RESCHEDULE_RESCHEDULED) {
+		due__my_add(&b, "UPDATE due_task SET due_at = ");
+		due_at_expr(&b, o);
+		if (o->set_payload) {
+			due__my_add(&b, ", payload = ");
+			due__my_blob(&b, o->payload, o->payload_len);
+		}
+		due__my_add(&b,
+			    ", updated_at = " NOW_V " WHERE id = %lld AND"
+			    " state = 'SCHEDULED'",
+			    (long long)id);
+		if ((rc = exec_one(s, &b, "reschedule", id)) < 0)
+			goto fail;
+	}
+	if ((rc = due__my_commit(s)) < 0)
+		goto fail;
+	free(state);
+	if (*out != DUE_RESCHEDULE_RESCHEDULED)
+		return 0;
+	if (reschedule_lost(s, id, o))
+		return DUE_EBUSY;
+	wake(s);
+	return 0;
+fail:
+	due__my_rollback(s);
+	free(state);
+	return rc;
+}
+
+static int mys_reschedule(due_store *s, due_reschedule_outcome *out, due_id id,
+			  const due_reschedule_opts *o)
+{
+	due_submit one = {.payload = o->payload, .payload_len = o->payload_len};
+	int rc;
+
+	if ((rc = due__my_ok(s)) < 0 ||
+	    (o->set_payload && (rc = my_payloads_fit(s, &one, 1)) < 0))
+		return rc;
+	RETRY(rc, s, reschedule_tx(s, out, id, o));
 	return rc;
 }
 

@@ -83,6 +83,9 @@
 **      `due init`, which recreates due_schedule() pinned to the schema
 **      of due_task (issue 36: it had followed the caller's "$user"
 **      schema) and bounded like `due add --at` (create_functions).
+**   9  No table changes: the version makes every store pass through
+**      `due init`, which creates due_reschedule() (issue 38) beside
+**      due_schedule().
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -153,6 +156,7 @@ enum stmt_id {
 	ST_KIND_REMOVE,
 	ST_LOCK_TAKE,
 	ST_BYTES,
+	ST_RESCHEDULE,
 	ST_COUNT
 };
 
@@ -1012,6 +1016,24 @@ static const char *const sql_text[ST_COUNT] = {
 		 " AND c.relname LIKE 'due\\_%'"
 		 " AND c.relnamespace = (SELECT relnamespace FROM pg_class"
 		 " WHERE oid = 'due_meta'::regclass)",
+    /*
+    ** reschedule (issue 38), as cancel: lock the row and report the state
+    ** it locked (the newest committed), write only when that is SCHEDULED
+    ** (re-checked by the UPDATE), the new due_at from now() unless $2
+    ** gives it, the payload $5 when $4 = 1; notify on commit.
+    */
+    [ST_RESCHEDULE] =
+	"WITH cur AS (SELECT id, state FROM due_task WHERE id = $1::int8"
+	" FOR UPDATE),"
+	" u AS (UPDATE due_task t SET due_at = coalesce($2::timestamptz,"
+	" now() + " US("$3") "), payload = CASE WHEN $4::int4 = 1 THEN"
+			     " $5::bytea ELSE t.payload END, updated_at = now()"
+			     " FROM cur WHERE t.id = cur.id AND t.state ="
+			     " 'SCHEDULED' RETURNING t.kind),"
+			     " n AS (SELECT pg_notify('" DUE_PG_CHANNEL
+			     "', kind) FROM u)"
+			     " SELECT cur.state, (SELECT count(*) FROM n)"
+			     " FROM cur",
 };
 
 _Static_assert(ST_COUNT <= DUE_PG_MAX_STMTS, "raise DUE_PG_MAX_STMTS");
@@ -1314,9 +1336,18 @@ static const char schema_v7[] =
 static const char schema_v8[] =
     "UPDATE due_meta SET value = '8' WHERE name = 'schema_version';";
 
+/*
+** Version 8 -> 9: nothing in the tables either.  It makes a store of
+** version 8, which has no due_reschedule() (issue 38), run `due init`,
+** whose create_functions adds it.
+*/
+static const char schema_v9[] =
+    "UPDATE due_meta SET value = '9' WHERE name = 'schema_version';";
+
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4,
-    [5] = schema_v5, [6] = schema_v6, [7] = schema_v7, [8] = schema_v8};
+    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3,
+    [4] = schema_v4, [5] = schema_v5, [6] = schema_v6,
+    [7] = schema_v7, [8] = schema_v8, [9] = schema_v9};
 
 /*
 ** due_schedule(): a submit from SQL, inside the caller's own transaction,
@@ -1424,6 +1455,72 @@ static const char sql_schedule_fn[] =
     "END $fn$";
 
 /*
+** due_reschedule(): reschedule (store.h) from SQL, inside the caller's own
+** transaction (issue 38), beside due_schedule():
+**
+**   BEGIN; UPDATE orders ...;
+**   SELECT due_reschedule(41, run_in => interval '10 min');
+**   COMMIT;
+**
+** It returns the outcome's name: RESCHEDULED, TOO_LATE, ALREADY_FINISHED
+** or NOT_FOUND (docs/INTERFACE.md).  run_in counts from now(), the
+** transaction's start (the store's clock); run_at is an instant; exactly
+** one of them, with due_schedule()'s bounds and words (SQLSTATE 22023,
+** nothing written).  payload NULL keeps the task's; '' empties it.  The
+** row is locked (FOR UPDATE) until the caller's COMMIT, the state judged
+** on what was locked and re-checked by the UPDATE; listeners are
+** notified on commit.  Pinned to the schema of due_task as
+** due_schedule() is.
+*/
+static const char sql_reschedule_fn[] =
+    "CREATE OR REPLACE FUNCTION due_reschedule(id bigint,"
+    " run_in interval DEFAULT NULL, run_at timestamptz DEFAULT NULL,"
+    " payload text DEFAULT NULL)"
+    " RETURNS text LANGUAGE plpgsql VOLATILE"
+    " SET search_path FROM CURRENT AS $fn$\n"
+    "#variable_conflict use_column\n"
+    "DECLARE\n"
+    "  i bigint := id; d interval := run_in; t timestamptz := run_at;\n"
+    "  p text := payload; st text; k text;\n"
+    "BEGIN\n"
+    "IF i IS NULL OR i <= 0 THEN RAISE EXCEPTION USING ERRCODE = '22023',"
+    " MESSAGE = format('due_reschedule: invalid task id %s: ids are"
+    " positive integers', coalesce(i::text, 'NULL')); END IF;\n"
+    "IF d IS NULL AND t IS NULL THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = 'due_reschedule: give a delay (run_in) or an"
+    " absolute due time (run_at)'; END IF;\n"
+    "IF d IS NOT NULL AND t IS NOT NULL THEN RAISE EXCEPTION USING"
+    " ERRCODE = '22023', MESSAGE = 'due_reschedule: give a delay (run_in)"
+    " or an absolute due time (run_at), not both'; END IF;\n"
+    "IF d < interval '0' THEN RAISE EXCEPTION USING ERRCODE = '22023',"
+    " MESSAGE = 'due_reschedule: invalid delay (run_in): negative'; END"
+    " IF;\n"
+    "IF d > interval '36600 days' THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = 'due_reschedule: invalid delay (run_in): more"
+    " than 100 years'; END IF;\n"
+    "IF t < 'epoch'::timestamptz THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = 'due_reschedule: invalid due time (run_at):"
+    " before 1970-01-01T00:00:00Z'; END IF;\n"
+    "IF t > '9999-12-31T23:59:59.999999Z'::timestamptz THEN RAISE"
+    " EXCEPTION USING ERRCODE = '22023', MESSAGE = 'due_reschedule:"
+    " invalid due time (run_at): after 9999-12-31T23:59:59Z'; END IF;\n"
+    "IF octet_length(p) > 1048576 THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = format('due_reschedule: payload is %s bytes,"
+    " over the limit of 1048576 bytes', octet_length(p)); END IF;\n"
+    "  SELECT state, kind INTO st, k FROM due_task WHERE due_task.id = i"
+    " FOR UPDATE;\n"
+    "  IF st IS NULL THEN RETURN 'NOT_FOUND'; END IF;\n"
+    "  IF st = 'CLAIMED' THEN RETURN 'TOO_LATE'; END IF;\n"
+    "  IF st <> 'SCHEDULED' THEN RETURN 'ALREADY_FINISHED'; END IF;\n"
+    "  UPDATE due_task SET due_at = coalesce(t, now() + d),"
+    " payload = coalesce(convert_to(p, 'UTF8'), due_task.payload),"
+    " updated_at = now() WHERE due_task.id = i AND"
+    " due_task.state = 'SCHEDULED';\n"
+    "  PERFORM pg_notify('" DUE_PG_CHANNEL "', k);\n"
+    "  RETURN 'RESCHEDULED';\n"
+    "END $fn$";
+
+/*
 ** This transaction's search_path (set_config(..., true): it ends with the
 ** transaction, also behind a pooler) becomes "<schema of due_task>,
 ** pg_temp", quoted by format's %I: CREATE FUNCTION then puts the function
@@ -1448,7 +1545,10 @@ static int pin_path(due_store *s)
 	return rc;
 }
 
-/* (Re)create due_schedule() under the init lock, in its own transaction. */
+/*
+** (Re)create due_schedule() and due_reschedule() under the init lock, in
+** its own transaction.
+*/
 static int create_functions(due_store *s)
 {
 	int rc;
@@ -1457,7 +1557,9 @@ static int create_functions(due_store *s)
 		return rc;
 	if ((rc = init_lock(s)) < 0 || (rc = pin_path(s)) < 0 ||
 	    (rc = due__pg_command(s, sql_schedule_fn,
-				  "create function due_schedule")) < 0) {
+				  "create function due_schedule")) < 0 ||
+	    (rc = due__pg_command(s, sql_reschedule_fn,
+				  "create function due_reschedule")) < 0) {
 		due__pg_rollback(s);
 		return rc;
 	}
@@ -2275,6 +2377,40 @@ static int pg_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 	found = PQntuples(r) > 0;
 	if (!found || (rc = due__pg_col_state(r, 0, 0, &st)) == 0)
 		*out = due__cancel_outcome_of(found, st);
+	PQclear(r);
+	return rc;
+}
+
+/* One statement (ST_RESCHEDULE): lock, report, move when SCHEDULED. */
+static int pg_reschedule(due_store *s, due_reschedule_outcome *out, due_id id,
+			 const due_reschedule_opts *o)
+{
+	due_submit one = {.payload = o->payload, .payload_len = o->payload_len};
+	due_pg_params p = {0};
+	due_state st = DUE_SCHEDULED;
+	PGresult *r;
+	bool found;
+	int rc;
+
+	if ((o->set_payload && (rc = pg_payloads_fit(&one, 1)) < 0) ||
+	    (rc = due__pg_ok(s)) < 0)
+		return rc;
+	due__pg_int(&p, id);
+	if (o->at != DUE_TIME_NONE)
+		due__pg_time(&p, o->at);
+	else
+		due__pg_text(&p, NULL);
+	due__pg_int(&p, o->delay_us);
+	due__pg_int(&p, o->set_payload);
+	if (o->set_payload)
+		due__pg_bin(&p, o->payload, o->payload_len);
+	else
+		due__pg_text(&p, NULL);
+	if ((rc = run(s, ST_RESCHEDULE, &p, "reschedule", &r)) < 0)
+		return rc;
+	found = PQntuples(r) > 0;
+	if (!found || (rc = due__pg_col_state(r, 0, 0, &st)) == 0)
+		*out = due__reschedule_outcome_of(found, st);
 	PQclear(r);
 	return rc;
 }

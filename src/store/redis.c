@@ -2173,6 +2173,36 @@ static int rd_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 	return 0;
 }
 
+/* One script (cold.lua: reschedule): the state found, moved when waiting. */
+static int rd_reschedule(due_store *s, due_reschedule_outcome *out, due_id id,
+			 const due_reschedule_opts *o)
+{
+	due_submit one = {.payload = o->payload, .payload_len = o->payload_len};
+	rargs a = {0};
+	redisReply *r;
+	due_state st = DUE_SCHEDULED;
+	bool found;
+	int rc;
+
+	if (o->set_payload && (rc = rd_payloads_fit(s, &one, 1)) < 0)
+		return rc;
+	arg_i(&a, id);
+	if (o->at != DUE_TIME_NONE)
+		arg_i(&a, o->at);
+	else
+		arg_z(&a, "");
+	arg_i(&a, o->delay_us);
+	arg_z(&a, o->set_payload ? "1" : "0");
+	if (o->set_payload)
+		arg_s(&a, o->payload, o->payload_len);
+	if ((rc = rd_eval(s, "reschedule", &a, &r, "reschedule")) < 0)
+		return rc;
+	found = state_in(r, &st) == 0; /* before st is read */
+	*out = due__reschedule_outcome_of(found, st);
+	freeReplyObject(r);
+	return 0;
+}
+
 /* Task e = {row, {attempt rows}} into t. */
 static int task_entry(redisReply *e, due_task *t, bool attempts)
 {

@@ -414,6 +414,13 @@ static int sh_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 {
 	return SLOT->cancel(of(s, id), out, id);
 }
+
+/* reschedule: the task's shard alone (its id says which) */
+static int sh_reschedule(due_store *s, due_reschedule_outcome *out, due_id id,
+			 const due_reschedule_opts *o)
+{
+	return SLOT->reschedule(of(s, id), out, id, o);
+}
 static int sh_get(due_store *s, due_task **out, due_id id)
 {
 	return SLOT->get(of(s, id), out, id);

@@ -58,6 +58,8 @@
 **   8  No change here: version 8 makes PostgreSQL and MySQL stores run
 **      `due init` for their fixed due_schedule() routine (pg.c); the
 **      step records the version both stores share.
+**   9  No change here: version 9 makes PostgreSQL and MySQL stores run
+**      `due init` for their due_reschedule() routine (issue 38).
 */
 #include <errno.h>
 #include <inttypes.h>
@@ -147,6 +149,7 @@ enum stmt_id {
 	ST_KIND_DEL,
 	ST_RATE_DEL,
 	ST_LOCK_TAKE,
+	ST_RESCHEDULE,
 	ST_COUNT
 };
 
@@ -523,6 +526,11 @@ static const char *const sql_text[ST_COUNT] = {
 	" ON CONFLICT (name) DO UPDATE SET owner = excluded.owner,"
 	" until = excluded.until"
 	" WHERE due_lock.owner = excluded.owner OR due_lock.until <= ?3",
+    /* issue 38: the due time ?2, the payload ?4 when ?3, re-checked */
+    [ST_RESCHEDULE] =
+	"UPDATE due_task SET due_at = ?2, payload = CASE WHEN ?3 THEN ?4"
+	" ELSE payload END, updated_at = ?5 WHERE id = ?1"
+	" AND state = 'SCHEDULED'",
 };
 
 static const char schema_v1[] =
@@ -864,6 +872,10 @@ static const char schema_v7[] =
 static const char schema_v8[] =
     "UPDATE due_meta SET value = '8' WHERE name = 'schema_version';";
 
+/* Version 9: no change here either (the SQL stores' due_reschedule). */
+static const char schema_v9[] =
+    "UPDATE due_meta SET value = '9' WHERE name = 'schema_version';";
+
 _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
 
 const char *due__sq_read_sql(int i)
@@ -965,8 +977,9 @@ static int exec_step(due_store *s, const char *sql, const char *what)
 }
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4,
-    [5] = schema_v5, [6] = schema_v6, [7] = schema_v7, [8] = schema_v8};
+    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3,
+    [4] = schema_v4, [5] = schema_v5, [6] = schema_v6,
+    [7] = schema_v7, [8] = schema_v8, [9] = schema_v9};
 
 /* WAL first (it cannot change inside a transaction), then the walk. */
 static int due__sq_init_schema(due_store *s)
@@ -2075,6 +2088,59 @@ static int due__sq_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 		return rc;
 	}
 	return due__sq_commit(s);
+}
+
+/*
+** Reschedule under the write lock: read the state, and when SCHEDULED
+** write the new due time (the host's clock, read under the lock: the
+** store's) with the state re-checked in the UPDATE.
+*/
+static int reschedule_locked(due_store *s, due_reschedule_outcome *out,
+			     due_id id, const due_reschedule_opts *o)
+{
+	due_time now = due_time_now_host();
+	bool found, cancel;
+	due_state state;
+	int32_t attempt;
+	sqlite3_stmt *st;
+	int rc;
+
+	if ((rc = state_of(s, id, &found, &state, &attempt, &cancel)) < 0)
+		return rc;
+	if ((*out = due__reschedule_outcome_of(found, state)) !=
+	    DUE_RESCHEDULE_RESCHEDULED)
+		return 0; /* nothing to write */
+	if (!(st = stmt(s, ST_RESCHEDULE)))
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int64(st, 2,
+			   o->at != DUE_TIME_NONE ? o->at : now + o->delay_us);
+	sqlite3_bind_int(st, 3, o->set_payload);
+	if (o->set_payload)
+		sqlite3_bind_blob(st, 4, o->payload, (int)o->payload_len,
+				  SQLITE_STATIC);
+	else
+		sqlite3_bind_null(st, 4);
+	sqlite3_bind_int64(st, 5, now);
+	return due__sq_exec(s, st, "reschedule");
+}
+
+static int due__sq_reschedule(due_store *s, due_reschedule_outcome *out,
+			      due_id id, const due_reschedule_opts *o)
+{
+	due_submit one = {.payload = o->payload, .payload_len = o->payload_len};
+	int rc;
+
+	if ((o->set_payload &&
+	     (rc = sq_payloads_fit(s->db, s->path, &one, 1)) < 0) ||
+	    (rc = due__sq_begin(s)) < 0)
+		return rc;
+	if ((rc = reschedule_locked(s, out, id, o)) < 0) {
+		due__sq_rollback(s);
+		return rc;
+	}
+	return *out == DUE_RESCHEDULE_RESCHEDULED ? due__sq_commit_wake(s)
+						  : due__sq_commit(s);
 }
 
 /* The attempt history of task t (ordered by attempt). */

@@ -7,7 +7,9 @@
 # validation (each bad input an error naming it, nothing written; due
 # times bounded like `due add --at`: 1970 .. 9999, issue 36), and `due
 # init` adding the routine to an existing store and replacing the one of a
-# store of the previous schema version.  PostgreSQL: the function writes
+# store of the previous schema version; due_reschedule() beside it (issue
+# 38: its outcomes, in the caller's transaction, bad input, and a store of
+# schema 8 given it by `due init`).  PostgreSQL: the function writes
 # the store's due_task whatever the caller's path holds (a "$user" schema
 # or a temporary table of that name: issue 36), also from a schema whose
 # name needs quoting.  The producer's GRANTs and the isolation levels are
@@ -151,6 +153,28 @@ else
 	id=$(my "$(call "'again', 'x', NULL, NULL, NULL, NULL")")
 	[[ "$id" =~ ^[1-9][0-9]*$ ]] && ok || bad "mysql: the old procedure kept: '$id'"
 	my_err "after 9999-12-31T23:59:59Z" "'k', 'x', NULL, 9223372036854775807, NULL, NULL"
+
+	echo "== mysql: due_reschedule in the caller's transaction (issue 38)"
+	rid=$("$DUE" add later2 --in 1h --payload old)
+	before=$(field "$rid" due_at)
+	expect_eq "mysql: reschedule rolled back: nothing moved" "RESCHEDULED $before old" \
+		"$(my "START TRANSACTION; CALL due_reschedule($rid, 1000000, NULL, 'new', @o); SELECT @o; ROLLBACK") $(field "$rid" due_at) $(field "$rid" payload)"
+	expect_eq "mysql: reschedule committed" RESCHEDULED \
+		"$(my "START TRANSACTION; CALL due_reschedule($rid, NULL, 4102444800000000, 'new', @o); COMMIT; SELECT @o")"
+	expect_eq "mysql: moved, new payload" "2100-01-01T00:00:00.000Z new" "$(field "$rid" due_at) $(field "$rid" payload)"
+	expect_eq "mysql: payload NULL keeps it" "RESCHEDULED new" \
+		"$(my "CALL due_reschedule($rid, 5000000, NULL, NULL, @o); SELECT @o") $(field "$rid" payload)"
+	out=$(my "CALL due_reschedule($rid, 1, 1, NULL, @o)" 2>&1 || true)
+	has -F "not both" <<<"$out" && ok || bad "mysql: reschedule with both: $out"
+	expect_eq "mysql: unknown task" NOT_FOUND "$(my "CALL due_reschedule(999999, 1, NULL, NULL, @o); SELECT @o")"
+	"$DUE" cancel "$rid" >/dev/null
+	expect_eq "mysql: finished task" ALREADY_FINISHED "$(my "CALL due_reschedule($rid, 1, NULL, NULL, @o); SELECT @o")"
+	echo "== mysql: a store of schema 8 gets due_reschedule from due init"
+	my "DROP PROCEDURE due_reschedule; UPDATE due_meta SET value = '8' WHERE name = 'schema_version'"
+	expect_err 6 "run \`due init\` to upgrade" "$DUE" ls
+	"$DUE" init >/dev/null && ok || bad "mysql: init of a store of schema 8"
+	expect_eq "mysql: upgraded: due_reschedule there" NOT_FOUND \
+		"$(my "CALL due_reschedule(999999, 1, NULL, NULL, @o); SELECT @o")"
 	mycli -e "DROP DATABASE IF EXISTS $mydb" >/dev/null
 fi
 
@@ -303,4 +327,27 @@ expect_eq "upgraded: pinned" "{\"search_path=$schema, pg_temp\"}" \
 		AND pronamespace = '$schema'::regnamespace")"
 id=$(sql -c "SELECT due_schedule('again', 'x')")
 [[ "$id" =~ ^[1-9][0-9]*$ ]] && ok || bad "upgraded: the old function kept: '$id'"
+
+echo "== due_reschedule in the caller's transaction (issue 38)"
+rid=$("$DUE" add later2 --in 1h --payload old)
+before=$(field "$rid" due_at)
+expect_eq "reschedule rolled back: nothing moved" "RESCHEDULED $before old" \
+	"$(sql -c "BEGIN" -c "SELECT due_reschedule($rid, run_in => interval '1 s', payload => 'new')" -c "ROLLBACK") $(field "$rid" due_at) $(field "$rid" payload)"
+expect_eq "reschedule committed" RESCHEDULED \
+	"$(sql -c "BEGIN" -c "SELECT due_reschedule($rid, run_at => '2100-01-01T00:00:00Z', payload => 'new')" -c "COMMIT")"
+expect_eq "moved, new payload" "2100-01-01T00:00:00.000Z new" "$(field "$rid" due_at) $(field "$rid" payload)"
+expect_eq "payload NULL keeps it" "RESCHEDULED new" \
+	"$(sql -c "SELECT due_reschedule($rid, run_in => interval '5 s')") $(field "$rid" payload)"
+out=$(sql -c "SELECT due_reschedule($rid, run_in => interval '1 s', run_at => now())" 2>&1 || true)
+has -F "not both" <<<"$out" && ok || bad "reschedule with both: $out"
+expect_eq "unknown task" NOT_FOUND "$(sql -c "SELECT due_reschedule(999999, run_in => interval '1 s')")"
+"$DUE" cancel "$rid" >/dev/null
+expect_eq "finished task" ALREADY_FINISHED "$(sql -c "SELECT due_reschedule($rid, run_in => interval '1 s')")"
+echo "== a store of schema 8 gets due_reschedule from due init"
+sql -c "DROP FUNCTION due_reschedule(bigint, interval, timestamptz, text)" \
+	-c "UPDATE due_meta SET value = '8' WHERE name = 'schema_version'"
+expect_err 6 "run \`due init\` to upgrade" "$DUE" ls
+"$DUE" init >/dev/null && ok || bad "init of a store of schema 8"
+expect_eq "upgraded: due_reschedule there" NOT_FOUND \
+	"$(sql -c "SELECT due_reschedule(999999, run_in => interval '1 s')")"
 finish

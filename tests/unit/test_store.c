@@ -24,6 +24,7 @@
 ** was made at or after its due time, so a clock read after it is too);
 ** "later" is the store's clock seen past a time, never a sleep.
 */
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -4161,6 +4162,232 @@ static void test_sqlite_read_plans(void **state)
 	sqlite3_close(c);
 }
 
+/* ------------------------------------------------------------------ */
+/* Reschedule (issue 38)                                               */
+/* ------------------------------------------------------------------ */
+
+/* Reschedule id to `at` (DUE_TIME_NONE: store now + delay); the outcome. */
+static due_reschedule_outcome resched(due_db *db, due_id id, due_time at,
+				      int64_t delay_us, const char *payload)
+{
+	due_reschedule_opts o = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome out = DUE_RESCHEDULE_NOT_FOUND;
+
+	o.at = at;
+	o.delay_us = delay_us;
+	if (payload) {
+		o.set_payload = true;
+		o.payload = payload;
+		o.payload_len = strlen(payload);
+	}
+	assert_int_equal(due_reschedule(db, &out, id, &o), 0);
+	return out;
+}
+
+static void assert_payload(const due_task *t, const char *p)
+{
+	assert_int_equal(t->payload_len, strlen(p));
+	assert_memory_equal(t->payload, p, strlen(p));
+}
+
+/*
+** Every outcome: a waiting task moves (at and delay, later and earlier,
+** payload replaced or kept), a due one not yet claimed too; a CLAIMED
+** try is TOO_LATE with its lease, attempt and due time untouched (a
+** cancel requested or not); DONE, DEAD and CANCELLED are
+** ALREADY_FINISHED; a paused kind's task moves; bad input writes nothing.
+*/
+static void test_reschedule_outcomes(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_reschedule_opts o = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome out;
+	due_complete_outcome co;
+	due_fail_outcome fo;
+	due_cancel_outcome cn;
+	due_time now, after;
+	due_task *t, *u;
+
+	due_id w = add(db, "k", HOUR, 5);
+	assert_int_equal(due_now(db, &now), 0);
+	assert_int_equal(resched(db, w, now + 2 * HOUR + 7, 0, "new"),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	t = get(db, w);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_int_equal(t->due_at, now + 2 * HOUR + 7);
+	assert_int_equal(t->attempt, 0);
+	assert_payload(t, "new");
+	due_task_free(t);
+	/* a delay counts from the store's clock; the payload is kept */
+	assert_int_equal(due_now(db, &now), 0);
+	assert_int_equal(resched(db, w, DUE_TIME_NONE, 3 * HOUR, NULL),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	assert_int_equal(due_now(db, &after), 0);
+	t = get(db, w);
+	assert_true(t->due_at >= now + 3 * HOUR);
+	assert_true(t->due_at <= after + 3 * HOUR);
+	assert_payload(t, "new");
+	due_task_free(t);
+	/* an empty payload is a payload */
+	assert_int_equal(resched(db, w, DUE_TIME_NONE, HOUR, ""),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	t = get(db, w);
+	assert_int_equal(t->payload_len, 0);
+	due_task_free(t);
+
+	/* bad input: refused, nothing written */
+	t = get(db, w);
+	assert_int_equal(due_reschedule(db, &out, w, NULL), DUE_EINVAL);
+	o.delay_us = -1;
+	assert_int_equal(due_reschedule(db, &out, w, &o), DUE_EINVAL);
+	o.delay_us = 5;
+	o.at = now;
+	assert_int_equal(due_reschedule(db, &out, w, &o), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "not both"));
+	o = (due_reschedule_opts)DUE_RESCHEDULE_OPTS_INIT;
+	o.at = -1;
+	assert_int_equal(due_reschedule(db, &out, w, &o), DUE_EINVAL);
+	assert_int_equal(due_reschedule(db, &out, 0, &o), DUE_EINVAL);
+	o = (due_reschedule_opts)DUE_RESCHEDULE_OPTS_INIT;
+	o.set_payload = true;
+	o.payload_len = 3;
+	assert_int_equal(due_reschedule(db, &out, w, &o), DUE_EINVAL);
+	o.version = 99;
+	assert_int_equal(due_reschedule(db, &out, w, &o), DUE_EINVAL);
+	u = get(db, w);
+	assert_int_equal(u->due_at, t->due_at);
+	assert_int_equal(u->payload_len, t->payload_len);
+	due_task_free(u);
+	due_task_free(t);
+
+	/* due and not yet claimed: still waiting, moved later */
+	due_id d = add(db, "k", 0, 5);
+	assert_int_equal(resched(db, d, DUE_TIME_NONE, HOUR, NULL),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	due_task_list *l = NULL;
+	assert_int_equal(due_claim(db, &l, "w1", NULL, 0, 10, LONG_LEASE), 0);
+	assert_int_equal(l->count, 0);
+	due_task_list_free(l);
+	/* and back to now: claimable at once */
+	assert_int_equal(resched(db, d, DUE_TIME_NONE, 0, NULL),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	claim_one(db, d, LONG_LEASE);
+
+	/* CLAIMED: TOO_LATE, the try untouched */
+	t = get(db, d);
+	assert_int_equal(resched(db, d, DUE_TIME_NONE, HOUR, "x"),
+			 DUE_RESCHEDULE_TOO_LATE);
+	u = get(db, d);
+	assert_int_equal(u->state, DUE_CLAIMED);
+	assert_int_equal(u->attempt, t->attempt);
+	assert_int_equal(u->lease_until, t->lease_until);
+	assert_string_equal(u->lease_owner, t->lease_owner);
+	assert_int_equal(u->due_at, t->due_at);
+	assert_payload(u, "p");
+	due_task_free(u);
+	due_task_free(t);
+	/* a cancel requested: still TOO_LATE */
+	assert_int_equal(due_cancel(db, &cn, d), 0);
+	assert_int_equal(cn, DUE_CANCEL_REQUESTED);
+	assert_int_equal(resched(db, d, DUE_TIME_NONE, 0, NULL),
+			 DUE_RESCHEDULE_TOO_LATE);
+	assert_int_equal(due_complete(db, &co, d, 1, "r", 1), 0);
+	assert_int_equal(co, DUE_COMPLETE_CANCELLED_BEFORE_COMMIT);
+	/* CANCELLED, DONE, DEAD: ALREADY_FINISHED; none: NOT_FOUND */
+	assert_int_equal(resched(db, d, DUE_TIME_NONE, 0, NULL),
+			 DUE_RESCHEDULE_ALREADY_FINISHED);
+	due_id done = add(db, "k", 0, 5);
+	claim_one(db, done, LONG_LEASE);
+	assert_int_equal(due_complete(db, &co, done, 1, "r", 1), 0);
+	assert_int_equal(resched(db, done, DUE_TIME_NONE, 0, NULL),
+			 DUE_RESCHEDULE_ALREADY_FINISHED);
+	assert_int_equal(state_of(db, done), DUE_DONE);
+	due_id dead = add(db, "k", 0, 1);
+	claim_one(db, dead, LONG_LEASE);
+	assert_int_equal(due_fail(db, &fo, dead, 1, "x"), 0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	assert_int_equal(resched(db, dead, DUE_TIME_NONE, 0, NULL),
+			 DUE_RESCHEDULE_ALREADY_FINISHED);
+	assert_int_equal(state_of(db, dead), DUE_DEAD);
+	assert_int_equal(resched(db, 99999999, DUE_TIME_NONE, 0, NULL),
+			 DUE_RESCHEDULE_NOT_FOUND);
+
+	/* a paused kind's task is waiting: it moves */
+	assert_int_equal(kind_set(db, "pk", 1, -1, -1, -1, -1, -1), 0);
+	due_id p = add(db, "pk", 0, 5);
+	assert_int_equal(resched(db, p, DUE_TIME_NONE, HOUR, "q"),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	t = get(db, p);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_payload(t, "q");
+	due_task_free(t);
+	assert_string_equal(
+	    due_reschedule_outcome_name(DUE_RESCHEDULE_ALREADY_FINISHED),
+	    "ALREADY_FINISHED");
+	due_close(db);
+}
+
+/* Wake-ups a listener got within 10 s (0: none came). */
+static int listen_count(due_db *db, int fd)
+{
+	int n = 0;
+	for (int tries = 0; n == 0 && tries < 100; tries++) {
+		struct pollfd p = {fd, POLLIN, 0};
+		poll(&p, 1, 100);
+		assert_int_equal(due_listen_drain(db, &n), 0);
+	}
+	return n;
+}
+
+/*
+** The claim honours the new time, earlier and later: moved earlier, the
+** task is handed out at the new time (not before, the store's clock);
+** moved later, not at the old one.  What a worker's wheel reads
+** (upcoming) has the new time, and listeners are woken.
+*/
+static void test_reschedule_claim_honours_new_time(void **state)
+{
+	(void)state;
+	due_db *db = open_db(), *ldb = open_db();
+	due_upcoming *up = NULL;
+	due_time now, at;
+	int early, fd = -1, n;
+	bool listens = due_listen(ldb, &fd) == 0;
+
+	if (listens) /* what came before is not ours to count */
+		assert_int_equal(due_listen_drain(ldb, &n), 0);
+	due_id e = add(db, "k", HOUR, 5);
+	due_id lt = add(db, "k", 300000, 5);
+	assert_int_equal(due_now(db, &now), 0);
+	at = now + 400000;
+	assert_int_equal(resched(db, e, at, 0, NULL),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	if (listens)
+		assert_true(listen_count(ldb, fd) > 0);
+	assert_int_equal(resched(db, lt, DUE_TIME_NONE, HOUR, NULL),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	assert_int_equal(
+	    due_upcoming_get(db, &up, NULL, 0, false, now + 2 * HOUR, 10), 0);
+	assert_int_equal(up->count, 2);
+	assert_int_equal(up->ids[0], e);
+	assert_int_equal(up->due_at[0], at);
+	assert_int_equal(up->ids[1], lt);
+	assert_true(up->due_at[1] >= now + HOUR);
+	due_upcoming_free(up);
+	/* earlier: claimed at the new time, never before it */
+	due_task_list *l = claim_when_due(db, e, at, &early);
+	due_task_list_free(l);
+	/* later: past its old time, it is not claimable */
+	wait_store_past(db, now + 400000);
+	assert_int_equal(due_claim(db, &l, "w1", NULL, 0, 10, LONG_LEASE), 0);
+	assert_int_equal(l->count, 0);
+	due_task_list_free(l);
+	assert_int_equal(state_of(db, lt), DUE_SCHEDULED);
+	due_close(ldb);
+	due_close(db);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -4216,10 +4443,15 @@ int main(void)
 	    T(test_sqlite_old_worker_running_row),
 	    T(test_sqlite_estimates),
 	    T(test_sqlite_read_plans),
+	    T(test_reschedule_outcomes),
+	    T(test_reschedule_claim_honours_new_time),
 #undef T
 	};
 	int failed = 0;
 
+	/* DUE_TEST_FILTER=test_reschedule* runs only the tests it matches */
+	if (getenv("DUE_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("DUE_TEST_FILTER"));
 	/* every backend of this build: one line in tu_fixtures[] adds one */
 	for (size_t b = 0; b < TU_N_FIXTURES; b++) {
 		if (tu_select_backend(tu_fixtures[b].name) != 0)

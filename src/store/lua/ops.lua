@@ -47,6 +47,11 @@ ops.init = function()
     redis.call('HSET', K('meta'), 'schema_version', '8')
     v = 8
   end
+  -- 8 -> 9: nothing here (the SQL stores' due_reschedule routine)
+  if v == 8 and tonumber(A[2]) >= 9 then
+    redis.call('HSET', K('meta'), 'schema_version', '9')
+    v = 9
+  end
   if v ~= nil then return v end
   redis.call('HSET', K('meta'), 'schema_version', A[2], 'layout', LAYOUT)
   if tonumber(A[3] or '1') > 1 then redis.call('HSET', K('meta'), 'shards', A[3], 'shard', A[4]) end
