@@ -77,6 +77,8 @@
 **   9  the admin group (DUE_STORE_CAP_ADMIN, due_store_admin): scratch
 **      stores, the server's counters and a raw SQL session, so that `due
 **      verify`, `due bench` and the tests name no backend (issue 37).
+**  10  listen_done: wake-ups for finished tasks, for due_wait (issue 38;
+**      the lead renumbers at the merge).
 */
 #ifndef DUE_STORE_H
 #define DUE_STORE_H
@@ -84,7 +86,7 @@
 #include "store/counter.h"
 #include "due.h"
 
-#define DUE_STORE_OPS_VERSION 9
+#define DUE_STORE_OPS_VERSION 10
 
 /* The window of due_metrics' histograms and outcomes. */
 #define DUE_METRICS_WINDOW_US (15LL * 60 * 1000000)
@@ -320,6 +322,24 @@ typedef struct due_store_ops {
 	*/
 	int (*schedule_on_native)(void *conn, due_submitted *out,
 				  const due_submit *item);
+
+	/*
+	** Version 10.  Listen for finished tasks instead of new ones (a
+	** handle does one or the other): *fd is readable when a task may
+	** have reached DONE, DEAD or CANCELLED since; listen_drain consumes
+	** it.  The backend wakes these listeners from every transition that
+	** finishes a task (complete, fail, reclaim, cancel, kill, requeue),
+	** after or within its commit, at most once per statement or batch;
+	** a store whose notifications cost a write whether or not anyone
+	** listens may write them only while someone does, which this call
+	** says (the core calls it again at least every 10 s while waiting;
+	** a backend that needs it keeps such a mark alive 30 s).  fd NULL:
+	** only say that someone listens (a shard that is not the one
+	** subscribed).  DUE_EUNSUPPORTED when the store cannot wake them:
+	** the core polls.  Not in DUE_STORE_NOTIFY_METHODS: every backend
+	** has it, if only to say DUE_EUNSUPPORTED.
+	*/
+	int (*listen_done)(due_store *s, int *fd);
 } due_store_ops;
 
 /*
@@ -336,7 +356,7 @@ typedef struct due_store_ops {
 	X(bytes) X(cron_get)              \
 	X(cron_put) X(cron_remove) X(cron_list) X(cron_fire) X(metrics)        \
 	X(worker_report) X(upcoming) X(kind_put) X(kind_get) X(kind_list)      \
-	X(kind_remove)
+	X(kind_remove) X(listen_done)
 /* clang-format on */
 #define DUE_STORE_NOTIFY_METHODS(X) X(listen) X(listen_drain) X(notify)
 #define DUE_STORE_TX_SUBMIT_METHODS(X) X(native_tx) X(schedule_on_native)
