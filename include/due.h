@@ -665,8 +665,9 @@ DUE_EXTERN int due_notify(due_db *db);
  * Listen for finished tasks on this handle: *out_fd becomes readable when
  * a task may have ended (DONE, DEAD or CANCELLED).  PostgreSQL: LISTEN
  * due_task_done; SQLite: an inotify watch on the store's "-done" file;
- * Redis: SUBSCRIBE to the store's done channel (published only while
- * someone listens: call this again at least every 10 s to keep saying so).
+ * Redis: SUBSCRIBE to the store's done channel.  PostgreSQL and Redis
+ * notify only while someone says it listens, for 30 s a call: call this
+ * again at least every 10 s while you listen.
  * Poll it, re-read what you wait for, then call due_listen_drain().  A
  * handle listens for new tasks (due_listen) or for finished ones, not both.
  * DUE_EUNSUPPORTED (MySQL, PostgreSQL behind a pooler without listen=)

@@ -13,8 +13,9 @@
 ** by the read or by the wake-up.  Each wake-up re-reads the task.  A
 ** notification can be lost (a connection that broke, a listener that
 ** started late), so the task is read again at least every RECHECK_US
-** whatever comes; and the listen is made again then, which also keeps a
-** Redis store's "someone waits" mark alive.  A store that cannot notify
+** whatever comes; and the listen is made again every RELISTEN_US, which
+** keeps the "someone waits" mark of PostgreSQL and Redis alive (they
+** notify only while it lives, 30 s a call).  A store that cannot notify
 ** (MySQL, PostgreSQL behind a pooler without listen=) is read with a
 ** backoff from POLL_MIN_US to POLL_MAX_US: a primary-key read a second
 ** at most, once the task has waited a while.
@@ -101,6 +102,11 @@ static void pause_for(waiter *w, int64_t us)
 	}
 	if (us > RECHECK_US)
 		us = RECHECK_US;
+	/* a note the last read took in with its reply (libpq keeps those)
+	   makes no fd readable: consume what is there first */
+	if (due_listen_drain(w->db, &n) == 0 && n > 0)
+		return;
+	due__error_clear();
 	got = poll(&pf, 1, (int)((us + 999) / 1000));
 	if (got <= 0)
 		return; /* time to read again, or EINTR */

@@ -17,6 +17,8 @@
 **     (claims.c): one claim at a time each; the watcher hears the store's
 **     notifications, takes back expired leases and ends HTTP tries past
 **     their time limit;
+**   - the waiter of GET /v1/tasks/{id}?wait= (waits.c): one thread, its
+**     own store handle, woken by finished-task notifications;
 **   - the ticker, every 100 ms: request deadlines (conns.c), /health,
 **     queue and long-poll timeouts (pool.c, claims.c), the log's counts
 **     (log.c), forgetting old tries (tries.c).

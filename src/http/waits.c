@@ -290,8 +290,9 @@ static void *waiter_main(void *arg)
 
 	for (; pf;) {
 		int64_t now = http_now_us();
-		bool all;
+		bool all, pending;
 		size_t npf;
+		int n = 0;
 
 		pthread_mutex_lock(&ws->mu);
 		if (ws->stopping) {
@@ -307,13 +308,20 @@ static void *waiter_main(void *arg)
 		}
 		npf = poll_set(&wt, l, pf, ws->cap + 2);
 		put_back(ws, l);
-		if (poll(pf, npf, l ? next_ms(&wt, l, now) : -1) < 0 &&
+		/* notes the last reads took in with their replies (libpq
+		   keeps those) make no fd readable: consume them first */
+		pending =
+		    wt.fd >= 0 && due_listen_drain(wt.db, &n) == 0 && n > 0;
+		if (poll(pf, npf,
+			 pending ? 0
+			 : l	 ? next_ms(&wt, l, now)
+				 : -1) < 0 &&
 		    errno != EINTR)
 			continue;
 		if (pf[0].revents && read(ws->efd, &v, sizeof(v)) < 0)
 			v = 0;
 		now = http_now_us();
-		all = now >= wt.next_all;
+		all = now >= wt.next_all || pending;
 		if (wt.fd >= 0 && pf[1].revents) {
 			notes(&wt);
 			all = true;

@@ -370,6 +370,20 @@ static const char flow_claim_sql[] =
 #define COL_WHY (DUE_TC_COUNT + 2)
 #define COL_RETRY (DUE_TC_COUNT + 3)
 
+/*
+** Finished tasks (due_wait): every statement that ends a task notifies
+** DUE_PG_DONE_CHANNEL once, folded into one notification per transaction
+** by PostgreSQL, and only while someone waits: a waiter keeps the
+** due_lock row DUE_PG_WAIT_GATE alive (pg_wire.c, listen_done), and a
+** completion reads it by primary key in the same statement.  Without
+** the gate the notification cost the drain with 4 workers a third of
+** its rate: every NOTIFY takes one lock at commit, so notifying commits
+** queue behind each other (docs/internals/discovery.md).
+*/
+#define WAITED                                                                 \
+	" AND EXISTS (SELECT 1 FROM due_lock WHERE name = '" DUE_PG_WAIT_GATE  \
+	"' AND until > now())"
+
 /* requeue and kill: one fenced update, attempt row, audit, notify. */
 #define OPERATOR_SQL(set, where, outcome, action)                              \
 	"WITH u AS (UPDATE due_task SET " set ", lease_owner = NULL,"          \
@@ -383,7 +397,7 @@ static const char flow_claim_sql[] =
 	" n AS (SELECT pg_notify('due_task_new', kind) FROM u"                 \
 	" WHERE state = 'SCHEDULED'),"                                         \
 	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '') WHERE"        \
-	" EXISTS (SELECT 1 FROM u WHERE state <> 'SCHEDULED'))"                \
+	" EXISTS (SELECT 1 FROM u WHERE state <> 'SCHEDULED')" WAITED ")"      \
 	" SELECT (SELECT state FROM u),"                                       \
 	" (SELECT state FROM due_task WHERE id = $1::int8),"                   \
 	" (SELECT count(*) FROM n), (SELECT count(*) FROM dn)"
@@ -430,7 +444,7 @@ static const char flow_claim_sql[] =
 	" FROM s WHERE EXISTS (SELECT 1 FROM s) AND a.task_id = s.id"          \
 	" AND a.attempt = s.attempt),"                                         \
 	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '')"              \
-	" WHERE EXISTS (SELECT 1 FROM d))"
+	" WHERE EXISTS (SELECT 1 FROM d)" WAITED ")"
 
 /*
 ** Cheap reads at any size (docs/internals/scale.md).  stats and metrics
@@ -689,7 +703,7 @@ static const char *const sql_text[ST_COUNT] = {
 					" dn AS (SELECT "
 					"pg_notify('" DUE_PG_DONE_CHANNEL
 					"', '') FROM f"
-					" WHERE state <> 'SCHEDULED')"
+					" WHERE state <> 'SCHEDULED'" WAITED ")"
 					" SELECT state, (SELECT count(*) FROM"
 					" n), (SELECT count(*) FROM dn) FROM f",
     [ST_RECLAIM] =
@@ -713,7 +727,7 @@ static const char *const sql_text[ST_COUNT] = {
 	" n AS (SELECT pg_notify('due_task_new', kind) FROM"
 	" (SELECT DISTINCT kind FROM r WHERE state = 'SCHEDULED') k),"
 	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '') WHERE"
-	" EXISTS (SELECT 1 FROM r WHERE state <> 'SCHEDULED'))"
+	" EXISTS (SELECT 1 FROM r WHERE state <> 'SCHEDULED')" WAITED ")"
 	" SELECT count(*) FILTER (WHERE state = 'SCHEDULED'),"
 	" count(*) FILTER (WHERE state = 'DEAD'),"
 	" count(*) FILTER (WHERE state = 'CANCELLED'),"
@@ -730,7 +744,7 @@ static const char *const sql_text[ST_COUNT] = {
 	" updated_at = now() FROM cur WHERE t.id = cur.id"
 	" AND t.state IN ('SCHEDULED', 'CLAIMED') RETURNING t.state),"
 	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '') FROM u"
-	" WHERE state = 'CANCELLED')"
+	" WHERE state = 'CANCELLED'" WAITED ")"
 	" SELECT state, (SELECT count(*) FROM dn) FROM cur",
     [ST_GET] = "SELECT " DUE_TASK_COLS " FROM due_task WHERE id = $1::int8",
     [ST_ATTEMPTS] =

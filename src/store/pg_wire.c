@@ -1405,9 +1405,18 @@ int due__pg_listen(due_store *s, int *fd)
 ** without listen= there is no such wake-up (the polled fingerprint sees
 ** submits, not completions): DUE_EUNSUPPORTED, and the waiter polls the
 ** task.  A handle that already listens for new tasks cannot switch.
+** Each call first keeps the gate row alive (due_lock DUE_PG_WAIT_GATE,
+** 30 s from now), without which completions do not notify (pg.c).
 */
 int due__pg_listen_done(due_store *s, int *fd)
 {
+	static const char gate_sql[] =
+	    "INSERT INTO due_lock AS l (name, owner, until) VALUES "
+	    "('" DUE_PG_WAIT_GATE
+	    "', 'waiters', now() + interval '30 seconds') ON CONFLICT (name) DO"
+	    " UPDATE SET until = greatest(l.until, excluded.until)";
+	int rc;
+
 	if (!fd)
 		return 0;
 	*fd = -1;
@@ -1419,6 +1428,12 @@ int due__pg_listen_done(due_store *s, int *fd)
 		return due__error_set(DUE_ESTATE,
 				      "postgres store: this handle listens for "
 				      "new tasks; open another to wait");
+	/* the gate (pg.c: WAITED): someone waits for 30 s from now; the
+	   core calls again within 10 s while it waits */
+	if ((rc = due__pg_ok(s)) < 0 ||
+	    (rc = due__pg_command(s, gate_sql,
+				  "say that a task is waited for")) < 0)
+		return rc;
 	s->listen_done = true;
 	return due__pg_listen(s, fd);
 }

@@ -37,6 +37,8 @@
 ** once, which PostgreSQL folds into one notification per transaction.
 */
 #define DUE_PG_DONE_CHANNEL "due_task_done"
+/* The due_lock row that says someone listens on it (pg.c: WAITED). */
+#define DUE_PG_WAIT_GATE "due_wait"
 
 /*
 ** A statement of the store's own connection that waits longer than this

@@ -330,9 +330,10 @@ typedef struct due_store_ops {
 	** it.  The backend wakes these listeners from every transition that
 	** finishes a task (complete, fail, reclaim, cancel, kill, requeue),
 	** after or within its commit, at most once per statement or batch;
-	** a store whose notifications cost a write whether or not anyone
-	** listens may write them only while someone does, which this call
-	** says (the core calls it again at least every 10 s while waiting;
+	** a store whose notifications cost the drain whether or not anyone
+	** listens (PostgreSQL, Redis) sends them only while someone does,
+	** which this call says (the core calls it again at least every 10 s
+	*while waiting;
 	** a backend that needs it keeps such a mark alive 30 s).  fd NULL:
 	** only say that someone listens (a shard that is not the one
 	** subscribed).  DUE_EUNSUPPORTED when the store cannot wake them:
