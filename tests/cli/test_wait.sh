@@ -177,7 +177,7 @@ port, tid = int(sys.argv[1]), sys.argv[2]
 socks = []
 for _ in range(100):
     s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(f"GET /v1/tasks/{tid}?wait=50s HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    s.sendall(f"GET /v1/tasks/{tid}?wait=50s HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
     socks.append(s)
 print("holding", flush=True)
 time.sleep(120)
@@ -222,6 +222,7 @@ on_each_store per_store wait
 # with nothing on stderr.  The freeze outlasts the 5 s re-read, so a read
 # does meet it.
 if need DUE_TEST_PG_URL "postgres outage"; then
+	echo "== postgres: an outage under due wait"
 	o="due_waito_$$"
 	CLEANUP+=("$(printf '%q ' "$DUE" scratch drop --db "$DUE_TEST_PG_URL" "$o")")
 	purl=$("$DUE" scratch make --db "$DUE_TEST_PG_URL" "$o")
