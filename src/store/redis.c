@@ -2783,7 +2783,7 @@ static int rd_listen(due_store *s, int *fd) { return subscribe(s, fd, false); }
 /*
 ** Finished tasks (due_wait).  The scripts PUBLISH on done_chan, once per
 ** call that finished a task, only while this shard's "waiters" key lives
-** (lua done_wake): with nobody waiting a completion costs one EXISTS, and
+** (lua done_wake): with nobody waiting a completion costs one GET, and
 ** on a Redis Cluster no PUBLISH crosses the cluster bus.  Each call sets
 ** the key for WAITERS_MS (the core calls again within 10 s while it
 ** waits), then SUBSCRIBEs as rd_listen does (fd NULL: only the key).

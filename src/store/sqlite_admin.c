@@ -9,7 +9,7 @@
 ** host clock) or, with no store of the user's, wherever the caller says.
 ** The user's options (?sync=, ?busy_ms=, timeout=) carry over, so a
 ** case measures the store as it was given.  Dropping removes the file and
-** its side files (-wal, -shm, -journal, -wake); the directory is the
+** its side files (-wal, -shm, -journal, -wake, -done); the directory is the
 ** caller's.  The server has no counters of its own: the process counts
 ** SQLite's work itself (due_store_work_read).
 **
@@ -91,8 +91,8 @@ static int sq_scratch_make(const due_url *url, const char *name,
 static int sq_scratch_drop(const due_url *url, const char *name,
 			   const char *dir)
 {
-	static const char *const side[] = {"", "-wal", "-shm", "-journal",
-					   "-wake"};
+	static const char *const side[] = {"",	       "-wal",	"-shm",
+					   "-journal", "-wake", "-done"};
 	char path[4096];
 	int rc = 0;
 

@@ -76,7 +76,8 @@ local done_said = false
 local function done_wake()
   if done_said then return end
   done_said = true
-  if redis.call('EXISTS', P .. ':waiters') == 1 then
+  -- GET, not EXISTS: a user may be refused EXISTS (test_redis_store.c)
+  if redis.call('GET', P .. ':waiters') then
     redis.call('PUBLISH', (string.gsub(P, '^({due:[^:]+):%d+}$', '%1}')) .. ':done', '1')
   end
 end
