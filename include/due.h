@@ -62,8 +62,9 @@ typedef enum due_error_code {
 	DUE_ENOMEM = -9,  /**< allocation failed */
 	DUE_ECONFLICT =
 	    -10, /**< a live task with the same (kind, key) exists */
-	DUE_EUNSUPPORTED = -11 /**< this store cannot do that (e.g. Redis has
+	DUE_EUNSUPPORTED = -11, /**< this store cannot do that (e.g. Redis has
 				  no caller transaction to join) */
+	DUE_ETIMEDOUT = -12	/**< due_wait: the time given passed first */
 } due_error_code;
 
 /**
@@ -711,6 +712,40 @@ DUE_EXTERN int due_listen_drain(due_db *db, int *out_count);
  * committing your own transaction that used due_schedule_sqlite_tx().
  */
 DUE_EXTERN int due_notify(due_db *db);
+
+/**
+ * Listen for finished tasks on this handle: *out_fd becomes readable when
+ * a task may have ended (DONE, DEAD or CANCELLED).  PostgreSQL: LISTEN
+ * due_task_done; SQLite: an inotify watch on the store's "-done" file;
+ * Redis: SUBSCRIBE to the store's done channel.  PostgreSQL and Redis
+ * notify only while someone says it listens, for 30 s a call: call this
+ * again at least every 10 s while you listen.
+ * Poll it, re-read what you wait for, then call due_listen_drain().  A
+ * handle listens for new tasks (due_listen) or for finished ones, not both.
+ * DUE_EUNSUPPORTED (MySQL, PostgreSQL behind a pooler without listen=)
+ * or DUE_ESTATE: the caller polls instead.
+ */
+DUE_EXTERN int due_listen_finished(due_db *db, int *out_fd);
+
+/**
+ * Wait until task `id` is finished (DONE, DEAD or CANCELLED) and return it
+ * in *out, with its attempts, as due_get() does.  timeout_us < 0 waits
+ * forever; 0 looks once.  Woken by the store's notifications where it has
+ * them (due_listen_finished), re-reading the task at least every 5 s
+ * anyway; where it has none, by re-reading it with a backoff from 50 ms
+ * to 1 s.  A store call that fails (DUE_ESTORE) is retried with the same
+ * backoff, on a new connection, for up to DUE_WAIT_OUTAGE_US of failures
+ * in a row (or the timeout, when sooner), then its error is returned.
+ * Returns 0 (finished), DUE_ENOTFOUND (no such task), DUE_EINVAL (id <=
+ * 0), or DUE_ETIMEDOUT: the time passed first, and *out then holds the
+ * task as last read (not finished); free it as any task.  On any other
+ * failure *out is NULL.
+ */
+DUE_EXTERN int due_wait(due_db *db, due_task **out, due_id id,
+			int64_t timeout_us);
+
+/** How long due_wait() keeps retrying a store that fails: 30 s. */
+#define DUE_WAIT_OUTAGE_US 30000000LL
 
 /* ------------------------------------------------------------------ */
 /* Operator                                                            */

@@ -131,6 +131,7 @@ int cmd_add(int argc, char **argv);
 int cmd_cancel(int argc, char **argv);
 int cmd_reschedule(int argc, char **argv);
 int cmd_show(int argc, char **argv);
+int cmd_wait(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_dead(int argc, char **argv);
 int cmd_retry(int argc, char **argv);

@@ -78,6 +78,7 @@ static const vcase cases[] = {
     {"retry_backoff_then_done", v_retry_backoff_then_done},
     {"retry_exhausted_dead", v_retry_exhausted_dead},
     {"crash_kill9_lease_retry", v_crash_kill9_lease_retry},
+    {"wait_returns_result", v_wait_returns_result},
     {"sigstop_late_commit_rejected", v_sigstop_late_commit_rejected},
     {"ext_key_per_task_dedup", v_ext_key_per_task_dedup},
     {"cancel_after_external_call", v_cancel_after_external_call},

@@ -22,6 +22,7 @@ static const command commands[] = {
     {"reschedule", cmd_reschedule,
      "move a waiting task to a new due time (and payload)"},
     {"show", cmd_show, "show one task and its attempts"},
+    {"wait", cmd_wait, "wait until a task is finished; print its result"},
     {"ls", cmd_ls, "list tasks"},
     {"dead", cmd_dead, "list dead letters"},
     {"retry", cmd_retry, "move a DEAD task back to SCHEDULED"},
@@ -79,7 +80,9 @@ static void usage(FILE *f)
 		   "(nothing\n"
 		   "changed), 3 not found, 4 wrong state or key conflict, 5 "
 		   "store error,\n"
-		   "6 schema missing or older (run `due init`).\n");
+		   "6 schema missing or older (run `due init`); `due wait`: 4 "
+		   "DEAD or\n"
+		   "CANCELLED, 124 timed out.\n");
 }
 
 /*

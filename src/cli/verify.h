@@ -144,6 +144,8 @@ void v_race_reschedule_vs_claim(vctx *v);
 void v_retry_backoff_then_done(vctx *v);
 void v_retry_exhausted_dead(vctx *v);
 void v_crash_kill9_lease_retry(vctx *v);
+/* verify_wait.c: due_wait while a real worker runs the tasks (issue 38) */
+void v_wait_returns_result(vctx *v);
 void v_sigstop_late_commit_rejected(vctx *v);
 void v_ext_key_per_task_dedup(vctx *v);
 void v_cancel_after_external_call(vctx *v);

@@ -854,6 +854,19 @@ int due_notify(due_db *db)
 	return db->ops->notify(db->store);
 }
 
+/*
+** Listening for finished tasks (due_wait, the HTTP long poll of a task):
+** the backend's own channel, DUE_EUNSUPPORTED where it has none.
+*/
+int due_listen_finished(due_db *db, int *out_fd)
+{
+	int rc = ready(db);
+	*out_fd = -1;
+	if (rc < 0)
+		return rc;
+	return db->ops->listen_done(db->store, out_fd);
+}
+
 /* ------------------------------------------------------------------ */
 /* Flow control                                                        */
 /* ------------------------------------------------------------------ */

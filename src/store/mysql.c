@@ -3893,6 +3893,24 @@ static int mys_notify(due_store *s)
 	return rc;
 }
 
+/*
+** Finished tasks (due_wait): none here.  MySQL has no NOTIFY, and a
+** due_wake-style counter bumped by every completion would be one more
+** statement on the drain's hot path for a wake-up that is polled once a
+** second anyway; a waiter reads the task itself with a backoff (50 ms to
+** 1 s), a primary-key read, which costs the drain nothing.
+*/
+static int mys_listen_done(due_store *s, int *fd)
+{
+	(void)s;
+	if (!fd)
+		return 0;
+	*fd = -1;
+	return due__error_set(DUE_EUNSUPPORTED,
+			      "mysql store: no notifications of finished "
+			      "tasks: they are polled for");
+}
+
 /* ------------------------------------------------------------------ */
 /* Retention's lease, size                                             */
 /* ------------------------------------------------------------------ */

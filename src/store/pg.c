@@ -374,6 +374,20 @@ static const char flow_claim_sql[] =
 #define COL_WHY (DUE_TC_COUNT + 2)
 #define COL_RETRY (DUE_TC_COUNT + 3)
 
+/*
+** Finished tasks (due_wait): every statement that ends a task notifies
+** DUE_PG_DONE_CHANNEL once, folded into one notification per transaction
+** by PostgreSQL, and only while someone waits: a waiter keeps the
+** due_lock row DUE_PG_WAIT_GATE alive (pg_wire.c, listen_done), and a
+** completion reads it by primary key in the same statement.  Without
+** the gate the notification cost the drain with 4 workers a third of
+** its rate: every NOTIFY takes one lock at commit, so notifying commits
+** queue behind each other (docs/internals/discovery.md).
+*/
+#define WAITED                                                                 \
+	" AND EXISTS (SELECT 1 FROM due_lock WHERE name = '" DUE_PG_WAIT_GATE  \
+	"' AND until > now())"
+
 /* requeue and kill: one fenced update, attempt row, audit, notify. */
 #define OPERATOR_SQL(set, where, outcome, action)                              \
 	"WITH u AS (UPDATE due_task SET " set ", lease_owner = NULL,"          \
@@ -385,10 +399,12 @@ static const char flow_claim_sql[] =
 	" au AS (INSERT INTO due_audit (task_id, at, action, detail)"          \
 	" SELECT id, now(), '" action "', state FROM u),"                      \
 	" n AS (SELECT pg_notify('due_task_new', kind) FROM u"                 \
-	" WHERE state = 'SCHEDULED')"                                          \
+	" WHERE state = 'SCHEDULED'),"                                         \
+	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '') WHERE"        \
+	" EXISTS (SELECT 1 FROM u WHERE state <> 'SCHEDULED')" WAITED ")"      \
 	" SELECT (SELECT state FROM u),"                                       \
 	" (SELECT state FROM due_task WHERE id = $1::int8),"                   \
-	" (SELECT count(*) FROM n)"
+	" (SELECT count(*) FROM n), (SELECT count(*) FROM dn)"
 
 /*
 ** The completion CTEs (store.h: complete).  Three of their predicates are
@@ -430,7 +446,9 @@ static const char flow_claim_sql[] =
 	" (SELECT 1 FROM d WHERE d.id = i.id AND d.attempt = i.attempt)),"     \
 	" l AS (UPDATE due_attempt a SET late_commit = 'REJECTED_STALE'"       \
 	" FROM s WHERE EXISTS (SELECT 1 FROM s) AND a.task_id = s.id"          \
-	" AND a.attempt = s.attempt)"
+	" AND a.attempt = s.attempt),"                                         \
+	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '')"              \
+	" WHERE EXISTS (SELECT 1 FROM d)" WAITED ")"
 
 /*
 ** Cheap reads at any size (docs/internals/scale.md).  stats and metrics
@@ -563,8 +581,8 @@ static const char *const sql_text[ST_COUNT] = {
 		  " SELECT state, attempt, cancel_requested,"
 		  " EXISTS (SELECT 1 FROM u) FROM cur",
     [ST_COMPLETE] = "WITH " COMPLETE_CTES
-		    " SELECT i.ord, d.state FROM i LEFT JOIN d ON d.ord = i.ord"
-		    " ORDER BY i.ord",
+		    " SELECT i.ord, d.state, (SELECT count(*) FROM dn)"
+		    " FROM i LEFT JOIN d ON d.ord = i.ord ORDER BY i.ord",
 /*
 ** Complete a batch and claim the next in ONE statement (one round
 ** trip, one commit).  The rows are disjoint: completions touch
@@ -596,6 +614,8 @@ static const char *const sql_text[ST_COUNT] = {
 				      dfilter) " AS lim)"                      \
 					       " SELECT " CLAIMED_COLS         \
 					       ", o.s FROM o CROSS JOIN fl"    \
+					       " CROSS JOIN (SELECT count(*)"  \
+					       " FROM dn) dnn"                 \
 					       " LEFT JOIN c ON true ORDER "   \
 					       "BY c.priority, c.due_at, c.id"
     [ST_CC_ANY] = COMPLETE_CLAIM_SQL("", ""),
@@ -683,9 +703,13 @@ static const char *const sql_text[ST_COUNT] = {
 					   their wheels, as for a submit */
 					" n AS (SELECT pg_notify("
 					"'due_task_new', kind) FROM f"
-					" WHERE state = 'SCHEDULED')"
+					" WHERE state = 'SCHEDULED'),"
+					" dn AS (SELECT "
+					"pg_notify('" DUE_PG_DONE_CHANNEL
+					"', '') FROM f"
+					" WHERE state <> 'SCHEDULED'" WAITED ")"
 					" SELECT state, (SELECT count(*) FROM"
-					" n) FROM f",
+					" n), (SELECT count(*) FROM dn) FROM f",
     [ST_RECLAIM] =
 	"WITH p AS MATERIALIZED (SELECT id FROM due_task"
 	" WHERE state = 'CLAIMED' AND lease_until < now()"
@@ -705,13 +729,16 @@ static const char *const sql_text[ST_COUNT] = {
 	" WHERE a.task_id = r.id AND a.attempt = r.attempt"
 	" AND a.outcome = 'RUNNING'),"
 	" n AS (SELECT pg_notify('due_task_new', kind) FROM"
-	" (SELECT DISTINCT kind FROM r WHERE state = 'SCHEDULED') k)"
+	" (SELECT DISTINCT kind FROM r WHERE state = 'SCHEDULED') k),"
+	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '') WHERE"
+	" EXISTS (SELECT 1 FROM r WHERE state <> 'SCHEDULED')" WAITED ")"
 	" SELECT count(*) FILTER (WHERE state = 'SCHEDULED'),"
 	" count(*) FILTER (WHERE state = 'DEAD'),"
 	" count(*) FILTER (WHERE state = 'CANCELLED'),"
 	" (SELECT count(*) FROM n),"
 	" (SELECT min(lease_until) FROM due_task WHERE state = 'CLAIMED'"
-	"   AND lease_until >= now()), now() FROM r",
+	"   AND lease_until >= now()), now(), (SELECT count(*) FROM dn)"
+	" FROM r",
     [ST_CANCEL] =
 	"WITH cur AS (SELECT id, state FROM due_task WHERE id = $1::int8"
 	" FOR UPDATE),"
@@ -719,8 +746,10 @@ static const char *const sql_text[ST_COUNT] = {
 	" 'SCHEDULED' THEN 'CANCELLED' ELSE t.state END,"
 	" cancel_requested = t.cancel_requested OR t.state = 'CLAIMED',"
 	" updated_at = now() FROM cur WHERE t.id = cur.id"
-	" AND t.state IN ('SCHEDULED', 'CLAIMED'))"
-	" SELECT state FROM cur",
+	" AND t.state IN ('SCHEDULED', 'CLAIMED') RETURNING t.state),"
+	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '') FROM u"
+	" WHERE state = 'CANCELLED'" WAITED ")"
+	" SELECT state, (SELECT count(*) FROM dn) FROM cur",
     [ST_GET] = "SELECT " DUE_TASK_COLS " FROM due_task WHERE id = $1::int8",
     [ST_ATTEMPTS] =
 	"SELECT " DUE_ATTEMPT_COLS " FROM due_attempt"
@@ -3074,6 +3103,12 @@ static int pg_listen_drain(due_store *s, int *count)
 }
 
 static int pg_notify(due_store *s) { return due__pg_notify(s); }
+
+/* Finished tasks, for due_wait (pg_wire.c). */
+static int pg_listen_done(due_store *s, int *fd)
+{
+	return due__pg_listen_done(s, fd);
+}
 
 static const char *const schemes[] = {"postgres", "postgresql", NULL};
 

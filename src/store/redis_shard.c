@@ -1011,6 +1011,20 @@ static int sh_listen_drain(due_store *s, int *count)
 	return SLOT->listen_drain(s->sh[0], count);
 }
 static int sh_notify(due_store *s) { return SLOT->notify(s->sh[0]); }
+/*
+** Finished tasks: every shard's "someone waits" mark (a task finishes on
+** its own shard, whose script publishes), one subscription (shard 0's:
+** the channel is the store's, as the wake channel).
+*/
+static int sh_listen_done(due_store *s, int *fd)
+{
+	int rc;
+
+	for (int i = 1; fd && i < s->n; i++)
+		if ((rc = SLOT->listen_done(s->sh[i], NULL)) < 0)
+			return rc;
+	return SLOT->listen_done(s->sh[0], fd);
+}
 
 /* ------------------------------------------------------------------ */
 /* Kinds: settings on every shard, live counts summed                  */

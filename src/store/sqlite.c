@@ -1631,6 +1631,15 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 static int complete_one(due_store *s, due_completion *c, due_time now,
 			due_tx_hook hook, void *payload);
 
+/* Whether a completion batch finished a task (due_wait's wake-up). */
+static bool any_ended(const due_completion *items, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (items[i].outcome != DUE_COMPLETE_REJECTED_STALE)
+			return true;
+	return false;
+}
+
 /* Complete n tries, then claim: one BEGIN IMMEDIATE, one COMMIT. */
 static int due__sq_complete_claim(due_store *s, due_completion *items, size_t n,
 				  const char *owner, const char *const *kinds,
@@ -1652,7 +1661,7 @@ static int due__sq_complete_claim(due_store *s, due_completion *items, size_t n,
 			goto fail;
 	if ((rc = claim_locked(s, l, owner, kinds, n_kinds, exclude, limit,
 			       lease_us, 0, now)) < 0 ||
-	    (rc = due__sq_commit(s)) < 0)
+	    (rc = due__sq_commit_done(s, any_ended(items, n))) < 0)
 		goto fail;
 	*out = l;
 	return 0;
@@ -1889,7 +1898,7 @@ static int due__sq_complete(due_store *s, due_completion *items, size_t n,
 	for (size_t i = 0; i < n; i++)
 		if ((rc = complete_one(s, &items[i], now, hook, payload)) < 0)
 			goto fail;
-	return due__sq_commit(s);
+	return due__sq_commit_done(s, any_ended(items, n));
 fail:
 	due__sq_rollback(s);
 	return rc;
@@ -1945,7 +1954,7 @@ static int due__sq_fail(due_store *s, due_fail_outcome *out, due_id id,
 	if (rc < 0)
 		goto fail;
 	return *out == DUE_FAIL_RETRY_SCHEDULED ? due__sq_commit_wake(s)
-						: due__sq_commit(s);
+						: due__sq_commit_done(s, true);
 fail:
 	due__sq_rollback(s);
 	return rc;
@@ -2044,6 +2053,8 @@ static int due__sq_reclaim(due_store *s, due_reclaimed *out)
 			due__sq_rollback(s);
 			return rc;
 		}
+		if (out->dead || out->cancelled) /* due_wait's wake-up */
+			due__sq_notify_done(s);
 		more = true; /* re-read the next expiry */
 	}
 	return 0;
@@ -2087,7 +2098,7 @@ static int due__sq_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 		due__sq_rollback(s);
 		return rc;
 	}
-	return due__sq_commit(s);
+	return due__sq_commit_done(s, *out == DUE_CANCEL_CANCELLED);
 }
 
 /*
@@ -2325,7 +2336,7 @@ static int operator_tx(due_store *s, enum stmt_id sid, due_id id,
 		return rc;
 	}
 	return *final == DUE_SCHEDULED ? due__sq_commit_wake(s)
-				       : due__sq_commit(s);
+				       : due__sq_commit_done(s, true);
 }
 
 static int due__sq_requeue(due_store *s, due_id id)

@@ -65,7 +65,7 @@
 ** src/base/names.c, so a backend writes only what its database does
 ** differently.  docs/internals/store.md walks through adding one.
 **
-** Version 8 of the table (DUE_STORE_OPS_VERSION).  due_open() refuses a
+** Version 11 of the table (DUE_STORE_OPS_VERSION).  due_open() refuses a
 ** backend whose `version` differs, or that leaves a method NULL (the
 ** methods of a capability it does not claim may be NULL).  Every backend
 ** lives in this tree, so a change to the table changes them all in the
@@ -82,6 +82,7 @@
 **      stores, the server's counters and a raw SQL session, so that `due
 **      verify`, `due bench` and the tests name no backend (issue 37).
 **  10  reschedule (issue 38): SCHEDULED -> SCHEDULED at a new time.
+**  11  listen_done: wake-ups for finished tasks, for due_wait (issue 38).
 */
 #ifndef DUE_STORE_H
 #define DUE_STORE_H
@@ -89,7 +90,7 @@
 #include "store/counter.h"
 #include "due.h"
 
-#define DUE_STORE_OPS_VERSION 10
+#define DUE_STORE_OPS_VERSION 11
 
 /* The window of due_metrics' histograms and outcomes. */
 #define DUE_METRICS_WINDOW_US (15LL * 60 * 1000000)
@@ -336,6 +337,25 @@ typedef struct due_store_ops {
 	*/
 	int (*schedule_on_native)(void *conn, due_submitted *out,
 				  const due_submit *item);
+
+	/*
+	** Version 10.  Listen for finished tasks instead of new ones (a
+	** handle does one or the other): *fd is readable when a task may
+	** have reached DONE, DEAD or CANCELLED since; listen_drain consumes
+	** it.  The backend wakes these listeners from every transition that
+	** finishes a task (complete, fail, reclaim, cancel, kill, requeue),
+	** after or within its commit, at most once per statement or batch;
+	** a store whose notifications cost the drain whether or not anyone
+	** listens (PostgreSQL, Redis) sends them only while someone does,
+	** which this call says (the core calls it again at least every 10 s
+	*while waiting;
+	** a backend that needs it keeps such a mark alive 30 s).  fd NULL:
+	** only say that someone listens (a shard that is not the one
+	** subscribed).  DUE_EUNSUPPORTED when the store cannot wake them:
+	** the core polls.  Not in DUE_STORE_NOTIFY_METHODS: every backend
+	** has it, if only to say DUE_EUNSUPPORTED.
+	*/
+	int (*listen_done)(due_store *s, int *fd);
 } due_store_ops;
 
 /*
@@ -352,7 +372,7 @@ typedef struct due_store_ops {
 	X(bytes) X(cron_get)              \
 	X(cron_put) X(cron_remove) X(cron_list) X(cron_fire) X(metrics)        \
 	X(worker_report) X(upcoming) X(kind_put) X(kind_get) X(kind_list)      \
-	X(kind_remove) X(reschedule)
+	X(kind_remove) X(reschedule) X(listen_done)
 /* clang-format on */
 #define DUE_STORE_NOTIFY_METHODS(X) X(listen) X(listen_drain) X(notify)
 #define DUE_STORE_TX_SUBMIT_METHODS(X) X(native_tx) X(schedule_on_native)

@@ -4385,6 +4385,117 @@ static void test_reschedule_claim_honours_new_time(void **state)
 	due_task_list_free(l);
 	assert_int_equal(state_of(db, lt), DUE_SCHEDULED);
 	due_close(ldb);
+/*
+** Child of test_wait: on its own connection, once told to go and a little
+** later (the parent is waiting by then), complete `a` (attempt aa), cancel
+** the waiting `b`, fail `c` (attempt ca, its budget used up: DEAD).
+*/
+static void finish_child(int go, due_id a, int32_t aa, due_id b, due_id c,
+			 int32_t ca)
+{
+	due_db *db = NULL;
+	due_complete_outcome co;
+	due_cancel_outcome xo;
+	due_fail_outcome fo;
+	char g;
+
+	if (due_open(&db, url, NULL) < 0 || read(go, &g, 1) != 1)
+		_exit(2);
+	usleep(500000);
+	if (due_complete(db, &co, a, aa, "r1", 2) < 0 ||
+	    co != DUE_COMPLETE_DONE)
+		_exit(3);
+	usleep(200000);
+	if (due_cancel(db, &xo, b) < 0 || xo != DUE_CANCEL_CANCELLED)
+		_exit(4);
+	if (due_fail(db, &fo, c, ca, "boom") < 0 || fo != DUE_FAIL_DEAD)
+		_exit(5);
+	due_close(db);
+	_exit(0);
+}
+
+/*
+** due_wait (issue 38): a finished task at once; a task another
+** connection finishes (DONE, CANCELLED, DEAD) as soon as it does, well
+** before the 5 s re-read that would find it without a wake-up (or, on a
+** store that polls, within its 1 s backoff); a timeout that is honest
+** (not before the time, the task as it is); refusals.
+*/
+static void test_wait(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_task *t = NULL;
+	int go[2], st;
+	int64_t t0, ms;
+	pid_t pid;
+
+	/* refusals, nothing waited */
+	assert_int_equal(due_wait(db, &t, 0, -1), DUE_EINVAL);
+	assert_null(t);
+	assert_int_equal(due_wait(db, &t, 987654321, -1), DUE_ENOTFOUND);
+	assert_null(t);
+
+	/* finished already: at once, with its result, whatever the timeout */
+	due_id done = add(db, "w", 0, 5);
+	assert_int_equal(due_complete(db, &(due_complete_outcome){0}, done,
+				      claim_one(db, done, LONG_LEASE), "ok", 2),
+			 0);
+	t0 = mono_ms();
+	assert_int_equal(due_wait(db, &t, done, -1), 0);
+	assert_true(mono_ms() - t0 < 2000);
+	assert_int_equal(t->state, DUE_DONE);
+	assert_int_equal(t->result_len, 2);
+	assert_memory_equal(t->result, "ok", 2);
+	due_task_free(t);
+	assert_int_equal(due_wait(db, &t, done, 0), 0);
+	due_task_free(t);
+
+	/* an honest timeout: not before the time, the task as it is */
+	due_id later = add(db, "w", HOUR, 5);
+	t0 = mono_ms();
+	assert_int_equal(due_wait(db, &t, later, 300000), DUE_ETIMEDOUT);
+	ms = mono_ms() - t0;
+	assert_true(ms >= 300 && ms < 10000);
+	assert_non_null(t);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	due_task_free(t);
+	t = NULL;
+	assert_int_equal(due_wait(db, &t, later, 0), DUE_ETIMEDOUT);
+	due_task_free(t);
+
+	/* finished by another connection while we wait */
+	due_id a = add(db, "w", 0, 5);
+	int32_t aa = claim_one(db, a, LONG_LEASE);
+	due_id c = add(db, "w", 0, 1);
+	int32_t ca = claim_one(db, c, LONG_LEASE);
+	assert_int_equal(pipe(go), 0);
+	if ((pid = fork()) == 0) {
+		close(go[1]);
+		finish_child(go[0], a, aa, later, c, ca);
+	}
+	close(go[0]);
+	assert_int_equal(write(go[1], "g", 1), 1);
+	close(go[1]);
+	t0 = mono_ms();
+	assert_int_equal(due_wait(db, &t, a, 60000000), 0);
+	ms = mono_ms() - t0;
+	printf("wait: woken %lld ms after the wait began (the child "
+	       "completes at 500 ms)\n",
+	       (long long)ms);
+	assert_true(ms < 4500); /* the re-read without a wake-up: 5 s */
+	assert_int_equal(t->state, DUE_DONE);
+	assert_memory_equal(t->result, "r1", 2);
+	due_task_free(t);
+	assert_int_equal(due_wait(db, &t, later, 60000000), 0);
+	assert_int_equal(t->state, DUE_CANCELLED);
+	due_task_free(t);
+	assert_int_equal(due_wait(db, &t, c, 60000000), 0);
+	assert_int_equal(t->state, DUE_DEAD);
+	assert_string_equal(t->last_error, "boom");
+	due_task_free(t);
+	waitpid(pid, &st, 0);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	due_close(db);
 }
 
@@ -4445,11 +4556,13 @@ int main(void)
 	    T(test_sqlite_read_plans),
 	    T(test_reschedule_outcomes),
 	    T(test_reschedule_claim_honours_new_time),
+	    T(test_wait),
 #undef T
 	};
 	int failed = 0;
 
-	/* DUE_TEST_FILTER=test_reschedule* runs only the tests it matches */
+	/* DUE_TEST_FILTER=test_wait runs the tests that match (cmocka's
+	   pattern: * and ?), for a developer's quick run */
 	if (getenv("DUE_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("DUE_TEST_FILTER"));
 	/* every backend of this build: one line in tu_fixtures[] adds one */

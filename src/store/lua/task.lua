@@ -57,6 +57,7 @@ local function finish(id, kind, key, from, to, t)
   move(id, kind, from, to)
   key_release(id, kind, key)
   if to ~= 'DEAD' then zadd(K('fin'), t, id) end
+  done_wake()
 end
 -- A try's attempt record is written once, when the try ends (layout
 -- 4): while it runs, the task hash holds what the record will say
