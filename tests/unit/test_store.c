@@ -4385,6 +4385,9 @@ static void test_reschedule_claim_honours_new_time(void **state)
 	due_task_list_free(l);
 	assert_int_equal(state_of(db, lt), DUE_SCHEDULED);
 	due_close(ldb);
+	due_close(db);
+}
+
 /*
 ** Child of test_wait: on its own connection, once told to go and a little
 ** later (the parent is waiting by then), complete `a` (attempt aa), cancel
