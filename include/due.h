@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /** Store schema version this library reads and writes. */
-#define DUE_SCHEMA_VERSION 9
+#define DUE_SCHEMA_VERSION 10
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
@@ -285,6 +285,33 @@ DUE_EXTERN int due_now(due_db *db, due_time *out);
 #define DUE_TIME_NONE INT64_MIN
 
 /**
+ * A submit whose (kind, key) is held by a live task (CONTRACT §3.1a):
+ *
+ * - KEEP (the default): nothing changes; the holder's id is returned
+ *   (existed).
+ * - REPLACE: a holder still waiting (SCHEDULED) takes this submit's due
+ *   time and payload (existed, moved).
+ * - LATER: a waiting holder takes them only if this due time is later than
+ *   its own (a debounce: the task runs at the last requested time); else
+ *   nothing changes (existed, not moved).
+ *
+ * With REPLACE or LATER, a holder that is running (CLAIMED) is not
+ * touched: it gives up the key and runs on, and this submit makes a new
+ * task that holds it (not existed).  Under KEEP a running holder is the
+ * answer as before.
+ */
+typedef enum due_on_key {
+	DUE_ON_KEY_KEEP = 0,
+	DUE_ON_KEY_REPLACE,
+	DUE_ON_KEY_LATER,
+} due_on_key;
+
+/** "keep", "replace", "later"; NULL for a value outside the enum. */
+DUE_EXTERN const char *due_on_key_name(due_on_key k);
+/** due_on_key from its name: 0, or DUE_EINVAL naming the three. */
+DUE_EXTERN int due_on_key_parse(const char *name, due_on_key *out);
+
+/**
  * When a task becomes due, and how it is retried.  Start from
  * DUE_SCHEDULE_OPTS_INIT and change what you need.
  *
@@ -301,9 +328,10 @@ DUE_EXTERN int due_now(due_db *db, due_time *out);
  * every default.  Filling it with zeros and then setting version 2 asks for
  * the epoch: at is 0, not DUE_TIME_NONE.
  *
- * Version 3 (this one) adds priority, group and timeout_us; a struct of
- * version 1 or 2 is read without them (priority 0, no group, the kind's
- * time limit).
+ * Version 3 adds priority, group and timeout_us; a struct of version 1 or
+ * 2 is read without them (priority 0, no group, the kind's time limit).
+ * Version 4 (this one) adds on_key; a struct of version 1 to 3 is read
+ * with DUE_ON_KEY_KEEP.
  */
 typedef struct due_schedule_opts {
 	unsigned version;     /**< DUE_SCHEDULE_OPTS_VERSION */
@@ -319,6 +347,13 @@ typedef struct due_schedule_opts {
 	 */
 	int32_t priority;
 	/**
+	 * What a submit with a key does when a task of the same (kind, key)
+	 * is live (version 4; needs `key`): see due_on_key.  (It sits in
+	 * what was padding after priority, so the struct's size and the
+	 * offsets of the fields after it are those of version 3.)
+	 */
+	due_on_key on_key;
+	/**
 	 * A group within the kind (1..255 bytes), e.g. a customer id: the
 	 * kind's max_running_per_group counts running tries per (kind,
 	 * group).  NULL: no group.
@@ -332,11 +367,11 @@ typedef struct due_schedule_opts {
 	int64_t timeout_us;
 } due_schedule_opts;
 
-#define DUE_SCHEDULE_OPTS_VERSION 3
+#define DUE_SCHEDULE_OPTS_VERSION 4
 #define DUE_SCHEDULE_OPTS_INIT                                                 \
 	{                                                                      \
 		DUE_SCHEDULE_OPTS_VERSION, 0, DUE_TIME_NONE, 5, 1000000,       \
-		    3600000000LL, NULL, 0, NULL, 0                             \
+		    3600000000LL, NULL, 0, DUE_ON_KEY_KEEP, NULL, 0            \
 	}
 
 #define DUE_PRIORITY_MIN (-32768)
@@ -355,6 +390,12 @@ typedef struct due_submitted {
 	due_id id;
 	bool existed; /**< true: a live task with the same (kind, key) was
 			 returned */
+	/**
+	 * true: that live task took this submit's due time and payload
+	 * (on_key REPLACE or LATER).  (In the padding after `existed`: the
+	 * struct's size is unchanged.)
+	 */
+	bool moved;
 } due_submitted;
 
 /**

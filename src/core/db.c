@@ -192,6 +192,8 @@ static int check_timing(due_schedule_opts *o)
 		o->group = NULL;
 		o->timeout_us = 0;
 	}
+	if (o->version < 4) /* no on_key */
+		o->on_key = DUE_ON_KEY_KEEP;
 	o->version = DUE_SCHEDULE_OPTS_VERSION;
 	if (o->delay_us < 0)
 		return due__error_set(DUE_EINVAL, "invalid delay: negative");
@@ -264,6 +266,20 @@ int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 	}
 	if ((rc = due__validate_group(out->opts.group)) < 0)
 		goto bad;
+	if (!due_on_key_name(out->opts.on_key)) {
+		rc = due__error_set(DUE_EINVAL,
+				    "invalid on_key %d: must be keep, replace "
+				    "or later",
+				    (int)out->opts.on_key);
+		goto bad;
+	}
+	if (out->opts.on_key != DUE_ON_KEY_KEEP && !out->opts.key) {
+		rc = due__error_set(DUE_EINVAL,
+				    "on_key %s needs a key: it says what to do "
+				    "with the live task of the same key",
+				    due_on_key_name(out->opts.on_key));
+		goto bad;
+	}
 	if (out->opts.priority < DUE_PRIORITY_MIN ||
 	    out->opts.priority > DUE_PRIORITY_MAX) {
 		rc = due__error_set(

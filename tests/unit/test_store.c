@@ -4502,6 +4502,189 @@ static void test_wait(void **state)
 	due_close(db);
 }
 
+/* ------------------------------------------------------------------ */
+/* Debounce by key: on_key (issue 38)                                  */
+/* ------------------------------------------------------------------ */
+
+/* Submit kind "deb" with key, at `at`, payload p, on_key k; *out. */
+static void submit_key(due_db *db, due_submitted *out, const char *key,
+		       due_time at, const char *p, due_on_key k)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	o.key = key;
+	o.at = at;
+	o.on_key = k;
+	memset(out, 0xA5, sizeof(*out));
+	assert_int_equal(due_schedule(db, out, "deb", p, strlen(p), &o), 0);
+}
+
+/* The task's due time and payload are `at` and p. */
+static void assert_due_payload(due_db *db, due_id id, due_time at,
+			       const char *p)
+{
+	due_task *t = get(db, id);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_int_equal(t->due_at, at);
+	assert_int_equal(t->payload_len, strlen(p));
+	assert_memory_equal(t->payload, p, strlen(p));
+	due_task_free(t);
+}
+
+/*
+** keep (the default) leaves a waiting holder; replace moves it to any
+** time with the new payload; later moves it only to a later time (the
+** payload with it), and an earlier or equal one changes nothing.  Bad
+** on_key input is refused and writes nothing.
+*/
+static void test_on_key_waiting(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s, r;
+	due_time now;
+
+	assert_int_equal(due_now(db, &now), 0);
+	submit_key(db, &s, "a", now + HOUR, "p1", DUE_ON_KEY_KEEP);
+	assert_false(s.existed);
+	assert_false(s.moved);
+	/* keep: the holder, untouched */
+	submit_key(db, &r, "a", now + 2 * HOUR, "p2", DUE_ON_KEY_KEEP);
+	assert_int_equal(r.id, s.id);
+	assert_true(r.existed);
+	assert_false(r.moved);
+	assert_due_payload(db, s.id, now + HOUR, "p1");
+	/* replace: later, then earlier */
+	submit_key(db, &r, "a", now + 2 * HOUR, "p3", DUE_ON_KEY_REPLACE);
+	assert_int_equal(r.id, s.id);
+	assert_true(r.existed);
+	assert_true(r.moved);
+	assert_due_payload(db, s.id, now + 2 * HOUR, "p3");
+	submit_key(db, &r, "a", now + HOUR / 2, "p4", DUE_ON_KEY_REPLACE);
+	assert_true(r.existed && r.moved && r.id == s.id);
+	assert_due_payload(db, s.id, now + HOUR / 2, "p4");
+	/* later: earlier and equal change nothing, later moves */
+	submit_key(db, &r, "a", now + HOUR / 4, "p5", DUE_ON_KEY_LATER);
+	assert_true(r.existed && !r.moved && r.id == s.id);
+	assert_due_payload(db, s.id, now + HOUR / 2, "p4");
+	submit_key(db, &r, "a", now + HOUR / 2, "p6", DUE_ON_KEY_LATER);
+	assert_true(r.existed && !r.moved && r.id == s.id);
+	assert_due_payload(db, s.id, now + HOUR / 2, "p4");
+	submit_key(db, &r, "a", now + 3 * HOUR, "p7", DUE_ON_KEY_LATER);
+	assert_true(r.existed && r.moved && r.id == s.id);
+	assert_due_payload(db, s.id, now + 3 * HOUR, "p7");
+	/* a delay counts from the store's clock */
+	o.key = "a";
+	o.delay_us = 4 * HOUR;
+	o.on_key = DUE_ON_KEY_LATER;
+	assert_int_equal(due_schedule(db, &r, "deb", "p8", 2, &o), 0);
+	assert_true(r.existed && r.moved && r.id == s.id);
+	due_task *t = get(db, s.id);
+	assert_true(t->due_at >= now + 4 * HOUR);
+	assert_int_equal(t->attempt, 0);
+	due_task_free(t);
+
+	/* bad input: refused, nothing written */
+	o = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
+	o.on_key = DUE_ON_KEY_REPLACE; /* no key */
+	assert_int_equal(due_schedule(db, &r, "deb", "x", 1, &o), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "needs a key"));
+	o.key = "a";
+	o.on_key = (due_on_key)7;
+	assert_int_equal(due_schedule(db, &r, "deb", "x", 1, &o), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "on_key"));
+	t = get(db, s.id);
+	assert_memory_equal(t->payload, "p8", 2);
+	due_task_free(t);
+	due_task_list *l = NULL;
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	lo.kind = "deb";
+	assert_int_equal(due_list(db, &l, &lo), 0);
+	assert_int_equal(l->count, 1);
+	due_task_list_free(l);
+	/* a version 3 struct is read as keep, whatever its padding holds */
+	o = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
+	o.version = 3;
+	o.key = "a";
+	o.on_key = DUE_ON_KEY_REPLACE;
+	o.at = now + HOUR;
+	assert_int_equal(due_schedule(db, &r, "deb", "x", 1, &o), 0);
+	assert_true(r.existed && !r.moved && r.id == s.id);
+	due_close(db);
+}
+
+/*
+** A running holder is never touched by replace or later: it gives up the
+** key and runs on, and the submit makes a new task that holds the key
+** (its finish does not release the new holder's key).  keep still answers
+** with the running task.  A batch's second item with the key of its first
+** moves it.
+*/
+static void test_on_key_running(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_submitted s, r, k;
+	due_complete_outcome co;
+	due_time now;
+
+	for (int m = DUE_ON_KEY_REPLACE; m <= DUE_ON_KEY_LATER; m++) {
+		const char *key = m == DUE_ON_KEY_REPLACE ? "run-r" : "run-l";
+		assert_int_equal(due_now(db, &now), 0);
+		submit_key(db, &s, key, now, "old", DUE_ON_KEY_KEEP);
+		int32_t a = claim_one(db, s.id, LONG_LEASE);
+		due_task *before = get(db, s.id);
+		submit_key(db, &k, key, now + HOUR, "k", DUE_ON_KEY_KEEP);
+		assert_true(k.existed && !k.moved && k.id == s.id);
+		submit_key(db, &r, key, now + HOUR, "new", (due_on_key)m);
+		assert_true(r.id != s.id);
+		assert_false(r.existed);
+		assert_false(r.moved);
+		due_task *t = get(db, s.id);
+		assert_int_equal(t->state, DUE_CLAIMED);
+		assert_int_equal(t->attempt, a);
+		assert_int_equal(t->lease_until, before->lease_until);
+		assert_int_equal(t->due_at, before->due_at);
+		assert_memory_equal(t->payload, "old", 3);
+		due_task_free(t);
+		due_task_free(before);
+		t = get(db, r.id);
+		assert_non_null(t->key);
+		assert_string_equal(t->key, key);
+		due_task_free(t);
+		assert_due_payload(db, r.id, now + HOUR, "new");
+		/* the old task finishing leaves the key with the new one */
+		assert_int_equal(due_complete(db, &co, s.id, a, "r", 1), 0);
+		assert_int_equal(co, DUE_COMPLETE_DONE);
+		submit_key(db, &k, key, now + 2 * HOUR, "k", DUE_ON_KEY_KEEP);
+		assert_true(k.existed && k.id == r.id);
+	}
+
+	/* one batch: the second item moves the first's task */
+	assert_int_equal(due_now(db, &now), 0);
+	due_submit items[3];
+	due_submitted out[3];
+	const char *pl[3] = {"b1", "b2", "b3"};
+	for (int i = 0; i < 3; i++) {
+		items[i].kind = "deb";
+		items[i].payload = pl[i];
+		items[i].payload_len = 2;
+		items[i].opts = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
+		items[i].opts.key = "batch";
+		items[i].opts.at = now + (i + 1) * HOUR;
+	}
+	items[1].opts.on_key = DUE_ON_KEY_LATER;
+	items[2].opts.on_key = DUE_ON_KEY_KEEP;
+	memset(out, 0xA5, sizeof(out));
+	assert_int_equal(due_schedule_batch(db, out, items, 3), 0);
+	assert_false(out[0].existed);
+	assert_false(out[0].moved);
+	assert_true(out[1].existed && out[1].moved && out[1].id == out[0].id);
+	assert_true(out[2].existed && !out[2].moved && out[2].id == out[0].id);
+	assert_due_payload(db, out[0].id, now + 2 * HOUR, "b2");
+	due_close(db);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -4560,6 +4743,8 @@ int main(void)
 	    T(test_reschedule_outcomes),
 	    T(test_reschedule_claim_honours_new_time),
 	    T(test_wait),
+	    T(test_on_key_waiting),
+	    T(test_on_key_running),
 #undef T
 	};
 	int failed = 0;
