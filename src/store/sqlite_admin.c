@@ -168,8 +168,8 @@ static int is_scratch(const char *path)
 static int sq_scratch_drop(const due_url *url, const char *name,
 			   const char *dir)
 {
-	static const char *const side[] = {"", "-wal", "-shm", "-journal",
-					   "-wake", "-done"};
+	static const char *const side[] = {"",	       "-wal",	"-shm",
+					   "-journal", "-wake", "-done"};
 	char base[4096], path[4200];
 	int rc = scratch_file(dir, name, false, base, sizeof(base));
 
