@@ -5,7 +5,7 @@
 ** `due add --batch` reads one object a line and POST /v1/tasks one object
 ** a body; both describe the same due_submit with the same fields (kind,
 ** payload | payload_b64, in | at, max_attempts, backoff, backoff_cap, key,
-** priority, group, timeout), so they share due__fmt_submit_from_json() and
+** on_key, priority, group, timeout), so they share due__fmt_submit_from_json() and
 ** differ only in how the JSON text is parsed (due__fmt_batch_line(),
 ** due__fmt_task_body()) and in the prefix of their messages ("--batch line
 ** N: ").
@@ -33,8 +33,8 @@
 
 const char *const due__fmt_submit_fields[] = {
     "kind",	    "payload", "payload_b64", "in",  "at",
-    "max_attempts", "backoff", "backoff_cap", "key", "priority",
-    "group",	    "timeout", NULL};
+    "max_attempts", "backoff", "backoff_cap", "key", "on_key",
+    "priority",	    "group",   "timeout",	  NULL};
 
 /*
 ** Copy the NUL-terminated src into err (errlen >= 1) as one line of valid
@@ -153,7 +153,7 @@ static int timing(json_t *obj, due_schedule_opts *o, char *err, size_t errlen)
 	return 0;
 }
 
-/* max_attempts (1..1000), backoff, backoff_cap and key into *o. */
+/* max_attempts (1..1000), backoff, backoff_cap, key and on_key into *o. */
 static int retries(json_t *obj, due_schedule_opts *o, char *err, size_t errlen)
 {
 	json_t *v = json_object_get(obj, "max_attempts");
@@ -171,6 +171,13 @@ static int retries(json_t *obj, due_schedule_opts *o, char *err, size_t errlen)
 		0 ||
 	    opt_string(obj, "key", &o->key, err, errlen) < 0)
 		return -1;
+	v = json_object_get(obj, "on_key");
+	if (v && !json_is_null(v) &&
+	    (!json_is_string(v) ||
+	     due_on_key_parse(json_string_value(v), &o->on_key) < 0))
+		return fail(err, errlen,
+			    "'on_key' must be \"keep\", \"replace\" or "
+			    "\"later\"");
 	return 0;
 }
 

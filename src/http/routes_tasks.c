@@ -28,10 +28,10 @@
 
 /*
 ** Reply with task `id` as `due show --json` prints it, values cut to `cut`
-** bytes, plus "existed" when existed >= 0.
+** bytes, plus "existed" and "moved" (a submit's answer) when sub is set.
 */
 static int reply_task(http_req *r, due_db *db, due_id id, unsigned status,
-		      int existed, size_t cut)
+		      const due_submitted *sub, size_t cut)
 {
 	due_task *t = NULL;
 	json_t *o;
@@ -41,8 +41,10 @@ static int reply_task(http_req *r, due_db *db, due_id id, unsigned status,
 		return http_reply_due(r, rc);
 	o = due__fmt_task_cut(t, cut);
 	due_task_free(t);
-	if (o && existed >= 0)
-		json_object_set_new(o, "existed", json_boolean(existed));
+	if (o && sub) {
+		json_object_set_new(o, "existed", json_boolean(sub->existed));
+		json_object_set_new(o, "moved", json_boolean(sub->moved));
+	}
 	return http_reply_json(r, status, o);
 }
 
@@ -74,8 +76,8 @@ int route_task_create(http_req *r)
 		char loc[64];
 		snprintf(loc, sizeof(loc), "/v1/tasks/%lld", (long long)sub.id);
 		http_add_header(r, "Location", loc);
-		rc = reply_task(r, db, sub.id, sub.existed ? 200 : 201,
-				sub.existed, HTTP_PREVIEW_BYTES);
+		rc = reply_task(r, db, sub.id, sub.existed ? 200 : 201, &sub,
+				HTTP_PREVIEW_BYTES);
 	}
 	free(blob);
 	json_decref(o);
@@ -450,7 +452,7 @@ static int operate(http_req *r, enum op op)
 				: due_kill(db, NULL, id);
 	if (rc < 0)
 		return http_reply_due(r, rc);
-	return reply_task(r, db, id, 200, -1, HTTP_PREVIEW_BYTES);
+	return reply_task(r, db, id, 200, NULL, HTTP_PREVIEW_BYTES);
 }
 
 int route_task_retry(http_req *r) { return operate(r, OP_RETRY); }
