@@ -75,6 +75,7 @@ static const vcase cases[] = {
     {"cancel_semantics", v_cancel_semantics},
     {"race_due_vs_cancel", v_race_due_vs_cancel},
     {"race_reschedule_vs_claim", v_race_reschedule_vs_claim},
+    {"debounce_racing_producers", v_debounce_racing_producers},
     {"retry_backoff_then_done", v_retry_backoff_then_done},
     {"retry_exhausted_dead", v_retry_exhausted_dead},
     {"crash_kill9_lease_retry", v_crash_kill9_lease_retry},

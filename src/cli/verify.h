@@ -141,6 +141,7 @@ void v_boundary_claim_limit(vctx *v);
 void v_cancel_semantics(vctx *v);
 void v_race_due_vs_cancel(vctx *v);
 void v_race_reschedule_vs_claim(vctx *v);
+void v_debounce_racing_producers(vctx *v);
 void v_retry_backoff_then_done(vctx *v);
 void v_retry_exhausted_dead(vctx *v);
 void v_crash_kill9_lease_retry(vctx *v);

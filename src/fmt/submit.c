@@ -5,7 +5,8 @@
 ** `due add --batch` reads one object a line and POST /v1/tasks one object
 ** a body; both describe the same due_submit with the same fields (kind,
 ** payload | payload_b64, in | at, max_attempts, backoff, backoff_cap, key,
-** on_key, priority, group, timeout), so they share due__fmt_submit_from_json() and
+** on_key, priority, group, timeout), so they share due__fmt_submit_from_json()
+*and
 ** differ only in how the JSON text is parsed (due__fmt_batch_line(),
 ** due__fmt_task_body()) and in the prefix of their messages ("--batch line
 ** N: ").
@@ -34,7 +35,7 @@
 const char *const due__fmt_submit_fields[] = {
     "kind",	    "payload", "payload_b64", "in",  "at",
     "max_attempts", "backoff", "backoff_cap", "key", "on_key",
-    "priority",	    "group",   "timeout",	  NULL};
+    "priority",	    "group",   "timeout",     NULL};
 
 /*
 ** Copy the NUL-terminated src into err (errlen >= 1) as one line of valid

@@ -21,7 +21,7 @@ for c in normal_three_workers boundary_not_before_due boundary_claim_limit \
 	negative_unfenced_late_commit stalled_renewal_lease_clock \
 	flow_pause flow_rate flow_max_running \
 	flow_group_limit flow_timeout flow_kill9_group_slot wheel_retry_punctual \
-	wait_returns_result; do
+	wait_returns_result debounce_racing_producers; do
 	grep -q "^CASE $c PASS" "$T/verify.out" && ok || bad "case $c did not pass"
 done
 
