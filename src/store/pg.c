@@ -86,6 +86,9 @@
 **   9  No table changes: the version makes every store pass through
 **      `due init`, which creates due_reschedule() (issue 38) beside
 **      due_schedule().
+**  10  No table changes: `due init` adds due_schedule(..., on_key), the
+**      overload that debounces by key (issue 38), beside the six-argument
+**      one, which it keeps (and its grants).
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -157,6 +160,9 @@ enum stmt_id {
 	ST_LOCK_TAKE,
 	ST_BYTES,
 	ST_RESCHEDULE,
+	ST_KEY_MOVE,
+	ST_KEY_HOLDER,
+	ST_KEY_GIVE_UP,
 	ST_COUNT
 };
 
@@ -1063,6 +1069,37 @@ static const char *const sql_text[ST_COUNT] = {
 			     "', kind) FROM u)"
 			     " SELECT cur.state, (SELECT count(*) FROM n)"
 			     " FROM cur",
+    /*
+    ** on_key replace ($6 = 0) or later ($6 = 1) after a conflict (issue
+    ** 38): the waiting holder of (kind, key) takes the due time (from
+    ** now(), as ST_INSERT computes it) and the payload, LATER only when
+    ** that is later than its own; the UPDATE re-checks both (READ
+    ** COMMITTED re-reads a row changed meanwhile).  One row when it moved.
+    */
+    [ST_KEY_MOVE] =
+	"WITH u AS (UPDATE due_task SET due_at = coalesce($3::timestamptz,"
+	" now() + " US("$4") "), payload = $5::bytea, updated_at = now()"
+			     " WHERE kind = $1::text AND key = $2::text"
+			     " AND state = 'SCHEDULED' AND ($6::int4 = 0 OR"
+			     " due_at < coalesce($3::timestamptz, now() + " US(
+				 "$4") ")) RETURNING id, kind)"
+				       " SELECT id, pg_notify('" DUE_PG_CHANNEL
+				       "', kind) FROM u",
+    /*
+    ** It did not move: lock the live holder (the newest committed row)
+    ** and say whether it runs (CLAIMED) and whether ST_KEY_MOVE would move
+    ** it now.  No row: no live holder any more.
+    */
+    [ST_KEY_HOLDER] =
+	"SELECT id, (state = 'CLAIMED')::int4, ($5::int4 = 0 OR due_at <"
+	" coalesce($3::timestamptz, now() + " US(
+	    "$4") "))::int4 FROM due_task WHERE kind = $1::text"
+		  " AND key = $2::text AND state IN ('SCHEDULED', 'CLAIMED')"
+		  " FOR UPDATE",
+    /* A running holder (locked by ST_KEY_HOLDER) gives up its key. */
+    [ST_KEY_GIVE_UP] = "UPDATE due_task SET key = NULL, updated_at = now()"
+		       " WHERE id = $1::int8 AND state = 'CLAIMED'"
+		       " RETURNING id",
 };
 
 _Static_assert(ST_COUNT <= DUE_PG_MAX_STMTS, "raise DUE_PG_MAX_STMTS");
@@ -1373,10 +1410,18 @@ static const char schema_v8[] =
 static const char schema_v9[] =
     "UPDATE due_meta SET value = '9' WHERE name = 'schema_version';";
 
+/*
+** Version 9 -> 10: nothing in the tables.  It makes a store of version 9,
+** whose due_schedule() has no on_key (issue 38), run `due init`, whose
+** create_functions adds the overload that has it.
+*/
+static const char schema_v10[] =
+    "UPDATE due_meta SET value = '10' WHERE name = 'schema_version';";
+
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3,
-    [4] = schema_v4, [5] = schema_v5, [6] = schema_v6,
-    [7] = schema_v7, [8] = schema_v8, [9] = schema_v9};
+    [1] = schema_v1, [2] = schema_v2,  [3] = schema_v3, [4] = schema_v4,
+    [5] = schema_v5, [6] = schema_v6,  [7] = schema_v7, [8] = schema_v8,
+    [9] = schema_v9, [10] = schema_v10};
 
 /*
 ** due_schedule(): a submit from SQL, inside the caller's own transaction,
@@ -1415,6 +1460,60 @@ static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
 ** init on an existing store adds it (or updates it) without a version
 ** (version 8 exists only to make stores of version 7 run init).
 */
+/*
+** The checks both due_schedule() functions make first, in the C API's
+** words (SQLSTATE 22023, nothing written), and the insert both make:
+** new_id, or NULL when (kind, key) is held; DUE is its due time.
+*/
+/* clang-format off */
+#define SCHEDULE_CHECKS \
+    "IF k IS NULL OR k = '' THEN RAISE EXCEPTION USING ERRCODE =" \
+    " '22023', MESSAGE = 'due_schedule: invalid kind '''': empty'; END" \
+    " IF;\n" \
+    "IF length(k) > 128 THEN RAISE EXCEPTION USING ERRCODE = '22023'," \
+    " MESSAGE = format('due_schedule: invalid kind: %s characters (at" \
+    " most 128)', length(k)); END IF;\n" \
+    "IF k !~ '^[A-Za-z0-9_.:-]+$' THEN RAISE EXCEPTION USING ERRCODE =" \
+    " '22023', MESSAGE = format('due_schedule: invalid kind %L: only" \
+    " letters, digits and _ - . : are allowed', k); END IF;\n" \
+    "IF d IS NULL OR d < interval '0' THEN RAISE EXCEPTION USING" \
+    " ERRCODE = '22023', MESSAGE = 'due_schedule: invalid delay" \
+    " (run_in): ' || CASE WHEN d IS NULL THEN 'NULL' ELSE 'negative'" \
+    " END; END IF;\n" \
+    "IF d > interval '36600 days' THEN RAISE EXCEPTION USING ERRCODE =" \
+    " '22023', MESSAGE = 'due_schedule: invalid delay (run_in): more" \
+    " than 100 years'; END IF;\n" \
+    "IF t IS NOT NULL AND d <> interval '0' THEN RAISE EXCEPTION USING" \
+    " ERRCODE = '22023', MESSAGE = 'due_schedule: give a delay (run_in)" \
+    " or an absolute due time (run_at), not both'; END IF;\n" \
+    "IF t < 'epoch'::timestamptz THEN RAISE EXCEPTION USING ERRCODE =" \
+    " '22023', MESSAGE = 'due_schedule: invalid due time (run_at):" \
+    " before 1970-01-01T00:00:00Z'; END IF;\n" \
+    "IF t > '9999-12-31T23:59:59.999999Z'::timestamptz THEN RAISE" \
+    " EXCEPTION USING ERRCODE = '22023', MESSAGE = 'due_schedule: invalid" \
+    " due time (run_at): after 9999-12-31T23:59:59Z'; END IF;\n" \
+    "IF ky = '' THEN RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE =" \
+    " 'due_schedule: invalid key '''': empty'; END IF;\n" \
+    "IF octet_length(ky) > 512 THEN RAISE EXCEPTION USING ERRCODE =" \
+    " '22023', MESSAGE = format('due_schedule: invalid key: %s bytes" \
+    " (at most 512)', octet_length(ky)); END IF;\n" \
+    "IF m IS NULL OR m < 1 OR m > 1000 THEN RAISE EXCEPTION USING" \
+    " ERRCODE = '22023', MESSAGE = format('due_schedule: invalid" \
+    " max_attempts %s: must be 1..1000', coalesce(m::text, 'NULL'));" \
+    " END IF;\n" \
+    "IF octet_length(p) > 1048576 THEN RAISE EXCEPTION USING ERRCODE =" \
+    " '22023', MESSAGE = format('due_schedule: payload is %s bytes," \
+    " over the limit of 1048576 bytes', octet_length(p)); END IF;\n"
+
+#define SCHEDULE_INSERT(DUE) \
+    "    INSERT INTO due_task (kind, payload, state, due_at, max_attempts," \
+    " backoff_us, backoff_cap_us, key, created_at, updated_at)" \
+    " VALUES (k, convert_to(p, 'UTF8'), 'SCHEDULED'," \
+    " " DUE ", m, 1000000, 3600000000, ky, now(), now())" \
+    " ON CONFLICT (kind, key) WHERE key IS NOT NULL AND" \
+    " state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id INTO" \
+    " new_id;\n"
+
 static const char sql_schedule_fn[] =
     "CREATE OR REPLACE FUNCTION due_schedule(kind text, payload text,"
     " run_in interval DEFAULT '0', run_at timestamptz DEFAULT NULL,"
@@ -1427,51 +1526,9 @@ static const char sql_schedule_fn[] =
     "  d interval := run_in; t timestamptz := run_at;\n"
     "  m integer := max_attempts; new_id bigint;\n"
     "BEGIN\n"
-    "IF k IS NULL OR k = '' THEN RAISE EXCEPTION USING ERRCODE ="
-    " '22023', MESSAGE = 'due_schedule: invalid kind '''': empty'; END"
-    " IF;\n"
-    "IF length(k) > 128 THEN RAISE EXCEPTION USING ERRCODE = '22023',"
-    " MESSAGE = format('due_schedule: invalid kind: %s characters (at"
-    " most 128)', length(k)); END IF;\n"
-    "IF k !~ '^[A-Za-z0-9_.:-]+$' THEN RAISE EXCEPTION USING ERRCODE ="
-    " '22023', MESSAGE = format('due_schedule: invalid kind %L: only"
-    " letters, digits and _ - . : are allowed', k); END IF;\n"
-    "IF d IS NULL OR d < interval '0' THEN RAISE EXCEPTION USING"
-    " ERRCODE = '22023', MESSAGE = 'due_schedule: invalid delay"
-    " (run_in): ' || CASE WHEN d IS NULL THEN 'NULL' ELSE 'negative'"
-    " END; END IF;\n"
-    "IF d > interval '36600 days' THEN RAISE EXCEPTION USING ERRCODE ="
-    " '22023', MESSAGE = 'due_schedule: invalid delay (run_in): more"
-    " than 100 years'; END IF;\n"
-    "IF t IS NOT NULL AND d <> interval '0' THEN RAISE EXCEPTION USING"
-    " ERRCODE = '22023', MESSAGE = 'due_schedule: give a delay (run_in)"
-    " or an absolute due time (run_at), not both'; END IF;\n"
-    "IF t < 'epoch'::timestamptz THEN RAISE EXCEPTION USING ERRCODE ="
-    " '22023', MESSAGE = 'due_schedule: invalid due time (run_at):"
-    " before 1970-01-01T00:00:00Z'; END IF;\n"
-    "IF t > '9999-12-31T23:59:59.999999Z'::timestamptz THEN RAISE"
-    " EXCEPTION USING ERRCODE = '22023', MESSAGE = 'due_schedule: invalid"
-    " due time (run_at): after 9999-12-31T23:59:59Z'; END IF;\n"
-    "IF ky = '' THEN RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE ="
-    " 'due_schedule: invalid key '''': empty'; END IF;\n"
-    "IF octet_length(ky) > 512 THEN RAISE EXCEPTION USING ERRCODE ="
-    " '22023', MESSAGE = format('due_schedule: invalid key: %s bytes"
-    " (at most 512)', octet_length(ky)); END IF;\n"
-    "IF m IS NULL OR m < 1 OR m > 1000 THEN RAISE EXCEPTION USING"
-    " ERRCODE = '22023', MESSAGE = format('due_schedule: invalid"
-    " max_attempts %s: must be 1..1000', coalesce(m::text, 'NULL'));"
-    " END IF;\n"
-    "IF octet_length(p) > 1048576 THEN RAISE EXCEPTION USING ERRCODE ="
-    " '22023', MESSAGE = format('due_schedule: payload is %s bytes,"
-    " over the limit of 1048576 bytes', octet_length(p)); END IF;\n"
+    SCHEDULE_CHECKS
     "  FOR i IN 1..5 LOOP\n"
-    "    INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
-    " backoff_us, backoff_cap_us, key, created_at, updated_at)"
-    " VALUES (k, convert_to(p, 'UTF8'), 'SCHEDULED',"
-    " coalesce(t, now() + d), m, 1000000, 3600000000, ky, now(), now())"
-    " ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
-    " state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id INTO"
-    " new_id;\n"
+    SCHEDULE_INSERT("coalesce(t, now() + d)")
     "    IF new_id IS NOT NULL THEN\n"
     "      PERFORM pg_notify('" DUE_PG_CHANNEL "', k); RETURN new_id;\n"
     "    END IF;\n"
@@ -1482,6 +1539,80 @@ static const char sql_schedule_fn[] =
     "  RAISE EXCEPTION 'due_schedule: the live task of key % kept"
     " changing; try again', ky;\n"
     "END $fn$";
+
+/*
+** due_schedule(..., on_key): the overload with on_key (issue 38, schema
+** 10): 'keep' is the function above; 'replace' moves the waiting holder
+** of (kind, key) to this due time and payload, 'later' only when this due
+** time is later than its own; with either, a running holder gives up its
+** key (and runs on) and a new task takes it.  It returns the id that now
+** holds the key.  The holder is locked (FOR UPDATE: the newest committed
+** row, kept until the caller's COMMIT) and its state judged on what was
+** locked; each UPDATE re-checks it.  A move notifies as a submit does.
+**
+** Beside the six-argument function, never replacing it: dropping that
+** one would drop the EXECUTE grants users gave on it.  PostgreSQL wants
+** every parameter after a defaulted one defaulted, and a defaulted
+** on_key would make every call without it ambiguous between the two: so
+** this one has no defaults, and a call gives all seven arguments (named
+** or not).  Calls without on_key resolve to the six-argument one.
+*/
+static const char sql_schedule_on_key_fn[] =
+    "CREATE OR REPLACE FUNCTION due_schedule(kind text, payload text,"
+    " run_in interval, run_at timestamptz, key text, max_attempts integer,"
+    " on_key text)"
+    " RETURNS bigint LANGUAGE plpgsql VOLATILE"
+    " SET search_path FROM CURRENT AS $fn$\n"
+    "#variable_conflict use_column\n"
+    "DECLARE\n"
+    "  k text := kind; p text := coalesce(payload, ''); ky text := key;\n"
+    "  d interval := run_in; t timestamptz := run_at;\n"
+    "  m integer := max_attempts; ok text := on_key; due timestamptz;\n"
+    "  new_id bigint; running boolean; movable boolean;\n"
+    "BEGIN\n"
+    SCHEDULE_CHECKS
+    "IF ok IS NULL OR ok NOT IN ('keep', 'replace', 'later') THEN RAISE"
+    " EXCEPTION USING ERRCODE = '22023', MESSAGE = format('due_schedule:"
+    " invalid on_key %s: must be keep, replace or later',"
+    " coalesce(quote_literal(ok), 'NULL')); END IF;\n"
+    "IF ok <> 'keep' AND ky IS NULL THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = format('due_schedule: on_key %s needs a key: it"
+    " says what to do with the live task of the same key', ok); END IF;\n"
+    "  due := coalesce(t, now() + d);\n"
+    "  FOR i IN 1..20 LOOP\n"
+    SCHEDULE_INSERT("due")
+    "    IF new_id IS NOT NULL THEN\n"
+    "      PERFORM pg_notify('" DUE_PG_CHANNEL "', k); RETURN new_id;\n"
+    "    END IF;\n"
+    "    IF ok = 'keep' THEN\n"
+    "      SELECT id INTO new_id FROM due_task WHERE due_task.kind = k AND"
+    " due_task.key = ky AND state IN ('SCHEDULED', 'CLAIMED');\n"
+    "      IF new_id IS NOT NULL THEN RETURN new_id; END IF;\n"
+    "      CONTINUE;\n"
+    "    END IF;\n"
+    "    SELECT id, state = 'CLAIMED', ok = 'replace' OR due_at < due"
+    " INTO new_id, running, movable FROM due_task WHERE"
+    " due_task.kind = k AND due_task.key = ky AND"
+    " state IN ('SCHEDULED', 'CLAIMED') FOR UPDATE;\n"
+    "    CONTINUE WHEN new_id IS NULL;\n"
+    "    IF NOT running THEN\n"
+    "      IF NOT movable THEN RETURN new_id; END IF;\n"
+    "      UPDATE due_task SET due_at = due, payload = convert_to(p, 'UTF8'),"
+    " updated_at = now() WHERE due_task.id = new_id AND"
+    " state = 'SCHEDULED' AND (ok = 'replace' OR due_at < due);\n"
+    "      IF FOUND THEN\n"
+    "        PERFORM pg_notify('" DUE_PG_CHANNEL "', k); RETURN new_id;\n"
+    "      END IF;\n"
+    "    ELSE\n"
+    "      UPDATE due_task SET key = NULL, updated_at = now()"
+    " WHERE due_task.id = new_id AND state = 'CLAIMED';\n"
+    "    END IF;\n"
+    "  END LOOP;\n"
+    "  RAISE EXCEPTION 'due_schedule: the live task of key % kept"
+    " changing; try again', ky;\n"
+    "END $fn$";
+
+/* clang-format on */
 
 /*
 ** due_reschedule(): reschedule (store.h) from SQL, inside the caller's own
@@ -1575,8 +1706,8 @@ static int pin_path(due_store *s)
 }
 
 /*
-** (Re)create due_schedule() and due_reschedule() under the init lock, in
-** its own transaction.
+** (Re)create due_schedule() (both) and due_reschedule() under the init
+** lock, in its own transaction.
 */
 static int create_functions(due_store *s)
 {
@@ -1587,6 +1718,9 @@ static int create_functions(due_store *s)
 	if ((rc = init_lock(s)) < 0 || (rc = pin_path(s)) < 0 ||
 	    (rc = due__pg_command(s, sql_schedule_fn,
 				  "create function due_schedule")) < 0 ||
+	    (rc = due__pg_command(s, sql_schedule_on_key_fn,
+				  "create function due_schedule with on_key")) <
+		0 ||
 	    (rc = due__pg_command(s, sql_reschedule_fn,
 				  "create function due_reschedule")) < 0) {
 		due__pg_rollback(s);
@@ -1781,20 +1915,103 @@ static int find_live(due_store *s, const due_submit *it, due_id *id)
 	return 0;
 }
 
+/* The parameters $1..$5 of ST_KEY_MOVE and ST_KEY_HOLDER. */
+static void key_params(due_pg_params *p, const due_submit *it)
+{
+	due__pg_text(p, it->kind);
+	due__pg_text(p, it->opts.key);
+	if (it->opts.at != DUE_TIME_NONE)
+		due__pg_time(p, it->opts.at);
+	else
+		due__pg_text(p, NULL);
+	due__pg_int(p, it->opts.delay_us);
+}
+
+/*
+** on_key REPLACE or LATER (issue 38) for an item whose insert conflicted,
+** inside the submit's transaction.  A waiting holder takes the item's due
+** time and payload (ST_KEY_MOVE: existed, moved).  When that moved
+** nothing, the holder is locked and read (ST_KEY_HOLDER): waiting, and
+** LATER's time is not later, it is the answer (existed, not moved);
+** running, it gives up its key (ST_KEY_GIVE_UP) and the item is inserted
+** again, as the key's new holder.  out->id stays 0 when the holder changed
+** meanwhile (it ended, or became waiting again): the caller goes round
+** again, as for KEEP.
+*/
+static int on_key(due_store *s, const due_submit *it, due_submitted *out)
+{
+	int32_t later = it->opts.on_key == DUE_ON_KEY_LATER;
+	due_pg_params p = {0};
+	PGresult *r;
+	due_id id;
+	bool claimed, would_move;
+	int rc;
+
+	key_params(&p, it);
+	due__pg_bin(&p, it->payload, it->payload_len);
+	due__pg_int(&p, later);
+	if ((rc = run(s, ST_KEY_MOVE, &p, "move the task of the key", &r)) < 0)
+		return rc;
+	out->id = PQntuples(r) ? due__pg_col_int(r, 0, 0) : 0;
+	out->existed = out->moved = out->id != 0;
+	PQclear(r);
+	if (out->id)
+		return 0;
+
+	p = (due_pg_params){0};
+	key_params(&p, it);
+	due__pg_int(&p, later);
+	if ((rc = run(s, ST_KEY_HOLDER, &p, "lock the task of the key", &r)) <
+	    0)
+		return rc;
+	if (PQntuples(r) == 0) { /* it ended: the key is free */
+		PQclear(r);
+		return insert_batch(s, it, 1, out);
+	}
+	id = due__pg_col_int(r, 0, 0);
+	claimed = due__pg_col_int(r, 0, 1) != 0;
+	would_move = due__pg_col_int(r, 0, 2) != 0;
+	PQclear(r);
+	if (!claimed) {
+		/* waiting again (a retry) and movable: move it next round */
+		if (!would_move) {
+			out->id = id;
+			out->existed = true;
+		}
+		return 0;
+	}
+	p = (due_pg_params){0};
+	due__pg_int(&p, id);
+	if ((rc = run(s, ST_KEY_GIVE_UP, &p, "give up the key", &r)) < 0)
+		return rc;
+	if (PQntuples(r) != 1)
+		rc = due__error_set(DUE_ESTORE,
+				    "postgres store: running task %lld locked "
+				    "but did not give up its key",
+				    (long long)id);
+	PQclear(r);
+	return rc < 0 ? rc : insert_batch(s, it, 1, out);
+}
+
 /*
 ** Submit items: insert them all (a statement per chunk_of), then give
 ** every item whose (kind, key) conflicted the live task's id (existed =
-** true).  When that task ended between our insert and our look-up, insert
-** again.  With keys, or more than one chunk, this runs inside a
-** transaction (ours or the caller's), so all or none commit.
+** true), or, with on_key REPLACE or LATER, move that task or give its key
+** to a new one (on_key).  When that task ended between our insert and our
+** look-up, insert again.  Items are settled in order, so an item acts on
+** the task an earlier item of the batch made or moved.  With keys, or
+** more than one chunk, this runs inside a transaction (ours or the
+** caller's), so all or none commit.
 */
 static int insert_items(due_store *s, const due_submit *items, size_t n,
 			due_submitted *out)
 {
 	int rc;
 
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		out[i].id = 0;
+		out[i].moved = false;
+	}
 	for (size_t i = 0, k; i < n; i += k)
 		if ((rc = insert_batch(s, items + i,
 				       k = chunk_of(items + i, n - i),
@@ -1808,6 +2025,11 @@ static int insert_items(due_store *s, const due_submit *items, size_t n,
 				    "postgres store: the live task of kind "
 				    "'%s' key '%s' keeps changing; retry",
 				    items[i].kind, items[i].opts.key);
+			if (items[i].opts.on_key != DUE_ON_KEY_KEEP) {
+				if ((rc = on_key(s, &items[i], &out[i])) < 0)
+					return rc;
+				continue;
+			}
 			if ((rc = find_live(s, &items[i], &out[i].id)) < 0)
 				return rc;
 			out[i].existed = out[i].id != 0;

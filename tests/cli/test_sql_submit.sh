@@ -9,7 +9,10 @@
 # init` adding the routine to an existing store and replacing the one of a
 # store of the previous schema version; due_reschedule() beside it (issue
 # 38: its outcomes, in the caller's transaction, bad input, and a store of
-# schema 8 given it by `due init`).  PostgreSQL: the function writes
+# schema 8 given it by `due init`); PostgreSQL's due_schedule(..., on_key)
+# (issue 38: keep, replace, later, a running holder giving up its key,
+# bad on_key, the producer's extra GRANTs from the docs, a store of schema
+# 9 given it by `due init`).  PostgreSQL: the function writes
 # the store's due_task whatever the caller's path holds (a "$user" schema
 # or a temporary table of that name: issue 36), also from a schema whose
 # name needs quoting.  The producer's GRANTs and the isolation levels are
@@ -21,6 +24,7 @@
 # worker's pick-up is waited for with a deadline (a hang guard), shorter
 # than its 60 s safety poll so that only the wake-up can make it.
 . "$(dirname "$0")/lib.sh"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 field() { "$DUE" show "$1" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
 is_state() { [ "$(field "$1" state)" = "$2" ]; }
 
@@ -283,7 +287,7 @@ pgsu -c "CREATE SCHEMA \"$qs\""
 DUE_DB="$DUE_TEST_PG_URL${sep}options=-csearch_path%3D%22%24user%22%2C%22$qs%22" "$DUE" init >/dev/null &&
 	ok || bad "init into \"\$user\",\"$qs\""
 expect_eq "quoted schema: pinned to it, pg_temp last" "{\"search_path=\\\"$qs\\\", pg_temp\"}" \
-	"$(pgsu -c "SELECT proconfig FROM pg_proc WHERE pronamespace = '\"$qs\"'::regnamespace AND proname = 'due_schedule'")"
+	"$(pgsu -c "SELECT DISTINCT proconfig FROM pg_proc WHERE pronamespace = '\"$qs\"'::regnamespace AND proname = 'due_schedule'")"
 # the producer has the GRANTs docs/INTERFACE.md gives (and its own schema)
 pgsu -c "CREATE ROLE $role" -c "CREATE SCHEMA $role AUTHORIZATION $role" \
 	-c "GRANT USAGE ON SCHEMA \"$qs\" TO $role" \
@@ -302,7 +306,7 @@ expect_eq "pinned: both tasks in the store's due_task, under the ids returned" \
 	"$(pgsu -c "SELECT id FROM \"$qs\".due_task WHERE kind = 'pinned' ORDER BY id" | paste -sd' ')"
 expect_eq "pinned: the main store's function too (pg_temp last)" \
 	"{\"search_path=$schema, pg_temp\"}" \
-	"$(sql -c "SELECT proconfig FROM pg_proc WHERE proname = 'due_schedule'
+	"$(sql -c "SELECT DISTINCT proconfig FROM pg_proc WHERE proname = 'due_schedule'
 		AND pronamespace = '$schema'::regnamespace")"
 
 echo "== due init adds the function to an existing store"
@@ -323,7 +327,7 @@ sql -c "CREATE OR REPLACE FUNCTION due_schedule(kind text, payload text,
 expect_err 6 "run \`due init\` to upgrade" "$DUE" ls
 "$DUE" init >/dev/null && ok || bad "init of a store of schema 7"
 expect_eq "upgraded: pinned" "{\"search_path=$schema, pg_temp\"}" \
-	"$(sql -c "SELECT proconfig FROM pg_proc WHERE proname = 'due_schedule'
+	"$(sql -c "SELECT DISTINCT proconfig FROM pg_proc WHERE proname = 'due_schedule'
 		AND pronamespace = '$schema'::regnamespace")"
 id=$(sql -c "SELECT due_schedule('again', 'x')")
 [[ "$id" =~ ^[1-9][0-9]*$ ]] && ok || bad "upgraded: the old function kept: '$id'"
@@ -350,4 +354,113 @@ expect_err 6 "run \`due init\` to upgrade" "$DUE" ls
 "$DUE" init >/dev/null && ok || bad "init of a store of schema 8"
 expect_eq "upgraded: due_reschedule there" NOT_FOUND \
 	"$(sql -c "SELECT due_reschedule(999999, run_in => interval '1 s')")"
+
+echo "== due_schedule(..., on_key) debounces by key (issue 38)"
+# The overload takes all seven arguments.  Each check is one psql
+# session: the call, then what it returned and that task's minutes to
+# its due time and payload.
+deb() { # KEY PAYLOAD RUN_IN ON_KEY [RUN_AT]
+	sql -F ' ' <<-EOF
+	SELECT due_schedule('deb', '$2', interval '$3', ${5:-NULL}, '$1', 5, '$4') AS id \gset
+	SELECT :id, round(extract(epoch FROM due_at - now()) / 60), convert_from(payload, 'UTF8')
+	  FROM due_task WHERE id = :id;
+	EOF
+}
+d1=$(deb doc-7 p1 '1 hour' keep | cut -d' ' -f1)
+expect_eq "keep: a new task, then the holder untouched" "$d1 60 p1" "$(deb doc-7 p2 '2 hours' keep)"
+expect_eq "replace: the holder moved (earlier too)" "$d1 30 p3" "$(deb doc-7 p3 '30 minutes' replace)"
+expect_eq "later, earlier: nothing changes" "$d1 30 p3" "$(deb doc-7 p4 '10 minutes' later)"
+expect_eq "later, equal: nothing changes" "$d1 30 p3" \
+	"$(deb doc-7 p4 '0 s' later "(SELECT due_at FROM due_task WHERE id = $d1)")"
+expect_eq "later, later, by name: moved" "$d1 90 p5" "$(sql -F ' ' <<-EOF
+	SELECT due_schedule(kind => 'deb', payload => 'p5', run_in => interval '90 minutes',
+	  run_at => NULL, key => 'doc-7', max_attempts => 5, on_key => 'later') AS id \gset
+	SELECT :id, round(extract(epoch FROM due_at - now()) / 60), convert_from(payload, 'UTF8')
+	  FROM due_task WHERE id = :id;
+	EOF
+)"
+expect_eq "rolled back: nothing moved; one task; without on_key: the six-argument one" \
+	"$d1 90 p5 1 $d1" "$(sql -F ' ' <<-EOF | paste -sd' '
+	BEGIN;
+	SELECT due_schedule('deb', 'p6', interval '0', '2100-01-01Z', 'doc-7', 5, 'later') \gset
+	ROLLBACK;
+	SELECT id, round(extract(epoch FROM due_at - now()) / 60), convert_from(payload, 'UTF8')
+	  FROM due_task WHERE id = $d1;
+	SELECT count(*) FROM due_task WHERE kind = 'deb';
+	SELECT due_schedule('deb', 'p7', key => 'doc-7', run_in => interval '5 hours');
+	EOF
+)"
+
+echo "== on_key with a running holder: it gives up the key, a new task takes it"
+"$DUE" work --poll 60s --no-cron --kinds debrun \
+	--exec "while [ ! -f '$T/go' ]; do sleep 0.05; done; echo ran" 2>"$T/work2.err" &
+wpid=$!
+r1=$(sql -c "SELECT due_schedule('debrun', 'old', key => 'doc-8')")
+sql_state() { [ "$(sql -c "SELECT state FROM due_task WHERE id = $1")" = "$2" ]; }
+wait_for "the holder running" 30 sql_state "$r1" CLAIMED
+sql -F ' ' >"$T/run.out" <<-EOF
+	SELECT due_schedule('debrun', 'k', interval '1 hour', NULL, 'doc-8', 5, 'keep');
+	SELECT due_schedule('debrun', 'new', interval '1 hour', NULL, 'doc-8', 5, 'later') AS r2 \gset
+	SELECT :r2;
+	SELECT state, attempt, convert_from(payload, 'UTF8'), coalesce(key, 'NULL') FROM due_task
+	  WHERE id IN ($r1, :r2) ORDER BY id;
+	EOF
+r2=$(sed -n 2p "$T/run.out")
+expect_eq "keep: the running task" "$r1" "$(sed -n 1p "$T/run.out")"
+[[ "$r2" =~ ^[0-9]+$ ]] && [ "$r2" != "$r1" ] && ok || bad "later on a running holder: '$r2' (running $r1)"
+expect_eq "the running task untouched but for its key; the new one holds it" \
+	"CLAIMED 1 old NULL|SCHEDULED 0 new doc-8" "$(sed -n 3,4p "$T/run.out" | paste -sd'|')"
+touch "$T/go"
+wait_for "the running task done" 30 sql_state "$r1" DONE
+expect_eq "its end left the key with the new task" "$r2" \
+	"$(sql -c "SELECT due_schedule('debrun', 'k', key => 'doc-8')")"
+kill "$wpid"
+wait "$wpid" || true
+
+echo "== on_key: bad input, an error naming it (SQLSTATE 22023), nothing written"
+before=$(tasks)
+# one session, each call failing on its own (autocommit, no ON_ERROR_STOP)
+sql -v ON_ERROR_STOP=0 -v VERBOSITY=verbose >/dev/null 2>"$T/err" <<-EOF
+	SELECT due_schedule('deb', 'x', interval '0', NULL, 'doc-7', 5, 'sometimes');
+	SELECT due_schedule('deb', 'x', interval '0', NULL, 'doc-7', 5, 'Later');
+	SELECT due_schedule('deb', 'x', interval '0', NULL, 'doc-7', 5, NULL);
+	SELECT due_schedule('deb', 'x', interval '0', NULL, NULL, 5, 'replace');
+	SELECT due_schedule('deb', 'x', interval '-1 s', NULL, 'doc-7', 5, 'replace');
+	EOF
+for m in "invalid on_key 'sometimes': must be keep, replace or later" "invalid on_key 'Later'" \
+	"invalid on_key NULL" "on_key replace needs a key" "invalid delay (run_in): negative"; do
+	has -F "ERROR:  22023: due_schedule: $m" "$T/err" && ok || bad "bad on_key: no 22023 '$m': $(cat "$T/err")"
+done
+expect_eq "five errors" 5 "$(grep -c '^ERROR:' "$T/err")"
+expect_eq "bad on_key calls wrote nothing" "$before $d1 90 p5" "$(tasks) $(deb doc-7 x '0 s' keep)"
+
+echo "== on_key privileges: the docs' extra GRANTs (UPDATE, EXECUTE on the overload)"
+extra=$(grep -o '`GRANT [^`]*TO producer`' "$ROOT/docs/INTERFACE.md" | tr -d '`')
+expect_eq "two extra GRANT lines in the docs" 2 "$(grep -c GRANT <<<"$extra")"
+pgsu -c "SET search_path = \"$qs\"" -c "REVOKE EXECUTE ON FUNCTION due_schedule(text, text, interval,
+	timestamptz, text, integer, text) FROM PUBLIC"
+as_role() { pgsu -c "SET ROLE $role" "$@"; }
+refused_as() { # WHAT SUBSTRING SQL
+	if as_role -c "$3" >"$T/out" 2>"$T/err"; then bad "$1: accepted"
+	elif grep -qF -- "$2" "$T/err"; then ok
+	else bad "$1: the error lacks '$2': $(cat "$T/err")"; fi
+}
+call7="SELECT \"$qs\".due_schedule('deb', 'x', interval '1 hour', NULL, 'g', 5, 'later')"
+g1=$(as_role -c "SELECT \"$qs\".due_schedule('deb', 'x', key => 'g')") && ok ||
+	bad "the producer's six-argument call"
+refused_as "on_key without EXECUTE on the overload" "permission denied for function due_schedule" "$call7"
+grant_doc() { pgsu -c "SET search_path = \"$qs\"" -c "$(grep -F "$1" <<<"$extra" | sed "s/ TO producer/ TO $role;/")"; }
+grant_doc EXECUTE
+refused_as "on_key with EXECUTE alone" "permission denied for table due_task" "$call7"
+grant_doc UPDATE
+expect_eq "on_key with the docs' GRANTs: the producer's task moved" "$g1 60" \
+	"$(as_role -c "$call7" 2>&1) $(pgsu -c "SELECT round(extract(epoch FROM due_at - now()) / 60) FROM \"$qs\".due_task WHERE id = $g1")"
+
+echo "== a store of schema 9 gets due_schedule(..., on_key) from due init"
+sql -c "DROP FUNCTION due_schedule(text, text, interval, timestamptz, text, integer, text)" \
+	-c "UPDATE due_meta SET value = '9' WHERE name = 'schema_version'"
+expect_err 6 "run \`due init\` to upgrade" "$DUE" ls
+"$DUE" init >/dev/null && ok || bad "init of a store of schema 9"
+expect_eq "upgraded: schema 10" 10 "$(sql -c "SELECT value FROM due_meta WHERE name = 'schema_version'")"
+expect_eq "upgraded: on_key there" "$d1 90 p5" "$(deb doc-7 x '0 s' keep)"
 finish
