@@ -25,6 +25,11 @@ extern char **environ;
 
 /* The signal that asked the run to stop, 0 while none has. */
 static volatile sig_atomic_t g_stop;
+/* The case's store stopped answering (store_answers): its workers, stuck
+   in calls to it or retrying them, are given GONE_REAP_MS to go, not the
+   whole hang guard.  Cleared when the case's line is printed. */
+static bool g_store_gone;
+#define GONE_REAP_MS 5000
 
 /* The children of v_fork not reaped yet (workers, raw SQL clients). */
 #define MAX_KIDS 256
@@ -266,6 +271,7 @@ void v_case(vctx *v, const char *name, bool pass, const char *fmt, ...)
 		       v->unreachable);
 		fflush(stdout);
 		v->unreachable[0] = '\0';
+		g_store_gone = false;
 		v->failed++;
 		return;
 	}
@@ -334,6 +340,8 @@ int v_reap(pid_t pid, int timeout_ms)
 			v_stop_children();
 			return -1;
 		}
+		if (g_store_gone && end > v_now_ms() + GONE_REAP_MS)
+			end = v_now_ms() + GONE_REAP_MS;
 		if (v_now_ms() > end) {
 			kill(pid, SIGKILL);
 			waitpid(pid, &st, 0);
@@ -362,6 +370,7 @@ static bool store_answers(vctx *v, double *next_probe, int *failed)
 	} else if (++*failed >= 2) {
 		snprintf(v->unreachable, sizeof(v->unreachable), "%s",
 			 due_error_last());
+		g_store_gone = true;
 		return false;
 	}
 	*next_probe = v_now_ms() + 1000;
