@@ -209,7 +209,7 @@ else
 
 	echo "== mysql: due_schedule_on_key: a running holder gives up its key"
 	"$DUE" work --poll 60s --no-cron --kinds deb-run \
-		--exec "while [ ! -e '$T/go' ]; do sleep 0.1; done; echo ran" 2>"$T/debwork.err" &
+		--exec "while [ ! -e '$T/my-go' ]; do sleep 0.1; done; echo ran" 2>"$T/debwork.err" &
 	dwpid=$!
 	r1=$("$DUE" add deb-run --key r1 --payload old)
 	wait_for "mysql: on_key: the holder running" 30 my_state "$r1" CLAIMED
@@ -217,7 +217,7 @@ else
 	[[ "$r2" =~ ^[1-9][0-9]*$ && "$r2" != "$r1" ]] && ok || bad "mysql: on_key replace of a running holder gave '$r2' (holder $r1)"
 	expect_eq "mysql: the running task untouched but its key" "CLAIMED 1 old NULL" "$(row "$r1")"
 	expect_eq "mysql: the new task holds the key" "SCHEDULED 0 new r1" "$(row "$r2")"
-	touch "$T/go"
+	touch "$T/my-go"
 	wait_for "mysql: on_key: the old task done" 30 my_state "$r1" DONE
 	expect_eq "mysql: its finish left the key with the new task" "$r2" \
 		"$(my "$(okey "'deb-run', 'x', NULL, NULL, 'r1', NULL, 'keep'")")"
