@@ -179,6 +179,100 @@ else
 	"$DUE" init >/dev/null && ok || bad "mysql: init of a store of schema 8"
 	expect_eq "mysql: upgraded: due_reschedule there" NOT_FOUND \
 		"$(my "CALL due_reschedule(999999, 1, NULL, NULL, @o); SELECT @o")"
+	# ---- MySQL: due_schedule_on_key(..., on_key, @id) (issue 38 point 2)
+	echo "== mysql: due_schedule_on_key: replace, later, keep"
+	okey() { echo "CALL due_schedule_on_key($1, @id); SELECT @id"; }
+	# a task's row read by SQL (cheaper here than due show + python)
+	due_pay() { my "SELECT CONCAT(due_at, ' ', payload) FROM due_task WHERE id = $1"; }
+	row() { my "SELECT CONCAT_WS(' ', state, attempt, payload, IFNULL(\`key\`, 'NULL')) FROM due_task WHERE id = $1"; }
+	my_state() { [ "$(my "SELECT state FROM due_task WHERE id = $1")" = "$2" ]; }
+	d1=$(my "$(okey "'deb', 'a', 3600000000, NULL, 'd1', NULL, 'replace'")")
+	[[ "$d1" =~ ^[1-9][0-9]*$ ]] && ok || bad "mysql: on_key: first submit gave '$d1'"
+	expect_eq "mysql: on_key replace: the holder moved, same id" "$d1" \
+		"$(my "$(okey "'deb', 'b', NULL, 4102444800000000, 'd1', NULL, 'replace'")")"
+	expect_eq "mysql: on_key replace: new time and payload" "4102444800000000 b" "$(due_pay "$d1")"
+	expect_eq "mysql: on_key later, earlier: same id" "$d1" \
+		"$(my "$(okey "'deb', 'c', NULL, 4102358400000000, 'd1', NULL, 'later'")")"
+	expect_eq "mysql: on_key later, equal: same id" "$d1" \
+		"$(my "$(okey "'deb', 'c', NULL, 4102444800000000, 'd1', NULL, 'later'")")"
+	expect_eq "mysql: on_key later, not later: nothing moved" "4102444800000000 b" "$(due_pay "$d1")"
+	expect_eq "mysql: on_key later, later: same id" "$d1" \
+		"$(my "$(okey "'deb', 'd', NULL, 4102531200000000, 'd1', NULL, 'later'")")"
+	expect_eq "mysql: on_key later: moved" "4102531200000000 d" "$(due_pay "$d1")"
+	expect_eq "mysql: on_key keep and NULL: same id" "$d1 $d1" \
+		"$(my "$(okey "'deb', 'e', 1, NULL, 'd1', NULL, 'keep'")") $(my "$(okey "'deb', 'e', 1, NULL, 'd1', NULL, NULL")")"
+	expect_eq "mysql: on_key keep: nothing moved" "4102531200000000 d" "$(due_pay "$d1")"
+	expect_eq "mysql: on_key replace rolled back: the holder's id" "$d1" \
+		"$(my "START TRANSACTION; CALL due_schedule_on_key('deb', 'f', 1, NULL, 'd1', NULL, 'replace', @id); ROLLBACK; SELECT @id")"
+	expect_eq "mysql: on_key replace rolled back: nothing moved" "4102531200000000 d" "$(due_pay "$d1")"
+	expect_eq "mysql: on_key replace, a delay: from the server's clock" 60000000 \
+		"$(my "CALL due_schedule_on_key('deb', 'g', 60000000, NULL, 'd1', NULL, 'replace', @id);
+		       SELECT due_at - updated_at FROM due_task WHERE id = $d1 AND id = @id")"
+	expect_eq "mysql: on_key with no live task: a new one" 1 \
+		"$(my "SELECT COUNT(*) FROM due_task WHERE id = $(my "$(okey "'deb', 'h', NULL, NULL, 'd2', NULL, 'later'")") AND \`key\` = 'd2'")"
+
+	echo "== mysql: due_schedule_on_key: a running holder gives up its key"
+	"$DUE" work --poll 60s --no-cron --kinds deb-run \
+		--exec "while [ ! -e '$T/my-go' ]; do sleep 0.1; done; echo ran" 2>"$T/debwork.err" &
+	dwpid=$!
+	r1=$("$DUE" add deb-run --key r1 --payload old)
+	wait_for "mysql: on_key: the holder running" 30 my_state "$r1" CLAIMED
+	r2=$(my "$(okey "'deb-run', 'new', 3600000000, NULL, 'r1', NULL, 'replace'")")
+	[[ "$r2" =~ ^[1-9][0-9]*$ && "$r2" != "$r1" ]] && ok || bad "mysql: on_key replace of a running holder gave '$r2' (holder $r1)"
+	expect_eq "mysql: the running task untouched but its key" "CLAIMED 1 old NULL" "$(row "$r1")"
+	expect_eq "mysql: the new task holds the key" "SCHEDULED 0 new r1" "$(row "$r2")"
+	touch "$T/my-go"
+	wait_for "mysql: on_key: the old task done" 30 my_state "$r1" DONE
+	expect_eq "mysql: its finish left the key with the new task" "$r2" \
+		"$(my "$(okey "'deb-run', 'x', NULL, NULL, 'r1', NULL, 'keep'")")"
+	kill "$dwpid"
+	wait "$dwpid" || true
+
+	echo "== mysql: due_schedule_on_key: 8 producers debounce one key"
+	for p in 1 2 3 4 5 6 7 8; do
+		( for r in 1 2 3 4 5 6 7 8 9 10; do
+			n=$((r * 8 + p))
+			echo "CALL due_schedule_on_key('deb8', 'p$n', NULL, $((4102444800000000 + n * 1000000)), 'k8', NULL, 'later', @id);"
+		done | mycli "$mydb" ) &
+	done
+	wait
+	expect_eq "mysql: 8 producers x 10 later: one task, at the latest time, its payload" \
+		"1 4102444888000000 p88" \
+		"$(my "SELECT COUNT(*) FROM due_task WHERE kind = 'deb8'") $(due_pay "$(my "SELECT id FROM due_task WHERE kind = 'deb8'")")"
+
+	echo "== mysql: due_schedule_on_key: bad input, nothing written"
+	before="$(my 'SELECT COUNT(*) FROM orders') $(mytasks) $(due_pay "$d1")"
+	my_okey_err() { # WHAT ARGS
+		if my "START TRANSACTION; INSERT INTO orders VALUES (97);
+		       CALL due_schedule_on_key($2, @id); COMMIT" >"$T/out" 2>"$T/err"; then
+			bad "mysql: on_key: $1: accepted"
+		elif grep -qF -- "$1" "$T/err"; then
+			ok
+		else
+			bad "mysql: on_key: $1: error does not name it: $(cat "$T/err")"
+		fi
+	}
+	my_okey_err "due_schedule_on_key: invalid on_key 'bogus': must be keep, replace or later" \
+		"'deb', 'x', NULL, NULL, 'd1', NULL, 'bogus'"
+	my_okey_err "invalid on_key 'REPLACE'" "'deb', 'x', NULL, NULL, 'd1', NULL, 'REPLACE'"
+	my_okey_err "invalid on_key 'later '" "'deb', 'x', NULL, NULL, 'd1', NULL, 'later '"
+	my_okey_err "invalid on_key ''" "'deb', 'x', NULL, NULL, 'd1', NULL, ''"
+	my_okey_err "due_schedule_on_key: on_key replace needs a key" "'deb', 'x', NULL, NULL, NULL, NULL, 'replace'"
+	my_okey_err "on_key later needs a key" "'deb', 'x', NULL, NULL, NULL, NULL, 'later'"
+	my_okey_err "due_schedule_on_key: invalid key '': empty" "'deb', 'x', NULL, NULL, '', NULL, 'replace'"
+	my_okey_err "due_schedule_on_key: invalid delay (run_in_us): negative" "'deb', 'x', -1, NULL, 'd1', NULL, 'replace'"
+	my_okey_err "due_schedule_on_key: invalid kind 'bad kind'" "'bad kind', 'x', NULL, NULL, 'd1', NULL, 'replace'"
+	expect_eq "mysql: on_key: bad calls wrote nothing (no order, no task, the holder as it was)" "$before" \
+		"$(my 'SELECT COUNT(*) FROM orders') $(mytasks) $(due_pay "$d1")"
+
+	echo "== mysql: a store of schema 9 gets due_schedule_on_key from due init"
+	my "DROP PROCEDURE due_schedule_on_key; UPDATE due_meta SET value = '9' WHERE name = 'schema_version'"
+	expect_err 6 "run \`due init\` to upgrade" "$DUE" ls
+	"$DUE" init >/dev/null && ok || bad "mysql: init of a store of schema 9"
+	expect_eq "mysql: upgraded: due_schedule_on_key there" "$d1" \
+		"$(my "$(okey "'deb', 'i', NULL, NULL, 'd1', NULL, 'keep'")")"
+	expect_eq "mysql: upgraded: due_schedule kept" "$d1" \
+		"$(my "$(call "'deb', 'i', NULL, NULL, 'd1', NULL")")"
 	mycli -e "DROP DATABASE IF EXISTS $mydb" >/dev/null
 fi
 
