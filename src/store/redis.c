@@ -1805,7 +1805,7 @@ static void *rd_native(due_store *s) { return s->c; }
 /* Producer                                                            */
 /* ------------------------------------------------------------------ */
 
-/* The 11 arguments of one submit (lua submit_one). */
+/* The 12 arguments of one submit (lua submit_one), on_key last by name. */
 static void arg_submit(rargs *a, const due_submit *it)
 {
 	const due_schedule_opts *o = &it->opts;
@@ -1824,6 +1824,8 @@ static void arg_submit(rargs *a, const due_submit *it)
 	arg_i(a, o->priority);
 	arg_opt(a, o->group);
 	arg_i(a, o->timeout_us > 0 ? o->timeout_us : 0);
+	arg_z(a,
+	      due_on_key_name(o->on_key) ? due_on_key_name(o->on_key) : "keep");
 }
 
 /* A setting read with CONFIG GET: *v, or false when CONFIG is refused. */
@@ -1946,11 +1948,12 @@ static int rd_schedule(due_store *s, due_submitted *out,
 		arg_submit(&a, &items[i]);
 	if ((rc = rd_eval(s, "submit", &a, &r, "submit")) < 0)
 		return rc;
-	if (!is_array(r, 2 * n))
+	if (!is_array(r, 3 * n))
 		return bad_reply(s, r, "submit");
 	for (size_t i = 0; i < n; i++) {
-		out[i].id = rint_of(r->element[2 * i]);
-		out[i].existed = rint_of(r->element[2 * i + 1]) != 0;
+		out[i].id = rint_of(r->element[3 * i]);
+		out[i].existed = rint_of(r->element[3 * i + 1]) != 0;
+		out[i].moved = rint_of(r->element[3 * i + 2]) != 0;
 	}
 	freeReplyObject(r);
 	return 0;

@@ -16,7 +16,13 @@
 **     refused (each shard's meta records it).
 **   - Submit: an item with a key goes to the shard of hash(kind, key), so
 **     the (kind, key) uniqueness of that shard is the store's and a retried
-**     submit finds its task.  An item of a kind with a limit goes to shard
+**     submit finds its task.  So on_key (issue 38) is one shard's script
+**     too: the live holder of the key is in that shard, and its move, or
+**     its giving up the key to a new task made there, is atomic
+**     (lua/task.lua submit_one).  (Not a schedule's slot task, key
+**     cron:NAME:SLOT, made in shard 0: a user's submit of that key goes
+**     to its hash's shard and does not find it, under any on_key.)  An item of
+*a kind with a limit goes to shard
 **     0.  Other items go, a whole call at a time, to the next shard in
 **     turn: a batch without keys stays one script (all or none).  A batch
 **     over several shards is one script per shard: all or none per shard,

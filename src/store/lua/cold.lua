@@ -25,17 +25,14 @@ local function cold()
   -- and listeners are woken.  Anything else is reported, not written.
   ops.reschedule = function()
     local t, id = now(), tonumber(A[2])
-    local tk = T(id)
-    local v = tcall('HMGET', tk, 'state', 'kind', 'priority', 'due_at')
+    local v = tcall('HMGET', T(id), 'state', 'kind', 'priority', 'due_at')
     if not v[1] then return 'NONE' end
     if v[1] ~= 'SCHEDULED' then return v[1] end
     local due, ds = t + tonumber(A[4]), nil
     if A[3] ~= '' then due, ds = tonumber(A[3]), A[3] else ds = I(due) end
-    idx_del(id, v[2], N(v[3]), N(v[4]))
-    local h = {'due_at', ds, 'updated_at', I(t)}
-    if A[5] == '1' then h[5], h[6] = 'payload', A[6] end
-    tcall('HSET', tk, unpack(h))
-    idx_add(id, v[2], N(v[3]), due)
+    local p = nil
+    if A[5] == '1' then p = A[6] end
+    due_move(id, v[2], N(v[3]), N(v[4]), due, ds, p, t)
     wake()
     return 'SCHEDULED'
   end
