@@ -38,6 +38,9 @@ typedef struct cli_ctx {
 	const char *db_url; /* --db, else $DUE_DB, else sqlite:./due.db */
 	bool json;
 	const char *prog; /* "due add" ... for messages */
+	/* > 0: a lower bound than the URL's timeout= on each store call
+	   (due_open_opts.timeout_us), for a command with a deadline */
+	int64_t call_bound_us;
 } cli_ctx;
 
 /* Handle a common option; true if `opt` was one. */

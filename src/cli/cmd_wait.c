@@ -14,6 +14,7 @@
 #include "fmt/fmt.h"
 
 #define EXIT_TIMEOUT 124
+#define CALL_BOUND_MIN_US 1000000LL
 
 static const char usage[] =
     "usage: due wait ID [--timeout DUR] [--json] [--db URL]\n"
@@ -25,11 +26,17 @@ static const char usage[] =
     "(PostgreSQL LISTEN, the SQLite store's -done file, Redis pub/sub); a\n"
     "MySQL store, or PostgreSQL behind a pooler without listen=, is read\n"
     "again with a backoff up to once a second.  A store that stops\n"
-    "answering is retried quietly, on a new connection, for up to 30 s of\n"
-    "failures in a row; then its error is printed and the exit code is 5.\n"
+    "answering mid-wait is retried quietly, on a new connection, until 30 s\n"
+    "have passed since the first failed read (each read bounded by the\n"
+    "URL's timeout=, 10 s by default), or until the timeout; then its error\n"
+    "is printed and the exit code is 5.  One that does not answer when the\n"
+    "wait starts is exit 5 after that bound.\n"
     "\n"
     "  --timeout DUR   give up after DUR (e.g. 30s, 5m); the task is then\n"
-    "                  printed as it is, and the exit code is 124\n"
+    "                  printed as it was last read, and the exit code is\n"
+    "                  124, the store answering or not.  Each read is then\n"
+    "                  bounded by a fifth of DUR (1 s at least), so a frozen\n"
+    "                  store holds the answer that much past DUR at most\n"
     "  --json          print the task as `due show --json` does\n"
     "\n"
     "Exit codes: 0 DONE, 4 DEAD or CANCELLED, 124 timed out (as\n"
@@ -109,6 +116,13 @@ int cmd_wait(int argc, char **argv)
 	}
 	if (optind + 1 != argc)
 		return cli_usage_error(&c, "expected exactly one task ID");
+	/* with a deadline, a frozen store may hold the read under way when
+	   it passes for a fifth of it (1 s at least, the URL's timeout= at
+	   most), not the whole timeout= */
+	if (timeout >= 0)
+		c.call_bound_us = timeout / 5 > CALL_BOUND_MIN_US
+				      ? timeout / 5
+				      : CALL_BOUND_MIN_US;
 	if ((rc = cli_parse_id(&c, argv[optind], &id)) ||
 	    (rc = cli_open(&c, &db)))
 		return rc;

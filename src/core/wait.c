@@ -34,6 +34,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdio.h>
 #include <time.h>
 
 #include "base/base.h"
@@ -132,6 +133,23 @@ static int outage(waiter *w, int rc, int64_t now, int64_t end)
 	return 1;
 }
 
+/* DUE_ETIMEDOUT with the task as last read (*out takes it). */
+static int timed_out(due_task **out, due_task *t, int64_t timeout_us,
+		     const char *store_error)
+{
+	char buf[48], why[300] = "";
+
+	due_duration_format(buf, sizeof(buf), timeout_us > 0 ? timeout_us : 0);
+	if (store_error)
+		snprintf(why, sizeof(why),
+			 " (as last read: the store did not answer: %s)",
+			 store_error);
+	*out = t;
+	return due__error_set(DUE_ETIMEDOUT, "task %lld is still %s after %s%s",
+			      (long long)t->id, due_state_name(t->state), buf,
+			      why);
+}
+
 int due_wait(due_db *db, due_task **out, due_id id, int64_t timeout_us)
 {
 	waiter w = {db, -1, true, 0, POLL_MIN_US, 0};
@@ -139,8 +157,7 @@ int due_wait(due_db *db, due_task **out, due_id id, int64_t timeout_us)
 	int64_t end = timeout_us < 0 || timeout_us > INT64_MAX - now
 			  ? INT64_MAX
 			  : now + timeout_us;
-	char buf[48];
-	due_task *t = NULL;
+	due_task *t = NULL, *last = NULL; /* last: the last read, unfinished */
 	int rc;
 
 	*out = NULL;
@@ -155,27 +172,30 @@ int due_wait(due_db *db, due_task **out, due_id id, int64_t timeout_us)
 			listen_again(&w, now);
 		if ((rc = due_get(db, &t, id)) < 0) {
 			now = due__mono_us();
-			if (!outage(&w, rc, now, end))
-				return rc;
-			pause_for(&w, end - now);
-			continue;
+			if (outage(&w, rc, now, end)) {
+				pause_for(&w, end - now);
+				continue;
+			}
+			/* the time passed while the store did not answer:
+			   a timeout, with the task as it was last read */
+			if (rc == DUE_ESTORE && now >= end && last)
+				return timed_out(out, last, timeout_us,
+						 due_error_last());
+			due_task_free(last);
+			return rc;
 		}
 		w.fail_since = 0;
 		if (finished(t->state)) {
+			due_task_free(last);
 			*out = t;
 			return 0;
 		}
-		now = due__mono_us();
-		if (now >= end) {
-			due_duration_format(buf, sizeof(buf),
-					    timeout_us > 0 ? timeout_us : 0);
-			*out = t;
-			return due__error_set(
-			    DUE_ETIMEDOUT, "task %lld is still %s after %s",
-			    (long long)id, due_state_name(t->state), buf);
-		}
-		due_task_free(t);
+		due_task_free(last);
+		last = t;
 		t = NULL;
+		now = due__mono_us();
+		if (now >= end)
+			return timed_out(out, last, timeout_us, NULL);
 		pause_for(&w, end - now);
 	}
 }

@@ -159,7 +159,7 @@ run() {
 	echo "   ($b: command, worker and HTTP parts in $((SECONDS - t0)) s)"
 	t0=$SECONDS
 	"$DUE" verify --db "$3" --case debounce_racing_producers >"$T/v-$b" 2>&1
-	grep "^CASE" "$T/v-$b"
+	grep "^CASE" "$T/v-$b" || true
 	has "^CASE debounce_racing_producers PASS" "$T/v-$b" && ok ||
 		bad "$b: verify debounce_racing_producers: $(tail -3 "$T/v-$b")"
 	echo "   ($b: the racing producers in $((SECONDS - t0)) s)"

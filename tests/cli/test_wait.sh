@@ -246,6 +246,26 @@ if need DUE_TEST_PG_URL "postgres outage"; then
 	expect_eq "after the outage: exit code" 4 "$(rc_of outage)"
 	expect_eq "after the outage: the state" CANCELLED "$(head -1 "$T/outage.out")"
 	expect_eq "after the outage: nothing on stderr" "" "$(cat "$T/outage.err")"
+
+	# --timeout is kept with the store frozen: exit 124 with the task as
+	# last read, each read bounded by a fifth of the timeout (1 s at
+	# least), not the URL's 10 s (the attack's defect: exit 5 after 15 s)
+	via10=${via%timeout=1s}timeout=10s
+	id=$("$DUE" add --db "$purl" o --in 1h)
+	t0=$(date +%s%N)
+	wait_bg frozen "$id" --db "$via10" --timeout 4s
+	sleep 1.5
+	kill -STOP "$proxy"
+	wait_for "the wait's deadline with the store frozen" 30 test -s "$T/frozen.rc"
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	kill -CONT "$proxy"
+	expect_eq "frozen at the deadline: exit code" 124 "$(rc_of frozen)"
+	expect_eq "frozen at the deadline: the task as last read" SCHEDULED "$(head -1 "$T/frozen.out")"
+	has -F "the store did not answer" "$T/frozen.err" && ok ||
+		bad "frozen at the deadline: stderr: $(cat "$T/frozen.err")"
+	# 4 s, one read bounded by 1 s, and a loaded machine's slack
+	[ "$ms" -lt 9000 ] && ok || bad "frozen at the deadline: the wait took $ms ms (bound 9000)"
+	echo "  the 4 s wait with the store frozen ended in $ms ms"
 	kill "$proxy" 2>/dev/null || true
 fi
 
