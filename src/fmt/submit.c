@@ -276,6 +276,19 @@ int due__fmt_submit_from_json(json_t *obj, const char *const *known,
 	return 0;
 }
 
+/*
+** jansson's reason, in the caller's words where it names a flag of
+** jansson's: a \u0000 in a string (JSON_ALLOW_NUL, which we leave off so
+** that every string is a C string) is said with its way around.
+*/
+static const char *json_why(const json_error_t *je)
+{
+	if (strstr(je->text, "\\u0000"))
+		return "a \\u0000 in a string is refused (a payload holding NUL "
+		       "bytes goes as payload_b64)";
+	return je->text;
+}
+
 int due__fmt_batch_line(const char *line, size_t len, size_t lineno,
 			json_t **obj, due_submit *out, unsigned char **blob,
 			char *err, size_t errlen)
@@ -292,7 +305,7 @@ int due__fmt_batch_line(const char *line, size_t len, size_t lineno,
 		return 1;
 	if (!(*obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je)))
 		return fail(err, errlen, "--batch line %zu: malformed JSON: %s",
-			    lineno, je.text);
+			    lineno, json_why(&je));
 	if (due__fmt_submit_from_json(*obj, due__fmt_submit_fields, out, blob,
 				      why, sizeof(why)) < 0)
 		return fail(err, errlen, "--batch line %zu: %s", lineno, why);
@@ -316,7 +329,7 @@ int due__fmt_json_body(const char *body, size_t len, bool allow_empty,
 	if (!*out)
 		return fail(err, errlen,
 			    "malformed JSON at line %d column %d: %s", je.line,
-			    je.column, je.text);
+			    je.column, json_why(&je));
 	if (!json_is_object(*out)) {
 		json_decref(*out);
 		*out = NULL;
