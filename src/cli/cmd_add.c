@@ -374,6 +374,7 @@ int cmd_add(int argc, char **argv)
 	add_args a = {.o = DUE_SCHEDULE_OPTS_INIT};
 	cli_ctx c = {.prog = "due add"};
 	bool flow = false, on_key = false;
+	const char *single = NULL; /* an option of a single add, for --batch */
 	long v;
 	int opt;
 
@@ -383,12 +384,30 @@ int cmd_add(int argc, char **argv)
 			continue;
 		switch (opt) {
 		case 'h': fputs(usage, stdout); return 0;
-		case O_IN: a.in = optarg; break;
-		case O_AT: a.at = optarg; break;
-		case O_PAYLOAD: a.payload = optarg; break;
-		case O_PFILE: a.pfile = optarg; break;
-		case O_PSTDIN: a.pstdin = true; break;
-		case O_KEY: a.o.key = optarg; break;
+		case O_IN:
+			a.in = optarg;
+			single = "--in";
+			break;
+		case O_AT:
+			a.at = optarg;
+			single = "--at";
+			break;
+		case O_PAYLOAD:
+			a.payload = optarg;
+			single = "--payload";
+			break;
+		case O_PFILE:
+			a.pfile = optarg;
+			single = "--payload-file";
+			break;
+		case O_PSTDIN:
+			a.pstdin = true;
+			single = "--payload-stdin";
+			break;
+		case O_KEY:
+			a.o.key = optarg;
+			single = "--key";
+			break;
 		case O_ON_KEY:
 			if (due_on_key_parse(optarg, &a.o.on_key) < 0)
 				return cli_usage_error(&c, "--on-key: %s",
@@ -408,16 +427,19 @@ int cmd_add(int argc, char **argv)
 					  &v))
 				return EXIT_USAGE;
 			a.o.max_attempts = (int32_t)v;
+			single = "--max-attempts";
 			break;
 		case O_BACKOFF:
 			if (cli_parse_duration(&c, "--backoff", optarg,
 					       &a.o.backoff_us))
 				return EXIT_USAGE;
+			single = "--backoff";
 			break;
 		case O_CAP:
 			if (cli_parse_duration(&c, "--backoff-cap", optarg,
 					       &a.o.backoff_cap_us))
 				return EXIT_USAGE;
+			single = "--backoff-cap";
 			break;
 		default: return cli_bad_option(&c, opt, argv);
 		}
@@ -426,10 +448,15 @@ int cmd_add(int argc, char **argv)
 		if (optind < argc)
 			return cli_usage_error(
 			    &c, "--batch takes no KIND argument");
-		if (flow || on_key)
+		if (flow || on_key || single)
 			return cli_usage_error(
-			    &c, "--batch: give priority, group, timeout and "
-				"on_key in each line, not as options");
+			    &c,
+			    "--batch takes no %s: give in, at, payload, key, "
+			    "on_key, max_attempts, backoff, priority, group "
+			    "and timeout in each line",
+			    single   ? single
+			    : on_key ? "--on-key"
+				     : "--priority, --group or --timeout");
 		return add_batch(&c, a.batch);
 	}
 	if (optind >= argc)

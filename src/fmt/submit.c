@@ -178,7 +178,10 @@ static int retries(json_t *obj, due_schedule_opts *o, char *err, size_t errlen)
 	     due_on_key_parse(json_string_value(v), &o->on_key) < 0))
 		return fail(err, errlen,
 			    "'on_key' must be \"keep\", \"replace\" or "
-			    "\"later\"");
+			    "\"later\"%s%.40s%s",
+			    json_is_string(v) ? ", not '" : "",
+			    json_is_string(v) ? json_string_value(v) : "",
+			    json_is_string(v) ? "'" : "");
 	return 0;
 }
 
@@ -284,7 +287,8 @@ int due__fmt_submit_from_json(json_t *obj, const char *const *known,
 static const char *json_why(const json_error_t *je)
 {
 	if (strstr(je->text, "\\u0000"))
-		return "a \\u0000 in a string is refused (a payload holding NUL "
+		return "a \\u0000 in a string is refused (a payload holding "
+		       "NUL "
 		       "bytes goes as payload_b64)";
 	return je->text;
 }

@@ -58,7 +58,14 @@ command_part() {
 	expect_err 2 "needs --key" "$DUE" add d --on-key later --db "$db"
 	expect_err 2 "must be keep, replace or later" "$DUE" add d --key k --on-key soon --db "$db"
 	printf '{"kind":"d","key":"k","on_key":"later","in":"9h"}\n{"kind":"d","key":"k","on_key":"sooner"}\n' >"$T/b"
-	expect_err 2 "line 2: 'on_key' must be" "$DUE" add --batch "$T/b" --db "$db"
+	expect_err 2 "line 2: 'on_key' must be \"keep\", \"replace\" or \"later\", not 'sooner'" "$DUE" add --batch "$T/b" --db "$db"
+	# options of a single add beside --batch: refused, naming each (the
+	# attack's defect: --in, --at, --key... were dropped without a word)
+	local o
+	for o in "--in 5h" "--at 2099-01-01T00:00:00Z" "--key y" "--payload z" \
+		"--max-attempts 9" "--on-key later" "--backoff 1s"; do
+		expect_err 2 "--batch takes no ${o%% *}:" "$DUE" add --batch "$T/b" --db "$db" $o
+	done
 	printf '{"kind":"d","key":"k","on_key":"later","in":"9h"}\n{"kind":"d","on_key":"later"}\n' >"$T/b"
 	expect_err 2 "item 2: on_key later needs a key" "$DUE" add --batch "$T/b" --db "$db"
 	expect_eq "$label: refusals changed nothing" "f 2031-01-01T00:00:00.000Z" \
