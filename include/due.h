@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /** Store schema version this library reads and writes. */
-#define DUE_SCHEMA_VERSION 8
+#define DUE_SCHEMA_VERSION 10
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
@@ -62,8 +62,9 @@ typedef enum due_error_code {
 	DUE_ENOMEM = -9,  /**< allocation failed */
 	DUE_ECONFLICT =
 	    -10, /**< a live task with the same (kind, key) exists */
-	DUE_EUNSUPPORTED = -11 /**< this store cannot do that (e.g. Redis has
+	DUE_EUNSUPPORTED = -11, /**< this store cannot do that (e.g. Redis has
 				  no caller transaction to join) */
+	DUE_ETIMEDOUT = -12	/**< due_wait: the time given passed first */
 } due_error_code;
 
 /**
@@ -284,6 +285,33 @@ DUE_EXTERN int due_now(due_db *db, due_time *out);
 #define DUE_TIME_NONE INT64_MIN
 
 /**
+ * A submit whose (kind, key) is held by a live task (CONTRACT §3.1a):
+ *
+ * - KEEP (the default): nothing changes; the holder's id is returned
+ *   (existed).
+ * - REPLACE: a holder still waiting (SCHEDULED) takes this submit's due
+ *   time and payload (existed, moved).
+ * - LATER: a waiting holder takes them only if this due time is later than
+ *   its own (a debounce: the task runs at the last requested time); else
+ *   nothing changes (existed, not moved).
+ *
+ * With REPLACE or LATER, a holder that is running (CLAIMED) is not
+ * touched: it gives up the key and runs on, and this submit makes a new
+ * task that holds it (not existed).  Under KEEP a running holder is the
+ * answer as before.
+ */
+typedef enum due_on_key {
+	DUE_ON_KEY_KEEP = 0,
+	DUE_ON_KEY_REPLACE,
+	DUE_ON_KEY_LATER,
+} due_on_key;
+
+/** "keep", "replace", "later"; NULL for a value outside the enum. */
+DUE_EXTERN const char *due_on_key_name(due_on_key k);
+/** due_on_key from its name: 0, or DUE_EINVAL naming the three. */
+DUE_EXTERN int due_on_key_parse(const char *name, due_on_key *out);
+
+/**
  * When a task becomes due, and how it is retried.  Start from
  * DUE_SCHEDULE_OPTS_INIT and change what you need.
  *
@@ -300,9 +328,10 @@ DUE_EXTERN int due_now(due_db *db, due_time *out);
  * every default.  Filling it with zeros and then setting version 2 asks for
  * the epoch: at is 0, not DUE_TIME_NONE.
  *
- * Version 3 (this one) adds priority, group and timeout_us; a struct of
- * version 1 or 2 is read without them (priority 0, no group, the kind's
- * time limit).
+ * Version 3 adds priority, group and timeout_us; a struct of version 1 or
+ * 2 is read without them (priority 0, no group, the kind's time limit).
+ * Version 4 (this one) adds on_key; a struct of version 1 to 3 is read
+ * with DUE_ON_KEY_KEEP.
  */
 typedef struct due_schedule_opts {
 	unsigned version;     /**< DUE_SCHEDULE_OPTS_VERSION */
@@ -318,6 +347,13 @@ typedef struct due_schedule_opts {
 	 */
 	int32_t priority;
 	/**
+	 * What a submit with a key does when a task of the same (kind, key)
+	 * is live (version 4; needs `key`): see due_on_key.  (It sits in
+	 * what was padding after priority, so the struct's size and the
+	 * offsets of the fields after it are those of version 3.)
+	 */
+	due_on_key on_key;
+	/**
 	 * A group within the kind (1..255 bytes), e.g. a customer id: the
 	 * kind's max_running_per_group counts running tries per (kind,
 	 * group).  NULL: no group.
@@ -331,11 +367,11 @@ typedef struct due_schedule_opts {
 	int64_t timeout_us;
 } due_schedule_opts;
 
-#define DUE_SCHEDULE_OPTS_VERSION 3
+#define DUE_SCHEDULE_OPTS_VERSION 4
 #define DUE_SCHEDULE_OPTS_INIT                                                 \
 	{                                                                      \
 		DUE_SCHEDULE_OPTS_VERSION, 0, DUE_TIME_NONE, 5, 1000000,       \
-		    3600000000LL, NULL, 0, NULL, 0                             \
+		    3600000000LL, NULL, 0, DUE_ON_KEY_KEEP, NULL, 0            \
 	}
 
 #define DUE_PRIORITY_MIN (-32768)
@@ -354,6 +390,12 @@ typedef struct due_submitted {
 	due_id id;
 	bool existed; /**< true: a live task with the same (kind, key) was
 			 returned */
+	/**
+	 * true: that live task took this submit's due time and payload
+	 * (on_key REPLACE or LATER).  (In the padding after `existed`: the
+	 * struct's size is unchanged.)
+	 */
+	bool moved;
 } due_submitted;
 
 /**
@@ -424,6 +466,58 @@ DUE_EXTERN const char *due_cancel_outcome_name(due_cancel_outcome o);
 
 /** Cancel a task.  NOT_FOUND is an outcome, not an error. */
 DUE_EXTERN int due_cancel(due_db *db, due_cancel_outcome *out, due_id id);
+
+/** What reschedule found and did (CONTRACT §3.6a). */
+typedef enum due_reschedule_outcome {
+	DUE_RESCHEDULE_RESCHEDULED = 0, /**< was waiting; now due at the new
+					   time (and carries the new payload) */
+	DUE_RESCHEDULE_TOO_LATE, /**< CLAIMED (running): nothing changed */
+	DUE_RESCHEDULE_ALREADY_FINISHED, /**< DONE, DEAD or CANCELLED: nothing
+					    changed */
+	DUE_RESCHEDULE_NOT_FOUND
+} due_reschedule_outcome;
+
+DUE_EXTERN const char *due_reschedule_outcome_name(due_reschedule_outcome o);
+
+/**
+ * The new due time of a task, and optionally its new payload.  Start from
+ * DUE_RESCHEDULE_OPTS_INIT.  The due time is `at` when it is set, else
+ * the STORE's now + delay_us (the store computes it in the statement that
+ * writes; no client clock is read); both given is DUE_EINVAL, and the
+ * bounds are due_schedule_opts': a delay of 0 .. 100 years, an `at` in
+ * 1970 .. 9999 (one in the past is due at once).  With set_payload the
+ * payload (payload_len bytes, NULL when 0; the handle's max_payload) is
+ * replaced too; without it the task keeps its own.
+ */
+typedef struct due_reschedule_opts {
+	unsigned version; /**< DUE_RESCHEDULE_OPTS_VERSION */
+	int64_t delay_us; /**< due = store now + delay (when at is unset) */
+	due_time at;	  /**< absolute due time; DUE_TIME_NONE = unset */
+	bool set_payload; /**< replace the payload with the one below */
+	const void *payload;
+	size_t payload_len;
+} due_reschedule_opts;
+
+#define DUE_RESCHEDULE_OPTS_VERSION 1
+#define DUE_RESCHEDULE_OPTS_INIT                                               \
+	{                                                                      \
+		DUE_RESCHEDULE_OPTS_VERSION, 0, DUE_TIME_NONE, false, NULL, 0  \
+	}
+
+/**
+ * Move a task that is still waiting (SCHEDULED, whether or not it is due
+ * yet, of a paused kind too) to a new due time, and replace its payload
+ * when opts->set_payload, in one atomic step on the store's clock; wakes
+ * workers as a submit does.  *out says what it found: RESCHEDULED, or
+ * TOO_LATE (CLAIMED: a worker has it, cancel requested or not; nothing
+ * changed, its lease and attempt untouched), ALREADY_FINISHED (DONE, DEAD
+ * or CANCELLED: nothing changed), NOT_FOUND.  Those are outcomes, not
+ * errors; a bad id or option is DUE_EINVAL (DUE_ETOOBIG for the payload)
+ * and changes nothing.  The task keeps its id, key, attempts and
+ * priority.
+ */
+DUE_EXTERN int due_reschedule(due_db *db, due_reschedule_outcome *out,
+			      due_id id, const due_reschedule_opts *opts);
 
 /** Read one task with its attempts history.  DUE_ENOTFOUND if none. */
 DUE_EXTERN int due_get(due_db *db, due_task **out, due_id id);
@@ -659,6 +753,40 @@ DUE_EXTERN int due_listen_drain(due_db *db, int *out_count);
  * committing your own transaction that used due_schedule_sqlite_tx().
  */
 DUE_EXTERN int due_notify(due_db *db);
+
+/**
+ * Listen for finished tasks on this handle: *out_fd becomes readable when
+ * a task may have ended (DONE, DEAD or CANCELLED).  PostgreSQL: LISTEN
+ * due_task_done; SQLite: an inotify watch on the store's "-done" file;
+ * Redis: SUBSCRIBE to the store's done channel.  PostgreSQL and Redis
+ * notify only while someone says it listens, for 30 s a call: call this
+ * again at least every 10 s while you listen.
+ * Poll it, re-read what you wait for, then call due_listen_drain().  A
+ * handle listens for new tasks (due_listen) or for finished ones, not both.
+ * DUE_EUNSUPPORTED (MySQL, PostgreSQL behind a pooler without listen=)
+ * or DUE_ESTATE: the caller polls instead.
+ */
+DUE_EXTERN int due_listen_finished(due_db *db, int *out_fd);
+
+/**
+ * Wait until task `id` is finished (DONE, DEAD or CANCELLED) and return it
+ * in *out, with its attempts, as due_get() does.  timeout_us < 0 waits
+ * forever; 0 looks once.  Woken by the store's notifications where it has
+ * them (due_listen_finished), re-reading the task at least every 5 s
+ * anyway; where it has none, by re-reading it with a backoff from 50 ms
+ * to 1 s.  A store call that fails (DUE_ESTORE) is retried with the same
+ * backoff, on a new connection, for up to DUE_WAIT_OUTAGE_US of failures
+ * in a row (or the timeout, when sooner), then its error is returned.
+ * Returns 0 (finished), DUE_ENOTFOUND (no such task), DUE_EINVAL (id <=
+ * 0), or DUE_ETIMEDOUT: the time passed first, and *out then holds the
+ * task as last read (not finished); free it as any task.  On any other
+ * failure *out is NULL.
+ */
+DUE_EXTERN int due_wait(due_db *db, due_task **out, due_id id,
+			int64_t timeout_us);
+
+/** How long due_wait() keeps retrying a store that fails: 30 s. */
+#define DUE_WAIT_OUTAGE_US 30000000LL
 
 /* ------------------------------------------------------------------ */
 /* Operator                                                            */

@@ -53,6 +53,7 @@ const char *due_error_name(int code)
 	case DUE_ENOMEM: return "DUE_ENOMEM";
 	case DUE_ECONFLICT: return "DUE_ECONFLICT";
 	case DUE_EUNSUPPORTED: return "DUE_EUNSUPPORTED";
+	case DUE_ETIMEDOUT: return "DUE_ETIMEDOUT";
 	default: return "DUE_UNKNOWN";
 	}
 }

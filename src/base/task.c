@@ -40,6 +40,33 @@ const char *due_cancel_outcome_name(due_cancel_outcome o)
 	return (unsigned)o < 5 ? n[o] : "UNKNOWN";
 }
 
+const char *due_reschedule_outcome_name(due_reschedule_outcome o)
+{
+	static const char *const n[] = {"RESCHEDULED", "TOO_LATE",
+					"ALREADY_FINISHED", "NOT_FOUND"};
+	return (unsigned)o < 4 ? n[o] : "UNKNOWN";
+}
+
+static const char *const on_key_names[] = {"keep", "replace", "later"};
+
+const char *due_on_key_name(due_on_key k)
+{
+	return (unsigned)k < 3 ? on_key_names[k] : NULL;
+}
+
+int due_on_key_parse(const char *name, due_on_key *out)
+{
+	for (unsigned k = 0; name && k < 3; k++)
+		if (strcmp(name, on_key_names[k]) == 0) {
+			*out = (due_on_key)k;
+			return 0;
+		}
+	return due__error_set(DUE_EINVAL,
+			      "invalid on_key '%s': must be keep, replace or "
+			      "later",
+			      name ? name : "");
+}
+
 const char *due_complete_outcome_name(due_complete_outcome o)
 {
 	static const char *const n[] = {"DONE", "REJECTED_STALE",

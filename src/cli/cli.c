@@ -83,6 +83,7 @@ int cli_open(cli_ctx *c, due_db **out)
 	*out = NULL;
 	if ((rc = cli_max_payload(c, &o.max_payload)))
 		return rc;
+	o.timeout_us = c->call_bound_us > 0 ? c->call_bound_us : 0;
 	rc = due_open(out, cli_db_url(c), &o);
 	if (rc < 0) {
 		int code = cli_fail(c, rc);

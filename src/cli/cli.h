@@ -38,6 +38,9 @@ typedef struct cli_ctx {
 	const char *db_url; /* --db, else $DUE_DB, else sqlite:./due.db */
 	bool json;
 	const char *prog; /* "due add" ... for messages */
+	/* > 0: a lower bound than the URL's timeout= on each store call
+	   (due_open_opts.timeout_us), for a command with a deadline */
+	int64_t call_bound_us;
 } cli_ctx;
 
 /* Handle a common option; true if `opt` was one. */
@@ -129,7 +132,9 @@ void cli_progress_hide(void);
 int cmd_init(int argc, char **argv);
 int cmd_add(int argc, char **argv);
 int cmd_cancel(int argc, char **argv);
+int cmd_reschedule(int argc, char **argv);
 int cmd_show(int argc, char **argv);
+int cmd_wait(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_dead(int argc, char **argv);
 int cmd_retry(int argc, char **argv);

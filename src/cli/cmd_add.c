@@ -2,11 +2,14 @@
 ** cmd_add.c - `due add`: schedule one task, or a batch from JSON lines.
 **
 ** One task: prints its id (a decimal integer) on stdout, or with --json the
-** whole task object.  With --key, a second add of the same (kind, key)
-** while the first is live prints the first id and says so on stderr.
+** whole task object (with "existed" and "moved").  With --key, a second add
+** of the same (kind, key) while the first is live prints the first id and
+** says so on stderr; --on-key replace|later moves that task instead (a
+** debounce) when it is still waiting, and says so.
 **
 ** Batch: every line is a JSON object {kind, payload | payload_b64, in | at,
-** max_attempts, backoff, backoff_cap, key, priority, group, timeout},
+** max_attempts, backoff, backoff_cap, key, on_key, priority, group,
+** timeout},
 ** decoded by due__fmt_batch_line() (src/fmt/submit.c, shared with POST
 ** /v1/tasks and fuzzed); all lines are checked first, then written in one
 ** transaction, so a bad line 7 writes nothing.  On a terminal a progress
@@ -30,7 +33,8 @@ static const char usage[] =
     "usage: due add KIND [--in DUR | --at TIME]\n"
     "               [--payload TEXT | --payload-file FILE | --payload-stdin]\n"
     "               [--max-attempts N] [--backoff DUR] [--backoff-cap DUR]\n"
-    "               [--key BUSINESS_KEY] [--priority N] [--group G]\n"
+    "               [--key BUSINESS_KEY [--on-key keep|replace|later]]\n"
+    "               [--priority N] [--group G]\n"
     "               [--timeout DUR] [--json] [--db URL]\n"
     "       due add --batch FILE|-   [--db URL]\n"
     "\n"
@@ -45,6 +49,14 @@ static const char usage[] =
     "  --backoff-cap DUR   retry delay cap (default 1h)\n"
     "  --key KEY           business key: while a task of the same kind and\n"
     "                      key is live, add returns its id instead\n"
+    "  --on-key MODE       what an add does to that live task (with --key):\n"
+    "                      keep (default): nothing; replace: a waiting one\n"
+    "                      takes this add's due time and payload; later: only\n"
+    "                      if this due time is later (a debounce: it runs at\n"
+    "                      the last time asked).  A running one is never\n"
+    "                      touched: it gives up the key and this add makes a\n"
+    "                      new task.  stdout: the id that holds the key;\n"
+    "                      stderr says whether it moved\n"
     "  --priority N        -32768..32767 (default 0): among due tasks the\n"
     "                      lowest number is claimed first\n"
     "  --group G           the task's group within its kind (a customer, "
@@ -84,7 +96,8 @@ enum {
 	O_BATCH = 'B',
 	O_PRIORITY = 'P',
 	O_GROUP = 'g',
-	O_TIMEOUT = 't'
+	O_TIMEOUT = 't',
+	O_ON_KEY = 'o'
 };
 
 typedef struct add_args {
@@ -137,12 +150,23 @@ static int flow_opt(const cli_ctx *c, int opt, const char *arg,
 	}
 }
 
-static int print_result(const cli_ctx *c, due_db *db, const due_submitted *s)
+static int print_result(const cli_ctx *c, due_db *db, const due_submitted *s,
+			due_on_key on_key)
 {
 	due_task *t;
 	int rc;
 
-	if (s->existed)
+	if (s->moved)
+		fprintf(stderr,
+			"%s: the live task %lld with this kind and key "
+			"took this due time and payload (moved)\n",
+			c->prog, (long long)s->id);
+	else if (s->existed && on_key != DUE_ON_KEY_KEEP)
+		fprintf(stderr,
+			"%s: the live task %lld with this kind and key is "
+			"due no earlier than this: nothing changed\n",
+			c->prog, (long long)s->id);
+	else if (s->existed)
 		fprintf(stderr,
 			"%s: a live task with this kind and key exists: "
 			"%lld (nothing added)\n",
@@ -153,9 +177,13 @@ static int print_result(const cli_ctx *c, due_db *db, const due_submitted *s)
 	}
 	if ((rc = due_get(db, &t, s->id)) < 0)
 		return cli_fail(c, rc);
-	rc = cli_print_json(due__fmt_task(t));
+	json_t *o = due__fmt_task(t);
 	due_task_free(t);
-	return rc;
+	if (o) {
+		json_object_set_new(o, "existed", json_boolean(s->existed));
+		json_object_set_new(o, "moved", json_boolean(s->moved));
+	}
+	return cli_print_json(o);
 }
 
 static int add_one(cli_ctx *c, const char *kind, add_args *a)
@@ -184,7 +212,7 @@ static int add_one(cli_ctx *c, const char *kind, add_args *a)
 		goto done;
 	rc = due_schedule(db, &s, kind, buf ? (const void *)buf : a->payload,
 			  len, &a->o);
-	rc = rc < 0 ? cli_fail(c, rc) : print_result(c, db, &s);
+	rc = rc < 0 ? cli_fail(c, rc) : print_result(c, db, &s, a->o.on_key);
 done:
 	due_close(db);
 	free(buf);
@@ -336,6 +364,7 @@ int cmd_add(int argc, char **argv)
 	    {"backoff", required_argument, NULL, O_BACKOFF},
 	    {"backoff-cap", required_argument, NULL, O_CAP},
 	    {"key", required_argument, NULL, O_KEY},
+	    {"on-key", required_argument, NULL, O_ON_KEY},
 	    {"batch", required_argument, NULL, O_BATCH},
 	    {"priority", required_argument, NULL, O_PRIORITY},
 	    {"group", required_argument, NULL, O_GROUP},
@@ -344,7 +373,8 @@ int cmd_add(int argc, char **argv)
 	    {0}};
 	add_args a = {.o = DUE_SCHEDULE_OPTS_INIT};
 	cli_ctx c = {.prog = "due add"};
-	bool flow = false;
+	bool flow = false, on_key = false;
+	const char *single = NULL; /* an option of a single add, for --batch */
 	long v;
 	int opt;
 
@@ -354,12 +384,36 @@ int cmd_add(int argc, char **argv)
 			continue;
 		switch (opt) {
 		case 'h': fputs(usage, stdout); return 0;
-		case O_IN: a.in = optarg; break;
-		case O_AT: a.at = optarg; break;
-		case O_PAYLOAD: a.payload = optarg; break;
-		case O_PFILE: a.pfile = optarg; break;
-		case O_PSTDIN: a.pstdin = true; break;
-		case O_KEY: a.o.key = optarg; break;
+		case O_IN:
+			a.in = optarg;
+			single = "--in";
+			break;
+		case O_AT:
+			a.at = optarg;
+			single = "--at";
+			break;
+		case O_PAYLOAD:
+			a.payload = optarg;
+			single = "--payload";
+			break;
+		case O_PFILE:
+			a.pfile = optarg;
+			single = "--payload-file";
+			break;
+		case O_PSTDIN:
+			a.pstdin = true;
+			single = "--payload-stdin";
+			break;
+		case O_KEY:
+			a.o.key = optarg;
+			single = "--key";
+			break;
+		case O_ON_KEY:
+			if (due_on_key_parse(optarg, &a.o.on_key) < 0)
+				return cli_usage_error(&c, "--on-key: %s",
+						       due_error_last());
+			on_key = true;
+			break;
 		case O_BATCH: a.batch = optarg; break;
 		case O_PRIORITY:
 		case O_GROUP:
@@ -373,16 +427,19 @@ int cmd_add(int argc, char **argv)
 					  &v))
 				return EXIT_USAGE;
 			a.o.max_attempts = (int32_t)v;
+			single = "--max-attempts";
 			break;
 		case O_BACKOFF:
 			if (cli_parse_duration(&c, "--backoff", optarg,
 					       &a.o.backoff_us))
 				return EXIT_USAGE;
+			single = "--backoff";
 			break;
 		case O_CAP:
 			if (cli_parse_duration(&c, "--backoff-cap", optarg,
 					       &a.o.backoff_cap_us))
 				return EXIT_USAGE;
+			single = "--backoff-cap";
 			break;
 		default: return cli_bad_option(&c, opt, argv);
 		}
@@ -391,14 +448,23 @@ int cmd_add(int argc, char **argv)
 		if (optind < argc)
 			return cli_usage_error(
 			    &c, "--batch takes no KIND argument");
-		if (flow)
+		if (flow || on_key || single)
 			return cli_usage_error(
-			    &c, "--batch: give priority, group and timeout in "
-				"each line, not as options");
+			    &c,
+			    "--batch takes no %s: give in, at, payload, key, "
+			    "on_key, max_attempts, backoff, priority, group "
+			    "and timeout in each line",
+			    single   ? single
+			    : on_key ? "--on-key"
+				     : "--priority, --group or --timeout");
 		return add_batch(&c, a.batch);
 	}
 	if (optind >= argc)
 		return cli_usage_error(&c, "missing KIND");
+	if (on_key && !a.o.key)
+		return cli_usage_error(&c, "--on-key needs --key: it says what "
+					   "to do with the live task of that "
+					   "key");
 	if (optind + 1 < argc)
 		return cli_usage_error(&c, "unexpected argument '%s'",
 				       argv[optind + 1]);

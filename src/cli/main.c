@@ -19,7 +19,10 @@ static const command commands[] = {
     {"init", cmd_init, "create or upgrade the store schema"},
     {"add", cmd_add, "schedule a task (or a batch of tasks)"},
     {"cancel", cmd_cancel, "cancel a task and say where it was"},
+    {"reschedule", cmd_reschedule,
+     "move a waiting task to a new due time (and payload)"},
     {"show", cmd_show, "show one task and its attempts"},
+    {"wait", cmd_wait, "wait until a task is finished; print its result"},
     {"ls", cmd_ls, "list tasks"},
     {"dead", cmd_dead, "list dead letters"},
     {"retry", cmd_retry, "move a DEAD task back to SCHEDULED"},
@@ -52,7 +55,7 @@ static void usage(FILE *f)
 		   "\n"
 		   "Commands:\n");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		fprintf(f, "  %-9s %s\n", commands[i].name,
+		fprintf(f, "  %-10s %s\n", commands[i].name,
 			commands[i].summary);
 	fprintf(f, "\n"
 		   "Every command takes --db URL (else $DUE_DB, else "
@@ -77,7 +80,9 @@ static void usage(FILE *f)
 		   "(nothing\n"
 		   "changed), 3 not found, 4 wrong state or key conflict, 5 "
 		   "store error,\n"
-		   "6 schema missing or older (run `due init`).\n");
+		   "6 schema missing or older (run `due init`); `due wait`: 4 "
+		   "DEAD or\n"
+		   "CANCELLED, 124 timed out.\n");
 }
 
 /*

@@ -3,7 +3,8 @@
 ** scratch store each case runs in (verify_store.c), child processes,
 ** waiting for conditions and the CASE line printer (verify_util.c).  The
 ** cases themselves (verify_cases.c, verify_flow.c, verify_negative.c,
-** verify_stall.c, verify_wheel.c) use these and nothing of one another;
+** verify_resched.c, verify_stall.c, verify_wheel.c) use these and nothing of
+*one another;
 ** cmd_verify.c, the command, uses them all.  No backend is named here:
 ** what a store has and how its scratch stores are made is asked of its
 ** backend (core/admin.h).
@@ -139,9 +140,13 @@ void v_boundary_not_before_due(vctx *v);
 void v_boundary_claim_limit(vctx *v);
 void v_cancel_semantics(vctx *v);
 void v_race_due_vs_cancel(vctx *v);
+void v_race_reschedule_vs_claim(vctx *v);
+void v_debounce_racing_producers(vctx *v);
 void v_retry_backoff_then_done(vctx *v);
 void v_retry_exhausted_dead(vctx *v);
 void v_crash_kill9_lease_retry(vctx *v);
+/* verify_wait.c: due_wait while a real worker runs the tasks (issue 38) */
+void v_wait_returns_result(vctx *v);
 void v_sigstop_late_commit_rejected(vctx *v);
 void v_ext_key_per_task_dedup(vctx *v);
 void v_cancel_after_external_call(vctx *v);

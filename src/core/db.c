@@ -192,6 +192,8 @@ static int check_timing(due_schedule_opts *o)
 		o->group = NULL;
 		o->timeout_us = 0;
 	}
+	if (o->version < 4) /* no on_key */
+		o->on_key = DUE_ON_KEY_KEEP;
 	o->version = DUE_SCHEDULE_OPTS_VERSION;
 	if (o->delay_us < 0)
 		return due__error_set(DUE_EINVAL, "invalid delay: negative");
@@ -264,6 +266,20 @@ int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 	}
 	if ((rc = due__validate_group(out->opts.group)) < 0)
 		goto bad;
+	if (!due_on_key_name(out->opts.on_key)) {
+		rc = due__error_set(DUE_EINVAL,
+				    "invalid on_key %d: must be keep, replace "
+				    "or later",
+				    (int)out->opts.on_key);
+		goto bad;
+	}
+	if (out->opts.on_key != DUE_ON_KEY_KEEP && !out->opts.key) {
+		rc = due__error_set(DUE_EINVAL,
+				    "on_key %s needs a key: it says what to do "
+				    "with the live task of the same key",
+				    due_on_key_name(out->opts.on_key));
+		goto bad;
+	}
 	if (out->opts.priority < DUE_PRIORITY_MIN ||
 	    out->opts.priority > DUE_PRIORITY_MAX) {
 		rc = due__error_set(
@@ -356,6 +372,65 @@ int due_cancel(due_db *db, due_cancel_outcome *out, due_id id)
 	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0)
 		return rc;
 	return db->ops->cancel(db->store, out, id);
+}
+
+/*
+** The options of a reschedule, checked as a submit's timing and payload
+** are (check_timing, due__submit_check): their messages name the field.
+** On success *c is in the current version's terms.
+*/
+static int check_reschedule(due_db *db, const due_reschedule_opts *o,
+			    due_reschedule_opts *c)
+{
+	due_schedule_opts t = DUE_SCHEDULE_OPTS_INIT;
+	int rc;
+
+	if (!o)
+		return due__error_set(DUE_EINVAL, "reschedule: no options "
+						  "(a due time is needed)");
+	if (o->version != DUE_RESCHEDULE_OPTS_VERSION)
+		return due__error_set(
+		    DUE_EINVAL,
+		    "unknown due_reschedule_opts version %u (this library "
+		    "knows 1)",
+		    o->version);
+	t.delay_us = o->delay_us;
+	t.at = o->at;
+	if ((rc = check_timing(&t)) < 0)
+		return rc;
+	*c = *o;
+	c->delay_us = t.delay_us;
+	c->at = t.at;
+	if (!o->set_payload) {
+		c->payload = NULL;
+		c->payload_len = 0;
+		return 0;
+	}
+	if (o->payload_len > db->max_payload)
+		return due__error_set(
+		    DUE_ETOOBIG,
+		    "payload is %zu bytes, over the limit of %zu bytes (raise "
+		    "it with due_open_opts.max_payload; $DUE_MAX_PAYLOAD for "
+		    "the due command and due serve)",
+		    o->payload_len, db->max_payload);
+	if (!o->payload && o->payload_len)
+		return due__error_set(DUE_EINVAL,
+				      "payload is NULL with a length");
+	if (!c->payload)
+		c->payload = "";
+	return 0;
+}
+
+int due_reschedule(due_db *db, due_reschedule_outcome *out, due_id id,
+		   const due_reschedule_opts *opts)
+{
+	due_reschedule_opts c;
+	int rc;
+
+	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0 ||
+	    (rc = check_reschedule(db, opts, &c)) < 0)
+		return rc;
+	return db->ops->reschedule(db->store, out, id, &c);
 }
 
 int due_get(due_db *db, due_task **out, due_id id)
@@ -793,6 +868,19 @@ int due_notify(due_db *db)
 	if (rc < 0 || !(db->ops->caps & DUE_STORE_CAP_NOTIFY))
 		return rc;
 	return db->ops->notify(db->store);
+}
+
+/*
+** Listening for finished tasks (due_wait, the HTTP long poll of a task):
+** the backend's own channel, DUE_EUNSUPPORTED where it has none.
+*/
+int due_listen_finished(due_db *db, int *out_fd)
+{
+	int rc = ready(db);
+	*out_fd = -1;
+	if (rc < 0)
+		return rc;
+	return db->ops->listen_done(db->store, out_fd);
 }
 
 /* ------------------------------------------------------------------ */

@@ -86,6 +86,16 @@ int due__fmt_json_body(const char *body, size_t len, bool allow_empty,
 int due__fmt_task_body(const char *body, size_t len, json_t **obj,
 		       due_submit *out, unsigned char **blob, char *err,
 		       size_t errlen);
+/*
+** A POST /v1/tasks/{id}/reschedule body: {"in" | "at" (one required),
+** "payload" | "payload_b64" (optional: absent keeps the task's)} into
+** *out, decoded as a task object's fields are.  *obj and *blob as for
+** due__fmt_task_body(); out->payload borrows from them.  0, or -1 with a
+** one-line message in err naming the field.
+*/
+int due__fmt_reschedule_body(const char *body, size_t len, json_t **obj,
+			     due_reschedule_opts *out, unsigned char **blob,
+			     char *err, size_t errlen);
 
 /* ---- stats (stats.c) ---- */
 

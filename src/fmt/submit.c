@@ -5,7 +5,8 @@
 ** `due add --batch` reads one object a line and POST /v1/tasks one object
 ** a body; both describe the same due_submit with the same fields (kind,
 ** payload | payload_b64, in | at, max_attempts, backoff, backoff_cap, key,
-** priority, group, timeout), so they share due__fmt_submit_from_json() and
+** on_key, priority, group, timeout), so they share due__fmt_submit_from_json()
+*and
 ** differ only in how the JSON text is parsed (due__fmt_batch_line(),
 ** due__fmt_task_body()) and in the prefix of their messages ("--batch line
 ** N: ").
@@ -33,8 +34,8 @@
 
 const char *const due__fmt_submit_fields[] = {
     "kind",	    "payload", "payload_b64", "in",  "at",
-    "max_attempts", "backoff", "backoff_cap", "key", "priority",
-    "group",	    "timeout", NULL};
+    "max_attempts", "backoff", "backoff_cap", "key", "on_key",
+    "priority",	    "group",   "timeout",     NULL};
 
 /*
 ** Copy the NUL-terminated src into err (errlen >= 1) as one line of valid
@@ -153,7 +154,7 @@ static int timing(json_t *obj, due_schedule_opts *o, char *err, size_t errlen)
 	return 0;
 }
 
-/* max_attempts (1..1000), backoff, backoff_cap and key into *o. */
+/* max_attempts (1..1000), backoff, backoff_cap, key and on_key into *o. */
 static int retries(json_t *obj, due_schedule_opts *o, char *err, size_t errlen)
 {
 	json_t *v = json_object_get(obj, "max_attempts");
@@ -171,6 +172,16 @@ static int retries(json_t *obj, due_schedule_opts *o, char *err, size_t errlen)
 		0 ||
 	    opt_string(obj, "key", &o->key, err, errlen) < 0)
 		return -1;
+	v = json_object_get(obj, "on_key");
+	if (v && !json_is_null(v) &&
+	    (!json_is_string(v) ||
+	     due_on_key_parse(json_string_value(v), &o->on_key) < 0))
+		return fail(err, errlen,
+			    "'on_key' must be \"keep\", \"replace\" or "
+			    "\"later\"%s%.40s%s",
+			    json_is_string(v) ? ", not '" : "",
+			    json_is_string(v) ? json_string_value(v) : "",
+			    json_is_string(v) ? "'" : "");
 	return 0;
 }
 
@@ -268,6 +279,20 @@ int due__fmt_submit_from_json(json_t *obj, const char *const *known,
 	return 0;
 }
 
+/*
+** jansson's reason, in the caller's words where it names a flag of
+** jansson's: a \u0000 in a string (JSON_ALLOW_NUL, which we leave off so
+** that every string is a C string) is said with its way around.
+*/
+static const char *json_why(const json_error_t *je)
+{
+	if (strstr(je->text, "\\u0000"))
+		return "a \\u0000 in a string is refused (a payload holding "
+		       "NUL "
+		       "bytes goes as payload_b64)";
+	return je->text;
+}
+
 int due__fmt_batch_line(const char *line, size_t len, size_t lineno,
 			json_t **obj, due_submit *out, unsigned char **blob,
 			char *err, size_t errlen)
@@ -284,7 +309,7 @@ int due__fmt_batch_line(const char *line, size_t len, size_t lineno,
 		return 1;
 	if (!(*obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je)))
 		return fail(err, errlen, "--batch line %zu: malformed JSON: %s",
-			    lineno, je.text);
+			    lineno, json_why(&je));
 	if (due__fmt_submit_from_json(*obj, due__fmt_submit_fields, out, blob,
 				      why, sizeof(why)) < 0)
 		return fail(err, errlen, "--batch line %zu: %s", lineno, why);
@@ -308,7 +333,7 @@ int due__fmt_json_body(const char *body, size_t len, bool allow_empty,
 	if (!*out)
 		return fail(err, errlen,
 			    "malformed JSON at line %d column %d: %s", je.line,
-			    je.column, je.text);
+			    je.column, json_why(&je));
 	if (!json_is_object(*out)) {
 		json_decref(*out);
 		*out = NULL;
@@ -326,4 +351,48 @@ int due__fmt_task_body(const char *body, size_t len, json_t **obj,
 		return -1;
 	return due__fmt_submit_from_json(*obj, due__fmt_submit_fields, out,
 					 blob, err, errlen);
+}
+
+/*
+** A POST /v1/tasks/{id}/reschedule body: {"in" | "at", "payload" |
+** "payload_b64"}, with the rules of a task object for those fields; one
+** of in and at is required.  Absent payload: the task keeps its own.
+*/
+int due__fmt_reschedule_body(const char *body, size_t len, json_t **obj,
+			     due_reschedule_opts *out, unsigned char **blob,
+			     char *err, size_t errlen)
+{
+	static const char *const known[] = {"in", "at", "payload",
+					    "payload_b64", NULL};
+	due_schedule_opts t = DUE_SCHEDULE_OPTS_INIT;
+	due_submit p = {.payload = NULL};
+	const char *k;
+
+	*blob = NULL;
+	*out = (due_reschedule_opts)DUE_RESCHEDULE_OPTS_INIT;
+	if (due__fmt_json_body(body, len, false, obj, err, errlen) < 0)
+		return -1;
+	if ((k = unknown_field(*obj, known)))
+		return fail(err, errlen,
+			    "unknown field '%.100s' (a reschedule takes 'in' "
+			    "or 'at', and 'payload' or 'payload_b64')",
+			    k);
+	if (!json_object_get(*obj, "in") && !json_object_get(*obj, "at"))
+		return fail(err, errlen,
+			    "give 'in' (a delay) or 'at' (an RFC 3339 time)");
+	if (timing(*obj, &t, err, errlen) < 0 ||
+	    payload(*obj, &p, blob, err, errlen) < 0) {
+		free(*blob);
+		*blob = NULL;
+		return -1;
+	}
+	out->delay_us = t.delay_us;
+	out->at = t.at;
+	if (json_object_get(*obj, "payload") ||
+	    json_object_get(*obj, "payload_b64")) {
+		out->set_payload = true;
+		out->payload = p.payload ? p.payload : "";
+		out->payload_len = p.payload_len;
+	}
+	return 0;
 }

@@ -320,6 +320,34 @@ void http_claims_arm(http_claims *cs);
 /* Answer every waiting poll, let running claims end, join. */
 void http_claims_stop(http_claims *cs);
 
+/* ---- GET /v1/tasks/{id}?wait=DUR: waits for a task's end (waits.c) ---- */
+
+typedef struct http_wait http_wait;
+
+typedef struct http_waits {
+	struct due_http *srv;
+	pthread_mutex_t mu; /* guards head, n, stopping; taken before any
+			       libmicrohttpd lock (suspend, resume) */
+	http_wait *head;    /* waiting (the waiter takes it for a round) */
+	size_t n, cap;	    /* waits held, at most */
+	pthread_t thread;   /* the waiter: the store, the clients' sockets */
+	bool have_thread, inited, stopping;
+	int efd; /* eventfd: a wait came, or stop */
+} http_waits;
+
+/* The longest ?wait= (400 above it). */
+#define HTTP_MAX_TASK_WAIT_US (60 * 1000000LL)
+
+int http_waits_start(http_waits *ws, struct due_http *srv, size_t cap);
+/*
+** Event thread: hold r (its connection suspended) until task id is
+** finished or wait_us passed; the waiter replies.  -1 (nothing done) when
+** `cap` waits are held or the server is stopping.
+*/
+int http_waits_submit(http_waits *ws, http_req *r, due_id id, int64_t wait_us);
+/* Answer every wait 503 shutting_down, join the waiter. */
+void http_waits_stop(http_waits *ws);
+
 /* ---- connection deadlines (conns.c) ---- */
 
 typedef struct http_conn {
@@ -392,6 +420,7 @@ struct due_http {
 	atomic_bool stopping; /* new store requests get 503 */
 	http_pool reads, writes;
 	http_claims claims; /* POST /v1/claims: long polls (claims.c) */
+	http_waits waits;   /* GET /v1/tasks/{id}?wait=: (waits.c) */
 	http_tries tries;   /* the tries claimed here (tries.c) */
 	http_health health;
 	http_conns conns;
@@ -436,6 +465,7 @@ int route_task_create(http_req *r);
 int route_task_list(http_req *r);
 int route_task_get(http_req *r);
 int route_task_cancel(http_req *r);
+int route_task_reschedule(http_req *r);
 int route_task_retry(http_req *r);
 int route_task_requeue(http_req *r);
 int route_task_kill(http_req *r);

@@ -1,5 +1,5 @@
 /*
-** routes_tasks.c - /v1/tasks: schedule, read, list, cancel and the
+** routes_tasks.c - /v1/tasks: schedule, read, list, cancel, reschedule and the
 ** operator actions (retry, requeue, kill).
 **
 ** A task is always rendered by due__fmt_task_cut(), so GET /v1/tasks/{id}
@@ -28,10 +28,10 @@
 
 /*
 ** Reply with task `id` as `due show --json` prints it, values cut to `cut`
-** bytes, plus "existed" when existed >= 0.
+** bytes, plus "existed" and "moved" (a submit's answer) when sub is set.
 */
 static int reply_task(http_req *r, due_db *db, due_id id, unsigned status,
-		      int existed, size_t cut)
+		      const due_submitted *sub, size_t cut)
 {
 	due_task *t = NULL;
 	json_t *o;
@@ -41,8 +41,10 @@ static int reply_task(http_req *r, due_db *db, due_id id, unsigned status,
 		return http_reply_due(r, rc);
 	o = due__fmt_task_cut(t, cut);
 	due_task_free(t);
-	if (o && existed >= 0)
-		json_object_set_new(o, "existed", json_boolean(existed));
+	if (o && sub) {
+		json_object_set_new(o, "existed", json_boolean(sub->existed));
+		json_object_set_new(o, "moved", json_boolean(sub->moved));
+	}
 	return http_reply_json(r, status, o);
 }
 
@@ -74,8 +76,8 @@ int route_task_create(http_req *r)
 		char loc[64];
 		snprintf(loc, sizeof(loc), "/v1/tasks/%lld", (long long)sub.id);
 		http_add_header(r, "Location", loc);
-		rc = reply_task(r, db, sub.id, sub.existed ? 200 : 201,
-				sub.existed, HTTP_PREVIEW_BYTES);
+		rc = reply_task(r, db, sub.id, sub.existed ? 200 : 201, &sub,
+				HTTP_PREVIEW_BYTES);
 	}
 	free(blob);
 	json_decref(o);
@@ -366,6 +368,65 @@ int route_task_cancel(http_req *r)
 }
 
 /* ------------------------------------------------------------------ */
+/* POST /v1/tasks/{id}/reschedule                                      */
+/* ------------------------------------------------------------------ */
+
+/*
+** {"id", "outcome", "task"} (the task as it is now) with 200, as cancel
+** answers: RESCHEDULED, TOO_LATE and ALREADY_FINISHED are outcomes; an
+** unknown id is 404 with outcome NOT_FOUND.
+*/
+static int reply_rescheduled(http_req *r, due_db *db, due_id id,
+			     due_reschedule_outcome out)
+{
+	due_task *t = NULL;
+	json_t *o;
+	int rc;
+
+	o = json_pack("{s:I,s:s}", "id", (json_int_t)id, "outcome",
+		      due_reschedule_outcome_name(out));
+	if (out == DUE_RESCHEDULE_NOT_FOUND) {
+		json_object_set_new(o, "error", json_string("not_found"));
+		json_object_set_new(
+		    o, "detail", json_sprintf("no task %lld", (long long)id));
+		return http_reply_json(r, 404, o);
+	}
+	if ((rc = due_get(db, &t, id)) < 0) {
+		json_decref(o);
+		return http_reply_due(r, rc);
+	}
+	json_object_set_new(o, "task",
+			    due__fmt_task_cut(t, HTTP_PREVIEW_BYTES));
+	due_task_free(t);
+	return http_reply_json(r, 200, o);
+}
+
+int route_task_reschedule(http_req *r)
+{
+	due_reschedule_opts ro;
+	due_reschedule_outcome out;
+	unsigned char *blob = NULL;
+	json_t *body = NULL;
+	due_db *db;
+	due_id id;
+	int rc;
+
+	if (http_parse_id(r, r->param, &id) < 0)
+		return http_reply_bad(r);
+	if (due__fmt_reschedule_body(r->body, r->body_len, &body, &ro, &blob,
+				     r->err, sizeof(r->err)) < 0)
+		rc = http_reply_bad(r);
+	else if ((rc = http_db(r, &db)) < 0 ||
+		 (rc = due_reschedule(db, &out, id, &ro)) < 0)
+		rc = http_reply_due(r, rc);
+	else
+		rc = reply_rescheduled(r, db, id, out);
+	free(blob);
+	json_decref(body);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
 /* POST /v1/tasks/{id}/retry | requeue | kill                          */
 /* ------------------------------------------------------------------ */
 
@@ -391,7 +452,7 @@ static int operate(http_req *r, enum op op)
 				: due_kill(db, NULL, id);
 	if (rc < 0)
 		return http_reply_due(r, rc);
-	return reply_task(r, db, id, 200, -1, HTTP_PREVIEW_BYTES);
+	return reply_task(r, db, id, 200, NULL, HTTP_PREVIEW_BYTES);
 }
 
 int route_task_retry(http_req *r) { return operate(r, OP_RETRY); }

@@ -17,6 +17,8 @@
 **     (claims.c): one claim at a time each; the watcher hears the store's
 **     notifications, takes back expired leases and ends HTTP tries past
 **     their time limit;
+**   - the waiter of GET /v1/tasks/{id}?wait= (waits.c): one thread, its
+**     own store handle, woken by finished-task notifications;
 **   - the ticker, every 100 ms: request deadlines (conns.c), /health,
 **     queue and long-poll timeouts (pool.c, claims.c), the log's counts
 **     (log.c), forgetting old tries (tries.c).
@@ -64,6 +66,7 @@
 /* ------------------------------------------------------------------ */
 
 static const char *const q_list[] = {"state", "kind", "limit", "after", NULL};
+static const char *const q_get[] = {"wait", NULL};
 
 /* Where a route runs: here, on a store pool, or on the /health prober. */
 enum run_on { ON_EVENT, ON_READS, ON_WRITES, ON_HEALTH, ON_CLAIMS };
@@ -84,8 +87,10 @@ static const route routes[] = {
     {"GET", "/v1/stats", route_stats, NULL, ON_READS},
     {"POST", "/v1/tasks", route_task_create, NULL, ON_WRITES},
     {"GET", "/v1/tasks", route_task_list, q_list, ON_READS},
-    {"GET", "/v1/tasks/{id}", route_task_get, NULL, ON_READS},
+    {"GET", "/v1/tasks/{id}", route_task_get, q_get, ON_READS},
     {"DELETE", "/v1/tasks/{id}", route_task_cancel, NULL, ON_WRITES},
+    {"POST", "/v1/tasks/{id}/reschedule", route_task_reschedule, NULL,
+     ON_WRITES},
     {"POST", "/v1/tasks/{id}/retry", route_task_retry, NULL, ON_WRITES},
     {"POST", "/v1/tasks/{id}/requeue", route_task_requeue, NULL, ON_WRITES},
     {"POST", "/v1/tasks/{id}/kill", route_task_kill, NULL, ON_WRITES},
@@ -145,6 +150,41 @@ static int match(http_req *r, const char *pat, const char *path)
 	return !*pat && !*path;
 }
 
+/*
+** GET /v1/tasks/{id}?wait=DUR (waits.c): 0 when r has no wait (or wait=0:
+** answered at once, as without it), 1 when it was answered (a bad id or
+** DUR: 400) or is held, -1 when too many waits are held.
+*/
+static int task_wait(http_req *r)
+{
+	const char *v =
+	    r->route_fn == route_task_get ? http_query(r, "wait") : NULL;
+	char lim[32];
+	int64_t us;
+	due_id id;
+
+	if (!v)
+		return 0;
+	if (due_duration_parse(&us, v) < 0) {
+		http_reply_error(r, 400, "bad_request", "invalid wait '%s': %s",
+				 v, due_error_last());
+		return 1;
+	}
+	if (us > HTTP_MAX_TASK_WAIT_US) {
+		due_duration_format(lim, sizeof(lim), HTTP_MAX_TASK_WAIT_US);
+		http_reply_error(r, 400, "bad_request",
+				 "wait '%s' is over the limit of %s", v, lim);
+		return 1;
+	}
+	if (us == 0)
+		return 0;
+	if (http_parse_id(r, r->param, &id) < 0) {
+		http_reply_bad(r);
+		return 1;
+	}
+	return http_waits_submit(&r->srv->waits, r, id, us) < 0 ? -1 : 1;
+}
+
 /* Hand r to where its route runs; a refusal sets the reply. */
 static void run_route(http_req *r, const route *rt)
 {
@@ -162,7 +202,9 @@ static void run_route(http_req *r, const route *rt)
 		return;
 	}
 	r->deadline_us = http_now_us() + h->conns.timeout_us;
-	if (rt->on == ON_HEALTH)
+	if ((rc = task_wait(r)) != 0) /* ?wait=: answered or held */
+		rc = rc < 0 ? -1 : 0;
+	else if (rt->on == ON_HEALTH)
 		rc = http_health_submit(&h->health, r);
 	else if (rt->on == ON_CLAIMS)
 		rc = http_claims_submit(&h->claims, r);
@@ -454,7 +496,8 @@ static int start_threads(struct due_http *h, const due__http_opts *o)
 	    http_tries_init(&h->tries) < 0 ||
 	    http_claims_start(&h->claims, h, o->threads * CLAIM_THREADS,
 			      queue * POLLS_PER_THREAD) < 0 ||
-	    http_health_start(&h->health, h) < 0)
+	    http_health_start(&h->health, h) < 0 ||
+	    http_waits_start(&h->waits, h, queue * POLLS_PER_THREAD) < 0)
 		return -1;
 	pthread_mutex_init(&h->tick_mu, NULL);
 	pthread_cond_init(&h->tick_cv, NULL);
@@ -546,6 +589,7 @@ void due__http_stop(due_http *h)
 	http_pool_stop(&h->reads);
 	http_pool_stop(&h->writes);
 	http_claims_stop(&h->claims);
+	http_waits_stop(&h->waits);
 	http_health_stop(&h->health);
 	/* The stop answered every waiting poll and resumed its connection:
 	   let the daemon's threads send those replies (at most 2 s) before

@@ -120,6 +120,15 @@ due_cancel_outcome due__cancel_outcome_of(bool found, due_state s)
 				    : DUE_CANCEL_TOO_LATE;
 }
 
+due_reschedule_outcome due__reschedule_outcome_of(bool found, due_state s)
+{
+	if (!found)
+		return DUE_RESCHEDULE_NOT_FOUND;
+	return s == DUE_SCHEDULED ? DUE_RESCHEDULE_RESCHEDULED
+	       : s == DUE_CLAIMED ? DUE_RESCHEDULE_TOO_LATE
+				  : DUE_RESCHEDULE_ALREADY_FINISHED;
+}
+
 int due__store_wrong_state(due_id id, const char *action, const char *state,
 			   const char *needed)
 {

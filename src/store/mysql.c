@@ -67,6 +67,11 @@
 **      init`, which replaces a due_schedule procedure older than
 **      ROUTINE_V (issue 36: run_at_us unbounded, a kind ending in a
 **      newline let through).
+**   9  records the version too: it makes every store pass through `due
+**      init`, which creates the due_reschedule procedure (issue 38).
+**  10  records the version too: it makes every store pass through `due
+**      init`, which creates the due_schedule_on_key procedure (issue 38:
+**      on_key).
 */
 #include <errno.h>
 #include <stdint.h>
@@ -297,8 +302,9 @@ static const char schema_v5[] =
     "ALTER TABLE due_task ADD KEY due_task_state (state, id);" RECORD("5");
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = RECORD("2"), [3] = RECORD("3"), [4] = RECORD("4"),
-    [5] = schema_v5, [6] = RECORD("6"), [7] = RECORD("7"), [8] = RECORD("8")};
+    [1] = schema_v1,   [2] = RECORD("2"),  [3] = RECORD("3"), [4] = RECORD("4"),
+    [5] = schema_v5,   [6] = RECORD("6"),  [7] = RECORD("7"), [8] = RECORD("8"),
+    [9] = RECORD("9"), [10] = RECORD("10")};
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
@@ -572,96 +578,291 @@ static void mig_rollback(due_store *s)
 ** Callers send UTF-8 (a utf8mb4 connection, every driver's default).
 */
 #define ROUTINE_V "due_schedule v3"
+
+/* The parameters due_schedule and due_schedule_on_key begin with. */
+#define SCHED_PARAMS                                                           \
+	" IN p_kind VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"  \
+	" IN p_payload LONGBLOB,"                                              \
+	" IN p_run_in_us BIGINT, IN p_run_at_us BIGINT,"                       \
+	" IN p_key VARBINARY(4096),"                                           \
+	" IN p_max_attempts INT"
+#define SCHED_DECLARE                                                          \
+	"  DECLARE msg VARCHAR(128) DEFAULT NULL;\n"                           \
+	"  DECLARE now_us, found BIGINT;\n"                                    \
+	"  DECLARE delay BIGINT DEFAULT COALESCE(p_run_in_us, 0);\n"           \
+	"  DECLARE attempts INT DEFAULT COALESCE(p_max_attempts, 5);\n"        \
+	"  DECLARE dup, tries INT DEFAULT 0;\n"
+/* (after every variable of the procedure: MySQL wants them first) */
+#define SCHED_HANDLER "  DECLARE CONTINUE HANDLER FOR 1062 SET dup = 1;\n"
+/*
+** Their checks, in due__submit_check()'s words after the routine's `name`;
+** `more`: further ELSEIF branches of the procedure's own.
+*/
+#define SCHED_CHECKS(name, more)                                               \
+	"  IF p_kind IS NULL OR p_kind = '' THEN\n"                            \
+	"    SET msg = '" name ": invalid kind '''': empty';\n"                \
+	"  ELSEIF CHAR_LENGTH(p_kind) > 128 THEN\n"                            \
+	"    SET msg = CONCAT('" name ": invalid kind: ',"                     \
+	" CHAR_LENGTH(p_kind), ' characters (at most 128)');\n"                \
+	"  ELSEIF p_kind REGEXP '[^A-Za-z0-9_.:-]' THEN\n"                     \
+	"    SET msg = LEFT(CONCAT('" name ": invalid kind ''',"               \
+	" LEFT(p_kind, 40), ''': only letters, digits and _ - . : are"         \
+	" allowed'), 128);\n"                                                  \
+	"  ELSEIF delay < 0 THEN\n"                                            \
+	"    SET msg = '" name ": invalid delay (run_in_us): negative';\n"     \
+	"  ELSEIF delay > 3162240000000000 THEN\n"                             \
+	"    SET msg = '" name ": invalid delay (run_in_us): more than 100"    \
+	" years';\n"                                                           \
+	"  ELSEIF p_run_at_us IS NOT NULL AND delay <> 0 THEN\n"               \
+	"    SET msg = '" name ": give a delay (run_in_us) or a due time"      \
+	" (run_at_us), not both';\n"                                           \
+	"  ELSEIF p_run_at_us < 0 THEN\n"                                      \
+	"    SET msg = '" name ": invalid due time (run_at_us): before"        \
+	" 1970-01-01T00:00:00Z';\n"                                            \
+	"  ELSEIF p_run_at_us > 253402300799999999 THEN\n"                     \
+	"    SET msg = '" name ": invalid due time (run_at_us): after"         \
+	" 9999-12-31T23:59:59Z';\n"                                            \
+	"  ELSEIF p_key IS NOT NULL AND p_key <> CAST(CONVERT(p_key USING"     \
+	" utf8mb4) AS BINARY) THEN\n"                                          \
+	"    SET msg = '" name ": invalid key: not UTF-8';\n"                  \
+	"  ELSEIF p_key = '' THEN\n"                                           \
+	"    SET msg = '" name ": invalid key '''': empty';\n"                 \
+	"  ELSEIF OCTET_LENGTH(p_key) > 512 THEN\n"                            \
+	"    SET msg = CONCAT('" name ": invalid key: ',"                      \
+	" OCTET_LENGTH(p_key), ' bytes (at most 512)');\n"                     \
+	"  ELSEIF attempts < 1 OR attempts > 1000 THEN\n"                      \
+	"    SET msg = CONCAT('" name ": invalid max_attempts ', attempts,"    \
+	" ': must be 1..1000');\n"                                             \
+	"  ELSEIF OCTET_LENGTH(p_payload) > 1048576 THEN\n"                    \
+	"    SET msg = CONCAT('" name ": payload is ',"                        \
+	" OCTET_LENGTH(p_payload), ' bytes, over the limit of 1048576"         \
+	" bytes');\n" more "  END IF;\n"                                       \
+	"  IF msg IS NOT NULL THEN\n"                                          \
+	"    SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = msg;\n"                \
+	"  END IF;\n"
+#define SCHED_INSERT                                                           \
+	"INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"    \
+	" backoff_us, backoff_cap_us, `key`, created_at, updated_at)"          \
+	" VALUES (p_kind, COALESCE(p_payload, ''), 'SCHEDULED',"               \
+	" COALESCE(p_run_at_us, now_us + delay), attempts, 1000000,"           \
+	" 3600000000, p_key, now_us, now_us);\n"
+#define SCHED_WAKE                                                             \
+	"INSERT INTO due_wake (id, n) VALUES (1, 1)"                           \
+	" ON DUPLICATE KEY UPDATE n = n + 1;\n"
+
 static const char sql_schedule_proc[] =
-    "CREATE PROCEDURE due_schedule("
-    " IN p_kind VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
-    " IN p_payload LONGBLOB,"
-    " IN p_run_in_us BIGINT, IN p_run_at_us BIGINT,"
-    " IN p_key VARBINARY(4096),"
-    " IN p_max_attempts INT, OUT p_id BIGINT)"
+    "CREATE PROCEDURE due_schedule(" SCHED_PARAMS ", OUT p_id BIGINT)"
     " MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '" ROUTINE_V "'\n"
+    "BEGIN\n" SCHED_DECLARE SCHED_HANDLER "  SET p_id = NULL;\n" SCHED_CHECKS(
+	"due_schedule", "") "  SET now_us = " NOW ";\n"
+			    "  retry: LOOP\n"
+			    "    SET dup = 0, tries = tries + 1;\n"
+			    "    " SCHED_INSERT "    IF dup = 0 THEN\n"
+			    "      SET p_id = LAST_INSERT_ID();\n"
+			    "      " SCHED_WAKE "      LEAVE retry;\n"
+			    "    END IF;\n"
+			    "    SELECT MAX(id) INTO found FROM due_task WHERE"
+			    " kind = p_kind AND live_key = CAST(p_key AS"
+			    " BINARY) LOCK IN SHARE MODE;\n"
+			    "    IF found IS NOT NULL THEN\n"
+			    "      SET p_id = found;\n"
+			    "      LEAVE retry;\n"
+			    "    END IF;\n"
+			    "    IF tries >= 20 THEN\n"
+			    "      SIGNAL SQLSTATE '40001' SET MESSAGE_TEXT ="
+			    " 'due_schedule: the live task of this key keeps"
+			    " changing; try again';\n"
+			    "    END IF;\n"
+			    "  END LOOP;\n"
+			    "END";
+
+/*
+** due_schedule_on_key: due_schedule with on_key (issue 38, due.h
+** due_on_key), a procedure of its own beside it (MySQL cannot overload a
+** routine nor default a parameter; due_schedule, its calls and the
+** EXECUTE grants users gave on it stay as they are):
+**
+**   CALL due_schedule_on_key('digest', 'u42', 600000000, NULL, 'user-42',
+**                            NULL, 'later', @id);
+**
+** The arguments of due_schedule, then on_key: 'keep' (NULL too: the
+** default, due_schedule's behaviour), 'replace' or 'later', matched
+** exactly (any other spelling, and replace or later without a key,
+** SIGNAL 22023 naming it before anything is written).  @id receives the
+** task that holds the key afterwards.  replace / later lock the live task
+** of (kind, key) FOR UPDATE (the newest committed row, whatever the
+** caller's isolation) until the caller's COMMIT, and the UPDATE repeats
+** what was judged: a waiting one takes the due time and payload (later:
+** only when the new time is later) and due_wake is bumped when it
+** moved; a running one keeps everything but its key (set to NULL, so
+** its live_key is NULL) and a new task is inserted that holds it.  An
+** insert that meets a holder a racing submit made (1062) looks again.
+** Outside a transaction (autocommit) each statement commits alone: a
+** holder that changed between the look and the write is looked at again
+** (the row count, and the state read again).  Created when missing or
+** older than ON_KEY_V, by init_extras.
+*/
+#define ON_KEY_V "due_schedule_on_key v1"
+static const char sql_schedule_on_key_proc[] =
+    "CREATE PROCEDURE due_schedule_on_key(" SCHED_PARAMS
+    ", IN p_on_key VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
+    " OUT p_id BIGINT)"
+    " MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '" ON_KEY_V "'\n"
+    "BEGIN\n" SCHED_DECLARE "  DECLARE how, claimed, cnt INT DEFAULT NULL;\n"
+    "  DECLARE due BIGINT;\n" SCHED_HANDLER "  SET p_id = NULL;\n"
+    /* compared as bytes: no trailing-space padding, no case folding */
+    "  SET how = CASE CAST(COALESCE(p_on_key, 'keep') AS BINARY)"
+    " WHEN 'keep' THEN 0 WHEN 'replace' THEN 1 WHEN 'later' THEN 2 "
+    "END;\n" SCHED_CHECKS(
+	"due_schedule_on_key",
+	"  ELSEIF how IS NULL THEN\n"
+	"    SET msg = LEFT(CONCAT('due_schedule_on_key: invalid on_key ''',"
+	" LEFT(p_on_key, 16), ''': must be keep, replace or later'), 128);\n"
+	"  ELSEIF how <> 0 AND p_key IS NULL THEN\n"
+	"    SET msg = CONCAT('due_schedule_on_key: on_key ', p_on_key,"
+	" ' needs a key: it says what to do with the live task of the same"
+	" key');\n") "  SET now_us = " NOW ";\n"
+		     "  SET due = COALESCE(p_run_at_us, now_us + delay);\n"
+		     "  retry: LOOP\n"
+		     "    SET dup = 0, tries = tries + 1;\n"
+		     "    IF tries > 20 THEN\n"
+		     "      SIGNAL SQLSTATE '40001' SET MESSAGE_TEXT ="
+		     " 'due_schedule_on_key: the live task of this key keeps "
+		     "changing;"
+		     " try again';\n"
+		     "    END IF;\n"
+		     "    IF how <> 0 THEN\n"
+		     "      SELECT MAX(id), MAX(state = 'CLAIMED') INTO found, "
+		     "claimed"
+		     " FROM due_task WHERE kind = p_kind AND live_key = "
+		     "CAST(p_key AS"
+		     " BINARY) FOR UPDATE;\n"
+		     "      IF found IS NOT NULL AND claimed = 0 THEN\n"
+		     "        UPDATE due_task SET due_at = due, payload = "
+		     "COALESCE(p_payload,"
+		     " ''), updated_at = now_us WHERE id = found AND state = "
+		     "'SCHEDULED'"
+		     " AND (how = 1 OR due_at < due);\n"
+		     "        SET cnt = ROW_COUNT();\n"
+		     "        IF cnt > 0 THEN\n"
+		     "          " SCHED_WAKE "        ELSE\n"
+		     "          SELECT COUNT(*) INTO cnt FROM due_task WHERE "
+		     "id "
+		     "= found"
+		     " AND state = 'SCHEDULED' LOCK IN SHARE MODE;\n"
+		     "          IF cnt = 0 THEN\n"
+		     "            ITERATE retry;\n"
+		     "          END IF;\n"
+		     "        END IF;\n"
+		     "        SET p_id = found;\n"
+		     "        LEAVE retry;\n"
+		     "      ELSEIF found IS NOT NULL THEN\n"
+		     "        UPDATE due_task SET `key` = NULL, updated_at = "
+		     "now_us"
+		     " WHERE id = found AND state = 'CLAIMED';\n"
+		     "        IF ROW_COUNT() = 0 THEN\n"
+		     "          ITERATE retry;\n"
+		     "        END IF;\n"
+		     "      END IF;\n"
+		     "    END IF;\n"
+		     "    " SCHED_INSERT "    IF dup = 0 THEN\n"
+		     "      SET p_id = LAST_INSERT_ID();\n"
+		     "      " SCHED_WAKE "      LEAVE retry;\n"
+		     "    END IF;\n"
+		     "    IF how = 0 THEN\n"
+		     "      SELECT MAX(id) INTO found FROM due_task WHERE kind "
+		     "= p_kind"
+		     " AND live_key = CAST(p_key AS BINARY) LOCK IN SHARE "
+		     "MODE;\n"
+		     "      IF found IS NOT NULL THEN\n"
+		     "        SET p_id = found;\n"
+		     "        LEAVE retry;\n"
+		     "      END IF;\n"
+		     "    END IF;\n"
+		     "  END LOOP;\n"
+		     "END";
+
+/*
+** due_reschedule: reschedule (store.h) from SQL, inside the caller's own
+** transaction (issue 38), beside due_schedule:
+**
+**   START TRANSACTION; UPDATE orders ...;
+**   CALL due_reschedule(41, 600000000, NULL, NULL, @outcome);
+**   COMMIT;
+**
+** Arguments: the task id, then exactly one of run_in_us (from the
+** server's clock, DUE_MY_NOW) and run_at_us (microseconds since the
+** epoch), the payload (NULL keeps the task's, '' empties it), and an OUT
+** parameter that receives the outcome's name: RESCHEDULED, TOO_LATE,
+** ALREADY_FINISHED or NOT_FOUND.  Bad input SIGNALs SQLSTATE 22023 with
+** due_schedule's bounds and words before anything is written.  The row
+** is locked (FOR UPDATE) until the caller's COMMIT, judged on what was
+** locked, and the UPDATE repeats state = 'SCHEDULED'; due_wake is bumped
+** when it moved (as due_schedule does: MEMORY, seen at once).  Created
+** when missing or older than RESCHED_V, by init_extras.
+*/
+#define RESCHED_V "due_reschedule v1"
+static const char sql_reschedule_proc[] =
+    "CREATE PROCEDURE due_reschedule(IN p_id BIGINT,"
+    " IN p_run_in_us BIGINT, IN p_run_at_us BIGINT, IN p_payload LONGBLOB,"
+    " OUT p_outcome VARCHAR(32))"
+    " MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '" RESCHED_V "'\n"
     "BEGIN\n"
     "  DECLARE msg VARCHAR(128) DEFAULT NULL;\n"
-    "  DECLARE now_us, found BIGINT;\n"
-    "  DECLARE delay BIGINT DEFAULT COALESCE(p_run_in_us, 0);\n"
-    "  DECLARE attempts INT DEFAULT COALESCE(p_max_attempts, 5);\n"
-    "  DECLARE dup, tries INT DEFAULT 0;\n"
-    "  DECLARE CONTINUE HANDLER FOR 1062 SET dup = 1;\n"
-    "  SET p_id = NULL;\n"
-    "  IF p_kind IS NULL OR p_kind = '' THEN\n"
-    "    SET msg = 'due_schedule: invalid kind '''': empty';\n"
-    "  ELSEIF CHAR_LENGTH(p_kind) > 128 THEN\n"
-    "    SET msg = CONCAT('due_schedule: invalid kind: ',"
-    " CHAR_LENGTH(p_kind), ' characters (at most 128)');\n"
-    "  ELSEIF p_kind REGEXP '[^A-Za-z0-9_.:-]' THEN\n"
-    "    SET msg = LEFT(CONCAT('due_schedule: invalid kind ''',"
-    " LEFT(p_kind, 40), ''': only letters, digits and _ - . : are"
-    " allowed'), 128);\n"
-    "  ELSEIF delay < 0 THEN\n"
-    "    SET msg = 'due_schedule: invalid delay (run_in_us): negative';\n"
-    "  ELSEIF delay > 3162240000000000 THEN\n"
-    "    SET msg = 'due_schedule: invalid delay (run_in_us): more than 100"
-    " years';\n"
-    "  ELSEIF p_run_at_us IS NOT NULL AND delay <> 0 THEN\n"
-    "    SET msg = 'due_schedule: give a delay (run_in_us) or a due time"
+    "  DECLARE st VARCHAR(16) DEFAULT NULL;\n"
+    "  DECLARE CONTINUE HANDLER FOR NOT FOUND SET st = NULL;\n"
+    "  SET p_outcome = NULL;\n"
+    "  IF p_id IS NULL OR p_id <= 0 THEN\n"
+    "    SET msg = 'due_reschedule: invalid task id: ids are positive"
+    " integers';\n"
+    "  ELSEIF p_run_in_us IS NULL AND p_run_at_us IS NULL THEN\n"
+    "    SET msg = 'due_reschedule: give a delay (run_in_us) or a due time"
+    " (run_at_us)';\n"
+    "  ELSEIF p_run_in_us IS NOT NULL AND p_run_at_us IS NOT NULL THEN\n"
+    "    SET msg = 'due_reschedule: give a delay (run_in_us) or a due time"
     " (run_at_us), not both';\n"
+    "  ELSEIF p_run_in_us < 0 THEN\n"
+    "    SET msg = 'due_reschedule: invalid delay (run_in_us): negative';\n"
+    "  ELSEIF p_run_in_us > 3162240000000000 THEN\n"
+    "    SET msg = 'due_reschedule: invalid delay (run_in_us): more than"
+    " 100 years';\n"
     "  ELSEIF p_run_at_us < 0 THEN\n"
-    "    SET msg = 'due_schedule: invalid due time (run_at_us): before"
+    "    SET msg = 'due_reschedule: invalid due time (run_at_us): before"
     " 1970-01-01T00:00:00Z';\n"
     "  ELSEIF p_run_at_us > 253402300799999999 THEN\n"
-    "    SET msg = 'due_schedule: invalid due time (run_at_us): after"
+    "    SET msg = 'due_reschedule: invalid due time (run_at_us): after"
     " 9999-12-31T23:59:59Z';\n"
-    "  ELSEIF p_key IS NOT NULL AND p_key <> CAST(CONVERT(p_key USING utf8mb4)"
-    " AS BINARY) THEN\n"
-    "    SET msg = 'due_schedule: invalid key: not UTF-8';\n"
-    "  ELSEIF p_key = '' THEN\n"
-    "    SET msg = 'due_schedule: invalid key '''': empty';\n"
-    "  ELSEIF OCTET_LENGTH(p_key) > 512 THEN\n"
-    "    SET msg = CONCAT('due_schedule: invalid key: ',"
-    " OCTET_LENGTH(p_key), ' bytes (at most 512)');\n"
-    "  ELSEIF attempts < 1 OR attempts > 1000 THEN\n"
-    "    SET msg = CONCAT('due_schedule: invalid max_attempts ', attempts,"
-    " ': must be 1..1000');\n"
     "  ELSEIF OCTET_LENGTH(p_payload) > 1048576 THEN\n"
-    "    SET msg = CONCAT('due_schedule: payload is ',"
+    "    SET msg = CONCAT('due_reschedule: payload is ',"
     " OCTET_LENGTH(p_payload), ' bytes, over the limit of 1048576"
     " bytes');\n"
     "  END IF;\n"
     "  IF msg IS NOT NULL THEN\n"
     "    SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = msg;\n"
     "  END IF;\n"
-    "  SET now_us = " NOW ";\n"
-    "  retry: LOOP\n"
-    "    SET dup = 0, tries = tries + 1;\n"
-    "    INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
-    " backoff_us, backoff_cap_us, `key`, created_at, updated_at)"
-    " VALUES (p_kind, COALESCE(p_payload, ''), 'SCHEDULED',"
-    " COALESCE(p_run_at_us, now_us + delay), attempts, 1000000,"
-    " 3600000000, p_key, now_us, now_us);\n"
-    "    IF dup = 0 THEN\n"
-    "      SET p_id = LAST_INSERT_ID();\n"
-    "      INSERT INTO due_wake (id, n) VALUES (1, 1)"
+    "  SELECT state INTO st FROM due_task WHERE id = p_id FOR UPDATE;\n"
+    "  IF st IS NULL THEN\n"
+    "    SET p_outcome = 'NOT_FOUND';\n"
+    "  ELSEIF st = 'CLAIMED' THEN\n"
+    "    SET p_outcome = 'TOO_LATE';\n"
+    "  ELSEIF st <> 'SCHEDULED' THEN\n"
+    "    SET p_outcome = 'ALREADY_FINISHED';\n"
+    "  ELSE\n"
+    "    UPDATE due_task SET due_at = COALESCE(p_run_at_us, " NOW
+    " + p_run_in_us), payload = COALESCE(p_payload, payload),"
+    " updated_at = " NOW " WHERE id = p_id AND state = 'SCHEDULED';\n"
+    "    INSERT INTO due_wake (id, n) VALUES (1, 1)"
     " ON DUPLICATE KEY UPDATE n = n + 1;\n"
-    "      LEAVE retry;\n"
-    "    END IF;\n"
-    "    SELECT MAX(id) INTO found FROM due_task WHERE kind = p_kind"
-    " AND live_key = CAST(p_key AS BINARY) LOCK IN SHARE MODE;\n"
-    "    IF found IS NOT NULL THEN\n"
-    "      SET p_id = found;\n"
-    "      LEAVE retry;\n"
-    "    END IF;\n"
-    "    IF tries >= 20 THEN\n"
-    "      SIGNAL SQLSTATE '40001' SET MESSAGE_TEXT = 'due_schedule: the"
-    " live task of this key keeps changing; try again';\n"
-    "    END IF;\n"
-    "  END LOOP;\n"
+    "    SET p_outcome = 'RESCHEDULED';\n"
+    "  END IF;\n"
     "END";
 
 /*
 ** What `due init` keeps beside the versioned schema, done only when
 ** needed (every due_open with create runs init): the byte-exact key and
 ** group columns (VARBINARY, NO PAD) of a database made by this backend
-** before they were, and the due_schedule procedure.
+** before they were, and the due_schedule, due_schedule_on_key and
+** due_reschedule procedures.
 */
 static int init_extras(due_store *s)
 {
@@ -670,24 +871,31 @@ static int init_extras(due_store *s)
 	    " MODIFY grp VARBINARY(255) NULL,"
 	    " MODIFY live_key VARBINARY(512) AS (IF(state IN ('SCHEDULED',"
 	    " 'CLAIMED'), `key`, NULL)) STORED";
-	int64_t need[2];
+	int64_t need[4];
 	int rc;
 
 	for (int locked = 0;; locked = 1) {
 		SQL(b, s);
-		due__my_add(&b,
-			    "SELECT (SELECT COUNT(*) FROM information_schema"
-			    ".columns WHERE table_schema = DATABASE() AND"
-			    " table_name = 'due_task' AND column_name = 'key'"
-			    " AND data_type <> 'varbinary'),"
-			    " (SELECT COUNT(*) = 0 FROM information_schema"
-			    ".routines WHERE routine_schema = DATABASE() AND"
-			    " routine_name = 'due_schedule' AND routine_type"
-			    " = 'PROCEDURE' AND routine_comment = '" ROUTINE_V
-			    "')");
-		if ((rc = ints(s, &b, "read schema extras", need, 2)) < 0)
+		due__my_add(
+		    &b, "SELECT (SELECT COUNT(*) FROM information_schema"
+			".columns WHERE table_schema = DATABASE() AND"
+			" table_name = 'due_task' AND column_name = 'key'"
+			" AND data_type <> 'varbinary'),"
+			" (SELECT COUNT(*) = 0 FROM information_schema"
+			".routines WHERE routine_schema = DATABASE() AND"
+			" routine_name = 'due_schedule' AND routine_type"
+			" = 'PROCEDURE' AND routine_comment = '" ROUTINE_V "'),"
+			" (SELECT COUNT(*) = 0 FROM information_schema"
+			".routines WHERE routine_schema = DATABASE() AND"
+			" routine_name = 'due_reschedule' AND routine_type"
+			" = 'PROCEDURE' AND routine_comment = '" RESCHED_V "'),"
+			" (SELECT COUNT(*) = 0 FROM information_schema"
+			".routines WHERE routine_schema = DATABASE() AND"
+			" routine_name = 'due_schedule_on_key' AND routine_type"
+			" = 'PROCEDURE' AND routine_comment = '" ON_KEY_V "')");
+		if ((rc = ints(s, &b, "read schema extras", need, 4)) < 0)
 			goto out;
-		if (!need[0] && !need[1])
+		if (!need[0] && !need[1] && !need[2] && !need[3])
 			goto out;
 		if (!locked) {
 			if ((rc = mig_lock(s)) < 0)
@@ -697,10 +905,24 @@ static int init_extras(due_store *s)
 		if (need[0] && (rc = run_text(s, alter, "byte-exact keys")) < 0)
 			goto out;
 		if (need[1] &&
-		    (rc = run_text(s, "DROP PROCEDURE IF EXISTS due_schedule",
-				   "drop procedure due_schedule")) == 0)
-			rc = run_text(s, sql_schedule_proc,
-				      "create procedure due_schedule");
+		    ((rc = run_text(s, "DROP PROCEDURE IF EXISTS due_schedule",
+				    "drop procedure due_schedule")) < 0 ||
+		     (rc = run_text(s, sql_schedule_proc,
+				    "create procedure due_schedule")) < 0))
+			goto out;
+		if (need[2] &&
+		    ((rc =
+			  run_text(s, "DROP PROCEDURE IF EXISTS due_reschedule",
+				   "drop procedure due_reschedule")) < 0 ||
+		     (rc = run_text(s, sql_reschedule_proc,
+				    "create procedure due_reschedule")) < 0))
+			goto out;
+		if (need[3] &&
+		    (rc = run_text(
+			 s, "DROP PROCEDURE IF EXISTS due_schedule_on_key",
+			 "drop procedure due_schedule_on_key")) == 0)
+			rc = run_text(s, sql_schedule_on_key_proc,
+				      "create procedure due_schedule_on_key");
 		goto out;
 	}
 out:
@@ -873,16 +1095,117 @@ static int find_live(due_store *s, const due_submit *it, due_id *id)
 }
 
 /*
+** on_key REPLACE or LATER (due.h due_on_key), inside the submit's
+** transaction: the live task of it's (kind, key) locked FOR UPDATE (the
+** newest committed row, as find_live reads it), *id (0: none) and
+** whether it is running.  Locked before any insert, so racing producers
+** of one key queue on its row instead of each holding the shared lock a
+** duplicate-key error takes (two of those wanting the row deadlock).
+*/
+static int lock_holder(due_store *s, const due_submit *it, due_id *id,
+		       bool *claimed)
+{
+	int64_t v[2];
+	int rc;
+	SQL(b, s);
+
+	due__my_add(&b, "SELECT id, state = 'CLAIMED' FROM due_task"
+			" WHERE kind = ");
+	due__my_str(&b, it->kind);
+	due__my_add(&b, " AND live_key = ");
+	due__my_str(&b, it->opts.key);
+	due__my_add(&b, " FOR UPDATE");
+	rc = ints(s, &b, "lock task by key", v, 2);
+	*id = (due_id)v[0];
+	*claimed = v[1] != 0;
+	return rc;
+}
+
+/* The due time of a submit: its `at`, or the server's now + its delay. */
+static void due_expr(due_my_sql *b, const due_schedule_opts *o)
+{
+	if (o->at != DUE_TIME_NONE)
+		due__my_add(b, "%lld", (long long)o->at);
+	else
+		due__my_add(b, "(" NOW " + %lld)", (long long)o->delay_us);
+}
+
+/*
+** The waiting holder `id` (locked by lock_holder) takes it's due time and
+** payload; LATER: only a later one.  The state and, for LATER, the
+** comparison are repeated in the UPDATE's WHERE, whose one NOW is the
+** new time on both sides.  *moved: LATER moved when the row matched;
+** REPLACE always does (the row is ours and SCHEDULED: a caller's
+** connection without CLIENT_FOUND_ROWS counts 0 when nothing changed).
+*/
+static int key_move(due_store *s, const due_submit *it, due_id id, bool *moved)
+{
+	bool later = it->opts.on_key == DUE_ON_KEY_LATER;
+	uint64_t n = 0;
+	int rc;
+	SQL(b, s);
+
+	due__my_add(&b, "UPDATE due_task SET due_at = ");
+	due_expr(&b, &it->opts);
+	due__my_add(&b, ", payload = ");
+	due__my_blob(&b, it->payload, it->payload_len);
+	due__my_add(&b,
+		    ", updated_at = " NOW " WHERE id = %lld AND"
+		    " state = 'SCHEDULED'",
+		    (long long)id);
+	if (later) {
+		due__my_add(&b, " AND due_at < ");
+		due_expr(&b, &it->opts);
+	}
+	rc = exec(s, &b, "move task by key", &n);
+	*moved = rc == 0 && (n == 1 || !later);
+	return rc;
+}
+
+/*
+** The running holder `id` (locked by lock_holder) gives up its key: its
+** live_key becomes NULL, so the new task can hold it and the old one's
+** finish or retry never touches it.  Nothing else of it changes.
+*/
+static int key_give_up(due_store *s, due_id id)
+{
+	SQL(b, s);
+
+	due__my_add(&b,
+		    "UPDATE due_task SET `key` = NULL, updated_at = " NOW
+		    " WHERE id = %lld AND state = 'CLAIMED'",
+		    (long long)id);
+	return exec_one(s, &b, "give up key", id);
+}
+
+/*
 ** Insert one submit: out->id is the new id, or the live task's with
 ** existed = true when (kind, key) is taken (the UNIQUE index on live_key
 ** refuses the insert with 1062).  When that task ended between the two
-** statements, insert again.
+** statements, insert again.  on_key REPLACE or LATER (a transaction:
+** schedule_tx, or the caller's) first locks the holder: a waiting one is
+** moved (key_move), a running one gives up the key (key_give_up) and the
+** insert follows; an insert that still meets a holder (a racing submit
+** made one) locks that one in turn.
 */
 static int insert_one(due_store *s, const due_submit *it, due_submitted *out)
 {
+	bool act = it->opts.key && it->opts.on_key != DUE_ON_KEY_KEEP;
 	int rc;
 
+	out->moved = false;
 	for (int tries = 0; tries < KEY_TRIES; tries++) {
+		if (act) {
+			bool claimed = false;
+			if ((rc = lock_holder(s, it, &out->id, &claimed)) < 0)
+				return rc;
+			if (out->id && !claimed) {
+				out->existed = true;
+				return key_move(s, it, out->id, &out->moved);
+			}
+			if (out->id && (rc = key_give_up(s, out->id)) < 0)
+				return rc;
+		}
 		SQL(b, s);
 		due__my_add(&b, INSERT_HEAD);
 		insert_values(&b, it, NOW);
@@ -895,6 +1218,8 @@ static int insert_one(due_store *s, const due_submit *it, due_submitted *out)
 		if (rc != DUE_ECONFLICT || !it->opts.key)
 			return rc;
 		due__error_clear();
+		if (act)
+			continue; /* lock the holder a racing submit made */
 		if ((rc = find_live(s, it, &out->id)) < 0)
 			return rc;
 		if (out->id) {
@@ -959,6 +1284,7 @@ static int insert_rows(due_store *s, const due_submit *items, size_t n,
 			out[j].id = (due_id)mysql_insert_id(s->conn) +
 				    (due_id)(j - from) * s->id_step;
 			out[j].existed = false;
+			out[j].moved = false;
 		}
 		from = i;
 	}
@@ -995,7 +1321,9 @@ static int schedule_tx(due_store *s, due_submitted *out,
 {
 	int rc;
 
-	if (n == 1)
+	/* on_key replace or later locks the holder: a transaction */
+	if (n == 1 &&
+	    (!items->opts.key || items->opts.on_key == DUE_ON_KEY_KEEP))
 		return insert_one(s, items, out);
 	if ((rc = due__my_begin(s)) < 0)
 		return rc;
@@ -2526,6 +2854,106 @@ static int mys_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 	return rc;
 }
 
+/*
+** reschedule (issue 38), as cancel_tx: lock the row (lock_state, which
+** reads the server's now into @due_now), decide from the state it
+** locked, and write only when SCHEDULED, the state repeated in the
+** UPDATE's WHERE; the new due_at is o->at or @due_now + the delay.
+** On Galera a COMMIT that did not take is found by reading due_at back
+** (RESCHEDULED is a promise about when the task runs): retried whole.
+*/
+static void due_at_expr(due_my_sql *b, const due_reschedule_opts *o)
+{
+	if (o->at != DUE_TIME_NONE)
+		due__my_int(b, o->at);
+	else
+		due__my_add(b, NOW_V " + %lld", (long long)o->delay_us);
+}
+
+static int reschedule_lost(due_store *s, due_id id,
+			   const due_reschedule_opts *o)
+{
+	int64_t v = 0;
+	SQL(b, s);
+
+	if (!s->galera)
+		return 0;
+	due__my_add(&b,
+		    "SELECT COUNT(*) FROM due_task WHERE id = %lld AND"
+		    " due_at = ",
+		    (long long)id);
+	due_at_expr(&b, o);
+	if (ints(s, &b, "confirm reschedule", &v, 1) < 0) {
+		s->deadlock = false; /* the COMMIT answered: it stands */
+		return 0;
+	}
+	if (v)
+		return 0;
+	s->deadlock = true;
+	due__error_set(DUE_EBUSY,
+		       "mysql store: the reschedule of task %lld did not take "
+		       "(Galera aborted the transaction); retried",
+		       (long long)id);
+	return 1;
+}
+
+static int reschedule_tx(due_store *s, due_reschedule_outcome *out, due_id id,
+			 const due_reschedule_opts *o)
+{
+	due_state st = DUE_SCHEDULED;
+	char *state = NULL;
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_begin(s)) < 0)
+		return rc;
+	if ((rc = lock_state(s, id, &state, NULL)) < 0)
+		goto fail;
+	if (state && (rc = due_state_parse(&st, state)) < 0)
+		goto fail;
+	*out = due__reschedule_outcome_of(state != NULL, st);
+	if (*out == DUE_RESCHEDULE_RESCHEDULED) {
+		due__my_add(&b, "UPDATE due_task SET due_at = ");
+		due_at_expr(&b, o);
+		if (o->set_payload) {
+			due__my_add(&b, ", payload = ");
+			due__my_blob(&b, o->payload, o->payload_len);
+		}
+		due__my_add(&b,
+			    ", updated_at = " NOW_V " WHERE id = %lld AND"
+			    " state = 'SCHEDULED'",
+			    (long long)id);
+		if ((rc = exec_one(s, &b, "reschedule", id)) < 0)
+			goto fail;
+	}
+	if ((rc = due__my_commit(s)) < 0)
+		goto fail;
+	free(state);
+	if (*out != DUE_RESCHEDULE_RESCHEDULED)
+		return 0;
+	if (reschedule_lost(s, id, o))
+		return DUE_EBUSY;
+	wake(s);
+	return 0;
+fail:
+	due__my_rollback(s);
+	free(state);
+	return rc;
+}
+
+static int mys_reschedule(due_store *s, due_reschedule_outcome *out, due_id id,
+			  const due_reschedule_opts *o)
+{
+	due_submit one = {.payload = o->payload, .payload_len = o->payload_len};
+	int rc;
+
+	if ((rc = due__my_ok(s)) < 0 ||
+	    (o->set_payload && (rc = my_payloads_fit(s, &one, 1)) < 0))
+		return rc;
+	RETRY(rc, s, reschedule_tx(s, out, id, o));
+	return rc;
+}
+
 /* The attempts history of n tasks (ordered by id) with one statement. */
 static int load_attempts(due_store *s, due_task *tasks, size_t n)
 {
@@ -3703,6 +4131,24 @@ static int mys_notify(due_store *s)
 	if (rc == 0)
 		wake(s);
 	return rc;
+}
+
+/*
+** Finished tasks (due_wait): none here.  MySQL has no NOTIFY, and a
+** due_wake-style counter bumped by every completion would be one more
+** statement on the drain's hot path for a wake-up that is polled once a
+** second anyway; a waiter reads the task itself with a backoff (50 ms to
+** 1 s), a primary-key read, which costs the drain nothing.
+*/
+static int mys_listen_done(due_store *s, int *fd)
+{
+	(void)s;
+	if (!fd)
+		return 0;
+	*fd = -1;
+	return due__error_set(DUE_EUNSUPPORTED,
+			      "mysql store: no notifications of finished "
+			      "tasks: they are polled for");
 }
 
 /* ------------------------------------------------------------------ */

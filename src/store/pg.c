@@ -83,6 +83,12 @@
 **      `due init`, which recreates due_schedule() pinned to the schema
 **      of due_task (issue 36: it had followed the caller's "$user"
 **      schema) and bounded like `due add --at` (create_functions).
+**   9  No table changes: the version makes every store pass through
+**      `due init`, which creates due_reschedule() (issue 38) beside
+**      due_schedule().
+**  10  No table changes: `due init` adds due_schedule(..., on_key), the
+**      overload that debounces by key (issue 38), beside the six-argument
+**      one, which it keeps (and its grants).
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -153,6 +159,10 @@ enum stmt_id {
 	ST_KIND_REMOVE,
 	ST_LOCK_TAKE,
 	ST_BYTES,
+	ST_RESCHEDULE,
+	ST_KEY_MOVE,
+	ST_KEY_HOLDER,
+	ST_KEY_GIVE_UP,
 	ST_COUNT
 };
 
@@ -370,6 +380,20 @@ static const char flow_claim_sql[] =
 #define COL_WHY (DUE_TC_COUNT + 2)
 #define COL_RETRY (DUE_TC_COUNT + 3)
 
+/*
+** Finished tasks (due_wait): every statement that ends a task notifies
+** DUE_PG_DONE_CHANNEL once, folded into one notification per transaction
+** by PostgreSQL, and only while someone waits: a waiter keeps the
+** due_lock row DUE_PG_WAIT_GATE alive (pg_wire.c, listen_done), and a
+** completion reads it by primary key in the same statement.  Without
+** the gate the notification cost the drain with 4 workers a third of
+** its rate: every NOTIFY takes one lock at commit, so notifying commits
+** queue behind each other (docs/internals/discovery.md).
+*/
+#define WAITED                                                                 \
+	" AND EXISTS (SELECT 1 FROM due_lock WHERE name = '" DUE_PG_WAIT_GATE  \
+	"' AND until > now())"
+
 /* requeue and kill: one fenced update, attempt row, audit, notify. */
 #define OPERATOR_SQL(set, where, outcome, action)                              \
 	"WITH u AS (UPDATE due_task SET " set ", lease_owner = NULL,"          \
@@ -381,10 +405,12 @@ static const char flow_claim_sql[] =
 	" au AS (INSERT INTO due_audit (task_id, at, action, detail)"          \
 	" SELECT id, now(), '" action "', state FROM u),"                      \
 	" n AS (SELECT pg_notify('due_task_new', kind) FROM u"                 \
-	" WHERE state = 'SCHEDULED')"                                          \
+	" WHERE state = 'SCHEDULED'),"                                         \
+	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '') WHERE"        \
+	" EXISTS (SELECT 1 FROM u WHERE state <> 'SCHEDULED')" WAITED ")"      \
 	" SELECT (SELECT state FROM u),"                                       \
 	" (SELECT state FROM due_task WHERE id = $1::int8),"                   \
-	" (SELECT count(*) FROM n)"
+	" (SELECT count(*) FROM n), (SELECT count(*) FROM dn)"
 
 /*
 ** The completion CTEs (store.h: complete).  Three of their predicates are
@@ -426,7 +452,9 @@ static const char flow_claim_sql[] =
 	" (SELECT 1 FROM d WHERE d.id = i.id AND d.attempt = i.attempt)),"     \
 	" l AS (UPDATE due_attempt a SET late_commit = 'REJECTED_STALE'"       \
 	" FROM s WHERE EXISTS (SELECT 1 FROM s) AND a.task_id = s.id"          \
-	" AND a.attempt = s.attempt)"
+	" AND a.attempt = s.attempt),"                                         \
+	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '')"              \
+	" WHERE EXISTS (SELECT 1 FROM d)" WAITED ")"
 
 /*
 ** Cheap reads at any size (docs/internals/scale.md).  stats and metrics
@@ -559,8 +587,8 @@ static const char *const sql_text[ST_COUNT] = {
 		  " SELECT state, attempt, cancel_requested,"
 		  " EXISTS (SELECT 1 FROM u) FROM cur",
     [ST_COMPLETE] = "WITH " COMPLETE_CTES
-		    " SELECT i.ord, d.state FROM i LEFT JOIN d ON d.ord = i.ord"
-		    " ORDER BY i.ord",
+		    " SELECT i.ord, d.state, (SELECT count(*) FROM dn)"
+		    " FROM i LEFT JOIN d ON d.ord = i.ord ORDER BY i.ord",
 /*
 ** Complete a batch and claim the next in ONE statement (one round
 ** trip, one commit).  The rows are disjoint: completions touch
@@ -592,6 +620,8 @@ static const char *const sql_text[ST_COUNT] = {
 				      dfilter) " AS lim)"                      \
 					       " SELECT " CLAIMED_COLS         \
 					       ", o.s FROM o CROSS JOIN fl"    \
+					       " CROSS JOIN (SELECT count(*)"  \
+					       " FROM dn) dnn"                 \
 					       " LEFT JOIN c ON true ORDER "   \
 					       "BY c.priority, c.due_at, c.id"
     [ST_CC_ANY] = COMPLETE_CLAIM_SQL("", ""),
@@ -679,9 +709,13 @@ static const char *const sql_text[ST_COUNT] = {
 					   their wheels, as for a submit */
 					" n AS (SELECT pg_notify("
 					"'due_task_new', kind) FROM f"
-					" WHERE state = 'SCHEDULED')"
+					" WHERE state = 'SCHEDULED'),"
+					" dn AS (SELECT "
+					"pg_notify('" DUE_PG_DONE_CHANNEL
+					"', '') FROM f"
+					" WHERE state <> 'SCHEDULED'" WAITED ")"
 					" SELECT state, (SELECT count(*) FROM"
-					" n) FROM f",
+					" n), (SELECT count(*) FROM dn) FROM f",
     [ST_RECLAIM] =
 	"WITH p AS MATERIALIZED (SELECT id FROM due_task"
 	" WHERE state = 'CLAIMED' AND lease_until < now()"
@@ -701,13 +735,16 @@ static const char *const sql_text[ST_COUNT] = {
 	" WHERE a.task_id = r.id AND a.attempt = r.attempt"
 	" AND a.outcome = 'RUNNING'),"
 	" n AS (SELECT pg_notify('due_task_new', kind) FROM"
-	" (SELECT DISTINCT kind FROM r WHERE state = 'SCHEDULED') k)"
+	" (SELECT DISTINCT kind FROM r WHERE state = 'SCHEDULED') k),"
+	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '') WHERE"
+	" EXISTS (SELECT 1 FROM r WHERE state <> 'SCHEDULED')" WAITED ")"
 	" SELECT count(*) FILTER (WHERE state = 'SCHEDULED'),"
 	" count(*) FILTER (WHERE state = 'DEAD'),"
 	" count(*) FILTER (WHERE state = 'CANCELLED'),"
 	" (SELECT count(*) FROM n),"
 	" (SELECT min(lease_until) FROM due_task WHERE state = 'CLAIMED'"
-	"   AND lease_until >= now()), now() FROM r",
+	"   AND lease_until >= now()), now(), (SELECT count(*) FROM dn)"
+	" FROM r",
     [ST_CANCEL] =
 	"WITH cur AS (SELECT id, state FROM due_task WHERE id = $1::int8"
 	" FOR UPDATE),"
@@ -715,8 +752,10 @@ static const char *const sql_text[ST_COUNT] = {
 	" 'SCHEDULED' THEN 'CANCELLED' ELSE t.state END,"
 	" cancel_requested = t.cancel_requested OR t.state = 'CLAIMED',"
 	" updated_at = now() FROM cur WHERE t.id = cur.id"
-	" AND t.state IN ('SCHEDULED', 'CLAIMED'))"
-	" SELECT state FROM cur",
+	" AND t.state IN ('SCHEDULED', 'CLAIMED') RETURNING t.state),"
+	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '') FROM u"
+	" WHERE state = 'CANCELLED'" WAITED ")"
+	" SELECT state, (SELECT count(*) FROM dn) FROM cur",
     [ST_GET] = "SELECT " DUE_TASK_COLS " FROM due_task WHERE id = $1::int8",
     [ST_ATTEMPTS] =
 	"SELECT " DUE_ATTEMPT_COLS " FROM due_attempt"
@@ -1012,6 +1051,55 @@ static const char *const sql_text[ST_COUNT] = {
 		 " AND c.relname LIKE 'due\\_%'"
 		 " AND c.relnamespace = (SELECT relnamespace FROM pg_class"
 		 " WHERE oid = 'due_meta'::regclass)",
+    /*
+    ** reschedule (issue 38), as cancel: lock the row and report the state
+    ** it locked (the newest committed), write only when that is SCHEDULED
+    ** (re-checked by the UPDATE), the new due_at from now() unless $2
+    ** gives it, the payload $5 when $4 = 1; notify on commit.
+    */
+    [ST_RESCHEDULE] =
+	"WITH cur AS (SELECT id, state FROM due_task WHERE id = $1::int8"
+	" FOR UPDATE),"
+	" u AS (UPDATE due_task t SET due_at = coalesce($2::timestamptz,"
+	" now() + " US("$3") "), payload = CASE WHEN $4::int4 = 1 THEN"
+			     " $5::bytea ELSE t.payload END, updated_at = now()"
+			     " FROM cur WHERE t.id = cur.id AND t.state ="
+			     " 'SCHEDULED' RETURNING t.kind),"
+			     " n AS (SELECT pg_notify('" DUE_PG_CHANNEL
+			     "', kind) FROM u)"
+			     " SELECT cur.state, (SELECT count(*) FROM n)"
+			     " FROM cur",
+    /*
+    ** on_key replace ($6 = 0) or later ($6 = 1) after a conflict (issue
+    ** 38): the waiting holder of (kind, key) takes the due time (from
+    ** now(), as ST_INSERT computes it) and the payload, LATER only when
+    ** that is later than its own; the UPDATE re-checks both (READ
+    ** COMMITTED re-reads a row changed meanwhile).  One row when it moved.
+    */
+    [ST_KEY_MOVE] =
+	"WITH u AS (UPDATE due_task SET due_at = coalesce($3::timestamptz,"
+	" now() + " US("$4") "), payload = $5::bytea, updated_at = now()"
+			     " WHERE kind = $1::text AND key = $2::text"
+			     " AND state = 'SCHEDULED' AND ($6::int4 = 0 OR"
+			     " due_at < coalesce($3::timestamptz, now() + " US(
+				 "$4") ")) RETURNING id, kind)"
+				       " SELECT id, pg_notify('" DUE_PG_CHANNEL
+				       "', kind) FROM u",
+    /*
+    ** It did not move: lock the live holder (the newest committed row)
+    ** and say whether it runs (CLAIMED) and whether ST_KEY_MOVE would move
+    ** it now.  No row: no live holder any more.
+    */
+    [ST_KEY_HOLDER] =
+	"SELECT id, (state = 'CLAIMED')::int4, ($5::int4 = 0 OR due_at <"
+	" coalesce($3::timestamptz, now() + " US(
+	    "$4") "))::int4 FROM due_task WHERE kind = $1::text"
+		  " AND key = $2::text AND state IN ('SCHEDULED', 'CLAIMED')"
+		  " FOR UPDATE",
+    /* A running holder (locked by ST_KEY_HOLDER) gives up its key. */
+    [ST_KEY_GIVE_UP] = "UPDATE due_task SET key = NULL, updated_at = now()"
+		       " WHERE id = $1::int8 AND state = 'CLAIMED'"
+		       " RETURNING id",
 };
 
 _Static_assert(ST_COUNT <= DUE_PG_MAX_STMTS, "raise DUE_PG_MAX_STMTS");
@@ -1314,9 +1402,26 @@ static const char schema_v7[] =
 static const char schema_v8[] =
     "UPDATE due_meta SET value = '8' WHERE name = 'schema_version';";
 
+/*
+** Version 8 -> 9: nothing in the tables either.  It makes a store of
+** version 8, which has no due_reschedule() (issue 38), run `due init`,
+** whose create_functions adds it.
+*/
+static const char schema_v9[] =
+    "UPDATE due_meta SET value = '9' WHERE name = 'schema_version';";
+
+/*
+** Version 9 -> 10: nothing in the tables.  It makes a store of version 9,
+** whose due_schedule() has no on_key (issue 38), run `due init`, whose
+** create_functions adds the overload that has it.
+*/
+static const char schema_v10[] =
+    "UPDATE due_meta SET value = '10' WHERE name = 'schema_version';";
+
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4,
-    [5] = schema_v5, [6] = schema_v6, [7] = schema_v7, [8] = schema_v8};
+    [1] = schema_v1, [2] = schema_v2,  [3] = schema_v3, [4] = schema_v4,
+    [5] = schema_v5, [6] = schema_v6,  [7] = schema_v7, [8] = schema_v8,
+    [9] = schema_v9, [10] = schema_v10};
 
 /*
 ** due_schedule(): a submit from SQL, inside the caller's own transaction,
@@ -1355,6 +1460,60 @@ static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
 ** init on an existing store adds it (or updates it) without a version
 ** (version 8 exists only to make stores of version 7 run init).
 */
+/*
+** The checks both due_schedule() functions make first, in the C API's
+** words (SQLSTATE 22023, nothing written), and the insert both make:
+** new_id, or NULL when (kind, key) is held; DUE is its due time.
+*/
+/* clang-format off */
+#define SCHEDULE_CHECKS \
+    "IF k IS NULL OR k = '' THEN RAISE EXCEPTION USING ERRCODE =" \
+    " '22023', MESSAGE = 'due_schedule: invalid kind '''': empty'; END" \
+    " IF;\n" \
+    "IF length(k) > 128 THEN RAISE EXCEPTION USING ERRCODE = '22023'," \
+    " MESSAGE = format('due_schedule: invalid kind: %s characters (at" \
+    " most 128)', length(k)); END IF;\n" \
+    "IF k !~ '^[A-Za-z0-9_.:-]+$' THEN RAISE EXCEPTION USING ERRCODE =" \
+    " '22023', MESSAGE = format('due_schedule: invalid kind %L: only" \
+    " letters, digits and _ - . : are allowed', k); END IF;\n" \
+    "IF d IS NULL OR d < interval '0' THEN RAISE EXCEPTION USING" \
+    " ERRCODE = '22023', MESSAGE = 'due_schedule: invalid delay" \
+    " (run_in): ' || CASE WHEN d IS NULL THEN 'NULL' ELSE 'negative'" \
+    " END; END IF;\n" \
+    "IF d > interval '36600 days' THEN RAISE EXCEPTION USING ERRCODE =" \
+    " '22023', MESSAGE = 'due_schedule: invalid delay (run_in): more" \
+    " than 100 years'; END IF;\n" \
+    "IF t IS NOT NULL AND d <> interval '0' THEN RAISE EXCEPTION USING" \
+    " ERRCODE = '22023', MESSAGE = 'due_schedule: give a delay (run_in)" \
+    " or an absolute due time (run_at), not both'; END IF;\n" \
+    "IF t < 'epoch'::timestamptz THEN RAISE EXCEPTION USING ERRCODE =" \
+    " '22023', MESSAGE = 'due_schedule: invalid due time (run_at):" \
+    " before 1970-01-01T00:00:00Z'; END IF;\n" \
+    "IF t > '9999-12-31T23:59:59.999999Z'::timestamptz THEN RAISE" \
+    " EXCEPTION USING ERRCODE = '22023', MESSAGE = 'due_schedule: invalid" \
+    " due time (run_at): after 9999-12-31T23:59:59Z'; END IF;\n" \
+    "IF ky = '' THEN RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE =" \
+    " 'due_schedule: invalid key '''': empty'; END IF;\n" \
+    "IF octet_length(ky) > 512 THEN RAISE EXCEPTION USING ERRCODE =" \
+    " '22023', MESSAGE = format('due_schedule: invalid key: %s bytes" \
+    " (at most 512)', octet_length(ky)); END IF;\n" \
+    "IF m IS NULL OR m < 1 OR m > 1000 THEN RAISE EXCEPTION USING" \
+    " ERRCODE = '22023', MESSAGE = format('due_schedule: invalid" \
+    " max_attempts %s: must be 1..1000', coalesce(m::text, 'NULL'));" \
+    " END IF;\n" \
+    "IF octet_length(p) > 1048576 THEN RAISE EXCEPTION USING ERRCODE =" \
+    " '22023', MESSAGE = format('due_schedule: payload is %s bytes," \
+    " over the limit of 1048576 bytes', octet_length(p)); END IF;\n"
+
+#define SCHEDULE_INSERT(DUE) \
+    "    INSERT INTO due_task (kind, payload, state, due_at, max_attempts," \
+    " backoff_us, backoff_cap_us, key, created_at, updated_at)" \
+    " VALUES (k, convert_to(p, 'UTF8'), 'SCHEDULED'," \
+    " " DUE ", m, 1000000, 3600000000, ky, now(), now())" \
+    " ON CONFLICT (kind, key) WHERE key IS NOT NULL AND" \
+    " state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id INTO" \
+    " new_id;\n"
+
 static const char sql_schedule_fn[] =
     "CREATE OR REPLACE FUNCTION due_schedule(kind text, payload text,"
     " run_in interval DEFAULT '0', run_at timestamptz DEFAULT NULL,"
@@ -1367,51 +1526,9 @@ static const char sql_schedule_fn[] =
     "  d interval := run_in; t timestamptz := run_at;\n"
     "  m integer := max_attempts; new_id bigint;\n"
     "BEGIN\n"
-    "IF k IS NULL OR k = '' THEN RAISE EXCEPTION USING ERRCODE ="
-    " '22023', MESSAGE = 'due_schedule: invalid kind '''': empty'; END"
-    " IF;\n"
-    "IF length(k) > 128 THEN RAISE EXCEPTION USING ERRCODE = '22023',"
-    " MESSAGE = format('due_schedule: invalid kind: %s characters (at"
-    " most 128)', length(k)); END IF;\n"
-    "IF k !~ '^[A-Za-z0-9_.:-]+$' THEN RAISE EXCEPTION USING ERRCODE ="
-    " '22023', MESSAGE = format('due_schedule: invalid kind %L: only"
-    " letters, digits and _ - . : are allowed', k); END IF;\n"
-    "IF d IS NULL OR d < interval '0' THEN RAISE EXCEPTION USING"
-    " ERRCODE = '22023', MESSAGE = 'due_schedule: invalid delay"
-    " (run_in): ' || CASE WHEN d IS NULL THEN 'NULL' ELSE 'negative'"
-    " END; END IF;\n"
-    "IF d > interval '36600 days' THEN RAISE EXCEPTION USING ERRCODE ="
-    " '22023', MESSAGE = 'due_schedule: invalid delay (run_in): more"
-    " than 100 years'; END IF;\n"
-    "IF t IS NOT NULL AND d <> interval '0' THEN RAISE EXCEPTION USING"
-    " ERRCODE = '22023', MESSAGE = 'due_schedule: give a delay (run_in)"
-    " or an absolute due time (run_at), not both'; END IF;\n"
-    "IF t < 'epoch'::timestamptz THEN RAISE EXCEPTION USING ERRCODE ="
-    " '22023', MESSAGE = 'due_schedule: invalid due time (run_at):"
-    " before 1970-01-01T00:00:00Z'; END IF;\n"
-    "IF t > '9999-12-31T23:59:59.999999Z'::timestamptz THEN RAISE"
-    " EXCEPTION USING ERRCODE = '22023', MESSAGE = 'due_schedule: invalid"
-    " due time (run_at): after 9999-12-31T23:59:59Z'; END IF;\n"
-    "IF ky = '' THEN RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE ="
-    " 'due_schedule: invalid key '''': empty'; END IF;\n"
-    "IF octet_length(ky) > 512 THEN RAISE EXCEPTION USING ERRCODE ="
-    " '22023', MESSAGE = format('due_schedule: invalid key: %s bytes"
-    " (at most 512)', octet_length(ky)); END IF;\n"
-    "IF m IS NULL OR m < 1 OR m > 1000 THEN RAISE EXCEPTION USING"
-    " ERRCODE = '22023', MESSAGE = format('due_schedule: invalid"
-    " max_attempts %s: must be 1..1000', coalesce(m::text, 'NULL'));"
-    " END IF;\n"
-    "IF octet_length(p) > 1048576 THEN RAISE EXCEPTION USING ERRCODE ="
-    " '22023', MESSAGE = format('due_schedule: payload is %s bytes,"
-    " over the limit of 1048576 bytes', octet_length(p)); END IF;\n"
+    SCHEDULE_CHECKS
     "  FOR i IN 1..5 LOOP\n"
-    "    INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
-    " backoff_us, backoff_cap_us, key, created_at, updated_at)"
-    " VALUES (k, convert_to(p, 'UTF8'), 'SCHEDULED',"
-    " coalesce(t, now() + d), m, 1000000, 3600000000, ky, now(), now())"
-    " ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
-    " state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id INTO"
-    " new_id;\n"
+    SCHEDULE_INSERT("coalesce(t, now() + d)")
     "    IF new_id IS NOT NULL THEN\n"
     "      PERFORM pg_notify('" DUE_PG_CHANNEL "', k); RETURN new_id;\n"
     "    END IF;\n"
@@ -1421,6 +1538,146 @@ static const char sql_schedule_fn[] =
     "  END LOOP;\n"
     "  RAISE EXCEPTION 'due_schedule: the live task of key % kept"
     " changing; try again', ky;\n"
+    "END $fn$";
+
+/*
+** due_schedule(..., on_key): the overload with on_key (issue 38, schema
+** 10): 'keep' is the function above; 'replace' moves the waiting holder
+** of (kind, key) to this due time and payload, 'later' only when this due
+** time is later than its own; with either, a running holder gives up its
+** key (and runs on) and a new task takes it.  It returns the id that now
+** holds the key.  The holder is locked (FOR UPDATE: the newest committed
+** row, kept until the caller's COMMIT) and its state judged on what was
+** locked; each UPDATE re-checks it.  A move notifies as a submit does.
+**
+** Beside the six-argument function, never replacing it: dropping that
+** one would drop the EXECUTE grants users gave on it.  PostgreSQL wants
+** every parameter after a defaulted one defaulted, and a defaulted
+** on_key would make every call without it ambiguous between the two: so
+** this one has no defaults, and a call gives all seven arguments (named
+** or not).  Calls without on_key resolve to the six-argument one.
+*/
+static const char sql_schedule_on_key_fn[] =
+    "CREATE OR REPLACE FUNCTION due_schedule(kind text, payload text,"
+    " run_in interval, run_at timestamptz, key text, max_attempts integer,"
+    " on_key text)"
+    " RETURNS bigint LANGUAGE plpgsql VOLATILE"
+    " SET search_path FROM CURRENT AS $fn$\n"
+    "#variable_conflict use_column\n"
+    "DECLARE\n"
+    "  k text := kind; p text := coalesce(payload, ''); ky text := key;\n"
+    "  d interval := run_in; t timestamptz := run_at;\n"
+    "  m integer := max_attempts; ok text := on_key; due timestamptz;\n"
+    "  new_id bigint; running boolean; movable boolean;\n"
+    "BEGIN\n"
+    SCHEDULE_CHECKS
+    "IF ok IS NULL OR ok NOT IN ('keep', 'replace', 'later') THEN RAISE"
+    " EXCEPTION USING ERRCODE = '22023', MESSAGE = format('due_schedule:"
+    " invalid on_key %s: must be keep, replace or later',"
+    " coalesce(quote_literal(ok), 'NULL')); END IF;\n"
+    "IF ok <> 'keep' AND ky IS NULL THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = format('due_schedule: on_key %s needs a key: it"
+    " says what to do with the live task of the same key', ok); END IF;\n"
+    "  due := coalesce(t, now() + d);\n"
+    "  FOR i IN 1..20 LOOP\n"
+    SCHEDULE_INSERT("due")
+    "    IF new_id IS NOT NULL THEN\n"
+    "      PERFORM pg_notify('" DUE_PG_CHANNEL "', k); RETURN new_id;\n"
+    "    END IF;\n"
+    "    IF ok = 'keep' THEN\n"
+    "      SELECT id INTO new_id FROM due_task WHERE due_task.kind = k AND"
+    " due_task.key = ky AND state IN ('SCHEDULED', 'CLAIMED');\n"
+    "      IF new_id IS NOT NULL THEN RETURN new_id; END IF;\n"
+    "      CONTINUE;\n"
+    "    END IF;\n"
+    "    SELECT id, state = 'CLAIMED', ok = 'replace' OR due_at < due"
+    " INTO new_id, running, movable FROM due_task WHERE"
+    " due_task.kind = k AND due_task.key = ky AND"
+    " state IN ('SCHEDULED', 'CLAIMED') FOR UPDATE;\n"
+    "    CONTINUE WHEN new_id IS NULL;\n"
+    "    IF NOT running THEN\n"
+    "      IF NOT movable THEN RETURN new_id; END IF;\n"
+    "      UPDATE due_task SET due_at = due, payload = convert_to(p, 'UTF8'),"
+    " updated_at = now() WHERE due_task.id = new_id AND"
+    " state = 'SCHEDULED' AND (ok = 'replace' OR due_at < due);\n"
+    "      IF FOUND THEN\n"
+    "        PERFORM pg_notify('" DUE_PG_CHANNEL "', k); RETURN new_id;\n"
+    "      END IF;\n"
+    "    ELSE\n"
+    "      UPDATE due_task SET key = NULL, updated_at = now()"
+    " WHERE due_task.id = new_id AND state = 'CLAIMED';\n"
+    "    END IF;\n"
+    "  END LOOP;\n"
+    "  RAISE EXCEPTION 'due_schedule: the live task of key % kept"
+    " changing; try again', ky;\n"
+    "END $fn$";
+
+/* clang-format on */
+
+/*
+** due_reschedule(): reschedule (store.h) from SQL, inside the caller's own
+** transaction (issue 38), beside due_schedule():
+**
+**   BEGIN; UPDATE orders ...;
+**   SELECT due_reschedule(41, run_in => interval '10 min');
+**   COMMIT;
+**
+** It returns the outcome's name: RESCHEDULED, TOO_LATE, ALREADY_FINISHED
+** or NOT_FOUND (docs/INTERFACE.md).  run_in counts from now(), the
+** transaction's start (the store's clock); run_at is an instant; exactly
+** one of them, with due_schedule()'s bounds and words (SQLSTATE 22023,
+** nothing written).  payload NULL keeps the task's; '' empties it.  The
+** row is locked (FOR UPDATE) until the caller's COMMIT, the state judged
+** on what was locked and re-checked by the UPDATE; listeners are
+** notified on commit.  Pinned to the schema of due_task as
+** due_schedule() is.
+*/
+static const char sql_reschedule_fn[] =
+    "CREATE OR REPLACE FUNCTION due_reschedule(id bigint,"
+    " run_in interval DEFAULT NULL, run_at timestamptz DEFAULT NULL,"
+    " payload text DEFAULT NULL)"
+    " RETURNS text LANGUAGE plpgsql VOLATILE"
+    " SET search_path FROM CURRENT AS $fn$\n"
+    "#variable_conflict use_column\n"
+    "DECLARE\n"
+    "  i bigint := id; d interval := run_in; t timestamptz := run_at;\n"
+    "  p text := payload; st text; k text;\n"
+    "BEGIN\n"
+    "IF i IS NULL OR i <= 0 THEN RAISE EXCEPTION USING ERRCODE = '22023',"
+    " MESSAGE = format('due_reschedule: invalid task id %s: ids are"
+    " positive integers', coalesce(i::text, 'NULL')); END IF;\n"
+    "IF d IS NULL AND t IS NULL THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = 'due_reschedule: give a delay (run_in) or an"
+    " absolute due time (run_at)'; END IF;\n"
+    "IF d IS NOT NULL AND t IS NOT NULL THEN RAISE EXCEPTION USING"
+    " ERRCODE = '22023', MESSAGE = 'due_reschedule: give a delay (run_in)"
+    " or an absolute due time (run_at), not both'; END IF;\n"
+    "IF d < interval '0' THEN RAISE EXCEPTION USING ERRCODE = '22023',"
+    " MESSAGE = 'due_reschedule: invalid delay (run_in): negative'; END"
+    " IF;\n"
+    "IF d > interval '36600 days' THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = 'due_reschedule: invalid delay (run_in): more"
+    " than 100 years'; END IF;\n"
+    "IF t < 'epoch'::timestamptz THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = 'due_reschedule: invalid due time (run_at):"
+    " before 1970-01-01T00:00:00Z'; END IF;\n"
+    "IF t > '9999-12-31T23:59:59.999999Z'::timestamptz THEN RAISE"
+    " EXCEPTION USING ERRCODE = '22023', MESSAGE = 'due_reschedule:"
+    " invalid due time (run_at): after 9999-12-31T23:59:59Z'; END IF;\n"
+    "IF octet_length(p) > 1048576 THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = format('due_reschedule: payload is %s bytes,"
+    " over the limit of 1048576 bytes', octet_length(p)); END IF;\n"
+    "  SELECT state, kind INTO st, k FROM due_task WHERE due_task.id = i"
+    " FOR UPDATE;\n"
+    "  IF st IS NULL THEN RETURN 'NOT_FOUND'; END IF;\n"
+    "  IF st = 'CLAIMED' THEN RETURN 'TOO_LATE'; END IF;\n"
+    "  IF st <> 'SCHEDULED' THEN RETURN 'ALREADY_FINISHED'; END IF;\n"
+    "  UPDATE due_task SET due_at = coalesce(t, now() + d),"
+    " payload = coalesce(convert_to(p, 'UTF8'), due_task.payload),"
+    " updated_at = now() WHERE due_task.id = i AND"
+    " due_task.state = 'SCHEDULED';\n"
+    "  PERFORM pg_notify('" DUE_PG_CHANNEL "', k);\n"
+    "  RETURN 'RESCHEDULED';\n"
     "END $fn$";
 
 /*
@@ -1448,7 +1705,10 @@ static int pin_path(due_store *s)
 	return rc;
 }
 
-/* (Re)create due_schedule() under the init lock, in its own transaction. */
+/*
+** (Re)create due_schedule() (both) and due_reschedule() under the init
+** lock, in its own transaction.
+*/
 static int create_functions(due_store *s)
 {
 	int rc;
@@ -1457,7 +1717,12 @@ static int create_functions(due_store *s)
 		return rc;
 	if ((rc = init_lock(s)) < 0 || (rc = pin_path(s)) < 0 ||
 	    (rc = due__pg_command(s, sql_schedule_fn,
-				  "create function due_schedule")) < 0) {
+				  "create function due_schedule")) < 0 ||
+	    (rc = due__pg_command(s, sql_schedule_on_key_fn,
+				  "create function due_schedule with on_key")) <
+		0 ||
+	    (rc = due__pg_command(s, sql_reschedule_fn,
+				  "create function due_reschedule")) < 0) {
 		due__pg_rollback(s);
 		return rc;
 	}
@@ -1650,20 +1915,103 @@ static int find_live(due_store *s, const due_submit *it, due_id *id)
 	return 0;
 }
 
+/* The parameters $1..$5 of ST_KEY_MOVE and ST_KEY_HOLDER. */
+static void key_params(due_pg_params *p, const due_submit *it)
+{
+	due__pg_text(p, it->kind);
+	due__pg_text(p, it->opts.key);
+	if (it->opts.at != DUE_TIME_NONE)
+		due__pg_time(p, it->opts.at);
+	else
+		due__pg_text(p, NULL);
+	due__pg_int(p, it->opts.delay_us);
+}
+
+/*
+** on_key REPLACE or LATER (issue 38) for an item whose insert conflicted,
+** inside the submit's transaction.  A waiting holder takes the item's due
+** time and payload (ST_KEY_MOVE: existed, moved).  When that moved
+** nothing, the holder is locked and read (ST_KEY_HOLDER): waiting, and
+** LATER's time is not later, it is the answer (existed, not moved);
+** running, it gives up its key (ST_KEY_GIVE_UP) and the item is inserted
+** again, as the key's new holder.  out->id stays 0 when the holder changed
+** meanwhile (it ended, or became waiting again): the caller goes round
+** again, as for KEEP.
+*/
+static int on_key(due_store *s, const due_submit *it, due_submitted *out)
+{
+	int32_t later = it->opts.on_key == DUE_ON_KEY_LATER;
+	due_pg_params p = {0};
+	PGresult *r;
+	due_id id;
+	bool claimed, would_move;
+	int rc;
+
+	key_params(&p, it);
+	due__pg_bin(&p, it->payload, it->payload_len);
+	due__pg_int(&p, later);
+	if ((rc = run(s, ST_KEY_MOVE, &p, "move the task of the key", &r)) < 0)
+		return rc;
+	out->id = PQntuples(r) ? due__pg_col_int(r, 0, 0) : 0;
+	out->existed = out->moved = out->id != 0;
+	PQclear(r);
+	if (out->id)
+		return 0;
+
+	p = (due_pg_params){0};
+	key_params(&p, it);
+	due__pg_int(&p, later);
+	if ((rc = run(s, ST_KEY_HOLDER, &p, "lock the task of the key", &r)) <
+	    0)
+		return rc;
+	if (PQntuples(r) == 0) { /* it ended: the key is free */
+		PQclear(r);
+		return insert_batch(s, it, 1, out);
+	}
+	id = due__pg_col_int(r, 0, 0);
+	claimed = due__pg_col_int(r, 0, 1) != 0;
+	would_move = due__pg_col_int(r, 0, 2) != 0;
+	PQclear(r);
+	if (!claimed) {
+		/* waiting again (a retry) and movable: move it next round */
+		if (!would_move) {
+			out->id = id;
+			out->existed = true;
+		}
+		return 0;
+	}
+	p = (due_pg_params){0};
+	due__pg_int(&p, id);
+	if ((rc = run(s, ST_KEY_GIVE_UP, &p, "give up the key", &r)) < 0)
+		return rc;
+	if (PQntuples(r) != 1)
+		rc = due__error_set(DUE_ESTORE,
+				    "postgres store: running task %lld locked "
+				    "but did not give up its key",
+				    (long long)id);
+	PQclear(r);
+	return rc < 0 ? rc : insert_batch(s, it, 1, out);
+}
+
 /*
 ** Submit items: insert them all (a statement per chunk_of), then give
 ** every item whose (kind, key) conflicted the live task's id (existed =
-** true).  When that task ended between our insert and our look-up, insert
-** again.  With keys, or more than one chunk, this runs inside a
-** transaction (ours or the caller's), so all or none commit.
+** true), or, with on_key REPLACE or LATER, move that task or give its key
+** to a new one (on_key).  When that task ended between our insert and our
+** look-up, insert again.  Items are settled in order, so an item acts on
+** the task an earlier item of the batch made or moved.  With keys, or
+** more than one chunk, this runs inside a transaction (ours or the
+** caller's), so all or none commit.
 */
 static int insert_items(due_store *s, const due_submit *items, size_t n,
 			due_submitted *out)
 {
 	int rc;
 
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		out[i].id = 0;
+		out[i].moved = false;
+	}
 	for (size_t i = 0, k; i < n; i += k)
 		if ((rc = insert_batch(s, items + i,
 				       k = chunk_of(items + i, n - i),
@@ -1677,6 +2025,11 @@ static int insert_items(due_store *s, const due_submit *items, size_t n,
 				    "postgres store: the live task of kind "
 				    "'%s' key '%s' keeps changing; retry",
 				    items[i].kind, items[i].opts.key);
+			if (items[i].opts.on_key != DUE_ON_KEY_KEEP) {
+				if ((rc = on_key(s, &items[i], &out[i])) < 0)
+					return rc;
+				continue;
+			}
 			if ((rc = find_live(s, &items[i], &out[i].id)) < 0)
 				return rc;
 			out[i].existed = out[i].id != 0;
@@ -2275,6 +2628,40 @@ static int pg_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 	found = PQntuples(r) > 0;
 	if (!found || (rc = due__pg_col_state(r, 0, 0, &st)) == 0)
 		*out = due__cancel_outcome_of(found, st);
+	PQclear(r);
+	return rc;
+}
+
+/* One statement (ST_RESCHEDULE): lock, report, move when SCHEDULED. */
+static int pg_reschedule(due_store *s, due_reschedule_outcome *out, due_id id,
+			 const due_reschedule_opts *o)
+{
+	due_submit one = {.payload = o->payload, .payload_len = o->payload_len};
+	due_pg_params p = {0};
+	due_state st = DUE_SCHEDULED;
+	PGresult *r;
+	bool found;
+	int rc;
+
+	if ((o->set_payload && (rc = pg_payloads_fit(&one, 1)) < 0) ||
+	    (rc = due__pg_ok(s)) < 0)
+		return rc;
+	due__pg_int(&p, id);
+	if (o->at != DUE_TIME_NONE)
+		due__pg_time(&p, o->at);
+	else
+		due__pg_text(&p, NULL);
+	due__pg_int(&p, o->delay_us);
+	due__pg_int(&p, o->set_payload);
+	if (o->set_payload)
+		due__pg_bin(&p, o->payload, o->payload_len);
+	else
+		due__pg_text(&p, NULL);
+	if ((rc = run(s, ST_RESCHEDULE, &p, "reschedule", &r)) < 0)
+		return rc;
+	found = PQntuples(r) > 0;
+	if (!found || (rc = due__pg_col_state(r, 0, 0, &st)) == 0)
+		*out = due__reschedule_outcome_of(found, st);
 	PQclear(r);
 	return rc;
 }
@@ -2938,6 +3325,12 @@ static int pg_listen_drain(due_store *s, int *count)
 }
 
 static int pg_notify(due_store *s) { return due__pg_notify(s); }
+
+/* Finished tasks, for due_wait (pg_wire.c). */
+static int pg_listen_done(due_store *s, int *fd)
+{
+	return due__pg_listen_done(s, fd);
+}
 
 static const char *const schemes[] = {"postgres", "postgresql", NULL};
 

@@ -992,6 +992,13 @@ void due__pg_disconnect(due_store *s)
 	free(s);
 }
 
+/* What this handle LISTENs to: new tasks, or finished ones (listen_done). */
+static const char *listen_sql(const due_store *s)
+{
+	return s->listen_done ? "LISTEN " DUE_PG_DONE_CHANNEL
+			      : "LISTEN " DUE_PG_CHANNEL;
+}
+
 /*
 ** Connect s->conn again: it broke, got no answer in time (no_answer let
 ** it go) or listen() let it go.  A fresh session: the prepared statements
@@ -1013,7 +1020,7 @@ static int reconnect(due_store *s)
 	    (rc = session_setup(s)) < 0 || !s->listening)
 		return rc;
 	/* LISTEN died with the old session */
-	if ((rc = exec_simple(s, "LISTEN " DUE_PG_CHANNEL, "listen", &r)) < 0)
+	if ((rc = exec_simple(s, listen_sql(s), "listen", &r)) < 0)
 		return rc;
 	s->listening = PQresultStatus(r) == PGRES_COMMAND_OK;
 	PQclear(r);
@@ -1282,8 +1289,7 @@ static int listen_direct(due_store *s)
 	s->lconn = NULL;
 	if ((rc = dial(s, s->listen_uri, &s->lconn,
 		       "listen connection (listen=)")) < 0 ||
-	    (rc = trip(s, &s->lconn,
-		       PQsendQuery(s->lconn, "LISTEN " DUE_PG_CHANNEL),
+	    (rc = trip(s, &s->lconn, PQsendQuery(s->lconn, listen_sql(s)),
 		       "listen", &r)) < 0)
 		return rc;
 	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
@@ -1401,8 +1407,8 @@ int due__pg_listen(due_store *s, int *fd)
 				return rc;
 		}
 		if (!s->listening) {
-			if ((rc = due__pg_command(s, "LISTEN " DUE_PG_CHANNEL,
-						  "listen")) < 0)
+			if ((rc = due__pg_command(s, listen_sql(s), "listen")) <
+			    0)
 				return no_listen(s, rc);
 			s->listening = true;
 		}
@@ -1411,6 +1417,45 @@ int due__pg_listen(due_store *s, int *fd)
 	return *fd >= 0
 		   ? 0
 		   : due__error_set(DUE_ESTORE, "postgres store: no socket");
+}
+
+/*
+** Listen for finished tasks (due_wait): the same connection or listen=
+** connection as due__pg_listen, on DUE_PG_DONE_CHANNEL.  Behind a pooler
+** without listen= there is no such wake-up (the polled fingerprint sees
+** submits, not completions): DUE_EUNSUPPORTED, and the waiter polls the
+** task.  A handle that already listens for new tasks cannot switch.
+** Each call first keeps the gate row alive (due_lock DUE_PG_WAIT_GATE,
+** 30 s from now), without which completions do not notify (pg.c).
+*/
+int due__pg_listen_done(due_store *s, int *fd)
+{
+	static const char gate_sql[] =
+	    "INSERT INTO due_lock AS l (name, owner, until) VALUES "
+	    "('" DUE_PG_WAIT_GATE
+	    "', 'waiters', now() + interval '30 seconds') ON CONFLICT (name) DO"
+	    " UPDATE SET until = greatest(l.until, excluded.until)";
+	int rc;
+
+	if (!fd)
+		return 0;
+	*fd = -1;
+	if (!s->listen_uri && s->pooler != DUE_PG_DIRECT)
+		return due__error_set(DUE_EUNSUPPORTED,
+				      "postgres store: behind a pooler without "
+				      "listen=, finished tasks are polled for");
+	if (!s->listen_done && (s->listening || s->lconn))
+		return due__error_set(DUE_ESTATE,
+				      "postgres store: this handle listens for "
+				      "new tasks; open another to wait");
+	/* the gate (pg.c: WAITED): someone waits for 30 s from now; the
+	   core calls again within 10 s while it waits */
+	if ((rc = due__pg_ok(s)) < 0 ||
+	    (rc = due__pg_command(s, gate_sql,
+				  "say that a task is waited for")) < 0)
+		return rc;
+	s->listen_done = true;
+	return due__pg_listen(s, fd);
 }
 
 /* Count the notifications that arrived on c (a broken c counts none). */

@@ -31,6 +31,14 @@
 
 /* The channel submits notify and listeners LISTEN on. */
 #define DUE_PG_CHANNEL "due_task_new"
+/*
+** The channel of finished tasks (due_wait): every statement that ends a
+** task (DONE, DEAD, CANCELLED) calls pg_notify(DUE_PG_DONE_CHANNEL, '')
+** once, which PostgreSQL folds into one notification per transaction.
+*/
+#define DUE_PG_DONE_CHANNEL "due_task_done"
+/* The due_lock row that says someone listens on it (pg.c: WAITED). */
+#define DUE_PG_WAIT_GATE "due_wait"
 
 /*
 ** A statement of the store's own connection that waits longer than this
@@ -88,6 +96,8 @@ struct due_store {
 	** (pg.c: the claim), so the next one serves them first.
 	*/
 	bool flow_first;
+	/* listen_done: LISTEN DUE_PG_DONE_CHANNEL instead of the wake one */
+	bool listen_done;
 };
 
 /* ------------------------------------------------------------------ */
@@ -208,6 +218,8 @@ int due__pg_commit(due_store *s);
 int due__pg_listen(due_store *s, int *fd);
 int due__pg_listen_drain(due_store *s, int *count);
 int due__pg_notify(due_store *s);
+/* listen_done (store.h): the same ways, on DUE_PG_DONE_CHANNEL. */
+int due__pg_listen_done(due_store *s, int *fd);
 
 /* ------------------------------------------------------------------ */
 /* Binary arrays (the array_recv wire format)                          */

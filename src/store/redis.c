@@ -201,6 +201,11 @@ struct due_store {
 	rd_node shun;		     /* the node last silent (no_answer) */
 	rd_node last; /* shun when a search began: candidate() asks it last */
 	size_t nknown;
+	/* due_wait: "{due:NAME}:done", and this shard's "someone waits"
+	   mark, "{tag}:waiters" (lua done_wake) */
+	char done_chan[160];
+	char waiters[160];
+	bool sub_done; /* sub is SUBSCRIBEd to done_chan, not chan */
 };
 
 /* ------------------------------------------------------------------ */
@@ -1687,9 +1692,12 @@ static int rd_open(due_store **out, const void *cfg, const due_open_params *p)
 		else
 			snprintf(tag, sizeof(tag), "due:%s", s->cfg.name);
 		snprintf(s->meta, sizeof(s->meta), "{%s}:meta", tag);
+		snprintf(s->waiters, sizeof(s->waiters), "{%s}:waiters", tag);
 		s->slot = key_slot(tag);
 	}
 	snprintf(s->chan, sizeof(s->chan), "{due:%s}:wake", s->cfg.name);
+	snprintf(s->done_chan, sizeof(s->done_chan), "{due:%s}:done",
+		 s->cfg.name);
 	if ((rc = first_seed(s)) < 0)
 		return rc;
 	if (!(s->script = build_script(s->cluster)))
@@ -1797,7 +1805,7 @@ static void *rd_native(due_store *s) { return s->c; }
 /* Producer                                                            */
 /* ------------------------------------------------------------------ */
 
-/* The 11 arguments of one submit (lua submit_one). */
+/* The 12 arguments of one submit (lua submit_one), on_key last by name. */
 static void arg_submit(rargs *a, const due_submit *it)
 {
 	const due_schedule_opts *o = &it->opts;
@@ -1816,6 +1824,8 @@ static void arg_submit(rargs *a, const due_submit *it)
 	arg_i(a, o->priority);
 	arg_opt(a, o->group);
 	arg_i(a, o->timeout_us > 0 ? o->timeout_us : 0);
+	arg_z(a,
+	      due_on_key_name(o->on_key) ? due_on_key_name(o->on_key) : "keep");
 }
 
 /* A setting read with CONFIG GET: *v, or false when CONFIG is refused. */
@@ -1938,11 +1948,12 @@ static int rd_schedule(due_store *s, due_submitted *out,
 		arg_submit(&a, &items[i]);
 	if ((rc = rd_eval(s, "submit", &a, &r, "submit")) < 0)
 		return rc;
-	if (!is_array(r, 2 * n))
+	if (!is_array(r, 3 * n))
 		return bad_reply(s, r, "submit");
 	for (size_t i = 0; i < n; i++) {
-		out[i].id = rint_of(r->element[2 * i]);
-		out[i].existed = rint_of(r->element[2 * i + 1]) != 0;
+		out[i].id = rint_of(r->element[3 * i]);
+		out[i].existed = rint_of(r->element[3 * i + 1]) != 0;
+		out[i].moved = rint_of(r->element[3 * i + 2]) != 0;
 	}
 	freeReplyObject(r);
 	return 0;
@@ -2169,6 +2180,36 @@ static int rd_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 		return rc;
 	found = state_in(r, &st) == 0; /* before st is read */
 	*out = due__cancel_outcome_of(found, st);
+	freeReplyObject(r);
+	return 0;
+}
+
+/* One script (cold.lua: reschedule): the state found, moved when waiting. */
+static int rd_reschedule(due_store *s, due_reschedule_outcome *out, due_id id,
+			 const due_reschedule_opts *o)
+{
+	due_submit one = {.payload = o->payload, .payload_len = o->payload_len};
+	rargs a = {0};
+	redisReply *r;
+	due_state st = DUE_SCHEDULED;
+	bool found;
+	int rc;
+
+	if (o->set_payload && (rc = rd_payloads_fit(s, &one, 1)) < 0)
+		return rc;
+	arg_i(&a, id);
+	if (o->at != DUE_TIME_NONE)
+		arg_i(&a, o->at);
+	else
+		arg_z(&a, "");
+	arg_i(&a, o->delay_us);
+	arg_z(&a, o->set_payload ? "1" : "0");
+	if (o->set_payload)
+		arg_s(&a, o->payload, o->payload_len);
+	if ((rc = rd_eval(s, "reschedule", &a, &r, "reschedule")) < 0)
+		return rc;
+	found = state_in(r, &st) == 0; /* before st is read */
+	*out = due__reschedule_outcome_of(found, st);
 	freeReplyObject(r);
 	return 0;
 }
@@ -2734,19 +2775,27 @@ static int dial_any(due_store *s, redisContext **out)
 ** the SUBSCRIBE's answer wait within one bound; after that nothing here
 ** blocks: the caller polls *fd and listen_drain reads what is there.
 */
-static int rd_listen(due_store *s, int *fd)
+static int subscribe(due_store *s, int *fd, bool done)
 {
+	const char *chan = done ? s->done_chan : s->chan;
 	redisReply *r = NULL;
 	int rc;
 
 	if (s->sub && s->sub->err)
 		drop(&s->sub);
+	if (s->sub && s->sub_done != done)
+		return due__error_set(DUE_ESTATE,
+				      "redis store %s: this handle listens for "
+				      "%s tasks; open another",
+				      s->cfg.label,
+				      s->sub_done ? "finished" : "new");
 	if (!s->sub) {
 		begin(s);
 		if ((rc = dial_any(s, &s->sub)) < 0)
 			return rc;
+		s->sub_done = done;
 		if ((rc = node_cmd(s, s->sub, whole(s), &r, "subscribe",
-				   "SUBSCRIBE %s", s->chan)) == 0 &&
+				   "SUBSCRIBE %s", chan)) == 0 &&
 		    r->type == REDIS_REPLY_ERROR)
 			rc = due__error_set(DUE_ESTORE,
 					    "redis store %s: subscribe failed: "
@@ -2760,6 +2809,32 @@ static int rd_listen(due_store *s, int *fd)
 	}
 	*fd = s->sub->fd;
 	return 0;
+}
+
+static int rd_listen(due_store *s, int *fd) { return subscribe(s, fd, false); }
+
+/*
+** Finished tasks (due_wait).  The scripts PUBLISH on done_chan, once per
+** call that finished a task, only while this shard's "waiters" key lives
+** (lua done_wake): with nobody waiting a completion costs one GET, and
+** on a Redis Cluster no PUBLISH crosses the cluster bus.  Each call sets
+** the key for WAITERS_MS (the core calls again within 10 s while it
+** waits), then SUBSCRIBEs as rd_listen does (fd NULL: only the key).
+*/
+#define WAITERS_MS 30000
+static int rd_listen_done(due_store *s, int *fd)
+{
+	redisReply *r;
+	int rc;
+
+	begin(s);
+	if ((rc = rd_ok(s)) < 0 ||
+	    (rc = rd_cmd(s, whole(s), &r, "say that a task is waited for",
+			 "SET %s 1 PX %d", s->waiters, WAITERS_MS)) < 0 ||
+	    (rc = rd_check(s, r, "say that a task is waited for")) < 0)
+		return rc;
+	freeReplyObject(r);
+	return fd ? subscribe(s, fd, true) : 0;
 }
 
 /* Count the messages that arrived, without blocking. */

@@ -16,7 +16,13 @@
 **     refused (each shard's meta records it).
 **   - Submit: an item with a key goes to the shard of hash(kind, key), so
 **     the (kind, key) uniqueness of that shard is the store's and a retried
-**     submit finds its task.  An item of a kind with a limit goes to shard
+**     submit finds its task.  So on_key (issue 38) is one shard's script
+**     too: the live holder of the key is in that shard, and its move, or
+**     its giving up the key to a new task made there, is atomic
+**     (lua/task.lua submit_one).  (Not a schedule's slot task, key
+**     cron:NAME:SLOT, made in shard 0: a user's submit of that key goes
+**     to its hash's shard and does not find it, under any on_key.)  An item of
+*a kind with a limit goes to shard
 **     0.  Other items go, a whole call at a time, to the next shard in
 **     turn: a batch without keys stays one script (all or none).  A batch
 **     over several shards is one script per shard: all or none per shard,
@@ -413,6 +419,13 @@ done:
 static int sh_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 {
 	return SLOT->cancel(of(s, id), out, id);
+}
+
+/* reschedule: the task's shard alone (its id says which) */
+static int sh_reschedule(due_store *s, due_reschedule_outcome *out, due_id id,
+			 const due_reschedule_opts *o)
+{
+	return SLOT->reschedule(of(s, id), out, id, o);
 }
 static int sh_get(due_store *s, due_task **out, due_id id)
 {
@@ -1004,6 +1017,20 @@ static int sh_listen_drain(due_store *s, int *count)
 	return SLOT->listen_drain(s->sh[0], count);
 }
 static int sh_notify(due_store *s) { return SLOT->notify(s->sh[0]); }
+/*
+** Finished tasks: every shard's "someone waits" mark (a task finishes on
+** its own shard, whose script publishes), one subscription (shard 0's:
+** the channel is the store's, as the wake channel).
+*/
+static int sh_listen_done(due_store *s, int *fd)
+{
+	int rc;
+
+	for (int i = 1; fd && i < s->n; i++)
+		if ((rc = SLOT->listen_done(s->sh[i], NULL)) < 0)
+			return rc;
+	return SLOT->listen_done(s->sh[0], fd);
+}
 
 /* ------------------------------------------------------------------ */
 /* Kinds: settings on every shard, live counts summed                  */

@@ -58,6 +58,10 @@
 **   8  No change here: version 8 makes PostgreSQL and MySQL stores run
 **      `due init` for their fixed due_schedule() routine (pg.c); the
 **      step records the version both stores share.
+**   9  No change here: version 9 makes PostgreSQL and MySQL stores run
+**      `due init` for their due_reschedule() routine (issue 38).
+**  10  No change here: version 10 gives PostgreSQL's due_schedule() and
+**      MySQL's routines on_key (issue 38).
 */
 #include <errno.h>
 #include <inttypes.h>
@@ -147,6 +151,9 @@ enum stmt_id {
 	ST_KIND_DEL,
 	ST_RATE_DEL,
 	ST_LOCK_TAKE,
+	ST_RESCHEDULE,
+	ST_KEY_MOVE,
+	ST_KEY_GIVE_UP,
 	ST_COUNT
 };
 
@@ -257,7 +264,8 @@ static const char *const sql_text[ST_COUNT] = {
 	"?11)"
 	" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
 	" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING",
-    [ST_FIND_KEY] = "SELECT id FROM due_task WHERE kind = ?1 AND key = ?2"
+    [ST_FIND_KEY] = "SELECT id, state = 'CLAIMED' FROM due_task"
+		    " WHERE kind = ?1 AND key = ?2"
 		    " AND state IN ('SCHEDULED', 'CLAIMED')",
     [ST_PEEK_DUE] = PRIORITIES
     "SELECT 1 FROM pr WHERE pr.p IS NOT NULL AND EXISTS (SELECT 1"
@@ -523,6 +531,18 @@ static const char *const sql_text[ST_COUNT] = {
 	" ON CONFLICT (name) DO UPDATE SET owner = excluded.owner,"
 	" until = excluded.until"
 	" WHERE due_lock.owner = excluded.owner OR due_lock.until <= ?3",
+    /* issue 38: the due time ?2, the payload ?4 when ?3, re-checked */
+    [ST_RESCHEDULE] =
+	"UPDATE due_task SET due_at = ?2, payload = CASE WHEN ?3 THEN ?4"
+	" ELSE payload END, updated_at = ?5 WHERE id = ?1"
+	" AND state = 'SCHEDULED'",
+    /* on_key replace (?5 = 0) or later (?5 = 1): a waiting holder */
+    [ST_KEY_MOVE] = "UPDATE due_task SET due_at = ?2, payload = ?3,"
+		    " updated_at = ?4 WHERE id = ?1 AND state = 'SCHEDULED'"
+		    " AND (?5 = 0 OR due_at < ?2)",
+    /* on_key replace or later: a running holder gives up its key */
+    [ST_KEY_GIVE_UP] = "UPDATE due_task SET key = NULL, updated_at = ?2"
+		       " WHERE id = ?1 AND state = 'CLAIMED'",
 };
 
 static const char schema_v1[] =
@@ -864,6 +884,14 @@ static const char schema_v7[] =
 static const char schema_v8[] =
     "UPDATE due_meta SET value = '8' WHERE name = 'schema_version';";
 
+/* Version 9: no change here either (the SQL stores' due_reschedule). */
+static const char schema_v9[] =
+    "UPDATE due_meta SET value = '9' WHERE name = 'schema_version';";
+
+/* Version 10: no change here either (the SQL stores' on_key). */
+static const char schema_v10[] =
+    "UPDATE due_meta SET value = '10' WHERE name = 'schema_version';";
+
 _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
 
 const char *due__sq_read_sql(int i)
@@ -965,8 +993,9 @@ static int exec_step(due_store *s, const char *sql, const char *what)
 }
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2, [3] = schema_v3, [4] = schema_v4,
-    [5] = schema_v5, [6] = schema_v6, [7] = schema_v7, [8] = schema_v8};
+    [1] = schema_v1, [2] = schema_v2,  [3] = schema_v3, [4] = schema_v4,
+    [5] = schema_v5, [6] = schema_v6,  [7] = schema_v7, [8] = schema_v8,
+    [9] = schema_v9, [10] = schema_v10};
 
 /* WAL first (it cannot change inside a transaction), then the walk. */
 static int due__sq_init_schema(due_store *s)
@@ -1003,6 +1032,64 @@ static int due__sq_init_schema(due_store *s)
 ** per due_schedule).  `find` (the live task of a (kind, key)) is only
 ** needed on a conflict: NULL takes it from our statement cache then.
 */
+/*
+** on_key REPLACE or LATER, under the write lock, on the live holder out->id
+** of (kind, key) that insert_one found: a waiting one takes the due time
+** and payload (LATER: only a later time; out->moved says whether it did);
+** a running one gives up the key and `ins` (still bound) inserts the new
+** holder.  The states are re-checked where they are written.  `native`:
+** the caller's connection, whose statements are prepared for this call.
+*/
+static int on_key(due_store *s, sqlite3_stmt *ins, bool native,
+		  const due_submit *it, due_time due, due_time now,
+		  bool claimed, due_submitted *out)
+{
+	enum stmt_id which = claimed ? ST_KEY_GIVE_UP : ST_KEY_MOVE;
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	if (native ? sqlite3_prepare_v2(s->db, sql_text[which], -1, &st,
+					NULL) != SQLITE_OK
+		   : !(st = stmt(s, which)))
+		return native ? due__sq_error(s, sqlite3_errcode(s->db),
+					      "prepare on_key")
+			      : due_error_last_code();
+	sqlite3_bind_int64(st, 1, out->id);
+	if (claimed) {
+		sqlite3_bind_int64(st, 2, now);
+	} else {
+		sqlite3_bind_int64(st, 2, due);
+		sqlite3_bind_blob(st, 3, it->payload ? it->payload : "",
+				  (int)it->payload_len, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 4, now);
+		sqlite3_bind_int(st, 5, it->opts.on_key == DUE_ON_KEY_LATER);
+	}
+	rc = sqlite3_step(st);
+	if (native)
+		sqlite3_finalize(st);
+	else
+		sqlite3_reset(st);
+	if (rc != SQLITE_DONE)
+		return due__sq_error(s, rc, "on_key");
+	if (!claimed) {
+		out->moved = sqlite3_changes(s->db) == 1;
+		return 0;
+	}
+	/* the key is free: the new task takes it (the lock is ours) */
+	rc = sqlite3_step(ins);
+	sqlite3_reset(ins);
+	if (rc != SQLITE_DONE)
+		return due__sq_error(s, rc, "insert task");
+	if (sqlite3_changes(s->db) != 1)
+		return due__error_set(DUE_ESTORE,
+				      "sqlite store: the key of task %lld is "
+				      "still held after it gave it up",
+				      (long long)out->id);
+	out->id = sqlite3_last_insert_rowid(s->db);
+	out->existed = false;
+	return 0;
+}
+
 static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 		      const due_submit *it, due_time now, due_submitted *out)
 {
@@ -1032,9 +1119,11 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 	if (sqlite3_changes(s->db) == 1) {
 		out->id = sqlite3_last_insert_rowid(s->db);
 		out->existed = false;
+		out->moved = false;
 		return 0;
 	}
 	/* Conflict on (kind, key): the live task is the answer. */
+	bool native = find != NULL, claimed = false;
 	if (!find && !(find = stmt(s, ST_FIND_KEY)))
 		return due_error_last_code();
 	sqlite3_bind_text(find, 1, it->kind, -1, SQLITE_STATIC);
@@ -1043,11 +1132,15 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 	if (rc == SQLITE_ROW) {
 		out->id = sqlite3_column_int64(find, 0);
 		out->existed = true;
+		out->moved = false;
+		claimed = sqlite3_column_int(find, 1) != 0;
 	}
 	sqlite3_reset(find);
 	if (rc != SQLITE_ROW)
 		return due__sq_error(s, rc, "find task by key");
-	return 0;
+	if (o->on_key == DUE_ON_KEY_KEEP)
+		return 0;
+	return on_key(s, ins, native, it, due, now, claimed, out);
 }
 
 /*
@@ -1618,6 +1711,15 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 static int complete_one(due_store *s, due_completion *c, due_time now,
 			due_tx_hook hook, void *payload);
 
+/* Whether a completion batch finished a task (due_wait's wake-up). */
+static bool any_ended(const due_completion *items, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (items[i].outcome != DUE_COMPLETE_REJECTED_STALE)
+			return true;
+	return false;
+}
+
 /* Complete n tries, then claim: one BEGIN IMMEDIATE, one COMMIT. */
 static int due__sq_complete_claim(due_store *s, due_completion *items, size_t n,
 				  const char *owner, const char *const *kinds,
@@ -1639,7 +1741,7 @@ static int due__sq_complete_claim(due_store *s, due_completion *items, size_t n,
 			goto fail;
 	if ((rc = claim_locked(s, l, owner, kinds, n_kinds, exclude, limit,
 			       lease_us, 0, now)) < 0 ||
-	    (rc = due__sq_commit(s)) < 0)
+	    (rc = due__sq_commit_done(s, any_ended(items, n))) < 0)
 		goto fail;
 	*out = l;
 	return 0;
@@ -1876,7 +1978,7 @@ static int due__sq_complete(due_store *s, due_completion *items, size_t n,
 	for (size_t i = 0; i < n; i++)
 		if ((rc = complete_one(s, &items[i], now, hook, payload)) < 0)
 			goto fail;
-	return due__sq_commit(s);
+	return due__sq_commit_done(s, any_ended(items, n));
 fail:
 	due__sq_rollback(s);
 	return rc;
@@ -1932,7 +2034,7 @@ static int due__sq_fail(due_store *s, due_fail_outcome *out, due_id id,
 	if (rc < 0)
 		goto fail;
 	return *out == DUE_FAIL_RETRY_SCHEDULED ? due__sq_commit_wake(s)
-						: due__sq_commit(s);
+						: due__sq_commit_done(s, true);
 fail:
 	due__sq_rollback(s);
 	return rc;
@@ -2031,6 +2133,8 @@ static int due__sq_reclaim(due_store *s, due_reclaimed *out)
 			due__sq_rollback(s);
 			return rc;
 		}
+		if (out->dead || out->cancelled) /* due_wait's wake-up */
+			due__sq_notify_done(s);
 		more = true; /* re-read the next expiry */
 	}
 	return 0;
@@ -2074,7 +2178,60 @@ static int due__sq_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 		due__sq_rollback(s);
 		return rc;
 	}
-	return due__sq_commit(s);
+	return due__sq_commit_done(s, *out == DUE_CANCEL_CANCELLED);
+}
+
+/*
+** Reschedule under the write lock: read the state, and when SCHEDULED
+** write the new due time (the host's clock, read under the lock: the
+** store's) with the state re-checked in the UPDATE.
+*/
+static int reschedule_locked(due_store *s, due_reschedule_outcome *out,
+			     due_id id, const due_reschedule_opts *o)
+{
+	due_time now = due_time_now_host();
+	bool found, cancel;
+	due_state state;
+	int32_t attempt;
+	sqlite3_stmt *st;
+	int rc;
+
+	if ((rc = state_of(s, id, &found, &state, &attempt, &cancel)) < 0)
+		return rc;
+	if ((*out = due__reschedule_outcome_of(found, state)) !=
+	    DUE_RESCHEDULE_RESCHEDULED)
+		return 0; /* nothing to write */
+	if (!(st = stmt(s, ST_RESCHEDULE)))
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int64(st, 2,
+			   o->at != DUE_TIME_NONE ? o->at : now + o->delay_us);
+	sqlite3_bind_int(st, 3, o->set_payload);
+	if (o->set_payload)
+		sqlite3_bind_blob(st, 4, o->payload, (int)o->payload_len,
+				  SQLITE_STATIC);
+	else
+		sqlite3_bind_null(st, 4);
+	sqlite3_bind_int64(st, 5, now);
+	return due__sq_exec(s, st, "reschedule");
+}
+
+static int due__sq_reschedule(due_store *s, due_reschedule_outcome *out,
+			      due_id id, const due_reschedule_opts *o)
+{
+	due_submit one = {.payload = o->payload, .payload_len = o->payload_len};
+	int rc;
+
+	if ((o->set_payload &&
+	     (rc = sq_payloads_fit(s->db, s->path, &one, 1)) < 0) ||
+	    (rc = due__sq_begin(s)) < 0)
+		return rc;
+	if ((rc = reschedule_locked(s, out, id, o)) < 0) {
+		due__sq_rollback(s);
+		return rc;
+	}
+	return *out == DUE_RESCHEDULE_RESCHEDULED ? due__sq_commit_wake(s)
+						  : due__sq_commit(s);
 }
 
 /* The attempt history of task t (ordered by attempt). */
@@ -2259,7 +2416,7 @@ static int operator_tx(due_store *s, enum stmt_id sid, due_id id,
 		return rc;
 	}
 	return *final == DUE_SCHEDULED ? due__sq_commit_wake(s)
-				       : due__sq_commit(s);
+				       : due__sq_commit_done(s, true);
 }
 
 static int due__sq_requeue(due_store *s, due_id id)

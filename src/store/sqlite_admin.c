@@ -10,7 +10,7 @@
 ** host clock) or, with no store of the user's, wherever the caller says.
 ** The user's options (?sync=, ?busy_ms=, timeout=) carry over, so a
 ** case measures the store as it was given.  Dropping removes the file and
-** its side files (-wal, -shm, -journal, -wake), unless the file is
+** its side files (-wal, -shm, -journal, -wake, -done), unless the file is
 ** neither empty nor a database of due's or of no tables; the directory
 ** is the caller's.  The server has no counters of its own: the process counts
 ** SQLite's work itself (due_store_work_read).
@@ -168,8 +168,8 @@ static int is_scratch(const char *path)
 static int sq_scratch_drop(const due_url *url, const char *name,
 			   const char *dir)
 {
-	static const char *const side[] = {"", "-wal", "-shm", "-journal",
-					   "-wake"};
+	static const char *const side[] = {"",	       "-wal",	"-shm",
+					   "-journal", "-wake", "-done"};
 	char base[4096], path[4200];
 	int rc = scratch_file(dir, name, false, base, sizeof(base));
 

@@ -257,6 +257,14 @@ int due__sq_commit_wake(due_store *s)
 	return rc;
 }
 
+int due__sq_commit_done(due_store *s, bool done)
+{
+	int rc = due__sq_commit(s);
+	if (rc == 0 && done)
+		due__sq_notify_done(s);
+	return rc;
+}
+
 void due__sq_rollback(due_store *s)
 {
 	if (sqlite3_get_autocommit(s->db))
@@ -310,19 +318,31 @@ static int open_wake(const char *path)
 ** link left) is opened again by path, since listeners that started since
 ** watch the new one.
 */
-int due__sq_notify(due_store *s)
+static int touch(int *fd, const char *path)
 {
 	struct stat st;
 
-	if (s->wake_fd >= 0 &&
-	    (fstat(s->wake_fd, &st) < 0 || st.st_nlink == 0)) {
-		close(s->wake_fd);
-		s->wake_fd = -1;
+	if (*fd >= 0 && (fstat(*fd, &st) < 0 || st.st_nlink == 0)) {
+		close(*fd);
+		*fd = -1;
 	}
-	if (s->wake_fd < 0 && (s->wake_fd = open_wake(s->wake_path)) < 0)
+	if (*fd < 0 && (*fd = open_wake(path)) < 0)
 		return 0;
-	futimens(s->wake_fd, NULL);
+	futimens(*fd, NULL);
 	return 0;
+}
+
+int due__sq_notify(due_store *s) { return touch(&s->wake_fd, s->wake_path); }
+
+/*
+** The same for finished tasks, on the "-done" file, which only due_wait's
+** listeners watch (workers watch "-wake"): one futimens() per commit that
+** finished a task, whether or not anyone waits (measured on the drain:
+** docs/internals/discovery.md, "Finished tasks").
+*/
+int due__sq_notify_done(due_store *s)
+{
+	return touch(&s->done_fd, s->done_path);
 }
 
 /* ------------------------------------------------------------------ */
@@ -736,10 +756,14 @@ int due__sq_open(due_store **out, const void *cfg, const due_open_params *p)
 	*out = s;
 	s->ino_fd = -1;
 	s->wake_fd = -1;
+	s->done_fd = -1;
+	s->done_ino = -1;
 	s->path = due__strdup_n(u->path, strlen(u->path));
 	if (s->path && (s->wake_path = malloc(strlen(s->path) + 6)))
 		snprintf(s->wake_path, strlen(s->path) + 6, "%s-wake", s->path);
-	if (!s->path || !s->wake_path)
+	if (s->path && (s->done_path = malloc(strlen(s->path) + 6)))
+		snprintf(s->done_path, strlen(s->path) + 6, "%s-done", s->path);
+	if (!s->path || !s->wake_path || !s->done_path)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	if (create)
 		flags |= SQLITE_OPEN_CREATE;
@@ -777,7 +801,12 @@ void due__sq_close(due_store *s)
 		close(s->ino_fd);
 	if (s->wake_fd >= 0)
 		close(s->wake_fd);
+	if (s->done_fd >= 0)
+		close(s->done_fd);
+	if (s->done_ino >= 0)
+		close(s->done_ino);
 	free(s->wake_path);
+	free(s->done_path);
 	free(s->path);
 	free(s);
 }
@@ -796,34 +825,51 @@ void *due__sq_native(due_store *s) { return s->db; }
 /* Listening to the wake file                                          */
 /* ------------------------------------------------------------------ */
 
-int due__sq_listen(due_store *s, int *fd)
+/* An inotify watch on path (created if missing) into *ino, once. */
+static int watch(int *ino, const char *path)
 {
-	if (s->ino_fd < 0) {
-		int w = open_wake(s->wake_path);
+	if (*ino < 0) {
+		int w = open_wake(path);
 		if (w < 0 && errno == EINVAL)
 			return due__error_set(
 			    DUE_ESTATE,
-			    "wake file '%s' is not a regular file: poll",
-			    s->wake_path);
+			    "wake file '%s' is not a regular file: poll", path);
 		if (w >= 0)
 			close(w);
-		s->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-		if (s->ino_fd < 0)
+		*ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+		if (*ino < 0)
 			return due__error_set(DUE_ESTATE, "inotify: %s",
 					      strerror(errno));
-		if (inotify_add_watch(s->ino_fd, s->wake_path,
+		if (inotify_add_watch(*ino, path,
 				      IN_ATTRIB | IN_MODIFY | IN_CLOSE_WRITE) <
 		    0) {
 			int e = errno;
-			close(s->ino_fd);
-			s->ino_fd = -1;
+			close(*ino);
+			*ino = -1;
 			return due__error_set(DUE_ESTATE,
-					      "cannot watch '%s': %s",
-					      s->wake_path, strerror(e));
+					      "cannot watch '%s': %s", path,
+					      strerror(e));
 		}
 	}
-	*fd = s->ino_fd;
 	return 0;
+}
+
+int due__sq_listen(due_store *s, int *fd)
+{
+	int rc = watch(&s->ino_fd, s->wake_path);
+	*fd = s->ino_fd;
+	return rc;
+}
+
+int due__sq_listen_done(due_store *s, int *fd)
+{
+	int rc;
+
+	if (!fd)
+		return 0;
+	rc = watch(&s->done_ino, s->done_path);
+	*fd = s->done_ino;
+	return rc;
 }
 
 int due__sq_listen_drain(due_store *s, int *count)
@@ -833,12 +879,13 @@ int due__sq_listen_drain(due_store *s, int *count)
 	ssize_t n;
 
 	*count = 0;
-	if (s->ino_fd < 0)
-		return 0;
-	while ((n = read(s->ino_fd, buf, sizeof(buf))) > 0)
-		for (char *p = buf; p < buf + n;
-		     p += sizeof(struct inotify_event) +
-			  ((struct inotify_event *)p)->len)
-			(*count)++;
+	for (int i = 0; i < 2; i++) {
+		int fd = i ? s->done_ino : s->ino_fd;
+		while (fd >= 0 && (n = read(fd, buf, sizeof(buf))) > 0)
+			for (char *p = buf; p < buf + n;
+			     p += sizeof(struct inotify_event) +
+				  ((struct inotify_event *)p)->len)
+				(*count)++;
+	}
 	return 0;
 }

@@ -40,6 +40,11 @@ struct due_store {
 	/* store work not yet added to the process's (due_store_work_read) */
 	uint64_t w_stmts, w_steps;
 	int64_t w_changes; /* sqlite3_total_changes64 when last added */
+	/* finished tasks (due_wait): the "<path>-done" file, touched after
+	   a commit that finished one, and its watch while listening */
+	char *done_path;
+	int done_fd;  /* open for touching, else -1 */
+	int done_ino; /* inotify instance while listening, else -1 */
 };
 
 /*
@@ -63,6 +68,9 @@ void *due__sq_native(due_store *s);
 int due__sq_listen(due_store *s, int *fd);
 int due__sq_listen_drain(due_store *s, int *count);
 int due__sq_notify(due_store *s);
+/* Finished tasks: listen (fd NULL: nothing to do), and wake listeners. */
+int due__sq_listen_done(due_store *s, int *fd);
+int due__sq_notify_done(due_store *s);
 
 /*
 ** Translate a native SQLite failure into a due code and message.  This is
@@ -102,6 +110,8 @@ int due__sq_begin(due_store *s);
 int due__sq_commit(due_store *s);
 /* COMMIT, then wake listeners (the transaction may have made work). */
 int due__sq_commit_wake(due_store *s);
+/* Commit; when it worked and `done`, wake due_wait's listeners. */
+int due__sq_commit_done(due_store *s, bool done);
 /* Roll back if a transaction is open; keeps the error already recorded. */
 void due__sq_rollback(due_store *s);
 

@@ -22,6 +22,10 @@
 **   reclaim   CLAIMED & lease_until < now    -> as fail, due now
 **                                               (LEASE_EXPIRED)
 **   cancel    SCHEDULED -> CANCELLED; CLAIMED -> cancel_requested; else report
+**   reschedule SCHEDULED -> SCHEDULED at the new due_at (at, or store-now
+**             + delay), payload replaced when set_payload, listeners
+**             woken; else report (CLAIMED: TOO_LATE; DONE, DEAD,
+**             CANCELLED: ALREADY_FINISHED) and write nothing
 **   retry     DEAD -> SCHEDULED now, attempt_base = attempt (fresh budget)
 **   requeue   CLAIMED -> SCHEDULED now (attempt REQUEUED)
 **   kill      SCHEDULED|CLAIMED -> DEAD, or CANCELLED if cancel requested
@@ -61,7 +65,7 @@
 ** src/base/names.c, so a backend writes only what its database does
 ** differently.  docs/internals/store.md walks through adding one.
 **
-** Version 8 of the table (DUE_STORE_OPS_VERSION).  due_open() refuses a
+** Version 11 of the table (DUE_STORE_OPS_VERSION).  due_open() refuses a
 ** backend whose `version` differs, or that leaves a method NULL (the
 ** methods of a capability it does not claim may be NULL).  Every backend
 ** lives in this tree, so a change to the table changes them all in the
@@ -77,6 +81,8 @@
 **   9  the admin group (DUE_STORE_CAP_ADMIN, due_store_admin): scratch
 **      stores, the server's counters and a raw SQL session, so that `due
 **      verify`, `due bench` and the tests name no backend (issue 37).
+**  10  reschedule (issue 38): SCHEDULED -> SCHEDULED at a new time.
+**  11  listen_done: wake-ups for finished tasks, for due_wait (issue 38).
 */
 #ifndef DUE_STORE_H
 #define DUE_STORE_H
@@ -84,7 +90,7 @@
 #include "store/counter.h"
 #include "due.h"
 
-#define DUE_STORE_OPS_VERSION 9
+#define DUE_STORE_OPS_VERSION 11
 
 /* The window of due_metrics' histograms and outcomes. */
 #define DUE_METRICS_WINDOW_US (15LL * 60 * 1000000)
@@ -300,6 +306,17 @@ typedef struct due_store_ops {
 	int (*kind_list)(due_store *s, due_kind_info_list **out);
 	int (*kind_remove)(due_store *s, const char *kind);
 
+	/*
+	** reschedule (the transition above): one atomic statement, script
+	** or serialized transaction that re-checks state = SCHEDULED where
+	** it writes.  o is checked (the core): o->at is DUE_TIME_NONE (then
+	** due_at = the store's now + o->delay_us, computed by the store) or
+	** an instant; the payload is replaced only when o->set_payload.
+	** Wakes listeners after the commit when it wrote.
+	*/
+	int (*reschedule)(due_store *s, due_reschedule_outcome *out, due_id id,
+			  const due_reschedule_opts *o);
+
 	/* --- DUE_STORE_CAP_NOTIFY (NULL without it) --- */
 
 	/* Start listening; *fd is readable when a submit may have happened. */
@@ -320,6 +337,25 @@ typedef struct due_store_ops {
 	*/
 	int (*schedule_on_native)(void *conn, due_submitted *out,
 				  const due_submit *item);
+
+	/*
+	** Version 10.  Listen for finished tasks instead of new ones (a
+	** handle does one or the other): *fd is readable when a task may
+	** have reached DONE, DEAD or CANCELLED since; listen_drain consumes
+	** it.  The backend wakes these listeners from every transition that
+	** finishes a task (complete, fail, reclaim, cancel, kill, requeue),
+	** after or within its commit, at most once per statement or batch;
+	** a store whose notifications cost the drain whether or not anyone
+	** listens (PostgreSQL, Redis) sends them only while someone does,
+	** which this call says (the core calls it again at least every 10 s
+	*while waiting;
+	** a backend that needs it keeps such a mark alive 30 s).  fd NULL:
+	** only say that someone listens (a shard that is not the one
+	** subscribed).  DUE_EUNSUPPORTED when the store cannot wake them:
+	** the core polls.  Not in DUE_STORE_NOTIFY_METHODS: every backend
+	** has it, if only to say DUE_EUNSUPPORTED.
+	*/
+	int (*listen_done)(due_store *s, int *fd);
 } due_store_ops;
 
 /*
@@ -336,7 +372,7 @@ typedef struct due_store_ops {
 	X(bytes) X(cron_get)              \
 	X(cron_put) X(cron_remove) X(cron_list) X(cron_fire) X(metrics)        \
 	X(worker_report) X(upcoming) X(kind_put) X(kind_get) X(kind_list)      \
-	X(kind_remove)
+	X(kind_remove) X(reschedule) X(listen_done)
 /* clang-format on */
 #define DUE_STORE_NOTIFY_METHODS(X) X(listen) X(listen_drain) X(notify)
 #define DUE_STORE_TX_SUBMIT_METHODS(X) X(native_tx) X(schedule_on_native)
@@ -711,6 +747,8 @@ int due__store_run_hook(due_tx_hook hook, void *conn, const due_completion *c,
 /* The outcome of a fail that wrote `s`, and of a cancel that found `s`. */
 due_fail_outcome due__fail_outcome_of(due_state s);
 due_cancel_outcome due__cancel_outcome_of(bool found, due_state s);
+/* The outcome of a reschedule that found `s` (SCHEDULED: it wrote). */
+due_reschedule_outcome due__reschedule_outcome_of(bool found, due_state s);
 
 /*
 ** The error of an operator action (retry, requeue, kill) on task id that

@@ -51,7 +51,7 @@ rows=(
 	"is a directory"                       "add k --payload-file $T"
 	"unknown option '--owner'"             "add k --owner x"
 	"--batch line 1: malformed JSON"       "add --batch $T/b-utf8"
-	"is not allowed"                       "add --batch $T/b-nul"
+	"in a string is refused"               "add --batch $T/b-nul"
 	"unknown field 'bogus'"                "add --batch $T/b-field"
 	"negative durations are not allowed"   "add --batch $T/b-neg"
 	"'max_attempts' must be an integer"    "add --batch $T/b-huge"

@@ -44,7 +44,7 @@ suite() {
 		"--timeout: invalid duration 'soon'"            "add k --timeout soon"
 		"invalid group '': empty"                       "add k --group ''"
 		"invalid kind '': empty"                        "add '' --priority 1"
-		"give priority, group and timeout in each line" "add --batch $T/b-ok --priority 1"
+		"--batch takes no --priority, --group or --timeout" "add --batch $T/b-ok --priority 1"
 		"--batch line 1: 'priority' must be an integer" "add --batch $T/b-pri"
 		"--batch line 1: 'priority' must be an integer" "add --batch $T/b-pri-big"
 		"--batch line 1: 'priority' must be an integer" "add --batch $T/b-pri-real"

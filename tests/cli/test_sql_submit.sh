@@ -7,7 +7,12 @@
 # validation (each bad input an error naming it, nothing written; due
 # times bounded like `due add --at`: 1970 .. 9999, issue 36), and `due
 # init` adding the routine to an existing store and replacing the one of a
-# store of the previous schema version.  PostgreSQL: the function writes
+# store of the previous schema version; due_reschedule() beside it (issue
+# 38: its outcomes, in the caller's transaction, bad input, and a store of
+# schema 8 given it by `due init`); PostgreSQL's due_schedule(..., on_key)
+# (issue 38: keep, replace, later, a running holder giving up its key,
+# bad on_key, the producer's extra GRANTs from the docs, a store of schema
+# 9 given it by `due init`).  PostgreSQL: the function writes
 # the store's due_task whatever the caller's path holds (a "$user" schema
 # or a temporary table of that name: issue 36), also from a schema whose
 # name needs quoting.  The producer's GRANTs and the isolation levels are
@@ -19,6 +24,7 @@
 # worker's pick-up is waited for with a deadline (a hang guard), shorter
 # than its 60 s safety poll so that only the wake-up can make it.
 . "$(dirname "$0")/lib.sh"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 field() { "$DUE" show "$1" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
 is_state() { [ "$(field "$1" state)" = "$2" ]; }
 
@@ -151,6 +157,122 @@ else
 	id=$(my "$(call "'again', 'x', NULL, NULL, NULL, NULL")")
 	[[ "$id" =~ ^[1-9][0-9]*$ ]] && ok || bad "mysql: the old procedure kept: '$id'"
 	my_err "after 9999-12-31T23:59:59Z" "'k', 'x', NULL, 9223372036854775807, NULL, NULL"
+
+	echo "== mysql: due_reschedule in the caller's transaction (issue 38)"
+	rid=$("$DUE" add later2 --in 1h --payload old)
+	before=$(field "$rid" due_at)
+	expect_eq "mysql: reschedule rolled back: nothing moved" "RESCHEDULED $before old" \
+		"$(my "START TRANSACTION; CALL due_reschedule($rid, 1000000, NULL, 'new', @o); SELECT @o; ROLLBACK") $(field "$rid" due_at) $(field "$rid" payload)"
+	expect_eq "mysql: reschedule committed" RESCHEDULED \
+		"$(my "START TRANSACTION; CALL due_reschedule($rid, NULL, 4102444800000000, 'new', @o); COMMIT; SELECT @o")"
+	expect_eq "mysql: moved, new payload" "2100-01-01T00:00:00.000Z new" "$(field "$rid" due_at) $(field "$rid" payload)"
+	expect_eq "mysql: payload NULL keeps it" "RESCHEDULED new" \
+		"$(my "CALL due_reschedule($rid, 5000000, NULL, NULL, @o); SELECT @o") $(field "$rid" payload)"
+	out=$(my "CALL due_reschedule($rid, 1, 1, NULL, @o)" 2>&1 || true)
+	has -F "not both" <<<"$out" && ok || bad "mysql: reschedule with both: $out"
+	expect_eq "mysql: unknown task" NOT_FOUND "$(my "CALL due_reschedule(999999, 1, NULL, NULL, @o); SELECT @o")"
+	"$DUE" cancel "$rid" >/dev/null
+	expect_eq "mysql: finished task" ALREADY_FINISHED "$(my "CALL due_reschedule($rid, 1, NULL, NULL, @o); SELECT @o")"
+	echo "== mysql: a store of schema 8 gets due_reschedule from due init"
+	my "DROP PROCEDURE due_reschedule; UPDATE due_meta SET value = '8' WHERE name = 'schema_version'"
+	expect_err 6 "run \`due init\` to upgrade" "$DUE" ls
+	"$DUE" init >/dev/null && ok || bad "mysql: init of a store of schema 8"
+	expect_eq "mysql: upgraded: due_reschedule there" NOT_FOUND \
+		"$(my "CALL due_reschedule(999999, 1, NULL, NULL, @o); SELECT @o")"
+	# ---- MySQL: due_schedule_on_key(..., on_key, @id) (issue 38 point 2)
+	echo "== mysql: due_schedule_on_key: replace, later, keep"
+	okey() { echo "CALL due_schedule_on_key($1, @id); SELECT @id"; }
+	# a task's row read by SQL (cheaper here than due show + python)
+	due_pay() { my "SELECT CONCAT(due_at, ' ', payload) FROM due_task WHERE id = $1"; }
+	row() { my "SELECT CONCAT_WS(' ', state, attempt, payload, IFNULL(\`key\`, 'NULL')) FROM due_task WHERE id = $1"; }
+	my_state() { [ "$(my "SELECT state FROM due_task WHERE id = $1")" = "$2" ]; }
+	d1=$(my "$(okey "'deb', 'a', 3600000000, NULL, 'd1', NULL, 'replace'")")
+	[[ "$d1" =~ ^[1-9][0-9]*$ ]] && ok || bad "mysql: on_key: first submit gave '$d1'"
+	expect_eq "mysql: on_key replace: the holder moved, same id" "$d1" \
+		"$(my "$(okey "'deb', 'b', NULL, 4102444800000000, 'd1', NULL, 'replace'")")"
+	expect_eq "mysql: on_key replace: new time and payload" "4102444800000000 b" "$(due_pay "$d1")"
+	expect_eq "mysql: on_key later, earlier: same id" "$d1" \
+		"$(my "$(okey "'deb', 'c', NULL, 4102358400000000, 'd1', NULL, 'later'")")"
+	expect_eq "mysql: on_key later, equal: same id" "$d1" \
+		"$(my "$(okey "'deb', 'c', NULL, 4102444800000000, 'd1', NULL, 'later'")")"
+	expect_eq "mysql: on_key later, not later: nothing moved" "4102444800000000 b" "$(due_pay "$d1")"
+	expect_eq "mysql: on_key later, later: same id" "$d1" \
+		"$(my "$(okey "'deb', 'd', NULL, 4102531200000000, 'd1', NULL, 'later'")")"
+	expect_eq "mysql: on_key later: moved" "4102531200000000 d" "$(due_pay "$d1")"
+	expect_eq "mysql: on_key keep and NULL: same id" "$d1 $d1" \
+		"$(my "$(okey "'deb', 'e', 1, NULL, 'd1', NULL, 'keep'")") $(my "$(okey "'deb', 'e', 1, NULL, 'd1', NULL, NULL")")"
+	expect_eq "mysql: on_key keep: nothing moved" "4102531200000000 d" "$(due_pay "$d1")"
+	expect_eq "mysql: on_key replace rolled back: the holder's id" "$d1" \
+		"$(my "START TRANSACTION; CALL due_schedule_on_key('deb', 'f', 1, NULL, 'd1', NULL, 'replace', @id); ROLLBACK; SELECT @id")"
+	expect_eq "mysql: on_key replace rolled back: nothing moved" "4102531200000000 d" "$(due_pay "$d1")"
+	expect_eq "mysql: on_key replace, a delay: from the server's clock" 60000000 \
+		"$(my "CALL due_schedule_on_key('deb', 'g', 60000000, NULL, 'd1', NULL, 'replace', @id);
+		       SELECT due_at - updated_at FROM due_task WHERE id = $d1 AND id = @id")"
+	expect_eq "mysql: on_key with no live task: a new one" 1 \
+		"$(my "SELECT COUNT(*) FROM due_task WHERE id = $(my "$(okey "'deb', 'h', NULL, NULL, 'd2', NULL, 'later'")") AND \`key\` = 'd2'")"
+
+	echo "== mysql: due_schedule_on_key: a running holder gives up its key"
+	"$DUE" work --poll 60s --no-cron --kinds deb-run \
+		--exec "while [ ! -e '$T/my-go' ]; do sleep 0.1; done; echo ran" 2>"$T/debwork.err" &
+	dwpid=$!
+	r1=$("$DUE" add deb-run --key r1 --payload old)
+	wait_for "mysql: on_key: the holder running" 30 my_state "$r1" CLAIMED
+	r2=$(my "$(okey "'deb-run', 'new', 3600000000, NULL, 'r1', NULL, 'replace'")")
+	[[ "$r2" =~ ^[1-9][0-9]*$ && "$r2" != "$r1" ]] && ok || bad "mysql: on_key replace of a running holder gave '$r2' (holder $r1)"
+	expect_eq "mysql: the running task untouched but its key" "CLAIMED 1 old NULL" "$(row "$r1")"
+	expect_eq "mysql: the new task holds the key" "SCHEDULED 0 new r1" "$(row "$r2")"
+	touch "$T/my-go"
+	wait_for "mysql: on_key: the old task done" 30 my_state "$r1" DONE
+	expect_eq "mysql: its finish left the key with the new task" "$r2" \
+		"$(my "$(okey "'deb-run', 'x', NULL, NULL, 'r1', NULL, 'keep'")")"
+	kill "$dwpid"
+	wait "$dwpid" || true
+
+	echo "== mysql: due_schedule_on_key: 8 producers debounce one key"
+	for p in 1 2 3 4 5 6 7 8; do
+		( for r in 1 2 3 4 5 6 7 8 9 10; do
+			n=$((r * 8 + p))
+			echo "CALL due_schedule_on_key('deb8', 'p$n', NULL, $((4102444800000000 + n * 1000000)), 'k8', NULL, 'later', @id);"
+		done | mycli "$mydb" ) &
+	done
+	wait
+	expect_eq "mysql: 8 producers x 10 later: one task, at the latest time, its payload" \
+		"1 4102444888000000 p88" \
+		"$(my "SELECT COUNT(*) FROM due_task WHERE kind = 'deb8'") $(due_pay "$(my "SELECT id FROM due_task WHERE kind = 'deb8'")")"
+
+	echo "== mysql: due_schedule_on_key: bad input, nothing written"
+	before="$(my 'SELECT COUNT(*) FROM orders') $(mytasks) $(due_pay "$d1")"
+	my_okey_err() { # WHAT ARGS
+		if my "START TRANSACTION; INSERT INTO orders VALUES (97);
+		       CALL due_schedule_on_key($2, @id); COMMIT" >"$T/out" 2>"$T/err"; then
+			bad "mysql: on_key: $1: accepted"
+		elif grep -qF -- "$1" "$T/err"; then
+			ok
+		else
+			bad "mysql: on_key: $1: error does not name it: $(cat "$T/err")"
+		fi
+	}
+	my_okey_err "due_schedule_on_key: invalid on_key 'bogus': must be keep, replace or later" \
+		"'deb', 'x', NULL, NULL, 'd1', NULL, 'bogus'"
+	my_okey_err "invalid on_key 'REPLACE'" "'deb', 'x', NULL, NULL, 'd1', NULL, 'REPLACE'"
+	my_okey_err "invalid on_key 'later '" "'deb', 'x', NULL, NULL, 'd1', NULL, 'later '"
+	my_okey_err "invalid on_key ''" "'deb', 'x', NULL, NULL, 'd1', NULL, ''"
+	my_okey_err "due_schedule_on_key: on_key replace needs a key" "'deb', 'x', NULL, NULL, NULL, NULL, 'replace'"
+	my_okey_err "on_key later needs a key" "'deb', 'x', NULL, NULL, NULL, NULL, 'later'"
+	my_okey_err "due_schedule_on_key: invalid key '': empty" "'deb', 'x', NULL, NULL, '', NULL, 'replace'"
+	my_okey_err "due_schedule_on_key: invalid delay (run_in_us): negative" "'deb', 'x', -1, NULL, 'd1', NULL, 'replace'"
+	my_okey_err "due_schedule_on_key: invalid kind 'bad kind'" "'bad kind', 'x', NULL, NULL, 'd1', NULL, 'replace'"
+	expect_eq "mysql: on_key: bad calls wrote nothing (no order, no task, the holder as it was)" "$before" \
+		"$(my 'SELECT COUNT(*) FROM orders') $(mytasks) $(due_pay "$d1")"
+
+	echo "== mysql: a store of schema 9 gets due_schedule_on_key from due init"
+	my "DROP PROCEDURE due_schedule_on_key; UPDATE due_meta SET value = '9' WHERE name = 'schema_version'"
+	expect_err 6 "run \`due init\` to upgrade" "$DUE" ls
+	"$DUE" init >/dev/null && ok || bad "mysql: init of a store of schema 9"
+	expect_eq "mysql: upgraded: due_schedule_on_key there" "$d1" \
+		"$(my "$(okey "'deb', 'i', NULL, NULL, 'd1', NULL, 'keep'")")"
+	expect_eq "mysql: upgraded: due_schedule kept" "$d1" \
+		"$(my "$(call "'deb', 'i', NULL, NULL, 'd1', NULL")")"
 	mycli -e "DROP DATABASE IF EXISTS $mydb" >/dev/null
 fi
 
@@ -259,7 +381,7 @@ pgsu -c "CREATE SCHEMA \"$qs\""
 DUE_DB="$DUE_TEST_PG_URL${sep}options=-csearch_path%3D%22%24user%22%2C%22$qs%22" "$DUE" init >/dev/null &&
 	ok || bad "init into \"\$user\",\"$qs\""
 expect_eq "quoted schema: pinned to it, pg_temp last" "{\"search_path=\\\"$qs\\\", pg_temp\"}" \
-	"$(pgsu -c "SELECT proconfig FROM pg_proc WHERE pronamespace = '\"$qs\"'::regnamespace AND proname = 'due_schedule'")"
+	"$(pgsu -c "SELECT DISTINCT proconfig FROM pg_proc WHERE pronamespace = '\"$qs\"'::regnamespace AND proname = 'due_schedule'")"
 # the producer has the GRANTs docs/INTERFACE.md gives (and its own schema)
 pgsu -c "CREATE ROLE $role" -c "CREATE SCHEMA $role AUTHORIZATION $role" \
 	-c "GRANT USAGE ON SCHEMA \"$qs\" TO $role" \
@@ -278,7 +400,7 @@ expect_eq "pinned: both tasks in the store's due_task, under the ids returned" \
 	"$(pgsu -c "SELECT id FROM \"$qs\".due_task WHERE kind = 'pinned' ORDER BY id" | paste -sd' ')"
 expect_eq "pinned: the main store's function too (pg_temp last)" \
 	"{\"search_path=$schema, pg_temp\"}" \
-	"$(sql -c "SELECT proconfig FROM pg_proc WHERE proname = 'due_schedule'
+	"$(sql -c "SELECT DISTINCT proconfig FROM pg_proc WHERE proname = 'due_schedule'
 		AND pronamespace = '$schema'::regnamespace")"
 
 echo "== due init adds the function to an existing store"
@@ -299,8 +421,140 @@ sql -c "CREATE OR REPLACE FUNCTION due_schedule(kind text, payload text,
 expect_err 6 "run \`due init\` to upgrade" "$DUE" ls
 "$DUE" init >/dev/null && ok || bad "init of a store of schema 7"
 expect_eq "upgraded: pinned" "{\"search_path=$schema, pg_temp\"}" \
-	"$(sql -c "SELECT proconfig FROM pg_proc WHERE proname = 'due_schedule'
+	"$(sql -c "SELECT DISTINCT proconfig FROM pg_proc WHERE proname = 'due_schedule'
 		AND pronamespace = '$schema'::regnamespace")"
 id=$(sql -c "SELECT due_schedule('again', 'x')")
 [[ "$id" =~ ^[1-9][0-9]*$ ]] && ok || bad "upgraded: the old function kept: '$id'"
+
+echo "== due_reschedule in the caller's transaction (issue 38)"
+rid=$("$DUE" add later2 --in 1h --payload old)
+before=$(field "$rid" due_at)
+expect_eq "reschedule rolled back: nothing moved" "RESCHEDULED $before old" \
+	"$(sql -c "BEGIN" -c "SELECT due_reschedule($rid, run_in => interval '1 s', payload => 'new')" -c "ROLLBACK") $(field "$rid" due_at) $(field "$rid" payload)"
+expect_eq "reschedule committed" RESCHEDULED \
+	"$(sql -c "BEGIN" -c "SELECT due_reschedule($rid, run_at => '2100-01-01T00:00:00Z', payload => 'new')" -c "COMMIT")"
+expect_eq "moved, new payload" "2100-01-01T00:00:00.000Z new" "$(field "$rid" due_at) $(field "$rid" payload)"
+expect_eq "payload NULL keeps it" "RESCHEDULED new" \
+	"$(sql -c "SELECT due_reschedule($rid, run_in => interval '5 s')") $(field "$rid" payload)"
+out=$(sql -c "SELECT due_reschedule($rid, run_in => interval '1 s', run_at => now())" 2>&1 || true)
+has -F "not both" <<<"$out" && ok || bad "reschedule with both: $out"
+expect_eq "unknown task" NOT_FOUND "$(sql -c "SELECT due_reschedule(999999, run_in => interval '1 s')")"
+"$DUE" cancel "$rid" >/dev/null
+expect_eq "finished task" ALREADY_FINISHED "$(sql -c "SELECT due_reschedule($rid, run_in => interval '1 s')")"
+echo "== a store of schema 8 gets due_reschedule from due init"
+sql -c "DROP FUNCTION due_reschedule(bigint, interval, timestamptz, text)" \
+	-c "UPDATE due_meta SET value = '8' WHERE name = 'schema_version'"
+expect_err 6 "run \`due init\` to upgrade" "$DUE" ls
+"$DUE" init >/dev/null && ok || bad "init of a store of schema 8"
+expect_eq "upgraded: due_reschedule there" NOT_FOUND \
+	"$(sql -c "SELECT due_reschedule(999999, run_in => interval '1 s')")"
+
+echo "== due_schedule(..., on_key) debounces by key (issue 38)"
+# The overload takes all seven arguments.  Each check is one psql
+# session: the call, then what it returned and that task's minutes to
+# its due time and payload.
+deb() { # KEY PAYLOAD RUN_IN ON_KEY [RUN_AT]
+	sql -F ' ' <<-EOF
+	SELECT due_schedule('deb', '$2', interval '$3', ${5:-NULL}, '$1', 5, '$4') AS id \gset
+	SELECT :id, round(extract(epoch FROM due_at - now()) / 60), convert_from(payload, 'UTF8')
+	  FROM due_task WHERE id = :id;
+	EOF
+}
+d1=$(deb doc-7 p1 '1 hour' keep | cut -d' ' -f1)
+expect_eq "keep: a new task, then the holder untouched" "$d1 60 p1" "$(deb doc-7 p2 '2 hours' keep)"
+expect_eq "replace: the holder moved (earlier too)" "$d1 30 p3" "$(deb doc-7 p3 '30 minutes' replace)"
+expect_eq "later, earlier: nothing changes" "$d1 30 p3" "$(deb doc-7 p4 '10 minutes' later)"
+expect_eq "later, equal: nothing changes" "$d1 30 p3" \
+	"$(deb doc-7 p4 '0 s' later "(SELECT due_at FROM due_task WHERE id = $d1)")"
+expect_eq "later, later, by name: moved" "$d1 90 p5" "$(sql -F ' ' <<-EOF
+	SELECT due_schedule(kind => 'deb', payload => 'p5', run_in => interval '90 minutes',
+	  run_at => NULL, key => 'doc-7', max_attempts => 5, on_key => 'later') AS id \gset
+	SELECT :id, round(extract(epoch FROM due_at - now()) / 60), convert_from(payload, 'UTF8')
+	  FROM due_task WHERE id = :id;
+	EOF
+)"
+expect_eq "rolled back: nothing moved; one task; without on_key: the six-argument one" \
+	"$d1 90 p5 1 $d1" "$(sql -F ' ' <<-EOF | paste -sd' '
+	BEGIN;
+	SELECT due_schedule('deb', 'p6', interval '0', '2100-01-01Z', 'doc-7', 5, 'later') \gset
+	ROLLBACK;
+	SELECT id, round(extract(epoch FROM due_at - now()) / 60), convert_from(payload, 'UTF8')
+	  FROM due_task WHERE id = $d1;
+	SELECT count(*) FROM due_task WHERE kind = 'deb';
+	SELECT due_schedule('deb', 'p7', key => 'doc-7', run_in => interval '5 hours');
+	EOF
+)"
+
+echo "== on_key with a running holder: it gives up the key, a new task takes it"
+"$DUE" work --poll 60s --no-cron --kinds debrun \
+	--exec "while [ ! -f '$T/go' ]; do sleep 0.05; done; echo ran" 2>"$T/work2.err" &
+wpid=$!
+r1=$(sql -c "SELECT due_schedule('debrun', 'old', key => 'doc-8')")
+sql_state() { [ "$(sql -c "SELECT state FROM due_task WHERE id = $1")" = "$2" ]; }
+wait_for "the holder running" 30 sql_state "$r1" CLAIMED
+sql -F ' ' >"$T/run.out" <<-EOF
+	SELECT due_schedule('debrun', 'k', interval '1 hour', NULL, 'doc-8', 5, 'keep');
+	SELECT due_schedule('debrun', 'new', interval '1 hour', NULL, 'doc-8', 5, 'later') AS r2 \gset
+	SELECT :r2;
+	SELECT state, attempt, convert_from(payload, 'UTF8'), coalesce(key, 'NULL') FROM due_task
+	  WHERE id IN ($r1, :r2) ORDER BY id;
+	EOF
+r2=$(sed -n 2p "$T/run.out")
+expect_eq "keep: the running task" "$r1" "$(sed -n 1p "$T/run.out")"
+[[ "$r2" =~ ^[0-9]+$ ]] && [ "$r2" != "$r1" ] && ok || bad "later on a running holder: '$r2' (running $r1)"
+expect_eq "the running task untouched but for its key; the new one holds it" \
+	"CLAIMED 1 old NULL|SCHEDULED 0 new doc-8" "$(sed -n 3,4p "$T/run.out" | paste -sd'|')"
+touch "$T/go"
+wait_for "the running task done" 30 sql_state "$r1" DONE
+expect_eq "its end left the key with the new task" "$r2" \
+	"$(sql -c "SELECT due_schedule('debrun', 'k', key => 'doc-8')")"
+kill "$wpid"
+wait "$wpid" || true
+
+echo "== on_key: bad input, an error naming it (SQLSTATE 22023), nothing written"
+before=$(tasks)
+# one session, each call failing on its own (autocommit, no ON_ERROR_STOP)
+sql -v ON_ERROR_STOP=0 -v VERBOSITY=verbose >/dev/null 2>"$T/err" <<-EOF
+	SELECT due_schedule('deb', 'x', interval '0', NULL, 'doc-7', 5, 'sometimes');
+	SELECT due_schedule('deb', 'x', interval '0', NULL, 'doc-7', 5, 'Later');
+	SELECT due_schedule('deb', 'x', interval '0', NULL, 'doc-7', 5, NULL);
+	SELECT due_schedule('deb', 'x', interval '0', NULL, NULL, 5, 'replace');
+	SELECT due_schedule('deb', 'x', interval '-1 s', NULL, 'doc-7', 5, 'replace');
+	EOF
+for m in "invalid on_key 'sometimes': must be keep, replace or later" "invalid on_key 'Later'" \
+	"invalid on_key NULL" "on_key replace needs a key" "invalid delay (run_in): negative"; do
+	has -F "ERROR:  22023: due_schedule: $m" "$T/err" && ok || bad "bad on_key: no 22023 '$m': $(cat "$T/err")"
+done
+expect_eq "five errors" 5 "$(grep -c '^ERROR:' "$T/err")"
+expect_eq "bad on_key calls wrote nothing" "$before $d1 90 p5" "$(tasks) $(deb doc-7 x '0 s' keep)"
+
+echo "== on_key privileges: the docs' extra GRANTs (UPDATE, EXECUTE on the overload)"
+extra=$(grep -o '`GRANT [^`]*TO producer`' "$ROOT/docs/INTERFACE.md" | tr -d '`')
+expect_eq "two extra GRANT lines in the docs" 2 "$(grep -c GRANT <<<"$extra")"
+pgsu -c "SET search_path = \"$qs\"" -c "REVOKE EXECUTE ON FUNCTION due_schedule(text, text, interval,
+	timestamptz, text, integer, text) FROM PUBLIC"
+as_role() { pgsu -c "SET ROLE $role" "$@"; }
+refused_as() { # WHAT SUBSTRING SQL
+	if as_role -c "$3" >"$T/out" 2>"$T/err"; then bad "$1: accepted"
+	elif grep -qF -- "$2" "$T/err"; then ok
+	else bad "$1: the error lacks '$2': $(cat "$T/err")"; fi
+}
+call7="SELECT \"$qs\".due_schedule('deb', 'x', interval '1 hour', NULL, 'g', 5, 'later')"
+g1=$(as_role -c "SELECT \"$qs\".due_schedule('deb', 'x', key => 'g')") && ok ||
+	bad "the producer's six-argument call"
+refused_as "on_key without EXECUTE on the overload" "permission denied for function due_schedule" "$call7"
+grant_doc() { pgsu -c "SET search_path = \"$qs\"" -c "$(grep -F "$1" <<<"$extra" | sed "s/ TO producer/ TO $role;/")"; }
+grant_doc EXECUTE
+refused_as "on_key with EXECUTE alone" "permission denied for table due_task" "$call7"
+grant_doc UPDATE
+expect_eq "on_key with the docs' GRANTs: the producer's task moved" "$g1 60" \
+	"$(as_role -c "$call7" 2>&1) $(pgsu -c "SELECT round(extract(epoch FROM due_at - now()) / 60) FROM \"$qs\".due_task WHERE id = $g1")"
+
+echo "== a store of schema 9 gets due_schedule(..., on_key) from due init"
+sql -c "DROP FUNCTION due_schedule(text, text, interval, timestamptz, text, integer, text)" \
+	-c "UPDATE due_meta SET value = '9' WHERE name = 'schema_version'"
+expect_err 6 "run \`due init\` to upgrade" "$DUE" ls
+"$DUE" init >/dev/null && ok || bad "init of a store of schema 9"
+expect_eq "upgraded: schema 10" 10 "$(sql -c "SELECT value FROM due_meta WHERE name = 'schema_version'")"
+expect_eq "upgraded: on_key there" "$d1 90 p5" "$(deb doc-7 x '0 s' keep)"
 finish

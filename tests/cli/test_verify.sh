@@ -14,12 +14,14 @@ grep -q "^[0-9]* passed, 0 failed$" "$T/verify.out" && ok || bad "closing line"
 n=$(grep -c "^CASE .* PASS" "$T/verify.out" || true)
 [ "$n" -ge 14 ] && ok || bad "expected at least 14 cases, got $n"
 for c in normal_three_workers boundary_not_before_due boundary_claim_limit \
-	cancel_semantics race_due_vs_cancel retry_backoff_then_done retry_exhausted_dead \
+	cancel_semantics race_due_vs_cancel race_reschedule_vs_claim \
+	retry_backoff_then_done retry_exhausted_dead \
 	crash_kill9_lease_retry sigstop_late_commit_rejected ext_key_per_task_dedup \
 	cancel_after_external_call negative_naive_select_then_update \
 	negative_unfenced_late_commit stalled_renewal_lease_clock \
 	flow_pause flow_rate flow_max_running \
-	flow_group_limit flow_timeout flow_kill9_group_slot wheel_retry_punctual; do
+	flow_group_limit flow_timeout flow_kill9_group_slot wheel_retry_punctual \
+	wait_returns_result debounce_racing_producers; do
 	grep -q "^CASE $c PASS" "$T/verify.out" && ok || bad "case $c did not pass"
 done
 

@@ -743,6 +743,251 @@ static void test_tx_key_repeatable_read(void **state)
 }
 
 /*
+** on_key in the caller's own transaction (due_schedule_mysql_tx), under
+** REPEATABLE READ with a snapshot older than the holder: replace moves
+** the committed holder (the lock reads the newest row, not the snapshot)
+** and rolled back leaves it as it was; later moves only to a later time;
+** a running holder gives up its key (NULL) and nothing else, and the new
+** task holds it once the caller commits.
+*/
+static void test_tx_on_key(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s1, s2;
+	due_complete_outcome co;
+	due_time now;
+	due_task *t;
+
+	assert_int_equal(due_now(db, &now), 0);
+	q(m, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+	q(m, "START TRANSACTION");
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_task"), 0);
+	o.key = "digest-1";
+	o.at = now + 3600000000LL;
+	assert_int_equal(due_schedule(db, &s1, "digest", "a", 1, &o), 0);
+	o.at = now + 7200000000LL;
+	o.on_key = DUE_ON_KEY_REPLACE;
+	assert_int_equal(due_schedule_mysql_tx(m, &s2, "digest", "b", 1, &o),
+			 0);
+	assert_true(s2.existed && s2.moved && s2.id == s1.id);
+	q(m, "ROLLBACK");
+	t = get(db, s1.id);
+	assert_int_equal(t->due_at, now + 3600000000LL);
+	assert_memory_equal(t->payload, "a", 1);
+	due_task_free(t);
+
+	q(m, "START TRANSACTION");
+	o.on_key = DUE_ON_KEY_LATER;
+	o.at = now + 1800000000LL;
+	assert_int_equal(due_schedule_mysql_tx(m, &s2, "digest", "c", 1, &o),
+			 0);
+	assert_true(s2.existed && !s2.moved && s2.id == s1.id);
+	o.at = now + 10800000000LL;
+	assert_int_equal(due_schedule_mysql_tx(m, &s2, "digest", "d", 1, &o),
+			 0);
+	assert_true(s2.existed && s2.moved && s2.id == s1.id);
+	q(m, "COMMIT");
+	t = get(db, s1.id);
+	assert_int_equal(t->due_at, now + 10800000000LL);
+	assert_memory_equal(t->payload, "d", 1);
+	due_task_free(t);
+
+	/* replace to now, so that it can be claimed; then a running holder */
+	o.on_key = DUE_ON_KEY_REPLACE;
+	o.at = now;
+	assert_int_equal(due_schedule(db, &s2, "digest", "e", 1, &o), 0);
+	assert_true(s2.existed && s2.moved && s2.id == s1.id);
+	int32_t a = claim_one(db, s1.id, LONG_LEASE);
+	q(m, "START TRANSACTION");
+	o.at = now + 3600000000LL;
+	assert_int_equal(due_schedule_mysql_tx(m, &s2, "digest", "f", 1, &o),
+			 0);
+	assert_false(s2.existed);
+	assert_false(s2.moved);
+	assert_true(s2.id != s1.id);
+	q(m, "COMMIT");
+	t = get(db, s1.id);
+	assert_int_equal(t->state, DUE_CLAIMED);
+	assert_int_equal(t->attempt, a);
+	assert_null(t->key); /* given up: its live_key is NULL */
+	assert_memory_equal(t->payload, "e", 1);
+	due_task_free(t);
+	t = get(db, s2.id);
+	assert_string_equal(t->key, "digest-1");
+	due_task_free(t);
+	assert_int_equal(due_complete(db, &co, s1.id, a, "r", 1), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	o.on_key = DUE_ON_KEY_KEEP;
+	assert_int_equal(due_schedule(db, &s1, "digest", "g", 1, &o), 0);
+	assert_true(s1.existed && s1.id == s2.id);
+	mysql_close(m);
+	due_close(db);
+}
+
+/* One producer of test_on_key_race: rounds of keyed submits. */
+typedef struct deb_producer {
+	pthread_t th;
+	due_db *db;
+	int p, rounds, rc, created;
+	due_on_key how;
+	due_time base; /* later: round r's time; replace: due now */
+	char err[256];
+} deb_producer;
+
+enum { DEB_PRODUCERS = 8, DEB_ROUNDS = 40 };
+
+static void *deb_produce(void *arg)
+{
+	deb_producer *d = arg;
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+	char pl[32];
+
+	o.key = "deb";
+	o.on_key = d->how;
+	for (int r = 0; r < d->rounds; r++) {
+		int n = r * DEB_PRODUCERS + d->p + 1;
+		o.at =
+		    d->how == DUE_ON_KEY_LATER ? d->base + n * 1000LL : d->base;
+		snprintf(pl, sizeof(pl), "%d", n);
+		if ((d->rc = due_schedule(d->db, &s, "deb", pl, strlen(pl),
+					  &o)) < 0) {
+			snprintf(d->err, sizeof(d->err), "%s",
+				 due_error_last());
+			return NULL;
+		}
+		d->created += !s.existed;
+	}
+	return NULL;
+}
+
+/* Claims and completes "deb" tasks until *stop. */
+typedef struct deb_claimer {
+	pthread_t th;
+	due_db *db;
+	atomic_int *stop;
+	int rc, done;
+} deb_claimer;
+
+static void *deb_claim(void *arg)
+{
+	deb_claimer *c = arg;
+	static const char *const kinds[] = {"deb"};
+	due_complete_outcome co;
+
+	while (!atomic_load(c->stop) && c->rc == 0) {
+		due_task_list *l = NULL;
+		if ((c->rc = due_claim(c->db, &l, "w", kinds, 1, 4,
+				       LONG_LEASE)) < 0)
+			break;
+		for (size_t i = 0; i < l->count && c->rc == 0; i++) {
+			c->rc = due_complete(c->db, &co, l->items[i].id,
+					     l->items[i].attempt, "", 0);
+			c->done += c->rc == 0 && co == DUE_COMPLETE_DONE;
+		}
+		due_task_list_free(l);
+	}
+	return NULL;
+}
+
+/*
+** Debounce under racing producers (issue 38): 8 threads, each with its
+** own handle, submit one key with on_key later at times that all differ;
+** every submit succeeds (lost deadlocks are retried), one task was ever
+** made and it is due at the latest time asked, with that submit's
+** payload.  Then replace at "now" while a claimer claims and completes
+** the tasks: every submit succeeds, each task was made by exactly one
+** submit (not existed), and what is not DONE holds the key (at most
+** one task; none when the claimer took the last): no waiting task lost
+** the key, only running ones gave it up.
+*/
+static void test_on_key_race(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	deb_producer d[DEB_PRODUCERS];
+	atomic_int stop = 0;
+	deb_claimer c = {.db = open_db(), .stop = &stop};
+	due_time now;
+	int created = 0;
+
+	assert_int_equal(due_now(db, &now), 0);
+	for (int p = 0; p < DEB_PRODUCERS; p++) {
+		d[p] = (deb_producer){.db = open_db(),
+				      .p = p,
+				      .rounds = DEB_ROUNDS,
+				      .how = DUE_ON_KEY_LATER,
+				      .base = now + 3600000000LL};
+		assert_int_equal(
+		    pthread_create(&d[p].th, NULL, deb_produce, &d[p]), 0);
+	}
+	for (int p = 0; p < DEB_PRODUCERS; p++) {
+		assert_int_equal(pthread_join(d[p].th, NULL), 0);
+		if (d[p].rc != 0)
+			fail_msg("producer %d: %d %s", p, d[p].rc, d[p].err);
+		created += d[p].created;
+	}
+	assert_int_equal(created, 1);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_task"), 1);
+	char sql[200];
+	snprintf(sql, sizeof(sql),
+		 "SELECT due_at - %lld FROM due_task WHERE state = 'SCHEDULED'"
+		 " AND `key` = 'deb'",
+		 (long long)now + 3600000000LL);
+	assert_int_equal(q_int(m, sql), DEB_PRODUCERS * DEB_ROUNDS * 1000LL);
+	assert_int_equal(q_int(m, "SELECT CAST(payload AS CHAR) FROM due_task"),
+			 DEB_PRODUCERS * DEB_ROUNDS);
+
+	/* replace, due at once, racing a claimer */
+	q(m, "DELETE FROM due_task");
+	assert_int_equal(pthread_create(&c.th, NULL, deb_claim, &c), 0);
+	created = 0;
+	for (int p = 0; p < DEB_PRODUCERS / 2; p++) {
+		d[p].rounds = DEB_ROUNDS / 2;
+		d[p].how = DUE_ON_KEY_REPLACE;
+		d[p].base = now;
+		d[p].created = 0;
+		assert_int_equal(
+		    pthread_create(&d[p].th, NULL, deb_produce, &d[p]), 0);
+	}
+	for (int p = 0; p < DEB_PRODUCERS / 2; p++) {
+		assert_int_equal(pthread_join(d[p].th, NULL), 0);
+		if (d[p].rc != 0)
+			fail_msg("producer %d: %d %s", p, d[p].rc, d[p].err);
+		created += d[p].created;
+	}
+	atomic_store(&stop, 1);
+	assert_int_equal(pthread_join(c.th, NULL), 0);
+	assert_int_equal(c.rc, 0);
+	assert_true(created >= 1);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_task"), created);
+	/* the claimer completed all it claimed, maybe the last holder too:
+	   what is not DONE is a waiting holder of the key, at most one */
+	int64_t held = q_int(m, "SELECT COUNT(*) FROM due_task"
+				" WHERE live_key IS NOT NULL");
+	assert_true(held == 0 || held == 1);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_task"
+				  " WHERE state <> 'DONE'"),
+			 held);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_task WHERE"
+				  " state = 'SCHEDULED' AND `key` IS NULL"),
+			 0);
+	printf("on_key race: later %d x %d -> 1 task; replace %d x %d with a "
+	       "claimer -> %d tasks, %d done\n",
+	       DEB_PRODUCERS, DEB_ROUNDS, DEB_PRODUCERS / 2, DEB_ROUNDS / 2,
+	       created, c.done);
+	for (int p = 0; p < DEB_PRODUCERS; p++)
+		due_close(d[p].db);
+	due_close(c.db);
+	mysql_close(m);
+	due_close(db);
+}
+
+/*
 ** A caller's connection in another character set would send the key's
 ** and the group's bytes converted (the same key stored twice, as two
 ** live tasks): refused, naming the charset and the fix, nothing written.
@@ -1419,6 +1664,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_tx_key_repeatable_read, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_tx_charset, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_tx_on_key, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_on_key_race, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_listen, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_deadlock_retried, setup,
 					    teardown),

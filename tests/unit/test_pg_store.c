@@ -1802,6 +1802,194 @@ static void test_cron_fire_sees_concurrent_live_task(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* on_key (issue 38): racing producers, the caller's transaction        */
+/* ------------------------------------------------------------------ */
+
+#define DEB_THREADS 8
+#define DEB_ROUNDS 60
+
+typedef struct {
+	int me;
+	due_on_key mode;
+	const char *key;
+	int64_t base; /* LATER: round j asks base + (j * 8 + me) ms */
+	pthread_barrier_t *go;
+	due_submitted out[DEB_ROUNDS];
+	char err[256];
+} deb_arg;
+
+/* One producer on its own connection: DEB_ROUNDS keyed submits. */
+static void *deb_producer(void *p)
+{
+	deb_arg *a = p;
+	due_db *db = NULL;
+	int rc = due_open(&db, url, NULL);
+
+	pthread_barrier_wait(a->go);
+	for (int j = 0; rc == 0 && j < DEB_ROUNDS; j++) {
+		due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+		char pl[32];
+		snprintf(pl, sizeof(pl), "t%d-%d", a->me, j);
+		o.key = a->key;
+		o.on_key = a->mode;
+		o.at = a->base + ((int64_t)j * DEB_THREADS + a->me) * 1000;
+		rc = due_schedule(db, &a->out[j], "deb", pl, strlen(pl), &o);
+	}
+	if (rc < 0)
+		snprintf(a->err, sizeof(a->err), "%s", due_error_last());
+	due_close(db);
+	return NULL;
+}
+
+static void run_producers(deb_arg *args, due_on_key mode, const char *key,
+			  int64_t base)
+{
+	pthread_t th[DEB_THREADS];
+	pthread_barrier_t go;
+
+	assert_int_equal(pthread_barrier_init(&go, NULL, DEB_THREADS), 0);
+	for (int i = 0; i < DEB_THREADS; i++) {
+		args[i] = (deb_arg){
+		    .me = i, .mode = mode, .key = key, .base = base, .go = &go};
+		assert_int_equal(
+		    pthread_create(&th[i], NULL, deb_producer, &args[i]), 0);
+	}
+	for (int i = 0; i < DEB_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		if (args[i].err[0])
+			fail_msg("producer %d: %s", i, args[i].err);
+	}
+	pthread_barrier_destroy(&go);
+}
+
+/*
+** 8 producers, each on its own connection, debounce one key at once
+** (LATER, each asking later times, interleaved with the others'): every
+** answer is the one task, which is left due at the latest time asked and
+** with that submit's payload; no other task was made.  Then the holder
+** runs and 8 producers REPLACE at once: exactly one answer is a new task
+** (not existed), every other moved that one; the running task kept its
+** state, try and payload and gave up the key.
+*/
+static void test_on_key_racing_producers(void **state)
+{
+	(void)state;
+	static deb_arg args[DEB_THREADS];
+	due_db *db = open_db();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted first;
+	due_time now;
+	int moved = 0, fresh = 0;
+
+	assert_int_equal(due_now(db, &now), 0);
+	o.key = "deb-1";
+	o.at = now + 3600000000LL;
+	assert_int_equal(due_schedule(db, &first, "deb", "t-first", 7, &o), 0);
+	run_producers(args, DUE_ON_KEY_LATER, "deb-1", o.at + 1000);
+	for (int i = 0; i < DEB_THREADS; i++)
+		for (int j = 0; j < DEB_ROUNDS; j++) {
+			assert_int_equal(args[i].out[j].id, first.id);
+			assert_true(args[i].out[j].existed);
+			moved += args[i].out[j].moved;
+		}
+	assert_true(moved >= 1);
+	assert_int_equal(sql_int("SELECT count(*) FROM due_task"), 1);
+	due_task *t = get(db, first.id);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_int_equal(t->due_at,
+			 o.at + 1000 +
+			     (int64_t)(DEB_ROUNDS * DEB_THREADS - 1) * 1000);
+	char want[32];
+	snprintf(want, sizeof(want), "t%d-%d", DEB_THREADS - 1, DEB_ROUNDS - 1);
+	assert_int_equal(t->payload_len, strlen(want));
+	assert_memory_equal(t->payload, want, strlen(want));
+	due_task_free(t);
+
+	/* the holder runs; 8 REPLACE at once */
+	o.at = now - 1000000;
+	o.key = "deb-2";
+	assert_int_equal(due_schedule(db, &first, "deb", "run", 3, &o), 0);
+	int32_t a = claim_one(db, first.id, LONG_LEASE);
+	moved = 0;
+	run_producers(args, DUE_ON_KEY_REPLACE, "deb-2", now + 3600000000LL);
+	due_id holder = 0;
+	for (int i = 0; i < DEB_THREADS; i++)
+		for (int j = 0; j < DEB_ROUNDS; j++)
+			if (!args[i].out[j].existed) {
+				fresh++;
+				holder = args[i].out[j].id;
+			}
+	assert_int_equal(fresh, 1);
+	assert_true(holder != first.id);
+	for (int i = 0; i < DEB_THREADS; i++)
+		for (int j = 0; j < DEB_ROUNDS; j++) {
+			assert_int_equal(args[i].out[j].id, holder);
+			moved += args[i].out[j].moved;
+		}
+	assert_int_equal(moved, DEB_THREADS * DEB_ROUNDS - 1);
+	t = get(db, first.id);
+	assert_int_equal(t->state, DUE_CLAIMED);
+	assert_int_equal(t->attempt, a);
+	assert_null(t->key);
+	assert_memory_equal(t->payload, "run", 3);
+	due_task_free(t);
+	assert_int_equal(sql_int("SELECT count(*) FROM due_task WHERE"
+				 " key = 'deb-2' AND state = 'SCHEDULED'"),
+			 1);
+	assert_int_equal(sql_int("SELECT count(*) FROM due_task"), 3);
+	due_close(db);
+}
+
+/*
+** on_key through due_schedule_pg_tx, in the caller's transaction: the
+** move is seen by nobody until COMMIT, is undone by ROLLBACK, and is
+** notified on commit only.
+*/
+static void test_on_key_in_caller_tx(void **state)
+{
+	(void)state;
+	PGconn *app = connect_to(url), *ear = connect_to(url);
+	due_db *db = open_db();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s, r;
+	due_time now;
+	char kind[32];
+
+	snprintf(kind, sizeof(kind), "deb-tx-%d", (int)getpid());
+	assert_int_equal(due_now(db, &now), 0);
+	o.key = "k";
+	o.at = now + 3600000000LL;
+	assert_int_equal(due_schedule(db, &s, kind, "a", 1, &o), 0);
+	exec_ok(ear, "LISTEN due_task_new");
+	o.on_key = DUE_ON_KEY_LATER;
+	o.at = now + 7200000000LL;
+	exec_ok(app, "BEGIN");
+	assert_int_equal(due_schedule_pg_tx(app, &r, kind, "b", 1, &o), 0);
+	assert_true(r.existed && r.moved && r.id == s.id);
+	due_task *t = get(db, s.id);
+	assert_int_equal(t->due_at, now + 3600000000LL); /* not yet */
+	due_task_free(t);
+	exec_ok(app, "ROLLBACK");
+	assert_false(was_notified(ear, kind));
+	t = get(db, s.id);
+	assert_int_equal(t->due_at, now + 3600000000LL);
+	assert_memory_equal(t->payload, "a", 1);
+	due_task_free(t);
+	exec_ok(app, "BEGIN");
+	assert_int_equal(due_schedule_pg_tx(app, &r, kind, "b", 1, &o), 0);
+	assert_true(r.existed && r.moved && r.id == s.id);
+	exec_ok(app, "COMMIT");
+	came_first(ear, kind, NULL);
+	t = get(db, s.id);
+	assert_int_equal(t->due_at, now + 7200000000LL);
+	assert_memory_equal(t->payload, "b", 1);
+	due_task_free(t);
+	PQfinish(app);
+	PQfinish(ear);
+	due_close(db);
+}
+
+/* ------------------------------------------------------------------ */
 
 /* Make this run's schema, initialized; 0 or -1. */
 static int make_run_schema(void)
@@ -1890,6 +2078,8 @@ static int run_pg_suite(void)
 	    T(test_cron_fire_sees_concurrent_live_task),
 	    T(test_schema_upgrade_from_v4),
 	    T(test_reads_at_size),
+	    T(test_on_key_racing_producers),
+	    T(test_on_key_in_caller_tx),
 #undef T
 	};
 	int failed;

@@ -282,6 +282,180 @@ static void test_shards(void **state)
 	}
 }
 
+/* ------------------------------------------------------------------ */
+/* on_key (issue 38): debounce by key, sharded                          */
+/* ------------------------------------------------------------------ */
+
+/* Submit kind "deb" with key, at `at`, on_key k through db; the answer. */
+static due_submitted deb(due_db *db, const char *key, due_time at, due_on_key k)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+	o.key = key;
+	o.at = at;
+	o.on_key = k;
+	assert_int_equal(due_schedule(db, &s, "deb", "p", 1, &o), 0);
+	return s;
+}
+
+/* The id the key mapping of ("deb", key) in shard i names (-1: none). */
+static long long key_holder(int shard, const char *key)
+{
+	redisReply *r =
+	    cmd("HGET {due:%s:%d}:key 3:deb%s", sh_prefix, shard, key);
+	long long v = -1;
+	if (r && r->type == REDIS_REPLY_STRING)
+		v = strtoll(r->str, NULL, 10);
+	freeReplyObject(r);
+	return v;
+}
+
+/* Whether task id's hash in shard i has a key field ('y'). */
+static bool has_key(int shard, due_id id)
+{
+	redisReply *r = cmd("HEXISTS {due:%s:%d}:t:%lld y", sh_prefix, shard,
+			    (long long)id);
+	bool yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+	freeReplyObject(r);
+	return yes;
+}
+
+/*
+** on_key over ?shards=3: a keyed submit goes to its key's shard, so the
+** holder moves there (each key's task stays in its shard; a move wakes
+** the listeners) and a running holder's successor is made in the same
+** shard by the same script.  The running task that gave up the key has
+** no key field, and none of its later paths (a failure back to
+** SCHEDULED, a lease expiry, a cancel) touches the key mapping, which
+** names the new holder throughout.  8 processes debouncing one key
+** (later) at once leave exactly one live task, due at the latest time.
+*/
+static void test_on_key_shards(void **state)
+{
+	char u3[700], key[16];
+	due_db *a = NULL, *l = NULL;
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_time now;
+	due_submitted s, r;
+	int fd = -1, n = 0;
+	const int64_t H = 3600000000LL;
+
+	(void)state;
+	oo.create = true;
+	snprintf(sh_prefix, sizeof(sh_prefix), "%sk", tu_redis_prefix);
+	snprintf(u3, sizeof(u3), "%s&prefix=%s&shards=3", url, sh_prefix);
+	assert_int_equal(due_open(&a, u3, &oo), 0);
+	assert_int_equal(due_open(&l, u3, NULL), 0);
+	assert_int_equal(due_now(a, &now), 0);
+	assert_int_equal(due_listen(l, &fd), 0);
+
+	/* waiting holders, over the shards: each moves where it is */
+	bool seen[3] = {false, false, false};
+	for (int i = 0; i < 12; i++) {
+		snprintf(key, sizeof(key), "w%d", i);
+		s = deb(a, key, now + H, DUE_ON_KEY_KEEP);
+		assert_false(s.existed);
+		seen[s.id % 3] = true;
+		r = deb(a, key, now + 2 * H, DUE_ON_KEY_LATER);
+		assert_true(r.existed && r.moved && r.id == s.id);
+		assert_true(in_shard(s.id, (int)(s.id % 3)));
+		assert_int_equal(key_holder((int)(s.id % 3), key), s.id);
+		due_task *t = get(a, s.id);
+		assert_int_equal(t->due_at, now + 2 * H);
+		due_task_free(t);
+	}
+	assert_true(seen[0] && seen[1] && seen[2]);
+	/* a move wakes the listeners as a submit does */
+	tu_sleep_ms(200);
+	assert_int_equal(due_listen_drain(l, &n), 0);
+	r = deb(a, "w0", now + 3 * H, DUE_ON_KEY_REPLACE);
+	assert_true(r.existed && r.moved);
+	assert_true(wake_count(l, fd) >= 1);
+
+	/* a running holder gives up the key to a new task of its shard */
+	due_schedule_opts o0 = DUE_SCHEDULE_OPTS_INIT;
+	o0.key = "run";
+	o0.backoff_us = 0; /* its retry is due at once */
+	assert_int_equal(due_schedule(a, &s, "deb", "p", 1, &o0), 0);
+	int sh = (int)(s.id % 3);
+	int32_t at = claim_one(a, s.id, LONG_LEASE);
+	assert_true(has_key(sh, s.id));
+	r = deb(a, "run", now + H, DUE_ON_KEY_REPLACE);
+	assert_false(r.existed || r.moved);
+	assert_true(r.id != s.id);
+	assert_int_equal(r.id % 3, sh);
+	assert_false(has_key(sh, s.id));
+	assert_true(has_key(sh, r.id));
+	assert_int_equal(key_holder(sh, "run"), r.id);
+	/* the old task's paths leave the new holder's key alone */
+	due_fail_outcome fo;
+	assert_int_equal(due_fail(a, &fo, s.id, at, "boom"), 0);
+	assert_int_equal(fo, DUE_FAIL_RETRY_SCHEDULED);
+	assert_int_equal(key_holder(sh, "run"), r.id);
+	due_task *t = get(a, s.id);
+	assert_null(t->key);
+	due_task_free(t);
+	at = claim_one(a, s.id, 1000);
+	tu_sleep_ms(20);
+	due_reclaimed rec;
+	assert_int_equal(due_reclaim_expired(a, &rec), 0);
+	assert_int_equal(state_of(a, s.id), DUE_SCHEDULED);
+	assert_int_equal(key_holder(sh, "run"), r.id);
+	due_cancel_outcome co;
+	assert_int_equal(due_cancel(a, &co, s.id), 0);
+	assert_int_equal(state_of(a, s.id), DUE_CANCELLED);
+	assert_int_equal(key_holder(sh, "run"), r.id);
+	s = deb(a, "run", now + 3 * H, DUE_ON_KEY_KEEP);
+	assert_true(s.existed && !s.moved && s.id == r.id);
+
+	/* 8 producers debounce one key at once: one task, the last time */
+	enum { PROCS = 8, EACH = 150 };
+	due_time base = now + 10 * H, last = 0;
+	pid_t pid[PROCS];
+	for (int c = 0; c < PROCS; c++) {
+		if ((pid[c] = fork()) == 0) {
+			due_db *p = NULL;
+			int bad = due_open(&p, u3, NULL) != 0;
+			for (int j = 0; j < EACH && !bad; j++) {
+				due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+				due_submitted x;
+				o.key = "race";
+				o.on_key = DUE_ON_KEY_LATER;
+				/* each process's times interleave the
+				   others': distinct, the last is the max */
+				o.at = base + ((due_time)j * PROCS + c) * 1000;
+				bad = due_schedule(p, &x, "race", "p", 1, &o) !=
+				      0;
+			}
+			due_close(p);
+			_exit(bad);
+		}
+		assert_true(pid[c] > 0);
+	}
+	for (int c = 0; c < PROCS; c++) {
+		int st = 0;
+		waitpid(pid[c], &st, 0);
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	last = base + ((due_time)(EACH - 1) * PROCS + PROCS - 1) * 1000;
+	due_task_list *tl = NULL;
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	lo.kind = "race";
+	assert_int_equal(due_list(a, &tl, &lo), 0);
+	assert_int_equal(tl->count, 1);
+	assert_int_equal(tl->items[0].state, DUE_SCHEDULED);
+	assert_int_equal(tl->items[0].due_at, last);
+	due_task_list_free(tl);
+
+	due_close(l);
+	due_close(a);
+	for (int i = 0; i < 3; i++) {
+		char name[128];
+		snprintf(name, sizeof(name), "%s:%d", sh_prefix, i);
+		tu_redis_delete(name);
+	}
+}
+
 /* SCRIPT FLUSH under an open handle: the next call loads it again. */
 static void test_noscript_reload(void **state)
 {
@@ -1338,6 +1512,7 @@ int main(void)
 	    T(test_seeds_not_cluster),
 	    T(test_wait_unmet),
 	    T(test_shards),
+	    T(test_on_key_shards),
 	    T(test_shard_partial_complete),
 	    T(test_no_probe_on_one_server),
 	    cmocka_unit_test_setup_teardown(test_stall_bounded, setup,

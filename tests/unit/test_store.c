@@ -24,6 +24,7 @@
 ** was made at or after its due time, so a clock read after it is too);
 ** "later" is the store's clock seen past a time, never a sleep.
 */
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -4161,6 +4162,529 @@ static void test_sqlite_read_plans(void **state)
 	sqlite3_close(c);
 }
 
+/* ------------------------------------------------------------------ */
+/* Reschedule (issue 38)                                               */
+/* ------------------------------------------------------------------ */
+
+/* Reschedule id to `at` (DUE_TIME_NONE: store now + delay); the outcome. */
+static due_reschedule_outcome resched(due_db *db, due_id id, due_time at,
+				      int64_t delay_us, const char *payload)
+{
+	due_reschedule_opts o = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome out = DUE_RESCHEDULE_NOT_FOUND;
+
+	o.at = at;
+	o.delay_us = delay_us;
+	if (payload) {
+		o.set_payload = true;
+		o.payload = payload;
+		o.payload_len = strlen(payload);
+	}
+	assert_int_equal(due_reschedule(db, &out, id, &o), 0);
+	return out;
+}
+
+static void assert_payload(const due_task *t, const char *p)
+{
+	assert_int_equal(t->payload_len, strlen(p));
+	assert_memory_equal(t->payload, p, strlen(p));
+}
+
+/*
+** Every outcome: a waiting task moves (at and delay, later and earlier,
+** payload replaced or kept), a due one not yet claimed too; a CLAIMED
+** try is TOO_LATE with its lease, attempt and due time untouched (a
+** cancel requested or not); DONE, DEAD and CANCELLED are
+** ALREADY_FINISHED; a paused kind's task moves; bad input writes nothing.
+*/
+static void test_reschedule_outcomes(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_reschedule_opts o = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome out;
+	due_complete_outcome co;
+	due_fail_outcome fo;
+	due_cancel_outcome cn;
+	due_time now, after;
+	due_task *t, *u;
+
+	due_id w = add(db, "k", HOUR, 5);
+	assert_int_equal(due_now(db, &now), 0);
+	assert_int_equal(resched(db, w, now + 2 * HOUR + 7, 0, "new"),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	t = get(db, w);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_int_equal(t->due_at, now + 2 * HOUR + 7);
+	assert_int_equal(t->attempt, 0);
+	assert_payload(t, "new");
+	due_task_free(t);
+	/* a delay counts from the store's clock; the payload is kept */
+	assert_int_equal(due_now(db, &now), 0);
+	assert_int_equal(resched(db, w, DUE_TIME_NONE, 3 * HOUR, NULL),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	assert_int_equal(due_now(db, &after), 0);
+	t = get(db, w);
+	assert_true(t->due_at >= now + 3 * HOUR);
+	assert_true(t->due_at <= after + 3 * HOUR);
+	assert_payload(t, "new");
+	due_task_free(t);
+	/* an empty payload is a payload */
+	assert_int_equal(resched(db, w, DUE_TIME_NONE, HOUR, ""),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	t = get(db, w);
+	assert_int_equal(t->payload_len, 0);
+	due_task_free(t);
+
+	/* bad input: refused, nothing written */
+	t = get(db, w);
+	assert_int_equal(due_reschedule(db, &out, w, NULL), DUE_EINVAL);
+	o.delay_us = -1;
+	assert_int_equal(due_reschedule(db, &out, w, &o), DUE_EINVAL);
+	o.delay_us = 5;
+	o.at = now;
+	assert_int_equal(due_reschedule(db, &out, w, &o), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "not both"));
+	o = (due_reschedule_opts)DUE_RESCHEDULE_OPTS_INIT;
+	o.at = -1;
+	assert_int_equal(due_reschedule(db, &out, w, &o), DUE_EINVAL);
+	assert_int_equal(due_reschedule(db, &out, 0, &o), DUE_EINVAL);
+	o = (due_reschedule_opts)DUE_RESCHEDULE_OPTS_INIT;
+	o.set_payload = true;
+	o.payload_len = 3;
+	assert_int_equal(due_reschedule(db, &out, w, &o), DUE_EINVAL);
+	o.version = 99;
+	assert_int_equal(due_reschedule(db, &out, w, &o), DUE_EINVAL);
+	u = get(db, w);
+	assert_int_equal(u->due_at, t->due_at);
+	assert_int_equal(u->payload_len, t->payload_len);
+	due_task_free(u);
+	due_task_free(t);
+
+	/* due and not yet claimed: still waiting, moved later */
+	due_id d = add(db, "k", 0, 5);
+	assert_int_equal(resched(db, d, DUE_TIME_NONE, HOUR, NULL),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	due_task_list *l = NULL;
+	assert_int_equal(due_claim(db, &l, "w1", NULL, 0, 10, LONG_LEASE), 0);
+	assert_int_equal(l->count, 0);
+	due_task_list_free(l);
+	/* and back to now: claimable at once */
+	assert_int_equal(resched(db, d, DUE_TIME_NONE, 0, NULL),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	claim_one(db, d, LONG_LEASE);
+
+	/* CLAIMED: TOO_LATE, the try untouched */
+	t = get(db, d);
+	assert_int_equal(resched(db, d, DUE_TIME_NONE, HOUR, "x"),
+			 DUE_RESCHEDULE_TOO_LATE);
+	u = get(db, d);
+	assert_int_equal(u->state, DUE_CLAIMED);
+	assert_int_equal(u->attempt, t->attempt);
+	assert_int_equal(u->lease_until, t->lease_until);
+	assert_string_equal(u->lease_owner, t->lease_owner);
+	assert_int_equal(u->due_at, t->due_at);
+	assert_payload(u, "p");
+	due_task_free(u);
+	due_task_free(t);
+	/* a cancel requested: still TOO_LATE */
+	assert_int_equal(due_cancel(db, &cn, d), 0);
+	assert_int_equal(cn, DUE_CANCEL_REQUESTED);
+	assert_int_equal(resched(db, d, DUE_TIME_NONE, 0, NULL),
+			 DUE_RESCHEDULE_TOO_LATE);
+	assert_int_equal(due_complete(db, &co, d, 1, "r", 1), 0);
+	assert_int_equal(co, DUE_COMPLETE_CANCELLED_BEFORE_COMMIT);
+	/* CANCELLED, DONE, DEAD: ALREADY_FINISHED; none: NOT_FOUND */
+	assert_int_equal(resched(db, d, DUE_TIME_NONE, 0, NULL),
+			 DUE_RESCHEDULE_ALREADY_FINISHED);
+	due_id done = add(db, "k", 0, 5);
+	claim_one(db, done, LONG_LEASE);
+	assert_int_equal(due_complete(db, &co, done, 1, "r", 1), 0);
+	assert_int_equal(resched(db, done, DUE_TIME_NONE, 0, NULL),
+			 DUE_RESCHEDULE_ALREADY_FINISHED);
+	assert_int_equal(state_of(db, done), DUE_DONE);
+	due_id dead = add(db, "k", 0, 1);
+	claim_one(db, dead, LONG_LEASE);
+	assert_int_equal(due_fail(db, &fo, dead, 1, "x"), 0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	assert_int_equal(resched(db, dead, DUE_TIME_NONE, 0, NULL),
+			 DUE_RESCHEDULE_ALREADY_FINISHED);
+	assert_int_equal(state_of(db, dead), DUE_DEAD);
+	assert_int_equal(resched(db, 99999999, DUE_TIME_NONE, 0, NULL),
+			 DUE_RESCHEDULE_NOT_FOUND);
+
+	/* a paused kind's task is waiting: it moves */
+	assert_int_equal(kind_set(db, "pk", 1, -1, -1, -1, -1, -1), 0);
+	due_id p = add(db, "pk", 0, 5);
+	assert_int_equal(resched(db, p, DUE_TIME_NONE, HOUR, "q"),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	t = get(db, p);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_payload(t, "q");
+	due_task_free(t);
+	assert_string_equal(
+	    due_reschedule_outcome_name(DUE_RESCHEDULE_ALREADY_FINISHED),
+	    "ALREADY_FINISHED");
+	due_close(db);
+}
+
+/* Wake-ups a listener got within 10 s (0: none came). */
+static int listen_count(due_db *db, int fd)
+{
+	int n = 0;
+	for (int tries = 0; n == 0 && tries < 100; tries++) {
+		struct pollfd p = {fd, POLLIN, 0};
+		poll(&p, 1, 100);
+		assert_int_equal(due_listen_drain(db, &n), 0);
+	}
+	return n;
+}
+
+/*
+** The claim honours the new time, earlier and later: moved earlier, the
+** task is handed out at the new time (not before, the store's clock);
+** moved later, not at the old one.  What a worker's wheel reads
+** (upcoming) has the new time, and listeners are woken.
+*/
+static void test_reschedule_claim_honours_new_time(void **state)
+{
+	(void)state;
+	due_db *db = open_db(), *ldb = open_db();
+	due_upcoming *up = NULL;
+	due_time now, at;
+	int early, fd = -1, n;
+	bool listens = due_listen(ldb, &fd) == 0;
+
+	if (listens) /* what came before is not ours to count */
+		assert_int_equal(due_listen_drain(ldb, &n), 0);
+	due_id e = add(db, "k", HOUR, 5);
+	due_id lt = add(db, "k", 300000, 5);
+	assert_int_equal(due_now(db, &now), 0);
+	at = now + 400000;
+	assert_int_equal(resched(db, e, at, 0, NULL),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	if (listens)
+		assert_true(listen_count(ldb, fd) > 0);
+	assert_int_equal(resched(db, lt, DUE_TIME_NONE, HOUR, NULL),
+			 DUE_RESCHEDULE_RESCHEDULED);
+	assert_int_equal(
+	    due_upcoming_get(db, &up, NULL, 0, false, now + 2 * HOUR, 10), 0);
+	assert_int_equal(up->count, 2);
+	assert_int_equal(up->ids[0], e);
+	assert_int_equal(up->due_at[0], at);
+	assert_int_equal(up->ids[1], lt);
+	assert_true(up->due_at[1] >= now + HOUR);
+	due_upcoming_free(up);
+	/* earlier: claimed at the new time, never before it */
+	due_task_list *l = claim_when_due(db, e, at, &early);
+	due_task_list_free(l);
+	/* later: past its old time, it is not claimable */
+	wait_store_past(db, now + 400000);
+	assert_int_equal(due_claim(db, &l, "w1", NULL, 0, 10, LONG_LEASE), 0);
+	assert_int_equal(l->count, 0);
+	due_task_list_free(l);
+	assert_int_equal(state_of(db, lt), DUE_SCHEDULED);
+	due_close(ldb);
+	due_close(db);
+}
+
+/*
+** Child of test_wait: on its own connection, once told to go and a little
+** later (the parent is waiting by then), complete `a` (attempt aa), cancel
+** the waiting `b`, fail `c` (attempt ca, its budget used up: DEAD).
+*/
+static void finish_child(int go, due_id a, int32_t aa, due_id b, due_id c,
+			 int32_t ca)
+{
+	due_db *db = NULL;
+	due_complete_outcome co;
+	due_cancel_outcome xo;
+	due_fail_outcome fo;
+	char g;
+
+	if (due_open(&db, url, NULL) < 0 || read(go, &g, 1) != 1)
+		_exit(2);
+	usleep(500000);
+	if (due_complete(db, &co, a, aa, "r1", 2) < 0 ||
+	    co != DUE_COMPLETE_DONE)
+		_exit(3);
+	usleep(200000);
+	if (due_cancel(db, &xo, b) < 0 || xo != DUE_CANCEL_CANCELLED)
+		_exit(4);
+	if (due_fail(db, &fo, c, ca, "boom") < 0 || fo != DUE_FAIL_DEAD)
+		_exit(5);
+	due_close(db);
+	_exit(0);
+}
+
+/*
+** due_wait (issue 38): a finished task at once; a task another
+** connection finishes (DONE, CANCELLED, DEAD) as soon as it does, well
+** before the 5 s re-read that would find it without a wake-up (or, on a
+** store that polls, within its 1 s backoff); a timeout that is honest
+** (not before the time, the task as it is); refusals.
+*/
+static void test_wait(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_task *t = NULL;
+	int go[2], st;
+	int64_t t0, ms;
+	pid_t pid;
+
+	/* refusals, nothing waited */
+	assert_int_equal(due_wait(db, &t, 0, -1), DUE_EINVAL);
+	assert_null(t);
+	assert_int_equal(due_wait(db, &t, 987654321, -1), DUE_ENOTFOUND);
+	assert_null(t);
+
+	/* finished already: at once, with its result, whatever the timeout */
+	due_id done = add(db, "w", 0, 5);
+	assert_int_equal(due_complete(db, &(due_complete_outcome){0}, done,
+				      claim_one(db, done, LONG_LEASE), "ok", 2),
+			 0);
+	t0 = mono_ms();
+	assert_int_equal(due_wait(db, &t, done, -1), 0);
+	assert_true(mono_ms() - t0 < 2000);
+	assert_int_equal(t->state, DUE_DONE);
+	assert_int_equal(t->result_len, 2);
+	assert_memory_equal(t->result, "ok", 2);
+	due_task_free(t);
+	assert_int_equal(due_wait(db, &t, done, 0), 0);
+	due_task_free(t);
+
+	/* an honest timeout: not before the time, the task as it is */
+	due_id later = add(db, "w", HOUR, 5);
+	t0 = mono_ms();
+	assert_int_equal(due_wait(db, &t, later, 300000), DUE_ETIMEDOUT);
+	ms = mono_ms() - t0;
+	assert_true(ms >= 300 && ms < 10000);
+	assert_non_null(t);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	due_task_free(t);
+	t = NULL;
+	assert_int_equal(due_wait(db, &t, later, 0), DUE_ETIMEDOUT);
+	due_task_free(t);
+
+	/* finished by another connection while we wait */
+	due_id a = add(db, "w", 0, 5);
+	int32_t aa = claim_one(db, a, LONG_LEASE);
+	due_id c = add(db, "w", 0, 1);
+	int32_t ca = claim_one(db, c, LONG_LEASE);
+	assert_int_equal(pipe(go), 0);
+	if ((pid = fork()) == 0) {
+		close(go[1]);
+		finish_child(go[0], a, aa, later, c, ca);
+	}
+	close(go[0]);
+	assert_int_equal(write(go[1], "g", 1), 1);
+	close(go[1]);
+	t0 = mono_ms();
+	assert_int_equal(due_wait(db, &t, a, 60000000), 0);
+	ms = mono_ms() - t0;
+	printf("wait: woken %lld ms after the wait began (the child "
+	       "completes at 500 ms)\n",
+	       (long long)ms);
+	assert_true(ms < 4500); /* the re-read without a wake-up: 5 s */
+	assert_int_equal(t->state, DUE_DONE);
+	assert_memory_equal(t->result, "r1", 2);
+	due_task_free(t);
+	assert_int_equal(due_wait(db, &t, later, 60000000), 0);
+	assert_int_equal(t->state, DUE_CANCELLED);
+	due_task_free(t);
+	assert_int_equal(due_wait(db, &t, c, 60000000), 0);
+	assert_int_equal(t->state, DUE_DEAD);
+	assert_string_equal(t->last_error, "boom");
+	due_task_free(t);
+	waitpid(pid, &st, 0);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	due_close(db);
+}
+
+/* ------------------------------------------------------------------ */
+/* Debounce by key: on_key (issue 38)                                  */
+/* ------------------------------------------------------------------ */
+
+/* Submit kind "deb" with key, at `at`, payload p, on_key k; *out. */
+static void submit_key(due_db *db, due_submitted *out, const char *key,
+		       due_time at, const char *p, due_on_key k)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	o.key = key;
+	o.at = at;
+	o.on_key = k;
+	memset(out, 0xA5, sizeof(*out));
+	assert_int_equal(due_schedule(db, out, "deb", p, strlen(p), &o), 0);
+}
+
+/* The task's due time and payload are `at` and p. */
+static void assert_due_payload(due_db *db, due_id id, due_time at,
+			       const char *p)
+{
+	due_task *t = get(db, id);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_int_equal(t->due_at, at);
+	assert_int_equal(t->payload_len, strlen(p));
+	assert_memory_equal(t->payload, p, strlen(p));
+	due_task_free(t);
+}
+
+/*
+** keep (the default) leaves a waiting holder; replace moves it to any
+** time with the new payload; later moves it only to a later time (the
+** payload with it), and an earlier or equal one changes nothing.  Bad
+** on_key input is refused and writes nothing.
+*/
+static void test_on_key_waiting(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s, r;
+	due_time now;
+
+	assert_int_equal(due_now(db, &now), 0);
+	submit_key(db, &s, "a", now + HOUR, "p1", DUE_ON_KEY_KEEP);
+	assert_false(s.existed);
+	assert_false(s.moved);
+	/* keep: the holder, untouched */
+	submit_key(db, &r, "a", now + 2 * HOUR, "p2", DUE_ON_KEY_KEEP);
+	assert_int_equal(r.id, s.id);
+	assert_true(r.existed);
+	assert_false(r.moved);
+	assert_due_payload(db, s.id, now + HOUR, "p1");
+	/* replace: later, then earlier */
+	submit_key(db, &r, "a", now + 2 * HOUR, "p3", DUE_ON_KEY_REPLACE);
+	assert_int_equal(r.id, s.id);
+	assert_true(r.existed);
+	assert_true(r.moved);
+	assert_due_payload(db, s.id, now + 2 * HOUR, "p3");
+	submit_key(db, &r, "a", now + HOUR / 2, "p4", DUE_ON_KEY_REPLACE);
+	assert_true(r.existed && r.moved && r.id == s.id);
+	assert_due_payload(db, s.id, now + HOUR / 2, "p4");
+	/* later: earlier and equal change nothing, later moves */
+	submit_key(db, &r, "a", now + HOUR / 4, "p5", DUE_ON_KEY_LATER);
+	assert_true(r.existed && !r.moved && r.id == s.id);
+	assert_due_payload(db, s.id, now + HOUR / 2, "p4");
+	submit_key(db, &r, "a", now + HOUR / 2, "p6", DUE_ON_KEY_LATER);
+	assert_true(r.existed && !r.moved && r.id == s.id);
+	assert_due_payload(db, s.id, now + HOUR / 2, "p4");
+	submit_key(db, &r, "a", now + 3 * HOUR, "p7", DUE_ON_KEY_LATER);
+	assert_true(r.existed && r.moved && r.id == s.id);
+	assert_due_payload(db, s.id, now + 3 * HOUR, "p7");
+	/* a delay counts from the store's clock */
+	o.key = "a";
+	o.delay_us = 4 * HOUR;
+	o.on_key = DUE_ON_KEY_LATER;
+	assert_int_equal(due_schedule(db, &r, "deb", "p8", 2, &o), 0);
+	assert_true(r.existed && r.moved && r.id == s.id);
+	due_task *t = get(db, s.id);
+	assert_true(t->due_at >= now + 4 * HOUR);
+	assert_int_equal(t->attempt, 0);
+	due_task_free(t);
+
+	/* bad input: refused, nothing written */
+	o = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
+	o.on_key = DUE_ON_KEY_REPLACE; /* no key */
+	assert_int_equal(due_schedule(db, &r, "deb", "x", 1, &o), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "needs a key"));
+	o.key = "a";
+	o.on_key = (due_on_key)7;
+	assert_int_equal(due_schedule(db, &r, "deb", "x", 1, &o), DUE_EINVAL);
+	assert_non_null(strstr(due_error_last(), "on_key"));
+	t = get(db, s.id);
+	assert_memory_equal(t->payload, "p8", 2);
+	due_task_free(t);
+	due_task_list *l = NULL;
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	lo.kind = "deb";
+	assert_int_equal(due_list(db, &l, &lo), 0);
+	assert_int_equal(l->count, 1);
+	due_task_list_free(l);
+	/* a version 3 struct is read as keep, whatever its padding holds */
+	o = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
+	o.version = 3;
+	o.key = "a";
+	o.on_key = DUE_ON_KEY_REPLACE;
+	o.at = now + HOUR;
+	assert_int_equal(due_schedule(db, &r, "deb", "x", 1, &o), 0);
+	assert_true(r.existed && !r.moved && r.id == s.id);
+	due_close(db);
+}
+
+/*
+** A running holder is never touched by replace or later: it gives up the
+** key and runs on, and the submit makes a new task that holds the key
+** (its finish does not release the new holder's key).  keep still answers
+** with the running task.  A batch's second item with the key of its first
+** moves it.
+*/
+static void test_on_key_running(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_submitted s, r, k;
+	due_complete_outcome co;
+	due_time now;
+
+	for (int m = DUE_ON_KEY_REPLACE; m <= DUE_ON_KEY_LATER; m++) {
+		const char *key = m == DUE_ON_KEY_REPLACE ? "run-r" : "run-l";
+		assert_int_equal(due_now(db, &now), 0);
+		submit_key(db, &s, key, now, "old", DUE_ON_KEY_KEEP);
+		int32_t a = claim_one(db, s.id, LONG_LEASE);
+		due_task *before = get(db, s.id);
+		submit_key(db, &k, key, now + HOUR, "k", DUE_ON_KEY_KEEP);
+		assert_true(k.existed && !k.moved && k.id == s.id);
+		submit_key(db, &r, key, now + HOUR, "new", (due_on_key)m);
+		assert_true(r.id != s.id);
+		assert_false(r.existed);
+		assert_false(r.moved);
+		due_task *t = get(db, s.id);
+		assert_int_equal(t->state, DUE_CLAIMED);
+		assert_int_equal(t->attempt, a);
+		assert_int_equal(t->lease_until, before->lease_until);
+		assert_int_equal(t->due_at, before->due_at);
+		assert_memory_equal(t->payload, "old", 3);
+		due_task_free(t);
+		due_task_free(before);
+		t = get(db, r.id);
+		assert_non_null(t->key);
+		assert_string_equal(t->key, key);
+		due_task_free(t);
+		assert_due_payload(db, r.id, now + HOUR, "new");
+		/* the old task finishing leaves the key with the new one */
+		assert_int_equal(due_complete(db, &co, s.id, a, "r", 1), 0);
+		assert_int_equal(co, DUE_COMPLETE_DONE);
+		submit_key(db, &k, key, now + 2 * HOUR, "k", DUE_ON_KEY_KEEP);
+		assert_true(k.existed && k.id == r.id);
+	}
+
+	/* one batch: the second item moves the first's task */
+	assert_int_equal(due_now(db, &now), 0);
+	due_submit items[3];
+	due_submitted out[3];
+	const char *pl[3] = {"b1", "b2", "b3"};
+	for (int i = 0; i < 3; i++) {
+		items[i].kind = "deb";
+		items[i].payload = pl[i];
+		items[i].payload_len = 2;
+		items[i].opts = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
+		items[i].opts.key = "batch";
+		items[i].opts.at = now + (i + 1) * HOUR;
+	}
+	items[1].opts.on_key = DUE_ON_KEY_LATER;
+	items[2].opts.on_key = DUE_ON_KEY_KEEP;
+	memset(out, 0xA5, sizeof(out));
+	assert_int_equal(due_schedule_batch(db, out, items, 3), 0);
+	assert_false(out[0].existed);
+	assert_false(out[0].moved);
+	assert_true(out[1].existed && out[1].moved && out[1].id == out[0].id);
+	assert_true(out[2].existed && !out[2].moved && out[2].id == out[0].id);
+	assert_due_payload(db, out[0].id, now + 2 * HOUR, "b2");
+	due_close(db);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -4216,10 +4740,19 @@ int main(void)
 	    T(test_sqlite_old_worker_running_row),
 	    T(test_sqlite_estimates),
 	    T(test_sqlite_read_plans),
+	    T(test_reschedule_outcomes),
+	    T(test_reschedule_claim_honours_new_time),
+	    T(test_wait),
+	    T(test_on_key_waiting),
+	    T(test_on_key_running),
 #undef T
 	};
 	int failed = 0;
 
+	/* DUE_TEST_FILTER=test_wait runs the tests that match (cmocka's
+	   pattern: * and ?), for a developer's quick run */
+	if (getenv("DUE_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("DUE_TEST_FILTER"));
 	/* every backend of this build: one line in tu_fixtures[] adds one */
 	for (size_t b = 0; b < TU_N_FIXTURES; b++) {
 		if (tu_select_backend(tu_fixtures[b].name) != 0)

@@ -69,3 +69,15 @@ local function upto(p, t) return '[' .. p .. be(math.max(t, 0)) .. FF8 end
 local function bucket(us) local ms = us / 1000 local b = 0 while b < #HB and ms > HB[b + 1] do b = b + 1 end return b end
 -- one wake channel for every shard of a store: {due:NAME}:wake
 local function wake() redis.call('PUBLISH', (string.gsub(P, '^({due:[^:]+):%d+}$', '%1}')) .. ':wake', '1') end
+-- finished tasks (due_wait): one PUBLISH on {due:NAME}:done per call
+-- that finished one, only while someone waits (the shard's waiters key,
+-- set by redis.c's rd_listen_done for 30 s at a time)
+local done_said = false
+local function done_wake()
+  if done_said then return end
+  done_said = true
+  -- GET, not EXISTS: a user may be refused EXISTS (test_redis_store.c)
+  if redis.call('GET', P .. ':waiters') then
+    redis.call('PUBLISH', (string.gsub(P, '^({due:[^:]+):%d+}$', '%1}')) .. ':done', '1')
+  end
+end

@@ -19,6 +19,24 @@ local function cold()
     return v[1]
   end
 
+  -- reschedule (issue 38): id, at ('' for none), delay, '1' with the
+  -- payload after it -> the state found; a SCHEDULED task moves in its
+  -- due indexes to at, or the script's TIME + delay (the store's clock),
+  -- and listeners are woken.  Anything else is reported, not written.
+  ops.reschedule = function()
+    local t, id = now(), tonumber(A[2])
+    local v = tcall('HMGET', T(id), 'state', 'kind', 'priority', 'due_at')
+    if not v[1] then return 'NONE' end
+    if v[1] ~= 'SCHEDULED' then return v[1] end
+    local due, ds = t + tonumber(A[4]), nil
+    if A[3] ~= '' then due, ds = tonumber(A[3]), A[3] else ds = I(due) end
+    local p = nil
+    if A[5] == '1' then p = A[6] end
+    due_move(id, v[2], N(v[3]), N(v[4]), due, ds, p, t)
+    wake()
+    return 'SCHEDULED'
+  end
+
   ops.get = function()
     local id = tonumber(A[2])
     local r = row(id)

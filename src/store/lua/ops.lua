@@ -47,19 +47,33 @@ ops.init = function()
     redis.call('HSET', K('meta'), 'schema_version', '8')
     v = 8
   end
+  -- 8 -> 9: nothing here (the SQL stores' due_reschedule routine)
+  if v == 8 and tonumber(A[2]) >= 9 then
+    redis.call('HSET', K('meta'), 'schema_version', '9')
+    v = 9
+  end
+  -- 9 -> 10: nothing here (the SQL stores' routines gain on_key; the
+  -- submit script's on_key needs nothing written)
+  if v == 9 and tonumber(A[2]) >= 10 then
+    redis.call('HSET', K('meta'), 'schema_version', '10')
+    v = 10
+  end
   if v ~= nil then return v end
   redis.call('HSET', K('meta'), 'schema_version', A[2], 'layout', LAYOUT)
   if tonumber(A[3] or '1') > 1 then redis.call('HSET', K('meta'), 'shards', A[3], 'shard', A[4]) end
   return tonumber(A[2])
 end
 
+-- submit: n, then n items of 12 arguments (submit_one) -> id, existed,
+-- moved per item
 ops.submit = function()
   local t, n, out, new = now(), tonumber(A[2]), {}, false
   for j = 0, n - 1 do
-    local id, ex = submit_one(3 + j * 11, t)
+    local id, ex, mv = submit_one(3 + j * 12, t)
     out[#out + 1] = id
     out[#out + 1] = ex
-    if ex == 0 then new = true end
+    out[#out + 1] = mv
+    if ex == 0 or mv == 1 then new = true end
   end
   if new then wake() end
   return out

@@ -57,6 +57,7 @@ local function finish(id, kind, key, from, to, t)
   move(id, kind, from, to)
   key_release(id, kind, key)
   if to ~= 'DEAD' then zadd(K('fin'), t, id) end
+  done_wake()
 end
 -- A try's attempt record is written once, when the try ends (layout
 -- 4): while it runs, the task hash holds what the record will say
@@ -148,21 +149,59 @@ local function new_id()
   return redis.call('INCR', K('seq')) * SHN + SHI
 end
 
--- submit one item at A[i..i+10]; returns id, existed
+-- A SCHEDULED task moves to due (ds: the same as a string, a given time
+-- kept as sent) and takes payload unless it is nil: its due indexes and
+-- fields.  The caller has checked that it is SCHEDULED (in the script
+-- that calls this) and wakes the workers: reschedule, a submit's on_key.
+local function due_move(id, kind, prio, old, due, ds, payload, t)
+  idx_del(id, kind, prio, old)
+  local h = {'due_at', ds, 'updated_at', I(t)}
+  if payload then h[5], h[6] = 'payload', payload end
+  tcall('HSET', T(id), unpack(h))
+  idx_add(id, kind, prio, due)
+end
+
+-- submit one item at A[i..i+11]; returns id, existed, moved.
+-- A[i+11] is on_key (keep, replace, later; '' reads as keep) for an item
+-- whose key is held by the live task ex: keep answers ex; replace moves a
+-- waiting ex to this item's due time and payload, later only to a
+-- strictly later time; a running ex is not touched but gives up the key
+-- (its 'key' field goes: its finish, retry or expiry releases nothing,
+-- key_release checks the mapping's id too) and this item makes the new
+-- task that holds it.  The state and due time are read and written in
+-- this script, so a racing submit or claim sees all of it or none.  On a
+-- sharded store (redis_shard.c) a keyed item goes to the shard of
+-- hash(kind, key), where the holder was made (a task never moves shard),
+-- so the holder, the key mapping and the new task are all in this
+-- script's shard: one script does all of it atomically.
 local function submit_one(i, t)
   local kind, due = A[i], nil
   if A[i + 2] ~= '' then due = tonumber(A[i + 2]) else due = t + tonumber(A[i + 3]) end
+  local ds = A[i + 2] ~= '' and A[i + 2] or I(due)
   local key, grp = opt(A[i + 7]), opt(A[i + 9])
   if key then
     local ex = redis.call('HGET', K('key'), lq(kind) .. key)
-    if ex then return tonumber(ex), 1 end
+    if ex then
+      local on = A[i + 11]
+      if on ~= 'replace' and on ~= 'later' then return tonumber(ex), 1, 0 end
+      local hid = tonumber(ex)
+      local v = tcall('HMGET', T(hid), 'state', 'priority', 'due_at')
+      if v[1] == 'SCHEDULED' then
+        if on == 'later' and not (N(v[3]) < due) then return hid, 1, 0 end
+        due_move(hid, kind, N(v[2]), N(v[3]), due, ds, A[i + 1], t)
+        return hid, 1, 1
+      end
+      if v[1] ~= 'CLAIMED' then return hid, 1, 0 end
+      tcall('HDEL', T(hid), 'key')
+      tcall('HSET', T(hid), 'updated_at', I(t))
+    end
   end
   local id = new_id()
   local prio = tonumber(A[i + 8])
   -- a given due time is kept as sent: a Lua number (a double) holds
   -- microseconds exactly only to 2^53 (year 2255), and the index's
   -- order needs no more
-  local h = {'kind', kind, 'payload', A[i + 1], 'state', 'SCHEDULED', 'due_at', A[i + 2] ~= '' and A[i + 2] or I(due),
+  local h = {'kind', kind, 'payload', A[i + 1], 'state', 'SCHEDULED', 'due_at', ds,
     'max_attempts', A[i + 4], 'created_at', I(t)}
   if tonumber(A[i + 5]) ~= 0 then h[#h + 1] = 'backoff_us' h[#h + 1] = A[i + 5] end
   if tonumber(A[i + 6]) ~= 0 then h[#h + 1] = 'backoff_cap_us' h[#h + 1] = A[i + 6] end
@@ -173,5 +212,5 @@ local function submit_one(i, t)
   tcall('HSET', T(id), unpack(h))
   idx_add(id, kind, prio, due)
   move(id, kind, nil, 'SCHEDULED')
-  return id, 0
+  return id, 0, 0
 end
