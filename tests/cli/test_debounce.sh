@@ -89,12 +89,12 @@ worker_part() {
 	wait_for "$label: the worker's wheel" 60 has "discovery: timing wheel" "$T/w-$label.log"
 	local e l
 	e=$("$DUE" add early --key e --in 30s --payload old --db "$db")
-	l=$("$DUE" add late --key l --in 2s --payload old --db "$db")
+	l=$("$DUE" add late --key l --in 5s --payload old --db "$db")
 	sleep 0.3
 	expect_eq "$label: moved earlier" "$e" \
 		"$("$DUE" add early --key e --in 1s --payload new --on-key replace --db "$db" 2>/dev/null)"
 	expect_eq "$label: moved later" "$l" \
-		"$("$DUE" add late --key l --in 4s --payload new --on-key later --db "$db" 2>/dev/null)"
+		"$("$DUE" add late --key l --in 7s --payload new --on-key later --db "$db" 2>/dev/null)"
 	wait_for "$label: the one moved earlier ran" 20 state_is "$db" "$e" DONE
 	wait_for "$label: the one moved later ran" 20 state_is "$db" "$l" DONE
 	local id

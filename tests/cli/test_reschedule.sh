@@ -5,8 +5,8 @@
 #     its refusals (exit 2, naming the option, nothing changed);
 #   - the wheel: a worker (--poll 30s, so only the wheel and the store's
 #     notifications can deliver) holds a task due in 30 s and another due
-#     in 2 s; the first is moved to 1 s from now and runs then, not 30 s
-#     later; the second is moved to 3 s and does not run at its old time
+#     in 5 s; the first is moved to 1 s from now and runs then, not 30 s
+#     later; the second is moved to 7 s and does not run at its old time
 #     (claimed_at >= the new due_at);
 #   - the race (the issue's measure): 3 workers claim N tasks (500; 150
 #     under ASan) due 6 ms apart while a Python client (8 connections)
@@ -98,10 +98,10 @@ wheel() {
 	local wpid=$!
 	wait_for "$label: the worker's wheel" 60 has "discovery: timing wheel" "$T/w-$label.log"
 	local e l
-	l=$("$DUE" add late --in 2s --db "$db")
+	l=$("$DUE" add late --in 5s --db "$db")
 	e=$("$DUE" add early --in 30s --db "$db")
 	sleep 0.3 # the submits' notifications refill the wheel (not asserted)
-	expect_eq "$label: late moved" RESCHEDULED "$("$DUE" reschedule "$l" --in 3s --db "$db")"
+	expect_eq "$label: late moved" RESCHEDULED "$("$DUE" reschedule "$l" --in 7s --db "$db")"
 	expect_eq "$label: early moved" RESCHEDULED "$("$DUE" reschedule "$e" --in 1s --db "$db")"
 	wait_for "$label: the one moved earlier ran" 20 state_is "$db" "$e" DONE
 	wait_for "$label: the one moved later ran" 20 state_is "$db" "$l" DONE
