@@ -281,8 +281,7 @@ static const char schema_v1[] =
 				   " ON DUPLICATE KEY UPDATE value = value";
 #undef WORKER_COUNTER
 
-#define RECORD(v)                                                              \
-	"UPDATE due_meta SET value = '" v "' WHERE name = 'schema_version'"
+#define RECORD(v) DUE_SCHEMA_RECORD(v)
 
 /*
 ** Production scale (issue 15): due_lock, the named leases of lock_take

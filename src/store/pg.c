@@ -1399,24 +1399,21 @@ static const char schema_v7[] =
 ** caller's search_path, is refused by this build until `due init` has
 ** replaced the function (create_functions runs after every walk).
 */
-static const char schema_v8[] =
-    "UPDATE due_meta SET value = '8' WHERE name = 'schema_version';";
+static const char schema_v8[] = DUE_SCHEMA_RECORD("8");
 
 /*
 ** Version 8 -> 9: nothing in the tables either.  It makes a store of
 ** version 8, which has no due_reschedule() (issue 38), run `due init`,
 ** whose create_functions adds it.
 */
-static const char schema_v9[] =
-    "UPDATE due_meta SET value = '9' WHERE name = 'schema_version';";
+static const char schema_v9[] = DUE_SCHEMA_RECORD("9");
 
 /*
 ** Version 9 -> 10: nothing in the tables.  It makes a store of version 9,
 ** whose due_schedule() has no on_key (issue 38), run `due init`, whose
 ** create_functions adds the overload that has it.
 */
-static const char schema_v10[] =
-    "UPDATE due_meta SET value = '10' WHERE name = 'schema_version';";
+static const char schema_v10[] = DUE_SCHEMA_RECORD("10");
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
     [1] = schema_v1, [2] = schema_v2,  [3] = schema_v3, [4] = schema_v4,

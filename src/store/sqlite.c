@@ -881,16 +881,13 @@ static const char schema_v7[] =
     "UPDATE due_meta SET value = '7' WHERE name = 'schema_version';";
 
 /* Version 7 -> 8: PostgreSQL's and MySQL's alone (pg.c, mysql.c). */
-static const char schema_v8[] =
-    "UPDATE due_meta SET value = '8' WHERE name = 'schema_version';";
+static const char schema_v8[] = DUE_SCHEMA_RECORD("8");
 
 /* Version 9: no change here either (the SQL stores' due_reschedule). */
-static const char schema_v9[] =
-    "UPDATE due_meta SET value = '9' WHERE name = 'schema_version';";
+static const char schema_v9[] = DUE_SCHEMA_RECORD("9");
 
 /* Version 10: no change here either (the SQL stores' on_key). */
-static const char schema_v10[] =
-    "UPDATE due_meta SET value = '10' WHERE name = 'schema_version';";
+static const char schema_v10[] = DUE_SCHEMA_RECORD("10");
 
 _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
 

@@ -92,6 +92,15 @@
 
 #define DUE_STORE_OPS_VERSION 11
 
+/*
+** A schema step that changes nothing in the tables and only records its
+** version (the SQL stores' due_meta): v is the version as a string literal.
+** Such a step makes a store of the version before run `due init`, which
+** re-creates the routines of the stores that have them.
+*/
+#define DUE_SCHEMA_RECORD(v)                                                   \
+	"UPDATE due_meta SET value = '" v "' WHERE name = 'schema_version'"
+
 /* The window of due_metrics' histograms and outcomes. */
 #define DUE_METRICS_WINDOW_US (15LL * 60 * 1000000)
 
