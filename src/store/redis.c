@@ -205,7 +205,9 @@ struct due_store {
 	   mark, "{tag}:waiters" (lua done_wake) */
 	char done_chan[160];
 	char waiters[160];
-	bool sub_done; /* sub is SUBSCRIBEd to done_chan, not chan */
+	bool sub_done;	    /* sub is SUBSCRIBEd to done_chan, not chan */
+	struct written *wr; /* WRITTEN_MAX, oldest first; NULL until needed */
+	size_t n_wr;
 };
 
 /* ------------------------------------------------------------------ */
@@ -1436,8 +1438,23 @@ static int oom_full(due_store *s, const char *what)
 ** sending is not retried (the script may have run): the caller sees
 ** DUE_ESTORE.  v is freed either way.
 */
+static int rd_eval_w(due_store *s, const char *op, rargs *v, redisReply **out,
+		     const char *what, bool *written);
+
 static int rd_eval(due_store *s, const char *op, rargs *v, redisReply **out,
 		   const char *what)
+{
+	return rd_eval_w(s, op, v, out, what, NULL);
+}
+
+/*
+** rd_eval, but when the script ran and only its WAIT fell short, and
+** written is given: *written is true and *out is the script's reply (the
+** caller frees it) beside the error, so that the caller knows what it
+** wrote (remember).
+*/
+static int rd_eval_w(due_store *s, const char *op, rargs *v, redisReply **out,
+		     const char *what, bool *written)
 {
 	int64_t end = 0;
 	bool twin = false;
@@ -1495,8 +1512,12 @@ again:
 		*out = NULL;
 	else if (s->wait_n > 0 && !op_reads(op) &&
 		 (rc = rd_wait(s, what)) < 0) {
-		freeReplyObject(*out);
-		*out = NULL;
+		if (written)
+			*written = true;
+		else {
+			freeReplyObject(*out);
+			*out = NULL;
+		}
 	}
 done:
 	args_free(v);
@@ -1720,6 +1741,7 @@ static void rd_close(due_store *s)
 		redisFree(s->sub);
 	cfg_free(&s->cfg);
 	free(s->script);
+	free(s->wr);
 	free(s);
 }
 
@@ -1989,6 +2011,88 @@ static void read_outcomes(const redisReply *r, due_completion *items, size_t n)
 }
 
 /*
+** Completions a call wrote and then failed: its WAIT fell short (the
+** script's reply said what it wrote), or on a sharded store another
+** shard of the same call failed (redis_shard.c: due__redis_remember).
+** Kept by (id, attempt), up to WRITTEN_MAX, oldest first, and each
+** answered once.  The caller retries the call on the same handle (the
+** worker does); the retry is answered from here instead of being sent
+** again, which would answer REJECTED_STALE for a try whose result was
+** kept.  What stays unknown is a reply lost with its connection: nothing
+** says what that script wrote.
+*/
+#define WRITTEN_MAX 1024
+struct written {
+	due_id id;
+	int32_t attempt;
+	int outcome;
+};
+
+/* Keep the outcomes of items for a retry; the oldest go when full. */
+void due__redis_remember(due_store *s, const due_completion *items, size_t n)
+{
+	if (!s->wr && !(s->wr = malloc(WRITTEN_MAX * sizeof(*s->wr))))
+		return; /* out of memory: the retry hears them stale */
+	for (size_t i = 0; i < n; i++) {
+		if (s->n_wr == WRITTEN_MAX)
+			memmove(s->wr, s->wr + 1, --s->n_wr * sizeof(*s->wr));
+		s->wr[s->n_wr++] = (struct written){
+		    items[i].id, items[i].attempt, (int)items[i].outcome};
+	}
+}
+
+/* c's outcome from the memory, which forgets it; false when none. */
+static bool recall(due_store *s, due_completion *c)
+{
+	for (size_t i = 0; i < s->n_wr; i++)
+		if (s->wr[i].id == c->id && s->wr[i].attempt == c->attempt) {
+			c->outcome = (due_complete_outcome)s->wr[i].outcome;
+			memmove(s->wr + i, s->wr + i + 1,
+				(s->n_wr - i - 1) * sizeof(*s->wr));
+			s->n_wr--;
+			return true;
+		}
+	return false;
+}
+
+/*
+** The items the memory does not answer, to be sent: items itself when
+** the memory is empty, else a copy (*send, *k, the index of each in
+** items after it); answered() copies their outcomes back.
+*/
+typedef struct unsent {
+	due_completion *send;
+	size_t k;
+	size_t *at; /* NULL: send is items */
+} unsent;
+
+static int to_send(due_store *s, due_completion *items, size_t n, unsent *u)
+{
+	*u = (unsent){items, n, NULL};
+	if (!s->n_wr || n == 0)
+		return 0;
+	if (!(u->send = malloc(n * (sizeof(*u->send) + sizeof(*u->at)))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	u->at = (size_t *)(u->send + n);
+	u->k = 0;
+	for (size_t j = 0; j < n; j++)
+		if (!recall(s, &items[j])) {
+			u->at[u->k] = j;
+			u->send[u->k++] = items[j];
+		}
+	return 0;
+}
+
+static void answered(due_completion *items, unsent *u)
+{
+	if (!u->at)
+		return;
+	for (size_t m = 0; m < u->k; m++)
+		items[u->at[m]].outcome = u->send[m].outcome;
+	free(u->send);
+}
+
+/*
 ** The claim, with completions first when items is given (complete_claim):
 ** one script, so the completions and the claim are one atomic step.
 ** Claims are capped at 1000 per script.
@@ -2000,7 +2104,8 @@ static int claim_op(due_store *s, due_completion *items, size_t n,
 {
 	due_task_list *l = NULL;
 	rargs a = {0};
-	redisReply *r;
+	redisReply *r = NULL;
+	bool written = false;
 	rcur c;
 	int rc;
 
@@ -2016,8 +2121,16 @@ static int claim_op(due_store *s, due_completion *items, size_t n,
 	for (size_t i = 0; i < n_kinds; i++)
 		arg_z(&a, kinds[i]);
 	arg_completions(&a, items, n);
-	if ((rc = rd_eval(s, "claim", &a, &r, "claim")) < 0)
+	if ((rc = rd_eval_w(s, "claim", &a, &r, "claim", &written)) < 0) {
+		/* the claimed tasks are lost to this try (their leases
+		   expire); the completions are kept for the retry */
+		if (written && is_array(r, 3)) {
+			read_outcomes(r->element[1], items, n);
+			due__redis_remember(s, items, n);
+		}
+		freeReplyObject(r);
 		return rc;
+	}
 	if (!is_array(r, 3))
 		return bad_reply(s, r, "claim");
 	read_outcomes(r->element[1], items, n);
@@ -2047,8 +2160,15 @@ static int rd_complete_claim(due_store *s, due_completion *items, size_t n,
 			     size_t n_kinds, bool exclude, int limit,
 			     int64_t lease_us, due_task_list **out)
 {
-	return claim_op(s, items, n, out, owner, kinds, n_kinds, exclude, limit,
-			lease_us, 0);
+	unsent u;
+	int rc;
+
+	if ((rc = to_send(s, items, n, &u)) < 0)
+		return rc;
+	rc = claim_op(s, u.send, u.k, out, owner, kinds, n_kinds, exclude,
+		      limit, lease_us, 0);
+	answered(items, &u);
+	return rc;
 }
 
 /*
@@ -2060,7 +2180,8 @@ static int rd_complete(due_store *s, due_completion *items, size_t n,
 		       due_tx_hook hook, void *payload)
 {
 	redisReply *r;
-	int rc;
+	unsent u;
+	int rc = 0;
 
 	(void)payload;
 	if (hook)
@@ -2071,18 +2192,30 @@ static int rd_complete(due_store *s, due_completion *items, size_t n,
 		    "(complete without a hook; make the effect idempotent by "
 		    "the task id)",
 		    s->cfg.label);
-	for (size_t done = 0; done < n;) {
-		size_t k = n - done < 1000 ? n - done : 1000;
+	if ((rc = to_send(s, items, n, &u)) < 0)
+		return rc;
+	for (size_t done = 0; done < u.k;) {
+		size_t k = u.k - done < 1000 ? u.k - done : 1000;
 		rargs a = {0};
-		arg_completions(&a, items + done, k);
+		bool written = false;
+		r = NULL;
+		arg_completions(&a, u.send + done, k);
 		/* arg_completions put k first, as "complete" reads it */
-		if ((rc = rd_eval(s, "complete", &a, &r, "complete")) < 0)
-			return rc;
-		read_outcomes(r, items + done, k);
+		rc = rd_eval_w(s, "complete", &a, &r, "complete", &written);
+		if (rc == 0 || written) {
+			read_outcomes(r, u.send + done, k);
+			done += k;
+		}
 		freeReplyObject(r);
-		done += k;
+		if (rc < 0) {
+			/* the batches before it and, when only its WAIT fell
+			   short, this one are written */
+			due__redis_remember(s, u.send, done);
+			break;
+		}
 	}
-	return 0;
+	answered(items, &u);
+	return rc;
 }
 
 static int rd_extend(due_store *s, due_extend_outcome *out, due_id id,

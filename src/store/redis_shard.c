@@ -76,22 +76,12 @@ typedef struct limited {
 	int64_t read_at; /* monotonic us; 0: never read */
 } limited;
 
-/* A completion a failed call wrote on a shard that answered (sh_complete) */
-#define WRITTEN_MAX 1024
-typedef struct written {
-	due_id id;
-	int32_t attempt;
-	int outcome;
-} written;
-
 struct due_store {
 	due_store **sh; /* n stores of redis.c */
 	int n;
 	unsigned submit_rr, claim_rr;
 	limited lim;
-	void *other; /* the other layout's cfg (other_layout) */
-	written *wr; /* WRITTEN_MAX, oldest first; NULL until needed */
-	size_t n_wr;
+	void *other;	    /* the other layout's cfg (other_layout) */
 	int64_t timeout_us; /* the bound of every wait (due_open_params) */
 };
 
@@ -150,7 +140,6 @@ static void sh_close(due_store *s)
 	if (!s)
 		return;
 	limited_clear(&s->lim);
-	free(s->wr);
 	SLOT->free_cfg(s->other);
 	for (int i = 0; s->sh && i < s->n; i++)
 		SLOT->close(s->sh[i]);
@@ -599,42 +588,15 @@ static int first_failure(int err, const char *msg)
 }
 
 /*
-** The outcome a failed call wrote for completion c, taken from the
-** memory; false when none is there.
-*/
-static bool recall(due_store *s, due_completion *c)
-{
-	for (size_t i = 0; i < s->n_wr; i++)
-		if (s->wr[i].id == c->id && s->wr[i].attempt == c->attempt) {
-			c->outcome = (due_complete_outcome)s->wr[i].outcome;
-			memmove(s->wr + i, s->wr + i + 1,
-				(s->n_wr - i - 1) * sizeof(*s->wr));
-			s->n_wr--;
-			return true;
-		}
-	return false;
-}
-
-/* Keep c's outcome for a retry; the oldest goes when full. */
-static void remember(due_store *s, const due_completion *c)
-{
-	if (!s->wr && !(s->wr = malloc(WRITTEN_MAX * sizeof(*s->wr))))
-		return; /* out of memory: the retry hears it stale */
-	if (s->n_wr == WRITTEN_MAX)
-		memmove(s->wr, s->wr + 1, --s->n_wr * sizeof(*s->wr));
-	s->wr[s->n_wr++] = (written){c->id, c->attempt, (int)c->outcome};
-}
-
-/*
 ** Completions grouped by shard, one call per shard; outcomes copied back.
 ** A shard that fails does not keep the others' completions from being
 ** written (their tasks are done; their slots and leases are not held
 ** back by another master's trouble), and its first failure is returned
 ** after the last shard.  The caller then retries the whole call: the
-** outcomes that were written are kept here, by (id, attempt), and a retry
-** is answered them from that memory instead of being sent again, which
-** would answer REJECTED_STALE for a try whose result was kept.  A
-** memory per handle: the worker's retries use the handle that failed.
+** outcomes that were written are kept by their shard's handle
+** (due__redis_remember, as a shard keeps what it wrote before its own
+** WAIT fell short), and the retry is answered them from that memory
+** instead of hearing REJECTED_STALE for a try whose result was kept.
 ** A shard passed over for a silent node (quiet) wrote nothing: its items
 ** are sent on the retry.
 */
@@ -650,8 +612,7 @@ static int complete_each(due_store *s, quiet *q, due_completion *items,
 	if (!(part = malloc(n * (sizeof(*part) + sizeof(*known)))))
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	known = (bool *)(part + n);
-	for (size_t j = 0; j < n; j++)
-		known[j] = s->n_wr && recall(s, &items[j]);
+	memset(known, 0, n * sizeof(*known));
 	for (int i = 0; i < s->n; i++) {
 		size_t k = 0;
 		for (size_t j = 0; j < n; j++)
@@ -676,7 +637,8 @@ static int complete_each(due_store *s, quiet *q, due_completion *items,
 	if (err)
 		for (size_t j = 0; j < n; j++)
 			if (known[j])
-				remember(s, &items[j]);
+				due__redis_remember(of(s, items[j].id),
+						    &items[j], 1);
 	free(part);
 	return first_failure(err, msg);
 }

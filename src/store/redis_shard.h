@@ -63,4 +63,11 @@ int due__redis_version(due_store *s, int *v);
 */
 int due__redis_payloads_fit(due_store *s, const due_submit *items, size_t n);
 
+/*
+** Keep the outcomes of completions written by a call that then failed
+** (another shard's part of it did), so that the retry on s hears them
+** instead of REJECTED_STALE (redis.c, "Completions a call wrote").
+*/
+void due__redis_remember(due_store *s, const due_completion *items, size_t n);
+
 #endif /* DUE_REDIS_SHARD_H */

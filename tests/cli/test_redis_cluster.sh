@@ -272,7 +272,9 @@ echo "store $N2 (at ${SECONDS}s): $(nlines "$OUT/druns") handler runs for 24 tas
 #    shards that answer and fails for the refusing one; its retries are
 #    answered what was written (the worker never hears REJECTED_STALE for
 #    a try whose result the store kept, as it did when a retry sent them
-#    again); the refusing shard's complete once the replica is back
+#    again, and as it did for a completion whose own WAIT fell short:
+#    written, the call failed, the retry sent it again); the refusing
+#    shard's complete once the replica is back
 for i in $(seq 1 24); do echo "{\"kind\":\"e\",\"key\":\"k$i\"}"; done |
 	"$DUE" add --db "$DB2" --batch - >"$T/e.ids" || bad "the adds of kind e"
 "$DUE" work --db "$DB2" --kinds e --concurrency 32 --lease 5s --poll 100ms --owner wc \
@@ -286,8 +288,9 @@ lost=$("$CL" kill-replica "$CD" "$s3") && ok || bad "kill the replica of :$m3"
 # the handlers end once a renewal has met the lost replica: the WAIT of
 # the first write after the loss falls short after 2 s, with that write
 # made (the one unknown outcome any store has: a lost reply), and the
-# writes after it are refused with nothing written; the completions must
-# meet the refusal, not that first write
+# writes after it are refused with nothing written; the completions are
+# to meet the refusal (a completion meeting that first write is answered
+# from the handle's memory too: test_wait_unmet_complete)
 wait_for "a renewal met the lost replica" 60 grep -q "renewer: store unavailable: renewing" "$T/wc.log"
 touch "$OUT/go"
 wait_for "a commit of worker wc refused by :$m3" 60 \

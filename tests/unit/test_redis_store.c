@@ -780,6 +780,70 @@ static void test_wait_unmet(void **state)
 	due_close(plain);
 }
 
+/*
+** A completion whose WAIT falls short is written (the script ran and
+** said what it wrote) and the call fails; its retry on the same handle
+** hears the outcomes that were written, DONE, from the handle's memory,
+** not REJECTED_STALE from the store (and is not refused for the missing
+** replica: nothing is sent).  The same through complete-and-claim.  Each
+** is answered once: a later complete of the same try is late.
+*/
+static void test_wait_unmet_complete(void **state)
+{
+	due_db *db = NULL, *plain = open_db();
+	due_task_list *l = NULL, *got = NULL;
+	due_completion c[3];
+	due_claim_opts co = DUE_CLAIM_OPTS_INIT;
+	due_complete_outcome o;
+	char wurl[600];
+
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		add(plain, "wc", 0, 5);
+	assert_int_equal(due_claim(plain, &l, "w", NULL, 0, 3, LONG_LEASE), 0);
+	assert_int_equal(l->count, 3);
+	for (size_t i = 0; i < 3; i++)
+		c[i] = (due_completion){l->items[i].id, l->items[i].attempt,
+					"r", 1, DUE_COMPLETE_REJECTED_STALE};
+	snprintf(wurl, sizeof(wurl), "%s&wait=1&wait_timeout=20ms", url);
+	assert_int_equal(due_open(&db, wurl, NULL), 0);
+	assert_int_equal(due_complete_batch(db, c, 2), DUE_ESTORE);
+	assert_non_null(strstr(due_error_last(), "0 of 1 replicas"));
+	assert_int_equal(state_of(plain, c[0].id), DUE_DONE); /* written */
+	assert_int_equal(state_of(plain, c[1].id), DUE_DONE);
+	c[0].outcome = c[1].outcome = DUE_COMPLETE_REJECTED_STALE;
+	assert_int_equal(due_complete_batch(db, c, 2), 0);
+	assert_int_equal(c[0].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(c[1].outcome, DUE_COMPLETE_DONE);
+	/* answered once: the store itself answers a later one */
+	assert_int_equal(due_complete(plain, &o, c[0].id, c[0].attempt, "r", 1),
+			 0);
+	assert_int_equal(o, DUE_COMPLETE_REJECTED_STALE);
+	due_close(db);
+
+	/* complete-and-claim: the completion is written with the claim
+	   (whose tasks, had it found any, this try would lose: their leases
+	   expire) */
+	assert_int_equal(due_open(&db, wurl, NULL), 0);
+	static const char *const wc[] = {"wc"}; /* all claimed: none */
+	co.owner = "w";
+	co.kinds = wc;
+	co.n_kinds = 1;
+	co.limit = 1;
+	co.lease_us = LONG_LEASE;
+	assert_int_equal(due_complete_and_claim(db, &c[2], 1, &co, &got),
+			 DUE_ESTORE);
+	due_task_list_free(got);
+	got = NULL;
+	assert_int_equal(state_of(plain, c[2].id), DUE_DONE);
+	c[2].outcome = DUE_COMPLETE_REJECTED_STALE;
+	assert_int_equal(due_complete_batch(db, &c[2], 1), 0);
+	assert_int_equal(c[2].outcome, DUE_COMPLETE_DONE);
+	due_task_list_free(l);
+	due_close(db);
+	due_close(plain);
+}
+
 /* A submit through another handle wakes the listener's socket. */
 static void test_listen_wakes(void **state)
 {
@@ -1514,6 +1578,7 @@ int main(void)
 	    T(test_shards),
 	    T(test_on_key_shards),
 	    T(test_shard_partial_complete),
+	    T(test_wait_unmet_complete),
 	    T(test_no_probe_on_one_server),
 	    cmocka_unit_test_setup_teardown(test_stall_bounded, setup,
 					    stall_down),
