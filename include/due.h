@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /** Store schema version this library reads and writes. */
-#define DUE_SCHEMA_VERSION 10
+#define DUE_SCHEMA_VERSION 11
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
@@ -178,6 +178,19 @@ typedef struct due_task {
 	 * its kind's at claim time.
 	 */
 	int64_t timeout_us;
+	/* Since schema 11 (run after, docs/internals/after.md). */
+	/**
+	 * Run after: the number of parents the task was added after (0:
+	 * none); how many of them it still waits for (> 0 only while it is
+	 * SCHEDULED: it is held, no claim takes it, and its due_at is
+	 * DUE_TIME_LAST until the last one releases it); and whether any end
+	 * of a parent releases it (after_any_end) or only DONE does.
+	 */
+	int32_t after_n;
+	int32_t after_left;
+	bool after_any_end;
+	/** The parents' ids, ascending (after_n of them): due_get() only. */
+	due_id *after;
 } due_task;
 
 DUE_EXTERN void due_task_free(due_task *t);
@@ -365,14 +378,34 @@ typedef struct due_schedule_opts {
 	 * the outcome TIMED_OUT (retried, dead-lettered as any failure).
 	 */
 	int64_t timeout_us;
+	/**
+	 * Run after (version 5): the task is held until each of these
+	 * n_after tasks, its parents (1..DUE_AFTER_MAX ids, none twice), is
+	 * DONE, then it is due at its own delay counted from then, or at
+	 * `at` if that is later.  A parent that ends DEAD or CANCELLED
+	 * cancels it (CANCELLED, last_error naming that parent), unless
+	 * after_any_end: then any end of each parent counts.  Every parent
+	 * must exist when the task is added (DUE_ENOTFOUND), so no cycle can
+	 * be built; one already DONE counts at once; one already DEAD or
+	 * CANCELLED is refused (DUE_ESTATE) unless after_any_end.  Not with
+	 * on_key REPLACE or LATER.  Its handler is given the parents'
+	 * results (DUE_PARENT_RESULTS, "parent_results").
+	 */
+	const due_id *after;
+	size_t n_after;
+	bool after_any_end;
 } due_schedule_opts;
 
-#define DUE_SCHEDULE_OPTS_VERSION 4
+#define DUE_SCHEDULE_OPTS_VERSION 5
 #define DUE_SCHEDULE_OPTS_INIT                                                 \
 	{                                                                      \
 		DUE_SCHEDULE_OPTS_VERSION, 0, DUE_TIME_NONE, 5, 1000000,       \
-		    3600000000LL, NULL, 0, DUE_ON_KEY_KEEP, NULL, 0            \
+		    3600000000LL, NULL, 0, DUE_ON_KEY_KEEP, NULL, 0, NULL, 0,  \
+		    false                                                      \
 	}
+
+/** The most parents one task may be added after (due_schedule_opts.after). */
+#define DUE_AFTER_MAX 1000
 
 #define DUE_PRIORITY_MIN (-32768)
 #define DUE_PRIORITY_MAX 32767
@@ -529,12 +562,17 @@ typedef struct due_list_opts {
 	int limit;	  /**< default 100; at most 10000 */
 	due_id after;	  /**< paging: only ids greater than this */
 	bool attempts;	  /**< also load each task's attempts history */
+	/**
+	 * Version 2: only tasks held by run-after (SCHEDULED, after_left >
+	 * 0); with state, that state must be DUE_SCHEDULED.
+	 */
+	bool held;
 } due_list_opts;
 
-#define DUE_LIST_OPTS_VERSION 1
+#define DUE_LIST_OPTS_VERSION 2
 #define DUE_LIST_OPTS_INIT                                                     \
 	{                                                                      \
-		DUE_LIST_OPTS_VERSION, -1, NULL, 100, 0, false                 \
+		DUE_LIST_OPTS_VERSION, -1, NULL, 100, 0, false, false          \
 	}
 
 /** List tasks in id order. */

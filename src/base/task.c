@@ -90,6 +90,7 @@ void due__task_clear(due_task *t)
 	free(t->result);
 	free(t->last_error);
 	free(t->group);
+	free(t->after);
 	for (size_t i = 0; i < t->n_attempts; i++) {
 		free(t->attempts[i].worker);
 		free(t->attempts[i].outcome);
