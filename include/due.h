@@ -406,6 +406,8 @@ typedef struct due_schedule_opts {
 
 /** The most parents one task may be added after (due_schedule_opts.after). */
 #define DUE_AFTER_MAX 1000
+/** The default bound of due_parent_results()'s text, in bytes. */
+#define DUE_PARENT_RESULTS_MAX 65536
 
 #define DUE_PRIORITY_MIN (-32768)
 #define DUE_PRIORITY_MAX 32767
@@ -1019,9 +1021,23 @@ DUE_EXTERN int due_kind_list(due_db *db, due_kind_info_list **out);
 DUE_EXTERN int due_kind_remove(due_db *db, const char *kind);
 
 /**
- * Why a SCHEDULED task that is due is not being claimed, if a setting of
- * its kind holds it: *out_reason is "paused", "rate", "max_running" or
- * "max_running_per_group" (static strings), or NULL when nothing holds it
+ * The results of task t's parents (run-after), as one JSON object text:
+ * {"41": {"state": "DONE", "result": "..."}, ...}, keyed by parent id, a
+ * result that is not UTF-8 as "result_b64"; "{}" for a task with none.
+ * Bounded by max_bytes (0: DUE_PARENT_RESULTS_MAX): a result that would
+ * take the text past it is left out, its entry saying "result_omitted":
+ * its size (the entries, some 50 bytes each, are always there).  A
+ * parent since pruned is {"state": null}.  t may come from a claim (its
+ * parents are then read with due_get).  *out is malloc'd: free() it.
+ */
+DUE_EXTERN int due_parent_results(due_db *db, char **out, const due_task *t,
+				  size_t max_bytes);
+
+/**
+ * Why a SCHEDULED task is not being claimed: "after" while it waits for
+ * parents (run-after: after_left > 0); else, when it is due, if a setting
+ * of its kind holds it: "paused", "rate", "max_running" or
+ * "max_running_per_group" (static strings); NULL when nothing holds it
  * (not due, not SCHEDULED, or free to be claimed).
  */
 DUE_EXTERN int due_task_hold(due_db *db, const char **out_reason,
@@ -1271,6 +1287,12 @@ DUE_EXTERN const char *due_job_owner(const due_job *job);
  * on another worker: check it often in long work.
  */
 DUE_EXTERN bool due_job_lease_held(const due_job *job);
+/**
+ * For a task added with run-after: its parents' results as
+ * due_parent_results() gives them (read before the handler is called), or
+ * NULL when the task has no parents.  Borrowed, like the job.
+ */
+DUE_EXTERN const char *due_job_parent_results(const due_job *job);
 /** Copy the result to commit (up to the store's result limit). */
 DUE_EXTERN int due_job_set_result(due_job *job, const void *data, size_t len);
 /** Set the error text for a failure (copied, truncated to 4 KiB). */
