@@ -1033,8 +1033,9 @@ int due_kind_remove(due_db *db, const char *kind)
 }
 
 /*
-** The first setting that holds a due task, in the order a claim checks
-** them: pause, then the rate, the kind's running limit, the group's.
+** What holds a waiting task: its parents (run-after), else the first
+** setting that holds it when due, in the order a claim checks them:
+** pause, then the rate, the kind's running limit, the group's.
 */
 int due_task_hold(due_db *db, const char **out_reason, const due_task *t)
 {
@@ -1049,6 +1050,10 @@ int due_task_hold(due_db *db, const char **out_reason, const due_task *t)
 		return due__error_set(DUE_EINVAL, "task is NULL");
 	if (t->state != DUE_SCHEDULED)
 		return 0;
+	if (t->after_left > 0) {
+		*out_reason = "after";
+		return 0;
+	}
 	if ((rc = db->ops->now(db->store, &now)) < 0)
 		return rc;
 	if (t->due_at > now)
