@@ -183,10 +183,11 @@ void v_after_dead_parent_cancels_children(vctx *v)
 	due_id g = add_after(v, "after_c", &c, 1, false);
 	due_id both = add_after(v, "after_c", pq, 2, false);
 	due_id any = add_after(v, "after_c", &p, 1, true);
-	pid_t w = v_worker(v, "w.log", "--lease", "2s", "--exec",
-			   "case $DUE_KIND in after_hold) echo no >&2; exit 1;; "
-			   "*) " RECORD ";; esac",
-			   (char *)NULL);
+	pid_t w =
+	    v_worker(v, "w.log", "--lease", "2s", "--exec",
+		     "case $DUE_KIND in after_hold) echo no >&2; exit 1;; "
+		     "*) " RECORD ";; esac",
+		     (char *)NULL);
 	/* both parents due now: p fails once and is DEAD */
 	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
 	due_reschedule_outcome rs;
@@ -203,8 +204,9 @@ void v_after_dead_parent_cancels_children(vctx *v)
 	due_task_free(pt);
 	bool cancelled = cancelled_by(v, c, p) && cancelled_by(v, g, c) &&
 			 cancelled_by(v, both, p);
-	snprintf(want, sizeof(want), "\"%lld\":{\"result\":null,\"state\":"
-				     "\"DEAD\"}",
+	snprintf(want, sizeof(want),
+		 "\"%lld\":{\"result\":null,\"state\":"
+		 "\"DEAD\"}",
 		 (long long)p);
 	bool any_ran = ran_after(v, any, p) && ran_with(v, any, want);
 	v_case(v, "after_dead_parent_cancels_children",
