@@ -133,9 +133,10 @@ static void chain(vctx *v, const bopts *o, long n)
 		times_of(v, link[i], &ce, &cc);
 		r.early += cc && cc < pe;
 	}
-	r.extra = json_pack("{s:f,s:f}", "ms_per_link",
-			    r.seconds * 1000.0 / (double)n,
-			    "submit_us_per_task", submit_ms * 1000.0 / (double)n);
+	r.extra = json_pack(
+	    "{s:f,s:f,s:I}", "ms_per_link", r.seconds * 1000.0 / (double)n,
+	    "submit_us_per_task", submit_ms * 1000.0 / (double)n, "early",
+	    (json_int_t)r.early);
 	bench_report(o, &r);
 done:
 	json_decref(r.extra);
@@ -179,9 +180,10 @@ static void fan_in(vctx *v, const bopts *o, long n)
 	}
 	times_of(v, child, &ce, &cc);
 	r.early = cc && cc < last_end;
-	r.extra = json_pack("{s:f,s:f}", "child_release_ms",
+	r.extra = json_pack("{s:f,s:f,s:I}", "child_release_ms",
 			    cc ? (double)(cc - last_end) / 1000.0 : -1.0,
-			    "child_submit_ms", submit_ms);
+			    "child_submit_ms", submit_ms, "early",
+			    (json_int_t)r.early);
 	bench_report(o, &r);
 done:
 	json_decref(r.extra);
