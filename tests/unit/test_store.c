@@ -5162,6 +5162,61 @@ static void test_after_chain_and_wide_fan_in(void **state)
 	due_close(db);
 }
 
+/*
+** due_parent_results: one JSON object by parent id with each parent's
+** state and result (base64 when not UTF-8, null when none), read for a
+** task from a claim (no parent list of its own); bounded: a result that
+** would pass the bound is left out with its size.
+*/
+static void test_after_parent_results(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_complete_outcome co;
+	due_task_list *l = NULL;
+	char *text = NULL, want[512];
+	const char *ck[] = {"c"};
+
+	due_id p1 = add(db, "p", 0, 5);
+	assert_int_equal(
+	    due_complete(db, &co, p1, claim_one(db, p1, LONG_LEASE), "one", 3),
+	    0);
+	due_id p2 = add(db, "p", 0, 5);
+	assert_int_equal(due_complete(db, &co, p2,
+				      claim_one(db, p2, LONG_LEASE), "\xff\x01",
+				      2),
+			 0);
+	due_id both[2] = {p1, p2};
+	due_id c = child_of(db, both, 2, false);
+	assert_int_equal(due_claim(db, &l, "w", ck, 1, 1, LONG_LEASE), 0);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, c);
+	assert_int_equal(l->items[0].after_n, 2);
+	assert_int_equal(due_parent_results(db, &text, &l->items[0], 0), 0);
+	snprintf(want, sizeof(want),
+		 "{\"%lld\":{\"result\":\"one\",\"state\":\"DONE\"},"
+		 "\"%lld\":{\"result_b64\":\"/wE=\",\"state\":\"DONE\"}}",
+		 (long long)p1, (long long)p2);
+	assert_string_equal(text, want);
+	free(text);
+	/* 60 bytes: the first entry fits, the second's result does not */
+	assert_int_equal(due_parent_results(db, &text, &l->items[0], 60), 0);
+	snprintf(want, sizeof(want),
+		 "{\"%lld\":{\"result\":\"one\",\"state\":\"DONE\"},"
+		 "\"%lld\":{\"result_omitted\":2,\"state\":\"DONE\"}}",
+		 (long long)p1, (long long)p2);
+	assert_string_equal(text, want);
+	free(text);
+	due_task_list_free(l);
+	/* a task with no parents: {} */
+	due_task *t = get(db, p1);
+	assert_int_equal(due_parent_results(db, &text, t, 0), 0);
+	assert_string_equal(text, "{}");
+	free(text);
+	due_task_free(t);
+	due_close(db);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -5229,6 +5284,7 @@ int main(void)
 	    T(test_after_retry_releases_once),
 	    T(test_after_reschedule_cancel_held),
 	    T(test_after_chain_and_wide_fan_in),
+	    T(test_after_parent_results),
 #undef T
 	};
 	int failed = 0;
