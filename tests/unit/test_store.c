@@ -5163,6 +5163,40 @@ static void test_after_chain_and_wide_fan_in(void **state)
 }
 
 /*
+** An edge counts once even where a parent ends twice: a DEAD parent that
+** an operator retries and then completes, or kills (DEAD -> CANCELLED),
+** does not count down its after_any_end child again.  The child of two
+** parents stays held for the second.
+*/
+static void test_after_edge_counted_once(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_fail_outcome fo;
+	due_state ks;
+
+	due_id a = add(db, "p", 0, 1), b = add(db, "q", HOUR, 5);
+	due_id ab[2] = {a, b};
+	due_id c = child_of(db, ab, 2, true);
+	assert_int_equal(
+	    due_fail(db, &fo, a, claim_one(db, a, LONG_LEASE), "x"), 0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	assert_held(db, c, 2, 1);
+	assert_int_equal(due_retry(db, a), 0);
+	complete_ok(db, a, claim_one(db, a, LONG_LEASE));
+	assert_held(db, c, 2, 1);
+	due_id d = add(db, "p", 0, 1);
+	due_id db2[2] = {d, b};
+	due_id c2 = child_of(db, db2, 2, true);
+	assert_int_equal(
+	    due_fail(db, &fo, d, claim_one(db, d, LONG_LEASE), "x"), 0);
+	assert_held(db, c2, 2, 1);
+	assert_int_equal(due_kill(db, &ks, d), 0); /* a dead letter dismissed */
+	assert_held(db, c2, 2, 1);
+	due_close(db);
+}
+
+/*
 ** due_parent_results: one JSON object by parent id with each parent's
 ** state and result (base64 when not UTF-8, null when none), read for a
 ** task from a claim (no parent list of its own); bounded: a result that
@@ -5285,6 +5319,7 @@ int main(void)
 	    T(test_after_reschedule_cancel_held),
 	    T(test_after_chain_and_wide_fan_in),
 	    T(test_after_parent_results),
+	    T(test_after_edge_counted_once),
 #undef T
 	};
 	int failed = 0;
