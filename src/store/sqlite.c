@@ -2320,21 +2320,24 @@ static int release_one(due_store *s, due_id child, due_id parent,
 static int after_end(due_store *s, due_id id, due_state ended, due_time now)
 {
 	id_list todo = {0}, kids = {0};
-	int rc = ids_push(&todo, id);
+	due_id parent = id;
+	size_t next = 0;
+	int rc = children_take(s, id, &kids);
 
-	for (size_t i = 0; rc == 0 && i < todo.n; i++) {
-		due_id parent = todo.v[i];
-		kids.n = 0;
-		if ((rc = children_take(s, parent, &kids)) < 0)
-			break;
+	/* the common case, no children: that probe, no allocation */
+	while (rc == 0 && kids.n) {
 		for (size_t k = 0; rc == 0 && k < kids.n; k++) {
 			bool cancelled = false;
 			rc = release_one(s, kids.v[k], parent,
-					 i ? DUE_CANCELLED : ended, now,
-					 &cancelled);
+					 parent == id ? ended : DUE_CANCELLED,
+					 now, &cancelled);
 			if (rc == 0 && cancelled)
 				rc = ids_push(&todo, kids.v[k]);
 		}
+		kids.n = 0;
+		/* the next cancelled task with children, in turn */
+		while (rc == 0 && !kids.n && next < todo.n)
+			rc = children_take(s, parent = todo.v[next++], &kids);
 	}
 	free(todo.v);
 	free(kids.v);
