@@ -627,7 +627,8 @@ static const char *const sql_text[ST_COUNT] = {
 	" after_left = CASE WHEN ?3 OR after_any_end THEN after_left - 1"
 	" ELSE 0 END,"
 	" due_at = CASE WHEN (?3 OR after_any_end) AND after_left = 1"
-	" THEN max(coalesce(after_at, ?2), ?2 + after_delay_us) ELSE due_at"
+	" THEN max(coalesce(after_at, ?2), ?2 + coalesce(after_delay_us, 0))"
+	" ELSE due_at"
 	" END,"
 	" last_error = CASE WHEN ?3 OR after_any_end THEN last_error"
 	" ELSE ?4 END, updated_at = ?2"
@@ -997,7 +998,10 @@ static const char schema_v10[] = DUE_SCHEMA_RECORD("10");
 **   after_at, after_delay_us  its own time, applied at the release:
 **                   due_at = max(after_at, release + after_delay_us).
 ** The columns are added with their defaults (0, NULL): an existing task
-** is after no task.  due_after holds one row per (parent, child), keyed
+** is after no task.  They are not declared NOT NULL: each such column
+** costs every insert a check (4 of the 14 VM steps these columns and the
+** index below added to a submit's INSERT), and only our statements write
+** them.  due_after holds one row per (parent, child), keyed
 ** by parent for the release (a parent without children: one probe that
 ** finds nothing), with due_after_child for get and prune; `ended` says
 ** the parent's end was counted, so a DEAD parent retried and then DONE,
@@ -1008,13 +1012,11 @@ static const char schema_v10[] = DUE_SCHEMA_RECORD("10");
 ** so the claim and the completion never touch it.
 */
 static const char schema_v11[] =
-    "ALTER TABLE due_task ADD COLUMN after_n INTEGER NOT NULL DEFAULT 0;"
-    "ALTER TABLE due_task ADD COLUMN after_left INTEGER NOT NULL DEFAULT 0;"
-    "ALTER TABLE due_task ADD COLUMN after_any_end INTEGER NOT NULL"
-    "  DEFAULT 0;"
+    "ALTER TABLE due_task ADD COLUMN after_n INTEGER DEFAULT 0;"
+    "ALTER TABLE due_task ADD COLUMN after_left INTEGER DEFAULT 0;"
+    "ALTER TABLE due_task ADD COLUMN after_any_end INTEGER DEFAULT 0;"
     "ALTER TABLE due_task ADD COLUMN after_at INTEGER;"
-    "ALTER TABLE due_task ADD COLUMN after_delay_us INTEGER NOT NULL"
-    "  DEFAULT 0;"
+    "ALTER TABLE due_task ADD COLUMN after_delay_us INTEGER DEFAULT 0;"
     "CREATE TABLE due_after ("
     "  parent INTEGER NOT NULL,"
     "  child INTEGER NOT NULL,"
