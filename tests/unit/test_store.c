@@ -5131,60 +5131,6 @@ static void test_after_reschedule_cancel_held(void **state)
 }
 
 /*
-** A chain of 30 (each after the one before) runs in order, one at a
-** time; a fan-in of 200 parents releases its child at the last DONE, in
-** one batch of completions.
-*/
-static void test_after_chain_and_wide_fan_in(void **state)
-{
-	(void)state;
-	due_db *db = open_db();
-	due_id chain[30], ps[200];
-
-	chain[0] = add(db, "p", 0, 5);
-	for (int i = 1; i < 30; i++)
-		chain[i] = child_of(db, &chain[i - 1], 1, false);
-	for (int i = 0; i < 30; i++) {
-		if (i + 1 < 30)
-			assert_held(db, chain[i + 1], 1, 1);
-		complete_ok(db, chain[i], claim_one(db, chain[i], LONG_LEASE));
-	}
-	due_task_list *l = NULL;
-	for (int i = 0; i < 200; i++)
-		ps[i] = add(db, "f", HOUR, 5);
-	due_id c = child_of(db, ps, 200, false);
-	assert_held(db, c, 200, 200);
-	due_task *t = get(db, c);
-	for (int i = 0; i < 200; i++)
-		assert_int_equal(t->after[i], ps[i]);
-	due_task_free(t);
-	/* make the parents due: move each to now */
-	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
-	due_reschedule_outcome rs;
-	for (int i = 0; i < 200; i++) {
-		assert_int_equal(due_reschedule(db, &rs, ps[i], &ro), 0);
-		assert_int_equal(rs, DUE_RESCHEDULE_RESCHEDULED);
-	}
-	const char *f[] = {"f"};
-	assert_int_equal(due_claim(db, &l, "w", f, 1, 200, LONG_LEASE), 0);
-	assert_int_equal(l->count, 200);
-	due_completion cs[200];
-	for (int i = 0; i < 200; i++)
-		cs[i] = (due_completion){l->items[i].id, l->items[i].attempt,
-					 "r", 1, DUE_COMPLETE_REJECTED_STALE};
-	assert_int_equal(due_complete_batch(db, cs, 199), 0);
-	assert_held(db, c, 200, 1);
-	assert_int_equal(due_complete_batch(db, cs + 199, 1), 0);
-	assert_int_equal(cs[199].outcome, DUE_COMPLETE_DONE);
-	t = get(db, c);
-	assert_int_equal(t->after_left, 0);
-	assert_true(t->due_at < DUE_TIME_LAST);
-	due_task_free(t);
-	due_task_list_free(l);
-	due_close(db);
-}
-
-/*
 ** SQLite: a version 10 store upgrades to 11 in place (what `due init`
 ** does): its tasks are after no task (after_n, after_left and
 ** after_any_end 0, no parents), are claimed and finished as before, and
@@ -5256,6 +5202,60 @@ static void test_sqlite_v10_upgrade(void **state)
 	assert_int_equal(due_now(db, &now), 0);
 	assert_released(db, c, now - HOUR, now);
 	claim_one(db, c, LONG_LEASE);
+	due_close(db);
+}
+
+/*
+** A chain of 30 (each after the one before) runs in order, one at a
+** time; a fan-in of 200 parents releases its child at the last DONE, in
+** one batch of completions.
+*/
+static void test_after_chain_and_wide_fan_in(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_id chain[30], ps[200];
+
+	chain[0] = add(db, "p", 0, 5);
+	for (int i = 1; i < 30; i++)
+		chain[i] = child_of(db, &chain[i - 1], 1, false);
+	for (int i = 0; i < 30; i++) {
+		if (i + 1 < 30)
+			assert_held(db, chain[i + 1], 1, 1);
+		complete_ok(db, chain[i], claim_one(db, chain[i], LONG_LEASE));
+	}
+	due_task_list *l = NULL;
+	for (int i = 0; i < 200; i++)
+		ps[i] = add(db, "f", HOUR, 5);
+	due_id c = child_of(db, ps, 200, false);
+	assert_held(db, c, 200, 200);
+	due_task *t = get(db, c);
+	for (int i = 0; i < 200; i++)
+		assert_int_equal(t->after[i], ps[i]);
+	due_task_free(t);
+	/* make the parents due: move each to now */
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome rs;
+	for (int i = 0; i < 200; i++) {
+		assert_int_equal(due_reschedule(db, &rs, ps[i], &ro), 0);
+		assert_int_equal(rs, DUE_RESCHEDULE_RESCHEDULED);
+	}
+	const char *f[] = {"f"};
+	assert_int_equal(due_claim(db, &l, "w", f, 1, 200, LONG_LEASE), 0);
+	assert_int_equal(l->count, 200);
+	due_completion cs[200];
+	for (int i = 0; i < 200; i++)
+		cs[i] = (due_completion){l->items[i].id, l->items[i].attempt,
+					 "r", 1, DUE_COMPLETE_REJECTED_STALE};
+	assert_int_equal(due_complete_batch(db, cs, 199), 0);
+	assert_held(db, c, 200, 1);
+	assert_int_equal(due_complete_batch(db, cs + 199, 1), 0);
+	assert_int_equal(cs[199].outcome, DUE_COMPLETE_DONE);
+	t = get(db, c);
+	assert_int_equal(t->after_left, 0);
+	assert_true(t->due_at < DUE_TIME_LAST);
+	due_task_free(t);
+	due_task_list_free(l);
 	due_close(db);
 }
 
