@@ -174,7 +174,10 @@ enum stmt_id {
 	ST_PARENTS,
 	ST_CHILDREN,
 	ST_EDGES_END,
+	ST_HELD_OF,
+	ST_COUNT_DOWN,
 	ST_RELEASE,
+	ST_CANCEL_HELD,
 	ST_LIST_HELD,
 	ST_PRUNE_AFTER,
 	ST_COUNT
@@ -615,25 +618,26 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_EDGES_END] = "UPDATE due_after SET ended = 1 WHERE parent = ?1"
 		     " AND ended = 0",
     /*
-    ** Child ?1's edge from a parent that ended at ?2: DONE (?3 = 1) or
-    ** any end of an after_any_end child counts it down, and the last one
-    ** makes it due (the later of its own instant and ?2 + its delay);
-    ** DEAD or CANCELLED cancels any other child, ?4 saying why.  Only a
-    ** held child (re-checked here); RETURNING what it became.
+    ** A child's edge from a parent that ended at ?2 (release_one): what
+    ** the held child ?1 waits for, then one of three writes, each
+    ** re-checking it: a count down that is not the last (after_left only:
+    ** no due or state index is touched, a fan-in of 1,000 pays that 999
+    ** times), the last one (due at the later of its own instant and ?2 +
+    ** its delay), or a cancel (?3 says why).
     */
+    [ST_HELD_OF] = "SELECT after_left, after_any_end FROM due_task"
+		   " WHERE id = ?1 AND state = 'SCHEDULED' AND after_left > 0",
+    [ST_COUNT_DOWN] =
+	"UPDATE due_task SET after_left = after_left - 1, updated_at = ?2"
+	" WHERE id = ?1 AND state = 'SCHEDULED' AND after_left > 1",
     [ST_RELEASE] =
-	"UPDATE due_task SET state = CASE WHEN ?3 OR after_any_end"
-	" THEN state ELSE 'CANCELLED' END,"
-	" after_left = CASE WHEN ?3 OR after_any_end THEN after_left - 1"
-	" ELSE 0 END,"
-	" due_at = CASE WHEN (?3 OR after_any_end) AND after_left = 1"
-	" THEN max(coalesce(after_at, ?2), ?2 + coalesce(after_delay_us, 0))"
-	" ELSE due_at"
-	" END,"
-	" last_error = CASE WHEN ?3 OR after_any_end THEN last_error"
-	" ELSE ?4 END, updated_at = ?2"
-	" WHERE id = ?1 AND state = 'SCHEDULED' AND after_left > 0"
-	" RETURNING state, after_left",
+	"UPDATE due_task SET after_left = 0, due_at = max(coalesce(after_at,"
+	" ?2), ?2 + coalesce(after_delay_us, 0)), updated_at = ?2"
+	" WHERE id = ?1 AND state = 'SCHEDULED' AND after_left = 1",
+    [ST_CANCEL_HELD] =
+	"UPDATE due_task SET state = 'CANCELLED', after_left = 0,"
+	" last_error = ?3, updated_at = ?2"
+	" WHERE id = ?1 AND state = 'SCHEDULED' AND after_left > 0",
     /* `due ls --held`: the held tasks, through their own index */
     [ST_LIST_HELD] =
 	"SELECT " DUE_TASK_COLS " FROM due_task INDEXED BY due_task_held"
@@ -2272,39 +2276,57 @@ static int children_take(due_store *s, due_id parent, id_list *out)
 }
 
 /*
-** Child `child`'s edge from `parent`, which ended in state `ended`
-** (ST_RELEASE): *cancelled when the child was cancelled by it; a child
-** made due sets s->wake_pending (its commit wakes the workers).
+** Child `child`'s edge from `parent`, which ended in state `ended`: read
+** what the child waits for (nothing when it is no longer held: cancelled,
+** killed); a DONE parent, or any end for an after_any_end child, counts
+** it down (ST_COUNT_DOWN, or ST_RELEASE for the last: the child is due,
+** s->wake_pending set so that the commit wakes the workers); any other
+** end cancels it (*cancelled).  Each write re-checks what was read.
 */
 static int release_one(due_store *s, due_id child, due_id parent,
 		       due_state ended, due_time now, bool *cancelled)
 {
-	sqlite3_stmt *st = stmt(s, ST_RELEASE);
+	sqlite3_stmt *st = stmt(s, ST_HELD_OF);
+	int64_t left = 0;
+	bool any = false, hit;
 	char why[96];
 	int rc;
 
 	*cancelled = false;
 	if (!st)
 		return due_error_last_code();
-	snprintf(why, sizeof(why), "parent task %lld ended %s",
-		 (long long)parent, due_state_name(ended));
 	sqlite3_bind_int64(st, 1, child);
-	sqlite3_bind_int64(st, 2, now);
-	sqlite3_bind_int(st, 3, ended == DUE_DONE);
-	sqlite3_bind_text(st, 4, why, -1, SQLITE_TRANSIENT);
 	if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		due_state cs = DUE_SCHEDULED;
-		if (due__sq_col_state(st, 0, &cs) < 0) {
-			sqlite3_reset(st);
-			return DUE_ERROR;
-		}
-		*cancelled = cs == DUE_CANCELLED;
-		if (cs == DUE_SCHEDULED && sqlite3_column_int(st, 1) == 0)
-			s->wake_pending = true;
-		rc = sqlite3_step(st); /* one row at most: the end */
+		left = sqlite3_column_int64(st, 0);
+		any = sqlite3_column_int(st, 1) != 0;
 	}
 	sqlite3_reset(st);
-	return rc == SQLITE_DONE ? 0 : due__sq_error(s, rc, "release child");
+	if (rc != SQLITE_ROW)
+		return rc == SQLITE_DONE ? 0
+					 : due__sq_error(s, rc, "read child");
+	bool counts = ended == DUE_DONE || any;
+	if (!(st = stmt(s, !counts    ? ST_CANCEL_HELD
+			   : left > 1 ? ST_COUNT_DOWN
+				      : ST_RELEASE)))
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, child);
+	sqlite3_bind_int64(st, 2, now);
+	if (!counts) {
+		snprintf(why, sizeof(why), "parent task %lld ended %s",
+			 (long long)parent, due_state_name(ended));
+		sqlite3_bind_text(st, 3, why, -1, SQLITE_TRANSIENT);
+	}
+	if ((rc = fenced(s, st, "release child", &hit)) < 0)
+		return rc;
+	if (!hit) /* not reachable under the write lock */
+		return due__error_set(DUE_ERROR,
+				      "task %lld: held, but its release by "
+				      "task %lld changed nothing (store bug)",
+				      (long long)child, (long long)parent);
+	*cancelled = !counts;
+	if (counts && left == 1)
+		s->wake_pending = true;
+	return 0;
 }
 
 /*
