@@ -3293,6 +3293,23 @@ static void test_flow_kind_settings(void **state)
 	due_close(db);
 }
 
+/* SQLite: a store taken back to version 10 (step 11 undone): run after. */
+static void sqlite_undo_v11(void)
+{
+	static const char *const undo[] = {
+	    "DROP INDEX due_task_held",
+	    "DROP TABLE due_after",
+	    "ALTER TABLE due_task DROP COLUMN after_n",
+	    "ALTER TABLE due_task DROP COLUMN after_left",
+	    "ALTER TABLE due_task DROP COLUMN after_any_end",
+	    "ALTER TABLE due_task DROP COLUMN after_at",
+	    "ALTER TABLE due_task DROP COLUMN after_delay_us",
+	    "UPDATE due_meta SET value = '10' WHERE name = 'schema_version'",
+	};
+	for (size_t i = 0; i < sizeof(undo) / sizeof(undo[0]); i++)
+		sql("%s", undo[i]);
+}
+
 /*
 ** SQLite: a store taken back to version 5 (step 6 undone): each running
 ** try gets its RUNNING attempt row back from its task row, as a version 5
@@ -3301,6 +3318,7 @@ static void test_flow_kind_settings(void **state)
 /* SQLite: a store taken back to version 6 (step 7 undone): its indexes. */
 static void sqlite_undo_v7(void)
 {
+	sqlite_undo_v11(); /* steps 8..10 only recorded their version */
 	static const char *const undo[] = {
 	    "DROP INDEX due_task_ended_id",
 	    "CREATE INDEX due_task_due ON due_task (due_at)"
@@ -4772,8 +4790,11 @@ static void test_after_fan_in(void **state)
 	due_task_list *l = NULL;
 	due_list_opts lo = DUE_LIST_OPTS_INIT;
 
-	due_id p1 = add(db, "p", 0, 5), p2 = add(db, "p", 0, 5);
+	/* p2 waits (an hour) while p1 is claimed alone: claim_one */
+	due_id p1 = add(db, "p", 0, 5), p2 = add(db, "p", HOUR, 5);
 	due_id both[2] = {p2, p1};
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome rs;
 	due_id c = child_of(db, both, 2, false);
 	assert_held(db, c, 2, 2);
 	due_task *t = get(db, c);
@@ -4794,6 +4815,7 @@ static void test_after_fan_in(void **state)
 	int32_t a1 = claim_one(db, p1, LONG_LEASE);
 	complete_ok(db, p1, a1);
 	assert_held(db, c, 2, 1);
+	assert_int_equal(due_reschedule(db, &rs, p2, &ro), 0); /* due now */
 	assert_int_equal(due_now(db, &t0), 0);
 	int32_t a2 = claim_one(db, p2, LONG_LEASE);
 	complete_ok(db, p2, a2);
@@ -5109,6 +5131,81 @@ static void test_after_reschedule_cancel_held(void **state)
 }
 
 /*
+** SQLite: a version 10 store upgrades to 11 in place (what `due init`
+** does): its tasks are after no task (after_n, after_left and
+** after_any_end 0, no parents), are claimed and finished as before, and
+** can be parents: a task added after two of them is held until one is
+** DONE and the other ends, and listed as held meanwhile.
+*/
+static void test_sqlite_v10_upgrade(void **state)
+{
+	(void)state;
+	if (!on_sqlite())
+		return;
+	due_db *db = open_db();
+	due_cancel_outcome co;
+	due_time now;
+
+	due_id later = add(db, "k", HOUR, 5), run = add(db, "k", 0, 5);
+	int32_t a = claim_one(db, run, LONG_LEASE);
+	due_id done = add(db, "k", 0, 5);
+	complete_ok(db, done, claim_one(db, done, LONG_LEASE));
+	due_close(db);
+	sqlite_undo_v11();
+	db = NULL;
+	assert_int_equal(due_open(&db, url, NULL), DUE_ESCHEMA);
+	due_close(db);
+
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	o.create = true;
+	db = NULL;
+	assert_int_equal(due_open(&db, url, &o), 0);
+	assert_int_equal(
+	    sql_int("SELECT value FROM due_meta WHERE name = 'schema_version'"),
+	    DUE_SCHEMA_VERSION);
+	assert_int_equal(sql_int("SELECT count(*) FROM sqlite_schema WHERE"
+				 " name IN ('due_after', 'due_after_child',"
+				 " 'due_task_held')"),
+			 3);
+	due_id old[3] = {later, run, done};
+	for (int i = 0; i < 3; i++) {
+		due_task *t = get(db, old[i]);
+		assert_int_equal(t->after_n, 0);
+		assert_int_equal(t->after_left, 0);
+		assert_false(t->after_any_end);
+		assert_null(t->after);
+		due_task_free(t);
+	}
+	/* a child of the old tasks: held by the two live ones */
+	due_id both[3] = {later, run, done};
+	due_id c = child_of(db, both, 3, true);
+	assert_held(db, c, 3, 2);
+	due_task *t = get(db, c);
+	assert_non_null(t->after);
+	assert_int_equal(t->after[0], later);
+	assert_int_equal(t->after[1], run);
+	assert_int_equal(t->after[2], done);
+	due_task_free(t);
+	due_task_list *l = NULL;
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	lo.held = true;
+	assert_int_equal(due_list(db, &l, &lo), 0);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, c);
+	due_task_list_free(l);
+	/* the running one finishes as before the upgrade; the other is
+	   cancelled: any end counts, the child is due */
+	complete_ok(db, run, a);
+	assert_held(db, c, 3, 1);
+	assert_int_equal(due_cancel(db, &co, later), 0);
+	assert_int_equal(co, DUE_CANCEL_CANCELLED);
+	assert_int_equal(due_now(db, &now), 0);
+	assert_released(db, c, now - HOUR, now);
+	claim_one(db, c, LONG_LEASE);
+	due_close(db);
+}
+
+/*
 ** A chain of 30 (each after the one before) runs in order, one at a
 ** time; a fan-in of 200 parents releases its child at the last DONE, in
 ** one batch of completions.
@@ -5302,6 +5399,7 @@ int main(void)
 	    T(test_sqlite_v4_upgrade),
 	    T(test_sqlite_v5_upgrade),
 	    T(test_sqlite_v6_upgrade),
+	    T(test_sqlite_v10_upgrade),
 	    T(test_due_order_across_priorities),
 	    T(test_sqlite_old_worker_running_row),
 	    T(test_sqlite_estimates),
