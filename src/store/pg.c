@@ -23,8 +23,12 @@
 ** say.  Reclaim and prune pick the same way.  cancel and extend must
 ** report what they found, so they lock the row first (a FOR UPDATE CTE) and
 ** then write from what they locked.  Only schedule with keys (insert, then
-** look up the live task on conflict) and complete with a hook need an
-** explicit transaction.
+** look up the live task on conflict) or with parents (mark and lock them,
+** then insert), and complete with a hook need an explicit transaction.
+** Run after's release is the one place where a statement's snapshot is
+** not enough: a finishing statement calls the VOLATILE due_release(),
+** whose statements each take a new snapshot (RELEASE, and
+** docs/internals/after-postgres.md).
 **
 ** Clock.  Due times and leases are judged by the database server's clock
 ** alone: now() (the transaction's start, a STABLE function, so the claim
@@ -56,9 +60,10 @@
 ** HOT updates (schema step 5).
 **
 ** Notifications.  Every submit (and every transition that makes a task due
-** again: retry, requeue, reclaim, a failed try's retry after its backoff)
-** calls pg_notify('due_task_new', kind) in its own transaction, so a
-** listener wakes only for committed tasks.
+** again: retry, requeue, reclaim, a failed try's retry after its backoff,
+** a held child released by its parent's end in due_release()) calls
+** pg_notify('due_task_new', kind) in its own transaction, so a listener
+** wakes only for committed tasks.
 **
 ** Schema history (bump DUE_SCHEMA_VERSION in due.h, add a step to
 ** `steps`, which due__migrate walks under the init advisory lock, never
@@ -89,8 +94,8 @@
 **  10  No table changes: `due init` adds due_schedule(..., on_key), the
 **      overload that debounces by key (issue 38), beside the six-argument
 **      one, which it keeps (and its grants).
-**  11  Run after (issue 38 point 3, docs/internals/ha-postgres.md "Run
-**      after"): due_task.after_n, after_left, after_any_end, after_at,
+**  11  Run after (issue 38 point 3, docs/internals/after-postgres.md):
+**      due_task.after_n, after_left, after_any_end, after_at,
 **      after_delay_us and is_parent; due_after, one row per (parent,
 **      child) edge, pending until its parent's end is counted; `due init`
 **      adds due_release() and due_schedule_after().
@@ -189,7 +194,7 @@ enum stmt_id {
 
 /*
 ** The release of a finishing statement's rows (docs/internals/
-** ha-postgres.md, "Run after"): `src` is its UPDATE's CTE, whose
+** after-postgres.md): `src` is its UPDATE's CTE, whose
 ** RETURNING gives id and kid (is_parent, and the row ended).  The call
 ** happens only when a row is a parent (one flag read from the row the
 ** UPDATE wrote: nothing more for a task without children), and always

@@ -2351,6 +2351,32 @@ static void test_schedule_after_sql(void **state)
 	assert_true(t->due_at >= t0 + 3600000000LL);
 	assert_true(t->due_at <= t1 + 3600000000LL);
 	due_task_free(t);
+
+	/* a producer role: due_schedule()'s grants are not enough; with
+	   the ones docs/internals/after-postgres.md adds, it works */
+	char role[40];
+	snprintf(role, sizeof(role), "due_after_prod_%d", (int)getpid());
+	due_id q = add(db, "p", LONG_LEASE, 5);
+	sql("DROP ROLE IF EXISTS %s", role);
+	sql("CREATE ROLE %s", role);
+	sql("GRANT USAGE ON SCHEMA %s TO %s", schema, role);
+	sql("GRANT INSERT, SELECT (id, kind, key, state) ON due_task TO %s",
+	    role);
+	sql("SET ROLE %s", role);
+	sql_refused("42501", "permission denied",
+		    "SELECT due_schedule_after('%s', 'r', ARRAY[%lld])", kind,
+		    (long long)q);
+	sql("RESET ROLE");
+	sql("GRANT SELECT (is_parent), UPDATE (is_parent) ON due_task TO %s",
+	    role);
+	sql("GRANT INSERT ON due_after TO %s", role);
+	sql("SET ROLE %s", role);
+	assert_true(sql_int("SELECT due_schedule_after('%s', 'r',"
+			    " ARRAY[%lld])",
+			    kind, (long long)q) > 0);
+	sql("RESET ROLE");
+	sql("DROP OWNED BY %s", role);
+	sql("DROP ROLE %s", role);
 	PQfinish(ear);
 	due_close(db);
 }
