@@ -212,7 +212,7 @@ enum stmt_id {
 #define ENDED(st) "(" st " IN ('DONE', 'DEAD', 'CANCELLED'))"
 
 /*
-** A new time for a task that may be held (reschedule, a move by key): a
+** A new time for a task that may be held (reschedule): a
 ** held task keeps due_at HELD_AT and stores the time as its own, applied
 ** at its release; at (NULL: none) and delay as asked.
 */
@@ -1188,32 +1188,31 @@ static const char *const sql_text[ST_COUNT] = {
     ** now(), as ST_INSERT computes it) and the payload, LATER only when
     ** that is later than its own; the UPDATE re-checks both (READ
     ** COMMITTED re-reads a row changed meanwhile).  One row when it moved.
+    ** A held holder (run after: due_at HELD_AT) is never moved by key, as
+    ** the core refuses after with replace or later: it answers existed.
     */
     [ST_KEY_MOVE] =
-	"WITH u AS (UPDATE due_task SET due_at = CASE WHEN after_left > 0"
-	" THEN due_at ELSE coalesce($3::timestamptz, now() + " US(
-	    "$4") ")"
-		  " END, " HOLD_TIME(
-		      "$3::timestamptz",
-		      "$4::int8") ","
-				  " payload = $5::bytea, updated_at = now()"
-				  " WHERE kind = $1::text AND key = $2::text"
-				  " AND state = 'SCHEDULED' AND ($6::int4 = 0 "
-				  "OR"
-				  " due_at < coalesce($3::timestamptz, now() "
-				  "+ " US("$4") ")) RETURNING id, kind)"
-						" SELECT id, "
-						"pg_notify('" DUE_PG_CHANNEL
-						"', kind) FROM u",
+	"WITH u AS (UPDATE due_task SET due_at = coalesce($3::timestamptz,"
+	" now() + " US(
+	    "$4") "), payload = $5::bytea, updated_at = now()"
+		  " WHERE kind = $1::text AND key = $2::text"
+		  " AND state = 'SCHEDULED' AND due_at < " HELD_AT
+		  " AND ($6::int4 = 0"
+		  " OR due_at < coalesce($3::timestamptz, now() + " US(
+		      "$4") "))"
+			    " RETURNING id, kind)"
+			    " SELECT id, pg_notify('" DUE_PG_CHANNEL
+			    "', kind) FROM u",
     /*
     ** It did not move: lock the live holder (the newest committed row)
     ** and say whether it runs (CLAIMED) and whether ST_KEY_MOVE would move
     ** it now.  No row: no live holder any more.
     */
     [ST_KEY_HOLDER] =
-	"SELECT id, (state = 'CLAIMED')::int4, ($5::int4 = 0 OR due_at <"
+	"SELECT id, (state = 'CLAIMED')::int4, (($5::int4 = 0 OR due_at <"
 	" coalesce($3::timestamptz, now() + " US(
-	    "$4") "))::int4 FROM due_task WHERE kind = $1::text"
+	    "$4") ")) AND due_at < " HELD_AT
+		  ")::int4 FROM due_task WHERE kind = $1::text"
 		  " AND key = $2::text AND state IN ('SCHEDULED', 'CLAIMED')"
 		  " FOR UPDATE",
     /* A running holder (locked by ST_KEY_HOLDER) gives up its key. */
@@ -1620,21 +1619,26 @@ static const char schema_v10[] = DUE_SCHEMA_RECORD("10");
 ** prune; pending until the parent's end was counted, so that an edge
 ** counts once even when a DEAD parent is retried and ends again.  The
 ** new columns have constant defaults: ADD COLUMN rewrites nothing, and
-** existing rows read 0 / 0 / false.
+** existing rows read 0 / 0 / false.  IF NOT EXISTS: a store whose
+** due_meta was set back by hand (the CLI tests fake older versions that
+** way) walks it again without error; a real step runs in one transaction.
 */
 static const char schema_v11[] =
-    "ALTER TABLE due_task ADD COLUMN after_n integer NOT NULL DEFAULT 0,"
-    "  ADD COLUMN after_left integer NOT NULL DEFAULT 0,"
-    "  ADD COLUMN after_any_end boolean NOT NULL DEFAULT false,"
-    "  ADD COLUMN after_at timestamptz, ADD COLUMN after_delay_us bigint,"
-    "  ADD COLUMN is_parent boolean NOT NULL DEFAULT false;"
-    "CREATE TABLE due_after ("
+    "ALTER TABLE due_task"
+    "  ADD COLUMN IF NOT EXISTS after_n integer NOT NULL DEFAULT 0,"
+    "  ADD COLUMN IF NOT EXISTS after_left integer NOT NULL DEFAULT 0,"
+    "  ADD COLUMN IF NOT EXISTS after_any_end boolean NOT NULL"
+    "    DEFAULT false,"
+    "  ADD COLUMN IF NOT EXISTS after_at timestamptz,"
+    "  ADD COLUMN IF NOT EXISTS after_delay_us bigint,"
+    "  ADD COLUMN IF NOT EXISTS is_parent boolean NOT NULL DEFAULT false;"
+    "CREATE TABLE IF NOT EXISTS due_after ("
     "  parent bigint NOT NULL,"
     "  child bigint NOT NULL,"
     "  pending boolean NOT NULL,"
     "  PRIMARY KEY (parent, child));"
-    "CREATE INDEX due_after_child ON due_after (child);" DUE_SCHEMA_RECORD(
-	"11");
+    "CREATE INDEX IF NOT EXISTS due_after_child ON due_after "
+    "(child);" DUE_SCHEMA_RECORD("11");
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
     [1] = schema_v1, [2] = schema_v2,	[3] = schema_v3,  [4] = schema_v4,
@@ -1808,20 +1812,18 @@ static const char sql_schedule_on_key_fn[] =
     "      IF new_id IS NOT NULL THEN RETURN new_id; END IF;\n"
     "      CONTINUE;\n"
     "    END IF;\n"
-    "    SELECT id, state = 'CLAIMED', ok = 'replace' OR due_at < due"
-    " INTO new_id, running, movable FROM due_task WHERE"
+    "    SELECT id, state = 'CLAIMED', (ok = 'replace' OR due_at < due)"
+    " AND due_at < " HELD_AT " INTO new_id, running, movable FROM due_task"
+    " WHERE"
     " due_task.kind = k AND due_task.key = ky AND"
     " state IN ('SCHEDULED', 'CLAIMED') FOR UPDATE;\n"
     "    CONTINUE WHEN new_id IS NULL;\n"
     "    IF NOT running THEN\n"
     "      IF NOT movable THEN RETURN new_id; END IF;\n"
-    "      UPDATE due_task SET due_at = CASE WHEN after_left > 0 THEN due_at"
-    " ELSE due END, after_at = CASE WHEN after_left > 0 THEN t"
-    " ELSE after_at END, after_delay_us = CASE WHEN after_left > 0 THEN"
-    " (extract(epoch FROM d) * 1000000)::int8 ELSE after_delay_us END,"
-    " payload = convert_to(p, 'UTF8'),"
+    "      UPDATE due_task SET due_at = due, payload = convert_to(p, 'UTF8'),"
     " updated_at = now() WHERE due_task.id = new_id AND"
-    " state = 'SCHEDULED' AND (ok = 'replace' OR due_at < due);\n"
+    " state = 'SCHEDULED' AND (ok = 'replace' OR due_at < due)"
+    " AND due_at < " HELD_AT ";\n"
     "      IF FOUND THEN\n"
     "        PERFORM pg_notify('" DUE_PG_CHANNEL "', k); RETURN new_id;\n"
     "      END IF;\n"

@@ -2377,6 +2377,26 @@ static void test_schedule_after_sql(void **state)
 	sql("RESET ROLE");
 	sql("DROP OWNED BY %s", role);
 	sql("DROP ROLE %s", role);
+
+	/* a held holder of a key is never moved by key (C and SQL) */
+	due_schedule_opts ko = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted ks, ks2;
+	ko.key = "hk";
+	ko.after = &q;
+	ko.n_after = 1;
+	assert_int_equal(due_schedule(db, &ks, "hk", "a", 1, &ko), 0);
+	ko.after = NULL;
+	ko.n_after = 0;
+	ko.on_key = DUE_ON_KEY_REPLACE;
+	assert_int_equal(due_schedule(db, &ks2, "hk", "b", 1, &ko), 0);
+	assert_true(ks2.existed && !ks2.moved && ks2.id == ks.id);
+	assert_int_equal(sql_int("SELECT due_schedule('hk', 'c', interval '0',"
+				 " NULL, 'hk', 5, 'replace')"),
+			 ks.id);
+	assert_after(db, ks.id, 1, true);
+	t = get(db, ks.id);
+	assert_memory_equal(t->payload, "a", 1);
+	due_task_free(t);
 	PQfinish(ear);
 	due_close(db);
 }
