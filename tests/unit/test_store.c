@@ -4772,8 +4772,11 @@ static void test_after_fan_in(void **state)
 	due_task_list *l = NULL;
 	due_list_opts lo = DUE_LIST_OPTS_INIT;
 
-	due_id p1 = add(db, "p", 0, 5), p2 = add(db, "p", 0, 5);
+	/* p2 waits (an hour) while p1 is claimed alone: claim_one */
+	due_id p1 = add(db, "p", 0, 5), p2 = add(db, "p", HOUR, 5);
 	due_id both[2] = {p2, p1};
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome rs;
 	due_id c = child_of(db, both, 2, false);
 	assert_held(db, c, 2, 2);
 	due_task *t = get(db, c);
@@ -4794,6 +4797,7 @@ static void test_after_fan_in(void **state)
 	int32_t a1 = claim_one(db, p1, LONG_LEASE);
 	complete_ok(db, p1, a1);
 	assert_held(db, c, 2, 1);
+	assert_int_equal(due_reschedule(db, &rs, p2, &ro), 0); /* due now */
 	assert_int_equal(due_now(db, &t0), 0);
 	int32_t a2 = claim_one(db, p2, LONG_LEASE);
 	complete_ok(db, p2, a2);
