@@ -117,6 +117,13 @@
 #define NOW_V "@due_now"
 #define USED_UP "attempt - attempt_base >= max_attempts"
 
+/*
+** The due_at of a task held by run-after: DUE_TIME_LAST
+** (9999-12-31T23:59:59.999999Z, core/internal.h), later than anything a
+** claim, upcoming, the overdue count or lateness ever asks for.
+*/
+#define HELD_AT "253402300799999999"
+
 /* Column lists with every name quoted (`key` is a reserved word). */
 #define MY_COL_(e, name) "`" #name "`, "
 #define MY_COL_LAST_(e, name) "`" #name "`"
@@ -721,9 +728,11 @@ static const char sql_schedule_proc[] =
 ** Outside a transaction (autocommit) each statement commits alone: a
 ** holder that changed between the look and the write is looked at again
 ** (the row count, and the state read again).  Created when missing or
-** older than ON_KEY_V, by init_extras.
+** older than ON_KEY_V, by init_extras.  v2 (schema 11): a holder held by
+** run-after keeps the new time as its own, applied at its release (its
+** due_at stays HELD_AT), for replace and later alike.
 */
-#define ON_KEY_V "due_schedule_on_key v1"
+#define ON_KEY_V "due_schedule_on_key v2"
 static const char sql_schedule_on_key_proc[] =
     "CREATE PROCEDURE due_schedule_on_key(" SCHED_PARAMS
     ", IN p_on_key VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
@@ -759,11 +768,14 @@ static const char sql_schedule_on_key_proc[] =
 		     "CAST(p_key AS"
 		     " BINARY) FOR UPDATE;\n"
 		     "      IF found IS NOT NULL AND claimed = 0 THEN\n"
-		     "        UPDATE due_task SET due_at = due, payload = "
+		     "        UPDATE due_task SET after_at = IF(after_left > 0,"
+		     " p_run_at_us, after_at), after_delay_us = IF(after_left"
+		     " > 0, IF(p_run_at_us IS NULL, delay, 0), after_delay_us),"
+		     " due_at = IF(after_left > 0, due_at, due), payload = "
 		     "COALESCE(p_payload,"
 		     " ''), updated_at = now_us WHERE id = found AND state = "
 		     "'SCHEDULED'"
-		     " AND (how = 1 OR due_at < due);\n"
+		     " AND (how = 1 OR after_left > 0 OR due_at < due);\n"
 		     "        SET cnt = ROW_COUNT();\n"
 		     "        IF cnt > 0 THEN\n"
 		     "          " SCHED_WAKE "        ELSE\n"
@@ -820,9 +832,11 @@ static const char sql_schedule_on_key_proc[] =
 ** is locked (FOR UPDATE) until the caller's COMMIT, judged on what was
 ** locked, and the UPDATE repeats state = 'SCHEDULED'; due_wake is bumped
 ** when it moved (as due_schedule does: MEMORY, seen at once).  Created
-** when missing or older than RESCHED_V, by init_extras.
+** when missing or older than RESCHED_V, by init_extras.  v2 (schema 11):
+** a task held by run-after keeps the new time as its own (after_at,
+** after_delay_us), applied at its release; its due_at stays HELD_AT.
 */
-#define RESCHED_V "due_reschedule v1"
+#define RESCHED_V "due_reschedule v2"
 static const char sql_reschedule_proc[] =
     "CREATE PROCEDURE due_reschedule(IN p_id BIGINT,"
     " IN p_run_in_us BIGINT, IN p_run_at_us BIGINT, IN p_payload LONGBLOB,"
@@ -869,8 +883,11 @@ static const char sql_reschedule_proc[] =
     "  ELSEIF st <> 'SCHEDULED' THEN\n"
     "    SET p_outcome = 'ALREADY_FINISHED';\n"
     "  ELSE\n"
-    "    UPDATE due_task SET due_at = COALESCE(p_run_at_us, " NOW
-    " + p_run_in_us), payload = COALESCE(p_payload, payload),"
+    "    UPDATE due_task SET after_at = IF(after_left > 0, p_run_at_us,"
+    " after_at), after_delay_us = IF(after_left > 0, COALESCE(p_run_in_us,"
+    " 0), after_delay_us), due_at = IF(after_left > 0, due_at,"
+    " COALESCE(p_run_at_us, " NOW " + p_run_in_us)),"
+    " payload = COALESCE(p_payload, payload),"
     " updated_at = " NOW " WHERE id = p_id AND state = 'SCHEDULED';\n"
     "    INSERT INTO due_wake (id, n) VALUES (1, 1)"
     " ON DUPLICATE KEY UPDATE n = n + 1;\n"
@@ -879,11 +896,179 @@ static const char sql_reschedule_proc[] =
     "END";
 
 /*
+** due_schedule_after: a run-after submit from SQL (issue 38 point 3),
+** inside the caller's own transaction, beside due_schedule (MySQL cannot
+** overload a routine or default a parameter):
+**
+**   START TRANSACTION; INSERT INTO orders ...;
+**   CALL due_schedule_after('ship', '42', 0, NULL, NULL, NULL,
+**                           '[41, 42]', FALSE, @id);
+**   COMMIT;
+**
+** The arguments of due_schedule, then the parents as a JSON array of task
+** ids (what every driver makes of a list: json.dumps, JSON.stringify; it
+** is the "after" of HTTP and of batch lines, and it needs no separator
+** or whitespace rules: MySQL and MariaDB both read it with JSON_LENGTH,
+** JSON_EXTRACT and JSON_TYPE), and after_any_end (NULL: FALSE).  Checks,
+** before anything is written: due_schedule's, then the array (1..1000
+** positive integers, none twice) SIGNAL 22023; each parent is locked in
+** share mode (the newest committed row, held to the caller's COMMIT: a
+** parent's finish waits for it and then releases this child) and judged
+** in the array's order: missing SIGNALs 23000 "parent task 41 not
+** found", DEAD or CANCELLED (without after_any_end) 55000 "parent task
+** 41 is DEAD (add with after_any_end to run after any end)".  The task
+** is held (due_at HELD_AT) while a parent is live, its own time kept in
+** after_at / after_delay_us; with a key whose live holder exists, @id is
+** the holder and nothing else is written.  Created when missing or
+** older than AFTER_V, by init_extras.
+*/
+#define AFTER_V "due_schedule_after v1"
+#define AFTER_ELEM "JSON_EXTRACT(p_after, CONCAT('$[', i, ']'))"
+static const char sql_schedule_after_proc[] =
+    "CREATE PROCEDURE due_schedule_after(" SCHED_PARAMS
+    ", IN p_after LONGTEXT, IN p_after_any_end BOOLEAN, OUT p_id BIGINT)"
+    " MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '" AFTER_V "'\n"
+    "BEGIN\n" SCHED_DECLARE "  DECLARE n, i, live INT DEFAULT 0;\n"
+    "  DECLARE v BIGINT;\n"
+    "  DECLARE st VARCHAR(16);\n"
+    "  DECLARE seen, mask LONGTEXT DEFAULT '';\n"
+    "  DECLARE any_end BOOLEAN DEFAULT COALESCE(p_after_any_end, FALSE);\n"
+    "  DECLARE CONTINUE HANDLER FOR NOT FOUND SET st = NULL;\n" SCHED_HANDLER
+    "  SET p_id = NULL;\n" SCHED_CHECKS(
+	"due_schedule_after",
+	"  ELSEIF p_after IS NULL OR NOT "
+	"JSON_VALID(p_after) THEN\n"
+	"    SET msg = 'due_schedule_after: after must "
+	"be a JSON array of"
+	" task ids, like ''[41, 42]''';\n"
+	"  ELSEIF JSON_TYPE(p_after) <> 'ARRAY' THEN\n"
+	"    SET msg = 'due_schedule_after: after must "
+	"be a JSON array of"
+	" task ids, like ''[41, 42]''';\n"
+	"  ELSEIF JSON_LENGTH(p_after) = 0 THEN\n"
+	"    SET msg = 'due_schedule_after: after is "
+	"empty: give the"
+	" parents';\n"
+	"  ELSEIF JSON_LENGTH(p_after) > 1000 THEN\n"
+	"    SET msg = CONCAT('due_schedule_after: after "
+	"lists ',"
+	" JSON_LENGTH(p_after), ' tasks: at most "
+	"1000');\n") "  SET n = JSON_LENGTH(p_after);\n"
+		     "  WHILE msg IS NULL AND i < n DO\n"
+		     "    SET v = "
+		     "IF(JSON_TYPE(" AFTER_ELEM
+		     ") = 'INTEGER', CAST(" AFTER_ELEM " AS SIGNED), NULL);\n"
+		     "    IF v IS NULL OR v <= 0 THEN\n"
+		     "      SET msg = "
+		     "LEFT(CONCAT('due_schedule_after: "
+		     "after: invalid task"
+		     " id ', LEFT(" AFTER_ELEM ", 40), ': ids are positive "
+		     "integers'),"
+		     " 128);\n"
+		     "    ELSEIF FIND_IN_SET(v, seen) > "
+		     "0 THEN\n"
+		     "      SET msg = "
+		     "CONCAT('due_schedule_after: after "
+		     "lists task ', v,"
+		     " ' twice');\n"
+		     "    ELSE\n"
+		     "      SET seen = CONCAT(seen, "
+		     "IF(i, ',', ''), v);\n"
+		     "    END IF;\n"
+		     "    SET i = i + 1;\n"
+		     "  END WHILE;\n"
+		     "  IF msg IS NOT NULL THEN\n"
+		     "    SIGNAL SQLSTATE '22023' SET "
+		     "MESSAGE_TEXT = msg;\n"
+		     "  END IF;\n"
+		     "  SET i = 0;\n"
+		     "  WHILE i < n DO\n"
+		     "    SET v = CAST(" AFTER_ELEM " AS SIGNED), st = NULL;\n"
+		     "    SELECT state INTO st FROM "
+		     "due_task WHERE id = v LOCK IN SHARE"
+		     " MODE;\n"
+		     "    IF st IS NULL THEN\n"
+		     "      SET msg = "
+		     "CONCAT('due_schedule_after: parent "
+		     "task ', v,"
+		     " ' not found');\n"
+		     "      SIGNAL SQLSTATE '23000' SET "
+		     "MESSAGE_TEXT = msg;\n"
+		     "    ELSEIF st IN ('DEAD', "
+		     "'CANCELLED') AND NOT any_end THEN\n"
+		     "      SET msg = "
+		     "CONCAT('due_schedule_after: parent "
+		     "task ', v, ' is ',"
+		     " st, ' (add with after_any_end to "
+		     "run after any end)');\n"
+		     "      SIGNAL SQLSTATE '55000' SET "
+		     "MESSAGE_TEXT = msg;\n"
+		     "    END IF;\n"
+		     "    SET mask = CONCAT(mask, IF(st "
+		     "IN ('SCHEDULED', 'CLAIMED'), '1',"
+		     " '0'));\n"
+		     "    SET live = live + (st IN "
+		     "('SCHEDULED', 'CLAIMED'));\n"
+		     "    SET i = i + 1;\n"
+		     "  END WHILE;\n"
+		     "  SET now_us = " NOW ";\n"
+		     "  retry: LOOP\n"
+		     "    SET dup = 0, tries = tries + "
+		     "1;\n"
+		     "    INSERT INTO due_task (kind, "
+		     "payload, state, due_at, "
+		     "max_attempts,"
+		     " backoff_us, backoff_cap_us, "
+		     "`key`, created_at, updated_at, "
+		     "after_n,"
+		     " after_left, after_any_end, "
+		     "after_at, after_delay_us)"
+		     " VALUES (p_kind, "
+		     "COALESCE(p_payload, ''), "
+		     "'SCHEDULED',"
+		     " IF(live > 0, " HELD_AT
+		     ", COALESCE(p_run_at_us, now_us + "
+		     "delay)),"
+		     " attempts, 1000000, 3600000000, "
+		     "p_key, now_us, now_us, n, live,"
+		     " any_end, p_run_at_us, "
+		     "IF(p_run_at_us IS NULL, delay, "
+		     "0));\n"
+		     "    IF dup = 0 THEN\n"
+		     "      SET p_id = LAST_INSERT_ID(), "
+		     "i = 0;\n"
+		     "      WHILE i < n DO\n"
+		     "        INSERT INTO due_after "
+		     "(parent, child, pending) VALUES "
+		     "(CAST(" AFTER_ELEM " AS SIGNED), p_id, SUBSTRING(mask, "
+		     "i + 1, 1) = '1');\n"
+		     "        SET i = i + 1;\n"
+		     "      END WHILE;\n"
+		     "      " SCHED_WAKE "      LEAVE retry;\n"
+		     "    END IF;\n"
+		     "    SELECT MAX(id) INTO found FROM "
+		     "due_task WHERE kind = p_kind"
+		     " AND live_key = CAST(p_key AS "
+		     "BINARY) LOCK IN SHARE MODE;\n"
+		     "    IF found IS NOT NULL THEN\n"
+		     "      SET p_id = found;\n"
+		     "      LEAVE retry;\n"
+		     "    END IF;\n"
+		     "    IF tries >= 20 THEN\n"
+		     "      SIGNAL SQLSTATE '40001' SET "
+		     "MESSAGE_TEXT = 'due_schedule_after:"
+		     " the live task of this key keeps "
+		     "changing; try again';\n"
+		     "    END IF;\n"
+		     "  END LOOP;\n"
+		     "END";
+
+/*
 ** What `due init` keeps beside the versioned schema, done only when
 ** needed (every due_open with create runs init): the byte-exact key and
 ** group columns (VARBINARY, NO PAD) of a database made by this backend
-** before they were, and the due_schedule, due_schedule_on_key and
-** due_reschedule procedures.
+** before they were, and the due_schedule, due_schedule_on_key,
+** due_reschedule and due_schedule_after procedures.
 */
 static int init_extras(due_store *s)
 {
@@ -892,7 +1077,7 @@ static int init_extras(due_store *s)
 	    " MODIFY grp VARBINARY(255) NULL,"
 	    " MODIFY live_key VARBINARY(512) AS (IF(state IN ('SCHEDULED',"
 	    " 'CLAIMED'), `key`, NULL)) STORED";
-	int64_t need[4];
+	int64_t need[5];
 	int rc;
 
 	for (int locked = 0;; locked = 1) {
@@ -913,10 +1098,14 @@ static int init_extras(due_store *s)
 			" (SELECT COUNT(*) = 0 FROM information_schema"
 			".routines WHERE routine_schema = DATABASE() AND"
 			" routine_name = 'due_schedule_on_key' AND routine_type"
-			" = 'PROCEDURE' AND routine_comment = '" ON_KEY_V "')");
-		if ((rc = ints(s, &b, "read schema extras", need, 4)) < 0)
+			" = 'PROCEDURE' AND routine_comment = '" ON_KEY_V "'),"
+			" (SELECT COUNT(*) = 0 FROM information_schema"
+			".routines WHERE routine_schema = DATABASE() AND"
+			" routine_name = 'due_schedule_after' AND routine_type"
+			" = 'PROCEDURE' AND routine_comment = '" AFTER_V "')");
+		if ((rc = ints(s, &b, "read schema extras", need, 5)) < 0)
 			goto out;
-		if (!need[0] && !need[1] && !need[2] && !need[3])
+		if (!need[0] && !need[1] && !need[2] && !need[3] && !need[4])
 			goto out;
 		if (!locked) {
 			if ((rc = mig_lock(s)) < 0)
@@ -939,11 +1128,19 @@ static int init_extras(due_store *s)
 				    "create procedure due_reschedule")) < 0))
 			goto out;
 		if (need[3] &&
+		    ((rc = run_text(
+			  s, "DROP PROCEDURE IF EXISTS due_schedule_on_key",
+			  "drop procedure due_schedule_on_key")) < 0 ||
+		     (rc = run_text(s, sql_schedule_on_key_proc,
+				    "create procedure due_schedule_on_key")) <
+			 0))
+			goto out;
+		if (need[4] &&
 		    (rc = run_text(
-			 s, "DROP PROCEDURE IF EXISTS due_schedule_on_key",
-			 "drop procedure due_schedule_on_key")) == 0)
-			rc = run_text(s, sql_schedule_on_key_proc,
-				      "create procedure due_schedule_on_key");
+			 s, "DROP PROCEDURE IF EXISTS due_schedule_after",
+			 "drop procedure due_schedule_after")) == 0)
+			rc = run_text(s, sql_schedule_after_proc,
+				      "create procedure due_schedule_after");
 		goto out;
 	}
 out:
@@ -1071,13 +1268,6 @@ static int my_results_fit(const due_store *s, const due_completion *items,
 #define INSERT_HEAD_AFTER                                                      \
 	INSERT_COLS ", after_n, after_left, after_any_end, after_at,"          \
 		    " after_delay_us) VALUES "
-
-/*
-** The due_at of a task held by run-after: DUE_TIME_LAST
-** (9999-12-31T23:59:59.999999Z, core/internal.h), later than anything a
-** claim, upcoming, the overdue count or lateness ever asks for.
-*/
-#define HELD_AT "253402300799999999"
 
 /*
 ** One submit's VALUES tuple; its times from `now`, an SQL expression of
