@@ -77,8 +77,11 @@
 **      after_delay_us); due_after holds the edges, one row per (parent,
 **      child) with `pending` while the parent has not ended yet (PRIMARY
 **      KEY (parent, child) for the release, KEY (child, parent) for get
-**      and prune).  Every existing task gets 0/0/0.  Plain ADD COLUMN as
-**      step 5 (MySQL 8 has no IF NOT EXISTS for it).
+**      and prune).  Every existing task gets 0/0/0.  Re-runnable: MySQL 8
+**      has no ADD COLUMN IF NOT EXISTS, so the ALTER is prepared only
+**      when after_n is missing (information_schema), and a store whose
+**      recorded version was set back (tests/cli/test_sql_submit.sh) or a
+**      second `due init` on another Galera node passes through it.
 */
 #include <errno.h>
 #include <stdint.h>
@@ -316,11 +319,16 @@ static const char schema_v5[] =
 
 /* Run-after (docs/internals/mysql.md, "Run after"). */
 static const char schema_v11[] =
-    "ALTER TABLE due_task ADD COLUMN after_n INT NOT NULL DEFAULT 0,"
+    "SET @due_sql = IF((SELECT COUNT(*) FROM information_schema.columns"
+    " WHERE table_schema = DATABASE() AND table_name = 'due_task'"
+    " AND column_name = 'after_n') = 0,"
+    " 'ALTER TABLE due_task ADD COLUMN after_n INT NOT NULL DEFAULT 0,"
     " ADD COLUMN after_left INT NOT NULL DEFAULT 0,"
     " ADD COLUMN after_any_end BOOLEAN NOT NULL DEFAULT FALSE,"
     " ADD COLUMN after_at BIGINT NULL,"
-    " ADD COLUMN after_delay_us BIGINT NOT NULL DEFAULT 0;"
+    " ADD COLUMN after_delay_us BIGINT NOT NULL DEFAULT 0', 'DO 0');"
+    "PREPARE due_step FROM @due_sql; EXECUTE due_step;"
+    " DEALLOCATE PREPARE due_step;"
     "CREATE TABLE IF NOT EXISTS due_after ("
     " parent BIGINT NOT NULL,"
     " child BIGINT NOT NULL,"
