@@ -2684,7 +2684,7 @@ static int release_level(due_store *s, const due_id *f, size_t n,
 			    &b, " WHEN %lld THEN 'parent task %lld ended %s'",
 			    (long long)c[i].child, (long long)c[i].parent,
 			    c[i].dead ? "DEAD" : "CANCELLED");
-		due__my_add(&b, " END, updated_at = " NOW_V
+		due__my_add(&b, " END, after_left = 0, updated_at = " NOW_V
 				" WHERE state = 'SCHEDULED' AND after_left > 0"
 				" AND id IN (");
 		for (size_t i = 0; i < nc; i++)
@@ -3417,8 +3417,9 @@ static int cancel_tx(due_store *s, due_cancel_outcome *out, due_id id)
 		due__my_add(&b,
 			    "UPDATE due_task SET %s, updated_at = " NOW
 			    " WHERE id = %lld AND state = ",
-			    st == DUE_SCHEDULED ? "state = 'CANCELLED'"
-						: "cancel_requested = TRUE",
+			    st == DUE_SCHEDULED
+				? "state = 'CANCELLED', after_left = 0"
+				: "cancel_requested = TRUE",
 			    (long long)id);
 		due__my_str(&b, state);
 		if ((rc = exec_one(s, &b, "cancel", id)) < 0 ||
@@ -3790,7 +3791,7 @@ static int operator_tx(due_store *s, bool kill, due_id id, due_state *final)
 			    " 'DEAD' THEN 'dead letter dismissed by operator'"
 			    " ELSE 'killed by operator' END), state = CASE WHEN"
 			    " state = 'DEAD' OR cancel_requested THEN"
-			    " 'CANCELLED' ELSE 'DEAD' END,");
+			    " 'CANCELLED' ELSE 'DEAD' END, after_left = 0,");
 	else
 		due__my_add(&b, "UPDATE due_task SET state = CASE WHEN"
 				" cancel_requested THEN 'CANCELLED' ELSE"
