@@ -738,7 +738,11 @@ static const char sql_schedule_proc[] =
 ** (the row count, and the state read again).  Created when missing or
 ** older than ON_KEY_V, by init_extras.  v2 (schema 11): a holder held by
 ** run-after keeps the new time as its own, applied at its release (its
-** due_at stays HELD_AT), for replace and later alike.
+** due_at stays HELD_AT), for replace and later alike, by a statement of
+** its own that runs only for a held holder: a producer granted what v1
+** needs (docs/INTERFACE.md) keeps working for every other holder, and
+** needs SELECT (after_left), UPDATE (after_at, after_delay_us) only for
+** a held one.
 */
 #define ON_KEY_V "due_schedule_on_key v2"
 static const char sql_schedule_on_key_proc[] =
@@ -746,7 +750,8 @@ static const char sql_schedule_on_key_proc[] =
     ", IN p_on_key VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
     " OUT p_id BIGINT)"
     " MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '" ON_KEY_V "'\n"
-    "BEGIN\n" SCHED_DECLARE "  DECLARE how, claimed, cnt INT DEFAULT NULL;\n"
+    "BEGIN\n" SCHED_DECLARE
+    "  DECLARE how, claimed, cnt, held INT DEFAULT NULL;\n"
     "  DECLARE due BIGINT;\n" SCHED_HANDLER "  SET p_id = NULL;\n"
     /* compared as bytes: no trailing-space padding, no case folding */
     "  SET how = CASE CAST(COALESCE(p_on_key, 'keep') AS BINARY)"
@@ -770,21 +775,31 @@ static const char sql_schedule_on_key_proc[] =
 		     " try again';\n"
 		     "    END IF;\n"
 		     "    IF how <> 0 THEN\n"
-		     "      SELECT MAX(id), MAX(state = 'CLAIMED') INTO found, "
-		     "claimed"
+		     "      SELECT MAX(id), MAX(state = 'CLAIMED'), MAX(due_at "
+		     "= " HELD_AT ") INTO found, claimed, held"
 		     " FROM due_task WHERE kind = p_kind AND live_key = "
 		     "CAST(p_key AS"
 		     " BINARY) FOR UPDATE;\n"
 		     "      IF found IS NOT NULL AND claimed = 0 THEN\n"
-		     "        UPDATE due_task SET after_at = IF(after_left > 0,"
-		     " p_run_at_us, after_at), after_delay_us = IF(after_left"
-		     " > 0, IF(p_run_at_us IS NULL, delay, 0), after_delay_us),"
-		     " due_at = IF(after_left > 0, due_at, due), payload = "
+		     "        SET cnt = 0;\n"
+		     /* held (run-after): its own statement, so that only a
+			held holder needs the run-after columns' grants */
+		     "        IF held = 1 THEN\n"
+		     "          UPDATE due_task SET after_at = p_run_at_us,"
+		     " after_delay_us = IF(p_run_at_us IS NULL, delay, 0),"
+		     " payload = COALESCE(p_payload, ''), updated_at = now_us"
+		     " WHERE id = found AND state = 'SCHEDULED' AND after_left"
+		     " > 0;\n"
+		     "          SET cnt = ROW_COUNT();\n"
+		     "        END IF;\n"
+		     "        IF cnt = 0 THEN\n"
+		     "          UPDATE due_task SET due_at = due, payload = "
 		     "COALESCE(p_payload,"
 		     " ''), updated_at = now_us WHERE id = found AND state = "
 		     "'SCHEDULED'"
-		     " AND (how = 1 OR after_left > 0 OR due_at < due);\n"
-		     "        SET cnt = ROW_COUNT();\n"
+		     " AND (how = 1 OR due_at < due);\n"
+		     "          SET cnt = ROW_COUNT();\n"
+		     "        END IF;\n"
 		     "        IF cnt > 0 THEN\n"
 		     "          " SCHED_WAKE "        ELSE\n"
 		     "          SELECT COUNT(*) INTO cnt FROM due_task WHERE "

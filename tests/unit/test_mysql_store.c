@@ -1682,6 +1682,59 @@ static void test_sql_after(void **state)
 	due_close(db);
 }
 
+/*
+** on_key replace or later meeting a held holder (run-after), from C and
+** from SQL: the holder answers (existed, moved), stays held, and keeps
+** the new time as its own, applied at its release.
+*/
+static void test_after_on_key_held(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s, s2;
+	due_time now;
+	char sql[300];
+
+	assert_int_equal(due_now(db, &now), 0);
+	due_id p = add(db, "p", HOUR_US, 5);
+	o.after = &p;
+	o.n_after = 1;
+	o.key = "k1";
+	assert_int_equal(due_schedule(db, &s, "c", "a", 1, &o), 0);
+	o = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
+	o.key = "k1";
+	o.on_key = DUE_ON_KEY_LATER;
+	o.at = now + 3 * HOUR_US;
+	assert_int_equal(due_schedule(db, &s2, "c", "b", 1, &o), 0);
+	assert_true(s2.existed && s2.moved && s2.id == s.id);
+	due_task *t = get(db, s.id);
+	assert_int_equal(t->after_left, 1);
+	assert_int_equal(t->due_at, 253402300799999999LL);
+	assert_memory_equal(t->payload, "b", 1);
+	due_task_free(t);
+	snprintf(sql, sizeof(sql),
+		 "CALL due_schedule_on_key('c', 'z', NULL, %lld, 'k1', NULL,"
+		 " 'replace', @id)",
+		 (long long)(now + 2 * HOUR_US));
+	q(m, sql);
+	assert_int_equal(q_int(m, "SELECT @id"), s.id);
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome rs;
+	due_complete_outcome cc;
+	assert_int_equal(due_reschedule(db, &rs, p, &ro), 0);
+	assert_int_equal(
+	    due_complete(db, &cc, p, claim_one(db, p, LONG_LEASE), "r", 1), 0);
+	t = get(db, s.id);
+	assert_int_equal(t->after_left, 0);
+	assert_int_equal(t->due_at, now + 2 * HOUR_US);
+	assert_memory_equal(t->payload, "z", 1);
+	due_task_free(t);
+	mysql_close(m);
+	due_close(db);
+}
+
 /* ------------------------------------------------------------------ */
 /* Bounded waits (issue 35)                                            */
 /* ------------------------------------------------------------------ */
@@ -2042,6 +2095,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_after_chain_cancel, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_sql_after, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_after_on_key_held, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_deadlock_retried, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_killed_connection, setup,
