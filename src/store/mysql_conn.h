@@ -56,6 +56,7 @@ struct due_store {
 			       next statement, NULL when none (due__my_defer) */
 	size_t defer_len;
 	bool pick_short;   /* the last claim pick found fewer than asked */
+	bool released;	   /* run-after released a child: wake after commit */
 	bool deadlock;	   /* the last error was 1213/1205: retry */
 	unsigned err;	   /* native error number of the last failure */
 	uint64_t affected; /* rows matched by the last statement */
