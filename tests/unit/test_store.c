@@ -4772,7 +4772,9 @@ static void test_after_fan_in(void **state)
 	due_task_list *l = NULL;
 	due_list_opts lo = DUE_LIST_OPTS_INIT;
 
-	due_id p1 = add(db, "p", 0, 5), p2 = add(db, "p", 0, 5);
+	/* p2 waits an hour (moved to now below): claim_one(p1) must find
+	   p1 alone due */
+	due_id p1 = add(db, "p", 0, 5), p2 = add(db, "p", HOUR, 5);
 	due_id both[2] = {p2, p1};
 	due_id c = child_of(db, both, 2, false);
 	assert_held(db, c, 2, 2);
@@ -4795,6 +4797,10 @@ static void test_after_fan_in(void **state)
 	complete_ok(db, p1, a1);
 	assert_held(db, c, 2, 1);
 	assert_int_equal(due_now(db, &t0), 0);
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome rs;
+	assert_int_equal(due_reschedule(db, &rs, p2, &ro), 0);
+	assert_int_equal(rs, DUE_RESCHEDULE_RESCHEDULED);
 	int32_t a2 = claim_one(db, p2, LONG_LEASE);
 	complete_ok(db, p2, a2);
 	assert_int_equal(due_now(db, &t1), 0);
