@@ -37,11 +37,12 @@ end
 -- Task id ended `how`: each child in :ac:id, once (the set goes with
 -- this step; a parent ends once: terminal states do not change, and a
 -- retried DEAD parent has none left), in this shard now, or, in another
--- shard, as a message 'E c p how' in this shard's outbox.  One EXISTS
--- for a task without children (the per-task path of complete).
+-- shard, as a message 'E c p how' in this shard's outbox.  One SCARD
+-- for a task without children (the per-task path of complete; not
+-- EXISTS, which a user may be refused: test_redis_store.c).
 local AQ, adraining = {}, false
 after_end = function(id, how, t)
-  if redis.call('EXISTS', K('ac', id)) == 0 then return end
+  if redis.call('SCARD', K('ac', id)) == 0 then return end
   AQ[#AQ + 1] = {I(tonumber(id)), how}
   if adraining then return end
   adraining = true
