@@ -368,11 +368,14 @@ static int item_shard(const due_store *s, const due_submit *it, int rr)
 static int deliver(due_store *s, int i, const char *msg)
 {
 	char st[16], how[16] = "";
-	const char *p = msg + 2, *h;
+	const char *p, *h;
 	char *end;
 	due_id child, parent;
 	int rc;
 
+	if (strlen(msg) < 5) /* not ours: "L 1 2" at least */
+		return due__redis_outbox_del(s->sh[i], msg);
+	p = msg + 2;
 	child = strtoll(p, &end, 10);
 	parent = end && *end == ' ' ? strtoll(end + 1, &end, 10) : 0;
 	if (child <= 0 || parent <= 0 || (msg[0] != 'L' && msg[0] != 'E'))
