@@ -447,12 +447,16 @@ static int forwarded(due_store *s, int rc)
 ** an item), and the item's marks say what its script does with each
 ** (arg_parents in redis.c): refused before any shard writes when one is
 ** missing (DUE_ENOTFOUND) or DEAD/CANCELLED without after_any_end
-** (DUE_ESTATE), as one shard's script refuses its own.  *marks: NULL
+** (DUE_ESTATE), as one shard's script refuses its own.  With `all` (a
+** call over several shards, each its own script) the parents in an
+** item's own shard are read here too, so that a refusal comes before any
+** shard writes its part (they stay '.': its script reads them again, in
+** the step that writes).  *marks: NULL
 ** when no item has a parent in another shard, else one string an item
 ** (NULL for an item without any), all in one allocation with the array.
 */
 static int after_marks(due_store *s, const due_submit *items, size_t n,
-		       const int *to, char ***marks)
+		       const int *to, bool all, char ***marks)
 {
 	size_t total = 0, off;
 	char **m, (*st)[16] = NULL, *text;
@@ -482,7 +486,7 @@ static int after_marks(due_store *s, const due_submit *items, size_t n,
 		memset(m[j], '.', o->n_after);
 		for (int i = 0; i < s->n && rc == 0; i++) {
 			size_t k = 0;
-			if (i == to[j])
+			if (i == to[j] && !all)
 				continue;
 			for (size_t a = 0; a < o->n_after; a++)
 				if (o->after[a] % s->n == i)
@@ -510,7 +514,7 @@ static int after_marks(due_store *s, const due_submit *items, size_t n,
 					    "after_any_end to run after any "
 					    "end)",
 					    (long long)o->after[a], v);
-				else
+				else if (i != to[j]) /* its own stay '.' */
 					m[j][a] =
 					    strcmp(v, "SCHEDULED") == 0 ||
 						    strcmp(v, "CLAIMED") == 0
@@ -570,7 +574,7 @@ static int sh_schedule_parts(due_store *s, due_submitted *out,
 		to[j] = item_shard(s, &items[j], rr);
 		one = one && to[j] == to[0];
 	}
-	if ((rc = after_marks(s, items, n, to, &marks)) < 0)
+	if ((rc = after_marks(s, items, n, to, !one, &marks)) < 0)
 		goto done;
 	if (one) {
 		rc = due__redis_schedule_marked(s->sh[to[0]], out, items, n,

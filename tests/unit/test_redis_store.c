@@ -1780,7 +1780,8 @@ static void acl(const char *r1, const char *r2)
 ** Sharded (?shards=2), a child in another shard than its parents: held,
 ** released by the parent's DONE in the same call (forwarded), cancelled
 ** down a chain that crosses shards, refused before anything is written
-** for a missing or DEAD parent in the other shard; and the two crashes
+** for a missing or DEAD parent in the other shard (a batch over both
+** shards too, whichever shard the missing parent is in); and the two crashes
 ** between steps, simulated by a user that may not write the other shard
 ** (its delivery fails, the call's own work is written), redone by a
 ** later reclaim (the workers' maintenance), never counted twice:
@@ -1842,6 +1843,53 @@ static void test_after_shards(void **state)
 	for (int k = 0; k < DUE_STATE_COUNT; k++)
 		now_n += (size_t)st.counts[k];
 	assert_int_equal(now_n, before); /* nothing written */
+
+	/* a batch over both shards (keyed items: each to its key's shard),
+	   its second item after a missing parent of its own shard (read by
+	   that shard's script, which runs second): refused before the first
+	   shard writes its part */
+	{
+		due_submit it[2];
+		due_submitted got[2];
+		char keys[2][16];
+		int sh[2] = {-1, -1};
+		for (int i = 0; sh[0] < 0 || sh[1] < 0; i++) {
+			due_schedule_opts ko = DUE_SCHEDULE_OPTS_INIT;
+			due_submitted ks;
+			due_cancel_outcome kc;
+			char k[16];
+			snprintf(k, sizeof(k), "b%d", i);
+			ko.key = k;
+			assert_int_equal(
+			    due_schedule(adm, &ks, "c", "b", 1, &ko), 0);
+			assert_int_equal(due_cancel(adm, &kc, ks.id), 0);
+			if (sh[ks.id % 2] < 0) {
+				sh[ks.id % 2] = i;
+				snprintf(keys[ks.id % 2], sizeof(keys[0]), "%s",
+					 k);
+			}
+		}
+		assert_int_equal(due_stats_get(adm, &st), 0);
+		before = 0;
+		for (int k = 0; k < DUE_STATE_COUNT; k++)
+			before += (size_t)st.counts[k];
+		due_id bad[2] = {live, 999999999}; /* shard 1's */
+		for (int i = 0; i < 2; i++) {
+			it[i] = (due_submit){
+			    .kind = "c", .payload = "b", .payload_len = 1};
+			it[i].opts = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
+			it[i].opts.key = keys[i]; /* item i to shard i */
+			it[i].opts.after = i == 1 ? bad : &live;
+			it[i].opts.n_after = i == 1 ? 2 : 1;
+		}
+		assert_int_equal(due_schedule_batch(adm, got, it, 2),
+				 DUE_ENOTFOUND);
+		assert_int_equal(due_stats_get(adm, &st), 0);
+		now_n = 0;
+		for (int k = 0; k < DUE_STATE_COUNT; k++)
+			now_n += (size_t)st.counts[k];
+		assert_int_equal(now_n, before);
+	}
 
 	/* a DEAD parent cancels a chain crossing shards 0 -> 1 -> 0 -> 1 */
 	due_id q = add_on(adm, 0, 1);
