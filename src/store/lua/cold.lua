@@ -4,7 +4,7 @@
 -- functions are defined only when one of them is called (defining
 -- every function costs each EVALSHA tens of microseconds).
 local function cold()
-  after_cold()
+  after_fns()
   ops.cancel = function()
     local t, id = now(), tonumber(A[2])
     local tk = T(id)

@@ -75,8 +75,14 @@ end
 -- (after_check)
 ops.submit = function()
   local t, n, out, new = now(), tonumber(A[2]), {}, false
-  local bad = after_check(n)
-  if bad then return bad end
+  for j = 0, n - 1 do
+    if A[3 + j * 14 + 13] ~= '' then
+      after_fns()
+      local bad = after_check(n)
+      if bad then return bad end
+      break
+    end
+  end
   for j = 0, n - 1 do
     local id, ex, mv = submit_one(3 + j * 14, t)
     out[#out + 1] = id

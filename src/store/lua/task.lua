@@ -181,85 +181,10 @@ end
 -- messages between shards go through each shard's outbox :ob
 -- (after.lua); `outboxed` says this script wrote to it (dispatch.lua
 -- tells redis.c, which tells redis_shard.c to forward them).
-local HELD = '253402300799999999'
-local KOB = K('ob')
 local outboxed = false
-local function parent_live(st) return st == 'SCHEDULED' or st == 'CLAIMED' end
--- The parents of new task id (A[i + 13]: "41,42r,43d": a bare id is in
--- this shard and read here; r: another shard's, live when the caller
--- checked it, linked by the forwarder through the outbox; d: another
--- shard's that ended and counts as done): its edges and fields into h;
--- returns after_left.  The caller (ops.submit) checked them first.
-local function after_link(id, i, h)
-  local left, n, zs = 0, 0, {}
-  local sid = I(id)
-  for p, mark in string.gmatch(A[i + 13], '(%d+)(%a?)') do
-    n = n + 1
-    zs[#zs + 1] = p
-    zs[#zs + 1] = p
-    if mark == 'r' then
-      left = left + 1
-      redis.call('RPUSH', KOB, 'L ' .. sid .. ' ' .. p)
-      outboxed = true
-    elseif mark == '' and parent_live(tcall('HGET', T(p), 'state')) then
-      left = left + 1
-      redis.call('SADD', K('ac', p), sid)
-    end
-  end
-  chunked('ZADD', K('ap', sid), zs)
-  h[#h + 1] = 'after_n' h[#h + 1] = I(n)
-  if A[i + 12] == '1' then h[#h + 1] = 'after_any_end' h[#h + 1] = '1' end
-  if left > 0 then
-    h[#h + 1] = 'after_left' h[#h + 1] = I(left)
-    if A[i + 2] ~= '' then h[#h + 1] = 'after_at' h[#h + 1] = A[i + 2] end
-    if tonumber(A[i + 3]) ~= 0 then h[#h + 1] = 'after_delay_us' h[#h + 1] = A[i + 3] end
-    for j = 1, #h, 2 do if h[j] == 'due_at' then h[j + 1] = HELD end end
-  end
-  return left
-end
--- Refusals before anything is written (ops.submit): the bare parents of
--- every item of the call must be here, and live or DONE (or any end with
--- after_any_end).  nil, or {'REFUSED', 'NOTFOUND'|'STATE', id, state}.
-local function after_check(n)
-  for j = 0, n - 1 do
-    local i = 3 + j * 14
-    if A[i + 13] ~= '' then
-      local any = A[i + 12] == '1'
-      for p, mark in string.gmatch(A[i + 13], '(%d+)(%a?)') do
-        if mark == '' then
-          local st = tcall('HGET', T(p), 'state')
-          if not st then return {'REFUSED', 'NOTFOUND', p, ''} end
-          if (st == 'DEAD' or st == 'CANCELLED') and not any then return {'REFUSED', 'STATE', p, st} end
-        end
-      end
-    end
-  end
-  return nil
-end
-
--- A held task's own time (reschedule, on_key replace/later): at (a
--- string, '' for none) or the delay, kept for its release; payload
--- unless nil.  `later` keeps a given time only when it is later than
--- the one kept.  Returns 1 when it was moved.
-local function held_move(id, on, at, delay, due, payload, t)
-  local tk = T(id)
-  if on == 'later' then
-    local v = tcall('HMGET', tk, 'after_at', 'after_delay_us')
-    if v[1] and not (tonumber(v[1]) < due) then return 0 end
-    if not v[1] and at == '' and not (N(v[2]) < tonumber(delay)) then return 0 end
-  end
-  local h = {'updated_at', I(t)}
-  if at ~= '' then
-    h[3], h[4] = 'after_at', at
-    tcall('HDEL', tk, 'after_delay_us')
-  else
-    h[3], h[4] = 'after_delay_us', delay
-    tcall('HDEL', tk, 'after_at')
-  end
-  if payload then h[#h + 1] = 'payload' h[#h + 1] = payload end
-  tcall('HSET', tk, unpack(h))
-  return 1
-end
+-- defined by after_fns() (after.lua) on the first call that needs them,
+-- not by every script run (each function a run defines costs it)
+local after_fns, after_link, after_check, held_move
 
 -- submit one item at A[i..i+13]; returns id, existed, moved.
 -- A[i+12] is after_any_end ('1'), A[i+13] the parents (after_link).
@@ -288,6 +213,7 @@ local function submit_one(i, t)
       local hid = tonumber(ex)
       local v = tcall('HMGET', T(hid), 'state', 'priority', 'due_at')
       if v[1] == 'SCHEDULED' and N(tcall('HGET', T(hid), 'after_left')) > 0 then
+        after_fns()
         return hid, 1, held_move(hid, on, A[i + 2], A[i + 3], due, A[i + 1], t)
       end
       if v[1] == 'SCHEDULED' then
@@ -314,7 +240,7 @@ local function submit_one(i, t)
   if grp then h[#h + 1] = 'grp' h[#h + 1] = grp end
   if tonumber(A[i + 10]) > 0 then h[#h + 1] = 'timeout_us' h[#h + 1] = A[i + 10] end
   local left = 0
-  if A[i + 13] ~= '' then left = after_link(id, i, h) end
+  if A[i + 13] ~= '' then after_fns() left = after_link(id, i, h) end
   tcall('HSET', T(id), unpack(h))
   if left == 0 then idx_add(id, kind, prio, due) end
   move(id, kind, nil, 'SCHEDULED')
