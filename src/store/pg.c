@@ -2250,31 +2250,43 @@ static size_t chunk_of(const due_submit *items, size_t n)
 	return k;
 }
 
+/*
+** A submit's columns, in the order ST_INSERT_ONE and ST_INSERT_AFTER
+** take them: kind, payload, at (NULL: none), delay, max_attempts,
+** backoff, backoff cap, key, priority, group (NULL: none) and time limit
+** (NULL: the kind's).
+*/
+static void task_params(due_pg_params *p, const due_submit *it)
+{
+	const due_schedule_opts *o = &it->opts;
+
+	due__pg_text(p, it->kind);
+	due__pg_bin(p, it->payload, it->payload_len);
+	if (o->at != DUE_TIME_NONE)
+		due__pg_time(p, o->at);
+	else
+		due__pg_text(p, NULL);
+	due__pg_int(p, o->delay_us);
+	due__pg_int(p, o->max_attempts);
+	due__pg_int(p, o->backoff_us);
+	due__pg_int(p, o->backoff_cap_us);
+	due__pg_text(p, o->key);
+	due__pg_int(p, o->priority);
+	due__pg_text(p, o->group);
+	if (o->timeout_us > 0)
+		due__pg_int(p, o->timeout_us);
+	else
+		due__pg_text(p, NULL);
+}
+
 /* insert_batch for one submit: ST_INSERT_ONE. */
 static int insert_one(due_store *s, const due_submit *it, due_submitted *out)
 {
-	const due_schedule_opts *o = &it->opts;
 	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
-	due__pg_text(&p, it->kind);
-	due__pg_bin(&p, it->payload, it->payload_len);
-	if (o->at != DUE_TIME_NONE)
-		due__pg_time(&p, o->at);
-	else
-		due__pg_text(&p, NULL);
-	due__pg_int(&p, o->delay_us);
-	due__pg_int(&p, o->max_attempts);
-	due__pg_int(&p, o->backoff_us);
-	due__pg_int(&p, o->backoff_cap_us);
-	due__pg_text(&p, o->key);
-	due__pg_int(&p, o->priority);
-	due__pg_text(&p, o->group); /* NULL: no group */
-	if (o->timeout_us > 0)
-		due__pg_int(&p, o->timeout_us);
-	else /* NULL: the kind's */
-		due__pg_text(&p, NULL);
+	task_params(&p, it);
 	if ((rc = run(s, ST_INSERT_ONE, &p, "insert task", &r)) < 0)
 		return rc;
 	out->id = PQntuples(r) ? due__pg_col_int(r, 0, 0) : 0;
@@ -2363,23 +2375,7 @@ static int insert_after(due_store *s, const due_submit *it, due_submitted *out)
 		goto done;
 	PQclear(r);
 	r = NULL;
-	due__pg_text(&p, it->kind);
-	due__pg_bin(&p, it->payload, it->payload_len);
-	if (o->at != DUE_TIME_NONE)
-		due__pg_time(&p, o->at);
-	else
-		due__pg_text(&p, NULL);
-	due__pg_int(&p, o->delay_us);
-	due__pg_int(&p, o->max_attempts);
-	due__pg_int(&p, o->backoff_us);
-	due__pg_int(&p, o->backoff_cap_us);
-	due__pg_text(&p, o->key);
-	due__pg_int(&p, o->priority);
-	due__pg_text(&p, o->group);
-	if (o->timeout_us > 0)
-		due__pg_int(&p, o->timeout_us);
-	else
-		due__pg_text(&p, NULL);
+	task_params(&p, it);
 	if ((rc = due__pg_array(&p, &b)) < 0)
 		goto done;
 	due__pg_int(&p, o->after_any_end ? 1 : 0);
