@@ -422,6 +422,8 @@ static void wake(due_store *s)
 
 	if (due__my_run(s, sql, sizeof(sql) - 1, "wake listeners", NULL) < 0)
 		due__error_clear();
+	else if (!s->in_tx) /* committed: this process's listeners now */
+		due__my_local_poke();
 }
 
 /* ' AND kind IN (...)' / NOT IN for a claim's kind filter. */
@@ -4759,7 +4761,9 @@ static int wake_read(due_store *s, int64_t *n)
 ** wake-up when it changed.  So an idle worker makes at most one query a
 ** second, and a
 ** task submitted by another process is seen within about a second (the
-** worker refills its wheel at once then).  docs/internals/discovery.md.
+** worker refills its wheel at once then); one this process made due (a
+** submit, a parent's end releasing a child) at once: wake() fires this
+** process's timerfds (due__my_local_poke).  docs/internals/discovery.md.
 */
 static int mys_listen(due_store *s, int *fd)
 {
@@ -4778,6 +4782,7 @@ static int mys_listen(due_store *s, int *fd)
 			return due__error_set(DUE_ESTORE,
 					      "mysql store: timerfd: %s",
 					      strerror(errno));
+		due__my_local_add(s->timer_fd);
 	}
 	*fd = s->timer_fd;
 	return 0;

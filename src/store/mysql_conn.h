@@ -221,4 +221,12 @@ void due__my_rows(due_rows *out, due_my_cur *c, MYSQL_RES *r);
 int64_t due__my_i64(MYSQL_ROW row, int col);
 bool due__my_null(MYSQL_ROW row, int col);
 
+/*
+** This process's listeners (mysql_conn.c): a listen timerfd registered by
+** due__my_local_add (due__my_close takes it out) fires at once when this
+** process bumps due_wake (due__my_local_poke), not at its next second.
+*/
+void due__my_local_add(int fd);
+void due__my_local_poke(void);
+
 #endif /* DUE_MYSQL_CONN_H */
