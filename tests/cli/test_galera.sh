@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # test_galera.sh - the MySQL store on a 3-node MariaDB Galera cluster
 # (issue 23): the multi-host URL, a task added through one node seen at
-# once through another (wsrep_sync_wait), 2,000 tasks drained by two
-# workers writing through two different nodes while one of those nodes is
-# killed -9 (every task DONE, none with two kept results, the worker on
-# the dead node carries on through the next one), a cron schedule that
-# both workers' schedulers run fires once per slot, and `due verify`
-# passes through the multi-host URL; then node 2 restarts under load
-# (a producer adding through node 1) and rejoins by IST or SST, the tasks
-# added through node 1 while it was down are there, and a worker writing
-# through node 2 only and one through node 1 drain them (all DONE, none
-# with two kept results).  Prints GALERA_FAILOVER_MS: kill -9 of worker
-# B's node -> B's first claim through another node, on the store's clock.
+# once through another (wsrep_sync_wait), run-after's submit/finish race
+# across two writer nodes (no child left held on a DONE parent), 2,000
+# tasks drained by two workers writing through two different nodes while
+# one of those nodes is killed -9 (every task DONE, none with two kept
+# results, the worker on the dead node carries on through the next one),
+# a cron schedule that both workers' schedulers run fires once per
+# slot, and `due verify` passes through the multi-host URL; then node 2
+# restarts under load (a producer adding through node 1) and rejoins by
+# IST or SST, the tasks added through node 1 while it was down are
+# there, and a worker writing through node 2 only and one through node 1
+# drain them (all DONE, none with two kept results).  Prints
+# GALERA_FAILOVER_MS: kill -9 of worker B's node -> B's first claim
+# through another node, on the store's clock.
 #
 # Starts its own cluster (scripts/galera-test-cluster) and stops it on
 # every exit.  Runs when the build has the MySQL store and galera-4,
