@@ -948,12 +948,15 @@ static const char sql_reschedule_proc[] =
 ** or whitespace rules: MySQL and MariaDB both read it with JSON_LENGTH,
 ** JSON_EXTRACT and JSON_TYPE), and after_any_end (NULL: FALSE).  Checks,
 ** before anything is written: due_schedule's, then the array (1..1000
-** positive integers, none twice) SIGNAL 22023; each parent is locked in
-** share mode (the newest committed row, held to the caller's COMMIT: a
+** positive integers, none twice) SIGNAL 22023; every parent's row is
+** written (after_children + 1, one prepared UPDATE over the checked ids,
+** in primary-key order: lock_parents says why) and then read in share
+** mode (the newest committed row, held to the caller's COMMIT: a
 ** parent's finish waits for it and then releases this child) and judged
 ** in the array's order: missing SIGNALs 23000 "parent task 41 not
 ** found", DEAD or CANCELLED (without after_any_end) 55000 "parent task
-** 41 is DEAD (add with after_any_end to run after any end)".  The task
+** 41 is DEAD (add with after_any_end to run after any end)", the
+** parents' counts set back first (after_children - 1).  The task
 ** is held (due_at HELD_AT) while a parent is live, its own time kept in
 ** after_at / after_delay_us; with a key whose live holder exists, @id is
 ** the holder and nothing else is written.  Created when missing or
@@ -2925,8 +2928,9 @@ typedef struct tried {
 /*
 ** Lock the batch's rows and read them; in the same round trip, after
 ** the locks were granted (its own statement: READ COMMITTED reads what
-** committed before it, so a child whose submit held a parent's row in
-** share mode until its COMMIT is seen), which of them have pending
+** committed before it, so a child whose submit held a parent's row
+** (written, after_children) until its COMMIT is seen), which of them have
+*pending
 ** run-after edges (kids): only those need a release.
 */
 static int lock_tries(due_store *s, const due_completion *items, size_t n,

@@ -1444,8 +1444,8 @@ static void *submit_thread(void *arg)
 
 /*
 ** The insert/finish race, both orders, on real concurrent connections.
-** Child first: a caller's transaction added the child (its parent locked
-** in share mode) and has not committed; the parent's completion waits
+** Child first: a caller's transaction added the child (its parent's row
+** written and locked) and has not committed; the parent's completion waits
 ** for that lock, then reads the committed edge and releases the child.
 ** Finish first: the completion holds the parent (DONE, not committed:
 ** its hook waits); the child's submit waits for the lock, then sees the
