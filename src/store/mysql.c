@@ -1389,9 +1389,9 @@ static void touch_parents(due_my_sql *b, const due_schedule_opts *o, int d)
 ** takes them in primary-key order, so two children of one parent queue on
 ** its row instead of both holding S and both wanting X), in the same
 ** round trip on our own connections (a caller's, due_schedule_mysql_tx,
-** may not take several statements a text: two there).  A parent's finish locks
-*its row FOR UPDATE before it reads
-** its edges, so it either ran before us (we see it ended) or waits for
+** may not take several statements a text: two there).  A parent's
+** finish locks its row FOR UPDATE before it reads its edges, so it
+** either ran before us (we see it ended) or waits for
 ** our COMMIT and then reads our edges (its release runs in statements
 ** after its lock was granted: READ COMMITTED reads what committed before
 ** each statement).  On Galera the locks hold on one node only: there the
