@@ -2929,9 +2929,8 @@ typedef struct tried {
 ** Lock the batch's rows and read them; in the same round trip, after
 ** the locks were granted (its own statement: READ COMMITTED reads what
 ** committed before it, so a child whose submit held a parent's row
-** (written, after_children) until its COMMIT is seen), which of them have
-*pending
-** run-after edges (kids): only those need a release.
+** (written, after_children) until its COMMIT is seen), which of them
+** have pending run-after edges (kids): only those need a release.
 */
 static int lock_tries(due_store *s, const due_completion *items, size_t n,
 		      tried **out, size_t *count)
