@@ -82,6 +82,13 @@
 **      when after_n is missing (information_schema), and a store whose
 **      recorded version was set back (tests/cli/test_sql_submit.sh) or a
 **      second `due init` on another Galera node passes through it.
+**      after_children (a second ALTER, prepared only when that column
+**      is missing) counts the run-after submits that named the task:
+**      the submit writes every parent's row (lock_parents), so that on
+**      Galera a child added through one node and its parent's finish
+**      through another touch the same row and one of them fails
+**      certification (1213, retried whole) instead of both committing
+**      and the child missing its release.
 */
 #include <errno.h>
 #include <stdint.h>
@@ -327,6 +334,13 @@ static const char schema_v11[] =
     " ADD COLUMN after_any_end BOOLEAN NOT NULL DEFAULT FALSE,"
     " ADD COLUMN after_at BIGINT NULL,"
     " ADD COLUMN after_delay_us BIGINT NOT NULL DEFAULT 0', 'DO 0');"
+    "PREPARE due_step FROM @due_sql; EXECUTE due_step;"
+    " DEALLOCATE PREPARE due_step;"
+    "SET @due_sql = IF((SELECT COUNT(*) FROM information_schema.columns"
+    " WHERE table_schema = DATABASE() AND table_name = 'due_task'"
+    " AND column_name = 'after_children') = 0,"
+    " 'ALTER TABLE due_task ADD COLUMN after_children BIGINT NOT NULL"
+    " DEFAULT 0', 'DO 0');"
     "PREPARE due_step FROM @due_sql; EXECUTE due_step;"
     " DEALLOCATE PREPARE due_step;"
     "CREATE TABLE IF NOT EXISTS due_after ("
@@ -936,19 +950,27 @@ static const char sql_reschedule_proc[] =
 ** or whitespace rules: MySQL and MariaDB both read it with JSON_LENGTH,
 ** JSON_EXTRACT and JSON_TYPE), and after_any_end (NULL: FALSE).  Checks,
 ** before anything is written: due_schedule's, then the array (1..1000
-** positive integers, none twice) SIGNAL 22023; each parent is locked in
-** share mode (the newest committed row, held to the caller's COMMIT: a
+** positive integers, none twice) SIGNAL 22023; every parent's row is
+** written (after_children + 1, one prepared UPDATE over the checked ids,
+** in primary-key order: lock_parents says why) and then read in share
+** mode (the newest committed row, held to the caller's COMMIT: a
 ** parent's finish waits for it and then releases this child) and judged
 ** in the array's order: missing SIGNALs 23000 "parent task 41 not
 ** found", DEAD or CANCELLED (without after_any_end) 55000 "parent task
-** 41 is DEAD (add with after_any_end to run after any end)".  The task
+** 41 is DEAD (add with after_any_end to run after any end)", the
+** parents' counts set back first (after_children - 1).  The task
 ** is held (due_at HELD_AT) while a parent is live, its own time kept in
 ** after_at / after_delay_us; with a key whose live holder exists, @id is
 ** the holder and nothing else is written.  Created when missing or
 ** older than AFTER_V, by init_extras.
 */
-#define AFTER_V "due_schedule_after v1"
+#define AFTER_V "due_schedule_after v2"
 #define AFTER_ELEM "JSON_EXTRACT(p_after, CONCAT('$[', i, ']'))"
+/* a refused parent: set the parents' counts back before the SIGNAL */
+#define AFTER_UNDO                                                             \
+	"      SET @due_after_d = -1;\n"                                       \
+	"      EXECUTE due_after_touch USING @due_after_d;\n"                  \
+	"      DEALLOCATE PREPARE due_after_touch;\n"
 static const char sql_schedule_after_proc[] =
     "CREATE PROCEDURE due_schedule_after(" SCHED_PARAMS
     ", IN p_after LONGTEXT, IN p_after_any_end BOOLEAN, OUT p_id BIGINT)"
@@ -1006,6 +1028,12 @@ static const char sql_schedule_after_proc[] =
 		     "    SIGNAL SQLSTATE '22023' SET "
 		     "MESSAGE_TEXT = msg;\n"
 		     "  END IF;\n"
+		     /* write every parent's row first (lock_parents) */
+		     "  SET @due_after_sql = CONCAT('UPDATE due_task SET"
+		     " after_children = after_children + ? WHERE id IN (',"
+		     " seen, ')'), @due_after_d = 1;\n"
+		     "  PREPARE due_after_touch FROM @due_after_sql;\n"
+		     "  EXECUTE due_after_touch USING @due_after_d;\n"
 		     "  SET i = 0;\n"
 		     "  WHILE i < n DO\n"
 		     "    SET v = CAST(" AFTER_ELEM " AS SIGNED), st = NULL;\n"
@@ -1016,7 +1044,7 @@ static const char sql_schedule_after_proc[] =
 		     "      SET msg = "
 		     "CONCAT('due_schedule_after: parent "
 		     "task ', v,"
-		     " ' not found');\n"
+		     " ' not found');\n" AFTER_UNDO
 		     "      SIGNAL SQLSTATE '23000' SET "
 		     "MESSAGE_TEXT = msg;\n"
 		     "    ELSEIF st IN ('DEAD', "
@@ -1025,7 +1053,7 @@ static const char sql_schedule_after_proc[] =
 		     "CONCAT('due_schedule_after: parent "
 		     "task ', v, ' is ',"
 		     " st, ' (add with after_any_end to "
-		     "run after any end)');\n"
+		     "run after any end)');\n" AFTER_UNDO
 		     "      SIGNAL SQLSTATE '55000' SET "
 		     "MESSAGE_TEXT = msg;\n"
 		     "    END IF;\n"
@@ -1036,6 +1064,7 @@ static const char sql_schedule_after_proc[] =
 		     "('SCHEDULED', 'CLAIMED'));\n"
 		     "    SET i = i + 1;\n"
 		     "  END WHILE;\n"
+		     "  DEALLOCATE PREPARE due_after_touch;\n"
 		     "  SET now_us = " NOW ";\n"
 		     "  retry: LOOP\n"
 		     "    SET dup = 0, tries = tries + "
@@ -1339,24 +1368,52 @@ static void insert_values(due_my_sql *b, const due_submit *it, const char *now,
 }
 
 /*
-** Run-after: lock it's parents with a locking read (LOCK IN SHARE MODE:
-** the newest committed rows, whatever the caller's isolation, held until
-** the transaction ends) and judge each.  A parent's finish locks its row
-** FOR UPDATE before it reads its edges, so it either ran before us (we
-** see it ended) or waits for our COMMIT and then reads our edges (its
-** release runs in statements after its lock was granted: READ COMMITTED
-** reads what committed before each statement).  *live[i]: parent i is
-** SCHEDULED or CLAIMED (its edge is pending), malloc'd.  DUE_ENOTFOUND
-** for the first missing parent, DUE_ESTATE for the first DEAD or
-** CANCELLED one unless after_any_end, in the caller's order; nothing is
-** written either way.
+** "UPDATE due_task SET after_children = after_children + d WHERE id IN
+** (the parents)": the submit's write of its parents' rows (lock_parents).
+*/
+static void touch_parents(due_my_sql *b, const due_schedule_opts *o, int d)
+{
+	due__my_add(b,
+		    "UPDATE due_task SET after_children = after_children + %d"
+		    " WHERE id IN (",
+		    d);
+	for (size_t i = 0; i < o->n_after; i++)
+		due__my_add(b, "%s%lld", i ? ", " : "", (long long)o->after[i]);
+	due__my_add(b, ")");
+}
+
+/*
+** Run-after: lock it's parents and judge each.  First WRITE every
+** parent's row (after_children + 1: a real change, so the row is in the
+** transaction's write set), then read their states with a locking read
+** (LOCK IN SHARE MODE: the newest committed rows, whatever the caller's
+** isolation; the rows are ours already, X-locked by the UPDATE, which
+** takes them in primary-key order, so two children of one parent queue on
+** its row instead of both holding S and both wanting X), in the same
+** round trip on our own connections (a caller's, due_schedule_mysql_tx,
+** may not take several statements a text: two there).  A parent's
+** finish locks its row FOR UPDATE before it reads its edges, so it
+** either ran before us (we see it ended) or waits for
+** our COMMIT and then reads our edges (its release runs in statements
+** after its lock was granted: READ COMMITTED reads what committed before
+** each statement).  On Galera the locks hold on one node only: there the
+** write is what counts, since the finish writes the same row, so of a
+** submit and a finish racing through two nodes one fails certification
+** (1213) and is retried whole, reading the other's outcome (without it
+** both committed and the child stayed held on a DONE parent:
+** test_galera.sh).  *live[i]: parent i is SCHEDULED or CLAIMED (its edge
+** is pending), malloc'd.  DUE_ENOTFOUND for the first missing parent,
+** DUE_ESTATE for the first DEAD or CANCELLED one unless after_any_end, in
+** the caller's order; the counts are then set back, so that nothing is
+** changed either way (a caller's transaction may go on and commit).
 */
 static int lock_parents(due_store *s, const due_schedule_opts *o, bool **live,
 			int32_t *n_live)
 {
 	MYSQL_RES *r = NULL;
 	MYSQL_ROW row;
-	size_t n = o->n_after, got = 0;
+	size_t n = o->n_after, got = 0, bad = n;
+	int bad_st = 0;
 	due_id *ids = NULL;
 	char *st = NULL;
 	int rc;
@@ -1367,6 +1424,13 @@ static int lock_parents(due_store *s, const due_schedule_opts *o, bool **live,
 	    !(ids = calloc(n, sizeof(*ids))) || !(st = calloc(n, 1))) {
 		rc = due__error_set(DUE_ENOMEM, "out of memory");
 		goto out;
+	}
+	touch_parents(&b, o, 1);
+	if (!s->own) { /* a caller's connection: one statement a text */
+		if ((rc = exec(s, &b, "lock parents", NULL)) < 0)
+			goto out;
+	} else {
+		due__my_add(&b, "; ");
 	}
 	due__my_add(&b, "SELECT id, state FROM due_task WHERE id IN (");
 	for (size_t i = 0; i < n; i++)
@@ -1384,25 +1448,34 @@ static int lock_parents(due_store *s, const due_schedule_opts *o, bool **live,
 			goto out;
 		st[got++] = (char)ps;
 	}
-	for (size_t i = 0; i < n && rc == 0; i++) {
+	for (size_t i = 0; i < n && bad == n; i++) {
 		size_t k = 0;
 		while (k < got && ids[k] != o->after[i])
 			k++;
-		if (k == got)
-			rc = due__error_set(DUE_ENOTFOUND,
-					    "parent task %lld not found",
-					    (long long)o->after[i]);
-		else if ((st[k] == DUE_DEAD || st[k] == DUE_CANCELLED) &&
-			 !o->after_any_end)
-			rc = due__error_set(
-			    DUE_ESTATE,
-			    "parent task %lld is %s (add with after_any_end "
-			    "to run after any end)",
-			    (long long)o->after[i],
-			    due_state_name((due_state)st[k]));
-		else if (st[k] == DUE_SCHEDULED || st[k] == DUE_CLAIMED)
+		if (k == got ||
+		    ((st[k] == DUE_DEAD || st[k] == DUE_CANCELLED) &&
+		     !o->after_any_end)) {
+			bad = i;
+			bad_st = k == got ? -1 : st[k];
+		} else if (st[k] == DUE_SCHEDULED || st[k] == DUE_CLAIMED)
 			(*live)[i] = true;
 	}
+	if (bad == n)
+		goto out;
+	/* refused: set the counts back first (nothing changed), then say why */
+	touch_parents(&b, o, -1);
+	if ((rc = exec(s, &b, "lock parents (undo)", NULL)) < 0)
+		goto out;
+	if (bad_st < 0)
+		rc = due__error_set(DUE_ENOTFOUND, "parent task %lld not found",
+				    (long long)o->after[bad]);
+	else
+		rc = due__error_set(
+		    DUE_ESTATE,
+		    "parent task %lld is %s (add with after_any_end "
+		    "to run after any end)",
+		    (long long)o->after[bad],
+		    due_state_name((due_state)bad_st));
 out:
 	mysql_free_result(r);
 	free(ids);
@@ -2857,9 +2930,9 @@ typedef struct tried {
 /*
 ** Lock the batch's rows and read them; in the same round trip, after
 ** the locks were granted (its own statement: READ COMMITTED reads what
-** committed before it, so a child whose submit held a parent's row in
-** share mode until its COMMIT is seen), which of them have pending
-** run-after edges (kids): only those need a release.
+** committed before it, so a child whose submit held a parent's row
+** (written, after_children) until its COMMIT is seen), which of them
+** have pending run-after edges (kids): only those need a release.
 */
 static int lock_tries(due_store *s, const due_completion *items, size_t n,
 		      tried **out, size_t *count)

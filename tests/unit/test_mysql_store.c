@@ -357,7 +357,7 @@ static void test_upgrade_from_4(void **state)
 	q(m, "DROP TABLE due_after");
 	q(m, "ALTER TABLE due_task DROP COLUMN after_n, DROP COLUMN after_left,"
 	     " DROP COLUMN after_any_end, DROP COLUMN after_at,"
-	     " DROP COLUMN after_delay_us");
+	     " DROP COLUMN after_delay_us, DROP COLUMN after_children");
 	q(m, "UPDATE due_meta SET value = '4' WHERE name = 'schema_version'");
 	assert_int_equal(due_open(&db, url, &oo), DUE_ESCHEMA);
 	due_close(db);	  /* a failed open may still hand out a handle */
@@ -1364,7 +1364,7 @@ static void test_upgrade_from_10(void **state)
 	q(m, "DROP TABLE due_after");
 	q(m, "ALTER TABLE due_task DROP COLUMN after_n, DROP COLUMN after_left,"
 	     " DROP COLUMN after_any_end, DROP COLUMN after_at,"
-	     " DROP COLUMN after_delay_us");
+	     " DROP COLUMN after_delay_us, DROP COLUMN after_children");
 	q(m, "UPDATE due_meta SET value = '10' WHERE name = 'schema_version'");
 	assert_int_equal(due_open(&db, url, &oo), DUE_ESCHEMA);
 	due_close(db);
@@ -1444,8 +1444,8 @@ static void *submit_thread(void *arg)
 
 /*
 ** The insert/finish race, both orders, on real concurrent connections.
-** Child first: a caller's transaction added the child (its parent locked
-** in share mode) and has not committed; the parent's completion waits
+** Child first: a caller's transaction added the child (its parent's row
+** written and locked) and has not committed; the parent's completion waits
 ** for that lock, then reads the committed edge and releases the child.
 ** Finish first: the completion holds the parent (DONE, not committed:
 ** its hook waits); the child's submit waits for the lock, then sees the
@@ -1516,6 +1516,70 @@ static void test_after_race(void **state)
 	mysql_close(watch);
 	mysql_close(m);
 	due_close(other);
+	due_close(db);
+}
+
+/* after_children of task id, read by the test's own connection */
+static int64_t children_of(MYSQL *m, due_id id)
+{
+	char sql[128];
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT after_children FROM due_task WHERE id = %lld",
+		 (long long)id);
+	return q_int(m, sql);
+}
+
+/*
+** A run-after submit WRITES each parent's row (after_children + 1), live
+** or ended, so that on Galera a parent's finish through another node
+** conflicts with it at certification (test_galera.sh shows the race this
+** closes); a refused submit (a parent missing or DEAD) sets the counts
+** back, even inside a caller's transaction that goes on and commits.
+*/
+static void test_after_children(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_fail_outcome fo;
+	due_submitted s;
+
+	due_id p = add(db, "p", HOUR_US, 5), dead = add(db, "p", 0, 1);
+	assert_int_equal(
+	    due_fail(db, &fo, dead, claim_one(db, dead, LONG_LEASE), "x"), 0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	assert_int_equal(children_of(m, p), 0);
+
+	o.after = &p;
+	o.n_after = 1;
+	assert_int_equal(due_schedule(db, &s, "c", "x", 1, &o), 0);
+	assert_int_equal(due_schedule(db, &s, "c", "y", 1, &o), 0);
+	assert_int_equal(children_of(m, p), 2);
+
+	/* refused in a caller's transaction, which then commits */
+	due_id both[2] = {p, dead}, gone[2] = {p, 999999999};
+	o.after = both;
+	o.n_after = 2;
+	q(m, "START TRANSACTION");
+	assert_int_equal(due_schedule_mysql_tx(m, &s, "c", "z", 1, &o),
+			 DUE_ESTATE);
+	o.after = gone;
+	assert_int_equal(due_schedule_mysql_tx(m, &s, "c", "z", 1, &o),
+			 DUE_ENOTFOUND);
+	assert_non_null(strstr(due_error_last(), "parent task 999999999"));
+	q(m, "COMMIT");
+	assert_int_equal(children_of(m, p), 2);
+	assert_int_equal(children_of(m, dead), 0);
+
+	/* an ended parent is written too (any end) */
+	o.after = both;
+	o.after_any_end = true;
+	assert_int_equal(due_schedule(db, &s, "c", "w", 1, &o), 0);
+	assert_int_equal(children_of(m, p), 3);
+	assert_int_equal(children_of(m, dead), 1);
+	mysql_close(m);
 	due_close(db);
 }
 
@@ -1640,6 +1704,9 @@ static void test_sql_after(void **state)
 	snprintf(sql, sizeof(sql), "parent task %lld is DEAD", (long long)dead);
 	assert_non_null(strstr(mysql_error(m), sql));
 	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_task"), before);
+	/* the parents' rows written first, set back by the refusal */
+	assert_int_equal(children_of(m, p), 0);
+	assert_int_equal(children_of(m, dead), 0);
 
 	/* committed: held on p, released by p's DONE at its own time */
 	snprintf(sql, sizeof(sql),
@@ -1650,6 +1717,8 @@ static void test_sql_after(void **state)
 	q(m, sql);
 	q(m, "COMMIT");
 	due_id c = q_int(m, "SELECT @id");
+	assert_int_equal(children_of(m, p), 1);
+	assert_int_equal(children_of(m, dead), 1);
 	due_task *t = get(db, c);
 	assert_int_equal(t->state, DUE_SCHEDULED);
 	assert_int_equal(t->after_n, 2);
@@ -2092,6 +2161,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_upgrade_from_10, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_after_race, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_after_children, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_after_chain_cancel, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_sql_after, setup, teardown),
