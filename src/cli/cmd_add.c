@@ -133,7 +133,8 @@ static int after_list(const cli_ctx *c, const char *arg, add_args *a)
 
 		errno = 0;
 		v = strtoll(p, &end, 10);
-		if (end == p || errno || v <= 0 || (*end && *end != ','))
+		if (*p < '0' || *p > '9' || end == p || errno || v <= 0 ||
+		    (*end && *end != ','))
 			return cli_usage_error(c,
 					       "--after: '%s' is not a list of "
 					       "task ids (41 or 41,42)",

@@ -23,7 +23,8 @@ static const char usage_ls[] =
     "\n"
     "List tasks in id order.  STATE is SCHEDULED, CLAIMED, DONE, CANCELLED\n"
     "or DEAD, or HELD: the SCHEDULED tasks that wait for parents (added\n"
-    "with `due add --after`; their DUE_AT says how many they wait for).\n"
+    "with `due add --after`; their DUE_AT says how many parents they still\n"
+    "wait for: held: 1/2 parents).\n"
     "--limit defaults to 100 (at most 10000); --after ID pages: the tasks\n"
     "with a greater id (0, the default, is from the start).\n";
 
@@ -43,7 +44,7 @@ void cli_print_task_table(const due_task_list *l)
 	for (size_t i = 0; i < l->count; i++) {
 		const due_task *t = &l->items[i];
 		if (t->state == DUE_SCHEDULED && t->after_left > 0)
-			snprintf(due, sizeof(due), "held: %d of %d parents",
+			snprintf(due, sizeof(due), "held: %d/%d parents",
 				 (int)t->after_left, (int)t->after_n);
 		else
 			due_time_format(due, sizeof(due), t->due_at);

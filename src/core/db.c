@@ -716,10 +716,55 @@ int due_reclaim_expired(due_db *db, due_reclaimed *out)
 	return rc < 0 ? rc : db->ops->reclaim(db->store, out ? out : &ignored);
 }
 
+/*
+** A task added with run-after is retried only once its parents allow it
+** to run: each DONE (or, with after_any_end, ended).  A held task that an
+** operator killed would otherwise run at once, before its parents.  The
+** parents are read before the store's retry: one that ends meanwhile
+** only allows more, and an operator's retry of a DEAD parent in that
+** instant is the one window left (docs/INTERFACE.md says so).
+*/
+static int parents_allow(due_db *db, due_id id)
+{
+	due_task *t = NULL;
+	int rc;
+
+	if ((rc = db->ops->get(db->store, &t, id)) < 0 || t->after_n == 0 ||
+	    t->state != DUE_DEAD) {
+		due_task_free(t);
+		return rc == DUE_ENOTFOUND ? 0 : rc; /* the store answers */
+	}
+	for (int32_t i = 0; rc == 0 && t->after && i < t->after_n; i++) {
+		due_task *p = NULL;
+		int got = db->ops->get(db->store, &p, t->after[i]);
+		if (got == DUE_ENOTFOUND) { /* pruned: it had ended */
+			due__error_clear();
+			continue;
+		}
+		if (got < 0)
+			rc = got;
+		else if (p->state == DUE_DONE ||
+			 (t->after_any_end && p->state >= DUE_DONE))
+			rc = 0;
+		else
+			rc = due__error_set(
+			    DUE_ESTATE,
+			    "task %lld runs after task %lld, which is %s: "
+			    "retry it once its parents are %s",
+			    (long long)id, (long long)p->id,
+			    due_state_name(p->state),
+			    t->after_any_end ? "ended" : "DONE");
+		due_task_free(p);
+	}
+	due_task_free(t);
+	return rc;
+}
+
 int due_retry(due_db *db, due_id id)
 {
 	int rc;
-	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0)
+	if ((rc = ready(db)) < 0 || (rc = check_id(id)) < 0 ||
+	    (rc = parents_allow(db, id)) < 0)
 		return rc;
 	return db->ops->retry(db->store, id);
 }

@@ -268,10 +268,10 @@ static int after(json_t *obj, due_submit *s, unsigned char **blob, char *err,
 	unsigned char *nb;
 	due_id *ids;
 
-	if (any && !json_is_boolean(any))
+	if (any && !json_is_boolean(any) && !json_is_null(any))
 		return fail(err, errlen,
 			    "'after_any_end' must be true or "
-			    "false");
+			    "false (or null)");
 	s->opts.after_any_end = any && json_is_true(any);
 	if (!a || json_is_null(a))
 		return 0;

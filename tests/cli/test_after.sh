@@ -47,7 +47,7 @@ command_part() {
 		"$(field "$db" "$c" '"%s %s %s %s %s" % (t["after"], t["after_n"], t["after_left"], t["held"], t["state"])')"
 	expect_eq "$label: ls --state HELD" "$c" \
 		"$("$DUE" ls --state held --db "$db" | sed 1d | awk '{print $1}')"
-	has -F "held: 2 of 2 parents" <("$DUE" ls --state HELD --db "$db") && ok ||
+	has -F "held: 2/2 parents" <("$DUE" ls --state HELD --db "$db") && ok ||
 		bad "$label: ls's held column"
 	expect_eq "$label: reschedule of a held task" RESCHEDULED \
 		"$("$DUE" reschedule "$c" --in 5s --db "$db")"
@@ -57,6 +57,8 @@ command_part() {
 	n=$(count "$db")
 	expect_err 2 "--after: '0' is not a list of task ids" "$DUE" add c --after 0 --db "$db"
 	expect_err 2 "--after: 'x,1' is not a list" "$DUE" add c --after x,1 --db "$db"
+	expect_err 2 "--after: ' 1' is not a list" "$DUE" add c --after " 1" --db "$db"
+	expect_err 2 "--after: '+1' is not a list" "$DUE" add c --after "+1" --db "$db"
 	expect_err 2 "after lists task $p1 twice" "$DUE" add c --after "$p1,$p1" --db "$db"
 	expect_err 2 "--after-any-end needs --after" "$DUE" add c --after-any-end --db "$db"
 	expect_err 2 "after cannot be combined with on_key replace" \
@@ -75,10 +77,17 @@ command_part() {
 	expect_eq "$label: any-end after a DEAD parent: due at once" "0 None" \
 		"$(field "$db" "$any" '"%s %s" % (t["after_left"], t["held"])')"
 	expect_eq "$label: cancel of a held task" CANCELLED "$("$DUE" cancel "$c" --db "$db")"
+	# a held task killed: DEAD, and no retry runs it before its parents
+	# (the attack's defect 1: it ran at once)
+	local k
+	k=$("$DUE" add c --after "$p1" --db "$db")
+	"$DUE" kill "$k" --db "$db" >/dev/null
+	expect_err 4 "task $k runs after task $p1, which is SCHEDULED" "$DUE" retry "$k" --db "$db"
+	expect_eq "$label: the refused retry left it DEAD" DEAD "$(field "$db" "$k" 't["state"]')"
 	# a batch line's after
-	printf '{"kind":"c","after":[%s, %s],"after_any_end":true}\n' "$p1" "$p2" >"$T/b"
+	printf '{"kind":"c","after":[%s, %s],"after_any_end":true}\n{"kind":"c","after":null,"after_any_end":null}\n' "$p1" "$p2" >"$T/b"
 	local bid
-	bid=$("$DUE" add --batch "$T/b" --db "$db")
+	bid=$("$DUE" add --batch "$T/b" --db "$db" | head -1)
 	expect_eq "$label: batch after" "[$p1, $p2] True after" \
 		"$(field "$db" "$bid" '"%s %s %s" % (t["after"], t["after_any_end"], t["held"])')"
 }
