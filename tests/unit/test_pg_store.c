@@ -992,7 +992,8 @@ static void v4_shape(char *buf, size_t n, const char *sch)
 		 "SELECT string_agg(replace(indexdef, '%s.', ''), ', '"
 		 " ORDER BY indexname) FROM pg_indexes WHERE schemaname = '%s'",
 		 sch, sch);
-	snprintf(buf, n, "%s | %s", cols, idx);
+	int w = snprintf(buf, n, "%s | %s", cols, idx);
+	assert_true(w >= 0 && (size_t)w < n); /* (and gcc sees it checked) */
 }
 
 /*
