@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /** Store schema version this library reads and writes. */
-#define DUE_SCHEMA_VERSION 10
+#define DUE_SCHEMA_VERSION 11
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
@@ -178,6 +178,19 @@ typedef struct due_task {
 	 * its kind's at claim time.
 	 */
 	int64_t timeout_us;
+	/* Since schema 11 (run after, docs/internals/after.md). */
+	/**
+	 * Run after: the number of parents the task was added after (0:
+	 * none); how many of them it still waits for (> 0 only while it is
+	 * SCHEDULED: it is held, no claim takes it, and its due_at is
+	 * DUE_TIME_LAST until the last one releases it); and whether any end
+	 * of a parent releases it (after_any_end) or only DONE does.
+	 */
+	int32_t after_n;
+	int32_t after_left;
+	bool after_any_end;
+	/** The parents' ids, ascending (after_n of them): due_get() only. */
+	due_id *after;
 } due_task;
 
 DUE_EXTERN void due_task_free(due_task *t);
@@ -365,14 +378,36 @@ typedef struct due_schedule_opts {
 	 * the outcome TIMED_OUT (retried, dead-lettered as any failure).
 	 */
 	int64_t timeout_us;
+	/**
+	 * Run after (version 5): the task is held until each of these
+	 * n_after tasks, its parents (1..DUE_AFTER_MAX ids, none twice), is
+	 * DONE, then it is due at its own delay counted from then, or at
+	 * `at` if that is later.  A parent that ends DEAD or CANCELLED
+	 * cancels it (CANCELLED, last_error naming that parent), unless
+	 * after_any_end: then any end of each parent counts.  Every parent
+	 * must exist when the task is added (DUE_ENOTFOUND), so no cycle can
+	 * be built; one already DONE counts at once; one already DEAD or
+	 * CANCELLED is refused (DUE_ESTATE) unless after_any_end.  Not with
+	 * on_key REPLACE or LATER.  Its handler is given the parents'
+	 * results (DUE_PARENT_RESULTS, "parent_results").
+	 */
+	const due_id *after;
+	size_t n_after;
+	bool after_any_end;
 } due_schedule_opts;
 
-#define DUE_SCHEDULE_OPTS_VERSION 4
+#define DUE_SCHEDULE_OPTS_VERSION 5
 #define DUE_SCHEDULE_OPTS_INIT                                                 \
 	{                                                                      \
 		DUE_SCHEDULE_OPTS_VERSION, 0, DUE_TIME_NONE, 5, 1000000,       \
-		    3600000000LL, NULL, 0, DUE_ON_KEY_KEEP, NULL, 0            \
+		    3600000000LL, NULL, 0, DUE_ON_KEY_KEEP, NULL, 0, NULL, 0,  \
+		    false                                                      \
 	}
+
+/** The most parents one task may be added after (due_schedule_opts.after). */
+#define DUE_AFTER_MAX 1000
+/** The default bound of due_parent_results()'s text, in bytes. */
+#define DUE_PARENT_RESULTS_MAX 65536
 
 #define DUE_PRIORITY_MIN (-32768)
 #define DUE_PRIORITY_MAX 32767
@@ -529,12 +564,17 @@ typedef struct due_list_opts {
 	int limit;	  /**< default 100; at most 10000 */
 	due_id after;	  /**< paging: only ids greater than this */
 	bool attempts;	  /**< also load each task's attempts history */
+	/**
+	 * Version 2: only tasks held by run-after (SCHEDULED, after_left >
+	 * 0); with state, that state must be DUE_SCHEDULED.
+	 */
+	bool held;
 } due_list_opts;
 
-#define DUE_LIST_OPTS_VERSION 1
+#define DUE_LIST_OPTS_VERSION 2
 #define DUE_LIST_OPTS_INIT                                                     \
 	{                                                                      \
-		DUE_LIST_OPTS_VERSION, -1, NULL, 100, 0, false                 \
+		DUE_LIST_OPTS_VERSION, -1, NULL, 100, 0, false, false          \
 	}
 
 /** List tasks in id order. */
@@ -981,9 +1021,23 @@ DUE_EXTERN int due_kind_list(due_db *db, due_kind_info_list **out);
 DUE_EXTERN int due_kind_remove(due_db *db, const char *kind);
 
 /**
- * Why a SCHEDULED task that is due is not being claimed, if a setting of
- * its kind holds it: *out_reason is "paused", "rate", "max_running" or
- * "max_running_per_group" (static strings), or NULL when nothing holds it
+ * The results of task t's parents (run-after), as one JSON object text:
+ * {"41": {"state": "DONE", "result": "..."}, ...}, keyed by parent id, a
+ * result that is not UTF-8 as "result_b64"; "{}" for a task with none.
+ * Bounded by max_bytes (0: DUE_PARENT_RESULTS_MAX): a result that would
+ * take the text past it is left out, its entry saying "result_omitted":
+ * its size (the entries, some 50 bytes each, are always there).  A
+ * parent since pruned is {"state": null}.  t may come from a claim (its
+ * parents are then read with due_get).  *out is malloc'd: free() it.
+ */
+DUE_EXTERN int due_parent_results(due_db *db, char **out, const due_task *t,
+				  size_t max_bytes);
+
+/**
+ * Why a SCHEDULED task is not being claimed: "after" while it waits for
+ * parents (run-after: after_left > 0); else, when it is due, if a setting
+ * of its kind holds it: "paused", "rate", "max_running" or
+ * "max_running_per_group" (static strings); NULL when nothing holds it
  * (not due, not SCHEDULED, or free to be claimed).
  */
 DUE_EXTERN int due_task_hold(due_db *db, const char **out_reason,
@@ -1233,6 +1287,12 @@ DUE_EXTERN const char *due_job_owner(const due_job *job);
  * on another worker: check it often in long work.
  */
 DUE_EXTERN bool due_job_lease_held(const due_job *job);
+/**
+ * For a task added with run-after: its parents' results as
+ * due_parent_results() gives them (read before the handler is called), or
+ * NULL when the task has no parents.  Borrowed, like the job.
+ */
+DUE_EXTERN const char *due_job_parent_results(const due_job *job);
 /** Copy the result to commit (up to the store's result limit). */
 DUE_EXTERN int due_job_set_result(due_job *job, const void *data, size_t len);
 /** Set the error text for a failure (copied, truncated to 4 KiB). */

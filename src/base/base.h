@@ -72,6 +72,8 @@ int due__validate_group(const char *group);
 ** that is not part of a well-formed sequence replaced by U+FFFD.
 */
 bool due__utf8_valid(const char *s);
+/* Standard base64 of n bytes, malloc'd and NUL-terminated; NULL on ENOMEM. */
+char *due__base64(const unsigned char *p, size_t n);
 char *due__utf8_scrub(const char *s);
 /*
 ** Release what a task owns (strings, buffers, attempts), leaving the

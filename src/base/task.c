@@ -90,6 +90,7 @@ void due__task_clear(due_task *t)
 	free(t->result);
 	free(t->last_error);
 	free(t->group);
+	free(t->after);
 	for (size_t i = 0; i < t->n_attempts; i++) {
 		free(t->attempts[i].worker);
 		free(t->attempts[i].outcome);
@@ -297,4 +298,28 @@ int due__validate_owner(const char *owner)
 		return due__error_set(
 		    DUE_EINVAL, "invalid owner: must be 1 to 200 characters");
 	return check_utf8("owner", owner, n);
+}
+
+char *due__base64(const unsigned char *p, size_t n)
+{
+	static const char b64[] =
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvw"
+	    "xyz0123456789+/";
+	char *out = malloc(4 * ((n + 2) / 3) + 1), *o = out;
+
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < n; i += 3) {
+		unsigned v = (unsigned)p[i] << 16;
+		if (i + 1 < n)
+			v |= (unsigned)p[i + 1] << 8;
+		if (i + 2 < n)
+			v |= p[i + 2];
+		*o++ = b64[(v >> 18) & 63];
+		*o++ = b64[(v >> 12) & 63];
+		*o++ = i + 1 < n ? b64[(v >> 6) & 63] : '=';
+		*o++ = i + 2 < n ? b64[v & 63] : '=';
+	}
+	*o = '\0';
+	return out;
 }

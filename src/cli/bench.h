@@ -102,6 +102,7 @@ typedef struct drain_ctx {
 	due_id first;
 	long n;
 	atomic_long handled;
+	due_id last; /* after: the task whose end ends the run */
 } drain_ctx;
 
 typedef struct wthread {
@@ -188,5 +189,6 @@ void w_idle(vctx *v, const bopts *o);
 void w_memory(vctx *v, const bopts *o);
 void w_depth(vctx *v, const bopts *o);
 void w_soak(vctx *v, const bopts *o);
+void w_after(vctx *v, const bopts *o);
 
 #endif /* DUE_BENCH_H */

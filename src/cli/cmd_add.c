@@ -9,7 +9,7 @@
 **
 ** Batch: every line is a JSON object {kind, payload | payload_b64, in | at,
 ** max_attempts, backoff, backoff_cap, key, on_key, priority, group,
-** timeout},
+** timeout, after, after_any_end},
 ** decoded by due__fmt_batch_line() (src/fmt/submit.c, shared with POST
 ** /v1/tasks and fuzzed); all lines are checked first, then written in one
 ** transaction, so a bad line 7 writes nothing.  On a terminal a progress
@@ -35,6 +35,7 @@ static const char usage[] =
     "               [--max-attempts N] [--backoff DUR] [--backoff-cap DUR]\n"
     "               [--key BUSINESS_KEY [--on-key keep|replace|later]]\n"
     "               [--priority N] [--group G]\n"
+    "               [--after ID[,ID...] [--after-any-end]]\n"
     "               [--timeout DUR] [--json] [--db URL]\n"
     "       due add --batch FILE|-   [--db URL]\n"
     "\n"
@@ -68,6 +69,13 @@ static const char usage[] =
     "                      `due kind`): a handler still running is stopped "
     "and\n"
     "                      the try fails as TIMED_OUT\n"
+    "  --after ID[,ID...]  run after these tasks (at most 1,000): the task\n"
+    "                      is held until each is DONE, then due at --in\n"
+    "                      counted from then (or --at, if later); a parent\n"
+    "                      that ends DEAD or CANCELLED cancels it.  The\n"
+    "                      handler gets their results ($DUE_PARENT_RESULTS)\n"
+    "  --after-any-end     with --after: run once each parent has ended,\n"
+    "                      whatever its end (DONE, DEAD or CANCELLED)\n"
     "  --json              print the task object instead of the id\n"
     "  --batch FILE|-      JSON lines, one task object each, one transaction;\n"
     "                      prints the ids, one a line (on a terminal, a line\n"
@@ -97,14 +105,51 @@ enum {
 	O_PRIORITY = 'P',
 	O_GROUP = 'g',
 	O_TIMEOUT = 't',
-	O_ON_KEY = 'o'
+	O_ON_KEY = 'o',
+	O_AFTER = 'A',
+	O_ANY_END = 'E'
 };
 
 typedef struct add_args {
 	const char *in, *at, *payload, *pfile, *batch;
 	bool pstdin;
 	due_schedule_opts o;
+	due_id after[DUE_AFTER_MAX];
 } add_args;
+
+/*
+** --after ID[,ID...]: 1..DUE_AFTER_MAX task ids into a->after (a second
+** --after adds to the list).  Duplicates and the parents' existence are
+** the library's and the store's to check, with the messages every client
+** sees.
+*/
+static int after_list(const cli_ctx *c, const char *arg, add_args *a)
+{
+	const char *p = arg;
+
+	for (;;) {
+		char *end;
+		long long v;
+
+		errno = 0;
+		v = strtoll(p, &end, 10);
+		if (*p < '0' || *p > '9' || end == p || errno || v <= 0 ||
+		    (*end && *end != ','))
+			return cli_usage_error(c,
+					       "--after: '%s' is not a list of "
+					       "task ids (41 or 41,42)",
+					       arg);
+		if (a->o.n_after == DUE_AFTER_MAX)
+			return cli_usage_error(c, "--after: more than %d tasks",
+					       DUE_AFTER_MAX);
+		a->after[a->o.n_after++] = (due_id)v;
+		if (!*end)
+			break;
+		p = end + 1;
+	}
+	a->o.after = a->after;
+	return 0;
+}
 
 /* Fill o.delay_us / o.at from --in / --at. */
 static int timing(const cli_ctx *c, const char *in, const char *at,
@@ -369,15 +414,19 @@ int cmd_add(int argc, char **argv)
 	    {"priority", required_argument, NULL, O_PRIORITY},
 	    {"group", required_argument, NULL, O_GROUP},
 	    {"timeout", required_argument, NULL, O_TIMEOUT},
+	    {"after", required_argument, NULL, O_AFTER},
+	    {"after-any-end", no_argument, NULL, O_ANY_END},
 	    CLI_COMMON_OPTS,
 	    {0}};
-	add_args a = {.o = DUE_SCHEDULE_OPTS_INIT};
+	static add_args a; /* 8 KB of parent ids: not on the stack */
 	cli_ctx c = {.prog = "due add"};
 	bool flow = false, on_key = false;
 	const char *single = NULL; /* an option of a single add, for --batch */
 	long v;
 	int opt;
 
+	memset(&a, 0, sizeof(a));
+	a.o = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
 	cli_getopt_reset();
 	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		if (cli_common_opt(&c, opt, optarg))
@@ -415,6 +464,15 @@ int cmd_add(int argc, char **argv)
 			on_key = true;
 			break;
 		case O_BATCH: a.batch = optarg; break;
+		case O_AFTER:
+			if (after_list(&c, optarg, &a))
+				return EXIT_USAGE;
+			single = "--after";
+			break;
+		case O_ANY_END:
+			a.o.after_any_end = true;
+			single = "--after-any-end";
+			break;
 		case O_PRIORITY:
 		case O_GROUP:
 		case O_TIMEOUT:
@@ -452,8 +510,8 @@ int cmd_add(int argc, char **argv)
 			return cli_usage_error(
 			    &c,
 			    "--batch takes no %s: give in, at, payload, key, "
-			    "on_key, max_attempts, backoff, priority, group "
-			    "and timeout in each line",
+			    "on_key, max_attempts, backoff, priority, group, "
+			    "timeout, after and after_any_end in each line",
 			    single   ? single
 			    : on_key ? "--on-key"
 				     : "--priority, --group or --timeout");
@@ -465,6 +523,10 @@ int cmd_add(int argc, char **argv)
 		return cli_usage_error(&c, "--on-key needs --key: it says what "
 					   "to do with the live task of that "
 					   "key");
+	if (a.o.after_any_end && !a.o.n_after)
+		return cli_usage_error(&c, "--after-any-end needs --after: it "
+					   "says which ends of the parents "
+					   "count");
 	if (optind + 1 < argc)
 		return cli_usage_error(&c, "unexpected argument '%s'",
 				       argv[optind + 1]);

@@ -41,6 +41,10 @@
 **             ("future", the worst case for a claim that scans the
 **             priorities in order).  Not part of "all": it fills a big
 **             store.
+**   after     run-after: a chain of --n tasks (default 1,000), each
+**             after the one before, and a fan-in of --n parents (at
+**             most 1,000) to one child, one worker: the time per link,
+**             the child's release latency, no task early (bench_after.c).
 ** enqueue, cycle and drain also say cpu_us_per_task: the user + system CPU
 ** of this process over the measured phase (getrusage), per task, the
 ** worker threads' included; bench/floor reports the same for bare SQL, so
@@ -72,7 +76,7 @@
 
 static const char usage[] =
     "usage: due bench [--workload "
-    "enqueue|cycle|drain|lateness|idle|depth|memory|soak|all]\n"
+    "enqueue|cycle|drain|lateness|idle|depth|memory|soak|after|all]\n"
     "                 [--n N] [--concurrency C] [--workers W] [--batch B]\n"
     "                 [--pending N] [--rate R] [--duration DUR] "
     "[--retain DUR]\n"
@@ -91,7 +95,8 @@ static const char usage[] =
     "run: the workload in progress reports nothing, its scratch store is\n"
     "dropped, exit 128 + the signal.\n"
     "  --n N            tasks per workload (default 20000; lateness 2000,\n"
-    "                   with --exec or --pipe 500; depth 1000000)\n"
+    "                   with --exec or --pipe 500; depth 1000000; after\n"
+    "                   1000: a chain of N, a fan-in of N parents)\n"
     "  --concurrency C  handler slots per worker for drain and soak\n"
     "                   (default 4), and lateness with --exec or --pipe\n"
     "                   (default 2)\n"
@@ -139,6 +144,7 @@ static const workload workloads[] = {
     {"drain", w_drain, true},	  {"lateness", w_lateness, true},
     {"idle", w_idle, true},	  {"depth", w_depth, false},
     {"memory", w_memory, false},  {"soak", w_soak, false},
+    {"after", w_after, true},
 };
 
 /* Does --workload `name` ask for workload w? */

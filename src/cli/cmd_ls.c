@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli/cli.h"
 #include "fmt/fmt.h"
@@ -21,8 +22,11 @@ static const char usage_ls[] =
     "              [--json] [--db URL]\n"
     "\n"
     "List tasks in id order.  STATE is SCHEDULED, CLAIMED, DONE, CANCELLED\n"
-    "or DEAD.  --limit defaults to 100 (at most 10000); --after ID pages:\n"
-    "the tasks with a greater id (0, the default, is from the start).\n";
+    "or DEAD, or HELD: the SCHEDULED tasks that wait for parents (added\n"
+    "with `due add --after`; their DUE_AT says how many parents they still\n"
+    "wait for: held: 1/2 parents).\n"
+    "--limit defaults to 100 (at most 10000); --after ID pages: the tasks\n"
+    "with a greater id (0, the default, is from the start).\n";
 
 static const char usage_dead[] =
     "usage: due dead [--limit N] [--json] [--db URL]\n"
@@ -39,7 +43,11 @@ void cli_print_task_table(const due_task_list *l)
 	       "DUE_AT", "ATTEMPT", "KEY / LAST_ERROR");
 	for (size_t i = 0; i < l->count; i++) {
 		const due_task *t = &l->items[i];
-		due_time_format(due, sizeof(due), t->due_at);
+		if (t->state == DUE_SCHEDULED && t->after_left > 0)
+			snprintf(due, sizeof(due), "held: %d/%d parents",
+				 (int)t->after_left, (int)t->after_n);
+		else
+			due_time_format(due, sizeof(due), t->due_at);
 		printf("%-10lld %-10s ", (long long)t->id,
 		       due_state_name(t->state));
 		cli_put_str(t->kind, 20);
@@ -118,10 +126,17 @@ int cmd_ls(int argc, char **argv)
 		switch (opt) {
 		case 'h': fputs(usage_ls, stdout); return 0;
 		case O_STATE:
+			if (strcasecmp(optarg, "held") == 0) {
+				o.held = true;
+				o.state = -1;
+				break;
+			}
 			if (due_state_parse(&st, optarg) < 0)
-				return cli_usage_error(&c, "--state: %s",
+				return cli_usage_error(&c,
+						       "--state: %s (or HELD)",
 						       due_error_last());
 			o.state = (int)st;
+			o.held = false;
 			break;
 		case O_KIND: o.kind = optarg; break;
 		case O_LIMIT:

@@ -4,7 +4,10 @@
 ** A SCHEDULED task that is due but held back by a setting of its kind
 ** (docs/internals/flow.md) says which: "waiting: kind paused" in text,
 ** "held": "paused" | "rate" | "max_running" | "max_running_per_group" in
-** JSON (null when nothing holds it).  The reason is read from the store
+** JSON (null when nothing holds it).  A task held by run-after says
+** "waiting: after task 41 (RUNNING), 42 (DONE): 1 of 2 still to be DONE"
+** and "held": "after", its parents in "after".  The reason is read from the
+*store
 ** right after the task, so it is what a claim starting now would find.
 */
 #include <string.h>
@@ -19,7 +22,8 @@ static const char usage[] =
     "why it ended), lease, result and last error, its priority, group and\n"
     "time limit, and, for a due task its kind's settings hold back, why it\n"
     "waits: the kind is paused, at its rate, at its max-running, or the\n"
-    "task's group is at its max-running-per-group (see `due kind`).\n";
+    "task's group is at its max-running-per-group (see `due kind`); a task\n"
+    "added with --after says which parents it waits for and their states.\n";
 
 /* What the text says for each reason due_task_hold() gives. */
 static const char *hold_text(const char *held)
@@ -30,6 +34,8 @@ static const char *hold_text(const char *held)
 		return "kind at its rate limit";
 	if (!strcmp(held, "max_running"))
 		return "kind at its max-running limit";
+	if (!strcmp(held, "after"))
+		return "after";
 	if (!strcmp(held, "max_running_per_group"))
 		return "group at its max-running-per-group limit";
 	return held;
@@ -65,7 +71,33 @@ static void line_bytes(const char *name, const unsigned char *p, size_t n)
 		printf("%-17s (%zu bytes, binary)\n", name, n);
 }
 
-static void print_text(const due_task *t, const char *held)
+/*
+** "waiting: after task 41 (RUNNING), 42 (DONE)": each parent with its
+** state as read now (RUNNING for CLAIMED, "gone" once pruned), the first
+** SHOW_PARENTS of them, then how many more.
+*/
+#define SHOW_PARENTS 10
+static void print_after(due_db *db, const due_task *t)
+{
+	printf("waiting: after task");
+	for (int32_t i = 0; t->after && i < t->after_n && i < SHOW_PARENTS;
+	     i++) {
+		due_task *p = NULL;
+		const char *st = "gone";
+		if (due_get(db, &p, t->after[i]) == 0)
+			st = p->state == DUE_CLAIMED ? "RUNNING"
+						     : due_state_name(p->state);
+		printf("%s %lld (%s)", i ? "," : "", (long long)t->after[i],
+		       st);
+		due_task_free(p);
+	}
+	if (t->after_n > SHOW_PARENTS)
+		printf(" and %d more", (int)(t->after_n - SHOW_PARENTS));
+	printf(": %d of %d still to %s\n", (int)t->after_left, (int)t->after_n,
+	       t->after_any_end ? "end" : "be DONE");
+}
+
+static void print_text(due_db *db, const due_task *t, const char *held)
 {
 	char b1[40], b2[40];
 
@@ -75,8 +107,16 @@ static void print_text(const due_task *t, const char *held)
 	putchar('\n');
 	printf("%-17s %s%s\n", "state", due_state_name(t->state),
 	       t->cancel_requested ? " (cancel requested)" : "");
-	if (held) /* its own line, "waiting: kind paused", easy to grep */
+	if (held && !strcmp(held, "after"))
+		print_after(db, t);
+	else if (held) /* its own line, "waiting: kind paused", to grep */
 		printf("waiting: %s\n", hold_text(held));
+	if (t->after_n > 0 && !(held && !strcmp(held, "after"))) {
+		printf("%-17s", "after");
+		for (int32_t i = 0; t->after && i < t->after_n; i++)
+			printf(" %lld", (long long)t->after[i]);
+		printf("%s\n", t->after_any_end ? " (any end)" : "");
+	}
 	printf("%-17s ", "due_at"); /* always set: 0 is the epoch */
 	due_time_format(b1, sizeof(b1), t->due_at);
 	printf("%s\n", b1);
@@ -156,8 +196,8 @@ int cmd_show(int argc, char **argv)
 		return rc;
 	}
 	rc = due_task_hold(db, &held, t);
-	due_close(db);
 	if (rc < 0) {
+		due_close(db);
 		due_task_free(t);
 		return cli_fail(&c, rc);
 	}
@@ -168,7 +208,8 @@ int cmd_show(int argc, char **argv)
 			    o, "held", held ? json_string(held) : json_null());
 		rc = cli_print_json(o);
 	} else
-		print_text(t, held);
+		print_text(db, t, held);
+	due_close(db);
 	due_task_free(t);
 	return rc;
 }

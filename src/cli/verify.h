@@ -107,6 +107,11 @@ due_id v_add(vctx *v, const char *kind, int64_t delay_us, int32_t max_attempts,
 	     int64_t backoff_us, const char *payload);
 /* The task (caller frees) or NULL. */
 due_task *v_get(vctx *v, due_id id);
+/*
+** SIGKILL the process group whose leader's pid a handler wrote to pidfile
+** in the case dir (a handler a kill -9'd worker left running).
+*/
+void v_kill_orphan(vctx *v, const char *pidfile);
 /* Lines in a file of the case dir (0 if missing). */
 int v_lines(vctx *v, const char *file);
 /* Path of a file in the case dir. */
@@ -142,6 +147,8 @@ void v_cancel_semantics(vctx *v);
 void v_race_due_vs_cancel(vctx *v);
 void v_race_reschedule_vs_claim(vctx *v);
 void v_debounce_racing_producers(vctx *v);
+void v_after_parent_kill9_releases_once(vctx *v);
+void v_after_dead_parent_cancels_children(vctx *v);
 void v_retry_backoff_then_done(vctx *v);
 void v_retry_exhausted_dead(vctx *v);
 void v_crash_kill9_lease_retry(vctx *v);

@@ -411,18 +411,6 @@ void v_retry_exhausted_dead(vctx *v)
 }
 
 /* Kill the handler process group a crashed worker left behind. */
-static void kill_orphan(vctx *v, const char *pidfile)
-{
-	char p[1300];
-	FILE *f = fopen(v_path(v, pidfile, p, sizeof(p)), "r");
-	int pid = 0;
-	if (f) {
-		if (fscanf(f, "%d", &pid) == 1 && pid > 1)
-			kill(-pid, SIGKILL);
-		fclose(f);
-	}
-}
-
 typedef struct watch {
 	due_id id;
 	int stolen;
@@ -490,7 +478,7 @@ void v_crash_kill9_lease_retry(vctx *v)
 	}
 	ok &= v_wait(v, HANG_MS, want_state, &done);
 	stop_worker(b);
-	kill_orphan(v, "a.pid");
+	v_kill_orphan(v, "a.pid");
 	due_task *t = v_get(v, done.id);
 	bool hist = t && t->n_attempts == 2 &&
 		    !strcmp(t->attempts[0].outcome, "LEASE_EXPIRED") &&

@@ -414,6 +414,18 @@ due_id v_add(vctx *v, const char *kind, int64_t delay_us, int32_t max_attempts,
 	return s.id;
 }
 
+void v_kill_orphan(vctx *v, const char *pidfile)
+{
+	char p[1300];
+	FILE *f = fopen(v_path(v, pidfile, p, sizeof(p)), "r");
+	int pid = 0;
+	if (f) {
+		if (fscanf(f, "%d", &pid) == 1 && pid > 1)
+			kill(-pid, SIGKILL);
+		fclose(f);
+	}
+}
+
 due_task *v_get(vctx *v, due_id id)
 {
 	due_task *t = NULL;

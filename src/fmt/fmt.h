@@ -52,7 +52,8 @@ extern const char *const due__fmt_submit_fields[];
 ** hold it) into *out.  `known` lists the fields allowed (NULL-terminated;
 ** both callers pass due__fmt_submit_fields).  Returns 0, or -1 with a
 ** one-line message in err.  out->kind, ->payload and ->opts.key borrow from
-** obj, or from *blob (the decoded payload_b64, malloc'd, NULL when none),
+** obj, or from *blob (the decoded payload_b64, then the 'after' ids,
+** malloc'd, NULL when neither),
 ** which the caller frees after using *out; on -1 *blob is NULL.  The
 ** library checks the kind's syntax, the key's length and the payload limit
 ** again; this checks the JSON types, unknown fields, 'in' xor 'at',

@@ -271,6 +271,17 @@ json_t *due__fmt_task_cut(const due_task *t, size_t cut)
 	json_object_set_new(o, "created_at", due__fmt_time(t->created_at));
 	json_object_set_new(o, "updated_at", due__fmt_time(t->updated_at));
 	set_bytes(o, "payload", t->payload, t->payload_len, cut);
+	/* run-after (schema 11): the parents' ids when read (due_get), [] for
+	   none; how many are still awaited */
+	if (t->after || t->after_n == 0) {
+		json_t *ids = json_array();
+		for (int32_t i = 0; ids && t->after && i < t->after_n; i++)
+			json_array_append_new(ids, json_integer(t->after[i]));
+		json_object_set_new(o, "after", ids ? ids : json_null());
+	}
+	json_object_set_new(o, "after_n", json_integer(t->after_n));
+	json_object_set_new(o, "after_left", json_integer(t->after_left));
+	json_object_set_new(o, "after_any_end", json_boolean(t->after_any_end));
 	for (size_t i = 0; i < t->n_attempts; i++)
 		json_array_append_new(arr, attempt_json(&t->attempts[i]));
 	json_object_set_new(o, "attempts", arr);

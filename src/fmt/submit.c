@@ -5,9 +5,9 @@
 ** `due add --batch` reads one object a line and POST /v1/tasks one object
 ** a body; both describe the same due_submit with the same fields (kind,
 ** payload | payload_b64, in | at, max_attempts, backoff, backoff_cap, key,
-** on_key, priority, group, timeout), so they share due__fmt_submit_from_json()
-*and
-** differ only in how the JSON text is parsed (due__fmt_batch_line(),
+** on_key, priority, group, timeout, after, after_any_end), so they share
+** due__fmt_submit_from_json() and differ only in how the JSON text is parsed
+*(due__fmt_batch_line(),
 ** due__fmt_task_body()) and in the prefix of their messages ("--batch line
 ** N: ").
 **
@@ -33,9 +33,10 @@
 #include "fmt/fmt.h"
 
 const char *const due__fmt_submit_fields[] = {
-    "kind",	    "payload", "payload_b64", "in",  "at",
-    "max_attempts", "backoff", "backoff_cap", "key", "on_key",
-    "priority",	    "group",   "timeout",     NULL};
+    "kind",    "payload",      "payload_b64",	"in",
+    "at",      "max_attempts", "backoff",	"backoff_cap",
+    "key",     "on_key",       "priority",	"group",
+    "timeout", "after",	       "after_any_end", NULL};
 
 /*
 ** Copy the NUL-terminated src into err (errlen >= 1) as one line of valid
@@ -251,6 +252,57 @@ static int payload(json_t *obj, due_submit *s, unsigned char **blob, char *err,
 	return 0;
 }
 
+/*
+** 'after' (an array of 1..DUE_AFTER_MAX task ids, each a positive
+** integer) and 'after_any_end' (a boolean) into s.  The ids go into *blob
+** after the decoded payload (if any), 8-byte aligned, so that the caller's
+** one free() releases both; s->payload is moved with a realloc.  Ids twice
+** and the rest of the list's rules are the library's to check.
+*/
+static int after(json_t *obj, due_submit *s, unsigned char **blob, char *err,
+		 size_t errlen)
+{
+	json_t *a = json_object_get(obj, "after");
+	json_t *any = json_object_get(obj, "after_any_end");
+	size_t n, off = 0;
+	unsigned char *nb;
+	due_id *ids;
+
+	if (any && !json_is_boolean(any) && !json_is_null(any))
+		return fail(err, errlen,
+			    "'after_any_end' must be true or "
+			    "false (or null)");
+	s->opts.after_any_end = any && json_is_true(any);
+	if (!a || json_is_null(a))
+		return 0;
+	if (!json_is_array(a) || (n = json_array_size(a)) == 0 ||
+	    n > DUE_AFTER_MAX)
+		return fail(err, errlen,
+			    "'after' must be an array of 1 to %d task ids",
+			    DUE_AFTER_MAX);
+	for (size_t i = 0; i < n; i++) {
+		json_t *v = json_array_get(a, i);
+		if (!json_is_integer(v) || json_integer_value(v) <= 0)
+			return fail(err, errlen,
+				    "'after' item %zu must be a task id (a "
+				    "positive integer)",
+				    i + 1);
+	}
+	if (*blob)
+		off = (s->payload_len + 7) & ~(size_t)7;
+	if (!(nb = realloc(*blob, off + n * sizeof(due_id))))
+		return fail(err, errlen, "out of memory");
+	if (*blob)
+		s->payload = nb;
+	*blob = nb;
+	ids = (due_id *)(void *)(nb + off);
+	for (size_t i = 0; i < n; i++)
+		ids[i] = (due_id)json_integer_value(json_array_get(a, i));
+	s->opts.after = ids;
+	s->opts.n_after = n;
+	return 0;
+}
+
 int due__fmt_submit_from_json(json_t *obj, const char *const *known,
 			      due_submit *out, unsigned char **blob, char *err,
 			      size_t errlen)
@@ -271,7 +323,8 @@ int due__fmt_submit_from_json(json_t *obj, const char *const *known,
 	if (timing(obj, &out->opts, err, errlen) < 0 ||
 	    retries(obj, &out->opts, err, errlen) < 0 ||
 	    flow(obj, &out->opts, err, errlen) < 0 ||
-	    payload(obj, out, blob, err, errlen) < 0) {
+	    payload(obj, out, blob, err, errlen) < 0 ||
+	    after(obj, out, blob, err, errlen) < 0) {
 		free(*blob);
 		*blob = NULL;
 		return -1;

@@ -95,10 +95,35 @@ static json_t *time_or_null(due_time t)
 	return json_string(buf);
 }
 
-json_t *http_claimed_json(const due_task_list *l, int64_t lease_us)
+/*
+** "parent_results" of a task added with run-after: its parents' results
+** as due_parent_results() gives them (read now, through db); 0, or a
+** DUE_E* code with nothing added.
+*/
+static int add_parents(due_db *db, json_t *o, const due_task *t)
+{
+	char *text = NULL;
+	json_t *v;
+	int rc;
+
+	if (t->after_n <= 0)
+		return 0;
+	if ((rc = due_parent_results(db, &text, t, 0)) < 0)
+		return rc;
+	v = json_loads(text, 0, NULL);
+	free(text);
+	if (!v || json_object_set_new(o, "parent_results", v) < 0)
+		return DUE_ENOMEM;
+	return 0;
+}
+
+int http_claimed_json(due_db *db, const due_task_list *l, int64_t lease_us,
+		      json_t **out)
 {
 	json_t *a = json_array();
+	int rc = 0;
 
+	*out = NULL;
 	for (size_t i = 0; a && i < l->count; i++) {
 		const due_task *t = &l->items[i];
 		json_t *o = due__fmt_task(t);
@@ -114,11 +139,13 @@ json_t *http_claimed_json(const due_task_list *l, int64_t lease_us)
 					json_string(key)) < 0 ||
 		    json_object_set_new(o, "deadline", time_or_null(deadline)) <
 			0 ||
+		    (rc = add_parents(db, o, t)) < 0 ||
 		    json_array_append_new(a, o) < 0) {
 			json_decref(o);
 			json_decref(a);
-			return NULL;
+			return rc < 0 ? rc : DUE_ENOMEM;
 		}
 	}
-	return a;
+	*out = a;
+	return a ? 0 : DUE_ENOMEM;
 }

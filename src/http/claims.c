@@ -514,13 +514,21 @@ static void store_failed(http_claims *cs, http_poll *p, int rc)
 static void deliver(http_claims *cs, due_db *db, http_poll *p,
 		    const due_task_list *l, int64_t t0)
 {
+	json_t *body = NULL;
+	int rc;
+
 	if (client_gone(p)) {
 		give_back(db, p, l, t0);
 		reply_empty(p); /* to no one */
+	} else if ((rc = http_claimed_json(db, l, p->c.o.lease_us, &body)) <
+		   0) {
+		/* a run-after task's parents could not be read: the tries go
+		   back rather than run without their parents' results */
+		give_back(db, p, l, t0);
+		http_reply_due(p->r, rc);
 	} else {
 		remember(cs->srv, l, p->c.o.lease_us, t0);
-		http_reply_json(p->r, 200,
-				http_claimed_json(l, p->c.o.lease_us));
+		http_reply_json(p->r, 200, body);
 	}
 	end(cs, p);
 }

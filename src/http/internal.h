@@ -263,11 +263,14 @@ typedef struct http_claim_spec {
 */
 int http_claim_read(http_req *r, json_t **body, http_claim_spec *c);
 /*
-** The claimed tasks as the reply's JSON array: each task with its
-** idempotency key and its deadline (claim time + time limit, store
-** clock; null without a limit).  NULL when out of memory.
+** The claimed tasks as the reply's JSON array (*out): each task with its
+** idempotency key, its deadline (claim time + time limit, store clock;
+** null without a limit) and, for one added with run-after, its parents'
+** results ("parent_results", read through db).  0, or a DUE_E* code
+** (DUE_ENOMEM, or the store's when a parent could not be read).
 */
-json_t *http_claimed_json(const due_task_list *l, int64_t lease_us);
+int http_claimed_json(due_db *db, const due_task_list *l, int64_t lease_us,
+		      json_t **out);
 
 typedef struct http_poll http_poll;
 

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "fmt/fmt.h"
 #include "http/internal.h"
@@ -115,11 +116,13 @@ static int list_query(http_req *r, due_list_opts *lo)
 	char *end;
 	long long v;
 
-	if (state && *state) {
+	if (state && *state && strcasecmp(state, "HELD") == 0) {
+		lo->held = true; /* SCHEDULED, waiting for parents */
+	} else if (state && *state) {
 		if (due_state_parse(&st, state) < 0) {
 			snprintf(r->err, sizeof(r->err),
-				 "invalid state '%.64s': one "
-				 "of SCHEDULED, CLAIMED, DONE, CANCELLED, DEAD",
+				 "invalid state '%.64s': one of SCHEDULED, "
+				 "CLAIMED, DONE, CANCELLED, DEAD, or HELD",
 				 state);
 			return -1;
 		}
@@ -159,8 +162,9 @@ static int list_query(http_req *r, due_list_opts *lo)
 static void next_page(http_req *r, const due_list_opts *lo, due_id last)
 {
 	char link[512], kind[400] = "", id[32];
-	const char *st =
-	    lo->state >= 0 ? due_state_name((due_state)lo->state) : NULL;
+	const char *st = lo->held	  ? "HELD"
+			 : lo->state >= 0 ? due_state_name((due_state)lo->state)
+					  : NULL;
 
 	snprintf(id, sizeof(id), "%lld", (long long)last);
 	http_add_header(r, "X-Next-After", id);

@@ -72,6 +72,23 @@
 **  10  records the version too: it makes every store pass through `due
 **      init`, which creates the due_schedule_on_key procedure (issue 38:
 **      on_key).
+**  11  run-after (issue 38 point 3): due_task gains after_n, after_left,
+**      after_any_end and the held task's own time (after_at,
+**      after_delay_us); due_after holds the edges, one row per (parent,
+**      child) with `pending` while the parent has not ended yet (PRIMARY
+**      KEY (parent, child) for the release, KEY (child, parent) for get
+**      and prune).  Every existing task gets 0/0/0.  Re-runnable: MySQL 8
+**      has no ADD COLUMN IF NOT EXISTS, so the ALTER is prepared only
+**      when after_n is missing (information_schema), and a store whose
+**      recorded version was set back (tests/cli/test_sql_submit.sh) or a
+**      second `due init` on another Galera node passes through it.
+**      after_children (a second ALTER, prepared only when that column
+**      is missing) counts the run-after submits that named the task:
+**      the submit writes every parent's row (lock_parents), so that on
+**      Galera a child added through one node and its parent's finish
+**      through another touch the same row and one of them fails
+**      certification (1213, retried whole) instead of both committing
+**      and the child missing its release.
 */
 #include <errno.h>
 #include <stdint.h>
@@ -109,6 +126,13 @@
 #define SET_NOW "; SET @due_now = " NOW
 #define NOW_V "@due_now"
 #define USED_UP "attempt - attempt_base >= max_attempts"
+
+/*
+** The due_at of a task held by run-after: DUE_TIME_LAST
+** (9999-12-31T23:59:59.999999Z, core/internal.h), later than anything a
+** claim, upcoming, the overdue count or lateness ever asks for.
+*/
+#define HELD_AT "253402300799999999"
 
 /* Column lists with every name quoted (`key` is a reserved word). */
 #define MY_COL_(e, name) "`" #name "`, "
@@ -300,10 +324,37 @@ static const char schema_v5[] =
     "ALTER TABLE due_worker ADD COLUMN pruned BIGINT NOT NULL DEFAULT 0;"
     "ALTER TABLE due_task ADD KEY due_task_state (state, id);" RECORD("5");
 
+/* Run-after (docs/internals/mysql.md, "Run after"). */
+static const char schema_v11[] =
+    "SET @due_sql = IF((SELECT COUNT(*) FROM information_schema.columns"
+    " WHERE table_schema = DATABASE() AND table_name = 'due_task'"
+    " AND column_name = 'after_n') = 0,"
+    " 'ALTER TABLE due_task ADD COLUMN after_n INT NOT NULL DEFAULT 0,"
+    " ADD COLUMN after_left INT NOT NULL DEFAULT 0,"
+    " ADD COLUMN after_any_end BOOLEAN NOT NULL DEFAULT FALSE,"
+    " ADD COLUMN after_at BIGINT NULL,"
+    " ADD COLUMN after_delay_us BIGINT NOT NULL DEFAULT 0', 'DO 0');"
+    "PREPARE due_step FROM @due_sql; EXECUTE due_step;"
+    " DEALLOCATE PREPARE due_step;"
+    "SET @due_sql = IF((SELECT COUNT(*) FROM information_schema.columns"
+    " WHERE table_schema = DATABASE() AND table_name = 'due_task'"
+    " AND column_name = 'after_children') = 0,"
+    " 'ALTER TABLE due_task ADD COLUMN after_children BIGINT NOT NULL"
+    " DEFAULT 0', 'DO 0');"
+    "PREPARE due_step FROM @due_sql; EXECUTE due_step;"
+    " DEALLOCATE PREPARE due_step;"
+    "CREATE TABLE IF NOT EXISTS due_after ("
+    " parent BIGINT NOT NULL,"
+    " child BIGINT NOT NULL,"
+    " pending BOOLEAN NOT NULL,"
+    " PRIMARY KEY (parent, child),"
+    " KEY due_after_child (child, parent))" TABLE_OPTS RECORD("11");
+
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1,   [2] = RECORD("2"),  [3] = RECORD("3"), [4] = RECORD("4"),
-    [5] = schema_v5,   [6] = RECORD("6"),  [7] = RECORD("7"), [8] = RECORD("8"),
-    [9] = RECORD("9"), [10] = RECORD("10")};
+    [1] = schema_v1,	 [2] = RECORD("2"), [3] = RECORD("3"),
+    [4] = RECORD("4"),	 [5] = schema_v5,   [6] = RECORD("6"),
+    [7] = RECORD("7"),	 [8] = RECORD("8"), [9] = RECORD("9"),
+    [10] = RECORD("10"), [11] = schema_v11};
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
@@ -385,6 +436,8 @@ static void wake(due_store *s)
 
 	if (due__my_run(s, sql, sizeof(sql) - 1, "wake listeners", NULL) < 0)
 		due__error_clear();
+	else if (!s->in_tx) /* committed: this process's listeners now */
+		due__my_local_poke();
 }
 
 /* ' AND kind IN (...)' / NOT IN for a claim's kind filter. */
@@ -699,15 +752,22 @@ static const char sql_schedule_proc[] =
 ** Outside a transaction (autocommit) each statement commits alone: a
 ** holder that changed between the look and the write is looked at again
 ** (the row count, and the state read again).  Created when missing or
-** older than ON_KEY_V, by init_extras.
+** older than ON_KEY_V, by init_extras.  v2 (schema 11): a holder held by
+** run-after keeps the new time as its own, applied at its release (its
+** due_at stays HELD_AT), for replace and later alike, by a statement of
+** its own that runs only for a held holder: a producer granted what v1
+** needs (docs/INTERFACE.md) keeps working for every other holder, and
+** needs SELECT (after_left), UPDATE (after_at, after_delay_us) only for
+** a held one.
 */
-#define ON_KEY_V "due_schedule_on_key v1"
+#define ON_KEY_V "due_schedule_on_key v2"
 static const char sql_schedule_on_key_proc[] =
     "CREATE PROCEDURE due_schedule_on_key(" SCHED_PARAMS
     ", IN p_on_key VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
     " OUT p_id BIGINT)"
     " MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '" ON_KEY_V "'\n"
-    "BEGIN\n" SCHED_DECLARE "  DECLARE how, claimed, cnt INT DEFAULT NULL;\n"
+    "BEGIN\n" SCHED_DECLARE
+    "  DECLARE how, claimed, cnt, held INT DEFAULT NULL;\n"
     "  DECLARE due BIGINT;\n" SCHED_HANDLER "  SET p_id = NULL;\n"
     /* compared as bytes: no trailing-space padding, no case folding */
     "  SET how = CASE CAST(COALESCE(p_on_key, 'keep') AS BINARY)"
@@ -731,18 +791,31 @@ static const char sql_schedule_on_key_proc[] =
 		     " try again';\n"
 		     "    END IF;\n"
 		     "    IF how <> 0 THEN\n"
-		     "      SELECT MAX(id), MAX(state = 'CLAIMED') INTO found, "
-		     "claimed"
+		     "      SELECT MAX(id), MAX(state = 'CLAIMED'), MAX(due_at "
+		     "= " HELD_AT ") INTO found, claimed, held"
 		     " FROM due_task WHERE kind = p_kind AND live_key = "
 		     "CAST(p_key AS"
 		     " BINARY) FOR UPDATE;\n"
 		     "      IF found IS NOT NULL AND claimed = 0 THEN\n"
-		     "        UPDATE due_task SET due_at = due, payload = "
+		     "        SET cnt = 0;\n"
+		     /* held (run-after): its own statement, so that only a
+			held holder needs the run-after columns' grants */
+		     "        IF held = 1 THEN\n"
+		     "          UPDATE due_task SET after_at = p_run_at_us,"
+		     " after_delay_us = IF(p_run_at_us IS NULL, delay, 0),"
+		     " payload = COALESCE(p_payload, ''), updated_at = now_us"
+		     " WHERE id = found AND state = 'SCHEDULED' AND after_left"
+		     " > 0;\n"
+		     "          SET cnt = ROW_COUNT();\n"
+		     "        END IF;\n"
+		     "        IF cnt = 0 THEN\n"
+		     "          UPDATE due_task SET due_at = due, payload = "
 		     "COALESCE(p_payload,"
 		     " ''), updated_at = now_us WHERE id = found AND state = "
 		     "'SCHEDULED'"
 		     " AND (how = 1 OR due_at < due);\n"
-		     "        SET cnt = ROW_COUNT();\n"
+		     "          SET cnt = ROW_COUNT();\n"
+		     "        END IF;\n"
 		     "        IF cnt > 0 THEN\n"
 		     "          " SCHED_WAKE "        ELSE\n"
 		     "          SELECT COUNT(*) INTO cnt FROM due_task WHERE "
@@ -798,9 +871,11 @@ static const char sql_schedule_on_key_proc[] =
 ** is locked (FOR UPDATE) until the caller's COMMIT, judged on what was
 ** locked, and the UPDATE repeats state = 'SCHEDULED'; due_wake is bumped
 ** when it moved (as due_schedule does: MEMORY, seen at once).  Created
-** when missing or older than RESCHED_V, by init_extras.
+** when missing or older than RESCHED_V, by init_extras.  v2 (schema 11):
+** a task held by run-after keeps the new time as its own (after_at,
+** after_delay_us), applied at its release; its due_at stays HELD_AT.
 */
-#define RESCHED_V "due_reschedule v1"
+#define RESCHED_V "due_reschedule v2"
 static const char sql_reschedule_proc[] =
     "CREATE PROCEDURE due_reschedule(IN p_id BIGINT,"
     " IN p_run_in_us BIGINT, IN p_run_at_us BIGINT, IN p_payload LONGBLOB,"
@@ -847,8 +922,11 @@ static const char sql_reschedule_proc[] =
     "  ELSEIF st <> 'SCHEDULED' THEN\n"
     "    SET p_outcome = 'ALREADY_FINISHED';\n"
     "  ELSE\n"
-    "    UPDATE due_task SET due_at = COALESCE(p_run_at_us, " NOW
-    " + p_run_in_us), payload = COALESCE(p_payload, payload),"
+    "    UPDATE due_task SET after_at = IF(after_left > 0, p_run_at_us,"
+    " after_at), after_delay_us = IF(after_left > 0, COALESCE(p_run_in_us,"
+    " 0), after_delay_us), due_at = IF(after_left > 0, due_at,"
+    " COALESCE(p_run_at_us, " NOW " + p_run_in_us)),"
+    " payload = COALESCE(p_payload, payload),"
     " updated_at = " NOW " WHERE id = p_id AND state = 'SCHEDULED';\n"
     "    INSERT INTO due_wake (id, n) VALUES (1, 1)"
     " ON DUPLICATE KEY UPDATE n = n + 1;\n"
@@ -857,11 +935,194 @@ static const char sql_reschedule_proc[] =
     "END";
 
 /*
+** due_schedule_after: a run-after submit from SQL (issue 38 point 3),
+** inside the caller's own transaction, beside due_schedule (MySQL cannot
+** overload a routine or default a parameter):
+**
+**   START TRANSACTION; INSERT INTO orders ...;
+**   CALL due_schedule_after('ship', '42', 0, NULL, NULL, NULL,
+**                           '[41, 42]', FALSE, @id);
+**   COMMIT;
+**
+** The arguments of due_schedule, then the parents as a JSON array of task
+** ids (what every driver makes of a list: json.dumps, JSON.stringify; it
+** is the "after" of HTTP and of batch lines, and it needs no separator
+** or whitespace rules: MySQL and MariaDB both read it with JSON_LENGTH,
+** JSON_EXTRACT and JSON_TYPE), and after_any_end (NULL: FALSE).  Checks,
+** before anything is written: due_schedule's, then the array (1..1000
+** positive integers, none twice) SIGNAL 22023; every parent's row is
+** written (after_children + 1, one prepared UPDATE over the checked ids,
+** in primary-key order: lock_parents says why) and then read in share
+** mode (the newest committed row, held to the caller's COMMIT: a
+** parent's finish waits for it and then releases this child) and judged
+** in the array's order: missing SIGNALs 23000 "parent task 41 not
+** found", DEAD or CANCELLED (without after_any_end) 55000 "parent task
+** 41 is DEAD (add with after_any_end to run after any end)", the
+** parents' counts set back first (after_children - 1).  The task
+** is held (due_at HELD_AT) while a parent is live, its own time kept in
+** after_at / after_delay_us; with a key whose live holder exists, @id is
+** the holder and nothing else is written.  Created when missing or
+** older than AFTER_V, by init_extras.
+*/
+#define AFTER_V "due_schedule_after v2"
+#define AFTER_ELEM "JSON_EXTRACT(p_after, CONCAT('$[', i, ']'))"
+/* a refused parent: set the parents' counts back before the SIGNAL */
+#define AFTER_UNDO                                                             \
+	"      SET @due_after_d = -1;\n"                                       \
+	"      EXECUTE due_after_touch USING @due_after_d;\n"                  \
+	"      DEALLOCATE PREPARE due_after_touch;\n"
+static const char sql_schedule_after_proc[] =
+    "CREATE PROCEDURE due_schedule_after(" SCHED_PARAMS
+    ", IN p_after LONGTEXT, IN p_after_any_end BOOLEAN, OUT p_id BIGINT)"
+    " MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '" AFTER_V "'\n"
+    "BEGIN\n" SCHED_DECLARE "  DECLARE n, i, live INT DEFAULT 0;\n"
+    "  DECLARE v BIGINT;\n"
+    "  DECLARE st VARCHAR(16);\n"
+    "  DECLARE seen, mask LONGTEXT DEFAULT '';\n"
+    "  DECLARE any_end BOOLEAN DEFAULT COALESCE(p_after_any_end, FALSE);\n"
+    "  DECLARE CONTINUE HANDLER FOR NOT FOUND SET st = NULL;\n" SCHED_HANDLER
+    "  SET p_id = NULL;\n" SCHED_CHECKS(
+	"due_schedule_after",
+	"  ELSEIF p_after IS NULL OR NOT "
+	"JSON_VALID(p_after) THEN\n"
+	"    SET msg = 'due_schedule_after: after must "
+	"be a JSON array of"
+	" task ids, like ''[41, 42]''';\n"
+	"  ELSEIF JSON_TYPE(p_after) <> 'ARRAY' THEN\n"
+	"    SET msg = 'due_schedule_after: after must "
+	"be a JSON array of"
+	" task ids, like ''[41, 42]''';\n"
+	"  ELSEIF JSON_LENGTH(p_after) = 0 THEN\n"
+	"    SET msg = 'due_schedule_after: after is "
+	"empty: give the"
+	" parents';\n"
+	"  ELSEIF JSON_LENGTH(p_after) > 1000 THEN\n"
+	"    SET msg = CONCAT('due_schedule_after: after "
+	"lists ',"
+	" JSON_LENGTH(p_after), ' tasks: at most "
+	"1000');\n") "  SET n = JSON_LENGTH(p_after);\n"
+		     "  WHILE msg IS NULL AND i < n DO\n"
+		     "    SET v = "
+		     "IF(JSON_TYPE(" AFTER_ELEM
+		     ") = 'INTEGER', CAST(" AFTER_ELEM " AS SIGNED), NULL);\n"
+		     "    IF v IS NULL OR v <= 0 THEN\n"
+		     "      SET msg = "
+		     "LEFT(CONCAT('due_schedule_after: "
+		     "after: invalid task"
+		     " id ', LEFT(" AFTER_ELEM ", 40), ': ids are positive "
+		     "integers'),"
+		     " 128);\n"
+		     "    ELSEIF FIND_IN_SET(v, seen) > "
+		     "0 THEN\n"
+		     "      SET msg = "
+		     "CONCAT('due_schedule_after: after "
+		     "lists task ', v,"
+		     " ' twice');\n"
+		     "    ELSE\n"
+		     "      SET seen = CONCAT(seen, "
+		     "IF(i, ',', ''), v);\n"
+		     "    END IF;\n"
+		     "    SET i = i + 1;\n"
+		     "  END WHILE;\n"
+		     "  IF msg IS NOT NULL THEN\n"
+		     "    SIGNAL SQLSTATE '22023' SET "
+		     "MESSAGE_TEXT = msg;\n"
+		     "  END IF;\n"
+		     /* write every parent's row first (lock_parents) */
+		     "  SET @due_after_sql = CONCAT('UPDATE due_task SET"
+		     " after_children = after_children + ? WHERE id IN (',"
+		     " seen, ')'), @due_after_d = 1;\n"
+		     "  PREPARE due_after_touch FROM @due_after_sql;\n"
+		     "  EXECUTE due_after_touch USING @due_after_d;\n"
+		     "  SET i = 0;\n"
+		     "  WHILE i < n DO\n"
+		     "    SET v = CAST(" AFTER_ELEM " AS SIGNED), st = NULL;\n"
+		     "    SELECT state INTO st FROM "
+		     "due_task WHERE id = v LOCK IN SHARE"
+		     " MODE;\n"
+		     "    IF st IS NULL THEN\n"
+		     "      SET msg = "
+		     "CONCAT('due_schedule_after: parent "
+		     "task ', v,"
+		     " ' not found');\n" AFTER_UNDO
+		     "      SIGNAL SQLSTATE '23000' SET "
+		     "MESSAGE_TEXT = msg;\n"
+		     "    ELSEIF st IN ('DEAD', "
+		     "'CANCELLED') AND NOT any_end THEN\n"
+		     "      SET msg = "
+		     "CONCAT('due_schedule_after: parent "
+		     "task ', v, ' is ',"
+		     " st, ' (add with after_any_end to "
+		     "run after any end)');\n" AFTER_UNDO
+		     "      SIGNAL SQLSTATE '55000' SET "
+		     "MESSAGE_TEXT = msg;\n"
+		     "    END IF;\n"
+		     "    SET mask = CONCAT(mask, IF(st "
+		     "IN ('SCHEDULED', 'CLAIMED'), '1',"
+		     " '0'));\n"
+		     "    SET live = live + (st IN "
+		     "('SCHEDULED', 'CLAIMED'));\n"
+		     "    SET i = i + 1;\n"
+		     "  END WHILE;\n"
+		     "  DEALLOCATE PREPARE due_after_touch;\n"
+		     "  SET now_us = " NOW ";\n"
+		     "  retry: LOOP\n"
+		     "    SET dup = 0, tries = tries + "
+		     "1;\n"
+		     "    INSERT INTO due_task (kind, "
+		     "payload, state, due_at, "
+		     "max_attempts,"
+		     " backoff_us, backoff_cap_us, "
+		     "`key`, created_at, updated_at, "
+		     "after_n,"
+		     " after_left, after_any_end, "
+		     "after_at, after_delay_us)"
+		     " VALUES (p_kind, "
+		     "COALESCE(p_payload, ''), "
+		     "'SCHEDULED',"
+		     " IF(live > 0, " HELD_AT
+		     ", COALESCE(p_run_at_us, now_us + "
+		     "delay)),"
+		     " attempts, 1000000, 3600000000, "
+		     "p_key, now_us, now_us, n, live,"
+		     " any_end, p_run_at_us, "
+		     "IF(p_run_at_us IS NULL, delay, "
+		     "0));\n"
+		     "    IF dup = 0 THEN\n"
+		     "      SET p_id = LAST_INSERT_ID(), "
+		     "i = 0;\n"
+		     "      WHILE i < n DO\n"
+		     "        INSERT INTO due_after "
+		     "(parent, child, pending) VALUES "
+		     "(CAST(" AFTER_ELEM " AS SIGNED), p_id, SUBSTRING(mask, "
+		     "i + 1, 1) = '1');\n"
+		     "        SET i = i + 1;\n"
+		     "      END WHILE;\n"
+		     "      " SCHED_WAKE "      LEAVE retry;\n"
+		     "    END IF;\n"
+		     "    SELECT MAX(id) INTO found FROM "
+		     "due_task WHERE kind = p_kind"
+		     " AND live_key = CAST(p_key AS "
+		     "BINARY) LOCK IN SHARE MODE;\n"
+		     "    IF found IS NOT NULL THEN\n"
+		     "      SET p_id = found;\n"
+		     "      LEAVE retry;\n"
+		     "    END IF;\n"
+		     "    IF tries >= 20 THEN\n"
+		     "      SIGNAL SQLSTATE '40001' SET "
+		     "MESSAGE_TEXT = 'due_schedule_after:"
+		     " the live task of this key keeps "
+		     "changing; try again';\n"
+		     "    END IF;\n"
+		     "  END LOOP;\n"
+		     "END";
+
+/*
 ** What `due init` keeps beside the versioned schema, done only when
 ** needed (every due_open with create runs init): the byte-exact key and
 ** group columns (VARBINARY, NO PAD) of a database made by this backend
-** before they were, and the due_schedule, due_schedule_on_key and
-** due_reschedule procedures.
+** before they were, and the due_schedule, due_schedule_on_key,
+** due_reschedule and due_schedule_after procedures.
 */
 static int init_extras(due_store *s)
 {
@@ -870,7 +1131,7 @@ static int init_extras(due_store *s)
 	    " MODIFY grp VARBINARY(255) NULL,"
 	    " MODIFY live_key VARBINARY(512) AS (IF(state IN ('SCHEDULED',"
 	    " 'CLAIMED'), `key`, NULL)) STORED";
-	int64_t need[4];
+	int64_t need[5];
 	int rc;
 
 	for (int locked = 0;; locked = 1) {
@@ -891,10 +1152,14 @@ static int init_extras(due_store *s)
 			" (SELECT COUNT(*) = 0 FROM information_schema"
 			".routines WHERE routine_schema = DATABASE() AND"
 			" routine_name = 'due_schedule_on_key' AND routine_type"
-			" = 'PROCEDURE' AND routine_comment = '" ON_KEY_V "')");
-		if ((rc = ints(s, &b, "read schema extras", need, 4)) < 0)
+			" = 'PROCEDURE' AND routine_comment = '" ON_KEY_V "'),"
+			" (SELECT COUNT(*) = 0 FROM information_schema"
+			".routines WHERE routine_schema = DATABASE() AND"
+			" routine_name = 'due_schedule_after' AND routine_type"
+			" = 'PROCEDURE' AND routine_comment = '" AFTER_V "')");
+		if ((rc = ints(s, &b, "read schema extras", need, 5)) < 0)
 			goto out;
-		if (!need[0] && !need[1] && !need[2] && !need[3])
+		if (!need[0] && !need[1] && !need[2] && !need[3] && !need[4])
 			goto out;
 		if (!locked) {
 			if ((rc = mig_lock(s)) < 0)
@@ -917,11 +1182,19 @@ static int init_extras(due_store *s)
 				    "create procedure due_reschedule")) < 0))
 			goto out;
 		if (need[3] &&
+		    ((rc = run_text(
+			  s, "DROP PROCEDURE IF EXISTS due_schedule_on_key",
+			  "drop procedure due_schedule_on_key")) < 0 ||
+		     (rc = run_text(s, sql_schedule_on_key_proc,
+				    "create procedure due_schedule_on_key")) <
+			 0))
+			goto out;
+		if (need[4] &&
 		    (rc = run_text(
-			 s, "DROP PROCEDURE IF EXISTS due_schedule_on_key",
-			 "drop procedure due_schedule_on_key")) == 0)
-			rc = run_text(s, sql_schedule_on_key_proc,
-				      "create procedure due_schedule_on_key");
+			 s, "DROP PROCEDURE IF EXISTS due_schedule_after",
+			 "drop procedure due_schedule_after")) == 0)
+			rc = run_text(s, sql_schedule_after_proc,
+				      "create procedure due_schedule_after");
 		goto out;
 	}
 out:
@@ -1040,16 +1313,25 @@ static int my_results_fit(const due_store *s, const due_completion *items,
 	return 0;
 }
 
-#define INSERT_HEAD                                                            \
+#define INSERT_COLS                                                            \
 	"INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"    \
 	" backoff_us, backoff_cap_us, `key`, priority, grp, timeout_us,"       \
-	" created_at, updated_at) VALUES "
+	" created_at, updated_at"
+#define INSERT_HEAD INSERT_COLS ") VALUES "
+/* A task added after others (run-after): its own time kept aside. */
+#define INSERT_HEAD_AFTER                                                      \
+	INSERT_COLS ", after_n, after_left, after_any_end, after_at,"          \
+		    " after_delay_us) VALUES "
 
 /*
 ** One submit's VALUES tuple; its times from `now`, an SQL expression of
-** the server's now (NOW, or NOW_V set by the same transaction).
+** the server's now (NOW, or NOW_V set by the same transaction).  A
+** run-after submit (n_after > 0, INSERT_HEAD_AFTER) waiting for `live`
+** parents: held (due_at HELD_AT) when live > 0, its own time in
+** after_at / after_delay_us either way.
 */
-static void insert_values(due_my_sql *b, const due_submit *it, const char *now)
+static void insert_values(due_my_sql *b, const due_submit *it, const char *now,
+			  int32_t live)
 {
 	const due_schedule_opts *o = &it->opts;
 
@@ -1057,7 +1339,9 @@ static void insert_values(due_my_sql *b, const due_submit *it, const char *now)
 	due__my_str(b, it->kind);
 	due__my_add(b, ", ");
 	due__my_blob(b, it->payload, it->payload_len);
-	if (o->at != DUE_TIME_NONE)
+	if (o->n_after && live > 0)
+		due__my_add(b, ", 'SCHEDULED', " HELD_AT ", ");
+	else if (o->at != DUE_TIME_NONE)
 		due__my_add(b, ", 'SCHEDULED', %lld, ", (long long)o->at);
 	else
 		due__my_add(b, ", 'SCHEDULED', %s + %lld, ", now,
@@ -1071,7 +1355,134 @@ static void insert_values(due_my_sql *b, const due_submit *it, const char *now)
 		due__my_add(b, ", %lld", (long long)o->timeout_us);
 	else
 		due__my_add(b, ", NULL");
-	due__my_add(b, ", %s, %s)", now, now);
+	due__my_add(b, ", %s, %s", now, now);
+	if (o->n_after) {
+		due__my_add(b, ", %zu, %d, %d, ", o->n_after, (int)live,
+			    o->after_any_end ? 1 : 0);
+		if (o->at != DUE_TIME_NONE)
+			due__my_add(b, "%lld, 0", (long long)o->at);
+		else
+			due__my_add(b, "NULL, %lld", (long long)o->delay_us);
+	}
+	due__my_add(b, ")");
+}
+
+/*
+** "UPDATE due_task SET after_children = after_children + d WHERE id IN
+** (the parents)": the submit's write of its parents' rows (lock_parents).
+*/
+static void touch_parents(due_my_sql *b, const due_schedule_opts *o, int d)
+{
+	due__my_add(b,
+		    "UPDATE due_task SET after_children = after_children + %d"
+		    " WHERE id IN (",
+		    d);
+	for (size_t i = 0; i < o->n_after; i++)
+		due__my_add(b, "%s%lld", i ? ", " : "", (long long)o->after[i]);
+	due__my_add(b, ")");
+}
+
+/*
+** Run-after: lock it's parents and judge each.  First WRITE every
+** parent's row (after_children + 1: a real change, so the row is in the
+** transaction's write set), then read their states with a locking read
+** (LOCK IN SHARE MODE: the newest committed rows, whatever the caller's
+** isolation; the rows are ours already, X-locked by the UPDATE, which
+** takes them in primary-key order, so two children of one parent queue on
+** its row instead of both holding S and both wanting X), in the same
+** round trip on our own connections (a caller's, due_schedule_mysql_tx,
+** may not take several statements a text: two there).  A parent's
+** finish locks its row FOR UPDATE before it reads its edges, so it
+** either ran before us (we see it ended) or waits for
+** our COMMIT and then reads our edges (its release runs in statements
+** after its lock was granted: READ COMMITTED reads what committed before
+** each statement).  On Galera the locks hold on one node only: there the
+** write is what counts, since the finish writes the same row, so of a
+** submit and a finish racing through two nodes one fails certification
+** (1213) and is retried whole, reading the other's outcome (without it
+** both committed and the child stayed held on a DONE parent:
+** test_galera.sh).  *live[i]: parent i is SCHEDULED or CLAIMED (its edge
+** is pending), malloc'd.  DUE_ENOTFOUND for the first missing parent,
+** DUE_ESTATE for the first DEAD or CANCELLED one unless after_any_end, in
+** the caller's order; the counts are then set back, so that nothing is
+** changed either way (a caller's transaction may go on and commit).
+*/
+static int lock_parents(due_store *s, const due_schedule_opts *o, bool **live,
+			int32_t *n_live)
+{
+	MYSQL_RES *r = NULL;
+	MYSQL_ROW row;
+	size_t n = o->n_after, got = 0, bad = n;
+	int bad_st = 0;
+	due_id *ids = NULL;
+	char *st = NULL;
+	int rc;
+	SQL(b, s);
+
+	*n_live = 0;
+	if (!(*live = calloc(n, sizeof(**live))) ||
+	    !(ids = calloc(n, sizeof(*ids))) || !(st = calloc(n, 1))) {
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+		goto out;
+	}
+	touch_parents(&b, o, 1);
+	if (!s->own) { /* a caller's connection: one statement a text */
+		if ((rc = exec(s, &b, "lock parents", NULL)) < 0)
+			goto out;
+	} else {
+		due__my_add(&b, "; ");
+	}
+	due__my_add(&b, "SELECT id, state FROM due_task WHERE id IN (");
+	for (size_t i = 0; i < n; i++)
+		due__my_add(&b, "%s%lld", i ? ", " : "",
+			    (long long)o->after[i]);
+	due__my_add(&b, ") LOCK IN SHARE MODE");
+	rc = due__my_exec(s, &b, "lock parents", &r);
+	due__my_sql_free(&b);
+	if (rc < 0)
+		goto out;
+	while (r && got < n && (row = mysql_fetch_row(r))) {
+		due_state ps = DUE_DONE;
+		ids[got] = due__my_i64(row, 0);
+		if (row[1] && (rc = due_state_parse(&ps, row[1])) < 0)
+			goto out;
+		st[got++] = (char)ps;
+	}
+	for (size_t i = 0; i < n && bad == n; i++) {
+		size_t k = 0;
+		while (k < got && ids[k] != o->after[i])
+			k++;
+		if (k == got ||
+		    ((st[k] == DUE_DEAD || st[k] == DUE_CANCELLED) &&
+		     !o->after_any_end)) {
+			bad = i;
+			bad_st = k == got ? -1 : st[k];
+		} else if (st[k] == DUE_SCHEDULED || st[k] == DUE_CLAIMED)
+			(*live)[i] = true;
+	}
+	if (bad == n)
+		goto out;
+	/* refused: set the counts back first (nothing changed), then say why */
+	touch_parents(&b, o, -1);
+	if ((rc = exec(s, &b, "lock parents (undo)", NULL)) < 0)
+		goto out;
+	if (bad_st < 0)
+		rc = due__error_set(DUE_ENOTFOUND, "parent task %lld not found",
+				    (long long)o->after[bad]);
+	else
+		rc = due__error_set(
+		    DUE_ESTATE,
+		    "parent task %lld is %s (add with after_any_end "
+		    "to run after any end)",
+		    (long long)o->after[bad],
+		    due_state_name((due_state)bad_st));
+out:
+	mysql_free_result(r);
+	free(ids);
+	free(st);
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		*n_live += (*live)[i];
+	return rc;
 }
 
 /*
@@ -1144,17 +1555,32 @@ static int key_move(due_store *s, const due_submit *it, due_id id, bool *moved)
 	int rc;
 	SQL(b, s);
 
-	due__my_add(&b, "UPDATE due_task SET due_at = ");
+	/* a held holder (run-after) keeps the new time as its own, applied
+	   at its release (as reschedule does), for replace and later alike:
+	   its due time is not known before then */
+	due__my_add(&b, "UPDATE due_task SET after_at = IF(after_left > 0, ");
+	if (it->opts.at != DUE_TIME_NONE)
+		due__my_add(&b,
+			    "%lld, after_at), after_delay_us = IF(after_left"
+			    " > 0, 0, after_delay_us)",
+			    (long long)it->opts.at);
+	else
+		due__my_add(&b,
+			    "NULL, after_at), after_delay_us = IF(after_left"
+			    " > 0, %lld, after_delay_us)",
+			    (long long)it->opts.delay_us);
+	due__my_add(&b, ", due_at = IF(after_left > 0, due_at, ");
 	due_expr(&b, &it->opts);
-	due__my_add(&b, ", payload = ");
+	due__my_add(&b, "), payload = ");
 	due__my_blob(&b, it->payload, it->payload_len);
 	due__my_add(&b,
 		    ", updated_at = " NOW " WHERE id = %lld AND"
 		    " state = 'SCHEDULED'",
 		    (long long)id);
 	if (later) {
-		due__my_add(&b, " AND due_at < ");
+		due__my_add(&b, " AND (after_left > 0 OR due_at < ");
 		due_expr(&b, &it->opts);
+		due__my_add(&b, ")");
 	}
 	rc = exec(s, &b, "move task by key", &n);
 	*moved = rc == 0 && (n == 1 || !later);
@@ -1187,7 +1613,8 @@ static int key_give_up(due_store *s, due_id id)
 ** insert follows; an insert that still meets a holder (a racing submit
 ** made one) locks that one in turn.
 */
-static int insert_one(due_store *s, const due_submit *it, due_submitted *out)
+static int insert_task(due_store *s, const due_submit *it, due_submitted *out,
+		       int32_t live)
 {
 	bool act = it->opts.key && it->opts.on_key != DUE_ON_KEY_KEEP;
 	int rc;
@@ -1206,8 +1633,9 @@ static int insert_one(due_store *s, const due_submit *it, due_submitted *out)
 				return rc;
 		}
 		SQL(b, s);
-		due__my_add(&b, INSERT_HEAD);
-		insert_values(&b, it, NOW);
+		due__my_add(&b,
+			    it->opts.n_after ? INSERT_HEAD_AFTER : INSERT_HEAD);
+		insert_values(&b, it, NOW, live);
 		rc = exec(s, &b, "insert task", NULL);
 		if (rc == 0) {
 			out->id = (due_id)mysql_insert_id(s->conn);
@@ -1230,6 +1658,46 @@ static int insert_one(due_store *s, const due_submit *it, due_submitted *out)
 			      "mysql store: the live task of kind '%s' key "
 			      "'%s' keeps changing; retry",
 			      it->kind, it->opts.key);
+}
+
+/*
+** The edges of a new run-after task `child`: one row per parent, pending
+** while that parent was live (lock_parents), so that its end releases
+** the child once; an ended parent's edge is there for get only.
+*/
+static int insert_edges(due_store *s, const due_schedule_opts *o, due_id child,
+			const bool *live)
+{
+	SQL(b, s);
+
+	due__my_add(&b,
+		    "INSERT INTO due_after (parent, child, pending) VALUES ");
+	for (size_t i = 0; i < o->n_after; i++)
+		due__my_add(&b, "%s(%lld, %lld, %d)", i ? ", " : "",
+			    (long long)o->after[i], (long long)child,
+			    live[i] ? 1 : 0);
+	return exec(s, &b, "insert edges", NULL);
+}
+
+/*
+** Insert one submit (insert_task); a run-after one locks and judges its
+** parents first (lock_parents) and, when it made a new task, adds its
+** edges, all in the caller's transaction (a keyed submit that found a
+** live holder adds nothing: the holder answers, as for any key).
+*/
+static int insert_one(due_store *s, const due_submit *it, due_submitted *out)
+{
+	bool *live = NULL;
+	int32_t n_live = 0;
+	int rc;
+
+	if (!it->opts.n_after)
+		return insert_task(s, it, out, 0);
+	if ((rc = lock_parents(s, &it->opts, &live, &n_live)) == 0 &&
+	    (rc = insert_task(s, it, out, n_live)) == 0 && !out->existed)
+		rc = insert_edges(s, &it->opts, out->id, live);
+	free(live);
+	return rc;
 }
 
 /*
@@ -1275,7 +1743,7 @@ static int insert_rows(due_store *s, const due_submit *items, size_t n,
 		     i++) {
 			if (i > from)
 				due__my_add(&b, ", ");
-			insert_values(&b, &items[i], NOW_V);
+			insert_values(&b, &items[i], NOW_V, 0);
 		}
 		if ((rc = exec(s, &b, "insert tasks", NULL)) < 0)
 			return rc;
@@ -1299,7 +1767,8 @@ static int insert_items(due_store *s, const due_submit *items, size_t n,
 
 	while (i < n) {
 		size_t j = i;
-		while (s->bulk_ids && j < n && !items[j].opts.key)
+		while (s->bulk_ids && j < n && !items[j].opts.key &&
+		       !items[j].opts.n_after)
 			j++;
 		if (j - i > 1) {
 			if ((rc = insert_rows(s, items + i, j - i, out + i)) <
@@ -1320,8 +1789,9 @@ static int schedule_tx(due_store *s, due_submitted *out,
 {
 	int rc;
 
-	/* on_key replace or later locks the holder: a transaction */
-	if (n == 1 &&
+	/* on_key replace or later locks the holder, run-after the parents:
+	   a transaction */
+	if (n == 1 && !items->opts.n_after &&
 	    (!items->opts.key || items->opts.on_key == DUE_ON_KEY_KEEP))
 		return insert_one(s, items, out);
 	if ((rc = due__my_begin(s)) < 0)
@@ -2242,7 +2712,167 @@ static int mys_complete_claim(due_store *s, due_completion *items, size_t n,
 	*out = NULL;
 	if ((rc = due__my_ok(s)) < 0 || (rc = my_results_fit(s, items, n)) < 0)
 		return rc;
+	s->released = false;
 	RETRY(rc, s, claim_tx(s, out, &a, items, n));
+	if (rc == 0 && s->released) /* children due now */
+		wake(s);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Run-after: the release of children, part of every end of a task    */
+/* ------------------------------------------------------------------ */
+
+/* " (id1, id2, ...)" of ids[0..n). */
+static void ids_sql(due_my_sql *b, const due_id *ids, size_t n)
+{
+	due__my_add(b, "(");
+	for (size_t i = 0; i < n; i++)
+		due__my_add(b, "%s%lld", i ? ", " : "", (long long)ids[i]);
+	due__my_add(b, ")");
+}
+
+/* A held child to cancel: the parent (DEAD or CANCELLED) that ends it. */
+typedef struct doomed {
+	due_id child, parent;
+	bool dead;
+} doomed;
+
+/*
+** One level of the release, for the parents f[0..n), which this
+** transaction ended and holds locked (@due_now set): after the cancels
+** of the level before (c[0..nc): their own children are this level's
+** parents), one round trip of
+**   the held children (SCHEDULED, after_left > 0) that a parent of f
+**     ended DEAD or CANCELLED cancels (not after_any_end), locked FOR
+**     UPDATE and returned: the next level cancels them;
+**   every held child's after_left less its pending edges from f's
+**     parents that ended DONE (any end, for an after_any_end child): one
+**     UPDATE over a derived count (a multi-table UPDATE changes a row once
+**     however many edges join it);
+**   those edges closed (pending = FALSE): a parent ends once, and an
+**     operator's retry of a DEAD parent releases nothing twice;
+**   the children that reached 0 made due at the later of their after_at
+**     and @due_now + after_delay_us (last: its matched rows say whether a
+**     child was released, s->released).
+** Every UPDATE repeats state = 'SCHEDULED' and after_left > 0 (or = 0
+** with the held due_at) in its WHERE.  Reads here see the committed rows
+** of every child added before the parents' locks were granted (READ
+** COMMITTED: each statement reads what committed before it).
+*/
+static int release_level(due_store *s, const due_id *f, size_t n,
+			 const doomed *c, size_t nc, MYSQL_RES **r)
+{
+	int rc;
+	SQL(b, s);
+
+	if (nc) {
+		due__my_add(&b, "UPDATE due_task SET state = 'CANCELLED',"
+				" last_error = CASE id");
+		for (size_t i = 0; i < nc; i++)
+			due__my_add(
+			    &b, " WHEN %lld THEN 'parent task %lld ended %s'",
+			    (long long)c[i].child, (long long)c[i].parent,
+			    c[i].dead ? "DEAD" : "CANCELLED");
+		due__my_add(&b, " END, after_left = 0, updated_at = " NOW_V
+				" WHERE state = 'SCHEDULED' AND after_left > 0"
+				" AND id IN (");
+		for (size_t i = 0; i < nc; i++)
+			due__my_add(&b, "%s%lld", i ? ", " : "",
+				    (long long)c[i].child);
+		due__my_add(&b, "); ");
+	}
+	due__my_add(&b, "SELECT e.child, e.parent, p.state = 'DEAD' FROM"
+			" due_after e JOIN due_task p ON p.id = e.parent"
+			" JOIN due_task c ON c.id = e.child WHERE e.pending"
+			" AND p.state IN ('DEAD', 'CANCELLED')"
+			" AND c.state = 'SCHEDULED' AND c.after_left > 0"
+			" AND NOT c.after_any_end AND e.parent IN ");
+	ids_sql(&b, f, n);
+	due__my_add(&b, " ORDER BY e.child, e.parent FOR UPDATE;"
+			" UPDATE due_task c JOIN (SELECT e.child, COUNT(*) AS n"
+			" FROM due_after e JOIN due_task p ON p.id = e.parent"
+			" JOIN due_task k ON k.id = e.child WHERE e.pending"
+			" AND (p.state = 'DONE' OR (k.after_any_end AND p.state"
+			" IN ('DEAD', 'CANCELLED'))) AND e.parent IN ");
+	ids_sql(&b, f, n);
+	due__my_add(&b, " GROUP BY e.child) x ON x.child = c.id"
+			" SET c.after_left = c.after_left - x.n"
+			" WHERE c.state = 'SCHEDULED' AND c.after_left > 0;"
+			" UPDATE due_after SET pending = FALSE WHERE pending"
+			" AND parent IN ");
+	ids_sql(&b, f, n);
+	due__my_add(&b,
+		    "; UPDATE due_task c JOIN due_after e ON e.child = c.id"
+		    " SET c.due_at = GREATEST(COALESCE(c.after_at, 0), " NOW_V
+		    " + c.after_delay_us), c.updated_at = " NOW_V
+		    " WHERE c.state = 'SCHEDULED' AND c.after_n > 0"
+		    " AND c.after_left = 0 AND c.due_at = " HELD_AT
+		    " AND e.parent IN ");
+	ids_sql(&b, f, n);
+	rc = due__my_exec_sets(s, &b, "release children", r, 1);
+	due__my_sql_free(&b);
+	if (rc == 0 && s->affected)
+		s->released = true;
+	return rc;
+}
+
+/*
+** Release the children of the tasks ended[0..n) (run-after), inside the
+** transaction that ended them, which holds their rows locked and set
+** @due_now: level by level (release_level), each level's cancelled
+** children the next level's parents, until a level cancels none.  A
+** chain of any length is a loop, one round trip a level, never a
+** recursion (no stack, no trigger or CTE depth).  s->released when a
+** child became due (the caller wakes listeners after its COMMIT).
+*/
+static int release(due_store *s, const due_id *ended, size_t n)
+{
+	due_id *f = NULL;
+	doomed *c = NULL;
+	size_t nc = 0;
+	int rc = 0;
+
+	if (!n)
+		return 0;
+	if (!(f = malloc(n * sizeof(*f))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	memcpy(f, ended, n * sizeof(*f));
+	while (n && rc == 0) {
+		MYSQL_RES *r = NULL;
+		MYSQL_ROW row;
+		size_t rows, k = 0;
+		doomed *next = NULL;
+
+		rc = release_level(s, f, n, c, nc, &r);
+		rows = r ? (size_t)mysql_num_rows(r) : 0;
+		if (rc == 0 && rows && !(next = malloc(rows * sizeof(*next))))
+			rc = due__error_set(DUE_ENOMEM, "out of memory");
+		while (rc == 0 && r && (row = mysql_fetch_row(r))) {
+			due_id child = due__my_i64(row, 0);
+			if (k && next[k - 1].child == child)
+				continue; /* named by its first parent */
+			next[k++] = (doomed){child, due__my_i64(row, 1),
+					     due__my_i64(row, 2) != 0};
+		}
+		mysql_free_result(r);
+		free(c);
+		c = next, nc = k;
+		if (rc == 0 && nc) {
+			due_id *nf = realloc(f, nc * sizeof(*f));
+			if (!nf) {
+				rc =
+				    due__error_set(DUE_ENOMEM, "out of memory");
+				break;
+			}
+			f = nf;
+			for (size_t i = 0; i < nc; i++)
+				f[i] = c[i].child;
+		}
+		n = nc;
+	}
+	free(f);
+	free(c);
 	return rc;
 }
 
@@ -2294,13 +2924,20 @@ static int mys_extend(due_store *s, due_extend_outcome *out, due_id id,
 typedef struct tried {
 	due_id id;
 	int64_t attempt;
-	bool claimed, cancel, used;
+	bool claimed, cancel, used, kids;
 } tried;
 
+/*
+** Lock the batch's rows and read them; in the same round trip, after
+** the locks were granted (its own statement: READ COMMITTED reads what
+** committed before it, so a child whose submit held a parent's row
+** (written, after_children) until its COMMIT is seen), which of them
+** have pending run-after edges (kids): only those need a release.
+*/
 static int lock_tries(due_store *s, const due_completion *items, size_t n,
 		      tried **out, size_t *count)
 {
-	MYSQL_RES *r;
+	MYSQL_RES *r[2];
 	MYSQL_ROW row;
 	tried *t;
 	int rc;
@@ -2313,23 +2950,35 @@ static int lock_tries(due_store *s, const due_completion *items, size_t n,
 	for (size_t i = 0; i < n; i++)
 		due__my_add(&b, "%s%lld", i ? ", " : "",
 			    (long long)items[i].id);
-	due__my_add(&b, ") FOR UPDATE" SET_NOW);
-	rc = due__my_exec(s, &b, "complete", &r);
+	due__my_add(&b, ") FOR UPDATE" SET_NOW "; SELECT DISTINCT parent FROM"
+			" due_after WHERE pending AND parent IN (");
+	for (size_t i = 0; i < n; i++)
+		due__my_add(&b, "%s%lld", i ? ", " : "",
+			    (long long)items[i].id);
+	due__my_add(&b, ")");
+	rc = due__my_exec_sets(s, &b, "complete", r, 2);
 	due__my_sql_free(&b);
 	if (rc < 0)
 		return rc;
 	if (!(t = calloc(n, sizeof(*t)))) {
-		mysql_free_result(r);
+		mysql_free_result(r[0]);
+		mysql_free_result(r[1]);
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	}
-	while (r && *count < n && (row = mysql_fetch_row(r))) {
+	while (r[0] && *count < n && (row = mysql_fetch_row(r[0]))) {
 		tried *x = &t[(*count)++];
 		x->id = due__my_i64(row, 0);
 		x->attempt = due__my_i64(row, 1);
 		x->claimed = due__my_i64(row, 2) != 0;
 		x->cancel = due__my_i64(row, 3) != 0;
 	}
-	mysql_free_result(r);
+	while (r[1] && (row = mysql_fetch_row(r[1]))) {
+		due_id p = due__my_i64(row, 0);
+		for (size_t j = 0; j < *count; j++)
+			t[j].kids |= t[j].id == p;
+	}
+	mysql_free_result(r[0]);
+	mysql_free_result(r[1]);
 	*out = t;
 	return 0;
 }
@@ -2438,6 +3087,7 @@ static void complete_sql(due_my_sql *b, const due_completion *items,
 static int complete_locked(due_store *s, due_completion *items, size_t n,
 			   int last)
 {
+	picks ended = {0}; /* the ended tasks with children */
 	tried *t;
 	size_t nt, from = 0, bytes = 0;
 	int rc;
@@ -2445,7 +3095,7 @@ static int complete_locked(due_store *s, due_completion *items, size_t n,
 
 	if ((rc = lock_tries(s, items, n, &t, &nt)) < 0)
 		return rc;
-	for (size_t i = 0; i < n && rc == 0; i++) {
+	for (size_t i = 0; i < n; i++) {
 		due_completion *c = &items[i];
 		tried *x = NULL;
 		for (size_t j = 0; j < nt && !x; j++)
@@ -2457,7 +3107,15 @@ static int complete_locked(due_store *s, due_completion *items, size_t n,
 			c->outcome = x->cancel
 					 ? DUE_COMPLETE_CANCELLED_BEFORE_COMMIT
 					 : DUE_COMPLETE_DONE;
+			if (x->kids && (rc = pick_add(&ended, c->id)) < 0)
+				goto out;
 		}
+	}
+	/* children to release: their statements follow ours */
+	if (ended.n)
+		last = LAST_RUN;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		due_completion *c = &items[i];
 		bytes += 2 * c->result_len + 160; /* its WHEN and pairs */
 		/* a statement is one packet: the next result must fit too */
 		if (bytes >= FLUSH_BYTES || i + 1 == n ||
@@ -2476,7 +3134,20 @@ static int complete_locked(due_store *s, due_completion *items, size_t n,
 			from = i + 1, bytes = 0;
 		}
 	}
+	if (rc == 0 && ended.n) {
+		due_id *ids = malloc(ended.n * sizeof(*ids));
+		if (!ids) {
+			rc = due__error_set(DUE_ENOMEM, "out of memory");
+			goto out;
+		}
+		for (size_t i = 0; i < ended.n; i++)
+			ids[i] = ended.t[i].id;
+		rc = release(s, ids, ended.n);
+		free(ids);
+	}
+out:
 	due__my_sql_free(&b);
+	free(ended.t);
 	free(t);
 	return rc;
 }
@@ -2518,7 +3189,10 @@ static int mys_complete(due_store *s, due_completion *items, size_t n,
 
 	if ((rc = due__my_ok(s)) < 0 || (rc = my_results_fit(s, items, n)) < 0)
 		return rc;
+	s->released = false;
 	RETRY(rc, s, complete_tx(s, items, n, hook, payload));
+	if (rc == 0 && s->released) /* children due now */
+		wake(s);
 	return rc;
 }
 
@@ -2571,7 +3245,8 @@ static int fail_tx(due_store *s, due_fail_outcome *out, const fail_args *a)
 			    " updated_at = " NOW_V " WHERE id = %lld"
 			    " AND state = 'CLAIMED' AND attempt = %d",
 			    (long long)a->id, a->attempt);
-		if ((rc = exec_one(s, &b, "fail", a->id)) < 0)
+		if ((rc = exec_one(s, &b, "fail", a->id)) < 0 ||
+		    ((v[2] || v[3]) && (rc = release(s, &a->id, 1)) < 0))
 			goto fail;
 		due__my_sql_init(&b, &s->conn);
 		due__my_add(&b,
@@ -2604,10 +3279,12 @@ static int mys_fail(due_store *s, due_fail_outcome *out, due_id id,
 
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
+	s->released = false;
 	RETRY(rc, s, fail_tx(s, out, &a));
 	/* a retry is due again (after its backoff): listeners refill and
-	   put it on their wheels before it is due, as for a submit */
-	if (rc == 0 && *out == DUE_FAIL_RETRY_SCHEDULED)
+	   put it on their wheels before it is due, as for a submit; so are
+	   the children an end released */
+	if (rc == 0 && (*out == DUE_FAIL_RETRY_SCHEDULED || s->released))
 		wake(s);
 	return rc;
 }
@@ -2631,6 +3308,8 @@ static int reclaim_tx(due_store *s, due_reclaimed *out, int64_t *got)
 	MYSQL_RES *r = NULL;
 	MYSQL_ROW row;
 	picks p = {0};
+	due_id ended[BATCH_ROWS];
+	size_t n_ended = 0;
 	int rc;
 	SQL(b, s);
 
@@ -2670,25 +3349,32 @@ static int reclaim_tx(due_store *s, due_reclaimed *out, int64_t *got)
 			    " WHERE state = 'CLAIMED' AND lease_until < " NOW
 			    " AND id IN ");
 		id_list(&b, p.t, p.n);
-		due__my_add(&b, "; SELECT state, COUNT(*) FROM due_task"
+		due__my_add(&b, "; SELECT state, id FROM due_task"
 				" WHERE id IN ");
 		id_list(&b, p.t, p.n);
-		due__my_add(&b, " GROUP BY state; ");
+		due__my_add(&b, "; ");
 		rc = due__my_exec(s, &b, "reclaim", &r);
 		due__my_sql_free(&b);
 		if (rc < 0)
 			goto fail;
 		while (r && (row = mysql_fetch_row(r))) {
-			int64_t n = due__my_i64(row, 1);
+			bool end = true;
 			if (strcmp(row[0], "SCHEDULED") == 0)
-				out->rescheduled += n;
+				out->rescheduled++, end = false;
 			else if (strcmp(row[0], "DEAD") == 0)
-				out->dead += n;
+				out->dead++;
 			else if (strcmp(row[0], "CANCELLED") == 0)
-				out->cancelled += n;
+				out->cancelled++;
+			else
+				end = false;
+			if (end)
+				ended[n_ended++] = due__my_i64(row, 1);
 		}
 		mysql_free_result(r);
 		r = NULL;
+		/* the tries that ended the task end its waiting children */
+		if ((rc = release(s, ended, n_ended)) < 0)
+			goto fail;
 	}
 	if ((rc = due__my_commit(s)) < 0)
 		goto fail;
@@ -2716,6 +3402,7 @@ static int mys_reclaim(due_store *s, due_reclaimed *out)
 	memset(out, 0, sizeof(*out));
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
+	s->released = false;
 	do {
 		due_reclaimed one = {0};
 		RETRY(rc, s, reclaim_tx(s, &one, &got));
@@ -2725,7 +3412,7 @@ static int mys_reclaim(due_store *s, due_reclaimed *out)
 		out->dead += one.dead;
 		out->cancelled += one.cancelled;
 	} while (got == BATCH_ROWS);
-	if (out->rescheduled)
+	if (out->rescheduled || s->released)
 		wake(s);
 	due__my_add(&b, "SELECT " NOW ", COUNT(m), MIN(m) FROM (SELECT"
 			" MIN(at_us) AS m FROM due_task"
@@ -2820,11 +3507,13 @@ static int cancel_tx(due_store *s, due_cancel_outcome *out, due_id id)
 		due__my_add(&b,
 			    "UPDATE due_task SET %s, updated_at = " NOW
 			    " WHERE id = %lld AND state = ",
-			    st == DUE_SCHEDULED ? "state = 'CANCELLED'"
-						: "cancel_requested = TRUE",
+			    st == DUE_SCHEDULED
+				? "state = 'CANCELLED', after_left = 0"
+				: "cancel_requested = TRUE",
 			    (long long)id);
 		due__my_str(&b, state);
-		if ((rc = exec_one(s, &b, "cancel", id)) < 0)
+		if ((rc = exec_one(s, &b, "cancel", id)) < 0 ||
+		    (st == DUE_SCHEDULED && (rc = release(s, &id, 1)) < 0))
 			goto fail;
 		wrote = true;
 	}
@@ -2849,7 +3538,10 @@ static int mys_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
+	s->released = false;
 	RETRY(rc, s, cancel_tx(s, out, id));
+	if (rc == 0 && s->released) /* any-end children due now */
+		wake(s);
 	return rc;
 }
 
@@ -2879,9 +3571,10 @@ static int reschedule_lost(due_store *s, due_id id,
 		return 0;
 	due__my_add(&b,
 		    "SELECT COUNT(*) FROM due_task WHERE id = %lld AND"
-		    " due_at = ",
+		    " (after_left > 0 OR due_at = ",
 		    (long long)id);
 	due_at_expr(&b, o);
+	due__my_add(&b, ")");
 	if (ints(s, &b, "confirm reschedule", &v, 1) < 0) {
 		s->deadlock = false; /* the COMMIT answered: it stands */
 		return 0;
@@ -2912,8 +3605,24 @@ static int reschedule_tx(due_store *s, due_reschedule_outcome *out, due_id id,
 		goto fail;
 	*out = due__reschedule_outcome_of(state != NULL, st);
 	if (*out == DUE_RESCHEDULE_RESCHEDULED) {
-		due__my_add(&b, "UPDATE due_task SET due_at = ");
+		/* a held task (run-after) keeps the time as its own, applied
+		   at its release; MySQL assigns left to right, after_left is
+		   not assigned, and due_at last */
+		due__my_add(&b, "UPDATE due_task SET after_at = IF(after_left"
+				" > 0, ");
+		if (o->at != DUE_TIME_NONE)
+			due__my_add(&b,
+				    "%lld, after_at), after_delay_us ="
+				    " IF(after_left > 0, 0, after_delay_us)",
+				    (long long)o->at);
+		else
+			due__my_add(&b,
+				    "NULL, after_at), after_delay_us ="
+				    " IF(after_left > 0, %lld, after_delay_us)",
+				    (long long)o->delay_us);
+		due__my_add(&b, ", due_at = IF(after_left > 0, due_at, ");
 		due_at_expr(&b, o);
+		due__my_add(&b, ")");
 		if (o->set_payload) {
 			due__my_add(&b, ", payload = ");
 			due__my_blob(&b, o->payload, o->payload_len);
@@ -2976,6 +3685,33 @@ static int load_attempts(due_store *s, due_task *tasks, size_t n)
 	return rc;
 }
 
+/*
+** A run-after task's parents, ascending (due_after_child): t->after,
+** NULL when its edges are gone.
+*/
+static int load_after(due_store *s, due_task *t)
+{
+	MYSQL_RES *r = NULL;
+	MYSQL_ROW row;
+	size_t n = 0, rows;
+	int rc;
+	SQL(b, s);
+
+	due__my_add(&b,
+		    "SELECT parent FROM due_after WHERE child = %lld"
+		    " ORDER BY parent",
+		    (long long)t->id);
+	rc = due__my_exec(s, &b, "read parents", &r);
+	due__my_sql_free(&b);
+	rows = r ? (size_t)mysql_num_rows(r) : 0;
+	if (rc == 0 && rows && !(t->after = malloc(rows * sizeof(*t->after))))
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+	while (rc == 0 && r && n < rows && (row = mysql_fetch_row(r)))
+		t->after[n++] = due__my_i64(row, 0);
+	mysql_free_result(r);
+	return rc;
+}
+
 static int mys_get(due_store *s, due_task **out, due_id id)
 {
 	MYSQL_RES *r;
@@ -2996,6 +3732,8 @@ static int mys_get(due_store *s, due_task **out, due_id id)
 	due__my_rows(&rows, &cur, r);
 	rc = due__rows_task_get(&rows, out, id);
 	mysql_free_result(r);
+	if (rc == 0 && (*out)->after_n > 0)
+		rc = load_after(s, *out);
 	if (rc == 0 && (rc = load_attempts(s, *out, 1)) < 0) {
 		due_task_free(*out);
 		*out = NULL;
@@ -3018,9 +3756,16 @@ static int mys_list(due_store *s, due_task_list **out, const due_list_opts *o)
 	/* A page of one state walks due_task_state (state, id) in id order:
 	   100 index entries, however many tasks the state holds. */
 	due__my_add(&b, "SELECT " TASK_COLS " FROM due_task%s WHERE id > %lld",
-		    o->state >= 0 ? " FORCE INDEX (due_task_state)" : "",
+		    o->held	    ? " FORCE INDEX (due_task_at)"
+		    : o->state >= 0 ? " FORCE INDEX (due_task_state)"
+				    : "",
 		    (long long)o->after);
-	if (o->state >= 0)
+	/* held (run-after): SCHEDULED at HELD_AT, one at_us of due_task_at
+	   (state, at_us, id), walked in id order */
+	if (o->held)
+		due__my_add(&b, " AND state = 'SCHEDULED' AND at_us = " HELD_AT
+				" AND after_left > 0");
+	else if (o->state >= 0)
 		due__my_add(&b, " AND state = '%s'",
 			    due_state_name((due_state)o->state));
 	if (o->kind) {
@@ -3136,7 +3881,7 @@ static int operator_tx(due_store *s, bool kill, due_id id, due_state *final)
 			    " 'DEAD' THEN 'dead letter dismissed by operator'"
 			    " ELSE 'killed by operator' END), state = CASE WHEN"
 			    " state = 'DEAD' OR cancel_requested THEN"
-			    " 'CANCELLED' ELSE 'DEAD' END,");
+			    " 'CANCELLED' ELSE 'DEAD' END, after_left = 0,");
 	else
 		due__my_add(&b, "UPDATE due_task SET state = CASE WHEN"
 				" cancel_requested THEN 'CANCELLED' ELSE"
@@ -3163,6 +3908,7 @@ static int operator_tx(due_store *s, bool kill, due_id id, due_state *final)
 		    kill ? "KILLED" : "REQUEUED", action, (long long)id,
 		    (long long)attempt, action, (long long)id, (long long)id);
 	if ((rc = ints(s, &b, action, v, 2)) < 0 ||
+	    ((v[0] || v[1]) && (rc = release(s, &id, 1)) < 0) ||
 	    (rc = due__my_commit(s)) < 0)
 		goto fail;
 	*final = v[0] ? DUE_CANCELLED : v[1] ? DUE_DEAD : DUE_SCHEDULED;
@@ -3181,8 +3927,9 @@ static int mys_requeue(due_store *s, due_id id)
 
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
+	s->released = false;
 	RETRY(rc, s, operator_tx(s, false, id, &final));
-	if (rc == 0 && final == DUE_SCHEDULED)
+	if (rc == 0 && (final == DUE_SCHEDULED || s->released))
 		wake(s);
 	return rc;
 }
@@ -3193,7 +3940,10 @@ static int mys_kill(due_store *s, due_state *out, due_id id)
 
 	if ((rc = due__my_ok(s)) < 0)
 		return rc;
+	s->released = false;
 	RETRY(rc, s, operator_tx(s, true, id, out));
+	if (rc == 0 && s->released) /* any-end children due now */
+		wake(s);
 	return rc;
 }
 
@@ -3406,6 +4156,10 @@ static int prune_tx(due_store *s, int64_t older_than_us, int64_t want,
 		due__my_add(&b, "DELETE FROM due_attempt WHERE task_id IN ");
 		id_list(&b, p.t, p.n);
 		due__my_add(&b, "; DELETE FROM due_audit WHERE task_id IN ");
+		id_list(&b, p.t, p.n);
+		/* its edges as a child (as a parent they stay: a child's
+		   `after` keeps naming it) */
+		due__my_add(&b, "; DELETE FROM due_after WHERE child IN ");
 		id_list(&b, p.t, p.n);
 		due__my_add(&b, "; DELETE FROM due_task WHERE state IN"
 				" ('DONE', 'CANCELLED') AND at_us < @due_cut"
@@ -4080,7 +4834,9 @@ static int wake_read(due_store *s, int64_t *n)
 ** wake-up when it changed.  So an idle worker makes at most one query a
 ** second, and a
 ** task submitted by another process is seen within about a second (the
-** worker refills its wheel at once then).  docs/internals/discovery.md.
+** worker refills its wheel at once then); one this process made due (a
+** submit, a parent's end releasing a child) at once: wake() fires this
+** process's timerfds (due__my_local_poke).  docs/internals/discovery.md.
 */
 static int mys_listen(due_store *s, int *fd)
 {
@@ -4099,6 +4855,7 @@ static int mys_listen(due_store *s, int *fd)
 			return due__error_set(DUE_ESTORE,
 					      "mysql store: timerfd: %s",
 					      strerror(errno));
+		due__my_local_add(s->timer_fd);
 	}
 	*fd = s->timer_fd;
 	return 0;

@@ -88,6 +88,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -791,14 +792,59 @@ int due__my_connect(due_store **out, const due_my_cfg *cfg, int64_t timeout_us)
 	return session_open(s);
 }
 
+/*
+** This process's listeners: the timerfds of mys_listen.  A wake-up this
+** process writes (a submit, a parent's end releasing children) makes
+** each of them fire at once, so a worker in the same process reads the
+** due_wake counter now instead of at its next second: a chain of
+** run-after tasks in one worker moves a link per commit, not per second.
+** Other processes still see it within their second.
+*/
+#define LOCAL_MAX 64
+static pthread_mutex_t local_mu = PTHREAD_MUTEX_INITIALIZER;
+static int local_fd[LOCAL_MAX];
+static size_t n_local;
+
+void due__my_local_add(int fd)
+{
+	pthread_mutex_lock(&local_mu);
+	if (n_local < LOCAL_MAX) /* more: they keep their second */
+		local_fd[n_local++] = fd;
+	pthread_mutex_unlock(&local_mu);
+}
+
+static void local_del(int fd)
+{
+	pthread_mutex_lock(&local_mu);
+	for (size_t i = 0; i < n_local; i++)
+		if (local_fd[i] == fd) {
+			local_fd[i] = local_fd[--n_local];
+			break;
+		}
+	pthread_mutex_unlock(&local_mu);
+}
+
+void due__my_local_poke(void)
+{
+	/* fire in 1 us, then every second as before */
+	static const struct itimerspec soon = {{1, 0}, {0, 1000}};
+
+	pthread_mutex_lock(&local_mu);
+	for (size_t i = 0; i < n_local; i++)
+		(void)timerfd_settime(local_fd[i], 0, &soon, NULL);
+	pthread_mutex_unlock(&local_mu);
+}
+
 void due__my_close(due_store *s)
 {
 	if (!s)
 		return;
 	if (s->own)
 		conn_close(s);
-	if (s->timer_fd >= 0)
+	if (s->timer_fd >= 0) {
+		local_del(s->timer_fd); /* before its number can be reused */
 		close(s->timer_fd);
+	}
 	free(s->defer);
 	if (s->own)
 		due__my_cfg_free(s->cfg);

@@ -56,6 +56,7 @@ struct due_store {
 			       next statement, NULL when none (due__my_defer) */
 	size_t defer_len;
 	bool pick_short;   /* the last claim pick found fewer than asked */
+	bool released;	   /* run-after released a child: wake after commit */
 	bool deadlock;	   /* the last error was 1213/1205: retry */
 	unsigned err;	   /* native error number of the last failure */
 	uint64_t affected; /* rows matched by the last statement */
@@ -219,5 +220,13 @@ void due__my_rows(due_rows *out, due_my_cur *c, MYSQL_RES *r);
 /* Column readers on a fetched row; NULL reads 0. */
 int64_t due__my_i64(MYSQL_ROW row, int col);
 bool due__my_null(MYSQL_ROW row, int col);
+
+/*
+** This process's listeners (mysql_conn.c): a listen timerfd registered by
+** due__my_local_add (due__my_close takes it out) fires at once when this
+** process bumps due_wake (due__my_local_poke), not at its next second.
+*/
+void due__my_local_add(int fd);
+void due__my_local_poke(void);
 
 #endif /* DUE_MYSQL_CONN_H */

@@ -23,8 +23,12 @@
 ** say.  Reclaim and prune pick the same way.  cancel and extend must
 ** report what they found, so they lock the row first (a FOR UPDATE CTE) and
 ** then write from what they locked.  Only schedule with keys (insert, then
-** look up the live task on conflict) and complete with a hook need an
-** explicit transaction.
+** look up the live task on conflict) or with parents (mark and lock them,
+** then insert), and complete with a hook need an explicit transaction.
+** Run after's release is the one place where a statement's snapshot is
+** not enough: a finishing statement calls the VOLATILE due_release(),
+** whose statements each take a new snapshot (RELEASE, and
+** docs/internals/after-postgres.md).
 **
 ** Clock.  Due times and leases are judged by the database server's clock
 ** alone: now() (the transaction's start, a STABLE function, so the claim
@@ -56,9 +60,10 @@
 ** HOT updates (schema step 5).
 **
 ** Notifications.  Every submit (and every transition that makes a task due
-** again: retry, requeue, reclaim, a failed try's retry after its backoff)
-** calls pg_notify('due_task_new', kind) in its own transaction, so a
-** listener wakes only for committed tasks.
+** again: retry, requeue, reclaim, a failed try's retry after its backoff,
+** a held child released by its parent's end in due_release()) calls
+** pg_notify('due_task_new', kind) in its own transaction, so a listener
+** wakes only for committed tasks.
 **
 ** Schema history (bump DUE_SCHEMA_VERSION in due.h, add a step to
 ** `steps`, which due__migrate walks under the init advisory lock, never
@@ -89,6 +94,11 @@
 **  10  No table changes: `due init` adds due_schedule(..., on_key), the
 **      overload that debounces by key (issue 38), beside the six-argument
 **      one, which it keeps (and its grants).
+**  11  Run after (issue 38 point 3, docs/internals/after-postgres.md):
+**      due_task.after_n, after_left, after_any_end, after_at,
+**      after_delay_us and is_parent; due_after, one row per (parent,
+**      child) edge, pending until its parent's end is counted; `due init`
+**      adds due_release() and due_schedule_after().
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -163,6 +173,10 @@ enum stmt_id {
 	ST_KEY_MOVE,
 	ST_KEY_HOLDER,
 	ST_KEY_GIVE_UP,
+	ST_AFTER_MARK,
+	ST_INSERT_AFTER,
+	ST_AFTER_OF,
+	ST_LIST_HELD,
 	ST_COUNT
 };
 
@@ -170,6 +184,42 @@ enum stmt_id {
 #define USED_UP "attempt - attempt_base >= max_attempts"
 
 #define US(x) "(" x ")::int8 * interval '1 microsecond'"
+
+/*
+** Run after (schema 11).  A held task is SCHEDULED with due_at HELD_AT
+** (DUE_TIME_LAST, 9999-12-31T23:59:59.999999Z): no claim, due index,
+** upcoming or lateness ever reaches it.
+*/
+#define HELD_AT "'9999-12-31T23:59:59.999999Z'::timestamptz"
+
+/*
+** The release of a finishing statement's rows (docs/internals/
+** after-postgres.md): `src` is its UPDATE's CTE, whose
+** RETURNING gives id and kid (is_parent, and the row ended).  The call
+** happens only when a row is a parent (one flag read from the row the
+** UPDATE wrote: nothing more for a task without children), and always
+** after the UPDATE has run to completion (ARRAY pulls every row of src
+** first), so every parent row is locked by then.  due_release() is
+** VOLATILE: each of its statements takes a new snapshot, which sees a
+** child whose insert committed while this statement waited for a
+** parent's row lock (the child's submit holds it FOR SHARE until its
+** commit); a CTE of this statement could not (its snapshot is older).
+** The caller's statement must read rl, e.g. (SELECT count(*) FROM rl).
+*/
+#define RELEASE(src)                                                           \
+	" rl AS (SELECT due_release(ARRAY(SELECT id FROM " src                 \
+	" WHERE kid)) AS n WHERE EXISTS (SELECT 1 FROM " src " WHERE kid))"
+#define ENDED(st) "(" st " IN ('DONE', 'DEAD', 'CANCELLED'))"
+
+/*
+** A new time for a task that may be held (reschedule): a
+** held task keeps due_at HELD_AT and stores the time as its own, applied
+** at its release; at (NULL: none) and delay as asked.
+*/
+#define HOLD_TIME(at, delay)                                                   \
+	"after_at = CASE WHEN after_left > 0 THEN " at " ELSE after_at END,"   \
+	" after_delay_us = CASE WHEN after_left > 0 THEN " delay               \
+	" ELSE after_delay_us END"
 
 /*
 ** Flow control (docs/internals/flow.md).  A kind is limited when it has a
@@ -398,19 +448,29 @@ static const char flow_claim_sql[] =
 #define OPERATOR_SQL(set, where, outcome, action)                              \
 	"WITH u AS (UPDATE due_task SET " set ", lease_owner = NULL,"          \
 	" lease_until = NULL, updated_at = now() WHERE id = $1::int8 "         \
-	"AND " where " RETURNING id, attempt, state, kind),"                   \
-	" e AS (UPDATE due_attempt a SET ended_at = now(), outcome = "         \
-	"'" outcome "', error = '" action "' FROM u WHERE a.task_id = u.id"    \
-	" AND a.attempt = u.attempt AND a.outcome = 'RUNNING'),"               \
-	" au AS (INSERT INTO due_audit (task_id, at, action, detail)"          \
-	" SELECT id, now(), '" action "', state FROM u),"                      \
-	" n AS (SELECT pg_notify('due_task_new', kind) FROM u"                 \
-	" WHERE state = 'SCHEDULED'),"                                         \
-	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '') WHERE"        \
-	" EXISTS (SELECT 1 FROM u WHERE state <> 'SCHEDULED')" WAITED ")"      \
-	" SELECT (SELECT state FROM u),"                                       \
-	" (SELECT state FROM due_task WHERE id = $1::int8),"                   \
-	" (SELECT count(*) FROM n), (SELECT count(*) FROM dn)"
+	"AND " where " RETURNING id, attempt, state, kind,"                    \
+	" is_parent AND " ENDED(                                               \
+	    "state") " AS kid),"                                               \
+		     " e AS (UPDATE due_attempt a SET ended_at = now(), "      \
+		     "outcome = "                                              \
+		     "'" outcome "', error = '" action                         \
+		     "' FROM u WHERE a.task_id = u.id"                         \
+		     " AND a.attempt = u.attempt AND a.outcome = 'RUNNING'),"  \
+		     " au AS (INSERT INTO due_audit (task_id, at, action, "    \
+		     "detail)"                                                 \
+		     " SELECT id, now(), '" action "', state FROM u),"         \
+		     " n AS (SELECT pg_notify('due_task_new', kind) FROM u"    \
+		     " WHERE state = 'SCHEDULED'),"                            \
+		     " dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL          \
+		     "', '') WHERE"                                            \
+		     " EXISTS (SELECT 1 FROM u WHERE state <> "                \
+		     "'SCHEDULED')" WAITED                                     \
+		     ")," RELEASE("u") " SELECT (SELECT state FROM u),"        \
+				       " (SELECT state FROM due_task WHERE "   \
+				       "id = $1::int8),"                       \
+				       " (SELECT count(*) FROM n), (SELECT "   \
+				       "count(*) FROM dn),"                    \
+				       " (SELECT count(*) FROM rl)"
 
 /*
 ** The completion CTEs (store.h: complete).  Three of their predicates are
@@ -442,7 +502,7 @@ static const char flow_claim_sql[] =
 	" ORDER BY id, attempt, ord) i WHERE t.id = ANY ($1::int8[])"          \
 	" AND t.id = i.id AND t.attempt = i.attempt"                           \
 	" AND t.lease_owner IS NOT NULL"                                       \
-	" RETURNING i.ord, t.id, t.attempt, t.state),"                         \
+	" RETURNING i.ord, t.id, t.attempt, t.state, t.is_parent AS kid),"     \
 	" e AS (UPDATE due_attempt a SET ended_at = now(), outcome = d.state," \
 	" error = CASE WHEN d.state = 'CANCELLED'"                             \
 	" THEN 'cancel requested before commit' END FROM d"                    \
@@ -454,7 +514,7 @@ static const char flow_claim_sql[] =
 	" FROM s WHERE EXISTS (SELECT 1 FROM s) AND a.task_id = s.id"          \
 	" AND a.attempt = s.attempt),"                                         \
 	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '')"              \
-	" WHERE EXISTS (SELECT 1 FROM d)" WAITED ")"
+	" WHERE EXISTS (SELECT 1 FROM d)" WAITED ")," RELEASE("d")
 
 /*
 ** Cheap reads at any size (docs/internals/scale.md).  stats and metrics
@@ -587,7 +647,8 @@ static const char *const sql_text[ST_COUNT] = {
 		  " SELECT state, attempt, cancel_requested,"
 		  " EXISTS (SELECT 1 FROM u) FROM cur",
     [ST_COMPLETE] = "WITH " COMPLETE_CTES
-		    " SELECT i.ord, d.state, (SELECT count(*) FROM dn)"
+		    " SELECT i.ord, d.state, (SELECT count(*) FROM dn),"
+		    " (SELECT count(*) FROM rl)"
 		    " FROM i LEFT JOIN d ON d.ord = i.ord ORDER BY i.ord",
 /*
 ** Complete a batch and claim the next in ONE statement (one round
@@ -622,6 +683,8 @@ static const char *const sql_text[ST_COUNT] = {
 					       ", o.s FROM o CROSS JOIN fl"    \
 					       " CROSS JOIN (SELECT count(*)"  \
 					       " FROM dn) dnn"                 \
+					       " CROSS JOIN (SELECT count(*)"  \
+					       " FROM rl) rln"                 \
 					       " LEFT JOIN c ON true ORDER "   \
 					       "BY c.priority, c.due_at, c.id"
     [ST_CC_ANY] = COMPLETE_CLAIM_SQL("", ""),
@@ -690,32 +753,58 @@ static const char *const sql_text[ST_COUNT] = {
 					" updated_at = now()"
 					" WHERE id = $1::int8 AND attempt = "
 					"$2::int4 AND state = 'CLAIMED'"
-					" RETURNING state, kind),"
-					" e AS (UPDATE due_attempt a SET "
-					"ended_at = now(), outcome = CASE"
-					" WHEN f.state = 'CANCELLED' THEN "
-					"'CANCELLED' ELSE $4::text END,"
-					" error = $3::text FROM f WHERE "
-					"a.task_id = $1::int8"
-					" AND a.attempt = $2::int4 AND "
-					"a.outcome = 'RUNNING'),"
-					" l AS (UPDATE due_attempt SET "
-					"late_commit = 'REJECTED_STALE'"
-					" WHERE task_id = $1::int8 AND attempt "
-					"= $2::int4"
-					" AND NOT EXISTS (SELECT 1 FROM f)),"
-					/* a retry is due again after its
-					   backoff: listeners put it on
-					   their wheels, as for a submit */
-					" n AS (SELECT pg_notify("
-					"'due_task_new', kind) FROM f"
-					" WHERE state = 'SCHEDULED'),"
-					" dn AS (SELECT "
-					"pg_notify('" DUE_PG_DONE_CHANNEL
-					"', '') FROM f"
-					" WHERE state <> 'SCHEDULED'" WAITED ")"
-					" SELECT state, (SELECT count(*) FROM"
-					" n), (SELECT count(*) FROM dn) FROM f",
+					" RETURNING id, state, kind,"
+					" is_parent AND " ENDED(
+					    "state") " AS kid),"
+						     " e AS (UPDATE "
+						     "due_attempt a SET "
+						     "ended_at = now(), "
+						     "outcome = CASE"
+						     " WHEN f.state = "
+						     "'CANCELLED' THEN "
+						     "'CANCELLED' ELSE "
+						     "$4::text END,"
+						     " error = $3::text FROM f "
+						     "WHERE "
+						     "a.task_id = $1::int8"
+						     " AND a.attempt = "
+						     "$2::int4 AND "
+						     "a.outcome = 'RUNNING'),"
+						     " l AS (UPDATE "
+						     "due_attempt SET "
+						     "late_commit = "
+						     "'REJECTED_STALE'"
+						     " WHERE task_id = "
+						     "$1::int8 AND attempt "
+						     "= $2::int4"
+						     " AND NOT EXISTS (SELECT "
+						     "1 FROM f)),"
+						     /* a retry is due again
+							after its backoff:
+							listeners put it on
+							their wheels, as for a
+							submit */
+						     " n AS (SELECT pg_notify("
+						     "'due_task_new', kind) "
+						     "FROM f"
+						     " WHERE state = "
+						     "'SCHEDULED'),"
+						     " dn AS (SELECT "
+						     "pg_notify("
+						     "'" DUE_PG_DONE_CHANNEL
+						     "', '') FROM f"
+						     " WHERE state <> "
+						     "'SCHEDULED'" WAITED
+						     ")," RELEASE(
+							 "f") " SELECT state, "
+							      "(SELECT "
+							      "count(*) FROM"
+							      " n), (SELECT "
+							      "count(*) FROM "
+							      "dn),"
+							      " (SELECT "
+							      "count(*) FROM "
+							      "rl) FROM f",
     [ST_RECLAIM] =
 	"WITH p AS MATERIALIZED (SELECT id FROM due_task"
 	" WHERE state = 'CLAIMED' AND lease_until < now()"
@@ -729,33 +818,46 @@ static const char *const sql_text[ST_COUNT] = {
 	" lease_owner = NULL, lease_until = NULL, updated_at = now()"
 	" WHERE t.id = ANY (ARRAY(SELECT id FROM p)) AND t.state = 'CLAIMED' "
 	"AND t.lease_until < now()"
-	" RETURNING t.id, t.attempt, t.state, t.kind),"
-	" e AS (UPDATE due_attempt a SET ended_at = now(),"
-	" outcome = 'LEASE_EXPIRED', error = 'lease expired' FROM r"
-	" WHERE a.task_id = r.id AND a.attempt = r.attempt"
-	" AND a.outcome = 'RUNNING'),"
-	" n AS (SELECT pg_notify('due_task_new', kind) FROM"
-	" (SELECT DISTINCT kind FROM r WHERE state = 'SCHEDULED') k),"
-	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '') WHERE"
-	" EXISTS (SELECT 1 FROM r WHERE state <> 'SCHEDULED')" WAITED ")"
-	" SELECT count(*) FILTER (WHERE state = 'SCHEDULED'),"
-	" count(*) FILTER (WHERE state = 'DEAD'),"
-	" count(*) FILTER (WHERE state = 'CANCELLED'),"
-	" (SELECT count(*) FROM n),"
-	" (SELECT min(lease_until) FROM due_task WHERE state = 'CLAIMED'"
-	"   AND lease_until >= now()), now(), (SELECT count(*) FROM dn)"
-	" FROM r",
+	" RETURNING t.id, t.attempt, t.state, t.kind,"
+	" t.is_parent AND " ENDED(
+	    "t.state") " AS kid),"
+		       " e AS (UPDATE due_attempt a SET ended_at = now(),"
+		       " outcome = 'LEASE_EXPIRED', error = 'lease expired' "
+		       "FROM r"
+		       " WHERE a.task_id = r.id AND a.attempt = r.attempt"
+		       " AND a.outcome = 'RUNNING'),"
+		       " n AS (SELECT pg_notify('due_task_new', kind) FROM"
+		       " (SELECT DISTINCT kind FROM r WHERE state = "
+		       "'SCHEDULED') k),"
+		       " dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL
+		       "', '') WHERE"
+		       " EXISTS (SELECT 1 FROM r WHERE state <> "
+		       "'SCHEDULED')" WAITED ")," RELEASE(
+			   "r") " SELECT count(*) FILTER (WHERE state = "
+				"'SCHEDULED'),"
+				" count(*) FILTER (WHERE state = 'DEAD'),"
+				" count(*) FILTER (WHERE state = 'CANCELLED'),"
+				" (SELECT count(*) FROM n),"
+				" (SELECT min(lease_until) FROM due_task WHERE "
+				"state = 'CLAIMED'"
+				"   AND lease_until >= now()), now(), (SELECT "
+				"count(*) FROM dn),"
+				" (SELECT count(*) FROM rl) FROM r",
     [ST_CANCEL] =
 	"WITH cur AS (SELECT id, state FROM due_task WHERE id = $1::int8"
 	" FOR UPDATE),"
 	" u AS (UPDATE due_task t SET state = CASE WHEN t.state ="
 	" 'SCHEDULED' THEN 'CANCELLED' ELSE t.state END,"
 	" cancel_requested = t.cancel_requested OR t.state = 'CLAIMED',"
+	" after_left = CASE WHEN t.state = 'SCHEDULED' THEN 0"
+	" ELSE t.after_left END,"
 	" updated_at = now() FROM cur WHERE t.id = cur.id"
-	" AND t.state IN ('SCHEDULED', 'CLAIMED') RETURNING t.state),"
+	" AND t.state IN ('SCHEDULED', 'CLAIMED') RETURNING t.id, t.state,"
+	" t.is_parent AND t.state = 'CANCELLED' AS kid),"
 	" dn AS (SELECT pg_notify('" DUE_PG_DONE_CHANNEL "', '') FROM u"
-	" WHERE state = 'CANCELLED'" WAITED ")"
-	" SELECT state, (SELECT count(*) FROM dn) FROM cur",
+	" WHERE state = 'CANCELLED'" WAITED
+	")," RELEASE("u") " SELECT state, (SELECT count(*) FROM dn),"
+			  " (SELECT count(*) FROM rl) FROM cur",
     [ST_GET] = "SELECT " DUE_TASK_COLS " FROM due_task WHERE id = $1::int8",
     [ST_ATTEMPTS] =
 	"SELECT " DUE_ATTEMPT_COLS " FROM due_attempt"
@@ -803,7 +905,7 @@ static const char *const sql_text[ST_COUNT] = {
 	"state = CASE WHEN state = 'DEAD' OR cancel_requested THEN"
 	" 'CANCELLED' ELSE 'DEAD' END, last_error = coalesce(last_error ||"
 	" '; ', '') || CASE WHEN state = 'DEAD' THEN 'dead letter dismissed"
-	" by operator' ELSE 'killed by operator' END",
+	" by operator' ELSE 'killed by operator' END, after_left = 0",
 	"state IN ('SCHEDULED', 'CLAIMED', 'DEAD')", "KILLED", "kill"),
     /*
     ** stats in one statement (one snapshot): GATE_CTES' estimates and
@@ -838,6 +940,8 @@ static const char *const sql_text[ST_COUNT] = {
 		  " da AS (DELETE FROM due_attempt WHERE task_id ="
 		  " ANY (ARRAY(SELECT id FROM v))),"
 		  " dd AS (DELETE FROM due_audit WHERE task_id ="
+		  " ANY (ARRAY(SELECT id FROM v))),"
+		  " de AS (DELETE FROM due_after WHERE child ="
 		  " ANY (ARRAY(SELECT id FROM v))),"
 		  " dt AS (DELETE FROM due_task WHERE id = ANY (ARRAY(SELECT "
 		  "id FROM v))"
@@ -1013,7 +1117,8 @@ static const char *const sql_text[ST_COUNT] = {
 	"SELECT u.id, u.due_at, x.now, x.exp FROM (SELECT now() AS now,"       \
 	" (SELECT min(lease_until) FROM due_task WHERE state = 'CLAIMED')"     \
 	" AS exp) x LEFT JOIN LATERAL (SELECT id, due_at FROM due_task"        \
-	" WHERE state = 'SCHEDULED' AND due_at < $1::timestamptz" filter       \
+	" WHERE state = 'SCHEDULED'"                                           \
+	" AND due_at < least($1::timestamptz, " HELD_AT ")" filter             \
 	" AND kind <> ALL (ARRAY(SELECT kind FROM due_kind WHERE paused))"     \
 	" ORDER BY due_at LIMIT $2::int4) u ON true ORDER BY u.due_at"
     [ST_UPC_ANY] = UPCOMING_SQL(""),
@@ -1060,46 +1165,131 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_RESCHEDULE] =
 	"WITH cur AS (SELECT id, state FROM due_task WHERE id = $1::int8"
 	" FOR UPDATE),"
-	" u AS (UPDATE due_task t SET due_at = coalesce($2::timestamptz,"
-	" now() + " US("$3") "), payload = CASE WHEN $4::int4 = 1 THEN"
-			     " $5::bytea ELSE t.payload END, updated_at = now()"
-			     " FROM cur WHERE t.id = cur.id AND t.state ="
-			     " 'SCHEDULED' RETURNING t.kind),"
-			     " n AS (SELECT pg_notify('" DUE_PG_CHANNEL
-			     "', kind) FROM u)"
-			     " SELECT cur.state, (SELECT count(*) FROM n)"
-			     " FROM cur",
+	" u AS (UPDATE due_task t SET due_at = CASE WHEN t.after_left > 0"
+	" THEN t.due_at ELSE coalesce($2::timestamptz, now() + " US(
+	    "$3") ")"
+		  " END, " HOLD_TIME(
+		      "$2::timestamptz",
+		      "$3::int8") ","
+				  " payload = CASE WHEN $4::int4 = 1 THEN"
+				  " $5::bytea ELSE t.payload END, updated_at = "
+				  "now()"
+				  " FROM cur WHERE t.id = cur.id AND t.state ="
+				  " 'SCHEDULED' RETURNING t.kind, "
+				  "t.after_left),"
+				  " n AS (SELECT pg_notify('" DUE_PG_CHANNEL
+				  "', kind) FROM u"
+				  " WHERE after_left = 0)"
+				  " SELECT cur.state, (SELECT count(*) FROM n)"
+				  " FROM cur",
     /*
     ** on_key replace ($6 = 0) or later ($6 = 1) after a conflict (issue
     ** 38): the waiting holder of (kind, key) takes the due time (from
     ** now(), as ST_INSERT computes it) and the payload, LATER only when
     ** that is later than its own; the UPDATE re-checks both (READ
     ** COMMITTED re-reads a row changed meanwhile).  One row when it moved.
+    ** A held holder (run after: due_at HELD_AT) is never moved by key, as
+    ** the core refuses after with replace or later: it answers existed.
     */
     [ST_KEY_MOVE] =
 	"WITH u AS (UPDATE due_task SET due_at = coalesce($3::timestamptz,"
-	" now() + " US("$4") "), payload = $5::bytea, updated_at = now()"
-			     " WHERE kind = $1::text AND key = $2::text"
-			     " AND state = 'SCHEDULED' AND ($6::int4 = 0 OR"
-			     " due_at < coalesce($3::timestamptz, now() + " US(
-				 "$4") ")) RETURNING id, kind)"
-				       " SELECT id, pg_notify('" DUE_PG_CHANNEL
-				       "', kind) FROM u",
+	" now() + " US(
+	    "$4") "), payload = $5::bytea, updated_at = now()"
+		  " WHERE kind = $1::text AND key = $2::text"
+		  " AND state = 'SCHEDULED' AND due_at < " HELD_AT
+		  " AND ($6::int4 = 0"
+		  " OR due_at < coalesce($3::timestamptz, now() + " US(
+		      "$4") "))"
+			    " RETURNING id, kind)"
+			    " SELECT id, pg_notify('" DUE_PG_CHANNEL
+			    "', kind) FROM u",
     /*
     ** It did not move: lock the live holder (the newest committed row)
     ** and say whether it runs (CLAIMED) and whether ST_KEY_MOVE would move
     ** it now.  No row: no live holder any more.
     */
     [ST_KEY_HOLDER] =
-	"SELECT id, (state = 'CLAIMED')::int4, ($5::int4 = 0 OR due_at <"
+	"SELECT id, (state = 'CLAIMED')::int4, (($5::int4 = 0 OR due_at <"
 	" coalesce($3::timestamptz, now() + " US(
-	    "$4") "))::int4 FROM due_task WHERE kind = $1::text"
+	    "$4") ")) AND due_at < " HELD_AT
+		  ")::int4 FROM due_task WHERE kind = $1::text"
 		  " AND key = $2::text AND state IN ('SCHEDULED', 'CLAIMED')"
 		  " FOR UPDATE",
     /* A running holder (locked by ST_KEY_HOLDER) gives up its key. */
     [ST_KEY_GIVE_UP] = "UPDATE due_task SET key = NULL, updated_at = now()"
 		       " WHERE id = $1::int8 AND state = 'CLAIMED'"
 		       " RETURNING id",
+    /*
+    ** Run after, a child's submit (insert_after), statement 1: mark its
+    ** live parents as parents, so that their end calls due_release()
+    ** (RELEASE).  Once marked, a parent is never written again here, so
+    ** concurrent children of a marked parent share its row (FOR SHARE,
+    ** next); two children of an unmarked one queue here, the second
+    ** re-reading the row marked (never a share lock held while waiting
+    ** for an exclusive one: no deadlock between children).
+    */
+    [ST_AFTER_MARK] =
+	"UPDATE due_task SET is_parent = true WHERE id = ANY ($1::int8[])"
+	" AND NOT is_parent AND state IN ('SCHEDULED', 'CLAIMED')",
+    /*
+    ** Statement 2: ST_INSERT_ONE's $1..$11, $12 the parents, $13 1 for
+    ** after_any_end.  pa locks every parent FOR SHARE and reads its
+    ** newest committed state (a locking read at READ COMMITTED follows
+    ** a concurrent finish to its committed row); only pa's output is
+    ** judged, never this statement's snapshot.  ck: the lowest missing
+    ** parent, the lowest DEAD or CANCELLED one, the live ones.  The
+    ** task is inserted only when none is missing and none ended unless
+    ** after_any_end: held (due_at HELD_AT) while a parent is live, else
+    ** due as any task; its edges pending for the live parents.  Notifies
+    ** when it is due at once.  One row: missing, ended, ended's state,
+    ** the new id (NULL: refused, or the key is held).
+    */
+    [ST_INSERT_AFTER] =
+	"WITH pa AS MATERIALIZED (SELECT id, state FROM due_task"
+	" WHERE id = ANY ($12::int8[]) ORDER BY id FOR SHARE),"
+	" ck AS MATERIALIZED (SELECT (SELECT min(x) FROM unnest($12::int8[])"
+	" x WHERE NOT EXISTS (SELECT 1 FROM pa WHERE pa.id = x)) AS missing,"
+	" (SELECT min(id) FROM pa WHERE state IN ('DEAD', 'CANCELLED'))"
+	" AS ended, (SELECT count(*) FROM pa WHERE state IN ('SCHEDULED',"
+	" 'CLAIMED'))::int4 AS live),"
+	" ins AS (INSERT INTO due_task (kind, payload, state, due_at,"
+	" max_attempts, backoff_us, backoff_cap_us, key, priority, grp,"
+	" timeout_us, created_at, updated_at, after_n, after_left,"
+	" after_any_end, after_at, after_delay_us) SELECT $1::text, $2::bytea,"
+	" 'SCHEDULED', CASE WHEN ck.live > 0 THEN " HELD_AT
+	" ELSE coalesce($3::timestamptz, now() + " US(
+	    "$4") ") END,"
+		  " $5::int4, $6::int8, $7::int8, $8::text, $9::int4, "
+		  "$10::text,"
+		  " $11::int8, now(), now(), cardinality($12::int8[]), ck.live,"
+		  " $13::int4 = 1, $3::timestamptz, $4::int8 FROM ck"
+		  " WHERE ck.missing IS NULL AND (ck.ended IS NULL OR "
+		  "$13::int4 = 1)"
+		  " ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
+		  " state IN ('SCHEDULED', 'CLAIMED') DO NOTHING"
+		  " RETURNING id, kind, after_left),"
+		  " ed AS (INSERT INTO due_after (parent, child, pending)"
+		  " SELECT pa.id, ins.id, pa.state IN ('SCHEDULED', 'CLAIMED')"
+		  " FROM pa, ins),"
+		  " n AS (SELECT pg_notify('" DUE_PG_CHANNEL "', kind) FROM ins"
+		  " WHERE after_left = 0)"
+		  " SELECT ck.missing, ck.ended, (SELECT state FROM pa"
+		  " WHERE pa.id = ck.ended), (SELECT id FROM ins),"
+		  " (SELECT count(*) FROM n) FROM ck",
+    /* get: the parents of task $1, ascending (due_after_child). */
+    [ST_AFTER_OF] = "SELECT parent FROM due_after WHERE child = $1::int8"
+		    " ORDER BY parent",
+    /*
+    ** `due ls --held`: held tasks are the SCHEDULED rows at HELD_AT, a
+    ** range of due_task_due that holds nothing else; sorted by id.  $1
+    ** is NULL or 'SCHEDULED' (the core refuses any other state).
+    */
+    [ST_LIST_HELD] = "SELECT " DUE_TASK_COLS " FROM due_task"
+		     " WHERE state = 'SCHEDULED' AND due_at >= " HELD_AT
+		     " AND after_left > 0"
+		     " AND ($1::text IS NULL OR $1::text = 'SCHEDULED')"
+		     " AND ($2::text IS NULL OR kind = $2::text)"
+		     " AND id > $3::int8 ORDER BY id LIMIT $4::int4",
 };
 
 _Static_assert(ST_COUNT <= DUE_PG_MAX_STMTS, "raise DUE_PG_MAX_STMTS");
@@ -1415,10 +1605,45 @@ static const char schema_v9[] = DUE_SCHEMA_RECORD("9");
 */
 static const char schema_v10[] = DUE_SCHEMA_RECORD("10");
 
+/*
+** Version 10 -> 11: run after (issue 38 point 3).  A task's own columns:
+** after_n (its parents, fixed), after_left (those it still waits for; >
+** 0 only while it is held: SCHEDULED with due_at HELD_AT), after_any_end,
+** and the time it asked for, applied at its release: after_at (an
+** instant, or NULL) and after_delay_us (counted from the release).
+** is_parent says a task was ever named as a parent: the finishing
+** statements call due_release() only for such rows (the gate that keeps
+** a plain completion as cheap as before), and a child's submit sets it
+** on its live parents before it locks them.  due_after holds the edges:
+** by parent (its primary key) for the release, by child for get and
+** prune; pending until the parent's end was counted, so that an edge
+** counts once even when a DEAD parent is retried and ends again.  The
+** new columns have constant defaults: ADD COLUMN rewrites nothing, and
+** existing rows read 0 / 0 / false.  IF NOT EXISTS: a store whose
+** due_meta was set back by hand (the CLI tests fake older versions that
+** way) walks it again without error; a real step runs in one transaction.
+*/
+static const char schema_v11[] =
+    "ALTER TABLE due_task"
+    "  ADD COLUMN IF NOT EXISTS after_n integer NOT NULL DEFAULT 0,"
+    "  ADD COLUMN IF NOT EXISTS after_left integer NOT NULL DEFAULT 0,"
+    "  ADD COLUMN IF NOT EXISTS after_any_end boolean NOT NULL"
+    "    DEFAULT false,"
+    "  ADD COLUMN IF NOT EXISTS after_at timestamptz,"
+    "  ADD COLUMN IF NOT EXISTS after_delay_us bigint,"
+    "  ADD COLUMN IF NOT EXISTS is_parent boolean NOT NULL DEFAULT false;"
+    "CREATE TABLE IF NOT EXISTS due_after ("
+    "  parent bigint NOT NULL,"
+    "  child bigint NOT NULL,"
+    "  pending boolean NOT NULL,"
+    "  PRIMARY KEY (parent, child));"
+    "CREATE INDEX IF NOT EXISTS due_after_child ON due_after "
+    "(child);" DUE_SCHEMA_RECORD("11");
+
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2,  [3] = schema_v3, [4] = schema_v4,
-    [5] = schema_v5, [6] = schema_v6,  [7] = schema_v7, [8] = schema_v8,
-    [9] = schema_v9, [10] = schema_v10};
+    [1] = schema_v1, [2] = schema_v2,	[3] = schema_v3,  [4] = schema_v4,
+    [5] = schema_v5, [6] = schema_v6,	[7] = schema_v7,  [8] = schema_v8,
+    [9] = schema_v9, [10] = schema_v10, [11] = schema_v11};
 
 /*
 ** due_schedule(): a submit from SQL, inside the caller's own transaction,
@@ -1587,8 +1812,9 @@ static const char sql_schedule_on_key_fn[] =
     "      IF new_id IS NOT NULL THEN RETURN new_id; END IF;\n"
     "      CONTINUE;\n"
     "    END IF;\n"
-    "    SELECT id, state = 'CLAIMED', ok = 'replace' OR due_at < due"
-    " INTO new_id, running, movable FROM due_task WHERE"
+    "    SELECT id, state = 'CLAIMED', (ok = 'replace' OR due_at < due)"
+    " AND due_at < " HELD_AT " INTO new_id, running, movable FROM due_task"
+    " WHERE"
     " due_task.kind = k AND due_task.key = ky AND"
     " state IN ('SCHEDULED', 'CLAIMED') FOR UPDATE;\n"
     "    CONTINUE WHEN new_id IS NULL;\n"
@@ -1596,7 +1822,8 @@ static const char sql_schedule_on_key_fn[] =
     "      IF NOT movable THEN RETURN new_id; END IF;\n"
     "      UPDATE due_task SET due_at = due, payload = convert_to(p, 'UTF8'),"
     " updated_at = now() WHERE due_task.id = new_id AND"
-    " state = 'SCHEDULED' AND (ok = 'replace' OR due_at < due);\n"
+    " state = 'SCHEDULED' AND (ok = 'replace' OR due_at < due)"
+    " AND due_at < " HELD_AT ";\n"
     "      IF FOUND THEN\n"
     "        PERFORM pg_notify('" DUE_PG_CHANNEL "', k); RETURN new_id;\n"
     "      END IF;\n"
@@ -1669,12 +1896,218 @@ static const char sql_reschedule_fn[] =
     "  IF st IS NULL THEN RETURN 'NOT_FOUND'; END IF;\n"
     "  IF st = 'CLAIMED' THEN RETURN 'TOO_LATE'; END IF;\n"
     "  IF st <> 'SCHEDULED' THEN RETURN 'ALREADY_FINISHED'; END IF;\n"
-    "  UPDATE due_task SET due_at = coalesce(t, now() + d),"
+    "  UPDATE due_task SET due_at = CASE WHEN after_left > 0 THEN due_at"
+    " ELSE coalesce(t, now() + d) END, after_at = CASE WHEN after_left > 0"
+    " THEN t ELSE after_at END, after_delay_us = CASE WHEN after_left > 0"
+    " THEN coalesce(extract(epoch FROM d) * 1000000, 0)::int8"
+    " ELSE after_delay_us END,"
     " payload = coalesce(convert_to(p, 'UTF8'), due_task.payload),"
     " updated_at = now() WHERE due_task.id = i AND"
     " due_task.state = 'SCHEDULED';\n"
     "  PERFORM pg_notify('" DUE_PG_CHANNEL "', k);\n"
     "  RETURN 'RESCHEDULED';\n"
+    "END $fn$";
+
+/*
+** due_release(parents): count the end of each of these tasks, which
+** this transaction has just ended (DONE, DEAD or CANCELLED), in their
+** waiting children (run after, schema 11).  Called by every statement
+** that ends a task (RELEASE), and by nothing else.  One round per level,
+** each a new statement, so a new snapshot (the function is VOLATILE):
+**  e  flips the parents' pending edges (an edge counts once: a DEAD
+**     parent that is retried and ends again finds none pending);
+**  k  per child: how many of its edges ended here, and the lowest
+**     parent among them that did not end DONE, with its state;
+**  u  each child still held (SCHEDULED, after_left > 0, re-checked on
+**     the newest row): with such a parent and not after_any_end it is
+**     CANCELLED, last_error naming that parent, after_left 0; else
+**     after_left goes down by k.n, and at 0 it is due at the later of
+**     its after_at and now() + after_delay_us (now(): the transaction's
+**     start, the store's clock as a submit reads it);
+**  nw wakes workers for the released children, as a submit does; dn
+**     wakes due_wait for the cancelled ones.
+** The cancelled children that are parents themselves are the next
+** round's parents, so a chain of any length is cancelled by iteration,
+** never by recursion; each round's snapshot is taken after the round
+** before locked its rows, so it sees a grandchild whose submit committed
+** meanwhile.  Returns the number of children changed.
+*/
+#define RELEASE_CUT "(k.ender IS NOT NULL AND NOT t.after_any_end)"
+static const char sql_release_fn[] =
+    "CREATE OR REPLACE FUNCTION due_release(parents bigint[])"
+    " RETURNS integer LANGUAGE plpgsql VOLATILE"
+    " SET search_path FROM CURRENT AS $fn$\n"
+    "DECLARE cur bigint[] := parents; n integer := 0; got integer;"
+    " x bigint; y bigint;\n"
+    "BEGIN\n"
+    "  WHILE cardinality(cur) > 0 LOOP\n"
+    "    WITH e AS (UPDATE due_after a SET pending = false"
+    " FROM due_task p WHERE a.parent = ANY (cur) AND a.pending"
+    " AND p.id = a.parent AND " ENDED(
+	"p.state") " RETURNING a.parent, a.child, p.state),"
+		   " k AS (SELECT child, count(*)::int4 AS n,"
+		   " min(parent) FILTER (WHERE state <> 'DONE') AS ender,"
+		   " (array_agg(state ORDER BY parent) FILTER (WHERE state <> "
+		   "'DONE'))[1]"
+		   " AS ender_state FROM e GROUP BY child),"
+		   " u AS (UPDATE due_task t SET"
+		   " state = CASE WHEN " RELEASE_CUT " THEN 'CANCELLED'"
+		   " ELSE 'SCHEDULED' END,"
+		   " after_left = CASE WHEN " RELEASE_CUT " THEN 0"
+		   " ELSE greatest(t.after_left - k.n, 0) END,"
+		   " due_at = CASE WHEN NOT " RELEASE_CUT
+		   " AND t.after_left <= k.n"
+		   " THEN greatest(coalesce(t.after_at, '-infinity'), now() "
+		   "+ " US(
+		       "coalesce(t.after_delay_us, 0)") ") ELSE t.due_at END,"
+							" last_error = CASE "
+							"WHEN " RELEASE_CUT
+							" THEN format('parent "
+							"task %s"
+							" ended %s', k.ender, "
+							"k.ender_state) ELSE "
+							"t.last_error END,"
+							" updated_at = now() "
+							"FROM k WHERE t.id = "
+							"k.child"
+							" AND t.state = "
+							"'SCHEDULED' AND "
+							"t.after_left > 0"
+							" RETURNING t.id, "
+							"t.state, t.kind, "
+							"t.after_left, "
+							"t.is_parent),"
+							" nw AS (SELECT "
+							"pg_notify("
+							"'" DUE_PG_CHANNEL
+							"', kind) FROM"
+							" (SELECT DISTINCT "
+							"kind FROM u WHERE "
+							"state = 'SCHEDULED'"
+							" AND after_left = 0) "
+							"q),"
+							" dn AS (SELECT "
+							"pg_notify("
+							"'" DUE_PG_DONE_CHANNEL
+							"', '') WHERE"
+							" EXISTS (SELECT 1 "
+							"FROM u WHERE state = "
+							"'CANCELLED')" WAITED
+							")"
+							" SELECT "
+							"coalesce(array_agg(id "
+							"ORDER BY id) FILTER "
+							"(WHERE"
+							" state = 'CANCELLED' "
+							"AND is_parent), "
+							"'{}'), count(*),"
+							" (SELECT count(*) "
+							"FROM nw), (SELECT "
+							"count(*) FROM dn)"
+							" INTO cur, got, x, y "
+							"FROM u;\n"
+							"    n := n + got;\n"
+							"  END LOOP;\n"
+							"  RETURN n;\n"
+							"END $fn$";
+
+/*
+** due_schedule_after(): due_schedule() with parents (run after, schema
+** 11), in the caller's transaction:
+**
+**   SELECT due_schedule_after('ship', '{"order": 42}', ARRAY[41, 40]);
+**
+** The task is held until each parent is DONE (after_any_end: ended in
+** any way), then due at run_at or now() + run_in counted from then,
+** whichever is later.  due_schedule()'s checks and words first (22023),
+** then the list's: 1..1000 positive ids, none twice (22023).  Then, as
+** the C API's submit: the live parents are marked (is_parent) and every
+** parent is locked FOR SHARE, so a parent's end either committed before
+** (seen here: DONE counts at once) or waits for this transaction's
+** COMMIT and then sees the edge.  A missing parent raises P0002
+** (no_data_found) "parent task 41 not found"; a DEAD or CANCELLED one
+** 55000 (object_not_in_prerequisite_state) "parent task 41 is DEAD
+** (...)", unless after_any_end; nothing is written then (the mark on
+** the live parents is undone with the caller's rollback, and is
+** harmless if kept).  With a key, a live holder's id is returned as by
+** due_schedule(), and nothing is added.  Returns the id.
+*/
+static const char sql_schedule_after_fn[] =
+    "CREATE OR REPLACE FUNCTION due_schedule_after(kind text, payload text,"
+    " after bigint[], run_in interval DEFAULT '0',"
+    " run_at timestamptz DEFAULT NULL, key text DEFAULT NULL,"
+    " max_attempts integer DEFAULT 5, after_any_end boolean DEFAULT false)"
+    " RETURNS bigint LANGUAGE plpgsql VOLATILE"
+    " SET search_path FROM CURRENT AS $fn$\n"
+    "#variable_conflict use_column\n"
+    "DECLARE\n"
+    "  k text := kind; p text := coalesce(payload, ''); ky text := key;\n"
+    "  d interval := run_in; t timestamptz := run_at;\n"
+    "  m integer := max_attempts; ps bigint[] := after;\n"
+    "  anyend boolean := coalesce(after_any_end, false);\n"
+    "  new_id bigint; missing bigint; ended bigint; ended_state text;\n"
+    "  live integer; dup bigint; pids bigint[]; pstates text[];\n"
+    "BEGIN\n" SCHEDULE_CHECKS
+    "IF ps IS NULL OR cardinality(ps) = 0 THEN RAISE EXCEPTION USING"
+    " ERRCODE = '22023', MESSAGE = 'due_schedule_after: after is empty:"
+    " give 1..1000 parent task ids'; END IF;\n"
+    "IF cardinality(ps) > 1000 THEN RAISE EXCEPTION USING ERRCODE ="
+    " '22023', MESSAGE = format('due_schedule_after: after lists %s"
+    " tasks: at most 1000', cardinality(ps)); END IF;\n"
+    "SELECT x INTO dup FROM unnest(ps) x WHERE x IS NULL OR x <= 0"
+    " LIMIT 1;\n"
+    "IF FOUND THEN RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE ="
+    " format('due_schedule_after: after: invalid task id %s',"
+    " coalesce(dup::text, 'NULL')); END IF;\n"
+    "SELECT x INTO dup FROM unnest(ps) x GROUP BY x HAVING count(*) > 1"
+    " ORDER BY x LIMIT 1;\n"
+    "IF dup IS NOT NULL THEN RAISE EXCEPTION USING ERRCODE = '22023',"
+    " MESSAGE = format('due_schedule_after: after lists task %s twice',"
+    " dup); END IF;\n"
+    "  UPDATE due_task SET is_parent = true WHERE id = ANY (ps)"
+    " AND NOT is_parent AND state IN ('SCHEDULED', 'CLAIMED');\n"
+    "  FOR i IN 1..5 LOOP\n"
+    "    SELECT coalesce(array_agg(q.id ORDER BY q.id), '{}'),"
+    " coalesce(array_agg(q.state ORDER BY q.id), '{}') INTO pids, pstates"
+    " FROM (SELECT id, state FROM due_task WHERE id = ANY (ps)"
+    " ORDER BY id FOR SHARE) q;\n"
+    "    SELECT min(x) INTO missing FROM unnest(ps) x"
+    " WHERE x <> ALL (pids);\n"
+    "    IF missing IS NOT NULL THEN RAISE EXCEPTION USING ERRCODE ="
+    " 'P0002', MESSAGE = format('due_schedule_after: parent task %s not"
+    " found', missing); END IF;\n"
+    "    SELECT u.i, u.s INTO ended, ended_state FROM unnest(pids, pstates)"
+    " u(i, s) WHERE u.s IN ('DEAD', 'CANCELLED') ORDER BY u.i LIMIT 1;\n"
+    "    IF ended IS NOT NULL AND NOT anyend THEN RAISE EXCEPTION USING"
+    " ERRCODE = '55000', MESSAGE = format('due_schedule_after: parent"
+    " task %s is %s (add with after_any_end to run after any end)', ended,"
+    " ended_state); END IF;\n"
+    "    SELECT count(*) INTO live FROM unnest(pstates) u(s)"
+    " WHERE u.s IN ('SCHEDULED', 'CLAIMED');\n"
+    "    INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
+    " backoff_us, backoff_cap_us, key, created_at, updated_at, after_n,"
+    " after_left, after_any_end, after_at, after_delay_us)"
+    " VALUES (k, convert_to(p, 'UTF8'), 'SCHEDULED', CASE WHEN live > 0"
+    " THEN " HELD_AT " ELSE coalesce(t, now() + d) END, m, 1000000,"
+    " 3600000000, ky, now(), now(), cardinality(ps), live, anyend, t,"
+    " (extract(epoch FROM d) * 1000000)::int8)"
+    " ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
+    " state IN ('SCHEDULED', 'CLAIMED') DO NOTHING RETURNING id INTO"
+    " new_id;\n"
+    "    IF new_id IS NOT NULL THEN\n"
+    "      INSERT INTO due_after (parent, child, pending) SELECT u.i,"
+    " new_id, u.s IN ('SCHEDULED', 'CLAIMED')"
+    " FROM unnest(pids, pstates) u(i, s);\n"
+    "      IF live = 0 THEN PERFORM pg_notify('" DUE_PG_CHANNEL "', k);"
+    " END IF;\n"
+    "      RETURN new_id;\n"
+    "    END IF;\n"
+    "    SELECT id INTO new_id FROM due_task WHERE due_task.kind = k AND"
+    " due_task.key = ky AND state IN ('SCHEDULED', 'CLAIMED');\n"
+    "    IF new_id IS NOT NULL THEN RETURN new_id; END IF;\n"
+    "  END LOOP;\n"
+    "  RAISE EXCEPTION 'due_schedule_after: the live task of key % kept"
+    " changing; try again', ky;\n"
     "END $fn$";
 
 /*
@@ -1719,7 +2152,11 @@ static int create_functions(due_store *s)
 				  "create function due_schedule with on_key")) <
 		0 ||
 	    (rc = due__pg_command(s, sql_reschedule_fn,
-				  "create function due_reschedule")) < 0) {
+				  "create function due_reschedule")) < 0 ||
+	    (rc = due__pg_command(s, sql_release_fn,
+				  "create function due_release")) < 0 ||
+	    (rc = due__pg_command(s, sql_schedule_after_fn,
+				  "create function due_schedule_after")) < 0) {
 		due__pg_rollback(s);
 		return rc;
 	}
@@ -1797,41 +2234,59 @@ static int pg_payloads_fit(const due_submit *items, size_t n)
 	    "address in the task");
 }
 
-/* How many of items[0..n) go in the next statement (at least one). */
+/*
+** How many of items[0..n) go in the next statement (at least one); a
+** submit with parents goes alone (insert_after), and ends a chunk.
+*/
 static size_t chunk_of(const due_submit *items, size_t n)
 {
 	size_t k = 1, bytes = items[0].payload_len;
 
-	while (k < n && bytes + items[k].payload_len <= PG_CHUNK_BYTES)
+	if (items[0].opts.n_after > 0)
+		return 1;
+	while (k < n && items[k].opts.n_after == 0 &&
+	       bytes + items[k].payload_len <= PG_CHUNK_BYTES)
 		bytes += items[k++].payload_len;
 	return k;
+}
+
+/*
+** A submit's columns, in the order ST_INSERT_ONE and ST_INSERT_AFTER
+** take them: kind, payload, at (NULL: none), delay, max_attempts,
+** backoff, backoff cap, key, priority, group (NULL: none) and time limit
+** (NULL: the kind's).
+*/
+static void task_params(due_pg_params *p, const due_submit *it)
+{
+	const due_schedule_opts *o = &it->opts;
+
+	due__pg_text(p, it->kind);
+	due__pg_bin(p, it->payload, it->payload_len);
+	if (o->at != DUE_TIME_NONE)
+		due__pg_time(p, o->at);
+	else
+		due__pg_text(p, NULL);
+	due__pg_int(p, o->delay_us);
+	due__pg_int(p, o->max_attempts);
+	due__pg_int(p, o->backoff_us);
+	due__pg_int(p, o->backoff_cap_us);
+	due__pg_text(p, o->key);
+	due__pg_int(p, o->priority);
+	due__pg_text(p, o->group);
+	if (o->timeout_us > 0)
+		due__pg_int(p, o->timeout_us);
+	else
+		due__pg_text(p, NULL);
 }
 
 /* insert_batch for one submit: ST_INSERT_ONE. */
 static int insert_one(due_store *s, const due_submit *it, due_submitted *out)
 {
-	const due_schedule_opts *o = &it->opts;
 	due_pg_params p = {0};
 	PGresult *r;
 	int rc;
 
-	due__pg_text(&p, it->kind);
-	due__pg_bin(&p, it->payload, it->payload_len);
-	if (o->at != DUE_TIME_NONE)
-		due__pg_time(&p, o->at);
-	else
-		due__pg_text(&p, NULL);
-	due__pg_int(&p, o->delay_us);
-	due__pg_int(&p, o->max_attempts);
-	due__pg_int(&p, o->backoff_us);
-	due__pg_int(&p, o->backoff_cap_us);
-	due__pg_text(&p, o->key);
-	due__pg_int(&p, o->priority);
-	due__pg_text(&p, o->group); /* NULL: no group */
-	if (o->timeout_us > 0)
-		due__pg_int(&p, o->timeout_us);
-	else /* NULL: the kind's */
-		due__pg_text(&p, NULL);
+	task_params(&p, it);
 	if ((rc = run(s, ST_INSERT_ONE, &p, "insert task", &r)) < 0)
 		return rc;
 	out->id = PQntuples(r) ? due__pg_col_int(r, 0, 0) : 0;
@@ -1894,6 +2349,63 @@ static int insert_batch(due_store *s, const due_submit *items, size_t n,
 	}
 	due__pg_bufs_free(b, INSERT_COLS);
 	return rc;
+}
+
+/*
+** Run after: insert one submit with parents (ST_AFTER_MARK, then
+** ST_INSERT_AFTER), inside the submit's transaction (pg_schedule opens
+** one; or the caller's).  out->id is the new id, or 0 when (kind, key)
+** is held by a live task.  A missing parent is DUE_ENOTFOUND, a DEAD or
+** CANCELLED one DUE_ESTATE (unless after_any_end), naming the lowest
+** such id; nothing of the task is written then (the caller rolls back).
+*/
+static int insert_after(due_store *s, const due_submit *it, due_submitted *out)
+{
+	const due_schedule_opts *o = &it->opts;
+	due_pg_buf b = {0};
+	due_pg_params p = {0}, m = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	due__pg_arr_head(&b, DUE_PG_OID_INT8, o->n_after);
+	for (size_t i = 0; i < o->n_after; i++)
+		due__pg_arr_i64(&b, o->after[i]);
+	if ((rc = due__pg_array(&m, &b)) < 0 ||
+	    (rc = run(s, ST_AFTER_MARK, &m, "mark the parents", &r)) < 0)
+		goto done;
+	PQclear(r);
+	r = NULL;
+	task_params(&p, it);
+	if ((rc = due__pg_array(&p, &b)) < 0)
+		goto done;
+	due__pg_int(&p, o->after_any_end ? 1 : 0);
+	if ((rc = run(s, ST_INSERT_AFTER, &p, "insert task after", &r)) < 0)
+		goto done;
+	out->existed = false;
+	out->id = 0;
+	if (!due__pg_col_null(r, 0, 0))
+		rc = due__error_set(DUE_ENOTFOUND, "parent task %lld not found",
+				    (long long)due__pg_col_int(r, 0, 0));
+	else if (!due__pg_col_null(r, 0, 1) && !o->after_any_end)
+		rc = due__error_set(
+		    DUE_ESTATE,
+		    "parent task %lld is %s (add with after_any_end to run "
+		    "after any end)",
+		    (long long)due__pg_col_int(r, 0, 1), PQgetvalue(r, 0, 2));
+	else
+		out->id = due__pg_col_int(r, 0, 3);
+done:
+	PQclear(r);
+	free(b.p);
+	return rc;
+}
+
+/* One submit: with parents insert_after, else insert_batch. */
+static int insert_item(due_store *s, const due_submit *it, due_submitted *out)
+{
+	if (it->opts.n_after > 0)
+		return insert_after(s, it, out);
+	return insert_batch(s, it, 1, out);
 }
 
 /* The live task of it's (kind, key): *id, or 0 when there is none now. */
@@ -2009,11 +2521,14 @@ static int insert_items(due_store *s, const due_submit *items, size_t n,
 		out[i].id = 0;
 		out[i].moved = false;
 	}
-	for (size_t i = 0, k; i < n; i += k)
-		if ((rc = insert_batch(s, items + i,
-				       k = chunk_of(items + i, n - i),
-				       out + i)) < 0)
+	for (size_t i = 0, k; i < n; i += k) {
+		k = chunk_of(items + i, n - i);
+		rc = items[i].opts.n_after > 0
+			 ? insert_after(s, items + i, out + i)
+			 : insert_batch(s, items + i, k, out + i);
+		if (rc < 0)
 			return rc;
+	}
 	for (size_t i = 0; i < n; i++) {
 		for (int tries = 0; out[i].id == 0; tries++) {
 			if (tries == KEY_TRIES)
@@ -2031,7 +2546,7 @@ static int insert_items(due_store *s, const due_submit *items, size_t n,
 				return rc;
 			out[i].existed = out[i].id != 0;
 			if (!out[i].id &&
-			    (rc = insert_batch(s, &items[i], 1, &out[i])) < 0)
+			    (rc = insert_item(s, &items[i], &out[i])) < 0)
 				return rc;
 		}
 	}
@@ -2048,8 +2563,8 @@ static int pg_schedule(due_store *s, due_submitted *out,
 	bool keyed = false;
 	int rc;
 
-	for (size_t i = 0; i < n; i++)
-		keyed |= items[i].opts.key != NULL;
+	for (size_t i = 0; i < n; i++) /* parents: two statements each */
+		keyed |= items[i].opts.key != NULL || items[i].opts.n_after > 0;
 	if ((rc = pg_payloads_fit(items, n)) < 0 || (rc = due__pg_ok(s)) < 0)
 		return rc;
 	if (!keyed && chunk_of(items, n) == n)
@@ -2687,6 +3202,31 @@ static int load_attempts(due_store *s, due_task *tasks, size_t n)
 	return rc;
 }
 
+/*
+** t->after: the parents of a task added after others (ST_AFTER_OF),
+** ascending; left NULL when the edges are gone (never for a task that
+** is not pruned) or do not number after_n.
+*/
+static int load_parents(due_store *s, due_task *t)
+{
+	due_pg_params p = {0};
+	PGresult *r;
+	int rc, n;
+
+	if (t->after_n <= 0)
+		return 0;
+	due__pg_int(&p, t->id);
+	if ((rc = run(s, ST_AFTER_OF, &p, "read parents", &r)) < 0)
+		return rc;
+	n = PQntuples(r);
+	if (n == t->after_n && !(t->after = malloc((size_t)n * sizeof(due_id))))
+		rc = due__error_set(DUE_ENOMEM, "out of memory");
+	for (int i = 0; rc == 0 && t->after && i < n; i++)
+		t->after[i] = due__pg_col_int(r, i, 0);
+	PQclear(r);
+	return rc;
+}
+
 static int pg_get(due_store *s, due_task **out, due_id id)
 {
 	due_pg_params p = {0};
@@ -2701,7 +3241,8 @@ static int pg_get(due_store *s, due_task **out, due_id id)
 	PG_ROWS(rows, r);
 	rc = due__rows_task_get(&rows, out, id);
 	PQclear(r);
-	if (rc == 0 && (rc = load_attempts(s, *out, 1)) < 0) {
+	if (rc == 0 && ((rc = load_attempts(s, *out, 1)) < 0 ||
+			(rc = load_parents(s, *out)) < 0)) {
 		due_task_free(*out);
 		*out = NULL;
 	}
@@ -2723,7 +3264,8 @@ static int pg_list(due_store *s, due_task_list **out, const due_list_opts *o)
 	due__pg_int(&p, o->after);
 	due__pg_int(&p, o->limit);
 	if ((rc = run(s,
-		      o->state >= 0
+		      o->held ? ST_LIST_HELD
+		      : o->state >= 0
 			  ? (enum stmt_id)(ST_LIST_SCHEDULED + o->state)
 			  : ST_LIST,
 		      &p, "list", &r)) < 0)

@@ -208,6 +208,7 @@ struct due_store {
 	bool sub_done;	    /* sub is SUBSCRIBEd to done_chan, not chan */
 	struct written *wr; /* WRITTEN_MAX, oldest first; NULL until needed */
 	size_t n_wr;
+	bool outbox; /* a script said its outbox has messages (unwrap_outbox) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -1180,6 +1181,19 @@ static void arg_opt(rargs *v, const char *s)
 	a->p = a->own, a->n = n + 1;
 }
 
+/* A text the args own from now on (freed by args_free); NULL: oom. */
+static void arg_own(rargs *v, char *own, size_t n)
+{
+	rarg *a = arg_new(v);
+
+	if (!a || !own) {
+		free(own);
+		v->oom = true;
+		return;
+	}
+	a->own = own, a->p = own, a->n = n;
+}
+
 static void args_free(rargs *v)
 {
 	for (size_t i = 0; i < v->n; i++)
@@ -1295,10 +1309,10 @@ static int redirect(due_store *s, const redisReply *r)
 /* Operations that never write what a caller relies on: no WAIT. */
 static bool op_reads(const char *op)
 {
-	static const char *const ro[] = {"version",   "get",	  "list",
-					 "stats",     "metrics",  "kind_get",
-					 "kind_list", "cron_get", "cron_list",
-					 "upcoming",  NULL};
+	static const char *const ro[] = {
+	    "version",	    "get",	 "list",     "stats",	  "metrics",
+	    "kind_get",	    "kind_list", "cron_get", "cron_list", "upcoming",
+	    "after_states", "outbox",	 NULL};
 	for (size_t i = 0; ro[i]; i++)
 		if (strcmp(op, ro[i]) == 0)
 			return true;
@@ -1441,6 +1455,27 @@ static int oom_full(due_store *s, const char *what)
 static int rd_eval_w(due_store *s, const char *op, rargs *v, redisReply **out,
 		     const char *what, bool *written);
 
+/*
+** A script that left messages in its shard's outbox (lua/after.lua)
+** wraps its reply as {"due:outbox", reply}: unwrapped here, and the
+** handle remembers it for redis_shard.c's forwarder (due__redis_outbox).
+*/
+static void unwrap_outbox(due_store *s, redisReply **out)
+{
+	redisReply *r = *out, *in;
+
+	if (!is_array(r, 2) || r->elements != 2 ||
+	    r->element[0]->type != REDIS_REPLY_STRING ||
+	    strcmp(r->element[0]->str, "due:outbox") != 0)
+		return;
+	s->outbox = true;
+	in = r->element[1];
+	r->element[1] = NULL;
+	r->elements = 1;
+	freeReplyObject(r);
+	*out = in;
+}
+
 static int rd_eval(due_store *s, const char *op, rargs *v, redisReply **out,
 		   const char *what)
 {
@@ -1508,6 +1543,7 @@ again:
 		rc = oom_full(s, what);
 		goto done;
 	}
+	unwrap_outbox(s, out);
 	if ((rc = rd_check(s, *out, what)) < 0)
 		*out = NULL;
 	else if (s->wait_n > 0 && !op_reads(op) &&
@@ -1827,8 +1863,32 @@ static void *rd_native(due_store *s) { return s->c; }
 /* Producer                                                            */
 /* ------------------------------------------------------------------ */
 
-/* The 12 arguments of one submit (lua submit_one), on_key last by name. */
-static void arg_submit(rargs *a, const due_submit *it)
+/*
+** Run after's parents as lua/task.lua's after_link reads them: "41,42r,"
+** (marks: NULL, or one letter a parent, '.' for none: redis_shard.c's
+** 'r' for another shard's live parent, 'd' for one that counts as done).
+*/
+static void arg_parents(rargs *a, const due_schedule_opts *o, const char *marks)
+{
+	size_t cap = o->n_after * 24 + 1, len = 0;
+	char *p = malloc(cap);
+
+	for (size_t k = 0; p && k < o->n_after; k++)
+		len += (size_t)snprintf(p + len, cap - len, "%lld%s,",
+					(long long)o->after[k],
+					marks && marks[k] == 'r'   ? "r"
+					: marks && marks[k] == 'd' ? "d"
+								   : "");
+	if (p)
+		p[len] = '\0';
+	arg_own(a, p, len);
+}
+
+/*
+** The 14 arguments of one submit (lua submit_one): on_key by name, then
+** after_any_end and the parents (arg_parents).
+*/
+static void arg_submit_m(rargs *a, const due_submit *it, const char *marks)
 {
 	const due_schedule_opts *o = &it->opts;
 
@@ -1848,6 +1908,16 @@ static void arg_submit(rargs *a, const due_submit *it)
 	arg_i(a, o->timeout_us > 0 ? o->timeout_us : 0);
 	arg_z(a,
 	      due_on_key_name(o->on_key) ? due_on_key_name(o->on_key) : "keep");
+	arg_z(a, o->after_any_end ? "1" : "0");
+	if (o->n_after)
+		arg_parents(a, o, marks);
+	else
+		arg_z(a, "");
+}
+
+static void arg_submit(rargs *a, const due_submit *it)
+{
+	arg_submit_m(a, it, NULL);
 }
 
 /* A setting read with CONFIG GET: *v, or false when CONFIG is refused. */
@@ -1944,12 +2014,51 @@ static int rd_payloads_fit(due_store *s, const due_submit *items, size_t n)
 }
 
 /*
+** A submit refused for a parent (lua after_check): {"REFUSED", NOTFOUND
+** or STATE, id, state}, before anything was written; else 0.
+*/
+static int refused(due_store *s, redisReply *r)
+{
+	redisReply *w, *id, *st;
+
+	if (!is_array(r, 4) || r->element[0]->type != REDIS_REPLY_STRING ||
+	    strcmp(r->element[0]->str, "REFUSED") != 0)
+		return 0;
+	w = r->element[1], id = r->element[2], st = r->element[3];
+	if (w->type != REDIS_REPLY_STRING || id->type != REDIS_REPLY_STRING ||
+	    st->type != REDIS_REPLY_STRING)
+		return bad_reply(s, r, "submit");
+	if (strcmp(w->str, "NOTFOUND") == 0)
+		due__error_set(DUE_ENOTFOUND, "parent task %s not found",
+			       id->str);
+	else
+		due__error_set(DUE_ESTATE,
+			       "parent task %s is %s (add with after_any_end "
+			       "to run after any end)",
+			       id->str, st->str);
+	freeReplyObject(r);
+	return due_error_last_code();
+}
+
+static int rd_schedule_m(due_store *s, due_submitted *out,
+			 const due_submit *items, size_t n,
+			 const char *const *marks);
+
+/*
 ** The whole call in one script (all or none), refused with DUE_ETOOBIG
 ** when it is over SUBMIT_MAX_ITEMS items or what the server takes
 ** (rd_payloads_fit).
 */
 static int rd_schedule(due_store *s, due_submitted *out,
 		       const due_submit *items, size_t n)
+{
+	return rd_schedule_m(s, out, items, n, NULL);
+}
+
+/* rd_schedule, with redis_shard.c's marks of each item's parents. */
+static int rd_schedule_m(due_store *s, due_submitted *out,
+			 const due_submit *items, size_t n,
+			 const char *const *marks)
 {
 	rargs a = {0};
 	redisReply *r;
@@ -1967,8 +2076,10 @@ static int rd_schedule(due_store *s, due_submitted *out,
 		return rc;
 	arg_i(&a, (int64_t)n);
 	for (size_t i = 0; i < n; i++)
-		arg_submit(&a, &items[i]);
+		arg_submit_m(&a, &items[i], marks ? marks[i] : NULL);
 	if ((rc = rd_eval(s, "submit", &a, &r, "submit")) < 0)
+		return rc;
+	if ((rc = refused(s, r)) < 0)
 		return rc;
 	if (!is_array(r, 3 * n))
 		return bad_reply(s, r, "submit");
@@ -2367,6 +2478,21 @@ static int task_entry(redisReply *e, due_task *t, bool attempts)
 	return due__rows_attempts(&rows, t, 1);
 }
 
+/* get's third element: the parents' ids, ascending (none: NULL). */
+static int parents_of(const redisReply *r, due_task *t)
+{
+	const redisReply *p = r->elements > 2 ? r->element[2] : NULL;
+
+	t->after = NULL;
+	if (!is_array(p, 1) || t->after_n <= 0)
+		return 0;
+	if (!(t->after = malloc(p->elements * sizeof(*t->after))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	for (size_t i = 0; i < p->elements; i++)
+		t->after[i] = rint_of(p->element[i]);
+	return 0;
+}
+
 static int rd_get(due_store *s, due_task **out, due_id id)
 {
 	rargs a = {0};
@@ -2384,7 +2510,8 @@ static int rd_get(due_store *s, due_task **out, due_id id)
 	}
 	if (!(*out = calloc(1, sizeof(**out))))
 		rc = due__error_set(DUE_ENOMEM, "out of memory");
-	else if ((rc = task_entry(r, *out, true)) < 0) {
+	else if ((rc = task_entry(r, *out, true)) < 0 ||
+		 (rc = parents_of(r, *out)) < 0) {
 		due_task_free(*out);
 		*out = NULL;
 	}
@@ -2417,6 +2544,7 @@ static int rd_list(due_store *s, due_task_list **out, const due_list_opts *o)
 		arg_i(&a, after);
 		arg_i(&a, o->limit - (int64_t)total);
 		arg_z(&a, o->attempts ? "1" : "0");
+		arg_z(&a, o->held ? "1" : "0");
 		if ((rc = rd_eval(s, "list", &a, &r, "list")) < 0)
 			goto done;
 		if (!is_array(r, 3) || !is_array(r->element[0], 0)) {
@@ -3236,6 +3364,114 @@ int due__redis_payloads_fit(due_store *s, const due_submit *items, size_t n)
 int due__redis_version(due_store *s, int *v)
 {
 	return schema_raw(s, "version", v);
+}
+
+/* ------------------------------------------------------------------ */
+/* Run after across shards (redis_shard.c's forwarder, lua/after.lua)  */
+/* ------------------------------------------------------------------ */
+
+int due__redis_schedule_marked(due_store *s, due_submitted *out,
+			       const due_submit *items, size_t n,
+			       const char *const *marks)
+{
+	return rd_schedule_m(s, out, items, n, marks);
+}
+
+bool due__redis_outbox(due_store *s)
+{
+	bool was = s->outbox;
+	s->outbox = false;
+	return was;
+}
+
+/* A string reply into st (n bytes); "" for anything else. */
+static void copy_str(const redisReply *r, char *st, size_t n)
+{
+	snprintf(st, n, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
+}
+
+int due__redis_states(due_store *s, const due_id *ids, size_t n, char (*st)[16])
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	for (size_t i = 0; i < n; i++)
+		arg_i(&a, ids[i]);
+	if ((rc = rd_eval(s, "after_states", &a, &r, "read parents")) < 0)
+		return rc;
+	if (!is_array(r, n))
+		return bad_reply(s, r, "read parents");
+	for (size_t i = 0; i < n; i++)
+		copy_str(r->element[i], st[i], sizeof(st[i]));
+	freeReplyObject(r);
+	return 0;
+}
+
+int due__redis_link(due_store *s, due_id parent, due_id child, char st[16])
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	arg_i(&a, parent);
+	arg_i(&a, child);
+	if ((rc = rd_eval(s, "after_link", &a, &r, "link a parent")) < 0)
+		return rc;
+	copy_str(r, st, 16);
+	freeReplyObject(r);
+	return 0;
+}
+
+int due__redis_ended(due_store *s, due_id child, due_id parent, const char *how)
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	arg_i(&a, child);
+	arg_i(&a, parent);
+	arg_z(&a, how);
+	if ((rc = rd_eval(s, "after_ended", &a, &r, "release a child")) < 0)
+		return rc;
+	freeReplyObject(r);
+	return 0;
+}
+
+int due__redis_outbox_read(due_store *s, char ***msgs, size_t *n)
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	*msgs = NULL, *n = 0;
+	if ((rc = rd_eval(s, "outbox", &a, &r, "read the outbox")) < 0)
+		return rc;
+	if (!is_array(r, 0))
+		return bad_reply(s, r, "read the outbox");
+	if (r->elements && !(*msgs = calloc(r->elements, sizeof(char *)))) {
+		freeReplyObject(r);
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < r->elements; i++)
+		if (r->element[i]->type == REDIS_REPLY_STRING &&
+		    ((*msgs)[*n] = strdup(r->element[i]->str)))
+			(*n)++;
+	freeReplyObject(r);
+	return 0;
+}
+
+int due__redis_outbox_del(due_store *s, const char *msg)
+{
+	rargs a = {0};
+	redisReply *r;
+	int rc;
+
+	arg_z(&a, msg);
+	if ((rc = rd_eval(s, "outbox_del", &a, &r, "clear the outbox")) < 0)
+		return rc;
+	freeReplyObject(r);
+	return 0;
 }
 
 /*

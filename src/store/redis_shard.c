@@ -335,16 +335,224 @@ static int item_shard(const due_store *s, const due_submit *it, int rr)
 	return rr;
 }
 
+/* ------------------------------------------------------------------ */
+/* Run after across shards: the forwarder                              */
+/* ------------------------------------------------------------------ */
+
+/*
+** A child and its parents may live in different shards (docs/internals/
+** redis.md "Run after", sharded).  Two kinds of message go through an
+** outbox (a list in one shard, written by the script that made the
+** need, so a crash cannot lose it), each delivered here and then removed:
+**   "L c p": child c (this shard's) was added after p, live in another
+**     shard when the submit checked it; the link script in p's shard
+**     records the edge while p is live, else answers how p ended, which
+**     is delivered to c as below.  A parent that ends at the same time
+**     is ordered by p's shard: either the link sees it ended, or its
+**     finish sees the edge and sends "E".
+**   "E c p how": parent p (this shard's) ended `how` (DONE, DEAD,
+**     CANCELLED) and c, in another shard, waits for it; c's shard
+**     applies it once (its :ae set records each parent heard: a message
+**     delivered twice, by two forwarders or after a crash between the
+**     delivery and the removal, counts once).
+** Forwarded right after each call whose script said it left a message
+** (due__redis_outbox), and by every reclaim (the workers' maintenance:
+** its script says so whenever the outbox is not empty), so what a crash
+** or a failed delivery left is delivered later.  A failure stops this
+** shard's delivery (the rest stay for later) and is not the call's: the
+** call's own work is written.
+*/
+#define OUTBOX_PAGE 100
+#define FORWARD_ROUNDS 10000
+
+static int deliver(due_store *s, int i, const char *msg)
+{
+	char st[16], how[16] = "";
+	const char *p, *h;
+	char *end;
+	due_id child, parent;
+	int rc;
+
+	if (strlen(msg) < 5) /* not ours: "L 1 2" at least */
+		return due__redis_outbox_del(s->sh[i], msg);
+	p = msg + 2;
+	child = strtoll(p, &end, 10);
+	parent = end && *end == ' ' ? strtoll(end + 1, &end, 10) : 0;
+	if (child <= 0 || parent <= 0 || (msg[0] != 'L' && msg[0] != 'E'))
+		return due__redis_outbox_del(s->sh[i], msg); /* not ours */
+	h = *end == ' ' ? end + 1 : "";
+	snprintf(how, sizeof(how), "%s", h);
+	if (msg[0] == 'L') {
+		if ((rc = due__redis_link(of(s, parent), parent, child, st)) <
+		    0)
+			return rc;
+		/* a parent gone was pruned: it ended DONE or CANCELLED a
+		   retention ago, after the submit saw it live; counted DONE */
+		snprintf(how, sizeof(how), "%s",
+			 strcmp(st, "LIVE") == 0 ? ""
+			 : st[0]		 ? st
+						 : "DONE");
+	}
+	if (how[0] &&
+	    (rc = due__redis_ended(of(s, child), child, parent, how)) < 0)
+		return rc;
+	return due__redis_outbox_del(s->sh[i], msg);
+}
+
+/* Shard i's outbox, a page at a time, until empty or a failure. */
+static int forward(due_store *s, int i)
+{
+	char **m;
+	size_t n;
+	int rc;
+
+	do {
+		if ((rc = due__redis_outbox_read(s->sh[i], &m, &n)) < 0)
+			return rc;
+		for (size_t k = 0; k < n; k++) {
+			if (rc == 0)
+				rc = deliver(s, i, m[k]);
+			free(m[k]);
+		}
+		free(m);
+	} while (rc == 0 && n == OUTBOX_PAGE);
+	return rc;
+}
+
+/*
+** Every shard whose scripts left messages, again while deliveries leave
+** more (a cancel that goes on in the child's shard, down a chain that
+** crosses shards); rc returned as it was, the error message kept.
+*/
+static int forwarded(due_store *s, int rc)
+{
+	if (rc < 0 || s->n == 1)
+		return rc;
+	for (int round = 0; round < FORWARD_ROUNDS; round++) {
+		bool any = false;
+		for (int i = 0; i < s->n; i++)
+			if (due__redis_outbox(s->sh[i])) {
+				any = true;
+				(void)forward(s, i);
+			}
+		if (!any)
+			break;
+	}
+	return rc;
+}
+
+/*
+** Run after on a sharded store: each parent of an item that lives in
+** another shard than the item is read there first (one script a shard
+** an item), and the item's marks say what its script does with each
+** (arg_parents in redis.c): refused before any shard writes when one is
+** missing (DUE_ENOTFOUND) or DEAD/CANCELLED without after_any_end
+** (DUE_ESTATE), as one shard's script refuses its own.  With `all` (a
+** call over several shards, each its own script) the parents in an
+** item's own shard are read here too, so that a refusal comes before any
+** shard writes its part (they stay '.': its script reads them again, in
+** the step that writes).  *marks: NULL
+** when no item has a parent in another shard, else one string an item
+** (NULL for an item without any), all in one allocation with the array.
+*/
+static int after_marks(due_store *s, const due_submit *items, size_t n,
+		       const int *to, bool all, char ***marks)
+{
+	size_t total = 0, off;
+	char **m, (*st)[16] = NULL, *text;
+	due_id *ids = NULL;
+	int rc = 0;
+
+	*marks = NULL;
+	for (size_t j = 0; j < n; j++)
+		total += items[j].opts.n_after ? items[j].opts.n_after + 1 : 0;
+	if (total == 0)
+		return 0;
+	if (!(m = calloc(1, n * sizeof(*m) + total)) ||
+	    !(st = malloc(DUE_AFTER_MAX * sizeof(*st))) ||
+	    !(ids = malloc(DUE_AFTER_MAX * sizeof(*ids)))) {
+		free(m);
+		free(st);
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	}
+	text = (char *)(m + n);
+	off = 0;
+	for (size_t j = 0; j < n && rc == 0; j++) {
+		const due_schedule_opts *o = &items[j].opts;
+		if (!o->n_after)
+			continue;
+		m[j] = text + off;
+		off += o->n_after + 1;
+		memset(m[j], '.', o->n_after);
+		for (int i = 0; i < s->n && rc == 0; i++) {
+			size_t k = 0;
+			if (i == to[j] && !all)
+				continue;
+			for (size_t a = 0; a < o->n_after; a++)
+				if (o->after[a] % s->n == i)
+					ids[k++] = o->after[a];
+			if (k == 0)
+				continue;
+			if ((rc = due__redis_states(s->sh[i], ids, k, st)) < 0)
+				break;
+			for (size_t a = 0, x = 0; a < o->n_after && rc == 0;
+			     a++) {
+				if (o->after[a] % s->n != i)
+					continue;
+				const char *v = st[x++];
+				if (!v[0])
+					rc = due__error_set(
+					    DUE_ENOTFOUND,
+					    "parent task %lld not found",
+					    (long long)o->after[a]);
+				else if ((strcmp(v, "DEAD") == 0 ||
+					  strcmp(v, "CANCELLED") == 0) &&
+					 !o->after_any_end)
+					rc = due__error_set(
+					    DUE_ESTATE,
+					    "parent task %lld is %s (add with "
+					    "after_any_end to run after any "
+					    "end)",
+					    (long long)o->after[a], v);
+				else if (i != to[j]) /* its own stay '.' */
+					m[j][a] =
+					    strcmp(v, "SCHEDULED") == 0 ||
+						    strcmp(v, "CLAIMED") == 0
+						? 'r'
+						: 'd';
+			}
+		}
+	}
+	free(st);
+	free(ids);
+	if (rc < 0)
+		free(m);
+	else
+		*marks = m;
+	return rc;
+}
+
+static int sh_schedule_parts(due_store *s, due_submitted *out,
+			     const due_submit *items, size_t n);
+
 static int sh_schedule(due_store *s, due_submitted *out,
 		       const due_submit *items, size_t n)
+{
+	if (s->n == 1)
+		return SLOT->schedule(s->sh[0], out, items, n);
+	return forwarded(s, sh_schedule_parts(s, out, items, n));
+}
+
+static int sh_schedule_parts(due_store *s, due_submitted *out,
+			     const due_submit *items, size_t n)
 {
 	int rr, *to = NULL, rc = 0;
 	due_submit *part = NULL;
 	due_submitted *got = NULL;
+	char **marks = NULL;
+	const char **pm = NULL;
 	bool one = true, keyed = false, keyless = false, any_limited = false;
 
-	if (s->n == 1)
-		return SLOT->schedule(s->sh[0], out, items, n);
 	rr = (int)(s->submit_rr++ % (unsigned)s->n);
 	for (size_t j = 0; j < n; j++)
 		*(items[j].opts.key ? &keyed : &keyless) = true;
@@ -366,13 +574,16 @@ static int sh_schedule(due_store *s, due_submitted *out,
 		to[j] = item_shard(s, &items[j], rr);
 		one = one && to[j] == to[0];
 	}
+	if ((rc = after_marks(s, items, n, to, !one, &marks)) < 0)
+		goto done;
 	if (one) {
-		rc = SLOT->schedule(s->sh[to[0]], out, items, n);
-		free(to);
-		return rc;
+		rc = due__redis_schedule_marked(s->sh[to[0]], out, items, n,
+						(const char *const *)marks);
+		goto done;
 	}
 	if (!(part = malloc(n * sizeof(*part))) ||
-	    !(got = malloc(n * sizeof(*got)))) {
+	    !(got = malloc(n * sizeof(*got))) ||
+	    !(pm = malloc(n * sizeof(*pm)))) {
 		rc = due__error_set(DUE_ENOMEM, "out of memory");
 		goto done;
 	}
@@ -383,11 +594,14 @@ static int sh_schedule(due_store *s, due_submitted *out,
 	for (int i = 0; i < s->n && rc == 0; i++) {
 		size_t k = 0;
 		for (size_t j = 0; j < n; j++)
-			if (to[j] == i)
+			if (to[j] == i) {
+				pm[k] = marks ? marks[j] : NULL;
 				part[k++] = items[j];
+			}
 		if (k == 0)
 			continue;
-		if ((rc = SLOT->schedule(s->sh[i], got, part, k)) < 0)
+		if ((rc = due__redis_schedule_marked(s->sh[i], got, part, k,
+						     pm)) < 0)
 			break;
 		k = 0;
 		for (size_t j = 0; j < n; j++)
@@ -398,6 +612,8 @@ done:
 	free(to);
 	free(part);
 	free(got);
+	free(marks);
+	free(pm);
 	return rc;
 }
 
@@ -407,7 +623,7 @@ done:
 
 static int sh_cancel(due_store *s, due_cancel_outcome *out, due_id id)
 {
-	return SLOT->cancel(of(s, id), out, id);
+	return forwarded(s, SLOT->cancel(of(s, id), out, id));
 }
 
 /* reschedule: the task's shard alone (its id says which) */
@@ -428,7 +644,7 @@ static int sh_extend(due_store *s, due_extend_outcome *out, due_id id,
 static int sh_fail(due_store *s, due_fail_outcome *out, due_id id,
 		   int32_t attempt, const char *error, due_outcome as)
 {
-	return SLOT->fail(of(s, id), out, id, attempt, error, as);
+	return forwarded(s, SLOT->fail(of(s, id), out, id, attempt, error, as));
 }
 static int sh_retry(due_store *s, due_id id)
 {
@@ -436,11 +652,11 @@ static int sh_retry(due_store *s, due_id id)
 }
 static int sh_requeue(due_store *s, due_id id)
 {
-	return SLOT->requeue(of(s, id), id);
+	return forwarded(s, SLOT->requeue(of(s, id), id));
 }
 static int sh_kill(due_store *s, due_state *out, due_id id)
 {
-	return SLOT->kill(of(s, id), out, id);
+	return forwarded(s, SLOT->kill(of(s, id), out, id));
 }
 
 /* ------------------------------------------------------------------ */
@@ -650,7 +866,7 @@ static int sh_complete(due_store *s, due_completion *items, size_t n,
 
 	if (s->n == 1)
 		return SLOT->complete(s->sh[0], items, n, hook, payload);
-	return complete_each(s, &q, items, n, hook, payload);
+	return forwarded(s, complete_each(s, &q, items, n, hook, payload));
 }
 
 /* Both halves share one quiet: a node silent to one is not asked again. */
@@ -674,8 +890,8 @@ static int sh_complete_claim(due_store *s, due_completion *items, size_t n,
 	if (claim_each(s, &q, out, owner, kinds, n_kinds, exclude, limit,
 		       lease_us) < 0 &&
 	    !*out)
-		return due__task_list_alloc(out, 0);
-	return 0;
+		return forwarded(s, due__task_list_alloc(out, 0));
+	return forwarded(s, 0);
 }
 
 /*
@@ -711,7 +927,7 @@ static int sh_reclaim(due_store *s, due_reclaimed *out)
 		if (!out->now)
 			out->now = r.now;
 	}
-	return first_failure(err, msg);
+	return forwarded(s, first_failure(err, msg));
 }
 
 /* ------------------------------------------------------------------ */

@@ -70,4 +70,32 @@ int due__redis_payloads_fit(due_store *s, const due_submit *items, size_t n);
 */
 void due__redis_remember(due_store *s, const due_completion *items, size_t n);
 
+/*
+** Run after across shards (redis_shard.c's forwarder; lua/after.lua and
+** docs/internals/redis.md "Run after" say what each script does).
+**   - schedule_marked: rd_schedule with one mark a parent per item
+**     (marks[i] NULL, or n_after letters: '.' a parent in s's shard,
+**     checked by its script; 'r' another shard's live parent, linked by
+**     the forwarder; 'd' another shard's that counts as ended);
+**   - outbox: whether a script on s left messages in its outbox since
+**     the last ask (and forgets it);
+**   - states: each id's state in s's shard ("" for none);
+**   - link: the edge parent -> child in parent's shard while it is live
+**     (st "LIVE"), else its state ("" for none), nothing written;
+**   - ended: child's shard hears that parent ended `how`, once;
+**   - outbox_read: the first 100 messages (malloc'd, each freed);
+**     outbox_del: one message, delivered.
+*/
+int due__redis_schedule_marked(due_store *s, due_submitted *out,
+			       const due_submit *items, size_t n,
+			       const char *const *marks);
+bool due__redis_outbox(due_store *s);
+int due__redis_states(due_store *s, const due_id *ids, size_t n,
+		      char (*st)[16]);
+int due__redis_link(due_store *s, due_id parent, due_id child, char st[16]);
+int due__redis_ended(due_store *s, due_id child, due_id parent,
+		     const char *how);
+int due__redis_outbox_read(due_store *s, char ***msgs, size_t *n);
+int due__redis_outbox_del(due_store *s, const char *msg);
+
 #endif /* DUE_REDIS_SHARD_H */

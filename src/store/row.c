@@ -82,6 +82,9 @@ int due__row_task(const due_rows *r, due_task *t)
 	t->priority = (int32_t)o->i64(c, DUE_TC_PRIORITY);
 	t->group = dup_opt(r, DUE_TC_GRP, NULL, &oom);
 	t->timeout_us = o->i64(c, DUE_TC_TIMEOUT_US);
+	t->after_n = (int32_t)o->i64(c, DUE_TC_AFTER_N);
+	t->after_left = (int32_t)o->i64(c, DUE_TC_AFTER_LEFT);
+	t->after_any_end = o->i64(c, DUE_TC_AFTER_ANY_END) != 0;
 	if (oom || !t->kind || !t->payload)
 		return due__error_set(DUE_ENOMEM, "out of memory");
 	return 0;

@@ -26,7 +26,9 @@
 	X(LEASE_UNTIL, lease_until) X(CANCEL_REQUESTED, cancel_requested)      \
 	X(KEY, key) X(RESULT, result) X(LAST_ERROR, last_error)                \
 	X(CREATED_AT, created_at) X(UPDATED_AT, updated_at)                    \
-	X(PRIORITY, priority) X(GRP, grp) L(TIMEOUT_US, timeout_us)
+	X(PRIORITY, priority) X(GRP, grp) X(TIMEOUT_US, timeout_us)          \
+	X(AFTER_N, after_n) X(AFTER_LEFT, after_left)                          \
+	L(AFTER_ANY_END, after_any_end)
 /* clang-format on */
 
 /* clang-format off */

@@ -32,7 +32,19 @@
 ** Wake-ups.  Every transaction that may make work for another process (a
 ** submit, a retry, a requeue, a reclaim, a retry scheduled by fail)
 ** commits with due__sq_commit_wake, which touches the store's wake file;
-** workers watch it with inotify (sqlite_conn.c).
+** workers watch it with inotify (sqlite_conn.c).  A finish that releases
+** a held child (run after) sets s->wake_pending, and its commit wakes
+** them the same way.
+**
+** Run after (issue 38, docs/internals/store.md).  A task added after
+** others (its parents) is held: SCHEDULED with due_at = HELD_AT, which no
+** claim, due count or upcoming ever reaches, until every parent has
+** ended; each edge is a due_after row (parent, child).  The release is
+** part of the parent's finish, in its transaction (after_end): every path
+** that moves a task to DONE, DEAD or CANCELLED calls it, and a parent
+** without children pays one probe of due_after's primary key.  One
+** writer at a time (BEGIN IMMEDIATE) means no finish can run between a
+** submit's check of its parents and its insert.
 **
 ** Layout.  This file holds the statements, the schema and the ops table;
 ** the connection under them (URL options, open, errors, the statement
@@ -62,6 +74,9 @@
 **      `due init` for their due_reschedule() routine (issue 38).
 **  10  No change here: version 10 gives PostgreSQL's due_schedule() and
 **      MySQL's routines on_key (issue 38).
+**  11  Run after (issue 38): due_task.after_n, after_left, after_any_end,
+**      after_at, after_delay_us; due_after, the edges (parent, child);
+**      due_task_held (see schema_v11 and "Run after" below).
 */
 #include <errno.h>
 #include <inttypes.h>
@@ -154,8 +169,26 @@ enum stmt_id {
 	ST_RESCHEDULE,
 	ST_KEY_MOVE,
 	ST_KEY_GIVE_UP,
+	ST_INSERT_AFTER,
+	ST_EDGE_ADD,
+	ST_PARENTS,
+	ST_CHILDREN,
+	ST_EDGES_END,
+	ST_HELD_OF,
+	ST_COUNT_DOWN,
+	ST_RELEASE,
+	ST_CANCEL_HELD,
+	ST_LIST_HELD,
+	ST_PRUNE_AFTER,
 	ST_COUNT
 };
+
+/*
+** A held task's due_at: core's DUE_TIME_LAST, 9999-12-31T23:59:59.999999Z,
+** after every time a submit or a reschedule may ask for (src/core/db.c),
+** so no claim (due_at <= now), due count or upcoming read reaches it.
+*/
+#define HELD_AT 253402300799999999LL
 
 /* Where a task has used its attempt budget (store.h). */
 #define USED_UP "attempt - attempt_base >= max_attempts"
@@ -338,9 +371,10 @@ static const char *const sql_text[ST_COUNT] = {
 	"   AND lease_until < ?1 ORDER BY lease_until LIMIT 1000)"
 	" AND state = 'CLAIMED' AND lease_until < ?1"
 	" RETURNING id, attempt, state",
+    /* a held task no longer waits (after_left > 0 only while held) */
     [ST_CANCEL_SCHED] =
-	"UPDATE due_task SET state = 'CANCELLED', updated_at = ?2"
-	" WHERE id = ?1 AND state = 'SCHEDULED'",
+	"UPDATE due_task SET state = 'CANCELLED', after_left = 0,"
+	" updated_at = ?2 WHERE id = ?1 AND state = 'SCHEDULED'",
     [ST_CANCEL_REQ] =
 	"UPDATE due_task SET cancel_requested = 1, updated_at = ?2"
 	" WHERE id = ?1 AND state = 'CLAIMED'",
@@ -378,7 +412,8 @@ static const char *const sql_text[ST_COUNT] = {
 		" last_error = coalesce(last_error || '; ', '') || CASE WHEN"
 		"   state = 'DEAD' THEN 'dead letter dismissed by operator'"
 		"   ELSE 'killed by operator' END,"
-		" lease_owner = NULL, lease_until = NULL, updated_at = ?2"
+		" lease_owner = NULL, lease_until = NULL, after_left = 0,"
+		" updated_at = ?2"
 		" WHERE id = ?1 AND state IN ('SCHEDULED', 'CLAIMED', 'DEAD')"
 		" RETURNING attempt, state",
     [ST_AUDIT] = "INSERT INTO due_audit (task_id, at, action, detail)"
@@ -531,18 +566,86 @@ static const char *const sql_text[ST_COUNT] = {
 	" ON CONFLICT (name) DO UPDATE SET owner = excluded.owner,"
 	" until = excluded.until"
 	" WHERE due_lock.owner = excluded.owner OR due_lock.until <= ?3",
-    /* issue 38: the due time ?2, the payload ?4 when ?3, re-checked */
+    /* issue 38: the due time ?2, the payload ?4 when ?3, re-checked; a
+       held task keeps HELD_AT and takes the time asked as its own (?6
+       the instant or NULL, ?7 the delay), applied at its release */
     [ST_RESCHEDULE] =
-	"UPDATE due_task SET due_at = ?2, payload = CASE WHEN ?3 THEN ?4"
+	"UPDATE due_task SET due_at = CASE WHEN after_left > 0 THEN due_at"
+	" ELSE ?2 END, after_at = CASE WHEN after_left > 0 THEN ?6"
+	" ELSE after_at END, after_delay_us = CASE WHEN after_left > 0"
+	" THEN ?7 ELSE after_delay_us END, payload = CASE WHEN ?3 THEN ?4"
 	" ELSE payload END, updated_at = ?5 WHERE id = ?1"
 	" AND state = 'SCHEDULED'",
-    /* on_key replace (?5 = 0) or later (?5 = 1): a waiting holder */
-    [ST_KEY_MOVE] = "UPDATE due_task SET due_at = ?2, payload = ?3,"
-		    " updated_at = ?4 WHERE id = ?1 AND state = 'SCHEDULED'"
-		    " AND (?5 = 0 OR due_at < ?2)",
+    /* on_key replace (?5 = 0) or later (?5 = 1): a waiting holder; a
+       held one as ST_RESCHEDULE (?6, ?7), `later` judged against the
+       earliest it could run if released now */
+    [ST_KEY_MOVE] =
+	"UPDATE due_task SET due_at = CASE WHEN after_left > 0 THEN due_at"
+	" ELSE ?2 END, after_at = CASE WHEN after_left > 0 THEN ?6"
+	" ELSE after_at END, after_delay_us = CASE WHEN after_left > 0"
+	" THEN ?7 ELSE after_delay_us END, payload = ?3, updated_at = ?4"
+	" WHERE id = ?1 AND state = 'SCHEDULED' AND (?5 = 0 OR CASE WHEN"
+	" after_left > 0 THEN max(coalesce(after_at, ?4), ?4 + after_delay_us)"
+	" ELSE due_at END < ?2)",
     /* on_key replace or later: a running holder gives up its key */
     [ST_KEY_GIVE_UP] = "UPDATE due_task SET key = NULL, updated_at = ?2"
 		       " WHERE id = ?1 AND state = 'CLAIMED'",
+    /* run after: ST_INSERT with the task's parents counted (?12 of them,
+       ?13 still live, ?14 any end) and its own time (?15 the instant or
+       NULL, ?16 the delay), due at ?3 (HELD_AT while ?13 > 0) */
+    [ST_INSERT_AFTER] =
+	"INSERT INTO due_task (kind, payload, state, due_at, max_attempts,"
+	" backoff_us, backoff_cap_us, key, created_at, updated_at, priority,"
+	" grp, timeout_us, after_n, after_left, after_any_end, after_at,"
+	" after_delay_us)"
+	" VALUES (?1, ?2, 'SCHEDULED', ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10,"
+	" ?11, ?12, ?13, ?14, ?15, ?16)"
+	" ON CONFLICT (kind, key) WHERE key IS NOT NULL AND"
+	" state IN ('SCHEDULED', 'CLAIMED') DO NOTHING",
+    /* the edge parent ?1 -> child ?2, already counted (ended = 1) when
+       the parent has ended: its state read in the same statement */
+    [ST_EDGE_ADD] =
+	"INSERT INTO due_after (parent, child, ended) SELECT id, ?2,"
+	" state <> 'SCHEDULED' AND state <> 'CLAIMED' FROM due_task"
+	" WHERE id = ?1",
+    /* get: the parents of task ?1, ascending (due_after_child) */
+    [ST_PARENTS] =
+	"SELECT parent FROM due_after WHERE child = ?1 ORDER BY parent",
+    /* the children parent ?1 has not released yet: one probe of the
+       primary key, the whole cost of run-after for a task without */
+    [ST_CHILDREN] = "SELECT child FROM due_after WHERE parent = ?1"
+		    " AND ended = 0",
+    [ST_EDGES_END] = "UPDATE due_after SET ended = 1 WHERE parent = ?1"
+		     " AND ended = 0",
+    /*
+    ** A child's edge from a parent that ended at ?2 (release_one): what
+    ** the held child ?1 waits for, then one of three writes, each
+    ** re-checking it: a count down that is not the last (after_left only:
+    ** no due or state index is touched, a fan-in of 1,000 pays that 999
+    ** times), the last one (due at the later of its own instant and ?2 +
+    ** its delay), or a cancel (?3 says why).
+    */
+    [ST_HELD_OF] = "SELECT after_left, after_any_end FROM due_task"
+		   " WHERE id = ?1 AND state = 'SCHEDULED' AND after_left > 0",
+    [ST_COUNT_DOWN] =
+	"UPDATE due_task SET after_left = after_left - 1, updated_at = ?2"
+	" WHERE id = ?1 AND state = 'SCHEDULED' AND after_left > 1",
+    [ST_RELEASE] =
+	"UPDATE due_task SET after_left = 0, due_at = max(coalesce(after_at,"
+	" ?2), ?2 + coalesce(after_delay_us, 0)), updated_at = ?2"
+	" WHERE id = ?1 AND state = 'SCHEDULED' AND after_left = 1",
+    [ST_CANCEL_HELD] =
+	"UPDATE due_task SET state = 'CANCELLED', after_left = 0,"
+	" last_error = ?3, updated_at = ?2"
+	" WHERE id = ?1 AND state = 'SCHEDULED' AND after_left > 0",
+    /* `due ls --held`: the held tasks, through their own index */
+    [ST_LIST_HELD] =
+	"SELECT " DUE_TASK_COLS " FROM due_task INDEXED BY due_task_held"
+	" WHERE after_left > 0 AND state = 'SCHEDULED'"
+	" AND (?2 IS NULL OR kind = ?2) AND id > ?3 ORDER BY id LIMIT ?4",
+    /* a pruned task's edges as a child (as a parent they stay: its
+       children's `after` keeps naming it) */
+    [ST_PRUNE_AFTER] = "DELETE FROM due_after WHERE child IN (" PRUNE_PICK ")",
 };
 
 static const char schema_v1[] =
@@ -889,6 +992,44 @@ static const char schema_v9[] = DUE_SCHEMA_RECORD("9");
 /* Version 10: no change here either (the SQL stores' on_key). */
 static const char schema_v10[] = DUE_SCHEMA_RECORD("10");
 
+/*
+** Version 10 -> 11: run after (issue 38).  A task gains
+**   after_n         the parents it was added after (fixed);
+**   after_left      those it still waits for: > 0 only while it is held
+**                   (SCHEDULED, due_at HELD_AT); a cancel or kill of a
+**                   held task sets it to 0;
+**   after_any_end   1: any end of a parent counts, 0: DONE only;
+**   after_at, after_delay_us  its own time, applied at the release:
+**                   due_at = max(after_at, release + after_delay_us).
+** The columns are added with their defaults (0, NULL): an existing task
+** is after no task.  They are not declared NOT NULL: each such column
+** costs every insert a check (4 of the 14 VM steps these columns and the
+** index below added to a submit's INSERT), and only our statements write
+** them.  due_after holds one row per (parent, child), keyed
+** by parent for the release (a parent without children: one probe that
+** finds nothing), with due_after_child for get and prune; `ended` says
+** the parent's end was counted, so a DEAD parent retried and then DONE,
+** or a DEAD one killed to CANCELLED, never counts an edge twice.
+** due_task_held (id) WHERE after_left > 0 lists the held tasks (`due ls
+** --held`); only a statement that writes after_left maintains it (SQLite
+** skips a partial index whose columns and WHERE an UPDATE leaves alone),
+** so the claim and the completion never touch it.
+*/
+static const char schema_v11[] =
+    "ALTER TABLE due_task ADD COLUMN after_n INTEGER DEFAULT 0;"
+    "ALTER TABLE due_task ADD COLUMN after_left INTEGER DEFAULT 0;"
+    "ALTER TABLE due_task ADD COLUMN after_any_end INTEGER DEFAULT 0;"
+    "ALTER TABLE due_task ADD COLUMN after_at INTEGER;"
+    "ALTER TABLE due_task ADD COLUMN after_delay_us INTEGER DEFAULT 0;"
+    "CREATE TABLE due_after ("
+    "  parent INTEGER NOT NULL,"
+    "  child INTEGER NOT NULL,"
+    "  ended INTEGER NOT NULL DEFAULT 0,"
+    "  PRIMARY KEY (parent, child)) WITHOUT ROWID;"
+    "CREATE INDEX due_after_child ON due_after (child);"
+    "CREATE INDEX due_task_held ON due_task (id)"
+    "  WHERE after_left > 0;" DUE_SCHEMA_RECORD("11");
+
 _Static_assert(ST_COUNT <= DUE_SQ_MAX_STMTS, "raise DUE_SQ_MAX_STMTS");
 
 const char *due__sq_read_sql(int i)
@@ -921,7 +1062,11 @@ const char *due__sq_read_sql(int i)
 					     ST_SCHED_KIND_COUNT,
 					     ST_SPAN_STATE + DUE_SCHEDULED,
 					     ST_SPAN_STATE + DUE_DONE,
-					     ST_SPAN_STATE + DUE_CANCELLED};
+					     ST_SPAN_STATE + DUE_CANCELLED,
+					     ST_CHILDREN,
+					     ST_PARENTS,
+					     ST_LIST_HELD,
+					     ST_PRUNE_AFTER};
 	const size_t n = sizeof(reads) / sizeof(reads[0]);
 
 	/* then each state's list, count and per-kind read */
@@ -990,9 +1135,9 @@ static int exec_step(due_store *s, const char *sql, const char *what)
 }
 
 static const char *const steps[DUE_SCHEMA_VERSION + 1] = {
-    [1] = schema_v1, [2] = schema_v2,  [3] = schema_v3, [4] = schema_v4,
-    [5] = schema_v5, [6] = schema_v6,  [7] = schema_v7, [8] = schema_v8,
-    [9] = schema_v9, [10] = schema_v10};
+    [1] = schema_v1, [2] = schema_v2,	[3] = schema_v3,  [4] = schema_v4,
+    [5] = schema_v5, [6] = schema_v6,	[7] = schema_v7,  [8] = schema_v8,
+    [9] = schema_v9, [10] = schema_v10, [11] = schema_v11};
 
 /* WAL first (it cannot change inside a transaction), then the walk. */
 static int due__sq_init_schema(due_store *s)
@@ -1060,6 +1205,9 @@ static int on_key(due_store *s, sqlite3_stmt *ins, bool native,
 				  (int)it->payload_len, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 4, now);
 		sqlite3_bind_int(st, 5, it->opts.on_key == DUE_ON_KEY_LATER);
+		if (it->opts.at != DUE_TIME_NONE) /* a held holder's own */
+			sqlite3_bind_int64(st, 6, it->opts.at);
+		sqlite3_bind_int64(st, 7, it->opts.delay_us);
 	}
 	rc = sqlite3_step(st);
 	if (native)
@@ -1087,12 +1235,11 @@ static int on_key(due_store *s, sqlite3_stmt *ins, bool native,
 	return 0;
 }
 
-static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
-		      const due_submit *it, due_time now, due_submitted *out)
+/* Bind ST_INSERT's (and ST_INSERT_AFTER's) first 11 parameters. */
+static void bind_task(sqlite3_stmt *ins, const due_submit *it, due_time due,
+		      due_time now)
 {
 	const due_schedule_opts *o = &it->opts;
-	due_time due = o->at != DUE_TIME_NONE ? o->at : now + o->delay_us;
-	int rc;
 
 	sqlite3_bind_text(ins, 1, it->kind, -1, SQLITE_STATIC);
 	sqlite3_bind_blob(ins, 2, it->payload ? it->payload : "",
@@ -1109,6 +1256,172 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 		sqlite3_bind_text(ins, 10, o->group, -1, SQLITE_STATIC);
 	if (o->timeout_us > 0)
 		sqlite3_bind_int64(ins, 11, o->timeout_us);
+}
+
+/* The live holder of it's (kind, key) into out (existed); *claimed. */
+static int find_holder(due_store *s, sqlite3_stmt *find, const due_submit *it,
+		       due_submitted *out, bool *claimed)
+{
+	int rc;
+
+	sqlite3_bind_text(find, 1, it->kind, -1, SQLITE_STATIC);
+	sqlite3_bind_text(find, 2, it->opts.key, -1, SQLITE_STATIC);
+	rc = sqlite3_step(find);
+	if (rc == SQLITE_ROW) {
+		out->id = sqlite3_column_int64(find, 0);
+		out->existed = true;
+		out->moved = false;
+		*claimed = sqlite3_column_int(find, 1) != 0;
+	}
+	sqlite3_reset(find);
+	return rc == SQLITE_ROW ? 0 : due__sq_error(s, rc, "find task by key");
+}
+
+/*
+** Statement `id` for one submit: our cached one, or (native) one prepared
+** on the caller's connection for this call, which call_done finalizes.
+*/
+static sqlite3_stmt *call_stmt(due_store *s, bool native, enum stmt_id id)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	if (!native)
+		return stmt(s, id);
+	if ((rc = sqlite3_prepare_v2(s->db, sql_text[id], -1, &st, NULL)) !=
+	    SQLITE_OK) {
+		sqlite3_finalize(st);
+		due__sq_error(s, rc, "prepare");
+		return NULL;
+	}
+	due__sq_work_use(s, st);
+	return st;
+}
+
+static void call_done(due_store *s, bool native, sqlite3_stmt *st)
+{
+	if (!native) {
+		sqlite3_reset(st);
+		return;
+	}
+	due__sq_work_take(s, st);
+	sqlite3_finalize(st);
+}
+
+/*
+** Run after: the parents of o, read under the write lock (or in the
+** caller's transaction), which no finish can change before our commit.
+** Each must exist (DUE_ENOTFOUND); DONE counts as done; DEAD or CANCELLED
+** is refused (DUE_ESTATE) unless after_any_end, where it counts as ended.
+** *live: the parents still SCHEDULED or CLAIMED, those the task waits for.
+*/
+static int parents_check(due_store *s, bool native, const due_schedule_opts *o,
+			 int32_t *live)
+{
+	sqlite3_stmt *st = call_stmt(s, native, ST_STATE_OF);
+	int rc = 0;
+
+	*live = 0;
+	if (!st)
+		return due_error_last_code();
+	for (size_t i = 0; rc == 0 && i < o->n_after; i++) {
+		long long id = (long long)o->after[i];
+		due_state ps = DUE_SCHEDULED;
+		sqlite3_reset(st);
+		sqlite3_bind_int64(st, 1, o->after[i]);
+		rc = sqlite3_step(st);
+		if (rc == SQLITE_DONE)
+			rc = due__error_set(DUE_ENOTFOUND,
+					    "parent task %lld not found", id);
+		else if (rc != SQLITE_ROW)
+			rc = due__sq_error(s, rc, "read parent task");
+		else if ((rc = due__sq_col_state(st, 0, &ps)) < 0)
+			break;
+		else if (ps == DUE_SCHEDULED || ps == DUE_CLAIMED)
+			(*live)++;
+		else if (ps != DUE_DONE && !o->after_any_end)
+			rc = due__error_set(DUE_ESTATE,
+					    "parent task %lld is %s (add with "
+					    "after_any_end to run after any "
+					    "end)",
+					    id, due_state_name(ps));
+	}
+	call_done(s, native, st);
+	return rc;
+}
+
+/* The edges of a new task `child` from each of its parents. */
+static int edges_add(due_store *s, bool native, const due_schedule_opts *o,
+		     due_id child)
+{
+	sqlite3_stmt *st = call_stmt(s, native, ST_EDGE_ADD);
+	int rc = SQLITE_DONE;
+
+	if (!st)
+		return due_error_last_code();
+	for (size_t i = 0; rc == SQLITE_DONE && i < o->n_after; i++) {
+		sqlite3_reset(st);
+		sqlite3_bind_int64(st, 1, o->after[i]);
+		sqlite3_bind_int64(st, 2, child);
+		rc = sqlite3_step(st);
+	}
+	call_done(s, native, st);
+	return rc == SQLITE_DONE ? 0 : due__sq_error(s, rc, "add edge");
+}
+
+/*
+** insert_one of a task after others (o->n_after > 0; the core refused
+** on_key replace and later with it): held (due_at HELD_AT) while a parent
+** is live, else due as any task; its own time kept for the release.  A
+** live holder of its key answers existed, and nothing is written.
+*/
+static int insert_after(due_store *s, bool native, sqlite3_stmt *find,
+			const due_submit *it, due_time now, due_submitted *out)
+{
+	const due_schedule_opts *o = &it->opts;
+	due_time due = o->at != DUE_TIME_NONE ? o->at : now + o->delay_us;
+	sqlite3_stmt *ins;
+	bool claimed = false;
+	int32_t live;
+	int rc;
+
+	if ((rc = parents_check(s, native, o, &live)) < 0)
+		return rc;
+	if (!(ins = call_stmt(s, native, ST_INSERT_AFTER)))
+		return due_error_last_code();
+	bind_task(ins, it, live ? HELD_AT : due, now);
+	sqlite3_bind_int64(ins, 12, (int64_t)o->n_after);
+	sqlite3_bind_int(ins, 13, live);
+	sqlite3_bind_int(ins, 14, o->after_any_end);
+	if (o->at != DUE_TIME_NONE)
+		sqlite3_bind_int64(ins, 15, o->at);
+	sqlite3_bind_int64(ins, 16, o->delay_us);
+	rc = sqlite3_step(ins);
+	call_done(s, native, ins);
+	if (rc != SQLITE_DONE)
+		return due__sq_error(s, rc, "insert task");
+	if (sqlite3_changes(s->db) == 1) {
+		out->id = sqlite3_last_insert_rowid(s->db);
+		out->existed = false;
+		out->moved = false;
+		return edges_add(s, native, o, out->id);
+	}
+	if (!find && !(find = stmt(s, ST_FIND_KEY)))
+		return due_error_last_code();
+	return find_holder(s, find, it, out, &claimed);
+}
+
+static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
+		      const due_submit *it, due_time now, due_submitted *out)
+{
+	const due_schedule_opts *o = &it->opts;
+	due_time due = o->at != DUE_TIME_NONE ? o->at : now + o->delay_us;
+	bool native = find != NULL, claimed = false;
+	int rc;
+
+	if (o->n_after)
+		return insert_after(s, native, find, it, now, out);
+	bind_task(ins, it, due, now);
 	rc = sqlite3_step(ins);
 	sqlite3_reset(ins);
 	if (rc != SQLITE_DONE)
@@ -1120,21 +1433,10 @@ static int insert_one(due_store *s, sqlite3_stmt *ins, sqlite3_stmt *find,
 		return 0;
 	}
 	/* Conflict on (kind, key): the live task is the answer. */
-	bool native = find != NULL, claimed = false;
 	if (!find && !(find = stmt(s, ST_FIND_KEY)))
 		return due_error_last_code();
-	sqlite3_bind_text(find, 1, it->kind, -1, SQLITE_STATIC);
-	sqlite3_bind_text(find, 2, o->key, -1, SQLITE_STATIC);
-	rc = sqlite3_step(find);
-	if (rc == SQLITE_ROW) {
-		out->id = sqlite3_column_int64(find, 0);
-		out->existed = true;
-		out->moved = false;
-		claimed = sqlite3_column_int(find, 1) != 0;
-	}
-	sqlite3_reset(find);
-	if (rc != SQLITE_ROW)
-		return due__sq_error(s, rc, "find task by key");
+	if ((rc = find_holder(s, find, it, out, &claimed)) < 0)
+		return rc;
 	if (o->on_key == DUE_ON_KEY_KEEP)
 		return 0;
 	return on_key(s, ins, native, it, due, now, claimed, out);
@@ -1230,13 +1532,15 @@ static int due__sq_schedule_on_native(void *conn, due_submitted *out,
 	} else {
 		rc = insert_one(&tmp, ins, find, it, due_time_now_host(), out);
 	}
-	/* the caller's connection: its statements and the row, counted now */
+	/* the caller's connection: its statements and the rows (the task
+	   and its edges), counted now */
 	if (ins) {
 		due__sq_work_use(&tmp, ins);
 		if (rc == 0 && out->existed)
 			due__sq_work_use(&tmp, find);
 		due__work_add(tmp.w_stmts, tmp.w_steps,
-			      rc == 0 && !out->existed ? 1 : 0);
+			      rc == 0 && !out->existed ? 1 + it->opts.n_after
+						       : 0);
 	}
 	sqlite3_finalize(ins);
 	sqlite3_finalize(find);
@@ -1917,6 +2221,162 @@ static int fenced(due_store *s, sqlite3_stmt *st, const char *what, bool *hit)
 	return rc;
 }
 
+/* ------------------------------------------------------------------ */
+/* Run after: the release, part of every finish                        */
+/* ------------------------------------------------------------------ */
+
+/* A growable list of task ids (the release's work). */
+typedef struct id_list {
+	due_id *v;
+	size_t n, cap;
+} id_list;
+
+static int ids_push(id_list *l, due_id id)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		due_id *v = realloc(l->v, cap * sizeof(*v));
+		if (!v)
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = id;
+	return 0;
+}
+
+/*
+** The children whose edge from `parent` has not been counted, appended to
+** out, and those edges marked counted.  A parent without children costs
+** the one probe of ST_CHILDREN.
+*/
+static int children_take(due_store *s, due_id parent, id_list *out)
+{
+	sqlite3_stmt *st = stmt(s, ST_CHILDREN);
+	size_t from = out->n;
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, parent);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+		if ((rc = ids_push(out, sqlite3_column_int64(st, 0))) < 0)
+			break;
+	sqlite3_reset(st);
+	if (rc < 0)
+		return rc;
+	if (rc != SQLITE_DONE)
+		return due__sq_error(s, rc, "read children");
+	if (out->n == from)
+		return 0;
+	if (!(st = stmt(s, ST_EDGES_END)))
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, parent);
+	return due__sq_exec(s, st, "count edges");
+}
+
+/*
+** Child `child`'s edge from `parent`, which ended in state `ended`: read
+** what the child waits for (nothing when it is no longer held: cancelled,
+** killed); a DONE parent, or any end for an after_any_end child, counts
+** it down (ST_COUNT_DOWN, or ST_RELEASE for the last: the child is due,
+** s->wake_pending set so that the commit wakes the workers); any other
+** end cancels it (*cancelled).  Each write re-checks what was read.
+*/
+static int release_one(due_store *s, due_id child, due_id parent,
+		       due_state ended, due_time now, bool *cancelled)
+{
+	sqlite3_stmt *st = stmt(s, ST_HELD_OF);
+	int64_t left = 0;
+	bool any = false, hit;
+	char why[96];
+	int rc;
+
+	*cancelled = false;
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, child);
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		left = sqlite3_column_int64(st, 0);
+		any = sqlite3_column_int(st, 1) != 0;
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_ROW)
+		return rc == SQLITE_DONE ? 0
+					 : due__sq_error(s, rc, "read child");
+	bool counts = ended == DUE_DONE || any;
+	if (!(st = stmt(s, !counts    ? ST_CANCEL_HELD
+			   : left > 1 ? ST_COUNT_DOWN
+				      : ST_RELEASE)))
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, child);
+	sqlite3_bind_int64(st, 2, now);
+	if (!counts) {
+		snprintf(why, sizeof(why), "parent task %lld ended %s",
+			 (long long)parent, due_state_name(ended));
+		sqlite3_bind_text(st, 3, why, -1, SQLITE_TRANSIENT);
+	}
+	if ((rc = fenced(s, st, "release child", &hit)) < 0)
+		return rc;
+	if (!hit) /* not reachable under the write lock */
+		return due__error_set(DUE_ERROR,
+				      "task %lld: held, but its release by "
+				      "task %lld changed nothing (store bug)",
+				      (long long)child, (long long)parent);
+	*cancelled = !counts;
+	if (counts && left == 1)
+		s->wake_pending = true;
+	return 0;
+}
+
+/*
+** Task id has just ended in state `ended` (DONE, DEAD or CANCELLED),
+** inside the transaction that ended it: each held child of it counts the
+** end down (released at its last parent: due at the later of its own
+** instant and now + its own delay), or, when the end was DEAD or
+** CANCELLED and the child is not after_any_end, is CANCELLED itself, and
+** then its own held children the same way.  Iterative (a list of the
+** tasks cancelled so far, each taken in turn): a chain of any length
+** costs no stack.  Each edge is counted once (children_take marks it),
+** so a DEAD parent retried and then DONE, or killed again to CANCELLED,
+** releases nothing twice and un-cancels nothing.
+*/
+static int after_end(due_store *s, due_id id, due_state ended, due_time now)
+{
+	id_list todo = {0}, kids = {0};
+	due_id parent = id;
+	size_t next = 0;
+	int rc = children_take(s, id, &kids);
+
+	/* the common case, no children: that probe, no allocation */
+	while (rc == 0 && kids.n) {
+		for (size_t k = 0; rc == 0 && k < kids.n; k++) {
+			bool cancelled = false;
+			rc = release_one(s, kids.v[k], parent,
+					 parent == id ? ended : DUE_CANCELLED,
+					 now, &cancelled);
+			if (rc == 0 && cancelled)
+				rc = ids_push(&todo, kids.v[k]);
+		}
+		kids.n = 0;
+		/* the next cancelled task with children, in turn */
+		while (rc == 0 && !kids.n && next < todo.n)
+			rc = children_take(s, parent = todo.v[next++], &kids);
+	}
+	free(todo.v);
+	free(kids.v);
+	return rc;
+}
+
+/* after_end when `state` ends a task (DONE, DEAD, CANCELLED). */
+static int after_if_ended(due_store *s, due_id id, due_state state,
+			  due_time now)
+{
+	return state == DUE_DONE || state == DUE_DEAD || state == DUE_CANCELLED
+		   ? after_end(s, id, state, now)
+		   : 0;
+}
+
 /*
 ** One completion inside the open transaction: the try's attempt row (DONE,
 ** or CANCELLED when a cancel was asked), then the task; no running try of
@@ -1948,6 +2408,8 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 		return rc;
 	if (hit) {
 		c->outcome = DUE_COMPLETE_DONE;
+		if ((rc = after_end(s, c->id, DUE_DONE, now)) < 0)
+			return rc;
 		return hook ? due__store_run_hook(hook, s->db, c, payload) : 0;
 	}
 	if (!(st = stmt(s, ST_COMPLETE_CANCEL)))
@@ -1960,7 +2422,7 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 	if (!hit)
 		return close_disagrees(c->id, "complete");
 	c->outcome = DUE_COMPLETE_CANCELLED_BEFORE_COMMIT;
-	return 0;
+	return after_end(s, c->id, DUE_CANCELLED, now);
 }
 
 static int due__sq_complete(due_store *s, due_completion *items, size_t n,
@@ -2020,7 +2482,7 @@ static int due__sq_fail(due_store *s, due_fail_outcome *out, due_id id,
 		}
 		*out = due__fail_outcome_of(ns);
 		sqlite3_reset(st);
-		rc = 0;
+		rc = after_if_ended(s, id, ns, now);
 	} else if (rc == SQLITE_DONE) {
 		sqlite3_reset(st);
 		rc = close_disagrees(id, "fail");
@@ -2085,6 +2547,9 @@ static int reclaim_batch(due_store *s, due_time now, due_reclaimed *out,
 			out->cancelled++;
 		else
 			out->rescheduled++;
+		if ((rc = after_if_ended(s, rows[i].id, rows[i].state, now)) <
+		    0)
+			return rc;
 	}
 	if (ended != (int64_t)n)
 		return due__error_set(DUE_ERROR,
@@ -2143,6 +2608,7 @@ static int due__sq_reclaim(due_store *s, due_reclaimed *out)
 
 static int cancel_locked(due_store *s, due_cancel_outcome *out, due_id id)
 {
+	due_time now = due_time_now_host();
 	bool found, cancel;
 	due_state state;
 	int32_t attempt;
@@ -2161,8 +2627,13 @@ static int cancel_locked(due_store *s, due_cancel_outcome *out, due_id id)
 	if (!st)
 		return due_error_last_code();
 	sqlite3_bind_int64(st, 1, id);
-	sqlite3_bind_int64(st, 2, due_time_now_host());
-	return due__sq_exec(s, st, "cancel");
+	sqlite3_bind_int64(st, 2, now);
+	if ((rc = due__sq_exec(s, st, "cancel")) < 0)
+		return rc;
+	/* a waiting task cancelled is a CANCELLED parent (held ones too) */
+	return *out == DUE_CANCEL_CANCELLED && sqlite3_changes(s->db) == 1
+		   ? after_end(s, id, DUE_CANCELLED, now)
+		   : 0;
 }
 
 static int due__sq_cancel(due_store *s, due_cancel_outcome *out, due_id id)
@@ -2210,6 +2681,9 @@ static int reschedule_locked(due_store *s, due_reschedule_outcome *out,
 	else
 		sqlite3_bind_null(st, 4);
 	sqlite3_bind_int64(st, 5, now);
+	if (o->at != DUE_TIME_NONE) /* a held task's own time */
+		sqlite3_bind_int64(st, 6, o->at);
+	sqlite3_bind_int64(st, 7, o->at != DUE_TIME_NONE ? 0 : o->delay_us);
 	return due__sq_exec(s, st, "reschedule");
 }
 
@@ -2246,6 +2720,35 @@ static int load_attempts(due_store *s, due_task *t)
 	return rc;
 }
 
+/*
+** Run after: the ids of t's parents, ascending, into t->after (after_n of
+** them); left NULL when it has none, or when its edges are not all there.
+*/
+static int load_parents(due_store *s, due_task *t)
+{
+	sqlite3_stmt *st;
+	size_t n = 0;
+	int rc;
+
+	if (t->after_n <= 0)
+		return 0;
+	if (!(st = stmt(s, ST_PARENTS)))
+		return due_error_last_code();
+	if (!(t->after = malloc((size_t)t->after_n * sizeof(*t->after))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	sqlite3_bind_int64(st, 1, t->id);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < (size_t)t->after_n)
+		t->after[n++] = sqlite3_column_int64(st, 0);
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+		return due__sq_error(s, rc, "read parents");
+	if (rc == SQLITE_ROW || n != (size_t)t->after_n) { /* not all there */
+		free(t->after);
+		t->after = NULL;
+	}
+	return 0;
+}
+
 static int due__sq_get(due_store *s, due_task **out, due_id id)
 {
 	sqlite3_stmt *st = stmt(s, ST_GET);
@@ -2257,7 +2760,8 @@ static int due__sq_get(due_store *s, due_task **out, due_id id)
 	sqlite3_bind_int64(st, 1, id);
 	rc = due__rows_task_get(&r, out, id);
 	sqlite3_reset(st);
-	if (rc == 0 && (rc = load_attempts(s, *out)) < 0) {
+	if (rc == 0 && ((rc = load_parents(s, *out)) < 0 ||
+			(rc = load_attempts(s, *out)) < 0)) {
 		due_task_free(*out);
 		*out = NULL;
 	}
@@ -2268,8 +2772,9 @@ static int due__sq_list(due_store *s, due_task_list **out,
 			const due_list_opts *o)
 {
 	sqlite3_stmt *st =
-	    stmt(s, o->state >= 0 ? (enum stmt_id)(ST_LIST_STATE + o->state)
-				  : ST_LIST);
+	    stmt(s, o->held	    ? ST_LIST_HELD
+		    : o->state >= 0 ? (enum stmt_id)(ST_LIST_STATE + o->state)
+				    : ST_LIST);
 	due_task_list *l;
 	int rc;
 
@@ -2397,6 +2902,8 @@ static int operator_locked(due_store *s, enum stmt_id sid, due_id id,
 	if (attempt == 0 && sqlite3_changes(s->db) == 0)
 		return ended ? close_disagrees(id, action)
 			     : wrong_state(s, id, action, needed);
+	if ((rc = after_if_ended(s, id, *final, now)) < 0)
+		return rc;
 	return audit(s, id, now, action, due_state_name(*final));
 }
 
@@ -2807,17 +3314,18 @@ static int due__sq_stats(due_store *s, due_stats *out)
 
 /*
 ** Delete one batch of at most `max` finished tasks (oldest end first,
-** PRUNE_PICK) with their attempt and audit rows, inside the open write
-** transaction; *n gets the number of tasks deleted.
+** PRUNE_PICK) with their attempt and audit rows and their edges as a
+** child, inside the open write transaction; *n gets the number of tasks
+** deleted.
 */
 static int prune_batch(due_store *s, due_time cutoff, int64_t max, int64_t *n)
 {
 	static const enum stmt_id order[] = {ST_PRUNE_ATTEMPTS, ST_PRUNE_AUDIT,
-					     ST_PRUNE_TASKS};
+					     ST_PRUNE_AFTER, ST_PRUNE_TASKS};
 	int rc;
 
 	*n = 0;
-	for (size_t i = 0; i < 3; i++) {
+	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
 		sqlite3_stmt *st = stmt(s, order[i]);
 		if (!st)
 			return due_error_last_code();

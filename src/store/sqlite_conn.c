@@ -236,25 +236,30 @@ int due__sq_begin(due_store *s)
 		    "sqlite store '%s' is read-only to this user: changing it "
 		    "needs write access to the file and to its directory",
 		    s->path);
+	s->wake_pending = false;
 	return tx(s, 0, "begin");
 }
 
 int due__sq_commit(due_store *s)
 {
-	int rc = tx(s, 1, "commit");
-	if (rc < 0)
+	bool wake = s->wake_pending;
+	int rc;
+
+	s->wake_pending = false;
+	if ((rc = tx(s, 1, "commit")) < 0) {
 		due__sq_rollback(s);
-	else
-		due__sq_work_flush(s);
-	return rc;
+		return rc;
+	}
+	due__sq_work_flush(s);
+	if (wake)
+		due__sq_notify(s);
+	return 0;
 }
 
 int due__sq_commit_wake(due_store *s)
 {
-	int rc = due__sq_commit(s);
-	if (rc == 0)
-		due__sq_notify(s);
-	return rc;
+	s->wake_pending = true;
+	return due__sq_commit(s);
 }
 
 int due__sq_commit_done(due_store *s, bool done)
@@ -267,6 +272,7 @@ int due__sq_commit_done(due_store *s, bool done)
 
 void due__sq_rollback(due_store *s)
 {
+	s->wake_pending = false;
 	if (sqlite3_get_autocommit(s->db))
 		return;
 	sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);

@@ -16,7 +16,7 @@
 #include "store/store.h"
 
 /* The most statements sqlite.c numbers (one cache slot each). */
-#define DUE_SQ_MAX_STMTS 96
+#define DUE_SQ_MAX_STMTS 112
 
 struct due_store {
 	sqlite3 *db;
@@ -45,6 +45,9 @@ struct due_store {
 	char *done_path;
 	int done_fd;  /* open for touching, else -1 */
 	int done_ino; /* inotify instance while listening, else -1 */
+	/* the open write transaction made a task due (a submit, a run-after
+	   release): its commit wakes listeners (due__sq_commit) */
+	bool wake_pending;
 };
 
 /*
@@ -106,7 +109,11 @@ int due__sq_exec(due_store *s, sqlite3_stmt *st, const char *what);
 ** this user can only read: DUE_ESTORE saying so, before any lock.
 */
 int due__sq_begin(due_store *s);
-/* COMMIT; on failure the transaction is rolled back. */
+/*
+** COMMIT; on failure the transaction is rolled back.  When the
+** transaction set s->wake_pending (a run-after release made a held task
+** due, sqlite.c), listeners are woken after it commits.
+*/
 int due__sq_commit(due_store *s);
 /* COMMIT, then wake listeners (the transaction may have made work). */
 int due__sq_commit_wake(due_store *s);

@@ -6,8 +6,10 @@
 ** dies (spawn.c).  The payload goes to its stdin through a pipe (never on a
 ** command line, never through the shell's parser); the environment gets
 ** DUE_TASK_ID, DUE_KIND, DUE_ATTEMPT, DUE_IDEMPOTENCY_KEY=task-<id> (the
-** same on every attempt, CONTRACT §3.8), DUE_DUE_AT, DUE_PRIORITY and, for
-** a task with a group, DUE_GROUP.  Exit 0 completes the try with stdout
+** same on every attempt, CONTRACT §3.8), DUE_DUE_AT, DUE_PRIORITY, for
+** a task with a group DUE_GROUP, and for one added with run-after
+** DUE_PARENT_RESULTS (its parents' results, due_parent_results()).  Exit 0
+*completes the try with stdout
 ** (up to max_result bytes) as the result; a non-zero exit or a signal
 ** fails it with the last 4 KiB of stderr.
 **
@@ -85,8 +87,13 @@ void due__buf_add(buf *b, const unsigned char *d, size_t n)
 #define N_VARS 7
 #define VAR_MAX 320
 
-/* environ without DUE_* plus the task's variables.  NULL on ENOMEM. */
-static char **make_env(const due_task *t, char vars[N_VARS][VAR_MAX])
+/*
+** environ without DUE_* plus the task's variables and, for a task added
+** with run-after, DUE_PARENT_RESULTS=parents (the caller's string, kept
+** until the spawn).  NULL on ENOMEM.
+*/
+static char **make_env(const due_task *t, char vars[N_VARS][VAR_MAX],
+		       char *parents)
 {
 	size_t n = 0, k = 0;
 	int nv = 6;
@@ -95,7 +102,7 @@ static char **make_env(const due_task *t, char vars[N_VARS][VAR_MAX])
 
 	while (environ[n])
 		n++;
-	if (!(env = calloc(n + N_VARS + 1, sizeof(*env))))
+	if (!(env = calloc(n + N_VARS + 2, sizeof(*env))))
 		return NULL;
 	for (size_t i = 0; i < n; i++)
 		if (strncmp(environ[i], "DUE_", 4) != 0 ||
@@ -113,6 +120,8 @@ static char **make_env(const due_task *t, char vars[N_VARS][VAR_MAX])
 		snprintf(vars[nv++], VAR_MAX, "DUE_GROUP=%s", t->group);
 	for (int i = 0; i < nv; i++)
 		env[k++] = vars[i];
+	if (parents)
+		env[k++] = parents;
 	env[k] = NULL;
 	return env;
 }
@@ -337,6 +346,19 @@ static int finish(due_job *job, const child *c, const run_state *rs, buf *out,
 	return 1;
 }
 
+/* name (with its '=') and value joined, malloc'd; NULL on ENOMEM. */
+static char *env_var(const char *name, const char *value)
+{
+	size_t n = strlen(name), v = strlen(value);
+	char *s = malloc(n + v + 1);
+
+	if (s) {
+		memcpy(s, name, n);
+		memcpy(s + n, value, v + 1);
+	}
+	return s;
+}
+
 int due_exec_handler(due_job *job, void *payload)
 {
 	const due_exec_opts *o = payload;
@@ -346,19 +368,23 @@ int due_exec_handler(due_job *job, void *payload)
 	    err = {.limit = ERR_TAIL, .tail = true};
 	child c = DUE__CHILD_NONE;
 	char vars[N_VARS][VAR_MAX];
-	char **env;
+	const char *pr = due_job_parent_results(job);
+	char **env, *parents = NULL;
 	int rc;
 
 	if (!o || !o->command) {
 		due_job_set_error(job, "exec handler without a command");
 		return 1;
 	}
-	if (!(env = make_env(t, vars))) {
+	if ((pr && !(parents = env_var("DUE_PARENT_RESULTS=", pr))) ||
+	    !(env = make_env(t, vars, parents))) {
+		free(parents);
 		due_job_set_error(job, "out of memory");
 		return 1;
 	}
 	rc = due__spawn(&c, o->command, env, o->kill_grace_us);
 	free(env);
+	free(parents);
 	if (rc < 0) {
 		due_job_set_error(job, due_error_last());
 		return 1;

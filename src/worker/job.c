@@ -22,6 +22,8 @@ const due_task *due_job_task(const due_job *job) { return &job->task; }
 
 const char *due_job_owner(const due_job *job) { return job->w->owner; }
 
+const char *due_job_parent_results(const due_job *job) { return job->parents; }
+
 bool due__job_stop(due_job *j, int why)
 {
 	int none = DUE_STOP_NONE;
@@ -120,6 +122,7 @@ void due__job_free(due_job *j)
 	due__task_clear(&j->task);
 	free(j->result);
 	free(j->error);
+	free(j->parents);
 	free(j);
 }
 
@@ -304,6 +307,29 @@ static bool settle_timeout(due_job *j)
 ** into its next claim): the caller wakes it, or claims in its stead (a
 ** relay, claimer.c).  The job may be gone once this returns.
 */
+/*
+** A task added with run-after gets its parents' results before its
+** handler runs (due_job_parent_results), read through the shared
+** connection.  False when they cannot be read: the try fails with why
+** (and is retried as any failure), rather than run without them.
+*/
+static bool parents_read(due_worker *w, due_job *j)
+{
+	char msg[600];
+	int rc;
+
+	if (j->task.after_n <= 0 || j->parents)
+		return true;
+	rc =
+	    DUE_DB_CALL(w, due_parent_results(w->db, &j->parents, &j->task, 0));
+	if (rc == 0)
+		return true;
+	snprintf(msg, sizeof(msg), "reading the parents' results failed: %s",
+		 due_error_last());
+	due_job_set_error(j, msg);
+	return false;
+}
+
 bool due__run_job(due_worker *w, due_job *j)
 {
 	int64_t t0 = due__mono_us();
@@ -311,6 +337,8 @@ bool due__run_job(due_worker *w, due_job *j)
 	if (!j->h) {
 		j->rc = 1;
 		due_job_set_error(j, "no handler for this kind in this worker");
+	} else if (!parents_read(w, j)) {
+		j->rc = 1;
 	} else {
 		j->rc = j->h->fn(j, j->h->payload);
 	}

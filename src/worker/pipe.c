@@ -506,31 +506,6 @@ static bool replaced_for_stray(due_pipe *p, due_job *job, proc *pr)
 /* The request and the answer                                          */
 /* ------------------------------------------------------------------ */
 
-/* Standard base64 of n bytes, malloc'd and NUL-terminated; NULL on ENOMEM. */
-static char *base64(const unsigned char *d, size_t n)
-{
-	static const char a[] =
-	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-	    "0123456789+/";
-	char *s = malloc((n + 2) / 3 * 4 + 1), *o = s;
-
-	if (!s)
-		return NULL;
-	for (size_t i = 0; i < n; i += 3) {
-		uint32_t v = (uint32_t)d[i] << 16;
-		if (i + 1 < n)
-			v |= (uint32_t)d[i + 1] << 8;
-		if (i + 2 < n)
-			v |= d[i + 2];
-		*o++ = a[v >> 18 & 63];
-		*o++ = a[v >> 12 & 63];
-		*o++ = i + 1 < n ? a[v >> 6 & 63] : '=';
-		*o++ = i + 2 < n ? a[v & 63] : '=';
-	}
-	*o = '\0';
-	return s;
-}
-
 /* The payload: a JSON string when it is UTF-8, else base64. */
 static int add_payload(json_t *o, const due_task *t)
 {
@@ -540,7 +515,7 @@ static int add_payload(json_t *o, const due_task *t)
 
 	if (s)
 		return json_object_set_new(o, "payload", s);
-	if (!(b = base64(t->payload, t->payload_len)))
+	if (!(b = due__base64(t->payload, t->payload_len)))
 		return -1;
 	int rc = json_object_set_new(o, "payload_b64", json_string(b));
 	free(b);
@@ -548,7 +523,7 @@ static int add_payload(json_t *o, const due_task *t)
 }
 
 /* The request line for a task, '\n'-terminated, malloc'd; NULL on ENOMEM. */
-static char *request_line(const due_task *t, size_t *len)
+static char *request_line(const due_task *t, const char *parents, size_t *len)
 {
 	char due[40], key[32], *line = NULL;
 	json_t *o = json_object();
@@ -564,7 +539,10 @@ static char *request_line(const due_task *t, size_t *len)
 		0 &&
 	    (!t->group ||
 	     json_object_set_new(o, "group", json_string(t->group)) == 0) &&
-	    add_payload(o, t) == 0)
+	    add_payload(o, t) == 0 &&
+	    (!parents ||
+	     json_object_set_new(o, "parent_results",
+				 json_loads(parents, 0, NULL)) == 0))
 		line = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	if (line) {
@@ -805,7 +783,8 @@ int due_pipe_handler(due_job *job, void *pipe)
 		return rc;
 	if (replaced_for_stray(p, job, pr) && (rc = proc_ready(p, job, pr)))
 		return rc;
-	if (!(x.req = request_line(&job->task, &x.len))) {
+	if (!(x.req = request_line(&job->task, due_job_parent_results(job),
+				   &x.len))) {
 		due_job_set_error(job, "out of memory");
 		return 1;
 	}

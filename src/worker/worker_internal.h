@@ -231,6 +231,8 @@ struct due_job {
 	unsigned char *result;
 	size_t result_len;
 	char *error;
+	char *parents; /* due_parent_results() text, read before the handler
+			  (due__run_job); NULL: the task has no parents */
 	int rc;
 	due_tx_hook hook;
 	void *hook_payload;

@@ -121,6 +121,27 @@ on_each_store() {
 	done 3< <("$DUE" scratch list)
 }
 
+# ran_once_on_time LABEL URL ID LATE_MS: task ID of the store at URL ran
+# exactly once, claimed no earlier than its due time (as the store holds
+# it now: a moved task's new one) and at most LATE_MS after it.
+ran_once_on_time() {
+	local v
+	v=$("$DUE" show "$3" --json --db "$2" | python3 -c '
+import json, sys
+t, label, late = json.load(sys.stdin), sys.argv[1], int(sys.argv[2])
+a, tid = t["attempts"], t["id"]
+if len(a) != 1:
+    print("FAIL: %s: task %d ran %d times" % (label, tid, len(a)))
+elif a[0]["claimed_at"] < t["due_at"]:
+    print("FAIL: %s: task %d claimed %s before its due time %s" % (label, tid, a[0]["claimed_at"], t["due_at"]))
+elif a[0]["lateness_ms"] > late:
+    print("FAIL: %s: task %d claimed %s ms after its due time (bound %d)" % (label, tid, a[0]["lateness_ms"], late))
+else:
+    print("ok")
+' "$1" "$4")
+	[ "$v" = ok ] && ok || bad "${v#FAIL: }"
+}
+
 finish() {
 	echo "$PASS passed, $FAIL failed"
 	[ "$FAIL" -eq 0 ]

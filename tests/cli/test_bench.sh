@@ -5,7 +5,8 @@
 # every due task once among N pending ones and reports the fill; `--workload
 # soak` prints one JSON object with the keys scripts read, numbers that
 # agree with each other (submitted = run + backlog, no early claim,
-# percentiles in order); on SQLite the store work per task.  SQLite, and PostgreSQL when DUE_TEST_PG_URL names
+# percentiles in order); `--workload after` runs a chain and a fan-in,
+# each task once and none early; on SQLite the store work per task.  SQLite, and PostgreSQL when DUE_TEST_PG_URL names
 # a server.  No timing is asserted: a benchmark has no pass/fail.
 . "$(dirname "$0")/lib.sh"
 
@@ -146,6 +147,20 @@ need(j.get("store_errors") == 0, "no store errors")
 	"$DUE" bench --workload soak --rate 50 --duration 1s --retain 0 --json \
 		--db "$url" >"$T/soak0.json" 2>/dev/null
 	check_json "$T/soak0.json" 'need("retain_s" in j and j["retain_s"] is None, "--retain 0 keeps all: retain_s null")'
+	# run-after: a chain and a fan-in, each task once, none early
+	"$DUE" bench --workload after --n 40 --json --db "$url" >"$T/after.json"
+	sed -n 1p "$T/after.json" >"$T/after1.json"
+	sed -n 2p "$T/after.json" >"$T/after2.json"
+	check_json "$T/after1.json" '
+need(j.get("workload") == "after" and j.get("variant") == "chain" and j.get("n") == 40, "a chain of 40")
+need(j.get("missing") == 0 and j.get("duplicates") == 0 and j.get("early") == 0, "each once, none early")
+need(num("ms_per_link") and j["ms_per_link"] > 0, "ms_per_link > 0")
+'
+	check_json "$T/after2.json" '
+need(j.get("variant") == "fan-in" and j.get("n") == 41, "a fan-in of 40 parents and its child")
+need(j.get("missing") == 0 and j.get("duplicates") == 0 and j.get("early") == 0, "each once, none early")
+need(num("child_release_ms") and j["child_release_ms"] >= 0, "child_release_ms >= 0")
+'
 }
 
 run_store sqlite "sqlite:$T/bench.db"

@@ -550,11 +550,36 @@ grant_doc UPDATE
 expect_eq "on_key with the docs' GRANTs: the producer's task moved" "$g1 60" \
 	"$(as_role -c "$call7" 2>&1) $(pgsu -c "SELECT round(extract(epoch FROM due_at - now()) / 60) FROM \"$qs\".due_task WHERE id = $g1")"
 
+echo "== due_schedule_after (run after): a chain runs in order, each release wakes the worker"
+# --poll 60s: a release left to the poll would miss the 30 s bound
+export OUT_CHAIN="$T/chain.out"
+"$DUE" work --poll 60s --no-cron --kinds chainrun \
+	--exec 'cat >>"$OUT_CHAIN"; echo >>"$OUT_CHAIN"' 2>"$T/work3.err" &
+wpid=$!
+wait_for "worker listening" 30 grep -q "discovery: timing wheel" "$T/work3.err"
+sql -F ' ' >"$T/chain.ids" <<-EOF
+	BEGIN;
+	SELECT due_schedule('chainrun', 'c1', run_in => interval '1 second') AS c1 \gset
+	SELECT due_schedule_after('chainrun', 'c2', ARRAY[:c1]) AS c2 \gset
+	SELECT due_schedule_after('chainrun', 'c3', ARRAY[:c2, :c1]) AS c3 \gset
+	COMMIT;
+	SELECT :c1, :c2, :c3;
+	EOF
+read -r c1 c2 c3 <"$T/chain.ids"
+expect_eq "held until its parents are DONE" "2 2" \
+	"$(sql -F ' ' -c "SELECT after_left, after_n FROM due_task WHERE id = $c3")"
+wait_for "the chain done by the worker" 30 is_state "$c3" DONE
+expect_eq "ran in order" "c1 c2 c3" "$(paste -sd' ' "$OUT_CHAIN")"
+expect_err 1 "parent task 999999999 not found" \
+	sql -c "SELECT due_schedule_after('chainrun', 'x', ARRAY[999999999])"
+kill "$wpid"
+wait "$wpid" || true
+
 echo "== a store of schema 9 gets due_schedule(..., on_key) from due init"
 sql -c "DROP FUNCTION due_schedule(text, text, interval, timestamptz, text, integer, text)" \
 	-c "UPDATE due_meta SET value = '9' WHERE name = 'schema_version'"
 expect_err 6 "run \`due init\` to upgrade" "$DUE" ls
 "$DUE" init >/dev/null && ok || bad "init of a store of schema 9"
-expect_eq "upgraded: schema 10" 10 "$(sql -c "SELECT value FROM due_meta WHERE name = 'schema_version'")"
+expect_eq "upgraded: schema 11" 11 "$(sql -c "SELECT value FROM due_meta WHERE name = 'schema_version'")"
 expect_eq "upgraded: on_key there" "$d1 90 p5" "$(deb doc-7 x '0 s' keep)"
 finish

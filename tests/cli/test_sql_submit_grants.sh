@@ -136,8 +136,12 @@ if need DUE_TEST_MYSQL_URL mariadb; then
 	"$DUE" init >/dev/null && ok || bad "mariadb: init"
 
 	echo "== mariadb: the docs' GRANT lines are enough; INSERT alone is not"
-	grants=$(sed -n "s/^ *\(GRANT .* TO 'producer'@'%';\)$/\1/p" "$DOC")
+	# due_schedule's lines, then due_schedule_after's (they name "after")
+	all=$(sed -n "s/^ *\(GRANT .* TO 'producer'@'%';\)$/\1/p" "$DOC")
+	grants=$(grep -v after <<<"$all") after_grants=$(grep after <<<"$all")
 	expect_eq "mariadb: GRANT lines in the docs" 3 "$(grep -c GRANT <<<"$grants")"
+	expect_eq "mariadb: due_schedule_after's GRANT lines in the docs" 3 \
+		"$(grep -c GRANT <<<"$after_grants")"
 	as root "CREATE USER 'producer'@'%' IDENTIFIED BY 'pw';
 		CREATE USER 'inserter'@'%' IDENTIFIED BY 'pw';
 		${grants//app./due.}
@@ -150,6 +154,22 @@ if need DUE_TEST_MYSQL_URL mariadb; then
 		ok || bad "mariadb: the producer's submits (new, keyed, same key again): '$got'"
 	refused "mariadb: INSERT alone" "command denied to user 'inserter'" \
 		as inserter "$(call "'g', 'x', NULL, NULL, NULL, NULL")"
+
+	echo "== mariadb: due_schedule_after with the docs' lines; without UPDATE (after_children) refused"
+	# the procedure writes each parent's after_children (Galera: a parent's
+	# finish through another node conflicts with the child's submit)
+	as root "${after_grants//app./due.}
+		CREATE USER 'noupd'@'%' IDENTIFIED BY 'pw';
+		$(sed "s/'producer'/'noupd'/; s/app\./due./" <<<"$grants")
+		$(sed "s/'producer'/'noupd'/; s/app\./due./; s/, UPDATE (after_children)//" <<<"$after_grants")"
+	parent=$(as producer "$(call "'g', 'p', 3600000000, NULL, NULL, NULL")") && ok || bad "mariadb: parent"
+	acall() { echo "START TRANSACTION; CALL due_schedule_after('g', '$1', NULL, NULL, NULL, NULL, '[$parent]', NULL, @id); COMMIT; SELECT @id;"; }
+	child=$(as producer "$(acall c)" 2>&1) || true
+	[[ "$child" =~ ^[0-9]+$ ]] && ok || bad "mariadb: the producer's due_schedule_after: '$child'"
+	expect_eq "mariadb: the child is held on its parent, which was written" "1 $parent 1" \
+		"$(as root "SELECT c.after_left, e.parent, p.after_children FROM due_task c JOIN due_after e ON e.child = c.id JOIN due_task p ON p.id = e.parent WHERE c.id = '$child'" | tr '\t' ' ')"
+	refused "mariadb: due_schedule_after without UPDATE (after_children)" "command denied to user 'noupd'" \
+		as noupd "$(acall d)"
 
 	echo "== mariadb: same key in two transactions, REPEATABLE READ"
 	trx() { [ "$(as root "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE $1")" = "$2" ]; }

@@ -353,6 +353,11 @@ static void test_upgrade_from_4(void **state)
 	q(m, "DROP TABLE due_lock");
 	q(m, "ALTER TABLE due_worker DROP COLUMN pruned");
 	q(m, "ALTER TABLE due_task DROP KEY due_task_state");
+	/* nor what schema 11 added (run-after) */
+	q(m, "DROP TABLE due_after");
+	q(m, "ALTER TABLE due_task DROP COLUMN after_n, DROP COLUMN after_left,"
+	     " DROP COLUMN after_any_end, DROP COLUMN after_at,"
+	     " DROP COLUMN after_delay_us, DROP COLUMN after_children");
 	q(m, "UPDATE due_meta SET value = '4' WHERE name = 'schema_version'");
 	assert_int_equal(due_open(&db, url, &oo), DUE_ESCHEMA);
 	due_close(db);	  /* a failed open may still hand out a handle */
@@ -1314,6 +1319,492 @@ static void test_deadlock_retried(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Run after (issue 38 point 3)                                        */
+/* ------------------------------------------------------------------ */
+
+#define HOUR_US 3600000000LL
+
+/* A task of kind "c" after the n ids of `after` on db; its id. */
+static due_id child_after(due_db *db, const due_id *after, size_t n)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+
+	o.after = after;
+	o.n_after = n;
+	if (due_schedule(db, &s, "c", "child", 5, &o) != 0)
+		fail_msg("add after: %s", due_error_last());
+	return s.id;
+}
+
+/* Wait until a session of the server waits for a row lock. */
+static void wait_lock_wait(MYSQL *watch)
+{
+	for (int64_t end = mono_ms() + HANG_MS; !lock_waits(watch);) {
+		assert_true(mono_ms() < end);
+		struct timespec ts = {0, 5000000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+/*
+** Schema 10 -> 11: a database as version 10 left it (no run-after
+** columns, no due_after) is refused, then upgraded by `due init` with its
+** tasks (0/0/0), and run-after works on it.
+*/
+static void test_upgrade_from_10(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_id id = add(db, "k", HOUR_US, 5);
+
+	due_close(db);
+	q(m, "DROP TABLE due_after");
+	q(m, "ALTER TABLE due_task DROP COLUMN after_n, DROP COLUMN after_left,"
+	     " DROP COLUMN after_any_end, DROP COLUMN after_at,"
+	     " DROP COLUMN after_delay_us, DROP COLUMN after_children");
+	q(m, "UPDATE due_meta SET value = '10' WHERE name = 'schema_version'");
+	assert_int_equal(due_open(&db, url, &oo), DUE_ESCHEMA);
+	due_close(db);
+	oo.create = true; /* what `due init` does */
+	assert_int_equal(due_open(&db, url, &oo), 0);
+	assert_int_equal(q_int(m, "SELECT value FROM due_meta"
+				  " WHERE name = 'schema_version'"),
+			 11);
+	due_task *t = get(db, id);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_int_equal(t->after_n, 0);
+	assert_int_equal(t->after_left, 0);
+	assert_false(t->after_any_end);
+	assert_null(t->after);
+	due_task_free(t);
+	due_id c = child_after(db, &id, 1);
+	t = get(db, c);
+	assert_int_equal(t->after_left, 1);
+	assert_non_null(t->after);
+	assert_int_equal(t->after[0], id);
+	due_task_free(t);
+	mysql_close(m);
+	due_close(db);
+}
+
+typedef struct finish_call {
+	due_db *db;
+	due_id id;
+	int32_t attempt;
+	atomic_int *hold; /* the hook waits while it is 1 */
+	atomic_int in_hook;
+	int rc;
+	due_complete_outcome co;
+} finish_call;
+
+/* A completion hook that keeps the finish's transaction open. */
+static int hook_hold(void *conn, const due_task *t, void *payload)
+{
+	finish_call *f = payload;
+
+	(void)conn;
+	(void)t;
+	atomic_store(&f->in_hook, 1);
+	while (atomic_load(f->hold)) {
+		struct timespec ts = {0, 2000000};
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+static void *finish_thread(void *arg)
+{
+	finish_call *f = arg;
+	f->rc = due_complete_tx(f->db, &f->co, f->id, f->attempt, "r", 1,
+				f->hold ? hook_hold : NULL, f);
+	return NULL;
+}
+
+typedef struct submit_call {
+	due_db *db;
+	due_id parent, id;
+	int rc;
+} submit_call;
+
+static void *submit_thread(void *arg)
+{
+	submit_call *c = arg;
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+
+	o.after = &c->parent;
+	o.n_after = 1;
+	c->rc = due_schedule(c->db, &s, "c", "child", 5, &o);
+	c->id = s.id;
+	return NULL;
+}
+
+/*
+** The insert/finish race, both orders, on real concurrent connections.
+** Child first: a caller's transaction added the child (its parent's row
+** written and locked) and has not committed; the parent's completion waits
+** for that lock, then reads the committed edge and releases the child.
+** Finish first: the completion holds the parent (DONE, not committed:
+** its hook waits); the child's submit waits for the lock, then sees the
+** parent DONE and is due at once.  Either way the child is not left
+** held on a finished parent.
+*/
+static void test_after_race(void **state)
+{
+	(void)state;
+	due_db *db = open_db(), *other = open_db();
+	MYSQL *m = own_conn(), *watch = own_conn();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+	due_time t1;
+	pthread_t th;
+
+	/* child first */
+	due_id p = add(db, "p", 0, 5);
+	finish_call f = {.db = other, .id = p};
+	f.attempt = claim_one(db, p, LONG_LEASE);
+	o.after = &p;
+	o.n_after = 1;
+	q(m, "START TRANSACTION");
+	assert_int_equal(due_schedule_mysql_tx(m, &s, "c", "x", 1, &o), 0);
+	assert_int_equal(pthread_create(&th, NULL, finish_thread, &f), 0);
+	wait_lock_wait(watch); /* the completion waits for the parent */
+	q(m, "COMMIT");
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(f.rc, 0);
+	assert_int_equal(f.co, DUE_COMPLETE_DONE);
+	due_task *t = get(db, s.id);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_int_equal(t->after_left, 0);
+	assert_true(t->due_at < 253402300799999999LL);
+	due_task_free(t);
+	claim_one(db, s.id, LONG_LEASE);
+
+	/* finish first */
+	atomic_int hold = 1;
+	p = add(db, "p", 0, 5);
+	f = (finish_call){.db = other, .id = p, .hold = &hold};
+	f.attempt = claim_one(db, p, LONG_LEASE);
+	assert_int_equal(pthread_create(&th, NULL, finish_thread, &f), 0);
+	for (int64_t end = mono_ms() + HANG_MS; !atomic_load(&f.in_hook);) {
+		assert_true(mono_ms() < end);
+		struct timespec ts = {0, 2000000};
+		nanosleep(&ts, NULL);
+	}
+	submit_call c = {.db = db, .parent = p};
+	pthread_t th2;
+	assert_int_equal(pthread_create(&th2, NULL, submit_thread, &c), 0);
+	wait_lock_wait(watch); /* the submit waits for the parent */
+	atomic_store(&hold, 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(f.rc, 0);
+	assert_int_equal(f.co, DUE_COMPLETE_DONE);
+	assert_int_equal(pthread_join(th2, NULL), 0);
+	assert_int_equal(c.rc, 0);
+	assert_int_equal(due_now(db, &t1), 0);
+	t = get(db, c.id);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_int_equal(t->after_n, 1);
+	assert_int_equal(t->after_left, 0);
+	assert_true(t->due_at <= t1);
+	due_task_free(t);
+	assert_int_equal(
+	    q_int(watch, "SELECT COUNT(*) FROM due_after WHERE pending"), 0);
+	mysql_close(watch);
+	mysql_close(m);
+	due_close(other);
+	due_close(db);
+}
+
+/* after_children of task id, read by the test's own connection */
+static int64_t children_of(MYSQL *m, due_id id)
+{
+	char sql[128];
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT after_children FROM due_task WHERE id = %lld",
+		 (long long)id);
+	return q_int(m, sql);
+}
+
+/*
+** A run-after submit WRITES each parent's row (after_children + 1), live
+** or ended, so that on Galera a parent's finish through another node
+** conflicts with it at certification (test_galera.sh shows the race this
+** closes); a refused submit (a parent missing or DEAD) sets the counts
+** back, even inside a caller's transaction that goes on and commits.
+*/
+static void test_after_children(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_fail_outcome fo;
+	due_submitted s;
+
+	due_id p = add(db, "p", HOUR_US, 5), dead = add(db, "p", 0, 1);
+	assert_int_equal(
+	    due_fail(db, &fo, dead, claim_one(db, dead, LONG_LEASE), "x"), 0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	assert_int_equal(children_of(m, p), 0);
+
+	o.after = &p;
+	o.n_after = 1;
+	assert_int_equal(due_schedule(db, &s, "c", "x", 1, &o), 0);
+	assert_int_equal(due_schedule(db, &s, "c", "y", 1, &o), 0);
+	assert_int_equal(children_of(m, p), 2);
+
+	/* refused in a caller's transaction, which then commits */
+	due_id both[2] = {p, dead}, gone[2] = {p, 999999999};
+	o.after = both;
+	o.n_after = 2;
+	q(m, "START TRANSACTION");
+	assert_int_equal(due_schedule_mysql_tx(m, &s, "c", "z", 1, &o),
+			 DUE_ESTATE);
+	o.after = gone;
+	assert_int_equal(due_schedule_mysql_tx(m, &s, "c", "z", 1, &o),
+			 DUE_ENOTFOUND);
+	assert_non_null(strstr(due_error_last(), "parent task 999999999"));
+	q(m, "COMMIT");
+	assert_int_equal(children_of(m, p), 2);
+	assert_int_equal(children_of(m, dead), 0);
+
+	/* an ended parent is written too (any end) */
+	o.after = both;
+	o.after_any_end = true;
+	assert_int_equal(due_schedule(db, &s, "c", "w", 1, &o), 0);
+	assert_int_equal(children_of(m, p), 3);
+	assert_int_equal(children_of(m, dead), 1);
+	mysql_close(m);
+	due_close(db);
+}
+
+/*
+** A chain of 1,000 held tasks, each after the one before, is cancelled
+** in one step when its head is cancelled: one transaction, level by level
+** (no recursion, no trigger depth), each task's last_error naming the
+** one before it; nothing of the chain is left held.
+*/
+enum { CHAIN = 1000 };
+
+static void test_after_chain_cancel(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_cancel_outcome co;
+	due_id *chain = calloc(CHAIN + 1, sizeof(*chain));
+	char want[64];
+
+	assert_non_null(chain);
+	chain[0] = add(db, "p", HOUR_US, 5);
+	for (int i = 1; i <= CHAIN; i++)
+		chain[i] = child_after(db, &chain[i - 1], 1);
+	int64_t t = mono_ms();
+	assert_int_equal(due_cancel(db, &co, chain[0]), 0);
+	t = mono_ms() - t;
+	assert_int_equal(co, DUE_CANCEL_CANCELLED);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_task"
+				  " WHERE state = 'CANCELLED'"),
+			 CHAIN + 1);
+	assert_int_equal(
+	    q_int(m, "SELECT COUNT(*) FROM due_after WHERE pending"), 0);
+	for (int i = 1; i <= CHAIN; i += 333) {
+		due_task *x = get(db, chain[i]);
+		assert_int_equal(x->state, DUE_CANCELLED);
+		snprintf(want, sizeof(want), "parent task %lld ended CANCELLED",
+			 (long long)chain[i - 1]);
+		assert_string_equal(x->last_error, want);
+		due_task_free(x);
+	}
+	printf("after: a chain of %d cancelled in one step in %lld ms\n", CHAIN,
+	       (long long)t);
+	free(chain);
+	mysql_close(m);
+	due_close(db);
+}
+
+/* CALL sql on m; its SQLSTATE ("00000" when it worked) into st[6]. */
+static void call_state(MYSQL *m, const char *sql, char st[6])
+{
+	if (mysql_query(m, sql) == 0) {
+		do
+			mysql_free_result(mysql_store_result(m));
+		while (mysql_next_result(m) == 0);
+	}
+	snprintf(st, 6, "%s", mysql_sqlstate(m));
+}
+
+/*
+** due_schedule_after, the SQL producer: inside the caller's transaction
+** (a rollback leaves nothing); the child held until its parent is DONE
+** and released by the store's completion; bad lists SIGNAL 22023, a
+** missing parent 23000 and a DEAD one 55000, naming the id, and write
+** nothing; after_any_end takes the DEAD one; due_reschedule of a held
+** task keeps it held, its new time applied at the release.
+*/
+static void test_sql_after(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_fail_outcome fo;
+	due_reschedule_outcome rs;
+	due_time now;
+	char sql[512], st[6];
+
+	due_id p = add(db, "p", HOUR_US, 5), dead = add(db, "p", 0, 1);
+	assert_int_equal(
+	    due_fail(db, &fo, dead, claim_one(db, dead, LONG_LEASE), "x"), 0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	int64_t before = q_int(m, "SELECT COUNT(*) FROM due_task");
+
+	snprintf(sql, sizeof(sql),
+		 "CALL due_schedule_after('c', 'x', 0, NULL, NULL, NULL,"
+		 " '[%lld]', NULL, @id)",
+		 (long long)p);
+	q(m, "START TRANSACTION");
+	q(m, sql);
+	q(m, "ROLLBACK");
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_task"), before);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_after"), 0);
+
+	static const struct {
+		const char *after, *state, *says;
+	} bad[] = {
+	    {"'[]'", "22023", "empty"},
+	    {"'[1, 1]'", "22023", "twice"},
+	    {"'[0]'", "22023", "invalid task id"},
+	    {"'[\"7\"]'", "22023", "invalid task id"},
+	    {"'{\"a\": 1}'", "22023", "JSON array"},
+	    {"NULL", "22023", "JSON array"},
+	    {"'[999999999]'", "23000", "parent task 999999999 not found"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(sql, sizeof(sql),
+			 "CALL due_schedule_after('c', 'x', 0, NULL, NULL,"
+			 " NULL, %s, FALSE, @id)",
+			 bad[i].after);
+		call_state(m, sql, st);
+		assert_string_equal(st, bad[i].state);
+		if (!strstr(mysql_error(m), bad[i].says))
+			fail_msg("%s: '%s' does not say '%s'", bad[i].after,
+				 mysql_error(m), bad[i].says);
+	}
+	snprintf(sql, sizeof(sql),
+		 "CALL due_schedule_after('c', 'x', 0, NULL, NULL, NULL,"
+		 " '[%lld, %lld]', FALSE, @id)",
+		 (long long)p, (long long)dead);
+	call_state(m, sql, st);
+	assert_string_equal(st, "55000");
+	snprintf(sql, sizeof(sql), "parent task %lld is DEAD", (long long)dead);
+	assert_non_null(strstr(mysql_error(m), sql));
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_task"), before);
+	/* the parents' rows written first, set back by the refusal */
+	assert_int_equal(children_of(m, p), 0);
+	assert_int_equal(children_of(m, dead), 0);
+
+	/* committed: held on p, released by p's DONE at its own time */
+	snprintf(sql, sizeof(sql),
+		 "CALL due_schedule_after('c', 'x', 0, NULL, NULL, NULL,"
+		 " '[%lld, %lld]', TRUE, @id)",
+		 (long long)p, (long long)dead);
+	q(m, "START TRANSACTION");
+	q(m, sql);
+	q(m, "COMMIT");
+	due_id c = q_int(m, "SELECT @id");
+	assert_int_equal(children_of(m, p), 1);
+	assert_int_equal(children_of(m, dead), 1);
+	due_task *t = get(db, c);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_int_equal(t->after_n, 2);
+	assert_int_equal(t->after_left, 1);
+	assert_true(t->after_any_end);
+	assert_int_equal(t->due_at, 253402300799999999LL);
+	assert_int_equal(t->after[0], p);
+	assert_int_equal(t->after[1], dead);
+	due_task_free(t);
+	assert_int_equal(due_now(db, &now), 0);
+	snprintf(sql, sizeof(sql),
+		 "CALL due_reschedule(%lld, NULL, %lld, NULL, @o)",
+		 (long long)c, (long long)(now + 2 * HOUR_US));
+	q(m, sql);
+	assert_int_equal(q_int(m, "SELECT @o = 'RESCHEDULED'"), 1);
+	assert_int_equal(q_int(m, "SELECT after_left FROM due_task WHERE id = "
+				  "(SELECT @id)"),
+			 1);
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	assert_int_equal(due_reschedule(db, &rs, p, &ro), 0); /* p due now */
+	int32_t a = claim_one(db, p, LONG_LEASE);
+	due_complete_outcome cc;
+	assert_int_equal(due_complete(db, &cc, p, a, "r", 1), 0);
+	assert_int_equal(cc, DUE_COMPLETE_DONE);
+	t = get(db, c);
+	assert_int_equal(t->after_left, 0);
+	assert_int_equal(t->due_at, now + 2 * HOUR_US);
+	due_task_free(t);
+	mysql_close(m);
+	due_close(db);
+}
+
+/*
+** on_key replace or later meeting a held holder (run-after), from C and
+** from SQL: the holder answers (existed, moved), stays held, and keeps
+** the new time as its own, applied at its release.
+*/
+static void test_after_on_key_held(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s, s2;
+	due_time now;
+	char sql[300];
+
+	assert_int_equal(due_now(db, &now), 0);
+	due_id p = add(db, "p", HOUR_US, 5);
+	o.after = &p;
+	o.n_after = 1;
+	o.key = "k1";
+	assert_int_equal(due_schedule(db, &s, "c", "a", 1, &o), 0);
+	o = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
+	o.key = "k1";
+	o.on_key = DUE_ON_KEY_LATER;
+	o.at = now + 3 * HOUR_US;
+	assert_int_equal(due_schedule(db, &s2, "c", "b", 1, &o), 0);
+	assert_true(s2.existed && s2.moved && s2.id == s.id);
+	due_task *t = get(db, s.id);
+	assert_int_equal(t->after_left, 1);
+	assert_int_equal(t->due_at, 253402300799999999LL);
+	assert_memory_equal(t->payload, "b", 1);
+	due_task_free(t);
+	snprintf(sql, sizeof(sql),
+		 "CALL due_schedule_on_key('c', 'z', NULL, %lld, 'k1', NULL,"
+		 " 'replace', @id)",
+		 (long long)(now + 2 * HOUR_US));
+	q(m, sql);
+	assert_int_equal(q_int(m, "SELECT @id"), s.id);
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome rs;
+	due_complete_outcome cc;
+	assert_int_equal(due_reschedule(db, &rs, p, &ro), 0);
+	assert_int_equal(
+	    due_complete(db, &cc, p, claim_one(db, p, LONG_LEASE), "r", 1), 0);
+	t = get(db, s.id);
+	assert_int_equal(t->after_left, 0);
+	assert_int_equal(t->due_at, now + 2 * HOUR_US);
+	assert_memory_equal(t->payload, "z", 1);
+	due_task_free(t);
+	mysql_close(m);
+	due_close(db);
+}
+
+/* ------------------------------------------------------------------ */
 /* Bounded waits (issue 35)                                            */
 /* ------------------------------------------------------------------ */
 
@@ -1667,6 +2158,16 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_tx_on_key, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_on_key_race, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_listen, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_upgrade_from_10, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_after_race, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_after_children, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_after_chain_cancel, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_sql_after, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_after_on_key_held, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_deadlock_retried, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_killed_connection, setup,
@@ -1681,6 +2182,9 @@ int main(void)
 	};
 	if (tu_select_backend("mysql") != 0)
 		return tu_backend_check();
+	/* DUE_TEST_FILTER=test_after* runs the tests that match */
+	if (getenv("DUE_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("DUE_TEST_FILTER"));
 	return cmocka_run_group_tests_name("mysql store", tests, NULL, NULL);
 #else
 	printf("NOTE: mysql store suite not run: this build has no MySQL\n");

@@ -154,7 +154,7 @@ static int setup(void **state)
 {
 	(void)state;
 	sql("TRUNCATE due_task, due_attempt, due_audit, due_schedule, "
-	    "due_worker, due_kind, due_rate");
+	    "due_worker, due_kind, due_rate, due_after");
 	return 0;
 }
 
@@ -816,8 +816,27 @@ static void v2_shape(char *buf, size_t n, const char *sch)
 ** 1 to 4 are released and unchanged, so this is exactly a version-4
 ** store (storage parameters included: RESET is the default they had).
 */
+/*
+** Undo step 11 (run after) in `sch`, and the routines `due init` added
+** with it: what a version-10 `due init` left.
+*/
+static void back_to_v10(const char *sch)
+{
+	sql("DROP FUNCTION %s.due_schedule_after(text, text, bigint[],"
+	    " interval, timestamptz, text, integer, boolean)",
+	    sch);
+	sql("DROP FUNCTION %s.due_release(bigint[])", sch);
+	sql("DROP TABLE %s.due_after", sch);
+	sql("ALTER TABLE %s.due_task DROP COLUMN after_n, DROP COLUMN"
+	    " after_left, DROP COLUMN after_any_end, DROP COLUMN after_at,"
+	    " DROP COLUMN after_delay_us, DROP COLUMN is_parent",
+	    sch);
+	sql("UPDATE %s.due_meta SET value = '10'", sch);
+}
+
 static void back_to_v4(const char *sch)
 {
+	back_to_v10(sch);
 	sql("DROP TABLE %s.due_lock", sch);
 	sql("DROP INDEX %s.due_task_dead", sch);
 	sql("DROP STATISTICS %s.due_task_kind_state", sch);
@@ -973,7 +992,8 @@ static void v4_shape(char *buf, size_t n, const char *sch)
 		 "SELECT string_agg(replace(indexdef, '%s.', ''), ', '"
 		 " ORDER BY indexname) FROM pg_indexes WHERE schemaname = '%s'",
 		 sch, sch);
-	snprintf(buf, n, "%s | %s", cols, idx);
+	int w = snprintf(buf, n, "%s | %s", cols, idx);
+	assert_true(w >= 0 && (size_t)w < n); /* (and gcc sees it checked) */
 }
 
 /*
@@ -1990,6 +2010,485 @@ static void test_on_key_in_caller_tx(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Run after (schema 11)                                               */
+/* ------------------------------------------------------------------ */
+
+/* A task of kind "c" after the n tasks of `after`, through the C API. */
+static due_id child_after(due_db *db, const due_id *after, size_t n)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+	o.after = after;
+	o.n_after = n;
+	assert_int_equal(due_schedule(db, &s, "c", "child", 5, &o), 0);
+	return s.id;
+}
+
+/* How many sessions wait for a lock now. */
+static int64_t lock_waiters(void)
+{
+	return sql_int("SELECT count(*) FROM pg_stat_activity"
+		       " WHERE wait_event_type = 'Lock'"
+		       " AND datname = current_database()");
+}
+
+/* Wait (HANG_MS at most) until a session waits for a row lock. */
+static void wait_lock_waiter(void)
+{
+	int64_t end = mono_ms() + HANG_MS;
+	while (lock_waiters() < 1) {
+		if (mono_ms() > end)
+			fail_msg("no session came to wait for a lock");
+		usleep(5000);
+	}
+}
+
+/* Held or not: after_left and whether due_at is DUE_TIME_LAST. */
+static void assert_after(due_db *db, due_id id, int32_t left, bool held)
+{
+	due_task *t = get(db, id);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_int_equal(t->after_left, left);
+	if (held)
+		assert_int_equal(t->due_at, DUE_TIME_LAST);
+	else
+		assert_true(t->due_at < DUE_TIME_LAST);
+	due_task_free(t);
+}
+
+typedef struct finish_arg {
+	due_id id;
+	int32_t attempt;
+	int rc;
+	due_complete_outcome out;
+	int in_hook[2]; /* the hook says it runs (-1: no hook) */
+	int go[2];	/* ... and waits for a byte here */
+} finish_arg;
+
+/* In the completion's open transaction: say so, wait for the go. */
+static int hook_hold(void *conn, const due_task *task, void *payload)
+{
+	finish_arg *a = payload;
+	char c = 'h';
+	(void)conn;
+	(void)task;
+	if (write(a->in_hook[1], &c, 1) != 1 || read(a->go[0], &c, 1) != 1)
+		return 1;
+	return 0;
+}
+
+/* Thread: complete the parent on a handle of its own. */
+static void *finish_parent(void *p)
+{
+	finish_arg *a = p;
+	due_db *db = open_db();
+	a->rc = a->in_hook[0] < 0
+		    ? due_complete(db, &a->out, a->id, a->attempt, "r", 1)
+		    : due_complete_tx(db, &a->out, a->id, a->attempt, "r", 1,
+				      hook_hold, a);
+	due_close(db);
+	return NULL;
+}
+
+typedef struct child_arg {
+	due_id parent, id;
+	int rc;
+} child_arg;
+
+/* Thread: submit a child of `parent` on a handle of its own. */
+static void *submit_child(void *p)
+{
+	child_arg *a = p;
+	due_db *db = open_db();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s = {0};
+	o.after = &a->parent;
+	o.n_after = 1;
+	a->rc = due_schedule(db, &s, "c", "late", 4, &o);
+	a->id = s.id;
+	due_close(db);
+	return NULL;
+}
+
+/*
+** The child's submit first: its transaction (the caller's, through
+** due_schedule_pg_tx) holds the parent locked; the parent's completion
+** on another connection waits for its COMMIT, and then releases the
+** child, which its statement's own snapshot (taken before the child
+** committed) could not see.  Round 0: the parent had no child (the
+** submit marks it, is_parent); round 1: it had one (FOR SHARE only).
+*/
+static void test_after_child_submit_races_finish(void **state)
+{
+	(void)state;
+	PGconn *app = connect_to(url);
+	due_db *db = open_db();
+
+	for (int round = 0; round < 2; round++) {
+		setup(NULL); /* nothing due from the round before */
+		due_id p = add(db, "p", 0, 5), early = 0;
+		int32_t a = claim_one(db, p, LONG_LEASE);
+		if (round == 1)
+			early = child_after(db, &p, 1);
+		due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+		due_submitted s;
+		o.after = &p;
+		o.n_after = 1;
+		exec_ok(app, "BEGIN");
+		assert_int_equal(due_schedule_pg_tx(app, &s, "c", "x", 1, &o),
+				 0);
+		finish_arg f = {.id = p, .attempt = a, .in_hook = {-1, -1}};
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, finish_parent, &f),
+				 0);
+		wait_lock_waiter(); /* the completion waits for our COMMIT */
+		assert_int_equal(state_of(db, p), DUE_CLAIMED);
+		exec_ok(app, "COMMIT");
+		assert_int_equal(pthread_join(th, NULL), 0);
+		assert_int_equal(f.rc, 0);
+		assert_int_equal(f.out, DUE_COMPLETE_DONE);
+		assert_after(db, s.id, 0, false);
+		if (early)
+			assert_after(db, early, 0, false);
+		assert_int_equal(sql_int("SELECT count(*) FROM due_after"
+					 " WHERE parent = %lld AND pending",
+					 (long long)p),
+				 0);
+	}
+	PQfinish(app);
+	due_close(db);
+}
+
+/*
+** The parent's completion first: its transaction is open (a completion
+** hook holds it) when a child is submitted; the submit waits for the
+** parent's row, then reads it DONE: the child is due at once, waiting
+** for nothing.  Round 0 without an earlier child (the submit's mark
+** waits), round 1 with one (its FOR SHARE waits; the earlier child is
+** released by the completion).
+*/
+static void test_after_finish_races_child_submit(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+
+	for (int round = 0; round < 2; round++) {
+		setup(NULL); /* nothing due from the round before */
+		due_id p = add(db, "p", 0, 5), early = 0;
+		int32_t a = claim_one(db, p, LONG_LEASE);
+		char c = 'g';
+		if (round == 1)
+			early = child_after(db, &p, 1);
+		finish_arg f = {.id = p, .attempt = a};
+		assert_int_equal(pipe(f.in_hook), 0);
+		assert_int_equal(pipe(f.go), 0);
+		pthread_t tf, tc;
+		assert_int_equal(pthread_create(&tf, NULL, finish_parent, &f),
+				 0);
+		assert_int_equal(read(f.in_hook[0], &c, 1), 1);
+		child_arg ca = {.parent = p};
+		assert_int_equal(pthread_create(&tc, NULL, submit_child, &ca),
+				 0);
+		wait_lock_waiter(); /* the submit waits for the parent */
+		assert_int_equal(write(f.go[1], &c, 1), 1);
+		assert_int_equal(pthread_join(tf, NULL), 0);
+		assert_int_equal(pthread_join(tc, NULL), 0);
+		assert_int_equal(f.rc, 0);
+		assert_int_equal(f.out, DUE_COMPLETE_DONE);
+		assert_int_equal(ca.rc, 0);
+		assert_after(db, ca.id, 0, false);
+		due_task *t = get(db, ca.id);
+		assert_int_equal(t->after_n, 1);
+		assert_non_null(t->after);
+		assert_int_equal(t->after[0], p);
+		due_task_free(t);
+		if (early)
+			assert_after(db, early, 0, false);
+		for (int i = 0; i < 2; i++) {
+			close(f.in_hook[i]);
+			close(f.go[i]);
+		}
+	}
+	due_close(db);
+}
+
+#define CHAIN 1000
+
+/*
+** A chain of 1,000 (each after the one before) is cancelled in one step
+** by its head's cancel: every link CANCELLED, naming the one before it,
+** no edge left pending, nothing held.  The time is printed, not
+** asserted.
+*/
+static void test_after_chain_of_1000_cancelled(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	static due_id ids[CHAIN + 1];
+	due_cancel_outcome co;
+
+	ids[0] = add(db, "p", LONG_LEASE, 5);
+	for (int i = 1; i <= CHAIN; i++)
+		ids[i] = child_after(db, &ids[i - 1], 1);
+	assert_after(db, ids[CHAIN], 1, true);
+	int64_t t0 = mono_ms();
+	assert_int_equal(due_cancel(db, &co, ids[0]), 0);
+	print_message("cancel of a chain of %d: %lld ms\n", CHAIN,
+		      (long long)(mono_ms() - t0));
+	assert_int_equal(co, DUE_CANCEL_CANCELLED);
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM due_task WHERE state = 'CANCELLED'"),
+	    CHAIN + 1);
+	assert_int_equal(
+	    sql_int("SELECT count(*) FROM due_task t JOIN due_after a"
+		    " ON a.child = t.id WHERE t.last_error ="
+		    " format('parent task %%s ended CANCELLED', a.parent)"
+		    " AND t.after_left = 0 AND t.attempt = 0"),
+	    CHAIN);
+	assert_int_equal(sql_int("SELECT count(*) FROM due_after"
+				 " WHERE pending"),
+			 0);
+	due_task_list *l = NULL;
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	lo.held = true;
+	assert_int_equal(due_list(db, &l, &lo), 0);
+	assert_int_equal(l->count, 0);
+	due_task_list_free(l);
+	due_close(db);
+}
+
+/* The statement fails on adm with SQLSTATE `code` and text `needle`. */
+static void sql_refused(const char *code, const char *needle, const char *fmt,
+			...)
+{
+	char q_buf[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(q_buf, sizeof(q_buf), fmt, ap);
+	va_end(ap);
+	PGresult *r = PQexec(adm, q_buf);
+	const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	if (PQresultStatus(r) != PGRES_FATAL_ERROR || !st ||
+	    strcmp(st, code) != 0 || !strstr(PQerrorMessage(adm), needle))
+		fail_msg("%s: want %s '%s', got %s %s", q_buf, code, needle,
+			 st ? st : "-", PQerrorMessage(adm));
+	PQclear(r);
+}
+
+/*
+** due_schedule_after() in SQL: a held child (no wake-up while held),
+** its parents listed; a missing parent P0002 naming it, a DEAD one 55000
+** naming the state, bad lists 22023, none of them writing; after_any_end
+** takes the DEAD parent as ended (due at once, notified); the parent's
+** DONE releases the held one at its own delay counted from then, and
+** wakes listeners with its kind.
+*/
+static void test_schedule_after_sql(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	PGconn *ear = connect_to(url);
+	due_fail_outcome fo;
+	due_time t0, t1;
+	char kind[32];
+
+	snprintf(kind, sizeof(kind), "after-sql-%d", (int)getpid());
+	due_id dead = add(db, "p", 0, 1);
+	assert_int_equal(
+	    due_fail(db, &fo, dead, claim_one(db, dead, LONG_LEASE), "boom"),
+	    0);
+	due_id p = add(db, "p", LONG_LEASE, 5);
+	exec_ok(ear, "LISTEN due_task_new");
+	due_id c = sql_int("SELECT due_schedule_after('%s', 'x',"
+			   " ARRAY[%lld], run_in => interval '1 hour')",
+			   kind, (long long)p);
+	assert_true(c > 0);
+	assert_after(db, c, 1, true);
+	due_task *t = get(db, c);
+	assert_int_equal(t->after_n, 1);
+	assert_int_equal(t->after[0], p);
+	due_task_free(t);
+	assert_false(was_notified(ear, kind));
+
+	int64_t n = sql_int("SELECT count(*) FROM due_task");
+	sql_refused("P0002", "parent task 999999999 not found",
+		    "SELECT due_schedule_after('%s', 'x', ARRAY[%lld,"
+		    " 999999999])",
+		    kind, (long long)p);
+	sql_refused("55000", "is DEAD",
+		    "SELECT due_schedule_after('%s', 'x', ARRAY[%lld])", kind,
+		    (long long)dead);
+	sql_refused("22023", "twice",
+		    "SELECT due_schedule_after('%s', 'x', ARRAY[%lld, %lld])",
+		    kind, (long long)p, (long long)p);
+	sql_refused("22023", "empty",
+		    "SELECT due_schedule_after('%s', 'x', '{}'::bigint[])",
+		    kind);
+	sql_refused("22023", "invalid kind",
+		    "SELECT due_schedule_after('bad kind', 'x', ARRAY[1])");
+	assert_int_equal(sql_int("SELECT count(*) FROM due_task"), n);
+
+	/* any end: the DEAD parent counts as ended */
+	due_id any = sql_int("SELECT due_schedule_after('%s', 'y',"
+			     " ARRAY[%lld], after_any_end => true)",
+			     kind, (long long)dead);
+	assert_after(db, any, 0, false);
+	came_first(ear, kind, NULL);
+
+	/* the parent's DONE releases the held one, one hour from then */
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome rs;
+	claim_one(db, any, LONG_LEASE);
+	assert_int_equal(due_reschedule(db, &rs, p, &ro), 0);
+	int32_t a = claim_one(db, p, LONG_LEASE);
+	due_complete_outcome co;
+	assert_int_equal(due_now(db, &t0), 0);
+	assert_int_equal(due_complete(db, &co, p, a, "r", 1), 0);
+	assert_int_equal(due_now(db, &t1), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	came_first(ear, kind, NULL);
+	t = get(db, c);
+	assert_int_equal(t->after_left, 0);
+	assert_true(t->due_at >= t0 + 3600000000LL);
+	assert_true(t->due_at <= t1 + 3600000000LL);
+	due_task_free(t);
+
+	/* a producer role: due_schedule()'s grants are not enough; with
+	   the ones docs/internals/after-postgres.md adds, it works */
+	char role[40];
+	snprintf(role, sizeof(role), "due_after_prod_%d", (int)getpid());
+	due_id q = add(db, "p", LONG_LEASE, 5);
+	sql("DROP ROLE IF EXISTS %s", role);
+	sql("CREATE ROLE %s", role);
+	sql("GRANT USAGE ON SCHEMA %s TO %s", schema, role);
+	sql("GRANT INSERT, SELECT (id, kind, key, state) ON due_task TO %s",
+	    role);
+	sql("SET ROLE %s", role);
+	sql_refused("42501", "permission denied",
+		    "SELECT due_schedule_after('%s', 'r', ARRAY[%lld])", kind,
+		    (long long)q);
+	sql("RESET ROLE");
+	sql("GRANT SELECT (is_parent), UPDATE (is_parent) ON due_task TO %s",
+	    role);
+	sql("GRANT INSERT ON due_after TO %s", role);
+	sql("SET ROLE %s", role);
+	assert_true(sql_int("SELECT due_schedule_after('%s', 'r',"
+			    " ARRAY[%lld])",
+			    kind, (long long)q) > 0);
+	sql("RESET ROLE");
+	sql("DROP OWNED BY %s", role);
+	sql("DROP ROLE %s", role);
+
+	/* a held holder of a key is never moved by key (C and SQL) */
+	due_schedule_opts ko = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted ks, ks2;
+	ko.key = "hk";
+	ko.after = &q;
+	ko.n_after = 1;
+	assert_int_equal(due_schedule(db, &ks, "hk", "a", 1, &ko), 0);
+	ko.after = NULL;
+	ko.n_after = 0;
+	ko.on_key = DUE_ON_KEY_REPLACE;
+	assert_int_equal(due_schedule(db, &ks2, "hk", "b", 1, &ko), 0);
+	assert_true(ks2.existed && !ks2.moved && ks2.id == ks.id);
+	assert_int_equal(sql_int("SELECT due_schedule('hk', 'c', interval '0',"
+				 " NULL, 'hk', 5, 'replace')"),
+			 ks.id);
+	assert_after(db, ks.id, 1, true);
+	t = get(db, ks.id);
+	assert_memory_equal(t->payload, "a", 1);
+	due_task_free(t);
+	PQfinish(ear);
+	due_close(db);
+}
+
+/* Columns of due_task and due_after, and every index, in `sch`. */
+static void v11_shape(char *buf, size_t n, const char *sch)
+{
+	char cols[6000], idx[3000];
+	sql_text(cols, sizeof(cols),
+		 "SELECT string_agg(table_name || '.' || column_name || ' ' ||"
+		 " data_type || ' ' || is_nullable || ' ' ||"
+		 " coalesce(column_default, ''), ', ' ORDER BY table_name,"
+		 " column_name) FROM information_schema.columns WHERE"
+		 " table_schema = '%s' AND table_name IN ('due_task',"
+		 " 'due_after')",
+		 sch);
+	sql_text(idx, sizeof(idx),
+		 "SELECT string_agg(replace(indexdef, '%s.', ''), ', '"
+		 " ORDER BY indexname) FROM pg_indexes WHERE schemaname = '%s'",
+		 sch, sch);
+	snprintf(buf, n, "%s | %s", cols, idx);
+}
+
+/*
+** Version 10 -> 11 (run after): refused without `due init`; three inits
+** at once upgrade it once; the tasks survive waiting for nothing (0 / 0
+** / false, no parents); run-after works on the upgraded store (a child
+** of the running task held, released by its DONE); and the upgraded
+** schema (columns, indexes, the two routines) is the one a new store
+** gets.
+*/
+static void test_schema_upgrade_from_v10(void **state)
+{
+	(void)state;
+	char sch[80], u[1200], buf[64], fresh[9000], upgraded[9000];
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	due_db *db = NULL;
+	due_complete_outcome co;
+
+	o.create = true;
+	snprintf(sch, sizeof(sch), "%s_v10", schema);
+	sql("DROP SCHEMA IF EXISTS %s CASCADE", sch);
+	sql("CREATE SCHEMA %s", sch);
+	url_for(u, sizeof(u), sch, "");
+	assert_int_equal(due_open(&db, u, &o), 0);
+	due_id waiting = add(db, "k", LONG_LEASE, 5);
+	due_id running = add(db, "k", 0, 5);
+	int32_t a = claim_one(db, running, LONG_LEASE);
+	due_close(db);
+	back_to_v10(sch);
+
+	db = NULL;
+	assert_int_equal(due_open(&db, u, NULL), DUE_ESCHEMA);
+	assert_non_null(strstr(due_error_last(), "older"));
+	due_close(db);
+	concurrent_inits(u, 3);
+	assert_string_equal(sql_text(buf, sizeof(buf),
+				     "SELECT value FROM %s.due_meta"
+				     " WHERE name = 'schema_version'",
+				     sch),
+			    DUE_SCHEMA_VERSION_TEXT);
+	db = open_url(u);
+	due_task *t = get(db, waiting);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_int_equal(t->after_n, 0);
+	assert_int_equal(t->after_left, 0);
+	assert_false(t->after_any_end);
+	assert_null(t->after);
+	due_task_free(t);
+	due_id c = child_after(db, &running, 1);
+	assert_after(db, c, 1, true);
+	assert_int_equal(due_complete(db, &co, running, a, "r", 1), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	assert_after(db, c, 0, false);
+	due_close(db);
+
+	v11_shape(fresh, sizeof(fresh), schema);
+	v11_shape(upgraded, sizeof(upgraded), sch);
+	assert_non_null(strstr(fresh, "due_after_child"));
+	assert_non_null(strstr(fresh, "due_task.is_parent"));
+	assert_string_equal(upgraded, fresh);
+	assert_int_equal(sql_int("SELECT count(*) FROM pg_proc f JOIN"
+				 " pg_namespace s ON s.oid = f.pronamespace"
+				 " WHERE s.nspname = '%s' AND f.proname IN"
+				 " ('due_release', 'due_schedule_after')",
+				 sch),
+			 2);
+	sql("DROP SCHEMA %s CASCADE", sch);
+}
+
+/* ------------------------------------------------------------------ */
 
 /* Make this run's schema, initialized; 0 or -1. */
 static int make_run_schema(void)
@@ -2043,8 +2542,9 @@ static void drop_run_schema(void)
 	snprintf(
 	    sqlbuf, sizeof(sqlbuf),
 	    "SET client_min_messages = warning; "
-	    "DROP SCHEMA IF EXISTS %s, %s_init, %s_v1, %s_v3, %s_v4 CASCADE",
-	    schema, schema, schema, schema, schema);
+	    "DROP SCHEMA IF EXISTS %s, %s_init, %s_v1, %s_v3, %s_v4, %s_v10"
+	    " CASCADE",
+	    schema, schema, schema, schema, schema, schema);
 	PGresult *r = PQexec(c, sqlbuf);
 	if (PQresultStatus(r) != PGRES_COMMAND_OK)
 		fprintf(stderr, "could not drop schema %s: %s", schema,
@@ -2080,6 +2580,11 @@ static int run_pg_suite(void)
 	    T(test_reads_at_size),
 	    T(test_on_key_racing_producers),
 	    T(test_on_key_in_caller_tx),
+	    T(test_after_child_submit_races_finish),
+	    T(test_after_finish_races_child_submit),
+	    T(test_after_chain_of_1000_cancelled),
+	    T(test_schedule_after_sql),
+	    T(test_schema_upgrade_from_v10),
 #undef T
 	};
 	int failed;

@@ -40,6 +40,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -1552,6 +1553,510 @@ static void test_connect_bounded(void **state)
 	close(l);
 }
 
+/* ------------------------------------------------------------------ */
+/* Run after (issue 38 point 3)                                        */
+/* ------------------------------------------------------------------ */
+
+#define HOUR_US 3600000000LL
+
+/* A task of kind "c" after the n ids of `after` (any: after_any_end). */
+static int after_try(due_db *db, due_id *id, const due_id *after, size_t n,
+		     bool any)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+	int rc;
+
+	o.after = after;
+	o.n_after = n;
+	o.after_any_end = any;
+	if ((rc = due_schedule(db, &s, "c", "c", 1, &o)) == 0)
+		*id = s.id;
+	return rc;
+}
+
+static due_id after_of(due_db *db, const due_id *after, size_t n, bool any)
+{
+	due_id id = 0;
+	assert_int_equal(after_try(db, &id, after, n, any), 0);
+	return id;
+}
+
+/* Held: SCHEDULED, waiting for `left` parents, never due. */
+static void held(due_db *db, due_id id, int32_t left)
+{
+	due_task *t = get(db, id);
+	if (t->state != DUE_SCHEDULED || t->after_left != left ||
+	    t->due_at != DUE_TIME_LAST)
+		fail_msg("task %lld: %s, after_left %d, due_at %lld; want "
+			 "held on %d",
+			 (long long)id, due_state_name(t->state),
+			 (int)t->after_left, (long long)t->due_at, (int)left);
+	due_task_free(t);
+}
+
+static void released(due_db *db, due_id id)
+{
+	due_task *t = get(db, id);
+	if (t->state != DUE_SCHEDULED || t->after_left != 0 ||
+	    t->due_at == DUE_TIME_LAST)
+		fail_msg("task %lld: %s, after_left %d; want released",
+			 (long long)id, due_state_name(t->state),
+			 (int)t->after_left);
+	due_task_free(t);
+}
+
+/* CANCELLED, its last_error naming `parent`. */
+static void cancelled_by(due_db *db, due_id id, due_id parent)
+{
+	char want[64];
+	due_task *t = get(db, id);
+	snprintf(want, sizeof(want), "parent task %lld ended",
+		 (long long)parent);
+	if (t->state != DUE_CANCELLED || !t->last_error ||
+	    !strstr(t->last_error, want))
+		fail_msg("task %lld: %s, '%s'; want CANCELLED by %lld",
+			 (long long)id, due_state_name(t->state),
+			 t->last_error ? t->last_error : "", (long long)parent);
+	due_task_free(t);
+}
+
+/* Claim task id (which must be due) and complete it: DONE. */
+static void done_by(due_db *db, due_id id)
+{
+	due_task *t = NULL;
+	due_complete_outcome co;
+	assert_int_equal(due_claim_id(db, &t, id, "w", LONG_LEASE), 0);
+	assert_int_equal(due_complete(db, &co, id, t->attempt, "r", 1), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	due_task_free(t);
+}
+
+/*
+** Schema 10 -> 11: a prefix at version 10 is refused until `due init`,
+** which records 11 and writes nothing else; its tasks read as added
+** after no parent (no field: 0), and one of them can be a parent.
+*/
+static void test_after_upgrade_from_10(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_id p = add(db, "p", 0, 5);
+	char meta[200];
+
+	due_close(db);
+	snprintf(meta, sizeof(meta), "%s", tu_rd_key("meta"));
+	cmd_ok("HSET %s schema_version 10", meta);
+	assert_int_equal(due_open(&db, url, &oo), DUE_ESCHEMA);
+	due_close(db);
+	oo.create = true; /* what `due init` does */
+	assert_int_equal(due_open(&db, url, &oo), 0);
+	assert_int_equal(cmd_int("HGET %s schema_version", meta), 11);
+	due_task *t = get(db, p);
+	assert_int_equal(t->after_n, 0);
+	assert_int_equal(t->after_left, 0);
+	assert_false(t->after_any_end);
+	assert_null(t->after);
+	due_task_free(t);
+	due_id c = after_of(db, &p, 1, false);
+	held(db, c, 1);
+	done_by(db, p);
+	released(db, c);
+	due_close(db);
+}
+
+/*
+** A chain of 1,000 (each after the one before) is cancelled in one
+** script when its first task dies (a queue, not a recursion: no Lua
+** stack or C-call limit), every link naming the one before it, and the
+** per-state counters stay exact (stats).
+*/
+static void test_after_chain_1000_cancelled(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_fail_outcome fo;
+	due_stats st;
+	enum { N = 1000 };
+	static due_id chain[N + 1];
+
+	chain[0] = add(db, "p", 0, 1);
+	for (int i = 1; i <= N; i++)
+		chain[i] = after_of(db, &chain[i - 1], 1, false);
+	held(db, chain[N], 1);
+	int32_t a = claim_one(db, chain[0], LONG_LEASE);
+	assert_int_equal(due_fail(db, &fo, chain[0], a, "boom"), 0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	cancelled_by(db, chain[1], chain[0]);
+	cancelled_by(db, chain[N / 2], chain[N / 2 - 1]);
+	cancelled_by(db, chain[N], chain[N - 1]);
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.counts[DUE_CANCELLED], N);
+	assert_int_equal(st.counts[DUE_SCHEDULED], 0);
+	assert_int_equal(st.counts[DUE_DEAD], 1);
+	due_close(db);
+}
+
+/* The sharded store of the run-after tests: its prefix and two URLs. */
+static char ash_pre[96];
+static const char *ash_user = "due_test_after";
+
+static void ash_urls(char *adm, char *lim, size_t n)
+{
+	snprintf(ash_pre, sizeof(ash_pre), "%sa", tu_redis_prefix);
+	snprintf(adm, n, "%s&prefix=%s&shards=2", url, ash_pre);
+	snprintf(lim, n, "redis://%s:pw@%s&prefix=%s&shards=2", ash_user,
+		 url + strlen("redis://"), ash_pre);
+}
+
+/* A task of kind "p", due now, in `shard` of 2 (others cancelled). */
+static due_id add_on(due_db *db, int shard, int max_attempts)
+{
+	due_cancel_outcome co;
+	for (;;) {
+		due_id id = add(db, "p", 0, max_attempts);
+		if (id % 2 == shard)
+			return id;
+		assert_int_equal(due_cancel(db, &co, id), 0);
+	}
+}
+
+/*
+** A child after `after` in `shard` of 2 (others cancelled): a submit that
+** fails (a shard the user may not write) is tried again, at the next
+** shard in turn.
+*/
+static due_id child_on(due_db *db, int shard, const due_id *after, size_t n)
+{
+	due_cancel_outcome co;
+	for (int tries = 0; tries < 10; tries++) {
+		due_id id = 0;
+		if (after_try(db, &id, after, n, false) < 0)
+			continue;
+		if (id % 2 == shard)
+			return id;
+		assert_int_equal(due_cancel(db, &co, id), 0);
+	}
+	fail_msg("no child in shard %d", shard);
+	return 0;
+}
+
+static long long outbox_len(int shard)
+{
+	char key[160];
+	snprintf(key, sizeof(key), "{due:%s:%d}:ob", ash_pre, shard);
+	return cmd_int("LLEN %s", key);
+}
+
+/* Claim task id, due now; its attempt. */
+static int32_t claim_id(due_db *db, due_id id)
+{
+	due_task *t = NULL;
+	assert_int_equal(due_claim_id(db, &t, id, "w", LONG_LEASE), 0);
+	int32_t a = t->attempt;
+	due_task_free(t);
+	return a;
+}
+
+static void forward_all(due_db *db)
+{
+	due_reclaimed rr;
+	assert_int_equal(due_reclaim_expired(db, &rr), 0);
+}
+
+/* The test user's keys: one or two rules (NULL). */
+static void acl(const char *r1, const char *r2)
+{
+	redisReply *r =
+	    r2 ? cmd("ACL SETUSER %s resetkeys %s %s", ash_user, r1, r2)
+	       : cmd("ACL SETUSER %s resetkeys %s", ash_user, r1);
+	assert_non_null(r);
+	assert_int_not_equal(r->type, REDIS_REPLY_ERROR);
+	freeReplyObject(r);
+}
+
+/*
+** Sharded (?shards=2), a child in another shard than its parents: held,
+** released by the parent's DONE in the same call (forwarded), cancelled
+** down a chain that crosses shards, refused before anything is written
+** for a missing or DEAD parent in the other shard (a batch over both
+** shards too, whichever shard the missing parent is in); and the two crashes
+** between steps, simulated by a user that may not write the other shard
+** (its delivery fails, the call's own work is written), redone by a
+** later reclaim (the workers' maintenance), never counted twice:
+**   - the parent's end ("E" message) left in its shard's outbox, then
+**     delivered, then delivered again by hand: counted once;
+**   - the child's link ("L") left undelivered (a user refused SADD, the
+**     link script's one write) while its parent ends: the reclaim's
+**     forwarder links, hears DONE and releases it.
+*/
+static void test_after_shards(void **state)
+{
+	char adm_u[800], lim_u[800], msg[200];
+	due_db *adm = NULL, *lim = NULL;
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_fail_outcome fo;
+	due_task *t = NULL;
+	due_id c;
+
+	(void)state;
+	ash_urls(adm_u, lim_u, sizeof(adm_u));
+	cmd_ok("ACL SETUSER %s on >pw ~* &* +@all", ash_user);
+	oo.create = true;
+	assert_int_equal(due_open(&adm, adm_u, &oo), 0);
+	assert_int_equal(due_open(&lim, lim_u, NULL), 0);
+
+	/* across shards: held, then released within the parent's call */
+	due_id p = add_on(adm, 0, 5);
+	c = child_on(adm, 1, &p, 1);
+	held(adm, c, 1);
+	t = get(adm, c);
+	assert_non_null(t->after);
+	assert_int_equal(t->after[0], p);
+	due_task_free(t);
+	done_by(adm, p);
+	released(adm, c);
+	assert_int_equal(outbox_len(0) + outbox_len(1), 0);
+
+	/* refused: a missing parent in the other shard, a DEAD one */
+	due_id live = add_on(adm, 0, 5), dead = add_on(adm, 1, 1);
+	due_id missing[2] = {live, 999999999}; /* shard 1 */
+	size_t before = 0;
+	due_stats st;
+	assert_int_equal(due_stats_get(adm, &st), 0);
+	for (int k = 0; k < DUE_STATE_COUNT; k++)
+		before += (size_t)st.counts[k];
+	for (int i = 0; i < 2; i++) /* from each shard in turn */
+		assert_int_equal(after_try(adm, &c, missing, 2, false),
+				 DUE_ENOTFOUND);
+	assert_non_null(strstr(due_error_last(), "999999999"));
+	assert_int_equal(due_fail(adm, &fo, dead, claim_id(adm, dead), "boom"),
+			 0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(after_try(adm, &c, &dead, 1, false),
+				 DUE_ESTATE);
+	assert_non_null(strstr(due_error_last(), "DEAD"));
+	assert_int_equal(due_stats_get(adm, &st), 0);
+	size_t now_n = 0;
+	for (int k = 0; k < DUE_STATE_COUNT; k++)
+		now_n += (size_t)st.counts[k];
+	assert_int_equal(now_n, before); /* nothing written */
+
+	/* a batch over both shards (keyed items: each to its key's shard),
+	   its second item after a missing parent of its own shard (read by
+	   that shard's script, which runs second): refused before the first
+	   shard writes its part */
+	{
+		due_submit it[2];
+		due_submitted got[2];
+		char keys[2][16];
+		int sh[2] = {-1, -1};
+		for (int i = 0; sh[0] < 0 || sh[1] < 0; i++) {
+			due_schedule_opts ko = DUE_SCHEDULE_OPTS_INIT;
+			due_submitted ks;
+			due_cancel_outcome kc;
+			char k[16];
+			snprintf(k, sizeof(k), "b%d", i);
+			ko.key = k;
+			assert_int_equal(
+			    due_schedule(adm, &ks, "c", "b", 1, &ko), 0);
+			assert_int_equal(due_cancel(adm, &kc, ks.id), 0);
+			if (sh[ks.id % 2] < 0) {
+				sh[ks.id % 2] = i;
+				snprintf(keys[ks.id % 2], sizeof(keys[0]), "%s",
+					 k);
+			}
+		}
+		assert_int_equal(due_stats_get(adm, &st), 0);
+		before = 0;
+		for (int k = 0; k < DUE_STATE_COUNT; k++)
+			before += (size_t)st.counts[k];
+		due_id bad[2] = {live, 999999999}; /* shard 1's */
+		for (int i = 0; i < 2; i++) {
+			it[i] = (due_submit){
+			    .kind = "c", .payload = "b", .payload_len = 1};
+			it[i].opts = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
+			it[i].opts.key = keys[i]; /* item i to shard i */
+			it[i].opts.after = i == 1 ? bad : &live;
+			it[i].opts.n_after = i == 1 ? 2 : 1;
+		}
+		assert_int_equal(due_schedule_batch(adm, got, it, 2),
+				 DUE_ENOTFOUND);
+		assert_int_equal(due_stats_get(adm, &st), 0);
+		now_n = 0;
+		for (int k = 0; k < DUE_STATE_COUNT; k++)
+			now_n += (size_t)st.counts[k];
+		assert_int_equal(now_n, before);
+	}
+
+	/* a DEAD parent cancels a chain crossing shards 0 -> 1 -> 0 -> 1 */
+	due_id q = add_on(adm, 0, 1);
+	due_id c1 = child_on(adm, 1, &q, 1);
+	due_id c2 = child_on(adm, 0, &c1, 1);
+	due_id c3 = child_on(adm, 1, &c2, 1);
+	assert_int_equal(due_fail(adm, &fo, q, claim_id(adm, q), "boom"), 0);
+	cancelled_by(adm, c1, q);
+	cancelled_by(adm, c2, c1);
+	cancelled_by(adm, c3, c2);
+
+	/* "E": the end's delivery fails (shard 1 out of reach), redone by a
+	   reclaim, then once more by hand: the child counts it once */
+	due_id p1 = add_on(adm, 0, 5), p2 = add_on(adm, 0, 5);
+	due_id two[2] = {p1, p2};
+	c = child_on(adm, 1, two, 2);
+	held(adm, c, 2);
+	char rules[200];
+	snprintf(rules, sizeof(rules), "~{due:%s:0}*", ash_pre);
+	acl(rules, NULL);
+	done_by(lim, p1); /* its DONE is written; the message waits */
+	assert_int_equal(outbox_len(0), 1);
+	held(adm, c, 2);
+	redisReply *r = cmd("LINDEX {due:%s:0}:ob 0", ash_pre);
+	assert_non_null(r);
+	assert_int_equal(r->type, REDIS_REPLY_STRING);
+	snprintf(msg, sizeof(msg), "%s", r->str);
+	freeReplyObject(r);
+	acl("~*", NULL);
+	forward_all(lim);
+	assert_int_equal(outbox_len(0), 0);
+	held(adm, c, 1);
+	r = cmd("RPUSH {due:%s:0}:ob %s", ash_pre, msg);
+	freeReplyObject(r);
+	forward_all(adm);
+	assert_int_equal(outbox_len(0), 0);
+	held(adm, c, 1); /* not 0: p1 counted once */
+	done_by(adm, p2);
+	released(adm, c);
+
+	/* "L": the link fails (shard 0 read-only), the parent ends before
+	   it is made; the reclaim's forwarder links, hears DONE, releases */
+	p = add_on(adm, 0, 5);
+	due_task *pt = NULL;
+	assert_int_equal(due_claim_id(adm, &pt, p, "w", LONG_LEASE), 0);
+	acl("~*", "-sadd"); /* the link script's one write */
+	c = child_on(lim, 1, &p, 1);
+	held(adm, c, 1);
+	assert_int_equal(outbox_len(1), 1);
+	due_complete_outcome co;
+	assert_int_equal(due_complete(adm, &co, p, pt->attempt, "r", 1), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	due_task_free(pt);
+	held(adm, c, 1); /* the parent never saw the edge */
+	acl("~*", "+sadd");
+	forward_all(lim);
+	assert_int_equal(outbox_len(1), 0);
+	released(adm, c);
+
+	due_close(lim);
+	due_close(adm);
+	cmd_ok("ACL DELUSER %s", ash_user);
+	tu_redis_delete(ash_pre);
+	snprintf(msg, sizeof(msg), "%s:0", ash_pre);
+	tu_redis_delete(msg);
+	snprintf(msg, sizeof(msg), "%s:1", ash_pre);
+	tu_redis_delete(msg);
+}
+
+/* The race: children added while their parents complete, two handles. */
+#define RACE_N 300
+typedef struct race {
+	char *u;
+	due_id *parent, *child;
+	int32_t *attempt;
+} race;
+
+static void *race_submit(void *arg)
+{
+	race *r = arg;
+	due_db *db = NULL;
+	if (due_open(&db, r->u, NULL) < 0)
+		return NULL;
+	for (int i = 0; i < RACE_N; i++) {
+		if (i % 2 == 0) /* shift the turn: a child in its parent's
+				   shard, then in the other, and so on */
+			add(db, "x", HOUR_US, 5);
+		if (after_try(db, &r->child[i], &r->parent[i], 1, false) < 0)
+			r->child[i] = -1;
+	}
+	due_close(db);
+	return NULL;
+}
+
+static void *race_complete(void *arg)
+{
+	race *r = arg;
+	due_db *db = NULL;
+	due_complete_outcome co;
+	if (due_open(&db, r->u, NULL) < 0)
+		return NULL;
+	for (int i = 0; i < RACE_N; i++)
+		if (due_complete(db, &co, r->parent[i], r->attempt[i], "r", 1) <
+			0 ||
+		    co != DUE_COMPLETE_DONE)
+			r->attempt[i] = -1;
+	due_close(db);
+	return NULL;
+}
+
+/*
+** The finish/insert race with real concurrent connections, sharded (a
+** child and its parent in different shards half the time, where the
+** submit reads the parent, inserts, then links): RACE_N running
+** parents complete on one connection while their children are added on
+** another; afterwards every child is released (none held on a parent
+** that ended, none counted twice: after_left 0, not below), with no
+** reclaim needed.
+*/
+static void test_after_race_shards(void **state)
+{
+	char adm_u[800], lim_u[800];
+	due_db *db = NULL;
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	static due_id parent[RACE_N], child[RACE_N];
+	static int32_t attempt[RACE_N];
+	race r = {adm_u, parent, child, attempt};
+	pthread_t a, b;
+	due_task_list *l = NULL;
+
+	(void)state;
+	ash_urls(adm_u, lim_u, sizeof(adm_u));
+	oo.create = true;
+	assert_int_equal(due_open(&db, adm_u, &oo), 0);
+	for (int i = 0; i < RACE_N; i++)
+		parent[i] = add(db, "p", 0, 5);
+	assert_int_equal(due_claim(db, &l, "w", NULL, 0, RACE_N, LONG_LEASE),
+			 0);
+	assert_int_equal(l->count, RACE_N);
+	for (size_t i = 0; i < l->count; i++)
+		for (int k = 0; k < RACE_N; k++)
+			if (parent[k] == l->items[i].id)
+				attempt[k] = l->items[i].attempt;
+	due_task_list_free(l);
+	assert_int_equal(pthread_create(&a, NULL, race_submit, &r), 0);
+	assert_int_equal(pthread_create(&b, NULL, race_complete, &r), 0);
+	pthread_join(a, NULL);
+	pthread_join(b, NULL);
+	int cross = 0;
+	for (int i = 0; i < RACE_N; i++) {
+		assert_true(child[i] > 0);
+		assert_true(attempt[i] > 0);
+		released(db, child[i]);
+		cross += child[i] % 2 != parent[i] % 2;
+	}
+	print_message("after race: %d children, %d in another shard than "
+		      "their parent, all released\n",
+		      RACE_N, cross);
+	assert_true(cross > 0);
+	due_close(db);
+	tu_redis_delete(ash_pre);
+	snprintf(adm_u, sizeof(adm_u), "%s:0", ash_pre);
+	tu_redis_delete(adm_u);
+	snprintf(adm_u, sizeof(adm_u), "%s:1", ash_pre);
+	tu_redis_delete(adm_u);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1585,6 +2090,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_stall_shards, setup,
 					    stall_down),
 	    T(test_connect_bounded),
+	    T(test_after_upgrade_from_10),
+	    T(test_after_chain_1000_cancelled),
+	    T(test_after_shards),
+	    T(test_after_race_shards),
 #undef T
 	};
 	if (tu_select_backend("redis") != 0)

@@ -3293,6 +3293,23 @@ static void test_flow_kind_settings(void **state)
 	due_close(db);
 }
 
+/* SQLite: a store taken back to version 10 (step 11 undone): run after. */
+static void sqlite_undo_v11(void)
+{
+	static const char *const undo[] = {
+	    "DROP INDEX due_task_held",
+	    "DROP TABLE due_after",
+	    "ALTER TABLE due_task DROP COLUMN after_n",
+	    "ALTER TABLE due_task DROP COLUMN after_left",
+	    "ALTER TABLE due_task DROP COLUMN after_any_end",
+	    "ALTER TABLE due_task DROP COLUMN after_at",
+	    "ALTER TABLE due_task DROP COLUMN after_delay_us",
+	    "UPDATE due_meta SET value = '10' WHERE name = 'schema_version'",
+	};
+	for (size_t i = 0; i < sizeof(undo) / sizeof(undo[0]); i++)
+		sql("%s", undo[i]);
+}
+
 /*
 ** SQLite: a store taken back to version 5 (step 6 undone): each running
 ** try gets its RUNNING attempt row back from its task row, as a version 5
@@ -3301,6 +3318,7 @@ static void test_flow_kind_settings(void **state)
 /* SQLite: a store taken back to version 6 (step 7 undone): its indexes. */
 static void sqlite_undo_v7(void)
 {
+	sqlite_undo_v11(); /* steps 8..10 only recorded their version */
 	static const char *const undo[] = {
 	    "DROP INDEX due_task_ended_id",
 	    "CREATE INDEX due_task_due ON due_task (due_at)"
@@ -4685,6 +4703,651 @@ static void test_on_key_running(void **state)
 	due_close(db);
 }
 
+/* ------------------------------------------------------------------ */
+/* Run after (issue 38 point 3)                                        */
+/* ------------------------------------------------------------------ */
+
+/* A task of kind "c" after the n ids of `after`; any: after_any_end. */
+static int add_after(due_db *db, due_id *id, const due_id *after, size_t n,
+		     bool any, int64_t delay_us, due_time at)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+	int rc;
+
+	o.after = after;
+	o.n_after = n;
+	o.after_any_end = any;
+	o.delay_us = delay_us;
+	o.at = at;
+	memset(&s, 0xA5, sizeof(s));
+	if ((rc = due_schedule(db, &s, "c", "child", 5, &o)) == 0) {
+		assert_false(s.existed);
+		*id = s.id;
+	}
+	return rc;
+}
+
+static due_id child_of(due_db *db, const due_id *after, size_t n, bool any)
+{
+	due_id id = 0;
+	assert_int_equal(add_after(db, &id, after, n, any, 0, DUE_TIME_NONE),
+			 0);
+	return id;
+}
+
+/* Held: SCHEDULED, waiting for `left` of its `n` parents, never due. */
+static void assert_held(due_db *db, due_id id, int32_t n, int32_t left)
+{
+	due_task *t = get(db, id);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_int_equal(t->after_n, n);
+	assert_int_equal(t->after_left, left);
+	assert_int_equal(t->due_at, DUE_TIME_LAST);
+	due_task_free(t);
+}
+
+/* Released: SCHEDULED, waiting for none, due within [lo, hi]. */
+static void assert_released(due_db *db, due_id id, due_time lo, due_time hi)
+{
+	due_task *t = get(db, id);
+	assert_int_equal(t->state, DUE_SCHEDULED);
+	assert_int_equal(t->after_left, 0);
+	assert_true(t->due_at >= lo);
+	assert_true(t->due_at <= hi);
+	due_task_free(t);
+}
+
+static void complete_ok(due_db *db, due_id id, int32_t attempt)
+{
+	due_complete_outcome co;
+	assert_int_equal(due_complete(db, &co, id, attempt, "r", 1), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+}
+
+/* How many tasks the store holds (every state). */
+static size_t n_tasks(due_db *db)
+{
+	due_task_list *l = NULL;
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	lo.limit = 10000;
+	assert_int_equal(due_list(db, &l, &lo), 0);
+	size_t n = l->count;
+	due_task_list_free(l);
+	return n;
+}
+
+/*
+** A child of two parents is held (never claimed, due_at DUE_TIME_LAST,
+** listed by the held filter) until both are DONE, then due at once by
+** the store's clock; get lists its parents ascending.
+*/
+static void test_after_fan_in(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_time t0, t1;
+	due_task_list *l = NULL;
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+
+	/* p2 waits (an hour) while p1 is claimed alone: claim_one */
+	due_id p1 = add(db, "p", 0, 5), p2 = add(db, "p", HOUR, 5);
+	due_id both[2] = {p2, p1};
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome rs;
+	due_id c = child_of(db, both, 2, false);
+	assert_held(db, c, 2, 2);
+	due_task *t = get(db, c);
+	assert_non_null(t->after);
+	assert_int_equal(t->after[0], p1);
+	assert_int_equal(t->after[1], p2);
+	assert_false(t->after_any_end);
+	due_task_free(t);
+	lo.held = true;
+	assert_int_equal(due_list(db, &l, &lo), 0);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, c);
+	assert_int_equal(l->items[0].after_left, 2);
+	due_task_list_free(l);
+	lo.state = DUE_DEAD;
+	assert_int_equal(due_list(db, &l, &lo), DUE_EINVAL);
+
+	int32_t a1 = claim_one(db, p1, LONG_LEASE);
+	complete_ok(db, p1, a1);
+	assert_held(db, c, 2, 1);
+	assert_int_equal(due_reschedule(db, &rs, p2, &ro), 0); /* due now */
+	assert_int_equal(due_now(db, &t0), 0);
+	int32_t a2 = claim_one(db, p2, LONG_LEASE);
+	complete_ok(db, p2, a2);
+	assert_int_equal(due_now(db, &t1), 0);
+	assert_released(db, c, t0, t1);
+	lo = (due_list_opts)DUE_LIST_OPTS_INIT;
+	lo.held = true;
+	assert_int_equal(due_list(db, &l, &lo), 0);
+	assert_int_equal(l->count, 0);
+	due_task_list_free(l);
+	claim_one(db, c, LONG_LEASE);
+	due_close(db);
+}
+
+/*
+** The child's own delay counts from its release; an absolute time is
+** kept when it is later than the release, else it is due at release.
+*/
+static void test_after_delay_and_at(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_time t0, t1, added;
+	due_id p = add(db, "p", 0, 5), cd, ca, cp;
+
+	assert_int_equal(due_now(db, &added), 0);
+	assert_int_equal(add_after(db, &cd, &p, 1, false, HOUR, DUE_TIME_NONE),
+			 0);
+	assert_int_equal(add_after(db, &ca, &p, 1, false, 0, added + 2 * HOUR),
+			 0);
+	assert_int_equal(add_after(db, &cp, &p, 1, false, 0, added - HOUR), 0);
+	assert_held(db, cd, 1, 1);
+	assert_held(db, ca, 1, 1);
+	assert_held(db, cp, 1, 1);
+	int32_t a = claim_one(db, p, LONG_LEASE);
+	assert_int_equal(due_now(db, &t0), 0);
+	complete_ok(db, p, a);
+	assert_int_equal(due_now(db, &t1), 0);
+	assert_released(db, cd, t0 + HOUR, t1 + HOUR);
+	assert_released(db, ca, added + 2 * HOUR, added + 2 * HOUR);
+	assert_released(db, cp, t0, t1);
+	claim_one(db, cp, LONG_LEASE);
+	due_close(db);
+}
+
+/*
+** Parents that must exist: one DONE counts at once (the child is due at
+** once), one missing is DUE_ENOTFOUND, one DEAD or CANCELLED is
+** DUE_ESTATE unless after_any_end; bad lists are DUE_EINVAL; nothing is
+** written by a refused submit or batch.
+*/
+static void test_after_parents_checked(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_time t0, t1;
+	due_cancel_outcome co;
+	due_fail_outcome fo;
+	due_id c;
+
+	due_id done = add(db, "p", 0, 5);
+	complete_ok(db, done, claim_one(db, done, LONG_LEASE));
+	due_id dead = add(db, "p", 0, 1);
+	assert_int_equal(
+	    due_fail(db, &fo, dead, claim_one(db, dead, LONG_LEASE), "boom"),
+	    0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	due_id gone = add(db, "p", HOUR, 5);
+	assert_int_equal(due_cancel(db, &co, gone), 0);
+	assert_int_equal(co, DUE_CANCEL_CANCELLED);
+	due_id live = add(db, "p", HOUR, 5);
+	size_t before = n_tasks(db);
+
+	assert_int_equal(due_now(db, &t0), 0);
+	c = child_of(db, &done, 1, false);
+	assert_int_equal(due_now(db, &t1), 0);
+	due_task *t = get(db, c);
+	assert_int_equal(t->after_n, 1);
+	assert_int_equal(t->after_left, 0);
+	assert_true(t->due_at >= t0 && t->due_at <= t1);
+	due_task_free(t);
+	before++;
+
+	due_id missing[2] = {live, 999999999};
+	assert_int_equal(add_after(db, &c, missing, 2, false, 0, DUE_TIME_NONE),
+			 DUE_ENOTFOUND);
+	assert_non_null(strstr(due_error_last(), "999999999"));
+	assert_int_equal(add_after(db, &c, &dead, 1, false, 0, DUE_TIME_NONE),
+			 DUE_ESTATE);
+	assert_non_null(strstr(due_error_last(), "DEAD"));
+	assert_int_equal(add_after(db, &c, &gone, 1, false, 0, DUE_TIME_NONE),
+			 DUE_ESTATE);
+	assert_non_null(strstr(due_error_last(), "CANCELLED"));
+	assert_int_equal(n_tasks(db), before);
+
+	/* bad lists */
+	due_id twice[2] = {live, live}, zero = 0;
+	assert_int_equal(add_after(db, &c, twice, 2, false, 0, DUE_TIME_NONE),
+			 DUE_EINVAL);
+	assert_int_equal(add_after(db, &c, &zero, 1, false, 0, DUE_TIME_NONE),
+			 DUE_EINVAL);
+	assert_int_equal(add_after(db, &c, NULL, 0, true, 0, DUE_TIME_NONE),
+			 DUE_EINVAL);
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+	o.after = &live;
+	o.n_after = 1;
+	o.key = "k";
+	o.on_key = DUE_ON_KEY_REPLACE;
+	assert_int_equal(due_schedule(db, &s, "c", "x", 1, &o), DUE_EINVAL);
+	o.on_key = DUE_ON_KEY_KEEP;
+	o.n_after = DUE_AFTER_MAX + 1;
+	assert_int_equal(due_schedule(db, &s, "c", "x", 1, &o), DUE_EINVAL);
+	assert_int_equal(n_tasks(db), before);
+
+	/* a batch whose second item names a missing parent writes nothing */
+	due_submit items[2];
+	due_submitted out[2];
+	for (int i = 0; i < 2; i++) {
+		items[i].kind = "c";
+		items[i].payload = "b";
+		items[i].payload_len = 1;
+		items[i].opts = (due_schedule_opts)DUE_SCHEDULE_OPTS_INIT;
+		items[i].opts.after = i == 0 ? &live : &missing[1];
+		items[i].opts.n_after = 1;
+	}
+	assert_int_equal(due_schedule_batch(db, out, items, 2), DUE_ENOTFOUND);
+	assert_int_equal(n_tasks(db), before);
+
+	/* any end: DEAD and CANCELLED parents count as ended */
+	due_id ended[2] = {dead, gone};
+	assert_int_equal(due_now(db, &t0), 0);
+	c = child_of(db, ended, 2, true);
+	assert_int_equal(due_now(db, &t1), 0);
+	assert_released(db, c, t0, t1);
+	t = get(db, c);
+	assert_true(t->after_any_end);
+	due_task_free(t);
+	due_close(db);
+}
+
+/* CANCELLED with a last_error naming `parent`. */
+static void assert_cancelled_by(due_db *db, due_id id, due_id parent)
+{
+	char want[40];
+	due_task *t = get(db, id);
+	assert_int_equal(t->state, DUE_CANCELLED);
+	assert_non_null(t->last_error);
+	snprintf(want, sizeof(want), "%lld", (long long)parent);
+	if (!strstr(t->last_error, want))
+		fail_msg("task %lld's last_error '%s' does not name %s",
+			 (long long)id, t->last_error, want);
+	assert_int_equal(t->attempt, 0);
+	due_task_free(t);
+}
+
+/*
+** A parent that ends DEAD (its last failure, its lease expired with no
+** attempt left, kill) or CANCELLED (cancel while waiting, a cancel
+** request met by its commit) cancels its waiting children, and theirs
+** (a chain), in the same step; an after_any_end child is released
+** instead.  A child already cancelled by its parent stays so when the
+** DEAD parent is retried and then DONE.
+*/
+static void test_after_end_cancels(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_fail_outcome fo;
+	due_cancel_outcome co;
+	due_complete_outcome cc;
+	due_reclaimed rr;
+	due_state ks;
+	due_time t0, t1;
+
+	/* fail -> DEAD: a chain cancelled, an any-end child released */
+	due_id p = add(db, "p", 0, 1);
+	due_id c1 = child_of(db, &p, 1, false);
+	due_id c2 = child_of(db, &c1, 1, false);
+	due_id c3 = child_of(db, &c2, 1, false);
+	due_id any = child_of(db, &p, 1, true);
+	int32_t a = claim_one(db, p, LONG_LEASE);
+	assert_int_equal(due_now(db, &t0), 0);
+	assert_int_equal(due_fail(db, &fo, p, a, "boom"), 0);
+	assert_int_equal(due_now(db, &t1), 0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	assert_cancelled_by(db, c1, p);
+	assert_cancelled_by(db, c2, c1);
+	assert_cancelled_by(db, c3, c2);
+	assert_released(db, any, t0, t1);
+	claim_one(db, any, LONG_LEASE);
+	/* retry of the DEAD parent: its cancelled children stay so */
+	assert_int_equal(due_retry(db, p), 0);
+	complete_ok(db, p, claim_one(db, p, LONG_LEASE));
+	assert_cancelled_by(db, c1, p);
+
+	/* cancel while waiting */
+	p = add(db, "p", HOUR, 5);
+	c1 = child_of(db, &p, 1, false);
+	assert_int_equal(due_cancel(db, &co, p), 0);
+	assert_int_equal(co, DUE_CANCEL_CANCELLED);
+	assert_cancelled_by(db, c1, p);
+
+	/* a cancel request met by the running parent's commit */
+	p = add(db, "p", 0, 5);
+	c1 = child_of(db, &p, 1, false);
+	a = claim_one(db, p, LONG_LEASE);
+	assert_int_equal(due_cancel(db, &co, p), 0);
+	assert_int_equal(co, DUE_CANCEL_REQUESTED);
+	assert_held(db, c1, 1, 1); /* the parent has not ended yet */
+	assert_int_equal(due_complete(db, &cc, p, a, "r", 1), 0);
+	assert_int_equal(cc, DUE_COMPLETE_CANCELLED_BEFORE_COMMIT);
+	assert_cancelled_by(db, c1, p);
+
+	/* kill of a running parent */
+	p = add(db, "p", 0, 5);
+	c1 = child_of(db, &p, 1, false);
+	claim_one(db, p, LONG_LEASE);
+	assert_int_equal(due_kill(db, &ks, p), 0);
+	assert_cancelled_by(db, c1, p);
+
+	/* the lease of its last attempt expires */
+	p = add(db, "p", 0, 1);
+	c1 = child_of(db, &p, 1, false);
+	claim_one(db, p, 1000);
+	wait_reclaim(db, p, &rr);
+	assert_int_equal(state_of(db, p), DUE_DEAD);
+	assert_cancelled_by(db, c1, p);
+	due_close(db);
+}
+
+/*
+** A parent's failed try with attempts left keeps its children held; its
+** DONE releases them once: a late commit of the old try and a second
+** parent's DONE each count once (a child of two parents is still held
+** after the first's late commit).  A cancelled child is left alone by
+** its parent's DONE.
+*/
+static void test_after_retry_releases_once(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+	due_fail_outcome fo;
+	due_complete_outcome cc;
+	due_cancel_outcome co;
+	due_reclaimed rr;
+
+	o.backoff_us = 1000; /* the retry due at once, about */
+	o.backoff_cap_us = 1000;
+	assert_int_equal(due_schedule(db, &s, "p", "p", 1, &o), 0);
+	due_id p = s.id, q = add(db, "q", HOUR, 5);
+	due_id pq[2] = {p, q};
+	due_id c = child_of(db, pq, 2, false);
+	due_id dropped = child_of(db, &p, 1, false);
+	assert_int_equal(due_cancel(db, &co, dropped), 0);
+	assert_int_equal(co, DUE_CANCEL_CANCELLED);
+
+	int32_t a1 = claim_one(db, p, LONG_LEASE);
+	assert_int_equal(due_fail(db, &fo, p, a1, "once"), 0);
+	assert_int_equal(fo, DUE_FAIL_RETRY_SCHEDULED);
+	assert_held(db, c, 2, 2);
+	/* a lease that expires with attempts left: held still */
+	due_task *t = get(db, p);
+	wait_store_past(db, t->due_at);
+	due_task_free(t);
+	int32_t a2 = claim_one(db, p, 1000);
+	wait_reclaim(db, p, &rr);
+	assert_int_equal(rr.rescheduled, 1);
+	assert_held(db, c, 2, 2);
+	int32_t a3 = claim_one(db, p, LONG_LEASE);
+	complete_ok(db, p, a3);
+	assert_held(db, c, 2, 1);
+	/* the old tries' late commits change nothing */
+	assert_int_equal(due_complete(db, &cc, p, a2, "late", 4), 0);
+	assert_int_equal(cc, DUE_COMPLETE_REJECTED_STALE);
+	assert_int_equal(due_fail(db, &fo, p, a1, "late"), 0);
+	assert_int_equal(fo, DUE_FAIL_REJECTED_STALE);
+	assert_held(db, c, 2, 1);
+	assert_int_equal(state_of(db, dropped), DUE_CANCELLED);
+	due_close(db);
+}
+
+/*
+** A held task: reschedule answers RESCHEDULED and keeps it held (the
+** new time is its own, applied at release); cancel cancels it, and its
+** parent's DONE then leaves it CANCELLED.
+*/
+static void test_after_reschedule_cancel_held(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome rs;
+	due_cancel_outcome co;
+	due_time now;
+
+	due_id p = add(db, "p", 0, 5);
+	due_id c = child_of(db, &p, 1, false);
+	due_id x = child_of(db, &p, 1, false);
+	assert_int_equal(due_now(db, &now), 0);
+	ro.at = now + 2 * HOUR;
+	assert_int_equal(due_reschedule(db, &rs, c, &ro), 0);
+	assert_int_equal(rs, DUE_RESCHEDULE_RESCHEDULED);
+	assert_held(db, c, 1, 1);
+	assert_int_equal(due_cancel(db, &co, x), 0);
+	assert_int_equal(co, DUE_CANCEL_CANCELLED);
+	complete_ok(db, p, claim_one(db, p, LONG_LEASE));
+	assert_released(db, c, now + 2 * HOUR, now + 2 * HOUR);
+	assert_int_equal(state_of(db, x), DUE_CANCELLED);
+	due_close(db);
+}
+
+/*
+** SQLite: a version 10 store upgrades to 11 in place (what `due init`
+** does): its tasks are after no task (after_n, after_left and
+** after_any_end 0, no parents), are claimed and finished as before, and
+** can be parents: a task added after two of them is held until one is
+** DONE and the other ends, and listed as held meanwhile.
+*/
+static void test_sqlite_v10_upgrade(void **state)
+{
+	(void)state;
+	if (!on_sqlite())
+		return;
+	due_db *db = open_db();
+	due_cancel_outcome co;
+	due_time now;
+
+	due_id later = add(db, "k", HOUR, 5), run = add(db, "k", 0, 5);
+	int32_t a = claim_one(db, run, LONG_LEASE);
+	due_id done = add(db, "k", 0, 5);
+	complete_ok(db, done, claim_one(db, done, LONG_LEASE));
+	due_close(db);
+	sqlite_undo_v11();
+	db = NULL;
+	assert_int_equal(due_open(&db, url, NULL), DUE_ESCHEMA);
+	due_close(db);
+
+	due_open_opts o = DUE_OPEN_OPTS_INIT;
+	o.create = true;
+	db = NULL;
+	assert_int_equal(due_open(&db, url, &o), 0);
+	assert_int_equal(
+	    sql_int("SELECT value FROM due_meta WHERE name = 'schema_version'"),
+	    DUE_SCHEMA_VERSION);
+	assert_int_equal(sql_int("SELECT count(*) FROM sqlite_schema WHERE"
+				 " name IN ('due_after', 'due_after_child',"
+				 " 'due_task_held')"),
+			 3);
+	due_id old[3] = {later, run, done};
+	for (int i = 0; i < 3; i++) {
+		due_task *t = get(db, old[i]);
+		assert_int_equal(t->after_n, 0);
+		assert_int_equal(t->after_left, 0);
+		assert_false(t->after_any_end);
+		assert_null(t->after);
+		due_task_free(t);
+	}
+	/* a child of the old tasks: held by the two live ones */
+	due_id both[3] = {later, run, done};
+	due_id c = child_of(db, both, 3, true);
+	assert_held(db, c, 3, 2);
+	due_task *t = get(db, c);
+	assert_non_null(t->after);
+	assert_int_equal(t->after[0], later);
+	assert_int_equal(t->after[1], run);
+	assert_int_equal(t->after[2], done);
+	due_task_free(t);
+	due_task_list *l = NULL;
+	due_list_opts lo = DUE_LIST_OPTS_INIT;
+	lo.held = true;
+	assert_int_equal(due_list(db, &l, &lo), 0);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, c);
+	due_task_list_free(l);
+	/* the running one finishes as before the upgrade; the other is
+	   cancelled: any end counts, the child is due */
+	complete_ok(db, run, a);
+	assert_held(db, c, 3, 1);
+	assert_int_equal(due_cancel(db, &co, later), 0);
+	assert_int_equal(co, DUE_CANCEL_CANCELLED);
+	assert_int_equal(due_now(db, &now), 0);
+	assert_released(db, c, now - HOUR, now);
+	claim_one(db, c, LONG_LEASE);
+	due_close(db);
+}
+
+/*
+** A chain of 30 (each after the one before) runs in order, one at a
+** time; a fan-in of 200 parents releases its child at the last DONE, in
+** one batch of completions.
+*/
+static void test_after_chain_and_wide_fan_in(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_id chain[30], ps[200];
+
+	chain[0] = add(db, "p", 0, 5);
+	for (int i = 1; i < 30; i++)
+		chain[i] = child_of(db, &chain[i - 1], 1, false);
+	for (int i = 0; i < 30; i++) {
+		if (i + 1 < 30)
+			assert_held(db, chain[i + 1], 1, 1);
+		complete_ok(db, chain[i], claim_one(db, chain[i], LONG_LEASE));
+	}
+	due_task_list *l = NULL;
+	for (int i = 0; i < 200; i++)
+		ps[i] = add(db, "f", HOUR, 5);
+	due_id c = child_of(db, ps, 200, false);
+	assert_held(db, c, 200, 200);
+	due_task *t = get(db, c);
+	for (int i = 0; i < 200; i++)
+		assert_int_equal(t->after[i], ps[i]);
+	due_task_free(t);
+	/* make the parents due: move each to now */
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome rs;
+	for (int i = 0; i < 200; i++) {
+		assert_int_equal(due_reschedule(db, &rs, ps[i], &ro), 0);
+		assert_int_equal(rs, DUE_RESCHEDULE_RESCHEDULED);
+	}
+	const char *f[] = {"f"};
+	assert_int_equal(due_claim(db, &l, "w", f, 1, 200, LONG_LEASE), 0);
+	assert_int_equal(l->count, 200);
+	due_completion cs[200];
+	for (int i = 0; i < 200; i++)
+		cs[i] = (due_completion){l->items[i].id, l->items[i].attempt,
+					 "r", 1, DUE_COMPLETE_REJECTED_STALE};
+	assert_int_equal(due_complete_batch(db, cs, 199), 0);
+	assert_held(db, c, 200, 1);
+	assert_int_equal(due_complete_batch(db, cs + 199, 1), 0);
+	assert_int_equal(cs[199].outcome, DUE_COMPLETE_DONE);
+	t = get(db, c);
+	assert_int_equal(t->after_left, 0);
+	assert_true(t->due_at < DUE_TIME_LAST);
+	due_task_free(t);
+	due_task_list_free(l);
+	due_close(db);
+}
+
+/*
+** An edge counts once even where a parent ends twice: a DEAD parent that
+** an operator retries and then completes, or kills (DEAD -> CANCELLED),
+** does not count down its after_any_end child again.  The child of two
+** parents stays held for the second.
+*/
+static void test_after_edge_counted_once(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_fail_outcome fo;
+	due_state ks;
+
+	due_id a = add(db, "p", 0, 1), b = add(db, "q", HOUR, 5);
+	due_id ab[2] = {a, b};
+	due_id c = child_of(db, ab, 2, true);
+	assert_int_equal(
+	    due_fail(db, &fo, a, claim_one(db, a, LONG_LEASE), "x"), 0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	assert_held(db, c, 2, 1);
+	assert_int_equal(due_retry(db, a), 0);
+	complete_ok(db, a, claim_one(db, a, LONG_LEASE));
+	assert_held(db, c, 2, 1);
+	due_id d = add(db, "p", 0, 1);
+	due_id db2[2] = {d, b};
+	due_id c2 = child_of(db, db2, 2, true);
+	assert_int_equal(
+	    due_fail(db, &fo, d, claim_one(db, d, LONG_LEASE), "x"), 0);
+	assert_held(db, c2, 2, 1);
+	assert_int_equal(due_kill(db, &ks, d), 0); /* a dead letter dismissed */
+	assert_held(db, c2, 2, 1);
+	due_close(db);
+}
+
+/*
+** due_parent_results: one JSON object by parent id with each parent's
+** state and result (base64 when not UTF-8, null when none), read for a
+** task from a claim (no parent list of its own); bounded: a result that
+** would pass the bound is left out with its size.
+*/
+static void test_after_parent_results(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_complete_outcome co;
+	due_task_list *l = NULL;
+	char *text = NULL, want[512];
+	const char *ck[] = {"c"};
+
+	due_id p1 = add(db, "p", 0, 5);
+	assert_int_equal(
+	    due_complete(db, &co, p1, claim_one(db, p1, LONG_LEASE), "one", 3),
+	    0);
+	due_id p2 = add(db, "p", 0, 5);
+	assert_int_equal(due_complete(db, &co, p2,
+				      claim_one(db, p2, LONG_LEASE), "\xff\x01",
+				      2),
+			 0);
+	due_id both[2] = {p1, p2};
+	due_id c = child_of(db, both, 2, false);
+	assert_int_equal(due_claim(db, &l, "w", ck, 1, 1, LONG_LEASE), 0);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, c);
+	assert_int_equal(l->items[0].after_n, 2);
+	assert_int_equal(due_parent_results(db, &text, &l->items[0], 0), 0);
+	snprintf(want, sizeof(want),
+		 "{\"%lld\":{\"result\":\"one\",\"state\":\"DONE\"},"
+		 "\"%lld\":{\"result_b64\":\"/wE=\",\"state\":\"DONE\"}}",
+		 (long long)p1, (long long)p2);
+	assert_string_equal(text, want);
+	free(text);
+	/* 60 bytes: the first entry fits, the second's result does not */
+	assert_int_equal(due_parent_results(db, &text, &l->items[0], 60), 0);
+	snprintf(want, sizeof(want),
+		 "{\"%lld\":{\"result\":\"one\",\"state\":\"DONE\"},"
+		 "\"%lld\":{\"result_omitted\":2,\"state\":\"DONE\"}}",
+		 (long long)p1, (long long)p2);
+	assert_string_equal(text, want);
+	free(text);
+	due_task_list_free(l);
+	/* a task with no parents: {} */
+	due_task *t = get(db, p1);
+	assert_int_equal(due_parent_results(db, &text, t, 0), 0);
+	assert_string_equal(text, "{}");
+	free(text);
+	due_task_free(t);
+	due_close(db);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -4736,6 +5399,7 @@ int main(void)
 	    T(test_sqlite_v4_upgrade),
 	    T(test_sqlite_v5_upgrade),
 	    T(test_sqlite_v6_upgrade),
+	    T(test_sqlite_v10_upgrade),
 	    T(test_due_order_across_priorities),
 	    T(test_sqlite_old_worker_running_row),
 	    T(test_sqlite_estimates),
@@ -4745,6 +5409,15 @@ int main(void)
 	    T(test_wait),
 	    T(test_on_key_waiting),
 	    T(test_on_key_running),
+	    T(test_after_fan_in),
+	    T(test_after_delay_and_at),
+	    T(test_after_parents_checked),
+	    T(test_after_end_cancels),
+	    T(test_after_retry_releases_once),
+	    T(test_after_reschedule_cancel_held),
+	    T(test_after_chain_and_wide_fan_in),
+	    T(test_after_parent_results),
+	    T(test_after_edge_counted_once),
 #undef T
 	};
 	int failed = 0;

@@ -34,7 +34,8 @@ local F = {kind = 'k', payload = 'p', state = 's', due_at = 'd', attempt = 'a',
   attempt_base = 'b', max_attempts = 'm', backoff_us = 'o', backoff_cap_us = 'c',
   lease_owner = 'w', lease_until = 'l', cancel_requested = 'x', key = 'y',
   result = 'r', last_error = 'e', created_at = 't', updated_at = 'u', priority = 'q',
-  grp = 'g', timeout_us = 'z'}
+  grp = 'g', timeout_us = 'z', after_n = 'v', after_left = 'h', after_any_end = 'f',
+  after_at = 'i', after_delay_us = 'j'}
 local function tcall(cmd, key, ...)
   local a = {...}
   local step = 1

@@ -247,7 +247,7 @@ ops.claim = function()
       claim_rest(f, filt, t, owner, lease, limit, rows)
     end
   end
-  local TO = #TC
+  local TO = TI.timeout_us
   for _, r in ipairs(rows) do
     local k = f[r[2]]
     if not r[TO] and k and k.timeout_us > 0 then r[TO] = I(k.timeout_us) end

@@ -4,13 +4,14 @@
 -- functions are defined only when one of them is called (defining
 -- every function costs each EVALSHA tens of microseconds).
 local function cold()
+  after_fns()
   ops.cancel = function()
     local t, id = now(), tonumber(A[2])
     local tk = T(id)
-    local v = tcall('HMGET', tk, 'state', 'kind', 'key', 'priority', 'due_at')
+    local v = tcall('HMGET', tk, 'state', 'kind', 'key', 'priority', 'due_at', 'after_left')
     if not v[1] then return 'NONE' end
     if v[1] == 'SCHEDULED' then
-      idx_del(id, v[2], N(v[4]), N(v[5]))
+      if N(v[6]) == 0 then idx_del(id, v[2], N(v[4]), N(v[5])) end
       tcall('HSET', tk, 'state', 'CANCELLED', 'updated_at', I(t))
       finish(id, v[2], v[3], 'SCHEDULED', 'CANCELLED', t)
     elseif v[1] == 'CLAIMED' then
@@ -25,9 +26,14 @@ local function cold()
   -- and listeners are woken.  Anything else is reported, not written.
   ops.reschedule = function()
     local t, id = now(), tonumber(A[2])
-    local v = tcall('HMGET', T(id), 'state', 'kind', 'priority', 'due_at')
+    local v = tcall('HMGET', T(id), 'state', 'kind', 'priority', 'due_at', 'after_left')
     if not v[1] then return 'NONE' end
     if v[1] ~= 'SCHEDULED' then return v[1] end
+    -- a held task keeps waiting: the time is its own, for its release
+    if N(v[5]) > 0 then
+      held_move(id, 'replace', A[3], A[4], 0, A[5] == '1' and A[6] or nil, t)
+      return 'SCHEDULED'
+    end
     local due, ds = t + tonumber(A[4]), nil
     if A[3] ~= '' then due, ds = tonumber(A[3]), A[3] else ds = I(due) end
     local p = nil
@@ -41,7 +47,9 @@ local function cold()
     local id = tonumber(A[2])
     local r = row(id)
     if not r[1] then return {} end
-    return {r, attempts(id, N(r[6]), r[TI.state] == 'CLAIMED')}
+    local ps = {}
+    if N(r[TI.after_n]) > 0 then ps = redis.call('ZRANGE', K('ap', I(id)), 0, -1) end
+    return {r, attempts(id, N(r[6]), r[TI.state] == 'CLAIMED'), ps}
   end
 
   -- the next n ids after `after`: of one state's index, or, for every
@@ -70,12 +78,14 @@ local function cold()
     return out
   end
 
-  -- list: state kind after limit attempts -> {entries, last id looked
-  -- at, more}.  One call looks at no more than 1000 ids (a rare kind
+  -- list: state kind after limit attempts held -> {entries, last id
+  -- looked at, more}; held: only SCHEDULED tasks with after_left > 0.  One call looks at no more than 1000 ids (a rare kind
   -- among millions must not block the server): more = 1 when it
   -- stopped there, and redis.c asks again after the last id.
   ops.list = function()
     local state, kind, after, limit, att = A[2], A[3], tonumber(A[4]), tonumber(A[5]), A[6] == '1'
+    local held = A[7] == '1'
+    if held then state = 'SCHEDULED' end
     local out, lo, seen, more = {}, after, 0, 0
     while #out < limit do
       local n = math.min(500, 1000 - seen)
@@ -86,7 +96,7 @@ local function cold()
         seen, lo = seen + 1, tonumber(sid)
         if kind == '' or tcall('HGET', T(sid), 'kind') == kind then
           local r = row(sid)
-          if r[1] and (state == '' or r[TI.state] == state) then
+          if r[1] and (state == '' or r[TI.state] == state) and (not held or N(r[TI.after_left]) > 0) then
             local e = {r}
             if att then e[2] = attempts(sid, N(r[6]), r[TI.state] == 'CLAIMED') else e[2] = {} end
             out[#out + 1] = e
@@ -154,7 +164,7 @@ local function cold()
     local why = 'killed by operator'
     if s == 'DEAD' then why = 'dead letter dismissed by operator' end
     if le then why = le .. '; ' .. why end
-    if s == 'SCHEDULED' then
+    if s == 'SCHEDULED' and N(tcall('HGET', tk, 'after_left')) == 0 then
       idx_del(id, v[4], N(v[11]), N(tcall('HGET', tk, 'due_at')))
     elseif s == 'CLAIMED' then
       lease_del(id, v[4], v[6])
@@ -252,7 +262,7 @@ local function cold()
       local v = tcall('HMGET', T(sid), 'state', 'kind')
       if v[1] == 'DONE' or v[1] == 'CANCELLED' or not v[1] then
         if v[1] then move(sid, v[2], v[1], nil) uncount(sid, N(tcall('HGET', T(sid), 'attempt'))) n = n + 1 end
-        redis.call('DEL', T(sid), K('a', sid), K('audit', sid))
+        redis.call('DEL', T(sid), K('a', sid), K('audit', sid), K('ap', sid), K('ae', sid), K('ac', sid))
       end
       redis.call('ZREM', K('fin'), sid)
     end

@@ -58,18 +58,33 @@ ops.init = function()
     redis.call('HSET', K('meta'), 'schema_version', '10')
     v = 10
   end
+  -- 10 -> 11: nothing here (run after: a task hash without its fields
+  -- reads as after_n = after_left = after_any_end = 0, row() and N())
+  if v == 10 and tonumber(A[2]) >= 11 then
+    redis.call('HSET', K('meta'), 'schema_version', '11')
+    v = 11
+  end
   if v ~= nil then return v end
   redis.call('HSET', K('meta'), 'schema_version', A[2], 'layout', LAYOUT)
   if tonumber(A[3] or '1') > 1 then redis.call('HSET', K('meta'), 'shards', A[3], 'shard', A[4]) end
   return tonumber(A[2])
 end
 
--- submit: n, then n items of 12 arguments (submit_one) -> id, existed,
--- moved per item
+-- submit: n, then n items of 14 arguments (submit_one) -> id, existed,
+-- moved per item; or, before anything is written, a parent refused
+-- (after_check)
 ops.submit = function()
   local t, n, out, new = now(), tonumber(A[2]), {}, false
   for j = 0, n - 1 do
-    local id, ex, mv = submit_one(3 + j * 12, t)
+    if A[3 + j * 14 + 13] ~= '' then
+      after_fns()
+      local bad = after_check(n)
+      if bad then return bad end
+      break
+    end
+  end
+  for j = 0, n - 1 do
+    local id, ex, mv = submit_one(3 + j * 14, t)
     out[#out + 1] = id
     out[#out + 1] = ex
     out[#out + 1] = mv

@@ -52,12 +52,18 @@ local function key_release(id, kind, key)
     redis.call('HDEL', K('key'), lq(kind) .. key)
   end
 end
--- a task reaches DONE or CANCELLED (finished: prunable) or DEAD
+-- run after (after.lua): a parent's end releases or cancels the tasks
+-- added after it (defined there; finish calls it)
+local after_end
+-- a task reaches DONE or CANCELLED (finished: prunable) or DEAD; one
+-- that was waiting (SCHEDULED) waits for no parent any more
 local function finish(id, kind, key, from, to, t)
   move(id, kind, from, to)
   key_release(id, kind, key)
+  if from == 'SCHEDULED' then tcall('HDEL', T(id), 'after_left') end
   if to ~= 'DEAD' then zadd(K('fin'), t, id) end
   done_wake()
+  after_end(id, to, t)
 end
 -- A try's attempt record is written once, when the try ends (layout
 -- 4): while it runs, the task hash holds what the record will say
@@ -107,7 +113,8 @@ end
 -- created_at; row() puts them back, so the decoders see every column.
 local TI, FI = {}, {}
 for j, c in ipairs(TC) do TI[c] = j FI[F[c] or c] = j end
-local DEF0 = {'attempt', 'attempt_base', 'cancel_requested', 'backoff_us', 'backoff_cap_us', 'priority'}
+local DEF0 = {'attempt', 'attempt_base', 'cancel_requested', 'backoff_us', 'backoff_cap_us', 'priority',
+  'after_n', 'after_left', 'after_any_end'}
 -- (HGETALL reads the hash's listpack once; HMGET of every column
 -- searched it once per column)
 local function row(id)
@@ -141,11 +148,14 @@ end
 -- a task id: seq * N + i in shard i of N (redis_shard.c routes an id
 -- to shard id mod N); the seq itself on one store
 local SHN, SHI
-local function new_id()
+local function shards()
   if not SHN then
     local m = redis.call('HMGET', K('meta'), 'shards', 'shard')
     SHN, SHI = tonumber(m[1] or '1'), tonumber(m[2] or '0')
   end
+end
+local function new_id()
+  shards()
   return redis.call('INCR', K('seq')) * SHN + SHI
 end
 
@@ -161,7 +171,23 @@ local function due_move(id, kind, prio, old, due, ds, payload, t)
   idx_add(id, kind, prio, due)
 end
 
--- submit one item at A[i..i+11]; returns id, existed, moved.
+-- Run after (issue 38, docs/internals/redis.md "Run after").  A held
+-- task is SCHEDULED with after_left > 0 parents to wait for, due_at
+-- HELD (DUE_TIME_LAST: as a string, past a double's exact integers, and
+-- never computed with) and in no due index; after_at and after_delay_us
+-- keep the time it asked for, applied at its release.  Edges: :ac:P,
+-- the set of P's waiting children (in P's shard), and :ap:C, C's
+-- parents scored by id (in C's shard, for get).  A sharded store's
+-- messages between shards go through each shard's outbox :ob
+-- (after.lua); `outboxed` says this script wrote to it (dispatch.lua
+-- tells redis.c, which tells redis_shard.c to forward them).
+local outboxed = false
+-- defined by after_fns() (after.lua) on the first call that needs them,
+-- not by every script run (each function a run defines costs it)
+local after_fns, after_link, after_check, held_move
+
+-- submit one item at A[i..i+13]; returns id, existed, moved.
+-- A[i+12] is after_any_end ('1'), A[i+13] the parents (after_link).
 -- A[i+11] is on_key (keep, replace, later; '' reads as keep) for an item
 -- whose key is held by the live task ex: keep answers ex; replace moves a
 -- waiting ex to this item's due time and payload, later only to a
@@ -186,6 +212,10 @@ local function submit_one(i, t)
       if on ~= 'replace' and on ~= 'later' then return tonumber(ex), 1, 0 end
       local hid = tonumber(ex)
       local v = tcall('HMGET', T(hid), 'state', 'priority', 'due_at')
+      if v[1] == 'SCHEDULED' and N(tcall('HGET', T(hid), 'after_left')) > 0 then
+        after_fns()
+        return hid, 1, held_move(hid, on, A[i + 2], A[i + 3], due, A[i + 1], t)
+      end
       if v[1] == 'SCHEDULED' then
         if on == 'later' and not (N(v[3]) < due) then return hid, 1, 0 end
         due_move(hid, kind, N(v[2]), N(v[3]), due, ds, A[i + 1], t)
@@ -209,8 +239,10 @@ local function submit_one(i, t)
   if key then h[#h + 1] = 'key' h[#h + 1] = key redis.call('HSET', K('key'), lq(kind) .. key, id) end
   if grp then h[#h + 1] = 'grp' h[#h + 1] = grp end
   if tonumber(A[i + 10]) > 0 then h[#h + 1] = 'timeout_us' h[#h + 1] = A[i + 10] end
+  local left = 0
+  if A[i + 13] ~= '' then after_fns() left = after_link(id, i, h) end
   tcall('HSET', T(id), unpack(h))
-  idx_add(id, kind, prio, due)
+  if left == 0 then idx_add(id, kind, prio, due) end
   move(id, kind, nil, 'SCHEDULED')
   return id, 0, 0
 end

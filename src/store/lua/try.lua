@@ -63,6 +63,8 @@ ops.reclaim = function()
     end
   end
   if res > 0 then wake() end
+  -- the workers' maintenance forwards what a crash left in the outbox
+  if redis.call('LLEN', K('ob')) > 0 then outboxed = true end
   flush()
   local nx = redis.call('ZRANGE', K('lease'), 0, 0, 'WITHSCORES')
   return {res, dead, canc, I(t), nx[2] or '0', #ids == 1000 and 1 or 0}
