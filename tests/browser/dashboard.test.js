@@ -88,6 +88,12 @@ async function main() {
     body: JSON.stringify({ kind: "flaky", payload: '{"order": 42}', max_attempts: 2, backoff: "100ms" }) });
   check("POST /v1/tasks -> 201", dead.status === 201, dead.status);
   const id = dead.body.id;
+  // A task held by run-after: its parent waits an hour (kind ok: no new kind row).
+  const par = await api(base, "/v1/tasks", { method: "POST", body: JSON.stringify({ kind: "ok", in: "1h" }) });
+  const held = await api(base, "/v1/tasks", { method: "POST",
+    body: JSON.stringify({ kind: "ok", after: [par.body.id] }) });
+  check("POST /v1/tasks with after -> 201, held", held.status === 201 && held.body.after_left === 1,
+    JSON.stringify(held.body));
   const sched = await api(base, "/v1/schedules/nightly-report", { method: "PUT",
     body: JSON.stringify({ expr: "0 2 * * *", kind: "report", tz: "Europe/Berlin" }) });
   check("PUT /v1/schedules -> 201", sched.status === 201, sched.status);
@@ -130,6 +136,10 @@ async function main() {
     check("throughput chart drawn", (await page.locator("#tputchart rect").count()) === 15);
     check("schedule listed", (await page.textContent('#schedules tr[data-name="nightly-report"]')).includes("0 2 * * *"));
     check("kinds listed", (await page.locator("#kinds tbody tr").count()) === 2);
+    const hrow = `#held tbody tr[data-id="${held.body.id}"]`;
+    await page.waitForSelector(hrow);
+    const htext = await page.textContent(hrow);
+    check("held task listed with its parents", htext.includes("1 parents") && htext.includes("ok"), htext);
 
     // Attempt history on click.
     await page.click(row + " a.id");
