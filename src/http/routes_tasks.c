@@ -316,9 +316,10 @@ int route_task_list(http_req *r)
 /* ------------------------------------------------------------------ */
 
 /*
-** The task, plus "held" as `due show --json` has it: why a due SCHEDULED
-** task waits ("paused", "rate", "max_running" or "max_running_per_group")
-** when a setting of its kind holds it, else null.
+** The task, plus "held" as `due show --json` has it: why a SCHEDULED task
+** waits: "after" while it waits for parents (run after), or, when it is
+** due, "paused", "rate", "max_running" or "max_running_per_group" when a
+** setting of its kind holds it; else null.
 */
 int route_task_get(http_req *r)
 {
