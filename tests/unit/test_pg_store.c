@@ -2432,7 +2432,7 @@ static void v11_shape(char *buf, size_t n, const char *sch)
 static void test_schema_upgrade_from_v10(void **state)
 {
 	(void)state;
-	char sch[80], u[1200], buf[64], fresh[9000], upgraded[9000];
+	char sch[80], u[1200], buf[64], fresh[9100], upgraded[9100];
 	due_open_opts o = DUE_OPEN_OPTS_INIT;
 	due_db *db = NULL;
 	due_complete_outcome co;
