@@ -1,19 +1,17 @@
 #!/usr/bin/env bash
 # test_galera.sh - the MySQL store on a 3-node MariaDB Galera cluster
 # (issue 23): the multi-host URL, a task added through one node seen at
-# once through another (wsrep_sync_wait), run-after's submit/finish race
-# across two writer nodes (no child left held on a DONE parent), 2,000
-# tasks drained by two workers writing through two different nodes while
-# one of those nodes is killed -9 (every task DONE, none with two kept
-# results, the worker on the dead node carries on through the next one),
-# a cron schedule that both workers' schedulers run fires once per
-# slot, and `due verify` passes through the multi-host URL; then node 2
-# restarts under load (a producer adding through node 1) and rejoins by
-# IST or SST, the tasks added through node 1 while it was down are
-# there, and a worker writing through node 2 only and one through node 1
-# drain them (all DONE, none with two kept results).  Prints
-# GALERA_FAILOVER_MS: kill -9 of worker B's node -> B's first claim
-# through another node, on the store's clock.
+# once through another (wsrep_sync_wait), 2,000 tasks drained by two
+# workers writing through two different nodes while one of those nodes is
+# killed -9 (every task DONE, none with two kept results, the worker on
+# the dead node carries on through the next one), a cron schedule that
+# both workers' schedulers run fires once per slot, and `due verify`
+# passes through the multi-host URL; then node 2 restarts under load
+# (a producer adding through node 1) and rejoins by IST or SST, the tasks
+# added through node 1 while it was down are there, and a worker writing
+# through node 2 only and one through node 1 drain them (all DONE, none
+# with two kept results).  Prints GALERA_FAILOVER_MS: kill -9 of worker
+# B's node -> B's first claim through another node, on the store's clock.
 #
 # Starts its own cluster (scripts/galera-test-cluster) and stops it on
 # every exit.  Runs when the build has the MySQL store and galera-4,
@@ -55,82 +53,6 @@ done
 id=$("$DUE" add ryw --db "$URL?multi_writer=1") && ok || bad "add through multi_writer=1"
 expect_eq "multi_writer=1 task seen on node 3" SCHEDULED \
 	"$("$DUE" show "$id" --json --db "$(node_url "$P3")" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')"
-
-# 1b. run-after across two writer nodes (issue 38 point 3): a parent
-#     claimed through node 1 completes while children are added after it
-#     through node 2, at once, round after round (?multi_writer=1, an
-#     HTTP server on each node).  The row locks hold on one node only;
-#     the child's submit writes its parent's row (after_children), so
-#     the two transactions conflict at certification and one is retried
-#     whole: every child ends released (after_left 0, not held), its
-#     parent DONE.  Without that write most children stayed held on a
-#     DONE parent (329 of 400 in one run by hand, 100 rounds of 4).
-serve_on() { # NAME PORT: due serve through that node -> its pid in $!
-	"$DUE" serve --listen 127.0.0.1:0 --db "$(node_url "$2")?multi_writer=1" >"$T/$1.out" 2>"$T/$1.err" &
-}
-served_at() { sed -n 's#^listening on http://\([^ ]*\)/$#\1#p' "$T/$1.out"; }
-serve_on sa "$P1"
-sa=$!
-serve_on sb "$P2"
-sb=$!
-wait_for "due serve through node 1 listening" 60 grep -q '^listening on http://' "$T/sa.out" || true
-wait_for "due serve through node 2 listening" 60 grep -q '^listening on http://' "$T/sb.out" || true
-SA=$(served_at sa) SB=$(served_at sb)
-python3 - "$SA" "$SB" 40 4 >"$T/race.out" 2>&1 <<'PY2'
-import http.client, json, sys, threading
-ua, ub, rounds, kids = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-
-class Conn:
-    def __init__(self, addr):
-        host, port = addr.rsplit(":", 1)
-        self.c = http.client.HTTPConnection(host, int(port), timeout=30)
-    def req(self, method, path, body=None):
-        self.c.request(method, path, None if body is None else json.dumps(body),
-                       {"Content-Type": "application/json"})
-        r = self.c.getresponse()
-        return r.status, json.loads(r.read() or b"null")
-
-a, fin, adds = Conn(ua), Conn(ua), [Conn(ub) for _ in range(kids)]
-children, errors = [], []
-for _ in range(rounds):
-    st, p = a.req("POST", "/v1/tasks", {"kind": "rp"})
-    st2, cl = a.req("POST", "/v1/claims", {"kinds": ["rp"], "lease": "60s"})
-    if st != 201 or st2 != 200 or [t["id"] for t in cl] != [p["id"]]:
-        sys.exit("setup of a round failed: %r %r" % (p, cl))
-    go = threading.Barrier(kids + 1)
-    out = [None] * (kids + 1)
-    def complete():
-        go.wait()
-        out[0] = fin.req("POST", "/v1/tasks/%d/complete" % p["id"],
-                         {"attempt": cl[0]["attempt"], "result": "r"})
-    def add(i):
-        go.wait()
-        out[i + 1] = adds[i].req("POST", "/v1/tasks", {"kind": "rc", "after": [p["id"]]})
-    ts = [threading.Thread(target=complete)] + \
-        [threading.Thread(target=add, args=(i,)) for i in range(kids)]
-    for t in ts: t.start()
-    for t in ts: t.join()
-    if out[0][0] != 200 or out[0][1].get("outcome") != "DONE":
-        errors.append("complete of %d: %r" % (p["id"], out[0]))
-    for st, c in out[1:]:
-        if st == 201: children.append((p["id"], c["id"]))
-        else: errors.append("add after %d: %d %r" % (p["id"], st, c))
-held = []
-for pid, cid in children:
-    st, t = a.req("GET", "/v1/tasks/%d" % cid)
-    st2, pt = a.req("GET", "/v1/tasks/%d" % pid)
-    if (pt["state"], t["state"], t["after_left"], t.get("held")) != ("DONE", "SCHEDULED", 0, None):
-        held.append("child %d of %d: %s after_left %d held %s, parent %s" % (
-            cid, pid, t["state"], t["after_left"], t.get("held"), pt["state"]))
-print("children %d errors %d held %d" % (len(children), len(errors), len(held)))
-for e in errors[:3] + held[:3]: print("  " + e)
-PY2
-echo "run-after race across nodes 1 and 2: $(head -1 "$T/race.out")"
-sed 1d "$T/race.out"
-expect_eq "run-after race: every child added, every parent DONE, every child released" \
-	"children 160 errors 0 held 0" "$(head -1 "$T/race.out")"
-kill -TERM "$sa" "$sb"
-wait "$sa" "$sb" || true
 
 # 2. a cron schedule every second, run by both workers' schedulers
 "$DUE" cron add tick '* * * * * *' tick >/dev/null && ok || bad "cron add"
