@@ -6,9 +6,9 @@
 ** "held": "paused" | "rate" | "max_running" | "max_running_per_group" in
 ** JSON (null when nothing holds it).  A task held by run-after says
 ** "waiting: after task 41 (RUNNING), 42 (DONE): 1 of 2 still to be DONE"
-** and "held": "after", its parents in "after".  The reason is read from the
-*store
-** right after the task, so it is what a claim starting now would find.
+** and "held": "after", its parents in "after".  The reason is read from
+** the store right after the task, so it is what a claim starting now
+** would find.
 */
 #include <string.h>
 

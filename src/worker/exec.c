@@ -8,10 +8,10 @@
 ** DUE_TASK_ID, DUE_KIND, DUE_ATTEMPT, DUE_IDEMPOTENCY_KEY=task-<id> (the
 ** same on every attempt, CONTRACT §3.8), DUE_DUE_AT, DUE_PRIORITY, for
 ** a task with a group DUE_GROUP, and for one added with run-after
-** DUE_PARENT_RESULTS (its parents' results, due_parent_results()).  Exit 0
-*completes the try with stdout
-** (up to max_result bytes) as the result; a non-zero exit or a signal
-** fails it with the last 4 KiB of stderr.
+** DUE_PARENT_RESULTS (its parents' results, due_parent_results()).
+** Exit 0 completes the try with stdout (up to max_result bytes) as the
+** result; a non-zero exit or a signal fails it with the last 4 KiB of
+** stderr.
 **
 ** While it runs, one thread multiplexes the three pipes and the guard's
 ** status pipe with poll() (so the command's end wakes it at once) and
