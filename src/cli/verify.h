@@ -3,11 +3,10 @@
 ** scratch store each case runs in (verify_store.c), child processes,
 ** waiting for conditions and the CASE line printer (verify_util.c).  The
 ** cases themselves (verify_cases.c, verify_flow.c, verify_negative.c,
-** verify_resched.c, verify_stall.c, verify_wheel.c) use these and nothing of
-*one another;
-** cmd_verify.c, the command, uses them all.  No backend is named here:
-** what a store has and how its scratch stores are made is asked of its
-** backend (core/admin.h).
+** verify_resched.c, verify_stall.c, verify_wheel.c) use these and nothing
+** of one another; cmd_verify.c, the command, uses them all.  No backend is
+** named here: what a store has and how its scratch stores are made is
+** asked of its backend (core/admin.h).
 */
 #ifndef DUE_VERIFY_H
 #define DUE_VERIFY_H

@@ -29,22 +29,30 @@
 
 /*
 ** Reply with task `id` as `due show --json` prints it, values cut to `cut`
-** bytes, plus "existed" and "moved" (a submit's answer) when sub is set.
+** bytes, plus "existed" and "moved" (a submit's answer) and "held" (as GET
+** has it) when sub is set.
 */
 static int reply_task(http_req *r, due_db *db, due_id id, unsigned status,
 		      const due_submitted *sub, size_t cut)
 {
+	const char *held = NULL;
 	due_task *t = NULL;
 	json_t *o;
 	int rc;
 
 	if ((rc = due_get(db, &t, id)) < 0)
 		return http_reply_due(r, rc);
+	/* the submit is written: a failed look at its kind leaves "held"
+	   out rather than answer an error the client would retry */
+	bool hold_known = sub && due_task_hold(db, &held, t) == 0;
 	o = due__fmt_task_cut(t, cut);
 	due_task_free(t);
 	if (o && sub) {
 		json_object_set_new(o, "existed", json_boolean(sub->existed));
 		json_object_set_new(o, "moved", json_boolean(sub->moved));
+		if (hold_known)
+			json_object_set_new(
+			    o, "held", held ? json_string(held) : json_null());
 	}
 	return http_reply_json(r, status, o);
 }

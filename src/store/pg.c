@@ -222,6 +222,18 @@ enum stmt_id {
 	" ELSE after_delay_us END"
 
 /*
+** on_key (ST_KEY_MOVE, ST_KEY_HOLDER): the due time a keyed submit asks
+** for ($3 an instant or NULL, $4 a delay from now()), and the earliest a
+** waiting holder runs: its due_at, or for a held one the time its release
+** now would give it (max(after_at, now + after_delay_us), as due_release).
+*/
+#define KEY_DUE "coalesce($3::timestamptz, now() + " US("$4") ")"
+#define KEY_EARLIEST                                                           \
+	"CASE WHEN after_left > 0 THEN greatest(coalesce(after_at,"            \
+	" '-infinity'), now() + " US(                                          \
+	    "coalesce(after_delay_us, 0)") ") ELSE due_at END"
+
+/*
 ** Flow control (docs/internals/flow.md).  A kind is limited when it has a
 ** rate or a running limit; the claim of the other kinds leaves paused and
 ** limited kinds alone (HELD_KINDS, an init plan over the small due_kind
@@ -1188,33 +1200,34 @@ static const char *const sql_text[ST_COUNT] = {
     ** now(), as ST_INSERT computes it) and the payload, LATER only when
     ** that is later than its own; the UPDATE re-checks both (READ
     ** COMMITTED re-reads a row changed meanwhile).  One row when it moved.
-    ** A held holder (run after: due_at HELD_AT) is never moved by key, as
-    ** the core refuses after with replace or later: it answers existed.
+    ** A held holder (run after: after_left > 0) keeps due_at HELD_AT and
+    ** takes the time as its own (HOLD_TIME, applied at its release), as
+    ** reschedule does; LATER compares with the earliest it could run if
+    ** released now (KEY_EARLIEST), as on every store.  Workers are woken
+    ** only for a holder that is due by time.
     */
     [ST_KEY_MOVE] =
-	"WITH u AS (UPDATE due_task SET due_at = coalesce($3::timestamptz,"
-	" now() + " US(
-	    "$4") "), payload = $5::bytea, updated_at = now()"
-		  " WHERE kind = $1::text AND key = $2::text"
-		  " AND state = 'SCHEDULED' AND due_at < " HELD_AT
-		  " AND ($6::int4 = 0"
-		  " OR due_at < coalesce($3::timestamptz, now() + " US(
-		      "$4") "))"
-			    " RETURNING id, kind)"
-			    " SELECT id, pg_notify('" DUE_PG_CHANNEL
-			    "', kind) FROM u",
+	"WITH u AS (UPDATE due_task SET due_at = CASE WHEN after_left > 0"
+	" THEN due_at ELSE " KEY_DUE " END, " HOLD_TIME(
+	    "$3::timestamptz",
+	    "$4::int8") ", payload = $5::bytea, updated_at = now()"
+			" WHERE kind = $1::text AND key = $2::text"
+			" AND state = 'SCHEDULED'"
+			" AND ($6::int4 = 0 OR " KEY_EARLIEST " < " KEY_DUE ")"
+			" RETURNING id, kind, after_left),"
+			" n AS (SELECT pg_notify('" DUE_PG_CHANNEL
+			"', kind) FROM u WHERE after_left = 0)"
+			" SELECT id, (SELECT count(*) FROM n) FROM u",
     /*
     ** It did not move: lock the live holder (the newest committed row)
     ** and say whether it runs (CLAIMED) and whether ST_KEY_MOVE would move
     ** it now.  No row: no live holder any more.
     */
     [ST_KEY_HOLDER] =
-	"SELECT id, (state = 'CLAIMED')::int4, (($5::int4 = 0 OR due_at <"
-	" coalesce($3::timestamptz, now() + " US(
-	    "$4") ")) AND due_at < " HELD_AT
-		  ")::int4 FROM due_task WHERE kind = $1::text"
-		  " AND key = $2::text AND state IN ('SCHEDULED', 'CLAIMED')"
-		  " FOR UPDATE",
+	"SELECT id, (state = 'CLAIMED')::int4, ($5::int4 = 0 OR " KEY_EARLIEST
+	" < " KEY_DUE ")::int4 FROM due_task WHERE kind = $1::text"
+	" AND key = $2::text AND state IN ('SCHEDULED', 'CLAIMED')"
+	" FOR UPDATE",
     /* A running holder (locked by ST_KEY_HOLDER) gives up its key. */
     [ST_KEY_GIVE_UP] = "UPDATE due_task SET key = NULL, updated_at = now()"
 		       " WHERE id = $1::int8 AND state = 'CLAIMED'"
@@ -1790,7 +1803,7 @@ static const char sql_schedule_on_key_fn[] =
     "  k text := kind; p text := coalesce(payload, ''); ky text := key;\n"
     "  d interval := run_in; t timestamptz := run_at;\n"
     "  m integer := max_attempts; ok text := on_key; due timestamptz;\n"
-    "  new_id bigint; running boolean; movable boolean;\n"
+    "  new_id bigint; running boolean; movable boolean; held boolean;\n"
     "BEGIN\n"
     SCHEDULE_CHECKS
     "IF ok IS NULL OR ok NOT IN ('keep', 'replace', 'later') THEN RAISE"
@@ -1812,18 +1825,33 @@ static const char sql_schedule_on_key_fn[] =
     "      IF new_id IS NOT NULL THEN RETURN new_id; END IF;\n"
     "      CONTINUE;\n"
     "    END IF;\n"
-    "    SELECT id, state = 'CLAIMED', (ok = 'replace' OR due_at < due)"
-    " AND due_at < " HELD_AT " INTO new_id, running, movable FROM due_task"
-    " WHERE"
+    "    SELECT id, state = 'CLAIMED', (ok = 'replace' OR due_at < due),"
+    " due_at = " HELD_AT " INTO new_id, running, movable, held FROM"
+    " due_task WHERE"
     " due_task.kind = k AND due_task.key = ky AND"
     " state IN ('SCHEDULED', 'CLAIMED') FOR UPDATE;\n"
     "    CONTINUE WHEN new_id IS NULL;\n"
+    /* held by run after: the time becomes its own, applied at its
+       release; `later` against the earliest a release now gives.  A
+       statement of its own, planned only when it runs: a producer
+       granted what the rest needs keeps working for every other holder
+       (docs/INTERFACE.md names the grants a held one needs) */
+    "    IF held AND NOT running THEN\n"
+    "      UPDATE due_task SET after_at = t, after_delay_us ="
+    " CASE WHEN t IS NULL THEN (extract(epoch FROM d) * 1000000)::int8"
+    " ELSE 0 END, payload = convert_to(p, 'UTF8'), updated_at = now()"
+    " WHERE due_task.id = new_id AND state = 'SCHEDULED' AND"
+    " after_left > 0 AND (ok = 'replace' OR greatest(coalesce(after_at,"
+    " '-infinity'), now() + " US("coalesce(after_delay_us, 0)") ") < due);\n"
+    /* not FOUND with replace: not held after all (due at the end of
+       time by its own run_at): the plain move below */
+    "      IF FOUND OR ok = 'later' THEN RETURN new_id; END IF;\n"
+    "    END IF;\n"
     "    IF NOT running THEN\n"
     "      IF NOT movable THEN RETURN new_id; END IF;\n"
     "      UPDATE due_task SET due_at = due, payload = convert_to(p, 'UTF8'),"
     " updated_at = now() WHERE due_task.id = new_id AND"
-    " state = 'SCHEDULED' AND (ok = 'replace' OR due_at < due)"
-    " AND due_at < " HELD_AT ";\n"
+    " state = 'SCHEDULED' AND (ok = 'replace' OR due_at < due);\n"
     "      IF FOUND THEN\n"
     "        PERFORM pg_notify('" DUE_PG_CHANNEL "', k); RETURN new_id;\n"
     "      END IF;\n"

@@ -21,10 +21,10 @@
 **     its giving up the key to a new task made there, is atomic
 **     (lua/task.lua submit_one).  (Not a schedule's slot task, key
 **     cron:NAME:SLOT, made in shard 0: a user's submit of that key goes
-**     to its hash's shard and does not find it, under any on_key.)  An item of
-*a kind with a limit goes to shard
-**     0.  Other items go, a whole call at a time, to the next shard in
-**     turn: a batch without keys stays one script (all or none).  A batch
+**     to its hash's shard and does not find it, under any on_key.)  An
+**     item of a kind with a limit goes to shard 0.  Other items go, a
+**     whole call at a time, to the next shard in turn: a batch without
+**     keys stays one script (all or none).  A batch
 **     over several shards is one script per shard: all or none per shard,
 **     not for the batch.
 **   - Claim: each call starts at the next shard in turn and asks each

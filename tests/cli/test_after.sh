@@ -193,7 +193,7 @@ http_part() {
 	req POST /v1/tasks "{\"kind\":\"hc\",\"after\":[$p]}"
 	expect 201 "$label: http add after"
 	c=$(jf 'j["id"]')
-	expect_eq "$label: http held" "1 [$p]" "$(jf '"%s %s" % (j["after_left"], j["after"])')"
+	expect_eq "$label: http held (the 201 says why)" "1 [$p] after" "$(jf '"%s %s %s" % (j["after_left"], j["after"], j["held"])')"
 	req POST /v1/tasks '{"kind":"hc","after":[0]}'
 	expect 400 "$label: http after [0]"
 	has -F "'after' item 1 must be a task id" "$T/body" && ok || bad "$label: http after [0]: $(cat "$T/body")"

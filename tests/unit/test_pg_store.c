@@ -2376,28 +2376,71 @@ static void test_schedule_after_sql(void **state)
 			    " ARRAY[%lld])",
 			    kind, (long long)q) > 0);
 	sql("RESET ROLE");
-	sql("DROP OWNED BY %s", role);
-	sql("DROP ROLE %s", role);
 
-	/* a held holder of a key is never moved by key (C and SQL) */
+	/* a held holder of a key takes a keyed move as its own time, C and
+	   SQL alike (test_store's test_on_key_held has the rule), and stays
+	   held; in SQL it is a statement of its own, needing its own grants */
 	due_schedule_opts ko = DUE_SCHEDULE_OPTS_INIT;
 	due_submitted ks, ks2;
 	ko.key = "hk";
 	ko.after = &q;
 	ko.n_after = 1;
+	ko.delay_us = 2 * 3600000000LL;
 	assert_int_equal(due_schedule(db, &ks, "hk", "a", 1, &ko), 0);
 	ko.after = NULL;
 	ko.n_after = 0;
+	ko.delay_us = 3600000000LL;
 	ko.on_key = DUE_ON_KEY_REPLACE;
 	assert_int_equal(due_schedule(db, &ks2, "hk", "b", 1, &ko), 0);
-	assert_true(ks2.existed && !ks2.moved && ks2.id == ks.id);
-	assert_int_equal(sql_int("SELECT due_schedule('hk', 'c', interval '0',"
-				 " NULL, 'hk', 5, 'replace')"),
-			 ks.id);
+	assert_true(ks2.existed && ks2.moved && ks2.id == ks.id);
 	assert_after(db, ks.id, 1, true);
+	assert_int_equal(sql_int("SELECT after_delay_us FROM due_task WHERE"
+				 " id = %lld",
+				 (long long)ks.id),
+			 3600000000LL);
+	/* later, 30 min: before its own hour: nothing */
+	assert_int_equal(sql_int("SELECT due_schedule('hk', 'c', interval"
+				 " '30 minutes', NULL, 'hk', 5, 'later')"),
+			 ks.id);
 	t = get(db, ks.id);
-	assert_memory_equal(t->payload, "a", 1);
+	assert_memory_equal(t->payload, "b", 1);
 	due_task_free(t);
+	/* later, 2 hours: taken, still held; then replace by an instant */
+	assert_int_equal(sql_int("SELECT due_schedule('hk', 'c', interval"
+				 " '2 hours', NULL, 'hk', 5, 'later')"),
+			 ks.id);
+	assert_int_equal(sql_int("SELECT after_delay_us FROM due_task WHERE"
+				 " id = %lld AND after_at IS NULL AND"
+				 " convert_from(payload, 'UTF8') = 'c'",
+				 (long long)ks.id),
+			 2 * 3600000000LL);
+	assert_after(db, ks.id, 1, true);
+	sql("GRANT SELECT (due_at), UPDATE (due_at, payload, updated_at, key)"
+	    " ON due_task TO %s",
+	    role);
+	sql("SET ROLE %s", role);
+	sql_refused("42501", "permission denied",
+		    "SELECT due_schedule('hk', 'd', interval '0',"
+		    " '2100-01-01T00:00:00Z', 'hk', 5, 'replace')");
+	sql("RESET ROLE");
+	sql("GRANT SELECT (after_left, after_at, after_delay_us), UPDATE"
+	    " (after_at, after_delay_us) ON due_task TO %s",
+	    role);
+	sql("SET ROLE %s", role);
+	assert_int_equal(sql_int("SELECT due_schedule('hk', 'd', interval"
+				 " '0', '2100-01-01T00:00:00Z', 'hk', 5,"
+				 " 'replace')"),
+			 ks.id);
+	sql("RESET ROLE");
+	assert_int_equal(sql_int("SELECT count(*) FROM due_task WHERE id ="
+				 " %lld AND after_at = '2100-01-01T00:00:00Z'"
+				 " AND after_delay_us = 0 AND"
+				 " convert_from(payload, 'UTF8') = 'd'",
+				 (long long)ks.id),
+			 1);
+	assert_after(db, ks.id, 1, true);
+	sql("DROP OWNED BY %s", role);
+	sql("DROP ROLE %s", role);
 	PQfinish(ear);
 	due_close(db);
 }

@@ -5130,6 +5130,92 @@ static void test_after_reschedule_cancel_held(void **state)
 	due_close(db);
 }
 
+/* Task `id`'s payload is p. */
+static void assert_payload_of(due_db *db, due_id id, const char *p)
+{
+	due_task *t = get(db, id);
+	assert_payload(t, p);
+	due_task_free(t);
+}
+
+/* A keyed add with on_key `k`, a delay or an instant, on the holder h. */
+static void key_on_held(due_db *db, due_id h, bool moved, int64_t delay_us,
+			due_time at, const char *p, due_on_key k)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+
+	o.key = "held-key";
+	o.delay_us = delay_us;
+	o.at = at;
+	o.on_key = k;
+	memset(&s, 0xA5, sizeof(s));
+	assert_int_equal(due_schedule(db, &s, "c", p, strlen(p), &o), 0);
+	assert_int_equal(s.id, h);
+	assert_true(s.existed);
+	assert_int_equal(s.moved, moved);
+}
+
+/*
+** on_key replace or later meeting a held holder (run after), the same on
+** every store: it stays held (still waiting for its parent), takes the
+** payload and the time asked as its own, applied at its release; replace
+** always, later only when the time asked is later than the earliest a
+** release now would give it (max(its instant, now + its delay)).  keep
+** changes nothing.  The release then makes it due at the last time taken.
+*/
+static void test_on_key_held(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+	due_time now, then;
+
+	due_id p = add(db, "p", 0, 5);
+	assert_int_equal(due_now(db, &now), 0);
+	o.key = "held-key";
+	o.after = &p;
+	o.n_after = 1;
+	o.at = now + 2 * HOUR;
+	assert_int_equal(due_schedule(db, &s, "c", "a", 1, &o), 0);
+	due_id h = s.id;
+	assert_held(db, h, 1, 1);
+
+	/* later, earlier than its own instant: nothing changes */
+	key_on_held(db, h, false, 0, now + HOUR, "b", DUE_ON_KEY_LATER);
+	assert_held(db, h, 1, 1);
+	assert_payload_of(db, h, "a");
+	/* later, a delay that ends before it: nothing either */
+	key_on_held(db, h, false, HOUR, DUE_TIME_NONE, "b", DUE_ON_KEY_LATER);
+	assert_payload_of(db, h, "a");
+	/* keep: nothing */
+	key_on_held(db, h, false, 0, now + 5 * HOUR, "b", DUE_ON_KEY_KEEP);
+	assert_payload_of(db, h, "a");
+	/* later, later: taken, still held */
+	key_on_held(db, h, true, 0, now + 3 * HOUR, "c", DUE_ON_KEY_LATER);
+	assert_held(db, h, 1, 1);
+	assert_payload_of(db, h, "c");
+	/* replace, earlier: taken */
+	key_on_held(db, h, true, 0, now + HOUR, "d", DUE_ON_KEY_REPLACE);
+	assert_held(db, h, 1, 1);
+	assert_payload_of(db, h, "d");
+	/* later, a delay past its instant: taken (its own time is a delay) */
+	key_on_held(db, h, true, 90 * 60000000LL, DUE_TIME_NONE, "e",
+		    DUE_ON_KEY_LATER);
+	/* later, an instant before now + that delay: nothing */
+	key_on_held(db, h, false, 0, now + 80 * 60000000LL, "f",
+		    DUE_ON_KEY_LATER);
+	assert_held(db, h, 1, 1);
+	assert_payload_of(db, h, "e");
+
+	complete_ok(db, p, claim_one(db, p, LONG_LEASE));
+	assert_int_equal(due_now(db, &then), 0);
+	assert_released(db, h, now + 90 * 60000000LL, then + 90 * 60000000LL);
+	assert_payload_of(db, h, "e");
+	due_close(db);
+}
+
 /*
 ** SQLite: a version 10 store upgrades to 11 in place (what `due init`
 ** does): its tasks are after no task (after_n, after_left and
@@ -5409,6 +5495,7 @@ int main(void)
 	    T(test_wait),
 	    T(test_on_key_waiting),
 	    T(test_on_key_running),
+	    T(test_on_key_held),
 	    T(test_after_fan_in),
 	    T(test_after_delay_and_at),
 	    T(test_after_parents_checked),

@@ -69,14 +69,16 @@ after_fns = function()
 
   -- A held task's own time (reschedule, on_key replace/later): at (a
   -- string, '' for none) or the delay, kept for its release; payload
-  -- unless nil.  `later` keeps a given time only when it is later than
-  -- the one kept.  Returns 1 when it was moved.
+  -- unless nil.  `later` takes a time (due) only when it is later than
+  -- the earliest a release now would give the task, max(its at, now t
+  -- + its delay), as on every store.  Returns 1 when it was moved.
   held_move = function(id, on, at, delay, due, payload, t)
     local tk = T(id)
     if on == 'later' then
       local v = tcall('HMGET', tk, 'after_at', 'after_delay_us')
-      if v[1] and not (tonumber(v[1]) < due) then return 0 end
-      if not v[1] and at == '' and not (N(v[2]) < tonumber(delay)) then return 0 end
+      local earliest = t + N(v[2])
+      if v[1] and tonumber(v[1]) > earliest then earliest = tonumber(v[1]) end
+      if not (earliest < due) then return 0 end
     end
     local h = {'updated_at', I(t)}
     if at ~= '' then
