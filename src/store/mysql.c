@@ -754,13 +754,20 @@ static const char sql_schedule_proc[] =
 ** (the row count, and the state read again).  Created when missing or
 ** older than ON_KEY_V, by init_extras.  v2 (schema 11): a holder held by
 ** run-after keeps the new time as its own, applied at its release (its
-** due_at stays HELD_AT), for replace and later alike, by a statement of
-** its own that runs only for a held holder: a producer granted what v1
-** needs (docs/INTERFACE.md) keeps working for every other holder, and
-** needs SELECT (after_left), UPDATE (after_at, after_delay_us) only for
-** a held one.
+** due_at stays HELD_AT), by a statement of its own that runs only for a
+** held holder: a producer granted what v1 needs (docs/INTERFACE.md) keeps
+** working for every other holder.  v3: `later` moves a held holder only
+** when the new time is strictly later than the earliest it could run
+** were it released now, GREATEST(COALESCE(after_at, now), now +
+** after_delay_us) (key_move, SQLite's ST_KEY_MOVE); v2 moved it always.
+** So a held holder needs SELECT (after_left, after_at, after_delay_us)
+** and UPDATE (after_at, after_delay_us); SELECT on after_at and
+** after_delay_us is new in v3.  When that statement matches nothing
+** (later and not later, or no longer held: under autocommit it may have
+** been released meanwhile) the plain UPDATE below runs, which cannot
+** move a row still held: its due_at is HELD_AT, and `due` is never later.
 */
-#define ON_KEY_V "due_schedule_on_key v2"
+#define ON_KEY_V "due_schedule_on_key v3"
 static const char sql_schedule_on_key_proc[] =
     "CREATE PROCEDURE due_schedule_on_key(" SCHED_PARAMS
     ", IN p_on_key VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
@@ -805,7 +812,8 @@ static const char sql_schedule_on_key_proc[] =
 		     " after_delay_us = IF(p_run_at_us IS NULL, delay, 0),"
 		     " payload = COALESCE(p_payload, ''), updated_at = now_us"
 		     " WHERE id = found AND state = 'SCHEDULED' AND after_left"
-		     " > 0;\n"
+		     " > 0 AND (how = 1 OR GREATEST(COALESCE(after_at, now_us),"
+		     " now_us + after_delay_us) < due);\n"
 		     "          SET cnt = ROW_COUNT();\n"
 		     "        END IF;\n"
 		     "        IF cnt = 0 THEN\n"
@@ -1542,11 +1550,19 @@ static void due_expr(due_my_sql *b, const due_schedule_opts *o)
 
 /*
 ** The waiting holder `id` (locked by lock_holder) takes it's due time and
-** payload; LATER: only a later one.  The state and, for LATER, the
-** comparison are repeated in the UPDATE's WHERE, whose one NOW is the
-** new time on both sides.  *moved: LATER moved when the row matched;
-** REPLACE always does (the row is ours and SCHEDULED: a caller's
-** connection without CLIENT_FOUND_ROWS counts 0 when nothing changed).
+** payload; LATER: only a later one.  A holder held by run-after
+** (after_left > 0, due_at HELD_AT) keeps the new time as its own
+** (after_at / after_delay_us, applied at its release, as reschedule
+** does), and LATER compares the new time with the earliest it could run
+** were it released now, GREATEST(COALESCE(after_at, now), now +
+** after_delay_us), as SQLite's ST_KEY_MOVE does (not with HELD_AT, which
+** nothing is later than; and not always, as the first version moved a
+** held holder for LATER too).  The state and, for LATER, the comparison
+** are repeated in the UPDATE's WHERE, whose one NOW (fixed at the
+** statement's start) is the new time and the release's now alike.
+** *moved: LATER moved when the row matched; REPLACE always does (the row
+** is ours and SCHEDULED: a caller's connection without CLIENT_FOUND_ROWS
+** counts 0 when nothing changed).
 */
 static int key_move(due_store *s, const due_submit *it, due_id id, bool *moved)
 {
@@ -1556,8 +1572,8 @@ static int key_move(due_store *s, const due_submit *it, due_id id, bool *moved)
 	SQL(b, s);
 
 	/* a held holder (run-after) keeps the new time as its own, applied
-	   at its release (as reschedule does), for replace and later alike:
-	   its due time is not known before then */
+	   at its release (as reschedule does): its due time is not known
+	   before then */
 	due__my_add(&b, "UPDATE due_task SET after_at = IF(after_left > 0, ");
 	if (it->opts.at != DUE_TIME_NONE)
 		due__my_add(&b,
@@ -1578,9 +1594,10 @@ static int key_move(due_store *s, const due_submit *it, due_id id, bool *moved)
 		    " state = 'SCHEDULED'",
 		    (long long)id);
 	if (later) {
-		due__my_add(&b, " AND (after_left > 0 OR due_at < ");
+		due__my_add(&b, " AND IF(after_left > 0, GREATEST(COALESCE("
+				"after_at, " NOW "), " NOW " + after_delay_us),"
+				" due_at) < ");
 		due_expr(&b, &it->opts);
-		due__my_add(&b, ")");
 	}
 	rc = exec(s, &b, "move task by key", &n);
 	*moved = rc == 0 && (n == 1 || !later);

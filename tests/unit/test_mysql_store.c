@@ -1804,6 +1804,176 @@ static void test_after_on_key_held(void **state)
 	due_close(db);
 }
 
+/*
+** The held holder's own time and payload, read with the test's own
+** connection: after_at (-1 for NULL), after_delay_us, after_left, whether
+** due_at is still HELD_AT, and the payload's first byte.
+*/
+typedef struct held_row {
+	int64_t at, delay, left, held, pay;
+} held_row;
+
+static held_row held_of(MYSQL *m, due_id id)
+{
+	char sql[300];
+	held_row h;
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT COALESCE(after_at, -1), after_delay_us, after_left,"
+		 " due_at = 253402300799999999, ASCII(payload) FROM due_task"
+		 " WHERE id = %lld",
+		 (long long)id);
+	if (mysql_query(m, sql) != 0)
+		fail_msg("%s: %s", sql, mysql_error(m));
+	MYSQL_RES *r = mysql_store_result(m);
+	MYSQL_ROW row = r ? mysql_fetch_row(r) : NULL;
+	if (!row)
+		fail_msg("task %lld: no row", (long long)id);
+	h = (held_row){strtoll(row[0], NULL, 10), strtoll(row[1], NULL, 10),
+		       strtoll(row[2], NULL, 10), strtoll(row[3], NULL, 10),
+		       strtoll(row[4], NULL, 10)};
+	mysql_free_result(r);
+	return h;
+}
+
+/* One keyed submit of kind "c", key "k1": `at` (0: none) or `delay`. */
+static due_submitted key_add(due_db *db, due_on_key how, due_time at,
+			     int64_t delay, const char *payload)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+
+	o.key = "k1";
+	o.on_key = how;
+	if (at)
+		o.at = at;
+	else
+		o.delay_us = delay;
+	if (due_schedule(db, &s, "c", payload, 1, &o) < 0)
+		fail_msg("schedule: %s", due_error_last());
+	return s;
+}
+
+/*
+** on_key `later` meeting a held holder (issue 38, like SQLite's
+** ST_KEY_MOVE): it moves only when the new time is strictly later than
+** the earliest the holder could run were it released now,
+** GREATEST(COALESCE(after_at, now), now + after_delay_us); `replace`
+** always.  A move keeps the holder held (after_left 1, due_at HELD_AT)
+** with the new time as its own; no move changes nothing (time, payload).
+** The same through due_schedule_on_key v3, and the release applies the
+** last time kept.
+*/
+static void test_after_on_key_later_held(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s, k;
+	due_time now;
+	held_row h;
+	char sql[300];
+
+	assert_int_equal(due_now(db, &now), 0);
+	due_id p = add(db, "p", HOUR_US, 5);
+	o.after = &p;
+	o.n_after = 1;
+	o.key = "k1";
+	o.at = now + 2 * HOUR_US;
+	assert_int_equal(due_schedule(db, &s, "c", "a", 1, &o), 0);
+	h = held_of(m, s.id);
+	assert_true(h.at == now + 2 * HOUR_US && h.delay == 0 && h.left == 1 &&
+		    h.held == 1 && h.pay == 'a');
+
+	/* later, earlier than its own at: not moved, nothing changed */
+	k = key_add(db, DUE_ON_KEY_LATER, now + HOUR_US, 0, "b");
+	assert_true(k.existed && !k.moved && k.id == s.id);
+	h = held_of(m, s.id);
+	assert_true(h.at == now + 2 * HOUR_US && h.delay == 0 && h.left == 1 &&
+		    h.held == 1 && h.pay == 'a');
+	/* later, a delay that ends before its own at: not moved */
+	k = key_add(db, DUE_ON_KEY_LATER, 0, HOUR_US, "b");
+	assert_true(k.existed && !k.moved && k.id == s.id);
+	assert_int_equal(held_of(m, s.id).pay, 'a');
+	/* later, after it: moved, still held */
+	k = key_add(db, DUE_ON_KEY_LATER, now + 3 * HOUR_US, 0, "c");
+	assert_true(k.existed && k.moved && k.id == s.id);
+	h = held_of(m, s.id);
+	assert_true(h.at == now + 3 * HOUR_US && h.delay == 0 && h.left == 1 &&
+		    h.held == 1 && h.pay == 'c');
+	/* replace, earlier: moved (a delay of 10 minutes, no instant) */
+	k = key_add(db, DUE_ON_KEY_REPLACE, 0, HOUR_US / 6, "d");
+	assert_true(k.existed && k.moved && k.id == s.id);
+	h = held_of(m, s.id);
+	assert_true(h.at == -1 && h.delay == HOUR_US / 6 && h.left == 1 &&
+		    h.held == 1 && h.pay == 'd');
+	/* later against a delay: 5 minutes is not later than now + 10 */
+	k = key_add(db, DUE_ON_KEY_LATER, 0, HOUR_US / 12, "e");
+	assert_true(k.existed && !k.moved && k.id == s.id);
+	h = held_of(m, s.id);
+	assert_true(h.delay == HOUR_US / 6 && h.pay == 'd');
+	/* ... 20 minutes is */
+	k = key_add(db, DUE_ON_KEY_LATER, 0, HOUR_US / 3, "f");
+	assert_true(k.existed && k.moved && k.id == s.id);
+	h = held_of(m, s.id);
+	assert_true(h.at == -1 && h.delay == HOUR_US / 3 && h.left == 1 &&
+		    h.held == 1 && h.pay == 'f');
+
+	/* the procedure: later, earlier (an instant before now + 20 min) */
+	q(m, "DROP PROCEDURE IF EXISTS due_schedule_on_key");
+	due_close(db);
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	oo.create = true; /* init creates v3 again */
+	db = NULL;
+	if (due_open(&db, url, &oo) < 0)
+		fail_msg("open %s: %s", url, due_error_last());
+	snprintf(sql, sizeof(sql),
+		 "CALL due_schedule_on_key('c', 'g', NULL, %lld, 'k1', NULL,"
+		 " 'later', @id)",
+		 (long long)(now + HOUR_US / 6));
+	q(m, sql);
+	assert_int_equal(q_int(m, "SELECT @id"), s.id);
+	h = held_of(m, s.id);
+	assert_true(h.at == -1 && h.delay == HOUR_US / 3 && h.left == 1 &&
+		    h.held == 1 && h.pay == 'f');
+	/* later, a delay of 10 minutes: not later than 20 either */
+	q(m, "CALL due_schedule_on_key('c', 'g', 600000000, NULL, 'k1', NULL,"
+	     " 'later', @id)");
+	assert_int_equal(q_int(m, "SELECT @id"), s.id);
+	assert_int_equal(held_of(m, s.id).pay, 'f');
+	/* later, 4 hours: moved, still held */
+	snprintf(sql, sizeof(sql),
+		 "CALL due_schedule_on_key('c', 'h', NULL, %lld, 'k1', NULL,"
+		 " 'later', @id)",
+		 (long long)(now + 4 * HOUR_US));
+	q(m, sql);
+	assert_int_equal(q_int(m, "SELECT @id"), s.id);
+	h = held_of(m, s.id);
+	assert_true(h.at == now + 4 * HOUR_US && h.delay == 0 && h.left == 1 &&
+		    h.held == 1 && h.pay == 'h');
+	assert_int_equal(
+	    q_int(m, "SELECT COUNT(*) FROM information_schema.routines WHERE"
+		     " routine_schema = DATABASE() AND routine_name ="
+		     " 'due_schedule_on_key' AND routine_comment ="
+		     " 'due_schedule_on_key v3'"),
+	    1);
+	/* the parent's end releases it at the time kept */
+	due_complete_outcome cc;
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome rs;
+	assert_int_equal(due_reschedule(db, &rs, p, &ro), 0);
+	assert_int_equal(
+	    due_complete(db, &cc, p, claim_one(db, p, LONG_LEASE), "r", 1), 0);
+	due_task *t = get(db, s.id);
+	assert_int_equal(t->after_left, 0);
+	assert_int_equal(t->due_at, now + 4 * HOUR_US);
+	assert_memory_equal(t->payload, "h", 1);
+	due_task_free(t);
+	mysql_close(m);
+	due_close(db);
+}
+
 /* ------------------------------------------------------------------ */
 /* Bounded waits (issue 35)                                            */
 /* ------------------------------------------------------------------ */
@@ -2166,6 +2336,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_after_chain_cancel, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_sql_after, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_after_on_key_later_held, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_after_on_key_held, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_deadlock_retried, setup,
