@@ -3406,13 +3406,91 @@ fail:
 }
 
 /*
+** The run-after sweep's probe (s->after_sweep): the ended parents (DONE,
+** DEAD, CANCELLED) that still have a pending edge to a held child, at
+** most BATCH_ROWS of them.  Read from the held children's side, the range
+** (SCHEDULED, HELD_AT) of due_task_at, then each one's edges
+** (due_after_child) and their parents (primary key): its cost follows the
+** number of held tasks, not the size of the store.
+*/
+#define SWEEP_PROBE                                                            \
+	"SELECT DISTINCT e.parent FROM due_task c FORCE INDEX (due_task_at)"   \
+	" JOIN due_after e ON e.child = c.id JOIN due_task p ON p.id ="        \
+	" e.parent WHERE c.state = 'SCHEDULED' AND c.at_us = " HELD_AT         \
+	" AND e.pending AND p.state IN ('DONE', 'DEAD', 'CANCELLED')"          \
+	" ORDER BY e.parent LIMIT 1000"
+
+/*
+** Release what the sweep's probe found, cand[0..n): lock those parents
+** FOR UPDATE that have ended (the predicate read again under the lock),
+** set @due_now, and run release() on them, the routine every end runs,
+** in one transaction.  Exactly once by construction: release() counts
+** down only PENDING edges and closes them in the same transaction (on
+** Galera, a racing release of the same edge through another node writes
+** the same edge and child rows, so one of the two fails certification
+** and is retried, then finds the edge closed); a parent whose edges
+** were closed meanwhile releases nothing.
+*/
+static int sweep_tx(due_store *s, const due_id *cand, size_t n)
+{
+	MYSQL_RES *r = NULL;
+	MYSQL_ROW row;
+	picks p = {0};
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_begin(s)) < 0)
+		return rc;
+	due__my_add(&b, "SELECT id FROM due_task WHERE id IN ");
+	ids_sql(&b, cand, n);
+	due__my_add(&b, " AND state IN ('DONE', 'DEAD', 'CANCELLED')"
+			" ORDER BY id FOR UPDATE" SET_NOW);
+	rc = due__my_exec(s, &b, "release stranded children", &r);
+	due__my_sql_free(&b);
+	while (rc == 0 && r && (row = mysql_fetch_row(r)))
+		rc = pick_add(&p, due__my_i64(row, 0));
+	mysql_free_result(r);
+	if (rc < 0)
+		goto fail;
+	if (p.n) {
+		due_id *ids = malloc(p.n * sizeof(*ids));
+		if (!ids) {
+			rc = due__error_set(DUE_ENOMEM, "out of memory");
+			goto fail;
+		}
+		for (size_t i = 0; i < p.n; i++)
+			ids[i] = p.t[i].id;
+		rc = release(s, ids, p.n);
+		free(ids);
+		if (rc < 0)
+			goto fail;
+	}
+	if ((rc = due__my_commit(s)) < 0)
+		goto fail;
+	free(p.t);
+	return 0;
+fail:
+	due__my_rollback(s);
+	free(p.t);
+	return rc;
+}
+
+/*
 ** Take back expired leases in batches of BATCH_ROWS, each its own
 ** transaction; then report the earliest lease still running and the
-** server's now, so the worker can sleep until exactly then.
+** server's now, so the worker can sleep until exactly then.  With
+** s->after_sweep (every Galera session: docs/internals/mysql.md, "The
+** race with the parent's finish") the same round trip runs the sweep's
+** probe, and a parent it finds gets its release (sweep_tx): a child left
+** held on an ended parent is released by the next reclaim pass.
 */
 static int mys_reclaim(due_store *s, due_reclaimed *out)
 {
-	int64_t got, v[3];
+	MYSQL_RES *r[2] = {NULL, NULL};
+	MYSQL_ROW row;
+	int64_t got;
+	due_id cand[1000];
+	size_t n_cand = 0;
 	int rc;
 	SQL(b, s);
 
@@ -3429,15 +3507,31 @@ static int mys_reclaim(due_store *s, due_reclaimed *out)
 		out->dead += one.dead;
 		out->cancelled += one.cancelled;
 	} while (got == BATCH_ROWS);
-	if (out->rescheduled || s->released)
-		wake(s);
 	due__my_add(&b, "SELECT " NOW ", COUNT(m), MIN(m) FROM (SELECT"
 			" MIN(at_us) AS m FROM due_task"
 			" WHERE state = 'CLAIMED' AND at_us >= " NOW ") x");
-	if ((rc = ints(s, &b, "reclaim", v, 3)) < 0)
+	if (s->after_sweep)
+		due__my_add(&b, "; " SWEEP_PROBE);
+	rc = due__my_exec_sets(s, &b, "reclaim", r, s->after_sweep ? 2 : 1);
+	due__my_sql_free(&b);
+	if (rc < 0)
 		return rc;
-	out->now = v[0];
-	out->next_expiry = v[1] ? v[2] : 0;
+	if (r[0] && (row = mysql_fetch_row(r[0]))) {
+		out->now = due__my_i64(row, 0);
+		out->next_expiry =
+		    due__my_i64(row, 1) ? due__my_i64(row, 2) : 0;
+	}
+	while (r[1] && n_cand < 1000 && (row = mysql_fetch_row(r[1])))
+		cand[n_cand++] = due__my_i64(row, 0);
+	mysql_free_result(r[0]);
+	mysql_free_result(r[1]);
+	if (n_cand) {
+		RETRY(rc, s, sweep_tx(s, cand, n_cand));
+		if (rc < 0)
+			return rc;
+	}
+	if (out->rescheduled || s->released)
+		wake(s);
 	return 0;
 }
 

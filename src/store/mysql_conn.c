@@ -582,6 +582,7 @@ static int wsrep_setup(due_store *s)
 	mysql_free_result(r[0]);
 	mysql_free_result(r[1]);
 	s->galera = galera;
+	s->after_sweep = galera;
 	if (galera && !up) {
 		s->broken = true;
 		return due__error_set(DUE_ESTORE,

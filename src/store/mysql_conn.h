@@ -68,6 +68,9 @@ struct due_store {
 	due_my_cfg *cfg;   /* to reconnect (our own copy) */
 	size_t node;	   /* cfg->hosts[node] is the one we use (or try) */
 	bool galera;	   /* the server is a Galera node (wsrep_ready) */
+	bool after_sweep;  /* reclaim releases children left held on an
+			      ended parent (mysql.c mys_reclaim): set on
+			      Galera; a test may set it on one server */
 	char label[256];   /* mysql://user@host:port/db for messages */
 	char where[272];   /* HOST:PORT (or the socket) for "no answer" */
 };

@@ -1974,6 +1974,159 @@ static void test_after_on_key_later_held(void **state)
 	due_close(db);
 }
 
+/* A task due now, claimed: its attempt. */
+static int32_t claimed_now(due_db *db, due_id id)
+{
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome rs;
+
+	assert_int_equal(due_reschedule(db, &rs, id, &ro), 0);
+	return claim_one(db, id, LONG_LEASE);
+}
+
+/* A held child of parents[0..n), kind "c", due an hour after them. */
+static due_id child_of(due_db *db, due_id *parents, size_t n)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+
+	o.delay_us = HOUR_US;
+	o.after = parents;
+	o.n_after = n;
+	if (due_schedule(db, &s, "c", "x", 1, &o) < 0)
+		fail_msg("schedule: %s", due_error_last());
+	return s.id;
+}
+
+/*
+** End task id as `st` the way no store path does: without its release
+** (what a Galera abort inside a finish's text could leave, the window
+** docs/internals/mysql.md describes), from the test's own connection.
+*/
+static void end_bare(MYSQL *m, due_id id, const char *st)
+{
+	char sql[300];
+
+	snprintf(sql, sizeof(sql),
+		 "UPDATE due_task SET state = '%s', lease_owner = NULL,"
+		 " lease_until = NULL WHERE id = %lld",
+		 st, (long long)id);
+	q(m, sql);
+}
+
+/* One text value of sql (the test's own connection). */
+static void q_text(MYSQL *m, const char *sql, char *out, size_t n)
+{
+	if (mysql_query(m, sql) != 0)
+		fail_msg("%s: %s", sql, mysql_error(m));
+	MYSQL_RES *r = mysql_store_result(m);
+	MYSQL_ROW row = r ? mysql_fetch_row(r) : NULL;
+	snprintf(out, n, "%s", row && row[0] ? row[0] : "(none)");
+	mysql_free_result(r);
+}
+
+/*
+** A child as "after_left held state pending-edges", and with `times` its
+** updated_at and due_at after that.
+*/
+static void child_row(MYSQL *m, due_id id, bool times, char *out, size_t n)
+{
+	char sql[400];
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT CONCAT(after_left, ' ', due_at = 253402300799999999,"
+		 " ' ', state, ' ', (SELECT COUNT(*) FROM due_after WHERE"
+		 " child = %lld AND pending)%s) FROM due_task WHERE id = %lld",
+		 (long long)id, times ? ", ' ', updated_at, ' ', due_at" : "",
+		 (long long)id);
+	q_text(m, sql, out, n);
+}
+
+/*
+** The run-after sweep (issue 38, Galera's safety net; on by itself only
+** on Galera, turned on here on one server): parents ended without their
+** release (end_bare) leave their children held; a reclaim pass then
+** releases them through release(): a DONE parent's child becomes due
+** (its own time from then), a fan-in child counts one parent down and
+** stays held on the other, a DEAD parent's child is CANCELLED naming it.
+** Exactly once: a second pass changes nothing (not even updated_at), and
+** the fan-in child's last parent, completed the normal way, releases it
+** (after_left 0, never below).  Without the sweep a pass leaves them held.
+*/
+static void test_after_sweep(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_reclaimed rr;
+	char a[200], b2[200];
+	due_time now;
+
+	due_id p1 = add(db, "p", HOUR_US, 5), p2 = add(db, "p", HOUR_US, 5);
+	due_id pd = add(db, "p", HOUR_US, 5), both[2] = {p1, p2};
+	int32_t a1 = claimed_now(db, p1);
+	(void)claimed_now(db, pd);
+	due_id c1 = child_of(db, &p1, 1), c2 = child_of(db, both, 2);
+	due_id cd = child_of(db, &pd, 1);
+	end_bare(m, p1, "DONE");
+	end_bare(m, pd, "DEAD");
+	assert_int_equal(
+	    due_complete(db, &(due_complete_outcome){0}, p1, a1, "r", 1),
+	    0); /* stale: p1 is DONE, nothing released */
+
+	/* without the sweep (a single server): still held */
+	assert_int_equal(due_reclaim_expired(db, &rr), 0);
+	child_row(m, c1, false, a, sizeof(a));
+	assert_string_equal(a, "1 1 SCHEDULED 1");
+	child_row(m, c2, false, a, sizeof(a));
+	assert_string_equal(a, "2 1 SCHEDULED 2");
+	child_row(m, cd, false, a, sizeof(a));
+	assert_string_equal(a, "1 1 SCHEDULED 1");
+
+	((due_store *)due__db_store(db))->after_sweep = true;
+	assert_int_equal(due_now(db, &now), 0);
+	assert_int_equal(due_reclaim_expired(db, &rr), 0);
+	child_row(m, c1, false, a, sizeof(a));
+	assert_string_equal(a, "0 0 SCHEDULED 0");
+	child_row(m, c2, false, a, sizeof(a));
+	assert_string_equal(a, "1 1 SCHEDULED 1");
+	child_row(m, cd, false, a, sizeof(a));
+	assert_string_equal(a, "0 1 CANCELLED 0"); /* due_at kept */
+	due_task *t = get(db, c1);
+	assert_true(t->due_at >= now + HOUR_US &&
+		    t->due_at < now + 2 * HOUR_US);
+	due_task_free(t);
+	t = get(db, cd);
+	char want[80];
+	snprintf(want, sizeof(want), "parent task %lld ended DEAD",
+		 (long long)pd);
+	assert_string_equal(t->last_error, want);
+	due_task_free(t);
+
+	/* a second pass: nothing, not even a time */
+	child_row(m, c1, true, a, sizeof(a));
+	child_row(m, c2, true, b2, sizeof(b2));
+	assert_int_equal(due_reclaim_expired(db, &rr), 0);
+	char a2[200], b3[200];
+	child_row(m, c1, true, a2, sizeof(a2));
+	child_row(m, c2, true, b3, sizeof(b3));
+	assert_string_equal(a, a2);
+	assert_string_equal(b2, b3);
+
+	/* c2's other parent ends the normal way: released once */
+	due_complete_outcome cc;
+	assert_int_equal(due_complete(db, &cc, p2, claimed_now(db, p2), "r", 1),
+			 0);
+	assert_int_equal(cc, DUE_COMPLETE_DONE);
+	child_row(m, c2, false, a, sizeof(a));
+	assert_string_equal(a, "0 0 SCHEDULED 0");
+	assert_int_equal(due_reclaim_expired(db, &rr), 0);
+	child_row(m, c2, false, a, sizeof(a));
+	assert_string_equal(a, "0 0 SCHEDULED 0");
+	mysql_close(m);
+	due_close(db);
+}
+
 /* ------------------------------------------------------------------ */
 /* Bounded waits (issue 35)                                            */
 /* ------------------------------------------------------------------ */
@@ -2338,6 +2491,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_sql_after, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_after_on_key_later_held, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_after_sweep, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_after_on_key_held, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_deadlock_retried, setup,
