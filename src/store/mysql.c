@@ -3413,12 +3413,15 @@ fail:
 ** (due_after_child) and their parents (primary key): its cost follows the
 ** number of held tasks, not the size of the store.
 */
+#define SWEEP_FROM                                                             \
+	" FROM due_task c FORCE INDEX (due_task_at) JOIN due_after e ON"       \
+	" e.child = c.id JOIN due_task p ON p.id = e.parent WHERE c.state ="   \
+	" 'SCHEDULED' AND c.at_us = " HELD_AT " AND e.pending AND p.state IN"  \
+	" ('DONE', 'DEAD', 'CANCELLED')"
 #define SWEEP_PROBE                                                            \
-	"SELECT DISTINCT e.parent FROM due_task c FORCE INDEX (due_task_at)"   \
-	" JOIN due_after e ON e.child = c.id JOIN due_task p ON p.id ="        \
-	" e.parent WHERE c.state = 'SCHEDULED' AND c.at_us = " HELD_AT         \
-	" AND e.pending AND p.state IN ('DONE', 'DEAD', 'CANCELLED')"          \
-	" ORDER BY e.parent LIMIT 1000"
+	"SELECT DISTINCT e.parent" SWEEP_FROM " ORDER BY e.parent LIMIT 1000"
+/* whether there is anything to sweep (mys_upcoming) */
+#define SWEEP_ANY "SELECT EXISTS (SELECT 1" SWEEP_FROM ")"
 
 /*
 ** Release what the sweep's probe found, cand[0..n): lock those parents
@@ -4742,10 +4745,12 @@ static int mys_upcoming(due_store *s, due_upcoming *out,
 			const char *const *kinds, size_t n_kinds, bool exclude,
 			due_time until, int limit)
 {
-	MYSQL_RES *r;
+	MYSQL_RES *r, *sets[2] = {NULL, NULL};
+	MYSQL_ROW row;
 	due_my_cur cur;
 	due_rows rows;
 	int64_t v[3];
+	bool sweep;
 	int rc;
 	SQL(b, s);
 
@@ -4773,10 +4778,31 @@ static int mys_upcoming(due_store *s, due_upcoming *out,
 	due__my_add(&b, "SELECT " NOW ", COUNT(m), MIN(m) FROM (SELECT"
 			" MIN(at_us) AS m FROM due_task"
 			" WHERE state = 'CLAIMED') x");
-	if ((rc = ints(s, &b, "upcoming", v, 3)) < 0)
+	/* the run-after sweep (s->after_sweep), at most once a second: a
+	   child left held on an ended parent makes the next expiry now, so
+	   the worker's next step is a reclaim pass, which releases it (a
+	   worker with the wheel reclaims only when the refill reports an
+	   expired lease) */
+	sweep = s->after_sweep && due__mono_us() - s->sweep_probed >= 1000000;
+	if (sweep) {
+		due__my_add(&b, "; " SWEEP_ANY);
+		s->sweep_probed = due__mono_us();
+	}
+	rc = due__my_exec_sets(s, &b, "upcoming", sets, sweep ? 2 : 1);
+	due__my_sql_free(&b);
+	if (rc < 0)
 		return rc;
+	row = sets[0] ? mysql_fetch_row(sets[0]) : NULL;
+	for (int i = 0; i < 3; i++)
+		v[i] = row ? due__my_i64(row, i) : 0;
 	out->now = v[0];
 	out->next_expiry = v[1] ? v[2] : 0;
+	if (sets[1] && (row = mysql_fetch_row(sets[1])) &&
+	    due__my_i64(row, 0) &&
+	    (!out->next_expiry || out->now < out->next_expiry))
+		out->next_expiry = out->now - 1; /* "expired": reclaim now */
+	mysql_free_result(sets[0]);
+	mysql_free_result(sets[1]);
 	return 0;
 }
 

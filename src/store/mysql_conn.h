@@ -71,8 +71,9 @@ struct due_store {
 	bool after_sweep;  /* reclaim releases children left held on an
 			      ended parent (mysql.c mys_reclaim): set on
 			      Galera; a test may set it on one server */
-	char label[256];   /* mysql://user@host:port/db for messages */
-	char where[272];   /* HOST:PORT (or the socket) for "no answer" */
+	int64_t sweep_probed; /* mono us of upcoming's last sweep probe */
+	char label[256];      /* mysql://user@host:port/db for messages */
+	char where[272];      /* HOST:PORT (or the socket) for "no answer" */
 };
 
 /*

@@ -2083,8 +2083,19 @@ static void test_after_sweep(void **state)
 	child_row(m, cd, false, a, sizeof(a));
 	assert_string_equal(a, "1 1 SCHEDULED 1");
 
-	((due_store *)due__db_store(db))->after_sweep = true;
+	due_upcoming *u;
 	assert_int_equal(due_now(db, &now), 0);
+	assert_int_equal(
+	    due_upcoming_get(db, &u, NULL, 0, false, now + HOUR_US, 10), 0);
+	assert_int_equal(u->next_expiry, 0); /* no lease: nothing to do */
+	due_upcoming_free(u);
+	((due_store *)due__db_store(db))->after_sweep = true;
+	/* the refill says "reclaim now" (a worker with the wheel reclaims
+	   only then) */
+	assert_int_equal(
+	    due_upcoming_get(db, &u, NULL, 0, false, now + HOUR_US, 10), 0);
+	assert_true(u->next_expiry > 0 && u->next_expiry < u->now);
+	due_upcoming_free(u);
 	assert_int_equal(due_reclaim_expired(db, &rr), 0);
 	child_row(m, c1, false, a, sizeof(a));
 	assert_string_equal(a, "0 0 SCHEDULED 0");
