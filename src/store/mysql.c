@@ -2762,13 +2762,16 @@ typedef struct doomed {
 ** parents), one round trip of
 **   the held children (SCHEDULED, after_left > 0) that a parent of f
 **     ended DEAD or CANCELLED cancels (not after_any_end), locked FOR
-**     UPDATE and returned: the next level cancels them;
+**     UPDATE and returned: the next level cancels them, and closes
+**     those edges in the statement that cancels;
 **   every held child's after_left less its pending edges from f's
-**     parents that ended DONE (any end, for an after_any_end child): one
-**     UPDATE over a derived count (a multi-table UPDATE changes a row once
-**     however many edges join it);
-**   those edges closed (pending = FALSE): a parent ends once, and an
-**     operator's retry of a DEAD parent releases nothing twice;
+**     parents that ended DONE (any end, for an after_any_end child),
+**     and those edges closed (pending = FALSE), in ONE statement: a
+**     derived count (a multi-table UPDATE changes a row once however
+**     many edges join it) joined to the edges it counts;
+**   the other pending edges of f closed, those whose child is not held
+**     (ended, or released): a parent ends once, and an operator's retry
+**     of a DEAD parent releases nothing twice;
 **   the children that reached 0 made due at the later of their after_at
 **     and @due_now + after_delay_us (last: its matched rows say whether a
 **     child was released, s->released).
@@ -2776,6 +2779,20 @@ typedef struct doomed {
 ** with the held due_at) in its WHERE.  Reads here see the committed rows
 ** of every child added before the parents' locks were granted (READ
 ** COMMITTED: each statement reads what committed before it).
+**
+** Why an edge is closed only by the statement that counts its child
+** down or cancels it: on Galera, a write set from another node can abort
+** this transaction between two statements of one text, and MariaDB runs
+** the rest of the text outside any transaction (docs/internals/mysql.md,
+** "Brute-force aborts"); the transaction is then retried whole, but what
+** ran autocommitted stays.  A close of its own after a rolled-back count
+** left the edge closed and the child held for ever, out of the sweep's
+** sight.  Now a statement that runs alone changes nothing or does a
+** whole step (an ended parent is read as committed: a rolled-back end is
+** not seen), so what such an abort can leave is a pending edge of an
+** ended parent, which the sweep (mys_reclaim) releases.  The edges table
+** leads each join (STRAIGHT_JOIN): its rows are written as they are met,
+** the children's once, at the end, from what was read.
 */
 static int release_level(due_store *s, const due_id *f, size_t n,
 			 const doomed *c, size_t nc, MYSQL_RES **r)
@@ -2784,16 +2801,20 @@ static int release_level(due_store *s, const due_id *f, size_t n,
 	SQL(b, s);
 
 	if (nc) {
-		due__my_add(&b, "UPDATE due_task SET state = 'CANCELLED',"
-				" last_error = CASE id");
+		due__my_add(&b, "UPDATE due_after e STRAIGHT_JOIN due_task k ON"
+				" k.id = e.child STRAIGHT_JOIN due_task p ON"
+				" p.id = e.parent SET k.state = 'CANCELLED',"
+				" k.last_error = CASE k.id");
 		for (size_t i = 0; i < nc; i++)
 			due__my_add(
 			    &b, " WHEN %lld THEN 'parent task %lld ended %s'",
 			    (long long)c[i].child, (long long)c[i].parent,
 			    c[i].dead ? "DEAD" : "CANCELLED");
-		due__my_add(&b, " END, after_left = 0, updated_at = " NOW_V
-				" WHERE state = 'SCHEDULED' AND after_left > 0"
-				" AND id IN (");
+		due__my_add(&b, " END, k.after_left = 0, k.updated_at = " NOW_V
+				", e.pending = FALSE WHERE e.pending AND"
+				" p.state IN ('DEAD', 'CANCELLED') AND"
+				" k.state = 'SCHEDULED' AND k.after_left > 0"
+				" AND NOT k.after_any_end AND e.child IN (");
 		for (size_t i = 0; i < nc; i++)
 			due__my_add(&b, "%s%lld", i ? ", " : "",
 				    (long long)c[i].child);
@@ -2807,17 +2828,26 @@ static int release_level(due_store *s, const due_id *f, size_t n,
 			" AND NOT c.after_any_end AND e.parent IN ");
 	ids_sql(&b, f, n);
 	due__my_add(&b, " ORDER BY e.child, e.parent FOR UPDATE;"
-			" UPDATE due_task c JOIN (SELECT e.child, COUNT(*) AS n"
-			" FROM due_after e JOIN due_task p ON p.id = e.parent"
-			" JOIN due_task k ON k.id = e.child WHERE e.pending"
-			" AND (p.state = 'DONE' OR (k.after_any_end AND p.state"
-			" IN ('DEAD', 'CANCELLED'))) AND e.parent IN ");
+			" UPDATE due_after e STRAIGHT_JOIN due_task p ON"
+			" p.id = e.parent STRAIGHT_JOIN due_task c ON"
+			" c.id = e.child STRAIGHT_JOIN (SELECT e2.child,"
+			" COUNT(*) AS n FROM due_after e2 JOIN due_task p2 ON"
+			" p2.id = e2.parent JOIN due_task k ON k.id = e2.child"
+			" WHERE e2.pending AND (p2.state = 'DONE' OR"
+			" (k.after_any_end AND p2.state IN ('DEAD',"
+			" 'CANCELLED'))) AND e2.parent IN ");
 	ids_sql(&b, f, n);
-	due__my_add(&b, " GROUP BY e.child) x ON x.child = c.id"
-			" SET c.after_left = c.after_left - x.n"
-			" WHERE c.state = 'SCHEDULED' AND c.after_left > 0;"
-			" UPDATE due_after SET pending = FALSE WHERE pending"
-			" AND parent IN ");
+	due__my_add(&b, " GROUP BY e2.child) x ON x.child = e.child"
+			" SET c.after_left = c.after_left - x.n,"
+			" e.pending = FALSE WHERE e.pending AND (p.state ="
+			" 'DONE' OR (c.after_any_end AND p.state IN ('DEAD',"
+			" 'CANCELLED'))) AND c.state = 'SCHEDULED' AND"
+			" c.after_left > 0 AND e.parent IN ");
+	ids_sql(&b, f, n);
+	due__my_add(&b, "; UPDATE due_after e LEFT JOIN due_task c ON"
+			" c.id = e.child SET e.pending = FALSE WHERE e.pending"
+			" AND (c.id IS NULL OR c.state <> 'SCHEDULED' OR"
+			" c.after_left = 0) AND e.parent IN ");
 	ids_sql(&b, f, n);
 	due__my_add(&b,
 		    "; UPDATE due_task c JOIN due_after e ON e.child = c.id"
