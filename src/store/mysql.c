@@ -970,9 +970,13 @@ static const char sql_reschedule_proc[] =
 ** is held (due_at HELD_AT) while a parent is live, its own time kept in
 ** after_at / after_delay_us; with a key whose live holder exists, @id is
 ** the holder and nothing else is written.  Created when missing or
-** older than AFTER_V, by init_extras.
+** older than AFTER_V, by init_extras.  v2 added the parents' write.  v3:
+** an element is judged by its text (digits, no leading zero, at most
+** 9223372036854775807) before it is cast: v2 tested JSON_TYPE, which
+** MariaDB calls INTEGER for 1e0, and the CAST of 1e0 (or of a number
+** past BIGINT) raised 1292, SQLSTATE 22007, instead of 22023 naming it.
 */
-#define AFTER_V "due_schedule_after v2"
+#define AFTER_V "due_schedule_after v3"
 #define AFTER_ELEM "JSON_EXTRACT(p_after, CONCAT('$[', i, ']'))"
 /* a refused parent: set the parents' counts back before the SIGNAL */
 #define AFTER_UNDO                                                             \
@@ -985,6 +989,7 @@ static const char sql_schedule_after_proc[] =
     " MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '" AFTER_V "'\n"
     "BEGIN\n" SCHED_DECLARE "  DECLARE n, i, live INT DEFAULT 0;\n"
     "  DECLARE v BIGINT;\n"
+    "  DECLARE el LONGTEXT;\n"
     "  DECLARE st VARCHAR(16);\n"
     "  DECLARE seen, mask LONGTEXT DEFAULT '';\n"
     "  DECLARE any_end BOOLEAN DEFAULT COALESCE(p_after_any_end, FALSE);\n"
@@ -1010,9 +1015,16 @@ static const char sql_schedule_after_proc[] =
 	" JSON_LENGTH(p_after), ' tasks: at most "
 	"1000');\n") "  SET n = JSON_LENGTH(p_after);\n"
 		     "  WHILE msg IS NULL AND i < n DO\n"
-		     "    SET v = "
-		     "IF(JSON_TYPE(" AFTER_ELEM
-		     ") = 'INTEGER', CAST(" AFTER_ELEM " AS SIGNED), NULL);\n"
+		     /* judged as the element's text, cast only once it is
+			digits that fit a BIGINT: CAST of 1e0 or of
+			99999999999999999999 raised 1292 (22007) */
+		     "    SET el = " AFTER_ELEM ", v = NULL;\n"
+		     "    IF el IS NOT NULL AND el <> '' AND el NOT REGEXP"
+		     " '[^0-9]' AND LEFT(el, 1) <> '0' AND (CHAR_LENGTH(el)"
+		     " < 19 OR (CHAR_LENGTH(el) = 19 AND el <="
+		     " '9223372036854775807')) THEN\n"
+		     "      SET v = CAST(el AS SIGNED);\n"
+		     "    END IF;\n"
 		     "    IF v IS NULL OR v <= 0 THEN\n"
 		     "      SET msg = "
 		     "LEFT(CONCAT('due_schedule_after: "

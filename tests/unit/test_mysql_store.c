@@ -1683,6 +1683,17 @@ static void test_sql_after(void **state)
 	    {"'{\"a\": 1}'", "22023", "JSON array"},
 	    {"NULL", "22023", "JSON array"},
 	    {"'[999999999]'", "23000", "parent task 999999999 not found"},
+	    /* numbers that are not BIGINT ids: v2's CAST raised 1292
+	       (22007) for these instead of naming them */
+	    {"'[1e0]'", "22023", "invalid task id 1e0:"},
+	    {"'[1e30]'", "22023", "invalid task id 1e30:"},
+	    {"'[1.0]'", "22023", "invalid task id 1.0:"},
+	    {"'[99999999999999999999]'", "22023",
+	     "invalid task id 99999999999999999999:"},
+	    {"'[9223372036854775808]'", "22023",
+	     "invalid task id 9223372036854775808:"},
+	    {"'[9223372036854775807]'", "23000",
+	     "parent task 9223372036854775807 not found"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		snprintf(sql, sizeof(sql),
@@ -1695,6 +1706,18 @@ static void test_sql_after(void **state)
 			fail_msg("%s: '%s' does not say '%s'", bad[i].after,
 				 mysql_error(m), bad[i].says);
 	}
+	/* a good parent before a bad element: refused, nothing written */
+	snprintf(sql, sizeof(sql),
+		 "CALL due_schedule_after('c', 'x', 0, NULL, NULL, NULL,"
+		 " '[%lld, 1e0]', FALSE, @id)",
+		 (long long)p);
+	call_state(m, sql, st);
+	assert_string_equal(st, "22023");
+	assert_non_null(strstr(mysql_error(m), "invalid task id 1e0:"));
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_task"), before);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_after"), 0);
+	assert_int_equal(q_int(m, "SELECT SUM(after_children) FROM due_task"),
+			 0);
 	snprintf(sql, sizeof(sql),
 		 "CALL due_schedule_after('c', 'x', 0, NULL, NULL, NULL,"
 		 " '[%lld, %lld]', FALSE, @id)",
