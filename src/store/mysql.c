@@ -1667,7 +1667,7 @@ static int insert_task(due_store *s, const due_submit *it, due_submitted *out,
 		insert_values(&b, it, NOW, live);
 		rc = exec(s, &b, "insert task", NULL);
 		if (rc == 0) {
-			out->id = (due_id)mysql_insert_id(s->conn);
+			out->id = (due_id)s->insert_id;
 			out->existed = false;
 			return 0;
 		}
@@ -1777,7 +1777,7 @@ static int insert_rows(due_store *s, const due_submit *items, size_t n,
 		if ((rc = exec(s, &b, "insert tasks", NULL)) < 0)
 			return rc;
 		for (size_t j = from; j < i; j++) {
-			out[j].id = (due_id)mysql_insert_id(s->conn) +
+			out[j].id = (due_id)s->insert_id +
 				    (due_id)(j - from) * s->id_step;
 			out[j].existed = false;
 			out[j].moved = false;

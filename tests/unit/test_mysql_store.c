@@ -2161,6 +2161,65 @@ static void test_after_sweep(void **state)
 	due_close(db);
 }
 
+/*
+** Galera's texts (mysql_conn.c GALERA_BEGIN, GALERA_CHECK, GALERA_COMMIT)
+** on one server, the handle told it is on Galera: every transaction in
+** savepoints, every text inside one ending with the savepoint check, and
+** the transitions still answer as without (the check's own answers do
+** not count as the statement's: a fenced write that matched its row
+** says so, a `later` that moved says moved, one that did not says not),
+** a run-after child released by its parent's completion and cancelled by
+** a DEAD one.  The server's general log shows the checks were sent.
+*/
+static void test_galera_texts(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_submitted s;
+	due_complete_outcome cc;
+	due_fail_outcome fo;
+	due_cancel_outcome co;
+	due_time now;
+
+	((due_store *)due__db_store(db))->galera = true;
+	q(m, "SET GLOBAL log_output = 'TABLE'");
+	q(m, "TRUNCATE mysql.general_log");
+	q(m, "SET GLOBAL general_log = 1");
+	assert_int_equal(due_now(db, &now), 0);
+	due_id p = add(db, "p", HOUR_US, 1), pd = add(db, "p", HOUR_US, 1);
+	int32_t ap = claimed_now(db, p), ad = claimed_now(db, pd);
+	due_id c = child_of(db, &p, 1), cd = child_of(db, &pd, 1);
+	assert_int_equal(due_complete(db, &cc, p, ap, "r", 1), 0);
+	assert_int_equal(cc, DUE_COMPLETE_DONE);
+	assert_int_equal(due_fail(db, &fo, pd, ad, "x"), 0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	q(m, "SET GLOBAL general_log = 0");
+	char a[200];
+	child_row(m, c, false, a, sizeof(a));
+	assert_string_equal(a, "0 0 SCHEDULED 0");
+	child_row(m, cd, false, a, sizeof(a));
+	assert_string_equal(a, "0 1 CANCELLED 0");
+	/* keyed moves: the answer is the UPDATE's, not the check's */
+	s = key_add(db, DUE_ON_KEY_KEEP, now + HOUR_US, 0, "a");
+	assert_false(s.existed);
+	due_submitted k =
+	    key_add(db, DUE_ON_KEY_LATER, now + 2 * HOUR_US, 0, "b");
+	assert_true(k.existed && k.moved && k.id == s.id);
+	k = key_add(db, DUE_ON_KEY_LATER, now + HOUR_US, 0, "c");
+	assert_true(k.existed && !k.moved && k.id == s.id);
+	assert_int_equal(due_cancel(db, &co, s.id), 0);
+	assert_int_equal(co, DUE_CANCEL_CANCELLED);
+	/* the texts went with their checks, and nothing failed on them */
+	assert_true(q_int(m, "SELECT COUNT(*) FROM mysql.general_log WHERE"
+			     " argument LIKE '%RELEASE SAVEPOINT due_tx;"
+			     " SAVEPOINT due_tx'") >= 3);
+	q(m, "TRUNCATE mysql.general_log");
+	q(m, "SET GLOBAL log_output = 'FILE'");
+	mysql_close(m);
+	due_close(db);
+}
+
 /* ------------------------------------------------------------------ */
 /* Bounded waits (issue 35)                                            */
 /* ------------------------------------------------------------------ */
@@ -2526,6 +2585,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_after_on_key_later_held, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_after_sweep, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_galera_texts, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_after_on_key_held, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_deadlock_retried, setup,
