@@ -31,8 +31,12 @@
 ** the deadlock above: the whole transaction runs again, its COMMIT
 ** included, and a claim that lost simply picks again.  An abort that
 ** lands inside one of our multi-statement texts is caught by the
-** savepoint check before COMMIT (mysql_conn.c) and, for claims, by
-** claims_confirm after it.  Nothing here uses
+** savepoint check that ends each text of a transaction (mysql_conn.c;
+** MariaDB runs the rest of that text, and would run the texts after it,
+** outside the transaction) and, for claims, by claims_confirm after the
+** COMMIT; a run-after child that such an abort still left held on an
+** ended parent is released by the sweep of the next reclaim pass
+** (mys_reclaim).  Nothing here uses
 ** GET_LOCK (mig_lock: not on Galera), LOCK TABLES or MyISAM; every table
 ** has a primary key.  due_wake is MEMORY, which Galera does not
 ** replicate: a wake-up reaches the listeners on the node that took the
