@@ -927,8 +927,14 @@ static char *joined_text(due_store *s, const char *sql, size_t *len, bool check,
 			     : check ? GALERA_CHECK
 				     : "";
 	size_t n = *len;
-	/* sql may end with its own ';' (an empty statement is an error) */
-	bool semi = n && sql[n - 1] == ';';
+	bool semi;
+
+	/* sql may end with its own ';', and blanks after it (an empty
+	   statement is an error: reclaim_tx's "...; " and the check made
+	   "; ; RELEASE ...", 1065, and no lease was taken back) */
+	while (*commit && n && (sql[n - 1] == ' ' || sql[n - 1] == '\n'))
+		n--;
+	semi = n && sql[n - 1] == ';';
 	size_t nb = s->begin_pending ? strlen(begin) : 0,
 	       nc = *commit ? strlen(commit) - semi : 0;
 	char *p, *q;

@@ -2210,6 +2210,20 @@ static void test_galera_texts(void **state)
 	assert_true(k.existed && !k.moved && k.id == s.id);
 	assert_int_equal(due_cancel(db, &co, s.id), 0);
 	assert_int_equal(co, DUE_CANCEL_CANCELLED);
+	/* a lease taken back (reclaim_tx's texts end with "; ": the check
+	   once made that an empty statement, and no lease came back) */
+	due_id e = add(db, "e", 0, 5);
+	due_task_list *l = NULL;
+	assert_int_equal(due_claim(db, &l, "w1", NULL, 0, 10, 1000), 0);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, e);
+	due_task_list_free(l);
+	due_reclaimed rr = {0};
+	for (int64_t t0 = mono_ms(); rr.rescheduled == 0;) {
+		assert_int_equal(due_reclaim_expired(db, &rr), 0);
+		assert_true(mono_ms() - t0 < HANG_MS);
+	}
+	assert_int_equal(rr.rescheduled, 1);
 	/* the texts went with their checks, and nothing failed on them */
 	assert_true(q_int(m, "SELECT COUNT(*) FROM mysql.general_log WHERE"
 			     " argument LIKE '%RELEASE SAVEPOINT due_tx;"
