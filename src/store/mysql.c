@@ -4890,11 +4890,12 @@ static int mys_kind_put(due_store *s, const char *kind,
 	kind_set(&b, "timeout_us", set->timeout_us, ", ");
 	due__my_add(&b, "updated_at = " NOW " WHERE kind = ");
 	due__my_str(&b, kind);
-	due__my_add(&b, "; COMMIT");
 	if ((rc = due__my_begin(s)) < 0)
 		goto done;
+	/* the COMMIT rides (on Galera with the savepoint's check): a COMMIT
+	   of its own in the text had the check sent after it (1305) */
+	s->commit_rides = true;
 	rc = due__my_exec(s, &b, "save kind settings", NULL);
-	s->in_tx = false;
 	if (rc < 0)
 		due__my_rollback(s);
 	else

@@ -2224,6 +2224,10 @@ static void test_galera_texts(void **state)
 		assert_true(mono_ms() - t0 < HANG_MS);
 	}
 	assert_int_equal(rr.rescheduled, 1);
+	/* a kind's settings (their COMMIT once came before the check: 1305) */
+	due_kind_settings ks = DUE_KIND_SETTINGS_INIT;
+	ks.paused = 1;
+	assert_int_equal(due_kind_set(db, "e", &ks), 0);
 	/* the texts went with their checks, and nothing failed on them */
 	assert_true(q_int(m, "SELECT COUNT(*) FROM mysql.general_log WHERE"
 			     " argument LIKE '%RELEASE SAVEPOINT due_tx;"
