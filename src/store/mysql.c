@@ -3460,8 +3460,9 @@ fail:
 ** number of held tasks, not the size of the store.
 */
 #define SWEEP_FROM                                                             \
-	" FROM due_task c FORCE INDEX (due_task_at) JOIN due_after e ON"       \
-	" e.child = c.id JOIN due_task p ON p.id = e.parent WHERE c.state ="   \
+	" FROM due_task c FORCE INDEX (due_task_at) JOIN due_after e FORCE"    \
+	" INDEX (due_after_child) ON e.child = c.id JOIN due_task p FORCE"     \
+	" INDEX (PRIMARY) ON p.id = e.parent WHERE c.state ="                  \
 	" 'SCHEDULED' AND c.at_us = " HELD_AT " AND e.pending AND p.state IN"  \
 	" ('DONE', 'DEAD', 'CANCELLED')"
 #define SWEEP_PROBE                                                            \
