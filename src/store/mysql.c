@@ -2806,9 +2806,15 @@ typedef struct doomed {
 ** sight.  Now a statement that runs alone changes nothing or does a
 ** whole step (an ended parent is read as committed: a rolled-back end is
 ** not seen), so what such an abort can leave is a pending edge of an
-** ended parent, which the sweep (mys_reclaim) releases.  The edges table
-** leads each join (STRAIGHT_JOIN): its rows are written as they are met,
-** the children's once, at the end, from what was read.
+** ended parent, which the sweep (mys_reclaim) releases.  Each join's
+** order and indexes are fixed (STRAIGHT_JOIN, FORCE INDEX: left to
+** itself the optimizer read the parents through the (state, id) range of
+** every DEAD and CANCELLED task, once per edge, and the derived count
+** whole per edge).  MySQL may write the first table of a multi-table
+** UPDATE as it meets its rows and the others once each at the end: the
+** first is the derived count (not written) or, in the cancel, the edges
+** (each met once), so every condition on a child is judged on what was
+** read, and each child is written once.
 */
 static int release_level(due_store *s, const due_id *f, size_t n,
 			 const doomed *c, size_t nc, MYSQL_RES **r)
@@ -2817,10 +2823,13 @@ static int release_level(due_store *s, const due_id *f, size_t n,
 	SQL(b, s);
 
 	if (nc) {
-		due__my_add(&b, "UPDATE due_after e STRAIGHT_JOIN due_task k ON"
-				" k.id = e.child STRAIGHT_JOIN due_task p ON"
-				" p.id = e.parent SET k.state = 'CANCELLED',"
-				" k.last_error = CASE k.id");
+		due__my_add(&b,
+			    "UPDATE due_after e FORCE INDEX"
+			    " (due_after_child) STRAIGHT_JOIN due_task k"
+			    " FORCE INDEX (PRIMARY) ON k.id = e.child"
+			    " STRAIGHT_JOIN due_task p FORCE INDEX (PRIMARY)"
+			    " ON p.id = e.parent SET k.state = 'CANCELLED',"
+			    " k.last_error = CASE k.id");
 		for (size_t i = 0; i < nc; i++)
 			due__my_add(
 			    &b, " WHEN %lld THEN 'parent task %lld ended %s'",
@@ -2844,24 +2853,27 @@ static int release_level(due_store *s, const due_id *f, size_t n,
 			" AND NOT c.after_any_end AND e.parent IN ");
 	ids_sql(&b, f, n);
 	due__my_add(&b, " ORDER BY e.child, e.parent FOR UPDATE;"
-			" UPDATE due_after e STRAIGHT_JOIN due_task p ON"
-			" p.id = e.parent STRAIGHT_JOIN due_task c ON"
-			" c.id = e.child STRAIGHT_JOIN (SELECT e2.child,"
-			" COUNT(*) AS n FROM due_after e2 JOIN due_task p2 ON"
-			" p2.id = e2.parent JOIN due_task k ON k.id = e2.child"
-			" WHERE e2.pending AND (p2.state = 'DONE' OR"
-			" (k.after_any_end AND p2.state IN ('DEAD',"
-			" 'CANCELLED'))) AND e2.parent IN ");
+			" UPDATE (SELECT e2.child, COUNT(*) AS n FROM"
+			" due_after e2 JOIN due_task p2 ON p2.id = e2.parent"
+			" JOIN due_task k ON k.id = e2.child WHERE e2.pending"
+			" AND (p2.state = 'DONE' OR (k.after_any_end AND"
+			" p2.state IN ('DEAD', 'CANCELLED'))) AND e2.parent"
+			" IN ");
 	ids_sql(&b, f, n);
-	due__my_add(&b, " GROUP BY e2.child) x ON x.child = e.child"
+	due__my_add(&b, " GROUP BY e2.child) x STRAIGHT_JOIN due_after e"
+			" FORCE INDEX (due_after_child) ON e.child = x.child"
+			" STRAIGHT_JOIN due_task p FORCE INDEX (PRIMARY) ON"
+			" p.id = e.parent STRAIGHT_JOIN due_task c FORCE INDEX"
+			" (PRIMARY) ON c.id = e.child"
 			" SET c.after_left = c.after_left - x.n,"
 			" e.pending = FALSE WHERE e.pending AND (p.state ="
 			" 'DONE' OR (c.after_any_end AND p.state IN ('DEAD',"
 			" 'CANCELLED'))) AND c.state = 'SCHEDULED' AND"
 			" c.after_left > 0 AND e.parent IN ");
 	ids_sql(&b, f, n);
-	due__my_add(&b, "; UPDATE due_after e LEFT JOIN due_task c ON"
-			" c.id = e.child SET e.pending = FALSE WHERE e.pending"
+	due__my_add(&b, "; UPDATE due_after e LEFT JOIN due_task c FORCE"
+			" INDEX (PRIMARY) ON c.id = e.child SET e.pending ="
+			" FALSE WHERE e.pending"
 			" AND (c.id IS NULL OR c.state <> 'SCHEDULED' OR"
 			" c.after_left = 0) AND e.parent IN ");
 	ids_sql(&b, f, n);
