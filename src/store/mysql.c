@@ -31,8 +31,12 @@
 ** the deadlock above: the whole transaction runs again, its COMMIT
 ** included, and a claim that lost simply picks again.  An abort that
 ** lands inside one of our multi-statement texts is caught by the
-** savepoint check before COMMIT (mysql_conn.c) and, for claims, by
-** claims_confirm after it.  Nothing here uses
+** savepoint check that ends each text of a transaction (mysql_conn.c;
+** MariaDB runs the rest of that text, and would run the texts after it,
+** outside the transaction) and, for claims, by claims_confirm after the
+** COMMIT; a run-after child that such an abort still left held on an
+** ended parent is released by the sweep of the next reclaim pass
+** (mys_reclaim).  Nothing here uses
 ** GET_LOCK (mig_lock: not on Galera), LOCK TABLES or MyISAM; every table
 ** has a primary key.  due_wake is MEMORY, which Galera does not
 ** replicate: a wake-up reaches the listeners on the node that took the
@@ -754,13 +758,20 @@ static const char sql_schedule_proc[] =
 ** (the row count, and the state read again).  Created when missing or
 ** older than ON_KEY_V, by init_extras.  v2 (schema 11): a holder held by
 ** run-after keeps the new time as its own, applied at its release (its
-** due_at stays HELD_AT), for replace and later alike, by a statement of
-** its own that runs only for a held holder: a producer granted what v1
-** needs (docs/INTERFACE.md) keeps working for every other holder, and
-** needs SELECT (after_left), UPDATE (after_at, after_delay_us) only for
-** a held one.
+** due_at stays HELD_AT), by a statement of its own that runs only for a
+** held holder: a producer granted what v1 needs (docs/INTERFACE.md) keeps
+** working for every other holder.  v3: `later` moves a held holder only
+** when the new time is strictly later than the earliest it could run
+** were it released now, GREATEST(COALESCE(after_at, now), now +
+** after_delay_us) (key_move, SQLite's ST_KEY_MOVE); v2 moved it always.
+** So a held holder needs SELECT (after_left, after_at, after_delay_us)
+** and UPDATE (after_at, after_delay_us); SELECT on after_at and
+** after_delay_us is new in v3.  When that statement matches nothing
+** (later and not later, or no longer held: under autocommit it may have
+** been released meanwhile) the plain UPDATE below runs, which cannot
+** move a row still held: its due_at is HELD_AT, and `due` is never later.
 */
-#define ON_KEY_V "due_schedule_on_key v2"
+#define ON_KEY_V "due_schedule_on_key v3"
 static const char sql_schedule_on_key_proc[] =
     "CREATE PROCEDURE due_schedule_on_key(" SCHED_PARAMS
     ", IN p_on_key VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,"
@@ -805,7 +816,8 @@ static const char sql_schedule_on_key_proc[] =
 		     " after_delay_us = IF(p_run_at_us IS NULL, delay, 0),"
 		     " payload = COALESCE(p_payload, ''), updated_at = now_us"
 		     " WHERE id = found AND state = 'SCHEDULED' AND after_left"
-		     " > 0;\n"
+		     " > 0 AND (how = 1 OR GREATEST(COALESCE(after_at, now_us),"
+		     " now_us + after_delay_us) < due);\n"
 		     "          SET cnt = ROW_COUNT();\n"
 		     "        END IF;\n"
 		     "        IF cnt = 0 THEN\n"
@@ -962,9 +974,13 @@ static const char sql_reschedule_proc[] =
 ** is held (due_at HELD_AT) while a parent is live, its own time kept in
 ** after_at / after_delay_us; with a key whose live holder exists, @id is
 ** the holder and nothing else is written.  Created when missing or
-** older than AFTER_V, by init_extras.
+** older than AFTER_V, by init_extras.  v2 added the parents' write.  v3:
+** an element is judged by its text (digits, no leading zero, at most
+** 9223372036854775807) before it is cast: v2 tested JSON_TYPE, which
+** MariaDB calls INTEGER for 1e0, and the CAST of 1e0 (or of a number
+** past BIGINT) raised 1292, SQLSTATE 22007, instead of 22023 naming it.
 */
-#define AFTER_V "due_schedule_after v2"
+#define AFTER_V "due_schedule_after v3"
 #define AFTER_ELEM "JSON_EXTRACT(p_after, CONCAT('$[', i, ']'))"
 /* a refused parent: set the parents' counts back before the SIGNAL */
 #define AFTER_UNDO                                                             \
@@ -977,6 +993,7 @@ static const char sql_schedule_after_proc[] =
     " MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '" AFTER_V "'\n"
     "BEGIN\n" SCHED_DECLARE "  DECLARE n, i, live INT DEFAULT 0;\n"
     "  DECLARE v BIGINT;\n"
+    "  DECLARE el LONGTEXT;\n"
     "  DECLARE st VARCHAR(16);\n"
     "  DECLARE seen, mask LONGTEXT DEFAULT '';\n"
     "  DECLARE any_end BOOLEAN DEFAULT COALESCE(p_after_any_end, FALSE);\n"
@@ -1002,9 +1019,16 @@ static const char sql_schedule_after_proc[] =
 	" JSON_LENGTH(p_after), ' tasks: at most "
 	"1000');\n") "  SET n = JSON_LENGTH(p_after);\n"
 		     "  WHILE msg IS NULL AND i < n DO\n"
-		     "    SET v = "
-		     "IF(JSON_TYPE(" AFTER_ELEM
-		     ") = 'INTEGER', CAST(" AFTER_ELEM " AS SIGNED), NULL);\n"
+		     /* judged as the element's text, cast only once it is
+			digits that fit a BIGINT: CAST of 1e0 or of
+			99999999999999999999 raised 1292 (22007) */
+		     "    SET el = " AFTER_ELEM ", v = NULL;\n"
+		     "    IF el IS NOT NULL AND el <> '' AND el NOT REGEXP"
+		     " '[^0-9]' AND LEFT(el, 1) <> '0' AND (CHAR_LENGTH(el)"
+		     " < 19 OR (CHAR_LENGTH(el) = 19 AND el <="
+		     " '9223372036854775807')) THEN\n"
+		     "      SET v = CAST(el AS SIGNED);\n"
+		     "    END IF;\n"
 		     "    IF v IS NULL OR v <= 0 THEN\n"
 		     "      SET msg = "
 		     "LEFT(CONCAT('due_schedule_after: "
@@ -1542,11 +1566,19 @@ static void due_expr(due_my_sql *b, const due_schedule_opts *o)
 
 /*
 ** The waiting holder `id` (locked by lock_holder) takes it's due time and
-** payload; LATER: only a later one.  The state and, for LATER, the
-** comparison are repeated in the UPDATE's WHERE, whose one NOW is the
-** new time on both sides.  *moved: LATER moved when the row matched;
-** REPLACE always does (the row is ours and SCHEDULED: a caller's
-** connection without CLIENT_FOUND_ROWS counts 0 when nothing changed).
+** payload; LATER: only a later one.  A holder held by run-after
+** (after_left > 0, due_at HELD_AT) keeps the new time as its own
+** (after_at / after_delay_us, applied at its release, as reschedule
+** does), and LATER compares the new time with the earliest it could run
+** were it released now, GREATEST(COALESCE(after_at, now), now +
+** after_delay_us), as SQLite's ST_KEY_MOVE does (not with HELD_AT, which
+** nothing is later than; and not always, as the first version moved a
+** held holder for LATER too).  The state and, for LATER, the comparison
+** are repeated in the UPDATE's WHERE, whose one NOW (fixed at the
+** statement's start) is the new time and the release's now alike.
+** *moved: LATER moved when the row matched; REPLACE always does (the row
+** is ours and SCHEDULED: a caller's connection without CLIENT_FOUND_ROWS
+** counts 0 when nothing changed).
 */
 static int key_move(due_store *s, const due_submit *it, due_id id, bool *moved)
 {
@@ -1556,8 +1588,8 @@ static int key_move(due_store *s, const due_submit *it, due_id id, bool *moved)
 	SQL(b, s);
 
 	/* a held holder (run-after) keeps the new time as its own, applied
-	   at its release (as reschedule does), for replace and later alike:
-	   its due time is not known before then */
+	   at its release (as reschedule does): its due time is not known
+	   before then */
 	due__my_add(&b, "UPDATE due_task SET after_at = IF(after_left > 0, ");
 	if (it->opts.at != DUE_TIME_NONE)
 		due__my_add(&b,
@@ -1578,9 +1610,10 @@ static int key_move(due_store *s, const due_submit *it, due_id id, bool *moved)
 		    " state = 'SCHEDULED'",
 		    (long long)id);
 	if (later) {
-		due__my_add(&b, " AND (after_left > 0 OR due_at < ");
+		due__my_add(&b, " AND IF(after_left > 0, GREATEST(COALESCE("
+				"after_at, " NOW "), " NOW " + after_delay_us),"
+				" due_at) < ");
 		due_expr(&b, &it->opts);
-		due__my_add(&b, ")");
 	}
 	rc = exec(s, &b, "move task by key", &n);
 	*moved = rc == 0 && (n == 1 || !later);
@@ -1638,7 +1671,7 @@ static int insert_task(due_store *s, const due_submit *it, due_submitted *out,
 		insert_values(&b, it, NOW, live);
 		rc = exec(s, &b, "insert task", NULL);
 		if (rc == 0) {
-			out->id = (due_id)mysql_insert_id(s->conn);
+			out->id = (due_id)s->insert_id;
 			out->existed = false;
 			return 0;
 		}
@@ -1748,7 +1781,7 @@ static int insert_rows(due_store *s, const due_submit *items, size_t n,
 		if ((rc = exec(s, &b, "insert tasks", NULL)) < 0)
 			return rc;
 		for (size_t j = from; j < i; j++) {
-			out[j].id = (due_id)mysql_insert_id(s->conn) +
+			out[j].id = (due_id)s->insert_id +
 				    (due_id)(j - from) * s->id_step;
 			out[j].existed = false;
 			out[j].moved = false;
@@ -2745,13 +2778,16 @@ typedef struct doomed {
 ** parents), one round trip of
 **   the held children (SCHEDULED, after_left > 0) that a parent of f
 **     ended DEAD or CANCELLED cancels (not after_any_end), locked FOR
-**     UPDATE and returned: the next level cancels them;
+**     UPDATE and returned: the next level cancels them, and closes
+**     those edges in the statement that cancels;
 **   every held child's after_left less its pending edges from f's
-**     parents that ended DONE (any end, for an after_any_end child): one
-**     UPDATE over a derived count (a multi-table UPDATE changes a row once
-**     however many edges join it);
-**   those edges closed (pending = FALSE): a parent ends once, and an
-**     operator's retry of a DEAD parent releases nothing twice;
+**     parents that ended DONE (any end, for an after_any_end child),
+**     and those edges closed (pending = FALSE), in ONE statement: a
+**     derived count (a multi-table UPDATE changes a row once however
+**     many edges join it) joined to the edges it counts;
+**   the other pending edges of f closed, those whose child is not held
+**     (ended, or released): a parent ends once, and an operator's retry
+**     of a DEAD parent releases nothing twice;
 **   the children that reached 0 made due at the later of their after_at
 **     and @due_now + after_delay_us (last: its matched rows say whether a
 **     child was released, s->released).
@@ -2759,6 +2795,26 @@ typedef struct doomed {
 ** with the held due_at) in its WHERE.  Reads here see the committed rows
 ** of every child added before the parents' locks were granted (READ
 ** COMMITTED: each statement reads what committed before it).
+**
+** Why an edge is closed only by the statement that counts its child
+** down or cancels it: on Galera, a write set from another node can abort
+** this transaction between two statements of one text, and MariaDB runs
+** the rest of the text outside any transaction (docs/internals/mysql.md,
+** "Brute-force aborts"); the transaction is then retried whole, but what
+** ran autocommitted stays.  A close of its own after a rolled-back count
+** left the edge closed and the child held for ever, out of the sweep's
+** sight.  Now a statement that runs alone changes nothing or does a
+** whole step (an ended parent is read as committed: a rolled-back end is
+** not seen), so what such an abort can leave is a pending edge of an
+** ended parent, which the sweep (mys_reclaim) releases.  Each join's
+** order and indexes are fixed (STRAIGHT_JOIN, FORCE INDEX: left to
+** itself the optimizer read the parents through the (state, id) range of
+** every DEAD and CANCELLED task, once per edge, and the derived count
+** whole per edge).  MySQL may write the first table of a multi-table
+** UPDATE as it meets its rows and the others once each at the end: the
+** first is the derived count (not written) or, in the cancel, the edges
+** (each met once), so every condition on a child is judged on what was
+** read, and each child is written once.
 */
 static int release_level(due_store *s, const due_id *f, size_t n,
 			 const doomed *c, size_t nc, MYSQL_RES **r)
@@ -2767,16 +2823,23 @@ static int release_level(due_store *s, const due_id *f, size_t n,
 	SQL(b, s);
 
 	if (nc) {
-		due__my_add(&b, "UPDATE due_task SET state = 'CANCELLED',"
-				" last_error = CASE id");
+		due__my_add(&b,
+			    "UPDATE due_after e FORCE INDEX"
+			    " (due_after_child) STRAIGHT_JOIN due_task k"
+			    " FORCE INDEX (PRIMARY) ON k.id = e.child"
+			    " STRAIGHT_JOIN due_task p FORCE INDEX (PRIMARY)"
+			    " ON p.id = e.parent SET k.state = 'CANCELLED',"
+			    " k.last_error = CASE k.id");
 		for (size_t i = 0; i < nc; i++)
 			due__my_add(
 			    &b, " WHEN %lld THEN 'parent task %lld ended %s'",
 			    (long long)c[i].child, (long long)c[i].parent,
 			    c[i].dead ? "DEAD" : "CANCELLED");
-		due__my_add(&b, " END, after_left = 0, updated_at = " NOW_V
-				" WHERE state = 'SCHEDULED' AND after_left > 0"
-				" AND id IN (");
+		due__my_add(&b, " END, k.after_left = 0, k.updated_at = " NOW_V
+				", e.pending = FALSE WHERE e.pending AND"
+				" p.state IN ('DEAD', 'CANCELLED') AND"
+				" k.state = 'SCHEDULED' AND k.after_left > 0"
+				" AND NOT k.after_any_end AND e.child IN (");
 		for (size_t i = 0; i < nc; i++)
 			due__my_add(&b, "%s%lld", i ? ", " : "",
 				    (long long)c[i].child);
@@ -2790,17 +2853,29 @@ static int release_level(due_store *s, const due_id *f, size_t n,
 			" AND NOT c.after_any_end AND e.parent IN ");
 	ids_sql(&b, f, n);
 	due__my_add(&b, " ORDER BY e.child, e.parent FOR UPDATE;"
-			" UPDATE due_task c JOIN (SELECT e.child, COUNT(*) AS n"
-			" FROM due_after e JOIN due_task p ON p.id = e.parent"
-			" JOIN due_task k ON k.id = e.child WHERE e.pending"
-			" AND (p.state = 'DONE' OR (k.after_any_end AND p.state"
-			" IN ('DEAD', 'CANCELLED'))) AND e.parent IN ");
+			" UPDATE (SELECT e2.child, COUNT(*) AS n FROM"
+			" due_after e2 JOIN due_task p2 ON p2.id = e2.parent"
+			" JOIN due_task k ON k.id = e2.child WHERE e2.pending"
+			" AND (p2.state = 'DONE' OR (k.after_any_end AND"
+			" p2.state IN ('DEAD', 'CANCELLED'))) AND e2.parent"
+			" IN ");
 	ids_sql(&b, f, n);
-	due__my_add(&b, " GROUP BY e.child) x ON x.child = c.id"
-			" SET c.after_left = c.after_left - x.n"
-			" WHERE c.state = 'SCHEDULED' AND c.after_left > 0;"
-			" UPDATE due_after SET pending = FALSE WHERE pending"
-			" AND parent IN ");
+	due__my_add(&b, " GROUP BY e2.child) x STRAIGHT_JOIN due_after e"
+			" FORCE INDEX (due_after_child) ON e.child = x.child"
+			" STRAIGHT_JOIN due_task p FORCE INDEX (PRIMARY) ON"
+			" p.id = e.parent STRAIGHT_JOIN due_task c FORCE INDEX"
+			" (PRIMARY) ON c.id = e.child"
+			" SET c.after_left = c.after_left - x.n,"
+			" e.pending = FALSE WHERE e.pending AND (p.state ="
+			" 'DONE' OR (c.after_any_end AND p.state IN ('DEAD',"
+			" 'CANCELLED'))) AND c.state = 'SCHEDULED' AND"
+			" c.after_left > 0 AND e.parent IN ");
+	ids_sql(&b, f, n);
+	due__my_add(&b, "; UPDATE due_after e LEFT JOIN due_task c FORCE"
+			" INDEX (PRIMARY) ON c.id = e.child SET e.pending ="
+			" FALSE WHERE e.pending"
+			" AND (c.id IS NULL OR c.state <> 'SCHEDULED' OR"
+			" c.after_left = 0) AND e.parent IN ");
 	ids_sql(&b, f, n);
 	due__my_add(&b,
 		    "; UPDATE due_task c JOIN due_after e ON e.child = c.id"
@@ -3389,13 +3464,95 @@ fail:
 }
 
 /*
+** The run-after sweep's probe (s->after_sweep): the ended parents (DONE,
+** DEAD, CANCELLED) that still have a pending edge to a held child, at
+** most BATCH_ROWS of them.  Read from the held children's side, the range
+** (SCHEDULED, HELD_AT) of due_task_at, then each one's edges
+** (due_after_child) and their parents (primary key): its cost follows the
+** number of held tasks, not the size of the store.
+*/
+#define SWEEP_FROM                                                             \
+	" FROM due_task c FORCE INDEX (due_task_at) JOIN due_after e FORCE"    \
+	" INDEX (due_after_child) ON e.child = c.id JOIN due_task p FORCE"     \
+	" INDEX (PRIMARY) ON p.id = e.parent WHERE c.state ="                  \
+	" 'SCHEDULED' AND c.at_us = " HELD_AT " AND e.pending AND p.state IN"  \
+	" ('DONE', 'DEAD', 'CANCELLED')"
+#define SWEEP_PROBE                                                            \
+	"SELECT DISTINCT e.parent" SWEEP_FROM " ORDER BY e.parent LIMIT 1000"
+/* whether there is anything to sweep (mys_upcoming) */
+#define SWEEP_ANY "SELECT EXISTS (SELECT 1" SWEEP_FROM ")"
+
+/*
+** Release what the sweep's probe found, cand[0..n): lock those parents
+** FOR UPDATE that have ended (the predicate read again under the lock),
+** set @due_now, and run release() on them, the routine every end runs,
+** in one transaction.  Exactly once by construction: release() counts
+** down only PENDING edges and closes them in the same transaction (on
+** Galera, a racing release of the same edge through another node writes
+** the same edge and child rows, so one of the two fails certification
+** and is retried, then finds the edge closed); a parent whose edges
+** were closed meanwhile releases nothing.
+*/
+static int sweep_tx(due_store *s, const due_id *cand, size_t n)
+{
+	MYSQL_RES *r = NULL;
+	MYSQL_ROW row;
+	picks p = {0};
+	int rc;
+	SQL(b, s);
+
+	if ((rc = due__my_begin(s)) < 0)
+		return rc;
+	due__my_add(&b, "SELECT id FROM due_task WHERE id IN ");
+	ids_sql(&b, cand, n);
+	due__my_add(&b, " AND state IN ('DONE', 'DEAD', 'CANCELLED')"
+			" ORDER BY id FOR UPDATE" SET_NOW);
+	rc = due__my_exec(s, &b, "release stranded children", &r);
+	due__my_sql_free(&b);
+	while (rc == 0 && r && (row = mysql_fetch_row(r)))
+		rc = pick_add(&p, due__my_i64(row, 0));
+	mysql_free_result(r);
+	if (rc < 0)
+		goto fail;
+	if (p.n) {
+		due_id *ids = malloc(p.n * sizeof(*ids));
+		if (!ids) {
+			rc = due__error_set(DUE_ENOMEM, "out of memory");
+			goto fail;
+		}
+		for (size_t i = 0; i < p.n; i++)
+			ids[i] = p.t[i].id;
+		rc = release(s, ids, p.n);
+		free(ids);
+		if (rc < 0)
+			goto fail;
+	}
+	if ((rc = due__my_commit(s)) < 0)
+		goto fail;
+	free(p.t);
+	return 0;
+fail:
+	due__my_rollback(s);
+	free(p.t);
+	return rc;
+}
+
+/*
 ** Take back expired leases in batches of BATCH_ROWS, each its own
 ** transaction; then report the earliest lease still running and the
-** server's now, so the worker can sleep until exactly then.
+** server's now, so the worker can sleep until exactly then.  With
+** s->after_sweep (every Galera session: docs/internals/mysql.md, "The
+** race with the parent's finish") the same round trip runs the sweep's
+** probe, and a parent it finds gets its release (sweep_tx): a child left
+** held on an ended parent is released by the next reclaim pass.
 */
 static int mys_reclaim(due_store *s, due_reclaimed *out)
 {
-	int64_t got, v[3];
+	MYSQL_RES *r[2] = {NULL, NULL};
+	MYSQL_ROW row;
+	int64_t got;
+	due_id cand[1000];
+	size_t n_cand = 0;
 	int rc;
 	SQL(b, s);
 
@@ -3412,15 +3569,31 @@ static int mys_reclaim(due_store *s, due_reclaimed *out)
 		out->dead += one.dead;
 		out->cancelled += one.cancelled;
 	} while (got == BATCH_ROWS);
-	if (out->rescheduled || s->released)
-		wake(s);
 	due__my_add(&b, "SELECT " NOW ", COUNT(m), MIN(m) FROM (SELECT"
 			" MIN(at_us) AS m FROM due_task"
 			" WHERE state = 'CLAIMED' AND at_us >= " NOW ") x");
-	if ((rc = ints(s, &b, "reclaim", v, 3)) < 0)
+	if (s->after_sweep)
+		due__my_add(&b, "; " SWEEP_PROBE);
+	rc = due__my_exec_sets(s, &b, "reclaim", r, s->after_sweep ? 2 : 1);
+	due__my_sql_free(&b);
+	if (rc < 0)
 		return rc;
-	out->now = v[0];
-	out->next_expiry = v[1] ? v[2] : 0;
+	if (r[0] && (row = mysql_fetch_row(r[0]))) {
+		out->now = due__my_i64(row, 0);
+		out->next_expiry =
+		    due__my_i64(row, 1) ? due__my_i64(row, 2) : 0;
+	}
+	while (r[1] && n_cand < 1000 && (row = mysql_fetch_row(r[1])))
+		cand[n_cand++] = due__my_i64(row, 0);
+	mysql_free_result(r[0]);
+	mysql_free_result(r[1]);
+	if (n_cand) {
+		RETRY(rc, s, sweep_tx(s, cand, n_cand));
+		if (rc < 0)
+			return rc;
+	}
+	if (out->rescheduled || s->released)
+		wake(s);
 	return 0;
 }
 
@@ -4631,10 +4804,12 @@ static int mys_upcoming(due_store *s, due_upcoming *out,
 			const char *const *kinds, size_t n_kinds, bool exclude,
 			due_time until, int limit)
 {
-	MYSQL_RES *r;
+	MYSQL_RES *r, *sets[2] = {NULL, NULL};
+	MYSQL_ROW row;
 	due_my_cur cur;
 	due_rows rows;
 	int64_t v[3];
+	bool sweep;
 	int rc;
 	SQL(b, s);
 
@@ -4662,10 +4837,31 @@ static int mys_upcoming(due_store *s, due_upcoming *out,
 	due__my_add(&b, "SELECT " NOW ", COUNT(m), MIN(m) FROM (SELECT"
 			" MIN(at_us) AS m FROM due_task"
 			" WHERE state = 'CLAIMED') x");
-	if ((rc = ints(s, &b, "upcoming", v, 3)) < 0)
+	/* the run-after sweep (s->after_sweep), at most once a second: a
+	   child left held on an ended parent makes the next expiry now, so
+	   the worker's next step is a reclaim pass, which releases it (a
+	   worker with the wheel reclaims only when the refill reports an
+	   expired lease) */
+	sweep = s->after_sweep && due__mono_us() - s->sweep_probed >= 1000000;
+	if (sweep) {
+		due__my_add(&b, "; " SWEEP_ANY);
+		s->sweep_probed = due__mono_us();
+	}
+	rc = due__my_exec_sets(s, &b, "upcoming", sets, sweep ? 2 : 1);
+	due__my_sql_free(&b);
+	if (rc < 0)
 		return rc;
+	row = sets[0] ? mysql_fetch_row(sets[0]) : NULL;
+	for (int i = 0; i < 3; i++)
+		v[i] = row ? due__my_i64(row, i) : 0;
 	out->now = v[0];
 	out->next_expiry = v[1] ? v[2] : 0;
+	if (sets[1] && (row = mysql_fetch_row(sets[1])) &&
+	    due__my_i64(row, 0) &&
+	    (!out->next_expiry || out->now < out->next_expiry))
+		out->next_expiry = out->now - 1; /* "expired": reclaim now */
+	mysql_free_result(sets[0]);
+	mysql_free_result(sets[1]);
 	return 0;
 }
 
@@ -4707,11 +4903,12 @@ static int mys_kind_put(due_store *s, const char *kind,
 	kind_set(&b, "timeout_us", set->timeout_us, ", ");
 	due__my_add(&b, "updated_at = " NOW " WHERE kind = ");
 	due__my_str(&b, kind);
-	due__my_add(&b, "; COMMIT");
 	if ((rc = due__my_begin(s)) < 0)
 		goto done;
+	/* the COMMIT rides (on Galera with the savepoint's check): a COMMIT
+	   of its own in the text had the check sent after it (1305) */
+	s->commit_rides = true;
 	rc = due__my_exec(s, &b, "save kind settings", NULL);
-	s->in_tx = false;
 	if (rc < 0)
 		due__my_rollback(s);
 	else

@@ -416,6 +416,7 @@ static void tx_reset(due_store *s)
 	s->in_tx = false;
 	s->begin_pending = false;
 	s->commit_rides = false;
+	s->tx_sent = false;
 	free(s->defer);
 	s->defer = NULL;
 	s->defer_len = 0;
@@ -582,6 +583,7 @@ static int wsrep_setup(due_store *s)
 	mysql_free_result(r[0]);
 	mysql_free_result(r[1]);
 	s->galera = galera;
+	s->after_sweep = galera;
 	if (galera && !up) {
 		s->broken = true;
 		return due__error_set(DUE_ESTORE,
@@ -887,26 +889,54 @@ int due__my_ok(due_store *s)
 ** transaction took the savepoint with it, the RELEASE fails (1305) and
 ** stops the text before the COMMIT, and due__my_error reads that 1305 as
 ** the deadlock it is (the whole transaction is retried).
+**
+** Not only the COMMIT's text: the texts after the aborted one run
+** outside any transaction too (checked by hand on the test cluster,
+** MariaDB 10.11: a text whose SLEEP another node's write interrupted ran
+** its next INSERT autocommitted, and so did an INSERT sent as the next
+** text; only an abort that lands while the session is idle makes the
+** next text fail with 1213).  A transaction of several texts (a keyed or
+** run-after submit, a completion with its release, fail, cancel) then
+** wrote, outside it, whatever its texts after the abort held, until the
+** savepoint check of its COMMIT: a run-after child inserted held after
+** its submit had read the parent still live, a release's close of an
+** edge after its count was rolled back.  So every text sent inside a
+** Galera transaction ends with the check as well (GALERA_CHECK: release
+** the savepoint, take it again), and the next text is sent only when
+** the transaction was still ours at the end of this one: what an abort
+** can leave outside is the rest of the one text it landed in.
 */
 #define PLAIN_BEGIN "START TRANSACTION; "
 #define PLAIN_COMMIT "; COMMIT"
 #define GALERA_BEGIN "START TRANSACTION; SAVEPOINT due_tx; "
 #define GALERA_COMMIT "; RELEASE SAVEPOINT due_tx; COMMIT"
+#define GALERA_CHECK "; RELEASE SAVEPOINT due_tx; SAVEPOINT due_tx"
 
 /*
 ** The text sent for sql: START TRANSACTION when begun, the deferred
-** statements, sql, COMMIT when it rides.  NULL when nothing rides (send
-** sql as it is) or out of memory (*oom).
+** statements, sql, COMMIT when it rides, else the savepoint check when
+** `check`.  NULL when nothing rides (send sql as it is) or out of memory
+** (*oom).
 */
-static char *joined_text(due_store *s, const char *sql, size_t *len, bool *oom)
+static char *joined_text(due_store *s, const char *sql, size_t *len, bool check,
+			 bool *oom)
 {
 	const char *begin = s->galera ? GALERA_BEGIN : PLAIN_BEGIN,
-		   *commit = s->galera ? GALERA_COMMIT : PLAIN_COMMIT;
+		   *commit = s->commit_rides
+				 ? (s->galera ? GALERA_COMMIT : PLAIN_COMMIT)
+			     : check ? GALERA_CHECK
+				     : "";
 	size_t n = *len;
-	/* sql may end with its own ';' (an empty statement is an error) */
-	bool semi = n && sql[n - 1] == ';';
+	bool semi;
+
+	/* sql may end with its own ';', and blanks after it (an empty
+	   statement is an error: reclaim_tx's "...; " and the check made
+	   "; ; RELEASE ...", 1065, and no lease was taken back) */
+	while (*commit && n && (sql[n - 1] == ' ' || sql[n - 1] == '\n'))
+		n--;
+	semi = n && sql[n - 1] == ';';
 	size_t nb = s->begin_pending ? strlen(begin) : 0,
-	       nc = s->commit_rides ? strlen(commit) - semi : 0;
+	       nc = *commit ? strlen(commit) - semi : 0;
 	char *p, *q;
 
 	*oom = false;
@@ -941,11 +971,19 @@ static int run(due_store *s, const char *sql, size_t len, const char *what,
 	MYSQL_RES *r;
 	size_t got = 0;
 	bool oom, extra = false, commit = s->commit_rides;
-	char *joined = joined_text(s, sql, &len, &oom);
+	/* Galera, inside our transaction, not its COMMIT: end with the
+	   savepoint check (GALERA_CHECK); its two answers are not sql's */
+	bool check = s->galera && s->in_tx && !commit && !s->committing &&
+		     (s->begin_pending || s->tx_sent);
+	uint64_t aff[3] = {s->affected, s->affected, s->affected},
+		 ins[3] = {s->insert_id, s->insert_id, s->insert_id};
+	char *joined = joined_text(s, sql, &len, check, &oom);
 	int st, rc;
 
 	if (oom)
 		return due__error_set(DUE_ENOMEM, "out of memory");
+	if (s->begin_pending && s->galera)
+		s->tx_sent = true;
 	s->begin_pending = false;
 	s->commit_rides = false;
 	free(s->defer);
@@ -971,10 +1009,15 @@ static int run(due_store *s, const char *sql, size_t len, const char *what,
 			return due__my_error(s, what);
 		} else {
 			s->affected = mysql_affected_rows(s->conn);
+			s->insert_id = mysql_insert_id(s->conn);
+			aff[2] = aff[1], aff[1] = aff[0], aff[0] = s->affected;
+			ins[2] = ins[1], ins[1] = ins[0], ins[0] = s->insert_id;
 		}
 	} while ((st = mysql_next_result(s->conn)) == 0);
 	if (st > 0)
 		return due__my_error(s, what);
+	if (check) /* the last two were the check's */
+		s->affected = aff[2], s->insert_id = ins[2];
 	if (commit)
 		tx_reset(s); /* the COMMIT that rode here succeeded */
 	if (extra)	     /* a bug of ours: the caller expected fewer */
@@ -1058,8 +1101,11 @@ int due__my_commit(due_store *s)
 	int rc = 0;
 
 	/* nothing ran (begin still pending), or a COMMIT rode already */
-	if (s->in_tx && !s->begin_pending)
+	if (s->in_tx && !s->begin_pending) {
+		s->committing = true; /* its own check: no GALERA_CHECK */
 		rc = due__my_run(s, sql, strlen(sql), "commit", NULL);
+		s->committing = false;
+	}
 	tx_reset(s);
 	return rc;
 }

@@ -52,24 +52,32 @@ struct due_store {
 	bool in_tx;	    /* one of our transactions is open */
 	bool begin_pending; /* START TRANSACTION rides on the next statement */
 	bool commit_rides;  /* COMMIT rides on the next statement (one shot) */
+	bool tx_sent;	    /* Galera: our START TRANSACTION went (each text
+			       after it ends with the savepoint check) */
+	bool committing;    /* due__my_commit's own text is being sent */
 	char *defer;	    /* statements (no result set) that ride before the
 			       next statement, NULL when none (due__my_defer) */
 	size_t defer_len;
-	bool pick_short;   /* the last claim pick found fewer than asked */
-	bool released;	   /* run-after released a child: wake after commit */
-	bool deadlock;	   /* the last error was 1213/1205: retry */
-	unsigned err;	   /* native error number of the last failure */
-	uint64_t affected; /* rows matched by the last statement */
-	int64_t id_step;   /* @@auto_increment_increment */
-	bool bulk_ids;	   /* a multi-row INSERT's ids are consecutive */
-	uint64_t packet;   /* @@max_allowed_packet at connect (0: not read) */
-	int timer_fd;	   /* listen(): a 1 s timerfd, -1 until then */
-	int64_t wake_seen; /* the due_wake counter as last read */
-	due_my_cfg *cfg;   /* to reconnect (our own copy) */
-	size_t node;	   /* cfg->hosts[node] is the one we use (or try) */
-	bool galera;	   /* the server is a Galera node (wsrep_ready) */
-	char label[256];   /* mysql://user@host:port/db for messages */
-	char where[272];   /* HOST:PORT (or the socket) for "no answer" */
+	bool pick_short;    /* the last claim pick found fewer than asked */
+	bool released;	    /* run-after released a child: wake after commit */
+	bool deadlock;	    /* the last error was 1213/1205: retry */
+	unsigned err;	    /* native error number of the last failure */
+	uint64_t affected;  /* rows matched by the last statement */
+	uint64_t insert_id; /* its first AUTO_INCREMENT id (mysql_insert_id) */
+	int64_t id_step;    /* @@auto_increment_increment */
+	bool bulk_ids;	    /* a multi-row INSERT's ids are consecutive */
+	uint64_t packet;    /* @@max_allowed_packet at connect (0: not read) */
+	int timer_fd;	    /* listen(): a 1 s timerfd, -1 until then */
+	int64_t wake_seen;  /* the due_wake counter as last read */
+	due_my_cfg *cfg;    /* to reconnect (our own copy) */
+	size_t node;	    /* cfg->hosts[node] is the one we use (or try) */
+	bool galera;	    /* the server is a Galera node (wsrep_ready) */
+	bool after_sweep;   /* reclaim releases children left held on an
+			       ended parent (mysql.c mys_reclaim): set on
+			       Galera; a test may set it on one server */
+	int64_t sweep_probed; /* mono us of upcoming's last sweep probe */
+	char label[256];      /* mysql://user@host:port/db for messages */
+	char where[272];      /* HOST:PORT (or the socket) for "no answer" */
 };
 
 /*

@@ -1683,6 +1683,17 @@ static void test_sql_after(void **state)
 	    {"'{\"a\": 1}'", "22023", "JSON array"},
 	    {"NULL", "22023", "JSON array"},
 	    {"'[999999999]'", "23000", "parent task 999999999 not found"},
+	    /* numbers that are not BIGINT ids: v2's CAST raised 1292
+	       (22007) for these instead of naming them */
+	    {"'[1e0]'", "22023", "invalid task id 1e0:"},
+	    {"'[1e30]'", "22023", "invalid task id 1e30:"},
+	    {"'[1.0]'", "22023", "invalid task id 1.0:"},
+	    {"'[99999999999999999999]'", "22023",
+	     "invalid task id 99999999999999999999:"},
+	    {"'[9223372036854775808]'", "22023",
+	     "invalid task id 9223372036854775808:"},
+	    {"'[9223372036854775807]'", "23000",
+	     "parent task 9223372036854775807 not found"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		snprintf(sql, sizeof(sql),
@@ -1695,6 +1706,18 @@ static void test_sql_after(void **state)
 			fail_msg("%s: '%s' does not say '%s'", bad[i].after,
 				 mysql_error(m), bad[i].says);
 	}
+	/* a good parent before a bad element: refused, nothing written */
+	snprintf(sql, sizeof(sql),
+		 "CALL due_schedule_after('c', 'x', 0, NULL, NULL, NULL,"
+		 " '[%lld, 1e0]', FALSE, @id)",
+		 (long long)p);
+	call_state(m, sql, st);
+	assert_string_equal(st, "22023");
+	assert_non_null(strstr(mysql_error(m), "invalid task id 1e0:"));
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_task"), before);
+	assert_int_equal(q_int(m, "SELECT COUNT(*) FROM due_after"), 0);
+	assert_int_equal(q_int(m, "SELECT SUM(after_children) FROM due_task"),
+			 0);
 	snprintf(sql, sizeof(sql),
 		 "CALL due_schedule_after('c', 'x', 0, NULL, NULL, NULL,"
 		 " '[%lld, %lld]', FALSE, @id)",
@@ -1800,6 +1823,417 @@ static void test_after_on_key_held(void **state)
 	assert_int_equal(t->due_at, now + 2 * HOUR_US);
 	assert_memory_equal(t->payload, "z", 1);
 	due_task_free(t);
+	mysql_close(m);
+	due_close(db);
+}
+
+/*
+** The held holder's own time and payload, read with the test's own
+** connection: after_at (-1 for NULL), after_delay_us, after_left, whether
+** due_at is still HELD_AT, and the payload's first byte.
+*/
+typedef struct held_row {
+	int64_t at, delay, left, held, pay;
+} held_row;
+
+static held_row held_of(MYSQL *m, due_id id)
+{
+	char sql[300];
+	held_row h;
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT COALESCE(after_at, -1), after_delay_us, after_left,"
+		 " due_at = 253402300799999999, ASCII(payload) FROM due_task"
+		 " WHERE id = %lld",
+		 (long long)id);
+	if (mysql_query(m, sql) != 0)
+		fail_msg("%s: %s", sql, mysql_error(m));
+	MYSQL_RES *r = mysql_store_result(m);
+	MYSQL_ROW row = r ? mysql_fetch_row(r) : NULL;
+	if (!row)
+		fail_msg("task %lld: no row", (long long)id);
+	h = (held_row){strtoll(row[0], NULL, 10), strtoll(row[1], NULL, 10),
+		       strtoll(row[2], NULL, 10), strtoll(row[3], NULL, 10),
+		       strtoll(row[4], NULL, 10)};
+	mysql_free_result(r);
+	return h;
+}
+
+/* One keyed submit of kind "c", key "k1": `at` (0: none) or `delay`. */
+static due_submitted key_add(due_db *db, due_on_key how, due_time at,
+			     int64_t delay, const char *payload)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+
+	o.key = "k1";
+	o.on_key = how;
+	if (at)
+		o.at = at;
+	else
+		o.delay_us = delay;
+	if (due_schedule(db, &s, "c", payload, 1, &o) < 0)
+		fail_msg("schedule: %s", due_error_last());
+	return s;
+}
+
+/*
+** on_key `later` meeting a held holder (issue 38, like SQLite's
+** ST_KEY_MOVE): it moves only when the new time is strictly later than
+** the earliest the holder could run were it released now,
+** GREATEST(COALESCE(after_at, now), now + after_delay_us); `replace`
+** always.  A move keeps the holder held (after_left 1, due_at HELD_AT)
+** with the new time as its own; no move changes nothing (time, payload).
+** The same through due_schedule_on_key v3, and the release applies the
+** last time kept.
+*/
+static void test_after_on_key_later_held(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s, k;
+	due_time now;
+	held_row h;
+	char sql[300];
+
+	assert_int_equal(due_now(db, &now), 0);
+	due_id p = add(db, "p", HOUR_US, 5);
+	o.after = &p;
+	o.n_after = 1;
+	o.key = "k1";
+	o.at = now + 2 * HOUR_US;
+	assert_int_equal(due_schedule(db, &s, "c", "a", 1, &o), 0);
+	h = held_of(m, s.id);
+	assert_true(h.at == now + 2 * HOUR_US && h.delay == 0 && h.left == 1 &&
+		    h.held == 1 && h.pay == 'a');
+
+	/* later, earlier than its own at: not moved, nothing changed */
+	k = key_add(db, DUE_ON_KEY_LATER, now + HOUR_US, 0, "b");
+	assert_true(k.existed && !k.moved && k.id == s.id);
+	h = held_of(m, s.id);
+	assert_true(h.at == now + 2 * HOUR_US && h.delay == 0 && h.left == 1 &&
+		    h.held == 1 && h.pay == 'a');
+	/* later, a delay that ends before its own at: not moved */
+	k = key_add(db, DUE_ON_KEY_LATER, 0, HOUR_US, "b");
+	assert_true(k.existed && !k.moved && k.id == s.id);
+	assert_int_equal(held_of(m, s.id).pay, 'a');
+	/* later, after it: moved, still held */
+	k = key_add(db, DUE_ON_KEY_LATER, now + 3 * HOUR_US, 0, "c");
+	assert_true(k.existed && k.moved && k.id == s.id);
+	h = held_of(m, s.id);
+	assert_true(h.at == now + 3 * HOUR_US && h.delay == 0 && h.left == 1 &&
+		    h.held == 1 && h.pay == 'c');
+	/* replace, earlier: moved (a delay of 10 minutes, no instant) */
+	k = key_add(db, DUE_ON_KEY_REPLACE, 0, HOUR_US / 6, "d");
+	assert_true(k.existed && k.moved && k.id == s.id);
+	h = held_of(m, s.id);
+	assert_true(h.at == -1 && h.delay == HOUR_US / 6 && h.left == 1 &&
+		    h.held == 1 && h.pay == 'd');
+	/* later against a delay: 5 minutes is not later than now + 10 */
+	k = key_add(db, DUE_ON_KEY_LATER, 0, HOUR_US / 12, "e");
+	assert_true(k.existed && !k.moved && k.id == s.id);
+	h = held_of(m, s.id);
+	assert_true(h.delay == HOUR_US / 6 && h.pay == 'd');
+	/* ... 20 minutes is */
+	k = key_add(db, DUE_ON_KEY_LATER, 0, HOUR_US / 3, "f");
+	assert_true(k.existed && k.moved && k.id == s.id);
+	h = held_of(m, s.id);
+	assert_true(h.at == -1 && h.delay == HOUR_US / 3 && h.left == 1 &&
+		    h.held == 1 && h.pay == 'f');
+
+	/* the procedure: later, earlier (an instant before now + 20 min) */
+	q(m, "DROP PROCEDURE IF EXISTS due_schedule_on_key");
+	due_close(db);
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	oo.create = true; /* init creates v3 again */
+	db = NULL;
+	if (due_open(&db, url, &oo) < 0)
+		fail_msg("open %s: %s", url, due_error_last());
+	snprintf(sql, sizeof(sql),
+		 "CALL due_schedule_on_key('c', 'g', NULL, %lld, 'k1', NULL,"
+		 " 'later', @id)",
+		 (long long)(now + HOUR_US / 6));
+	q(m, sql);
+	assert_int_equal(q_int(m, "SELECT @id"), s.id);
+	h = held_of(m, s.id);
+	assert_true(h.at == -1 && h.delay == HOUR_US / 3 && h.left == 1 &&
+		    h.held == 1 && h.pay == 'f');
+	/* later, a delay of 10 minutes: not later than 20 either */
+	q(m, "CALL due_schedule_on_key('c', 'g', 600000000, NULL, 'k1', NULL,"
+	     " 'later', @id)");
+	assert_int_equal(q_int(m, "SELECT @id"), s.id);
+	assert_int_equal(held_of(m, s.id).pay, 'f');
+	/* later, 4 hours: moved, still held */
+	snprintf(sql, sizeof(sql),
+		 "CALL due_schedule_on_key('c', 'h', NULL, %lld, 'k1', NULL,"
+		 " 'later', @id)",
+		 (long long)(now + 4 * HOUR_US));
+	q(m, sql);
+	assert_int_equal(q_int(m, "SELECT @id"), s.id);
+	h = held_of(m, s.id);
+	assert_true(h.at == now + 4 * HOUR_US && h.delay == 0 && h.left == 1 &&
+		    h.held == 1 && h.pay == 'h');
+	assert_int_equal(
+	    q_int(m, "SELECT COUNT(*) FROM information_schema.routines WHERE"
+		     " routine_schema = DATABASE() AND routine_name ="
+		     " 'due_schedule_on_key' AND routine_comment ="
+		     " 'due_schedule_on_key v3'"),
+	    1);
+	/* the parent's end releases it at the time kept */
+	due_complete_outcome cc;
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome rs;
+	assert_int_equal(due_reschedule(db, &rs, p, &ro), 0);
+	assert_int_equal(
+	    due_complete(db, &cc, p, claim_one(db, p, LONG_LEASE), "r", 1), 0);
+	due_task *t = get(db, s.id);
+	assert_int_equal(t->after_left, 0);
+	assert_int_equal(t->due_at, now + 4 * HOUR_US);
+	assert_memory_equal(t->payload, "h", 1);
+	due_task_free(t);
+	mysql_close(m);
+	due_close(db);
+}
+
+/* A task due now, claimed: its attempt. */
+static int32_t claimed_now(due_db *db, due_id id)
+{
+	due_reschedule_opts ro = DUE_RESCHEDULE_OPTS_INIT;
+	due_reschedule_outcome rs;
+
+	assert_int_equal(due_reschedule(db, &rs, id, &ro), 0);
+	return claim_one(db, id, LONG_LEASE);
+}
+
+/* A held child of parents[0..n), kind "c", due an hour after them. */
+static due_id child_of(due_db *db, due_id *parents, size_t n)
+{
+	due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted s;
+
+	o.delay_us = HOUR_US;
+	o.after = parents;
+	o.n_after = n;
+	if (due_schedule(db, &s, "c", "x", 1, &o) < 0)
+		fail_msg("schedule: %s", due_error_last());
+	return s.id;
+}
+
+/*
+** End task id as `st` the way no store path does: without its release
+** (what a Galera abort inside a finish's text could leave, the window
+** docs/internals/mysql.md describes), from the test's own connection.
+*/
+static void end_bare(MYSQL *m, due_id id, const char *st)
+{
+	char sql[300];
+
+	snprintf(sql, sizeof(sql),
+		 "UPDATE due_task SET state = '%s', lease_owner = NULL,"
+		 " lease_until = NULL WHERE id = %lld",
+		 st, (long long)id);
+	q(m, sql);
+}
+
+/* One text value of sql (the test's own connection). */
+static void q_text(MYSQL *m, const char *sql, char *out, size_t n)
+{
+	if (mysql_query(m, sql) != 0)
+		fail_msg("%s: %s", sql, mysql_error(m));
+	MYSQL_RES *r = mysql_store_result(m);
+	MYSQL_ROW row = r ? mysql_fetch_row(r) : NULL;
+	snprintf(out, n, "%s", row && row[0] ? row[0] : "(none)");
+	mysql_free_result(r);
+}
+
+/*
+** A child as "after_left held state pending-edges", and with `times` its
+** updated_at and due_at after that.
+*/
+static void child_row(MYSQL *m, due_id id, bool times, char *out, size_t n)
+{
+	char sql[400];
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT CONCAT(after_left, ' ', due_at = 253402300799999999,"
+		 " ' ', state, ' ', (SELECT COUNT(*) FROM due_after WHERE"
+		 " child = %lld AND pending)%s) FROM due_task WHERE id = %lld",
+		 (long long)id, times ? ", ' ', updated_at, ' ', due_at" : "",
+		 (long long)id);
+	q_text(m, sql, out, n);
+}
+
+/*
+** The run-after sweep (issue 38, Galera's safety net; on by itself only
+** on Galera, turned on here on one server): parents ended without their
+** release (end_bare) leave their children held; a reclaim pass then
+** releases them through release(): a DONE parent's child becomes due
+** (its own time from then), a fan-in child counts one parent down and
+** stays held on the other, a DEAD parent's child is CANCELLED naming it.
+** Exactly once: a second pass changes nothing (not even updated_at), and
+** the fan-in child's last parent, completed the normal way, releases it
+** (after_left 0, never below).  Without the sweep a pass leaves them held.
+*/
+static void test_after_sweep(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_reclaimed rr;
+	char a[200], b2[200];
+	due_time now;
+
+	due_id p1 = add(db, "p", HOUR_US, 5), p2 = add(db, "p", HOUR_US, 5);
+	due_id pd = add(db, "p", HOUR_US, 5), both[2] = {p1, p2};
+	int32_t a1 = claimed_now(db, p1);
+	(void)claimed_now(db, pd);
+	due_id c1 = child_of(db, &p1, 1), c2 = child_of(db, both, 2);
+	due_id cd = child_of(db, &pd, 1);
+	end_bare(m, p1, "DONE");
+	end_bare(m, pd, "DEAD");
+	assert_int_equal(
+	    due_complete(db, &(due_complete_outcome){0}, p1, a1, "r", 1),
+	    0); /* stale: p1 is DONE, nothing released */
+
+	/* without the sweep (a single server): still held */
+	assert_int_equal(due_reclaim_expired(db, &rr), 0);
+	child_row(m, c1, false, a, sizeof(a));
+	assert_string_equal(a, "1 1 SCHEDULED 1");
+	child_row(m, c2, false, a, sizeof(a));
+	assert_string_equal(a, "2 1 SCHEDULED 2");
+	child_row(m, cd, false, a, sizeof(a));
+	assert_string_equal(a, "1 1 SCHEDULED 1");
+
+	due_upcoming *u;
+	assert_int_equal(due_now(db, &now), 0);
+	assert_int_equal(
+	    due_upcoming_get(db, &u, NULL, 0, false, now + HOUR_US, 10), 0);
+	assert_int_equal(u->next_expiry, 0); /* no lease: nothing to do */
+	due_upcoming_free(u);
+	((due_store *)due__db_store(db))->after_sweep = true;
+	/* the refill says "reclaim now" (a worker with the wheel reclaims
+	   only then) */
+	assert_int_equal(
+	    due_upcoming_get(db, &u, NULL, 0, false, now + HOUR_US, 10), 0);
+	assert_true(u->next_expiry > 0 && u->next_expiry < u->now);
+	due_upcoming_free(u);
+	assert_int_equal(due_reclaim_expired(db, &rr), 0);
+	child_row(m, c1, false, a, sizeof(a));
+	assert_string_equal(a, "0 0 SCHEDULED 0");
+	child_row(m, c2, false, a, sizeof(a));
+	assert_string_equal(a, "1 1 SCHEDULED 1");
+	child_row(m, cd, false, a, sizeof(a));
+	assert_string_equal(a, "0 1 CANCELLED 0"); /* due_at kept */
+	due_task *t = get(db, c1);
+	assert_true(t->due_at >= now + HOUR_US &&
+		    t->due_at < now + 2 * HOUR_US);
+	due_task_free(t);
+	t = get(db, cd);
+	char want[80];
+	snprintf(want, sizeof(want), "parent task %lld ended DEAD",
+		 (long long)pd);
+	assert_string_equal(t->last_error, want);
+	due_task_free(t);
+
+	/* a second pass: nothing, not even a time */
+	child_row(m, c1, true, a, sizeof(a));
+	child_row(m, c2, true, b2, sizeof(b2));
+	assert_int_equal(due_reclaim_expired(db, &rr), 0);
+	char a2[200], b3[200];
+	child_row(m, c1, true, a2, sizeof(a2));
+	child_row(m, c2, true, b3, sizeof(b3));
+	assert_string_equal(a, a2);
+	assert_string_equal(b2, b3);
+
+	/* c2's other parent ends the normal way: released once */
+	due_complete_outcome cc;
+	assert_int_equal(due_complete(db, &cc, p2, claimed_now(db, p2), "r", 1),
+			 0);
+	assert_int_equal(cc, DUE_COMPLETE_DONE);
+	child_row(m, c2, false, a, sizeof(a));
+	assert_string_equal(a, "0 0 SCHEDULED 0");
+	assert_int_equal(due_reclaim_expired(db, &rr), 0);
+	child_row(m, c2, false, a, sizeof(a));
+	assert_string_equal(a, "0 0 SCHEDULED 0");
+	mysql_close(m);
+	due_close(db);
+}
+
+/*
+** Galera's texts (mysql_conn.c GALERA_BEGIN, GALERA_CHECK, GALERA_COMMIT)
+** on one server, the handle told it is on Galera: every transaction in
+** savepoints, every text inside one ending with the savepoint check, and
+** the transitions still answer as without (the check's own answers do
+** not count as the statement's: a fenced write that matched its row
+** says so, a `later` that moved says moved, one that did not says not),
+** a run-after child released by its parent's completion and cancelled by
+** a DEAD one.  The server's general log shows the checks were sent.
+*/
+static void test_galera_texts(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	MYSQL *m = own_conn();
+	due_submitted s;
+	due_complete_outcome cc;
+	due_fail_outcome fo;
+	due_cancel_outcome co;
+	due_time now;
+
+	((due_store *)due__db_store(db))->galera = true;
+	q(m, "SET GLOBAL log_output = 'TABLE'");
+	q(m, "TRUNCATE mysql.general_log");
+	q(m, "SET GLOBAL general_log = 1");
+	assert_int_equal(due_now(db, &now), 0);
+	due_id p = add(db, "p", HOUR_US, 1), pd = add(db, "p", HOUR_US, 1);
+	int32_t ap = claimed_now(db, p), ad = claimed_now(db, pd);
+	due_id c = child_of(db, &p, 1), cd = child_of(db, &pd, 1);
+	assert_int_equal(due_complete(db, &cc, p, ap, "r", 1), 0);
+	assert_int_equal(cc, DUE_COMPLETE_DONE);
+	assert_int_equal(due_fail(db, &fo, pd, ad, "x"), 0);
+	assert_int_equal(fo, DUE_FAIL_DEAD);
+	q(m, "SET GLOBAL general_log = 0");
+	char a[200];
+	child_row(m, c, false, a, sizeof(a));
+	assert_string_equal(a, "0 0 SCHEDULED 0");
+	child_row(m, cd, false, a, sizeof(a));
+	assert_string_equal(a, "0 1 CANCELLED 0");
+	/* keyed moves: the answer is the UPDATE's, not the check's */
+	s = key_add(db, DUE_ON_KEY_KEEP, now + HOUR_US, 0, "a");
+	assert_false(s.existed);
+	due_submitted k =
+	    key_add(db, DUE_ON_KEY_LATER, now + 2 * HOUR_US, 0, "b");
+	assert_true(k.existed && k.moved && k.id == s.id);
+	k = key_add(db, DUE_ON_KEY_LATER, now + HOUR_US, 0, "c");
+	assert_true(k.existed && !k.moved && k.id == s.id);
+	assert_int_equal(due_cancel(db, &co, s.id), 0);
+	assert_int_equal(co, DUE_CANCEL_CANCELLED);
+	/* a lease taken back (reclaim_tx's texts end with "; ": the check
+	   once made that an empty statement, and no lease came back) */
+	due_id e = add(db, "e", 0, 5);
+	due_task_list *l = NULL;
+	assert_int_equal(due_claim(db, &l, "w1", NULL, 0, 10, 1000), 0);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, e);
+	due_task_list_free(l);
+	due_reclaimed rr = {0};
+	for (int64_t t0 = mono_ms(); rr.rescheduled == 0;) {
+		assert_int_equal(due_reclaim_expired(db, &rr), 0);
+		assert_true(mono_ms() - t0 < HANG_MS);
+	}
+	assert_int_equal(rr.rescheduled, 1);
+	/* a kind's settings (their COMMIT once came before the check: 1305) */
+	due_kind_settings ks = DUE_KIND_SETTINGS_INIT;
+	ks.paused = 1;
+	assert_int_equal(due_kind_set(db, "e", &ks), 0);
+	/* the texts went with their checks, and nothing failed on them */
+	assert_true(q_int(m, "SELECT COUNT(*) FROM mysql.general_log WHERE"
+			     " argument LIKE '%RELEASE SAVEPOINT due_tx;"
+			     " SAVEPOINT due_tx'") >= 3);
+	q(m, "TRUNCATE mysql.general_log");
+	q(m, "SET GLOBAL log_output = 'FILE'");
 	mysql_close(m);
 	due_close(db);
 }
@@ -2166,6 +2600,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_after_chain_cancel, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_sql_after, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_after_on_key_later_held, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_after_sweep, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_galera_texts, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_after_on_key_held, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_deadlock_retried, setup,
