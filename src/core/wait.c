@@ -24,7 +24,9 @@
 ** connection; the backend connects again on its next call) is retried
 ** with the same backoff, for up to DUE_WAIT_OUTAGE_US of failures in a
 ** row, or the caller's timeout when sooner; then the last error is
-** returned as it was.  Every other error is returned at once.
+** returned as it was.  Every other error is returned at once.  Meanwhile
+** the read is the only call of a turn (no listen until one answers), so
+** a wait with a deadline ends at most one call's bound past it.
 **
 ** Signals: the waits are poll() and nanosleep(); an interrupted one is
 ** taken as a wake-up (the task is read again), so a caller's signal
@@ -168,7 +170,16 @@ int due_wait(due_db *db, due_task **out, due_id id, int64_t timeout_us)
 		    (long long)id);
 	for (;;) {
 		now = due__mono_us();
-		if (w.fd < 0 || now - w.listened >= RELISTEN_US)
+		/* the deadline passed while the store did not answer: no
+		   call more, each may be held for the whole call bound */
+		if (w.fail_since && now >= end && last)
+			return timed_out(out, last, timeout_us,
+					 due_error_last());
+		/* listen only while the store answers: in an outage one
+		   call a turn (the read), so the last call begun before the
+		   deadline is the only one that can outlast it */
+		if (!w.fail_since &&
+		    (w.fd < 0 || now - w.listened >= RELISTEN_US))
 			listen_again(&w, now);
 		if ((rc = due_get(db, &t, id)) < 0) {
 			now = due__mono_us();
