@@ -761,8 +761,12 @@ typedef struct due_upcoming {
 	size_t count;
 	due_id *ids;
 	due_time *due_at;
-	due_time now;	      /**< the store's clock when read */
-	due_time next_expiry; /**< earliest lease still CLAIMED; 0 if none */
+	due_time now; /**< the store's clock when read */
+	/** earliest lease still CLAIMED; 0 if none.  Before `now` when the
+	    store wants a reclaim pass for another reason (MySQL on Galera:
+	    a run-after child left held on an ended parent, which the pass
+	    releases); a worker reclaims then as for an expired lease */
+	due_time next_expiry;
 	bool truncated; /**< more tasks were due before `until` than `limit` */
 } due_upcoming;
 
