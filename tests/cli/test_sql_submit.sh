@@ -530,7 +530,7 @@ expect_eq "bad on_key calls wrote nothing" "$before $d1 90 p5" "$(tasks) $(deb d
 
 echo "== on_key privileges: the docs' extra GRANTs (UPDATE, EXECUTE on the overload)"
 extra=$(grep -o '`GRANT [^`]*TO producer`' "$ROOT/docs/INTERFACE.md" | tr -d '`')
-expect_eq "two extra GRANT lines in the docs" 2 "$(grep -c GRANT <<<"$extra")"
+expect_eq "three extra GRANT lines in the docs (the third for a held holder)" 3 "$(grep -c GRANT <<<"$extra")"
 pgsu -c "SET search_path = \"$qs\"" -c "REVOKE EXECUTE ON FUNCTION due_schedule(text, text, interval,
 	timestamptz, text, integer, text) FROM PUBLIC"
 as_role() { pgsu -c "SET ROLE $role" "$@"; }
@@ -546,9 +546,18 @@ refused_as "on_key without EXECUTE on the overload" "permission denied for funct
 grant_doc() { pgsu -c "SET search_path = \"$qs\"" -c "$(grep -F "$1" <<<"$extra" | sed "s/ TO producer/ TO $role;/")"; }
 grant_doc EXECUTE
 refused_as "on_key with EXECUTE alone" "permission denied for table due_task" "$call7"
-grant_doc UPDATE
+grant_doc "UPDATE (due_at"
 expect_eq "on_key with the docs' GRANTs: the producer's task moved" "$g1 60" \
 	"$(as_role -c "$call7" 2>&1) $(pgsu -c "SELECT round(extract(epoch FROM due_at - now()) / 60) FROM \"$qs\".due_task WHERE id = $g1")"
+# a holder held by run after: its move is a statement of its own, which
+# needs the third line (and only it)
+hp=$(pgsu -c "SELECT \"$qs\".due_schedule('deb', 'p', interval '1 hour')")
+hc=$(pgsu -c "SELECT \"$qs\".due_schedule_after('deb', 'h', ARRAY[$hp], run_in => interval '1 hour', key => 'gh')")
+callh="SELECT \"$qs\".due_schedule('deb', 'y', interval '2 hours', NULL, 'gh', 5, 'later')"
+refused_as "on_key on a held holder without the third GRANT" "permission denied for table due_task" "$callh"
+grant_doc after_left
+expect_eq "on_key on a held holder with it: moved, still held" "$hc 7200000000 1 y" \
+	"$(as_role -c "$callh" 2>&1) $(pgsu -c "SELECT after_delay_us, after_left, convert_from(payload, 'UTF8') FROM \"$qs\".due_task WHERE id = $hc" | tr '|' ' ')"
 
 echo "== due_schedule_after (run after): a chain runs in order, each release wakes the worker"
 # --poll 60s: a release left to the poll would miss the 30 s bound
