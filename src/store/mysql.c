@@ -2951,6 +2951,21 @@ static int release(due_store *s, const due_id *ended, size_t n)
 	return rc;
 }
 
+/* release() of the tasks picked in p (their ids, in p's order). */
+static int release_picks(due_store *s, const picks *p)
+{
+	due_id *ids = malloc(p->n * sizeof(*ids));
+	int rc;
+
+	if (!ids)
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	for (size_t i = 0; i < p->n; i++)
+		ids[i] = p->t[i].id;
+	rc = release(s, ids, p->n);
+	free(ids);
+	return rc;
+}
+
 /* ------------------------------------------------------------------ */
 /* Extend, complete, fail                                              */
 /* ------------------------------------------------------------------ */
@@ -3209,17 +3224,8 @@ static int complete_locked(due_store *s, due_completion *items, size_t n,
 			from = i + 1, bytes = 0;
 		}
 	}
-	if (rc == 0 && ended.n) {
-		due_id *ids = malloc(ended.n * sizeof(*ids));
-		if (!ids) {
-			rc = due__error_set(DUE_ENOMEM, "out of memory");
-			goto out;
-		}
-		for (size_t i = 0; i < ended.n; i++)
-			ids[i] = ended.t[i].id;
-		rc = release(s, ids, ended.n);
-		free(ids);
-	}
+	if (rc == 0 && ended.n)
+		rc = release_picks(s, &ended);
 out:
 	due__my_sql_free(&b);
 	free(ended.t);
@@ -3514,19 +3520,8 @@ static int sweep_tx(due_store *s, const due_id *cand, size_t n)
 	mysql_free_result(r);
 	if (rc < 0)
 		goto fail;
-	if (p.n) {
-		due_id *ids = malloc(p.n * sizeof(*ids));
-		if (!ids) {
-			rc = due__error_set(DUE_ENOMEM, "out of memory");
-			goto fail;
-		}
-		for (size_t i = 0; i < p.n; i++)
-			ids[i] = p.t[i].id;
-		rc = release(s, ids, p.n);
-		free(ids);
-		if (rc < 0)
-			goto fail;
-	}
+	if (p.n && (rc = release_picks(s, &p)) < 0)
+		goto fail;
 	if ((rc = due__my_commit(s)) < 0)
 		goto fail;
 	free(p.t);
