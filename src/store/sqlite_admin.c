@@ -25,10 +25,7 @@
 */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <sqlite3.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -345,197 +342,13 @@ static int sq_plan_check(due_store_sql *q, due_time now, bool *pass,
 }
 
 /*
-** SQLite's allocator in the due executable: a per-thread cache of freed
-** small blocks over libc's malloc.  Debian's libsqlite3 is built with
-** SQLITE_OMIT_LOOKASIDE, so every cursor, record and register array a
-** statement needs comes from malloc: about 67 malloc/free pairs per task
-** in a drain, and the nine index cursors of a task UPDATE are freed
-** together, more blocks of one size than glibc's tcache keeps (7), so
-** most frees took _int_free's locked path (docs/internals/store.md,
-** "Issue 39").  Blocks up to SQ_MEM_MAX bytes are rounded to a class of
-** SQ_MEM_STEP bytes; a thread keeps up to SQ_MEM_KEEP freed blocks per
-** class and hands the rest, and all of them when it exits, back to libc.
-** A block may be freed by another thread than the one that allocated it
-** (a worker's connection is used by each thread in turn): it joins the
-** freeing thread's cache.  Nothing here takes a lock.  Under
-** AddressSanitizer SQLite keeps libc's allocator, so that ASan still sees
-** every block.
+** SQLite's memory statistics take a global mutex around every
+** sqlite3_malloc and free, and nothing in due reads them (a library must
+** not turn them off for its host; the due executable may).  Before any
+** other SQLite call, as sqlite3_config() requires.  -7 % CPU per task in
+** a SQLite drain (docs/internals/store.md).
 */
-#define SQ_MEM_STEP 32
-#define SQ_MEM_MAX 1024
-#define SQ_MEM_CLASSES (SQ_MEM_MAX / SQ_MEM_STEP)
-#define SQ_MEM_KEEP 64
-
-typedef union sq_mem_hdr {
-	struct {
-		size_t usable; /* the block's usable size */
-		size_t pooled; /* a class block (usable <= SQ_MEM_MAX) */
-	} h;
-	max_align_t align;
-} sq_mem_hdr;
-
-typedef struct sq_mem_cache {
-	void
-	    *head[SQ_MEM_CLASSES]; /* freed blocks, linked through their data */
-	unsigned n[SQ_MEM_CLASSES];
-} sq_mem_cache;
-
-static pthread_key_t sq_mem_key;
-static pthread_once_t sq_mem_once = PTHREAD_ONCE_INIT;
-/* initial-exec: a plain %fs-relative load, no __tls_get_addr call */
-static _Thread_local sq_mem_cache *sq_mem_tc
-    __attribute__((tls_model("initial-exec")));
-
-/* Give a thread's cached blocks back to libc (thread exit, process exit). */
-static void sq_mem_drain(void *arg)
-{
-	sq_mem_cache *c = arg;
-
-	if (!c)
-		return;
-	for (int i = 0; i < SQ_MEM_CLASSES; i++)
-		while (c->head[i]) {
-			void *next = *(void **)c->head[i];
-			free((sq_mem_hdr *)c->head[i] - 1);
-			c->head[i] = next;
-		}
-	if (sq_mem_tc == c)
-		sq_mem_tc = NULL;
-	free(c);
-}
-
-static void sq_mem_exit(void) { sq_mem_drain(sq_mem_tc); }
-
-static void sq_mem_key_make(void)
-{
-	if (pthread_key_create(&sq_mem_key, sq_mem_drain) == 0)
-		atexit(sq_mem_exit);
-}
-
-/* This thread's cache, made on first use; NULL when it cannot be. */
-static inline sq_mem_cache *sq_mem_cache_get(void)
-{
-	if (__builtin_expect(sq_mem_tc != NULL, 1))
-		return sq_mem_tc;
-	if ((sq_mem_tc = calloc(1, sizeof(*sq_mem_tc))) &&
-	    pthread_setspecific(sq_mem_key, sq_mem_tc) != 0) {
-		free(sq_mem_tc);
-		sq_mem_tc = NULL;
-	}
-	return sq_mem_tc;
-}
-
-static int sq_mem_roundup(int n)
-{
-	if (n <= 0)
-		return SQ_MEM_STEP;
-	if (n <= SQ_MEM_MAX)
-		return (n + SQ_MEM_STEP - 1) / SQ_MEM_STEP * SQ_MEM_STEP;
-	return n > INT32_MAX - 8 ? n : (n + 7) & ~7;
-}
-
-static void *sq_mem_malloc(int n)
-{
-	size_t usable = (size_t)sq_mem_roundup(n);
-	bool pooled = usable <= SQ_MEM_MAX;
-	sq_mem_hdr *h;
-
-	if (pooled) {
-		size_t k = usable / SQ_MEM_STEP - 1;
-		sq_mem_cache *c = sq_mem_cache_get();
-		if (c && c->head[k]) {
-			void *p = c->head[k];
-			c->head[k] = *(void **)p;
-			c->n[k]--;
-			return p;
-		}
-	}
-	if (!(h = malloc(sizeof(*h) + usable)))
-		return NULL;
-	h->h.usable = usable;
-	h->h.pooled = pooled;
-	return h + 1;
-}
-
-static void sq_mem_free(void *p)
-{
-	sq_mem_hdr *h = (sq_mem_hdr *)p - 1;
-	sq_mem_cache *c;
-
-	if (!p)
-		return;
-	if (h->h.pooled && (c = sq_mem_cache_get())) {
-		size_t k = h->h.usable / SQ_MEM_STEP - 1;
-		if (c->n[k] < SQ_MEM_KEEP) {
-			*(void **)p = c->head[k];
-			c->head[k] = p;
-			c->n[k]++;
-			return;
-		}
-	}
-	free(h);
-}
-
-static int sq_mem_size(void *p)
-{
-	return p ? (int)((sq_mem_hdr *)p - 1)->h.usable : 0;
-}
-
-static void *sq_mem_realloc(void *p, int n)
-{
-	void *q;
-	int had = sq_mem_size(p);
-
-	if (p && n <= had)
-		return p;
-	if (!(q = sq_mem_malloc(n)))
-		return NULL;
-	if (p) {
-		memcpy(q, p, (size_t)had);
-		sq_mem_free(p);
-	}
-	return q;
-}
-
-static int sq_mem_init(void *unused)
-{
-	(void)unused;
-	return pthread_once(&sq_mem_once, sq_mem_key_make) == 0 ? SQLITE_OK
-								: SQLITE_ERROR;
-}
-
-static void sq_mem_shutdown(void *unused) { (void)unused; }
-
-#if defined(__SANITIZE_ADDRESS__)
-#define SQ_MEM_OWN 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SQ_MEM_OWN 0
-#endif
-#endif
-#ifndef SQ_MEM_OWN
-#define SQ_MEM_OWN 1
-#endif
-
-/*
-** What the due executable sets for SQLite, process-wide, before any other
-** SQLite call (sqlite3_config() requires it; a library must not do this
-** to its host):
-**  - memory statistics off: they take a global mutex around every
-**    sqlite3_malloc and free, and nothing in due reads them.  -7 % CPU per
-**    task in a SQLite drain (docs/internals/store.md).
-**  - the allocator above (issue 39).
-*/
-static void sq_process_own(void)
-{
-	static const sqlite3_mem_methods mem = {
-	    sq_mem_malloc,  sq_mem_free, sq_mem_realloc,  sq_mem_size,
-	    sq_mem_roundup, sq_mem_init, sq_mem_shutdown, NULL};
-
-	sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
-	if (SQ_MEM_OWN && !getenv("DUE_SQLITE_LIBC_MALLOC"))
-		sqlite3_config(SQLITE_CONFIG_MALLOC, &mem);
-}
+static void sq_process_own(void) { sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); }
 
 /* Every method is sq_<method> (store.h lists them). */
 #define OP(m) .m = sq_##m,
