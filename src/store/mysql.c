@@ -5137,6 +5137,7 @@ static int mys_listen(due_store *s, int *fd)
 					      "mysql store: timerfd: %s",
 					      strerror(errno));
 		s->wake_fast = false;
+		s->wake_gen = due__my_local_gen();
 		if ((rc = listen_fds(s)) < 0)
 			return rc;
 		due__my_local_add(s->timer_fd);
@@ -5150,6 +5151,8 @@ static int mys_listen(due_store *s, int *fd)
 static void wake_tick(due_store *s, int *count)
 {
 	int64_t n, now;
+	uint64_t gen;
+	bool ours;
 
 	if (due__my_wake_live(s->wake))
 		return; /* the binlog tells: no read */
@@ -5157,10 +5160,17 @@ static void wake_tick(due_store *s, int *count)
 		due__error_clear(); /* shows at the next call that needs it */
 		return;
 	}
+	/* a change this process wrote since the last read was (likely) its
+	   own, poked at once anyway: no fast pace for it (a worker's start-up
+	   probe would keep an idle fleet polling fast) */
+	gen = due__my_local_gen();
+	ours = gen != s->wake_gen;
+	s->wake_gen = gen;
 	now = due__mono_us();
 	if (n != s->wake_seen) {
 		*count = 1;
-		s->wake_fast_until = now + WAKE_FAST_FOR_MS * 1000;
+		if (!ours)
+			s->wake_fast_until = now + WAKE_FAST_FOR_MS * 1000;
 	}
 	s->wake_seen = n;
 	/* re-armed on every change: a local poke (our own bump, so a

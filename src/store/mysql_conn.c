@@ -84,6 +84,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -842,11 +843,17 @@ static void local_del(int fd)
 	pthread_mutex_unlock(&local_mu);
 }
 
+/* How many wake-ups this process wrote (due__my_local_gen). */
+static _Atomic uint64_t local_gen;
+
+uint64_t due__my_local_gen(void) { return atomic_load(&local_gen); }
+
 void due__my_local_poke(void)
 {
 	/* fire in 1 us, then every second as before */
 	static const struct itimerspec soon = {{1, 0}, {0, 1000}};
 
+	atomic_fetch_add(&local_gen, 1);
 	pthread_mutex_lock(&local_mu);
 	for (size_t i = 0; i < n_local; i++)
 		(void)timerfd_settime(local_fd[i], 0, &soon, NULL);

@@ -85,6 +85,7 @@ struct due_store {
 	struct due_my_wake *wake; /* the binlog reader; NULL: polling */
 	bool wake_fast;		  /* timer_fd ticks every WAKE_FAST_MS */
 	int64_t wake_fast_until;  /* mono us: tick fast until then */
+	uint64_t wake_gen;	  /* due__my_local_gen() at the last read */
 };
 
 /*
@@ -243,5 +244,8 @@ bool due__my_null(MYSQL_ROW row, int col);
 */
 void due__my_local_add(int fd);
 void due__my_local_poke(void);
+/* How many times this process poked (a change it may have seen was its
+ * own: mysql.c keeps its poll slow for those). */
+uint64_t due__my_local_gen(void);
 
 #endif /* DUE_MYSQL_CONN_H */

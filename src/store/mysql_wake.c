@@ -48,16 +48,16 @@
 #include "due.h"
 #include "store/mysql_wake.h"
 
-#define READ_S 3	       /* a fetch's bound: 3 heartbeats */
+#define READ_S 3		  /* a fetch's bound: 3 heartbeats */
 #define HEARTBEAT_NS 1000000000LL /* the server's heartbeat when idle */
-#define RETRY_S 5	       /* a lost link is opened again after */
+#define RETRY_S 5		  /* a lost link is opened again after */
 
 struct due_my_wake {
 	const due_my_cfg *cfg; /* borrowed from the store, outlives us */
 	size_t node;	       /* cfg->hosts[node] */
 	int efd;	       /* the store's eventfd: written, never closed */
 	unsigned server_id;
-	MYSQL *m;	   /* the reader's (only its thread's, once started) */
+	MYSQL *m; /* the reader's (only its thread's, once started) */
 	MARIADB_RPL *rpl;
 	pthread_t th;
 	bool th_started;
@@ -126,8 +126,7 @@ static int one_row(due_my_wake *w, const char *sql, char *out, size_t n,
 }
 
 /* Connect to the store's server, bounded by timeout_s for each wait. */
-static int link_connect(due_my_wake *w, unsigned timeout_s, char *why,
-			size_t n)
+static int link_connect(due_my_wake *w, unsigned timeout_s, char *why, size_t n)
 {
 	const due_my_cfg *c = w->cfg;
 	unsigned rd = READ_S;
@@ -305,8 +304,8 @@ static unsigned reader_id(void)
 }
 
 int due__my_wake_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
-		       const char *label, unsigned timeout_s, int efd, char *why,
-		       size_t n)
+		       const char *label, unsigned timeout_s, int efd,
+		       char *why, size_t n)
 {
 	due_my_wake *w = calloc(1, sizeof(*w));
 

@@ -24,13 +24,14 @@ typedef struct due_my_wake due_my_wake;
 ** it cannot (log_bin off, a missing grant, ...).
 */
 int due__my_wake_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
-		       const char *label, unsigned timeout_s, int efd, char *why,
-		       size_t n);
+		       const char *label, unsigned timeout_s, int efd,
+		       char *why, size_t n);
 
 /* true while the link is up (false for NULL): else poll the counter. */
 bool due__my_wake_live(const due_my_wake *w);
 
-/* Stop the reader (a blocked read is cut at once), close, free.  NULL: no-op. */
+/* Stop the reader (a blocked read is cut at once), close, free.  NULL: no-op.
+ */
 void due__my_wake_stop(due_my_wake *w);
 
 #endif /* DUE_MYSQL_WAKE_H */
