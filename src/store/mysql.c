@@ -99,6 +99,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdarg.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -107,6 +110,7 @@
 #include "base/base.h"
 #include "store/flow.h"
 #include "store/mysql_conn.h"
+#include "store/mysql_wake.h"
 #include "store/row.h"
 #include "store/store.h"
 
@@ -5003,7 +5007,7 @@ static int mys_kind_remove(due_store *s, const char *kind)
 }
 
 /* ------------------------------------------------------------------ */
-/* Notifications: a wake-up counter read at most once a second         */
+/* Notifications: the binary log, or a wake-up counter polled          */
 /* ------------------------------------------------------------------ */
 
 /* The due_wake counter (0 when its row is gone: a restarted server). */
@@ -5019,56 +5023,178 @@ static int wake_read(due_store *s, int64_t *n)
 ** retry, requeue, a reclaim that rescheduled, a failed try's retry after
 ** its backoff, a schedule's task, a kind resumed or removed) bumps the
 ** one-row due_wake counter after its commit; due_notify() bumps it for a
-** caller's own transaction.  *fd is a timerfd that becomes readable
-** once a second; listen_drain then reads the counter (one primary-key
-** read, bounded like every statement: the timerfd only paces the polls,
-** it bounds no wait) and reports a
-** wake-up when it changed.  So an idle worker makes at most one query a
-** second, and a
-** task submitted by another process is seen within about a second (the
-** worker refills its wheel at once then); one this process made due (a
-** submit, a parent's end releasing a child) at once: wake() fires this
-** process's timerfds (due__my_local_poke).  docs/internals/discovery.md.
+** caller's own transaction.  A listener learns of a bump in one of two
+** ways (issue 39), chosen at listen time and said in one log line:
+**
+**  - the binary log, when the server keeps one and the user may read it:
+**    a reader thread (mysql_wake.c) follows it as a replica does and
+**    writes an eventfd at each change of due_wake, within a millisecond
+**    or so of the bump's commit.  No counter read then.
+**  - else (or ?wake=poll, or Galera, or while a lost link is down) a poll
+**    of the counter, paced by a timerfd: one primary-key read, bounded
+**    like every statement (the timerfd only paces the polls, it bounds no
+**    wait), that reports a wake-up when the counter changed.  The pace
+**    adapts: once a second while nothing changes, so an idle worker makes
+**    at most one query a second; every WAKE_FAST_MS for WAKE_FAST_FOR_MS
+**    after a change was seen, so while tasks flow from another process
+**    each is seen within about WAKE_FAST_MS.  A task submitted into an
+**    idle store is still seen within about a second.
+**
+** *fd is an epoll of both (the eventfd stays quiet when polling).  A task
+** this process made due (a submit, a parent's end releasing a child) is
+** seen at once either way: wake() fires this process's timerfds
+** (due__my_local_poke).  docs/internals/discovery.md.
 */
+/* The fast pace: 4 ticks a second at most.  A consumer may take more
+   than 5 wake-ups without a note in a second for a dead session (the
+   HTTP claims watcher, src/http/claims.c EMPTY_MAX): 25 ms (measured:
+   a flow's p50 17 ms) made it drop and reopen its handle. */
+#define WAKE_FAST_MS 250
+#define WAKE_FAST_FOR_MS 3000
+
+/* Pace s->timer_fd: every WAKE_FAST_MS when fast, else every second. */
+static void wake_pace(due_store *s, bool fast)
+{
+	struct itimerspec slow = {{1, 0}, {1, 0}};
+	struct itimerspec quick = {{0, WAKE_FAST_MS * 1000000L},
+				   {0, WAKE_FAST_MS * 1000000L}};
+
+	if (fast == s->wake_fast)
+		return;
+	s->wake_fast = fast;
+	(void)timerfd_settime(s->timer_fd, 0, fast ? &quick : &slow, NULL);
+}
+
+/* One line on stderr (the worker's log): which wake-ups are in use. */
+static void wake_log(const due_store *s, const char *fmt, ...) DUE_PRINTF(2, 3);
+static void wake_log(const due_store *s, const char *fmt, ...)
+{
+	char ts[40], msg[640];
+	va_list ap;
+
+	due_time_format(ts, sizeof(ts), due_time_now_host());
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s due[%d] info: mysql store: %s: %s\n", ts,
+		(int)getpid(), s->label, msg);
+}
+
+/*
+** The binlog reader (mysql_wake.c) unless ?wake=poll: its eventfd joins
+** the timerfd in listen_fd.  Either way one line says which is in use.
+*/
+static void wake_binlog(due_store *s)
+{
+	char why[512];
+	unsigned secs = (unsigned)((s->timeout_us + 999999) / 1000000);
+
+	if (s->cfg->wake_poll) {
+		wake_log(s, "wake-ups: polling due_wake (wake=poll)");
+		return;
+	}
+	/* a node's log holds no other node's due_wake: MEMORY tables are
+	   not replicated by Galera (mysql.md, "Galera") */
+	if (s->galera) {
+		wake_log(s, "wake-ups: polling due_wake (Galera)");
+		return;
+	}
+	if (due__my_wake_start(&s->wake, s->cfg, s->node, s->label,
+			       secs ? secs : 1, s->wake_fd, why,
+			       sizeof(why)) == 0)
+		wake_log(s, "wake-ups: binlog");
+	else
+		wake_log(s, "wake-ups: polling due_wake (binlog: %s)", why);
+}
+
+/* s->listen_fd: an epoll of the timerfd and the reader's eventfd. */
+static int listen_fds(due_store *s)
+{
+	struct epoll_event ev = {.events = EPOLLIN};
+
+	s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	s->listen_fd = epoll_create1(EPOLL_CLOEXEC);
+	if (s->wake_fd < 0 || s->listen_fd < 0 ||
+	    epoll_ctl(s->listen_fd, EPOLL_CTL_ADD, s->timer_fd, &ev) < 0 ||
+	    epoll_ctl(s->listen_fd, EPOLL_CTL_ADD, s->wake_fd, &ev) < 0)
+		return due__error_set(DUE_ESTORE, "mysql store: listen: %s",
+				      strerror(errno));
+	return 0;
+}
+
 static int mys_listen(due_store *s, int *fd)
 {
 	/* the first tick at once: the worker checks delivery at start */
 	struct itimerspec every = {{1, 0}, {0, 1000000}};
 	int rc;
 
-	if (s->timer_fd < 0) {
+	if (s->listen_fd < 0) {
 		if ((rc = due__my_ok(s)) < 0 ||
 		    (rc = wake_read(s, &s->wake_seen)) < 0)
 			return rc;
-		s->timer_fd =
-		    timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+		if (s->timer_fd < 0)
+			s->timer_fd = timerfd_create(
+			    CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 		if (s->timer_fd < 0 ||
 		    timerfd_settime(s->timer_fd, 0, &every, NULL) < 0)
 			return due__error_set(DUE_ESTORE,
 					      "mysql store: timerfd: %s",
 					      strerror(errno));
+		s->wake_fast = false;
+		s->wake_gen = due__my_local_gen();
+		if ((rc = listen_fds(s)) < 0)
+			return rc;
 		due__my_local_add(s->timer_fd);
+		wake_binlog(s);
 	}
-	*fd = s->timer_fd;
+	*fd = s->listen_fd;
 	return 0;
+}
+
+/* A tick of the poll: read the counter (unless the binlog is live). */
+static void wake_tick(due_store *s, int *count)
+{
+	int64_t n, now;
+	uint64_t gen;
+	bool ours;
+
+	if (due__my_wake_live(s->wake))
+		return; /* the binlog tells: no read */
+	if (s->in_tx || due__my_ok(s) < 0 || wake_read(s, &n) < 0) {
+		due__error_clear(); /* shows at the next call that needs it */
+		return;
+	}
+	/* a change this process wrote since the last read was (likely) its
+	   own, poked at once anyway: no fast pace for it (a worker's start-up
+	   probe would keep an idle fleet polling fast) */
+	gen = due__my_local_gen();
+	ours = gen != s->wake_gen;
+	s->wake_gen = gen;
+	now = due__mono_us();
+	if (n != s->wake_seen) {
+		*count = 1;
+		if (!ours)
+			s->wake_fast_until = now + WAKE_FAST_FOR_MS * 1000;
+	}
+	s->wake_seen = n;
+	/* re-armed on every change: a local poke (our own bump, so a
+	   change) set the timer back to its 1 s period */
+	if (*count)
+		s->wake_fast = false;
+	wake_pace(s, now < s->wake_fast_until);
 }
 
 static int mys_listen_drain(due_store *s, int *count)
 {
-	uint64_t ticks;
-	int64_t n;
+	uint64_t v;
 
 	*count = 0;
-	if (s->timer_fd < 0 ||
-	    read(s->timer_fd, &ticks, sizeof(ticks)) != (ssize_t)sizeof(ticks))
-		return 0; /* not a second yet */
-	if (s->in_tx || due__my_ok(s) < 0 || wake_read(s, &n) < 0) {
-		due__error_clear(); /* shows at the next call that needs it */
-		return 0;
-	}
-	if (n != s->wake_seen)
-		*count = 1;
-	s->wake_seen = n;
+	if (s->wake_fd >= 0 &&
+	    read(s->wake_fd, &v, sizeof(v)) == (ssize_t)sizeof(v))
+		*count = 1; /* the binlog reader saw due_wake change */
+	if (s->timer_fd >= 0 &&
+	    read(s->timer_fd, &v, sizeof(v)) == (ssize_t)sizeof(v))
+		wake_tick(s, count);
 	return 0;
 }
 

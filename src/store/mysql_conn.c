@@ -84,6 +84,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +94,7 @@
 
 #include "base/base.h"
 #include "store/mysql_conn.h"
+#include "store/mysql_wake.h"
 
 /* ------------------------------------------------------------------ */
 /* URL                                                                 */
@@ -149,14 +151,15 @@ void due__my_cfg_free(due_my_cfg *c)
 
 static int bad_url(const char *text, const char *why)
 {
-	return due__error_set(DUE_EINVAL,
-			      "malformed store URL '%s': %s (use "
-			      "mysql://user:password@host:port[,host:port...]"
-			      "/database[?socket=PATH|multi_writer=1])",
-			      text, why);
+	return due__error_set(
+	    DUE_EINVAL,
+	    "malformed store URL '%s': %s (use "
+	    "mysql://user:password@host:port[,host:port...]"
+	    "/database[?socket=PATH|multi_writer=1|wake=poll])",
+	    text, why);
 }
 
-/* The query string: socket=PATH, multi_writer=0|1. */
+/* The query string: socket=PATH, multi_writer=0|1, wake=auto|poll. */
 static int parse_query(due_my_cfg *c, const char *text, const char *q)
 {
 	while (q && *q) {
@@ -175,11 +178,22 @@ static int parse_query(due_my_cfg *c, const char *text, const char *q)
 			    "store URL '%s': bad value '%.*s' (use "
 			    "multi_writer=0 or multi_writer=1)",
 			    text, (int)n, q);
+		} else if (n >= 5 && strncmp(q, "wake=", 5) == 0) {
+			if (n == 9 && strncmp(q + 5, "poll", 4) == 0)
+				c->wake_poll = true;
+			else if (n == 9 && strncmp(q + 5, "auto", 4) == 0)
+				c->wake_poll = false;
+			else
+				return due__error_set(
+				    DUE_EINVAL,
+				    "store URL '%s': bad value '%.*s' (use "
+				    "wake=auto or wake=poll)",
+				    text, (int)n, q);
 		} else {
 			return due__error_set(
 			    DUE_EINVAL,
 			    "store URL '%s': unknown option '%.*s' (known: "
-			    "socket=PATH, multi_writer=0|1)",
+			    "socket=PATH, multi_writer=0|1, wake=auto|poll)",
 			    text, (int)n, q);
 		}
 		q = amp ? amp + 1 : NULL;
@@ -754,6 +768,7 @@ static due_my_cfg *cfg_dup(const due_my_cfg *c)
 	if (!d)
 		return NULL;
 	d->multi_writer = c->multi_writer;
+	d->wake_poll = c->wake_poll;
 	for (size_t i = 0; i < c->n_hosts; i++) {
 		d->ports[i] = c->ports[i];
 		if (!(d->hosts[i] =
@@ -782,6 +797,8 @@ int due__my_connect(due_store **out, const due_my_cfg *cfg, int64_t timeout_us)
 	pthread_once(&lib_once, lib_init);
 	s->own = true;
 	s->timer_fd = -1;
+	s->wake_fd = -1;
+	s->listen_fd = -1;
 	s->id_step = 1;
 	s->timeout_us = timeout_us;
 	/* each connection its own first node: processes spread by their
@@ -826,11 +843,17 @@ static void local_del(int fd)
 	pthread_mutex_unlock(&local_mu);
 }
 
+/* How many wake-ups this process wrote (due__my_local_gen). */
+static _Atomic uint64_t local_gen;
+
+uint64_t due__my_local_gen(void) { return atomic_load(&local_gen); }
+
 void due__my_local_poke(void)
 {
 	/* fire in 1 us, then every second as before */
 	static const struct itimerspec soon = {{1, 0}, {0, 1000}};
 
+	atomic_fetch_add(&local_gen, 1);
 	pthread_mutex_lock(&local_mu);
 	for (size_t i = 0; i < n_local; i++)
 		(void)timerfd_settime(local_fd[i], 0, &soon, NULL);
@@ -843,10 +866,15 @@ void due__my_close(due_store *s)
 		return;
 	if (s->own)
 		conn_close(s);
+	due__my_wake_stop(s->wake); /* before the eventfd it writes */
 	if (s->timer_fd >= 0) {
 		local_del(s->timer_fd); /* before its number can be reused */
 		close(s->timer_fd);
 	}
+	if (s->wake_fd >= 0)
+		close(s->wake_fd);
+	if (s->listen_fd >= 0)
+		close(s->listen_fd);
 	free(s->defer);
 	if (s->own)
 		due__my_cfg_free(s->cfg);

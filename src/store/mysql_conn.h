@@ -35,6 +35,7 @@ typedef struct due_my_cfg {
 	size_t n_hosts;
 	char *user, *password, *db, *socket;
 	bool multi_writer;
+	bool wake_poll; /* ?wake=poll: never the binary log (mysql_wake.c) */
 } due_my_cfg;
 
 struct due_store {
@@ -67,7 +68,7 @@ struct due_store {
 	int64_t id_step;    /* @@auto_increment_increment */
 	bool bulk_ids;	    /* a multi-row INSERT's ids are consecutive */
 	uint64_t packet;    /* @@max_allowed_packet at connect (0: not read) */
-	int timer_fd;	    /* listen(): a 1 s timerfd, -1 until then */
+	int timer_fd;	    /* listen(): the poll's timerfd, -1 until then */
 	int64_t wake_seen;  /* the due_wake counter as last read */
 	due_my_cfg *cfg;    /* to reconnect (our own copy) */
 	size_t node;	    /* cfg->hosts[node] is the one we use (or try) */
@@ -78,6 +79,13 @@ struct due_store {
 	int64_t sweep_probed; /* mono us of upcoming's last sweep probe */
 	char label[256];      /* mysql://user@host:port/db for messages */
 	char where[272];      /* HOST:PORT (or the socket) for "no answer" */
+	/* listen() (mysql.c "Notifications", mysql_wake.c) */
+	int wake_fd;		  /* eventfd the binlog reader writes, or -1 */
+	int listen_fd;		  /* epoll of timer_fd and wake_fd, or -1 */
+	struct due_my_wake *wake; /* the binlog reader; NULL: polling */
+	bool wake_fast;		  /* timer_fd ticks every WAKE_FAST_MS */
+	int64_t wake_fast_until;  /* mono us: tick fast until then */
+	uint64_t wake_gen;	  /* due__my_local_gen() at the last read */
 };
 
 /*
@@ -236,5 +244,8 @@ bool due__my_null(MYSQL_ROW row, int col);
 */
 void due__my_local_add(int fd);
 void due__my_local_poke(void);
+/* How many times this process poked (a change it may have seen was its
+ * own: mysql.c keeps its poll slow for those). */
+uint64_t due__my_local_gen(void);
 
 #endif /* DUE_MYSQL_CONN_H */

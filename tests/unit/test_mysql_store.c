@@ -1071,6 +1071,8 @@ static void test_url(void **state)
 	    {"mysql://root@h1:1,h2:0/db", "bad port"},
 	    {"mysql://root@h1,h2/db?socket=/tmp/s", "one server"},
 	    {"mysql://root@h1,h2/db?multi_writer=yes", "multi_writer=1"},
+	    {"mysql://root@h/db?wake=binlog", "wake=auto or wake=poll"},
+	    {"mysql://root@h/db?wake=", "wake=auto or wake=poll"},
 	    {"mysql://h1,h2,h3,h4,h5,h6,h7,h8,h9,h10,h11,h12,h13,h14,h15,h16,"
 	     "h17/db",
 	     "more than 16 hosts"},
@@ -1107,12 +1109,23 @@ static void test_url_hosts(void **state)
 	assert_int_equal(due__my_parse_url(&c, u, u + 6), 0);
 	assert_int_equal(c->n_hosts, 1);
 	assert_false(c->multi_writer);
+	assert_false(c->wake_poll); /* wake=auto: the binlog when allowed */
+	due__my_cfg_free(c);
+	u = "mysql://h/q?wake=poll&multi_writer=0";
+	assert_int_equal(due__my_parse_url(&c, u, u + 6), 0);
+	assert_true(c->wake_poll);
+	due__my_cfg_free(c);
+	u = "mysql://h/q?wake=poll&wake=auto";
+	assert_int_equal(due__my_parse_url(&c, u, u + 6), 0);
+	assert_false(c->wake_poll);
 	due__my_cfg_free(c);
 }
 
 /*
 ** Wake-ups without LISTEN: a submit through another handle bumps the
-** due_wake counter, and the listener's timerfd drain reports it.
+** due_wake counter, and the listener's drain reports it (by the poll of
+** the counter on the test server, which keeps no binary log; the binlog
+** path: tests/cli/test_mysql_wake.sh).
 */
 static void test_listen(void **state)
 {

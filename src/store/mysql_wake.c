@@ -1,0 +1,360 @@
+/*
+** mysql_wake.c - wake-ups from the binary log (issue 39).
+**
+** MySQL has no LISTEN; a listener of the MySQL store otherwise learns of a
+** task another process made due by polling the one-row due_wake counter
+** (mysql.c, "Notifications").  When the server keeps a binary log and the
+** user may read it (REPLICATION SLAVE, and on MariaDB 10.5+ BINLOG MONITOR
+** for SHOW MASTER STATUS), a reader thread follows the log as a replica
+** does (MariaDB Connector/C's replication API) from its current end, and
+** writes the listener's eventfd for each change of this store's due_wake
+** table: a TABLE_MAP naming <database>.due_wake (ROW and MIXED formats log
+** one before each row event of the table) or a QUERY event in the database
+** whose text names due_wake (STATEMENT format).  Nothing else wakes it: a
+** drain's own claims and completions touch other tables.
+**
+** Threads.  The reader owns its connection and the replication handle;
+** the store's thread only starts it (due__my_wake_start, which opens the
+** first link itself so that the caller learns at once whether the log can
+** be read) and stops it (due__my_wake_stop).  They share, under mu: stop,
+** and sock, the live link's socket, which stop shuts down so that a
+** blocked fetch returns at once.  live is atomic: the listener polls the
+** counter while it is false.  The eventfd belongs to the store; the
+** reader only writes it.
+**
+** Bounds.  Every read of the link has a timeout (READ_S); the server sends
+** a heartbeat every HEARTBEAT_NS while the log is quiet, so a silent link
+** is a dead one within READ_S.  A lost link sets live false, writes the
+** eventfd (what happened meanwhile is unknown: the listener refills), and
+** is opened again RETRY_S later, until the store is closed; the listener
+** polls the counter in between.  Each reader announces a server id of its
+** own (a replica with the same id would make the server drop the other).
+*/
+#include <errno.h>
+#include <mysql.h> /* before mariadb_rpl.h, which needs it */
+#include <mariadb_rpl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "due.h"
+#include "store/mysql_wake.h"
+
+#define READ_S 3		  /* a fetch's bound: 3 heartbeats */
+#define HEARTBEAT_NS 1000000000LL /* the server's heartbeat when idle */
+#define RETRY_S 5		  /* a lost link is opened again after */
+
+struct due_my_wake {
+	const due_my_cfg *cfg; /* borrowed from the store, outlives us */
+	size_t node;	       /* cfg->hosts[node] */
+	int efd;	       /* the store's eventfd: written, never closed */
+	unsigned server_id;
+	MYSQL *m; /* the reader's (only its thread's, once started) */
+	MARIADB_RPL *rpl;
+	pthread_t th;
+	bool th_started;
+	pthread_mutex_t mu; /* guards stop and sock */
+	pthread_cond_t cv;  /* stop was set */
+	bool stop;
+	int sock; /* the live link's socket, -1 when none */
+	atomic_bool live;
+	char label[256]; /* the store's, for the log */
+};
+
+/* One line on stderr (the worker's log), as mysql.c's wake_log. */
+static void wlog(const due_my_wake *w, const char *fmt, ...) DUE_PRINTF(2, 3);
+static void wlog(const due_my_wake *w, const char *fmt, ...)
+{
+	char ts[40], msg[640];
+	va_list ap;
+
+	due_time_format(ts, sizeof(ts), due_time_now_host());
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s due[%d] info: mysql store: %s: %s\n", ts,
+		(int)getpid(), w->label, msg);
+}
+
+/* Tell the listener to look (the eventfd counts; one write is enough). */
+static void poke(due_my_wake *w)
+{
+	uint64_t one = 1;
+
+	(void)!write(w->efd, &one, sizeof(one));
+}
+
+static void link_close(due_my_wake *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->sock = -1; /* before the close: its number may be reused */
+	pthread_mutex_unlock(&w->mu);
+	if (w->rpl)
+		mariadb_rpl_close(w->rpl);
+	if (w->m)
+		mysql_close(w->m);
+	w->rpl = NULL;
+	w->m = NULL;
+}
+
+/* Run one statement on w->m; its first row's first column into out. */
+static int one_row(due_my_wake *w, const char *sql, char *out, size_t n,
+		   char *out2, size_t n2)
+{
+	MYSQL_RES *r;
+	MYSQL_ROW row;
+	int rc = -1;
+
+	if (mysql_query(w->m, sql) != 0 || !(r = mysql_store_result(w->m)))
+		return -1;
+	if ((row = mysql_fetch_row(r)) && row[0]) {
+		snprintf(out, n, "%s", row[0]);
+		if (out2 && mysql_num_fields(r) > 1 && row[1])
+			snprintf(out2, n2, "%s", row[1]);
+		rc = 0;
+	}
+	mysql_free_result(r);
+	return rc;
+}
+
+/* Connect to the store's server, bounded by timeout_s for each wait. */
+static int link_connect(due_my_wake *w, unsigned timeout_s, char *why, size_t n)
+{
+	const due_my_cfg *c = w->cfg;
+	unsigned rd = READ_S;
+
+	if (!(w->m = mysql_init(NULL)))
+		return snprintf(why, n, "out of memory"), -1;
+	mysql_optionsv(w->m, MYSQL_OPT_CONNECT_TIMEOUT, &timeout_s);
+	mysql_optionsv(w->m, MYSQL_OPT_READ_TIMEOUT, &rd);
+	mysql_optionsv(w->m, MYSQL_OPT_WRITE_TIMEOUT, &timeout_s);
+	if (!mysql_real_connect(w->m, c->socket ? NULL : c->hosts[w->node],
+				c->user, c->password, c->db,
+				c->socket ? 0 : c->ports[w->node], c->socket,
+				0))
+		return snprintf(why, n, "cannot connect: %s",
+				mysql_error(w->m)),
+		       -1;
+	return 0;
+}
+
+/*
+** Open the link: connect, check log_bin, read the log's current end, ask
+** for heartbeats and start the dump there.  -1 with the reason in why.
+*/
+static int link_open(due_my_wake *w, unsigned timeout_s, char *why, size_t n)
+{
+	char on[8] = "", file[512] = "", pos[32] = "";
+	static const char setup[] =
+	    "SET @master_heartbeat_period = %lld,"
+	    " @master_binlog_checksum = @@global.binlog_checksum,"
+	    " @mariadb_slave_capability = 4";
+	char sql[sizeof(setup) + 32];
+	unsigned long long start;
+
+	if (link_connect(w, timeout_s, why, n) < 0)
+		return -1;
+	if (one_row(w, "SELECT @@log_bin", on, sizeof(on), NULL, 0) < 0 ||
+	    strcmp(on, "1") != 0)
+		return snprintf(why, n, "log_bin is off"), -1;
+	if (one_row(w, "SHOW MASTER STATUS", file, sizeof(file), pos,
+		    sizeof(pos)) < 0)
+		return snprintf(why, n, "SHOW MASTER STATUS: %s",
+				mysql_errno(w->m) ? mysql_error(w->m)
+						  : "no row"),
+		       -1;
+	start = strtoull(pos, NULL, 10);
+	snprintf(sql, sizeof(sql), setup, HEARTBEAT_NS);
+	if (mysql_query(w->m, sql) != 0)
+		return snprintf(why, n, "%s", mysql_error(w->m)), -1;
+	if (!(w->rpl = mariadb_rpl_init(w->m)))
+		return snprintf(why, n, "mariadb_rpl_init failed"), -1;
+	mariadb_rpl_optionsv(w->rpl, MARIADB_RPL_SERVER_ID, w->server_id);
+	mariadb_rpl_optionsv(w->rpl, MARIADB_RPL_FILENAME, file, strlen(file));
+	mariadb_rpl_optionsv(w->rpl, MARIADB_RPL_START, start);
+	mariadb_rpl_optionsv(w->rpl, MARIADB_RPL_FLAGS, 0);
+	if (mariadb_rpl_open(w->rpl) != 0)
+		return snprintf(why, n, "binlog dump: %s", mysql_error(w->m)),
+		       -1;
+	pthread_mutex_lock(&w->mu);
+	w->sock = (int)mysql_get_socket(w->m);
+	pthread_mutex_unlock(&w->mu);
+	return 0;
+}
+
+static bool named(const MARIADB_STRING *s, const char *name)
+{
+	size_t n = strlen(name);
+
+	return s->str && s->length == n && memcmp(s->str, name, n) == 0;
+}
+
+/* Does the text s contain name? */
+static bool mentions(const MARIADB_STRING *s, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (size_t i = 0; s->length >= n && i <= s->length - n; i++)
+		if (memcmp(s->str + i, name, n) == 0)
+			return true;
+	return false;
+}
+
+/* Does ev change this store's due_wake? */
+static bool wakes(const due_my_wake *w, const MARIADB_RPL_EVENT *ev)
+{
+	const char *db = w->cfg->db;
+
+	if (ev->event_type == TABLE_MAP_EVENT)
+		return named(&ev->event.table_map.database, db) &&
+		       named(&ev->event.table_map.table, "due_wake");
+	if (ev->event_type == QUERY_EVENT)
+		return named(&ev->event.query.database, db) &&
+		       ev->event.query.statement.str &&
+		       mentions(&ev->event.query.statement, "due_wake");
+	return false;
+}
+
+/* Follow the link until it fails or stop shut it down. */
+static void follow(due_my_wake *w)
+{
+	MARIADB_RPL_EVENT *ev = NULL, *got;
+	bool stop;
+
+	/* each fetch reuses ev; the one that fails frees it (3.3) */
+	while ((got = mariadb_rpl_fetch(w->rpl, ev))) {
+		ev = got;
+		if (wakes(w, ev))
+			poke(w);
+	}
+	pthread_mutex_lock(&w->mu);
+	stop = w->stop;
+	pthread_mutex_unlock(&w->mu);
+	if (!stop)
+		wlog(w,
+		     "wake-ups: binlog link lost (%s); polling due_wake, "
+		     "the binlog again in %d s",
+		     mysql_error(w->m), RETRY_S);
+}
+
+/* Sleep s seconds unless stopped; true when stopped. */
+static bool nap(due_my_wake *w, int s)
+{
+	struct timespec until;
+	bool stop;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += s;
+	pthread_mutex_lock(&w->mu);
+	while (!w->stop &&
+	       pthread_cond_timedwait(&w->cv, &w->mu, &until) != ETIMEDOUT)
+		;
+	stop = w->stop;
+	pthread_mutex_unlock(&w->mu);
+	return stop;
+}
+
+static void *reader(void *arg)
+{
+	due_my_wake *w = arg;
+	char why[512];
+
+	mysql_thread_init();
+	for (;;) {
+		follow(w);
+		atomic_store(&w->live, false);
+		link_close(w);
+		poke(w); /* what came meanwhile is unknown: look */
+		if (nap(w, RETRY_S))
+			break;
+		if (link_open(w, RETRY_S, why, sizeof(why)) < 0) {
+			link_close(w);
+			continue;
+		}
+		pthread_mutex_lock(&w->mu);
+		bool stop = w->stop;
+		pthread_mutex_unlock(&w->mu);
+		if (stop)
+			break;
+		atomic_store(&w->live, true);
+		poke(w);
+		wlog(w, "wake-ups: binlog again");
+	}
+	link_close(w);
+	mysql_thread_end();
+	return NULL;
+}
+
+/* A server id of this reader: per process and per reader, high bits set
+ * so that it is unlikely to be a real replica's. */
+static unsigned reader_id(void)
+{
+	static atomic_uint opened;
+	unsigned k = atomic_fetch_add(&opened, 1);
+
+	return 0x40000000u | ((((unsigned)getpid() << 8) ^ k) & 0x3fffffffu);
+}
+
+int due__my_wake_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
+		       const char *label, unsigned timeout_s, int efd,
+		       char *why, size_t n)
+{
+	due_my_wake *w = calloc(1, sizeof(*w));
+
+	*out = NULL;
+	if (!w)
+		return snprintf(why, n, "out of memory"), -1;
+	snprintf(w->label, sizeof(w->label), "%s", label);
+	w->cfg = cfg;
+	w->node = node;
+	w->efd = efd;
+	w->sock = -1;
+	w->server_id = reader_id();
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	if (link_open(w, timeout_s, why, n) < 0) {
+		link_close(w);
+		due__my_wake_stop(w);
+		return -1;
+	}
+	atomic_store(&w->live, true);
+	if (pthread_create(&w->th, NULL, reader, w) != 0) {
+		snprintf(why, n, "cannot start the reader thread");
+		link_close(w);
+		due__my_wake_stop(w);
+		return -1;
+	}
+	w->th_started = true;
+	*out = w;
+	return 0;
+}
+
+bool due__my_wake_live(const due_my_wake *w)
+{
+	return w && atomic_load(&w->live);
+}
+
+void due__my_wake_stop(due_my_wake *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->stop = true;
+	if (w->sock >= 0)
+		shutdown(w->sock, SHUT_RDWR); /* the blocked fetch returns */
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	if (w->th_started)
+		pthread_join(w->th, NULL);
+	pthread_cond_destroy(&w->cv);
+	pthread_mutex_destroy(&w->mu);
+	free(w);
+}

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# test_mysql_wake.sh - the MySQL store's wake-ups from the binary log
+# (issue 39; src/store/mysql_wake.c), on a MariaDB server of its own with
+# log-bin on (ROW) that checks privileges:
+#   a) a worker whose user may read the log (REPLICATION SLAVE, BINLOG
+#      MONITOR) says "wake-ups: binlog", holds a Binlog Dump connection,
+#      and claims a task another process submits.  It runs with --poll 60s,
+#      and on the binlog path it never reads the due_wake counter: without
+#      the binlog's wake-up the task would wait for the safety poll, past
+#      the 20 s this allows;
+#   b) a user without those grants falls back to polling due_wake (the log
+#      says why) and still claims such a task;
+#   c) KILLing the reader's connection: the worker says the link is lost,
+#      claims the next task by polling, opens the link again (a new Binlog
+#      Dump connection, "binlog again") and claims by the binlog again.
+#   d) ?wake=poll forces the poll on the first user.
+# Runs when DUE_TEST_MYSQL_URL says this run has MariaDB (CI=true: it must).
+. "$(dirname "$0")/lib.sh"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+CLEANUP=()
+trap 'kill $(jobs -p) 2>/dev/null || true
+	for c in "${CLEANUP[@]}"; do eval "$c" >/dev/null 2>&1 || true; done
+	rm -rf "$T"' EXIT
+
+need DUE_TEST_MYSQL_URL mariadb || { finish; exit $?; }
+mydir=$(mktemp -d /tmp/due-wake-XXXXXX)
+CLEANUP+=("'$ROOT/scripts/mariadb-test-server' stop '$mydir'" "rm -rf '$mydir'")
+if ! url=$(MARIADB_TEST_GRANTS=1 MARIADB_TEST_BINLOG=1 \
+	"$ROOT/scripts/mariadb-test-server" start "$mydir" 2>"$T/srv.err"); then
+	bad "cannot start a MariaDB server with log-bin: $(cat "$T/srv.err")"
+	finish
+	exit 1
+fi
+mysql_url_parts "$url"
+root() {
+	mariadb --no-defaults -h "$myhost" -P "$myport" -u root -N -B due -e "$1"
+}
+root "CREATE USER waker@'%' IDENTIFIED BY 'pw';
+	GRANT ALL ON due.* TO waker@'%';
+	GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO waker@'%';
+	CREATE USER plain@'%' IDENTIFIED BY 'pw';
+	GRANT ALL ON due.* TO plain@'%'" && ok || bad "create users"
+waker="mysql://waker:pw@$myhost:$myport/due"
+plain="mysql://plain:pw@$myhost:$myport/due"
+"$DUE" --db "$waker" init >/dev/null && ok || bad "init as a user without SUPER"
+
+# dumps: ids of the server's Binlog Dump connections of user waker
+dumps() {
+	root "SELECT id FROM information_schema.PROCESSLIST
+		WHERE user = 'waker' AND command LIKE 'Binlog Dump%' ORDER BY id" | paste -sd' '
+}
+# worker URL LOG: a worker in the background, its pid in $wpid
+worker() {
+	"$DUE" --db "$1" work --exec true --poll 60s --no-cron >"$2" 2>&1 &
+	wpid=$!
+	wait_for "$2: the worker has started" 20 grep -q "wake-ups:" "$2"
+}
+# submitted_runs URL WHAT: a task added by this shell (another process)
+# is done well before the worker's 60 s safety poll
+submitted_runs() {
+	local id
+	id=$("$DUE" --db "$1" add wake --json | sed -n 's/.*"id": *\([0-9]*\).*/\1/p')
+	wait_for "$2: task $id done" 20 \
+		sh -c "'$DUE' --db '$1' show $id | grep -q DONE"
+}
+stop_worker() {
+	kill -TERM "$wpid"
+	wait "$wpid" || true
+}
+
+echo "== a) binlog wake-ups"
+worker "$waker" "$T/a.log"
+has "wake-ups: binlog$" "$T/a.log" && ok || bad "a: not on the binlog: $(cat "$T/a.log")"
+d1=$(dumps)
+[ -n "$d1" ] && ok || bad "a: no Binlog Dump connection of waker"
+sleep 1.5 # past the start-up tick: the worker idles
+submitted_runs "$waker" "a: binlog"
+submitted_runs "$waker" "a: binlog, a second one"
+
+echo "== c) the link killed: the poll, then the binlog again"
+root "KILL $d1" && ok || bad "c: kill $d1"
+wait_for "c: the loss is logged" 20 grep -q "binlog link lost" "$T/a.log"
+submitted_runs "$waker" "c: while the link is down"
+# by the poll, not by the link back (opened 5 s after the loss)
+if grep -q "wake-ups: binlog again" "$T/a.log"; then bad "c: the link was back first"; else ok; fi
+wait_for "c: the link is back" 30 grep -q "wake-ups: binlog again" "$T/a.log"
+d2=$(dumps)
+[ -n "$d2" ] && [ "$d2" != "$d1" ] && ok ||
+	bad "c: no new Binlog Dump connection (before: $d1, now: $d2)"
+submitted_runs "$waker" "c: the binlog again"
+stop_worker
+# the server ends a dump whose reader went at its next heartbeat (1 s)
+no_dumps() { [ -z "$(dumps)" ]; }
+wait_for "c: the reader's connection ended with its worker" 20 no_dumps
+
+echo "== b) no grant: the poll"
+worker "$plain" "$T/b.log"
+has "wake-ups: polling due_wake (binlog: " "$T/b.log" && ok ||
+	bad "b: no fallback line: $(cat "$T/b.log")"
+submitted_runs "$plain" "b: polled"
+stop_worker
+
+echo "== d) ?wake=poll"
+worker "$waker?wake=poll" "$T/d.log"
+has "wake-ups: polling due_wake (wake=poll)" "$T/d.log" && ok ||
+	bad "d: wake=poll not obeyed: $(cat "$T/d.log")"
+[ -z "$(dumps)" ] && ok || bad "d: a Binlog Dump connection with wake=poll"
+submitted_runs "$waker?wake=poll" "d: polled"
+stop_worker
+
+finish
