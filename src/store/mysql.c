@@ -5210,9 +5210,11 @@ static int mys_notify(due_store *s)
 /*
 ** Finished tasks (due_wait): none here.  MySQL has no NOTIFY, and a
 ** due_wake-style counter bumped by every completion would be one more
-** statement on the drain's hot path for a wake-up that is polled once a
-** second anyway; a waiter reads the task itself with a backoff (50 ms to
-** 1 s), a primary-key read, which costs the drain nothing.
+** statement on the drain's hot path, for a wake-up that reaches a waiter
+** no sooner than its own read where the counter is polled (the binary
+** log would carry it at once, but only where log_bin and the grants
+** allow); a waiter reads the task itself with a backoff (50 ms to 1 s),
+** a primary-key read, which costs the drain nothing.
 */
 static int mys_listen_done(due_store *s, int *fd)
 {
