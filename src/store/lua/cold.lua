@@ -374,9 +374,15 @@ local function cold()
     local t, until_, limit, exclude, nk = now(), A[2], tonumber(A[3]), A[4] == '1', tonumber(A[5])
     local set = {}
     for j = 1, nk do set[A[5 + j]] = true end
-    local f = flow_read()
-    local paused = false
-    for _, k in ipairs(f) do if k.paused then paused = true end end
+    -- the kinds' settings are read only once a member is found (an idle
+    -- worker's safety poll of a store with nothing due in the horizon
+    -- skips the ZRANGE of :kinds: one inner command fewer a call)
+    local f, paused
+    local function flow()
+      if f then return end
+      f, paused = flow_read(), false
+      for _, k in ipairs(f) do if k.paused then paused = true end end
+    end
     -- the kinds' own indexes for a kind list, else the due index; per
     -- priority in use up to limit + 1 admitted members, merged by due_at
     local srcs = {}
@@ -392,6 +398,7 @@ local function cold()
         local p, off, took = string.sub(h, 1, 2), 0, 0
         while took <= limit do
           local got = redis.call('ZRANGEBYLEX', src, '[' .. p, '(' .. p .. ut, 'LIMIT', off, 500)
+          if #got > 0 then flow() end
           for _, m in ipairs(got) do
             local ok = true
             if (nk > 0 and exclude) or paused then

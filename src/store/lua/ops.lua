@@ -84,7 +84,7 @@ ops.submit = function()
     end
   end
   for j = 0, n - 1 do
-    local id, ex, mv = submit_one(3 + j * 14, t)
+    local id, ex, mv = submit_one(3 + j * 14, t, n - j)
     out[#out + 1] = id
     out[#out + 1] = ex
     out[#out + 1] = mv

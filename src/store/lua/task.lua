@@ -154,9 +154,22 @@ local function shards()
     SHN, SHI = tonumber(m[1] or '1'), tonumber(m[2] or '0')
   end
 end
-local function new_id()
+-- A batch's ids are reserved with one INCRBY (the items left in the
+-- script, `want`) instead of one INCR a task; an id reserved and not
+-- used (an item whose key names a live task) is a gap, as in a SQL
+-- sequence.  The reservation is written before any task that uses it,
+-- so a script stopped half-way leaves no id to be handed out twice.
+local SEQ_NEXT, SEQ_END = 1, 0
+local function new_id(want)
   shards()
-  return redis.call('INCR', K('seq')) * SHN + SHI
+  if SEQ_NEXT > SEQ_END then
+    want = math.max(want or 1, 1)
+    SEQ_END = redis.call('INCRBY', K('seq'), I(want))
+    SEQ_NEXT = SEQ_END - want + 1
+  end
+  local s = SEQ_NEXT
+  SEQ_NEXT = s + 1
+  return s * SHN + SHI
 end
 
 -- A SCHEDULED task moves to due (ds: the same as a string, a given time
@@ -186,7 +199,8 @@ local outboxed = false
 -- not by every script run (each function a run defines costs it)
 local after_fns, after_link, after_check, held_move
 
--- submit one item at A[i..i+13]; returns id, existed, moved.
+-- submit one item at A[i..i+13] (left: the items of the script from this
+-- one on, for new_id); returns id, existed, moved.
 -- A[i+12] is after_any_end ('1'), A[i+13] the parents (after_link).
 -- A[i+11] is on_key (keep, replace, later; '' reads as keep) for an item
 -- whose key is held by the live task ex: keep answers ex; replace moves a
@@ -200,7 +214,7 @@ local after_fns, after_link, after_check, held_move
 -- hash(kind, key), where the holder was made (a task never moves shard),
 -- so the holder, the key mapping and the new task are all in this
 -- script's shard: one script does all of it atomically.
-local function submit_one(i, t)
+local function submit_one(i, t, left)
   local kind, due = A[i], nil
   if A[i + 2] ~= '' then due = tonumber(A[i + 2]) else due = t + tonumber(A[i + 3]) end
   local ds = A[i + 2] ~= '' and A[i + 2] or I(due)
@@ -226,7 +240,7 @@ local function submit_one(i, t)
       tcall('HSET', T(hid), 'updated_at', I(t))
     end
   end
-  local id = new_id()
+  local id = new_id(left)
   local prio = tonumber(A[i + 8])
   -- a given due time is kept as sent: a Lua number (a double) holds
   -- microseconds exactly only to 2^53 (year 2255), and the index's
