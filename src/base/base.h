@@ -39,6 +39,14 @@ void due__open_warning_set(const char *fmt, ...) DUE_PRINTF(1, 2);
 char *due__open_warning_take(void);
 
 /*
+** One line on stderr, the worker's log, for what the library says on its
+** own below the worker (a store's wake-up path, a slow server):
+** "<time> due[<pid>] <level>: <who>[: <label>]: <message>".  Any thread.
+*/
+void due__log(const char *level, const char *who, const char *label,
+	      const char *fmt, ...) DUE_PRINTF(4, 5);
+
+/*
 ** Add to the process's store-work counters (work.c,
 ** due_store_work_read): statements run, SQLite VM steps, rows written.
 ** Any thread; never fails.

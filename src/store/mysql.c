@@ -99,7 +99,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdarg.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
@@ -5065,21 +5064,6 @@ static void wake_pace(due_store *s, bool fast)
 	(void)timerfd_settime(s->timer_fd, 0, fast ? &quick : &slow, NULL);
 }
 
-/* One line on stderr (the worker's log): which wake-ups are in use. */
-static void wake_log(const due_store *s, const char *fmt, ...) DUE_PRINTF(2, 3);
-static void wake_log(const due_store *s, const char *fmt, ...)
-{
-	char ts[40], msg[640];
-	va_list ap;
-
-	due_time_format(ts, sizeof(ts), due_time_now_host());
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "%s due[%d] info: mysql store: %s: %s\n", ts,
-		(int)getpid(), s->label, msg);
-}
-
 /*
 ** The binlog reader (mysql_wake.c) unless ?wake=poll: its eventfd joins
 ** the timerfd in listen_fd.  Either way one line says which is in use.
@@ -5090,21 +5074,24 @@ static void wake_binlog(due_store *s)
 	unsigned secs = (unsigned)((s->timeout_us + 999999) / 1000000);
 
 	if (s->cfg->wake_poll) {
-		wake_log(s, "wake-ups: polling due_wake (wake=poll)");
+		due__log("info", "mysql store", s->label,
+			 "wake-ups: polling due_wake (wake=poll)");
 		return;
 	}
 	/* a node's log holds no other node's due_wake: MEMORY tables are
 	   not replicated by Galera (mysql.md, "Galera") */
 	if (s->galera) {
-		wake_log(s, "wake-ups: polling due_wake (Galera)");
+		due__log("info", "mysql store", s->label,
+			 "wake-ups: polling due_wake (Galera)");
 		return;
 	}
 	if (due__my_wake_start(&s->wake, s->cfg, s->node, s->label,
 			       secs ? secs : 1, s->wake_fd, why,
 			       sizeof(why)) == 0)
-		wake_log(s, "wake-ups: binlog");
+		due__log("info", "mysql store", s->label, "wake-ups: binlog");
 	else
-		wake_log(s, "wake-ups: polling due_wake (binlog: %s)", why);
+		due__log("info", "mysql store", s->label,
+			 "wake-ups: polling due_wake (binlog: %s)", why);
 }
 
 /* s->listen_fd: an epoll of the timerfd and the reader's eventfd. */

@@ -34,7 +34,6 @@
 #include <mysql.h> /* before mariadb_rpl.h, which needs it */
 #include <mariadb_rpl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,21 +67,6 @@ struct due_my_wake {
 	atomic_bool live;
 	char label[256]; /* the store's, for the log */
 };
-
-/* One line on stderr (the worker's log), as mysql.c's wake_log. */
-static void wlog(const due_my_wake *w, const char *fmt, ...) DUE_PRINTF(2, 3);
-static void wlog(const due_my_wake *w, const char *fmt, ...)
-{
-	char ts[40], msg[640];
-	va_list ap;
-
-	due_time_format(ts, sizeof(ts), due_time_now_host());
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "%s due[%d] info: mysql store: %s: %s\n", ts,
-		(int)getpid(), w->label, msg);
-}
 
 /* Tell the listener to look (the eventfd counts; one write is enough). */
 static void poke(due_my_wake *w)
@@ -239,10 +223,10 @@ static void follow(due_my_wake *w)
 	stop = w->stop;
 	pthread_mutex_unlock(&w->mu);
 	if (!stop)
-		wlog(w,
-		     "wake-ups: binlog link lost (%s); polling due_wake, "
-		     "the binlog again in %d s",
-		     mysql_error(w->m), RETRY_S);
+		due__log("info", "mysql store", w->label,
+			 "wake-ups: binlog link lost (%s); polling due_wake, "
+			 "the binlog again in %d s",
+			 mysql_error(w->m), RETRY_S);
 }
 
 /* Sleep s seconds unless stopped; true when stopped. */
@@ -286,7 +270,8 @@ static void *reader(void *arg)
 			break;
 		atomic_store(&w->live, true);
 		poke(w);
-		wlog(w, "wake-ups: binlog again");
+		due__log("info", "mysql store", w->label,
+			 "wake-ups: binlog again");
 	}
 	link_close(w);
 	mysql_thread_end();

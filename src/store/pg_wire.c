@@ -109,7 +109,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -677,21 +676,6 @@ static int dial(due_store *s, const char *uri, PGconn **out, const char *what)
 static atomic_bool slow_open;
 static atomic_llong slow_max_us; /* the longest wait of the open episode */
 
-/* One line on stderr (the worker's log), headed by level. */
-static void slow_log(const char *level, const char *fmt, ...) DUE_PRINTF(2, 3);
-static void slow_log(const char *level, const char *fmt, ...)
-{
-	char ts[40], msg[1024];
-	va_list ap;
-
-	due_time_format(ts, sizeof(ts), due_time_now_host());
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "%s due[%d] %s: postgres store: %s\n", ts,
-		(int)getpid(), level, msg);
-}
-
 /*
 ** A connection beside c to the very server c is on (its host and port,
 ** not the URL's list), for one question, connected by `deadline`; NULL
@@ -785,8 +769,8 @@ static void slow_begin(due_store *s, const char *what, int64_t deadline)
 		return;
 	atomic_store(&slow_max_us, DUE_PG_SLOW_US);
 	if (strcmp(ev, "SyncRep") == 0)
-		slow_log(
-		    "warning",
+		due__log(
+		    "warning", "postgres store", NULL,
 		    "%s on %s:%s has waited %d s for a synchronous standby "
 		    "(wait event SyncRep): the commit is done here but not "
 		    "acknowledged until a standby named in "
@@ -799,16 +783,16 @@ static void slow_begin(due_store *s, const char *what, int64_t deadline)
 		    what, PQhost(s->conn), PQport(s->conn),
 		    (int)(DUE_PG_SLOW_US / 1000000));
 	else if (strcmp(ev, "?") == 0)
-		slow_log(
-		    "warning",
+		due__log(
+		    "warning", "postgres store", NULL,
 		    "%s on %s:%s has waited %d s for the server (it could "
 		    "not be asked why); if it was promoted from a standby, "
 		    "check synchronous_standby_names",
 		    what, PQhost(s->conn), PQport(s->conn),
 		    (int)(DUE_PG_SLOW_US / 1000000));
 	else
-		slow_log(
-		    "warning",
+		due__log(
+		    "warning", "postgres store", NULL,
 		    "%s on %s:%s has waited %d s for the server (wait event "
 		    "%s%s)",
 		    what, PQhost(s->conn), PQport(s->conn),
@@ -829,7 +813,7 @@ static void slow_end(int64_t waited_us)
 	       !atomic_compare_exchange_weak(&slow_max_us, &max, waited_us))
 		;
 	if (waited_us < DUE_PG_SLOW_US && atomic_exchange(&slow_open, false))
-		slow_log("note",
+		due__log("note", "postgres store", NULL,
 			 "statements are answered in time again (the longest "
 			 "wait was %.1f s)",
 			 (double)atomic_load(&slow_max_us) / 1e6);
