@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/base.h"
 
@@ -65,20 +64,6 @@ void due__open_warning_set(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(warn_msg, sizeof(warn_msg), fmt, ap);
 	va_end(ap);
-}
-
-void due__log(const char *level, const char *who, const char *label,
-	      const char *fmt, ...)
-{
-	char ts[40], msg[1024];
-	va_list ap;
-
-	due_time_format(ts, sizeof(ts), due_time_now_host());
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "%s due[%d] %s: %s%s%s: %s\n", ts, (int)getpid(), level,
-		who, label ? ": " : "", label ? label : "", msg);
 }
 
 char *due__open_warning_take(void)
