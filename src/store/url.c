@@ -13,6 +13,10 @@
 ** query of any URL, the bound of every wait for the store (due.h,
 ** due_open_opts.timeout_us).  It is cut out of REST here, so a backend
 ** (and libpq, which refuses what it does not know) never sees it.
+**
+** An option given twice (?sync=full&sync=off) is refused here, for every
+** backend alike, naming it: which of the two a backend would keep is a
+** guess the user should not have to make.
 */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -27,7 +31,7 @@
 /*
 ** Find `timeout=` among the &-separated options after the first '?' of
 ** u->rest, read it into u->timeout_us and leave u->rest without it (a copy
-** in u->owned).  0, or DUE_EINVAL naming the bad value (or a repeat).
+** in u->owned).  0, or DUE_EINVAL naming the bad value.
 */
 static int cut_timeout(due_url *u)
 {
@@ -51,13 +55,7 @@ static int cut_timeout(due_url *u)
 			end = opt + strlen(opt);
 		n = (size_t)(end - opt);
 		if (n >= 8 && strncmp(opt, "timeout=", 8) == 0) {
-			if (found)
-				return due__error_set(DUE_EINVAL,
-						      "malformed store URL "
-						      "'%s': timeout given "
-						      "twice",
-						      u->text);
-			found = true;
+			found = true; /* once: refuse_repeats() */
 			n -= 8;
 			if (n == 0 || n >= sizeof(val))
 				goto bad;
@@ -91,6 +89,36 @@ bad:
 			      u->text);
 }
 
+/*
+** DUE_EINVAL naming the first option of the query (after the first '?')
+** whose name (the text before '=') an earlier option already used; 0.
+*/
+static int refuse_repeats(const char *text)
+{
+	const char *q = strchr(text, '?');
+
+	if (!q)
+		return 0;
+	for (const char *a = q + 1; *a; a += strcspn(a, "&"), a += *a == '&') {
+		size_t an = strcspn(a, "=&");
+
+		if (an == 0)
+			continue;
+		for (const char *b = a + strcspn(a, "&"); *b;) {
+			b += *b == '&';
+			size_t bn = strcspn(b, "=&");
+			if (bn == an && memcmp(a, b, an) == 0)
+				return due__error_set(DUE_EINVAL,
+						      "malformed store URL "
+						      "'%s': option '%.*s' "
+						      "given twice",
+						      text, (int)an, a);
+			b += strcspn(b, "&");
+		}
+	}
+	return 0;
+}
+
 void due__url_release(due_url *u)
 {
 	free(u->owned);
@@ -116,7 +144,9 @@ int due__url_parse(due_url *out, const due_store_ops **ops, const char *text)
 		out->scheme[n] = '\0';
 		out->rest = colon + 1;
 		if ((*ops = due__store_find(out->scheme)) != NULL) {
-			int rc = cut_timeout(out);
+			int rc = refuse_repeats(text);
+			if (rc == 0)
+				rc = cut_timeout(out);
 			if (rc < 0) {
 				due__url_release(out);
 				*ops = NULL;

@@ -81,6 +81,8 @@ rows=(
 	"--kinds: empty list"                  "work --exec true --kinds ''"
 	"--exec: empty command"                "work --exec '  '"
 	"unknown option 'sync=norml'"          "ls --db 'sqlite:$T/due.db?sync=norml'"
+	"option 'sync' given twice"   "ls --db 'sqlite:$T/due.db?sync=full&sync=off'"
+	"option 'timeout' given twice" "ls --db 'sqlite:$T/due.db?timeout=1s&timeout=2s'"
 	"unsupported scheme 'redis2'"          "ls --db redis2://x"
 	"port must be 0..65535"                "serve --listen 127.0.0.1:99999"
 )
