@@ -3,11 +3,14 @@
 ** (or one Redis Cluster shard), over hiredis' synchronous API.
 **
 ** Model.  Every transition is ONE operation of one Lua script (the
-** files in src/store/lua/), run with EVALSHA: a script runs atomically
+** files in src/store/lua/), run with FCALL as a Redis 7 function (or
+** EVALSHA where functions are not there or not allowed: load_lib): a
+** script runs atomically
 ** on the server, so each predicate of store.h (state, attempt, lease_until <
 ** now, the kinds' limits) is checked in the same step that writes, and
 ** nothing interleaves.  The script is loaded at connect and again when
-** the server answers NOSCRIPT (a SCRIPT FLUSH, a restart).  Scripts read
+** the server answers NOSCRIPT or "Function not found" (a flush, a
+** restart).  Scripts read
 ** the clock with TIME; the client never sends a time it read itself
 ** (CONTRACT §3.1), so due times and leases are judged by the server's
 ** clock alone.  No HOST_CLOCK: a worker asks the store for now (TIME).
@@ -191,7 +194,10 @@ struct due_store {
 	char chan[160];	  /* "{due:NAME}:wake" */
 	char sha[48];	  /* of the script, as loaded */
 	char sha_oom[48]; /* its allow-oom twin (oom_free), "" until loaded */
-	char *script;	  /* prelude + due__redis_lua */
+	char *script;	  /* prelude + due__redis_lua + "return run(...)" */
+	char *lib;	  /* the same as a function library (load_script) */
+	char fname[32];	  /* its function: "due_" + 16 hex digits */
+	bool fn;	  /* call it with FCALL (else EVALSHA) */
 	bool cluster;	  /* the seed said cluster_enabled:1 */
 	int slot;	  /* of the hash tag "due:NAME" */
 	int wait_n;	  /* replicas a write waits for (WAIT), 0: none */
@@ -746,11 +752,59 @@ static int load_text(due_store *s, const char *head, char *sha)
 */
 #define OOM_HEAD "#!lua flags=allow-oom\n"
 
-/* Load the script (and its allow-oom twin when it was in use). */
+/*
+** Redis 7 functions.  EVALSHA runs the whole chunk at each call: every
+** function of every operation defined again, the field maps and column
+** lists built again, before the operation runs (about 288,000
+** redis-server instructions a call, docs/internals/redis.md "Issue
+** 39").  A function library runs the chunk once, when it is loaded, and
+** each FCALL runs only run() (dispatch.lua).  The library is named by a
+** hash of the script's text (due_<FNV-1a 64>), so every process of one
+** build shares one library on a server, another build loads its own
+** beside it, and a name that exists holds this text: "already exists"
+** is a success.  Its three functions are run() with three sets of flags:
+** due_H (may write; refused at its start when the server is over
+** maxmemory), due_H_ro for the operations that only read (op_reads:
+** no-writes, so they answer on a full server, as EVALSHA's reads do) and
+** due_H_oom for the ones that free memory (oom_free: allow-oom, the
+** script twin's role).  A server without functions (Redis 6), a user
+** refused FUNCTION or FCALL (ACL), or any refusal of the load falls
+** back to EVALSHA for this handle (s->fn false), which behaves the same,
+** slower.  FUNCTION FLUSH (or a library lost otherwise) answers
+** "Function not found": the library is loaded again, as on NOSCRIPT.
+*/
+#define FN_LOAD_FAILED 1
+
+/* FUNCTION LOAD s->lib: 0 (loaded or there), FN_LOAD_FAILED, or < 0. */
+static int load_lib(due_store *s)
+{
+	redisReply *r;
+	int rc;
+
+	if ((rc = rd_cmd(s, whole(s), &r, "load function", "FUNCTION LOAD %s",
+			 s->lib)) < 0)
+		return rc;
+	rc = r->type != REDIS_REPLY_ERROR || strstr(r->str, "already exists")
+		 ? 0
+		 : FN_LOAD_FAILED;
+	freeReplyObject(r);
+	return rc;
+}
+
+/*
+** Load the library (s->fn), or on a server that refuses it the script
+** (and its allow-oom twin when it was in use).
+*/
 static int load_script(due_store *s)
 {
-	int rc = load_text(s, "", s->sha);
+	int rc;
 
+	if (s->fn) {
+		if ((rc = load_lib(s)) <= 0)
+			return rc;
+		s->fn = false; /* for this handle's life */
+	}
+	rc = load_text(s, "", s->sha);
 	if (rc == 0 && s->sha_oom[0])
 		rc = load_text(s, OOM_HEAD, s->sha_oom);
 	return rc;
@@ -1201,14 +1255,18 @@ static void args_free(rargs *v)
 	free(v->a);
 }
 
+static bool op_reads(const char *op);
+
 /*
-** EVALSHA sha 1 meta op args... on s->c, its reply awaited until the
+** EVALSHA sha 1 meta op args... (or FCALL fn 1 meta op args...: twin
+** picks the allow-oom script or function) on s->c, its reply awaited until the
 ** call's end: 0 and *out (an error reply too: redirect() reads it), or
 ** DUE_ESTORE with s->c dropped (the script may have run: see rd_eval).
 */
-static int eval_once(due_store *s, const char *sha, const char *op, rargs *v,
+static int eval_once(due_store *s, bool twin, const char *op, rargs *v,
 		     redisReply **out, const char *what)
 {
+	char fn[48];
 	size_t n = v->n + 5;
 	const char **argv = malloc(n * sizeof(*argv));
 	size_t *len = malloc(n * sizeof(*len));
@@ -1226,7 +1284,15 @@ static int eval_once(due_store *s, const char *sha, const char *op, rargs *v,
 		drop(&s->c);
 		return rc;
 	}
-	argv[0] = "EVALSHA", argv[1] = sha, argv[2] = "1";
+	if (s->fn) {
+		snprintf(fn, sizeof(fn), "%s%s", s->fname,
+			 twin		? "_oom"
+			 : op_reads(op) ? "_ro"
+					: "");
+		argv[0] = "FCALL", argv[1] = fn;
+	} else
+		argv[0] = "EVALSHA", argv[1] = twin ? s->sha_oom : s->sha;
+	argv[2] = "1";
 	argv[3] = s->meta, argv[4] = op;
 	for (size_t i = 0; i < 5; i++)
 		len[i] = strlen(argv[i]);
@@ -1288,8 +1354,14 @@ static int redirect(due_store *s, const redisReply *r)
 {
 	int rc;
 
-	if (starts(r, "NOSCRIPT"))
+	if (starts(r, "NOSCRIPT") || starts(r, "ERR Function not found"))
 		return (rc = load_script(s)) < 0 ? rc : 1;
+	if (s->fn && r && r->type == REDIS_REPLY_ERROR &&
+	    (strstr(r->str, "'FCALL'") || strstr(r->str, "'fcall'")) &&
+	    (starts(r, "ERR unknown command") || starts(r, "NOPERM"))) {
+		s->fn = false; /* no functions here, or FCALL refused */
+		return (rc = load_script(s)) < 0 ? rc : 1;
+	}
 	if (!s->cluster)
 		return 0;
 	if (starts(r, "MOVED "))
@@ -1506,8 +1578,7 @@ again:
 		if ((rc = rd_ok(s)) < 0 ||
 		    (s->degraded && s->wait_n > 0 && !op_reads(op) &&
 		     (rc = rd_replicas_ready(s, what)) < 0) ||
-		    (rc = eval_once(s, twin ? s->sha_oom : s->sha, op, v, out,
-				    what)) < 0)
+		    (rc = eval_once(s, twin, op, v, out, what)) < 0)
 			goto done;
 		if ((act = redirect(s, *out)) <= 0 || tries > 1000)
 			break;
@@ -1530,7 +1601,7 @@ again:
 		freeReplyObject(*out);
 		*out = NULL;
 		if (!twin && oom_free(op) &&
-		    (s->sha_oom[0] ||
+		    (s->fn || s->sha_oom[0] ||
 		     load_text(s, OOM_HEAD, s->sha_oom) == 0)) {
 			twin = true;
 			end = 0;
@@ -1646,9 +1717,12 @@ static due_rows rows_of(rcur *c, redisReply *a)
 /*
 ** The prelude: the column lists of row.h, the histogram bounds, and CL:
 ** whether the server is a cluster node (only there can the store's slot
-** migrate, so only there does a script probe for it first).
+** migrate, so only there does a script probe for it first).  Then the
+** Lua, then how it is run: s->script (EVALSHA) ends by running the call,
+** s->lib (FUNCTION LOAD) registers run() as three functions (load_lib),
+** named after a hash of s->script.
 */
-static char *build_script(bool cluster)
+static int build_script(due_store *s)
 {
 	static const char cols[] = "local TC = {" DUE_TASK_COLUMNS(
 	    LQ_, LQ_LAST_) "}\n"
@@ -1656,19 +1730,43 @@ static char *build_script(bool cluster)
 			       LQ_, LQ_LAST_) "}\n"
 					      "local KC = {" DUE_KIND_COLUMNS(
 						  LQ_, LQ_LAST_) "}\n";
-	size_t n = sizeof(cols) + 32 * DUE_HIST_N + strlen(due__redis_lua) + 40;
-	char *p = malloc(n);
-	size_t off;
+	static const char tail[] = "\nreturn run(KEYS, ARGV)\n";
+	static const char reg[] =
+	    "\nredis.register_function('%1$s', run)\n"
+	    "redis.register_function{function_name = '%1$s_ro', "
+	    "callback = run, flags = {'no-writes'}}\n"
+	    "redis.register_function{function_name = '%1$s_oom', "
+	    "callback = run, flags = {'allow-oom'}}\n";
+	size_t n = sizeof(cols) + 32 * DUE_HIST_N + strlen(due__redis_lua) +
+		   sizeof(tail) + 40;
+	char *p = malloc(n), *body;
+	size_t off, ln;
+	uint64_t h = 14695981039346656037ULL; /* FNV-1a 64 */
 
 	if (!p)
-		return NULL;
+		return due__error_set(DUE_ENOMEM, "out of memory");
 	off = (size_t)snprintf(p, n, "%slocal CL = %s\nlocal HB = {", cols,
-			       cluster ? "true" : "false");
+			       s->cluster ? "true" : "false");
 	for (int i = 0; i < DUE_HIST_N; i++)
 		off += (size_t)snprintf(p + off, n - off, "%s%g", i ? "," : "",
 					due_hist_bounds_ms[i]);
-	snprintf(p + off, n - off, "}\n%s", due__redis_lua);
-	return p;
+	off += (size_t)snprintf(p + off, n - off, "}\n%s", due__redis_lua);
+	body = p + off;
+	snprintf(body, n - off, "%s", tail);
+	s->script = p;
+	for (const unsigned char *c = (const unsigned char *)p; *c; c++)
+		h = (h ^ *c) * 1099511628211ULL;
+	snprintf(s->fname, sizeof(s->fname), "due_%016llx",
+		 (unsigned long long)h);
+	ln = strlen(s->fname);
+	n = 32 + off + sizeof(reg) + 3 * ln;
+	if (!(s->lib = malloc(n)))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	snprintf(s->lib, n, "#!lua name=%s\n%.*s", s->fname, (int)off, p);
+	off = strlen(s->lib);
+	snprintf(s->lib + off, n - off, reg, s->fname);
+	s->fn = true;
+	return 0;
 }
 
 static int copy_cfg(rd_cfg *dst, const rd_cfg *src)
@@ -1757,8 +1855,8 @@ static int rd_open(due_store **out, const void *cfg, const due_open_params *p)
 		 s->cfg.name);
 	if ((rc = first_seed(s)) < 0)
 		return rc;
-	if (!(s->script = build_script(s->cluster)))
-		return due__error_set(DUE_ENOMEM, "out of memory");
+	if ((rc = build_script(s)) < 0)
+		return rc;
 	s->wait_n = s->cfg.wait_n >= 0 ? s->cfg.wait_n : s->cluster ? 1 : 0;
 	if (s->cluster && (rc = cl_connect(s)) < 0)
 		return rc;
@@ -1777,6 +1875,7 @@ static void rd_close(due_store *s)
 		redisFree(s->sub);
 	cfg_free(&s->cfg);
 	free(s->script);
+	free(s->lib);
 	free(s->wr);
 	free(s);
 }

@@ -1,8 +1,9 @@
 /*
 ** redis_lua.c - the Lua of the Redis store: every transition of store.h as
 ** one operation of one script (docs/internals/redis.md).  redis.c loads it
-** once per connection (SCRIPT LOAD, again on NOSCRIPT) and runs an
-** operation with EVALSHA sha 1 <prefix>:meta <op> <args...>; the column
+** once per connection (FUNCTION LOAD, or SCRIPT LOAD where functions are
+** refused; again when the server lost it) and runs an operation with
+** FCALL due_<hash> 1 <prefix>:meta <op> <args...> (or EVALSHA); the column
 ** lists (TC, SC, KC) and the histogram bounds (HB) are prepended by
 ** redis.c from row.h and core, so the script and the decoders agree.
 **

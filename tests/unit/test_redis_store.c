@@ -51,6 +51,7 @@
 #include <cmocka.h>
 
 #include "core/internal.h" /* due__lock_take */
+#include "store/store.h"   /* due__url_set_option */
 #include "due.h"
 #define TU_FIXTURE /* setup, teardown, open_db, url, dir */
 #define TU_TASKS   /* add, claim_one, get, state_of */
@@ -112,6 +113,18 @@ static bool in_shard(due_id id, int shard)
 	return yes;
 }
 
+/* url (the scratch store's) with its prefix= replaced by prefix, and
+   more (options) after it: a URL names an option once (url.c). */
+static void with_prefix(char *out, size_t n, const char *prefix,
+			const char *more)
+{
+	char base[600];
+
+	assert_int_equal(
+	    due__url_set_option(base, sizeof(base), url, "prefix", prefix), 0);
+	assert_true((size_t)snprintf(out, n, "%s%s", base, more) < n);
+}
+
 /*
 ** ?shards=3 (redis_shard.c): each task lives in shard id mod 3, submits
 ** without a key take turns, upcoming merges the shards in due order, a
@@ -135,9 +148,9 @@ static void test_shards(void **state)
 	(void)state;
 	oo.create = true;
 	snprintf(sh_prefix, sizeof(sh_prefix), "%ss", tu_redis_prefix);
-	snprintf(u3, sizeof(u3), "%s&prefix=%s&shards=3", url, sh_prefix);
-	snprintf(u2, sizeof(u2), "%s&prefix=%s&shards=2", url, sh_prefix);
-	snprintf(plain, sizeof(plain), "%s&prefix=%s", url, sh_prefix);
+	with_prefix(u3, sizeof(u3), sh_prefix, "&shards=3");
+	with_prefix(u2, sizeof(u2), sh_prefix, "&shards=2");
+	with_prefix(plain, sizeof(plain), sh_prefix, "");
 	snprintf(fix3, sizeof(fix3), "%s&shards=3", url);
 	assert_int_equal(due_open(&a, u3, &oo), 0);
 	for (int i = 0; i < 30; i++) {
@@ -344,7 +357,7 @@ static void test_on_key_shards(void **state)
 	(void)state;
 	oo.create = true;
 	snprintf(sh_prefix, sizeof(sh_prefix), "%sk", tu_redis_prefix);
-	snprintf(u3, sizeof(u3), "%s&prefix=%s&shards=3", url, sh_prefix);
+	with_prefix(u3, sizeof(u3), sh_prefix, "&shards=3");
 	assert_int_equal(due_open(&a, u3, &oo), 0);
 	assert_int_equal(due_open(&l, u3, NULL), 0);
 	assert_int_equal(due_now(a, &now), 0);
@@ -457,20 +470,87 @@ static void test_on_key_shards(void **state)
 	}
 }
 
-/* SCRIPT FLUSH under an open handle: the next call loads it again. */
+/* The calls of the Redis store's script so far (INFO commandstats):
+   `name` "fcall" or "evalsha" (every client of the server counts). */
+static long long script_calls(const char *name)
+{
+	char key[40];
+	redisReply *r = cmd("INFO commandstats");
+	const char *p;
+	long long v = -1;
+
+	snprintf(key, sizeof(key), "cmdstat_%s:calls=", name);
+	if (r && r->type == REDIS_REPLY_STRING) {
+		p = strstr(r->str, key);
+		v = p ? strtoll(p + strlen(key), NULL, 10) : 0;
+	}
+	freeReplyObject(r);
+	return v;
+}
+
+/*
+** The library (FCALL) or the script (EVALSHA) flushed under an open
+** handle: the next call loads it again.  A server with functions runs
+** every call as FCALL, not EVALSHA.
+*/
 static void test_noscript_reload(void **state)
 {
 	(void)state;
 	due_db *db = open_db();
+	long long f0 = script_calls("fcall");
 	due_id id = add(db, "k", 0, 5);
 
+	cmd_ok("FUNCTION FLUSH%s", "");
 	cmd_ok("SCRIPT FLUSH%s", "");
 	claim_one(db, id, LONG_LEASE);
-	cmd_ok("SCRIPT FLUSH%s", "");
+	cmd_ok("FUNCTION FLUSH%s", "");
 	due_complete_outcome co;
 	assert_int_equal(due_complete(db, &co, id, 1, "r", 1), 0);
 	assert_int_equal(co, DUE_COMPLETE_DONE);
+	assert_true(script_calls("fcall") - f0 >= 3);
 	due_close(db);
+}
+
+/*
+** A user the server refuses FUNCTION, or FCALL (ACL), works as well
+** through EVALSHA: submit, claim, complete, read, and a SCRIPT FLUSH
+** under its handle; a read-only call and a write take their paths.
+*/
+static void test_no_functions(void **state)
+{
+	/* the rules of each user: refused FUNCTION, FCALL, both */
+	static const char *const deny[][2] = {{"-function", "+fcall"},
+					      {"-fcall", "+function"},
+					      {"-fcall", "-function"}};
+	char u[700];
+	due_complete_outcome co;
+	due_task *t;
+	due_id id;
+
+	(void)state;
+	assert_true(strncmp(url, "redis://", 8) == 0);
+	snprintf(u, sizeof(u), "redis://duenofn:pw@%s", url + 8);
+	for (size_t i = 0; i < sizeof(deny) / sizeof(deny[0]); i++) {
+		due_db *db = NULL;
+		long long e0 = script_calls("evalsha");
+
+		cmd_ok("ACL SETUSER duenofn reset on >pw ~* &* +@all %s",
+		       deny[i][0]);
+		cmd_ok("ACL SETUSER duenofn %s", deny[i][1]);
+		cmd_ok("FUNCTION FLUSH%s", "");
+		assert_int_equal(due_open(&db, u, NULL), 0);
+		id = add(db, "k", 0, 5);
+		cmd_ok("SCRIPT FLUSH%s", "");
+		assert_int_equal(claim_one(db, id, LONG_LEASE), 1);
+		assert_int_equal(due_complete(db, &co, id, 1, "r", 1), 0);
+		assert_int_equal(co, DUE_COMPLETE_DONE);
+		t = get(db, id);
+		assert_int_equal(t->state, DUE_DONE);
+		due_task_free(t);
+		due_close(db);
+		assert_true(script_calls("evalsha") - e0 >= 4);
+	}
+	cmd_ok("ACL DELUSER duenofn%s", "");
 }
 
 /*
@@ -973,15 +1053,10 @@ static void test_group_scan_bounded(void **state)
 	due_close(db);
 }
 
+/* The script's calls so far, FCALL or EVALSHA. */
 static long long evalsha_calls(void)
 {
-	redisReply *r = cmd("INFO commandstats");
-	const char *p = r && r->type == REDIS_REPLY_STRING
-			    ? strstr(r->str, "cmdstat_evalsha:calls=")
-			    : NULL;
-	long long v = p ? strtoll(p + 22, NULL, 10) : -1;
-	freeReplyObject(r);
-	return v;
+	return script_calls("fcall") + script_calls("evalsha");
 }
 
 /* A kind filter over 2,500 ids: the script looks at 1000 ids a call and
@@ -1279,7 +1354,7 @@ static void test_attempt_written_at_end(void **state)
 static void test_shard_partial_complete(void **state)
 {
 	const char *user = "due_test_partial";
-	char pre[96], u[800];
+	char pre[96], u[800], b[700];
 	due_db *db = NULL;
 	due_open_opts oo = DUE_OPEN_OPTS_INIT;
 	due_task_list *l = NULL;
@@ -1289,8 +1364,9 @@ static void test_shard_partial_complete(void **state)
 	(void)state;
 	snprintf(pre, sizeof(pre), "%sp", tu_redis_prefix);
 	cmd_ok("ACL SETUSER %s on >pw ~* &* +@all", user);
-	snprintf(u, sizeof(u), "redis://%s:pw@%s&prefix=%s&shards=3", user,
-		 url + strlen("redis://"), pre);
+	with_prefix(b, sizeof(b), pre, "&shards=3");
+	snprintf(u, sizeof(u), "redis://%s:pw@%s", user,
+		 b + strlen("redis://"));
 	oo.create = true;
 	assert_int_equal(due_open(&db, u, &oo), 0);
 	for (int i = 0; i < 3; i++) /* one a shard: one handle, in turn */
@@ -1705,9 +1781,9 @@ static const char *ash_user = "due_test_after";
 static void ash_urls(char *adm, char *lim, size_t n)
 {
 	snprintf(ash_pre, sizeof(ash_pre), "%sa", tu_redis_prefix);
-	snprintf(adm, n, "%s&prefix=%s&shards=2", url, ash_pre);
-	snprintf(lim, n, "redis://%s:pw@%s&prefix=%s&shards=2", ash_user,
-		 url + strlen("redis://"), ash_pre);
+	with_prefix(adm, n, ash_pre, "&shards=2");
+	assert_true((size_t)snprintf(lim, n, "redis://%s:pw@%.600s", ash_user,
+				     adm + strlen("redis://")) < n);
 }
 
 /* A task of kind "p", due now, in `shard` of 2 (others cancelled). */
@@ -2062,6 +2138,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 	    T(test_noscript_reload),
+	    T(test_no_functions),
 	    T(test_aof_refused),
 	    T(test_fsync_warning),
 	    T(test_one_hash_tag),

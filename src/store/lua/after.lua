@@ -10,9 +10,11 @@
 -- is CANCELLED naming p, and finish() hands its own children to
 -- after_end's queue (a chain is a loop, not a recursion).
 local after_drain
+-- per call (run() resets them): the outbox key K('ob'), whether this
+-- call woke the workers, the queue of ended parents and its drain
+local KOB, after_woke, AQ, adraining
 after_fns = function()
   if after_link then return end
-  local KOB = K('ob')
   local HELD = '253402300799999999'
   local function parent_live(st) return st == 'SCHEDULED' or st == 'CLAIMED' end
   -- The parents of new task id (A[i + 13]: "41,42r,43d": a bare id is in
@@ -93,7 +95,6 @@ after_fns = function()
     return 1
   end
 
-  local after_woke = false
   local function after_apply(c, p, how, t)
     local tk = T(c)
     local v = tcall('HMGET', tk, 'state', 'after_left', 'after_any_end', 'kind', 'key', 'priority', 'after_at', 'after_delay_us')
@@ -124,7 +125,6 @@ after_fns = function()
   -- shard, as a message 'E c p how' in this shard's outbox.  One SCARD
   -- for a task without children (the per-task path of complete; not
   -- EXISTS, which a user may be refused: test_redis_store.c).
-  local AQ, adraining = {}, false
   after_drain = function(id, how, t)
     AQ[#AQ + 1] = {I(tonumber(id)), how}
     if adraining then return end

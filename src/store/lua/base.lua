@@ -13,18 +13,20 @@
 --
 -- prelude from C: TC, SC, KC (column lists of row.h), CL (the server
 -- is a cluster node), HB (histogram bounds)
-local P = string.sub(KEYS[1], 1, -6)
-local A = ARGV
--- Redis Cluster: while the store's slot is MIGRATING away from this node
--- a key that is not here (already moved, or never written) cannot be
--- read or written, and the script would stop half-way, its first
--- writes kept.  The probe key never exists, so reading it fails exactly
--- when the slot is migrating: stop before any write; redis.c waits for
--- the migration to end (MOVED) and sends the operation again.  One
--- server has no slots: no probe there.
-if CL and type(redis.pcall('EXISTS', P .. ':probe')) == 'table' then
-  return redis.error_reply('TRYAGAIN due: the store\'s slot is migrating')
-end
+--
+-- The chunk only defines: it is loaded once as a Redis 7 function
+-- library and then each call runs run() (dispatch.lua), or, on a
+-- server without functions, it runs whole at each EVALSHA and ends by
+-- calling run().  So nothing at the top level may read the call (KEYS,
+-- ARGV, the server) or a library (a function library's load sees no
+-- string, table, struct, ipairs...: only the functions it defines call
+-- them, when they run): what one call needs of its own is a local below
+-- that run() sets or resets first (P, A, done_said, the deferred
+-- writes, the cached keys and counts), never a value a previous call
+-- left.
+--
+-- P: the store's key prefix ("{due:NAME}"), A: the call's arguments
+local P, A
 local function K(a, b) if b then return P .. ':' .. a .. ':' .. b end return P .. ':' .. a end
 local function T(id) return P .. ':t:' .. id end
 -- A task hash's field names are one letter each (a listpack stores
@@ -53,7 +55,7 @@ local function lq(s) return #s .. ':' .. s end
 -- id).  Lua's < on strings is strcoll (Redis sets LC_COLLATE), so the
 -- script sorts members by their decoded numbers (mless), never by <.
 local function be(n) return struct.pack('>I8', n) end
-local FF8 = string.rep('\255', 8)
+local FF8 = '\255\255\255\255\255\255\255\255' -- string.rep: not at load
 local FF16 = FF8 .. FF8
 local function mem(prio, due, id) if due < 0 then due = 0 end return struct.pack('>HI8I8', prio + 32768, due, id) end
 local function mid(m) return (struct.unpack('>I8', m, 11)) end
@@ -73,7 +75,7 @@ local function wake() redis.call('PUBLISH', (string.gsub(P, '^({due:[^:]+):%d+}$
 -- finished tasks (due_wait): one PUBLISH on {due:NAME}:done per call
 -- that finished one, only while someone waits (the shard's waiters key,
 -- set by redis.c's rd_listen_done for 30 s at a time)
-local done_said = false
+local done_said
 local function done_wake()
   if done_said then return end
   done_said = true

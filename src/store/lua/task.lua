@@ -31,7 +31,7 @@ end
 -- :lk:<kind> (leases of one kind) is kept only for a kind with
 -- max_running, the one reader that needs it at claim time; kind_put
 -- builds it from :lease when the limit is set and drops it when removed
-local LKM = {}
+local LKM -- run() makes it empty
 local function counted(kind)
   local c = LKM[kind]
   if c == nil then c = redis.call('HEXISTS', K('kind', kind), 'max_running') == 1 LKM[kind] = c end
@@ -112,7 +112,7 @@ end
 -- backoff_us, backoff_cap_us, priority) and updated_at while it equals
 -- created_at; row() puts them back, so the decoders see every column.
 local TI, FI = {}, {}
-for j, c in ipairs(TC) do TI[c] = j FI[F[c] or c] = j end
+for j = 1, #TC do local c = TC[j] TI[c] = j FI[F[c] or c] = j end -- no ipairs at load
 local DEF0 = {'attempt', 'attempt_base', 'cancel_requested', 'backoff_us', 'backoff_cap_us', 'priority',
   'after_n', 'after_left', 'after_any_end'}
 -- (HGETALL reads the hash's listpack once; HMGET of every column
@@ -159,7 +159,7 @@ end
 -- used (an item whose key names a live task) is a gap, as in a SQL
 -- sequence.  The reservation is written before any task that uses it,
 -- so a script stopped half-way leaves no id to be handed out twice.
-local SEQ_NEXT, SEQ_END = 1, 0
+local SEQ_NEXT, SEQ_END -- 1, 0 (run())
 local function new_id(want)
   shards()
   if SEQ_NEXT > SEQ_END then
@@ -194,7 +194,7 @@ end
 -- messages between shards go through each shard's outbox :ob
 -- (after.lua); `outboxed` says this script wrote to it (dispatch.lua
 -- tells redis.c, which tells redis_shard.c to forward them).
-local outboxed = false
+local outboxed
 -- defined by after_fns() (after.lua) on the first call that needs them,
 -- not by every script run (each function a run defines costs it)
 local after_fns, after_link, after_check, held_move

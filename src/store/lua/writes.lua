@@ -6,13 +6,13 @@
 -- field by flush(), which runs before any read of those keys and at the
 -- end of the operation: a claim of 16 tasks is a few commands per key,
 -- not a few per task.
-local ZQ, ZK, HQ, HK, DK = {}, {}, {}, {}, {}
-local KDUE, KKC, KDPM, KLAT = K('due'), K('kc'), K('dpm'), K('lat')
+local ZQ, ZK, HQ, HK, DK -- run() makes them empty
+local KDUE, KKC, KDPM, KLAT -- run() sets them: K('due'), ...
 -- The metrics of the tries claimed in minute M (late:B, late_sum,
 -- dur:B, dur_sum, out:X, stale) are in the hash :mw:M, kept 17 minutes
 -- (EXPIRE once per operation and key): metrics reads the 16 minutes
 -- that cover DUE_METRICS_WINDOW_US, whatever the history's length.
-local KMW = K('mw') .. ':'
+local KMW -- K('mw') .. ':' (run())
 local MW_TTL = 1020
 local function mw(us) return KMW .. I(math.floor(us / 60000000)) end
 -- Numbers become strings with I() (an integer format): a Lua number
