@@ -1713,6 +1713,7 @@ static due_rows rows_of(rcur *c, redisReply *a)
 
 #define LQ_(e, name) "'" #name "',"
 #define LQ_LAST_(e, name) "'" #name "'"
+#define FALSE_(e, name) "false,"
 
 /*
 ** The prelude: the column lists of row.h, the histogram bounds, and CL:
@@ -1725,11 +1726,20 @@ static due_rows rows_of(rcur *c, redisReply *a)
 static int build_script(due_store *s)
 {
 	static const char cols[] = "local TC = {" DUE_TASK_COLUMNS(
-	    LQ_, LQ_LAST_) "}\n"
-			   "local SC = {" DUE_SCHED_COLUMNS(
-			       LQ_, LQ_LAST_) "}\n"
-					      "local KC = {" DUE_KIND_COLUMNS(
-						  LQ_, LQ_LAST_) "}\n";
+	    LQ_,
+	    LQ_LAST_) "}\n"
+		      "local SC = {" DUE_SCHED_COLUMNS(
+			  LQ_,
+			  LQ_LAST_) "}\n"
+				    "local KC = {" DUE_KIND_COLUMNS(
+					LQ_,
+					LQ_LAST_) "}\n"
+						  /* a task row of #TC falses,
+						     made in one step (lua
+						     row()) */
+						  "local function ROW0() "
+						  "return {" DUE_TASK_COLUMNS(
+						      FALSE_, FALSE_) "} end\n";
 	static const char tail[] = "\nreturn run(KEYS, ARGV)\n";
 	static const char reg[] =
 	    "\nredis.register_function('%1$s', run)\n"

@@ -11,8 +11,9 @@
 -- 60 upvalues a function; tests/lua/luac.sh checks every file and the
 -- whole chunk with luac5.1.
 --
--- prelude from C: TC, SC, KC (column lists of row.h), CL (the server
--- is a cluster node), HB (histogram bounds)
+-- prelude from C: TC, SC, KC (column lists of row.h), ROW0() (a new
+-- task row of #TC falses, sized at once), CL (the server is a cluster
+-- node), HB (histogram bounds)
 --
 -- The chunk only defines: it is loaded once as a Redis 7 function
 -- library and then each call runs run() (dispatch.lua), or, on a
@@ -45,10 +46,24 @@ local function tcall(cmd, key, ...)
   if step > 0 then for j = 1, #a, step do a[j] = F[a[j]] or a[j] end end
   return redis.call(cmd, key, unpack(a))
 end
-local function I(n) return string.format('%d', n) end
+-- the call's clock (now()) and, once asked, its string: a call writes
+-- it several times a task (updated_at, the attempt's ended_at, :fin's
+-- score), and a string.format costs more than the check (run() resets)
+local NOW, NOW_S
+local function I(n)
+  if n == NOW then
+    if not NOW_S then NOW_S = string.format('%d', n) end
+    return NOW_S
+  end
+  return string.format('%d', n)
+end
 local function N(s) return tonumber(s) or 0 end
 local function opt(s) if s == nil or s == '' then return nil end return string.sub(s, 2) end
-local function now() local t = redis.call('TIME') return tonumber(t[1]) * 1000000 + tonumber(t[2]) end
+local function now()
+  local t = redis.call('TIME')
+  NOW, NOW_S = tonumber(t[1]) * 1000000 + tonumber(t[2]), nil
+  return NOW
+end
 local function lq(s) return #s .. ':' .. s end
 -- A due index member is 18 bytes: priority + 32768 (2), due_at (8), id
 -- (8), big-endian, so ZRANGEBYLEX (memcmp) orders by (priority, due_at,
@@ -70,6 +85,15 @@ end
 -- the inclusive upper bound of priority p's members due at or before t
 local function upto(p, t) return '[' .. p .. be(math.max(t, 0)) .. FF8 end
 local function bucket(us) local ms = us / 1000 local b = 0 while b < #HB and ms > HB[b + 1] do b = b + 1 end return b end
+-- a histogram's field for us: 'late:3', 'dur:0' (names kept once made:
+-- they depend on HB alone)
+local HF = {late = {}, dur = {}}
+local function hfield(h, us)
+  local b = bucket(us)
+  local f = HF[h][b]
+  if not f then f = h .. ':' .. string.format('%d', b) HF[h][b] = f end
+  return f
+end
 -- one wake channel for every shard of a store: {due:NAME}:wake
 local function wake() redis.call('PUBLISH', (string.gsub(P, '^({due:[^:]+):%d+}$', '%1}')) .. ':wake', '1') end
 -- finished tasks (due_wait): one PUBLISH on {due:NAME}:done per call

@@ -61,7 +61,7 @@ local function take(id, t, owner, lease)
   local late, m = t - due, mw(t)
   zadd(KLAT, st, I(late) .. ':' .. sid .. ':' .. sa)
   hincr(m, 'out:RUNNING', 1)
-  hincr(m, 'late:' .. I(bucket(late)), 1)
+  hincr(m, hfield('late', late), 1)
   hincr(m, 'late_sum', late)
   return r
 end

@@ -88,7 +88,7 @@ local function end_attempt(id, att, t, outcome, err, w, n, due)
   local d, m = t - c, mw(c)
   hincr(m, 'out:RUNNING', -1)
   hincr(m, 'out:' .. outcome, 1)
-  hincr(m, 'dur:' .. I(bucket(d)), 1)
+  hincr(m, hfield('dur', d), 1)
   hincr(m, 'dur_sum', d)
   if outcome == 'DONE' then hincr(KDPM, I(math.floor(t / 1000000)), 1) end
 end
@@ -118,8 +118,7 @@ local DEF0 = {'attempt', 'attempt_base', 'cancel_requested', 'backoff_us', 'back
 -- (HGETALL reads the hash's listpack once; HMGET of every column
 -- searched it once per column)
 local function row(id)
-  local h, r = redis.call('HGETALL', T(id)), {}
-  for j = 1, #TC do r[j] = false end
+  local h, r = redis.call('HGETALL', T(id)), ROW0()
   for j = 1, #h, 2 do local c = FI[h[j]] if c then r[c] = h[j + 1] end end
   if r[TI.state] then
     r[TI.id] = I(tonumber(id))

@@ -14,7 +14,14 @@ local KDUE, KKC, KDPM, KLAT -- run() sets them: K('due'), ...
 -- that cover DUE_METRICS_WINDOW_US, whatever the history's length.
 local KMW -- K('mw') .. ':' (run())
 local MW_TTL = 1020
-local function mw(us) return KMW .. I(math.floor(us / 60000000)) end
+-- (the last minute's key kept: a call's tries mostly share a minute;
+-- run() forgets it with KMW)
+local MW_M, MW_K
+local function mw(us)
+  local m = math.floor(us / 60000000)
+  if m ~= MW_M then MW_M, MW_K = m, KMW .. string.format('%d', m) end
+  return MW_K
+end
 -- Numbers become strings with I() (an integer format): a Lua number
 -- in a concatenation, tostring() or a redis.call argument is printed
 -- as a float (%.14g / %.17g), the costliest step of a claim.
