@@ -57,7 +57,9 @@ local function I(n)
   end
   return string.format('%d', n)
 end
-local function N(s) return tonumber(s) or 0 end
+-- (a '0' field, the most common, without tonumber's strtod: Lua
+-- compares interned strings by address)
+local function N(s) if s == '0' or not s then return 0 end return tonumber(s) or 0 end
 local function opt(s) if s == nil or s == '' then return nil end return string.sub(s, 2) end
 local function now()
   local t = redis.call('TIME')

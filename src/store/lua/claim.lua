@@ -128,7 +128,7 @@ local function claim_limited(st, k, t, owner, lease, limit, rows)
   -- members (the MySQL store's GROUP_SCAN): a claim is bounded however
   -- many due tasks of full groups lie ahead; those it refused set the
   -- held flag, so the worker polls again at retry_in
-  local n = scan(K('dk', k.kind), t, room + 1, picked, group_gate(k, t, st), room + 1001)
+  local n = scan(kdk(k.kind), t, room + 1, picked, group_gate(k, t, st), room + 1001)
   if n > room then
     picked[#picked] = nil
     st.held = bit.bor(st.held, why)
@@ -152,7 +152,7 @@ local function claim_rest(f, filt, t, owner, lease, limit, rows)
     for _, kind in ipairs(redis.call('ZRANGE', K('dkinds'), 0, -1)) do
       local k = f[kind]
       if filt.admits(kind) and not (k and (k.paused or k.limited)) then
-        scan(K('dk', kind), t, need, picked)
+        scan(kdk(kind), t, need, picked)
       end
     end
     table.sort(picked, mless)

@@ -4,13 +4,13 @@
 --
 -- the due indexes of a SCHEDULED task
 local function idx_add(id, kind, prio, due)
-  local m, dk = mem(prio, due, id), K('dk', kind)
+  local m, dk = mem(prio, due, id), kdk(kind)
   DK[dk] = kind
   zadd(KDUE, 0, m)
   zadd(dk, 0, m)
 end
 local function idx_del(id, kind, prio, due)
-  local m, dk = mem(prio, due, id), K('dk', kind)
+  local m, dk = mem(prio, due, id), kdk(kind)
   DK[dk] = kind
   zrem(KDUE, m)
   zrem(dk, m)
@@ -20,11 +20,11 @@ end
 -- go with every move into and out of CLAIMED)
 local function move(id, kind, from, to)
   if from then
-    if from ~= 'CLAIMED' then zrem(K('st', from), id) end
+    if from ~= 'CLAIMED' then zrem(kst(from), id) end
     hincr(KKC, from .. ':' .. kind, -1)
   end
   if to then
-    if to ~= 'CLAIMED' then zadd(K('st', to), id, id) end
+    if to ~= 'CLAIMED' then zadd(kst(to), id, id) end
     hincr(KKC, to .. ':' .. kind, 1)
   end
 end
@@ -38,12 +38,12 @@ local function counted(kind)
   return c
 end
 local function lease_set(id, kind, grp, lu)
-  zadd(K('lease'), lu, id)
+  zadd(KLEASE, lu, id)
   if counted(kind) then zadd(K('lk', kind), lu, id) end
   if grp then zadd(K('lg', lq(kind) .. grp), lu, id) end
 end
 local function lease_del(id, kind, grp)
-  zrem(K('lease'), id)
+  zrem(KLEASE, id)
   zrem(K('lk', kind), id)
   if grp then zrem(K('lg', lq(kind) .. grp), id) end
 end
@@ -61,7 +61,7 @@ local function finish(id, kind, key, from, to, t)
   move(id, kind, from, to)
   key_release(id, kind, key)
   if from == 'SCHEDULED' then tcall('HDEL', T(id), 'after_left') end
-  if to ~= 'DEAD' then zadd(K('fin'), t, id) end
+  if to ~= 'DEAD' then zadd(KFIN, t, id) end
   done_wake()
   after_end(id, to, t)
 end
@@ -240,18 +240,20 @@ local function submit_one(i, t, left)
     end
   end
   local id = new_id(left)
-  local prio = tonumber(A[i + 8])
+  -- (the client writes numbers with %lld: a 0 is '0', read without
+  -- tonumber's strtod)
+  local prio = N(A[i + 8])
   -- a given due time is kept as sent: a Lua number (a double) holds
   -- microseconds exactly only to 2^53 (year 2255), and the index's
   -- order needs no more
   local h = {'kind', kind, 'payload', A[i + 1], 'state', 'SCHEDULED', 'due_at', ds,
     'max_attempts', A[i + 4], 'created_at', I(t)}
-  if tonumber(A[i + 5]) ~= 0 then h[#h + 1] = 'backoff_us' h[#h + 1] = A[i + 5] end
-  if tonumber(A[i + 6]) ~= 0 then h[#h + 1] = 'backoff_cap_us' h[#h + 1] = A[i + 6] end
+  if N(A[i + 5]) ~= 0 then h[#h + 1] = 'backoff_us' h[#h + 1] = A[i + 5] end
+  if N(A[i + 6]) ~= 0 then h[#h + 1] = 'backoff_cap_us' h[#h + 1] = A[i + 6] end
   if prio ~= 0 then h[#h + 1] = 'priority' h[#h + 1] = A[i + 8] end
   if key then h[#h + 1] = 'key' h[#h + 1] = key redis.call('HSET', K('key'), lq(kind) .. key, id) end
   if grp then h[#h + 1] = 'grp' h[#h + 1] = grp end
-  if tonumber(A[i + 10]) > 0 then h[#h + 1] = 'timeout_us' h[#h + 1] = A[i + 10] end
+  if N(A[i + 10]) > 0 then h[#h + 1] = 'timeout_us' h[#h + 1] = A[i + 10] end
   local left = 0
   if A[i + 13] ~= '' then after_fns() left = after_link(id, i, h) end
   tcall('HSET', T(id), unpack(h))

@@ -13,6 +13,11 @@ local KDUE, KKC, KDPM, KLAT -- run() sets them: K('due'), ...
 -- (EXPIRE once per operation and key): metrics reads the 16 minutes
 -- that cover DUE_METRICS_WINDOW_US, whatever the history's length.
 local KMW -- K('mw') .. ':' (run())
+-- keys a task's steps name again and again, made once a call: :lease,
+-- :fin, :st:<state> (KST), :dk:<kind> (KDK); run() empties them
+local KLEASE, KFIN, KST, KDK
+local function kst(state) local k = KST[state] if not k then k = K('st', state) KST[state] = k end return k end
+local function kdk(kind) local k = KDK[kind] if not k then k = K('dk', kind) KDK[kind] = k end return k end
 local MW_TTL = 1020
 -- (the last minute's key kept: a call's tries mostly share a minute;
 -- run() forgets it with KMW)
