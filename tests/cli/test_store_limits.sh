@@ -19,8 +19,9 @@
 # 15. A Redis at maxmemory with noeviction (a private server): add, pause
 #     and claims say "Redis is full (maxmemory N bytes) ... prune or raise
 #     maxmemory", exit 5, never Redis's raw "OOM command not allowed";
-#     cancel, kill and prune succeed; after prune and a raised maxmemory,
-#     add works again.
+#     reads answer; cancel, kill and prune succeed (with the function
+#     library flushed too: EVALSHA's fallback); after prune and a
+#     raised maxmemory, add works again.
 # 16. An unsharded URL over a store made with shards=4 (and the reverse)
 #     names the shards= that opens it, where it said "run `due init`".
 #
@@ -162,7 +163,13 @@ if need DUE_TEST_REDIS_URL redis && has_backend redis; then
 	kill "$wpid" 2>/dev/null
 	wait "$wpid" 2>/dev/null || true
 	cat "$T/err" "$T/work.log" | grep -q "OOM command not allowed" && bad "Redis's raw OOM reply reached the user" || ok
-	# the way out: cancel, kill and prune work on the full store
+	# the way out: cancel, kill and prune work on the full store, even
+	# with its function library gone (FUNCTION LOAD is refused on a full
+	# server: the handle falls back to EVALSHA, whose SCRIPT LOAD is not)
+	expect_eq "a read on a full Redis" SCHEDULED "$("$DUE" show "$first" --db "$U" --json 2>&1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>&1)"
+	rcli function flush >/dev/null
+	[[ $(rcli function load "#!lua name=due_probe_full
+redis.register_function('p', function() return 1 end)") == *OOM* ]] && ok || bad "FUNCTION LOAD is not refused on the full Redis"
 	expect_eq "cancel on a full Redis" CANCELLED "$("$DUE" cancel "$first" --db "$U" 2>&1)"
 	expect_eq "kill on a full Redis" DEAD "$("$DUE" kill "$second" --db "$U" 2>&1)"
 	expect_eq "prune on a full Redis" "deleted 1 tasks" "$("$DUE" prune --older-than 0s --db "$U" 2>&1)"
