@@ -512,6 +512,36 @@ static void test_noscript_reload(void **state)
 }
 
 /*
+** As ACL user `user` (password pw, made by the caller): open the store,
+** submit, claim and complete a task, read it DONE; `flush` runs SCRIPT
+** FLUSH between the submit and the claim.
+*/
+static void round_trip_as(const char *user, bool flush)
+{
+	char u[700];
+	due_db *db = NULL;
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_complete_outcome co;
+	due_task *t;
+	due_id id;
+
+	assert_true(strncmp(url, "redis://", 8) == 0);
+	snprintf(u, sizeof(u), "redis://%s:pw@%s", user, url + 8);
+	oo.create = true;
+	assert_int_equal(due_open(&db, u, &oo), 0);
+	id = add(db, "k", 0, 5);
+	if (flush)
+		cmd_ok("SCRIPT FLUSH%s", "");
+	assert_int_equal(claim_one(db, id, LONG_LEASE), 1);
+	assert_int_equal(due_complete(db, &co, id, 1, "r", 1), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+	t = get(db, id);
+	assert_int_equal(t->state, DUE_DONE);
+	due_task_free(t);
+	due_close(db);
+}
+
+/*
 ** A user the server refuses FUNCTION, or FCALL (ACL), works as well
 ** through EVALSHA: submit, claim, complete, read, and a SCRIPT FLUSH
 ** under its handle; a read-only call and a write take their paths.
@@ -522,32 +552,16 @@ static void test_no_functions(void **state)
 	static const char *const deny[][2] = {{"-function", "+fcall"},
 					      {"-fcall", "+function"},
 					      {"-fcall", "-function"}};
-	char u[700];
-	due_complete_outcome co;
-	due_task *t;
-	due_id id;
 
 	(void)state;
-	assert_true(strncmp(url, "redis://", 8) == 0);
-	snprintf(u, sizeof(u), "redis://duenofn:pw@%s", url + 8);
 	for (size_t i = 0; i < sizeof(deny) / sizeof(deny[0]); i++) {
-		due_db *db = NULL;
 		long long e0 = script_calls("evalsha");
 
 		cmd_ok("ACL SETUSER duenofn reset on >pw ~* &* +@all %s",
 		       deny[i][0]);
 		cmd_ok("ACL SETUSER duenofn %s", deny[i][1]);
 		cmd_ok("FUNCTION FLUSH%s", "");
-		assert_int_equal(due_open(&db, u, NULL), 0);
-		id = add(db, "k", 0, 5);
-		cmd_ok("SCRIPT FLUSH%s", "");
-		assert_int_equal(claim_one(db, id, LONG_LEASE), 1);
-		assert_int_equal(due_complete(db, &co, id, 1, "r", 1), 0);
-		assert_int_equal(co, DUE_COMPLETE_DONE);
-		t = get(db, id);
-		assert_int_equal(t->state, DUE_DONE);
-		due_task_free(t);
-		due_close(db);
+		round_trip_as("duenofn", true);
 		assert_true(script_calls("evalsha") - e0 >= 4);
 	}
 	cmd_ok("ACL DELUSER duenofn%s", "");
@@ -562,27 +576,9 @@ static void test_no_functions(void **state)
 */
 static void test_no_probe_on_one_server(void **state)
 {
-	char u[700];
-	due_db *db = NULL;
-	due_open_opts oo = DUE_OPEN_OPTS_INIT;
-	due_complete_outcome co;
-	due_task *t;
-	due_id id;
-
 	(void)state;
-	assert_true(strncmp(url, "redis://", 8) == 0);
-	snprintf(u, sizeof(u), "redis://dueprobe:pw@%s", url + 8);
 	cmd_ok("ACL SETUSER dueprobe reset on >pw ~* &* +@all -exists%s", "");
-	oo.create = true;
-	assert_int_equal(due_open(&db, u, &oo), 0);
-	id = add(db, "k", 0, 5);
-	assert_int_equal(claim_one(db, id, LONG_LEASE), 1);
-	assert_int_equal(due_complete(db, &co, id, 1, "r", 1), 0);
-	assert_int_equal(co, DUE_COMPLETE_DONE);
-	t = get(db, id);
-	assert_int_equal(t->state, DUE_DONE);
-	due_task_free(t);
-	due_close(db);
+	round_trip_as("dueprobe", false);
 	cmd_ok("ACL DELUSER dueprobe%s", "");
 }
 
