@@ -333,14 +333,9 @@ static int url_opt(due_pg_cfg *c, const char *url, const char *p, size_t n,
 	bool pooler = kn == 6 && memcmp(p, "pooler", 6) == 0;
 	bool listen = kn == 6 && memcmp(p, "listen", 6) == 0;
 
-	if ((pooler && c->pooler_given) || (listen && c->listen_uri))
-		return due__error_set(DUE_EINVAL,
-				      "store URL '%s' gives %.*s twice", url,
-				      (int)kn, p);
-	if (pooler) {
-		c->pooler_given = true;
+	/* (an option given twice never gets here: url.c refuses it) */
+	if (pooler)
 		return pooler_opt(c, url, v, vn);
-	}
 	if (listen)
 		return listen_opt(c, url, v, vn);
 	c->uri[(*len)++] = strchr(c->uri, '?') ? '&' : '?';

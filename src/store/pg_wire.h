@@ -60,7 +60,6 @@ typedef struct due_pg_cfg {
 	char *uri;	  /* for libpq: the URL without due's own options */
 	char *listen_uri; /* ?listen=, decoded: a direct server; or NULL */
 	enum due_pg_pooler pooler;
-	bool pooler_given;
 } due_pg_cfg;
 
 struct due_store {

@@ -62,7 +62,7 @@ direct() { psql -qXAt "$DIRECT" -c "$1"; }
 expect_err 2 "invalid pooler 'sometimes'" "$DUE" stats --db "${POOLED%%\?*}?pooler=sometimes"
 expect_err 2 "invalid listen URL" "$DUE" stats --db "$POOLED&listen=mysql%3A%2F%2Fx"
 expect_err 2 "invalid listen URL" "$DUE" stats --db "$POOLED&listen=postgres%3A%2F%2Fh%2Fd%3Fbogus%3D1"
-expect_err 2 "gives pooler twice" "$DUE" stats --db "$POOLED&pooler=transaction"
+expect_err 2 "option 'pooler' given twice" "$DUE" stats --db "$POOLED&pooler=transaction"
 
 # 2. init through the pooler (the migration's transactions and its
 #    transaction-scoped advisory lock pass a transaction pooler whole)
