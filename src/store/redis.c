@@ -775,7 +775,19 @@ static int load_text(due_store *s, const char *head, char *sha)
 */
 #define FN_LOAD_FAILED 1
 
-/* FUNCTION LOAD s->lib: 0 (loaded or there), FN_LOAD_FAILED, or < 0. */
+static bool starts(const redisReply *r, const char *word)
+{
+	return r && r->type == REDIS_REPLY_ERROR &&
+	       strncmp(r->str, word, strlen(word)) == 0;
+}
+
+/*
+** FUNCTION LOAD s->lib: 0 (loaded, or there), FN_LOAD_FAILED (this
+** server or user will not run it: no such command, NOPERM, full, the
+** library refused), or < 0: a refusal that passes (LOADING after a
+** restart, BUSY, a replica's READONLY) is the call's error, and the next
+** call tries the library again rather than EVALSHA for good.
+*/
 static int load_lib(due_store *s)
 {
 	redisReply *r;
@@ -784,9 +796,14 @@ static int load_lib(due_store *s)
 	if ((rc = rd_cmd(s, whole(s), &r, "load function", "FUNCTION LOAD %s",
 			 s->lib)) < 0)
 		return rc;
-	rc = r->type != REDIS_REPLY_ERROR || strstr(r->str, "already exists")
-		 ? 0
-		 : FN_LOAD_FAILED;
+	if (r->type != REDIS_REPLY_ERROR || strstr(r->str, "already exists"))
+		rc = 0;
+	else if (starts(r, "ERR unknown") || starts(r, "NOPERM") ||
+		 starts(r, "OOM") || strstr(r->str, "rror registering") ||
+		 strstr(r->str, "rror compiling"))
+		rc = FN_LOAD_FAILED;
+	else
+		return rd_check(s, r, "load function"); /* frees r */
 	freeReplyObject(r);
 	return rc;
 }
@@ -1311,12 +1328,6 @@ static int eval_once(due_store *s, bool twin, const char *op, rargs *v,
 	return rc;
 }
 
-static bool starts(const redisReply *r, const char *word)
-{
-	return r && r->type == REDIS_REPLY_ERROR &&
-	       strncmp(r->str, word, strlen(word)) == 0;
-}
-
 /*
 ** "MOVED slot host:port": the new master of the slot into s->master (its
 ** connection dropped, so the next rd_ok dials it).  False if malformed.
@@ -1339,6 +1350,13 @@ static bool moved_to(due_store *s, const redisReply *r)
 	return true;
 }
 
+/* An error naming the command FCALL ('fcall' in Redis 7, `FCALL` in 6). */
+static bool names_fcall(const char *e)
+{
+	return strstr(e, "'fcall'") || strstr(e, "'FCALL'") ||
+	       strstr(e, "`fcall`") || strstr(e, "`FCALL`");
+}
+
 /*
 ** What to do with a reply the server gave WITHOUT running the script:
 ** 1 send again at once (NOSCRIPT: loaded again; MOVED: the new master is
@@ -1356,8 +1374,7 @@ static int redirect(due_store *s, const redisReply *r)
 
 	if (starts(r, "NOSCRIPT") || starts(r, "ERR Function not found"))
 		return (rc = load_script(s)) < 0 ? rc : 1;
-	if (s->fn && r && r->type == REDIS_REPLY_ERROR &&
-	    (strstr(r->str, "'FCALL'") || strstr(r->str, "'fcall'")) &&
+	if (s->fn && r && r->type == REDIS_REPLY_ERROR && names_fcall(r->str) &&
 	    (starts(r, "ERR unknown command") || starts(r, "NOPERM"))) {
 		s->fn = false; /* no functions here, or FCALL refused */
 		return (rc = load_script(s)) < 0 ? rc : 1;
@@ -1725,21 +1742,16 @@ static due_rows rows_of(rcur *c, redisReply *a)
 */
 static int build_script(due_store *s)
 {
-	static const char cols[] = "local TC = {" DUE_TASK_COLUMNS(
-	    LQ_,
-	    LQ_LAST_) "}\n"
-		      "local SC = {" DUE_SCHED_COLUMNS(
-			  LQ_,
-			  LQ_LAST_) "}\n"
-				    "local KC = {" DUE_KIND_COLUMNS(
-					LQ_,
-					LQ_LAST_) "}\n"
-						  /* a task row of #TC falses,
-						     made in one step (lua
-						     row()) */
-						  "local function ROW0() "
-						  "return {" DUE_TASK_COLUMNS(
-						      FALSE_, FALSE_) "} end\n";
+	/* clang-format off */
+	static const char cols[] =
+	    "local TC = {" DUE_TASK_COLUMNS(LQ_, LQ_LAST_) "}\n"
+	    "local SC = {" DUE_SCHED_COLUMNS(LQ_, LQ_LAST_) "}\n"
+	    "local KC = {" DUE_KIND_COLUMNS(LQ_, LQ_LAST_) "}\n";
+	/* a task row of #TC falses, made in one step (lua row()) */
+	static const char row0[] =
+	    "local function ROW0() return {"
+	    DUE_TASK_COLUMNS(FALSE_, FALSE_) "} end\n";
+	/* clang-format on */
 	static const char tail[] = "\nreturn run(KEYS, ARGV)\n";
 	static const char reg[] =
 	    "\nredis.register_function('%1$s', run)\n"
@@ -1747,16 +1759,16 @@ static int build_script(due_store *s)
 	    "callback = run, flags = {'no-writes'}}\n"
 	    "redis.register_function{function_name = '%1$s_oom', "
 	    "callback = run, flags = {'allow-oom'}}\n";
-	size_t n = sizeof(cols) + 32 * DUE_HIST_N + strlen(due__redis_lua) +
-		   sizeof(tail) + 40;
+	size_t n = sizeof(cols) + sizeof(row0) + 32 * DUE_HIST_N +
+		   strlen(due__redis_lua) + sizeof(tail) + 40;
 	char *p = malloc(n), *body;
 	size_t off, ln;
 	uint64_t h = 14695981039346656037ULL; /* FNV-1a 64 */
 
 	if (!p)
 		return due__error_set(DUE_ENOMEM, "out of memory");
-	off = (size_t)snprintf(p, n, "%slocal CL = %s\nlocal HB = {", cols,
-			       s->cluster ? "true" : "false");
+	off = (size_t)snprintf(p, n, "%s%slocal CL = %s\nlocal HB = {", cols,
+			       row0, s->cluster ? "true" : "false");
 	for (int i = 0; i < DUE_HIST_N; i++)
 		off += (size_t)snprintf(p + off, n - off, "%s%g", i ? "," : "",
 					due_hist_bounds_ms[i]);
