@@ -190,19 +190,19 @@ struct due_store {
 	redisContext *c;
 	redisContext *sub; /* listen(): SUBSCRIBEd */
 	rd_cfg cfg;
-	char meta[160];	  /* "{due:NAME}:meta", the script's KEYS[1] */
-	char chan[160];	  /* "{due:NAME}:wake" */
-	char sha[48];	  /* of the script, as loaded */
-	char sha_oom[48]; /* its allow-oom twin (oom_free), "" until loaded */
-	char *script;	  /* prelude + due__redis_lua + "return run(...)" */
-	char *lib;	  /* the same as a function library (load_script) */
-	char fname[32];	  /* its function: "due_" + 16 hex digits */
-	bool fn;	  /* call it with FCALL (else EVALSHA) */
-	bool cluster;	  /* the seed said cluster_enabled:1 */
-	int slot;	  /* of the hash tag "due:NAME" */
-	int wait_n;	  /* replicas a write waits for (WAIT), 0: none */
-	bool degraded;	  /* the last WAIT fell short: check before writing */
-	rd_node master;	  /* of slot, as last heard (port 0: unknown) */
+	char meta[160];	   /* "{due:NAME}:meta", the script's KEYS[1] */
+	char chan[160];	   /* "{due:NAME}:wake" */
+	char sha[48];	   /* of the script, as loaded */
+	char sha_oom[48];  /* its allow-oom twin (oom_free), "" until loaded */
+	char *script;	   /* prelude + due__redis_lua + "return run(...)" */
+	char *lib;	   /* the same as a function library (load_script) */
+	char fname[3][40]; /* its functions: due_<16 hex>, _ro, _oom */
+	bool fn;	   /* call it with FCALL (else EVALSHA) */
+	bool cluster;	   /* the seed said cluster_enabled:1 */
+	int slot;	   /* of the hash tag "due:NAME" */
+	int wait_n;	   /* replicas a write waits for (WAIT), 0: none */
+	bool degraded;	   /* the last WAIT fell short: check before writing */
+	rd_node master;	   /* of slot, as last heard (port 0: unknown) */
 	rd_node known[RD_MAX_KNOWN]; /* every node CLUSTER SLOTS named */
 	rd_node shun;		     /* the node last silent (no_answer) */
 	rd_node last; /* shun when a search began: candidate() asks it last */
@@ -1283,7 +1283,6 @@ static bool op_reads(const char *op);
 static int eval_once(due_store *s, bool twin, const char *op, rargs *v,
 		     redisReply **out, const char *what)
 {
-	char fn[48];
 	size_t n = v->n + 5;
 	const char **argv = malloc(n * sizeof(*argv));
 	size_t *len = malloc(n * sizeof(*len));
@@ -1301,13 +1300,9 @@ static int eval_once(due_store *s, bool twin, const char *op, rargs *v,
 		drop(&s->c);
 		return rc;
 	}
-	if (s->fn) {
-		snprintf(fn, sizeof(fn), "%s%s", s->fname,
-			 twin		? "_oom"
-			 : op_reads(op) ? "_ro"
-					: "");
-		argv[0] = "FCALL", argv[1] = fn;
-	} else
+	if (s->fn) /* fname: 0 may write, 1 reads only, 2 allow-oom */
+		argv[0] = "FCALL", argv[1] = s->fname[twin ? 2 : op_reads(op)];
+	else
 		argv[0] = "EVALSHA", argv[1] = twin ? s->sha_oom : s->sha;
 	argv[2] = "1";
 	argv[3] = s->meta, argv[4] = op;
@@ -1761,8 +1756,8 @@ static int build_script(due_store *s)
 	    "callback = run, flags = {'allow-oom'}}\n";
 	size_t n = sizeof(cols) + sizeof(row0) + 32 * DUE_HIST_N +
 		   strlen(due__redis_lua) + sizeof(tail) + 40;
-	char *p = malloc(n), *body;
-	size_t off, ln;
+	char *p = malloc(n);
+	size_t off;
 	uint64_t h = 14695981039346656037ULL; /* FNV-1a 64 */
 
 	if (!p)
@@ -1773,20 +1768,20 @@ static int build_script(due_store *s)
 		off += (size_t)snprintf(p + off, n - off, "%s%g", i ? "," : "",
 					due_hist_bounds_ms[i]);
 	off += (size_t)snprintf(p + off, n - off, "}\n%s", due__redis_lua);
-	body = p + off;
-	snprintf(body, n - off, "%s", tail);
+	snprintf(p + off, n - off, "%s", tail);
 	s->script = p;
 	for (const unsigned char *c = (const unsigned char *)p; *c; c++)
 		h = (h ^ *c) * 1099511628211ULL;
-	snprintf(s->fname, sizeof(s->fname), "due_%016llx",
-		 (unsigned long long)h);
-	ln = strlen(s->fname);
-	n = 32 + off + sizeof(reg) + 3 * ln;
+	for (int i = 0; i < 3; i++)
+		snprintf(s->fname[i], sizeof(s->fname[i]), "due_%016llx%s",
+			 (unsigned long long)h,
+			 (const char *[]){"", "_ro", "_oom"}[i]);
+	n = 32 + off + sizeof(reg) + 3 * sizeof(s->fname[0]);
 	if (!(s->lib = malloc(n)))
 		return due__error_set(DUE_ENOMEM, "out of memory");
-	snprintf(s->lib, n, "#!lua name=%s\n%.*s", s->fname, (int)off, p);
+	snprintf(s->lib, n, "#!lua name=%s\n%.*s", s->fname[0], (int)off, p);
 	off = strlen(s->lib);
-	snprintf(s->lib + off, n - off, reg, s->fname);
+	snprintf(s->lib + off, n - off, reg, s->fname[0]);
 	s->fn = true;
 	return 0;
 }
