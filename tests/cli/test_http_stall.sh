@@ -49,6 +49,28 @@ os.kill(proxy, signal.SIGCONT)
 json.dump(got, open(sys.argv[4], "w"))
 PY
 
+cat >"$T/cold.py" <<'PY'
+# cold.py URL KIND PROXY_PID THAW_S: freeze the path, send one poll with no
+# wait to a server whose claims threads hold no connection yet, thaw after
+# THAW_S seconds; print its status, the ids it got and its error
+import http.client, json, os, signal, sys, threading, time, urllib.parse
+u = urllib.parse.urlsplit(sys.argv[1]); kind = sys.argv[2]; proxy = int(sys.argv[3])
+os.kill(proxy, signal.SIGSTOP)
+out = {}
+def poll():
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    c.request("POST", "/v1/claims", json.dumps({"kinds": [kind], "lease": "60s"}),
+              {"Content-Type": "application/json"})
+    r = c.getresponse(); body = json.loads(r.read() or b"null")
+    out["s"] = "%d %s %s" % (r.status, [t["id"] for t in body] if r.status == 200 else [],
+                             body.get("error") if isinstance(body, dict) else "-")
+t = threading.Thread(target=poll); t.start()
+time.sleep(float(sys.argv[4]))
+os.kill(proxy, signal.SIGCONT)
+t.join()
+print(out["s"])
+PY
+
 cat >"$T/check.py" <<'PY'
 # check.py GOT TASKS: no task CLAIMED for an owner that did not receive it
 import json, sys
@@ -61,6 +83,29 @@ PY
 no_ghosts() { # URL KIND
 	"$DUE" ls --db "$1" --kind "$2" --json >"$T/tasks.json" &&
 		[ -z "$(python3 "$T/check.py" "$T/got.json" "$T/tasks.json")" ]
+}
+
+# A poll with no wait, the first a server gets: its claims thread connects
+# first.  A connect slowed past wait + 0.5 s (a loaded machine, a cold
+# server; here a path frozen for 0.6 s) still claims, as the wait + 3 s
+# bound allows (a CI run once got 503 here); one still connecting at
+# wait + 0.9 s gets 503 store_busy.
+cold_start() { # LABEL URL PROXIED-URL PROXY-PID
+	local label=$1 url=$2 purl=$3 proxy=$4 kind=hc$$ id got
+	id=$("$DUE" add "$kind" --db "$url")
+	start_server "cold-$label" --db "$purl" --listen 127.0.0.1:0 --threads 1
+	got=$(python3 "$T/cold.py" "$URL" "$kind" "$proxy" 0.6)
+	expect_eq "$label: a poll whose claims thread connected in 0.6 s claims" "200 [$id] -" "$got"
+	kill -TERM "$SPID"
+	wait "$SPID" || bad "$label: the server did not exit 0"
+	id=$("$DUE" add "$kind" --db "$url")
+	start_server "cold2-$label" --db "$purl" --listen 127.0.0.1:0 --threads 1
+	got=$(python3 "$T/cold.py" "$URL" "$kind" "$proxy" 1.5)
+	expect_eq "$label: a poll whose claims thread connected in 1.5 s gets 503" "503 [] store_busy" "$got"
+	expect_eq "$label: and nothing was claimed for it" "SCHEDULED 0" \
+		"$("$DUE" show "$id" --db "$url" --json | python3 -c "import json,sys; t=json.load(sys.stdin); print(t['state'], t['attempt'])")"
+	kill -TERM "$SPID"
+	wait "$SPID" || bad "$label: the server did not exit 0"
 }
 
 run_store() { # LABEL URL
@@ -109,6 +154,7 @@ run_store() { # LABEL URL
 	echo "  $label: $given claim(s) made in the freeze given back"
 	kill -TERM "$spid"
 	wait "$spid" || bad "$label: the server did not exit 0"
+	cold_start "$label" "$url" "$purl" "$proxy"
 	kill "$proxy" 2>/dev/null || true
 	wait "$proxy" 2>/dev/null || true
 }
