@@ -792,7 +792,7 @@ void v_cron_once_per_slot_multi_instance(vctx *v)
 
 void v_cron_misfire_policies(vctx *v)
 {
-	int64_t slots[256];
+	int64_t slots[256], oslots[256];
 	due_cron_info_list *l = NULL;
 
 	set_dir_env(v);
@@ -824,16 +824,29 @@ void v_cron_misfire_policies(vctx *v)
 	for (size_t i = 1; i < ns; i++)
 		if (slots[i] - slots[i - 1] - 1 > skip_gap)
 			skip_gap = (int)(slots[i] - slots[i - 1] - 1);
-	size_t no = slots_of(v, "oncek", slots, 256);
+	/* the two are compared up to the last slot both have made: "once"
+	   makes no slot after its catch-up until that task has run (its
+	   previous run is live), while "skip" goes on to the lookahead in
+	   the same pass, so when the stop comes right after that pass skip
+	   is slots ahead (a CI run saw it: catch_up=0 counted in full) */
+	int64_t skip_last = ns ? slots[ns - 1] : 0, hi;
+	size_t ns_hi = ns, no_hi = 0;
+	size_t no = slots_of(v, "oncek", oslots, 256);
+	hi = no && oslots[no - 1] < skip_last ? oslots[no - 1] : skip_last;
+	while (ns_hi > 0 && slots[ns_hi - 1] > hi)
+		ns_hi--;
+	while (no_hi < no && oslots[no_hi] <= hi)
+		no_hi++;
 	ok &= sk && on && sk->missed >= 2 && skip_gap >= 2 &&
 	      skip_gap <= sk->missed && sk->fired == (int64_t)ns &&
 	      on->fired == (int64_t)no && on->missed == sk->missed - 1 &&
-	      no == ns + 1;
+	      no_hi == ns_hi + 1;
 	v_case(v, "cron_misfire_policies", ok,
 	       "paused_s=6 grace_s=1 skip=[missed=%lld fired=%lld gap=%d] "
 	       "once=[missed=%lld fired=%lld catch_up=%lld]",
 	       sk ? (long long)sk->missed : -1, sk ? (long long)sk->fired : -1,
 	       skip_gap, on ? (long long)on->missed : -1,
-	       on ? (long long)on->fired : -1, (long long)no - (long long)ns);
+	       on ? (long long)on->fired : -1,
+	       (long long)no_hi - (long long)ns_hi);
 	due_cron_info_list_free(l);
 }
