@@ -201,7 +201,9 @@ http_part() {
 	expect 404 "$label: http missing parent"
 	req GET "/v1/tasks?state=HELD&kind=hc"
 	expect_eq "$label: http state=HELD" "[$c]" "$(jf '[t["id"] for t in j]')"
-	req POST /v1/claims '{"kinds":["hp"],"lease":"30s"}'
+	# (a wait: the first claim of a fresh server connects first; test_http_stall
+	# checks that path, this test the run-after semantics)
+	req POST /v1/claims '{"kinds":["hp"],"lease":"30s","wait":"5s"}'
 	expect 200 "$label: http claim of the parent"
 	req POST "/v1/tasks/$p/complete" '{"attempt":1,"result":"from-hp"}'
 	expect 200 "$label: http complete of the parent"
