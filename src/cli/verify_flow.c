@@ -13,6 +13,7 @@
 ** Waits have a deadline of HANG_MS, which guards against a hang and
 ** claims nothing; the figures printed (seconds, ms) are information.
 */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -467,6 +468,48 @@ static void kill_pids(vctx *v)
 		fclose(f);
 }
 
+/*
+** No process but this one whose environment carries this case's
+** DUEV_DIR: the handlers that never wrote their pid (one killed at its
+** time limit before its shell reached the `echo`, on a loaded machine)
+** are found too.  Processes of other users or gone meanwhile are skipped.
+*/
+static bool env_gone(vctx *v, void *arg)
+{
+	char want[1300], path[64], buf[65536];
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	int left = 0;
+	size_t wl;
+
+	(void)arg;
+	snprintf(want, sizeof(want), "DUEV_DIR=%s", v->dir);
+	wl = strlen(want) + 1; /* with its NUL: not a longer path */
+	while (d && (e = readdir(d))) {
+		long pid = strtol(e->d_name, NULL, 10);
+		FILE *f;
+		size_t n;
+		if (pid <= 1 || pid == (long)getpid())
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/environ", pid);
+		if (!(f = fopen(path, "r")))
+			continue;
+		n = fread(buf, 1, sizeof(buf), f);
+		fclose(f);
+		for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
+			if (n - i >= wl && !memcmp(buf + i, want, wl)) {
+				left++;
+				break;
+			}
+			if (!memchr(buf + i, '\0', n - i))
+				break;
+		}
+	}
+	if (d)
+		closedir(d);
+	return left == 0;
+}
+
 /* Both tries TIMED_OUT, "timed out" in the error, each at least 1 s. */
 static bool timed_out_twice(vctx *v, due_id id, char *out, size_t n)
 {
@@ -490,7 +533,12 @@ static bool timed_out_twice(vctx *v, due_id id, char *out, size_t n)
 /*
 ** Time limit 1 s, handler `sleep 30`, max_attempts 2, once from the
 ** task's own timeout and once from its kind's: DEAD, both tries
-** TIMED_OUT, and no handler process left behind.
+** TIMED_OUT, and no handler process left behind: none of the pids the
+** handlers wrote, and no process at all with this case's DUEV_DIR in
+** its environment once the worker has stopped.  Each of the four tries
+** starts at most one handler; one may be killed at its limit before its
+** shell writes its pid (a loaded machine: a CI run saw 3 of 4), so the
+** count is 1..4, not 4.
 */
 void v_flow_timeout(vctx *v)
 {
@@ -514,10 +562,12 @@ void v_flow_timeout(vctx *v)
 	bool gone = v_wait(v, HANG_MS, pids_gone, NULL);
 	int handlers = v_lines(v, "pids");
 	stop_worker(w);
+	gone &= v_wait(v, HANG_MS, env_gone, NULL);
 	kill_pids(v); /* whatever a failure left behind */
 	bool ta = timed_out_twice(v, a, own, sizeof(own));
 	bool tb = timed_out_twice(v, b, kind, sizeof(kind));
-	v_case(v, "flow_timeout", ok && ta && tb && gone && handlers == 4,
+	v_case(v, "flow_timeout",
+	       ok && ta && tb && gone && handlers >= 1 && handlers <= 4,
 	       "timeout=1s max_attempts=2 task_timeout=%s kind_timeout=%s "
 	       "handlers_started=%d handlers_left=%s",
 	       own, kind, handlers, gone ? "0" : "some");
