@@ -543,6 +543,7 @@ static void run_poll(http_claims *cs, http_poll *p)
 {
 	due_task_list *l = NULL;
 	int64_t t0, now, retry;
+	bool connected;
 	int rc;
 
 	if (client_gone(p)) {
@@ -550,15 +551,16 @@ static void run_poll(http_claims *cs, http_poll *p)
 		end(cs, p);
 		return;
 	}
-	if (!claims_db && (rc = open_bounded(cs->srv, &claims_db)) < 0) {
+	if ((connected = !claims_db) &&
+	    (rc = open_bounded(cs->srv, &claims_db)) < 0) {
 		store_failed(cs, p, rc);
 		return;
 	}
-	if (http_now_us() >= p->wait_end + CONNECT_GRACE_US) {
-		/* the connect took its time: a slow one (a loaded machine, a
-		   cold server) is store time, not a wait for a thread, so a
-		   poll taken up in time is still claimed for while the wait +
-		   3 s bound holds */
+	/* a poll taken up in time whose thread had to connect: a slow
+	   connect (a loaded machine, a cold server) is store time, not a
+	   wait for a thread, so it is still claimed for while the wait + 3 s
+	   bound holds (a handle already open needs no look at the clock) */
+	if (connected && http_now_us() >= p->wait_end + CONNECT_GRACE_US) {
 		pthread_mutex_lock(&cs->mu);
 		http_poll_list one = {NULL, NULL};
 		push(&one, p); /* answered as the expiry would */
