@@ -625,7 +625,9 @@ DUE_EXTERN int due_claim_id(due_db *db, due_task **out, due_id id,
 
 typedef enum due_extend_outcome {
 	DUE_EXTEND_OK = 0,
-	DUE_EXTEND_LOST, /**< attempt is stale or the lease was taken back */
+	DUE_EXTEND_LOST, /**< attempt is stale, the lease was taken back,
+			    or it lapsed (lease_until passed by the store's
+			    clock: a limit may have given its slot away) */
 	DUE_EXTEND_CANCEL_REQUESTED /**< still ours, but a cancel was requested:
 				       stop */
 } due_extend_outcome;

@@ -2991,7 +2991,8 @@ static int mys_extend(due_store *s, due_extend_outcome *out, due_id id,
 	due__my_add(&b,
 		    "UPDATE due_task SET lease_until = " NOW " + %lld,"
 		    " updated_at = " NOW " WHERE id = %lld AND attempt = %d"
-		    " AND state = 'CLAIMED' AND NOT cancel_requested",
+		    " AND state = 'CLAIMED' AND NOT cancel_requested"
+		    " AND lease_until >= " NOW,
 		    (long long)lease_us, (long long)id, attempt);
 	RETRY(rc, s, due__my_exec(s, &b, "extend", NULL));
 	hit = s->affected;

@@ -655,7 +655,8 @@ static const char *const sql_text[ST_COUNT] = {
 	" u AS (UPDATE due_task t SET lease_until = clock_timestamp() + " US(
 	    "$3") ", updated_at = now() FROM cur WHERE t.id = cur.id"
 		  " AND t.state = 'CLAIMED' AND t.attempt = $2::int4"
-		  " AND NOT t.cancel_requested RETURNING t.id)"
+		  " AND NOT t.cancel_requested"
+		  " AND t.lease_until >= clock_timestamp() RETURNING t.id)"
 		  " SELECT state, attempt, cancel_requested,"
 		  " EXISTS (SELECT 1 FROM u) FROM cur",
     [ST_COMPLETE] = "WITH " COMPLETE_CTES

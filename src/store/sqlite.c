@@ -334,7 +334,7 @@ static const char *const sql_text[ST_COUNT] = {
     " AND state = 'CLAIMED' AND lease_until < ?1" CLOSE_UPSERT,
     [ST_EXTEND] = "UPDATE due_task SET lease_until = ?3 + ?4, updated_at = ?3"
 		  " WHERE id = ?1 AND attempt = ?2 AND state = 'CLAIMED'"
-		  " AND cancel_requested = 0",
+		  " AND cancel_requested = 0 AND lease_until >= ?3",
     [ST_STATE_OF] =
 	"SELECT state, attempt, cancel_requested FROM due_task WHERE id = ?1",
     [ST_COMPLETE] =

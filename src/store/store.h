@@ -9,6 +9,9 @@
 **   claim     SCHEDULED & due_at <= now      -> CLAIMED, attempt+1, lease set,
 **                                               attempts row (RUNNING)
 **   extend    CLAIMED & attempt & !cancel    -> lease_until = now + lease
+**             & lease_until >= now              (a lapsed lease is lost even
+**                                               before the reclaim: its
+**                                               slot may be another's)
 **   complete  CLAIMED & attempt & !cancel    -> DONE + result, last_error
 **                                               cleared (attempt DONE; the
 **                                               history keeps every error)

@@ -594,6 +594,47 @@ static void test_stale_after_reclaim(void **state)
 	due_close(db);
 }
 
+/*
+** A lease that has lapsed by the store's clock cannot be extended, even
+** before any reclaim: a running limit stops counting it at once, so its
+** slot may already be another try's.  The refusal writes nothing: the
+** try stays CLAIMED at its old lease until the reclaim, and its holder
+** may still end it (fail: the worker's answer after its handler stopped).
+*/
+static void test_extend_lapsed(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_id id = add(db, "k", 0, 5);
+	due_extend_outcome eo;
+	due_fail_outcome fo;
+
+	assert_int_equal(claim_one(db, id, 200000), 1);
+	due_task *t = get(db, id);
+	due_time lease = t->lease_until, upd = t->updated_at;
+	due_task_free(t);
+	/* still live: extended */
+	assert_int_equal(due_extend(db, &eo, id, 1, 200000), 0);
+	assert_int_equal(eo, DUE_EXTEND_OK);
+	t = get(db, id);
+	assert_true(t->lease_until >= lease);
+	lease = t->lease_until;
+	upd = t->updated_at;
+	due_task_free(t);
+	wait_store_past(db, lease);
+	assert_int_equal(due_extend(db, &eo, id, 1, LONG_LEASE), 0);
+	assert_int_equal(eo, DUE_EXTEND_LOST);
+	t = get(db, id);
+	assert_int_equal(t->state, DUE_CLAIMED);
+	assert_int_equal(t->attempt, 1);
+	assert_int_equal(t->lease_until, lease);
+	assert_int_equal(t->updated_at, upd);
+	due_task_free(t);
+	assert_int_equal(due_fail(db, &fo, id, 1, "stopped: lease lost"), 0);
+	assert_int_equal(fo, DUE_FAIL_RETRY_SCHEDULED);
+	due_close(db);
+}
+
 static void test_terminal_immutable(void **state)
 {
 	(void)state;
@@ -5443,6 +5484,7 @@ int main(void)
 	    T(test_claim_limit_and_kinds),
 	    T(test_claim_id),
 	    T(test_stale_after_reclaim),
+	    T(test_extend_lapsed),
 	    T(test_terminal_immutable),
 	    T(test_cancel_outcomes),
 	    T(test_backoff_and_dead),

@@ -3,9 +3,10 @@
 --
 ops.extend = function()
   local t, id, att, lease = now(), tonumber(A[2]), tonumber(A[3]), tonumber(A[4])
-  local v = tcall('HMGET', T(id), 'state', 'attempt', 'cancel_requested', 'kind', 'grp')
+  local v = tcall('HMGET', T(id), 'state', 'attempt', 'cancel_requested', 'kind', 'grp', 'lease_until')
   if v[1] ~= 'CLAIMED' or N(v[2]) ~= att then return 1 end
   if N(v[3]) ~= 0 then return 2 end
+  if N(v[6]) < t then return 1 end
   tcall('HSET', T(id), 'lease_until', I(t + lease), 'updated_at', I(t))
   lease_set(id, v[4], v[5] or nil, t + lease)
   return 0
