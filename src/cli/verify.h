@@ -119,6 +119,9 @@ const char *v_path(vctx *v, const char *file, char *buf, size_t n);
 bool v_file_exists(vctx *v, void *name);
 /* Whether a line of a file of the case dir contains needle. */
 bool v_log_has(vctx *v, const char *log, const char *needle);
+/* A -9-killed worker's try ended by the store's reclaim, or by its own
+   lease clock first (said in its log). */
+bool v_killed_try_end_ok(vctx *v, const char *log, const due_attempt *a);
 /*
 ** A raw SQL session on the case's scratch store (core/admin.h, due__sql),
 ** for the cases that speak SQL themselves where the store has it

@@ -653,11 +653,12 @@ void v_flow_kill9_group_slot(vctx *v)
 	due_task *n = v_get(v, lw.next), *h = v_get(v, lw.held);
 	if (n && n->n_attempts > 0)
 		next_claimed = n->attempts[0].claimed_at;
-	if (h && h->n_attempts > 0) {
+	if (h && h->n_attempts > 0 &&
+	    v_killed_try_end_ok(v, "a.log", &h->attempts[0]))
 		held_end = h->attempts[0].ended_at;
+	if (h && h->n_attempts > 0)
 		snprintf(held_try, sizeof(held_try), "%s",
 			 h->attempts[0].outcome);
-	}
 	due_task_free(n);
 	due_task_free(h);
 	/* the slot is free from the first of: the lease's end, the try's */

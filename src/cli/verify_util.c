@@ -433,3 +433,16 @@ due_task *v_get(vctx *v, due_id id)
 		return NULL;
 	return t;
 }
+
+/*
+** How the try of a worker killed with -9 ended is right: the store took
+** it back once its lease ran out (LEASE_EXPIRED), or the worker's own
+** lease clock stopped and failed it before the kill, on a machine too
+** loaded to answer its renewals in time (FAILED, and said in its log).
+*/
+bool v_killed_try_end_ok(vctx *v, const char *log, const due_attempt *a)
+{
+	return !strcmp(a->outcome, "LEASE_EXPIRED") ||
+	       (!strcmp(a->outcome, "FAILED") &&
+		v_log_has(v, log, "lease not confirmed"));
+}
