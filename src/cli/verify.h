@@ -122,6 +122,8 @@ bool v_log_has(vctx *v, const char *log, const char *needle);
 /* A -9-killed worker's try ended by the store's reclaim, or by its own
    lease clock first (said in its log). */
 bool v_killed_try_end_ok(vctx *v, const char *log, const due_attempt *a);
+/* The first of the lease's end seen (until) and the try's own end. */
+due_time v_slot_free_at(due_time until, const due_attempt *a);
 /*
 ** A raw SQL session on the case's scratch store (core/admin.h, due__sql),
 ** for the cases that speak SQL themselves where the store has it

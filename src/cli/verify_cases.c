@@ -439,10 +439,8 @@ static void watch_lease(vctx *v, due_id id, double ms, int *renewals,
 				until = t->lease_until;
 		} else if (t && t->n_attempts > 0) {
 			const due_attempt *a1 = &t->attempts[0];
-			due_time free_at = a1->ended_at && a1->ended_at < until
-					       ? a1->ended_at
-					       : until;
-			if ((a1->ended_at && a1->ended_at < until &&
+			due_time free_at = v_slot_free_at(until, a1);
+			if ((free_at < until &&
 			     !strcmp(a1->outcome, "LEASE_EXPIRED")) ||
 			    (t->n_attempts > 1 &&
 			     t->attempts[1].claimed_at < free_at))

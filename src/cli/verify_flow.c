@@ -653,16 +653,18 @@ void v_flow_kill9_group_slot(vctx *v)
 	due_task *n = v_get(v, lw.next), *h = v_get(v, lw.held);
 	if (n && n->n_attempts > 0)
 		next_claimed = n->attempts[0].claimed_at;
-	if (h && h->n_attempts > 0 &&
-	    v_killed_try_end_ok(v, "a.log", &h->attempts[0]))
-		held_end = h->attempts[0].ended_at;
-	if (h && h->n_attempts > 0)
-		snprintf(held_try, sizeof(held_try), "%s",
-			 h->attempts[0].outcome);
+	bound = lw.until; /* the slot is free from the lease's end ... */
+	if (h && h->n_attempts > 0) {
+		const due_attempt *a1 = &h->attempts[0];
+		snprintf(held_try, sizeof(held_try), "%s", a1->outcome);
+		if (v_killed_try_end_ok(v, "a.log", a1)) {
+			held_end =
+			    a1->ended_at; /* ... or the try's, if sooner */
+			bound = v_slot_free_at(lw.until, a1);
+		}
+	}
 	due_task_free(n);
 	due_task_free(h);
-	/* the slot is free from the first of: the lease's end, the try's */
-	bound = held_end && held_end < lw.until ? held_end : lw.until;
 	v_case(v, "flow_kill9_group_slot",
 	       ok && beside && code == 137 && lw.until > 0 && held_end > 0 &&
 		   next_claimed >= bound,

@@ -446,3 +446,13 @@ bool v_killed_try_end_ok(vctx *v, const char *log, const due_attempt *a)
 	       (!strcmp(a->outcome, "FAILED") &&
 		v_log_has(v, log, "lease not confirmed"));
 }
+
+/*
+** When a held try's slot became free in the store: the end of the lease
+** last seen for it (until), or the try's own end when that came first
+** (its holder ended it early).
+*/
+due_time v_slot_free_at(due_time until, const due_attempt *a)
+{
+	return a->ended_at && a->ended_at < until ? a->ended_at : until;
+}
