@@ -123,7 +123,7 @@ static const char usage[] =
     "                   --pipe`): CMD started once per slot, one JSON line\n"
     "                   per task\n"
     "  --poll DUR       with --no-wheel: the poll interval (default 50ms);\n"
-    "                   with the wheel: the safety poll (default 10s)\n"
+    "                   with the wheel: the safety poll (default 30s)\n"
     "  --no-wheel       discover due tasks by polling only\n"
     "  --inline         run handlers in the claiming thread, one task at a\n"
     "                   time (drain: C inline workers)\n"

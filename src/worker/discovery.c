@@ -81,9 +81,39 @@ static void disc_kinds(due_worker *w, disc *d)
 	}
 }
 
+/* the reach of a refill never passes the wheel's own horizon (64^4 ms,
+   about 4.7 h: wheel.md) */
+#define REACH_MAX_US (4LL * 3600 * 1000000)
+
 /*
-** Load the ids due before now + horizon into the wheel.  Also learns the
-** next lease expiry, so the reclaim check needs no query of its own.
+** How far ahead a refill loads: the horizon, or further when the safety
+** poll is longer than half of it, so that a task the refill leaves out is
+** still half a horizon from due when the next safety poll's refill comes.
+** Without it a quiet store's task due beyond the horizon (submitted before
+** this worker started, or while it was busy) waited for a later poll: with
+** `--poll 1h` an hour late.
+*/
+static int64_t refill_reach(const due_worker *w)
+{
+	int64_t h = w->o.horizon_us, reach = w->poll_us + h / 2,
+		most = h > REACH_MAX_US ? h : REACH_MAX_US;
+	return reach < h ? h : reach > most ? most : reach;
+}
+
+/* When the next safety poll's refill comes after one: within the poll,
+   and while what that refill left out is still half a horizon away. */
+static int64_t refill_every(const due_worker *w)
+{
+	int64_t h = w->o.horizon_us, until = refill_reach(w) - h / 2;
+	if (until < h / 2)
+		until = h / 2;
+	return w->poll_us < until ? w->poll_us : until;
+}
+
+/*
+** Load the ids due before now + refill_reach() into the wheel.  Also
+** learns the next lease expiry, so the reclaim check needs no query of its
+** own.
 */
 static int refill(due_worker *w, due_db *db, disc *d)
 {
@@ -100,7 +130,7 @@ static int refill(due_worker *w, due_db *db, disc *d)
 		return rc;
 	atomic_fetch_add(&w->st.refills, 1);
 	rc = DUE_DB_CALL(w, due_upcoming_get(db, &u, d->kinds, d->n_kinds,
-					     d->exclude, now + w->o.horizon_us,
+					     d->exclude, now + refill_reach(w),
 					     w->o.wheel_max));
 	if (rc < 0)
 		return rc;
@@ -118,7 +148,7 @@ static int refill(due_worker *w, due_db *db, disc *d)
 		due__wheel_start(NULL, d->wheel, u->ids[i], tick);
 	}
 	d->last_refill = mono;
-	d->next_refill = mono + w->poll_us;
+	d->next_refill = mono + refill_every(w);
 	if (u->truncated && u->count) /* the rest is loaded as time moves on */
 		d->next_refill = u->due_at[u->count - 1] - d->offset - 100000;
 	/* an expired lease stays in the store while reclaims fail: the
@@ -168,7 +198,7 @@ static bool drain_notes(due_worker *w, due_db *db, disc *d)
 }
 
 /*
-** Discovery falls back to polling: the wheel's 10 s safety poll is no
+** Discovery falls back to polling: the wheel's 30 s safety poll is no
 ** polling interval, so poll at the polling default unless one was given.
 */
 static void fall_back(due_worker *w)

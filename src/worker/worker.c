@@ -307,7 +307,7 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 	    w->renew_timeout_us < 1000000 ? 1000000 : w->renew_timeout_us;
 	w->poll_us = opts->poll_us		    ? opts->poll_us
 		     : opts->no_wheel || opts->once ? 1000000
-						    : 10000000;
+						    : DUE__SAFETY_POLL_US;
 	if (!w->o.horizon_us)
 		w->o.horizon_us = 60000000;
 	if (!w->o.wheel_max)

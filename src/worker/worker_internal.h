@@ -140,6 +140,11 @@
 
 #define MAX_ERROR_TEXT 4096
 #define COMPLETE_BATCH 256
+/* the wheel's safety poll when --poll is not given: a refill that finds
+   what a lost notification hid (every note is heard while a listening
+   session lives; a new session refills at once), and the bound of an
+   idle worker's store calls (docs/internals/discovery.md, Idle cost) */
+#define DUE__SAFETY_POLL_US 30000000LL
 
 typedef struct handler {
 	char *kind; /* NULL: the catch-all */

@@ -196,6 +196,17 @@ kill -TERM "$wpid"; wait "$wpid" || bad "woken worker exit"
 "$DUE" stats --json | python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(0 if d['workers']['claim_queries'] > 0 and 'empty_polls' in d['workers'] else 1)" \
 	&& ok || bad "stats --json workers"
 
+# 7b. a task due beyond the horizon, submitted before the worker started
+#    (so no note will come), runs when due although the safety poll is an
+#    hour: a refill reaches half a horizon past the next poll's refill.
+#    Before, the refill loaded only the horizon (1 s here) and the task
+#    waited for the hourly poll.
+far=$("$DUE" add far --in 4s)
+"$DUE" work --poll 1h --horizon 1s --kinds far --exec 'echo far' 2>"$T/far.log" &
+wpid=$!
+wait_for "task due beyond the horizon done (not at the hourly poll)" 40 is_state "$far" DONE
+kill -TERM "$wpid"; wait "$wpid" || bad "far worker exit"
+
 # 8. flow control (a store of its own, so the counters are this worker's):
 #    a resumed kind is woken at once (the safety poll is an hour); tasks
 #    held back by max-running 1 do not make the worker spin while one
