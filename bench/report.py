@@ -1156,8 +1156,8 @@ HOT_PATH_NOTES = [
     "handlers no longer signal the completer (which woke only to see the job was not yet 2 ms old): "
     "pool c=16 36.5k -> 42k; voluntary context switches 31.7k -> 27k per 20,000 tasks.",
     "- **Idle: one query per safety poll.** A wheel refill returns what is due now (fired at once) "
-    "and the next lease expiry, so it needs no claim and no reclaim check; the safety poll is 10 s "
-    "(notifications are verified at start) and reports are a heartbeat a minute when idle: "
+    "and the next lease expiry, so it needs no claim and no reclaim check; the safety poll was 10 s "
+    "(notifications are verified at start) and reports were a heartbeat a minute when idle: "
     "PostgreSQL 0.49 -> 0.10 statements/s per idle worker by pg_stat_statements.",
     "- **Tried and dropped** (measured, no gain beyond noise): writing the attempt history once "
     "at the end from `claimed_at`/`claimed_by` kept in the task row (the claim then writes a "
@@ -2241,8 +2241,8 @@ def render(args):
               "server ran (pg_stat_statements, reset at the start of a %s s window inside the run, "
               "the harness's own statements excluded); SQLite has no server, so it is due's own "
               "count of claim, reclaim and wheel refill (upcoming) queries; its worker reports "
-              "(a heartbeat a minute when idle) are not in that count. With the wheel an idle "
-              "worker makes one refill per safety poll (default 10 s). Worker CPU is the "
+              "(a heartbeat every 2 minutes when idle) are not in that count. With the wheel an idle "
+              "worker makes one refill per safety poll (default 30 s). Worker CPU is the "
               "`due bench` process; server CPU is the postmaster and all its children (/proc), "
               "over the same window. Redis counts every command the server ran (INFO "
               "commandstats) and MariaDB every statement (SHOW GLOBAL STATUS Questions), over "

@@ -1338,9 +1338,11 @@ typedef struct due_worker_opts {
 	 * Discovery.  With the wheel (default), the worker keeps the ids of
 	 * tasks due within `horizon_us` in a timing wheel, claims at their due
 	 * tick, and learns of new submits at once (LISTEN/NOTIFY, or the SQLite
-	 * wake file); poll_us is then only the safety poll (0 = 10 s).  Without
-	 * it (or in once-mode, or when notifications cannot be delivered) the
-	 * worker polls every poll_us (0 = 1 s).
+	 * wake file); poll_us is then only the safety poll (0 = 30 s;
+	 * a refill then loads up to max(horizon_us, poll_us + horizon_us / 2)
+	 * ahead, so nothing waits for a poll after the one that should load
+	 * it).  Without it (or in once-mode, or when notifications cannot be
+	 * delivered) the worker polls every poll_us (0 = 1 s).
 	 */
 	bool no_wheel;
 	int64_t horizon_us; /**< 0 = 60 s */
@@ -1349,7 +1351,9 @@ typedef struct due_worker_opts {
 	 * Retention: DONE and CANCELLED tasks whose end is older than this
 	 * are deleted with their history, DUE_PRUNE_BATCH rows a
 	 * transaction, by at most one worker of the store at a time (a lease
-	 * the store keeps), at least once a minute while any are left.
+	 * the store keeps), at least once a minute while any are left, and
+	 * every 5 minutes (at most every half retention) once a look found
+	 * none.
 	 * 0 = DUE_RETAIN_DEFAULT_US (7 days); DUE_RETAIN_ALL keeps everything.
 	 */
 	int64_t retain_us;

@@ -392,7 +392,7 @@ int due_cron_put(due_db *db, const due_cron_def *def)
 		goto done;
 	/* workers that hear notifications sleep long between scheduler
 	   passes: tell them (a failed note only delays the first slot until
-	   their next pass, at most a minute) */
+	   their next pass, at most five minutes) */
 	if ((rc = ops->cron_put(s, &d, next)) == 0)
 		(void)due_notify(db);
 done:

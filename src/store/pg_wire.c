@@ -1294,8 +1294,10 @@ static int listen_direct(due_store *s)
 
 /*
 ** What a worker wakes for, as one text (see the essay): the id sequences
-** of tasks and audit rows, the kind settings' count and latest change.
-** Sequences are read without writing; the statement goes unnamed.
+** of tasks and audit rows, the kind settings' and the schedules' counts
+** and latest changes (a schedule put or removed: the scheduler's next pass
+** comes at once, not at its 5-minute look).  Sequences are read without
+** writing; the statement goes unnamed.
 */
 static int fingerprint(due_store *s, char *out, size_t n)
 {
@@ -1303,7 +1305,10 @@ static int fingerprint(due_store *s, char *out, size_t n)
 	    "SELECT (SELECT last_value FROM due_task_id_seq)::text || '/' ||"
 	    " (SELECT last_value FROM due_audit_id_seq)::text || '/' ||"
 	    " (SELECT count(*)::text || '/' || coalesce((extract(epoch FROM"
-	    " max(updated_at)) * 1000000)::int8, 0)::text FROM due_kind)";
+	    " max(updated_at)) * 1000000)::int8, 0)::text FROM due_kind)"
+	    " || '/' || (SELECT count(*)::text || '/' || coalesce((extract("
+	    "epoch FROM max(updated_at)) * 1000000)::int8, 0)::text FROM"
+	    " due_schedule)";
 	due_pg_params none = {0};
 	PGresult *r = NULL;
 	int rc;

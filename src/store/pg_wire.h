@@ -87,7 +87,7 @@ struct due_store {
 	** each tick reads the wake fingerprint (pg_wire.c).
 	*/
 	int timer_fd;		/* -1: not listening this way */
-	char seen[128];		/* the last fingerprint; "" none yet */
+	char seen[192];		/* the last fingerprint; "" none yet */
 	int wake_ticks;		/* ticks that still report a wake */
 	unsigned long gen_seen; /* the process's notify count, last seen */
 	/*

@@ -4,7 +4,9 @@
 ** Pruner thread: started by due_worker_run() unless opts.retain_us is
 ** DUE_RETAIN_ALL or opts.once.  The worker works without it.
 **   Does:      every PRUNE_EVERY_US (sooner for a short retention: half of
-**              it, at least 1 s), takes or renews the store-wide "prune"
+**              it, at least 1 s; after a run that deleted nothing, every
+**              PRUNE_IDLE_US, at most half the retention), takes or
+**              renews the store-wide "prune"
 **              lease (store.h lock_take, the store's clock), and while it
 **              holds it deletes DONE and CANCELLED tasks whose end is older
 **              than opts.retain_us, DUE_PRUNE_BATCH a transaction, batch
@@ -28,6 +30,11 @@
 #include "worker/worker_internal.h"
 
 #define PRUNE_EVERY_US (60LL * 1000000)
+/* after a run that found nothing to delete (or another worker holding the
+   lease): an idle store is looked at every 5 minutes, not every minute
+   (an idle worker's store calls, docs/internals/discovery.md); never later
+   than half the retention */
+#define PRUNE_IDLE_US (300LL * 1000000)
 #define PRUNE_LEASE_US (90LL * 1000000)
 #define PRUNE_PAUSE_US 20000LL /* between full batches */
 #define PRUNE_LOCK "prune"
@@ -123,7 +130,7 @@ void *due__pruner_main(void *arg)
 {
 	due_worker *w = arg;
 	due_outage outage = {.who = "pruner"};
-	int64_t every = w->o.retain_us / 2, backoff = 1000000;
+	int64_t every = w->o.retain_us / 2, backoff = 1000000, idle;
 	int64_t unlogged = 0, logged_at = 0;
 	char keep[64];
 
@@ -131,6 +138,10 @@ void *due__pruner_main(void *arg)
 		every = PRUNE_EVERY_US;
 	if (every < 1000000)
 		every = 1000000;
+	idle = w->o.retain_us / 2 < PRUNE_IDLE_US ? w->o.retain_us / 2
+						  : PRUNE_IDLE_US;
+	if (idle < every)
+		idle = every;
 	due_duration_format(keep, sizeof(keep), w->o.retain_us);
 	if (!rest(w, every < PRUNE_FIRST_US ? every : PRUNE_FIRST_US))
 		return NULL;
@@ -149,6 +160,8 @@ void *due__pruner_main(void *arg)
 		} else {
 			due__outage_over(w, &outage);
 			backoff = 1000000;
+			if (n == 0)
+				wait_us = idle;
 		}
 		log_pruned(w, keep, n, &unlogged, &logged_at);
 		if (!rest(w, wait_us))

@@ -230,12 +230,12 @@ static void renew_one(renewer *r, renewal *rn)
 /*
 ** Publish this worker's counters to the store when they changed, at most
 ** every REPORT_US, and at least every HEARTBEAT_US while nothing changes
-** (metrics count a worker seen in the last 5 minutes as alive), and once
-** when stopping, for due_metrics_get().  A failed report waits for the
-** next period.
+** (metrics count a worker seen in the last 5 minutes as alive: two
+** heartbeats may fail before it is counted gone), and once when stopping,
+** for due_metrics_get().  A failed report waits for the next period.
 */
 #define REPORT_US 10000000LL
-#define HEARTBEAT_US 60000000LL
+#define HEARTBEAT_US 120000000LL
 
 static void maybe_report(renewer *r, bool force)
 {

@@ -11,7 +11,7 @@
 **              connection (DUE_DB_CALL).
 **   Locks:     mu, only to wait on sched_cv; never across a store call.
 **   Blocks on: sched_cv between passes (until the earliest next slot
-**              enters the lookahead; at most 5 s, or 60 s while discovery
+**              enters the lookahead; at most 5 s, or 5 min while discovery
 **              hears the store's notifications, which due_cron_put and
 **              due_cron_remove send; 1 s after a failed pass), and on the
 **              store during a pass.
@@ -28,7 +28,7 @@
    (issue 13's idle budget), and a note brings the next pass forward to no
    sooner than CRON_MAX_SLEEP_US after the last (a busy store's stream of
    submit notes costs no more passes than polling did) */
-#define CRON_HEARD_SLEEP_US 60000000LL
+#define CRON_HEARD_SLEEP_US 300000000LL
 
 /*
 ** Sleep until `next` (monotonic us) or threads_stop.  A schedule change

@@ -4,7 +4,8 @@
 # pooler; three `due work` processes through it run every task exactly
 # once and log no store error, both with ?listen= (wake-ups on a direct
 # connection of their own) and without it (the once-a-second read); and a
-# submit from another process wakes an idle worker either way.
+# submit or a schedule put from another process wakes an idle worker
+# either way.
 #
 # The pooler is started by this test (scripts/pgbouncer-test-server) in
 # front of DUE_TEST_PG_URL's server and stopped on exit; the test works in
@@ -78,7 +79,7 @@ drain() {
 	done >"$T/$kind.jsonl"
 	"$DUE" add --db "$POOLED" --batch "$T/$kind.jsonl" >/dev/null || bad "$kind: submit"
 	for w in 1 2 3; do
-		"$DUE" work --db "$url" --kinds "$kind,$kind-wake" --poll 1h \
+		"$DUE" work --db "$url" --kinds "$kind,$kind-wake,$kind-cron" --poll 1h \
 			--concurrency 4 --owner "$kind-w$w" \
 			--exec 'echo "$DUE_TASK_ID" >> "$OUT/$DUE_KIND"' \
 			2>"$T/$kind-w$w.log" &
@@ -90,6 +91,19 @@ drain() {
 	"$DUE" add --db "$POOLED" "$kind-wake" >/dev/null || bad "$kind: wake submit"
 	wait_for "$kind: a submit from another process woke a worker" 60 \
 		test -s "$OUT/$kind-wake"
+	# a schedule put by another process is heard too: the workers'
+	# scheduler passes are 5 minutes apart while they hear notes, so its
+	# every-second slots run within the guard only if the put woke them
+	# (without listen=: due_schedule is in the once-a-second read).  The
+	# 6 s first let the pass that the wake submit's note brought (at most
+	# 5 s after the last) go by: only a note of the put itself can bring
+	# the next one forward
+	sleep 6
+	"$DUE" cron add "$kind-every" '* * * * * *' "$kind-cron" --db "$POOLED" >/dev/null ||
+		bad "$kind: cron add"
+	wait_for "$kind: a schedule put by another process was heard" 60 \
+		test -s "$OUT/$kind-cron"
+	"$DUE" cron rm "$kind-every" --db "$POOLED" >/dev/null || bad "$kind: cron rm"
 	if [ "$kind" = listened ]; then
 		# each worker LISTENs on a direct connection of its own (the
 		# pooler's server connections never run LISTEN)

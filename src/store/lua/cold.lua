@@ -363,8 +363,11 @@ local function cold()
     local t, o = now(), A[2]
     local h = {'seen_at', I(t)}
     for j = 3, #A, 2 do h[#h + 1] = A[j] h[#h + 1] = A[j + 1] end
-    redis.call('HSETNX', K('w', o), 'started_at', I(t))
-    redis.call('HSET', K('w', o), unpack(h))
+    -- started_at once: HSET answers how many fields were new, so a
+    -- heartbeat is two commands, not three (an idle worker's budget)
+    if redis.call('HSET', K('w', o), unpack(h)) > 0 then
+      redis.call('HSETNX', K('w', o), 'started_at', I(t))
+    end
     redis.call('ZADD', K('workers'), t, o)
     return 1
   end
