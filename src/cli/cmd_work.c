@@ -115,7 +115,9 @@ static const char usage[] =
     "                      history) that ended more than DUR ago (7d; 0\n"
     "                      keeps everything); one worker of the store\n"
     "                      prunes at a time, 1,000 tasks a transaction,\n"
-    "                      at least once a minute.  SCHEDULED, CLAIMED and\n"
+    "                      every minute while it finds some, every 5\n"
+    "                      minutes (at most half of DUR) once it found\n"
+    "                      none.  SCHEDULED, CLAIMED and\n"
     "                      DEAD tasks are never deleted\n"
     "  -v, -q              log every task / only errors\n";
 

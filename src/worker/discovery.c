@@ -253,6 +253,9 @@ static bool listen_works(due_worker *w, due_db *db, disc *d)
 	return false;
 }
 
+/* while no listening session is up, how often wheel_wait tries for one */
+#define RELISTEN_US 1000000LL
+
 /* Sleep until `until` (monotonic us), a slot frees, or a submit is seen. */
 static void wheel_wait(due_worker *w, due_db *db, disc *d, int64_t until)
 {
@@ -268,14 +271,21 @@ static void wheel_wait(due_worker *w, due_db *db, disc *d, int64_t until)
 	int was = d->listen_fd;
 	if (d->listening && due_listen(d->ldb, &d->listen_fd) < 0)
 		d->listen_fd = -1;
-	if (d->listen_fd >= 0 && d->listen_fd != was)
-		d->next_refill = 0;
+	if (d->listen_fd >= 0 && d->listen_fd != was) {
+		d->next_refill = 0; /* and now: not after this wait */
+		return;
+	}
 	p[0] = (struct pollfd){w->wake_fd, POLLIN, 0};
 	p[1] = (struct pollfd){d->listen_fd, POLLIN, 0};
 	if (drain_notes(w, db, d)) { /* buffered by an earlier query */
 		d->next_refill = 0;
 		return;
 	}
+	/* no session (the store restarted, or is unreachable): try again
+	   within RELISTEN_US, not at the safety poll (an idle worker's wait):
+	   a submit made once the store is back must not wait for the poll */
+	if (d->listening && d->listen_fd < 0 && left > RELISTEN_US)
+		left = RELISTEN_US;
 	if (left <= 0)
 		return;
 	if (poll(p, d->listen_fd >= 0 ? 2 : 1, (int)((left + 999) / 1000)) <= 0)

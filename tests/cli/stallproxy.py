@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """stallproxy.py - a TCP proxy on loopback that a test can freeze.
 
-    stallproxy.py TARGET_PORT PORT_FILE
+    stallproxy.py TARGET_PORT PORT_FILE [PORT]
 
-Listens on 127.0.0.1 on a free port, writes that port to PORT_FILE once it
+Listens on 127.0.0.1 on a free port (or PORT: a proxy started again where
+one was, as a server restarts), writes that port to PORT_FILE once it
 accepts, and forwards every connection to 127.0.0.1:TARGET_PORT, both
 ways, byte for byte.  A test freezes the path with `kill -STOP PID` (a
 network partition: the kernel still completes new TCP handshakes into the
@@ -13,7 +14,8 @@ exits on SIGTERM or SIGINT, closing every connection.
 
 One thread accepts; each connection has one thread per direction.  A
 connection whose one side closes is closed on both.  The stall tests
-(tests/cli/test_store_stall.sh) use it; nothing else does.
+(tests/cli/test_store_stall.sh) use it, and test_listen_restart.sh stops
+and starts it as a store restart.
 """
 import os
 import signal
@@ -57,8 +59,8 @@ def serve(client, target):
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: stallproxy.py TARGET_PORT PORT_FILE")
+    if len(sys.argv) not in (3, 4):
+        sys.exit("usage: stallproxy.py TARGET_PORT PORT_FILE [PORT]")
     target = int(sys.argv[1])
     # the handler runs in the main thread, between its accept() waits: a
     # signal the kernel hands to a forwarding thread interrupts no
@@ -66,7 +68,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind(("127.0.0.1", 0))
+    ls.bind(("127.0.0.1", int(sys.argv[3]) if len(sys.argv) == 4 else 0))
     ls.listen(128)
     ls.settimeout(0.2)
     with open(sys.argv[2] + ".tmp", "w") as f:
