@@ -81,8 +81,8 @@ static void disc_kinds(due_worker *w, disc *d)
 	}
 }
 
-/* the reach of a refill never passes the wheel's own horizon (64^4 ms,
-   about 4.7 h: wheel.md) */
+/* the reach of a refill stays inside the wheel's own span (64^4 ms, about
+   4.7 h: wheel.md), unless --horizon itself asks for more */
 #define REACH_MAX_US (4LL * 3600 * 1000000)
 
 /*
@@ -101,12 +101,11 @@ static int64_t refill_reach(const due_worker *w)
 }
 
 /* When the next safety poll's refill comes after one: within the poll,
-   and while what that refill left out is still half a horizon away. */
+   and while what that refill left out is still half a horizon away (the
+   reach is at least the horizon, so this is at least half of it). */
 static int64_t refill_every(const due_worker *w)
 {
-	int64_t h = w->o.horizon_us, until = refill_reach(w) - h / 2;
-	if (until < h / 2)
-		until = h / 2;
+	int64_t until = refill_reach(w) - w->o.horizon_us / 2;
 	return w->poll_us < until ? w->poll_us : until;
 }
 
