@@ -529,16 +529,22 @@ void v_sigstop_late_commit_rejected(vctx *v)
 
 	set_dir_env(v);
 	claimed.id = done.id = v_add(v, "stall", 0, 5, 0, "x");
-	/* A's handler runs until released, then answers A */
+	/* A's handler runs until released, then answers A.  A's lease is
+	   3 s: its handler must answer before the lease clock's kill time,
+	   which its guard keeps while A is stopped (spawn.c) */
 	pid_t a =
-	    v_worker(v, "a.log", "--owner", "A", "--lease", "1s", "--exec",
+	    v_worker(v, "a.log", "--owner", "A", "--lease", "3s", "--exec",
 		     ": > \"$DUEV_DIR/a.started\"; until [ -e \"$DUEV_DIR/"
 		     "a.release\" ]; do sleep 0.02; done; echo A; "
 		     ": > \"$DUEV_DIR/a.finished\"",
 		     (char *)NULL);
 	bool ok = v_wait(v, HANG_MS, want_state, &claimed);
 	ok &= v_wait(v, HANG_MS, v_file_exists, "a.started");
-	v_kill(a, SIGSTOP); /* the worker stops; its handler runs on */
+	/* the worker stops (a pause, a GC) after its handler's work and
+	   before its commit: the handler answers while A cannot take it */
+	v_kill(a, SIGSTOP);
+	touch(v, "a.release");
+	ok &= v_wait(v, HANG_MS, v_file_exists, "a.finished");
 	pid_t b = v_worker(v, "b.log", "--owner", "B", "--lease", "1s",
 			   "--poll", "20ms", "--exec", "echo B", (char *)NULL);
 	ok &= v_wait(v, HANG_MS, want_state, &done);
@@ -548,10 +554,8 @@ void v_sigstop_late_commit_rejected(vctx *v)
 			 (int)strcspn((char *)t->result, "\n"),
 			 (char *)t->result);
 	due_task_free(t);
-	/* resume A only after its handler has answered: its late commit is
-	   a complete, not a fail */
-	touch(v, "a.release");
-	ok &= v_wait(v, HANG_MS, v_file_exists, "a.finished");
+	/* A resumes with its handler's answer in hand: its late commit is a
+	   complete, not a fail, and the store refuses it */
 	v_kill(a, SIGCONT);
 	bool rejected = v_wait(v, HANG_MS, late_marked, &done.id);
 	stop_worker(a);

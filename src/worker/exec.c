@@ -273,6 +273,8 @@ static void supervise(due_job *job, child *c, run_state *rs, buf *out, buf *err)
 			due__drain_fd(&c->out, out);
 		if (c->err >= 0)
 			due__drain_fd(&c->err, err);
+		/* a renewal moved the lease clock: its guard learns it */
+		due__child_kill_at(c, due__job_guard_kill_at(job));
 		if (c->st >= 0 && due__child_ended(c)) {
 			/* a background grandchild may hold the pipes: take what
 			   is there now and stop listening */
@@ -332,16 +334,19 @@ static int finish(due_job *job, const child *c, const run_state *rs, buf *out,
 		    out->len);
 		return 0;
 	}
+	/* killed with no stop of ours: its guard's lease clock, while this
+	   process could not act (stopped, starved), also says why */
+	bool stopped = rs->term_at ||
+		       (!WIFEXITED(c->status) && !due__job_lease_check(job));
 	if (WIFEXITED(c->status))
 		snprintf(status, sizeof(status), "exit %d",
 			 WEXITSTATUS(c->status));
 	else
 		snprintf(status, sizeof(status), "killed by signal %d%s%s%s",
-			 WTERMSIG(c->status), rs->term_at ? " (" : "",
-			 rs->term_at
-			     ? due__stop_reason_name(due__job_stop_why(job))
-			     : "",
-			 rs->term_at ? ")" : "");
+			 WTERMSIG(c->status), stopped ? " (" : "",
+			 stopped ? due__stop_reason_name(due__job_stop_why(job))
+				 : "",
+			 stopped ? ")" : "");
 	set_failure(job, status, err);
 	return 1;
 }
@@ -382,7 +387,8 @@ int due_exec_handler(due_job *job, void *payload)
 		due_job_set_error(job, "out of memory");
 		return 1;
 	}
-	rc = due__spawn(&c, o->command, env, o->kill_grace_us);
+	rc = due__spawn(&c, o->command, env, o->kill_grace_us,
+			due__job_guard_kill_at(job));
 	free(env);
 	free(parents);
 	if (rc < 0) {

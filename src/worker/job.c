@@ -88,6 +88,15 @@ int64_t due__job_kill_by(const due_job *j)
 	return atomic_load(&((due_job *)j)->kill_by);
 }
 
+int64_t due__job_guard_kill_at(const due_job *j)
+{
+	due_job *m = (due_job *)j;
+
+	if (!j->w || atomic_load(&m->finished))
+		return 0;
+	return due__lease_kill_at(j->w, atomic_load(&m->confirmed_mono));
+}
+
 int due_job_set_result(due_job *job, const void *data, size_t len)
 {
 	unsigned char *p = malloc(len + 1);

@@ -457,7 +457,8 @@ static int proc_ready(due_pipe *p, due_job *job, proc *pr)
 			    job, " while the pipe process was restarting");
 		nap_ms(TICK_MS);
 	}
-	if (due__spawn(&pr->c, p->command, p->env, p->o.kill_grace_us) < 0) {
+	if (due__spawn(&pr->c, p->command, p->env, p->o.kill_grace_us,
+		       due__job_guard_kill_at(job)) < 0) {
 		snprintf(msg, sizeof(msg), "pipe process: %s",
 			 due_error_last());
 		due_job_set_error(job, msg);
@@ -604,6 +605,8 @@ static int step(due_pipe *p, due_job *job, proc *pr, xfer *x)
 	if (pr->c.out >= 0)
 		due__drain_fd(&pr->c.out, &pr->out);
 	read_stderr(job->w, job, pr);
+	/* a renewal moved the lease clock: the guard learns it */
+	due__child_kill_at(&pr->c, due__job_guard_kill_at(job));
 	if (x->term_at == 0 && (ll = answer_ready(pr)) >= 0) {
 		x->line_len = (size_t)ll;
 		return X_ANSWER;
@@ -789,16 +792,23 @@ int due_pipe_handler(due_job *job, void *pipe)
 		return 1;
 	}
 	pr->tail.len = pr->tail.dropped = 0;
+	/* the guard kills the process at this try's lease clock, even if
+	   the worker cannot (spawn.c, "The lease clock") */
+	due__child_kill_at(&pr->c, due__job_guard_kill_at(job));
 	while ((r = step(p, job, pr, &x)) < 0)
 		;
 	free((char *)x.req);
 	if (r == X_ANSWER) {
+		/* between tasks the process has no lease to outlive */
+		due__child_kill_at(&pr->c, 0);
 		rc = take_answer(p, job, pr, x.line_len);
 		log_dropped(job->w, job, pr);
 		return rc;
 	}
 	int status = proc_end(job->w, job, pr, END_TERM);
-	if (r == X_STOPPED)
+	/* (a process its guard killed at the lease clock, while this one
+	   could not act, died of the stop it would have made) */
+	if (r == X_STOPPED || !due__job_lease_check(job))
 		return fail_stopped(job, "");
 	return fail_died(p, job, pr, status);
 }

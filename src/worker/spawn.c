@@ -4,7 +4,8 @@
 ** The processes:
 **
 **   worker ─socket─▶ due-spawner ─fork─▶ due-guard ─vfork+exec─▶ sh -c CMD
-**     │  └────────────── socket (one per guard) ──────▲
+**     │  ├────────────── socket (one per guard) ──────▲
+**     │  └────────────── clock pipe (one per guard) ──▲
 **     └──────────── lifeline pipe (EOF: the worker is gone) ──┘
 **
 ** The guard.  A handler must never outlive its worker (CONTRACT: after
@@ -29,8 +30,11 @@
 ** guard until they are gone, SIGKILLing them kill_grace after the shell
 ** ended (the worker's own SIGKILL at the lease clock's kill_by comes first
 ** when it is sooner), so that a worker that dies meanwhile still takes them
-** along.  Handlers that leave the group (setsid, a double fork into
-** another group) escape all this; see docs/INTERFACE.md.
+** along.  The guard also holds the lease clock's kill time of the try its
+** command runs, told on its clock pipe, and SIGKILLs the group then even
+** if the worker is stopped ("The lease clock of the command", below).
+** Handlers that leave the group (setsid, a double fork into another
+** group) escape all this; see docs/INTERFACE.md.
 **
 ** A guard serves one command at a time, and then the next: each handler
 ** slot (thread) keeps its own (two when it runs a pipe process and a
@@ -96,14 +100,23 @@ typedef struct spawn_req {
 	uint32_t n_env;
 	uint64_t bytes; /* of the strings that follow */
 	int64_t kill_grace_us;
+	uint64_t seq;	 /* the command's number at its guard */
+	int64_t kill_at; /* the lease clock's SIGKILL, monotonic us; 0: none */
 } spawn_req;
+
+/* A later kill time for command seq, on the guard's clock pipe. */
+typedef struct clock_msg {
+	uint64_t seq;
+	int64_t kill_at;
+} clock_msg;
 
 #define SPAWN_MAGIC 0x64756532u	    /* "due2" */
 #define SPAWN_MAX_BYTES (64u << 20) /* a sane bound on one request */
 #define SPAWN_ANSWER_MS                                                        \
 	10000 /* a spawner or guard silent this long is dropped */
-/* descriptors of the spawner and of an idle guard, beside 0-2 (/dev/null) */
-enum { P_SOCK = 3, P_LIFELINE = 4 };
+/* descriptors of the spawner and of an idle guard, beside 0-2 (/dev/null);
+   P_CLOCK, the guard's alone: the read end of its clock pipe */
+enum { P_SOCK = 3, P_LIFELINE = 4, P_CLOCK = 5 };
 
 /* ------------------------------------------------------------------ */
 /* System-call helpers (fork-safe)                                     */
@@ -279,6 +292,58 @@ static void ignore_group_signals(void)
 
 static volatile sig_atomic_t g_child_ended;
 
+static int64_t mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/*
+** The lease clock of the command.  The worker stops a try
+** whose lease it could not confirm in time and SIGKILLs its group at the
+** lease clock's kill time (worker.md, "The lease clock"), but a worker
+** that cannot act (SIGSTOP, a debugger, a process starved of CPU) would
+** let the command run on beside the next attempt on another worker.  So
+** its guard, a process of its own, holds the same kill time: the request
+** carries it, and the worker's thread that supervises the command sends a
+** later one on the clock pipe each time a renewal moves it
+** (due__child_kill_at); at that time, not told of a later one, the guard
+** leaves the group and SIGKILLs it (and reports the end as usual).
+*/
+typedef struct lease_clock {
+	uint64_t seq;
+	int64_t kill_at; /* monotonic us; 0: none (a pipe process between
+			    tasks) */
+	bool open;	 /* the worker's end of the clock pipe is open */
+	bool killed;	 /* the group got the clock's SIGKILL */
+} lease_clock;
+
+/* Take the worker's latest kill time for this command, if it sent one. */
+static void clock_read(lease_clock *lc)
+{
+	clock_msg m;
+	ssize_t r;
+
+	while ((r = read(P_CLOCK, &m, sizeof(m))) == (ssize_t)sizeof(m))
+		if (m.seq ==
+		    lc->seq) /* not a late one for an earlier command */
+			lc->kill_at = m.kill_at;
+	if (r == 0)
+		lc->open = false; /* EOF: the worker dropped this guard */
+}
+
+/* At the kill time: out of the group (to live on and report), SIGKILL it. */
+static bool clock_due(pid_t home, pid_t pgid, lease_clock *lc)
+{
+	if (!lc->killed && lc->kill_at && mono_us() >= lc->kill_at) {
+		setpgid(0, home);
+		kill(-pgid, SIGKILL);
+		lc->killed = true;
+	}
+	return lc->killed;
+}
+
 static void guard_sigchld(int sig)
 {
 	(void)sig;
@@ -314,14 +379,17 @@ static void reap_any(void)
 ** The worker is gone while a command runs: stop its group, politely first.
 ** The command gets kill_grace to end (the shell, and whatever it started:
 ** the guard is their subreaper, so they are its children once their
-** parents die); then SIGKILL to the group, the guard included.
+** parents die), never past the lease clock's kill time; then SIGKILL to
+** the group, the guard included.
 */
-static _Noreturn void guard_orphaned(pid_t pgid, int64_t kill_grace_us)
+static _Noreturn void guard_orphaned(pid_t pgid, int64_t kill_grace_us,
+				     const lease_clock *lc)
 {
 	int64_t waited = 0;
 
 	kill(-pgid, SIGTERM);
-	while (waited < kill_grace_us && group_left(pgid)) {
+	while (waited < kill_grace_us && group_left(pgid) && !lc->killed &&
+	       !(lc->kill_at && mono_us() >= lc->kill_at)) {
 		nap_us(10000);
 		waited += 10000;
 	}
@@ -333,15 +401,20 @@ static _Noreturn void guard_orphaned(pid_t pgid, int64_t kill_grace_us)
 ** The shell died of a signal and may have left processes in its group:
 ** guard them until they are gone, kill_grace at most, then SIGKILL them
 ** all, the guard having first left the group for `home` (the worker's
-** group).  A guard whose worker died meanwhile SIGKILLs them at once.
+** group); at the lease clock's kill time if that comes first.  A guard
+** whose worker died meanwhile SIGKILLs them at once.
 */
-static void guard_leftovers(pid_t home, pid_t pgid, int64_t kill_grace_us)
+static void guard_leftovers(pid_t home, pid_t pgid, int64_t kill_grace_us,
+			    lease_clock *lc)
 {
 	int64_t waited = 0;
 
 	while (group_left(pgid)) {
 		bool gone = worker_gone();
-		if (gone || waited >= kill_grace_us) {
+		if (lc->open)
+			clock_read(lc);
+		if (gone || waited >= kill_grace_us ||
+		    clock_due(home, pgid, lc)) {
 			if (gone)
 				kill(-pgid, SIGKILL), _exit(137);
 			setpgid(0, home);
@@ -420,6 +493,7 @@ static bool read_strings(const spawn_req *rq, char *argv[4], char ***envp)
 static void guard_command(pid_t home, const spawn_req *rq, const int fds[4],
 			  char *argv[], char *env[])
 {
+	lease_clock lc = {.seq = rq->seq, .kill_at = rq->kill_at, .open = true};
 	sigset_t none;
 	int status = 0;
 	pid_t sh;
@@ -456,12 +530,28 @@ static void guard_command(pid_t home, const spawn_req *rq, const int fds[4],
 		close(fds[3]);
 		return;
 	}
+	clock_read(&lc); /* what is left of earlier commands goes */
 	for (bool ended = false; !ended;) {
 		/* SIGCHLD is let in only while waiting here: no lost wake-up */
-		struct pollfd p = {P_LIFELINE, POLLIN, 0};
-		while (!g_child_ended)
-			if (ppoll(&p, 1, NULL, &none) > 0)
-				guard_orphaned(sh, rq->kill_grace_us);
+		while (!g_child_ended) {
+			struct pollfd p[2] = {
+			    {P_LIFELINE, POLLIN, 0},
+			    {lc.open ? P_CLOCK : -1, POLLIN, 0}};
+			struct timespec ts, *wait = NULL;
+			if (!clock_due(home, sh, &lc) && lc.kill_at) {
+				int64_t d = lc.kill_at - mono_us();
+				d = d < 0 ? 0 : d;
+				ts.tv_sec = d / 1000000;
+				ts.tv_nsec = (long)(d % 1000000) * 1000;
+				wait = &ts;
+			}
+			if (ppoll(p, 2, wait, &none) <= 0)
+				continue;
+			if (p[0].revents)
+				guard_orphaned(sh, rq->kill_grace_us, &lc);
+			if (p[1].revents)
+				clock_read(&lc);
+		}
 		g_child_ended = 0;
 		int st;
 		pid_t r;
@@ -470,7 +560,7 @@ static void guard_command(pid_t home, const spawn_req *rq, const int fds[4],
 				status = st, ended = true;
 	}
 	if (WIFSIGNALED(status))
-		guard_leftovers(home, sh, rq->kill_grace_us);
+		guard_leftovers(home, sh, rq->kill_grace_us, &lc);
 	setpgid(0, home);
 	write_full(fds[3], &status, sizeof(status));
 	close(fds[3]);
@@ -491,6 +581,7 @@ static _Noreturn void guard_main(pid_t home)
 	prctl(PR_SET_NAME, "due-guard");
 	fcntl(P_SOCK, F_SETFD, FD_CLOEXEC);
 	fcntl(P_LIFELINE, F_SETFD, FD_CLOEXEC);
+	fcntl(P_CLOCK, F_SETFD, FD_CLOEXEC);
 	set_handler(SIGCHLD, guard_sigchld);
 	ignore_group_signals();
 	/* what a shell leaves behind becomes the guard's (guard_leftovers) */
@@ -540,19 +631,20 @@ static _Noreturn void spawner_main(int sock, int lifeline)
 	set_handler(SIGCHLD, SIG_IGN); /* guards are reaped by the kernel */
 	for (;;) {
 		uint32_t magic;
-		int fd;
-		if (!recv_with_fds(P_SOCK, &magic, sizeof(magic), &fd, 1) ||
+		int fd[2]; /* the guard's socket, its clock pipe's read end */
+		if (!recv_with_fds(P_SOCK, &magic, sizeof(magic), fd, 2) ||
 		    magic != SPAWN_MAGIC)
 			_exit(0); /* EOF: the worker is gone (or out of step) */
 		pid_t pid = plain_fork();
 		if (pid == 0) {
-			int g[5] = {0, 1, 2, fd, P_LIFELINE};
-			if (!place_fds(g, 5))
+			int g[6] = {0, 1, 2, fd[0], P_LIFELINE, fd[1]};
+			if (!place_fds(g, 6))
 				_exit(1);
 			guard_main(home);
 		}
 		int32_t answer = pid > 0 ? pid : -errno;
-		close(fd);
+		close(fd[0]);
+		close(fd[1]);
 		if (!write_full(P_SOCK, &answer, sizeof(answer)))
 			_exit(0);
 	}
@@ -573,7 +665,11 @@ struct due__guard {
 	atomic_int refs;
 	atomic_bool busy;
 	pid_t pid;
-	int sock; /* -1: dead or dropped */
+	int sock;     /* -1: dead or dropped */
+	int clock;    /* the clock pipe's write end (non-blocking), kept
+			 until the last reference goes: a running command's
+			 thread may write it after the guard is dropped */
+	uint64_t seq; /* the number of its latest command */
 	struct due__guard *next;
 };
 typedef struct due__guard guard;
@@ -596,8 +692,10 @@ static struct {
 
 static void guard_unref(guard *g)
 {
-	if (atomic_fetch_sub(&g->refs, 1) == 1)
+	if (atomic_fetch_sub(&g->refs, 1) == 1) {
+		due__close_fd(&g->clock);
 		free(g);
+	}
 }
 
 /* A slot's thread ends: its guards exit after what they run. */
@@ -622,8 +720,10 @@ static void sp_atfork_child(void)
 	sp.pid = -1;
 	/* only this thread lives on; its list is the parent's (not freed:
 	   a reference may be held by a child of the parent's) */
-	for (guard *g = pthread_getspecific(sp_guards); g; g = g->next)
+	for (guard *g = pthread_getspecific(sp_guards); g; g = g->next) {
 		due__close_fd(&g->sock);
+		due__close_fd(&g->clock);
+	}
 	pthread_setspecific(sp_guards, NULL);
 }
 
@@ -688,13 +788,16 @@ static int32_t answer_of(int sock)
 	return answer ? answer : -EPROTO;
 }
 
-/* Ask the spawner for a guard on fd; its pid, -errno, or 0 on failure. */
-static int32_t sp_ask_locked(int fd)
+/*
+** Ask the spawner for a guard on fd[0] (its socket) with fd[1] (its clock
+** pipe's read end); its pid, -errno, or 0 on failure.
+*/
+static int32_t sp_ask_locked(const int fd[2])
 {
 	uint32_t magic = SPAWN_MAGIC;
 	int32_t answer = 0;
 
-	if (send_with_fds(sp.sock, &magic, sizeof(magic), &fd, 1))
+	if (send_with_fds(sp.sock, &magic, sizeof(magic), fd, 2))
 		answer = answer_of(sp.sock);
 	if (answer == 0)
 		sp_drop_locked();
@@ -704,7 +807,7 @@ static int32_t sp_ask_locked(int fd)
 /* A new guard for the calling thread; NULL with the message set. */
 static guard *guard_new(void)
 {
-	int sv[2], rc = 0;
+	int sv[2], cp[2], rc = 0;
 	int32_t answer = 0;
 	guard *g;
 
@@ -714,13 +817,22 @@ static guard *guard_new(void)
 			       strerror(errno));
 		return NULL;
 	}
+	if (pipe2(cp, O_CLOEXEC | O_NONBLOCK) < 0) {
+		due__error_set(DUE_ERROR, "cannot start the command: pipe: %s",
+			       strerror(errno));
+		close(sv[0]);
+		close(sv[1]);
+		return NULL;
+	}
+	int theirs[2] = {sv[1], cp[0]};
 	pthread_mutex_lock(&sp_mu);
 	/* a spawner that died since the last guard: one more try */
 	for (int try = 0; try < 2 && answer == 0 && rc == 0; try++)
 		if (sp.pid > 0 || (rc = sp_start_locked()) == 0)
-			answer = sp_ask_locked(sv[1]);
+			answer = sp_ask_locked(theirs);
 	pthread_mutex_unlock(&sp_mu);
 	close(sv[1]);
+	close(cp[0]);
 	if (rc == 0 && answer <= 0)
 		due__error_set(DUE_ERROR, "cannot start the command: %s",
 			       answer ? strerror(-answer)
@@ -729,12 +841,14 @@ static guard *guard_new(void)
 		if (answer > 0)
 			due__error_set(DUE_ENOMEM, "out of memory");
 		close(sv[0]);
+		close(cp[1]);
 		return NULL;
 	}
 	atomic_init(&g->refs, 1);
 	atomic_init(&g->busy, false);
 	g->pid = answer;
 	g->sock = sv[0];
+	g->clock = cp[1];
 	g->next = pthread_getspecific(sp_guards);
 	pthread_setspecific(sp_guards, g);
 	return g;
@@ -789,9 +903,12 @@ static char *pack_strings(const char *cmd, char **env, uint32_t *n_env,
 ** SIGKILL to its last command's group) is dropped and another started.
 */
 static int run_on_guard(const int fds[4], const char *cmd, char **env,
-			int64_t kill_grace_us, pid_t *pid, guard **out)
+			int64_t kill_grace_us, int64_t kill_at, pid_t *pid,
+			guard **out)
 {
-	spawn_req rq = {.magic = SPAWN_MAGIC, .kill_grace_us = kill_grace_us};
+	spawn_req rq = {.magic = SPAWN_MAGIC,
+			.kill_grace_us = kill_grace_us,
+			.kill_at = kill_at};
 	size_t len;
 	char *strings = pack_strings(cmd, env, &rq.n_env, &len);
 	int32_t answer = 0;
@@ -806,6 +923,7 @@ static int run_on_guard(const int fds[4], const char *cmd, char **env,
 			free(strings);
 			return due_error_last_code();
 		}
+		rq.seq = ++g->seq;
 		if (send_with_fds(g->sock, &rq, sizeof(rq), fds, 4) &&
 		    write_full(g->sock, strings, len))
 			answer = answer_of(g->sock);
@@ -830,7 +948,7 @@ static int run_on_guard(const int fds[4], const char *cmd, char **env,
 ** status pipe.  0 or a due code (message set).
 */
 int due__spawn(due__child *c, const char *cmd, char **env,
-	       int64_t kill_grace_us)
+	       int64_t kill_grace_us, int64_t kill_at)
 {
 	int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1},
 	    pst[2] = {-1, -1};
@@ -843,7 +961,8 @@ int due__spawn(due__child *c, const char *cmd, char **env,
 		rc = due__error_set(DUE_ERROR, "pipe: %s", strerror(errno));
 	} else {
 		int fds[4] = {pin[0], pout[1], perr[1], pst[1]};
-		rc = run_on_guard(fds, cmd, env, kill_grace_us, &c->pid, &g);
+		rc = run_on_guard(fds, cmd, env, kill_grace_us, kill_at,
+				  &c->pid, &g);
 	}
 	due__close_fd(&pin[0]);
 	due__close_fd(&pout[1]);
@@ -861,6 +980,8 @@ int due__spawn(due__child *c, const char *cmd, char **env,
 	c->err = perr[0];
 	c->st = pst[0];
 	c->guard = g;
+	c->seq = g->seq;
+	c->kill_at = kill_at;
 	c->status = -1; /* none yet: a wait status is never -1 */
 	c->ended = false;
 	fcntl(c->in, F_SETFL, O_NONBLOCK);
@@ -900,6 +1021,18 @@ bool due__child_ended(due__child *c)
 	}
 	c->ended = true;
 	return true;
+}
+
+void due__child_kill_at(due__child *c, int64_t kill_at)
+{
+	clock_msg m = {.seq = c->seq, .kill_at = kill_at};
+
+	if (!c->guard || c->ended || kill_at == c->kill_at)
+		return;
+	/* one write of 16 bytes: atomic on a pipe; a full pipe (a guard
+	   that reads nothing: it is stuck or gone) drops it */
+	if (write(c->guard->clock, &m, sizeof(m)) == (ssize_t)sizeof(m))
+		c->kill_at = kill_at;
 }
 
 void due__child_wait(due__child *c)

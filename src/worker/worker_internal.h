@@ -104,7 +104,9 @@
 **    lease, at least 300 ms, at most 5 s, at most half the lease) and
 **    sets its kill_by to confirmed_mono + lease - 2/3 margin: a command
 **    or pipe handler still running then is
-**    killed (SIGKILL to its group) whatever its kill grace.  So no
+**    killed (SIGKILL to its group) whatever its kill grace; its guard
+**    process holds the same time and kills it even when this process
+**    cannot (SIGSTOP, a starved thread: spawn.c).  So no
 **    handler of ours outlives a lease the store could hand to another
 **    worker, whatever a store call, a connection or the renewer is
 **    doing.  The keeper takes only `mu`, never held across a store call.
@@ -440,6 +442,13 @@ const char *due__stop_reason_name(int why);
 ** grace (the lease clock ran out), or 0.  Command and pipe handlers.
 */
 int64_t due__job_kill_by(const due_job *j);
+/*
+** When the lease clock says the job's command must be gone if no renewal
+** is confirmed before then (confirmed_mono + lease - 2/3 margin), for its
+** guard process, which SIGKILLs it then even if this process cannot act;
+** 0 for a job with no worker or whose handler has returned.
+*/
+int64_t due__job_guard_kill_at(const due_job *j);
 /* Set kill_by unless it is already set (the first lease clock decides). */
 void due__job_set_kill_by(due_job *j, int64_t at);
 /*

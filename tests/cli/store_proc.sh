@@ -142,25 +142,28 @@ sp_kill9_worker() {
 	echo "kill -9 worker: task $id"
 }
 
-# A worker SIGSTOPped past its lease: another worker runs the task at
-# attempt 2; the stopped one, resumed after its handler answered, commits
-# late and is refused (REJECTED_STALE on attempt 1); two runs in all.
+# A worker SIGSTOPped past its lease, after its handler answered and
+# before its commit (a pause, a GC): another worker runs the task at
+# attempt 2; the stopped one, resumed, commits late and is refused
+# (REJECTED_STALE on attempt 1); two runs in all.  (A handler still
+# running when the lease clock runs out is killed by its guard even while
+# the worker is stopped: test_frozen_worker.sh.)
 sp_sigstop() {
 	local a b
 	"$DUE" add stall >/dev/null
-	"$DUE" work -q --kinds stall --lease 1s --owner A \
+	"$DUE" work -q --kinds stall --lease 3s --owner A \
 		--exec 'echo "A $DUE_ATTEMPT" >> "$OUT/stall.runs"; touch "$OUT/stall.started"
 			until [ -e "$OUT/stall.release" ]; do sleep 0.02; done; echo A; touch "$OUT/stall.finished"' \
 		2>"$T/stall-a.log" &
 	a=$!
 	wait_for "stall handler running" 60 test -e "$OUT/stall.started"
 	kill -STOP "$a"
+	touch "$OUT/stall.release"
+	wait_for "A's handler answered" 60 test -e "$OUT/stall.finished"
 	"$DUE" work -q --kinds stall --lease 1s --poll 20ms --owner B \
 		--exec 'echo "B $DUE_ATTEMPT" >> "$OUT/stall.runs"; echo B' &
 	b=$!
 	wait_for "stall done by B" 60 sp_all_done stall 1
-	touch "$OUT/stall.release"
-	wait_for "A's handler answered" 60 test -e "$OUT/stall.finished"
 	kill -CONT "$a"
 	late() { [ "$(sp_tasks stall "t[0]['attempts'][0].get('late_commit')")" = REJECTED_STALE ]; }
 	wait_for "A's late commit refused (REJECTED_STALE)" 60 late
