@@ -169,6 +169,7 @@ typedef struct work_args {
 	} pools[MAX_KINDS];
 	size_t n_pools;
 	int64_t kill_grace;
+	bool poll_set, horizon_set; /* given on the command line */
 } work_args;
 
 static due_worker *volatile running;
@@ -425,6 +426,7 @@ static int parse_opt(cli_ctx *c, work_args *a, int opt, char *arg)
 	case O_LEASE:
 		return cli_parse_duration(c, "--lease", arg, &a->wo.lease_us);
 	case O_POLL:
+		a->poll_set = true;
 		return cli_parse_duration(c, "--poll", arg, &a->wo.poll_us);
 	case O_GRACE:
 		return cli_parse_duration(c, "--grace", arg, &a->wo.grace_us);
@@ -437,6 +439,7 @@ static int parse_opt(cli_ctx *c, work_args *a, int opt, char *arg)
 	case O_NOCRON: a->wo.cron = false; return 0;
 	case O_NOWHEEL: a->wo.no_wheel = true; return 0;
 	case O_HORIZON:
+		a->horizon_set = true;
 		return cli_parse_duration(c, "--horizon", arg,
 					  &a->wo.horizon_us);
 	case O_MGRACE:
@@ -504,9 +507,15 @@ int cmd_work(int argc, char **argv)
 				     argv[optind]);
 		goto done;
 	}
-	if (a.wo.lease_us < 3000 || (a.wo.poll_us && a.wo.poll_us < 1000)) {
-		rc = cli_usage_error(
-		    &c, "--lease must be at least 3ms and --poll 1ms");
+	/* (0 is the library's "the default": given, it is a mistake) */
+	if (a.wo.lease_us < 3000 || (a.poll_set && a.wo.poll_us < 1000) ||
+	    (a.horizon_set && a.wo.horizon_us < 1000)) {
+		rc = cli_usage_error(&c, "%s must be at least %s",
+				     a.wo.lease_us < 3000 ? "--lease"
+				     : a.poll_set && a.wo.poll_us < 1000
+					 ? "--poll"
+					 : "--horizon",
+				     a.wo.lease_us < 3000 ? "3ms" : "1ms");
 		goto done;
 	}
 	if (!(rc = check_args(&c, &a)))

@@ -113,11 +113,15 @@ static void log_pruned(due_worker *w, const char *keep, int64_t n,
 	int64_t now = due__mono_us();
 
 	*unlogged += n;
-	if (n > 0)
-		due__wlog(w, 2, "retention: pruned %lld finished task(s)",
-			  (long long)n);
-	if (*unlogged == 0 || (*logged_at && now - *logged_at < PRUNE_EVERY_US))
+	if (*unlogged == 0 ||
+	    (*logged_at && now - *logged_at < PRUNE_EVERY_US)) {
+		/* (a run the line below says is not said twice) */
+		if (n > 0)
+			due__wlog(w, 2,
+				  "retention: pruned %lld finished task(s)",
+				  (long long)n);
 		return;
+	}
 	due__wlog(w, 1,
 		  "retention: pruned %lld finished task(s) ended more than %s "
 		  "ago",

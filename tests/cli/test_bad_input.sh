@@ -78,6 +78,8 @@ rows=(
 	"invalid duration 'forever'"           "prune --older-than forever"
 	"--concurrency '0'"                    "work --exec true --concurrency 0"
 	"--lease must be at least 3ms"         "work --exec true --lease 1ms"
+	"--poll must be at least 1ms"          "work --exec true --poll 0"
+	"--horizon must be at least 1ms"       "work --exec true --horizon 0"
 	"--kinds: empty list"                  "work --exec true --kinds ''"
 	"--exec: empty command"                "work --exec '  '"
 	"unknown option 'sync=norml'"          "ls --db 'sqlite:$T/due.db?sync=norml'"
