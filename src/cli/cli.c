@@ -143,6 +143,10 @@ int cli_parse_int(const cli_ctx *c, const char *what, const char *text, long lo,
 int cli_parse_duration(const cli_ctx *c, const char *what, const char *text,
 		       int64_t *out)
 {
+	/* `--poll --once`: getopt took the next option for the value */
+	if (text[0] == '-' && text[1] == '-')
+		return cli_usage_error(
+		    c, "option '%s' needs a value (got '%s')", what, text);
 	if (due_duration_parse(out, text) < 0)
 		return cli_usage_error(c, "%s: %s", what, due_error_last());
 	return 0;

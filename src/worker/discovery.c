@@ -441,9 +441,9 @@ bool due__try_wheel(due_worker *w, due_db *db)
 	d.listening = true;
 	atomic_store(&w->listening, true);
 	due__wlog(w, 1,
-		  "discovery: timing wheel (horizon %lld s, up to %d ids), "
+		  "discovery: timing wheel (horizon %lld ms, up to %d ids), "
 		  "woken by new submits; safety poll every %lld ms",
-		  (long long)w->o.horizon_us / 1000000, w->o.wheel_max,
+		  (long long)w->o.horizon_us / 1000, w->o.wheel_max,
 		  (long long)w->poll_us / 1000);
 	wheel_loop(w, db, &d);
 	atomic_store(&w->listening, false);

@@ -72,6 +72,61 @@ bool due__job_lease_check(due_job *j)
 	return false;
 }
 
+void due__job_log_unconfirmed(due_worker *w, const due_job *j, int64_t now,
+			      bool after)
+{
+	int64_t sent = atomic_load(&((due_job *)j)->confirmed_mono);
+	int64_t late = now - due__lease_stop_at(w, sent);
+	char why[64] = "";
+
+	if (after) {
+		due__wlog(w, 1,
+			  "task %lld (%s) attempt %d: lease not confirmed "
+			  "for %.1f s of its %.1f s (renewals unanswered, or "
+			  "this worker stopped or starved); its handler was "
+			  "stopped before the store could hand the task to "
+			  "another worker",
+			  (long long)j->task.id, j->task.kind, j->task.attempt,
+			  (double)(now - sent) / 1e6,
+			  (double)w->o.lease_us / 1e6);
+		return;
+	}
+	if (late > 100000)
+		snprintf(why, sizeof(why), " (%.0f ms past its time)",
+			 (double)late / 1000.0);
+	due__wlog(w, 1,
+		  "task %lld (%s) attempt %d: lease not confirmed "
+		  "for %.1f s of its %.1f s (renewals unanswered)%s; "
+		  "stopping its handler before the store can hand "
+		  "the task to another worker",
+		  (long long)j->task.id, j->task.kind, j->task.attempt,
+		  (double)(now - sent) / 1e6, (double)w->o.lease_us / 1e6, why);
+}
+
+/*
+** A try the lease clock stopped that the keeper did not see before its
+** handler returned (the keeper skips finished tries): a worker stopped
+** (SIGSTOP) whose command its guard killed meanwhile, resumed, sees the
+** command's end first.  Logged and counted here, once: `unconfirmed`
+** under mu says who did.
+*/
+static void unconfirmed_seen(due_worker *w, due_job *j)
+{
+	bool mine = false;
+
+	if (due__job_stop_why(j) != DUE_STOP_UNCONFIRMED)
+		return;
+	pthread_mutex_lock(&w->mu);
+	if (!j->unconfirmed) {
+		j->unconfirmed = mine = true;
+		atomic_fetch_add(&w->st.lease_lost, 1);
+		atomic_fetch_add(&w->st.lease_unconfirmed, 1);
+	}
+	pthread_mutex_unlock(&w->mu);
+	if (mine)
+		due__job_log_unconfirmed(w, j, due__mono_us(), true);
+}
+
 bool due_job_lease_held(const due_job *job)
 {
 	return due__job_lease_check((due_job *)job);
@@ -352,6 +407,7 @@ bool due__run_job(due_worker *w, due_job *j)
 		j->rc = j->h->fn(j, j->h->payload);
 	}
 	bool timed_out = settle_timeout(j);
+	unconfirmed_seen(w, j);
 	j->done_mono = due__mono_us();
 	due__wlog(w, 2, "task %lld (%s) attempt %d: handler %s in %.1f ms",
 		  (long long)j->task.id, j->task.kind, j->task.attempt,

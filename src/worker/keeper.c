@@ -198,22 +198,8 @@ static size_t unconfirmed_locked(due_worker *w, renewal *out, size_t cap,
 static void log_unconfirmed(due_worker *w, const renewal *t, size_t n,
 			    int64_t now)
 {
-	for (size_t i = 0; i < n; i++) {
-		int64_t sent = atomic_load(&t[i].job->confirmed_mono);
-		int64_t late = now - due__lease_stop_at(w, sent);
-		char why[64] = "";
-		if (late > 100000)
-			snprintf(why, sizeof(why), " (%.0f ms past its time)",
-				 (double)late / 1000.0);
-		due__wlog(w, 1,
-			  "task %lld (%s) attempt %d: lease not confirmed "
-			  "for %.1f s of its %.1f s (renewals unanswered)%s; "
-			  "stopping its handler before the store can hand "
-			  "the task to another worker",
-			  (long long)t[i].id, t[i].job->task.kind, t[i].attempt,
-			  (double)(now - sent) / 1e6,
-			  (double)w->o.lease_us / 1e6, why);
-	}
+	for (size_t i = 0; i < n; i++)
+		due__job_log_unconfirmed(w, t[i].job, now, false);
 }
 
 /*

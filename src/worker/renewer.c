@@ -223,8 +223,9 @@ static void renew_one(renewer *r, renewal *rn)
 	atomic_fetch_add(&w->st.lease_lost, 1);
 	due__wlog(w, 1, "task %lld attempt %d: %s; stopping its handler",
 		  (long long)rn->id, rn->attempt,
-		  eo == DUE_EXTEND_LOST ? "lease lost (taken back by the store)"
-					: "cancel requested");
+		  eo == DUE_EXTEND_LOST
+		      ? "lease lost (expired, or taken back by the store)"
+		      : "cancel requested");
 }
 
 /*

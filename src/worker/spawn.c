@@ -1009,9 +1009,16 @@ bool due__child_ended(due__child *c)
 		c->status = status;
 	if (r < 0 && (errno == EAGAIN || errno == EINTR))
 		return false;
-	/* EOF (or a broken pipe: the same end) */
-	if (c->status == -1)
+	/* EOF (or a broken pipe: the same end) with no status: the guard
+	   died (a SIGKILL to the group, or one to the guard alone from
+	   outside).  Its shell died with it (PR_SET_PDEATHSIG), but what the
+	   shell started lives on in the group, beside the try that comes
+	   next: SIGKILL the group (which exists while any of it lives, so
+	   its id names no other group) before the try's end is committed */
+	if (c->status == -1) {
 		c->status = SIGKILL;
+		kill(-c->pid, SIGKILL);
+	}
 	due__close_fd(&c->st);
 	if (c->guard) {
 		guard *g = c->guard;

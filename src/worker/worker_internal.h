@@ -449,6 +449,11 @@ int64_t due__job_kill_by(const due_job *j);
 ** 0 for a job with no worker or whose handler has returned.
 */
 int64_t due__job_guard_kill_at(const due_job *j);
+/* The lease clock's line for a try it stopped, once per try: the keeper's
+   (after false), or the handler thread's for a stop the keeper did not see
+   before the handler returned (after true). */
+void due__job_log_unconfirmed(due_worker *w, const due_job *j, int64_t now,
+			      bool after);
 /* Set kill_by unless it is already set (the first lease clock decides). */
 void due__job_set_kill_by(due_job *j, int64_t at);
 /*

@@ -80,6 +80,7 @@ rows=(
 	"--lease must be at least 3ms"         "work --exec true --lease 1ms"
 	"--poll must be at least 1ms"          "work --exec true --poll 0"
 	"--horizon must be at least 1ms"       "work --exec true --horizon 0"
+	"option '--poll' needs a value (got '--once')" "work --exec true --poll --once"
 	"--kinds: empty list"                  "work --exec true --kinds ''"
 	"--exec: empty command"                "work --exec '  '"
 	"unknown option 'sync=norml'"          "ls --db 'sqlite:$T/due.db?sync=norml'"

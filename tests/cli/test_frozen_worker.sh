@@ -87,11 +87,19 @@ frozen() {
 	# A lives on: it says what became of its try, and stops cleanly
 	wait_for "$mode: A logged its stopped try" 60 grep -q "task $id" "$T/$mode-a.log"
 	sleep 1
+	# the stop is logged once and counted, whoever saw it first (the
+	# keeper, the handler's thread seeing the guard's kill, or a renewal
+	# the store answered: lost)
+	expect_eq "$mode: one line says why attempt 1 stopped" 1 \
+		"$(grep -cE "task $id( \($mode\))? attempt 1: (lease not confirmed|lease lost)" "$T/$mode-a.log")"
 	if kill -0 "$a" 2>/dev/null; then ok; else bad "$mode: worker A died after SIGCONT"; fi
 	kill -TERM "$a" "$b"
 	rc=0
 	wait "$a" || rc=$?
 	expect_eq "$mode: worker A's exit" 0 "$rc"
+	if grep -q "stopped: .* lease lost 1 " "$T/$mode-a.log"; then ok; else
+		bad "$mode: A's summary does not count the lost lease: $(grep 'stopped:' "$T/$mode-a.log")"
+	fi
 	rc=0
 	wait "$b" || rc=$?
 	expect_eq "$mode: worker B's exit" 0 "$rc"
@@ -101,6 +109,24 @@ frozen() {
 
 frozen exec --exec "$T/exec.sh"
 frozen pipe --pipe "python3 $T/pipe.py"
+
+# A guard killed from outside (kill -9) takes its shell along
+# (PR_SET_PDEATHSIG); what the shell started must not live on beside the
+# next try, nor after the worker: the worker SIGKILLs the command's group
+# when its guard ends with no word.
+export mark="61.$$"
+id=$("$DUE" add guard9 --max-attempts 2 --backoff 10ms)
+"$DUE" work -q --kinds guard9 --lease 30s --concurrency 1 \
+	--exec 'if [ "$DUE_ATTEMPT" = 1 ]; then echo $PPID >"$OUT/guard9.guard"; sleep "$mark" & sleep "$mark"; wait; fi; echo second' &
+w=$!
+wait_for "guard9: attempt 1 running" 60 pgrep -f "sleep $mark"
+kill -9 "$(cat "$OUT/guard9.guard")"
+gone() { ! pgrep -f "sleep $mark" >/dev/null; }
+wait_for "guard9: attempt 1's processes gone after its guard's kill -9" 10 gone
+pkill -f "sleep $mark" 2>/dev/null || true # (when they were not)
+wait_for "guard9: DONE at attempt 2" 60 is_state "$id" DONE
+kill -TERM "$w"
+wait "$w" || bad "guard9: worker exit"
 
 echo "test_frozen_worker: $PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]
