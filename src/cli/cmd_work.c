@@ -508,14 +508,14 @@ int cmd_work(int argc, char **argv)
 		goto done;
 	}
 	/* (0 is the library's "the default": given, it is a mistake) */
-	if (a.wo.lease_us < 3000 || (a.poll_set && a.wo.poll_us < 1000) ||
-	    (a.horizon_set && a.wo.horizon_us < 1000)) {
-		rc = cli_usage_error(&c, "%s must be at least %s",
-				     a.wo.lease_us < 3000 ? "--lease"
-				     : a.poll_set && a.wo.poll_us < 1000
-					 ? "--poll"
-					 : "--horizon",
-				     a.wo.lease_us < 3000 ? "3ms" : "1ms");
+	const char *low = a.wo.lease_us < 3000 ? "--lease must be at least 3ms"
+			  : a.poll_set && a.wo.poll_us < 1000
+			      ? "--poll must be at least 1ms"
+			  : a.horizon_set && a.wo.horizon_us < 1000
+			      ? "--horizon must be at least 1ms"
+			      : NULL;
+	if (low) {
+		rc = cli_usage_error(&c, "%s", low);
 		goto done;
 	}
 	if (!(rc = check_args(&c, &a)))

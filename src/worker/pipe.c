@@ -591,6 +591,10 @@ static int step(due_pipe *p, due_job *job, proc *pr, xfer *x)
 	nfds_t n = 0;
 	long ll;
 
+	/* the guard kills the process at this try's lease clock, even if
+	   the worker cannot (spawn.c, "The lease clock"); told before the
+	   first round's wait, and again when a renewal moves it */
+	due__child_kill_at(&pr->c, due__job_guard_kill_at(job));
 	if (pr->c.in >= 0 && x->off < x->len)
 		pf[n++] = (struct pollfd){pr->c.in, POLLOUT, 0};
 	if (pr->c.out >= 0)
@@ -605,8 +609,6 @@ static int step(due_pipe *p, due_job *job, proc *pr, xfer *x)
 	if (pr->c.out >= 0)
 		due__drain_fd(&pr->c.out, &pr->out);
 	read_stderr(job->w, job, pr);
-	/* a renewal moved the lease clock: the guard learns it */
-	due__child_kill_at(&pr->c, due__job_guard_kill_at(job));
 	if (x->term_at == 0 && (ll = answer_ready(pr)) >= 0) {
 		x->line_len = (size_t)ll;
 		return X_ANSWER;
@@ -792,9 +794,6 @@ int due_pipe_handler(due_job *job, void *pipe)
 		return 1;
 	}
 	pr->tail.len = pr->tail.dropped = 0;
-	/* the guard kills the process at this try's lease clock, even if
-	   the worker cannot (spawn.c, "The lease clock") */
-	due__child_kill_at(&pr->c, due__job_guard_kill_at(job));
 	while ((r = step(p, job, pr, &x)) < 0)
 		;
 	free((char *)x.req);

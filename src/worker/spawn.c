@@ -292,13 +292,6 @@ static void ignore_group_signals(void)
 
 static volatile sig_atomic_t g_child_ended;
 
-static int64_t mono_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /*
 ** The lease clock of the command.  The worker stops a try
 ** whose lease it could not confirm in time and SIGKILLs its group at the
@@ -325,18 +318,24 @@ static void clock_read(lease_clock *lc)
 	clock_msg m;
 	ssize_t r;
 
+	/* (one for an earlier command, sent late, is not this one's) */
 	while ((r = read(P_CLOCK, &m, sizeof(m))) == (ssize_t)sizeof(m))
-		if (m.seq ==
-		    lc->seq) /* not a late one for an earlier command */
+		if (m.seq == lc->seq)
 			lc->kill_at = m.kill_at;
 	if (r == 0)
 		lc->open = false; /* EOF: the worker dropped this guard */
 }
 
+/* The kill time has come (or its SIGKILL was sent). */
+static bool clock_passed(const lease_clock *lc)
+{
+	return lc->killed || (lc->kill_at && due__mono_us() >= lc->kill_at);
+}
+
 /* At the kill time: out of the group (to live on and report), SIGKILL it. */
 static bool clock_due(pid_t home, pid_t pgid, lease_clock *lc)
 {
-	if (!lc->killed && lc->kill_at && mono_us() >= lc->kill_at) {
+	if (!lc->killed && clock_passed(lc)) {
 		setpgid(0, home);
 		kill(-pgid, SIGKILL);
 		lc->killed = true;
@@ -388,8 +387,8 @@ static _Noreturn void guard_orphaned(pid_t pgid, int64_t kill_grace_us,
 	int64_t waited = 0;
 
 	kill(-pgid, SIGTERM);
-	while (waited < kill_grace_us && group_left(pgid) && !lc->killed &&
-	       !(lc->kill_at && mono_us() >= lc->kill_at)) {
+	while (waited < kill_grace_us && group_left(pgid) &&
+	       !clock_passed(lc)) {
 		nap_us(10000);
 		waited += 10000;
 	}
@@ -539,7 +538,7 @@ static void guard_command(pid_t home, const spawn_req *rq, const int fds[4],
 			    {lc.open ? P_CLOCK : -1, POLLIN, 0}};
 			struct timespec ts, *wait = NULL;
 			if (!clock_due(home, sh, &lc) && lc.kill_at) {
-				int64_t d = lc.kill_at - mono_us();
+				int64_t d = lc.kill_at - due__mono_us();
 				d = d < 0 ? 0 : d;
 				ts.tv_sec = d / 1000000;
 				ts.tv_nsec = (long)(d % 1000000) * 1000;
