@@ -23,8 +23,12 @@ static void on_step(const char *what, int64_t done, int64_t total,
 {
 	cli_progress_phase ph = {.unit = NULL};
 
-	snprintf(ph.what, sizeof(ph.what), "%s (step %lld of %lld)", what,
-		 (long long)done + 1, (long long)total);
+	if (total > 0)
+		snprintf(ph.what, sizeof(ph.what), "%s (step %lld of %lld)",
+			 what, (long long)done + 1, (long long)total);
+	else /* a step count not known before (the Redis layout's) */
+		snprintf(ph.what, sizeof(ph.what), "%s (step %lld)", what,
+			 (long long)done + 1);
 	cli_progress_phase_begin(payload, &ph);
 }
 

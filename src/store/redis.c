@@ -1929,6 +1929,13 @@ static int schema_op(due_store *s, const char *op, int *v)
 		    "shard)",
 		    s->cfg.label, -1000 - *v,
 		    s->cfg.shards > 1 ? s->cfg.shards : 1, -1000 - *v);
+	if (*v == -3) /* lua version(): layout 3, or its upgrade cut short */
+		return due__error_set(
+		    DUE_ESCHEMA,
+		    "redis store %s: its layout of tasks and indexes is an "
+		    "older one (3): run `due init` to upgrade it (stop the "
+		    "store's workers first)",
+		    s->cfg.label);
 	if (*v == -2) /* lua version(): another layout */
 		return due__error_set(
 		    DUE_ESCHEMA,
@@ -1952,8 +1959,17 @@ static int rd_check_schema(due_store *s)
 */
 static int rd_init_schema(due_store *s)
 {
-	int v, rc = schema_op(s, "init", &v);
-	return rc < 0 ? rc : due__schema_verdict(s->cfg.label, v, "");
+	int v, rc;
+	int64_t steps = 0;
+
+	/* -4: the layout's upgrade moved a step of ids and has more */
+	while ((rc = schema_raw(s, "init", &v)) == 0 && v == -4)
+		due__progress(
+		    "upgrade the Redis layout to 4 (20,000 ids a step)",
+		    steps++, 0);
+	if (rc < 0 || (rc = schema_op(s, "version", &v)) < 0)
+		return rc;
+	return due__schema_verdict(s->cfg.label, v, "");
 }
 
 static int rd_now(due_store *s, due_time *out)

@@ -1276,6 +1276,138 @@ static void test_upgrade_from_4(void **state)
 	due_close(db);
 }
 
+/* due_open_opts.progress of the layout test: the steps it reports */
+static void count_steps(const char *what, int64_t done, int64_t total,
+			void *payload)
+{
+	(void)total;
+	if (strstr(what, "layout"))
+		*(int64_t *)payload = done + 1;
+}
+
+/* The ids of `st` in id order, every page of due_list. */
+static size_t ids_of(due_db *db, due_state st, due_id *out, size_t max)
+{
+	due_list_opts o = DUE_LIST_OPTS_INIT;
+	due_task_list *l = NULL;
+	size_t n = 0;
+
+	o.state = st;
+	o.limit = 1000;
+	for (;;) {
+		assert_int_equal(due_list(db, &l, &o), 0);
+		for (size_t i = 0; i < l->count && n < max; i++) {
+			assert_int_equal(l->items[i].state, st);
+			out[n++] = l->items[i].id;
+		}
+		size_t got = l->count;
+		if (got)
+			o.after = l->items[got - 1].id;
+		due_task_list_free(l);
+		if (got < (size_t)o.limit)
+			return n;
+	}
+}
+
+/*
+** Layout 3 -> 4 (issue 39): the per-state sorted sets :st:<STATE> became
+** bitmaps.  A store written by layout 3 (its state sets made here from a
+** layout 4 store: the same ids, the bitmaps deleted, layout '3' in :meta)
+** is refused until `due init`, which moves 20,000 ids a step (27,003
+** here: two steps, the first reported as progress); then every state lists the
+*same ids in id order, the
+** counts agree and the tasks are claimed as before.
+*/
+static void test_upgrade_layout_3(void **state)
+{
+	(void)state;
+	enum { BULK = 9000, NB = 3 * BULK };
+	due_db *db = open_db();
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_complete_outcome co;
+	due_cancel_outcome cco;
+	due_state ks;
+	due_stats st;
+	int64_t steps = 0;
+	static due_id got[NB + 10];
+	due_id d = add(db, "k", 0, 5);
+
+	assert_int_equal(
+	    due_complete(db, &co, d, claim_one(db, d, LONG_LEASE), "r", 1), 0);
+	due_id c = add(db, "k", 3600000000LL, 5);
+	assert_int_equal(due_cancel(db, &cco, c), 0);
+	due_id x = add(db, "k", 3600000000LL, 5);
+	assert_int_equal(due_kill(db, &ks, x), 0);
+	due_id first = add_many(db, "bulk", NULL, BULK);
+	add_many(db, "bulk", NULL, BULK);
+	add_many(db, "bulk", NULL, BULK);
+	due_close(db);
+
+	/* layout 3: the same ids in :st:<STATE>, no bitmap */
+	redisContext *rc = tu_redis_connect();
+	assert_non_null(rc);
+	static const char *const sts[] = {"SCHEDULED", "DONE", "CANCELLED",
+					  "DEAD"};
+	for (int i = 0; i < 4; i++) {
+		char sc[160], sb[160];
+		snprintf(sc, sizeof(sc), "%s", tu_rd_key("sc:%s", sts[i]));
+		snprintf(sb, sizeof(sb), "%s", tu_rd_key("sb:%s:", sts[i]));
+		freeReplyObject(redisCommand(
+		    rc, "EVAL %s 1 %s %s %s",
+		    "for _, c in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) "
+		    "do local s = redis.call('GET', ARGV[1] .. c) or '' "
+		    "for i = 1, #s do local b = string.byte(s, i) "
+		    "for j = 0, 7 do if bit.band(b, bit.rshift(128, j)) ~= 0 "
+		    "then local id = c * 1024 + (i - 1) * 8 + j "
+		    "redis.call('ZADD', ARGV[2], id, id) end end end "
+		    "redis.call('DEL', ARGV[1] .. c) end "
+		    "redis.call('DEL', KEYS[1])",
+		    sc, sb, tu_rd_key("st:%s", sts[i])));
+		assert_int_equal(tu_rd("EXISTS %s", sc), 0);
+	}
+	redisFree(rc);
+	assert_int_equal(tu_rd("ZCARD %s", tu_rd_key("st:SCHEDULED")), NB);
+	assert_int_equal(
+	    tu_rd("ZSCORE %s %lld", tu_rd_key("st:DONE"), (long long)d), d);
+	cmd_ok("HSET %s layout 3", tu_rd_key("meta"));
+
+	assert_int_equal(due_open(&db, url, &oo), DUE_ESCHEMA);
+	assert_non_null(strstr(due_error_last(), "due init"));
+	due_close(db);
+	oo.create = true; /* what `due init` does */
+	oo.progress = count_steps;
+	oo.progress_payload = &steps;
+	assert_int_equal(due_open(&db, url, &oo), 0);
+	assert_int_equal(steps, 1); /* 20,000 moved, more left; the 2nd ends */
+	assert_int_equal(tu_rd("HGET %s layout", tu_rd_key("meta")), 4);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(tu_rd("EXISTS %s", tu_rd_key("st:%s", sts[i])),
+				 0);
+	assert_int_equal(ids_of(db, DUE_SCHEDULED, got, NB + 10), NB);
+	for (int i = 0; i < NB; i++)
+		assert_int_equal(got[i], first + i);
+	assert_int_equal(ids_of(db, DUE_DONE, got, 10), 1);
+	assert_int_equal(got[0], d);
+	assert_int_equal(ids_of(db, DUE_CANCELLED, got, 10), 1);
+	assert_int_equal(got[0], c);
+	assert_int_equal(ids_of(db, DUE_DEAD, got, 10), 1);
+	assert_int_equal(got[0], x);
+	assert_int_equal(due_stats_get(db, &st), 0);
+	assert_int_equal(st.counts[DUE_SCHEDULED], NB);
+	assert_int_equal(st.counts[DUE_DONE], 1);
+	assert_int_equal(st.counts[DUE_CANCELLED], 1);
+	assert_int_equal(st.counts[DUE_DEAD], 1);
+	/* the tasks move on as before: the first claimed leaves the bitmap */
+	due_task_list *l = NULL;
+	assert_int_equal(due_claim(db, &l, "w1", NULL, 0, 1, LONG_LEASE), 0);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, first);
+	due_task_list_free(l);
+	assert_int_equal(ids_of(db, DUE_SCHEDULED, got, NB + 10), NB - 1);
+	assert_int_equal(got[0], first + 1);
+	due_close(db);
+}
+
 /*
 ** A try's attempt record is written when it ends; while it runs the task
 ** hash holds it (owner, claim time 'n', due_at) and due_get shows it
@@ -2149,6 +2281,7 @@ int main(void)
 	    T(test_claimed_from_lease),
 	    T(test_memory_per_task),
 	    T(test_upgrade_from_4),
+	    T(test_upgrade_layout_3),
 	    T(test_attempt_written_at_end),
 	    T(test_wait_options_refused),
 	    T(test_seeds_not_cluster),

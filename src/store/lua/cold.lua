@@ -62,14 +62,40 @@ local function cold()
       if tonumber(id) > after then all[#all + 1] = tonumber(id) end
     end
   end
+  -- the ids of state (not CLAIMED) after `after`, at most n, ascending:
+  -- the chunks in use from the one holding after + 1, each bitmap read
+  -- whole (SB / 8 bytes) and its set bits taken in order
+  local function state_ids(state, after, n, out)
+    local c0, got, kb = math.floor((after + 1) / SB), 0, P .. ':sb:' .. state .. ':'
+    while got < n do
+      local cs = redis.call('ZRANGEBYSCORE', K('sc', state), I(c0), '+inf', 'LIMIT', 0, 8)
+      for _, cm in ipairs(cs) do
+        local c = tonumber(cm)
+        local s = redis.call('GET', kb .. cm) or ''
+        for i = 1, #s do
+          local byte = string.byte(s, i)
+          if byte ~= 0 then
+            for j = 0, 7 do
+              local id = c * SB + (i - 1) * 8 + j
+              if id > after and bit.band(byte, bit.rshift(128, j)) ~= 0 then
+                out[#out + 1] = id
+                got = got + 1
+                if got == n then return end
+              end
+            end
+          end
+        end
+        c0 = c + 1
+      end
+      if #cs < 8 then return end
+    end
+  end
   local function next_ids(state, after, n)
-    local lo = '(' .. I(after)
-    if state ~= '' and state ~= 'CLAIMED' then return redis.call('ZRANGEBYSCORE', K('st', state), lo, '+inf', 'LIMIT', 0, n) end
     local all = {}
-    claimed_ids(after, all)
-    if state == '' then
+    if state == '' or state == 'CLAIMED' then claimed_ids(after, all) end
+    if state ~= 'CLAIMED' then
       for _, st in ipairs({'SCHEDULED', 'DONE', 'CANCELLED', 'DEAD'}) do
-        for _, id in ipairs(redis.call('ZRANGEBYSCORE', K('st', st), lo, '+inf', 'LIMIT', 0, n)) do all[#all + 1] = tonumber(id) end
+        if state == '' or state == st then state_ids(st, after, n, all) end
       end
     end
     table.sort(all)
@@ -209,10 +235,16 @@ local function cold()
 
   ops.stats = function()
     local t = now()
-    local out = {I(t)}
+    local out, cnt = {I(t)}, {}
+    -- the per-state counts: the (state, kind) counters summed
+    local kc = redis.call('HGETALL', K('kc'))
+    for j = 1, #kc, 2 do
+      local s = string.match(kc[j], '^(%u+):')
+      if s then cnt[s] = (cnt[s] or 0) + tonumber(kc[j + 1]) end
+    end
     for _, s in ipairs(STATES) do
       if s == 'CLAIMED' then out[#out + 1] = redis.call('ZCARD', K('lease'))
-      else out[#out + 1] = redis.call('ZCARD', K('st', s)) end
+      else out[#out + 1] = cnt[s] or 0 end
     end
     local n, oldest = due_count(KDUE, t)
     out[#out + 1] = n

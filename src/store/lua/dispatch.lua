@@ -19,7 +19,7 @@ local function run(keys, args)
   KDUE, KKC, KDPM, KLAT, KMW, KOB = K('due'), K('kc'), K('dpm'), K('lat'), K('mw') .. ':', K('ob')
   SHN, SHI, SEQ_NEXT, SEQ_END = nil, nil, 1, 0
   NOW, NOW_S, MW_M, MW_K = nil, nil, nil, nil
-  KLEASE, KFIN, KST, KDK = K('lease'), K('fin'), {}, {}
+  KLEASE, KFIN, KDK, SQ, SK = K('lease'), K('fin'), {}, {}, {}
   local op = ops[A[1]]
   if not op then cold() op = ops[A[1]] end
   if not op then return redis.error_reply('due: unknown operation ' .. tostring(A[1])) end

@@ -5,11 +5,12 @@ local ops = {}
 
 -- layout: how this script writes tasks and indexes (field names, index
 -- members); a prefix written by an earlier development layout is refused
-local LAYOUT = '3'
+local LAYOUT = '4'
 -- a sharded store (redis_shard.c) is N prefixes {due:NAME:i}, each
 -- with shards=N in its meta; A[3] is the N the caller opened it with
 local function version()
   local v = redis.call('HMGET', K('meta'), 'schema_version', 'layout', 'shards')
+  if v[1] and (v[2] == '3' or v[2] == '3-4') then return -3 end
   if v[1] and v[2] ~= LAYOUT then return -2 end
   if v[1] and tonumber(v[3] or '1') ~= tonumber(A[3] or '1') then return -1000 - tonumber(v[3] or '1') end
   if v[1] then return tonumber(v[1]) end
@@ -24,8 +25,36 @@ end
 -- 4 -> 5 (issue 15): the metrics moved from the whole history's
 -- counters (:m) to the minutes of the window (:mw:M); locks (:lock:N)
 -- and the workers' `pruned` need nothing written before their use
+-- layout 3 -> 4 (issue 39): the per-state sorted sets :st:<STATE>
+-- become the bitmaps of sbit() (writes.lua).  Bounded steps: one call
+-- moves at most 20,000 ids (ZPOPMIN, so a step that is cut short loses
+-- nothing: what it popped is written by its flush) and answers -4 until
+-- none is left; redis.c calls again.  Layout '3-4' meanwhile refuses
+-- every build (an older one would write the sets again).
+local function relayout()
+  redis.call('HSET', K('meta'), 'layout', '3-4')
+  local left = 20000
+  for _, st in ipairs({'SCHEDULED', 'DONE', 'CANCELLED', 'DEAD'}) do
+    local key = K('st', st)
+    while left > 0 do
+      local r = redis.call('ZPOPMIN', key, math.min(left, 5000))
+      if #r == 0 then break end
+      for j = 1, #r, 2 do sbit(st, r[j], '1') end
+      left = left - #r / 2
+      flush()
+    end
+    if left <= 0 then return false end
+  end
+  redis.call('HSET', K('meta'), 'layout', LAYOUT)
+  return true
+end
+
 ops.init = function()
   local v = version()
+  if v == -3 then
+    if not relayout() then return -4 end
+    v = version()
+  end
   if v == 4 and tonumber(A[2]) >= 5 then
     redis.call('DEL', K('m'))
     redis.call('HSET', K('meta'), 'schema_version', '5')

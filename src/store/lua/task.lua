@@ -15,16 +15,16 @@ local function idx_del(id, kind, prio, due)
   zrem(KDUE, m)
   zrem(dk, m)
 end
--- the per-state index and the (state, kind) counters; CLAIMED has no
--- :st index: :lease holds exactly the CLAIMED ids (lease_set/lease_del
+-- the per-state bitmaps (sbit) and the (state, kind) counters; CLAIMED
+-- has no bitmap: :lease holds exactly the CLAIMED ids (lease_set/lease_del
 -- go with every move into and out of CLAIMED)
 local function move(id, kind, from, to)
   if from then
-    if from ~= 'CLAIMED' then zrem(kst(from), id) end
+    if from ~= 'CLAIMED' then sbit(from, id, '0') end
     hincr(KKC, from .. ':' .. kind, -1)
   end
   if to then
-    if to ~= 'CLAIMED' then zadd(kst(to), id, id) end
+    if to ~= 'CLAIMED' then sbit(to, id, '1') end
     hincr(KKC, to .. ':' .. kind, 1)
   end
 end

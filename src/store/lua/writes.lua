@@ -14,9 +14,8 @@ local KDUE, KKC, KDPM, KLAT -- run() sets them: K('due'), ...
 -- that cover DUE_METRICS_WINDOW_US, whatever the history's length.
 local KMW -- K('mw') .. ':' (run())
 -- keys a task's steps name again and again, made once a call: :lease,
--- :fin, :st:<state> (KST), :dk:<kind> (KDK); run() empties them
-local KLEASE, KFIN, KST, KDK
-local function kst(state) local k = KST[state] if not k then k = K('st', state) KST[state] = k end return k end
+-- :fin, :dk:<kind> (KDK); run() empties them
+local KLEASE, KFIN, KDK
 local function kdk(kind) local k = KDK[kind] if not k then k = K('dk', kind) KDK[kind] = k end return k end
 local MW_TTL = 1020
 -- (the last minute's key kept: a call's tries mostly share a minute;
@@ -39,6 +38,25 @@ local function zq(key, m, score)
 end
 local function zadd(key, score, m) zq(key, m, score) end
 local function zrem(key, m) zq(key, m, false) end
+-- The ids of each state but CLAIMED (SCHEDULED, DONE, CANCELLED, DEAD;
+-- CLAIMED's are :lease's members) are bitmaps, not sorted sets (layout
+-- 4): bit id % SB of the string :sb:<STATE>:<chunk>, chunk = id / SB,
+-- and :sc:<STATE> holds the chunks in use (a sorted set, score = member
+-- = chunk), so `ls` pages a state in id order.  A task then pays a bit
+-- where a sorted-set member cost about 100 bytes and a skiplist insert;
+-- a chunk holding one id alone costs about 300 (the worst case: one id
+-- of a state in SB).  Bits are queued like the sets' members (last
+-- write wins) and flush() sends one BITFIELD per chunk; a chunk left
+-- with no bit set is deleted.
+local SB = 1024
+local SQ, SK -- run() makes them empty
+local function sbit(state, id, v)
+  local c = math.floor(tonumber(id) / SB)
+  local key = P .. ':sb:' .. state .. ':' .. I(c)
+  local q = SQ[key]
+  if not q then q = {s = state, c = c, b = {}} SQ[key] = q SK[#SK + 1] = key end
+  q.b[tonumber(id) - c * SB] = v
+end
 local function hincr(key, f, n)
   local q = HQ[key]
   if not q then q = {} HQ[key] = q HK[#HK + 1] = key end
@@ -47,7 +65,21 @@ end
 local function chunked(cmd, key, args)
   for i = 1, #args, 4000 do redis.call(cmd, key, unpack(args, i, math.min(i + 3999, #args))) end
 end
+local function sflush()
+  for _, key in ipairs(SK) do
+    local q, args, set = SQ[key], {}, false
+    for b, v in pairs(q.b) do
+      args[#args + 1] = 'SET' args[#args + 1] = 'u1' args[#args + 1] = I(b) args[#args + 1] = v
+      if v == '1' then set = true end
+    end
+    redis.call('BITFIELD', key, unpack(args))
+    if set then zadd(K('sc', q.s), q.c, q.c)
+    elseif redis.call('BITCOUNT', key) == 0 then redis.call('DEL', key) zrem(K('sc', q.s), q.c) end
+  end
+  SQ, SK = {}, {}
+end
 local function flush()
+  if #SK > 0 then sflush() end
   for _, key in ipairs(ZK) do
     local add, rem = {}, {}
     for m, sc in pairs(ZQ[key]) do
