@@ -1190,6 +1190,65 @@ static void test_claimed_from_lease(void **state)
 	due_close(db);
 }
 
+/* Each state's bitmap chunks (layout 4): the count at bit 1024 equals
+   the bitmap's bits, every chunk in use is in :sc, and a chunk emptied
+   is deleted with its :sc member. */
+static void check_chunks(const char *st, long long want_ids)
+{
+	char sc[160];
+	long long total = 0;
+	snprintf(sc, sizeof(sc), "%s", tu_rd_key("sc:%s", st));
+	redisReply *cs = cmd("ZRANGE %s 0 -1", sc);
+	assert_non_null(cs);
+	assert_int_equal(cs->type, REDIS_REPLY_ARRAY);
+	for (size_t i = 0; i < cs->elements; i++) {
+		char key[160];
+		snprintf(key, sizeof(key), "%s",
+			 tu_rd_key("sb:%s:%s", st, cs->element[i]->str));
+		long long bits = tu_rd("BITCOUNT %s 0 127", key);
+		redisReply *r = cmd("BITFIELD %s GET u16 1024", key);
+		assert_non_null(r);
+		assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+		assert_int_equal(r->element[0]->integer, bits);
+		freeReplyObject(r);
+		assert_true(bits > 0);
+		total += bits;
+	}
+	freeReplyObject(cs);
+	assert_int_equal(total, want_ids);
+}
+
+static void test_state_chunks(void **state)
+{
+	(void)state;
+	enum { N = 2500 }; /* ids over three or four chunks of 1024 */
+	due_db *db = open_db();
+	due_task_list *l = NULL;
+	due_complete_outcome co;
+	int done = 0;
+
+	add_many(db, "k", NULL, N);
+	check_chunks("SCHEDULED", N);
+	assert_true(tu_rd("ZCARD %s", tu_rd_key("sc:SCHEDULED")) >= 3);
+	while (done < N) {
+		assert_int_equal(
+		    due_claim(db, &l, "w", NULL, 0, 300, LONG_LEASE), 0);
+		assert_true(l->count > 0);
+		for (size_t i = 0; i < l->count; i++)
+			assert_int_equal(due_complete(db, &co, l->items[i].id,
+						      l->items[i].attempt, "r",
+						      1),
+					 0);
+		done += (int)l->count;
+		due_task_list_free(l);
+		check_chunks("SCHEDULED", N - done);
+		check_chunks("DONE", done);
+	}
+	assert_int_equal(tu_rd("EXISTS %s", tu_rd_key("sc:SCHEDULED")), 0);
+	assert_int_equal(tu_rd("ZCARD %s", tu_rd_key("dh")), 0);
+	due_close(db);
+}
+
 static void test_memory_per_task(void **state)
 {
 	(void)state;
@@ -1311,12 +1370,14 @@ static size_t ids_of(due_db *db, due_state st, due_id *out, size_t max)
 
 /*
 ** Layout 3 -> 4 (issue 39): the per-state sorted sets :st:<STATE> became
-** bitmaps.  A store written by layout 3 (its state sets made here from a
-** layout 4 store: the same ids, the bitmaps deleted, layout '3' in :meta)
-** is refused until `due init`, which moves 20,000 ids a step (27,003
-** here: two steps, the first reported as progress); then every state lists the
-*same ids in id order, the
-** counts agree and the tasks are claimed as before.
+** bitmaps, and :due and :dkinds gave way to the kinds' heads (:dh).  A
+** store written by layout 3 (made here from a layout 4 store: the same
+** ids in the state sets, every scheduled task in :due, the kinds in
+** :dkinds, no bitmap, no :dh, layout '3' in :meta) is refused until `due
+** init`, which moves 20,000 ids a step (27,004 here: two steps, the
+** first reported as progress); then every state lists the same ids in
+** id order, the counts agree and the tasks are claimed in the same
+** order (a priority -5 task due later does not hold back those due).
 */
 static void test_upgrade_layout_3(void **state)
 {
@@ -1338,14 +1399,33 @@ static void test_upgrade_layout_3(void **state)
 	assert_int_equal(due_cancel(db, &cco, c), 0);
 	due_id x = add(db, "k", 3600000000LL, 5);
 	assert_int_equal(due_kill(db, &ks, x), 0);
+	due_schedule_opts so = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted sub;
+	so.priority = -5;
+	so.delay_us = 3600000000LL;
+	assert_int_equal(due_schedule(db, &sub, "later", "p", 1, &so), 0);
 	due_id first = add_many(db, "bulk", NULL, BULK);
 	add_many(db, "bulk", NULL, BULK);
 	add_many(db, "bulk", NULL, BULK);
 	due_close(db);
+	assert_int_equal(tu_rd("ZCARD %s", tu_rd_key("dh")), 2);
 
-	/* layout 3: the same ids in :st:<STATE>, no bitmap */
+	/* layout 3: the same ids in :st:<STATE>, no bitmap; every scheduled
+	   task in :due, the kinds with any in :dkinds, no heads (:dh) */
 	redisContext *rc = tu_redis_connect();
 	assert_non_null(rc);
+	freeReplyObject(redisCommand(
+	    rc, "EVAL %s 3 %s %s %s %s",
+	    "for _, h in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do "
+	    "local kind = string.sub(h, 19) "
+	    "redis.call('ZADD', KEYS[3], 0, kind) "
+	    "for _, m in ipairs(redis.call('ZRANGE', ARGV[1] .. kind, 0, -1)) "
+	    "do redis.call('ZADD', KEYS[2], 0, m) end end "
+	    "redis.call('DEL', KEYS[1])",
+	    tu_rd_key("dh"), tu_rd_key("due"), tu_rd_key("dkinds"),
+	    tu_rd_key("dk:")));
+	assert_int_equal(tu_rd("ZCARD %s", tu_rd_key("due")), NB + 1);
+	assert_int_equal(tu_rd("ZCARD %s", tu_rd_key("dkinds")), 2);
 	static const char *const sts[] = {"SCHEDULED", "DONE", "CANCELLED",
 					  "DEAD"};
 	for (int i = 0; i < 4; i++) {
@@ -1356,7 +1436,8 @@ static void test_upgrade_layout_3(void **state)
 		    rc, "EVAL %s 1 %s %s %s",
 		    "for _, c in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) "
 		    "do local s = redis.call('GET', ARGV[1] .. c) or '' "
-		    "for i = 1, #s do local b = string.byte(s, i) "
+		    "for i = 1, math.min(#s, 128) do local b = string.byte(s, "
+		    "i) "
 		    "for j = 0, 7 do if bit.band(b, bit.rshift(128, j)) ~= 0 "
 		    "then local id = c * 1024 + (i - 1) * 8 + j "
 		    "redis.call('ZADD', ARGV[2], id, id) end end end "
@@ -1366,7 +1447,7 @@ static void test_upgrade_layout_3(void **state)
 		assert_int_equal(tu_rd("EXISTS %s", sc), 0);
 	}
 	redisFree(rc);
-	assert_int_equal(tu_rd("ZCARD %s", tu_rd_key("st:SCHEDULED")), NB);
+	assert_int_equal(tu_rd("ZCARD %s", tu_rd_key("st:SCHEDULED")), NB + 1);
 	assert_int_equal(
 	    tu_rd("ZSCORE %s %lld", tu_rd_key("st:DONE"), (long long)d), d);
 	cmd_ok("HSET %s layout 3", tu_rd_key("meta"));
@@ -1383,9 +1464,13 @@ static void test_upgrade_layout_3(void **state)
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(tu_rd("EXISTS %s", tu_rd_key("st:%s", sts[i])),
 				 0);
-	assert_int_equal(ids_of(db, DUE_SCHEDULED, got, NB + 10), NB);
+	assert_int_equal(tu_rd("EXISTS %s", tu_rd_key("due")), 0);
+	assert_int_equal(tu_rd("EXISTS %s", tu_rd_key("dkinds")), 0);
+	assert_int_equal(tu_rd("ZCARD %s", tu_rd_key("dh")), 2);
+	assert_int_equal(ids_of(db, DUE_SCHEDULED, got, NB + 10), NB + 1);
+	assert_int_equal(got[0], sub.id);
 	for (int i = 0; i < NB; i++)
-		assert_int_equal(got[i], first + i);
+		assert_int_equal(got[i + 1], first + i);
 	assert_int_equal(ids_of(db, DUE_DONE, got, 10), 1);
 	assert_int_equal(got[0], d);
 	assert_int_equal(ids_of(db, DUE_CANCELLED, got, 10), 1);
@@ -1393,7 +1478,8 @@ static void test_upgrade_layout_3(void **state)
 	assert_int_equal(ids_of(db, DUE_DEAD, got, 10), 1);
 	assert_int_equal(got[0], x);
 	assert_int_equal(due_stats_get(db, &st), 0);
-	assert_int_equal(st.counts[DUE_SCHEDULED], NB);
+	assert_int_equal(st.counts[DUE_SCHEDULED], NB + 1);
+	assert_int_equal(st.due_unclaimed, NB);
 	assert_int_equal(st.counts[DUE_DONE], 1);
 	assert_int_equal(st.counts[DUE_CANCELLED], 1);
 	assert_int_equal(st.counts[DUE_DEAD], 1);
@@ -1403,8 +1489,8 @@ static void test_upgrade_layout_3(void **state)
 	assert_int_equal(l->count, 1);
 	assert_int_equal(l->items[0].id, first);
 	due_task_list_free(l);
-	assert_int_equal(ids_of(db, DUE_SCHEDULED, got, NB + 10), NB - 1);
-	assert_int_equal(got[0], first + 1);
+	assert_int_equal(ids_of(db, DUE_SCHEDULED, got, NB + 10), NB);
+	assert_int_equal(got[1], first + 1);
 	due_close(db);
 }
 
@@ -2282,6 +2368,7 @@ int main(void)
 	    T(test_memory_per_task),
 	    T(test_upgrade_from_4),
 	    T(test_upgrade_layout_3),
+	    T(test_state_chunks),
 	    T(test_attempt_written_at_end),
 	    T(test_wait_options_refused),
 	    T(test_seeds_not_cluster),

@@ -141,23 +141,57 @@ local function claim_limited(st, k, t, owner, lease, limit, rows)
   kind_after(st, k, t, #ids, st.held, oldest, ids)
 end
 
+-- The due members of every admitted kind in (priority, due_at, id)
+-- order, at most need: per priority in use (a loose index scan of :dh),
+-- the first need admitted kinds whose head of that priority is due (any
+-- task among the first need is of one of them: its kind's head comes no
+-- later), need members of each, merged.
+local function due_scan(t, need, out, admits)
+  flush()
+  local lo, taken = '-', 0
+  while taken < need do
+    local first = redis.call('ZRANGEBYLEX', KDH, lo, '+', 'LIMIT', 0, 1)
+    if #first == 0 then break end
+    local p, left = string.sub(first[1], 1, 2), need - taken
+    local kinds, off = {}, 0
+    while #kinds < left do
+      local hs = redis.call('ZRANGEBYLEX', KDH, '[' .. p, upto(p, t), 'LIMIT', off, 64)
+      for _, h in ipairs(hs) do
+        local kind = string.sub(h, 19)
+        if admits(kind) then
+          kinds[#kinds + 1] = kind
+          local dk = kdk(kind)
+          if not DHINT[dk] then DHINT[dk] = {} end
+          DHINT[dk][p] = string.sub(h, 1, 18)
+          if #kinds == left then break end
+        end
+      end
+      if #hs < 64 then break end
+      off = off + 64
+    end
+    local cand = {}
+    for _, kind in ipairs(kinds) do
+      for _, m in ipairs(redis.call('ZRANGEBYLEX', kdk(kind), '[' .. p, upto(p, t), 'LIMIT', 0, left)) do
+        cand[#cand + 1] = m
+      end
+    end
+    if #kinds > 1 then table.sort(cand, mless) end
+    for j = 1, math.min(left, #cand) do out[#out + 1] = cand[j] end
+    taken = taken + math.min(left, #cand)
+    lo = '(' .. p .. FF16
+  end
+  return taken
+end
+
 local function claim_rest(f, filt, t, owner, lease, limit, rows)
   local need = limit - #rows
   if need <= 0 then return end
   local picked = {}
-  if not filt.any and not f.blocked then
-    scan(K('due'), t, need, picked)
-  else
-    flush()
-    for _, kind in ipairs(redis.call('ZRANGE', K('dkinds'), 0, -1)) do
-      local k = f[kind]
-      if filt.admits(kind) and not (k and (k.paused or k.limited)) then
-        scan(kdk(kind), t, need, picked)
-      end
-    end
-    table.sort(picked, mless)
-  end
-  for j = 1, math.min(need, #picked) do
+  due_scan(t, need, picked, function(kind)
+    local k = f[kind]
+    return filt.admits(kind) and not (k and (k.paused or k.limited))
+  end)
+  for j = 1, #picked do
     local r = take(mid(picked[j]), t, owner, lease)
     if r then rows[#rows + 1] = r end
   end

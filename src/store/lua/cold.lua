@@ -72,7 +72,7 @@ local function cold()
       for _, cm in ipairs(cs) do
         local c = tonumber(cm)
         local s = redis.call('GET', kb .. cm) or ''
-        for i = 1, #s do
+        for i = 1, math.min(#s, SB / 8) do
           local byte = string.byte(s, i)
           if byte ~= 0 then
             for j = 0, 7 do
@@ -233,6 +233,21 @@ local function cold()
     return n, oldest
   end
 
+  -- every kind's tasks due at t (its heads in :dh say which kinds and
+  -- priorities have any); the oldest due_at of them or nil
+  local function due_all(t)
+    local n, oldest = 0, nil
+    for _, h in ipairs(redis.call('ZRANGE', KDH, 0, -1)) do
+      local d = mdue(h)
+      if d <= t then
+        local p = string.sub(h, 1, 2)
+        n = n + redis.call('ZLEXCOUNT', K('dk', string.sub(h, 19)), '[' .. p, upto(p, t))
+        if not oldest or d < oldest then oldest = d end
+      end
+    end
+    return n, oldest
+  end
+
   ops.stats = function()
     local t = now()
     local out, cnt = {I(t)}, {}
@@ -246,7 +261,7 @@ local function cold()
       if s == 'CLAIMED' then out[#out + 1] = redis.call('ZCARD', K('lease'))
       else out[#out + 1] = cnt[s] or 0 end
     end
-    local n, oldest = due_count(KDUE, t)
+    local n, oldest = due_all(t)
     out[#out + 1] = n
     if oldest then out[#out + 1] = I(oldest) else out[#out + 1] = '' end
     local late = {}
@@ -418,13 +433,19 @@ local function cold()
       f, paused = flow_read(), false
       for _, k in ipairs(f) do if k.paused then paused = true end end
     end
-    -- the kinds' own indexes for a kind list, else the due index; per
-    -- priority in use up to limit + 1 admitted members, merged by due_at
+    -- the kinds' own indexes: of a kind list, else of every kind with
+    -- scheduled tasks (:dh's heads); per priority in use up to limit + 1
+    -- admitted members of each, merged by due_at
     local srcs = {}
     if nk > 0 and not exclude then
       for kind in pairs(set) do srcs[#srcs + 1] = K('dk', kind) end
     else
-      srcs[1] = KDUE
+      local seen = {}
+      for _, h in ipairs(redis.call('ZRANGE', KDH, 0, -1)) do
+        local kind = string.sub(h, 19)
+        if not seen[kind] and not (nk > 0 and set[kind]) then srcs[#srcs + 1] = K('dk', kind) end
+        seen[kind] = true
+      end
     end
     local ut = be(math.max(tonumber(until_), 0))
     local cand, scanned, trunc = {}, 0, 0

@@ -16,10 +16,10 @@ local function run(keys, args)
   end
   done_said, outboxed, after_woke, adraining = false, false, false, false
   ZQ, ZK, HQ, HK, DK, LKM, AQ = {}, {}, {}, {}, {}, {}, {}
-  KDUE, KKC, KDPM, KLAT, KMW, KOB = K('due'), K('kc'), K('dpm'), K('lat'), K('mw') .. ':', K('ob')
+  KDH, KKC, KDPM, KLAT, KMW, KOB = K('dh'), K('kc'), K('dpm'), K('lat'), K('mw') .. ':', K('ob')
   SHN, SHI, SEQ_NEXT, SEQ_END = nil, nil, 1, 0
   NOW, NOW_S, MW_M, MW_K = nil, nil, nil, nil
-  KLEASE, KFIN, KDK, SQ, SK = K('lease'), K('fin'), {}, {}, {}
+  KLEASE, KFIN, KDK, SQ, SK, DHINT = K('lease'), K('fin'), {}, {}, {}, {}
   local op = ops[A[1]]
   if not op then cold() op = ops[A[1]] end
   if not op then return redis.error_reply('due: unknown operation ' .. tostring(A[1])) end

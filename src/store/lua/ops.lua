@@ -26,11 +26,15 @@ end
 -- counters (:m) to the minutes of the window (:mw:M); locks (:lock:N)
 -- and the workers' `pruned` need nothing written before their use
 -- layout 3 -> 4 (issue 39): the per-state sorted sets :st:<STATE>
--- become the bitmaps of sbit() (writes.lua).  Bounded steps: one call
--- moves at most 20,000 ids (ZPOPMIN, so a step that is cut short loses
--- nothing: what it popped is written by its flush) and answers -4 until
--- none is left; redis.c calls again.  Layout '3-4' meanwhile refuses
--- every build (an older one would write the sets again).
+-- become the bitmaps of sbit() (writes.lua), and the index of every
+-- scheduled task (:due) and of the kinds with any (:dkinds) give way to
+-- the kinds' heads (:dh, writes.lua).  Bounded steps: one call moves at
+-- most 20,000 ids (ZPOPMIN, so a step that is cut short loses nothing:
+-- what it popped is written by its flush) and answers -4 until none is
+-- left; redis.c calls again.  The last step writes :dh (one member a
+-- kind and priority in use) and drops :due (UNLINK: freed off the
+-- script).  Layout '3-4' meanwhile refuses every build (an older one
+-- would write the sets again).
 local function relayout()
   redis.call('HSET', K('meta'), 'layout', '3-4')
   local left = 20000
@@ -45,6 +49,16 @@ local function relayout()
     end
     if left <= 0 then return false end
   end
+  for _, kind in ipairs(redis.call('ZRANGE', K('dkinds'), 0, -1)) do
+    local dk, lo = K('dk', kind), '-'
+    while true do
+      local h = redis.call('ZRANGEBYLEX', dk, lo, '+', 'LIMIT', 0, 1)[1]
+      if not h then break end
+      redis.call('ZADD', K('dh'), 0, h .. kind)
+      lo = '(' .. string.sub(h, 1, 2) .. FF16
+    end
+  end
+  redis.call('UNLINK', K('due'), K('dkinds'))
   redis.call('HSET', K('meta'), 'layout', LAYOUT)
   return true
 end

@@ -6,13 +6,11 @@
 local function idx_add(id, kind, prio, due)
   local m, dk = mem(prio, due, id), kdk(kind)
   DK[dk] = kind
-  zadd(KDUE, 0, m)
   zadd(dk, 0, m)
 end
 local function idx_del(id, kind, prio, due)
   local m, dk = mem(prio, due, id), kdk(kind)
   DK[dk] = kind
-  zrem(KDUE, m)
   zrem(dk, m)
 end
 -- the per-state bitmaps (sbit) and the (state, kind) counters; CLAIMED

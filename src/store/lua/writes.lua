@@ -7,7 +7,7 @@
 -- end of the operation: a claim of 16 tasks is a few commands per key,
 -- not a few per task.
 local ZQ, ZK, HQ, HK, DK -- run() makes them empty
-local KDUE, KKC, KDPM, KLAT -- run() sets them: K('due'), ...
+local KDH, KKC, KDPM, KLAT -- run() sets them: K('dh'), ...
 -- The metrics of the tries claimed in minute M (late:B, late_sum,
 -- dur:B, dur_sum, out:X, stale) are in the hash :mw:M, kept 17 minutes
 -- (EXPIRE once per operation and key): metrics reads the 16 minutes
@@ -46,16 +46,29 @@ local function zrem(key, m) zq(key, m, false) end
 -- where a sorted-set member cost about 100 bytes and a skiplist insert;
 -- a chunk holding one id alone costs about 300 (the worst case: one id
 -- of a state in SB).  Bits are queued like the sets' members (last
--- write wins) and flush() sends one BITFIELD per chunk; a chunk left
--- with no bit set is deleted.
-local SB = 1024
+-- write wins) and flush() sends one BITFIELD per chunk, which also keeps
+-- the chunk's count of set bits (u16 at bit SB, after the bitmap): the
+-- count's new value says whether the chunk was new (add it to :sc) or
+-- is now empty (delete it), with no other command.  A SET whose bit was
+-- already so (its old value, in the reply) is taken out of the count
+-- again, so the count stays exact whatever was asked.
+local SB, SB_CNT = 1024, '1024'
 local SQ, SK -- run() makes them empty
+-- the offsets' strings, made once (they depend on nothing of a call)
+local SBO = {}
+-- SQ[state][chunk]: the chunk's queued bits, its key; SK lists them
 local function sbit(state, id, v)
-  local c = math.floor(tonumber(id) / SB)
-  local key = P .. ':sb:' .. state .. ':' .. I(c)
-  local q = SQ[key]
-  if not q then q = {s = state, c = c, b = {}} SQ[key] = q SK[#SK + 1] = key end
-  q.b[tonumber(id) - c * SB] = v
+  local n = tonumber(id)
+  local c = math.floor(n / SB)
+  local qs = SQ[state]
+  if not qs then qs = {} SQ[state] = qs end
+  local q = qs[c]
+  if not q then
+    q = {s = state, c = c, b = {}, k = P .. ':sb:' .. state .. ':' .. I(c)}
+    qs[c] = q
+    SK[#SK + 1] = q
+  end
+  q.b[n - c * SB] = v
 end
 local function hincr(key, f, n)
   local q = HQ[key]
@@ -66,31 +79,68 @@ local function chunked(cmd, key, args)
   for i = 1, #args, 4000 do redis.call(cmd, key, unpack(args, i, math.min(i + 3999, #args))) end
 end
 local function sflush()
-  for _, key in ipairs(SK) do
-    local q, args, set = SQ[key], {}, false
+  for _, q in ipairs(SK) do
+    local key, args, vs, d = q.k, {}, {}, 0
     for b, v in pairs(q.b) do
-      args[#args + 1] = 'SET' args[#args + 1] = 'u1' args[#args + 1] = I(b) args[#args + 1] = v
-      if v == '1' then set = true end
+      local o = SBO[b]
+      if not o then o = string.format('%d', b) SBO[b] = o end
+      args[#args + 1] = 'SET' args[#args + 1] = 'u1' args[#args + 1] = o args[#args + 1] = v
+      vs[#vs + 1] = v
+      if v == '1' then d = d + 1 else d = d - 1 end
     end
-    redis.call('BITFIELD', key, unpack(args))
-    if set then zadd(K('sc', q.s), q.c, q.c)
-    elseif redis.call('BITCOUNT', key) == 0 then redis.call('DEL', key) zrem(K('sc', q.s), q.c) end
+    args[#args + 1] = 'INCRBY' args[#args + 1] = 'u16' args[#args + 1] = SB_CNT args[#args + 1] = I(d)
+    local r = redis.call('BITFIELD', key, unpack(args))
+    local fix = 0
+    for i, v in ipairs(vs) do
+      if v == '1' then if r[i] == 1 then fix = fix - 1 end elseif r[i] == 0 then fix = fix + 1 end
+    end
+    local cnt = r[#vs + 1]
+    if fix ~= 0 then cnt = redis.call('BITFIELD', key, 'INCRBY', 'u16', SB_CNT, I(fix))[1] end
+    if cnt == 0 then redis.call('DEL', key) zrem(K('sc', q.s), q.c)
+    elseif cnt == d + fix then zadd(K('sc', q.s), q.c, q.c) end
   end
   SQ, SK = {}, {}
 end
+-- The due order of every kind together (layout 4): there is no index
+-- of all scheduled tasks, only each kind's :dk:<kind>, and :dh, the
+-- heads: for each (kind, priority) in use, the first member of that
+-- priority in :dk:<kind> followed by the kind's name (a lex set, so in
+-- (priority, due_at, id) order).  A claim walks :dh to the kinds whose
+-- head is due and merges their members (claim.lua's due_scan).  flush()
+-- keeps it: the head of each priority a write touched, read before and
+-- after the write, moves when it changed.
+local function dhead(key, p)
+  return redis.call('ZRANGEBYLEX', key, '[' .. p, '[' .. p .. FF16, 'LIMIT', 0, 1)[1] or false
+end
+-- DHINT[key][p]: the head of priority p of :dk key as a claim read it
+-- (claim.lua's due_scan) after the last flush: this flush need not read
+-- it again (flush empties it)
+local DHINT -- run() makes it empty
 local function flush()
   if #SK > 0 then sflush() end
   for _, key in ipairs(ZK) do
     local add, rem = {}, {}
+    local kind, ps, old = DK[key], {}, {}
     for m, sc in pairs(ZQ[key]) do
       if sc then add[#add + 1] = sc add[#add + 1] = m else rem[#rem + 1] = m end
+      if kind then ps[string.sub(m, 1, 2)] = true end
+    end
+    if kind then
+      local hint = DHINT[key] or {}
+      for p in pairs(ps) do
+        if hint[p] then old[p] = hint[p] else old[p] = dhead(key, p) end
+      end
     end
     if #rem > 0 then chunked('ZREM', key, rem) end
     if #add > 0 then chunked('ZADD', key, add) end
-    local kind = DK[key]
     if kind then
-      if #add > 0 then redis.call('ZADD', K('dkinds'), 0, kind)
-      elseif redis.call('ZCARD', key) == 0 then redis.call('ZREM', K('dkinds'), kind) end
+      for p in pairs(ps) do
+        local h = dhead(key, p)
+        if h ~= old[p] then
+          if old[p] then redis.call('ZREM', KDH, old[p] .. kind) end
+          if h then redis.call('ZADD', KDH, 0, h .. kind) end
+        end
+      end
     end
     if key == KLAT and #add > 0 then redis.call('ZREMRANGEBYRANK', KLAT, 0, -10001) end
   end
@@ -109,5 +159,5 @@ local function flush()
       end
     end
   end
-  ZQ, ZK, HQ, HK = {}, {}, {}, {}
+  ZQ, ZK, HQ, HK, DHINT = {}, {}, {}, {}, {}
 end
