@@ -1249,6 +1249,65 @@ static void test_state_chunks(void **state)
 	due_close(db);
 }
 
+/* Claims across many kinds (layout 4: no index of every scheduled
+   task; :dh's heads and the merge of due_scan): 40 kinds, priorities
+   0..2, 800 tasks due at distinct past times, interleaved over the kinds;
+   claims of 16 take them in (priority, due_at, id) order, each batch
+   exactly the next 16 of that order. */
+typedef struct {
+	int prio;
+	due_time at;
+	due_id id;
+} ord;
+static int ord_cmp(const void *a, const void *b)
+{
+	const ord *x = a, *y = b;
+	if (x->prio != y->prio)
+		return x->prio < y->prio ? -1 : 1;
+	if (x->at != y->at)
+		return x->at < y->at ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+static void test_claim_order_many_kinds(void **state)
+{
+	(void)state;
+	enum { N = 800, KINDS = 40, B = 16 };
+	due_db *db = open_db();
+	static ord want[N];
+	due_time now;
+	assert_int_equal(due_now(db, &now), 0);
+	for (int i = 0; i < N; i++) {
+		due_schedule_opts o = DUE_SCHEDULE_OPTS_INIT;
+		due_submitted sub;
+		char kind[16];
+		snprintf(kind, sizeof(kind), "k%d", (i * 7) % KINDS);
+		o.priority = (i * 13) % 3;
+		/* distinct times, not in id order */
+		o.at = now - 10000000 + ((i * 37) % N) * 1000;
+		assert_int_equal(due_schedule(db, &sub, kind, "p", 1, &o), 0);
+		want[i] = (ord){o.priority, o.at, sub.id};
+	}
+	qsort(want, N, sizeof(want[0]), ord_cmp);
+	for (int off = 0; off < N; off += B) {
+		due_task_list *l = NULL;
+		assert_int_equal(due_claim(db, &l, "w", NULL, 0, B, LONG_LEASE),
+				 0);
+		assert_int_equal(l->count, B);
+		for (size_t i = 0; i < l->count; i++) {
+			bool found = false;
+			for (int j = off; j < off + B; j++)
+				found = found || want[j].id == l->items[i].id;
+			if (!found)
+				fail_msg(
+				    "claim at %d took %lld, not among the next "
+				    "%d of the order",
+				    off, (long long)l->items[i].id, B);
+		}
+		due_task_list_free(l);
+	}
+	due_close(db);
+}
+
 static void test_memory_per_task(void **state)
 {
 	(void)state;
@@ -2369,6 +2428,7 @@ int main(void)
 	    T(test_upgrade_from_4),
 	    T(test_upgrade_layout_3),
 	    T(test_state_chunks),
+	    T(test_claim_order_many_kinds),
 	    T(test_attempt_written_at_end),
 	    T(test_wait_options_refused),
 	    T(test_seeds_not_cluster),

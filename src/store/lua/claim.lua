@@ -145,7 +145,12 @@ end
 -- order, at most need: per priority in use (a loose index scan of :dh),
 -- the first need admitted kinds whose head of that priority is due (any
 -- task among the first need is of one of them: its kind's head comes no
--- later), need members of each, merged.
+-- later), merged.  The j-th kind can give at most need - j + 1 of them
+-- (the j - 1 heads before its own come first); once 2 × need are read
+-- they are cut to the first need, and the last of those bounds what a
+-- later kind can give (none once its head is past it): with many kinds
+-- due at once a claim reads about need × (1 + log kinds), not need ×
+-- kinds.
 local function due_scan(t, need, out, admits)
   flush()
   local lo, taken = '-', 0
@@ -153,26 +158,33 @@ local function due_scan(t, need, out, admits)
     local first = redis.call('ZRANGEBYLEX', KDH, lo, '+', 'LIMIT', 0, 1)
     if #first == 0 then break end
     local p, left = string.sub(first[1], 1, 2), need - taken
-    local kinds, off = {}, 0
+    local kinds, heads, off = {}, {}, 0
     while #kinds < left do
       local hs = redis.call('ZRANGEBYLEX', KDH, '[' .. p, upto(p, t), 'LIMIT', off, 64)
       for _, h in ipairs(hs) do
         local kind = string.sub(h, 19)
         if admits(kind) then
-          kinds[#kinds + 1] = kind
           local dk = kdk(kind)
+          kinds[#kinds + 1] = dk
+          heads[#heads + 1] = string.sub(h, 1, 18)
           if not DHINT[dk] then DHINT[dk] = {} end
-          DHINT[dk][p] = string.sub(h, 1, 18)
+          DHINT[dk][p] = heads[#heads]
           if #kinds == left then break end
         end
       end
       if #hs < 64 then break end
       off = off + 64
     end
-    local cand = {}
-    for _, kind in ipairs(kinds) do
-      for _, m in ipairs(redis.call('ZRANGEBYLEX', kdk(kind), '[' .. p, upto(p, t), 'LIMIT', 0, left)) do
+    local cand, thr, hi = {}, nil, upto(p, t)
+    for j, dk in ipairs(kinds) do
+      if thr and not mless(heads[j], thr) then break end
+      for _, m in ipairs(redis.call('ZRANGEBYLEX', dk, '[' .. p, hi, 'LIMIT', 0, left - j + 1)) do
         cand[#cand + 1] = m
+      end
+      if #cand >= 2 * left and j < #kinds then
+        table.sort(cand, mless)
+        for k = #cand, left + 1, -1 do cand[k] = nil end
+        thr, hi = cand[left], '(' .. cand[left]
       end
     end
     if #kinds > 1 then table.sort(cand, mless) end
