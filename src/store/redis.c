@@ -1967,6 +1967,14 @@ static int rd_init_schema(due_store *s)
 		due__progress(
 		    "upgrade the Redis layout to 4 (20,000 ids a step)",
 		    steps++, 0);
+	if (rc == 0 && v <= -10000)
+		return due__error_set(
+		    DUE_ESTATE,
+		    "redis store %s: %d task(s) run under live leases of "
+		    "workers of an earlier build: stop the store's workers "
+		    "and let those leases end (or the tasks finish), then run "
+		    "`due init` again to upgrade the layout (nothing written)",
+		    s->cfg.label, -10000 - v);
 	if (rc < 0 || (rc = schema_op(s, "version", &v)) < 0)
 		return rc;
 	return due__schema_verdict(s->cfg.label, v, "");

@@ -1308,6 +1308,43 @@ static void test_claim_order_many_kinds(void **state)
 	due_close(db);
 }
 
+/* A due backlog is not the wheel's: upcoming returns at most 256 of what
+   is due already (a priority) and then every task due later in the
+   horizon, untruncated.  Before, 25,000 due with 100 due later answered
+   the first 20,000 due, truncated at a past due_at: every refill read
+   the whole backlog again and the worker refilled at once (a drain of 3
+   tasks a second). */
+static void test_upcoming_backlog(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_upcoming *u = NULL;
+	due_time now;
+	due_id later[100];
+	int seen = 0, n_due = 0;
+
+	for (int i = 0; i < 5; i++)
+		add_many(db, "b", NULL, 5000);
+	for (int i = 0; i < 100; i++)
+		later[i] = add(db, "b", 60000000LL + i * 1000, 5);
+	assert_int_equal(due_now(db, &now), 0);
+	assert_int_equal(
+	    due_upcoming_get(db, &u, NULL, 0, false, now + 600000000LL, 100000),
+	    0);
+	assert_false(u->truncated);
+	for (size_t i = 0; i < u->count; i++) {
+		if (u->due_at[i] <= u->now)
+			n_due++;
+		for (int j = 0; j < 100; j++)
+			seen += u->ids[i] == later[j];
+	}
+	assert_int_equal(n_due, 256);
+	assert_int_equal(seen, 100);
+	assert_int_equal(u->count, 356);
+	due_upcoming_free(u);
+	due_close(db);
+}
+
 static void test_memory_per_task(void **state)
 {
 	(void)state;
@@ -1463,6 +1500,8 @@ static void test_upgrade_layout_3(void **state)
 	so.priority = -5;
 	so.delay_us = 3600000000LL;
 	assert_int_equal(due_schedule(db, &sub, "later", "p", 1, &so), 0);
+	due_id run = add(db, "run", 0, 5);
+	claim_one(db, run, 1000000); /* a worker of layout 3 at work */
 	due_id first = add_many(db, "bulk", NULL, BULK);
 	add_many(db, "bulk", NULL, BULK);
 	add_many(db, "bulk", NULL, BULK);
@@ -1517,6 +1556,14 @@ static void test_upgrade_layout_3(void **state)
 	oo.create = true; /* what `due init` does */
 	oo.progress = count_steps;
 	oo.progress_payload = &steps;
+	/* refused while the earlier build's try runs under its lease: that
+	   worker would go on writing layout 3's indexes */
+	assert_int_equal(due_open(&db, url, &oo), DUE_ESTATE);
+	assert_non_null(strstr(due_error_last(), "1 task(s) run under live"));
+	due_close(db);
+	assert_int_equal(tu_rd("HGET %s layout", tu_rd_key("meta")), 3);
+	assert_int_equal(tu_rd("ZCARD %s", tu_rd_key("due")), NB + 1);
+	usleep(1100000); /* its lease ends */
 	assert_int_equal(due_open(&db, url, &oo), 0);
 	assert_int_equal(steps, 1); /* 20,000 moved, more left; the 2nd ends */
 	assert_int_equal(tu_rd("HGET %s layout", tu_rd_key("meta")), 4);
@@ -2429,6 +2476,7 @@ int main(void)
 	    T(test_upgrade_layout_3),
 	    T(test_state_chunks),
 	    T(test_claim_order_many_kinds),
+	    T(test_upcoming_backlog),
 	    T(test_attempt_written_at_end),
 	    T(test_wait_options_refused),
 	    T(test_seeds_not_cluster),

@@ -36,6 +36,13 @@ end
 -- script).  Layout '3-4' meanwhile refuses every build (an older one
 -- would write the sets again).
 local function relayout()
+  -- a try under a live lease is a worker of the earlier build at work:
+  -- it would go on writing layout 3's indexes into this one (the old
+  -- script never looks at the layout again) and strand what it touched
+  if redis.call('HGET', K('meta'), 'layout') == '3' then
+    local live = redis.call('ZCOUNT', K('lease'), '(' .. I(now()), '+inf')
+    if live > 0 then return -10000 - live end
+  end
   redis.call('HSET', K('meta'), 'layout', '3-4')
   local left = 20000
   for _, st in ipairs({'SCHEDULED', 'DONE', 'CANCELLED', 'DEAD'}) do
@@ -66,7 +73,9 @@ end
 ops.init = function()
   local v = version()
   if v == -3 then
-    if not relayout() then return -4 end
+    local r = relayout()
+    if type(r) == 'number' then return r end
+    if not r then return -4 end
     v = version()
   end
   if v == 4 and tonumber(A[2]) >= 5 then
