@@ -1933,8 +1933,9 @@ static int schema_op(due_store *s, const char *op, int *v)
 		return due__error_set(
 		    DUE_ESCHEMA,
 		    "redis store %s: its layout of tasks and indexes is an "
-		    "older one (3): run `due init` to upgrade it (stop the "
-		    "store's workers first)",
+		    "older one (3, or an upgrade from it cut short): run "
+		    "`due init` to upgrade it (stop the store's workers "
+		    "first)",
 		    s->cfg.label);
 	if (*v == -2) /* lua version(): another layout */
 		return due__error_set(
