@@ -1922,12 +1922,18 @@ static int schema_raw(due_store *s, const char *op, int *v)
 	return 0;
 }
 
-static int schema_op(due_store *s, const char *op, int *v)
+/* The script's refusals among those answers (version(), init's upgrade):
+   the error, or 0 for a schema version (or -1: none) to judge. */
+static int schema_answer(due_store *s, const int *v)
 {
-	int rc;
-
-	if ((rc = schema_raw(s, op, v)) < 0)
-		return rc;
+	if (*v <= -10000) /* init: the layout upgrade under live leases */
+		return due__error_set(
+		    DUE_ESTATE,
+		    "redis store %s: %d task(s) run under live leases of "
+		    "workers of an earlier build: stop the store's workers "
+		    "and let those leases end (or the tasks finish), then run "
+		    "`due init` again to upgrade the layout (nothing written)",
+		    s->cfg.label, -10000 - *v);
 	if (*v <= -1000) /* lua version(): made with other shards= */
 		return due__error_set(
 		    DUE_ESCHEMA,
@@ -1955,6 +1961,12 @@ static int schema_op(due_store *s, const char *op, int *v)
 	return 0;
 }
 
+static int schema_op(due_store *s, const char *op, int *v)
+{
+	int rc = schema_raw(s, op, v);
+	return rc < 0 ? rc : schema_answer(s, v);
+}
+
 static int rd_check_schema(due_store *s)
 {
 	int v, rc = schema_op(s, "version", &v);
@@ -1976,15 +1988,7 @@ static int rd_init_schema(due_store *s)
 		due__progress(
 		    "upgrade the Redis layout to 4 (20,000 ids a step)",
 		    steps++, 0);
-	if (rc == 0 && v <= -10000)
-		return due__error_set(
-		    DUE_ESTATE,
-		    "redis store %s: %d task(s) run under live leases of "
-		    "workers of an earlier build: stop the store's workers "
-		    "and let those leases end (or the tasks finish), then run "
-		    "`due init` again to upgrade the layout (nothing written)",
-		    s->cfg.label, -10000 - v);
-	if (rc < 0 || (rc = schema_op(s, "version", &v)) < 0)
+	if (rc < 0 || (rc = schema_answer(s, &v)) < 0)
 		return rc;
 	return due__schema_verdict(s->cfg.label, v, "");
 }

@@ -210,17 +210,6 @@ local function cold()
 
   local STATES = {'SCHEDULED', 'CLAIMED', 'DONE', 'CANCELLED', 'DEAD'}
 
-  -- the first member of each priority in use of a lex due index (the
-  -- priorities' loose index scan of the claim)
-  local function heads(src)
-    local out, lo = {}, '-'
-    while true do
-      local first = redis.call('ZRANGEBYLEX', src, lo, '+', 'LIMIT', 0, 1)
-      if #first == 0 then return out end
-      out[#out + 1] = first[1]
-      lo = '(' .. string.sub(first[1], 1, 2) .. FF16
-    end
-  end
   -- tasks of lex due index src due at t; the oldest due_at of them or nil
   local function due_count(src, t)
     local n, oldest = 0, nil
@@ -432,21 +421,10 @@ local function cold()
       if not f then f = flow_read() end
       return f[kind] and f[kind].paused
     end
-    -- the kinds' own indexes: of a kind list, else of every kind with
-    -- scheduled tasks (:dh's heads) but the excluded; per priority in use
-    -- up to limit + 1 members of each, merged by due_at.  One index is one
+    -- the kinds' own indexes, each (kind, priority) in use named by its
+    -- head in :dh (the kinds of a list, or all but the excluded); up to
+    -- limit + 1 members of each, merged by due_at.  One index is one
     -- kind, so a paused kind is left out whole (no task read)
-    local srcs = {}
-    if nk > 0 and not exclude then
-      for kind in pairs(set) do srcs[#srcs + 1] = kind end
-    else
-      local seen = {}
-      for _, h in ipairs(redis.call('ZRANGE', KDH, 0, -1)) do
-        local kind = string.sub(h, 19)
-        if not seen[kind] and not (nk > 0 and set[kind]) then srcs[#srcs + 1] = kind end
-        seen[kind] = true
-      end
-    end
     -- What is due already is a backlog the claims take in their order,
     -- without the wheel: at most UP_DUE of it a priority (enough to set
     -- the worker claiming), then the members due after now.  Before, a
@@ -456,25 +434,27 @@ local function cold()
     local UP_DUE = 256
     local ut, nowb = be(math.max(tonumber(until_), 0)), be(math.max(t, 0)) .. FF8
     local cand, scanned, trunc = {}, 0, 0
-    for _, kind in ipairs(srcs) do
-      local src = K('dk', kind)
-      for _, h in ipairs(heads(src)) do
-        local p = string.sub(h, 1, 2)
+    for _, h in ipairs(redis.call('ZRANGE', KDH, 0, -1)) do
+      local kind, p = string.sub(h, 19), string.sub(h, 1, 2)
+      -- (in the list, or out of it with exclude)
+      if nk == 0 or (set[kind] == true) ~= exclude then
+        local src = K('dk', kind)
         local got = redis.call('ZRANGEBYLEX', src, '[' .. p, '[' .. p .. nowb, 'LIMIT', 0, math.min(UP_DUE, limit + 1))
-        if #got > 0 and paused(kind) then break end
-        for _, m in ipairs(got) do cand[#cand + 1] = m end
-        scanned = scanned + #got
-        local off, took = 0, #got
-        while took <= limit do
-          got = redis.call('ZRANGEBYLEX', src, '(' .. p .. nowb, '(' .. p .. ut, 'LIMIT', off, 500)
-          if #got > 0 and paused(kind) then break end
-          for _, m in ipairs(got) do
-            if took <= limit then cand[#cand + 1] = m took = took + 1 end
-          end
+        if not (#got > 0 and paused(kind)) then
+          for _, m in ipairs(got) do cand[#cand + 1] = m end
           scanned = scanned + #got
-          if #got < 500 then break end
-          if scanned >= 20000 then trunc = 1 break end
-          off = off + 500
+          local off, took = 0, #got
+          while took <= limit do
+            got = redis.call('ZRANGEBYLEX', src, '(' .. p .. nowb, '(' .. p .. ut, 'LIMIT', off, 500)
+            if #got > 0 and paused(kind) then break end
+            for _, m in ipairs(got) do
+              if took <= limit then cand[#cand + 1] = m took = took + 1 end
+            end
+            scanned = scanned + #got
+            if #got < 500 then break end
+            if scanned >= 20000 then trunc = 1 break end
+            off = off + 500
+          end
         end
       end
     end

@@ -57,13 +57,7 @@ local function relayout()
     if left <= 0 then return false end
   end
   for _, kind in ipairs(redis.call('ZRANGE', K('dkinds'), 0, -1)) do
-    local dk, lo = K('dk', kind), '-'
-    while true do
-      local h = redis.call('ZRANGEBYLEX', dk, lo, '+', 'LIMIT', 0, 1)[1]
-      if not h then break end
-      redis.call('ZADD', K('dh'), 0, h .. kind)
-      lo = '(' .. string.sub(h, 1, 2) .. FF16
-    end
+    for _, h in ipairs(heads(K('dk', kind))) do redis.call('ZADD', K('dh'), 0, h .. kind) end
   end
   redis.call('UNLINK', K('due'), K('dkinds'))
   redis.call('HSET', K('meta'), 'layout', LAYOUT)

@@ -112,6 +112,17 @@ end
 local function dhead(key, p)
   return redis.call('ZRANGEBYLEX', key, '[' .. p, '[' .. p .. FF16, 'LIMIT', 0, 1)[1] or false
 end
+-- the first member of each priority in use of a lex due index (the
+-- priorities' loose index scan of the claim)
+local function heads(src)
+  local out, lo = {}, '-'
+  while true do
+    local first = redis.call('ZRANGEBYLEX', src, lo, '+', 'LIMIT', 0, 1)
+    if #first == 0 then return out end
+    out[#out + 1] = first[1]
+    lo = '(' .. string.sub(first[1], 1, 2) .. FF16
+  end
+end
 -- DHINT[key][p]: the head of priority p of :dk key as a claim read it
 -- (claim.lua's due_scan) after the last flush: this flush need not read
 -- it again (flush empties it)
@@ -126,10 +137,8 @@ local function flush()
       if kind then ps[string.sub(m, 1, 2)] = true end
     end
     if kind then
-      local hint = DHINT[key] or {}
-      for p in pairs(ps) do
-        if hint[p] then old[p] = hint[p] else old[p] = dhead(key, p) end
-      end
+      local hint = DHINT[key]
+      for p in pairs(ps) do old[p] = (hint and hint[p]) or dhead(key, p) end
     end
     if #rem > 0 then chunked('ZREM', key, rem) end
     if #add > 0 then chunked('ZADD', key, add) end
