@@ -431,20 +431,71 @@ static int server_now(due_store *s, due_time *out)
 }
 
 /*
+** The doorbell (mysql_wake.c): KILL the sleeping queries of this
+** database's listeners.  Only its own user's threads are listed without
+** the PROCESS privilege, and those may be killed without one; a query
+** that ended meanwhile answers 1094 (unknown thread), which is fine.
+*/
+static void ring(due_store *s)
+{
+	static const char sql[] =
+	    "SELECT ID FROM information_schema.PROCESSLIST WHERE DB ="
+	    " DATABASE() AND INFO = '" DUE_MY_BELL_SQL "'";
+	MYSQL_RES *r = NULL;
+	MYSQL_ROW row;
+	char kill[48];
+
+	if (due__my_run(s, sql, sizeof(sql) - 1, "ring listeners", &r) < 0) {
+		due__error_clear();
+		return;
+	}
+	while (r && (row = mysql_fetch_row(r)))
+		if (row[0] && strlen(row[0]) < 24) {
+			int k = snprintf(kill, sizeof(kill), "KILL QUERY %s",
+					 row[0]);
+			if (due__my_run(s, kill, (size_t)k, "ring listeners",
+					NULL) < 0)
+				due__error_clear();
+		}
+	mysql_free_result(r);
+}
+
+/*
 ** Wake listeners (mys_listen): bump the due_wake counter, after the
 ** transaction that made a task due committed.  A hint, not data: a
 ** failure only delays listeners until their safety poll, so it is not
-** the caller's error.
+** the caller's error.  The same statement lowers the doorbell's flag
+** (row 2, mysql_wake.c): VALUES(n) tells the rows apart with no read of
+** id (a producer may read n only, INTERFACE.md).  Affected rows, with
+** CLIENT_FOUND_ROWS: 2 for the counter, and 2 for a flag that was raised
+** (1 when it was down or missing): 4 means a listener sleeps, so ring
+** it.  Inside a caller's transaction nobody is rung: the task is not
+** committed yet, and a listener woken now would find nothing and then
+** miss it until its next read.
 */
 static void wake(due_store *s)
 {
-	static const char sql[] = "INSERT INTO due_wake (id, n) VALUES (1, 1)"
-				  " ON DUPLICATE KEY UPDATE n = n + 1";
+	static const char sql[] =
+	    "INSERT INTO due_wake (id, n) VALUES (1, 1), (2, 0)"
+	    " ON DUPLICATE KEY UPDATE n = IF(VALUES(n) = 1, n + 1, 0)";
+	static const char in_tx[] = "INSERT INTO due_wake (id, n) VALUES (1, 1)"
+				    " ON DUPLICATE KEY UPDATE n = n + 1";
 
-	if (due__my_run(s, sql, sizeof(sql) - 1, "wake listeners", NULL) < 0)
+	if (s->in_tx) {
+		if (due__my_run(s, in_tx, sizeof(in_tx) - 1, "wake listeners",
+				NULL) < 0)
+			due__error_clear();
+		return;
+	}
+	if (due__my_run(s, sql, sizeof(sql) - 1, "wake listeners", NULL) < 0) {
 		due__error_clear();
-	else if (!s->in_tx) /* committed: this process's listeners now */
-		due__my_local_poke();
+		return;
+	}
+	/* committed: this process's listeners now (and before the ring, so
+	   that our own doorbell, woken, knows the change for ours) */
+	due__my_local_poke();
+	if (s->affected == 4)
+		ring(s);
 }
 
 /* ' AND kind IN (...)' / NOT IN for a claim's kind filter. */
@@ -5071,7 +5122,7 @@ static void wake_pace(due_store *s, bool fast)
 */
 static void wake_binlog(due_store *s)
 {
-	char why[512];
+	char why[512], why2[512];
 	unsigned secs = (unsigned)((s->timeout_us + 999999) / 1000000);
 
 	if (s->cfg->wake_poll) {
@@ -5088,11 +5139,21 @@ static void wake_binlog(due_store *s)
 	}
 	if (due__my_wake_start(&s->wake, s->cfg, s->node, s->label,
 			       secs ? secs : 1, s->wake_fd, why,
-			       sizeof(why)) == 0)
+			       sizeof(why)) == 0) {
 		due__log("info", "mysql store", s->label, "wake-ups: binlog");
-	else
+		return;
+	}
+	why2[0] = '\0';
+	if (due__my_bell_start(&s->wake, s->cfg, s->node, s->label,
+			       secs ? secs : 1, s->wake_fd, why2,
+			       sizeof(why2)) == 0)
 		due__log("info", "mysql store", s->label,
-			 "wake-ups: polling due_wake (binlog: %s)", why);
+			 "wake-ups: doorbell (binlog: %s)", why);
+	else
+		due__log(
+		    "info", "mysql store", s->label,
+		    "wake-ups: polling due_wake (binlog: %s; doorbell: %s)",
+		    why, why2);
 }
 
 /* s->listen_fd: an epoll of the timerfd and the reader's eventfd. */

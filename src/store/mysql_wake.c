@@ -29,6 +29,25 @@
 ** is opened again RETRY_S later, until the store is closed; the listener
 ** polls the counter in between.  Each reader announces a server id of its
 ** own (a replica with the same id would make the server drop the other).
+**
+** The doorbell (issue 39), where the log cannot be read: the same thread
+** and link handling, but the link is a plain connection that reads the
+** counter and, while nothing changes, sleeps in a query the server can
+** cut short: DUE_MY_BELL_SQL (SLEEP(2)).  Before it sleeps it raises the
+** flag, row 2 of due_wake; a bump (mysql.c wake()) lowers the flag in
+** the statement that increments the counter, and a bump that found it
+** raised looks the sleeping queries of this database up in the process
+** list and KILLs them (KILL QUERY: its own user's threads need no
+** privilege).  The flag is raised before the read that precedes a sleep,
+** so a bump after that read finds it raised.  A KILL that reaches the
+** connection between the read and the sleep is lost (the server drops a
+** KILL QUERY for an idle connection): that bump is seen at the read that
+** ends the sleep, 2 s later at most, as a bump that rings nobody is (a
+** due_schedule() CALL, another user's bump without the right to KILL,
+** an older build).  Idle, a read and a sleep every 2 s: one statement a
+** second.  After a change the thread reads every BELL_FAST_MS for
+** BELL_FAST_FOR_MS without raising the flag, so a flow of submits costs
+** the submitters no look-up and no KILL.
 */
 #include <errno.h>
 #include <mysql.h> /* before mariadb_rpl.h, which needs it */
@@ -50,6 +69,8 @@
 #define READ_S 3		  /* a fetch's bound: 3 heartbeats */
 #define HEARTBEAT_NS 1000000000LL /* the server's heartbeat when idle */
 #define RETRY_S 5		  /* a lost link is opened again after */
+#define BELL_FAST_MS 250	  /* the doorbell's reads after a change */
+#define BELL_FAST_FOR_MS 3000	  /* ... for this long */
 
 struct due_my_wake {
 	const due_my_cfg *cfg; /* borrowed from the store, outlives us */
@@ -65,6 +86,8 @@ struct due_my_wake {
 	bool stop;
 	int sock; /* the live link's socket, -1 when none */
 	atomic_bool live;
+	bool bell;	 /* the doorbell, not the binary log */
+	int64_t seen;	 /* the doorbell's last read of the counter */
 	char label[256]; /* the store's, for the log */
 };
 
@@ -74,6 +97,17 @@ static void poke(due_my_wake *w)
 	uint64_t one = 1;
 
 	(void)!write(w->efd, &one, sizeof(one));
+}
+
+/* Has due__my_wake_stop begun? */
+static bool stopped(due_my_wake *w)
+{
+	bool stop;
+
+	pthread_mutex_lock(&w->mu);
+	stop = w->stop;
+	pthread_mutex_unlock(&w->mu);
+	return stop;
 }
 
 static void link_close(due_my_wake *w)
@@ -211,7 +245,6 @@ static bool wakes(const due_my_wake *w, const MARIADB_RPL_EVENT *ev)
 static void follow(due_my_wake *w)
 {
 	MARIADB_RPL_EVENT *ev = NULL, *got;
-	bool stop;
 
 	/* each fetch reuses ev; the one that fails frees it (3.3) */
 	while ((got = mariadb_rpl_fetch(w->rpl, ev))) {
@@ -219,24 +252,19 @@ static void follow(due_my_wake *w)
 		if (wakes(w, ev))
 			poke(w);
 	}
-	pthread_mutex_lock(&w->mu);
-	stop = w->stop;
-	pthread_mutex_unlock(&w->mu);
-	if (!stop)
-		due__log("info", "mysql store", w->label,
-			 "wake-ups: binlog link lost (%s); polling due_wake, "
-			 "the binlog again in %d s",
-			 mysql_error(w->m), RETRY_S);
 }
 
-/* Sleep s seconds unless stopped; true when stopped. */
-static bool nap(due_my_wake *w, int s)
+/* Sleep ms milliseconds unless stopped; true when stopped. */
+static bool nap(due_my_wake *w, long ms)
 {
 	struct timespec until;
 	bool stop;
 
 	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += s;
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L)
+		until.tv_sec++, until.tv_nsec -= 1000000000L;
 	pthread_mutex_lock(&w->mu);
 	while (!w->stop &&
 	       pthread_cond_timedwait(&w->cv, &w->mu, &until) != ETIMEDOUT)
@@ -246,32 +274,142 @@ static bool nap(due_my_wake *w, int s)
 	return stop;
 }
 
-static void *reader(void *arg)
+static int64_t mono_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* The counter and the flag (0 for a missing row: a restarted server). */
+static int bell_read(due_my_wake *w, int64_t *n, int64_t *flag)
+{
+	char a[32] = "", b[32] = "";
+
+	if (one_row(w,
+		    "SELECT COALESCE(MAX(IF(id = 1, n, NULL)), 0),"
+		    " COALESCE(MAX(IF(id = 2, n, NULL)), 0) FROM due_wake",
+		    a, sizeof(a), b, sizeof(b)) < 0)
+		return -1;
+	*n = strtoll(a, NULL, 10);
+	*flag = strtoll(b, NULL, 10);
+	return 0;
+}
+
+/* Open the doorbell's connection and read the counter.  -1 with why. */
+static int bell_open(due_my_wake *w, unsigned timeout_s, char *why, size_t n)
+{
+	int64_t flag;
+
+	if (link_connect(w, timeout_s, why, n) < 0)
+		return -1;
+	if (bell_read(w, &w->seen, &flag) < 0)
+		return snprintf(why, n, "read due_wake: %s", mysql_error(w->m)),
+		       -1;
+	pthread_mutex_lock(&w->mu);
+	w->sock = (int)mysql_get_socket(w->m);
+	pthread_mutex_unlock(&w->mu);
+	return 0;
+}
+
+/*
+** Sleep in DUE_MY_BELL_SQL until it ends or a bump KILLs it: 0 either
+** way (MariaDB answers a KILLed SLEEP with error 1317, MySQL with 1),
+** -1 when the link failed.
+*/
+static int bell_sleep(due_my_wake *w)
+{
+	MYSQL_RES *r = NULL;
+
+	/* the error comes with the query's answer or after its header */
+	if (mysql_query(w->m, DUE_MY_BELL_SQL) == 0 &&
+	    (r = mysql_store_result(w->m)))
+		mysql_free_result(r);
+	return mysql_errno(w->m) == 0 ||
+		       mysql_errno(w->m) == 1317 /* ER_QUERY_INTERRUPTED */
+		   ? 0
+		   : -1;
+}
+
+/* Read, and sleep while nothing changes, until the link fails or stop. */
+static void ring(due_my_wake *w)
+{
+	int64_t n, flag, fast_until = 0;
+	uint64_t gen = due__my_local_gen(), g;
+
+	while (!stopped(w)) {
+		if (bell_read(w, &n, &flag) < 0)
+			break;
+		/* a change this process wrote since the last read was
+		   (likely) its own, poked at once anyway: no fast reads for
+		   it (as mysql.c's wake_tick; a worker's start-up probe
+		   would else keep an idle fleet reading fast) */
+		g = due__my_local_gen();
+		if (n != w->seen) {
+			w->seen = n;
+			poke(w);
+			if (g == gen)
+				fast_until = mono_ms() + BELL_FAST_FOR_MS;
+		}
+		gen = g;
+		if (mono_ms() < fast_until) {
+			if (nap(w, BELL_FAST_MS))
+				return;
+		} else if (flag == 0) {
+			/* raised, then read again: a bump before the raise
+			   would else go unseen for a whole sleep */
+			if (mysql_query(
+				w->m, "INSERT INTO due_wake (id, n) VALUES"
+				      " (2, 1) ON DUPLICATE KEY UPDATE n = 1"))
+				break;
+		} else if (bell_sleep(w) < 0) {
+			break;
+		}
+	}
+}
+
+/* Open the link of w's kind.  -1 with why. */
+static int link_open_any(due_my_wake *w, unsigned timeout_s, char *why,
+			 size_t n)
+{
+	return w->bell ? bell_open(w, timeout_s, why, n)
+		       : link_open(w, timeout_s, why, n);
+}
+
+/* The thread: follow the log or ring; after a loss, open it again. */
+static void *run(void *arg)
 {
 	due_my_wake *w = arg;
+	const char *name = w->bell ? "doorbell" : "binlog";
 	char why[512];
 
 	mysql_thread_init();
 	for (;;) {
-		follow(w);
+		if (w->bell)
+			ring(w);
+		else
+			follow(w);
+		if (!stopped(w))
+			due__log("info", "mysql store", w->label,
+				 "wake-ups: %s link lost (%s); polling "
+				 "due_wake, the %s again in %d s",
+				 name, mysql_error(w->m), name, RETRY_S);
 		atomic_store(&w->live, false);
 		link_close(w);
 		poke(w); /* what came meanwhile is unknown: look */
-		if (nap(w, RETRY_S))
+		if (nap(w, RETRY_S * 1000L))
 			break;
-		if (link_open(w, RETRY_S, why, sizeof(why)) < 0) {
+		if (link_open_any(w, RETRY_S, why, sizeof(why)) < 0) {
 			link_close(w);
 			continue;
 		}
-		pthread_mutex_lock(&w->mu);
-		bool stop = w->stop;
-		pthread_mutex_unlock(&w->mu);
-		if (stop)
+		if (stopped(w))
 			break;
 		atomic_store(&w->live, true);
 		poke(w);
-		due__log("info", "mysql store", w->label,
-			 "wake-ups: binlog again");
+		due__log("info", "mysql store", w->label, "wake-ups: %s again",
+			 name);
 	}
 	link_close(w);
 	mysql_thread_end();
@@ -288,9 +426,10 @@ static unsigned reader_id(void)
 	return 0x40000000u | ((((unsigned)getpid() << 8) ^ k) & 0x3fffffffu);
 }
 
-int due__my_wake_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
-		       const char *label, unsigned timeout_s, int efd,
-		       char *why, size_t n)
+/* Start the binary log's reader (bell false) or the doorbell. */
+static int start(due_my_wake **out, bool bell_mode, const due_my_cfg *cfg,
+		 size_t node, const char *label, unsigned timeout_s, int efd,
+		 char *why, size_t n)
 {
 	due_my_wake *w = calloc(1, sizeof(*w));
 
@@ -305,14 +444,15 @@ int due__my_wake_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
 	w->server_id = reader_id();
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->cv, NULL);
-	if (link_open(w, timeout_s, why, n) < 0) {
+	w->bell = bell_mode;
+	if (link_open_any(w, timeout_s, why, n) < 0) {
 		link_close(w);
 		due__my_wake_stop(w);
 		return -1;
 	}
 	atomic_store(&w->live, true);
-	if (pthread_create(&w->th, NULL, reader, w) != 0) {
-		snprintf(why, n, "cannot start the reader thread");
+	if (pthread_create(&w->th, NULL, run, w) != 0) {
+		snprintf(why, n, "cannot start the wake-up thread");
 		link_close(w);
 		due__my_wake_stop(w);
 		return -1;
@@ -320,6 +460,20 @@ int due__my_wake_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
 	w->th_started = true;
 	*out = w;
 	return 0;
+}
+
+int due__my_wake_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
+		       const char *label, unsigned timeout_s, int efd,
+		       char *why, size_t n)
+{
+	return start(out, false, cfg, node, label, timeout_s, efd, why, n);
+}
+
+int due__my_bell_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
+		       const char *label, unsigned timeout_s, int efd,
+		       char *why, size_t n)
+{
+	return start(out, true, cfg, node, label, timeout_s, efd, why, n);
 }
 
 bool due__my_wake_live(const due_my_wake *w)

@@ -1,7 +1,7 @@
 /*
 ** mysql_wake.h - wake-ups of the MySQL store's listeners from the binary
-** log (mysql_wake.c): a reader thread per listening handle that writes an
-** eventfd whenever this store's due_wake table changes.
+** log, or else the doorbell (mysql_wake.c): a thread per listening handle
+** that writes an eventfd whenever this store's due_wake table changes.
 */
 #ifndef DUE_MYSQL_WAKE_H
 #define DUE_MYSQL_WAKE_H
@@ -26,6 +26,19 @@ typedef struct due_my_wake due_my_wake;
 int due__my_wake_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
 		       const char *label, unsigned timeout_s, int efd,
 		       char *why, size_t n);
+
+/*
+** The doorbell instead, where the log cannot be read (mysql_wake.c): a
+** connection that sleeps in DUE_MY_BELL_SQL until a bump KILLs it, with
+** the same arguments, eventfd and stop.  -1 with why when it cannot
+** connect or read due_wake.
+*/
+int due__my_bell_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
+		       const char *label, unsigned timeout_s, int efd,
+		       char *why, size_t n);
+
+/* The doorbell's sleep, exactly as the ringing bump looks it up. */
+#define DUE_MY_BELL_SQL "SELECT SLEEP(2) AS due_doorbell"
 
 /* true while the link is up (false for NULL): else poll the counter. */
 bool due__my_wake_live(const due_my_wake *w);

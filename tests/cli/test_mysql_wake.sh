@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# test_mysql_wake.sh - the MySQL store's wake-ups from the binary log
-# (issue 39; src/store/mysql_wake.c), on a MariaDB server of its own with
-# log-bin on (ROW) that checks privileges:
+# test_mysql_wake.sh - the MySQL store's wake-ups from the binary log, or
+# else the doorbell (issue 39; src/store/mysql_wake.c), on a MariaDB server
+# of its own with log-bin on (ROW) that checks privileges:
 #   a) a worker whose user may read the log (REPLICATION SLAVE, BINLOG
 #      MONITOR) says "wake-ups: binlog", holds a Binlog Dump connection,
 #      and claims a task another process submits.  It runs with --poll 60s,
 #      and on the binlog path it never reads the due_wake counter: without
 #      the binlog's wake-up the task would wait for the safety poll, past
 #      the 20 s this allows;
-#   b) a user without those grants falls back to polling due_wake (the log
-#      says why) and still claims such a task;
+#   b) a user without those grants falls back to the doorbell (the log says
+#      why): its worker sleeps in a query that the submit of another
+#      process KILLs (Com_kill counts it), and claims the task;
+#   b2) KILLing the doorbell's connection: the loss is logged, the worker
+#      polls meanwhile and claims, the doorbell comes back and is rung again;
+#   b3) a submitter of another user may not list that sleeper (no PROCESS
+#      privilege): it rings nobody, and the worker still claims its task at
+#      the read that ends the sleep;
 #   c) KILLing the reader's connection: the worker says the link is lost,
 #      claims the next task by polling, opens the link again (a new Binlog
 #      Dump connection, "binlog again") and claims by the binlog again.
-#   d) ?wake=poll forces the poll on the first user.
+#   d) ?wake=poll forces the poll on the first user (no dump, no doorbell).
 # Runs when DUE_TEST_MYSQL_URL says this run has MariaDB (CI=true: it must).
 . "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -93,11 +99,43 @@ stop_worker
 no_dumps() { [ -z "$(dumps)" ]; }
 wait_for "c: the reader's connection ended with its worker" 20 no_dumps
 
-echo "== b) no grant: the poll"
+echo "== b) no grant: the doorbell"
+# bells: ids of the doorbell connections of user plain, sleeping now
+bells() {
+	root "SELECT id FROM information_schema.PROCESSLIST
+		WHERE user = 'plain' AND info = 'SELECT SLEEP(2) AS due_doorbell'"
+}
+sleeping() { [ -n "$(bells)" ]; }
+kills() { root "SHOW GLOBAL STATUS LIKE 'Com_kill'" | cut -f2; }
 worker "$plain" "$T/b.log"
-has "wake-ups: polling due_wake (binlog: " "$T/b.log" && ok ||
-	bad "b: no fallback line: $(cat "$T/b.log")"
-submitted_runs "$plain" "b: polled"
+has "wake-ups: doorbell (binlog: " "$T/b.log" && ok ||
+	bad "b: no doorbell line: $(cat "$T/b.log")"
+wait_for "b: the doorbell sleeps" 20 sleeping
+k0=$(kills)
+submitted_runs "$plain" "b: rung"
+k1=$(kills)
+[ "$k1" -gt "$k0" ] && ok || bad "b: the submit rang nobody (Com_kill $k0 -> $k1)"
+
+echo "== b2) the doorbell's connection killed: the poll, then the doorbell again"
+wait_for "b2: the doorbell sleeps" 20 sleeping
+b1=$(bells)
+root "KILL $b1" && ok || bad "b2: kill $b1"
+wait_for "b2: the loss is logged" 20 grep -q "doorbell link lost" "$T/b.log"
+submitted_runs "$plain" "b2: while the doorbell is down"
+wait_for "b2: the doorbell is back" 30 grep -q "wake-ups: doorbell again" "$T/b.log"
+wait_for "b2: the doorbell sleeps again" 20 sleeping
+[ "$(bells)" != "$b1" ] && ok || bad "b2: the same connection sleeps ($b1)"
+k0=$(kills)
+submitted_runs "$plain" "b2: rung again"
+k1=$(kills)
+[ "$k1" -gt "$k0" ] && ok || bad "b2: the submit rang nobody (Com_kill $k0 -> $k1)"
+
+echo "== b3) another user's submit: not rung, read at the sleep's end"
+wait_for "b3: the doorbell sleeps" 20 sleeping
+k0=$(kills)
+submitted_runs "$waker" "b3: another user's submit"
+k1=$(kills)
+[ "$k1" = "$k0" ] && ok || bad "b3: a KILL without the right to see the sleeper ($k0 -> $k1)"
 stop_worker
 
 echo "== d) ?wake=poll"
@@ -105,6 +143,9 @@ worker "$waker?wake=poll" "$T/d.log"
 has "wake-ups: polling due_wake (wake=poll)" "$T/d.log" && ok ||
 	bad "d: wake=poll not obeyed: $(cat "$T/d.log")"
 [ -z "$(dumps)" ] && ok || bad "d: a Binlog Dump connection with wake=poll"
+[ -z "$(root "SELECT id FROM information_schema.PROCESSLIST
+	WHERE info = 'SELECT SLEEP(2) AS due_doorbell'")" ] && ok ||
+	bad "d: a doorbell with wake=poll"
 submitted_runs "$waker?wake=poll" "d: polled"
 stop_worker
 
