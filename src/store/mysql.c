@@ -5074,13 +5074,16 @@ static int wake_read(due_store *s, int64_t *n)
 ** retry, requeue, a reclaim that rescheduled, a failed try's retry after
 ** its backoff, a schedule's task, a kind resumed or removed) bumps the
 ** one-row due_wake counter after its commit; due_notify() bumps it for a
-** caller's own transaction.  A listener learns of a bump in one of two
+** caller's own transaction.  A listener learns of a bump in one of three
 ** ways (issue 39), chosen at listen time and said in one log line:
 **
 **  - the binary log, when the server keeps one and the user may read it:
 **    a reader thread (mysql_wake.c) follows it as a replica does and
 **    writes an eventfd at each change of due_wake, within a millisecond
 **    or so of the bump's commit.  No counter read then.
+**  - else the doorbell: a thread (mysql_wake.c) sleeps in a query that
+**    the bump KILLs (wake(), ring()) and writes the same eventfd.  No
+**    counter read here either.
 **  - else (or ?wake=poll, or Galera, or while a lost link is down) a poll
 **    of the counter, paced by a timerfd: one primary-key read, bounded
 **    like every statement (the timerfd only paces the polls, it bounds no
@@ -5117,8 +5120,10 @@ static void wake_pace(due_store *s, bool fast)
 }
 
 /*
-** The binlog reader (mysql_wake.c) unless ?wake=poll: its eventfd joins
-** the timerfd in listen_fd.  Either way one line says which is in use.
+** The binlog reader, else the doorbell (mysql_wake.c), unless ?wake=poll
+** or Galera: its eventfd joins the timerfd in listen_fd.  One line says
+** which is in use, and why not the better ones.  No doorbell on Galera:
+** due_wake is not replicated there, and a KILL reaches one node only.
 */
 static void wake_binlog(due_store *s)
 {

@@ -37,8 +37,10 @@ int due__my_bell_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
 		       const char *label, unsigned timeout_s, int efd,
 		       char *why, size_t n);
 
-/* The doorbell's sleep, exactly as the ringing bump looks it up. */
+/* The doorbell's sleep, exactly as the ringing bump looks it up, and its
+   length in seconds (the same 2). */
 #define DUE_MY_BELL_SQL "SELECT SLEEP(2) AS due_doorbell"
+#define DUE_MY_BELL_S 2
 
 /* true while the link is up (false for NULL): else poll the counter. */
 bool due__my_wake_live(const due_my_wake *w);
