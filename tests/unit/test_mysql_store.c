@@ -1123,9 +1123,9 @@ static void test_url_hosts(void **state)
 
 /*
 ** Wake-ups without LISTEN: a submit through another handle bumps the
-** due_wake counter, and the listener's drain reports it (by the poll of
-** the counter on the test server, which keeps no binary log; the binlog
-** path: tests/cli/test_mysql_wake.sh).
+** due_wake counter, and the listener's drain reports it (by the
+** doorbell on the test server, which keeps no binary log; the binlog path,
+** the doorbell's ring and the poll: tests/cli/test_mysql_wake.sh).
 */
 static void test_listen(void **state)
 {
