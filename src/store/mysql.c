@@ -176,6 +176,15 @@
 /* ------------------------------------------------------------------ */
 
 #define TABLE_OPTS " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;"
+/* The wake-up hint of listeners (mys_listen): not data, so MEMORY (no
+   fsync, a table lock for one statement); empty after a restart, and the
+   next bump inserts its rows again.  schema_v1; init_extras makes it again
+   when it was dropped. */
+#define WAKE_TABLE                                                             \
+	"CREATE TABLE IF NOT EXISTS due_wake ("                                \
+	" id TINYINT NOT NULL PRIMARY KEY,"                                    \
+	" n BIGINT NOT NULL) ENGINE=MEMORY"
+static const char sql_wake_table[] = WAKE_TABLE;
 #define WORKER_COUNTER(c) " `" c "` BIGINT NOT NULL DEFAULT 0,"
 
 static const char schema_v1[] =
@@ -299,14 +308,7 @@ static const char schema_v1[] =
 				   " kind VARCHAR(128) NOT NULL,"
 				   " at BIGINT NOT NULL,"
 				   " KEY due_rate_kind (kind, at))" TABLE_OPTS
-				   /* The wake-up hint of listeners
-				      (mys_listen): not data, so MEMORY (no
-				      fsync, a table lock for one statement);
-				      empty after a restart, and the next bump
-				      inserts its row again. */
-				   "CREATE TABLE IF NOT EXISTS due_wake ("
-				   " id TINYINT NOT NULL PRIMARY KEY,"
-				   " n BIGINT NOT NULL) ENGINE=MEMORY;"
+				       WAKE_TABLE ";"
 				   "INSERT INTO due_meta (name, value) VALUES "
 				   "('schema_version', '1')"
 				   " ON DUPLICATE KEY UPDATE value = value";
@@ -481,16 +483,24 @@ static void wake(due_store *s)
 	static const char in_tx[] = "INSERT INTO due_wake (id, n) VALUES (1, 1)"
 				    " ON DUPLICATE KEY UPDATE n = n + 1";
 
-	if (s->in_tx) {
-		if (due__my_run(s, in_tx, sizeof(in_tx) - 1, "wake listeners",
-				NULL) < 0)
-			due__error_clear();
-		return;
-	}
-	if (due__my_run(s, sql, sizeof(sql) - 1, "wake listeners", NULL) < 0) {
+	if (due__my_run(s, s->in_tx ? in_tx : sql,
+			(s->in_tx ? sizeof(in_tx) : sizeof(sql)) - 1,
+			"wake listeners", NULL) < 0) {
+		/* said once a handle: the task is there, workers find it at
+		   their safety poll; a dropped table is made again by init */
+		if (!s->wake_warned)
+			due__log("info", "mysql store", s->label,
+				 "wake-ups: cannot bump due_wake (%s): "
+				 "workers find new tasks at their safety "
+				 "poll; `due init` makes a dropped due_wake "
+				 "again",
+				 due_error_last());
+		s->wake_warned = true;
 		due__error_clear();
 		return;
 	}
+	if (s->in_tx)
+		return;
 	/* committed: this process's listeners now (and before the ring, so
 	   that our own doorbell, woken, knows the change for ours) */
 	due__my_local_poke();
@@ -1209,7 +1219,7 @@ static int init_extras(due_store *s)
 	    " MODIFY grp VARBINARY(255) NULL,"
 	    " MODIFY live_key VARBINARY(512) AS (IF(state IN ('SCHEDULED',"
 	    " 'CLAIMED'), `key`, NULL)) STORED";
-	int64_t need[5];
+	int64_t need[6];
 	int rc;
 
 	for (int locked = 0;; locked = 1) {
@@ -1234,10 +1244,14 @@ static int init_extras(due_store *s)
 			" (SELECT COUNT(*) = 0 FROM information_schema"
 			".routines WHERE routine_schema = DATABASE() AND"
 			" routine_name = 'due_schedule_after' AND routine_type"
-			" = 'PROCEDURE' AND routine_comment = '" AFTER_V "')");
-		if ((rc = ints(s, &b, "read schema extras", need, 5)) < 0)
+			" = 'PROCEDURE' AND routine_comment = '" AFTER_V "'),"
+			" (SELECT COUNT(*) = 0 FROM information_schema.tables"
+			" WHERE table_schema = DATABASE() AND table_name ="
+			" 'due_wake')");
+		if ((rc = ints(s, &b, "read schema extras", need, 6)) < 0)
 			goto out;
-		if (!need[0] && !need[1] && !need[2] && !need[3] && !need[4])
+		if (!need[0] && !need[1] && !need[2] && !need[3] && !need[4] &&
+		    !need[5])
 			goto out;
 		if (!locked) {
 			if ((rc = mig_lock(s)) < 0)
@@ -1245,6 +1259,11 @@ static int init_extras(due_store *s)
 			continue; /* read again under the lock */
 		}
 		if (need[0] && (rc = run_text(s, alter, "byte-exact keys")) < 0)
+			goto out;
+		/* an operator's DROP: every bump failed (a hint, so
+		   silently) and workers waited for their safety poll */
+		if (need[5] &&
+		    (rc = run_text(s, sql_wake_table, "create due_wake")) < 0)
 			goto out;
 		if (need[1] &&
 		    ((rc = run_text(s, "DROP PROCEDURE IF EXISTS due_schedule",

@@ -70,6 +70,7 @@ struct due_store {
 	uint64_t packet;    /* @@max_allowed_packet at connect (0: not read) */
 	int timer_fd;	    /* listen(): the poll's timerfd, -1 until then */
 	int64_t wake_seen;  /* the due_wake counter as last read */
+	bool wake_warned;   /* a failed bump was logged (once a handle) */
 	due_my_cfg *cfg;    /* to reconnect (our own copy) */
 	size_t node;	    /* cfg->hosts[node] is the one we use (or try) */
 	bool galera;	    /* the server is a Galera node (wsrep_ready) */

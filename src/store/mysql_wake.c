@@ -69,6 +69,8 @@
 #define READ_S 3		  /* a fetch's bound: 3 heartbeats */
 #define HEARTBEAT_NS 1000000000LL /* the server's heartbeat when idle */
 #define RETRY_S 5		  /* a lost link is opened again after */
+#define RETRY_MAX_S 60		  /* ... or, while it keeps failing, up to */
+#define STEADY_S 30		  /* a link that lasted this long was fine */
 /* The doorbell's reads after a change: faster than the poll's 250 ms
    (mysql.c WAKE_FAST_MS), which wakes its consumer at every tick; this
    thread pokes only on a change.  10 cheap reads a second while another
@@ -318,25 +320,39 @@ static int bell_read(due_my_wake *w, int64_t *n, int64_t *flag)
 	return 0;
 }
 
-/* Raise the flag: the next bump rings. */
+/*
+** Raise the flag: the next bump rings.  The counter's row is inserted
+** too when it is missing (a restarted server, a TRUNCATE: its 0 is what
+** bell_read read), so that the bump that finds the flag raised updates
+** both rows and its affected rows say 4: one that inserted the counter
+** said 3, and rang nobody.
+*/
 static int bell_raise(due_my_wake *w)
 {
 	int rc, tries = 0;
 
 	do
 		rc = mysql_query(w->m, "INSERT INTO due_wake (id, n) VALUES"
-				       " (2, 1) ON DUPLICATE KEY UPDATE n = 1");
+				       " (1, 0), (2, 1) ON DUPLICATE KEY"
+				       " UPDATE n = IF(VALUES(n) = 1, 1, n)");
 	while (rc != 0 && killed(w) && ++tries < 5);
 	return rc ? -1 : 0;
 }
 
-/* Open the doorbell's connection and read the counter.  -1 with why. */
+/*
+** Open the doorbell's connection and read the counter.  -1 with why.  A
+** server-wide statement time limit under the sleep (MariaDB's
+** max_statement_time, MySQL's max_execution_time for SELECTs) would cut
+** every sleep: lifted for this session, whichever the server has.
+*/
 static int bell_open(due_my_wake *w, unsigned timeout_s, char *why, size_t n)
 {
 	int64_t flag;
 
 	if (link_connect(w, timeout_s, why, n) < 0)
 		return -1;
+	if (mysql_query(w->m, "SET SESSION max_statement_time = 0") != 0)
+		(void)mysql_query(w->m, "SET SESSION max_execution_time = 0");
 	if (bell_read(w, &w->seen, &flag) < 0)
 		return snprintf(why, n, "read due_wake: %s", mysql_error(w->m)),
 		       -1;
@@ -405,12 +421,25 @@ static int link_open_any(due_my_wake *w, unsigned timeout_s, char *why,
 		       : link_open(w, timeout_s, why, n);
 }
 
-/* The thread: follow the log or ring; after a loss, open it again. */
+/* The next wait before opening a lost link again: doubled, at most
+   RETRY_MAX_S. */
+static long longer(long s) { return s * 2 > RETRY_MAX_S ? RETRY_MAX_S : s * 2; }
+
+/*
+** The thread: follow the log or ring; after a loss, open it again, and
+** again until it opens or the store is closed (the listener polls the
+** counter meanwhile).  A link that fails soon after it opened (a server
+** that interrupts the doorbell's sleep, refuses its flag, ...) waits
+** twice as long each time, up to a minute, so that a lasting refusal
+** costs a log line a minute, not one every 5 s.
+*/
 static void *run(void *arg)
 {
 	due_my_wake *w = arg;
 	const char *name = w->bell ? "doorbell" : "binlog";
 	char why[512];
+	long delay = RETRY_S;
+	int64_t up_since = mono_ms();
 
 	mysql_thread_init();
 	for (;;) {
@@ -418,27 +447,35 @@ static void *run(void *arg)
 			ring(w);
 		else
 			follow(w);
-		if (!stopped(w))
-			due__log("info", "mysql store", w->label,
-				 "wake-ups: %s link lost (%s); polling "
-				 "due_wake, the %s again in %d s",
-				 name, mysql_error(w->m), name, RETRY_S);
+		if (stopped(w))
+			break;
+		delay = mono_ms() - up_since < STEADY_S * 1000L ? longer(delay)
+								: RETRY_S;
+		due__log("info", "mysql store", w->label,
+			 "wake-ups: %s link lost (%s); polling due_wake, the "
+			 "%s again in %ld s",
+			 name, w->m ? mysql_error(w->m) : "no connection", name,
+			 delay);
 		atomic_store(&w->live, false);
 		link_close(w);
 		poke(w); /* what came meanwhile is unknown: look */
-		if (nap(w, RETRY_S * 1000L))
-			break;
-		if (link_open_any(w, RETRY_S, why, sizeof(why)) < 0) {
+		for (;;) {
+			if (nap(w, delay * 1000L))
+				goto out;
+			if (link_open_any(w, RETRY_S, why, sizeof(why)) == 0)
+				break;
 			link_close(w);
-			continue;
+			delay = longer(delay);
 		}
 		if (stopped(w))
 			break;
+		up_since = mono_ms();
 		atomic_store(&w->live, true);
 		poke(w);
 		due__log("info", "mysql store", w->label, "wake-ups: %s again",
 			 name);
 	}
+out:
 	link_close(w);
 	mysql_thread_end();
 	return NULL;

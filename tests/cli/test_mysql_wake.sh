@@ -16,6 +16,9 @@
 #   b3) a submitter of another user may not list that sleeper (no PROCESS
 #      privilege): it rings nobody, and the worker still claims its task at
 #      the read that ends the sleep;
+#   e) the doorbell under faults: a server-wide max_statement_time under its
+#      sleep, due_wake dropped (and made again by due init), the server
+#      restarted: the worker lives on, the doorbell comes back and rings;
 #   c) KILLing the reader's connection: the worker says the link is lost,
 #      claims the next task by polling, opens the link again (a new Binlog
 #      Dump connection, "binlog again") and claims by the binlog again.
@@ -136,6 +139,51 @@ k0=$(kills)
 submitted_runs "$waker" "b3: another user's submit"
 k1=$(kills)
 [ "$k1" = "$k0" ] && ok || bad "b3: a KILL without the right to see the sleeper ($k0 -> $k1)"
+stop_worker
+
+echo "== e) the doorbell under faults (the attack on issue 39's doorbell)"
+# e1) a server-wide statement time limit under the doorbell's 2 s sleep:
+# its session lifts it (it cut every sleep: a link lost every 6 s)
+root "SET GLOBAL max_statement_time = 1" && ok || bad "e1: set max_statement_time"
+worker "$plain" "$T/e.log"
+root "SET GLOBAL max_statement_time = 0"
+wait_for "e1: the doorbell sleeps" 20 sleeping
+sleep 2.5 # past a 1 s limit's cut of that sleep
+k0=$(kills)
+submitted_runs "$plain" "e1: rung under max_statement_time"
+k1=$(kills)
+[ "$k1" -gt "$k0" ] && ok || bad "e1: the submit rang nobody (Com_kill $k0 -> $k1)"
+if grep -q "link lost" "$T/e.log"; then bad "e1: $(grep "link lost" "$T/e.log")"; else ok; fi
+
+# e2) due_wake dropped past the 5 s reopen (the reopen failed, and the
+# thread read on a NULL connection: SIGSEGV); due init makes it again
+root "DROP TABLE due_wake" && ok || bad "e2: drop due_wake"
+wait_for "e2: the loss is logged" 20 grep -q "doorbell link lost" "$T/e.log"
+sleep 7
+kill -0 "$wpid" 2>/dev/null && ok || bad "e2: the worker died with due_wake gone"
+"$DUE" --db "$waker" init >/dev/null && ok || bad "e2: init"
+[ "$(root "SELECT COUNT(*) FROM information_schema.tables
+	WHERE table_schema = 'due' AND table_name = 'due_wake'")" = 1 ] &&
+	ok || bad "e2: due init did not make due_wake again"
+wait_for "e2: the doorbell is back" 60 grep -q "wake-ups: doorbell again" "$T/e.log"
+submitted_runs "$plain" "e2: after due_wake came back"
+
+# e3) the server restarted, down past the reopen: the worker lives on, the
+# doorbell comes back, and the first submit into the emptied MEMORY table
+# rings (its bump inserted the counter's row and rang nobody)
+n_again=$(grep -c "wake-ups: doorbell again" "$T/e.log")
+"$ROOT/scripts/mariadb-test-server" stop "$mydir" >/dev/null 2>&1 && ok || bad "e3: stop the server"
+sleep 7
+MARIADB_TEST_GRANTS=1 MARIADB_TEST_BINLOG=1 "$ROOT/scripts/mariadb-test-server" \
+	start "$mydir" >/dev/null 2>"$T/srv2.err" && ok || bad "e3: restart: $(cat "$T/srv2.err")"
+kill -0 "$wpid" 2>/dev/null && ok || bad "e3: the worker died in the outage"
+back() { [ "$(grep -c "wake-ups: doorbell again" "$T/e.log")" -gt "$n_again" ]; }
+wait_for "e3: the doorbell is back" 90 back
+wait_for "e3: the doorbell sleeps" 20 sleeping
+k0=$(kills)
+submitted_runs "$plain" "e3: the first submit after the restart"
+k1=$(kills)
+[ "$k1" -gt "$k0" ] && ok || bad "e3: the first submit after a restart rang nobody (Com_kill $k0 -> $k1)"
 stop_worker
 
 echo "== d) ?wake=poll"
