@@ -110,14 +110,20 @@ bells() {
 }
 sleeping() { [ -n "$(bells)" ]; }
 kills() { root "SHOW GLOBAL STATUS LIKE 'Com_kill'" | cut -f2; }
+# rung URL WHAT: with the doorbell asleep, a task submitted by another
+# process (as URL's user) runs, and its submit KILLed the sleep (Com_kill)
+rung() {
+	local k0 k1
+	wait_for "$2: the doorbell sleeps" 20 sleeping
+	k0=$(kills)
+	submitted_runs "$1" "$2"
+	k1=$(kills)
+	[ "$k1" -gt "$k0" ] && ok || bad "$2: the submit rang nobody (Com_kill $k0 -> $k1)"
+}
 worker "$plain" "$T/b.log"
 has "wake-ups: doorbell (binlog: " "$T/b.log" && ok ||
 	bad "b: no doorbell line: $(cat "$T/b.log")"
-wait_for "b: the doorbell sleeps" 20 sleeping
-k0=$(kills)
-submitted_runs "$plain" "b: rung"
-k1=$(kills)
-[ "$k1" -gt "$k0" ] && ok || bad "b: the submit rang nobody (Com_kill $k0 -> $k1)"
+rung "$plain" "b: rung"
 
 echo "== b2) the doorbell's connection killed: the poll, then the doorbell again"
 wait_for "b2: the doorbell sleeps" 20 sleeping
@@ -128,10 +134,7 @@ submitted_runs "$plain" "b2: while the doorbell is down"
 wait_for "b2: the doorbell is back" 30 grep -q "wake-ups: doorbell again" "$T/b.log"
 wait_for "b2: the doorbell sleeps again" 20 sleeping
 [ "$(bells)" != "$b1" ] && ok || bad "b2: the same connection sleeps ($b1)"
-k0=$(kills)
-submitted_runs "$plain" "b2: rung again"
-k1=$(kills)
-[ "$k1" -gt "$k0" ] && ok || bad "b2: the submit rang nobody (Com_kill $k0 -> $k1)"
+rung "$plain" "b2: rung again"
 
 echo "== b3) another user's submit: not rung, read at the sleep's end"
 wait_for "b3: the doorbell sleeps" 20 sleeping
@@ -149,10 +152,7 @@ worker "$plain" "$T/e.log"
 root "SET GLOBAL max_statement_time = 0"
 wait_for "e1: the doorbell sleeps" 20 sleeping
 sleep 2.5 # past a 1 s limit's cut of that sleep
-k0=$(kills)
-submitted_runs "$plain" "e1: rung under max_statement_time"
-k1=$(kills)
-[ "$k1" -gt "$k0" ] && ok || bad "e1: the submit rang nobody (Com_kill $k0 -> $k1)"
+rung "$plain" "e1: rung under max_statement_time"
 if grep -q "link lost" "$T/e.log"; then bad "e1: $(grep "link lost" "$T/e.log")"; else ok; fi
 
 # e2) due_wake dropped past the 5 s reopen (the reopen failed, and the
@@ -179,11 +179,7 @@ MARIADB_TEST_GRANTS=1 MARIADB_TEST_BINLOG=1 "$ROOT/scripts/mariadb-test-server" 
 kill -0 "$wpid" 2>/dev/null && ok || bad "e3: the worker died in the outage"
 back() { [ "$(grep -c "wake-ups: doorbell again" "$T/e.log")" -gt "$n_again" ]; }
 wait_for "e3: the doorbell is back" 90 back
-wait_for "e3: the doorbell sleeps" 20 sleeping
-k0=$(kills)
-submitted_runs "$plain" "e3: the first submit after the restart"
-k1=$(kills)
-[ "$k1" -gt "$k0" ] && ok || bad "e3: the first submit after a restart rang nobody (Com_kill $k0 -> $k1)"
+rung "$plain" "e3: the first submit after the restart"
 stop_worker
 
 echo "== d) ?wake=poll"
