@@ -5168,8 +5168,8 @@ static void wake_binlog(due_store *s)
 		return;
 	}
 	why2[0] = '\0';
-	if (due__my_bell_start(&s->wake, s->cfg, s->node, s->label,
-			       secs ? secs : 1, s->wake_fd, why2,
+	if (due__my_bell_start(&s->wake, due__my_local_gen, s->cfg, s->node,
+			       s->label, secs ? secs : 1, s->wake_fd, why2,
 			       sizeof(why2)) == 0)
 		due__log("info", "mysql store", s->label,
 			 "wake-ups: doorbell (binlog: %s)", why);

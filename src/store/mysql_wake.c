@@ -92,9 +92,10 @@ struct due_my_wake {
 	bool stop;
 	int sock; /* the live link's socket, -1 when none */
 	atomic_bool live;
-	bool bell;	 /* the doorbell, not the binary log */
-	int64_t seen;	 /* the doorbell's last read of the counter */
-	char label[256]; /* the store's, for the log */
+	bool bell;	       /* the doorbell, not the binary log */
+	uint64_t (*gen)(void); /* the doorbell's: this process's bumps */
+	int64_t seen;	       /* the doorbell's last read of the counter */
+	char label[256];       /* the store's, for the log */
 };
 
 /* Tell the listener to look (the eventfd counts; one write is enough). */
@@ -382,16 +383,17 @@ static int bell_sleep(due_my_wake *w)
 static void ring(due_my_wake *w)
 {
 	int64_t n, flag, fast_until = 0;
-	uint64_t gen = due__my_local_gen(), g;
+	uint64_t gen = w->gen(), g;
 
 	while (!stopped(w)) {
 		if (bell_read(w, &n, &flag) < 0)
 			break;
 		/* a change this process wrote since the last read was
 		   (likely) its own, poked at once anyway: no fast reads for
-		   it (as mysql.c's wake_tick; a worker's start-up probe
+		   it (w->gen counts them; as mysql.c's wake_tick: a
+		   worker's start-up probe
 		   would else keep an idle fleet reading fast) */
-		g = due__my_local_gen();
+		g = w->gen();
 		if (n != w->seen) {
 			w->seen = n;
 			poke(w);
@@ -491,10 +493,10 @@ static unsigned reader_id(void)
 	return 0x40000000u | ((((unsigned)getpid() << 8) ^ k) & 0x3fffffffu);
 }
 
-/* Start the binary log's reader (bell false) or the doorbell. */
-static int start(due_my_wake **out, bool bell_mode, const due_my_cfg *cfg,
-		 size_t node, const char *label, unsigned timeout_s, int efd,
-		 char *why, size_t n)
+/* Start the binary log's reader (gen NULL) or the doorbell. */
+static int start(due_my_wake **out, uint64_t (*gen)(void),
+		 const due_my_cfg *cfg, size_t node, const char *label,
+		 unsigned timeout_s, int efd, char *why, size_t n)
 {
 	due_my_wake *w = calloc(1, sizeof(*w));
 
@@ -509,7 +511,8 @@ static int start(due_my_wake **out, bool bell_mode, const due_my_cfg *cfg,
 	w->server_id = reader_id();
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->cv, NULL);
-	w->bell = bell_mode;
+	w->bell = gen != NULL;
+	w->gen = gen;
 	if (link_open_any(w, timeout_s, why, n) < 0) {
 		link_close(w);
 		due__my_wake_stop(w);
@@ -531,14 +534,14 @@ int due__my_wake_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
 		       const char *label, unsigned timeout_s, int efd,
 		       char *why, size_t n)
 {
-	return start(out, false, cfg, node, label, timeout_s, efd, why, n);
+	return start(out, NULL, cfg, node, label, timeout_s, efd, why, n);
 }
 
-int due__my_bell_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
-		       const char *label, unsigned timeout_s, int efd,
-		       char *why, size_t n)
+int due__my_bell_start(due_my_wake **out, uint64_t (*gen)(void),
+		       const due_my_cfg *cfg, size_t node, const char *label,
+		       unsigned timeout_s, int efd, char *why, size_t n)
 {
-	return start(out, true, cfg, node, label, timeout_s, efd, why, n);
+	return start(out, gen, cfg, node, label, timeout_s, efd, why, n);
 }
 
 bool due__my_wake_live(const due_my_wake *w)

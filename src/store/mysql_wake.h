@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "store/mysql_conn.h"
 
@@ -30,12 +31,13 @@ int due__my_wake_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
 /*
 ** The doorbell instead, where the log cannot be read (mysql_wake.c): a
 ** connection that sleeps in DUE_MY_BELL_SQL until a bump KILLs it, with
-** the same arguments, eventfd and stop.  -1 with why when it cannot
-** connect or read due_wake.
+** the same arguments, eventfd and stop; gen() counts the bumps this
+** process made (a change it made is not another process's flow).  -1
+** with why when it cannot connect or read due_wake.
 */
-int due__my_bell_start(due_my_wake **out, const due_my_cfg *cfg, size_t node,
-		       const char *label, unsigned timeout_s, int efd,
-		       char *why, size_t n);
+int due__my_bell_start(due_my_wake **out, uint64_t (*gen)(void),
+		       const due_my_cfg *cfg, size_t node, const char *label,
+		       unsigned timeout_s, int efd, char *why, size_t n);
 
 /* The doorbell's sleep, exactly as the ringing bump looks it up, and its
    length in seconds (the same 2). */
