@@ -380,7 +380,7 @@ static int bell_sleep(due_my_wake *w)
 }
 
 /* Read, and sleep while nothing changes, until the link fails or stop. */
-static void ring(due_my_wake *w)
+static void bell_wait(due_my_wake *w)
 {
 	int64_t n, flag, fast_until = 0;
 	uint64_t gen = w->gen(), g;
@@ -390,9 +390,8 @@ static void ring(due_my_wake *w)
 			break;
 		/* a change this process wrote since the last read was
 		   (likely) its own, poked at once anyway: no fast reads for
-		   it (w->gen counts them; as mysql.c's wake_tick: a
-		   worker's start-up probe
-		   would else keep an idle fleet reading fast) */
+		   it (w->gen counts them; as mysql.c's wake_tick: a worker's
+		   start-up probe would else keep an idle fleet reading fast) */
 		g = w->gen();
 		if (n != w->seen) {
 			w->seen = n;
@@ -428,12 +427,12 @@ static int link_open_any(due_my_wake *w, unsigned timeout_s, char *why,
 static long longer(long s) { return s * 2 > RETRY_MAX_S ? RETRY_MAX_S : s * 2; }
 
 /*
-** The thread: follow the log or ring; after a loss, open it again, and
-** again until it opens or the store is closed (the listener polls the
-** counter meanwhile).  A link that fails soon after it opened (a server
-** that interrupts the doorbell's sleep, refuses its flag, ...) waits
-** twice as long each time, up to a minute, so that a lasting refusal
-** costs a log line a minute, not one every 5 s.
+** The thread: follow the log or wait for the bell; after a loss, open it
+** again, and again until it opens or the store is closed (the listener
+** polls the counter meanwhile).  A link that fails soon after it opened
+** (a server that interrupts the doorbell's sleep, refuses its flag, ...)
+** waits twice as long each time, up to a minute, so that a lasting
+** refusal costs a log line a minute, not one every 5 s.
 */
 static void *run(void *arg)
 {
@@ -446,7 +445,7 @@ static void *run(void *arg)
 	mysql_thread_init();
 	for (;;) {
 		if (w->bell)
-			ring(w);
+			bell_wait(w);
 		else
 			follow(w);
 		if (stopped(w))
