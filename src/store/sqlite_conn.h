@@ -43,8 +43,9 @@ struct due_store {
 	/* finished tasks (due_wait): the "<path>-done" file, touched after
 	   a commit that finished one, and its watch while listening */
 	char *done_path;
-	int done_fd;  /* open for touching, else -1 */
-	int done_ino; /* inotify instance while listening, else -1 */
+	int done_fd;   /* open for touching, else -1 */
+	int done_ino;  /* inotify instance while listening, else -1 */
+	int done_lock; /* -done, flock(LOCK_SH) while listening, else -1 */
 	/* the open write transaction made a task due (a submit, a run-after
 	   release): its commit wakes listeners (due__sq_commit) */
 	bool wake_pending;

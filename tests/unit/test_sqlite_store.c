@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/inotify.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <sqlite3.h>
@@ -412,6 +414,49 @@ static void test_release_wakes(void **state)
 }
 
 /*
+** The "-done" file is touched after a commit that finished a task only
+** while someone listens for finished tasks (due_listen_finished holds a
+** shared flock on it): a touch on every finishing commit rode in every
+** fdatasync of a sync=full drain (10-25 % of its rate).  An inotify watch
+** of the test's own sees no change while nobody listens, and a listener
+** is woken once one does.
+*/
+static void test_done_touch_only_when_listened(void **state)
+{
+	(void)state;
+	due_db *db = open_db(), *ldb = open_db();
+	due_complete_outcome cc;
+	char done[600];
+	char buf[4096]
+	    __attribute__((aligned(__alignof__(struct inotify_event))));
+	int ino, fd = -1;
+
+	snprintf(done, sizeof(done), "%s-done", path_of());
+	due_id t = add(db, "k", 0, 5);
+	int32_t a = claim_one(db, t, LONG_LEASE);
+	assert_int_equal(due_complete(db, &cc, t, a, "r", 1), 0);
+	/* the file exists now (made by the first finishing commit) */
+	ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	assert_true(ino >= 0);
+	assert_true(inotify_add_watch(ino, done, IN_ATTRIB | IN_MODIFY) >= 0);
+	t = add(db, "k", 0, 5);
+	a = claim_one(db, t, LONG_LEASE);
+	assert_int_equal(due_complete(db, &cc, t, a, "r", 1), 0);
+	assert_int_equal(cc, DUE_COMPLETE_DONE);
+	assert_true(read(ino, buf, sizeof(buf)) < 0); /* untouched */
+	assert_int_equal(due_listen_finished(ldb, &fd), 0);
+	assert_true(fd >= 0);
+	t = add(db, "k", 0, 5);
+	a = claim_one(db, t, LONG_LEASE);
+	assert_int_equal(due_complete(db, &cc, t, a, "r", 1), 0);
+	assert_true(read(ino, buf, sizeof(buf)) > 0); /* touched */
+	assert_true(listen_count(ldb, fd) > 0);
+	close(ino);
+	due_close(ldb);
+	due_close(db);
+}
+
+/*
 ** prune deletes a pruned task's edges where it is the child; the edges
 ** of a pruned parent stay, and its live child still names it.
 */
@@ -496,10 +541,15 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-	    T(test_chain_1000_cancelled), T(test_cascade_tree),
-	    T(test_edge_counted_once),	  T(test_on_key_held),
-	    T(test_tx_submit_after),	  T(test_release_wakes),
-	    T(test_prune_edges),	  T(test_after_plans),
+	    T(test_chain_1000_cancelled),
+	    T(test_cascade_tree),
+	    T(test_edge_counted_once),
+	    T(test_on_key_held),
+	    T(test_tx_submit_after),
+	    T(test_release_wakes),
+	    T(test_prune_edges),
+	    T(test_after_plans),
+	    T(test_done_touch_only_when_listened),
 #undef T
 	};
 	if (tu_select_backend("sqlite") != 0)
