@@ -130,6 +130,32 @@ static void link_close(due_my_wake *w)
 	w->m = NULL;
 }
 
+/*
+** Was the last statement KILLed?  A ringer's KILL QUERY names a thread,
+** not a query: one that listed the doorbell's sleep before another's KILL
+** ended it may cut the statement that follows.
+*/
+static bool killed(due_my_wake *w)
+{
+	return mysql_errno(w->m) == 1317; /* ER_QUERY_INTERRUPTED */
+}
+
+/*
+** Run sql on w->m, its result in *res when res is not NULL; made again
+** (up to 5 times) when it was KILLed, which is not a lost link.
+*/
+static int exec_sql(due_my_wake *w, const char *sql, MYSQL_RES **res)
+{
+	int rc, tries = 0;
+
+	do {
+		rc = mysql_query(w->m, sql);
+		if (rc == 0 && res && !(*res = mysql_store_result(w->m)))
+			rc = -1;
+	} while (rc != 0 && killed(w) && ++tries < 5);
+	return rc ? -1 : 0;
+}
+
 /* Run one statement on w->m; its first row's first column into out. */
 static int one_row(due_my_wake *w, const char *sql, char *out, size_t n,
 		   char *out2, size_t n2)
@@ -138,7 +164,7 @@ static int one_row(due_my_wake *w, const char *sql, char *out, size_t n,
 	MYSQL_ROW row;
 	int rc = -1;
 
-	if (mysql_query(w->m, sql) != 0 || !(r = mysql_store_result(w->m)))
+	if (exec_sql(w, sql, &r) < 0)
 		return -1;
 	if ((row = mysql_fetch_row(r)) && row[0]) {
 		snprintf(out, n, "%s", row[0]);
@@ -148,6 +174,15 @@ static int one_row(due_my_wake *w, const char *sql, char *out, size_t n,
 	}
 	mysql_free_result(r);
 	return rc;
+}
+
+/* The link is open: its socket, for due__my_wake_stop to shut down. */
+static int link_up(due_my_wake *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->sock = (int)mysql_get_socket(w->m);
+	pthread_mutex_unlock(&w->mu);
+	return 0;
 }
 
 /* Connect to the store's server, bounded by timeout_s for each wait. */
@@ -210,10 +245,7 @@ static int link_open(due_my_wake *w, unsigned timeout_s, char *why, size_t n)
 	if (mariadb_rpl_open(w->rpl) != 0)
 		return snprintf(why, n, "binlog dump: %s", mysql_error(w->m)),
 		       -1;
-	pthread_mutex_lock(&w->mu);
-	w->sock = (int)mysql_get_socket(w->m);
-	pthread_mutex_unlock(&w->mu);
-	return 0;
+	return link_up(w);
 }
 
 static bool named(const MARIADB_STRING *s, const char *name)
@@ -290,31 +322,15 @@ static int64_t mono_ms(void)
 	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-/*
-** Was the last statement KILLed?  A ringer's KILL QUERY names a thread,
-** not a query: one that listed the sleep before another's KILL ended it
-** may cut the read that follows.  That read is made again, not taken for
-** a lost link.
-*/
-static bool killed(due_my_wake *w)
-{
-	return mysql_errno(w->m) == 1317; /* ER_QUERY_INTERRUPTED */
-}
-
 /* The counter and the flag (0 for a missing row: a restarted server). */
 static int bell_read(due_my_wake *w, int64_t *n, int64_t *flag)
 {
 	char a[32] = "", b[32] = "";
-	int rc, tries = 0;
 
-	do
-		rc = one_row(w,
-			     "SELECT COALESCE(MAX(IF(id = 1, n, NULL)), 0),"
-			     " COALESCE(MAX(IF(id = 2, n, NULL)), 0)"
-			     " FROM due_wake",
-			     a, sizeof(a), b, sizeof(b));
-	while (rc < 0 && killed(w) && ++tries < 5);
-	if (rc < 0)
+	if (one_row(w,
+		    "SELECT COALESCE(MAX(IF(id = 1, n, NULL)), 0),"
+		    " COALESCE(MAX(IF(id = 2, n, NULL)), 0) FROM due_wake",
+		    a, sizeof(a), b, sizeof(b)) < 0)
 		return -1;
 	*n = strtoll(a, NULL, 10);
 	*flag = strtoll(b, NULL, 10);
@@ -330,14 +346,10 @@ static int bell_read(due_my_wake *w, int64_t *n, int64_t *flag)
 */
 static int bell_raise(due_my_wake *w)
 {
-	int rc, tries = 0;
-
-	do
-		rc = mysql_query(w->m, "INSERT INTO due_wake (id, n) VALUES"
-				       " (1, 0), (2, 1) ON DUPLICATE KEY"
-				       " UPDATE n = IF(VALUES(n) = 1, 1, n)");
-	while (rc != 0 && killed(w) && ++tries < 5);
-	return rc ? -1 : 0;
+	return exec_sql(w,
+			"INSERT INTO due_wake (id, n) VALUES (1, 0), (2, 1)"
+			" ON DUPLICATE KEY UPDATE n = IF(VALUES(n) = 1, 1, n)",
+			NULL);
 }
 
 /*
@@ -357,10 +369,7 @@ static int bell_open(due_my_wake *w, unsigned timeout_s, char *why, size_t n)
 	if (bell_read(w, &w->seen, &flag) < 0)
 		return snprintf(why, n, "read due_wake: %s", mysql_error(w->m)),
 		       -1;
-	pthread_mutex_lock(&w->mu);
-	w->sock = (int)mysql_get_socket(w->m);
-	pthread_mutex_unlock(&w->mu);
-	return 0;
+	return link_up(w);
 }
 
 /*
