@@ -373,8 +373,10 @@ static const char re_due_cmd[] =
     "case \"$DUE_KIND:$DUE_ATTEMPT\" in rf:1 | rf:2 | rd:1) exit 1 ;;"
     " rq:1 | rc:1) exec sleep 30 ;; esac";
 
-/* Step 1: *reclaim_ms past the lease read, *late of the second try. */
-static bool step_reclaim(vctx *v, double *reclaim_ms, double *late)
+/* Step 1: *reclaim_ms past the lease read, *late of the second try;
+ *step says where it stopped (the task's state and tries then). */
+static bool step_reclaim(vctx *v, double *reclaim_ms, double *late, char *step,
+			 size_t n)
 {
 	pid_t k[2];
 	bool ok = false;
@@ -385,6 +387,7 @@ static bool step_reclaim(vctx *v, double *reclaim_ms, double *late)
 	k[1] = v_worker(v, "k2.log", "--owner", "K2", "--kinds", "rc",
 			"--lease", "2s", "--poll", "30s", "--no-cron", "--exec",
 			re_due_cmd, (char *)NULL);
+	snprintf(step, n, "not_listening");
 	if (v_wait(v, HANG_MS, listens, "k1.log") &&
 	    v_wait(v, HANG_MS, listens, "k2.log")) {
 		/* the line comes just before a worker's first refill: one
@@ -392,14 +395,20 @@ static bool step_reclaim(vctx *v, double *reclaim_ms, double *late)
 		v_sleep_ms(500);
 		due_id id = v_add(v, "rc", 0, 2, 200 * 1000, NULL);
 		due_task *t = reach(v, id, DUE_CLAIMED) ? v_get(v, id) : NULL;
+		snprintf(step, n, "not_claimed");
 		if (t && t->lease_owner) {
 			int dead = strcmp(t->lease_owner, "K1") ? 1 : 0;
 			v_kill(k[dead], SIGKILL);
 			v_reap(k[dead], HANG_MS);
 			k[dead] = -1;
-			due_task *d =
-			    reach(v, id, DUE_DONE) ? v_get(v, id) : NULL;
-			if (d && d->n_attempts == 2) {
+			bool done = reach(v, id, DUE_DONE);
+			due_task *d = v_get(v, id);
+			snprintf(step, n, "killed_%s_then_%s/%zu",
+				 t->lease_owner,
+				 d ? due_state_name(d->state) : "?",
+				 d ? d->n_attempts : 0);
+			if (done && d && d->n_attempts == 2) {
+				snprintf(step, n, "done");
 				*reclaim_ms = (double)(d->attempts[0].ended_at -
 						       t->lease_until) /
 					      1000.0;
@@ -450,9 +459,10 @@ void v_wheel_retry_punctual(vctx *v)
 {
 	double reclaim_ms = -1, late[5] = {-1, -1, -1, -1, -1};
 	bool in_time = true;
+	char step[96];
 
 	setenv("DUEV_DIR", v->dir, 1);
-	bool ok = step_reclaim(v, &reclaim_ms, &late[4]);
+	bool ok = step_reclaim(v, &reclaim_ms, &late[4], step, sizeof(step));
 	ok = step_retries(v, late) && ok;
 	for (int i = 0; i < 5; i++)
 		in_time = in_time && late[i] >= 0 && late[i] <= PUNCTUAL_MS;
@@ -460,7 +470,7 @@ void v_wheel_retry_punctual(vctx *v)
 	v_case(v, "wheel_retry_punctual", ok && in_time,
 	       "poll=30s bound_ms=%.0f late_ms={retry2=%.1f retry3=%.1f "
 	       "requeued=%.1f dead_retried=%.1f reclaimed=%.1f} "
-	       "reclaim_after_lease_ms=%.1f",
+	       "reclaim_after_lease_ms=%.1f reclaim_step=%s",
 	       PUNCTUAL_MS, late[0], late[1], late[2], late[3], late[4],
-	       reclaim_ms);
+	       reclaim_ms, step);
 }
