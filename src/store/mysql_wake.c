@@ -33,7 +33,7 @@
 ** The doorbell (issue 39), where the log cannot be read: the same thread
 ** and link handling, but the link is a plain connection that reads the
 ** counter and, while nothing changes, sleeps in a query the server can
-** cut short: DUE_MY_BELL_SQL (SLEEP(2)).  Before it sleeps it raises the
+** cut short: DUE_MY_BELL_SQL (SLEEP(2.5)).  Before it sleeps it raises the
 ** flag, row 2 of due_wake; a bump (mysql.c wake()) lowers the flag in
 ** the statement that increments the counter, and a bump that found it
 ** raised looks the sleeping queries of this database up in the process
@@ -42,10 +42,10 @@
 ** so a bump after that read finds it raised.  A KILL that reaches the
 ** connection between the read and the sleep is lost (the server drops a
 ** KILL QUERY for an idle connection): that bump is seen at the read that
-** ends the sleep, 2 s later at most, as a bump that rings nobody is (a
+** ends the sleep, 2.5 s later at most, as a bump that rings nobody is (a
 ** due_schedule() CALL, another user's bump without the right to KILL,
-** an older build).  Idle, a read and a sleep every 2 s: one statement a
-** second.  After a change the thread reads every BELL_FAST_MS for
+** an older build).  Idle, a read and a sleep every 2.5 s: 0.8 statements
+** a second.  After a change the thread reads every BELL_FAST_MS for
 ** BELL_FAST_FOR_MS without raising the flag, so a flow of submits costs
 ** the submitters no look-up and no KILL.
 */

@@ -106,7 +106,7 @@ echo "== b) no grant: the doorbell"
 # bells: ids of the doorbell connections of user plain, sleeping now
 bells() {
 	root "SELECT id FROM information_schema.PROCESSLIST
-		WHERE user = 'plain' AND info = 'SELECT SLEEP(2) AS due_doorbell'"
+		WHERE user = 'plain' AND info = 'SELECT SLEEP(2.5) AS due_doorbell'"
 }
 sleeping() { [ -n "$(bells)" ]; }
 kills() { root "SHOW GLOBAL STATUS LIKE 'Com_kill'" | cut -f2; }
@@ -145,7 +145,7 @@ k1=$(kills)
 stop_worker
 
 echo "== e) the doorbell under faults (the attack on issue 39's doorbell)"
-# e1) a server-wide statement time limit under the doorbell's 2 s sleep:
+# e1) a server-wide statement time limit under the doorbell's 2.5 s sleep:
 # its session lifts it (it cut every sleep: a link lost every 6 s)
 root "SET GLOBAL max_statement_time = 1" && ok || bad "e1: set max_statement_time"
 worker "$plain" "$T/e.log"
@@ -188,7 +188,7 @@ has "wake-ups: polling due_wake (wake=poll)" "$T/d.log" && ok ||
 	bad "d: wake=poll not obeyed: $(cat "$T/d.log")"
 [ -z "$(dumps)" ] && ok || bad "d: a Binlog Dump connection with wake=poll"
 [ -z "$(root "SELECT id FROM information_schema.PROCESSLIST
-	WHERE info = 'SELECT SLEEP(2) AS due_doorbell'")" ] && ok ||
+	WHERE info = 'SELECT SLEEP(2.5) AS due_doorbell'")" ] && ok ||
 	bad "d: a doorbell with wake=poll"
 submitted_runs "$waker?wake=poll" "d: polled"
 stop_worker
