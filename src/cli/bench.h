@@ -35,6 +35,8 @@ typedef struct bopts {
 	int64_t retain_us;   /* soak: due_worker_opts.retain_us */
 	bool pending_set, soak_set;
 	bool pg_autovacuum_default; /* soak: PostgreSQL's own settings */
+	int64_t warmup_us;	    /* idle: workers run this long first */
+	bool warmup_set;
 } bopts;
 
 /* The most WORK counters of a server one result keeps. */

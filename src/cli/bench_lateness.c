@@ -233,8 +233,11 @@ void w_idle(vctx *v, const bopts *o)
 				       &d, NULL) < 0)
 		goto out;
 	/* connect, first claim; the server's count starts once every worker
-	   has opened (scripts loaded, settings read, registered) */
-	v_sleep_ms(counted ? 1500 : 300);
+	   has opened (scripts loaded, settings read, registered), or after
+	   --warmup (6 s leaves the first prune check out: a steady state) */
+	v_sleep_ms(o->warmup_set ? (int)(o->warmup_us / 1000)
+		   : counted	 ? 1500
+				 : 300);
 	for (long i = 0; i < workers && i < 64; i++)
 		due_worker_stats_get(ws[i].w, &s0[i]);
 	counted = counted && bench_server_read(v, &k0) == 0;
