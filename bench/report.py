@@ -1013,6 +1013,11 @@ def side_by_side_table(res):
         for st in sts:
             row.append(fnum(res.med(res.select(st, w, None, None, res.default_disc), f), digits))
         rows.append(row)
+    steady = res.default_disc + "+steady"
+    if any(res.select(st, "idle", None, None, steady) for st in sts):
+        rows.append(["W4 store queries/s per idle worker, steady state"] +
+                    [fnum(res.med(res.select(st, "idle", None, None, steady), "store_qps"), 3)
+                     for st in sts])
     return ("Medians of this run; in brackets the ratio to %s.\n\n" % STORE_NAME[ref]
             + table(["workload"] + [STORE_NAME[s] for s in sts], rows))
 
