@@ -263,6 +263,8 @@ static bool store_has(const char *url, unsigned kinds, bool untune)
 	return has;
 }
 
+#define BENCH_MAX_WAIT_US (24LL * 3600 * 1000000)
+
 /* The options together: 0 or an exit code after a usage error. */
 static int parse_check(cli_ctx *c, const bopts *o)
 {
@@ -284,6 +286,10 @@ static int parse_check(cli_ctx *c, const bopts *o)
 	if (o->warmup_set && strcmp(o->workload, "idle") != 0)
 		return cli_usage_error(c,
 				       "--warmup applies to --workload idle");
+	/* each is slept in milliseconds counted in an int */
+	if (o->idle_us > BENCH_MAX_WAIT_US || o->warmup_us > BENCH_MAX_WAIT_US)
+		return cli_usage_error(c, "--idle and --warmup must be at most "
+					  "24h");
 	if (o->pg_autovacuum_default && !store_has(cli_db_url(c), 0, true))
 		return cli_usage_error(c, "--pg-autovacuum applies to a "
 					  "postgres:// store");

@@ -23,11 +23,15 @@ expect_err 2 "apply to --workload soak" "$DUE" bench --workload drain --rate 10
 expect_err 2 "unknown workload" "$DUE" bench --workload soaky
 expect_err 2 "--pg-autovacuum: 'x': default or due" "$DUE" bench --workload soak --pg-autovacuum x
 expect_err 2 "--pg-autovacuum applies to a postgres:// store" "$DUE" bench --workload soak --pg-autovacuum default --db "sqlite:$T/x.db"
+expect_err 2 "--warmup applies to --workload idle" "$DUE" bench --workload drain --warmup 6s
+expect_err 2 "--warmup:" "$DUE" bench --workload idle --warmup -1s
+expect_err 2 "--idle and --warmup must be at most 24h" "$DUE" bench --workload idle --warmup 25h
+expect_err 2 "--idle and --warmup must be at most 24h" "$DUE" bench --workload idle --idle 30d
 
 # --help names the new options
 help=$("$DUE" bench --help)
 for opt in --pending --rate --duration --retain soak --pg-autovacuum --no-wheel --inline \
-	cycle depth memory; do
+	cycle depth memory --warmup; do
 	if grep -q -- "$opt" <<<"$help"; then ok; else bad "--help lacks $opt"; fi
 done
 
