@@ -1951,12 +1951,22 @@ static int schema_answer(due_store *s, const int *v)
 		    "`due init` to upgrade it (stop the store's workers "
 		    "first)",
 		    s->cfg.label);
+	if (*v == -5) /* lua version(): layout 4 */
+		return due__error_set(
+		    DUE_ESCHEMA,
+		    "redis store %s: its layout of tasks is 4, an earlier "
+		    "build's: run `due init` to upgrade it to 5 (a quick step "
+		    "that moves no task; that build's workers may keep "
+		    "running, this layout reads what they write)",
+		    s->cfg.label);
 	if (*v == -2) /* lua version(): another layout */
 		return due__error_set(
 		    DUE_ESCHEMA,
-		    "redis store %s: written by an earlier development build "
-		    "of the Redis store (another layout of tasks and indexes): "
-		    "drain it with that build, or delete its keys",
+		    "redis store %s: written by another build of due, with "
+		    "another layout of tasks and indexes than this build's "
+		    "(5): open it with a build that knows that layout (a "
+		    "later build, or the development build that wrote it); "
+		    "nothing written",
 		    s->cfg.label);
 	return 0;
 }

@@ -51,8 +51,9 @@ bool due__redis_same_node(const due_store *a, const due_store *b);
 
 /*
 ** The schema version as the store's script reads it, without a verdict:
-** -1 when the prefix has no store, -2 another layout, -1000 - N a store
-** made with shards=N other than this handle's.
+** -1 when the prefix has no store, -2 another layout, -5 layout 4 (to
+** upgrade), -1000 - N a store made with shards=N other than this
+** handle's.
 */
 int due__redis_version(due_store *s, int *v);
 

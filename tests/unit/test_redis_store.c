@@ -1566,7 +1566,7 @@ static void test_upgrade_layout_3(void **state)
 	usleep(1100000); /* its lease ends */
 	assert_int_equal(due_open(&db, url, &oo), 0);
 	assert_int_equal(steps, 1); /* 20,000 moved, more left; the 2nd ends */
-	assert_int_equal(tu_rd("HGET %s layout", tu_rd_key("meta")), 4);
+	assert_int_equal(tu_rd("HGET %s layout", tu_rd_key("meta")), 5);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(tu_rd("EXISTS %s", tu_rd_key("st:%s", sts[i])),
 				 0);
@@ -1603,9 +1603,12 @@ static void test_upgrade_layout_3(void **state)
 /*
 ** A try's attempt record is written when it ends; while it runs the task
 ** hash holds it (owner, claim time 'n', due_at) and due_get shows it
-** RUNNING.  A try claimed by the earlier build wrote its record at the
-** claim and has no 'n': finished by this build, that record is ended,
-** once, with the outcome and the metrics as before.
+** RUNNING.  A try that ends DONE writes none (layout 5): the task hash
+** keeps owner, claim time and due_at, its updated_at is the end, and
+** due_get shows the DONE record from it, with no lease on the task.  A
+** try claimed by the earlier build wrote its record at the claim and has
+** no 'n': finished by this build, that record is ended, once, with the
+** outcome and the metrics as before.
 */
 static void test_attempt_written_at_end(void **state)
 {
@@ -1630,13 +1633,29 @@ static void test_attempt_written_at_end(void **state)
 	due_task_free(t);
 	assert_int_equal(due_complete(db, &co, id, 1, "r", 1), 0);
 	assert_int_equal(co, DUE_COMPLETE_DONE);
-	assert_int_equal(cmd_int("EXISTS %s", ak), 1);
-	assert_int_equal(cmd_int("HEXISTS %s n", tk), 0);
+	assert_int_equal(cmd_int("EXISTS %s", ak), 0);
+	assert_int_equal(cmd_int("HEXISTS %s n", tk), 1);
 	t = get(db, id);
+	assert_int_equal(t->state, DUE_DONE);
+	assert_null(t->lease_owner);
+	assert_int_equal(t->lease_until, 0);
 	assert_int_equal(t->n_attempts, 1);
 	assert_string_equal(t->attempts[0].outcome, "DONE");
 	assert_string_equal(t->attempts[0].worker, "w1");
 	assert_true(t->attempts[0].ended_at >= t->attempts[0].claimed_at);
+	assert_int_equal(t->attempts[0].ended_at, t->updated_at);
+	assert_null(t->attempts[0].late_commit);
+	due_task_free(t);
+	/* a late completion of that try is refused and marked on it */
+	assert_int_equal(due_complete(db, &co, id, 1, "again", 5), 0);
+	assert_int_equal(co, DUE_COMPLETE_REJECTED_STALE);
+	t = get(db, id);
+	assert_int_equal(t->n_attempts, 1);
+	assert_string_equal(t->attempts[0].outcome, "DONE");
+	assert_non_null(t->attempts[0].late_commit);
+	assert_string_equal(t->attempts[0].late_commit, "REJECTED_STALE");
+	assert_int_equal(t->result_len, 1);
+	assert_memory_equal(t->result, "r", 1);
 	due_task_free(t);
 
 	/* the earlier layout's running try: record at the claim, no 'n' */
@@ -1660,6 +1679,103 @@ static void test_attempt_written_at_end(void **state)
 	/* the first try is in the window; the earlier one's minute is not */
 	assert_int_equal(due_metrics_get(db, &m), 0);
 	assert_int_equal(m->outcomes[DUE_OUT_DONE], 1);
+	due_metrics_free(m);
+	due_close(db);
+}
+
+/*
+** Layout 4 -> 5: a DONE try's record stays in its task hash.  A store of
+** layout 4 (its DONE tasks without owner, lease or claim time in the
+** hash, their records in :a:<id>; made here from a layout 5 store) is
+** refused until `due init`, which only records layout 5.  Then both
+** kinds of DONE task show their history, and prune takes both with it
+** and takes their tries out of the metrics.
+*/
+static void test_upgrade_layout_4(void **state)
+{
+	(void)state;
+	due_db *db = open_db();
+	due_open_opts oo = DUE_OPEN_OPTS_INIT;
+	due_schedule_opts so = DUE_SCHEDULE_OPTS_INIT;
+	due_submitted sub;
+	due_complete_outcome co;
+	due_fail_outcome fo;
+	due_metrics *m = NULL;
+	due_task *t;
+	int64_t pruned = 0;
+	char tk[200], ak[200];
+
+	/* two tries: the first failed (its record), the second DONE */
+	so.backoff_us = 1;
+	assert_int_equal(due_schedule(db, &sub, "k", "p", 1, &so), 0);
+	due_id two = sub.id;
+	claim_one(db, two, LONG_LEASE);
+	assert_int_equal(due_fail(db, &fo, two, 1, "boom"), 0);
+	usleep(20000);
+	assert_int_equal(claim_one(db, two, LONG_LEASE), 2);
+	assert_int_equal(due_complete(db, &co, two, 2, "r", 1), 0);
+	assert_int_equal(co, DUE_COMPLETE_DONE);
+
+	/* a DONE task as layout 4 left it */
+	due_id old = add(db, "k", 0, 5);
+	claim_one(db, old, LONG_LEASE);
+	assert_int_equal(due_complete(db, &co, old, 1, "r", 1), 0);
+	snprintf(tk, sizeof(tk), "%s", tu_rd_key("t:%lld", (long long)old));
+	snprintf(ak, sizeof(ak), "%s", tu_rd_key("a:%lld", (long long)old));
+	redisContext *rc = tu_redis_connect();
+	assert_non_null(rc);
+	freeReplyObject(redisCommand(
+	    rc, "EVAL %s 2 %s %s",
+	    "local v = redis.call('HMGET', KEYS[1], 'w', 'n', 'd', 'u') "
+	    "redis.call('HSET', KEYS[2], '1:worker', v[1], '1:claimed_at', "
+	    "v[2], '1:due_at', v[3], '1:ended_at', v[4], '1:outcome', "
+	    "'DONE') redis.call('HDEL', KEYS[1], 'w', 'l', 'n')",
+	    tk, ak));
+	redisFree(rc);
+	assert_int_equal(cmd_int("HEXISTS %s n", tk), 0);
+	cmd_ok("HSET %s layout 4", tu_rd_key("meta"));
+	due_close(db);
+
+	assert_int_equal(due_open(&db, url, &oo), DUE_ESCHEMA);
+	assert_non_null(strstr(due_error_last(), "run `due init`"));
+	due_close(db);
+	assert_int_equal(tu_rd("HGET %s layout", tu_rd_key("meta")), 4);
+	oo.create = true; /* what `due init` does */
+	assert_int_equal(due_open(&db, url, &oo), 0);
+	assert_int_equal(tu_rd("HGET %s layout", tu_rd_key("meta")), 5);
+
+	t = get(db, two);
+	assert_int_equal(t->state, DUE_DONE);
+	assert_null(t->lease_owner);
+	assert_null(t->last_error);
+	assert_int_equal(t->n_attempts, 2);
+	assert_string_equal(t->attempts[0].outcome, "FAILED");
+	assert_string_equal(t->attempts[0].error, "boom");
+	assert_string_equal(t->attempts[1].outcome, "DONE");
+	assert_string_equal(t->attempts[1].worker, "w1");
+	assert_int_equal(t->attempts[1].ended_at, t->updated_at);
+	assert_true(t->attempts[1].claimed_at >= t->attempts[0].ended_at);
+	due_task_free(t);
+	t = get(db, old);
+	assert_int_equal(t->state, DUE_DONE);
+	assert_null(t->lease_owner);
+	assert_int_equal(t->n_attempts, 1);
+	assert_string_equal(t->attempts[0].outcome, "DONE");
+	assert_string_equal(t->attempts[0].worker, "w1");
+	assert_int_equal(t->attempts[0].ended_at, t->updated_at);
+	due_task_free(t);
+
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->outcomes[DUE_OUT_DONE], 2);
+	assert_int_equal(m->outcomes[DUE_OUT_FAILED], 1);
+	due_metrics_free(m);
+	assert_int_equal(due_prune(db, &pruned, 0), 0);
+	assert_int_equal(pruned, 2);
+	assert_int_equal(due_get(db, &t, two), DUE_ENOTFOUND);
+	assert_int_equal(cmd_int("EXISTS %s", ak), 0);
+	assert_int_equal(due_metrics_get(db, &m), 0);
+	assert_int_equal(m->outcomes[DUE_OUT_DONE], 0);
+	assert_int_equal(m->outcomes[DUE_OUT_FAILED], 0);
 	due_metrics_free(m);
 	due_close(db);
 }
@@ -2478,6 +2594,7 @@ int main(void)
 	    T(test_claim_order_many_kinds),
 	    T(test_upcoming_backlog),
 	    T(test_attempt_written_at_end),
+	    T(test_upgrade_layout_4),
 	    T(test_wait_options_refused),
 	    T(test_seeds_not_cluster),
 	    T(test_wait_unmet),

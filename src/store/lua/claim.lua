@@ -232,14 +232,19 @@ end
 local function complete_one(id, att, result, t)
   local tk = T(id)
   -- (the hot path names the fields by their letters, as tcall would)
-  local v = redis.call('HMGET', tk, 's', 'a', 'x', 'k', 'y', 'g', 'w', 'n', 'd')
+  local v = redis.call('HMGET', tk, 's', 'a', 'x', 'k', 'y', 'g', 'w', 'n', 'd', 'e')
   if v[1] == 'CLAIMED' and N(v[2]) == att then
     lease_del(id, v[4], v[6])
     if N(v[3]) == 0 then
-      redis.call('HDEL', tk, 'w', 'l', 'e', 'n')
+      -- layout 5: 'w', 'l' and 'n' stay (row() shows no lease but on a
+      -- CLAIMED task; 'w', 'n', 'd', 'u' are the try's DONE record, so
+      -- end_attempt writes none); a try claimed by layout 3 has no 'n'
+      -- and keeps its record
+      if v[10] then redis.call('HDEL', tk, 'e') end
+      if not v[8] then redis.call('HDEL', tk, 'w', 'l') end
       redis.call('HSET', tk, 's', 'DONE', 'r', result, 'u', I(t))
       finish(id, v[4], v[5], 'CLAIMED', 'DONE', t)
-      end_attempt(id, att, t, 'DONE', nil, v[7], v[8], v[9])
+      end_attempt(id, att, t, 'DONE', nil, v[7], v[8], v[9], true)
       return 'D'
     end
     tcall('HDEL', tk, 'lease_owner', 'lease_until', 'n')

@@ -49,7 +49,7 @@ local function cold()
     if not r[1] then return {} end
     local ps = {}
     if N(r[TI.after_n]) > 0 then ps = redis.call('ZRANGE', K('ap', I(id)), 0, -1) end
-    return {r, attempts(id, N(r[6]), r[TI.state] == 'CLAIMED'), ps}
+    return {r, attempts(id, N(r[6])), ps}
   end
 
   -- the next n ids after `after`: of one state's index, or, for every
@@ -124,7 +124,7 @@ local function cold()
           local r = row(sid)
           if r[1] and (state == '' or r[TI.state] == state) and (not held or N(r[TI.after_left]) > 0) then
             local e = {r}
-            if att then e[2] = attempts(sid, N(r[6]), r[TI.state] == 'CLAIMED') else e[2] = {} end
+            if att then e[2] = attempts(sid, N(r[6])) else e[2] = {} end
             out[#out + 1] = e
           end
         end

@@ -5,12 +5,13 @@ local ops = {}
 
 -- layout: how this script writes tasks and indexes (field names, index
 -- members); a prefix written by an earlier development layout is refused
-local LAYOUT = '4'
+local LAYOUT = '5'
 -- a sharded store (redis_shard.c) is N prefixes {due:NAME:i}, each
 -- with shards=N in its meta; A[3] is the N the caller opened it with
 local function version()
   local v = redis.call('HMGET', K('meta'), 'schema_version', 'layout', 'shards')
   if v[1] and (v[2] == '3' or v[2] == '3-4') then return -3 end
+  if v[1] and v[2] == '4' then return -5 end
   if v[1] and v[2] ~= LAYOUT then return -2 end
   if v[1] and tonumber(v[3] or '1') ~= tonumber(A[3] or '1') then return -1000 - tonumber(v[3] or '1') end
   if v[1] then return tonumber(v[1]) end
@@ -66,6 +67,14 @@ end
 
 ops.init = function()
   local v = version()
+  -- layout 4 -> 5: nothing moves.  A DONE try's record stays in its task
+  -- hash (end_attempt); layout 4's DONE tasks keep the record they have
+  -- and readers take either.  A worker of the earlier build still at
+  -- work writes layout 4's DONE, which this layout reads as well.
+  if v == -5 then
+    redis.call('HSET', K('meta'), 'layout', LAYOUT)
+    v = version()
+  end
   if v == -3 then
     local r = relayout()
     if type(r) == 'number' then return r end

@@ -69,19 +69,27 @@ end
 -- RUNNING record from it.  The caller has checked that the task is
 -- CLAIMED at attempt att, so a try ends once.  w, n, d are the task's
 -- fields; n is nil for a try claimed by layout 3, whose record was
--- written at the claim.
-local function end_attempt(id, att, t, outcome, err, w, n, due)
+-- written at the claim.  Layout 5: a try that ends DONE writes no record
+-- at all (`kept`): the task hash keeps 'w' and 'n' beside 'd', and its
+-- 'u' is the end, so readers (attempts(), mark_late) make the DONE
+-- record from it as they make the RUNNING one.  A DONE task is never
+-- written again (prune deletes it), so that record cannot change.
+local function end_attempt(id, att, t, outcome, err, w, n, due, kept)
   local ak = K('a', id)
   local f = I(att) .. ':'
-  local h = {f .. 'ended_at', I(t), f .. 'outcome', outcome}
   if n then
-    h[5], h[6], h[7], h[8], h[9], h[10] = f .. 'worker', w or '', f .. 'claimed_at', n, f .. 'due_at', due
+    if not kept then
+      local h = {f .. 'ended_at', I(t), f .. 'outcome', outcome, f .. 'worker', w or '', f .. 'claimed_at', n, f .. 'due_at', due}
+      if err then h[11] = f .. 'error' h[12] = err end
+      redis.call('HSET', ak, unpack(h))
+    end
   else
     n = redis.call('HGET', ak, f .. 'claimed_at')
     if not n then return end
+    local h = {f .. 'ended_at', I(t), f .. 'outcome', outcome}
+    if err then h[5] = f .. 'error' h[6] = err end
+    redis.call('HSET', ak, unpack(h))
   end
-  if err then h[#h + 1] = f .. 'error' h[#h + 1] = err end
-  redis.call('HSET', ak, unpack(h))
   local c = N(n)
   local d, m = t - c, mw(c)
   hincr(m, 'out:RUNNING', -1)
@@ -90,11 +98,19 @@ local function end_attempt(id, att, t, outcome, err, w, n, due)
   hincr(m, 'dur_sum', d)
   if outcome == 'DONE' then hincr(KDPM, I(math.floor(t / 1000000)), 1) end
 end
+-- the claim time of try att of task id, from its record or (the DONE
+-- try of layout 5) from the task hash
+local function claimed_at(id, att)
+  local c = redis.call('HGET', K('a', id), att .. ':claimed_at')
+  if c then return c end
+  local v = redis.call('HMGET', T(id), 's', 'a', 'n')
+  if v[3] and v[1] == 'DONE' and N(v[2]) == tonumber(att) then return v[3] end
+  return nil
+end
 local function mark_late(id, att)
   local ak = K('a', id)
-  local f = att .. ':'
-  local c = redis.call('HGET', ak, f .. 'claimed_at')
-  if c and redis.call('HSETNX', ak, f .. 'late_commit', 'REJECTED_STALE') == 1 then
+  local c = claimed_at(id, att)
+  if c and redis.call('HSETNX', ak, att .. ':late_commit', 'REJECTED_STALE') == 1 then
     hincr(mw(N(c)), 'stale', 1)
   end
 end
@@ -122,21 +138,26 @@ local function row(id)
     r[TI.id] = I(tonumber(id))
     for _, c in ipairs(DEF0) do if not r[TI[c]] then r[TI[c]] = '0' end end
     if not r[TI.updated_at] then r[TI.updated_at] = r[TI.created_at] end
+    -- a DONE task keeps its last owner and lease end (layout 5): the
+    -- record of its try, not a lease
+    if r[TI.state] ~= 'CLAIMED' then r[TI.lease_owner], r[TI.lease_until] = false, false end
   end
   return r
 end
--- the attempt records of task id's n tries; `running`: the task is
--- CLAIMED, so try n's record is in the task hash (end_attempt)
-local function attempts(id, n, running)
+-- the attempt records of task id's n tries; the last one, when it has
+-- no record (written at its end), is in the task hash: RUNNING while the
+-- task is CLAIMED (end_attempt), DONE (layout 5: its 'u' is the end)
+local function attempts(id, n)
   local out = {}
   local ak = K('a', id)
   for a = 1, n do
     local f = a .. ':'
     local v = redis.call('HMGET', ak, f .. 'worker', f .. 'claimed_at', f .. 'due_at', f .. 'ended_at', f .. 'outcome', f .. 'error', f .. 'late_commit')
     if v[1] then out[#out + 1] = {id, a, v[1], v[2], v[3], v[4], v[5], v[6], v[7]}
-    elseif running and a == n then
-      local r = redis.call('HMGET', T(id), 'w', 'n', 'd')
-      if r[2] then out[#out + 1] = {id, a, r[1] or '', r[2], r[3], false, 'RUNNING', false, false} end
+    elseif a == n then
+      local r = redis.call('HMGET', T(id), 's', 'w', 'n', 'd', 'u')
+      if r[3] and r[1] == 'CLAIMED' then out[#out + 1] = {id, a, r[2] or '', r[3], r[4], false, 'RUNNING', false, false}
+      elseif r[3] and r[1] == 'DONE' then out[#out + 1] = {id, a, r[2] or '', r[3], r[4], r[5], 'DONE', false, v[7]} end
     end
   end
   return out
