@@ -42,7 +42,7 @@ local function lease_set(id, kind, grp, lu)
 end
 local function lease_del(id, kind, grp)
   zrem(KLEASE, id)
-  zrem(K('lk', kind), id)
+  if counted(kind) then zrem(K('lk', kind), id) end
   if grp then zrem(K('lg', lq(kind) .. grp), id) end
 end
 local function key_release(id, kind, key)
