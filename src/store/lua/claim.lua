@@ -19,7 +19,7 @@ end
 -- into out until need of them are taken, looking at no more than cap
 -- members when accept() can refuse some.  Returns the number taken.
 local function scan(src, t, need, out, accept, cap)
-  flush()
+  flush(true)
   local lo, taken = '-', 0
   local seen = 0
   cap = cap or math.huge
@@ -70,7 +70,7 @@ local HELD_RATE, HELD_RUNNING, HELD_GROUP = 1, 2, 4
 
 -- room of limited kind k for at most `left` claims: room, why, oldest
 local function kind_room(k, t, left)
-  flush()
+  flush(true)
   local room, why, oldest = left, 0, 0
   if k.max_running > 0 then
     local n = redis.call('ZCOUNT', K('lk', k.kind), t, '+inf')
@@ -113,7 +113,7 @@ local function group_gate(k, t, st)
     local g = tcall('HGET', T(mid(m)), 'grp')
     if not g then return true end
     local c = counts[g]
-    if not c then flush() c = redis.call('ZCOUNT', K('lg', lq(k.kind) .. g), t, '+inf') end
+    if not c then flush(true) c = redis.call('ZCOUNT', K('lg', lq(k.kind) .. g), t, '+inf') end
     if c >= k.per_group then st.held = bit.bor(st.held, HELD_GROUP) counts[g] = c return false end
     counts[g] = c + 1
     return true
@@ -152,7 +152,7 @@ end
 -- due at once a claim reads about need × (1 + log kinds), not need ×
 -- kinds.
 local function due_scan(t, need, out, admits)
-  flush()
+  flush(true)
   local lo, taken = '-', 0
   while taken < need do
     local first = redis.call('ZRANGEBYLEX', KDH, lo, '+', 'LIMIT', 0, 1)

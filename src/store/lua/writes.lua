@@ -127,8 +127,13 @@ end
 -- (claim.lua's due_scan) after the last flush: this flush need not read
 -- it again (flush empties it)
 local DHINT -- run() makes it empty
-local function flush()
-  if #SK > 0 then sflush() end
+-- zonly: the sorted sets alone (their heads with them), for a claim's
+-- reads of the due and lease indexes; the counters and the state bitmaps,
+-- which no claim reads, wait for the end of the call, so a claim that
+-- carries completions writes each counter once (CLAIMED:<kind> and
+-- out:RUNNING, -n then +n, cancel out and are not sent at all)
+local function flush(zonly)
+  if not zonly and #SK > 0 then sflush() end
   for _, key in ipairs(ZK) do
     local add, rem = {}, {}
     local kind, ps, old = DK[key], {}, {}
@@ -153,6 +158,7 @@ local function flush()
     end
     if key == KLAT and #add > 0 then redis.call('ZREMRANGEBYRANK', KLAT, 0, -10001) end
   end
+  if zonly then ZQ, ZK, DHINT = {}, {}, {} return end
   for _, key in ipairs(HK) do
     if string.sub(key, 1, #KMW) == KMW then redis.call('EXPIRE', key, MW_TTL) end
     for f, n in pairs(HQ[key]) do
