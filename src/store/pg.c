@@ -517,7 +517,10 @@ static const char flow_claim_sql[] =
 	" RETURNING i.ord, t.id, t.attempt, t.state, t.is_parent AS kid),"     \
 	" e AS (UPDATE due_attempt a SET ended_at = now(), outcome = d.state," \
 	" error = CASE WHEN d.state = 'CANCELLED'"                             \
-	" THEN 'cancel requested before commit' END FROM d"                    \
+	" THEN 'cancel requested before commit' END,"                          \
+	" late_commit = CASE WHEN EXISTS (SELECT 1 FROM i WHERE i.id = d.id"   \
+	" AND i.attempt = d.attempt AND i.ord <> d.ord)"                       \
+	" THEN 'REJECTED_STALE' ELSE a.late_commit END FROM d"                 \
 	" WHERE a.task_id = d.id AND a.attempt = d.attempt"                    \
 	" AND a.outcome = 'RUNNING'),"                                         \
 	" s AS MATERIALIZED (SELECT id, attempt FROM i WHERE NOT EXISTS"       \
@@ -2987,7 +2990,8 @@ static int complete_rows(due_store *s, due_completion *items, size_t n)
 ** With a hook: BEGIN, the statement, the hook for each DONE row on our
 ** PGconn, COMMIT; a hook that fails rolls everything back (DUE_ERROR).
 ** A try listed twice completes once, with its first item; the repeat is
-** REJECTED_STALE, as it would be one statement later.
+** REJECTED_STALE, as it would be one statement later, and marked so on
+** the try's row (late_commit, set by the same update that ends it).
 */
 static int pg_complete(due_store *s, due_completion *items, size_t n,
 		       due_tx_hook hook, void *payload)

@@ -1299,6 +1299,10 @@ static void test_complete_batch(void **state)
 	due_task *t = get(db, a);
 	assert_int_equal(t->state, DUE_DONE);
 	assert_memory_equal(t->result, "ra", 2);
+	/* the repeat is a late commit of that try, marked on it */
+	assert_int_equal(t->n_attempts, 1);
+	assert_non_null(t->attempts[0].late_commit);
+	assert_string_equal(t->attempts[0].late_commit, "REJECTED_STALE");
 	due_task_free(t);
 	t = get(db, d);
 	assert_true(t->has_result);
@@ -1306,6 +1310,137 @@ static void test_complete_batch(void **state)
 	due_task_free(t);
 	assert_int_equal(state_of(db, b), DUE_CLAIMED);
 	assert_int_equal(state_of(db, c), DUE_CANCELLED);
+	due_close(db);
+}
+
+/*
+** The worker's path, due_complete_and_claim: every completion fenced on
+** its own with its own outcome, as due_complete_batch (SQLite writes a
+** clean batch in two statements, others item by item: the outcomes,
+** results and histories must not tell which).  20 tries with distinct
+** results (more than one SQLite chunk of 16; one with a NUL inside, one
+** empty); a batch with a cancel asked among clean tries; one with a stale
+** token; the mixed batch of test_complete_batch.  Each then claims.
+*/
+static void test_complete_and_claim_batch(void **state)
+{
+	(void)state;
+	enum { N = 20 };
+	due_db *db = open_db();
+	due_claim_opts co = DUE_CLAIM_OPTS_INIT;
+	due_task_list *l = NULL;
+	due_cancel_outcome cco;
+	due_completion items[N];
+	char res[N][16];
+	size_t rl[N];
+	due_id ids[N];
+	due_task *t;
+
+	co.owner = "w";
+	co.limit = N;
+	co.lease_us = LONG_LEASE;
+	for (int i = 0; i < N; i++)
+		ids[i] = add(db, "k", 0, 5);
+	assert_int_equal(due_claim(db, &l, "w", NULL, 0, N, LONG_LEASE), 0);
+	assert_int_equal(l->count, N);
+	due_task_list_free(l);
+	for (int i = 0; i < N; i++) {
+		rl[i] = (size_t)snprintf(res[i], sizeof(res[i]), "r%d", i);
+		items[i] = (due_completion){ids[i], 1, res[i], rl[i], 0};
+	}
+	items[3].result = "a\0b";
+	items[3].result_len = rl[3] = 3;
+	items[5].result = NULL;
+	items[5].result_len = rl[5] = 0;
+	due_id next = add(db, "k", 0, 5);
+	assert_int_equal(due_complete_and_claim(db, items, N, &co, &l), 0);
+	assert_int_equal(l->count, 1);
+	assert_int_equal(l->items[0].id, next);
+	due_task_list_free(l);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(items[i].outcome, DUE_COMPLETE_DONE);
+		t = get(db, ids[i]);
+		assert_int_equal(t->state, DUE_DONE);
+		assert_null(t->lease_owner);
+		assert_true(t->has_result);
+		assert_int_equal(t->result_len, rl[i]);
+		if (rl[i])
+			assert_memory_equal(t->result, items[i].result, rl[i]);
+		assert_int_equal(t->n_attempts, 1);
+		assert_string_equal(t->attempts[0].outcome, "DONE");
+		assert_string_equal(t->attempts[0].worker, "w");
+		due_task_free(t);
+	}
+
+	/* a cancel asked among clean tries: that one ends CANCELLED */
+	due_id a = add(db, "k", 0, 5), b = add(db, "k", 0, 5),
+	       c = add(db, "k", 0, 5);
+	(void)next;
+	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 10, LONG_LEASE), 0);
+	due_task_list_free(l);
+	assert_int_equal(due_cancel(db, &cco, b), 0);
+	due_completion three[3] = {
+	    {a, 1, "ra", 2, 0}, {b, 1, "rb", 2, 0}, {c, 1, "rc", 2, 0}};
+	co.limit = 1; /* nothing else is due: it claims none */
+	assert_int_equal(due_complete_and_claim(db, three, 3, &co, &l), 0);
+	assert_int_equal(l->count, 0);
+	due_task_list_free(l);
+	assert_int_equal(three[0].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(three[1].outcome,
+			 DUE_COMPLETE_CANCELLED_BEFORE_COMMIT);
+	assert_int_equal(three[2].outcome, DUE_COMPLETE_DONE);
+	t = get(db, b);
+	assert_int_equal(t->state, DUE_CANCELLED);
+	assert_false(t->has_result);
+	assert_int_equal(t->n_attempts, 1);
+	assert_string_equal(t->attempts[0].outcome, "CANCELLED");
+	due_task_free(t);
+	t = get(db, c);
+	assert_memory_equal(t->result, "rc", 2);
+	due_task_free(t);
+
+	/* a stale token beside a clean try: one attempt row each */
+	due_id d = add(db, "k", 0, 5), e = add(db, "k", 0, 5);
+	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 10, LONG_LEASE), 0);
+	due_task_list_free(l);
+	due_completion two[2] = {{d, 1, "rd", 2, 0}, {e, 9, "re", 2, 0}};
+	assert_int_equal(due_complete_and_claim(db, two, 2, &co, &l), 0);
+	due_task_list_free(l);
+	assert_int_equal(two[0].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(two[1].outcome, DUE_COMPLETE_REJECTED_STALE);
+	t = get(db, d);
+	assert_int_equal(t->state, DUE_DONE);
+	assert_int_equal(t->n_attempts, 1);
+	assert_string_equal(t->attempts[0].outcome, "DONE");
+	due_task_free(t);
+	assert_int_equal(state_of(db, e), DUE_CLAIMED);
+
+	/* done, stale, cancelled, empty, and the first again */
+	due_id f = add(db, "k", 0, 5), g = add(db, "k", 0, 5),
+	       h = add(db, "k", 0, 5);
+	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 10, LONG_LEASE), 0);
+	due_task_list_free(l);
+	assert_int_equal(due_cancel(db, &cco, g), 0);
+	due_completion mixed[5] = {{f, 1, "rf", 2, 0},
+				   {e, 7, "re", 2, 0},
+				   {g, 1, "rg", 2, 0},
+				   {h, 1, NULL, 0, 0},
+				   {f, 1, "again", 5, 0}};
+	assert_int_equal(due_complete_and_claim(db, mixed, 5, &co, &l), 0);
+	due_task_list_free(l);
+	assert_int_equal(mixed[0].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(mixed[1].outcome, DUE_COMPLETE_REJECTED_STALE);
+	assert_int_equal(mixed[2].outcome,
+			 DUE_COMPLETE_CANCELLED_BEFORE_COMMIT);
+	assert_int_equal(mixed[3].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(mixed[4].outcome, DUE_COMPLETE_REJECTED_STALE);
+	t = get(db, f);
+	assert_memory_equal(t->result, "rf", 2);
+	assert_int_equal(t->n_attempts, 1);
+	assert_non_null(t->attempts[0].late_commit);
+	assert_string_equal(t->attempts[0].late_commit, "REJECTED_STALE");
+	due_task_free(t);
+	assert_int_equal(state_of(db, g), DUE_CANCELLED);
 	due_close(db);
 }
 
@@ -5493,6 +5628,7 @@ int main(void)
 	    T(test_bad_input_changes_nothing),
 	    T(test_sqlite_transactions),
 	    T(test_complete_batch),
+	    T(test_complete_and_claim_batch),
 	    T(test_three_processes_claim),
 	    T(test_due_vs_cancel_race),
 	    T(test_list_stats_prune),
