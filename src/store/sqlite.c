@@ -99,6 +99,10 @@ enum stmt_id {
 	ST_PEEK_DUE,
 	ST_CLAIM_ID,
 	ST_CLAIM_ONE,
+	ST_CLAIM_MANY,
+	ST_CLOSE_MANY,
+	ST_DONE_MANY, /* + k - 1: k tries DONE (done_stmt), k = 1..DONE_CHUNK */
+	ST_DONE_MANY_END = ST_DONE_MANY + 16 - 1,
 	ST_ATTEMPT_CLOSE,
 	ST_ATTEMPT_RECLAIM,
 	ST_EXTEND,
@@ -317,6 +321,23 @@ static const char *const sql_text[ST_COUNT] = {
 	"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
 	" lease_owner = ?1, lease_until = ?2, updated_at = ?3, claimed_at = ?3"
 	" WHERE id = ?4 AND state = 'SCHEDULED'",
+    /* the same for the ids of the JSON array ?4 (claim_picked) */
+    [ST_CLAIM_MANY] =
+	"UPDATE due_task SET state = 'CLAIMED', attempt = attempt + 1,"
+	" lease_owner = ?1, lease_until = ?2, updated_at = ?3, claimed_at = ?3"
+	" WHERE id IN (SELECT value FROM json_each(?4)) AND state = "
+	"'SCHEDULED'",
+    /* the running tries of the JSON array ?1 of [id, attempt] end at ?2
+       as ST_ATTEMPT_CLOSE ends one (?3 .. ?6: its ?4 .. ?7), each looked
+       up by primary key (complete_many) */
+    [ST_CLOSE_MANY] = CLOSE_INTO
+    " SELECT t.id, t.attempt, t.lease_owner,"
+    " coalesce(t.claimed_at, t.updated_at), t.due_at, ?2,"
+    " CASE WHEN t.cancel_requested THEN ?5 ELSE ?3 END,"
+    " CASE WHEN t.cancel_requested THEN ?6 ELSE ?4 END"
+    " FROM json_each(?1) AS j CROSS JOIN due_task AS t"
+    " ON t.id = j.value ->> 0"
+    " WHERE t.state = 'CLAIMED' AND t.attempt = j.value ->> 1" CLOSE_UPSERT,
     /* the running try of task ?1 (attempt ?2, or any when NULL) ends at
        ?3: outcome ?4 and error ?5, or ?6 and ?7 when a cancel was asked */
     [ST_ATTEMPT_CLOSE] = CLOSE_INTO
@@ -1061,6 +1082,8 @@ const char *due__sq_read_sql(int i)
 					     ST_PROBE,
 					     ST_CLAIM_ID,
 					     ST_CLAIM_ONE,
+					     ST_CLAIM_MANY,
+					     ST_CLOSE_MANY,
 					     ST_COMPLETE,
 					     ST_CANCEL_SCHED,
 					     ST_STATE_OF,
@@ -1944,21 +1967,79 @@ static int collect_tasks(due_store *s, sqlite3_stmt *st, due_task_list *l,
 }
 
 /*
-** Claim the picked rows l->items[from..] one by one by primary key.  We
-** hold SQLite's only write lock (BEGIN IMMEDIATE) from the pick to the
-** commit, so no other claim can interleave; the update still re-checks
-** state = 'SCHEDULED' itself.  Claiming by key avoids the temporary
-** b-trees SQLite builds for `IN (SELECT ... LIMIT n)` and for RETURNING,
-** which cost more than the claim itself (profile in docs/BENCHMARKS.md).
-** Rows that did not change are dropped from the list.
+** Claim the picked rows l->items[from..].  We hold SQLite's only write
+** lock (BEGIN IMMEDIATE) from the pick to the commit, so no other claim
+** can interleave; the update still re-checks state = 'SCHEDULED' itself.
+** Two or more rows: one UPDATE over a JSON array of their ids (issue 39:
+** one statement a claim instead of one a task; a statement's own cost,
+** its cursors on the table and every index opened and closed, was most
+** of a one-row update: 136M -> 113M instructions for 4,000 tasks at
+** c=16, drain 7-8 % faster).  No RETURNING (SQLite would run it to its
+** end into an ephemeral b-tree): the rows changed must be all of them,
+** as under the lock they are; if not, the call fails and its transaction
+** is rolled back (a store bug, not a state to claim through).  One row:
+** by primary key, dropped from the list when it did not change.
 */
 static int fenced(due_store *s, sqlite3_stmt *st, const char *what, bool *hit);
+
+/* The claimed row as the update wrote it. */
+static int claimed(due_task *t, const char *owner, due_time now,
+		   int64_t lease_us)
+{
+	t->state = DUE_CLAIMED;
+	t->attempt++;
+	t->lease_until = now + lease_us;
+	t->updated_at = now;
+	free(t->lease_owner);
+	if (!(t->lease_owner = due__strdup_n(owner, strlen(owner))))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	return 0;
+}
+
+static int claim_many(due_store *s, due_task_list *l, size_t from,
+		      const char *owner, due_time now, int64_t lease_us)
+{
+	size_t n = l->count - from, cap = 2 + n * 21, off = 0;
+	sqlite3_stmt *st = stmt(s, ST_CLAIM_MANY);
+	char *ids;
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	if (!(ids = malloc(cap)))
+		return due__error_set(DUE_ENOMEM, "out of memory");
+	ids[off++] = '[';
+	for (size_t i = from; i < l->count; i++)
+		off += (size_t)snprintf(ids + off, cap - off, "%s%lld",
+					i > from ? "," : "",
+					(long long)l->items[i].id);
+	ids[off++] = ']';
+	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, now + lease_us);
+	sqlite3_bind_int64(st, 3, now);
+	sqlite3_bind_text(st, 4, ids, (int)off, SQLITE_STATIC);
+	rc = due__sq_exec(s, st, "claim");
+	free(ids);
+	if (rc < 0)
+		return rc;
+	if ((size_t)sqlite3_changes(s->db) != n)
+		return due__error_set(DUE_ERROR,
+				      "claim: %d of %zu picked task(s) changed "
+				      "under the write lock (store bug)",
+				      sqlite3_changes(s->db), n);
+	for (size_t i = from; i < l->count; i++)
+		if ((rc = claimed(&l->items[i], owner, now, lease_us)) < 0)
+			return rc;
+	return 0;
+}
 
 static int claim_picked(due_store *s, due_task_list *l, size_t from,
 			const char *owner, due_time now, int64_t lease_us)
 {
 	size_t kept = from;
 
+	if (l->count - from > 1)
+		return claim_many(s, l, from, owner, now, lease_us);
 	for (size_t i = from; i < l->count; i++) {
 		due_task *t = &l->items[i];
 		sqlite3_stmt *st = stmt(s, ST_CLAIM_ONE);
@@ -1976,13 +2057,8 @@ static int claim_picked(due_store *s, due_task_list *l, size_t from,
 			due__task_clear(t);
 			continue;
 		}
-		t->state = DUE_CLAIMED;
-		t->attempt++;
-		t->lease_until = now + lease_us;
-		t->updated_at = now;
-		free(t->lease_owner);
-		if (!(t->lease_owner = due__strdup_n(owner, strlen(owner))))
-			return due__error_set(DUE_ENOMEM, "out of memory");
+		if ((rc = claimed(t, owner, now, lease_us)) < 0)
+			return rc;
 		l->items[kept++] = *t;
 	}
 	l->count = kept;
@@ -2018,6 +2094,8 @@ static int claim_locked(due_store *s, due_task_list *l, const char *owner,
 
 static int complete_one(due_store *s, due_completion *c, due_time now,
 			bool edges, due_tx_hook hook, void *payload);
+static int complete_many(due_store *s, due_completion *items, size_t n,
+			 due_time now, bool edges);
 
 /*
 ** *any: the store has a run-after edge (a row of due_after), read once
@@ -2066,10 +2144,8 @@ static int due__sq_complete_claim(due_store *s, due_completion *items, size_t n,
 	now = due_time_now_host();
 	if (n > 1 && (rc = any_edge(s, &edges)) < 0)
 		goto fail;
-	for (size_t i = 0; i < n; i++)
-		if ((rc = complete_one(s, &items[i], now, edges, NULL, NULL)) <
-		    0)
-			goto fail;
+	if ((rc = complete_many(s, items, n, now, edges)) < 0)
+		goto fail;
 	if ((rc = claim_locked(s, l, owner, kinds, n_kinds, exclude, limit,
 			       lease_us, 0, now)) < 0 ||
 	    (rc = due__sq_commit_done(s, any_ended(items, n))) < 0)
@@ -2454,6 +2530,182 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 		return close_disagrees(c->id, "complete");
 	c->outcome = DUE_COMPLETE_CANCELLED_BEFORE_COMMIT;
 	return edges ? after_end(s, c->id, DUE_CANCELLED, now) : 0;
+}
+
+/*
+** The completions of one call with no hook (due__sq_complete_claim), in
+** two statements for up to DONE_CHUNK of them instead of two each (issue
+** 39: a statement's own cost, its cursors on the table and each index,
+** was most of a one-row write): ST_CLOSE_MANY ends every try named, then
+** one ST_DONE_MANY a chunk writes the results, fenced on (id, attempt,
+** CLAIMED, no cancel asked) per row as ST_COMPLETE is.  Any other case
+** goes item by item, as complete_one: fewer than two, a task named twice,
+** or a try that was not running (a stale completion: the first statement
+** changed fewer rows than items; its rows are written again by the same
+** upsert, which changes nothing).  A chunk that wrote fewer rows than its
+** items holds cancels asked before commit: those end CANCELLED, one by
+** one.  All under the write lock, so nothing moves between the
+** statements; run after's releases follow their chunk's write (a child
+** is held until its parents end, so it is never one of the tries here).
+*/
+enum { DONE_CHUNK = ST_DONE_MANY_END - ST_DONE_MANY + 1 };
+
+static bool same_task_twice(const due_completion *items, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = 0; j < i; j++)
+			if (items[i].id == items[j].id)
+				return true;
+	return false;
+}
+
+/* ST_DONE_MANY for k items: ?1 now, item j at ?(2+3j) id, ?(3+3j) result,
+   ?(4+3j) attempt; its text made only the first time it is prepared */
+static sqlite3_stmt *done_stmt(due_store *s, size_t k)
+{
+	int id = ST_DONE_MANY + (int)k - 1;
+	char sql[512 + DONE_CHUNK * 96];
+	size_t off = 0;
+
+	if (s->st[id])
+		return due__sq_stmt(s, id, NULL);
+#define ADD(...)                                                               \
+	off += (size_t)snprintf(sql + off, sizeof(sql) - off, __VA_ARGS__)
+	ADD("UPDATE due_task SET state = 'DONE', result = CASE id");
+	for (size_t j = 0; j < k; j++)
+		ADD(" WHEN ?%zu THEN ?%zu", 2 + 3 * j, 3 + 3 * j);
+	ADD(" END, last_error = NULL, lease_owner = NULL, lease_until = NULL,"
+	    " updated_at = ?1 WHERE id IN (");
+	for (size_t j = 0; j < k; j++)
+		ADD("%s?%zu", j ? ", " : "", 2 + 3 * j);
+	ADD(") AND state = 'CLAIMED' AND cancel_requested = 0"
+	    " AND attempt = CASE id");
+	for (size_t j = 0; j < k; j++)
+		ADD(" WHEN ?%zu THEN ?%zu", 2 + 3 * j, 4 + 3 * j);
+	ADD(" END");
+#undef ADD
+	return due__sq_stmt(s, id, sql);
+}
+
+/* The chunk's tries that did not end DONE: cancelled before commit. */
+static int done_rest(due_store *s, due_completion *items, size_t k,
+		     due_time now)
+{
+	for (size_t j = 0; j < k; j++) {
+		due_completion *c = &items[j];
+		sqlite3_stmt *st = stmt(s, ST_COMPLETE_CANCEL);
+		bool hit;
+		int rc;
+
+		if (!st)
+			return due_error_last_code();
+		sqlite3_bind_int64(st, 1, c->id);
+		sqlite3_bind_int(st, 2, c->attempt);
+		sqlite3_bind_int64(st, 3, now);
+		if ((rc = fenced(s, st, "complete (cancelled)", &hit)) < 0)
+			return rc;
+		if (hit) {
+			c->outcome = DUE_COMPLETE_CANCELLED_BEFORE_COMMIT;
+			continue;
+		}
+		if (!(st = stmt(s, ST_STATE_OF)))
+			return due_error_last_code();
+		sqlite3_bind_int64(st, 1, c->id);
+		rc = sqlite3_step(st);
+		hit = rc == SQLITE_ROW &&
+		      sqlite3_column_int(st, 1) == c->attempt &&
+		      !strcmp((const char *)sqlite3_column_text(st, 0), "DONE");
+		sqlite3_reset(st);
+		if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+			return due__sq_error(s, rc, "complete");
+		if (!hit)
+			return close_disagrees(c->id, "complete");
+		c->outcome = DUE_COMPLETE_DONE;
+	}
+	return 0;
+}
+
+static int done_chunk(due_store *s, due_completion *items, size_t k,
+		      due_time now, bool edges)
+{
+	sqlite3_stmt *st = done_stmt(s, k);
+	int rc;
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, now);
+	for (size_t j = 0; j < k; j++) {
+		const due_completion *c = &items[j];
+		sqlite3_bind_int64(st, (int)(2 + 3 * j), c->id);
+		sqlite3_bind_blob(st, (int)(3 + 3 * j),
+				  c->result ? c->result : "",
+				  (int)c->result_len, SQLITE_STATIC);
+		sqlite3_bind_int(st, (int)(4 + 3 * j), c->attempt);
+	}
+	if ((rc = due__sq_exec(s, st, "complete")) < 0)
+		return rc;
+	if ((size_t)sqlite3_changes(s->db) == k)
+		for (size_t j = 0; j < k; j++)
+			items[j].outcome = DUE_COMPLETE_DONE;
+	else if ((rc = done_rest(s, items, k, now)) < 0)
+		return rc;
+	for (size_t j = 0; edges && j < k; j++)
+		if ((rc = after_end(s, items[j].id,
+				    items[j].outcome == DUE_COMPLETE_DONE
+					? DUE_DONE
+					: DUE_CANCELLED,
+				    now)) < 0)
+			return rc;
+	return 0;
+}
+
+static int complete_many(due_store *s, due_completion *items, size_t n,
+			 due_time now, bool edges)
+{
+	static const try_end done = {"DONE", NULL, "CANCELLED",
+				     "cancel requested before commit"};
+	size_t cap = 2 + n * 34, off = 0;
+	sqlite3_stmt *st;
+	char *pairs;
+	int rc;
+
+	if (n >= 2 && !same_task_twice(items, n)) {
+		if (!(st = stmt(s, ST_CLOSE_MANY)))
+			return due_error_last_code();
+		if (!(pairs = malloc(cap)))
+			return due__error_set(DUE_ENOMEM, "out of memory");
+		pairs[off++] = '[';
+		for (size_t i = 0; i < n; i++)
+			off += (size_t)snprintf(
+			    pairs + off, cap - off, "%s[%lld,%d]", i ? "," : "",
+			    (long long)items[i].id, (int)items[i].attempt);
+		pairs[off++] = ']';
+		sqlite3_bind_text(st, 1, pairs, (int)off, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, now);
+		sqlite3_bind_text(st, 3, done.outcome, -1, SQLITE_STATIC);
+		sqlite3_bind_text(st, 5, done.cancel_outcome, -1,
+				  SQLITE_STATIC);
+		sqlite3_bind_text(st, 6, done.cancel_error, -1, SQLITE_STATIC);
+		rc = due__sq_exec(s, st, "end attempt");
+		free(pairs);
+		if (rc < 0)
+			return rc;
+		if ((size_t)sqlite3_changes(s->db) == n) {
+			for (size_t i = 0; i < n; i += DONE_CHUNK)
+				if ((rc = done_chunk(s, items + i,
+						     n - i < DONE_CHUNK
+							 ? n - i
+							 : DONE_CHUNK,
+						     now, edges)) < 0)
+					return rc;
+			return 0;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		if ((rc = complete_one(s, &items[i], now, edges, NULL, NULL)) <
+		    0)
+			return rc;
+	return 0;
 }
 
 static int due__sq_complete(due_store *s, due_completion *items, size_t n,

@@ -16,7 +16,7 @@
 #include "store/store.h"
 
 /* The most statements sqlite.c numbers (one cache slot each). */
-#define DUE_SQ_MAX_STMTS 112
+#define DUE_SQ_MAX_STMTS 128
 
 struct due_store {
 	sqlite3 *db;
