@@ -1955,9 +1955,9 @@ static int schema_answer(due_store *s, const int *v)
 		return due__error_set(
 		    DUE_ESCHEMA,
 		    "redis store %s: its layout of tasks is 4, an earlier "
-		    "build's: run `due init` to upgrade it to 5 (a quick step "
-		    "that moves no task; that build's workers may keep "
-		    "running, this layout reads what they write)",
+		    "build's: stop every process of that build that uses the "
+		    "store (workers, `due serve`), then run `due init` to "
+		    "upgrade it to 5 (a quick step that moves no task)",
 		    s->cfg.label);
 	if (*v == -2) /* lua version(): another layout */
 		return due__error_set(

@@ -1974,12 +1974,16 @@ static int collect_tasks(due_store *s, sqlite3_stmt *st, due_task_list *l,
 ** one statement a claim instead of one a task; a statement's own cost,
 ** its cursors on the table and every index opened and closed, was most
 ** of a one-row update: 136M -> 113M instructions for 4,000 tasks at
-** c=16, drain 7-8 % faster).  No RETURNING (SQLite would run it to its
+** c=16, drain 7-8 % faster).  From CLAIM_MANY_MIN rows: below, the
+** array, json_each and the IN list's ephemeral index cost more than the
+** statements they spare (callgrind, worker threads, 5,000 tasks: batches
+** of 4 +2 %, of 8 -3 %, of 16 -6 %).  No RETURNING (SQLite would run it to its
 ** end into an ephemeral b-tree): the rows changed must be all of them,
 ** as under the lock they are; if not, the call fails and its transaction
-** is rolled back (a store bug, not a state to claim through).  One row:
-** by primary key, dropped from the list when it did not change.
+** is rolled back (a store bug, not a state to claim through).  Fewer
+** rows: each by primary key, dropped from the list when it did not change.
 */
+enum { CLAIM_MANY_MIN = 6 };
 static int fenced(due_store *s, sqlite3_stmt *st, const char *what, bool *hit);
 
 /* The claimed row as the update wrote it. */
@@ -2038,7 +2042,7 @@ static int claim_picked(due_store *s, due_task_list *l, size_t from,
 {
 	size_t kept = from;
 
-	if (l->count - from > 1)
+	if (l->count - from >= CLAIM_MANY_MIN)
 		return claim_many(s, l, from, owner, now, lease_us);
 	for (size_t i = from; i < l->count; i++) {
 		due_task *t = &l->items[i];
@@ -2539,7 +2543,8 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 ** was most of a one-row write): ST_CLOSE_MANY ends every try named, then
 ** one ST_DONE_MANY a chunk writes the results, fenced on (id, attempt,
 ** CLAIMED, no cancel asked) per row as ST_COMPLETE is.  Any other case
-** goes item by item, as complete_one: fewer than two, a task named twice,
+** goes item by item, as complete_one: fewer than DONE_MANY_MIN (at four
+** the two ways cost the same, callgrind), a task named twice,
 ** or a try that was not running (a stale completion: the first statement
 ** changed fewer rows than items; its rows are written again by the same
 ** upsert, which changes nothing).  A chunk that wrote fewer rows than its
@@ -2548,7 +2553,7 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 ** statements; run after's releases follow their chunk's write (a child
 ** is held until its parents end, so it is never one of the tries here).
 */
-enum { DONE_CHUNK = ST_DONE_MANY_END - ST_DONE_MANY + 1 };
+enum { DONE_CHUNK = ST_DONE_MANY_END - ST_DONE_MANY + 1, DONE_MANY_MIN = 4 };
 
 static bool same_task_twice(const due_completion *items, size_t n)
 {
@@ -2669,7 +2674,7 @@ static int complete_many(due_store *s, due_completion *items, size_t n,
 	char *pairs;
 	int rc;
 
-	if (n >= 2 && !same_task_twice(items, n)) {
+	if (n >= DONE_MANY_MIN && !same_task_twice(items, n)) {
 		if (!(st = stmt(s, ST_CLOSE_MANY)))
 			return due_error_last_code();
 		if (!(pairs = malloc(cap)))

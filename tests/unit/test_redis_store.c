@@ -1733,14 +1733,23 @@ static void test_upgrade_layout_4(void **state)
 	    tk, ak));
 	redisFree(rc);
 	assert_int_equal(cmd_int("HEXISTS %s n", tk), 0);
+	due_id run = add(db, "run", 0, 5);
+	claim_one(db, run, 1000000); /* a worker of layout 4 at work */
 	cmd_ok("HSET %s layout 4", tu_rd_key("meta"));
 	due_close(db);
 
 	assert_int_equal(due_open(&db, url, &oo), DUE_ESCHEMA);
 	assert_non_null(strstr(due_error_last(), "run `due init`"));
+	assert_non_null(strstr(due_error_last(), "stop every process"));
 	due_close(db);
 	assert_int_equal(tu_rd("HGET %s layout", tu_rd_key("meta")), 4);
 	oo.create = true; /* what `due init` does */
+	/* refused while the earlier build's try runs under its lease */
+	assert_int_equal(due_open(&db, url, &oo), DUE_ESTATE);
+	assert_non_null(strstr(due_error_last(), "1 task(s) run under live"));
+	due_close(db);
+	assert_int_equal(tu_rd("HGET %s layout", tu_rd_key("meta")), 4);
+	usleep(1100000); /* its lease ends */
 	assert_int_equal(due_open(&db, url, &oo), 0);
 	assert_int_equal(tu_rd("HGET %s layout", tu_rd_key("meta")), 5);
 

@@ -1353,6 +1353,8 @@ static void test_complete_and_claim_batch(void **state)
 	items[5].result = NULL;
 	items[5].result_len = rl[5] = 0;
 	due_id next = add(db, "k", 0, 5);
+	/* (the 20 were claimed in one batch: more than SQLite's per-row
+	   claims) */
 	assert_int_equal(due_complete_and_claim(db, items, N, &co, &l), 0);
 	assert_int_equal(l->count, 1);
 	assert_int_equal(l->items[0].id, next);
@@ -1374,21 +1376,23 @@ static void test_complete_and_claim_batch(void **state)
 
 	/* a cancel asked among clean tries: that one ends CANCELLED */
 	due_id a = add(db, "k", 0, 5), b = add(db, "k", 0, 5),
-	       c = add(db, "k", 0, 5);
-	(void)next;
+	       c = add(db, "k", 0, 5), c2 = add(db, "k", 0, 5);
 	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 10, LONG_LEASE), 0);
+	assert_int_equal(l->count, 4);
 	due_task_list_free(l);
 	assert_int_equal(due_cancel(db, &cco, b), 0);
-	due_completion three[3] = {
-	    {a, 1, "ra", 2, 0}, {b, 1, "rb", 2, 0}, {c, 1, "rc", 2, 0}};
+	due_completion four[4] = {{a, 1, "ra", 2, 0},
+				  {b, 1, "rb", 2, 0},
+				  {c, 1, "rc", 2, 0},
+				  {c2, 1, "rc2", 3, 0}};
 	co.limit = 1; /* nothing else is due: it claims none */
-	assert_int_equal(due_complete_and_claim(db, three, 3, &co, &l), 0);
+	assert_int_equal(due_complete_and_claim(db, four, 4, &co, &l), 0);
 	assert_int_equal(l->count, 0);
 	due_task_list_free(l);
-	assert_int_equal(three[0].outcome, DUE_COMPLETE_DONE);
-	assert_int_equal(three[1].outcome,
-			 DUE_COMPLETE_CANCELLED_BEFORE_COMMIT);
-	assert_int_equal(three[2].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(four[0].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(four[1].outcome, DUE_COMPLETE_CANCELLED_BEFORE_COMMIT);
+	assert_int_equal(four[2].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(four[3].outcome, DUE_COMPLETE_DONE);
 	t = get(db, b);
 	assert_int_equal(t->state, DUE_CANCELLED);
 	assert_false(t->has_result);
@@ -1399,20 +1403,30 @@ static void test_complete_and_claim_batch(void **state)
 	assert_memory_equal(t->result, "rc", 2);
 	due_task_free(t);
 
-	/* a stale token beside a clean try: one attempt row each */
-	due_id d = add(db, "k", 0, 5), e = add(db, "k", 0, 5);
+	/* a stale token beside clean tries: one attempt row each */
+	due_id d = add(db, "k", 0, 5), e = add(db, "k", 0, 5),
+	       d2 = add(db, "k", 0, 5), d3 = add(db, "k", 0, 5);
 	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 10, LONG_LEASE), 0);
+	assert_int_equal(l->count, 4);
 	due_task_list_free(l);
-	due_completion two[2] = {{d, 1, "rd", 2, 0}, {e, 9, "re", 2, 0}};
-	assert_int_equal(due_complete_and_claim(db, two, 2, &co, &l), 0);
+	due_completion stale[4] = {{d, 1, "rd", 2, 0},
+				   {e, 9, "re", 2, 0},
+				   {d2, 1, "rd2", 3, 0},
+				   {d3, 1, "rd3", 3, 0}};
+	assert_int_equal(due_complete_and_claim(db, stale, 4, &co, &l), 0);
 	due_task_list_free(l);
-	assert_int_equal(two[0].outcome, DUE_COMPLETE_DONE);
-	assert_int_equal(two[1].outcome, DUE_COMPLETE_REJECTED_STALE);
-	t = get(db, d);
-	assert_int_equal(t->state, DUE_DONE);
-	assert_int_equal(t->n_attempts, 1);
-	assert_string_equal(t->attempts[0].outcome, "DONE");
-	due_task_free(t);
+	assert_int_equal(stale[0].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(stale[1].outcome, DUE_COMPLETE_REJECTED_STALE);
+	assert_int_equal(stale[2].outcome, DUE_COMPLETE_DONE);
+	assert_int_equal(stale[3].outcome, DUE_COMPLETE_DONE);
+	for (int i = 0; i < 4; i += 2) {
+		t = get(db, i ? d2 : d);
+		assert_int_equal(t->state, DUE_DONE);
+		assert_int_equal(t->n_attempts, 1);
+		assert_string_equal(t->attempts[0].outcome, "DONE");
+		assert_memory_equal(t->result, i ? "rd2" : "rd", i ? 3 : 2);
+		due_task_free(t);
+	}
 	assert_int_equal(state_of(db, e), DUE_CLAIMED);
 
 	/* done, stale, cancelled, empty, and the first again */

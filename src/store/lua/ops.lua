@@ -69,9 +69,16 @@ ops.init = function()
   local v = version()
   -- layout 4 -> 5: nothing moves.  A DONE try's record stays in its task
   -- hash (end_attempt); layout 4's DONE tasks keep the record they have
-  -- and readers take either.  A worker of the earlier build still at
-  -- work writes layout 4's DONE, which this layout reads as well.
+  -- and readers take either.  But a process of the earlier build that
+  -- keeps running never looks at the layout again: it would show a DONE
+  -- task without its last try, prune one without taking its try out of
+  -- the metrics, and not mark a late commit on it.  So, as for layout 3,
+  -- not while a try runs under a live lease (a worker of that build at
+  -- work: no worker of this build runs before this step); the docs ask
+  -- for every process of that build to be stopped
   if v == -5 then
+    local live = redis.call('ZCOUNT', K('lease'), '(' .. I(now()), '+inf')
+    if live > 0 then return -10000 - live end
     redis.call('HSET', K('meta'), 'layout', LAYOUT)
     v = version()
   end
