@@ -2493,6 +2493,20 @@ static int after_if_ended(due_store *s, due_id id, due_state state,
 ** that attempt is a late commit.  edges: the store may have run-after
 ** edges (false only when any_edge read none in this transaction).
 */
+/* A CLAIMED try of c whose cancel was asked ends CANCELLED at its commit. */
+static int end_cancelled(due_store *s, const due_completion *c, due_time now,
+			 bool *hit)
+{
+	sqlite3_stmt *st = stmt(s, ST_COMPLETE_CANCEL);
+
+	if (!st)
+		return due_error_last_code();
+	sqlite3_bind_int64(st, 1, c->id);
+	sqlite3_bind_int(st, 2, c->attempt);
+	sqlite3_bind_int64(st, 3, now);
+	return fenced(s, st, "complete (cancelled)", hit);
+}
+
 static int complete_one(due_store *s, due_completion *c, due_time now,
 			bool edges, due_tx_hook hook, void *payload)
 {
@@ -2523,12 +2537,7 @@ static int complete_one(due_store *s, due_completion *c, due_time now,
 			return rc;
 		return hook ? due__store_run_hook(hook, s->db, c, payload) : 0;
 	}
-	if (!(st = stmt(s, ST_COMPLETE_CANCEL)))
-		return due_error_last_code();
-	sqlite3_bind_int64(st, 1, c->id);
-	sqlite3_bind_int(st, 2, c->attempt);
-	sqlite3_bind_int64(st, 3, now);
-	if ((rc = fenced(s, st, "complete (cancelled)", &hit)) < 0)
+	if ((rc = end_cancelled(s, c, now, &hit)) < 0)
 		return rc;
 	if (!hit)
 		return close_disagrees(c->id, "complete");
@@ -2598,16 +2607,11 @@ static int done_rest(due_store *s, due_completion *items, size_t k,
 {
 	for (size_t j = 0; j < k; j++) {
 		due_completion *c = &items[j];
-		sqlite3_stmt *st = stmt(s, ST_COMPLETE_CANCEL);
+		sqlite3_stmt *st;
 		bool hit;
 		int rc;
 
-		if (!st)
-			return due_error_last_code();
-		sqlite3_bind_int64(st, 1, c->id);
-		sqlite3_bind_int(st, 2, c->attempt);
-		sqlite3_bind_int64(st, 3, now);
-		if ((rc = fenced(s, st, "complete (cancelled)", &hit)) < 0)
+		if ((rc = end_cancelled(s, c, now, &hit)) < 0)
 			return rc;
 		if (hit) {
 			c->outcome = DUE_COMPLETE_CANCELLED_BEFORE_COMMIT;
