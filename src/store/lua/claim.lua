@@ -238,10 +238,9 @@ local function complete_one(id, att, result, t)
     if N(v[3]) == 0 then
       -- layout 5: 'w', 'l' and 'n' stay (row() shows no lease but on a
       -- CLAIMED task; 'w', 'n', 'd', 'u' are the try's DONE record, so
-      -- end_attempt writes none); a try claimed by layout 3 has no 'n'
-      -- and keeps its record
+      -- end_attempt writes none; a try claimed by layout 3 has no 'n'
+      -- and keeps its record, which readers take first)
       if v[10] then redis.call('HDEL', tk, 'e') end
-      if not v[8] then redis.call('HDEL', tk, 'w', 'l') end
       redis.call('HSET', tk, 's', 'DONE', 'r', result, 'u', I(t))
       finish(id, v[4], v[5], 'CLAIMED', 'DONE', t)
       end_attempt(id, att, t, 'DONE', nil, v[7], v[8], v[9], true)

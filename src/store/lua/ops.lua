@@ -36,13 +36,21 @@ end
 -- kind and priority in use) and drops :due (UNLINK: freed off the
 -- script).  Layout '3-4' meanwhile refuses every build (an older one
 -- would write the sets again).
+-- A layout step refuses while a try runs under a live lease: no worker
+-- of this build runs before the step, so it is one of the earlier
+-- build's, whose script never looks at the layout again.  -10000 - the
+-- number of such tries (redis.c names them), or nil.
+local function live_leases()
+  local live = redis.call('ZCOUNT', K('lease'), '(' .. I(now()), '+inf')
+  if live > 0 then return -10000 - live end
+  return nil
+end
 local function relayout()
-  -- a try under a live lease is a worker of the earlier build at work:
-  -- it would go on writing layout 3's indexes into this one (the old
-  -- script never looks at the layout again) and strand what it touched
+  -- an earlier build's worker would go on writing layout 3's indexes
+  -- into this one and strand what it touched
   if redis.call('HGET', K('meta'), 'layout') == '3' then
-    local live = redis.call('ZCOUNT', K('lease'), '(' .. I(now()), '+inf')
-    if live > 0 then return -10000 - live end
+    local live = live_leases()
+    if live then return live end
   end
   redis.call('HSET', K('meta'), 'layout', '3-4')
   local left = 20000
@@ -70,15 +78,13 @@ ops.init = function()
   -- layout 4 -> 5: nothing moves.  A DONE try's record stays in its task
   -- hash (end_attempt); layout 4's DONE tasks keep the record they have
   -- and readers take either.  But a process of the earlier build that
-  -- keeps running never looks at the layout again: it would show a DONE
-  -- task without its last try, prune one without taking its try out of
-  -- the metrics, and not mark a late commit on it.  So, as for layout 3,
-  -- not while a try runs under a live lease (a worker of that build at
-  -- work: no worker of this build runs before this step); the docs ask
-  -- for every process of that build to be stopped
+  -- keeps running would show a DONE task without its last try, prune one
+  -- without taking its try out of the metrics, and not mark a late
+  -- commit on it: as for layout 3, not under live leases (live_leases);
+  -- the docs ask for every process of that build to be stopped
   if v == -5 then
-    local live = redis.call('ZCOUNT', K('lease'), '(' .. I(now()), '+inf')
-    if live > 0 then return -10000 - live end
+    local live = live_leases()
+    if live then return live end
     redis.call('HSET', K('meta'), 'layout', LAYOUT)
     v = version()
   end
