@@ -1967,6 +1967,27 @@ static int collect_tasks(due_store *s, sqlite3_stmt *st, due_task_list *l,
 }
 
 /*
+** Item i of a JSON array of integers written at buf + *off (cap bytes in
+** all; 21 an integer): "[" before the first, "," before the others; the
+** caller writes the closing "]".  By hand, not with jansson: these arrays
+** carry a statement's ids on the claim's and the completion's hot path.
+*/
+static void json_int(char *buf, size_t cap, size_t *off, size_t i, int64_t v)
+{
+	*off += (size_t)snprintf(buf + *off, cap - *off, "%c%" PRId64,
+				 i ? ',' : '[', v);
+}
+
+/* The same for an item that is the pair [v, w] (43 bytes). */
+static void json_pair(char *buf, size_t cap, size_t *off, size_t i, int64_t v,
+		      int64_t w)
+{
+	*off += (size_t)snprintf(buf + *off, cap - *off,
+				 "%c[%" PRId64 ",%" PRId64 "]", i ? ',' : '[',
+				 v, w);
+}
+
+/*
 ** Claim the picked rows l->items[from..].  We hold SQLite's only write
 ** lock (BEGIN IMMEDIATE) from the pick to the commit, so no other claim
 ** can interleave; the update still re-checks state = 'SCHEDULED' itself.
@@ -2003,7 +2024,7 @@ static int claimed(due_task *t, const char *owner, due_time now,
 static int claim_many(due_store *s, due_task_list *l, size_t from,
 		      const char *owner, due_time now, int64_t lease_us)
 {
-	size_t n = l->count - from, cap = 2 + n * 21, off = 0;
+	size_t n = l->count - from, cap = 1 + n * 21, off = 0;
 	sqlite3_stmt *st = stmt(s, ST_CLAIM_MANY);
 	char *ids;
 	int rc;
@@ -2012,11 +2033,8 @@ static int claim_many(due_store *s, due_task_list *l, size_t from,
 		return due_error_last_code();
 	if (!(ids = malloc(cap)))
 		return due__error_set(DUE_ENOMEM, "out of memory");
-	ids[off++] = '[';
 	for (size_t i = from; i < l->count; i++)
-		off += (size_t)snprintf(ids + off, cap - off, "%s%lld",
-					i > from ? "," : "",
-					(long long)l->items[i].id);
+		json_int(ids, cap, &off, i - from, l->items[i].id);
 	ids[off++] = ']';
 	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 2, now + lease_us);
@@ -2487,12 +2505,6 @@ static int after_if_ended(due_store *s, due_id id, due_state state,
 		   : 0;
 }
 
-/*
-** One completion inside the open transaction: the try's attempt row (DONE,
-** or CANCELLED when a cancel was asked), then the task; no running try of
-** that attempt is a late commit.  edges: the store may have run-after
-** edges (false only when any_edge read none in this transaction).
-*/
 /* A CLAIMED try of c whose cancel was asked ends CANCELLED at its commit. */
 static int end_cancelled(due_store *s, const due_completion *c, due_time now,
 			 bool *hit)
@@ -2507,6 +2519,12 @@ static int end_cancelled(due_store *s, const due_completion *c, due_time now,
 	return fenced(s, st, "complete (cancelled)", hit);
 }
 
+/*
+** One completion inside the open transaction: the try's attempt row (DONE,
+** or CANCELLED when a cancel was asked), then the task; no running try of
+** that attempt is a late commit.  edges: the store may have run-after
+** edges (false only when any_edge read none in this transaction).
+*/
 static int complete_one(due_store *s, due_completion *c, due_time now,
 			bool edges, due_tx_hook hook, void *payload)
 {
@@ -2673,7 +2691,7 @@ static int complete_many(due_store *s, due_completion *items, size_t n,
 {
 	static const try_end done = {"DONE", NULL, "CANCELLED",
 				     "cancel requested before commit"};
-	size_t cap = 2 + n * 34, off = 0;
+	size_t cap = 1 + n * 43, off = 0;
 	sqlite3_stmt *st;
 	char *pairs;
 	int rc;
@@ -2683,11 +2701,9 @@ static int complete_many(due_store *s, due_completion *items, size_t n,
 			return due_error_last_code();
 		if (!(pairs = malloc(cap)))
 			return due__error_set(DUE_ENOMEM, "out of memory");
-		pairs[off++] = '[';
 		for (size_t i = 0; i < n; i++)
-			off += (size_t)snprintf(
-			    pairs + off, cap - off, "%s[%lld,%d]", i ? "," : "",
-			    (long long)items[i].id, (int)items[i].attempt);
+			json_pair(pairs, cap, &off, i, items[i].id,
+				  items[i].attempt);
 		pairs[off++] = ']';
 		sqlite3_bind_text(st, 1, pairs, (int)off, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 2, now);
@@ -3388,14 +3404,12 @@ static int est_pass(due_store *s, est *e, int64_t lo, int64_t span, uint64_t *x,
 
 	if (!st)
 		return due_error_last_code();
-	ids[n++] = '[';
 	for (int64_t i = 0; i < PROBE_PASS; i++) {
 		/* stratum i is [span*i/P, span*(i+1)/P); u in [0, 1) */
 		double u = (double)(est_next(x) >> 11) / 9007199254740992.0;
 		int64_t id =
 		    lo + (int64_t)((double)span * ((double)i + u) / PROBE_PASS);
-		n += (size_t)snprintf(ids + n, sizeof(ids) - n, "%s%" PRId64,
-				      i ? "," : "", id);
+		json_int(ids, sizeof(ids), &n, (size_t)i, id);
 	}
 	ids[n++] = ']';
 	sqlite3_bind_text(st, 1, ids, (int)n, SQLITE_TRANSIENT);
