@@ -1313,6 +1313,15 @@ static void test_complete_batch(void **state)
 	due_close(db);
 }
 
+/* Claim every due task as worker "w": there must be n. */
+static void claim_all(due_db *db, size_t n)
+{
+	due_task_list *l = NULL;
+	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 10, LONG_LEASE), 0);
+	assert_int_equal(l->count, n);
+	due_task_list_free(l);
+}
+
 /*
 ** The worker's path, due_complete_and_claim: every completion fenced on
 ** its own with its own outcome, as due_complete_batch (SQLite writes a
@@ -1377,9 +1386,7 @@ static void test_complete_and_claim_batch(void **state)
 	/* a cancel asked among clean tries: that one ends CANCELLED */
 	due_id a = add(db, "k", 0, 5), b = add(db, "k", 0, 5),
 	       c = add(db, "k", 0, 5), c2 = add(db, "k", 0, 5);
-	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 10, LONG_LEASE), 0);
-	assert_int_equal(l->count, 4);
-	due_task_list_free(l);
+	claim_all(db, 4);
 	assert_int_equal(due_cancel(db, &cco, b), 0);
 	due_completion four[4] = {{a, 1, "ra", 2, 0},
 				  {b, 1, "rb", 2, 0},
@@ -1406,9 +1413,7 @@ static void test_complete_and_claim_batch(void **state)
 	/* a stale token beside clean tries: one attempt row each */
 	due_id d = add(db, "k", 0, 5), e = add(db, "k", 0, 5),
 	       d2 = add(db, "k", 0, 5), d3 = add(db, "k", 0, 5);
-	assert_int_equal(due_claim(db, &l, "w", NULL, 0, 10, LONG_LEASE), 0);
-	assert_int_equal(l->count, 4);
-	due_task_list_free(l);
+	claim_all(db, 4);
 	due_completion stale[4] = {{d, 1, "rd", 2, 0},
 				   {e, 9, "re", 2, 0},
 				   {d2, 1, "rd2", 3, 0},
