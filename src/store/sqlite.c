@@ -2626,7 +2626,7 @@ static int done_rest(due_store *s, due_completion *items, size_t k,
 	for (size_t j = 0; j < k; j++) {
 		due_completion *c = &items[j];
 		sqlite3_stmt *st;
-		bool hit;
+		bool hit = false;
 		int rc;
 
 		if ((rc = end_cancelled(s, c, now, &hit)) < 0)
