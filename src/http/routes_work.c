@@ -513,19 +513,32 @@ static int read_completion(http_req *r, json_t *j, size_t i, item *it)
 	}
 	at = json_object_get(j, "attempt");
 	res = json_object_get(j, "result");
-	if (!json_is_integer(id) || json_integer_value(id) < 1 ||
-	    !json_is_integer(at) || json_integer_value(at) < 1 ||
-	    json_integer_value(at) > INT32_MAX ||
-	    (res && !json_is_null(res) && !json_is_string(res))) {
+	if (!id || !at) {
 		snprintf(r->err, sizeof(r->err),
-			 "'items' item %zu needs 'id' and 'attempt' (positive "
-			 "integers) and an optional string 'result'",
+			 "'items' item %zu needs 'id' and 'attempt' (the "
+			 "claim's) and an optional string 'result'",
 			 i);
 		return -1;
 	}
+	/* each field's own complaint ("'attempt' must be from 1 to
+	   2147483647, not 4294967296"), named by its item */
+	int64_t idv, atv;
+	if (json_opt_int(r, j, "id", 1, INT64_MAX, &idv) < 0 ||
+	    json_opt_int(r, j, "attempt", 1, INT32_MAX, &atv) < 0) {
+		char why[sizeof(r->err)];
+		memcpy(why, r->err, sizeof(why));
+		snprintf(r->err, sizeof(r->err), "'items' item %zu: %.440s", i,
+			 why);
+		return -1;
+	}
+	if (res && !json_is_null(res) && !json_is_string(res)) {
+		snprintf(r->err, sizeof(r->err),
+			 "'items' item %zu: 'result' must be a string", i);
+		return -1;
+	}
 	it->k.op = OP_COMPLETE;
-	it->k.id = json_integer_value(id);
-	it->k.attempt = (int32_t)json_integer_value(at);
+	it->k.id = idv;
+	it->k.attempt = (int32_t)atv;
 	it->k.text = json_is_string(res) ? json_string_value(res) : "";
 	it->k.len = json_is_string(res) ? json_string_length(res) : 0;
 	return 0;

@@ -115,6 +115,13 @@ bad_req "/v1/tasks/x/complete" '{"attempt": 1}' "id"
 bad_req /v1/completions '{"items": []}' "'items'"
 bad_req /v1/completions "{\"items\": [{\"id\": $b}]}" "'items' item 0 needs 'id' and 'attempt'"
 bad_req /v1/completions "{\"items\": [{\"id\": $b, \"attempt\": 1, \"res\": 1}]}" "unknown field 'res'"
+# each field's complaint names the field and what was wrong with it
+bad_req /v1/completions "{\"items\": [{\"id\": $b, \"attempt\": 4294967296}]}" \
+	"'items' item 0: 'attempt' must be from 1 to 2147483647, not 4294967296"
+bad_req /v1/completions "{\"items\": [{\"id\": $b, \"attempt\": 1}, {\"id\": 0, \"attempt\": 1}]}" \
+	"'items' item 1: 'id' must be from 1"
+bad_req /v1/completions "{\"items\": [{\"id\": $b, \"attempt\": \"1\"}]}" "'items' item 0: 'attempt' must be an integer"
+bad_req /v1/completions "{\"items\": [{\"id\": $b, \"attempt\": 1, \"result\": 7}]}" "'items' item 0: 'result' must be a string"
 expect_eq "bad calls changed nothing" "CLAIMED 1" "$(field "$b" state) $(field "$b" attempt)"
 
 echo "== the example worker"
