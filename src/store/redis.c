@@ -1727,6 +1727,147 @@ static due_rows rows_of(rcur *c, redisReply *a)
 	return (due_rows){&cur_ops, c};
 }
 
+/*
+** A task hash's one-letter field of each row.h task column (a listpack
+** stores each field name in every task): the prelude's F for the script
+** (tcall, row()) and the claim rows' decoder (claim_col) are both made
+** from this list.  The id is the key's, not a field.
+*/
+/* clang-format off */
+#define DUE_RD_FIELDS(X)                                                       \
+	X(KIND, kind, 'k') X(PAYLOAD, payload, 'p') X(STATE, state, 's')        \
+	X(DUE_AT, due_at, 'd') X(ATTEMPT, attempt, 'a')                         \
+	X(ATTEMPT_BASE, attempt_base, 'b') X(MAX_ATTEMPTS, max_attempts, 'm')   \
+	X(BACKOFF_US, backoff_us, 'o') X(BACKOFF_CAP_US, backoff_cap_us, 'c')   \
+	X(LEASE_OWNER, lease_owner, 'w') X(LEASE_UNTIL, lease_until, 'l')       \
+	X(CANCEL_REQUESTED, cancel_requested, 'x') X(KEY, key, 'y')             \
+	X(RESULT, result, 'r') X(LAST_ERROR, last_error, 'e')                   \
+	X(CREATED_AT, created_at, 't') X(UPDATED_AT, updated_at, 'u')           \
+	X(PRIORITY, priority, 'q') X(GRP, grp, 'g') X(TIMEOUT_US, timeout_us, 'z') \
+	X(AFTER_N, after_n, 'v') X(AFTER_LEFT, after_left, 'h')                 \
+	X(AFTER_ANY_END, after_any_end, 'f')
+/* clang-format on */
+#define RD_F_(e, name, letter) #name " = " #letter ", "
+#define RD_CASE_(e, name, letter)                                              \
+	case letter:                                                           \
+		return DUE_TC_##e;
+
+/* The task column of hash field `letter`, or -1. */
+static int claim_col(char letter)
+{
+	switch (letter) {
+		DUE_RD_FIELDS(RD_CASE_)
+	default:
+		return -1;
+	}
+}
+
+/*
+** A cursor over a claim's rows (claim.lua's take): each row is the task's
+** id, then its hash's fields and values as HGETALL read them before the
+** claim (a field whose value is 0 is left out: 0 then, as rint_of reads a
+** missing cell), then the kind's time limit ('z') when the task has none.
+** What the claim wrote the caller knows and puts over them: CLAIMED,
+** attempt + 1, its owner, the lease until t + lease, updated at t (the
+** claim's clock, in the reply).  Half the bulk strings of a row.h row
+** and no Lua table of 24 columns a task.
+*/
+typedef struct ccur {
+	redisReply **rows;
+	size_t n, i;
+	const redisReply *col[DUE_TC_COUNT];
+	const char *owner;
+	int64_t t, lease_us;
+	char num[24];
+} ccur;
+
+static int ccur_next(void *p)
+{
+	ccur *c = p;
+
+	memset(c->col, 0, sizeof(c->col));
+	if (c->i >= c->n)
+		return 0;
+	redisReply *row = c->rows[c->i++];
+	if (!is_array(row, 1))
+		return 1; /* no id: skipped by the decoder */
+	c->col[DUE_TC_ID] = row->element[0];
+	for (size_t j = 1; j + 1 < row->elements; j += 2) {
+		const redisReply *f = row->element[j];
+		int col = f->type == REDIS_REPLY_STRING && f->len == 1
+			      ? claim_col(f->str[0])
+			      : -1;
+		if (col >= 0)
+			c->col[col] = row->element[j + 1];
+	}
+	return 1;
+}
+
+static int64_t ccur_i64(void *p, int col)
+{
+	ccur *c = p;
+
+	switch (col) {
+	case DUE_TC_ATTEMPT:
+		return rint_of(c->col[col]) + 1;
+	case DUE_TC_LEASE_UNTIL:
+		return c->t + c->lease_us;
+	case DUE_TC_UPDATED_AT:
+		return c->t;
+	default:
+		return rint_of(c->col[col]);
+	}
+}
+
+static due_time ccur_time(void *p, int col) { return ccur_i64(p, col); }
+
+static bool ccur_is_null(void *p, int col)
+{
+	ccur *c = p;
+
+	switch (col) {
+	case DUE_TC_STATE:
+	case DUE_TC_ATTEMPT:
+	case DUE_TC_LEASE_OWNER:
+	case DUE_TC_LEASE_UNTIL:
+	case DUE_TC_UPDATED_AT:
+		return false;
+	default:
+		return !c->col[col] || c->col[col]->type == REDIS_REPLY_NIL;
+	}
+}
+
+static const void *ccur_bytes(void *p, int col, size_t *len)
+{
+	ccur *c = p;
+	const redisReply *r = c->col[col];
+
+	switch (col) {
+	case DUE_TC_STATE:
+		*len = strlen("CLAIMED");
+		return "CLAIMED";
+	case DUE_TC_LEASE_OWNER:
+		*len = strlen(c->owner);
+		return c->owner;
+	case DUE_TC_ATTEMPT:
+	case DUE_TC_LEASE_UNTIL:
+	case DUE_TC_UPDATED_AT:
+		*len = (size_t)snprintf(c->num, sizeof(c->num), "%lld",
+					(long long)ccur_i64(c, col));
+		return c->num;
+	default:
+		break;
+	}
+	*len = 0;
+	if (!r || r->type != REDIS_REPLY_STRING)
+		return NULL;
+	*len = (size_t)r->len;
+	return r->str;
+}
+
+static const due_row_ops ccur_ops = {ccur_next, ccur_is_null, ccur_i64,
+				     ccur_time, ccur_bytes};
+
 /* ------------------------------------------------------------------ */
 /* Open, schema, clock                                                 */
 /* ------------------------------------------------------------------ */
@@ -1748,6 +1889,7 @@ static int build_script(due_store *s)
 	/* clang-format off */
 	static const char cols[] =
 	    "local TC = {" DUE_TASK_COLUMNS(LQ_, LQ_LAST_) "}\n"
+	    "local F = {" DUE_RD_FIELDS(RD_F_) "}\n"
 	    "local SC = {" DUE_SCHED_COLUMNS(LQ_, LQ_LAST_) "}\n"
 	    "local KC = {" DUE_KIND_COLUMNS(LQ_, LQ_LAST_) "}\n";
 	/* a task row of #TC falses, made in one step (lua row()) */
@@ -2380,7 +2522,6 @@ static int claim_op(due_store *s, due_completion *items, size_t n,
 	rargs a = {0};
 	redisReply *r = NULL;
 	bool written = false;
-	rcur c;
 	int rc;
 
 	*out = NULL;
@@ -2405,11 +2546,17 @@ static int claim_op(due_store *s, due_completion *items, size_t n,
 		freeReplyObject(r);
 		return rc;
 	}
-	if (!is_array(r, 3))
+	if (!is_array(r, 4))
 		return bad_reply(s, r, "claim");
 	read_outcomes(r->element[1], items, n);
 	if ((rc = due__task_list_alloc(&l, (size_t)limit)) == 0) {
-		due_rows rows = rows_of(&c, r->element[2]);
+		ccur c = {.owner = owner,
+			  .t = rint_of(r->element[3]),
+			  .lease_us = lease_us};
+		due_rows rows = {&ccur_ops, &c};
+		if (is_array(r->element[2], 0))
+			c.rows = r->element[2]->element,
+			c.n = r->element[2]->elements;
 		l->retry_in_us = rint_of(r->element[0]);
 		if ((rc = due__rows_tasks(&rows, l, (size_t)limit)) < 0) {
 			due_task_list_free(l);

@@ -11,9 +11,9 @@
 -- 60 upvalues a function; tests/lua/luac.sh checks every file and the
 -- whole chunk with luac5.1.
 --
--- prelude from C: TC, SC, KC (column lists of row.h), ROW0() (a new
--- task row of #TC falses, sized at once), CL (the server is a cluster
--- node), HB (histogram bounds)
+-- prelude from C: TC, SC, KC (column lists of row.h), F (a task hash's
+-- field letters, below), ROW0() (a new task row of #TC falses, sized at
+-- once), CL (the server is a cluster node), HB (histogram bounds)
 --
 -- The chunk only defines: it is loaded once as a Redis 7 function
 -- library and then each call runs run() (dispatch.lua), or, on a
@@ -33,12 +33,10 @@ local function T(id) return P .. ':t:' .. id end
 -- A task hash's field names are one letter each (a listpack stores
 -- each name in every task): tcall() maps row.h's column names to them
 -- for the H* commands on a task key, so the script reads as SQL does.
-local F = {kind = 'k', payload = 'p', state = 's', due_at = 'd', attempt = 'a',
-  attempt_base = 'b', max_attempts = 'm', backoff_us = 'o', backoff_cap_us = 'c',
-  lease_owner = 'w', lease_until = 'l', cancel_requested = 'x', key = 'y',
-  result = 'r', last_error = 'e', created_at = 't', updated_at = 'u', priority = 'q',
-  grp = 'g', timeout_us = 'z', after_n = 'v', after_left = 'h', after_any_end = 'f',
-  after_at = 'i', after_delay_us = 'j'}
+-- F, the letter of each row.h column, is the prelude's (redis.c's
+-- DUE_RD_FIELDS, which the claim rows' decoder reads too); two fields
+-- have no column:
+F.after_at, F.after_delay_us = 'i', 'j'
 local function tcall(cmd, key, ...)
   local a = {...}
   local step = 1

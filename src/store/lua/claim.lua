@@ -44,26 +44,41 @@ local function scan(src, t, need, out, accept, cap)
   return taken
 end
 
--- claim task id at time t (re-checks SCHEDULED and due); its row or nil
+-- the call's kinds' settings (flow_read), for take (ops.claim sets it)
+local FLOW
+-- Claim task id at time t (re-checks SCHEDULED and due): its claim row,
+-- or nil.  A claim row is the id, then the hash's fields as read before
+-- the claim, then the kind's time limit ('z') when the task has none of
+-- its own; the caller knows what the claim changed (redis.c's ccur).
 local function take(id, t, owner, lease)
   local sid = I(id)
   local tk = T(sid)
-  local r = row(sid)
-  local kind, due = r[TI.kind], N(r[TI.due_at])
-  if r[TI.state] ~= 'SCHEDULED' or due > t then return nil end
-  idx_del(id, kind, N(r[TI.priority]), due)
-  local att, lu = N(r[TI.attempt]) + 1, t + lease
-  local sa, slu, st = I(att), I(lu), I(t)
-  redis.call('HSET', tk, 's', 'CLAIMED', 'a', sa, 'w', owner, 'l', slu, 'u', st, 'n', st)
-  r[TI.state], r[TI.attempt], r[TI.lease_owner], r[TI.lease_until], r[TI.updated_at] = 'CLAIMED', sa, owner, slu, st
+  local h = redis.call('HGETALL', tk)
+  local st, due, kind, prio, att, grp, z
+  for j = 1, #h, 2 do
+    local f = h[j]
+    if f == 's' then st = h[j + 1] elseif f == 'd' then due = h[j + 1]
+    elseif f == 'k' then kind = h[j + 1] elseif f == 'a' then att = h[j + 1]
+    elseif f == 'q' then prio = h[j + 1] elseif f == 'g' then grp = h[j + 1]
+    elseif f == 'z' then z = true end
+  end
+  due = N(due)
+  if st ~= 'SCHEDULED' or due > t then return nil end
+  idx_del(id, kind, N(prio), due)
+  local na, lu = N(att) + 1, t + lease
+  local sa, slu, stt = I(na), I(lu), I(t)
+  redis.call('HSET', tk, 's', 'CLAIMED', 'a', sa, 'w', owner, 'l', slu, 'u', stt, 'n', stt)
   move(sid, kind, 'SCHEDULED', 'CLAIMED')
-  lease_set(sid, kind, r[TI.grp] or nil, slu)
+  lease_set(sid, kind, grp, slu)
   local late, m = t - due, mw(t)
-  zadd(KLAT, st, I(late) .. ':' .. sid .. ':' .. sa)
+  zadd(KLAT, stt, I(late) .. ':' .. sid .. ':' .. sa)
   hincr(m, 'out:RUNNING', 1)
   hincr(m, hfield('late', late), 1)
   hincr(m, 'late_sum', late)
-  return r
+  local k = FLOW[kind]
+  if not z and k and k.timeout_us > 0 then h[#h + 1] = 'z' h[#h + 1] = I(k.timeout_us) end
+  table.insert(h, 1, sid)
+  return h
 end
 
 local HELD_RATE, HELD_RUNNING, HELD_GROUP = 1, 2, 4
@@ -283,6 +298,7 @@ ops.claim = function()
     return exclude
   end}
   local f = flow_read()
+  FLOW = f
   for _, k in ipairs(f) do if k.paused or k.limited then f.blocked = true end end
   local st, rows = {retry = 0, held = 0}, {}
   if limit > 0 then
@@ -297,10 +313,5 @@ ops.claim = function()
       claim_rest(f, filt, t, owner, lease, limit, rows)
     end
   end
-  local TO = TI.timeout_us
-  for _, r in ipairs(rows) do
-    local k = f[r[2]]
-    if not r[TO] and k and k.timeout_us > 0 then r[TO] = I(k.timeout_us) end
-  end
-  return {st.retry, outcomes, rows}
+  return {st.retry, outcomes, rows, I(t)}
 end
