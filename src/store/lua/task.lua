@@ -74,21 +74,23 @@ end
 -- 'u' is the end, so readers (attempts(), mark_late) make the DONE
 -- record from it as they make the RUNNING one.  A DONE task is never
 -- written again (prune deletes it), so that record cannot change.
+-- (the done-per-second field of the last end's time: a call's ends share
+-- it)
+local DPM_T, DPM_F
 local function end_attempt(id, att, t, outcome, err, w, n, due, kept)
-  local ak = K('a', id)
-  local f = I(att) .. ':'
-  if n then
-    if not kept then
+  if not (n and kept) then
+    local ak, f = K('a', id), I(att) .. ':'
+    if n then
       local h = {f .. 'ended_at', I(t), f .. 'outcome', outcome, f .. 'worker', w or '', f .. 'claimed_at', n, f .. 'due_at', due}
       if err then h[11] = f .. 'error' h[12] = err end
       redis.call('HSET', ak, unpack(h))
+    else
+      n = redis.call('HGET', ak, f .. 'claimed_at')
+      if not n then return end
+      local h = {f .. 'ended_at', I(t), f .. 'outcome', outcome}
+      if err then h[5] = f .. 'error' h[6] = err end
+      redis.call('HSET', ak, unpack(h))
     end
-  else
-    n = redis.call('HGET', ak, f .. 'claimed_at')
-    if not n then return end
-    local h = {f .. 'ended_at', I(t), f .. 'outcome', outcome}
-    if err then h[5] = f .. 'error' h[6] = err end
-    redis.call('HSET', ak, unpack(h))
   end
   local c = N(n)
   local d, m = t - c, mw(c)
@@ -96,7 +98,10 @@ local function end_attempt(id, att, t, outcome, err, w, n, due, kept)
   hincr(m, 'out:' .. outcome, 1)
   hincr(m, hfield('dur', d), 1)
   hincr(m, 'dur_sum', d)
-  if outcome == 'DONE' then hincr(KDPM, I(math.floor(t / 1000000)), 1) end
+  if outcome == 'DONE' then
+    if t ~= DPM_T then DPM_T, DPM_F = t, string.format('%d', math.floor(t / 1000000)) end
+    hincr(KDPM, DPM_F, 1)
+  end
 end
 -- the claim time of try att of task id, from its record or (the DONE
 -- try of layout 5) from the task hash
