@@ -39,13 +39,14 @@ after_fns = function()
       end
     end
     chunked('ZADD', K('ap', sid), zs)
-    h[#h + 1] = 'after_n' h[#h + 1] = I(n)
-    if A[i + 12] == '1' then h[#h + 1] = 'after_any_end' h[#h + 1] = '1' end
+    -- (h names the fields by their letters: submit_one)
+    h[#h + 1] = F.after_n h[#h + 1] = I(n)
+    if A[i + 12] == '1' then h[#h + 1] = F.after_any_end h[#h + 1] = '1' end
     if left > 0 then
-      h[#h + 1] = 'after_left' h[#h + 1] = I(left)
-      if A[i + 2] ~= '' then h[#h + 1] = 'after_at' h[#h + 1] = A[i + 2] end
-      if tonumber(A[i + 3]) ~= 0 then h[#h + 1] = 'after_delay_us' h[#h + 1] = A[i + 3] end
-      for j = 1, #h, 2 do if h[j] == 'due_at' then h[j + 1] = HELD end end
+      h[#h + 1] = F.after_left h[#h + 1] = I(left)
+      if A[i + 2] ~= '' then h[#h + 1] = F.after_at h[#h + 1] = A[i + 2] end
+      if tonumber(A[i + 3]) ~= 0 then h[#h + 1] = F.after_delay_us h[#h + 1] = A[i + 3] end
+      for j = 1, #h, 2 do if h[j] == F.due_at then h[j + 1] = HELD end end
     end
     return left
   end
