@@ -1749,16 +1749,14 @@ static due_rows rows_of(rcur *c, redisReply *a)
 /* clang-format on */
 #define RD_F_(e, name, letter) #name " = " #letter ", "
 #define RD_CASE_(e, name, letter)                                              \
-	case letter:                                                           \
-		return DUE_TC_##e;
+	case letter: return DUE_TC_##e;
 
 /* The task column of hash field `letter`, or -1. */
 static int claim_col(char letter)
 {
 	switch (letter) {
 		DUE_RD_FIELDS(RD_CASE_)
-	default:
-		return -1;
+	default: return -1;
 	}
 }
 
@@ -1808,14 +1806,10 @@ static int64_t ccur_i64(void *p, int col)
 	ccur *c = p;
 
 	switch (col) {
-	case DUE_TC_ATTEMPT:
-		return rint_of(c->col[col]) + 1;
-	case DUE_TC_LEASE_UNTIL:
-		return c->t + c->lease_us;
-	case DUE_TC_UPDATED_AT:
-		return c->t;
-	default:
-		return rint_of(c->col[col]);
+	case DUE_TC_ATTEMPT: return rint_of(c->col[col]) + 1;
+	case DUE_TC_LEASE_UNTIL: return c->t + c->lease_us;
+	case DUE_TC_UPDATED_AT: return c->t;
+	default: return rint_of(c->col[col]);
 	}
 }
 
@@ -1830,10 +1824,8 @@ static bool ccur_is_null(void *p, int col)
 	case DUE_TC_ATTEMPT:
 	case DUE_TC_LEASE_OWNER:
 	case DUE_TC_LEASE_UNTIL:
-	case DUE_TC_UPDATED_AT:
-		return false;
-	default:
-		return !c->col[col] || c->col[col]->type == REDIS_REPLY_NIL;
+	case DUE_TC_UPDATED_AT: return false;
+	default: return !c->col[col] || c->col[col]->type == REDIS_REPLY_NIL;
 	}
 }
 
@@ -1843,20 +1835,15 @@ static const void *ccur_bytes(void *p, int col, size_t *len)
 	const redisReply *r = c->col[col];
 
 	switch (col) {
-	case DUE_TC_STATE:
-		*len = strlen("CLAIMED");
-		return "CLAIMED";
-	case DUE_TC_LEASE_OWNER:
-		*len = strlen(c->owner);
-		return c->owner;
+	case DUE_TC_STATE: *len = strlen("CLAIMED"); return "CLAIMED";
+	case DUE_TC_LEASE_OWNER: *len = strlen(c->owner); return c->owner;
 	case DUE_TC_ATTEMPT:
 	case DUE_TC_LEASE_UNTIL:
 	case DUE_TC_UPDATED_AT:
 		*len = (size_t)snprintf(c->num, sizeof(c->num), "%lld",
 					(long long)ccur_i64(c, col));
 		return c->num;
-	default:
-		break;
+	default: break;
 	}
 	*len = 0;
 	if (!r || r->type != REDIS_REPLY_STRING)
