@@ -2317,7 +2317,7 @@ def render(args):
               "at a time (see *Inline rows* above). Two targets of issue 39 are not measured "
               "by bench/run. Redis server instructions per task (≤ 200,000) need a redis-server "
               "built with symbols under callgrind: docs/internals/redis.md (\"Issue 39\") has "
-              "the method and the figures, about 465,000 at c=16 and 577,000 at c=4 with the "
+              "the method and the figures, about 425,000 at c=16 and 540,000 at c=4 with the "
               "submit (not met; where they go is there). MariaDB's cross-process lateness (a "
               "task submitted by another process; bench/run's W3 submits from the workers' own "
               "process) is `due verify --case poll_vs_wheel` with real processes, in "
