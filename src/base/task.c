@@ -290,6 +290,14 @@ bool due__utf8_valid(const char *s)
 	return true;
 }
 
+int due__validate_lease(int64_t lease_us)
+{
+	if (lease_us < DUE__MIN_LEASE_US || lease_us > DUE__MAX_LEASE_US)
+		return due__error_set(
+		    DUE_EINVAL, "invalid lease: must be between 1ms and 7d");
+	return 0;
+}
+
 /* A worker's name (lease_owner, an attempt's worker): 1..200 bytes of UTF-8. */
 int due__validate_owner(const char *owner)
 {

@@ -26,8 +26,6 @@ struct due_db {
 	char *warning; /* from the store's open (due_db_warning) */
 };
 
-#define MAX_LEASE_US (7LL * 86400 * 1000000) /* a week */
-#define MIN_LEASE_US 1000LL		     /* 1 ms */
 #define MAX_LIMIT 10000
 #define MAX_TIMEOUT_US (7LL * 86400 * 1000000) /* a week */
 #define MAX_RATE_US (86400LL * 1000000)	       /* a day */
@@ -154,10 +152,7 @@ static int check_id(due_id id)
 
 static int check_lease(int64_t lease_us)
 {
-	if (lease_us < MIN_LEASE_US || lease_us > MAX_LEASE_US)
-		return due__error_set(
-		    DUE_EINVAL, "invalid lease: must be between 1ms and 7d");
-	return 0;
+	return due__validate_lease(lease_us);
 }
 
 int due_now(due_db *db, due_time *out)

@@ -269,11 +269,14 @@ int due_worker_new(due_worker **out, const due_worker_opts *opts)
 		return due__error_set(DUE_EINVAL,
 				      "invalid concurrency %d: 1..1024",
 				      opts->concurrency);
-	if (opts->lease_us < 1000 || (opts->poll_us && opts->poll_us < 1000) ||
-	    opts->grace_us < 0 || opts->horizon_us < 0 || opts->wheel_max < 0)
+	/* a lease the claims would refuse, every one of them, fails here */
+	if (due__validate_lease(opts->lease_us) < 0)
+		return DUE_EINVAL;
+	if ((opts->poll_us && opts->poll_us < 1000) || opts->grace_us < 0 ||
+	    opts->horizon_us < 0 || opts->wheel_max < 0)
 		return due__error_set(
 		    DUE_EINVAL,
-		    "invalid lease/poll/grace: lease and poll at least 1ms");
+		    "invalid poll/grace: poll at least 1ms, grace at least 0");
 	if (opts->owner && due__validate_owner(opts->owner) < 0)
 		return DUE_EINVAL;
 	if (!(w = calloc(1, sizeof(*w))))

@@ -78,6 +78,7 @@ rows=(
 	"invalid duration 'forever'"           "prune --older-than forever"
 	"--concurrency '0'"                    "work --exec true --concurrency 0"
 	"--lease must be at least 3ms"         "work --exec true --lease 1ms"
+	"--lease must be at most 7d"           "work --once --exec true --lease 8d"
 	"--poll must be at least 1ms"          "work --exec true --poll 0"
 	"--horizon must be at least 1ms"       "work --exec true --horizon 0"
 	"option '--poll' needs a value (got '--once')" "work --exec true --poll --once"
