@@ -173,9 +173,11 @@ def main():
     c = Client(args.url, args.token)
     keeper = LeaseKeeper(args)
     keeper.start()
-    claim = {"kinds": [k for k in args.kinds.split(",") if k],
-             "limit": args.limit, "lease": "%ds" % args.lease_s,
+    claim = {"limit": args.limit, "lease": "%ds" % args.lease_s,
              "wait": "1s" if args.exit_when_idle else "20s"}
+    kinds = [k for k in args.kinds.split(",") if k]
+    if kinds:  # no "kinds" claims every kind; an empty list is refused
+        claim["kinds"] = kinds
     while True:
         st, tasks = c.post("/v1/claims", claim)
         if st != 200:

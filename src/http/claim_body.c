@@ -30,6 +30,14 @@ static int read_kinds(http_req *r, json_t *o, http_claim_spec *c)
 			 HTTP_MAX_KINDS);
 		return -1;
 	}
+	/* an empty filter is a client's mistake (`due work --kinds ''` is
+	   refused too), not "every kind": leave the field out for that */
+	if (json_array_size(a) == 0) {
+		snprintf(r->err, sizeof(r->err),
+			 "'kinds' is an empty list: name at least one kind, or "
+			 "leave 'kinds' out to claim every kind");
+		return -1;
+	}
 	json_array_foreach(a, i, v)
 	{
 		if (!json_is_string(v) || !json_string_length(v)) {

@@ -97,6 +97,7 @@ bad_req() { # PATH BODY FIELD
 }
 bad_req /v1/claims '{"kinds": "bad"}' "'kinds'"
 bad_req /v1/claims '{"kinds": [1]}' "'kinds' item 0"
+bad_req /v1/claims '{"kinds": []}' "'kinds' is an empty list"
 bad_req /v1/claims '{"limit": 0}' "'limit'"
 bad_req /v1/claims '{"limit": "3"}' "'limit'"
 bad_req /v1/claims '{"lease": "soon"}' "'lease'"
