@@ -264,15 +264,21 @@ void cli_getopt_reset(void)
 
 int cli_bad_option(const cli_ctx *c, int opt, char **argv)
 {
-	const char *arg = argv[optind - 1];
+	/* the argument getopt was reading: an unknown first letter of a
+	   cluster ("-5x") leaves optind on it, anything else moves past */
+	const char *arg = argv[optind - 1], *cur = argv[optind];
 
+	if (opt == '?' && optopt && cur && cur[0] == '-' && cur[1] == optopt)
+		arg = cur;
 	if (opt == ':')
 		return cli_usage_error(c, "option '%s' needs a value", arg);
 	if (arg[0] == '-' && arg[1] >= '0' && arg[1] <= '9')
-		return cli_usage_error(c,
-				       "invalid task id '%s': expected a "
-				       "positive decimal integer",
-				       arg);
+		return cli_usage_error(
+		    c,
+		    "invalid task id '%s': expected a positive decimal "
+		    "integer (a name that starts with '-' goes after '--': "
+		    "%s -- %s)",
+		    arg, c->prog, arg);
 	return cli_usage_error(c, "unknown option '%s'", arg);
 }
 

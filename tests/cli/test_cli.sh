@@ -104,6 +104,11 @@ expect_err 2 "cannot read" "$DUE" add demo --payload-file "$T/nope"
 expect_err 2 "is a directory" "$DUE" add demo --payload-file "$T"
 expect_err 2 "invalid task id 'abc'" "$DUE" show abc
 expect_err 2 "invalid task id '-1'" "$DUE" cancel -1
+# a cluster of letters getopt stops at names itself, not the argument before
+expect_err 2 "invalid task id '-5x'" "$DUE" cancel -5x
+expect_err 2 "invalid task id '-5x'" "$DUE" show -5x
+expect_err 2 "unknown option '-zq'" "$DUE" ls -zq
+expect_err 2 "due add -- -1" "$DUE" add -1
 expect_err 2 "needs a value" "$DUE" add demo --in
 expect_err 2 "invalid task id '12x'" "$DUE" retry 12x
 expect_err 3 "no task with id 424242" "$DUE" show 424242
