@@ -128,11 +128,11 @@ static int parse_opt(const cli_ctx *c, due_kind_settings *s, int opt,
 		}
 		if (cli_parse_duration(c, "--timeout", arg, &s->timeout_us))
 			return EXIT_USAGE;
-		if (s->timeout_us <= 0)
+		if (s->timeout_us <= 0 || s->timeout_us > 7LL * 86400000000)
 			return cli_usage_error(
 			    c,
 			    "invalid --timeout '%s': must be "
-			    "more than 0 (none removes it)",
+			    "more than 0 and at most 7d (none removes it)",
 			    arg);
 		return 0;
 	default: return -1;

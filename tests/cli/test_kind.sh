@@ -41,6 +41,8 @@ suite() {
 		"invalid --priority '40000'"                    "add k --priority 40000"
 		"invalid --priority '-32769'"                   "add k --priority -32769"
 		"invalid --timeout '0s': must be more than 0"   "add k --timeout 0s"
+		"invalid --timeout '8d': must be more than 0 and at most 7d" "add k --timeout 8d"
+		"invalid --timeout '8d': must be more than 0 and at most 7d" "kind set k --timeout 8d"
 		"--timeout: invalid duration 'soon'"            "add k --timeout soon"
 		"invalid group '': empty"                       "add k --group ''"
 		"invalid kind '': empty"                        "add '' --priority 1"
