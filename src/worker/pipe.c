@@ -507,18 +507,23 @@ static bool replaced_for_stray(due_pipe *p, due_job *job, proc *pr)
 /* The request and the answer                                          */
 /* ------------------------------------------------------------------ */
 
-/* The payload: a JSON string when it is UTF-8, else base64. */
-static int add_payload(json_t *o, const due_task *t)
+/*
+** Field `name` of n bytes at d: a JSON string when it is UTF-8, else its
+** bytes in base64 under `<name>_b64` (a payload may be any bytes; a text
+** field that a producer wrote past the library's checks is shown so, as
+** docs/INTERFACE.md says of every stored value, not refused).
+*/
+static int add_bytes(json_t *o, const char *name, const void *d, size_t n)
 {
-	const char *d = t->payload ? (const char *)t->payload : "";
-	json_t *s = json_stringn(d, t->payload_len);
-	char *b;
+	json_t *s = json_stringn(d ? (const char *)d : "", n);
+	char key[32], *b;
 
 	if (s)
-		return json_object_set_new(o, "payload", s);
-	if (!(b = due__base64(t->payload, t->payload_len)))
+		return json_object_set_new(o, name, s);
+	if (!(b = due__base64(d, n)))
 		return -1;
-	int rc = json_object_set_new(o, "payload_b64", json_string(b));
+	snprintf(key, sizeof(key), "%s_b64", name);
+	int rc = json_object_set_new(o, key, json_string(b));
 	free(b);
 	return rc;
 }
@@ -532,15 +537,15 @@ static char *request_line(const due_task *t, const char *parents, size_t *len)
 	due_time_format(due, sizeof(due), t->due_at);
 	snprintf(key, sizeof(key), "task-%lld", (long long)t->id);
 	if (o && json_object_set_new(o, "id", json_integer(t->id)) == 0 &&
-	    json_object_set_new(o, "kind", json_string(t->kind)) == 0 &&
+	    add_bytes(o, "kind", t->kind, strlen(t->kind)) == 0 &&
 	    json_object_set_new(o, "attempt", json_integer(t->attempt)) == 0 &&
 	    json_object_set_new(o, "due_at", json_string(due)) == 0 &&
 	    json_object_set_new(o, "idempotency_key", json_string(key)) == 0 &&
 	    json_object_set_new(o, "priority", json_integer(t->priority)) ==
 		0 &&
 	    (!t->group ||
-	     json_object_set_new(o, "group", json_string(t->group)) == 0) &&
-	    add_payload(o, t) == 0 &&
+	     add_bytes(o, "group", t->group, strlen(t->group)) == 0) &&
+	    add_bytes(o, "payload", t->payload, t->payload_len) == 0 &&
 	    (!parents ||
 	     json_object_set_new(o, "parent_results",
 				 json_loads(parents, 0, NULL)) == 0))
