@@ -303,8 +303,8 @@ int due__validate_owner(const char *owner)
 {
 	size_t n = owner ? strlen(owner) : 0;
 	if (n == 0 || n > 200)
-		return due__error_set(
-		    DUE_EINVAL, "invalid owner: must be 1 to 200 bytes");
+		return due__error_set(DUE_EINVAL,
+				      "invalid owner: must be 1 to 200 bytes");
 	return check_utf8("owner", owner, n);
 }
 
