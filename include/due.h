@@ -585,6 +585,12 @@ DUE_EXTERN int due_list(due_db *db, due_task_list **out,
 /* Worker                                                              */
 /* ------------------------------------------------------------------ */
 
+/** The bounds of a try's lease (lease_us, everywhere a lease is asked). */
+#define DUE_LEASE_MIN_US 1000LL			 /* 1 ms */
+#define DUE_LEASE_MAX_US (7LL * 86400 * 1000000) /* 7 days */
+/** The longest time limit of a try (a task's or a kind's timeout_us). */
+#define DUE_TIMEOUT_MAX_US (7LL * 86400 * 1000000) /* 7 days */
+
 /**
  * Claim up to `limit` due tasks (due_at <= store now), oldest due first,
  * restricted to `kinds` when n_kinds > 0.  Each claimed task has attempt

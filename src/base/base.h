@@ -68,9 +68,8 @@ void due__progress(const char *what, int64_t done, int64_t total);
 int due__validate_kind(const char *kind);
 int due__validate_key(const char *key);
 int due__validate_owner(const char *owner);
-/* A try's lease: 1 ms to 7 days (the claim's and the worker's check). */
-#define DUE__MIN_LEASE_US 1000LL
-#define DUE__MAX_LEASE_US (7LL * 86400 * 1000000)
+/* A try's lease: DUE_LEASE_MIN_US to _MAX_US (the claim's and the
+   worker's check). */
 int due__validate_lease(int64_t lease_us);
 
 /* NULL (no group) or 1..255 bytes without control characters. */

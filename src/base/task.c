@@ -292,7 +292,7 @@ bool due__utf8_valid(const char *s)
 
 int due__validate_lease(int64_t lease_us)
 {
-	if (lease_us < DUE__MIN_LEASE_US || lease_us > DUE__MAX_LEASE_US)
+	if (lease_us < DUE_LEASE_MIN_US || lease_us > DUE_LEASE_MAX_US)
 		return due__error_set(
 		    DUE_EINVAL, "invalid lease: must be between 1ms and 7d");
 	return 0;

@@ -185,7 +185,7 @@ static int flow_opt(const cli_ctx *c, int opt, const char *arg,
 	default:
 		if (cli_parse_duration(c, "--timeout", arg, &o->timeout_us))
 			return EXIT_USAGE;
-		if (o->timeout_us <= 0 || o->timeout_us > 7LL * 86400000000)
+		if (o->timeout_us <= 0 || o->timeout_us > DUE_TIMEOUT_MAX_US)
 			return cli_usage_error(
 			    c,
 			    "invalid --timeout '%s': must be "

@@ -128,7 +128,7 @@ static int parse_opt(const cli_ctx *c, due_kind_settings *s, int opt,
 		}
 		if (cli_parse_duration(c, "--timeout", arg, &s->timeout_us))
 			return EXIT_USAGE;
-		if (s->timeout_us <= 0 || s->timeout_us > 7LL * 86400000000)
+		if (s->timeout_us <= 0 || s->timeout_us > DUE_TIMEOUT_MAX_US)
 			return cli_usage_error(
 			    c,
 			    "invalid --timeout '%s': must be "

@@ -510,14 +510,12 @@ int cmd_work(int argc, char **argv)
 	}
 	/* (0 is the library's "the default": given, it is a mistake) */
 	const char *low =
-	    a.wo.lease_us < 3000 ? "--lease must be at least 3ms"
-	    : a.wo.lease_us > 7LL * 86400 * 1000000 /* the API's */
-		? "--lease must be at most 7d"
-		: a.poll_set && a.wo.poll_us < 1000
-		      ? "--poll must be at least 1ms"
-		  : a.horizon_set && a.wo.horizon_us < 1000
-		      ? "--horizon must be at least 1ms"
-		      : NULL;
+	    a.wo.lease_us < 3000		? "--lease must be at least 3ms"
+	    : a.wo.lease_us > DUE_LEASE_MAX_US	? "--lease must be at most 7d"
+	    : a.poll_set && a.wo.poll_us < 1000 ? "--poll must be at least 1ms"
+	    : a.horizon_set && a.wo.horizon_us < 1000
+		? "--horizon must be at least 1ms"
+		: NULL;
 	if (low) {
 		rc = cli_usage_error(&c, "%s", low);
 		goto done;

@@ -27,8 +27,7 @@ struct due_db {
 };
 
 #define MAX_LIMIT 10000
-#define MAX_TIMEOUT_US (7LL * 86400 * 1000000) /* a week */
-#define MAX_RATE_US (86400LL * 1000000)	       /* a day */
+#define MAX_RATE_US (86400LL * 1000000) /* a day */
 #define MAX_FLOW_N 1000000
 
 /*
@@ -332,7 +331,8 @@ int due__submit_check(const due_submit *in, due_submit *out, size_t max_payload,
 		    out->opts.priority, DUE_PRIORITY_MIN, DUE_PRIORITY_MAX);
 		goto bad;
 	}
-	if (out->opts.timeout_us < 0 || out->opts.timeout_us > MAX_TIMEOUT_US) {
+	if (out->opts.timeout_us < 0 ||
+	    out->opts.timeout_us > DUE_TIMEOUT_MAX_US) {
 		rc = due__error_set(DUE_EINVAL,
 				    "invalid timeout: must be 0 (none) up to "
 				    "7 days");
@@ -1025,7 +1025,7 @@ static int check_kind_settings(const due_kind_settings *k)
 	if (k->rate_n > 0 && (k->rate_us < 1000 || k->rate_us > MAX_RATE_US))
 		return due__error_set(DUE_EINVAL,
 				      "invalid rate window: must be 1ms..1d");
-	if (k->timeout_us < -1 || k->timeout_us > MAX_TIMEOUT_US)
+	if (k->timeout_us < -1 || k->timeout_us > DUE_TIMEOUT_MAX_US)
 		return due__error_set(DUE_EINVAL,
 				      "invalid timeout: must be up to 7 days "
 				      "(0: none)");

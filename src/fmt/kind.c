@@ -26,9 +26,8 @@
 #include "fmt/fmt.h"
 
 #define FLOW_N_MAX 1000000
-#define RATE_US_MIN 1000LL		       /* 1 ms */
-#define RATE_US_MAX (86400LL * 1000000)	       /* 1 day */
-#define TIMEOUT_US_MAX (7LL * 86400 * 1000000) /* 7 days, as the library */
+#define RATE_US_MIN 1000LL		/* 1 ms */
+#define RATE_US_MAX (86400LL * 1000000) /* 1 day */
 
 /* Length of the UTF-8 sequence its first byte announces; 0 if none. */
 static size_t seq_len(unsigned char c)
@@ -241,7 +240,7 @@ static int json_timeout(json_t *obj, due_kind_settings *s, char *err,
 			    "\"30s\", or null for no limit");
 	if (due_duration_parse(&us, json_string_value(v)) < 0)
 		return fail(err, errlen, "'timeout': %s", due_error_last());
-	if (us <= 0 || us > TIMEOUT_US_MAX)
+	if (us <= 0 || us > DUE_TIMEOUT_MAX_US)
 		return fail(err, errlen,
 			    "'timeout' must be more than 0 and at most 7d "
 			    "(null: no limit)");
